@@ -1,0 +1,3 @@
+from navarch.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,150 @@
+"""navarch's error tree. Every error navarch raises on purpose derives from NavarchError.
+
+    NavarchError
+    ├── ConfigError            bad fleet.yaml, playbook or agent config (file, line, key path)
+    ├── StoreError             object store failure that is not a precondition
+    │   ├── PreconditionFailed create-if-absent / replace-if-version lost a race (HTTP 412/409)
+    │   └── NotFound           the object does not exist
+    ├── LockHeld               another run holds state/<fleet>.lock (holder, age)
+    ├── StalePlan              a saved plan whose state serial or inventory moved on
+    ├── ReportRejected         a health report failed verification (reason is one of REJECT_REASONS)
+    ├── ProviderError          a cloud call failed; mapped at each provider's one boundary
+    │   ├── CapacityError      no capacity in this place (zone/region, type); fall over
+    │   ├── QuotaError         account quota hit; scope says zone, region or provider
+    │   ├── AuthError          credentials or permissions; nothing will work until fixed
+    │   └── TransientError     throttling, 5xx, timeouts; try again on the next run
+    └── RemoteError            an SSH playbook step failed (host, command, exit code, output tail)
+
+Errors carry their data as attributes so the CLI and the audit log can render them.
+"""
+
+from __future__ import annotations
+
+
+class NavarchError(Exception):
+    """Root of every error navarch raises on purpose."""
+
+
+class ConfigError(NavarchError):
+    """A configuration document is invalid.
+
+    Attributes: file (path or None), line (1-based or None), key_path (e.g.
+    "pools.train.nodes.min" or None), hint (what to do).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        file: str | None = None,
+        line: int | None = None,
+        key_path: str | None = None,
+        hint: str | None = None,
+    ) -> None:
+        self.message = message
+        self.file = file
+        self.line = line
+        self.key_path = key_path
+        self.hint = hint
+        super().__init__(self.render())
+
+    def render(self) -> str:
+        where = ""
+        if self.file:
+            where = self.file + (f":{self.line}" if self.line else "") + ": "
+        key = f"{self.key_path}: " if self.key_path else ""
+        hint = f" ({self.hint})" if self.hint else ""
+        return f"{where}{key}{self.message}{hint}"
+
+
+class StoreError(NavarchError):
+    """An object store operation failed for a reason other than a lost precondition."""
+
+
+class PreconditionFailed(StoreError):
+    """A conditional write or delete lost: the object exists, or its version moved on."""
+
+    def __init__(self, key: str, detail: str = "") -> None:
+        self.key = key
+        super().__init__(f"precondition failed on {key}" + (f": {detail}" if detail else ""))
+
+
+class NotFound(StoreError):
+    """The object does not exist."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        super().__init__(f"no such object: {key}")
+
+
+class LockHeld(NavarchError):
+    """Another run holds the fleet lock.
+
+    Attributes: holder (str), command (str), lock_id (str), age_s (float), expires_in_s (float).
+    """
+
+    def __init__(self, holder: str, command: str, lock_id: str, age_s: float, expires_in_s: float):
+        self.holder = holder
+        self.command = command
+        self.lock_id = lock_id
+        self.age_s = age_s
+        self.expires_in_s = expires_in_s
+        super().__init__(
+            f"state is locked by {holder} running {command!r} (lock {lock_id}, "
+            f"taken {age_s:.0f}s ago, expires in {max(expires_in_s, 0):.0f}s)"
+        )
+
+
+class StalePlan(NavarchError):
+    """A saved plan no longer matches the world: state serial or inventory fingerprint moved."""
+
+
+class ReportRejected(NavarchError):
+    """A health report failed verification. Attribute: reason (a REJECT_REASONS value)."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        self.reason = reason
+        super().__init__(f"report rejected ({reason})" + (f": {detail}" if detail else ""))
+
+
+class ProviderError(NavarchError):
+    """A cloud provider call failed. Attributes: code (the cloud's error code), scope."""
+
+    def __init__(self, message: str, *, code: str = "", scope: str = "") -> None:
+        self.code = code
+        self.scope = scope
+        super().__init__(message)
+
+
+class CapacityError(ProviderError):
+    """The place (zone or region, instance type, capacity kind) has no capacity now.
+
+    scope: "zone" or "region"; the executor remembers the place as exhausted and falls over.
+    """
+
+
+class QuotaError(ProviderError):
+    """An account quota blocks the launch. scope: "zone", "region" or "provider"."""
+
+
+class AuthError(ProviderError):
+    """Credentials are missing, expired, or lack a permission."""
+
+
+class TransientError(ProviderError):
+    """Throttling, a 5xx or a timeout: the action is retried on the next run."""
+
+
+class RemoteError(NavarchError):
+    """A playbook step failed on a host.
+
+    Attributes: host, command, exit_code (int or None for a connection failure), output_tail.
+    """
+
+    def __init__(self, host: str, command: str, exit_code: int | None, output_tail: str) -> None:
+        self.host = host
+        self.command = command
+        self.exit_code = exit_code
+        self.output_tail = output_tail
+        code = "no connection" if exit_code is None else f"exit {exit_code}"
+        super().__init__(f"{host}: {command!r} failed ({code}): {output_tail[-200:]}")

@@ -1,0 +1,97 @@
+"""Observed instances as providers report them, in navarch's own terms (no SDK types).
+
+Ownership tags (labels on GCP) that every provider sets at launch and filters on:
+navarch-fleet, navarch-pool, navarch-node, navarch-launch (the launch id). Safety rule 1
+of the design: navarch only ever touches instances carrying the fleet's tags.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+
+TAG_FLEET = "navarch-fleet"
+TAG_POOL = "navarch-pool"
+TAG_NODE = "navarch-node"
+TAG_LAUNCH = "navarch-launch"
+
+
+class InstanceState(str, enum.Enum):
+    """Cloud instance state, normalised across providers.
+
+    EC2 pending/running/stopping/stopped map one to one; shutting-down and terminated are
+    not listed by providers at all (they no longer count toward capacity).
+    """
+
+    PENDING = "pending"
+    RUNNING = "running"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+
+
+@dataclass(frozen=True)
+class Instance:
+    """One cloud VM as a provider lists it.
+
+    tags: sorted (key, value) pairs; owned instances carry the navarch-* tags.
+    launched_at: aware UTC datetime.
+    """
+
+    provider: str
+    instance_id: str
+    zone: str
+    instance_type: str
+    state: InstanceState
+    launched_at: datetime
+    tags: tuple[tuple[str, str], ...] = ()
+    spot: bool = False
+    address: str | None = None
+
+    def tag(self, key: str) -> str | None:
+        for k, v in self.tags:
+            if k == key:
+                return v
+        return None
+
+    @property
+    def fleet(self) -> str | None:
+        return self.tag(TAG_FLEET)
+
+    @property
+    def pool(self) -> str | None:
+        return self.tag(TAG_POOL)
+
+    @property
+    def node(self) -> str | None:
+        return self.tag(TAG_NODE)
+
+    @property
+    def launch_id(self) -> str | None:
+        return self.tag(TAG_LAUNCH)
+
+
+def ownership_tags(fleet: str, pool: str, node: str, launch_id: str) -> dict[str, str]:
+    """The tags navarch puts on every instance (and its volumes) it launches."""
+    return {TAG_FLEET: fleet, TAG_POOL: pool, TAG_NODE: node, TAG_LAUNCH: launch_id}
+
+
+def launch_id(fleet: str, node: str, attempt: int) -> str:
+    """Deterministic launch id for (fleet, node, attempt): 32 lower-case hex characters.
+
+    Used as the EC2 ClientToken (<= 64 ASCII chars, EC2 RunInstances idempotency), the GCP
+    request id seed, and the navarch-launch tag, so a run killed between launch and state
+    write finds its own instance on the next run instead of launching a second one.
+    """
+    digest = hashlib.sha256(f"navarch:{fleet}:{node}:{attempt}".encode()).hexdigest()
+    return digest[:32]
+
+
+def fingerprint(instances: Iterable[Instance]) -> str:
+    """A stable digest of an inventory (ids, states, tags) for saved-plan staleness checks."""
+    h = hashlib.sha256()
+    for inst in sorted(instances, key=lambda i: (i.provider, i.instance_id)):
+        h.update(f"{inst.provider}|{inst.instance_id}|{inst.state.value}|{inst.tags}\n".encode())
+    return h.hexdigest()[:16]

@@ -1,0 +1,56 @@
+"""The Provider seam: one implementation per cloud, none leaking SDK types.
+
+Contract (tests/providers run it against each provider):
+- list_instances(fleet) -> every instance of the fleet in the regions the provider serves,
+  in states pending/running/stopping/stopped. Instances the provider can see that lack the
+  fleet's tags may be included; the planner lists them as foreign and never touches them.
+- provision(request) -> the Instance launched (or already launched: idempotent on
+  request.launch_id). Raises CapacityError, QuotaError, AuthError, TransientError.
+- terminate(instances) -> None; an instance already gone is success. Raises the same errors.
+Errors from the SDK are mapped in one function per provider (`map_error`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from navarch.inventory import Instance
+
+
+@dataclass(frozen=True)
+class ProvisionRequest:
+    """Launch one node.
+
+    node: navarch node name (also the instance name where the cloud has names).
+    zone: zone (or region, for Lambda) to launch in; instance_type: the cloud's type name.
+    spot: launch as spot/preemptible capacity.
+    tags: ownership tags plus the pool's labels.
+    user_data: cloud-init text for the agent, already rendered.
+    options: the pool's provider-specific settings from fleet.yaml (AMI, subnet, ...).
+    """
+
+    fleet: str
+    pool: str
+    node: str
+    zone: str
+    instance_type: str
+    spot: bool
+    launch_id: str
+    attempt: int
+    tags: Mapping[str, str]
+    user_data: str = ""
+    options: Mapping[str, object] = field(default_factory=dict)
+
+
+class Provider(Protocol):
+    """A cloud (or the embedded local simulator) that navarch launches nodes on."""
+
+    name: str
+
+    def list_instances(self, fleet: str) -> Sequence[Instance]: ...
+
+    def provision(self, request: ProvisionRequest) -> Instance: ...
+
+    def terminate(self, instances: Sequence[Instance]) -> None: ...

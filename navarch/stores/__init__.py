@@ -1,0 +1,36 @@
+"""Object store backends, chosen by URL: file://DIR, s3://bucket/prefix, gs://bucket/prefix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from navarch.errors import ConfigError
+from navarch.stores.base import Blob, ObjectInfo, ObjectStore
+
+__all__ = ["Blob", "ObjectInfo", "ObjectStore", "open_store"]
+
+
+def open_store(url: str, *, base_dir: Path | None = None) -> ObjectStore:
+    """Open the store named by url.
+
+    file:// URLs may be relative ("file://.navarch/store"); they are resolved against
+    base_dir (the fleet file's directory) when given. Raises ConfigError for an unknown scheme.
+    """
+    if url.startswith("file://"):
+        from navarch.stores.file import FileStore
+
+        path = Path(url[len("file://") :])
+        if not path.is_absolute() and base_dir is not None:
+            path = base_dir / path
+        return FileStore(path)
+    if url.startswith("s3://"):
+        from navarch.stores.s3 import S3Store
+
+        return S3Store.from_url(url)
+    if url.startswith("gs://"):
+        from navarch.stores.gcs import GCSStore
+
+        return GCSStore.from_url(url)
+    raise ConfigError(
+        f"unknown store URL {url!r}", hint="use file://DIR, s3://bucket/prefix or gs://bucket/prefix"
+    )

@@ -1,0 +1,460 @@
+"""Load and validate fleet.yaml into a FleetSpec (the desired state).
+
+schemas/fleet.schema.json is the single source of truth for the file's shape and defaults;
+this module adds what a schema cannot say (min <= target <= max, a pool naming a provider
+that exists, autoscaling thresholds in order, offline_after >= stale_after) and turns every
+problem into a ConfigError that names the file, the line, the key path and what to do.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+from referencing import Registry, Resource
+
+from navarch.durations import parse_duration_s
+from navarch.errors import ConfigError
+from navarch.resources import data_dir
+
+
+@dataclass(frozen=True)
+class HealthPolicy:
+    """A pool's health policy; durations in seconds."""
+
+    unhealthy_after: int
+    stale_after_s: int
+    offline_after_s: int
+    boot_timeout_s: int
+    drain_timeout_s: int
+    auto_replace: bool
+    max_unavailable: int | str  # a count, or "25%" of target
+    replacement: str  # "surge" | "after-terminate"
+    max_surge: int
+
+    def max_unavailable_nodes(self, target: int) -> int:
+        """The disruption budget as a node count: a percentage rounds down, at least 1."""
+        if isinstance(self.max_unavailable, str):
+            pct = int(self.max_unavailable.rstrip("%"))
+            return max(1, target * pct // 100)
+        return self.max_unavailable
+
+
+@dataclass(frozen=True)
+class Autoscaling:
+    """Reactive autoscaling on mean reported GPU utilisation (percent)."""
+
+    enabled: bool
+    scale_up_at_pct: float
+    scale_down_at_pct: float
+    cooldown_s: int
+
+
+@dataclass(frozen=True)
+class PoolSpec:
+    """One pool of identical nodes. instance_types and zones are in fallback order."""
+
+    name: str
+    provider: str
+    instance_types: tuple[str, ...]
+    gpus_per_node: int
+    region: str
+    zones: tuple[str, ...]
+    capacity: str  # "on-demand" | "spot" | "spot-then-on-demand"
+    min_nodes: int
+    target_nodes: int
+    max_nodes: int
+    labels: tuple[tuple[str, str], ...]
+    scheduler: str
+    playbooks: Mapping[str, str]
+    ssh: Mapping[str, Any]
+    health: HealthPolicy
+    autoscaling: Autoscaling
+    options: Mapping[str, Any]
+
+    def places(self) -> tuple[tuple[str, str, bool], ...]:
+        """Every (zone, instance_type, spot) place in fallback order.
+
+        Order (DESIGN.md safety rule 6): every zone of the first type, then the next type;
+        spot-then-on-demand tries all spot places before any on-demand one.
+        """
+        spot_modes = {"on-demand": (False,), "spot": (True,), "spot-then-on-demand": (True, False)}
+        return tuple(
+            (zone, itype, spot)
+            for spot in spot_modes[self.capacity]
+            for itype in self.instance_types
+            for zone in self.zones
+        )
+
+
+@dataclass(frozen=True)
+class SafetySpec:
+    circuit_breaker_pct: float
+    fleet_circuit_breaker_pct: float
+    repairs_per_pool_per_hour: int
+    lock_ttl_s: int
+
+
+@dataclass(frozen=True)
+class FleetSpec:
+    """The whole declared fleet. providers maps name -> its fleet.yaml mapping (defaulted)."""
+
+    name: str
+    source: Path
+    base_dir: Path
+    store_url: str
+    secret: Mapping[str, str]
+    providers: Mapping[str, Mapping[str, Any]]
+    pools: tuple[PoolSpec, ...]
+    safety: SafetySpec
+
+    def pool(self, name: str) -> PoolSpec:
+        for p in self.pools:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+    def secret_path(self) -> Path | None:
+        """The secret file's path when the secret comes from a file, else None."""
+        if "file" in self.secret:
+            path = Path(self.secret["file"])
+            return path if path.is_absolute() else self.base_dir / path
+        return None
+
+    def fleet_secret(self) -> bytes:
+        """The fleet secret's bytes (surrounding whitespace stripped).
+
+        Raises ConfigError when the variable or file is missing or empty.
+        """
+        if "env" in self.secret:
+            value = os.environ.get(self.secret["env"], "").strip()
+            if not value:
+                raise ConfigError(
+                    f"environment variable {self.secret['env']} is empty or unset",
+                    file=str(self.source),
+                    key_path="secret.env",
+                    hint="export the fleet secret, e.g. from your CI secret store",
+                )
+            return value.encode()
+        path = self.secret_path()
+        assert path is not None
+        try:
+            value = path.read_text().strip()
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot read the fleet secret file {path}: {exc.strerror}",
+                file=str(self.source),
+                key_path="secret.file",
+                hint="run `navarch apply` once on a file:// store to create it, or write one",
+            ) from exc
+        if not value:
+            raise ConfigError(f"fleet secret file {path} is empty", key_path="secret.file")
+        return value.encode()
+
+    def ensure_local_secret(self) -> None:
+        """Create the secret file (0600, 32 random bytes hex) if it is missing.
+
+        Only for file:// stores, where the reconciler and the local agents share one
+        machine; a cloud fleet's secret is provisioned by its operator.
+        """
+        path = self.secret_path()
+        if path is None or path.exists() or not self.store_url.startswith("file://"):
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(secrets.token_hex(32) + "\n")
+
+
+# --- schema loading -------------------------------------------------------------------
+
+
+@cache
+def _registry() -> Registry:
+    resources = []
+    root = data_dir("schemas")
+    for path in sorted(root.rglob("*.schema.json")):
+        doc = json.loads(path.read_text())
+        resources.append((doc["$id"], Resource.from_contents(doc)))
+    return Registry().with_resources(resources)
+
+
+@cache
+def load_schema(name: str) -> dict[str, Any]:
+    """Load schemas/<name> as a dict (e.g. "fleet.schema.json")."""
+    return json.loads((data_dir("schemas") / name).read_text())
+
+
+def validator_for(name: str) -> jsonschema.Draft202012Validator:
+    """A Draft 2020-12 validator for schemas/<name>, with cross-file $refs resolved."""
+    return jsonschema.Draft202012Validator(
+        load_schema(name),
+        registry=_registry(),
+        format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER,
+    )
+
+
+# --- YAML with line numbers -------------------------------------------------------------
+
+
+def _compose(text: str, filename: str) -> tuple[Any, dict[tuple[Any, ...], int]]:
+    """Parse YAML into plain data plus a map from key path to 1-based line number.
+
+    Raises ConfigError on YAML syntax errors and duplicate keys.
+    """
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        raise ConfigError(
+            f"not valid YAML: {getattr(exc, 'problem', exc)}",
+            file=filename,
+            line=mark.line + 1 if mark else None,
+            hint="fix the YAML syntax",
+        ) from exc
+    lines: dict[tuple[Any, ...], int] = {}
+
+    def walk(node: yaml.Node | None, path: tuple[Any, ...]) -> None:
+        if node is None:
+            return
+        lines.setdefault(path, node.start_mark.line + 1)
+        if isinstance(node, yaml.MappingNode):
+            seen: set[Any] = set()
+            for key_node, value_node in node.value:
+                key = key_node.value
+                if key in seen:
+                    raise ConfigError(
+                        f"duplicate key {key!r}",
+                        file=filename,
+                        line=key_node.start_mark.line + 1,
+                        key_path=_dotted(path + (key,)),
+                        hint="keep one of them",
+                    )
+                seen.add(key)
+                lines[path + (key,)] = key_node.start_mark.line + 1
+                walk(value_node, path + (key,))
+        elif isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                walk(item, path + (i,))
+
+    walk(root, ())
+    data = yaml.safe_load(text) if root is not None else None
+    return data, lines
+
+
+def _dotted(path: tuple[Any, ...] | list[Any]) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (("." if out else "") + str(part))
+    return out or "(top level)"
+
+
+def _line_for(lines: Mapping[tuple[Any, ...], int], path: tuple[Any, ...]) -> int | None:
+    while True:
+        if path in lines:
+            return lines[path]
+        if not path:
+            return None
+        path = path[:-1]
+
+
+# --- defaults --------------------------------------------------------------------------
+
+
+def _apply_defaults(instance: Any, schema: Mapping[str, Any], root: Mapping[str, Any]) -> None:
+    """Fill in `default` values of object properties, following local $refs."""
+    if "$ref" in schema and schema["$ref"].startswith("#/"):
+        target: Any = root
+        for part in schema["$ref"][2:].split("/"):
+            target = target[part]
+        _apply_defaults(instance, target, root)
+        return
+    if not isinstance(instance, dict):
+        return
+    for key, sub in schema.get("properties", {}).items():
+        if key not in instance and "default" in sub:
+            instance[key] = copy.deepcopy(sub["default"])
+        if key in instance:
+            _apply_defaults(instance[key], sub, root)
+    extra = schema.get("additionalProperties")
+    if isinstance(extra, dict):
+        for key, value in instance.items():
+            if key not in schema.get("properties", {}):
+                _apply_defaults(value, extra, root)
+
+
+def _best_error(errors: list[jsonschema.ValidationError]) -> jsonschema.ValidationError:
+    return jsonschema.exceptions.best_match(errors)
+
+
+def _hint_for(error: jsonschema.ValidationError) -> str:
+    if error.validator == "additionalProperties":
+        return "remove it, or check its spelling against schemas/fleet.schema.json"
+    if error.validator == "required":
+        return "add the missing key"
+    if error.validator in ("type", "enum", "const", "pattern", "oneOf"):
+        return "see the key's description in schemas/fleet.schema.json"
+    return "see schemas/fleet.schema.json"
+
+
+def load_fleet(path: str | Path) -> FleetSpec:
+    """Read, validate and default fleet.yaml.
+
+    Returns a FleetSpec. Raises ConfigError naming the file, line, key path and a hint for
+    the first problem found (schema errors first, then cross-field rules). Writes nothing.
+    """
+    source = Path(path)
+    try:
+        text = source.read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read fleet file: {exc.strerror}", file=str(source)) from exc
+    data, lines = _compose(text, str(source))
+    if not isinstance(data, dict):
+        raise ConfigError(
+            "the fleet file must be a YAML mapping", file=str(source), line=1,
+            hint="start from fleet.example.yaml",
+        )
+    errors = list(validator_for("fleet.schema.json").iter_errors(data))
+    if errors:
+        err = _best_error(errors)
+        err_path = tuple(err.absolute_path)
+        message = err.message
+        if err.validator == "additionalProperties":
+            allowed = set(err.schema.get("properties", {}))
+            unknown = sorted(set(err.instance) - allowed) if isinstance(err.instance, dict) else []
+            if unknown:
+                err_path = err_path + (unknown[0],)
+                message = f"unknown key {unknown[0]!r}"
+        raise ConfigError(
+            message,
+            file=str(source),
+            line=_line_for(lines, err_path),
+            key_path=_dotted(err_path),
+            hint=_hint_for(err),
+        )
+    schema = load_schema("fleet.schema.json")
+    _apply_defaults(data, schema, schema)
+    return _build(data, source, lines)
+
+
+def _build(data: dict[str, Any], source: Path, lines: Mapping[tuple[Any, ...], int]) -> FleetSpec:
+    def fail(path: tuple[Any, ...], message: str, hint: str) -> ConfigError:
+        return ConfigError(
+            message, file=str(source), line=_line_for(lines, path), key_path=_dotted(path), hint=hint
+        )
+
+    providers = data["providers"]
+    pools: list[PoolSpec] = []
+    for name, raw in data["pools"].items():
+        nodes = raw["nodes"]
+        target = nodes["target"]
+        lo = nodes.get("min", 0)
+        hi = nodes.get("max", max(target, lo))
+        if not lo <= target <= hi:
+            raise fail(
+                ("pools", name, "nodes"),
+                f"nodes must satisfy min <= target <= max, got min={lo} target={target} max={hi}",
+                "adjust min, target or max",
+            )
+        if raw["provider"] not in providers:
+            raise fail(
+                ("pools", name, "provider"),
+                f"pool names provider {raw['provider']!r}, which is not declared",
+                f"declare it under providers: or use one of {sorted(providers)}",
+            )
+        ptype = providers[raw["provider"]]["type"]
+        for other in ("aws", "gcp", "lambda"):
+            if other in raw and other != ptype:
+                raise fail(
+                    ("pools", name, other),
+                    f"pool has {other} settings but its provider is of type {ptype}",
+                    f"move them, or remove the {other}: section",
+                )
+        h = raw["health"]
+        health = HealthPolicy(
+            unhealthy_after=h["unhealthy_after"],
+            stale_after_s=parse_duration_s(h["stale_after"]),
+            offline_after_s=parse_duration_s(h["offline_after"]),
+            boot_timeout_s=parse_duration_s(h["boot_timeout"]),
+            drain_timeout_s=parse_duration_s(h["drain_timeout"]),
+            auto_replace=h["auto_replace"],
+            max_unavailable=h["max_unavailable"],
+            replacement=h["replacement"],
+            max_surge=h["max_surge"],
+        )
+        if health.offline_after_s < health.stale_after_s:
+            raise fail(
+                ("pools", name, "health", "offline_after"),
+                "offline_after must not be shorter than stale_after",
+                "raise offline_after",
+            )
+        a = raw["autoscaling"]
+        auto = Autoscaling(
+            enabled=a["enabled"],
+            scale_up_at_pct=float(a["scale_up_at"]),
+            scale_down_at_pct=float(a["scale_down_at"]),
+            cooldown_s=parse_duration_s(a["cooldown"]),
+        )
+        if auto.scale_down_at_pct >= auto.scale_up_at_pct:
+            raise fail(
+                ("pools", name, "autoscaling"),
+                "scale_down_at must be below scale_up_at",
+                "lower scale_down_at or raise scale_up_at",
+            )
+        pools.append(
+            PoolSpec(
+                name=name,
+                provider=raw["provider"],
+                instance_types=tuple(raw["instance_types"]),
+                gpus_per_node=raw["gpus_per_node"],
+                region=raw["region"],
+                zones=tuple(raw["zones"]),
+                capacity=raw["capacity"],
+                min_nodes=lo,
+                target_nodes=target,
+                max_nodes=hi,
+                labels=tuple(sorted(raw["labels"].items())),
+                scheduler=raw["scheduler"],
+                playbooks=dict(raw.get("playbooks", {})),
+                ssh=dict(raw.get("ssh", {})),
+                health=health,
+                autoscaling=auto,
+                options=dict(raw.get(ptype, {})),
+            )
+        )
+    for name in data["pools"]:
+        full = f"{data['fleet']}-{name}-0000"
+        if len(full) > 63:
+            raise fail(("pools", name), "fleet and pool names are too long for node names",
+                       "keep fleet + pool under 57 characters")
+    s = data["safety"]
+    safety = SafetySpec(
+        circuit_breaker_pct=float(s["circuit_breaker_pct"]),
+        fleet_circuit_breaker_pct=float(s["fleet_circuit_breaker_pct"]),
+        repairs_per_pool_per_hour=s["repairs_per_pool_per_hour"],
+        lock_ttl_s=parse_duration_s(s["lock_ttl"]),
+    )
+    base_dir = source.resolve().parent
+    store_url = data["store"]
+    if store_url.startswith("file://"):
+        p = Path(store_url[len("file://") :])
+        store_url = "file://" + str(p if p.is_absolute() else (base_dir / p))
+    return FleetSpec(
+        name=data["fleet"],
+        source=source,
+        base_dir=base_dir,
+        store_url=store_url,
+        secret=dict(data["secret"]),
+        providers={k: dict(v) for k, v in providers.items()},
+        pools=tuple(pools),
+        safety=safety,
+    )

@@ -19,7 +19,7 @@ TAG_NODE = "navarch-node"
 TAG_LAUNCH = "navarch-launch"
 
 
-class InstanceState(str, enum.Enum):
+class InstanceState(enum.StrEnum):
     """Cloud instance state, normalised across providers.
 
     EC2 pending/running/stopping/stopped map one to one; shutting-down and terminated are

@@ -1,0 +1,357 @@
+"""Plain immutable data the planner reads and returns.
+
+Inputs: FleetSpec (navarch.spec), Instances (navarch.inventory), ReportObservations (what
+navarch.reports made of each node's health report), Memory (what earlier runs saw and did)
+and a clock. Outputs: NodeViews (observe) and a Plan (plan). Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from navarch.inventory import Instance
+
+
+class Lifecycle(enum.StrEnum):
+    """A node's lifecycle state, derived each run (DESIGN.md "Node lifecycle")."""
+
+    PROVISIONING = "provisioning"  # instance pending
+    BOOTING = "booting"  # running, no report yet, within boot_timeout
+    HEALTHY = "healthy"
+    DEGRADED = "degraded"  # serving; alerts, not replaced
+    UNKNOWN = "unknown"  # doubt: reports missing/rejected, or the agent cannot tell
+    STALE = "stale"  # last report older than stale_after
+    OFFLINE = "offline"  # no fresh report for offline_after: counts as unhealthy
+    UNHEALTHY = "unhealthy"  # to be cordoned and replaced
+    PREEMPTING = "preempting"  # spot/maintenance notice: replace at once
+    CORDONED = "cordoned"
+    DRAINING = "draining"
+    TERMINATING = "terminating"
+
+
+SERVING = frozenset(
+    {Lifecycle.PROVISIONING, Lifecycle.BOOTING, Lifecycle.HEALTHY, Lifecycle.DEGRADED,
+     Lifecycle.UNKNOWN, Lifecycle.STALE}
+)
+WANTS_REPLACEMENT = frozenset({Lifecycle.UNHEALTHY, Lifecycle.OFFLINE, Lifecycle.PREEMPTING})
+LEAVING = frozenset({Lifecycle.CORDONED, Lifecycle.DRAINING, Lifecycle.TERMINATING})
+
+
+class ActionKind(enum.StrEnum):
+    PROVISION = "provision"
+    CORDON = "cordon"
+    DRAIN = "drain"
+    TERMINATE = "terminate"
+    UNCORDON = "uncordon"
+    SCALE = "scale"  # change a pool's autoscaled desired count
+
+
+class Phase(enum.StrEnum):
+    """What navarch has done to a node so far (kept in Memory)."""
+
+    NONE = ""
+    CORDONED = "cordoned"
+    DRAINING = "draining"
+    TERMINATING = "terminating"
+
+
+@dataclass(frozen=True)
+class ReportSummary:
+    """What the reconciler keeps of one accepted health report.
+
+    generated_at: aware UTC. utilization_pct: mean over GPUs (None if none reported).
+    process_count: GPU processes over all GPUs (None if unknown). fatal: a fatal XID is
+    latched in the report. findings: up to 5 human lines, worst first.
+    """
+
+    sequence: int
+    boot_id: str
+    generated_at: datetime
+    status: str  # healthy | degraded | unhealthy | unknown
+    action: str  # none | restart_app | reset_gpu | reboot | replace
+    health_score: int
+    fatal: bool
+    findings: tuple[str, ...] = ()
+    notice_kind: str | None = None  # preemption | maintenance
+    notice_deadline: datetime | None = None
+    process_count: int | None = None
+    utilization_pct: float | None = None
+    gpu_count: int = 0
+
+
+@dataclass(frozen=True)
+class ReportObservation:
+    """One node's report as read this run.
+
+    summary: the newest accepted report (None if the node never had one accepted).
+    version: store version of the object read (None if no object).
+    rejected: why this run's object was rejected (a REJECT_REASONS value), or None.
+    """
+
+    node: str
+    pool: str
+    summary: ReportSummary | None
+    version: str | None
+    rejected: str | None = None
+
+
+@dataclass(frozen=True)
+class NodeMemory:
+    """Per-node facts earlier runs saw and did."""
+
+    node: str
+    pool: str
+    instance_id: str | None = None
+    first_seen_at: datetime | None = None
+    phase: Phase = Phase.NONE
+    phase_at: datetime | None = None  # when the phase was entered
+    phase_reason: str = ""
+    repair: bool = False  # cordoned to be replaced (counts toward the repair rate limit)
+    report_version: str | None = None
+    report: ReportSummary | None = None
+    streak: int = 0  # consecutive distinct unhealthy reports
+    streak_sequence: int = 0  # sequence of the last report counted in streak
+
+
+@dataclass(frozen=True)
+class Exhausted:
+    """A (zone, instance_type, spot) place that answered 'no capacity', until `until`."""
+
+    zone: str
+    instance_type: str
+    spot: bool
+    until: datetime
+    failures: int = 1
+
+
+@dataclass(frozen=True)
+class PoolMemory:
+    pool: str
+    next_index: int = 1
+    repairs: tuple[datetime, ...] = ()  # when each repair (replacement cordon) started
+    exhausted: tuple[Exhausted, ...] = ()
+    desired: int | None = None  # autoscaled desired count
+    desired_from_target: int | None = None  # spec target the autoscaled count started from
+    scaled_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Memory:
+    """The reconciler's memory, state/<fleet>.json. serial grows with every write."""
+
+    fleet: str
+    serial: int = 0
+    lineage: str = ""
+    nodes: tuple[NodeMemory, ...] = ()
+    pools: tuple[PoolMemory, ...] = ()
+    rejections: tuple[tuple[str, int], ...] = ()  # reason -> count, cumulative
+
+    def node(self, name: str) -> NodeMemory | None:
+        for n in self.nodes:
+            if n.node == name:
+                return n
+        return None
+
+    def pool(self, name: str) -> PoolMemory:
+        for p in self.pools:
+            if p.pool == name:
+                return p
+        return PoolMemory(pool=name)
+
+    def with_node(self, nm: NodeMemory) -> Memory:
+        others = tuple(n for n in self.nodes if n.node != nm.node)
+        return replace(self, nodes=tuple(sorted(others + (nm,), key=lambda n: n.node)))
+
+    def without_node(self, name: str) -> Memory:
+        return replace(self, nodes=tuple(n for n in self.nodes if n.node != name))
+
+    def with_pool(self, pm: PoolMemory) -> Memory:
+        others = tuple(p for p in self.pools if p.pool != pm.pool)
+        return replace(self, pools=tuple(sorted(others + (pm,), key=lambda p: p.pool)))
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """One owned node as this run sees it."""
+
+    node: str
+    pool: str
+    lifecycle: Lifecycle
+    reason: str
+    instance: Instance | None
+    summary: ReportSummary | None
+    report_age_s: float | None
+    streak: int
+    phase_at: datetime | None = None
+    rejected: str | None = None
+    immediate: bool = False  # fatal XID or notice: act without waiting for a streak
+    drained: bool | None = None  # drain check result where known
+
+
+@dataclass(frozen=True)
+class Place:
+    zone: str
+    instance_type: str
+    spot: bool
+    attempt: int  # index of this place in the pool's fallback order (launch id input)
+
+    def label(self) -> str:
+        return f"{self.zone}/{self.instance_type}" + (" (spot)" if self.spot else "")
+
+
+@dataclass(frozen=True)
+class Action:
+    """One change the plan makes. reason is for humans ("XID 79: GPU has fallen off ...")."""
+
+    kind: ActionKind
+    pool: str
+    node: str | None
+    reason: str
+    places: tuple[Place, ...] = ()  # provision: places in the order they will be tried
+    instance_id: str | None = None
+    replaces: str | None = None  # provision: the node this one replaces
+    repair: bool = False  # cordon: starts a repair (counts toward the hourly limit)
+    desired: int | None = None  # scale: the new desired count
+
+
+@dataclass(frozen=True)
+class Halt:
+    """A safety rule stopped actions in a pool (or "*" for the fleet)."""
+
+    pool: str
+    rule: str  # circuit_breaker | disruption_budget | repair_rate_limit | capacity
+    message: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The changes one run would make, in execution order, plus why some were held back."""
+
+    fleet: str
+    created_at: datetime
+    actions: tuple[Action, ...]
+    halts: tuple[Halt, ...] = ()
+    notes: tuple[str, ...] = ()
+    state_serial: int = 0
+    inventory_fingerprint: str = ""
+    views: tuple[NodeView, ...] = field(default=(), compare=False)
+    foreign: tuple[Instance, ...] = field(default=(), compare=False)
+
+    @property
+    def breaker_open(self) -> bool:
+        return any(h.rule == "circuit_breaker" for h in self.halts)
+
+
+# --- JSON forms -------------------------------------------------------------------------
+
+
+def ts(value: datetime | None) -> str | None:
+    """RFC 3339 UTC with a Z, or None."""
+    if value is None:
+        return None
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ").replace(".000000Z", "Z")
+
+
+def parse_ts(value: str | None) -> datetime | None:
+    """Parse RFC 3339 (Z or offset) to an aware UTC datetime; None passes through."""
+    if value is None:
+        return None
+    dt = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    if dt.tzinfo is None:
+        raise ValueError(f"timestamp without a timezone: {value!r}")
+    return dt.astimezone(UTC)
+
+
+def summary_to_json(s: ReportSummary | None) -> dict[str, Any] | None:
+    if s is None:
+        return None
+    return {
+        "sequence": s.sequence, "boot_id": s.boot_id, "generated_at": ts(s.generated_at),
+        "status": s.status, "action": s.action, "health_score": s.health_score, "fatal": s.fatal,
+        "findings": list(s.findings), "notice_kind": s.notice_kind,
+        "notice_deadline": ts(s.notice_deadline), "process_count": s.process_count,
+        "utilization_pct": s.utilization_pct, "gpu_count": s.gpu_count,
+    }
+
+
+def summary_from_json(d: Mapping[str, Any] | None) -> ReportSummary | None:
+    if d is None:
+        return None
+    return ReportSummary(
+        sequence=d["sequence"], boot_id=d["boot_id"], generated_at=parse_ts(d["generated_at"]),
+        status=d["status"], action=d["action"], health_score=d["health_score"], fatal=d["fatal"],
+        findings=tuple(d.get("findings", ())), notice_kind=d.get("notice_kind"),
+        notice_deadline=parse_ts(d.get("notice_deadline")), process_count=d.get("process_count"),
+        utilization_pct=d.get("utilization_pct"), gpu_count=d.get("gpu_count", 0),
+    )
+
+
+def memory_to_json(m: Memory) -> dict[str, Any]:
+    return {
+        "version": 1,
+        "fleet": m.fleet,
+        "serial": m.serial,
+        "lineage": m.lineage,
+        "nodes": {
+            n.node: {
+                "pool": n.pool, "instance_id": n.instance_id, "first_seen_at": ts(n.first_seen_at),
+                "phase": n.phase.value, "phase_at": ts(n.phase_at), "phase_reason": n.phase_reason,
+                "repair": n.repair, "report_version": n.report_version,
+                "report": summary_to_json(n.report), "streak": n.streak,
+                "streak_sequence": n.streak_sequence,
+            }
+            for n in m.nodes
+        },
+        "pools": {
+            p.pool: {
+                "next_index": p.next_index,
+                "repairs": [ts(r) for r in p.repairs],
+                "exhausted": [
+                    {"zone": e.zone, "instance_type": e.instance_type, "spot": e.spot,
+                     "until": ts(e.until), "failures": e.failures}
+                    for e in p.exhausted
+                ],
+                "desired": p.desired, "desired_from_target": p.desired_from_target,
+                "scaled_at": ts(p.scaled_at),
+            }
+            for p in m.pools
+        },
+        "rejections": dict(m.rejections),
+    }
+
+
+def memory_from_json(d: Mapping[str, Any]) -> Memory:
+    """Inverse of memory_to_json. Raises KeyError/ValueError on a malformed document."""
+    nodes = tuple(
+        NodeMemory(
+            node=name, pool=n["pool"], instance_id=n.get("instance_id"),
+            first_seen_at=parse_ts(n.get("first_seen_at")), phase=Phase(n.get("phase", "")),
+            phase_at=parse_ts(n.get("phase_at")), phase_reason=n.get("phase_reason", ""),
+            repair=n.get("repair", False), report_version=n.get("report_version"),
+            report=summary_from_json(n.get("report")), streak=n.get("streak", 0),
+            streak_sequence=n.get("streak_sequence", 0),
+        )
+        for name, n in sorted(d.get("nodes", {}).items())
+    )
+    pools = tuple(
+        PoolMemory(
+            pool=name, next_index=p.get("next_index", 1),
+            repairs=tuple(parse_ts(r) for r in p.get("repairs", ())),
+            exhausted=tuple(
+                Exhausted(e["zone"], e["instance_type"], e["spot"], parse_ts(e["until"]),
+                          e.get("failures", 1))
+                for e in p.get("exhausted", ())
+            ),
+            desired=p.get("desired"), desired_from_target=p.get("desired_from_target"),
+            scaled_at=parse_ts(p.get("scaled_at")),
+        )
+        for name, p in sorted(d.get("pools", {}).items())
+    )
+    return Memory(
+        fleet=d["fleet"], serial=d.get("serial", 0), lineage=d.get("lineage", ""),
+        nodes=nodes, pools=pools, rejections=tuple(sorted(d.get("rejections", {}).items())),
+    )

@@ -1,0 +1,217 @@
+"""S3 backend of the ObjectStore seam: `s3://bucket/prefix`.
+
+Versions are S3 ETags, exactly as S3 returns them (with their double quotes). Conditional
+writes use S3's conditional requests:
+
+- create-if-absent: PutObject with `If-None-Match: *`
+- replace-if-version (compare-and-swap): PutObject with `If-Match: <etag>`
+- delete-if-version: DeleteObject with `If-Match: <etag>`
+
+S3 answers a lost condition with 412 PreconditionFailed, and a conditional write that races
+another one on the same key with 409 ConditionalRequestConflict; both become navarch's
+PreconditionFailed (source: Amazon S3 User Guide, "Conditional requests" / "Conditional
+writes"). Every botocore error is translated in one place, `map_error`.
+
+Region, credentials and endpoint come from the standard AWS configuration chain
+(environment, ~/.aws/config, instance profile), so AWS_ENDPOINT_URL points the store at a
+local S3 (moto) without code changes. Retries go through botocore's "standard" retry mode.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC
+from typing import Any
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError
+
+from navarch.errors import ConfigError, NavarchError, NotFound, PreconditionFailed, StoreError
+from navarch.stores.base import Blob, ObjectInfo
+
+#: S3 error codes this module relies on, and what each becomes (tests/aws/test_s3_store.py
+#: checks the table against map_error). Anything else becomes a plain StoreError.
+PRECONDITION_CODES = frozenset({"PreconditionFailed", "ConditionalRequestConflict"})
+NOT_FOUND_CODES = frozenset({"NoSuchKey", "404", "NotFound"})
+
+#: Parallel GetObject calls in get_many; the HTTP pool is sized to match.
+DEFAULT_MAX_WORKERS = 32
+
+_RETRIES = {"mode": "standard", "max_attempts": 3}
+
+
+def map_error(exc: Exception, key: str, *, missing_is_precondition: bool = False) -> NavarchError:
+    """Translate a botocore exception raised for `key` into navarch's store errors.
+
+    - 412 PreconditionFailed, 409 ConditionalRequestConflict -> PreconditionFailed
+      (S3 conditional writes; the 409 is a concurrent conditional write on the same key)
+    - NoSuchKey / 404 -> NotFound, or PreconditionFailed when missing_is_precondition
+      (the ObjectStore contract: `put(if_version=...)` on a missing key loses its condition;
+      S3 itself answers If-Match on a missing key with 404 NoSuchKey)
+    - any other ClientError or BotoCoreError (no credentials, connection) -> StoreError
+    """
+    if isinstance(exc, ClientError):
+        code = str(exc.response.get("Error", {}).get("Code", ""))
+        if code in PRECONDITION_CODES:
+            return PreconditionFailed(key, code)
+        if code in NOT_FOUND_CODES:
+            if missing_is_precondition:
+                return PreconditionFailed(key, "object does not exist")
+            return NotFound(key)
+        return StoreError(f"S3 error on {key}: {code}: {exc}")
+    if isinstance(exc, BotoCoreError):
+        return StoreError(f"S3 error on {key}: {exc}")
+    return StoreError(f"S3 error on {key}: {exc!r}")
+
+
+def _rfc3339(value: Any) -> str:
+    """botocore's aware datetime -> 'YYYY-MM-DDTHH:MM:SS[.ffffff]Z'."""
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+class S3Store:
+    """ObjectStore on one S3 bucket, every key under one prefix.
+
+    url: "s3://bucket" or "s3://bucket/some/prefix"; keys passed to the methods are relative
+    to the prefix ("health/<fleet>/<pool>/<node>.json").
+    """
+
+    def __init__(
+        self,
+        bucket: str,
+        prefix: str = "",
+        *,
+        client: Any = None,
+        max_workers: int = DEFAULT_MAX_WORKERS,
+        list_page_size: int = 1000,
+    ) -> None:
+        self.bucket = bucket
+        self.prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
+        self.url = f"s3://{bucket}" + (f"/{self.prefix.rstrip('/')}" if self.prefix else "")
+        self.max_workers = max(1, max_workers)
+        self.list_page_size = list_page_size
+        if client is None:
+            config = Config(retries=_RETRIES, max_pool_connections=self.max_workers)
+            client = boto3.session.Session().client("s3", config=config)
+        self.client = client
+
+    @classmethod
+    def from_url(cls, url: str) -> S3Store:
+        """Open `s3://bucket[/prefix]` with the default AWS configuration chain.
+
+        Raises ConfigError when url is not an s3:// URL with a bucket.
+        """
+        if not url.startswith("s3://"):
+            raise ConfigError(f"not an S3 URL: {url!r}", hint="write s3://bucket/prefix")
+        bucket, _, prefix = url[len("s3://") :].partition("/")
+        if not bucket:
+            raise ConfigError(f"S3 URL without a bucket: {url!r}", hint="write s3://bucket/prefix")
+        return cls(bucket, prefix)
+
+    def _key(self, key: str) -> str:
+        return self.prefix + key.lstrip("/")
+
+    def get(self, key: str) -> Blob:
+        """Read one object. Returns its bytes and ETag. Raises NotFound, StoreError."""
+        try:
+            resp = self.client.get_object(Bucket=self.bucket, Key=self._key(key))
+            data = resp["Body"].read()
+        except (ClientError, BotoCoreError) as exc:
+            raise map_error(exc, key) from exc
+        return Blob(key=key, data=data, version=resp["ETag"])
+
+    def put(
+        self,
+        key: str,
+        data: bytes,
+        *,
+        if_absent: bool = False,
+        if_version: str | None = None,
+    ) -> str:
+        """Write data; return the new ETag.
+
+        if_absent: PutObject If-None-Match: * (create only); if_version: PutObject
+        If-Match: <etag> (compare-and-swap); neither: unconditional overwrite.
+        Raises PreconditionFailed on a lost condition (412/409, or If-Match on a missing
+        key), StoreError otherwise. Passing both conditions raises ValueError.
+        """
+        if if_absent and if_version is not None:
+            raise ValueError("put: give if_absent or if_version, not both")
+        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": self._key(key), "Body": data}
+        if if_absent:
+            kwargs["IfNoneMatch"] = "*"
+        if if_version is not None:
+            kwargs["IfMatch"] = if_version
+        try:
+            resp = self.client.put_object(**kwargs)
+        except (ClientError, BotoCoreError) as exc:
+            raise map_error(exc, key, missing_is_precondition=if_version is not None) from exc
+        return str(resp["ETag"])
+
+    def delete(self, key: str, *, if_version: str | None = None) -> None:
+        """Delete one object, only at ETag if_version when given (DeleteObject If-Match).
+
+        Raises NotFound for a missing key, PreconditionFailed when the ETag moved on.
+        S3 deletes of a missing key succeed silently, so an unconditional delete first
+        checks the key exists with HeadObject (not atomic with the delete; callers that
+        need atomicity pass if_version).
+        """
+        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": self._key(key)}
+        try:
+            if if_version is None:
+                self.client.head_object(**kwargs)
+            else:
+                kwargs["IfMatch"] = if_version
+            self.client.delete_object(**kwargs)
+        except (ClientError, BotoCoreError) as exc:
+            raise map_error(exc, key) from exc
+
+    def list(self, prefix: str) -> Sequence[ObjectInfo]:
+        """Every object whose key starts with prefix, sorted by key.
+
+        One ListObjectsV2 call per list_page_size keys (the paginator; S3's page is at most
+        1,000). Raises StoreError.
+        """
+        infos: list[ObjectInfo] = []
+        paginator = self.client.get_paginator("list_objects_v2")
+        try:
+            pages = paginator.paginate(
+                Bucket=self.bucket,
+                Prefix=self._key(prefix),
+                PaginationConfig={"PageSize": self.list_page_size},
+            )
+            for page in pages:
+                for obj in page.get("Contents", ()):
+                    infos.append(
+                        ObjectInfo(
+                            key=obj["Key"][len(self.prefix) :],
+                            version=obj["ETag"],
+                            size_bytes=int(obj["Size"]),
+                            modified_at=_rfc3339(obj["LastModified"]),
+                        )
+                    )
+        except (ClientError, BotoCoreError) as exc:
+            raise map_error(exc, prefix) from exc
+        infos.sort(key=lambda info: info.key)
+        return infos
+
+    def get_many(self, keys: Iterable[str]) -> dict[str, Blob]:
+        """Fetch many objects with up to max_workers parallel GetObject calls.
+
+        Returns {key: Blob}; missing keys are omitted. Raises StoreError on any other failure.
+        """
+        wanted = list(dict.fromkeys(keys))
+        if not wanted:
+            return {}
+
+        def fetch(key: str) -> Blob | None:
+            try:
+                return self.get(key)
+            except NotFound:
+                return None
+
+        with ThreadPoolExecutor(max_workers=min(self.max_workers, len(wanted))) as pool:
+            blobs = list(pool.map(fetch, wanted))
+        return {blob.key: blob for blob in blobs if blob is not None}

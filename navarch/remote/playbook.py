@@ -27,6 +27,7 @@ import jinja2.meta
 import jsonschema
 import yaml
 
+from navarch.durations import parse_duration_s
 from navarch.errors import ConfigError
 from navarch.resources import data_dir, schema_path
 
@@ -35,12 +36,8 @@ TEMPLATE_VARIABLES = frozenset({"node", "pool", "fleet", "reason", "address", "d
 
 DEFAULT_STEP_TIMEOUT = "60s"
 
-_DURATION_RE = re.compile(r"^(?:[0-9]+[smhd])+$")
-_DURATION_PART_RE = re.compile(r"([0-9]+)([smhd])")
-_DURATION_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
-
-class PlaybookKind(str, enum.Enum):
+class PlaybookKind(enum.StrEnum):
     """The playbooks navarch runs, in lifecycle order (DESIGN.md "Node lifecycle")."""
 
     CORDON = "cordon"
@@ -49,21 +46,11 @@ class PlaybookKind(str, enum.Enum):
     UNCORDON = "uncordon"
 
 
-class StepHost(str, enum.Enum):
+class StepHost(enum.StrEnum):
     """Where a step runs: on the node itself, or on the pool's scheduler head node."""
 
     NODE = "node"
     HEAD = "head"
-
-
-def parse_duration_s(text: str) -> float:
-    """Seconds in a duration such as "30s", "5m", "1h30m" (fleet.schema.json $defs.duration).
-
-    Raises ValueError for anything else.
-    """
-    if not _DURATION_RE.match(text):
-        raise ValueError(f"not a duration: {text!r} (write e.g. 30s, 5m, 1h30m)")
-    return float(sum(int(n) * _DURATION_UNIT_S[u] for n, u in _DURATION_PART_RE.findall(text)))
 
 
 def _quote(value: Any) -> str:
@@ -245,7 +232,7 @@ def _build_step(raw: Mapping[str, Any], *, path: Path, text: str, parts: list[An
         run=source,
         host=StepHost(raw.get("host", "node")),
         sudo=bool(raw.get("sudo", False)),
-        timeout_s=parse_duration_s(raw.get("timeout", DEFAULT_STEP_TIMEOUT)),
+        timeout_s=float(parse_duration_s(raw.get("timeout", DEFAULT_STEP_TIMEOUT))),
         exit_codes=tuple(expect.get("exit_codes", (0,))),
         output_matches=pattern,
         ignore_errors=bool(raw.get("ignore_errors", False)),
@@ -255,7 +242,9 @@ def _build_step(raw: Mapping[str, Any], *, path: Path, text: str, parts: list[An
     )
 
 
-def load_playbook_file(path: Path, kind: PlaybookKind | str, *, scheduler: str | None = None) -> Playbook:
+def load_playbook_file(
+    path: Path, kind: PlaybookKind | str, *, scheduler: str | None = None
+) -> Playbook:
     """Load playbook `kind` from the file at `path`.
 
     When `scheduler` is given and the file names another scheduler, that is an error.

@@ -75,6 +75,19 @@ class FakeCompute:
             self.stockout_code = "ZONE_RESOURCE_POOL_EXHAUSTED"
             self.initial_status = "RUNNING"
 
+    def fail(
+        self,
+        method: str,
+        path: str,
+        status: int,
+        reason: str,
+        message: str = "injected",
+        times: int = 1,
+    ) -> None:
+        """Answer the next `times` requests matching method + path regex with an error (-1: all)."""
+        with self.lock:
+            self.failures.append(Failure(method, path, status, reason, message, times))
+
     def count(self, method: str, pattern: str) -> int:
         return sum(1 for m, p, _ in self.calls if m == method and re.search(pattern, p))
 

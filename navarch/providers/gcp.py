@@ -1,0 +1,612 @@
+"""GCP Compute Engine provider (google-cloud-compute, REST transport).
+
+Idempotency, two layers (GCE API semantics, https://cloud.google.com/compute/docs/reference/rest/v1/instances/insert):
+- instances.insert carries `requestId`, a UUID derived deterministically from the
+  navarch launch id, so a retried call returns the original operation;
+- the instance name is the navarch node name, so a second insert of the same node in
+  the same zone is HTTP 409 `alreadyExists`, which provision treats as success.
+
+Operations are waited on through an explicit ZoneOperationsClient built with the same
+endpoint and credentials as the InstancesClient (google-cloud-compute's ExtendedOperation
+polls through an internal client that ignores client_options). A stockout is reported
+asynchronously: insert returns 200 and the *operation* ends DONE with
+`ZONE_RESOURCE_POOL_EXHAUSTED[_WITH_DETAILS]`; it is raised as CapacityError(scope="zone").
+
+Retries are google.api_core Retry objects on each call (429/5xx and connection errors,
+never capacity codes), bounded by the provider's `retry_deadline_s`.
+Every SDK error is translated in `map_error`, the module's one error boundary.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import requests
+from google.api_core import exceptions as gexc
+from google.api_core.retry import Retry
+from google.auth import exceptions as auth_exc
+from google.cloud import compute_v1
+
+from navarch.errors import (
+    AuthError,
+    CapacityError,
+    ConfigError,
+    NavarchError,
+    ProviderError,
+    QuotaError,
+    TransientError,
+)
+from navarch.inventory import TAG_FLEET, Instance, InstanceState
+from navarch.providers.base import ProvisionRequest
+
+__all__ = [
+    "CAPACITY_CODES",
+    "GcpProvider",
+    "GcpSettings",
+    "create",
+    "instance_resource",
+    "map_error",
+    "request_id",
+]
+
+#: Operation / API error codes that mean "no capacity here now": fall over to the next place.
+#: Source: GCE "Troubleshooting resource availability errors" and observed operation errors.
+CAPACITY_CODES = frozenset(
+    {
+        "ZONE_RESOURCE_POOL_EXHAUSTED",
+        "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS",
+        "STOCKOUT",
+        "insufficientCapacity",
+        "resourcePoolExhausted",
+    }
+)
+#: Quota codes: operation errors use QUOTA_EXCEEDED, synchronous API errors quotaExceeded.
+QUOTA_CODES = frozenset({"QUOTA_EXCEEDED", "quotaExceeded"})
+#: 403 reasons that are throttling, not a permission problem (GCE API error reasons).
+RATE_REASONS = frozenset({"rateLimitExceeded", "userRateLimitExceeded", "RATE_LIMIT_EXCEEDED"})
+#: Quota metrics that are project-wide rather than regional.
+GLOBAL_QUOTAS = ("GPUS_ALL_REGIONS", "GPUS_PER_GPU_FAMILY")
+
+#: Machine families whose GPUs come attached (no guestAccelerators needed); they must
+#: use onHostMaintenance=TERMINATE (GCE GPU machine types documentation).
+GPU_FAMILIES = ("a2-", "a3-", "a4-", "a4x-", "g2-", "g4-")
+
+#: Namespace for deterministic GCE request ids (uuid5 of the navarch launch id).
+REQUEST_ID_NAMESPACE = uuid.UUID("7b5e0c43-7c4f-4f57-9b1e-6a0f2a7e9c11")
+
+_LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
+_LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")
+
+_STATES = {
+    "PROVISIONING": InstanceState.PENDING,
+    "STAGING": InstanceState.PENDING,
+    "REPAIRING": InstanceState.PENDING,
+    "RUNNING": InstanceState.RUNNING,
+    "PENDING_STOP": InstanceState.STOPPING,
+    "STOPPING": InstanceState.STOPPING,
+    "SUSPENDING": InstanceState.STOPPING,
+    "STOPPED": InstanceState.STOPPED,
+    "SUSPENDED": InstanceState.STOPPED,
+    "TERMINATED": InstanceState.STOPPED,
+}
+
+DEFAULT_IMAGE = "projects/debian-cloud/global/images/family/debian-12"
+DEFAULT_SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)
+
+
+@dataclass(frozen=True)
+class Accelerator:
+    """A GPU to attach to a machine type that has none built in (N1 machines)."""
+
+    type: str
+    count: int
+
+
+@dataclass(frozen=True)
+class GcpPoolOptions:
+    """A pool's `gcp:` settings (schemas/providers/gcp.schema.json#/$defs/pool), defaulted."""
+
+    image: str = DEFAULT_IMAGE
+    disk_size_gb: int = 200
+    disk_type: str = "pd-balanced"
+    network: str = "global/networks/default"
+    subnetwork: str | None = None
+    external_ip: bool = True
+    service_account: str = "default"
+    scopes: tuple[str, ...] = DEFAULT_SCOPES
+    accelerators: Mapping[str, Accelerator] = field(default_factory=dict)
+
+    @classmethod
+    def from_mapping(cls, options: Mapping[str, Any]) -> GcpPoolOptions:
+        accels = {
+            mt: Accelerator(type=str(a["type"]), count=int(a.get("count", 1)))
+            for mt, a in dict(options.get("accelerators") or {}).items()
+        }
+        return cls(
+            image=str(options.get("image", DEFAULT_IMAGE)),
+            disk_size_gb=int(options.get("disk_size_gb", 200)),
+            disk_type=str(options.get("disk_type", "pd-balanced")),
+            network=str(options.get("network", "global/networks/default")),
+            subnetwork=options.get("subnetwork"),
+            external_ip=bool(options.get("external_ip", True)),
+            service_account=str(options.get("service_account", "default")),
+            scopes=tuple(options.get("scopes", DEFAULT_SCOPES)),
+            accelerators=accels,
+        )
+
+
+@dataclass(frozen=True)
+class GcpSettings:
+    """The provider's keys from fleet.yaml (schemas/providers/gcp.schema.json#/$defs/provider)."""
+
+    project: str
+    api_endpoint: str | None = None
+    anonymous: bool = False
+    retry_deadline_s: float = 60.0
+    operation_timeout_s: float = 300.0
+
+    @classmethod
+    def from_mapping(cls, config: Mapping[str, Any]) -> GcpSettings:
+        anonymous = bool(config.get("anonymous", False)) or (
+            os.environ.get("NAVARCH_GCP_ANONYMOUS", "").lower() == "true"
+        )
+        if anonymous and not config.get("api_endpoint"):
+            # Anonymous calls to the real API fail with 401 on every call; refuse early.
+            anonymous = False
+        return cls(
+            project=str(config["project"]),
+            api_endpoint=config.get("api_endpoint") or None,
+            anonymous=anonymous,
+            retry_deadline_s=float(config.get("retry_deadline_s", 60.0)),
+            operation_timeout_s=float(config.get("operation_timeout_s", 300.0)),
+        )
+
+
+def request_id(launch_id: str, place: str = "", action: str = "insert") -> str:
+    """Deterministic GCE requestId: a uuid5 string (never the nil UUID).
+
+    launch_id: navarch's launch id; place: "zone/machine-type" of this attempt. The place
+    is part of the seed because GCE returns the *original* operation for a repeated
+    requestId (project-wide, for at least 60 minutes), so a fallback to the next zone
+    with the same id would only replay the first zone's stockout.
+    Source: GCE insert requestId idempotency.
+    """
+    return str(uuid.uuid5(REQUEST_ID_NAMESPACE, f"{action}:{launch_id}:{place}"))
+
+
+def region_of(zone: str) -> str:
+    """'us-central1-a' -> 'us-central1' (GCE zone naming)."""
+    return zone.rsplit("-", 1)[0]
+
+
+def _needs_terminate_on_maintenance(machine_type: str, opts: GcpPoolOptions, spot: bool) -> bool:
+    return spot or machine_type in opts.accelerators or machine_type.startswith(GPU_FAMILIES)
+
+
+def check_labels(labels: Mapping[str, str]) -> None:
+    """Raise ConfigError unless every label obeys GCE label rules.
+
+    Source: GCE labels: keys start with a lower-case letter, keys and values use only
+    lower-case letters, digits, '_' and '-', at most 63 characters each.
+    """
+    for key, value in labels.items():
+        if not _LABEL_KEY.match(key):
+            raise ConfigError(f"label key {key!r} is not a valid GCP label key", key_path="labels")
+        if not _LABEL_VALUE.match(value):
+            raise ConfigError(
+                f"label {key}={value!r}: GCP label values are lower case letters, digits, "
+                "'_' and '-', at most 63 characters",
+                key_path="labels",
+            )
+
+
+def instance_resource(request: ProvisionRequest) -> compute_v1.Instance:
+    """Build the instances.insert body for one node (pure; no I/O).
+
+    request.options is the pool's `gcp:` mapping. Shapes: machine type, disk type and
+    accelerator type as zonal partial URLs; disk size in GB; labels = request.tags;
+    metadata `user-data` = request.user_data (cloud-init). Spot: provisioningModel=SPOT,
+    instanceTerminationAction=DELETE. GPU machines: onHostMaintenance=TERMINATE (GCE
+    GPU restriction: GPU VMs cannot live-migrate). Raises ConfigError on invalid labels.
+    """
+    opts = GcpPoolOptions.from_mapping(request.options)
+    labels = dict(request.tags)
+    check_labels(labels)
+    zone, mtype = request.zone, request.instance_type
+    disk = compute_v1.AttachedDisk(
+        boot=True,
+        auto_delete=True,
+        initialize_params=compute_v1.AttachedDiskInitializeParams(
+            source_image=opts.image,
+            disk_size_gb=opts.disk_size_gb,
+            disk_type=f"zones/{zone}/diskTypes/{opts.disk_type}",
+            labels=labels,
+        ),
+    )
+    nic = compute_v1.NetworkInterface(network=opts.network)
+    if opts.subnetwork:
+        nic.subnetwork = opts.subnetwork
+    if opts.external_ip:
+        nic.access_configs = [compute_v1.AccessConfig(name="External NAT", type_="ONE_TO_ONE_NAT")]
+    scheduling = compute_v1.Scheduling()
+    if request.spot:
+        scheduling.provisioning_model = "SPOT"
+        scheduling.instance_termination_action = "DELETE"
+        scheduling.automatic_restart = False
+    if _needs_terminate_on_maintenance(mtype, opts, request.spot):
+        scheduling.on_host_maintenance = "TERMINATE"
+    inst = compute_v1.Instance(
+        name=request.node,
+        machine_type=f"zones/{zone}/machineTypes/{mtype}",
+        labels=labels,
+        disks=[disk],
+        network_interfaces=[nic],
+        scheduling=scheduling,
+        metadata=compute_v1.Metadata(
+            items=[compute_v1.Items(key="user-data", value=request.user_data)]
+        ),
+        service_accounts=[
+            compute_v1.ServiceAccount(email=opts.service_account, scopes=list(opts.scopes))
+        ],
+    )
+    accel = opts.accelerators.get(mtype)
+    if accel is not None:
+        inst.guest_accelerators = [
+            compute_v1.AcceleratorConfig(
+                accelerator_type=f"zones/{zone}/acceleratorTypes/{accel.type}",
+                accelerator_count=accel.count,
+            )
+        ]
+    return inst
+
+
+def _codes(exc: BaseException) -> list[str]:
+    """Error codes/reasons carried by a google.api_core error (API or operation errors)."""
+    codes: list[str] = []
+    reason = getattr(exc, "reason", None)
+    if reason:
+        codes.append(str(reason))
+    for err in getattr(exc, "errors", None) or ():
+        if isinstance(err, Mapping):
+            code = err.get("reason") or err.get("code")
+        else:
+            code = getattr(err, "code", None) or getattr(err, "reason", None)
+        if code:
+            codes.append(str(code))
+    return codes
+
+
+def _message(exc: BaseException) -> str:
+    msgs = [str(getattr(exc, "message", "") or exc)]
+    for err in getattr(exc, "errors", None) or ():
+        msg = err.get("message") if isinstance(err, Mapping) else getattr(err, "message", "")
+        if msg:
+            msgs.append(str(msg))
+    return " | ".join(m for m in msgs if m)
+
+
+def map_error(exc: BaseException, *, zone: str = "", what: str = "") -> NavarchError:
+    """Translate a google-cloud-compute / google-auth / transport error into navarch's tree.
+
+    The one error boundary of this module; callers `raise map_error(exc, ...) from exc`.
+    zone: the zone of the call (capacity and regional quota scopes are derived from it).
+    Mapping (GCE API error reasons and operation error codes):
+      ZONE_RESOURCE_POOL_EXHAUSTED[_WITH_DETAILS], STOCKOUT, insufficientCapacity,
+        resourcePoolExhausted                        -> CapacityError(scope="zone")
+      QUOTA_EXCEEDED / quotaExceeded                 -> QuotaError(scope="region"), or
+        scope="provider" for GPUS_ALL_REGIONS / GPUS_PER_GPU_FAMILY / "globally"
+      403 rateLimitExceeded, 429, 5xx, connection errors, timeouts
+                                                     -> TransientError
+      401, other 403, google.auth errors             -> AuthError
+      404 (machine type, image, network, zone), 400  -> ConfigError (fix fleet.yaml)
+      RetryError                                     -> mapping of its last cause
+      anything else                                  -> ProviderError
+    """
+    where = f" in {zone}" if zone else ""
+    prefix = f"GCP {what}{where}: " if what else f"GCP{where}: "
+    if isinstance(exc, gexc.RetryError) and exc.cause is not None:
+        return map_error(exc.cause, zone=zone, what=what)
+    if isinstance(exc, auth_exc.GoogleAuthError):
+        return AuthError(
+            prefix + f"credentials unusable: {exc}", code=type(exc).__name__, scope="provider"
+        )
+    if isinstance(exc, requests.ConnectionError | requests.Timeout | TimeoutError):
+        return TransientError(prefix + f"connection failed: {exc}", code=type(exc).__name__)
+    if not isinstance(exc, gexc.GoogleAPICallError):
+        return ProviderError(prefix + f"{type(exc).__name__}: {exc}", code=type(exc).__name__)
+    codes = _codes(exc)
+    message = _message(exc)
+    code = codes[0] if codes else str(exc.code or "")
+    capacity = next((c for c in codes if c in CAPACITY_CODES), None)
+    if capacity is not None:
+        return CapacityError(prefix + message, code=capacity, scope="zone")
+    quota = next((c for c in codes if c in QUOTA_CODES), None)
+    if quota is not None:
+        globally = any(q in message for q in GLOBAL_QUOTAS) or "globally" in message
+        return QuotaError(prefix + message, code=quota, scope="provider" if globally else "region")
+    if any(c in RATE_REASONS for c in codes) or isinstance(
+        exc, gexc.TooManyRequests | gexc.ServerError | gexc.DeadlineExceeded
+    ):
+        return TransientError(prefix + message, code=code)
+    if isinstance(exc, gexc.Unauthorized | gexc.Forbidden):
+        return AuthError(
+            prefix + message + " (see docs/gcp.md for the IAM roles navarch needs)",
+            code=code,
+            scope="provider",
+        )
+    if isinstance(exc, gexc.NotFound | gexc.BadRequest):
+        return ConfigError(
+            prefix + message,
+            hint="check the pool's instance_types, zones and gcp: settings (image, network, "
+            "accelerators) and the provider's project",
+        )
+    return ProviderError(prefix + message, code=code)
+
+
+def _transient(exc: BaseException) -> bool:
+    """Retry predicate: 429/5xx/connection errors, never a capacity or quota code."""
+    if isinstance(exc, requests.ConnectionError | requests.Timeout):
+        return True
+    if not isinstance(exc, gexc.TooManyRequests | gexc.ServerError):
+        return False
+    return not any(c in CAPACITY_CODES or c in QUOTA_CODES for c in _codes(exc))
+
+
+def _last(url: str) -> str:
+    return url.rstrip("/").rsplit("/", 1)[-1] if url else ""
+
+
+def _launched_at(ts: str) -> datetime:
+    if not ts:
+        return datetime.fromtimestamp(0, UTC)
+    return datetime.fromisoformat(ts.replace("Z", "+00:00")).astimezone(UTC)
+
+
+def to_instance(provider: str, inst: compute_v1.Instance) -> Instance | None:
+    """Convert a GCE instance to navarch's Instance; None for states navarch does not list.
+
+    Status mapping (GCE instance lifecycle): PROVISIONING/STAGING/REPAIRING -> pending,
+    RUNNING -> running, PENDING_STOP/STOPPING/SUSPENDING -> stopping,
+    STOPPED/SUSPENDED/TERMINATED -> stopped; DEPROVISIONING (being deleted) is not listed.
+    instance_id is the instance name (unique per project and zone; navarch names nodes
+    uniquely per fleet). Spot from scheduling.provisioningModel (or legacy preemptible).
+    """
+    state = _STATES.get(inst.status)
+    if state is None:
+        return None
+    address = None
+    for nic in inst.network_interfaces:
+        for ac in nic.access_configs:
+            if ac.nat_i_p:
+                address = ac.nat_i_p
+                break
+        address = address or nic.network_i_p or None
+        if address:
+            break
+    sched = inst.scheduling
+    spot = sched.provisioning_model == "SPOT" or bool(sched.preemptible)
+    return Instance(
+        provider=provider,
+        instance_id=inst.name,
+        zone=_last(inst.zone),
+        instance_type=_last(inst.machine_type),
+        state=state,
+        launched_at=_launched_at(inst.creation_timestamp),
+        tags=tuple(sorted(dict(inst.labels).items())),
+        spot=spot,
+        address=address,
+    )
+
+
+class GcpProvider:
+    """navarch Provider on one GCP project (see the module docstring for semantics)."""
+
+    def __init__(self, name: str, settings: GcpSettings, *, fleet: str) -> None:
+        self.name = name
+        self.settings = settings
+        self.fleet = fleet
+        self._instances: compute_v1.InstancesClient | None = None
+        self._operations: compute_v1.ZoneOperationsClient | None = None
+        self._retry = Retry(
+            predicate=_transient,
+            initial=1.0,
+            maximum=10.0,
+            multiplier=2.0,
+            timeout=settings.retry_deadline_s,
+        )
+
+    # -- clients -------------------------------------------------------------------
+
+    def _client_kwargs(self) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {"transport": "rest"}
+        if self.settings.api_endpoint:
+            kwargs["client_options"] = {"api_endpoint": self.settings.api_endpoint}
+        if self.settings.anonymous:
+            from google.auth.credentials import AnonymousCredentials
+
+            kwargs["credentials"] = AnonymousCredentials()
+        return kwargs
+
+    @property
+    def instances_client(self) -> compute_v1.InstancesClient:
+        if self._instances is None:
+            try:
+                self._instances = compute_v1.InstancesClient(**self._client_kwargs())
+            except Exception as exc:
+                raise map_error(exc, what="client") from exc
+        return self._instances
+
+    @property
+    def operations_client(self) -> compute_v1.ZoneOperationsClient:
+        # Same endpoint and credentials as instances_client: the SDK's built-in poller
+        # would otherwise talk to compute.googleapis.com whatever api_endpoint says.
+        if self._operations is None:
+            try:
+                self._operations = compute_v1.ZoneOperationsClient(**self._client_kwargs())
+            except Exception as exc:
+                raise map_error(exc, what="client") from exc
+        return self._operations
+
+    # -- Provider contract ------------------------------------------------------------
+
+    def list_instances(self, fleet: str) -> Sequence[Instance]:
+        """Every instance labelled navarch-fleet=<fleet> in the project, all zones.
+
+        One instances.aggregatedList call (paged by the SDK) with a label filter.
+        Returns Instances sorted by (zone, name). Raises AuthError, TransientError,
+        ConfigError (unknown project).
+        """
+        req = compute_v1.AggregatedListInstancesRequest(
+            project=self.settings.project,
+            filter=f'labels.{TAG_FLEET} = "{fleet}"',
+        )
+        out: list[Instance] = []
+        try:
+            for _scope, scoped in self.instances_client.aggregated_list(
+                request=req, retry=self._retry
+            ):
+                for inst in scoped.instances:
+                    if dict(inst.labels).get(TAG_FLEET) != fleet:
+                        continue
+                    converted = to_instance(self.name, inst)
+                    if converted is not None:
+                        out.append(converted)
+        except NavarchError:
+            raise
+        except Exception as exc:
+            raise map_error(exc, what="list instances") from exc
+        return sorted(out, key=lambda i: (i.zone, i.instance_id))
+
+    def provision(self, request: ProvisionRequest) -> Instance:
+        """Insert one instance named request.node in request.zone and wait for it.
+
+        Idempotent on request.launch_id: requestId = request_id(launch_id); an existing
+        instance of that name that belongs to this fleet is returned (409 alreadyExists).
+        Waits on the zone operation (operation_timeout_s); if it is still running then,
+        the instance is returned as pending and the next run observes how it ended.
+        Raises CapacityError(scope="zone") on a stockout, QuotaError, AuthError,
+        TransientError, ConfigError (bad image/network/machine type or labels).
+        """
+        zone = request.zone
+        body = instance_resource(request)
+        insert = compute_v1.InsertInstanceRequest(
+            project=self.settings.project,
+            zone=zone,
+            instance_resource=body,
+            request_id=request_id(request.launch_id, f"{zone}/{request.instance_type}"),
+        )
+        try:
+            op = self.instances_client.insert_unary(request=insert, retry=self._retry)
+        except gexc.Conflict as exc:
+            if "alreadyExists" not in _codes(exc):
+                raise map_error(exc, zone=zone, what="insert") from exc
+            return self._existing(request)
+        except Exception as exc:
+            raise map_error(exc, zone=zone, what="insert") from exc
+        self._wait(op, zone, what="insert")
+        return self._get(zone, request.node)
+
+    def terminate(self, instances: Sequence[Instance]) -> None:
+        """Delete each instance by zone and name; an instance already gone is success.
+
+        Issues every delete first, then waits on each operation. Refuses (ProviderError)
+        an instance without this fleet's navarch-fleet label (safety rule 1).
+        Raises AuthError, TransientError.
+        """
+        for inst in instances:
+            if inst.fleet != self.fleet:
+                raise ProviderError(
+                    f"refusing to terminate {inst.instance_id} in {inst.zone}: "
+                    f"not labelled {TAG_FLEET}={self.fleet}"
+                )
+        pending: list[tuple[compute_v1.Operation, str]] = []
+        for inst in instances:
+            try:
+                op = self.instances_client.delete_unary(
+                    request=compute_v1.DeleteInstanceRequest(
+                        project=self.settings.project,
+                        zone=inst.zone,
+                        instance=inst.instance_id,
+                        request_id=request_id(
+                            str(inst.launch_id), f"{inst.zone}/{inst.instance_id}", "delete"
+                        ),
+                    ),
+                    retry=self._retry,
+                )
+            except gexc.NotFound:
+                continue
+            except Exception as exc:
+                raise map_error(exc, zone=inst.zone, what=f"delete {inst.instance_id}") from exc
+            pending.append((op, inst.zone))
+        for op, zone in pending:
+            try:
+                self._wait(op, zone, what="delete")
+            except ConfigError:
+                continue  # the operation failed with notFound: already gone
+
+    # -- helpers -------------------------------------------------------------------------
+
+    def _wait(self, op: compute_v1.Operation, zone: str, *, what: str) -> compute_v1.Operation:
+        """Wait on a zone operation; raise the mapped error it ended with, if any."""
+        if op.status != compute_v1.Operation.Status.DONE:
+            try:
+                op = self.operations_client.wait(
+                    project=self.settings.project,
+                    zone=zone,
+                    operation=op.name,
+                    retry=self._retry,
+                    timeout=self.settings.operation_timeout_s,
+                )
+            except Exception as exc:
+                raise map_error(exc, zone=zone, what=f"{what} (waiting)") from exc
+        if op.error and op.error.errors:
+            status = op.http_error_status_code or 500
+            err = gexc.from_http_status(
+                status,
+                op.http_error_message or "operation failed",
+                errors=list(op.error.errors),
+            )
+            raise map_error(err, zone=zone, what=what) from err
+        return op
+
+    def _get(self, zone: str, name: str) -> Instance:
+        try:
+            inst = self.instances_client.get(
+                project=self.settings.project, zone=zone, instance=name, retry=self._retry
+            )
+        except Exception as exc:
+            raise map_error(exc, zone=zone, what=f"get {name}") from exc
+        converted = to_instance(self.name, inst)
+        if converted is None:
+            raise TransientError(f"GCP instance {name} in {zone} is {inst.status}", code="status")
+        return converted
+
+    def _existing(self, request: ProvisionRequest) -> Instance:
+        found = self._get(request.zone, request.node)
+        if found.fleet != request.fleet:
+            raise ProviderError(
+                f"GCP instance name {request.node} in {request.zone} is taken by an instance "
+                f"not labelled {TAG_FLEET}={request.fleet}; rename the fleet or remove it",
+                code="alreadyExists",
+            )
+        return found
+
+
+def create(name: str, config: Mapping[str, Any], *, base_dir: Path, fleet: str) -> GcpProvider:
+    """Build the GCP provider from its fleet.yaml mapping (schema-checked: project required).
+
+    Credentials: Application Default Credentials, or AnonymousCredentials when
+    `anonymous: true` (or env NAVARCH_GCP_ANONYMOUS=true) together with `api_endpoint`
+    (tests, private fakes). Raises ConfigError when project is missing.
+    """
+    del base_dir  # nothing file-relative in this provider
+    if not config.get("project"):
+        raise ConfigError("gcp provider needs a project", key_path=f"providers.{name}.project")
+    return GcpProvider(name, GcpSettings.from_mapping(config), fleet=fleet)

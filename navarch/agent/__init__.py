@@ -1,0 +1,19 @@
+"""The node agent: checks the GPUs and writes a signed health report to the object store.
+
+Public API::
+
+    AgentConfig(...)                      # frozen dataclass, see navarch.agent.config
+    load_config(path) -> AgentConfig      # YAML, raises ConfigError
+    run_once(config, *, now=None) -> dict # one run; returns the signed report
+
+Modules: config, gpu (backends seam + fake), nvml (nvidia-ml-py), kernel_log (XID
+parser/readers), checks (pure checks), state (state file), notices (cloud metadata),
+runner (one run), templates (cloud-init + systemd units), cli (argparse subcommands).
+"""
+
+from __future__ import annotations
+
+from navarch.agent.config import AgentConfig, load_config
+from navarch.agent.runner import run_once
+
+__all__ = ["AgentConfig", "load_config", "run_once"]

@@ -1,0 +1,183 @@
+"""Agent configuration: ``/etc/navarch/agent.yaml`` (or ``--config PATH``), or built in Python.
+
+Example (what templates/cloud-init.yaml.j2 writes)::
+
+    fleet: demo
+    pool: train
+    node: train-0001
+    instance_id: i-0abc
+    store: s3://bucket/prefix
+    key: 5f0c...            # hex node key (or key_file: /etc/navarch/node.key)
+    gpus_per_node: 8
+    state_file: /var/lib/navarch/agent-state.json
+    kernel_log: null        # a text file instead of journald / /dev/kmsg
+    fake_gpu: false
+    gpu_count: null         # fake backend only (default: NAVARCH_GPU_COUNT, gpus_per_node, 8)
+    faults_file: null       # fake backend only (default: NAVARCH_FAKE_GPU_FAULTS)
+    boot_id: null           # default: /proc/sys/kernel/random/boot_id
+    metadata: auto          # auto | aws | gcp | azure | none
+    metadata_endpoint: null # base URL override (tests)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from navarch.errors import ConfigError
+
+__all__ = ["AgentConfig", "load_config", "DEFAULT_CONFIG_PATH", "METADATA_KINDS"]
+
+DEFAULT_CONFIG_PATH = "/etc/navarch/agent.yaml"
+DEFAULT_STATE_FILE = "/var/lib/navarch/agent-state.json"
+METADATA_KINDS = ("auto", "aws", "gcp", "azure", "none")
+_BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    """Everything one agent run needs. Construct directly or with ``load_config``.
+
+    store: object store URL (file://DIR, s3://bucket/prefix, gs://bucket/prefix).
+    key: the node key as hex (64 hex chars for the 32-byte derive_node_key output);
+    key_file: a file holding the hex key (used when key is not set).
+    metadata_timeout_s: per request, for the link-local metadata endpoints.
+    """
+
+    fleet: str
+    pool: str
+    node: str
+    store: str
+    instance_id: str = ""
+    key: str | None = None
+    key_file: str | None = None
+    gpus_per_node: int | None = None
+    state_file: str = DEFAULT_STATE_FILE
+    kernel_log: str | None = None
+    fake_gpu: bool = False
+    gpu_count: int | None = None
+    faults_file: str | None = None
+    boot_id: str | None = None
+    metadata: str = "auto"
+    metadata_endpoint: str | None = None
+    metadata_timeout_s: float = 0.3
+
+    def __post_init__(self) -> None:
+        for name in ("fleet", "pool", "node", "store"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value:
+                raise ConfigError(f"{name} must be a non-empty string", key_path=name)
+        if self.metadata not in METADATA_KINDS:
+            raise ConfigError(f"metadata must be one of {', '.join(METADATA_KINDS)}", key_path="metadata")
+        if self.gpus_per_node is not None and (not isinstance(self.gpus_per_node, int) or self.gpus_per_node < 0):
+            raise ConfigError("gpus_per_node must be a non-negative integer", key_path="gpus_per_node")
+        if self.gpu_count is not None and (not isinstance(self.gpu_count, int) or not 0 <= self.gpu_count <= 64):
+            raise ConfigError("gpu_count must be an integer 0-64", key_path="gpu_count")
+
+    @property
+    def report_key(self) -> str:
+        """Store key of this node's report: health/<fleet>/<pool>/<node>.json."""
+        return f"health/{self.fleet}/{self.pool}/{self.node}.json"
+
+    def node_key(self) -> bytes:
+        """The node's HMAC key bytes from ``key`` (hex) or ``key_file`` (hex text).
+
+        Raises ConfigError when neither is set, the file cannot be read, or it is not hex.
+        """
+        text = self.key
+        where = "key"
+        if not text and self.key_file:
+            where = "key_file"
+            try:
+                text = Path(self.key_file).read_text().strip()
+            except OSError as exc:
+                raise ConfigError(f"cannot read node key: {exc}", file=self.key_file, key_path="key_file") from exc
+        if not text:
+            raise ConfigError("no node key: set key (hex) or key_file", key_path="key")
+        try:
+            key = bytes.fromhex(text.strip())
+        except ValueError as exc:
+            raise ConfigError("node key is not hex", key_path=where) from exc
+        if len(key) < 16:
+            raise ConfigError("node key is shorter than 16 bytes", key_path=where)
+        return key
+
+    def fake_gpu_count(self) -> int:
+        """GPU count of the fake backend: gpu_count, else NAVARCH_GPU_COUNT, else gpus_per_node, else 8."""
+        if self.gpu_count is not None:
+            return self.gpu_count
+        env = os.environ.get("NAVARCH_GPU_COUNT", "").strip()
+        if env:
+            try:
+                return max(0, min(64, int(env)))
+            except ValueError as exc:
+                raise ConfigError(f"NAVARCH_GPU_COUNT={env!r} is not an integer") from exc
+        return self.gpus_per_node or 8
+
+    def fake_faults_path(self) -> str | None:
+        """faults_file, else env NAVARCH_FAKE_GPU_FAULTS, else None."""
+        return self.faults_file or os.environ.get("NAVARCH_FAKE_GPU_FAULTS") or None
+
+    def current_boot_id(self) -> str:
+        """boot_id override, else the kernel's boot id, else "unknown"."""
+        if self.boot_id:
+            return self.boot_id
+        try:
+            return Path(_BOOT_ID_PATH).read_text().strip() or "unknown"
+        except OSError:
+            return "unknown"
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(AgentConfig)}
+_TYPES: dict[str, tuple[type, ...]] = {
+    "gpus_per_node": (int,),
+    "gpu_count": (int,),
+    "fake_gpu": (bool,),
+    "metadata_timeout_s": (int, float),
+}
+
+
+def load_config(path: str | os.PathLike[str] = DEFAULT_CONFIG_PATH, **overrides: Any) -> AgentConfig:
+    """Load AgentConfig from a YAML file; keyword overrides win (None values are ignored).
+
+    Raises ConfigError for a missing/unreadable file, bad YAML (with line), an unknown
+    key, a missing required key, or a value of the wrong type.
+    """
+    import yaml
+
+    p = str(path)
+    try:
+        text = Path(p).read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read agent config: {exc.strerror or exc}", file=p,
+                          hint="write it with cloud-init or pass --config PATH") from exc
+    try:
+        doc = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        raise ConfigError(f"invalid YAML: {getattr(exc, 'problem', exc)}", file=p,
+                          line=mark.line + 1 if mark else None) from exc
+    if not isinstance(doc, dict):
+        raise ConfigError("top level must be a mapping", file=p)
+    doc.update({k: v for k, v in overrides.items() if v is not None})
+    for key, value in doc.items():
+        if key not in _FIELDS:
+            raise ConfigError(f"unknown key {key!r}", file=p, key_path=str(key),
+                              hint=f"known keys: {', '.join(sorted(_FIELDS))}")
+        if value is None:
+            continue
+        expected = _TYPES.get(key, (str,))
+        if not isinstance(value, expected) or (bool not in expected and isinstance(value, bool)):
+            raise ConfigError(f"expected {' or '.join(t.__name__ for t in expected)}, got {type(value).__name__}",
+                              file=p, key_path=str(key))
+    missing = [name for name in ("fleet", "pool", "node", "store") if not doc.get(name)]
+    if missing:
+        raise ConfigError(f"missing required key(s): {', '.join(missing)}", file=p, key_path=missing[0])
+    clean = {k: v for k, v in doc.items() if v is not None}
+    try:
+        return AgentConfig(**clean)
+    except ConfigError as exc:
+        raise ConfigError(exc.message, file=p, key_path=exc.key_path, hint=exc.hint) from exc

@@ -1,0 +1,309 @@
+"""GPU backends behind one small seam: a probe returns plain snapshots, checks are pure.
+
+    GpuBackend.probe() -> GpuProbe(init_error?, device_count, gpus: tuple[GpuSnapshot, ...])
+
+Two backends:
+
+- ``FakeGpuBackend``: realistic H100 80GB HBM3 readings with fault injection from a JSON
+  file (the local provider and tests). Chosen by ``NAVARCH_FAKE_GPU=true`` or config
+  ``fake_gpu: true``.
+- ``NvmlGpuBackend`` (navarch.agent.nvml): nvidia-ml-py; used otherwise.
+
+A ``None`` reading means "not read": the metric name is then in ``not_supported`` (the GPU
+cannot report it: never a fault, gpud pattern) or in ``unreadable`` (the call failed).
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+__all__ = [
+    "ProbeErrorKind",
+    "ProbeError",
+    "GpuSnapshot",
+    "GpuProbe",
+    "GpuBackend",
+    "FakeGpuBackend",
+    "FakeFaults",
+    "load_faults",
+    "fake_requested",
+]
+
+MIB = 1024 * 1024
+
+
+class ProbeErrorKind(enum.StrEnum):
+    """Why the GPU library could not be used, in navarch's terms (see navarch.agent.nvml)."""
+
+    LIBRARY_NOT_FOUND = "library_not_found"
+    DRIVER_NOT_LOADED = "driver_not_loaded"
+    LIB_RM_VERSION_MISMATCH = "lib_rm_version_mismatch"
+    NO_PERMISSION = "no_permission"
+    NOT_SUPPORTED = "not_supported"
+    FUNCTION_NOT_FOUND = "function_not_found"
+    GPU_LOST = "gpu_lost"
+    RESET_REQUIRED = "reset_required"
+    CORRUPTED_INFOROM = "corrupted_inforom"
+    AGENT_ERROR = "agent_error"
+    OTHER = "other"
+
+
+@dataclass(frozen=True)
+class ProbeError:
+    """A classified library error: kind, message (the library's text), code (its number)."""
+
+    kind: ProbeErrorKind
+    message: str
+    code: int | None = None
+
+
+@dataclass(frozen=True)
+class GpuSnapshot:
+    """Everything one probe read from one GPU. Units are in the names.
+
+    Counters are cumulative as the driver reports them (volatile ones reset at boot); the
+    checks turn them into rates with the baselines kept in the agent state.
+    nvlink_active: per existing link, True when up. nvlink_errors: totals over links,
+    keys "replay", "recovery", "crc_flit", "crc_data". clock_event_reasons: NVML bitmask.
+    recovery_action: NVML_FI_DEV_GET_GPU_RECOVERY_ACTION value (0-7).
+    """
+
+    index: int
+    uuid: str
+    name: str
+    pci_bus_id: str
+    temperature_c: float | None = None
+    temperature_slowdown_c: float | None = None
+    temperature_shutdown_c: float | None = None
+    temperature_gpu_max_c: float | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    power_default_limit_w: float | None = None
+    memory_used_bytes: int | None = None
+    memory_total_bytes: int | None = None
+    utilization_pct: float | None = None
+    process_count: int | None = None
+    ecc_uncorrected_volatile: int | None = None
+    ecc_corrected_volatile: int | None = None
+    remapped_rows_corrected: int | None = None
+    remapped_rows_uncorrected: int | None = None
+    remapped_rows_pending: bool | None = None
+    remapped_rows_failure: bool | None = None
+    retired_pages_sbe: int | None = None
+    retired_pages_dbe: int | None = None
+    retired_pages_pending: bool | None = None
+    recovery_action: int | None = None
+    clock_event_reasons: int | None = None
+    pcie_link_width: int | None = None
+    pcie_link_width_max: int | None = None
+    pcie_link_gen_max: int | None = None
+    pcie_replay_count: int | None = None
+    nvlink_active: tuple[bool, ...] | None = None
+    nvlink_errors: Mapping[str, int] | None = None
+    persistence_mode: bool | None = None
+    inforom_valid: bool | None = None
+    ecc_mode_current: bool | None = None
+    ecc_mode_pending: bool | None = None
+    lost: bool = False
+    reset_required: bool = False
+    unreadable: Mapping[str, str] = field(default_factory=dict)
+    not_supported: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class GpuProbe:
+    """Result of one probe.
+
+    backend: "fake" or "nvml"; init_error: set when the library could not start (then
+    gpus is empty); device_count: what the library enumerated; handle_errors: (index,
+    message) for GPUs whose handle could not be obtained; driver_version or None.
+    """
+
+    backend: str
+    gpus: tuple[GpuSnapshot, ...] = ()
+    device_count: int | None = None
+    init_error: ProbeError | None = None
+    handle_errors: tuple[tuple[int, str], ...] = ()
+    driver_version: str | None = None
+
+
+class GpuBackend(Protocol):
+    """What the agent needs from a GPU library: one probe per run, never raising."""
+
+    name: str
+
+    def probe(self) -> GpuProbe:
+        """Read every GPU once. Library errors are classified into the probe, not raised."""
+        ...
+
+
+def fake_requested(config_fake: bool) -> bool:
+    """True when the fake backend is asked for: config fake_gpu or env NAVARCH_FAKE_GPU=true/1/yes."""
+    env = os.environ.get("NAVARCH_FAKE_GPU", "").strip().lower()
+    return config_fake or env in {"1", "true", "yes", "on"}
+
+
+@dataclass(frozen=True)
+class FakeFaults:
+    """Faults to inject into the fake backend; the JSON format the local provider writes.
+
+    ``{"gpu_lost": [3], "temperature_c": {"2": 97.0}, "ecc_uncorrected": {"1": 2},
+    "unreadable": {"4": ["power_w"]}, "utilization_pct": 35.0, "process_count": {"0": 1},
+    "remapped_rows_pending": [5], "remapped_rows_failure": [6]}`` (every key optional; GPU
+    indices are strings in objects, integers in lists; utilization_pct applies to all GPUs).
+    """
+
+    gpu_lost: frozenset[int] = frozenset()
+    temperature_c: Mapping[int, float] = field(default_factory=dict)
+    ecc_uncorrected: Mapping[int, int] = field(default_factory=dict)
+    unreadable: Mapping[int, tuple[str, ...]] = field(default_factory=dict)
+    utilization_pct: float | None = None
+    process_count: Mapping[int, int] = field(default_factory=dict)
+    remapped_rows_pending: frozenset[int] = frozenset()
+    remapped_rows_failure: frozenset[int] = frozenset()
+
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, Any]) -> FakeFaults:
+        """Build from the decoded JSON. Raises ValueError (TypeError) on a malformed document."""
+
+        def idx_map(key: str, conv: Any) -> dict[int, Any]:
+            return {int(k): conv(v) for k, v in dict(doc.get(key) or {}).items()}
+
+        util = doc.get("utilization_pct")
+        return cls(
+            gpu_lost=frozenset(int(i) for i in doc.get("gpu_lost") or ()),
+            temperature_c=idx_map("temperature_c", float),
+            ecc_uncorrected=idx_map("ecc_uncorrected", int),
+            unreadable=idx_map("unreadable", lambda v: tuple(str(x) for x in v)),
+            utilization_pct=None if util is None else float(util),
+            process_count=idx_map("process_count", int),
+            remapped_rows_pending=frozenset(int(i) for i in doc.get("remapped_rows_pending") or ()),
+            remapped_rows_failure=frozenset(int(i) for i in doc.get("remapped_rows_failure") or ()),
+        )
+
+
+def load_faults(path: str | os.PathLike[str] | None) -> FakeFaults:
+    """Read a faults file; a missing path or file means no faults.
+
+    Raises ValueError when the file exists but is not a valid faults document.
+    """
+    if not path:
+        return FakeFaults()
+    try:
+        text = Path(path).read_text()
+    except FileNotFoundError:
+        return FakeFaults()
+    if not text.strip():
+        return FakeFaults()
+    try:
+        doc = json.loads(text)
+        if not isinstance(doc, dict):
+            raise ValueError("top level must be an object")
+        return FakeFaults.from_dict(doc)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"{path}: bad fake-GPU faults file: {exc}") from exc
+
+
+# HGX H100 8-GPU baseboard bus numbers as seen on common cloud shapes (e.g. p5.48xlarge).
+_H100_BUSES = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
+_H100_NAME = "NVIDIA H100 80GB HBM3"
+_H100_MEMORY_BYTES = 81559 * MIB
+_H100_NVLINKS = 18
+
+
+def _fake_uuid(node: str, index: int) -> str:
+    h = hashlib.sha256(f"navarch-fake-gpu|{node}|{index}".encode()).hexdigest()
+    return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
+
+
+def _bus(index: int) -> int:
+    if index < len(_H100_BUSES):
+        return _H100_BUSES[index]
+    return (0xE0 + index - len(_H100_BUSES)) & 0xFF
+
+
+class FakeGpuBackend:
+    """H100 80GB HBM3 node simulated from the node name, with injected faults.
+
+    Readings are deterministic per (node, GPU index): temperature 35-45 C, power 70-120 W
+    idle, thresholds of an H100 SXM (slowdown 89 C, shutdown 92 C, max operating 87 C).
+    An injected uncorrectable ECC count also sets the driver recovery action to GPU_RESET,
+    as the driver does after an uncontained DBE (XID 48 then XID 154).
+    """
+
+    name = "fake"
+
+    def __init__(self, node: str, gpu_count: int = 8, faults: FakeFaults | None = None) -> None:
+        self.node = node
+        self.gpu_count = gpu_count
+        self.faults = faults or FakeFaults()
+
+    def _gpu(self, i: int) -> GpuSnapshot:
+        f = self.faults
+        seed = int(hashlib.sha256(f"{self.node}|{i}".encode()).hexdigest()[:8], 16)
+        uuid = _fake_uuid(self.node, i)
+        bdf = f"0000:{_bus(i):02x}:00"
+        if i in f.gpu_lost:
+            return GpuSnapshot(
+                index=i, uuid=uuid, name=_H100_NAME, pci_bus_id=bdf, lost=True,
+                unreadable={"all": "GPU is lost"},
+            )
+        processes = f.process_count.get(i, 0)
+        util = f.utilization_pct if f.utilization_pct is not None else (0.0 if processes == 0 else 92.0)
+        values: dict[str, Any] = {
+            "temperature_c": f.temperature_c.get(i, 35.0 + (seed % 100) / 10.0),
+            "power_w": round(70.0 + (seed >> 8) % 500 / 10.0 + 4.5 * util, 1),
+            "memory_used_bytes": (processes * 61440 + 1) * MIB if processes else 1 * MIB,
+            "utilization_pct": min(100.0, max(0.0, util)),
+        }
+        unreadable = {m: "injected: unreadable" for m in f.unreadable.get(i, ())}
+        for metric in unreadable:
+            if metric in values:
+                values[metric] = None
+        ecc = f.ecc_uncorrected.get(i, 0)
+        return GpuSnapshot(
+            index=i,
+            uuid=uuid,
+            name=_H100_NAME,
+            pci_bus_id=bdf,
+            temperature_slowdown_c=89.0,
+            temperature_shutdown_c=92.0,
+            temperature_gpu_max_c=87.0,
+            power_limit_w=700.0,
+            power_default_limit_w=700.0,
+            memory_total_bytes=_H100_MEMORY_BYTES,
+            process_count=processes,
+            ecc_uncorrected_volatile=ecc,
+            ecc_corrected_volatile=0,
+            remapped_rows_corrected=0,
+            remapped_rows_uncorrected=0,
+            remapped_rows_pending=i in f.remapped_rows_pending,
+            remapped_rows_failure=i in f.remapped_rows_failure,
+            recovery_action=1 if ecc > 0 else 0,
+            clock_event_reasons=0x1 if util == 0 else 0x0,
+            pcie_link_width=16,
+            pcie_link_width_max=16,
+            pcie_link_gen_max=5,
+            pcie_replay_count=0,
+            nvlink_active=(True,) * _H100_NVLINKS,
+            nvlink_errors={"replay": 0, "recovery": 0, "crc_flit": 0, "crc_data": 0},
+            persistence_mode=True,
+            inforom_valid=True,
+            ecc_mode_current=True,
+            ecc_mode_pending=True,
+            unreadable=unreadable,
+            not_supported=("retired_pages",),
+            **values,
+        )
+
+    def probe(self) -> GpuProbe:
+        """Snapshot of gpu_count fake GPUs with the faults applied."""
+        gpus = tuple(self._gpu(i) for i in range(self.gpu_count))
+        return GpuProbe(backend="fake", gpus=gpus, device_count=self.gpu_count, driver_version="570.133.20")

@@ -1,0 +1,420 @@
+"""One agent run: probe GPUs, read the kernel log, check, build + sign + write the report.
+
+Report rules (DESIGN.md "Health report", schemas/health-report.schema.json):
+
+- ``status`` = worst check status (healthy < degraded < unknown < unhealthy);
+  ``action`` = strongest check action (none < restart_app < reset_gpu < reboot < replace).
+- ``health_score`` = max(0, 100 - 40 x unhealthy checks - 25 x unknown - 10 x degraded).
+- Latching: every XID event seen during this boot stays in ``xids`` and in the checks of
+  every report until the boot id changes (the state file keeps them).
+- Escalation: a reboot-fixable fault (Check.fault_key) seen in two earlier boots within
+  three days and present again is escalated to ``replace`` (gpud DefaultRebootThreshold=2).
+- ``sequence``: previous + 1; after a lost state see navarch.agent.state.
+- The state is saved before the report is written, so a crash between the two leaves a
+  gap in sequences, never a repeat.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import Any
+
+from navarch.agent import kernel_log as kl
+from navarch.agent.checks import (
+    HW_SLOWDOWN_BITS,
+    HW_SLOWDOWN_WINDOW,
+    Check,
+    CounterSample,
+    Status,
+    gpu_checks,
+    probe_checks,
+    worst_status,
+    xid_checks,
+)
+from navarch.agent.config import AgentConfig
+from navarch.agent.gpu import GpuBackend, GpuProbe, ProbeError, ProbeErrorKind
+from navarch.agent.state import AgentState, load_state, prune_faults, save_state
+from navarch.xid import Action, Severity, XidInfo
+
+__all__ = ["run_once", "build_report", "choose_backend", "health_score", "SCORE_WEIGHTS"]
+
+log = logging.getLogger("navarch.agent")
+
+#: Points taken off 100 per check in each status (documented in docs/agent.md).
+SCORE_WEIGHTS = {Status.UNHEALTHY: 40, Status.UNKNOWN: 25, Status.DEGRADED: 10, Status.HEALTHY: 0}
+REBOOT_THRESHOLD = 2  # gpud DefaultRebootThreshold
+_MAX_XIDS = 256
+
+
+def health_score(checks: Sequence[Check]) -> int:
+    """0-100: 100 minus SCORE_WEIGHTS per check, floored at 0."""
+    return max(0, 100 - sum(SCORE_WEIGHTS[c.status] for c in checks))
+
+
+def choose_backend(config: AgentConfig) -> GpuBackend:
+    """Fake backend when config.fake_gpu or NAVARCH_FAKE_GPU=true, else NVML.
+
+    A bad faults file is logged and ignored (the fake runs without faults).
+    """
+    from navarch.agent.gpu import FakeGpuBackend, fake_requested, load_faults
+
+    if fake_requested(config.fake_gpu):
+        try:
+            faults = load_faults(config.fake_faults_path())
+        except ValueError as exc:
+            log.warning("fake_faults_invalid", extra={"fields": {"error": str(exc)}})
+            faults = None
+        return FakeGpuBackend(config.node, config.fake_gpu_count(), faults)
+    from navarch.agent.nvml import NvmlGpuBackend
+
+    return NvmlGpuBackend()
+
+
+# --- events <-> state ------------------------------------------------------------------
+
+
+def _event_to_json(ev: kl.XidEvent, boot_id: str) -> dict[str, Any]:
+    return {
+        "kind": ev.kind,
+        "code": ev.code,
+        "pci_bus_id": ev.pci_bus_id,
+        "time": _iso(ev.time) if ev.time else None,
+        "uptime_s": ev.uptime_s,
+        "boot_id": ev.boot_id or boot_id,
+        "message": ev.message,
+        "count": ev.count,
+        "uuid": ev.uuid,
+        "subcode": ev.subcode,
+        "mnemonic": ev.info.mnemonic,
+        "severity": ev.info.severity.value,
+        "action": ev.info.action.value,
+        "reboot_fixable": ev.info.reboot_fixable,
+    }
+
+
+def _event_from_json(doc: Mapping[str, Any]) -> kl.XidEvent:
+    info = XidInfo(
+        code=int(doc["code"]),
+        mnemonic=str(doc.get("mnemonic", "")),
+        meaning="",
+        severity=Severity(doc["severity"]),
+        action=Action(doc["action"]),
+        reboot_fixable=bool(doc.get("reboot_fixable", False)),
+        kind=str(doc.get("kind", "xid")),
+    )
+    t = doc.get("time")
+    return kl.XidEvent(
+        kind=info.kind, code=info.code, pci_bus_id=str(doc["pci_bus_id"]), message=str(doc.get("message", "")),
+        info=info, time=datetime.fromisoformat(t.replace("Z", "+00:00")) if t else None,
+        uptime_s=doc.get("uptime_s"), boot_id=doc.get("boot_id"), uuid=doc.get("uuid"),
+        subcode=doc.get("subcode"), count=int(doc.get("count", 1)),
+    )
+
+
+def _iso(dt: datetime) -> str:
+    return dt.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _boot_time(now: datetime) -> datetime | None:
+    try:
+        with open("/proc/uptime") as fh:
+            uptime = float(fh.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    from datetime import timedelta
+
+    return now - timedelta(seconds=uptime)
+
+
+def read_kernel_log(
+    config: AgentConfig, saved: Mapping[str, Any], boot_id: str, now: datetime
+) -> tuple[list[kl.KernelLine], dict[str, Any], str, str | None]:
+    """New kernel lines since the saved position: (lines, new saved block, source, error).
+
+    Source order: config.kernel_log (text file) > journald > /dev/kmsg. The fake backend
+    without kernel_log reads no kernel log (a laptop's own log is not the simulated node's).
+    """
+    from navarch.agent.gpu import fake_requested
+
+    def pos_for(source: str) -> dict[str, Any] | None:
+        if saved.get("source") != source:
+            return None
+        if source == "kmsg" and saved.get("boot_id") != boot_id:
+            return None  # kmsg sequence numbers restart at boot
+        if source == "file" and saved.get("path") != config.kernel_log:
+            return None
+        return dict(saved.get("position") or {})
+
+    if config.kernel_log:
+        res = kl.read_text_file(config.kernel_log, pos_for("file"), now=now)
+        return list(res.lines), {"source": "file", "path": config.kernel_log, "boot_id": boot_id,
+                                 "position": res.position}, "file", None
+    if fake_requested(config.fake_gpu):
+        return [], {"source": "none"}, "none", None
+    errors: list[str] = []
+    if kl.journal_available():
+        try:
+            pos = pos_for("journal") or {}
+            res = kl.read_journal(pos.get("cursor"))
+            return list(res.lines), {"source": "journal", "boot_id": boot_id, "position": res.position}, "journal", None
+        except OSError as exc:
+            errors.append(str(exc))
+    try:
+        pos = pos_for("kmsg") or {}
+        res = kl.read_kmsg(pos.get("kmsg_seq"), boot_time=_boot_time(now))
+        return list(res.lines), {"source": "kmsg", "boot_id": boot_id, "position": res.position}, "kmsg", None
+    except OSError as exc:
+        errors.append(f"/dev/kmsg: {exc}")
+    return [], dict(saved), "none", "; ".join(errors) or "no kernel log source"
+
+
+# --- counters --------------------------------------------------------------------------
+
+
+def _counter_values(g: Any) -> dict[str, int]:
+    vals: dict[str, int] = {}
+    if g.pcie_replay_count is not None:
+        vals["pcie_replay"] = int(g.pcie_replay_count)
+    for k, v in (g.nvlink_errors or {}).items():
+        vals[f"nvlink_{k}"] = int(v)
+    return vals
+
+
+def _gpu_checks_and_counters(
+    probe: GpuProbe, counters: Mapping[str, Mapping[str, Any]], boot_id: str, now: datetime
+) -> tuple[list[Check], dict[str, dict[str, Any]]]:
+    now_s = now.timestamp()
+    checks: list[Check] = []
+    new_counters: dict[str, dict[str, Any]] = {}
+    for g in probe.gpus:
+        saved = counters.get(g.uuid) or {}
+        same_boot = saved.get("boot_id") == boot_id
+        baselines = {
+            k: CounterSample(int(v), float(saved.get("at_s", 0.0)), str(saved.get("boot_id")))
+            for k, v in dict(saved.get("values") or {}).items()
+        }
+        history = [bool(x) for x in saved.get("slowdown", [])] if same_boot else []
+        checks.extend(gpu_checks(g, baselines=baselines, slowdown_history=history, now_s=now_s, boot_id=boot_id))
+        slowed = bool(g.clock_event_reasons and any(g.clock_event_reasons & b for b in HW_SLOWDOWN_BITS))
+        if not g.lost:
+            new_counters[g.uuid] = {
+                "boot_id": boot_id,
+                "at_s": now_s,
+                "values": _counter_values(g),
+                "slowdown": [*history, slowed][-HW_SLOWDOWN_WINDOW:],
+            }
+        elif saved:
+            new_counters[g.uuid] = dict(saved)
+    return checks, new_counters
+
+
+# --- escalation ------------------------------------------------------------------------
+
+
+def escalate(
+    checks: Sequence[Check], faults: Mapping[str, Mapping[str, float]], boot_id: str, now: datetime
+) -> tuple[list[Check], dict[str, dict[str, float]]]:
+    """Record this boot for each reboot-fixable fault; escalate a recurring one to replace.
+
+    A fault seen in >= REBOOT_THRESHOLD (2) earlier boots within the 3-day lookback and
+    present again means reboots do not fix it (gpud reboot-escalation rule).
+    """
+    history = {k: dict(v) for k, v in prune_faults(faults, now).items()}
+    out: list[Check] = []
+    for c in checks:
+        if c.fault_key is None or c.status is not Status.UNHEALTHY:
+            out.append(c)
+            continue
+        boots = history.setdefault(c.fault_key, {})
+        boots.setdefault(boot_id, now.timestamp())
+        earlier = [b for b in boots if b != boot_id]
+        if len(earlier) >= REBOOT_THRESHOLD and c.action.rank < Action.REPLACE.rank:
+            ev = {**c.evidence, "escalated_from": c.action.value, "earlier_boots": len(earlier)}
+            c = replace(c, action=Action.REPLACE, evidence=ev,
+                        message=f"{c.message} (recurred after {len(earlier)} reboots: replace)")
+        out.append(c)
+    return out, history
+
+
+# --- the run ---------------------------------------------------------------------------
+
+
+def _previous_sequence(store: Any, key: str) -> int | None:
+    try:
+        blob = store.get(key)
+        seq = json.loads(blob.data).get("sequence")
+        return seq if isinstance(seq, int) else None
+    except Exception:  # any store or decode failure: the clock floor still holds
+        return None
+
+
+def build_report(
+    config: AgentConfig,
+    *,
+    probe: GpuProbe,
+    events: Sequence[kl.XidEvent],
+    sequence: int,
+    boot_id: str,
+    now: datetime,
+    checks: Sequence[Check],
+    notice: Mapping[str, Any] | None,
+    node_key: bytes,
+) -> dict[str, Any]:
+    """Assemble and sign the report (schema_version 1). Pure apart from hashing."""
+    from navarch import __version__
+    from navarch.signing import sign
+
+    status = worst_status(c.status for c in checks)
+    action = Action.strongest([c.action for c in checks])
+    xids = sorted(events, key=lambda e: (e.severity is not Severity.FATAL,))[:_MAX_XIDS]
+    report = {
+        "schema_version": 1,
+        "fleet": config.fleet,
+        "pool": config.pool,
+        "node": config.node,
+        "instance_id": config.instance_id,
+        "boot_id": boot_id,
+        "agent_version": __version__,
+        "sequence": sequence,
+        "generated_at": _iso(now),
+        "status": status.value,
+        "action": action.value,
+        "health_score": health_score(checks),
+        "checks": [c.to_json() for c in checks][:512],
+        "gpus": [
+            {
+                "index": g.index, "uuid": g.uuid, "name": g.name, "pci_bus_id": g.pci_bus_id,
+                "temperature_c": g.temperature_c, "power_w": g.power_w,
+                "memory_used_bytes": g.memory_used_bytes, "memory_total_bytes": g.memory_total_bytes,
+                "utilization_pct": g.utilization_pct, "process_count": g.process_count,
+            }
+            for g in probe.gpus
+        ][:64],
+        "xids": [
+            {
+                "code": e.code, "kind": e.kind, "pci_bus_id": e.pci_bus_id,
+                "time": _iso(e.time) if e.time else None, "boot_id": e.boot_id or boot_id,
+                "severity": e.severity.value, "action": e.action.value, "message": e.message[:512],
+                "count": e.count,
+            }
+            for e in sorted(xids, key=lambda e: (e.time is None, e.time or now, e.uptime_s or 0.0))
+        ],
+        "notice": dict(notice) if notice else None,
+    }
+    return sign(report, node_key)
+
+
+def _safe_probe(backend: GpuBackend) -> GpuProbe:
+    try:
+        return backend.probe()
+    except Exception as exc:  # an agent bug must still produce a report (status unknown)
+        log.exception("probe_failed")
+        return GpuProbe(backend=getattr(backend, "name", "?"),
+                        init_error=ProbeError(ProbeErrorKind.AGENT_ERROR, f"agent error: {exc}"))
+
+
+def run_once(
+    config: AgentConfig,
+    *,
+    now: datetime | None = None,
+    store: Any = None,
+    to_stdout: bool = False,
+    backend: GpuBackend | None = None,
+) -> dict[str, Any]:
+    """Run every check once, write the signed report and the state; return the report.
+
+    now: aware UTC clock (default: the system clock). store: an ObjectStore (default:
+    ``navarch.stores.open_store(config.store)``); to_stdout: do not write to the store (the
+    CLI prints the report). backend: GPU backend override (tests).
+    Raises ConfigError (no/bad node key, bad store URL) and StoreError / OSError when the
+    report cannot be written; every GPU or kernel-log problem becomes a check instead.
+    """
+    now = (now or datetime.now(UTC)).astimezone(UTC)
+    node_key = config.node_key()
+    boot_id = config.current_boot_id()
+    if store is None and not to_stdout:
+        from navarch.stores import open_store
+
+        store = open_store(config.store)
+
+    state, problem = load_state(config.state_file)
+    if problem is not None:
+        log.warning("state_rebuilt", extra={"fields": {"path": config.state_file, "problem": problem}})
+    if problem is None:
+        sequence = state.sequence + 1
+    else:
+        prev = _previous_sequence(store, config.report_key) if store is not None else None
+        sequence = max((prev or 0) + 1, int(now.timestamp() * 1000), state.sequence + 1)
+    boot_changed = state.boot_id is not None and state.boot_id != boot_id
+
+    probe = _safe_probe(backend or choose_backend(config))
+    checks: list[Check] = [
+        Check("boot", Status.HEALTHY, Action.NONE,
+              f"boot {boot_id}" + (" (rebooted since the last report)" if boot_changed else ""),
+              evidence={"boot_id": boot_id, "previous_boot_id": state.boot_id})
+    ]
+    checks += probe_checks(probe, config.gpus_per_node)
+    gchecks, counters = _gpu_checks_and_counters(probe, state.counters, boot_id, now)
+    checks += gchecks
+
+    # Kernel log -> this boot's latched events (+ fault history of earlier boots).
+    lines, kl_saved, source, kl_error = read_kernel_log(config, state.kernel_log, boot_id, now)
+    new_events = kl.parse_lines(lines)
+    latched = [] if boot_changed else [_event_from_json(e) for e in state.events]
+    history_only: list[kl.XidEvent] = []
+    for ev in new_events:
+        if ev.boot_id and ev.boot_id != boot_id:
+            history_only.append(ev)
+        else:
+            latched.append(replace(ev, boot_id=boot_id))
+    if kl_error:
+        checks.append(Check("kernel_log", Status.DEGRADED, Action.NONE,
+                            f"cannot read the kernel log, XIDs unknown: {kl_error}", evidence={"source": source}))
+    else:
+        checks.append(Check("kernel_log", Status.HEALTHY, Action.NONE,
+                            f"read {len(lines)} new kernel log lines from {source}",
+                            evidence={"source": source, "lines": len(lines)}))
+    bdf_index = {g.pci_bus_id: g.index for g in probe.gpus}
+    checks += xid_checks(latched, bdf_index)
+
+    faults = {k: dict(v) for k, v in state.faults.items()}
+    for ev in history_only:  # faults seen in an earlier boot's tail of the journal
+        if ev.severity is Severity.FATAL and ev.info.reboot_fixable and ev.boot_id:
+            faults.setdefault(f"{ev.kind}:{ev.code}", {}).setdefault(ev.boot_id, now.timestamp())
+    checks, faults = escalate(checks, faults, boot_id, now)
+
+    notice = None
+    if config.metadata != "none":
+        from navarch.agent.notices import fetch_notice
+
+        found, errors = fetch_notice(config.metadata, endpoint=config.metadata_endpoint,
+                                     timeout_s=config.metadata_timeout_s, now=now,
+                                     names=tuple(n for n in (config.node, config.instance_id) if n))
+        for err in errors:
+            log.info("metadata_unreachable", extra={"fields": {"error": err}})
+        notice = found.to_json() if found else None
+
+    report = build_report(config, probe=probe, events=latched, sequence=sequence, boot_id=boot_id, now=now,
+                          checks=checks, notice=notice, node_key=node_key)
+
+    new_state = AgentState(
+        sequence=sequence, boot_id=boot_id, kernel_log=kl_saved,
+        events=tuple(_event_to_json(e, boot_id) for e in latched[-_MAX_XIDS:]),
+        faults=faults, counters=counters,
+    )
+    try:
+        save_state(config.state_file, new_state)
+    except OSError as exc:
+        log.error("state_write_failed", extra={"fields": {"path": config.state_file, "error": str(exc)}})
+    if not to_stdout:
+        data = json.dumps(report, sort_keys=True, separators=(",", ":")).encode()
+        store.put(config.report_key, data)
+    log.info("report_written" if not to_stdout else "report_built", extra={"fields": {
+        "key": config.report_key, "sequence": sequence, "status": report["status"],
+        "action": report["action"], "health_score": report["health_score"], "gpus": len(probe.gpus),
+        "xids": len(report["xids"]), "kernel_log": source}})
+    return report

@@ -1,0 +1,137 @@
+"""The agent's state file: what one run hands the next.
+
+Holds the report sequence, the kernel-log position (journal cursor, kmsg sequence or text
+file offset), counter baselines per GPU UUID (for rates), this boot's latched XID events,
+and the boots in which each reboot-fixable fault was seen (for the two-reboot rule).
+
+Written atomically (temporary file in the same directory, fsync, ``os.replace``), so a
+reader sees the old or the new state, never a mix. A missing or corrupt file is never
+fatal: the agent starts from an empty state and says so in its log.
+
+Sequence after a lost state: the next sequence is
+``max(last sequence in the node's previous report + 1 (when the store can be read),
+unix time in milliseconds)``. Reports are at most one per run and runs are far more than
+a millisecond apart, so a normal run's ``previous + 1`` never overtakes wall-clock
+milliseconds: a sequence restarted from the clock is above every sequence the node wrote
+before (assuming the clock does not step back by more than the number of runs since).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+__all__ = ["AgentState", "load_state", "save_state", "STATE_VERSION", "FAULT_LOOKBACK_S"]
+
+STATE_VERSION = 1
+#: gpud reboot-escalation lookback: 3 days.
+FAULT_LOOKBACK_S = 3 * 24 * 3600
+_MAX_EVENTS = 256
+_MAX_BOOTS_PER_FAULT = 16
+
+
+@dataclass(frozen=True)
+class AgentState:
+    """Decoded state. All mappings are JSON-able; see the module docstring for meaning.
+
+    kernel_log: {"source": str, "boot_id": str, "position": {...}}
+    events: serialized XID events of ``boot_id`` (latched until the boot changes)
+    faults: fault_key -> {boot_id: first seen, unix seconds}
+    counters: gpu uuid -> {"boot_id": str, "at_s": float, "values": {name: int},
+              "slowdown": [bool, ...]}
+    """
+
+    sequence: int = 0
+    boot_id: str | None = None
+    kernel_log: Mapping[str, Any] = field(default_factory=dict)
+    events: tuple[Mapping[str, Any], ...] = ()
+    faults: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    counters: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "version": STATE_VERSION,
+            "sequence": self.sequence,
+            "boot_id": self.boot_id,
+            "kernel_log": dict(self.kernel_log),
+            "events": [dict(e) for e in self.events[-_MAX_EVENTS:]],
+            "faults": {k: dict(v) for k, v in self.faults.items()},
+            "counters": {k: dict(v) for k, v in self.counters.items()},
+        }
+
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, Any]) -> AgentState:
+        """Decode; raises ValueError / TypeError / KeyError on a malformed document."""
+        if doc.get("version") != STATE_VERSION:
+            raise ValueError(f"unsupported state version {doc.get('version')!r}")
+        seq = doc["sequence"]
+        if not isinstance(seq, int) or seq < 0:
+            raise ValueError("sequence must be a non-negative integer")
+        faults = {str(k): {str(b): float(t) for b, t in dict(v).items()} for k, v in dict(doc.get("faults", {})).items()}
+        return cls(
+            sequence=seq,
+            boot_id=doc.get("boot_id"),
+            kernel_log=dict(doc.get("kernel_log") or {}),
+            events=tuple(dict(e) for e in doc.get("events") or ()),
+            faults=faults,
+            counters={str(k): dict(v) for k, v in dict(doc.get("counters") or {}).items()},
+        )
+
+
+def load_state(path: str | os.PathLike[str]) -> tuple[AgentState, str | None]:
+    """Read the state file.
+
+    Returns (state, problem): problem is None when the file was read, else "missing" or
+    "corrupt: <why>" and state is empty. Never raises for a bad file (only the caller can
+    decide how to rebuild the sequence, see the module docstring).
+    """
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except FileNotFoundError:
+        return AgentState(), "missing"
+    except OSError as exc:
+        return AgentState(), f"corrupt: {exc}"
+    try:
+        return AgentState.from_dict(json.loads(text)), None
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        return AgentState(), f"corrupt: {exc}"
+
+
+def save_state(path: str | os.PathLike[str], state: AgentState) -> None:
+    """Write state atomically (temp file + fsync + os.replace). Raises OSError on failure."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    data = json.dumps(state.to_dict(), sort_keys=True, separators=(",", ":")).encode()
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, p)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def prune_faults(
+    faults: Mapping[str, Mapping[str, float]], now: datetime
+) -> dict[str, dict[str, float]]:
+    """Drop fault sightings older than FAULT_LOOKBACK_S (gpud: 3 days) and cap each key."""
+    cutoff = (now - timedelta(seconds=FAULT_LOOKBACK_S)).timestamp()
+    out: dict[str, dict[str, float]] = {}
+    for key, boots in faults.items():
+        kept = sorted(((b, t) for b, t in boots.items() if t >= cutoff), key=lambda bt: bt[1])
+        if kept:
+            out[key] = dict(kept[-_MAX_BOOTS_PER_FAULT:])
+    return out

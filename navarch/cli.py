@@ -1,0 +1,386 @@
+"""navarch's command line. Exit codes (Terraform's -detailed-exitcode, plus two of ours):
+
+  0  success; for `plan --detailed-exitcode`: no changes
+  1  error (bad input, a failed action, a stale saved plan)
+  2  `plan --detailed-exitcode`: changes present
+  3  a safety rule halted actions (circuit breaker open); the rest was applied
+  4  another run holds the fleet lock
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from navarch import __version__
+from navarch.durations import format_duration_s
+from navarch.errors import ConfigError, LockHeld, NavarchError, StalePlan
+from navarch.planner.model import Plan
+from navarch.render import (
+    plan_from_json,
+    plan_to_json,
+    render_markdown,
+    render_text,
+)
+from navarch.spec import FleetSpec, load_fleet
+
+EXIT_OK, EXIT_ERROR, EXIT_CHANGES, EXIT_HALTED, EXIT_LOCKED = 0, 1, 2, 3, 4
+
+
+def _err(message: str) -> None:
+    print(f"Error: {message}", file=sys.stderr)
+
+
+def _open(path: str):
+    from navarch.reconcile import Fleet
+
+    spec = load_fleet(path)
+    spec.ensure_local_secret()
+    return Fleet.open(spec)
+
+
+# -- validate ---------------------------------------------------------------------------
+def cmd_validate(args: argparse.Namespace) -> int:
+    spec = load_fleet(args.fleet)
+    nodes = sum(p.target_nodes for p in spec.pools)
+    print(f"{args.fleet}: valid. Fleet {spec.name}: {len(spec.pools)} pool(s), "
+          f"{nodes} node(s) at target.")
+    return EXIT_OK
+
+
+# -- plan -------------------------------------------------------------------------------
+def cmd_plan(args: argparse.Namespace) -> int:
+    from navarch.reconcile import clock, gather
+
+    fleet = _open(args.fleet)
+    snap = gather(fleet, clock())
+    plan = snap.plan
+    doc = plan_to_json(plan)
+    if args.out:
+        saved = {**doc, "fleet_file": str(Path(args.fleet).resolve())}
+        Path(args.out).write_text(json.dumps(saved, indent=1, sort_keys=True) + "\n")
+    if args.json:
+        print(json.dumps(doc, indent=1, sort_keys=True))
+    elif args.markdown:
+        print(render_markdown(plan), end="")
+    else:
+        print(render_text(plan), end="")
+        if args.out:
+            print(f"\nSaved the plan to {args.out}. Apply exactly it with: navarch apply {args.out}")
+    if plan.breaker_open:
+        return EXIT_HALTED
+    if args.detailed_exitcode and plan.actions:
+        return EXIT_CHANGES
+    return EXIT_OK
+
+
+# -- apply ------------------------------------------------------------------------------
+def _load_plan_file(path: str) -> dict[str, Any] | None:
+    """The saved plan's JSON if path is one, else None (it is then a fleet file)."""
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror}", file=path) from exc
+    if not text.lstrip().startswith("{"):
+        return None
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return None
+    return doc if isinstance(doc, dict) and "format_version" in doc else None
+
+
+def _confirm(plan: Plan) -> bool:
+    print(render_text(plan), end="")
+    print("\nDo you want to perform these actions? Only 'yes' will be accepted.")
+    try:
+        answer = input("  Enter a value: ")
+    except EOFError:
+        answer = ""
+    return answer.strip() == "yes"
+
+
+def cmd_apply(args: argparse.Namespace) -> int:
+    from navarch.reconcile import run_apply
+
+    saved_doc = _load_plan_file(args.target)
+    saved: Plan | None = None
+    fleet_path = args.target
+    if saved_doc is not None:
+        saved = plan_from_json(saved_doc)
+        fleet_path = saved_doc.get("fleet_file") or ""
+        if not fleet_path:
+            raise ConfigError("saved plan names no fleet file", file=args.target)
+    fleet = _open(fleet_path)
+
+    def show(outcome) -> None:
+        a = outcome.action
+        target = a.node or a.pool
+        mark = "ok" if outcome.ok else "FAILED"
+        print(f"{target}: {a.kind.value} {mark}: {outcome.detail}", flush=True)
+
+    def show_plan(plan: Plan) -> bool:
+        print(render_text(plan), end="")
+        print()
+        return True
+
+    confirm = show_plan if (args.auto_approve or saved is not None) else _confirm
+    result = run_apply(fleet, command=f"apply {args.target}", saved=saved, confirm=confirm,
+                       on_outcome=show)
+    if result is None:
+        print("Apply cancelled.")
+        return EXIT_ERROR
+    plan = result.plan
+    if not plan.actions:
+        print(render_text(plan), end="")
+    failed = [o for o in result.outcomes if not o.ok]
+    if plan.actions:
+        print(f"\nApply complete: {len(result.outcomes) - len(failed)} succeeded, "
+              f"{len(failed)} failed (run {result.run_id}).")
+    for o in failed:
+        _err(f"{o.action.kind.value} {o.action.node or o.action.pool} failed: {o.detail}")
+    if plan.breaker_open:
+        _err("circuit breaker open: " + "; ".join(h.message for h in plan.halts
+                                                   if h.rule == "circuit_breaker"))
+        return EXIT_HALTED
+    return EXIT_ERROR if failed else EXIT_OK
+
+
+# -- status -----------------------------------------------------------------------------
+def _status_doc(spec: FleetSpec, snap) -> dict[str, Any]:
+    views = snap.observed.views
+    pools = []
+    for p in spec.pools:
+        pv = [v for v in views if v.pool == p.name]
+        pools.append({
+            "pool": p.name, "provider": p.provider, "min": p.min_nodes, "target": p.target_nodes,
+            "max": p.max_nodes,
+            "nodes": [{
+                "node": v.node, "instance_id": v.instance.instance_id if v.instance else None,
+                "zone": v.instance.zone if v.instance else None,
+                "instance_type": v.instance.instance_type if v.instance else None,
+                "lifecycle": v.lifecycle.value,
+                "health": v.summary.status if v.summary else None,
+                "health_score": v.summary.health_score if v.summary else None,
+                "report_age_s": round(v.report_age_s, 1) if v.report_age_s is not None else None,
+                "reason": v.reason, "rejected": v.rejected,
+            } for v in pv],
+        })
+    return {"fleet": spec.name, "store": spec.store_url, "state_serial": snap.loaded.serial,
+            "pools": pools, "rejections": dict(snap.memory.rejections),
+            "foreign": [{"provider": i.provider, "instance_id": i.instance_id}
+                        for i in snap.observed.foreign]}
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from navarch.reconcile import clock, gather
+
+    fleet = _open(args.fleet)
+    snap = gather(fleet, clock())
+    doc = _status_doc(fleet.spec, snap)
+    if args.json:
+        print(json.dumps(doc, indent=1, sort_keys=True))
+        return EXIT_OK
+    rows = [("POOL", "NODE", "INSTANCE", "LIFECYCLE", "HEALTH", "SCORE", "REPORT AGE", "REASON")]
+    for p in doc["pools"]:
+        for n in p["nodes"]:
+            age = format_duration_s(n["report_age_s"]) if n["report_age_s"] is not None else "-"
+            rows.append((p["pool"], n["node"], n["instance_id"] or "-", n["lifecycle"],
+                         n["health"] or "-", str(n["health_score"] if n["health_score"] is not None else "-"),
+                         age, n["reason"]))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    print(f"Fleet {doc['fleet']} (state serial {doc['state_serial']}, store {doc['store']})")
+    for p in doc["pools"]:
+        print(f"  pool {p['pool']}: {len(p['nodes'])} node(s); min {p['min']}, "
+              f"target {p['target']}, max {p['max']}")
+    print()
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r[:-1], widths, strict=True)) + "  " + r[-1])
+    if doc["rejections"]:
+        print("\nRejected reports (all time): " +
+              ", ".join(f"{k}={v}" for k, v in sorted(doc["rejections"].items())))
+    if doc["foreign"]:
+        print("\nForeign instances (no navarch tags for this fleet; left alone): " +
+              ", ".join(f["instance_id"] for f in doc["foreign"]))
+    return EXIT_OK
+
+
+# -- force-unlock, uncordon -----------------------------------------------------------------
+def cmd_force_unlock(args: argparse.Namespace) -> int:
+    from navarch.state import force_unlock
+    from navarch.stores import open_store
+
+    spec = load_fleet(args.fleet)
+    held = force_unlock(open_store(spec.store_url, base_dir=spec.base_dir), spec.name, args.lock_id)
+    who = f" held by {held.holder} for {held.command!r}" if held else ""
+    print(f"Removed lock {args.lock_id}{who}.")
+    return EXIT_OK
+
+
+def cmd_uncordon(args: argparse.Namespace) -> int:
+    from navarch.uncordon import uncordon
+
+    fleet = _open(args.fleet)
+    detail = uncordon(fleet, args.node)
+    print(f"{args.node}: uncordoned ({detail}).")
+    return EXIT_OK
+
+
+# -- local provider -------------------------------------------------------------------------
+def cmd_local_tick(args: argparse.Namespace) -> int:
+    from navarch import local_ops
+
+    spec = load_fleet(args.fleet)
+    spec.ensure_local_secret()
+    # The agents' own JSON logs are for journald on real machines; here each node's
+    # outcome is the line printed below.
+    logging.getLogger("navarch.agent").setLevel(logging.ERROR)
+    results = local_ops.tick(spec)
+    for r in results:
+        print(f"{r.node}: {r.status}")
+    if not results:
+        print("No local nodes yet: run `navarch apply` first.")
+    return EXIT_OK
+
+
+def cmd_local_inject(args: argparse.Namespace) -> int:
+    from navarch import local_ops
+
+    spec = load_fleet(args.fleet)
+    silent = True if args.silent else (False if args.resume else None)
+    done = local_ops.inject(
+        spec, args.node, xid=args.xid, gpu=args.gpu, gpu_lost=args.gpu_lost,
+        temperature_c=args.temperature, ecc_uncorrected=args.ecc, utilization_pct=args.utilization,
+        processes=args.processes, silent=silent, preempt=args.preempt, clear=args.clear,
+    )
+    for line in done or ["nothing to inject (see --help)"]:
+        print(f"{args.node}: {line}")
+    return EXIT_OK
+
+
+def cmd_local_reboot(args: argparse.Namespace) -> int:
+    from navarch import local_ops
+
+    local_ops.reboot(load_fleet(args.fleet), args.node)
+    print(f"{args.node}: rebooted (new boot id; kernel log and faults cleared)")
+    return EXIT_OK
+
+
+def cmd_local_foreign(args: argparse.Namespace) -> int:
+    from navarch import local_ops
+
+    iid = local_ops.launch_foreign(load_fleet(args.fleet), args.zone, args.instance_type)
+    print(f"launched foreign machine {iid} (no navarch tags)")
+    return EXIT_OK
+
+
+# -- parser -----------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="navarch", description="Keep a GPU fleet healthy: plan/apply "
+                                "against fleet.yaml, and the node health agent.")
+    p.add_argument("--version", action="version", version=f"navarch {__version__}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    s = sub.add_parser("validate", help="check fleet.yaml; exit 1 on any error")
+    s.add_argument("fleet")
+    s.set_defaults(func=cmd_validate)
+
+    s = sub.add_parser("plan", help="show what apply would change")
+    s.add_argument("fleet")
+    fmt = s.add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true", help="machine-readable (schemas/plan.schema.json)")
+    fmt.add_argument("--markdown", action="store_true", help="for a pull-request comment")
+    s.add_argument("--out", metavar="FILE", help="save the plan for `navarch apply FILE`")
+    s.add_argument("--detailed-exitcode", action="store_true",
+                   help="exit 0 no changes, 1 error, 2 changes present")
+    s.set_defaults(func=cmd_plan)
+
+    s = sub.add_parser("apply", help="converge the fleet (or apply a saved plan)")
+    s.add_argument("target", metavar="FLEET_OR_PLANFILE")
+    s.add_argument("--auto-approve", action="store_true", help="do not ask for 'yes'")
+    s.set_defaults(func=cmd_apply)
+
+    s = sub.add_parser("status", help="pools and nodes with lifecycle, health, report age")
+    s.add_argument("fleet")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_status)
+
+    s = sub.add_parser("force-unlock", help="remove a stuck lock (give the id it reports)")
+    s.add_argument("fleet")
+    s.add_argument("lock_id")
+    s.set_defaults(func=cmd_force_unlock)
+
+    s = sub.add_parser("uncordon", help="return a node navarch cordoned to service")
+    s.add_argument("fleet")
+    s.add_argument("node")
+    s.set_defaults(func=cmd_uncordon)
+
+    local = sub.add_parser("local", help="drive the embedded local provider's machines")
+    lsub = local.add_subparsers(dest="local_command", required=True, metavar="COMMAND")
+    s = lsub.add_parser("tick", help="fire every local node's agent once, as its timer would")
+    s.add_argument("fleet")
+    s.set_defaults(func=cmd_local_tick)
+    s = lsub.add_parser("inject", help="inject a fault into a local node")
+    s.add_argument("fleet")
+    s.add_argument("node")
+    s.add_argument("--xid", type=int, help="append an NVRM Xid line with this code")
+    s.add_argument("--gpu", type=int, default=0, help="GPU index the fault hits (default 0)")
+    s.add_argument("--gpu-lost", action="store_true", help="the GPU fell off the bus")
+    s.add_argument("--temperature", type=float, metavar="C", help="GPU temperature, Celsius")
+    s.add_argument("--ecc", type=int, metavar="N", help="volatile uncorrectable ECC errors")
+    s.add_argument("--utilization", type=float, metavar="PCT", help="utilisation of every GPU")
+    s.add_argument("--processes", type=int, metavar="N", help="GPU processes on the GPU")
+    s.add_argument("--silent", action="store_true", help="the agent stops reporting")
+    s.add_argument("--resume", action="store_true", help="the agent reports again")
+    s.add_argument("--preempt", action="store_true", help="a spot preemption notice")
+    s.add_argument("--clear", action="store_true", help="remove every injected fault first")
+    s.set_defaults(func=cmd_local_inject)
+    s = lsub.add_parser("reboot", help="reboot a local node (new boot id, faults cleared)")
+    s.add_argument("fleet")
+    s.add_argument("node")
+    s.set_defaults(func=cmd_local_reboot)
+    s = lsub.add_parser("launch-foreign", help="start a machine without navarch tags")
+    s.add_argument("fleet")
+    s.add_argument("--zone", default="sim-1a")
+    s.add_argument("--instance-type", default="sim-h100x8")
+    s.set_defaults(func=cmd_local_foreign)
+
+    try:
+        from navarch.agent.cli import register
+    except ImportError:
+        register = None
+    if register is not None:
+        register(sub)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one navarch command; returns the process exit code (see module docstring)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except LockHeld as exc:
+        _err(f"{exc}. Another navarch run is converging this fleet; try again later, or if "
+             f"that run is dead: navarch force-unlock FLEET {exc.lock_id}")
+        return EXIT_LOCKED
+    except StalePlan as exc:
+        _err(str(exc))
+        return EXIT_ERROR
+    except ConfigError as exc:
+        _err(str(exc))
+        return EXIT_ERROR
+    except NavarchError as exc:
+        _err(str(exc))
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        _err("interrupted")
+        return EXIT_ERROR
+
+
+__all__ = ["main", "build_parser"]

@@ -1,0 +1,195 @@
+"""Operations on the embedded local provider's machines: fire agents, inject faults.
+
+These are what `navarch local tick|inject|reboot|launch-foreign` run. Each local machine
+runs the real agent code (navarch.agent.run_once) on the fake GPU backend; faults reach it
+the way real ones reach a real agent: a fake-GPU faults file for device readings, and real
+NVRM kernel-log lines for XIDs.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from navarch import signing
+from navarch.errors import ConfigError
+from navarch.providers.local import LocalProvider, _write_json
+from navarch.spec import FleetSpec
+
+
+def local_providers(spec: FleetSpec) -> list[LocalProvider]:
+    """The fleet's local providers (ConfigError when it has none)."""
+    from navarch.providers.local import create
+
+    out = [create(name, cfg, base_dir=spec.base_dir, fleet=spec.name)
+           for name, cfg in sorted(spec.providers.items()) if cfg["type"] == "local"]
+    if not out:
+        raise ConfigError("this fleet has no local provider", file=str(spec.source),
+                          key_path="providers", hint="`navarch local` works on type: local only")
+    return out
+
+
+def _find(spec: FleetSpec, node: str) -> tuple[LocalProvider, dict[str, Any]]:
+    for provider in local_providers(spec):
+        try:
+            return provider, provider.find(node)
+        except ConfigError:
+            continue
+    raise ConfigError(f"no local machine named {node!r} in fleet {spec.name}",
+                      hint="`navarch status FLEET` lists the nodes")
+
+
+@dataclass(frozen=True)
+class TickResult:
+    node: str
+    status: str  # the report's status, or "silent" / "error: ..."
+
+
+def tick(spec: FleetSpec, now: datetime | None = None) -> list[TickResult]:
+    """Run every local node's agent once, as its systemd timer would.
+
+    Returns one TickResult per machine of the fleet (sorted by node name). A silenced
+    node writes nothing. Raises ConfigError when the fleet secret cannot be read.
+    """
+    from navarch.agent import AgentConfig, run_once
+
+    secret = spec.fleet_secret()
+    results = []
+    for provider in local_providers(spec):
+        for m in sorted(provider.fleet_machines(spec.name), key=lambda m: m["tags"]["navarch-node"]):
+            node = m["tags"]["navarch-node"]
+            pool_name = m["tags"]["navarch-pool"]
+            d = provider.machine_dir(m["instance_id"])
+            if (d / "silent").exists():
+                results.append(TickResult(node, "silent"))
+                continue
+            try:
+                pool = spec.pool(pool_name)
+            except KeyError:
+                results.append(TickResult(node, f"error: pool {pool_name} not in fleet.yaml"))
+                continue
+            config = AgentConfig(
+                fleet=spec.name, pool=pool_name, node=node, instance_id=m["instance_id"],
+                store=spec.store_url,
+                key=signing.derive_node_key(secret, spec.name, node).hex(),
+                gpus_per_node=pool.gpus_per_node, state_file=str(d / "agent.json"),
+                kernel_log=str(d / "kern.log"), fake_gpu=True, gpu_count=pool.gpus_per_node,
+                faults_file=str(d / "faults.json"), boot_id=m["boot_id"], metadata="none",
+            )
+            report = run_once(config, now=now)
+            results.append(TickResult(node, report["status"]))
+    return results
+
+
+def _faults(d: Path) -> dict[str, Any]:
+    try:
+        return json.loads((d / "faults.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _gpu_bdf(node: str, gpu_count: int, gpu: int) -> str:
+    from navarch.agent.gpu import FakeGpuBackend
+
+    gpus = FakeGpuBackend(node, gpu_count).probe().gpus
+    if not 0 <= gpu < len(gpus):
+        raise ConfigError(f"node {node} has GPUs 0..{len(gpus) - 1}, not {gpu}")
+    return gpus[gpu].pci_bus_id
+
+
+def inject(
+    spec: FleetSpec,
+    node: str,
+    *,
+    xid: int | None = None,
+    gpu: int = 0,
+    gpu_lost: bool = False,
+    temperature_c: float | None = None,
+    ecc_uncorrected: int | None = None,
+    utilization_pct: float | None = None,
+    processes: int | None = None,
+    silent: bool | None = None,
+    preempt: bool = False,
+    clear: bool = False,
+) -> list[str]:
+    """Inject faults into one local node; returns what was done, one line each.
+
+    xid: appends a real NVRM Xid line for GPU `gpu` to the node's kernel log (the agent
+    parses it like on a real machine). gpu_lost / temperature_c / ecc_uncorrected /
+    utilization_pct / processes: written to the fake-GPU faults file for GPU `gpu`
+    (utilization_pct for every GPU). silent: the agent stops (True) or resumes (False)
+    writing reports. preempt: a spot preemption notice. clear: remove every fault.
+    """
+    provider, m = _find(spec, node)
+    d = provider.machine_dir(m["instance_id"])
+    pool = spec.pool(m["tags"]["navarch-pool"])
+    done: list[str] = []
+    faults = {} if clear else _faults(d)
+    if clear:
+        for name in ("kern.log", "faults.json", "silent", "notice.json"):
+            (d / name).unlink(missing_ok=True)
+        done.append("cleared every fault")
+    if xid is not None:
+        from navarch.xid import lookup
+
+        bdf = _gpu_bdf(node, pool.gpus_per_node, gpu)
+        uptime_s = (datetime.now(UTC) - datetime.fromisoformat(m["launched_at"])).total_seconds()
+        line = (f"[{uptime_s:.6f}] NVRM: Xid (PCI:{bdf}): {xid}, pid='<unknown>', "
+                f"name=<unknown>, {lookup(xid).meaning}\n")
+        with open(d / "kern.log", "a") as fh:
+            fh.write(line)
+        done.append(f"kernel log: {line.strip()}")
+    key = str(gpu)
+    if gpu_lost:
+        faults["gpu_lost"] = sorted(set(faults.get("gpu_lost", [])) | {gpu})
+        done.append(f"GPU {gpu} lost")
+    if temperature_c is not None:
+        faults.setdefault("temperature_c", {})[key] = temperature_c
+        done.append(f"GPU {gpu} temperature {temperature_c:g} C")
+    if ecc_uncorrected is not None:
+        faults.setdefault("ecc_uncorrected", {})[key] = ecc_uncorrected
+        done.append(f"GPU {gpu} {ecc_uncorrected} uncorrectable ECC errors")
+    if utilization_pct is not None:
+        faults["utilization_pct"] = utilization_pct
+        done.append(f"GPU utilisation {utilization_pct:g}% on every GPU")
+    if processes is not None:
+        faults.setdefault("process_count", {})[key] = processes
+        done.append(f"GPU {gpu} runs {processes} process(es)")
+    if faults or not clear:
+        _write_json(d / "faults.json", faults)
+    if silent is True:
+        (d / "silent").touch()
+        done.append("agent silenced")
+    elif silent is False:
+        (d / "silent").unlink(missing_ok=True)
+        done.append("agent resumed")
+    if preempt:
+        _write_json(d / "notice.json", {"kind": "preemption", "source": "local",
+                                        "deadline": None, "detail": "injected"})
+        done.append("spot preemption notice")
+    return done
+
+
+def reboot(spec: FleetSpec, node: str) -> None:
+    """Reboot a local node: new boot id, kernel log and faults cleared."""
+    provider, _ = _find(spec, node)
+    provider.reboot(node)
+
+
+def launch_foreign(spec: FleetSpec, zone: str, instance_type: str) -> str:
+    """Start a machine without navarch's tags (as another team's VM); returns its id."""
+    return local_providers(spec)[0].launch_foreign(zone, instance_type).instance_id
+
+
+def machine_paths(spec: FleetSpec) -> Sequence[str]:
+    """Directories of the fleet's local machines (for docs and debugging)."""
+    return [str(p.machine_dir(m["instance_id"])) for p in local_providers(spec)
+            for m in p.fleet_machines(spec.name)]
+
+
+__all__ = ["tick", "inject", "reboot", "launch_foreign", "local_providers", "TickResult",
+           "machine_paths"]

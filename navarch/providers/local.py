@@ -1,0 +1,165 @@
+"""The embedded local provider: simulated machines under a directory, no cloud account.
+
+Layout: <dir>/machines/<instance_id>/
+  machine.json   id, zone, type, state, launched_at, tags, boot_id, spot
+  faults.json    fault injection for the fake GPU backend (format: navarch.agent fake GPUs)
+  kern.log       kernel log text the agent reads (XIDs are injected as real NVRM lines)
+  agent.json     the agent's own state file (sequence, latched faults)
+  silent         present when the agent is silenced (it writes no report)
+
+Machines carry the same ownership tags cloud instances do (navarch-fleet, navarch-pool,
+navarch-node, navarch-launch). The instance id is derived from the launch id, so a launch
+repeated with the same launch id finds the machine it made (like an EC2 ClientToken).
+Places listed in the provider's `unavailable` setting answer with a capacity error, so
+capacity fallback can be seen offline.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from navarch.errors import CapacityError, ConfigError
+from navarch.inventory import TAG_FLEET, Instance, InstanceState
+from navarch.providers.base import ProvisionRequest
+
+
+def _write_json(path: Path, doc: Any) -> None:
+    """Write JSON atomically (temp file + rename) so readers never see half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    with os.fdopen(fd, "w") as fh:
+        json.dump(doc, fh, indent=1, sort_keys=True)
+    os.replace(tmp, path)
+
+
+class LocalProvider:
+    """Provider over simulated machines in a directory (see module docstring)."""
+
+    def __init__(self, name: str, root: Path, unavailable: Sequence[str] = ()) -> None:
+        self.name = name
+        self.root = Path(root)
+        self.unavailable = frozenset(unavailable)
+
+    # -- machine files ---------------------------------------------------------------
+    @property
+    def machines_dir(self) -> Path:
+        return self.root / "machines"
+
+    def machine_dir(self, instance_id: str) -> Path:
+        return self.machines_dir / instance_id
+
+    def read_machine(self, instance_id: str) -> dict[str, Any]:
+        return json.loads((self.machine_dir(instance_id) / "machine.json").read_text())
+
+    def write_machine(self, machine: Mapping[str, Any]) -> None:
+        _write_json(self.machine_dir(machine["instance_id"]) / "machine.json", dict(machine))
+
+    def machines(self) -> list[dict[str, Any]]:
+        """Every machine's record (sorted by instance id); unreadable ones are skipped."""
+        out = []
+        if not self.machines_dir.is_dir():
+            return out
+        for d in sorted(self.machines_dir.iterdir()):
+            try:
+                out.append(json.loads((d / "machine.json").read_text()))
+            except (OSError, ValueError):
+                continue  # being created or removed right now
+        return out
+
+    def find(self, node: str) -> dict[str, Any]:
+        """The machine whose navarch-node tag (or instance id) is `node`; ConfigError if none."""
+        for m in self.machines():
+            if m["tags"].get("navarch-node") == node or m["instance_id"] == node:
+                return m
+        raise ConfigError(f"no local machine named {node!r}", hint="see `navarch status FLEET`")
+
+    @staticmethod
+    def _instance(provider: str, m: Mapping[str, Any]) -> Instance:
+        return Instance(
+            provider=provider,
+            instance_id=m["instance_id"],
+            zone=m["zone"],
+            instance_type=m["instance_type"],
+            state=InstanceState(m["state"]),
+            launched_at=datetime.fromisoformat(m["launched_at"]),
+            tags=tuple(sorted(m["tags"].items())),
+            spot=m.get("spot", False),
+            address="127.0.0.1",
+        )
+
+    # -- Provider contract -------------------------------------------------------------
+    def list_instances(self, fleet: str) -> Sequence[Instance]:
+        """Every machine in the directory: this fleet's, and any others as foreign."""
+        return tuple(self._instance(self.name, m) for m in self.machines())
+
+    def provision(self, request: ProvisionRequest) -> Instance:
+        """Create the machine (idempotent on request.launch_id).
+
+        Raises CapacityError (scope zone) for a place listed in `unavailable`.
+        """
+        instance_id = "i-" + hashlib.sha256(request.launch_id.encode()).hexdigest()[:17]
+        if (self.machine_dir(instance_id) / "machine.json").exists():
+            return self._instance(self.name, self.read_machine(instance_id))
+        if f"{request.zone}/{request.instance_type}" in self.unavailable:
+            raise CapacityError(
+                f"no capacity for {request.instance_type} in {request.zone} (simulated)",
+                code="InsufficientInstanceCapacity", scope="zone",
+            )
+        machine = {
+            "instance_id": instance_id,
+            "zone": request.zone,
+            "instance_type": request.instance_type,
+            "state": InstanceState.RUNNING.value,
+            "launched_at": datetime.now(UTC).isoformat(),
+            "tags": dict(request.tags),
+            "spot": request.spot,
+            "boot_id": str(uuid.uuid4()),
+        }
+        self.write_machine(machine)
+        return self._instance(self.name, machine)
+
+    def terminate(self, instances: Sequence[Instance]) -> None:
+        """Remove the machines; one already gone is success."""
+        for inst in instances:
+            shutil.rmtree(self.machine_dir(inst.instance_id), ignore_errors=True)
+
+    # -- local-only operations (CLI `navarch local ...`) -------------------------------------
+    def launch_foreign(self, zone: str, instance_type: str) -> Instance:
+        """A machine without navarch's tags, as someone else's VM in the same account."""
+        m = {
+            "instance_id": "i-foreign" + uuid.uuid4().hex[:10],
+            "zone": zone, "instance_type": instance_type, "state": "running",
+            "launched_at": datetime.now(UTC).isoformat(), "tags": {"owner": "someone-else"},
+            "spot": False, "boot_id": str(uuid.uuid4()),
+        }
+        self.write_machine(m)
+        return self._instance(self.name, m)
+
+    def fleet_machines(self, fleet: str) -> list[dict[str, Any]]:
+        return [m for m in self.machines() if m["tags"].get(TAG_FLEET) == fleet]
+
+    def reboot(self, node: str) -> None:
+        """New boot id, empty kernel log, faults cleared: what a reboot does to a node."""
+        m = self.find(node)
+        m["boot_id"] = str(uuid.uuid4())
+        self.write_machine(m)
+        d = self.machine_dir(m["instance_id"])
+        for name in ("kern.log", "faults.json"):
+            (d / name).unlink(missing_ok=True)
+
+
+def create(name: str, config: Mapping[str, Any], *, base_dir: Path, fleet: str) -> LocalProvider:
+    """Build the local provider from its fleet.yaml mapping ({type: local, dir, unavailable})."""
+    root = Path(config.get("dir", ".navarch/local"))
+    if not root.is_absolute():
+        root = base_dir / root
+    return LocalProvider(name, root / fleet, config.get("unavailable", ()))

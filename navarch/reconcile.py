@@ -1,0 +1,219 @@
+"""One reconcile run's I/O around the pure planner: gather, plan, apply.
+
+gather(): list every provider's instances (all of them, or the run stops: planning on a
+partial inventory would provision duplicates), read Memory and the health reports, run
+drain checks for draining nodes, then observe() and plan() (pure).
+apply: take the lock, gather again, check a saved plan is not stale, execute, write
+Memory by compare-and-swap, release the lock.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+
+from navarch.errors import ConfigError, NavarchError, ProviderError, StalePlan
+from navarch.executor import Executor, Outcome, PlaybookRunner
+from navarch.inventory import Instance, fingerprint
+from navarch.planner.model import Memory, Phase, Plan, ReportObservation, memory_to_json
+from navarch.planner.observe import Observed, observe
+from navarch.planner.plan import plan as make_plan
+from navarch.providers import open_provider
+from navarch.providers.base import Provider
+from navarch.reports import read_reports
+from navarch.spec import FleetSpec, PoolSpec
+from navarch.state import (
+    AuditLog,
+    Lock,
+    acquire_lock,
+    load_memory,
+    release_lock,
+    save_memory,
+)
+from navarch.stores import ObjectStore, open_store
+
+
+def clock() -> datetime:
+    """The reconciler's clock: now in UTC, or NAVARCH_NOW (RFC 3339) when set.
+
+    NAVARCH_NOW is a test and replay seam: it lets an end-to-end test show what a run an
+    hour later would do. The planner itself never reads a clock.
+    """
+    fixed = os.environ.get("NAVARCH_NOW")
+    if fixed:
+        return datetime.fromisoformat(fixed.replace("Z", "+00:00")).astimezone(UTC)
+    return datetime.now(UTC)
+
+
+@dataclass
+class Fleet:
+    """An opened fleet: its spec, store and providers (by fleet.yaml provider name)."""
+
+    spec: FleetSpec
+    store: ObjectStore
+    providers: dict[str, Provider]
+    playbooks: PlaybookRunner | None = None
+
+    @classmethod
+    def open(cls, spec: FleetSpec) -> Fleet:
+        """Open the store and every provider a pool uses. Raises ConfigError/ProviderError."""
+        store = open_store(spec.store_url, base_dir=spec.base_dir)
+        names = sorted({p.provider for p in spec.pools})
+        providers = {n: open_provider(n, spec.providers[n], base_dir=spec.base_dir, fleet=spec.name)
+                     for n in names}
+        playbooks = None
+        if any(p.scheduler != "none" for p in spec.pools):
+            from navarch.remote.adapter import SSHPlaybooks
+
+            playbooks = SSHPlaybooks(spec)
+        return cls(spec, store, providers, playbooks)
+
+    def secret(self) -> bytes | None:
+        """The fleet secret, or None when it cannot be read (reports then count as
+        rejected 'no_secret', which never makes a node unhealthy)."""
+        try:
+            return self.spec.fleet_secret()
+        except ConfigError:
+            return None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything one run saw, and the plan made from it."""
+
+    inventory: tuple[Instance, ...]
+    loaded: Memory  # Memory as read from the store, before this run's observations
+    memory_version: str | None
+    reports: Mapping[str, ReportObservation]
+    observed: Observed
+    plan: Plan
+    now: datetime
+
+    @property
+    def memory(self) -> Memory:
+        return self.observed.memory
+
+
+def list_inventory(fleet: Fleet) -> tuple[Instance, ...]:
+    """Every instance of every provider; raises ProviderError naming the provider."""
+    out: list[Instance] = []
+    for name, provider in sorted(fleet.providers.items()):
+        try:
+            out.extend(provider.list_instances(fleet.spec.name))
+        except ProviderError as exc:
+            raise type(exc)(f"cannot list instances from provider {name}: {exc}; "
+                            "nothing was planned", code=exc.code, scope=exc.scope) from exc
+    return tuple(out)
+
+
+def _drain_checks(fleet: Fleet, memory: Memory, inventory: tuple[Instance, ...]) -> dict[str, bool]:
+    """Run drain_check for draining nodes of pools with a scheduler; SSH trouble = not drained."""
+    if fleet.playbooks is None:
+        return {}
+    by_node = {i.node: i for i in inventory if i.node}
+    out: dict[str, bool] = {}
+    for nm in memory.nodes:
+        if nm.phase is not Phase.DRAINING:
+            continue
+        try:
+            pool: PoolSpec = fleet.spec.pool(nm.pool)
+        except KeyError:
+            continue
+        if pool.scheduler == "none" or nm.node not in by_node:
+            continue
+        try:
+            ok, _ = fleet.playbooks.run(pool, "drain_check", nm.node, by_node[nm.node].address,
+                                        nm.phase_reason)
+        except NavarchError:
+            ok = False
+        out[nm.node] = ok
+    return out
+
+
+def gather(fleet: Fleet, now: datetime) -> Snapshot:
+    """Observe the world and plan (read-only: writes nothing anywhere)."""
+    inventory = list_inventory(fleet)
+    memory, version = load_memory(fleet.store, fleet.spec.name)
+    reports = read_reports(fleet.store, fleet.spec.name, memory, fleet.secret(), now)
+    checks = _drain_checks(fleet, memory, inventory)
+    observed = observe(fleet.spec, inventory, reports, memory, now, checks)
+    plan = make_plan(fleet.spec, observed.views, observed.memory, now)
+    plan = replace(plan, state_serial=memory.serial, inventory_fingerprint=fingerprint(inventory),
+                   foreign=observed.foreign)
+    return Snapshot(inventory, memory, version, reports, observed, plan, now)
+
+
+def check_saved_plan(saved: Plan, snap: Snapshot) -> None:
+    """Raise StalePlan when the state serial or the inventory moved on since `saved`."""
+    if saved.fleet != snap.plan.fleet:
+        raise StalePlan(f"Saved plan is for fleet {saved.fleet}, not {snap.plan.fleet}")
+    if saved.state_serial != snap.plan.state_serial:
+        raise StalePlan(f"Saved plan is stale: state serial was {saved.state_serial}, now "
+                        f"{snap.plan.state_serial}; run `navarch plan` again")
+    if saved.inventory_fingerprint != snap.plan.inventory_fingerprint:
+        raise StalePlan("Saved plan is stale: the instances changed since it was made; "
+                        "run `navarch plan` again")
+
+
+@dataclass(frozen=True)
+class ApplyResult:
+    plan: Plan
+    outcomes: tuple[Outcome, ...]
+    memory: Memory
+    run_id: str
+
+
+def _user_data_renderer(spec: FleetSpec) -> Callable[[PoolSpec, str, bytes], str] | None:
+    try:
+        from navarch.agent.install import render_cloud_init
+    except ImportError:
+        return None
+
+    def render(pool: PoolSpec, node: str, key: bytes) -> str:
+        if spec.providers[pool.provider]["type"] == "local":
+            return ""
+        return render_cloud_init(spec, pool.name, node, key)
+
+    return render
+
+
+def run_apply(
+    fleet: Fleet,
+    *,
+    command: str,
+    saved: Plan | None = None,
+    confirm: Callable[[Plan], bool] | None = None,
+    on_outcome: Callable[[Outcome], None] | None = None,
+) -> ApplyResult | None:
+    """Lock, gather, (check the saved plan), confirm, execute, save Memory, unlock.
+
+    Returns None when confirm() declined. Raises LockHeld, StalePlan, ProviderError,
+    StoreError; the lock is released on every path out.
+    """
+    spec = fleet.spec
+    lock: Lock = acquire_lock(fleet.store, spec.name, command, spec.safety.lock_ttl_s, clock())
+    try:
+        snap = gather(fleet, clock())
+        plan = snap.plan
+        if saved is not None:
+            check_saved_plan(saved, snap)
+            plan = replace(plan, actions=saved.actions)
+        if confirm is not None and plan.actions and not confirm(plan):
+            return None
+        run_id = f"{snap.now:%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:8]}"
+        audit = AuditLog(fleet.store, spec.name, run_id, snap.now)
+        by_node = {i.node: i for i in snap.inventory if i.node and i.fleet == spec.name}
+        executor = Executor(spec, fleet.providers, audit, instances=by_node, clock=clock,
+                            run_id=run_id, playbooks=fleet.playbooks,
+                            user_data=_user_data_renderer(spec), fleet_secret=fleet.secret())
+        memory, outcomes = executor.execute(plan, snap.memory, on_outcome)
+        changed = memory_to_json(replace(memory, serial=0)) != memory_to_json(
+            replace(snap.loaded, serial=0))
+        if changed or snap.memory_version is None:
+            memory, _ = save_memory(fleet.store, memory, snap.memory_version)
+        return ApplyResult(plan, tuple(outcomes), memory, run_id)
+    finally:
+        release_lock(fleet.store, spec.name, lock)

@@ -1,0 +1,133 @@
+"""Plan rendering: text for people (Terraform style), markdown for PR comments, JSON for
+scripts (schemas/plan.schema.json). Saved plans are the JSON form plus the fleet file.
+
+Symbols: `+` provision, `~` cordon / drain / uncordon / scale, `-` terminate; a
+`# (because ...)` line under each; one summary line; "No changes. The fleet matches
+fleet.yaml." when there is nothing to do.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from navarch.planner.model import Action, ActionKind, Halt, Place, Plan, parse_ts, ts
+
+NO_CHANGES = "No changes. The fleet matches fleet.yaml."
+_SYMBOL = {ActionKind.PROVISION: "+", ActionKind.TERMINATE: "-"}
+
+
+def _headline(a: Action) -> str:
+    if a.kind is ActionKind.PROVISION:
+        where = a.places[0].label() if a.places else "?"
+        more = f", then {len(a.places) - 1} more place(s)" if len(a.places) > 1 else ""
+        return f"provision {a.node} in {where}{more}"
+    if a.kind is ActionKind.SCALE:
+        return f"scale pool {a.pool} to {a.desired} nodes"
+    iid = f" ({a.instance_id})" if a.instance_id else ""
+    return f"{a.kind.value} {a.node}{iid}"
+
+
+def summary_counts(plan: Plan) -> dict[str, int]:
+    counts = Counter(a.kind.value for a in plan.actions)
+    return {k.value: counts.get(k.value, 0) for k in ActionKind}
+
+
+def summary_line(plan: Plan) -> str:
+    c = summary_counts(plan)
+    line = (f"Plan: {c['provision']} to provision, {c['cordon']} to cordon, "
+            f"{c['drain']} to drain, {c['terminate']} to terminate")
+    if c["scale"]:
+        line += f", {c['scale']} to scale"
+    if c["uncordon"]:
+        line += f", {c['uncordon']} to uncordon"
+    return line + "."
+
+
+def render_text(plan: Plan) -> str:
+    """The human plan: actions grouped by pool, halts, notes, one summary line."""
+    lines: list[str] = []
+    if plan.actions:
+        lines.append(f"navarch will perform these actions on fleet {plan.fleet}:")
+        pool = None
+        for a in plan.actions:
+            if a.pool != pool:
+                pool = a.pool
+                lines += ["", f"  # pool {pool}"]
+            lines.append(f"  {_SYMBOL.get(a.kind, '~')} {_headline(a)}")
+            lines.append(f"      # (because {a.reason})")
+        lines.append("")
+    if plan.halts:
+        lines.append("Held back by safety rules:")
+        lines += [f"  ! {h.pool}: {h.rule}: {h.message}" for h in plan.halts]
+        lines.append("")
+    if plan.notes:
+        lines.append("Notes:")
+        lines += [f"  * {n}" for n in plan.notes]
+        lines.append("")
+    lines.append(summary_line(plan) if plan.actions else NO_CHANGES)
+    return "\n".join(lines) + "\n"
+
+
+def render_markdown(plan: Plan) -> str:
+    """The plan for a PR comment: a heading, the text plan in a diff block."""
+    body = render_text(plan)
+    return f"### navarch plan: fleet `{plan.fleet}`\n\n```diff\n{body}```\n"
+
+
+def _place_json(p: Place) -> dict[str, Any]:
+    return {"zone": p.zone, "instance_type": p.instance_type, "spot": p.spot, "attempt": p.attempt}
+
+
+def action_to_json(a: Action) -> dict[str, Any]:
+    return {"action": a.kind.value, "pool": a.pool, "node": a.node, "reason": a.reason,
+            "instance_id": a.instance_id, "places": [_place_json(p) for p in a.places],
+            "replaces": a.replaces, "repair": a.repair, "desired": a.desired}
+
+
+def action_from_json(d: dict[str, Any]) -> Action:
+    return Action(
+        kind=ActionKind(d["action"]), pool=d["pool"], node=d["node"], reason=d["reason"],
+        places=tuple(Place(p["zone"], p["instance_type"], p["spot"], p["attempt"])
+                     for p in d.get("places", ())),
+        instance_id=d.get("instance_id"), replaces=d.get("replaces"),
+        repair=d.get("repair", False), desired=d.get("desired"),
+    )
+
+
+def plan_to_json(plan: Plan) -> dict[str, Any]:
+    """The stable JSON form (schemas/plan.schema.json)."""
+    return {
+        "format_version": 1,
+        "fleet": plan.fleet,
+        "created_at": ts(plan.created_at),
+        "state_serial": plan.state_serial,
+        "inventory_fingerprint": plan.inventory_fingerprint,
+        "summary": summary_counts(plan),
+        "actions": [action_to_json(a) for a in plan.actions],
+        "halts": [{"pool": h.pool, "rule": h.rule, "message": h.message} for h in plan.halts],
+        "notes": list(plan.notes),
+        "nodes": [
+            {"node": v.node, "pool": v.pool, "lifecycle": v.lifecycle.value, "reason": v.reason,
+             "instance_id": v.instance.instance_id if v.instance else None,
+             "report_age_s": round(v.report_age_s, 1) if v.report_age_s is not None else None,
+             "streak": v.streak,
+             "health_score": v.summary.health_score if v.summary else None,
+             "rejected": v.rejected}
+            for v in plan.views
+        ],
+        "foreign": [{"provider": i.provider, "instance_id": i.instance_id} for i in plan.foreign],
+    }
+
+
+def plan_from_json(d: dict[str, Any]) -> Plan:
+    """Rebuild a saved plan's actions and checks (views are not restored)."""
+    return Plan(
+        fleet=d["fleet"],
+        created_at=parse_ts(d["created_at"]),
+        actions=tuple(action_from_json(a) for a in d["actions"]),
+        halts=tuple(Halt(h["pool"], h["rule"], h["message"]) for h in d.get("halts", ())),
+        notes=tuple(d.get("notes", ())),
+        state_serial=d["state_serial"],
+        inventory_fingerprint=d["inventory_fingerprint"],
+    )

@@ -1,0 +1,52 @@
+"""`navarch uncordon`: return a node that navarch cordoned to service.
+
+Rules (LBNL NHC: only undo what you did yourself):
+- only a node navarch cordoned or is draining (its Memory phase says so) is uncordoned;
+  a node cordoned by a human outside navarch is not in that phase and is refused;
+- only when its latest accepted report is healthy and fresh (within stale_after).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from navarch.errors import NavarchError
+from navarch.executor import Executor
+from navarch.planner.model import Action, ActionKind, Phase
+from navarch.reconcile import Fleet, clock, gather
+from navarch.state import AuditLog, acquire_lock, release_lock, save_memory
+
+
+def uncordon(fleet: Fleet, node: str) -> str:
+    """Uncordon `node`; returns the playbook's detail. Raises NavarchError saying why not."""
+    spec = fleet.spec
+    lock = acquire_lock(fleet.store, spec.name, f"uncordon {node}", spec.safety.lock_ttl_s, clock())
+    try:
+        snap = gather(fleet, clock())
+        nm = snap.memory.node(node)
+        view = next((v for v in snap.observed.views if v.node == node), None)
+        if nm is None or view is None:
+            raise NavarchError(f"{node} is not a node of fleet {spec.name}")
+        if nm.phase not in (Phase.CORDONED, Phase.DRAINING):
+            raise NavarchError(f"navarch did not cordon {node}; a cordon made outside navarch "
+                               "is left to whoever made it")
+        pool = spec.pool(nm.pool)
+        s = view.summary
+        if s is None or s.status != "healthy" or (view.report_age_s or 0) > pool.health.stale_after_s:
+            state = "no report" if s is None else f"{s.status}, {view.report_age_s:.0f}s old"
+            raise NavarchError(f"{node} has no fresh healthy report ({state}); "
+                               "fix it and let its agent report first")
+        action = Action(ActionKind.UNCORDON, nm.pool, node, "operator: navarch uncordon",
+                        instance_id=nm.instance_id)
+        audit = AuditLog(fleet.store, spec.name, f"{snap.now:%Y%m%dT%H%M%SZ}-uncordon", snap.now)
+        by_node = {i.node: i for i in snap.inventory if i.node}
+        executor = Executor(spec, fleet.providers, audit, instances=by_node, clock=clock,
+                            run_id="uncordon", playbooks=fleet.playbooks)
+        plan = replace(snap.plan, actions=(action,))
+        memory, outcomes = executor.execute(plan, snap.memory)
+        if not outcomes[0].ok:
+            raise NavarchError(f"uncordon of {node} failed: {outcomes[0].detail}")
+        save_memory(fleet.store, memory, snap.memory_version)
+        return outcomes[0].detail
+    finally:
+        release_lock(fleet.store, spec.name, lock)

@@ -1,0 +1,289 @@
+"""LambdaProvider over HTTP against the local fake Lambda Cloud API."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import jsonschema
+import pytest
+import requests
+
+from navarch.errors import (
+    AuthError,
+    CapacityError,
+    ConfigError,
+    ProviderError,
+    QuotaError,
+    TransientError,
+)
+from navarch.inventory import InstanceState, launch_id, ownership_tags
+from navarch.providers import open_provider
+from navarch.providers.base import ProvisionRequest
+from navarch.providers.lambda_cloud import (
+    LambdaApiError,
+    LambdaProvider,
+    LambdaSettings,
+    map_error,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+FLEET = "prod"
+NOW = datetime(2026, 11, 21, 21, 0, 0, tzinfo=UTC)
+
+
+class FakeClock:
+    """Monotonic clock that only moves when the provider sleeps (or a test advances it)."""
+
+    def __init__(self) -> None:
+        self.t = 1000.0
+        self.sleeps: list[float] = []
+
+    def __call__(self) -> float:
+        return self.t
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.t += seconds
+
+
+def _provider(api_base: str, clock: FakeClock | None = None, **extra: object) -> LambdaProvider:
+    config = {
+        "type": "lambda",
+        "api_key_env": "LAMBDA_API_KEY",
+        "api_base": api_base,
+        "ssh_key_name": "navarch",
+        **extra,
+    }
+    if clock is None:
+        p = open_provider("lam", config, base_dir=ROOT, fleet=FLEET)
+        assert isinstance(p, LambdaProvider)
+        return p
+    return LambdaProvider(
+        "lam",
+        LambdaSettings.from_mapping(config),
+        fleet=FLEET,
+        clock=clock,
+        sleep=clock.sleep,
+        now=lambda: NOW,
+    )
+
+
+def _request(
+    node: str = "prod-train-0001", zone: str = "us-east-1", **kw: object
+) -> ProvisionRequest:
+    lid = launch_id(FLEET, node, 0)
+    fields: dict[str, object] = dict(
+        fleet=FLEET,
+        pool="train",
+        node=node,
+        zone=zone,
+        instance_type="gpu_1x_a10",
+        spot=False,
+        launch_id=lid,
+        attempt=0,
+        tags={**ownership_tags(FLEET, "train", node, lid), "team": "ml"},
+        user_data="#cloud-config\n{}\n",
+        options={"image": {"family": "lambda-stack-22-04"}},
+    )
+    fields.update(kw)
+    return ProvisionRequest(**fields)  # type: ignore[arg-type]
+
+
+def test_provision_then_list(fake_lambda, lambda_api_base: str) -> None:
+    p = _provider(lambda_api_base, FakeClock())
+    inst = p.provision(_request())
+    assert inst.state is InstanceState.PENDING
+    assert inst.zone == "us-east-1" and inst.instance_type == "gpu_1x_a10"
+    assert inst.fleet == FLEET and inst.node == "prod-train-0001"
+    assert inst.launch_id == launch_id(FLEET, "prod-train-0001", 0)
+    assert inst.launched_at == NOW
+    assert inst.address and not inst.spot
+    [body] = [b for m, path, b in fake_lambda.calls if path.endswith("/launch")]
+    assert body["name"] == "prod-train-0001"
+    assert body["ssh_key_names"] == ["navarch"]
+    assert body["user_data"] == "#cloud-config\n{}\n"
+    assert body["image"] == {"family": "lambda-stack-22-04"}
+    assert {"key": "navarch-fleet", "value": FLEET} in body["tags"]
+    assert p.list_instances(FLEET) == [inst]
+    fake_lambda.set_status("active")
+    assert p.list_instances(FLEET)[0].state is InstanceState.RUNNING
+
+
+def test_existing_node_is_returned_not_relaunched(fake_lambda, lambda_api_base: str) -> None:
+    first = _provider(lambda_api_base, FakeClock()).provision(_request())
+    # A later run (new provider object, e.g. after a killed apply) asks again.
+    again = _provider(lambda_api_base, FakeClock()).provision(_request())
+    assert again == first
+    assert fake_lambda.count("POST", r"/launch$") == 1
+    assert len(fake_lambda.live()) == 1
+
+
+def test_launches_are_spaced_by_the_rate_limit(fake_lambda, lambda_api_base: str) -> None:
+    clock = FakeClock()
+    p = _provider(lambda_api_base, clock)
+    p.provision(_request("prod-train-0001"))
+    clock.t += 5  # five seconds pass before the next launch is asked for
+    p.provision(_request("prod-train-0002"))
+    p.provision(_request("prod-train-0003"))
+    assert clock.sleeps == [7.0, 12.0]
+    assert fake_lambda.count("POST", r"/launch$") == 3
+
+
+def test_no_capacity_listed_is_capacity_error_without_launch(
+    fake_lambda, lambda_api_base: str
+) -> None:
+    fake_lambda.capacity["gpu_1x_a10"] = {"us-west-1"}
+    p = _provider(lambda_api_base, FakeClock())
+    with pytest.raises(CapacityError) as info:
+        p.provision(_request(zone="us-east-1"))
+    assert info.value.scope == "zone"
+    assert fake_lambda.count("POST", r"/launch$") == 0
+    assert p.provision(_request(zone="us-west-1")).zone == "us-west-1"
+
+
+def test_launch_insufficient_capacity_is_not_retried(fake_lambda, lambda_api_base: str) -> None:
+    fake_lambda.fail(
+        "POST", r"/launch$", 400, "instance-operations/launch/insufficient-capacity", "no room"
+    )
+    with pytest.raises(CapacityError) as info:
+        _provider(lambda_api_base, FakeClock()).provision(_request())
+    assert info.value.code == "instance-operations/launch/insufficient-capacity"
+    assert fake_lambda.count("POST", r"/launch$") == 1
+    assert fake_lambda.live() == []
+
+
+def test_launch_5xx_is_transient_and_never_retried(fake_lambda, lambda_api_base: str) -> None:
+    fake_lambda.fail("POST", r"/launch$", 503, "provider/internal-unavailable", times=-1)
+    with pytest.raises(TransientError):
+        _provider(lambda_api_base, FakeClock()).provision(_request())
+    assert fake_lambda.count("POST", r"/launch$") == 1
+
+
+def test_get_5xx_is_retried_by_urllib3(fake_lambda, lambda_api_base: str) -> None:
+    fake_lambda.fail("GET", r"/instances$", 503, "provider/internal-unavailable", times=1)
+    assert _provider(lambda_api_base).list_instances(FLEET) == []
+    assert fake_lambda.count("GET", r"/instances$") == 2
+
+
+def test_quota_and_auth(fake_lambda, lambda_api_base: str, monkeypatch) -> None:
+    fake_lambda.fail("POST", r"/launch$", 400, "global/quota-exceeded", "quota")
+    with pytest.raises(QuotaError):
+        _provider(lambda_api_base, FakeClock()).provision(_request())
+    monkeypatch.setenv("LAMBDA_API_KEY", "wrong")
+    with pytest.raises(AuthError) as info:
+        _provider(lambda_api_base).list_instances(FLEET)
+    assert info.value.code == "global/invalid-api-key"
+    monkeypatch.delenv("LAMBDA_API_KEY")
+    with pytest.raises(AuthError, match="LAMBDA_API_KEY"):
+        _provider(lambda_api_base).list_instances(FLEET)
+
+
+def test_spot_request_falls_over_as_capacity_error(fake_lambda, lambda_api_base: str) -> None:
+    with pytest.raises(CapacityError):
+        _provider(lambda_api_base, FakeClock()).provision(_request(spot=True))
+    assert fake_lambda.count("POST", r"/launch$") == 0
+
+
+def test_unknown_type_and_bad_tag_are_config_errors(fake_lambda, lambda_api_base: str) -> None:
+    p = _provider(lambda_api_base, FakeClock())
+    with pytest.raises(ConfigError):
+        p.provision(_request(instance_type="gpu_9x_nope"))
+    req = _request()
+    bad = ProvisionRequest(**{**req.__dict__, "tags": {**req.tags, "cost_center": "x"}})
+    with pytest.raises(ConfigError):
+        p.provision(bad)
+    assert fake_lambda.count("POST", r"/launch$") == 0
+
+
+def test_list_only_fleet_and_live(fake_lambda, lambda_api_base: str) -> None:
+    fake_lambda.add_instance("someone-else", "us-east-1", {})
+    fake_lambda.add_instance("dev-x", "us-east-1", {"navarch-fleet": "dev"})
+    fake_lambda.add_instance("gone", "us-east-1", {"navarch-fleet": FLEET}, status="terminated")
+    fake_lambda.add_instance("preempted", "us-east-1", {"navarch-fleet": FLEET}, status="preempted")
+    keep = fake_lambda.add_instance(
+        "sick", "us-east-1", {"navarch-fleet": FLEET}, status="unhealthy"
+    )
+    [inst] = _provider(lambda_api_base).list_instances(FLEET)
+    assert inst.instance_id == keep and inst.state is InstanceState.RUNNING
+    assert inst.launched_at == datetime.fromtimestamp(0, UTC)  # no navarch-launched-at tag
+
+
+def test_name_taken_by_foreign_instance(fake_lambda, lambda_api_base: str) -> None:
+    fake_lambda.add_instance("prod-train-0001", "us-east-1", {})
+    with pytest.raises(ProviderError, match="taken"):
+        _provider(lambda_api_base, FakeClock()).provision(_request())
+
+
+def test_terminate_and_already_gone(fake_lambda, lambda_api_base: str) -> None:
+    p = _provider(lambda_api_base, FakeClock())
+    a = p.provision(_request("prod-train-0001"))
+    b = p.provision(_request("prod-train-0002"))
+    p.terminate([a])
+    assert [i.instance_id for i in p.list_instances(FLEET)] == [b.instance_id]
+    p.terminate([a, b])  # a is gone already: still success, and b goes
+    assert p.list_instances(FLEET) == []
+
+
+def test_terminate_refuses_foreign(fake_lambda, lambda_api_base: str) -> None:
+    fake_lambda.add_instance("x", "us-east-1", {"navarch-fleet": "dev"})
+    p = _provider(lambda_api_base)
+    [data] = fake_lambda.instances.values()
+    from navarch.providers.lambda_cloud import to_instance
+
+    foreign = to_instance("lam", data)
+    assert foreign is not None
+    with pytest.raises(ProviderError, match="refusing"):
+        p.terminate([foreign])
+    assert fake_lambda.count("POST", r"/terminate$") == 0
+
+
+def test_schema() -> None:
+    defs = json.loads((ROOT / "schemas/providers/lambda.schema.json").read_text())["$defs"]
+    jsonschema.validate(
+        {"type": "lambda", "api_key_env": "LAMBDA_API_KEY", "ssh_key_name": "k"}, defs["provider"]
+    )
+    for bad in (
+        {"type": "lambda", "ssh_key_name": "k"},
+        {"type": "lambda", "api_key_env": "LAMBDA_API_KEY", "ssh_key_name": "k", "api_key": "x"},
+        {"type": "lambda", "api_key_env": "not a name", "ssh_key_name": "k"},
+    ):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(bad, defs["provider"])
+    jsonschema.validate({"image": {"family": "lambda-stack-22-04"}}, defs["pool"])
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"image": {"family": "a", "id": "b"}}, defs["pool"])
+
+
+# -- the one error boundary ------------------------------------------------------------------
+
+# Every Lambda error code the provider relies on, and what it becomes.
+ERROR_TABLE = [
+    (LambdaApiError(400, "instance-operations/launch/insufficient-capacity", "m"), CapacityError),
+    (LambdaApiError(400, "global/quota-exceeded", "m"), QuotaError),
+    (LambdaApiError(401, "global/invalid-api-key", "m"), AuthError),
+    (LambdaApiError(403, "global/account-inactive", "m"), AuthError),
+    (LambdaApiError(403, "global/invalid-address", "m"), AuthError),
+    (LambdaApiError(429, "", "too many"), TransientError),
+    (LambdaApiError(500, "", "m"), TransientError),
+    (LambdaApiError(502, "provider/internal-unavailable", "m"), TransientError),
+    (LambdaApiError(400, "global/invalid-parameters", "m"), ConfigError),
+    (LambdaApiError(404, "global/object-does-not-exist", "m"), ConfigError),
+    (
+        LambdaApiError(400, "instance-operations/launch/file-system-in-wrong-region", "m"),
+        ConfigError,
+    ),
+    (LambdaApiError(409, "global/conflict", "m"), ProviderError),
+    (requests.ConnectionError("refused"), TransientError),
+    (requests.Timeout("slow"), TransientError),
+    (requests.exceptions.RetryError("exhausted"), TransientError),
+]
+
+
+@pytest.mark.parametrize(("exc", "expected"), ERROR_TABLE)
+def test_map_error(exc: BaseException, expected: type) -> None:
+    mapped = map_error(exc, region="us-east-1", what="launch")
+    assert type(mapped) is expected
+    if expected is CapacityError:
+        assert mapped.scope == "zone"  # type: ignore[attr-defined]

@@ -1,0 +1,530 @@
+"""AWS EC2 provider (boto3).
+
+Idempotency, two layers:
+- RunInstances carries `ClientToken = request.launch_id` (deterministic per fleet, node and
+  attempt; EC2 RunInstances ClientToken idempotency: the same token in the same region
+  returns the original reservation instead of launching again);
+- every instance and volume is tagged `navarch-launch=<launch_id>`, and provision first
+  looks for a live instance with that tag and returns it. This covers what the token does
+  not: moto ignores ClientToken, and a token is per region.
+A run killed after RunInstances therefore never leads to a second instance on the next run.
+
+Only instances tagged `navarch-fleet=<fleet>` are listed, and terminate refuses any other
+(DESIGN.md safety rule 1). Instance metadata is IMDSv2-only (HttpTokens=required).
+
+Retries are botocore's "standard" retry mode (throttling, 5xx, connection errors);
+RunInstances uses a client with only RUN_INSTANCES_MAX_ATTEMPTS attempts, because an
+InsufficientInstanceCapacity is a 5xx that the executor answers by trying the next place,
+not by waiting here. Every SDK error is translated in `map_error`, the module's one error
+boundary.
+
+Test seam: CLIENT_EVENT_HANDLERS holds (event name, handler) pairs registered on every
+EC2 client this module creates (botocore event system), so tests can inject faults such
+as InsufficientInstanceCapacity into a provider the CLI builds itself.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    ConnectionClosedError,
+    ConnectTimeoutError,
+    EndpointConnectionError,
+    NoCredentialsError,
+    NoRegionError,
+    PartialCredentialsError,
+    ProfileNotFound,
+    ReadTimeoutError,
+)
+
+from navarch.errors import (
+    AuthError,
+    CapacityError,
+    ConfigError,
+    NavarchError,
+    ProviderError,
+    QuotaError,
+    TransientError,
+)
+from navarch.inventory import TAG_FLEET, TAG_LAUNCH, Instance, InstanceState
+from navarch.providers.base import ProvisionRequest
+
+__all__ = [
+    "AUTH_CODES",
+    "CAPACITY_CODES",
+    "CLIENT_EVENT_HANDLERS",
+    "QUOTA_CODES",
+    "TRANSIENT_CODES",
+    "AwsPoolOptions",
+    "AwsProvider",
+    "AwsSettings",
+    "create",
+    "map_error",
+    "region_of",
+    "run_instances_params",
+    "to_instance",
+]
+
+#: EC2 API error codes meaning "no capacity in this place now": fall over to the next zone
+#: or instance type. Source: EC2 API reference, "Error codes" (InsufficientInstanceCapacity,
+#: InsufficientHostCapacity, Unsupported = type not offered in the zone,
+#: InsufficientFreeAddressesInSubnet = the zone's subnet is full) and the Spot status codes
+#: (capacity-not-available, SpotMaxPriceTooLow: no spot capacity at the pool's price).
+CAPACITY_CODES = frozenset(
+    {
+        "InsufficientInstanceCapacity",
+        "InsufficientHostCapacity",
+        "InsufficientCapacity",
+        "InsufficientFreeAddressesInSubnet",
+        "Unsupported",
+        "capacity-not-available",
+        "SpotMaxPriceTooLow",
+    }
+)
+#: Account limits (EC2 API error codes); scope "region": quotas are per region.
+QUOTA_CODES = frozenset(
+    {
+        "VcpuLimitExceeded",
+        "InstanceLimitExceeded",
+        "MaxSpotInstanceCountExceeded",
+        "InsufficientReservedInstancesCapacity",
+    }
+)
+#: Credentials and permissions (EC2 API common error codes, STS token expiry).
+AUTH_CODES = frozenset(
+    {
+        "UnauthorizedOperation",
+        "AuthFailure",
+        "ExpiredToken",
+        "RequestExpired",
+        "InvalidClientTokenId",
+        "SignatureDoesNotMatch",
+        "OptInRequired",
+        "Blocked",
+        "AccessDenied",
+    }
+)
+#: Throttling and server-side failures (EC2 API common error codes); retry next run.
+TRANSIENT_CODES = frozenset(
+    {
+        "RequestLimitExceeded",
+        "Throttling",
+        "ThrottlingException",
+        "InternalError",
+        "InternalFailure",
+        "ServiceUnavailable",
+        "Unavailable",
+    }
+)
+
+#: EC2 instance states navarch lists; shutting-down and terminated no longer count.
+LIVE_STATES = ("pending", "running", "stopping", "stopped")
+
+#: botocore attempts for RunInstances (1 call + 1 retry): capacity failover must be quick.
+RUN_INSTANCES_MAX_ATTEMPTS = 2
+#: botocore attempts for every other EC2 call.
+DEFAULT_MAX_ATTEMPTS = 4
+#: TerminateInstances accepts at most this many ids per call (EC2 API reference).
+TERMINATE_BATCH = 1000
+
+#: (botocore event name, handler) pairs registered on every EC2 client created here.
+CLIENT_EVENT_HANDLERS: list[tuple[str, Callable[..., Any]]] = []
+
+_REGION = re.compile(r"^([a-z]{2}(?:-gov|-iso[a-z]?)?-[a-z]+-\d+)")
+
+
+def region_of(zone: str) -> str:
+    """The region of an availability zone: "us-east-1a" -> "us-east-1".
+
+    Also handles Local Zones ("us-west-2-lax-1a" -> "us-west-2") and GovCloud
+    ("us-gov-west-1a" -> "us-gov-west-1"). Raises ConfigError for anything else.
+    """
+    match = _REGION.match(zone)
+    if not match:
+        raise ConfigError(f"not an AWS availability zone: {zone!r}", hint="write e.g. us-east-1a")
+    return match.group(1)
+
+
+@dataclass(frozen=True)
+class AwsSettings:
+    """The provider's fleet.yaml mapping: regions served and the credentials profile.
+
+    regions: the provider's `region` first, then any extra `regions`, without repeats.
+    """
+
+    regions: tuple[str, ...]
+    profile: str | None = None
+
+    @classmethod
+    def from_mapping(cls, config: Mapping[str, Any]) -> AwsSettings:
+        regions = [str(config["region"])] if config.get("region") else []
+        regions += [str(r) for r in config.get("regions", ())]
+        return cls(regions=tuple(dict.fromkeys(regions)), profile=config.get("profile") or None)
+
+
+@dataclass(frozen=True)
+class AwsPoolOptions:
+    """A pool's `aws:` mapping (schemas/providers/aws.schema.json#/$defs/pool).
+
+    subnets: zone -> subnet id; subnet_id: the subnet for zones not in subnets.
+    root_volume_gb: root EBS volume size in GiB (None keeps the AMI's).
+    spot_max_price: USD per instance-hour as a decimal string (None: on-demand price cap).
+    """
+
+    ami: str
+    subnets: tuple[tuple[str, str], ...] = ()
+    subnet_id: str | None = None
+    security_group_ids: tuple[str, ...] = ()
+    iam_instance_profile: str | None = None
+    key_name: str | None = None
+    root_volume_gb: int | None = None
+    root_device_name: str = "/dev/sda1"
+    spot_max_price: str | None = None
+
+    @classmethod
+    def from_mapping(cls, options: Mapping[str, Any], *, pool: str = "") -> AwsPoolOptions:
+        """Raises ConfigError when the pool has no `aws.ami`."""
+        if not options.get("ami"):
+            raise ConfigError(
+                "aws pool needs an AMI",
+                key_path=f"pools.{pool}.aws.ami" if pool else "aws.ami",
+                hint="set aws: {ami: ami-...} on the pool",
+            )
+        max_price = options.get("spot_max_price")
+        return cls(
+            ami=str(options["ami"]),
+            subnets=tuple(sorted((str(k), str(v)) for k, v in options.get("subnets", {}).items())),
+            subnet_id=options.get("subnet_id") or None,
+            security_group_ids=tuple(options.get("security_group_ids", ())),
+            iam_instance_profile=options.get("iam_instance_profile") or None,
+            key_name=options.get("key_name") or None,
+            root_volume_gb=options.get("root_volume_gb"),
+            root_device_name=options.get("root_device_name") or "/dev/sda1",
+            spot_max_price=None if max_price is None else str(max_price),
+        )
+
+    def subnet_for(self, zone: str) -> str | None:
+        for z, subnet in self.subnets:
+            if z == zone:
+                return subnet
+        return self.subnet_id
+
+
+def run_instances_params(request: ProvisionRequest) -> dict[str, Any]:
+    """The RunInstances keyword arguments for one node (pure; no I/O).
+
+    One instance (MinCount=MaxCount=1) in request.zone; ClientToken=request.launch_id
+    (EC2 RunInstances ClientToken idempotency, <= 64 ASCII characters); request.tags on
+    the instance and its volumes (so IAM aws:RequestTag conditions see them at launch);
+    IMDSv2 only (MetadataOptions HttpTokens=required); one-time spot when request.spot.
+    UserData is passed as text: boto3 base64-encodes it for RunInstances.
+    Raises ConfigError for a missing AMI.
+    """
+    opts = AwsPoolOptions.from_mapping(request.options, pool=request.pool)
+    tags = [{"Key": k, "Value": str(v)} for k, v in sorted(request.tags.items())]
+    if "Name" not in request.tags:
+        tags.append({"Key": "Name", "Value": request.node})
+    params: dict[str, Any] = {
+        "ImageId": opts.ami,
+        "InstanceType": request.instance_type,
+        "MinCount": 1,
+        "MaxCount": 1,
+        "ClientToken": request.launch_id,
+        "Placement": {"AvailabilityZone": request.zone},
+        "TagSpecifications": [
+            {"ResourceType": "instance", "Tags": tags},
+            {"ResourceType": "volume", "Tags": tags},
+        ],
+        "MetadataOptions": {"HttpTokens": "required", "HttpEndpoint": "enabled"},
+    }
+    subnet = opts.subnet_for(request.zone)
+    if subnet:
+        params["SubnetId"] = subnet
+    if opts.security_group_ids:
+        params["SecurityGroupIds"] = list(opts.security_group_ids)
+    if opts.iam_instance_profile:
+        key = "Arn" if opts.iam_instance_profile.startswith("arn:") else "Name"
+        params["IamInstanceProfile"] = {key: opts.iam_instance_profile}
+    if opts.key_name:
+        params["KeyName"] = opts.key_name
+    if opts.root_volume_gb:
+        params["BlockDeviceMappings"] = [
+            {
+                "DeviceName": opts.root_device_name,
+                "Ebs": {
+                    "VolumeSize": int(opts.root_volume_gb),
+                    "VolumeType": "gp3",
+                    "DeleteOnTermination": True,
+                },
+            }
+        ]
+    if request.user_data:
+        params["UserData"] = request.user_data
+    if request.spot:
+        spot: dict[str, Any] = {
+            "SpotInstanceType": "one-time",
+            "InstanceInterruptionBehavior": "terminate",
+        }
+        if opts.spot_max_price:
+            spot["MaxPrice"] = opts.spot_max_price
+        params["InstanceMarketOptions"] = {"MarketType": "spot", "SpotOptions": spot}
+    return params
+
+
+def _error_code(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+def map_error(exc: BaseException, *, zone: str = "", what: str = "") -> NavarchError:
+    """Translate a botocore exception into navarch's provider errors.
+
+    zone: the place the call was about (CapacityError scope "zone" names it); what: the
+    action, for the message. Codes: CAPACITY_CODES -> CapacityError(scope="zone"),
+    QUOTA_CODES -> QuotaError(scope="region"), AUTH_CODES and missing credentials ->
+    AuthError, TRANSIENT_CODES, HTTP 5xx, connection errors and timeouts -> TransientError,
+    a missing region or profile -> ConfigError; anything else -> ProviderError with the code.
+    Source: EC2 API reference "Error codes" and botocore.exceptions.
+    """
+    prefix = f"{what}: " if what else ""
+    where = f" in {zone}" if zone else ""
+    if isinstance(exc, ClientError):
+        code = _error_code(exc)
+        message = str(exc.response.get("Error", {}).get("Message", "")) or str(exc)
+        text = f"{prefix}{code}{where}: {message}"
+        if code in CAPACITY_CODES:
+            return CapacityError(text, code=code, scope="zone")
+        if code in QUOTA_CODES:
+            return QuotaError(text, code=code, scope="region")
+        if code in AUTH_CODES:
+            return AuthError(text, code=code)
+        status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+        if code in TRANSIENT_CODES or status >= 500:
+            return TransientError(text, code=code)
+        return ProviderError(text, code=code)
+    if isinstance(exc, NoCredentialsError | PartialCredentialsError):
+        return AuthError(f"{prefix}no usable AWS credentials: {exc}", code=type(exc).__name__)
+    if isinstance(exc, NoRegionError):
+        return ConfigError(f"{prefix}no AWS region: {exc}", hint="set region on the provider")
+    if isinstance(exc, ProfileNotFound):
+        return ConfigError(f"{prefix}{exc}", hint="fix the provider's profile or ~/.aws/config")
+    if isinstance(
+        exc,
+        EndpointConnectionError | ConnectTimeoutError | ReadTimeoutError | ConnectionClosedError,
+    ):
+        return TransientError(f"{prefix}{exc}", code=type(exc).__name__)
+    if isinstance(exc, BotoCoreError):
+        return ProviderError(f"{prefix}{exc}", code=type(exc).__name__)
+    return ProviderError(f"{prefix}{exc!r}", code=type(exc).__name__)
+
+
+def _aware_utc(value: Any) -> datetime:
+    if isinstance(value, datetime):
+        return value.astimezone(UTC) if value.tzinfo else value.replace(tzinfo=UTC)
+    return datetime.fromisoformat(str(value).replace("Z", "+00:00")).astimezone(UTC)
+
+
+def to_instance(provider: str, raw: Mapping[str, Any]) -> Instance | None:
+    """An EC2 instance description (DescribeInstances / RunInstances shape) -> Instance.
+
+    Returns None for states navarch does not list (shutting-down, terminated).
+    tags: sorted (key, value) pairs; spot: InstanceLifecycle == "spot"; address: the
+    private IPv4 address; launched_at: LaunchTime as an aware UTC datetime.
+    """
+    state = raw.get("State", {}).get("Name", "")
+    if state not in LIVE_STATES:
+        return None
+    return Instance(
+        provider=provider,
+        instance_id=raw["InstanceId"],
+        zone=raw.get("Placement", {}).get("AvailabilityZone", ""),
+        instance_type=raw.get("InstanceType", ""),
+        state=InstanceState(state),
+        launched_at=_aware_utc(raw["LaunchTime"]),
+        tags=tuple(sorted((t["Key"], t["Value"]) for t in raw.get("Tags", ()))),
+        spot=raw.get("InstanceLifecycle") == "spot",
+        address=raw.get("PrivateIpAddress") or None,
+    )
+
+
+@dataclass
+class AwsProvider:
+    """EC2 in the regions of one fleet.yaml provider entry. See the module docstring."""
+
+    name: str
+    settings: AwsSettings
+    fleet: str
+    _clients: dict[tuple[str, bool], Any] = field(default_factory=dict, repr=False)
+
+    def _session(self) -> boto3.session.Session:
+        return boto3.session.Session(profile_name=self.settings.profile)
+
+    def client(self, region: str, *, run: bool = False) -> Any:
+        """The EC2 client for region (run=True: the few-attempt one for RunInstances)."""
+        key = (region, run)
+        if key not in self._clients:
+            attempts = RUN_INSTANCES_MAX_ATTEMPTS if run else DEFAULT_MAX_ATTEMPTS
+            config = Config(retries={"mode": "standard", "max_attempts": attempts})
+            try:
+                client = self._session().client("ec2", region_name=region, config=config)
+            except (BotoCoreError, ClientError) as exc:
+                raise map_error(exc, what=f"EC2 client for {region}") from exc
+            for event, handler in CLIENT_EVENT_HANDLERS:
+                client.meta.events.register(event, handler)
+            self._clients[key] = client
+        return self._clients[key]
+
+    def _region_for(self, zone: str) -> str:
+        region = region_of(zone)
+        if region not in self.settings.regions:
+            raise ConfigError(
+                f"zone {zone} is in region {region}, which provider {self.name} does not serve",
+                key_path=f"providers.{self.name}.regions",
+                hint=f"add {region} to the provider's region/regions",
+            )
+        return region
+
+    def _describe(self, region: str, filters: list[dict[str, Any]]) -> Iterator[Mapping[str, Any]]:
+        paginator = self.client(region).get_paginator("describe_instances")
+        try:
+            for page in paginator.paginate(Filters=filters):
+                for reservation in page.get("Reservations", ()):
+                    yield from reservation.get("Instances", ())
+        except (BotoCoreError, ClientError) as exc:
+            raise map_error(exc, what=f"DescribeInstances in {region}") from exc
+
+    def list_instances(self, fleet: str) -> Sequence[Instance]:
+        """Every live instance tagged navarch-fleet=<fleet> in the regions served.
+
+        DescribeInstances (paginated) filtered by tag and instance-state-name in
+        pending/running/stopping/stopped; sorted by instance id. Raises the mapped errors.
+        """
+        filters = [
+            {"Name": f"tag:{TAG_FLEET}", "Values": [fleet]},
+            {"Name": "instance-state-name", "Values": list(LIVE_STATES)},
+        ]
+        found: dict[str, Instance] = {}
+        for region in self.settings.regions:
+            for raw in self._describe(region, filters):
+                inst = to_instance(self.name, raw)
+                if inst is not None and inst.fleet == fleet:
+                    found[inst.instance_id] = inst
+        return sorted(found.values(), key=lambda i: i.instance_id)
+
+    def provision(self, request: ProvisionRequest) -> Instance:
+        """Launch one node in request.zone, or return the instance this launch id made.
+
+        First DescribeInstances by tag navarch-launch=<launch_id> (live states): a run
+        killed after RunInstances finds its instance here. Otherwise RunInstances with
+        run_instances_params(request) (ClientToken = launch id). Returns the Instance.
+        Raises CapacityError(scope="zone"), QuotaError, AuthError, TransientError,
+        ConfigError (no AMI, zone outside the provider's regions), ProviderError.
+        """
+        region = self._region_for(request.zone)
+        existing = self._by_launch_id(region, request.fleet, request.launch_id)
+        if existing is not None:
+            return existing
+        params = run_instances_params(request)
+        what = f"RunInstances {request.instance_type}{' spot' if request.spot else ''}"
+        try:
+            resp = self.client(region, run=True).run_instances(**params)
+        except (BotoCoreError, ClientError) as exc:
+            raise map_error(exc, zone=request.zone, what=what) from exc
+        raw = dict(resp["Instances"][0])
+        if not raw.get("Tags"):
+            # RunInstances responses normally echo the tags; describe otherwise.
+            raw["Tags"] = params["TagSpecifications"][0]["Tags"]
+        inst = to_instance(self.name, raw)
+        if inst is None:
+            # Only possible when EC2 replays an earlier launch (same ClientToken) whose
+            # instance has since terminated; the executor must move to the next attempt.
+            raise ProviderError(
+                f"launch {request.launch_id} already ran and its instance "
+                f"{raw.get('InstanceId')} is {raw.get('State', {}).get('Name')}",
+                code="IdempotentLaunchTerminated",
+            )
+        return inst
+
+    def _by_launch_id(self, region: str, fleet: str, launch: str) -> Instance | None:
+        filters = [
+            {"Name": f"tag:{TAG_LAUNCH}", "Values": [launch]},
+            {"Name": f"tag:{TAG_FLEET}", "Values": [fleet]},
+            {"Name": "instance-state-name", "Values": list(LIVE_STATES)},
+        ]
+        for raw in self._describe(region, filters):
+            inst = to_instance(self.name, raw)
+            if inst is not None:
+                return inst
+        return None
+
+    def terminate(self, instances: Sequence[Instance]) -> None:
+        """TerminateInstances for instances, per region in batches of <= 1,000 ids.
+
+        An instance already gone (InvalidInstanceID.NotFound) is success: a batch that
+        fails on it is retried id by id so the others still terminate. Refuses (with
+        ProviderError, before any call) an instance not tagged navarch-fleet=<fleet>
+        (DESIGN.md safety rule 1). Raises the mapped errors.
+        """
+        foreign = [i.instance_id for i in instances if i.fleet != self.fleet]
+        if foreign:
+            raise ProviderError(
+                f"refusing to terminate instances not tagged {TAG_FLEET}={self.fleet}: "
+                + ", ".join(sorted(foreign)),
+                code="ForeignInstance",
+            )
+        by_region: dict[str, list[str]] = {}
+        for inst in instances:
+            by_region.setdefault(region_of(inst.zone), []).append(inst.instance_id)
+        for region, ids in sorted(by_region.items()):
+            unique = sorted(set(ids))
+            for start in range(0, len(unique), TERMINATE_BATCH):
+                self._terminate_batch(region, unique[start : start + TERMINATE_BATCH])
+
+    def _terminate_batch(self, region: str, ids: list[str]) -> None:
+        client = self.client(region)
+        try:
+            client.terminate_instances(InstanceIds=ids)
+            return
+        except ClientError as exc:
+            if _error_code(exc) != "InvalidInstanceID.NotFound":
+                raise map_error(exc, what=f"TerminateInstances in {region}") from exc
+        except BotoCoreError as exc:
+            raise map_error(exc, what=f"TerminateInstances in {region}") from exc
+        for instance_id in ids:
+            try:
+                client.terminate_instances(InstanceIds=[instance_id])
+            except ClientError as exc:
+                if _error_code(exc) != "InvalidInstanceID.NotFound":
+                    raise map_error(exc, what=f"TerminateInstances {instance_id}") from exc
+            except BotoCoreError as exc:
+                raise map_error(exc, what=f"TerminateInstances {instance_id}") from exc
+
+
+def create(name: str, config: Mapping[str, Any], *, base_dir: Path, fleet: str) -> AwsProvider:
+    """Build the AWS provider from its fleet.yaml mapping (schemas/providers/aws.schema.json).
+
+    Regions: `region` plus `regions`; when neither is set, the default region of the AWS
+    configuration chain (AWS_DEFAULT_REGION, ~/.aws/config). Credentials: the standard
+    chain, or the named `profile`. Raises ConfigError when no region can be found.
+    """
+    del base_dir  # nothing file-relative in this provider
+    settings = AwsSettings.from_mapping(config)
+    if not settings.regions:
+        region = boto3.session.Session(profile_name=settings.profile).region_name
+        if not region:
+            raise ConfigError(
+                "aws provider has no region",
+                key_path=f"providers.{name}.region",
+                hint="set region: us-east-1 (or AWS_DEFAULT_REGION)",
+            )
+        settings = AwsSettings(regions=(region,), profile=settings.profile)
+    return AwsProvider(name, settings, fleet)

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from navarch.xid import APPLICATION_XIDS, Action, Severity, lookup, lookup_event, lookup_sxid, recovery_action
+from navarch.xid import (
+    APPLICATION_XIDS,
+    Action,
+    Severity,
+    lookup,
+    lookup_event,
+    lookup_sxid,
+    recovery_action,
+)
 
 
 @pytest.mark.parametrize("code", [13, 31, 43, 45, 68, 137, 8, 69, 80, 94, 63])

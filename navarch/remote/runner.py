@@ -282,9 +282,11 @@ class SSHRunner:
                 f"({step.key_path}.timeout); the remote command may still be running"
             )
         except Exception as exc:  # noqa: BLE001 - one boundary: every SSH failure becomes data
-            tail = self._describe_connect_error(host, exc)
-            result = StepResult(host, command, None, _since(started), tail, False)
-            return result, str(RemoteError(host, command, None, tail))
+            detail = self._describe_connect_error(host, exc)
+            result = StepResult(host, command, None, _since(started), detail, False)
+            # Not str(RemoteError): it keeps only the last 200 characters, and here the
+            # whole message (which host, what to do) matters.
+            return result, f"{host}: {command!r} failed (no connection): {detail}"
         ok = step.succeeded(exit_code, stdout)
         result = StepResult(host, command, exit_code, _since(started), tail, ok)
         if ok:

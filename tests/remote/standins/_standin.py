@@ -46,7 +46,24 @@ def save(state):
 
 
 def start(tool):
+    """Record the call; then hang for delay_s, or hold a concurrency slot for hold_s.
+
+    While held, state.json "active" counts the calls in flight and "max_active" keeps
+    the most seen at once.
+    """
     record(tool)
-    delay_s = load().get("delay_s", 0)
-    if delay_s:
-        time.sleep(delay_s)
+    state = load()
+    if state.get("delay_s"):
+        time.sleep(state["delay_s"])
+    if state.get("hold_s"):
+        _count(+1)
+        time.sleep(state["hold_s"])
+        _count(-1)
+
+
+def _count(delta):
+    with locked():
+        state = load()
+        state["active"] = state.get("active", 0) + delta
+        state["max_active"] = max(state.get("max_active", 0), state["active"])
+        save(state)

@@ -248,3 +248,14 @@ def test_kubernetes_drain_check_ignores_daemonset_and_mirror_pods(
 ) -> None:
     step = load_playbook("kubernetes", "drain_check").steps[0]
     assert step.succeeded(0, stdout) is drained
+
+
+def test_the_example_in_docs_loads(tmp_path: Path) -> None:
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "playbooks.md").read_text()
+    block = doc.split("# playbooks/site-slurm.yaml\n", 1)[1].split("```", 1)[0]
+    path = write(tmp_path, block)
+    cordon = load_playbook("slurm", "cordon", override_path=path)
+    assert [s.host for s in cordon.steps] == [StepHost.HEAD, StepHost.NODE]
+    assert shlex.split(cordon.steps[0].render(CONTEXT))[-1] == "Reason=navarch: xid 79"
+    assert shlex.split(cordon.steps[1].render(CONTEXT))[:2] == ["sudo", "-n"]
+    assert load_playbook("slurm", "uncordon", override_path=path).steps

@@ -17,6 +17,7 @@ Example (what templates/cloud-init.yaml.j2 writes)::
     boot_id: null           # default: /proc/sys/kernel/random/boot_id
     metadata: auto          # auto | aws | gcp | azure | none
     metadata_endpoint: null # base URL override (tests)
+    notice_file: null       # a JSON notice {"kind", "source", "deadline", "detail"} (local provider)
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ DEFAULT_CONFIG_PATH = "/etc/navarch/agent.yaml"
 DEFAULT_STATE_FILE = "/var/lib/navarch/agent-state.json"
 METADATA_KINDS = ("auto", "aws", "gcp", "azure", "none")
 _BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
+_CLOUD_INIT_INSTANCE_ID = "/var/lib/cloud/data/instance-id"
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,7 @@ class AgentConfig:
     metadata: str = "auto"
     metadata_endpoint: str | None = None
     metadata_timeout_s: float = 0.3
+    notice_file: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("fleet", "pool", "node", "store"):
@@ -120,6 +123,15 @@ class AgentConfig:
     def fake_faults_path(self) -> str | None:
         """faults_file, else env NAVARCH_FAKE_GPU_FAULTS, else None."""
         return self.faults_file or os.environ.get("NAVARCH_FAKE_GPU_FAULTS") or None
+
+    def current_instance_id(self) -> str:
+        """instance_id, else cloud-init's record of it (/var/lib/cloud/data/instance-id), else ""."""
+        if self.instance_id:
+            return self.instance_id
+        try:
+            return Path(_CLOUD_INIT_INSTANCE_ID).read_text().strip()[:128]
+        except OSError:
+            return ""
 
     def current_boot_id(self) -> str:
         """boot_id override, else the kernel's boot id, else "unknown"."""

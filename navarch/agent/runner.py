@@ -276,7 +276,7 @@ def build_report(
         "fleet": config.fleet,
         "pool": config.pool,
         "node": config.node,
-        "instance_id": config.instance_id,
+        "instance_id": config.current_instance_id(),
         "boot_id": boot_id,
         "agent_version": __version__,
         "sequence": sequence,
@@ -306,6 +306,35 @@ def build_report(
         "notice": dict(notice) if notice else None,
     }
     return sign(report, node_key)
+
+
+_NOTICE_KINDS = ("preemption", "maintenance")
+_NOTICE_SOURCES = ("aws", "gcp", "azure", "local")
+
+
+def _notice_from_file(path: str | None) -> dict[str, Any] | None:
+    """A notice written to a file (the local provider's notice.json); invalid -> None, logged."""
+    if not path:
+        return None
+    try:
+        with open(path) as fh:
+            doc = json.load(fh)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        log.warning("notice_file_invalid", extra={"fields": {"path": path, "error": str(exc)}})
+        return None
+    if not isinstance(doc, dict) or doc.get("kind") not in _NOTICE_KINDS:
+        log.warning("notice_file_invalid", extra={"fields": {"path": path, "error": "kind"}})
+        return None
+    deadline = doc.get("deadline")
+    try:
+        deadline = _iso(datetime.fromisoformat(deadline.replace("Z", "+00:00"))) if isinstance(deadline, str) else None
+    except ValueError:
+        deadline = None
+    return {"kind": doc["kind"], "source": doc.get("source") if doc.get("source") in _NOTICE_SOURCES else "local",
+            "deadline": deadline,
+            "detail": str(doc.get("detail", ""))[:512]}
 
 
 def _safe_probe(backend: GpuBackend) -> GpuProbe:
@@ -387,8 +416,8 @@ def run_once(
             faults.setdefault(f"{ev.kind}:{ev.code}", {}).setdefault(ev.boot_id, now.timestamp())
     checks, faults = escalate(checks, faults, boot_id, now)
 
-    notice = None
-    if config.metadata != "none":
+    notice = _notice_from_file(config.notice_file)
+    if notice is None and config.metadata != "none":
         from navarch.agent.notices import fetch_notice
 
         found, errors = fetch_notice(config.metadata, endpoint=config.metadata_endpoint,

@@ -1,0 +1,24 @@
+"""``python -m navarch.agent run --once ...``: the agent's commands without the reconciler's CLI.
+
+Same arguments and exit codes as ``navarch agent ...`` (navarch.agent.cli); this entry
+point imports only the agent, which keeps a timer tick cheap on GPU nodes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from navarch.agent.cli import register
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse ``run`` / ``install`` arguments as ``navarch agent`` would and run the handler."""
+    parser = argparse.ArgumentParser(prog="python -m navarch.agent")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["agent", *(sys.argv[1:] if argv is None else argv)])
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

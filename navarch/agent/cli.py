@@ -1,0 +1,161 @@
+"""The agent's subcommands, registered into navarch's top-level parser by ``register``.
+
+    navarch agent run [--once] [--config PATH] [--stdout] [--kernel-log FILE] [--interval-s N]
+    navarch agent install [--config PATH] [--dry-run] [--root DIR]
+    navarch render cloud-init FLEET --pool P [--node N]
+
+Exit codes of ``agent run``: 0 when a report was written (whatever the node's health),
+1 when it could not be written (bad config, no key, store unreachable), so the systemd
+unit fails visibly only for the agent's own problems. Logs are JSON objects, one per
+line, on stdout (on stderr with --stdout, where stdout carries the report).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from datetime import UTC, datetime
+from typing import Any, TextIO
+
+from navarch.agent.config import DEFAULT_CONFIG_PATH
+
+__all__ = ["register", "JsonLogFormatter"]
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+
+
+class JsonLogFormatter(logging.Formatter):
+    """One JSON object per record: ts, level, event (the message), then record.fields."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        doc: dict[str, Any] = {
+            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            "level": record.levelname.lower(),
+            "event": record.getMessage(),
+        }
+        fields = getattr(record, "fields", None)
+        if isinstance(fields, dict):
+            doc.update(fields)
+        if record.exc_info:
+            doc["traceback"] = self.formatException(record.exc_info)[-2000:]
+        return json.dumps(doc, default=str, separators=(",", ":"))
+
+
+def _setup_logging(stream: TextIO) -> logging.Logger:
+    log = logging.getLogger("navarch.agent")
+    for h in list(log.handlers):
+        if getattr(h, "_navarch_json", False):
+            log.removeHandler(h)
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JsonLogFormatter())
+    handler._navarch_json = True  # type: ignore[attr-defined]
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    log.propagate = False
+    return log
+
+
+def cmd_agent_run(args: argparse.Namespace) -> int:
+    """``navarch agent run``: one report (--once) or one every --interval-s seconds."""
+    from navarch.agent.config import load_config
+    from navarch.agent.runner import run_once
+    from navarch.errors import NavarchError
+
+    log = _setup_logging(sys.stderr if args.stdout else sys.stdout)
+    code = EXIT_OK
+    while True:
+        try:
+            config = load_config(args.config, kernel_log=args.kernel_log)
+            report = run_once(config, to_stdout=args.stdout)
+            if args.stdout:
+                print(json.dumps(report, indent=2, sort_keys=True), flush=True)
+            code = EXIT_OK
+        except (NavarchError, OSError) as exc:
+            log.error("report_not_written", extra={"fields": {"error": str(exc), "kind": type(exc).__name__}})
+            code = EXIT_FAILED
+        if args.once:
+            return code
+        time.sleep(args.interval_s)
+
+
+def cmd_agent_install(args: argparse.Namespace) -> int:
+    """``navarch agent install``: render and write the units, enable the timer."""
+    import subprocess
+
+    from navarch.agent.config import load_config
+    from navarch.agent.install import install_units
+    from navarch.errors import NavarchError
+
+    try:
+        config = load_config(args.config)
+        lines = install_units(args.config, config=config, root=args.root, dry_run=args.dry_run)
+    except NavarchError as exc:
+        print(f"navarch agent install: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except (OSError, subprocess.CalledProcessError) as exc:
+        print(f"navarch agent install: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    for line in lines:
+        print(line)
+    return EXIT_OK
+
+
+def cmd_render_cloud_init(args: argparse.Namespace) -> int:
+    """``navarch render cloud-init FLEET --pool P [--node N]``: print the user-data."""
+    from navarch.agent.install import render_cloud_init
+    from navarch.errors import NavarchError
+    from navarch.signing import derive_node_key
+    from navarch.spec import load_fleet
+
+    try:
+        spec = load_fleet(args.fleet)
+        try:
+            spec.pool(args.pool)
+        except KeyError:
+            names = ", ".join(p.name for p in spec.pools)
+            print(f"navarch render cloud-init: no pool {args.pool!r} in {args.fleet} (pools: {names})",
+                  file=sys.stderr)
+            return EXIT_FAILED
+        node = args.node or f"{args.pool}-0001"
+        key = derive_node_key(spec.fleet_secret(), spec.name, node)
+        sys.stdout.write(render_cloud_init(spec, args.pool, node, key))
+    except NavarchError as exc:
+        print(f"navarch render cloud-init: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+def register(subparsers: Any) -> None:
+    """Add ``agent`` (run, install) and ``render`` (cloud-init) to navarch's subparsers.
+
+    subparsers: the object returned by ``ArgumentParser.add_subparsers``; each leaf sets
+    ``func`` to a handler taking the parsed Namespace and returning an exit code.
+    """
+    agent = subparsers.add_parser("agent", help="the node health agent (runs on GPU machines)")
+    asub = agent.add_subparsers(dest="agent_command", required=True, metavar="COMMAND")
+
+    s = asub.add_parser("run", help="check the GPUs and write a signed health report")
+    s.add_argument("--once", action="store_true", help="one report, then exit (the systemd timer's job)")
+    s.add_argument("--config", default=DEFAULT_CONFIG_PATH, help=f"agent config (default {DEFAULT_CONFIG_PATH})")
+    s.add_argument("--stdout", action="store_true", help="print the report instead of writing it to the store")
+    s.add_argument("--kernel-log", metavar="FILE", help="read XIDs from this text file (dmesg/syslog output)")
+    s.add_argument("--interval-s", type=float, default=60.0, help="seconds between reports without --once")
+    s.set_defaults(func=cmd_agent_run)
+
+    s = asub.add_parser("install", help="install and enable the agent's systemd service + timer")
+    s.add_argument("--config", default=DEFAULT_CONFIG_PATH, help=f"agent config (default {DEFAULT_CONFIG_PATH})")
+    s.add_argument("--dry-run", action="store_true", help="print the units; write and run nothing")
+    s.add_argument("--root", default="/", help="write units under this root (systemctl runs only for /)")
+    s.set_defaults(func=cmd_agent_install)
+
+    render = subparsers.add_parser("render", help="print text navarch sends to machines")
+    rsub = render.add_subparsers(dest="render_command", required=True, metavar="WHAT")
+    s = rsub.add_parser("cloud-init", help="the cloud-init user-data of a node of a pool")
+    s.add_argument("fleet", metavar="FLEET", help="path to fleet.yaml")
+    s.add_argument("--pool", required=True, help="pool name")
+    s.add_argument("--node", help="node name (default <pool>-0001)")
+    s.set_defaults(func=cmd_render_cloud_init)

@@ -234,13 +234,14 @@ def cmd_uncordon(args: argparse.Namespace) -> int:
 # -- local provider -------------------------------------------------------------------------
 def cmd_local_tick(args: argparse.Namespace) -> int:
     from navarch import local_ops
+    from navarch.reconcile import clock
 
     spec = load_fleet(args.fleet)
     spec.ensure_local_secret()
     # The agents' own JSON logs are for journald on real machines; here each node's
     # outcome is the line printed below.
     logging.getLogger("navarch.agent").setLevel(logging.ERROR)
-    results = local_ops.tick(spec)
+    results = local_ops.tick(spec, now=clock())
     for r in results:
         print(f"{r.node}: {r.status}")
     if not results:

@@ -1,0 +1,61 @@
+"""Fixtures for end-to-end runs of the `navarch` CLI as a subprocess on the local provider."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class Run:
+    code: int
+    out: str
+    err: str
+
+
+class Navarch:
+    """Runs `python -m navarch ...` in a fleet directory, the way an operator would."""
+
+    def __init__(self, workdir: Path, fleet_file: str = "fleet.yaml") -> None:
+        self.workdir = workdir
+        self.fleet = fleet_file
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("NAVARCH_")}
+
+    def __call__(self, *args: str, env: dict[str, str] | None = None, input: str = "") -> Run:
+        proc = subprocess.run(
+            [sys.executable, "-m", "navarch", *args], cwd=self.workdir, input=input,
+            capture_output=True, text=True, env={**self.env, **(env or {})}, timeout=120,
+        )
+        return Run(proc.returncode, proc.stdout, proc.stderr)
+
+    def ok(self, *args: str, **kw) -> Run:
+        run = self(*args, **kw)
+        assert run.code == 0, f"navarch {' '.join(args)} exited {run.code}\n{run.out}\n{run.err}"
+        return run
+
+    def status(self) -> dict:
+        return json.loads(self.ok("status", self.fleet, "--json").out)
+
+    def nodes(self, pool: str | None = None) -> list[dict]:
+        return [n for p in self.status()["pools"] if pool in (None, p["pool"]) for n in p["nodes"]]
+
+
+@pytest.fixture
+def fleet_dir(tmp_path: Path) -> Path:
+    """A directory holding a copy of fleet.example.yaml as fleet.yaml."""
+    shutil.copy(REPO / "fleet.example.yaml", tmp_path / "fleet.yaml")
+    return tmp_path
+
+
+@pytest.fixture
+def navarch(fleet_dir: Path) -> Navarch:
+    return Navarch(fleet_dir)

@@ -1,0 +1,309 @@
+"""Builders for the planner's inputs: FleetSpec, Instances, ReportObservations, Memory.
+
+Used by the scenario test (tests/planner/scenarios/*.yaml) and the hypothesis properties.
+Every fleet goes through the real navarch.spec.load_fleet (schema, defaults, cross-field
+rules), so a test can never hand the planner a fleet that fleet.yaml could not express.
+
+Times are aware UTC datetimes. Where a builder takes a time it also accepts the scenario
+shorthand `when(now, "-20m")`: a signed duration relative to `now`, or "now".
+"""
+
+from __future__ import annotations
+
+import hashlib
+import tempfile
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from navarch.durations import parse_duration_s
+from navarch.inventory import Instance, InstanceState, launch_id, ownership_tags
+from navarch.planner.model import (
+    Exhausted,
+    Memory,
+    NodeMemory,
+    Phase,
+    PoolMemory,
+    ReportObservation,
+    ReportSummary,
+    parse_ts,
+)
+from navarch.spec import FleetSpec, load_fleet
+
+BASE_NOW = datetime(2026, 3, 2, 12, 0, 0, tzinfo=UTC)
+
+# --- fleets ---------------------------------------------------------------------------------
+
+_FLEET_DIR: Path | None = None
+_FLEETS: dict[str, FleetSpec] = {}
+
+
+def fleet_from_yaml(text: str, directory: Path | None = None) -> FleetSpec:
+    """Write `text` as fleet.yaml and load it with navarch.spec.load_fleet.
+
+    directory: where to write it (a test's tmp_path); None uses one process-wide temporary
+    directory and caches the FleetSpec by the text, so hypothesis examples stay cheap.
+    Raises ConfigError exactly as `navarch plan` would for a bad fleet.
+    """
+    if directory is not None:
+        path = directory / "fleet.yaml"
+        path.write_text(text)
+        return load_fleet(path)
+    global _FLEET_DIR
+    if text in _FLEETS:
+        return _FLEETS[text]
+    if _FLEET_DIR is None:
+        _FLEET_DIR = Path(tempfile.mkdtemp(prefix="navarch-planner-tests-"))
+    path = _FLEET_DIR / (hashlib.sha256(text.encode()).hexdigest()[:16] + ".yaml")
+    path.write_text(text)
+    spec = load_fleet(path)
+    _FLEETS[text] = spec
+    return spec
+
+
+def fleet_from_dict(doc: Mapping[str, Any], directory: Path | None = None) -> FleetSpec:
+    """Like fleet_from_yaml for a fleet.yaml document given as plain data."""
+    return fleet_from_yaml(yaml.safe_dump(dict(doc), sort_keys=True), directory)
+
+
+def pool_doc(
+    *,
+    target: int,
+    min_nodes: int = 0,
+    max_nodes: int | None = None,
+    zones: Iterable[str] = ("z1", "z2"),
+    instance_types: Iterable[str] = ("t1",),
+    capacity: str = "on-demand",
+    scheduler: str = "none",
+    provider: str = "sim",
+    health: Mapping[str, Any] | None = None,
+    autoscaling: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """One pool's fleet.yaml mapping with the given knobs (the schema fills the rest)."""
+    nodes: dict[str, Any] = {"min": min_nodes, "target": target}
+    if max_nodes is not None:
+        nodes["max"] = max_nodes
+    doc: dict[str, Any] = {
+        "provider": provider,
+        "instance_types": list(instance_types),
+        "zones": list(zones),
+        "capacity": capacity,
+        "scheduler": scheduler,
+        "nodes": nodes,
+    }
+    if health:
+        doc["health"] = dict(health)
+    if autoscaling:
+        doc["autoscaling"] = dict(autoscaling)
+    return doc
+
+
+def fleet_doc(name: str, pools: Mapping[str, Mapping[str, Any]],
+              safety: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """A fleet.yaml document on the local provider "sim" with the given pools."""
+    doc: dict[str, Any] = {
+        "fleet": name,
+        "secret": {"env": "NAVARCH_TEST_SECRET"},
+        "providers": {"sim": {"type": "local"}},
+        "pools": {k: dict(v) for k, v in pools.items()},
+    }
+    if safety:
+        doc["safety"] = dict(safety)
+    return doc
+
+
+# --- times ----------------------------------------------------------------------------------
+
+
+def when(now: datetime, value: Any) -> datetime | None:
+    """A time from a scenario: None, a datetime, RFC 3339 text, "now", or "-20m"/"+1h"."""
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            raise ValueError(f"naive datetime {value!r}: give a timezone")
+        return value.astimezone(UTC)
+    text = str(value).strip()
+    if text == "now":
+        return now
+    if text[:1] in "+-":
+        sign = -1 if text[0] == "-" else 1
+        return now + timedelta(seconds=sign * parse_duration_s(text[1:]))
+    return parse_ts(text)
+
+
+# --- inventory ------------------------------------------------------------------------------
+
+
+def instance(
+    fleet: str,
+    pool: str,
+    node: str,
+    *,
+    launched_at: datetime,
+    state: str | InstanceState = InstanceState.RUNNING,
+    instance_id: str | None = None,
+    provider: str = "sim",
+    zone: str = "z1",
+    instance_type: str = "t1",
+    spot: bool = False,
+    attempt: int = 0,
+) -> Instance:
+    """An instance navarch launched: it carries the four ownership tags for (fleet, pool, node)."""
+    tags = ownership_tags(fleet, pool, node, launch_id(fleet, node, attempt))
+    return Instance(
+        provider=provider,
+        instance_id=instance_id or f"i-{node}",
+        zone=zone,
+        instance_type=instance_type,
+        state=InstanceState(state),
+        launched_at=launched_at,
+        tags=tuple(sorted(tags.items())),
+        spot=spot,
+    )
+
+
+def foreign_instance(
+    instance_id: str,
+    *,
+    launched_at: datetime,
+    tags: Mapping[str, str] | None = None,
+    provider: str = "sim",
+    state: str | InstanceState = InstanceState.RUNNING,
+) -> Instance:
+    """An instance with arbitrary (possibly no, possibly look-alike) tags."""
+    return Instance(
+        provider=provider,
+        instance_id=instance_id,
+        zone="z1",
+        instance_type="t1",
+        state=InstanceState(state),
+        launched_at=launched_at,
+        tags=tuple(sorted((tags or {}).items())),
+    )
+
+
+# --- reports --------------------------------------------------------------------------------
+
+
+def summary(
+    *,
+    sequence: int,
+    generated_at: datetime,
+    status: str = "healthy",
+    boot_id: str = "boot-1",
+    fatal: bool = False,
+    findings: Iterable[str] = (),
+    notice_kind: str | None = None,
+    process_count: int | None = 0,
+    utilization_pct: float | None = None,
+    gpu_count: int = 8,
+) -> ReportSummary:
+    """A ReportSummary as navarch.reports.summarize would make it."""
+    action = {"healthy": "none", "degraded": "none", "unknown": "none"}.get(status, "replace")
+    return ReportSummary(
+        sequence=sequence,
+        boot_id=boot_id,
+        generated_at=generated_at,
+        status=status,
+        action=action,
+        health_score={"healthy": 100, "degraded": 70, "unknown": 50}.get(status, 0),
+        fatal=fatal,
+        findings=tuple(findings),
+        notice_kind=notice_kind,
+        process_count=process_count,
+        utilization_pct=utilization_pct,
+        gpu_count=gpu_count,
+    )
+
+
+def observation(
+    node: str,
+    pool: str,
+    report: ReportSummary | None = None,
+    *,
+    rejected: str | None = None,
+    version: str | None = None,
+) -> ReportObservation:
+    """What navarch.reports.read_reports returns for one node.
+
+    For a rejected object `report` is the last accepted summary (or None), as read_reports
+    passes it; version defaults to one derived from the report's sequence.
+    """
+    if version is None:
+        if rejected:
+            version = f"rejected-{rejected}"
+        elif report is not None:
+            version = f"v{report.sequence}"
+    return ReportObservation(node=node, pool=pool, summary=report, version=version,
+                             rejected=rejected)
+
+
+# --- memory ---------------------------------------------------------------------------------
+
+
+def node_memory(
+    node: str,
+    pool: str,
+    *,
+    phase: str | Phase = Phase.NONE,
+    phase_at: datetime | None = None,
+    phase_reason: str = "",
+    repair: bool = False,
+    streak: int = 0,
+    streak_sequence: int = 0,
+    report: ReportSummary | None = None,
+    first_seen_at: datetime | None = None,
+    instance_id: str | None = None,
+) -> NodeMemory:
+    """What earlier runs remembered of one node (report_version follows report's sequence)."""
+    return NodeMemory(
+        node=node,
+        pool=pool,
+        instance_id=instance_id or f"i-{node}",
+        first_seen_at=first_seen_at,
+        phase=Phase(phase),
+        phase_at=phase_at,
+        phase_reason=phase_reason,
+        repair=repair,
+        report_version=f"v{report.sequence}" if report is not None else None,
+        report=report,
+        streak=streak,
+        streak_sequence=streak_sequence,
+    )
+
+
+def exhausted(zone: str, instance_type: str, *, until: datetime, spot: bool = False,
+              failures: int = 1) -> Exhausted:
+    return Exhausted(zone=zone, instance_type=instance_type, spot=spot, until=until,
+                     failures=failures)
+
+
+def pool_memory(
+    pool: str,
+    *,
+    next_index: int = 1,
+    repairs: Iterable[datetime] = (),
+    exhausted: Iterable[Exhausted] = (),
+    desired: int | None = None,
+    desired_from_target: int | None = None,
+    scaled_at: datetime | None = None,
+) -> PoolMemory:
+    return PoolMemory(pool=pool, next_index=next_index, repairs=tuple(repairs),
+                      exhausted=tuple(exhausted), desired=desired,
+                      desired_from_target=desired_from_target, scaled_at=scaled_at)
+
+
+def memory(fleet: str, nodes: Iterable[NodeMemory] = (), pools: Iterable[PoolMemory] = (),
+           serial: int = 1) -> Memory:
+    """A Memory with nodes and pools sorted by name, as navarch.state writes it."""
+    return Memory(
+        fleet=fleet,
+        serial=serial,
+        lineage="test",
+        nodes=tuple(sorted(nodes, key=lambda n: n.node)),
+        pools=tuple(sorted(pools, key=lambda p: p.pool)),
+    )

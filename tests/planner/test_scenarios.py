@@ -1,0 +1,242 @@
+"""Planner scenarios as data: every tests/planner/scenarios/*.yaml runs observe() then plan().
+
+A scenario file holds (times are RFC 3339, or relative to `now` like "-20m", "+1h", "now"):
+
+  description: what the scenario proves
+  now: the run's clock
+  fleet: |            the fleet.yaml text (loaded with navarch.spec.load_fleet)
+  inventory:          owned instances: node, [pool], [state], [launched_at], [instance_id],
+                      [zone], [instance_type], [spot]   (pool defaults from <fleet>-<pool>-NNNN)
+  foreign:            other instances: instance_id, [tags], [provider], [launched_at]
+  reports:            node -> report fields (sequence, boot_id, generated_at, status, fatal,
+                      findings, notice_kind, process_count, utilization_pct), or
+                      {rejected: reason} (the summary is then the remembered one, as
+                      navarch.reports.read_reports passes it)
+  memory:             nodes: node -> phase, phase_at, phase_reason, repair, streak,
+                      streak_sequence, first_seen_at, report; pools: pool -> next_index,
+                      repairs, exhausted [{zone, instance_type, spot, until}], desired,
+                      desired_from_target, scaled_at
+  drain_checks:       node -> bool (scheduler drain-check results this run)
+  expect:
+    actions:          in order: {action, pool, node, reason_contains?, places_first?,
+                      places?, replaces?, desired?, repair?}
+    halts:            in order: {pool, rule}
+    lifecycles:       node -> lifecycle (optional)
+    memory:           nodes: node -> {streak?, streak_sequence?} after observe (optional)
+    notes_contain:    substrings each found in some note (optional)
+    foreign:          how many instances observe() set aside as foreign (optional)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import builders
+import pytest
+import yaml
+
+from navarch.inventory import Instance
+from navarch.planner.model import Memory, Plan, ReportObservation, ReportSummary
+from navarch.planner.observe import Observed, observe
+from navarch.planner.plan import plan
+from navarch.spec import FleetSpec
+
+SCENARIOS = Path(__file__).parent / "scenarios"
+_SCENARIO_KEYS = {"description", "now", "fleet", "inventory", "foreign", "reports", "memory",
+                  "drain_checks", "expect", "xfail"}
+_ACTION_KEYS = {"action", "pool", "node", "reason_contains", "places_first", "places",
+                "replaces", "desired", "repair"}
+
+
+@dataclass(frozen=True)
+class Inputs:
+    spec: FleetSpec
+    inventory: tuple[Instance, ...]
+    reports: Mapping[str, ReportObservation]
+    memory: Memory
+    now: datetime
+    drain_checks: Mapping[str, bool]
+
+
+def _pool_of(spec: FleetSpec, node: str) -> str:
+    prefix = spec.name + "-"
+    assert node.startswith(prefix), f"{node}: give its pool explicitly"
+    return node[len(prefix):].rsplit("-", 1)[0]
+
+
+def _summary(raw: Mapping[str, Any], now: datetime) -> ReportSummary:
+    fields = dict(raw)
+    generated_at = builders.when(now, fields.pop("generated_at", "-30s"))
+    assert generated_at is not None
+    return builders.summary(generated_at=generated_at, **fields)
+
+
+def build_inputs(doc: Mapping[str, Any], tmp_path: Path) -> Inputs:
+    """Turn one scenario document into observe()'s arguments."""
+    unknown = set(doc) - _SCENARIO_KEYS
+    assert not unknown, f"unknown scenario keys {sorted(unknown)}"
+    now = builders.when(builders.BASE_NOW, doc["now"])
+    assert now is not None
+    spec = builders.fleet_from_yaml(doc["fleet"], tmp_path)
+
+    mem_doc = doc.get("memory") or {}
+    node_mems = []
+    for name, raw in (mem_doc.get("nodes") or {}).items():
+        raw = dict(raw)
+        report = raw.pop("report", None)
+        node_mems.append(builders.node_memory(
+            name,
+            raw.pop("pool", None) or _pool_of(spec, name),
+            phase=raw.pop("phase", ""),
+            phase_at=builders.when(now, raw.pop("phase_at", None)),
+            first_seen_at=builders.when(now, raw.pop("first_seen_at", None)),
+            report=_summary(report, now) if report is not None else None,
+            **raw,
+        ))
+    pool_mems = []
+    for name, raw in (mem_doc.get("pools") or {}).items():
+        raw = dict(raw)
+        pool_mems.append(builders.pool_memory(
+            name,
+            repairs=[builders.when(now, r) for r in raw.pop("repairs", [])],
+            exhausted=[
+                builders.exhausted(e["zone"], e["instance_type"], spot=e.get("spot", False),
+                                   until=builders.when(now, e["until"]),
+                                   failures=e.get("failures", 1))
+                for e in raw.pop("exhausted", [])
+            ],
+            scaled_at=builders.when(now, raw.pop("scaled_at", None)),
+            **raw,
+        ))
+    mem = builders.memory(spec.name, node_mems, pool_mems)
+
+    inventory: list[Instance] = []
+    for raw in doc.get("inventory") or []:
+        raw = dict(raw)
+        node = raw.pop("node")
+        inventory.append(builders.instance(
+            spec.name,
+            raw.pop("pool", None) or _pool_of(spec, node),
+            node,
+            launched_at=builders.when(now, raw.pop("launched_at", "-2h")),
+            **raw,
+        ))
+    for raw in doc.get("foreign") or []:
+        raw = dict(raw)
+        inventory.append(builders.foreign_instance(
+            raw.pop("instance_id"),
+            launched_at=builders.when(now, raw.pop("launched_at", "-2h")),
+            **raw,
+        ))
+
+    reports: dict[str, ReportObservation] = {}
+    for node, raw in (doc.get("reports") or {}).items():
+        pool = _pool_of(spec, node)
+        if "rejected" in raw:
+            nm = mem.node(node)
+            reports[node] = builders.observation(node, pool, nm.report if nm else None,
+                                                 rejected=raw["rejected"])
+        else:
+            reports[node] = builders.observation(node, pool, _summary(raw, now))
+    return Inputs(spec, tuple(inventory), reports, mem, now, dict(doc.get("drain_checks") or {}))
+
+
+def run(inputs: Inputs) -> tuple[Observed, Plan]:
+    observed = observe(inputs.spec, inputs.inventory, inputs.reports, inputs.memory, inputs.now,
+                       inputs.drain_checks)
+    return observed, plan(inputs.spec, observed.views, observed.memory, inputs.now)
+
+
+def _show(p: Plan) -> str:
+    lines = [f"  {a.kind.value} {a.pool} {a.node} ({a.reason})"
+             + (f" places={[pl.label() for pl in a.places]}" if a.places else "")
+             for a in p.actions]
+    lines += [f"  HALT {h.pool} {h.rule}: {h.message}" for h in p.halts]
+    lines += [f"  note: {n}" for n in p.notes]
+    return "\n".join(lines) or "  (empty plan)"
+
+
+def check(doc: Mapping[str, Any], observed: Observed, p: Plan) -> None:
+    """Compare a run against a scenario's `expect` block; the message shows the whole plan."""
+    expect = doc.get("expect") or {}
+    shown = f"\n{doc['description'].strip()}\nplan was:\n{_show(p)}"
+
+    want_actions = expect.get("actions") or []
+    assert len(p.actions) == len(want_actions), f"wrong number of actions{shown}"
+    for i, (got, want) in enumerate(zip(p.actions, want_actions, strict=True)):
+        unknown = set(want) - _ACTION_KEYS
+        assert not unknown, f"unknown expected-action keys {sorted(unknown)}"
+        where = f"action {i}{shown}"
+        assert got.kind.value == want["action"], where
+        assert got.pool == want["pool"], where
+        assert got.node == want.get("node"), where
+        if "reason_contains" in want:
+            assert want["reason_contains"] in got.reason, where
+        if "places_first" in want:
+            assert got.places and got.places[0].label() == want["places_first"], where
+        if "places" in want:
+            assert [pl.label() for pl in got.places] == want["places"], where
+        if "replaces" in want:
+            assert got.replaces == want["replaces"], where
+        if "desired" in want:
+            assert got.desired == want["desired"], where
+        if "repair" in want:
+            assert got.repair == want["repair"], where
+
+    want_halts = [(h["pool"], h["rule"]) for h in expect.get("halts") or []]
+    assert [(h.pool, h.rule) for h in p.halts] == want_halts, f"halts{shown}"
+
+    lifecycles = {v.node: v.lifecycle.value for v in observed.views}
+    for node, lc in (expect.get("lifecycles") or {}).items():
+        assert lifecycles.get(node) == lc, f"lifecycle of {node}: {lifecycles}{shown}"
+
+    for node, fields in ((expect.get("memory") or {}).get("nodes") or {}).items():
+        nm = observed.memory.node(node)
+        assert nm is not None, f"{node} missing from memory"
+        for key, value in fields.items():
+            assert getattr(nm, key) == value, f"memory {node}.{key}: {getattr(nm, key)!r}"
+
+    for text in expect.get("notes_contain") or []:
+        assert any(text in n for n in p.notes), f"no note contains {text!r}{shown}"
+
+    if "foreign" in expect:
+        assert len(observed.foreign) == expect["foreign"], shown
+
+    # Whatever a scenario expects, a plan never names a foreign instance (safety rule 1).
+    foreign_ids = {i.instance_id for i in observed.foreign}
+    assert not any(a.instance_id in foreign_ids for a in p.actions if a.instance_id), shown
+
+
+def _params() -> list[Any]:
+    out = []
+    for path in sorted(SCENARIOS.glob("*.yaml")):
+        doc = yaml.safe_load(path.read_text())
+        marks = []
+        if doc.get("xfail"):
+            marks.append(pytest.mark.xfail(strict=True, reason=doc["xfail"]))
+        out.append(pytest.param(path, id=path.stem, marks=marks))
+    return out
+
+
+@pytest.mark.parametrize("path", _params())
+def test_scenario(path: Path, tmp_path: Path) -> None:
+    doc = yaml.safe_load(path.read_text())
+    inputs = build_inputs(doc, tmp_path)
+    observed, p = run(inputs)
+    check(doc, observed, p)
+    # Pure and deterministic: the same inputs plan the same, byte for byte.
+    assert run(inputs)[1] == p
+
+
+def test_every_scenario_is_described() -> None:
+    paths = sorted(SCENARIOS.glob("*.yaml"))
+    assert len(paths) >= 30
+    for path in paths:
+        doc = yaml.safe_load(path.read_text())
+        assert str(doc.get("description", "")).strip(), f"{path.name} has no description"
+        assert "expect" in doc, f"{path.name} has no expect block"
+

@@ -54,8 +54,9 @@ class Sshd:
     state_dir: Path
 
     def ssh(self, **over: Any) -> dict[str, Any]:
-        """A pool `ssh` mapping (fleet.schema.json $defs.ssh) that reaches this sshd."""
-        return {
+        """A pool `ssh` mapping (fleet.schema.json $defs.ssh) that reaches this sshd;
+        a key given as None is left out."""
+        base = {
             "user": "root",
             "port": self.port,
             "key_file": str(self.client_key),
@@ -64,6 +65,7 @@ class Sshd:
             "connect_timeout": "10s",
             **over,
         }
+        return {k: v for k, v in base.items() if v is not None}
 
 
 @pytest.fixture(scope="session")

@@ -17,10 +17,11 @@ A scenario file holds (times are RFC 3339, or relative to `now` like "-20m", "+1
                       repairs, exhausted [{zone, instance_type, spot, until}], desired,
                       desired_from_target, scaled_at
   drain_checks:       node -> bool (scheduler drain-check results this run)
+  xfail:              (only for a planner bug found by the scenario) the bug, in one line
   expect:
     actions:          in order: {action, pool, node, reason_contains?, places_first?,
                       places?, replaces?, desired?, repair?}
-    halts:            in order: {pool, rule}
+    halts:            in order: {pool, rule, message_contains?}
     lifecycles:       node -> lifecycle (optional)
     memory:           nodes: node -> {streak?, streak_sequence?} after observe (optional)
     notes_contain:    substrings each found in some note (optional)
@@ -187,8 +188,12 @@ def check(doc: Mapping[str, Any], observed: Observed, p: Plan) -> None:
         if "repair" in want:
             assert got.repair == want["repair"], where
 
-    want_halts = [(h["pool"], h["rule"]) for h in expect.get("halts") or []]
-    assert [(h.pool, h.rule) for h in p.halts] == want_halts, f"halts{shown}"
+    want_halts = expect.get("halts") or []
+    assert [(h.pool, h.rule) for h in p.halts] == [(h["pool"], h["rule"]) for h in want_halts], \
+        f"halts{shown}"
+    for got_halt, want_halt in zip(p.halts, want_halts, strict=True):
+        if "message_contains" in want_halt:
+            assert want_halt["message_contains"] in got_halt.message, f"halt message{shown}"
 
     lifecycles = {v.node: v.lifecycle.value for v in observed.views}
     for node, lc in (expect.get("lifecycles") or {}).items():

@@ -71,7 +71,33 @@ def choose_backend(config: AgentConfig) -> GpuBackend:
         return FakeGpuBackend(config.node, config.fake_gpu_count(), faults)
     from navarch.agent.nvml import NvmlGpuBackend
 
-    return NvmlGpuBackend()
+    try:
+        return NvmlGpuBackend()
+    except ImportError as exc:  # nvidia-ml-py itself missing: same verdict as no libnvidia-ml
+        return _NoLibraryBackend(f"cannot import pynvml: {exc}")
+
+
+class _NoLibraryBackend:
+    name = "nvml"
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+
+    def probe(self) -> GpuProbe:
+        return GpuProbe(backend=self.name, init_error=ProbeError(ProbeErrorKind.LIBRARY_NOT_FOUND, self.message))
+
+
+def trim_events(events: Sequence[kl.XidEvent], limit: int = 256) -> list[kl.XidEvent]:
+    """At most ``limit`` events in their original order, never dropping a fatal one for a
+    lesser one: all fatal events (the latest if they alone exceed the limit), then the
+    latest of the others. Keeps latching sound when application XIDs flood a boot.
+    """
+    if len(events) <= limit:
+        return list(events)
+    fatal = [n for n, e in enumerate(events) if e.severity is Severity.FATAL][-limit:]
+    rest = [n for n, e in enumerate(events) if e.severity is not Severity.FATAL]
+    keep = set(fatal) | set(rest[len(rest) - (limit - len(fatal)):] if limit > len(fatal) else [])
+    return [e for n, e in enumerate(events) if n in keep]
 
 
 # --- events <-> state ------------------------------------------------------------------
@@ -270,7 +296,7 @@ def build_report(
 
     status = worst_status(c.status for c in checks)
     action = Action.strongest([c.action for c in checks])
-    xids = sorted(events, key=lambda e: (e.severity is not Severity.FATAL,))[:_MAX_XIDS]
+    xids = trim_events(events, _MAX_XIDS)
     report = {
         "schema_version": 1,
         "fleet": config.fleet,
@@ -432,7 +458,7 @@ def run_once(
 
     new_state = AgentState(
         sequence=sequence, boot_id=boot_id, kernel_log=kl_saved,
-        events=tuple(_event_to_json(e, boot_id) for e in latched[-_MAX_XIDS:]),
+        events=tuple(_event_to_json(e, boot_id) for e in trim_events(latched, _MAX_XIDS)),
         faults=faults, counters=counters,
     )
     try:

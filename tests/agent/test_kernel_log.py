@@ -228,3 +228,27 @@ def test_real_dev_kmsg_position_advances() -> None:
     second = kl.read_kmsg(seq)
     assert second.position["kmsg_seq"] >= seq
     assert len(second.lines) < max(len(first.lines), 1) + 50
+
+
+# --- properties -------------------------------------------------------------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=300))
+def test_parser_never_raises_on_arbitrary_text(text: str) -> None:
+    for ev in kl.parse_text(text.splitlines()):
+        assert ev.code >= 0 and len(ev.message) <= 512
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 0xFFFF), st.integers(0, 0xFF), st.integers(0, 0x1F), st.integers(0, 7),
+       st.integers(0, 200), st.sampled_from(["", "[  12.5] ", "[Sun Feb 23 16:24:18 2025] ", "6,9,123,-;"]))
+def test_any_xid_line_round_trips(domain: int, bus: int, dev: int, fn: int, code: int, prefix: str) -> None:
+    bdf = f"{domain:08X}:{bus:02X}:{dev:02x}.{fn}" if code % 2 else f"{domain:04x}:{bus:02x}:{dev:02x}"
+    ev = one(f"{prefix}NVRM: Xid (PCI:{bdf}): {code}, pid=42, name=python, something happened")
+    assert ev.code == code
+    assert ev.pci_bus_id == f"{domain:04x}:{bus:02x}:{dev:02x}"
+    assert kl.normalise_bdf(ev.pci_bus_id) == ev.pci_bus_id

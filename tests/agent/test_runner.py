@@ -246,3 +246,41 @@ def test_load_config_errors(tmp_path: Path, text: str, match: str) -> None:
     path.write_text(text)
     with pytest.raises(ConfigError, match=match):
         load_config(path)
+
+
+def test_fatal_xid_survives_a_flood_of_application_xids(make_config: Callable[..., AgentConfig]) -> None:
+    cfg = make_config()
+    append(cfg, XID79)
+    run_once(cfg, now=T0)
+    # 400 separate XID 13 events (2 s apart, so no burst collapses them) over later runs.
+    for batch in range(4):
+        append(cfg, "".join(f"[{1000 + 2 * (batch * 100 + n)}.0] NVRM: Xid (PCI:0000:18:00): 13, pid=1, name=x, ESR\n"
+                            for n in range(100)))
+        r = run_once(cfg, now=T0 + timedelta(minutes=batch + 1))
+    assert len(r["xids"]) == 256
+    assert [x["code"] for x in r["xids"] if x["severity"] == "fatal"] == [79]
+    assert r["status"] == "unhealthy"
+
+
+class _BrokenBackend:
+    name = "nvml"
+
+    def probe(self) -> Any:
+        raise RuntimeError("bug in a backend")
+
+
+def test_agent_bug_in_probe_still_reports_unknown(make_config: Callable[..., AgentConfig], validate_report: Any) -> None:
+    report = run_once(make_config(), now=T0, backend=_BrokenBackend())
+    validate_report(report)
+    assert report["status"] == "unknown" and report["action"] == "none"
+
+
+def test_notice_file_from_local_provider(make_config: Callable[..., AgentConfig], tmp_path: Path,
+                                         validate_report: Any) -> None:
+    notice = tmp_path / "notice.json"
+    notice.write_text(json.dumps({"kind": "preemption", "source": "local", "deadline": None, "detail": "injected"}))
+    report = run_once(make_config(notice_file=str(notice)), now=T0)
+    validate_report(report)
+    assert report["notice"] == {"kind": "preemption", "source": "local", "deadline": None, "detail": "injected"}
+    notice.write_text("not json")
+    assert run_once(make_config(notice_file=str(notice)), now=T0 + timedelta(minutes=1))["notice"] is None

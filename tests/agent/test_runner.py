@@ -284,3 +284,52 @@ def test_notice_file_from_local_provider(make_config: Callable[..., AgentConfig]
     assert report["notice"] == {"kind": "preemption", "source": "local", "deadline": None, "detail": "injected"}
     notice.write_text("not json")
     assert run_once(make_config(notice_file=str(notice)), now=T0 + timedelta(minutes=1))["notice"] is None
+
+
+def test_journal_source_cursor_and_previous_boot(make_config: Callable[..., AgentConfig], tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """journald path: the cursor is saved and passed on; a previous boot's fatal XID counts
+    toward the reboot-escalation history but is not latched into this boot."""
+    import os
+    import stat
+
+    from navarch.agent import kernel_log
+
+    boot_a, boot_b = "aaaaaaaa-0000-0000-0000-000000000001", "bbbbbbbb-0000-0000-0000-000000000002"
+    out = tmp_path / "journal.jsonl"
+    args = tmp_path / "args"
+    script = tmp_path / "journalctl"
+    script.write_text(f'#!/bin/sh\necho "$@" >> {args}\ncat {out}\n')
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    monkeypatch.setattr(kernel_log, "journal_available", lambda: True)
+
+    def journal(*records: tuple[str, str, str]) -> None:
+        out.write_text("".join(json.dumps({"MESSAGE": m, "_BOOT_ID": b.replace("-", ""), "__CURSOR": c,
+                                           "__REALTIME_TIMESTAMP": "1772366400000000"}) + "\n"
+                               for m, b, c in records))
+
+    class Healthy:
+        name = "nvml"
+
+        def probe(self) -> Any:
+            from navarch.agent.gpu import FakeGpuBackend
+
+            return FakeGpuBackend("train-0001", 8).probe()
+
+    xid = "NVRM: Xid (PCI:0000:2a:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
+    journal((xid, boot_a, "c1"), (xid, boot_b, "c2"))
+    cfg = make_config(fake_gpu=False, kernel_log=None, boot_id=boot_b)
+    r1 = run_once(cfg, now=T0, backend=Healthy())
+    assert [(x["code"], x["boot_id"]) for x in r1["xids"]] == [(79, boot_b)]
+    assert r1["action"] == "reboot"  # seen in one earlier boot only: not yet escalated
+    assert "-b" in args.read_text().split()
+    journal()
+    r2 = run_once(cfg, now=T0 + timedelta(minutes=1), backend=Healthy())
+    assert "--after-cursor=c2" in args.read_text().splitlines()[-1]
+    assert [x["code"] for x in r2["xids"]] == [79]  # latched, although the journal had nothing new
+    # Third boot, same fault again: two earlier boots (a from the journal, b) -> replace.
+    journal((xid, "cccccccc-0000-0000-0000-000000000003", "c3"))
+    r3 = run_once(make_config(fake_gpu=False, kernel_log=None, boot_id="cccccccc-0000-0000-0000-000000000003"),
+                  now=T0 + timedelta(hours=1), backend=Healthy())
+    assert r3["action"] == "replace"

@@ -19,6 +19,7 @@ import shutil
 import socket
 import subprocess
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -174,4 +175,6 @@ class Standin:
 def standin(sshd: Sshd) -> Standin:
     for path in sshd.state_dir.iterdir():
         path.unlink()
+    # Stand-ins still running from an earlier test see a new generation and stop.
+    (sshd.state_dir / "generation").write_text(uuid.uuid4().hex)
     return Standin(sshd.state_dir)

@@ -54,11 +54,23 @@ def start(tool):
     record(tool)
     state = load()
     if state.get("delay_s"):
+        generation = _generation()
         time.sleep(state["delay_s"])
+        # A call left running by a timed-out step must not touch the next test's world.
+        if _generation() != generation:
+            sys.exit(0)
     if state.get("hold_s"):
         _count(+1)
         time.sleep(state["hold_s"])
         _count(-1)
+
+
+def _generation():
+    try:
+        with open(os.path.join(DIR, "generation")) as fh:
+            return fh.read()
+    except FileNotFoundError:
+        return ""
 
 
 def _count(delta):

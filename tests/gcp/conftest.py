@@ -20,6 +20,7 @@ import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
@@ -60,6 +61,14 @@ class FakeCompute:
     failures: list[Failure] = field(default_factory=list)
     calls: list[tuple[str, str, dict[str, list[str]]]] = field(default_factory=list)
     initial_status: str = "RUNNING"
+    # hold_insert: the n-th instances.insert (1-based) blocks until `release` is set, then
+    # is processed (the instance is created) and `held_done` is set; for killing a client
+    # in the middle of a launch.
+    hold_insert: int | None = None
+    inserts_seen: int = 0
+    holding: threading.Event = field(default_factory=threading.Event)
+    release: threading.Event = field(default_factory=threading.Event)
+    held_done: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
     _ids: Iterator[int] = field(default_factory=lambda: itertools.count(1000))
 
@@ -74,6 +83,11 @@ class FakeCompute:
             self.quota_error = None
             self.stockout_code = "ZONE_RESOURCE_POOL_EXHAUSTED"
             self.initial_status = "RUNNING"
+            self.hold_insert = None
+            self.inserts_seen = 0
+            self.holding.clear()
+            self.release.clear()
+            self.held_done.clear()
 
     def fail(
         self,
@@ -114,7 +128,7 @@ class FakeCompute:
             zone=f"{BASE}/projects/{self.project}/zones/{zone}",
             machineType=f"{BASE}/projects/{self.project}/zones/{zone}/machineTypes/{mtype.rsplit('/', 1)[-1]}",
             status=self.initial_status,
-            creationTimestamp="2026-11-21T13:00:00.000-08:00",
+            creationTimestamp=datetime.now(UTC).isoformat(timespec="milliseconds"),
             selfLink=f"{BASE}/projects/{self.project}/zones/{zone}/instances/{name}",
             labelFingerprint=uuid.uuid4().hex[:12],
         )
@@ -210,6 +224,32 @@ class _Handler(BaseHTTPRequestHandler):
         url = urlparse(self.path)
         path, query = url.path, parse_qs(url.query)
         body = self._body() if method == "POST" else {}
+        held = False
+        if method == "POST" and re.fullmatch(
+            r"/compute/v1/projects/[^/]+/zones/[^/]+/instances", path
+        ):
+            with fake.lock:
+                fake.inserts_seen += 1
+                held = fake.inserts_seen == fake.hold_insert
+            if held:
+                fake.holding.set()
+                fake.release.wait(60)
+        try:
+            self._answer(fake, method, path, query, body)
+        except OSError:
+            pass  # the client was killed while we held its request
+        finally:
+            if held:
+                fake.held_done.set()
+
+    def _answer(
+        self,
+        fake: FakeCompute,
+        method: str,
+        path: str,
+        query: dict[str, list[str]],
+        body: dict[str, Any],
+    ) -> None:
         with fake.lock:
             fake.calls.append((method, path, query))
             for f in list(fake.failures):

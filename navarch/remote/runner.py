@@ -21,7 +21,6 @@ is never read (fabric load_ssh_configs=False): fleet.yaml is the whole truth.
 
 from __future__ import annotations
 
-import socket
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -165,6 +164,10 @@ class _HostKeyUnknown(paramiko.SSHException):
         super().__init__(f"host key of {hostname} not in known_hosts")
 
 
+class _HandshakeTimeout(paramiko.SSHException):
+    """The SSH handshake (banner, key exchange) did not finish within connect_timeout."""
+
+
 class _RejectUnknown(paramiko.MissingHostKeyPolicy):
     """paramiko RejectPolicy that keeps the offered key for the error message."""
 
@@ -306,6 +309,17 @@ class SSHRunner:
         conn = self._connection(host, gateway=gateway)
         try:
             conn.open()
+        except paramiko.SSHException as exc:
+            # When the handshake outlives connect_timeout, paramiko goes on to authenticate
+            # and says "No existing session"; the transport kept the real cause.
+            transport = conn.client.get_transport()
+            cause = transport.get_exception() if transport is not None else None
+            _close(conn)
+            if isinstance(cause, Exception) and cause is not exc:
+                raise cause from exc
+            if str(exc) == "No existing session":
+                raise _HandshakeTimeout(str(exc)) from exc
+            raise
         except BaseException:
             _close(conn)
             raise
@@ -373,8 +387,15 @@ class SSHRunner:
             return f"authentication failed for {where}: {exc}; check ssh.user and ssh.key_file"
         if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError):
             return f"cannot connect to {where}: {exc.strerror or exc}"
-        if isinstance(exc, socket.timeout | TimeoutError):
+        if isinstance(exc, TimeoutError):
             return f"cannot connect to {where}: timed out after {s.connect_timeout_s}s"
+        if isinstance(exc, _HandshakeTimeout) or (
+            isinstance(exc, paramiko.SSHException) and "banner" in str(exc).lower()
+        ):
+            return (
+                f"cannot connect to {where}: no SSH handshake within {s.connect_timeout_s}s "
+                "(is it an SSH server, and is ssh.port right?)"
+            )
         if isinstance(exc, OSError):
             return f"cannot connect to {where}: {exc.strerror or exc}"
         return f"ssh to {where} failed: {type(exc).__name__}: {exc}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
@@ -395,3 +396,15 @@ def test_an_unauthorized_key_is_an_authentication_failure(sshd: Sshd, standin: S
     assert not outcome.ok and outcome.steps[0].exit_code is None
     assert "authentication failed for root@127.0.0.1" in outcome.error
     assert standin.calls() == []
+
+
+def test_a_silent_server_fails_after_connect_timeout(sshd: Sshd) -> None:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(4)
+        ssh = sshd.ssh(port=listener.getsockname()[1], connect_timeout="1s")
+        (outcome,) = SSHRunner(ssh, base_dir=Path.cwd()).run(
+            load_playbook("slurm", "cordon"), [target()]
+        )
+    assert not outcome.ok and outcome.steps[0].exit_code is None
+    assert "no SSH handshake within 1s" in outcome.error

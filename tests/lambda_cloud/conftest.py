@@ -57,6 +57,14 @@ class FakeLambda:
     calls: list[tuple[str, str, Any]] = field(default_factory=list)
     launch_status: str = "booting"
     ssh_keys: set[str] = field(default_factory=lambda: {"navarch"})
+    # hold_launch: the n-th launch (1-based) blocks until `release` is set, then is
+    # processed (the instance is created) and `held_done` is set; for killing a client
+    # while its launch is in flight.
+    hold_launch: int | None = None
+    launches_seen: int = 0
+    holding: threading.Event = field(default_factory=threading.Event)
+    release: threading.Event = field(default_factory=threading.Event)
+    held_done: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
     _ids: Iterator[int] = field(default_factory=lambda: itertools.count(1))
 
@@ -67,6 +75,11 @@ class FakeLambda:
             self.failures.clear()
             self.calls.clear()
             self.launch_status = "booting"
+            self.hold_launch = None
+            self.launches_seen = 0
+            self.holding.clear()
+            self.release.clear()
+            self.held_done.clear()
 
     def fail(
         self,
@@ -156,15 +169,29 @@ class _Handler(BaseHTTPRequestHandler):
         fake = self.server.fake
         n = int(self.headers.get("Content-Length") or 0)
         body = json.loads(self.rfile.read(n)) if n else None
-        with fake.lock:
-            fake.calls.append((method, self.path, body))
-            status, out = self._dispatch(fake, method, self.path, body)
-        data = json.dumps(out).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        held = False
+        if method == "POST" and self.path.endswith("/instance-operations/launch"):
+            with fake.lock:
+                fake.launches_seen += 1
+                held = fake.launches_seen == fake.hold_launch
+            if held:
+                fake.holding.set()
+                fake.release.wait(60)
+        try:
+            with fake.lock:
+                fake.calls.append((method, self.path, body))
+                status, out = self._dispatch(fake, method, self.path, body)
+            data = json.dumps(out).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+        except OSError:
+            pass  # the client was killed while we held its request
+        finally:
+            if held:
+                fake.held_done.set()
 
     def _dispatch(
         self, fake: FakeLambda, method: str, path: str, body: Any

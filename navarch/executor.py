@@ -203,7 +203,7 @@ class Executor:
 
     def _playbook(self, a: Action, kind: str) -> tuple[bool, str]:
         pool = self.spec.pool(a.pool)
-        if pool.scheduler == "none":
+        if pool.scheduler == "none" and kind not in pool.playbooks:
             return True, "recorded in navarch (scheduler none)"
         if self.playbooks is None:
             return False, f"no playbook runner for scheduler {pool.scheduler}"

@@ -65,7 +65,7 @@ class Fleet:
         providers = {n: open_provider(n, spec.providers[n], base_dir=spec.base_dir, fleet=spec.name)
                      for n in names}
         playbooks = None
-        if any(p.scheduler != "none" for p in spec.pools):
+        if any(p.scheduler != "none" or p.playbooks for p in spec.pools):
             from navarch.remote.adapter import SSHPlaybooks
 
             playbooks = SSHPlaybooks(spec)
@@ -122,7 +122,7 @@ def _drain_checks(fleet: Fleet, memory: Memory, inventory: tuple[Instance, ...])
             pool: PoolSpec = fleet.spec.pool(nm.pool)
         except KeyError:
             continue
-        if pool.scheduler == "none" or nm.node not in by_node:
+        if (pool.scheduler == "none" and "drain_check" not in pool.playbooks) or nm.node not in by_node:
             continue
         try:
             ok, _ = fleet.playbooks.run(pool, "drain_check", nm.node, by_node[nm.node].address,

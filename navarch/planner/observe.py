@@ -143,7 +143,7 @@ def _view(
     if nm.phase is Phase.TERMINATING:
         return view(Lifecycle.TERMINATING, nm.phase_reason)
     if nm.phase is Phase.DRAINING:
-        if pool.scheduler == "none":
+        if pool.scheduler == "none" and "drain_check" not in pool.playbooks:
             fresh = s is not None and age is not None and age <= h.stale_after_s
             drained = bool(fresh and s.process_count == 0 and (nm.phase_at is None or s.generated_at >= nm.phase_at))
         else:

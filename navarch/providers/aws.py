@@ -364,9 +364,14 @@ class AwsProvider:
     settings: AwsSettings
     fleet: str
     _clients: dict[tuple[str, bool], Any] = field(default_factory=dict, repr=False)
+    _boto_session: boto3.session.Session | None = field(default=None, repr=False)
 
     def _session(self) -> boto3.session.Session:
-        return boto3.session.Session(profile_name=self.settings.profile)
+        # One session per provider: its loader caches the (large) EC2 service model, so
+        # the second and later clients are cheap.
+        if self._boto_session is None:
+            self._boto_session = boto3.session.Session(profile_name=self.settings.profile)
+        return self._boto_session
 
     def client(self, region: str, *, run: bool = False) -> Any:
         """The EC2 client for region (run=True: the few-attempt one for RunInstances)."""

@@ -2,31 +2,43 @@
 
 Each test gets a clean moto (POST /moto-api/reset) and an environment where boto3 reaches
 it through AWS_ENDPOINT_URL with dummy credentials; no other network is used.
+
+One faithfulness fix: moto checks S3 conditional writes (If-None-Match / If-Match) and then
+writes, in two steps, on whichever server thread takes the request, so two racing
+create-if-absent PUTs can both win there. S3 makes them atomic. The server's S3 object
+PUT and DELETE handlers are therefore serialised here, and every successful write or
+delete of a `*.lock` key is logged in order (Moto.lock_log), so tests can check that the
+lock was held by one run at a time.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
+import threading
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pytest
+from moto.s3.responses import S3Response
 from moto.server import ThreadedMotoServer
 
 REGION = "us-east-1"
 
 
-@dataclass(frozen=True)
+@dataclass
 class Moto:
-    """The running moto server: endpoint URL and the env a child process needs."""
+    """The running moto server: endpoint URL, the env a child process needs, the lock log."""
 
     endpoint: str
+    lock_log: list[tuple[str, str]] = field(default_factory=list)  # (op, key), in order
 
     def reset(self) -> None:
         req = urllib.request.Request(self.endpoint + "/moto-api/reset", method="POST")
         with urllib.request.urlopen(req, timeout=30) as resp:
             resp.read()
+        self.lock_log.clear()
 
     def env(self) -> dict[str, str]:
         return {
@@ -41,16 +53,36 @@ class Moto:
         }
 
 
+def _serialised(original, op: str, log: list[tuple[str, str]], mutex: threading.Lock):
+    @functools.wraps(original)
+    def handler(self: S3Response):
+        with mutex:
+            result = original(self)
+            key = self.parse_key_name()
+            status = result[0] if isinstance(result, tuple) else 200
+            if key.endswith(".lock") and 200 <= int(status) < 300:
+                log.append((op, key))
+            return result
+
+    return handler
+
+
 @pytest.fixture(scope="session")
 def moto_server() -> Iterator[Moto]:
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    mutex = threading.Lock()
+    log: list[tuple[str, str]] = []
+    saved = (S3Response.put_object, S3Response.delete_object)
+    S3Response.put_object = _serialised(saved[0], "put", log, mutex)
+    S3Response.delete_object = _serialised(saved[1], "delete", log, mutex)
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
     try:
-        yield Moto(endpoint=f"http://{host}:{port}")
+        yield Moto(endpoint=f"http://{host}:{port}", lock_log=log)
     finally:
         server.stop()
+        S3Response.put_object, S3Response.delete_object = saved
 
 
 @pytest.fixture

@@ -1,0 +1,102 @@
+"""Report verification: every rejection reason, and rejected reports never count as unhealthy."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from navarch import signing
+from navarch.errors import ReportRejected
+from navarch.planner.model import Memory, NodeMemory, ReportSummary
+from navarch.reports import MAX_REPORT_BYTES, read_reports, verify_report
+from navarch.stores.file import FileStore
+
+SECRET = b"fleet-secret-for-tests"
+NOW = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
+
+
+def _report(**over) -> dict:
+    report = {
+        "schema_version": 1, "fleet": "demo", "pool": "train", "node": "demo-train-0001",
+        "instance_id": "i-1", "boot_id": "boot-a", "agent_version": "0.1.0", "sequence": 7,
+        "generated_at": "2026-11-01T11:59:30Z", "status": "unhealthy", "action": "reboot",
+        "health_score": 20,
+        "checks": [{"name": "temperature", "status": "degraded", "action": "none",
+                    "message": "GPU 2 at 88 C", "gpu_index": 2}],
+        "gpus": [{"index": 0, "uuid": "GPU-1", "name": "NVIDIA H100 80GB HBM3",
+                  "pci_bus_id": "0000:18:00", "utilization_pct": 40.0, "process_count": 1},
+                 {"index": 1, "uuid": "GPU-2", "name": "NVIDIA H100 80GB HBM3",
+                  "pci_bus_id": "0000:2a:00", "utilization_pct": 60.0, "process_count": 0}],
+        "xids": [{"code": 79, "pci_bus_id": "0000:18:00", "time": None, "boot_id": "boot-a",
+                  "severity": "fatal", "action": "reboot", "message": "GPU has fallen off the bus"}],
+        "notice": None,
+        "signature": {"alg": "HMAC-SHA256", "value": "0" * 64},
+    }
+    report.update(over)
+    return report
+
+
+def _signed(report: dict, node: str = "demo-train-0001") -> bytes:
+    key = signing.derive_node_key(SECRET, "demo", node)
+    return json.dumps(signing.sign(report, key)).encode()
+
+
+def _verify(data: bytes, last_sequence: int = 0, secret: bytes | None = SECRET) -> ReportSummary:
+    return verify_report(data, fleet="demo", pool="train", node="demo-train-0001",
+                         fleet_secret=secret, last_sequence=last_sequence, now=NOW)
+
+
+def test_good_report_is_summarised():
+    s = _verify(_signed(_report()))
+    assert s.fatal and s.status == "unhealthy" and s.sequence == 7
+    assert s.findings[0] == "XID 79: GPU has fallen off the bus on 0000:18:00"
+    assert s.findings[1] == "temperature (GPU 2): GPU 2 at 88 C"
+    assert (s.process_count, s.utilization_pct, s.gpu_count) == (1, 50.0, 2)
+
+
+@pytest.mark.parametrize(
+    ("data", "kwargs", "reason"),
+    [
+        (b"x" * (MAX_REPORT_BYTES + 1), {}, "oversized"),
+        (b"{not json", {}, "malformed"),
+        (b"[1, 2]", {}, "malformed"),
+        (json.dumps({k: v for k, v in _report().items() if k != "signature"}).encode(), {}, "unsigned"),
+        (_signed(_report(status="on-fire")), {}, "schema"),
+        (_signed(_report(node="demo-train-0002"), node="demo-train-0002"), {}, "identity"),
+        (_signed(_report()), {"secret": None}, "no_secret"),
+        (_signed(_report(), node="demo-train-0009"), {}, "bad_signature"),
+        (_signed(_report()), {"last_sequence": 7}, "replayed"),
+        (_signed(_report(generated_at="2026-11-01T12:05:00Z")), {}, "future"),
+    ],
+)
+def test_rejections(data, kwargs, reason):
+    with pytest.raises(ReportRejected) as info:
+        _verify(data, **kwargs)
+    assert info.value.reason == reason
+
+
+def test_tampered_field_breaks_the_signature():
+    doc = json.loads(_signed(_report(status="healthy", xids=[], action="none")))
+    doc["status"] = "unhealthy"
+    with pytest.raises(ReportRejected, match="bad_signature"):
+        _verify(json.dumps(doc).encode())
+
+
+def test_read_reports_skips_unchanged_objects(tmp_path):
+    store = FileStore(tmp_path)
+    key = "health/demo/train/demo-train-0001.json"
+    version = store.put(key, _signed(_report()))
+    obs = read_reports(store, "demo", Memory(fleet="demo"), SECRET, NOW)
+    assert obs["demo-train-0001"].summary.sequence == 7
+    # Memory already holds this version: the object is not fetched (a corrupt body would
+    # otherwise be rejected), the remembered summary is reused.
+    remembered = NodeMemory(node="demo-train-0001", pool="train", report_version=version,
+                            report=obs["demo-train-0001"].summary)
+    memory = Memory(fleet="demo").with_node(remembered)
+    store_get = store.get
+    fetched: list[str] = []
+    store.get = lambda k: fetched.append(k) or store_get(k)  # type: ignore[method-assign]
+    again = read_reports(store, "demo", memory, SECRET, NOW + timedelta(seconds=30))
+    assert fetched == [] and again["demo-train-0001"].summary.sequence == 7

@@ -1,0 +1,106 @@
+"""fleet.yaml validation: strict schema, cross-field rules, errors that name file, line and key."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from navarch.errors import ConfigError
+from navarch.spec import load_fleet
+
+REPO = Path(__file__).resolve().parents[2]
+
+BASE = """\
+fleet: demo
+providers:
+  sim: {type: local}
+pools:
+  train:
+    provider: sim
+    instance_types: [sim-h100x8]
+    zones: [sim-1a]
+    nodes: {min: 1, target: 2, max: 3}
+"""
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "fleet.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_example_fleet_is_valid_and_defaulted():
+    spec = load_fleet(REPO / "fleet.example.yaml")
+    train = spec.pool("train")
+    assert (train.min_nodes, train.target_nodes, train.max_nodes) == (2, 3, 5)
+    assert train.health.drain_timeout_s == 1800
+    assert train.places()[:2] == (("sim-1a", "sim-h100x8", False), ("sim-1b", "sim-h100x8", False))
+    infer = spec.pool("infer")
+    assert [p[2] for p in infer.places()] == [True, True, False, False]  # spot first
+
+
+def test_defaults_come_from_the_schema(tmp_path):
+    spec = load_fleet(_write(tmp_path, BASE))
+    pool = spec.pool("train")
+    assert pool.health.unhealthy_after == 2
+    assert pool.health.offline_after_s == 600
+    assert pool.scheduler == "none" and pool.capacity == "on-demand"
+    assert spec.store_url == f"file://{tmp_path}/.navarch/store"
+    assert spec.safety.circuit_breaker_pct == 50
+
+
+@pytest.mark.parametrize(
+    ("mutation", "line", "key_path", "words"),
+    [
+        (lambda t: t + "    colour: red\n", 10, "pools.train.colour", "unknown key 'colour'"),
+        (lambda t: t.replace("min: 1, target: 2, max: 3", "min: 3, target: 2, max: 1"), 9,
+         "pools.train.nodes", "min <= target <= max"),
+        (lambda t: t.replace("[sim-1a]", "sim-1a"), 8, "pools.train.zones", "is not of type 'array'"),
+        (lambda t: t.replace("provider: sim", "provider: nope"), 6, "pools.train.provider",
+         "provider 'nope', which is not declared"),
+        (lambda t: t + "    health: {stale_after: soon}\n", 10, "pools.train.health.stale_after",
+         "does not match"),
+        (lambda t: t.replace("fleet: demo", "fleet: Demo_Fleet"), 1, "fleet", "does not match"),
+    ],
+)
+def test_bad_fleet_names_file_line_and_key(tmp_path, mutation, line, key_path, words):
+    path = _write(tmp_path, mutation(BASE))
+    with pytest.raises(ConfigError) as info:
+        load_fleet(path)
+    err = info.value
+    assert err.file == str(path)
+    assert err.line == line
+    assert err.key_path == key_path
+    assert words in err.message
+    assert err.hint
+
+
+def test_duplicate_key_is_an_error(tmp_path):
+    with pytest.raises(ConfigError, match="duplicate key 'fleet'"):
+        load_fleet(_write(tmp_path, BASE + "fleet: other\n"))
+
+
+def test_validate_cli_exits_1_and_writes_nothing(tmp_path):
+    path = _write(tmp_path, BASE.replace("max: 3", "max: 1"))
+    proc = subprocess.run([sys.executable, "-m", "navarch", "validate", str(path)],
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 1
+    assert f"{path}:9: pools.train.nodes: nodes must satisfy" in proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fleet.yaml"]
+    # apply on a bad file writes nothing either (no store, no secret, no machines)
+    proc = subprocess.run([sys.executable, "-m", "navarch", "apply", str(path), "--auto-approve"],
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fleet.yaml"]
+
+
+def test_secret_from_env(tmp_path, monkeypatch):
+    spec = load_fleet(_write(tmp_path, BASE + "secret: {env: FLEET_SECRET}\n"))
+    monkeypatch.delenv("FLEET_SECRET", raising=False)
+    with pytest.raises(ConfigError, match="FLEET_SECRET is empty or unset"):
+        spec.fleet_secret()
+    monkeypatch.setenv("FLEET_SECRET", "s3cret-value\n")
+    assert spec.fleet_secret() == b"s3cret-value"

@@ -1,0 +1,85 @@
+"""Lock, state document and audit log on the object store."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from navarch.errors import LockHeld, NavarchError, PreconditionFailed, StoreError
+from navarch.planner.model import Memory, NodeMemory, Phase
+from navarch.state import (
+    AuditLog,
+    acquire_lock,
+    force_unlock,
+    load_memory,
+    release_lock,
+    save_memory,
+)
+from navarch.stores.file import FileStore
+
+T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
+
+
+def test_lock_is_exclusive_until_expiry_then_taken_over(tmp_path):
+    store = FileStore(tmp_path)
+    first = acquire_lock(store, "demo", "apply", 900, T0, holder="a@host pid 1")
+    with pytest.raises(LockHeld) as info:
+        acquire_lock(store, "demo", "apply", 900, T0 + timedelta(minutes=5), holder="b")
+    assert info.value.holder == "a@host pid 1"
+    assert info.value.age_s == 300
+    assert info.value.lock_id == first.lock_id
+    # Past expiry the next run takes it over; the first run's release leaves it alone.
+    second = acquire_lock(store, "demo", "apply", 900, T0 + timedelta(minutes=16), holder="b")
+    release_lock(store, "demo", first)
+    with pytest.raises(LockHeld):
+        acquire_lock(store, "demo", "apply", 900, T0 + timedelta(minutes=17), holder="c")
+    release_lock(store, "demo", second)
+    acquire_lock(store, "demo", "apply", 900, T0 + timedelta(minutes=17), holder="c")
+
+
+def test_force_unlock_needs_the_right_id(tmp_path):
+    store = FileStore(tmp_path)
+    lock = acquire_lock(store, "demo", "apply", 900, T0)
+    with pytest.raises(NavarchError, match=f"the lock is {lock.lock_id}"):
+        force_unlock(store, "demo", "nope")
+    assert force_unlock(store, "demo", lock.lock_id).lock_id == lock.lock_id
+    with pytest.raises(NavarchError, match="not locked"):
+        force_unlock(store, "demo", lock.lock_id)
+
+
+def test_state_round_trip_and_compare_and_swap(tmp_path):
+    store = FileStore(tmp_path)
+    memory, version = load_memory(store, "demo")
+    assert (memory.serial, version) == (0, None)
+    node = NodeMemory(node="demo-train-0001", pool="train", instance_id="i-1",
+                      first_seen_at=T0, phase=Phase.DRAINING, phase_at=T0, phase_reason="XID 79")
+    saved, v1 = save_memory(store, memory.with_node(node), version)
+    loaded, v = load_memory(store, "demo")
+    assert v == v1 and loaded == saved and loaded.serial == 1
+    # A writer holding the old version loses.
+    with pytest.raises(PreconditionFailed):
+        save_memory(store, memory, version)
+    save_memory(store, loaded, v1)
+    assert load_memory(store, "demo")[0].serial == 2
+
+
+def test_corrupt_state_stops_the_run(tmp_path):
+    store = FileStore(tmp_path)
+    store.put("state/demo.json", b"{not json")
+    with pytest.raises(StoreError, match="restore an earlier version"):
+        load_memory(store, "demo")
+    store.put("state/demo.json", json.dumps({"fleet": "other"}).encode())
+    with pytest.raises(StoreError, match="belongs to fleet 'other'"):
+        load_memory(store, "demo")
+
+
+def test_audit_log_keeps_every_record(tmp_path):
+    store = FileStore(tmp_path)
+    log = AuditLog(store, "demo", "run-1", T0)
+    log.append({"action": "cordon", "ok": True})
+    log.append({"action": "drain", "ok": False})
+    lines = store.get("events/demo/2026/11/01/run-1.jsonl").data.decode().splitlines()
+    assert [json.loads(x)["action"] for x in lines] == ["cordon", "drain"]
+    assert Memory(fleet="demo").serial == 0

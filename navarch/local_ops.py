@@ -79,6 +79,7 @@ def tick(spec: FleetSpec, now: datetime | None = None) -> list[TickResult]:
                 gpus_per_node=pool.gpus_per_node, state_file=str(d / "agent.json"),
                 kernel_log=str(d / "kern.log"), fake_gpu=True, gpu_count=pool.gpus_per_node,
                 faults_file=str(d / "faults.json"), boot_id=m["boot_id"], metadata="none",
+                notice_file=str(d / "notice.json"),
             )
             report = run_once(config, now=now)
             results.append(TickResult(node, report["status"]))

@@ -263,3 +263,15 @@ def test_forged_report_is_rejected_and_counted(navarch, fleet_dir):
 
 def test_python_dash_m_and_version(navarch):
     assert navarch.ok("--version").out.startswith("navarch ")
+
+
+def test_spot_preemption_notice_replaces_at_once(navarch):
+    _edit(navarch.workdir, lambda d: d["pools"]["infer"].update(health={"max_unavailable": 0}))
+    navarch.ok("apply", "fleet.yaml", "--auto-approve")
+    navarch.ok("local", "inject", "fleet.yaml", "demo-infer-0001", "--preempt")
+    navarch.ok("local", "tick", "fleet.yaml")
+    plan = navarch.ok("plan", "fleet.yaml").out
+    # A preemption is not held by the disruption budget: the node goes anyway.
+    assert "~ cordon demo-infer-0001" in plan
+    assert "+ provision demo-infer-0003" in plan and "replaces demo-infer-0001" in plan
+    assert "preemption notice" in plan

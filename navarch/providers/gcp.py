@@ -154,15 +154,15 @@ class GcpSettings:
 
     @classmethod
     def from_mapping(cls, config: Mapping[str, Any]) -> GcpSettings:
+        endpoint = config.get("api_endpoint") or None
+        # The environment switch only ever applies to a configured endpoint, so a stray
+        # NAVARCH_GCP_ANONYMOUS cannot strip credentials from calls to the real API.
         anonymous = bool(config.get("anonymous", False)) or (
-            os.environ.get("NAVARCH_GCP_ANONYMOUS", "").lower() == "true"
+            endpoint is not None and os.environ.get("NAVARCH_GCP_ANONYMOUS", "").lower() == "true"
         )
-        if anonymous and not config.get("api_endpoint"):
-            # Anonymous calls to the real API fail with 401 on every call; refuse early.
-            anonymous = False
         return cls(
             project=str(config["project"]),
-            api_endpoint=config.get("api_endpoint") or None,
+            api_endpoint=endpoint,
             anonymous=anonymous,
             retry_deadline_s=float(config.get("retry_deadline_s", 60.0)),
             operation_timeout_s=float(config.get("operation_timeout_s", 300.0)),
@@ -604,9 +604,16 @@ def create(name: str, config: Mapping[str, Any], *, base_dir: Path, fleet: str) 
 
     Credentials: Application Default Credentials, or AnonymousCredentials when
     `anonymous: true` (or env NAVARCH_GCP_ANONYMOUS=true) together with `api_endpoint`
-    (tests, private fakes). Raises ConfigError when project is missing.
+    (tests, private fakes). Raises ConfigError when project is missing, or anonymous is
+    set without api_endpoint.
     """
     del base_dir  # nothing file-relative in this provider
     if not config.get("project"):
         raise ConfigError("gcp provider needs a project", key_path=f"providers.{name}.project")
+    if config.get("anonymous") and not config.get("api_endpoint"):
+        raise ConfigError(
+            "anonymous: true needs api_endpoint (the public Compute API refuses anonymous calls)",
+            key_path=f"providers.{name}.anonymous",
+            hint="remove anonymous, or point api_endpoint at your fake or private endpoint",
+        )
     return GcpProvider(name, GcpSettings.from_mapping(config), fleet=fleet)

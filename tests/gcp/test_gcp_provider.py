@@ -253,6 +253,30 @@ def test_invalid_label_value_is_config_error(fake_compute, compute_endpoint: str
     assert fake_compute.instances == {}
 
 
+def test_anonymous_needs_an_endpoint(monkeypatch) -> None:
+    with pytest.raises(ConfigError) as info:
+        open_provider(
+            "g",
+            {"type": "gcp", "project": "navarch-test", "anonymous": True},
+            base_dir=ROOT,
+            fleet=FLEET,
+        )
+    assert info.value.key_path == "providers.g.anonymous"
+    # The environment switch never strips credentials from calls to the real API.
+    monkeypatch.setenv("NAVARCH_GCP_ANONYMOUS", "true")
+    real = open_provider(
+        "g", {"type": "gcp", "project": "navarch-test"}, base_dir=ROOT, fleet=FLEET
+    )
+    assert isinstance(real, GcpProvider) and not real.settings.anonymous
+    fake = open_provider(
+        "g",
+        {"type": "gcp", "project": "navarch-test", "api_endpoint": "http://127.0.0.1:1"},
+        base_dir=ROOT,
+        fleet=FLEET,
+    )
+    assert isinstance(fake, GcpProvider) and fake.settings.anonymous
+
+
 def test_schema_accepts_example_settings() -> None:
     schema = json.loads((ROOT / "schemas/providers/gcp.schema.json").read_text())
     defs = schema["$defs"]

@@ -101,8 +101,9 @@ def pool_doc(
     return doc
 
 
-def fleet_doc(name: str, pools: Mapping[str, Mapping[str, Any]],
-              safety: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def fleet_doc(
+    name: str, pools: Mapping[str, Mapping[str, Any]], safety: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """A fleet.yaml document on the local provider "sim" with the given pools."""
     doc: dict[str, Any] = {
         "fleet": name,
@@ -238,8 +239,9 @@ def observation(
             version = f"rejected-{rejected}"
         elif report is not None:
             version = f"v{report.sequence}"
-    return ReportObservation(node=node, pool=pool, summary=report, version=version,
-                             rejected=rejected)
+    return ReportObservation(
+        node=node, pool=pool, summary=report, version=version, rejected=rejected
+    )
 
 
 # --- memory ---------------------------------------------------------------------------------
@@ -276,10 +278,12 @@ def node_memory(
     )
 
 
-def exhausted(zone: str, instance_type: str, *, until: datetime, spot: bool = False,
-              failures: int = 1) -> Exhausted:
-    return Exhausted(zone=zone, instance_type=instance_type, spot=spot, until=until,
-                     failures=failures)
+def exhausted(
+    zone: str, instance_type: str, *, until: datetime, spot: bool = False, failures: int = 1
+) -> Exhausted:
+    return Exhausted(
+        zone=zone, instance_type=instance_type, spot=spot, until=until, failures=failures
+    )
 
 
 def pool_memory(
@@ -292,13 +296,20 @@ def pool_memory(
     desired_from_target: int | None = None,
     scaled_at: datetime | None = None,
 ) -> PoolMemory:
-    return PoolMemory(pool=pool, next_index=next_index, repairs=tuple(repairs),
-                      exhausted=tuple(exhausted), desired=desired,
-                      desired_from_target=desired_from_target, scaled_at=scaled_at)
+    return PoolMemory(
+        pool=pool,
+        next_index=next_index,
+        repairs=tuple(repairs),
+        exhausted=tuple(exhausted),
+        desired=desired,
+        desired_from_target=desired_from_target,
+        scaled_at=scaled_at,
+    )
 
 
-def memory(fleet: str, nodes: Iterable[NodeMemory] = (), pools: Iterable[PoolMemory] = (),
-           serial: int = 1) -> Memory:
+def memory(
+    fleet: str, nodes: Iterable[NodeMemory] = (), pools: Iterable[PoolMemory] = (), serial: int = 1
+) -> Memory:
     """A Memory with nodes and pools sorted by name, as navarch.state writes it."""
     return Memory(
         fleet=fleet,

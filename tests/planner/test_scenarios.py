@@ -47,10 +47,29 @@ from navarch.planner.plan import plan
 from navarch.spec import FleetSpec
 
 SCENARIOS = Path(__file__).parent / "scenarios"
-_SCENARIO_KEYS = {"description", "now", "fleet", "inventory", "foreign", "reports", "memory",
-                  "drain_checks", "expect", "xfail"}
-_ACTION_KEYS = {"action", "pool", "node", "reason_contains", "places_first", "places",
-                "replaces", "desired", "repair"}
+_SCENARIO_KEYS = {
+    "description",
+    "now",
+    "fleet",
+    "inventory",
+    "foreign",
+    "reports",
+    "memory",
+    "drain_checks",
+    "expect",
+    "xfail",
+}
+_ACTION_KEYS = {
+    "action",
+    "pool",
+    "node",
+    "reason_contains",
+    "places_first",
+    "places",
+    "replaces",
+    "desired",
+    "repair",
+}
 
 
 @dataclass(frozen=True)
@@ -66,7 +85,7 @@ class Inputs:
 def _pool_of(spec: FleetSpec, node: str) -> str:
     prefix = spec.name + "-"
     assert node.startswith(prefix), f"{node}: give its pool explicitly"
-    return node[len(prefix):].rsplit("-", 1)[0]
+    return node[len(prefix) :].rsplit("-", 1)[0]
 
 
 def _summary(raw: Mapping[str, Any], now: datetime) -> ReportSummary:
@@ -89,73 +108,94 @@ def build_inputs(doc: Mapping[str, Any], tmp_path: Path) -> Inputs:
     for name, raw in (mem_doc.get("nodes") or {}).items():
         raw = dict(raw)
         report = raw.pop("report", None)
-        node_mems.append(builders.node_memory(
-            name,
-            raw.pop("pool", None) or _pool_of(spec, name),
-            phase=raw.pop("phase", ""),
-            phase_at=builders.when(now, raw.pop("phase_at", None)),
-            first_seen_at=builders.when(now, raw.pop("first_seen_at", None)),
-            report=_summary(report, now) if report is not None else None,
-            **raw,
-        ))
+        node_mems.append(
+            builders.node_memory(
+                name,
+                raw.pop("pool", None) or _pool_of(spec, name),
+                phase=raw.pop("phase", ""),
+                phase_at=builders.when(now, raw.pop("phase_at", None)),
+                first_seen_at=builders.when(now, raw.pop("first_seen_at", None)),
+                report=_summary(report, now) if report is not None else None,
+                **raw,
+            )
+        )
     pool_mems = []
     for name, raw in (mem_doc.get("pools") or {}).items():
         raw = dict(raw)
-        pool_mems.append(builders.pool_memory(
-            name,
-            repairs=[builders.when(now, r) for r in raw.pop("repairs", [])],
-            exhausted=[
-                builders.exhausted(e["zone"], e["instance_type"], spot=e.get("spot", False),
-                                   until=builders.when(now, e["until"]),
-                                   failures=e.get("failures", 1))
-                for e in raw.pop("exhausted", [])
-            ],
-            scaled_at=builders.when(now, raw.pop("scaled_at", None)),
-            **raw,
-        ))
+        pool_mems.append(
+            builders.pool_memory(
+                name,
+                repairs=[builders.when(now, r) for r in raw.pop("repairs", [])],
+                exhausted=[
+                    builders.exhausted(
+                        e["zone"],
+                        e["instance_type"],
+                        spot=e.get("spot", False),
+                        until=builders.when(now, e["until"]),
+                        failures=e.get("failures", 1),
+                    )
+                    for e in raw.pop("exhausted", [])
+                ],
+                scaled_at=builders.when(now, raw.pop("scaled_at", None)),
+                **raw,
+            )
+        )
     mem = builders.memory(spec.name, node_mems, pool_mems)
 
     inventory: list[Instance] = []
     for raw in doc.get("inventory") or []:
         raw = dict(raw)
         node = raw.pop("node")
-        inventory.append(builders.instance(
-            spec.name,
-            raw.pop("pool", None) or _pool_of(spec, node),
-            node,
-            launched_at=builders.when(now, raw.pop("launched_at", "-2h")),
-            **raw,
-        ))
+        inventory.append(
+            builders.instance(
+                spec.name,
+                raw.pop("pool", None) or _pool_of(spec, node),
+                node,
+                launched_at=builders.when(now, raw.pop("launched_at", "-2h")),
+                **raw,
+            )
+        )
     for raw in doc.get("foreign") or []:
         raw = dict(raw)
-        inventory.append(builders.foreign_instance(
-            raw.pop("instance_id"),
-            launched_at=builders.when(now, raw.pop("launched_at", "-2h")),
-            **raw,
-        ))
+        inventory.append(
+            builders.foreign_instance(
+                raw.pop("instance_id"),
+                launched_at=builders.when(now, raw.pop("launched_at", "-2h")),
+                **raw,
+            )
+        )
 
     reports: dict[str, ReportObservation] = {}
     for node, raw in (doc.get("reports") or {}).items():
         pool = _pool_of(spec, node)
         if "rejected" in raw:
             nm = mem.node(node)
-            reports[node] = builders.observation(node, pool, nm.report if nm else None,
-                                                 rejected=raw["rejected"])
+            reports[node] = builders.observation(
+                node, pool, nm.report if nm else None, rejected=raw["rejected"]
+            )
         else:
             reports[node] = builders.observation(node, pool, _summary(raw, now))
     return Inputs(spec, tuple(inventory), reports, mem, now, dict(doc.get("drain_checks") or {}))
 
 
 def run(inputs: Inputs) -> tuple[Observed, Plan]:
-    observed = observe(inputs.spec, inputs.inventory, inputs.reports, inputs.memory, inputs.now,
-                       inputs.drain_checks)
+    observed = observe(
+        inputs.spec,
+        inputs.inventory,
+        inputs.reports,
+        inputs.memory,
+        inputs.now,
+        inputs.drain_checks,
+    )
     return observed, plan(inputs.spec, observed.views, observed.memory, inputs.now)
 
 
 def _show(p: Plan) -> str:
-    lines = [f"  {a.kind.value} {a.pool} {a.node} ({a.reason})"
-             + (f" places={[pl.label() for pl in a.places]}" if a.places else "")
-             for a in p.actions]
+    lines = [
+        f"  {a.kind.value} {a.pool} {a.node} ({a.reason})"
+        + (f" places={[pl.label() for pl in a.places]}" if a.places else "")
+        for a in p.actions
+    ]
     lines += [f"  HALT {h.pool} {h.rule}: {h.message}" for h in p.halts]
     lines += [f"  note: {n}" for n in p.notes]
     return "\n".join(lines) or "  (empty plan)"
@@ -189,8 +229,9 @@ def check(doc: Mapping[str, Any], observed: Observed, p: Plan) -> None:
             assert got.repair == want["repair"], where
 
     want_halts = expect.get("halts") or []
-    assert [(h.pool, h.rule) for h in p.halts] == [(h["pool"], h["rule"]) for h in want_halts], \
+    assert [(h.pool, h.rule) for h in p.halts] == [(h["pool"], h["rule"]) for h in want_halts], (
         f"halts{shown}"
+    )
     for got_halt, want_halt in zip(p.halts, want_halts, strict=True):
         if "message_contains" in want_halt:
             assert want_halt["message_contains"] in got_halt.message, f"halt message{shown}"
@@ -244,4 +285,3 @@ def test_every_scenario_is_described() -> None:
         doc = yaml.safe_load(path.read_text())
         assert str(doc.get("description", "")).strip(), f"{path.name} has no description"
         assert "expect" in doc, f"{path.name} has no expect block"
-

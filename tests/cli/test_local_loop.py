@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import yaml
 
 from navarch.render import NO_CHANGES
@@ -275,3 +276,46 @@ def test_spot_preemption_notice_replaces_at_once(navarch):
     assert "~ cordon demo-infer-0001" in plan
     assert "+ provision demo-infer-0003" in plan and "replaces demo-infer-0001" in plan
     assert "preemption notice" in plan
+
+
+def _tamper(kind: str, report: dict, fleet_dir: Path) -> bytes:
+    """A bad report of one kind, built from a genuine one."""
+    from navarch import signing
+    from navarch.spec import load_fleet
+
+    secret = load_fleet(fleet_dir / "fleet.yaml").fleet_secret()
+    key = signing.derive_node_key(secret, "demo", report["node"])
+    bad = dict(report, status="unhealthy", action="replace")
+    if kind == "replayed":
+        return json.dumps(report).encode()  # the very report already accepted
+    if kind == "future":
+        bad.update(sequence=report["sequence"] + 1, generated_at="2099-01-01T00:00:00Z")
+        return json.dumps(signing.sign(bad, key)).encode()
+    if kind == "oversized":
+        bad.update(sequence=report["sequence"] + 1)
+        bad["checks"] = bad["checks"] + [{"name": "pad", "status": "unhealthy", "action": "none",
+                                          "message": "x" * 1000}] * 300
+        return json.dumps(signing.sign(bad, key)).encode()
+    if kind == "malformed":
+        return b'{"fleet": "demo", "truncated'
+    if kind == "schema":
+        bad.update(sequence=report["sequence"] + 1, health_score=900)
+        return json.dumps(signing.sign(bad, key)).encode()
+    raise AssertionError(kind)
+
+
+@pytest.mark.parametrize("kind", ["replayed", "future", "oversized", "malformed", "schema"])
+def test_bad_reports_are_rejected_end_to_end(navarch, fleet_dir, kind):
+    navarch.ok("apply", "fleet.yaml", "--auto-approve")
+    navarch.ok("local", "tick", "fleet.yaml")
+    navarch.ok("apply", "fleet.yaml", "--auto-approve")  # remembers the accepted sequences
+    path = fleet_dir / ".navarch/store/health/demo/train/demo-train-0001.json"
+    report = json.loads(path.read_text())
+    path.write_bytes(_tamper(kind, report, fleet_dir))
+    plan = json.loads(navarch.ok("plan", "fleet.yaml", "--json").out)
+    assert plan["actions"] == []
+    node = next(n for n in plan["nodes"] if n["node"] == "demo-train-0001")
+    assert node["rejected"] == kind
+    assert node["lifecycle"] == "unknown"
+    navarch.ok("apply", "fleet.yaml", "--auto-approve")
+    assert navarch.status()["rejections"] == {kind: 1}

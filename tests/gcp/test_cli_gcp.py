@@ -119,6 +119,12 @@ def test_converge_then_no_op(fake_compute, compute_endpoint, gcs_bucket, env, tm
         assert inst["labels"]["navarch-pool"] == "train"
         assert inst["labels"]["team"] == "ml"
         assert inst["guestAccelerators"][0]["acceleratorType"].endswith("nvidia-tesla-t4")
+        # The node's agent configuration arrives as cloud-init user-data.
+        [item] = inst["metadata"]["items"]
+        assert item["key"] == "user-data"
+        assert item["value"].startswith("#cloud-config")
+        assert f"# navarch node {inst['name']} of fleet {FLEET}" in item["value"]
+        assert "/etc/navarch/agent.yaml" in item["value"]
     again = navarch(["plan", str(fleet), "--detailed-exitcode"], env, tmp_path)
     assert again.returncode == 0, again.stdout + again.stderr
     # State lives in GCS.

@@ -85,6 +85,8 @@ def test_converge_then_no_op(fake_lambda, lambda_api_base, tmp_path) -> None:
     launches = [b for m, p, b in fake_lambda.calls if p.endswith("/launch")]
     assert len(launches) == 2
     assert all(len(b["ssh_key_names"]) == 1 for b in launches)
+    assert all(b["user_data"].startswith("#cloud-config") for b in launches)
+    assert all(f"# navarch node {b['name']} of fleet {FLEET}" in b["user_data"] for b in launches)
     plan = navarch(["plan", str(fleet), "--detailed-exitcode"], tmp_path)
     assert plan.returncode == 0, plan.stdout + plan.stderr
 

@@ -510,8 +510,24 @@ class GcpProvider:
             return self._existing(request)
         except Exception as exc:
             raise map_error(exc, zone=zone, what="insert") from exc
-        self._wait(op, zone, what="insert")
-        return self._get(zone, request.node)
+        op = self._wait(op, zone, what="insert")
+        if op.status == compute_v1.Operation.Status.DONE:
+            return self._get(zone, request.node)
+        # Still running after operation_timeout_s: report it pending; the next run's list
+        # shows whether it came up (or was removed by a late stockout).
+        try:
+            return self._get(zone, request.node)
+        except ConfigError:
+            return Instance(
+                provider=self.name,
+                instance_id=request.node,
+                zone=zone,
+                instance_type=request.instance_type,
+                state=InstanceState.PENDING,
+                launched_at=datetime.now(UTC),
+                tags=tuple(sorted(dict(request.tags).items())),
+                spot=request.spot,
+            )
 
     def terminate(self, instances: Sequence[Instance]) -> None:
         """Delete each instance by zone and name; an instance already gone is success.

@@ -64,6 +64,7 @@ class FakeCompute:
     # hold_insert: the n-th instances.insert (1-based) blocks until `release` is set, then
     # is processed (the instance is created) and `held_done` is set; for killing a client
     # in the middle of a launch.
+    ops_never_finish: bool = False  # operations stay RUNNING (a very slow launch)
     hold_insert: int | None = None
     inserts_seen: int = 0
     holding: threading.Event = field(default_factory=threading.Event)
@@ -84,6 +85,7 @@ class FakeCompute:
             self.stockout_code = "ZONE_RESOURCE_POOL_EXHAUSTED"
             self.initial_status = "RUNNING"
             self.hold_insert = None
+            self.ops_never_finish = False
             self.inserts_seen = 0
             self.holding.clear()
             self.release.clear()
@@ -353,6 +355,8 @@ class _Handler(BaseHTTPRequestHandler):
             op = fake.operations.get(m.group(2))
             if op is None:
                 return 404, _error_body(404, "notFound", f"operation {m.group(2)} not found")
+            if fake.ops_never_finish:
+                return 200, _public(op)
             return 200, fake._done(op)
         return 404, _error_body(404, "notFound", f"no route for {method} {path}")
 

@@ -128,6 +128,15 @@ def test_provision_is_idempotent(fake_compute, compute_endpoint: str) -> None:
     assert len(fake_compute.instances) == 1
 
 
+def test_slow_launch_is_returned_pending(fake_compute, compute_endpoint: str) -> None:
+    fake_compute.ops_never_finish = True
+    fake_compute.initial_status = "PROVISIONING"
+    inst = _provider(compute_endpoint, operation_timeout_s=1).provision(_request())
+    assert inst.state is InstanceState.PENDING
+    assert inst.instance_id == "prod-train-0001"
+    assert fake_compute.count("POST", r"/operations/[^/]+/wait$") == 1
+
+
 def test_name_taken_by_foreign_instance_is_refused(fake_compute, compute_endpoint: str) -> None:
     fake_compute.add_instance("us-central1-a", "prod-train-0001", {"owner": "someone"})
     with pytest.raises(ProviderError, match="taken"):

@@ -44,7 +44,7 @@ from navarch.spec import FleetSpec, PoolSpec
 FLEET = "pf"
 POOLS = ("a", "b", "c")
 PROPERTY = settings(
-    max_examples=150,
+    max_examples=100,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
@@ -385,9 +385,23 @@ def test_observed_equals_desired_gives_an_empty_plan(world: World) -> None:
     assert p.halts == (), _show(p)
 
 
-@PROPERTY
+@settings(
+    max_examples=100,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
 @given(worlds(), st.randoms(use_true_random=False))
-def test_plan_is_independent_of_input_order(world: World, rnd: random.Random) -> None:
+def test_plan_is_deterministic_and_independent_of_input_order(
+    world: World, rnd: random.Random
+) -> None:
+    """Same inputs twice give equal plans, Memory and views; shuffling the inventory, the
+    reports, Memory's nodes and pools and the drain checks changes nothing in the plan."""
+    observed1, p1 = world.run()
+    observed2, p2 = world.run()
+    assert p1 == p2
+    assert observed1.memory == observed2.memory
+    assert observed1.views == observed2.views
+
     inventory = list(world.inventory)
     rnd.shuffle(inventory)
     report_items = list(world.reports.items())
@@ -405,30 +419,21 @@ def test_plan_is_independent_of_input_order(world: World, rnd: random.Random) ->
         memory=replace(world.memory, nodes=tuple(nodes), pools=tuple(pools)),
         drain_checks=dict(checks),
     )
-    _, p = world.run()
     _, q = shuffled.run()
-    assert q.actions == p.actions
-    assert q.halts == p.halts
-    assert q.notes == p.notes
+    assert q.actions == p1.actions
+    assert q.halts == p1.halts
+    assert q.notes == p1.notes
 
 
-@PROPERTY
-@given(worlds())
-def test_same_inputs_give_the_same_plan(world: World) -> None:
-    observed1, p1 = world.run()
-    observed2, p2 = world.run()
-    assert p1 == p2
-    assert observed1.memory == observed2.memory
-    assert observed1.views == observed2.views
+# Each safety property is a function of (world, observe()'s result, the plan); one
+# hypothesis test runs them all on every generated world, because generating a world costs
+# far more than checking it.
 
 
-@PROPERTY
-@given(worlds())
-def test_never_above_max(world: World) -> None:
+def never_above_max(world: World, observed: Observed, p: Plan) -> None:
     """After the plan's provisions and terminations, the nodes not leaving stay within
     max_nodes and all existing nodes within max_nodes + max_surge, unless the pool was
     already above them (then the plan adds nothing)."""
-    observed, p = world.run()
     for pool in world.spec.pools:
         views = _pool_views(observed, pool.name)
         acts = [a for a in p.actions if a.pool == pool.name]
@@ -440,18 +445,16 @@ def test_never_above_max(world: World) -> None:
         existing_before = [v for v in views if v.lifecycle is not Lifecycle.TERMINATING]
         existing_after = len([v for v in existing_before if v.node not in terminated]) + provisioned
         surge = pool.health.max_surge if pool.health.replacement == "surge" else 0
-        assert staying_after <= max(pool.max_nodes, len(staying_before)), _show(p)
-        assert existing_after <= max(pool.max_nodes + surge, len(existing_before)), _show(p)
+        assert staying_after <= max(pool.max_nodes, len(staying_before)), pool.name
+        assert existing_after <= max(pool.max_nodes + surge, len(existing_before)), pool.name
         if provisioned:
-            assert staying_after <= pool.max_nodes and existing_after <= pool.max_nodes + surge
+            assert staying_after <= pool.max_nodes, pool.name
+            assert existing_after <= pool.max_nodes + surge, pool.name
 
 
-@PROPERTY
-@given(worlds())
-def test_never_exceeds_the_disruption_budget(world: World) -> None:
+def never_exceeds_the_disruption_budget(world: World, observed: Observed, p: Plan) -> None:
     """Cordoned + draining + terminating after the plan (nodes cordoned for a preemption or
     maintenance notice aside) never exceeds max_unavailable, or what already was."""
-    observed, p = world.run()
     for pool in world.spec.pools:
         views = {v.node: v for v in _pool_views(observed, pool.name)}
         before = sum(v.lifecycle in LEAVING for v in views.values())
@@ -463,70 +466,99 @@ def test_never_exceeds_the_disruption_budget(world: World) -> None:
             and views[a.node or ""].lifecycle is not Lifecycle.PREEMPTING
         }
         budget = pool.health.max_unavailable_nodes(pool.target_nodes)
-        assert before + len(new) <= max(budget, before), _show(p)
+        assert before + len(new) <= max(budget, before), pool.name
 
 
-@PROPERTY
-@given(worlds())
-def test_never_touches_a_foreign_instance(world: World) -> None:
-    observed, p = world.run()
+def never_touches_a_foreign_instance(world: World, observed: Observed, p: Plan) -> None:
+    """Every action but provision/scale names an owned node and its own instance; no action
+    names a foreign instance; provisions never take an owned node's name."""
     foreign_ids = {i.instance_id for i in world.foreign}
     foreign_nodes = {i.node for i in world.foreign if i.node}
     owned = {v.node: v for v in observed.views}
     assert {i.instance_id for i in observed.foreign} >= foreign_ids
     for a in p.actions:
         assert a.instance_id not in foreign_ids
-        if a.kind not in (ActionKind.PROVISION, ActionKind.SCALE):
-            assert a.node not in foreign_nodes
-            assert a.node in owned, f"{a.kind.value} {a.node} is not an owned node"
-            inst = owned[a.node].instance
-            assert a.instance_id in (None, inst.instance_id if inst else None)
-        if a.kind is ActionKind.PROVISION:
+        if a.kind in (ActionKind.PROVISION, ActionKind.SCALE):
             assert a.node not in owned, f"provision reuses the name of {a.node}"
+            continue
+        assert a.node not in foreign_nodes
+        assert a.node in owned, f"{a.kind.value} {a.node} is not an owned node"
+        inst = owned[a.node].instance
+        assert a.instance_id in (None, inst.instance_id if inst else None)
 
 
-@PROPERTY
-@given(worlds())
-def test_terminate_only_after_cordon(world: World) -> None:
-    """TERMINATE only for nodes already draining (drained or timed out) or terminating."""
-    observed, p = world.run()
+def terminates_only_after_cordon(world: World, observed: Observed, p: Plan) -> None:
+    """TERMINATE only for nodes draining (drain finished or drain_timeout passed) or
+    already terminating."""
     views = {v.node: v for v in observed.views}
     for a in p.actions:
         if a.kind is ActionKind.TERMINATE:
             v = views[a.node or ""]
-            assert v.lifecycle in (Lifecycle.DRAINING, Lifecycle.TERMINATING), _show(p)
+            assert v.lifecycle in (Lifecycle.DRAINING, Lifecycle.TERMINATING), a.node
             if v.lifecycle is Lifecycle.DRAINING:
                 waited_s = (world.now - v.phase_at).total_seconds() if v.phase_at else 0
                 pool = world.spec.pool(a.pool)
-                assert v.drained or waited_s >= pool.health.drain_timeout_s
+                assert v.drained or waited_s >= pool.health.drain_timeout_s, a.node
 
 
-@PROPERTY
-@given(worlds())
-def test_doubt_never_terminates_or_cordons(world: World) -> None:
-    """Safety rule 2: nodes in doubt (unknown, stale) or serving are never cordoned for
-    repair; repairs only start for unhealthy or offline nodes."""
-    observed, p = world.run()
+def doubt_never_starts_a_repair(world: World, observed: Observed, p: Plan) -> None:
+    """Safety rule 2: repairs (cordon + replace) start only for unhealthy or offline nodes,
+    never for unknown, stale, booting, degraded or healthy ones."""
     views = {v.node: v for v in observed.views}
     for a in p.actions:
         if a.kind is ActionKind.CORDON and a.repair:
             assert views[a.node or ""].lifecycle in (Lifecycle.UNHEALTHY, Lifecycle.OFFLINE)
 
 
-@PROPERTY
-@given(worlds())
-def test_circuit_breaker_stops_repairs(world: World) -> None:
-    """While a pool's (or the fleet's) circuit breaker is open, no repair cordon starts there
-    and no node is terminated unless its drain finished or it was already terminating."""
-    observed, p = world.run()
+def circuit_breaker_stops_repairs(world: World, observed: Observed, p: Plan) -> None:
+    """While a pool's (or the fleet's) circuit breaker is open, no repair starts there and
+    no node is terminated unless its drain finished or it was already terminating."""
     tripped = {h.pool for h in p.halts if h.rule == "circuit_breaker"}
     views = {v.node: v for v in observed.views}
     for a in p.actions:
         if a.pool in tripped or "*" in tripped:
-            assert not (a.kind is ActionKind.CORDON and a.repair), _show(p)
+            assert not (a.kind is ActionKind.CORDON and a.repair), a.node
             if a.kind is ActionKind.TERMINATE:
                 v = views[a.node or ""]
-                assert v.lifecycle is Lifecycle.TERMINATING or v.drained
+                assert v.lifecycle is Lifecycle.TERMINATING or v.drained, a.node
+
+
+def repairs_within_the_rate_limit(world: World, observed: Observed, p: Plan) -> None:
+    """Repairs started in the last hour plus the plan's repair cordons stay within
+    repairs_per_pool_per_hour (or what was already there)."""
+    for pool in world.spec.pools:
+        pm = observed.memory.pool(pool.name)
+        recent = sum((world.now - r).total_seconds() < 3600 for r in pm.repairs)
+        new = sum(
+            a.kind is ActionKind.CORDON and a.repair for a in p.actions if a.pool == pool.name
+        )
+        assert recent + new <= max(world.spec.safety.repairs_per_pool_per_hour, recent)
+
+
+SAFETY_PROPERTIES = (
+    never_above_max,
+    never_exceeds_the_disruption_budget,
+    never_touches_a_foreign_instance,
+    terminates_only_after_cordon,
+    doubt_never_starts_a_repair,
+    circuit_breaker_stops_repairs,
+    repairs_within_the_rate_limit,
+)
+
+
+@settings(
+    max_examples=250,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+@given(worlds())
+def test_every_plan_keeps_the_safety_rules(world: World) -> None:
+    observed, p = world.run()
+    for prop in SAFETY_PROPERTIES:
+        try:
+            prop(world, observed, p)
+        except AssertionError as exc:
+            raise AssertionError(f"{prop.__name__} broken ({exc}); plan:\n{_show(p)}") from exc
 
 
 # --- convergence over many runs -----------------------------------------------------------------
@@ -722,7 +754,7 @@ MAX_RUNS = 10
 
 
 @settings(
-    max_examples=100,
+    max_examples=60,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )

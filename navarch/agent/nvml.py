@@ -181,7 +181,8 @@ class NvmlGpuBackend:
             name = r.get("name", N.nvmlDeviceGetName, h)
             if name is not None:
                 ident["name"] = _text(name)[:96]
-            pci = r.get("pci_bus_id", N.nvmlDeviceGetPciInfo_v3, h)
+            pci_fn = getattr(N, "nvmlDeviceGetPciInfo_v3", None) or N.nvmlDeviceGetPciInfo  # older bindings
+            pci = r.get("pci_bus_id", pci_fn, h)
             if pci is not None:
                 ident["pci_bus_id"] = normalise_bdf(_text(pci.busId))
             self._read_values(r, h, values)

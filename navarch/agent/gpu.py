@@ -15,6 +15,7 @@ cannot report it: never a fault, gpud pattern) or in ``unreadable`` (the call fa
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import hashlib
 import json
@@ -218,6 +219,12 @@ _H100_MEMORY_BYTES = 81559 * MIB
 _H100_NVLINKS = 18
 
 
+_READING_FIELDS = frozenset(
+    f.name for f in dataclasses.fields(GpuSnapshot)
+    if f.name not in ("index", "uuid", "name", "pci_bus_id", "lost", "reset_required", "unreadable", "not_supported")
+)
+
+
 def _fake_uuid(node: str, index: int) -> str:
     h = hashlib.sha256(f"navarch-fake-gpu|{node}|{index}".encode()).hexdigest()
     return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
@@ -264,11 +271,8 @@ class FakeGpuBackend:
             "utilization_pct": min(100.0, max(0.0, util)),
         }
         unreadable = {m: "injected: unreadable" for m in f.unreadable.get(i, ())}
-        for metric in unreadable:
-            if metric in values:
-                values[metric] = None
         ecc = f.ecc_uncorrected.get(i, 0)
-        return GpuSnapshot(
+        snap = GpuSnapshot(
             index=i,
             uuid=uuid,
             name=_H100_NAME,
@@ -302,6 +306,9 @@ class FakeGpuBackend:
             not_supported=("retired_pages",),
             **values,
         )
+        # Any reading named in "unreadable" reads as None (e.g. "power_w", "process_count").
+        blank = {m: None for m in unreadable if m in _READING_FIELDS}
+        return dataclasses.replace(snap, **blank) if blank else snap
 
     def probe(self) -> GpuProbe:
         """Snapshot of gpu_count fake GPUs with the faults applied."""

@@ -333,3 +333,13 @@ def test_journal_source_cursor_and_previous_boot(make_config: Callable[..., Agen
     r3 = run_once(make_config(fake_gpu=False, kernel_log=None, boot_id="cccccccc-0000-0000-0000-000000000003"),
                   now=T0 + timedelta(hours=1), backend=Healthy())
     assert r3["action"] == "replace"
+
+
+def test_any_reading_can_be_made_unreadable(make_config: Callable[..., AgentConfig], validate_report: Any) -> None:
+    cfg = make_config()
+    Path(cfg.faults_file).write_text(json.dumps({"unreadable": {"2": ["process_count", "temperature_c"]}}))  # type: ignore[arg-type]
+    report = run_once(cfg, now=T0)
+    validate_report(report)
+    g = report["gpus"][2]
+    assert g["process_count"] is None and g["temperature_c"] is None and g["power_w"] is not None
+    assert bad(report) == {("readings", 2): ("degraded", "none")}

@@ -32,7 +32,9 @@ def measure(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
     wall = time.perf_counter() - start
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)} exited {proc.returncode}: {proc.stderr.read().decode()[-500:]}")
+        raise SystemExit(
+            f"{' '.join(cmd)} exited {proc.returncode}: {proc.stderr.read().decode()[-500:]}"
+        )
     return wall, usage.ru_maxrss / 1024.0  # Linux: ru_maxrss in KiB
 
 
@@ -43,20 +45,50 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(tmp)
         cfg = d / "agent.yaml"
-        cfg.write_text(yaml.safe_dump({
-            "fleet": "bench", "pool": "train", "node": "train-0001", "store": f"file://{d}/store",
-            "key": "5a" * 32, "gpus_per_node": 8, "fake_gpu": True, "gpu_count": 8, "metadata": "none",
-            "state_file": str(d / "state.json"), "kernel_log": str(d / "kern.log"), "boot_id": "bench-boot",
-        }))
+        cfg.write_text(
+            yaml.safe_dump(
+                {
+                    "fleet": "bench",
+                    "pool": "train",
+                    "node": "train-0001",
+                    "store": f"file://{d}/store",
+                    "key": "5a" * 32,
+                    "gpus_per_node": 8,
+                    "fake_gpu": True,
+                    "gpu_count": 8,
+                    "metadata": "none",
+                    "state_file": str(d / "state.json"),
+                    "kernel_log": str(d / "kern.log"),
+                    "boot_id": "bench-boot",
+                }
+            )
+        )
         (d / "kern.log").write_text(
-            "[  100.0] NVRM: Xid (PCI:0000:2a:00): 13, pid=1, name=python, Graphics Exception\n" * 50)
+            "[  100.0] NVRM: Xid (PCI:0000:2a:00): 13, pid=1, name=python, Graphics Exception\n"
+            * 50
+        )
         env = {**os.environ, "NAVARCH_FAKE_GPU": "true"}
         variants = {
             "python -c pass": [sys.executable, "-c", "pass"],
-            "python -m navarch.agent run --once": [sys.executable, "-m", "navarch.agent", "run", "--once",
-                                                   "--config", str(cfg)],
-            "navarch agent run --once": [sys.executable, "-m", "navarch", "agent", "run", "--once",
-                                         "--config", str(cfg)],
+            "python -m navarch.agent run --once": [
+                sys.executable,
+                "-m",
+                "navarch.agent",
+                "run",
+                "--once",
+                "--config",
+                str(cfg),
+            ],
+            "navarch agent run --once": [
+                sys.executable,
+                "-m",
+                "navarch",
+                "agent",
+                "run",
+                "--once",
+                "--config",
+                str(cfg),
+            ],
         }
         results = {}
         for name, cmd in variants.items():
@@ -65,8 +97,10 @@ def main() -> None:
             walls = [w for w, _ in samples]
             rss = max(r for _, r in samples)
             results[name] = (statistics.median(walls), rss)
-            print(f"{name:40s} median_wall_s={statistics.median(walls):.3f} max_wall_s={max(walls):.3f} "
-                  f"peak_rss_mb={rss:.1f} runs={args.runs}")
+            print(
+                f"{name:40s} median_wall_s={statistics.median(walls):.3f} max_wall_s={max(walls):.3f} "
+                f"peak_rss_mb={rss:.1f} runs={args.runs}"
+            )
         wall, rss = results["navarch agent run --once"]
         print(f"wall_s={wall:.3f} rss_mb={rss:.1f}")
 

@@ -128,7 +128,13 @@ _TABLE: dict[int, tuple[str, str, Severity, Action, bool]] = {
     58: ("FB_REGISTER_ERROR", "unused on Ampere+ (legacy clock/power change)", _W, _N, False),
     61: ("PMU_BREAKPOINT", "internal micro-controller breakpoint", _W, _RBT, True),
     62: ("PMU_HALT_ERROR", "internal micro-controller halt", _F, _RST, True),
-    63: ("ROW_REMAP_EVENT", "DRAM row remap / page retirement event (see remapped rows)", _W, _N, True),
+    63: (
+        "ROW_REMAP_EVENT",
+        "DRAM row remap / page retirement event (see remapped rows)",
+        _W,
+        _N,
+        True,
+    ),
     64: ("ROW_REMAP_FAILURE", "DRAM row remap / page retirement failure", _F, _RPL, False),
     68: ("NVDEC0_EXCEPTION", "video decoder exception (application)", _I, _APP, False),
     69: ("GR_CLASS_ERROR", "graphics engine class error (application)", _W, _APP, False),
@@ -153,7 +159,13 @@ _TABLE: dict[int, tuple[str, str, Severity, Action, bool]] = {
     145: ("NVLINK_RLW_ERROR", "NVLink5 RLW error (decode Fatal/Nonfatal)", _F, _RST, True),
     146: ("NVLINK_TLW_ERROR", "NVLink5 TLW error (decode Fatal/Nonfatal)", _F, _RST, True),
     147: ("NVLINK_TREX_ERROR", "NVLink5 TREX error (decode Fatal/Nonfatal)", _F, _RST, True),
-    148: ("NVLINK_NVLPW_CTRL_ERROR", "NVLink5 NVLPW_CTRL error (decode Fatal/Nonfatal)", _F, _RST, True),
+    148: (
+        "NVLINK_NVLPW_CTRL_ERROR",
+        "NVLink5 NVLPW_CTRL error (decode Fatal/Nonfatal)",
+        _F,
+        _RST,
+        True,
+    ),
     149: ("NVLINK_NETIR_ERROR", "NVLink5 NETIR error (decode Fatal/Nonfatal)", _F, _RST, True),
     150: ("NVLINK_MSE_ERROR", "NVLink5 MSE error (decode Fatal/Nonfatal)", _F, _RST, True),
     151: ("KEY_ROTATION_ERROR", "confidential-computing key rotation error", _F, _RBT, True),
@@ -167,9 +179,27 @@ _TABLE: dict[int, tuple[str, str, Severity, Action, bool]] = {
     163: ("POWER_SMOOTHING_DISENGAGED", "power smoothing circuitry disengaged", _W, _N, False),
     164: ("POWER_SMOOTHING_LOW_LIFETIME", "power smoothing lifetime low", _W, _N, False),
     165: ("POWER_SMOOTHING_ZERO_LIFETIME", "power smoothing lifetime exhausted", _F, _RPL, False),
-    168: ("REDUCED_GPU_MEMORY_CAPACITY", "reduced GPU memory capacity (WPR errors)", _F, _RBT, True),
-    171: ("UNCORRECTABLE_DRAM_ERROR", "uncorrectable DRAM error (detail of XID 48)", _F, _RST, True),
-    172: ("UNCORRECTABLE_SRAM_ERROR", "uncorrectable SRAM error (detail of XID 48)", _F, _RPL, False),
+    168: (
+        "REDUCED_GPU_MEMORY_CAPACITY",
+        "reduced GPU memory capacity (WPR errors)",
+        _F,
+        _RBT,
+        True,
+    ),
+    171: (
+        "UNCORRECTABLE_DRAM_ERROR",
+        "uncorrectable DRAM error (detail of XID 48)",
+        _F,
+        _RST,
+        True,
+    ),
+    172: (
+        "UNCORRECTABLE_SRAM_ERROR",
+        "uncorrectable SRAM error (detail of XID 48)",
+        _F,
+        _RPL,
+        False,
+    ),
 }
 
 #: XIDs caused by user code (k8s-device-plugin, Meta GCM, NVIDIA RESTART_APP bucket, and
@@ -201,7 +231,9 @@ def lookup(code: int) -> XidInfo:
     """
     row = _TABLE.get(code)
     if row is None:
-        return XidInfo(code, f"XID_{code}", "XID not in navarch's catalogue", _W, _N, False, known=False)
+        return XidInfo(
+            code, f"XID_{code}", "XID not in navarch's catalogue", _W, _N, False, known=False
+        )
     mnemonic, meaning, severity, action, fixable = row
     return XidInfo(code, mnemonic, meaning, severity, action, fixable)
 
@@ -241,7 +273,9 @@ def lookup_event(code: int, message: str) -> XidInfo:
         m = _RECOVERY_TEXT.search(message)
         if m:
             name, severity, action = recovery_action(int(m.group("to"), 16))
-            return replace(info, severity=severity, action=action, meaning=f"recovery action -> {name}")
+            return replace(
+                info, severity=severity, action=action, meaning=f"recovery action -> {name}"
+            )
     return info
 
 

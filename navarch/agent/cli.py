@@ -33,7 +33,9 @@ class JsonLogFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         doc: dict[str, Any] = {
-            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            "ts": datetime.fromtimestamp(record.created, UTC)
+            .isoformat(timespec="milliseconds")
+            .replace("+00:00", "Z"),
             "level": record.levelname.lower(),
             "event": record.getMessage(),
         }
@@ -75,7 +77,10 @@ def cmd_agent_run(args: argparse.Namespace) -> int:
                 print(json.dumps(report, indent=2, sort_keys=True), flush=True)
             code = EXIT_OK
         except (NavarchError, OSError) as exc:
-            log.error("report_not_written", extra={"fields": {"error": str(exc), "kind": type(exc).__name__}})
+            log.error(
+                "report_not_written",
+                extra={"fields": {"error": str(exc), "kind": type(exc).__name__}},
+            )
             code = EXIT_FAILED
         if args.once:
             return code
@@ -117,8 +122,10 @@ def cmd_render_cloud_init(args: argparse.Namespace) -> int:
             spec.pool(args.pool)
         except KeyError:
             names = ", ".join(p.name for p in spec.pools)
-            print(f"navarch render cloud-init: no pool {args.pool!r} in {args.fleet} (pools: {names})",
-                  file=sys.stderr)
+            print(
+                f"navarch render cloud-init: no pool {args.pool!r} in {args.fleet} (pools: {names})",
+                file=sys.stderr,
+            )
             return EXIT_FAILED
         node = args.node or f"{args.pool}-0001"
         key = derive_node_key(spec.fleet_secret(), spec.name, node)
@@ -139,17 +146,35 @@ def register(subparsers: Any) -> None:
     asub = agent.add_subparsers(dest="agent_command", required=True, metavar="COMMAND")
 
     s = asub.add_parser("run", help="check the GPUs and write a signed health report")
-    s.add_argument("--once", action="store_true", help="one report, then exit (the systemd timer's job)")
-    s.add_argument("--config", default=DEFAULT_CONFIG_PATH, help=f"agent config (default {DEFAULT_CONFIG_PATH})")
-    s.add_argument("--stdout", action="store_true", help="print the report instead of writing it to the store")
-    s.add_argument("--kernel-log", metavar="FILE", help="read XIDs from this text file (dmesg/syslog output)")
-    s.add_argument("--interval-s", type=float, default=60.0, help="seconds between reports without --once")
+    s.add_argument(
+        "--once", action="store_true", help="one report, then exit (the systemd timer's job)"
+    )
+    s.add_argument(
+        "--config",
+        default=DEFAULT_CONFIG_PATH,
+        help=f"agent config (default {DEFAULT_CONFIG_PATH})",
+    )
+    s.add_argument(
+        "--stdout", action="store_true", help="print the report instead of writing it to the store"
+    )
+    s.add_argument(
+        "--kernel-log", metavar="FILE", help="read XIDs from this text file (dmesg/syslog output)"
+    )
+    s.add_argument(
+        "--interval-s", type=float, default=60.0, help="seconds between reports without --once"
+    )
     s.set_defaults(func=cmd_agent_run)
 
     s = asub.add_parser("install", help="install and enable the agent's systemd service + timer")
-    s.add_argument("--config", default=DEFAULT_CONFIG_PATH, help=f"agent config (default {DEFAULT_CONFIG_PATH})")
+    s.add_argument(
+        "--config",
+        default=DEFAULT_CONFIG_PATH,
+        help=f"agent config (default {DEFAULT_CONFIG_PATH})",
+    )
     s.add_argument("--dry-run", action="store_true", help="print the units; write and run nothing")
-    s.add_argument("--root", default="/", help="write units under this root (systemctl runs only for /)")
+    s.add_argument(
+        "--root", default="/", help="write units under this root (systemctl runs only for /)"
+    )
     s.set_defaults(func=cmd_agent_install)
 
     render = subparsers.add_parser("render", help="print text navarch sends to machines")

@@ -74,10 +74,18 @@ class AgentConfig:
             if not isinstance(value, str) or not value:
                 raise ConfigError(f"{name} must be a non-empty string", key_path=name)
         if self.metadata not in METADATA_KINDS:
-            raise ConfigError(f"metadata must be one of {', '.join(METADATA_KINDS)}", key_path="metadata")
-        if self.gpus_per_node is not None and (not isinstance(self.gpus_per_node, int) or self.gpus_per_node < 0):
-            raise ConfigError("gpus_per_node must be a non-negative integer", key_path="gpus_per_node")
-        if self.gpu_count is not None and (not isinstance(self.gpu_count, int) or not 0 <= self.gpu_count <= 64):
+            raise ConfigError(
+                f"metadata must be one of {', '.join(METADATA_KINDS)}", key_path="metadata"
+            )
+        if self.gpus_per_node is not None and (
+            not isinstance(self.gpus_per_node, int) or self.gpus_per_node < 0
+        ):
+            raise ConfigError(
+                "gpus_per_node must be a non-negative integer", key_path="gpus_per_node"
+            )
+        if self.gpu_count is not None and (
+            not isinstance(self.gpu_count, int) or not 0 <= self.gpu_count <= 64
+        ):
             raise ConfigError("gpu_count must be an integer 0-64", key_path="gpu_count")
 
     @property
@@ -97,7 +105,9 @@ class AgentConfig:
             try:
                 text = Path(self.key_file).read_text().strip()
             except OSError as exc:
-                raise ConfigError(f"cannot read node key: {exc}", file=self.key_file, key_path="key_file") from exc
+                raise ConfigError(
+                    f"cannot read node key: {exc}", file=self.key_file, key_path="key_file"
+                ) from exc
         if not text:
             raise ConfigError("no node key: set key (hex) or key_file", key_path="key")
         try:
@@ -152,7 +162,9 @@ _TYPES: dict[str, tuple[type, ...]] = {
 }
 
 
-def load_config(path: str | os.PathLike[str] = DEFAULT_CONFIG_PATH, **overrides: Any) -> AgentConfig:
+def load_config(
+    path: str | os.PathLike[str] = DEFAULT_CONFIG_PATH, **overrides: Any
+) -> AgentConfig:
     """Load AgentConfig from a YAML file; keyword overrides win (None values are ignored).
 
     Raises ConfigError for a missing/unreadable file, bad YAML (with line), an unknown
@@ -164,30 +176,45 @@ def load_config(path: str | os.PathLike[str] = DEFAULT_CONFIG_PATH, **overrides:
     try:
         text = Path(p).read_text()
     except OSError as exc:
-        raise ConfigError(f"cannot read agent config: {exc.strerror or exc}", file=p,
-                          hint="write it with cloud-init or pass --config PATH") from exc
+        raise ConfigError(
+            f"cannot read agent config: {exc.strerror or exc}",
+            file=p,
+            hint="write it with cloud-init or pass --config PATH",
+        ) from exc
     try:
         doc = yaml.safe_load(text) or {}
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        raise ConfigError(f"invalid YAML: {getattr(exc, 'problem', exc)}", file=p,
-                          line=mark.line + 1 if mark else None) from exc
+        raise ConfigError(
+            f"invalid YAML: {getattr(exc, 'problem', exc)}",
+            file=p,
+            line=mark.line + 1 if mark else None,
+        ) from exc
     if not isinstance(doc, dict):
         raise ConfigError("top level must be a mapping", file=p)
     doc.update({k: v for k, v in overrides.items() if v is not None})
     for key, value in doc.items():
         if key not in _FIELDS:
-            raise ConfigError(f"unknown key {key!r}", file=p, key_path=str(key),
-                              hint=f"known keys: {', '.join(sorted(_FIELDS))}")
+            raise ConfigError(
+                f"unknown key {key!r}",
+                file=p,
+                key_path=str(key),
+                hint=f"known keys: {', '.join(sorted(_FIELDS))}",
+            )
         if value is None:
             continue
         expected = _TYPES.get(key, (str,))
         if not isinstance(value, expected) or (bool not in expected and isinstance(value, bool)):
-            raise ConfigError(f"expected {' or '.join(t.__name__ for t in expected)}, got {type(value).__name__}",
-                              file=p, key_path=str(key))
+            raise ConfigError(
+                f"expected {' or '.join(t.__name__ for t in expected)}, got {type(value).__name__}",
+                file=p,
+                key_path=str(key),
+            )
     missing = [name for name in ("fleet", "pool", "node", "store") if not doc.get(name)]
     if missing:
-        raise ConfigError(f"missing required key(s): {', '.join(missing)}", file=p, key_path=missing[0])
+        raise ConfigError(
+            f"missing required key(s): {', '.join(missing)}", file=p, key_path=missing[0]
+        )
     clean = {k: v for k, v in doc.items() if v is not None}
     try:
         return AgentConfig(**clean)

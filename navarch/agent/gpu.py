@@ -220,8 +220,19 @@ _H100_NVLINKS = 18
 
 
 _READING_FIELDS = frozenset(
-    f.name for f in dataclasses.fields(GpuSnapshot)
-    if f.name not in ("index", "uuid", "name", "pci_bus_id", "lost", "reset_required", "unreadable", "not_supported")
+    f.name
+    for f in dataclasses.fields(GpuSnapshot)
+    if f.name
+    not in (
+        "index",
+        "uuid",
+        "name",
+        "pci_bus_id",
+        "lost",
+        "reset_required",
+        "unreadable",
+        "not_supported",
+    )
 )
 
 
@@ -259,11 +270,19 @@ class FakeGpuBackend:
         bdf = f"0000:{_bus(i):02x}:00"
         if i in f.gpu_lost:
             return GpuSnapshot(
-                index=i, uuid=uuid, name=_H100_NAME, pci_bus_id=bdf, lost=True,
+                index=i,
+                uuid=uuid,
+                name=_H100_NAME,
+                pci_bus_id=bdf,
+                lost=True,
                 unreadable={"all": "GPU is lost"},
             )
         processes = f.process_count.get(i, 0)
-        util = f.utilization_pct if f.utilization_pct is not None else (0.0 if processes == 0 else 92.0)
+        util = (
+            f.utilization_pct
+            if f.utilization_pct is not None
+            else (0.0 if processes == 0 else 92.0)
+        )
         values: dict[str, Any] = {
             "temperature_c": f.temperature_c.get(i, 35.0 + (seed % 100) / 10.0),
             "power_w": round(70.0 + (seed >> 8) % 500 / 10.0 + 4.5 * util, 1),
@@ -313,4 +332,6 @@ class FakeGpuBackend:
     def probe(self) -> GpuProbe:
         """Snapshot of gpu_count fake GPUs with the faults applied."""
         gpus = tuple(self._gpu(i) for i in range(self.gpu_count))
-        return GpuProbe(backend="fake", gpus=gpus, device_count=self.gpu_count, driver_version="570.133.20")
+        return GpuProbe(
+            backend="fake", gpus=gpus, device_count=self.gpu_count, driver_version="570.133.20"
+        )

@@ -73,8 +73,16 @@ def render_agent_yaml(
 ) -> str:
     """The node's /etc/navarch/agent.yaml. Raises jinja2.UndefinedError on a template bug."""
     return _render(
-        "agent.yaml.j2", fleet=fleet, pool=pool, node=node, store=store, key_hex=node_key.hex(),
-        gpus_per_node=gpus_per_node, instance_id=instance_id, metadata=metadata, state_file=state_file,
+        "agent.yaml.j2",
+        fleet=fleet,
+        pool=pool,
+        node=node,
+        store=store,
+        key_hex=node_key.hex(),
+        gpus_per_node=gpus_per_node,
+        instance_id=instance_id,
+        metadata=metadata,
+        state_file=state_file,
     )
 
 
@@ -92,10 +100,19 @@ def render_units(
     exec_start: the full command line (absolute executable). interval_s: seconds between
     runs (OnUnitActiveSec); jitter_s: RandomizedDelaySec, spreads a fleet's writes.
     """
-    common = {"interval_s": interval_s, "jitter_s": jitter_s, "boot_delay_s": boot_delay_s, "timeout_s": timeout_s}
+    common = {
+        "interval_s": interval_s,
+        "jitter_s": jitter_s,
+        "boot_delay_s": boot_delay_s,
+        "timeout_s": timeout_s,
+    }
     return {
-        "navarch-agent.service": _render("navarch-agent.service.j2", exec_start=exec_start,
-                                         writable_paths=list(writable_paths), **common),
+        "navarch-agent.service": _render(
+            "navarch-agent.service.j2",
+            exec_start=exec_start,
+            writable_paths=list(writable_paths),
+            **common,
+        ),
         "navarch-agent.timer": _render("navarch-agent.timer.j2", **common),
     }
 
@@ -119,14 +136,29 @@ def render_cloud_init_for(
     """
     from navarch import __version__
 
-    agent_yaml = render_agent_yaml(fleet=fleet, pool=pool, node=node, store=store, node_key=node_key,
-                                   gpus_per_node=gpus_per_node, metadata=metadata)
-    units = render_units(exec_start=f"{venv_dir}/bin/python -m navarch.agent run --once --config /etc/navarch/agent.yaml",
-                         interval_s=interval_s)
+    agent_yaml = render_agent_yaml(
+        fleet=fleet,
+        pool=pool,
+        node=node,
+        store=store,
+        node_key=node_key,
+        gpus_per_node=gpus_per_node,
+        metadata=metadata,
+    )
+    units = render_units(
+        exec_start=f"{venv_dir}/bin/python -m navarch.agent run --once --config /etc/navarch/agent.yaml",
+        interval_s=interval_s,
+    )
     return _render(
-        "cloud-init.yaml.j2", fleet=fleet, pool=pool, node=node, interval_s=interval_s,
-        agent_yaml=agent_yaml.rstrip("\n"), service_unit=units["navarch-agent.service"].rstrip("\n"),
-        timer_unit=units["navarch-agent.timer"].rstrip("\n"), venv_dir=venv_dir,
+        "cloud-init.yaml.j2",
+        fleet=fleet,
+        pool=pool,
+        node=node,
+        interval_s=interval_s,
+        agent_yaml=agent_yaml.rstrip("\n"),
+        service_unit=units["navarch-agent.service"].rstrip("\n"),
+        timer_unit=units["navarch-agent.timer"].rstrip("\n"),
+        venv_dir=venv_dir,
         package=package or f"navarch=={__version__}",
     )
 
@@ -143,8 +175,13 @@ def render_cloud_init(spec: Any, pool: str, node: str, node_key: bytes) -> str:
     provider_type = str((spec.providers.get(p.provider) or {}).get("type", p.provider))
     options: Mapping[str, Any] = getattr(p, "options", {}) or {}
     return render_cloud_init_for(
-        fleet=spec.name, pool=pool, node=node, store=spec.store_url, node_key=node_key,
-        gpus_per_node=p.gpus_per_node, metadata=_METADATA_BY_PROVIDER_TYPE.get(provider_type, "none"),
+        fleet=spec.name,
+        pool=pool,
+        node=node,
+        store=spec.store_url,
+        node_key=node_key,
+        gpus_per_node=p.gpus_per_node,
+        metadata=_METADATA_BY_PROVIDER_TYPE.get(provider_type, "none"),
         package=options.get("agent_package"),
     )
 
@@ -168,9 +205,19 @@ def install_units(
     """
     writable = [str(Path(config.state_file).parent)]
     if config.store.startswith("file://"):
-        writable.append(config.store[len("file://"):])
-    exec_start = " ".join(shlex.quote(a) for a in (sys.executable, "-m", "navarch.agent", "run", "--once",
-                                                    "--config", str(Path(config_path).resolve())))
+        writable.append(config.store[len("file://") :])
+    exec_start = " ".join(
+        shlex.quote(a)
+        for a in (
+            sys.executable,
+            "-m",
+            "navarch.agent",
+            "run",
+            "--once",
+            "--config",
+            str(Path(config_path).resolve()),
+        )
+    )
     units = render_units(exec_start=exec_start, writable_paths=writable)
     unit_dir = Path(root) / UNIT_DIR
     if dry_run:

@@ -122,7 +122,9 @@ _INTRINFO = re.compile(r"\(0x(?P<intr>[0-9a-fA-F]+)")
 # Prefixes, tried in order; each yields (wall_time, uptime_s, rest).
 _KMSG = re.compile(r"^(?P<prio>\d+),(?P<seq>\d+),(?P<usec>\d+),[^;]*;(?P<msg>.*)$")
 _DMESG_UPTIME = re.compile(r"^\[\s*(?P<up>\d+\.\d+)\]\s*(?P<rest>.*)$")
-_DMESG_HUMAN = re.compile(r"^\[(?P<ts>[A-Z][a-z]{2} [A-Z][a-z]{2} +\d{1,2} \d{2}:\d{2}:\d{2} \d{4})\]\s*(?P<rest>.*)$")
+_DMESG_HUMAN = re.compile(
+    r"^\[(?P<ts>[A-Z][a-z]{2} [A-Z][a-z]{2} +\d{1,2} \d{2}:\d{2}:\d{2} \d{4})\]\s*(?P<rest>.*)$"
+)
 _DMESG_ISO = re.compile(
     r"^(?:\w+\s*:\s*\w+\s*:\s*)?(?P<ts>\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:[,.]\d+)?(?:Z|[+-]\d{2}:?\d{2}))\s+(?P<rest>.*)$"
 )
@@ -301,9 +303,8 @@ def collapse_bursts(events: Iterable[XidEvent], window_s: float = BURST_WINDOW_S
         prev = last.get(key)
         if prev is not None:
             idx, prev_stamp = prev
-            same = (
-                (stamp is None and prev_stamp is None and idx == len(out) - 1)
-                or (stamp is not None and prev_stamp is not None and 0 <= stamp - prev_stamp <= window_s)
+            same = (stamp is None and prev_stamp is None and idx == len(out) - 1) or (
+                stamp is not None and prev_stamp is not None and 0 <= stamp - prev_stamp <= window_s
             )
             if same:
                 out[idx] = replace(out[idx], count=out[idx].count + 1)
@@ -369,7 +370,9 @@ def read_journal(cursor: str | None, *, timeout_s: float = 10.0) -> ReadResult:
     except (subprocess.SubprocessError, OSError) as exc:
         raise OSError(f"journalctl failed: {exc}") from exc
     if proc.returncode != 0:
-        raise OSError(f"journalctl exit {proc.returncode}: {proc.stderr.decode(errors='replace')[-200:]}")
+        raise OSError(
+            f"journalctl exit {proc.returncode}: {proc.stderr.decode(errors='replace')[-200:]}"
+        )
     lines: list[KernelLine] = []
     new_cursor = cursor
     for raw in proc.stdout.splitlines():
@@ -435,7 +438,9 @@ def read_kmsg(
     return ReadResult(tuple(lines), {"kmsg_seq": seq_max}, "kmsg")
 
 
-def read_text_file(path: str | os.PathLike[str], position: dict | None, *, now: datetime | None = None) -> ReadResult:
+def read_text_file(
+    path: str | os.PathLike[str], position: dict | None, *, now: datetime | None = None
+) -> ReadResult:
     """Lines of a text kernel log (dmesg / syslog output, or the local provider's file).
 
     The whole file is read. Lines already returned on an earlier run (the file still starts
@@ -452,14 +457,22 @@ def read_text_file(path: str | os.PathLike[str], position: dict | None, *, now: 
     start = 0
     if position:
         off = int(position.get("offset", 0))
-        if 0 < off <= len(data) and hashlib.sha256(data[:off]).hexdigest() == position.get("sha256"):
+        if 0 < off <= len(data) and hashlib.sha256(data[:off]).hexdigest() == position.get(
+            "sha256"
+        ):
             start = off
     # Only whole lines: a line being appended right now is read on the next run.
     end = data.rfind(b"\n") + 1
     if end < start:
         end = start
-    lines = tuple(split_prefix(t, now=now) for t in data[start:end].decode(errors="replace").splitlines() if t.strip())
-    return ReadResult(lines, {"offset": end, "sha256": hashlib.sha256(data[:end]).hexdigest()}, "file")
+    lines = tuple(
+        split_prefix(t, now=now)
+        for t in data[start:end].decode(errors="replace").splitlines()
+        if t.strip()
+    )
+    return ReadResult(
+        lines, {"offset": end, "sha256": hashlib.sha256(data[:end]).hexdigest()}, "file"
+    )
 
 
 def parse_text(text: str | Sequence[str], *, now: datetime | None = None) -> list[XidEvent]:

@@ -53,13 +53,15 @@ class Notice:
         return {
             "kind": self.kind,
             "source": self.source,
-            "deadline": self.deadline.astimezone(UTC).isoformat().replace("+00:00", "Z") if self.deadline else None,
+            "deadline": self.deadline.astimezone(UTC).isoformat().replace("+00:00", "Z")
+            if self.deadline
+            else None,
             "detail": self.detail[:512],
         }
 
 
 def detect_cloud(dmi_dir: str = "/sys/class/dmi/id") -> str | None:
-    """"aws", "gcp", "azure" or None from DMI vendor strings (no network)."""
+    """ "aws", "gcp", "azure" or None from DMI vendor strings (no network)."""
     texts = []
     for name in ("sys_vendor", "bios_vendor", "product_name", "board_vendor"):
         try:
@@ -96,27 +98,43 @@ def _parse_time(text: str | None) -> datetime | None:
 
 
 def _aws(session: Any, base: str, timeout_s: float) -> Notice | None:
-    r = session.put(f"{base}/latest/api/token", headers={"X-aws-ec2-metadata-token-ttl-seconds": "300"},
-                    timeout=timeout_s)
+    r = session.put(
+        f"{base}/latest/api/token",
+        headers={"X-aws-ec2-metadata-token-ttl-seconds": "300"},
+        timeout=timeout_s,
+    )
     r.raise_for_status()
     hdr = {"X-aws-ec2-metadata-token": r.text}
     r = session.get(f"{base}/latest/meta-data/spot/instance-action", headers=hdr, timeout=timeout_s)
     if r.status_code == 200:
         doc = r.json()
-        return Notice("preemption", "aws", _parse_time(doc.get("time")), f"spot instance-action {doc.get('action')}")
+        return Notice(
+            "preemption",
+            "aws",
+            _parse_time(doc.get("time")),
+            f"spot instance-action {doc.get('action')}",
+        )
     if r.status_code != 404:
         r.raise_for_status()
-    r = session.get(f"{base}/latest/meta-data/events/maintenance/scheduled", headers=hdr, timeout=timeout_s)
+    r = session.get(
+        f"{base}/latest/meta-data/events/maintenance/scheduled", headers=hdr, timeout=timeout_s
+    )
     if r.status_code == 404:
         return None
     r.raise_for_status()
-    events = [e for e in (r.json() or []) if isinstance(e, dict) and e.get("State", "active") == "active"]
+    events = [
+        e for e in (r.json() or []) if isinstance(e, dict) and e.get("State", "active") == "active"
+    ]
     if not events:
         return None
     events.sort(key=lambda e: _parse_time(e.get("NotBefore")) or datetime.max.replace(tzinfo=UTC))
     e = events[0]
-    return Notice("maintenance", "aws", _parse_time(e.get("NotBefore")),
-                  f"{e.get('Code', 'maintenance')}: {e.get('Description', '')}".strip(": "))
+    return Notice(
+        "maintenance",
+        "aws",
+        _parse_time(e.get("NotBefore")),
+        f"{e.get('Code', 'maintenance')}: {e.get('Description', '')}".strip(": "),
+    )
 
 
 def _gcp(session: Any, base: str, timeout_s: float, now: datetime) -> Notice | None:
@@ -124,8 +142,15 @@ def _gcp(session: Any, base: str, timeout_s: float, now: datetime) -> Notice | N
     r = session.get(f"{base}/computeMetadata/v1/instance/preempted", headers=hdr, timeout=timeout_s)
     r.raise_for_status()
     if r.text.strip().upper() == "TRUE":
-        return Notice("preemption", "gcp", now + timedelta(seconds=GCP_PREEMPTION_NOTICE_S), "instance preempted")
-    r = session.get(f"{base}/computeMetadata/v1/instance/maintenance-event", headers=hdr, timeout=timeout_s)
+        return Notice(
+            "preemption",
+            "gcp",
+            now + timedelta(seconds=GCP_PREEMPTION_NOTICE_S),
+            "instance preempted",
+        )
+    r = session.get(
+        f"{base}/computeMetadata/v1/instance/maintenance-event", headers=hdr, timeout=timeout_s
+    )
     r.raise_for_status()
     event = r.text.strip()
     if event and event.upper() != "NONE":
@@ -134,8 +159,12 @@ def _gcp(session: Any, base: str, timeout_s: float, now: datetime) -> Notice | N
 
 
 def _azure(session: Any, base: str, timeout_s: float, names: tuple[str, ...]) -> Notice | None:
-    r = session.get(f"{base}/metadata/scheduledevents", params={"api-version": "2020-07-01"},
-                    headers={"Metadata": "true"}, timeout=timeout_s)
+    r = session.get(
+        f"{base}/metadata/scheduledevents",
+        params={"api-version": "2020-07-01"},
+        headers={"Metadata": "true"},
+        timeout=timeout_s,
+    )
     r.raise_for_status()
     found: list[Notice] = []
     for e in (r.json() or {}).get("Events", []):
@@ -144,11 +173,19 @@ def _azure(session: Any, base: str, timeout_s: float, names: tuple[str, ...]) ->
             continue  # an event for another VM of the same availability set
         etype = str(e.get("EventType", ""))
         kind = "preemption" if etype in ("Preempt", "Terminate") else "maintenance"
-        found.append(Notice(kind, "azure", _parse_time(e.get("NotBefore")),
-                            f"{etype} {e.get('EventStatus', '')} {e.get('Description', '')}".strip()))
+        found.append(
+            Notice(
+                kind,
+                "azure",
+                _parse_time(e.get("NotBefore")),
+                f"{etype} {e.get('EventStatus', '')} {e.get('Description', '')}".strip(),
+            )
+        )
     if not found:
         return None
-    found.sort(key=lambda n: (n.kind != "preemption", n.deadline or datetime.max.replace(tzinfo=UTC)))
+    found.sort(
+        key=lambda n: (n.kind != "preemption", n.deadline or datetime.max.replace(tzinfo=UTC))
+    )
     return found[0]
 
 

@@ -43,7 +43,11 @@ def classify_nvml_error(exc: BaseException) -> ProbeError:
     code = getattr(exc, "value", None)
     if isinstance(exc, OSError) and not isinstance(code, int):
         return ProbeError(ProbeErrorKind.LIBRARY_NOT_FOUND, str(exc), None)
-    kind = NVML_ERROR_KINDS.get(code, ProbeErrorKind.OTHER) if isinstance(code, int) else ProbeErrorKind.OTHER
+    kind = (
+        NVML_ERROR_KINDS.get(code, ProbeErrorKind.OTHER)
+        if isinstance(code, int)
+        else ProbeErrorKind.OTHER
+    )
     try:
         text = str(exc)
     except Exception:  # pynvml's __str__ calls into the library; never let it escape
@@ -142,7 +146,9 @@ class NvmlGpuBackend:
             try:
                 count = int(N.nvmlDeviceGetCount())
             except N.NVMLError as exc:
-                return GpuProbe(backend="nvml", init_error=classify_nvml_error(exc), driver_version=driver)
+                return GpuProbe(
+                    backend="nvml", init_error=classify_nvml_error(exc), driver_version=driver
+                )
             gpus: list[GpuSnapshot] = []
             handle_errors: list[tuple[int, str]] = []
             for i in range(count):
@@ -172,7 +178,12 @@ class NvmlGpuBackend:
     def _read_gpu(self, i: int, h: Any) -> GpuSnapshot | None:
         N = self.N
         r = _Reader(N)
-        ident: dict[str, Any] = {"index": i, "uuid": f"index-{i}", "name": "unknown", "pci_bus_id": "unknown"}
+        ident: dict[str, Any] = {
+            "index": i,
+            "uuid": f"index-{i}",
+            "name": "unknown",
+            "pci_bus_id": "unknown",
+        }
         values: dict[str, Any] = {}
         try:
             uuid = r.get("uuid", N.nvmlDeviceGetUUID, h)
@@ -181,7 +192,9 @@ class NvmlGpuBackend:
             name = r.get("name", N.nvmlDeviceGetName, h)
             if name is not None:
                 ident["name"] = _text(name)[:96]
-            pci_fn = getattr(N, "nvmlDeviceGetPciInfo_v3", None) or N.nvmlDeviceGetPciInfo  # older bindings
+            pci_fn = (
+                getattr(N, "nvmlDeviceGetPciInfo_v3", None) or N.nvmlDeviceGetPciInfo
+            )  # older bindings
             pci = r.get("pci_bus_id", pci_fn, h)
             if pci is not None:
                 ident["pci_bus_id"] = normalise_bdf(_text(pci.busId))
@@ -195,11 +208,15 @@ class NvmlGpuBackend:
                 not_supported=tuple(r.not_supported),
                 **values,
             )
-        return GpuSnapshot(**ident, unreadable=r.unreadable, not_supported=tuple(r.not_supported), **values)
+        return GpuSnapshot(
+            **ident, unreadable=r.unreadable, not_supported=tuple(r.not_supported), **values
+        )
 
     def _read_values(self, r: _Reader, h: Any, out: dict[str, Any]) -> None:
         N = self.N
-        out["temperature_c"] = _f(r.get("temperature_c", N.nvmlDeviceGetTemperature, h, N.NVML_TEMPERATURE_GPU))
+        out["temperature_c"] = _f(
+            r.get("temperature_c", N.nvmlDeviceGetTemperature, h, N.NVML_TEMPERATURE_GPU)
+        )
         for key, which in (
             ("temperature_slowdown_c", N.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN),
             ("temperature_shutdown_c", N.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN),
@@ -222,12 +239,22 @@ class NvmlGpuBackend:
         if procs is not None:
             out["process_count"] = len(procs)
         out["ecc_uncorrected_volatile"] = _i(
-            r.get("ecc_uncorrected_volatile", N.nvmlDeviceGetTotalEccErrors, h,
-                  N.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, N.NVML_VOLATILE_ECC)
+            r.get(
+                "ecc_uncorrected_volatile",
+                N.nvmlDeviceGetTotalEccErrors,
+                h,
+                N.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+                N.NVML_VOLATILE_ECC,
+            )
         )
         out["ecc_corrected_volatile"] = _i(
-            r.get("ecc_corrected_volatile", N.nvmlDeviceGetTotalEccErrors, h,
-                  N.NVML_MEMORY_ERROR_TYPE_CORRECTED, N.NVML_VOLATILE_ECC)
+            r.get(
+                "ecc_corrected_volatile",
+                N.nvmlDeviceGetTotalEccErrors,
+                h,
+                N.NVML_MEMORY_ERROR_TYPE_CORRECTED,
+                N.NVML_VOLATILE_ECC,
+            )
         )
         rows = r.get("remapped_rows", N.nvmlDeviceGetRemappedRows, h)
         if rows is not None:
@@ -240,10 +267,18 @@ class NvmlGpuBackend:
             )
         else:
             # Pre-Ampere GPUs retire pages instead of remapping rows (DCGM, gpu-health.md row 9).
-            sbe = r.get("retired_pages", N.nvmlDeviceGetRetiredPages, h,
-                        N.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS)
-            dbe = r.get("retired_pages", N.nvmlDeviceGetRetiredPages, h,
-                        N.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)
+            sbe = r.get(
+                "retired_pages",
+                N.nvmlDeviceGetRetiredPages,
+                h,
+                N.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS,
+            )
+            dbe = r.get(
+                "retired_pages",
+                N.nvmlDeviceGetRetiredPages,
+                h,
+                N.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR,
+            )
             pend = r.get("retired_pages", N.nvmlDeviceGetRetiredPagesPendingStatus, h)
             out["retired_pages_sbe"] = None if sbe is None else len(sbe)
             out["retired_pages_dbe"] = None if dbe is None else len(dbe)
@@ -257,9 +292,15 @@ class NvmlGpuBackend:
             reasons = r.get("clock_event_reasons", N.nvmlDeviceGetCurrentClocksThrottleReasons, h)
         out["clock_event_reasons"] = _i(reasons)
         out["pcie_link_width"] = _i(r.get("pcie_link_width", N.nvmlDeviceGetCurrPcieLinkWidth, h))
-        out["pcie_link_width_max"] = _i(r.get("pcie_link_width_max", N.nvmlDeviceGetMaxPcieLinkWidth, h))
-        out["pcie_link_gen_max"] = _i(r.get("pcie_link_gen_max", N.nvmlDeviceGetMaxPcieLinkGeneration, h))
-        out["pcie_replay_count"] = _i(r.get("pcie_replay_count", N.nvmlDeviceGetPcieReplayCounter, h))
+        out["pcie_link_width_max"] = _i(
+            r.get("pcie_link_width_max", N.nvmlDeviceGetMaxPcieLinkWidth, h)
+        )
+        out["pcie_link_gen_max"] = _i(
+            r.get("pcie_link_gen_max", N.nvmlDeviceGetMaxPcieLinkGeneration, h)
+        )
+        out["pcie_replay_count"] = _i(
+            r.get("pcie_replay_count", N.nvmlDeviceGetPcieReplayCounter, h)
+        )
         self._read_nvlink(r, h, out)
         pm = r.get("persistence_mode", N.nvmlDeviceGetPersistenceMode, h)
         out["persistence_mode"] = None if pm is None else pm == N.NVML_FEATURE_ENABLED

@@ -84,7 +84,9 @@ class _NoLibraryBackend:
         self.message = message
 
     def probe(self) -> GpuProbe:
-        return GpuProbe(backend=self.name, init_error=ProbeError(ProbeErrorKind.LIBRARY_NOT_FOUND, self.message))
+        return GpuProbe(
+            backend=self.name, init_error=ProbeError(ProbeErrorKind.LIBRARY_NOT_FOUND, self.message)
+        )
 
 
 def trim_events(events: Sequence[kl.XidEvent], limit: int = 256) -> list[kl.XidEvent]:
@@ -96,7 +98,7 @@ def trim_events(events: Sequence[kl.XidEvent], limit: int = 256) -> list[kl.XidE
         return list(events)
     fatal = [n for n, e in enumerate(events) if e.severity is Severity.FATAL][-limit:]
     rest = [n for n, e in enumerate(events) if e.severity is not Severity.FATAL]
-    keep = set(fatal) | set(rest[len(rest) - (limit - len(fatal)):] if limit > len(fatal) else [])
+    keep = set(fatal) | set(rest[len(rest) - (limit - len(fatal)) :] if limit > len(fatal) else [])
     return [e for n, e in enumerate(events) if n in keep]
 
 
@@ -134,10 +136,17 @@ def _event_from_json(doc: Mapping[str, Any]) -> kl.XidEvent:
     )
     t = doc.get("time")
     return kl.XidEvent(
-        kind=info.kind, code=info.code, pci_bus_id=str(doc["pci_bus_id"]), message=str(doc.get("message", "")),
-        info=info, time=datetime.fromisoformat(t.replace("Z", "+00:00")) if t else None,
-        uptime_s=doc.get("uptime_s"), boot_id=doc.get("boot_id"), uuid=doc.get("uuid"),
-        subcode=doc.get("subcode"), count=int(doc.get("count", 1)),
+        kind=info.kind,
+        code=info.code,
+        pci_bus_id=str(doc["pci_bus_id"]),
+        message=str(doc.get("message", "")),
+        info=info,
+        time=datetime.fromisoformat(t.replace("Z", "+00:00")) if t else None,
+        uptime_s=doc.get("uptime_s"),
+        boot_id=doc.get("boot_id"),
+        uuid=doc.get("uuid"),
+        subcode=doc.get("subcode"),
+        count=int(doc.get("count", 1)),
     )
 
 
@@ -177,8 +186,17 @@ def read_kernel_log(
 
     if config.kernel_log:
         res = kl.read_text_file(config.kernel_log, pos_for("file"), now=now)
-        return list(res.lines), {"source": "file", "path": config.kernel_log, "boot_id": boot_id,
-                                 "position": res.position}, "file", None
+        return (
+            list(res.lines),
+            {
+                "source": "file",
+                "path": config.kernel_log,
+                "boot_id": boot_id,
+                "position": res.position,
+            },
+            "file",
+            None,
+        )
     if fake_requested(config.fake_gpu):
         return [], {"source": "none"}, "none", None
     errors: list[str] = []
@@ -186,13 +204,23 @@ def read_kernel_log(
         try:
             pos = pos_for("journal") or {}
             res = kl.read_journal(pos.get("cursor"))
-            return list(res.lines), {"source": "journal", "boot_id": boot_id, "position": res.position}, "journal", None
+            return (
+                list(res.lines),
+                {"source": "journal", "boot_id": boot_id, "position": res.position},
+                "journal",
+                None,
+            )
         except OSError as exc:
             errors.append(str(exc))
     try:
         pos = pos_for("kmsg") or {}
         res = kl.read_kmsg(pos.get("kmsg_seq"), boot_time=_boot_time(now))
-        return list(res.lines), {"source": "kmsg", "boot_id": boot_id, "position": res.position}, "kmsg", None
+        return (
+            list(res.lines),
+            {"source": "kmsg", "boot_id": boot_id, "position": res.position},
+            "kmsg",
+            None,
+        )
     except OSError as exc:
         errors.append(f"/dev/kmsg: {exc}")
     return [], dict(saved), "none", "; ".join(errors) or "no kernel log source"
@@ -224,8 +252,14 @@ def _gpu_checks_and_counters(
             for k, v in dict(saved.get("values") or {}).items()
         }
         history = [bool(x) for x in saved.get("slowdown", [])] if same_boot else []
-        checks.extend(gpu_checks(g, baselines=baselines, slowdown_history=history, now_s=now_s, boot_id=boot_id))
-        slowed = bool(g.clock_event_reasons and any(g.clock_event_reasons & b for b in HW_SLOWDOWN_BITS))
+        checks.extend(
+            gpu_checks(
+                g, baselines=baselines, slowdown_history=history, now_s=now_s, boot_id=boot_id
+            )
+        )
+        slowed = bool(
+            g.clock_event_reasons and any(g.clock_event_reasons & b for b in HW_SLOWDOWN_BITS)
+        )
         if not g.lost:
             new_counters[g.uuid] = {
                 "boot_id": boot_id,
@@ -260,8 +294,12 @@ def escalate(
         earlier = [b for b in boots if b != boot_id]
         if len(earlier) >= REBOOT_THRESHOLD and c.action.rank < Action.REPLACE.rank:
             ev = {**c.evidence, "escalated_from": c.action.value, "earlier_boots": len(earlier)}
-            c = replace(c, action=Action.REPLACE, evidence=ev,
-                        message=f"{c.message} (recurred after {len(earlier)} reboots: replace)")
+            c = replace(
+                c,
+                action=Action.REPLACE,
+                evidence=ev,
+                message=f"{c.message} (recurred after {len(earlier)} reboots: replace)",
+            )
         out.append(c)
     return out, history
 
@@ -313,18 +351,29 @@ def build_report(
         "checks": [c.to_json() for c in checks][:512],
         "gpus": [
             {
-                "index": g.index, "uuid": g.uuid, "name": g.name, "pci_bus_id": g.pci_bus_id,
-                "temperature_c": g.temperature_c, "power_w": g.power_w,
-                "memory_used_bytes": g.memory_used_bytes, "memory_total_bytes": g.memory_total_bytes,
-                "utilization_pct": g.utilization_pct, "process_count": g.process_count,
+                "index": g.index,
+                "uuid": g.uuid,
+                "name": g.name,
+                "pci_bus_id": g.pci_bus_id,
+                "temperature_c": g.temperature_c,
+                "power_w": g.power_w,
+                "memory_used_bytes": g.memory_used_bytes,
+                "memory_total_bytes": g.memory_total_bytes,
+                "utilization_pct": g.utilization_pct,
+                "process_count": g.process_count,
             }
             for g in probe.gpus
         ][:64],
         "xids": [
             {
-                "code": e.code, "kind": e.kind, "pci_bus_id": e.pci_bus_id,
-                "time": _iso(e.time) if e.time else None, "boot_id": e.boot_id or boot_id,
-                "severity": e.severity.value, "action": e.action.value, "message": e.message[:512],
+                "code": e.code,
+                "kind": e.kind,
+                "pci_bus_id": e.pci_bus_id,
+                "time": _iso(e.time) if e.time else None,
+                "boot_id": e.boot_id or boot_id,
+                "severity": e.severity.value,
+                "action": e.action.value,
+                "message": e.message[:512],
                 "count": e.count,
             }
             for e in sorted(xids, key=lambda e: (e.time is None, e.time or now, e.uptime_s or 0.0))
@@ -355,12 +404,19 @@ def _notice_from_file(path: str | None) -> dict[str, Any] | None:
         return None
     deadline = doc.get("deadline")
     try:
-        deadline = _iso(datetime.fromisoformat(deadline.replace("Z", "+00:00"))) if isinstance(deadline, str) else None
+        deadline = (
+            _iso(datetime.fromisoformat(deadline.replace("Z", "+00:00")))
+            if isinstance(deadline, str)
+            else None
+        )
     except ValueError:
         deadline = None
-    return {"kind": doc["kind"], "source": doc.get("source") if doc.get("source") in _NOTICE_SOURCES else "local",
-            "deadline": deadline,
-            "detail": str(doc.get("detail", ""))[:512]}
+    return {
+        "kind": doc["kind"],
+        "source": doc.get("source") if doc.get("source") in _NOTICE_SOURCES else "local",
+        "deadline": deadline,
+        "detail": str(doc.get("detail", ""))[:512],
+    }
 
 
 def _safe_probe(backend: GpuBackend) -> GpuProbe:
@@ -368,8 +424,10 @@ def _safe_probe(backend: GpuBackend) -> GpuProbe:
         return backend.probe()
     except Exception as exc:  # an agent bug must still produce a report (status unknown)
         log.exception("probe_failed")
-        return GpuProbe(backend=getattr(backend, "name", "?"),
-                        init_error=ProbeError(ProbeErrorKind.AGENT_ERROR, f"agent error: {exc}"))
+        return GpuProbe(
+            backend=getattr(backend, "name", "?"),
+            init_error=ProbeError(ProbeErrorKind.AGENT_ERROR, f"agent error: {exc}"),
+        )
 
 
 def run_once(
@@ -398,7 +456,9 @@ def run_once(
 
     state, problem = load_state(config.state_file)
     if problem is not None:
-        log.warning("state_rebuilt", extra={"fields": {"path": config.state_file, "problem": problem}})
+        log.warning(
+            "state_rebuilt", extra={"fields": {"path": config.state_file, "problem": problem}}
+        )
     if problem is None:
         sequence = state.sequence + 1
     else:
@@ -408,9 +468,13 @@ def run_once(
 
     probe = _safe_probe(backend or choose_backend(config))
     checks: list[Check] = [
-        Check("boot", Status.HEALTHY, Action.NONE,
-              f"boot {boot_id}" + (" (rebooted since the last report)" if boot_changed else ""),
-              evidence={"boot_id": boot_id, "previous_boot_id": state.boot_id})
+        Check(
+            "boot",
+            Status.HEALTHY,
+            Action.NONE,
+            f"boot {boot_id}" + (" (rebooted since the last report)" if boot_changed else ""),
+            evidence={"boot_id": boot_id, "previous_boot_id": state.boot_id},
+        )
     ]
     checks += probe_checks(probe, config.gpus_per_node)
     gchecks, counters = _gpu_checks_and_counters(probe, state.counters, boot_id, now)
@@ -427,12 +491,25 @@ def run_once(
         else:
             latched.append(replace(ev, boot_id=boot_id))
     if kl_error:
-        checks.append(Check("kernel_log", Status.DEGRADED, Action.NONE,
-                            f"cannot read the kernel log, XIDs unknown: {kl_error}", evidence={"source": source}))
+        checks.append(
+            Check(
+                "kernel_log",
+                Status.DEGRADED,
+                Action.NONE,
+                f"cannot read the kernel log, XIDs unknown: {kl_error}",
+                evidence={"source": source},
+            )
+        )
     else:
-        checks.append(Check("kernel_log", Status.HEALTHY, Action.NONE,
-                            f"read {len(lines)} new kernel log lines from {source}",
-                            evidence={"source": source, "lines": len(lines)}))
+        checks.append(
+            Check(
+                "kernel_log",
+                Status.HEALTHY,
+                Action.NONE,
+                f"read {len(lines)} new kernel log lines from {source}",
+                evidence={"source": source, "lines": len(lines)},
+            )
+        )
     bdf_index = {g.pci_bus_id: g.index for g in probe.gpus}
     checks += xid_checks(latched, bdf_index)
 
@@ -446,30 +523,59 @@ def run_once(
     if notice is None and config.metadata != "none":
         from navarch.agent.notices import fetch_notice
 
-        found, errors = fetch_notice(config.metadata, endpoint=config.metadata_endpoint,
-                                     timeout_s=config.metadata_timeout_s, now=now,
-                                     names=tuple(n for n in (config.node, config.instance_id) if n))
+        found, errors = fetch_notice(
+            config.metadata,
+            endpoint=config.metadata_endpoint,
+            timeout_s=config.metadata_timeout_s,
+            now=now,
+            names=tuple(n for n in (config.node, config.instance_id) if n),
+        )
         for err in errors:
             log.info("metadata_unreachable", extra={"fields": {"error": err}})
         notice = found.to_json() if found else None
 
-    report = build_report(config, probe=probe, events=latched, sequence=sequence, boot_id=boot_id, now=now,
-                          checks=checks, notice=notice, node_key=node_key)
+    report = build_report(
+        config,
+        probe=probe,
+        events=latched,
+        sequence=sequence,
+        boot_id=boot_id,
+        now=now,
+        checks=checks,
+        notice=notice,
+        node_key=node_key,
+    )
 
     new_state = AgentState(
-        sequence=sequence, boot_id=boot_id, kernel_log=kl_saved,
+        sequence=sequence,
+        boot_id=boot_id,
+        kernel_log=kl_saved,
         events=tuple(_event_to_json(e, boot_id) for e in trim_events(latched, _MAX_XIDS)),
-        faults=faults, counters=counters,
+        faults=faults,
+        counters=counters,
     )
     try:
         save_state(config.state_file, new_state)
     except OSError as exc:
-        log.error("state_write_failed", extra={"fields": {"path": config.state_file, "error": str(exc)}})
+        log.error(
+            "state_write_failed", extra={"fields": {"path": config.state_file, "error": str(exc)}}
+        )
     if not to_stdout:
         data = json.dumps(report, sort_keys=True, separators=(",", ":")).encode()
         store.put(config.report_key, data)
-    log.info("report_written" if not to_stdout else "report_built", extra={"fields": {
-        "key": config.report_key, "sequence": sequence, "status": report["status"],
-        "action": report["action"], "health_score": report["health_score"], "gpus": len(probe.gpus),
-        "xids": len(report["xids"]), "kernel_log": source}})
+    log.info(
+        "report_written" if not to_stdout else "report_built",
+        extra={
+            "fields": {
+                "key": config.report_key,
+                "sequence": sequence,
+                "status": report["status"],
+                "action": report["action"],
+                "health_score": report["health_score"],
+                "gpus": len(probe.gpus),
+                "xids": len(report["xids"]),
+                "kernel_log": source,
+            }
+        },
+    )
     return report

@@ -73,7 +73,10 @@ class AgentState:
         seq = doc["sequence"]
         if not isinstance(seq, int) or seq < 0:
             raise ValueError("sequence must be a non-negative integer")
-        faults = {str(k): {str(b): float(t) for b, t in dict(v).items()} for k, v in dict(doc.get("faults", {})).items()}
+        faults = {
+            str(k): {str(b): float(t) for b, t in dict(v).items()}
+            for k, v in dict(doc.get("faults", {})).items()
+        }
         return cls(
             sequence=seq,
             boot_id=doc.get("boot_id"),

@@ -30,7 +30,9 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def validate_report() -> Callable[[dict[str, Any]], None]:
     schema = json.loads(schema_path("health-report.schema.json").read_text())
-    validator = jsonschema.Draft202012Validator(schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
+    validator = jsonschema.Draft202012Validator(
+        schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER
+    )
     return validator.validate
 
 
@@ -38,10 +40,19 @@ def validate_report() -> Callable[[dict[str, Any]], None]:
 def make_config(tmp_path: Path) -> Callable[..., AgentConfig]:
     def make(**kw: Any) -> AgentConfig:
         base: dict[str, Any] = {
-            "fleet": "demo", "pool": "train", "node": "train-0001", "store": f"file://{tmp_path}/store",
-            "key": NODE_KEY_HEX, "gpus_per_node": 8, "state_file": str(tmp_path / "state" / "agent-state.json"),
-            "fake_gpu": True, "boot_id": "boot-a", "metadata": "none", "kernel_log": str(tmp_path / "kern.log"),
-            "faults_file": str(tmp_path / "faults.json"), "instance_id": "i-0123",
+            "fleet": "demo",
+            "pool": "train",
+            "node": "train-0001",
+            "store": f"file://{tmp_path}/store",
+            "key": NODE_KEY_HEX,
+            "gpus_per_node": 8,
+            "state_file": str(tmp_path / "state" / "agent-state.json"),
+            "fake_gpu": True,
+            "boot_id": "boot-a",
+            "metadata": "none",
+            "kernel_log": str(tmp_path / "kern.log"),
+            "faults_file": str(tmp_path / "faults.json"),
+            "instance_id": "i-0123",
         }
         base.update(kw)
         return AgentConfig(**base)
@@ -122,8 +133,11 @@ class NvmlWorld:
             memory = 10
 
         def threshold(h: int, which: int) -> int:
-            default = {N.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN: 89, N.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN: 92,
-                       N.NVML_TEMPERATURE_THRESHOLD_GPU_MAX: 87}[which]
+            default = {
+                N.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN: 89,
+                N.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN: 92,
+                N.NVML_TEMPERATURE_THRESHOLD_GPU_MAX: 87,
+            }[which]
             return w._v(f"threshold:{which}", h, default)
 
         def ecc(h: int, etype: int, counter: int) -> int:
@@ -149,7 +163,11 @@ class NvmlWorld:
             return w._v(f"nvlink_state:{link}", h, 1)
 
         def nvlink_counter(h: int, link: int, counter: int) -> int:
-            return w._v("nvlink_counter", h, lambda: w.nvlink_counters.get((h, counter), 0) if link == 0 else 0)
+            return w._v(
+                "nvlink_counter",
+                h,
+                lambda: w.nvlink_counters.get((h, counter), 0) if link == 0 else 0,
+            )
 
         return {
             "nvmlInit": init,
@@ -157,7 +175,9 @@ class NvmlWorld:
             "nvmlSystemGetDriverVersion": lambda: "570.133.20",
             "nvmlDeviceGetCount": count,
             "nvmlDeviceGetHandleByIndex": handle,
-            "nvmlDeviceGetUUID": lambda h: w._v("uuid", h, f"GPU-0000000{h}-aaaa-bbbb-cccc-dddddddddddd"),
+            "nvmlDeviceGetUUID": lambda h: w._v(
+                "uuid", h, f"GPU-0000000{h}-aaaa-bbbb-cccc-dddddddddddd"
+            ),
             "nvmlDeviceGetName": lambda h: w._v("name", h, "NVIDIA H100 80GB HBM3"),
             "nvmlDeviceGetPciInfo_v3": lambda h: w._v("pci", h, Pci(h)),
             "nvmlDeviceGetTemperature": lambda h, s: w._v("temperature", h, 41),
@@ -178,10 +198,14 @@ class NvmlWorld:
             "nvmlDeviceGetCurrPcieLinkWidth": lambda h: w._v("pcie_width", h, 16),
             "nvmlDeviceGetMaxPcieLinkWidth": lambda h: w._v("pcie_width_max", h, 16),
             "nvmlDeviceGetMaxPcieLinkGeneration": lambda h: w._v("pcie_gen_max", h, 5),
-            "nvmlDeviceGetPcieReplayCounter": lambda h: w._v("replay", h, lambda: w.replays.get(h, 0)),
+            "nvmlDeviceGetPcieReplayCounter": lambda h: w._v(
+                "replay", h, lambda: w.replays.get(h, 0)
+            ),
             "nvmlDeviceGetNvLinkState": nvlink_state,
             "nvmlDeviceGetNvLinkErrorCounter": nvlink_counter,
-            "nvmlDeviceGetPersistenceMode": lambda h: w._v("persistence", h, N.NVML_FEATURE_ENABLED),
+            "nvmlDeviceGetPersistenceMode": lambda h: w._v(
+                "persistence", h, N.NVML_FEATURE_ENABLED
+            ),
             "nvmlDeviceValidateInforom": lambda h: w._v("inforom", h, None),
             "nvmlDeviceGetEccMode": lambda h: w._v("ecc_mode", h, [1, 1]),
         }
@@ -234,10 +258,14 @@ class MetadataServer:
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
+        self.thread = threading.Thread(
+            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        )
         self.thread.start()
 
-    def route(self, method: str, path: str, status: int, body: str, headers: dict[str, str] | None = None) -> None:
+    def route(
+        self, method: str, path: str, status: int, body: str, headers: dict[str, str] | None = None
+    ) -> None:
         self.routes[(method, path)] = (status, body, headers or {})
 
     def close(self) -> None:

@@ -26,17 +26,33 @@ XID79 = "[  100.000000] NVRM: Xid (PCI:0000:2a:00): 79, pid='<unknown>', name=<u
 
 
 def write_config(tmp_path: Path, **extra: Any) -> Path:
-    doc = {"fleet": "demo", "pool": "train", "node": "train-0001", "store": f"file://{tmp_path}/store",
-           "key": "5a" * 32, "gpus_per_node": 8, "fake_gpu": True, "metadata": "none",
-           "state_file": str(tmp_path / "state.json"), "boot_id": "boot-a", **extra}
+    doc = {
+        "fleet": "demo",
+        "pool": "train",
+        "node": "train-0001",
+        "store": f"file://{tmp_path}/store",
+        "key": "5a" * 32,
+        "gpus_per_node": 8,
+        "fake_gpu": True,
+        "metadata": "none",
+        "state_file": str(tmp_path / "state.json"),
+        "boot_id": "boot-a",
+        **extra,
+    }
     path = tmp_path / "agent.yaml"
     path.write_text(yaml.safe_dump(doc))
     return path
 
 
 def navarch(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "navarch", *args], capture_output=True, text=True, timeout=60,
-                          cwd=REPO, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "navarch", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
+    )
 
 
 @pytest.fixture
@@ -56,12 +72,20 @@ def test_cloud_init_carries_a_working_agent_config(aws_spec: Any, tmp_path: Path
     assert text.startswith("#cloud-config\n")
     doc = yaml.safe_load(text)
     files = user_data_files(text)
-    assert set(files) == {"/etc/navarch/agent.yaml", "/etc/systemd/system/navarch-agent.service",
-                          "/etc/systemd/system/navarch-agent.timer"}
+    assert set(files) == {
+        "/etc/navarch/agent.yaml",
+        "/etc/systemd/system/navarch-agent.service",
+        "/etc/systemd/system/navarch-agent.timer",
+    }
     cfg_path = tmp_path / "agent.yaml"
     cfg_path.write_text(files["/etc/navarch/agent.yaml"])
     cfg = load_config(cfg_path)
-    assert (cfg.fleet, cfg.pool, cfg.node, cfg.store) == (aws_spec.name, "train", "train-0007", aws_spec.store_url)
+    assert (cfg.fleet, cfg.pool, cfg.node, cfg.store) == (
+        aws_spec.name,
+        "train",
+        "train-0007",
+        aws_spec.store_url,
+    )
     assert cfg.node_key() == key
     assert cfg.gpus_per_node == aws_spec.pool("train").gpus_per_node
     assert cfg.metadata == "aws"
@@ -72,13 +96,19 @@ def test_cloud_init_carries_a_working_agent_config(aws_spec: Any, tmp_path: Path
     assert "RandomizedDelaySec=" in files["/etc/systemd/system/navarch-agent.timer"]
 
 
-@pytest.mark.skipif(shutil.which("cloud-init") is None, reason="cloud-init not installed (.ci/run installs it)")
+@pytest.mark.skipif(
+    shutil.which("cloud-init") is None, reason="cloud-init not installed (.ci/run installs it)"
+)
 def test_cloud_init_passes_cloud_init_schema(aws_spec: Any, tmp_path: Path) -> None:
     key = signing.derive_node_key(aws_spec.fleet_secret(), aws_spec.name, "train-0007")
     path = tmp_path / "user-data.yaml"
     path.write_text(render_cloud_init(aws_spec, "train", "train-0007", key))
-    res = subprocess.run(["cloud-init", "schema", "--config-file", str(path)], capture_output=True, text=True,
-                         timeout=60)
+    res = subprocess.run(
+        ["cloud-init", "schema", "--config-file", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert res.returncode == 0, res.stdout + res.stderr
 
 
@@ -87,9 +117,22 @@ def test_units_pass_systemd_analyze_verify(tmp_path: Path) -> None:
     cfg_path = write_config(tmp_path)
     done = install_units(str(cfg_path), config=load_config(cfg_path), root=str(tmp_path / "root"))
     unit_dir = tmp_path / "root" / "etc/systemd/system"
-    assert done == [f"wrote {unit_dir / 'navarch-agent.service'}", f"wrote {unit_dir / 'navarch-agent.timer'}"]
-    res = subprocess.run(["systemd-analyze", "verify", "--man=no", str(unit_dir / "navarch-agent.service"),
-                          str(unit_dir / "navarch-agent.timer")], capture_output=True, text=True, timeout=60)
+    assert done == [
+        f"wrote {unit_dir / 'navarch-agent.service'}",
+        f"wrote {unit_dir / 'navarch-agent.timer'}",
+    ]
+    res = subprocess.run(
+        [
+            "systemd-analyze",
+            "verify",
+            "--man=no",
+            str(unit_dir / "navarch-agent.service"),
+            str(unit_dir / "navarch-agent.timer"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert res.returncode == 0 and res.stderr.strip() == "", res.stderr
     service = (unit_dir / "navarch-agent.service").read_text()
     assert f"ReadWritePaths={tmp_path} {tmp_path}/store" in service
@@ -121,8 +164,23 @@ def test_cli_stdout_and_kernel_log_flag(tmp_path: Path, validate_report: Any) ->
     cfg_path = write_config(tmp_path)
     log = tmp_path / "dmesg.txt"
     log.write_text(XID79)
-    res = subprocess.run([sys.executable, "-m", "navarch.agent", "run", "--once", "--stdout", "--config",
-                          str(cfg_path), "--kernel-log", str(log)], capture_output=True, text=True, timeout=60)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "navarch.agent",
+            "run",
+            "--once",
+            "--stdout",
+            "--config",
+            str(cfg_path),
+            "--kernel-log",
+            str(log),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert res.returncode == 0, res.stderr
     report = json.loads(res.stdout)
     validate_report(report)
@@ -144,24 +202,45 @@ def test_cli_exits_nonzero_only_when_it_cannot_write(tmp_path: Path) -> None:
 
 def test_cli_install_dry_run_writes_nothing(tmp_path: Path) -> None:
     cfg_path = write_config(tmp_path)
-    res = navarch("agent", "install", "--config", str(cfg_path), "--dry-run", "--root", str(tmp_path / "root"))
+    res = navarch(
+        "agent", "install", "--config", str(cfg_path), "--dry-run", "--root", str(tmp_path / "root")
+    )
     assert res.returncode == 0, res.stderr
     assert "[Timer]" in res.stdout and "[Service]" in res.stdout
     assert not (tmp_path / "root").exists()
 
 
 def test_cli_render_cloud_init(tmp_path: Path) -> None:
-    res = navarch("render", "cloud-init", str(AWS_FLEET), "--pool", "train", "--node", "train-0003",
-                  env={"NAVARCH_FLEET_SECRET": SECRET})
+    res = navarch(
+        "render",
+        "cloud-init",
+        str(AWS_FLEET),
+        "--pool",
+        "train",
+        "--node",
+        "train-0003",
+        env={"NAVARCH_FLEET_SECRET": SECRET},
+    )
     assert res.returncode == 0, res.stderr
     agent_yaml = yaml.safe_load(user_data_files(res.stdout)["/etc/navarch/agent.yaml"])
     spec_name = yaml.safe_load(AWS_FLEET.read_text())["fleet"]
-    assert agent_yaml["key"] == signing.derive_node_key(SECRET.encode(), spec_name, "train-0003").hex()
-    bad = navarch("render", "cloud-init", str(AWS_FLEET), "--pool", "nope", env={"NAVARCH_FLEET_SECRET": SECRET})
+    assert (
+        agent_yaml["key"] == signing.derive_node_key(SECRET.encode(), spec_name, "train-0003").hex()
+    )
+    bad = navarch(
+        "render",
+        "cloud-init",
+        str(AWS_FLEET),
+        "--pool",
+        "nope",
+        env={"NAVARCH_FLEET_SECRET": SECRET},
+    )
     assert bad.returncode == 1 and "no pool 'nope'" in bad.stderr
 
 
-def test_run_once_in_process_matches_cli_contract(make_config: Callable[..., Any], read_stored: Any) -> None:
+def test_run_once_in_process_matches_cli_contract(
+    make_config: Callable[..., Any], read_stored: Any
+) -> None:
     from navarch.agent import run_once
 
     cfg = make_config()

@@ -75,40 +75,61 @@ def test_old_driver_without_pci_prefix() -> None:
 
 
 def test_syslog_prefix_with_uptime() -> None:
-    ev = one("Feb 23 16:24:18 gpu-node-1 kernel: [ 1234.567890] NVRM: Xid (PCI:0000:3B:00): 48, pid=7, name=python, DBE")
+    ev = one(
+        "Feb 23 16:24:18 gpu-node-1 kernel: [ 1234.567890] NVRM: Xid (PCI:0000:3B:00): 48, pid=7, name=python, DBE"
+    )
     assert (ev.code, ev.pci_bus_id) == (48, "0000:3b:00")
     assert ev.time == datetime(2025, 2, 23, 16, 24, 18, tzinfo=UTC)
     assert ev.uptime_s == pytest.approx(1234.56789)
 
 
 def test_rfc3339_syslog_prefix() -> None:
-    ev = one("2025-01-21T04:41:44.123456+00:00 node1 kernel: NVRM: Xid (PCI:0000:38:00): 31, pid=1, name=x, MMU Fault")
+    ev = one(
+        "2025-01-21T04:41:44.123456+00:00 node1 kernel: NVRM: Xid (PCI:0000:38:00): 31, pid=1, name=x, MMU Fault"
+    )
     assert ev.code == 31 and ev.time == datetime(2025, 1, 21, 4, 41, 44, 123456, tzinfo=UTC)
 
 
 def test_kmsg_record() -> None:
-    ev = one("4,1234,5678901234,-;NVRM: Xid (PCI:0000:18:00): 48, pid=123, name=python, DBE (0x1,0x2)")
+    ev = one(
+        "4,1234,5678901234,-;NVRM: Xid (PCI:0000:18:00): 48, pid=123, name=python, DBE (0x1,0x2)"
+    )
     assert ev.code == 48 and ev.uptime_s == pytest.approx(5678.901234)
 
 
 def test_nvlink5_subcode_and_fatal_flag() -> None:
-    ev = one("[  100.0] NVRM: Xid (PCI:0008:06:00): 149, pid='<unknown>', name=<unknown>, NETIR_LINK_EVT Fatal XC0 i0 Link 04 (0x004505c6 0x00000000 0x0 0x0 0x0 0x0)")
+    ev = one(
+        "[  100.0] NVRM: Xid (PCI:0008:06:00): 149, pid='<unknown>', name=<unknown>, NETIR_LINK_EVT Fatal XC0 i0 Link 04 (0x004505c6 0x00000000 0x0 0x0 0x0 0x0)"
+    )
     assert ev.pci_bus_id == "0008:06:00"
     assert ev.subcode == (0x004505C6 >> 20) & 0x3F == 4
     assert ev.severity is Severity.FATAL
-    nonfatal = one("NVRM: Xid (PCI:0008:06:00): 145, RLW_REMAP Nonfatal XC0 i0 Link 00 (0x00004b06 0x00000000 0x0)")
+    nonfatal = one(
+        "NVRM: Xid (PCI:0008:06:00): 145, RLW_REMAP Nonfatal XC0 i0 Link 00 (0x00004b06 0x00000000 0x0)"
+    )
     assert nonfatal.severity is Severity.IGNORE and nonfatal.subcode == 0
 
 
 def test_xid154_target_action() -> None:
-    ev = one("[200.1] NVRM: Xid (PCI:0000:3b:00): 154, GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)")
+    ev = one(
+        "[200.1] NVRM: Xid (PCI:0000:3b:00): 154, GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)"
+    )
     assert ev.severity is Severity.FATAL and ev.action is Action.REBOOT
 
 
 def test_sxid_lines() -> None:
-    fatal = one("[201.0] nvidia-nvswitch3: SXid (PCI:0000:05:00.0): 20034, Fatal, Link 32 LTSSM Fault Up")
-    assert (fatal.kind, fatal.code, fatal.pci_bus_id, fatal.severity) == ("sxid", 20034, "0000:05:00", Severity.FATAL)
-    nonfatal = one("nvidia-nvswitch0: SXid (PCI:0000:06:00.0): 12028, Non-fatal, Link 32 egress non-posted PRIV error (First)")
+    fatal = one(
+        "[201.0] nvidia-nvswitch3: SXid (PCI:0000:05:00.0): 20034, Fatal, Link 32 LTSSM Fault Up"
+    )
+    assert (fatal.kind, fatal.code, fatal.pci_bus_id, fatal.severity) == (
+        "sxid",
+        20034,
+        "0000:05:00",
+        Severity.FATAL,
+    )
+    nonfatal = one(
+        "nvidia-nvswitch0: SXid (PCI:0000:06:00.0): 12028, Non-fatal, Link 32 egress non-posted PRIV error (First)"
+    )
     assert nonfatal.severity is Severity.WARNING
 
 
@@ -119,8 +140,14 @@ def test_fallen_off_bus_without_xid() -> None:
 
 @pytest.mark.parametrize(
     "line",
-    ["", "random text", "NVRM: loading NVIDIA UNIX x86_64 Kernel Module", "NVRM: Xid (PCI:zzzz): 79, x",
-     "[123.4] usb 1-1: new device", "NVRM: Xid (PCI:0000:91:00): notanumber, pid=1"],
+    [
+        "",
+        "random text",
+        "NVRM: loading NVIDIA UNIX x86_64 Kernel Module",
+        "NVRM: Xid (PCI:zzzz): 79, x",
+        "[123.4] usb 1-1: new device",
+        "NVRM: Xid (PCI:0000:91:00): notanumber, pid=1",
+    ],
 )
 def test_non_xid_lines_are_ignored(line: str) -> None:
     assert kl.parse_text([line]) == []
@@ -128,27 +155,43 @@ def test_non_xid_lines_are_ignored(line: str) -> None:
 
 @pytest.mark.parametrize(
     ("raw", "norm"),
-    [("00000000:3B:00.0", "0000:3b:00"), ("0000:9b:00", "0000:9b:00"), ("3b:00", "0000:3b:00"),
-     ("0008:06:00.1", "0008:06:00")],
+    [
+        ("00000000:3B:00.0", "0000:3b:00"),
+        ("0000:9b:00", "0000:9b:00"),
+        ("3b:00", "0000:3b:00"),
+        ("0008:06:00.1", "0008:06:00"),
+    ],
 )
 def test_normalise_bdf(raw: str, norm: str) -> None:
     assert kl.normalise_bdf(raw) == norm
 
 
 def test_burst_collapses_within_one_second() -> None:
-    lines = [f"[1000.{i:06d}] NVRM: Xid (PCI:0000:18:00): 13, pid=1, name=x, Graphics Exception" for i in range(0, 900000, 30000)]
-    lines += [f"[1005.{i:06d}] NVRM: Xid (PCI:0000:18:00): 13, pid=1, name=x, Graphics Exception" for i in range(5)]
+    lines = [
+        f"[1000.{i:06d}] NVRM: Xid (PCI:0000:18:00): 13, pid=1, name=x, Graphics Exception"
+        for i in range(0, 900000, 30000)
+    ]
+    lines += [
+        f"[1005.{i:06d}] NVRM: Xid (PCI:0000:18:00): 13, pid=1, name=x, Graphics Exception"
+        for i in range(5)
+    ]
     lines.append("[1000.5] NVRM: Xid (PCI:0000:2a:00): 13, pid=1, name=x, Graphics Exception")
     events = kl.parse_text(lines)
     by_bus = [(e.pci_bus_id, e.uptime_s, e.count) for e in events]
-    assert by_bus == [("0000:18:00", 1000.0, 30), ("0000:18:00", 1005.0, 5), ("0000:2a:00", 1000.5, 1)]
+    assert by_bus == [
+        ("0000:18:00", 1000.0, 30),
+        ("0000:18:00", 1005.0, 5),
+        ("0000:2a:00", 1000.5, 1),
+    ]
 
 
 def test_different_codes_do_not_collapse() -> None:
-    events = kl.parse_text([
-        "[10.0] NVRM: Xid (PCI:0000:18:00): 13, pid=1, name=x, a",
-        "[10.1] NVRM: Xid (PCI:0000:18:00): 31, pid=1, name=x, b",
-    ])
+    events = kl.parse_text(
+        [
+            "[10.0] NVRM: Xid (PCI:0000:18:00): 13, pid=1, name=x, a",
+            "[10.1] NVRM: Xid (PCI:0000:18:00): 31, pid=1, name=x, b",
+        ]
+    )
     assert [e.code for e in events] == [13, 31]
 
 
@@ -167,7 +210,9 @@ def test_text_file_reads_incrementally(tmp_path: Path) -> None:
     again = kl.read_text_file(log, first.position)
     assert again.lines == ()
     with log.open("a") as fh:
-        fh.write(REAL["human_119"] + "\n" + "NVRM: Xid (PCI:0000:18:00): 4")  # last line still being written
+        fh.write(
+            REAL["human_119"] + "\n" + "NVRM: Xid (PCI:0000:18:00): 4"
+        )  # last line still being written
     more = kl.read_text_file(log, first.position)
     assert [ln.message.split(":")[0] for ln in more.lines] == ["NVRM"]
     assert kl.parse_lines(more.lines)[0].code == 119
@@ -189,10 +234,18 @@ def test_missing_text_file_is_empty(tmp_path: Path) -> None:
 def test_journal_reader_with_cursor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A journalctl stand-in on PATH prints JSON records; the reader passes the cursor on."""
     records = [
-        {"MESSAGE": "NVRM: Xid (PCI:0000:18:00): 48, pid=1, name=x, DBE", "__REALTIME_TIMESTAMP": "1737434504000000",
-         "_BOOT_ID": "0123456789abcdef0123456789abcdef", "__CURSOR": "s=1;i=1"},
-        {"MESSAGE": list(b"NVRM: Xid (PCI:0000:2a:00): 13, pid=1, name=x, \xff"), "__REALTIME_TIMESTAMP": "1737434505000000",
-         "_BOOT_ID": "0123456789abcdef0123456789abcdef", "__CURSOR": "s=1;i=2"},
+        {
+            "MESSAGE": "NVRM: Xid (PCI:0000:18:00): 48, pid=1, name=x, DBE",
+            "__REALTIME_TIMESTAMP": "1737434504000000",
+            "_BOOT_ID": "0123456789abcdef0123456789abcdef",
+            "__CURSOR": "s=1;i=1",
+        },
+        {
+            "MESSAGE": list(b"NVRM: Xid (PCI:0000:2a:00): 13, pid=1, name=x, \xff"),
+            "__REALTIME_TIMESTAMP": "1737434505000000",
+            "_BOOT_ID": "0123456789abcdef0123456789abcdef",
+            "__CURSOR": "s=1;i=2",
+        },
     ]
     out = tmp_path / "out.jsonl"
     out.write_text("\n".join(json.dumps(r) for r in records) + "\n")
@@ -244,10 +297,22 @@ def test_parser_never_raises_on_arbitrary_text(text: str) -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.integers(0, 0xFFFF), st.integers(0, 0xFF), st.integers(0, 0x1F), st.integers(0, 7),
-       st.integers(0, 200), st.sampled_from(["", "[  12.5] ", "[Sun Feb 23 16:24:18 2025] ", "6,9,123,-;"]))
-def test_any_xid_line_round_trips(domain: int, bus: int, dev: int, fn: int, code: int, prefix: str) -> None:
-    bdf = f"{domain:08X}:{bus:02X}:{dev:02x}.{fn}" if code % 2 else f"{domain:04x}:{bus:02x}:{dev:02x}"
+@given(
+    st.integers(0, 0xFFFF),
+    st.integers(0, 0xFF),
+    st.integers(0, 0x1F),
+    st.integers(0, 7),
+    st.integers(0, 200),
+    st.sampled_from(["", "[  12.5] ", "[Sun Feb 23 16:24:18 2025] ", "6,9,123,-;"]),
+)
+def test_any_xid_line_round_trips(
+    domain: int, bus: int, dev: int, fn: int, code: int, prefix: str
+) -> None:
+    bdf = (
+        f"{domain:08X}:{bus:02X}:{dev:02x}.{fn}"
+        if code % 2
+        else f"{domain:04x}:{bus:02x}:{dev:02x}"
+    )
     ev = one(f"{prefix}NVRM: Xid (PCI:{bdf}): {code}, pid=42, name=python, something happened")
     assert ev.code == code
     assert ev.pci_bus_id == f"{domain:04x}:{bus:02x}:{dev:02x}"

@@ -24,7 +24,9 @@ def err(code: int) -> pynvml.NVMLError:
 @pytest.fixture
 def run(nvml_world: Any, make_config: Callable[..., Any]) -> Callable[..., dict[str, Any]]:
     def go(now: datetime = T0, **kw: Any) -> dict[str, Any]:
-        cfg = make_config(fake_gpu=False, gpus_per_node=kw.pop("gpus_per_node", nvml_world.count), **kw)
+        cfg = make_config(
+            fake_gpu=False, gpus_per_node=kw.pop("gpus_per_node", nvml_world.count), **kw
+        )
         with patch.multiple(pynvml, **nvml_world.functions()):
             return run_once(cfg, now=now)
 
@@ -32,7 +34,9 @@ def run(nvml_world: Any, make_config: Callable[..., Any]) -> Callable[..., dict[
 
 
 def checks(report: dict[str, Any], name: str, gpu: int | None = None) -> list[dict[str, Any]]:
-    return [c for c in report["checks"] if c["name"] == name and (gpu is None or c["gpu_index"] == gpu)]
+    return [
+        c for c in report["checks"] if c["name"] == name and (gpu is None or c["gpu_index"] == gpu)
+    ]
 
 
 def the(report: dict[str, Any], name: str, gpu: int | None = None) -> dict[str, Any]:
@@ -62,7 +66,9 @@ def test_healthy_node(run: Any, validate_report: Any) -> None:
         (pynvml.NVML_ERROR_UNKNOWN, "unhealthy", "reboot"),
     ],
 )
-def test_init_errors(run: Any, nvml_world: Any, validate_report: Any, code: int, status: str, action: str) -> None:
+def test_init_errors(
+    run: Any, nvml_world: Any, validate_report: Any, code: int, status: str, action: str
+) -> None:
     nvml_world.init_error = err(code)
     report = run()
     validate_report(report)
@@ -76,7 +82,11 @@ def test_device_count_below_expected(run: Any, validate_report: Any) -> None:
     report = run(gpus_per_node=8)
     validate_report(report)
     c = the(report, "gpu_count")
-    assert (c["status"], c["action"], c["evidence"]) == ("unhealthy", "reboot", {"found": 2, "expected": 8})
+    assert (c["status"], c["action"], c["evidence"]) == (
+        "unhealthy",
+        "reboot",
+        {"found": 2, "expected": 8},
+    )
 
 
 def test_unreadable_handle(run: Any, nvml_world: Any) -> None:
@@ -87,7 +97,9 @@ def test_unreadable_handle(run: Any, nvml_world: Any) -> None:
     assert len(report["gpus"]) == 1
 
 
-@pytest.mark.parametrize("fn", ["temperature", "power", "remapped", "ecc_unc", "clocks", "pcie_width"])
+@pytest.mark.parametrize(
+    "fn", ["temperature", "power", "remapped", "ecc_unc", "clocks", "pcie_width"]
+)
 def test_gpu_lost_from_any_call(run: Any, nvml_world: Any, validate_report: Any, fn: str) -> None:
     nvml_world.set(fn, 1, err(pynvml.NVML_ERROR_GPU_IS_LOST))
     report = run()
@@ -105,10 +117,17 @@ def test_reset_required(run: Any, nvml_world: Any) -> None:
 
 @pytest.mark.parametrize(
     ("value", "status", "action"),
-    [(0, "healthy", "none"), (1, "unhealthy", "reset_gpu"), (2, "unhealthy", "reboot"),
-     (3, "degraded", "reset_gpu"), (4, "unhealthy", "reset_gpu")],
+    [
+        (0, "healthy", "none"),
+        (1, "unhealthy", "reset_gpu"),
+        (2, "unhealthy", "reboot"),
+        (3, "degraded", "reset_gpu"),
+        (4, "unhealthy", "reset_gpu"),
+    ],
 )
-def test_recovery_action_field(run: Any, nvml_world: Any, value: int, status: str, action: str) -> None:
+def test_recovery_action_field(
+    run: Any, nvml_world: Any, value: int, status: str, action: str
+) -> None:
     nvml_world.set("field", 0, value)
     c = the(run(), "recovery_action", 0)
     assert (c["status"], c["action"], c["evidence"]["value"]) == (status, action, value)
@@ -139,10 +158,16 @@ def test_correctable_ecc_above_limit(run: Any, nvml_world: Any) -> None:
 
 @pytest.mark.parametrize(
     ("rows", "status", "action"),
-    [((0, 0, 1, 0), "unhealthy", "reset_gpu"), ((0, 3, 0, 1), "unhealthy", "replace"),
-     ((0, 600, 0, 0), "degraded", "none"), ((2, 1, 0, 0), "healthy", "none")],
+    [
+        ((0, 0, 1, 0), "unhealthy", "reset_gpu"),
+        ((0, 3, 0, 1), "unhealthy", "replace"),
+        ((0, 600, 0, 0), "degraded", "none"),
+        ((2, 1, 0, 0), "healthy", "none"),
+    ],
 )
-def test_remapped_rows(run: Any, nvml_world: Any, rows: tuple[int, ...], status: str, action: str) -> None:
+def test_remapped_rows(
+    run: Any, nvml_world: Any, rows: tuple[int, ...], status: str, action: str
+) -> None:
     nvml_world.set("remapped", 0, rows)
     c = the(run(), "remapped_rows", 0)
     assert (c["status"], c["action"]) == (status, action)
@@ -150,7 +175,9 @@ def test_remapped_rows(run: Any, nvml_world: Any, rows: tuple[int, ...], status:
 
 def test_retired_pages_pre_ampere(run: Any, nvml_world: Any) -> None:
     nvml_world.set("remapped", 0, err(pynvml.NVML_ERROR_NOT_SUPPORTED))
-    nvml_world.set(f"retired:{pynvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS}", 0, [1] * 40)
+    nvml_world.set(
+        f"retired:{pynvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS}", 0, [1] * 40
+    )
     nvml_world.set(f"retired:{pynvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR}", 0, [1] * 23)
     c = the(run(), "retired_pages", 0)
     assert (c["status"], c["action"]) == ("unhealthy", "replace")
@@ -160,7 +187,10 @@ def test_retired_pages_pre_ampere(run: Any, nvml_world: Any) -> None:
     assert (c["status"], c["action"]) == ("degraded", "reboot")
 
 
-@pytest.mark.parametrize(("mask", "status"), [(0x0, None), (0x1 | 0x4, None), (0x8, "degraded"), (0x40, "degraded"), (0x80, "degraded")])
+@pytest.mark.parametrize(
+    ("mask", "status"),
+    [(0x0, None), (0x1 | 0x4, None), (0x8, "degraded"), (0x40, "degraded"), (0x80, "degraded")],
+)
 def test_clock_event_reasons(run: Any, nvml_world: Any, mask: int, status: str | None) -> None:
     nvml_world.set("clocks", 0, mask)
     found = checks(run(), "clock_events", 0)
@@ -169,7 +199,9 @@ def test_clock_event_reasons(run: Any, nvml_world: Any, mask: int, status: str |
 
 def test_sustained_hw_slowdown_is_unhealthy(run: Any, nvml_world: Any) -> None:
     nvml_world.set("clocks", 0, 0x40)
-    statuses = [the(run(now=T0 + timedelta(minutes=n)), "clock_events", 0)["status"] for n in range(6)]
+    statuses = [
+        the(run(now=T0 + timedelta(minutes=n)), "clock_events", 0)["status"] for n in range(6)
+    ]
     assert statuses == ["degraded"] * 5 + ["unhealthy"]
 
 
@@ -178,8 +210,13 @@ def test_old_driver_throttle_reasons_fallback(run: Any, nvml_world: Any) -> None
     assert the(run(), "clock_events", 0)["status"] == "degraded"
 
 
-@pytest.mark.parametrize(("temp", "status", "action"), [(41, "healthy", "none"), (88, "degraded", "none"), (93, "unhealthy", "replace")])
-def test_temperature_vs_device_thresholds(run: Any, nvml_world: Any, temp: int, status: str, action: str) -> None:
+@pytest.mark.parametrize(
+    ("temp", "status", "action"),
+    [(41, "healthy", "none"), (88, "degraded", "none"), (93, "unhealthy", "replace")],
+)
+def test_temperature_vs_device_thresholds(
+    run: Any, nvml_world: Any, temp: int, status: str, action: str
+) -> None:
     nvml_world.set("temperature", 0, temp)
     c = the(run(), "temperature", 0)
     assert (c["status"], c["action"]) == (status, action)
@@ -187,8 +224,11 @@ def test_temperature_vs_device_thresholds(run: Any, nvml_world: Any, temp: int, 
 
 
 def test_temperature_thresholds_not_supported_fall_back(run: Any, nvml_world: Any) -> None:
-    for which in (pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN, pynvml.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN,
-                  pynvml.NVML_TEMPERATURE_THRESHOLD_GPU_MAX):
+    for which in (
+        pynvml.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN,
+        pynvml.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN,
+        pynvml.NVML_TEMPERATURE_THRESHOLD_GPU_MAX,
+    ):
         nvml_world.set(f"threshold:{which}", 0, err(pynvml.NVML_ERROR_NOT_SUPPORTED))
     nvml_world.set("temperature", 0, 86)
     assert the(run(), "temperature", 0)["status"] == "degraded"
@@ -263,14 +303,33 @@ def test_persistence_inforom_ecc_mode(run: Any, nvml_world: Any) -> None:
 
 
 @pytest.mark.parametrize(
-    "fn", ["temperature", "power", "memory", "util", "procs", "ecc_unc", "remapped", "clocks", "pcie_width",
-           "replay", "persistence", "ecc_mode", "inforom", "nvlink_state:0"],
+    "fn",
+    [
+        "temperature",
+        "power",
+        "memory",
+        "util",
+        "procs",
+        "ecc_unc",
+        "remapped",
+        "clocks",
+        "pcie_width",
+        "replay",
+        "persistence",
+        "ecc_mode",
+        "inforom",
+        "nvlink_state:0",
+    ],
 )
-def test_not_supported_is_never_a_fault(run: Any, nvml_world: Any, validate_report: Any, fn: str) -> None:
+def test_not_supported_is_never_a_fault(
+    run: Any, nvml_world: Any, validate_report: Any, fn: str
+) -> None:
     nvml_world.set(fn, 0, err(pynvml.NVML_ERROR_NOT_SUPPORTED))
     if fn == "remapped":  # pre-Ampere path then asks for retired pages: also unsupported
-        for cause in (pynvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS,
-                      pynvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR):
+        for cause in (
+            pynvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS,
+            pynvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR,
+        ):
             nvml_world.set(f"retired:{cause}", 0, err(pynvml.NVML_ERROR_NOT_SUPPORTED))
         nvml_world.set("retired_pending", 0, err(pynvml.NVML_ERROR_NOT_SUPPORTED))
     report = run()
@@ -297,7 +356,9 @@ def test_classify_covers_the_codes_relied_on() -> None:
         assert classify_nvml_error(exc).kind is kind, code
 
 
-def test_real_nvml_init_without_driver(make_config: Callable[..., Any], validate_report: Any) -> None:
+def test_real_nvml_init_without_driver(
+    make_config: Callable[..., Any], validate_report: Any
+) -> None:
     """The real pynvml on this machine: no libnvidia-ml -> a well-formed report, status unknown."""
     probe = NvmlGpuBackend().probe()
     if probe.init_error is None:

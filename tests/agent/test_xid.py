@@ -33,8 +33,16 @@ def test_application_set_matches_catalogue() -> None:
 
 @pytest.mark.parametrize(
     ("code", "action"),
-    [(79, Action.REBOOT), (48, Action.RESET_GPU), (64, Action.REPLACE), (119, Action.REBOOT),
-     (74, Action.RESET_GPU), (95, Action.RESET_GPU), (54, Action.REPLACE), (151, Action.REBOOT)],
+    [
+        (79, Action.REBOOT),
+        (48, Action.RESET_GPU),
+        (64, Action.REPLACE),
+        (119, Action.REBOOT),
+        (74, Action.RESET_GPU),
+        (95, Action.RESET_GPU),
+        (54, Action.REPLACE),
+        (151, Action.REBOOT),
+    ],
 )
 def test_fatal_xids(code: int, action: Action) -> None:
     info = lookup(code)
@@ -57,17 +65,39 @@ def test_unknown_code_is_warning_none(code: int) -> None:
 
 
 def test_nvlink5_nonfatal_is_ignored_and_fatal_kept() -> None:
-    assert lookup_event(145, "RLW_REMAP Nonfatal XC0 i0 Link 00 (0x00004b06 0x0)").severity is Severity.IGNORE
-    assert lookup_event(149, "NETIR_LINK_EVT Fatal XC0 i0 Link 04 (0x004505c6 0x0)").severity is Severity.FATAL
+    assert (
+        lookup_event(145, "RLW_REMAP Nonfatal XC0 i0 Link 00 (0x00004b06 0x0)").severity
+        is Severity.IGNORE
+    )
+    assert (
+        lookup_event(149, "NETIR_LINK_EVT Fatal XC0 i0 Link 04 (0x004505c6 0x0)").severity
+        is Severity.FATAL
+    )
 
 
 @pytest.mark.parametrize(
     ("text", "severity", "action"),
     [
-        ("GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)", Severity.FATAL, Action.REBOOT),
-        ("GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)", Severity.FATAL, Action.RESET_GPU),
-        ("GPU recovery action changed from 0x0 (None) to 0x3 (Drain P2P)", Severity.WARNING, Action.RESET_GPU),
-        ("GPU recovery action changed from 0x1 (GPU Reset Required) to 0x0 (None)", Severity.IGNORE, Action.NONE),
+        (
+            "GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)",
+            Severity.FATAL,
+            Action.REBOOT,
+        ),
+        (
+            "GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)",
+            Severity.FATAL,
+            Action.RESET_GPU,
+        ),
+        (
+            "GPU recovery action changed from 0x0 (None) to 0x3 (Drain P2P)",
+            Severity.WARNING,
+            Action.RESET_GPU,
+        ),
+        (
+            "GPU recovery action changed from 0x1 (GPU Reset Required) to 0x0 (None)",
+            Severity.IGNORE,
+            Action.NONE,
+        ),
     ],
 )
 def test_xid154_uses_target_action(text: str, severity: Severity, action: Action) -> None:

@@ -15,19 +15,30 @@ import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from navarch import __version__
-from navarch.durations import format_duration_s
 from navarch.errors import ConfigError, LockHeld, NavarchError, StalePlan
-from navarch.planner.model import Plan
-from navarch.render import (
-    plan_from_json,
-    plan_to_json,
-    render_markdown,
-    render_text,
-)
-from navarch.spec import FleetSpec, load_fleet
+
+if TYPE_CHECKING:
+    from navarch.planner.model import Plan
+    from navarch.spec import FleetSpec
+
+# Heavier modules (jsonschema, the planner, cloud SDKs) are imported inside the commands
+# that need them, so `navarch agent run --once` on a node's timer starts fast.
+
+
+def load_fleet(path: str | Path) -> FleetSpec:
+    """navarch.spec.load_fleet, imported on first use."""
+    from navarch.spec import load_fleet as _load
+
+    return _load(path)
+
+
+def render_text(plan: Plan) -> str:
+    from navarch.render import render_text as _render
+
+    return _render(plan)
 
 EXIT_OK, EXIT_ERROR, EXIT_CHANGES, EXIT_HALTED, EXIT_LOCKED = 0, 1, 2, 3, 4
 
@@ -56,6 +67,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 # -- plan -------------------------------------------------------------------------------
 def cmd_plan(args: argparse.Namespace) -> int:
     from navarch.reconcile import clock, gather
+    from navarch.render import plan_to_json, render_markdown
 
     fleet = _open(args.fleet)
     snap = gather(fleet, clock())
@@ -107,6 +119,7 @@ def _confirm(plan: Plan) -> bool:
 
 def cmd_apply(args: argparse.Namespace) -> int:
     from navarch.reconcile import run_apply
+    from navarch.render import plan_from_json
 
     saved_doc = _load_plan_file(args.target)
     saved: Plan | None = None
@@ -178,6 +191,7 @@ def _status_doc(spec: FleetSpec, snap) -> dict[str, Any]:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    from navarch.durations import format_duration_s
     from navarch.reconcile import clock, gather
 
     fleet = _open(args.fleet)

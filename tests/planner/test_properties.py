@@ -592,6 +592,7 @@ class Sim:
     ids: int = 0
     names_used: set[str] = field(default_factory=set)
     plans: list[Plan] = field(default_factory=list)
+    last: World | None = None
 
     def reports(self) -> dict[str, ReportObservation]:
         out = {}
@@ -634,12 +635,23 @@ class Sim:
         for n in self.nodes.values():
             if n.instance.state is InstanceState.PENDING:
                 n.instance = replace(n.instance, state=InstanceState.RUNNING)
-        observed, p = self.world().run()
+        world = self.world()
+        observed, p = world.run()
         self.plans.append(p)
         self.memory = observed.memory
         for a in p.actions:
             self.apply(a)
+        self.last = replace(world, inventory=self.inventory(), memory=self.memory)
         return observed, p
+
+    def inventory(self) -> tuple[Instance, ...]:
+        return tuple(n.instance for n in self.nodes.values()) + self.foreign
+
+    def replan_same_instant(self) -> Plan:
+        """Plan again right after applying, same clock and same report objects: what a
+        second `apply` started at once (or a retried one) would do."""
+        assert self.last is not None
+        return self.last.run()[1]
 
     def apply(self, a: Any) -> None:
         mem, now = self.memory, self.now
@@ -761,11 +773,22 @@ MAX_RUNS = 10
 @given(sick_sims())
 def test_converges_in_a_bounded_number_of_runs(sim: Sim) -> None:
     """A fleet with some sick nodes reaches target with every node healthy within MAX_RUNS
-    runs (5 minutes apart), never touching a foreign instance or reusing a node name."""
+    runs (5 minutes apart), never touching a foreign instance or reusing a node name, and
+    every plan is idempotent (planned again at once, it repeats no provision or cordon)."""
     for _ in range(MAX_RUNS):
         if sim.converged():
             break
-        sim.run_once()
+        _, first = sim.run_once()
+        # Idempotent: re-planning at once repeats nothing; it may only refill what the
+        # first plan's terminations freed (after-terminate replacements, budget).
+        again = sim.replan_same_instant()
+        for pool in sim.spec.pools:
+            freed = sum(
+                a.kind is ActionKind.TERMINATE for a in first.actions if a.pool == pool.name
+            )
+            for kind in (ActionKind.PROVISION, ActionKind.CORDON):
+                n = sum(a.kind is kind for a in again.actions if a.pool == pool.name)
+                assert n <= freed, f"{kind.value} repeated:\n{_show(first)}\n---\n{_show(again)}"
     history = "\n---\n".join(_show(p) for p in sim.plans)
     assert sim.converged(), f"not converged after {MAX_RUNS} runs:\n{history}"
     for p in sim.plans:

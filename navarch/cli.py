@@ -36,6 +36,7 @@ def load_fleet(path: str | Path) -> FleetSpec:
 
 
 def render_text(plan: Plan) -> str:
+    """navarch.render.render_text, imported on first use."""
     from navarch.render import render_text as _render
 
     return _render(plan)
@@ -57,6 +58,7 @@ def _open(path: str):
 
 # -- validate ---------------------------------------------------------------------------
 def cmd_validate(args: argparse.Namespace) -> int:
+    """`navarch validate FLEET`: exit 0 when valid; ConfigError (exit 1) otherwise."""
     spec = load_fleet(args.fleet)
     nodes = sum(p.target_nodes for p in spec.pools)
     print(f"{args.fleet}: valid. Fleet {spec.name}: {len(spec.pools)} pool(s), "
@@ -66,6 +68,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 # -- plan -------------------------------------------------------------------------------
 def cmd_plan(args: argparse.Namespace) -> int:
+    """`navarch plan`: render the plan; exit 0/2 (--detailed-exitcode), 3 breaker open."""
     from navarch.reconcile import clock, gather
     from navarch.render import plan_to_json, render_markdown
 
@@ -118,6 +121,7 @@ def _confirm(plan: Plan) -> bool:
 
 
 def cmd_apply(args: argparse.Namespace) -> int:
+    """`navarch apply FLEET|PLANFILE`: converge; exit 0, 1 failed action, 3 breaker open."""
     from navarch.reconcile import run_apply
     from navarch.render import plan_from_json
 
@@ -191,6 +195,7 @@ def _status_doc(spec: FleetSpec, snap) -> dict[str, Any]:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    """`navarch status`: pools and nodes as a table or --json."""
     from navarch.durations import format_duration_s
     from navarch.reconcile import clock, gather
 
@@ -226,6 +231,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 # -- force-unlock, uncordon -----------------------------------------------------------------
 def cmd_force_unlock(args: argparse.Namespace) -> int:
+    """`navarch force-unlock FLEET LOCK_ID`: remove a stuck lock by its id."""
     from navarch.state import force_unlock
     from navarch.stores import open_store
 
@@ -237,6 +243,7 @@ def cmd_force_unlock(args: argparse.Namespace) -> int:
 
 
 def cmd_uncordon(args: argparse.Namespace) -> int:
+    """`navarch uncordon FLEET NODE` (see navarch.uncordon)."""
     from navarch.uncordon import uncordon
 
     fleet = _open(args.fleet)
@@ -247,6 +254,7 @@ def cmd_uncordon(args: argparse.Namespace) -> int:
 
 # -- local provider -------------------------------------------------------------------------
 def cmd_local_tick(args: argparse.Namespace) -> int:
+    """`navarch local tick`: every local node's agent reports once."""
     from navarch import local_ops
     from navarch.reconcile import clock
 
@@ -264,6 +272,7 @@ def cmd_local_tick(args: argparse.Namespace) -> int:
 
 
 def cmd_local_inject(args: argparse.Namespace) -> int:
+    """`navarch local inject`: faults into one local node (see navarch.local_ops.inject)."""
     from navarch import local_ops
 
     spec = load_fleet(args.fleet)
@@ -279,6 +288,7 @@ def cmd_local_inject(args: argparse.Namespace) -> int:
 
 
 def cmd_local_reboot(args: argparse.Namespace) -> int:
+    """`navarch local reboot`: new boot id for a local node."""
     from navarch import local_ops
 
     local_ops.reboot(load_fleet(args.fleet), args.node)
@@ -287,6 +297,7 @@ def cmd_local_reboot(args: argparse.Namespace) -> int:
 
 
 def cmd_local_foreign(args: argparse.Namespace) -> int:
+    """`navarch local launch-foreign`: a machine without navarch's tags."""
     from navarch import local_ops
 
     iid = local_ops.launch_foreign(load_fleet(args.fleet), args.zone, args.instance_type)
@@ -296,6 +307,7 @@ def cmd_local_foreign(args: argparse.Namespace) -> int:
 
 # -- parser -----------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
+    """The argparse parser for every command (the agent's are registered by navarch.agent.cli)."""
     p = argparse.ArgumentParser(prog="navarch", description="Keep a GPU fleet healthy: plan/apply "
                                 "against fleet.yaml, and the node health agent.")
     p.add_argument("--version", action="version", version=f"navarch {__version__}")

@@ -263,5 +263,6 @@ class Executor:
 
 
 def outcome_json(o: Outcome) -> dict[str, Any]:
+    """One outcome as JSON-ready data (for --json output and tests)."""
     return {"action": o.action.kind.value, "pool": o.action.pool, "node": o.action.node,
             "ok": o.ok, "detail": o.detail, "error": o.error}

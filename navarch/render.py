@@ -29,11 +29,13 @@ def _headline(a: Action) -> str:
 
 
 def summary_counts(plan: Plan) -> dict[str, int]:
+    """Actions per kind, every kind present: {"provision": n, ...}."""
     counts = Counter(a.kind.value for a in plan.actions)
     return {k.value: counts.get(k.value, 0) for k in ActionKind}
 
 
 def summary_line(plan: Plan) -> str:
+    """The one stable summary line, e.g. "Plan: 1 to provision, 1 to cordon, ..."."""
     c = summary_counts(plan)
     line = (f"Plan: {c['provision']} to provision, {c['cordon']} to cordon, "
             f"{c['drain']} to drain, {c['terminate']} to terminate")
@@ -80,12 +82,14 @@ def _place_json(p: Place) -> dict[str, Any]:
 
 
 def action_to_json(a: Action) -> dict[str, Any]:
+    """One action in the plan.schema.json form."""
     return {"action": a.kind.value, "pool": a.pool, "node": a.node, "reason": a.reason,
             "instance_id": a.instance_id, "places": [_place_json(p) for p in a.places],
             "replaces": a.replaces, "repair": a.repair, "desired": a.desired}
 
 
 def action_from_json(d: dict[str, Any]) -> Action:
+    """Inverse of action_to_json. Raises KeyError/ValueError on a malformed action."""
     return Action(
         kind=ActionKind(d["action"]), pool=d["pool"], node=d["node"], reason=d["reason"],
         places=tuple(Place(p["zone"], p["instance_type"], p["spot"], p["attempt"])

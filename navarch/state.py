@@ -27,18 +27,22 @@ from navarch.stores.base import ObjectStore
 
 
 def state_key(fleet: str) -> str:
+    """Object key of the fleet's Memory document."""
     return f"state/{fleet}.json"
 
 
 def lock_key(fleet: str) -> str:
+    """Object key of the fleet's lock."""
     return f"state/{fleet}.lock"
 
 
 def health_prefix(fleet: str) -> str:
+    """Prefix under which agents write the fleet's health reports."""
     return f"health/{fleet}/"
 
 
 def health_key(fleet: str, pool: str, node: str) -> str:
+    """Object key of one node's latest health report."""
     return f"health/{fleet}/{pool}/{node}.json"
 
 

@@ -267,6 +267,7 @@ def parse_ts(value: str | None) -> datetime | None:
 
 
 def summary_to_json(s: ReportSummary | None) -> dict[str, Any] | None:
+    """A ReportSummary as JSON-ready data (times RFC 3339 UTC), or None."""
     if s is None:
         return None
     return {
@@ -279,6 +280,7 @@ def summary_to_json(s: ReportSummary | None) -> dict[str, Any] | None:
 
 
 def summary_from_json(d: Mapping[str, Any] | None) -> ReportSummary | None:
+    """Inverse of summary_to_json. Raises KeyError/ValueError on malformed data."""
     if d is None:
         return None
     return ReportSummary(
@@ -291,6 +293,7 @@ def summary_from_json(d: Mapping[str, Any] | None) -> ReportSummary | None:
 
 
 def memory_to_json(m: Memory) -> dict[str, Any]:
+    """Memory as the state/<fleet>.json document (version 1)."""
     return {
         "version": 1,
         "fleet": m.fleet,

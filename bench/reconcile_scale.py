@@ -12,7 +12,7 @@ and measures its wall time (around the work, after imports) and peak RSS:
 
 1. `navarch plan FLEET`                     (cold: no state, every report fetched)
 2. baseline: bare boto3 doing only the minimal calls: DescribeInstances pages (same
-   filters), ListObjectsV2 pages of health/<fleet>/, one GetObject per report (with the
+   filters, 1,000 per page like navarch), ListObjectsV2 pages of health/<fleet>/, one GetObject per report (with the
    same 32-way parallelism the S3 store uses)
 3. `navarch apply FLEET --auto-approve`     (no changes; writes the state with each
    report's ETag)
@@ -87,7 +87,9 @@ def _baseline(workers: int) -> None:
     ]
     instances = [
         i
-        for page in ec2.get_paginator("describe_instances").paginate(Filters=filters)
+        for page in ec2.get_paginator("describe_instances").paginate(
+            Filters=filters, PaginationConfig={"PageSize": 1000}
+        )
         for r in page["Reservations"]
         for i in r["Instances"]
     ]
@@ -227,7 +229,12 @@ def populate(pools: list[tuple[str, int]], directory: Path, workers: int) -> Non
     from navarch.inventory import launch_id, ownership_tags
     from navarch.signing import derive_node_key, sign
 
-    config = Config(retries={"mode": "standard", "max_attempts": 5}, max_pool_connections=workers)
+    # moto serves one request at a time (GIL) and slows as it fills: long read timeout.
+    config = Config(
+        retries={"mode": "standard", "max_attempts": 5},
+        max_pool_connections=workers,
+        read_timeout=900,
+    )
     ec2 = boto3.client("ec2", region_name=REGION, config=config)
     s3 = boto3.client("s3", region_name=REGION, config=config)
     s3.create_bucket(Bucket=BUCKET)
@@ -347,7 +354,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="navarch-bench-") as tmpdir:
             tmp = Path(tmpdir)
             start = time.perf_counter()
-            populate(pools, tmp, 16)
+            populate(pools, tmp, 4)
             print(
                 f"populated {args.nodes} nodes in {len(pools)} pools "
                 f"({time.perf_counter() - start:.1f} s)"

@@ -134,6 +134,9 @@ LIVE_STATES = ("pending", "running", "stopping", "stopped")
 RUN_INSTANCES_MAX_ATTEMPTS = 2
 #: botocore attempts for every other EC2 call.
 DEFAULT_MAX_ATTEMPTS = 4
+#: DescribeInstances page size (MaxResults; EC2 allows 5-1000). Large fleets are listed
+#: in pages of this many instances instead of one unbounded response.
+DESCRIBE_PAGE_SIZE = 1000
 #: TerminateInstances accepts at most this many ids per call (EC2 API reference).
 TERMINATE_BATCH = 1000
 
@@ -401,7 +404,10 @@ class AwsProvider:
     def _describe(self, region: str, filters: list[dict[str, Any]]) -> Iterator[Mapping[str, Any]]:
         paginator = self.client(region).get_paginator("describe_instances")
         try:
-            for page in paginator.paginate(Filters=filters):
+            pages = paginator.paginate(
+                Filters=filters, PaginationConfig={"PageSize": DESCRIBE_PAGE_SIZE}
+            )
+            for page in pages:
                 for reservation in page.get("Reservations", ()):
                     yield from reservation.get("Instances", ())
         except (BotoCoreError, ClientError) as exc:
@@ -410,7 +416,7 @@ class AwsProvider:
     def list_instances(self, fleet: str) -> Sequence[Instance]:
         """Every live instance tagged navarch-fleet=<fleet> in the regions served.
 
-        DescribeInstances (paginated) filtered by tag and instance-state-name in
+        DescribeInstances (pages of DESCRIBE_PAGE_SIZE) filtered by tag and instance-state-name in
         pending/running/stopping/stopped; sorted by instance id. Raises the mapped errors.
         """
         filters = [

@@ -223,18 +223,11 @@ def test_list_instances_filters_by_fleet_and_state(provider) -> None:
 def test_list_paginates(provider, monkeypatch) -> None:
     for n in range(7):
         provider.provision(request(f"prod-train-{n:04d}"))
+    monkeypatch.setattr(awsmod, "DESCRIBE_PAGE_SIZE", 5)
     pages: list[int] = []
-    client = provider.client("us-east-1")
-    client.meta.events.register("before-call.ec2.DescribeInstances", lambda **kw: pages.append(1))
-    orig = client.get_paginator
-
-    def small_pages(name):
-        pag = orig(name)
-        real = pag.paginate
-        pag.paginate = lambda **kw: real(**kw, PaginationConfig={"PageSize": 5})
-        return pag
-
-    monkeypatch.setattr(client, "get_paginator", small_pages)
+    provider.client("us-east-1").meta.events.register(
+        "before-call.ec2.DescribeInstances", lambda **kw: pages.append(1)
+    )
     assert len(provider.list_instances(FLEET)) == 7
     assert len(pages) == 2
 

@@ -14,13 +14,21 @@ Contract for every backend (tests/stores run one suite against each):
   delete of a missing key raises NotFound.
 - list(prefix) -> ObjectInfo for every key under prefix, sorted by key.
 - Writes are atomic: a reader sees the old or the new bytes, never a mix.
+- parallel_gets: how many get() calls the backend serves well at once (the reconciler
+  fetches and verifies reports on that many threads, so checking overlaps the network).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
+
+from navarch.errors import NotFound
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -46,6 +54,7 @@ class ObjectStore(Protocol):
     """Versioned object storage; see the module docstring for the contract."""
 
     url: str
+    parallel_gets: int
 
     def get(self, key: str) -> Blob: ...
 
@@ -67,3 +76,31 @@ class ObjectStore(Protocol):
     def get_many(self, keys: Iterable[str]) -> dict[str, Blob]:
         """Fetch many objects (in parallel where the backend can); missing keys are omitted."""
         ...
+
+
+def parallel_map(fn: Callable[[T], R], items: Sequence[T], max_workers: int) -> list[R]:
+    """[fn(item) for item in items] on a bounded thread pool (in order; errors propagate).
+
+    With max_workers <= 1 (or one item) the calls run in order on the caller's thread.
+    """
+    if max_workers <= 1 or len(items) <= 1:
+        return [fn(item) for item in items]
+    with ThreadPoolExecutor(max_workers=min(max_workers, len(items))) as pool:
+        return list(pool.map(fn, items))
+
+
+def fetch_many(get: Callable[[str], Blob], keys: Iterable[str], max_workers: int) -> dict[str, Blob]:
+    """Call get(key) for every distinct key on up to max_workers threads -> {key: Blob}.
+
+    Missing keys (NotFound) are omitted; any other error propagates. The backends'
+    get_many use it.
+    """
+
+    def fetch(key: str) -> Blob | None:
+        try:
+            return get(key)
+        except NotFound:
+            return None
+
+    blobs = parallel_map(fetch, list(dict.fromkeys(keys)), max_workers)
+    return {b.key: b for b in blobs if b is not None}

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from navarch.errors import NotFound, PreconditionFailed, StoreError
-from navarch.stores.base import Blob, ObjectInfo
+from navarch.stores.base import Blob, ObjectInfo, fetch_many
 
 _LOCK_NAME = ".navarch-store.lock"
 _TMP_DIR = ".tmp"
@@ -34,6 +34,7 @@ class FileStore:
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
         self.url = f"file://{self.root}"
+        self.parallel_gets = 1  # local reads gain nothing from threads
 
     # -- helpers ---------------------------------------------------------------------
     def _path(self, key: str) -> Path:
@@ -141,10 +142,5 @@ class FileStore:
         return sorted(out, key=lambda o: o.key)
 
     def get_many(self, keys: Iterable[str]) -> dict[str, Blob]:
-        out: dict[str, Blob] = {}
-        for key in keys:
-            try:
-                out[key] = self.get(key)
-            except NotFound:
-                continue
-        return out
+        """Fetch many objects in order (local reads gain nothing from threads)."""
+        return fetch_many(self.get, keys, self.parallel_gets)

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
@@ -32,7 +31,7 @@ from google.cloud import storage
 from google.cloud.storage.retry import DEFAULT_RETRY
 
 from navarch.errors import ConfigError, NavarchError, NotFound, PreconditionFailed, StoreError
-from navarch.stores.base import Blob, ObjectInfo
+from navarch.stores.base import Blob, ObjectInfo, fetch_many
 
 __all__ = ["GCSStore", "map_error"]
 
@@ -76,6 +75,7 @@ class GCSStore:
     def __init__(self, bucket: str, prefix: str = "", *, client: storage.Client | None = None):
         self.bucket_name = bucket
         self.prefix = prefix.strip("/")
+        self.parallel_gets = MAX_PARALLEL_GETS
         self.url = f"gs://{bucket}" + (f"/{self.prefix}" if self.prefix else "")
         self._client = client if client is not None else _default_client()
         self._bucket = self._client.bucket(bucket)
@@ -180,19 +180,7 @@ class GCSStore:
 
         Missing keys are omitted; any other failure raises StoreError.
         """
-        unique = list(dict.fromkeys(keys))
-        if not unique:
-            return {}
-
-        def fetch(key: str) -> Blob | None:
-            try:
-                return self.get(key)
-            except NotFound:
-                return None
-
-        with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL_GETS, len(unique))) as pool:
-            blobs = list(pool.map(fetch, unique))
-        return {b.key: b for b in blobs if b is not None}
+        return fetch_many(self.get, keys, MAX_PARALLEL_GETS)
 
 
 def _default_client() -> storage.Client:

@@ -20,7 +20,6 @@ local S3 (moto) without code changes. Retries go through botocore's "standard" r
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC
 from typing import Any
 
@@ -29,7 +28,7 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from navarch.errors import ConfigError, NavarchError, NotFound, PreconditionFailed, StoreError
-from navarch.stores.base import Blob, ObjectInfo
+from navarch.stores.base import Blob, ObjectInfo, fetch_many
 
 #: S3 error codes this module relies on, and what each becomes (tests/aws/test_s3_store.py
 #: checks the table against map_error). Anything else becomes a plain StoreError.
@@ -91,6 +90,7 @@ class S3Store:
         self.prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
         self.url = f"s3://{bucket}" + (f"/{self.prefix.rstrip('/')}" if self.prefix else "")
         self.max_workers = max(1, max_workers)
+        self.parallel_gets = self.max_workers
         self.list_page_size = list_page_size
         if client is None:
             config = Config(retries=_RETRIES, max_pool_connections=self.max_workers)
@@ -202,16 +202,4 @@ class S3Store:
 
         Returns {key: Blob}; missing keys are omitted. Raises StoreError on any other failure.
         """
-        wanted = list(dict.fromkeys(keys))
-        if not wanted:
-            return {}
-
-        def fetch(key: str) -> Blob | None:
-            try:
-                return self.get(key)
-            except NotFound:
-                return None
-
-        with ThreadPoolExecutor(max_workers=min(self.max_workers, len(wanted))) as pool:
-            blobs = list(pool.map(fetch, wanted))
-        return {blob.key: blob for blob in blobs if blob is not None}
+        return fetch_many(self.get, keys, self.max_workers)

@@ -100,3 +100,25 @@ def test_read_reports_skips_unchanged_objects(tmp_path):
     store.get = lambda k: fetched.append(k) or store_get(k)  # type: ignore[method-assign]
     again = read_reports(store, "demo", memory, SECRET, NOW + timedelta(seconds=30))
     assert fetched == [] and again["demo-train-0001"].summary.sequence == 7
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"generated_at": "yesterday"},
+        {"health_score": 101},
+        {"xids": [{"code": 79}]},
+        {"gpus": [{"index": 0}]},
+        {"extra_field": 1},
+        {"notice": {"kind": "preemption", "source": "mars"}},
+    ],
+)
+def test_schema_rejections_agree_with_the_jsonschema_package(change):
+    """The compiled validator on the hot path rejects what jsonschema (the reference) does."""
+    from navarch.spec import validator_for
+
+    report = _report(**change)
+    assert not validator_for("health-report.schema.json").is_valid(report)
+    with pytest.raises(ReportRejected) as info:
+        _verify(_signed(report))
+    assert info.value.reason == "schema"

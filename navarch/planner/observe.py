@@ -95,6 +95,16 @@ def observe(
         mem = mem.with_node(nm)
         views.append(_view(pool, inst, nm, obs, now, drain_checks.get(name)))
 
+    # Names are never reused, even after a lost state: every owned node's index raises its
+    # pool's next_index (a reused name would reuse a terminated node's launch id).
+    for pool in spec.pools:
+        prefix = f"{spec.name}-{pool.name}-"
+        seen = [int(v.node[len(prefix):]) for v in views
+                if v.pool == pool.name and v.node.startswith(prefix) and v.node[len(prefix):].isdigit()]
+        pm = mem.pool(pool.name)
+        if seen and max(seen) + 1 > pm.next_index:
+            mem = mem.with_pool(replace(pm, next_index=max(seen) + 1))
+
     mem = replace(mem, rejections=tuple(sorted(rejections.items())))
     return Observed(views=tuple(views), foreign=tuple(foreign), memory=mem)
 

@@ -234,7 +234,7 @@ def _plan_pool(spec: FleetSpec, pool: PoolSpec, views: list[NodeView], pm: PoolM
                               f"(max {pool.max_nodes}, surge {surge})"))
         places = open_places(pool, pm, now)
         if count > 0 and not places:
-            soonest = min((e.until for e in pm.exhausted), default=now)
+            soonest = min((e.until for e in pm.exhausted if e.until > now), default=now)
             halts.append(Halt(pool.name, "capacity",
                               f"every place is out of capacity until {soonest:%H:%M} UTC"))
             count = 0

@@ -19,7 +19,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import builders
-import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -799,14 +798,6 @@ def test_converges_in_a_bounded_number_of_runs(sim: Sim) -> None:
 # --- names after a lost state ---------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: observe() adopts owned nodes into Memory without raising the pool's next_index, so "
-        "after a lost state a gone node's name (and its deterministic launch id) is provisioned "
-        "again"
-    ),
-)
 def test_node_names_are_not_reused_after_state_loss() -> None:
     """state/<fleet>.json lost: the reconciler adopts 0001-0004 (target 3). Scale-down
     removes 0004; when 0002 later fails, its replacement must not be named 0004 again

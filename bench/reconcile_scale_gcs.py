@@ -12,8 +12,10 @@ in GCS; the store talks to the emulator with anonymous credentials (STORAGE_EMUL
 Each run happens in a fresh child process that counts every botocore API call (by
 operation, as the AWS bench does) and every HTTP request google-cloud-storage sends
 (by wrapping requests.Session.request, grouped by method + path shape: gcs.list_objects,
-gcs.get_object_media, gcs.get_object_meta, gcs.upload, gcs.delete, ...), and measures
-its wall time (around the work, after imports) and peak RSS:
+gcs.get_object_media, gcs.get_object_meta, gcs.upload, gcs.delete, gcs.get_bucket, ...),
+and measures its wall time (around the work, after imports) and peak RSS. gcs.get_bucket
+requests are google-cloud-storage's own (its bucket-metadata cache, one reload per client
+plus an existence check after an object 404), in navarch and the baseline alike.
 
 1. `navarch plan FLEET`                     (cold: no state, every report fetched)
 2. baseline: DescribeInstances pages (same filters, 1,000 per page like navarch),
@@ -24,7 +26,8 @@ its wall time (around the work, after imports) and peak RSS:
 
 Prints one block per run and, last:
 `nodes=N plan_s=X baseline_s=Y ratio_time=R ratio_calls=C replan_gets=K replan_s=W`
-(ratio_* = plan / baseline; replan_gets = gcs.get_object_media requests of the replan).
+(ratio_* = plan / baseline; replan_gets = gcs.get_object_media requests of the replan,
+the state read included, as s3.GetObject in the AWS bench).
 
 Limits: EC2 is moto, whose filtered DescribeInstances is quadratic in the instance count
 (see bench/reconcile_scale.py), so at large --nodes the EC2 side dominates both plan and
@@ -74,15 +77,24 @@ def _gcs_op(method: str, url: str) -> str:
     path = re.sub(r"^https?://[^/]+", "", path)
     media = "alt=media" in query
     if method == "GET" and re.fullmatch(r"(/download)?/storage/v1/b/[^/]+/o/.+", path):
-        return "gcs.get_object_media" if media or path.startswith("/download") else "gcs.get_object_meta"
+        return (
+            "gcs.get_object_media"
+            if media or path.startswith("/download")
+            else "gcs.get_object_meta"
+        )
     if method == "GET" and re.fullmatch(r"/storage/v1/b/[^/]+/o/?", path):
         return "gcs.list_objects"
     if method in ("POST", "PUT") and path.startswith("/upload/storage/v1/b/"):
         return "gcs.upload"
     if method == "DELETE" and re.fullmatch(r"/storage/v1/b/[^/]+/o/.+", path):
         return "gcs.delete"
-    if re.fullmatch(r"/storage/v1/b/?[^/]*", path):
-        return f"gcs.bucket_{method}"
+    if method == "GET" and re.fullmatch(r"/storage/v1/b/[^/]+", path):
+        # Not asked for by navarch: google-cloud-storage's own bucket-metadata cache
+        # (_bucket_metadata_cache.py) reloads the bucket once per client, and checks it
+        # still exists (fields=name) after an object 404 (the missing state of a cold plan).
+        return "gcs.get_bucket"
+    if method == "POST" and re.fullmatch(r"/storage/v1/b/?", path):
+        return "gcs.create_bucket"
     return f"gcs.{method} {path}"
 
 

@@ -114,6 +114,27 @@ def _count_http(counts: Counter[str]) -> None:
     requests.Session.request = counted  # type: ignore[method-assign]
 
 
+def _time_ec2() -> list[float]:
+    """Sum the seconds spent inside EC2 API calls in this process (moto's share)."""
+    from botocore.client import BaseClient
+
+    spent = [0.0]
+    lock = threading.Lock()
+    original = BaseClient._make_api_call
+
+    def timed(self: Any, operation_name: str, api_params: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return original(self, operation_name, api_params)
+        finally:
+            if self.meta.service_model.service_name == "ec2":
+                with lock:
+                    spent[0] += time.perf_counter() - start
+
+    BaseClient._make_api_call = timed  # type: ignore[method-assign]
+    return spent
+
+
 def _baseline(workers: int) -> None:
     import boto3
     from botocore.config import Config
@@ -156,6 +177,7 @@ def child(kind: str, fleet_file: str, workers: int, out: str) -> None:
 
     counts = aws_bench._count_calls()
     _count_http(counts)
+    ec2_spent = _time_ec2()
     sink = io.StringIO()
     start = time.perf_counter()
     if kind == "baseline":
@@ -178,6 +200,7 @@ def child(kind: str, fleet_file: str, workers: int, out: str) -> None:
                 "wall_s": wall_s,
                 "rss_mib": rss_mib,
                 "calls": dict(counts),
+                "ec2_s": ec2_spent[0],
                 "tail": sink.getvalue()[-400:],
             }
         )
@@ -303,6 +326,12 @@ def run_child(kind: str, fleet: Path, workers: int, env: dict[str, str], tmp: Pa
     return result
 
 
+def show(label: str, r: dict) -> None:
+    """The AWS bench's block, plus the seconds spent waiting on moto's EC2."""
+    aws_bench.show(label, r)
+    print(f"    (of the wall time, {r['ec2_s']:.2f} s inside EC2 calls to moto)")
+
+
 def main() -> None:
     from navarch.stores.gcs import MAX_PARALLEL_GETS
 
@@ -372,10 +401,10 @@ def main() -> None:
             moto.terminate()
             moto.wait(30)
         gcs.stop()
-    aws_bench.show("navarch plan (cold)", plan)
-    aws_bench.show("baseline (bare boto3 + google-cloud-storage)", base)
-    aws_bench.show("navarch apply (no changes; writes state)", apply)
-    aws_bench.show("navarch plan (replan)", replan)
+    show("navarch plan (cold)", plan)
+    show("baseline (bare boto3 + google-cloud-storage)", base)
+    show("navarch apply (no changes; writes state)", apply)
+    show("navarch plan (replan)", replan)
     plan_calls = sum(plan["calls"].values())
     base_calls = sum(base["calls"].values())
     replan_gets = replan["calls"].get("gcs.get_object_media", 0)

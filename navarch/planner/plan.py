@@ -7,7 +7,9 @@ provision. Safety rules enforced here (DESIGN.md "Safety rules"):
  2. doubt never terminates: UNKNOWN/STALE nodes are left alone until OFFLINE;
  3. disruption budget: cordoned + draining + terminating <= max_unavailable per pool;
  4. circuit breaker: a pool (or the fleet) whose unhealthy+offline share reaches the
-    threshold, with at least 2 such nodes, gets no cordon and no termination;
+    threshold, with at least 2 such nodes, gets no new cordon, no scale-down, and no
+    termination on drain_timeout; a node already cordoned whose drain finished (its work
+    is gone, its replacement already surged) is still terminated;
  5. repair rate limit: at most repairs_per_pool_per_hour repairs started per pool per hour;
  6. provisioning tries places in the pool's fallback order, skipping exhausted ones.
 A node is only terminated after it was cordoned and drained (or drain_timeout passed).
@@ -119,7 +121,7 @@ def plan(spec: FleetSpec, views: Sequence[NodeView], memory: Memory, now: dateti
     if fleet_tripped:
         halts.append(Halt("*", "circuit_breaker",
                           f"{fleet_sick} of {fleet_total} nodes in the fleet are unhealthy or offline "
-                          f"(>= {spec.safety.fleet_circuit_breaker_pct:g}%): no cordon or termination "
+                          f"(>= {spec.safety.fleet_circuit_breaker_pct:g}%): no new cordon or termination "
                           "anywhere; check the agents, the store and the network first"))
 
     for pool in sorted(spec.pools, key=lambda p: p.name):
@@ -144,7 +146,7 @@ def _plan_pool(spec: FleetSpec, pool: PoolSpec, views: list[NodeView], pm: PoolM
     if tripped:
         halts.append(Halt(pool.name, "circuit_breaker",
                           f"{sick} of {total} nodes are unhealthy or offline "
-                          f"(>= {spec.safety.circuit_breaker_pct:g}%): no cordon or termination in "
+                          f"(>= {spec.safety.circuit_breaker_pct:g}%): no new cordon or termination in "
                           "this pool; a mass failure is more often a broken agent, network or store"))
     frozen = tripped or fleet_tripped
 

@@ -45,6 +45,7 @@ import threading
 import time
 import urllib.request
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -227,8 +228,17 @@ def report_template(directory: Path) -> dict[str, Any]:
     return report
 
 
-def populate(pools: list[tuple[str, int]], directory: Path, workers: int) -> None:
-    """Instances tagged as the fleet's nodes, and one signed report per node, in moto."""
+def populate(
+    pools: list[tuple[str, int]],
+    directory: Path,
+    workers: int,
+    put_report: Callable[[str, bytes], None] | None = None,
+) -> None:
+    """Instances tagged as the fleet's nodes in moto, and one signed report per node.
+
+    put_report(key, body) stores a report under the fleet's store prefix; by default in
+    moto S3 (the GCS bench passes its own writer).
+    """
     import boto3
     from botocore.config import Config
 
@@ -242,8 +252,13 @@ def populate(pools: list[tuple[str, int]], directory: Path, workers: int) -> Non
         read_timeout=900,
     )
     ec2 = boto3.client("ec2", region_name=REGION, config=config)
-    s3 = boto3.client("s3", region_name=REGION, config=config)
-    s3.create_bucket(Bucket=BUCKET)
+    put = put_report
+    if put is None:
+        s3 = boto3.client("s3", region_name=REGION, config=config)
+        s3.create_bucket(Bucket=BUCKET)
+
+        def put(key: str, body: bytes) -> None:
+            s3.put_object(Bucket=BUCKET, Key=key, Body=body)
     template = report_template(directory)
     generated_at = template["generated_at"]
 
@@ -281,11 +296,8 @@ def populate(pools: list[tuple[str, int]], directory: Path, workers: int) -> Non
                 generated_at=generated_at,
             )
             key = derive_node_key(SECRET.encode(), FLEET, node)
-            s3.put_object(
-                Bucket=BUCKET,
-                Key=f"{PREFIX}/health/{FLEET}/{pool}/{node}.json",
-                Body=json.dumps(sign(body, key), sort_keys=True).encode(),
-            )
+            put(f"{PREFIX}/health/{FLEET}/{pool}/{node}.json",
+                json.dumps(sign(body, key), sort_keys=True).encode())
         return n
 
     with ThreadPoolExecutor(max_workers=workers) as pool:

@@ -240,67 +240,15 @@ def write_fleet(directory: Path, pools: list[tuple[str, int]]) -> Path:
 
 def populate(pools: list[tuple[str, int]], directory: Path, workers: int) -> None:
     """Instances tagged as the fleet's nodes in moto, one signed report per node in GCS."""
-    import boto3
-    from botocore.config import Config
     from google.auth.credentials import AnonymousCredentials
     from google.cloud import storage
 
-    from navarch.inventory import launch_id, ownership_tags
-    from navarch.signing import derive_node_key, sign
+    bucket = storage.Client(project=PROJECT, credentials=AnonymousCredentials()).create_bucket(BUCKET)
 
-    config = Config(
-        retries={"mode": "standard", "max_attempts": 5},
-        max_pool_connections=workers,
-        read_timeout=900,
-    )
-    ec2 = boto3.client("ec2", region_name=REGION, config=config)
-    gcs = storage.Client(project=PROJECT, credentials=AnonymousCredentials())
-    bucket = gcs.create_bucket(BUCKET)
-    template = aws_bench.report_template(directory)
-    generated_at = template["generated_at"]
+    def put(key: str, body: bytes) -> None:
+        bucket.blob(key).upload_from_string(body, content_type="application/octet-stream")
 
-    def one_pool(item: tuple[str, int]) -> int:
-        pool, n = item
-        resp = ec2.run_instances(
-            ImageId=AMI,
-            InstanceType=ITYPE,
-            MinCount=n,
-            MaxCount=n,
-            Placement={"AvailabilityZone": ZONE},
-            TagSpecifications=[
-                {
-                    "ResourceType": "instance",
-                    "Tags": [
-                        {"Key": "navarch-fleet", "Value": FLEET},
-                        {"Key": "navarch-pool", "Value": pool},
-                    ],
-                }
-            ],
-        )
-        for index, inst in enumerate(resp["Instances"], start=1):
-            node = f"{FLEET}-{pool}-{index:04d}"
-            tags = ownership_tags(FLEET, pool, node, launch_id(FLEET, node, 0))
-            ec2.create_tags(
-                Resources=[inst["InstanceId"]],
-                Tags=[{"Key": k, "Value": v} for k, v in tags.items()],
-            )
-            body = dict(
-                template,
-                pool=pool,
-                node=node,
-                instance_id=inst["InstanceId"],
-                boot_id=f"boot-{node}",
-                generated_at=generated_at,
-            )
-            key = derive_node_key(SECRET.encode(), FLEET, node)
-            bucket.blob(f"{PREFIX}/health/{FLEET}/{pool}/{node}.json").upload_from_string(
-                json.dumps(sign(body, key), sort_keys=True).encode(),
-                content_type="application/octet-stream",
-            )
-        return n
-
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        assert sum(pool.map(one_pool, pools)) == sum(n for _, n in pools)
+    aws_bench.populate(pools, directory, workers, put_report=put)
 
 
 def run_child(kind: str, fleet: Path, workers: int, env: dict[str, str], tmp: Path) -> dict:

@@ -319,3 +319,20 @@ def test_bad_reports_are_rejected_end_to_end(navarch, fleet_dir, kind):
     assert node["lifecycle"] == "unknown"
     navarch.ok("apply", "fleet.yaml", "--auto-approve")
     assert navarch.status()["rejections"] == {kind: 1}
+
+
+def test_uncordon_returns_a_repaired_node_and_refuses_others(navarch):
+    navarch.ok("apply", "fleet.yaml", "--auto-approve")
+    navarch.ok("local", "tick", "fleet.yaml")
+    refused = navarch("uncordon", "fleet.yaml", "demo-train-0001")
+    assert refused.code == 1 and "navarch did not cordon demo-train-0001" in refused.err
+    navarch.ok("local", "inject", "fleet.yaml", "demo-train-0001", "--xid", "79", "--processes", "1")
+    navarch.ok("local", "tick", "fleet.yaml")
+    navarch.ok("apply", "fleet.yaml", "--auto-approve")
+    still_sick = navarch("uncordon", "fleet.yaml", "demo-train-0001")
+    assert still_sick.code == 1 and "no fresh healthy report" in still_sick.err
+    navarch.ok("local", "reboot", "fleet.yaml", "demo-train-0001")  # fault cleared by reboot
+    navarch.ok("local", "tick", "fleet.yaml")
+    navarch.ok("uncordon", "fleet.yaml", "demo-train-0001")
+    node = next(n for n in navarch.nodes() if n["node"] == "demo-train-0001")
+    assert node["lifecycle"] == "healthy"

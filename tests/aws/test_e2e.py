@@ -31,6 +31,7 @@ from moto.ec2.models.instances import InstanceBackend
 from navarch import cli
 from navarch.providers import aws as awsmod
 from navarch.signing import derive_node_key
+from tests.support.cli import run_navarch
 
 FLEET = "e2e"
 SECRET = "0123456789abcdef0123456789abcdef"
@@ -73,14 +74,7 @@ pools:
 def navarch(
     args: list[str], env: dict[str, str], cwd: Path, timeout: float = 120
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "navarch", *args],
-        env=env,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    return run_navarch(args, cwd=cwd, env=env, inherit=False, timeout=timeout)
 
 
 @pytest.fixture

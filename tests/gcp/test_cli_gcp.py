@@ -19,6 +19,8 @@ import pytest
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import storage
 
+from tests.support.cli import run_navarch
+
 FLEET = "e2e"
 SECRET = "0123456789abcdef0123456789abcdef"
 ROOT = Path(__file__).resolve().parents[2]
@@ -70,14 +72,7 @@ pools:
 def navarch(
     args: list[str], env: dict[str, str], cwd: Path, timeout: float = 120
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "navarch", *args],
-        env=env,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    return run_navarch(args, cwd=cwd, env=env, inherit=False, timeout=timeout)
 
 
 @pytest.fixture

@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.support.cli import run_navarch
+
 FLEET = "lab"
 ROOT = Path(__file__).resolve().parents[2]
 API_KEY = "secret_navarch-test_0123456789abcdef"  # the fake's key (conftest.API_KEY)
@@ -58,15 +60,8 @@ pools:
 def navarch(
     args: list[str], cwd: Path, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    e = {k: v for k, v in os.environ.items() if not k.startswith("NAVARCH_")}
-    e.update(LAMBDA_API_KEY=API_KEY, PYTHONPATH=str(ROOT), **(env or {}))
-    return subprocess.run(
-        [sys.executable, "-m", "navarch", *args],
-        env=e,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
+    return run_navarch(
+        args, cwd=cwd, env={"LAMBDA_API_KEY": API_KEY, "PYTHONPATH": str(ROOT), **(env or {})}
     )
 
 

@@ -4,12 +4,12 @@ subprocess reaches the Slurm stand-in on the real sshd for cordon, drain and dra
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import yaml
+
+from tests.support.cli import run_navarch
 
 from .conftest import Sshd, Standin
 
@@ -18,15 +18,7 @@ NODE = "demo-train-0002"
 
 
 def navarch(workdir: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("NAVARCH_")}
-    proc = subprocess.run(
-        [sys.executable, "-m", "navarch", *args],
-        cwd=workdir,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
+    proc = run_navarch(args, cwd=workdir)
     assert proc.returncode == 0, (
         f"navarch {' '.join(args)}: {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
     )

@@ -272,18 +272,15 @@ class SSHRunner:
             if conn is None:
                 conn = connections[host] = self._connect(host)
             res = conn.run(command, hide=True, warn=True, in_stream=False, timeout=step.timeout_s)
+            if res.exited == -1 and step.timeout_s and _since(started) >= step.timeout_s:
+                # invoke's timer closed the channel before it could raise CommandTimedOut:
+                # paramiko then reports exit status -1 ("none received"). Same outcome.
+                return self._timed_out(host, command, step, res.stdout + res.stderr, started)
             exit_code, stdout = res.exited, res.stdout
             tail = (res.stdout + res.stderr)[-OUTPUT_TAIL_CHARS:]
         except CommandTimedOut as exc:
-            partial = exc.result.stdout + exc.result.stderr
-            tail = (partial + f"\n[navarch: timed out after {step.timeout_s:g}s]")[
-                -OUTPUT_TAIL_CHARS:
-            ]
-            result = StepResult(host, command, None, _since(started), tail, False)
-            return result, (
-                f"{host}: {command!r} timed out after {step.timeout_s:g}s "
-                f"({step.key_path}.timeout); the remote command may still be running"
-            )
+            return self._timed_out(host, command, step, exc.result.stdout + exc.result.stderr,
+                                   started)
         except Exception as exc:  # noqa: BLE001 - one boundary: every SSH failure becomes data
             detail = self._describe_connect_error(host, exc)
             result = StepResult(host, command, None, _since(started), detail, False)
@@ -301,6 +298,16 @@ class SSHRunner:
                 f"{step.output_matches!r} ({step.key_path}.expect); last line: {last[0][:200]}"
             )
         return result, str(RemoteError(host, command, exit_code, tail))
+
+    @staticmethod
+    def _timed_out(host: str, command: str, step: Step, partial: str, started: float
+                   ) -> tuple[StepResult, str]:
+        tail = (partial + f"\n[navarch: timed out after {step.timeout_s:g}s]")[-OUTPUT_TAIL_CHARS:]
+        result = StepResult(host, command, None, _since(started), tail, False)
+        return result, (
+            f"{host}: {command!r} timed out after {step.timeout_s:g}s "
+            f"({step.key_path}.timeout); the remote command may still be running"
+        )
 
     def _connect(self, host: str) -> Connection:
         gateway = None

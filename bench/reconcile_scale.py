@@ -304,11 +304,15 @@ def populate(
         assert sum(pool.map(one_pool, pools)) == sum(n for _, n in pools)
 
 
-def run_child(kind: str, fleet: Path, workers: int, env: dict[str, str], tmp: Path) -> dict:
+def run_child(
+    kind: str, fleet: Path, workers: int, env: dict[str, str], tmp: Path, script: str = __file__
+) -> dict:
+    """Run `script --child KIND` in a fresh process; returns its measurements (wall_s,
+    rss_mib, calls by operation, rc). Exits the bench when the child fails."""
     out = tmp / f"{kind}-{time.monotonic_ns()}.json"
     cmd = [
         sys.executable,
-        __file__,
+        script,
         "--child",
         kind,
         "--fleet",

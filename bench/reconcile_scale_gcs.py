@@ -44,7 +44,6 @@ import json
 import os
 import re
 import resource
-import subprocess
 import sys
 import tempfile
 import threading
@@ -252,26 +251,8 @@ def populate(pools: list[tuple[str, int]], directory: Path, workers: int) -> Non
 
 
 def run_child(kind: str, fleet: Path, workers: int, env: dict[str, str], tmp: Path) -> dict:
-    out = tmp / f"{kind}-{time.monotonic_ns()}.json"
-    cmd = [
-        sys.executable,
-        __file__,
-        "--child",
-        kind,
-        "--fleet",
-        str(fleet),
-        "--workers",
-        str(workers),
-        "--out",
-        str(out),
-    ]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
-    if proc.returncode != 0 or not out.exists():
-        raise SystemExit(f"{kind} failed ({proc.returncode}): {proc.stderr[-2000:]}")
-    result = json.loads(out.read_text())
-    if result["rc"] not in (0, 2):
-        raise SystemExit(f"{kind} exited {result['rc']}: {proc.stderr[-2000:]} {result['tail']}")
-    return result
+    """The AWS bench's child runner, running this script's children."""
+    return aws_bench.run_child(kind, fleet, workers, env, tmp, script=__file__)
 
 
 def show(label: str, r: dict) -> None:

@@ -31,7 +31,7 @@ from moto.ec2.models.instances import InstanceBackend
 from navarch import cli
 from navarch.providers import aws as awsmod
 from navarch.signing import derive_node_key
-from tests.support.cli import run_navarch
+from tests.support.cli import kill_apply_mid_launch, run_navarch
 
 FLEET = "e2e"
 SECRET = "0123456789abcdef0123456789abcdef"
@@ -192,18 +192,7 @@ def test_apply_converges_with_tags_and_user_data_then_no_op(env, tmp_path) -> No
 def test_killed_apply_then_apply_leaves_exactly_target(env, tmp_path, run_gate, moto) -> None:
     fleet = write_fleet(tmp_path, target=3)
     run_gate.hold_at = 2
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "navarch", "apply", str(fleet), "--auto-approve"],
-        env=env,
-        cwd=tmp_path,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        assert run_gate.entered.wait(120), "apply never reached its second launch"
-    finally:
-        proc.kill()
-        proc.wait()
+    kill_apply_mid_launch(fleet, cwd=tmp_path, reached=run_gate.entered, env=env, inherit=False)
     # The killed run's second RunInstances was already in flight: EC2 still launches it.
     run_gate.release.set()
     assert run_gate.done.wait(60)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -19,7 +18,7 @@ import pytest
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import storage
 
-from tests.support.cli import run_navarch
+from tests.support.cli import kill_apply_mid_launch, run_navarch
 
 FLEET = "e2e"
 SECRET = "0123456789abcdef0123456789abcdef"
@@ -162,18 +161,8 @@ def test_killed_apply_does_not_duplicate(
 ) -> None:
     fleet = write_fleet(tmp_path, compute_endpoint, gcs_bucket, target=3)
     fake_compute.hold_insert = 2
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "navarch", "apply", str(fleet), "--auto-approve"],
-        env=env,
-        cwd=tmp_path,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        assert fake_compute.holding.wait(60), "apply never reached its second launch"
-    finally:
-        proc.kill()
-        proc.wait()
+    kill_apply_mid_launch(fleet, cwd=tmp_path, reached=fake_compute.holding, env=env,
+                          inherit=False, timeout_s=60)
     # The launch the killed run asked for still happens (its request was in flight).
     fake_compute.release.set()
     assert fake_compute.held_done.wait(30)

@@ -8,12 +8,10 @@ end-to-end tests are in tests/gcp/test_cli_gcp.py).
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
-from tests.support.cli import run_navarch
+from tests.support.cli import kill_apply_mid_launch, run_navarch
 
 FLEET = "lab"
 ROOT = Path(__file__).resolve().parents[2]
@@ -113,20 +111,8 @@ def test_capacity_falls_over_to_next_region_then_type(
 def test_killed_apply_does_not_duplicate(fake_lambda, lambda_api_base, tmp_path) -> None:
     fleet = write_fleet(tmp_path, lambda_api_base, target=3)
     fake_lambda.hold_launch = 2
-    e = {k: v for k, v in os.environ.items() if not k.startswith("NAVARCH_")}
-    e.update(LAMBDA_API_KEY=API_KEY, PYTHONPATH=str(ROOT))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "navarch", "apply", str(fleet), "--auto-approve"],
-        env=e,
-        cwd=tmp_path,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        assert fake_lambda.holding.wait(60), "apply never reached its second launch"
-    finally:
-        proc.kill()
-        proc.wait()
+    kill_apply_mid_launch(fleet, cwd=tmp_path, reached=fake_lambda.holding,
+                          env={"LAMBDA_API_KEY": API_KEY, "PYTHONPATH": str(ROOT)}, timeout_s=60)
     # The launch in flight when the run died still happens: Lambda has no token to dedupe it.
     fake_lambda.release.set()
     assert fake_lambda.held_done.wait(30)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -23,7 +24,35 @@ def run_navarch(
     process's environment minus every NAVARCH_* variable; without it, env is the child's
     whole environment. Raises subprocess.TimeoutExpired after `timeout` seconds.
     """
+    return subprocess.run([sys.executable, "-m", "navarch", *args], cwd=cwd,
+                          env=_child_env(env, inherit),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def kill_apply_mid_launch(
+    fleet: Path,
+    *,
+    cwd: Path,
+    reached: threading.Event,
+    env: Mapping[str, str] | None = None,
+    inherit: bool = True,
+    timeout_s: float = 120,
+) -> None:
+    """Start `navarch apply FLEET --auto-approve`, wait until the fake cloud sets `reached`
+    (it is holding a launch), then SIGKILL the run: a reconciler dying between launch and
+    state write. Fails the test if the run never gets there within timeout_s."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "navarch", "apply", str(fleet), "--auto-approve"],
+        cwd=cwd, env=_child_env(env, inherit), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        assert reached.wait(timeout_s), "apply never reached the held launch"
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def _child_env(env: Mapping[str, str] | None, inherit: bool) -> dict[str, str]:
     child = {k: v for k, v in os.environ.items() if not k.startswith("NAVARCH_")} if inherit else {}
     child.update(env or {})
-    return subprocess.run([sys.executable, "-m", "navarch", *args], cwd=cwd, env=child,
-                          capture_output=True, text=True, timeout=timeout)
+    return child

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Protocol
 
 from navarch import signing
 from navarch.errors import (
@@ -261,8 +261,3 @@ class Executor:
                      phase_reason="", repair=False, streak=0)
         return memory.with_node(nm), Outcome(a, True, detail)
 
-
-def outcome_json(o: Outcome) -> dict[str, Any]:
-    """One outcome as JSON-ready data (for --json output and tests)."""
-    return {"action": o.action.kind.value, "pool": o.action.pool, "node": o.action.node,
-            "ok": o.ok, "detail": o.detail, "error": o.error}

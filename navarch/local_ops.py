@@ -9,7 +9,6 @@ NVRM kernel-log lines for XIDs.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -17,7 +16,7 @@ from typing import Any
 
 from navarch import signing
 from navarch.errors import ConfigError
-from navarch.providers.local import LocalProvider, _write_json
+from navarch.providers.local import LocalProvider, write_json_atomic
 from navarch.spec import FleetSpec
 
 
@@ -161,7 +160,7 @@ def inject(
         faults.setdefault("process_count", {})[key] = processes
         done.append(f"GPU {gpu} runs {processes} process(es)")
     if faults or not clear:
-        _write_json(d / "faults.json", faults)
+        write_json_atomic(d / "faults.json", faults)
     if silent is True:
         (d / "silent").touch()
         done.append("agent silenced")
@@ -169,7 +168,7 @@ def inject(
         (d / "silent").unlink(missing_ok=True)
         done.append("agent resumed")
     if preempt:
-        _write_json(d / "notice.json", {"kind": "preemption", "source": "local",
+        write_json_atomic(d / "notice.json", {"kind": "preemption", "source": "local",
                                         "deadline": None, "detail": "injected"})
         done.append("spot preemption notice")
     return done
@@ -186,11 +185,4 @@ def launch_foreign(spec: FleetSpec, zone: str, instance_type: str) -> str:
     return local_providers(spec)[0].launch_foreign(zone, instance_type).instance_id
 
 
-def machine_paths(spec: FleetSpec) -> Sequence[str]:
-    """Directories of the fleet's local machines (for docs and debugging)."""
-    return [str(p.machine_dir(m["instance_id"])) for p in local_providers(spec)
-            for m in p.fleet_machines(spec.name)]
-
-
-__all__ = ["tick", "inject", "reboot", "launch_foreign", "local_providers", "TickResult",
-           "machine_paths"]
+__all__ = ["tick", "inject", "reboot", "launch_foreign", "local_providers", "TickResult"]

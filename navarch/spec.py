@@ -317,10 +317,6 @@ def _apply_defaults(instance: Any, schema: Mapping[str, Any], root: Mapping[str,
                 _apply_defaults(value, extra, root)
 
 
-def _best_error(errors: list[jsonschema.ValidationError]) -> jsonschema.ValidationError:
-    return jsonschema.exceptions.best_match(errors)
-
-
 def _hint_for(error: jsonschema.ValidationError) -> str:
     if error.validator == "additionalProperties":
         return "remove it, or check its spelling against schemas/fleet.schema.json"
@@ -350,7 +346,7 @@ def load_fleet(path: str | Path) -> FleetSpec:
         )
     errors = list(validator_for("fleet.schema.json").iter_errors(data))
     if errors:
-        err = _best_error(errors)
+        err = jsonschema.exceptions.best_match(errors)
         err_path = tuple(err.absolute_path)
         message = err.message
         if err.validator == "additionalProperties":

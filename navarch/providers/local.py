@@ -32,7 +32,7 @@ from navarch.inventory import TAG_FLEET, Instance, InstanceState
 from navarch.providers.base import ProvisionRequest
 
 
-def _write_json(path: Path, doc: Any) -> None:
+def write_json_atomic(path: Path, doc: Any) -> None:
     """Write JSON atomically (temp file + rename) so readers never see half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
@@ -61,7 +61,7 @@ class LocalProvider:
         return json.loads((self.machine_dir(instance_id) / "machine.json").read_text())
 
     def write_machine(self, machine: Mapping[str, Any]) -> None:
-        _write_json(self.machine_dir(machine["instance_id"]) / "machine.json", dict(machine))
+        write_json_atomic(self.machine_dir(machine["instance_id"]) / "machine.json", dict(machine))
 
     def machines(self) -> list[dict[str, Any]]:
         """Every machine's record (sorted by instance id); unreadable ones are skipped."""

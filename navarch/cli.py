@@ -36,8 +36,8 @@ def load_fleet(path: str | Path) -> FleetSpec:
 
 
 def render_text(plan: Plan) -> str:
-    """navarch.render.render_text, imported on first use."""
-    from navarch.render import render_text as _render
+    """navarch.reconcile.render.render_text, imported on first use."""
+    from navarch.reconcile.render import render_text as _render
 
     return _render(plan)
 
@@ -49,7 +49,7 @@ def _err(message: str) -> None:
 
 
 def _open(path: str):
-    from navarch.reconcile import Fleet
+    from navarch.reconcile.run import Fleet
 
     spec = load_fleet(path)
     spec.ensure_local_secret()
@@ -69,8 +69,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
 # -- plan -------------------------------------------------------------------------------
 def cmd_plan(args: argparse.Namespace) -> int:
     """`navarch plan`: render the plan; exit 0/2 (--detailed-exitcode), 3 breaker open."""
-    from navarch.reconcile import clock, gather
-    from navarch.render import plan_to_json, render_markdown
+    from navarch.reconcile.render import plan_to_json, render_markdown
+    from navarch.reconcile.run import clock, gather
 
     fleet = _open(args.fleet)
     snap = gather(fleet, clock())
@@ -122,8 +122,8 @@ def _confirm(plan: Plan) -> bool:
 
 def cmd_apply(args: argparse.Namespace) -> int:
     """`navarch apply FLEET|PLANFILE`: converge; exit 0, 1 failed action, 3 breaker open."""
-    from navarch.reconcile import run_apply
-    from navarch.render import plan_from_json
+    from navarch.reconcile.render import plan_from_json
+    from navarch.reconcile.run import run_apply
 
     saved_doc = _load_plan_file(args.target)
     saved: Plan | None = None
@@ -197,7 +197,7 @@ def _status_doc(spec: FleetSpec, snap) -> dict[str, Any]:
 def cmd_status(args: argparse.Namespace) -> int:
     """`navarch status`: pools and nodes as a table or --json."""
     from navarch.durations import format_duration_s
-    from navarch.reconcile import clock, gather
+    from navarch.reconcile.run import clock, gather
 
     fleet = _open(args.fleet)
     snap = gather(fleet, clock())
@@ -232,7 +232,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 # -- force-unlock, uncordon -----------------------------------------------------------------
 def cmd_force_unlock(args: argparse.Namespace) -> int:
     """`navarch force-unlock FLEET LOCK_ID`: remove a stuck lock by its id."""
-    from navarch.state import force_unlock
+    from navarch.reconcile.state import force_unlock
     from navarch.stores import open_store
 
     spec = load_fleet(args.fleet)
@@ -243,8 +243,8 @@ def cmd_force_unlock(args: argparse.Namespace) -> int:
 
 
 def cmd_uncordon(args: argparse.Namespace) -> int:
-    """`navarch uncordon FLEET NODE` (see navarch.uncordon)."""
-    from navarch.uncordon import uncordon
+    """`navarch uncordon FLEET NODE` (see navarch.reconcile.uncordon)."""
+    from navarch.reconcile.uncordon import uncordon
 
     fleet = _open(args.fleet)
     detail = uncordon(fleet, args.node)
@@ -255,8 +255,8 @@ def cmd_uncordon(args: argparse.Namespace) -> int:
 # -- local provider -------------------------------------------------------------------------
 def cmd_local_tick(args: argparse.Namespace) -> int:
     """`navarch local tick`: every local node's agent reports once."""
-    from navarch import local_ops
-    from navarch.reconcile import clock
+    from navarch.providers import local_ops
+    from navarch.reconcile.run import clock
 
     spec = load_fleet(args.fleet)
     spec.ensure_local_secret()
@@ -272,8 +272,8 @@ def cmd_local_tick(args: argparse.Namespace) -> int:
 
 
 def cmd_local_inject(args: argparse.Namespace) -> int:
-    """`navarch local inject`: faults into one local node (see navarch.local_ops.inject)."""
-    from navarch import local_ops
+    """`navarch local inject`: faults into one local node (see navarch.providers.local_ops.inject)."""
+    from navarch.providers import local_ops
 
     spec = load_fleet(args.fleet)
     silent = True if args.silent else (False if args.resume else None)
@@ -289,7 +289,7 @@ def cmd_local_inject(args: argparse.Namespace) -> int:
 
 def cmd_local_reboot(args: argparse.Namespace) -> int:
     """`navarch local reboot`: new boot id for a local node."""
-    from navarch import local_ops
+    from navarch.providers import local_ops
 
     local_ops.reboot(load_fleet(args.fleet), args.node)
     print(f"{args.node}: rebooted (new boot id; kernel log and faults cleared)")
@@ -298,7 +298,7 @@ def cmd_local_reboot(args: argparse.Namespace) -> int:
 
 def cmd_local_foreign(args: argparse.Namespace) -> int:
     """`navarch local launch-foreign`: a machine without navarch's tags."""
-    from navarch import local_ops
+    from navarch.providers import local_ops
 
     iid = local_ops.launch_foreign(load_fleet(args.fleet), args.zone, args.instance_type)
     print(f"launched foreign machine {iid} (no navarch tags)")

@@ -111,7 +111,7 @@ def cmd_agent_install(args: argparse.Namespace) -> int:
 
 def cmd_render_cloud_init(args: argparse.Namespace) -> int:
     """``navarch render cloud-init FLEET --pool P [--node N]``: print the user-data."""
-    from navarch.agent.install import render_cloud_init
+    from navarch.bootstrap import render_cloud_init
     from navarch.errors import NavarchError
     from navarch.signing import derive_node_key
     from navarch.spec import load_fleet

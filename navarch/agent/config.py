@@ -28,12 +28,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from navarch.bootstrap import DEFAULT_STATE_FILE
 from navarch.errors import ConfigError
 
 __all__ = ["AgentConfig", "load_config", "DEFAULT_CONFIG_PATH", "METADATA_KINDS"]
 
 DEFAULT_CONFIG_PATH = "/etc/navarch/agent.yaml"
-DEFAULT_STATE_FILE = "/var/lib/navarch/agent-state.json"
 METADATA_KINDS = ("auto", "aws", "gcp", "azure", "none")
 _BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 _CLOUD_INIT_INSTANCE_ID = "/var/lib/cloud/data/instance-id"

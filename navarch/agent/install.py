@@ -1,13 +1,7 @@
-"""Render and install the agent's boot-time and systemd artefacts from templates/.
+"""Install the agent's systemd units on this machine (`navarch agent install`).
 
-Templates (jinja2, StrictUndefined: a missing variable is an error, never an empty string):
+The units' text comes from navarch.bootstrap (templates/), shared with cloud-init.
 
-- ``templates/cloud-init.yaml.j2``: the user-data a cloud provider sends to a new node;
-  installs navarch in a venv, writes /etc/navarch/agent.yaml (0600, holds the node key)
-  and the two units, enables the timer.
-- ``templates/agent.yaml.j2``: the agent configuration (navarch.agent.config).
-- ``templates/navarch-agent.service.j2`` / ``navarch-agent.timer.j2``: a oneshot service
-  fired every ``interval_s`` (default 60 s) with ``RandomizedDelaySec`` jitter.
 """
 
 from __future__ import annotations
@@ -15,175 +9,16 @@ from __future__ import annotations
 import shlex
 import subprocess
 import sys
-from collections.abc import Callable, Mapping, Sequence
-from functools import cache
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from navarch.agent.config import DEFAULT_STATE_FILE, AgentConfig
+from navarch.agent.config import AgentConfig
+from navarch.bootstrap import render_units
 
-__all__ = [
-    "render_cloud_init",
-    "render_cloud_init_for",
-    "render_agent_yaml",
-    "render_units",
-    "install_units",
-    "UNIT_DIR",
-    "DEFAULT_INTERVAL_S",
-]
+__all__ = ["install_units", "UNIT_DIR"]
 
 UNIT_DIR = "etc/systemd/system"
-DEFAULT_INTERVAL_S = 60
-DEFAULT_JITTER_S = 10
-DEFAULT_BOOT_DELAY_S = 30
-DEFAULT_TIMEOUT_S = 120
-DEFAULT_VENV = "/opt/navarch"
-_METADATA_BY_PROVIDER_TYPE = {"aws": "aws", "gcp": "gcp"}
-
-
-@cache
-def _env() -> Any:
-    import jinja2
-
-    from navarch.resources import data_dir
-
-    return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(data_dir("templates"))),
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-        autoescape=False,
-    )
-
-
-def _render(name: str, **values: Any) -> str:
-    return _env().get_template(name).render(**values)
-
-
-def render_agent_yaml(
-    *,
-    fleet: str,
-    pool: str,
-    node: str,
-    store: str,
-    node_key: bytes,
-    gpus_per_node: int,
-    instance_id: str = "",
-    metadata: str = "auto",
-    state_file: str = DEFAULT_STATE_FILE,
-) -> str:
-    """The node's /etc/navarch/agent.yaml. Raises jinja2.UndefinedError on a template bug."""
-    return _render(
-        "agent.yaml.j2",
-        fleet=fleet,
-        pool=pool,
-        node=node,
-        store=store,
-        key_hex=node_key.hex(),
-        gpus_per_node=gpus_per_node,
-        instance_id=instance_id,
-        metadata=metadata,
-        state_file=state_file,
-    )
-
-
-def render_units(
-    *,
-    exec_start: str,
-    interval_s: int = DEFAULT_INTERVAL_S,
-    jitter_s: int = DEFAULT_JITTER_S,
-    boot_delay_s: int = DEFAULT_BOOT_DELAY_S,
-    timeout_s: int = DEFAULT_TIMEOUT_S,
-    writable_paths: Sequence[str] = ("/var/lib/navarch",),
-) -> dict[str, str]:
-    """{"navarch-agent.service": text, "navarch-agent.timer": text}.
-
-    exec_start: the full command line (absolute executable). interval_s: seconds between
-    runs (OnUnitActiveSec); jitter_s: RandomizedDelaySec, spreads a fleet's writes.
-    """
-    common = {
-        "interval_s": interval_s,
-        "jitter_s": jitter_s,
-        "boot_delay_s": boot_delay_s,
-        "timeout_s": timeout_s,
-    }
-    return {
-        "navarch-agent.service": _render(
-            "navarch-agent.service.j2",
-            exec_start=exec_start,
-            writable_paths=list(writable_paths),
-            **common,
-        ),
-        "navarch-agent.timer": _render("navarch-agent.timer.j2", **common),
-    }
-
-
-def render_cloud_init_for(
-    *,
-    fleet: str,
-    pool: str,
-    node: str,
-    store: str,
-    node_key: bytes,
-    gpus_per_node: int,
-    metadata: str = "auto",
-    package: str | None = None,
-    interval_s: int = DEFAULT_INTERVAL_S,
-    venv_dir: str = DEFAULT_VENV,
-) -> str:
-    """cloud-init user-data (``#cloud-config``) from plain values; see render_cloud_init.
-
-    package: what pip installs (default ``navarch==<this version>``).
-    """
-    from navarch import __version__
-
-    agent_yaml = render_agent_yaml(
-        fleet=fleet,
-        pool=pool,
-        node=node,
-        store=store,
-        node_key=node_key,
-        gpus_per_node=gpus_per_node,
-        metadata=metadata,
-    )
-    units = render_units(
-        exec_start=f"{venv_dir}/bin/python -m navarch.agent run --once --config /etc/navarch/agent.yaml",
-        interval_s=interval_s,
-    )
-    return _render(
-        "cloud-init.yaml.j2",
-        fleet=fleet,
-        pool=pool,
-        node=node,
-        interval_s=interval_s,
-        agent_yaml=agent_yaml.rstrip("\n"),
-        service_unit=units["navarch-agent.service"].rstrip("\n"),
-        timer_unit=units["navarch-agent.timer"].rstrip("\n"),
-        venv_dir=venv_dir,
-        package=package or f"navarch=={__version__}",
-    )
-
-
-def render_cloud_init(spec: Any, pool: str, node: str, node_key: bytes) -> str:
-    """The user-data a cloud provider sends to a new node of ``pool``.
-
-    spec: navarch.spec.FleetSpec (uses .name, .store_url, .pool(pool).gpus_per_node,
-    .providers[provider]["type"] to pick the metadata service, and the pool option
-    ``agent_package`` when set). node_key: ``signing.derive_node_key(secret, fleet, node)``.
-    Raises KeyError for an unknown pool.
-    """
-    p = spec.pool(pool)
-    provider_type = str((spec.providers.get(p.provider) or {}).get("type", p.provider))
-    options: Mapping[str, Any] = getattr(p, "options", {}) or {}
-    return render_cloud_init_for(
-        fleet=spec.name,
-        pool=pool,
-        node=node,
-        store=spec.store_url,
-        node_key=node_key,
-        gpus_per_node=p.gpus_per_node,
-        metadata=_METADATA_BY_PROVIDER_TYPE.get(provider_type, "none"),
-        package=options.get("agent_package"),
-    )
 
 
 def install_units(

@@ -1,7 +1,7 @@
 """Plain immutable data the planner reads and returns.
 
 Inputs: FleetSpec (navarch.spec), Instances (navarch.inventory), ReportObservations (what
-navarch.reports made of each node's health report), Memory (what earlier runs saw and did)
+navarch.reconcile.reports made of each node's health report), Memory (what earlier runs saw and did)
 and a clock. Outputs: NodeViews (observe) and a Plan (plan). Nothing here does I/O.
 """
 

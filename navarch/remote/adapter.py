@@ -1,6 +1,6 @@
-"""The executor's PlaybookRunner over SSH (navarch.executor.PlaybookRunner).
+"""The executor's PlaybookRunner over SSH (navarch.reconcile.executor.PlaybookRunner).
 
-navarch.reconcile opens one SSHPlaybooks per fleet when a pool has a scheduler; the
+navarch.reconcile.run opens one SSHPlaybooks per fleet when a pool has a scheduler; the
 executor calls run() for cordon, drain and uncordon, and reconcile calls it for
 drain_check of draining nodes. Every outcome is (ok, detail): detail is one line for the
 audit log naming each step's host, command, exit code and duration, or the error.

@@ -16,7 +16,8 @@ import yaml
 
 from navarch import signing
 from navarch.agent import load_config
-from navarch.agent.install import install_units, render_cloud_init, render_units
+from navarch.agent.install import install_units
+from navarch.bootstrap import render_cloud_init, render_units
 from navarch.spec import load_fleet
 
 REPO = Path(__file__).resolve().parents[2]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from navarch.render import NO_CHANGES
+from navarch.reconcile.render import NO_CHANGES
 
 
 def _edit(fleet_dir: Path, mutate) -> None:
@@ -218,8 +218,8 @@ def test_apply_asks_for_yes(navarch):
 def test_lock_held_exits_4_and_force_unlock_frees_it(navarch, fleet_dir):
     from datetime import UTC, datetime
 
+    from navarch.reconcile.state import acquire_lock
     from navarch.spec import load_fleet
-    from navarch.state import acquire_lock
     from navarch.stores import open_store
 
     spec = load_fleet(fleet_dir / "fleet.yaml")

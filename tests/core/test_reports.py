@@ -10,7 +10,7 @@ import pytest
 from navarch import signing
 from navarch.errors import ReportRejected
 from navarch.planner.model import Memory, NodeMemory, ReportSummary
-from navarch.reports import MAX_REPORT_BYTES, read_reports, verify_report
+from navarch.reconcile.reports import MAX_REPORT_BYTES, read_reports, verify_report
 from navarch.stores.file import FileStore
 
 SECRET = b"fleet-secret-for-tests"

@@ -9,7 +9,7 @@ import pytest
 
 from navarch.errors import LockHeld, NavarchError, PreconditionFailed, StoreError
 from navarch.planner.model import Memory, NodeMemory, Phase
-from navarch.state import (
+from navarch.reconcile.state import (
     AuditLog,
     acquire_lock,
     force_unlock,

@@ -203,7 +203,7 @@ def summary(
     utilization_pct: float | None = None,
     gpu_count: int = 8,
 ) -> ReportSummary:
-    """A ReportSummary as navarch.reports.summarize would make it."""
+    """A ReportSummary as navarch.reconcile.reports.summarize would make it."""
     action = {"healthy": "none", "degraded": "none", "unknown": "none"}.get(status, "replace")
     return ReportSummary(
         sequence=sequence,
@@ -229,7 +229,7 @@ def observation(
     rejected: str | None = None,
     version: str | None = None,
 ) -> ReportObservation:
-    """What navarch.reports.read_reports returns for one node.
+    """What navarch.reconcile.reports.read_reports returns for one node.
 
     For a rejected object `report` is the last accepted summary (or None), as read_reports
     passes it; version defaults to one derived from the report's sequence.
@@ -310,7 +310,7 @@ def pool_memory(
 def memory(
     fleet: str, nodes: Iterable[NodeMemory] = (), pools: Iterable[PoolMemory] = (), serial: int = 1
 ) -> Memory:
-    """A Memory with nodes and pools sorted by name, as navarch.state writes it."""
+    """A Memory with nodes and pools sorted by name, as navarch.reconcile.state writes it."""
     return Memory(
         fleet=fleet,
         serial=serial,

@@ -6,7 +6,7 @@ instances), random reports (fresh, old, missing, rejected; healthy, degraded, un
 fatal, noticed) and random Memory, at a random clock. Every property runs observe() then
 plan() as `navarch plan` does and checks one invariant of the Plan.
 
-A fake world (`Sim`) applies plans the way navarch.executor does to Memory (cordon, drain,
+A fake world (`Sim`) applies plans the way navarch.reconcile.executor does to Memory (cordon, drain,
 terminate, provision, scale), so convergence can be checked over many runs.
 """
 

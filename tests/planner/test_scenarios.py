@@ -11,7 +11,7 @@ A scenario file holds (times are RFC 3339, or relative to `now` like "-20m", "+1
   reports:            node -> report fields (sequence, boot_id, generated_at, status, fatal,
                       findings, notice_kind, process_count, utilization_pct), or
                       {rejected: reason} (the summary is then the remembered one, as
-                      navarch.reports.read_reports passes it)
+                      navarch.reconcile.reports.read_reports passes it)
   memory:             nodes: node -> phase, phase_at, phase_reason, repair, streak,
                       streak_sequence, first_seen_at, report; pools: pool -> next_index,
                       repairs, exhausted [{zone, instance_type, spot, until}], desired,

@@ -40,8 +40,8 @@ from navarch.planner.model import (
     ts,
 )
 from navarch.providers.base import Provider, ProvisionRequest
+from navarch.reconcile.state import AuditLog
 from navarch.spec import FleetSpec, PoolSpec
-from navarch.state import AuditLog
 
 BACKOFF_BASE_S = 600
 BACKOFF_MAX_S = 3600

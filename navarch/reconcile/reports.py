@@ -32,8 +32,8 @@ from typing import Any
 from navarch import signing
 from navarch.errors import NotFound, ReportRejected
 from navarch.planner.model import Memory, ReportObservation, ReportSummary, parse_ts
+from navarch.reconcile.state import health_prefix
 from navarch.spec import load_schema
-from navarch.state import health_prefix
 from navarch.stores.base import ObjectStore, parallel_map
 
 MAX_REPORT_BYTES = 256 * 1024

@@ -11,10 +11,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 from navarch.errors import NavarchError
-from navarch.executor import Executor
 from navarch.planner.model import Action, ActionKind, Phase
-from navarch.reconcile import Fleet, clock, gather
-from navarch.state import AuditLog, acquire_lock, release_lock, save_memory
+from navarch.reconcile.executor import Executor
+from navarch.reconcile.run import Fleet, clock, gather
+from navarch.reconcile.state import AuditLog, acquire_lock, release_lock, save_memory
 
 
 def uncordon(fleet: Fleet, node: str) -> str:

@@ -16,16 +16,15 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 from navarch.errors import ConfigError, NavarchError, ProviderError, StalePlan
-from navarch.executor import Executor, Outcome, PlaybookRunner
 from navarch.inventory import Instance, fingerprint
 from navarch.planner.model import Memory, Phase, Plan, ReportObservation, memory_to_json
 from navarch.planner.observe import Observed, observe
 from navarch.planner.plan import plan as make_plan
 from navarch.providers import open_provider
 from navarch.providers.base import Provider
-from navarch.reports import read_reports
-from navarch.spec import FleetSpec, PoolSpec
-from navarch.state import (
+from navarch.reconcile.executor import Executor, Outcome, PlaybookRunner
+from navarch.reconcile.reports import read_reports
+from navarch.reconcile.state import (
     AuditLog,
     Lock,
     acquire_lock,
@@ -33,6 +32,7 @@ from navarch.state import (
     release_lock,
     save_memory,
 )
+from navarch.spec import FleetSpec, PoolSpec
 from navarch.stores import ObjectStore, open_store
 
 
@@ -168,7 +168,7 @@ class ApplyResult:
 
 def _user_data_renderer(spec: FleetSpec) -> Callable[[PoolSpec, str, bytes], str] | None:
     try:
-        from navarch.agent.install import render_cloud_init
+        from navarch.bootstrap import render_cloud_init
     except ImportError:
         return None
 

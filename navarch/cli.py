@@ -1,9 +1,12 @@
 """navarch's command line. Exit codes (Terraform's -detailed-exitcode, plus two of ours):
 
-  0  success; for `plan --detailed-exitcode`: no changes
-  1  error (bad input, a failed action, a stale saved plan)
-  2  `plan --detailed-exitcode`: changes present
-  3  a safety rule halted actions (circuit breaker open); the rest was applied
+  0  success; for `plan --detailed-exitcode`: no changes (the fleet matches fleet.yaml)
+  1  error (bad input or usage, a failed action, a stale saved plan)
+  2  `plan --detailed-exitcode`: the fleet differs from fleet.yaml (actions to take, or
+     held back by the budget, rate limit or capacity, or waiting: a drain, a replacement);
+     `destroy`: nodes are still draining (run it again, or --force)
+  3  a safety rule stopped something for a human (circuit breaker open, orphan guard,
+     duplicate node names); the rest was applied
   4  another run holds the fleet lock
 """
 
@@ -15,7 +18,7 @@ import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from navarch import __version__
 from navarch.errors import ConfigError, LockHeld, NavarchError, StalePlan
@@ -48,6 +51,30 @@ def _err(message: str) -> None:
     print(f"Error: {message}", file=sys.stderr)
 
 
+def _options(args: argparse.Namespace, **extra: Any) -> Any:
+    """PlanOptions from --pool, --replace and --allow-destroy (where the command has them)."""
+    from navarch.planner.plan import PlanOptions
+
+    pools = getattr(args, "pool", None)
+    return PlanOptions(
+        pools=frozenset(pools) if pools else None,
+        replace=frozenset(getattr(args, "replace", None) or ()),
+        allow_destroy=bool(getattr(args, "allow_destroy", False)),
+        **extra,
+    )
+
+
+def _halt_exit(plan: Plan) -> int | None:
+    """EXIT_HALTED with the reasons on stderr when a safety rule stopped something."""
+    if not plan.safety_stopped:
+        return None
+    for h in plan.halts:
+        if h.safety_stop:
+            what = {"circuit_breaker": "circuit breaker open"}.get(h.rule, h.rule.replace("_", " "))
+            _err(f"{what} ({h.pool}): {h.message}")
+    return EXIT_HALTED
+
+
 def _open(path: str):
     from navarch.reconcile.run import Fleet
 
@@ -73,7 +100,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from navarch.reconcile.run import clock, gather
 
     fleet = _open(args.fleet)
-    snap = gather(fleet, clock())
+    snap = gather(fleet, clock(), _options(args))
     plan = snap.plan
     doc = plan_to_json(plan)
     if args.out:
@@ -87,9 +114,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print(render_text(plan), end="")
         if args.out:
             print(f"\nSaved the plan to {args.out}. Apply exactly it with: navarch apply {args.out}")
-    if plan.breaker_open:
-        return EXIT_HALTED
-    if args.detailed_exitcode and plan.actions:
+    halted = _halt_exit(plan)
+    if halted is not None:
+        return halted
+    if args.detailed_exitcode and not plan.converged:
         return EXIT_CHANGES
     return EXIT_OK
 
@@ -148,7 +176,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
 
     confirm = show_plan if (args.auto_approve or saved is not None) else _confirm
     result = run_apply(fleet, command=f"apply {args.target}", saved=saved, confirm=confirm,
-                       on_outcome=show)
+                       on_outcome=show, options=_options(args))
     if result is None:
         print("Apply cancelled.")
         return EXIT_ERROR
@@ -161,11 +189,54 @@ def cmd_apply(args: argparse.Namespace) -> int:
               f"{len(failed)} failed (run {result.run_id}).")
     for o in failed:
         _err(f"{o.action.kind.value} {o.action.node or o.action.pool} failed: {o.detail}")
-    if plan.breaker_open:
-        _err("circuit breaker open: " + "; ".join(h.message for h in plan.halts
-                                                   if h.rule == "circuit_breaker"))
-        return EXIT_HALTED
+    halted = _halt_exit(plan)
+    if halted is not None:
+        return halted
     return EXIT_ERROR if failed else EXIT_OK
+
+
+# -- destroy ----------------------------------------------------------------------------
+def cmd_destroy(args: argparse.Namespace) -> int:
+    """`navarch destroy FLEET [--pool P] [--force]`: every node leaves (cordon, drain,
+    terminate); exit 0 when none is left, 2 while drains are still running."""
+    from navarch.reconcile.run import clock, gather, run_apply
+
+    fleet = _open(args.fleet)
+    options = _options(args, destroy=True, force=args.force)
+    what = f"pool(s) {', '.join(args.pool)}" if args.pool else f"fleet {fleet.spec.name}"
+
+    def confirm(plan: Plan) -> bool:
+        print(render_text(plan), end="")
+        if args.auto_approve:
+            print()
+            return True
+        print(f"\nDestroy every node of {what}? Only 'yes' will be accepted.")
+        try:
+            return input("  Enter a value: ").strip() == "yes"
+        except EOFError:
+            return False
+
+    failed = 0
+    for _ in range(3):  # cordon + drain, then what finished draining at once, then re-check
+        result = run_apply(fleet, command=f"destroy {args.fleet}", confirm=confirm,
+                           options=options)
+        if result is None:
+            print("Destroy cancelled.")
+            return EXIT_ERROR
+        failed += sum(not o.ok for o in result.outcomes)
+        if not result.plan.actions:
+            break
+    left = [v for v in gather(fleet, clock(), options).plan.views
+            if options.includes(v.pool)]
+    if failed:
+        _err(f"{failed} action(s) failed; run `navarch destroy` again")
+        return EXIT_ERROR
+    if left:
+        print(f"\n{len(left)} node(s) of {what} are still draining: run `navarch destroy` again "
+              "once their drains finish (or drain_timeout passes), or pass --force.")
+        return EXIT_CHANGES
+    print(f"\nDestroy complete: no node of {what} is left; the audit log stays in the store.")
+    return EXIT_OK
 
 
 # -- status -----------------------------------------------------------------------------
@@ -306,9 +377,27 @@ def cmd_local_foreign(args: argparse.Namespace) -> int:
 
 
 # -- parser -----------------------------------------------------------------------------
+class _Parser(argparse.ArgumentParser):
+    """argparse that exits 1 on a usage error: 2 means "changes present" to scripts
+    running `plan --detailed-exitcode` (Terraform's contract)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_ERROR, f"{self.prog}: error: {message}\n")
+
+
+def _targeting(s: argparse.ArgumentParser) -> None:
+    s.add_argument("--pool", action="append", metavar="POOL",
+                   help="only this pool and its orphans (repeatable; Terraform -target)")
+    s.add_argument("--replace", action="append", metavar="NODE",
+                   help="replace this node through surge, cordon and drain (Terraform -replace)")
+    s.add_argument("--allow-destroy", action="store_true",
+                   help="let this run terminate more orphans than safety.max_orphan_terminations")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser for every command (the agent's are registered by navarch.agent.cli)."""
-    p = argparse.ArgumentParser(prog="navarch", description="Keep a GPU fleet healthy: plan/apply "
+    p = _Parser(prog="navarch", description="Keep a GPU fleet healthy: plan/apply "
                                 "against fleet.yaml, and the node health agent.")
     p.add_argument("--version", action="version", version=f"navarch {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -324,13 +413,23 @@ def build_parser() -> argparse.ArgumentParser:
     fmt.add_argument("--markdown", action="store_true", help="for a pull-request comment")
     s.add_argument("--out", metavar="FILE", help="save the plan for `navarch apply FILE`")
     s.add_argument("--detailed-exitcode", action="store_true",
-                   help="exit 0 no changes, 1 error, 2 changes present")
+                   help="exit 0 no changes, 1 error, 2 the fleet differs from fleet.yaml")
+    _targeting(s)
     s.set_defaults(func=cmd_plan)
 
     s = sub.add_parser("apply", help="converge the fleet (or apply a saved plan)")
     s.add_argument("target", metavar="FLEET_OR_PLANFILE")
     s.add_argument("--auto-approve", action="store_true", help="do not ask for 'yes'")
+    _targeting(s)
     s.set_defaults(func=cmd_apply)
+
+    s = sub.add_parser("destroy", help="cordon, drain and terminate every node (or a pool's)")
+    s.add_argument("fleet")
+    s.add_argument("--pool", action="append", metavar="POOL", help="only this pool (repeatable)")
+    s.add_argument("--auto-approve", action="store_true", help="do not ask for 'yes'")
+    s.add_argument("--force", action="store_true",
+                   help="terminate at once, without waiting for drains")
+    s.set_defaults(func=cmd_destroy)
 
     s = sub.add_parser("status", help="pools and nodes with lifecycle, health, report age")
     s.add_argument("fleet")

@@ -1,7 +1,8 @@
 """Observed instances as providers report them, in navarch's own terms (no SDK types).
 
 Ownership tags (labels on GCP) that every provider sets at launch and filters on:
-navarch-fleet, navarch-pool, navarch-node, navarch-launch (the launch id). Safety rule 1
+navarch-fleet, navarch-pool, navarch-node, navarch-launch (the launch id), and
+navarch-spec (a hash of the pool's launch settings, for drift). Safety rule 1
 of the design: navarch only ever touches instances carrying the fleet's tags.
 """
 
@@ -17,6 +18,7 @@ TAG_FLEET = "navarch-fleet"
 TAG_POOL = "navarch-pool"
 TAG_NODE = "navarch-node"
 TAG_LAUNCH = "navarch-launch"
+TAG_SPEC = "navarch-spec"  # PoolSpec.launch_hash() at launch: drift survives a lost Memory
 
 
 class InstanceState(enum.StrEnum):

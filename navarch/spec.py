@@ -9,6 +9,7 @@ problem into a ConfigError that names the file, the line, the key path and what 
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import os
 import secrets
@@ -40,6 +41,7 @@ class HealthPolicy:
     max_unavailable: int | str  # a count, or "25%" of target
     replacement: str  # "surge" | "after-terminate"
     max_surge: int
+    provision_timeout_s: int = 900  # cluster autoscaler's max-node-provision-time default
 
     def max_unavailable_nodes(self, target: int) -> int:
         """The disruption budget as a node count: a percentage rounds down, at least 1."""
@@ -80,6 +82,31 @@ class PoolSpec:
     health: HealthPolicy
     autoscaling: Autoscaling
     options: Mapping[str, Any]
+    update_strategy: str = "rolling"  # "rolling" | "on-replace"
+    provider_type: str = ""  # the provider's type (local, aws, gcp, lambda, ...)
+
+    def launch_settings(self) -> tuple[tuple[str, str], ...]:
+        """The settings that shape a launched machine beyond its type, zone and capacity:
+        the pool's provider options (image/AMI, disk, subnet, agent_package, ...) and its GPU
+        count, flattened to sorted (dotted key, JSON value) pairs. Labels are not here:
+        they are updated in place (see labels)."""
+        flat: dict[str, str] = {"gpus_per_node": json.dumps(self.gpus_per_node)}
+
+        def walk(prefix: str, value: Any) -> None:
+            if isinstance(value, Mapping) and value:
+                for k in value:
+                    walk(f"{prefix}.{k}" if prefix else str(k), value[k])
+            else:
+                flat[prefix] = json.dumps(value, sort_keys=True)
+
+        walk("", dict(self.options))
+        return tuple(sorted(flat.items()))
+
+    def launch_hash(self) -> str:
+        """12 hex characters of SHA-256 over launch_settings(): the navarch-spec tag every
+        instance is launched with, so drift is seen even after Memory is lost."""
+        digest = hashlib.sha256(json.dumps(self.launch_settings()).encode()).hexdigest()
+        return digest[:12]
 
     def places(self) -> tuple[tuple[str, str, bool], ...]:
         """Every (zone, instance_type, spot) place in fallback order.
@@ -102,6 +129,14 @@ class SafetySpec:
     fleet_circuit_breaker_pct: float
     repairs_per_pool_per_hour: int
     lock_ttl_s: int
+    max_orphan_terminations: int | None = None  # None: max(10, 20% of the fleet)
+
+    def orphan_limit(self, fleet_nodes: int) -> int:
+        """How many orphans one run may terminate: the setting, or 10 nodes or 20% of the
+        fleet, whichever is larger (issue 10; Terraform prevent_destroy in spirit)."""
+        if self.max_orphan_terminations is not None:
+            return self.max_orphan_terminations
+        return max(10, fleet_nodes // 5)
 
 
 @dataclass(frozen=True)
@@ -411,6 +446,7 @@ def _build(data: dict[str, Any], source: Path, lines: Mapping[tuple[Any, ...], i
             max_unavailable=h["max_unavailable"],
             replacement=h["replacement"],
             max_surge=h["max_surge"],
+            provision_timeout_s=parse_duration_s(h["provision_timeout"]),
         )
         if health.offline_after_s < health.stale_after_s:
             raise fail(
@@ -450,6 +486,8 @@ def _build(data: dict[str, Any], source: Path, lines: Mapping[tuple[Any, ...], i
                 health=health,
                 autoscaling=auto,
                 options=dict(raw.get(ptype, {})),
+                update_strategy=raw["update"]["strategy"],
+                provider_type=ptype,
             )
         )
     for name in data["pools"]:
@@ -463,6 +501,7 @@ def _build(data: dict[str, Any], source: Path, lines: Mapping[tuple[Any, ...], i
         fleet_circuit_breaker_pct=float(s["fleet_circuit_breaker_pct"]),
         repairs_per_pool_per_hour=s["repairs_per_pool_per_hour"],
         lock_ttl_s=parse_duration_s(s["lock_ttl"]),
+        max_orphan_terminations=s["max_orphan_terminations"],
     )
     base_dir = source.resolve().parent
     store_url = data["store"]

@@ -8,10 +8,13 @@ and a clock. Outputs: NodeViews (observe) and a Plan (plan). Nothing here does I
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from functools import cached_property
 from typing import Any
+
+from pyrsistent import PMap, pmap
 
 from navarch.inventory import Instance
 
@@ -27,17 +30,23 @@ class Lifecycle(enum.StrEnum):
     STALE = "stale"  # last report older than stale_after
     OFFLINE = "offline"  # no fresh report for offline_after: counts as unhealthy
     UNHEALTHY = "unhealthy"  # to be cordoned and replaced
-    PREEMPTING = "preempting"  # spot/maintenance notice: replace at once
+    PREEMPTING = "preempting"  # spot preemption notice: replace at once, budget or not
+    MAINTENANCE = "maintenance"  # maintenance notice: replace before its deadline, in budget
+    STUCK = "stuck"  # pending past provision_timeout: terminated, its place backed off
     CORDONED = "cordoned"
     DRAINING = "draining"
     TERMINATING = "terminating"
+    ORPHAN = "orphan"  # carries this fleet's tags, but its pool is no longer declared
 
 
 SERVING = frozenset(
     {Lifecycle.PROVISIONING, Lifecycle.BOOTING, Lifecycle.HEALTHY, Lifecycle.DEGRADED,
-     Lifecycle.UNKNOWN, Lifecycle.STALE}
+     Lifecycle.UNKNOWN, Lifecycle.STALE, Lifecycle.MAINTENANCE}
 )
-WANTS_REPLACEMENT = frozenset({Lifecycle.UNHEALTHY, Lifecycle.OFFLINE, Lifecycle.PREEMPTING})
+READY = frozenset({Lifecycle.HEALTHY, Lifecycle.DEGRADED})  # reporting and taking work
+WANTS_REPLACEMENT = frozenset(
+    {Lifecycle.UNHEALTHY, Lifecycle.OFFLINE, Lifecycle.PREEMPTING, Lifecycle.MAINTENANCE}
+)
 LEAVING = frozenset({Lifecycle.CORDONED, Lifecycle.DRAINING, Lifecycle.TERMINATING})
 
 
@@ -48,6 +57,7 @@ class ActionKind(enum.StrEnum):
     TERMINATE = "terminate"
     UNCORDON = "uncordon"
     SCALE = "scale"  # change a pool's autoscaled desired count
+    UPDATE_TAGS = "update_tags"  # set the pool's labels on an instance in place
 
 
 class Phase(enum.StrEnum):
@@ -115,6 +125,7 @@ class NodeMemory:
     report: ReportSummary | None = None
     streak: int = 0  # consecutive distinct unhealthy reports
     streak_sequence: int = 0  # sequence of the last report counted in streak
+    launch: tuple[tuple[str, str], ...] = ()  # PoolSpec.launch_settings() it was launched with
 
 
 @dataclass(frozen=True)
@@ -139,22 +150,84 @@ class PoolMemory:
     scaled_at: datetime | None = None
 
 
+class NodeTable:
+    """Memory's nodes: an immutable table of NodeMemory keyed by node name.
+
+    Lookups and single updates are O(log N) (a persistent hash map, pyrsistent's PMap), so a
+    run that touches every node of a 100,000-node fleet stays O(N log N). Iteration yields
+    the NodeMemory values in node-name order (the order state/<fleet>.json is written in).
+    """
+
+    __slots__ = ("_map", "__dict__")
+
+    def __init__(self, nodes: Iterable[NodeMemory] | PMap = ()) -> None:
+        self._map: PMap = nodes if isinstance(nodes, PMap) else pmap({n.node: n for n in nodes})
+
+    def __getitem__(self, name: str) -> NodeMemory:
+        return self._map[name]  # type: ignore[no-any-return]
+
+    def get(self, name: str, default: NodeMemory | None = None) -> NodeMemory | None:
+        """The named node's memory, or default."""
+        return self._map.get(name, default)  # type: ignore[no-any-return]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._map
+
+    def __len__(self) -> int:
+        return len(self._map)
+
+    def __iter__(self) -> Iterator[NodeMemory]:
+        return iter(self._sorted)
+
+    def names(self) -> tuple[str, ...]:
+        """Node names in order."""
+        return tuple(n.node for n in self._sorted)
+
+    @cached_property
+    def _sorted(self) -> tuple[NodeMemory, ...]:
+        return tuple(self._map[k] for k in sorted(self._map))
+
+    def set(self, nm: NodeMemory) -> NodeTable:
+        return NodeTable(self._map.set(nm.node, nm))
+
+    def discard(self, name: str) -> NodeTable:
+        return NodeTable(self._map.discard(name))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, NodeTable):
+            return self._map == other._map
+        if isinstance(other, tuple):
+            return self._sorted == other
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._map)
+
+    def __repr__(self) -> str:
+        return f"NodeTable({list(self._sorted)!r})"
+
+
 @dataclass(frozen=True)
 class Memory:
-    """The reconciler's memory, state/<fleet>.json. serial grows with every write."""
+    """The reconciler's memory, state/<fleet>.json. serial grows with every write.
+
+    nodes: a NodeTable (built from any iterable of NodeMemory); pools sorted by name.
+    """
 
     fleet: str
     serial: int = 0
     lineage: str = ""
-    nodes: tuple[NodeMemory, ...] = ()
+    nodes: NodeTable = field(default_factory=NodeTable)
     pools: tuple[PoolMemory, ...] = ()
     rejections: tuple[tuple[str, int], ...] = ()  # reason -> count, cumulative
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.nodes, NodeTable):
+            object.__setattr__(self, "nodes", NodeTable(self.nodes))
+
     def node(self, name: str) -> NodeMemory | None:
-        for n in self.nodes:
-            if n.node == name:
-                return n
-        return None
+        """The node's memory, or None. O(log N)."""
+        return self.nodes.get(name)
 
     def pool(self, name: str) -> PoolMemory:
         for p in self.pools:
@@ -163,11 +236,12 @@ class Memory:
         return PoolMemory(pool=name)
 
     def with_node(self, nm: NodeMemory) -> Memory:
-        others = tuple(n for n in self.nodes if n.node != nm.node)
-        return replace(self, nodes=tuple(sorted(others + (nm,), key=lambda n: n.node)))
+        """A copy with nm replacing the node of the same name. O(log N)."""
+        return replace(self, nodes=self.nodes.set(nm))
 
     def without_node(self, name: str) -> Memory:
-        return replace(self, nodes=tuple(n for n in self.nodes if n.node != name))
+        """A copy without the named node (no error when absent). O(log N)."""
+        return replace(self, nodes=self.nodes.discard(name))
 
     def with_pool(self, pm: PoolMemory) -> Memory:
         others = tuple(p for p in self.pools if p.pool != pm.pool)
@@ -190,6 +264,9 @@ class NodeView:
     rejected: str | None = None
     immediate: bool = False  # fatal XID or notice: act without waiting for a streak
     drained: bool | None = None  # drain check result where known
+    drift: str | None = None  # why the node no longer matches its pool (None: it does)
+    tags_drift: tuple[tuple[str, str], ...] = ()  # pool labels to set on it in place
+    deadline: datetime | None = None  # maintenance: the cloud acts at this time
 
 
 @dataclass(frozen=True)
@@ -216,6 +293,8 @@ class Action:
     replaces: str | None = None  # provision: the node this one replaces
     repair: bool = False  # cordon: starts a repair (counts toward the hourly limit)
     desired: int | None = None  # scale: the new desired count
+    tags: tuple[tuple[str, str], ...] = ()  # update_tags: the tags to set
+    backoff: bool = False  # terminate: back off the instance's place (it never came up)
 
 
 @dataclass(frozen=True)
@@ -223,8 +302,19 @@ class Halt:
     """A safety rule stopped actions in a pool (or "*" for the fleet)."""
 
     pool: str
-    rule: str  # circuit_breaker | disruption_budget | repair_rate_limit | capacity
+    rule: str  # one of HALT_RULES
     message: str
+
+    @property
+    def safety_stop(self) -> bool:
+        """True for rules that stop a run for a human (exit 3): breaker, orphan guard,
+        duplicate node names. Budget, rate limit, capacity and max pace a converging run."""
+        return self.rule in SAFETY_STOPS
+
+
+HALT_RULES = ("circuit_breaker", "disruption_budget", "repair_rate_limit", "capacity",
+              "max_nodes", "orphan_guard", "duplicate_node")
+SAFETY_STOPS = frozenset({"circuit_breaker", "orphan_guard", "duplicate_node"})
 
 
 @dataclass(frozen=True)
@@ -238,12 +328,27 @@ class Plan:
     notes: tuple[str, ...] = ()
     state_serial: int = 0
     inventory_fingerprint: str = ""
+    pending: tuple[str, ...] = ()  # differences from fleet.yaml this run does not act on
+    observation_fingerprint: str = ""  # digest of the views and halts (saved-plan check)
     views: tuple[NodeView, ...] = field(default=(), compare=False)
     foreign: tuple[Instance, ...] = field(default=(), compare=False)
 
     @property
     def breaker_open(self) -> bool:
         return any(h.rule == "circuit_breaker" for h in self.halts)
+
+    @property
+    def safety_stopped(self) -> bool:
+        """A safety rule stopped something for a human to look at (exit 3)."""
+        return any(h.safety_stop for h in self.halts)
+
+    @property
+    def converged(self) -> bool:
+        """The world matches fleet.yaml: nothing to do, nothing held back, nothing waiting.
+
+        Only then may a plan say "No changes" (and --detailed-exitcode exit 0).
+        """
+        return not (self.actions or self.halts or self.pending)
 
 
 # --- JSON forms -------------------------------------------------------------------------
@@ -306,6 +411,7 @@ def memory_to_json(m: Memory) -> dict[str, Any]:
                 "repair": n.repair, "report_version": n.report_version,
                 "report": summary_to_json(n.report), "streak": n.streak,
                 "streak_sequence": n.streak_sequence,
+                **({"launch": dict(n.launch)} if n.launch else {}),
             }
             for n in m.nodes
         },
@@ -337,6 +443,7 @@ def memory_from_json(d: Mapping[str, Any]) -> Memory:
             repair=n.get("repair", False), report_version=n.get("report_version"),
             report=summary_from_json(n.get("report")), streak=n.get("streak", 0),
             streak_sequence=n.get("streak_sequence", 0),
+            launch=tuple(sorted((n.get("launch") or {}).items())),
         )
         for name, n in sorted(d.get("nodes", {}).items())
     )

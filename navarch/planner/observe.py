@@ -2,12 +2,20 @@
 
 Pure: no I/O, no clock reads, no randomness. Same inputs give the same output.
 Rules (DESIGN.md "Node lifecycle" and safety rules 1-2):
-- Only instances tagged for this fleet and one of its pools are nodes; the rest are foreign.
+- Instances tagged for this fleet with a node name are nodes; the rest are foreign. A node
+  whose pool is no longer declared is an ORPHAN (never foreign). A second instance with a
+  node's name is a duplicate: set aside, never a node.
+- Drift: a node launched from settings its pool no longer declares (provider, instance
+  type, zone, capacity, launch settings) carries a drift reason; changed labels are listed
+  for an in-place update.
 - Unhealthy counts per distinct report sequence, never per run; a new boot restarts the count.
 - A fatal XID latched in a report, or a spot/maintenance notice, acts at once.
 - Missing, rejected or unreadable reports make a node UNKNOWN (then STALE), never
   unhealthy, until offline_after has passed since the last accepted report.
-- A node with no report at all is BOOTING until boot_timeout, then UNHEALTHY.
+- A node with no report at all is BOOTING until boot_timeout, then UNHEALTHY; an
+  instance still pending past provision_timeout is STUCK.
+- A spot preemption notice is PREEMPTING (act at once); a maintenance notice is
+  MAINTENANCE (replace before its deadline, within the disruption budget).
 """
 
 from __future__ import annotations
@@ -17,7 +25,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from navarch.durations import format_duration_s
-from navarch.inventory import Instance, InstanceState
+from navarch.inventory import TAG_SPEC, Instance, InstanceState
 from navarch.planner.model import (
     Lifecycle,
     Memory,
@@ -31,24 +39,86 @@ from navarch.spec import FleetSpec, PoolSpec
 
 
 @dataclass(frozen=True)
+class Duplicate:
+    """A second instance carrying a node's name. extra: the instance Memory does not know
+    (None when Memory knows neither, so navarch cannot tell which one is the node)."""
+
+    node: str
+    pool: str
+    instances: tuple[Instance, ...]
+    extra: Instance | None
+
+
+@dataclass(frozen=True)
 class Observed:
-    """observe()'s result: views of owned nodes, foreign instances, and Memory folded with
-    this run's observations (streaks, report summaries, adopted and forgotten nodes)."""
+    """observe()'s result: views of owned nodes (orphans included, lifecycle ORPHAN),
+    foreign instances, duplicate node names, and Memory folded with this run's
+    observations (streaks, report summaries, adopted and forgotten nodes)."""
 
     views: tuple[NodeView, ...]
     foreign: tuple[Instance, ...]
     memory: Memory
+    duplicates: tuple[Duplicate, ...] = ()
 
 
 def is_owned(inst: Instance, spec: FleetSpec) -> bool:
-    """Safety rule 1: the instance carries this fleet's tags, a declared pool and a node name."""
-    if inst.fleet != spec.name or not inst.node:
-        return False
-    try:
-        pool = spec.pool(inst.pool or "")
-    except KeyError:
-        return False
-    return inst.provider == pool.provider
+    """Safety rule 1: the instance carries this fleet's tags and a node name.
+
+    Its pool may be gone from fleet.yaml (an orphan) or on another provider (drift): both
+    are still this fleet's, never foreign.
+    """
+    return inst.fleet == spec.name and bool(inst.node) and bool(inst.pool)
+
+
+def drift_reason(pool: PoolSpec, inst: Instance, nm: NodeMemory | None) -> str | None:
+    """Why a node no longer matches its pool as declared now, or None when it does.
+
+    A node on a type or zone still listed (not the first) is not drift: fallback placements
+    are legal. A node launched before navarch tagged launch settings (no navarch-spec tag
+    and nothing in Memory) is given the benefit of the doubt.
+    """
+    reasons: list[str] = []
+    if inst.provider != pool.provider:
+        reasons.append(f"provider {inst.provider} is no longer the pool's ({pool.provider})")
+    if inst.instance_type not in pool.instance_types:
+        reasons.append(f"instance type {inst.instance_type} is no longer in instance_types")
+    if inst.zone not in pool.zones:
+        reasons.append(f"zone {inst.zone} is no longer in zones")
+    if inst.spot and pool.capacity == "on-demand":
+        reasons.append("capacity spot, pool now on-demand")
+    elif not inst.spot and pool.capacity == "spot":
+        reasons.append("capacity on-demand, pool now spot")
+    changed = _launch_changes(pool, inst, nm)
+    if changed is not None:
+        reasons.append(f"launch settings changed ({changed})" if changed else "launch settings changed")
+    return "; ".join(reasons) or None
+
+
+def _launch_changes(pool: PoolSpec, inst: Instance, nm: NodeMemory | None) -> str | None:
+    """None when the launch settings match; else which keys changed ("" when unknown)."""
+    now = dict(pool.launch_settings())
+    if nm is not None and nm.launch:
+        then = dict(nm.launch)
+        if then == now:
+            return None
+        keys = sorted(k for k in set(then) | set(now) if then.get(k) != now.get(k))
+        return ", ".join(f"{k} {_short(then.get(k))} -> {_short(now.get(k))}" for k in keys[:3])
+    tagged = inst.tag(TAG_SPEC)
+    if tagged is None or tagged == pool.launch_hash():
+        return None
+    return ""
+
+
+def _short(value: str | None) -> str:
+    if value is None:
+        return "(unset)"
+    text = value.strip('"')
+    return text if len(text) <= 24 else text[:21] + "..."
+
+
+def labels_drift(pool: PoolSpec, inst: Instance) -> tuple[tuple[str, str], ...]:
+    """The pool's labels that the instance lacks or carries with another value."""
+    return tuple((k, v) for k, v in pool.labels if inst.tag(k) != v)
 
 
 def observe(
@@ -66,13 +136,7 @@ def observe(
     pools with scheduler none are judged from their report's GPU process count instead).
     """
     drain_checks = drain_checks or {}
-    owned: dict[str, Instance] = {}
-    foreign: list[Instance] = []
-    for inst in sorted(inventory, key=lambda i: (i.provider, i.instance_id)):
-        if is_owned(inst, spec) and inst.node not in owned:
-            owned[inst.node or ""] = inst
-        else:
-            foreign.append(inst)
+    owned, foreign, duplicates = _split(spec, inventory, memory)
 
     mem = memory
     # Nodes navarch remembers whose instance is gone: forget them (terminated, preempted,
@@ -81,32 +145,84 @@ def observe(
         if nm.node not in owned:
             mem = mem.without_node(nm.node)
 
+    declared = {p.name: p for p in spec.pools}
     rejections = dict(mem.rejections)
     views: list[NodeView] = []
     for name in sorted(owned):
         inst = owned[name]
-        pool = spec.pool(inst.pool or "")
-        nm = mem.node(name) or NodeMemory(node=name, pool=pool.name, first_seen_at=now)
+        nm = mem.node(name) or NodeMemory(node=name, pool=inst.pool or "", first_seen_at=now)
         nm = replace(nm, instance_id=inst.instance_id)
         obs = reports.get(name)
         if obs is not None and obs.rejected and obs.version != nm.report_version:
             rejections[obs.rejected] = rejections.get(obs.rejected, 0) + 1
         nm = _fold_report(nm, obs)
         mem = mem.with_node(nm)
-        views.append(_view(pool, inst, nm, obs, now, drain_checks.get(name)))
+        pool = declared.get(inst.pool or "")
+        if pool is None:
+            views.append(_orphan_view(inst, nm, now))
+            continue
+        view = _view(pool, inst, nm, obs, now, drain_checks.get(name))
+        views.append(replace(view, drift=drift_reason(pool, inst, nm),
+                             tags_drift=labels_drift(pool, inst)))
 
     # Names are never reused, even after a lost state: every owned node's index raises its
     # pool's next_index (a reused name would reuse a terminated node's launch id).
+    highest: dict[str, int] = {}
+    for v in views:
+        prefix = f"{spec.name}-{v.pool}-"
+        tail = v.node[len(prefix):]
+        if v.node.startswith(prefix) and tail.isdigit():
+            highest[v.pool] = max(highest.get(v.pool, 0), int(tail))
     for pool in spec.pools:
-        prefix = f"{spec.name}-{pool.name}-"
-        seen = [int(v.node[len(prefix):]) for v in views
-                if v.pool == pool.name and v.node.startswith(prefix) and v.node[len(prefix):].isdigit()]
         pm = mem.pool(pool.name)
-        if seen and max(seen) + 1 > pm.next_index:
-            mem = mem.with_pool(replace(pm, next_index=max(seen) + 1))
+        if pool.name in highest and highest[pool.name] + 1 > pm.next_index:
+            mem = mem.with_pool(replace(pm, next_index=highest[pool.name] + 1))
 
     mem = replace(mem, rejections=tuple(sorted(rejections.items())))
-    return Observed(views=tuple(views), foreign=tuple(foreign), memory=mem)
+    return Observed(views=tuple(views), foreign=tuple(foreign), memory=mem,
+                    duplicates=tuple(duplicates))
+
+
+def _split(spec: FleetSpec, inventory: Sequence[Instance], memory: Memory
+           ) -> tuple[dict[str, Instance], list[Instance], list[Duplicate]]:
+    """Owned nodes by name, foreign instances, and names carried by more than one instance.
+
+    For a duplicated name the node is the instance Memory knows; the others are extras.
+    When Memory knows none of them, none is a node this run (doubt never acts).
+    """
+    by_name: dict[str, list[Instance]] = {}
+    foreign: list[Instance] = []
+    for inst in sorted(inventory, key=lambda i: (i.provider, i.instance_id)):
+        if is_owned(inst, spec):
+            by_name.setdefault(inst.node or "", []).append(inst)
+        else:
+            foreign.append(inst)
+    owned: dict[str, Instance] = {}
+    duplicates: list[Duplicate] = []
+    for name, insts in by_name.items():
+        if len(insts) == 1:
+            owned[name] = insts[0]
+            continue
+        nm = memory.node(name)
+        known = [i for i in insts if nm is not None and i.instance_id == nm.instance_id]
+        if known:
+            owned[name] = known[0]
+            for extra in insts:
+                if extra is not known[0]:
+                    duplicates.append(Duplicate(name, extra.pool or "", tuple(insts), extra))
+        else:
+            duplicates.append(Duplicate(name, insts[0].pool or "", tuple(insts), None))
+    return owned, foreign, duplicates
+
+
+def _orphan_view(inst: Instance, nm: NodeMemory, now: datetime) -> NodeView:
+    s = nm.report
+    return NodeView(
+        node=nm.node, pool=inst.pool or "", lifecycle=Lifecycle.ORPHAN,
+        reason=f"pool {inst.pool} was removed from fleet.yaml", instance=inst, summary=s,
+        report_age_s=(now - s.generated_at).total_seconds() if s else None, streak=nm.streak,
+        phase_at=nm.phase_at,
+    )
 
 
 def _fold_report(nm: NodeMemory, obs: ReportObservation | None) -> NodeMemory:
@@ -163,6 +279,10 @@ def _view(
         return view(Lifecycle.CORDONED, nm.phase_reason)
 
     if inst.state is InstanceState.PENDING:
+        pending_s = (now - inst.launched_at).total_seconds()
+        if pending_s > h.provision_timeout_s:
+            return view(Lifecycle.STUCK, f"pending for {format_duration_s(pending_s)} "
+                        f"(provision_timeout {format_duration_s(h.provision_timeout_s)})")
         return view(Lifecycle.PROVISIONING, "instance is pending")
 
     if s is None:
@@ -179,8 +299,12 @@ def _view(
     assert age is not None
     if age > h.offline_after_s:
         return view(Lifecycle.OFFLINE, f"no fresh report for {format_duration_s(age)} (offline_after {format_duration_s(h.offline_after_s)})")
-    if s.notice_kind == "preemption" or s.notice_kind == "maintenance":
-        return view(Lifecycle.PREEMPTING, f"{s.notice_kind} notice from the cloud", immediate=True)
+    if s.notice_kind == "preemption":
+        return view(Lifecycle.PREEMPTING, "preemption notice from the cloud", immediate=True)
+    if s.notice_kind == "maintenance":
+        by = f" (deadline {s.notice_deadline:%Y-%m-%d %H:%M} UTC)" if s.notice_deadline else ""
+        return replace(view(Lifecycle.MAINTENANCE, f"maintenance notice from the cloud{by}"),
+                       deadline=s.notice_deadline)
     if age > h.stale_after_s:
         return view(Lifecycle.STALE, f"last report {format_duration_s(age)} old")
     if rejected:

@@ -1,28 +1,47 @@
 """plan(): the actions that bring each pool to its desired state, within the safety rules.
 
 Pure: no I/O, no clock reads, no randomness; same inputs give the same plan, byte for byte.
-Order of actions: per pool (sorted by name): scale, terminate, drain, cordon (+ drain),
-provision. Safety rules enforced here (DESIGN.md "Safety rules"):
+
+A fleet's plan is made in two layers of named stages, each a pure function:
+- fleet stages: the circuit breaker over the whole fleet, orphans (nodes whose pool left
+  fleet.yaml, with the guard against mass termination), duplicate node names;
+- pool stages, per pool in name order (POOL_STAGES): scale (desired count), terminate
+  (nodes whose drain finished or timed out), redrain (cordoned, never drained), stuck
+  (pending past provision_timeout), repair (cordon + drain what must be replaced), watch
+  (what is part-way to a decision), drift (in-place tag updates and rolling replacement),
+  count (provision up to desired, or scale down). `navarch destroy` swaps in its own.
+A stage reads a PoolContext (never changed) and the Progress earlier stages made (budget
+left, nodes leaving, replacements wanted) and returns a StageResult: its actions, the
+halts and notes it adds, the differences it leaves for later (pending), the new Progress.
+
+Safety rules enforced here (DESIGN.md "Safety rules"):
  1. only owned nodes (observe() already split off foreign instances) are ever acted on;
- 2. doubt never terminates: UNKNOWN/STALE nodes are left alone until OFFLINE;
- 3. disruption budget: cordoned + draining + terminating <= max_unavailable per pool;
+ 2. doubt never terminates: UNKNOWN/STALE nodes are left alone until OFFLINE, and are
+    never picked for scale-down;
+ 3. disruption budget: cordoned + draining + terminating <= max_unavailable per pool
+    (spot preemptions excepted: those nodes go anyway);
  4. circuit breaker: a pool (or the fleet) whose unhealthy+offline share reaches the
-    threshold, with at least 2 such nodes, gets no new cordon, no scale-down, and no
-    termination on drain_timeout; a node already cordoned whose drain finished (its work
-    is gone, its replacement already surged) is still terminated;
- 5. repair rate limit: at most repairs_per_pool_per_hour repairs started per pool per hour;
+    threshold, with at least 2 such nodes, gets no new cordon, no scale-down, no rolling
+    replacement and no termination on drain_timeout; a node already cordoned whose drain
+    finished (its work is gone, its replacement already surged) is still terminated;
+ 5. repair rate limit: at most repairs_per_pool_per_hour repairs (replacements of sick,
+    drifted or requested nodes) started per pool per hour;
  6. provisioning tries places in the pool's fallback order, skipping exhausted ones.
-A node is only terminated after it was cordoned and drained (or drain_timeout passed).
+A node is only terminated after it was cordoned and drained (or drain_timeout passed),
+except orphans, duplicates, stuck instances and `destroy --force`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import hashlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from navarch.durations import format_duration_s
 from navarch.planner.model import (
     LEAVING,
+    READY,
     SERVING,
     Action,
     ActionKind,
@@ -34,10 +53,82 @@ from navarch.planner.model import (
     Plan,
     PoolMemory,
 )
+from navarch.planner.observe import Duplicate
 from navarch.spec import FleetSpec, PoolSpec
 
 HOUR_S = 3600
-_REPLACE_ORDER = {Lifecycle.PREEMPTING: 0, Lifecycle.UNHEALTHY: 1, Lifecycle.OFFLINE: 2}
+_REPLACE_ORDER = {Lifecycle.PREEMPTING: 0, Lifecycle.UNHEALTHY: 1, Lifecycle.OFFLINE: 2,
+                  Lifecycle.MAINTENANCE: 4}
+_REQUESTED = 3  # `apply --replace NODE`, between offline and maintenance
+# Providers whose instances' tags/labels can be changed in place (EC2 CreateTags, GCE
+# setLabels, ARM tags PATCH, the local provider's machine file); others replace the node.
+TAG_UPDATABLE = frozenset({"local", "aws", "gcp", "azure"})
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    """What one run is asked for beyond converging (CLI flags, Terraform's analogues).
+
+    pools: only these pools and their orphans (`--pool`, Terraform -target); None: all.
+    replace: nodes to replace through the usual surge/cordon/drain path (`--replace`).
+    destroy: `navarch destroy`: every node of the chosen pools (and orphans) leaves.
+    force: with destroy, terminate without waiting for drains.
+    allow_destroy: lift the orphan guard for this run (`--allow-destroy`).
+    """
+
+    pools: frozenset[str] | None = None
+    replace: frozenset[str] = frozenset()
+    destroy: bool = False
+    force: bool = False
+    allow_destroy: bool = False
+
+    def includes(self, pool: str) -> bool:
+        return self.pools is None or pool in self.pools
+
+
+@dataclass(frozen=True)
+class PoolContext:
+    """What every stage of one pool reads. views: the pool's nodes by name; frozen: a
+    circuit breaker (pool or fleet) is open; last_index: the highest node index used."""
+
+    spec: FleetSpec
+    pool: PoolSpec
+    views: tuple[NodeView, ...]
+    pm: PoolMemory
+    now: datetime
+    frozen: bool
+    options: PlanOptions
+    last_index: int
+
+
+@dataclass(frozen=True)
+class Progress:
+    """What earlier stages of a pool's pipeline decided or used up.
+
+    budget: nodes that may still leave service; rate_left: repairs that may still start;
+    leaving: nodes this run cordons, whose replacements count provisions (in order);
+    surge_for: (node, why) drifted nodes wanting a replacement before they leave;
+    avoid: places this run found bad (a stuck instance's), skipped by provisioning.
+    """
+
+    desired: int
+    budget: int
+    rate_left: int
+    leaving: tuple[str, ...] = ()
+    surge_for: tuple[tuple[str, str], ...] = ()
+    avoid: frozenset[tuple[str, str, bool]] = frozenset()
+
+
+@dataclass(frozen=True)
+class StageResult:
+    progress: Progress
+    actions: tuple[Action, ...] = ()
+    halts: tuple[Halt, ...] = ()
+    notes: tuple[str, ...] = ()
+    pending: tuple[str, ...] = ()
+
+
+Stage = Callable[[PoolContext, Progress], StageResult]
 
 
 def node_name(fleet: str, pool: str, index: int) -> str:
@@ -51,13 +142,13 @@ def _index_of(fleet: str, pool: str, name: str) -> int:
     return int(tail) if tail.isdigit() else 0
 
 
-def _sick(views: Sequence[NodeView]) -> int:
-    return sum(v.lifecycle in (Lifecycle.UNHEALTHY, Lifecycle.OFFLINE) for v in views)
+def _iid(v: NodeView) -> str | None:
+    return v.instance.instance_id if v.instance else None
 
 
 def _breaker_tripped(views: Sequence[NodeView], pct: float) -> tuple[bool, int, int]:
-    active = [v for v in views if v.lifecycle is not Lifecycle.TERMINATING]
-    sick = _sick(active)
+    active = [v for v in views if v.lifecycle not in (Lifecycle.TERMINATING, Lifecycle.ORPHAN)]
+    sick = sum(v.lifecycle in (Lifecycle.UNHEALTHY, Lifecycle.OFFLINE) for v in active)
     total = len(active)
     return (sick >= 2 and total > 0 and sick * 100 >= pct * total), sick, total
 
@@ -81,8 +172,7 @@ def desired_count(pool: PoolSpec, views: Sequence[NodeView], pm: PoolMemory, now
         return base, None
     utils = [
         v.summary.utilization_pct for v in views
-        if v.lifecycle in (Lifecycle.HEALTHY, Lifecycle.DEGRADED)
-        and v.summary is not None and v.summary.utilization_pct is not None
+        if v.lifecycle in READY and v.summary is not None and v.summary.utilization_pct is not None
     ]
     if not utils:
         return base, None
@@ -94,9 +184,10 @@ def desired_count(pool: PoolSpec, views: Sequence[NodeView], pm: PoolMemory, now
     return base, None
 
 
-def open_places(pool: PoolSpec, pm: PoolMemory, now: datetime) -> tuple[Place, ...]:
-    """The pool's places in fallback order, without those still in capacity backoff."""
-    blocked = {(e.zone, e.instance_type, e.spot) for e in pm.exhausted if e.until > now}
+def open_places(pool: PoolSpec, pm: PoolMemory, now: datetime,
+                avoid: frozenset[tuple[str, str, bool]] = frozenset()) -> tuple[Place, ...]:
+    """The pool's places in fallback order, without those in capacity backoff or avoided."""
+    blocked = {(e.zone, e.instance_type, e.spot) for e in pm.exhausted if e.until > now} | avoid
     return tuple(
         Place(zone, itype, spot, attempt)
         for attempt, (zone, itype, spot) in enumerate(pool.places())
@@ -104,178 +195,474 @@ def open_places(pool: PoolSpec, pm: PoolMemory, now: datetime) -> tuple[Place, .
     )
 
 
-def plan(spec: FleetSpec, views: Sequence[NodeView], memory: Memory, now: datetime) -> Plan:
+# --- the plan -----------------------------------------------------------------------------
+
+
+def plan(spec: FleetSpec, views: Sequence[NodeView], memory: Memory, now: datetime,
+         options: PlanOptions | None = None, duplicates: Sequence[Duplicate] = ()) -> Plan:
     """Compute the Plan for one run.
 
-    views: observe()'s NodeViews; memory: observe()'s folded Memory; now: aware UTC.
-    Returns a Plan whose actions are in execution order and whose halts say which safety
-    rule held what back. Never raises for any combination of valid inputs.
+    views: observe()'s NodeViews; memory: observe()'s folded Memory; now: aware UTC;
+    options: the run's flags (PlanOptions); duplicates: observe()'s duplicate node names.
+    Returns a Plan whose actions are in execution order, whose halts say which safety rule
+    held what back and whose pending lines name every difference from fleet.yaml this run
+    leaves (so a plan is "No changes" only when the world matches). Never raises for any
+    combination of valid inputs. Cost: O(N log N) in the number of nodes.
     """
-    actions: list[Action] = []
-    halts: list[Halt] = []
-    notes: list[str] = []
-
-    fleet_tripped, fleet_sick, fleet_total = _breaker_tripped(
-        views, spec.safety.fleet_circuit_breaker_pct
-    )
-    if fleet_tripped:
-        halts.append(Halt("*", "circuit_breaker",
-                          f"{fleet_sick} of {fleet_total} nodes in the fleet are unhealthy or offline "
-                          f"(>= {spec.safety.fleet_circuit_breaker_pct:g}%): no new cordon or termination "
-                          "anywhere; check the agents, the store and the network first"))
-
+    options = options or PlanOptions()
+    fleet = _fleet_stages(spec, views, memory, options, duplicates)
+    by_pool: dict[str, list[NodeView]] = {}
+    for v in views:
+        by_pool.setdefault(v.pool, []).append(v)
+    last_index: dict[str, int] = {}
+    for nm in memory.nodes:
+        last_index[nm.pool] = max(last_index.get(nm.pool, 0), _index_of(spec.name, nm.pool, nm.node))
+    results: list[StageResult] = [fleet]
     for pool in sorted(spec.pools, key=lambda p: p.name):
-        pviews = sorted((v for v in views if v.pool == pool.name), key=lambda v: v.node)
-        pa, ph, pn = _plan_pool(spec, pool, pviews, memory.pool(pool.name), memory, now, fleet_tripped)
-        actions += pa
-        halts += ph
-        notes += pn
-    return Plan(fleet=spec.name, created_at=now, actions=tuple(actions), halts=tuple(halts),
-                notes=tuple(notes), state_serial=memory.serial, views=tuple(views))
+        if not options.includes(pool.name):
+            continue
+        pviews = tuple(sorted(by_pool.get(pool.name, ()), key=lambda v: v.node))
+        pm = memory.pool(pool.name)
+        top = max([pm.next_index - 1, last_index.get(pool.name, 0)]
+                  + [_index_of(spec.name, pool.name, v.node) for v in pviews])
+        results.append(_plan_pool(spec, pool, pviews, pm, now, options, top,
+                                  any(h.rule == "circuit_breaker" for h in fleet.halts)))
+    blocked = {d.node for d in duplicates}
+    actions = tuple(a for r in results for a in r.actions
+                    if a.node not in blocked or a in fleet.actions)
+    halts = tuple(h for r in results for h in r.halts)
+    out = Plan(fleet=spec.name, created_at=now, actions=actions, halts=halts,
+               notes=tuple(n for r in results for n in r.notes),
+               pending=tuple(p for r in results for p in r.pending),
+               state_serial=memory.serial, views=tuple(views))
+    return replace(out, observation_fingerprint=observation_fingerprint(views, halts))
 
 
-def _plan_pool(spec: FleetSpec, pool: PoolSpec, views: list[NodeView], pm: PoolMemory,
-               memory: Memory, now: datetime, fleet_tripped: bool
-               ) -> tuple[list[Action], list[Halt], list[str]]:
+def observation_fingerprint(views: Sequence[NodeView], halts: Sequence[Halt]) -> str:
+    """A digest of what the plan was made from beyond inventory and state: each node's
+    lifecycle, accepted report sequence, rejection and drift, and the halts. `apply PLAN`
+    refuses a saved plan whose fingerprint no longer matches (a node recovered, a breaker
+    opened). 16 hex characters."""
+    h = hashlib.sha256()
+    for v in sorted(views, key=lambda v: v.node):
+        seq = v.summary.sequence if v.summary else None
+        h.update(f"{v.node}|{v.lifecycle.value}|{seq}|{v.rejected}|{v.drift}|{v.tags_drift}\n".encode())
+    for x in halts:
+        h.update(f"halt|{x.pool}|{x.rule}\n".encode())
+    return h.hexdigest()[:16]
+
+
+def _plan_pool(spec: FleetSpec, pool: PoolSpec, views: tuple[NodeView, ...], pm: PoolMemory,
+               now: datetime, options: PlanOptions, last_index: int, fleet_tripped: bool
+               ) -> StageResult:
+    """Run the pool's stages in order, folding their results into one StageResult."""
     h = pool.health
-    actions: list[Action] = []
     halts: list[Halt] = []
-    notes: list[str] = []
-
     tripped, sick, total = _breaker_tripped(views, spec.safety.circuit_breaker_pct)
-    if tripped:
+    if tripped and not options.destroy:
         halts.append(Halt(pool.name, "circuit_breaker",
                           f"{sick} of {total} nodes are unhealthy or offline "
                           f"(>= {spec.safety.circuit_breaker_pct:g}%): no new cordon or termination in "
                           "this pool; a mass failure is more often a broken agent, network or store"))
-    frozen = tripped or fleet_tripped
+    frozen = (tripped or fleet_tripped) and not options.destroy
+    ctx = PoolContext(spec, pool, views, pm, now, frozen, options, last_index)
+    unavailable = sum(v.lifecycle in LEAVING for v in views)
+    recent = [r for r in pm.repairs if (now - r).total_seconds() < HOUR_S]
+    progress = Progress(
+        desired=pool.target_nodes,
+        budget=h.max_unavailable_nodes(pool.target_nodes) - unavailable,
+        rate_left=spec.safety.repairs_per_pool_per_hour - len(recent),
+    )
+    stages = DESTROY_STAGES if options.destroy else POOL_STAGES
+    if options.destroy and options.force:
+        stages = (force_destroy_stage,)
+    out = StageResult(progress, halts=tuple(halts))
+    for stage in stages:
+        r = stage(ctx, out.progress)
+        out = StageResult(r.progress, out.actions + r.actions, out.halts + r.halts,
+                          out.notes + r.notes, out.pending + r.pending)
+    return out
 
-    # 0. Autoscaling.
-    desired, scale_reason = desired_count(pool, views, pm, now)
-    if scale_reason is not None:
-        actions.append(Action(ActionKind.SCALE, pool.name, None, scale_reason, desired=desired))
 
-    # 1. Terminate: re-issue for TERMINATING; finish DRAINING nodes that drained or timed out.
-    for v in views:
+# --- fleet stages -------------------------------------------------------------------------
+
+
+def _fleet_stages(spec: FleetSpec, views: Sequence[NodeView], memory: Memory,
+                  options: PlanOptions, duplicates: Sequence[Duplicate]) -> StageResult:
+    """Fleet circuit breaker, orphans, duplicate node names."""
+    halts: list[Halt] = []
+    tripped, sick, total = _breaker_tripped(views, spec.safety.fleet_circuit_breaker_pct)
+    if tripped and not options.destroy:
+        halts.append(Halt("*", "circuit_breaker",
+                          f"{sick} of {total} nodes in the fleet are unhealthy or offline "
+                          f"(>= {spec.safety.fleet_circuit_breaker_pct:g}%): no new cordon or "
+                          "termination anywhere; check the agents, the store and the network first"))
+    orphans = orphan_stage(spec, views, options)
+    dups = duplicate_stage(duplicates)
+    return StageResult(Progress(0, 0, 0), orphans.actions + dups.actions,
+                       tuple(halts) + orphans.halts + dups.halts, orphans.notes + dups.notes,
+                       orphans.pending + dups.pending)
+
+
+def orphan_stage(spec: FleetSpec, views: Sequence[NodeView], options: PlanOptions) -> StageResult:
+    """Terminate nodes whose pool left fleet.yaml, unless there are more than the orphan
+    guard allows (safety.max_orphan_terminations; a typo must not delete a fleet)."""
+    orphans = [v for v in views if v.lifecycle is Lifecycle.ORPHAN and options.includes(v.pool)]
+    if not orphans:
+        return StageResult(Progress(0, 0, 0))
+    limit = spec.safety.orphan_limit(len(views))
+    if len(orphans) > limit and not (options.allow_destroy or options.destroy):
+        pools = ", ".join(sorted({v.pool for v in orphans}))
+        return StageResult(Progress(0, 0, 0), halts=(Halt(
+            "*", "orphan_guard",
+            f"{len(orphans)} orphan node(s) of removed pool(s) {pools} would be terminated, more "
+            f"than the limit of {limit}; if the pools were removed on purpose run apply with "
+            "--allow-destroy (or raise safety.max_orphan_terminations), else restore them in "
+            "fleet.yaml"),), pending=tuple(f"{v.node}: {v.reason}" for v in orphans))
+    actions = tuple(Action(ActionKind.TERMINATE, v.pool, v.node, f"orphan: {v.reason}",
+                           instance_id=_iid(v)) for v in orphans)
+    note = ("orphans are terminated without a drain: their pool's scheduler and playbooks "
+            "left fleet.yaml with it")
+    return StageResult(Progress(0, 0, 0), actions, notes=(note,))
+
+
+def duplicate_stage(duplicates: Sequence[Duplicate]) -> StageResult:
+    """A node name carried by two instances: terminate the extra Memory does not know;
+    when Memory knows neither, stop for a human (nothing on that name is touched)."""
+    actions: list[Action] = []
+    halts: list[Halt] = []
+    for d in duplicates:
+        ids = ", ".join(i.instance_id for i in d.instances)
+        if d.extra is None:
+            halts.append(Halt(d.pool, "duplicate_node",
+                              f"{d.node} is carried by instances {ids} and navarch's state knows "
+                              "none of them: nothing is done to this node name; terminate the "
+                              "wrong instance by hand"))
+            continue
+        actions.append(Action(ActionKind.TERMINATE, d.pool, d.node,
+                              f"duplicate: instance {d.extra.instance_id} also carries "
+                              f"navarch-node={d.node} (instances {ids}; the node is the one in "
+                              "navarch's state)", instance_id=d.extra.instance_id))
+    return StageResult(Progress(0, 0, 0), tuple(actions), tuple(halts))
+
+
+# --- pool stages --------------------------------------------------------------------------
+
+
+def scale_stage(ctx: PoolContext, prog: Progress) -> StageResult:
+    """Desired count: the target, or autoscaling's (a SCALE action records a change)."""
+    desired, reason = desired_count(ctx.pool, ctx.views, ctx.pm, ctx.now)
+    actions = () if reason is None else (
+        Action(ActionKind.SCALE, ctx.pool.name, None, reason, desired=desired),)
+    return StageResult(replace(prog, desired=desired), actions)
+
+
+def terminate_stage(ctx: PoolContext, prog: Progress) -> StageResult:
+    """Re-issue terminations in progress; terminate draining nodes whose drain finished or
+    timed out (a breaker holds timed-out ones: their work may still be running)."""
+    h = ctx.pool.health
+    actions: list[Action] = []
+    halts: list[Halt] = []
+    pending: list[str] = []
+    for v in ctx.views:
         if v.lifecycle is Lifecycle.TERMINATING:
-            actions.append(Action(ActionKind.TERMINATE, pool.name, v.node,
-                                  f"terminate still in progress ({v.reason})",
-                                  instance_id=v.instance.instance_id if v.instance else None))
+            actions.append(Action(ActionKind.TERMINATE, ctx.pool.name, v.node,
+                                  f"terminate still in progress ({v.reason})", instance_id=_iid(v)))
         elif v.lifecycle is Lifecycle.DRAINING:
-            waited_s = (now - v.phase_at).total_seconds() if v.phase_at else 0.0
+            waited_s = (ctx.now - v.phase_at).total_seconds() if v.phase_at else 0.0
             if v.drained:
                 why = "drain finished"
             elif waited_s >= h.drain_timeout_s:
                 why = f"drain_timeout ({format_duration_s(h.drain_timeout_s)}) passed"
             else:
-                notes.append(f"{v.node}: draining for {format_duration_s(waited_s)} "
-                             f"of {format_duration_s(h.drain_timeout_s)}")
+                pending.append(f"{v.node}: draining for {format_duration_s(waited_s)} "
+                               f"of {format_duration_s(h.drain_timeout_s)}")
                 continue
-            if frozen and not v.drained:
-                halts.append(Halt(pool.name, "circuit_breaker", f"{v.node}: termination held back"))
+            if ctx.frozen and not v.drained:
+                halts.append(Halt(ctx.pool.name, "circuit_breaker", f"{v.node}: termination held back"))
                 continue
-            actions.append(Action(ActionKind.TERMINATE, pool.name, v.node, f"{why}; {v.reason}",
-                                  instance_id=v.instance.instance_id if v.instance else None))
+            actions.append(Action(ActionKind.TERMINATE, ctx.pool.name, v.node, f"{why}; {v.reason}",
+                                  instance_id=_iid(v), backoff=v.summary is None))
+    return StageResult(prog, tuple(actions), tuple(halts), pending=tuple(pending))
 
-    # 2. Start draining nodes that were cordoned but never drained (e.g. SSH failed).
-    for v in views:
-        if v.lifecycle is Lifecycle.CORDONED:
-            actions.append(Action(ActionKind.DRAIN, pool.name, v.node, v.reason))
 
-    # 3. Cordon + drain the nodes that need replacing, within budget and rate limit.
-    unavailable = sum(v.lifecycle in LEAVING for v in views)
-    budget = h.max_unavailable_nodes(pool.target_nodes) - unavailable
-    recent = [r for r in pm.repairs if (now - r).total_seconds() < HOUR_S]
-    rate_left = spec.safety.repairs_per_pool_per_hour - len(recent)
-    candidates = sorted(
-        (v for v in views if v.lifecycle in _REPLACE_ORDER),
-        key=lambda v: (_REPLACE_ORDER[v.lifecycle], not v.immediate, v.node),
-    )
-    leaving_now: set[str] = set()
-    for v in candidates:
+def redrain_stage(ctx: PoolContext, prog: Progress) -> StageResult:
+    """Start draining nodes that were cordoned but never drained (e.g. SSH failed)."""
+    return StageResult(prog, tuple(
+        Action(ActionKind.DRAIN, ctx.pool.name, v.node, v.reason)
+        for v in ctx.views if v.lifecycle is Lifecycle.CORDONED))
+
+
+def stuck_stage(ctx: PoolContext, prog: Progress) -> StageResult:
+    """Terminate instances pending past provision_timeout (they never served: no cordon),
+    backing off their place like a capacity error so the next place is tried."""
+    stuck = [v for v in ctx.views if v.lifecycle is Lifecycle.STUCK and v.instance]
+    avoid = frozenset((v.instance.zone, v.instance.instance_type, v.instance.spot)
+                      for v in stuck if v.instance)
+    actions = tuple(Action(ActionKind.TERMINATE, ctx.pool.name, v.node, v.reason,
+                           instance_id=_iid(v), backoff=True) for v in stuck)
+    return StageResult(replace(prog, avoid=prog.avoid | avoid), actions)
+
+
+def _repair_rank(ctx: PoolContext, v: NodeView) -> int | None:
+    if v.lifecycle in _REPLACE_ORDER:
+        return _REPLACE_ORDER[v.lifecycle]
+    if v.node in ctx.options.replace and v.lifecycle in SERVING:
+        return _REQUESTED
+    return None
+
+
+def repair_stage(ctx: PoolContext, prog: Progress) -> StageResult:
+    """Cordon + drain the nodes that must be replaced, within budget and rate limit.
+
+    Order: preemption, unhealthy (fatal first), offline, requested (--replace),
+    maintenance (soonest deadline first). A preemption goes whatever the budget; a
+    maintenance notice is no fault: it waits for the budget but not the rate limit.
+    """
+    h, spec, pool = ctx.pool.health, ctx.spec, ctx.pool
+    ranked = [(r, v) for v in ctx.views if (r := _repair_rank(ctx, v)) is not None]
+    ranked.sort(key=lambda rv: (rv[0], not rv[1].immediate, rv[1].deadline or ctx.now, rv[1].node))
+    actions: list[Action] = []
+    halts: list[Halt] = []
+    pending: list[str] = []
+    budget, rate_left, leaving = prog.budget, prog.rate_left, list(prog.leaving)
+    for rank, v in ranked:
         preempting = v.lifecycle is Lifecycle.PREEMPTING
-        if not h.auto_replace:
-            notes.append(f"{v.node}: {v.lifecycle.value} ({v.reason}); auto_replace is off")
+        repair = rank in (1, 2, _REQUESTED)
+        why = v.reason if rank != _REQUESTED else "replacement requested (--replace)"
+        if not h.auto_replace and rank != _REQUESTED:
+            pending.append(f"{v.node}: {v.lifecycle.value} ({v.reason}); auto_replace is off")
             continue
         if not preempting:
-            if frozen:
-                continue  # the circuit-breaker halt above already says why
+            if ctx.frozen:
+                continue  # the circuit-breaker halt already says why
             if budget <= 0:
-                halts.append(Halt(pool.name, "disruption_budget",
-                                  f"{v.node} waits: max_unavailable "
+                halts.append(Halt(pool.name, "disruption_budget", f"{v.node} waits: max_unavailable "
                                   f"{h.max_unavailable_nodes(pool.target_nodes)} reached"))
                 continue
-            if rate_left <= 0:
+            if repair and rate_left <= 0:
                 halts.append(Halt(pool.name, "repair_rate_limit",
                                   f"{v.node} waits: {spec.safety.repairs_per_pool_per_hour} repairs "
                                   "in the last hour"))
                 continue
             budget -= 1
-            rate_left -= 1
-        leaving_now.add(v.node)
-        iid = v.instance.instance_id if v.instance else None
-        actions.append(Action(ActionKind.CORDON, pool.name, v.node, v.reason,
-                              instance_id=iid, repair=not preempting))
-        actions.append(Action(ActionKind.DRAIN, pool.name, v.node, v.reason, instance_id=iid))
+            rate_left -= repair
+        leaving.append(v.node)
+        actions.append(Action(ActionKind.CORDON, pool.name, v.node, why, instance_id=_iid(v),
+                              repair=repair))
+        actions.append(Action(ActionKind.DRAIN, pool.name, v.node, why, instance_id=_iid(v)))
+    return StageResult(replace(prog, budget=budget, rate_left=rate_left, leaving=tuple(leaving)),
+                       tuple(actions), tuple(halts), pending=tuple(pending))
 
-    # 4. Count: provision up to desired, or scale down (cordon + drain) above it.
-    present = [v for v in views if v.lifecycle not in LEAVING and v.node not in leaving_now]
-    existing = [v for v in views if v.lifecycle is not Lifecycle.TERMINATING]
-    need = desired - len(present)
-    if need > 0:
-        surge = h.max_surge if h.replacement == "surge" else 0
-        # surge: replacements may exist beside the nodes they replace (up to max + surge);
-        # after-terminate: a replacement waits until the node it replaces is gone.
-        room = pool.max_nodes + surge - len(existing)
-        if h.replacement == "after-terminate":
-            room = desired - len(existing)
-        count = min(need, max(room, 0))
-        if count < need:
-            halts.append(Halt(pool.name, "max_nodes",
-                              f"{need - count} node(s) wait for nodes being replaced to terminate "
-                              f"(max {pool.max_nodes}, surge {surge})"))
-        places = open_places(pool, pm, now)
-        if count > 0 and not places:
-            soonest = min((e.until for e in pm.exhausted if e.until > now), default=now)
-            halts.append(Halt(pool.name, "capacity",
-                              f"every place is out of capacity until {soonest:%H:%M} UTC"))
-            count = 0
-        replaced = sorted(leaving_now) + sorted(v.node for v in views if v.lifecycle in LEAVING)
-        index = max([pm.next_index - 1] + [_index_of(spec.name, pool.name, n.node)
-                                           for n in memory.nodes if n.pool == pool.name]
-                    + [_index_of(spec.name, pool.name, v.node) for v in views])
-        for i in range(count):
-            index += 1
-            name = node_name(spec.name, pool.name, index)
-            replaces = replaced[i] if i < len(replaced) else None
-            why = (f"replaces {replaces}" if replaces
-                   else f"{len(present) + i} of {desired} nodes present")
-            actions.append(Action(ActionKind.PROVISION, pool.name, name, why,
-                                  places=places, replaces=replaces))
-    elif need < 0:
-        if frozen:
-            halts.append(Halt(pool.name, "circuit_breaker", f"scale down by {-need} held back"))
-        else:
-            # Doubtful nodes first, then the least utilised, newest first.
-            order = {Lifecycle.UNKNOWN: 0, Lifecycle.STALE: 0, Lifecycle.BOOTING: 1,
-                     Lifecycle.PROVISIONING: 1, Lifecycle.DEGRADED: 2, Lifecycle.HEALTHY: 3}
 
-            def util(v: NodeView) -> float:
-                s = v.summary
-                return s.utilization_pct if s and s.utilization_pct is not None else 0.0
+def watch_stage(ctx: PoolContext, prog: Progress) -> StageResult:
+    """Nothing to do yet, but the world is part-way to a decision: say so (pending)."""
+    pending = tuple(f"{v.node}: {v.reason}" for v in ctx.views
+                    if v.lifecycle is Lifecycle.DEGRADED and v.streak > 0)
+    return StageResult(prog, pending=pending)
 
-            victims = sorted((v for v in present if v.lifecycle in SERVING),
-                             key=lambda v: (order.get(v.lifecycle, 9), util(v),
-                                            -_index_of(spec.name, pool.name, v.node)))
-            for v in victims[: -need]:
-                if budget <= 0:
-                    halts.append(Halt(pool.name, "disruption_budget",
-                                      f"scale down of {v.node} waits for max_unavailable"))
-                    break
-                budget -= 1
-                why = f"scale down: {len(present)} nodes present, {desired} desired"
-                iid = v.instance.instance_id if v.instance else None
-                actions.append(Action(ActionKind.CORDON, pool.name, v.node, why, instance_id=iid))
-                actions.append(Action(ActionKind.DRAIN, pool.name, v.node, why, instance_id=iid))
-    return actions, halts, notes
 
+def drift_stage(ctx: PoolContext, prog: Progress) -> StageResult:
+    """Labels changed: update tags in place where the cloud can. Anything else a node was
+    launched with that the pool no longer declares: rolling, surge-first replacement
+    (EC2 Auto Scaling instance refresh, Kubernetes RollingUpdate), or a note under
+    update.strategy on-replace (Kubernetes OnDelete)."""
+    pool = ctx.pool
+    in_place = pool.provider_type in TAG_UPDATABLE
+    actions: list[Action] = []
+    drifted: list[tuple[NodeView, str]] = []
+    for v in ctx.views:
+        if v.lifecycle not in SERVING or v.node in prog.leaving:
+            continue
+        why = v.drift
+        if v.tags_drift and in_place and v.instance is not None:
+            labels = ", ".join(f"{k}={val}" for k, val in v.tags_drift)
+            actions.append(Action(ActionKind.UPDATE_TAGS, pool.name, v.node,
+                                  f"labels changed ({labels})", instance_id=_iid(v),
+                                  tags=v.tags_drift))
+        elif v.tags_drift:
+            labels = ", ".join(k for k, _ in v.tags_drift)
+            why = "; ".join(filter(None, [why, f"labels changed ({labels}); {pool.provider_type} "
+                                                "cannot update tags in place"]))
+        if why:
+            drifted.append((v, why))
+    if not drifted:
+        return StageResult(prog, tuple(actions))
+    if pool.update_strategy == "on-replace":
+        return StageResult(prog, tuple(actions), pending=tuple(
+            f"{v.node} drifts ({why}); update strategy on-replace leaves it until it is "
+            "replaced for another reason" for v, why in drifted))
+    r = _roll(ctx, prog, drifted)
+    return replace(r, actions=tuple(actions) + r.actions)
+
+
+_ROLL_ORDER = {Lifecycle.UNKNOWN: 0, Lifecycle.STALE: 0, Lifecycle.PROVISIONING: 1,
+               Lifecycle.BOOTING: 1, Lifecycle.MAINTENANCE: 1, Lifecycle.DEGRADED: 2,
+               Lifecycle.HEALTHY: 3}
+
+
+def _roll(ctx: PoolContext, prog: Progress, drifted: list[tuple[NodeView, str]]) -> StageResult:
+    """Retire drifted nodes while ready capacity stays at desired; ask count for surge
+    replacements of the ones that cannot leave yet. Doubtful and not-yet-serving nodes go
+    first (they carry no work), then the oldest."""
+    h, pool = ctx.pool.health, ctx.pool
+    if ctx.frozen:
+        return StageResult(prog, pending=tuple(f"{v.node} drifts ({why}); rolling replacement "
+                                               "held by the circuit breaker" for v, why in drifted))
+    order = sorted(drifted, key=lambda d: (_ROLL_ORDER.get(d[0].lifecycle, 9),
+                                           d[0].instance.launched_at if d[0].instance else ctx.now,
+                                           d[0].node))
+    names = {v.node for v, _ in drifted}
+    present = _present(ctx, prog)
+    surplus = sum(v.lifecycle in READY for v in present) - prog.desired
+    in_flight = sum(v.lifecycle in (Lifecycle.PROVISIONING, Lifecycle.BOOTING)
+                    for v in present if v.node not in names)
+    can_surge = h.replacement == "surge" and pool.max_nodes + h.max_surge > prog.desired
+    actions: list[Action] = []
+    halts: list[Halt] = []
+    pending: list[str] = []
+    budget, rate_left, leaving, surge_for = prog.budget, prog.rate_left, list(prog.leaving), []
+    for v, why in order:
+        ready = v.lifecycle in READY
+        if ready and surplus <= 0 and can_surge:
+            if in_flight > 0:
+                in_flight -= 1
+                pending.append(f"{v.node} drifts ({why}); waits for its replacement to report healthy")
+            else:
+                surge_for.append((v.node, why))
+            continue
+        if budget <= 0 or rate_left <= 0:
+            rule = "disruption_budget" if budget <= 0 else "repair_rate_limit"
+            halts.append(Halt(pool.name, rule, f"{v.node} drifts ({why}) and waits: "
+                              + ("max_unavailable reached" if budget <= 0 else "repair rate limit")))
+            continue
+        budget, rate_left, surplus = budget - 1, rate_left - 1, surplus - ready
+        leaving.append(v.node)
+        reason = f"drift: {why}"
+        actions.append(Action(ActionKind.CORDON, pool.name, v.node, reason, instance_id=_iid(v),
+                              repair=True))
+        actions.append(Action(ActionKind.DRAIN, pool.name, v.node, reason, instance_id=_iid(v)))
+    progress = replace(prog, budget=budget, rate_left=rate_left, leaving=tuple(leaving),
+                       surge_for=prog.surge_for + tuple(surge_for))
+    return StageResult(progress, tuple(actions), tuple(halts), pending=tuple(pending))
+
+
+def _present(ctx: PoolContext, prog: Progress) -> list[NodeView]:
+    """Nodes that count toward desired: all but those leaving, stuck, or cordoned this run
+    (a sick node held back by the budget still counts: no replacement before its cordon)."""
+    return [v for v in ctx.views if v.lifecycle not in LEAVING and v.lifecycle is not Lifecycle.STUCK
+            and v.node not in prog.leaving]
+
+
+def count_stage(ctx: PoolContext, prog: Progress) -> StageResult:
+    """Provision up to desired (plus surge replacements drift asked for), or scale down."""
+    present = _present(ctx, prog)
+    need = prog.desired - len(present)
+    if need > 0 or prog.surge_for:
+        return _provision(ctx, prog, present, max(need, 0))
+    if need < 0:
+        return _scale_down(ctx, prog, present, -need)
+    return StageResult(prog)
+
+
+def _provision(ctx: PoolContext, prog: Progress, present: list[NodeView], need: int) -> StageResult:
+    h, pool = ctx.pool.health, ctx.pool
+    existing = [v for v in ctx.views if v.lifecycle not in (Lifecycle.TERMINATING, Lifecycle.STUCK)]
+    surge = h.max_surge if h.replacement == "surge" else 0
+    # surge: replacements may exist beside the nodes they replace (up to max + surge);
+    # after-terminate: a replacement waits until the node it replaces is gone.
+    room = pool.max_nodes + surge - len(existing)
+    if h.replacement == "after-terminate":
+        room = prog.desired - len(existing)
+    count = min(need, max(room, 0))
+    surges = prog.surge_for[: max(room - count, 0)]
+    halts: list[Halt] = []
+    pending: list[str] = []
+    if count < need:
+        halts.append(Halt(pool.name, "max_nodes",
+                          f"{need - count} node(s) wait for nodes being replaced to terminate "
+                          f"(max {pool.max_nodes}, surge {surge})"))
+    pending += [f"{n} drifts ({why}); its replacement waits for room (max {pool.max_nodes} "
+                f"+ max_surge {surge})" for n, why in prog.surge_for[len(surges):]]
+    places = open_places(pool, ctx.pm, ctx.now, prog.avoid)
+    if count + len(surges) > 0 and not places:
+        soonest = min((e.until for e in ctx.pm.exhausted if e.until > ctx.now), default=ctx.now)
+        halts.append(Halt(pool.name, "capacity",
+                          f"every place is out of capacity until {soonest:%H:%M} UTC"))
+        return StageResult(prog, halts=tuple(halts), pending=tuple(pending))
+    replaced = list(prog.leaving) + sorted(v.node for v in ctx.views if v.lifecycle in LEAVING)
+    jobs: list[tuple[str | None, str]] = []
+    for i in range(count):
+        replaces = replaced[i] if i < len(replaced) else None
+        jobs.append((replaces, f"replaces {replaces}" if replaces
+                     else f"{len(present) + i} of {prog.desired} nodes present"))
+    jobs += [(n, f"replaces {n} (drift: {why})") for n, why in surges]
+    actions = tuple(
+        Action(ActionKind.PROVISION, pool.name, node_name(ctx.spec.name, pool.name, ctx.last_index + i),
+               why, places=places, replaces=replaces)
+        for i, (replaces, why) in enumerate(jobs, start=1))
+    return StageResult(prog, actions, tuple(halts), pending=tuple(pending))
+
+
+def _scale_down(ctx: PoolContext, prog: Progress, present: list[NodeView], excess: int) -> StageResult:
+    """Cordon + drain `excess` nodes: idle ready nodes only (drifted first, then healthy
+    before degraded, least utilised, newest); never a doubtful one (issue 16 item 8), and
+    never below desired ready nodes."""
+    pool = ctx.pool
+    if ctx.frozen:
+        return StageResult(prog, halts=(Halt(pool.name, "circuit_breaker",
+                                             f"scale down by {excess} held back"),))
+
+    def util(v: NodeView) -> float:
+        s = v.summary
+        return s.utilization_pct if s and s.utilization_pct is not None else 0.0
+
+    ready = [v for v in present if v.lifecycle in READY]
+    victims = sorted(ready, key=lambda v: (v.drift is None, v.lifecycle is not Lifecycle.HEALTHY,
+                                           util(v), -_index_of(ctx.spec.name, pool.name, v.node)))
+    n = min(excess, len(ready) - prog.desired)
+    pending: list[str] = []
+    if n < excess:
+        pending.append(f"scale down by {excess - n} waits: only {len(ready)} of {len(present)} "
+                       "nodes are ready (navarch never scales down a node it is in doubt about)")
+    actions: list[Action] = []
+    halts: list[Halt] = []
+    budget, leaving = prog.budget, list(prog.leaving)
+    why = f"scale down: {len(present)} nodes present, {prog.desired} desired"
+    for v in victims[: max(n, 0)]:
+        if budget <= 0:
+            halts.append(Halt(pool.name, "disruption_budget",
+                              f"scale down of {v.node} waits for max_unavailable"))
+            break
+        budget -= 1
+        leaving.append(v.node)
+        actions.append(Action(ActionKind.CORDON, pool.name, v.node, why, instance_id=_iid(v)))
+        actions.append(Action(ActionKind.DRAIN, pool.name, v.node, why, instance_id=_iid(v)))
+    return StageResult(replace(prog, budget=budget, leaving=tuple(leaving)), tuple(actions),
+                       tuple(halts), pending=tuple(pending))
+
+
+def destroy_stage(ctx: PoolContext, prog: Progress) -> StageResult:
+    """`navarch destroy`: cordon + drain every node still serving (no budget, no breaker:
+    a human asked for it); the terminate stage finishes them as drains complete."""
+    why = "destroy: navarch destroy was asked to remove the pool"
+    actions: list[Action] = []
+    for v in ctx.views:
+        if v.lifecycle in LEAVING:
+            continue
+        actions.append(Action(ActionKind.CORDON, ctx.pool.name, v.node, why, instance_id=_iid(v)))
+        actions.append(Action(ActionKind.DRAIN, ctx.pool.name, v.node, why, instance_id=_iid(v)))
+    return StageResult(prog, tuple(actions))
+
+
+def force_destroy_stage(ctx: PoolContext, prog: Progress) -> StageResult:
+    """`navarch destroy --force`: terminate every node now, drained or not."""
+    return StageResult(prog, tuple(
+        Action(ActionKind.TERMINATE, ctx.pool.name, v.node,
+               "destroy --force: terminated without waiting for a drain", instance_id=_iid(v))
+        for v in ctx.views))
+
+
+POOL_STAGES: tuple[Stage, ...] = (scale_stage, terminate_stage, redrain_stage, stuck_stage,
+                                  repair_stage, watch_stage, drift_stage, count_stage)
+DESTROY_STAGES: tuple[Stage, ...] = (terminate_stage, redrain_stage, destroy_stage)

@@ -500,6 +500,24 @@ class AwsProvider:
             for start in range(0, len(unique), TERMINATE_BATCH):
                 self._terminate_batch(region, unique[start : start + TERMINATE_BATCH])
 
+    def update_tags(self, instance: Instance, tags: Mapping[str, str]) -> None:
+        """CreateTags on one instance (adds or overwrites these keys, leaves the others).
+
+        Refuses an instance not tagged navarch-fleet=<fleet> (safety rule 1). Raises the
+        mapped errors (EC2 CreateTags; the reconciler's IAM policy allows it on the
+        fleet's tag only, docs/aws.md).
+        """
+        if instance.fleet != self.fleet:
+            raise ProviderError(f"refusing to tag {instance.instance_id}: not tagged "
+                                f"{TAG_FLEET}={self.fleet}", code="ForeignInstance")
+        region = region_of(instance.zone)
+        try:
+            self.client(region).create_tags(
+                Resources=[instance.instance_id],
+                Tags=[{"Key": k, "Value": v} for k, v in sorted(tags.items())])
+        except ClientError as exc:
+            raise map_error(exc, what=f"CreateTags in {region}") from exc
+
     def _terminate_batch(self, region: str, ids: list[str]) -> None:
         client = self.client(region)
         try:

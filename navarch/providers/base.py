@@ -7,6 +7,9 @@ Contract (tests/providers run it against each provider):
 - provision(request) -> the Instance launched (or already launched: idempotent on
   request.launch_id). Raises CapacityError, QuotaError, AuthError, TransientError.
 - terminate(instances) -> None; an instance already gone is success. Raises the same errors.
+- update_tags(instance, tags) -> None: set these tags (labels on GCP) on one instance in
+  place, leaving its other tags alone. Providers whose cloud cannot (Lambda Cloud) raise
+  ProviderError; the planner only asks the types in navarch.planner.plan.TAG_UPDATABLE.
 Errors from the SDK are mapped in one function per provider (`map_error`).
 """
 
@@ -54,3 +57,5 @@ class Provider(Protocol):
     def provision(self, request: ProvisionRequest) -> Instance: ...
 
     def terminate(self, instances: Sequence[Instance]) -> None: ...
+
+    def update_tags(self, instance: Instance, tags: Mapping[str, str]) -> None: ...

@@ -567,6 +567,31 @@ class GcpProvider:
             except ConfigError:
                 continue  # the operation failed with notFound: already gone
 
+    def update_tags(self, instance: Instance, tags: Mapping[str, str]) -> None:
+        """instances.setLabels on one instance: its current labels with these set, guarded
+        by the label fingerprint just read (Compute Engine's optimistic concurrency).
+        Refuses an instance without this fleet's label; raises the mapped errors."""
+        if instance.fleet != self.fleet:
+            raise ProviderError(f"refusing to label {instance.instance_id}: not labelled "
+                                f"{TAG_FLEET}={self.fleet}")
+        try:
+            current = self.instances_client.get(
+                project=self.settings.project, zone=instance.zone, instance=instance.instance_id,
+                retry=self._retry)
+            op = self.instances_client.set_labels_unary(
+                request=compute_v1.SetLabelsInstanceRequest(
+                    project=self.settings.project, zone=instance.zone,
+                    instance=instance.instance_id,
+                    instances_set_labels_request_resource=compute_v1.InstancesSetLabelsRequest(
+                        labels={**dict(current.labels), **dict(tags)},
+                        label_fingerprint=current.label_fingerprint)),
+                retry=self._retry)
+        except gexc.NotFound:
+            return
+        except Exception as exc:
+            raise map_error(exc, zone=instance.zone, what=f"setLabels {instance.instance_id}") from exc
+        self._wait(op, instance.zone, what="setLabels")
+
     # -- helpers -------------------------------------------------------------------------
 
     def _wait(self, op: compute_v1.Operation, zone: str, *, what: str) -> compute_v1.Operation:

@@ -132,6 +132,14 @@ class LocalProvider:
         for inst in instances:
             shutil.rmtree(self.machine_dir(inst.instance_id), ignore_errors=True)
 
+    def update_tags(self, instance: Instance, tags: Mapping[str, str]) -> None:
+        """Set tags on the machine in place (its machine.json, written atomically)."""
+        try:
+            machine = self.read_machine(instance.instance_id)
+        except FileNotFoundError:
+            return  # already gone
+        self.write_machine({**machine, "tags": {**machine["tags"], **dict(tags)}})
+
     # -- local-only operations (CLI `navarch local ...`) -------------------------------------
     def launch_foreign(self, zone: str, instance_type: str) -> Instance:
         """A machine without navarch's tags, as someone else's VM in the same account."""

@@ -13,7 +13,7 @@ pool's provisioning for this run, AuthError the provider's, TransientError the a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Protocol
@@ -27,7 +27,7 @@ from navarch.errors import (
     QuotaError,
     RemoteError,
 )
-from navarch.inventory import Instance, launch_id, ownership_tags
+from navarch.inventory import TAG_SPEC, Instance, launch_id, ownership_tags
 from navarch.planner.model import (
     Action,
     ActionKind,
@@ -84,6 +84,7 @@ class Executor:
         audit: AuditLog,
         *,
         instances: Mapping[str, Instance],
+        inventory: Sequence[Instance] = (),
         clock: Callable[[], datetime],
         run_id: str,
         playbooks: PlaybookRunner | None = None,
@@ -94,6 +95,7 @@ class Executor:
         self.providers = providers
         self.audit = audit
         self.instances = instances  # node -> Instance, from this run's inventory
+        self.by_id = {i.instance_id: i for i in inventory}  # every instance listed this run
         self.clock = clock
         self.run_id = run_id
         self.playbooks = playbooks
@@ -130,6 +132,7 @@ class Executor:
             ActionKind.DRAIN: self._drain,
             ActionKind.TERMINATE: self._terminate,
             ActionKind.UNCORDON: self._uncordon,
+            ActionKind.UPDATE_TAGS: self._update_tags,
         }[a.kind]
         return handler(a, memory)
 
@@ -155,7 +158,8 @@ class Executor:
         tried: list[str] = []
         for place in a.places:
             lid = launch_id(self.spec.name, a.node, place.attempt)
-            tags = {**dict(pool.labels), **ownership_tags(self.spec.name, pool.name, a.node, lid)}
+            tags = {**dict(pool.labels), **ownership_tags(self.spec.name, pool.name, a.node, lid),
+                    TAG_SPEC: pool.launch_hash()}
             request = ProvisionRequest(
                 fleet=self.spec.name, pool=pool.name, node=a.node, zone=place.zone,
                 instance_type=place.instance_type, spot=place.spot, launch_id=lid,
@@ -182,7 +186,7 @@ class Executor:
                                          if (e.zone, e.instance_type, e.spot)
                                          != (place.zone, place.instance_type, place.spot)))
             nm = NodeMemory(node=a.node, pool=a.pool, instance_id=inst.instance_id,
-                            first_seen_at=self.clock())
+                            first_seen_at=self.clock(), launch=pool.launch_settings())
             memory = memory.with_pool(pm).with_node(nm)
             where = place.label() + (f" after {len(tried)} place(s) without capacity" if tried else "")
             return memory, Outcome(a, True, f"{inst.instance_id} in {where}")
@@ -240,18 +244,43 @@ class Executor:
         nm = replace(nm, phase=Phase.DRAINING, phase_at=self.clock())
         return memory.with_node(nm), Outcome(a, True, detail if detail else "drain started")
 
+    def _instance(self, a: Action) -> Instance | None:
+        """The action's instance: by its instance id when the plan names one (a duplicate's
+        extra instance shares the node name), else the node's instance."""
+        if a.instance_id is not None and a.instance_id in self.by_id:
+            return self.by_id[a.instance_id]
+        return self.instances.get(a.node or "")
+
     def _terminate(self, a: Action, memory: Memory) -> tuple[Memory, Outcome]:
-        pool = self.spec.pool(a.pool)
-        inst = self.instances.get(a.node or "")
+        inst = self._instance(a)
         if inst is None:
             return memory, Outcome(a, True, "already gone")
         try:
-            self.providers[pool.provider].terminate([inst])
+            # The instance's own provider: an orphan's pool, or a drifted node's old
+            # provider, may no longer be in the spec.
+            self.providers[inst.provider].terminate([inst])
         except ProviderError as exc:
             return memory, Outcome(a, False, str(exc), type(exc).__name__)
+        if a.backoff:
+            memory = self._exhausted(memory, a.pool, inst.zone, inst.instance_type, inst.spot)
+        known = memory.node(a.node or "")
+        if known is not None and known.instance_id not in (None, inst.instance_id):
+            # A duplicate's extra instance: the node itself stays as it is.
+            return memory, Outcome(a, True, f"terminated extra instance {inst.instance_id}")
         nm = replace(self._node_memory(a, memory), phase=Phase.TERMINATING, phase_at=self.clock(),
                      phase_reason=a.reason)
         return memory.with_node(nm), Outcome(a, True, f"terminated {inst.instance_id}")
+
+    def _update_tags(self, a: Action, memory: Memory) -> tuple[Memory, Outcome]:
+        inst = self._instance(a)
+        if inst is None:
+            return memory, Outcome(a, True, "already gone")
+        try:
+            self.providers[inst.provider].update_tags(inst, dict(a.tags))
+        except ProviderError as exc:
+            return memory, Outcome(a, False, str(exc), type(exc).__name__)
+        tags = ", ".join(f"{k}={v}" for k, v in a.tags)
+        return memory, Outcome(a, True, f"tags set on {inst.instance_id}: {tags}")
 
     def _uncordon(self, a: Action, memory: Memory) -> tuple[Memory, Outcome]:
         ok, detail = self._playbook(a, "uncordon")

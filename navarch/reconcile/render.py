@@ -1,9 +1,10 @@
 """Plan rendering: text for people (Terraform style), markdown for PR comments, JSON for
 scripts (schemas/plan.schema.json). Saved plans are the JSON form plus the fleet file.
 
-Symbols: `+` provision, `~` cordon / drain / uncordon / scale, `-` terminate; a
-`# (because ...)` line under each; one summary line; "No changes. The fleet matches
-fleet.yaml." when there is nothing to do.
+Symbols: `+` provision, `~` cordon / drain / uncordon / scale / update tags, `-`
+terminate; a `# (because ...)` line under each; held-back actions, notes and what the fleet
+still waits for; one summary line. "No changes. The fleet matches fleet.yaml." only when
+the plan is converged (no actions, nothing held back, nothing pending).
 """
 
 from __future__ import annotations
@@ -11,9 +12,11 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from navarch.planner.model import Action, ActionKind, Halt, Place, Plan, parse_ts, ts
+from navarch.planner.model import Action, ActionKind, Halt, Lifecycle, Place, Plan, parse_ts, ts
 
 NO_CHANGES = "No changes. The fleet matches fleet.yaml."
+NOT_CONVERGED = ("No actions this run, but the fleet does not match fleet.yaml yet "
+                 "(see above).")
 _SYMBOL = {ActionKind.PROVISION: "+", ActionKind.TERMINATE: "-"}
 
 
@@ -24,6 +27,9 @@ def _headline(a: Action) -> str:
         return f"provision {a.node} in {where}{more}"
     if a.kind is ActionKind.SCALE:
         return f"scale pool {a.pool} to {a.desired} nodes"
+    if a.kind is ActionKind.UPDATE_TAGS:
+        tags = ", ".join(f"{k}={v}" for k, v in a.tags)
+        return f"update tags {a.node} ({a.instance_id}): {tags}"
     iid = f" ({a.instance_id})" if a.instance_id else ""
     return f"{a.kind.value} {a.node}{iid}"
 
@@ -43,6 +49,8 @@ def summary_line(plan: Plan) -> str:
         line += f", {c['scale']} to scale"
     if c["uncordon"]:
         line += f", {c['uncordon']} to uncordon"
+    if c["update_tags"]:
+        line += f", {c['update_tags']} to update tags"
     return line + "."
 
 
@@ -67,7 +75,14 @@ def render_text(plan: Plan) -> str:
         lines.append("Notes:")
         lines += [f"  * {n}" for n in plan.notes]
         lines.append("")
-    lines.append(summary_line(plan) if plan.actions else NO_CHANGES)
+    if plan.pending:
+        lines.append("Not converged yet (nothing to do about these this run):")
+        lines += [f"  ~ {n}" for n in plan.pending]
+        lines.append("")
+    if plan.actions:
+        lines.append(summary_line(plan))
+    else:
+        lines.append(NO_CHANGES if plan.converged else NOT_CONVERGED)
     return "\n".join(lines) + "\n"
 
 
@@ -85,7 +100,8 @@ def action_to_json(a: Action) -> dict[str, Any]:
     """One action in the plan.schema.json form."""
     return {"action": a.kind.value, "pool": a.pool, "node": a.node, "reason": a.reason,
             "instance_id": a.instance_id, "places": [_place_json(p) for p in a.places],
-            "replaces": a.replaces, "repair": a.repair, "desired": a.desired}
+            "replaces": a.replaces, "repair": a.repair, "desired": a.desired,
+            "tags": dict(a.tags), "backoff": a.backoff}
 
 
 def action_from_json(d: dict[str, Any]) -> Action:
@@ -96,6 +112,7 @@ def action_from_json(d: dict[str, Any]) -> Action:
                      for p in d.get("places", ())),
         instance_id=d.get("instance_id"), replaces=d.get("replaces"),
         repair=d.get("repair", False), desired=d.get("desired"),
+        tags=tuple(sorted((d.get("tags") or {}).items())), backoff=d.get("backoff", False),
     )
 
 
@@ -111,13 +128,17 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
         "actions": [action_to_json(a) for a in plan.actions],
         "halts": [{"pool": h.pool, "rule": h.rule, "message": h.message} for h in plan.halts],
         "notes": list(plan.notes),
+        "pending": list(plan.pending),
+        "converged": plan.converged,
+        "observation_fingerprint": plan.observation_fingerprint,
         "nodes": [
             {"node": v.node, "pool": v.pool, "lifecycle": v.lifecycle.value, "reason": v.reason,
              "instance_id": v.instance.instance_id if v.instance else None,
              "report_age_s": round(v.report_age_s, 1) if v.report_age_s is not None else None,
              "streak": v.streak,
              "health_score": v.summary.health_score if v.summary else None,
-             "rejected": v.rejected}
+             "rejected": v.rejected, "drift": v.drift,
+             "orphan": v.lifecycle is Lifecycle.ORPHAN}
             for v in plan.views
         ],
         "foreign": [{"provider": i.provider, "instance_id": i.instance_id} for i in plan.foreign],
@@ -134,4 +155,6 @@ def plan_from_json(d: dict[str, Any]) -> Plan:
         notes=tuple(d.get("notes", ())),
         state_serial=d["state_serial"],
         inventory_fingerprint=d["inventory_fingerprint"],
+        pending=tuple(d.get("pending", ())),
+        observation_fingerprint=d.get("observation_fingerprint", ""),
     )

@@ -19,6 +19,7 @@ from navarch.errors import ConfigError, NavarchError, ProviderError, StalePlan
 from navarch.inventory import Instance, fingerprint
 from navarch.planner.model import Memory, Phase, Plan, ReportObservation, memory_to_json
 from navarch.planner.observe import Observed, observe
+from navarch.planner.plan import PlanOptions
 from navarch.planner.plan import plan as make_plan
 from navarch.providers import open_provider
 from navarch.providers.base import Provider
@@ -59,9 +60,10 @@ class Fleet:
 
     @classmethod
     def open(cls, spec: FleetSpec) -> Fleet:
-        """Open the store and every provider a pool uses. Raises ConfigError/ProviderError."""
+        """Open the store and every declared provider (one no pool uses any more may still
+        hold orphans of a removed pool). Raises ConfigError/ProviderError."""
         store = open_store(spec.store_url, base_dir=spec.base_dir)
-        names = sorted({p.provider for p in spec.pools})
+        names = sorted(spec.providers)
         providers = {n: open_provider(n, spec.providers[n], base_dir=spec.base_dir, fleet=spec.name)
                      for n in names}
         playbooks = None
@@ -133,21 +135,27 @@ def _drain_checks(fleet: Fleet, memory: Memory, inventory: tuple[Instance, ...])
     return out
 
 
-def gather(fleet: Fleet, now: datetime) -> Snapshot:
-    """Observe the world and plan (read-only: writes nothing anywhere)."""
+def gather(fleet: Fleet, now: datetime, options: PlanOptions | None = None) -> Snapshot:
+    """Observe the world and plan (read-only: writes nothing anywhere).
+
+    options: the run's flags (--pool, --replace, destroy, --allow-destroy); see PlanOptions.
+    """
     inventory = list_inventory(fleet)
     memory, version = load_memory(fleet.store, fleet.spec.name)
     reports = read_reports(fleet.store, fleet.spec.name, memory, fleet.secret(), now)
     checks = _drain_checks(fleet, memory, inventory)
     observed = observe(fleet.spec, inventory, reports, memory, now, checks)
-    plan = make_plan(fleet.spec, observed.views, observed.memory, now)
+    plan = make_plan(fleet.spec, observed.views, observed.memory, now, options,
+                     observed.duplicates)
     plan = replace(plan, state_serial=memory.serial, inventory_fingerprint=fingerprint(inventory),
                    foreign=observed.foreign)
     return Snapshot(inventory, memory, version, reports, observed, plan, now)
 
 
 def check_saved_plan(saved: Plan, snap: Snapshot) -> None:
-    """Raise StalePlan when the state serial or the inventory moved on since `saved`."""
+    """Raise StalePlan when the state serial, the inventory, or what the plan was made from
+    (node lifecycles, accepted reports, drift, halts: Plan.observation_fingerprint) moved on
+    since `saved` (issue 16 item 10)."""
     if saved.fleet != snap.plan.fleet:
         raise StalePlan(f"Saved plan is for fleet {saved.fleet}, not {snap.plan.fleet}")
     if saved.state_serial != snap.plan.state_serial:
@@ -156,6 +164,9 @@ def check_saved_plan(saved: Plan, snap: Snapshot) -> None:
     if saved.inventory_fingerprint != snap.plan.inventory_fingerprint:
         raise StalePlan("Saved plan is stale: the instances changed since it was made; "
                         "run `navarch plan` again")
+    if saved.observation_fingerprint != snap.plan.observation_fingerprint:
+        raise StalePlan("Saved plan is stale: node health, reports or safety halts changed "
+                        "since it was made; run `navarch plan` again")
 
 
 @dataclass(frozen=True)
@@ -185,6 +196,7 @@ def run_apply(
     *,
     command: str,
     saved: Plan | None = None,
+    options: PlanOptions | None = None,
     confirm: Callable[[Plan], bool] | None = None,
     on_outcome: Callable[[Outcome], None] | None = None,
 ) -> ApplyResult | None:
@@ -196,7 +208,7 @@ def run_apply(
     spec = fleet.spec
     lock: Lock = acquire_lock(fleet.store, spec.name, command, spec.safety.lock_ttl_s, clock())
     try:
-        snap = gather(fleet, clock())
+        snap = gather(fleet, clock(), options)
         plan = snap.plan
         if saved is not None:
             check_saved_plan(saved, snap)
@@ -205,8 +217,9 @@ def run_apply(
             return None
         run_id = f"{snap.now:%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:8]}"
         audit = AuditLog(fleet.store, spec.name, run_id, snap.now)
-        by_node = {i.node: i for i in snap.inventory if i.node and i.fleet == spec.name}
-        executor = Executor(spec, fleet.providers, audit, instances=by_node, clock=clock,
+        by_node = {v.node: v.instance for v in snap.observed.views if v.instance is not None}
+        executor = Executor(spec, fleet.providers, audit, instances=by_node,
+                            inventory=snap.inventory, clock=clock,
                             run_id=run_id, playbooks=fleet.playbooks,
                             user_data=_user_data_renderer(spec), fleet_secret=fleet.secret())
         memory, outcomes = executor.execute(plan, snap.memory, on_outcome)

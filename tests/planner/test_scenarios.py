@@ -6,7 +6,8 @@ A scenario file holds (times are RFC 3339, or relative to `now` like "-20m", "+1
   now: the run's clock
   fleet: |            the fleet.yaml text (loaded with navarch.spec.load_fleet)
   inventory:          owned instances: node, [pool], [state], [launched_at], [instance_id],
-                      [zone], [instance_type], [spot]   (pool defaults from <fleet>-<pool>-NNNN)
+                      [zone], [instance_type], [spot]   (pool defaults from <fleet>-<pool>-NNNN;
+                      zone, type and spot default to the pool's first place)
   foreign:            other instances: instance_id, [tags], [provider], [launched_at]
   reports:            node -> report fields (sequence, boot_id, generated_at, status, fatal,
                       findings, notice_kind, process_count, utilization_pct), or
@@ -24,7 +25,9 @@ A scenario file holds (times are RFC 3339, or relative to `now` like "-20m", "+1
     halts:            in order: {pool, rule, message_contains?}
     lifecycles:       node -> lifecycle (optional)
     memory:           nodes: node -> {streak?, streak_sequence?} after observe (optional)
-    notes_contain:    substrings each found in some note (optional)
+    notes_contain:    substrings each found in some note or pending line (optional)
+    pending_contain:  substrings each found in some pending line (optional)
+    converged:        whether the plan is "No changes" (optional)
     foreign:          how many instances observe() set aside as foreign (optional)
 """
 
@@ -146,10 +149,16 @@ def build_inputs(doc: Mapping[str, Any], tmp_path: Path) -> Inputs:
     for raw in doc.get("inventory") or []:
         raw = dict(raw)
         node = raw.pop("node")
+        pool_name = raw.pop("pool", None) or _pool_of(spec, node)
+        # A node is launched in its pool's first place unless the scenario says otherwise.
+        declared = {p.name: p for p in spec.pools}.get(pool_name)
+        if declared is not None:
+            zone, itype, spot = declared.places()[0]
+            raw = {"zone": zone, "instance_type": itype, "spot": spot, **raw}
         inventory.append(
             builders.instance(
                 spec.name,
-                raw.pop("pool", None) or _pool_of(spec, node),
+                pool_name,
                 node,
                 launched_at=builders.when(now, raw.pop("launched_at", "-2h")),
                 **raw,
@@ -198,6 +207,7 @@ def _show(p: Plan) -> str:
     ]
     lines += [f"  HALT {h.pool} {h.rule}: {h.message}" for h in p.halts]
     lines += [f"  note: {n}" for n in p.notes]
+    lines += [f"  pending: {n}" for n in p.pending]
     return "\n".join(lines) or "  (empty plan)"
 
 
@@ -247,7 +257,11 @@ def check(doc: Mapping[str, Any], observed: Observed, p: Plan) -> None:
             assert getattr(nm, key) == value, f"memory {node}.{key}: {getattr(nm, key)!r}"
 
     for text in expect.get("notes_contain") or []:
-        assert any(text in n for n in p.notes), f"no note contains {text!r}{shown}"
+        assert any(text in n for n in p.notes + p.pending), f"no note contains {text!r}{shown}"
+    for text in expect.get("pending_contain") or []:
+        assert any(text in n for n in p.pending), f"no pending line contains {text!r}{shown}"
+    if "converged" in expect:
+        assert p.converged is expect["converged"], f"converged is {p.converged}{shown}"
 
     if "foreign" in expect:
         assert len(observed.foreign) == expect["foreign"], shown

@@ -99,7 +99,8 @@ class PoolSpec:
             else:
                 flat[prefix] = json.dumps(value, sort_keys=True)
 
-        walk("", dict(self.options))
+        for key, value in self.options.items():
+            walk(str(key), value)
         return tuple(sorted(flat.items()))
 
     def launch_hash(self) -> str:

@@ -152,9 +152,11 @@ def instance(
     instance_type: str = "t1",
     spot: bool = False,
     attempt: int = 0,
+    tags: Mapping[str, str] | None = None,
 ) -> Instance:
-    """An instance navarch launched: it carries the four ownership tags for (fleet, pool, node)."""
-    tags = ownership_tags(fleet, pool, node, launch_id(fleet, node, attempt))
+    """An instance navarch launched: it carries the four ownership tags for (fleet, pool,
+    node), plus `tags` (labels, a navarch-spec launch hash)."""
+    tags = {**(tags or {}), **ownership_tags(fleet, pool, node, launch_id(fleet, node, attempt))}
     return Instance(
         provider=provider,
         instance_id=instance_id or f"i-{node}",
@@ -199,6 +201,7 @@ def summary(
     fatal: bool = False,
     findings: Iterable[str] = (),
     notice_kind: str | None = None,
+    notice_deadline: datetime | None = None,
     process_count: int | None = 0,
     utilization_pct: float | None = None,
     gpu_count: int = 8,
@@ -215,6 +218,7 @@ def summary(
         fatal=fatal,
         findings=tuple(findings),
         notice_kind=notice_kind,
+        notice_deadline=notice_deadline,
         process_count=process_count,
         utilization_pct=utilization_pct,
         gpu_count=gpu_count,
@@ -260,6 +264,7 @@ def node_memory(
     report: ReportSummary | None = None,
     first_seen_at: datetime | None = None,
     instance_id: str | None = None,
+    launch: Mapping[str, str] | None = None,
 ) -> NodeMemory:
     """What earlier runs remembered of one node (report_version follows report's sequence)."""
     return NodeMemory(
@@ -275,6 +280,7 @@ def node_memory(
         report=report,
         streak=streak,
         streak_sequence=streak_sequence,
+        launch=tuple(sorted((launch or {}).items())),
     )
 
 

@@ -28,6 +28,10 @@ A scenario file holds (times are RFC 3339, or relative to `now` like "-20m", "+1
     notes_contain:    substrings each found in some note or pending line (optional)
     pending_contain:  substrings each found in some pending line (optional)
     converged:        whether the plan is "No changes" (optional)
+    drift:            node -> substring of its drift reason, or null for none (optional)
+  options:            PlanOptions: pools, replace, destroy, force, allow_destroy (optional)
+  inventory entries may carry tags: {key: value} (labels, navarch-spec); memory nodes
+  may carry launch: {setting: json value} (PoolSpec.launch_settings at launch)
     foreign:          how many instances observe() set aside as foreign (optional)
 """
 
@@ -46,7 +50,7 @@ import yaml
 from navarch.inventory import Instance
 from navarch.planner.model import Memory, Plan, ReportObservation, ReportSummary
 from navarch.planner.observe import Observed, observe
-from navarch.planner.plan import plan
+from navarch.planner.plan import PlanOptions, plan
 from navarch.spec import FleetSpec
 
 SCENARIOS = Path(__file__).parent / "scenarios"
@@ -61,6 +65,7 @@ _SCENARIO_KEYS = {
     "drain_checks",
     "expect",
     "xfail",
+    "options",
 }
 _ACTION_KEYS = {
     "action",
@@ -72,6 +77,9 @@ _ACTION_KEYS = {
     "replaces",
     "desired",
     "repair",
+    "instance_id",
+    "tags",
+    "backoff",
 }
 
 
@@ -83,6 +91,7 @@ class Inputs:
     memory: Memory
     now: datetime
     drain_checks: Mapping[str, bool]
+    options: PlanOptions = PlanOptions()
 
 
 def _pool_of(spec: FleetSpec, node: str) -> str:
@@ -95,6 +104,8 @@ def _summary(raw: Mapping[str, Any], now: datetime) -> ReportSummary:
     fields = dict(raw)
     generated_at = builders.when(now, fields.pop("generated_at", "-30s"))
     assert generated_at is not None
+    if "notice_deadline" in fields:
+        fields["notice_deadline"] = builders.when(now, fields["notice_deadline"])
     return builders.summary(generated_at=generated_at, **fields)
 
 
@@ -184,7 +195,14 @@ def build_inputs(doc: Mapping[str, Any], tmp_path: Path) -> Inputs:
             )
         else:
             reports[node] = builders.observation(node, pool, _summary(raw, now))
-    return Inputs(spec, tuple(inventory), reports, mem, now, dict(doc.get("drain_checks") or {}))
+    opts = dict(doc.get("options") or {})
+    options = PlanOptions(
+        pools=frozenset(opts.pop("pools")) if "pools" in opts else None,
+        replace=frozenset(opts.pop("replace", ())),
+        **opts,
+    )
+    return Inputs(spec, tuple(inventory), reports, mem, now, dict(doc.get("drain_checks") or {}),
+                  options)
 
 
 def run(inputs: Inputs) -> tuple[Observed, Plan]:
@@ -196,7 +214,8 @@ def run(inputs: Inputs) -> tuple[Observed, Plan]:
         inputs.now,
         inputs.drain_checks,
     )
-    return observed, plan(inputs.spec, observed.views, observed.memory, inputs.now)
+    return observed, plan(inputs.spec, observed.views, observed.memory, inputs.now,
+                          inputs.options, observed.duplicates)
 
 
 def _show(p: Plan) -> str:
@@ -237,6 +256,12 @@ def check(doc: Mapping[str, Any], observed: Observed, p: Plan) -> None:
             assert got.desired == want["desired"], where
         if "repair" in want:
             assert got.repair == want["repair"], where
+        if "instance_id" in want:
+            assert got.instance_id == want["instance_id"], where
+        if "tags" in want:
+            assert dict(got.tags) == want["tags"], where
+        if "backoff" in want:
+            assert got.backoff == want["backoff"], where
 
     want_halts = expect.get("halts") or []
     assert [(h.pool, h.rule) for h in p.halts] == [(h["pool"], h["rule"]) for h in want_halts], (
@@ -247,6 +272,13 @@ def check(doc: Mapping[str, Any], observed: Observed, p: Plan) -> None:
             assert want_halt["message_contains"] in got_halt.message, f"halt message{shown}"
 
     lifecycles = {v.node: v.lifecycle.value for v in observed.views}
+    views = {v.node: v for v in observed.views}
+    for node, text in (expect.get("drift") or {}).items():
+        got_drift = views[node].drift
+        if text is None:
+            assert got_drift is None, f"{node} drifts: {got_drift}{shown}"
+        else:
+            assert got_drift is not None and text in got_drift, f"{node} drift {got_drift!r}{shown}"
     for node, lc in (expect.get("lifecycles") or {}).items():
         assert lifecycles.get(node) == lc, f"lifecycle of {node}: {lifecycles}{shown}"
 

@@ -22,7 +22,7 @@ import builders
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from navarch.inventory import Instance, InstanceState
+from navarch.inventory import TAG_SPEC, Instance, InstanceState
 from navarch.planner.model import (
     LEAVING,
     ActionKind,
@@ -672,6 +672,7 @@ class Sim:
             self.names_used.add(a.node)
             self.ids += 1
             place = a.places[0]
+            pool = self.spec.pool(a.pool)
             inst = builders.instance(
                 FLEET,
                 a.pool,
@@ -683,13 +684,19 @@ class Sim:
                 instance_type=place.instance_type,
                 spot=place.spot,
                 attempt=place.attempt,
+                tags={**dict(pool.labels), TAG_SPEC: pool.launch_hash()},
             )
             self.nodes[a.node] = SimNode(inst)
             index = int(a.node.rsplit("-", 1)[1])
             pm = mem.pool(a.pool)
             self.memory = mem.with_pool(
                 replace(pm, next_index=max(pm.next_index, index + 1))
-            ).with_node(NodeMemory(a.node, a.pool, inst.instance_id, first_seen_at=now))
+            ).with_node(NodeMemory(a.node, a.pool, inst.instance_id, first_seen_at=now,
+                                   launch=pool.launch_settings()))
+        elif a.kind is ActionKind.UPDATE_TAGS:
+            n = self.nodes[a.node]
+            tags = {**dict(n.instance.tags), **dict(a.tags)}
+            n.instance = replace(n.instance, tags=tuple(sorted(tags.items())))
         elif a.kind is ActionKind.CORDON:
             nm = mem.node(a.node) or NodeMemory(a.node, a.pool, first_seen_at=now)
             mem = mem.with_node(
@@ -722,7 +729,9 @@ class Sim:
                 return False
             if any(v.lifecycle is not Lifecycle.HEALTHY for v in views):
                 return False
-        return p.actions == () and p.halts == ()
+            if any(v.drift or v.tags_drift for v in views):
+                return False
+        return p.converged
 
 
 @st.composite
@@ -832,3 +841,75 @@ def test_node_names_are_not_reused_after_state_loss() -> None:
     sim.run_once()  # cordons 0002 and provisions its replacement (asserts the name is new)
     provisioned = [a.node for a in sim.plans[-1].actions if a.kind is ActionKind.PROVISION]
     assert provisioned == [node_name("a", 5)]
+
+
+# --- drift: generated edits of the pool settings ----------------------------------------------
+
+
+@st.composite
+def edited_sims(draw: st.DrawFn) -> tuple[Sim, FleetSpec]:
+    """A healthy fleet at target, launched from its spec (tags, Memory launch settings),
+    and an edit of every pool's launch-shaping settings as a PR would make it."""
+    spec = draw(fleets(converging=True))
+    now = builders.BASE_NOW
+    nodes: dict[str, SimNode] = {}
+    node_mems = []
+    pool_mems = []
+    for pool in spec.pools:
+        zone, itype, spot = pool.places()[0]
+        for i in range(1, pool.target_nodes + 1):
+            name = node_name(pool.name, i)
+            inst = builders.instance(
+                FLEET, pool.name, name, launched_at=now - timedelta(hours=2 + i), zone=zone,
+                instance_type=itype, spot=spot,
+                tags={**dict(pool.labels), TAG_SPEC: pool.launch_hash()},
+            )
+            nodes[name] = SimNode(inst)
+            node_mems.append(builders.node_memory(name, pool.name, instance_id=inst.instance_id,
+                                                  launch=dict(pool.launch_settings())))
+        pool_mems.append(builders.pool_memory(pool.name, next_index=pool.target_nodes + 1))
+    edited = []
+    for pool in spec.pools:
+        edited.append(replace(
+            pool,
+            instance_types=draw(st.sampled_from([pool.instance_types, ("t2",), ("t3", "t1")])),
+            zones=draw(st.sampled_from([pool.zones, ("z2",), ("z3", "z1")])),
+            capacity=draw(st.sampled_from([pool.capacity, "on-demand", "spot"])),
+            gpus_per_node=draw(st.sampled_from([pool.gpus_per_node, 4])),
+            labels=draw(st.sampled_from([pool.labels, (("team", "ml"),)])),
+        ))
+    new_spec = replace(spec, pools=tuple(edited))
+    sim = Sim(new_spec, now, nodes, builders.memory(FLEET, node_mems, pool_mems))
+    sim.names_used = set(nodes)
+    return sim, spec
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(edited_sims())
+def test_edits_of_pool_settings_converge(case: tuple[Sim, FleetSpec]) -> None:
+    """Issue 10: after any edit of instance types, zones, capacity, launch settings or
+    labels, repeated plan/apply converges within a bounded number of runs to a plan with
+    nothing to do and every node matching its pool; a plan is never "No changes" while a
+    node drifts; at no step are more than max_unavailable nodes out of service (rolling
+    replacement keeps the budget) or more than max + max_surge nodes present."""
+    sim, _ = case
+    runs = 4 * max(p.target_nodes for p in sim.spec.pools) + 8
+    for _ in range(runs):
+        if sim.converged():
+            break
+        observed, p = sim.run_once()
+        if any(v.drift or v.tags_drift for v in observed.views):
+            assert not p.converged, f"a plan said No changes while nodes drift:\n{_show(p)}"
+        for pool in sim.spec.pools:
+            views = _pool_views(observed, pool.name)
+            out = sum(v.lifecycle in (Lifecycle.CORDONED, Lifecycle.DRAINING,
+                                      Lifecycle.TERMINATING) for v in views)
+            cordons = sum(a.kind is ActionKind.CORDON for a in p.actions if a.pool == pool.name)
+            budget = pool.health.max_unavailable_nodes(pool.target_nodes)
+            assert out + cordons <= max(budget, out), f"{pool.name}: budget broken\n{_show(p)}"
+            surge = pool.health.max_surge if pool.health.replacement == "surge" else 0
+            present = len(views) + sum(a.kind is ActionKind.PROVISION
+                                       for a in p.actions if a.pool == pool.name)
+            assert present <= pool.max_nodes + surge, f"{pool.name}: above max\n{_show(p)}"
+    history = "\n---\n".join(_show(p) for p in sim.plans)
+    assert sim.converged(), f"not converged after {runs} runs:\n{history}"

@@ -262,7 +262,12 @@ def _status_doc(spec: FleetSpec, snap) -> dict[str, Any]:
     return {"fleet": spec.name, "store": spec.store_url, "state_serial": snap.loaded.serial,
             "pools": pools, "rejections": dict(snap.memory.rejections),
             "foreign": [{"provider": i.provider, "instance_id": i.instance_id}
-                        for i in snap.observed.foreign]}
+                        for i in snap.observed.foreign],
+            "orphans": [{"node": v.node, "pool": v.pool, "provider": v.instance.provider,
+                         "instance_id": v.instance.instance_id, "reason": v.reason}
+                        for v in views if v.lifecycle.value == "orphan" and v.instance],
+            "duplicates": [{"node": d.node, "instance_ids": [i.instance_id for i in d.instances]}
+                           for d in snap.observed.duplicates]}
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -294,6 +299,12 @@ def cmd_status(args: argparse.Namespace) -> int:
     if doc["rejections"]:
         print("\nRejected reports (all time): " +
               ", ".join(f"{k}={v}" for k, v in sorted(doc["rejections"].items())))
+    if doc["orphans"]:
+        print("\nOrphans (this fleet's tags, pool no longer declared; apply terminates them): " +
+              ", ".join(f"{o['node']} ({o['pool']}, {o['instance_id']})" for o in doc["orphans"]))
+    if doc["duplicates"]:
+        print("\nDuplicate node names (one name, several instances): " +
+              "; ".join(f"{d['node']}: {', '.join(d['instance_ids'])}" for d in doc["duplicates"]))
     if doc["foreign"]:
         print("\nForeign instances (no navarch tags for this fleet; left alone): " +
               ", ".join(f["instance_id"] for f in doc["foreign"]))

@@ -25,6 +25,7 @@ from referencing import Registry, Resource
 
 from navarch.durations import parse_duration_s
 from navarch.errors import ConfigError
+from navarch.policy import Rule, compile_rule
 from navarch.resources import data_dir
 
 
@@ -42,6 +43,19 @@ class HealthPolicy:
     replacement: str  # "surge" | "after-terminate"
     max_surge: int
     provision_timeout_s: int = 900  # cluster autoscaler's max-node-provision-time default
+    # Issue 13: health rules and the remediation ladder (docs/health-policy.md).
+    rules: tuple[Rule, ...] = ()  # the pool's own health.rules, compiled
+    fleet_rules: tuple[Rule, ...] = ()  # the fleet-wide health.rules, compiled
+    remediation: tuple[str, ...] = ("reboot", "replace")  # the ladder, cheapest first
+    return_after: int = 3  # distinct healthy reports from the new boot before uncordon
+    ladder_window_s: int = 86400  # the same fault again within this climbs a rung
+    lemon_after: int = 3  # faults within lemon_window_s that make a node a lemon
+    lemon_window_s: int = 604800
+    return_requires_diag: int | None = None  # dcgmi diag level before return; None: off
+
+    def rule_sets(self) -> tuple[tuple[Rule, ...], ...]:
+        """The rule sets navarch.policy.evaluate() takes: the pool's, then the fleet's."""
+        return (self.rules, self.fleet_rules)
 
     def max_unavailable_nodes(self, target: int) -> int:
         """The disruption budget as a node count: a percentage rounds down, at least 1."""
@@ -49,6 +63,15 @@ class HealthPolicy:
             pct = int(self.max_unavailable.rstrip("%"))
             return max(1, target * pct // 100)
         return self.max_unavailable
+
+
+@dataclass(frozen=True)
+class Diagnostics:
+    """Scheduled active diagnostics (dcgmi diag): every_s None means never on a schedule;
+    level is the dcgmi diag -r level (1 quick, 2 medium, 3 long; DCGM documentation)."""
+
+    every_s: int | None = None
+    level: int = 2
 
 
 @dataclass(frozen=True)
@@ -84,6 +107,7 @@ class PoolSpec:
     options: Mapping[str, Any]
     update_strategy: str = "rolling"  # "rolling" | "on-replace"
     provider_type: str = ""  # the provider's type (local, aws, gcp, lambda, ...)
+    diagnostics: Diagnostics = Diagnostics()
 
     def launch_settings(self) -> tuple[tuple[str, str], ...]:
         """The settings that shape a launched machine beyond its type, zone and capacity:
@@ -152,6 +176,7 @@ class FleetSpec:
     providers: Mapping[str, Mapping[str, Any]]
     pools: tuple[PoolSpec, ...]
     safety: SafetySpec
+    health_rules: tuple[Rule, ...] = ()  # fleet-wide health.rules, compiled
 
     def pool(self, name: str) -> PoolSpec:
         for p in self.pools:
@@ -403,6 +428,27 @@ def load_fleet(path: str | Path) -> FleetSpec:
     return _build(data, source, lines)
 
 
+def _rules(
+    raw: list[Mapping[str, Any]], path: tuple[Any, ...], source: Path,
+    lines: Mapping[tuple[Any, ...], int],
+) -> tuple[Rule, ...]:
+    """Compile health rules at `path`; ConfigError (file, line of the rule's `when`, key
+    path, rule name, what is wrong) for a bad expression or a repeated name."""
+    out: list[Rule] = []
+    seen: set[str] = set()
+    for i, r in enumerate(raw):
+        if r["name"] in seen:
+            raise ConfigError(f"two rules are named {r['name']!r}", file=str(source),
+                              line=_line_for(lines, path + (i, "name")),
+                              key_path=_dotted(path + (i, "name")), hint="rename one")
+        seen.add(r["name"])
+        out.append(compile_rule(
+            r["name"], r["when"], r["status"], r.get("action", "none"), file=str(source),
+            line=_line_for(lines, path + (i, "when")), key_path=_dotted(path + (i, "when")),
+        ))
+    return tuple(out)
+
+
 def _build(data: dict[str, Any], source: Path, lines: Mapping[tuple[Any, ...], int]) -> FleetSpec:
     def fail(path: tuple[Any, ...], message: str, hint: str) -> ConfigError:
         return ConfigError(
@@ -410,6 +456,7 @@ def _build(data: dict[str, Any], source: Path, lines: Mapping[tuple[Any, ...], i
         )
 
     providers = data["providers"]
+    fleet_rules = _rules(data["health"]["rules"], ("health", "rules"), source, lines)
     pools: list[PoolSpec] = []
     for name, raw in data["pools"].items():
         nodes = raw["nodes"]
@@ -448,7 +495,23 @@ def _build(data: dict[str, Any], source: Path, lines: Mapping[tuple[Any, ...], i
             replacement=h["replacement"],
             max_surge=h["max_surge"],
             provision_timeout_s=parse_duration_s(h["provision_timeout"]),
+            rules=_rules(h["rules"], ("pools", name, "health", "rules"), source, lines),
+            fleet_rules=fleet_rules,
+            remediation=tuple(h["remediation"]),
+            return_after=h["return_after"],
+            ladder_window_s=parse_duration_s(h["ladder_window"]),
+            lemon_after=h["lemon_after"],
+            lemon_window_s=parse_duration_s(h["lemon_window"]),
+            return_requires_diag=h["return_requires_diag"] or None,
         )
+        ladder = ("reset_gpu", "reboot", "replace")
+        if list(health.remediation) != sorted(health.remediation, key=ladder.index):
+            raise fail(
+                ("pools", name, "health", "remediation"),
+                f"the remediation ladder must go from cheapest to strongest, got "
+                f"{list(health.remediation)}",
+                "order its rungs as reset_gpu, reboot, replace",
+            )
         if health.offline_after_s < health.stale_after_s:
             raise fail(
                 ("pools", name, "health", "offline_after"),
@@ -489,6 +552,11 @@ def _build(data: dict[str, Any], source: Path, lines: Mapping[tuple[Any, ...], i
                 options=dict(raw.get(ptype, {})),
                 update_strategy=raw["update"]["strategy"],
                 provider_type=ptype,
+                diagnostics=Diagnostics(
+                    every_s=(parse_duration_s(raw["diagnostics"]["every"])
+                             if raw["diagnostics"]["every"] else None),
+                    level=raw["diagnostics"]["level"],
+                ),
             )
         )
     for name in data["pools"]:
@@ -518,4 +586,5 @@ def _build(data: dict[str, Any], source: Path, lines: Mapping[tuple[Any, ...], i
         providers={k: dict(v) for k, v in providers.items()},
         pools=tuple(pools),
         safety=safety,
+        health_rules=fleet_rules,
     )

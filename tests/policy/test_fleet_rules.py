@@ -1,0 +1,119 @@
+"""Health rules and remediation settings in fleet.yaml: parsed, defaulted, compiled at load."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from navarch.errors import ConfigError
+from navarch.policy import evaluate
+from navarch.spec import Diagnostics, load_fleet
+from tests.support.cli import run_navarch
+
+FLEET = """\
+fleet: demo
+providers:
+  sim: {type: local}
+health:
+  rules:
+    - name: fleet-hot
+      when: "gpus.exists(g, g.temperature_c >= 95.0)"
+      status: unhealthy
+      action: replace
+pools:
+  train:
+    provider: sim
+    instance_types: [sim-h100x8]
+    zones: [sim-1a]
+    nodes: {target: 2}
+"""
+
+POOL_RULES = """\
+    health:
+      rules:
+        - name: hot-gpu
+          when: "gpus.exists(g, g.temperature_c >= 85.0)"
+          status: unhealthy
+          action: replace
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "fleet.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_defaults_for_the_ladder_lemons_and_diagnostics(tmp_path: Path) -> None:
+    pool = load_fleet(write(tmp_path, FLEET)).pool("train")
+    h = pool.health
+    assert h.remediation == ("reboot", "replace")
+    assert (h.return_after, h.ladder_window_s, h.lemon_after, h.lemon_window_s) == (
+        3, 24 * 3600, 3, 7 * 24 * 3600)
+    assert h.return_requires_diag is None
+    assert pool.diagnostics == Diagnostics(every_s=None, level=2)
+    assert h.rules == () and [r.name for r in h.fleet_rules] == ["fleet-hot"]
+
+
+def test_every_key_parsed(tmp_path: Path) -> None:
+    text = FLEET + """\
+    diagnostics: {every: 7d, level: 3}
+    health:
+      remediation: [reset_gpu, replace]
+      return_after: 2
+      ladder_window: 12h
+      lemon_after: 4
+      lemon_window: 3d
+      return_requires_diag: 1
+      rules:
+""" + POOL_RULES.split("\n", 2)[2]
+    pool = load_fleet(write(tmp_path, text)).pool("train")
+    h = pool.health
+    assert h.remediation == ("reset_gpu", "replace")
+    assert (h.return_after, h.ladder_window_s, h.lemon_after, h.lemon_window_s) == (
+        2, 12 * 3600, 4, 3 * 24 * 3600)
+    assert h.return_requires_diag == 1
+    assert pool.diagnostics == Diagnostics(every_s=7 * 24 * 3600, level=3)
+    assert [[r.name for r in rules] for rules in h.rule_sets()] == [["hot-gpu"], ["fleet-hot"]]
+
+
+def test_pool_rules_are_evaluated_before_the_fleet_rules(tmp_path: Path) -> None:
+    from navarch.policy import SAMPLE_REPORT
+
+    pool = load_fleet(write(tmp_path, FLEET + POOL_RULES)).pool("train")
+    report = {**SAMPLE_REPORT, "status": "healthy", "action": "none", "xids": [],
+              "gpus": [{**SAMPLE_REPORT["gpus"][0], "temperature_c": 88.0}]}
+    result = evaluate(pool.health.rule_sets(), report)
+    assert (result.status, result.action, result.rule) == ("unhealthy", "replace", "hot-gpu")
+
+
+def test_ladder_out_of_order_is_refused(tmp_path: Path) -> None:
+    text = FLEET + "    health:\n      remediation: [replace, reboot]\n"
+    with pytest.raises(ConfigError, match=r"pools\.train\.health\.remediation: .*cheapest"):
+        load_fleet(write(tmp_path, text))
+
+
+def test_two_rules_with_one_name_are_refused(tmp_path: Path) -> None:
+    text = FLEET + POOL_RULES + POOL_RULES.split("\n", 2)[2]
+    with pytest.raises(ConfigError, match=r"rules\[1\]\.name: two rules are named 'hot-gpu'"):
+        load_fleet(write(tmp_path, text))
+
+
+def test_validate_exits_1_naming_the_line_of_a_syntax_error(tmp_path: Path) -> None:
+    text = FLEET + POOL_RULES + """\
+        - name: broken
+          when: "gpus.exists(g, g.temperature_c >= 85.0"
+          status: degraded
+"""
+    path = write(tmp_path, text)
+    line = text.splitlines().index('          when: "gpus.exists(g, g.temperature_c >= 85.0"') + 1
+    proc = run_navarch(["validate", str(path)], cwd=tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert f"fleet.yaml:{line}: pools.train.health.rules[1].when: rule 'broken': " \
+           "CEL syntax error" in proc.stderr
+
+
+def test_validate_accepts_good_rules(tmp_path: Path) -> None:
+    proc = run_navarch(["validate", str(write(tmp_path, FLEET + POOL_RULES))], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr

@@ -1,0 +1,150 @@
+"""Health policy rules (navarch/policy.py, issue 13): compile at load, evaluate per report."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from navarch.agent import AgentConfig, run_once
+from navarch.errors import ConfigError
+from navarch.policy import (
+    SAMPLE_REPORT,
+    PolicyResult,
+    Remedy,
+    RuleStatus,
+    compile_rule,
+    default_rule_data,
+    evaluate,
+)
+from navarch.spec import validator_for
+
+REPO = Path(__file__).resolve().parents[2]
+HOT = {"name": "hot-gpu", "when": "gpus.exists(g, g.temperature_c >= 85.0)",
+       "status": "unhealthy", "action": "replace"}
+
+
+def agent_report(tmp_path: Path, *, faults: dict[str, Any] | None = None,
+                 kern_log: str = "") -> dict[str, Any]:
+    """A real report from the agent (fake GPU backend, 4 GPUs), not written anywhere."""
+    (tmp_path / "faults.json").write_text(json.dumps(faults or {}))
+    (tmp_path / "kern.log").write_text(kern_log)
+    config = AgentConfig(
+        fleet="demo", pool="train", node="demo-train-0001", instance_id="i-0001",
+        store="file://" + str(tmp_path / "store"), key="00" * 32, gpus_per_node=4,
+        state_file=str(tmp_path / "agent.json"), kernel_log=str(tmp_path / "kern.log"),
+        fake_gpu=True, gpu_count=4, faults_file=str(tmp_path / "faults.json"), boot_id="boot-1",
+        metadata="none", notice_file=str(tmp_path / "notice.json"),
+    )
+    report = run_once(config, now=datetime(2026, 11, 22, 12, 0, tzinfo=UTC), to_stdout=True)
+    assert validator_for("health-report.schema.json").is_valid(report)
+    return report
+
+
+def rule(**over: str):
+    r = {**HOT, **over}
+    return compile_rule(r["name"], r["when"], r["status"], r["action"])
+
+
+def test_hot_gpu_rule_turns_an_88c_gpu_into_a_replacement(tmp_path: Path) -> None:
+    report = agent_report(tmp_path, faults={"temperature_c": {"2": 88.0}})
+    result = evaluate([[rule()]], report)
+    assert result == PolicyResult(RuleStatus.UNHEALTHY, Remedy.REPLACE, "hot-gpu", None)
+
+
+def test_cool_gpus_fall_through_to_the_builtin_rules(tmp_path: Path) -> None:
+    report = agent_report(tmp_path)
+    assert report["status"] == "healthy"
+    result = evaluate([[rule()]], report)
+    assert (result.status, result.action, result.rule) == ("healthy", "none", "builtin:agent-healthy")
+
+
+def test_builtin_rules_keep_todays_behaviour_for_a_fatal_xid(tmp_path: Path) -> None:
+    line = ("[  100.000000] NVRM: Xid (PCI:0000:18:00): 79, pid='<unknown>', name=<unknown>, "
+            "GPU has fallen off the bus.\n")
+    report = agent_report(tmp_path, kern_log=line)
+    assert report["status"] == "unhealthy" and report["action"] == "reboot"
+    result = evaluate([], report)
+    assert (result.status, result.action, result.rule) == ("unhealthy", "reboot",
+                                                           "builtin:agent-reboot")
+
+
+def test_first_match_per_rule_set_worst_over_sets() -> None:
+    report = {**SAMPLE_REPORT, "status": "healthy", "action": "none", "xids": []}
+    pool = [compile_rule("mild", "true", "degraded", "none"),
+            compile_rule("never-reached", "true", "unhealthy", "replace")]
+    fleet = [compile_rule("reboot-it", "size(gpus) == 1", "degraded", "reboot")]
+    result = evaluate([pool, fleet], report)
+    assert (result.status, result.action, result.rule) == ("degraded", "reboot",
+                                                           "mild, reboot-it")
+
+
+def test_a_matching_rule_can_soften_the_builtin_verdict() -> None:
+    # An operator who knows XID 79 on this pool is a flaky riser says: degraded, no action.
+    soften = compile_rule("xid79-known", "xids.exists(x, x.code == 79)", "degraded", "none")
+    result = evaluate([[soften]], SAMPLE_REPORT)
+    assert (result.status, result.action) == ("degraded", "none")
+
+
+def test_a_rule_raising_at_evaluation_leaves_the_node_as_it_was() -> None:
+    raising = compile_rule("second-gpu-hot", "gpus[1].temperature_c >= 85.0", "unhealthy",
+                           "replace")
+    report = {**SAMPLE_REPORT, "status": "healthy", "action": "none", "xids": []}
+    result = evaluate([[raising]], report)
+    assert (result.status, result.action, result.rule) == ("healthy", "none",
+                                                           "builtin:agent-healthy")
+    assert result.error is not None and result.error.startswith("rule second-gpu-hot: ")
+
+
+def test_a_null_reading_is_an_evaluation_error_never_a_fault() -> None:
+    report = {**SAMPLE_REPORT, "status": "healthy", "action": "none", "xids": [],
+              "gpus": [{**SAMPLE_REPORT["gpus"][0], "temperature_c": None}]}
+    result = evaluate([[rule()]], report)
+    assert result.status == "healthy" and "null" in (result.error or "")
+    guarded = rule(when="gpus.exists(g, g.temperature_c != null && g.temperature_c >= 85.0)")
+    assert evaluate([[guarded]], report).error is None
+
+
+def test_integer_readings_compare_as_doubles() -> None:
+    report = {**SAMPLE_REPORT, "gpus": [{**SAMPLE_REPORT["gpus"][0], "temperature_c": 90}]}
+    assert evaluate([[rule(when="gpus.exists(g, g.temperature_c + 0.5 > 90.0)")]],
+                    report).rule == "hot-gpu"
+
+
+def test_unknown_agent_status_with_no_match_stays_unknown() -> None:
+    report = {**SAMPLE_REPORT, "status": "unknown", "action": "none", "xids": []}
+    assert evaluate([], report) == PolicyResult(RuleStatus.UNKNOWN, Remedy.NONE, None, None)
+
+
+@pytest.mark.parametrize(("when", "message"), [
+    ("gpus.exists(g, g.temperature_c >= 85.0", r"CEL syntax error: .*line 1, column \d+"),
+    ("gpu.exists(g, g.temperature_c >= 85.0)", r"Undefined variable or function: 'gpu'"),
+    ("gpus.exists(g, g.temp >= 85.0)", r"no field 'temp'"),
+    ("size(gpus)", r"gave int 1, not true or false"),
+    ("notice.kind == 'preemption'", r"without a notice"),
+    ("'a' + 1 == 'a1'", r"string \+ int"),
+])
+def test_compile_errors_name_the_rule_and_what_is_wrong(when: str, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        compile_rule("bad", when, "unhealthy", "replace", file="fleet.yaml", line=12,
+                     key_path="pools.train.health.rules[0].when")
+    text = str(info.value)
+    assert text.startswith("fleet.yaml:12: pools.train.health.rules[0].when: rule 'bad': ")
+    assert re.search(message, text), text
+
+
+def test_data_dependent_errors_are_not_compile_errors() -> None:
+    compile_rule("third-gpu", "gpus[2].temperature_c > 80.0", "degraded", "none")
+
+
+def test_docs_show_the_builtin_rules_as_they_are() -> None:
+    import yaml
+
+    text = (REPO / "docs" / "health-policy.md").read_text()
+    block = re.search(r"<!-- builtin-rules -->\n```yaml\n(.*?)```", text, re.S)
+    assert block is not None, "docs/health-policy.md lost its builtin-rules block"
+    assert tuple(yaml.safe_load(block.group(1))) == default_rule_data()

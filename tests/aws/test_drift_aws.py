@@ -31,7 +31,7 @@ def _other_ami() -> str:
     return next(i["ImageId"] for i in images if i["ImageId"] != AMI)
 
 
-def test_changed_instance_type_and_ami_roll_to_new_instances(env, tmp_path: Path) -> None:
+def test_changed_instance_type_and_ami_roll_to_new_instances(env, tmp_path: Path) -> None:  # noqa: F811
     fleet = write_fleet(tmp_path, target=1, max_nodes=1)
     run = navarch(["apply", str(fleet), "--auto-approve"], env, tmp_path)
     assert run.returncode == 0, run.stdout + run.stderr
@@ -64,7 +64,7 @@ def test_changed_instance_type_and_ami_roll_to_new_instances(env, tmp_path: Path
     assert ec2_instances(live_only=False)[old_id]["State"]["Name"] in ("shutting-down", "terminated")
 
 
-def test_changed_label_is_set_in_place_on_ec2(env, tmp_path: Path) -> None:
+def test_changed_label_is_set_in_place_on_ec2(env, tmp_path: Path) -> None:  # noqa: F811
     fleet = write_fleet(tmp_path, target=1)
     assert navarch(["apply", str(fleet), "--auto-approve"], env, tmp_path).returncode == 0
     before = fleet_nodes()
@@ -77,7 +77,7 @@ def test_changed_label_is_set_in_place_on_ec2(env, tmp_path: Path) -> None:
     assert tags(ec2_instances()[iid])["team"] == "ml"
 
 
-def test_destroy_force_leaves_no_fleet_instance(env, tmp_path: Path) -> None:
+def test_destroy_force_leaves_no_fleet_instance(env, tmp_path: Path) -> None:  # noqa: F811
     fleet = write_fleet(tmp_path, target=3)
     assert navarch(["apply", str(fleet), "--auto-approve"], env, tmp_path).returncode == 0
     foreign = boto3.client("ec2").run_instances(ImageId=AMI, MinCount=1, MaxCount=1)

@@ -256,6 +256,8 @@ def _status_doc(spec: FleetSpec, snap) -> dict[str, Any]:
                 "health": v.summary.status if v.summary else None,
                 "health_score": v.summary.health_score if v.summary else None,
                 "report_age_s": round(v.report_age_s, 1) if v.report_age_s is not None else None,
+                "clock_skew_s": (round(v.summary.clock_skew_s, 1) if v.summary is not None
+                                 and v.summary.clock_skew_s is not None else None),
                 "reason": v.reason, "rejected": v.rejected,
             } for v in pv],
         })

@@ -3,17 +3,25 @@
 Key derivation: node_key = HMAC-SHA256(fleet_secret, "navarch-node-key/v1|<fleet>|<node>").
 A node holds only its own key (delivered in its user-data), so a compromised node cannot
 sign for another; the reconciler derives every node's key from the fleet secret.
-Canonical form: JSON of the report without its "signature" field, keys sorted, no spaces,
-UTF-8 (RFC 8785-like; our reports hold only strings, integers, floats, bools and null).
+
+Canonical form (what is signed): the report without its "signature" field, serialised
+as RFC 8785 JSON Canonicalization Scheme (JCS) by the `rfc8785` library: keys sorted by
+UTF-16 code units, no whitespace, ECMAScript number form, UTF-8. The agent signs the
+dict it writes; the reconciler parses the stored bytes and canonicalises what it parsed,
+so any JSON serialiser may write the report. JCS refuses what has no canonical form
+(lone surrogates, NaN/Infinity, integers beyond +-(2**53 - 1)): canonical_bytes raises
+ValueError for those, and such a report can be neither signed nor verified (issue 16
+item 4).
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 from collections.abc import Mapping
 from typing import Any
+
+import rfc8785
 
 ALG = "HMAC-SHA256"
 
@@ -25,23 +33,44 @@ def derive_node_key(fleet_secret: bytes, fleet: str, node: str) -> bytes:
 
 
 def canonical_bytes(report: Mapping[str, Any]) -> bytes:
-    """The bytes that are signed: the report minus "signature", canonical JSON."""
+    """The bytes that are signed: the report minus "signature", RFC 8785 canonical JSON.
+
+    Raises ValueError (rfc8785.CanonicalizationError) for values JCS cannot represent,
+    RecursionError for nesting deeper than Python's recursion limit.
+    """
     body = {k: v for k, v in report.items() if k != "signature"}
-    return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    return rfc8785.dumps(body)
+
+
+def mac(canonical: bytes, node_key: bytes) -> str:
+    """HMAC-SHA256 of canonical bytes under node_key, as 64 lowercase hex digits."""
+    return hmac.new(node_key, canonical, hashlib.sha256).hexdigest()
 
 
 def sign(report: Mapping[str, Any], node_key: bytes) -> dict[str, Any]:
-    """Return a copy of report with its "signature" field set."""
-    value = hmac.new(node_key, canonical_bytes(report), hashlib.sha256).hexdigest()
+    """Return a copy of report with its "signature" field set.
+
+    Raises ValueError when the report has no canonical form (see canonical_bytes).
+    """
     signed = dict(report)
-    signed["signature"] = {"alg": ALG, "value": value}
+    signed["signature"] = {"alg": ALG, "value": mac(canonical_bytes(report), node_key)}
     return signed
 
 
-def verify(report: Mapping[str, Any], node_key: bytes) -> bool:
-    """True when the report carries a valid signature for node_key (constant-time compare)."""
-    sig = report.get("signature")
-    if not isinstance(sig, Mapping) or sig.get("alg") != ALG or not isinstance(sig.get("value"), str):
+def verify_canonical(canonical: bytes, signature: Any, node_key: bytes) -> bool:
+    """True when signature ({"alg", "value"}) is valid for canonical under node_key
+    (constant-time compare). For callers that already hold canonical_bytes(report)."""
+    if (not isinstance(signature, Mapping) or signature.get("alg") != ALG
+            or not isinstance(signature.get("value"), str)):
         return False
-    expected = hmac.new(node_key, canonical_bytes(report), hashlib.sha256).hexdigest()
-    return hmac.compare_digest(expected, sig["value"])
+    return hmac.compare_digest(mac(canonical, node_key), signature["value"])
+
+
+def verify(report: Mapping[str, Any], node_key: bytes) -> bool:
+    """True when the report carries a valid signature for node_key; False also when the
+    report has no canonical form."""
+    try:
+        canonical = canonical_bytes(report)
+    except (ValueError, RecursionError):
+        return False
+    return verify_canonical(canonical, report.get("signature"), node_key)

@@ -69,13 +69,20 @@ class Phase(enum.StrEnum):
     TERMINATING = "terminating"
 
 
+#: A node whose report's generated_at is further than this from the store's modification
+#: time has a wrong clock (issue 16 item 5): agents write a report seconds after making it.
+CLOCK_SKEW_S = 120
+
+
 @dataclass(frozen=True)
 class ReportSummary:
     """What the reconciler keeps of one accepted health report.
 
     generated_at: aware UTC. utilization_pct: mean over GPUs (None if none reported).
     process_count: GPU processes over all GPUs (None if unknown). fatal: a fatal XID is
-    latched in the report. findings: up to 5 human lines, worst first.
+    latched in the report. findings: up to 5 human lines, worst first. stored_at: the
+    store's modification time of the report object (aware UTC; None when unknown): the
+    report's age is judged by it, not by the node's clock (issue 16 item 5).
     """
 
     sequence: int
@@ -91,6 +98,20 @@ class ReportSummary:
     process_count: int | None = None
     utilization_pct: float | None = None
     gpu_count: int = 0
+    stored_at: datetime | None = None
+
+    @property
+    def clock_skew_s(self) -> float | None:
+        """generated_at - stored_at in seconds (positive: the node's clock is ahead of the
+        store's), or None when stored_at is unknown."""
+        if self.stored_at is None:
+            return None
+        return (self.generated_at - self.stored_at).total_seconds()
+
+    @property
+    def observed_at(self) -> datetime:
+        """When the report was made, by the best clock known: stored_at, else generated_at."""
+        return self.stored_at or self.generated_at
 
 
 @dataclass(frozen=True)
@@ -100,6 +121,7 @@ class ReportObservation:
     summary: the newest accepted report (None if the node never had one accepted).
     version: store version of the object read (None if no object).
     rejected: why this run's object was rejected (a REJECT_REASONS value), or None.
+    stored_at: the store's modification time of the object read (None if unknown).
     """
 
     node: str
@@ -107,6 +129,7 @@ class ReportObservation:
     summary: ReportSummary | None
     version: str | None
     rejected: str | None = None
+    stored_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -381,6 +404,7 @@ def summary_to_json(s: ReportSummary | None) -> dict[str, Any] | None:
         "findings": list(s.findings), "notice_kind": s.notice_kind,
         "notice_deadline": ts(s.notice_deadline), "process_count": s.process_count,
         "utilization_pct": s.utilization_pct, "gpu_count": s.gpu_count,
+        "stored_at": ts(s.stored_at),
     }
 
 
@@ -394,6 +418,7 @@ def summary_from_json(d: Mapping[str, Any] | None) -> ReportSummary | None:
         findings=tuple(d.get("findings", ())), notice_kind=d.get("notice_kind"),
         notice_deadline=parse_ts(d.get("notice_deadline")), process_count=d.get("process_count"),
         utilization_pct=d.get("utilization_pct"), gpu_count=d.get("gpu_count", 0),
+        stored_at=parse_ts(d.get("stored_at")),
     )
 
 

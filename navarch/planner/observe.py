@@ -27,6 +27,7 @@ from datetime import datetime
 from navarch.durations import format_duration_s
 from navarch.inventory import TAG_SPEC, Instance, InstanceState
 from navarch.planner.model import (
+    CLOCK_SKEW_S,
     Lifecycle,
     Memory,
     NodeMemory,
@@ -220,7 +221,7 @@ def _orphan_view(inst: Instance, nm: NodeMemory, now: datetime) -> NodeView:
     return NodeView(
         node=nm.node, pool=inst.pool or "", lifecycle=Lifecycle.ORPHAN,
         reason=f"pool {inst.pool} was removed from fleet.yaml", instance=inst, summary=s,
-        report_age_s=(now - s.generated_at).total_seconds() if s else None, streak=nm.streak,
+        report_age_s=(now - s.observed_at).total_seconds() if s else None, streak=nm.streak,
         phase_at=nm.phase_at,
     )
 
@@ -242,6 +243,17 @@ def _fold_report(nm: NodeMemory, obs: ReportObservation | None) -> NodeMemory:
     return replace(nm, report_version=obs.version, report=s, streak=streak, streak_sequence=s.sequence)
 
 
+def clock_skew_note(s: ReportSummary | None) -> str:
+    """"; clock skew: ..." when the node's clock is more than CLOCK_SKEW_S off the store's
+    (ReportSummary.clock_skew_s), else "". A condition to fix on the node (NTP), shown
+    in the view's reason; it never changes a lifecycle."""
+    skew_s = s.clock_skew_s if s is not None else None
+    if skew_s is None or abs(skew_s) <= CLOCK_SKEW_S:
+        return ""
+    side = "ahead of" if skew_s > 0 else "behind"
+    return f"; clock skew: node clock {format_duration_s(abs(skew_s))} {side} the store's"
+
+
 def _first_finding(s: ReportSummary) -> str:
     return s.findings[0] if s.findings else f"agent reports {s.status}"
 
@@ -256,12 +268,15 @@ def _view(
 ) -> NodeView:
     h = pool.health
     s = nm.report
-    age = (now - s.generated_at).total_seconds() if s else None
+    # Age by the store's clock when known (issue 16 item 5): a node's wrong clock is shown
+    # as skew in the reason, never a reason to replace it.
+    age = max((now - s.observed_at).total_seconds(), 0.0) if s else None
     rejected = obs.rejected if obs else None
+    skew = clock_skew_note(s)
 
     def view(lc: Lifecycle, reason: str, *, immediate: bool = False, drained: bool | None = None):
         return NodeView(
-            node=nm.node, pool=pool.name, lifecycle=lc, reason=reason, instance=inst,
+            node=nm.node, pool=pool.name, lifecycle=lc, reason=reason + skew, instance=inst,
             summary=s, report_age_s=age, streak=nm.streak, phase_at=nm.phase_at,
             rejected=rejected, immediate=immediate, drained=drained,
         )
@@ -271,7 +286,7 @@ def _view(
     if nm.phase is Phase.DRAINING:
         if pool.scheduler == "none" and "drain_check" not in pool.playbooks:
             fresh = s is not None and age is not None and age <= h.stale_after_s
-            drained = bool(fresh and s.process_count == 0 and (nm.phase_at is None or s.generated_at >= nm.phase_at))
+            drained = bool(fresh and s.process_count == 0 and (nm.phase_at is None or s.observed_at >= nm.phase_at))
         else:
             drained = bool(drain_check)
         return view(Lifecycle.DRAINING, nm.phase_reason, drained=drained)

@@ -2,16 +2,34 @@
 
 A report is accepted only if it is (checked in this order; the first failure is the
 rejection reason, counted by reason in the state and shown by `navarch status`):
-  oversized     larger than MAX_REPORT_BYTES
-  malformed     not UTF-8 JSON object
+  unreadable    the store listed it but could not return it (a StoreError other than
+                NotFound: permissions, a torn object, the backend failing)
+  oversized     larger than MAX_REPORT_BYTES (judged from the listing before fetching,
+                and again on the bytes fetched)
+  malformed     not a UTF-8 JSON object with a canonical form: invalid JSON, nesting
+                deeper than MAX_NESTING, NaN/Infinity, lone surrogates, integers
+                beyond +-(2**53 - 1) (RFC 8785 JCS, see navarch.signing)
   schema        not valid against schemas/health-report.schema.json
   identity      its fleet/pool/node differ from the key it was stored under
   unsigned      no signature
   no_secret     the reconciler has no fleet secret to check it with
   bad_signature HMAC-SHA256 does not match the node's derived key (navarch.signing)
   replayed      its sequence is not above the last accepted one for the node
-  future        generated more than FUTURE_SKEW_S ahead of the reconciler's clock
-A rejected report never makes a node unhealthy (DESIGN.md safety rule 2).
+  future        generated more than FUTURE_SKEW_S ahead of the reconciler's clock; only
+                judged when the store gave no modification time (see "Clocks" below)
+  check_failed  checking it raised an error navarch did not expect (a navarch bug: the
+                error's type and message are in the rejection's detail)
+A rejected report never makes a node unhealthy (DESIGN.md safety rule 2), and no report
+can stop a run: every failure while reading, parsing, checking or verifying one report
+is a rejection of that report (issue 16 item 4).
+
+Clocks (issue 16 item 5): a node's clock may be wrong. Each accepted summary carries
+`stored_at`, the store's own modification time of the object (ObjectInfo.modified_at
+from the listing), and the planner judges a report's age by it. The difference between
+the node's `generated_at` and `stored_at` is the node's clock skew, shown as a condition
+(ReportSummary.clock_skew_s), never a reason to replace a node. A replayed run
+(NAVARCH_NOW) passes store_times=False: its clock is not the store's, so it judges by
+generated_at as before.
 
 Schema checks use jsonschema-rs (the same JSON Schema 2020-12 semantics as the
 jsonschema package, compiled): a cold plan checks thousands of reports, and the pure-
@@ -34,12 +52,15 @@ from navarch.errors import NotFound, ReportRejected
 from navarch.planner.model import Memory, ReportObservation, ReportSummary, parse_ts
 from navarch.reconcile.state import health_prefix
 from navarch.spec import load_schema
-from navarch.stores.base import ObjectStore, parallel_map
+from navarch.stores.base import ObjectInfo, ObjectStore, parallel_map
 
 MAX_REPORT_BYTES = 256 * 1024
+#: Deepest nesting of arrays/objects accepted. A real report nests 4 deep (checks[].
+#: evidence{}); the compiled schema validator refuses input past its own recursion limit.
+MAX_NESTING = 32
 FUTURE_SKEW_S = 120
-REJECT_REASONS = ("oversized", "malformed", "schema", "identity", "unsigned", "no_secret",
-                  "bad_signature", "replayed", "future")
+REJECT_REASONS = ("unreadable", "oversized", "malformed", "schema", "identity", "unsigned",
+                  "no_secret", "bad_signature", "replayed", "future", "check_failed")
 _SEVERITY_RANK = {"unhealthy": 0, "degraded": 1, "unknown": 2, "healthy": 3}
 
 
@@ -52,8 +73,11 @@ def _report_validator() -> Any:
                                        validate_formats=True)
 
 
-def summarize(report: Mapping[str, Any]) -> ReportSummary:
-    """Reduce a verified report to what the planner needs (see ReportSummary)."""
+def summarize(report: Mapping[str, Any], stored_at: datetime | None = None) -> ReportSummary:
+    """Reduce a verified report to what the planner needs (see ReportSummary).
+
+    stored_at: the store's modification time of the object (aware UTC), when known.
+    """
     findings: list[str] = []
     fatal = False
     for x in report.get("xids", []):
@@ -86,7 +110,50 @@ def summarize(report: Mapping[str, Any]) -> ReportSummary:
         process_count=sum(procs) if gpus and all(p is not None for p in procs) else None,
         utilization_pct=round(sum(utils) / len(utils), 1) if utils else None,
         gpu_count=len(gpus),
+        stored_at=stored_at,
     )
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON (RFC 8259)")
+
+
+def _nesting(doc: Any) -> int:
+    """Deepest nesting of lists/dicts in a parsed JSON value (a scalar is 0); iterative."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(doc, 0)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, dict):
+            value = list(value.values())
+        elif not isinstance(value, list):
+            continue
+        deepest = max(deepest, depth + 1)
+        if deepest > MAX_NESTING:
+            break
+        stack.extend((v, depth + 1) for v in value if isinstance(v, (list, dict)))
+    return deepest
+
+
+def _parse(data: bytes) -> tuple[dict[str, Any], bytes]:
+    """UTF-8 JSON object -> (report, canonical bytes of its body); ReportRejected("malformed")."""
+    try:
+        report = json.loads(data.decode("utf-8"), parse_constant=_no_constant)
+    except RecursionError as exc:
+        raise ReportRejected("malformed", "JSON nested too deeply") from exc
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ReportRejected("malformed", str(exc)[:100]) from exc
+    if not isinstance(report, dict):
+        raise ReportRejected("malformed", "not a JSON object")
+    if _nesting(report) > MAX_NESTING:
+        raise ReportRejected("malformed", f"JSON nested deeper than {MAX_NESTING}")
+    try:
+        canonical = signing.canonical_bytes(report)
+    except RecursionError as exc:
+        raise ReportRejected("malformed", "JSON nested too deeply") from exc
+    except ValueError as exc:  # rfc8785: lone surrogate, huge integer, non-finite float
+        raise ReportRejected("malformed", f"no RFC 8785 canonical form: {str(exc)[:100]}") from exc
+    return report, canonical
 
 
 def verify_report(
@@ -98,16 +165,29 @@ def verify_report(
     fleet_secret: bytes | None,
     last_sequence: int,
     now: datetime,
+    stored_at: datetime | None = None,
 ) -> ReportSummary:
-    """Check one stored report; return its summary or raise ReportRejected(reason)."""
+    """Check one stored report; return its summary or raise ReportRejected(reason).
+
+    data: the object's bytes as stored. stored_at: the store's modification time of the
+    object (aware UTC) or None; with it, a node's clock skew is a condition shown on the
+    summary, not a rejection ("future" is judged only without it). Never raises anything
+    but ReportRejected: an unexpected error is rejection "check_failed".
+    """
+    try:
+        return _verify(data, fleet=fleet, pool=pool, node=node, fleet_secret=fleet_secret,
+                       last_sequence=last_sequence, now=now, stored_at=stored_at)
+    except ReportRejected:
+        raise
+    except Exception as exc:  # the boundary: no report may stop a run (issue 16 item 4)
+        raise ReportRejected("check_failed", f"{type(exc).__name__}: {str(exc)[:100]}") from exc
+
+
+def _verify(data: bytes, *, fleet: str, pool: str, node: str, fleet_secret: bytes | None,
+            last_sequence: int, now: datetime, stored_at: datetime | None) -> ReportSummary:
     if len(data) > MAX_REPORT_BYTES:
         raise ReportRejected("oversized", f"{len(data)} bytes > {MAX_REPORT_BYTES}")
-    try:
-        report = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise ReportRejected("malformed", str(exc)[:100]) from exc
-    if not isinstance(report, dict):
-        raise ReportRejected("malformed", "not a JSON object")
+    report, canonical = _parse(data)
     if "signature" not in report:
         raise ReportRejected("unsigned")
     validator = _report_validator()
@@ -118,7 +198,8 @@ def verify_report(
         raise ReportRejected("identity", f"claims {report['fleet']}/{report['pool']}/{report['node']}")
     if fleet_secret is None:
         raise ReportRejected("no_secret")
-    if not signing.verify(report, signing.derive_node_key(fleet_secret, fleet, node)):
+    key = signing.derive_node_key(fleet_secret, fleet, node)
+    if not signing.verify_canonical(canonical, report["signature"], key):
         raise ReportRejected("bad_signature")
     if report["sequence"] <= last_sequence:
         raise ReportRejected("replayed", f"sequence {report['sequence']} <= {last_sequence}")
@@ -126,9 +207,19 @@ def verify_report(
         generated = parse_ts(report["generated_at"])
     except ValueError as exc:
         raise ReportRejected("schema", "generated_at is not RFC 3339 with a timezone") from exc
-    if generated is None or generated > now + timedelta(seconds=FUTURE_SKEW_S):
+    if generated is None:
+        raise ReportRejected("schema", "generated_at is missing")
+    if stored_at is None and generated > now + timedelta(seconds=FUTURE_SKEW_S):
         raise ReportRejected("future", f"generated_at {report['generated_at']}")
-    return summarize(report)
+    return summarize(report, stored_at)
+
+
+def _stored_at(info: ObjectInfo) -> datetime | None:
+    """The listing's modification time as aware UTC, or None when the backend gave none."""
+    try:
+        return parse_ts(info.modified_at) if info.modified_at else None
+    except ValueError:
+        return None
 
 
 def read_reports(
@@ -137,45 +228,60 @@ def read_reports(
     memory: Memory,
     fleet_secret: bytes | None,
     now: datetime,
+    *,
+    store_times: bool = True,
 ) -> dict[str, ReportObservation]:
     """List health/<fleet>/, fetch changed reports, verify them -> node -> observation.
 
     Reports whose version equals the one remembered for the node are not fetched. Keys
-    that do not look like health/<fleet>/<pool>/<node>.json are ignored.
+    that do not look like health/<fleet>/<pool>/<node>.json are ignored. store_times:
+    judge freshness by the store's modification times (False for a replayed clock, see
+    the module docstring). No report raises: each failure is a rejected observation;
+    only listing the store may raise StoreError.
     """
     prefix = health_prefix(fleet)
-    listed: dict[str, tuple[str, str, str]] = {}  # key -> (pool, node, version)
+    listed: dict[str, tuple[str, str, ObjectInfo]] = {}  # key -> (pool, node, listing)
     for info in store.list(prefix):
         parts = info.key[len(prefix):].split("/")
         if len(parts) != 2 or not parts[1].endswith(".json"):
             continue
-        listed[info.key] = (parts[0], parts[1][: -len(".json")], info.version)
+        listed[info.key] = (parts[0], parts[1][: -len(".json")], info)
 
     out: dict[str, ReportObservation] = {}
     to_fetch: list[str] = []
-    for key, (pool, node, version) in listed.items():
+    for key, (pool, node, info) in listed.items():
         nm = memory.node(node)
-        if nm is not None and nm.report_version == version and nm.pool == pool:
-            out[node] = ReportObservation(node, pool, nm.report, version)
+        if nm is not None and nm.report_version == info.version and nm.pool == pool:
+            out[node] = ReportObservation(node, pool, nm.report, info.version)
         else:
             to_fetch.append(key)
 
     def fetch_and_verify(key: str) -> ReportObservation | None:
         # Runs on store.parallel_gets threads: checking one report overlaps fetching others.
-        pool, node, _ = listed[key]
+        pool, node, info = listed[key]
+        nm = memory.node(node)
+        last_seq = nm.report.sequence if nm is not None and nm.report is not None else 0
+        stored_at = _stored_at(info) if store_times else None
+
+        def rejected(reason: str, version: str) -> ReportObservation:
+            return ReportObservation(node, pool, nm.report if nm else None, version,
+                                     rejected=reason, stored_at=stored_at)
+
+        if info.size_bytes > MAX_REPORT_BYTES:
+            return rejected("oversized", info.version)  # not worth fetching
         try:
             blob = store.get(key)
         except NotFound:
             return None  # deleted between list and get: as if missing
-        nm = memory.node(node)
-        last_seq = nm.report.sequence if nm is not None and nm.report is not None else 0
+        except Exception:  # StoreError, or a backend's own bug: this report only
+            return rejected("unreadable", info.version)
         try:
             summary = verify_report(blob.data, fleet=fleet, pool=pool, node=node,
-                                    fleet_secret=fleet_secret, last_sequence=last_seq, now=now)
-            return ReportObservation(node, pool, summary, blob.version)
+                                    fleet_secret=fleet_secret, last_sequence=last_seq, now=now,
+                                    stored_at=stored_at)
+            return ReportObservation(node, pool, summary, blob.version, stored_at=stored_at)
         except ReportRejected as rej:
-            return ReportObservation(node, pool, nm.report if nm else None, blob.version,
-                                     rejected=rej.reason)
+            return rejected(rej.reason, blob.version)
 
     for observation in parallel_map(fetch_and_verify, to_fetch, store.parallel_gets):
         if observation is not None:

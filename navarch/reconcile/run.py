@@ -142,7 +142,9 @@ def gather(fleet: Fleet, now: datetime, options: PlanOptions | None = None) -> S
     """
     inventory = list_inventory(fleet)
     memory, version = load_memory(fleet.store, fleet.spec.name)
-    reports = read_reports(fleet.store, fleet.spec.name, memory, fleet.secret(), now)
+    # A replayed clock (NAVARCH_NOW) is not the store's: judge ages by generated_at then.
+    reports = read_reports(fleet.store, fleet.spec.name, memory, fleet.secret(), now,
+                           store_times=not os.environ.get("NAVARCH_NOW"))
     checks = _drain_checks(fleet, memory, inventory)
     observed = observe(fleet.spec, inventory, reports, memory, now, checks)
     plan = make_plan(fleet.spec, observed.views, observed.memory, now, options,

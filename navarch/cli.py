@@ -7,7 +7,10 @@
      `destroy`: nodes are still draining (run it again, or --force)
   3  a safety rule stopped something for a human (circuit breaker open, orphan guard,
      duplicate node names); the rest was applied
-  4  another run holds the fleet lock
+  4  another run holds the fleet lock (lease)
+  5  this apply lost its lease mid-run (it lapsed past safety.lock_ttl without renewal, or
+     another run took it over): it stopped acting and wrote no state; the run holding the
+     lease converges the fleet
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from navarch import __version__
-from navarch.errors import ConfigError, LockHeld, NavarchError, StalePlan
+from navarch.errors import ConfigError, LeaseLost, LockHeld, NavarchError, StalePlan
 
 if TYPE_CHECKING:
     from navarch.planner.model import Plan
@@ -44,7 +47,7 @@ def render_text(plan: Plan) -> str:
 
     return _render(plan)
 
-EXIT_OK, EXIT_ERROR, EXIT_CHANGES, EXIT_HALTED, EXIT_LOCKED = 0, 1, 2, 3, 4
+EXIT_OK, EXIT_ERROR, EXIT_CHANGES, EXIT_HALTED, EXIT_LOCKED, EXIT_LEASE_LOST = 0, 1, 2, 3, 4, 5
 
 
 def _err(message: str) -> None:
@@ -189,10 +192,12 @@ def cmd_apply(args: argparse.Namespace) -> int:
               f"{len(failed)} failed (run {result.run_id}).")
     for o in failed:
         _err(f"{o.action.kind.value} {o.action.node or o.action.pool} failed: {o.detail}")
+    if result.audit_error:
+        _err(result.audit_error)
     halted = _halt_exit(plan)
     if halted is not None:
         return halted
-    return EXIT_ERROR if failed else EXIT_OK
+    return EXIT_ERROR if failed or result.audit_error else EXIT_OK
 
 
 # -- destroy ----------------------------------------------------------------------------
@@ -508,6 +513,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         _err(f"{exc}. Another navarch run is converging this fleet; try again later, or if "
              f"that run is dead: navarch force-unlock FLEET {exc.lock_id}")
         return EXIT_LOCKED
+    except LeaseLost as exc:
+        _err(f"{exc}. This apply stopped acting and wrote no state.")
+        return EXIT_LEASE_LOST
     except StalePlan as exc:
         _err(str(exc))
         return EXIT_ERROR

@@ -6,6 +6,7 @@
     │   ├── PreconditionFailed create-if-absent / replace-if-version lost a race (HTTP 412/409)
     │   └── NotFound           the object does not exist
     ├── LockHeld               another run holds state/<fleet>.lock (holder, age)
+    ├── LeaseLost              this apply's lease lapsed or was taken over: it stops acting
     ├── StalePlan              a saved plan whose state serial or inventory moved on
     ├── ReportRejected         a health report failed verification (reason is one of REJECT_REASONS)
     ├── ProviderError          a cloud call failed; mapped at each provider's one boundary
@@ -93,6 +94,12 @@ class LockHeld(NavarchError):
             f"state is locked by {holder} running {command!r} (lock {lock_id}, "
             f"taken {age_s:.0f}s ago, expires in {max(expires_in_s, 0):.0f}s)"
         )
+
+
+class LeaseLost(NavarchError):
+    """This run's lease on state/<fleet>.lock is no longer ours (it lapsed past its TTL
+    without renewal, or another run took it over, or a human force-unlocked it). The run
+    stops acting and writes no state; the holder now converges the fleet."""
 
 
 class StalePlan(NavarchError):

@@ -5,8 +5,10 @@ Idempotency, two layers:
   attempt; EC2 RunInstances ClientToken idempotency: the same token in the same region
   returns the original reservation instead of launching again);
 - every instance and volume is tagged `navarch-launch=<launch_id>`, and provision first
-  looks for a live instance with that tag and returns it. This covers what the token does
-  not: moto ignores ClientToken, and a token is per region.
+  looks for a live instance with that tag and returns it, unless the reconciler's fresh
+  inventory already says there is none (ProvisionRequest.known_absent: one request per
+  node saved). This covers what the token does not: moto ignores ClientToken, and a
+  token is per region.
 A run killed after RunInstances therefore never leads to a second instance on the next run.
 
 Only instances tagged `navarch-fleet=<fleet>` are listed, and terminate refuses any other
@@ -434,16 +436,19 @@ class AwsProvider:
     def provision(self, request: ProvisionRequest) -> Instance:
         """Launch one node in request.zone, or return the instance this launch id made.
 
-        First DescribeInstances by tag navarch-launch=<launch_id> (live states): a run
-        killed after RunInstances finds its instance here. Otherwise RunInstances with
+        First, unless request.known_absent, DescribeInstances by tag
+        navarch-launch=<launch_id> (live states): a run killed after RunInstances finds its
+        instance here (with known_absent the caller's inventory, listed this run, answered
+        that already). Otherwise RunInstances with
         run_instances_params(request) (ClientToken = launch id). Returns the Instance.
         Raises CapacityError(scope="zone"), QuotaError, AuthError, TransientError,
         ConfigError (no AMI, zone outside the provider's regions), ProviderError.
         """
         region = self._region_for(request.zone)
-        existing = self._by_launch_id(region, request.fleet, request.launch_id)
-        if existing is not None:
-            return existing
+        if not request.known_absent:
+            existing = self._by_launch_id(region, request.fleet, request.launch_id)
+            if existing is not None:
+                return existing
         params = run_instances_params(request)
         what = f"RunInstances {request.instance_type}{' spot' if request.spot else ''}"
         try:

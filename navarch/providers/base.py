@@ -32,6 +32,9 @@ class ProvisionRequest:
     tags: ownership tags plus the pool's labels.
     user_data: cloud-init text for the agent, already rendered.
     options: the pool's provider-specific settings from fleet.yaml (AMI, subnet, ...).
+    known_absent: this run's fresh inventory (listed under the lease) holds no instance
+    with this launch id, so a provider may skip its own pre-launch lookup (its launch
+    token, e.g. EC2's ClientToken, still dedupes a launch a killed run left in flight).
     """
 
     fleet: str
@@ -45,6 +48,7 @@ class ProvisionRequest:
     tags: Mapping[str, str]
     user_data: str = ""
     options: Mapping[str, object] = field(default_factory=dict)
+    known_absent: bool = False
 
 
 class Provider(Protocol):

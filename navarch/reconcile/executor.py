@@ -1,9 +1,28 @@
 """The executor: the only place that changes the world.
 
-It runs a Plan's actions in order against providers and playbooks, records one outcome per
-action in the audit log and in Memory, and keeps going when an action fails (kopf's
-"outcome, not exception" style): a failed action is retried by a later run, because every
-run re-observes and re-plans (level-triggered).
+It runs a Plan's actions against providers and playbooks, records one outcome per action
+in the audit log and in Memory, and keeps going when an action fails (kopf's "outcome,
+not exception" style): a failed action is retried by a later run, because every run
+re-observes and re-plans (level-triggered).
+
+Action boundary: every exception an action raises (a navarch error or any other, e.g. a
+KeyError from a provider bug) becomes a failed Outcome carrying the exception's type; the
+action's audit record is buffered inside the same boundary.
+
+Concurrency: actions on one node run in plan order as one chain (cordon before drain
+before terminate); chains run concurrently on a bounded thread pool per provider
+(fleet.yaml providers.<name>.max_parallel, default DEFAULT_MAX_PARALLEL by provider type).
+Workers never touch the run's Memory: a handler returns its Outcome and an Update (a pure
+function Memory -> Memory), and the one thread that called execute() folds the updates in
+completion order, so Memory changes are serialised.
+
+Journal: after actions that changed Memory the folding thread persists it (the journal
+callback: compare-and-swap on the state object, fenced by the lease) and writes the
+buffered audit records as a new chunk, at least every JournalPolicy.every_actions actions
+or every_s seconds, at once after a cordon, drain or uncordon (a scheduler change no
+later run can observe), and at the end. Provisions and terminations may wait for the
+batch: a killed run's launches carry their launch tags and are adopted from the next
+run's inventory, and EC2's ClientToken still dedupes a launch in flight.
 
 Capacity failover (DESIGN.md safety rule 6): a provision action carries its places in the
 pool's order; a CapacityError marks that place exhausted with a backoff (10 min, doubling
@@ -13,7 +32,11 @@ pool's provisioning for this run, AuthError the provider's, TransientError the a
 
 from __future__ import annotations
 
+import queue
+import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Protocol
@@ -22,6 +45,7 @@ from navarch import signing
 from navarch.errors import (
     AuthError,
     CapacityError,
+    LeaseLost,
     NavarchError,
     ProviderError,
     QuotaError,
@@ -46,6 +70,35 @@ from navarch.spec import FleetSpec, PoolSpec
 BACKOFF_BASE_S = 600
 BACKOFF_MAX_S = 3600
 
+#: Concurrent actions per provider when fleet.yaml sets no providers.<name>.max_parallel.
+#: EC2 refills RunInstances' request bucket at 2 per second (bucket 5) and its instance
+#: bucket at 2 per second (bucket 1,000) (EC2 API reference, "Request throttling"); GCE's
+#: per-project write quota is a few hundred per minute; Lambda Cloud allows one launch per
+#: 12 s. botocore's and google-api-core's own retries back off when throttled.
+DEFAULT_MAX_PARALLEL = {"aws": 8, "gcp": 8, "lambda": 1, "local": 4}
+#: Actions whose effect no later run can observe (a scheduler's cordon/drain state): Memory
+#: is journaled at once after each.
+UNOBSERVABLE = frozenset({ActionKind.CORDON, ActionKind.DRAIN, ActionKind.UNCORDON})
+
+Update = Callable[[Memory], Memory]
+
+
+def _same(memory: Memory) -> Memory:
+    return memory
+
+
+def _chain(*updates: Update) -> Update:
+    def run(memory: Memory) -> Memory:
+        for u in updates:
+            memory = u(memory)
+        return memory
+
+    return run
+
+
+def _set_node(nm: NodeMemory) -> Update:
+    return lambda memory: memory.with_node(nm)
+
 
 class PlaybookRunner(Protocol):
     """Runs a scheduler playbook (cordon, drain, drain_check, uncordon) for one node.
@@ -60,7 +113,8 @@ class PlaybookRunner(Protocol):
 
 @dataclass(frozen=True)
 class Outcome:
-    """What happened to one action. error: the navarch error class name, or None."""
+    """What happened to one action. error: the error class name (navarch's or any other
+    exception's, e.g. "KeyError"), or None."""
 
     action: Action
     ok: bool
@@ -68,14 +122,45 @@ class Outcome:
     error: str | None = None
 
 
+@dataclass(frozen=True)
+class JournalPolicy:
+    """When the executor persists Memory and the audit log during a run.
+
+    every_actions: at most this many Memory-changing actions between two writes (the
+    effective count is max(every_actions, plan size / max_writes), so a 100,000-action run
+    writes its O(N) state document a bounded number of times, not N/50: quadratic bytes
+    otherwise); every_s: at most this many seconds between writes while actions finish.
+    """
+
+    every_actions: int = 50
+    every_s: float = 10.0
+    max_writes: int = 20
+
+    def batch(self, actions: int) -> int:
+        """Actions per write for a plan of `actions` actions."""
+        return max(self.every_actions, -(-actions // max(self.max_writes, 1)), 1)
+
+
 def backoff_s(failures: int) -> int:
     """Capacity backoff for a place after `failures` consecutive capacity errors."""
     return min(BACKOFF_BASE_S * 2 ** max(failures - 1, 0), BACKOFF_MAX_S)
 
 
+class _Fence(Protocol):
+    def check(self) -> None: ...
+
+
 class Executor:
     """Applies plans. providers: provider name -> Provider. user_data: renders a node's
-    cloud-init (pool, node, node_key) -> str, or None for providers that take none."""
+    cloud-init (pool, node, node_key) -> str, or None for providers that take none.
+
+    inventory: every instance this run listed (fresh: a launch id absent from it was never
+    launched, so providers may skip their pre-launch lookup; ProvisionRequest.known_absent).
+    journal: persists Memory (compare-and-swap, fenced) and returns it as saved; None keeps
+    Memory in memory only (the caller saves it). lease: checked before every action.
+    max_parallel: provider name -> concurrent actions (default: fleet.yaml's
+    providers.<name>.max_parallel, else DEFAULT_MAX_PARALLEL by type); 1 runs in order.
+    """
 
     def __init__(
         self,
@@ -84,78 +169,229 @@ class Executor:
         audit: AuditLog,
         *,
         instances: Mapping[str, Instance],
-        inventory: Sequence[Instance] = (),
+        inventory: Sequence[Instance] | None = None,
         clock: Callable[[], datetime],
         run_id: str,
         playbooks: PlaybookRunner | None = None,
         user_data: Callable[[PoolSpec, str, bytes], str] | None = None,
         fleet_secret: bytes | None = None,
+        journal: Callable[[Memory], Memory] | None = None,
+        policy: JournalPolicy | None = None,
+        lease: _Fence | None = None,
+        max_parallel: Mapping[str, int] | None = None,
     ) -> None:
         self.spec = spec
         self.providers = providers
         self.audit = audit
         self.instances = instances  # node -> Instance, from this run's inventory
-        self.by_id = {i.instance_id: i for i in inventory}  # every instance listed this run
+        self.by_id = {i.instance_id: i for i in inventory or ()}  # every instance listed
+        self.launched = frozenset(i.launch_id for i in inventory or () if i.launch_id)
+        self.fresh_inventory = inventory is not None
         self.clock = clock
         self.run_id = run_id
         self.playbooks = playbooks
         self.user_data = user_data
         self.fleet_secret = fleet_secret
+        self.journal = journal
+        self.policy = policy or JournalPolicy()
+        self.lease = lease
+        self.max_parallel = dict(max_parallel or {})
+        self.audit_error: str | None = None  # the last failed audit write, if any
+        self._mutex = threading.Lock()
         self._dead_providers: dict[str, str] = {}
         self._quota_pools: dict[str, str] = {}
+        self._stop = threading.Event()
+        self._stop_reason: BaseException | None = None
 
     # -- entry point -------------------------------------------------------------------
     def execute(self, plan: Plan, memory: Memory,
                 on_outcome: Callable[[Outcome], None] | None = None) -> tuple[Memory, list[Outcome]]:
-        """Run every action of plan; returns (Memory with the results, outcomes in order)."""
+        """Run every action of plan; returns (Memory with the results, outcomes in the
+        order they finished). With a journal, Memory is persisted as described in the
+        module docstring and the returned Memory is the last one saved.
+
+        Raises LeaseLost when the lease lapsed or was taken (no action starts after
+        that, and nothing more is persisted); errors of the journal itself (StoreError,
+        PreconditionFailed) after stopping and letting started actions finish.
+        """
+        chains = self._chains(plan.actions)
+        results: queue.Queue[tuple[Action, Outcome, Update]] = queue.Queue()
         outcomes: list[Outcome] = []
-        for action in plan.actions:
-            try:
-                memory, outcome = self._one(action, memory)
-            except NavarchError as exc:  # a failure the action's own handler did not expect
-                outcome = Outcome(action, False, str(exc), type(exc).__name__)
+        batch = self.policy.batch(len(plan.actions))
+        dirty, since_write, last_write = 0, 0, time.monotonic()
+        total = sum(len(c) for c in chains)
+        pools: dict[str, ThreadPoolExecutor] = {}
+        futures: list[Future[None]] = []
+        try:
+            for chain in chains:
+                provider = self._provider_of(chain[0])
+                workers = self._workers(provider)
+                if provider not in pools:
+                    pools[provider] = ThreadPoolExecutor(
+                        max_workers=workers, thread_name_prefix=f"navarch-{provider}")
+                futures.append(pools[provider].submit(self._run_chain, chain, memory, results))
+            done = 0
+            while done < total:
+                try:
+                    action, outcome, update = results.get(timeout=0.1)
+                except queue.Empty:
+                    if all(f.done() for f in futures) and results.empty():
+                        break  # the rest were not started (stopped)
+                    action = None
+                if action is not None:
+                    done += 1
+                    memory = update(memory)
+                    outcomes.append(outcome)
+                    self._record(action, outcome)
+                    if on_outcome:
+                        on_outcome(outcome)
+                    if update is not _same:
+                        dirty += 1
+                    since_write += 1
+                due = dirty and (since_write >= batch
+                                 or time.monotonic() - last_write >= self.policy.every_s
+                                 or (action is not None and action.kind in UNOBSERVABLE))
+                if due and not self._stop.is_set():
+                    memory = self._flush(memory)
+                    dirty, since_write, last_write = 0, 0, time.monotonic()
+        except BaseException:
+            self._stop.set()  # e.g. KeyboardInterrupt: start nothing more
+            raise
+        finally:
+            for p in pools.values():
+                p.shutdown(wait=True)
+        # Outcomes that arrived while stopping still count.
+        while not results.empty():
+            action, outcome, update = results.get()
+            memory = update(memory)
             outcomes.append(outcome)
-            self.audit.append({
-                "time": ts(self.clock()), "run_id": self.run_id, "action": action.kind.value,
-                "pool": action.pool, "node": action.node, "reason": action.reason,
-                "ok": outcome.ok, "detail": outcome.detail, "error": outcome.error,
-            })
+            self._record(action, outcome)
             if on_outcome:
                 on_outcome(outcome)
+            dirty += update is not _same
+        if isinstance(self._stop_reason, LeaseLost):
+            raise self._stop_reason
+        if self._stop_reason is None:
+            memory = self._flush(memory, final=True) if (dirty or self.audit.pending) else memory
+        if self._stop_reason is not None:
+            raise self._stop_reason
         return memory, outcomes
 
-    def _one(self, a: Action, memory: Memory) -> tuple[Memory, Outcome]:
-        handler = {
-            ActionKind.SCALE: self._scale,
-            ActionKind.PROVISION: self._provision,
-            ActionKind.CORDON: self._cordon,
-            ActionKind.DRAIN: self._drain,
-            ActionKind.TERMINATE: self._terminate,
-            ActionKind.UNCORDON: self._uncordon,
-            ActionKind.UPDATE_TAGS: self._update_tags,
-        }[a.kind]
-        return handler(a, memory)
+    def _flush(self, memory: Memory, final: bool = False) -> Memory:
+        """Persist Memory (journal) then the audit chunk. A journal error stops the run
+        (no action starts after it); an audit error is kept and retried next time."""
+        if self.journal is not None:
+            try:
+                memory = self.journal(memory)
+            except BaseException as exc:
+                self._stop_reason = exc
+                self._stop.set()
+                if final:
+                    raise
+                return memory
+        try:
+            self.audit.flush()
+            self.audit_error = None
+        except NavarchError as exc:
+            self.audit_error = f"audit log chunk not written to {self.audit.prefix}*: {exc}"
+        return memory
 
-    # -- actions -----------------------------------------------------------------------
-    def _scale(self, a: Action, memory: Memory) -> tuple[Memory, Outcome]:
+    def _record(self, action: Action, outcome: Outcome) -> None:
+        self.audit.append({
+            "time": ts(self.clock()), "run_id": self.run_id, "action": action.kind.value,
+            "pool": action.pool, "node": action.node, "instance_id": action.instance_id,
+            "reason": action.reason, "ok": outcome.ok, "detail": outcome.detail,
+            "error": outcome.error,
+        })
+
+    def _chains(self, actions: Sequence[Action]) -> list[list[Action]]:
+        """Actions grouped by node (or by pool for pool-level actions), in plan order."""
+        chains: dict[tuple[str, str], list[Action]] = {}
+        for a in actions:
+            key = ("node", a.node) if a.node else ("pool", a.pool)
+            chains.setdefault(key, []).append(a)
+        return list(chains.values())
+
+    def _provider_of(self, a: Action) -> str:
+        inst = self._instance(a)
+        if inst is not None:
+            return inst.provider
+        try:
+            return self.spec.pool(a.pool).provider
+        except KeyError:
+            return ""
+
+    def _workers(self, provider: str) -> int:
+        if provider in self.max_parallel:
+            return max(1, self.max_parallel[provider])
+        conf = self.spec.providers.get(provider, {})
+        value = conf.get("max_parallel") or DEFAULT_MAX_PARALLEL.get(str(conf.get("type")), 4)
+        return max(1, int(value))
+
+    def _run_chain(self, chain: list[Action], memory: Memory,
+                   results: queue.Queue[tuple[Action, Outcome, Update]]) -> None:
+        """Run one node's actions in order (a worker thread); post each result."""
+        for a in chain:
+            if self._stop.is_set():
+                return
+            if self.lease is not None:
+                try:
+                    self.lease.check()
+                except LeaseLost as exc:
+                    with self._mutex:
+                        if self._stop_reason is None:
+                            self._stop_reason = exc
+                    self._stop.set()
+                    return
+            try:
+                outcome, update = self._one(a, memory)
+            except Exception as exc:  # the action boundary: any failure is an outcome
+                outcome, update = Outcome(a, False, f"{type(exc).__name__}: {exc}",
+                                          type(exc).__name__), _same
+            try:
+                memory = update(memory)
+            except Exception as exc:
+                outcome, update = Outcome(a, False, f"{type(exc).__name__}: {exc}",
+                                          type(exc).__name__), _same
+            results.put((a, outcome, update))
+
+    def _one(self, a: Action, memory: Memory) -> tuple[Outcome, Update]:
+        handler = self.HANDLERS[a.kind]
+        return handler(self, a, memory)
+
+    # -- actions: one handler per ActionKind (HANDLERS below) ----------------------------
+    # A handler runs on a worker thread: it reads `memory` (the run's Memory as of the
+    # chain's start plus the chain's own earlier updates) and returns its Outcome and an
+    # Update; it must not touch other nodes' entries, and pool-level changes belong inside
+    # the Update (other workers change the same pool meanwhile).
+
+    def _scale(self, a: Action, memory: Memory) -> tuple[Outcome, Update]:
         pool = self.spec.pool(a.pool)
-        pm = replace(memory.pool(a.pool), desired=a.desired, desired_from_target=pool.target_nodes,
-                     scaled_at=self.clock())
-        return memory.with_pool(pm), Outcome(a, True, f"desired {a.desired}")
+        now = self.clock()
 
-    def _provision(self, a: Action, memory: Memory) -> tuple[Memory, Outcome]:
+        def update(m: Memory) -> Memory:
+            return m.with_pool(replace(m.pool(a.pool), desired=a.desired,
+                                       desired_from_target=pool.target_nodes, scaled_at=now))
+
+        return Outcome(a, True, f"desired {a.desired}"), update
+
+    def _provision(self, a: Action, memory: Memory) -> tuple[Outcome, Update]:
         pool = self.spec.pool(a.pool)
         assert a.node is not None
-        if pool.provider in self._dead_providers:
-            return memory, Outcome(a, False, self._dead_providers[pool.provider], "AuthError")
-        if a.pool in self._quota_pools:
-            return memory, Outcome(a, False, self._quota_pools[a.pool], "QuotaError")
+        with self._mutex:
+            dead = self._dead_providers.get(pool.provider)
+            quota = self._quota_pools.get(a.pool)
+        if dead is not None:
+            return Outcome(a, False, dead, "AuthError"), _same
+        if quota is not None:
+            return Outcome(a, False, quota, "QuotaError"), _same
         provider = self.providers[pool.provider]
         user_data = ""
         if self.user_data is not None and self.fleet_secret is not None:
             key = signing.derive_node_key(self.fleet_secret, self.spec.name, a.node)
             user_data = self.user_data(pool, a.node, key)
         tried: list[str] = []
+        updates: list[Update] = []
         for place in a.places:
             lid = launch_id(self.spec.name, a.node, place.attempt)
             tags = {**dict(pool.labels), **ownership_tags(self.spec.name, pool.name, a.node, lid),
@@ -164,42 +400,57 @@ class Executor:
                 fleet=self.spec.name, pool=pool.name, node=a.node, zone=place.zone,
                 instance_type=place.instance_type, spot=place.spot, launch_id=lid,
                 attempt=place.attempt, tags=tags, user_data=user_data, options=pool.options,
+                known_absent=self.fresh_inventory and lid not in self.launched,
             )
             try:
                 inst = provider.provision(request)
             except CapacityError as exc:
-                memory = self._exhausted(memory, a.pool, place.zone, place.instance_type, place.spot)
+                updates.append(self._exhausted(a.pool, place.zone, place.instance_type,
+                                               place.spot))
                 tried.append(f"{place.label()}: {exc}")
                 continue
             except QuotaError as exc:
-                self._quota_pools[a.pool] = f"quota: {exc}"
-                return memory, Outcome(a, False, f"quota: {exc}", "QuotaError")
+                with self._mutex:
+                    self._quota_pools[a.pool] = f"quota: {exc}"
+                return Outcome(a, False, f"quota: {exc}", "QuotaError"), _chain(*updates)
             except AuthError as exc:
-                self._dead_providers[pool.provider] = f"provider {pool.provider}: {exc}"
-                return memory, Outcome(a, False, f"auth: {exc}", "AuthError")
+                with self._mutex:
+                    self._dead_providers[pool.provider] = f"provider {pool.provider}: {exc}"
+                return Outcome(a, False, f"auth: {exc}", "AuthError"), _chain(*updates)
             except ProviderError as exc:
-                return memory, Outcome(a, False, f"{place.label()}: {exc}", type(exc).__name__)
+                return (Outcome(a, False, f"{place.label()}: {exc}", type(exc).__name__),
+                        _chain(*updates))
             index = int(a.node.rsplit("-", 1)[1])
-            pm = memory.pool(a.pool)
-            pm = replace(pm, next_index=max(pm.next_index, index + 1),
-                         exhausted=tuple(e for e in pm.exhausted
-                                         if (e.zone, e.instance_type, e.spot)
-                                         != (place.zone, place.instance_type, place.spot)))
             nm = NodeMemory(node=a.node, pool=a.pool, instance_id=inst.instance_id,
                             first_seen_at=self.clock(), launch=pool.launch_settings())
-            memory = memory.with_pool(pm).with_node(nm)
-            where = place.label() + (f" after {len(tried)} place(s) without capacity" if tried else "")
-            return memory, Outcome(a, True, f"{inst.instance_id} in {where}")
-        return memory, Outcome(a, False, "no capacity: " + "; ".join(tried), "CapacityError")
+            here = (place.zone, place.instance_type, place.spot)
 
-    def _exhausted(self, memory: Memory, pool: str, zone: str, itype: str, spot: bool) -> Memory:
-        pm = memory.pool(pool)
+            def launched(m: Memory, nm: NodeMemory = nm, here: tuple = here,
+                         index: int = index) -> Memory:
+                pm = m.pool(a.pool)
+                pm = replace(pm, next_index=max(pm.next_index, index + 1),
+                             exhausted=tuple(e for e in pm.exhausted
+                                             if (e.zone, e.instance_type, e.spot) != here))
+                return m.with_pool(pm).with_node(nm)
+
+            where = place.label() + (f" after {len(tried)} place(s) without capacity" if tried else "")
+            return Outcome(a, True, f"{inst.instance_id} in {where}"), _chain(*updates, launched)
+        return Outcome(a, False, "no capacity: " + "; ".join(tried), "CapacityError"), _chain(*updates)
+
+    def _exhausted(self, pool: str, zone: str, itype: str, spot: bool) -> Update:
         now = self.clock()
-        prev = next((e for e in pm.exhausted if (e.zone, e.instance_type, e.spot) == (zone, itype, spot)), None)
-        failures = prev.failures + 1 if prev else 1
-        entry = Exhausted(zone, itype, spot, now + timedelta(seconds=backoff_s(failures)), failures)
-        rest = tuple(e for e in pm.exhausted if e is not prev)
-        return memory.with_pool(replace(pm, exhausted=rest + (entry,)))
+
+        def update(memory: Memory) -> Memory:
+            pm = memory.pool(pool)
+            prev = next((e for e in pm.exhausted
+                         if (e.zone, e.instance_type, e.spot) == (zone, itype, spot)), None)
+            failures = prev.failures + 1 if prev else 1
+            entry = Exhausted(zone, itype, spot, now + timedelta(seconds=backoff_s(failures)),
+                              failures)
+            rest = tuple(e for e in pm.exhausted if e is not prev)
+            return memory.with_pool(replace(pm, exhausted=rest + (entry,)))
+
+        return update
 
     def _node_memory(self, a: Action, memory: Memory) -> NodeMemory:
         assert a.node is not None
@@ -217,32 +468,36 @@ class Executor:
         except RemoteError as exc:
             return False, str(exc)
 
-    def _cordon(self, a: Action, memory: Memory) -> tuple[Memory, Outcome]:
+    def _cordon(self, a: Action, memory: Memory) -> tuple[Outcome, Update]:
         ok, detail = self._playbook(a, "cordon")
         if not ok:
-            return memory, Outcome(a, False, detail, "RemoteError")
+            return Outcome(a, False, detail, "RemoteError"), _same
         now = self.clock()
         nm = replace(self._node_memory(a, memory), phase=Phase.CORDONED, phase_at=now,
                      phase_reason=a.reason, repair=a.repair)
-        memory = memory.with_node(nm)
-        if a.repair:
-            pm = memory.pool(a.pool)
-            memory = memory.with_pool(replace(pm, repairs=self._recent(pm, now) + (now,)))
-        return memory, Outcome(a, True, detail)
+
+        def update(m: Memory) -> Memory:
+            m = m.with_node(nm)
+            if a.repair:
+                pm = m.pool(a.pool)
+                m = m.with_pool(replace(pm, repairs=self._recent(pm, now) + (now,)))
+            return m
+
+        return Outcome(a, True, detail), update
 
     @staticmethod
     def _recent(pm: PoolMemory, now: datetime) -> tuple[datetime, ...]:
         return tuple(r for r in pm.repairs if (now - r).total_seconds() < 3600)
 
-    def _drain(self, a: Action, memory: Memory) -> tuple[Memory, Outcome]:
+    def _drain(self, a: Action, memory: Memory) -> tuple[Outcome, Update]:
         nm = self._node_memory(a, memory)
         if nm.phase is not Phase.CORDONED:
-            return memory, Outcome(a, False, "not cordoned (its cordon failed this run)", "Skipped")
+            return Outcome(a, False, "not cordoned (its cordon failed this run)", "Skipped"), _same
         ok, detail = self._playbook(a, "drain")
         if not ok:
-            return memory, Outcome(a, False, detail, "RemoteError")
+            return Outcome(a, False, detail, "RemoteError"), _same
         nm = replace(nm, phase=Phase.DRAINING, phase_at=self.clock())
-        return memory.with_node(nm), Outcome(a, True, detail if detail else "drain started")
+        return Outcome(a, True, detail if detail else "drain started"), _set_node(nm)
 
     def _instance(self, a: Action) -> Instance | None:
         """The action's instance: by its instance id when the plan names one (a duplicate's
@@ -251,42 +506,53 @@ class Executor:
             return self.by_id[a.instance_id]
         return self.instances.get(a.node or "")
 
-    def _terminate(self, a: Action, memory: Memory) -> tuple[Memory, Outcome]:
+    def _terminate(self, a: Action, memory: Memory) -> tuple[Outcome, Update]:
         inst = self._instance(a)
         if inst is None:
-            return memory, Outcome(a, True, "already gone")
+            return Outcome(a, True, "already gone"), _same
         try:
             # The instance's own provider: an orphan's pool, or a drifted node's old
             # provider, may no longer be in the spec.
             self.providers[inst.provider].terminate([inst])
         except ProviderError as exc:
-            return memory, Outcome(a, False, str(exc), type(exc).__name__)
-        if a.backoff:
-            memory = self._exhausted(memory, a.pool, inst.zone, inst.instance_type, inst.spot)
+            return Outcome(a, False, str(exc), type(exc).__name__), _same
+        backoff = (self._exhausted(a.pool, inst.zone, inst.instance_type, inst.spot)
+                   if a.backoff else _same)
         known = memory.node(a.node or "")
         if known is not None and known.instance_id not in (None, inst.instance_id):
             # A duplicate's extra instance: the node itself stays as it is.
-            return memory, Outcome(a, True, f"terminated extra instance {inst.instance_id}")
+            return Outcome(a, True, f"terminated extra instance {inst.instance_id}"), backoff
         nm = replace(self._node_memory(a, memory), phase=Phase.TERMINATING, phase_at=self.clock(),
                      phase_reason=a.reason)
-        return memory.with_node(nm), Outcome(a, True, f"terminated {inst.instance_id}")
+        return Outcome(a, True, f"terminated {inst.instance_id}"), _chain(backoff, _set_node(nm))
 
-    def _update_tags(self, a: Action, memory: Memory) -> tuple[Memory, Outcome]:
+    def _update_tags(self, a: Action, memory: Memory) -> tuple[Outcome, Update]:
         inst = self._instance(a)
         if inst is None:
-            return memory, Outcome(a, True, "already gone")
+            return Outcome(a, True, "already gone"), _same
         try:
             self.providers[inst.provider].update_tags(inst, dict(a.tags))
         except ProviderError as exc:
-            return memory, Outcome(a, False, str(exc), type(exc).__name__)
+            return Outcome(a, False, str(exc), type(exc).__name__), _same
         tags = ", ".join(f"{k}={v}" for k, v in a.tags)
-        return memory, Outcome(a, True, f"tags set on {inst.instance_id}: {tags}")
+        return Outcome(a, True, f"tags set on {inst.instance_id}: {tags}"), _same
 
-    def _uncordon(self, a: Action, memory: Memory) -> tuple[Memory, Outcome]:
+    def _uncordon(self, a: Action, memory: Memory) -> tuple[Outcome, Update]:
         ok, detail = self._playbook(a, "uncordon")
         if not ok:
-            return memory, Outcome(a, False, detail, "RemoteError")
+            return Outcome(a, False, detail, "RemoteError"), _same
         nm = replace(self._node_memory(a, memory), phase=Phase.NONE, phase_at=self.clock(),
                      phase_reason="", repair=False, streak=0)
-        return memory.with_node(nm), Outcome(a, True, detail)
+        return Outcome(a, True, detail), _set_node(nm)
 
+    #: ActionKind -> handler(self, action, memory) -> (Outcome, Update). A new kind adds
+    #: one method and one entry here.
+    HANDLERS: Mapping[ActionKind, Callable[[Executor, Action, Memory], tuple[Outcome, Update]]] = {
+        ActionKind.SCALE: _scale,
+        ActionKind.PROVISION: _provision,
+        ActionKind.CORDON: _cordon,
+        ActionKind.DRAIN: _drain,
+        ActionKind.TERMINATE: _terminate,
+        ActionKind.UNCORDON: _uncordon,
+        ActionKind.UPDATE_TAGS: _update_tags,
+    }

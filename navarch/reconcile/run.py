@@ -3,12 +3,14 @@
 gather(): list every provider's instances (all of them, or the run stops: planning on a
 partial inventory would provision duplicates), read Memory and the health reports, run
 drain checks for draining nodes, then observe() and plan() (pure).
-apply: take the lock, gather again, check a saved plan is not stale, execute, write
-Memory by compare-and-swap, release the lock.
+apply: take the lease (renewed in the background), gather again, check a saved plan is not
+stale, execute (journaling Memory by compare-and-swap as actions finish), write Memory if
+it changed, release the lease.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import uuid
 from collections.abc import Callable, Mapping
@@ -23,18 +25,20 @@ from navarch.planner.plan import PlanOptions
 from navarch.planner.plan import plan as make_plan
 from navarch.providers import open_provider
 from navarch.providers.base import Provider
-from navarch.reconcile.executor import Executor, Outcome, PlaybookRunner
+from navarch.reconcile.executor import Executor, JournalPolicy, Outcome, PlaybookRunner
 from navarch.reconcile.reports import read_reports
 from navarch.reconcile.state import (
     AuditLog,
+    Lease,
     Lock,
     acquire_lock,
     load_memory,
-    release_lock,
     save_memory,
 )
 from navarch.spec import FleetSpec, PoolSpec
 from navarch.stores import ObjectStore, open_store
+
+log = logging.getLogger(__name__)
 
 
 def clock() -> datetime:
@@ -42,10 +46,18 @@ def clock() -> datetime:
 
     NAVARCH_NOW is a test and replay seam: it lets an end-to-end test show what a run an
     hour later would do. The planner itself never reads a clock.
+    Raises ConfigError when NAVARCH_NOW is not an RFC 3339 time with a timezone.
     """
     fixed = os.environ.get("NAVARCH_NOW")
     if fixed:
-        return datetime.fromisoformat(fixed.replace("Z", "+00:00")).astimezone(UTC)
+        try:
+            when = datetime.fromisoformat(fixed.replace("Z", "+00:00"))
+        except ValueError:
+            when = None
+        if when is None or when.tzinfo is None:
+            raise ConfigError(f"NAVARCH_NOW={fixed!r} is not an RFC 3339 time with a timezone",
+                              hint="e.g. NAVARCH_NOW=2026-11-01T12:00:00Z, or unset it")
+        return when.astimezone(UTC)
     return datetime.now(UTC)
 
 
@@ -73,13 +85,11 @@ class Fleet:
             playbooks = SSHPlaybooks(spec)
         return cls(spec, store, providers, playbooks)
 
-    def secret(self) -> bytes | None:
-        """The fleet secret, or None when it cannot be read (reports then count as
-        rejected 'no_secret', which never makes a node unhealthy)."""
-        try:
-            return self.spec.fleet_secret()
-        except ConfigError:
-            return None
+    def secret(self) -> bytes:
+        """The fleet secret. Raises ConfigError naming the missing environment variable or
+        file (issue 16 item 3): without it no report verifies and new nodes would boot
+        without an agent key, so plan, apply and status stop instead of going on."""
+        return self.spec.fleet_secret()
 
 
 @dataclass(frozen=True)
@@ -139,11 +149,13 @@ def gather(fleet: Fleet, now: datetime, options: PlanOptions | None = None) -> S
     """Observe the world and plan (read-only: writes nothing anywhere).
 
     options: the run's flags (--pool, --replace, destroy, --allow-destroy); see PlanOptions.
+    Raises ConfigError first thing when the fleet secret cannot be read.
     """
+    secret = fleet.secret()
     inventory = list_inventory(fleet)
     memory, version = load_memory(fleet.store, fleet.spec.name)
     # A replayed clock (NAVARCH_NOW) is not the store's: judge ages by generated_at then.
-    reports = read_reports(fleet.store, fleet.spec.name, memory, fleet.secret(), now,
+    reports = read_reports(fleet.store, fleet.spec.name, memory, secret, now,
                            store_times=not os.environ.get("NAVARCH_NOW"))
     checks = _drain_checks(fleet, memory, inventory)
     observed = observe(fleet.spec, inventory, reports, memory, now, checks)
@@ -173,10 +185,14 @@ def check_saved_plan(saved: Plan, snap: Snapshot) -> None:
 
 @dataclass(frozen=True)
 class ApplyResult:
+    """What one apply did. audit_error: set when the audit log's last chunk could not be
+    written (the actions happened and Memory records them; the CLI exits 1)."""
+
     plan: Plan
     outcomes: tuple[Outcome, ...]
     memory: Memory
     run_id: str
+    audit_error: str | None = None
 
 
 def _user_data_renderer(spec: FleetSpec) -> Callable[[PoolSpec, str, bytes], str] | None:
@@ -201,14 +217,29 @@ def run_apply(
     options: PlanOptions | None = None,
     confirm: Callable[[Plan], bool] | None = None,
     on_outcome: Callable[[Outcome], None] | None = None,
+    policy: JournalPolicy | None = None,
+    max_parallel: Mapping[str, int] | None = None,
 ) -> ApplyResult | None:
-    """Lock, gather, (check the saved plan), confirm, execute, save Memory, unlock.
+    """Take the lease, gather, (check the saved plan), confirm, execute with a journal,
+    save Memory if it changed, release the lease.
 
-    Returns None when confirm() declined. Raises LockHeld, StalePlan, ProviderError,
-    StoreError; the lock is released on every path out.
+    The lease (state/<fleet>.lock, TTL safety.lock_ttl) is renewed in the background for
+    the whole run; every action checks it first and every state write checks the lease
+    object's version (fencing). Memory is written by compare-and-swap during the run (see
+    navarch.reconcile.executor, JournalPolicy) and at the end, only when it differs from
+    what was loaded (serial aside), so an apply with nothing to do keeps the serial and
+    saved plans stay valid (issue 16 item 11).
+
+    Returns None when confirm() declined. Raises LockHeld, LeaseLost (the lease lapsed or
+    was taken over: no action started after that and no state was written), StalePlan,
+    ProviderError, StoreError; the lease is released on every path out.
     """
     spec = fleet.spec
-    lock: Lock = acquire_lock(fleet.store, spec.name, command, spec.safety.lock_ttl_s, clock())
+    ttl_s = spec.safety.lock_ttl_s
+    lock: Lock = acquire_lock(fleet.store, spec.name, command, ttl_s, clock())
+    if lock.took_over:
+        log.warning("took over the expired lease of %s", lock.took_over)
+    lease = Lease(fleet.store, spec.name, lock, ttl_s, clock).start()
     try:
         snap = gather(fleet, clock(), options)
         plan = snap.plan
@@ -220,15 +251,40 @@ def run_apply(
         run_id = f"{snap.now:%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:8]}"
         audit = AuditLog(fleet.store, spec.name, run_id, snap.now)
         by_node = {v.node: v.instance for v in snap.observed.views if v.instance is not None}
+        journal = _Journal(fleet.store, snap.loaded, snap.memory_version, lease)
         executor = Executor(spec, fleet.providers, audit, instances=by_node,
                             inventory=snap.inventory, clock=clock,
                             run_id=run_id, playbooks=fleet.playbooks,
-                            user_data=_user_data_renderer(spec), fleet_secret=fleet.secret())
+                            user_data=_user_data_renderer(spec), fleet_secret=fleet.secret(),
+                            journal=journal.persist, policy=policy, lease=lease,
+                            max_parallel=max_parallel)
         memory, outcomes = executor.execute(plan, snap.memory, on_outcome)
-        changed = memory_to_json(replace(memory, serial=0)) != memory_to_json(
-            replace(snap.loaded, serial=0))
-        if changed or snap.memory_version is None:
-            memory, _ = save_memory(fleet.store, memory, snap.memory_version)
-        return ApplyResult(plan, tuple(outcomes), memory, run_id)
+        memory = journal.persist(memory)  # what observe() learnt, when nothing was done
+        return ApplyResult(plan, tuple(outcomes), memory, run_id, executor.audit_error)
     finally:
-        release_lock(fleet.store, spec.name, lock)
+        lease.release()
+
+
+class _Journal:
+    """Writes Memory by compare-and-swap when it changed (serial aside), fenced by the lease."""
+
+    def __init__(self, store: ObjectStore, loaded: Memory, version: str | None,
+                 lease: Lease) -> None:
+        self.store = store
+        self.version = version
+        self.lease = lease
+        self.last = memory_to_json(replace(loaded, serial=0))
+
+    def persist(self, memory: Memory) -> Memory:
+        """Save memory (serial + 1) unless unchanged -> the Memory as saved.
+
+        Raises LeaseLost (the lease is not ours: nothing written), PreconditionFailed
+        (another writer moved the state on), StoreError.
+        """
+        doc = memory_to_json(replace(memory, serial=0))
+        if doc == self.last:
+            return memory
+        self.lease.check_store()
+        saved, self.version = save_memory(self.store, memory, self.version)
+        self.last = doc
+        return saved

@@ -2,12 +2,15 @@
 
 state/<fleet>.json   Memory, written by compare-and-swap on the object's version, serial + 1
                      on every write (S3 If-Match ETag, GCS ifGenerationMatch, file inode).
-state/<fleet>.lock   the lock: created only if absent (If-None-Match: *, ifGenerationMatch=0);
-                     a lock past its expiry may be taken over by CAS; released by a
-                     delete conditional on the version we wrote (Terraform's S3/GCS backends
-                     lock the same way).
-events/<fleet>/<yyyy>/<mm>/<dd>/<run-id>.jsonl   one object per run: every action applied
-                     and its outcome, one JSON object per line.
+state/<fleet>.lock   the lease: created only if absent (If-None-Match: *, ifGenerationMatch=0);
+                     renewed by its holder (CAS on the version it wrote) every TTL/3; a lease
+                     past its expiry may be taken over by CAS; released by a delete
+                     conditional on the version we wrote (Terraform's S3/GCS backends lock the
+                     same way; the renewal and fencing follow Kubernetes Lease / etcd leases).
+events/<fleet>/<yyyy>/<mm>/<dd>/<run-id>-<nnnn>.jsonl   the audit log, in chunks: every action
+                     applied and its outcome, one JSON object per line; each chunk is a new
+                     object (object stores cannot append, and rewriting one growing object
+                     costs quadratic bytes).
 """
 
 from __future__ import annotations
@@ -16,12 +19,22 @@ import getpass
 import json
 import os
 import socket
+import threading
+import time
 import uuid
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from navarch.errors import LockHeld, NavarchError, NotFound, PreconditionFailed, StoreError
+from navarch.errors import (
+    LeaseLost,
+    LockHeld,
+    NavarchError,
+    NotFound,
+    PreconditionFailed,
+    StoreError,
+)
 from navarch.planner.model import Memory, memory_from_json, memory_to_json, parse_ts, ts
 from navarch.stores.base import ObjectStore
 
@@ -57,7 +70,11 @@ def default_holder() -> str:
 
 @dataclass(frozen=True)
 class Lock:
-    """A held lock: its id, holder, command, times (aware UTC) and the object's version."""
+    """A held lock (lease): its id, holder, command, times (aware UTC), the object's version.
+
+    took_over: when this run took the lease over from an expired holder, whose it was
+    ("holder running 'command' (lock ID, expired Ns ago)"), else None.
+    """
 
     lock_id: str
     holder: str
@@ -65,6 +82,7 @@ class Lock:
     created_at: datetime
     expires_at: datetime
     version: str
+    took_over: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"lock_id": self.lock_id, "holder": self.holder, "command": self.command,
@@ -89,14 +107,16 @@ def acquire_lock(store: ObjectStore, fleet: str, command: str, ttl_s: int, now: 
     """Take the fleet lock or raise LockHeld (holder, command, age).
 
     A lock past its expiry is taken over with a CAS write on its version, so of two runs
-    that both see it expired only one wins. Raises StoreError for store failures.
+    that both see it expired only one wins; the returned Lock's took_over says whose it
+    was. A lock whose object was written by a navarch before leases is read the same way.
+    Raises StoreError for store failures.
     """
     lock = Lock(uuid.uuid4().hex[:12], holder or default_holder(), command, now,
                 now + timedelta(seconds=ttl_s), "")
     body = json.dumps(lock.to_json(), sort_keys=True).encode()
     try:
         version = store.put(lock_key(fleet), body, if_absent=True)
-        return Lock(**{**lock.__dict__, "version": version})
+        return replace(lock, version=version)
     except PreconditionFailed:
         pass
     try:
@@ -104,7 +124,7 @@ def acquire_lock(store: ObjectStore, fleet: str, command: str, ttl_s: int, now: 
     except NotFound:
         # Released between our write and our read: one more try, then report the race.
         version = store.put(lock_key(fleet), body, if_absent=True)
-        return Lock(**{**lock.__dict__, "version": version})
+        return replace(lock, version=version)
     if held.expires_at > now:
         raise LockHeld(held.holder, held.command, held.lock_id,
                        (now - held.created_at).total_seconds(),
@@ -114,7 +134,152 @@ def acquire_lock(store: ObjectStore, fleet: str, command: str, ttl_s: int, now: 
     except PreconditionFailed as exc:
         raise LockHeld(held.holder, held.command, held.lock_id,
                        (now - held.created_at).total_seconds(), 0.0) from exc
-    return Lock(**{**lock.__dict__, "version": version})
+    expired_s = (now - held.expires_at).total_seconds()
+    return replace(lock, version=version,
+                   took_over=f"{held.holder} running {held.command!r} (lock {held.lock_id}, "
+                             f"expired {expired_s:.0f}s ago)")
+
+
+def renew_lock(store: ObjectStore, fleet: str, lock: Lock, ttl_s: int, now: datetime) -> Lock:
+    """Extend our lease to now + ttl_s by a CAS write on the version we last wrote.
+
+    Returns the renewed Lock (new version and expiry). Raises LeaseLost when the lease is
+    no longer ours (taken over, force-unlocked: the version moved or the object is gone),
+    StoreError when the store cannot be reached (the caller retries until the lease would
+    have expired).
+    """
+    renewed = replace(lock, expires_at=now + timedelta(seconds=ttl_s))
+    body = json.dumps(renewed.to_json(), sort_keys=True).encode()
+    try:
+        version = store.put(lock_key(fleet), body, if_version=lock.version)
+    except (PreconditionFailed, NotFound) as exc:
+        raise LeaseLost(_whose(store, fleet, lock)) from exc
+    return replace(renewed, version=version)
+
+
+def _whose(store: ObjectStore, fleet: str, lock: Lock) -> str:
+    """Why the lease is no longer ours, naming the new holder when there is one."""
+    try:
+        held = _read_lock(store, fleet)
+    except NotFound:
+        return f"lease {lock.lock_id} on {lock_key(fleet)} was removed (force-unlock?)"
+    except StoreError:
+        return f"lease {lock.lock_id} on {lock_key(fleet)} was replaced by an unreadable one"
+    if held.lock_id == lock.lock_id:
+        return f"lease {lock.lock_id} on {lock_key(fleet)} was rewritten by someone else"
+    return (f"lease {lock.lock_id} on {lock_key(fleet)} was taken over by {held.holder} "
+            f"running {held.command!r} (lock {held.lock_id})")
+
+
+class Lease:
+    """A held lease, renewed in the background, with the fencing checks an apply makes.
+
+    The renewal thread CAS-writes the lease every ttl_s/3 (Kubernetes leader election:
+    renew well within the lease duration). check() is the cheap fence before every action:
+    the lease is ours while our last successful renewal is younger than the TTL minus a
+    margin, by this process's monotonic clock (a process stalled past its TTL, e.g.
+    SIGSTOPped or swapped out, finds its lease lapsed on waking even before the renewal
+    thread runs), and no renewal found it taken. check_store() is the strict fence before
+    every state write: it reads the lease object and compares its version with ours.
+    Both raise LeaseLost. clock: wall time for the lease's expires_at (NAVARCH_NOW-aware).
+    """
+
+    #: Seconds of the TTL kept as a margin: a check passes only while at least this much
+    #: of the lease is left (covers the time an action takes to start after the check).
+    MARGIN_S = 1.0
+
+    def __init__(self, store: ObjectStore, fleet: str, lock: Lock, ttl_s: int,
+                 clock: Callable[[], datetime],
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        self.store = store
+        self.fleet = fleet
+        self.ttl_s = ttl_s
+        self.clock = clock
+        self.monotonic = monotonic
+        self._lock = lock
+        self._renewed_at = monotonic()
+        self._lost: str | None = None
+        self._mutex = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.renewals = 0
+
+    @property
+    def lock(self) -> Lock:
+        with self._mutex:
+            return self._lock
+
+    def start(self) -> Lease:
+        """Start the renewal thread (a daemon: a dying process takes it along)."""
+        self._thread = threading.Thread(target=self._run, name="navarch-lease", daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        interval_s = max(self.ttl_s / 3, 0.05)
+        while not self._stop.wait(interval_s):
+            if not self.renew():
+                return
+
+    def renew(self) -> bool:
+        """One renewal now; False once the lease is lost (a store error only retries)."""
+        with self._mutex:
+            if self._lost is not None:
+                return False
+            lock = self._lock
+        started = self.monotonic()
+        try:
+            renewed = renew_lock(self.store, self.fleet, lock, self.ttl_s, self.clock())
+        except LeaseLost as exc:
+            with self._mutex:
+                self._lost = str(exc)
+            return False
+        except NavarchError:
+            return True  # the store is unreachable: try again; check() sees the lease age
+        with self._mutex:
+            if self._lost is None:
+                self._lock, self._renewed_at = renewed, started
+                self.renewals += 1
+        return True
+
+    def check(self) -> None:
+        """Raise LeaseLost unless the lease is still ours (no store call)."""
+        with self._mutex:
+            lost, renewed_at = self._lost, self._renewed_at
+        if lost is not None:
+            raise LeaseLost(lost)
+        age_s = self.monotonic() - renewed_at
+        if age_s > self.ttl_s - min(self.MARGIN_S, self.ttl_s / 3):
+            lost = (f"lease {self.lock.lock_id} was last renewed {age_s:.0f}s ago, past its "
+                    f"{self.ttl_s}s TTL: another run may hold it now")
+            with self._mutex:
+                self._lost = lost
+            raise LeaseLost(lost)
+
+    def check_store(self) -> None:
+        """check(), then read the lease object: raise LeaseLost unless it is our version."""
+        self.check()
+        try:
+            version: str | None = self.store.get(lock_key(self.fleet)).version
+        except NotFound:
+            version = None
+        lock = self.lock  # after the read: a renewal racing with it wrote what we read
+        if version != lock.version:
+            lost = _whose(self.store, self.fleet, lock)
+            with self._mutex:
+                self._lost = lost
+            raise LeaseLost(lost)
+
+    def stop(self) -> None:
+        """Stop renewing (the lease then lapses at its expiry unless released)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def release(self) -> None:
+        """Stop renewing and delete the lease if it is still ours."""
+        self.stop()
+        release_lock(self.store, self.fleet, self.lock)
 
 
 def release_lock(store: ObjectStore, fleet: str, lock: Lock) -> None:
@@ -185,20 +350,44 @@ def save_memory(store: ObjectStore, memory: Memory, version: str | None) -> tupl
     return saved, new_version
 
 
-class AuditLog:
-    """The run's audit log object, events/<fleet>/<yyyy>/<mm>/<dd>/<run-id>.jsonl.
+def audit_prefix(fleet: str, run_id: str, started_at: datetime) -> str:
+    """Key prefix of one run's audit chunks: events/<fleet>/<yyyy>/<mm>/<dd>/<run-id>-."""
+    return f"events/{fleet}/{started_at:%Y/%m/%d}/{run_id}-"
 
-    Object stores cannot append, so each run owns one object and rewrites it whole after
-    every record: a killed run leaves every record written before the kill.
+
+class AuditLog:
+    """One run's audit log, written in chunks events/<fleet>/<yyyy>/<mm>/<dd>/<run-id>-<nnnn>.jsonl.
+
+    append() only buffers; flush() writes the buffered records as the next chunk, a new
+    object (never a rewrite: bytes written per action stay constant however long the run).
+    The executor flushes with every state write, so a killed run loses at most the records
+    since its last flush (the world changes they describe are in Memory or the inventory).
+    A failed flush keeps the records for the next one.
     """
 
     def __init__(self, store: ObjectStore, fleet: str, run_id: str, started_at: datetime) -> None:
         self.store = store
-        self.key = f"events/{fleet}/{started_at:%Y/%m/%d}/{run_id}.jsonl"
-        self.records: list[dict[str, Any]] = []
+        self.prefix = audit_prefix(fleet, run_id, started_at)
+        self.pending: list[dict[str, Any]] = []
+        self.chunks = 0
+        self.bytes_written = 0
 
     def append(self, record: dict[str, Any]) -> None:
-        """Add one record (JSON-serialisable mapping) and persist the log."""
-        self.records.append(record)
-        body = "".join(json.dumps(r, sort_keys=True) + "\n" for r in self.records)
-        self.store.put(self.key, body.encode())
+        """Buffer one record (a JSON-serialisable mapping; other values become strings)."""
+        self.pending.append(record)
+
+    def flush(self) -> str | None:
+        """Write the buffered records as a new chunk -> its key (None when nothing was buffered).
+
+        Raises StoreError (the records stay buffered for the next flush).
+        """
+        if not self.pending:
+            return None
+        key = f"{self.prefix}{self.chunks + 1:04d}.jsonl"
+        body = "".join(json.dumps(r, sort_keys=True, default=str) + "\n"
+                       for r in self.pending).encode()
+        self.store.put(key, body)
+        self.chunks += 1
+        self.bytes_written += len(body)
+        self.pending = []
+        return key

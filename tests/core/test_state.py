@@ -75,11 +75,25 @@ def test_corrupt_state_stops_the_run(tmp_path):
         load_memory(store, "demo")
 
 
-def test_audit_log_keeps_every_record(tmp_path):
+def test_audit_log_writes_each_chunk_as_a_new_object(tmp_path):
     store = FileStore(tmp_path)
     log = AuditLog(store, "demo", "run-1", T0)
     log.append({"action": "cordon", "ok": True})
     log.append({"action": "drain", "ok": False})
-    lines = store.get("events/demo/2026/11/01/run-1.jsonl").data.decode().splitlines()
-    assert [json.loads(x)["action"] for x in lines] == ["cordon", "drain"]
+    assert log.flush() == "events/demo/2026/11/01/run-1-0001.jsonl"
+    assert log.flush() is None  # nothing buffered, nothing written
+    log.append({"action": "terminate", "ok": True})
+    assert log.flush() == "events/demo/2026/11/01/run-1-0002.jsonl"
+    keys = [o.key for o in store.list("events/demo/")]
+    lines = [json.loads(x)["action"] for k in keys
+             for x in store.get(k).data.decode().splitlines()]
+    assert lines == ["cordon", "drain", "terminate"]
     assert Memory(fleet="demo").serial == 0
+
+
+def test_lock_taken_over_says_whose_it_was(tmp_path):
+    store = FileStore(tmp_path)
+    acquire_lock(store, "demo", "apply fleet.yaml", 120, T0, holder="a@host pid 1")
+    lock = acquire_lock(store, "demo", "apply", 120, T0 + timedelta(minutes=3), holder="b")
+    assert lock.took_over is not None
+    assert "a@host pid 1" in lock.took_over and "expired 60s ago" in lock.took_over

@@ -1,0 +1,134 @@
+"""Helpers for the journal and lease tests: a small local fleet, and a `navarch` child
+whose local provider can be held inside a launch (so a test can SIGKILL or SIGSTOP it at
+a known point)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+FLEET = "jt"
+
+#: The child: patches LocalProvider.provision, then runs navarch's CLI on argv[5:].
+#: argv: calls file (one line per provision entered), marker (touched when holding),
+#: hold mode ("first": hold in the first provision; "after-cordon": hold once the state
+#: document records a cordoned or draining node; "none"), go file (the hold ends when it
+#: exists), state file path.
+CHILD = r"""
+import json, sys, time
+from pathlib import Path
+from navarch.providers import local
+
+calls, marker, mode, go, state = (Path(a) for a in sys.argv[1:6])
+mode = str(mode)
+original = local.LocalProvider.provision
+
+def phases():
+    try:
+        doc = json.loads(state.read_text())
+    except (OSError, ValueError):
+        return set()
+    return {n["phase"] for n in doc.get("nodes", {}).values()}
+
+def provision(self, request):
+    with open(calls, "a") as fh:
+        fh.write(request.node + "\n")
+    if mode == "first":
+        marker.touch()
+        while not go.exists():
+            time.sleep(0.02)
+        return original(self, request)
+    inst = original(self, request)
+    if mode == "after-cordon":
+        while not phases() & {"cordoned", "draining"}:
+            time.sleep(0.02)
+        marker.touch()
+        while not go.exists():
+            time.sleep(0.02)
+    return inst
+
+local.LocalProvider.provision = provision
+from navarch.cli import main
+sys.exit(main(sys.argv[6:]))
+"""
+
+
+def write_fleet(root: Path, *, target: int = 4, max_parallel: int = 4, lock_ttl: str = "2m",
+                max_surge: int = 1) -> Path:
+    """A one-pool local fleet `jt` in root (store, machines and secret beside it)."""
+    (root / "fleet.secret").write_text("0123456789abcdef0123456789abcdef\n")
+    doc = {
+        "fleet": FLEET,
+        "store": "file://store",
+        "secret": {"file": "fleet.secret"},
+        "providers": {"sim": {"type": "local", "dir": "local", "max_parallel": max_parallel}},
+        "safety": {"lock_ttl": lock_ttl, "circuit_breaker_pct": 100,
+                   "fleet_circuit_breaker_pct": 100},
+        "pools": {"train": {
+            "provider": "sim", "instance_types": ["sim-h100x8"], "gpus_per_node": 1,
+            "region": "sim-1", "zones": ["sim-1a"],
+            "nodes": {"min": 0, "target": target, "max": target + max_surge},
+            "scheduler": "none",
+            "health": {"unhealthy_after": 1, "max_unavailable": 1, "replacement": "surge",
+                       "max_surge": max_surge},
+        }},
+    }
+    path = root / "fleet.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def state_path(root: Path) -> Path:
+    return root / "store" / "state" / f"{FLEET}.json"
+
+
+def lock_path(root: Path) -> Path:
+    return root / "store" / "state" / f"{FLEET}.lock"
+
+
+def env() -> dict[str, str]:
+    e = {k: v for k, v in os.environ.items() if not k.startswith("NAVARCH_")}
+    e["PYTHONPATH"] = str(ROOT)
+    return e
+
+
+def navarch(root: Path, *args: str, timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "navarch", *args], cwd=root, env=env(),
+                          capture_output=True, text=True, timeout=timeout_s)
+
+
+class HeldApply:
+    """`navarch apply fleet.yaml --auto-approve` in a child that holds inside a launch."""
+
+    def __init__(self, root: Path, mode: str) -> None:
+        self.root = root
+        self.calls = root / "calls.txt"
+        self.marker = root / "holding"
+        self.go = root / "go"
+        for p in (self.calls, self.marker, self.go):
+            p.unlink(missing_ok=True)
+        self.calls.touch()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", CHILD, str(self.calls), str(self.marker), mode, str(self.go),
+             str(state_path(root)), "apply", "fleet.yaml", "--auto-approve"],
+            cwd=root, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def wait_holding(self, timeout_s: float = 60) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not self.marker.exists():
+            assert self.proc.poll() is None, self.proc.communicate()
+            assert time.monotonic() < deadline, "the apply never reached the held launch"
+            time.sleep(0.02)
+
+    def provisions(self) -> list[str]:
+        return self.calls.read_text().split()
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.communicate()

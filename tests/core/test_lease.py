@@ -1,0 +1,134 @@
+"""The apply lease (issue 11 item 3): renewed by its holder, taken over by CAS once it
+lapses, checked before every action and state write; a killed apply blocks the next run
+for at most one TTL."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from navarch.errors import LeaseLost, LockHeld
+from navarch.reconcile.state import Lease, acquire_lock, lock_key
+from navarch.stores.file import FileStore
+from tests.support.journal import HeldApply, lock_path, navarch, state_path, write_fleet
+
+T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
+TTL_S = 3
+
+
+class FakeMonotonic:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_lease_renewal_keeps_it_and_a_takeover_loses_it(tmp_path):
+    store = FileStore(tmp_path)
+    mono = FakeMonotonic()
+    wall = [T0]
+    lock = acquire_lock(store, "demo", "apply", 120, T0, holder="a")
+    lease = Lease(store, "demo", lock, 120, lambda: wall[0], monotonic=mono)
+    lease.check()
+    lease.check_store()
+    # Renewed: a run 3 minutes after the lease was taken still finds it held.
+    mono.now += 100
+    wall[0] = T0 + timedelta(seconds=100)
+    assert lease.renew()
+    with pytest.raises(LockHeld):
+        acquire_lock(store, "demo", "apply", 120, T0 + timedelta(minutes=3), holder="b")
+    lease.check_store()
+    # Not renewed past the TTL: the holder itself stops acting, before anyone takes over.
+    mono.now += 120
+    with pytest.raises(LeaseLost, match="last renewed 120s ago"):
+        lease.check()
+
+
+def test_lease_taken_over_is_lost_by_version(tmp_path):
+    store = FileStore(tmp_path)
+    lock = acquire_lock(store, "demo", "apply", 60, T0, holder="a")
+    lease = Lease(store, "demo", lock, 60, lambda: T0)
+    other = acquire_lock(store, "demo", "apply", 60, T0 + timedelta(minutes=2), holder="b")
+    assert other.took_over and "a running 'apply'" in other.took_over
+    with pytest.raises(LeaseLost, match="taken over by b"):
+        lease.check_store()
+    assert not lease.renew()
+    lease.release()  # leaves b's lease alone
+    assert json.loads(store.get(lock_key("demo")).data)["holder"] == "b"
+
+
+def test_two_runs_racing_for_an_expired_lease_end_with_one_holder(tmp_path):
+    store = FileStore(tmp_path)
+    acquire_lock(store, "demo", "apply", 60, T0, holder="dead")
+    later = T0 + timedelta(minutes=5)
+    barrier = threading.Barrier(8)
+    won: list[str] = []
+    refused: list[str] = []
+
+    def run(i: int) -> None:
+        barrier.wait()
+        try:
+            lock = acquire_lock(store, "demo", "apply", 60, later, holder=f"run-{i}")
+            won.append(lock.holder)
+        except LockHeld as exc:
+            refused.append(exc.holder)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(won) == 1 and len(refused) == 7
+    assert json.loads(store.get(lock_key("demo")).data)["holder"] == won[0]
+
+
+def test_killed_apply_blocks_the_next_run_for_at_most_one_ttl(tmp_path):
+    write_fleet(tmp_path, target=3, max_parallel=1, lock_ttl=f"{TTL_S}s")
+    held = HeldApply(tmp_path, "first")
+    held.wait_holding()
+    held.kill()
+    killed_at = time.monotonic()
+    blocked = navarch(tmp_path, "apply", "fleet.yaml", "--auto-approve")
+    if blocked.returncode != 0:  # the dead run's lease may already have lapsed on a slow box
+        assert blocked.returncode == 4, blocked.stdout + blocked.stderr
+    # One TTL plus a second after the kill the next run takes the lease over and converges.
+    time.sleep(max(0.0, killed_at + TTL_S + 1 - time.monotonic()))
+    run = navarch(tmp_path, "apply", "fleet.yaml", "--auto-approve")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "took over the expired lease" in run.stderr
+    assert navarch(tmp_path, "plan", "fleet.yaml", "--detailed-exitcode").returncode == 0
+    assert not lock_path(tmp_path).exists()
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGSTOP"), reason="needs SIGSTOP")
+def test_stalled_apply_whose_lease_is_taken_over_stops_and_exits_5(tmp_path):
+    write_fleet(tmp_path, target=3, max_parallel=1, lock_ttl=f"{TTL_S}s")
+    held = HeldApply(tmp_path, "first")
+    try:
+        held.wait_holding()
+        os.kill(held.proc.pid, signal.SIGSTOP)  # a stall: GC pause, swapped out, VM paused
+        entered = held.provisions()
+        time.sleep(TTL_S + 1)
+        other = navarch(tmp_path, "apply", "fleet.yaml", "--auto-approve")
+        assert other.returncode == 0, other.stdout + other.stderr
+        assert "took over the expired lease" in other.stderr
+        state = state_path(tmp_path).read_bytes()
+        held.go.touch()  # the launch it was inside may finish (idempotent on its launch id)
+        os.kill(held.proc.pid, signal.SIGCONT)
+        out, err = held.proc.communicate(timeout=60)
+    finally:
+        if held.proc.poll() is None:
+            os.kill(held.proc.pid, signal.SIGCONT)
+            held.kill()
+    assert held.proc.returncode == 5, out + err
+    assert "lease" in err and "stopped acting" in err
+    assert held.provisions() == entered  # no action started after the stall
+    assert state_path(tmp_path).read_bytes() == state  # and no state written
+    assert navarch(tmp_path, "plan", "fleet.yaml", "--detailed-exitcode").returncode == 0

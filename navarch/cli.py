@@ -104,6 +104,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     fleet = _open(args.fleet)
     snap = gather(fleet, clock(), _options(args))
+    _report_fleet_rejection(snap)
     plan = snap.plan
     doc = plan_to_json(plan)
     if args.out:
@@ -266,8 +267,11 @@ def _status_doc(spec: FleetSpec, snap) -> dict[str, Any]:
                 "reason": v.reason, "rejected": v.rejected,
             } for v in pv],
         })
+    from navarch.reconcile.reports import fleet_rejection
+
     return {"fleet": spec.name, "store": spec.store_url, "state_serial": snap.loaded.serial,
-            "pools": pools, "rejections": dict(snap.memory.rejections),
+            "error": fleet_rejection(views), "pools": pools,
+            "rejections": dict(snap.memory.rejections),
             "foreign": [{"provider": i.provider, "instance_id": i.instance_id}
                         for i in snap.observed.foreign],
             "orphans": [{"node": v.node, "pool": v.pool, "provider": v.instance.provider,
@@ -275,6 +279,17 @@ def _status_doc(spec: FleetSpec, snap) -> dict[str, Any]:
                         for v in views if v.lifecycle.value == "orphan" and v.instance],
             "duplicates": [{"node": d.node, "instance_ids": [i.instance_id for i in d.instances]}
                            for d in snap.observed.duplicates]}
+
+
+def _report_fleet_rejection(snap) -> str | None:
+    """Print one error line when every node's report is rejected for one reason (issue 16
+    item 3: a wrong secret must not look like a table of `unknown` nodes); return it."""
+    from navarch.reconcile.reports import fleet_rejection
+
+    message = fleet_rejection(snap.observed.views)
+    if message:
+        _err(message)
+    return message
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -285,6 +300,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     fleet = _open(args.fleet)
     snap = gather(fleet, clock())
     doc = _status_doc(fleet.spec, snap)
+    _report_fleet_rejection(snap)
     if args.json:
         print(json.dumps(doc, indent=1, sort_keys=True))
         return EXIT_OK
@@ -338,6 +354,25 @@ def cmd_uncordon(args: argparse.Namespace) -> int:
     fleet = _open(args.fleet)
     detail = uncordon(fleet, args.node)
     print(f"{args.node}: uncordoned ({detail}).")
+    return EXIT_OK
+
+
+def cmd_reboot(args: argparse.Namespace) -> int:
+    """`navarch reboot FLEET NODE` (see navarch.reconcile.manual.reboot)."""
+    from navarch.reconcile.manual import reboot
+
+    detail = reboot(_open(args.fleet), args.node, force=args.force)
+    print(f"{args.node}: {detail}.")
+    return EXIT_OK
+
+
+def cmd_cordon(args: argparse.Namespace) -> int:
+    """`navarch cordon FLEET NODE --reason TEXT` (see navarch.reconcile.manual.cordon)."""
+    from navarch.reconcile.manual import cordon
+
+    detail = cordon(_open(args.fleet), args.node, args.reason)
+    print(f"{args.node}: cordoned by an operator ({detail}); navarch will not undo it, "
+          "`navarch uncordon` will.")
     return EXIT_OK
 
 
@@ -463,6 +498,19 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("fleet")
     s.add_argument("node")
     s.set_defaults(func=cmd_uncordon)
+
+    s = sub.add_parser("reboot", help="reboot a node through its provider's API")
+    s.add_argument("fleet")
+    s.add_argument("node")
+    s.add_argument("--force", action="store_true",
+                   help="reboot even though its latest report shows GPU processes")
+    s.set_defaults(func=cmd_reboot)
+
+    s = sub.add_parser("cordon", help="an operator's cordon: navarch never undoes it itself")
+    s.add_argument("fleet")
+    s.add_argument("node")
+    s.add_argument("--reason", required=True, help="why (shown by the scheduler, audit log)")
+    s.set_defaults(func=cmd_cordon)
 
     local = sub.add_parser("local", help="drive the embedded local provider's machines")
     lsub = local.add_subparsers(dest="local_command", required=True, metavar="COMMAND")

@@ -145,6 +145,7 @@ class NodeMemory:
     phase_reason: str = ""
     repair: bool = False  # cordoned to be replaced (counts toward the repair rate limit)
     report_version: str | None = None
+    report_rejected: str | None = None  # why the object at report_version was rejected
     report: ReportSummary | None = None
     streak: int = 0  # consecutive distinct unhealthy reports
     streak_sequence: int = 0  # sequence of the last report counted in streak
@@ -437,6 +438,7 @@ def memory_to_json(m: Memory) -> dict[str, Any]:
                 "report": summary_to_json(n.report), "streak": n.streak,
                 "streak_sequence": n.streak_sequence,
                 **({"launch": dict(n.launch)} if n.launch else {}),
+                **({"report_rejected": n.report_rejected} if n.report_rejected else {}),
             }
             for n in m.nodes
         },
@@ -469,6 +471,7 @@ def memory_from_json(d: Mapping[str, Any]) -> Memory:
             report=summary_from_json(n.get("report")), streak=n.get("streak", 0),
             streak_sequence=n.get("streak_sequence", 0),
             launch=tuple(sorted((n.get("launch") or {}).items())),
+            report_rejected=n.get("report_rejected"),
         )
         for name, n in sorted(d.get("nodes", {}).items())
     )

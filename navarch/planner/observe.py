@@ -231,11 +231,13 @@ def _fold_report(nm: NodeMemory, obs: ReportObservation | None) -> NodeMemory:
     if obs is None:
         return nm
     if obs.rejected:
-        # Remember the version so the same bad object is counted once, keep the old summary.
-        return replace(nm, report_version=obs.version)
+        # Remember the version so the same bad object is counted once (and still shown as
+        # rejected while it stays), keep the old summary.
+        return replace(nm, report_version=obs.version, report_rejected=obs.rejected)
     s = obs.summary
     if s is None:
         return nm
+    nm = replace(nm, report_rejected=None)
     if s.sequence <= nm.streak_sequence:
         return replace(nm, report_version=obs.version, report=nm.report or s)
     same_boot = nm.report is not None and nm.report.boot_id == s.boot_id

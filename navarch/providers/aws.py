@@ -505,6 +505,34 @@ class AwsProvider:
             for start in range(0, len(unique), TERMINATE_BATCH):
                 self._terminate_batch(region, unique[start : start + TERMINATE_BATCH])
 
+    def reboot(self, instances: Sequence[Instance]) -> None:
+        """RebootInstances for instances, per region in batches of <= 1,000 ids.
+
+        EC2 RebootInstances: an OS reboot of the same instance (same id, volumes and
+        addresses; a new kernel boot id); the call returns once the reboot is queued.
+        Refuses (ProviderError, before any call) an instance not tagged
+        navarch-fleet=<fleet> (DESIGN.md safety rule 1). Raises the mapped errors; an
+        instance already gone is ProviderError (InvalidInstanceID.NotFound).
+        """
+        foreign = [i.instance_id for i in instances if i.fleet != self.fleet]
+        if foreign:
+            raise ProviderError(
+                f"refusing to reboot instances not tagged {TAG_FLEET}={self.fleet}: "
+                + ", ".join(sorted(foreign)),
+                code="ForeignInstance",
+            )
+        by_region: dict[str, set[str]] = {}
+        for inst in instances:
+            by_region.setdefault(region_of(inst.zone), set()).add(inst.instance_id)
+        for region, ids in sorted(by_region.items()):
+            unique = sorted(ids)
+            for start in range(0, len(unique), TERMINATE_BATCH):
+                try:
+                    self.client(region).reboot_instances(
+                        InstanceIds=unique[start : start + TERMINATE_BATCH])
+                except (ClientError, BotoCoreError) as exc:
+                    raise map_error(exc, what=f"RebootInstances in {region}") from exc
+
     def update_tags(self, instance: Instance, tags: Mapping[str, str]) -> None:
         """CreateTags on one instance (adds or overwrites these keys, leaves the others).
 

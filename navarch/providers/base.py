@@ -7,6 +7,13 @@ Contract (tests/providers run it against each provider):
 - provision(request) -> the Instance launched (or already launched: idempotent on
   request.launch_id). Raises CapacityError, QuotaError, AuthError, TransientError.
 - terminate(instances) -> None; an instance already gone is success. Raises the same errors.
+- reboot(instances) -> None: restart each instance in place through the cloud's API (EC2
+  RebootInstances, Compute Engine instances.reset, Lambda Cloud instance restart, the local
+  provider's reboot): same instance id, a new kernel boot id. Returns once the cloud has
+  accepted it. Refuses (ProviderError, code ForeignInstance where the provider sets codes)
+  an instance without this fleet's tags before any call; an instance already gone is an
+  error (nothing was rebooted). Raises the same mapped errors. The remediation ladder's
+  reboot rung (issue 13) and `navarch reboot` use it.
 - update_tags(instance, tags) -> None: set these tags (labels on GCP) on one instance in
   place, leaving its other tags alone. Providers whose cloud cannot (Lambda Cloud) raise
   ProviderError; the planner only asks the types in navarch.planner.plan.TAG_UPDATABLE.
@@ -61,5 +68,7 @@ class Provider(Protocol):
     def provision(self, request: ProvisionRequest) -> Instance: ...
 
     def terminate(self, instances: Sequence[Instance]) -> None: ...
+
+    def reboot(self, instances: Sequence[Instance]) -> None: ...
 
     def update_tags(self, instance: Instance, tags: Mapping[str, str]) -> None: ...

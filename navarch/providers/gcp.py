@@ -567,6 +567,38 @@ class GcpProvider:
             except ConfigError:
                 continue  # the operation failed with notFound: already gone
 
+    def reboot(self, instances: Sequence[Instance]) -> None:
+        """instances.reset each instance (a hard reset of the same VM: same name, disks and
+        addresses, a new kernel boot id), then wait on every operation.
+
+        Each call has its own random requestId: GCE dedupes a requestId for at least 60
+        minutes, so a deterministic one would swallow a second reboot of the same node
+        within the hour (the ladder's next rung); the client's own retries of one call
+        reuse it. Refuses (ProviderError, before any call) an instance without this
+        fleet's label (safety rule 1). Raises the mapped errors; a gone instance is
+        ConfigError/ProviderError as map_error says for notFound.
+        """
+        for inst in instances:
+            if inst.fleet != self.fleet:
+                raise ProviderError(
+                    f"refusing to reset {inst.instance_id} in {inst.zone}: "
+                    f"not labelled {TAG_FLEET}={self.fleet}"
+                )
+        pending: list[tuple[compute_v1.Operation, str]] = []
+        for inst in instances:
+            try:
+                op = self.instances_client.reset_unary(
+                    request=compute_v1.ResetInstanceRequest(
+                        project=self.settings.project, zone=inst.zone,
+                        instance=inst.instance_id, request_id=str(uuid.uuid4())),
+                    retry=self._retry,
+                )
+            except Exception as exc:
+                raise map_error(exc, zone=inst.zone, what=f"reset {inst.instance_id}") from exc
+            pending.append((op, inst.zone))
+        for op, zone in pending:
+            self._wait(op, zone, what="reset")
+
     def update_tags(self, instance: Instance, tags: Mapping[str, str]) -> None:
         """instances.setLabels on one instance: its current labels with these set, guarded
         by the label fingerprint just read (Compute Engine's optimistic concurrency).

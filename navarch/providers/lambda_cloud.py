@@ -399,6 +399,25 @@ class LambdaProvider:
                 if getattr(exc.__cause__, "code", "") != "global/object-does-not-exist":
                     raise
 
+    def reboot(self, instances: Sequence[Instance]) -> None:
+        """Restart instances by id, one batched POST /instance-operations/restart
+        (Lambda Cloud API: the same instance reboots; it keeps its id, IP and disk).
+
+        Refuses (ProviderError, before any call) an instance not tagged with this fleet
+        (safety rule 1). Raises the mapped errors (an id already gone is ConfigError with
+        code global/object-does-not-exist), AuthError, TransientError.
+        """
+        for inst in instances:
+            if inst.fleet != self.fleet:
+                raise ProviderError(
+                    f"refusing to restart Lambda instance {inst.instance_id}: "
+                    f"not tagged {TAG_FLEET}={self.fleet}"
+                )
+        ids = sorted({i.instance_id for i in instances})
+        if ids:
+            self._call("POST", "/instance-operations/restart", json={"instance_ids": ids},
+                       what="restart")
+
     # -- helpers ---------------------------------------------------------------------------
 
     def _ssh_key_name(self) -> str:

@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from navarch.errors import CapacityError, ConfigError
+from navarch.errors import CapacityError, ConfigError, ProviderError
 from navarch.inventory import TAG_FLEET, Instance, InstanceState
 from navarch.providers.base import ProvisionRequest
 
@@ -132,6 +132,30 @@ class LocalProvider:
         for inst in instances:
             shutil.rmtree(self.machine_dir(inst.instance_id), ignore_errors=True)
 
+    def reboot(self, instances: Sequence[Instance]) -> None:
+        """What a reboot does to a machine: a new boot id, an empty kernel log, injected
+        faults cleared; same instance id, tags and launch time.
+
+        Refuses (ProviderError, before touching any) a machine without a navarch-fleet tag
+        (safety rule 1); a machine that is gone is ProviderError (code NotFound).
+        """
+        machines = []
+        for inst in instances:
+            try:
+                m = self.read_machine(inst.instance_id)
+            except (OSError, ValueError) as exc:
+                raise ProviderError(f"no local machine {inst.instance_id} to reboot",
+                                    code="NotFound") from exc
+            if TAG_FLEET not in m["tags"]:
+                raise ProviderError(f"refusing to reboot {inst.instance_id}: no {TAG_FLEET} tag",
+                                    code="ForeignInstance")
+            machines.append(m)
+        for m in machines:
+            self.write_machine({**m, "boot_id": str(uuid.uuid4())})
+            d = self.machine_dir(m["instance_id"])
+            for name in ("kern.log", "faults.json"):
+                (d / name).unlink(missing_ok=True)
+
     def update_tags(self, instance: Instance, tags: Mapping[str, str]) -> None:
         """Set tags on the machine in place (its machine.json, written atomically)."""
         try:
@@ -155,14 +179,9 @@ class LocalProvider:
     def fleet_machines(self, fleet: str) -> list[dict[str, Any]]:
         return [m for m in self.machines() if m["tags"].get(TAG_FLEET) == fleet]
 
-    def reboot(self, node: str) -> None:
-        """New boot id, empty kernel log, faults cleared: what a reboot does to a node."""
-        m = self.find(node)
-        m["boot_id"] = str(uuid.uuid4())
-        self.write_machine(m)
-        d = self.machine_dir(m["instance_id"])
-        for name in ("kern.log", "faults.json"):
-            (d / name).unlink(missing_ok=True)
+    def reboot_node(self, node: str) -> None:
+        """Reboot the machine named `node` (see reboot); ConfigError if there is none."""
+        self.reboot([self._instance(self.name, self.find(node))])
 
 
 def create(name: str, config: Mapping[str, Any], *, base_dir: Path, fleet: str) -> LocalProvider:

@@ -177,7 +177,7 @@ def inject(
 def reboot(spec: FleetSpec, node: str) -> None:
     """Reboot a local node: new boot id, kernel log and faults cleared."""
     provider, _ = _find(spec, node)
-    provider.reboot(node)
+    provider.reboot_node(node)
 
 
 def launch_foreign(spec: FleetSpec, zone: str, instance_type: str) -> str:

@@ -42,14 +42,14 @@ generation, inode), and a node whose version equals the one in Memory reuses its
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from functools import cache
 from typing import Any
 
 from navarch import signing
 from navarch.errors import NotFound, ReportRejected
-from navarch.planner.model import Memory, ReportObservation, ReportSummary, parse_ts
+from navarch.planner.model import Memory, NodeView, ReportObservation, ReportSummary, parse_ts
 from navarch.reconcile.state import health_prefix
 from navarch.spec import load_schema
 from navarch.stores.base import ObjectInfo, ObjectStore, parallel_map
@@ -59,6 +59,7 @@ MAX_REPORT_BYTES = 256 * 1024
 #: evidence{}); the compiled schema validator refuses input past its own recursion limit.
 MAX_NESTING = 32
 FUTURE_SKEW_S = 120
+FLEET_REJECTION_MIN_NODES = 2
 REJECT_REASONS = ("unreadable", "oversized", "malformed", "schema", "identity", "unsigned",
                   "no_secret", "bad_signature", "replayed", "future", "check_failed")
 _SEVERITY_RANK = {"unhealthy": 0, "degraded": 1, "unknown": 2, "healthy": 3}
@@ -252,7 +253,9 @@ def read_reports(
     for key, (pool, node, info) in listed.items():
         nm = memory.node(node)
         if nm is not None and nm.report_version == info.version and nm.pool == pool:
-            out[node] = ReportObservation(node, pool, nm.report, info.version)
+            # Unchanged object: its earlier verdict stands (a rejected one stays rejected).
+            out[node] = ReportObservation(node, pool, nm.report, info.version,
+                                          rejected=nm.report_rejected)
         else:
             to_fetch.append(key)
 
@@ -287,3 +290,35 @@ def read_reports(
         if observation is not None:
             out[observation.node] = observation
     return out
+
+
+#: What to check when every node's report is rejected for one reason.
+_FLEET_HINTS = {
+    "bad_signature": "the agents' keys are not derived from this fleet secret: was the secret "
+                     "changed after the nodes were launched, or is this the wrong secret?",
+    "identity": "the agents write under keys that do not match their fleet/pool/node",
+    "schema": "the agents write reports this navarch does not accept: agent version mismatch?",
+    "malformed": "the objects are not JSON reports: is something else writing to the store?",
+    "replayed": "no report is newer than the last one accepted: are the agents running?",
+    "unreadable": "the store refuses to return the reports: check its permissions",
+    "check_failed": "navarch fails to check them: a bug, please report it",
+}
+
+
+def fleet_rejection(views: Sequence[NodeView]) -> str | None:
+    """A one-line error when every node that has a report has it rejected for one reason
+    (at least FLEET_REJECTION_MIN_NODES nodes), else None (issue 16 item 3).
+
+    One bad node is a node's problem; all of them for one reason is the fleet's (a wrong
+    secret, an agent/reconciler version mismatch, a broken store), and a table of
+    `unknown` nodes would hide it.
+    """
+    reporting = [v for v in views if v.rejected is not None or v.summary is not None]
+    reasons = {v.rejected for v in reporting}
+    if len(reporting) < FLEET_REJECTION_MIN_NODES or len(reasons) != 1 or None in reasons:
+        return None
+    (reason,) = reasons
+    assert reason is not None
+    hint = _FLEET_HINTS.get(reason, "see `navarch status` for each node")
+    return (f"every node's health report is rejected ({reason}, {len(reporting)} of "
+            f"{len(reporting)} nodes): {hint}")

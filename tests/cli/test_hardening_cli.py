@@ -60,3 +60,49 @@ def test_16_5_node_clock_10_minutes_ahead_is_not_rejected_as_future(navarch):
     assert node["lifecycle"] == "healthy" and node["rejected"] is None
     assert "ahead of the store's" in node["reason"]
     assert "cordon" not in navarch.ok("plan", "fleet.yaml").out
+
+
+# -- item 3 --------------------------------------------------------------------------------
+def _set_secret(fleet_dir, secret_line: str) -> None:
+    path = fleet_dir / "fleet.yaml"
+    text = path.read_text()
+    assert "  file: .navarch/fleet.secret\n" in text
+    path.write_text(text.replace("secret:\n  file: .navarch/fleet.secret\n", secret_line))
+
+
+def test_16_3_missing_secret_env_fails_plan_apply_and_status(navarch, fleet_dir):
+    _set_secret(fleet_dir, "secret: {env: DEMO_FLEET_SECRET}\n")
+    for args in (("plan", "fleet.yaml"), ("apply", "fleet.yaml", "--auto-approve"),
+                 ("status", "fleet.yaml")):
+        run = navarch(*args)
+        assert run.code == 1, (args, run.out, run.err)
+        assert "DEMO_FLEET_SECRET" in run.err and "secret.env" in run.err
+        assert "Traceback" not in run.err
+    assert not (fleet_dir / ".navarch/local/demo/machines").exists()  # nothing launched
+    ok = navarch("plan", "fleet.yaml", env={"DEMO_FLEET_SECRET": "s" * 32})
+    assert ok.code == 0, ok.err
+
+
+def test_16_3_unreadable_secret_file_fails_naming_the_file(navarch, fleet_dir):
+    (fleet_dir / ".navarch/fleet.secret").mkdir(parents=True)  # not a readable file
+    run = navarch("plan", "fleet.yaml")
+    assert run.code == 1
+    assert "fleet.secret" in run.err and "secret.file" in run.err
+
+
+def test_16_3_every_report_rejected_for_one_reason_is_a_fleet_error(navarch, fleet_dir):
+    navarch.ok("apply", "fleet.yaml", "--auto-approve")
+    navarch.ok("local", "tick", "fleet.yaml")
+    (fleet_dir / ".navarch/fleet.secret").write_text("a-different-secret-0123456789abcdef\n")
+    plan = navarch("plan", "fleet.yaml")
+    line = "every node's health report is rejected (bad_signature, 5 of 5 nodes)"
+    assert line in plan.err
+    status = navarch("status", "fleet.yaml")
+    assert line in status.err
+    assert line in navarch.status()["error"]
+    # The local agents derive their key from the secret file at each tick: their next
+    # reports verify again, and one node's bad report is that node's problem only.
+    navarch.ok("local", "tick", "fleet.yaml")
+    (fleet_dir / STORE_HEALTH / "train/demo-train-0001.json").write_bytes(b"{}")
+    status = navarch.status()
+    assert status["error"] is None and status["rejections"]["unsigned"] == 1

@@ -178,3 +178,29 @@ def test_16_4_a_failing_check_is_a_rejection(tmp_path, monkeypatch):
     monkeypatch.setattr(reports_module, "summarize", broken)
     observed = read_reports(store, "demo", Memory(fleet="demo"), SECRET, NOW)
     assert observed[NODE].rejected == "check_failed"
+
+
+def test_16_4_an_unchanged_rejected_object_stays_rejected_and_is_counted_once(tmp_path):
+    """The next run does not fetch the same object again, and still sees it rejected
+    (not as a node that never reported, which would be judged against boot_timeout)."""
+    import shutil
+    from pathlib import Path
+
+    from navarch.inventory import Instance, InstanceState, launch_id, ownership_tags
+    from navarch.planner.observe import observe
+    from navarch.spec import load_fleet
+
+    shutil.copy(Path(__file__).resolve().parents[2] / "fleet.example.yaml", tmp_path / "fleet.yaml")
+    spec = load_fleet(tmp_path / "fleet.yaml")
+    inst = Instance(provider="sim", instance_id="i-1", zone="sim-1a", instance_type="sim-h100x8",
+                    state=InstanceState.RUNNING, launched_at=NOW,
+                    tags=tuple(sorted(ownership_tags("demo", "train", NODE,
+                                                     launch_id("demo", NODE, 0)).items())))
+    store = FileStore(tmp_path / "store")
+    store.put(KEY, b"[" * 100_000)
+    memory = Memory(fleet="demo")
+    for _ in range(3):
+        reports = read_reports(store, "demo", memory, SECRET, NOW)
+        assert reports[NODE].rejected == "malformed"
+        memory = observe(spec, [inst], reports, memory, NOW).memory
+    assert dict(memory.rejections) == {"malformed": 1}

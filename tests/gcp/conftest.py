@@ -4,7 +4,7 @@
   get STORAGE_EMULATOR_HOST through the `gcs_env` fixture and a fresh bucket each.
 - fake_compute: a local fake of the Compute Engine REST API (stdlib ThreadingHTTPServer)
   that google-cloud-compute's REST transport talks to via api_endpoint. It speaks the
-  JSON shapes of instances list/aggregatedList/insert/get/delete/setLabels and
+  JSON shapes of instances list/aggregatedList/insert/get/delete/setLabels/reset and
   zoneOperations get/wait, honours requestId, answers 409 alreadyExists for a duplicate
   name, and can be told to end insert operations in a zone with a stockout
   (ZONE_RESOURCE_POOL_EXHAUSTED, HTTP 503 on the operation) or to fail requests.
@@ -325,7 +325,7 @@ class _Handler(BaseHTTPRequestHandler):
             if rid:
                 fake.request_ids[rid] = op["name"]
             return 200, _public(op)
-        m = re.fullmatch(r"zones/([^/]+)/instances/([^/]+)(/setLabels)?", rest)
+        m = re.fullmatch(r"zones/([^/]+)/instances/([^/]+)(/setLabels|/reset)?", rest)
         if m:
             zone, name, set_labels = m.groups()
             inst = fake.instances.get((zone, name))
@@ -340,6 +340,9 @@ class _Handler(BaseHTTPRequestHandler):
             if method == "DELETE":
                 del fake.instances[(zone, name)]
                 return 200, _public(fake._operation(zone, "delete", name, None))
+            if set_labels == "/reset":  # instances.reset: same VM, restarted (issue 13)
+                inst["lastStartTimestamp"] = datetime.now(UTC).isoformat(timespec="milliseconds")
+                return 200, _public(fake._operation(zone, "reset", name, None))
             if set_labels:
                 if body.get("labelFingerprint") != inst["labelFingerprint"]:
                     return 412, _error_body(

@@ -1,7 +1,8 @@
 """A local fake of the Lambda Cloud REST API (v1.10 shapes), on 127.0.0.1.
 
 Routes: GET /api/v1/instance-types, GET /api/v1/instances, GET /api/v1/instances/{id},
-POST /api/v1/instance-operations/launch, POST /api/v1/instance-operations/terminate.
+POST /api/v1/instance-operations/launch, POST /api/v1/instance-operations/terminate,
+POST /api/v1/instance-operations/restart.
 Bearer-key auth (401 global/invalid-api-key), the {"data": ...} / {"error": {code,
 message}} envelopes, capacity per (type, region) driving both
 regions_with_capacity_available and launch's insufficient-capacity error, and canned
@@ -246,6 +247,13 @@ class _Handler(BaseHTTPRequestHandler):
             for i in ids:
                 fake.instances[i]["status"] = "terminated"
             return 200, {"data": {"terminated_instances": [fake.instances[i] for i in ids]}}
+        if method == "POST" and path == "/api/v1/instance-operations/restart":  # issue 13
+            ids = (body or {}).get("instance_ids") or []
+            if any(fake.instances.get(i, {}).get("status") != "active" for i in ids):
+                return _error(
+                    404, "global/object-does-not-exist", "Specified instance does not exist."
+                )
+            return 200, {"data": {"restarted_instances": [fake.instances[i] for i in ids]}}
         return _error(404, "global/not-found", f"no route {method} {path}")
 
     def _launch(self, fake: FakeLambda, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:

@@ -1,0 +1,130 @@
+"""`navarch reboot` and `navarch cordon`: an operator's hand on one node (issue 13).
+
+Both take the fleet lock, look at the world as a run would (gather), act on one node of
+this fleet, and write what they did to the audit log, like `navarch uncordon`.
+
+- reboot: restarts the node's instance in place through its provider's API
+  (Provider.reboot: EC2 RebootInstances, Compute Engine instances.reset, Lambda Cloud
+  restart, the local provider's reboot). Refused while the node's latest report shows GPU
+  processes, unless forced: a reboot kills them (the ladder's own rule: never reboot a
+  node that still runs GPU work).
+- cordon: runs the scheduler's cordon playbook with the operator's reason. An operator's
+  cordon is never undone automatically: it is not navarch's cordon (Memory phase), so
+  the planner neither drains nor replaces the node for it and never uncordons it; only
+  `navarch uncordon` does. It is recorded in the audit log (`"operator": true`) and, once
+  Memory has the field, in NodeMemory.operator_cordon (the reason).
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields, replace
+from typing import Any
+
+from navarch.errors import NavarchError, ProviderError, RemoteError
+from navarch.inventory import Instance
+from navarch.planner.model import NodeMemory, Phase, ts
+from navarch.reconcile.run import Fleet, Snapshot, clock, gather
+from navarch.reconcile.state import AuditLog, acquire_lock, release_lock, save_memory
+
+#: The Memory field an operator's cordon is kept in (issue 13; added by the planner's
+#: owner). Until NodeMemory has it, the cordon lives in the audit log only.
+OPERATOR_CORDON_FIELD = "operator_cordon"
+
+
+def _instance(snap: Snapshot, fleet_name: str, node: str) -> Instance:
+    """The node's one live instance of this fleet; NavarchError naming why not."""
+    found = [i for i in snap.inventory if i.node == node and i.fleet == fleet_name]
+    if not found:
+        raise NavarchError(f"{node} is not a node of fleet {fleet_name} "
+                           "(`navarch status FLEET` lists them)")
+    if len(found) > 1:
+        raise NavarchError(f"{node} names {len(found)} instances "
+                           f"({', '.join(i.instance_id for i in found)}); resolve the duplicate "
+                           "first (`navarch status FLEET`)")
+    return found[0]
+
+
+def _audit(fleet: Fleet, snap: Snapshot, verb: str, record: dict[str, Any]) -> None:
+    audit = AuditLog(fleet.store, fleet.spec.name, f"{snap.now:%Y%m%dT%H%M%SZ}-{verb}", snap.now)
+    audit.append({"time": ts(clock()), "run_id": verb, "operator": True, **record})
+    flush = getattr(audit, "flush", None)  # the chunked audit log buffers until flushed
+    if flush is not None:
+        flush()
+
+
+def reboot(fleet: Fleet, node: str, *, force: bool = False) -> str:
+    """Reboot `node` through its provider's API; returns what was done (one line).
+
+    Raises NavarchError when the node is not this fleet's, its latest report shows GPU
+    processes (unless force), or the provider refuses (the ProviderError's text).
+    """
+    spec = fleet.spec
+    lock = acquire_lock(fleet.store, spec.name, f"reboot {node}", spec.safety.lock_ttl_s, clock())
+    try:
+        snap = gather(fleet, clock())
+        inst = _instance(snap, spec.name, node)
+        view = next((v for v in snap.observed.views if v.node == node), None)
+        procs = view.summary.process_count if view and view.summary else None
+        if procs and not force:
+            raise NavarchError(f"{node} runs {procs} GPU process(es) by its latest report; "
+                               "drain it first (`navarch cordon`, then your scheduler), or "
+                               "pass --force to kill them")
+        reason = "operator: navarch reboot" + (" --force" if force else "")
+        record = {"action": "reboot", "pool": inst.pool, "node": node, "reason": reason,
+                  "instance_id": inst.instance_id}
+        try:
+            fleet.providers[inst.provider].reboot([inst])
+        except ProviderError as exc:
+            _audit(fleet, snap, "reboot", {**record, "ok": False, "detail": str(exc),
+                                           "error": type(exc).__name__})
+            raise NavarchError(f"reboot of {node} failed: {exc}") from exc
+        detail = f"rebooted {inst.instance_id} through provider {inst.provider}"
+        _audit(fleet, snap, "reboot", {**record, "ok": True, "detail": detail, "error": None})
+        return detail
+    finally:
+        release_lock(fleet.store, spec.name, lock)
+
+
+def cordon(fleet: Fleet, node: str, reason: str) -> str:
+    """An operator's cordon of `node` with `reason`; returns the playbook's detail.
+
+    Raises NavarchError when the node is not this fleet's, navarch is already taking it
+    out of service (its own cordon, drain or termination), or the cordon playbook fails.
+    """
+    spec = fleet.spec
+    if not reason.strip():
+        raise NavarchError("give a reason (--reason TEXT): it is shown to the scheduler's users "
+                           "and kept in the audit log")
+    lock = acquire_lock(fleet.store, spec.name, f"cordon {node}", spec.safety.lock_ttl_s, clock())
+    try:
+        snap = gather(fleet, clock())
+        inst = _instance(snap, spec.name, node)
+        nm = snap.memory.node(node)
+        if nm is not None and nm.phase is not Phase.NONE:
+            raise NavarchError(f"navarch is already taking {node} out of service "
+                               f"({nm.phase.value}: {nm.phase_reason})")
+        pool = spec.pool(inst.pool or "")
+        full_reason = f"operator: {reason.strip()}"
+        if pool.scheduler == "none" and "cordon" not in pool.playbooks:
+            ok, detail = True, "recorded in navarch (scheduler none)"
+        elif fleet.playbooks is None:
+            ok, detail = False, f"no playbook runner for scheduler {pool.scheduler}"
+        else:
+            try:
+                ok, detail = fleet.playbooks.run(pool, "cordon", node, inst.address, full_reason)
+            except RemoteError as exc:
+                ok, detail = False, str(exc)
+        _audit(fleet, snap, "cordon", {
+            "action": "cordon", "pool": pool.name, "node": node, "reason": full_reason,
+            "instance_id": inst.instance_id, "ok": ok, "detail": detail,
+            "error": None if ok else "RemoteError"})
+        if not ok:
+            raise NavarchError(f"cordon of {node} failed: {detail}")
+        if OPERATOR_CORDON_FIELD in {f.name for f in fields(NodeMemory)}:
+            base = nm or NodeMemory(node=node, pool=pool.name, instance_id=inst.instance_id,
+                                    first_seen_at=snap.now)
+            memory = snap.memory.with_node(replace(base, **{OPERATOR_CORDON_FIELD: full_reason}))
+            save_memory(fleet.store, memory, snap.memory_version)
+        return detail
+    finally:
+        release_lock(fleet.store, spec.name, lock)

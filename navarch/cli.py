@@ -88,7 +88,16 @@ def _open(path: str):
 
 # -- validate ---------------------------------------------------------------------------
 def cmd_validate(args: argparse.Namespace) -> int:
-    """`navarch validate FLEET`: exit 0 when valid; ConfigError (exit 1) otherwise."""
+    """`navarch validate FLEET`: exit 0 when valid; else every problem found (schema errors,
+    the first cross-field error, missing or broken playbooks), one line each, and exit 1."""
+    from navarch.spec import fleet_problems
+
+    problems = fleet_problems(args.fleet)
+    for problem in problems:
+        _err(str(problem))
+    if problems:
+        print(f"{args.fleet}: {len(problems)} problem(s) found.", file=sys.stderr)
+        return EXIT_ERROR
     spec = load_fleet(args.fleet)
     nodes = sum(p.target_nodes for p in spec.pools)
     print(f"{args.fleet}: valid. Fleet {spec.name}: {len(spec.pools)} pool(s), "
@@ -260,6 +269,8 @@ def _status_doc(spec: FleetSpec, snap) -> dict[str, Any]:
                 "instance_type": v.instance.instance_type if v.instance else None,
                 "lifecycle": v.lifecycle.value,
                 "health": v.summary.status if v.summary else None,
+                "report_fresh": bool(v.summary) and not v.rejected and v.lifecycle.value not in (
+                    "stale", "offline"),
                 "health_score": v.summary.health_score if v.summary else None,
                 "report_age_s": round(v.report_age_s, 1) if v.report_age_s is not None else None,
                 "clock_skew_s": (round(v.summary.clock_skew_s, 1) if v.summary is not None
@@ -304,13 +315,20 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(doc, indent=1, sort_keys=True))
         return EXIT_OK
-    rows = [("POOL", "NODE", "INSTANCE", "LIFECYCLE", "HEALTH", "SCORE", "REPORT AGE", "REASON")]
+    rows = [("POOL", "NODE", "INSTANCE", "ZONE", "TYPE", "LIFECYCLE", "HEALTH", "SCORE",
+             "REPORT AGE", "REASON")]
     for p in doc["pools"]:
         for n in p["nodes"]:
             age = format_duration_s(n["report_age_s"]) if n["report_age_s"] is not None else "-"
-            rows.append((p["pool"], n["node"], n["instance_id"] or "-", n["lifecycle"],
-                         n["health"] or "-", str(n["health_score"] if n["health_score"] is not None else "-"),
-                         age, n["reason"]))
+            health, score = n["health"] or "-", n["health_score"]
+            score_text = "-" if score is None else str(score)
+            if n["health"] and not n["report_fresh"]:
+                # The last accepted report no longer speaks for the node: say so, keep it
+                # visible in parentheses (issue 16 item 13: never "offline ... healthy 100").
+                health, score_text = f"{n['lifecycle']} (was {n['health']})", f"({score})"
+            rows.append((p["pool"], n["node"], n["instance_id"] or "-", n["zone"] or "-",
+                         n["instance_type"] or "-", n["lifecycle"], health, score_text, age,
+                         n["reason"]))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     print(f"Fleet {doc['fleet']} (state serial {doc['state_serial']}, store {doc['store']})")
     for p in doc["pools"]:
@@ -399,6 +417,13 @@ def cmd_local_inject(args: argparse.Namespace) -> int:
     """`navarch local inject`: faults into one local node (see navarch.providers.local_ops.inject)."""
     from navarch.providers import local_ops
 
+    faults = (args.xid, args.gpu_lost or None, args.temperature, args.ecc, args.utilization,
+              args.processes, args.silent or None, args.resume or None, args.preempt or None,
+              args.clear or None)
+    if all(f is None for f in faults):
+        args.inject_parser.error("no fault given: pass at least one of --xid, --gpu-lost, "
+                                 "--temperature, --ecc, --utilization, --processes, --silent, "
+                                 "--resume, --preempt, --clear")
     spec = load_fleet(args.fleet)
     silent = True if args.silent else (False if args.resume else None)
     done = local_ops.inject(
@@ -531,7 +556,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--resume", action="store_true", help="the agent reports again")
     s.add_argument("--preempt", action="store_true", help="a spot preemption notice")
     s.add_argument("--clear", action="store_true", help="remove every injected fault first")
-    s.set_defaults(func=cmd_local_inject)
+    s.set_defaults(func=cmd_local_inject, inject_parser=s)
     s = lsub.add_parser("reboot", help="reboot a local node (new boot id, faults cleared)")
     s.add_argument("fleet")
     s.add_argument("node")

@@ -388,6 +388,72 @@ def _hint_for(error: jsonschema.ValidationError) -> str:
     return "see schemas/fleet.schema.json"
 
 
+def _schema_error(err: jsonschema.ValidationError, source: Path,
+                  lines: Mapping[tuple[Any, ...], int]) -> ConfigError:
+    """One schema error as a ConfigError (file, line, key path, hint)."""
+    err_path = tuple(err.absolute_path)
+    message = err.message
+    if err.validator == "additionalProperties":
+        allowed = set(err.schema.get("properties", {}))
+        unknown = sorted(set(err.instance) - allowed) if isinstance(err.instance, dict) else []
+        if unknown:
+            err_path = err_path + (unknown[0],)
+            message = f"unknown key {unknown[0]!r}"
+    return ConfigError(message, file=str(source), line=_line_for(lines, err_path),
+                       key_path=_dotted(err_path), hint=_hint_for(err))
+
+
+def fleet_problems(path: str | Path) -> list[ConfigError]:
+    """Every problem `navarch validate` finds in fleet.yaml (issue 16 item 13).
+
+    Returns [] for a valid fleet, else ConfigErrors (file, line, key path, hint): every
+    schema error in file order; when the schema holds, the first cross-field error
+    load_fleet raises; then, for a fleet that loads, every pool playbook
+    (pools.<pool>.playbooks.<kind>) whose file is missing or does not load, naming the
+    fleet file's line and the playbook's own error. Never raises: an unreadable file or
+    bad YAML is returned as its one ConfigError.
+    """
+    source = Path(path)
+    try:
+        text = source.read_text()
+        data, lines = _compose(text, str(source))
+    except OSError as exc:
+        return [ConfigError(f"cannot read fleet file: {exc.strerror}", file=str(source))]
+    except ConfigError as exc:
+        return [exc]
+    if not isinstance(data, dict):
+        return [ConfigError("the fleet file must be a YAML mapping", file=str(source), line=1,
+                            hint="start from fleet.example.yaml")]
+    errors = [_schema_error(e, source, lines)
+              for e in validator_for("fleet.schema.json").iter_errors(data)]
+    if errors:
+        return sorted(errors, key=lambda e: (e.line or 0, e.key_path or ""))
+    try:
+        spec = load_fleet(source)
+    except ConfigError as exc:
+        return [exc]
+    from navarch.remote.playbook import PlaybookKind, load_playbook_file
+
+    problems: list[ConfigError] = []
+    for pool in spec.pools:
+        for kind, rel in sorted(pool.playbooks.items()):
+            key = ("pools", pool.name, "playbooks", kind)
+            where = {"file": str(source), "line": _line_for(lines, key), "key_path": _dotted(key)}
+            target = Path(rel) if Path(rel).is_absolute() else spec.base_dir / rel
+            if not target.is_file():
+                problems.append(ConfigError(
+                    f"playbook file {target} does not exist", **where,
+                    hint="fix the path (relative to the fleet file), or remove the key"))
+                continue
+            if kind not in {k.value for k in PlaybookKind}:
+                continue
+            try:
+                load_playbook_file(target, kind, scheduler=pool.scheduler)
+            except ConfigError as exc:
+                problems.append(ConfigError(f"playbook does not load: {exc}", **where))
+    return problems
+
+
 def load_fleet(path: str | Path) -> FleetSpec:
     """Read, validate and default fleet.yaml.
 
@@ -407,22 +473,7 @@ def load_fleet(path: str | Path) -> FleetSpec:
         )
     errors = list(validator_for("fleet.schema.json").iter_errors(data))
     if errors:
-        err = jsonschema.exceptions.best_match(errors)
-        err_path = tuple(err.absolute_path)
-        message = err.message
-        if err.validator == "additionalProperties":
-            allowed = set(err.schema.get("properties", {}))
-            unknown = sorted(set(err.instance) - allowed) if isinstance(err.instance, dict) else []
-            if unknown:
-                err_path = err_path + (unknown[0],)
-                message = f"unknown key {unknown[0]!r}"
-        raise ConfigError(
-            message,
-            file=str(source),
-            line=_line_for(lines, err_path),
-            key_path=_dotted(err_path),
-            hint=_hint_for(err),
-        )
+        raise _schema_error(jsonschema.exceptions.best_match(errors), source, lines)
     schema = load_schema("fleet.schema.json")
     _apply_defaults(data, schema, schema)
     return _build(data, source, lines)

@@ -2,7 +2,7 @@
 
     navarch agent run [--once] [--config PATH] [--stdout] [--kernel-log FILE] [--interval-s N]
     navarch agent install [--config PATH] [--dry-run] [--root DIR]
-    navarch render cloud-init FLEET --pool P [--node N]
+    navarch render cloud-init FLEET --pool P [--node N]   (N defaults to <fleet>-<pool>-0001)
 
 Exit codes of ``agent run``: 0 when a report was written (whatever the node's health),
 1 when it could not be written (bad config, no key, store unreachable), so the systemd
@@ -113,6 +113,7 @@ def cmd_render_cloud_init(args: argparse.Namespace) -> int:
     """``navarch render cloud-init FLEET --pool P [--node N]``: print the user-data."""
     from navarch.bootstrap import render_cloud_init
     from navarch.errors import NavarchError
+    from navarch.planner.plan import node_name
     from navarch.signing import derive_node_key
     from navarch.spec import load_fleet
 
@@ -127,7 +128,9 @@ def cmd_render_cloud_init(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return EXIT_FAILED
-        node = args.node or f"{args.pool}-0001"
+        # The pool's first node as `navarch apply` names it (<fleet>-<pool>-0001): its key
+        # and report path are the ones a real first node gets.
+        node = args.node or node_name(spec.name, args.pool, 1)
         key = derive_node_key(spec.fleet_secret(), spec.name, node)
         sys.stdout.write(render_cloud_init(spec, args.pool, node, key))
     except NavarchError as exc:
@@ -182,5 +185,5 @@ def register(subparsers: Any) -> None:
     s = rsub.add_parser("cloud-init", help="the cloud-init user-data of a node of a pool")
     s.add_argument("fleet", metavar="FLEET", help="path to fleet.yaml")
     s.add_argument("--pool", required=True, help="pool name")
-    s.add_argument("--node", help="node name (default <pool>-0001)")
+    s.add_argument("--node", help="node name (default <fleet>-<pool>-0001, the pool's first node)")
     s.set_defaults(func=cmd_render_cloud_init)

@@ -106,3 +106,93 @@ def test_16_3_every_report_rejected_for_one_reason_is_a_fleet_error(navarch, fle
     (fleet_dir / STORE_HEALTH / "train/demo-train-0001.json").write_bytes(b"{}")
     status = navarch.status()
     assert status["error"] is None and status["rejections"]["unsigned"] == 1
+
+
+# -- item 13 -------------------------------------------------------------------------------
+def _edit_yaml(fleet_dir, mutate) -> None:
+    import yaml
+
+    path = fleet_dir / "fleet.yaml"
+    doc = yaml.safe_load(path.read_text())
+    mutate(doc)
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+
+
+def test_16_13_render_cloud_init_defaults_to_the_pools_first_node_name(navarch, fleet_dir):
+    from navarch import signing
+
+    navarch.ok("plan", "fleet.yaml")  # creates the local fleet secret
+    out = navarch.ok("render", "cloud-init", "fleet.yaml", "--pool", "train").out
+    secret = (fleet_dir / ".navarch/fleet.secret").read_text().strip().encode()
+    key = signing.derive_node_key(secret, "demo", "demo-train-0001").hex()
+    assert 'node: "demo-train-0001"' in out and key in out
+    assert 'node: "train-0001"' not in out
+
+
+def test_16_13_playbook_path_typo_fails_validate(navarch, fleet_dir):
+    (fleet_dir / "broken.yaml").write_text("playbooks: [not, a, mapping]\n")
+    _edit_yaml(fleet_dir, lambda d: d["pools"]["train"].update(
+        playbooks={"cordon": "playbooks/cordn.yaml", "drain": "broken.yaml"}))
+    run = navarch("validate", "fleet.yaml")
+    assert run.code == 1, run.out + run.err
+    lines = (fleet_dir / "fleet.yaml").read_text().splitlines()
+    cordon_line = next(i for i, t in enumerate(lines, 1) if "cordn.yaml" in t)
+    drain_line = next(i for i, t in enumerate(lines, 1) if "broken.yaml" in t)
+    assert (f"fleet.yaml:{cordon_line}: pools.train.playbooks.cordon: playbook file "
+            f"{fleet_dir / 'playbooks/cordn.yaml'} does not exist") in run.err
+    assert f"fleet.yaml:{drain_line}: pools.train.playbooks.drain: playbook does not load" in run.err
+    assert "2 problem(s) found" in run.err
+
+
+def test_16_13_validate_reports_every_schema_error(navarch, fleet_dir):
+    def break_three(d) -> None:
+        d["colour"] = "blue"
+        d["pools"]["train"]["capacity"] = "cheap"
+        d["pools"]["infer"]["gpus_per_node"] = "one"
+
+    _edit_yaml(fleet_dir, break_three)
+    lines = (fleet_dir / "fleet.yaml").read_text().splitlines()
+
+    def line_of(text: str) -> int:
+        return next(i for i, t in enumerate(lines, 1) if text in t)
+
+    run = navarch("validate", "fleet.yaml")
+    assert run.code == 1
+    errors = [e for e in run.err.splitlines() if e.startswith("Error: ")]
+    assert len(errors) == 3, run.err
+    assert f"fleet.yaml:{line_of('capacity: cheap')}: pools.train.capacity:" in errors[0]
+    assert f"fleet.yaml:{line_of('gpus_per_node: one')}: pools.infer.gpus_per_node:" in errors[1]
+    assert f"fleet.yaml:{line_of('colour: blue')}: colour: unknown key 'colour'" in errors[2]
+
+
+def test_16_13_bad_navarch_now_is_a_one_line_error(navarch):
+    run = navarch("plan", "fleet.yaml", env={"NAVARCH_NOW": "yesterday"})
+    assert run.code == 1
+    assert "Traceback" not in run.err and len(run.err.strip().splitlines()) == 1
+    assert "NAVARCH_NOW='yesterday' is not an RFC 3339 time" in run.err
+
+
+def test_16_13_local_inject_without_a_fault_exits_1_with_usage(navarch):
+    navarch.ok("apply", "fleet.yaml", "--auto-approve")
+    run = navarch("local", "inject", "fleet.yaml", "demo-train-0001")
+    assert run.code == 1
+    assert "usage: navarch local inject" in run.err and "no fault given" in run.err
+    assert run.out == ""
+
+
+def test_16_13_status_shows_zone_and_type_and_never_offline_as_healthy(navarch):
+    navarch.ok("apply", "fleet.yaml", "--auto-approve")
+    navarch.ok("local", "tick", "fleet.yaml")
+    navarch.ok("local", "inject", "fleet.yaml", "demo-train-0002", "--silent")
+    later = {"NAVARCH_NOW": _at(11)}
+    navarch.ok("local", "tick", "fleet.yaml", env=later)
+    out = navarch.ok("status", "fleet.yaml", env=later).out
+    header = next(line for line in out.splitlines() if line.lstrip().startswith("POOL"))
+    assert header.split()[:5] == ["POOL", "NODE", "INSTANCE", "ZONE", "TYPE"]
+    row = next(line for line in out.splitlines() if "demo-train-0002" in line)
+    assert "sim-1a" in row or "sim-1b" in row
+    assert "sim-h100x8" in row
+    assert "offline (was healthy)" in row and "(100)" in row
+    assert " healthy  100 " not in row
+    fresh = next(line for line in out.splitlines() if "demo-train-0001" in line)
+    assert " healthy " in fresh and " 100 " in fresh

@@ -41,7 +41,8 @@ ROOT = Path(__file__).resolve().parents[2]
 LOCK_KEY = f"navarch/state/{FLEET}.lock"
 
 
-def write_fleet(tmp_path: Path, *, target: int = 3, max_nodes: int | None = None) -> Path:
+def write_fleet(tmp_path: Path, *, target: int = 3, max_nodes: int | None = None,
+                lock_ttl: str = "15m", max_parallel: int = 8) -> Path:
     path = tmp_path / "fleet.yaml"
     path.write_text(
         f"""\
@@ -49,9 +50,9 @@ fleet: {FLEET}
 store: s3://{BUCKET}/navarch
 secret: {{env: NAVARCH_FLEET_SECRET}}
 providers:
-  ec2: {{type: aws, region: us-east-1}}
+  ec2: {{type: aws, region: us-east-1, max_parallel: {max_parallel}}}
 safety:
-  lock_ttl: 15m
+  lock_ttl: {lock_ttl}
 pools:
   train:
     provider: ec2
@@ -189,18 +190,20 @@ def test_apply_converges_with_tags_and_user_data_then_no_op(env, tmp_path) -> No
     assert all(iid in status.stdout for iid in nodes.values())
 
 
-def test_killed_apply_then_apply_leaves_exactly_target(env, tmp_path, run_gate, moto) -> None:
-    fleet = write_fleet(tmp_path, target=3)
-    run_gate.hold_at = 2
+@pytest.mark.parametrize("hold_at", [1, 4])
+def test_killed_apply_then_apply_leaves_exactly_target(env, tmp_path, run_gate, moto,
+                                                       hold_at) -> None:
+    """SIGKILL while launches run in parallel (one held inside moto's RunInstances, others
+    in flight or done): the next run adopts what was launched and launches the rest."""
+    fleet = write_fleet(tmp_path, target=6, max_nodes=7, max_parallel=4)
+    run_gate.hold_at = hold_at
     kill_apply_mid_launch(fleet, cwd=tmp_path, reached=run_gate.entered, env=env, inherit=False)
-    # The killed run's second RunInstances was already in flight: EC2 still launches it.
+    # The killed run's held RunInstances was already in flight: EC2 still launches it.
     run_gate.release.set()
     assert run_gate.done.wait(60)
-    assert len(fleet_nodes()) == 2
-    state = boto3.client("s3").list_objects_v2(Bucket=BUCKET, Prefix=f"navarch/state/{FLEET}.json")
-    assert state.get("KeyCount", 0) == 0  # the killed run never wrote its state
+    assert hold_at <= len(fleet_nodes()) <= 6
 
-    # Its lock is still held: the next run is refused with exit 4...
+    # Its lease (15m here) is still held: the next run is refused with exit 4...
     blocked = navarch(["apply", str(fleet), "--auto-approve"], env, tmp_path)
     assert blocked.returncode == 4, blocked.stdout + blocked.stderr
     lock = json.loads(boto3.client("s3").get_object(Bucket=BUCKET, Key=LOCK_KEY)["Body"].read())
@@ -210,9 +213,27 @@ def test_killed_apply_then_apply_leaves_exactly_target(env, tmp_path, run_gate, 
     assert unlock.returncode == 0, unlock.stdout + unlock.stderr
     run = navarch(["apply", str(fleet), "--auto-approve"], env, tmp_path)
     assert run.returncode == 0, run.stdout + run.stderr
-    assert len(fleet_nodes()) == 3
-    assert len(fleet_nodes(live_only=False)) == 3  # nothing launched twice, nothing terminated
+    assert len(fleet_nodes()) == 6
+    assert len(fleet_nodes(live_only=False)) == 6  # nothing launched twice, never above max
     assert navarch(["plan", str(fleet), "--detailed-exitcode"], env, tmp_path).returncode == 0
+
+
+def test_killed_apply_lease_lapses_within_one_ttl(env, tmp_path, run_gate, moto) -> None:
+    """With a short lease the next run needs no human: one TTL plus a second after the kill
+    it takes the lease over (and says whose it was) and converges without duplicates."""
+    ttl_s = 3
+    fleet = write_fleet(tmp_path, target=4, max_nodes=5, lock_ttl=f"{ttl_s}s", max_parallel=4)
+    run_gate.hold_at = 2
+    kill_apply_mid_launch(fleet, cwd=tmp_path, reached=run_gate.entered, env=env, inherit=False)
+    killed_at = time.monotonic()
+    run_gate.release.set()
+    assert run_gate.done.wait(60)
+    time.sleep(max(0.0, killed_at + ttl_s + 1 - time.monotonic()))
+    run = navarch(["apply", str(fleet), "--auto-approve"], env, tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "took over the expired lease" in run.stderr
+    assert len(fleet_nodes()) == 4
+    assert len(fleet_nodes(live_only=False)) == 4
 
 
 def test_untagged_and_other_fleet_instances_are_never_touched(env, tmp_path) -> None:

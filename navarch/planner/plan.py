@@ -397,6 +397,10 @@ def stuck_stage(ctx: PoolContext, prog: Progress) -> StageResult:
     """Terminate instances pending past provision_timeout (they never served: no cordon),
     backing off their place like a capacity error so the next place is tried."""
     stuck = [v for v in ctx.views if v.lifecycle is Lifecycle.STUCK and v.instance]
+    if ctx.frozen and stuck:
+        return StageResult(prog, halts=tuple(
+            Halt(ctx.pool.name, "circuit_breaker", f"{v.node}: termination of a stuck instance "
+                 "held back") for v in stuck))
     avoid = frozenset((v.instance.zone, v.instance.instance_type, v.instance.spot)
                       for v in stuck if v.instance)
     actions = tuple(Action(ActionKind.TERMINATE, ctx.pool.name, v.node, v.reason,
@@ -560,8 +564,11 @@ def count_stage(ctx: PoolContext, prog: Progress) -> StageResult:
     need = prog.desired - len(present)
     if need > 0 or prog.surge_for:
         return _provision(ctx, prog, present, max(need, 0))
-    if need < 0:
-        return _scale_down(ctx, prog, present, -need)
+    # Drifted nodes under a rolling update leave through the drift stage, which retires
+    # surplus ready nodes first: counting them here too would report each twice.
+    rolling = sum(v.drift is not None for v in present) if ctx.pool.update_strategy == "rolling" else 0
+    if need + rolling < 0:
+        return _scale_down(ctx, prog, present, -(need + rolling))
     return StageResult(prog)
 
 

@@ -433,7 +433,9 @@ def test_plan_is_deterministic_and_independent_of_input_order(
 def never_above_max(world: World, observed: Observed, p: Plan) -> None:
     """After the plan's provisions and terminations, the nodes not leaving stay within
     max_nodes and all existing nodes within max_nodes + max_surge, unless the pool was
-    already above them (then the plan adds nothing)."""
+    already above them (then the plan adds nothing). A rolling replacement's surge node
+    (it replaces a drifted node that keeps serving until it is ready, issue 10) counts
+    against max_nodes + max_surge only."""
     for pool in world.spec.pools:
         views = _pool_views(observed, pool.name)
         acts = [a for a in p.actions if a.pool == pool.name]
@@ -441,7 +443,9 @@ def never_above_max(world: World, observed: Observed, p: Plan) -> None:
         cordoned = {a.node for a in acts if a.kind is ActionKind.CORDON}
         terminated = {a.node for a in acts if a.kind is ActionKind.TERMINATE}
         staying_before = [v for v in views if v.lifecycle not in LEAVING]
-        staying_after = len([v for v in staying_before if v.node not in cordoned]) + provisioned
+        staying_names = {v.node for v in staying_before} - cordoned - terminated
+        surging = sum(a.kind is ActionKind.PROVISION and a.replaces in staying_names for a in acts)
+        staying_after = len(staying_names) + provisioned - surging
         existing_before = [v for v in views if v.lifecycle is not Lifecycle.TERMINATING]
         existing_after = len([v for v in existing_before if v.node not in terminated]) + provisioned
         surge = pool.health.max_surge if pool.health.replacement == "surge" else 0

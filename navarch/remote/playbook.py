@@ -31,8 +31,10 @@ from navarch.durations import parse_duration_s
 from navarch.errors import ConfigError
 from navarch.resources import data_dir, schema_path
 
-#: The variables a step template may use. drain_timeout_s comes from the caller's `extra`.
-TEMPLATE_VARIABLES = frozenset({"node", "pool", "fleet", "reason", "address", "drain_timeout_s"})
+#: The variables a step template may use. drain_timeout_s (drain) and level (diagnostics:
+#: the dcgmi diag level) come from the caller's `extra`.
+TEMPLATE_VARIABLES = frozenset({"node", "pool", "fleet", "reason", "address", "drain_timeout_s",
+                                "level"})
 
 DEFAULT_STEP_TIMEOUT = "60s"
 
@@ -44,6 +46,12 @@ class PlaybookKind(enum.StrEnum):
     DRAIN = "drain"
     DRAIN_CHECK = "drain_check"
     UNCORDON = "uncordon"
+    DIAGNOSTICS = "diagnostics"  # active GPU diagnostics on the node (issue 13), any scheduler
+
+
+#: The kinds a scheduler's playbook file provides (playbooks/<scheduler>.yaml).
+SCHEDULER_KINDS = (PlaybookKind.CORDON, PlaybookKind.DRAIN, PlaybookKind.DRAIN_CHECK,
+                   PlaybookKind.UNCORDON)
 
 
 class StepHost(enum.StrEnum):
@@ -287,7 +295,8 @@ def builtin_playbook_path(scheduler: str) -> Path | None:
 def load_playbook(
     scheduler: str, kind: PlaybookKind | str, *, override_path: Path | None = None
 ) -> Playbook | None:
-    """The playbook to run for `kind` ("cordon", "drain", "drain_check", "uncordon").
+    """The playbook to run for `kind` ("cordon", "drain", "drain_check", "uncordon",
+    "diagnostics": the built-in playbooks/diagnostics.yaml whatever the scheduler).
 
     override_path (a pool's playbooks.<kind>, already resolved against fleet.yaml's
     directory) wins over the built-in playbooks/<scheduler>.yaml. Returns None when there is
@@ -298,6 +307,8 @@ def load_playbook(
     kind = PlaybookKind(kind)
     if override_path is not None:
         return load_playbook_file(Path(override_path), kind, scheduler=scheduler)
+    if kind is PlaybookKind.DIAGNOSTICS:  # one built-in for every scheduler
+        return load_playbook_file(data_dir("playbooks") / "diagnostics.yaml", kind)
     if scheduler == "none":
         return None
     path = builtin_playbook_path(scheduler)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,8 @@ from navarch.remote.playbook import Playbook, Step, StepHost
 
 #: Characters of combined stdout+stderr kept per step for the audit log.
 OUTPUT_TAIL_CHARS = 2000
+#: Characters of stdout kept whole per step for callers that parse it (dcgmi diag -j).
+STDOUT_MAX_CHARS = 4 * 1024 * 1024
 
 _SSH_DEFAULTS: dict[str, Any] = {
     "user": "root",
@@ -72,7 +74,8 @@ class StepResult:
     exit_code: the remote exit status, None when the command never finished (no
     connection, host key refused, timed out); duration_s: seconds including connecting;
     output_tail: the last OUTPUT_TAIL_CHARS characters of stdout then stderr, or the
-    connection error; ok: the step met its `expect`.
+    connection error; ok: the step met its `expect`; stdout: the command's whole stdout
+    (up to STDOUT_MAX_CHARS, "" when it never ran), for callers that parse it.
     """
 
     host: str
@@ -81,6 +84,7 @@ class StepResult:
     duration_s: float
     output_tail: str
     ok: bool
+    stdout: str = field(default="", repr=False)
 
 
 @dataclass(frozen=True)
@@ -288,7 +292,8 @@ class SSHRunner:
             # whole message (which host, what to do) matters.
             return result, f"{host}: {command!r} failed (no connection): {detail}"
         ok = step.succeeded(exit_code, stdout)
-        result = StepResult(host, command, exit_code, _since(started), tail, ok)
+        result = StepResult(host, command, exit_code, _since(started), tail, ok,
+                            stdout[:STDOUT_MAX_CHARS])
         if ok:
             return result, None
         if exit_code in step.exit_codes and step.output_matches is not None:

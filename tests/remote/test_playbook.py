@@ -10,6 +10,7 @@ import pytest
 
 from navarch.errors import ConfigError
 from navarch.remote import PlaybookKind, StepHost, load_playbook, load_playbook_file
+from navarch.remote.playbook import SCHEDULER_KINDS
 
 CONTEXT = {
     "node": "gpu-1",
@@ -23,7 +24,7 @@ HOSTILE = 'it\'s "bad"; rm -rf / $(reboot) `id` $HOME\nsecond line\\'
 
 
 @pytest.mark.parametrize("scheduler", ["slurm", "kubernetes"])
-@pytest.mark.parametrize("kind", list(PlaybookKind))
+@pytest.mark.parametrize("kind", SCHEDULER_KINDS)
 def test_builtin_playbooks_load_and_render(scheduler: str, kind: PlaybookKind) -> None:
     playbook = load_playbook(scheduler, kind)
     assert playbook is not None
@@ -35,7 +36,7 @@ def test_builtin_playbooks_load_and_render(scheduler: str, kind: PlaybookKind) -
 
 
 def test_scheduler_none_has_no_remote_steps() -> None:
-    for kind in PlaybookKind:
+    for kind in SCHEDULER_KINDS:
         assert load_playbook("none", kind) is None
 
 

@@ -1,0 +1,108 @@
+"""Active diagnostics (issue 13): the built-in dcgmi diag playbook over a real sshd with a
+dcgmi stand-in printing DCGM's JSON, and the parser on DCGM's shapes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from navarch.remote import PlaybookTarget, SSHRunner
+from navarch.remote.diagnostics import (
+    DiagOutcome,
+    DiagResult,
+    diagnostics_playbook,
+    parse_dcgmi_diag,
+    run_diagnostics,
+)
+
+from .conftest import Sshd, Standin
+
+TARGET = PlaybookTarget(fleet="prod", pool="train", node="gpu-1", address="127.0.0.1",
+                        reason="return to service after reboot")
+
+
+def run(sshd: Sshd, level: int, playbook=None) -> DiagResult:
+    runner = SSHRunner(sshd.ssh(), base_dir=Path.cwd())
+    return run_diagnostics(runner, playbook or diagnostics_playbook("slurm"), TARGET, level)
+
+
+@pytest.mark.parametrize("fmt", [4, 3])
+@pytest.mark.parametrize("level", [1, 2, 3])
+def test_pass_at_every_level(sshd: Sshd, standin: Standin, level: int, fmt: int) -> None:
+    standin.set_state({"dcgmi": {"mode": "pass", "format": fmt}})
+    result = run(sshd, level)
+    assert result.outcome is DiagOutcome.PASS and not result.fault
+    assert standin.calls("dcgmi") == [["diag", "-r", str(level), "-j"]]
+    assert len(result.tests) == {1: 1, 2: 3, 3: 7}[level]
+    assert {t.status for t in result.tests} == {"pass"}
+    assert result.version == ("4.2.3" if fmt == 4 else "3.3.9")
+
+
+@pytest.mark.parametrize("fmt", [4, 3])
+def test_fail_at_level_2_names_the_test_and_gpu(sshd: Sshd, standin: Standin, fmt: int) -> None:
+    standin.set_state({"dcgmi": {"mode": "fail_level2", "format": fmt}})
+    assert run(sshd, 1).outcome is DiagOutcome.PASS
+    result = run(sshd, 2)
+    assert result.outcome is DiagOutcome.FAIL and result.fault
+    (failed,) = result.failed
+    assert failed.category == "Hardware" and failed.failed_gpus == (1,)
+    assert failed.name == ("memory" if fmt == 4 else "GPU Memory")
+    assert failed.messages[0].startswith("GPU 1: A memory mismatch was detected")
+    assert result.detail.startswith(f"dcgmi diag -r 2: failed: {failed.name} on GPU 1 (")
+    assert DiagResult.from_json(json.loads(json.dumps(result.to_json()))) == result
+
+
+def test_not_installed_is_unavailable_not_a_fault(sshd: Sshd, standin: Standin) -> None:
+    standin.set_state({"dcgmi": {"mode": "not_installed"}})
+    result = run(sshd, 2)
+    assert result.outcome is DiagOutcome.UNAVAILABLE and not result.fault
+    assert "not installed" in result.detail
+
+
+def test_host_engine_down_is_an_error_not_a_fault(sshd: Sshd, standin: Standin) -> None:
+    standin.set_state({"dcgmi": {"mode": "no_hostengine"}})
+    result = run(sshd, 1)
+    assert result.outcome is DiagOutcome.ERROR and not result.fault
+    assert "Unable to connect to host engine" in result.detail
+
+
+def test_unreachable_node_is_an_error(sshd: Sshd, standin: Standin) -> None:
+    runner = SSHRunner(sshd.ssh(port=1, connect_timeout="2s"), base_dir=Path.cwd())
+    result = run_diagnostics(runner, diagnostics_playbook("none"), TARGET, 2)
+    assert result.outcome is DiagOutcome.ERROR and not result.fault
+    assert standin.calls("dcgmi") == []
+
+
+def test_a_pools_own_playbook_replaces_the_builtin(sshd: Sshd, standin: Standin,
+                                                   tmp_path: Path) -> None:
+    standin.set_state({"dcgmi": {"mode": "fail_level2"}})
+    own = tmp_path / "diag.yaml"
+    own.write_text("playbooks:\n  diagnostics:\n    steps:\n"
+                   "      - run: dcgmi diag -r {{ level }} -j || true\n")
+    result = run(sshd, 3, diagnostics_playbook("slurm", own))
+    assert result.outcome is DiagOutcome.FAIL and len(result.tests) == 7
+
+
+def test_level_outside_1_to_3_is_refused(sshd: Sshd) -> None:
+    with pytest.raises(ValueError, match="level"):
+        run(sshd, 4)
+
+
+@pytest.mark.parametrize(("stdout", "outcome"), [
+    ("", DiagOutcome.ERROR),
+    ("Error: dcgmi diag timed out\n", DiagOutcome.ERROR),
+    ('{"something": "else"}', DiagOutcome.ERROR),
+    ('{"DCGM Diagnostic": {"test_categories": []}}', DiagOutcome.ERROR),
+    ('Successfully ran diagnostic for group.\n{"DCGM GPU Diagnostic": {"test_categories": '
+     '[{"category": "Deployment", "tests": [{"name": "Denylist", "results": '
+     '[{"status": "Pass"}]}]}]}}', DiagOutcome.PASS),
+    ('{"DCGM Diagnostic": {"test_categories": [{"category": "Hardware", "tests": '
+     '[{"name": "memory", "results": [{"entity_group": "GPU", "entity_group_id": 1, '
+     '"entity_id": 0, "status": "Warn"}, {"entity_group": "GPU", "entity_group_id": 1, '
+     '"entity_id": 1, "status": "Skip"}], "test_summary": {"status": "Warn"}}]}]}}',
+     DiagOutcome.PASS),
+])
+def test_parser_verdicts(stdout: str, outcome: DiagOutcome) -> None:
+    assert parse_dcgmi_diag(stdout, level=1, exit_code=0).outcome is outcome

@@ -148,3 +148,12 @@ def test_docs_show_the_builtin_rules_as_they_are() -> None:
     block = re.search(r"<!-- builtin-rules -->\n```yaml\n(.*?)```", text, re.S)
     assert block is not None, "docs/health-policy.md lost its builtin-rules block"
     assert tuple(yaml.safe_load(block.group(1))) == default_rule_data()
+
+
+def test_a_notice_rule_matches_with_a_notice_and_not_without() -> None:
+    preempted = compile_rule("preempted", "notice != null && notice.kind == 'preemption'",
+                             "unhealthy", "replace")
+    quiet = {**SAMPLE_REPORT, "status": "healthy", "action": "none", "xids": [], "notice": None}
+    assert evaluate([[preempted]], quiet).rule == "builtin:agent-healthy"
+    noticed = {**quiet, "notice": {"kind": "preemption", "source": "aws", "deadline": None}}
+    assert evaluate([[preempted]], noticed).rule == "preempted"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -19,6 +18,7 @@ from navarch.agent import load_config
 from navarch.agent.install import install_units
 from navarch.bootstrap import render_cloud_init, render_units
 from navarch.spec import load_fleet
+from tests.support.system import require_system_package
 
 REPO = Path(__file__).resolve().parents[2]
 AWS_FLEET = REPO / "fleet.aws.example.yaml"
@@ -97,10 +97,8 @@ def test_cloud_init_carries_a_working_agent_config(aws_spec: Any, tmp_path: Path
     assert "RandomizedDelaySec=" in files["/etc/systemd/system/navarch-agent.timer"]
 
 
-@pytest.mark.skipif(
-    shutil.which("cloud-init") is None, reason="cloud-init not installed (.ci/run installs it)"
-)
 def test_cloud_init_passes_cloud_init_schema(aws_spec: Any, tmp_path: Path) -> None:
+    require_system_package("cloud-init", "cloud-init")
     key = signing.derive_node_key(aws_spec.fleet_secret(), aws_spec.name, "train-0007")
     path = tmp_path / "user-data.yaml"
     path.write_text(render_cloud_init(aws_spec, "train", "train-0007", key))
@@ -113,8 +111,8 @@ def test_cloud_init_passes_cloud_init_schema(aws_spec: Any, tmp_path: Path) -> N
     assert res.returncode == 0, res.stdout + res.stderr
 
 
-@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze not installed")
 def test_units_pass_systemd_analyze_verify(tmp_path: Path) -> None:
+    require_system_package("systemd", "systemd-analyze")
     cfg_path = write_config(tmp_path)
     done = install_units(str(cfg_path), config=load_config(cfg_path), root=str(tmp_path / "root"))
     unit_dir = tmp_path / "root" / "etc/systemd/system"

@@ -27,6 +27,8 @@ from typing import Any
 
 import pytest
 
+from tests.support.system import require_system_package
+
 SSHD = Path("/usr/sbin/sshd")
 STANDINS = Path(__file__).parent / "standins"
 
@@ -71,8 +73,7 @@ class Sshd:
 
 @pytest.fixture(scope="session")
 def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
-    if not SSHD.exists():
-        pytest.fail("/usr/sbin/sshd missing: apt-get install openssh-server (.ci/run does)")
+    require_system_package("openssh-server", SSHD)
     if os.geteuid() != 0:
         pytest.skip("the sshd fixture logs in as root and must run as root")
     base = tmp_path_factory.mktemp("sshd")

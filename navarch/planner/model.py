@@ -184,15 +184,16 @@ class NodeTable:
 
     __slots__ = ("_map", "__dict__")
 
-    def __init__(self, nodes: Iterable[NodeMemory] | PMap = ()) -> None:
-        self._map: PMap = nodes if isinstance(nodes, PMap) else pmap({n.node: n for n in nodes})
+    def __init__(self, nodes: Iterable[NodeMemory] | PMap[str, NodeMemory] = ()) -> None:
+        self._map: PMap[str, NodeMemory] = (
+            nodes if isinstance(nodes, PMap) else pmap({n.node: n for n in nodes}))
 
     def __getitem__(self, name: str) -> NodeMemory:
-        return self._map[name]  # type: ignore[no-any-return]
+        return self._map[name]
 
     def get(self, name: str, default: NodeMemory | None = None) -> NodeMemory | None:
         """The named node's memory, or default."""
-        return self._map.get(name, default)  # type: ignore[no-any-return]
+        return self._map.get(name, default)
 
     def __contains__(self, name: object) -> bool:
         return name in self._map
@@ -395,6 +396,14 @@ def parse_ts(value: str | None) -> datetime | None:
     return dt.astimezone(UTC)
 
 
+def required_ts(value: str) -> datetime:
+    """parse_ts for a timestamp that must be there. Raises ValueError when it is not."""
+    parsed = parse_ts(value)
+    if parsed is None:
+        raise ValueError("missing timestamp")
+    return parsed
+
+
 def summary_to_json(s: ReportSummary | None) -> dict[str, Any] | None:
     """A ReportSummary as JSON-ready data (times RFC 3339 UTC), or None."""
     if s is None:
@@ -414,7 +423,7 @@ def summary_from_json(d: Mapping[str, Any] | None) -> ReportSummary | None:
     if d is None:
         return None
     return ReportSummary(
-        sequence=d["sequence"], boot_id=d["boot_id"], generated_at=parse_ts(d["generated_at"]),
+        sequence=d["sequence"], boot_id=d["boot_id"], generated_at=required_ts(d["generated_at"]),
         status=d["status"], action=d["action"], health_score=d["health_score"], fatal=d["fatal"],
         findings=tuple(d.get("findings", ())), notice_kind=d.get("notice_kind"),
         notice_deadline=parse_ts(d.get("notice_deadline")), process_count=d.get("process_count"),
@@ -478,9 +487,9 @@ def memory_from_json(d: Mapping[str, Any]) -> Memory:
     pools = tuple(
         PoolMemory(
             pool=name, next_index=p.get("next_index", 1),
-            repairs=tuple(parse_ts(r) for r in p.get("repairs", ())),
+            repairs=tuple(required_ts(r) for r in p.get("repairs", ())),
             exhausted=tuple(
-                Exhausted(e["zone"], e["instance_type"], e["spot"], parse_ts(e["until"]),
+                Exhausted(e["zone"], e["instance_type"], e["spot"], required_ts(e["until"]),
                           e.get("failures", 1))
                 for e in p.get("exhausted", ())
             ),
@@ -491,5 +500,6 @@ def memory_from_json(d: Mapping[str, Any]) -> Memory:
     )
     return Memory(
         fleet=d["fleet"], serial=d.get("serial", 0), lineage=d.get("lineage", ""),
-        nodes=nodes, pools=pools, rejections=tuple(sorted(d.get("rejections", {}).items())),
+        nodes=NodeTable(nodes), pools=pools,
+        rejections=tuple(sorted(d.get("rejections", {}).items())),
     )

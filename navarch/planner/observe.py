@@ -276,7 +276,8 @@ def _view(
     rejected = obs.rejected if obs else None
     skew = clock_skew_note(s)
 
-    def view(lc: Lifecycle, reason: str, *, immediate: bool = False, drained: bool | None = None):
+    def view(lc: Lifecycle, reason: str, *, immediate: bool = False,
+             drained: bool | None = None) -> NodeView:
         return NodeView(
             node=nm.node, pool=pool.name, lifecycle=lc, reason=reason + skew, instance=inst,
             summary=s, report_age_s=age, streak=nm.streak, phase_at=nm.phase_at,
@@ -288,7 +289,8 @@ def _view(
     if nm.phase is Phase.DRAINING:
         if pool.scheduler == "none" and "drain_check" not in pool.playbooks:
             fresh = s is not None and age is not None and age <= h.stale_after_s
-            drained = bool(fresh and s.process_count == 0 and (nm.phase_at is None or s.observed_at >= nm.phase_at))
+            drained = bool(s is not None and fresh and s.process_count == 0
+                           and (nm.phase_at is None or s.observed_at >= nm.phase_at))
         else:
             drained = bool(drain_check)
         return view(Lifecycle.DRAINING, nm.phase_reason, drained=drained)

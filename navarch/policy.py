@@ -50,6 +50,7 @@ __all__ = [
     "default_rule_data",
     "default_rules",
     "evaluate",
+    "ladder_remedy",
     "report_context",
 ]
 
@@ -369,3 +370,33 @@ def evaluate(rule_sets: Sequence[Sequence[Rule]], report: Mapping[str, Any]) -> 
     status = max((m.status for m in matches), key=lambda s: s.rank)
     action = max((m.action for m in matches), key=lambda a: a.rank)
     return PolicyResult(status, action, ", ".join(m.name for m in matches), error)
+
+
+def ladder_remedy(
+    ladder: Sequence[str],
+    action: Remedy | str,
+    *,
+    previous: Remedy | str | None = None,
+    lemon: bool = False,
+) -> Remedy:
+    """The rung of the remediation ladder a fault gets (issue 13). Pure.
+
+    ladder: the pool's health.remediation, cheapest first (any ordered subset of
+    reset_gpu, reboot, replace); action: the fault's recommended action (a PolicyResult's);
+    previous: the rung already tried for the same fault within ladder_window, or None;
+    lemon: the node had lemon_after faults within lemon_window.
+    Returns NONE when the fault needs no remedy; REPLACE for a lemon, a replace fault, or
+    when no rung of the ladder is both strong enough for the fault and stronger than
+    `previous`; else the cheapest such rung. Replacement ends every ladder, listed or not.
+    """
+    need = Remedy(action)
+    if need is Remedy.NONE:
+        return Remedy.NONE
+    if lemon or need is Remedy.REPLACE:
+        return Remedy.REPLACE
+    floor = need.rank if previous is None else max(need.rank, Remedy(previous).rank + 1)
+    for rung in (Remedy(r) for r in ladder):
+        if rung.rank >= floor:
+            return rung
+    return Remedy.REPLACE
+

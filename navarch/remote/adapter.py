@@ -11,6 +11,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from navarch.errors import ConfigError
+from navarch.remote.diagnostics import (
+    DiagOutcome,
+    DiagResult,
+    diagnostics_playbook,
+    run_diagnostics,
+)
 from navarch.remote.playbook import PlaybookKind, load_playbook
 from navarch.remote.runner import PlaybookOutcome, PlaybookTarget, SSHRunner
 from navarch.spec import FleetSpec, PoolSpec
@@ -57,6 +63,25 @@ class SSHPlaybooks:
             return False, f"{kind}: {exc}"
         self.last[(node, kind)] = outcome
         return outcome.ok, summarize(outcome)
+
+    def diagnose(
+        self, pool: PoolSpec, node: str, address: str | None, level: int, reason: str
+    ) -> DiagResult:
+        """Run the pool's diagnostics playbook (playbooks.diagnostics, else the built-in
+        dcgmi diag) on one node at `level` (1-3); returns the DiagResult (issue 13).
+
+        Never raises for SSH or playbook trouble: a bad playbook file or ssh mapping is an
+        `error` result naming the ConfigError, like run() turns it into (False, text).
+        """
+        try:
+            override = pool.playbooks.get("diagnostics")
+            playbook = diagnostics_playbook(pool.scheduler,
+                                            self._path(override) if override else None)
+            target = PlaybookTarget(fleet=self.spec.name, pool=pool.name, node=node,
+                                    address=address, reason=reason)
+            return run_diagnostics(self._runner(pool), playbook, target, level)
+        except ConfigError as exc:
+            return DiagResult(level, DiagOutcome.ERROR, detail=f"diagnostics: {exc}")
 
     def _path(self, value: str) -> Path:
         path = Path(value)

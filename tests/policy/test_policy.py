@@ -157,3 +157,21 @@ def test_a_notice_rule_matches_with_a_notice_and_not_without() -> None:
     assert evaluate([[preempted]], quiet).rule == "builtin:agent-healthy"
     noticed = {**quiet, "notice": {"kind": "preemption", "source": "aws", "deadline": None}}
     assert evaluate([[preempted]], noticed).rule == "preempted"
+
+
+@pytest.mark.parametrize(("ladder", "action", "previous", "lemon", "rung"), [
+    (("reboot", "replace"), "reboot", None, False, "reboot"),  # XID 79, first time
+    (("reboot", "replace"), "reboot", "reboot", False, "replace"),  # again within the window
+    (("reboot", "replace"), "reset_gpu", None, False, "reboot"),  # cheapest rung allowed
+    (("reset_gpu", "reboot", "replace"), "reset_gpu", None, False, "reset_gpu"),
+    (("reset_gpu", "reboot", "replace"), "reset_gpu", "reset_gpu", False, "reboot"),
+    (("reset_gpu", "replace"), "reboot", None, False, "replace"),  # no rung strong enough
+    (("reboot",), "reboot", "reboot", False, "replace"),  # replace ends every ladder
+    (("reboot", "replace"), "replace", None, False, "replace"),  # replace-only fault
+    (("reset_gpu", "reboot", "replace"), "reset_gpu", None, True, "replace"),  # a lemon
+    (("reboot", "replace"), "none", None, False, "none"),
+])
+def test_ladder_remedy(ladder, action, previous, lemon, rung) -> None:
+    from navarch.policy import ladder_remedy
+
+    assert ladder_remedy(ladder, action, previous=previous, lemon=lemon) == rung

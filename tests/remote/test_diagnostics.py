@@ -106,3 +106,27 @@ def test_level_outside_1_to_3_is_refused(sshd: Sshd) -> None:
 ])
 def test_parser_verdicts(stdout: str, outcome: DiagOutcome) -> None:
     assert parse_dcgmi_diag(stdout, level=1, exit_code=0).outcome is outcome
+
+
+def test_the_executors_runner_diagnoses_a_pools_node(sshd: Sshd, standin: Standin,
+                                                      tmp_path: Path) -> None:
+    import yaml
+
+    from navarch.remote.adapter import SSHPlaybooks
+    from navarch.spec import load_fleet
+
+    doc = yaml.safe_load((Path(__file__).resolve().parents[2] / "fleet.example.yaml").read_text())
+    doc["pools"]["train"]["ssh"] = sshd.ssh()
+    (tmp_path / "fleet.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    spec = load_fleet(tmp_path / "fleet.yaml")
+    standin.set_state({"dcgmi": {"mode": "fail_level2"}})
+    playbooks = SSHPlaybooks(spec)
+    result = playbooks.diagnose(spec.pool("train"), "gpu-1", "127.0.0.1", 2, "after reboot")
+    assert result.fault and result.failed[0].failed_gpus == (1,)
+    bad = SSHPlaybooks(spec)
+    spec_pool = spec.pool("train")
+    from dataclasses import replace
+
+    broken = replace(spec_pool, playbooks={"diagnostics": "missing.yaml"})
+    result = bad.diagnose(broken, "gpu-1", "127.0.0.1", 2, "after reboot")
+    assert result.outcome is DiagOutcome.ERROR and "cannot read playbook file" in result.detail

@@ -41,11 +41,11 @@ def load_fleet(path: str | Path) -> FleetSpec:
     return _load(path)
 
 
-def render_text(plan: Plan) -> str:
+def render_text(plan: Plan, *, verbose: bool = False) -> str:
     """navarch.reconcile.render.render_text, imported on first use."""
     from navarch.reconcile.render import render_text as _render
 
-    return _render(plan)
+    return _render(plan, verbose=verbose)
 
 EXIT_OK, EXIT_ERROR, EXIT_CHANGES, EXIT_HALTED, EXIT_LOCKED, EXIT_LEASE_LOST = 0, 1, 2, 3, 4, 5
 
@@ -124,7 +124,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     elif args.markdown:
         print(render_markdown(plan), end="")
     else:
-        print(render_text(plan), end="")
+        print(render_text(plan, verbose=args.verbose), end="")
         if args.out:
             print(f"\nSaved the plan to {args.out}. Apply exactly it with: navarch apply {args.out}")
     halted = _halt_exit(plan)
@@ -490,6 +490,8 @@ def build_parser() -> argparse.ArgumentParser:
     fmt.add_argument("--json", action="store_true", help="machine-readable (schemas/plan.schema.json)")
     fmt.add_argument("--markdown", action="store_true", help="for a pull-request comment")
     s.add_argument("--out", metavar="FILE", help="save the plan for `navarch apply FILE`")
+    s.add_argument("--verbose", action="store_true",
+                   help="list every action (large groups are otherwise summarised)")
     s.add_argument("--detailed-exitcode", action="store_true",
                    help="exit 0 no changes, 1 error, 2 the fleet differs from fleet.yaml")
     _targeting(s)

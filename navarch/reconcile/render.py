@@ -54,18 +54,44 @@ def summary_line(plan: Plan) -> str:
     return line + "."
 
 
-def render_text(plan: Plan) -> str:
-    """The human plan: actions grouped by pool, halts, notes, one summary line."""
+GROUP_OVER = 12  # more actions of one kind in a pool than this are summarised (not --verbose)
+_SHOWN_OF_GROUP = 3
+
+
+def _action_lines(plan: Plan, verbose: bool) -> list[str]:
+    """Each action with its reason; in a pool with more than GROUP_OVER actions of one
+    kind, the first few and one summary line for the rest (a 10,000-node plan stays
+    readable; --verbose and --json list every node)."""
+    lines: list[str] = []
+    by_pool: dict[str, list[Action]] = {}
+    for a in plan.actions:
+        by_pool.setdefault(a.pool, []).append(a)
+    for pool, actions in by_pool.items():
+        lines += ["", f"  # pool {pool}"]
+        kinds = Counter(a.kind for a in actions)
+        shown: Counter[ActionKind] = Counter()
+        for a in actions:
+            shown[a.kind] += 1
+            grouped = not verbose and kinds[a.kind] > GROUP_OVER
+            if grouped and shown[a.kind] > _SHOWN_OF_GROUP:
+                if shown[a.kind] == _SHOWN_OF_GROUP + 1:
+                    rest = kinds[a.kind] - _SHOWN_OF_GROUP
+                    lines.append(f"  {_SYMBOL.get(a.kind, '~')} ... and {rest:,} more "
+                                 f"{a.kind.value} action(s) in pool {pool} "
+                                 "(--verbose or --json lists each)")
+                continue
+            lines.append(f"  {_SYMBOL.get(a.kind, '~')} {_headline(a)}")
+            lines.append(f"      # (because {a.reason})")
+    return lines
+
+
+def render_text(plan: Plan, *, verbose: bool = False) -> str:
+    """The human plan: actions grouped by pool (large groups summarised unless verbose),
+    halts, notes, what is still under way, one summary line."""
     lines: list[str] = []
     if plan.actions:
         lines.append(f"navarch will perform these actions on fleet {plan.fleet}:")
-        pool = None
-        for a in plan.actions:
-            if a.pool != pool:
-                pool = a.pool
-                lines += ["", f"  # pool {pool}"]
-            lines.append(f"  {_SYMBOL.get(a.kind, '~')} {_headline(a)}")
-            lines.append(f"      # (because {a.reason})")
+        lines += _action_lines(plan, verbose)
         lines.append("")
     if plan.halts:
         lines.append("Held back by safety rules:")

@@ -11,6 +11,8 @@
     ├── ReportRejected         a health report failed verification (reason is one of REJECT_REASONS)
     ├── ProviderError          a cloud call failed; mapped at each provider's one boundary
     │   ├── CapacityError      no capacity in this place (zone/region, type); fall over
+    │   ├── PlacementError     this place cannot take it (type not offered in the zone); fall over
+    │   ├── LaunchSpent        the launch id already ran and its instance is gone; new launch id
     │   ├── QuotaError         account quota hit; scope says zone, region or provider
     │   ├── AuthError          credentials or permissions; nothing will work until fixed
     │   └── TransientError     throttling, 5xx, timeouts; try again on the next run
@@ -128,6 +130,22 @@ class CapacityError(ProviderError):
 
     scope: "zone" or "region"; the executor remembers the place as exhausted and falls over.
     """
+
+
+class PlacementError(ProviderError):
+    """This place (zone or region, instance type) cannot take the launch as asked: the type
+    is not offered in the zone, or the zone does not exist for this account. scope: "zone".
+
+    Unlike a ConfigError it says nothing about the rest of the pool: the executor remembers
+    the place with a backoff, as for capacity, says why, and tries the next place.
+    """
+
+
+class LaunchSpent(ProviderError):
+    """The launch id (idempotency token) already ran and the instance it made is gone
+    (EC2 IdempotentLaunchTerminated): this token can never launch again. The executor
+    tries the next place (its own token) and moves the pool's next node index past the
+    node, so the next run launches under a new name and launch id."""
 
 
 class QuotaError(ProviderError):

@@ -53,7 +53,9 @@ from navarch.errors import (
     AuthError,
     CapacityError,
     ConfigError,
+    LaunchSpent,
     NavarchError,
+    PlacementError,
     ProviderError,
     QuotaError,
     TransientError,
@@ -65,6 +67,8 @@ __all__ = [
     "AUTH_CODES",
     "CAPACITY_CODES",
     "CLIENT_EVENT_HANDLERS",
+    "LAUNCH_SPENT_CODES",
+    "PLACEMENT_CODES",
     "QUOTA_CODES",
     "TRANSIENT_CODES",
     "AwsPoolOptions",
@@ -79,20 +83,30 @@ __all__ = [
 
 #: EC2 API error codes meaning "no capacity in this place now": fall over to the next zone
 #: or instance type. Source: EC2 API reference, "Error codes" (InsufficientInstanceCapacity,
-#: InsufficientHostCapacity, Unsupported = type not offered in the zone,
-#: InsufficientFreeAddressesInSubnet = the zone's subnet is full) and the Spot status codes
-#: (capacity-not-available, SpotMaxPriceTooLow: no spot capacity at the pool's price).
+#: InsufficientHostCapacity, InsufficientFreeAddressesInSubnet = the zone's subnet is full)
+#: and the Spot status codes (capacity-not-available, SpotMaxPriceTooLow: no spot capacity
+#: at the pool's price).
 CAPACITY_CODES = frozenset(
     {
         "InsufficientInstanceCapacity",
         "InsufficientHostCapacity",
         "InsufficientCapacity",
         "InsufficientFreeAddressesInSubnet",
-        "Unsupported",
         "capacity-not-available",
         "SpotMaxPriceTooLow",
     }
 )
+#: "This place cannot take this launch": fall over, remembered with a backoff, saying why
+#: (issue 16 item 2). Source: EC2 API reference, "Error codes": Unsupported = "the instance
+#: type is not supported in the requested Availability Zone". InvalidParameterValue is a
+#: placement error only when its message is about the Availability Zone or the instance
+#: type (PLACEMENT_MESSAGE_WORDS); about anything else it is a plain ProviderError.
+PLACEMENT_CODES = frozenset({"Unsupported"})
+PLACEMENT_IF_ABOUT_PLACE = frozenset({"InvalidParameterValue"})
+PLACEMENT_MESSAGE_WORDS = ("availability zone", "instancetype", "instance type")
+#: The ClientToken already launched an instance that has since terminated: that token can
+#: never launch again (EC2 API reference "Error codes": IdempotentInstanceTerminated).
+LAUNCH_SPENT_CODES = frozenset({"IdempotentInstanceTerminated"})
 #: Account limits (EC2 API error codes); scope "region": quotas are per region.
 QUOTA_CODES = frozenset(
     {
@@ -295,7 +309,8 @@ def map_error(exc: BaseException, *, zone: str = "", what: str = "") -> NavarchE
 
     zone: the place the call was about (CapacityError scope "zone" names it); what: the
     action, for the message. Codes: CAPACITY_CODES -> CapacityError(scope="zone"),
-    QUOTA_CODES -> QuotaError(scope="region"), AUTH_CODES and missing credentials ->
+    PLACEMENT_CODES (and InvalidParameterValue about the zone or type) ->
+    PlacementError(scope="zone"), LAUNCH_SPENT_CODES -> LaunchSpent, QUOTA_CODES -> QuotaError(scope="region"), AUTH_CODES and missing credentials ->
     AuthError, TRANSIENT_CODES, HTTP 5xx, connection errors and timeouts -> TransientError,
     a missing region or profile -> ConfigError; anything else -> ProviderError with the code.
     Source: EC2 API reference "Error codes" and botocore.exceptions.
@@ -308,6 +323,13 @@ def map_error(exc: BaseException, *, zone: str = "", what: str = "") -> NavarchE
         text = f"{prefix}{code}{where}: {message}"
         if code in CAPACITY_CODES:
             return CapacityError(text, code=code, scope="zone")
+        if code in PLACEMENT_CODES or (
+            code in PLACEMENT_IF_ABOUT_PLACE
+            and any(w in message.lower() for w in PLACEMENT_MESSAGE_WORDS)
+        ):
+            return PlacementError(text, code=code, scope="zone")
+        if code in LAUNCH_SPENT_CODES:
+            return LaunchSpent(text, code=code)
         if code in QUOTA_CODES:
             return QuotaError(text, code=code, scope="region")
         if code in AUTH_CODES:
@@ -441,8 +463,10 @@ class AwsProvider:
         instance here (with known_absent the caller's inventory, listed this run, answered
         that already). Otherwise RunInstances with
         run_instances_params(request) (ClientToken = launch id). Returns the Instance.
-        Raises CapacityError(scope="zone"), QuotaError, AuthError, TransientError,
-        ConfigError (no AMI, zone outside the provider's regions), ProviderError.
+        Raises CapacityError(scope="zone"), PlacementError (type not offered in the zone),
+        LaunchSpent (this launch id's instance already terminated), QuotaError, AuthError,
+        TransientError, ConfigError (no AMI, zone outside the provider's regions),
+        ProviderError.
         """
         region = self._region_for(request.zone)
         if not request.known_absent:
@@ -463,7 +487,7 @@ class AwsProvider:
         if inst is None:
             # Only possible when EC2 replays an earlier launch (same ClientToken) whose
             # instance has since terminated; the executor must move to the next attempt.
-            raise ProviderError(
+            raise LaunchSpent(
                 f"launch {request.launch_id} already ran and its instance "
                 f"{raw.get('InstanceId')} is {raw.get('State', {}).get('Name')}",
                 code="IdempotentLaunchTerminated",

@@ -39,6 +39,7 @@ from navarch.errors import (
     CapacityError,
     ConfigError,
     NavarchError,
+    PlacementError,
     ProviderError,
     QuotaError,
     TransientError,
@@ -67,6 +68,12 @@ CAPACITY_CODES = frozenset(
         "resourcePoolExhausted",
     }
 )
+#: A 400/404 of a call about a zone whose message names one of these is about the place
+#: (a machine or accelerator type not offered in the zone): PlacementError, fall over to
+#: the next place (issue 16 item 2). Source: GCE errors "Invalid value for field
+#: 'resource.machineType' ... does not exist in zone", "The resource
+#: 'projects/P/zones/Z/machineTypes/T' was not found", acceleratorTypes alike.
+PLACEMENT_WORDS = ("machinetype", "machine type", "acceleratortype", "accelerator type")
 #: Quota codes: operation errors use QUOTA_EXCEEDED, synchronous API errors quotaExceeded.
 QUOTA_CODES = frozenset({"QUOTA_EXCEEDED", "quotaExceeded"})
 #: 403 reasons that are throttling, not a permission problem (GCE API error reasons).
@@ -305,7 +312,9 @@ def map_error(exc: BaseException, *, zone: str = "", what: str = "") -> NavarchE
       403 rateLimitExceeded, 429, 5xx, connection errors, timeouts
                                                      -> TransientError
       401, other 403, google.auth errors             -> AuthError
-      404 (machine type, image, network, zone), 400  -> ConfigError (fix fleet.yaml)
+      400/404 of a call about a zone naming a machine or accelerator type
+        (PLACEMENT_WORDS), or the zone itself           -> PlacementError(scope="zone")
+      other 404 (image, network), 400                -> ConfigError (fix fleet.yaml)
       RetryError                                     -> mapping of its last cause
       anything else                                  -> ProviderError
     """
@@ -341,6 +350,10 @@ def map_error(exc: BaseException, *, zone: str = "", what: str = "") -> NavarchE
             code=code,
             scope="provider",
         )
+    if isinstance(exc, gexc.NotFound | gexc.BadRequest) and zone and (
+        any(w in message.lower() for w in PLACEMENT_WORDS) or f"zones/{zone}'" in message
+    ):
+        return PlacementError(prefix + message, code=code, scope="zone")
     if isinstance(exc, gexc.NotFound | gexc.BadRequest):
         return ConfigError(
             prefix + message,
@@ -491,8 +504,9 @@ class GcpProvider:
         instance of that name that belongs to this fleet is returned (409 alreadyExists).
         Waits on the zone operation (operation_timeout_s); if it is still running then,
         the instance is returned as pending and the next run observes how it ended.
-        Raises CapacityError(scope="zone") on a stockout, QuotaError, AuthError,
-        TransientError, ConfigError (bad image/network/machine type or labels).
+        Raises CapacityError(scope="zone") on a stockout, PlacementError (machine or
+        accelerator type not offered in the zone), QuotaError, AuthError, TransientError,
+        ConfigError (bad image/network or labels).
         """
         zone = request.zone
         body = instance_resource(request)

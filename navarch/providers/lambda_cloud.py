@@ -37,6 +37,7 @@ from navarch.errors import (
     CapacityError,
     ConfigError,
     NavarchError,
+    PlacementError,
     ProviderError,
     QuotaError,
     TransientError,
@@ -67,6 +68,11 @@ QUOTA_CODES = frozenset({"global/quota-exceeded"})
 AUTH_CODES = frozenset(
     {"global/invalid-api-key", "global/account-inactive", "global/invalid-address"}
 )
+#: A 400/404 about the place (issue 16 item 2): the type is not offered in the region, or
+#: the region is unknown. The next place (region, type) may take it: fall over. Source:
+#: Lambda Cloud API v1.10 launch errors ("Invalid region", "instance type ... not
+#: available in region").
+PLACEMENT_WORDS = ("region", "instance type", "instance_type")
 CONFIG_CODES = frozenset(
     {
         "global/invalid-parameters",
@@ -97,6 +103,8 @@ def map_error(exc: BaseException, *, region: str = "", what: str = "") -> Navarc
         global/invalid-address, HTTP 401/403             -> AuthError
       HTTP 429, 5xx, provider/* codes, connection errors,
         timeouts, exhausted GET retries                  -> TransientError
+      400/404 of a launch (region given) whose message is about the region or the
+        instance type (PLACEMENT_WORDS)                  -> PlacementError(scope="zone")
       global/invalid-parameters, global/object-does-not-exist,
         .../file-system-in-wrong-region                  -> ConfigError (fix fleet.yaml)
       anything else                                      -> ProviderError
@@ -119,6 +127,10 @@ def map_error(exc: BaseException, *, region: str = "", what: str = "") -> Navarc
         return AuthError(text, code=exc.code, scope="provider")
     if exc.status == 429 or exc.status >= 500 or exc.code.startswith("provider/"):
         return TransientError(text, code=exc.code or str(exc.status))
+    if (exc.code in CONFIG_CODES or exc.status in (400, 404)) and region and any(
+        w in exc.message.lower() for w in PLACEMENT_WORDS
+    ) and "file-system" not in exc.code:
+        return PlacementError(text, code=exc.code or str(exc.status), scope="zone")
     if exc.code in CONFIG_CODES or exc.status in (400, 404):
         return ConfigError(
             text,
@@ -323,7 +335,8 @@ class LambdaProvider:
         wait out the launch interval; POST /instance-operations/launch once, never retried.
         Raises CapacityError(scope="zone") when the region has no capacity (also for a
         spot request: Lambda sells none), QuotaError, AuthError, TransientError (including
-        a lost launch response), ConfigError (unknown instance type, bad tags or options).
+        a lost launch response), PlacementError (instance type unknown to Lambda, or not
+        offered in the region), ConfigError (bad tags or options).
         """
         region = request.zone
         if request.spot:
@@ -432,9 +445,12 @@ class LambdaProvider:
         types = self._call("GET", "/instance-types", what="instance types", region=region) or {}
         entry = types.get(instance_type)
         if entry is None:
-            raise ConfigError(
-                f"Lambda has no instance type {instance_type!r}",
-                hint="known types: " + ", ".join(sorted(types)),
+            # Not offered at all: the place (type, region) is wrong, not the pool (the next
+            # place may use another type). Remembered with a backoff, saying why.
+            raise PlacementError(
+                f"Lambda has no instance type {instance_type!r} (known types: "
+                + ", ".join(sorted(types)) + ")",
+                code="unknown-instance-type", scope="zone",
             )
         regions = {r.get("name") for r in entry.get("regions_with_capacity_available") or ()}
         if region not in regions:

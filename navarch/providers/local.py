@@ -10,8 +10,9 @@ Layout: <dir>/machines/<instance_id>/
 Machines carry the same ownership tags cloud instances do (navarch-fleet, navarch-pool,
 navarch-node, navarch-launch). The instance id is derived from the launch id, so a launch
 repeated with the same launch id finds the machine it made (like an EC2 ClientToken).
-Places listed in the provider's `unavailable` setting answer with a capacity error, so
-capacity fallback can be seen offline.
+Places listed in the provider's `unavailable` setting answer with a capacity error, and
+places in `not_offered` with a placement error (the type is not offered in that zone), so
+fallback can be seen offline.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from navarch.errors import CapacityError, ConfigError, ProviderError
+from navarch.errors import CapacityError, ConfigError, PlacementError, ProviderError
 from navarch.inventory import TAG_FLEET, Instance, InstanceState
 from navarch.providers.base import ProvisionRequest
 
@@ -44,10 +45,12 @@ def write_json_atomic(path: Path, doc: Any) -> None:
 class LocalProvider:
     """Provider over simulated machines in a directory (see module docstring)."""
 
-    def __init__(self, name: str, root: Path, unavailable: Sequence[str] = ()) -> None:
+    def __init__(self, name: str, root: Path, unavailable: Sequence[str] = (),
+                 not_offered: Sequence[str] = ()) -> None:
         self.name = name
         self.root = Path(root)
         self.unavailable = frozenset(unavailable)
+        self.not_offered = frozenset(not_offered)
 
     # -- machine files ---------------------------------------------------------------
     @property
@@ -104,11 +107,17 @@ class LocalProvider:
     def provision(self, request: ProvisionRequest) -> Instance:
         """Create the machine (idempotent on request.launch_id).
 
-        Raises CapacityError (scope zone) for a place listed in `unavailable`.
+        Raises CapacityError (scope zone) for a place listed in `unavailable`,
+        PlacementError (scope zone) for one listed in `not_offered`.
         """
         instance_id = "i-" + hashlib.sha256(request.launch_id.encode()).hexdigest()[:17]
         if (self.machine_dir(instance_id) / "machine.json").exists():
             return self._instance(self.name, self.read_machine(instance_id))
+        if f"{request.zone}/{request.instance_type}" in self.not_offered:
+            raise PlacementError(
+                f"instance type {request.instance_type} is not offered in {request.zone} "
+                "(simulated)", code="Unsupported", scope="zone",
+            )
         if f"{request.zone}/{request.instance_type}" in self.unavailable:
             raise CapacityError(
                 f"no capacity for {request.instance_type} in {request.zone} (simulated)",
@@ -185,8 +194,10 @@ class LocalProvider:
 
 
 def create(name: str, config: Mapping[str, Any], *, base_dir: Path, fleet: str) -> LocalProvider:
-    """Build the local provider from its fleet.yaml mapping ({type: local, dir, unavailable})."""
+    """Build the local provider from its fleet.yaml mapping ({type: local, dir, unavailable,
+    not_offered})."""
     root = Path(config.get("dir", ".navarch/local"))
     if not root.is_absolute():
         root = base_dir / root
-    return LocalProvider(name, root / fleet, config.get("unavailable", ()))
+    return LocalProvider(name, root / fleet, config.get("unavailable", ()),
+                         config.get("not_offered", ()))

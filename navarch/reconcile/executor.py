@@ -19,15 +19,20 @@ completion order, so Memory changes are serialised.
 Journal: after actions that changed Memory the folding thread persists it (the journal
 callback: compare-and-swap on the state object, fenced by the lease) and writes the
 buffered audit records as a new chunk, at least every JournalPolicy.every_actions actions
-or every_s seconds, at once after a cordon, drain or uncordon (a scheduler change no
-later run can observe), and at the end. Provisions and terminations may wait for the
+or every_s seconds, at once after a cordon, drain or uncordon that ran a scheduler playbook
+(a change no later run can observe), and at the end. Provisions and terminations may wait for the
 batch: a killed run's launches carry their launch tags and are adopted from the next
 run's inventory, and EC2's ClientToken still dedupes a launch in flight.
 
 Capacity failover (DESIGN.md safety rule 6): a provision action carries its places in the
 pool's order; a CapacityError marks that place exhausted with a backoff (10 min, doubling
-per consecutive failure, at most 1 h) and the next place is tried. QuotaError ends the
-pool's provisioning for this run, AuthError the provider's, TransientError the action's.
+per consecutive failure, at most 1 h) and the next place is tried. Fallover stops only for
+a reason (issue 16 item 2): a PlacementError (the type is not offered in that zone) is
+remembered like capacity, saying why, and the next place is tried; a LaunchSpent (EC2
+replayed a launch id whose instance is gone) tries the next place (its own launch id) and
+moves the pool's next node index past the node, so the next run uses a new name and
+launch id. QuotaError ends the pool's provisioning for this run, AuthError the
+provider's, TransientError (and any other error) the action's.
 """
 
 from __future__ import annotations
@@ -45,8 +50,10 @@ from navarch import signing
 from navarch.errors import (
     AuthError,
     CapacityError,
+    LaunchSpent,
     LeaseLost,
     NavarchError,
+    PlacementError,
     ProviderError,
     QuotaError,
     RemoteError,
@@ -85,6 +92,18 @@ Update = Callable[[Memory], Memory]
 
 def _same(memory: Memory) -> Memory:
     return memory
+
+
+def _past_node(pool: str, node: str) -> Update:
+    """Raise the pool's next_index past `node` (<fleet>-<pool>-<nnnn>): its name and launch
+    ids are spent, the next provision must use a new name."""
+    index = int(node.rsplit("-", 1)[1])
+
+    def update(memory: Memory) -> Memory:
+        pm = memory.pool(pool)
+        return memory.with_pool(replace(pm, next_index=max(pm.next_index, index + 1)))
+
+    return update
 
 
 def _chain(*updates: Update) -> Update:
@@ -391,6 +410,7 @@ class Executor:
             key = signing.derive_node_key(self.fleet_secret, self.spec.name, a.node)
             user_data = self.user_data(pool, a.node, key)
         tried: list[str] = []
+        not_offered = 0  # places of `tried` that failed for another reason than capacity
         updates: list[Update] = []
         for place in a.places:
             lid = launch_id(self.spec.name, a.node, place.attempt)
@@ -408,6 +428,17 @@ class Executor:
                 updates.append(self._exhausted(a.pool, place.zone, place.instance_type,
                                                place.spot))
                 tried.append(f"{place.label()}: {exc}")
+                continue
+            except PlacementError as exc:
+                updates.append(self._exhausted(a.pool, place.zone, place.instance_type,
+                                               place.spot))
+                tried.append(f"{place.label()}: not offered here: {exc}")
+                not_offered += 1
+                continue
+            except LaunchSpent as exc:
+                updates.append(_past_node(a.pool, a.node))
+                tried.append(f"{place.label()}: launch id spent: {exc}")
+                not_offered += 1
                 continue
             except QuotaError as exc:
                 with self._mutex:
@@ -433,8 +464,12 @@ class Executor:
                                              if (e.zone, e.instance_type, e.spot) != here))
                 return m.with_pool(pm).with_node(nm)
 
-            where = place.label() + (f" after {len(tried)} place(s) without capacity" if tried else "")
+            why = "without capacity" if not not_offered else "that could not take it"
+            where = place.label() + (f" after {len(tried)} place(s) {why}" if tried else "")
             return Outcome(a, True, f"{inst.instance_id} in {where}"), _chain(*updates, launched)
+        if not_offered:
+            return (Outcome(a, False, "no place could take it: " + "; ".join(tried),
+                            "PlacementError"), _chain(*updates))
         return Outcome(a, False, "no capacity: " + "; ".join(tried), "CapacityError"), _chain(*updates)
 
     def _exhausted(self, pool: str, zone: str, itype: str, spot: bool) -> Update:

@@ -21,6 +21,8 @@ from navarch.errors import (
     AuthError,
     CapacityError,
     ConfigError,
+    LaunchSpent,
+    PlacementError,
     ProviderError,
     QuotaError,
     TransientError,
@@ -311,7 +313,7 @@ def test_capacity_error_then_next_zone_through_client_seam(provider, monkeypatch
         ("VcpuLimitExceeded", 400, QuotaError),
         ("RequestLimitExceeded", 503, TransientError),
         ("UnauthorizedOperation", 403, AuthError),
-        ("Unsupported", 400, CapacityError),
+        ("Unsupported", 400, PlacementError),
     ],
 )
 def test_injected_run_instances_errors_are_mapped(provider, code, status, expected) -> None:
@@ -417,7 +419,8 @@ RELIED_ON = {
     "InsufficientHostCapacity": CapacityError,
     "InsufficientCapacity": CapacityError,
     "InsufficientFreeAddressesInSubnet": CapacityError,
-    "Unsupported": CapacityError,
+    "Unsupported": PlacementError,
+    "IdempotentInstanceTerminated": LaunchSpent,
     "capacity-not-available": CapacityError,
     "SpotMaxPriceTooLow": CapacityError,
     "VcpuLimitExceeded": QuotaError,
@@ -444,7 +447,8 @@ RELIED_ON = {
 
 
 def test_error_mapping_table() -> None:
-    mapped = awsmod.CAPACITY_CODES | awsmod.QUOTA_CODES | awsmod.AUTH_CODES | awsmod.TRANSIENT_CODES
+    mapped = (awsmod.CAPACITY_CODES | awsmod.PLACEMENT_CODES | awsmod.LAUNCH_SPENT_CODES
+              | awsmod.QUOTA_CODES | awsmod.AUTH_CODES | awsmod.TRANSIENT_CODES)
     assert mapped == set(RELIED_ON), "an EC2 error code is mapped but untested, or unmapped"
     for code, expected in RELIED_ON.items():
         err = awsmod.map_error(_client_error(code, 400), zone="us-east-1a")

@@ -16,6 +16,7 @@ from navarch.errors import (
     AuthError,
     CapacityError,
     ConfigError,
+    PlacementError,
     ProviderError,
     QuotaError,
     TransientError,
@@ -356,6 +357,17 @@ ERROR_TABLE = [
     (auth_exc.RefreshError("expired"), AuthError, "provider"),
     (_api_error(gexc.NotFound, "notFound"), ConfigError, None),
     (_api_error(gexc.BadRequest, "invalid"), ConfigError, None),
+    # A machine or accelerator type not offered in the zone, or the zone itself: the
+    # place is wrong, not the pool (issue 16 item 2).
+    (_api_error(gexc.BadRequest, "invalid", "Invalid value for field 'resource.machineType': "
+                "'zones/us-central1-a/machineTypes/a3-highgpu-8g'. Machine type with name "
+                "'a3-highgpu-8g' does not exist in zone 'us-central1-a'."), PlacementError, "zone"),
+    (_api_error(gexc.NotFound, "notFound", "The resource 'projects/p/zones/us-central1-a/"
+                "acceleratorTypes/nvidia-h100-80gb' was not found"), PlacementError, "zone"),
+    (_api_error(gexc.NotFound, "notFound", "The resource 'projects/p/zones/us-central1-a' "
+                "was not found"), PlacementError, "zone"),
+    (_api_error(gexc.NotFound, "notFound", "The resource 'projects/p/global/images/x' was "
+                "not found"), ConfigError, None),
     (_api_error(gexc.Conflict, "resourceNotReady"), ProviderError, ""),
 ]
 

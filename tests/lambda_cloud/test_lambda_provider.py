@@ -14,6 +14,7 @@ from navarch.errors import (
     AuthError,
     CapacityError,
     ConfigError,
+    PlacementError,
     ProviderError,
     QuotaError,
     TransientError,
@@ -186,9 +187,10 @@ def test_spot_request_falls_over_as_capacity_error(fake_lambda, lambda_api_base:
     assert fake_lambda.count("POST", r"/launch$") == 0
 
 
-def test_unknown_type_and_bad_tag_are_config_errors(fake_lambda, lambda_api_base: str) -> None:
+def test_unknown_type_is_a_placement_error_and_bad_tag_a_config_error(
+        fake_lambda, lambda_api_base: str) -> None:
     p = _provider(lambda_api_base, FakeClock())
-    with pytest.raises(ConfigError):
+    with pytest.raises(PlacementError):  # the pool's next type may be offered (issue 16.2)
         p.provision(_request(instance_type="gpu_9x_nope"))
     req = _request()
     bad = ProvisionRequest(**{**req.__dict__, "tags": {**req.tags, "cost_center": "x"}})
@@ -275,6 +277,11 @@ ERROR_TABLE = [
         ConfigError,
     ),
     (LambdaApiError(409, "global/conflict", "m"), ProviderError),
+    (LambdaApiError(400, "global/invalid-parameters", "Invalid region: us-nowhere-1"),
+     PlacementError),
+    (LambdaApiError(400, "global/invalid-parameters",
+                    "instance type gpu_8x_h100_sxm5 is not available in region us-west-3"),
+     PlacementError),
     (requests.ConnectionError("refused"), TransientError),
     (requests.Timeout("slow"), TransientError),
     (requests.exceptions.RetryError("exhausted"), TransientError),

@@ -1,5 +1,14 @@
 """Health checks: pure functions from a GPU probe, XID events and counter baselines to Checks.
 
+Three kinds, evaluated by navarch.agent.runner in this order:
+
+- node checks over the probe (``probe_checks``: nvml, gpu_count, gpu_handle);
+- per-GPU check components, gpud-style: ``GPU_LOST`` (the gate), then the table
+  ``GPU_CHECKS`` of small named ``GpuCheck`` units, each with the readings it needs, a
+  pure ``evaluate(gpu, baselines)`` and its rule and source in its docstring;
+  ``gpu_checks`` is the loop over the table;
+- XID checks over this boot's latched events (``xid_checks``).
+
 Each check yields ``Check(name, status, action, message, gpu_index, evidence)``. Status
 order (worst wins): healthy < degraded < unknown < unhealthy. ``unknown`` ranks above
 degraded because it means "the agent cannot vouch for this node", but below unhealthy
@@ -14,10 +23,11 @@ reboots (gpud ``DefaultRebootThreshold = 2``).
 from __future__ import annotations
 
 import enum
+import inspect
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from navarch.agent.gpu import GpuProbe, GpuSnapshot, ProbeErrorKind
 from navarch.agent.kernel_log import XidEvent
@@ -27,8 +37,17 @@ __all__ = [
     "Status",
     "Check",
     "CounterSample",
+    "Baselines",
+    "GpuCheck",
+    "GpuComponent",
+    "GPU_CHECKS",
+    "GPU_LOST",
     "probe_checks",
+    "nvml_check",
+    "gpu_count_check",
+    "handle_checks",
     "gpu_checks",
+    "hw_slowdown",
     "xid_checks",
     "worst_status",
     "PCIE_REPLAY_PER_LANE_PER_MIN",
@@ -115,6 +134,9 @@ NVLINK_CRC_PER_S_LIMIT = 100.0
 #: Fallback when the GPU does not report its thresholds (Meta GCM example threshold).
 FALLBACK_DEGRADED_C = 85.0
 
+_BY_SEVERITY = {Severity.IGNORE: H, Severity.WARNING: D, Severity.FATAL: U}
+_CRC = ("crc_flit", "crc_data")
+
 _INIT = {
     ProbeErrorKind.LIBRARY_NOT_FOUND: (
         UK,
@@ -141,107 +163,683 @@ _INIT = {
 
 
 def probe_checks(probe: GpuProbe, gpus_per_node: int | None) -> list[Check]:
-    """Node-level checks: NVML usable, GPU count, handles.
+    """Node-level checks: NVML usable, then GPU count and handles (skipped when NVML is not).
 
-    - NVML init (gpu-health.md §4 classification): LibraryNotFound -> unknown (image
-      misconfigured); NoPermission -> unknown (agent misconfigured); DriverNotLoaded /
-      LibRmVersionMismatch -> unhealthy + reboot (gpud); anything else -> unhealthy + reboot.
-    - GPU count (gpud gpu-counts, GCM check_gpu_num, AzNHC check_gpu_count): fewer than
-      gpus_per_node -> unhealthy + reboot (a GPU fell off the bus or failed init); more ->
-      degraded (the pool's gpus_per_node is wrong). gpus_per_node None or 0 skips it.
-    - Handle failures (gpud InitError): unhealthy + reboot.
+    Rules and sources: ``nvml_check``, ``gpu_count_check``, ``handle_checks``.
     """
-    checks: list[Check] = []
+    if probe.init_error is not None:
+        return [nvml_check(probe)]
+    return [
+        nvml_check(probe),
+        gpu_count_check(probe, gpus_per_node),
+        *handle_checks(probe),
+    ]
+
+
+def nvml_check(probe: GpuProbe) -> Check:
+    """Whether the GPU library started.
+
+    NVML init (gpu-health.md §4 classification): LibraryNotFound -> unknown (image
+    misconfigured); NoPermission -> unknown (agent misconfigured); an agent bug ->
+    unknown; DriverNotLoaded / LibRmVersionMismatch -> unhealthy + reboot (gpud); anything
+    else -> unhealthy + reboot. Unhealthy verdicts are reboot-fixable faults.
+    """
     err = probe.init_error
-    if err is not None:
-        status, action, text = _INIT.get(err.kind, (U, Action.REBOOT, "NVML failed to initialise"))
-        key = f"nvml_init:{err.kind.value}" if status is U else None
-        checks.append(
-            Check(
-                "nvml",
-                status,
-                action,
-                f"{text}: {err.message}",
-                evidence={"error": err.kind.value, "code": err.code, "backend": probe.backend},
-                fault_key=key,
-            )
-        )
-        return checks
-    checks.append(
-        Check(
+    if err is None:
+        return Check(
             "nvml",
             H,
             Action.NONE,
             f"{probe.backend} backend ready",
             evidence={"backend": probe.backend, "driver_version": probe.driver_version},
         )
+    status, action, text = _INIT.get(err.kind, (U, Action.REBOOT, "NVML failed to initialise"))
+    return Check(
+        "nvml",
+        status,
+        action,
+        f"{text}: {err.message}",
+        evidence={"error": err.kind.value, "code": err.code, "backend": probe.backend},
+        fault_key=f"nvml_init:{err.kind.value}" if status is U else None,
     )
+
+
+def gpu_count_check(probe: GpuProbe, gpus_per_node: int | None) -> Check:
+    """GPUs the library enumerated against the pool's gpus_per_node.
+
+    Fewer -> unhealthy + reboot (a GPU fell off the bus or failed init); more -> degraded
+    (the pool's gpus_per_node is wrong); gpus_per_node None or 0 -> healthy, not checked.
+    Source: gpud gpu-counts, Meta GCM check_gpu_num, AzNHC check_gpu_count.
+    """
     count = probe.device_count if probe.device_count is not None else len(probe.gpus)
     ev = {"found": count, "expected": gpus_per_node}
     if not gpus_per_node:
-        checks.append(
-            Check(
-                "gpu_count",
-                H,
-                Action.NONE,
-                f"{count} GPUs (no expected count configured)",
-                evidence=ev,
-            )
+        text = f"{count} GPUs (no expected count configured)"
+        return Check("gpu_count", H, Action.NONE, text, evidence=ev)
+    if count < gpus_per_node:
+        text = f"{count} of {gpus_per_node} GPUs visible"
+        return Check("gpu_count", U, Action.REBOOT, text, evidence=ev, fault_key="gpu_count")
+    if count > gpus_per_node:
+        text = f"{count} GPUs visible but the pool expects {gpus_per_node}"
+        return Check("gpu_count", D, Action.NONE, text, evidence=ev)
+    return Check("gpu_count", H, Action.NONE, f"{count} GPUs as expected", evidence=ev)
+
+
+def handle_checks(probe: GpuProbe) -> list[Check]:
+    """One unhealthy + reboot check per GPU whose handle could not be obtained.
+
+    Source: gpud (InitError on a device handle).
+    """
+    return [
+        Check(
+            "gpu_handle",
+            U,
+            Action.REBOOT,
+            f"cannot get a handle for GPU {index}: {message}",
+            gpu_index=index,
+            evidence={"error": message},
+            fault_key="gpu_handle",
         )
-    elif count < gpus_per_node:
-        checks.append(
-            Check(
-                "gpu_count",
+        for index, message in probe.handle_errors
+    ]
+
+
+# --- per-GPU check components ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Baselines:
+    """What one GPU's checks know besides its snapshot: the previous run's counters.
+
+    counters: counter name -> sample from the previous run ("pcie_replay", "nvlink_replay",
+    "nvlink_recovery", "nvlink_crc_flit", "nvlink_crc_data"); a sample from another boot is
+    unusable (volatile counters reset at boot). slowdown_history: earlier runs' HW-slowdown
+    flags in this boot, oldest first. now_s: this run's time, seconds since the epoch.
+    """
+
+    counters: Mapping[str, CounterSample]
+    slowdown_history: Sequence[bool]
+    now_s: float
+    boot_id: str
+
+    def rate_per_s(self, counter: str, cur: int | None) -> float | None:
+        """Counter rate since the baseline; None without a usable one (first run, new boot,
+        counter reset)."""
+        base = self.counters.get(counter)
+        if cur is None or base is None or base.boot_id != self.boot_id:
+            return None
+        elapsed = self.now_s - base.at_s
+        if elapsed <= 0 or cur < base.value:
+            return None
+        return (cur - base.value) / elapsed
+
+    def delta(self, counter: str, cur: int | None) -> int | None:
+        """Counter increase since the baseline; None without a usable one."""
+        base = self.counters.get(counter)
+        if cur is None or base is None or base.boot_id != self.boot_id or cur < base.value:
+            return None
+        return cur - base.value
+
+
+class GpuCheck(Protocol):
+    """One per-GPU health check component (gpud ``components/`` shape).
+
+    The agent evaluates every component of ``GPU_CHECKS`` in order for every GPU that is
+    neither lost nor waiting for a reset, and concatenates what they return. This is the
+    extension point for agent-side checks: a third-party check is one more entry.
+
+    - ``name``: the component's name (usually the name of the checks it yields).
+    - ``readings``: the ``GpuSnapshot`` fields it reads (documentation and tests).
+    - ``evaluate(gpu, baselines)``: pure (no I/O, no clock: the time is in baselines);
+      returns zero or more ``Check``s with ``gpu_index = gpu.index``; must not raise for
+      a ``None`` reading (None means "not read", never a fault).
+    """
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def readings(self) -> tuple[str, ...]: ...
+
+    def evaluate(self, gpu: GpuSnapshot, baselines: Baselines) -> list[Check]: ...
+
+
+Rule = Callable[[GpuSnapshot, Baselines], list[Check]]
+
+
+@dataclass(frozen=True)
+class GpuComponent:
+    """A ``GpuCheck`` made of a pure rule function; the rule's docstring is its source."""
+
+    name: str
+    readings: tuple[str, ...]
+    rule: Rule
+
+    def evaluate(self, gpu: GpuSnapshot, baselines: Baselines) -> list[Check]:
+        """The rule's checks for one GPU."""
+        return self.rule(gpu, baselines)
+
+    @property
+    def source(self) -> str:
+        """The rule's docstring: what it checks, thresholds and where they come from."""
+        return inspect.getdoc(self.rule) or ""
+
+
+def _check(
+    g: GpuSnapshot,
+    name: str,
+    status: Status,
+    action: Action,
+    message: str,
+    fault_key: str | None = None,
+    **evidence: Any,
+) -> Check:
+    return Check(name, status, action, message, g.index, evidence, fault_key)
+
+
+def _gpu_lost(g: GpuSnapshot, b: Baselines) -> list[Check]:
+    """GpuIsLost from any call -> unhealthy + reboot; ResetRequired -> unhealthy + reset.
+
+    Source: gpu-health.md row 4; gpud ErrGPULost -> REBOOT_SYSTEM.
+    """
+    i = g.index
+    if g.lost:
+        return [
+            _check(
+                g,
+                "gpu_lost",
                 U,
                 Action.REBOOT,
-                f"{count} of {gpus_per_node} GPUs visible",
-                evidence=ev,
-                fault_key="gpu_count",
+                f"GPU {i} is lost (fallen off the bus / not responding)",
+                "gpu_lost",
+                uuid=g.uuid,
+                pci_bus_id=g.pci_bus_id,
             )
-        )
-    elif count > gpus_per_node:
-        checks.append(
-            Check(
-                "gpu_count",
+        ]
+    if g.reset_required:
+        return [
+            _check(
+                g,
+                "gpu_lost",
+                U,
+                Action.RESET_GPU,
+                f"GPU {i} requires a reset",
+                "gpu_reset_required",
+                uuid=g.uuid,
+            )
+        ]
+    return []
+
+
+def _readings(g: GpuSnapshot, b: Baselines) -> list[Check]:
+    """A metric that could not be read (not "not supported") -> degraded.
+
+    Source: DCGM (a blank power reading is a WARN).
+    """
+    i = g.index
+    if g.unreadable:
+        return [
+            _check(
+                g,
+                "readings",
                 D,
                 Action.NONE,
-                f"{count} GPUs visible but the pool expects {gpus_per_node}",
-                evidence=ev,
+                f"GPU {i}: unreadable metrics: {', '.join(sorted(g.unreadable))}",
+                unreadable=dict(g.unreadable),
             )
+        ]
+    return [
+        _check(
+            g,
+            "readings",
+            H,
+            Action.NONE,
+            f"GPU {i}: all metrics readable",
+            not_supported=list(g.not_supported),
         )
-    else:
-        checks.append(Check("gpu_count", H, Action.NONE, f"{count} GPUs as expected", evidence=ev))
-    for index, message in probe.handle_errors:
-        checks.append(
-            Check(
-                "gpu_handle",
+    ]
+
+
+def _temperature(g: GpuSnapshot, b: Baselines) -> list[Check]:
+    """Above the device's GPU_MAX or SLOWDOWN threshold (85 C if unknown) -> degraded;
+    at or above its SHUTDOWN threshold -> unhealthy + replace (the driver powers the GPU
+    off, and a cooling fault is not fixed by a reboot).
+
+    Source: gpu-health.md row 11; gpud (> GPU_MAX degraded); 85 C fallback from Meta GCM;
+    replace at shutdown is navarch's choice.
+    """
+    i, t = g.index, g.temperature_c
+    if t is None:
+        return [
+            _check(
+                g, "temperature", H, Action.NONE, f"GPU {i}: temperature not read", supported=False
+            )
+        ]
+    ev = {
+        "temperature_c": t,
+        "slowdown_c": g.temperature_slowdown_c,
+        "shutdown_c": g.temperature_shutdown_c,
+        "gpu_max_c": g.temperature_gpu_max_c,
+    }
+    limits = [x for x in (g.temperature_gpu_max_c, g.temperature_slowdown_c) if x is not None]
+    degrade_at = min(limits) if limits else FALLBACK_DEGRADED_C
+    if g.temperature_shutdown_c is not None and t >= g.temperature_shutdown_c:
+        return [
+            _check(
+                g,
+                "temperature",
                 U,
-                Action.REBOOT,
-                f"cannot get a handle for GPU {index}: {message}",
-                gpu_index=index,
-                evidence={"error": message},
-                fault_key="gpu_handle",
+                Action.REPLACE,
+                f"GPU {i} at {t:.0f} C, at or above its shutdown threshold",
+                **ev,
             )
+        ]
+    if t > degrade_at:
+        return [
+            _check(
+                g,
+                "temperature",
+                D,
+                Action.NONE,
+                f"GPU {i} at {t:.0f} C, above its {degrade_at:.0f} C limit",
+                **ev,
+            )
+        ]
+    return [_check(g, "temperature", H, Action.NONE, f"GPU {i} at {t:.0f} C", **ev)]
+
+
+def _power(g: GpuSnapshot, b: Baselines) -> list[Check]:
+    """Enforced power limit below the default limit (the GPU is capped) -> degraded.
+
+    Source: gpu-health.md row 12.
+    """
+    limit, default = g.power_limit_w, g.power_default_limit_w
+    if limit is None or default is None or limit >= default:
+        return []
+    return [
+        _check(
+            g,
+            "power",
+            D,
+            Action.NONE,
+            f"GPU {g.index} power limit {limit:.0f} W below default {default:.0f} W",
+            power_w=g.power_w,
+            power_limit_w=limit,
+            power_default_limit_w=default,
         )
-    return checks
+    ]
 
 
-def _rate_per_s(
-    cur: int | None, base: CounterSample | None, now_s: float, boot_id: str
-) -> float | None:
-    """Counter rate since the baseline; None when no usable baseline (first run, new boot, reset)."""
-    if cur is None or base is None or base.boot_id != boot_id:
-        return None
-    elapsed = now_s - base.at_s
-    if elapsed <= 0 or cur < base.value:
-        return None
-    return (cur - base.value) / elapsed
+def _recovery_action(g: GpuSnapshot, b: Baselines) -> list[Check]:
+    """Driver recovery action (NVML field 230): 0 NONE healthy, 3 DRAIN_P2P degraded,
+    1/2/4/6/7 unhealthy with the catalogue's action; a reset or reboot is a
+    reboot-fixable fault.
+
+    Source: gpu-health.md row 5; DCGM MonitorGpuRecoveryAction; navarch.xid.recovery_action.
+    """
+    if g.recovery_action is None:
+        return []
+    name, sev, act = recovery_action(g.recovery_action)
+    status = _BY_SEVERITY[sev]
+    reboot_fixable = status is U and act in (Action.RESET_GPU, Action.REBOOT)
+    return [
+        _check(
+            g,
+            "recovery_action",
+            status,
+            act,
+            f"GPU {g.index} driver recovery action {name}",
+            f"recovery_action:{name}" if reboot_fixable else None,
+            value=g.recovery_action,
+        )
+    ]
 
 
-def _delta(cur: int | None, base: CounterSample | None, boot_id: str) -> int | None:
-    if cur is None or base is None or base.boot_id != boot_id or cur < base.value:
-        return None
-    return cur - base.value
+def _remapped_rows(g: GpuSnapshot, b: Baselines) -> list[Check]:
+    """Row remapping failed -> unhealthy + replace (RMA criterion); a remap pending ->
+    unhealthy + reset (a reset activates it); >= 512 rows remapped for uncorrectable
+    errors -> degraded.
+
+    Source: gpu-health.md row 8; NVIDIA memory error management doc; gpud; DCGM
+    (DCGM_LIMIT_MAX_ROW_REMAP_UNCORRECTABLE); AzNHC.
+    """
+    i = g.index
+    if g.remapped_rows_failure:
+        return [
+            _check(
+                g,
+                "remapped_rows",
+                U,
+                Action.REPLACE,
+                f"GPU {i} row remapping failed (RMA)",
+                pending=g.remapped_rows_pending,
+                failure=True,
+                uncorrectable=g.remapped_rows_uncorrected,
+            )
+        ]
+    if g.remapped_rows_pending:
+        return [
+            _check(
+                g,
+                "remapped_rows",
+                U,
+                Action.RESET_GPU,
+                f"GPU {i} has a row remap pending: reset to activate",
+                "remapped_rows_pending",
+                pending=True,
+                failure=False,
+                uncorrectable=g.remapped_rows_uncorrected,
+            )
+        ]
+    if (g.remapped_rows_uncorrected or 0) >= REMAP_UNCORRECTABLE_LIMIT:
+        return [
+            _check(
+                g,
+                "remapped_rows",
+                D,
+                Action.NONE,
+                f"GPU {i} has {g.remapped_rows_uncorrected} rows remapped for uncorrectable errors",
+                uncorrectable=g.remapped_rows_uncorrected,
+            )
+        ]
+    if g.remapped_rows_pending is None:
+        return []
+    return [
+        _check(
+            g,
+            "remapped_rows",
+            H,
+            Action.NONE,
+            f"GPU {i} row remapping ok",
+            corrected=g.remapped_rows_corrected,
+            uncorrectable=g.remapped_rows_uncorrected,
+        )
+    ]
+
+
+def _retired_pages(g: GpuSnapshot, b: Baselines) -> list[Check]:
+    """Pre-Ampere page retirement: SBE + DBE >= 63 -> unhealthy + replace; a retirement
+    pending -> degraded + reboot.
+
+    Source: gpu-health.md row 9; DCGM DCGM_LIMIT_MAX_RETIRED_PAGES (pending -> WARN).
+    """
+    if g.retired_pages_sbe is None and g.retired_pages_dbe is None:
+        return []
+    i = g.index
+    total = (g.retired_pages_sbe or 0) + (g.retired_pages_dbe or 0)
+    ev = {
+        "sbe": g.retired_pages_sbe,
+        "dbe": g.retired_pages_dbe,
+        "pending": g.retired_pages_pending,
+    }
+    if total >= RETIRED_PAGES_LIMIT:
+        text = f"GPU {i} has {total} retired pages (limit {RETIRED_PAGES_LIMIT})"
+        return [_check(g, "retired_pages", U, Action.REPLACE, text, **ev)]
+    if g.retired_pages_pending:
+        text = f"GPU {i} has a page retirement pending"
+        return [_check(g, "retired_pages", D, Action.REBOOT, text, **ev)]
+    return [_check(g, "retired_pages", H, Action.NONE, f"GPU {i} {total} retired pages", **ev)]
+
+
+def _ecc(g: GpuSnapshot, b: Baselines) -> list[Check]:
+    """Volatile uncorrectable ECC > 0 -> unhealthy + reset, unless contained (recovery
+    action NONE and no remap pending) -> degraded; volatile correctable > 20,000,000 ->
+    degraded.
+
+    Source: gpu-health.md row 6; DCGM MonitorMemVolatileDbes (> 0 FAIL); AzNHC
+    check_gpu_ecc (correctable limit).
+    """
+    i, unc, corr = g.index, g.ecc_uncorrected_volatile, g.ecc_corrected_volatile
+    if unc:
+        if g.recovery_action == 0 and not g.remapped_rows_pending:
+            text = f"GPU {i} {unc} uncorrectable ECC errors (contained)"
+            return [
+                _check(
+                    g,
+                    "ecc",
+                    D,
+                    Action.NONE,
+                    text,
+                    uncorrected_volatile=unc,
+                    corrected_volatile=corr,
+                )
+            ]
+        text = f"GPU {i} {unc} uncorrectable ECC errors this boot"
+        return [
+            _check(
+                g,
+                "ecc",
+                U,
+                Action.RESET_GPU,
+                text,
+                "ecc_uncorrected",
+                uncorrected_volatile=unc,
+                corrected_volatile=corr,
+            )
+        ]
+    if (corr or 0) > ECC_CORRECTED_LIMIT:
+        text = f"GPU {i} {corr} correctable ECC errors (AzNHC limit 20M)"
+        return [_check(g, "ecc", D, Action.NONE, text, corrected_volatile=corr)]
+    if unc is None:
+        return []
+    text = f"GPU {i} no uncorrectable ECC errors"
+    return [_check(g, "ecc", H, Action.NONE, text, uncorrected_volatile=0, corrected_volatile=corr)]
+
+
+def _ecc_mode(g: GpuSnapshot, b: Baselines) -> list[Check]:
+    """ECC disabled on a datacenter GPU -> degraded; an ECC mode change pending ->
+    degraded + reboot.
+
+    Source: gpu-health.md row 20.
+    """
+    cur, pending = g.ecc_mode_current, g.ecc_mode_pending
+    if cur is None:
+        return []
+    if not cur:
+        text = f"GPU {g.index} ECC is disabled"
+        return [_check(g, "ecc_mode", D, Action.NONE, text, current=False, pending=pending)]
+    if pending is not None and pending != cur:
+        text = f"GPU {g.index} ECC mode change pending a reboot"
+        return [_check(g, "ecc_mode", D, Action.REBOOT, text, current=cur, pending=pending)]
+    return []
+
+
+def hw_slowdown(g: GpuSnapshot) -> list[str]:
+    """Names of the hardware slowdown bits set in the GPU's clock event reasons."""
+    mask = g.clock_event_reasons or 0
+    return [name for bit, name in HW_SLOWDOWN_BITS.items() if mask & bit]
+
+
+def _clock_events(g: GpuSnapshot, b: Baselines) -> list[Check]:
+    """HW slowdown, HW thermal slowdown or power brake bit -> degraded; set in >= 6 of
+    the last 10 runs of this boot -> unhealthy + replace (hardware inspection).
+
+    Source: gpu-health.md row 10; nvml.h clock event reasons; gpud.
+    """
+    bits = hw_slowdown(g)
+    if g.clock_event_reasons is None or not bits:
+        return []
+    recent = [*b.slowdown_history[-(HW_SLOWDOWN_WINDOW - 1) :], True]
+    ev = {"reasons": bits, "mask": g.clock_event_reasons}
+    if sum(recent) >= HW_SLOWDOWN_UNHEALTHY:
+        text = (
+            f"GPU {g.index} sustained hardware slowdown ({sum(recent)} of last {len(recent)} runs)"
+        )
+        return [_check(g, "clock_events", U, Action.REPLACE, text, **ev)]
+    text = f"GPU {g.index} hardware slowdown: {', '.join(bits)}"
+    return [_check(g, "clock_events", D, Action.NONE, text, **ev)]
+
+
+def _pcie_link(g: GpuSnapshot, b: Baselines) -> list[Check]:
+    """PCIe link width below its maximum -> degraded. The generation is never compared:
+    it drops at idle for power saving.
+
+    Source: gpu-health.md row 13; Meta GCM check_pci.
+    """
+    width, width_max = g.pcie_link_width, g.pcie_link_width_max
+    if width is None or width_max is None or width >= width_max:
+        return []
+    text = f"GPU {g.index} PCIe link x{width} of x{width_max}"
+    return [_check(g, "pcie_link", D, Action.NONE, text, width=width, width_max=width_max)]
+
+
+def _pcie_replay(g: GpuSnapshot, b: Baselines) -> list[Check]:
+    """PCIe replays per minute since the last run > ceil(per-lane limit x lanes) ->
+    degraded (Gen5 x16: 31/min).
+
+    Source: gpu-health.md row 14; DCGM MonitorPcie (PCIE_REPLAY_PER_LANE_PER_MIN).
+    """
+    rate = b.rate_per_s("pcie_replay", g.pcie_replay_count)
+    if rate is None or not g.pcie_link_gen_max:
+        return []
+    lanes = g.pcie_link_width or g.pcie_link_width_max or 16
+    limit_per_min = math.ceil(PCIE_REPLAY_PER_LANE_PER_MIN.get(g.pcie_link_gen_max, 1.92) * lanes)
+    if rate * 60 <= limit_per_min:
+        return []
+    return [
+        _check(
+            g,
+            "pcie_replay",
+            D,
+            Action.NONE,
+            f"GPU {g.index} PCIe replays {rate * 60:.1f}/min above {limit_per_min}/min",
+            replays_per_min=round(rate * 60, 3),
+            limit_per_min=limit_per_min,
+        )
+    ]
+
+
+def _nvlink_errors(g: GpuSnapshot, b: Baselines) -> list[Check]:
+    deltas = {k: b.delta(f"nvlink_{k}", v) for k, v in (g.nvlink_errors or {}).items()}
+    rates = (b.rate_per_s(f"nvlink_{k}", (g.nvlink_errors or {}).get(k)) for k in _CRC)
+    crc_rate = sum(r for r in rates if r is not None)
+    hard = {k: d for k, d in deltas.items() if k in ("replay", "recovery") and d}
+    crc = sum(d for k, d in deltas.items() if k.startswith("crc") and d)
+    if hard or crc_rate >= NVLINK_CRC_PER_S_LIMIT:
+        text = f"GPU {g.index} new NVLink errors: {hard or {'crc_per_s': crc_rate}}"
+        return [
+            _check(
+                g,
+                "nvlink_errors",
+                U,
+                Action.RESET_GPU,
+                text,
+                "nvlink_errors",
+                deltas=deltas,
+                crc_per_s=round(crc_rate, 3),
+            )
+        ]
+    if crc:
+        text = f"GPU {g.index} {crc} new NVLink CRC errors"
+        return [_check(g, "nvlink_errors", D, Action.NONE, text, deltas=deltas)]
+    return []
+
+
+def _nvlink(g: GpuSnapshot, b: Baselines) -> list[Check]:
+    """Any existing NVLink link down -> unhealthy + reboot (check "nvlink"); new replay
+    or recovery errors since the last run, or CRC errors >= 100/s -> unhealthy + reset,
+    new CRC errors -> degraded (check "nvlink_errors"). One component, because the
+    healthy "nvlink" check follows the error check in the report.
+
+    Source: gpu-health.md rows 15-16; DCGM (link down FAIL) and MonitorNVLink4Fields
+    (replay/recovery delta FAIL, CRC delta WARN, DCGM_LIMIT_MAX_NVLINK_CRC_ERROR 100/s).
+    """
+    if g.nvlink_active is None:
+        return []
+    links = len(g.nvlink_active)
+    down = [n for n, up in enumerate(g.nvlink_active) if not up]
+    out: list[Check] = []
+    if down:
+        text = f"GPU {g.index} NVLink links down: {down}"
+        out.append(
+            _check(g, "nvlink", U, Action.REBOOT, text, "nvlink_down", links_down=down, links=links)
+        )
+    if g.nvlink_errors is not None:
+        out += _nvlink_errors(g, b)
+    if not down:
+        text = f"GPU {g.index} {links} NVLink links up"
+        out.append(_check(g, "nvlink", H, Action.NONE, text, links=links))
+    return out
+
+
+def _persistence_mode(g: GpuSnapshot, b: Baselines) -> list[Check]:
+    """Persistence mode disabled -> degraded (enable nvidia-persistenced).
+
+    Source: gpu-health.md row 18; DCGM diag level 1.
+    """
+    if g.persistence_mode is not False:
+        return []
+    text = f"GPU {g.index} persistence mode disabled (enable nvidia-persistenced)"
+    return [_check(g, "persistence_mode", D, Action.NONE, text)]
+
+
+def _inforom(g: GpuSnapshot, b: Baselines) -> list[Check]:
+    """InfoROM corrupted -> degraded.
+
+    Source: gpu-health.md row 19; DCGM INFOROM watch (WARN).
+    """
+    if g.inforom_valid is not False:
+        return []
+    return [_check(g, "inforom", D, Action.NONE, f"GPU {g.index} InfoROM is corrupted")]
+
+
+#: The gate: a lost GPU, or one waiting for a reset, has no readings worth checking, so
+#: only this component runs for it.
+GPU_LOST = GpuComponent("gpu_lost", ("lost", "reset_required", "uuid", "pci_bus_id"), _gpu_lost)
+
+#: Every per-GPU check, in report order (gpu-health.md §1 rows 4-20). Add agent-side
+#: checks here (any object satisfying ``GpuCheck``).
+GPU_CHECKS: tuple[GpuCheck, ...] = (
+    GpuComponent("readings", ("unreadable", "not_supported"), _readings),
+    GpuComponent(
+        "temperature",
+        (
+            "temperature_c",
+            "temperature_slowdown_c",
+            "temperature_shutdown_c",
+            "temperature_gpu_max_c",
+        ),
+        _temperature,
+    ),
+    GpuComponent("power", ("power_w", "power_limit_w", "power_default_limit_w"), _power),
+    GpuComponent("recovery_action", ("recovery_action",), _recovery_action),
+    GpuComponent(
+        "remapped_rows",
+        (
+            "remapped_rows_pending",
+            "remapped_rows_failure",
+            "remapped_rows_corrected",
+            "remapped_rows_uncorrected",
+        ),
+        _remapped_rows,
+    ),
+    GpuComponent(
+        "retired_pages",
+        ("retired_pages_sbe", "retired_pages_dbe", "retired_pages_pending"),
+        _retired_pages,
+    ),
+    GpuComponent(
+        "ecc",
+        (
+            "ecc_uncorrected_volatile",
+            "ecc_corrected_volatile",
+            "recovery_action",
+            "remapped_rows_pending",
+        ),
+        _ecc,
+    ),
+    GpuComponent("ecc_mode", ("ecc_mode_current", "ecc_mode_pending"), _ecc_mode),
+    GpuComponent("clock_events", ("clock_event_reasons",), _clock_events),
+    GpuComponent("pcie_link", ("pcie_link_width", "pcie_link_width_max"), _pcie_link),
+    GpuComponent(
+        "pcie_replay",
+        ("pcie_replay_count", "pcie_link_gen_max", "pcie_link_width", "pcie_link_width_max"),
+        _pcie_replay,
+    ),
+    GpuComponent("nvlink", ("nvlink_active", "nvlink_errors"), _nvlink),
+    GpuComponent("persistence_mode", ("persistence_mode",), _persistence_mode),
+    GpuComponent("inforom", ("inforom_valid",), _inforom),
+)
 
 
 def gpu_checks(
@@ -251,384 +849,19 @@ def gpu_checks(
     slowdown_history: Sequence[bool],
     now_s: float,
     boot_id: str,
+    components: Sequence[GpuCheck] = GPU_CHECKS,
 ) -> list[Check]:
-    """All per-GPU checks for one snapshot (gpu-health.md §1 rows 4-20).
+    """All per-GPU checks for one snapshot: ``GPU_LOST`` for a lost GPU, else every
+    component of ``components`` (default ``GPU_CHECKS``) in order.
 
-    baselines: counter name -> sample from the previous run ("pcie_replay", "nvlink_replay",
-    "nvlink_recovery", "nvlink_crc_flit", "nvlink_crc_data"); slowdown_history: earlier
-    runs' HW-slowdown flags, oldest first. Rules and sources are in the comments below.
+    baselines: counter name -> sample from the previous run (see ``Baselines``);
+    slowdown_history: earlier runs' HW-slowdown flags in this boot, oldest first; now_s:
+    seconds since the epoch. Rules and sources are in each component's ``source``.
     """
-    i = g.index
-    out: list[Check] = []
-
-    def add(
-        name: str,
-        status: Status,
-        action: Action,
-        message: str,
-        fault_key: str | None = None,
-        **ev: Any,
-    ) -> None:
-        out.append(Check(name, status, action, message, i, ev, fault_key))
-
-    # Row 4: GpuIsLost / ResetRequired from any call (gpud ErrGPULost -> REBOOT_SYSTEM).
-    if g.lost:
-        add(
-            "gpu_lost",
-            U,
-            Action.REBOOT,
-            f"GPU {i} is lost (fallen off the bus / not responding)",
-            "gpu_lost",
-            uuid=g.uuid,
-            pci_bus_id=g.pci_bus_id,
-        )
-        return out
-    if g.reset_required:
-        add(
-            "gpu_lost",
-            U,
-            Action.RESET_GPU,
-            f"GPU {i} requires a reset",
-            "gpu_reset_required",
-            uuid=g.uuid,
-        )
-        return out
-
-    # Readings (DCGM: power unreadable -> WARN).
-    if g.unreadable:
-        add(
-            "readings",
-            D,
-            Action.NONE,
-            f"GPU {i}: unreadable metrics: {', '.join(sorted(g.unreadable))}",
-            unreadable=dict(g.unreadable),
-        )
-    else:
-        add(
-            "readings",
-            H,
-            Action.NONE,
-            f"GPU {i}: all metrics readable",
-            not_supported=list(g.not_supported),
-        )
-
-    # Row 11: temperature vs the device's own thresholds (gpud: > GPU_MAX -> degraded).
-    # At or above the shutdown threshold the driver powers the GPU off: unhealthy, and a
-    # cooling fault is not fixed by a reboot -> replace.
-    t = g.temperature_c
-    if t is None:
-        add("temperature", H, Action.NONE, f"GPU {i}: temperature not read", supported=False)
-    else:
-        ev = {
-            "temperature_c": t,
-            "slowdown_c": g.temperature_slowdown_c,
-            "shutdown_c": g.temperature_shutdown_c,
-            "gpu_max_c": g.temperature_gpu_max_c,
-        }
-        limits = [x for x in (g.temperature_gpu_max_c, g.temperature_slowdown_c) if x is not None]
-        degrade_at = min(limits) if limits else FALLBACK_DEGRADED_C
-        if g.temperature_shutdown_c is not None and t >= g.temperature_shutdown_c:
-            add(
-                "temperature",
-                U,
-                Action.REPLACE,
-                f"GPU {i} at {t:.0f} C, at or above its shutdown threshold",
-                **ev,
-            )
-        elif t > degrade_at:
-            add(
-                "temperature",
-                D,
-                Action.NONE,
-                f"GPU {i} at {t:.0f} C, above its {degrade_at:.0f} C limit",
-                **ev,
-            )
-        else:
-            add("temperature", H, Action.NONE, f"GPU {i} at {t:.0f} C", **ev)
-
-    # Row 12: power. Enforced limit below the default -> capped (gpu-health.md suggestion).
-    if (
-        g.power_limit_w is not None
-        and g.power_default_limit_w is not None
-        and g.power_limit_w < g.power_default_limit_w
-    ):
-        add(
-            "power",
-            D,
-            Action.NONE,
-            f"GPU {i} power limit {g.power_limit_w:.0f} W below default {g.power_default_limit_w:.0f} W",
-            power_w=g.power_w,
-            power_limit_w=g.power_limit_w,
-            power_default_limit_w=g.power_default_limit_w,
-        )
-
-    # Row 5: driver recovery action (NVML field 230; DCGM MonitorGpuRecoveryAction).
-    if g.recovery_action is not None:
-        name, sev, act = recovery_action(g.recovery_action)
-        status = {Severity.IGNORE: H, Severity.WARNING: D, Severity.FATAL: U}[sev]
-        add(
-            "recovery_action",
-            status,
-            act,
-            f"GPU {i} driver recovery action {name}",
-            f"recovery_action:{name}"
-            if status is U and act in (Action.RESET_GPU, Action.REBOOT)
-            else None,
-            value=g.recovery_action,
-        )
-
-    # Row 8: remapped rows (gpud, DCGM, AzNHC). pending -> reset activates the remap;
-    # failure -> RMA criterion (NVIDIA memory error management doc).
-    if g.remapped_rows_failure:
-        add(
-            "remapped_rows",
-            U,
-            Action.REPLACE,
-            f"GPU {i} row remapping failed (RMA)",
-            pending=g.remapped_rows_pending,
-            failure=True,
-            uncorrectable=g.remapped_rows_uncorrected,
-        )
-    elif g.remapped_rows_pending:
-        add(
-            "remapped_rows",
-            U,
-            Action.RESET_GPU,
-            f"GPU {i} has a row remap pending: reset to activate",
-            "remapped_rows_pending",
-            pending=True,
-            failure=False,
-            uncorrectable=g.remapped_rows_uncorrected,
-        )
-    elif (g.remapped_rows_uncorrected or 0) >= REMAP_UNCORRECTABLE_LIMIT:
-        add(
-            "remapped_rows",
-            D,
-            Action.NONE,
-            f"GPU {i} has {g.remapped_rows_uncorrected} rows remapped for uncorrectable errors",
-            uncorrectable=g.remapped_rows_uncorrected,
-        )
-    elif g.remapped_rows_pending is not None:
-        add(
-            "remapped_rows",
-            H,
-            Action.NONE,
-            f"GPU {i} row remapping ok",
-            corrected=g.remapped_rows_corrected,
-            uncorrectable=g.remapped_rows_uncorrected,
-        )
-
-    # Row 9: retired pages, pre-Ampere (DCGM DCGM_LIMIT_MAX_RETIRED_PAGES; pending -> WARN).
-    if g.retired_pages_sbe is not None or g.retired_pages_dbe is not None:
-        total = (g.retired_pages_sbe or 0) + (g.retired_pages_dbe or 0)
-        ev = {
-            "sbe": g.retired_pages_sbe,
-            "dbe": g.retired_pages_dbe,
-            "pending": g.retired_pages_pending,
-        }
-        if total >= RETIRED_PAGES_LIMIT:
-            add(
-                "retired_pages",
-                U,
-                Action.REPLACE,
-                f"GPU {i} has {total} retired pages (limit {RETIRED_PAGES_LIMIT})",
-                **ev,
-            )
-        elif g.retired_pages_pending:
-            add("retired_pages", D, Action.REBOOT, f"GPU {i} has a page retirement pending", **ev)
-        else:
-            add("retired_pages", H, Action.NONE, f"GPU {i} {total} retired pages", **ev)
-
-    # Row 6: volatile uncorrectable ECC (DCGM MonitorMemVolatileDbes > 0 -> FAIL). When the
-    # driver says no recovery is needed and no remap is pending, the error was contained:
-    # degraded (watch), per gpu-health.md's recommendation.
-    if g.ecc_uncorrected_volatile:
-        contained = g.recovery_action == 0 and not g.remapped_rows_pending
-        if contained:
-            add(
-                "ecc",
-                D,
-                Action.NONE,
-                f"GPU {i} {g.ecc_uncorrected_volatile} uncorrectable ECC errors (contained)",
-                uncorrected_volatile=g.ecc_uncorrected_volatile,
-                corrected_volatile=g.ecc_corrected_volatile,
-            )
-        else:
-            add(
-                "ecc",
-                U,
-                Action.RESET_GPU,
-                f"GPU {i} {g.ecc_uncorrected_volatile} uncorrectable ECC errors this boot",
-                "ecc_uncorrected",
-                uncorrected_volatile=g.ecc_uncorrected_volatile,
-                corrected_volatile=g.ecc_corrected_volatile,
-            )
-    elif (g.ecc_corrected_volatile or 0) > ECC_CORRECTED_LIMIT:
-        add(
-            "ecc",
-            D,
-            Action.NONE,
-            f"GPU {i} {g.ecc_corrected_volatile} correctable ECC errors (AzNHC limit 20M)",
-            corrected_volatile=g.ecc_corrected_volatile,
-        )
-    elif g.ecc_uncorrected_volatile is not None:
-        add(
-            "ecc",
-            H,
-            Action.NONE,
-            f"GPU {i} no uncorrectable ECC errors",
-            uncorrected_volatile=0,
-            corrected_volatile=g.ecc_corrected_volatile,
-        )
-
-    # Row 20: ECC mode. Off on a datacenter GPU, or a pending change -> degraded.
-    if g.ecc_mode_current is not None:
-        if not g.ecc_mode_current:
-            add(
-                "ecc_mode",
-                D,
-                Action.NONE,
-                f"GPU {i} ECC is disabled",
-                current=False,
-                pending=g.ecc_mode_pending,
-            )
-        elif g.ecc_mode_pending is not None and g.ecc_mode_pending != g.ecc_mode_current:
-            add(
-                "ecc_mode",
-                D,
-                Action.REBOOT,
-                f"GPU {i} ECC mode change pending a reboot",
-                current=g.ecc_mode_current,
-                pending=g.ecc_mode_pending,
-            )
-
-    # Row 10: clock event reasons; HW slowdown sustained >= 6 of 10 samples -> unhealthy (gpud).
-    if g.clock_event_reasons is not None:
-        bits = [name for bit, name in HW_SLOWDOWN_BITS.items() if g.clock_event_reasons & bit]
-        if bits:
-            recent = [*slowdown_history[-(HW_SLOWDOWN_WINDOW - 1) :], True]
-            if sum(recent) >= HW_SLOWDOWN_UNHEALTHY:
-                add(
-                    "clock_events",
-                    U,
-                    Action.REPLACE,
-                    f"GPU {i} sustained hardware slowdown ({sum(recent)} of last {len(recent)} runs)",
-                    reasons=bits,
-                    mask=g.clock_event_reasons,
-                )
-            else:
-                add(
-                    "clock_events",
-                    D,
-                    Action.NONE,
-                    f"GPU {i} hardware slowdown: {', '.join(bits)}",
-                    reasons=bits,
-                    mask=g.clock_event_reasons,
-                )
-
-    # Row 13: PCIe link width (not gen: gen drops at idle for power saving).
-    if (
-        g.pcie_link_width is not None
-        and g.pcie_link_width_max is not None
-        and g.pcie_link_width < g.pcie_link_width_max
-    ):
-        add(
-            "pcie_link",
-            D,
-            Action.NONE,
-            f"GPU {i} PCIe link x{g.pcie_link_width} of x{g.pcie_link_width_max}",
-            width=g.pcie_link_width,
-            width_max=g.pcie_link_width_max,
-        )
-
-    # Row 14: PCIe replay rate (DCGM MonitorPcie): replays/min > ceil(per-lane limit x lanes).
-    rate = _rate_per_s(g.pcie_replay_count, baselines.get("pcie_replay"), now_s, boot_id)
-    if rate is not None and g.pcie_link_gen_max:
-        lanes = g.pcie_link_width or g.pcie_link_width_max or 16
-        limit_per_min = math.ceil(
-            PCIE_REPLAY_PER_LANE_PER_MIN.get(g.pcie_link_gen_max, 1.92) * lanes
-        )
-        if rate * 60 > limit_per_min:
-            add(
-                "pcie_replay",
-                D,
-                Action.NONE,
-                f"GPU {i} PCIe replays {rate * 60:.1f}/min above {limit_per_min}/min",
-                replays_per_min=round(rate * 60, 3),
-                limit_per_min=limit_per_min,
-            )
-
-    # Rows 15-16: NVLink state (DCGM: any link down -> FAIL) and error counters
-    # (DCGM MonitorNVLink4Fields: replay/recovery delta >= 1 -> FAIL, CRC delta -> WARN,
-    # CRC >= 100/s -> FAIL).
-    if g.nvlink_active is not None:
-        down = [n for n, up in enumerate(g.nvlink_active) if not up]
-        if down:
-            add(
-                "nvlink",
-                U,
-                Action.REBOOT,
-                f"GPU {i} NVLink links down: {down}",
-                "nvlink_down",
-                links_down=down,
-                links=len(g.nvlink_active),
-            )
-        if g.nvlink_errors is not None:
-            deltas = {
-                k: _delta(v, baselines.get(f"nvlink_{k}"), boot_id)
-                for k, v in g.nvlink_errors.items()
-            }
-            crc_rate = sum(
-                r
-                for r in (
-                    _rate_per_s(
-                        g.nvlink_errors.get(k), baselines.get(f"nvlink_{k}"), now_s, boot_id
-                    )
-                    for k in ("crc_flit", "crc_data")
-                )
-                if r is not None
-            )
-            hard = {k: d for k, d in deltas.items() if k in ("replay", "recovery") and d}
-            crc = sum(d for k, d in deltas.items() if k.startswith("crc") and d)
-            if hard or crc_rate >= NVLINK_CRC_PER_S_LIMIT:
-                add(
-                    "nvlink_errors",
-                    U,
-                    Action.RESET_GPU,
-                    f"GPU {i} new NVLink errors: {hard or {'crc_per_s': crc_rate}}",
-                    "nvlink_errors",
-                    deltas=deltas,
-                    crc_per_s=round(crc_rate, 3),
-                )
-            elif crc:
-                add(
-                    "nvlink_errors",
-                    D,
-                    Action.NONE,
-                    f"GPU {i} {crc} new NVLink CRC errors",
-                    deltas=deltas,
-                )
-        if not down:
-            add(
-                "nvlink",
-                H,
-                Action.NONE,
-                f"GPU {i} {len(g.nvlink_active)} NVLink links up",
-                links=len(g.nvlink_active),
-            )
-
-    # Row 18: persistence mode (DCGM diag L1).
-    if g.persistence_mode is False:
-        add(
-            "persistence_mode",
-            D,
-            Action.NONE,
-            f"GPU {i} persistence mode disabled (enable nvidia-persistenced)",
-        )
-    # Row 19: InfoROM (DCGM INFOROM watch -> WARN).
-    if g.inforom_valid is False:
-        add("inforom", D, Action.NONE, f"GPU {i} InfoROM is corrupted")
-    return out
+    b = Baselines(baselines, slowdown_history, now_s, boot_id)
+    if g.lost or g.reset_required:
+        return GPU_LOST.evaluate(g, b)
+    return [check for component in components for check in component.evaluate(g, b)]
 
 
 def xid_checks(events: Sequence[XidEvent], bdf_to_index: Mapping[str, int]) -> list[Check]:
@@ -644,7 +877,7 @@ def xid_checks(events: Sequence[XidEvent], bdf_to_index: Mapping[str, int]) -> l
     out: list[Check] = []
     for (kind, code, bdf), evs in list(groups.items())[:128]:
         info = max((e.info for e in evs), key=lambda x: (x.severity.rank, x.action.rank))
-        status = {Severity.IGNORE: H, Severity.WARNING: D, Severity.FATAL: U}[info.severity]
+        status = _BY_SEVERITY[info.severity]
         action = Action.NONE if info.severity is Severity.IGNORE else info.action
         count = sum(e.count for e in evs)
         label = "SXid" if kind == "sxid" else "XID"

@@ -19,6 +19,7 @@ import argparse
 import json
 import logging
 import sys
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -304,7 +305,8 @@ def _report_fleet_rejection(snap) -> str | None:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    """`navarch status`: pools and nodes as a table or --json."""
+    """`navarch status`: counts per pool and lifecycle, then the nodes that are not healthy
+    (every node with --all), or --json (every node)."""
     from navarch.durations import format_duration_s
     from navarch.reconcile.run import clock, gather
 
@@ -317,8 +319,12 @@ def cmd_status(args: argparse.Namespace) -> int:
         return EXIT_OK
     rows = [("POOL", "NODE", "INSTANCE", "ZONE", "TYPE", "LIFECYCLE", "HEALTH", "SCORE",
              "REPORT AGE", "REASON")]
+    hidden = 0
     for p in doc["pools"]:
         for n in p["nodes"]:
+            if not args.all and n["lifecycle"] == "healthy":
+                hidden += 1
+                continue
             age = format_duration_s(n["report_age_s"]) if n["report_age_s"] is not None else "-"
             health, score = n["health"] or "-", n["health_score"]
             score_text = "-" if score is None else str(score)
@@ -332,11 +338,17 @@ def cmd_status(args: argparse.Namespace) -> int:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     print(f"Fleet {doc['fleet']} (state serial {doc['state_serial']}, store {doc['store']})")
     for p in doc["pools"]:
-        print(f"  pool {p['pool']}: {len(p['nodes'])} node(s); min {p['min']}, "
-              f"target {p['target']}, max {p['max']}")
+        counts = Counter(n["lifecycle"] for n in p["nodes"])
+        by_state = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+        print(f"  pool {p['pool']}: {len(p['nodes'])} node(s) ({by_state or 'none'}); "
+              f"min {p['min']}, target {p['target']}, max {p['max']}")
     print()
-    for r in rows:
-        print("  ".join(c.ljust(w) for c, w in zip(r[:-1], widths, strict=True)) + "  " + r[-1])
+    if len(rows) > 1:
+        for r in rows:
+            print("  ".join(c.ljust(w) for c, w in zip(r[:-1], widths, strict=True)) + "  " + r[-1])
+    if hidden:
+        print(f"{'' if len(rows) == 1 else chr(10)}{hidden} healthy node(s) not listed "
+              "(navarch status --all lists every node)")
     if doc["rejections"]:
         print("\nRejected reports (all time): " +
               ", ".join(f"{k}={v}" for k, v in sorted(doc["rejections"].items())))
@@ -514,6 +526,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("status", help="pools and nodes with lifecycle, health, report age")
     s.add_argument("fleet")
     s.add_argument("--json", action="store_true")
+    s.add_argument("--all", action="store_true", help="list healthy nodes too")
     s.set_defaults(func=cmd_status)
 
     s = sub.add_parser("force-unlock", help="remove a stuck lock (give the id it reports)")

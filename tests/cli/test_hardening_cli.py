@@ -48,7 +48,7 @@ def test_16_5_node_clock_lagging_11_minutes_is_not_cordoned(navarch):
     assert node["lifecycle"] == "healthy"
     assert "clock skew: node clock 11m" in node["reason"] and "behind" in node["reason"]
     assert -700 < node["clock_skew_s"] < -600
-    assert "clock skew" in navarch.ok("status", "fleet.yaml").out
+    assert "clock skew" in navarch.ok("status", "fleet.yaml", "--all").out
 
 
 def test_16_5_node_clock_10_minutes_ahead_is_not_rejected_as_future(navarch):
@@ -186,7 +186,7 @@ def test_16_13_status_shows_zone_and_type_and_never_offline_as_healthy(navarch):
     navarch.ok("local", "inject", "fleet.yaml", "demo-train-0002", "--silent")
     later = {"NAVARCH_NOW": _at(11)}
     navarch.ok("local", "tick", "fleet.yaml", env=later)
-    out = navarch.ok("status", "fleet.yaml", env=later).out
+    out = navarch.ok("status", "fleet.yaml", "--all", env=later).out
     header = next(line for line in out.splitlines() if line.lstrip().startswith("POOL"))
     assert header.split()[:5] == ["POOL", "NODE", "INSTANCE", "ZONE", "TYPE"]
     row = next(line for line in out.splitlines() if "demo-train-0002" in line)

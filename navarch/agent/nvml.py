@@ -213,6 +213,13 @@ class NvmlGpuBackend:
         )
 
     def _read_values(self, r: _Reader, h: Any, out: dict[str, Any]) -> None:
+        """Every reading of one GPU into out, in a fixed call order (the order in which
+        not-supported and unreadable metrics are listed)."""
+        self._read_thermal_power_use(r, h, out)
+        self._read_memory_errors(r, h, out)
+        self._read_clocks_and_links(r, h, out)
+
+    def _read_thermal_power_use(self, r: _Reader, h: Any, out: dict[str, Any]) -> None:
         N = self.N
         out["temperature_c"] = _f(
             r.get("temperature_c", N.nvmlDeviceGetTemperature, h, N.NVML_TEMPERATURE_GPU)
@@ -238,6 +245,9 @@ class NvmlGpuBackend:
         procs = r.get("process_count", N.nvmlDeviceGetComputeRunningProcesses, h)
         if procs is not None:
             out["process_count"] = len(procs)
+
+    def _read_memory_errors(self, r: _Reader, h: Any, out: dict[str, Any]) -> None:
+        N = self.N
         out["ecc_uncorrected_volatile"] = _i(
             r.get(
                 "ecc_uncorrected_volatile",
@@ -285,6 +295,9 @@ class NvmlGpuBackend:
             out["retired_pages_pending"] = None if pend is None else bool(pend)
         ra = r.field("recovery_action", h, N.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION)
         out["recovery_action"] = None if ra is None else int(ra)
+
+    def _read_clocks_and_links(self, r: _Reader, h: Any, out: dict[str, Any]) -> None:
+        N = self.N
         reasons_fn = getattr(N, "nvmlDeviceGetCurrentClocksEventReasons", None)
         reasons = r.get("clock_event_reasons", reasons_fn, h) if reasons_fn else None
         if reasons is None and "clock_event_reasons" in r.not_supported:

@@ -61,7 +61,7 @@ from navarch.errors import (
     TransientError,
 )
 from navarch.inventory import TAG_FLEET, TAG_LAUNCH, Instance, InstanceState
-from navarch.providers.base import ProvisionRequest
+from navarch.providers.base import ProvisionRequest, ensure_owned
 
 __all__ = [
     "AUTH_CODES",
@@ -514,13 +514,7 @@ class AwsProvider:
         ProviderError, before any call) an instance not tagged navarch-fleet=<fleet>
         (DESIGN.md safety rule 1). Raises the mapped errors.
         """
-        foreign = [i.instance_id for i in instances if i.fleet != self.fleet]
-        if foreign:
-            raise ProviderError(
-                f"refusing to terminate instances not tagged {TAG_FLEET}={self.fleet}: "
-                + ", ".join(sorted(foreign)),
-                code="ForeignInstance",
-            )
+        ensure_owned(instances, self.fleet, "terminate")
         by_region: dict[str, list[str]] = {}
         for inst in instances:
             by_region.setdefault(region_of(inst.zone), []).append(inst.instance_id)
@@ -538,13 +532,7 @@ class AwsProvider:
         navarch-fleet=<fleet> (DESIGN.md safety rule 1). Raises the mapped errors; an
         instance already gone is ProviderError (InvalidInstanceID.NotFound).
         """
-        foreign = [i.instance_id for i in instances if i.fleet != self.fleet]
-        if foreign:
-            raise ProviderError(
-                f"refusing to reboot instances not tagged {TAG_FLEET}={self.fleet}: "
-                + ", ".join(sorted(foreign)),
-                code="ForeignInstance",
-            )
+        ensure_owned(instances, self.fleet, "reboot")
         by_region: dict[str, set[str]] = {}
         for inst in instances:
             by_region.setdefault(region_of(inst.zone), set()).add(inst.instance_id)
@@ -564,9 +552,7 @@ class AwsProvider:
         mapped errors (EC2 CreateTags; the reconciler's IAM policy allows it on the
         fleet's tag only, docs/aws.md).
         """
-        if instance.fleet != self.fleet:
-            raise ProviderError(f"refusing to tag {instance.instance_id}: not tagged "
-                                f"{TAG_FLEET}={self.fleet}", code="ForeignInstance")
+        ensure_owned([instance], self.fleet, "tag")
         region = region_of(instance.zone)
         try:
             self.client(region).create_tags(

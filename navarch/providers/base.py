@@ -26,7 +26,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from navarch.inventory import Instance
+from navarch.errors import ProviderError
+from navarch.inventory import TAG_FLEET, Instance
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,18 @@ class ProvisionRequest:
     user_data: str = ""
     options: Mapping[str, object] = field(default_factory=dict)
     known_absent: bool = False
+
+
+def ensure_owned(instances: Sequence[Instance], fleet: str, verb: str) -> None:
+    """Safety rule 1 at the provider boundary: raise ProviderError (code ForeignInstance),
+    before any cloud call, when an instance lacks navarch-fleet=<fleet>. verb names the
+    refused operation ("terminate", "reboot", "tag") in the message."""
+    foreign = sorted(i.instance_id for i in instances if i.fleet != fleet)
+    if foreign:
+        raise ProviderError(
+            f"refusing to {verb} instances not tagged {TAG_FLEET}={fleet}: " + ", ".join(foreign),
+            code="ForeignInstance",
+        )
 
 
 class Provider(Protocol):

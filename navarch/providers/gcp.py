@@ -45,7 +45,7 @@ from navarch.errors import (
     TransientError,
 )
 from navarch.inventory import TAG_FLEET, Instance, InstanceState
-from navarch.providers.base import ProvisionRequest
+from navarch.providers.base import ProvisionRequest, ensure_owned
 
 __all__ = [
     "CAPACITY_CODES",
@@ -550,12 +550,7 @@ class GcpProvider:
         an instance without this fleet's navarch-fleet label (safety rule 1).
         Raises AuthError, TransientError.
         """
-        for inst in instances:
-            if inst.fleet != self.fleet:
-                raise ProviderError(
-                    f"refusing to terminate {inst.instance_id} in {inst.zone}: "
-                    f"not labelled {TAG_FLEET}={self.fleet}"
-                )
+        ensure_owned(instances, self.fleet, "terminate")
         pending: list[tuple[compute_v1.Operation, str]] = []
         for inst in instances:
             try:
@@ -592,12 +587,7 @@ class GcpProvider:
         fleet's label (safety rule 1). Raises the mapped errors; a gone instance is
         ConfigError/ProviderError as map_error says for notFound.
         """
-        for inst in instances:
-            if inst.fleet != self.fleet:
-                raise ProviderError(
-                    f"refusing to reset {inst.instance_id} in {inst.zone}: "
-                    f"not labelled {TAG_FLEET}={self.fleet}"
-                )
+        ensure_owned(instances, self.fleet, "reset")
         pending: list[tuple[compute_v1.Operation, str]] = []
         for inst in instances:
             try:
@@ -617,9 +607,7 @@ class GcpProvider:
         """instances.setLabels on one instance: its current labels with these set, guarded
         by the label fingerprint just read (Compute Engine's optimistic concurrency).
         Refuses an instance without this fleet's label; raises the mapped errors."""
-        if instance.fleet != self.fleet:
-            raise ProviderError(f"refusing to label {instance.instance_id}: not labelled "
-                                f"{TAG_FLEET}={self.fleet}")
+        ensure_owned([instance], self.fleet, "label")
         try:
             current = self.instances_client.get(
                 project=self.settings.project, zone=instance.zone, instance=instance.instance_id,

@@ -43,7 +43,7 @@ from navarch.errors import (
     TransientError,
 )
 from navarch.inventory import TAG_FLEET, Instance, InstanceState
-from navarch.providers.base import ProvisionRequest
+from navarch.providers.base import ProvisionRequest, ensure_owned
 
 __all__ = ["LambdaApiError", "LambdaProvider", "LambdaSettings", "create", "map_error"]
 
@@ -390,12 +390,7 @@ class LambdaProvider:
         Refuses (ProviderError) an instance not tagged with this fleet (safety rule 1).
         Raises AuthError, TransientError.
         """
-        for inst in instances:
-            if inst.fleet != self.fleet:
-                raise ProviderError(
-                    f"refusing to terminate Lambda instance {inst.instance_id}: "
-                    f"not tagged {TAG_FLEET}={self.fleet}"
-                )
+        ensure_owned(instances, self.fleet, "terminate")
         ids = [i.instance_id for i in instances]
         if not ids:
             return
@@ -420,12 +415,7 @@ class LambdaProvider:
         (safety rule 1). Raises the mapped errors (an id already gone is ConfigError with
         code global/object-does-not-exist), AuthError, TransientError.
         """
-        for inst in instances:
-            if inst.fleet != self.fleet:
-                raise ProviderError(
-                    f"refusing to restart Lambda instance {inst.instance_id}: "
-                    f"not tagged {TAG_FLEET}={self.fleet}"
-                )
+        ensure_owned(instances, self.fleet, "restart")
         ids = sorted({i.instance_id for i in instances})
         if ids:
             self._call("POST", "/instance-operations/restart", json={"instance_ids": ids},

@@ -83,8 +83,8 @@ BACKOFF_MAX_S = 3600
 #: per-project write quota is a few hundred per minute; Lambda Cloud allows one launch per
 #: 12 s. botocore's and google-api-core's own retries back off when throttled.
 DEFAULT_MAX_PARALLEL = {"aws": 8, "gcp": 8, "lambda": 1, "local": 4}
-#: Actions whose effect no later run can observe (a scheduler's cordon/drain state): Memory
-#: is journaled at once after each.
+#: Actions whose effect no later run can observe when they run a scheduler playbook (a
+#: node's cordon/drain state in Slurm or Kubernetes): Memory is journaled at once after each.
 UNOBSERVABLE = frozenset({ActionKind.CORDON, ActionKind.DRAIN, ActionKind.UNCORDON})
 
 Update = Callable[[Memory], Memory]
@@ -269,7 +269,8 @@ class Executor:
                     since_write += 1
                 due = dirty and (since_write >= batch
                                  or time.monotonic() - last_write >= self.policy.every_s
-                                 or (action is not None and action.kind in UNOBSERVABLE))
+                                 or (action is not None and outcome.ok
+                                     and self._unobservable(action)))
                 if due and not self._stop.is_set():
                     memory = self._flush(memory)
                     dirty, since_write, last_write = 0, 0, time.monotonic()
@@ -314,6 +315,19 @@ class Executor:
         except NavarchError as exc:
             self.audit_error = f"audit log chunk not written to {self.audit.prefix}*: {exc}"
         return memory
+
+    def _unobservable(self, a: Action) -> bool:
+        """True when the action ran a scheduler playbook: a change (cordon, drain,
+        uncordon in Slurm or Kubernetes) no later run can see, so it is journaled at once.
+        With scheduler none the change lives only in Memory and a lost record only means
+        the next run plans it again."""
+        if a.kind not in UNOBSERVABLE:
+            return False
+        try:
+            pool = self.spec.pool(a.pool)
+        except KeyError:
+            return True
+        return pool.scheduler != "none" or a.kind.value in pool.playbooks
 
     def _record(self, action: Action, outcome: Outcome) -> None:
         self.audit.append({

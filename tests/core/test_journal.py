@@ -165,7 +165,9 @@ def test_16_1_sigkill_after_cordon_keeps_it_and_launches_nothing_twice(tmp_path)
     assert navarch(tmp_path, "local", "tick", "fleet.yaml").returncode == 0
     before = json.loads(state_path(tmp_path).read_text())["serial"]
 
-    held = HeldApply(tmp_path, "after-cordon")  # holds in the replacement's launch
+    # The child holds inside the replacement's launch until the state records the cordon
+    # (scheduler none: journaled by the JournalPolicy.every_s timer, 10 s), then is killed.
+    held = HeldApply(tmp_path, "after-cordon")
     held.wait_holding()
     held.kill()
     doc = json.loads(state_path(tmp_path).read_text())
@@ -250,3 +252,58 @@ def test_journal_writes_state_during_the_run(tmp_path, every):
     run_apply(fleet, command="apply (test)", policy=JournalPolicy(every_actions=every))
     writes = [k for k, _ in store.puts if k == f"state/{FLEET}.json"]
     assert len(writes) >= 6 // every
+
+
+class RecordingPlaybooks:
+    """A PlaybookRunner that records (kind, node, journal writes so far) in call order."""
+
+    def __init__(self, journal_writes: list[int]) -> None:
+        self.calls: list[tuple[str, str, int]] = []
+        self.writes = journal_writes
+        self.mutex = threading.Lock()
+
+    def run(self, pool, kind, node, address, reason):
+        with self.mutex:
+            self.calls.append((kind, node, len(self.writes)))
+        return True, f"{kind} ok"
+
+
+def test_playbook_cordons_are_journaled_at_once_and_drain_follows_cordon(tmp_path):
+    from datetime import UTC, datetime
+
+    from navarch.planner.model import Action, ActionKind, Memory, NodeMemory, Plan
+    from navarch.reconcile.executor import Executor
+    from navarch.reconcile.state import AuditLog
+    from navarch.stores.file import FileStore
+
+    path = write_fleet(tmp_path, target=6, max_parallel=4)
+    text = path.read_text().replace("scheduler: none", "scheduler: slurm")
+    path.write_text(text)
+    spec = load_fleet(path)
+    now = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
+    nodes = [f"jt-train-{i:04d}" for i in range(1, 7)]
+    memory = Memory(fleet=FLEET)
+    for n in nodes:
+        memory = memory.with_node(NodeMemory(node=n, pool="train", instance_id=f"i-{n}",
+                                             first_seen_at=now))
+    actions = tuple(Action(kind, "train", n, "test")
+                    for n in nodes for kind in (ActionKind.CORDON, ActionKind.DRAIN))
+    writes: list[int] = []
+
+    def journal(m: Memory) -> Memory:
+        writes.append(sum(n.phase is not Phase.NONE for n in m.nodes))
+        return m
+
+    playbooks = RecordingPlaybooks(writes)
+    store = FileStore(tmp_path / "store")
+    executor = Executor(spec, {}, AuditLog(store, FLEET, "run-1", now), instances={},
+                        inventory=(), clock=lambda: now, run_id="run-1", playbooks=playbooks,
+                        journal=journal)
+    memory, outcomes = executor.execute(Plan(FLEET, now, actions), memory)
+    assert all(o.ok for o in outcomes) and len(outcomes) == 12
+    assert {memory.node(n).phase for n in nodes} == {Phase.DRAINING}
+    for n in nodes:
+        kinds = [k for k, node, _ in playbooks.calls if node == n]
+        assert kinds == ["cordon", "drain"]
+    # A write after each playbook action (12), each seeing at least as much as the last.
+    assert len(writes) >= 12 and writes == sorted(writes)

@@ -1,0 +1,235 @@
+"""Benchmark: plan, apply and status on the embedded local provider, per fleet size.
+
+    python bench/scale.py [--sizes 1000,10000,100000]
+
+For each size N (pools of 1,000 nodes: 1 pool at 1,000, 10 at 10,000, 100 at 100,000), in
+a fresh directory, each step in a fresh child process (wall time around the work, after
+imports; peak RSS of the child):
+
+1. `navarch apply FLEET --auto-approve`  0 -> N nodes (N local machines, Memory, audit)
+2. (not measured) one signed healthy report per node written into the store, built from
+   one real agent report (fake GPUs) re-signed per node
+3. `navarch plan FLEET --detailed-exitcode`  no-op plan: every report fetched and verified
+4. `navarch status FLEET`
+5. floor: the I/O a plan cannot avoid, with navarch's own primitives: list the machines
+   (LocalProvider.list_instances), list health/<fleet>/, read every report and verify it
+   (navarch.reconcile.reports.verify_report: size, parse, schema, signature, sequence)
+
+Prints one line per step and size, with the ratio to the 1,000-node figure and (plan) to
+the floor; last line:
+`plan_ratio_10k=... apply_ratio_10k=... status_ratio_10k=... plan_vs_floor_10k=...
+plan_vs_floor_100k=... rss_mb_100k=...` (n/a for sizes not run; rss_mb_100k is the
+largest peak RSS of the 100,000-node steps).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+FLEET = "scale"
+SECRET = "bench-secret-0123456789abcdef0123"
+NODES_PER_POOL = 1000
+GPUS = 8
+
+
+def write_fleet(directory: Path, nodes: int) -> Path:
+    """fleet.yaml: pools of NODES_PER_POOL nodes on one local provider (yaml library)."""
+    import yaml
+
+    (directory / "fleet.secret").write_text(SECRET + "\n")
+    pools = max(1, nodes // NODES_PER_POOL)
+    per_pool, extra = divmod(nodes, pools)
+    doc = {
+        "fleet": FLEET,
+        "store": "file://store",
+        "secret": {"file": "fleet.secret"},
+        "providers": {"sim": {"type": "local", "dir": "local"}},
+        "pools": {
+            f"p{i:03d}": {
+                "provider": "sim",
+                "instance_types": ["sim-h100x8"],
+                "gpus_per_node": GPUS,
+                "region": "sim-1",
+                "zones": ["sim-1a"],
+                "nodes": {"min": 0, "target": per_pool + (i < extra),
+                          "max": per_pool + (i < extra)},
+                "health": {"boot_timeout": "1h"},
+            }
+            for i in range(pools)
+        },
+    }
+    path = directory / "fleet.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def write_reports(directory: Path) -> int:
+    """One signed healthy report per fleet machine, into the fleet's file store."""
+    from navarch.agent import AgentConfig, run_once
+    from navarch.signing import derive_node_key, sign
+    from navarch.stores.file import FileStore
+
+    config = AgentConfig(
+        fleet=FLEET, pool="template", node=f"{FLEET}-template-0000", instance_id="i-0",
+        store=f"file://{directory}/unused", key="00" * 32, gpus_per_node=GPUS,
+        state_file=str(directory / "agent.json"), kernel_log=str(directory / "kern.log"),
+        fake_gpu=True, gpu_count=GPUS, boot_id="boot-template", metadata="none",
+    )
+    with contextlib.redirect_stderr(io.StringIO()):
+        template = run_once(config, to_stdout=True)
+    template.pop("signature", None)
+    store = FileStore(directory / "store")
+    count = 0
+    for d in (directory / "local" / FLEET / "machines").iterdir():
+        m = json.loads((d / "machine.json").read_text())
+        tags = m["tags"]
+        node, pool = tags["navarch-node"], tags["navarch-pool"]
+        body = dict(template, pool=pool, node=node, instance_id=m["instance_id"],
+                    boot_id=m["boot_id"])
+        key = derive_node_key(SECRET.encode(), FLEET, node)
+        store.put(f"health/{FLEET}/{pool}/{node}.json",
+                  json.dumps(sign(body, key), sort_keys=True).encode())
+        count += 1
+    return count
+
+
+def floor(fleet_file: str) -> int:
+    """List the machines, list the reports, read and verify every one -> reports accepted."""
+    from datetime import UTC, datetime
+
+    from navarch.providers import open_provider
+    from navarch.reconcile.reports import _stored_at, verify_report
+    from navarch.spec import load_fleet
+    from navarch.stores import open_store
+
+    spec = load_fleet(fleet_file)
+    store = open_store(spec.store_url, base_dir=spec.base_dir)
+    provider = open_provider("sim", spec.providers["sim"], base_dir=spec.base_dir,
+                             fleet=spec.name)
+    instances = provider.list_instances(spec.name)
+    infos = store.list(f"health/{spec.name}/")
+    blobs = store.get_many(i.key for i in infos)
+    secret = spec.fleet_secret()
+    now = datetime.now(UTC)
+    ok = 0
+    for info in infos:
+        _, _, pool, name = info.key.split("/")
+        verify_report(blobs[info.key].data, fleet=spec.name, pool=pool, node=name[:-5],
+                      fleet_secret=secret, last_sequence=-1, now=now,
+                      stored_at=_stored_at(info))
+        ok += 1
+    assert ok == len(instances), (ok, len(instances))
+    return ok
+
+
+def child(kind: str, fleet_file: str, out: str) -> None:
+    """Run one measured step in this (fresh) process; write its figures to `out`."""
+    from navarch import cli  # imported before the clock starts
+    from navarch.reconcile import run  # noqa: F401
+
+    sink = io.StringIO()
+    start = time.perf_counter()
+    with contextlib.redirect_stdout(sink):
+        if kind == "floor":
+            floor(fleet_file)
+            rc = 0
+        else:
+            argv = {"apply": ["apply", fleet_file, "--auto-approve"],
+                    "plan": ["plan", fleet_file, "--detailed-exitcode"],
+                    "status": ["status", fleet_file]}[kind]
+            rc = cli.main(argv)
+    wall_s = time.perf_counter() - start
+    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    Path(out).write_text(json.dumps({"rc": rc, "wall_s": wall_s, "rss_mb": rss_mb,
+                                     "tail": sink.getvalue()[-600:]}))
+
+
+def run_child(kind: str, fleet: Path) -> dict[str, Any]:
+    out = fleet.parent / f"{kind}.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NAVARCH_")}
+    env["PYTHONPATH"] = str(ROOT)
+    proc = subprocess.run([sys.executable, __file__, "--child", kind, "--fleet", str(fleet),
+                           "--out", str(out)], cwd=fleet.parent, env=env, capture_output=True,
+                          text=True)
+    if proc.returncode != 0 or not out.exists():
+        raise SystemExit(f"{kind} failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    result = json.loads(out.read_text())
+    expected = {"apply": 0, "plan": 0, "status": 0, "floor": 0}[kind]
+    if result["rc"] != expected:
+        raise SystemExit(f"{kind} exited {result['rc']}: {proc.stderr[-1500:]}\n{result['tail']}")
+    return result
+
+
+def measure(nodes: int) -> dict[str, dict[str, Any]]:
+    with tempfile.TemporaryDirectory(prefix=f"navarch-scale-{nodes}-") as tmp:
+        d = Path(tmp)
+        fleet = write_fleet(d, nodes)
+        results = {"apply": run_child("apply", fleet)}
+        start = time.perf_counter()
+        written = write_reports(d)
+        assert written == nodes, (written, nodes)
+        print(f"  [{nodes}] wrote {written} reports ({time.perf_counter() - start:.1f} s, "
+              "not measured)", flush=True)
+        for kind in ("plan", "status", "floor"):
+            results[kind] = run_child(kind, fleet)
+        return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="1000,10000,100000",
+                        help="comma-separated fleet sizes (nodes); the first is the 1x reference")
+    parser.add_argument("--child", choices=["apply", "plan", "status", "floor"],
+                        help=argparse.SUPPRESS)
+    parser.add_argument("--fleet", help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args.child, args.fleet, args.out)
+        return
+    sizes = [int(s) for s in args.sizes.split(",") if s]
+    print(f"navarch scale bench on the local provider; {os.cpu_count()} CPU cores")
+    figures: dict[int, dict[str, dict[str, Any]]] = {}
+    for n in sizes:
+        figures[n] = measure(n)
+        ref = figures.get(1000)
+        for kind in ("apply", "plan", "status", "floor"):
+            r = figures[n][kind]
+            ratio = f"{r['wall_s'] / ref[kind]['wall_s']:.1f}x of 1k" if ref else "n/a"
+            extra = ""
+            if kind == "plan":
+                extra = f", {r['wall_s'] / figures[n]['floor']['wall_s']:.2f}x the floor"
+            print(f"nodes={n:>6} {kind:6s} wall {r['wall_s']:8.2f} s  peak RSS "
+                  f"{r['rss_mb']:7.0f} MB  ({ratio}{extra})", flush=True)
+
+    def ratio(kind: str, n: int) -> str:
+        if n not in figures or 1000 not in figures:
+            return "n/a"
+        return f"{figures[n][kind]['wall_s'] / figures[1000][kind]['wall_s']:.2f}"
+
+    def vs_floor(n: int) -> str:
+        if n not in figures:
+            return "n/a"
+        return f"{figures[n]['plan']['wall_s'] / figures[n]['floor']['wall_s']:.2f}"
+
+    rss_100k = (f"{max(r['rss_mb'] for r in figures[100000].values()):.0f}"
+                if 100000 in figures else "n/a")
+    print(f"plan_ratio_10k={ratio('plan', 10000)} apply_ratio_10k={ratio('apply', 10000)} "
+          f"status_ratio_10k={ratio('status', 10000)} plan_vs_floor_10k={vs_floor(10000)} "
+          f"plan_vs_floor_100k={vs_floor(100000)} rss_mb_100k={rss_100k}")
+
+
+if __name__ == "__main__":
+    main()

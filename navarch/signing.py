@@ -12,12 +12,18 @@ so any JSON serialiser may write the report. JCS refuses what has no canonical f
 (lone surrogates, NaN/Infinity, integers beyond +-(2**53 - 1)): canonical_bytes raises
 ValueError for those, and such a report can be neither signed nor verified (issue 16
 item 4).
+
+Rollout: agents released before JCS signed Python's json.dumps(sort_keys=True,
+separators=(",", ":"), ensure_ascii=False) of the same body (legacy_canonical_bytes). The
+reconciler still accepts that form, so upgrading the reconciler first does not turn a
+fleet of older agents into bad signatures; new agents sign JCS only.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -40,6 +46,14 @@ def canonical_bytes(report: Mapping[str, Any]) -> bytes:
     """
     body = {k: v for k, v in report.items() if k != "signature"}
     return rfc8785.dumps(body)
+
+
+def legacy_canonical_bytes(report: Mapping[str, Any]) -> bytes:
+    """The form agents before RFC 8785 signed (see the module docstring, "Rollout").
+
+    Raises ValueError (UnicodeEncodeError) for a lone surrogate."""
+    body = {k: v for k, v in report.items() if k != "signature"}
+    return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 def mac(canonical: bytes, node_key: bytes) -> str:
@@ -67,10 +81,12 @@ def verify_canonical(canonical: bytes, signature: Any, node_key: bytes) -> bool:
 
 
 def verify(report: Mapping[str, Any], node_key: bytes) -> bool:
-    """True when the report carries a valid signature for node_key; False also when the
-    report has no canonical form."""
+    """True when the report carries a valid signature for node_key over its JCS form (or,
+    from an older agent, the legacy form); False also when it has no canonical form."""
     try:
         canonical = canonical_bytes(report)
     except (ValueError, RecursionError):
         return False
-    return verify_canonical(canonical, report.get("signature"), node_key)
+    signature = report.get("signature")
+    return (verify_canonical(canonical, signature, node_key)
+            or verify_canonical(legacy_canonical_bytes(report), signature, node_key))

@@ -204,3 +204,23 @@ def test_16_4_an_unchanged_rejected_object_stays_rejected_and_is_counted_once(tm
         assert reports[NODE].rejected == "malformed"
         memory = observe(spec, [inst], reports, memory, NOW).memory
     assert dict(memory.rejections) == {"malformed": 1}
+
+
+def test_16_4_reports_signed_by_older_agents_still_verify(tmp_path):
+    """An agent released before RFC 8785 signed json.dumps(sort_keys) of the body: the
+    reconciler upgraded first still accepts it (and a tampered one still fails)."""
+    import hashlib
+    import hmac
+
+    report = _report()  # holds a float (40.0), where the two forms differ
+    body = json.dumps(report, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    assert body.encode() != signing.canonical_bytes(report)
+    key = signing.derive_node_key(SECRET, "demo", NODE)
+    old = {**report, "signature": {"alg": "HMAC-SHA256", "value": hmac.new(
+        key, body.encode(), hashlib.sha256).hexdigest()}}
+    store = FileStore(tmp_path)
+    store.put(KEY, json.dumps(old).encode())
+    assert read_reports(store, "demo", Memory(fleet="demo"), SECRET, NOW)[NODE].rejected is None
+    store.put(KEY, json.dumps({**old, "health_score": 99}).encode())
+    rejected = read_reports(store, "demo", Memory(fleet="demo"), SECRET, NOW)[NODE].rejected
+    assert rejected == "bad_signature"

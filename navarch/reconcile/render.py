@@ -113,9 +113,39 @@ def render_text(plan: Plan, *, verbose: bool = False) -> str:
 
 
 def render_markdown(plan: Plan) -> str:
-    """The plan for a PR comment: a heading, the text plan in a diff block."""
-    body = render_text(plan)
-    return f"### navarch plan: fleet `{plan.fleet}`\n\n```diff\n{body}```\n"
+    """The plan for a pull-request comment (templates/plan.md.j2): the summary line first
+    (the same line as the text plan's, or "No changes..."), a warning block (GitHub's
+    `> [!WARNING]` alert) listing every halt when safety rules held something back, then a
+    collapsible <details> section per pool with its actions and their reasons (open when
+    the pool has a halt), then notes and pending lines. Raises jinja2.UndefinedError on a
+    template bug."""
+    import jinja2
+
+    from navarch.resources import data_dir
+
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(data_dir("templates"))),
+                             undefined=jinja2.StrictUndefined, trim_blocks=True,
+                             lstrip_blocks=True, keep_trailing_newline=True)
+    pools: dict[str, list[Action]] = {}
+    for a in plan.actions:
+        pools.setdefault(a.pool, []).append(a)
+    halted = {h.pool for h in plan.halts}
+    sections = []
+    for name, actions in pools.items():
+        counts = Counter(a.kind.value for a in actions)
+        sections.append({
+            "name": name, "open": name in halted,
+            "summary": ", ".join(f"{n} to {k.replace('_', ' ')}" for k, n in counts.items()),
+            "actions": [{"symbol": _SYMBOL.get(a.kind, "~"), "headline": _headline(a),
+                         "reason": a.reason} for a in actions],
+        })
+    if plan.actions:
+        summary = summary_line(plan)
+    else:
+        summary = NO_CHANGES if plan.converged else NOT_CONVERGED
+    return env.get_template("plan.md.j2").render(
+        fleet=plan.fleet, summary=summary, halts=plan.halts, pools=sections,
+        notes=plan.notes, pending=plan.pending)
 
 
 def _place_json(p: Place) -> dict[str, Any]:

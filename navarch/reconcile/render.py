@@ -142,7 +142,7 @@ def render_markdown(plan: Plan) -> str:
     if plan.actions:
         summary = summary_line(plan)
     else:
-        summary = NO_CHANGES if plan.converged else NOT_CONVERGED
+        summary = NO_CHANGES if plan.converged else NOT_CONVERGED.replace("above", "below")
     return env.get_template("plan.md.j2").render(
         fleet=plan.fleet, summary=summary, halts=plan.halts, pools=sections,
         notes=plan.notes, pending=plan.pending)

@@ -9,9 +9,19 @@ Report rules (DESIGN.md "Health report", schemas/health-report.schema.json):
   every report until the boot id changes (the state file keeps them).
 - Escalation: a reboot-fixable fault (Check.fault_key) seen in two earlier boots within
   three days and present again is escalated to ``replace`` (gpud DefaultRebootThreshold=2).
-- ``sequence``: previous + 1; after a lost state see navarch.agent.state.
+- ``sequence``: above both the state's and the node's report in the store (normally
+  previous + 1); after a lost state, or a state that could not be saved, the clock floor
+  (see ``next_sequence``, ``persist_state`` and navarch.agent.state).
 - The state is saved before the report is written, so a crash between the two leaves a
-  gap in sequences, never a repeat.
+  gap in sequences, never a repeat. A state that cannot be saved adds the check
+  ``agent_state`` (unknown) to the report, which is still written.
+
+``run_once`` is a sequence of named steps: load the state and choose the sequence
+(``next_sequence``), probe the GPUs (``choose_backend``), run the checks (``boot_check``,
+``probe_checks``, ``gpu_checks`` over ``GPU_CHECKS``, ``kernel_log_check`` and
+``xid_checks`` over ``read_xids``), escalate recurring faults (``escalate``), read a
+notice (``read_notice``), save the state (``persist_state``), sign (``build_report``)
+and write the report.
 """
 
 from __future__ import annotations
@@ -19,18 +29,18 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
 from navarch.agent import kernel_log as kl
 from navarch.agent.checks import (
-    HW_SLOWDOWN_BITS,
     HW_SLOWDOWN_WINDOW,
     Check,
     CounterSample,
     Status,
     gpu_checks,
+    hw_slowdown,
     probe_checks,
     worst_status,
     xid_checks,
@@ -40,7 +50,21 @@ from navarch.agent.gpu import GpuBackend, GpuProbe, ProbeError, ProbeErrorKind
 from navarch.agent.state import AgentState, load_state, prune_faults, save_state
 from navarch.xid import Action, Severity, XidInfo
 
-__all__ = ["run_once", "build_report", "choose_backend", "health_score", "SCORE_WEIGHTS"]
+__all__ = [
+    "run_once",
+    "build_report",
+    "choose_backend",
+    "health_score",
+    "SCORE_WEIGHTS",
+    "next_sequence",
+    "boot_check",
+    "read_xids",
+    "kernel_log_check",
+    "read_notice",
+    "persist_state",
+    "escalate",
+    "KernelLogRead",
+]
 
 log = logging.getLogger("navarch.agent")
 
@@ -257,9 +281,7 @@ def _gpu_checks_and_counters(
                 g, baselines=baselines, slowdown_history=history, now_s=now_s, boot_id=boot_id
             )
         )
-        slowed = bool(
-            g.clock_event_reasons and any(g.clock_event_reasons & b for b in HW_SLOWDOWN_BITS)
-        )
+        slowed = bool(hw_slowdown(g))
         if not g.lost:
             new_counters[g.uuid] = {
                 "boot_id": boot_id,
@@ -430,6 +452,168 @@ def _safe_probe(backend: GpuBackend) -> GpuProbe:
         )
 
 
+@dataclass(frozen=True)
+class KernelLogRead:
+    """This run's view of the kernel log.
+
+    lines: the new lines read; saved: the position block for the state file; source:
+    "file" / "journal" / "kmsg" / "none"; error: why no source could be read, or None;
+    latched: this boot's XID events (earlier runs' latched events + the new ones);
+    earlier_boots: new events that carry another boot's id (a journal's tail of an earlier
+    boot): they only feed the fault history.
+    """
+
+    lines: tuple[kl.KernelLine, ...]
+    saved: Mapping[str, Any]
+    source: str
+    error: str | None
+    latched: tuple[kl.XidEvent, ...]
+    earlier_boots: tuple[kl.XidEvent, ...]
+
+
+def next_sequence(
+    state: AgentState, problem: str | None, previous: int | None, store_read: bool, now: datetime
+) -> int:
+    """The sequence of this run's report.
+
+    state, problem: from load_state; previous: the sequence of the node's report in the
+    store (None when absent or unreadable); store_read: whether the store was asked (False
+    when printing to stdout). The sequence is above both the state's and the stored
+    report's: the stored one is ahead of the state after runs that could not save their
+    state. When either is unknown (no state, or the store was asked and could not say),
+    the clock floor ``unix time in ms`` applies too (see navarch.agent.state).
+    """
+    floor_ms = int(now.timestamp() * 1000)
+    candidates = [state.sequence + 1, (previous or 0) + 1]
+    if problem is not None or (store_read and previous is None):
+        candidates.append(floor_ms)
+    return max(candidates)
+
+
+def boot_check(boot_id: str, previous_boot_id: str | None) -> Check:
+    """The always-healthy "boot" check: this boot id and whether it changed."""
+    changed = previous_boot_id is not None and previous_boot_id != boot_id
+    return Check(
+        "boot",
+        Status.HEALTHY,
+        Action.NONE,
+        f"boot {boot_id}" + (" (rebooted since the last report)" if changed else ""),
+        evidence={"boot_id": boot_id, "previous_boot_id": previous_boot_id},
+    )
+
+
+def read_xids(config: AgentConfig, state: AgentState, boot_id: str, now: datetime) -> KernelLogRead:
+    """New kernel log lines since the saved position, parsed and latched for this boot.
+
+    Events of this boot (or without a boot id) join the state's latched events (dropped
+    when the boot changed); events stamped with another boot go to ``earlier_boots``.
+    """
+    lines, saved, source, error = read_kernel_log(config, state.kernel_log, boot_id, now)
+    boot_changed = state.boot_id is not None and state.boot_id != boot_id
+    latched = [] if boot_changed else [_event_from_json(e) for e in state.events]
+    earlier: list[kl.XidEvent] = []
+    for ev in kl.parse_lines(lines):
+        if ev.boot_id and ev.boot_id != boot_id:
+            earlier.append(ev)
+        else:
+            latched.append(replace(ev, boot_id=boot_id))
+    return KernelLogRead(tuple(lines), saved, source, error, tuple(latched), tuple(earlier))
+
+
+def kernel_log_check(read: KernelLogRead) -> Check:
+    """Healthy when a kernel log source was read; degraded (XIDs unknown) when none could be."""
+    if read.error:
+        return Check(
+            "kernel_log",
+            Status.DEGRADED,
+            Action.NONE,
+            f"cannot read the kernel log, XIDs unknown: {read.error}",
+            evidence={"source": read.source},
+        )
+    return Check(
+        "kernel_log",
+        Status.HEALTHY,
+        Action.NONE,
+        f"read {len(read.lines)} new kernel log lines from {read.source}",
+        evidence={"source": read.source, "lines": len(read.lines)},
+    )
+
+
+def _faults_with_earlier_boots(
+    faults: Mapping[str, Mapping[str, float]], earlier: Sequence[kl.XidEvent], now: datetime
+) -> dict[str, dict[str, float]]:
+    """The fault history plus reboot-fixable fatal events seen in an earlier boot's tail."""
+    out = {k: dict(v) for k, v in faults.items()}
+    for ev in earlier:
+        if ev.severity is Severity.FATAL and ev.info.reboot_fixable and ev.boot_id:
+            out.setdefault(f"{ev.kind}:{ev.code}", {}).setdefault(ev.boot_id, now.timestamp())
+    return out
+
+
+def read_notice(config: AgentConfig, now: datetime) -> dict[str, Any] | None:
+    """A preemption / maintenance notice: the notice file first, then cloud metadata."""
+    notice = _notice_from_file(config.notice_file)
+    if notice is not None or config.metadata == "none":
+        return notice
+    from navarch.agent.notices import fetch_notice
+
+    found, errors = fetch_notice(
+        config.metadata,
+        endpoint=config.metadata_endpoint,
+        timeout_s=config.metadata_timeout_s,
+        now=now,
+        names=tuple(n for n in (config.node, config.instance_id) if n),
+    )
+    for err in errors:
+        log.info("metadata_unreachable", extra={"fields": {"error": err}})
+    return found.to_json() if found else None
+
+
+def persist_state(path: str, state: AgentState, now: datetime) -> tuple[int, Check | None]:
+    """Save the state; return (the report's sequence, an "agent_state" check on failure).
+
+    When the file cannot be written (read-only or full disk: OSError), the report is still
+    written, with an ``unknown`` / none check "agent state not writable: <error>": the
+    agent cannot keep its latches, baselines and fault history, but the GPUs may be fine,
+    so it is doubt, which never terminates (DESIGN safety rule 2), not a fault. The
+    sequence then takes the clock floor ``max(state.sequence, unix time in ms)``: the
+    state on disk is stale, so later runs would otherwise derive the same sequence again
+    and the reconciler would reject every report as replayed (issue 16 item 6).
+    """
+    try:
+        save_state(path, state)
+    except OSError as exc:
+        log.error("state_write_failed", extra={"fields": {"path": path, "error": str(exc)}})
+        sequence = max(state.sequence, int(now.timestamp() * 1000))
+        check = Check(
+            "agent_state",
+            Status.UNKNOWN,
+            Action.NONE,
+            f"agent state not writable: {exc}",
+            evidence={"path": path, "error": str(exc), "errno": exc.errno, "sequence": "clock"},
+        )
+        return sequence, check
+    return state.sequence, None
+
+
+def _log_report(config: AgentConfig, report: Mapping[str, Any], written: bool, source: str) -> None:
+    log.info(
+        "report_written" if written else "report_built",
+        extra={
+            "fields": {
+                "key": config.report_key,
+                "sequence": report["sequence"],
+                "status": report["status"],
+                "action": report["action"],
+                "health_score": report["health_score"],
+                "gpus": len(report["gpus"]),
+                "xids": len(report["xids"]),
+                "kernel_log": source,
+            }
+        },
+    )
+
+
 def run_once(
     config: AgentConfig,
     *,
@@ -438,13 +622,13 @@ def run_once(
     to_stdout: bool = False,
     backend: GpuBackend | None = None,
 ) -> dict[str, Any]:
-    """Run every check once, write the signed report and the state; return the report.
+    """Run every check once, write the state and the signed report; return the report.
 
     now: aware UTC clock (default: the system clock). store: an ObjectStore (default:
     ``navarch.stores.open_store(config.store)``); to_stdout: do not write to the store (the
     CLI prints the report). backend: GPU backend override (tests).
     Raises ConfigError (no/bad node key, bad store URL) and StoreError / OSError when the
-    report cannot be written; every GPU or kernel-log problem becomes a check instead.
+    report cannot be written; every GPU, kernel-log or state-file problem becomes a check.
     """
     now = (now or datetime.now(UTC)).astimezone(UTC)
     node_key = config.node_key()
@@ -459,85 +643,38 @@ def run_once(
         log.warning(
             "state_rebuilt", extra={"fields": {"path": config.state_file, "problem": problem}}
         )
-    if problem is None:
-        sequence = state.sequence + 1
-    else:
-        prev = _previous_sequence(store, config.report_key) if store is not None else None
-        sequence = max((prev or 0) + 1, int(now.timestamp() * 1000), state.sequence + 1)
-    boot_changed = state.boot_id is not None and state.boot_id != boot_id
+    previous = _previous_sequence(store, config.report_key) if store is not None else None
+    sequence = next_sequence(state, problem, previous, store is not None, now)
 
     probe = _safe_probe(backend or choose_backend(config))
-    checks: list[Check] = [
-        Check(
-            "boot",
-            Status.HEALTHY,
-            Action.NONE,
-            f"boot {boot_id}" + (" (rebooted since the last report)" if boot_changed else ""),
-            evidence={"boot_id": boot_id, "previous_boot_id": state.boot_id},
-        )
-    ]
-    checks += probe_checks(probe, config.gpus_per_node)
     gchecks, counters = _gpu_checks_and_counters(probe, state.counters, boot_id, now)
-    checks += gchecks
-
-    # Kernel log -> this boot's latched events (+ fault history of earlier boots).
-    lines, kl_saved, source, kl_error = read_kernel_log(config, state.kernel_log, boot_id, now)
-    new_events = kl.parse_lines(lines)
-    latched = [] if boot_changed else [_event_from_json(e) for e in state.events]
-    history_only: list[kl.XidEvent] = []
-    for ev in new_events:
-        if ev.boot_id and ev.boot_id != boot_id:
-            history_only.append(ev)
-        else:
-            latched.append(replace(ev, boot_id=boot_id))
-    if kl_error:
-        checks.append(
-            Check(
-                "kernel_log",
-                Status.DEGRADED,
-                Action.NONE,
-                f"cannot read the kernel log, XIDs unknown: {kl_error}",
-                evidence={"source": source},
-            )
-        )
-    else:
-        checks.append(
-            Check(
-                "kernel_log",
-                Status.HEALTHY,
-                Action.NONE,
-                f"read {len(lines)} new kernel log lines from {source}",
-                evidence={"source": source, "lines": len(lines)},
-            )
-        )
-    bdf_index = {g.pci_bus_id: g.index for g in probe.gpus}
-    checks += xid_checks(latched, bdf_index)
-
-    faults = {k: dict(v) for k, v in state.faults.items()}
-    for ev in history_only:  # faults seen in an earlier boot's tail of the journal
-        if ev.severity is Severity.FATAL and ev.info.reboot_fixable and ev.boot_id:
-            faults.setdefault(f"{ev.kind}:{ev.code}", {}).setdefault(ev.boot_id, now.timestamp())
+    xids = read_xids(config, state, boot_id, now)
+    checks = [
+        boot_check(boot_id, state.boot_id),
+        *probe_checks(probe, config.gpus_per_node),
+        *gchecks,
+        kernel_log_check(xids),
+        *xid_checks(xids.latched, {g.pci_bus_id: g.index for g in probe.gpus}),
+    ]
+    faults = _faults_with_earlier_boots(state.faults, xids.earlier_boots, now)
     checks, faults = escalate(checks, faults, boot_id, now)
+    notice = read_notice(config, now)
 
-    notice = _notice_from_file(config.notice_file)
-    if notice is None and config.metadata != "none":
-        from navarch.agent.notices import fetch_notice
-
-        found, errors = fetch_notice(
-            config.metadata,
-            endpoint=config.metadata_endpoint,
-            timeout_s=config.metadata_timeout_s,
-            now=now,
-            names=tuple(n for n in (config.node, config.instance_id) if n),
-        )
-        for err in errors:
-            log.info("metadata_unreachable", extra={"fields": {"error": err}})
-        notice = found.to_json() if found else None
-
+    new_state = AgentState(
+        sequence=sequence,
+        boot_id=boot_id,
+        kernel_log=xids.saved,
+        events=tuple(_event_to_json(e, boot_id) for e in trim_events(xids.latched, _MAX_XIDS)),
+        faults=faults,
+        counters=counters,
+    )
+    sequence, state_check = persist_state(config.state_file, new_state, now)
+    if state_check is not None:
+        checks.append(state_check)
     report = build_report(
         config,
         probe=probe,
-        events=latched,
+        events=xids.latched,
         sequence=sequence,
         boot_id=boot_id,
         now=now,
@@ -545,37 +682,8 @@ def run_once(
         notice=notice,
         node_key=node_key,
     )
-
-    new_state = AgentState(
-        sequence=sequence,
-        boot_id=boot_id,
-        kernel_log=kl_saved,
-        events=tuple(_event_to_json(e, boot_id) for e in trim_events(latched, _MAX_XIDS)),
-        faults=faults,
-        counters=counters,
-    )
-    try:
-        save_state(config.state_file, new_state)
-    except OSError as exc:
-        log.error(
-            "state_write_failed", extra={"fields": {"path": config.state_file, "error": str(exc)}}
-        )
     if not to_stdout:
         data = json.dumps(report, sort_keys=True, separators=(",", ":")).encode()
         store.put(config.report_key, data)
-    log.info(
-        "report_written" if not to_stdout else "report_built",
-        extra={
-            "fields": {
-                "key": config.report_key,
-                "sequence": sequence,
-                "status": report["status"],
-                "action": report["action"],
-                "health_score": report["health_score"],
-                "gpus": len(probe.gpus),
-                "xids": len(report["xids"]),
-                "kernel_log": source,
-            }
-        },
-    )
+    _log_report(config, report, not to_stdout, xids.source)
     return report

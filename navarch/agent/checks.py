@@ -27,7 +27,7 @@ import inspect
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from navarch.agent.gpu import GpuProbe, GpuSnapshot, ProbeErrorKind
 from navarch.agent.kernel_log import XidEvent
@@ -281,6 +281,7 @@ class Baselines:
         return cur - base.value
 
 
+@runtime_checkable
 class GpuCheck(Protocol):
     """One per-GPU health check component (gpud ``components/`` shape).
 

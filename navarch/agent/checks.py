@@ -23,7 +23,6 @@ reboots (gpud ``DefaultRebootThreshold = 2``).
 from __future__ import annotations
 
 import enum
-import inspect
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -323,6 +322,8 @@ class GpuComponent:
     @property
     def source(self) -> str:
         """The rule's docstring: what it checks, thresholds and where they come from."""
+        import inspect  # only docs and tests ask; the agent's start-up does not pay for it
+
         return inspect.getdoc(self.rule) or ""
 
 

@@ -18,9 +18,11 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from collections import Counter
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -189,11 +191,33 @@ def cmd_apply(args: argparse.Namespace) -> int:
         return True
 
     confirm = show_plan if (args.auto_approve or saved is not None) else _confirm
-    result = run_apply(fleet, command=f"apply {args.target}", saved=saved, confirm=confirm,
-                       on_outcome=show, options=_options(args))
+    from navarch.unattended import Unattended
+
+    side = Unattended(fleet, args.run_id, metrics_textfile=args.metrics_textfile,
+                      pools=frozenset(args.pool) if args.pool else None,
+                      progress=args.log_format != "json")
+    try:
+        result = run_apply(fleet, command=f"apply {args.target}", saved=saved,
+                           confirm=side.confirm(confirm), on_outcome=side.outcome(show),
+                           options=_options(args), after_apply=side.after_apply,
+                           run_id=args.run_id)
+    except NavarchError as exc:
+        side.finish(None, exc)
+        side.summary(None, EXIT_ERROR)
+        raise
+    finally:
+        side.close()
     if result is None:
         print("Apply cancelled.")
         return EXIT_ERROR
+    side.finish(result, None)
+    code = _apply_exit(result)
+    side.summary(result, code)
+    return code
+
+
+def _apply_exit(result) -> int:
+    """Print the apply's closing lines -> its exit code (0, 1 failed action, 3 halted)."""
     plan = result.plan
     if not plan.actions:
         print(render_text(plan), end="")
@@ -314,6 +338,15 @@ def cmd_status(args: argparse.Namespace) -> int:
     snap = gather(fleet, clock())
     doc = _status_doc(fleet.spec, snap)
     _report_fleet_rejection(snap)
+    if args.html:
+        from navarch import status_page
+
+        html = status_page.render_status_page(
+            fleet.spec, snap.plan, snap.memory, snap.now,
+            status_page.recent_events(fleet.store, fleet.spec.name))
+        Path(args.html).write_text(html)
+        print(f"Wrote the status page to {args.html}.")
+        return EXIT_OK
     if args.json:
         print(json.dumps(doc, indent=1, sort_keys=True))
         return EXIT_OK
@@ -485,11 +518,17 @@ def _targeting(s: argparse.ArgumentParser) -> None:
                    help="let this run terminate more orphans than safety.max_orphan_terminations")
 
 
+def _log_format(s: argparse.ArgumentParser, default: Any = argparse.SUPPRESS) -> None:
+    s.add_argument("--log-format", choices=("text", "json"), default=default,
+                   help="json: every log line a JSON object with the run id (for batch jobs)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser for every command (the agent's are registered by navarch.agent.cli)."""
     p = _Parser(prog="navarch", description="Keep a GPU fleet healthy: plan/apply "
                                 "against fleet.yaml, and the node health agent.")
     p.add_argument("--version", action="version", version=f"navarch {__version__}")
+    _log_format(p, default="text")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     s = sub.add_parser("validate", help="check fleet.yaml; exit 1 on any error")
@@ -507,12 +546,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--detailed-exitcode", action="store_true",
                    help="exit 0 no changes, 1 error, 2 the fleet differs from fleet.yaml")
     _targeting(s)
+    _log_format(s)
     s.set_defaults(func=cmd_plan)
 
     s = sub.add_parser("apply", help="converge the fleet (or apply a saved plan)")
     s.add_argument("target", metavar="FLEET_OR_PLANFILE")
     s.add_argument("--auto-approve", action="store_true", help="do not ask for 'yes'")
+    s.add_argument("--metrics-textfile", metavar="PATH",
+                   help="write Prometheus metrics for node_exporter's textfile collector")
     _targeting(s)
+    _log_format(s)
     s.set_defaults(func=cmd_apply)
 
     s = sub.add_parser("destroy", help="cordon, drain and terminate every node (or a pool's)")
@@ -526,6 +569,9 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("status", help="pools and nodes with lifecycle, health, report age")
     s.add_argument("fleet")
     s.add_argument("--json", action="store_true")
+    s.add_argument("--html", metavar="FILE",
+                   help="write a static HTML status page (no JavaScript) to FILE")
+    _log_format(s)
     s.add_argument("--all", action="store_true", help="list healthy nodes too")
     s.set_defaults(func=cmd_status)
 
@@ -595,8 +641,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run one navarch command; returns the process exit code (see module docstring)."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    from navarch import logs
+
+    args.run_id = logs.new_run_id(datetime.now(UTC))
+    if args.command != "agent":  # the agent configures its own JSON logs for journald
+        logs.configure(args.log_format, args.run_id)
     try:
-        return int(args.func(args))
+        code = int(args.func(args))
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:
+        # The reader went away (`navarch status ... | head`): no traceback; point stdout
+        # at /dev/null so the interpreter's final flush does not raise again (Python docs,
+        # "Note on SIGPIPE").
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_ERROR
     except LockHeld as exc:
         _err(f"{exc}. Another navarch run is converging this fleet; try again later, or if "
              f"that run is dead: navarch force-unlock FLEET {exc.lock_id}")

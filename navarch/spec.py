@@ -165,6 +165,36 @@ class SafetySpec:
 
 
 @dataclass(frozen=True)
+class SinkSpec:
+    """One notify: sink (schemas/fleet.schema.json $defs.sink), defaulted.
+
+    url/secret/routing_key are secret references ({"value": URL} for a plain URL, {"env":
+    VAR} or {"file": PATH}); navarch.notify resolves them at send time, never logs them.
+    events: kinds this sink gets (empty: its type's default). timeout_s: one HTTP attempt.
+    """
+
+    type: str
+    name: str
+    url: Mapping[str, str] | None = None
+    path: str | None = None
+    secret: Mapping[str, str] | None = None
+    routing_key: Mapping[str, str] | None = None
+    events: tuple[str, ...] = ()
+    min_severity: str = "info"
+    timeout_s: float = 5.0
+    retries: int = 2
+
+
+@dataclass(frozen=True)
+class MetricsSpec:
+    """fleet.yaml metrics: (pushgateway URL or None, its job label, push timeout)."""
+
+    pushgateway: str | None = None
+    job: str = "navarch"
+    timeout_s: float = 10.0
+
+
+@dataclass(frozen=True)
 class FleetSpec:
     """The whole declared fleet. providers maps name -> its fleet.yaml mapping (defaulted)."""
 
@@ -177,6 +207,9 @@ class FleetSpec:
     pools: tuple[PoolSpec, ...]
     safety: SafetySpec
     health_rules: tuple[Rule, ...] = ()  # fleet-wide health.rules, compiled
+    notify: tuple[SinkSpec, ...] = ()  # notify: sinks (issue 12)
+    metrics: MetricsSpec = MetricsSpec()
+    status_page: bool = False  # apply writes status/<fleet>/index.html to the store
 
     def pool(self, name: str) -> PoolSpec:
         for p in self.pools:
@@ -638,4 +671,26 @@ def _build(data: dict[str, Any], source: Path, lines: Mapping[tuple[Any, ...], i
         pools=tuple(pools),
         safety=safety,
         health_rules=fleet_rules,
+        notify=_sinks(data.get("notify", [])),
+        metrics=MetricsSpec(
+            pushgateway=data["metrics"]["pushgateway"], job=data["metrics"]["job"],
+            timeout_s=float(parse_duration_s(data["metrics"]["timeout"]))),
+        status_page=bool(data.get("status_page", False)),
     )
+
+
+def _sinks(raw: list[Mapping[str, Any]]) -> tuple[SinkSpec, ...]:
+    """notify: items as SinkSpecs (list items get no schema defaults: they are set here)."""
+    out: list[SinkSpec] = []
+    for i, r in enumerate(raw):
+        url = r.get("url")
+        out.append(SinkSpec(
+            type=r["type"], name=r.get("name") or f"{r['type']}-{i + 1}",
+            url={"value": url} if isinstance(url, str) else (dict(url) if url else None),
+            path=r.get("path"), secret=dict(r["secret"]) if "secret" in r else None,
+            routing_key=dict(r["routing_key"]) if "routing_key" in r else None,
+            events=tuple(r.get("events", ())), min_severity=r.get("min_severity", "info"),
+            timeout_s=float(parse_duration_s(r.get("timeout", "5s"))),
+            retries=int(r.get("retries", 2)),
+        ))
+    return tuple(out)

@@ -219,9 +219,17 @@ def run_apply(
     on_outcome: Callable[[Outcome], None] | None = None,
     policy: JournalPolicy | None = None,
     max_parallel: Mapping[str, int] | None = None,
+    after_apply: Callable[[ApplyResult | None, NavarchError | None], None] | None = None,
+    run_id: str | None = None,
 ) -> ApplyResult | None:
     """Take the lease, gather, (check the saved plan), confirm, execute with a journal,
     save Memory if it changed, release the lease.
+
+    after_apply(result, error): called while the lease is still held, once with the result
+    or once with the NavarchError the run is about to raise (not for LockHeld, not when
+    confirm() declined); notifications hang here (issue 12). Its own errors are logged,
+    never raised. run_id: the audit log's run id (default: the snapshot's UTC time and 8 hex
+    digits); the CLI passes its own so log lines and the audit log share it.
 
     The lease (state/<fleet>.lock, TTL safety.lock_ttl) is renewed in the background for
     the whole run; every action checks it first and every state write checks the lease
@@ -248,7 +256,7 @@ def run_apply(
             plan = replace(plan, actions=saved.actions)
         if confirm is not None and plan.actions and not confirm(plan):
             return None
-        run_id = f"{snap.now:%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:8]}"
+        run_id = run_id or f"{snap.now:%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:8]}"
         audit = AuditLog(fleet.store, spec.name, run_id, snap.now)
         by_node = {v.node: v.instance for v in snap.observed.views if v.instance is not None}
         journal = _Journal(fleet.store, snap.loaded, snap.memory_version, lease)
@@ -260,9 +268,25 @@ def run_apply(
                             max_parallel=max_parallel)
         memory, outcomes = executor.execute(plan, snap.memory, on_outcome)
         memory = journal.persist(memory)  # what observe() learnt, when nothing was done
-        return ApplyResult(plan, tuple(outcomes), memory, run_id, executor.audit_error)
+        result = ApplyResult(plan, tuple(outcomes), memory, run_id, executor.audit_error)
+        _after(after_apply, result, None)
+        return result
+    except NavarchError as exc:
+        _after(after_apply, None, exc)
+        raise
     finally:
         lease.release()
+
+
+def _after(hook: Callable[[ApplyResult | None, NavarchError | None], None] | None,
+           result: ApplyResult | None, error: NavarchError | None) -> None:
+    """Run the after_apply hook; a failing hook is logged, never changes the apply."""
+    if hook is None:
+        return
+    try:
+        hook(result, error)
+    except Exception:  # noqa: BLE001 - notifications must not change the apply's outcome
+        log.warning("after_apply hook failed", exc_info=True)
 
 
 class _Journal:

@@ -1,0 +1,266 @@
+"""Typed events of one apply, derived from its result and from errors (issue 12 item 1).
+
+Two sources, one module:
+
+- events_from_result(result): per-action outcomes (node cordoned with its reason, drain
+  started, drain finished or timed out, node terminated, replacement provisioned, node
+  returned to service, action failed) and the plan's halts and failures as *conditions*
+  (circuit breaker per pool, capacity exhausted per pool, quota or auth failure per pool,
+  orphan guard).
+- events_from_error(exc): apply failed, lease lost, auth/quota failures that stopped the
+  run before any action.
+
+A condition holds while the world stays wrong (a breaker stays open over many runs); it is
+sent once when it starts and once when it clears (navarch.notify.state remembers which
+are active), so a cron job every 5 minutes does not page 12 times an hour. Every other
+event happens once: the planner never repeats a successful action.
+
+Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from navarch.errors import AuthError, LeaseLost, QuotaError
+from navarch.planner.model import ActionKind, Plan
+
+
+class EventKind(enum.StrEnum):
+    """What happened. The values are fleet.yaml's notify[].events names."""
+
+    NODE_CORDONED = "node_cordoned"
+    DRAIN_STARTED = "drain_started"
+    DRAIN_FINISHED = "drain_finished"
+    DRAIN_TIMED_OUT = "drain_timed_out"
+    NODE_TERMINATED = "node_terminated"
+    NODE_PROVISIONED = "node_provisioned"
+    NODE_RETURNED = "node_returned"
+    ACTION_FAILED = "action_failed"
+    CAPACITY_EXHAUSTED = "capacity_exhausted"
+    BREAKER_TRIPPED = "breaker_tripped"
+    BREAKER_CLEARED = "breaker_cleared"
+    QUOTA_FAILURE = "quota_failure"
+    AUTH_FAILURE = "auth_failure"
+    ORPHAN_GUARD = "orphan_guard"
+    APPLY_FAILED = "apply_failed"
+    LEASE_LOST = "lease_lost"
+    CONDITION_CLEARED = "condition_cleared"  # any condition but the breaker cleared
+
+
+class Severity(enum.StrEnum):
+    """How urgent; sinks filter on min_severity (ordered info < warning < critical)."""
+
+    INFO = "info"
+    WARNING = "warning"
+    CRITICAL = "critical"
+
+    @property
+    def rank(self) -> int:
+        return ("info", "warning", "critical").index(self.value)
+
+
+#: Kinds that are conditions (held across runs), keyed per pool (or "*" for the fleet).
+CONDITION_KINDS = frozenset({EventKind.BREAKER_TRIPPED, EventKind.CAPACITY_EXHAUSTED,
+                             EventKind.QUOTA_FAILURE, EventKind.AUTH_FAILURE,
+                             EventKind.ORPHAN_GUARD, EventKind.APPLY_FAILED})
+
+SEVERITY = {
+    EventKind.NODE_CORDONED: Severity.WARNING,
+    EventKind.DRAIN_STARTED: Severity.INFO,
+    EventKind.DRAIN_FINISHED: Severity.INFO,
+    EventKind.DRAIN_TIMED_OUT: Severity.WARNING,
+    EventKind.NODE_TERMINATED: Severity.INFO,
+    EventKind.NODE_PROVISIONED: Severity.INFO,
+    EventKind.NODE_RETURNED: Severity.INFO,
+    EventKind.ACTION_FAILED: Severity.WARNING,
+    EventKind.CAPACITY_EXHAUSTED: Severity.CRITICAL,
+    EventKind.BREAKER_TRIPPED: Severity.CRITICAL,
+    EventKind.BREAKER_CLEARED: Severity.INFO,
+    EventKind.QUOTA_FAILURE: Severity.CRITICAL,
+    EventKind.AUTH_FAILURE: Severity.CRITICAL,
+    EventKind.ORPHAN_GUARD: Severity.WARNING,
+    EventKind.APPLY_FAILED: Severity.CRITICAL,
+    EventKind.LEASE_LOST: Severity.WARNING,
+    EventKind.CONDITION_CLEARED: Severity.INFO,
+}
+
+
+@dataclass(frozen=True)
+class Event:
+    """One notification-worthy fact.
+
+    pool: the pool ("*" fleet-wide); node: the node or None. details: sorted (key, value)
+    string pairs (e.g. ("xid", "79"), ("instance_id", "i-...")). condition: the stable key
+    of a condition event ("<pool>/<kind>"), None for one-off events. clears: for
+    BREAKER_CLEARED / CONDITION_CLEARED, the kind that cleared (its sinks get the clear).
+    """
+
+    kind: EventKind
+    severity: Severity
+    fleet: str
+    pool: str
+    node: str | None
+    message: str
+    details: tuple[tuple[str, str], ...] = ()
+    condition: str | None = None
+    clears: EventKind | None = None
+    run_id: str = field(default="", compare=False)
+
+    @property
+    def event_id(self) -> str:
+        """A stable id (sha256 prefix of run id, kind, pool, node, condition): receivers
+        can drop a redelivery."""
+        raw = "\x00".join((self.run_id, self.kind.value, self.pool, self.node or "",
+                           self.condition or ""))
+        return hashlib.sha256(raw.encode()).hexdigest()[:24]
+
+    def dedup_key(self) -> str:
+        """PagerDuty dedup_key: per fleet + pool + condition (stable across runs)."""
+        kind = self.clears or self.kind
+        return f"navarch/{self.fleet}/{self.pool}/{kind.value}"
+
+    def to_json(self) -> dict[str, object]:
+        """The webhook/log body form (no secrets: events never carry any)."""
+        return {"event_id": self.event_id, "kind": self.kind.value,
+                "severity": self.severity.value, "fleet": self.fleet, "pool": self.pool,
+                "node": self.node, "message": self.message, "details": dict(self.details),
+                "condition": self.condition,
+                "clears": self.clears.value if self.clears else None, "run_id": self.run_id}
+
+
+def make(kind: EventKind, fleet: str, pool: str, node: str | None, message: str,
+         run_id: str = "", **details: object) -> Event:
+    """An Event with its kind's severity; conditions get their key "<pool>/<kind>"."""
+    return Event(kind, SEVERITY[kind], fleet, pool, node, message,
+                 tuple(sorted((k, str(v)) for k, v in details.items() if v is not None)),
+                 condition=f"{pool}/{kind.value}" if kind in CONDITION_KINDS else None,
+                 run_id=run_id)
+
+
+def cleared(active: Event, run_id: str = "") -> Event:
+    """The event saying `active` (a condition) cleared."""
+    kind = (EventKind.BREAKER_CLEARED if active.kind is EventKind.BREAKER_TRIPPED
+            else EventKind.CONDITION_CLEARED)
+    what = active.kind.value.replace("_", " ")
+    where = "the fleet" if active.pool == "*" else f"pool {active.pool}"
+    return Event(kind, SEVERITY[kind], active.fleet, active.pool, None,
+                 f"{what} cleared in {where}", (("was", active.message),),
+                 condition=active.condition, clears=active.kind, run_id=run_id)
+
+
+def _xid(reason: str) -> str | None:
+    """The XID code a planner reason names ("XID 79: GPU has fallen off the bus ...")."""
+    if reason.startswith("XID "):
+        code = reason[4:].split(":", 1)[0].strip()
+        return code if code.isdigit() else None
+    return None
+
+
+def _action_event(fleet: str, run_id: str, outcome: object) -> Event | None:
+    """One outcome (navarch.reconcile.executor.Outcome) -> its event, or None."""
+    a = outcome.action  # type: ignore[attr-defined]
+    ok: bool = outcome.ok  # type: ignore[attr-defined]
+    detail: str = outcome.detail  # type: ignore[attr-defined]
+    if not ok:
+        error = getattr(outcome, "error", None)
+        if error in ("AuthError", "QuotaError", "CapacityError"):
+            return None  # reported as a pool condition by conditions_from_result
+        return make(EventKind.ACTION_FAILED, fleet, a.pool, a.node,
+                    f"{a.kind.value} {a.node or a.pool} failed: {detail}", run_id,
+                    action=a.kind.value, error=error, reason=a.reason)
+    ids = {"instance_id": a.instance_id, "reason": a.reason}
+    if a.kind is ActionKind.CORDON:
+        return make(EventKind.NODE_CORDONED, fleet, a.pool, a.node,
+                    f"{a.node} cordoned: {a.reason}", run_id, xid=_xid(a.reason), **ids)
+    if a.kind is ActionKind.DRAIN:
+        return make(EventKind.DRAIN_STARTED, fleet, a.pool, a.node,
+                    f"{a.node}: drain started", run_id, **ids)
+    if a.kind is ActionKind.TERMINATE:
+        return make(EventKind.NODE_TERMINATED, fleet, a.pool, a.node,
+                    f"{a.node} terminated ({a.reason})", run_id, **ids)
+    if a.kind is ActionKind.PROVISION:
+        why = f" to replace {a.replaces}" if a.replaces else ""
+        return make(EventKind.NODE_PROVISIONED, fleet, a.pool, a.node,
+                    f"{a.node} provisioned{why}: {detail}", run_id, replaces=a.replaces,
+                    reason=a.reason)
+    if a.kind is ActionKind.UNCORDON:
+        return make(EventKind.NODE_RETURNED, fleet, a.pool, a.node,
+                    f"{a.node} returned to service: {a.reason}", run_id, **ids)
+    return None  # scale and tag updates are routine
+
+
+def outcome_events(fleet: str, run_id: str, outcomes: Iterable[object]) -> tuple[Event, ...]:
+    """One-off events of the applied actions, in outcome order (a terminate after a drain
+    also yields drain_finished or drain_timed_out before node_terminated)."""
+    out: list[Event] = []
+    for o in outcomes:
+        a = o.action  # type: ignore[attr-defined]
+        if o.ok and a.kind is ActionKind.TERMINATE:  # type: ignore[attr-defined]
+            ids = {"instance_id": a.instance_id, "reason": a.reason}
+            if a.reason.startswith("drain finished"):
+                out.append(make(EventKind.DRAIN_FINISHED, fleet, a.pool, a.node,
+                                f"{a.node}: drain finished", run_id, **ids))
+            elif a.reason.startswith("drain_timeout"):
+                out.append(make(EventKind.DRAIN_TIMED_OUT, fleet, a.pool, a.node,
+                                f"{a.node}: {a.reason}", run_id, **ids))
+        event = _action_event(fleet, run_id, o)
+        if event is not None:
+            out.append(event)
+    return tuple(out)
+
+
+def plan_conditions(plan: Plan, run_id: str = "") -> dict[str, Event]:
+    """Conditions the plan's halts show -> {condition key: Event}.
+
+    circuit_breaker -> breaker_tripped (per pool, "*" for the fleet breaker); capacity ->
+    capacity_exhausted (every place in backoff); orphan_guard -> orphan_guard. Budget, rate
+    limit and max_nodes halts pace a converging run: no event.
+    """
+    rule_kind = {"circuit_breaker": EventKind.BREAKER_TRIPPED,
+                 "capacity": EventKind.CAPACITY_EXHAUSTED,
+                 "orphan_guard": EventKind.ORPHAN_GUARD}
+    out: dict[str, Event] = {}
+    for h in plan.halts:
+        kind = rule_kind.get(h.rule)
+        if kind is None:
+            continue
+        e = make(kind, plan.fleet, h.pool, None, f"{h.pool}: {h.message}", run_id,
+                 rule=h.rule)
+        out.setdefault(e.condition or "", e)  # the first halt of a pool says why
+    return out
+
+
+def outcome_conditions(fleet: str, run_id: str, outcomes: Iterable[object]) -> dict[str, Event]:
+    """Conditions from failed actions: auth and quota failures, a provision with no
+    capacity anywhere -> {condition key: Event}."""
+    kinds = {"AuthError": EventKind.AUTH_FAILURE, "QuotaError": EventKind.QUOTA_FAILURE,
+             "CapacityError": EventKind.CAPACITY_EXHAUSTED}
+    out: dict[str, Event] = {}
+    for o in outcomes:
+        kind = kinds.get(getattr(o, "error", None) or "")
+        if o.ok or kind is None:  # type: ignore[attr-defined]
+            continue
+        a = o.action  # type: ignore[attr-defined]
+        e = make(kind, fleet, a.pool, None, f"{a.pool}: {a.kind.value} {a.node}: {o.detail}",  # type: ignore[attr-defined]
+                 run_id, action=a.kind.value)
+        out.setdefault(e.condition or "", e)
+    return out
+
+
+def events_from_error(fleet: str, exc: BaseException, run_id: str = "") -> tuple[Event, ...]:
+    """Events for an apply that raised: lease lost (one-off), else apply failed (a fleet
+    condition) plus auth/quota failure when a provider said so."""
+    if isinstance(exc, LeaseLost):
+        return (make(EventKind.LEASE_LOST, fleet, "*", None, f"lease lost: {exc}", run_id),)
+    out = [make(EventKind.APPLY_FAILED, fleet, "*", None,
+                f"apply failed: {type(exc).__name__}: {exc}", run_id,
+                error=type(exc).__name__)]
+    if isinstance(exc, AuthError | QuotaError):
+        kind = EventKind.AUTH_FAILURE if isinstance(exc, AuthError) else EventKind.QUOTA_FAILURE
+        out.append(make(kind, fleet, "*", None, str(exc), run_id,
+                        code=getattr(exc, "code", None)))
+    return tuple(out)

@@ -1,0 +1,254 @@
+"""Notification sinks: log (JSON lines), webhook (signed JSON), Slack, PagerDuty.
+
+Each sink takes a batch of events (already filtered for it) and raises NotifyError when
+delivery failed; the dispatcher logs and counts that, it never fails the apply. HTTP goes
+through requests with urllib3's Retry (exponential backoff, Retry-After honoured, retries
+on connection errors, timeouts, 429 and 5xx) and a per-attempt timeout, so one sink blocks
+an apply for at most (retries + 1) x timeout plus the backoff (capped at 5 s per wait).
+
+Secrets ({env: VAR} / {file: PATH}: the webhook's signing key, the Slack URL, the
+PagerDuty routing key) are read at send time and never logged: errors name the sink and
+the HTTP status, never a URL.
+
+Wire formats:
+- webhook: POST one JSON object per event (Event.to_json() plus "fleet_time"), headers
+  Content-Type: application/json, X-Navarch-Event: KIND, X-Navarch-Signature:
+  sha256=HEX, the HMAC-SHA256 of the exact body bytes under the secret (GitHub's
+  X-Hub-Signature-256 convention).
+- slack: one incoming-webhook message per batch, {"text": ...} from
+  templates/notify-slack.txt.j2 (Slack incoming webhooks: a JSON body with "text").
+- pagerduty: Events API v2, POST {"routing_key", "event_action": "trigger"|"resolve",
+  "dedup_key", "payload": {"summary", "source", "severity", "component", "group",
+  "class", "custom_details"}} per condition event (PagerDuty Events API v2 reference).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from functools import cache
+from pathlib import Path
+from typing import Any, Protocol
+
+import requests
+from requests.adapters import HTTPAdapter
+from urllib3.util.retry import Retry
+
+from navarch.errors import ConfigError, NavarchError
+from navarch.notify.events import SEVERITY, Event, EventKind, Severity
+from navarch.resources import data_dir
+from navarch.spec import SinkSpec
+
+PAGERDUTY_URL = "https://events.pagerduty.com/v2/enqueue"
+#: Kinds a sink gets when fleet.yaml lists none: everything, except PagerDuty, which
+#: pages on what needs a human now (issue 12: breaker, capacity halt, auth failure).
+PAGERDUTY_DEFAULT = frozenset({EventKind.BREAKER_TRIPPED, EventKind.CAPACITY_EXHAUSTED,
+                               EventKind.AUTH_FAILURE})
+#: PagerDuty Events API v2 payload.severity values.
+_PD_SEVERITY = {Severity.INFO: "info", Severity.WARNING: "warning", Severity.CRITICAL: "critical"}
+
+
+class NotifyError(NavarchError):
+    """A sink could not deliver (after its retries). The message names the sink, never a
+    secret or a URL."""
+
+
+def resolve_secret(ref: Mapping[str, str], base_dir: Path, where: str) -> str:
+    """The value a secret reference names: {"value": V}, {"env": VAR}, {"file": PATH}.
+
+    where: the key path for errors (e.g. "notify[1].secret"). Raises ConfigError naming
+    the variable or file (never the value) when it is unset, unreadable or empty.
+    """
+    if "value" in ref:
+        return ref["value"]
+    if "env" in ref:
+        value = os.environ.get(ref["env"], "").strip()
+        if not value:
+            raise ConfigError(f"environment variable {ref['env']} is empty or unset",
+                              key_path=where, hint="export it, e.g. from your CI secret store")
+        return value
+    path = Path(ref["file"])
+    path = path if path.is_absolute() else base_dir / path
+    try:
+        value = path.read_text().strip()
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror}", key_path=where) from exc
+    if not value:
+        raise ConfigError(f"{path} is empty", key_path=where)
+    return value
+
+
+def accepts(sink: SinkSpec, event: Event) -> bool:
+    """Whether `sink` gets `event`: its kind is in the sink's events (a clear goes where
+    its condition's start went) and its severity (a clear: its condition's) is at least
+    the sink's min_severity."""
+    kinds = (frozenset(EventKind(k) for k in sink.events) if sink.events
+             else PAGERDUTY_DEFAULT if sink.type == "pagerduty" else frozenset(EventKind))
+    kind = event.clears or event.kind
+    if kind not in kinds and event.kind not in kinds:
+        return False
+    severity = SEVERITY[event.clears] if event.clears else event.severity
+    return severity.rank >= Severity(sink.min_severity).rank
+
+
+def http_session(retries: int) -> requests.Session:
+    """A requests Session whose adapter retries POSTs with urllib3's Retry: connection
+    errors, read timeouts, 429 and 5xx; backoff 0.5 s doubling (capped at 5 s), honouring
+    Retry-After."""
+    retry = Retry(total=retries, connect=retries, read=retries, status=retries,
+                  backoff_factor=0.5, backoff_max=5,
+                  status_forcelist=(429, 500, 502, 503, 504),
+                  allowed_methods=frozenset({"POST", "PUT"}),
+                  respect_retry_after_header=True, raise_on_status=False)
+    session = requests.Session()
+    adapter = HTTPAdapter(max_retries=retry)
+    session.mount("http://", adapter)
+    session.mount("https://", adapter)
+    return session
+
+
+class Sink(Protocol):
+    """Delivers a batch of events; raises NotifyError when it could not."""
+
+    spec: SinkSpec
+
+    def send(self, events: Sequence[Event]) -> int:
+        """Deliver events -> how many requests/lines were sent."""
+        ...
+
+
+def _post(sink: SinkSpec, url: str, body: bytes, headers: Mapping[str, str]) -> None:
+    """POST body; raise NotifyError (sink name and status only) unless 2xx."""
+    try:
+        with http_session(sink.retries) as session:
+            resp = session.post(url, data=body, timeout=sink.timeout_s,
+                                headers={"Content-Type": "application/json",
+                                         "User-Agent": "navarch", **headers})
+    except requests.RequestException as exc:
+        raise NotifyError(f"sink {sink.name} ({sink.type}): {type(exc).__name__} after "
+                          f"{sink.retries} retries") from None
+    if not 200 <= resp.status_code < 300:
+        raise NotifyError(f"sink {sink.name} ({sink.type}): HTTP {resp.status_code}")
+
+
+class LogSink:
+    """JSON lines, one per event: to spec.path (relative to the fleet file) or stderr."""
+
+    def __init__(self, spec: SinkSpec, base_dir: Path) -> None:
+        self.spec = spec
+        self.path = None if spec.path is None else (
+            Path(spec.path) if Path(spec.path).is_absolute() else base_dir / spec.path)
+
+    def send(self, events: Sequence[Event]) -> int:
+        lines = "".join(json.dumps(e.to_json(), sort_keys=True) + "\n" for e in events)
+        try:
+            if self.path is None:
+                sys.stderr.write(lines)
+                sys.stderr.flush()
+            else:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                with self.path.open("a") as fh:
+                    fh.write(lines)
+        except OSError as exc:
+            raise NotifyError(f"sink {self.spec.name} (log): {exc.strerror}") from None
+        return len(events)
+
+
+class WebhookSink:
+    """POST each event as JSON, signed: X-Navarch-Signature: sha256=HMAC(secret, body)."""
+
+    def __init__(self, spec: SinkSpec, base_dir: Path, index: int) -> None:
+        self.spec = spec
+        self.base_dir = base_dir
+        self.index = index
+
+    def send(self, events: Sequence[Event]) -> int:
+        assert self.spec.url is not None and self.spec.secret is not None
+        url = resolve_secret(self.spec.url, self.base_dir, f"notify[{self.index}].url")
+        key = resolve_secret(self.spec.secret, self.base_dir,
+                             f"notify[{self.index}].secret").encode()
+        for e in events:
+            body = json.dumps(e.to_json(), sort_keys=True).encode()
+            signature = hmac.new(key, body, hashlib.sha256).hexdigest()
+            _post(self.spec, url, body, {"X-Navarch-Event": e.kind.value,
+                                         "X-Navarch-Signature": f"sha256={signature}"})
+        return len(events)
+
+
+@cache
+def _slack_template() -> Any:
+    import jinja2
+
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(data_dir("templates"))),
+                             undefined=jinja2.StrictUndefined, keep_trailing_newline=False,
+                             autoescape=False)
+    return env.get_template("notify-slack.txt.j2")
+
+
+class SlackSink:
+    """One incoming-webhook message per batch: a compact summary, worst first."""
+
+    def __init__(self, spec: SinkSpec, base_dir: Path, index: int) -> None:
+        self.spec = spec
+        self.base_dir = base_dir
+        self.index = index
+
+    def send(self, events: Sequence[Event]) -> int:
+        assert self.spec.url is not None
+        url = resolve_secret(self.spec.url, self.base_dir, f"notify[{self.index}].url")
+        ordered = sorted(events, key=lambda e: -e.severity.rank)
+        text = _slack_template().render(fleet=events[0].fleet, events=ordered,
+                                        icon={"info": ":information_source:",
+                                              "warning": ":warning:",
+                                              "critical": ":rotating_light:"})
+        _post(self.spec, url, json.dumps({"text": text.strip()}).encode(), {})
+        return 1
+
+
+class PagerDutySink:
+    """Events API v2: a condition's start triggers, its clear resolves, one dedup key per
+    fleet + pool + condition; one-off events are not sent (they page nobody)."""
+
+    def __init__(self, spec: SinkSpec, base_dir: Path, index: int) -> None:
+        self.spec = spec
+        self.base_dir = base_dir
+        self.index = index
+
+    def send(self, events: Sequence[Event]) -> int:
+        assert self.spec.routing_key is not None
+        key = resolve_secret(self.spec.routing_key, self.base_dir,
+                             f"notify[{self.index}].routing_key")
+        url = (resolve_secret(self.spec.url, self.base_dir, f"notify[{self.index}].url")
+               if self.spec.url else PAGERDUTY_URL)
+        sent = 0
+        for e in events:
+            if e.condition is None:
+                continue
+            body = {"routing_key": key, "dedup_key": e.dedup_key(),
+                    "event_action": "resolve" if e.clears else "trigger"}
+            if not e.clears:
+                body["payload"] = {
+                    "summary": f"navarch {e.fleet}: {e.message}"[:1024],
+                    "source": f"navarch/{e.fleet}", "severity": _PD_SEVERITY[e.severity],
+                    "component": e.pool, "group": e.fleet, "class": e.kind.value,
+                    "custom_details": dict(e.details)}
+            _post(self.spec, url, json.dumps(body).encode(), {})
+            sent += 1
+        return sent
+
+
+def open_sink(spec: SinkSpec, base_dir: Path, index: int) -> Sink:
+    """The Sink for one notify: item (index: its position, for error key paths)."""
+    if spec.type == "log":
+        return LogSink(spec, base_dir)
+    if spec.type == "webhook":
+        return WebhookSink(spec, base_dir, index)
+    if spec.type == "slack":
+        return SlackSink(spec, base_dir, index)
+    if spec.type == "pagerduty":
+        return PagerDutySink(spec, base_dir, index)
+    raise ConfigError(f"unknown sink type {spec.type!r}", key_path=f"notify[{index}].type")

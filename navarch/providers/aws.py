@@ -150,6 +150,9 @@ LIVE_STATES = ("pending", "running", "stopping", "stopped")
 RUN_INSTANCES_MAX_ATTEMPTS = 2
 #: botocore attempts for every other EC2 call.
 DEFAULT_MAX_ATTEMPTS = 4
+#: HTTP connections each EC2 client keeps: at least the executor's providers.<name>.max_parallel
+#: (schema maximum 256 is rare; botocore's default of 10 would churn connections beyond it).
+MAX_POOL_CONNECTIONS = 64
 #: DescribeInstances page size (MaxResults; EC2 allows 5-1000). Large fleets are listed
 #: in pages of this many instances instead of one unbounded response.
 DESCRIBE_PAGE_SIZE = 1000
@@ -405,7 +408,8 @@ class AwsProvider:
         key = (region, run)
         if key not in self._clients:
             attempts = RUN_INSTANCES_MAX_ATTEMPTS if run else DEFAULT_MAX_ATTEMPTS
-            config = Config(retries={"mode": "standard", "max_attempts": attempts})
+            config = Config(retries={"mode": "standard", "max_attempts": attempts},
+                            max_pool_connections=MAX_POOL_CONNECTIONS)
             try:
                 client = self._session().client("ec2", region_name=region, config=config)
             except (BotoCoreError, ClientError) as exc:

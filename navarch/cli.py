@@ -242,6 +242,7 @@ def cmd_destroy(args: argparse.Namespace) -> int:
     from navarch.reconcile.run import clock, gather, run_apply
 
     fleet = _open(args.fleet)
+    fleet.secret_optional = True  # a fleet whose secret is lost can still be destroyed
     options = _options(args, destroy=True, force=args.force)
     what = f"pool(s) {', '.join(args.pool)}" if args.pool else f"fleet {fleet.spec.name}"
 

@@ -69,6 +69,9 @@ class Fleet:
     store: ObjectStore
     providers: dict[str, Provider]
     playbooks: PlaybookRunner | None = None
+    #: destroy only: go on without the secret (reports count as rejected "no_secret"), so
+    #: a fleet whose secret is lost can still be torn down; it launches nothing.
+    secret_optional: bool = False
 
     @classmethod
     def open(cls, spec: FleetSpec) -> Fleet:
@@ -85,11 +88,17 @@ class Fleet:
             playbooks = SSHPlaybooks(spec)
         return cls(spec, store, providers, playbooks)
 
-    def secret(self) -> bytes:
+    def secret(self) -> bytes | None:
         """The fleet secret. Raises ConfigError naming the missing environment variable or
         file (issue 16 item 3): without it no report verifies and new nodes would boot
-        without an agent key, so plan, apply and status stop instead of going on."""
-        return self.spec.fleet_secret()
+        without an agent key, so plan, apply and status stop instead of going on. With
+        secret_optional (destroy) a missing secret is None instead."""
+        try:
+            return self.spec.fleet_secret()
+        except ConfigError:
+            if self.secret_optional:
+                return None
+            raise
 
 
 @dataclass(frozen=True)

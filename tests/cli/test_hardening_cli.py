@@ -83,6 +83,14 @@ def test_16_3_missing_secret_env_fails_plan_apply_and_status(navarch, fleet_dir)
     assert ok.code == 0, ok.err
 
 
+def test_16_3_a_fleet_whose_secret_is_lost_can_still_be_destroyed(navarch, fleet_dir):
+    _set_secret(fleet_dir, "secret: {env: DEMO_FLEET_SECRET}\n")
+    navarch.ok("apply", "fleet.yaml", "--auto-approve", env={"DEMO_FLEET_SECRET": "s" * 32})
+    run = navarch("destroy", "fleet.yaml", "--force", "--auto-approve")
+    assert run.code == 0, run.out + run.err
+    assert not list((fleet_dir / ".navarch/local/demo/machines").iterdir())
+
+
 def test_16_3_unreadable_secret_file_fails_naming_the_file(navarch, fleet_dir):
     (fleet_dir / ".navarch/fleet.secret").mkdir(parents=True)  # not a readable file
     run = navarch("plan", "fleet.yaml")

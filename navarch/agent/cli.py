@@ -76,6 +76,8 @@ def cmd_agent_run(args: argparse.Namespace) -> int:
             if args.stdout:
                 print(json.dumps(report, indent=2, sort_keys=True), flush=True)
             code = EXIT_OK
+            if args.metrics_textfile:
+                _write_metrics(args.metrics_textfile, report, log)
         except (NavarchError, OSError) as exc:
             log.error(
                 "report_not_written",
@@ -85,6 +87,18 @@ def cmd_agent_run(args: argparse.Namespace) -> int:
         if args.once:
             return code
         time.sleep(args.interval_s)
+
+
+def _write_metrics(path: str, report: dict[str, Any], log: logging.Logger) -> None:
+    """The report's Prometheus textfile (navarch.agent.metrics); a failure is logged, the
+    report stays written."""
+    from navarch.agent.metrics import write_report_metrics
+
+    try:
+        write_report_metrics(path, report)
+    except OSError as exc:
+        log.error("metrics_not_written",
+                  extra={"fields": {"error": str(exc), "path": path}})
 
 
 def cmd_agent_install(args: argparse.Namespace) -> int:
@@ -165,6 +179,10 @@ def register(subparsers: Any) -> None:
     )
     s.add_argument(
         "--interval-s", type=float, default=60.0, help="seconds between reports without --once"
+    )
+    s.add_argument(
+        "--metrics-textfile", metavar="PATH",
+        help="also write the GPU readings as Prometheus metrics (node_exporter textfile)",
     )
     s.set_defaults(func=cmd_agent_run)
 

@@ -30,12 +30,13 @@ class Request:
 class Recorder:
     """A stdlib HTTP server on 127.0.0.1 recording every request; `delay_s[path]` makes a
     path answer only after that many seconds (a sink that times out); `status[path]`
-    overrides the 200."""
+    overrides the 200; `fail_first[path] = n` answers 503 to the first n requests."""
 
     def __init__(self) -> None:
         self.requests: list[Request] = []
         self.delay_s: dict[str, float] = {}
         self.status: dict[str, int] = {}
+        self.fail_first: dict[str, int] = {}
         self._lock = threading.Lock()
         rec = self
 
@@ -48,7 +49,12 @@ class Recorder:
                 delay = rec.delay_s.get(self.path, 0.0)
                 if delay:
                     time.sleep(delay)
-                self.send_response(rec.status.get(self.path, 200))
+                status = rec.status.get(self.path, 200)
+                with rec._lock:
+                    if rec.fail_first.get(self.path, 0) > 0:
+                        rec.fail_first[self.path] -= 1
+                        status = 503
+                self.send_response(status)
                 self.send_header("Content-Length", "2")
                 self.end_headers()
                 self.wfile.write(b"{}")

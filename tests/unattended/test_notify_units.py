@@ -1,0 +1,148 @@
+"""Notifier pieces on their own: event derivation from an ApplyResult, per-sink filters,
+condition start/clear bookkeeping, the Slack message, retries, and secrets kept out of
+errors. HTTP goes to a recording server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from navarch.errors import AuthError, LeaseLost
+from navarch.notify.dispatch import notify_run
+from navarch.notify.events import EventKind, events_from_error, outcome_events, plan_conditions
+from navarch.notify.sinks import NotifyError, SlackSink, WebhookSink, accepts
+from navarch.notify.state import NotifyState, load_state, transition
+from navarch.planner.model import Action, ActionKind, Halt, Memory, Plan
+from navarch.reconcile.executor import Outcome
+from navarch.reconcile.run import ApplyResult
+from navarch.spec import SinkSpec, load_fleet
+from navarch.stores import open_store
+from tests.unattended.helpers import Recorder, write_fleet
+
+NOW = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
+XID = "XID 79: GPU has fallen off the bus on 0000:5d:00"
+
+
+def result(*outcomes: Outcome, halts: tuple[Halt, ...] = ()) -> ApplyResult:
+    plan = Plan("demo", NOW, tuple(o.action for o in outcomes), halts=halts)
+    return ApplyResult(plan, outcomes, Memory(fleet="demo"), "run-1")
+
+
+def test_events_from_outcomes_and_halts() -> None:
+    cordon = Action(ActionKind.CORDON, "train", "demo-train-0002", XID, instance_id="i-2")
+    term = Action(ActionKind.TERMINATE, "train", "demo-train-0001", "drain finished",
+                  instance_id="i-1")
+    launch = Action(ActionKind.PROVISION, "infer", "demo-infer-0003", "below target")
+    r = result(Outcome(cordon, True, "cordoned"), Outcome(term, True, "terminated i-1"),
+               Outcome(launch, False, "auth: denied", "AuthError"),
+               halts=(Halt("train", "circuit_breaker", "2 of 3 sick"),
+                      Halt("train", "disruption_budget", "waits")))
+    kinds = [(e.kind, e.node) for e in outcome_events("demo", "run-1", r.outcomes)]
+    assert kinds == [(EventKind.NODE_CORDONED, "demo-train-0002"),
+                     (EventKind.DRAIN_FINISHED, "demo-train-0001"),
+                     (EventKind.NODE_TERMINATED, "demo-train-0001")]
+    assert dict(outcome_events("demo", "r", r.outcomes[:1])[0].details)["xid"] == "79"
+    conditions = plan_conditions(r.plan)
+    assert list(conditions) == ["train/breaker_tripped"]  # the budget only paces
+
+
+def test_errors_become_events() -> None:
+    (lost,) = events_from_error("demo", LeaseLost("taken over"))
+    assert lost.kind is EventKind.LEASE_LOST and lost.condition is None
+    kinds = {e.kind for e in events_from_error("demo", AuthError("expired token"))}
+    assert kinds == {EventKind.APPLY_FAILED, EventKind.AUTH_FAILURE}
+
+
+def test_conditions_start_once_and_clear_once() -> None:
+    r = result(halts=(Halt("infer", "capacity", "every place is out of capacity"),))
+    current = plan_conditions(r.plan)
+    sent, state = transition(NotifyState({}, {}, None), current, NOW)
+    assert [e.kind for e in sent] == [EventKind.CAPACITY_EXHAUSTED]
+    again, state = transition(state, current, NOW)
+    assert again == ()
+    # A failed apply knows nothing of capacity: it clears nothing.
+    failed, state2 = transition(state, {}, NOW, complete=False)
+    assert failed == () and set(state2.active) == {"infer/capacity_exhausted"}
+    # A --pool train run leaves infer's condition alone; a full run clears it.
+    assert transition(state, {}, NOW, pools=frozenset({"train"}))[0] == ()
+    (clear,), state3 = transition(state, {}, NOW)
+    assert clear.kind is EventKind.CONDITION_CLEARED and clear.clears is EventKind.CAPACITY_EXHAUSTED
+    assert clear.dedup_key() == "navarch/demo/infer/capacity_exhausted" and state3.active == {}
+
+
+def test_sink_filters() -> None:
+    r = result(halts=(Halt("train", "circuit_breaker", "2 of 3 sick"),))
+    (trip,) = plan_conditions(r.plan).values()
+    _, state = transition(NotifyState({}, {}, None), {trip.condition: trip}, NOW)
+    (clear,), _ = transition(state, {}, NOW)
+    cordon = outcome_events("demo", "r", [Outcome(
+        Action(ActionKind.CORDON, "train", "n1", XID), True, "ok")])[0]
+    pd = SinkSpec("pagerduty", "pd")
+    assert accepts(pd, trip) and accepts(pd, clear) and not accepts(pd, cordon)
+    critical = SinkSpec("webhook", "w", min_severity="critical")
+    assert accepts(critical, trip) and accepts(critical, clear) and not accepts(critical, cordon)
+    only = SinkSpec("slack", "s", events=("node_cordoned",))
+    assert accepts(only, cordon) and not accepts(only, trip)
+
+
+def test_webhook_retries_a_503_then_delivers(recorder: Recorder) -> None:
+    recorder.fail_first["/hook"] = 2
+    spec = SinkSpec("webhook", "ops", url={"value": f"{recorder.url}/hook"},
+                    secret={"env": "T_HOOK"}, retries=2, timeout_s=5)
+    event = plan_conditions(result(halts=(Halt("t", "orphan_guard", "3 orphans"),)).plan)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("T_HOOK", "k")
+        assert WebhookSink(spec, Path("."), 0).send(tuple(event.values())) == 1
+    assert len(recorder.at("/hook")) == 3
+
+
+def test_failures_never_name_the_secret(recorder: Recorder, tmp_path: Path) -> None:
+    recorder.status["/T0KEN-in-url"] = 500
+    spec = SinkSpec("slack", "team", url={"env": "T_SLACK"}, retries=0)
+    event = plan_conditions(result(halts=(Halt("t", "orphan_guard", "3 orphans"),)).plan)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("T_SLACK", f"{recorder.url}/T0KEN-in-url")
+        with pytest.raises(NotifyError) as info:
+            SlackSink(spec, tmp_path, 0).send(tuple(event.values()))
+    assert "T0KEN" not in str(info.value) and "HTTP 500" in str(info.value)
+    missing = SinkSpec("slack", "team", url={"env": "T_UNSET_VAR"})
+    with pytest.raises(Exception, match="T_UNSET_VAR"):
+        SlackSink(missing, tmp_path, 3).send(tuple(event.values()))
+
+
+def test_slack_message_is_one_compact_summary(recorder: Recorder, tmp_path: Path) -> None:
+    spec = SinkSpec("slack", "team", url={"value": f"{recorder.url}/slack"})
+    r = result(Outcome(Action(ActionKind.CORDON, "train", "demo-train-0002", XID), True, "ok"),
+               halts=(Halt("infer", "circuit_breaker", "2 of 2 sick"),))
+    events = outcome_events("demo", "r", r.outcomes) + tuple(plan_conditions(r.plan).values())
+    assert SlackSink(spec, tmp_path, 0).send(events) == 1
+    (req,) = recorder.at("/slack")
+    text = req.json()["text"]
+    lines = text.splitlines()
+    assert lines[0] == "*navarch* fleet `demo`: 2 event(s)"
+    assert lines[1].startswith(":rotating_light: *breaker tripped* (infer)")  # worst first
+    assert "demo-train-0002 cordoned: XID 79" in lines[2]
+
+
+def test_dispatch_logs_a_failed_sink_and_saves_state(tmp_path: Path, recorder: Recorder,
+                                                     caplog: pytest.LogCaptureFixture) -> None:
+    recorder.status["/down"] = 500
+    write_fleet(tmp_path, notify=[{"type": "webhook", "url": f"{recorder.url}/down",
+                                   "secret": {"env": "T_HOOK2"}, "retries": 0},
+                                  {"type": "log", "path": "events.jsonl"}])
+    spec = load_fleet(tmp_path / "fleet.yaml")
+    store = open_store(spec.store_url, base_dir=spec.base_dir)
+    r = result(halts=(Halt("train", "circuit_breaker", "2 of 3 sick"),))
+    with pytest.MonkeyPatch.context() as mp, caplog.at_level(logging.WARNING, "navarch.notify"):
+        mp.setenv("T_HOOK2", "secret-value-xyz")
+        deliveries = notify_run(spec, store, now=NOW, run_id="r1", result=r)
+    assert {(d.type, d.ok) for d in deliveries} == {("webhook", False), ("log", True)}
+    assert "notification to sink webhook-1 failed" in caplog.text
+    assert "secret-value-xyz" not in caplog.text
+    assert set(load_state(store, "demo").active) == {"train/breaker_tripped"}
+    lines = [json.loads(x) for x in (tmp_path / "events.jsonl").read_text().splitlines()]
+    assert [x["kind"] for x in lines] == ["breaker_tripped"]

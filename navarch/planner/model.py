@@ -37,6 +37,8 @@ class Lifecycle(enum.StrEnum):
     DRAINING = "draining"
     TERMINATING = "terminating"
     ORPHAN = "orphan"  # carries this fleet's tags, but its pool is no longer declared
+    REMEDIATING = "remediating"  # drained and rebooted by the ladder; waits for its new boot
+    OPERATOR_CORDONED = "operator_cordoned"  # `navarch cordon`: out of service until uncordoned
 
 
 SERVING = frozenset(
@@ -47,7 +49,10 @@ READY = frozenset({Lifecycle.HEALTHY, Lifecycle.DEGRADED})  # reporting and taki
 WANTS_REPLACEMENT = frozenset(
     {Lifecycle.UNHEALTHY, Lifecycle.OFFLINE, Lifecycle.PREEMPTING, Lifecycle.MAINTENANCE}
 )
-LEAVING = frozenset({Lifecycle.CORDONED, Lifecycle.DRAINING, Lifecycle.TERMINATING})
+#: Out of service because of navarch or an operator: counted against max_unavailable and not
+#: toward desired (a remediating node's surge replacement serves meanwhile).
+LEAVING = frozenset({Lifecycle.CORDONED, Lifecycle.DRAINING, Lifecycle.TERMINATING,
+                     Lifecycle.REMEDIATING, Lifecycle.OPERATOR_CORDONED})
 
 
 class ActionKind(enum.StrEnum):
@@ -58,6 +63,7 @@ class ActionKind(enum.StrEnum):
     UNCORDON = "uncordon"
     SCALE = "scale"  # change a pool's autoscaled desired count
     UPDATE_TAGS = "update_tags"  # set the pool's labels on an instance in place
+    REBOOT = "reboot"  # remediation ladder: restart a drained node in place (issue 13)
 
 
 class Phase(enum.StrEnum):
@@ -67,6 +73,7 @@ class Phase(enum.StrEnum):
     CORDONED = "cordoned"
     DRAINING = "draining"
     TERMINATING = "terminating"
+    REMEDIATING = "remediating"  # rebooted by the ladder; its next boot's reports decide
 
 
 #: A node whose report's generated_at is further than this from the store's modification
@@ -133,6 +140,21 @@ class ReportObservation:
 
 
 @dataclass(frozen=True)
+class Fault:
+    """A fault the remediation ladder answers (issue 13), taken from an unhealthy report.
+
+    key: what makes two faults "the same" (observe.fault_key: "XID 79", a check's name, a
+    policy rule's "rule NAME"); action: the report's recommended action (ReportSummary.
+    action); boot_id and sequence: the report's, so a later boot is told apart.
+    """
+
+    key: str
+    action: str
+    boot_id: str
+    sequence: int
+
+
+@dataclass(frozen=True)
 class NodeMemory:
     """Per-node facts earlier runs saw and did."""
 
@@ -150,6 +172,14 @@ class NodeMemory:
     streak: int = 0  # consecutive distinct unhealthy reports
     streak_sequence: int = 0  # sequence of the last report counted in streak
     launch: tuple[tuple[str, str], ...] = ()  # PoolSpec.launch_settings() it was launched with
+    # Issue 13, the remediation ladder:
+    fault: Fault | None = None  # the last fault navarch acted on
+    faults: tuple[tuple[str, datetime], ...] = ()  # (fault key, when), within the windows
+    rung: str = ""  # the last remedy tried (a Remedy value), for the fault key rung_fault
+    rung_fault: str = ""
+    rung_at: datetime | None = None
+    return_streak: int = 0  # distinct healthy reports from a boot later than the fault
+    operator_cordon: str = ""  # `navarch cordon --reason`: never undone automatically
 
 
 @dataclass(frozen=True)
@@ -172,6 +202,7 @@ class PoolMemory:
     desired: int | None = None  # autoscaled desired count
     desired_from_target: int | None = None  # spec target the autoscaled count started from
     scaled_at: datetime | None = None
+    lemons: tuple[str, ...] = ()  # instance ids replaced as lemons (uncordon needs --force)
 
 
 class NodeTable:
@@ -292,6 +323,13 @@ class NodeView:
     drift: str | None = None  # why the node no longer matches its pool (None: it does)
     tags_drift: tuple[tuple[str, str], ...] = ()  # pool labels to set on it in place
     deadline: datetime | None = None  # maintenance: the cloud acts at this time
+    # Issue 13: what the remediation ladder reads (copied from NodeMemory).
+    fault: Fault | None = None
+    faults: tuple[tuple[str, datetime], ...] = ()
+    rung: str = ""
+    rung_fault: str = ""
+    rung_at: datetime | None = None
+    return_streak: int = 0
 
 
 @dataclass(frozen=True)
@@ -320,6 +358,9 @@ class Action:
     desired: int | None = None  # scale: the new desired count
     tags: tuple[tuple[str, str], ...] = ()  # update_tags: the tags to set
     backoff: bool = False  # terminate: back off the instance's place (it never came up)
+    fault: Fault | None = None  # cordon/reboot: the fault it answers (recorded in Memory)
+    rung: str = ""  # reboot: the ladder's rung (a Remedy value) it carries out
+    lemon: bool = False  # terminate: a lemon's instance id is remembered in PoolMemory
 
 
 @dataclass(frozen=True)
@@ -432,6 +473,35 @@ def summary_from_json(d: Mapping[str, Any] | None) -> ReportSummary | None:
     )
 
 
+def _ladder_to_json(n: NodeMemory) -> dict[str, Any]:
+    """The remediation ladder's fields of a node, only those set (keeps the state small)."""
+    out: dict[str, Any] = {}
+    if n.fault is not None:
+        out["fault"] = {"key": n.fault.key, "action": n.fault.action,
+                        "boot_id": n.fault.boot_id, "sequence": n.fault.sequence}
+    if n.faults:
+        out["faults"] = [[k, ts(t)] for k, t in n.faults]
+    if n.rung:
+        out.update(rung=n.rung, rung_fault=n.rung_fault, rung_at=ts(n.rung_at))
+    if n.return_streak:
+        out["return_streak"] = n.return_streak
+    if n.operator_cordon:
+        out["operator_cordon"] = n.operator_cordon
+    return out
+
+
+def _ladder_from_json(n: Mapping[str, Any]) -> dict[str, Any]:
+    """Inverse of _ladder_to_json: NodeMemory keyword arguments."""
+    f = n.get("fault")
+    return {
+        "fault": Fault(f["key"], f["action"], f["boot_id"], f["sequence"]) if f else None,
+        "faults": tuple((k, required_ts(t)) for k, t in n.get("faults", ())),
+        "rung": n.get("rung", ""), "rung_fault": n.get("rung_fault", ""),
+        "rung_at": parse_ts(n.get("rung_at")), "return_streak": n.get("return_streak", 0),
+        "operator_cordon": n.get("operator_cordon", ""),
+    }
+
+
 def memory_to_json(m: Memory) -> dict[str, Any]:
     """Memory as the state/<fleet>.json document (version 1)."""
     return {
@@ -448,6 +518,7 @@ def memory_to_json(m: Memory) -> dict[str, Any]:
                 "streak_sequence": n.streak_sequence,
                 **({"launch": dict(n.launch)} if n.launch else {}),
                 **({"report_rejected": n.report_rejected} if n.report_rejected else {}),
+                **_ladder_to_json(n),
             }
             for n in m.nodes
         },
@@ -462,6 +533,7 @@ def memory_to_json(m: Memory) -> dict[str, Any]:
                 ],
                 "desired": p.desired, "desired_from_target": p.desired_from_target,
                 "scaled_at": ts(p.scaled_at),
+                **({"lemons": list(p.lemons)} if p.lemons else {}),
             }
             for p in m.pools
         },
@@ -481,6 +553,7 @@ def memory_from_json(d: Mapping[str, Any]) -> Memory:
             streak_sequence=n.get("streak_sequence", 0),
             launch=tuple(sorted((n.get("launch") or {}).items())),
             report_rejected=n.get("report_rejected"),
+            **_ladder_from_json(n),
         )
         for name, n in sorted(d.get("nodes", {}).items())
     )
@@ -495,6 +568,7 @@ def memory_from_json(d: Mapping[str, Any]) -> Memory:
             ),
             desired=p.get("desired"), desired_from_target=p.get("desired_from_target"),
             scaled_at=parse_ts(p.get("scaled_at")),
+            lemons=tuple(p.get("lemons", ())),
         )
         for name, p in sorted(d.get("pools", {}).items())
     )

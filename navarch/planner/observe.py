@@ -16,6 +16,10 @@ Rules (DESIGN.md "Node lifecycle" and safety rules 1-2):
   instance still pending past provision_timeout is STUCK.
 - A spot preemption notice is PREEMPTING (act at once); a maintenance notice is
   MAINTENANCE (replace before its deadline, within the disruption budget).
+- Remediation ladder (issue 13): a node the ladder rebooted is REMEDIATING; healthy reports
+  from a boot other than the fault's are counted per distinct sequence (return_streak), any
+  other report from such a boot restarts the count. A node an operator cordoned (`navarch
+  cordon`) is OPERATOR_CORDONED whatever its reports say, until `navarch uncordon`.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from navarch.durations import format_duration_s
 from navarch.inventory import TAG_SPEC, Instance, InstanceState
 from navarch.planner.model import (
     CLOCK_SKEW_S,
+    Fault,
     Lifecycle,
     Memory,
     NodeMemory,
@@ -226,8 +231,35 @@ def _orphan_view(inst: Instance, nm: NodeMemory, now: datetime) -> NodeView:
     )
 
 
+def fault_key(s: ReportSummary) -> str:
+    """What makes two faults the same for the ladder: the first finding up to its first
+    colon, without a "(GPU n)" location ("XID 79", "ecc", "rule hot-gpu"); "unhealthy"
+    when the report has no finding."""
+    if not s.findings:
+        return s.status
+    head = s.findings[0].split(":", 1)[0]
+    cut = head.find(" (GPU ")
+    return (head[:cut] if cut >= 0 else head).strip()
+
+
+def fault_of(s: ReportSummary) -> Fault:
+    """The Fault an unhealthy report shows (key, recommended action, boot id, sequence)."""
+    return Fault(fault_key(s), s.action, s.boot_id, s.sequence)
+
+
+def _fold_return(nm: NodeMemory, s: ReportSummary) -> int:
+    """return_streak after a new report: +1 for a healthy report from a boot later than the
+    fault's while the ladder waits on the node, else 0."""
+    if nm.phase is not Phase.REMEDIATING or nm.fault is None:
+        return 0
+    if s.boot_id != nm.fault.boot_id and s.status == "healthy":
+        return nm.return_streak + 1
+    return 0
+
+
 def _fold_report(nm: NodeMemory, obs: ReportObservation | None) -> NodeMemory:
-    """Keep the newest accepted summary; count an unhealthy streak per distinct sequence."""
+    """Keep the newest accepted summary; count an unhealthy streak per distinct sequence
+    (and the ladder's healthy return_streak, see _fold_return)."""
     if obs is None:
         return nm
     if obs.rejected:
@@ -242,7 +274,8 @@ def _fold_report(nm: NodeMemory, obs: ReportObservation | None) -> NodeMemory:
         return replace(nm, report_version=obs.version, report=nm.report or s)
     same_boot = nm.report is not None and nm.report.boot_id == s.boot_id
     streak = (nm.streak if same_boot else 0) + 1 if s.status == "unhealthy" else 0
-    return replace(nm, report_version=obs.version, report=s, streak=streak, streak_sequence=s.sequence)
+    return replace(nm, report_version=obs.version, report=s, streak=streak,
+                   streak_sequence=s.sequence, return_streak=_fold_return(nm, s))
 
 
 def clock_skew_note(s: ReportSummary | None) -> str:
@@ -281,7 +314,9 @@ def _view(
         return NodeView(
             node=nm.node, pool=pool.name, lifecycle=lc, reason=reason + skew, instance=inst,
             summary=s, report_age_s=age, streak=nm.streak, phase_at=nm.phase_at,
-            rejected=rejected, immediate=immediate, drained=drained,
+            rejected=rejected, immediate=immediate, drained=drained, fault=nm.fault,
+            faults=nm.faults, rung=nm.rung, rung_fault=nm.rung_fault, rung_at=nm.rung_at,
+            return_streak=nm.return_streak,
         )
 
     if nm.phase is Phase.TERMINATING:
@@ -296,6 +331,11 @@ def _view(
         return view(Lifecycle.DRAINING, nm.phase_reason, drained=drained)
     if nm.phase is Phase.CORDONED:
         return view(Lifecycle.CORDONED, nm.phase_reason)
+    if nm.phase is Phase.REMEDIATING:
+        return view(Lifecycle.REMEDIATING, nm.phase_reason)
+    if nm.operator_cordon:
+        return view(Lifecycle.OPERATOR_CORDONED, "cordoned by an operator: "
+                    + nm.operator_cordon.removeprefix("operator: "))
 
     if inst.state is InstanceState.PENDING:
         pending_s = (now - inst.launched_at).total_seconds()

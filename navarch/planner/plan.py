@@ -5,8 +5,9 @@ Pure: no I/O, no clock reads, no randomness; same inputs give the same plan, byt
 A fleet's plan is made in two layers of named stages, each a pure function:
 - fleet stages: the circuit breaker over the whole fleet, orphans (nodes whose pool left
   fleet.yaml, with the guard against mass termination), duplicate node names;
-- pool stages, per pool in name order (POOL_STAGES): scale (desired count), terminate
-  (nodes whose drain finished or timed out), redrain (cordoned, never drained), stuck
+- pool stages, per pool in name order (POOL_STAGES): scale (desired count), ladder (the
+  remediation ladder: reboot, return to service or replace drained and rebooted nodes,
+  issue 13; operator cordons), terminate (nodes whose drain finished or timed out), redrain (cordoned, never drained), stuck
   (pending past provision_timeout), repair (cordon + drain what must be replaced), watch
   (what is part-way to a decision), drift (in-place tag updates and rolling replacement),
   count (provision up to desired, or scale down). `navarch destroy` swaps in its own.
@@ -28,7 +29,11 @@ Safety rules enforced here (DESIGN.md "Safety rules"):
     drifted or requested nodes) started per pool per hour;
  6. provisioning tries places in the pool's fallback order, skipping exhausted ones.
 A node is only terminated after it was cordoned and drained (or drain_timeout passed),
-except orphans, duplicates, stuck instances and `destroy --force`.
+except orphans, duplicates, stuck instances and `destroy --force`. A node is only rebooted
+after it was cordoned and its drain finished (never on drain_timeout), and never while its
+latest report shows GPU processes; it is only returned to service automatically after
+return_after healthy reports from a boot other than its fault's. A node an operator
+cordoned is never drained, terminated or uncordoned by a plan.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ from navarch.planner.model import (
     SERVING,
     Action,
     ActionKind,
+    Fault,
     Halt,
     Lifecycle,
     Memory,
@@ -53,7 +59,8 @@ from navarch.planner.model import (
     Plan,
     PoolMemory,
 )
-from navarch.planner.observe import Duplicate
+from navarch.planner.observe import Duplicate, fault_of
+from navarch.policy import Remedy, ladder_remedy
 from navarch.spec import FleetSpec, PoolSpec
 
 HOUR_S = 3600
@@ -117,6 +124,7 @@ class Progress:
     leaving: tuple[str, ...] = ()
     surge_for: tuple[tuple[str, str], ...] = ()
     avoid: frozenset[tuple[str, str, bool]] = frozenset()
+    taken: frozenset[str] = frozenset()  # nodes an earlier stage already acted on
 
 
 @dataclass(frozen=True)
@@ -368,7 +376,7 @@ def terminate_stage(ctx: PoolContext, prog: Progress) -> StageResult:
         if v.lifecycle is Lifecycle.TERMINATING:
             actions.append(Action(ActionKind.TERMINATE, ctx.pool.name, v.node,
                                   f"terminate still in progress ({v.reason})", instance_id=_iid(v)))
-        elif v.lifecycle is Lifecycle.DRAINING:
+        elif v.lifecycle is Lifecycle.DRAINING and v.node not in prog.taken:
             waited_s = (ctx.now - v.phase_at).total_seconds() if v.phase_at else 0.0
             if v.drained:
                 why = "drain finished"
@@ -384,6 +392,162 @@ def terminate_stage(ctx: PoolContext, prog: Progress) -> StageResult:
             actions.append(Action(ActionKind.TERMINATE, ctx.pool.name, v.node, f"{why}; {v.reason}",
                                   instance_id=_iid(v), backoff=v.summary is None))
     return StageResult(prog, tuple(actions), tuple(halts), pending=tuple(pending))
+
+
+# --- the remediation ladder (issue 13) -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Rung:
+    """What the ladder gives one fault: the remedy, the reason, and whether it is a lemon."""
+
+    remedy: Remedy
+    why: str
+    lemon: bool
+
+
+def _rung_for(ctx: PoolContext, v: NodeView, fault: Fault, unrecorded: int) -> _Rung:
+    """The ladder's rung for `fault` on v (navarch.policy.ladder_remedy).
+
+    previous: the rung already tried for the same fault key within ladder_window; lemon:
+    lemon_after or more faults within lemon_window (v.faults, plus `unrecorded` faults not
+    yet in Memory). A fault whose action is no remedy (none, restart_app) was cordoned as
+    unhealthy: it is replaced, as before the ladder.
+    """
+    h = ctx.pool.health
+    previous = (v.rung if v.rung and v.rung_fault == fault.key and v.rung_at is not None
+                and (ctx.now - v.rung_at).total_seconds() <= h.ladder_window_s else None)
+    count = unrecorded + sum((ctx.now - t).total_seconds() <= h.lemon_window_s
+                             for _, t in v.faults)
+    lemon = count >= h.lemon_after
+    try:
+        need = Remedy(fault.action)
+    except ValueError:
+        need = Remedy.NONE
+    if need is Remedy.NONE:
+        need = Remedy.REPLACE
+    remedy = ladder_remedy(h.remediation, need, previous=previous, lemon=lemon)
+    ladder = "remediation: " + " then ".join(h.remediation)
+    if lemon:
+        why = (f"lemon: {count} faults in {format_duration_s(h.lemon_window_s)} "
+               f"(lemon_after {h.lemon_after}); {fault.key}")
+    elif previous is not None:
+        why = (f"{fault.key} again within {format_duration_s(h.ladder_window_s)} after "
+               f"{previous}; {ladder}")
+    elif need is Remedy.REPLACE:
+        why = f"{fault.key}: its remedy is replace"
+    else:
+        why = f"{fault.key}, first occurrence; {ladder}"
+    if remedy is Remedy.RESET_GPU:
+        why += " (reset_gpu is carried out as a reboot: no GPU reset step yet)"
+    return _Rung(remedy, why, lemon)
+
+
+def _busy(v: NodeView) -> int:
+    """GPU processes by the node's latest report (0 when none or unknown)."""
+    return (v.summary.process_count or 0) if v.summary is not None else 0
+
+
+def _after_drain(ctx: PoolContext, v: NodeView, fault: Fault) -> tuple[Action | None, str]:
+    """A drained node cordoned for a fault: reboot it, or terminate it (replace)."""
+    r = _rung_for(ctx, v, fault, unrecorded=0)
+    if r.remedy is Remedy.REPLACE:
+        return Action(ActionKind.TERMINATE, ctx.pool.name, v.node, f"drain finished; {r.why}",
+                      instance_id=_iid(v), lemon=r.lemon), ""
+    if _busy(v):
+        return None, f"{v.node}: reboot waits: its latest report shows {_busy(v)} GPU process(es)"
+    return Action(ActionKind.REBOOT, ctx.pool.name, v.node, r.why, instance_id=_iid(v),
+                  fault=fault, rung=Remedy.REBOOT.value), ""
+
+
+def _remediating(ctx: PoolContext, v: NodeView) -> tuple[Action | None, str]:
+    """A rebooted node: return it after return_after healthy reports from its new boot,
+    climb a rung when it faults again, replace it when its new boot never reports."""
+    h, s, fault = ctx.pool.health, v.summary, v.fault
+    rung = v.rung or "reboot"
+    since = v.rung_at or v.phase_at or ctx.now
+    waited_s = (ctx.now - since).total_seconds()
+    if fault is None or s is None or s.boot_id == fault.boot_id:
+        if waited_s > h.boot_timeout_s:
+            return Action(ActionKind.TERMINATE, ctx.pool.name, v.node,
+                          f"no report from a new boot within boot_timeout "
+                          f"({format_duration_s(h.boot_timeout_s)}) after the {rung}",
+                          instance_id=_iid(v)), ""
+        return None, (f"{v.node}: waits for its first report after the {rung} "
+                      f"({format_duration_s(waited_s)} of boot_timeout "
+                      f"{format_duration_s(h.boot_timeout_s)})")
+    if v.report_age_s is not None and v.report_age_s > h.offline_after_s:
+        return Action(ActionKind.TERMINATE, ctx.pool.name, v.node,
+                      f"no fresh report for {format_duration_s(v.report_age_s)} after the {rung}",
+                      instance_id=_iid(v)), ""
+    if s.status == "unhealthy":
+        if not (s.fatal or v.streak >= h.unhealthy_after):
+            return None, (f"{v.node}: unhealthy report {v.streak} of {h.unhealthy_after} "
+                          f"after the {rung}")
+        new = fault_of(s)
+        r = _rung_for(ctx, v, new, unrecorded=1)
+        if r.remedy is Remedy.REPLACE:
+            return Action(ActionKind.TERMINATE, ctx.pool.name, v.node, r.why,
+                          instance_id=_iid(v), lemon=r.lemon, fault=new), ""
+        if _busy(v):
+            return None, f"{v.node}: reboot waits: its latest report shows {_busy(v)} GPU process(es)"
+        return Action(ActionKind.REBOOT, ctx.pool.name, v.node, r.why, instance_id=_iid(v),
+                      fault=new, rung=Remedy.REBOOT.value, repair=True), ""
+    if v.return_streak >= h.return_after:
+        return Action(ActionKind.UNCORDON, ctx.pool.name, v.node,
+                      f"healthy for {v.return_streak} reports after {rung}",
+                      instance_id=_iid(v)), ""
+    return None, f"{v.node}: {v.return_streak} of {h.return_after} healthy reports after the {rung}"
+
+
+def ladder_stage(ctx: PoolContext, prog: Progress) -> StageResult:
+    """The remediation ladder (issue 13, docs/health-policy.md).
+
+    A DRAINING node cordoned for a fault (Memory has it) whose drain finished gets
+    ladder_remedy(remediation, fault action, previous rung for the same fault within
+    ladder_window, lemon): REBOOT, or TERMINATE (replace; a lemon is marked). A
+    REMEDIATING node is uncordoned after return_after healthy reports from a boot other
+    than the fault's, climbs the next rung when it faults again from its new boot, and is
+    replaced when no new boot reports within boot_timeout. Reboots are repairs: the
+    circuit breaker holds every one, the repair rate limit a reboot no cordon paid for
+    (a fault again after a reboot). Terminations here are of drained nodes and go even
+    with the breaker open. Operator-cordoned nodes are listed as pending, nothing else.
+    """
+    pool = ctx.pool
+    actions: list[Action] = []
+    halts: list[Halt] = []
+    pending: list[str] = []
+    taken = set(prog.taken)
+    rate_left = prog.rate_left
+    for v in ctx.views:
+        if v.lifecycle is Lifecycle.OPERATOR_CORDONED:
+            pending.append(f"{v.node}: {v.reason} (`navarch uncordon` returns it)")
+            continue
+        if v.lifecycle is Lifecycle.DRAINING and v.drained and v.fault is not None:
+            action, wait = _after_drain(ctx, v, v.fault)
+        elif v.lifecycle is Lifecycle.REMEDIATING:
+            action, wait = _remediating(ctx, v)
+        else:
+            continue
+        taken.add(v.node)
+        if action is None:
+            pending.append(wait)
+            continue
+        if action.kind is ActionKind.REBOOT:
+            if ctx.frozen:
+                halts.append(Halt(pool.name, "circuit_breaker", f"{v.node}: reboot held back"))
+                continue
+            if action.repair:
+                if rate_left <= 0:
+                    halts.append(Halt(pool.name, "repair_rate_limit",
+                                      f"{v.node} waits for its reboot: "
+                                      f"{ctx.spec.safety.repairs_per_pool_per_hour} repairs in "
+                                      "the last hour"))
+                    continue
+                rate_left -= 1
+        actions.append(action)
+    return StageResult(replace(prog, rate_left=rate_left, taken=frozenset(taken)),
+                       tuple(actions), tuple(halts), pending=tuple(pending))
 
 
 def redrain_stage(ctx: PoolContext, prog: Progress) -> StageResult:
@@ -452,8 +616,11 @@ def repair_stage(ctx: PoolContext, prog: Progress) -> StageResult:
             budget -= 1
             rate_left -= repair
         leaving.append(v.node)
+        s = v.summary
+        fault = (fault_of(s) if v.lifecycle is Lifecycle.UNHEALTHY and s is not None
+                 and s.status == "unhealthy" else None)
         actions.append(Action(ActionKind.CORDON, pool.name, v.node, why, instance_id=_iid(v),
-                              repair=repair))
+                              repair=repair, fault=fault))
         actions.append(Action(ActionKind.DRAIN, pool.name, v.node, why, instance_id=_iid(v)))
     return StageResult(replace(prog, budget=budget, rate_left=rate_left, leaving=tuple(leaving)),
                        tuple(actions), tuple(halts), pending=tuple(pending))
@@ -554,8 +721,11 @@ def _roll(ctx: PoolContext, prog: Progress, drifted: list[tuple[NodeView, str]])
 def _present(ctx: PoolContext, prog: Progress) -> list[NodeView]:
     """Nodes that count toward desired: all but those leaving, stuck, or cordoned this run
     (a sick node held back by the budget still counts: no replacement before its cordon)."""
-    return [v for v in ctx.views if v.lifecycle not in LEAVING and v.lifecycle is not Lifecycle.STUCK
-            and v.node not in prog.leaving]
+    # Under replacement after-terminate a rebooted node is waited for, not replaced.
+    back = ctx.pool.health.replacement == "after-terminate"
+    return [v for v in ctx.views
+            if (v.lifecycle not in LEAVING or (back and v.lifecycle is Lifecycle.REMEDIATING))
+            and v.lifecycle is not Lifecycle.STUCK and v.node not in prog.leaving]
 
 
 def count_stage(ctx: PoolContext, prog: Progress) -> StageResult:
@@ -655,7 +825,11 @@ def destroy_stage(ctx: PoolContext, prog: Progress) -> StageResult:
     why = "destroy: navarch destroy was asked to remove the pool"
     actions: list[Action] = []
     for v in ctx.views:
-        if v.lifecycle in LEAVING:
+        if v.lifecycle is Lifecycle.REMEDIATING:  # drained already
+            actions.append(Action(ActionKind.TERMINATE, ctx.pool.name, v.node, why,
+                                  instance_id=_iid(v)))
+            continue
+        if v.lifecycle in LEAVING and v.lifecycle is not Lifecycle.OPERATOR_CORDONED:
             continue
         actions.append(Action(ActionKind.CORDON, ctx.pool.name, v.node, why, instance_id=_iid(v)))
         actions.append(Action(ActionKind.DRAIN, ctx.pool.name, v.node, why, instance_id=_iid(v)))
@@ -670,6 +844,7 @@ def force_destroy_stage(ctx: PoolContext, prog: Progress) -> StageResult:
         for v in ctx.views))
 
 
-POOL_STAGES: tuple[Stage, ...] = (scale_stage, terminate_stage, redrain_stage, stuck_stage,
-                                  repair_stage, watch_stage, drift_stage, count_stage)
+POOL_STAGES: tuple[Stage, ...] = (scale_stage, ladder_stage, terminate_stage, redrain_stage,
+                                  stuck_stage, repair_stage, watch_stage, drift_stage,
+                                  count_stage)
 DESTROY_STAGES: tuple[Stage, ...] = (terminate_stage, redrain_stage, destroy_stage)

@@ -63,6 +63,7 @@ from navarch.planner.model import (
     Action,
     ActionKind,
     Exhausted,
+    Fault,
     Memory,
     NodeMemory,
     Phase,
@@ -117,6 +118,18 @@ def _chain(*updates: Update) -> Update:
 
 def _set_node(nm: NodeMemory) -> Update:
     return lambda memory: memory.with_node(nm)
+
+
+def _with_fault(nm: NodeMemory, fault: Fault | None, now: datetime, keep_s: int) -> NodeMemory:
+    """Record `fault` as the node's fault (issue 13) and, when it is a new occurrence (another
+    report than the one recorded), add (key, now) to its fault history; the history keeps
+    what falls within keep_s seconds (max of ladder_window and lemon_window)."""
+    if fault is None:
+        return nm
+    history = tuple((k, t) for k, t in nm.faults if (now - t).total_seconds() <= keep_s)
+    if nm.fault != fault:
+        history += ((fault.key, now),)
+    return replace(nm, fault=fault, faults=history, return_streak=0)
 
 
 class PlaybookRunner(Protocol):
@@ -524,6 +537,7 @@ class Executor:
         now = self.clock()
         nm = replace(self._node_memory(a, memory), phase=Phase.CORDONED, phase_at=now,
                      phase_reason=a.reason, repair=a.repair)
+        nm = _with_fault(nm, a.fault, now, self._fault_keep_s(a.pool))
 
         def update(m: Memory) -> Memory:
             m = m.with_node(nm)
@@ -533,6 +547,14 @@ class Executor:
             return m
 
         return Outcome(a, True, detail), update
+
+    def _fault_keep_s(self, pool: str) -> int:
+        """How long a node's fault history is kept: max(ladder_window, lemon_window)."""
+        try:
+            h = self.spec.pool(pool).health
+        except KeyError:
+            return 0
+        return max(h.ladder_window_s, h.lemon_window_s)
 
     @staticmethod
     def _recent(pm: PoolMemory, now: datetime) -> tuple[datetime, ...]:
@@ -573,7 +595,51 @@ class Executor:
             return Outcome(a, True, f"terminated extra instance {inst.instance_id}"), backoff
         nm = replace(self._node_memory(a, memory), phase=Phase.TERMINATING, phase_at=self.clock(),
                      phase_reason=a.reason)
-        return Outcome(a, True, f"terminated {inst.instance_id}"), _chain(backoff, _set_node(nm))
+        lemon = self._lemon(a.pool, inst.instance_id) if a.lemon else _same
+        return (Outcome(a, True, f"terminated {inst.instance_id}"),
+                _chain(backoff, lemon, _set_node(nm)))
+
+    @staticmethod
+    def _lemon(pool: str, instance_id: str) -> Update:
+        """Remember a lemon's instance id in its pool (uncordon refuses it without --force)."""
+
+        def update(memory: Memory) -> Memory:
+            pm = memory.pool(pool)
+            if instance_id in pm.lemons:
+                return memory
+            return memory.with_pool(replace(pm, lemons=pm.lemons + (instance_id,)))
+
+        return update
+
+    def _reboot(self, a: Action, memory: Memory) -> tuple[Outcome, Update]:
+        """The ladder's reboot (issue 13): Provider.reboot on the node's instance; the node
+        enters phase REMEDIATING with the rung and the fault it answers. A reboot that
+        carries repair=True (a fault again after a reboot) counts toward the hourly limit."""
+        inst = self._instance(a)
+        if inst is None:
+            return Outcome(a, False, "no instance to reboot", "NotFound"), _same
+        nm = self._node_memory(a, memory)
+        if nm.phase not in (Phase.DRAINING, Phase.REMEDIATING):
+            return Outcome(a, False, f"not drained (phase {nm.phase.value or 'none'})",
+                           "Skipped"), _same
+        try:
+            self.providers[inst.provider].reboot([inst])
+        except ProviderError as exc:
+            return Outcome(a, False, str(exc), type(exc).__name__), _same
+        now = self.clock()
+        nm = _with_fault(nm, a.fault, now, self._fault_keep_s(a.pool))
+        nm = replace(nm, phase=Phase.REMEDIATING, phase_at=now, phase_reason=a.reason,
+                     rung=a.rung or "reboot", rung_fault=a.fault.key if a.fault else nm.rung_fault,
+                     rung_at=now, return_streak=0)
+
+        def update(m: Memory) -> Memory:
+            m = m.with_node(nm)
+            if a.repair:
+                pm = m.pool(a.pool)
+                m = m.with_pool(replace(pm, repairs=self._recent(pm, now) + (now,)))
+            return m
+
+        return Outcome(a, True, f"rebooted {inst.instance_id} through provider {inst.provider}"), update
 
     def _update_tags(self, a: Action, memory: Memory) -> tuple[Outcome, Update]:
         inst = self._instance(a)
@@ -591,7 +657,7 @@ class Executor:
         if not ok:
             return Outcome(a, False, detail, "RemoteError"), _same
         nm = replace(self._node_memory(a, memory), phase=Phase.NONE, phase_at=self.clock(),
-                     phase_reason="", repair=False, streak=0)
+                     phase_reason="", repair=False, streak=0, return_streak=0, operator_cordon="")
         return Outcome(a, True, detail), _set_node(nm)
 
     #: ActionKind -> handler(self, action, memory) -> (Outcome, Update). A new kind adds
@@ -604,4 +670,5 @@ class Executor:
         ActionKind.TERMINATE: _terminate,
         ActionKind.UNCORDON: _uncordon,
         ActionKind.UPDATE_TAGS: _update_tags,
+        ActionKind.REBOOT: _reboot,
     }

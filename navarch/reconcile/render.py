@@ -1,7 +1,7 @@
 """Plan rendering: text for people (Terraform style), markdown for PR comments, JSON for
 scripts (schemas/plan.schema.json). Saved plans are the JSON form plus the fleet file.
 
-Symbols: `+` provision, `~` cordon / drain / uncordon / scale / update tags, `-`
+Symbols: `+` provision, `~` cordon / drain / uncordon / reboot / scale / update tags, `-`
 terminate; a `# (because ...)` line under each; held-back actions, notes and what the fleet
 still waits for; one summary line. "No changes. The fleet matches fleet.yaml." only when
 the plan is converged (no actions, nothing held back, nothing pending).
@@ -51,6 +51,8 @@ def summary_line(plan: Plan) -> str:
         line += f", {c['uncordon']} to uncordon"
     if c["update_tags"]:
         line += f", {c['update_tags']} to update tags"
+    if c["reboot"]:
+        line += f", {c['reboot']} to reboot"
     return line + "."
 
 

@@ -35,6 +35,12 @@ Schema checks use jsonschema-rs (the same JSON Schema 2020-12 semantics as the
 jsonschema package, compiled): a cold plan checks thousands of reports, and the pure-
 Python validator cost about 4 ms per report, most of a cold plan's time.
 
+Health policy (issue 13): with rule sets (a pool's health.rule_sets(), see navarch.policy),
+a verified report's status and action are what navarch.policy.evaluate makes of it, and a
+user rule that decided is the first finding ("rule NAME: unhealthy, action replace"). A rule
+that raises never changes the verdict: the agent's status and action stand and the error
+is a finding ("policy error: ..."), shown by `navarch status`.
+
 Unchanged reports are not fetched again: listing gives each object's version (ETag,
 generation, inode), and a node whose version equals the one in Memory reuses its summary.
 """
@@ -50,6 +56,7 @@ from typing import Any
 from navarch import signing
 from navarch.errors import NotFound, ReportRejected
 from navarch.planner.model import Memory, NodeView, ReportObservation, ReportSummary, parse_ts
+from navarch.policy import Rule, evaluate
 from navarch.reconcile.state import health_prefix
 from navarch.spec import load_schema
 from navarch.stores.base import ObjectInfo, ObjectStore, parallel_map
@@ -74,11 +81,33 @@ def _report_validator() -> Any:
                                        validate_formats=True)
 
 
-def summarize(report: Mapping[str, Any], stored_at: datetime | None = None) -> ReportSummary:
+RuleSets = Sequence[Sequence[Rule]]
+
+
+def _policy(report: Mapping[str, Any], rule_sets: RuleSets | None) -> tuple[str, str, list[str]]:
+    """(status, action, findings to put first / last) by the health policy rules; without
+    rule sets, the agent's own status and action."""
+    status, action = report["status"], report["action"]
+    if rule_sets is None:
+        return status, action, []
+    result = evaluate(rule_sets, report)
+    if result.error is not None:
+        return status, action, [f"policy error: {result.error}"]
+    user = [n for n in (result.rule or "").split(", ") if n and not n.startswith("builtin:")]
+    first = ([f"rule {', '.join(user)}: {result.status.value}, action {result.action.value}"]
+             if user else [])
+    return result.status.value, result.action.value, first
+
+
+def summarize(report: Mapping[str, Any], stored_at: datetime | None = None,
+              rule_sets: RuleSets | None = None) -> ReportSummary:
     """Reduce a verified report to what the planner needs (see ReportSummary).
 
     stored_at: the store's modification time of the object (aware UTC), when known.
+    rule_sets: the pool's health policy rule sets (HealthPolicy.rule_sets()); None keeps
+    the agent's verdict. See the module docstring for how they change the summary.
     """
+    status, action, policy_lines = _policy(report, rule_sets)
     findings: list[str] = []
     fatal = False
     for x in report.get("xids", []):
@@ -97,12 +126,16 @@ def summarize(report: Mapping[str, Any], stored_at: datetime | None = None) -> R
     procs = [g.get("process_count") for g in gpus]
     utils = [g.get("utilization_pct") for g in gpus if g.get("utilization_pct") is not None]
     notice = report.get("notice") or {}
+    if policy_lines and policy_lines[0].startswith("policy error"):
+        findings = findings[:4] + policy_lines
+    else:
+        findings = policy_lines + findings
     return ReportSummary(
         sequence=report["sequence"],
         boot_id=report["boot_id"],
         generated_at=parse_ts(report["generated_at"]),
-        status=report["status"],
-        action=report["action"],
+        status=status,
+        action=action,
         health_score=report["health_score"],
         fatal=fatal,
         findings=tuple(dict.fromkeys(findings))[:5],
@@ -167,17 +200,20 @@ def verify_report(
     last_sequence: int,
     now: datetime,
     stored_at: datetime | None = None,
+    rule_sets: RuleSets | None = None,
 ) -> ReportSummary:
     """Check one stored report; return its summary or raise ReportRejected(reason).
 
     data: the object's bytes as stored. stored_at: the store's modification time of the
     object (aware UTC) or None; with it, a node's clock skew is a condition shown on the
-    summary, not a rejection ("future" is judged only without it). Never raises anything
-    but ReportRejected: an unexpected error is rejection "check_failed".
+    summary, not a rejection ("future" is judged only without it). rule_sets: the pool's
+    health policy (see summarize). Never raises anything but ReportRejected: an unexpected
+    error is rejection "check_failed".
     """
     try:
         return _verify(data, fleet=fleet, pool=pool, node=node, fleet_secret=fleet_secret,
-                       last_sequence=last_sequence, now=now, stored_at=stored_at)
+                       last_sequence=last_sequence, now=now, stored_at=stored_at,
+                       rule_sets=rule_sets)
     except ReportRejected:
         raise
     except Exception as exc:  # the boundary: no report may stop a run (issue 16 item 4)
@@ -185,7 +221,8 @@ def verify_report(
 
 
 def _verify(data: bytes, *, fleet: str, pool: str, node: str, fleet_secret: bytes | None,
-            last_sequence: int, now: datetime, stored_at: datetime | None) -> ReportSummary:
+            last_sequence: int, now: datetime, stored_at: datetime | None,
+            rule_sets: RuleSets | None = None) -> ReportSummary:
     if len(data) > MAX_REPORT_BYTES:
         raise ReportRejected("oversized", f"{len(data)} bytes > {MAX_REPORT_BYTES}")
     report, canonical = _parse(data)
@@ -214,7 +251,7 @@ def _verify(data: bytes, *, fleet: str, pool: str, node: str, fleet_secret: byte
         raise ReportRejected("schema", "generated_at is missing")
     if stored_at is None and generated > now + timedelta(seconds=FUTURE_SKEW_S):
         raise ReportRejected("future", f"generated_at {report['generated_at']}")
-    return summarize(report, stored_at)
+    return summarize(report, stored_at, rule_sets)
 
 
 def _stored_at(info: ObjectInfo) -> datetime | None:
@@ -233,6 +270,7 @@ def read_reports(
     now: datetime,
     *,
     store_times: bool = True,
+    rule_sets: Mapping[str, RuleSets] | None = None,
 ) -> dict[str, ReportObservation]:
     """List health/<fleet>/, fetch changed reports, verify them -> node -> observation.
 
@@ -240,7 +278,9 @@ def read_reports(
     that do not look like health/<fleet>/<pool>/<node>.json are ignored. store_times:
     judge freshness by the store's modification times (False for a replayed clock, see
     the module docstring). No report raises: each failure is a rejected observation;
-    only listing the store may raise StoreError.
+    only listing the store may raise StoreError. rule_sets: pool name -> its health policy
+    rule sets (HealthPolicy.rule_sets()); a pool not in it (or None) keeps the agents'
+    verdicts. An unchanged report keeps the verdict it was given when it was read.
     """
     prefix = health_prefix(fleet)
     listed: dict[str, tuple[str, str, ObjectInfo]] = {}  # key -> (pool, node, listing)
@@ -283,7 +323,8 @@ def read_reports(
         try:
             summary = verify_report(blob.data, fleet=fleet, pool=pool, node=node,
                                     fleet_secret=fleet_secret, last_sequence=last_seq, now=now,
-                                    stored_at=stored_at)
+                                    stored_at=stored_at,
+                                    rule_sets=(rule_sets or {}).get(pool))
             return ReportObservation(node, pool, summary, blob.version, stored_at=stored_at)
         except ReportRejected as rej:
             return rejected(rej.reason, blob.version)

@@ -1,9 +1,12 @@
 """`navarch uncordon`: return a node that navarch cordoned to service.
 
 Rules (LBNL NHC: only undo what you did yourself):
-- only a node navarch cordoned or is draining (its Memory phase says so) is uncordoned;
-  a node cordoned by a human outside navarch is not in that phase and is refused;
-- only when its latest accepted report is healthy and fresh (within stale_after).
+- only a node navarch cordoned, is draining or is remediating (its Memory phase says so),
+  or one an operator cordoned with `navarch cordon` (NodeMemory.operator_cordon, cleared
+  here), is uncordoned; a node cordoned by a human outside navarch is refused;
+- only when its latest accepted report is healthy and fresh (within stale_after);
+- never an instance the remediation ladder replaced as a lemon (its id is kept in the
+  pool's Memory: an adopted instance with the same id), unless forced (issue 13).
 """
 
 from __future__ import annotations
@@ -17,8 +20,11 @@ from navarch.reconcile.run import Fleet, clock, gather
 from navarch.reconcile.state import AuditLog, acquire_lock, release_lock, save_memory
 
 
-def uncordon(fleet: Fleet, node: str) -> str:
-    """Uncordon `node`; returns the playbook's detail. Raises NavarchError saying why not."""
+def uncordon(fleet: Fleet, node: str, *, force: bool = False) -> str:
+    """Uncordon `node`; returns the playbook's detail. Raises NavarchError saying why not.
+
+    force: uncordon a lemon's instance id all the same.
+    """
     spec = fleet.spec
     lock = acquire_lock(fleet.store, spec.name, f"uncordon {node}", spec.safety.lock_ttl_s, clock())
     try:
@@ -27,7 +33,11 @@ def uncordon(fleet: Fleet, node: str) -> str:
         view = next((v for v in snap.observed.views if v.node == node), None)
         if nm is None or view is None:
             raise NavarchError(f"{node} is not a node of fleet {spec.name}")
-        if nm.phase not in (Phase.CORDONED, Phase.DRAINING):
+        if nm.instance_id in snap.memory.pool(nm.pool).lemons and not force:
+            raise NavarchError(f"{node} runs instance {nm.instance_id}, replaced as a lemon "
+                               "(repeated faults); pass --force to return it to service anyway")
+        if nm.phase not in (Phase.CORDONED, Phase.DRAINING, Phase.REMEDIATING) \
+                and not nm.operator_cordon:
             raise NavarchError(f"navarch did not cordon {node}; a cordon made outside navarch "
                                "is left to whoever made it")
         pool = spec.pool(nm.pool)

@@ -51,6 +51,8 @@ def test_agents_report_healthy(navarch):
 
 
 def test_xid79_is_cordoned_replaced_drained_and_terminated(navarch):
+    # A ladder without reboot: the replace path (tests/cli/test_ladder.py has the reboot).
+    _edit(navarch.workdir, lambda d: d["pools"]["train"]["health"].update(remediation=["replace"]))
     navarch.ok("apply", "fleet.yaml", "--auto-approve")
     navarch.ok("local", "tick", "fleet.yaml")
     navarch.ok("local", "inject", "fleet.yaml", "demo-train-0002", "--xid", "79", "--gpu", "3")
@@ -92,7 +94,8 @@ def test_drain_waits_for_gpu_processes(navarch):
     assert "demo-train-0001: draining for" in plan.out
     navarch.ok("local", "inject", "fleet.yaml", "demo-train-0001", "--processes", "0")
     navarch.ok("local", "tick", "fleet.yaml")
-    assert "- terminate demo-train-0001" in navarch.ok("plan", "fleet.yaml").out
+    # Drained: XID 48's remedy (reset_gpu) is the ladder's first rung, done as a reboot.
+    assert "~ reboot demo-train-0001" in navarch.ok("plan", "fleet.yaml").out
 
 
 def test_drain_timeout_terminates_a_busy_node(navarch):

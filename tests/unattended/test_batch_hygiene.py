@@ -4,6 +4,7 @@ one-line summary, no traceback when stdout is closed early, no colour under NO_C
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -58,3 +59,47 @@ def test_no_color_means_no_escape_sequences(example_dir: Path) -> None:
         run = run_navarch(["apply", "fleet.yaml", "--auto-approve"], cwd=example_dir, env=env)
         assert run.returncode == 0
         assert "\x1b[" not in run.stdout + run.stderr
+
+
+def _apply_on_a_terminal(workdir: Path, env: dict[str, str]) -> str:
+    """Run apply with stderr on a pseudo-terminal (stdout piped) -> what the terminal got."""
+    import os
+    import pty
+
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "navarch", "apply", "fleet.yaml",
+                             "--auto-approve"], cwd=workdir,
+                            env={**_child_env(None, True), "TERM": "xterm-256color", **env},
+                            stdout=subprocess.PIPE, stderr=slave)
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 4096)
+        except OSError:
+            break
+        if not data:
+            break
+        chunks.append(data)
+    proc.communicate(timeout=120)
+    os.close(master)
+    assert proc.returncode == 0
+    return b"".join(chunks).decode(errors="replace")
+
+
+def test_progress_on_a_terminal_only_and_colourless_under_no_color(tmp_path: Path) -> None:
+    import shutil
+
+    from tests.unattended.helpers import REPO
+
+    colour = re.compile(r"\x1b\[[0-9;]*(3[0-9]|4[0-9]|9[0-7])[0-9;]*m")
+    for name, env in (("plain", {}), ("nocolor", {"NO_COLOR": "1"})):
+        d = tmp_path / name
+        d.mkdir()
+        shutil.copy(REPO / "fleet.example.yaml", d / "fleet.yaml")
+        seen = _apply_on_a_terminal(d, env)
+        assert "applying" in seen, seen  # the progress bar was drawn on the terminal
+        if env:
+            assert not colour.search(seen), repr(seen[:400])
+        else:
+            assert colour.search(seen), "the bar has colour unless NO_COLOR is set"

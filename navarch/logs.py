@@ -54,11 +54,21 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(doc, sort_keys=True, default=str)
 
 
+class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]
+    """A StreamHandler writing to whatever sys.stderr is at emit time (it may be replaced
+    after configure(), e.g. by a test runner capturing output)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.stream = sys.stderr
+        super().emit(record)
+
+
 def configure(log_format: str, run: str, stream: TextIO | None = None) -> None:
     """Set up navarch's loggers: json (INFO and up, JSON lines) or text (WARNING and up,
-    "navarch: LEVEL: message"), on stream (default stderr); records carry `run` as run_id."""
+    "navarch: LEVEL: message"), on stream (default: sys.stderr at each write); records
+    carry `run` as run_id. Calling it again replaces the handler it added before."""
     _RUN_ID["value"] = run
-    handler = logging.StreamHandler(stream or sys.stderr)
+    handler = logging.StreamHandler(stream) if stream is not None else _Stderr()
     if log_format == "json":
         handler.setFormatter(JsonFormatter())
         level = logging.INFO
@@ -72,7 +82,6 @@ def configure(log_format: str, run: str, stream: TextIO | None = None) -> None:
     handler._navarch = True  # type: ignore[attr-defined]
     root.addHandler(handler)
     root.setLevel(level)
-    root.propagate = False
 
 
 def summary(message: str, **fields: Any) -> None:

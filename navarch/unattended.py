@@ -19,7 +19,7 @@ from contextlib import ExitStack
 from typing import Any
 
 from navarch import logs
-from navarch.errors import NavarchError
+from navarch.errors import LockHeld, NavarchError
 
 log = logging.getLogger("navarch.run")
 
@@ -86,10 +86,13 @@ class Unattended:
 
     # -- after the run ------------------------------------------------------------------
     def finish(self, result: Any | None, error: BaseException | None) -> None:
-        """Metrics (textfile, pushgateway) and the status page; failures are logged."""
+        """Metrics (textfile, pushgateway) and the status page; failures are logged. A run
+        that found the lease held did nothing: the run holding it reports."""
         from navarch.reconcile.run import clock
 
         self.close()
+        if isinstance(error, LockHeld):
+            return
         spec = self.fleet.spec
         now = clock()
         if self.metrics_textfile or spec.metrics.pushgateway:

@@ -23,6 +23,7 @@ from navarch.durations import parse_duration_s
 from navarch.inventory import Instance, InstanceState, launch_id, ownership_tags
 from navarch.planner.model import (
     Exhausted,
+    Fault,
     Memory,
     NodeMemory,
     Phase,
@@ -205,9 +206,12 @@ def summary(
     process_count: int | None = 0,
     utilization_pct: float | None = None,
     gpu_count: int = 8,
+    action: str | None = None,
 ) -> ReportSummary:
-    """A ReportSummary as navarch.reconcile.reports.summarize would make it."""
-    action = {"healthy": "none", "degraded": "none", "unknown": "none"}.get(status, "replace")
+    """A ReportSummary as navarch.reconcile.reports.summarize would make it. action: the
+    recommended action (default: none, or replace when unhealthy)."""
+    if action is None:
+        action = {"healthy": "none", "degraded": "none", "unknown": "none"}.get(status, "replace")
     return ReportSummary(
         sequence=sequence,
         boot_id=boot_id,
@@ -265,8 +269,20 @@ def node_memory(
     first_seen_at: datetime | None = None,
     instance_id: str | None = None,
     launch: Mapping[str, str] | None = None,
+    fault: Mapping[str, Any] | Fault | None = None,
+    faults: Iterable[tuple[str, datetime]] = (),
+    rung: str = "",
+    rung_fault: str = "",
+    rung_at: datetime | None = None,
+    return_streak: int = 0,
+    operator_cordon: str = "",
 ) -> NodeMemory:
-    """What earlier runs remembered of one node (report_version follows report's sequence)."""
+    """What earlier runs remembered of one node (report_version follows report's sequence).
+    fault: a Fault or its fields {key, action, boot_id, sequence}; the rest are the
+    remediation ladder's NodeMemory fields."""
+    if isinstance(fault, Mapping):
+        fault = Fault(fault["key"], fault.get("action", "reboot"), fault.get("boot_id", "boot-1"),
+                      fault.get("sequence", 0))
     return NodeMemory(
         node=node,
         pool=pool,
@@ -281,6 +297,13 @@ def node_memory(
         streak=streak,
         streak_sequence=streak_sequence,
         launch=tuple(sorted((launch or {}).items())),
+        fault=fault,
+        faults=tuple(faults),
+        rung=rung,
+        rung_fault=rung_fault,
+        rung_at=rung_at,
+        return_streak=return_streak,
+        operator_cordon=operator_cordon,
     )
 
 
@@ -301,6 +324,7 @@ def pool_memory(
     desired: int | None = None,
     desired_from_target: int | None = None,
     scaled_at: datetime | None = None,
+    lemons: Iterable[str] = (),
 ) -> PoolMemory:
     return PoolMemory(
         pool=pool,
@@ -310,6 +334,7 @@ def pool_memory(
         desired=desired,
         desired_from_target=desired_from_target,
         scaled_at=scaled_at,
+        lemons=tuple(lemons),
     )
 
 

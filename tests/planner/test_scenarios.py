@@ -14,7 +14,9 @@ A scenario file holds (times are RFC 3339, or relative to `now` like "-20m", "+1
                       {rejected: reason} (the summary is then the remembered one, as
                       navarch.reconcile.reports.read_reports passes it)
   memory:             nodes: node -> phase, phase_at, phase_reason, repair, streak,
-                      streak_sequence, first_seen_at, report; pools: pool -> next_index,
+                      streak_sequence, first_seen_at, report, and the remediation
+                      ladder's fault {key, action, boot_id, sequence}, faults [[key, time]],
+                      rung, rung_fault, rung_at, return_streak, operator_cordon; pools: pool -> next_index,
                       repairs, exhausted [{zone, instance_type, spot, until}], desired,
                       desired_from_target, scaled_at
   drain_checks:       node -> bool (scheduler drain-check results this run)
@@ -130,6 +132,8 @@ def build_inputs(doc: Mapping[str, Any], tmp_path: Path) -> Inputs:
                 phase_at=builders.when(now, raw.pop("phase_at", None)),
                 first_seen_at=builders.when(now, raw.pop("first_seen_at", None)),
                 report=_summary(report, now) if report is not None else None,
+                rung_at=builders.when(now, raw.pop("rung_at", None)),
+                faults=[(k, builders.when(now, t)) for k, t in raw.pop("faults", [])],
                 **raw,
             )
         )

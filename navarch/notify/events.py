@@ -2,9 +2,10 @@
 
 Two sources, one module:
 
-- events_from_result(result): per-action outcomes (node cordoned with its reason, drain
-  started, drain finished or timed out, node terminated, replacement provisioned, node
-  returned to service, action failed) and the plan's halts and failures as *conditions*
+- outcome_events / plan_conditions / outcome_conditions (an ApplyResult's parts):
+  per-action outcomes (node cordoned with its reason, drain started, drain finished or
+  timed out, node terminated, replacement provisioned, node rebooted, node returned to
+  service, action failed) and the plan's halts and failures as *conditions*
   (circuit breaker per pool, capacity exhausted per pool, quota or auth failure per pool,
   orphan guard).
 - events_from_error(exc): apply failed, lease lost, auth/quota failures that stopped the
@@ -39,6 +40,7 @@ class EventKind(enum.StrEnum):
     NODE_TERMINATED = "node_terminated"
     NODE_PROVISIONED = "node_provisioned"
     NODE_RETURNED = "node_returned"
+    NODE_REBOOTED = "node_rebooted"  # the remediation ladder's reboot through the provider
     ACTION_FAILED = "action_failed"
     CAPACITY_EXHAUSTED = "capacity_exhausted"
     BREAKER_TRIPPED = "breaker_tripped"
@@ -76,6 +78,7 @@ SEVERITY = {
     EventKind.NODE_TERMINATED: Severity.INFO,
     EventKind.NODE_PROVISIONED: Severity.INFO,
     EventKind.NODE_RETURNED: Severity.INFO,
+    EventKind.NODE_REBOOTED: Severity.INFO,
     EventKind.ACTION_FAILED: Severity.WARNING,
     EventKind.CAPACITY_EXHAUSTED: Severity.CRITICAL,
     EventKind.BREAKER_TRIPPED: Severity.CRITICAL,
@@ -190,6 +193,9 @@ def _action_event(fleet: str, run_id: str, outcome: object) -> Event | None:
     if a.kind is ActionKind.UNCORDON:
         return make(EventKind.NODE_RETURNED, fleet, a.pool, a.node,
                     f"{a.node} returned to service: {a.reason}", run_id, **ids)
+    if a.kind.value == "reboot":  # by value: the ladder's action kind is newer than this map
+        return make(EventKind.NODE_REBOOTED, fleet, a.pool, a.node,
+                    f"{a.node} rebooted: {a.reason}", run_id, **ids)
     return None  # scale and tag updates are routine
 
 

@@ -1,0 +1,128 @@
+"""The remediation ladder end to end (issue 13) on the embedded local provider.
+
+XID 79 (the agent's catalogue: action reboot) -> apply cordons and drains the node (with a
+surge replacement) -> once drained it is rebooted in place (a new boot id, same instance)
+-> after return_after healthy reports from the new boot it is uncordoned and the surplus
+surge replacement scaled away, pool back at target. XID 79 again within ladder_window ->
+this time it is replaced. With replacement after-terminate nothing is provisioned for a
+reboot. Every apply is preceded by `local tick` (each node's agent reports once), as the
+reconciler's schedule would interleave them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+NODE = "demo-train-0002"
+
+
+def _edit(fleet_dir: Path, mutate: Callable[[dict[str, Any]], None]) -> None:
+    path = fleet_dir / "fleet.yaml"
+    doc = yaml.safe_load(path.read_text())
+    mutate(doc)
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+
+
+def _boot_id(fleet_dir: Path, instance_id: str) -> str:
+    machine = fleet_dir / ".navarch" / "local" / "demo" / "machines" / instance_id / "machine.json"
+    if not machine.exists():  # layout without a machines/ level
+        machine = fleet_dir / ".navarch" / "local" / "demo" / instance_id / "machine.json"
+    return json.loads(machine.read_text())["boot_id"]
+
+
+def _cycle(navarch) -> str:
+    """One report from every node, then one apply; returns apply's output."""
+    navarch.ok("local", "tick", "fleet.yaml")
+    return navarch.ok("apply", "fleet.yaml", "--auto-approve").out
+
+
+def _train(navarch) -> dict[str, dict[str, Any]]:
+    return {n["node"]: n for n in navarch.nodes("train")}
+
+
+def _start(navarch) -> str:
+    navarch.ok("apply", "fleet.yaml", "--auto-approve")
+    navarch.ok("local", "tick", "fleet.yaml")
+    assert navarch("plan", "fleet.yaml", "--detailed-exitcode").code == 0
+    return _train(navarch)[NODE]["instance_id"]
+
+
+def test_xid79_reboots_returns_then_is_replaced_within_the_window(navarch, fleet_dir) -> None:
+    iid = _start(navarch)
+    boot = _boot_id(fleet_dir, iid)
+
+    navarch.ok("local", "inject", "fleet.yaml", NODE, "--xid", "79")
+    out = _cycle(navarch)
+    assert f"~ cordon {NODE}" in out and f"~ drain {NODE}" in out
+    assert "+ provision demo-train-0004" in out  # surge replacement, as before the ladder
+
+    out = _cycle(navarch)  # drained (no GPU processes) -> the ladder's first rung
+    assert f"~ reboot {NODE}" in out, out
+    assert "XID 79, first occurrence; remediation: reboot then replace" in out
+    assert "- terminate" not in out
+    assert _train(navarch)[NODE]["lifecycle"] == "remediating"
+    assert _train(navarch)[NODE]["instance_id"] == iid
+    assert _boot_id(fleet_dir, iid) != boot
+
+    outs = [_cycle(navarch) for _ in range(3)]  # return_after 3 healthy reports
+    assert f"~ uncordon {NODE}" in outs[-1], outs
+    assert "healthy for 3 reports after reboot" in outs[-1]
+    assert not any("- terminate" in o for o in outs)
+
+    # The pool is one over target: the surge replacement (newest, idle) is scaled away.
+    outs = [_cycle(navarch) for _ in range(3)]
+    assert "~ cordon demo-train-0004" in outs[0] and "scale down" in outs[0], outs[0]
+    assert "- terminate demo-train-0004" in "".join(outs)
+    assert navarch("plan", "fleet.yaml", "--detailed-exitcode").code == 0
+    nodes = _train(navarch)
+    assert sorted(nodes) == ["demo-train-0001", "demo-train-0002", "demo-train-0003"]
+    assert nodes[NODE]["instance_id"] == iid and nodes[NODE]["lifecycle"] == "healthy"
+
+    # XID 79 again within ladder_window (24h): the next rung, replace.
+    navarch.ok("local", "inject", "fleet.yaml", NODE, "--xid", "79")
+    out = _cycle(navarch)
+    assert f"~ cordon {NODE}" in out
+    out = _cycle(navarch)
+    assert f"- terminate {NODE}" in out, out
+    assert "XID 79 again within 1d after reboot" in out
+    assert f"~ reboot {NODE}" not in out
+
+
+def test_after_terminate_provisions_nothing_for_a_reboot(navarch, fleet_dir) -> None:
+    _edit(fleet_dir, lambda d: d["pools"]["train"]["health"].update(
+        replacement="after-terminate", return_after=2))
+    iid = _start(navarch)
+    navarch.ok("local", "inject", "fleet.yaml", NODE, "--xid", "79")
+    outs = [_cycle(navarch) for _ in range(2)]
+    assert f"~ reboot {NODE}" in outs[1], outs
+    outs += [_cycle(navarch) for _ in range(2)]
+    assert f"~ uncordon {NODE}" in outs[-1], outs
+    assert not any("+ provision" in o or "- terminate" in o for o in outs), outs
+    assert navarch("plan", "fleet.yaml", "--detailed-exitcode").code == 0
+    nodes = _train(navarch)
+    assert len(nodes) == 3 and nodes[NODE]["instance_id"] == iid
+    assert {n["lifecycle"] for n in nodes.values()} == {"healthy"}
+
+
+def test_third_fault_in_a_week_is_a_lemon_replaced_at_once(navarch, fleet_dir) -> None:
+    _edit(fleet_dir, lambda d: d["pools"]["train"]["health"].update(
+        replacement="after-terminate", return_after=1))
+    iid = _start(navarch)
+    # Two different faults (no rung climbed): each is rebooted and returns.
+    for xid in ("79", "48"):
+        navarch.ok("local", "inject", "fleet.yaml", NODE, "--xid", xid)
+        outs = [_cycle(navarch) for _ in range(3)]
+        assert f"~ reboot {NODE}" in outs[1], outs
+        assert f"~ uncordon {NODE}" in outs[2], outs
+    # The third fault within lemon_window (7d, lemon_after 3) skips the cheaper rungs.
+    navarch.ok("local", "inject", "fleet.yaml", NODE, "--xid", "79")
+    outs = [_cycle(navarch) for _ in range(2)]
+    assert f"- terminate {NODE}" in outs[1] and f"~ reboot {NODE}" not in outs[1], outs
+    assert "lemon: 3 faults in 7d" in outs[1]
+    state = json.loads((fleet_dir / ".navarch" / "store" / "state" / "demo.json").read_text())
+    assert iid in state["pools"]["train"]["lemons"]

@@ -23,6 +23,7 @@ from typing import Any, TextIO
 #: Record attributes every LogRecord has; anything else passed as `extra` is emitted.
 _STANDARD = frozenset(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
 _RUN_ID = {"value": ""}
+_HANDLER = "navarch.logs"  # the name of the handler configure() adds (and replaces)
 
 
 def new_run_id(now: datetime) -> str:
@@ -68,7 +69,8 @@ def configure(log_format: str, run: str, stream: TextIO | None = None) -> None:
     "navarch: LEVEL: message"), on stream (default: sys.stderr at each write); records
     carry `run` as run_id. Calling it again replaces the handler it added before."""
     _RUN_ID["value"] = run
-    handler = logging.StreamHandler(stream) if stream is not None else _Stderr()
+    handler: logging.Handler = (logging.StreamHandler(stream) if stream is not None
+                                else _Stderr())
     if log_format == "json":
         handler.setFormatter(JsonFormatter())
         level = logging.INFO
@@ -77,9 +79,9 @@ def configure(log_format: str, run: str, stream: TextIO | None = None) -> None:
         level = logging.WARNING
     root = logging.getLogger("navarch")
     for old in list(root.handlers):
-        if getattr(old, "_navarch", False):
+        if old.get_name() == _HANDLER:
             root.removeHandler(old)
-    handler._navarch = True  # type: ignore[attr-defined]
+    handler.set_name(_HANDLER)
     root.addHandler(handler)
     root.setLevel(level)
 

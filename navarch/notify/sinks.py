@@ -228,7 +228,7 @@ class PagerDutySink:
         for e in events:
             if e.condition is None:
                 continue
-            body = {"routing_key": key, "dedup_key": e.dedup_key(),
+            body: dict[str, Any] = {"routing_key": key, "dedup_key": e.dedup_key(),
                     "event_action": "resolve" if e.clears else "trigger"}
             if not e.clears:
                 body["payload"] = {

@@ -66,9 +66,12 @@ class Severity(enum.StrEnum):
 
 
 #: Kinds that are conditions (held across runs), keyed per pool (or "*" for the fleet).
+#: A failing action (a cordon whose SSH step keeps failing) is a condition too, keyed per
+#: node and action kind, so a cron job retrying it every 5 minutes reports it once.
 CONDITION_KINDS = frozenset({EventKind.BREAKER_TRIPPED, EventKind.CAPACITY_EXHAUSTED,
                              EventKind.QUOTA_FAILURE, EventKind.AUTH_FAILURE,
-                             EventKind.ORPHAN_GUARD, EventKind.APPLY_FAILED})
+                             EventKind.ORPHAN_GUARD, EventKind.APPLY_FAILED,
+                             EventKind.ACTION_FAILED})
 
 SEVERITY = {
     EventKind.NODE_CORDONED: Severity.WARNING,
@@ -122,9 +125,11 @@ class Event:
         return hashlib.sha256(raw.encode()).hexdigest()[:24]
 
     def dedup_key(self) -> str:
-        """PagerDuty dedup_key: per fleet + pool + condition (stable across runs)."""
-        kind = self.clears or self.kind
-        return f"navarch/{self.fleet}/{self.pool}/{kind.value}"
+        """PagerDuty dedup_key: "navarch/<fleet>/<condition key>", i.e. per fleet + pool +
+        condition (stable across runs; a clear carries its condition's key)."""
+        if self.condition:
+            return f"navarch/{self.fleet}/{self.condition}"
+        return f"navarch/{self.fleet}/{self.pool}/{(self.clears or self.kind).value}"
 
     def to_json(self) -> dict[str, object]:
         """The webhook/log body form (no secrets: events never carry any)."""
@@ -137,11 +142,16 @@ class Event:
 
 def make(kind: EventKind, fleet: str, pool: str, node: str | None, message: str,
          run_id: str = "", **details: object) -> Event:
-    """An Event with its kind's severity; conditions get their key "<pool>/<kind>"."""
+    """An Event with its kind's severity; conditions get their key "<pool>/<kind>"
+    (action_failed: "<pool>/<node>/<action>/action_failed")."""
+    condition = None
+    if kind is EventKind.ACTION_FAILED:
+        condition = f"{pool}/{node or '-'}/{details.get('action', '')}/{kind.value}"
+    elif kind in CONDITION_KINDS:
+        condition = f"{pool}/{kind.value}"
     return Event(kind, SEVERITY[kind], fleet, pool, node, message,
                  tuple(sorted((k, str(v)) for k, v in details.items() if v is not None)),
-                 condition=f"{pool}/{kind.value}" if kind in CONDITION_KINDS else None,
-                 run_id=run_id)
+                 condition=condition, run_id=run_id)
 
 
 def cleared(active: Event, run_id: str = "") -> Event:
@@ -150,7 +160,9 @@ def cleared(active: Event, run_id: str = "") -> Event:
             else EventKind.CONDITION_CLEARED)
     what = active.kind.value.replace("_", " ")
     where = "the fleet" if active.pool == "*" else f"pool {active.pool}"
-    return Event(kind, SEVERITY[kind], active.fleet, active.pool, None,
+    if active.node:
+        where = f"{active.node} ({where})"
+    return Event(kind, SEVERITY[kind], active.fleet, active.pool, active.node,
                  f"{what} cleared in {where}", (("was", active.message),),
                  condition=active.condition, clears=active.kind, run_id=run_id)
 
@@ -169,12 +181,7 @@ def _action_event(fleet: str, run_id: str, outcome: object) -> Event | None:
     ok: bool = outcome.ok  # type: ignore[attr-defined]
     detail: str = outcome.detail  # type: ignore[attr-defined]
     if not ok:
-        error = getattr(outcome, "error", None)
-        if error in ("AuthError", "QuotaError", "CapacityError"):
-            return None  # reported as a pool condition by conditions_from_result
-        return make(EventKind.ACTION_FAILED, fleet, a.pool, a.node,
-                    f"{a.kind.value} {a.node or a.pool} failed: {detail}", run_id,
-                    action=a.kind.value, error=error, reason=a.reason)
+        return None  # a condition: outcome_conditions
     ids = {"instance_id": a.instance_id, "reason": a.reason}
     if a.kind is ActionKind.CORDON:
         return make(EventKind.NODE_CORDONED, fleet, a.pool, a.node,
@@ -241,16 +248,24 @@ def plan_conditions(plan: Plan, run_id: str = "") -> dict[str, Event]:
 
 
 def outcome_conditions(fleet: str, run_id: str, outcomes: Iterable[object]) -> dict[str, Event]:
-    """Conditions from failed actions: auth and quota failures, a provision with no
-    capacity anywhere -> {condition key: Event}."""
+    """Conditions from failed actions -> {condition key: Event}: auth and quota failures
+    and a provision with no capacity anywhere (per pool), any other failure per node and
+    action kind (action_failed)."""
     kinds = {"AuthError": EventKind.AUTH_FAILURE, "QuotaError": EventKind.QUOTA_FAILURE,
              "CapacityError": EventKind.CAPACITY_EXHAUSTED}
     out: dict[str, Event] = {}
     for o in outcomes:
-        kind = kinds.get(getattr(o, "error", None) or "")
-        if o.ok or kind is None:  # type: ignore[attr-defined]
+        if o.ok:  # type: ignore[attr-defined]
             continue
         a = o.action  # type: ignore[attr-defined]
+        error = getattr(o, "error", None)
+        kind = kinds.get(error or "")
+        if kind is None:
+            e = make(EventKind.ACTION_FAILED, fleet, a.pool, a.node,
+                     f"{a.kind.value} {a.node or a.pool} failed: {o.detail}",  # type: ignore[attr-defined]
+                     run_id, action=a.kind.value, error=error, reason=a.reason)
+            out.setdefault(e.condition or "", e)
+            continue
         e = make(kind, fleet, a.pool, None, f"{a.pool}: {a.kind.value} {a.node}: {o.detail}",  # type: ignore[attr-defined]
                  run_id, action=a.kind.value)
         out.setdefault(e.condition or "", e)

@@ -7,14 +7,14 @@ and the executor, and this one has its own writer. Writes are compare-and-swap o
 object's version (navarch.stores put(if_absent / if_version)), like Memory's.
 
 Document: {"format_version": 1, "fleet": F, "active": {condition key: {"kind", "pool",
-"message", "since"}}}.
+"node", "message", "since"}}}.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from navarch.errors import NotFound, PreconditionFailed, StoreError
@@ -50,7 +50,8 @@ def load_state(store: ObjectStore, fleet: str) -> NotifyState:
         return NotifyState({}, {}, None)
     try:
         doc = json.loads(blob.data)
-        active = {k: make(EventKind(v["kind"]), fleet, v["pool"], None, v["message"])
+        active = {k: replace(make(EventKind(v["kind"]), fleet, v["pool"], v.get("node"),
+                                  v["message"]), condition=k)
                   for k, v in doc["active"].items()}
         since = {k: str(v.get("since", "")) for k, v in doc["active"].items()}
     except (ValueError, KeyError, TypeError, AttributeError):
@@ -64,8 +65,8 @@ def save_state(store: ObjectStore, fleet: str, state: NotifyState) -> str:
     Raises PreconditionFailed when another writer moved the document on, StoreError.
     """
     doc = {"format_version": 1, "fleet": fleet,
-           "active": {k: {"kind": e.kind.value, "pool": e.pool, "message": e.message,
-                          "since": state.since.get(k, "")}
+           "active": {k: {"kind": e.kind.value, "pool": e.pool, "node": e.node,
+                          "message": e.message, "since": state.since.get(k, "")}
                       for k, e in sorted(state.active.items())}}
     body = json.dumps(doc, indent=1, sort_keys=True).encode()
     if state.version is None:

@@ -146,3 +146,21 @@ def test_dispatch_logs_a_failed_sink_and_saves_state(tmp_path: Path, recorder: R
     assert set(load_state(store, "demo").active) == {"train/breaker_tripped"}
     lines = [json.loads(x) for x in (tmp_path / "events.jsonl").read_text().splitlines()]
     assert [x["kind"] for x in lines] == ["breaker_tripped"]
+
+
+def test_a_failing_action_is_reported_once_until_it_succeeds(tmp_path: Path) -> None:
+    write_fleet(tmp_path, notify=[{"type": "log", "path": "events.jsonl"}])
+    spec = load_fleet(tmp_path / "fleet.yaml")
+    store = open_store(spec.store_url, base_dir=spec.base_dir)
+    cordon = Action(ActionKind.CORDON, "train", "demo-train-0002", XID, instance_id="i-2")
+    failing = result(Outcome(cordon, False, "ssh: exit 1", "RemoteError"))
+    for _ in range(3):  # a cron job retrying a failing cordon
+        notify_run(spec, store, now=NOW, run_id="r", result=failing)
+    notify_run(spec, store, now=NOW, run_id="r",
+               result=result(Outcome(cordon, True, "cordoned")))
+    lines = [json.loads(x) for x in (tmp_path / "events.jsonl").read_text().splitlines()]
+    assert [(x["kind"], x["node"]) for x in lines] == [
+        ("action_failed", "demo-train-0002"), ("node_cordoned", "demo-train-0002"),
+        ("condition_cleared", "demo-train-0002")]
+    assert lines[0]["condition"] == "train/demo-train-0002/cordon/action_failed"
+    assert load_state(store, "demo").active == {}

@@ -10,20 +10,13 @@ import boto3
 import pytest
 from botocore.awsrequest import AWSResponse
 from botocore.exceptions import (
-    ClientError,
-    ConnectTimeoutError,
-    EndpointConnectionError,
     NoCredentialsError,
-    ReadTimeoutError,
 )
 
 from navarch.errors import (
     AuthError,
-    CapacityError,
     ConfigError,
-    LaunchSpent,
     PlacementError,
-    ProviderError,
     QuotaError,
     TransientError,
 )
@@ -32,6 +25,7 @@ from navarch.providers import aws as awsmod
 from navarch.providers import open_provider
 from navarch.providers.base import ProvisionRequest
 from navarch.spec import validator_for
+from tests.contracts.error_tables import AWS_RELIED_ON, ec2_error
 
 AMI = "ami-12c6146b"
 FLEET = "prod"
@@ -155,15 +149,9 @@ def test_provision_spot(provider) -> None:
     assert provider.list_instances(FLEET)[0].spot is True
 
 
-def test_provision_is_idempotent_on_launch_id(provider, moto) -> None:
+def test_next_attempt_of_a_node_is_a_new_launch(provider) -> None:
+    # The same launch id twice is one instance (tests/contracts); a new attempt is not.
     first = provider.provision(request())
-    # A new process (fresh provider, fresh clients) retrying the same launch.
-    again = awsmod.create(
-        "aws", {"type": "aws", "region": "us-east-1"}, base_dir=Path("."), fleet=FLEET
-    ).provision(request())
-    assert again.instance_id == first.instance_id
-    assert len(all_instances()) == 1
-    # The next attempt of the same node is a different launch.
     other = provider.provision(request(attempt=1))
     assert other.instance_id != first.instance_id
     assert len(all_instances()) == 2
@@ -234,20 +222,6 @@ def test_list_paginates(provider, monkeypatch) -> None:
     assert len(pages) == 2
 
 
-def test_foreign_instance_is_never_terminated(provider) -> None:
-    ec2 = boto3.client("ec2")
-    foreign_id = ec2.run_instances(ImageId=AMI, MinCount=1, MaxCount=1)["Instances"][0][
-        "InstanceId"
-    ]
-    foreign = awsmod.to_instance("aws", describe(foreign_id))
-    ours = provider.provision(request())
-    with pytest.raises(ProviderError) as info:
-        provider.terminate([ours, foreign])
-    assert info.value.code == "ForeignInstance"
-    assert describe(foreign_id)["State"]["Name"] == "running"
-    assert describe(ours.instance_id)["State"]["Name"] == "running"
-
-
 def test_terminate_batches_and_already_gone_is_success(provider, monkeypatch) -> None:
     monkeypatch.setattr(awsmod, "TERMINATE_BATCH", 2)
     insts = [provider.provision(request(f"prod-train-{n:04d}")) for n in range(5)]
@@ -278,33 +252,6 @@ def test_terminate_unknown_id_in_batch_still_terminates_others(provider) -> None
     )
     provider.terminate([ghost, live])
     assert describe(live.instance_id)["State"]["Name"] in ("shutting-down", "terminated")
-
-
-def test_capacity_error_then_next_zone_through_client_seam(provider, monkeypatch) -> None:
-    seen: list[str] = []
-
-    def ice_in_1a(params, **kwargs):
-        zone = params["body"].get("Placement.AvailabilityZone")
-        seen.append(zone)
-        if zone == "us-east-1a":
-            return fault("InsufficientInstanceCapacity")(**kwargs)
-        return None
-
-    monkeypatch.setattr(
-        awsmod, "CLIENT_EVENT_HANDLERS", [("before-call.ec2.RunInstances", ice_in_1a)]
-    )
-    fresh = awsmod.create(
-        "aws", {"type": "aws", "region": "us-east-1"}, base_dir=Path("."), fleet=FLEET
-    )
-    with pytest.raises(CapacityError) as info:
-        fresh.provision(request(zone="us-east-1a"))
-    assert (info.value.code, info.value.scope) == ("InsufficientInstanceCapacity", "zone")
-    assert "us-east-1a" in str(info.value)
-    assert isinstance(info.value.__cause__, ClientError)
-    assert all_instances() == []
-    inst = fresh.provision(request(zone="us-east-1c"))
-    assert inst.zone == "us-east-1c"
-    assert seen == ["us-east-1a", "us-east-1c"]
 
 
 @pytest.mark.parametrize(
@@ -406,63 +353,11 @@ def test_pool_options_valid_against_schema() -> None:
         assert list(validator.evolve(schema=pool_schema).iter_errors(bad)), bad
 
 
-def _client_error(code: str, status: int) -> ClientError:
-    return ClientError(
-        {"Error": {"Code": code, "Message": code}, "ResponseMetadata": {"HTTPStatusCode": status}},
-        "RunInstances",
-    )
-
-
-# Every EC2 error code navarch relies on, and the error it must become.
-RELIED_ON = {
-    "InsufficientInstanceCapacity": CapacityError,
-    "InsufficientHostCapacity": CapacityError,
-    "InsufficientCapacity": CapacityError,
-    "InsufficientFreeAddressesInSubnet": CapacityError,
-    "Unsupported": PlacementError,
-    "IdempotentInstanceTerminated": LaunchSpent,
-    "capacity-not-available": CapacityError,
-    "SpotMaxPriceTooLow": CapacityError,
-    "VcpuLimitExceeded": QuotaError,
-    "InstanceLimitExceeded": QuotaError,
-    "MaxSpotInstanceCountExceeded": QuotaError,
-    "InsufficientReservedInstancesCapacity": QuotaError,
-    "UnauthorizedOperation": AuthError,
-    "AuthFailure": AuthError,
-    "ExpiredToken": AuthError,
-    "RequestExpired": AuthError,
-    "InvalidClientTokenId": AuthError,
-    "SignatureDoesNotMatch": AuthError,
-    "OptInRequired": AuthError,
-    "Blocked": AuthError,
-    "AccessDenied": AuthError,
-    "RequestLimitExceeded": TransientError,
-    "Throttling": TransientError,
-    "ThrottlingException": TransientError,
-    "InternalError": TransientError,
-    "InternalFailure": TransientError,
-    "ServiceUnavailable": TransientError,
-    "Unavailable": TransientError,
-}
-
-
-def test_error_mapping_table() -> None:
+def test_every_mapped_ec2_code_is_in_the_contract_table() -> None:
+    # The contract (tests/contracts) checks what each code becomes; this checks the table
+    # names every code aws.py maps by name, and that the code is kept on the error.
     mapped = (awsmod.CAPACITY_CODES | awsmod.PLACEMENT_CODES | awsmod.LAUNCH_SPENT_CODES
               | awsmod.QUOTA_CODES | awsmod.AUTH_CODES | awsmod.TRANSIENT_CODES)
-    assert mapped == set(RELIED_ON), "an EC2 error code is mapped but untested, or unmapped"
-    for code, expected in RELIED_ON.items():
-        err = awsmod.map_error(_client_error(code, 400), zone="us-east-1a")
-        assert type(err) is expected, code
-        assert err.code == code
-    assert awsmod.map_error(_client_error("InsufficientInstanceCapacity", 500)).scope == "zone"
-    assert awsmod.map_error(_client_error("VcpuLimitExceeded", 400)).scope == "region"
-    # Unknown 5xx is transient; unknown 4xx stays a plain ProviderError.
-    assert type(awsmod.map_error(_client_error("SomethingNew", 503))) is TransientError
-    assert type(awsmod.map_error(_client_error("InvalidAMIID.Malformed", 400))) is ProviderError
-    assert type(awsmod.map_error(NoCredentialsError())) is AuthError
-    for exc in (
-        EndpointConnectionError(endpoint_url="http://x"),
-        ConnectTimeoutError(endpoint_url="http://x"),
-        ReadTimeoutError(endpoint_url="http://x"),
-    ):
-        assert type(awsmod.map_error(exc)) is TransientError
+    assert mapped == set(AWS_RELIED_ON), "an EC2 error code is mapped but untested, or unmapped"
+    for code in AWS_RELIED_ON:
+        assert awsmod.map_error(ec2_error(code), zone="us-east-1a").code == code

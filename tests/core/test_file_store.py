@@ -1,4 +1,7 @@
-"""The file:// ObjectStore contract, including two processes racing for a condition."""
+"""FileStore's own behaviour: relative URLs, key rules, two processes racing for a condition.
+
+The ObjectStore contract itself runs in tests/contracts/test_store_contract.py.
+"""
 
 from __future__ import annotations
 
@@ -7,43 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from navarch.errors import NotFound, PreconditionFailed
+from navarch.errors import PreconditionFailed
 from navarch.stores import open_store
 from navarch.stores.file import FileStore
 
 
-def test_versioned_reads_and_conditional_writes(tmp_path):
-    store = FileStore(tmp_path)
-    v1 = store.put("state/x.json", b"one", if_absent=True)
-    with pytest.raises(PreconditionFailed):
-        store.put("state/x.json", b"two", if_absent=True)
-    blob = store.get("state/x.json")
-    assert (blob.data, blob.version) == (b"one", v1)
-    v2 = store.put("state/x.json", b"two", if_version=v1)
-    assert v2 != v1
-    with pytest.raises(PreconditionFailed):
-        store.put("state/x.json", b"three", if_version=v1)
-    with pytest.raises(PreconditionFailed):
-        store.put("state/missing.json", b"x", if_version=v1)
-    with pytest.raises(PreconditionFailed):
-        store.delete("state/x.json", if_version=v1)
-    store.delete("state/x.json", if_version=v2)
-    with pytest.raises(NotFound):
-        store.get("state/x.json")
-    with pytest.raises(NotFound):
-        store.delete("state/x.json")
-
-
-def test_list_and_get_many(tmp_path):
+def test_relative_url_resolves_against_the_fleet_directory(tmp_path):
     store = open_store("file://store", base_dir=tmp_path)
-    for key in ("health/f/a/n2.json", "health/f/a/n1.json", "state/f.json"):
-        store.put(key, key.encode())
-    infos = store.list("health/f/")
-    assert [i.key for i in infos] == ["health/f/a/n1.json", "health/f/a/n2.json"]
-    assert infos[0].size_bytes == len(b"health/f/a/n1.json")
-    blobs = store.get_many(["health/f/a/n1.json", "health/f/a/gone.json"])
-    assert list(blobs) == ["health/f/a/n1.json"]
-    assert (tmp_path / "store" / "state" / "f.json").exists()
+    store.put("state/f.json", b"{}")
+    assert (tmp_path / "store" / "state" / "f.json").read_bytes() == b"{}"
 
 
 def test_bad_keys_are_refused(tmp_path):

@@ -160,7 +160,7 @@ def test_killed_apply_does_not_duplicate(
     fake_compute, compute_endpoint, gcs_bucket, env, tmp_path
 ) -> None:
     fleet = write_fleet(tmp_path, compute_endpoint, gcs_bucket, target=3)
-    fake_compute.hold_insert = 2
+    fake_compute.hold_nth = 2  # the second instances.insert
     kill_apply_mid_launch(fleet, cwd=tmp_path, reached=fake_compute.holding, env=env,
                           inherit=False, timeout_s=60)
     # The launch the killed run asked for still happens (its request was in flight).

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-import requests
 
 from navarch.errors import (
     AuthError,
@@ -19,18 +18,14 @@ from navarch.errors import (
     QuotaError,
     TransientError,
 )
-from navarch.inventory import InstanceState, launch_id, ownership_tags
+from navarch.inventory import InstanceState, launch_id
 from navarch.providers import open_provider
 from navarch.providers.base import ProvisionRequest
-from navarch.providers.lambda_cloud import (
-    LambdaApiError,
-    LambdaProvider,
-    LambdaSettings,
-    map_error,
-)
+from navarch.providers.lambda_cloud import LambdaProvider, LambdaSettings
+from tests.support.providers import FLEET, request_maker
 
 ROOT = Path(__file__).resolve().parents[2]
-FLEET = "prod"
+IMAGE_OPTIONS = {"image": {"family": "lambda-stack-22-04"}}
 NOW = datetime(2026, 11, 21, 21, 0, 0, tzinfo=UTC)
 
 
@@ -71,25 +66,7 @@ def _provider(api_base: str, clock: FakeClock | None = None, **extra: object) ->
     )
 
 
-def _request(
-    node: str = "prod-train-0001", zone: str = "us-east-1", **kw: object
-) -> ProvisionRequest:
-    lid = launch_id(FLEET, node, 0)
-    fields: dict[str, object] = dict(
-        fleet=FLEET,
-        pool="train",
-        node=node,
-        zone=zone,
-        instance_type="gpu_1x_a10",
-        spot=False,
-        launch_id=lid,
-        attempt=0,
-        tags={**ownership_tags(FLEET, "train", node, lid), "team": "ml"},
-        user_data="#cloud-config\n{}\n",
-        options={"image": {"family": "lambda-stack-22-04"}},
-    )
-    fields.update(kw)
-    return ProvisionRequest(**fields)  # type: ignore[arg-type]
+_request = request_maker("us-east-1", "gpu_1x_a10", IMAGE_OPTIONS)
 
 
 def test_provision_then_list(fake_lambda, lambda_api_base: str) -> None:
@@ -110,15 +87,6 @@ def test_provision_then_list(fake_lambda, lambda_api_base: str) -> None:
     assert p.list_instances(FLEET) == [inst]
     fake_lambda.set_status("active")
     assert p.list_instances(FLEET)[0].state is InstanceState.RUNNING
-
-
-def test_existing_node_is_returned_not_relaunched(fake_lambda, lambda_api_base: str) -> None:
-    first = _provider(lambda_api_base, FakeClock()).provision(_request())
-    # A later run (new provider object, e.g. after a killed apply) asks again.
-    again = _provider(lambda_api_base, FakeClock()).provision(_request())
-    assert again == first
-    assert fake_lambda.count("POST", r"/launch$") == 1
-    assert len(fake_lambda.live()) == 1
 
 
 def test_launches_are_spaced_by_the_rate_limit(fake_lambda, lambda_api_base: str) -> None:
@@ -199,9 +167,7 @@ def test_unknown_type_is_a_placement_error_and_bad_tag_a_config_error(
     assert fake_lambda.count("POST", r"/launch$") == 0
 
 
-def test_list_only_fleet_and_live(fake_lambda, lambda_api_base: str) -> None:
-    fake_lambda.add_instance("someone-else", "us-east-1", {})
-    fake_lambda.add_instance("dev-x", "us-east-1", {"navarch-fleet": "dev"})
+def test_list_skips_gone_and_preempted_instances(fake_lambda, lambda_api_base: str) -> None:
     fake_lambda.add_instance("gone", "us-east-1", {"navarch-fleet": FLEET}, status="terminated")
     fake_lambda.add_instance("preempted", "us-east-1", {"navarch-fleet": FLEET}, status="preempted")
     keep = fake_lambda.add_instance(
@@ -216,29 +182,6 @@ def test_name_taken_by_foreign_instance(fake_lambda, lambda_api_base: str) -> No
     fake_lambda.add_instance("prod-train-0001", "us-east-1", {})
     with pytest.raises(ProviderError, match="taken"):
         _provider(lambda_api_base, FakeClock()).provision(_request())
-
-
-def test_terminate_and_already_gone(fake_lambda, lambda_api_base: str) -> None:
-    p = _provider(lambda_api_base, FakeClock())
-    a = p.provision(_request("prod-train-0001"))
-    b = p.provision(_request("prod-train-0002"))
-    p.terminate([a])
-    assert [i.instance_id for i in p.list_instances(FLEET)] == [b.instance_id]
-    p.terminate([a, b])  # a is gone already: still success, and b goes
-    assert p.list_instances(FLEET) == []
-
-
-def test_terminate_refuses_foreign(fake_lambda, lambda_api_base: str) -> None:
-    fake_lambda.add_instance("x", "us-east-1", {"navarch-fleet": "dev"})
-    p = _provider(lambda_api_base)
-    [data] = fake_lambda.instances.values()
-    from navarch.providers.lambda_cloud import to_instance
-
-    foreign = to_instance("lam", data)
-    assert foreign is not None
-    with pytest.raises(ProviderError, match="refusing"):
-        p.terminate([foreign])
-    assert fake_lambda.count("POST", r"/terminate$") == 0
 
 
 def test_schema() -> None:
@@ -256,41 +199,3 @@ def test_schema() -> None:
     jsonschema.validate({"image": {"family": "lambda-stack-22-04"}}, defs["pool"])
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({"image": {"family": "a", "id": "b"}}, defs["pool"])
-
-
-# -- the one error boundary ------------------------------------------------------------------
-
-# Every Lambda error code the provider relies on, and what it becomes.
-ERROR_TABLE = [
-    (LambdaApiError(400, "instance-operations/launch/insufficient-capacity", "m"), CapacityError),
-    (LambdaApiError(400, "global/quota-exceeded", "m"), QuotaError),
-    (LambdaApiError(401, "global/invalid-api-key", "m"), AuthError),
-    (LambdaApiError(403, "global/account-inactive", "m"), AuthError),
-    (LambdaApiError(403, "global/invalid-address", "m"), AuthError),
-    (LambdaApiError(429, "", "too many"), TransientError),
-    (LambdaApiError(500, "", "m"), TransientError),
-    (LambdaApiError(502, "provider/internal-unavailable", "m"), TransientError),
-    (LambdaApiError(400, "global/invalid-parameters", "m"), ConfigError),
-    (LambdaApiError(404, "global/object-does-not-exist", "m"), ConfigError),
-    (
-        LambdaApiError(400, "instance-operations/launch/file-system-in-wrong-region", "m"),
-        ConfigError,
-    ),
-    (LambdaApiError(409, "global/conflict", "m"), ProviderError),
-    (LambdaApiError(400, "global/invalid-parameters", "Invalid region: us-nowhere-1"),
-     PlacementError),
-    (LambdaApiError(400, "global/invalid-parameters",
-                    "instance type gpu_8x_h100_sxm5 is not available in region us-west-3"),
-     PlacementError),
-    (requests.ConnectionError("refused"), TransientError),
-    (requests.Timeout("slow"), TransientError),
-    (requests.exceptions.RetryError("exhausted"), TransientError),
-]
-
-
-@pytest.mark.parametrize(("exc", "expected"), ERROR_TABLE)
-def test_map_error(exc: BaseException, expected: type) -> None:
-    mapped = map_error(exc, region="us-east-1", what="launch")
-    assert type(mapped) is expected
-    if expected is CapacityError:
-        assert mapped.scope == "zone"  # type: ignore[attr-defined]

@@ -1,4 +1,4 @@
-"""Fixtures for the AWS tests: one moto server on 127.0.0.1 for the whole session.
+"""moto as a server on 127.0.0.1, one per session, and the `moto` fixture that resets it.
 
 Each test gets a clean moto (POST /moto-api/reset) and an environment where boto3 reaches
 it through AWS_ENDPOINT_URL with dummy credentials; no other network is used.
@@ -17,12 +17,11 @@ import functools
 import logging
 import threading
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
-from moto.s3.responses import S3Response
-from moto.server import ThreadedMotoServer
 
 REGION = "us-east-1"
 
@@ -53,9 +52,11 @@ class Moto:
         }
 
 
-def _serialised(original, op: str, log: list[tuple[str, str]], mutex: threading.Lock):
+def _serialised(
+    original: Callable[..., Any], op: str, log: list[tuple[str, str]], mutex: threading.Lock
+) -> Callable[..., Any]:
     @functools.wraps(original)
-    def handler(self: S3Response):
+    def handler(self: Any) -> Any:
         with mutex:
             result = original(self)
             key = self.parse_key_name()
@@ -69,6 +70,10 @@ def _serialised(original, op: str, log: list[tuple[str, str]], mutex: threading.
 
 @pytest.fixture(scope="session")
 def moto_server() -> Iterator[Moto]:
+    """moto on 127.0.0.1 (ephemeral port) for the session, S3 object writes serialised."""
+    from moto.s3.responses import S3Response
+    from moto.server import ThreadedMotoServer
+
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     mutex = threading.Lock()
     log: list[tuple[str, str]] = []

@@ -1,0 +1,11 @@
+"""Fixtures every test package may use: the real local servers the seams are tested on.
+
+One instance of each session server serves the whole run, whichever packages it collects
+(tests/aws, tests/gcp, tests/lambda_cloud, tests/contracts, ...). The servers live in
+tests/support; they start only when a test asks for them.
+"""
+
+from tests.support.fake_compute import compute_endpoint, compute_server, fake_compute  # noqa: F401
+from tests.support.fake_lambda import fake_lambda, lambda_api_base, lambda_server  # noqa: F401
+from tests.support.gcs_server import gcs_bucket, gcs_env, gcs_server  # noqa: F401
+from tests.support.moto_server import moto, moto_server  # noqa: F401

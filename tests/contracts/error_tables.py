@@ -1,0 +1,214 @@
+"""Every upstream error each provider relies on, and the navarch error it must become.
+
+One table per provider, read by the provider contract (its `map_error` over the table).
+A row: the SDK's exception, the navarch error type, and the scope the error must carry
+(None: not checked). Sources: EC2 API reference "Error codes"; Compute Engine API errors
+and operation error codes; Lambda Cloud API v1.10 error codes.
+"""
+
+from __future__ import annotations
+
+import requests
+from botocore.exceptions import (
+    ClientError,
+    ConnectTimeoutError,
+    EndpointConnectionError,
+    NoCredentialsError,
+    ReadTimeoutError,
+)
+from google.api_core import exceptions as gexc
+from google.auth import exceptions as auth_exc
+from google.cloud import compute_v1
+
+from navarch.errors import (
+    AuthError,
+    CapacityError,
+    ConfigError,
+    LaunchSpent,
+    NavarchError,
+    PlacementError,
+    ProviderError,
+    QuotaError,
+    TransientError,
+)
+from navarch.providers.lambda_cloud import LambdaApiError
+from tests.support.providers import ErrorCase
+
+# -- AWS (botocore) ------------------------------------------------------------------------
+
+
+def ec2_error(code: str, status: int = 400) -> ClientError:
+    """A botocore ClientError for an EC2 error code and HTTP status."""
+    return ClientError(
+        {"Error": {"Code": code, "Message": code}, "ResponseMetadata": {"HTTPStatusCode": status}},
+        "RunInstances",
+    )
+
+
+# Every EC2 error code navarch maps by name, and the error it must become.
+AWS_RELIED_ON: dict[str, type[NavarchError]] = {
+    "InsufficientInstanceCapacity": CapacityError,
+    "InsufficientHostCapacity": CapacityError,
+    "InsufficientCapacity": CapacityError,
+    "InsufficientFreeAddressesInSubnet": CapacityError,
+    "Unsupported": PlacementError,
+    "IdempotentInstanceTerminated": LaunchSpent,
+    "capacity-not-available": CapacityError,
+    "SpotMaxPriceTooLow": CapacityError,
+    "VcpuLimitExceeded": QuotaError,
+    "InstanceLimitExceeded": QuotaError,
+    "MaxSpotInstanceCountExceeded": QuotaError,
+    "InsufficientReservedInstancesCapacity": QuotaError,
+    "UnauthorizedOperation": AuthError,
+    "AuthFailure": AuthError,
+    "ExpiredToken": AuthError,
+    "RequestExpired": AuthError,
+    "InvalidClientTokenId": AuthError,
+    "SignatureDoesNotMatch": AuthError,
+    "OptInRequired": AuthError,
+    "Blocked": AuthError,
+    "AccessDenied": AuthError,
+    "RequestLimitExceeded": TransientError,
+    "Throttling": TransientError,
+    "ThrottlingException": TransientError,
+    "InternalError": TransientError,
+    "InternalFailure": TransientError,
+    "ServiceUnavailable": TransientError,
+    "Unavailable": TransientError,
+}
+
+AWS_ERRORS = [
+    *(ErrorCase(ec2_error(code), expected) for code, expected in AWS_RELIED_ON.items()),
+    ErrorCase(ec2_error("InsufficientInstanceCapacity", 500), CapacityError, "zone"),
+    ErrorCase(ec2_error("VcpuLimitExceeded"), QuotaError, "region"),
+    # Unknown 5xx is transient; unknown 4xx stays a plain ProviderError.
+    ErrorCase(ec2_error("SomethingNew", 503), TransientError),
+    ErrorCase(ec2_error("InvalidAMIID.Malformed"), ProviderError),
+    ErrorCase(NoCredentialsError(), AuthError),
+    ErrorCase(EndpointConnectionError(endpoint_url="http://x"), TransientError),
+    ErrorCase(ConnectTimeoutError(endpoint_url="http://x"), TransientError),
+    ErrorCase(ReadTimeoutError(endpoint_url="http://x"), TransientError),
+]
+
+
+# -- GCP (google-cloud-compute, google-auth) ----------------------------------------------
+
+
+def _op_error(code: str, status: int, message: str = "m") -> gexc.GoogleAPICallError:
+    return gexc.from_http_status(
+        status, "op", errors=[compute_v1.Errors(code=code, message=message)]
+    )
+
+
+def _api_error(cls: type, reason: str, message: str = "m") -> gexc.GoogleAPICallError:
+    return cls(message, errors=[{"reason": reason, "message": message, "domain": "global"}])
+
+
+_REGIONAL_QUOTA = "Quota 'CPUS' exceeded. Limit: 24.0 in region us-central1."
+_GLOBAL_QUOTA = "Quota 'GPUS_ALL_REGIONS' exceeded. Limit: 0.0 globally."
+
+GCP_ERRORS = [
+    ErrorCase(_op_error("ZONE_RESOURCE_POOL_EXHAUSTED", 503), CapacityError, "zone"),
+    ErrorCase(_op_error("ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS", 503), CapacityError, "zone"),
+    ErrorCase(_op_error("STOCKOUT", 503), CapacityError, "zone"),
+    ErrorCase(_api_error(gexc.ServiceUnavailable, "insufficientCapacity"), CapacityError, "zone"),
+    ErrorCase(_api_error(gexc.ServiceUnavailable, "resourcePoolExhausted"), CapacityError, "zone"),
+    ErrorCase(_op_error("QUOTA_EXCEEDED", 403, _REGIONAL_QUOTA), QuotaError, "region"),
+    ErrorCase(_op_error("QUOTA_EXCEEDED", 403, _GLOBAL_QUOTA), QuotaError, "provider"),
+    ErrorCase(_api_error(gexc.Forbidden, "quotaExceeded"), QuotaError, "region"),
+    ErrorCase(_api_error(gexc.Forbidden, "rateLimitExceeded"), TransientError, ""),
+    ErrorCase(_api_error(gexc.Forbidden, "userRateLimitExceeded"), TransientError, ""),
+    ErrorCase(_api_error(gexc.TooManyRequests, "rateLimitExceeded"), TransientError, ""),
+    ErrorCase(_api_error(gexc.InternalServerError, "backendError"), TransientError, ""),
+    ErrorCase(_api_error(gexc.ServiceUnavailable, "backendError"), TransientError, ""),
+    ErrorCase(_api_error(gexc.GatewayTimeout, "timeout"), TransientError, ""),
+    ErrorCase(
+        gexc.RetryError("deadline", _api_error(gexc.ServiceUnavailable, "backendError")),
+        TransientError,
+        "",
+    ),
+    ErrorCase(requests.ConnectionError("refused"), TransientError, ""),
+    ErrorCase(_api_error(gexc.Forbidden, "forbidden"), AuthError, "provider"),
+    ErrorCase(_api_error(gexc.Unauthorized, "authError"), AuthError, "provider"),
+    ErrorCase(auth_exc.DefaultCredentialsError("no ADC"), AuthError, "provider"),
+    ErrorCase(auth_exc.RefreshError("expired"), AuthError, "provider"),
+    ErrorCase(_api_error(gexc.NotFound, "notFound"), ConfigError),
+    ErrorCase(_api_error(gexc.BadRequest, "invalid"), ConfigError),
+    # A machine or accelerator type not offered in the zone, or the zone itself: the
+    # place is wrong, not the pool (issue 16 item 2).
+    ErrorCase(
+        _api_error(
+            gexc.BadRequest,
+            "invalid",
+            "Invalid value for field 'resource.machineType': "
+            "'zones/us-central1-a/machineTypes/a3-highgpu-8g'. Machine type with name "
+            "'a3-highgpu-8g' does not exist in zone 'us-central1-a'.",
+        ),
+        PlacementError,
+        "zone",
+    ),
+    ErrorCase(
+        _api_error(
+            gexc.NotFound,
+            "notFound",
+            "The resource 'projects/p/zones/us-central1-a/acceleratorTypes/nvidia-h100-80gb' "
+            "was not found",
+        ),
+        PlacementError,
+        "zone",
+    ),
+    ErrorCase(
+        _api_error(
+            gexc.NotFound, "notFound", "The resource 'projects/p/zones/us-central1-a' was not found"
+        ),
+        PlacementError,
+        "zone",
+    ),
+    ErrorCase(
+        _api_error(
+            gexc.NotFound, "notFound", "The resource 'projects/p/global/images/x' was not found"
+        ),
+        ConfigError,
+    ),
+    ErrorCase(_api_error(gexc.Conflict, "resourceNotReady"), ProviderError, ""),
+]
+
+
+# -- Lambda Cloud (its REST API over requests) ------------------------------------------
+
+LAMBDA_ERRORS = [
+    ErrorCase(
+        LambdaApiError(400, "instance-operations/launch/insufficient-capacity", "m"),
+        CapacityError,
+        "zone",
+    ),
+    ErrorCase(LambdaApiError(400, "global/quota-exceeded", "m"), QuotaError),
+    ErrorCase(LambdaApiError(401, "global/invalid-api-key", "m"), AuthError),
+    ErrorCase(LambdaApiError(403, "global/account-inactive", "m"), AuthError),
+    ErrorCase(LambdaApiError(403, "global/invalid-address", "m"), AuthError),
+    ErrorCase(LambdaApiError(429, "", "too many"), TransientError),
+    ErrorCase(LambdaApiError(500, "", "m"), TransientError),
+    ErrorCase(LambdaApiError(502, "provider/internal-unavailable", "m"), TransientError),
+    ErrorCase(LambdaApiError(400, "global/invalid-parameters", "m"), ConfigError),
+    ErrorCase(LambdaApiError(404, "global/object-does-not-exist", "m"), ConfigError),
+    ErrorCase(
+        LambdaApiError(400, "instance-operations/launch/file-system-in-wrong-region", "m"),
+        ConfigError,
+    ),
+    ErrorCase(LambdaApiError(409, "global/conflict", "m"), ProviderError),
+    ErrorCase(
+        LambdaApiError(400, "global/invalid-parameters", "Invalid region: us-nowhere-1"),
+        PlacementError,
+    ),
+    ErrorCase(
+        LambdaApiError(
+            400,
+            "global/invalid-parameters",
+            "instance type gpu_8x_h100_sxm5 is not available in region us-west-3",
+        ),
+        PlacementError,
+    ),
+    ErrorCase(requests.ConnectionError("refused"), TransientError),
+    ErrorCase(requests.Timeout("slow"), TransientError),
+    ErrorCase(requests.exceptions.RetryError("exhausted"), TransientError),
+]

@@ -1,0 +1,281 @@
+"""A local fake of the Compute Engine REST API v1 (a FakeAPI), and its pytest fixtures.
+
+google-cloud-compute's REST transport talks to it through the provider's api_endpoint.
+It speaks the JSON shapes of instances aggregatedList/list/insert/get/delete/setLabels/
+reset and zoneOperations get/wait, honours requestId, answers 409 alreadyExists for a
+duplicate name and 412 conditionNotMet for a stale label fingerprint, and can be told to
+end insert operations in a zone with a stockout (ZONE_RESOURCE_POOL_EXHAUSTED, HTTP 503
+on the operation) or a quota error, to leave operations RUNNING, or (FakeAPI) to fail
+requests and hold the n-th insert. Source: Compute Engine API v1 reference.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, ClassVar
+
+import pytest
+
+from tests.support.fakehttp import Answer, FakeAPI, Request, Route, serve
+
+BASE = "https://www.googleapis.com/compute/v1"
+PROJECT_PATH = r"/compute/v1/projects/[^/]+"
+
+STOCKOUT_MESSAGE = (
+    "The zone 'projects/{project}/zones/{zone}' does not have enough resources available to "
+    "fulfill the request.  Try a different zone, or try again later."
+)
+
+
+def _public(op: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in op.items() if not k.startswith("_")}
+
+
+def _match_filter(flt: str, labels: dict[str, str]) -> bool:
+    for key, value in re.findall(r'labels\.([\w-]+)\s*=\s*"?([^"\s]*)"?', flt):
+        if labels.get(key) != value:
+            return False
+    return True
+
+
+@dataclass
+class FakeCompute(FakeAPI):
+    """In-memory Compute Engine project behind the routes below."""
+
+    project: str = "navarch-test"
+    instances: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    operations: dict[str, dict[str, Any]] = field(default_factory=dict)
+    request_ids: dict[str, str] = field(default_factory=dict)
+    stockout_zones: set[str] = field(default_factory=set)
+    stockout_code: str = "ZONE_RESOURCE_POOL_EXHAUSTED"
+    quota_error: str | None = None  # e.g. "Quota 'GPUS_ALL_REGIONS' exceeded. Limit: 0.0 globally."
+    initial_status: str = "RUNNING"
+    ops_never_finish: bool = False  # operations stay RUNNING (a very slow launch)
+    _ids: Iterator[int] = field(default_factory=lambda: itertools.count(1000))
+
+    HOLD: ClassVar[tuple[str, str] | None] = ("POST", PROJECT_PATH + r"/zones/[^/]+/instances")
+
+    def reset(self) -> None:
+        super().reset()
+        with self.lock:
+            self.instances.clear()
+            self.operations.clear()
+            self.request_ids.clear()
+            self.stockout_zones.clear()
+            self.quota_error = None
+            self.stockout_code = "ZONE_RESOURCE_POOL_EXHAUSTED"
+            self.initial_status = "RUNNING"
+            self.ops_never_finish = False
+
+    def error_body(self, status: int, code: str, message: str) -> Any:
+        return {
+            "error": {
+                "code": status,
+                "message": message,
+                "errors": [{"domain": "global", "reason": code, "message": message}],
+            }
+        }
+
+    def authorize(self, request: Request) -> Answer | None:
+        m = re.match(r"/compute/v1/projects/([^/]+)/", request.path)
+        if m is None or m.group(1) != self.project:
+            project = m and m.group(1)
+            return self.error(404, "notFound", f"The resource 'projects/{project}' was not found")
+        return None
+
+    def call_data(self, request: Request) -> Any:
+        return request.query  # Compute's arguments that matter here: requestId, filter
+
+    def add_instance(self, zone: str, name: str, labels: dict[str, str], **extra: Any) -> None:
+        """Create an instance directly (e.g. a foreign one, not launched by navarch)."""
+        with self.lock:
+            self.instances[(zone, name)] = self._instance(
+                zone,
+                {
+                    "name": name,
+                    "labels": labels,
+                    "machineType": f"zones/{zone}/machineTypes/n1-standard-4",
+                    **extra,
+                },
+            )
+
+    # -- state -------------------------------------------------------------------------
+    def _instance(self, zone: str, body: dict[str, Any]) -> dict[str, Any]:
+        name = body["name"]
+        mtype = body.get("machineType", "").rsplit("/", 1)[-1]
+        inst = dict(body)
+        inst.update(
+            kind="compute#instance",
+            id=str(next(self._ids)),
+            zone=f"{BASE}/projects/{self.project}/zones/{zone}",
+            machineType=f"{BASE}/projects/{self.project}/zones/{zone}/machineTypes/{mtype}",
+            status=self.initial_status,
+            creationTimestamp=datetime.now(UTC).isoformat(timespec="milliseconds"),
+            selfLink=f"{BASE}/projects/{self.project}/zones/{zone}/instances/{name}",
+            labelFingerprint=uuid.uuid4().hex[:12],
+        )
+        nics = inst.get("networkInterfaces") or [{}]
+        for i, nic in enumerate(nics):
+            nic["networkIP"] = f"10.0.0.{next(self._ids) % 250 + 2}"
+            for ac in nic.get("accessConfigs", []):
+                ac["natIP"] = f"34.0.{i}.{next(self._ids) % 250 + 2}"
+        inst["networkInterfaces"] = nics
+        inst.setdefault("labels", {})
+        return inst
+
+    def _operation(
+        self, zone: str, kind: str, target: str, error: dict[str, Any] | None = None
+    ) -> Answer:
+        name = f"operation-{uuid.uuid4().hex}"
+        op: dict[str, Any] = {
+            "kind": "compute#operation",
+            "id": str(next(self._ids)),
+            "name": name,
+            "zone": f"{BASE}/projects/{self.project}/zones/{zone}",
+            "operationType": kind,
+            "targetLink": f"{BASE}/projects/{self.project}/zones/{zone}/instances/{target}",
+            "status": "RUNNING",
+            "progress": 0,
+            "selfLink": f"{BASE}/projects/{self.project}/zones/{zone}/operations/{name}",
+            "_error": error,
+        }
+        self.operations[name] = op
+        return 200, _public(op)
+
+    def _launch_error(self, zone: str) -> dict[str, Any] | None:
+        """The error an insert's operation ends with in this zone (stockout, quota), if any."""
+        if zone in self.stockout_zones:
+            message = STOCKOUT_MESSAGE.format(project=self.project, zone=zone)
+            return {
+                "status": 503,
+                "status_message": "SERVICE UNAVAILABLE",
+                "error": {"code": self.stockout_code, "message": message},
+            }
+        if self.quota_error:
+            return {
+                "status": 403,
+                "status_message": "FORBIDDEN",
+                "error": {"code": "QUOTA_EXCEEDED", "message": self.quota_error},
+            }
+        return None
+
+    def _not_found(self, m: re.Match[str]) -> Answer:
+        what = f"projects/{self.project}/zones/{m['zone']}/instances/{m['name']}"
+        return self.error(404, "notFound", f"The resource '{what}' was not found")
+
+    # -- routes --------------------------------------------------------------------------
+    def _aggregated_list(self, req: Request, m: re.Match[str]) -> Answer:
+        flt = req.query.get("filter", [""])[0]
+        items: dict[str, Any] = {}
+        for (zone, _), inst in sorted(self.instances.items()):
+            if _match_filter(flt, inst.get("labels", {})):
+                items.setdefault(f"zones/{zone}", {"instances": []})["instances"].append(inst)
+        return 200, {"kind": "compute#instanceAggregatedList", "items": items}
+
+    def _list(self, req: Request, m: re.Match[str]) -> Answer:
+        zone = m["zone"]
+        return 200, {"items": [i for (z, _), i in sorted(self.instances.items()) if z == zone]}
+
+    def _insert(self, req: Request, m: re.Match[str]) -> Answer:
+        zone, body = m["zone"], req.body or {}
+        rid = req.query.get("requestId", [""])[0]
+        if rid and rid in self.request_ids:
+            return 200, _public(self.operations[self.request_ids[rid]])
+        name = body["name"]
+        if (zone, name) in self.instances:
+            what = f"projects/{self.project}/zones/{zone}/instances/{name}"
+            return self.error(409, "alreadyExists", f"The resource '{what}' already exists")
+        error = self._launch_error(zone)
+        if error is None:
+            self.instances[(zone, name)] = self._instance(zone, body)
+        status, op = self._operation(zone, "insert", name, error)
+        if rid:
+            self.request_ids[rid] = op["name"]
+        return status, op
+
+    def _get(self, req: Request, m: re.Match[str]) -> Answer:
+        inst = self.instances.get((m["zone"], m["name"]))
+        return (200, inst) if inst else self._not_found(m)
+
+    def _delete(self, req: Request, m: re.Match[str]) -> Answer:
+        if self.instances.pop((m["zone"], m["name"]), None) is None:
+            return self._not_found(m)
+        return self._operation(m["zone"], "delete", m["name"])
+
+    def _reset_vm(self, req: Request, m: re.Match[str]) -> Answer:
+        """instances.reset: the same VM, restarted (issue 13)."""
+        inst = self.instances.get((m["zone"], m["name"]))
+        if inst is None:
+            return self._not_found(m)
+        inst["lastStartTimestamp"] = datetime.now(UTC).isoformat(timespec="milliseconds")
+        return self._operation(m["zone"], "reset", m["name"])
+
+    def _set_labels(self, req: Request, m: re.Match[str]) -> Answer:
+        inst, body = self.instances.get((m["zone"], m["name"])), req.body or {}
+        if inst is None:
+            return self._not_found(m)
+        if body.get("labelFingerprint") != inst["labelFingerprint"]:
+            return self.error(
+                412,
+                "conditionNotMet",
+                "Labels fingerprint either invalid or resource labels have changed",
+            )
+        inst["labels"] = body.get("labels", {})
+        inst["labelFingerprint"] = uuid.uuid4().hex[:12]
+        return self._operation(m["zone"], "setLabels", m["name"])
+
+    def _operation_status(self, req: Request, m: re.Match[str]) -> Answer:
+        op = self.operations.get(m["op"])
+        if op is None:
+            return self.error(404, "notFound", f"operation {m['op']} not found")
+        if self.ops_never_finish:
+            return 200, _public(op)
+        op["status"] = "DONE"
+        op["progress"] = 100
+        err = op.get("_error")
+        if err:
+            op["error"] = {"errors": [err["error"]]}
+            op["httpErrorStatusCode"] = err["status"]
+            op["httpErrorMessage"] = err["status_message"]
+        return 200, _public(op)
+
+    _INSTANCE = PROJECT_PATH + r"/zones/(?P<zone>[^/]+)/instances/(?P<name>[^/]+)"
+    _OPERATION = PROJECT_PATH + r"/zones/[^/]+/operations/(?P<op>[^/]+)"
+    ROUTES: ClassVar[tuple[Route, ...]] = (
+        Route("GET", PROJECT_PATH + r"/aggregated/instances", _aggregated_list),
+        Route("GET", PROJECT_PATH + r"/zones/(?P<zone>[^/]+)/instances", _list),
+        Route("POST", PROJECT_PATH + r"/zones/(?P<zone>[^/]+)/instances", _insert),
+        Route("GET", _INSTANCE, _get),
+        Route("DELETE", _INSTANCE, _delete),
+        Route("POST", _INSTANCE + "/reset", _reset_vm),
+        Route("POST", _INSTANCE + "/setLabels", _set_labels),
+        Route("GET", _OPERATION, _operation_status),
+        Route("POST", _OPERATION + "/wait", _operation_status),
+    )
+
+
+@pytest.fixture(scope="session")
+def compute_server() -> Iterator[tuple[FakeCompute, str]]:
+    """The fake Compute API on 127.0.0.1 for the session: (fake, endpoint URL)."""
+    fake = FakeCompute()
+    with serve(fake) as url:
+        yield fake, url
+
+
+@pytest.fixture
+def fake_compute(compute_server: tuple[FakeCompute, str]) -> FakeCompute:
+    """The fake Compute API, reset for this test."""
+    fake, _ = compute_server
+    fake.reset()
+    return fake
+
+
+@pytest.fixture
+def compute_endpoint(compute_server: tuple[FakeCompute, str]) -> str:
+    """The fake Compute API's endpoint URL (the provider's api_endpoint)."""
+    return compute_server[1]

@@ -416,7 +416,7 @@ def cmd_uncordon(args: argparse.Namespace) -> int:
     from navarch.reconcile.uncordon import uncordon
 
     fleet = _open(args.fleet)
-    detail = uncordon(fleet, args.node)
+    detail = uncordon(fleet, args.node, force=getattr(args, "force", False))
     print(f"{args.node}: uncordoned ({detail}).")
     return EXIT_OK
 
@@ -584,6 +584,8 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("uncordon", help="return a node navarch cordoned to service")
     s.add_argument("fleet")
     s.add_argument("node")
+    s.add_argument("--force", action="store_true",
+                   help="return it even when its instance was replaced as a lemon")
     s.set_defaults(func=cmd_uncordon)
 
     s = sub.add_parser("reboot", help="reboot a node through its provider's API")

@@ -165,7 +165,8 @@ def gather(fleet: Fleet, now: datetime, options: PlanOptions | None = None) -> S
     memory, version = load_memory(fleet.store, fleet.spec.name)
     # A replayed clock (NAVARCH_NOW) is not the store's: judge ages by generated_at then.
     reports = read_reports(fleet.store, fleet.spec.name, memory, secret, now,
-                           store_times=not os.environ.get("NAVARCH_NOW"))
+                           store_times=not os.environ.get("NAVARCH_NOW"),
+                           rule_sets={p.name: p.health.rule_sets() for p in fleet.spec.pools})
     checks = _drain_checks(fleet, memory, inventory)
     observed = observe(fleet.spec, inventory, reports, memory, now, checks)
     plan = make_plan(fleet.spec, observed.views, observed.memory, now, options,

@@ -161,12 +161,13 @@ class JournalPolicy:
     every_actions: at most this many Memory-changing actions between two writes (the
     effective count is max(every_actions, plan size / max_writes), so a 100,000-action run
     writes its O(N) state document a bounded number of times, not N/50: quadratic bytes
-    otherwise); every_s: at most this many seconds between writes while actions finish.
+    otherwise; each write of a 10,000-node state costs about 0.2 s, bench/scale.py);
+    every_s: at most this many seconds between writes while actions finish.
     """
 
     every_actions: int = 50
     every_s: float = 10.0
-    max_writes: int = 20
+    max_writes: int = 10
 
     def batch(self, actions: int) -> int:
         """Actions per write for a plan of `actions` actions."""

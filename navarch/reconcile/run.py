@@ -319,6 +319,6 @@ class _Journal:
         if doc == self.last:
             return memory
         self.lease.check_store()
-        saved, self.version = save_memory(self.store, memory, self.version)
+        saved, self.version = save_memory(self.store, memory, self.version, doc)
         self.last = doc
         return saved

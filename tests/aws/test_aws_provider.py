@@ -25,7 +25,8 @@ from navarch.providers import aws as awsmod
 from navarch.providers import open_provider
 from navarch.providers.base import ProvisionRequest
 from navarch.spec import validator_for
-from tests.contracts.error_tables import AWS_RELIED_ON, ec2_error
+from tests.contracts.error_tables import AWS_RELIED_ON
+from tests.support.moto_server import client_error
 
 AMI = "ami-12c6146b"
 FLEET = "prod"
@@ -360,4 +361,4 @@ def test_every_mapped_ec2_code_is_in_the_contract_table() -> None:
               | awsmod.QUOTA_CODES | awsmod.AUTH_CODES | awsmod.TRANSIENT_CODES)
     assert mapped == set(AWS_RELIED_ON), "an EC2 error code is mapped but untested, or unmapped"
     for code in AWS_RELIED_ON:
-        assert awsmod.map_error(ec2_error(code), zone="us-east-1a").code == code
+        assert awsmod.map_error(client_error(code), zone="us-east-1a").code == code

@@ -10,12 +10,13 @@ from __future__ import annotations
 import boto3
 import pytest
 from botocore.awsrequest import AWSResponse
-from botocore.exceptions import ClientError, EndpointConnectionError, NoCredentialsError
+from botocore.exceptions import EndpointConnectionError, NoCredentialsError
 
 from navarch.errors import ConfigError, NotFound, PreconditionFailed, StoreError
 from navarch.stores import open_store
 from navarch.stores import s3 as s3mod
 from navarch.stores.s3 import S3Store
+from tests.support.moto_server import client_error
 
 BUCKET = "navarch-test"
 
@@ -80,13 +81,6 @@ def test_409_conditional_request_conflict_is_precondition_failed(store: S3Store)
         store.client.meta.events.unregister("before-call.s3.PutObject", conflict)
 
 
-def _client_error(code: str, status: int) -> ClientError:
-    return ClientError(
-        {"Error": {"Code": code, "Message": code}, "ResponseMetadata": {"HTTPStatusCode": status}},
-        "PutObject",
-    )
-
-
 # Every S3 error code navarch relies on, and what it must become.
 RELIED_ON = {
     "PreconditionFailed": PreconditionFailed,
@@ -101,13 +95,15 @@ def test_error_mapping_table() -> None:
     mapped = set(s3mod.PRECONDITION_CODES) | set(s3mod.NOT_FOUND_CODES)
     assert mapped == set(RELIED_ON), "a relied-on S3 error code is unmapped or untested"
     for code, expected in RELIED_ON.items():
-        err = s3mod.map_error(_client_error(code, 400), "k")
+        err = s3mod.map_error(client_error(code, 400, "PutObject"), "k")
         assert type(err) is expected, code
-    missing = s3mod.map_error(_client_error("NoSuchKey", 404), "k", missing_is_precondition=True)
+    missing = s3mod.map_error(
+        client_error("NoSuchKey", 404, "PutObject"), "k", missing_is_precondition=True
+    )
     assert type(missing) is PreconditionFailed
     for exc in (
-        _client_error("AccessDenied", 403),
-        _client_error("SlowDown", 503),
+        client_error("AccessDenied", 403, "PutObject"),
+        client_error("SlowDown", 503, "PutObject"),
         NoCredentialsError(),
         EndpointConnectionError(endpoint_url="http://127.0.0.1:1"),
     ):

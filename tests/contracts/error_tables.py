@@ -9,13 +9,7 @@ and operation error codes; Lambda Cloud API v1.10 error codes.
 from __future__ import annotations
 
 import requests
-from botocore.exceptions import (
-    ClientError,
-    ConnectTimeoutError,
-    EndpointConnectionError,
-    NoCredentialsError,
-    ReadTimeoutError,
-)
+from botocore import exceptions as boto_exc
 from google.api_core import exceptions as gexc
 from google.auth import exceptions as auth_exc
 from google.cloud import compute_v1
@@ -25,28 +19,20 @@ from navarch.errors import (
     CapacityError,
     ConfigError,
     LaunchSpent,
-    NavarchError,
     PlacementError,
     ProviderError,
     QuotaError,
     TransientError,
 )
 from navarch.providers.lambda_cloud import LambdaApiError
+from tests.support.moto_server import client_error
 from tests.support.providers import ErrorCase
 
 # -- AWS (botocore) ------------------------------------------------------------------------
 
 
-def ec2_error(code: str, status: int = 400) -> ClientError:
-    """A botocore ClientError for an EC2 error code and HTTP status."""
-    return ClientError(
-        {"Error": {"Code": code, "Message": code}, "ResponseMetadata": {"HTTPStatusCode": status}},
-        "RunInstances",
-    )
-
-
 # Every EC2 error code navarch maps by name, and the error it must become.
-AWS_RELIED_ON: dict[str, type[NavarchError]] = {
+AWS_RELIED_ON = {
     "InsufficientInstanceCapacity": CapacityError,
     "InsufficientHostCapacity": CapacityError,
     "InsufficientCapacity": CapacityError,
@@ -78,16 +64,16 @@ AWS_RELIED_ON: dict[str, type[NavarchError]] = {
 }
 
 AWS_ERRORS = [
-    *(ErrorCase(ec2_error(code), expected) for code, expected in AWS_RELIED_ON.items()),
-    ErrorCase(ec2_error("InsufficientInstanceCapacity", 500), CapacityError, "zone"),
-    ErrorCase(ec2_error("VcpuLimitExceeded"), QuotaError, "region"),
+    *(ErrorCase(client_error(code), expected) for code, expected in AWS_RELIED_ON.items()),
+    ErrorCase(client_error("InsufficientInstanceCapacity", 500), CapacityError, "zone"),
+    ErrorCase(client_error("VcpuLimitExceeded"), QuotaError, "region"),
     # Unknown 5xx is transient; unknown 4xx stays a plain ProviderError.
-    ErrorCase(ec2_error("SomethingNew", 503), TransientError),
-    ErrorCase(ec2_error("InvalidAMIID.Malformed"), ProviderError),
-    ErrorCase(NoCredentialsError(), AuthError),
-    ErrorCase(EndpointConnectionError(endpoint_url="http://x"), TransientError),
-    ErrorCase(ConnectTimeoutError(endpoint_url="http://x"), TransientError),
-    ErrorCase(ReadTimeoutError(endpoint_url="http://x"), TransientError),
+    ErrorCase(client_error("SomethingNew", 503), TransientError),
+    ErrorCase(client_error("InvalidAMIID.Malformed"), ProviderError),
+    ErrorCase(boto_exc.NoCredentialsError(), AuthError),
+    ErrorCase(boto_exc.EndpointConnectionError(endpoint_url="http://x"), TransientError),
+    ErrorCase(boto_exc.ConnectTimeoutError(endpoint_url="http://x"), TransientError),
+    ErrorCase(boto_exc.ReadTimeoutError(endpoint_url="http://x"), TransientError),
 ]
 
 

@@ -1,4 +1,5 @@
-"""moto as a server on 127.0.0.1, one per session, and the `moto` fixture that resets it.
+"""moto as a server on 127.0.0.1, one per session, the `moto` fixture that resets it, and
+botocore errors as AWS answers them (client_error).
 
 Each test gets a clean moto (POST /moto-api/reset) and an environment where boto3 reaches
 it through AWS_ENDPOINT_URL with dummy credentials; no other network is used.
@@ -22,8 +23,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from botocore.exceptions import ClientError
 
 REGION = "us-east-1"
+
+
+def client_error(code: str, status: int = 400, operation: str = "RunInstances") -> ClientError:
+    """The botocore ClientError an AWS API answers with: error code, HTTP status, operation."""
+    return ClientError(
+        {"Error": {"Code": code, "Message": code}, "ResponseMetadata": {"HTTPStatusCode": status}},
+        operation,
+    )
 
 
 @dataclass

@@ -32,17 +32,10 @@ def provision_request(
     """
     lid = launch_id(fleet, node, attempt)
     tags = {**ownership_tags(fleet, pool, node, lid), **(labels or {"team": "ml"})}
-    defaults: dict[str, Any] = {"spot": False, "user_data": "#cloud-config\n{}\n", "tags": tags}
-    return ProvisionRequest(
-        fleet=fleet,
-        pool=pool,
-        node=node,
-        zone=zone,
-        instance_type=instance_type,
-        launch_id=lid,
-        attempt=attempt,
-        **{**defaults, **fields},
-    )
+    given: dict[str, Any] = {"spot": False, "user_data": "#cloud-config\n{}\n", "tags": tags}
+    given.update(fields)
+    return ProvisionRequest(fleet=fleet, pool=pool, node=node, zone=zone,
+                            instance_type=instance_type, launch_id=lid, attempt=attempt, **given)
 
 
 

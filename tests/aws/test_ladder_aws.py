@@ -74,9 +74,15 @@ def test_xid79_reboots_through_reboot_instances_never_terminates(
     assert _report(node, iid, tmp_path, "boot-a", xid=79)["status"] == "unhealthy"
     assert cli.main(apply) == 0  # cordon + drain
     capsys.readouterr()
-    _report(node, iid, tmp_path, "boot-a")  # drained: no GPU processes since the drain began
-    assert cli.main(apply) == 0
-    out = capsys.readouterr().out
+    # Drained once a report made after the drain began shows no GPU processes; S3 keeps
+    # modification times to the second, so a report in the drain's own second may not count.
+    out = ""
+    for _ in range(5):
+        _report(node, iid, tmp_path, "boot-a")
+        assert cli.main(apply) == 0
+        out = capsys.readouterr().out
+        if f"~ reboot {node}" in out:
+            break
     assert f"~ reboot {node}" in out, out
     assert calls == ["RebootInstances"]
 

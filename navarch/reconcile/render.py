@@ -12,7 +12,17 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from navarch.planner.model import Action, ActionKind, Halt, Lifecycle, Place, Plan, parse_ts, ts
+from navarch.planner.model import (
+    Action,
+    ActionKind,
+    Fault,
+    Halt,
+    Lifecycle,
+    Place,
+    Plan,
+    parse_ts,
+    ts,
+)
 
 NO_CHANGES = "No changes. The fleet matches fleet.yaml."
 NOT_CONVERGED = ("No actions this run, but the fleet does not match fleet.yaml yet "
@@ -155,11 +165,20 @@ def _place_json(p: Place) -> dict[str, Any]:
 
 
 def action_to_json(a: Action) -> dict[str, Any]:
-    """One action in the plan.schema.json form."""
+    """One action in the plan.schema.json form (the ladder's fault, rung and lemon only
+    when set, so a saved plan's reboot records what it answers)."""
+    ladder: dict[str, Any] = {}
+    if a.fault is not None:
+        ladder["fault"] = {"key": a.fault.key, "action": a.fault.action,
+                           "boot_id": a.fault.boot_id, "sequence": a.fault.sequence}
+    if a.rung:
+        ladder["rung"] = a.rung
+    if a.lemon:
+        ladder["lemon"] = True
     return {"action": a.kind.value, "pool": a.pool, "node": a.node, "reason": a.reason,
             "instance_id": a.instance_id, "places": [_place_json(p) for p in a.places],
             "replaces": a.replaces, "repair": a.repair, "desired": a.desired,
-            "tags": dict(a.tags), "backoff": a.backoff}
+            "tags": dict(a.tags), "backoff": a.backoff, **ladder}
 
 
 def action_from_json(d: dict[str, Any]) -> Action:
@@ -171,7 +190,13 @@ def action_from_json(d: dict[str, Any]) -> Action:
         instance_id=d.get("instance_id"), replaces=d.get("replaces"),
         repair=d.get("repair", False), desired=d.get("desired"),
         tags=tuple(sorted((d.get("tags") or {}).items())), backoff=d.get("backoff", False),
+        fault=_fault_from_json(d.get("fault")), rung=d.get("rung", ""),
+        lemon=d.get("lemon", False),
     )
+
+
+def _fault_from_json(f: dict[str, Any] | None) -> Fault | None:
+    return Fault(f["key"], f["action"], f["boot_id"], f["sequence"]) if f else None
 
 
 def plan_to_json(plan: Plan) -> dict[str, Any]:

@@ -720,11 +720,15 @@ def _roll(ctx: PoolContext, prog: Progress, drifted: list[tuple[NodeView, str]])
 
 def _present(ctx: PoolContext, prog: Progress) -> list[NodeView]:
     """Nodes that count toward desired: all but those leaving, stuck, or cordoned this run
-    (a sick node held back by the budget still counts: no replacement before its cordon)."""
-    # Under replacement after-terminate a rebooted node is waited for, not replaced.
-    back = ctx.pool.health.replacement == "after-terminate"
+    (a sick node held back by the budget still counts: no replacement before its cordon;
+    an operator's cordon counts too, and a rebooted node under after-terminate)."""
+    # Waited for, not replaced: a node an operator cordoned (usually for a while, and a GPU
+    # node is dear), and under replacement after-terminate a rebooted node.
+    kept = {Lifecycle.OPERATOR_CORDONED}
+    if ctx.pool.health.replacement == "after-terminate":
+        kept.add(Lifecycle.REMEDIATING)
     return [v for v in ctx.views
-            if (v.lifecycle not in LEAVING or (back and v.lifecycle is Lifecycle.REMEDIATING))
+            if (v.lifecycle not in LEAVING or v.lifecycle in kept)
             and v.lifecycle is not Lifecycle.STUCK and v.node not in prog.leaving]
 
 

@@ -126,3 +126,18 @@ def test_third_fault_in_a_week_is_a_lemon_replaced_at_once(navarch, fleet_dir) -
     assert "lemon: 3 faults in 7d" in outs[1]
     state = json.loads((fleet_dir / ".navarch" / "store" / "state" / "demo.json").read_text())
     assert iid in state["pools"]["train"]["lemons"]
+
+
+def test_operator_cordon_stays_until_navarch_uncordon(navarch, fleet_dir) -> None:
+    _start(navarch)
+    navarch.ok("cordon", "fleet.yaml", NODE, "--reason", "fan noise")
+    navarch.ok("local", "inject", "fleet.yaml", NODE, "--xid", "79")  # even when sick
+    for _ in range(2):
+        out = _cycle(navarch)
+        assert "No actions this run" in out and "cordoned by an operator: fan noise" in out, out
+    assert _train(navarch)[NODE]["lifecycle"] == "operator_cordoned"
+    navarch.ok("reboot", "fleet.yaml", NODE)  # the operator's own remedy (XIDs latch per boot)
+    navarch.ok("local", "tick", "fleet.yaml")
+    navarch.ok("uncordon", "fleet.yaml", NODE)
+    assert _train(navarch)[NODE]["lifecycle"] == "healthy"
+    assert navarch("plan", "fleet.yaml", "--detailed-exitcode").code == 0

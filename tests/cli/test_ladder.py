@@ -141,3 +141,17 @@ def test_operator_cordon_stays_until_navarch_uncordon(navarch, fleet_dir) -> Non
     navarch.ok("uncordon", "fleet.yaml", NODE)
     assert _train(navarch)[NODE]["lifecycle"] == "healthy"
     assert navarch("plan", "fleet.yaml", "--detailed-exitcode").code == 0
+
+
+def test_uncordon_refuses_a_lemons_instance_without_force(navarch, fleet_dir) -> None:
+    iid = _start(navarch)
+    navarch.ok("cordon", "fleet.yaml", NODE, "--reason", "fan noise")
+    # As if this instance id had been replaced as a lemon and then adopted again.
+    path = fleet_dir / ".navarch" / "store" / "state" / "demo.json"
+    state = json.loads(path.read_text())
+    state["pools"]["train"]["lemons"] = [iid]
+    path.write_text(json.dumps(state))
+    run = navarch("uncordon", "fleet.yaml", NODE)
+    assert run.code == 1 and "replaced as a lemon" in run.err and "--force" in run.err, run.err
+    navarch.ok("uncordon", "fleet.yaml", NODE, "--force")
+    assert _train(navarch)[NODE]["lifecycle"] == "healthy"

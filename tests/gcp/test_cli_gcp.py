@@ -250,6 +250,10 @@ def test_reports_in_gcs_drive_a_replacement(
     fake_compute, compute_endpoint, gcs_bucket, env, tmp_path
 ) -> None:
     fleet = write_fleet(tmp_path, compute_endpoint, gcs_bucket, target=2)
+    # The replace path: a ladder without reset or reboot (tests/gcp/test_ladder_gcp.py).
+    fleet.write_text(fleet.read_text().replace("      boot_timeout: 1h\n",
+                                               "      boot_timeout: 1h\n"
+                                               "      remediation: [replace]\n"))
     assert navarch(["apply", str(fleet), "--auto-approve"], env, tmp_path).returncode == 0
     nodes = sorted(instances(fake_compute))
     sick, well = nodes

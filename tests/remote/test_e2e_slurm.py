@@ -32,6 +32,7 @@ def test_xid79_on_a_slurm_pool_is_drained_through_scontrol(
     train = doc["pools"]["train"]
     train["scheduler"] = "slurm"
     train["ssh"] = sshd.ssh()
+    train["health"]["remediation"] = ["replace"]  # the replace path (the ladder reboots first)
     (tmp_path / "fleet.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
     nodes = [f"demo-train-000{i}" for i in range(1, 5)]
     world = {

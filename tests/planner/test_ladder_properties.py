@@ -80,6 +80,7 @@ class World:
     ids: int = 0
     cordoned: set[str] = field(default_factory=set)  # navarch's cordon, no uncordon since
     healthy_since_reboot: dict[str, list[int]] = field(default_factory=dict)
+    last: Plan | None = None
 
     def report(self, name: str) -> builders.ReportObservation | None:
         n = self.nodes[name]
@@ -113,6 +114,7 @@ class World:
         observed = observe(self.spec, inventory, reports, self.memory, self.now)
         p = plan(self.spec, observed.views, observed.memory, self.now)
         self.check(observed.memory, {v.node: v for v in observed.views}, reports, p)
+        self.last = p
         self.memory = observed.memory
         for a in p.actions:
             self.apply(a)
@@ -201,12 +203,14 @@ class World:
 
 
 @st.composite
-def schedules(draw: st.DrawFn) -> tuple[FleetSpec, list[dict[str, str]], frozenset[str]]:
+def schedules(draw: st.DrawFn, calm: int = 1
+              ) -> tuple[FleetSpec, list[dict[str, str]], frozenset[str]]:
+    """A fleet and per-run events; calm: how many times the other events outweigh faults."""
     spec = draw(specs())
     names = [f"{FLEET}-a-{i:04d}" for i in range(1, 8)]
     runs = draw(st.integers(8, 30))
     fault_events = [f"fault:{c}" for c in XIDS]
-    events = st.sampled_from(EVENTS[:-1] + tuple(fault_events))
+    events = st.sampled_from(EVENTS[:-1] * calm + tuple(fault_events))
     schedule = [draw(st.dictionaries(st.sampled_from(names), events, max_size=4))
                 for _ in range(runs)]
     dead = draw(st.frozensets(st.sampled_from(names), max_size=1))
@@ -240,16 +244,20 @@ def test_reboots_and_returns_follow_the_ladder_rules(case) -> None:  # noqa: ANN
 
 
 @PROPERTY
-@given(schedules())
+@given(schedules(calm=3))
 def test_every_fault_ends_rebooted_returned_or_replaced(case) -> None:  # noqa: ANN001
-    """Liveness: once faults stop, the pool comes back to its target of healthy nodes
-    (every remediating node returns or is replaced; none is left out of service)."""
+    """Liveness: once faults stop, every remediating node returns or is replaced and none is
+    left out of service, unless the circuit breaker stopped the pool for a human (half of
+    it sick at once: by design nothing more is repaired, reboots included)."""
     spec, schedule, dead = case
     world = _world(spec)
     for events in schedule:
         world.step(events)
     for _ in range(40):
         world.step({name: "idle" for name in world.nodes})
+    assert world.last is not None
+    if world.last.breaker_open:
+        return
     views = observe(spec, tuple(n.instance for n in world.nodes.values()),
                     {}, world.memory, world.now).views
     lifecycles = [v.lifecycle for v in views]

@@ -1,4 +1,4 @@
-"""Providers by type: local (embedded default), aws, gcp, lambda.
+"""Providers by type: local (embedded default), aws, gcp, lambda, then plugins.
 
 Each provider module exposes `create(name, config, *, base_dir, fleet) -> Provider`, where
 config is the provider's mapping from fleet.yaml (already schema-checked and defaulted).
@@ -27,11 +27,24 @@ _MODULES = {
 def open_provider(name: str, config: Mapping[str, Any], *, base_dir: Path, fleet: str) -> Provider:
     """Build the provider named `name` in fleet.yaml from its config mapping.
 
-    Raises ConfigError for an unknown type (the schema already rejects those).
+    Types other than the built-ins come from the navarch.providers entry-point group
+    (navarch.plugins). Raises ConfigError for an unknown type, PluginError for a plugin
+    that fails to load or builds the wrong shape.
     """
     kind = config.get("type")
     module_name = _MODULES.get(str(kind))
     if module_name is None:
-        raise ConfigError(f"unknown provider type {kind!r}", key_path=f"providers.{name}.type")
+        # Built-ins first; then plugins of the navarch.providers entry-point group.
+        from navarch.plugins import Group, names, open_plugin_provider
+
+        plugin = open_plugin_provider(name, config, base_dir=base_dir, fleet=fleet)
+        if plugin is not None:
+            return plugin
+        raise ConfigError(
+            f"unknown provider type {kind!r}",
+            key_path=f"providers.{name}.type",
+            hint=f"use one of {sorted(_MODULES)} or install a plugin of the {Group.PROVIDERS} "
+            f"entry-point group (installed: {names(Group.PROVIDERS) or 'none'})",
+        )
     module = importlib.import_module(module_name)
     return module.create(name, config, base_dir=base_dir, fleet=fleet)

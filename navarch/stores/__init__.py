@@ -14,7 +14,9 @@ def open_store(url: str, *, base_dir: Path | None = None) -> ObjectStore:
     """Open the store named by url.
 
     file:// URLs may be relative ("file://.navarch/store"); they are resolved against
-    base_dir (the fleet file's directory) when given. Raises ConfigError for an unknown scheme.
+    base_dir (the fleet file's directory) when given. Other schemes come from the
+    navarch.stores entry-point group (navarch.plugins). Raises ConfigError for an unknown
+    scheme, PluginError for a broken plugin.
     """
     if url.startswith("file://"):
         from navarch.stores.file import FileStore
@@ -31,6 +33,14 @@ def open_store(url: str, *, base_dir: Path | None = None) -> ObjectStore:
         from navarch.stores.gcs import GCSStore
 
         return GCSStore.from_url(url)
+    # Built-ins first; then plugins of the navarch.stores entry-point group, by URL scheme.
+    from navarch.plugins import open_plugin_store
+
+    plugin = open_plugin_store(url)
+    if plugin is not None:
+        return plugin
     raise ConfigError(
-        f"unknown store URL {url!r}", hint="use file://DIR, s3://bucket/prefix or gs://bucket/prefix"
+        f"unknown store URL {url!r}",
+        hint="use file://DIR, s3://bucket/prefix or gs://bucket/prefix, or install a plugin "
+        "of the navarch.stores entry-point group for its scheme",
     )

@@ -1,4 +1,5 @@
-"""Object store backends, chosen by URL: file://DIR, s3://bucket/prefix, gs://bucket/prefix."""
+"""Object store backends, chosen by URL: file://DIR, s3://bucket/prefix, gs://bucket/prefix,
+az://account/container/prefix, then navarch.stores plugins by scheme."""
 
 from __future__ import annotations
 
@@ -33,6 +34,10 @@ def open_store(url: str, *, base_dir: Path | None = None) -> ObjectStore:
         from navarch.stores.gcs import GCSStore
 
         return GCSStore.from_url(url)
+    if url.startswith("az://"):
+        from navarch.stores.azure import AzureBlobStore
+
+        return AzureBlobStore.from_url(url)
     # Built-ins first; then plugins of the navarch.stores entry-point group, by URL scheme.
     from navarch.plugins import open_plugin_store
 

@@ -1,0 +1,80 @@
+"""Azurite (the Azure Storage emulator, npm package `azurite`) on 127.0.0.1 for the
+Azure Blob store tests. .ci/run installs it (npm install -g azurite); without it the
+tests skip naming the package, and NAVARCH_REQUIRE_SYSTEM_PACKAGES=1 makes that a failure.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from azure.storage.blob import BlobServiceClient
+
+from tests.support.system import REQUIRE_ENV
+
+#: Azurite's well-known development account (documented, not a secret).
+ACCOUNT = "devstoreaccount1"
+ACCOUNT_KEY = ("Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/"
+               "KBHBeksoGMGw==")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _azurite_binary() -> str:
+    found = shutil.which("azurite-blob")
+    if found:
+        return found
+    message = "azurite-blob missing: npm install -g azurite (npm package azurite; .ci/run installs it)"
+    if os.environ.get(REQUIRE_ENV) == "1":
+        pytest.fail(f"{message}; {REQUIRE_ENV}=1 makes this a failure")
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Start azurite-blob on a free 127.0.0.1 port -> its connection string."""
+    binary = _azurite_binary()
+    port = _free_port()
+    location = Path(tmp_path_factory.mktemp("azurite"))
+    proc = subprocess.Popen(
+        [binary, "--blobHost", "127.0.0.1", "--blobPort", str(port), "--location",
+         str(location), "--silent", "--skipApiVersionCheck", "--loose"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    conn = (f"DefaultEndpointsProtocol=http;AccountName={ACCOUNT};AccountKey={ACCOUNT_KEY};"
+            f"BlobEndpoint=http://127.0.0.1:{port}/{ACCOUNT};")
+    try:
+        for _ in range(200):
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                    break
+            except OSError:
+                assert proc.poll() is None, "azurite-blob exited at start"
+                time.sleep(0.05)
+        else:
+            pytest.fail("azurite-blob did not open its port")
+        yield conn
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+@pytest.fixture
+def az_container(azurite: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A fresh container on Azurite; AZURE_STORAGE_CONNECTION_STRING points at it.
+    Returns the container name."""
+    name = "t" + uuid.uuid4().hex[:20]
+    BlobServiceClient.from_connection_string(azurite).create_container(name)
+    monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", azurite)
+    return name

@@ -1,0 +1,261 @@
+"""Run a scenario: the real reconcile run (navarch.reconcile.run.run_apply, and so the real
+observe, plan and Executor) every reconcile period on a virtual clock, against the
+simulated provider and the in-memory store, and measure the outcome.
+
+The virtual clock reaches run_apply through NAVARCH_NOW (navarch.reconcile.run.clock, the
+replay seam), set for each run and restored afterwards.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from navarch.errors import NavarchError
+from navarch.planner.model import ActionKind, Phase
+from navarch.reconcile.executor import Outcome
+from navarch.reconcile.run import Fleet, run_apply
+from navarch.simulate.scenario import Scenario
+from navarch.simulate.world import SimNode, SimProvider, World
+from navarch.spec import FleetSpec, load_fleet
+
+log = logging.getLogger(__name__)
+START = datetime(2026, 1, 1, tzinfo=UTC)
+SECRET = b"navarch-simulate-fleet-secret-0001"
+SAMPLE_EVERY_S = 3600
+
+
+class _SimFleet(Fleet):
+    def secret(self) -> bytes | None:
+        return SECRET
+
+
+@contextmanager
+def _virtual_now(when: datetime) -> Iterator[None]:
+    old = os.environ.get("NAVARCH_NOW")
+    os.environ["NAVARCH_NOW"] = when.strftime("%Y-%m-%dT%H:%M:%SZ")
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("NAVARCH_NOW", None)
+        else:
+            os.environ["NAVARCH_NOW"] = old
+
+
+def _pct(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    s = sorted(values)
+    return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
+
+
+@dataclass
+class _FaultRecord:
+    node: str
+    cause: str
+    at: datetime
+    lemon: bool
+    cordon_at: datetime | None = None
+    serving_at: datetime | None = None
+    replacement: str | None = None
+
+
+def simulate(scenario: Scenario, seed: int | None = None) -> dict[str, Any]:
+    """Run scenario (seed overrides its own) -> the result document (see docs/simulate.md).
+
+    Raises ConfigError for a bad fleet file. Deterministic: no wall clock, one seeded RNG.
+    """
+    if seed is not None:
+        scenario = replace(scenario, seed=seed)
+    spec: FleetSpec = load_fleet(scenario.fleet_path)
+    # Every provider becomes the simulated one (type local: no cloud-init is rendered).
+    spec = replace(spec, providers={n: {"type": "local", "max_parallel": 1}
+                                    for n in spec.providers})
+    world = World(scenario, spec.name, SECRET, START)
+    gpus = {p.name: p.gpus_per_node for p in spec.pools}
+    providers = {n: SimProvider(n, world, gpus) for n in sorted(spec.providers)}
+    fleet = _SimFleet(spec, world.store, dict(providers))  # type: ignore[arg-type]
+    target = sum(p.target_nodes for p in spec.pools)
+
+    records: dict[str, _FaultRecord] = {}  # open fault by node name
+    closed: list[_FaultRecord] = []
+    wrongful: list[dict[str, Any]] = []
+    halts: Counter[str] = Counter()
+    actions: Counter[str] = Counter()
+    lost_to_capacity = 0
+    capacity_latencies: list[float] = []
+    short_since: datetime | None = None
+    breaker_runs = 0
+    series: list[dict[str, Any]] = []
+    timeline: list[dict[str, Any]] = []
+    run_errors: Counter[str] = Counter()
+    serving_s = 0.0
+    instance_s: Counter[str] = Counter()
+    phases: dict[str, Phase] = {}
+
+    def on_fault(n: SimNode) -> None:
+        if n.node not in records:
+            records[n.node] = _FaultRecord(n.node, n.fault or "", world.now, n.lemon)
+            timeline.append({"t": _off(world.now), "kind": "fault", "node": n.node,
+                             "cause": n.fault})
+
+    world.on_fault = on_fault
+
+    def on_outcome(o: Outcome) -> None:
+        nonlocal lost_to_capacity
+        a = o.action
+        actions[f"{a.kind.value}{'' if o.ok else '_failed'}"] += 1
+        if a.kind is ActionKind.PROVISION and not o.ok and o.error == "CapacityError":
+            lost_to_capacity += 1
+        if not o.ok or a.node is None:
+            return
+        timeline.append({"t": _off(world.now), "kind": a.kind.value, "node": a.node})
+        if a.kind is ActionKind.CORDON and a.node in records:
+            records[a.node].cordon_at = records[a.node].cordon_at or world.now
+        if a.kind is ActionKind.PROVISION and a.replaces and a.replaces in records:
+            records[a.replaces].replacement = a.node
+        if a.kind is ActionKind.TERMINATE:
+            sim = next((n for n in world.nodes.values() if n.node == a.node), None)
+            gone = sim is None  # terminated by this very action: look in the fault log
+            faulty = a.node in records or (sim is not None and sim.fault is not None)
+            preempting = sim is not None and sim.notice_at is not None
+            if not faulty and not preempting and not gone:
+                wrongful.append({"node": a.node, "t_s": _off(world.now), "reason": a.reason})
+
+    def _off(t: datetime) -> int:
+        return int((t - START).total_seconds())
+
+    period = timedelta(seconds=scenario.reconcile_period_s)
+    steps = scenario.duration_s // scenario.reconcile_period_s
+    for step in range(steps + 1):
+        world.now = START + step * period
+        world.step()
+        # A terminating instance is gone from world.nodes by the time on_outcome runs, so
+        # wrongful terminations are judged before: mark which nodes are faulty now.
+        world.agents()
+        with _virtual_now(world.now):
+            try:
+                result = run_apply(fleet, command="simulate", on_outcome=on_outcome,
+                                   run_id=f"sim-{step:06d}")
+            except NavarchError as exc:
+                run_errors[type(exc).__name__] += 1
+                result = None
+        if result is not None:
+            for h in result.plan.halts:
+                halts[h.rule] += 1
+            if result.plan.breaker_open:
+                breaker_runs += 1
+                if breaker_runs == 1 or breaker_runs % 12 == 0:
+                    log.warning("t=%s: circuit breaker holds: %s", world.now.isoformat(),
+                                "; ".join(h.message for h in result.plan.halts))
+            phases = {nm.node: nm.phase for nm in result.memory.nodes}
+        # Measure: a node serves when booted, fault-free, reporting and not cordoned.
+        serving_nodes = set()
+        for n in world.nodes.values():
+            instance_s[n.instance.instance_type] += scenario.reconcile_period_s
+            if (world.now >= n.ready_at and n.fault is None and n.notice_at is None
+                    and phases.get(n.node, Phase.NONE) is Phase.NONE
+                    and n.last_report_at is not None):
+                serving_nodes.add(n.node)
+        serving = min(len(serving_nodes), target)
+        if step < steps:
+            serving_s += serving * scenario.reconcile_period_s
+        if serving < target and short_since is None:
+            short_since = world.now
+        elif serving >= target and short_since is not None:
+            capacity_latencies.append((world.now - short_since).total_seconds())
+            short_since = None
+        for name, rec in list(records.items()):
+            done = (rec.replacement in serving_nodes) or (
+                name in serving_nodes and not any(n.node == name and n.fault
+                                                   for n in world.nodes.values()))
+            if done:
+                rec.serving_at = world.now
+                closed.append(records.pop(name))
+        if step % max(1, SAMPLE_EVERY_S // scenario.reconcile_period_s) == 0:
+            series.append({"t_s": _off(world.now), "serving": serving, "target": target,
+                           "instances": len(world.nodes), "open_faults": len(records)})
+
+    all_faults = closed + list(records.values())
+    acted = [r for r in all_faults if r.cordon_at is not None]
+    to_cordon = [(r.cordon_at - r.at).total_seconds() for r in acted if r.cordon_at]
+    to_serving = [(r.serving_at - r.at).total_seconds() for r in closed if r.serving_at]
+    days = scenario.duration_s / 86400
+    prices = scenario.prices_usd_per_hour
+    inst_h = {k: round(v / 3600, 3) for k, v in sorted(instance_s.items())}
+    causes = Counter(r.cause for r in all_faults)
+    doc: dict[str, Any] = {
+        "scenario": scenario.name,
+        "seed": scenario.seed,
+        "duration_s": scenario.duration_s,
+        "reconcile_period_s": scenario.reconcile_period_s,
+        "agent_period_s": scenario.agent_period_s,
+        "target_nodes": target,
+        "availability": round(serving_s / (target * steps * scenario.reconcile_period_s), 6)
+        if target and steps else 1.0,
+        "faults": len(all_faults),
+        "faults_by_cause": dict(sorted(causes.items())),
+        "faults_on_lemons": sum(1 for r in all_faults if r.lemon),
+        "faults_never_acted_on": len(all_faults) - len(acted),
+        "p50_fault_to_cordon_s": _pct(to_cordon, 0.5),
+        "p95_fault_to_cordon_s": _pct(to_cordon, 0.95),
+        "max_fault_to_cordon_s": max(to_cordon) if to_cordon else None,
+        "p50_fault_to_serving_s": _pct(to_serving, 0.5),
+        "p95_fault_to_serving_s": _pct(to_serving, 0.95),
+        "max_fault_to_serving_s": max(to_serving) if to_serving else None,
+        "wrongful_terminations": len(wrongful),
+        "wrongful_termination_causes": wrongful[:50],
+        "terminations": actions.get("terminate", 0),
+        "actions": dict(sorted(actions.items())),
+        "nodes_lost_to_capacity": lost_to_capacity,
+        "capacity_recovery_s": capacity_latencies,
+        "repairs_held_by_rule": dict(sorted(halts.items())),
+        "breaker_runs": breaker_runs,
+        "preemptions": world.preempted,
+        "run_errors": dict(sorted(run_errors.items())),
+        "api_calls_per_day": {k: round(v / days, 2) for k, v in sorted(world.api_calls.items())},
+        "instance_hours": inst_h,
+        "cost_usd": round(sum(h * prices.get(t, 0.0) for t, h in inst_h.items()), 2),
+        "fault_to_cordon_s": sorted(to_cordon),
+        "fault_to_serving_s": sorted(to_serving),
+        "series": series,
+        "timeline": timeline[:5000],
+    }
+    return doc
+
+
+_ASSERT = re.compile(r"^\s*([a-z0-9_]+)\s*(<=|>=|==|!=|<|>)\s*([0-9.e+-]+)([smhd]?)\s*$")
+_ALIASES = {"p95_fault_to_serving": "p95_fault_to_serving_s",
+            "p50_fault_to_serving": "p50_fault_to_serving_s",
+            "p95_fault_to_cordon": "p95_fault_to_cordon_s"}
+_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def check_asserts(doc: dict[str, Any], asserts: tuple[str, ...]) -> list[dict[str, Any]]:
+    """Evaluate `assert:` lines ("availability >= 0.999", "p95_fault_to_serving <= 20m")
+    against a result document -> [{"assert", "ok", "value"}]. A metric that is None (e.g.
+    no faults, so no latency) passes. Raises ValueError on a line it cannot parse."""
+    out = []
+    for line in asserts:
+        m = _ASSERT.match(line)
+        if not m:
+            raise ValueError(f"cannot parse assert {line!r}: use METRIC OP NUMBER[s|m|h|d]")
+        key, op, num, unit = m.groups()
+        key = _ALIASES.get(key, key)
+        if key not in doc:
+            raise ValueError(f"assert {line!r}: no metric {key!r}")
+        value = doc[key]
+        bound = float(num) * _UNITS[unit]
+        ok = True if value is None else {
+            "<=": value <= bound, ">=": value >= bound, "==": value == bound,
+            "!=": value != bound, "<": value < bound, ">": value > bound}[op]
+        out.append({"assert": line, "ok": bool(ok), "value": value})
+    return out

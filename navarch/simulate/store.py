@@ -1,0 +1,64 @@
+"""An in-memory ObjectStore on the simulator's virtual clock (see navarch.stores.base).
+
+Versions are a global write counter; modified_at is the virtual time of the write. The
+store itself never fails; the world models a store outage by stopping agents' writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime
+
+from navarch.errors import NotFound, PreconditionFailed
+from navarch.stores.base import Blob, ObjectInfo
+
+
+class MemoryStore:
+    """ObjectStore protocol over a dict; now() gives the virtual clock (aware UTC)."""
+
+    url = "mem://simulate"
+    parallel_gets = 1
+
+    def __init__(self, now: Callable[[], datetime]) -> None:
+        self._now = now
+        self._objects: dict[str, tuple[bytes, str, str]] = {}
+        self._counter = 0
+
+    def get(self, key: str) -> Blob:
+        try:
+            data, version, _ = self._objects[key]
+        except KeyError:
+            raise NotFound(key) from None
+        return Blob(key, data, version)
+
+    def put(self, key: str, data: bytes, *, if_absent: bool = False,
+            if_version: str | None = None) -> str:
+        current = self._objects.get(key)
+        if if_absent and current is not None:
+            raise PreconditionFailed(key, "exists")
+        if if_version is not None and (current is None or current[1] != if_version):
+            raise PreconditionFailed(key, "version moved")
+        self._counter += 1
+        version = str(self._counter)
+        stamp = self._now().strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        self._objects[key] = (bytes(data), version, stamp)
+        return version
+
+    def delete(self, key: str, *, if_version: str | None = None) -> None:
+        current = self._objects.get(key)
+        if current is None:
+            raise NotFound(key)
+        if if_version is not None and current[1] != if_version:
+            raise PreconditionFailed(key, "version moved")
+        del self._objects[key]
+
+    def list(self, prefix: str) -> Sequence[ObjectInfo]:
+        return [ObjectInfo(k, v[1], len(v[0]), v[2])
+                for k, v in sorted(self._objects.items()) if k.startswith(prefix)]
+
+    def get_many(self, keys: Iterable[str]) -> dict[str, Blob]:
+        out: dict[str, Blob] = {}
+        for key in dict.fromkeys(keys):
+            if key in self._objects:
+                out[key] = self.get(key)
+        return out

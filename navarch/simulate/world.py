@@ -1,0 +1,319 @@
+"""The simulated world: instances, agents, faults, and the simulated Provider.
+
+Everything random comes from one seeded random.Random, drawn in a fixed order, and time
+is a virtual clock advanced by the engine, so a seed gives the same run byte for byte.
+
+Each cause of failure maps to what navarch's agent would report (navarch.xid catalogue):
+  xid79    XID 79 (GPU fallen off the bus), fatal, replace
+  hbm_ecc  XID 48/63/64/94/95 (ECC / row remapping), fatal
+  nvlink   an NVLink check unhealthy, replace
+  gpu_lost a GPU-count check unhealthy (a GPU missing), replace
+  thermal  a thermal check unhealthy, reboot
+  host_down the host stops: no reports at all until it is terminated
+  software application XIDs (13, 31, 43, 45): must cause nothing
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from navarch import signing, xid
+from navarch.errors import CapacityError, ProviderError, TransientError
+from navarch.inventory import Instance, InstanceState
+from navarch.providers.base import ProvisionRequest, ensure_owned
+from navarch.reconcile.state import health_key
+from navarch.simulate.scenario import Scenario
+from navarch.simulate.store import MemoryStore
+
+DAY_S = 86400
+APP_XIDS = (13, 31, 43, 45)
+ECC_XIDS = (48, 63, 64, 94, 95)
+CHECK_FAULTS = {  # cause -> (check name, action)
+    "nvlink": ("nvlink", "replace"),
+    "gpu_lost": ("gpu_count", "replace"),
+    "thermal": ("thermal", "reboot"),
+}
+
+
+@dataclass
+class SimNode:
+    """One simulated machine (an instance and the agent on it)."""
+
+    instance: Instance
+    node: str
+    pool: str
+    gpus: int
+    ready_at: datetime
+    boot: int = 1
+    sequence: int = 0
+    last_report_at: datetime | None = None
+    fault: str | None = None
+    fault_at: datetime | None = None
+    fault_code: int = 0
+    lemon: bool = False
+    next_fault_at: datetime | None = None
+    app_burst_until: datetime | None = None
+    app_code: int = 13
+    notice_at: datetime | None = None
+    preempt_at: datetime | None = None
+    silent_until: datetime | None = None  # zone outage: host unreachable for a while
+    history: list[str] = field(default_factory=list)
+
+    @property
+    def boot_id(self) -> str:
+        return f"{self.instance.instance_id}-boot{self.boot}"
+
+
+class World:
+    """The machines, the clock and the failure processes of one simulation."""
+
+    def __init__(self, scenario: Scenario, fleet: str, secret: bytes, start: datetime) -> None:
+        self.scenario = scenario
+        self.fleet = fleet
+        self.secret = secret
+        self.start = start
+        self.now = start
+        self.rng = random.Random(scenario.seed)
+        self.nodes: dict[str, SimNode] = {}  # by instance id
+        self.store = MemoryStore(lambda: self.now)
+        self.api_calls: Counter[str] = Counter()
+        self.counter = 0
+        self.fault_log: list[dict[str, Any]] = []  # every real fault injected
+        self.events: list[dict[str, Any]] = []  # timeline: faults and actions
+        self.preempted = 0
+        self.on_fault: Callable[[SimNode], None] | None = None
+        self._keys: dict[str, bytes] = {}
+
+    # -- helpers ---------------------------------------------------------------------
+    def at(self, offset_s: int) -> datetime:
+        return self.start + timedelta(seconds=offset_s)
+
+    def _active(self, windows: Sequence[Any], zone: str = "", itype: str = "") -> bool:
+        for w in windows:
+            if self.at(w.at_s) <= self.now < self.at(w.at_s + w.for_s):
+                if (not w.zone or w.zone == zone) and (not w.instance_type
+                                                        or w.instance_type == itype):
+                    return True
+        return False
+
+    def _boot_s(self) -> int:
+        return self.rng.randint(self.scenario.boot_min_s, self.scenario.boot_max_s)
+
+    def _schedule_fault(self, n: SimNode) -> None:
+        rate = self.scenario.failure_rate_per_node_day * (self.scenario.lemon_multiplier
+                                                           if n.lemon else 1.0)
+        n.next_fault_at = (self.now + timedelta(days=self.rng.expovariate(rate))
+                           if rate > 0 else None)
+
+    def _pick_cause(self) -> str:
+        causes = sorted(self.scenario.causes.items())
+        total = sum(w for _, w in causes)
+        x = self.rng.random() * total
+        for name, weight in causes:
+            x -= weight
+            if x < 0:
+                return name
+        return causes[-1][0]
+
+    # -- world events ------------------------------------------------------------------
+    def inject(self, n: SimNode, cause: str) -> None:
+        """Give node n a fault of this cause now (software: an application XID burst)."""
+        if cause == "software":
+            n.app_burst_until = self.now + timedelta(minutes=30)
+            n.app_code = self.rng.choice(APP_XIDS)
+            return
+        if n.fault is not None:
+            return
+        n.fault = cause
+        n.fault_at = self.now
+        n.fault_code = 79 if cause == "xid79" else self.rng.choice(ECC_XIDS)
+        rec = {"node": n.node, "pool": n.pool, "instance_id": n.instance.instance_id,
+               "cause": cause, "at": self.now, "lemon": n.lemon}
+        self.fault_log.append(rec)
+        if self.on_fault is not None:
+            self.on_fault(n)
+
+    def step(self) -> None:
+        """Advance the failure processes to self.now (called once per reconcile period)."""
+        period_days = self.scenario.reconcile_period_s / DAY_S
+        app_p = self.scenario.app_xid_bursts_per_node_day * period_days
+        spot_p = self.scenario.spot_preemptions_per_node_day * period_days
+        for w in self.scenario.rack_failures:
+            if self.at(w.at_s) <= self.now < self.at(w.at_s) + timedelta(
+                    seconds=self.scenario.reconcile_period_s):
+                healthy = [n for n in self._sorted() if n.fault is None]
+                for n in self.rng.sample(healthy, min(w.nodes, len(healthy))):
+                    self.inject(n, "host_down")
+        for n in self._sorted():
+            if n.next_fault_at is not None and n.next_fault_at <= self.now:
+                self.inject(n, self._pick_cause())
+                self._schedule_fault(n)
+            if app_p and self.rng.random() < app_p:
+                self.inject(n, "software")
+            if (n.instance.spot and spot_p and n.notice_at is None
+                    and self.rng.random() < spot_p):
+                n.notice_at = self.now
+                n.preempt_at = self.now + timedelta(minutes=2)  # EC2 two-minute warning
+            if self._active(self.scenario.zone_outages, n.instance.zone):
+                n.silent_until = self.now + timedelta(seconds=self.scenario.reconcile_period_s)
+        for n in [n for n in self._sorted() if n.preempt_at and n.preempt_at <= self.now]:
+            del self.nodes[n.instance.instance_id]
+            self.preempted += 1
+            self.events.append({"t": self.now, "kind": "preempted", "node": n.node})
+
+    def _sorted(self) -> list[SimNode]:
+        return [self.nodes[k] for k in sorted(self.nodes)]
+
+    # -- agents ------------------------------------------------------------------------
+    def agents(self) -> None:
+        """Every booted agent whose period is due writes its signed report to the store."""
+        silent = (self._active(self.scenario.agent_outages)
+                  or self._active(self.scenario.store_outages))
+        if silent:
+            return
+        period = timedelta(seconds=self.scenario.agent_period_s)
+        for n in self._sorted():
+            if self.now < n.ready_at or n.fault == "host_down":
+                continue
+            if n.silent_until is not None and self.now < n.silent_until:
+                continue
+            if n.last_report_at is not None and self.now - n.last_report_at < period:
+                continue
+            n.sequence += 1
+            n.last_report_at = self.now
+            report = self.report(n)
+            self.store.put(health_key(self.fleet, n.pool, n.node),
+                           json.dumps(report, separators=(",", ":")).encode())
+
+    def _key(self, node: str) -> bytes:
+        if node not in self._keys:
+            self._keys[node] = signing.derive_node_key(self.secret, self.fleet, node)
+        return self._keys[node]
+
+    def report(self, n: SimNode) -> dict[str, Any]:
+        """The signed report n's agent would write now (schemas/health-report.schema.json)."""
+        ts = self.now.strftime("%Y-%m-%dT%H:%M:%SZ")
+        checks: list[dict[str, Any]] = []
+        xids: list[dict[str, Any]] = []
+        status, action, score = "healthy", "none", 100
+        if n.fault in ("xid79", "hbm_ecc"):
+            info = xid.lookup(n.fault_code)
+            xids.append({"code": n.fault_code, "kind": "xid", "pci_bus_id": "0000:18:00.0",
+                         "time": n.fault_at.strftime("%Y-%m-%dT%H:%M:%SZ") if n.fault_at else None,
+                         "boot_id": n.boot_id, "severity": info.severity.value,
+                         "action": info.action.value, "message": info.meaning[:512], "count": 1})
+            status = "unhealthy" if info.severity is xid.Severity.FATAL else "degraded"
+            action = info.action.value
+            checks.append({"name": "xid", "status": status, "action": action, "gpu_index": 0,
+                           "message": f"XID {n.fault_code}: {info.meaning}"[:1024]})
+            score = 0
+        elif n.fault in CHECK_FAULTS:
+            name, action = CHECK_FAULTS[n.fault]
+            status, score = "unhealthy", 0
+            checks.append({"name": name, "status": status, "action": action, "gpu_index": 0,
+                           "message": f"simulated {n.fault} fault"})
+        if n.app_burst_until is not None and self.now < n.app_burst_until:
+            info = xid.lookup(n.app_code)
+            xids.append({"code": n.app_code, "kind": "xid", "pci_bus_id": "0000:18:00.0",
+                         "time": ts, "boot_id": n.boot_id, "severity": info.severity.value,
+                         "action": info.action.value, "message": info.meaning[:512], "count": 40})
+        if not checks:
+            checks.append({"name": "gpu_count", "status": "healthy", "action": "none",
+                           "message": f"{n.gpus} GPUs"})
+        notice = None
+        if n.notice_at is not None and n.preempt_at is not None:
+            notice = {"kind": "preemption", "source": "aws",
+                      "deadline": n.preempt_at.strftime("%Y-%m-%dT%H:%M:%SZ")}
+        report = {
+            "schema_version": 1, "fleet": self.fleet, "pool": n.pool, "node": n.node,
+            "instance_id": n.instance.instance_id, "boot_id": n.boot_id,
+            "agent_version": "simulated", "sequence": n.sequence, "generated_at": ts,
+            "status": status, "action": action, "health_score": score, "checks": checks,
+            "gpus": [{"index": 0, "uuid": f"GPU-{n.instance.instance_id}", "name": "sim",
+                      "pci_bus_id": "0000:18:00.0", "process_count": 0}],
+            "xids": xids, "notice": notice,
+        }
+        return signing.sign(report, self._key(n.node))
+
+
+class SimProvider:
+    """The Provider protocol over the World (navarch.providers.base): boot times, stockouts
+    per zone and type, zone outages (no capacity there), API error rates, spot notices."""
+
+    def __init__(self, name: str, world: World, gpus_per_pool: Mapping[str, int]) -> None:
+        self.name = name
+        self.world = world
+        self.gpus = gpus_per_pool
+        self.launches: dict[str, str] = {}  # launch id -> instance id
+
+    def _api(self, kind: str) -> None:
+        self.world.api_calls[kind] += 1
+        if self.world.scenario.api_error_rate and (self.world.rng.random()
+                                                   < self.world.scenario.api_error_rate):
+            raise TransientError(f"simulated API error on {kind}", code="RequestLimitExceeded")
+
+    def list_instances(self, fleet: str) -> Sequence[Instance]:
+        self.world.api_calls["list"] += 1
+        return [n.instance for n in self.world._sorted()
+                if n.instance.provider == self.name]
+
+    def provision(self, request: ProvisionRequest) -> Instance:
+        w = self.world
+        existing = self.launches.get(request.launch_id)
+        if existing is not None and existing in w.nodes:
+            return w.nodes[existing].instance
+        self._api("provision")
+        if (w._active(w.scenario.stockouts, request.zone, request.instance_type)
+                or w._active(w.scenario.zone_outages, request.zone)):
+            raise CapacityError(f"no {request.instance_type} capacity in {request.zone}",
+                                code="InsufficientInstanceCapacity", scope="zone")
+        w.counter += 1
+        iid = f"i-{w.counter:08d}"
+        inst = Instance(provider=self.name, instance_id=iid, zone=request.zone,
+                        instance_type=request.instance_type, state=InstanceState.RUNNING,
+                        launched_at=w.now, tags=tuple(sorted(request.tags.items())),
+                        spot=request.spot, address=None)
+        node = SimNode(inst, request.node, request.pool, self.gpus.get(request.pool, 8),
+                       ready_at=w.now + timedelta(seconds=w._boot_s()))
+        node.lemon = w.rng.random() < w.scenario.lemon_fraction
+        w._schedule_fault(node)
+        w.nodes[iid] = node
+        self.launches[request.launch_id] = iid
+        return inst
+
+    def terminate(self, instances: Sequence[Instance]) -> None:
+        ensure_owned(instances, self.world.fleet, "terminate")
+        self._api("terminate")
+        for i in instances:
+            self.world.nodes.pop(i.instance_id, None)
+
+    def reboot(self, instances: Sequence[Instance]) -> None:
+        ensure_owned(instances, self.world.fleet, "reboot")
+        self._api("reboot")
+        w = self.world
+        for i in instances:
+            n = w.nodes.get(i.instance_id)
+            if n is None:
+                raise ProviderError(f"instance {i.instance_id} is gone", code="NotFound")
+            n.boot += 1
+            n.ready_at = w.now + timedelta(seconds=w._boot_s())
+            n.app_burst_until = None
+            # Faults are latched until a reboot; a reboot cures some of them.
+            if n.fault is not None and n.fault != "host_down" and (
+                    w.rng.random() < w.scenario.reboot_cures):
+                n.fault = None
+                n.fault_at = None
+
+    def update_tags(self, instance: Instance, tags: Mapping[str, str]) -> None:
+        self._api("update_tags")
+        n = self.world.nodes.get(instance.instance_id)
+        if n is not None:
+            merged = dict(n.instance.tags)
+            merged.update(tags)
+            n.instance = replace(n.instance, tags=tuple(sorted(merged.items())))

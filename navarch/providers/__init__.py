@@ -1,4 +1,4 @@
-"""Providers by type: local (embedded default), aws, gcp, lambda, then plugins.
+"""Providers by type: local (embedded default), aws, gcp, lambda, azure, then plugins.
 
 Each provider module exposes `create(name, config, *, base_dir, fleet) -> Provider`, where
 config is the provider's mapping from fleet.yaml (already schema-checked and defaulted).
@@ -21,6 +21,7 @@ _MODULES = {
     "aws": "navarch.providers.aws",
     "gcp": "navarch.providers.gcp",
     "lambda": "navarch.providers.lambda_cloud",
+    "azure": "navarch.providers.azure",
 }
 
 

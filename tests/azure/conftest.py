@@ -1,4 +1,4 @@
-"""Azurite (the Azure Storage emulator, npm package `azurite`) on 127.0.0.1 for the
+"""The local fake of ARM (tests/azure/fake_arm.py) and Azurite (the Azure Storage emulator, npm package `azurite`) on 127.0.0.1 for the
 Azure Blob store tests. .ci/run installs it (npm install -g azurite); without it the
 tests skip naming the package, and NAVARCH_REQUIRE_SYSTEM_PACKAGES=1 makes that a failure.
 """
@@ -17,6 +17,9 @@ from pathlib import Path
 import pytest
 from azure.storage.blob import BlobServiceClient
 
+from navarch.providers.azure import TOKEN_ENV
+from tests.azure.fake_arm import TOKEN, FakeARM
+from tests.support.fakehttp import serve
 from tests.support.system import REQUIRE_ENV
 
 #: Azurite's well-known development account (documented, not a secret).
@@ -78,3 +81,24 @@ def az_container(azurite: str, monkeypatch: pytest.MonkeyPatch) -> str:
     BlobServiceClient.from_connection_string(azurite).create_container(name)
     monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", azurite)
     return name
+
+
+@pytest.fixture(scope="session")
+def _arm_server() -> Iterator[tuple[FakeARM, str]]:
+    fake = FakeARM()
+    with serve(fake) as url:
+        yield fake, url
+
+
+@pytest.fixture
+def fake_arm(_arm_server: tuple[FakeARM, str], monkeypatch: pytest.MonkeyPatch) -> FakeARM:
+    """The ARM fake, reset, with NAVARCH_AZURE_TOKEN set to the token it accepts."""
+    fake = _arm_server[0]
+    fake.reset()
+    monkeypatch.setenv(TOKEN_ENV, TOKEN)
+    return fake
+
+
+@pytest.fixture
+def arm_endpoint(_arm_server: tuple[FakeARM, str]) -> str:
+    return _arm_server[1]

@@ -1,0 +1,366 @@
+"""Azure provider: virtual machines through azure-mgmt-compute and azure-mgmt-network.
+
+Idempotency (ARM semantics: PUT creates or updates a resource *by name*): the VM is named
+after the navarch node, its NIC `<node>-nic`, its OS disk `<node>-osdisk`, so a launch
+repeated by a killed run's successor PUTs the same resources again instead of creating
+new ones. A VM that already exists carrying this launch id is returned without a PUT.
+
+Places: a pool's zone is written `<location>-<zone number>` (`eastus-1`) for a zonal
+launch or `<location>` (`eastus`) for a regional one, so one provider serves several
+locations. Listing reads every VM of the configured resource groups (foreign VMs
+included: the planner lists them as foreign and never touches them).
+
+Spot: priority Spot, eviction policy Delete, billing max price from the pool's
+`azure.max_price` (-1: up to the on-demand price). Cloud-init user-data goes in
+`osProfile.customData` (base64). Terminate deletes the VM, then its NIC and OS disk (the
+VM also carries deleteOption Delete for both; the explicit deletes clean up after a
+launch that failed between NIC and VM).
+
+Errors are translated in `map_error` from one table, `ERROR_CODES` (tests list every
+code). Retries are the SDK's own RetryPolicy (retry_total, retry_backoff_factor), never a
+loop here. Credentials: azure-identity's DefaultAzureCredential; `base_url` plus
+NAVARCH_AZURE_TOKEN (tests only) sends that static bearer token to a local fake instead.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from azure.core.exceptions import AzureError, ClientAuthenticationError, HttpResponseError
+from azure.core.pipeline.policies import SansIOHTTPPolicy
+
+from navarch.errors import (
+    AuthError,
+    CapacityError,
+    ConfigError,
+    NavarchError,
+    ProviderError,
+    QuotaError,
+    TransientError,
+)
+from navarch.inventory import TAG_LAUNCH, Instance, InstanceState
+from navarch.providers.base import ProvisionRequest, ensure_owned
+
+__all__ = ["ERROR_CODES", "AzureProvider", "create", "map_error", "split_zone", "vm_body"]
+
+#: ARM error codes -> navarch error. Sources: "Troubleshoot allocation failures" and
+#: "Resolve errors for SKU not available" (Azure Virtual Machines docs), "Resolve errors
+#: for resource quotas", ARM throttling docs. OperationNotAllowed is a quota error only
+#: when its message speaks of quota (see map_error); otherwise a ProviderError.
+ERROR_CODES: dict[str, type[ProviderError]] = {
+    "SkuNotAvailable": CapacityError,
+    "AllocationFailed": CapacityError,
+    "ZonalAllocationFailed": CapacityError,
+    "OverconstrainedAllocationRequest": CapacityError,
+    "OverconstrainedZonalAllocationRequest": CapacityError,
+    "QuotaExceeded": QuotaError,
+    "OperationNotAllowed": QuotaError,
+    "AuthorizationFailed": AuthError,
+    "AuthenticationFailed": AuthError,
+    "InvalidAuthenticationToken": AuthError,
+    "ExpiredAuthenticationToken": AuthError,
+    "LinkedAuthorizationFailed": AuthError,
+    "TooManyRequests": TransientError,
+    "RetryableError": TransientError,
+    "InternalServerError": TransientError,
+    "ServiceUnavailable": TransientError,
+}
+
+_STATES = {
+    "Creating": InstanceState.PENDING,
+    "Updating": InstanceState.RUNNING,
+    "Succeeded": InstanceState.RUNNING,
+    "Migrating": InstanceState.RUNNING,
+    "Deleting": InstanceState.STOPPING,
+    "Failed": InstanceState.STOPPED,
+    "Canceled": InstanceState.STOPPED,
+}
+
+TOKEN_ENV = "NAVARCH_AZURE_TOKEN"
+DEFAULT_IMAGE = {"publisher": "Canonical", "offer": "ubuntu-24_04-lts", "sku": "server",
+                 "version": "latest"}
+
+
+def _code_and_message(exc: HttpResponseError) -> tuple[str, str]:
+    err = getattr(exc, "error", None)
+    code = str(getattr(err, "code", "") or exc.error_code or "")
+    message = str(getattr(err, "message", "") or exc.message or "")
+    return code, message
+
+
+def map_error(exc: BaseException, *, zone: str = "", what: str = "") -> NavarchError:
+    """Translate an azure-core exception into navarch's provider errors (ERROR_CODES,
+    then HTTP status: 401/403 AuthError, 429/5xx TransientError; connection errors
+    TransientError). Capacity and quota errors carry scope "zone" (a zone was named) or
+    "region"."""
+    where = f" {what}" if what else ""
+    scope = "zone" if "-" in zone else "region"
+    if isinstance(exc, ClientAuthenticationError):
+        return AuthError(f"Azure authentication failed{where}: {exc.message}",
+                         code="AuthenticationFailed")
+    if isinstance(exc, HttpResponseError):
+        code, message = _code_and_message(exc)
+        kind = ERROR_CODES.get(code)
+        if kind is QuotaError and code == "OperationNotAllowed" and "quota" not in message.lower():
+            kind = None
+        if kind is None:
+            status = exc.status_code or 0
+            if status in (401, 403):
+                kind = AuthError
+            elif status == 429 or status >= 500:
+                kind = TransientError
+        text = f"Azure{where}: {code or exc.status_code}: {message}"
+        if kind in (CapacityError, QuotaError):
+            return kind(text, code=code, scope=scope)
+        if kind is not None:
+            return kind(text, code=code)
+        return ProviderError(text, code=code)
+    if isinstance(exc, AzureError):  # ServiceRequestError, ServiceResponseError: no answer
+        return TransientError(f"Azure{where}: {exc}", code=type(exc).__name__)
+    return ProviderError(f"Azure{where}: {exc!r}")
+
+
+def split_zone(zone: str) -> tuple[str, str | None]:
+    """'eastus-1' -> ('eastus', '1'); 'eastus' -> ('eastus', None)."""
+    location, sep, number = zone.rpartition("-")
+    if sep and number.isdigit():
+        return location, number
+    return zone, None
+
+
+@dataclass(frozen=True)
+class AzureSettings:
+    """The provider's fleet.yaml mapping."""
+
+    subscription_id: str
+    resource_group: str
+    resource_groups: tuple[str, ...]
+    base_url: str | None
+    retry_total: int
+
+    @classmethod
+    def from_mapping(cls, config: Mapping[str, Any]) -> AzureSettings:
+        rg = str(config["resource_group"])
+        extra = tuple(str(g) for g in config.get("list_resource_groups", ()))
+        return cls(subscription_id=str(config["subscription_id"]), resource_group=rg,
+                   resource_groups=tuple(dict.fromkeys((rg, *extra))),
+                   base_url=config.get("base_url"), retry_total=int(config.get("retry_total", 3)))
+
+
+def vm_body(request: ProvisionRequest, nic_id: str) -> dict[str, Any]:
+    """The VirtualMachine PUT body for a launch (pure). Options: image, admin_username,
+    ssh_public_key, os_disk_size_gb, max_price (spot). Source: ARM virtualMachines REST."""
+    opts = request.options
+    location, zone = split_zone(request.zone)
+    image = opts.get("image", DEFAULT_IMAGE)
+    image_ref = {"id": image} if isinstance(image, str) else dict(image)
+    user = str(opts.get("admin_username", "navarch"))
+    os_profile: dict[str, Any] = {
+        "computerName": request.node,
+        "adminUsername": user,
+        "customData": base64.b64encode(request.user_data.encode()).decode(),
+        "linuxConfiguration": {"disablePasswordAuthentication": True},
+    }
+    if opts.get("ssh_public_key"):
+        os_profile["linuxConfiguration"]["ssh"] = {"publicKeys": [{
+            "path": f"/home/{user}/.ssh/authorized_keys", "keyData": str(opts["ssh_public_key"])}]}
+    props: dict[str, Any] = {
+        "hardwareProfile": {"vmSize": request.instance_type},
+        "storageProfile": {
+            "imageReference": image_ref,
+            "osDisk": {"name": f"{request.node}-osdisk", "createOption": "FromImage",
+                       "deleteOption": "Delete",
+                       "diskSizeGB": int(opts.get("os_disk_size_gb", 200))},
+        },
+        "osProfile": os_profile,
+        "networkProfile": {"networkInterfaces": [
+            {"id": nic_id, "properties": {"primary": True, "deleteOption": "Delete"}}]},
+    }
+    if request.spot:
+        props.update(priority="Spot", evictionPolicy="Delete",
+                     billingProfile={"maxPrice": float(opts.get("max_price", -1))})
+    body: dict[str, Any] = {"location": location, "tags": dict(request.tags), "properties": props}
+    if zone:
+        body["zones"] = [zone]
+    return body
+
+
+class _StaticToken(SansIOHTTPPolicy):  # type: ignore[type-arg]
+    """Bearer token for a local fake (plain http, which azure-core's policy refuses)."""
+
+    def __init__(self, token: str) -> None:
+        self.token = token
+
+    def on_request(self, request: Any) -> None:
+        request.http_request.headers["Authorization"] = f"Bearer {self.token}"
+
+
+def _text(value: Any) -> str:
+    """The SDK's str-enums (VirtualMachineSizeTypes, ...) and plain strings -> str."""
+    return str(getattr(value, "value", value) or "")
+
+
+def _parse_id(resource_id: str) -> tuple[str, str]:
+    """ARM id -> (resource group, name)."""
+    parts = resource_id.strip("/").split("/")
+    lower = [p.lower() for p in parts]
+    return parts[lower.index("resourcegroups") + 1], parts[-1]
+
+
+class AzureProvider:
+    """navarch Provider over Azure VMs (see the module docstring)."""
+
+    def __init__(self, name: str, settings: AzureSettings, *, fleet: str) -> None:
+        self.name = name
+        self.settings = settings
+        self.fleet = fleet
+        self._compute: Any = None
+        self._network: Any = None
+
+    def _client_kwargs(self) -> tuple[Any, dict[str, Any]]:
+        kwargs: dict[str, Any] = {"retry_total": self.settings.retry_total,
+                                  "polling_interval": 1}
+        token = os.environ.get(TOKEN_ENV)
+        if self.settings.base_url:
+            kwargs["base_url"] = self.settings.base_url
+        if self.settings.base_url and token:
+            kwargs.update(authentication_policy=_StaticToken(token), retry_backoff_factor=0.01,
+                          polling_interval=0)
+            return object(), kwargs
+        from azure.identity import DefaultAzureCredential
+
+        return DefaultAzureCredential(), kwargs
+
+    @property
+    def compute(self) -> Any:
+        if self._compute is None:
+            from azure.mgmt.compute import ComputeManagementClient
+
+            cred, kwargs = self._client_kwargs()
+            self._compute = ComputeManagementClient(cred, self.settings.subscription_id, **kwargs)
+        return self._compute
+
+    @property
+    def network(self) -> Any:
+        if self._network is None:
+            from azure.mgmt.network import NetworkManagementClient
+
+            cred, kwargs = self._client_kwargs()
+            self._network = NetworkManagementClient(cred, self.settings.subscription_id, **kwargs)
+        return self._network
+
+    def _instance(self, vm: Any) -> Instance:
+        zones = list(vm.zones or [])
+        zone = f"{vm.location}-{zones[0]}" if zones else str(vm.location)
+        created = getattr(vm, "time_created", None) or datetime.now(UTC)
+        return Instance(
+            provider=self.name, instance_id=str(vm.id), zone=zone,
+            instance_type=_text(vm.hardware_profile.vm_size),
+            state=_STATES.get(_text(vm.provisioning_state), InstanceState.RUNNING),
+            launched_at=created.astimezone(UTC), tags=tuple(sorted((vm.tags or {}).items())),
+            spot=_text(vm.priority) == "Spot",
+        )
+
+    def list_instances(self, fleet: str) -> Sequence[Instance]:
+        """Every VM of the configured resource groups (foreign ones included)."""
+        out: list[Instance] = []
+        try:
+            for rg in self.settings.resource_groups:
+                out.extend(self._instance(vm) for vm in self.compute.virtual_machines.list(rg))
+        except AzureError as exc:
+            raise map_error(exc, what="listing VMs") from exc
+        return sorted(out, key=lambda i: i.instance_id)
+
+    def provision(self, request: ProvisionRequest) -> Instance:
+        """PUT the NIC, then the VM, both named after the node (idempotent by name).
+        Raises CapacityError, QuotaError, AuthError, TransientError (map_error); on a
+        capacity or quota error the NIC just made is deleted again."""
+        rg = self.settings.resource_group
+        subnet = request.options.get("subnet_id")
+        if not subnet:
+            raise ConfigError("an azure pool needs a subnet for its NICs",
+                              key_path=f"pools.{request.pool}.azure.subnet_id",
+                              hint="set azure: {subnet_id: /subscriptions/.../subnets/NAME}")
+        location, _ = split_zone(request.zone)
+        what = f"launching {request.node} in {request.zone}"
+        try:
+            if not request.known_absent:
+                existing = self._get(rg, request.node)
+                if existing is not None and existing.tag(TAG_LAUNCH) == request.launch_id:
+                    return existing
+            nic = self.network.network_interfaces.begin_create_or_update(
+                rg, f"{request.node}-nic",
+                {"location": location, "tags": dict(request.tags),
+                 "ip_configurations": [{"name": "ipconfig1", "subnet": {"id": str(subnet)}}]},
+            ).result()
+            try:
+                vm = self.compute.virtual_machines.begin_create_or_update(
+                    rg, request.node, vm_body(request, str(nic.id))).result()
+            except HttpResponseError as exc:
+                mapped = map_error(exc, zone=request.zone, what=what)
+                if isinstance(mapped, (CapacityError, QuotaError)):
+                    self.network.network_interfaces.begin_delete(
+                        rg, f"{request.node}-nic").result()
+                raise mapped from exc
+        except AzureError as exc:
+            raise map_error(exc, zone=request.zone, what=what) from exc
+        return self._instance(vm)
+
+    def terminate(self, instances: Sequence[Instance]) -> None:
+        """Delete each VM, then its NIC and OS disk; anything already gone is success."""
+        ensure_owned(instances, self.fleet, "terminate")
+        for inst in instances:
+            rg, name = _parse_id(inst.instance_id)
+            steps = (
+                (self.compute.virtual_machines.begin_delete, name),
+                (self.network.network_interfaces.begin_delete, f"{name}-nic"),
+                (self.compute.disks.begin_delete, f"{name}-osdisk"),
+            )
+            for begin_delete, resource in steps:
+                try:
+                    begin_delete(rg, resource).result()
+                except HttpResponseError as exc:
+                    if exc.status_code == 404:
+                        continue
+                    raise map_error(exc, what=f"terminating {name}") from exc
+                except AzureError as exc:
+                    raise map_error(exc, what=f"terminating {name}") from exc
+
+    def reboot(self, instances: Sequence[Instance]) -> None:
+        """virtualMachines/restart for each VM (same VM, new boot)."""
+        ensure_owned(instances, self.fleet, "reboot")
+        for inst in instances:
+            rg, name = _parse_id(inst.instance_id)
+            try:
+                self.compute.virtual_machines.begin_restart(rg, name).result()
+            except AzureError as exc:
+                raise map_error(exc, what=f"rebooting {name}") from exc
+
+    def update_tags(self, instance: Instance, tags: Mapping[str, str]) -> None:
+        """PATCH the VM's tags (merged with its current ones)."""
+        ensure_owned([instance], self.fleet, "tag")
+        rg, name = _parse_id(instance.instance_id)
+        merged = {**dict(instance.tags), **dict(tags)}
+        try:
+            self.compute.virtual_machines.begin_update(rg, name, {"tags": merged}).result()
+        except AzureError as exc:
+            raise map_error(exc, what=f"tagging {name}") from exc
+
+    def _get(self, rg: str, name: str) -> Instance | None:
+        try:
+            return self._instance(self.compute.virtual_machines.get(rg, name))
+        except HttpResponseError as exc:
+            if exc.status_code == 404:
+                return None
+            raise
+
+
+def create(name: str, config: Mapping[str, Any], *, base_dir: Path, fleet: str) -> AzureProvider:
+    """Build the azure provider from its fleet.yaml mapping (schemas/providers/azure.schema.json)."""
+    return AzureProvider(name, AzureSettings.from_mapping(config), fleet=fleet)

@@ -524,6 +524,41 @@ def _log_format(s: argparse.ArgumentParser, default: Any = argparse.SUPPRESS) ->
                    help="json: every log line a JSON object with the run id (for batch jobs)")
 
 
+def cmd_simulate(args: argparse.Namespace) -> int:
+    """Simulate a scenario (or two with --compare) on the real planner; exit 1 when an
+    `assert:` line fails (docs/simulate.md)."""
+    from navarch.simulate.engine import check_asserts, simulate
+    from navarch.simulate.report import summary_rows, to_html, to_json
+    from navarch.simulate.scenario import load_scenario
+
+    paths = [args.scenario] + ([args.compare] if args.compare else [])
+    docs, texts, failed = [], [], False
+    seed = args.seed
+    for path in paths:
+        scenario = load_scenario(path)
+        seed = scenario.seed if seed is None else seed  # --compare: both on the same seed
+        doc = simulate(scenario, seed=seed)
+        try:
+            doc["asserts"] = check_asserts(doc, scenario.asserts)
+        except ValueError as exc:
+            raise ConfigError(str(exc), file=str(path), key_path="assert",
+                              hint="e.g. availability >= 0.999") from exc
+        docs.append(doc)
+        texts.append(Path(path).read_text())
+        print(f"scenario {doc['scenario']} (seed {doc['seed']})")
+        for key, value in summary_rows(doc):
+            print(f"  {key:28} {value}")
+        for a in doc["asserts"]:
+            failed = failed or not a["ok"]
+            print(f"  {'PASS' if a['ok'] else 'FAIL'} {a['assert']} (value {a['value']})")
+    if args.json:
+        out = docs[0] if len(docs) == 1 else {"runs": docs}
+        Path(args.json).write_text(to_json(out))
+    if args.html:
+        Path(args.html).write_text(to_html(docs, texts))
+    return 1 if failed else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser for every command (the agent's are registered by navarch.agent.cli)."""
     p = _Parser(prog="navarch", description="Keep a GPU fleet healthy: plan/apply "
@@ -600,6 +635,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("node")
     s.add_argument("--reason", required=True, help="why (shown by the scheduler, audit log)")
     s.set_defaults(func=cmd_cordon)
+
+    s = sub.add_parser("simulate", help="simulate a scenario on the real planner, virtual clock")
+    s.add_argument("scenario")
+    s.add_argument("--seed", type=int, default=None, help="override the scenario's seed")
+    s.add_argument("--json", default=None, help="write the result document here")
+    s.add_argument("--html", default=None, help="write a self-contained HTML report here")
+    s.add_argument("--compare", default=None, help="a second scenario, run on the same seed")
+    s.set_defaults(func=cmd_simulate)
 
     local = sub.add_parser("local", help="drive the embedded local provider's machines")
     lsub = local.add_subparsers(dest="local_command", required=True, metavar="COMMAND")

@@ -100,6 +100,8 @@ def simulate(scenario: Scenario, seed: int | None = None) -> dict[str, Any]:
     serving_s = 0.0
     instance_s: Counter[str] = Counter()
     phases: dict[str, Phase] = {}
+    warm = False
+    measured_s = 0
 
     def on_fault(n: SimNode) -> None:
         if n.node not in records:
@@ -123,11 +125,11 @@ def simulate(scenario: Scenario, seed: int | None = None) -> dict[str, Any]:
         if a.kind is ActionKind.PROVISION and a.replaces and a.replaces in records:
             records[a.replaces].replacement = a.node
         if a.kind is ActionKind.TERMINATE:
-            sim = next((n for n in world.nodes.values() if n.node == a.node), None)
-            gone = sim is None  # terminated by this very action: look in the fault log
+            sim = world.terminated.get(a.node) or next(
+                (n for n in world.nodes.values() if n.node == a.node), None)
             faulty = a.node in records or (sim is not None and sim.fault is not None)
             preempting = sim is not None and sim.notice_at is not None
-            if not faulty and not preempting and not gone:
+            if sim is not None and not faulty and not preempting:
                 wrongful.append({"node": a.node, "t_s": _off(world.now), "reason": a.reason})
 
     def _off(t: datetime) -> int:
@@ -138,8 +140,6 @@ def simulate(scenario: Scenario, seed: int | None = None) -> dict[str, Any]:
     for step in range(steps + 1):
         world.now = START + step * period
         world.step()
-        # A terminating instance is gone from world.nodes by the time on_outcome runs, so
-        # wrongful terminations are judged before: mark which nodes are faulty now.
         world.agents()
         with _virtual_now(world.now):
             try:
@@ -166,9 +166,13 @@ def simulate(scenario: Scenario, seed: int | None = None) -> dict[str, Any]:
                     and n.last_report_at is not None):
                 serving_nodes.add(n.node)
         serving = min(len(serving_nodes), target)
-        if step < steps:
+        # Availability is measured from the first time the fleet reached its target: the
+        # first boot of the whole fleet is not an outage.
+        warm = warm or serving >= target
+        if warm and step < steps:
             serving_s += serving * scenario.reconcile_period_s
-        if serving < target and short_since is None:
+            measured_s += scenario.reconcile_period_s
+        if warm and serving < target and short_since is None:
             short_since = world.now
         elif serving >= target and short_since is not None:
             capacity_latencies.append((world.now - short_since).total_seconds())
@@ -199,8 +203,8 @@ def simulate(scenario: Scenario, seed: int | None = None) -> dict[str, Any]:
         "reconcile_period_s": scenario.reconcile_period_s,
         "agent_period_s": scenario.agent_period_s,
         "target_nodes": target,
-        "availability": round(serving_s / (target * steps * scenario.reconcile_period_s), 6)
-        if target and steps else 1.0,
+        "availability": round(serving_s / (target * measured_s), 6) if target and measured_s
+        else 0.0,
         "faults": len(all_faults),
         "faults_by_cause": dict(sorted(causes.items())),
         "faults_on_lemons": sum(1 for r in all_faults if r.lemon),

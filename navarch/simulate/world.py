@@ -89,6 +89,7 @@ class World:
         self.preempted = 0
         self.on_fault: Callable[[SimNode], None] | None = None
         self._keys: dict[str, bytes] = {}
+        self.terminated: dict[str, SimNode] = {}  # by node name: what each terminate removed
 
     # -- helpers ---------------------------------------------------------------------
     def at(self, offset_s: int) -> datetime:
@@ -291,7 +292,9 @@ class SimProvider:
         ensure_owned(instances, self.world.fleet, "terminate")
         self._api("terminate")
         for i in instances:
-            self.world.nodes.pop(i.instance_id, None)
+            n = self.world.nodes.pop(i.instance_id, None)
+            if n is not None:
+                self.world.terminated[n.node] = n
 
     def reboot(self, instances: Sequence[Instance]) -> None:
         ensure_owned(instances, self.world.fleet, "reboot")

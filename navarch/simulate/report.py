@@ -1,0 +1,94 @@
+"""Render a simulation's result: the JSON document, one self-contained HTML page (SVG plots
+by matplotlib inlined, templates/simulate.html.j2), and the terminal summary."""
+
+from __future__ import annotations
+
+import io
+import json
+from typing import Any
+
+import jinja2
+
+from navarch.resources import data_dir
+
+HEADLINE = ("availability", "faults", "wrongful_terminations", "faults_never_acted_on",
+            "p50_fault_to_cordon_s", "p95_fault_to_cordon_s", "p50_fault_to_serving_s",
+            "p95_fault_to_serving_s", "max_fault_to_serving_s", "terminations",
+            "nodes_lost_to_capacity", "breaker_runs", "preemptions", "cost_usd")
+
+
+def to_json(doc: dict[str, Any]) -> str:
+    """The --json document: sorted keys, two-space indent, one trailing newline (stable:
+    the same seed gives the same bytes)."""
+    return json.dumps(doc, sort_keys=True, indent=2, default=str) + "\n"
+
+
+def _svg(fig: Any) -> str:
+    import matplotlib.pyplot as plt
+
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", metadata={"Date": None})
+    plt.close(fig)
+    text = buf.getvalue()
+    return text[text.index("<svg"):]
+
+
+def plots(doc: dict[str, Any]) -> dict[str, str]:
+    """SVG text of the three plots: capacity against target, faults and actions on a
+    timeline, latency histograms."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    matplotlib.rcParams["svg.hashsalt"] = "navarch-simulate"  # stable ids in the SVG
+    import matplotlib.pyplot as plt
+
+    days = [p["t_s"] / 86400 for p in doc["series"]]
+    fig, ax = plt.subplots(figsize=(9, 3))
+    ax.plot(days, [p["serving"] for p in doc["series"]], label="healthy serving nodes")
+    ax.plot(days, [p["target"] for p in doc["series"]], "--", label="target")
+    ax.plot(days, [p["instances"] for p in doc["series"]], ":", label="instances")
+    ax.set_xlabel("day")
+    ax.set_ylabel("nodes")
+    ax.legend(loc="lower left")
+    capacity = _svg(fig)
+
+    fig, ax = plt.subplots(figsize=(9, 2.5))
+    kinds = sorted({e["kind"] for e in doc["timeline"]})
+    for row, kind in enumerate(kinds):
+        xs = [e["t"] / 86400 for e in doc["timeline"] if e["kind"] == kind]
+        ax.plot(xs, [row] * len(xs), "|", markersize=12, label=kind)
+    ax.set_yticks(range(len(kinds)), kinds)
+    ax.set_xlabel("day")
+    timeline = _svg(fig)
+
+    fig, axes = plt.subplots(1, 2, figsize=(9, 2.5))
+    for ax, key, title in ((axes[0], "fault_to_cordon_s", "fault -> cordon (min)"),
+                           (axes[1], "fault_to_serving_s", "fault -> replacement serving (min)")):
+        ax.hist([v / 60 for v in doc[key]], bins=20)
+        ax.set_title(title)
+    latency = _svg(fig)
+    return {"capacity": capacity, "timeline": timeline, "latency": latency}
+
+
+def to_html(docs: list[dict[str, Any]], scenarios: list[str]) -> str:
+    """One self-contained page for one or two (--compare) results side by side."""
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(data_dir("templates"))),
+                             undefined=jinja2.StrictUndefined, autoescape=True)
+    runs = [{"doc": d, "plots": plots(d), "scenario": s} for d, s in zip(docs, scenarios,
+                                                                          strict=True)]
+    return env.get_template("simulate.html.j2").render(runs=runs, headline=HEADLINE)
+
+
+def summary_rows(doc: dict[str, Any]) -> list[tuple[str, str]]:
+    """(metric, value) rows of the headline figures, durations in minutes."""
+    rows = []
+    for key in HEADLINE:
+        value = doc.get(key)
+        if key.endswith("_s") and isinstance(value, int | float):
+            text = f"{value / 60:.1f} min"
+        elif value is None:
+            text = "n/a"
+        else:
+            text = str(value)
+        rows.append((key, text))
+    return rows

@@ -101,6 +101,7 @@ def simulate(scenario: Scenario, seed: int | None = None) -> dict[str, Any]:
     instance_s: Counter[str] = Counter()
     phases: dict[str, Phase] = {}
     warm = False
+    peak_disrupted = 0  # most nodes of one pool out of service by navarch at once
     measured_s = 0
 
     def on_fault(n: SimNode) -> None:
@@ -157,6 +158,9 @@ def simulate(scenario: Scenario, seed: int | None = None) -> dict[str, Any]:
                     log.warning("t=%s: circuit breaker holds: %s", world.now.isoformat(),
                                 "; ".join(h.message for h in result.plan.halts))
             phases = {nm.node: nm.phase for nm in result.memory.nodes}
+            per_pool = Counter(nm.pool for nm in result.memory.nodes
+                               if nm.phase is not Phase.NONE)
+            peak_disrupted = max([peak_disrupted, *per_pool.values()])
         # Measure: a node serves when booted, fault-free, reporting and not cordoned.
         serving_nodes = set()
         for n in world.nodes.values():
@@ -223,6 +227,7 @@ def simulate(scenario: Scenario, seed: int | None = None) -> dict[str, Any]:
         "capacity_recovery_s": capacity_latencies,
         "repairs_held_by_rule": dict(sorted(halts.items())),
         "breaker_runs": breaker_runs,
+        "peak_disrupted": peak_disrupted,
         "preemptions": world.preempted,
         "run_errors": dict(sorted(run_errors.items())),
         "api_calls_per_day": {k: round(v / days, 2) for k, v in sorted(world.api_calls.items())},

@@ -35,7 +35,7 @@ DEFAULT_JITTER_S = 10
 DEFAULT_BOOT_DELAY_S = 30
 DEFAULT_TIMEOUT_S = 120
 DEFAULT_VENV = "/opt/navarch"
-_METADATA_BY_PROVIDER_TYPE = {"aws": "aws", "gcp": "gcp"}
+_METADATA_BY_PROVIDER_TYPE = {"aws": "aws", "gcp": "gcp", "azure": "azure"}
 
 
 @cache

@@ -7,6 +7,7 @@ NAVARCH_AZURE_TOKEN for ARM, AZURE_STORAGE_CONNECTION_STRING for Blob.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -96,11 +97,11 @@ def test_converge_then_no_op(fake_arm: FakeARM, arm_endpoint: str, azurite: str,
     assert sorted(got) == [f"{FLEET}-train-{i:04d}" for i in range(1, 4)]
     for vm in got.values():
         assert vm["tags"]["team"] == "ml" and vm["tags"]["navarch-pool"] == "train"
-        import base64
-
         user_data = base64.b64decode(vm["properties"]["osProfile"]["customData"]).decode()
         assert user_data.startswith("#cloud-config")
         assert "/etc/navarch/agent.yaml" in user_data
+        # The agent reads Azure Scheduled Events (spot eviction, maintenance).
+        assert 'metadata: "azure"' in user_data
     again = navarch(["plan", str(fleet), "--detailed-exitcode"], env, tmp_path)
     assert again.returncode == 0, again.stdout + again.stderr
     names = blob_names(azurite, az_container)

@@ -155,7 +155,7 @@ class AzureSettings:
 
 def vm_body(request: ProvisionRequest, nic_id: str) -> dict[str, Any]:
     """The VirtualMachine PUT body for a launch (pure). Options: image, admin_username,
-    ssh_public_key, os_disk_size_gb, max_price (spot). Source: ARM virtualMachines REST."""
+    ssh_public_key, os_disk_size_gb, max_price (spot), identity_id (user-assigned managed identity). Source: ARM virtualMachines REST."""
     opts = request.options
     location, zone = split_zone(request.zone)
     image = opts.get("image", DEFAULT_IMAGE)
@@ -186,6 +186,9 @@ def vm_body(request: ProvisionRequest, nic_id: str) -> dict[str, Any]:
         props.update(priority="Spot", evictionPolicy="Delete",
                      billingProfile={"maxPrice": float(opts.get("max_price", -1))})
     body: dict[str, Any] = {"location": location, "tags": dict(request.tags), "properties": props}
+    if opts.get("identity_id"):  # the agent writes its reports to Blob with this identity
+        body["identity"] = {"type": "UserAssigned",
+                            "userAssignedIdentities": {str(opts["identity_id"]): {}}}
     if zone:
         body["zones"] = [zone]
     return body

@@ -173,3 +173,11 @@ def test_unlisted_shapes() -> None:
     assert type(map_error(ServiceRequestError("refused"))) is TransientError
     assert type(map_error(ClientAuthenticationError("no creds"))) is AuthError
     assert map_error(_arm_error(409, "AllocationFailed"), zone="eastus").scope == "region"
+
+
+def test_nodes_get_the_pools_managed_identity(fake_arm: FakeARM, arm_endpoint: str) -> None:
+    identity = ("/subscriptions/x/resourceGroups/r/providers/Microsoft.ManagedIdentity/"
+                "userAssignedIdentities/agent")
+    provider(arm_endpoint).provision(request("f-p-0006", identity_id=identity))
+    body = next(c.data for c in fake_arm.calls if c.method == "PUT" and "virtualMachines" in c.path)
+    assert body["identity"] == {"type": "UserAssigned", "userAssignedIdentities": {identity: {}}}

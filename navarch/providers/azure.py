@@ -89,7 +89,7 @@ DEFAULT_IMAGE = {"publisher": "Canonical", "offer": "ubuntu-24_04-lts", "sku": "
 
 def _code_and_message(exc: HttpResponseError) -> tuple[str, str]:
     err = getattr(exc, "error", None)
-    code = str(getattr(err, "code", "") or exc.error_code or "")
+    code = str(getattr(err, "code", "") or getattr(exc, "error_code", "") or "")
     message = str(getattr(err, "message", "") or exc.message or "")
     return code, message
 
@@ -156,7 +156,7 @@ class AzureSettings:
 def vm_body(request: ProvisionRequest, nic_id: str) -> dict[str, Any]:
     """The VirtualMachine PUT body for a launch (pure). Options: image, admin_username,
     ssh_public_key, os_disk_size_gb, max_price (spot), identity_id (user-assigned managed identity). Source: ARM virtualMachines REST."""
-    opts = request.options
+    opts: Mapping[str, Any] = request.options
     location, zone = split_zone(request.zone)
     image = opts.get("image", DEFAULT_IMAGE)
     image_ref = {"id": image} if isinstance(image, str) else dict(image)

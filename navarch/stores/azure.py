@@ -56,7 +56,7 @@ def map_error(exc: Exception, key: str, *, missing_is_precondition: bool = False
     the contract for put(if_version=...) on a missing key); anything else StoreError.
     """
     if isinstance(exc, HttpResponseError):
-        raw = exc.error_code or ""
+        raw = getattr(exc, "error_code", None) or ""
         code = str(getattr(raw, "value", raw))  # the storage SDK hands out StorageErrorCode
         kind = ERROR_CODES.get(code)
         status = exc.status_code

@@ -88,6 +88,7 @@ def simulate(scenario: Scenario, seed: int | None = None) -> dict[str, Any]:
     records: dict[str, _FaultRecord] = {}  # open fault by node name
     closed: list[_FaultRecord] = []
     wrongful: list[dict[str, Any]] = []
+    scale_downs: list[dict[str, Any]] = []
     halts: Counter[str] = Counter()
     actions: Counter[str] = Counter()
     lost_to_capacity = 0
@@ -128,9 +129,14 @@ def simulate(scenario: Scenario, seed: int | None = None) -> dict[str, Any]:
         if a.kind is ActionKind.TERMINATE:
             sim = world.terminated.get(a.node) or next(
                 (n for n in world.nodes.values() if n.node == a.node), None)
-            faulty = a.node in records or (sim is not None and sim.fault is not None)
+            faulty = a.node in records or (sim is not None and sim.had_fault)
             preempting = sim is not None and sim.notice_at is not None
-            if sim is not None and not faulty and not preempting:
+            if "scale down" in a.reason:
+                # A surplus node (e.g. the surge replacement once the faulty node came back
+                # cured from a reboot) is removed by the plan: counted, but not wrongful.
+                scale_downs.append({"node": a.node, "t_s": _off(world.now),
+                                    "reason": a.reason})
+            elif sim is not None and not faulty and not preempting:
                 wrongful.append({"node": a.node, "t_s": _off(world.now), "reason": a.reason})
 
     def _off(t: datetime) -> int:
@@ -222,6 +228,7 @@ def simulate(scenario: Scenario, seed: int | None = None) -> dict[str, Any]:
         "wrongful_terminations": len(wrongful),
         "wrongful_termination_causes": wrongful[:50],
         "terminations": actions.get("terminate", 0),
+        "scale_down_terminations": len(scale_downs),
         "actions": dict(sorted(actions.items())),
         "nodes_lost_to_capacity": lost_to_capacity,
         "capacity_recovery_s": capacity_latencies,

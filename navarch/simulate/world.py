@@ -19,7 +19,7 @@ import json
 import random
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -63,7 +63,7 @@ class SimNode:
     notice_at: datetime | None = None
     preempt_at: datetime | None = None
     silent_until: datetime | None = None  # zone outage: host unreachable for a while
-    history: list[str] = field(default_factory=list)
+    had_fault: bool = False  # a real fault ever, this instance (a reboot may have cured it)
 
     @property
     def boot_id(self) -> str:
@@ -133,6 +133,7 @@ class World:
             return
         n.fault = cause
         n.fault_at = self.now
+        n.had_fault = True
         n.fault_code = 79 if cause == "xid79" else self.rng.choice(ECC_XIDS)
         rec = {"node": n.node, "pool": n.pool, "instance_id": n.instance.instance_id,
                "cause": cause, "at": self.now, "lemon": n.lemon}
@@ -307,6 +308,7 @@ class SimProvider:
             n.boot += 1
             n.ready_at = w.now + timedelta(seconds=w._boot_s())
             n.app_burst_until = None
+            n.last_report_at = None  # the agent's timer fires on boot (OnBootSec)
             # Faults are latched until a reboot; a reboot cures some of them.
             if n.fault is not None and n.fault != "host_down" and (
                     w.rng.random() < w.scenario.reboot_cures):

@@ -285,7 +285,8 @@ def _registry() -> Registry:
 @cache
 def load_schema(name: str) -> dict[str, Any]:
     """Load schemas/<name> as a dict (e.g. "fleet.schema.json")."""
-    return json.loads((data_dir("schemas") / name).read_text())
+    doc: dict[str, Any] = json.loads((data_dir("schemas") / name).read_text())
+    return doc
 
 
 @cache
@@ -319,7 +320,8 @@ def _inline_local_refs(schema: dict[str, Any]) -> dict[str, Any]:
             return [walk(v, depth + 1) for v in node]
         return node
 
-    return walk(schema)
+    inlined: dict[str, Any] = walk(schema)
+    return inlined
 
 
 # --- YAML with line numbers -------------------------------------------------------------
@@ -560,7 +562,7 @@ def _build(data: dict[str, Any], source: Path, lines: Mapping[tuple[Any, ...], i
                 f"declare it under providers: or use one of {sorted(providers)}",
             )
         ptype = providers[raw["provider"]]["type"]
-        for other in ("aws", "gcp", "lambda"):
+        for other in ("aws", "gcp", "lambda", "azure"):
             if other in raw and other != ptype:
                 raise fail(
                     ("pools", name, other),

@@ -729,7 +729,9 @@ def _present(ctx: PoolContext, prog: Progress) -> list[NodeView]:
         kept.add(Lifecycle.REMEDIATING)
     return [v for v in ctx.views
             if (v.lifecycle not in LEAVING or v.lifecycle in kept)
-            and v.lifecycle is not Lifecycle.STUCK and v.node not in prog.leaving]
+            # a stuck instance leaves this run, unless the breaker holds its termination
+            and not (v.lifecycle is Lifecycle.STUCK and not ctx.frozen)
+            and v.node not in prog.leaving]
 
 
 def count_stage(ctx: PoolContext, prog: Progress) -> StageResult:
@@ -748,7 +750,9 @@ def count_stage(ctx: PoolContext, prog: Progress) -> StageResult:
 
 def _provision(ctx: PoolContext, prog: Progress, present: list[NodeView], need: int) -> StageResult:
     h, pool = ctx.pool.health, ctx.pool
-    existing = [v for v in ctx.views if v.lifecycle not in (Lifecycle.TERMINATING, Lifecycle.STUCK)]
+    # A stuck instance stops counting once this run terminates it (the breaker holds that).
+    gone = (Lifecycle.TERMINATING,) if ctx.frozen else (Lifecycle.TERMINATING, Lifecycle.STUCK)
+    existing = [v for v in ctx.views if v.lifecycle not in gone]
     surge = h.max_surge if h.replacement == "surge" else 0
     # surge: replacements may exist beside the nodes they replace (up to max + surge);
     # after-terminate: a replacement waits until the node it replaces is gone.
@@ -788,11 +792,18 @@ def _provision(ctx: PoolContext, prog: Progress, present: list[NodeView], need: 
 def _scale_down(ctx: PoolContext, prog: Progress, present: list[NodeView], excess: int) -> StageResult:
     """Cordon + drain `excess` nodes: idle ready nodes only (drifted first, then healthy
     before degraded, least utilised, newest); never a doubtful one (issue 16 item 8), and
-    never below desired ready nodes."""
+    never below desired ready nodes. A pool with nodes failing (unhealthy, offline, or
+    part-way to unhealthy_after) does not shrink: removing a good node then could trip
+    the circuit breaker and stop the repairs."""
     pool = ctx.pool
     if ctx.frozen:
         return StageResult(prog, halts=(Halt(pool.name, "circuit_breaker",
                                              f"scale down by {excess} held back"),))
+    failing = [v.node for v in ctx.views if v.lifecycle in (Lifecycle.UNHEALTHY, Lifecycle.OFFLINE)
+               or (v.lifecycle is Lifecycle.DEGRADED and v.streak > 0)]
+    if failing:
+        return StageResult(prog, pending=(f"scale down by {excess} waits while "
+                                          f"{', '.join(failing)} fail(s)",))
 
     def util(v: NodeView) -> float:
         s = v.summary

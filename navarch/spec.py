@@ -473,11 +473,12 @@ def fleet_problems(path: str | Path) -> list[ConfigError]:
     for pool in spec.pools:
         for kind, rel in sorted(pool.playbooks.items()):
             key = ("pools", pool.name, "playbooks", kind)
-            where = {"file": str(source), "line": _line_for(lines, key), "key_path": _dotted(key)}
+            line, key_path = _line_for(lines, key), _dotted(key)
             target = Path(rel) if Path(rel).is_absolute() else spec.base_dir / rel
             if not target.is_file():
                 problems.append(ConfigError(
-                    f"playbook file {target} does not exist", **where,
+                    f"playbook file {target} does not exist", file=str(source), line=line,
+                    key_path=key_path,
                     hint="fix the path (relative to the fleet file), or remove the key"))
                 continue
             if kind not in {k.value for k in PlaybookKind}:
@@ -485,7 +486,8 @@ def fleet_problems(path: str | Path) -> list[ConfigError]:
             try:
                 load_playbook_file(target, kind, scheduler=pool.scheduler)
             except ConfigError as exc:
-                problems.append(ConfigError(f"playbook does not load: {exc}", **where))
+                problems.append(ConfigError(f"playbook does not load: {exc}", file=str(source),
+                                            line=line, key_path=key_path))
     return problems
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import Any
 
 from navarch.durations import format_duration_s
 from navarch.inventory import TAG_SPEC, Instance, InstanceState
@@ -293,6 +294,10 @@ def _first_finding(s: ReportSummary) -> str:
     return s.findings[0] if s.findings else f"agent reports {s.status}"
 
 
+# A lifecycle, its reason, and extra NodeView fields (immediate, drained, deadline).
+_Verdict = tuple[Lifecycle, str, dict[str, Any]]
+
+
 def _view(
     pool: PoolSpec,
     inst: Instance,
@@ -301,81 +306,107 @@ def _view(
     now: datetime,
     drain_check: bool | None,
 ) -> NodeView:
-    h = pool.health
     s = nm.report
     # Age by the store's clock when known (issue 16 item 5): a node's wrong clock is shown
     # as skew in the reason, never a reason to replace it.
     age = max((now - s.observed_at).total_seconds(), 0.0) if s else None
     rejected = obs.rejected if obs else None
-    skew = clock_skew_note(s)
+    verdict = _by_phase(pool, nm, age, drain_check) or _by_instance(pool, inst, now)
+    if verdict is None:
+        if s is None or age is None:
+            verdict = _unreported(pool, inst, nm, rejected, now)
+        else:
+            verdict = _reported(pool, nm, s, age, rejected)
+    lc, reason, extra = verdict
+    return NodeView(
+        node=nm.node, pool=pool.name, lifecycle=lc, reason=reason + clock_skew_note(s),
+        instance=inst, summary=s, report_age_s=age, streak=nm.streak, phase_at=nm.phase_at,
+        rejected=rejected, fault=nm.fault, faults=nm.faults, rung=nm.rung,
+        rung_fault=nm.rung_fault, rung_at=nm.rung_at, return_streak=nm.return_streak, **extra,
+    )
 
-    def view(lc: Lifecycle, reason: str, *, immediate: bool = False,
-             drained: bool | None = None) -> NodeView:
-        return NodeView(
-            node=nm.node, pool=pool.name, lifecycle=lc, reason=reason + skew, instance=inst,
-            summary=s, report_age_s=age, streak=nm.streak, phase_at=nm.phase_at,
-            rejected=rejected, immediate=immediate, drained=drained, fault=nm.fault,
-            faults=nm.faults, rung=nm.rung, rung_fault=nm.rung_fault, rung_at=nm.rung_at,
-            return_streak=nm.return_streak,
-        )
 
+def _by_phase(pool: PoolSpec, nm: NodeMemory, age: float | None,
+              drain_check: bool | None) -> _Verdict | None:
+    """What navarch has done to the node decides first (Memory's phase, an operator's cordon)."""
+    s = nm.report
     if nm.phase is Phase.TERMINATING:
-        return view(Lifecycle.TERMINATING, nm.phase_reason)
+        return Lifecycle.TERMINATING, nm.phase_reason, {}
     if nm.phase is Phase.DRAINING:
         if pool.scheduler == "none" and "drain_check" not in pool.playbooks:
-            fresh = s is not None and age is not None and age <= h.stale_after_s
+            fresh = s is not None and age is not None and age <= pool.health.stale_after_s
             drained = bool(s is not None and fresh and s.process_count == 0
                            and (nm.phase_at is None or s.observed_at >= nm.phase_at))
         else:
             drained = bool(drain_check)
-        return view(Lifecycle.DRAINING, nm.phase_reason, drained=drained)
+        return Lifecycle.DRAINING, nm.phase_reason, {"drained": drained}
     if nm.phase is Phase.CORDONED:
-        return view(Lifecycle.CORDONED, nm.phase_reason)
+        return Lifecycle.CORDONED, nm.phase_reason, {}
     if nm.phase is Phase.REMEDIATING:
-        return view(Lifecycle.REMEDIATING, nm.phase_reason)
+        return Lifecycle.REMEDIATING, nm.phase_reason, {}
     if nm.operator_cordon:
-        return view(Lifecycle.OPERATOR_CORDONED, "cordoned by an operator: "
-                    + nm.operator_cordon.removeprefix("operator: "))
+        return (Lifecycle.OPERATOR_CORDONED, "cordoned by an operator: "
+                + nm.operator_cordon.removeprefix("operator: "), {})
+    return None
 
-    if inst.state is InstanceState.PENDING:
-        pending_s = (now - inst.launched_at).total_seconds()
-        if pending_s > h.provision_timeout_s:
-            return view(Lifecycle.STUCK, f"pending for {format_duration_s(pending_s)} "
-                        f"(provision_timeout {format_duration_s(h.provision_timeout_s)})")
-        return view(Lifecycle.PROVISIONING, "instance is pending")
 
-    if s is None:
-        since = nm.first_seen_at or inst.launched_at
-        up_s = (now - min(since, inst.launched_at)).total_seconds()
-        if rejected:
-            if up_s > h.offline_after_s:
-                return view(Lifecycle.OFFLINE, f"no accepted report for {format_duration_s(up_s)} (last one rejected: {rejected})")
-            return view(Lifecycle.UNKNOWN, f"report rejected: {rejected}")
-        if up_s > h.boot_timeout_s:
-            return view(Lifecycle.UNHEALTHY, f"no report within boot_timeout ({format_duration_s(h.boot_timeout_s)})")
-        return view(Lifecycle.BOOTING, f"waiting for the first report ({format_duration_s(up_s)} since launch)")
+def _by_instance(pool: PoolSpec, inst: Instance, now: datetime) -> _Verdict | None:
+    """A pending instance: provisioning, or stuck past provision_timeout."""
+    if inst.state is not InstanceState.PENDING:
+        return None
+    h = pool.health
+    pending_s = (now - inst.launched_at).total_seconds()
+    if pending_s > h.provision_timeout_s:
+        return (Lifecycle.STUCK, f"pending for {format_duration_s(pending_s)} "
+                f"(provision_timeout {format_duration_s(h.provision_timeout_s)})", {})
+    return Lifecycle.PROVISIONING, "instance is pending", {}
 
-    assert age is not None
+
+def _unreported(pool: PoolSpec, inst: Instance, nm: NodeMemory, rejected: str | None,
+                now: datetime) -> _Verdict:
+    """No accepted report yet: booting, then unhealthy past boot_timeout; doubt (rejected
+    reports) is unknown until offline_after."""
+    h = pool.health
+    since = nm.first_seen_at or inst.launched_at
+    up_s = (now - min(since, inst.launched_at)).total_seconds()
+    if rejected:
+        if up_s > h.offline_after_s:
+            return (Lifecycle.OFFLINE, f"no accepted report for {format_duration_s(up_s)} "
+                    f"(last one rejected: {rejected})", {})
+        return Lifecycle.UNKNOWN, f"report rejected: {rejected}", {}
+    if up_s > h.boot_timeout_s:
+        return (Lifecycle.UNHEALTHY,
+                f"no report within boot_timeout ({format_duration_s(h.boot_timeout_s)})", {})
+    return (Lifecycle.BOOTING,
+            f"waiting for the first report ({format_duration_s(up_s)} since launch)", {})
+
+
+def _reported(pool: PoolSpec, nm: NodeMemory, s: ReportSummary, age: float,
+              rejected: str | None) -> _Verdict:
+    """The newest accepted report decides: freshness, notices, then its status."""
+    h = pool.health
     if age > h.offline_after_s:
-        return view(Lifecycle.OFFLINE, f"no fresh report for {format_duration_s(age)} (offline_after {format_duration_s(h.offline_after_s)})")
+        return (Lifecycle.OFFLINE, f"no fresh report for {format_duration_s(age)} "
+                f"(offline_after {format_duration_s(h.offline_after_s)})", {})
     if s.notice_kind == "preemption":
-        return view(Lifecycle.PREEMPTING, "preemption notice from the cloud", immediate=True)
+        return Lifecycle.PREEMPTING, "preemption notice from the cloud", {"immediate": True}
     if s.notice_kind == "maintenance":
         by = f" (deadline {s.notice_deadline:%Y-%m-%d %H:%M} UTC)" if s.notice_deadline else ""
-        return replace(view(Lifecycle.MAINTENANCE, f"maintenance notice from the cloud{by}"),
-                       deadline=s.notice_deadline)
+        return (Lifecycle.MAINTENANCE, f"maintenance notice from the cloud{by}",
+                {"deadline": s.notice_deadline})
     if age > h.stale_after_s:
-        return view(Lifecycle.STALE, f"last report {format_duration_s(age)} old")
+        return Lifecycle.STALE, f"last report {format_duration_s(age)} old", {}
     if rejected:
-        return view(Lifecycle.UNKNOWN, f"latest report rejected: {rejected}")
+        return Lifecycle.UNKNOWN, f"latest report rejected: {rejected}", {}
     if s.status == "unhealthy":
         if s.fatal:
-            return view(Lifecycle.UNHEALTHY, _first_finding(s), immediate=True)
+            return Lifecycle.UNHEALTHY, _first_finding(s), {"immediate": True}
         if nm.streak >= h.unhealthy_after:
-            return view(Lifecycle.UNHEALTHY, f"{_first_finding(s)} ({nm.streak} reports in a row)")
-        return view(Lifecycle.DEGRADED, f"{_first_finding(s)} (unhealthy report {nm.streak} of {h.unhealthy_after})")
+            return Lifecycle.UNHEALTHY, f"{_first_finding(s)} ({nm.streak} reports in a row)", {}
+        return (Lifecycle.DEGRADED,
+                f"{_first_finding(s)} (unhealthy report {nm.streak} of {h.unhealthy_after})", {})
     if s.status == "degraded":
-        return view(Lifecycle.DEGRADED, _first_finding(s))
+        return Lifecycle.DEGRADED, _first_finding(s), {}
     if s.status == "unknown":
-        return view(Lifecycle.UNKNOWN, _first_finding(s))
-    return view(Lifecycle.HEALTHY, "all checks pass")
+        return Lifecycle.UNKNOWN, _first_finding(s), {}
+    return Lifecycle.HEALTHY, "all checks pass", {}

@@ -166,7 +166,8 @@ def test_killed_apply_does_not_duplicate(
     # The launch the killed run asked for still happens (its request was in flight).
     fake_compute.release.set()
     assert fake_compute.held_done.wait(30)
-    assert len(instances(fake_compute)) == 2
+    # Launches run in parallel: the third insert may have gone through before the kill.
+    assert len(instances(fake_compute)) in (2, 3)
     # The dead run's lock is still there: the next run is refused (exit 4)...
     blocked = navarch(["apply", str(fleet), "--auto-approve"], env, tmp_path)
     assert blocked.returncode == 4, blocked.stdout + blocked.stderr

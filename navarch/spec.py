@@ -13,7 +13,7 @@ import hashlib
 import json
 import os
 import secrets
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -537,6 +537,9 @@ def _rules(
     return tuple(out)
 
 
+_Fail = Callable[[tuple[Any, ...], str, str], ConfigError]
+
+
 def _build(data: dict[str, Any], source: Path, lines: Mapping[tuple[Any, ...], int]) -> FleetSpec:
     def fail(path: tuple[Any, ...], message: str, hint: str) -> ConfigError:
         return ConfigError(
@@ -545,108 +548,8 @@ def _build(data: dict[str, Any], source: Path, lines: Mapping[tuple[Any, ...], i
 
     providers = data["providers"]
     fleet_rules = _rules(data["health"]["rules"], ("health", "rules"), source, lines)
-    pools: list[PoolSpec] = []
-    for name, raw in data["pools"].items():
-        nodes = raw["nodes"]
-        target = nodes["target"]
-        lo = nodes.get("min", 0)
-        hi = nodes.get("max", max(target, lo))
-        if not lo <= target <= hi:
-            raise fail(
-                ("pools", name, "nodes"),
-                f"nodes must satisfy min <= target <= max, got min={lo} target={target} max={hi}",
-                "adjust min, target or max",
-            )
-        if raw["provider"] not in providers:
-            raise fail(
-                ("pools", name, "provider"),
-                f"pool names provider {raw['provider']!r}, which is not declared",
-                f"declare it under providers: or use one of {sorted(providers)}",
-            )
-        ptype = providers[raw["provider"]]["type"]
-        for other in ("aws", "gcp", "lambda", "azure"):
-            if other in raw and other != ptype:
-                raise fail(
-                    ("pools", name, other),
-                    f"pool has {other} settings but its provider is of type {ptype}",
-                    f"move them, or remove the {other}: section",
-                )
-        h = raw["health"]
-        health = HealthPolicy(
-            unhealthy_after=h["unhealthy_after"],
-            stale_after_s=parse_duration_s(h["stale_after"]),
-            offline_after_s=parse_duration_s(h["offline_after"]),
-            boot_timeout_s=parse_duration_s(h["boot_timeout"]),
-            drain_timeout_s=parse_duration_s(h["drain_timeout"]),
-            auto_replace=h["auto_replace"],
-            max_unavailable=h["max_unavailable"],
-            replacement=h["replacement"],
-            max_surge=h["max_surge"],
-            provision_timeout_s=parse_duration_s(h["provision_timeout"]),
-            rules=_rules(h["rules"], ("pools", name, "health", "rules"), source, lines),
-            fleet_rules=fleet_rules,
-            remediation=tuple(h["remediation"]),
-            return_after=h["return_after"],
-            ladder_window_s=parse_duration_s(h["ladder_window"]),
-            lemon_after=h["lemon_after"],
-            lemon_window_s=parse_duration_s(h["lemon_window"]),
-            return_requires_diag=h["return_requires_diag"] or None,
-        )
-        ladder = ("reset_gpu", "reboot", "replace")
-        if list(health.remediation) != sorted(health.remediation, key=ladder.index):
-            raise fail(
-                ("pools", name, "health", "remediation"),
-                f"the remediation ladder must go from cheapest to strongest, got "
-                f"{list(health.remediation)}",
-                "order its rungs as reset_gpu, reboot, replace",
-            )
-        if health.offline_after_s < health.stale_after_s:
-            raise fail(
-                ("pools", name, "health", "offline_after"),
-                "offline_after must not be shorter than stale_after",
-                "raise offline_after",
-            )
-        a = raw["autoscaling"]
-        auto = Autoscaling(
-            enabled=a["enabled"],
-            scale_up_at_pct=float(a["scale_up_at"]),
-            scale_down_at_pct=float(a["scale_down_at"]),
-            cooldown_s=parse_duration_s(a["cooldown"]),
-        )
-        if auto.scale_down_at_pct >= auto.scale_up_at_pct:
-            raise fail(
-                ("pools", name, "autoscaling"),
-                "scale_down_at must be below scale_up_at",
-                "lower scale_down_at or raise scale_up_at",
-            )
-        pools.append(
-            PoolSpec(
-                name=name,
-                provider=raw["provider"],
-                instance_types=tuple(raw["instance_types"]),
-                gpus_per_node=raw["gpus_per_node"],
-                region=raw["region"],
-                zones=tuple(raw["zones"]),
-                capacity=raw["capacity"],
-                min_nodes=lo,
-                target_nodes=target,
-                max_nodes=hi,
-                labels=tuple(sorted(raw["labels"].items())),
-                scheduler=raw["scheduler"],
-                playbooks=dict(raw.get("playbooks", {})),
-                ssh=dict(raw.get("ssh", {})),
-                health=health,
-                autoscaling=auto,
-                options=dict(raw.get(ptype, {})),
-                update_strategy=raw["update"]["strategy"],
-                provider_type=ptype,
-                diagnostics=Diagnostics(
-                    every_s=(parse_duration_s(raw["diagnostics"]["every"])
-                             if raw["diagnostics"]["every"] else None),
-                    level=raw["diagnostics"]["level"],
-                ),
-            )
-        )
+    pools = [_pool(name, raw, providers, fleet_rules, fail, source, lines)
+             for name, raw in data["pools"].items()]
     for name in data["pools"]:
         full = f"{data['fleet']}-{name}-0000"
         if len(full) > 63:
@@ -681,6 +584,122 @@ def _build(data: dict[str, Any], source: Path, lines: Mapping[tuple[Any, ...], i
             timeout_s=float(parse_duration_s(data["metrics"]["timeout"]))),
         status_page=bool(data.get("status_page", False)),
     )
+
+
+def _pool(name: str, raw: Mapping[str, Any], providers: Mapping[str, Any],
+          fleet_rules: tuple[Rule, ...], fail: _Fail, source: Path,
+          lines: Mapping[tuple[Any, ...], int]) -> PoolSpec:
+    """One pool's defaulted mapping -> PoolSpec, with the cross-field rules a schema cannot
+    say (min <= target <= max, a declared provider, provider sections matching its type).
+    Raises ConfigError naming the key path."""
+    nodes = raw["nodes"]
+    target = nodes["target"]
+    lo = nodes.get("min", 0)
+    hi = nodes.get("max", max(target, lo))
+    if not lo <= target <= hi:
+        raise fail(
+            ("pools", name, "nodes"),
+            f"nodes must satisfy min <= target <= max, got min={lo} target={target} max={hi}",
+            "adjust min, target or max",
+        )
+    if raw["provider"] not in providers:
+        raise fail(
+            ("pools", name, "provider"),
+            f"pool names provider {raw['provider']!r}, which is not declared",
+            f"declare it under providers: or use one of {sorted(providers)}",
+        )
+    ptype = providers[raw["provider"]]["type"]
+    for other in ("aws", "gcp", "lambda", "azure"):
+        if other in raw and other != ptype:
+            raise fail(
+                ("pools", name, other),
+                f"pool has {other} settings but its provider is of type {ptype}",
+                f"move them, or remove the {other}: section",
+            )
+    return PoolSpec(
+        name=name,
+        provider=raw["provider"],
+        instance_types=tuple(raw["instance_types"]),
+        gpus_per_node=raw["gpus_per_node"],
+        region=raw["region"],
+        zones=tuple(raw["zones"]),
+        capacity=raw["capacity"],
+        min_nodes=lo,
+        target_nodes=target,
+        max_nodes=hi,
+        labels=tuple(sorted(raw["labels"].items())),
+        scheduler=raw["scheduler"],
+        playbooks=dict(raw.get("playbooks", {})),
+        ssh=dict(raw.get("ssh", {})),
+        health=_health(name, raw["health"], fleet_rules, fail, source, lines),
+        autoscaling=_autoscaling(name, raw["autoscaling"], fail),
+        options=dict(raw.get(ptype, {})),
+        update_strategy=raw["update"]["strategy"],
+        provider_type=ptype,
+        diagnostics=Diagnostics(
+            every_s=(parse_duration_s(raw["diagnostics"]["every"])
+                     if raw["diagnostics"]["every"] else None),
+            level=raw["diagnostics"]["level"],
+        ),
+    )
+
+
+def _health(name: str, h: Mapping[str, Any], fleet_rules: tuple[Rule, ...], fail: _Fail,
+            source: Path, lines: Mapping[tuple[Any, ...], int]) -> HealthPolicy:
+    """A pool's health: mapping -> HealthPolicy (durations in seconds); the ladder must go
+    cheapest first and offline_after must not be shorter than stale_after."""
+    health = HealthPolicy(
+        unhealthy_after=h["unhealthy_after"],
+        stale_after_s=parse_duration_s(h["stale_after"]),
+        offline_after_s=parse_duration_s(h["offline_after"]),
+        boot_timeout_s=parse_duration_s(h["boot_timeout"]),
+        drain_timeout_s=parse_duration_s(h["drain_timeout"]),
+        auto_replace=h["auto_replace"],
+        max_unavailable=h["max_unavailable"],
+        replacement=h["replacement"],
+        max_surge=h["max_surge"],
+        provision_timeout_s=parse_duration_s(h["provision_timeout"]),
+        rules=_rules(h["rules"], ("pools", name, "health", "rules"), source, lines),
+        fleet_rules=fleet_rules,
+        remediation=tuple(h["remediation"]),
+        return_after=h["return_after"],
+        ladder_window_s=parse_duration_s(h["ladder_window"]),
+        lemon_after=h["lemon_after"],
+        lemon_window_s=parse_duration_s(h["lemon_window"]),
+        return_requires_diag=h["return_requires_diag"] or None,
+    )
+    ladder = ("reset_gpu", "reboot", "replace")
+    if list(health.remediation) != sorted(health.remediation, key=ladder.index):
+        raise fail(
+            ("pools", name, "health", "remediation"),
+            f"the remediation ladder must go from cheapest to strongest, got "
+            f"{list(health.remediation)}",
+            "order its rungs as reset_gpu, reboot, replace",
+        )
+    if health.offline_after_s < health.stale_after_s:
+        raise fail(
+            ("pools", name, "health", "offline_after"),
+            "offline_after must not be shorter than stale_after",
+            "raise offline_after",
+        )
+    return health
+
+
+def _autoscaling(name: str, a: Mapping[str, Any], fail: _Fail) -> Autoscaling:
+    """A pool's autoscaling mapping -> Autoscaling; scale_down_at must be below scale_up_at."""
+    auto = Autoscaling(
+        enabled=a["enabled"],
+        scale_up_at_pct=float(a["scale_up_at"]),
+        scale_down_at_pct=float(a["scale_down_at"]),
+        cooldown_s=parse_duration_s(a["cooldown"]),
+    )
+    if auto.scale_down_at_pct >= auto.scale_up_at_pct:
+        raise fail(
+            ("pools", name, "autoscaling"),
+            "scale_down_at must be below scale_up_at",
+            "lower scale_down_at or raise scale_up_at",
+        )
+    return auto
 
 
 def _sinks(raw: list[Mapping[str, Any]]) -> tuple[SinkSpec, ...]:

@@ -559,14 +559,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argparse parser for every command (the agent's are registered by navarch.agent.cli)."""
-    p = _Parser(prog="navarch", description="Keep a GPU fleet healthy: plan/apply "
-                                "against fleet.yaml, and the node health agent.")
-    p.add_argument("--version", action="version", version=f"navarch {__version__}")
-    _log_format(p, default="text")
-    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
+def _reconcile_commands(sub: Any) -> None:
+    """validate, plan, apply, destroy."""
     s = sub.add_parser("validate", help="check fleet.yaml; exit 1 on any error")
     s.add_argument("fleet")
     s.set_defaults(func=cmd_validate)
@@ -602,6 +596,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="terminate at once, without waiting for drains")
     s.set_defaults(func=cmd_destroy)
 
+
+def _node_commands(sub: Any) -> None:
+    """status, force-unlock and the per-node verbs (uncordon, reboot, cordon), simulate."""
     s = sub.add_parser("status", help="pools and nodes with lifecycle, health, report age")
     s.add_argument("fleet")
     s.add_argument("--json", action="store_true")
@@ -644,6 +641,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--compare", default=None, help="a second scenario, run on the same seed")
     s.set_defaults(func=cmd_simulate)
 
+
+def _local_commands(sub: Any) -> None:
+    """`navarch local ...`: drive the embedded local provider's machines."""
     local = sub.add_parser("local", help="drive the embedded local provider's machines")
     lsub = local.add_subparsers(dest="local_command", required=True, metavar="COMMAND")
     s = lsub.add_parser("tick", help="fire every local node's agent once, as its timer would")
@@ -673,6 +673,19 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--zone", default="sim-1a")
     s.add_argument("--instance-type", default="sim-h100x8")
     s.set_defaults(func=cmd_local_foreign)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argparse parser for every command (the agent's are registered by navarch.agent.cli)."""
+    p = _Parser(prog="navarch", description="Keep a GPU fleet healthy: plan/apply "
+                                "against fleet.yaml, and the node health agent.")
+    p.add_argument("--version", action="version", version=f"navarch {__version__}")
+    _log_format(p, default="text")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    _reconcile_commands(sub)
+    _node_commands(sub)
+    _local_commands(sub)
 
     try:
         from navarch.agent.cli import register

@@ -160,17 +160,24 @@ def render_cloud_init_for(
     )
 
 
-def render_cloud_init(spec: Any, pool: str, node: str, node_key: bytes) -> str:
+def render_cloud_init(spec: Any, pool: str, node: str, node_key: bytes,
+                      provider: str | None = None) -> str:
     """The user-data a cloud provider sends to a new node of ``pool``.
 
     spec: navarch.spec.FleetSpec (uses .name, .store_url, .pool(pool).gpus_per_node,
-    .providers[provider]["type"] to pick the metadata service, and the pool option
-    ``agent_package`` when set). node_key: ``signing.derive_node_key(secret, fleet, node)``.
+    .providers[provider]["type"] to pick the metadata service, and the placement option
+    ``agent_package`` when set). provider: the placement's provider the node launches on
+    (default the pool's first). node_key: ``signing.derive_node_key(secret, fleet, node)``.
     Raises KeyError for an unknown pool.
     """
     p = spec.pool(pool)
-    provider_type = str((spec.providers.get(p.provider) or {}).get("type", p.provider))
+    provider = provider or p.provider
+    provider_type = str((spec.providers.get(provider) or {}).get("type", provider))
     options: Mapping[str, Any] = getattr(p, "options", {}) or {}
+    for placement in p.placed():
+        if placement.provider == provider:
+            options = placement.options
+            break
     return render_cloud_init_for(
         fleet=spec.name,
         pool=pool,

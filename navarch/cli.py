@@ -288,9 +288,10 @@ def _status_doc(spec: FleetSpec, snap) -> dict[str, Any]:
         pv = [v for v in views if v.pool == p.name]
         pools.append({
             "pool": p.name, "provider": p.provider, "min": p.min_nodes, "target": p.target_nodes,
-            "max": p.max_nodes,
+            "max": p.max_nodes, "providers": [pl.provider for pl in p.placed()],
             "nodes": [{
                 "node": v.node, "instance_id": v.instance.instance_id if v.instance else None,
+                "provider": v.instance.provider if v.instance else None,
                 "zone": v.instance.zone if v.instance else None,
                 "instance_type": v.instance.instance_type if v.instance else None,
                 "lifecycle": v.lifecycle.value,

@@ -14,7 +14,7 @@ import json
 import os
 import secrets
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -85,8 +85,63 @@ class Autoscaling:
 
 
 @dataclass(frozen=True)
+class Placement:
+    """One provider a pool may launch on (issue 15): its zones and instance types in
+    fallback order, capacity mode and provider options (the type's section: aws:, gcp:,
+    ...). A single-provider pool is the one-placement case."""
+
+    provider: str
+    provider_type: str
+    region: str
+    zones: tuple[str, ...]
+    instance_types: tuple[str, ...]
+    capacity: str  # "on-demand" | "spot" | "spot-then-on-demand"
+    options: Mapping[str, Any]
+
+    def label(self) -> str:
+        """"aws us-east-1" (the region when declared, else the provider alone)."""
+        return f"{self.provider} {self.region}".strip()
+
+    def places(self) -> tuple[tuple[str, str, bool], ...]:
+        """Every (zone, instance_type, spot) of this placement in fallback order.
+
+        Order (DESIGN.md safety rule 6): every zone of the first type, then the next type;
+        spot-then-on-demand tries all spot places before any on-demand one.
+        """
+        spot_modes = {"on-demand": (False,), "spot": (True,), "spot-then-on-demand": (True, False)}
+        return tuple(
+            (zone, itype, spot)
+            for spot in spot_modes[self.capacity]
+            for itype in self.instance_types
+            for zone in self.zones
+        )
+
+    def matches(self, provider: str, zone: str, instance_type: str) -> bool:
+        """True when an instance with these coordinates was launched in this placement."""
+        return (provider == self.provider and zone in self.zones
+                and instance_type in self.instance_types)
+
+
+@dataclass(frozen=True)
+class PlaceSpec:
+    """One place a pool may launch in: placement index (into PoolSpec.placements), its
+    provider, zone, instance type and spot flag."""
+
+    placement: int
+    provider: str
+    zone: str
+    instance_type: str
+    spot: bool
+
+
+@dataclass(frozen=True)
 class PoolSpec:
-    """One pool of identical nodes. instance_types and zones are in fallback order."""
+    """One pool of identical nodes. instance_types and zones are in fallback order.
+
+    provider, region, zones, instance_types, capacity, options and provider_type are the
+    first placement's; placements holds every one (issue 15), in declared order, and
+    place_order the effective launch order when `placement:` is not `ordered`.
+    """
 
     name: str
     provider: str
@@ -108,12 +163,47 @@ class PoolSpec:
     update_strategy: str = "rolling"  # "rolling" | "on-replace"
     provider_type: str = ""  # the provider's type (local, aws, gcp, lambda, ...)
     diagnostics: Diagnostics = Diagnostics()
+    placements: tuple[Placement, ...] = ()  # empty only for hand-built specs: see placed()
+    placement: str = "ordered"  # "ordered" | "cheapest" | a navarch.placement plugin name
+    place_order: tuple[PlaceSpec, ...] = ()  # effective order when not "ordered"
 
-    def launch_settings(self) -> tuple[tuple[str, str], ...]:
+    def placed(self) -> tuple[Placement, ...]:
+        """Every placement, in declared order (the flat keys as one when none is set)."""
+        if self.placements:
+            return self.placements
+        return (Placement(self.provider, self.provider_type, self.region, self.zones,
+                          self.instance_types, self.capacity, self.options),)
+
+    def placement_of(self, provider: str, zone: str, instance_type: str
+                     ) -> tuple[int, Placement] | None:
+        """The placement an instance was launched in -> (index, placement): the first whose
+        provider, zones and types hold it, else the first on the same provider (a zone or
+        type since removed from it), else None (its provider is in no placement)."""
+        placed = self.placed()
+        for i, pl in enumerate(placed):
+            if pl.matches(provider, zone, instance_type):
+                return i, pl
+        for i, pl in enumerate(placed):
+            if pl.provider == provider:
+                return i, pl
+        return None
+
+    def launch_places(self) -> tuple[PlaceSpec, ...]:
+        """Every place in launch order: place_order when set (cheapest or a plugin's
+        order), else each placement's places in declared order (zone, type, placement)."""
+        if self.place_order:
+            return self.place_order
+        return tuple(PlaceSpec(i, pl.provider, zone, itype, spot)
+                     for i, pl in enumerate(self.placed())
+                     for zone, itype, spot in pl.places())
+
+    def launch_settings(self, placement: int = 0) -> tuple[tuple[str, str], ...]:
         """The settings that shape a launched machine beyond its type, zone and capacity:
-        the pool's provider options (image/AMI, disk, subnet, agent_package, ...) and its GPU
-        count, flattened to sorted (dotted key, JSON value) pairs. Labels are not here:
-        they are updated in place (see labels)."""
+        the placement's provider options (image/AMI, disk, subnet, agent_package, ...) and
+        the pool's GPU count, flattened to sorted (dotted key, JSON value) pairs. Labels
+        are not here: they are updated in place (see labels). placement: an index into
+        placed(); raises IndexError for another."""
+        options = self.placed()[placement].options
         flat: dict[str, str] = {"gpus_per_node": json.dumps(self.gpus_per_node)}
 
         def walk(prefix: str, value: Any) -> None:
@@ -123,29 +213,19 @@ class PoolSpec:
             else:
                 flat[prefix] = json.dumps(value, sort_keys=True)
 
-        for key, value in self.options.items():
+        for key, value in options.items():
             walk(str(key), value)
         return tuple(sorted(flat.items()))
 
-    def launch_hash(self) -> str:
-        """12 hex characters of SHA-256 over launch_settings(): the navarch-spec tag every
-        instance is launched with, so drift is seen even after Memory is lost."""
-        digest = hashlib.sha256(json.dumps(self.launch_settings()).encode()).hexdigest()
-        return digest[:12]
+    def launch_hash(self, placement: int = 0) -> str:
+        """12 hex characters of SHA-256 over launch_settings(placement): the navarch-spec
+        tag every instance is launched with, so drift is seen even after Memory is lost."""
+        settings = self.launch_settings(placement)
+        return hashlib.sha256(json.dumps(settings).encode()).hexdigest()[:12]
 
     def places(self) -> tuple[tuple[str, str, bool], ...]:
-        """Every (zone, instance_type, spot) place in fallback order.
-
-        Order (DESIGN.md safety rule 6): every zone of the first type, then the next type;
-        spot-then-on-demand tries all spot places before any on-demand one.
-        """
-        spot_modes = {"on-demand": (False,), "spot": (True,), "spot-then-on-demand": (True, False)}
-        return tuple(
-            (zone, itype, spot)
-            for spot in spot_modes[self.capacity]
-            for itype in self.instance_types
-            for zone in self.zones
-        )
+        """Every (zone, instance_type, spot) in launch order (see launch_places)."""
+        return tuple((p.zone, p.instance_type, p.spot) for p in self.launch_places())
 
 
 @dataclass(frozen=True)
@@ -548,7 +628,8 @@ def _build(data: dict[str, Any], source: Path, lines: Mapping[tuple[Any, ...], i
 
     providers = data["providers"]
     fleet_rules = _rules(data["health"]["rules"], ("health", "rules"), source, lines)
-    pools = [_pool(name, raw, providers, fleet_rules, fail, source, lines)
+    pools = [_ordered(_pool(name, raw, providers, fleet_rules, fail, source, lines),
+                      data["prices"], fail)
              for name, raw in data["pools"].items()]
     for name in data["pools"]:
         full = f"{data['fleet']}-{name}-0000"
@@ -602,28 +683,16 @@ def _pool(name: str, raw: Mapping[str, Any], providers: Mapping[str, Any],
             f"nodes must satisfy min <= target <= max, got min={lo} target={target} max={hi}",
             "adjust min, target or max",
         )
-    if raw["provider"] not in providers:
-        raise fail(
-            ("pools", name, "provider"),
-            f"pool names provider {raw['provider']!r}, which is not declared",
-            f"declare it under providers: or use one of {sorted(providers)}",
-        )
-    ptype = providers[raw["provider"]]["type"]
-    for other in ("aws", "gcp", "lambda", "azure"):
-        if other in raw and other != ptype:
-            raise fail(
-                ("pools", name, other),
-                f"pool has {other} settings but its provider is of type {ptype}",
-                f"move them, or remove the {other}: section",
-            )
+    placements = _placements(name, raw, providers, fail)
+    first = placements[0]
     return PoolSpec(
         name=name,
-        provider=raw["provider"],
-        instance_types=tuple(raw["instance_types"]),
+        provider=first.provider,
+        instance_types=first.instance_types,
         gpus_per_node=raw["gpus_per_node"],
-        region=raw["region"],
-        zones=tuple(raw["zones"]),
-        capacity=raw["capacity"],
+        region=first.region,
+        zones=first.zones,
+        capacity=first.capacity,
         min_nodes=lo,
         target_nodes=target,
         max_nodes=hi,
@@ -633,15 +702,135 @@ def _pool(name: str, raw: Mapping[str, Any], providers: Mapping[str, Any],
         ssh=dict(raw.get("ssh", {})),
         health=_health(name, raw["health"], fleet_rules, fail, source, lines),
         autoscaling=_autoscaling(name, raw["autoscaling"], fail),
-        options=dict(raw.get(ptype, {})),
+        options=first.options,
         update_strategy=raw["update"]["strategy"],
-        provider_type=ptype,
+        provider_type=first.provider_type,
         diagnostics=Diagnostics(
             every_s=(parse_duration_s(raw["diagnostics"]["every"])
                      if raw["diagnostics"]["every"] else None),
             level=raw["diagnostics"]["level"],
         ),
+        placements=placements,
+        placement=raw["placement"],
     )
+
+
+def _ordered(pool: PoolSpec, prices: Mapping[str, Mapping[str, float]],
+             fail: _Fail) -> PoolSpec:
+    """The pool with place_order set when `placement:` is not `ordered`.
+
+    cheapest: places sorted by prices[provider][instance_type] (USD per GPU-hour), ties
+    (and a placement's zones, spot before on-demand) in declared order. Another name: the
+    installed navarch.placement plugin of that name scores every place (lower first, ties
+    in declared order). Raises ConfigError naming the key path for a missing price or an
+    unknown plugin; PluginError when the plugin fails or returns the wrong shape.
+    """
+    declared = pool.launch_places()
+    if pool.placement == "ordered":
+        return pool
+    if pool.placement == "cheapest":
+        for pl in pool.placed():
+            for itype in pl.instance_types:
+                if itype not in prices.get(pl.provider, {}):
+                    raise fail(("prices", pl.provider),
+                               f"pool {pool.name} uses placement: cheapest but "
+                               f"prices.{pl.provider} has no price for {itype}",
+                               f"add prices.{pl.provider}.{itype}: <USD per GPU-hour>")
+        scores = [float(prices[p.provider][p.instance_type]) for p in declared]
+    else:
+        scores = _plugin_scores(pool, declared, fail)
+    order = sorted(range(len(declared)), key=lambda i: (scores[i], i))
+    return replace(pool, place_order=tuple(declared[i] for i in order))
+
+
+def _plugin_scores(pool: PoolSpec, declared: tuple[PlaceSpec, ...], fail: _Fail
+                   ) -> list[float]:
+    """One score per place from the navarch.placement plugin named by pool.placement."""
+    from navarch import plugins  # plugins imports providers; spec stays importable alone
+
+    found = plugins.load(plugins.Group.PLACEMENT, pool.placement)
+    if found is None:
+        installed = ", ".join(plugins.names(plugins.Group.PLACEMENT)) or "none installed"
+        raise fail(("pools", pool.name, "placement"),
+                   f"placement {pool.placement!r} is neither ordered, cheapest nor an "
+                   f"installed navarch.placement plugin ({installed})",
+                   "use ordered or cheapest, or pip install the plugin")
+    ref, scorer = found
+    placed = pool.placed()
+    places = [{"provider": p.provider, "region": placed[p.placement].region, "zone": p.zone,
+               "instance_type": p.instance_type, "capacity": "spot" if p.spot else "on-demand"}
+              for p in declared]
+    scores = plugins.call(ref, scorer, places)
+    if (not isinstance(scores, (list, tuple)) or len(scores) != len(places)
+            or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in scores)):
+        raise plugins.PluginError(ref, f"returned {type(scores).__name__}, not one number "
+                                       f"per place ({len(places)} places)")
+    return [float(x) for x in scores]
+
+
+_FLAT_KEYS = ("provider", "instance_types", "zones", "region", "capacity",
+              "aws", "gcp", "lambda", "azure")
+
+
+def _placements(name: str, raw: Mapping[str, Any], providers: Mapping[str, Any],
+                fail: _Fail) -> tuple[Placement, ...]:
+    """A pool's placements: its placements: list, or its flat provider keys as the one
+    placement. Raises ConfigError naming the key path when both or neither are given, a
+    provider is not declared, provider settings do not match its type, a placement's
+    gpus_per_node differs from the pool's, or one (provider, zone, type) is in two."""
+    if "placements" in raw:
+        flat = [k for k in _FLAT_KEYS if k in raw]
+        if flat:
+            raise fail(("pools", name, flat[0]),
+                       f"a pool with placements: declares {flat[0]} in each placement",
+                       f"move {flat[0]} into the entries of placements:, or drop placements:")
+        entries: list[tuple[tuple[Any, ...], Mapping[str, Any]]] = [
+            (("pools", name, "placements", i), e) for i, e in enumerate(raw["placements"])]
+    else:
+        missing = [k for k in ("provider", "instance_types", "zones") if k not in raw]
+        if missing:
+            raise fail(("pools", name), f"pool declares no {missing[0]} and no placements:",
+                       "declare provider, instance_types and zones, or a placements: list")
+        entries = [(("pools", name), raw)]
+    out: list[Placement] = []
+    seen: dict[tuple[str, str, str], int] = {}
+    for i, (path, e) in enumerate(entries):
+        pl = _placement(path, e, providers, fail)
+        if e.get("gpus_per_node", raw["gpus_per_node"]) != raw["gpus_per_node"]:
+            raise fail(path + ("gpus_per_node",),
+                       f"gpus_per_node {e['gpus_per_node']} differs from the pool's "
+                       f"{raw['gpus_per_node']}",
+                       "a pool's nodes are fungible: pick instance types with the same GPUs")
+        for zone, itype, _spot in pl.places():
+            if seen.setdefault((pl.provider, zone, itype), i) != i:
+                raise fail(path + ("zones",),
+                           f"{pl.provider} {zone}/{itype} is already in placement "
+                           f"{seen[(pl.provider, zone, itype)]}",
+                           "each provider, zone and instance type belongs to one placement")
+        out.append(pl)
+    return tuple(out)
+
+
+def _placement(path: tuple[Any, ...], e: Mapping[str, Any], providers: Mapping[str, Any],
+               fail: _Fail) -> Placement:
+    if e["provider"] not in providers:
+        raise fail(
+            path + ("provider",),
+            f"pool names provider {e['provider']!r}, which is not declared",
+            f"declare it under providers: or use one of {sorted(providers)}",
+        )
+    ptype = providers[e["provider"]]["type"]
+    for other in ("aws", "gcp", "lambda", "azure"):
+        if other in e and other != ptype:
+            raise fail(
+                path + (other,),
+                f"pool has {other} settings but its provider is of type {ptype}",
+                f"move them, or remove the {other}: section",
+            )
+    return Placement(provider=e["provider"], provider_type=ptype,
+                     region=e.get("region", ""), zones=tuple(e["zones"]),
+                     instance_types=tuple(e["instance_types"]),
+                     capacity=e.get("capacity", "on-demand"), options=dict(e.get(ptype, {})))
 
 
 def _health(name: str, h: Mapping[str, Any], fleet_rules: tuple[Rule, ...], fail: _Fail,

@@ -184,13 +184,15 @@ class NodeMemory:
 
 @dataclass(frozen=True)
 class Exhausted:
-    """A (zone, instance_type, spot) place that answered 'no capacity', until `until`."""
+    """A (provider, zone, instance_type, spot) place that answered 'no capacity', until
+    `until`. provider "" (Memory written before issue 15) means the pool's first one."""
 
     zone: str
     instance_type: str
     spot: bool
     until: datetime
     failures: int = 1
+    provider: str = ""
 
 
 @dataclass(frozen=True)
@@ -334,13 +336,20 @@ class NodeView:
 
 @dataclass(frozen=True)
 class Place:
+    """One place a provision may launch in. placement: the index into the pool's
+    placements; provider: its provider, set only when the pool has several placements
+    (so single-provider plans read as before)."""
+
     zone: str
     instance_type: str
     spot: bool
     attempt: int  # index of this place in the pool's fallback order (launch id input)
+    provider: str = ""
+    placement: int = 0
 
     def label(self) -> str:
-        return f"{self.zone}/{self.instance_type}" + (" (spot)" if self.spot else "")
+        where = f"{self.provider} " if self.provider else ""
+        return f"{where}{self.zone}/{self.instance_type}" + (" (spot)" if self.spot else "")
 
 
 @dataclass(frozen=True)
@@ -528,7 +537,8 @@ def memory_to_json(m: Memory) -> dict[str, Any]:
                 "repairs": [ts(r) for r in p.repairs],
                 "exhausted": [
                     {"zone": e.zone, "instance_type": e.instance_type, "spot": e.spot,
-                     "until": ts(e.until), "failures": e.failures}
+                     "until": ts(e.until), "failures": e.failures,
+                     **({"provider": e.provider} if e.provider else {})}
                     for e in p.exhausted
                 ],
                 "desired": p.desired, "desired_from_target": p.desired_from_target,
@@ -563,7 +573,7 @@ def memory_from_json(d: Mapping[str, Any]) -> Memory:
             repairs=tuple(required_ts(r) for r in p.get("repairs", ())),
             exhausted=tuple(
                 Exhausted(e["zone"], e["instance_type"], e["spot"], required_ts(e["until"]),
-                          e.get("failures", 1))
+                          e.get("failures", 1), e.get("provider", ""))
                 for e in p.get("exhausted", ())
             ),
             desired=p.get("desired"), desired_from_target=p.get("desired_from_target"),

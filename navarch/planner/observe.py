@@ -81,29 +81,38 @@ def drift_reason(pool: PoolSpec, inst: Instance, nm: NodeMemory | None) -> str |
     """Why a node no longer matches its pool as declared now, or None when it does.
 
     A node on a type or zone still listed (not the first) is not drift: fallback placements
-    are legal. A node launched before navarch tagged launch settings (no navarch-spec tag
-    and nothing in Memory) is given the benefit of the doubt.
+    are legal. With several placements the node is compared with the placement it was
+    launched in (PoolSpec.placement_of); a provider in none of them is drift. A node
+    launched before navarch tagged launch settings (no navarch-spec tag and nothing in
+    Memory) is given the benefit of the doubt.
     """
     reasons: list[str] = []
-    if inst.provider != pool.provider:
-        reasons.append(f"provider {inst.provider} is no longer the pool's ({pool.provider})")
-    if inst.instance_type not in pool.instance_types:
+    found = pool.placement_of(inst.provider, inst.zone, inst.instance_type)
+    if found is None:
+        names = ", ".join(pl.provider for pl in pool.placed())
+        where = f"in none of the pool's placements ({names})" if len(pool.placed()) > 1 \
+            else f"no longer the pool's ({pool.provider})"
+        return f"provider {inst.provider} is {where}"
+    index, pl = found
+    if inst.instance_type not in pl.instance_types:
         reasons.append(f"instance type {inst.instance_type} is no longer in instance_types")
-    if inst.zone not in pool.zones:
+    if inst.zone not in pl.zones:
         reasons.append(f"zone {inst.zone} is no longer in zones")
-    if inst.spot and pool.capacity == "on-demand":
+    if inst.spot and pl.capacity == "on-demand":
         reasons.append("capacity spot, pool now on-demand")
-    elif not inst.spot and pool.capacity == "spot":
+    elif not inst.spot and pl.capacity == "spot":
         reasons.append("capacity on-demand, pool now spot")
-    changed = _launch_changes(pool, inst, nm)
+    changed = _launch_changes(pool, index, inst, nm)
     if changed is not None:
         reasons.append(f"launch settings changed ({changed})" if changed else "launch settings changed")
     return "; ".join(reasons) or None
 
 
-def _launch_changes(pool: PoolSpec, inst: Instance, nm: NodeMemory | None) -> str | None:
-    """None when the launch settings match; else which keys changed ("" when unknown)."""
-    now = dict(pool.launch_settings())
+def _launch_changes(pool: PoolSpec, placement: int, inst: Instance, nm: NodeMemory | None
+                    ) -> str | None:
+    """None when the launch settings match the placement's; else which keys changed
+    ("" when unknown)."""
+    now = dict(pool.launch_settings(placement))
     if nm is not None and nm.launch:
         then = dict(nm.launch)
         if then == now:
@@ -111,7 +120,7 @@ def _launch_changes(pool: PoolSpec, inst: Instance, nm: NodeMemory | None) -> st
         keys = sorted(k for k in set(then) | set(now) if then.get(k) != now.get(k))
         return ", ".join(f"{k} {_short(then.get(k))} -> {_short(now.get(k))}" for k in keys[:3])
     tagged = inst.tag(TAG_SPEC)
-    if tagged is None or tagged == pool.launch_hash():
+    if tagged is None or tagged == pool.launch_hash(placement):
         return None
     return ""
 

@@ -123,7 +123,7 @@ class Progress:
     rate_left: int
     leaving: tuple[str, ...] = ()
     surge_for: tuple[tuple[str, str], ...] = ()
-    avoid: frozenset[tuple[str, str, bool]] = frozenset()
+    avoid: frozenset[tuple[str, str, str, bool]] = frozenset()
     taken: frozenset[str] = frozenset()  # nodes an earlier stage already acted on
 
 
@@ -192,15 +192,47 @@ def desired_count(pool: PoolSpec, views: Sequence[NodeView], pm: PoolMemory, now
     return base, None
 
 
+PlaceKey = tuple[str, str, str, bool]  # (provider, zone, instance_type, spot)
+
+
+def _blocked(pool: PoolSpec, pm: PoolMemory, now: datetime) -> dict[PlaceKey, datetime]:
+    """Places in capacity backoff -> until when (an entry without a provider, written
+    before issue 15, is the pool's first provider's)."""
+    return {(e.provider or pool.provider, e.zone, e.instance_type, e.spot): e.until
+            for e in pm.exhausted if e.until > now}
+
+
 def open_places(pool: PoolSpec, pm: PoolMemory, now: datetime,
-                avoid: frozenset[tuple[str, str, bool]] = frozenset()) -> tuple[Place, ...]:
-    """The pool's places in fallback order, without those in capacity backoff or avoided."""
-    blocked = {(e.zone, e.instance_type, e.spot) for e in pm.exhausted if e.until > now} | avoid
+                avoid: frozenset[PlaceKey] = frozenset()) -> tuple[Place, ...]:
+    """The pool's places in launch order (zone, type, then placement: PoolSpec.
+    launch_places), without those in capacity backoff or avoided. A Place names its
+    provider only when the pool has several placements."""
+    blocked = set(_blocked(pool, pm, now)) | avoid
+    multi = len(pool.placed()) > 1
     return tuple(
-        Place(zone, itype, spot, attempt)
-        for attempt, (zone, itype, spot) in enumerate(pool.places())
-        if (zone, itype, spot) not in blocked
+        Place(p.zone, p.instance_type, p.spot, attempt, p.provider if multi else "", p.placement)
+        for attempt, p in enumerate(pool.launch_places())
+        if (p.provider, p.zone, p.instance_type, p.spot) not in blocked
     )
+
+
+def placement_note(pool: PoolSpec, pm: PoolMemory, now: datetime, first: Place) -> str:
+    """Why a provision skips placements tried before `first`, e.g. "aws: all places
+    exhausted until 14:20" ("" when `first` is in the first placement in launch order)."""
+    blocked = _blocked(pool, pm, now)
+    placed = pool.placed()
+    notes: list[str] = []
+    for p in pool.launch_places():
+        if p.placement == first.placement:
+            break
+        pl = placed[p.placement]
+        keys = [(pl.provider, z, t, s) for z, t, s in pl.places()]
+        untils = [blocked[k] for k in keys if k in blocked]
+        if not untils or any(n.startswith(f"{pl.label()}:") for n in notes):
+            continue
+        scope = "all places" if len(untils) == len(keys) else f"{len(untils)} place(s)"
+        notes.append(f"{pl.label()}: {scope} exhausted until {min(untils):%H:%M}")
+    return "; ".join(notes)
 
 
 # --- the plan -----------------------------------------------------------------------------
@@ -565,7 +597,8 @@ def stuck_stage(ctx: PoolContext, prog: Progress) -> StageResult:
         return StageResult(prog, halts=tuple(
             Halt(ctx.pool.name, "circuit_breaker", f"{v.node}: termination of a stuck instance "
                  "held back") for v in stuck))
-    avoid = frozenset((v.instance.zone, v.instance.instance_type, v.instance.spot)
+    avoid = frozenset((v.instance.provider, v.instance.zone, v.instance.instance_type,
+                       v.instance.spot)
                       for v in stuck if v.instance)
     actions = tuple(Action(ActionKind.TERMINATE, ctx.pool.name, v.node, v.reason,
                            instance_id=_iid(v), backoff=True) for v in stuck)
@@ -639,21 +672,21 @@ def drift_stage(ctx: PoolContext, prog: Progress) -> StageResult:
     (EC2 Auto Scaling instance refresh, Kubernetes RollingUpdate), or a note under
     update.strategy on-replace (Kubernetes OnDelete)."""
     pool = ctx.pool
-    in_place = pool.provider_type in TAG_UPDATABLE
     actions: list[Action] = []
     drifted: list[tuple[NodeView, str]] = []
     for v in ctx.views:
         if v.lifecycle not in SERVING or v.node in prog.leaving:
             continue
         why = v.drift
-        if v.tags_drift and in_place and v.instance is not None:
+        ptype = _provider_type(ctx, v)
+        if v.tags_drift and ptype in TAG_UPDATABLE and v.instance is not None:
             labels = ", ".join(f"{k}={val}" for k, val in v.tags_drift)
             actions.append(Action(ActionKind.UPDATE_TAGS, pool.name, v.node,
                                   f"labels changed ({labels})", instance_id=_iid(v),
                                   tags=v.tags_drift))
         elif v.tags_drift:
             labels = ", ".join(k for k, _ in v.tags_drift)
-            why = "; ".join(filter(None, [why, f"labels changed ({labels}); {pool.provider_type} "
+            why = "; ".join(filter(None, [why, f"labels changed ({labels}); {ptype} "
                                                 "cannot update tags in place"]))
         if why:
             drifted.append((v, why))
@@ -665,6 +698,13 @@ def drift_stage(ctx: PoolContext, prog: Progress) -> StageResult:
             "replaced for another reason" for v, why in drifted))
     r = _roll(ctx, prog, drifted)
     return replace(r, actions=tuple(actions) + r.actions)
+
+
+def _provider_type(ctx: PoolContext, v: NodeView) -> str:
+    """The type (aws, gcp, ...) of the provider the node runs on (the pool's first when
+    the instance is unknown or its provider undeclared)."""
+    name = v.instance.provider if v.instance is not None else ctx.pool.provider
+    return str(ctx.spec.providers.get(name, {}).get("type", ctx.pool.provider_type))
 
 
 _ROLL_ORDER = {Lifecycle.UNKNOWN: 0, Lifecycle.STALE: 0, Lifecycle.PROVISIONING: 1,
@@ -782,6 +822,9 @@ def _provision(ctx: PoolContext, prog: Progress, present: list[NodeView], need: 
         jobs.append((replaces, f"replaces {replaces}" if replaces
                      else f"{len(present) + i} of {prog.desired} nodes present"))
     jobs += [(n, f"replaces {n} (drift: {why})") for n, why in surges]
+    note = placement_note(pool, ctx.pm, ctx.now, places[0]) if places else ""
+    if note:
+        jobs = [(replaces, f"{why}; {note}") for replaces, why in jobs]
     actions = tuple(
         Action(ActionKind.PROVISION, pool.name, node_name(ctx.spec.name, pool.name, ctx.last_index + i),
                why, places=places, replaces=replaces)

@@ -67,6 +67,7 @@ from navarch.planner.model import (
     Memory,
     NodeMemory,
     Phase,
+    Place,
     Plan,
     PoolMemory,
     ts,
@@ -185,7 +186,8 @@ class _Fence(Protocol):
 
 class Executor:
     """Applies plans. providers: provider name -> Provider. user_data: renders a node's
-    cloud-init (pool, node, node_key) -> str, or None for providers that take none.
+    cloud-init (pool, node, node_key, provider name) -> str, or None for providers that
+    take none.
 
     inventory: every instance this run listed (fresh: a launch id absent from it was never
     launched, so providers may skip their pre-launch lookup; ProvisionRequest.known_absent).
@@ -206,7 +208,7 @@ class Executor:
         clock: Callable[[], datetime],
         run_id: str,
         playbooks: PlaybookRunner | None = None,
-        user_data: Callable[[PoolSpec, str, bytes], str] | None = None,
+        user_data: Callable[[PoolSpec, str, bytes, str], str] | None = None,
         fleet_secret: bytes | None = None,
         journal: Callable[[Memory], Memory] | None = None,
         policy: JournalPolicy | None = None,
@@ -232,7 +234,7 @@ class Executor:
         self.audit_error: str | None = None  # the last failed audit write, if any
         self._mutex = threading.Lock()
         self._dead_providers: dict[str, str] = {}
-        self._quota_pools: dict[str, str] = {}
+        self._quota_pools: dict[tuple[str, str], str] = {}  # (pool, provider) -> message
         self._stop = threading.Event()
         self._stop_reason: BaseException | None = None
 
@@ -363,6 +365,11 @@ class Executor:
         inst = self._instance(a)
         if inst is not None:
             return inst.provider
+        if a.places:
+            try:
+                return self.spec.pool(a.pool).placed()[a.places[0].placement].provider
+            except (KeyError, IndexError):
+                return ""
         try:
             return self.spec.pool(a.pool).provider
         except KeyError:
@@ -423,93 +430,135 @@ class Executor:
         return Outcome(a, True, f"desired {a.desired}"), update
 
     def _provision(self, a: Action, memory: Memory) -> tuple[Outcome, Update]:
+        """Launch the node in the first place that takes it, trying the action's places in
+        order (zone, then type, then placement: issue 15). Capacity and placement errors
+        back that place off and go on; a quota or auth error bars that provider for the
+        rest of the run (the action ends there when the pool has one placement)."""
         pool = self.spec.pool(a.pool)
         assert a.node is not None
-        with self._mutex:
-            dead = self._dead_providers.get(pool.provider)
-            quota = self._quota_pools.get(a.pool)
-        if dead is not None:
-            return Outcome(a, False, dead, "AuthError"), _same
-        if quota is not None:
-            return Outcome(a, False, quota, "QuotaError"), _same
-        provider = self.providers[pool.provider]
-        user_data = ""
-        if self.user_data is not None and self.fleet_secret is not None:
-            key = signing.derive_node_key(self.fleet_secret, self.spec.name, a.node)
-            user_data = self.user_data(pool, a.node, key)
+        multi = len(pool.placed()) > 1
         tried: list[str] = []
         not_offered = 0  # places of `tried` that failed for another reason than capacity
         updates: list[Update] = []
+        barred: tuple[str, str] | None = None  # (error class, message) of a quota/auth bar
+        barred_places = 0  # places of `tried` skipped for a bar
         for place in a.places:
-            lid = launch_id(self.spec.name, a.node, place.attempt)
-            tags = {**dict(pool.labels), **ownership_tags(self.spec.name, pool.name, a.node, lid),
-                    TAG_SPEC: pool.launch_hash()}
-            request = ProvisionRequest(
-                fleet=self.spec.name, pool=pool.name, node=a.node, zone=place.zone,
-                instance_type=place.instance_type, spot=place.spot, launch_id=lid,
-                attempt=place.attempt, tags=tags, user_data=user_data, options=pool.options,
-                known_absent=self.fresh_inventory and lid not in self.launched,
-            )
-            try:
-                inst = provider.provision(request)
-            except CapacityError as exc:
-                updates.append(self._exhausted(a.pool, place.zone, place.instance_type,
-                                               place.spot))
-                tried.append(f"{place.label()}: {exc}")
-                continue
-            except PlacementError as exc:
-                updates.append(self._exhausted(a.pool, place.zone, place.instance_type,
-                                               place.spot))
-                tried.append(f"{place.label()}: not offered here: {exc}")
-                not_offered += 1
-                continue
-            except LaunchSpent as exc:
-                updates.append(_past_node(a.pool, a.node))
-                tried.append(f"{place.label()}: launch id spent: {exc}")
-                not_offered += 1
-                continue
-            except QuotaError as exc:
-                with self._mutex:
-                    self._quota_pools[a.pool] = f"quota: {exc}"
-                return Outcome(a, False, f"quota: {exc}", "QuotaError"), _chain(*updates)
-            except AuthError as exc:
-                with self._mutex:
-                    self._dead_providers[pool.provider] = f"provider {pool.provider}: {exc}"
-                return Outcome(a, False, f"auth: {exc}", "AuthError"), _chain(*updates)
-            except ProviderError as exc:
-                return (Outcome(a, False, f"{place.label()}: {exc}", type(exc).__name__),
-                        _chain(*updates))
-            index = int(a.node.rsplit("-", 1)[1])
-            nm = NodeMemory(node=a.node, pool=a.pool, instance_id=inst.instance_id,
-                            first_seen_at=self.clock(), launch=pool.launch_settings())
-            here = (place.zone, place.instance_type, place.spot)
-
-            def launched(m: Memory, nm: NodeMemory = nm, here: tuple = here,
-                         index: int = index) -> Memory:
-                pm = m.pool(a.pool)
-                pm = replace(pm, next_index=max(pm.next_index, index + 1),
-                             exhausted=tuple(e for e in pm.exhausted
-                                             if (e.zone, e.instance_type, e.spot) != here))
-                return m.with_pool(pm).with_node(nm)
-
-            why = "without capacity" if not not_offered else "that could not take it"
-            where = place.label() + (f" after {len(tried)} place(s) {why}" if tried else "")
-            return Outcome(a, True, f"{inst.instance_id} in {where}"), _chain(*updates, launched)
+            provider = pool.placed()[place.placement].provider
+            bar = self._barred(a.pool, provider)
+            if bar is None:
+                try:
+                    inst = self._launch(a, pool, place, provider)
+                except (CapacityError, PlacementError) as exc:
+                    updates.append(self._exhausted(a.pool, place.zone, place.instance_type,
+                                                   place.spot, provider))
+                    offered = isinstance(exc, CapacityError)
+                    tried.append(f"{place.label()}: {'' if offered else 'not offered here: '}"
+                                 f"{exc}")
+                    not_offered += not offered
+                    continue
+                except LaunchSpent as exc:
+                    updates.append(_past_node(a.pool, a.node))
+                    tried.append(f"{place.label()}: launch id spent: {exc}")
+                    not_offered += 1
+                    continue
+                except (QuotaError, AuthError) as exc:
+                    bar = self._bar(a.pool, provider, exc)
+                except ProviderError as exc:
+                    return (Outcome(a, False, f"{place.label()}: {exc}", type(exc).__name__),
+                            _chain(*updates))
+                else:
+                    return self._launched(a, pool, place, inst, tried, not_offered, updates)
+            barred = barred or bar
+            if not multi:
+                break
+            tried.append(f"{place.label()}: {bar[1]}")
+            barred_places += 1
+        if barred is not None and (not multi or barred_places == len(tried)):
+            return Outcome(a, False, barred[1], barred[0]), _chain(*updates)
         if not_offered:
             return (Outcome(a, False, "no place could take it: " + "; ".join(tried),
                             "PlacementError"), _chain(*updates))
         return Outcome(a, False, "no capacity: " + "; ".join(tried), "CapacityError"), _chain(*updates)
 
-    def _exhausted(self, pool: str, zone: str, itype: str, spot: bool) -> Update:
+    def _barred(self, pool: str, provider: str) -> tuple[str, str] | None:
+        """(error class, message) when this run already met an auth error on the provider
+        or a quota error for the pool on it; None when launches may go on."""
+        with self._mutex:
+            dead = self._dead_providers.get(provider)
+            quota = self._quota_pools.get((pool, provider))
+        if dead is not None:
+            return "AuthError", dead
+        if quota is not None:
+            return "QuotaError", quota
+        return None
+
+    def _bar(self, pool: str, provider: str, exc: QuotaError | AuthError) -> tuple[str, str]:
+        """Remember a quota error (for the pool on that provider) or an auth error (for
+        the provider) for the rest of the run -> (error class, message)."""
+        with self._mutex:
+            if isinstance(exc, QuotaError):
+                self._quota_pools[(pool, provider)] = f"quota: {exc}"
+                return "QuotaError", f"quota: {exc}"
+            self._dead_providers[provider] = f"provider {provider}: {exc}"
+            return "AuthError", f"auth: {exc}"
+
+    def _launch(self, a: Action, pool: PoolSpec, place: Place, provider: str) -> Instance:
+        """One launch request in one place (tags, launch id, user-data of that placement)."""
+        assert a.node is not None
+        user_data = ""
+        if self.user_data is not None and self.fleet_secret is not None:
+            key = signing.derive_node_key(self.fleet_secret, self.spec.name, a.node)
+            user_data = self.user_data(pool, a.node, key, provider)
+        lid = launch_id(self.spec.name, a.node, place.attempt)
+        tags = {**dict(pool.labels), **ownership_tags(self.spec.name, pool.name, a.node, lid),
+                TAG_SPEC: pool.launch_hash(place.placement)}
+        request = ProvisionRequest(
+            fleet=self.spec.name, pool=pool.name, node=a.node, zone=place.zone,
+            instance_type=place.instance_type, spot=place.spot, launch_id=lid,
+            attempt=place.attempt, tags=tags, user_data=user_data,
+            options=pool.placed()[place.placement].options,
+            known_absent=self.fresh_inventory and lid not in self.launched,
+        )
+        return self.providers[provider].provision(request)
+
+    def _launched(self, a: Action, pool: PoolSpec, place: Place, inst: Instance,
+                  tried: list[str], not_offered: int, updates: list[Update]
+                  ) -> tuple[Outcome, Update]:
+        """The outcome of a launch that took, and its Memory update (the node with its
+        launch settings; the place's backoff cleared; next_index raised)."""
+        assert a.node is not None
+        index = int(a.node.rsplit("-", 1)[1])
+        nm = NodeMemory(node=a.node, pool=a.pool, instance_id=inst.instance_id,
+                        first_seen_at=self.clock(), launch=pool.launch_settings(place.placement))
+        here = (inst.provider, place.zone, place.instance_type, place.spot)
+
+        def launched(m: Memory) -> Memory:
+            pm = m.pool(a.pool)
+            pm = replace(pm, next_index=max(pm.next_index, index + 1),
+                         exhausted=tuple(e for e in pm.exhausted
+                                         if (e.provider or pool.provider, e.zone,
+                                             e.instance_type, e.spot) != here))
+            return m.with_pool(pm).with_node(nm)
+
+        why = "without capacity" if not not_offered else "that could not take it"
+        where = place.label() + (f" after {len(tried)} place(s) {why}" if tried else "")
+        return Outcome(a, True, f"{inst.instance_id} in {where}"), _chain(*updates, launched)
+
+    def _exhausted(self, pool: str, zone: str, itype: str, spot: bool, provider: str
+                   ) -> Update:
+        """Back off one place (provider, zone, type, spot): 10 min, doubling per failure."""
         now = self.clock()
+        first = self.spec.pool(pool).provider
 
         def update(memory: Memory) -> Memory:
             pm = memory.pool(pool)
+            key = (provider, zone, itype, spot)
             prev = next((e for e in pm.exhausted
-                         if (e.zone, e.instance_type, e.spot) == (zone, itype, spot)), None)
+                         if (e.provider or first, e.zone, e.instance_type, e.spot) == key),
+                        None)
             failures = prev.failures + 1 if prev else 1
             entry = Exhausted(zone, itype, spot, now + timedelta(seconds=backoff_s(failures)),
-                              failures)
+                              failures, provider)
             rest = tuple(e for e in pm.exhausted if e is not prev)
             return memory.with_pool(replace(pm, exhausted=rest + (entry,)))
 
@@ -588,7 +637,8 @@ class Executor:
             self.providers[inst.provider].terminate([inst])
         except ProviderError as exc:
             return Outcome(a, False, str(exc), type(exc).__name__), _same
-        backoff = (self._exhausted(a.pool, inst.zone, inst.instance_type, inst.spot)
+        backoff = (self._exhausted(a.pool, inst.zone, inst.instance_type, inst.spot,
+                                   inst.provider)
                    if a.backoff else _same)
         known = memory.node(a.node or "")
         if known is not None and known.instance_id not in (None, inst.instance_id):

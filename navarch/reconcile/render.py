@@ -34,7 +34,8 @@ def _headline(a: Action) -> str:
     if a.kind is ActionKind.PROVISION:
         where = a.places[0].label() if a.places else "?"
         more = f", then {len(a.places) - 1} more place(s)" if len(a.places) > 1 else ""
-        return f"provision {a.node} in {where}{more}"
+        on = "on" if a.places and a.places[0].provider else "in"
+        return f"provision {a.node} {on} {where}{more}"
     if a.kind is ActionKind.SCALE:
         return f"scale pool {a.pool} to {a.desired} nodes"
     if a.kind is ActionKind.UPDATE_TAGS:
@@ -161,7 +162,9 @@ def render_markdown(plan: Plan) -> str:
 
 
 def _place_json(p: Place) -> dict[str, Any]:
-    return {"zone": p.zone, "instance_type": p.instance_type, "spot": p.spot, "attempt": p.attempt}
+    where = {"provider": p.provider, "placement": p.placement} if p.provider else {}
+    return {"zone": p.zone, "instance_type": p.instance_type, "spot": p.spot,
+            "attempt": p.attempt, **where}
 
 
 def action_to_json(a: Action) -> dict[str, Any]:
@@ -185,7 +188,8 @@ def action_from_json(d: dict[str, Any]) -> Action:
     """Inverse of action_to_json. Raises KeyError/ValueError on a malformed action."""
     return Action(
         kind=ActionKind(d["action"]), pool=d["pool"], node=d["node"], reason=d["reason"],
-        places=tuple(Place(p["zone"], p["instance_type"], p["spot"], p["attempt"])
+        places=tuple(Place(p["zone"], p["instance_type"], p["spot"], p["attempt"],
+                           p.get("provider", ""), p.get("placement", 0))
                      for p in d.get("places", ())),
         instance_id=d.get("instance_id"), replaces=d.get("replaces"),
         repair=d.get("repair", False), desired=d.get("desired"),

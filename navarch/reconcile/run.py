@@ -205,16 +205,16 @@ class ApplyResult:
     audit_error: str | None = None
 
 
-def _user_data_renderer(spec: FleetSpec) -> Callable[[PoolSpec, str, bytes], str] | None:
+def _user_data_renderer(spec: FleetSpec) -> Callable[[PoolSpec, str, bytes, str], str] | None:
     try:
         from navarch.bootstrap import render_cloud_init
     except ImportError:
         return None
 
-    def render(pool: PoolSpec, node: str, key: bytes) -> str:
-        if spec.providers[pool.provider]["type"] == "local":
+    def render(pool: PoolSpec, node: str, key: bytes, provider: str) -> str:
+        if spec.providers[provider]["type"] == "local":
             return ""
-        return render_cloud_init(spec, pool.name, node, key)
+        return render_cloud_init(spec, pool.name, node, key, provider)
 
     return render
 

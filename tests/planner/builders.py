@@ -308,10 +308,12 @@ def node_memory(
 
 
 def exhausted(
-    zone: str, instance_type: str, *, until: datetime, spot: bool = False, failures: int = 1
+    zone: str, instance_type: str, *, until: datetime, spot: bool = False, failures: int = 1,
+    provider: str = "",
 ) -> Exhausted:
     return Exhausted(
-        zone=zone, instance_type=instance_type, spot=spot, until=until, failures=failures
+        zone=zone, instance_type=instance_type, spot=spot, until=until, failures=failures,
+        provider=provider,
     )
 
 

@@ -17,7 +17,7 @@ A scenario file holds (times are RFC 3339, or relative to `now` like "-20m", "+1
                       streak_sequence, first_seen_at, report, and the remediation
                       ladder's fault {key, action, boot_id, sequence}, faults [[key, time]],
                       rung, rung_fault, rung_at, return_streak, operator_cordon; pools: pool -> next_index,
-                      repairs, exhausted [{zone, instance_type, spot, until}], desired,
+                      repairs, exhausted [{[provider], zone, instance_type, spot, until}], desired,
                       desired_from_target, scaled_at
   drain_checks:       node -> bool (scheduler drain-check results this run)
   xfail:              (only for a planner bug found by the scenario) the bug, in one line
@@ -151,6 +151,7 @@ def build_inputs(doc: Mapping[str, Any], tmp_path: Path) -> Inputs:
                         spot=e.get("spot", False),
                         until=builders.when(now, e["until"]),
                         failures=e.get("failures", 1),
+                        provider=e.get("provider", ""),
                     )
                     for e in raw.pop("exhausted", [])
                 ],
@@ -168,8 +169,9 @@ def build_inputs(doc: Mapping[str, Any], tmp_path: Path) -> Inputs:
         # A node is launched in its pool's first place unless the scenario says otherwise.
         declared = {p.name: p for p in spec.pools}.get(pool_name)
         if declared is not None:
-            zone, itype, spot = declared.places()[0]
-            raw = {"zone": zone, "instance_type": itype, "spot": spot, **raw}
+            first = declared.launch_places()[0]
+            raw = {"provider": first.provider, "zone": first.zone,
+                   "instance_type": first.instance_type, "spot": first.spot, **raw}
         inventory.append(
             builders.instance(
                 spec.name,

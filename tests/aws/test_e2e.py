@@ -275,13 +275,18 @@ def _report(
     tmp_path: Path,
     *,
     gpu_lost: bool = False,
+    ecc_errors: int = 0,
     now: datetime | None = None,
 ) -> dict:
-    """Run the real agent once for `node` (fake GPU) and write its signed report to S3."""
+    """Run the real agent once for `node` (fake GPU) and write its signed report to S3.
+    gpu_lost: GPU 0 fell off the bus; ecc_errors: its volatile uncorrected ECC count."""
     from navarch.agent import AgentConfig, run_once
 
     faults = tmp_path / f"{node}.faults.json"
-    faults.write_text(json.dumps({"gpu_lost": [0]} if gpu_lost else {}))
+    fault: dict[str, Any] = {"gpu_lost": [0]} if gpu_lost else {}
+    if ecc_errors:
+        fault["ecc_uncorrected"] = {"0": ecc_errors}
+    faults.write_text(json.dumps(fault))
     config = AgentConfig(
         fleet=FLEET,
         pool="train",

@@ -44,14 +44,6 @@ KNOWN_GAPS = {
         "fake-gcs-server ignores ifGenerationMatch on DELETE (a gap of the fake); "
         "tests/gcp/test_gcs_store.py checks GCSStore's conditional DELETE against a JSON-API stub"
     ),
-    ("file_store_url", "test_put_with_both_conditions_is_a_caller_error"): (
-        "FileStore.put silently applies if_absent when given both conditions, where S3Store "
-        "and GCSStore raise ValueError (navarch/stores/file.py)"
-    ),
-    ("local_cloud", "test_terminate_refuses_an_instance_without_the_fleet_tag"): (
-        "LocalProvider.terminate removes any machine it is handed; the cloud providers refuse "
-        "foreign ones with ensure_owned (safety rule 1; navarch/providers/local.py)"
-    ),
 }
 
 

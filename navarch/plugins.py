@@ -29,6 +29,7 @@ the CLI prints the line and exits 1.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -137,13 +138,40 @@ class StoreFactory(Protocol):
 
 @runtime_checkable
 class NotifierFactory(Protocol):
-    """navarch.notifiers: build a sink for one `notify:` entry whose `type` is the name."""
+    """navarch.notifiers: build a sink for one `notify:` entry whose `type` is the name.
+
+    fleet.yaml:
+
+        notify:
+          - type: teams            # the entry point's name
+            name: ops-channel      # optional; default TYPE-N
+            events: [breaker_tripped, capacity_exhausted]   # optional filters, as for
+            min_severity: warning                           # the built-in sinks
+            options: {channel: gpu-ops}                     # the plugin's own settings
+    """
 
     def __call__(self, config: Mapping[str, Any]) -> Callable[[Mapping[str, Any]], None]:
-        """Return send(event) for the entry's mapping. send receives one event document
-        (kind, fleet, pool, node, message, at) and returns None; it may raise any
-        NavarchError on failure. navarch logs and counts a failed send and never lets it
-        change apply's exit code; send must be safe to call again for the same event."""
+        """Return send(event) for one sink.
+
+        Inputs: config is {"type", "name", "events", "min_severity", "options"} (the
+        entry, defaulted; options as written, {} when absent: validate them here and raise
+        ConfigError naming `notify[N].options.<key>`). Called once per apply that has
+        events for this sink, after the apply, from a worker thread.
+
+        send(event) receives one event document, navarch.notify.events.Event.to_json():
+        {"event_id", "kind", "severity", "fleet", "pool", "node", "message", "details",
+        "condition", "clears", "run_id"}, only events this sink's filters accept, and
+        returns None. Raise a NavarchError (e.g. navarch.notify.sinks.NotifyError) when the
+        event could not be delivered. send must be safe to call again for the same
+        event_id (a later run may resend a condition).
+
+        navarch guarantees: a failed, raising or wrong-shaped notifier (factory result not
+        callable, send returning anything but None, an exception outside NavarchError)
+        becomes a one-line PluginError naming the plugin, logged and counted as this
+        sink's failed delivery; the apply already happened and its exit code is
+        unchanged. A `type` naming no installed plugin fails fleet.yaml's validation, so
+        the run stops before it starts.
+        """
         ...
 
 
@@ -152,11 +180,22 @@ class AgentCheck(Protocol):
     """navarch.checks: one agent-side health check run after the built-in ones."""
 
     def __call__(self, context: Mapping[str, Any]) -> Mapping[str, Any]:
-        """Return one check result {"name", "status" (healthy|degraded|unhealthy),
-        "message", "evidence" (mapping)} for the node described by `context` (fleet, pool,
-        node, gpu readings). Must be read-only and finish within the agent's timer period;
-        a raise or a wrong shape is reported as an unhealthy-free `plugin` check failure
-        naming the plugin, never a crash of the agent."""
+        """Return one check result for the node described by `context`.
+
+        Inputs: context {"fleet", "pool", "node", "instance_id", "boot_id", "gpus" (the
+        report's gpus[] items), "checks" (the built-in checks' report items)}, a copy of
+        the plugin's own. Output: {"status" (healthy|degraded|unknown|unhealthy),
+        "message" (str), "action" (none|restart_app|reset_gpu|reboot|replace; default
+        none), "evidence" (a JSON object, at most 8 KiB and 8 levels; default {})}. The
+        report's check is named after the entry point and carries "plugin" (the
+        distribution). Must be read-only and finish within agent.yaml's
+        plugin_check_timeout_s (default 30 s).
+
+        navarch guarantees (navarch.agent.plugin_checks): plugins run after the built-in
+        checks, in name order, one at a time; a plugin that fails to load, raises, returns
+        the wrong shape or times out never crashes the agent: it becomes its own check,
+        degraded with action none (never unhealthy), whose message is the one-line
+        PluginError naming the plugin; the report stays valid against its schema."""
         ...
 
 
@@ -217,6 +256,35 @@ def call(ref: PluginRef, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> A
         raise
     except Exception as exc:
         raise PluginError(ref, f"raised {type(exc).__name__}: {exc}") from exc
+
+
+def call_within(ref: PluginRef, timeout_s: float, fn: Callable[..., Any], *args: Any,
+                **kwargs: Any) -> Any:
+    """call(ref, fn, *args, **kwargs) on a daemon thread, waiting at most timeout_s.
+
+    Raises PluginError when fn has not returned by then (the thread is abandoned: it may
+    still finish in the background, so fn must be safe to abandon), or when it raised
+    anything outside NavarchError, SystemExit included (a plugin cannot end navarch).
+    NavarchErrors pass through, as with call."""
+    box: list[tuple[bool, Any]] = []
+
+    def run() -> None:
+        try:
+            box.append((True, call(ref, fn, *args, **kwargs)))
+        except BaseException as exc:  # noqa: BLE001 - handed back to the caller's thread
+            if not isinstance(exc, Exception):
+                exc = PluginError(ref, f"raised {type(exc).__name__}: {exc}")
+            box.append((False, exc))
+
+    worker = threading.Thread(target=run, name=f"plugin-{ref.name}", daemon=True)
+    worker.start()
+    worker.join(timeout_s)
+    if not box:
+        raise PluginError(ref, f"did not finish within {timeout_s:g} s")
+    ok, value = box[0]
+    if not ok:
+        raise value
+    return value
 
 
 _PROVIDER_METHODS = ("list_instances", "provision", "terminate", "reboot", "update_tags")

@@ -251,10 +251,13 @@ class SinkSpec:
     url/secret/routing_key are secret references ({"value": URL} for a plain URL, {"env":
     VAR} or {"file": PATH}); navarch.notify resolves them at send time, never logs them.
     events: kinds this sink gets (empty: its type's default). timeout_s: one HTTP attempt.
+    A type outside BUILTIN_SINKS names a navarch.notifiers plugin; options are its own
+    settings (None for the built-ins).
     """
 
     type: str
     name: str
+    options: Mapping[str, Any] | None = None  # a notifier plugin's own settings
     url: Mapping[str, str] | None = None
     path: str | None = None
     secret: Mapping[str, str] | None = None
@@ -659,7 +662,7 @@ def _build(data: dict[str, Any], source: Path, lines: Mapping[tuple[Any, ...], i
         pools=tuple(pools),
         safety=safety,
         health_rules=fleet_rules,
-        notify=_sinks(data.get("notify", [])),
+        notify=_sinks(data.get("notify", []), fail),
         metrics=MetricsSpec(
             pushgateway=data["metrics"]["pushgateway"], job=data["metrics"]["job"],
             timeout_s=float(parse_duration_s(data["metrics"]["timeout"]))),
@@ -891,13 +894,39 @@ def _autoscaling(name: str, a: Mapping[str, Any], fail: _Fail) -> Autoscaling:
     return auto
 
 
-def _sinks(raw: list[Mapping[str, Any]]) -> tuple[SinkSpec, ...]:
-    """notify: items as SinkSpecs (list items get no schema defaults: they are set here)."""
+#: notify: sink types navarch ships; any other type names a navarch.notifiers plugin.
+BUILTIN_SINKS = ("log", "webhook", "slack", "pagerduty")
+
+
+def _check_plugin_sink(r: Mapping[str, Any], i: int, fail: _Fail) -> None:
+    """A plugin sink's type must be an installed navarch.notifiers plugin; `options` is
+    only for plugins. Raises ConfigError at notify[i] (before any run starts)."""
+    if r["type"] in BUILTIN_SINKS:
+        if "options" in r:
+            raise fail(("notify", i, "options"), f"a {r['type']} sink takes no options",
+                       "options are for notifier plugins; remove the key")
+        return
+    from navarch.plugins import Group, names
+
+    installed = names(Group.NOTIFIERS)
+    if r["type"] not in installed:
+        raise fail(("notify", i, "type"),
+                   f"no notifier plugin {r['type']!r} is installed",
+                   f"use one of {list(BUILTIN_SINKS)} or install a package declaring a "
+                   f"{Group.NOTIFIERS} entry point of that name "
+                   f"(installed: {', '.join(installed) or 'none'})")
+
+
+def _sinks(raw: list[Mapping[str, Any]], fail: _Fail) -> tuple[SinkSpec, ...]:
+    """notify: items as SinkSpecs (list items get no schema defaults: they are set here).
+    Raises ConfigError for a plugin type that is not installed (_check_plugin_sink)."""
     out: list[SinkSpec] = []
     for i, r in enumerate(raw):
+        _check_plugin_sink(r, i, fail)
         url = r.get("url")
         out.append(SinkSpec(
             type=r["type"], name=r.get("name") or f"{r['type']}-{i + 1}",
+            options=dict(r["options"]) if "options" in r else None,
             url={"value": url} if isinstance(url, str) else (dict(url) if url else None),
             path=r.get("path"), secret=dict(r["secret"]) if "secret" in r else None,
             routing_key=dict(r["routing_key"]) if "routing_key" in r else None,

@@ -5,6 +5,13 @@ One instance of each session server serves the whole run, whichever packages it 
 tests/support; they start only when a test asks for them.
 """
 
+from tests.support.azure_servers import (  # noqa: F401
+    arm_endpoint,
+    arm_server,
+    az_container,
+    azurite,
+    fake_arm,
+)
 from tests.support.fake_compute import compute_endpoint, compute_server, fake_compute  # noqa: F401
 from tests.support.fake_lambda import fake_lambda, lambda_api_base, lambda_server  # noqa: F401
 from tests.support.gcs_server import gcs_bucket, gcs_env, gcs_server  # noqa: F401

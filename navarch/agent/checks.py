@@ -1,13 +1,14 @@
 """Health checks: pure functions from a GPU probe, XID events and counter baselines to Checks.
 
-Three kinds, evaluated by navarch.agent.runner in this order:
+Three kinds here, evaluated by navarch.agent.runner in this order, and plugins last:
 
 - node checks over the probe (``probe_checks``: nvml, gpu_count, gpu_handle);
 - per-GPU check components, gpud-style: ``GPU_LOST`` (the gate), then the table
   ``GPU_CHECKS`` of small named ``GpuCheck`` units, each with the readings it needs, a
   pure ``evaluate(gpu, baselines)`` and its rule and source in its docstring;
   ``gpu_checks`` is the loop over the table;
-- XID checks over this boot's latched events (``xid_checks``).
+- XID checks over this boot's latched events (``xid_checks``);
+- then checks from navarch.checks plugins (navarch.agent.plugin_checks), each guarded.
 
 Each check yields ``Check(name, status, action, message, gpu_index, evidence)``. Status
 order (worst wins): healthy < degraded < unknown < unhealthy. ``unknown`` ranks above
@@ -76,7 +77,8 @@ def worst_status(statuses: Iterable[Status]) -> Status:
 
 @dataclass(frozen=True)
 class Check:
-    """One finding. evidence: JSON-able facts; fault_key: set for reboot-fixable faults."""
+    """One finding. evidence: JSON-able facts; fault_key: set for reboot-fixable faults;
+    plugin: the distribution of the navarch.checks plugin that made it (None: built-in)."""
 
     name: str
     status: Status
@@ -85,10 +87,11 @@ class Check:
     gpu_index: int | None = None
     evidence: Mapping[str, Any] = field(default_factory=dict)
     fault_key: str | None = None
+    plugin: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """The check as the report schema's checks[] item."""
-        return {
+        """The check as the report schema's checks[] item ("plugin" only for plugins')."""
+        out = {
             "name": self.name,
             "status": self.status.value,
             "action": self.action.value,
@@ -96,6 +99,9 @@ class Check:
             "gpu_index": self.gpu_index,
             "evidence": dict(self.evidence),
         }
+        if self.plugin is not None:
+            out["plugin"] = self.plugin[:200]
+        return out
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ Example (what templates/cloud-init.yaml.j2 writes)::
     metadata: auto          # auto | aws | gcp | azure | none
     metadata_endpoint: null # base URL override (tests)
     notice_file: null       # a JSON notice {"kind", "source", "deadline", "detail"} (local provider)
+    plugin_check_timeout_s: 30   # per navarch.checks plugin; past it, that check is degraded
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ class AgentConfig:
     metadata_endpoint: str | None = None
     metadata_timeout_s: float = 0.3
     notice_file: str | None = None
+    plugin_check_timeout_s: float = 30.0
 
     def __post_init__(self) -> None:
         for name in ("fleet", "pool", "node", "store"):
@@ -159,6 +161,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "gpu_count": (int,),
     "fake_gpu": (bool,),
     "metadata_timeout_s": (int, float),
+    "plugin_check_timeout_s": (int, float),
 }
 
 

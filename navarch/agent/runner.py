@@ -18,8 +18,8 @@ Report rules (DESIGN.md "Health report", schemas/health-report.schema.json):
 
 ``run_once`` is a sequence of named steps: load the state and choose the sequence
 (``next_sequence``), probe the GPUs (``choose_backend``), run the checks (``boot_check``,
-``probe_checks``, ``gpu_checks`` over ``GPU_CHECKS``, ``kernel_log_check`` and
-``xid_checks`` over ``read_xids``), escalate recurring faults (``escalate``), read a
+``probe_checks``, ``gpu_checks`` over ``GPU_CHECKS``, ``kernel_log_check``,
+``xid_checks`` over ``read_xids``, then navarch.checks plugins: ``plugin_checks``), escalate recurring faults (``escalate``), read a
 notice (``read_notice``), save the state (``persist_state``), sign (``build_report``)
 and write the report.
 """
@@ -47,12 +47,14 @@ from navarch.agent.checks import (
 )
 from navarch.agent.config import AgentConfig
 from navarch.agent.gpu import GpuBackend, GpuProbe, ProbeError, ProbeErrorKind
+from navarch.agent.plugin_checks import context_for, plugin_checks
 from navarch.agent.state import AgentState, load_state, prune_faults, save_state
 from navarch.xid import Action, Severity, XidInfo
 
 __all__ = [
     "run_once",
     "build_report",
+    "gpu_readings",
     "choose_backend",
     "health_score",
     "SCORE_WEIGHTS",
@@ -338,6 +340,25 @@ def _previous_sequence(store: Any, key: str) -> int | None:
         return None
 
 
+def gpu_readings(probe: GpuProbe) -> list[dict[str, Any]]:
+    """The report's gpus[] items: per GPU its identity and readings (units in the names)."""
+    return [
+        {
+            "index": g.index,
+            "uuid": g.uuid,
+            "name": g.name,
+            "pci_bus_id": g.pci_bus_id,
+            "temperature_c": g.temperature_c,
+            "power_w": g.power_w,
+            "memory_used_bytes": g.memory_used_bytes,
+            "memory_total_bytes": g.memory_total_bytes,
+            "utilization_pct": g.utilization_pct,
+            "process_count": g.process_count,
+        }
+        for g in probe.gpus
+    ]
+
+
 def build_report(
     config: AgentConfig,
     *,
@@ -371,21 +392,7 @@ def build_report(
         "action": action.value,
         "health_score": health_score(checks),
         "checks": [c.to_json() for c in checks][:512],
-        "gpus": [
-            {
-                "index": g.index,
-                "uuid": g.uuid,
-                "name": g.name,
-                "pci_bus_id": g.pci_bus_id,
-                "temperature_c": g.temperature_c,
-                "power_w": g.power_w,
-                "memory_used_bytes": g.memory_used_bytes,
-                "memory_total_bytes": g.memory_total_bytes,
-                "utilization_pct": g.utilization_pct,
-                "process_count": g.process_count,
-            }
-            for g in probe.gpus
-        ][:64],
+        "gpus": gpu_readings(probe)[:64],
         "xids": [
             {
                 "code": e.code,
@@ -656,6 +663,8 @@ def run_once(
         kernel_log_check(xids),
         *xid_checks(xids.latched, {g.pci_bus_id: g.index for g in probe.gpus}),
     ]
+    checks += plugin_checks(context_for(config, boot_id, gpu_readings(probe), checks),
+                            config.plugin_check_timeout_s)
     faults = _faults_with_earlier_boots(state.faults, xids.earlier_boots, now)
     checks, faults = escalate(checks, faults, boot_id, now)
     notice = read_notice(config, now)

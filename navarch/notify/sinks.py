@@ -1,4 +1,5 @@
-"""Notification sinks: log (JSON lines), webhook (signed JSON), Slack, PagerDuty.
+"""Notification sinks: log (JSON lines), webhook (signed JSON), Slack, PagerDuty, and
+navarch.notifiers plugins (PluginSink).
 
 Each sink takes a batch of events (already filtered for it) and raises NotifyError when
 delivery failed; the dispatcher logs and counts that, it never fails the apply. HTTP goes
@@ -241,8 +242,50 @@ class PagerDutySink:
         return sent
 
 
+class PluginSink:
+    """A navarch.notifiers plugin (navarch.plugins.NotifierFactory): built from the sink's
+    mapping, then called once per event with its JSON form (Event.to_json()).
+
+    The plugin is loaded and built at send time, after the apply (still under the lease,
+    so each call is bounded by the sink's `timeout`, default 5 s: a hung notifier cannot
+    hold the fleet's lease): a plugin that fails to import, builds something that is not
+    callable, raises outside navarch's error tree, does not return in time or returns
+    anything but None raises PluginError, whose one line names the plugin; the
+    dispatcher logs it as this sink's failed delivery and the apply's exit code stays the
+    same (notifications are after the fact). Events sent before a failure stay sent.
+    """
+
+    def __init__(self, spec: SinkSpec) -> None:
+        self.spec = spec
+
+    def _config(self) -> dict[str, Any]:
+        return {"type": self.spec.type, "name": self.spec.name,
+                "events": list(self.spec.events), "min_severity": self.spec.min_severity,
+                "options": dict(self.spec.options or {})}
+
+    def send(self, events: Sequence[Event]) -> int:
+        from navarch.plugins import Group, PluginError, call_within, load
+
+        found = load(Group.NOTIFIERS, self.spec.type)
+        if found is None:  # uninstalled between loading fleet.yaml and now
+            raise NotifyError(f"sink {self.spec.name}: no {Group.NOTIFIERS} plugin "
+                              f"{self.spec.type!r} is installed")
+        ref, factory = found
+        timeout_s = self.spec.timeout_s
+        deliver = call_within(ref, timeout_s, factory, self._config())
+        if not callable(deliver):
+            raise PluginError(ref, f"returned a {type(deliver).__name__}, "
+                                   "not a send(event) callable")
+        for e in events:
+            got = call_within(ref, timeout_s, deliver, e.to_json())
+            if got is not None:
+                raise PluginError(ref, f"send returned a {type(got).__name__}, not None")
+        return len(events)
+
+
 def open_sink(spec: SinkSpec, base_dir: Path, index: int) -> Sink:
-    """The Sink for one notify: item (index: its position, for error key paths)."""
+    """The Sink for one notify: item (index: its position, for error key paths); a type
+    outside navarch.spec.BUILTIN_SINKS is a navarch.notifiers plugin (PluginSink)."""
     if spec.type == "log":
         return LogSink(spec, base_dir)
     if spec.type == "webhook":
@@ -251,4 +294,4 @@ def open_sink(spec: SinkSpec, base_dir: Path, index: int) -> Sink:
         return SlackSink(spec, base_dir, index)
     if spec.type == "pagerduty":
         return PagerDutySink(spec, base_dir, index)
-    raise ConfigError(f"unknown sink type {spec.type!r}", key_path=f"notify[{index}].type")
+    return PluginSink(spec)

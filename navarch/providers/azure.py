@@ -282,8 +282,16 @@ class AzureProvider:
 
     def provision(self, request: ProvisionRequest) -> Instance:
         """PUT the NIC, then the VM, both named after the node (idempotent by name).
-        Raises CapacityError, QuotaError, AuthError, TransientError (map_error); on a
-        capacity or quota error the NIC just made is deleted again."""
+        Raises CapacityError, QuotaError, AuthError, TransientError (map_error).
+
+        ARM reports an allocation failure either at once (the PUT answers 409) or after
+        the fact: the PUT answers 201 and the long-running operation ends Failed with
+        AllocationFailed, leaving the VM in provisioningState Failed (ARM "Track
+        asynchronous Azure operations"). The SDK's poller raises the operation's error,
+        mapped the same way. On a capacity or quota error the failed VM (if any) and the
+        NIC just made are deleted, VM first (a NIC still attached cannot be), so the node
+        can launch in the next zone (ARM refuses to move an existing VM's zones). A VM of
+        this launch left Failed by a killed run is launched again, not returned."""
         rg = self.settings.resource_group
         subnet = request.options.get("subnet_id")
         if not subnet:
@@ -295,7 +303,8 @@ class AzureProvider:
         try:
             if not request.known_absent:
                 existing = self._get(rg, request.node)
-                if existing is not None and existing.tag(TAG_LAUNCH) == request.launch_id:
+                if (existing is not None and existing.tag(TAG_LAUNCH) == request.launch_id
+                        and existing.state is not InstanceState.STOPPED):
                     return existing
             nic = self.network.network_interfaces.begin_create_or_update(
                 rg, f"{request.node}-nic",
@@ -308,12 +317,23 @@ class AzureProvider:
             except HttpResponseError as exc:
                 mapped = map_error(exc, zone=request.zone, what=what)
                 if isinstance(mapped, (CapacityError, QuotaError)):
-                    self.network.network_interfaces.begin_delete(
-                        rg, f"{request.node}-nic").result()
+                    self._discard_launch(rg, request.node)
                 raise mapped from exc
         except AzureError as exc:
             raise map_error(exc, zone=request.zone, what=what) from exc
         return self._instance(vm)
+
+    def _discard_launch(self, rg: str, node: str) -> None:
+        """Delete what a refused launch left: the VM (absent after a synchronous refusal,
+        Failed after an asynchronous one), then its NIC. Missing resources are fine."""
+        for begin_delete, resource in ((self.compute.virtual_machines.begin_delete, node),
+                                       (self.network.network_interfaces.begin_delete,
+                                        f"{node}-nic")):
+            try:
+                begin_delete(rg, resource).result()
+            except HttpResponseError as exc:
+                if exc.status_code != 404:
+                    raise
 
     def terminate(self, instances: Sequence[Instance]) -> None:
         """Delete each VM, then its NIC and OS disk; anything already gone is success."""

@@ -30,7 +30,7 @@ from typing import Any
 
 from navarch.errors import CapacityError, ConfigError, PlacementError, ProviderError
 from navarch.inventory import TAG_FLEET, Instance, InstanceState
-from navarch.providers.base import ProvisionRequest
+from navarch.providers.base import ProvisionRequest, ensure_owned
 
 
 def write_json_atomic(path: Path, doc: Any) -> None:
@@ -46,9 +46,11 @@ class LocalProvider:
     """Provider over simulated machines in a directory (see module docstring)."""
 
     def __init__(self, name: str, root: Path, unavailable: Sequence[str] = (),
-                 not_offered: Sequence[str] = ()) -> None:
+                 not_offered: Sequence[str] = (), *, fleet: str | None = None) -> None:
         self.name = name
         self.root = Path(root)
+        # The fleet whose machines this is (create() gives it; the directory is per fleet).
+        self.fleet = fleet if fleet is not None else self.root.name
         self.unavailable = frozenset(unavailable)
         self.not_offered = frozenset(not_offered)
 
@@ -137,7 +139,10 @@ class LocalProvider:
         return self._instance(self.name, machine)
 
     def terminate(self, instances: Sequence[Instance]) -> None:
-        """Remove the machines; one already gone is success."""
+        """Remove the machines; one already gone is success. Refuses (ProviderError, code
+        ForeignInstance, before removing any) instances without navarch-fleet=<this fleet>,
+        as the cloud providers do (safety rule 1, providers.base.ensure_owned)."""
+        ensure_owned(instances, self.fleet, "terminate")
         for inst in instances:
             shutil.rmtree(self.machine_dir(inst.instance_id), ignore_errors=True)
 
@@ -166,7 +171,9 @@ class LocalProvider:
                 (d / name).unlink(missing_ok=True)
 
     def update_tags(self, instance: Instance, tags: Mapping[str, str]) -> None:
-        """Set tags on the machine in place (its machine.json, written atomically)."""
+        """Set tags on the machine in place (its machine.json, written atomically); refuses
+        an instance of another fleet or none (ensure_owned)."""
+        ensure_owned([instance], self.fleet, "tag")
         try:
             machine = self.read_machine(instance.instance_id)
         except FileNotFoundError:
@@ -200,4 +207,4 @@ def create(name: str, config: Mapping[str, Any], *, base_dir: Path, fleet: str) 
     if not root.is_absolute():
         root = base_dir / root
     return LocalProvider(name, root / fleet, config.get("unavailable", ()),
-                         config.get("not_offered", ()))
+                         config.get("not_offered", ()), fleet=fleet)

@@ -74,6 +74,14 @@ def map_error(exc: Exception, key: str, *, missing_is_precondition: bool = False
     return StoreError(f"Azure Blob error on {key}: {exc!r}")
 
 
+def _etag(value: Any) -> str:
+    """An ETag in the one form this store hands out: quoted, as response headers carry it.
+    List Blobs' XML gives it unquoted; without this a version from list() would never
+    equal the one get() returns for the same blob."""
+    text = str(value)
+    return text if text.startswith('"') else f'"{text}"'
+
+
 def _rfc3339(value: Any) -> str:
     return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
@@ -128,7 +136,7 @@ class AzureBlobStore:
             data = downloader.readall()
         except AzureError as exc:
             raise map_error(exc, key) from exc
-        return Blob(key=key, data=data, version=str(downloader.properties.etag))
+        return Blob(key=key, data=data, version=_etag(downloader.properties.etag))
 
     def put(self, key: str, data: bytes, *, if_absent: bool = False,
             if_version: str | None = None) -> str:
@@ -144,25 +152,39 @@ class AzureBlobStore:
             resp = self.client.get_blob_client(self._key(key)).upload_blob(data, **kwargs)
         except AzureError as exc:
             raise map_error(exc, key, missing_is_precondition=if_version is not None) from exc
-        return str(resp["etag"])
+        return _etag(resp["etag"])
 
     def delete(self, key: str, *, if_version: str | None = None) -> None:
         """Delete one blob, only at ETag if_version when given. Raises NotFound for a
-        missing key, PreconditionFailed when the ETag moved on."""
+        missing key, PreconditionFailed when the ETag moved on.
+
+        Blob Storage answers If-Match on a missing blob with 412 ConditionNotMet, where the
+        contract (and S3, GCS) say NotFound: a lost condition is told apart by asking
+        whether the blob still exists."""
         kwargs: dict[str, Any] = {}
         if if_version is not None:
             kwargs.update(etag=if_version, match_condition=MatchConditions.IfNotModified)
+        blob = self.client.get_blob_client(self._key(key))
         try:
-            self.client.get_blob_client(self._key(key)).delete_blob(**kwargs)
+            blob.delete_blob(**kwargs)
         except AzureError as exc:
-            raise map_error(exc, key) from exc
+            mapped = map_error(exc, key)
+            if isinstance(mapped, PreconditionFailed) and not self._exists(blob):
+                raise NotFound(key) from exc
+            raise mapped from exc
+
+    def _exists(self, blob: Any) -> bool:
+        try:
+            return bool(blob.exists())
+        except AzureError as exc:
+            raise map_error(exc, self.container) from exc
 
     def list(self, prefix: str) -> Sequence[ObjectInfo]:
         """Every blob whose key starts with prefix, sorted by key (List Blobs pages).
         Raises StoreError."""
         try:
             infos = [
-                ObjectInfo(key=b.name[len(self.prefix):], version=str(b.etag),
+                ObjectInfo(key=b.name[len(self.prefix):], version=_etag(b.etag),
                            size_bytes=int(b.size), modified_at=_rfc3339(b.last_modified))
                 for b in self.client.list_blobs(name_starts_with=self._key(prefix))
             ]

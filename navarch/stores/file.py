@@ -83,6 +83,12 @@ class FileStore:
     def put(
         self, key: str, data: bytes, *, if_absent: bool = False, if_version: str | None = None
     ) -> str:
+        """Write data; return the new version. if_absent: create only (a hard link, atomic);
+        if_version: replace only at that version (under the store's lock file). Raises
+        PreconditionFailed on a lost condition; both conditions at once raises ValueError
+        (as S3Store and GCSStore do)."""
+        if if_absent and if_version is not None:
+            raise ValueError("put: give if_absent or if_version, not both")
         path = self._path(key)
         tmp = self._write_tmp(data)
         try:

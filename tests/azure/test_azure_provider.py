@@ -4,11 +4,10 @@ name, spot, customData, terminate with NIC and disk, reboot, tags, and the error
 from __future__ import annotations
 
 import base64
-import json
 from typing import Any
 
 import pytest
-from azure.core.exceptions import ClientAuthenticationError, HttpResponseError, ServiceRequestError
+from azure.core.exceptions import ClientAuthenticationError, ServiceRequestError
 
 from navarch.errors import (
     AuthError,
@@ -21,7 +20,7 @@ from navarch.inventory import launch_id, ownership_tags
 from navarch.providers import open_provider
 from navarch.providers.azure import ERROR_CODES, AzureProvider, map_error
 from navarch.providers.base import ProvisionRequest
-from tests.azure.fake_arm import SUB, FakeARM
+from tests.support.fake_arm import SUB, FakeARM, arm_error
 
 SUBNET = f"/subscriptions/{SUB}/resourceGroups/net/providers/Microsoft.Network/virtualNetworks/v/subnets/gpu"
 
@@ -69,6 +68,24 @@ def test_capacity_error_cleans_its_nic(fake_arm: FakeARM, arm_endpoint: str) -> 
         provider(arm_endpoint).provision(request("f-p-0003"))
     assert err.value.code == "AllocationFailed" and err.value.scope == "zone"
     assert fake_arm.vms == {} and fake_arm.nics == {}
+
+
+def test_allocation_failed_later_is_capacity_and_leaves_nothing(
+    fake_arm: FakeARM, arm_endpoint: str
+) -> None:
+    # ARM accepts the PUT (201) and fails the operation afterwards, as it does for most
+    # allocation failures; the failed VM stays behind in provisioningState Failed.
+    fake_arm.fails_later.add("eastus-1/Standard_NC24ads_A100_v4")
+    p = provider(arm_endpoint)
+    with pytest.raises(CapacityError) as err:
+        p.provision(request("f-p-0007"))
+    assert err.value.code == "AllocationFailed" and err.value.scope == "zone"
+    assert fake_arm.count("GET", "/operations/") == 2  # the poller saw InProgress, then Failed
+    # The failed VM and its NIC are gone, so the node can launch in the next zone (ARM
+    # refuses to move an existing VM to another zone).
+    assert fake_arm.vms == {} and fake_arm.nics == {}
+    inst = p.provision(request("f-p-0007", "eastus-2"))
+    assert inst.zone == "eastus-2" and [i.node for i in p.list_instances("f")] == ["f-p-0007"]
 
 
 def test_terminate_takes_vm_nic_and_disk_and_gone_is_success(
@@ -119,21 +136,6 @@ def test_throttling_is_retried_by_the_sdk_policy(fake_arm: FakeARM, arm_endpoint
     assert fake_arm.count("GET", "virtualMachines$") == 3
 
 
-def _arm_error(status: int, code: str, message: str = "m") -> HttpResponseError:
-    class _Resp:
-        status_code = status
-        reason = "r"
-        headers: dict[str, str] = {}
-        content_type = "application/json"
-
-        def text(self) -> str:
-            return json.dumps({"error": {"code": code, "message": message}})
-
-    from azure.mgmt.core.exceptions import ARMErrorFormat
-
-    return HttpResponseError(response=_Resp(), error_format=ARMErrorFormat)  # type: ignore[arg-type]
-
-
 #: Every code in ERROR_CODES and what it becomes (the table is the contract).
 EXPECTED = {
     "SkuNotAvailable": CapacityError,
@@ -162,17 +164,17 @@ def test_the_table_lists_every_code() -> None:
 @pytest.mark.parametrize("code", sorted(EXPECTED))
 def test_each_code_maps(code: str) -> None:
     message = "Operation results in exceeding quota limits of Core" if code == "OperationNotAllowed" else "m"
-    got = map_error(_arm_error(409, code, message), zone="eastus-1")
+    got = map_error(arm_error(409, code, message), zone="eastus-1")
     assert type(got) is EXPECTED[code] and got.code == code
 
 
 def test_unlisted_shapes() -> None:
-    assert type(map_error(_arm_error(409, "OperationNotAllowed", "not allowed"))) is ProviderError
-    assert type(map_error(_arm_error(503, "Whatever"))) is TransientError
-    assert type(map_error(_arm_error(403, "Whatever"))) is AuthError
+    assert type(map_error(arm_error(409, "OperationNotAllowed", "not allowed"))) is ProviderError
+    assert type(map_error(arm_error(503, "Whatever"))) is TransientError
+    assert type(map_error(arm_error(403, "Whatever"))) is AuthError
     assert type(map_error(ServiceRequestError("refused"))) is TransientError
     assert type(map_error(ClientAuthenticationError("no creds"))) is AuthError
-    assert map_error(_arm_error(409, "AllocationFailed"), zone="eastus").scope == "region"
+    assert map_error(arm_error(409, "AllocationFailed"), zone="eastus").scope == "region"
 
 
 def test_nodes_get_the_pools_managed_identity(fake_arm: FakeARM, arm_endpoint: str) -> None:

@@ -10,7 +10,7 @@ from azure.core.exceptions import HttpResponseError
 from navarch.errors import ConfigError, NotFound, PreconditionFailed, StoreError
 from navarch.stores import open_store
 from navarch.stores.azure import ERROR_CODES, AzureBlobStore, map_error
-from tests.azure.conftest import ACCOUNT
+from tests.support.azure_servers import ACCOUNT
 
 
 def store(container: str, prefix: str = "navarch") -> AzureBlobStore:

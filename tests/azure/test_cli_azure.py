@@ -11,16 +11,16 @@ import base64
 import json
 import os
 import subprocess
-import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
 from azure.storage.blob import BlobServiceClient
 
-from tests.azure.conftest import ACCOUNT
-from tests.azure.fake_arm import SUB, TOKEN, FakeARM
-from tests.support.cli import kill_apply_mid_launch, run_navarch
+from tests.support.azure_servers import ACCOUNT
+from tests.support.cli import concurrent_applies, kill_apply_mid_launch, run_navarch
+from tests.support.fake_arm import SUB, TOKEN, FakeARM
 
 FLEET = "e2e"
 SECRET = "0123456789abcdef0123456789abcdef"
@@ -109,11 +109,15 @@ def test_converge_then_no_op(fake_arm: FakeARM, arm_endpoint: str, azurite: str,
     assert f"navarch/state/{FLEET}.lock" not in names
 
 
+@pytest.mark.parametrize("when", ["no_capacity", "fails_later"])
 def test_allocation_failed_falls_over_to_next_zone(
-    fake_arm: FakeARM, arm_endpoint: str, azurite: str, az_container: str, tmp_path: Path
+    fake_arm: FakeARM, arm_endpoint: str, azurite: str, az_container: str, tmp_path: Path,
+    when: str,
 ) -> None:
+    # no_capacity: the VM PUT is refused (409); fails_later: it is accepted and its
+    # operation ends Failed with AllocationFailed, leaving a Failed VM behind.
     env = env_for(azurite)
-    fake_arm.no_capacity.add(f"eastus-1/{SMALL}")
+    getattr(fake_arm, when).add(f"eastus-1/{SMALL}")
     fleet = write_fleet(tmp_path, arm_endpoint, az_container, target=2)
     run = navarch(["apply", str(fleet), "--auto-approve"], env, tmp_path)
     assert run.returncode == 0, run.stdout + run.stderr
@@ -223,24 +227,7 @@ def test_eight_concurrent_applies_end_at_target(
 ) -> None:
     env = env_for(azurite)
     fleet = write_fleet(tmp_path, arm_endpoint, az_container, target=3)
-    start = threading.Barrier(8)
-    codes: list[int] = []
-    outputs: list[str] = []
-
-    def one() -> None:
-        start.wait()
-        r = navarch(["apply", str(fleet), "--auto-approve"], env, tmp_path, timeout=180)
-        codes.append(r.returncode)
-        outputs.append(r.stdout + r.stderr)
-
-    threads = [threading.Thread(target=one) for _ in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert set(codes) <= {0, 4}, outputs
-    assert codes.count(0) >= 1
-    assert all("locked" in o for c, o in zip(codes, outputs, strict=True) if c == 4)
+    concurrent_applies(fleet, cwd=tmp_path, env=env)
     got = vms(fake_arm)
     assert len(got) == 3 and len({vm["tags"]["navarch-node"] for vm in got.values()}) == 3
     assert navarch(["plan", str(fleet), "--detailed-exitcode"], env, tmp_path).returncode == 0

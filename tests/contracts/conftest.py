@@ -19,22 +19,25 @@ import pytest
 from botocore.awsrequest import AWSResponse
 
 from navarch.providers import aws as awsmod
+from navarch.providers import azure as azuremod
 from navarch.providers import gcp as gcpmod
 from navarch.providers import lambda_cloud as lambdamod
 from navarch.providers import open_provider
 from navarch.providers.base import Provider
 from navarch.providers.local import LocalProvider
-from tests.contracts.error_tables import AWS_ERRORS, GCP_ERRORS, LAMBDA_ERRORS
+from tests.contracts.error_tables import AWS_ERRORS, AZURE_ERRORS, GCP_ERRORS, LAMBDA_ERRORS
+from tests.support.azure_servers import ACCOUNT
+from tests.support.fake_arm import SUB, FakeARM
 from tests.support.fake_compute import FakeCompute
 from tests.support.fake_lambda import FakeLambda
 from tests.support.moto_server import Moto
 from tests.support.providers import FLEET, Cloud
 
 # Fixtures yielding a fresh store URL each; the store contract runs against every one.
-STORE_BACKENDS = ["file_store_url", "s3_store_url", "gcs_store_url"]
+STORE_BACKENDS = ["file_store_url", "s3_store_url", "gcs_store_url", "azure_store_url"]
 
 # Fixtures returning a Cloud each; the provider contract runs against every one.
-PROVIDERS = ["local_cloud", "aws_cloud", "gcp_cloud", "lambda_cloud"]
+PROVIDERS = ["local_cloud", "aws_cloud", "gcp_cloud", "lambda_cloud", "azure_cloud"]
 
 # (backend or provider fixture, contract test) -> why that case cannot pass there: a gap
 # of the fake, or a bug the contract found (fixed in navarch/ separately). Strict xfail,
@@ -43,14 +46,6 @@ KNOWN_GAPS = {
     ("gcs_store_url", "test_delete_if_version_only_at_that_version"): (
         "fake-gcs-server ignores ifGenerationMatch on DELETE (a gap of the fake); "
         "tests/gcp/test_gcs_store.py checks GCSStore's conditional DELETE against a JSON-API stub"
-    ),
-    ("file_store_url", "test_put_with_both_conditions_is_a_caller_error"): (
-        "FileStore.put silently applies if_absent when given both conditions, where S3Store "
-        "and GCSStore raise ValueError (navarch/stores/file.py)"
-    ),
-    ("local_cloud", "test_terminate_refuses_an_instance_without_the_fleet_tag"): (
-        "LocalProvider.terminate removes any machine it is handed; the cloud providers refuse "
-        "foreign ones with ensure_owned (safety rule 1; navarch/providers/local.py)"
     ),
 }
 
@@ -95,6 +90,12 @@ def s3_store_url(moto: Moto) -> str:
 def gcs_store_url(gcs_bucket: str) -> str:
     """gs:// store root: a fresh bucket on fake-gcs-server."""
     return f"gs://{gcs_bucket}"
+
+
+@pytest.fixture
+def azure_store_url(az_container: str) -> str:
+    """az:// store root: a fresh container on Azurite."""
+    return f"az://{ACCOUNT}/{az_container}"
 
 
 # -- providers ---------------------------------------------------------------------------
@@ -258,4 +259,33 @@ def lambda_cloud(fake_lambda: FakeLambda, lambda_api_base: str) -> Cloud:
         add_instance=add_instance,
         map_error=lambda exc: lambdamod.map_error(exc, region="us-east-1", what="launch"),
         errors=LAMBDA_ERRORS,
+    )
+
+
+@pytest.fixture
+def azure_cloud(fake_arm: FakeARM, arm_endpoint: str) -> Cloud:
+    size, rg = "Standard_NC4as_T4_v3", "gpu-rg"
+    fake_arm.no_capacity.add(f"eastus-3/{size}")
+    config = {"type": "azure", "subscription_id": SUB, "resource_group": rg,
+              "base_url": arm_endpoint, "retry_total": 0}
+    subnet = (f"/subscriptions/{SUB}/resourceGroups/net/providers/Microsoft.Network/"
+              "virtualNetworks/v/subnets/gpu")
+
+    def reopen() -> Provider:
+        return open_provider("azure", config, base_dir=Path("."), fleet=FLEET)
+
+    def add_instance(zone: str, tags: Mapping[str, str]) -> str:
+        return fake_arm.add_vm(rg, f"added-{len(fake_arm.vms)}", zone, dict(tags))
+
+    return Cloud(
+        provider=reopen(),
+        reopen=reopen,
+        zones=("eastus-1", "eastus-2"),
+        full_zone="eastus-3",
+        instance_type=size,
+        options={"subnet_id": subnet},
+        live=lambda: len(fake_arm.vms),
+        add_instance=add_instance,
+        map_error=lambda exc: azuremod.map_error(exc, zone="eastus-1", what="launch"),
+        errors=AZURE_ERRORS,
     )

@@ -3,12 +3,14 @@
 One table per provider, read by the provider contract (its `map_error` over the table).
 A row: the SDK's exception, the navarch error type, and the scope the error must carry
 (None: not checked). Sources: EC2 API reference "Error codes"; Compute Engine API errors
-and operation error codes; Lambda Cloud API v1.10 error codes.
+and operation error codes; Lambda Cloud API v1.10 error codes; Azure VM docs
+"Troubleshoot allocation failures", "Resolve errors for resource quotas".
 """
 
 from __future__ import annotations
 
 import requests
+from azure.core.exceptions import ClientAuthenticationError, ServiceRequestError
 from botocore import exceptions as boto_exc
 from google.api_core import exceptions as gexc
 from google.auth import exceptions as auth_exc
@@ -24,7 +26,9 @@ from navarch.errors import (
     QuotaError,
     TransientError,
 )
+from navarch.providers.azure import ERROR_CODES as AZURE_CODES
 from navarch.providers.lambda_cloud import LambdaApiError
+from tests.support.fake_arm import arm_error
 from tests.support.moto_server import client_error
 from tests.support.providers import ErrorCase
 
@@ -197,4 +201,23 @@ LAMBDA_ERRORS = [
     ErrorCase(requests.ConnectionError("refused"), TransientError),
     ErrorCase(requests.Timeout("slow"), TransientError),
     ErrorCase(requests.exceptions.RetryError("exhausted"), TransientError),
+]
+
+
+# -- Azure (azure-core over ARM) -------------------------------------------------------
+
+#: Every ARM code navarch maps by name (navarch.providers.azure.ERROR_CODES, read here so
+#: a code added there is checked at once), then the shapes mapped by HTTP status or type.
+_QUOTA_MESSAGE = "Operation could not be completed as it results in exceeding approved quota"
+AZURE_ERRORS = [
+    *(ErrorCase(arm_error(409, code, _QUOTA_MESSAGE if code == "OperationNotAllowed" else "m"),
+                kind, "zone" if kind in (CapacityError, QuotaError) else None)
+      for code, kind in sorted(AZURE_CODES.items())),
+    ErrorCase(arm_error(409, "OperationNotAllowed", "not allowed on a deallocated VM"),
+              ProviderError),
+    ErrorCase(arm_error(403, "SomethingElse"), AuthError),
+    ErrorCase(arm_error(503, "SomethingElse"), TransientError),
+    ErrorCase(arm_error(400, "InvalidParameter"), ProviderError),
+    ErrorCase(ClientAuthenticationError("no credential"), AuthError),
+    ErrorCase(ServiceRequestError("connection refused"), TransientError),
 ]

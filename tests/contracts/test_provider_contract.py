@@ -2,8 +2,8 @@
 
 Each provider in conftest.PROVIDERS (the `cloud` fixture) runs every test here: local on a
 temporary directory, aws on moto, gcp on the fake Compute API, lambda on the fake Lambda
-Cloud API. What a cloud alone does (its request bodies, its retries, its status mapping)
-stays in that provider's own tests.
+Cloud API, azure on the fake ARM API. What a cloud alone does (its request bodies, its
+retries, its status mapping) stays in that provider's own tests.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 Each backend in conftest.STORE_BACKENDS (the `store_root` fixture) runs every test here on
 its real local server: file:// on a temporary directory, s3:// on moto, gs:// on
-fake-gcs-server. Stores are opened by URL (open_store), as the CLI opens them.
+fake-gcs-server, az:// on Azurite. Stores are opened by URL (open_store), as the CLI opens
+them.
 """
 
 from __future__ import annotations

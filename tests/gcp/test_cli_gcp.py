@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ import pytest
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import storage
 
-from tests.support.cli import kill_apply_mid_launch, run_navarch
+from tests.support.cli import concurrent_applies, kill_apply_mid_launch, run_navarch
 
 FLEET = "e2e"
 SECRET = "0123456789abcdef0123456789abcdef"
@@ -277,24 +276,7 @@ def test_eight_concurrent_applies_end_at_target(
     fake_compute, compute_endpoint, gcs_bucket, env, tmp_path
 ) -> None:
     fleet = write_fleet(tmp_path, compute_endpoint, gcs_bucket, target=3)
-    start = threading.Barrier(8)
-    codes: list[int] = []
-    outputs: list[str] = []
-
-    def one() -> None:
-        start.wait()
-        r = navarch(["apply", str(fleet), "--auto-approve"], env, tmp_path, timeout=180)
-        codes.append(r.returncode)
-        outputs.append(r.stdout + r.stderr)
-
-    threads = [threading.Thread(target=one) for _ in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert set(codes) <= {0, 4}, outputs
-    assert codes.count(0) >= 1
-    assert all("locked" in o for c, o in zip(codes, outputs, strict=True) if c == 4)
+    concurrent_applies(fleet, cwd=tmp_path, env=env)
     got = instances(fake_compute)
     assert len(got) == 3
     assert len({i["labels"]["navarch-node"] for i in got.values()}) == 3

@@ -112,7 +112,7 @@ def test_local_reboot_refuses_foreign_and_gone_machines(tmp_path: Path) -> None:
         provider.reboot([foreign])
     assert info.value.code == "ForeignInstance"
     assert provider.read_machine(foreign.instance_id)["boot_id"] == boot
-    provider.terminate([foreign])
+    shutil.rmtree(provider.machine_dir(foreign.instance_id))  # gone (terminate refuses it)
     with pytest.raises(ProviderError) as info:
         provider.reboot([foreign])
     assert info.value.code == "NotFound"

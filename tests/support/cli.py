@@ -52,6 +52,43 @@ def kill_apply_mid_launch(
         proc.wait()
 
 
+def concurrent_applies(
+    fleet: Path,
+    *,
+    cwd: Path,
+    env: Mapping[str, str],
+    inherit: bool = False,
+    runs: int = 8,
+    timeout: float = 180,
+) -> list[subprocess.CompletedProcess[str]]:
+    """Start `runs` `navarch apply FLEET --auto-approve` at the same moment (a barrier) and
+    wait for all -> the finished processes.
+
+    Fails the test unless the lease let them through one at a time: every run exits 0
+    (it applied) or 4 (it found the lease held and says "locked"), and at least one
+    applied. What the cloud ends with is the caller's to check.
+    """
+    start = threading.Barrier(runs)
+    done: list[subprocess.CompletedProcess[str]] = []
+
+    def one() -> None:
+        start.wait()
+        done.append(run_navarch(["apply", str(fleet), "--auto-approve"], cwd=cwd, env=env,
+                                inherit=inherit, timeout=timeout))
+
+    threads = [threading.Thread(target=one) for _ in range(runs)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    outputs = [r.stdout + r.stderr for r in done]
+    codes = [r.returncode for r in done]
+    assert len(done) == runs and set(codes) <= {0, 4}, outputs
+    assert codes.count(0) >= 1, outputs
+    assert all("locked" in r.stdout + r.stderr for r in done if r.returncode == 4), outputs
+    return done
+
+
 def _child_env(env: Mapping[str, str] | None, inherit: bool) -> dict[str, str]:
     child = {k: v for k, v in os.environ.items() if not k.startswith("NAVARCH_")} if inherit else {}
     child.update(env or {})

@@ -14,7 +14,9 @@ A fake is a `FakeAPI` subclass: the cloud's state in memory plus a route table o
   `release` is set (`holding` is set meanwhile), is then answered, and sets `held_done`;
   for killing a client while its launch is in flight.
 
-Handlers run under `fake.lock` and return `(status, JSON-able body or None)`.
+Handlers run under `fake.lock` and return `(status, JSON-able body or None)`, or
+`(status, body, headers)` when the answer carries headers (an ARM long-running operation's
+Azure-AsyncOperation, say).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, ClassVar, NamedTuple
 from urllib.parse import parse_qs, urlparse
 
-Answer = tuple[int, Any]
+Answer = tuple[int, Any] | tuple[int, Any, dict[str, str]]
 
 
 @dataclass(frozen=True)
@@ -208,11 +210,13 @@ class _Handler(BaseHTTPRequestHandler):
         request = Request(method, url.path, parse_qs(url.query), body, self.headers)
         held = fake._hold(request)
         try:
-            status, out = fake.answer(request)
+            status, out, *extra = fake.answer(request)
             data = b"" if out is None else json.dumps(out).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
+            for name, value in (extra[0] if extra else {}).items():
+                self.send_header(name, value)
             self.end_headers()
             self.wfile.write(data)
         except OSError:

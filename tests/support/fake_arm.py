@@ -3,16 +3,30 @@ virtualMachines (list, get, PUT, PATCH, DELETE, restart), networkInterfaces (PUT
 and disks (DELETE), in memory, on tests/support/fakehttp.py's base.
 
 PUTs answer 200 with provisioningState Succeeded (a finished long-running operation), so
-the SDK's poller ends at once. `capacity` holds (location zone-or-"", vmSize) places that
-answer a VM PUT with 409 AllocationFailed (as ARM does, synchronously here).
+the SDK's poller ends at once. Places are "location[-zone]/vmSize" strings:
+
+- `no_capacity`: a VM PUT is refused at once, 409 AllocationFailed;
+- `fails_later`: a VM PUT is accepted (201, provisioningState Creating, an
+  Azure-AsyncOperation URL), the operation answers InProgress once and then Failed with
+  AllocationFailed, and the VM stays behind in provisioningState Failed. This is how ARM
+  reports most allocation failures: after the fact, on the operation (ARM "Track
+  asynchronous Azure operations"; Azure VM docs "Troubleshoot allocation failures").
+
+As ARM does, a VM PUT may not move an existing VM to other zones (409
+PropertyChangeNotAllowed), and a NIC still attached to a VM cannot be deleted (400
+NicInUse).
 """
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, ClassVar
+
+from azure.core.exceptions import HttpResponseError
+from azure.mgmt.core.exceptions import ARMErrorFormat
 
 from tests.support.fakehttp import Answer, FakeAPI, Request, Route
 
@@ -22,6 +36,8 @@ _VMS = _RG + r"/Microsoft\.Compute/virtualMachines"
 _VM = _VMS + r"/(?P<name>[^/]+)"
 _NIC = _RG + r"/Microsoft\.Network/networkInterfaces/(?P<name>[^/]+)"
 _DISK = _RG + r"/Microsoft\.Compute/disks/(?P<name>[^/]+)"
+_OPERATION = (r"/subscriptions/(?P<sub>[^/]+)/providers/Microsoft\.Compute/locations/"
+              r"(?P<loc>[^/]+)/operations/(?P<op>[^/]+)")
 TOKEN = "fake-arm-token"
 
 
@@ -47,25 +63,55 @@ def _put_vm(fake: FakeARM, req: Request, m: re.Match[str]) -> Answer:
     props = body["properties"]
     zone = (body.get("zones") or [""])[0]
     size = props["hardwareProfile"]["vmSize"]
-    if f"{body['location']}{'-' + zone if zone else ''}/{size}" in fake.no_capacity:
+    place = f"{body['location']}{'-' + zone if zone else ''}/{size}"
+    if place in fake.no_capacity:
         return fake.error(409, "AllocationFailed", "Allocation failed. (fake)")
     nic_id = props["networkProfile"]["networkInterfaces"][0]["id"]
     if nic_id.rsplit("/", 1)[1] not in fake.nics:
         return fake.error(400, "InvalidResourceReference", f"NIC {nic_id} not found")
     key = (m["rg"].lower(), m["name"])
     old = fake.vms.get(key)
+    if old is not None and old.get("zones") != body.get("zones"):
+        return fake.error(409, "PropertyChangeNotAllowed",
+                          "Changing property 'zones' is not allowed. (fake)")
+    later = place in fake.fails_later
     vm = {
         "id": _vm_id(m), "name": m["name"], "type": "Microsoft.Compute/virtualMachines",
         "location": body["location"], "tags": body.get("tags", {}),
-        "properties": {**props, "provisioningState": "Succeeded",
+        "properties": {**props, "provisioningState": "Creating" if later else "Succeeded",
                        "timeCreated": (old or {}).get("properties", {}).get(
                            "timeCreated", datetime.now(UTC).isoformat())},
     }
     if body.get("zones"):
         vm["zones"] = body["zones"]
     fake.vms[key] = vm
-    fake.disks.add(props["storageProfile"]["osDisk"]["name"])
-    return 200, vm
+    if not later:
+        fake.disks.add(props["storageProfile"]["osDisk"]["name"])
+        return 200, vm
+    op = f"op-{len(fake.operations) + 1}"
+    fake.operations[op] = {"vm": key, "polls": 0}
+    status_url = (f"http://{req.headers['Host']}/subscriptions/{m['sub']}/providers/"
+                  f"Microsoft.Compute/locations/{body['location']}/operations/{op}"
+                  "?api-version=2024-07-01")
+    return 201, vm, {"Azure-AsyncOperation": status_url, "Retry-After": "0"}
+
+
+def _get_operation(fake: FakeARM, req: Request, m: re.Match[str]) -> Answer:
+    """An asynchronous VM create of `fails_later`: InProgress once, then Failed with
+    AllocationFailed, leaving the VM in provisioningState Failed."""
+    op = fake.operations.get(m["op"])
+    if op is None:
+        return fake.error(404, "ResourceNotFound", f"operation {m['op']} not found")
+    op["polls"] += 1
+    if op["polls"] == 1:
+        return 200, {"name": m["op"], "status": "InProgress"}, {"Retry-After": "0"}
+    vm = fake.vms.get(op["vm"])
+    if vm is not None:
+        vm["properties"]["provisioningState"] = "Failed"
+    return 200, {"name": m["op"], "status": "Failed", "error": {
+        "code": "AllocationFailed",
+        "message": "Allocation failed. We do not have sufficient capacity for the requested "
+                   "VM size in this region. (fake)"}}
 
 
 def _patch_vm(fake: FakeARM, req: Request, m: re.Match[str]) -> Answer:
@@ -109,6 +155,10 @@ def _put_nic(fake: FakeARM, req: Request, m: re.Match[str]) -> Answer:
 
 
 def _delete_nic(fake: FakeARM, req: Request, m: re.Match[str]) -> Answer:
+    for vm in fake.vms.values():
+        attached = vm["properties"]["networkProfile"]["networkInterfaces"]
+        if any(n["id"].rsplit("/", 1)[1] == m["name"] for n in attached):
+            return fake.error(400, "NicInUse", f"NIC {m['name']} is attached to {vm['name']}")
     return (200, None) if fake.nics.pop(m["name"], None) else (204, None)
 
 
@@ -133,6 +183,7 @@ class FakeARM(FakeAPI):
         Route("PUT", _NIC, _put_nic),
         Route("DELETE", _NIC, _delete_nic),
         Route("DELETE", _DISK, _delete_disk),
+        Route("GET", _OPERATION, _get_operation),
     )
     NO_ROUTE_CODE: ClassVar[str] = "ResourceNotFound"
     HOLD: ClassVar[tuple[str, str] | None] = ("PUT", _VM)
@@ -142,6 +193,8 @@ class FakeARM(FakeAPI):
     disks: set[str] = field(default_factory=set)
     restarts: list[str] = field(default_factory=list)
     no_capacity: set[str] = field(default_factory=set)
+    fails_later: set[str] = field(default_factory=set)
+    operations: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def authorize(self, request: Request) -> Answer | None:
         if request.headers.get("Authorization") != f"Bearer {TOKEN}":
@@ -156,16 +209,44 @@ class FakeARM(FakeAPI):
             self.disks.clear()
             self.restarts.clear()
             self.no_capacity.clear()
+            self.fails_later.clear()
+            self.operations.clear()
 
     def add_foreign(self, rg: str, name: str, location: str = "eastus") -> None:
         """A VM navarch did not make (no navarch tags)."""
+        self.add_vm(rg, name, location, {"owner": "someone-else"})
+
+    def add_vm(self, rg: str, name: str, zone: str, tags: dict[str, str]) -> str:
+        """A VM made outside navarch in `zone` ("eastus-1" zonal, "eastus" regional) with
+        these tags -> its ARM id."""
+        location, _, number = zone.rpartition("-") if zone[-1:].isdigit() else (zone, "", "")
+        vm_id = (f"/subscriptions/{SUB}/resourceGroups/{rg}/providers/"
+                 f"Microsoft.Compute/virtualMachines/{name}")
+        vm: dict[str, Any] = {
+            "id": vm_id, "name": name, "location": location, "tags": dict(tags),
+            "properties": {"provisioningState": "Succeeded",
+                           "hardwareProfile": {"vmSize": "Standard_D4s_v5"},
+                           "networkProfile": {"networkInterfaces": []},
+                           "storageProfile": {"osDisk": {"name": f"{name}-disk"}}},
+        }
+        if number:
+            vm["zones"] = [number]
         with self.lock:
-            self.vms[(rg.lower(), name)] = {
-                "id": f"/subscriptions/{SUB}/resourceGroups/{rg}/providers/"
-                      f"Microsoft.Compute/virtualMachines/{name}",
-                "name": name, "location": location, "tags": {"owner": "someone-else"},
-                "properties": {"provisioningState": "Succeeded",
-                               "hardwareProfile": {"vmSize": "Standard_D4s_v5"},
-                               "networkProfile": {"networkInterfaces": []},
-                               "storageProfile": {"osDisk": {"name": f"{name}-disk"}}},
-            }
+            self.vms[(rg.lower(), name)] = vm
+        return vm_id
+
+
+def arm_error(status: int, code: str, message: str = "m") -> HttpResponseError:
+    """An HttpResponseError as azure-mgmt raises it for an ARM error answer (the ARM error
+    envelope {"error": {"code", "message"}}, parsed with ARMErrorFormat)."""
+
+    class _Resp:
+        status_code = status
+        reason = "r"
+        headers: dict[str, str] = {}
+        content_type = "application/json"
+
+        def text(self) -> str:
+            return json.dumps({"error": {"code": code, "message": message}})
+
+    return HttpResponseError(response=_Resp(), error_format=ARMErrorFormat)  # type: ignore[arg-type]

@@ -1,6 +1,8 @@
-"""The local fake of ARM (tests/azure/fake_arm.py) and Azurite (the Azure Storage emulator, npm package `azurite`) on 127.0.0.1 for the
-Azure Blob store tests. .ci/run installs it (npm install -g azurite); without it the
-tests skip naming the package, and NAVARCH_REQUIRE_SYSTEM_PACKAGES=1 makes that a failure.
+"""Azure's local stand-ins on 127.0.0.1: the ARM fake (tests/support/fake_arm.py) for
+Compute and Network, and Azurite (the Azure Storage emulator, npm package `azurite`) for
+Blob Storage. tests/conftest.py makes the fixtures available to every package (tests/azure,
+tests/contracts). .ci/run installs azurite (npm install -g azurite); without it the tests
+skip naming the package, and NAVARCH_REQUIRE_SYSTEM_PACKAGES=1 makes that a failure.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import pytest
 from azure.storage.blob import BlobServiceClient
 
 from navarch.providers.azure import TOKEN_ENV
-from tests.azure.fake_arm import TOKEN, FakeARM
+from tests.support.fake_arm import TOKEN, FakeARM
 from tests.support.fakehttp import serve
 from tests.support.system import REQUIRE_ENV
 
@@ -84,21 +86,21 @@ def az_container(azurite: str, monkeypatch: pytest.MonkeyPatch) -> str:
 
 
 @pytest.fixture(scope="session")
-def _arm_server() -> Iterator[tuple[FakeARM, str]]:
+def arm_server() -> Iterator[tuple[FakeARM, str]]:
     fake = FakeARM()
     with serve(fake) as url:
         yield fake, url
 
 
 @pytest.fixture
-def fake_arm(_arm_server: tuple[FakeARM, str], monkeypatch: pytest.MonkeyPatch) -> FakeARM:
+def fake_arm(arm_server: tuple[FakeARM, str], monkeypatch: pytest.MonkeyPatch) -> FakeARM:
     """The ARM fake, reset, with NAVARCH_AZURE_TOKEN set to the token it accepts."""
-    fake = _arm_server[0]
+    fake = arm_server[0]
     fake.reset()
     monkeypatch.setenv(TOKEN_ENV, TOKEN)
     return fake
 
 
 @pytest.fixture
-def arm_endpoint(_arm_server: tuple[FakeARM, str]) -> str:
-    return _arm_server[1]
+def arm_endpoint(arm_server: tuple[FakeARM, str]) -> str:
+    return arm_server[1]

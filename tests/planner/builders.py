@@ -109,7 +109,7 @@ def fleet_doc(
     doc: dict[str, Any] = {
         "fleet": name,
         "secret": {"env": "NAVARCH_TEST_SECRET"},
-        "providers": {"sim": {"type": "local"}},
+        "providers": {"sim": {"type": "local"}, "sim2": {"type": "local"}},
         "pools": {k: dict(v) for k, v in pools.items()},
     }
     if safety:

@@ -105,7 +105,7 @@ def pool_docs(draw: st.DrawFn, *, converging: bool = False) -> dict[str, Any]:
         "scale_down_at": 20,
         "cooldown": "10m",
     }
-    return builders.pool_doc(
+    doc = builders.pool_doc(
         target=target,
         min_nodes=min_nodes,
         max_nodes=max_nodes,
@@ -116,6 +116,13 @@ def pool_docs(draw: st.DrawFn, *, converging: bool = False) -> dict[str, Any]:
         health=health,
         autoscaling=autoscaling,
     )
+    if draw(st.booleans()):  # issue 15: the pool spans a second provider (same zone name z1)
+        first = {k: doc.pop(k) for k in ("provider", "instance_types", "zones", "capacity")
+                 if k in doc}
+        second = {"provider": "sim2", "zones": ["z1"], "instance_types": ["t9"],
+                  "capacity": draw(st.sampled_from(["on-demand", "spot"]))}
+        doc["placements"] = draw(st.sampled_from([[first, second], [second, first]]))
+    return doc
 
 
 @st.composite
@@ -191,15 +198,21 @@ def foreign_instances(draw: st.DrawFn, now: datetime, owned_names: set[str]) -> 
     return out
 
 
+def _first_place(pool: PoolSpec) -> dict[str, Any]:
+    """Instance coordinates of the pool's first place in launch order."""
+    p = pool.launch_places()[0]
+    return {"provider": p.provider, "zone": p.zone, "instance_type": p.instance_type,
+            "spot": p.spot}
+
+
 @st.composite
 def pool_memories(draw: st.DrawFn, pool: PoolSpec, now: datetime) -> PoolMemory:
-    places = pool.places()
+    places = pool.launch_places()
     exhausted = []
-    for zone, itype, spot in draw(
-        st.lists(st.sampled_from(places), max_size=len(places), unique=True)
-    ):
+    for place in draw(st.lists(st.sampled_from(places), max_size=len(places), unique=True)):
         exhausted.append(
-            builders.exhausted(zone, itype, spot=spot, until=now + _minutes(draw, -30, 30))
+            builders.exhausted(place.zone, place.instance_type, spot=place.spot,
+                               until=now + _minutes(draw, -30, 30), provider=place.provider)
         )
     desired = draw(st.one_of(st.none(), st.integers(pool.min_nodes, pool.max_nodes)))
     return builders.pool_memory(
@@ -229,7 +242,8 @@ def worlds(draw: st.DrawFn) -> World:
         indices = draw(st.lists(st.integers(1, 12), max_size=pool.max_nodes + 2, unique=True))
         for index in indices:
             name = node_name(pool.name, index)
-            zone, itype, spot = draw(st.sampled_from(pool.places()))
+            place = draw(st.sampled_from(pool.launch_places()))
+            zone, itype, spot = place.zone, place.instance_type, place.spot
             inventory.append(
                 builders.instance(
                     FLEET,
@@ -237,6 +251,7 @@ def worlds(draw: st.DrawFn) -> World:
                     name,
                     launched_at=now - _minutes(draw, 0, 180),
                     state=draw(st.sampled_from([InstanceState.RUNNING] * 4 + list(InstanceState))),
+                    provider=place.provider,
                     zone=zone,
                     instance_type=itype,
                     spot=spot,
@@ -325,8 +340,7 @@ def converged_worlds(draw: st.DrawFn) -> World:
             name = node_name(pool.name, index)
             inventory.append(
                 builders.instance(FLEET, pool.name, name, launched_at=now - _minutes(draw, 20, 600),
-                                  zone=pool.zones[0], instance_type=pool.instance_types[0],
-                                  spot=pool.places()[0][2])
+                                  **_first_place(pool))
             )
             seq = draw(st.integers(2, 1000))
             report = builders.summary(
@@ -684,11 +698,12 @@ class Sim:
                 launched_at=now,
                 state=InstanceState.PENDING,
                 instance_id=f"i-sim-{self.ids}",
+                provider=pool.placed()[place.placement].provider,
                 zone=place.zone,
                 instance_type=place.instance_type,
                 spot=place.spot,
                 attempt=place.attempt,
-                tags={**dict(pool.labels), TAG_SPEC: pool.launch_hash()},
+                tags={**dict(pool.labels), TAG_SPEC: pool.launch_hash(place.placement)},
             )
             self.nodes[a.node] = SimNode(inst)
             index = int(a.node.rsplit("-", 1)[1])
@@ -696,7 +711,7 @@ class Sim:
             self.memory = mem.with_pool(
                 replace(pm, next_index=max(pm.next_index, index + 1))
             ).with_node(NodeMemory(a.node, a.pool, inst.instance_id, first_seen_at=now,
-                                   launch=pool.launch_settings()))
+                                   launch=pool.launch_settings(place.placement)))
         elif a.kind is ActionKind.UPDATE_TAGS:
             n = self.nodes[a.node]
             tags = {**dict(n.instance.tags), **dict(a.tags)}
@@ -763,9 +778,7 @@ def sick_sims(draw: st.DrawFn) -> Sim:
                 pool.name,
                 name,
                 launched_at=now - timedelta(hours=2),
-                zone=pool.zones[0],
-                instance_type=pool.instance_types[0],
-                spot=pool.places()[0][2],
+                **_first_place(pool),
             )
             nodes[name] = SimNode(inst, kind)
         pool_mems.append(builders.pool_memory(pool.name, next_index=count + 1))
@@ -860,13 +873,11 @@ def edited_sims(draw: st.DrawFn) -> tuple[Sim, FleetSpec]:
     node_mems = []
     pool_mems = []
     for pool in spec.pools:
-        zone, itype, spot = pool.places()[0]
         for i in range(1, pool.target_nodes + 1):
             name = node_name(pool.name, i)
             inst = builders.instance(
-                FLEET, pool.name, name, launched_at=now - timedelta(hours=2 + i), zone=zone,
-                instance_type=itype, spot=spot,
-                tags={**dict(pool.labels), TAG_SPEC: pool.launch_hash()},
+                FLEET, pool.name, name, launched_at=now - timedelta(hours=2 + i),
+                **_first_place(pool), tags={**dict(pool.labels), TAG_SPEC: pool.launch_hash()},
             )
             nodes[name] = SimNode(inst)
             node_mems.append(builders.node_memory(name, pool.name, instance_id=inst.instance_id,
@@ -874,11 +885,16 @@ def edited_sims(draw: st.DrawFn) -> tuple[Sim, FleetSpec]:
         pool_mems.append(builders.pool_memory(pool.name, next_index=pool.target_nodes + 1))
     edited = []
     for pool in spec.pools:
-        edited.append(replace(
-            pool,
+        first = replace(
+            pool.placed()[0],
             instance_types=draw(st.sampled_from([pool.instance_types, ("t2",), ("t3", "t1")])),
             zones=draw(st.sampled_from([pool.zones, ("z2",), ("z3", "z1")])),
             capacity=draw(st.sampled_from([pool.capacity, "on-demand", "spot"])),
+        )
+        edited.append(replace(
+            pool,
+            instance_types=first.instance_types, zones=first.zones, capacity=first.capacity,
+            placements=(first, *pool.placed()[1:]),
             gpus_per_node=draw(st.sampled_from([pool.gpus_per_node, 4])),
             labels=draw(st.sampled_from([pool.labels, (("team", "ml"),)])),
         ))

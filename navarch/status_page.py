@@ -20,7 +20,7 @@ from typing import Any
 
 from navarch.durations import format_duration_s
 from navarch.errors import StoreError
-from navarch.planner.model import Memory, Plan, ts
+from navarch.planner.model import Memory, NodeView, Plan, ts
 from navarch.resources import data_dir
 from navarch.spec import FleetSpec
 from navarch.stores.base import ObjectStore
@@ -102,8 +102,11 @@ def page_context(spec: FleetSpec, plan: Plan, memory: Memory, now: datetime,
     halts_by_pool: dict[str, list[str]] = {}
     for h in plan.halts:
         halts_by_pool.setdefault(h.pool, []).append(f"{h.rule}: {h.message}")
+    by_pool: dict[str, list[NodeView]] = {}  # grouped once, not a scan per pool
+    for v in plan.views:
+        by_pool.setdefault(v.pool, []).append(v)
     for p in spec.pools:
-        views = [v for v in plan.views if v.pool == p.name]
+        views = by_pool.get(p.name, [])
         pm = memory.pool(p.name)
         backoff = [f"{e.zone}/{e.instance_type}{' (spot)' if e.spot else ''} until "
                    f"{e.until:%H:%M} UTC" for e in pm.exhausted if e.until > now]

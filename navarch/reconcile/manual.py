@@ -1,7 +1,10 @@
 """`navarch reboot` and `navarch cordon`: an operator's hand on one node (issue 13).
 
-Both take the fleet lock, look at the world as a run would (gather), act on one node of
-this fleet, and write what they did to the audit log, like `navarch uncordon`.
+Both hold the fleet's lease like apply (renewed in the background; checked before acting
+and before the state write, so a verb stalled past its TTL while another run took the
+fleet over does nothing more and exits non-zero), look at the world as a run would
+(gather), act on one node of this fleet, and write what they did to the audit log, like
+`navarch uncordon`.
 
 - reboot: restarts the node's instance in place through its provider's API
   (Provider.reboot: EC2 RebootInstances, Compute Engine instances.reset, Lambda Cloud
@@ -23,8 +26,8 @@ from typing import Any
 from navarch.errors import NavarchError, ProviderError, RemoteError
 from navarch.inventory import Instance
 from navarch.planner.model import NodeMemory, Phase, ts
-from navarch.reconcile.run import Fleet, Snapshot, clock, gather
-from navarch.reconcile.state import AuditLog, acquire_lock, release_lock, save_memory
+from navarch.reconcile.run import Fleet, Snapshot, clock, gather, leased
+from navarch.reconcile.state import AuditLog, save_memory
 
 #: The Memory field an operator's cordon is kept in (issue 13; added by the planner's
 #: owner). Until NodeMemory has it, the cordon lives in the audit log only.
@@ -56,11 +59,11 @@ def reboot(fleet: Fleet, node: str, *, force: bool = False) -> str:
     """Reboot `node` through its provider's API; returns what was done (one line).
 
     Raises NavarchError when the node is not this fleet's, its latest report shows GPU
-    processes (unless force), or the provider refuses (the ProviderError's text).
+    processes (unless force), or the provider refuses (the ProviderError's text); LockHeld
+    when another run holds the lease, LeaseLost when it lapsed before the reboot.
     """
     spec = fleet.spec
-    lock = acquire_lock(fleet.store, spec.name, f"reboot {node}", spec.safety.lock_ttl_s, clock())
-    try:
+    with leased(fleet, f"reboot {node}") as lease:
         snap = gather(fleet, clock())
         inst = _instance(snap, spec.name, node)
         view = next((v for v in snap.observed.views if v.node == node), None)
@@ -72,6 +75,7 @@ def reboot(fleet: Fleet, node: str, *, force: bool = False) -> str:
         reason = "operator: navarch reboot" + (" --force" if force else "")
         record = {"action": "reboot", "pool": inst.pool, "node": node, "reason": reason,
                   "instance_id": inst.instance_id}
+        lease.check()
         try:
             fleet.providers[inst.provider].reboot([inst])
         except ProviderError as exc:
@@ -81,22 +85,21 @@ def reboot(fleet: Fleet, node: str, *, force: bool = False) -> str:
         detail = f"rebooted {inst.instance_id} through provider {inst.provider}"
         _audit(fleet, snap, "reboot", {**record, "ok": True, "detail": detail, "error": None})
         return detail
-    finally:
-        release_lock(fleet.store, spec.name, lock)
 
 
 def cordon(fleet: Fleet, node: str, reason: str) -> str:
     """An operator's cordon of `node` with `reason`; returns the playbook's detail.
 
     Raises NavarchError when the node is not this fleet's, navarch is already taking it
-    out of service (its own cordon, drain or termination), or the cordon playbook fails.
+    out of service (its own cordon, drain or termination), or the cordon playbook fails;
+    LockHeld when another run holds the lease, LeaseLost when it lapsed before the cordon
+    or the state write.
     """
     spec = fleet.spec
     if not reason.strip():
         raise NavarchError("give a reason (--reason TEXT): it is shown to the scheduler's users "
                            "and kept in the audit log")
-    lock = acquire_lock(fleet.store, spec.name, f"cordon {node}", spec.safety.lock_ttl_s, clock())
-    try:
+    with leased(fleet, f"cordon {node}") as lease:
         snap = gather(fleet, clock())
         inst = _instance(snap, spec.name, node)
         nm = snap.memory.node(node)
@@ -105,6 +108,7 @@ def cordon(fleet: Fleet, node: str, reason: str) -> str:
                                f"({nm.phase.value}: {nm.phase_reason})")
         pool = spec.pool(inst.pool or "")
         full_reason = f"operator: {reason.strip()}"
+        lease.check()
         if pool.scheduler == "none" and "cordon" not in pool.playbooks:
             ok, detail = True, "recorded in navarch (scheduler none)"
         elif fleet.playbooks is None:
@@ -124,7 +128,6 @@ def cordon(fleet: Fleet, node: str, reason: str) -> str:
             base = nm or NodeMemory(node=node, pool=pool.name, instance_id=inst.instance_id,
                                     first_seen_at=snap.now)
             memory = snap.memory.with_node(replace(base, **{OPERATOR_CORDON_FIELD: full_reason}))
+            lease.check_store()
             save_memory(fleet.store, memory, snap.memory_version)
         return detail
-    finally:
-        release_lock(fleet.store, spec.name, lock)

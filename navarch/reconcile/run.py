@@ -13,7 +13,8 @@ from __future__ import annotations
 import logging
 import os
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
@@ -253,37 +254,52 @@ def run_apply(
     ProviderError, StoreError; the lease is released on every path out.
     """
     spec = fleet.spec
+    with leased(fleet, command) as lease:
+        try:
+            snap = gather(fleet, clock(), options)
+            plan = snap.plan
+            if saved is not None:
+                check_saved_plan(saved, snap)
+                plan = replace(plan, actions=saved.actions)
+            if confirm is not None and plan.actions and not confirm(plan):
+                return None
+            run_id = run_id or f"{snap.now:%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:8]}"
+            audit = AuditLog(fleet.store, spec.name, run_id, snap.now)
+            by_node = {v.node: v.instance for v in snap.observed.views if v.instance is not None}
+            journal = _Journal(fleet.store, snap.loaded, snap.memory_version, lease)
+            executor = Executor(spec, fleet.providers, audit, instances=by_node,
+                                inventory=snap.inventory, clock=clock,
+                                run_id=run_id, playbooks=fleet.playbooks,
+                                user_data=_user_data_renderer(spec), fleet_secret=fleet.secret(),
+                                journal=journal.persist, policy=policy, lease=lease,
+                                max_parallel=max_parallel)
+            memory, outcomes = executor.execute(plan, snap.memory, on_outcome)
+            memory = journal.persist(memory)  # what observe() learnt, when nothing was done
+            result = ApplyResult(plan, tuple(outcomes), memory, run_id, executor.audit_error)
+            _after(after_apply, result, None)
+            return result
+        except NavarchError as exc:
+            _after(after_apply, None, exc)
+            raise
+
+
+@contextmanager
+def leased(fleet: Fleet, command: str) -> Iterator[Lease]:
+    """Hold the fleet's lease (state/<fleet>.lock, TTL safety.lock_ttl) for `command`.
+
+    Renewed in the background while the block runs, released on every path out. The
+    holder calls lease.check() before every action and lease.check_store() before every
+    state write (fencing; Kubernetes Lease / etcd leases). A lease past its TTL is taken
+    over, logged with whose it was. Raises LockHeld (another run holds it), StoreError.
+    """
+    spec = fleet.spec
     ttl_s = spec.safety.lock_ttl_s
     lock: Lock = acquire_lock(fleet.store, spec.name, command, ttl_s, clock())
     if lock.took_over:
         log.warning("took over the expired lease of %s", lock.took_over)
     lease = Lease(fleet.store, spec.name, lock, ttl_s, clock).start()
     try:
-        snap = gather(fleet, clock(), options)
-        plan = snap.plan
-        if saved is not None:
-            check_saved_plan(saved, snap)
-            plan = replace(plan, actions=saved.actions)
-        if confirm is not None and plan.actions and not confirm(plan):
-            return None
-        run_id = run_id or f"{snap.now:%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:8]}"
-        audit = AuditLog(fleet.store, spec.name, run_id, snap.now)
-        by_node = {v.node: v.instance for v in snap.observed.views if v.instance is not None}
-        journal = _Journal(fleet.store, snap.loaded, snap.memory_version, lease)
-        executor = Executor(spec, fleet.providers, audit, instances=by_node,
-                            inventory=snap.inventory, clock=clock,
-                            run_id=run_id, playbooks=fleet.playbooks,
-                            user_data=_user_data_renderer(spec), fleet_secret=fleet.secret(),
-                            journal=journal.persist, policy=policy, lease=lease,
-                            max_parallel=max_parallel)
-        memory, outcomes = executor.execute(plan, snap.memory, on_outcome)
-        memory = journal.persist(memory)  # what observe() learnt, when nothing was done
-        result = ApplyResult(plan, tuple(outcomes), memory, run_id, executor.audit_error)
-        _after(after_apply, result, None)
-        return result
-    except NavarchError as exc:
-        _after(after_apply, None, exc)
-        raise
+        yield lease
     finally:
         lease.release()
 

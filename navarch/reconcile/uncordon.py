@@ -16,18 +16,20 @@ from dataclasses import replace
 from navarch.errors import NavarchError
 from navarch.planner.model import Action, ActionKind, Phase
 from navarch.reconcile.executor import Executor
-from navarch.reconcile.run import Fleet, clock, gather
-from navarch.reconcile.state import AuditLog, acquire_lock, release_lock, save_memory
+from navarch.reconcile.run import Fleet, clock, gather, leased
+from navarch.reconcile.state import AuditLog, save_memory
 
 
 def uncordon(fleet: Fleet, node: str, *, force: bool = False) -> str:
     """Uncordon `node`; returns the playbook's detail. Raises NavarchError saying why not.
 
-    force: uncordon a lemon's instance id all the same.
+    force: uncordon a lemon's instance id all the same. Holds the fleet's lease like apply
+    (checked before the uncordon and before the state write): raises LockHeld when another
+    run holds it, LeaseLost when it lapsed or was taken over meanwhile (then nothing more
+    is done and no state written).
     """
     spec = fleet.spec
-    lock = acquire_lock(fleet.store, spec.name, f"uncordon {node}", spec.safety.lock_ttl_s, clock())
-    try:
+    with leased(fleet, f"uncordon {node}") as lease:
         snap = gather(fleet, clock())
         nm = snap.memory.node(node)
         view = next((v for v in snap.observed.views if v.node == node), None)
@@ -51,12 +53,11 @@ def uncordon(fleet: Fleet, node: str, *, force: bool = False) -> str:
         audit = AuditLog(fleet.store, spec.name, f"{snap.now:%Y%m%dT%H%M%SZ}-uncordon", snap.now)
         by_node = {i.node: i for i in snap.inventory if i.node}
         executor = Executor(spec, fleet.providers, audit, instances=by_node, clock=clock,
-                            run_id="uncordon", playbooks=fleet.playbooks)
+                            run_id="uncordon", playbooks=fleet.playbooks, lease=lease)
         plan = replace(snap.plan, actions=(action,))
         memory, outcomes = executor.execute(plan, snap.memory)
         if not outcomes[0].ok:
             raise NavarchError(f"uncordon of {node} failed: {outcomes[0].detail}")
+        lease.check_store()
         save_memory(fleet.store, memory, snap.memory_version)
         return outcomes[0].detail
-    finally:
-        release_lock(fleet.store, spec.name, lock)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from datetime import UTC, datetime, timedelta
@@ -16,7 +18,14 @@ import pytest
 from navarch.errors import LeaseLost, LockHeld
 from navarch.reconcile.state import Lease, acquire_lock, lock_key
 from navarch.stores.file import FileStore
-from tests.support.journal import HeldApply, lock_path, navarch, state_path, write_fleet
+from tests.support.journal import (
+    HeldApply,
+    env,
+    lock_path,
+    navarch,
+    state_path,
+    write_fleet,
+)
 
 T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 TTL_S = 3
@@ -132,3 +141,82 @@ def test_stalled_apply_whose_lease_is_taken_over_stops_and_exits_5(tmp_path):
     assert held.provisions() == entered  # no action started after the stall
     assert state_path(tmp_path).read_bytes() == state  # and no state written
     assert navarch(tmp_path, "plan", "fleet.yaml", "--detailed-exitcode").returncode == 0
+
+
+#: A `navarch` child whose verb holds right after it looked at the world (gather), so a
+#: test can SIGSTOP it there. argv: marker (touched when holding), go file, then the CLI's.
+HELD_VERB = r"""
+import sys, time
+from pathlib import Path
+from navarch.reconcile import manual, run, uncordon
+
+marker, go = Path(sys.argv[1]), Path(sys.argv[2])
+gather = run.gather
+
+def held(*args, **kwargs):
+    snap = gather(*args, **kwargs)
+    marker.touch()
+    while not go.exists():
+        time.sleep(0.02)
+    return snap
+
+manual.gather = uncordon.gather = held
+from navarch.cli import main
+sys.exit(main(sys.argv[3:]))
+"""
+
+
+def _machines(root) -> dict[str, str]:
+    """node -> boot id of the local fleet's machines."""
+    out = {}
+    for p in (root / "local" / "jt" / "machines").glob("*/machine.json"):
+        m = json.loads(p.read_text())
+        out[m["tags"]["navarch-node"]] = m["boot_id"]
+    return out
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGSTOP"), reason="needs SIGSTOP")
+@pytest.mark.parametrize("verb", ["reboot", "cordon", "uncordon"])
+def test_stalled_manual_verb_whose_lease_is_taken_over_does_nothing(tmp_path, verb):
+    """reboot, cordon and uncordon hold the lease like apply: stalled past its TTL while
+    another run took the fleet over, the verb acts on nothing, writes no state, exits 5."""
+    write_fleet(tmp_path, target=2, max_parallel=1, lock_ttl=f"{TTL_S}s")
+    for args in (("apply", "fleet.yaml", "--auto-approve"), ("local", "tick", "fleet.yaml")):
+        assert navarch(tmp_path, *args).returncode == 0
+    node = "jt-train-0001"
+    if verb == "uncordon":
+        done = navarch(tmp_path, "cordon", "fleet.yaml", node, "--reason", "bad fan")
+        assert done.returncode == 0, done.stdout + done.stderr
+    argv = {"reboot": ["reboot", "fleet.yaml", node],
+            "cordon": ["cordon", "fleet.yaml", node, "--reason", "bad fan"],
+            "uncordon": ["uncordon", "fleet.yaml", node]}[verb]
+    marker, go = tmp_path / "holding", tmp_path / "go"
+    boots = _machines(tmp_path)
+    proc = subprocess.Popen([sys.executable, "-c", HELD_VERB, str(marker), str(go), *argv],
+                            cwd=tmp_path, env=env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not marker.exists():
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, f"{verb} never reached the hold"
+            time.sleep(0.02)
+        os.kill(proc.pid, signal.SIGSTOP)  # a stall past the lease's TTL
+        time.sleep(TTL_S + 1)
+        other = navarch(tmp_path, "apply", "fleet.yaml", "--auto-approve")
+        assert other.returncode == 0, other.stdout + other.stderr
+        assert "took over the expired lease" in other.stderr
+        state = state_path(tmp_path).read_bytes()
+        go.touch()
+        os.kill(proc.pid, signal.SIGCONT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGCONT)
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 5, out + err
+    assert "lease" in err and "stopped acting" in err
+    assert _machines(tmp_path) == boots  # not rebooted
+    assert state_path(tmp_path).read_bytes() == state  # no cordon or uncordon recorded
+    assert not lock_path(tmp_path).exists()  # the other run's lease released, ours not rewritten

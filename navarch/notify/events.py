@@ -4,7 +4,7 @@ Two sources, one module:
 
 - outcome_events / plan_conditions / outcome_conditions (an ApplyResult's parts):
   per-action outcomes (node cordoned with its reason, drain started, drain finished or
-  timed out, node terminated, replacement provisioned, node rebooted, node returned to
+  timed out, node terminated, replacement provisioned, node rebooted or GPU-reset, node returned to
   service, action failed) and the plan's halts and failures as *conditions*
   (circuit breaker per pool, capacity exhausted per pool, quota or auth failure per pool,
   orphan guard).
@@ -41,6 +41,7 @@ class EventKind(enum.StrEnum):
     NODE_PROVISIONED = "node_provisioned"
     NODE_RETURNED = "node_returned"
     NODE_REBOOTED = "node_rebooted"  # the remediation ladder's reboot through the provider
+    NODE_GPU_RESET = "node_gpu_reset"  # the ladder's GPU reset (nvidia-smi -r) on the node
     ACTION_FAILED = "action_failed"
     CAPACITY_EXHAUSTED = "capacity_exhausted"
     BREAKER_TRIPPED = "breaker_tripped"
@@ -82,6 +83,7 @@ SEVERITY = {
     EventKind.NODE_PROVISIONED: Severity.INFO,
     EventKind.NODE_RETURNED: Severity.INFO,
     EventKind.NODE_REBOOTED: Severity.INFO,
+    EventKind.NODE_GPU_RESET: Severity.INFO,
     EventKind.ACTION_FAILED: Severity.WARNING,
     EventKind.CAPACITY_EXHAUSTED: Severity.CRITICAL,
     EventKind.BREAKER_TRIPPED: Severity.CRITICAL,
@@ -200,9 +202,12 @@ def _action_event(fleet: str, run_id: str, outcome: object) -> Event | None:
     if a.kind is ActionKind.UNCORDON:
         return make(EventKind.NODE_RETURNED, fleet, a.pool, a.node,
                     f"{a.node} returned to service: {a.reason}", run_id, **ids)
-    if a.kind.value == "reboot":  # by value: the ladder's action kind is newer than this map
+    if a.kind is ActionKind.REBOOT:
         return make(EventKind.NODE_REBOOTED, fleet, a.pool, a.node,
                     f"{a.node} rebooted: {a.reason}", run_id, **ids)
+    if a.kind is ActionKind.RESET_GPU:
+        return make(EventKind.NODE_GPU_RESET, fleet, a.pool, a.node,
+                    f"{a.node}: GPUs reset: {a.reason}", run_id, **ids)
     return None  # scale and tag updates are routine
 
 

@@ -64,6 +64,7 @@ class ActionKind(enum.StrEnum):
     SCALE = "scale"  # change a pool's autoscaled desired count
     UPDATE_TAGS = "update_tags"  # set the pool's labels on an instance in place
     REBOOT = "reboot"  # remediation ladder: restart a drained node in place (issue 13)
+    RESET_GPU = "reset_gpu"  # remediation ladder: reset a drained node's GPUs (nvidia-smi -r)
 
 
 class Phase(enum.StrEnum):
@@ -73,7 +74,7 @@ class Phase(enum.StrEnum):
     CORDONED = "cordoned"
     DRAINING = "draining"
     TERMINATING = "terminating"
-    REMEDIATING = "remediating"  # rebooted by the ladder; its next boot's reports decide
+    REMEDIATING = "remediating"  # rebooted or GPU-reset by the ladder; later reports decide
 
 
 #: A node whose report's generated_at is further than this from the store's modification

@@ -29,10 +29,11 @@ Safety rules enforced here (DESIGN.md "Safety rules"):
     drifted or requested nodes) started per pool per hour;
  6. provisioning tries places in the pool's fallback order, skipping exhausted ones.
 A node is only terminated after it was cordoned and drained (or drain_timeout passed),
-except orphans, duplicates, stuck instances and `destroy --force`. A node is only rebooted
-after it was cordoned and its drain finished (never on drain_timeout), and never while its
-latest report shows GPU processes; it is only returned to service automatically after
-return_after healthy reports from a boot other than its fault's. A node an operator
+except orphans, duplicates, stuck instances and `destroy --force`. A node is only rebooted or
+GPU-reset after it was cordoned and its drain finished (never on drain_timeout), and never
+while its latest report shows GPU processes; it is only returned to service automatically
+after return_after healthy reports made after the remedy (a boot other than its fault's,
+or for a GPU reset reports made after it). A node an operator
 cordoned is never drained, terminated or uncordoned by a plan.
 """
 
@@ -59,7 +60,7 @@ from navarch.planner.model import (
     Plan,
     PoolMemory,
 )
-from navarch.planner.observe import Duplicate, fault_of
+from navarch.planner.observe import Duplicate, after_remedy, fault_of
 from navarch.policy import Remedy, ladder_remedy
 from navarch.spec import FleetSpec, PoolSpec
 
@@ -438,8 +439,6 @@ def _rung_for(ctx: PoolContext, v: NodeView, fault: Fault, unrecorded: int) -> _
         why = f"{fault.key}: its remedy is replace"
     else:
         why = f"{fault.key}, first occurrence; {ladder}"
-    if remedy is Remedy.RESET_GPU:
-        why += " (reset_gpu is carried out as a reboot: no GPU reset step yet)"
     return _Rung(remedy, why, lemon)
 
 
@@ -448,29 +447,45 @@ def _busy(v: NodeView) -> int:
     return (v.summary.process_count or 0) if v.summary is not None else 0
 
 
+#: The action that carries out each in-place rung of the ladder.
+_RUNG_ACTION = {Remedy.RESET_GPU: ActionKind.RESET_GPU, Remedy.REBOOT: ActionKind.REBOOT}
+
+
+def _in_place(ctx: PoolContext, v: NodeView, r: _Rung, fault: Fault, *, repair: bool = False
+              ) -> tuple[Action | None, str]:
+    """The rung's in-place action (RESET_GPU or REBOOT) for v, or why it waits: never while
+    v's latest report shows GPU processes (nvidia-smi -r refuses then, and a reboot would
+    kill them)."""
+    kind = _RUNG_ACTION[r.remedy]
+    if _busy(v):
+        return None, (f"{v.node}: {kind.value} waits: its latest report shows {_busy(v)} "
+                      "GPU process(es)")
+    return Action(kind, ctx.pool.name, v.node, r.why, instance_id=_iid(v), fault=fault,
+                  rung=r.remedy.value, repair=repair), ""
+
+
 def _after_drain(ctx: PoolContext, v: NodeView, fault: Fault) -> tuple[Action | None, str]:
-    """A drained node cordoned for a fault: reboot it, or terminate it (replace)."""
+    """A drained node cordoned for a fault: reset its GPUs, reboot it, or terminate it."""
     r = _rung_for(ctx, v, fault, unrecorded=0)
     if r.remedy is Remedy.REPLACE:
         return Action(ActionKind.TERMINATE, ctx.pool.name, v.node, f"drain finished; {r.why}",
                       instance_id=_iid(v), lemon=r.lemon), ""
-    if _busy(v):
-        return None, f"{v.node}: reboot waits: its latest report shows {_busy(v)} GPU process(es)"
-    return Action(ActionKind.REBOOT, ctx.pool.name, v.node, r.why, instance_id=_iid(v),
-                  fault=fault, rung=Remedy.REBOOT.value), ""
+    return _in_place(ctx, v, r, fault)
 
 
 def _remediating(ctx: PoolContext, v: NodeView) -> tuple[Action | None, str]:
-    """A rebooted node: return it after return_after healthy reports from its new boot,
-    climb a rung when it faults again, replace it when its new boot never reports."""
+    """A rebooted or GPU-reset node: return it after return_after healthy reports made after
+    the remedy, climb a rung when it faults again, replace it when no report made after the
+    remedy arrives within boot_timeout."""
     h, s, fault = ctx.pool.health, v.summary, v.fault
     rung = v.rung or "reboot"
     since = v.rung_at or v.phase_at or ctx.now
     waited_s = (ctx.now - since).total_seconds()
-    if fault is None or s is None or s.boot_id == fault.boot_id:
+    if s is None or not after_remedy(rung, fault, v.rung_at, s):
         if waited_s > h.boot_timeout_s:
+            what = "from a new boot" if rung != Remedy.RESET_GPU else "made"
             return Action(ActionKind.TERMINATE, ctx.pool.name, v.node,
-                          f"no report from a new boot within boot_timeout "
+                          f"no report {what} within boot_timeout "
                           f"({format_duration_s(h.boot_timeout_s)}) after the {rung}",
                           instance_id=_iid(v)), ""
         return None, (f"{v.node}: waits for its first report after the {rung} "
@@ -489,10 +504,7 @@ def _remediating(ctx: PoolContext, v: NodeView) -> tuple[Action | None, str]:
         if r.remedy is Remedy.REPLACE:
             return Action(ActionKind.TERMINATE, ctx.pool.name, v.node, r.why,
                           instance_id=_iid(v), lemon=r.lemon, fault=new), ""
-        if _busy(v):
-            return None, f"{v.node}: reboot waits: its latest report shows {_busy(v)} GPU process(es)"
-        return Action(ActionKind.REBOOT, ctx.pool.name, v.node, r.why, instance_id=_iid(v),
-                      fault=new, rung=Remedy.REBOOT.value, repair=True), ""
+        return _in_place(ctx, v, r, new, repair=True)
     if v.return_streak >= h.return_after:
         return Action(ActionKind.UNCORDON, ctx.pool.name, v.node,
                       f"healthy for {v.return_streak} reports after {rung}",
@@ -505,12 +517,13 @@ def ladder_stage(ctx: PoolContext, prog: Progress) -> StageResult:
 
     A DRAINING node cordoned for a fault (Memory has it) whose drain finished gets
     ladder_remedy(remediation, fault action, previous rung for the same fault within
-    ladder_window, lemon): REBOOT, or TERMINATE (replace; a lemon is marked). A
-    REMEDIATING node is uncordoned after return_after healthy reports from a boot other
-    than the fault's, climbs the next rung when it faults again from its new boot, and is
-    replaced when no new boot reports within boot_timeout. Reboots are repairs: the
-    circuit breaker holds every one, the repair rate limit a reboot no cordon paid for
-    (a fault again after a reboot). Terminations here are of drained nodes and go even
+    ladder_window, lemon): RESET_GPU, REBOOT, or TERMINATE (replace; a lemon is marked). A
+    REMEDIATING node is uncordoned after return_after healthy reports made after the
+    remedy (observe.after_remedy: a new boot, or a report later than the GPU reset), climbs
+    the next rung when it faults again after it, and is replaced when no report made after
+    the remedy arrives within boot_timeout. Resets and reboots are repairs: the circuit
+    breaker holds every one, the repair rate limit one no cordon paid for (a fault again
+    after a remedy). Terminations here are of drained nodes and go even
     with the breaker open. Operator-cordoned nodes are listed as pending, nothing else.
     """
     pool = ctx.pool
@@ -533,14 +546,15 @@ def ladder_stage(ctx: PoolContext, prog: Progress) -> StageResult:
         if action is None:
             pending.append(wait)
             continue
-        if action.kind is ActionKind.REBOOT:
+        if action.kind in (ActionKind.REBOOT, ActionKind.RESET_GPU):
             if ctx.frozen:
-                halts.append(Halt(pool.name, "circuit_breaker", f"{v.node}: reboot held back"))
+                halts.append(Halt(pool.name, "circuit_breaker",
+                                  f"{v.node}: {action.kind.value} held back"))
                 continue
             if action.repair:
                 if rate_left <= 0:
                     halts.append(Halt(pool.name, "repair_rate_limit",
-                                      f"{v.node} waits for its reboot: "
+                                      f"{v.node} waits for its {action.kind.value}: "
                                       f"{ctx.spec.safety.repairs_per_pool_per_hour} repairs in "
                                       "the last hour"))
                     continue

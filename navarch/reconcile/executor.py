@@ -44,7 +44,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from navarch import signing
 from navarch.errors import (
@@ -130,6 +130,15 @@ def _with_fault(nm: NodeMemory, fault: Fault | None, now: datetime, keep_s: int)
     if nm.fault != fault:
         history += ((fault.key, now),)
     return replace(nm, fault=fault, faults=history, return_streak=0)
+
+
+@runtime_checkable
+class GpuResetter(Protocol):
+    """A provider that resets a machine's GPUs itself (the local provider's fake GPUs have
+    no SSH); others reset through the reset_gpu playbook. Returns one audit line; raises
+    ProviderError when the reset is refused or fails."""
+
+    def reset_gpus(self, instance: Instance) -> str: ...
 
 
 class PlaybookRunner(Protocol):
@@ -616,21 +625,68 @@ class Executor:
         """The ladder's reboot (issue 13): Provider.reboot on the node's instance; the node
         enters phase REMEDIATING with the rung and the fault it answers. A reboot that
         carries repair=True (a fault again after a reboot) counts toward the hourly limit."""
-        inst = self._instance(a)
-        if inst is None:
-            return Outcome(a, False, "no instance to reboot", "NotFound"), _same
-        nm = self._node_memory(a, memory)
-        if nm.phase not in (Phase.DRAINING, Phase.REMEDIATING):
-            return Outcome(a, False, f"not drained (phase {nm.phase.value or 'none'})",
-                           "Skipped"), _same
+        inst, nm, refused = self._remediable(a, memory, "reboot")
+        if refused is not None:
+            return refused, _same
+        assert inst is not None and nm is not None
         try:
             self.providers[inst.provider].reboot([inst])
         except ProviderError as exc:
             return Outcome(a, False, str(exc), type(exc).__name__), _same
+        return (Outcome(a, True, f"rebooted {inst.instance_id} through provider {inst.provider}"),
+                self._remedied(a, nm, "reboot"))
+
+    def _reset_gpu(self, a: Action, memory: Memory) -> tuple[Outcome, Update]:
+        """The ladder's GPU reset (issue 13): the pool's reset_gpu playbook on the node
+        (built in: playbooks/reset_gpu.yaml, `nvidia-smi -r`, refused on the node while GPU
+        processes remain), or, for a provider whose machines have no SSH (the local
+        provider's fake GPUs), its reset_gpus. The node enters phase REMEDIATING with rung
+        reset_gpu and keeps its boot: reports made after the reset decide (observe's
+        after_remedy). A failed or refused reset changes nothing; a later run retries."""
+        inst, nm, refused = self._remediable(a, memory, "reset")
+        if refused is not None:
+            return refused, _same
+        assert inst is not None and nm is not None
+        provider = self.providers[inst.provider]
+        if isinstance(provider, GpuResetter):
+            try:
+                detail = provider.reset_gpus(inst)
+            except ProviderError as exc:
+                return Outcome(a, False, str(exc), type(exc).__name__), _same
+        else:
+            if self.playbooks is None:
+                return Outcome(a, False, "no playbook runner: a GPU reset runs the reset_gpu "
+                               "playbook over SSH (pools.<pool>.ssh)", "RemoteError"), _same
+            try:
+                ok, detail = self.playbooks.run(self.spec.pool(a.pool), "reset_gpu",
+                                                a.node or "", inst.address, a.reason)
+            except RemoteError as exc:
+                ok, detail = False, str(exc)
+            if not ok:
+                return Outcome(a, False, detail, "RemoteError"), _same
+        return Outcome(a, True, detail), self._remedied(a, nm, "reset_gpu")
+
+    def _remediable(self, a: Action, memory: Memory, verb: str
+                    ) -> tuple[Instance | None, NodeMemory | None, Outcome | None]:
+        """The instance and memory of a node the ladder remedies in place, or the refusal
+        (no instance; not drained: only a DRAINING or REMEDIATING node is rebooted or reset)."""
+        inst = self._instance(a)
+        if inst is None:
+            return None, None, Outcome(a, False, f"no instance to {verb}", "NotFound")
+        nm = self._node_memory(a, memory)
+        if nm.phase not in (Phase.DRAINING, Phase.REMEDIATING):
+            return None, None, Outcome(a, False, f"not drained (phase {nm.phase.value or 'none'})",
+                                       "Skipped")
+        return inst, nm, None
+
+    def _remedied(self, a: Action, nm: NodeMemory, rung: str) -> Update:
+        """Memory after an in-place remedy: phase REMEDIATING, the rung and the fault it
+        answers (a new occurrence joins the fault history), return_streak from 0; a remedy
+        with repair=True counts toward the hourly repair limit."""
         now = self.clock()
         nm = _with_fault(nm, a.fault, now, self._fault_keep_s(a.pool))
         nm = replace(nm, phase=Phase.REMEDIATING, phase_at=now, phase_reason=a.reason,
-                     rung=a.rung or "reboot", rung_fault=a.fault.key if a.fault else nm.rung_fault,
+                     rung=a.rung or rung, rung_fault=a.fault.key if a.fault else nm.rung_fault,
                      rung_at=now, return_streak=0)
 
         def update(m: Memory) -> Memory:
@@ -640,7 +696,7 @@ class Executor:
                 m = m.with_pool(replace(pm, repairs=self._recent(pm, now) + (now,)))
             return m
 
-        return Outcome(a, True, f"rebooted {inst.instance_id} through provider {inst.provider}"), update
+        return update
 
     def _update_tags(self, a: Action, memory: Memory) -> tuple[Outcome, Update]:
         inst = self._instance(a)
@@ -672,4 +728,5 @@ class Executor:
         ActionKind.UNCORDON: _uncordon,
         ActionKind.UPDATE_TAGS: _update_tags,
         ActionKind.REBOOT: _reboot,
+        ActionKind.RESET_GPU: _reset_gpu,
     }

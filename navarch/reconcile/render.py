@@ -1,7 +1,7 @@
 """Plan rendering: text for people (Terraform style), markdown for PR comments, JSON for
 scripts (schemas/plan.schema.json). Saved plans are the JSON form plus the fleet file.
 
-Symbols: `+` provision, `~` cordon / drain / uncordon / reboot / scale / update tags, `-`
+Symbols: `+` provision, `~` cordon / drain / uncordon / reboot / reset_gpu / scale / update tags, `-`
 terminate; a `# (because ...)` line under each; held-back actions, notes and what the fleet
 still waits for; one summary line. "No changes. The fleet matches fleet.yaml." only when
 the plan is converged (no actions, nothing held back, nothing pending).
@@ -63,6 +63,8 @@ def summary_line(plan: Plan) -> str:
         line += f", {c['update_tags']} to update tags"
     if c["reboot"]:
         line += f", {c['reboot']} to reboot"
+    if c["reset_gpu"]:
+        line += f", {c['reset_gpu']} to reset GPUs"
     return line + "."
 
 

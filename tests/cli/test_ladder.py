@@ -155,3 +155,34 @@ def test_uncordon_refuses_a_lemons_instance_without_force(navarch, fleet_dir) ->
     assert run.code == 1 and "replaced as a lemon" in run.err and "--force" in run.err, run.err
     navarch.ok("uncordon", "fleet.yaml", NODE, "--force")
     assert _train(navarch)[NODE]["lifecycle"] == "healthy"
+
+
+def test_xid48_gpu_reset_keeps_the_boot_and_returns(navarch, fleet_dir) -> None:
+    """remediation [reset_gpu, reboot, replace]: XID 48 (catalogue action reset_gpu) gets a
+    GPU reset, not a reboot: the local provider's reset clears the fake GPU's faults and the
+    agent's latched XIDs on the same boot; reports made after the reset return the node.
+    The same fault again climbs to a reboot."""
+    _edit(fleet_dir, lambda d: d["pools"]["train"]["health"].update(
+        replacement="after-terminate", return_after=2,
+        remediation=["reset_gpu", "reboot", "replace"]))
+    iid = _start(navarch)
+    boot = _boot_id(fleet_dir, iid)
+    navarch.ok("local", "inject", "fleet.yaml", NODE, "--xid", "48")
+    outs = [_cycle(navarch) for _ in range(2)]
+    assert f"~ cordon {NODE}" in outs[0], outs
+    assert f"~ reset_gpu {NODE}" in outs[1], outs
+    assert "1 to reset GPUs" in outs[1]
+    assert f"~ reboot {NODE}" not in outs[1]
+    assert _boot_id(fleet_dir, iid) == boot  # a reset is no reboot
+    assert _train(navarch)[NODE]["lifecycle"] == "remediating"
+    outs = [_cycle(navarch) for _ in range(2)]
+    assert f"~ uncordon {NODE}" in outs[-1], outs
+    assert "healthy for 2 reports after reset_gpu" in outs[-1]
+    assert not any("+ provision" in o or "- terminate" in o for o in outs), outs
+    assert _train(navarch)[NODE]["lifecycle"] == "healthy"
+
+    navarch.ok("local", "inject", "fleet.yaml", NODE, "--xid", "48")
+    outs = [_cycle(navarch) for _ in range(2)]
+    assert f"~ reboot {NODE}" in outs[1], outs
+    assert "XID 48 again within 1d after reset_gpu" in outs[1]
+    assert _boot_id(fleet_dir, iid) != boot

@@ -5,10 +5,11 @@ drawn schedule says, per run and node, whether the node faults (an XID whose cat
 action is reboot, reset_gpu or replace), runs GPU work or goes idle, and whether a reboot
 brings it back. Each run observe() and plan() run as `navarch apply` does; the plan is
 applied to Memory the way navarch.reconcile.executor does (its own _with_fault records a
-fault), a reboot giving the node a new boot id and clearing its fault.
+fault), a reboot giving the node a new boot id and clearing its fault, a GPU reset
+clearing its fault on the same boot.
 
 Properties, checked on every plan of every run:
-- a node is only rebooted after navarch cordoned it (no uncordon since), while Memory has
+- a node is only rebooted or GPU-reset after navarch cordoned it (no uncordon since), while Memory has
   it draining (drain finished) or remediating, and never while its latest report (this
   run's) shows GPU processes;
 - an automatic uncordon only follows return_after distinct healthy reports from a boot
@@ -80,7 +81,15 @@ class World:
     ids: int = 0
     cordoned: set[str] = field(default_factory=set)  # navarch's cordon, no uncordon since
     healthy_since_reboot: dict[str, list[int]] = field(default_factory=dict)
+    reset_at_sequence: dict[str, int] = field(default_factory=dict)  # last sequence before a reset
     last: Plan | None = None
+
+    def after_remedy(self, name: str, nm: NodeMemory, s) -> bool:  # noqa: ANN001
+        """A report from after the node's last remedy: a new boot, or after its GPU reset."""
+        assert nm.fault is not None
+        if s.boot_id != nm.fault.boot_id:
+            return True
+        return nm.rung == "reset_gpu" and s.sequence > self.reset_at_sequence.get(name, 1 << 60)
 
     def report(self, name: str) -> builders.ReportObservation | None:
         n = self.nodes[name]
@@ -127,13 +136,13 @@ class World:
             if nm is None or nm.phase is not Phase.REMEDIATING or nm.fault is None:
                 continue
             s = obs.summary
-            if s.status == "healthy" and s.boot_id != nm.fault.boot_id:
+            if s.status == "healthy" and self.after_remedy(name, nm, s):
                 self.healthy_since_reboot.setdefault(name, []).append(s.sequence)
             else:
                 self.healthy_since_reboot[name] = []
         for a in p.actions:
             nm = mem.node(a.node) if a.node else None
-            if a.kind is ActionKind.REBOOT:
+            if a.kind in (ActionKind.REBOOT, ActionKind.RESET_GPU):
                 assert a.node in self.cordoned, f"{a.node} rebooted without navarch's cordon"
                 assert nm is not None and nm.phase in (Phase.DRAINING, Phase.REMEDIATING), nm
                 if nm.phase is Phase.DRAINING:
@@ -146,7 +155,7 @@ class World:
                 obs = reports.get(a.node)
                 assert obs is not None, f"{a.node} uncordoned without a report this run"
                 s = obs.summary
-                assert s.status == "healthy" and s.boot_id != nm.fault.boot_id, (a, s, nm.fault)
+                assert s.status == "healthy" and self.after_remedy(a.node, nm, s), (a, s, nm.fault)
                 seen = self.healthy_since_reboot.get(a.node, [])
                 assert len(set(seen)) >= h.return_after, (a.reason, seen)
     def apply(self, a) -> None:  # noqa: ANN001 - an Action
@@ -177,9 +186,12 @@ class World:
         elif a.kind is ActionKind.DRAIN:
             if nm is not None and nm.phase is Phase.CORDONED:
                 self.memory = mem.with_node(replace(nm, phase=Phase.DRAINING, phase_at=now))
-        elif a.kind is ActionKind.REBOOT:
+        elif a.kind in (ActionKind.REBOOT, ActionKind.RESET_GPU):
             n = self.nodes[a.node]
-            n.boot += 1
+            if a.kind is ActionKind.REBOOT:
+                n.boot += 1
+            else:  # a GPU reset cures the simulated fault and keeps the boot
+                self.reset_at_sequence[a.node] = n.sequence
             n.fault = None
             n.procs = 0
             self.healthy_since_reboot[a.node] = []

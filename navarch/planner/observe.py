@@ -340,7 +340,8 @@ def _view(
         node=nm.node, pool=pool.name, lifecycle=lc, reason=reason + clock_skew_note(s),
         instance=inst, summary=s, report_age_s=age, streak=nm.streak, phase_at=nm.phase_at,
         rejected=rejected, fault=nm.fault, faults=nm.faults, rung=nm.rung,
-        rung_fault=nm.rung_fault, rung_at=nm.rung_at, return_streak=nm.return_streak, **extra,
+        rung_fault=nm.rung_fault, rung_at=nm.rung_at, return_streak=nm.return_streak,
+        diag=nm.diag, diag_cordon=nm.diag_cordon, **extra,
     )
 
 

@@ -9,7 +9,8 @@ A fleet's plan is made in two layers of named stages, each a pure function:
   remediation ladder: reboot, return to service or replace drained and rebooted nodes,
   issue 13; operator cordons), terminate (nodes whose drain finished or timed out), redrain (cordoned, never drained), stuck
   (pending past provision_timeout), repair (cordon + drain what must be replaced), watch
-  (what is part-way to a decision), drift (in-place tag updates and rolling replacement),
+  (what is part-way to a decision), diagnostics (cordon + drain nodes due for scheduled
+  dcgmi diag, within the budget; the ladder stage diagnoses and returns them), drift (in-place tag updates and rolling replacement),
   count (provision up to desired, or scale down). `navarch destroy` swaps in its own.
 A stage reads a PoolContext (never changed) and the Progress earlier stages made (budget
 left, nodes leaving, replacements wanted) and returns a StageResult: its actions, the
@@ -51,6 +52,9 @@ from navarch.planner.model import (
     SERVING,
     Action,
     ActionKind,
+    Diag,
+    DiagState,
+    DiagWhy,
     Fault,
     Halt,
     Lifecycle,
@@ -506,10 +510,136 @@ def _remediating(ctx: PoolContext, v: NodeView) -> tuple[Action | None, str]:
                           instance_id=_iid(v), lemon=r.lemon, fault=new), ""
         return _in_place(ctx, v, r, new, repair=True)
     if v.return_streak >= h.return_after:
-        return Action(ActionKind.UNCORDON, ctx.pool.name, v.node,
-                      f"healthy for {v.return_streak} reports after {rung}",
-                      instance_id=_iid(v)), ""
+        why = f"healthy for {v.return_streak} reports after {rung}"
+        if h.return_requires_diag is not None:
+            gate = _return_diag(ctx, v, h.return_requires_diag, why)
+            if gate is not None:
+                return gate
+            why += f"; dcgmi diag -r {h.return_requires_diag} passed"
+        return Action(ActionKind.UNCORDON, ctx.pool.name, v.node, why, instance_id=_iid(v)), ""
     return None, f"{v.node}: {v.return_streak} of {h.return_after} healthy reports after the {rung}"
+
+
+def _diagnose(ctx: PoolContext, v: NodeView, level: int, why: DiagWhy, reason: str) -> Action:
+    return Action(ActionKind.DIAGNOSE, ctx.pool.name, v.node, reason, instance_id=_iid(v),
+                  level=level, why=why.value)
+
+
+def _diag_fault(v: NodeView, d: Diag, key: str, action: str) -> Fault:
+    """The Fault a failed diagnostic is: `key` and `action` (for a diag before return, the
+    remedied fault's, so the ladder climbs), on the node's latest report's boot."""
+    s = v.summary
+    return Fault(key, action, s.boot_id if s else "", s.sequence if s else 0)
+
+
+def _climb_on_diag(ctx: PoolContext, v: NodeView, d: Diag, fault: Fault
+                   ) -> tuple[Action | None, str]:
+    """A failed diagnostic is a fault like any other (issue 13): the ladder's next rung."""
+    r = _rung_for(ctx, v, fault, unrecorded=1)
+    r = replace(r, why=f"dcgmi diag -r {d.level} failed ({d.detail}); {r.why}")
+    if r.remedy is Remedy.REPLACE:
+        return Action(ActionKind.TERMINATE, ctx.pool.name, v.node, r.why, instance_id=_iid(v),
+                      lemon=r.lemon, fault=fault), ""
+    return _in_place(ctx, v, r, fault, repair=True)
+
+
+def _return_diag(ctx: PoolContext, v: NodeView, level: int, healthy: str
+                 ) -> tuple[Action | None, str] | None:
+    """return_requires_diag: a remedied node returns only after `dcgmi diag -r level`, started
+    after the remedy, passed. None when it did; else the DIAGNOSE that starts or collects it
+    (it runs detached on the node: each run collects, none waits for it), the climb a failed
+    one makes, or why the node waits (dcgmi is not installed)."""
+    d = v.diag
+    if (d is None or d.why is not DiagWhy.RETURN or d.level < level or d.started_at is None
+            or v.rung_at is None or d.started_at < v.rung_at):
+        return _diagnose(ctx, v, level, DiagWhy.RETURN,
+                         f"{healthy}; return_requires_diag: dcgmi diag -r {level} first"), ""
+    if d.state is DiagState.PASS:
+        return None
+    if d.state is DiagState.RUNNING:
+        return _diagnose(ctx, v, d.level, DiagWhy.RETURN, f"collect dcgmi diag -r {d.level} "
+                         f"(running since {d.started_at:%H:%M} UTC)"), ""
+    if d.state is DiagState.FAIL and v.fault is not None:
+        return _climb_on_diag(ctx, v, d, _diag_fault(v, d, v.fault.key, v.fault.action))
+    if d.state is DiagState.UNAVAILABLE:
+        return None, (f"{v.node}: cannot return: return_requires_diag {level} and {d.detail}")
+    return _diagnose(ctx, v, level, DiagWhy.RETURN,
+                     f"dcgmi diag -r {level} again: the last run gave no verdict ({d.detail})"), ""
+
+
+#: The fault a failed scheduled diagnostic is: a reboot first (DCGM's memory and PCIe
+#: failures are often cured by one), then the ladder climbs as for any fault.
+DIAG_FAULT_KEY = "dcgmi diag"
+DIAG_FAULT_ACTION = "reboot"
+
+
+def _scheduled_diag(ctx: PoolContext, v: NodeView) -> tuple[Action | None, str]:
+    """A node cordoned for scheduled diagnostics: once drained, diagnose it (start, then
+    collect on later runs); uncordon it when they pass or give no verdict (doubt never
+    acts); a failure is a fault on the ladder. A drain that does not finish within
+    drain_timeout returns the node undiagnosed: a healthy node is never terminated for it."""
+    h = ctx.pool.health
+    if not v.drained:
+        waited_s = (ctx.now - v.phase_at).total_seconds() if v.phase_at else 0.0
+        if waited_s >= h.drain_timeout_s:
+            return Action(ActionKind.UNCORDON, ctx.pool.name, v.node,
+                          f"scheduled diagnostics skipped: drain_timeout "
+                          f"({format_duration_s(h.drain_timeout_s)}) passed", instance_id=_iid(v)), ""
+        return None, f"{v.node}: draining for scheduled diagnostics"
+    d = v.diag
+    level = ctx.pool.diagnostics.level
+    if d is None or d.state in (DiagState.DUE, DiagState.RUNNING):
+        what = "collect" if d is not None and d.state is DiagState.RUNNING else "start"
+        return _diagnose(ctx, v, d.level if d else level, DiagWhy.SCHEDULED,
+                         f"scheduled diagnostics: {what} dcgmi diag -r {d.level if d else level}"), ""
+    if d.state is DiagState.FAIL:
+        fault = _diag_fault(v, d, DIAG_FAULT_KEY, DIAG_FAULT_ACTION)
+        r = _rung_for(ctx, v, fault, unrecorded=1)
+        r = replace(r, why=f"scheduled dcgmi diag -r {d.level} failed ({d.detail}); {r.why}")
+        if r.remedy is Remedy.REPLACE:
+            return Action(ActionKind.TERMINATE, ctx.pool.name, v.node, r.why,
+                          instance_id=_iid(v), lemon=r.lemon, fault=fault), ""
+        return _in_place(ctx, v, r, fault, repair=True)
+    verdict = "passed" if d.state is DiagState.PASS else f"gave no verdict ({d.detail})"
+    return Action(ActionKind.UNCORDON, ctx.pool.name, v.node,
+                  f"scheduled dcgmi diag -r {d.level} {verdict}", instance_id=_iid(v)), ""
+
+
+def diagnostics_stage(ctx: PoolContext, prog: Progress) -> StageResult:
+    """Scheduled active diagnostics (pool diagnostics: {every, level}; issue 13): cordon and
+    drain healthy nodes whose last diagnostics (or launch) are `every` old, oldest first,
+    within the disruption budget, so at most max_unavailable nodes of the pool are out at
+    once (the ladder stage diagnoses and returns them). Not with the breaker open; a node
+    out for diagnostics is no repair (no rate limit) and gets no replacement."""
+    every_s, level = ctx.pool.diagnostics.every_s, ctx.pool.diagnostics.level
+    if every_s is None or ctx.frozen:
+        return StageResult(prog)
+
+    def last(v: NodeView) -> datetime:
+        if v.diag is not None:
+            return v.diag.at
+        return v.instance.launched_at if v.instance is not None else ctx.now
+
+    due = sorted((v for v in ctx.views if v.lifecycle is Lifecycle.HEALTHY
+                  and v.node not in prog.leaving and v.node not in prog.taken
+                  and (ctx.now - last(v)).total_seconds() >= every_s),
+                 key=lambda v: (last(v), v.node))
+    actions: list[Action] = []
+    pending: list[str] = []
+    budget = prog.budget
+    for v in due:
+        if budget <= 0:
+            pending.append(f"{v.node}: scheduled diagnostics wait for max_unavailable")
+            continue
+        budget -= 1
+        why = (f"scheduled diagnostics (every {format_duration_s(every_s)}, dcgmi diag -r "
+               f"{level}; last {format_duration_s((ctx.now - last(v)).total_seconds())} ago)")
+        actions.append(Action(ActionKind.CORDON, ctx.pool.name, v.node, why, instance_id=_iid(v),
+                              level=level, why=DiagWhy.SCHEDULED.value))
+        actions.append(Action(ActionKind.DRAIN, ctx.pool.name, v.node, why, instance_id=_iid(v)))
+    return StageResult(replace(prog, budget=budget,
+                               taken=prog.taken | {a.node for a in actions if a.node}),
+                       tuple(actions), pending=tuple(pending))
 
 
 def ladder_stage(ctx: PoolContext, prog: Progress) -> StageResult:
@@ -536,7 +666,9 @@ def ladder_stage(ctx: PoolContext, prog: Progress) -> StageResult:
         if v.lifecycle is Lifecycle.OPERATOR_CORDONED:
             pending.append(f"{v.node}: {v.reason} (`navarch uncordon` returns it)")
             continue
-        if v.lifecycle is Lifecycle.DRAINING and v.drained and v.fault is not None:
+        if v.lifecycle is Lifecycle.DRAINING and v.diag_cordon:
+            action, wait = _scheduled_diag(ctx, v)
+        elif v.lifecycle is Lifecycle.DRAINING and v.drained and v.fault is not None:
             action, wait = _after_drain(ctx, v, v.fault)
         elif v.lifecycle is Lifecycle.REMEDIATING:
             action, wait = _remediating(ctx, v)
@@ -742,7 +874,7 @@ def _present(ctx: PoolContext, prog: Progress) -> list[NodeView]:
     if ctx.pool.health.replacement == "after-terminate":
         kept.add(Lifecycle.REMEDIATING)
     return [v for v in ctx.views
-            if (v.lifecycle not in LEAVING or v.lifecycle in kept)
+            if (v.lifecycle not in LEAVING or v.lifecycle in kept or v.diag_cordon)
             # a stuck instance leaves this run, unless the breaker holds its termination
             and not (v.lifecycle is Lifecycle.STUCK and not ctx.frozen)
             and v.node not in prog.leaving]
@@ -874,6 +1006,6 @@ def force_destroy_stage(ctx: PoolContext, prog: Progress) -> StageResult:
 
 
 POOL_STAGES: tuple[Stage, ...] = (scale_stage, ladder_stage, terminate_stage, redrain_stage,
-                                  stuck_stage, repair_stage, watch_stage, drift_stage,
-                                  count_stage)
+                                  stuck_stage, repair_stage, watch_stage, diagnostics_stage,
+                                  drift_stage, count_stage)
 DESTROY_STAGES: tuple[Stage, ...] = (terminate_stage, redrain_stage, destroy_stage)

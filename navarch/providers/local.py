@@ -204,6 +204,27 @@ class LocalProvider:
         return (f"GPUs of {instance.instance_id} reset (boot {m['boot_id']} kept"
                 + (f"; cleared {', '.join(cleared)})" if cleared else ")"))
 
+    def diagnose(self, instance: Instance, level: int) -> tuple[str, str]:
+        """What `dcgmi diag -r level` says of a local machine's fake GPUs (issue 13), at once
+        (no detached run): fail when a device fault is injected (a lost GPU, uncorrectable
+        ECC errors: DCGM's PCIe and memory tests, level 2 and up; a lost GPU fails level 1
+        too), else pass. Returns (a DiagState value, one line); a machine that is gone is
+        ("error", why)."""
+        d = self.machine_dir(instance.instance_id)
+        if not (d / "machine.json").exists():
+            return "error", f"no local machine {instance.instance_id}"
+        try:
+            faults = json.loads((d / "faults.json").read_text())
+        except (OSError, ValueError):
+            faults = {}
+        failed = [f"pcie on GPU {g}" for g in faults.get("gpu_lost", [])]
+        if level >= 2:
+            failed += [f"memory on GPU {g}" for g, n in
+                       sorted((faults.get("ecc_uncorrected") or {}).items()) if int(n) > 0]
+        if failed:
+            return "fail", f"dcgmi diag -r {level} (fake GPUs): failed: " + "; ".join(failed)
+        return "pass", f"dcgmi diag -r {level} (fake GPUs): passed"
+
     def update_tags(self, instance: Instance, tags: Mapping[str, str]) -> None:
         """Set tags on the machine in place (its machine.json, written atomically)."""
         try:

@@ -62,6 +62,9 @@ from navarch.inventory import TAG_SPEC, Instance, launch_id, ownership_tags
 from navarch.planner.model import (
     Action,
     ActionKind,
+    Diag,
+    DiagState,
+    DiagWhy,
     Exhausted,
     Fault,
     Memory,
@@ -139,6 +142,36 @@ class GpuResetter(Protocol):
     ProviderError when the reset is refused or fails."""
 
     def reset_gpus(self, instance: Instance) -> str: ...
+
+
+@runtime_checkable
+class Diagnoser(Protocol):
+    """A provider that diagnoses a machine's GPUs itself (the local provider's fake GPUs):
+    returns (state, detail), state a DiagState value other than due."""
+
+    def diagnose(self, instance: Instance, level: int) -> tuple[str, str]: ...
+
+
+class _DiagOutcome(Protocol):
+    @property
+    def value(self) -> str: ...
+
+
+class _DiagResult(Protocol):
+    @property
+    def outcome(self) -> _DiagOutcome: ...
+
+    @property
+    def detail(self) -> str: ...
+
+
+@runtime_checkable
+class DiagRunner(Protocol):
+    """A playbook runner that also runs the diagnostics playbook (navarch.remote.adapter.
+    SSHPlaybooks.diagnose, returning a navarch.remote.diagnostics.DiagResult)."""
+
+    def diagnose(self, pool: PoolSpec, node: str, address: str | None, level: int,
+                 reason: str) -> _DiagResult: ...
 
 
 class PlaybookRunner(Protocol):
@@ -545,9 +578,15 @@ class Executor:
         if not ok:
             return Outcome(a, False, detail, "RemoteError"), _same
         now = self.clock()
+        scheduled = a.why == DiagWhy.SCHEDULED.value
         nm = replace(self._node_memory(a, memory), phase=Phase.CORDONED, phase_at=now,
-                     phase_reason=a.reason, repair=a.repair)
-        nm = _with_fault(nm, a.fault, now, self._fault_keep_s(a.pool))
+                     phase_reason=a.reason, repair=a.repair, diag_cordon=scheduled)
+        if scheduled:  # issue 13: out for scheduled diagnostics, returned after them
+            nm = replace(nm, diag=Diag(a.level or 1, DiagWhy.SCHEDULED, DiagState.DUE, now))
+        # The fault this cordon answers, or none: a fault remembered from an earlier cordon
+        # must not make the ladder remedy a node cordoned for another reason.
+        nm = (_with_fault(nm, a.fault, now, self._fault_keep_s(a.pool)) if a.fault is not None
+              else replace(nm, fault=None))
 
         def update(m: Memory) -> Memory:
             m = m.with_node(nm)
@@ -687,7 +726,7 @@ class Executor:
         nm = _with_fault(nm, a.fault, now, self._fault_keep_s(a.pool))
         nm = replace(nm, phase=Phase.REMEDIATING, phase_at=now, phase_reason=a.reason,
                      rung=a.rung or rung, rung_fault=a.fault.key if a.fault else nm.rung_fault,
-                     rung_at=now, return_streak=0)
+                     rung_at=now, return_streak=0, diag_cordon=False)
 
         def update(m: Memory) -> Memory:
             m = m.with_node(nm)
@@ -697,6 +736,39 @@ class Executor:
             return m
 
         return update
+
+    def _diagnose(self, a: Action, memory: Memory) -> tuple[Outcome, Update]:
+        """Active diagnostics on a cordoned node (issue 13): the pool's diagnostics playbook
+        (built in: playbooks/diagnostics.yaml, `dcgmi diag -r LEVEL -j` started detached on
+        the node; a later run's DIAGNOSE collects its JSON), or a provider's own diagnose
+        (the local provider's fake GPUs). Never waits for the diagnostics: one SSH round
+        trip per run. Records a Diag in Memory (running, pass, fail, unavailable, error);
+        the planner decides what it means. ok is False only for error (no verdict)."""
+        inst, nm, refused = self._remediable(a, memory, "diagnose")
+        if refused is not None:
+            return refused, _same
+        assert inst is not None and nm is not None
+        level, why = a.level or 1, DiagWhy(a.why or DiagWhy.RETURN.value)
+        provider = self.providers[inst.provider]
+        if isinstance(provider, Diagnoser):
+            state, detail = provider.diagnose(inst, level)
+        elif isinstance(self.playbooks, DiagRunner):
+            result = self.playbooks.diagnose(self.spec.pool(a.pool), a.node or "",
+                                             inst.address, level, a.reason)
+            state, detail = result.outcome.value, result.detail
+        else:
+            state, detail = "error", "no diagnostics runner: diagnostics run over SSH"
+        now = self.clock()
+        prev = nm.diag
+        running = (prev is not None and prev.state is DiagState.RUNNING and prev.level == level
+                   and prev.why is why)
+        started = prev.started_at if running and prev is not None else now
+        diag = Diag(level, why, DiagState(state), now, started, detail)
+        nm = replace(nm, diag=diag)
+        return (Outcome(a, diag.state is not DiagState.ERROR, f"dcgmi diag -r {level}: "
+                        f"{diag.state.value}" + (f": {detail}" if detail else ""),
+                        None if diag.state is not DiagState.ERROR else "DiagError"),
+                _set_node(nm))
 
     def _update_tags(self, a: Action, memory: Memory) -> tuple[Outcome, Update]:
         inst = self._instance(a)
@@ -714,7 +786,8 @@ class Executor:
         if not ok:
             return Outcome(a, False, detail, "RemoteError"), _same
         nm = replace(self._node_memory(a, memory), phase=Phase.NONE, phase_at=self.clock(),
-                     phase_reason="", repair=False, streak=0, return_streak=0, operator_cordon="")
+                     phase_reason="", repair=False, streak=0, return_streak=0, operator_cordon="",
+                     diag_cordon=False)
         return Outcome(a, True, detail), _set_node(nm)
 
     #: ActionKind -> handler(self, action, memory) -> (Outcome, Update). A new kind adds
@@ -729,4 +802,5 @@ class Executor:
         ActionKind.UPDATE_TAGS: _update_tags,
         ActionKind.REBOOT: _reboot,
         ActionKind.RESET_GPU: _reset_gpu,
+        ActionKind.DIAGNOSE: _diagnose,
     }

@@ -22,6 +22,7 @@ import yaml
 from navarch.durations import parse_duration_s
 from navarch.inventory import Instance, InstanceState, launch_id, ownership_tags
 from navarch.planner.model import (
+    Diag,
     Exhausted,
     Fault,
     Memory,
@@ -276,10 +277,12 @@ def node_memory(
     rung_at: datetime | None = None,
     return_streak: int = 0,
     operator_cordon: str = "",
+    diag: Diag | None = None,
+    diag_cordon: bool = False,
 ) -> NodeMemory:
     """What earlier runs remembered of one node (report_version follows report's sequence).
     fault: a Fault or its fields {key, action, boot_id, sequence}; the rest are the
-    remediation ladder's NodeMemory fields."""
+    remediation ladder's NodeMemory fields (diag: a Diag, scheduled diagnostics' too)."""
     if isinstance(fault, Mapping):
         fault = Fault(fault["key"], fault.get("action", "reboot"), fault.get("boot_id", "boot-1"),
                       fault.get("sequence", 0))
@@ -304,6 +307,8 @@ def node_memory(
         rung_at=rung_at,
         return_streak=return_streak,
         operator_cordon=operator_cordon,
+        diag=diag,
+        diag_cordon=diag_cordon,
     )
 
 

@@ -126,6 +126,11 @@ def test_third_fault_in_a_week_is_a_lemon_replaced_at_once(navarch, fleet_dir) -
     assert "lemon: 3 faults in 7d" in outs[1]
     state = json.loads((fleet_dir / ".navarch" / "store" / "state" / "demo.json").read_text())
     assert iid in state["pools"]["train"]["lemons"]
+    # status shows it: the pool's lemons, and the ladder state of the node while it goes.
+    pool = next(p for p in navarch.status()["pools"] if p["pool"] == "train")
+    assert pool["lemons"] == [iid]
+    out = navarch.ok("status", "fleet.yaml", "--all").out
+    assert f"pool train lemons (uncordon needs --force): {iid}" in out, out
 
 
 def test_operator_cordon_stays_until_navarch_uncordon(navarch, fleet_dir) -> None:
@@ -186,3 +191,23 @@ def test_xid48_gpu_reset_keeps_the_boot_and_returns(navarch, fleet_dir) -> None:
     assert f"~ reboot {NODE}" in outs[1], outs
     assert "XID 48 again within 1d after reset_gpu" in outs[1]
     assert _boot_id(fleet_dir, iid) != boot
+
+
+def test_return_requires_diag_diagnoses_before_the_uncordon(navarch, fleet_dir) -> None:
+    """return_requires_diag 2: after the reboot and return_after healthy reports the node is
+    diagnosed first (the local provider's fake GPUs pass), shown in status, then returned."""
+    _edit(fleet_dir, lambda d: d["pools"]["train"]["health"].update(
+        replacement="after-terminate", return_after=1, return_requires_diag=2))
+    _start(navarch)
+    navarch.ok("local", "inject", "fleet.yaml", NODE, "--xid", "79")
+    outs = [_cycle(navarch) for _ in range(3)]
+    assert f"~ reboot {NODE}" in outs[1], outs
+    assert f"~ diagnose {NODE}" in outs[2] and f"~ uncordon {NODE}" not in outs[2], outs
+    assert "return_requires_diag: dcgmi diag -r 2 first" in outs[2]
+    ladder = _train(navarch)[NODE]["ladder"]
+    assert ladder["diag"]["state"] == "pass" and ladder["diag"]["why"] == "return"
+    assert ladder["rung"] == "reboot" and ladder["faults_in_window"] == 1
+    assert "diag -r 2 (return) pass" in navarch.ok("status", "fleet.yaml", "--all").out
+    out = _cycle(navarch)
+    assert f"~ uncordon {NODE}" in out and "dcgmi diag -r 2 passed" in out, out
+    assert _train(navarch)[NODE]["lifecycle"] == "healthy"

@@ -305,6 +305,7 @@ def _status_doc(spec: FleetSpec, snap) -> dict[str, Any]:
                 "ladder": _ladder_doc(p, v, snap.memory.pool(p.name).lemons, snap.now),
             } for v in pv],
             "lemons": list(snap.memory.pool(p.name).lemons),
+            "lemon_hosts": list(snap.memory.pool(p.name).lemon_hosts),
         })
     from navarch.reconcile.reports import fleet_rejection
 
@@ -329,10 +330,11 @@ def _ladder_doc(pool: Any, v: Any, lemons: Sequence[str], now: datetime) -> dict
     h = pool.health
     count = sum((now - t).total_seconds() <= h.lemon_window_s for _, t in v.faults)
     iid = v.instance.instance_id if v.instance else None
+    host = v.instance.host_id if v.instance else None
     return {"rung": v.rung or None, "rung_fault": v.rung_fault or None, "rung_at": ts(v.rung_at),
             "faults_in_window": count, "lemon_after": h.lemon_after,
             "lemon": count >= h.lemon_after or (iid is not None and iid in lemons),
-            "return_streak": v.return_streak,
+            "return_streak": v.return_streak, "host_id": host,
             "diag": diag_to_json(v.diag) if v.diag is not None else None}
 
 
@@ -360,6 +362,8 @@ def _print_ladder(doc: dict[str, Any]) -> None:
         if p["lemons"]:
             lines.append(f"  pool {p['pool']} lemons (uncordon needs --force): "
                          + ", ".join(p["lemons"]))
+        if p["lemon_hosts"]:
+            lines.append(f"  pool {p['pool']} lemon hosts: " + ", ".join(p["lemon_hosts"]))
     if lines:
         print("\nRemediation ladder:\n" + "\n".join(lines))
 

@@ -244,6 +244,10 @@ class PoolMemory:
     desired_from_target: int | None = None  # spec target the autoscaled count started from
     scaled_at: datetime | None = None
     lemons: tuple[str, ...] = ()  # instance ids replaced as lemons (uncordon needs --force)
+    # Issue 13: faults per physical host where the cloud exposes one (Instance.host_id):
+    # (host id, fault key, when), kept for lemon_window; hosts whose nodes were lemons.
+    host_faults: tuple[tuple[str, str, datetime], ...] = ()
+    lemon_hosts: tuple[str, ...] = ()
 
 
 class NodeTable:
@@ -598,6 +602,9 @@ def memory_to_json(m: Memory) -> dict[str, Any]:
                 "desired": p.desired, "desired_from_target": p.desired_from_target,
                 "scaled_at": ts(p.scaled_at),
                 **({"lemons": list(p.lemons)} if p.lemons else {}),
+                **({"host_faults": [[h, k, ts(w)] for h, k, w in p.host_faults]}
+                   if p.host_faults else {}),
+                **({"lemon_hosts": list(p.lemon_hosts)} if p.lemon_hosts else {}),
             }
             for p in m.pools
         },
@@ -633,6 +640,8 @@ def memory_from_json(d: Mapping[str, Any]) -> Memory:
             desired=p.get("desired"), desired_from_target=p.get("desired_from_target"),
             scaled_at=parse_ts(p.get("scaled_at")),
             lemons=tuple(p.get("lemons", ())),
+            host_faults=tuple((h, k, required_ts(w)) for h, k, w in p.get("host_faults", ())),
+            lemon_hosts=tuple(p.get("lemon_hosts", ())),
         )
         for name, p in sorted(d.get("pools", {}).items())
     )

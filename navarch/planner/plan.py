@@ -416,7 +416,8 @@ def _rung_for(ctx: PoolContext, v: NodeView, fault: Fault, unrecorded: int) -> _
 
     previous: the rung already tried for the same fault key within ladder_window; lemon:
     lemon_after or more faults within lemon_window (v.faults, plus `unrecorded` faults not
-    yet in Memory). A fault whose action is no remedy (none, restart_app) was cordoned as
+    yet in Memory), on the node or on its physical host where the cloud exposes one
+    (PoolMemory.host_faults: faults of earlier instances on the same EC2 Dedicated Host). A fault whose action is no remedy (none, restart_app) was cordoned as
     unhealthy: it is replaced, as before the ladder.
     """
     h = ctx.pool.health
@@ -424,6 +425,11 @@ def _rung_for(ctx: PoolContext, v: NodeView, fault: Fault, unrecorded: int) -> _
                 and (ctx.now - v.rung_at).total_seconds() <= h.ladder_window_s else None)
     count = unrecorded + sum((ctx.now - t).total_seconds() <= h.lemon_window_s
                              for _, t in v.faults)
+    host = v.instance.host_id if v.instance is not None else None
+    on_host = unrecorded + sum(hid == host and (ctx.now - t).total_seconds() <= h.lemon_window_s
+                               for hid, _, t in ctx.pm.host_faults) if host else 0
+    if on_host > count:  # faults of earlier instances on the same host (EC2 Dedicated Host)
+        count = on_host
     lemon = count >= h.lemon_after
     try:
         need = Remedy(fault.action)
@@ -434,7 +440,8 @@ def _rung_for(ctx: PoolContext, v: NodeView, fault: Fault, unrecorded: int) -> _
     remedy = ladder_remedy(h.remediation, need, previous=previous, lemon=lemon)
     ladder = "remediation: " + " then ".join(h.remediation)
     if lemon:
-        why = (f"lemon: {count} faults in {format_duration_s(h.lemon_window_s)} "
+        where = f" on host {host}" if host and on_host == count else ""
+        why = (f"lemon: {count} faults{where} in {format_duration_s(h.lemon_window_s)} "
                f"(lemon_after {h.lemon_after}); {fault.key}")
     elif previous is not None:
         why = (f"{fault.key} again within {format_duration_s(h.ladder_window_s)} after "

@@ -588,14 +588,34 @@ class Executor:
         nm = (_with_fault(nm, a.fault, now, self._fault_keep_s(a.pool)) if a.fault is not None
               else replace(nm, fault=None))
 
+        host = self._host_fault(a, memory, now)
+
         def update(m: Memory) -> Memory:
-            m = m.with_node(nm)
+            m = host(m.with_node(nm))
             if a.repair:
                 pm = m.pool(a.pool)
                 m = m.with_pool(replace(pm, repairs=self._recent(pm, now) + (now,)))
             return m
 
         return Outcome(a, True, detail), update
+
+    def _host_fault(self, a: Action, memory: Memory, now: datetime) -> Update:
+        """Count a new fault occurrence against the node's physical host (issue 13), where
+        the cloud exposes one (Instance.host_id): PoolMemory.host_faults, kept as long as
+        the node's own history. A fault already recorded for the node is not counted again."""
+        inst = self._instance(a)
+        known = memory.node(a.node or "")
+        if a.fault is None or inst is None or inst.host_id is None or (
+                known is not None and known.fault == a.fault):
+            return _same
+        host, key, keep_s = inst.host_id, a.fault.key, self._fault_keep_s(a.pool)
+
+        def update(m: Memory) -> Memory:
+            pm = m.pool(a.pool)
+            kept = tuple(f for f in pm.host_faults if (now - f[2]).total_seconds() <= keep_s)
+            return m.with_pool(replace(pm, host_faults=kept + ((host, key, now),)))
+
+        return update
 
     def _fault_keep_s(self, pool: str) -> int:
         """How long a node's fault history is kept: max(ladder_window, lemon_window)."""
@@ -644,19 +664,22 @@ class Executor:
             return Outcome(a, True, f"terminated extra instance {inst.instance_id}"), backoff
         nm = replace(self._node_memory(a, memory), phase=Phase.TERMINATING, phase_at=self.clock(),
                      phase_reason=a.reason)
-        lemon = self._lemon(a.pool, inst.instance_id) if a.lemon else _same
+        lemon = self._lemon(a.pool, inst.instance_id, inst.host_id) if a.lemon else _same
         return (Outcome(a, True, f"terminated {inst.instance_id}"),
                 _chain(backoff, lemon, _set_node(nm)))
 
     @staticmethod
-    def _lemon(pool: str, instance_id: str) -> Update:
-        """Remember a lemon's instance id in its pool (uncordon refuses it without --force)."""
+    def _lemon(pool: str, instance_id: str, host_id: str | None = None) -> Update:
+        """Remember a lemon's instance id in its pool (uncordon refuses it without --force),
+        and its physical host where the cloud exposes one (shown in status)."""
 
         def update(memory: Memory) -> Memory:
             pm = memory.pool(pool)
-            if instance_id in pm.lemons:
-                return memory
-            return memory.with_pool(replace(pm, lemons=pm.lemons + (instance_id,)))
+            if instance_id not in pm.lemons:
+                pm = replace(pm, lemons=pm.lemons + (instance_id,))
+            if host_id is not None and host_id not in pm.lemon_hosts:
+                pm = replace(pm, lemon_hosts=pm.lemon_hosts + (host_id,))
+            return memory.with_pool(pm)
 
         return update
 
@@ -673,7 +696,7 @@ class Executor:
         except ProviderError as exc:
             return Outcome(a, False, str(exc), type(exc).__name__), _same
         return (Outcome(a, True, f"rebooted {inst.instance_id} through provider {inst.provider}"),
-                self._remedied(a, nm, "reboot"))
+                self._remedied(a, nm, "reboot", memory))
 
     def _reset_gpu(self, a: Action, memory: Memory) -> tuple[Outcome, Update]:
         """The ladder's GPU reset (issue 13): the pool's reset_gpu playbook on the node
@@ -703,7 +726,7 @@ class Executor:
                 ok, detail = False, str(exc)
             if not ok:
                 return Outcome(a, False, detail, "RemoteError"), _same
-        return Outcome(a, True, detail), self._remedied(a, nm, "reset_gpu")
+        return Outcome(a, True, detail), self._remedied(a, nm, "reset_gpu", memory)
 
     def _remediable(self, a: Action, memory: Memory, verb: str
                     ) -> tuple[Instance | None, NodeMemory | None, Outcome | None]:
@@ -718,7 +741,7 @@ class Executor:
                                        "Skipped")
         return inst, nm, None
 
-    def _remedied(self, a: Action, nm: NodeMemory, rung: str) -> Update:
+    def _remedied(self, a: Action, nm: NodeMemory, rung: str, memory: Memory) -> Update:
         """Memory after an in-place remedy: phase REMEDIATING, the rung and the fault it
         answers (a new occurrence joins the fault history), return_streak from 0; a remedy
         with repair=True counts toward the hourly repair limit."""
@@ -728,8 +751,10 @@ class Executor:
                      rung=a.rung or rung, rung_fault=a.fault.key if a.fault else nm.rung_fault,
                      rung_at=now, return_streak=0, diag_cordon=False)
 
+        host = self._host_fault(a, memory, now)
+
         def update(m: Memory) -> Memory:
-            m = m.with_node(nm)
+            m = host(m.with_node(nm))
             if a.repair:
                 pm = m.pool(a.pool)
                 m = m.with_pool(replace(pm, repairs=self._recent(pm, now) + (now,)))

@@ -155,6 +155,7 @@ def instance(
     spot: bool = False,
     attempt: int = 0,
     tags: Mapping[str, str] | None = None,
+    host_id: str | None = None,
 ) -> Instance:
     """An instance navarch launched: it carries the four ownership tags for (fleet, pool,
     node), plus `tags` (labels, a navarch-spec launch hash)."""
@@ -168,6 +169,7 @@ def instance(
         launched_at=launched_at,
         tags=tuple(sorted(tags.items())),
         spot=spot,
+        host_id=host_id,
     )
 
 
@@ -330,6 +332,7 @@ def pool_memory(
     desired_from_target: int | None = None,
     scaled_at: datetime | None = None,
     lemons: Iterable[str] = (),
+    host_faults: Iterable[tuple[str, str, datetime]] = (),
 ) -> PoolMemory:
     return PoolMemory(
         pool=pool,
@@ -340,6 +343,7 @@ def pool_memory(
         desired_from_target=desired_from_target,
         scaled_at=scaled_at,
         lemons=tuple(lemons),
+        host_faults=tuple(host_faults),
     )
 
 

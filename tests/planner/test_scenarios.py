@@ -19,7 +19,7 @@ A scenario file holds (times are RFC 3339, or relative to `now` like "-20m", "+1
                       rung, rung_fault, rung_at, return_streak, operator_cordon, diag {level,
                       why, state, at, started_at, detail}, diag_cordon; pools: pool -> next_index,
                       repairs, exhausted [{zone, instance_type, spot, until}], desired,
-                      desired_from_target, scaled_at
+                      desired_from_target, scaled_at, host_faults [[host, key, time]]
   drain_checks:       node -> bool (scheduler drain-check results this run)
   xfail:              (only for a planner bug found by the scenario) the bug, in one line
   expect:
@@ -178,6 +178,7 @@ def build_inputs(doc: Mapping[str, Any], tmp_path: Path) -> Inputs:
                     for e in raw.pop("exhausted", [])
                 ],
                 scaled_at=builders.when(now, raw.pop("scaled_at", None)),
+                host_faults=[(h, k, builders.when(now, w)) for h, k, w in raw.pop("host_faults", [])],
                 **raw,
             )
         )

@@ -225,6 +225,21 @@ class _Fence(Protocol):
     def check(self) -> None: ...
 
 
+def _ladder_record(a: Action) -> dict[str, object]:
+    """The remediation ladder's part of an audit record, only when set (issue 13): the fault
+    answered, the rung, a lemon's mark, the diagnostics level and why."""
+    out: dict[str, object] = {}
+    if a.fault is not None:
+        out["fault"] = a.fault.key
+    if a.rung:
+        out["rung"] = a.rung
+    if a.lemon:
+        out["lemon"] = True
+    if a.level is not None:
+        out.update(level=a.level, why=a.why)
+    return out
+
+
 class Executor:
     """Applies plans. providers: provider name -> Provider. user_data: renders a node's
     cloud-init (pool, node, node_key) -> str, or None for providers that take none.
@@ -390,7 +405,7 @@ class Executor:
             "time": ts(self.clock()), "run_id": self.run_id, "action": action.kind.value,
             "pool": action.pool, "node": action.node, "instance_id": action.instance_id,
             "reason": action.reason, "ok": outcome.ok, "detail": outcome.detail,
-            "error": outcome.error,
+            "error": outcome.error, **_ladder_record(action),
         })
 
     def _chains(self, actions: Sequence[Action]) -> list[list[Action]]:

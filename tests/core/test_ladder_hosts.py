@@ -4,6 +4,7 @@ remembers a lemon's host; a fault already recorded for the node is not counted a
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -26,13 +27,14 @@ class _Cloud:
 
 def _run(tmp_path: Path, memory: Memory, node: str, host: str | None, *actions: Action
          ) -> Memory:
+    run_id = f"run-{len(list((tmp_path / 'store').rglob('*.jsonl'))) + 1}"
     spec = load_fleet(write_fleet(tmp_path))
     inst = replace(builders.instance(FLEET, "train", node, launched_at=NOW, instance_id="i-1",
                                      provider="sim"), host_id=host)
     executor = Executor(spec, {"sim": _Cloud()},  # type: ignore[dict-item]
-                        AuditLog(FileStore(tmp_path / "store"), FLEET, "run-1", NOW),
+                        AuditLog(FileStore(tmp_path / "store"), FLEET, run_id, NOW),
                         instances={node: inst}, inventory=(inst,), clock=lambda: NOW,
-                        run_id="run-1")
+                        run_id=run_id)
     memory, outcomes = executor.execute(Plan(FLEET, NOW, actions), memory)
     assert all(o.ok for o in outcomes), outcomes
     return memory
@@ -57,6 +59,12 @@ def test_a_fault_counts_against_the_host_and_a_lemons_host_is_remembered(tmp_pat
     memory = _run(tmp_path, memory, node, "h-0abc", term)
     assert memory.pool("train").lemons == ("i-1",)
     assert memory.pool("train").lemon_hosts == ("h-0abc",)
+    # The audit log marks it: the fault a cordon answered, the lemon a terminate removed.
+    records = [json.loads(line) for f in sorted((tmp_path / "store" / "events").rglob("*"))
+               if f.is_file() for line in f.read_text().splitlines()]
+    by_action = {r["action"]: r for r in records}
+    assert by_action["cordon"]["fault"] == "XID 79"
+    assert by_action["terminate"]["lemon"] is True
 
 
 def test_no_host_id_no_host_faults(tmp_path) -> None:

@@ -28,7 +28,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from navarch.inventory import Instance, InstanceState
-from navarch.planner.model import ActionKind, Lifecycle, Memory, NodeMemory, Phase, Plan
+from navarch.planner.model import (
+    ActionKind,
+    Diag,
+    DiagState,
+    DiagWhy,
+    Lifecycle,
+    Memory,
+    NodeMemory,
+    Phase,
+    Plan,
+)
 from navarch.planner.observe import observe
 from navarch.planner.plan import plan
 from navarch.reconcile.executor import _with_fault
@@ -55,6 +65,7 @@ def specs(draw: st.DrawFn) -> FleetSpec:
         "return_after": draw(st.integers(1, 3)),
         "ladder_window": draw(st.sampled_from(["30m", "24h"])),
         "lemon_after": draw(st.integers(2, 4)),
+        "return_requires_diag": draw(st.sampled_from([False, 2])),
     }
     doc = builders.fleet_doc(FLEET, {"a": builders.pool_doc(target=3, max_nodes=4,
                                                              health=health)},
@@ -158,6 +169,14 @@ class World:
                 assert s.status == "healthy" and self.after_remedy(a.node, nm, s), (a, s, nm.fault)
                 seen = self.healthy_since_reboot.get(a.node, [])
                 assert len(set(seen)) >= h.return_after, (a.reason, seen)
+                if h.return_requires_diag is not None:  # a diag after the remedy passed
+                    d = nm.diag
+                    assert d is not None and d.state is DiagState.PASS, (a.reason, d)
+                    assert d.started_at is not None and nm.rung_at is not None
+                    assert d.started_at >= nm.rung_at and d.level >= h.return_requires_diag
+            if a.kind is ActionKind.DIAGNOSE:
+                assert a.node in self.cordoned and nm is not None
+                assert nm.phase in (Phase.DRAINING, Phase.REMEDIATING), nm
     def apply(self, a) -> None:  # noqa: ANN001 - an Action
         mem, now = self.memory, self.now
         nm = mem.node(a.node) if a.node else None
@@ -201,6 +220,17 @@ class World:
                 nm, phase=Phase.REMEDIATING, phase_at=now, phase_reason=a.reason, rung=a.rung,
                 rung_fault=a.fault.key if a.fault else nm.rung_fault, rung_at=now,
                 return_streak=0))
+        elif a.kind is ActionKind.DIAGNOSE:
+            # Started detached: running on the first DIAGNOSE, the verdict on the next
+            # (fail while the simulated node still has its fault).
+            assert nm is not None
+            prev = nm.diag
+            if prev is None or prev.state is not DiagState.RUNNING:
+                diag = Diag(a.level or 1, DiagWhy(a.why), DiagState.RUNNING, now, now)
+            else:
+                fault = self.nodes[a.node].fault
+                diag = replace(prev, state=DiagState.FAIL if fault else DiagState.PASS, at=now)
+            self.memory = mem.with_node(replace(nm, diag=diag))
         elif a.kind is ActionKind.UNCORDON:
             self.cordoned.discard(a.node)
             assert nm is not None

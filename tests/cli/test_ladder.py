@@ -131,6 +131,9 @@ def test_third_fault_in_a_week_is_a_lemon_replaced_at_once(navarch, fleet_dir) -
     assert pool["lemons"] == [iid]
     out = navarch.ok("status", "fleet.yaml", "--all").out
     assert f"pool train lemons (uncordon needs --force): {iid}" in out, out
+    navarch.ok("status", "fleet.yaml", "--html", "status.html")
+    html = (fleet_dir / "status.html").read_text()
+    assert "<th>Ladder</th>" in html and f"Lemons (replaced, uncordon needs --force): {iid}" in html
 
 
 def test_operator_cordon_stays_until_navarch_uncordon(navarch, fleet_dir) -> None:

@@ -10,7 +10,8 @@ A fleet's plan is made in two layers of named stages, each a pure function:
   issue 13; operator cordons), terminate (nodes whose drain finished or timed out), redrain (cordoned, never drained), stuck
   (pending past provision_timeout), repair (cordon + drain what must be replaced), watch
   (what is part-way to a decision), diagnostics (cordon + drain nodes due for scheduled
-  dcgmi diag, within the budget; the ladder stage diagnoses and returns them), drift (in-place tag updates and rolling replacement),
+  dcgmi diag, within the budget; the ladder stage diagnoses and returns them), drift
+  (in-place tag updates and rolling replacement),
   count (provision up to desired, or scale down). `navarch destroy` swaps in its own.
 A stage reads a PoolContext (never changed) and the Progress earlier stages made (budget
 left, nodes leaving, replacements wanted) and returns a StageResult: its actions, the
@@ -34,7 +35,8 @@ except orphans, duplicates, stuck instances and `destroy --force`. A node is onl
 GPU-reset after it was cordoned and its drain finished (never on drain_timeout), and never
 while its latest report shows GPU processes; it is only returned to service automatically
 after return_after healthy reports made after the remedy (a boot other than its fault's,
-or for a GPU reset reports made after it). A node an operator
+or for a GPU reset reports made after it) and, with return_requires_diag, a dcgmi diag
+started after the remedy that passed. A node an operator
 cordoned is never drained, terminated or uncordoned by a plan.
 """
 
@@ -417,7 +419,8 @@ def _rung_for(ctx: PoolContext, v: NodeView, fault: Fault, unrecorded: int) -> _
     previous: the rung already tried for the same fault key within ladder_window; lemon:
     lemon_after or more faults within lemon_window (v.faults, plus `unrecorded` faults not
     yet in Memory), on the node or on its physical host where the cloud exposes one
-    (PoolMemory.host_faults: faults of earlier instances on the same EC2 Dedicated Host). A fault whose action is no remedy (none, restart_app) was cordoned as
+    (PoolMemory.host_faults: faults of earlier instances on the same EC2 Dedicated Host).
+    A fault whose action is no remedy (none, restart_app) was cordoned as
     unhealthy: it is replaced, as before the ladder.
     """
     h = ctx.pool.health
@@ -539,11 +542,12 @@ def _diag_fault(v: NodeView, d: Diag, key: str, action: str) -> Fault:
     return Fault(key, action, s.boot_id if s else "", s.sequence if s else 0)
 
 
-def _climb_on_diag(ctx: PoolContext, v: NodeView, d: Diag, fault: Fault
+def _climb_on_diag(ctx: PoolContext, v: NodeView, d: Diag, fault: Fault, what: str = ""
                    ) -> tuple[Action | None, str]:
-    """A failed diagnostic is a fault like any other (issue 13): the ladder's next rung."""
+    """A failed diagnostic is a fault like any other (issue 13): the ladder's rung for it
+    (the next one when it answers the fault just remedied), or a replacement."""
     r = _rung_for(ctx, v, fault, unrecorded=1)
-    r = replace(r, why=f"dcgmi diag -r {d.level} failed ({d.detail}); {r.why}")
+    r = replace(r, why=f"{what}dcgmi diag -r {d.level} failed ({d.detail}); {r.why}")
     if r.remedy is Remedy.REPLACE:
         return Action(ActionKind.TERMINATE, ctx.pool.name, v.node, r.why, instance_id=_iid(v),
                       lemon=r.lemon, fault=fault), ""
@@ -566,8 +570,10 @@ def _return_diag(ctx: PoolContext, v: NodeView, level: int, healthy: str
     if d.state is DiagState.RUNNING:
         return _diagnose(ctx, v, d.level, DiagWhy.RETURN, f"collect dcgmi diag -r {d.level} "
                          f"(running since {d.started_at:%H:%M} UTC)"), ""
-    if d.state is DiagState.FAIL and v.fault is not None:
-        return _climb_on_diag(ctx, v, d, _diag_fault(v, d, v.fault.key, v.fault.action))
+    if d.state is DiagState.FAIL:
+        key, action = ((v.fault.key, v.fault.action) if v.fault is not None
+                       else (DIAG_FAULT_KEY, DIAG_FAULT_ACTION))
+        return _climb_on_diag(ctx, v, d, _diag_fault(v, d, key, action))
     if d.state is DiagState.UNAVAILABLE:
         return None, (f"{v.node}: cannot return: return_requires_diag {level} and {d.detail}")
     return _diagnose(ctx, v, level, DiagWhy.RETURN,
@@ -600,13 +606,8 @@ def _scheduled_diag(ctx: PoolContext, v: NodeView) -> tuple[Action | None, str]:
         return _diagnose(ctx, v, d.level if d else level, DiagWhy.SCHEDULED,
                          f"scheduled diagnostics: {what} dcgmi diag -r {d.level if d else level}"), ""
     if d.state is DiagState.FAIL:
-        fault = _diag_fault(v, d, DIAG_FAULT_KEY, DIAG_FAULT_ACTION)
-        r = _rung_for(ctx, v, fault, unrecorded=1)
-        r = replace(r, why=f"scheduled dcgmi diag -r {d.level} failed ({d.detail}); {r.why}")
-        if r.remedy is Remedy.REPLACE:
-            return Action(ActionKind.TERMINATE, ctx.pool.name, v.node, r.why,
-                          instance_id=_iid(v), lemon=r.lemon, fault=fault), ""
-        return _in_place(ctx, v, r, fault, repair=True)
+        return _climb_on_diag(ctx, v, d, _diag_fault(v, d, DIAG_FAULT_KEY, DIAG_FAULT_ACTION),
+                              "scheduled ")
     verdict = "passed" if d.state is DiagState.PASS else f"gave no verdict ({d.detail})"
     return Action(ActionKind.UNCORDON, ctx.pool.name, v.node,
                   f"scheduled dcgmi diag -r {d.level} {verdict}", instance_id=_iid(v)), ""

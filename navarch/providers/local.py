@@ -1,7 +1,7 @@
 """The embedded local provider: simulated machines under a directory, no cloud account.
 
 Layout: <dir>/machines/<instance_id>/
-  machine.json   id, zone, type, state, launched_at, tags, boot_id, spot
+  machine.json   id, zone, type, state, launched_at, tags, boot_id, spot, [host_id]
   faults.json    fault injection for the fake GPU backend (format: navarch.agent fake GPUs)
   kern.log       kernel log text the agent reads (XIDs are injected as real NVRM lines)
   agent.json     the agent's own state file (sequence, latched faults)
@@ -102,6 +102,7 @@ class LocalProvider:
             tags=tuple(sorted(m["tags"].items())),
             spot=m.get("spot", False),
             address="127.0.0.1",
+            host_id=m.get("host_id"),  # set by hand to stand for an EC2 Dedicated Host
         )
 
     # -- Provider contract -------------------------------------------------------------

@@ -165,6 +165,24 @@ def test_uncordon_refuses_a_lemons_instance_without_force(navarch, fleet_dir) ->
     assert _train(navarch)[NODE]["lifecycle"] == "healthy"
 
 
+def test_uncordon_refuses_an_instance_on_a_lemon_host_without_force(navarch, fleet_dir) -> None:
+    iid = _start(navarch)
+    machine = fleet_dir / ".navarch" / "local" / "demo" / "machines" / iid / "machine.json"
+    if not machine.exists():
+        machine = fleet_dir / ".navarch" / "local" / "demo" / iid / "machine.json"
+    doc = json.loads(machine.read_text())
+    machine.write_text(json.dumps({**doc, "host_id": "h-0abc"}))  # as on an EC2 Dedicated Host
+    navarch.ok("cordon", "fleet.yaml", NODE, "--reason", "fan noise")
+    path = fleet_dir / ".navarch" / "store" / "state" / "demo.json"
+    state = json.loads(path.read_text())
+    state["pools"]["train"]["lemon_hosts"] = ["h-0abc"]
+    path.write_text(json.dumps(state))
+    run = navarch("uncordon", "fleet.yaml", NODE)
+    assert run.code == 1 and "runs on host h-0abc" in run.err and "--force" in run.err, run.err
+    assert _train(navarch)[NODE]["ladder"]["host_id"] == "h-0abc"
+    navarch.ok("uncordon", "fleet.yaml", NODE, "--force")
+
+
 def test_xid48_gpu_reset_keeps_the_boot_and_returns(navarch, fleet_dir) -> None:
     """remediation [reset_gpu, reboot, replace]: XID 48 (catalogue action reset_gpu) gets a
     GPU reset, not a reboot: the local provider's reset clears the fake GPU's faults and the

@@ -306,7 +306,10 @@ def _status_doc(spec: FleetSpec, snap) -> dict[str, Any]:
                 "clock_skew_s": (round(v.summary.clock_skew_s, 1) if v.summary is not None
                                  and v.summary.clock_skew_s is not None else None),
                 "reason": v.reason, "rejected": v.rejected,
+                "ladder": _ladder_doc(p, v, snap.memory.pool(p.name).lemons, snap.now),
             } for v in pv],
+            "lemons": list(snap.memory.pool(p.name).lemons),
+            "lemon_hosts": list(snap.memory.pool(p.name).lemon_hosts),
         })
     from navarch.reconcile.reports import fleet_rejection
 
@@ -320,6 +323,53 @@ def _status_doc(spec: FleetSpec, snap) -> dict[str, Any]:
                         for v in views if v.lifecycle.value == "orphan" and v.instance],
             "duplicates": [{"node": d.node, "instance_ids": [i.instance_id for i in d.instances]}
                            for d in snap.observed.duplicates]}
+
+
+def _ladder_doc(pool: Any, v: Any, lemons: Sequence[str], now: datetime) -> dict[str, Any]:
+    """A node's remediation-ladder state for `status` (issue 13): the last rung tried and
+    for which fault, the faults within lemon_window, whether it is a lemon (lemon_after
+    faults in the window, or its instance id was replaced as one), the last diagnostics."""
+    from navarch.planner.model import diag_to_json, ts
+
+    h = pool.health
+    count = sum((now - t).total_seconds() <= h.lemon_window_s for _, t in v.faults)
+    iid = v.instance.instance_id if v.instance else None
+    host = v.instance.host_id if v.instance else None
+    return {"rung": v.rung or None, "rung_fault": v.rung_fault or None, "rung_at": ts(v.rung_at),
+            "faults_in_window": count, "lemon_after": h.lemon_after,
+            "lemon": count >= h.lemon_after or (iid is not None and iid in lemons),
+            "return_streak": v.return_streak, "host_id": host,
+            "diag": diag_to_json(v.diag) if v.diag is not None else None}
+
+
+def _print_ladder(doc: dict[str, Any]) -> None:
+    """One line per node with ladder state (a rung tried, faults in the window, a lemon, a
+    diagnostic), and each pool's remembered lemon instance ids."""
+    lines = []
+    for p in doc["pools"]:
+        for n in p["nodes"]:
+            lad = n["ladder"]
+            parts = []
+            if lad["rung"]:
+                parts.append(f"rung {lad['rung']} for {lad['rung_fault']} at {lad['rung_at']}")
+            if lad["faults_in_window"]:
+                parts.append(f"{lad['faults_in_window']} of lemon_after {lad['lemon_after']} "
+                             "faults in lemon_window")
+            if lad["lemon"]:
+                parts.append("LEMON")
+            d = lad["diag"]
+            if d:
+                parts.append(f"diag -r {d['level']} ({d['why']}) {d['state']} at {d['at']}"
+                             + (f": {d['detail']}" if d["detail"] else ""))
+            if parts:
+                lines.append(f"  {n['node']}: " + "; ".join(parts))
+        if p["lemons"]:
+            lines.append(f"  pool {p['pool']} lemons (uncordon needs --force): "
+                         + ", ".join(p["lemons"]))
+        if p["lemon_hosts"]:
+            lines.append(f"  pool {p['pool']} lemon hosts: " + ", ".join(p["lemon_hosts"]))
+    if lines:
+        print("\nRemediation ladder:\n" + "\n".join(lines))
 
 
 def _report_fleet_rejection(snap) -> str | None:
@@ -387,6 +437,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     if hidden:
         print(f"{'' if len(rows) == 1 else chr(10)}{hidden} healthy node(s) not listed "
               "(navarch status --all lists every node)")
+    _print_ladder(doc)
     if doc["rejections"]:
         print("\nRejected reports (all time): " +
               ", ".join(f"{k}={v}" for k, v in sorted(doc["rejections"].items())))

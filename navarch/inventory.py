@@ -51,6 +51,9 @@ class Instance:
     tags: tuple[tuple[str, str], ...] = ()
     spot: bool = False
     address: str | None = None
+    #: The physical host where the cloud exposes it (EC2 Dedicated Hosts' Placement.HostId;
+    #: Compute Engine and Lambda Cloud expose none): lemon faults are counted per host too.
+    host_id: str | None = None
 
     def tag(self, key: str) -> str | None:
         for k, v in self.tags:

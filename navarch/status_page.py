@@ -94,6 +94,23 @@ def _age(age_s: float | None) -> str:
     return "-" if age_s is None else format_duration_s(age_s)
 
 
+def _ladder_text(pool: Any, v: Any, pm: Any, now: datetime) -> str:
+    """The remediation ladder's state of a node in a few words (issue 13): the rung tried,
+    faults in lemon_window, a lemon, the last diagnostics; "" when there is none."""
+    h = pool.health
+    count = sum((now - t).total_seconds() <= h.lemon_window_s for _, t in v.faults)
+    parts = []
+    if v.rung:
+        parts.append(f"{v.rung} for {v.rung_fault}")
+    if count:
+        parts.append(f"{count}/{h.lemon_after} faults")
+    if count >= h.lemon_after or (v.instance is not None and v.instance.instance_id in pm.lemons):
+        parts.append("lemon")
+    if v.diag is not None:
+        parts.append(f"diag -r {v.diag.level} {v.diag.state.value}")
+    return "; ".join(parts)
+
+
 def page_context(spec: FleetSpec, plan: Plan, memory: Memory, now: datetime,
                  events: Sequence[AuditEvent] = ()) -> dict[str, Any]:
     """The template's variables: fleet, generated_at, pools (each with its nodes, counts
@@ -124,7 +141,9 @@ def page_context(spec: FleetSpec, plan: Plan, memory: Memory, now: datetime,
                 "instance_id": v.instance.instance_id if v.instance else "-",
                 "zone": v.instance.zone if v.instance else "-",
                 "age": _age(v.report_age_s), "reason": v.reason,
+                "ladder": _ladder_text(p, v, pm, now),
             } for v in views],
+            "lemons": list(pm.lemons), "lemon_hosts": list(pm.lemon_hosts),
         })
     return {
         "fleet": spec.name, "generated_at": ts(now), "state_serial": memory.serial,

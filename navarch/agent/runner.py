@@ -31,6 +31,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from navarch.agent import kernel_log as kl
@@ -467,7 +468,8 @@ class KernelLogRead:
     "file" / "journal" / "kmsg" / "none"; error: why no source could be read, or None;
     latched: this boot's XID events (earlier runs' latched events + the new ones);
     earlier_boots: new events that carry another boot's id (a journal's tail of an earlier
-    boot): they only feed the fault history.
+    boot): they only feed the fault history. reset: a GPU reset marker was found
+    (gpu_reset_marker); the events latched before it were dropped.
     """
 
     lines: tuple[kl.KernelLine, ...]
@@ -476,6 +478,7 @@ class KernelLogRead:
     error: str | None
     latched: tuple[kl.XidEvent, ...]
     earlier_boots: tuple[kl.XidEvent, ...]
+    reset: bool = False  # the GPUs were reset since the last run: earlier latched XIDs dropped
 
 
 def next_sequence(
@@ -513,18 +516,29 @@ def read_xids(config: AgentConfig, state: AgentState, boot_id: str, now: datetim
     """New kernel log lines since the saved position, parsed and latched for this boot.
 
     Events of this boot (or without a boot id) join the state's latched events (dropped
-    when the boot changed); events stamped with another boot go to ``earlier_boots``.
+    when the boot changed or the GPUs were reset, gpu_reset_marker); events stamped with
+    another boot go to ``earlier_boots``.
     """
     lines, saved, source, error = read_kernel_log(config, state.kernel_log, boot_id, now)
     boot_changed = state.boot_id is not None and state.boot_id != boot_id
-    latched = [] if boot_changed else [_event_from_json(e) for e in state.events]
+    reset = gpu_reset_marker(config).exists()
+    latched = [] if boot_changed or reset else [_event_from_json(e) for e in state.events]
     earlier: list[kl.XidEvent] = []
     for ev in kl.parse_lines(lines):
         if ev.boot_id and ev.boot_id != boot_id:
             earlier.append(ev)
         else:
             latched.append(replace(ev, boot_id=boot_id))
-    return KernelLogRead(tuple(lines), saved, source, error, tuple(latched), tuple(earlier))
+    return KernelLogRead(tuple(lines), saved, source, error, tuple(latched), tuple(earlier), reset)
+
+
+def gpu_reset_marker(config: AgentConfig) -> Path:
+    """The file playbooks/reset_gpu.yaml writes after `nvidia-smi -r` succeeded (issue 13):
+    `gpu-reset` beside the agent's state file. While it exists the next run starts its
+    latched XIDs afresh (a reset, like a reboot, ends the faults it cured; one that is still
+    there shows again in the device readings or the kernel log); the run that read it
+    removes it once its state is saved."""
+    return Path(config.state_file).parent / "gpu-reset"
 
 
 def kernel_log_check(read: KernelLogRead) -> Check:
@@ -680,6 +694,8 @@ def run_once(
     sequence, state_check = persist_state(config.state_file, new_state, now)
     if state_check is not None:
         checks.append(state_check)
+    elif xids.reset:
+        gpu_reset_marker(config).unlink(missing_ok=True)
     report = build_report(
         config,
         probe=probe,

@@ -4,7 +4,8 @@ Two sources, one module:
 
 - outcome_events / plan_conditions / outcome_conditions (an ApplyResult's parts):
   per-action outcomes (node cordoned with its reason, drain started, drain finished or
-  timed out, node terminated, replacement provisioned, node rebooted, node returned to
+  timed out, node terminated, replacement provisioned, node rebooted or GPU-reset, node diagnosed
+  (dcgmi diag verdict), node returned to
   service, action failed) and the plan's halts and failures as *conditions*
   (circuit breaker per pool, capacity exhausted per pool, quota or auth failure per pool,
   orphan guard).
@@ -25,6 +26,7 @@ import enum
 import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from navarch.errors import AuthError, LeaseLost, QuotaError
 from navarch.planner.model import ActionKind, Plan
@@ -41,6 +43,9 @@ class EventKind(enum.StrEnum):
     NODE_PROVISIONED = "node_provisioned"
     NODE_RETURNED = "node_returned"
     NODE_REBOOTED = "node_rebooted"  # the remediation ladder's reboot through the provider
+    NODE_GPU_RESET = "node_gpu_reset"  # the ladder's GPU reset (nvidia-smi -r) on the node
+    NODE_DIAGNOSED = "node_diagnosed"  # dcgmi diag gave a verdict that is no fault
+    NODE_DIAG_FAILED = "node_diag_failed"  # dcgmi diag failed: a fault, the ladder climbs
     ACTION_FAILED = "action_failed"
     CAPACITY_EXHAUSTED = "capacity_exhausted"
     BREAKER_TRIPPED = "breaker_tripped"
@@ -82,6 +87,9 @@ SEVERITY = {
     EventKind.NODE_PROVISIONED: Severity.INFO,
     EventKind.NODE_RETURNED: Severity.INFO,
     EventKind.NODE_REBOOTED: Severity.INFO,
+    EventKind.NODE_GPU_RESET: Severity.INFO,
+    EventKind.NODE_DIAGNOSED: Severity.INFO,
+    EventKind.NODE_DIAG_FAILED: Severity.WARNING,
     EventKind.ACTION_FAILED: Severity.WARNING,
     EventKind.CAPACITY_EXHAUSTED: Severity.CRITICAL,
     EventKind.BREAKER_TRIPPED: Severity.CRITICAL,
@@ -200,10 +208,27 @@ def _action_event(fleet: str, run_id: str, outcome: object) -> Event | None:
     if a.kind is ActionKind.UNCORDON:
         return make(EventKind.NODE_RETURNED, fleet, a.pool, a.node,
                     f"{a.node} returned to service: {a.reason}", run_id, **ids)
-    if a.kind.value == "reboot":  # by value: the ladder's action kind is newer than this map
+    if a.kind is ActionKind.REBOOT:
         return make(EventKind.NODE_REBOOTED, fleet, a.pool, a.node,
                     f"{a.node} rebooted: {a.reason}", run_id, **ids)
+    if a.kind is ActionKind.RESET_GPU:
+        return make(EventKind.NODE_GPU_RESET, fleet, a.pool, a.node,
+                    f"{a.node}: GPUs reset: {a.reason}", run_id, **ids)
+    if a.kind is ActionKind.DIAGNOSE:
+        return _diag_event(fleet, run_id, a, detail, ids)
     return None  # scale and tag updates are routine
+
+
+def _diag_event(fleet: str, run_id: str, a: Any, detail: str, ids: dict[str, Any]
+                ) -> Event | None:
+    """A diagnostics verdict (executor detail "dcgmi diag -r N: STATE[: ...]"); none while
+    it only started or still runs (a later run collects it)."""
+    state = detail.split(": ", 2)[1] if detail.count(": ") >= 1 else ""
+    if state in ("running", ""):
+        return None
+    kind = EventKind.NODE_DIAG_FAILED if state == "fail" else EventKind.NODE_DIAGNOSED
+    return make(kind, fleet, a.pool, a.node, f"{a.node}: {detail}", run_id,
+                diag=state, level=a.level, **ids)
 
 
 def outcome_events(fleet: str, run_id: str, outcomes: Iterable[object]) -> tuple[Event, ...]:

@@ -64,6 +64,8 @@ class ActionKind(enum.StrEnum):
     SCALE = "scale"  # change a pool's autoscaled desired count
     UPDATE_TAGS = "update_tags"  # set the pool's labels on an instance in place
     REBOOT = "reboot"  # remediation ladder: restart a drained node in place (issue 13)
+    RESET_GPU = "reset_gpu"  # remediation ladder: reset a drained node's GPUs (nvidia-smi -r)
+    DIAGNOSE = "diagnose"  # start, or collect, a dcgmi diag on a cordoned node (issue 13)
 
 
 class Phase(enum.StrEnum):
@@ -73,7 +75,7 @@ class Phase(enum.StrEnum):
     CORDONED = "cordoned"
     DRAINING = "draining"
     TERMINATING = "terminating"
-    REMEDIATING = "remediating"  # rebooted by the ladder; its next boot's reports decide
+    REMEDIATING = "remediating"  # rebooted or GPU-reset by the ladder; later reports decide
 
 
 #: A node whose report's generated_at is further than this from the store's modification
@@ -154,6 +156,43 @@ class Fault:
     sequence: int
 
 
+class DiagWhy(enum.StrEnum):
+    """Why a node is diagnosed (issue 13)."""
+
+    RETURN = "return"  # return_requires_diag: before a reset or rebooted node returns
+    SCHEDULED = "scheduled"  # pool diagnostics.every: cordon, drain, diagnose, uncordon
+
+
+class DiagState(enum.StrEnum):
+    """Where a node's diagnostics stand. DUE: cordoned for it, not started; RUNNING: started
+    on the node (detached), no result yet; then the verdict of navarch.remote.diagnostics
+    (pass, fail, unavailable: no dcgmi on the node, error: no verdict). Only FAIL is a fault."""
+
+    DUE = "due"
+    RUNNING = "running"
+    PASS = "pass"
+    FAIL = "fail"
+    UNAVAILABLE = "unavailable"
+    ERROR = "error"
+
+
+@dataclass(frozen=True)
+class Diag:
+    """A node's last active diagnostics (dcgmi diag), kept in Memory and shown in status.
+
+    level: dcgmi diag -r level (1-3); why: DiagWhy; state: DiagState; at: when this state
+    was recorded (aware UTC); started_at: when the run on the node started (None while
+    DUE); detail: one line (the failed tests and GPUs, or why there is no verdict).
+    """
+
+    level: int
+    why: DiagWhy
+    state: DiagState
+    at: datetime
+    started_at: datetime | None = None
+    detail: str = ""
+
+
 @dataclass(frozen=True)
 class NodeMemory:
     """Per-node facts earlier runs saw and did."""
@@ -180,6 +219,8 @@ class NodeMemory:
     rung_at: datetime | None = None
     return_streak: int = 0  # distinct healthy reports from a boot later than the fault
     operator_cordon: str = ""  # `navarch cordon --reason`: never undone automatically
+    diag: Diag | None = None  # the last active diagnostics (issue 13)
+    diag_cordon: bool = False  # cordoned for scheduled diagnostics (uncordoned after them)
 
 
 @dataclass(frozen=True)
@@ -205,6 +246,10 @@ class PoolMemory:
     desired_from_target: int | None = None  # spec target the autoscaled count started from
     scaled_at: datetime | None = None
     lemons: tuple[str, ...] = ()  # instance ids replaced as lemons (uncordon needs --force)
+    # Issue 13: faults per physical host where the cloud exposes one (Instance.host_id):
+    # (host id, fault key, when), kept for lemon_window; hosts whose nodes were lemons.
+    host_faults: tuple[tuple[str, str, datetime], ...] = ()
+    lemon_hosts: tuple[str, ...] = ()
 
 
 class NodeTable:
@@ -332,6 +377,8 @@ class NodeView:
     rung_fault: str = ""
     rung_at: datetime | None = None
     return_streak: int = 0
+    diag: Diag | None = None
+    diag_cordon: bool = False
 
 
 @dataclass(frozen=True)
@@ -370,6 +417,8 @@ class Action:
     fault: Fault | None = None  # cordon/reboot: the fault it answers (recorded in Memory)
     rung: str = ""  # reboot: the ladder's rung (a Remedy value) it carries out
     lemon: bool = False  # terminate: a lemon's instance id is remembered in PoolMemory
+    level: int | None = None  # diagnose, and cordon for scheduled diagnostics: the diag level
+    why: str = ""  # diagnose / cordon: a DiagWhy value
 
 
 @dataclass(frozen=True)
@@ -513,7 +562,25 @@ def _ladder_to_json(n: NodeMemory) -> dict[str, Any]:
         out["return_streak"] = n.return_streak
     if n.operator_cordon:
         out["operator_cordon"] = n.operator_cordon
+    if n.diag is not None:
+        out["diag"] = diag_to_json(n.diag)
+    if n.diag_cordon:
+        out["diag_cordon"] = True
     return out
+
+
+def diag_to_json(d: Diag) -> dict[str, Any]:
+    """A Diag as JSON-ready data (times RFC 3339 UTC)."""
+    return {"level": d.level, "why": d.why.value, "state": d.state.value, "at": ts(d.at),
+            "started_at": ts(d.started_at), "detail": d.detail}
+
+
+def diag_from_json(d: Mapping[str, Any] | None) -> Diag | None:
+    """Inverse of diag_to_json; None passes through. Raises KeyError/ValueError."""
+    if d is None:
+        return None
+    return Diag(int(d["level"]), DiagWhy(d["why"]), DiagState(d["state"]), required_ts(d["at"]),
+                parse_ts(d.get("started_at")), d.get("detail", ""))
 
 
 def _ladder_from_json(n: Mapping[str, Any]) -> dict[str, Any]:
@@ -525,6 +592,7 @@ def _ladder_from_json(n: Mapping[str, Any]) -> dict[str, Any]:
         "rung": n.get("rung", ""), "rung_fault": n.get("rung_fault", ""),
         "rung_at": parse_ts(n.get("rung_at")), "return_streak": n.get("return_streak", 0),
         "operator_cordon": n.get("operator_cordon", ""),
+        "diag": diag_from_json(n.get("diag")), "diag_cordon": n.get("diag_cordon", False),
     }
 
 
@@ -561,6 +629,9 @@ def memory_to_json(m: Memory) -> dict[str, Any]:
                 "desired": p.desired, "desired_from_target": p.desired_from_target,
                 "scaled_at": ts(p.scaled_at),
                 **({"lemons": list(p.lemons)} if p.lemons else {}),
+                **({"host_faults": [[h, k, ts(w)] for h, k, w in p.host_faults]}
+                   if p.host_faults else {}),
+                **({"lemon_hosts": list(p.lemon_hosts)} if p.lemon_hosts else {}),
             }
             for p in m.pools
         },
@@ -596,6 +667,8 @@ def memory_from_json(d: Mapping[str, Any]) -> Memory:
             desired=p.get("desired"), desired_from_target=p.get("desired_from_target"),
             scaled_at=parse_ts(p.get("scaled_at")),
             lemons=tuple(p.get("lemons", ())),
+            host_faults=tuple((h, k, required_ts(w)) for h, k, w in p.get("host_faults", ())),
+            lemon_hosts=tuple(p.get("lemon_hosts", ())),
         )
         for name, p in sorted(d.get("pools", {}).items())
     )

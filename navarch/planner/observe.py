@@ -16,9 +16,10 @@ Rules (DESIGN.md "Node lifecycle" and safety rules 1-2):
   instance still pending past provision_timeout is STUCK.
 - A spot preemption notice is PREEMPTING (act at once); a maintenance notice is
   MAINTENANCE (replace before its deadline, within the disruption budget).
-- Remediation ladder (issue 13): a node the ladder rebooted is REMEDIATING; healthy reports
-  from a boot other than the fault's are counted per distinct sequence (return_streak), any
-  other report from such a boot restarts the count. A node an operator cordoned (`navarch
+- Remediation ladder (issue 13): a node the ladder rebooted or GPU-reset is REMEDIATING;
+  healthy reports made after the remedy (after_remedy: a boot other than the fault's for a
+  reboot, a report made after the reset for reset_gpu) are counted per distinct sequence
+  (return_streak), any other such report restarts the count. A node an operator cordoned (`navarch
   cordon`) is OPERATOR_CORDONED whatever its reports say, until `navarch uncordon`.
 """
 
@@ -257,12 +258,29 @@ def fault_of(s: ReportSummary) -> Fault:
     return Fault(fault_key(s), s.action, s.boot_id, s.sequence)
 
 
+def after_remedy(rung: str, fault: Fault | None, rung_at: datetime | None,
+                 s: ReportSummary | None) -> bool:
+    """Whether report s was made after the ladder's remedy of `fault` (issue 13).
+
+    reboot (and any rung but reset_gpu): s comes from another boot than the fault's report.
+    reset_gpu keeps the boot: s was made (ReportSummary.observed_at, the store's clock when
+    known) after rung_at, when the reset ran; the agent drops the XIDs it latched before
+    the reset (playbooks/reset_gpu.yaml), so such a report speaks of the GPUs as reset.
+    False without a fault or a report.
+    """
+    if fault is None or s is None:
+        return False
+    if s.boot_id != fault.boot_id:
+        return True
+    return rung == "reset_gpu" and rung_at is not None and s.observed_at > rung_at
+
+
 def _fold_return(nm: NodeMemory, s: ReportSummary) -> int:
-    """return_streak after a new report: +1 for a healthy report from a boot later than the
-    fault's while the ladder waits on the node, else 0."""
+    """return_streak after a new report: +1 for a healthy report made after the ladder's
+    remedy (after_remedy) while the ladder waits on the node, else 0."""
     if nm.phase is not Phase.REMEDIATING or nm.fault is None:
         return 0
-    if s.boot_id != nm.fault.boot_id and s.status == "healthy":
+    if after_remedy(nm.rung, nm.fault, nm.rung_at, s) and s.status == "healthy":
         return nm.return_streak + 1
     return 0
 
@@ -331,7 +349,8 @@ def _view(
         node=nm.node, pool=pool.name, lifecycle=lc, reason=reason + clock_skew_note(s),
         instance=inst, summary=s, report_age_s=age, streak=nm.streak, phase_at=nm.phase_at,
         rejected=rejected, fault=nm.fault, faults=nm.faults, rung=nm.rung,
-        rung_fault=nm.rung_fault, rung_at=nm.rung_at, return_streak=nm.return_streak, **extra,
+        rung_fault=nm.rung_fault, rung_at=nm.rung_at, return_streak=nm.return_streak,
+        diag=nm.diag, diag_cordon=nm.diag_cordon, **extra,
     )
 
 

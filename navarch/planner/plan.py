@@ -9,7 +9,9 @@ A fleet's plan is made in two layers of named stages, each a pure function:
   remediation ladder: reboot, return to service or replace drained and rebooted nodes,
   issue 13; operator cordons), terminate (nodes whose drain finished or timed out), redrain (cordoned, never drained), stuck
   (pending past provision_timeout), repair (cordon + drain what must be replaced), watch
-  (what is part-way to a decision), drift (in-place tag updates and rolling replacement),
+  (what is part-way to a decision), diagnostics (cordon + drain nodes due for scheduled
+  dcgmi diag, within the budget; the ladder stage diagnoses and returns them), drift
+  (in-place tag updates and rolling replacement),
   count (provision up to desired, or scale down). `navarch destroy` swaps in its own.
 A stage reads a PoolContext (never changed) and the Progress earlier stages made (budget
 left, nodes leaving, replacements wanted) and returns a StageResult: its actions, the
@@ -29,10 +31,12 @@ Safety rules enforced here (DESIGN.md "Safety rules"):
     drifted or requested nodes) started per pool per hour;
  6. provisioning tries places in the pool's fallback order, skipping exhausted ones.
 A node is only terminated after it was cordoned and drained (or drain_timeout passed),
-except orphans, duplicates, stuck instances and `destroy --force`. A node is only rebooted
-after it was cordoned and its drain finished (never on drain_timeout), and never while its
-latest report shows GPU processes; it is only returned to service automatically after
-return_after healthy reports from a boot other than its fault's. A node an operator
+except orphans, duplicates, stuck instances and `destroy --force`. A node is only rebooted or
+GPU-reset after it was cordoned and its drain finished (never on drain_timeout), and never
+while its latest report shows GPU processes; it is only returned to service automatically
+after return_after healthy reports made after the remedy (a boot other than its fault's,
+or for a GPU reset reports made after it) and, with return_requires_diag, a dcgmi diag
+started after the remedy that passed. A node an operator
 cordoned is never drained, terminated or uncordoned by a plan.
 """
 
@@ -50,6 +54,9 @@ from navarch.planner.model import (
     SERVING,
     Action,
     ActionKind,
+    Diag,
+    DiagState,
+    DiagWhy,
     Fault,
     Halt,
     Lifecycle,
@@ -59,7 +66,7 @@ from navarch.planner.model import (
     Plan,
     PoolMemory,
 )
-from navarch.planner.observe import Duplicate, fault_of
+from navarch.planner.observe import Duplicate, after_remedy, fault_of
 from navarch.policy import Remedy, ladder_remedy
 from navarch.spec import FleetSpec, PoolSpec
 
@@ -443,7 +450,9 @@ def _rung_for(ctx: PoolContext, v: NodeView, fault: Fault, unrecorded: int) -> _
 
     previous: the rung already tried for the same fault key within ladder_window; lemon:
     lemon_after or more faults within lemon_window (v.faults, plus `unrecorded` faults not
-    yet in Memory). A fault whose action is no remedy (none, restart_app) was cordoned as
+    yet in Memory), on the node or on its physical host where the cloud exposes one
+    (PoolMemory.host_faults: faults of earlier instances on the same EC2 Dedicated Host).
+    A fault whose action is no remedy (none, restart_app) was cordoned as
     unhealthy: it is replaced, as before the ladder.
     """
     h = ctx.pool.health
@@ -451,6 +460,11 @@ def _rung_for(ctx: PoolContext, v: NodeView, fault: Fault, unrecorded: int) -> _
                 and (ctx.now - v.rung_at).total_seconds() <= h.ladder_window_s else None)
     count = unrecorded + sum((ctx.now - t).total_seconds() <= h.lemon_window_s
                              for _, t in v.faults)
+    host = v.instance.host_id if v.instance is not None else None
+    on_host = unrecorded + sum(hid == host and (ctx.now - t).total_seconds() <= h.lemon_window_s
+                               for hid, _, t in ctx.pm.host_faults) if host else 0
+    if on_host > count:  # faults of earlier instances on the same host (EC2 Dedicated Host)
+        count = on_host
     lemon = count >= h.lemon_after
     try:
         need = Remedy(fault.action)
@@ -461,7 +475,8 @@ def _rung_for(ctx: PoolContext, v: NodeView, fault: Fault, unrecorded: int) -> _
     remedy = ladder_remedy(h.remediation, need, previous=previous, lemon=lemon)
     ladder = "remediation: " + " then ".join(h.remediation)
     if lemon:
-        why = (f"lemon: {count} faults in {format_duration_s(h.lemon_window_s)} "
+        where = f" on host {host}" if host and on_host == count else ""
+        why = (f"lemon: {count} faults{where} in {format_duration_s(h.lemon_window_s)} "
                f"(lemon_after {h.lemon_after}); {fault.key}")
     elif previous is not None:
         why = (f"{fault.key} again within {format_duration_s(h.ladder_window_s)} after "
@@ -470,8 +485,6 @@ def _rung_for(ctx: PoolContext, v: NodeView, fault: Fault, unrecorded: int) -> _
         why = f"{fault.key}: its remedy is replace"
     else:
         why = f"{fault.key}, first occurrence; {ladder}"
-    if remedy is Remedy.RESET_GPU:
-        why += " (reset_gpu is carried out as a reboot: no GPU reset step yet)"
     return _Rung(remedy, why, lemon)
 
 
@@ -480,29 +493,45 @@ def _busy(v: NodeView) -> int:
     return (v.summary.process_count or 0) if v.summary is not None else 0
 
 
+#: The action that carries out each in-place rung of the ladder.
+_RUNG_ACTION = {Remedy.RESET_GPU: ActionKind.RESET_GPU, Remedy.REBOOT: ActionKind.REBOOT}
+
+
+def _in_place(ctx: PoolContext, v: NodeView, r: _Rung, fault: Fault, *, repair: bool = False
+              ) -> tuple[Action | None, str]:
+    """The rung's in-place action (RESET_GPU or REBOOT) for v, or why it waits: never while
+    v's latest report shows GPU processes (nvidia-smi -r refuses then, and a reboot would
+    kill them)."""
+    kind = _RUNG_ACTION[r.remedy]
+    if _busy(v):
+        return None, (f"{v.node}: {kind.value} waits: its latest report shows {_busy(v)} "
+                      "GPU process(es)")
+    return Action(kind, ctx.pool.name, v.node, r.why, instance_id=_iid(v), fault=fault,
+                  rung=r.remedy.value, repair=repair), ""
+
+
 def _after_drain(ctx: PoolContext, v: NodeView, fault: Fault) -> tuple[Action | None, str]:
-    """A drained node cordoned for a fault: reboot it, or terminate it (replace)."""
+    """A drained node cordoned for a fault: reset its GPUs, reboot it, or terminate it."""
     r = _rung_for(ctx, v, fault, unrecorded=0)
     if r.remedy is Remedy.REPLACE:
         return Action(ActionKind.TERMINATE, ctx.pool.name, v.node, f"drain finished; {r.why}",
                       instance_id=_iid(v), lemon=r.lemon), ""
-    if _busy(v):
-        return None, f"{v.node}: reboot waits: its latest report shows {_busy(v)} GPU process(es)"
-    return Action(ActionKind.REBOOT, ctx.pool.name, v.node, r.why, instance_id=_iid(v),
-                  fault=fault, rung=Remedy.REBOOT.value), ""
+    return _in_place(ctx, v, r, fault)
 
 
 def _remediating(ctx: PoolContext, v: NodeView) -> tuple[Action | None, str]:
-    """A rebooted node: return it after return_after healthy reports from its new boot,
-    climb a rung when it faults again, replace it when its new boot never reports."""
+    """A rebooted or GPU-reset node: return it after return_after healthy reports made after
+    the remedy, climb a rung when it faults again, replace it when no report made after the
+    remedy arrives within boot_timeout."""
     h, s, fault = ctx.pool.health, v.summary, v.fault
     rung = v.rung or "reboot"
     since = v.rung_at or v.phase_at or ctx.now
     waited_s = (ctx.now - since).total_seconds()
-    if fault is None or s is None or s.boot_id == fault.boot_id:
+    if s is None or not after_remedy(rung, fault, v.rung_at, s):
         if waited_s > h.boot_timeout_s:
+            what = "from a new boot" if rung != Remedy.RESET_GPU else "made"
             return Action(ActionKind.TERMINATE, ctx.pool.name, v.node,
-                          f"no report from a new boot within boot_timeout "
+                          f"no report {what} within boot_timeout "
                           f"({format_duration_s(h.boot_timeout_s)}) after the {rung}",
                           instance_id=_iid(v)), ""
         return None, (f"{v.node}: waits for its first report after the {rung} "
@@ -521,15 +550,136 @@ def _remediating(ctx: PoolContext, v: NodeView) -> tuple[Action | None, str]:
         if r.remedy is Remedy.REPLACE:
             return Action(ActionKind.TERMINATE, ctx.pool.name, v.node, r.why,
                           instance_id=_iid(v), lemon=r.lemon, fault=new), ""
-        if _busy(v):
-            return None, f"{v.node}: reboot waits: its latest report shows {_busy(v)} GPU process(es)"
-        return Action(ActionKind.REBOOT, ctx.pool.name, v.node, r.why, instance_id=_iid(v),
-                      fault=new, rung=Remedy.REBOOT.value, repair=True), ""
+        return _in_place(ctx, v, r, new, repair=True)
     if v.return_streak >= h.return_after:
-        return Action(ActionKind.UNCORDON, ctx.pool.name, v.node,
-                      f"healthy for {v.return_streak} reports after {rung}",
-                      instance_id=_iid(v)), ""
+        why = f"healthy for {v.return_streak} reports after {rung}"
+        if h.return_requires_diag is not None:
+            gate = _return_diag(ctx, v, h.return_requires_diag, why)
+            if gate is not None:
+                return gate
+            why += f"; dcgmi diag -r {h.return_requires_diag} passed"
+        return Action(ActionKind.UNCORDON, ctx.pool.name, v.node, why, instance_id=_iid(v)), ""
     return None, f"{v.node}: {v.return_streak} of {h.return_after} healthy reports after the {rung}"
+
+
+def _diagnose(ctx: PoolContext, v: NodeView, level: int, why: DiagWhy, reason: str) -> Action:
+    return Action(ActionKind.DIAGNOSE, ctx.pool.name, v.node, reason, instance_id=_iid(v),
+                  level=level, why=why.value)
+
+
+def _diag_fault(v: NodeView, d: Diag, key: str, action: str) -> Fault:
+    """The Fault a failed diagnostic is: `key` and `action` (for a diag before return, the
+    remedied fault's, so the ladder climbs), on the node's latest report's boot."""
+    s = v.summary
+    return Fault(key, action, s.boot_id if s else "", s.sequence if s else 0)
+
+
+def _climb_on_diag(ctx: PoolContext, v: NodeView, d: Diag, fault: Fault, what: str = ""
+                   ) -> tuple[Action | None, str]:
+    """A failed diagnostic is a fault like any other (issue 13): the ladder's rung for it
+    (the next one when it answers the fault just remedied), or a replacement."""
+    r = _rung_for(ctx, v, fault, unrecorded=1)
+    r = replace(r, why=f"{what}dcgmi diag -r {d.level} failed ({d.detail}); {r.why}")
+    if r.remedy is Remedy.REPLACE:
+        return Action(ActionKind.TERMINATE, ctx.pool.name, v.node, r.why, instance_id=_iid(v),
+                      lemon=r.lemon, fault=fault), ""
+    return _in_place(ctx, v, r, fault, repair=True)
+
+
+def _return_diag(ctx: PoolContext, v: NodeView, level: int, healthy: str
+                 ) -> tuple[Action | None, str] | None:
+    """return_requires_diag: a remedied node returns only after `dcgmi diag -r level`, started
+    after the remedy, passed. None when it did; else the DIAGNOSE that starts or collects it
+    (it runs detached on the node: each run collects, none waits for it), the climb a failed
+    one makes, or why the node waits (dcgmi is not installed)."""
+    d = v.diag
+    if (d is None or d.why is not DiagWhy.RETURN or d.level < level or d.started_at is None
+            or v.rung_at is None or d.started_at < v.rung_at):
+        return _diagnose(ctx, v, level, DiagWhy.RETURN,
+                         f"{healthy}; return_requires_diag: dcgmi diag -r {level} first"), ""
+    if d.state is DiagState.PASS:
+        return None
+    if d.state is DiagState.RUNNING:
+        return _diagnose(ctx, v, d.level, DiagWhy.RETURN, f"collect dcgmi diag -r {d.level} "
+                         f"(running since {d.started_at:%H:%M} UTC)"), ""
+    if d.state is DiagState.FAIL:
+        key, action = ((v.fault.key, v.fault.action) if v.fault is not None
+                       else (DIAG_FAULT_KEY, DIAG_FAULT_ACTION))
+        return _climb_on_diag(ctx, v, d, _diag_fault(v, d, key, action))
+    if d.state is DiagState.UNAVAILABLE:
+        return None, (f"{v.node}: cannot return: return_requires_diag {level} and {d.detail}")
+    return _diagnose(ctx, v, level, DiagWhy.RETURN,
+                     f"dcgmi diag -r {level} again: the last run gave no verdict ({d.detail})"), ""
+
+
+#: The fault a failed scheduled diagnostic is: a reboot first (DCGM's memory and PCIe
+#: failures are often cured by one), then the ladder climbs as for any fault.
+DIAG_FAULT_KEY = "dcgmi diag"
+DIAG_FAULT_ACTION = "reboot"
+
+
+def _scheduled_diag(ctx: PoolContext, v: NodeView) -> tuple[Action | None, str]:
+    """A node cordoned for scheduled diagnostics: once drained, diagnose it (start, then
+    collect on later runs); uncordon it when they pass or give no verdict (doubt never
+    acts); a failure is a fault on the ladder. A drain that does not finish within
+    drain_timeout returns the node undiagnosed: a healthy node is never terminated for it."""
+    h = ctx.pool.health
+    if not v.drained:
+        waited_s = (ctx.now - v.phase_at).total_seconds() if v.phase_at else 0.0
+        if waited_s >= h.drain_timeout_s:
+            return Action(ActionKind.UNCORDON, ctx.pool.name, v.node,
+                          f"scheduled diagnostics skipped: drain_timeout "
+                          f"({format_duration_s(h.drain_timeout_s)}) passed", instance_id=_iid(v)), ""
+        return None, f"{v.node}: draining for scheduled diagnostics"
+    d = v.diag
+    level = ctx.pool.diagnostics.level
+    if d is None or d.state in (DiagState.DUE, DiagState.RUNNING):
+        what = "collect" if d is not None and d.state is DiagState.RUNNING else "start"
+        return _diagnose(ctx, v, d.level if d else level, DiagWhy.SCHEDULED,
+                         f"scheduled diagnostics: {what} dcgmi diag -r {d.level if d else level}"), ""
+    if d.state is DiagState.FAIL:
+        return _climb_on_diag(ctx, v, d, _diag_fault(v, d, DIAG_FAULT_KEY, DIAG_FAULT_ACTION),
+                              "scheduled ")
+    verdict = "passed" if d.state is DiagState.PASS else f"gave no verdict ({d.detail})"
+    return Action(ActionKind.UNCORDON, ctx.pool.name, v.node,
+                  f"scheduled dcgmi diag -r {d.level} {verdict}", instance_id=_iid(v)), ""
+
+
+def diagnostics_stage(ctx: PoolContext, prog: Progress) -> StageResult:
+    """Scheduled active diagnostics (pool diagnostics: {every, level}; issue 13): cordon and
+    drain healthy nodes whose last diagnostics (or launch) are `every` old, oldest first,
+    within the disruption budget, so at most max_unavailable nodes of the pool are out at
+    once (the ladder stage diagnoses and returns them). Not with the breaker open; a node
+    out for diagnostics is no repair (no rate limit) and gets no replacement."""
+    every_s, level = ctx.pool.diagnostics.every_s, ctx.pool.diagnostics.level
+    if every_s is None or ctx.frozen:
+        return StageResult(prog)
+
+    def last(v: NodeView) -> datetime:
+        if v.diag is not None:
+            return v.diag.at
+        return v.instance.launched_at if v.instance is not None else ctx.now
+
+    due = sorted((v for v in ctx.views if v.lifecycle is Lifecycle.HEALTHY
+                  and v.node not in prog.leaving and v.node not in prog.taken
+                  and (ctx.now - last(v)).total_seconds() >= every_s),
+                 key=lambda v: (last(v), v.node))
+    actions: list[Action] = []
+    pending: list[str] = []
+    budget = prog.budget
+    for v in due:
+        if budget <= 0:
+            pending.append(f"{v.node}: scheduled diagnostics wait for max_unavailable")
+            continue
+        budget -= 1
+        why = (f"scheduled diagnostics (every {format_duration_s(every_s)}, dcgmi diag -r "
+               f"{level}; last {format_duration_s((ctx.now - last(v)).total_seconds())} ago)")
+        actions.append(Action(ActionKind.CORDON, ctx.pool.name, v.node, why, instance_id=_iid(v),
+                              level=level, why=DiagWhy.SCHEDULED.value))
+        actions.append(Action(ActionKind.DRAIN, ctx.pool.name, v.node, why, instance_id=_iid(v)))
+    return StageResult(replace(prog, budget=budget,
+                               taken=prog.taken | {a.node for a in actions if a.node}),
+                       tuple(actions), pending=tuple(pending))
 
 
 def ladder_stage(ctx: PoolContext, prog: Progress) -> StageResult:
@@ -537,12 +687,13 @@ def ladder_stage(ctx: PoolContext, prog: Progress) -> StageResult:
 
     A DRAINING node cordoned for a fault (Memory has it) whose drain finished gets
     ladder_remedy(remediation, fault action, previous rung for the same fault within
-    ladder_window, lemon): REBOOT, or TERMINATE (replace; a lemon is marked). A
-    REMEDIATING node is uncordoned after return_after healthy reports from a boot other
-    than the fault's, climbs the next rung when it faults again from its new boot, and is
-    replaced when no new boot reports within boot_timeout. Reboots are repairs: the
-    circuit breaker holds every one, the repair rate limit a reboot no cordon paid for
-    (a fault again after a reboot). Terminations here are of drained nodes and go even
+    ladder_window, lemon): RESET_GPU, REBOOT, or TERMINATE (replace; a lemon is marked). A
+    REMEDIATING node is uncordoned after return_after healthy reports made after the
+    remedy (observe.after_remedy: a new boot, or a report later than the GPU reset), climbs
+    the next rung when it faults again after it, and is replaced when no report made after
+    the remedy arrives within boot_timeout. Resets and reboots are repairs: the circuit
+    breaker holds every one, the repair rate limit one no cordon paid for (a fault again
+    after a remedy). Terminations here are of drained nodes and go even
     with the breaker open. Operator-cordoned nodes are listed as pending, nothing else.
     """
     pool = ctx.pool
@@ -555,7 +706,9 @@ def ladder_stage(ctx: PoolContext, prog: Progress) -> StageResult:
         if v.lifecycle is Lifecycle.OPERATOR_CORDONED:
             pending.append(f"{v.node}: {v.reason} (`navarch uncordon` returns it)")
             continue
-        if v.lifecycle is Lifecycle.DRAINING and v.drained and v.fault is not None:
+        if v.lifecycle is Lifecycle.DRAINING and v.diag_cordon:
+            action, wait = _scheduled_diag(ctx, v)
+        elif v.lifecycle is Lifecycle.DRAINING and v.drained and v.fault is not None:
             action, wait = _after_drain(ctx, v, v.fault)
         elif v.lifecycle is Lifecycle.REMEDIATING:
             action, wait = _remediating(ctx, v)
@@ -565,14 +718,15 @@ def ladder_stage(ctx: PoolContext, prog: Progress) -> StageResult:
         if action is None:
             pending.append(wait)
             continue
-        if action.kind is ActionKind.REBOOT:
+        if action.kind in (ActionKind.REBOOT, ActionKind.RESET_GPU):
             if ctx.frozen:
-                halts.append(Halt(pool.name, "circuit_breaker", f"{v.node}: reboot held back"))
+                halts.append(Halt(pool.name, "circuit_breaker",
+                                  f"{v.node}: {action.kind.value} held back"))
                 continue
             if action.repair:
                 if rate_left <= 0:
                     halts.append(Halt(pool.name, "repair_rate_limit",
-                                      f"{v.node} waits for its reboot: "
+                                      f"{v.node} waits for its {action.kind.value}: "
                                       f"{ctx.spec.safety.repairs_per_pool_per_hour} repairs in "
                                       "the last hour"))
                     continue
@@ -768,7 +922,7 @@ def _present(ctx: PoolContext, prog: Progress) -> list[NodeView]:
     if ctx.pool.health.replacement == "after-terminate":
         kept.add(Lifecycle.REMEDIATING)
     return [v for v in ctx.views
-            if (v.lifecycle not in LEAVING or v.lifecycle in kept)
+            if (v.lifecycle not in LEAVING or v.lifecycle in kept or v.diag_cordon)
             # a stuck instance leaves this run, unless the breaker holds its termination
             and not (v.lifecycle is Lifecycle.STUCK and not ctx.frozen)
             and v.node not in prog.leaving]
@@ -903,6 +1057,6 @@ def force_destroy_stage(ctx: PoolContext, prog: Progress) -> StageResult:
 
 
 POOL_STAGES: tuple[Stage, ...] = (scale_stage, ladder_stage, terminate_stage, redrain_stage,
-                                  stuck_stage, repair_stage, watch_stage, drift_stage,
-                                  count_stage)
+                                  stuck_stage, repair_stage, watch_stage, diagnostics_stage,
+                                  drift_stage, count_stage)
 DESTROY_STAGES: tuple[Stage, ...] = (terminate_stage, redrain_stage, destroy_stage)

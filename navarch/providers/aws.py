@@ -368,7 +368,9 @@ def to_instance(provider: str, raw: Mapping[str, Any]) -> Instance | None:
 
     Returns None for states navarch does not list (shutting-down, terminated).
     tags: sorted (key, value) pairs; spot: InstanceLifecycle == "spot"; address: the
-    private IPv4 address; launched_at: LaunchTime as an aware UTC datetime.
+    private IPv4 address; launched_at: LaunchTime as an aware UTC datetime; host_id:
+    Placement.HostId, set only for instances on a Dedicated Host (EC2 API reference,
+    Placement), which the remediation ladder counts lemon faults against.
     """
     state = raw.get("State", {}).get("Name", "")
     if state not in LIVE_STATES:
@@ -383,6 +385,7 @@ def to_instance(provider: str, raw: Mapping[str, Any]) -> Instance | None:
         tags=tuple(sorted((t["Key"], t["Value"]) for t in raw.get("Tags", ()))),
         spot=raw.get("InstanceLifecycle") == "spot",
         address=raw.get("PrivateIpAddress") or None,
+        host_id=raw.get("Placement", {}).get("HostId") or None,
     )
 
 

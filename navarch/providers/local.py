@@ -1,7 +1,7 @@
 """The embedded local provider: simulated machines under a directory, no cloud account.
 
 Layout: <dir>/machines/<instance_id>/
-  machine.json   id, zone, type, state, launched_at, tags, boot_id, spot
+  machine.json   id, zone, type, state, launched_at, tags, boot_id, spot, [host_id]
   faults.json    fault injection for the fake GPU backend (format: navarch.agent fake GPUs)
   kern.log       kernel log text the agent reads (XIDs are injected as real NVRM lines)
   agent.json     the agent's own state file (sequence, latched faults)
@@ -31,6 +31,11 @@ from typing import Any
 from navarch.errors import CapacityError, ConfigError, PlacementError, ProviderError
 from navarch.inventory import TAG_FLEET, Instance, InstanceState
 from navarch.providers.base import ProvisionRequest, ensure_owned
+
+#: What a GPU reset cures on a fake GPU (reset_gpus): a GPU fallen off the bus comes back,
+#: volatile ECC counts and readings start afresh. Injected GPU processes and utilisation are
+#: the workload's, not the GPU's, and stay.
+_RESET_CLEARS = frozenset({"gpu_lost", "ecc_uncorrected", "temperature_c"})
 
 
 def write_json_atomic(path: Path, doc: Any) -> None:
@@ -99,6 +104,7 @@ class LocalProvider:
             tags=tuple(sorted(m["tags"].items())),
             spot=m.get("spot", False),
             address="127.0.0.1",
+            host_id=m.get("host_id"),  # set by hand to stand for an EC2 Dedicated Host
         )
 
     # -- Provider contract -------------------------------------------------------------
@@ -169,6 +175,61 @@ class LocalProvider:
             d = self.machine_dir(m["instance_id"])
             for name in ("kern.log", "faults.json"):
                 (d / name).unlink(missing_ok=True)
+
+    def reset_gpus(self, instance: Instance) -> str:
+        """What `nvidia-smi -r` and playbooks/reset_gpu.yaml do to a local machine (issue 13):
+        the fake GPUs' device faults (lost GPUs, uncorrectable ECC counts, temperatures) are
+        cleared and the agent is told of the reset (its gpu-reset marker), so it drops the
+        XIDs it latched this boot; the boot id, kernel log position, instance and tags stay.
+
+        Refused like nvidia-smi refuses it: ProviderError (code GpuBusy) while an injected
+        GPU process remains, and nothing is changed. A machine that is gone or carries no
+        navarch-fleet tag is ProviderError as in reboot. Returns one line for the audit log.
+        """
+        try:
+            m = self.read_machine(instance.instance_id)
+        except (OSError, ValueError) as exc:
+            raise ProviderError(f"no local machine {instance.instance_id} to reset",
+                                code="NotFound") from exc
+        if TAG_FLEET not in m["tags"]:
+            raise ProviderError(f"refusing to reset {instance.instance_id}: no {TAG_FLEET} tag",
+                                code="ForeignInstance")
+        d = self.machine_dir(instance.instance_id)
+        try:
+            faults = json.loads((d / "faults.json").read_text())
+        except (OSError, ValueError):
+            faults = {}
+        busy = sum(int(n) for n in (faults.get("process_count") or {}).values())
+        if busy:
+            raise ProviderError(f"GPU reset refused: {busy} GPU process(es) remain on "
+                                f"{instance.instance_id}", code="GpuBusy")
+        kept = {k: v for k, v in faults.items() if k not in _RESET_CLEARS}
+        write_json_atomic(d / "faults.json", kept)
+        (d / "gpu-reset").write_text(f"{m['boot_id']}\n")
+        cleared = sorted(k for k in faults if k in _RESET_CLEARS)
+        return (f"GPUs of {instance.instance_id} reset (boot {m['boot_id']} kept"
+                + (f"; cleared {', '.join(cleared)})" if cleared else ")"))
+
+    def diagnose(self, instance: Instance, level: int) -> tuple[str, str]:
+        """What `dcgmi diag -r level` says of a local machine's fake GPUs (issue 13), at once
+        (no detached run): fail when a device fault is injected (a lost GPU, uncorrectable
+        ECC errors: DCGM's PCIe and memory tests, level 2 and up; a lost GPU fails level 1
+        too), else pass. Returns (a DiagState value, one line); a machine that is gone is
+        ("error", why)."""
+        d = self.machine_dir(instance.instance_id)
+        if not (d / "machine.json").exists():
+            return "error", f"no local machine {instance.instance_id}"
+        try:
+            faults = json.loads((d / "faults.json").read_text())
+        except (OSError, ValueError):
+            faults = {}
+        failed = [f"pcie on GPU {g}" for g in faults.get("gpu_lost", [])]
+        if level >= 2:
+            failed += [f"memory on GPU {g}" for g, n in
+                       sorted((faults.get("ecc_uncorrected") or {}).items()) if int(n) > 0]
+        if failed:
+            return "fail", f"dcgmi diag -r {level} (fake GPUs): failed: " + "; ".join(failed)
+        return "pass", f"dcgmi diag -r {level} (fake GPUs): passed"
 
     def update_tags(self, instance: Instance, tags: Mapping[str, str]) -> None:
         """Set tags on the machine in place (its machine.json, written atomically); refuses

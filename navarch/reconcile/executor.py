@@ -44,7 +44,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from navarch import signing
 from navarch.errors import (
@@ -62,6 +62,9 @@ from navarch.inventory import TAG_SPEC, Instance, launch_id, ownership_tags
 from navarch.planner.model import (
     Action,
     ActionKind,
+    Diag,
+    DiagState,
+    DiagWhy,
     Exhausted,
     Fault,
     Memory,
@@ -133,6 +136,45 @@ def _with_fault(nm: NodeMemory, fault: Fault | None, now: datetime, keep_s: int)
     return replace(nm, fault=fault, faults=history, return_streak=0)
 
 
+@runtime_checkable
+class GpuResetter(Protocol):
+    """A provider that resets a machine's GPUs itself (the local provider's fake GPUs have
+    no SSH); others reset through the reset_gpu playbook. Returns one audit line; raises
+    ProviderError when the reset is refused or fails."""
+
+    def reset_gpus(self, instance: Instance) -> str: ...
+
+
+@runtime_checkable
+class Diagnoser(Protocol):
+    """A provider that diagnoses a machine's GPUs itself (the local provider's fake GPUs):
+    returns (state, detail), state a DiagState value other than due."""
+
+    def diagnose(self, instance: Instance, level: int) -> tuple[str, str]: ...
+
+
+class _DiagOutcome(Protocol):
+    @property
+    def value(self) -> str: ...
+
+
+class _DiagResult(Protocol):
+    @property
+    def outcome(self) -> _DiagOutcome: ...
+
+    @property
+    def detail(self) -> str: ...
+
+
+@runtime_checkable
+class DiagRunner(Protocol):
+    """A playbook runner that also runs the diagnostics playbook (navarch.remote.adapter.
+    SSHPlaybooks.diagnose, returning a navarch.remote.diagnostics.DiagResult)."""
+
+    def diagnose(self, pool: PoolSpec, node: str, address: str | None, level: int,
+                 reason: str) -> _DiagResult: ...
+
+
 class PlaybookRunner(Protocol):
     """Runs a scheduler playbook (cordon, drain, drain_check, uncordon) for one node.
 
@@ -182,6 +224,21 @@ def backoff_s(failures: int) -> int:
 
 class _Fence(Protocol):
     def check(self) -> None: ...
+
+
+def _ladder_record(a: Action) -> dict[str, object]:
+    """The remediation ladder's part of an audit record, only when set (issue 13): the fault
+    answered, the rung, a lemon's mark, the diagnostics level and why."""
+    out: dict[str, object] = {}
+    if a.fault is not None:
+        out["fault"] = a.fault.key
+    if a.rung:
+        out["rung"] = a.rung
+    if a.lemon:
+        out["lemon"] = True
+    if a.level is not None:
+        out.update(level=a.level, why=a.why)
+    return out
 
 
 class Executor:
@@ -350,7 +407,7 @@ class Executor:
             "time": ts(self.clock()), "run_id": self.run_id, "action": action.kind.value,
             "pool": action.pool, "node": action.node, "instance_id": action.instance_id,
             "reason": action.reason, "ok": outcome.ok, "detail": outcome.detail,
-            "error": outcome.error,
+            "error": outcome.error, **_ladder_record(action),
         })
 
     def _chains(self, actions: Sequence[Action]) -> list[list[Action]]:
@@ -585,18 +642,44 @@ class Executor:
         if not ok:
             return Outcome(a, False, detail, "RemoteError"), _same
         now = self.clock()
+        scheduled = a.why == DiagWhy.SCHEDULED.value
         nm = replace(self._node_memory(a, memory), phase=Phase.CORDONED, phase_at=now,
-                     phase_reason=a.reason, repair=a.repair)
-        nm = _with_fault(nm, a.fault, now, self._fault_keep_s(a.pool))
+                     phase_reason=a.reason, repair=a.repair, diag_cordon=scheduled)
+        if scheduled:  # issue 13: out for scheduled diagnostics, returned after them
+            nm = replace(nm, diag=Diag(a.level or 1, DiagWhy.SCHEDULED, DiagState.DUE, now))
+        # The fault this cordon answers, or none: a fault remembered from an earlier cordon
+        # must not make the ladder remedy a node cordoned for another reason.
+        nm = (_with_fault(nm, a.fault, now, self._fault_keep_s(a.pool)) if a.fault is not None
+              else replace(nm, fault=None))
+
+        host = self._host_fault(a, memory, now)
 
         def update(m: Memory) -> Memory:
-            m = m.with_node(nm)
+            m = host(m.with_node(nm))
             if a.repair:
                 pm = m.pool(a.pool)
                 m = m.with_pool(replace(pm, repairs=self._recent(pm, now) + (now,)))
             return m
 
         return Outcome(a, True, detail), update
+
+    def _host_fault(self, a: Action, memory: Memory, now: datetime) -> Update:
+        """Count a new fault occurrence against the node's physical host (issue 13), where
+        the cloud exposes one (Instance.host_id): PoolMemory.host_faults, kept as long as
+        the node's own history. A fault already recorded for the node is not counted again."""
+        inst = self._instance(a)
+        known = memory.node(a.node or "")
+        if a.fault is None or inst is None or inst.host_id is None or (
+                known is not None and known.fault == a.fault):
+            return _same
+        host, key, keep_s = inst.host_id, a.fault.key, self._fault_keep_s(a.pool)
+
+        def update(m: Memory) -> Memory:
+            pm = m.pool(a.pool)
+            kept = tuple(f for f in pm.host_faults if (now - f[2]).total_seconds() <= keep_s)
+            return m.with_pool(replace(pm, host_faults=kept + ((host, key, now),)))
+
+        return update
 
     def _fault_keep_s(self, pool: str) -> int:
         """How long a node's fault history is kept: max(ladder_window, lemon_window)."""
@@ -646,19 +729,22 @@ class Executor:
             return Outcome(a, True, f"terminated extra instance {inst.instance_id}"), backoff
         nm = replace(self._node_memory(a, memory), phase=Phase.TERMINATING, phase_at=self.clock(),
                      phase_reason=a.reason)
-        lemon = self._lemon(a.pool, inst.instance_id) if a.lemon else _same
+        lemon = self._lemon(a.pool, inst.instance_id, inst.host_id) if a.lemon else _same
         return (Outcome(a, True, f"terminated {inst.instance_id}"),
                 _chain(backoff, lemon, _set_node(nm)))
 
     @staticmethod
-    def _lemon(pool: str, instance_id: str) -> Update:
-        """Remember a lemon's instance id in its pool (uncordon refuses it without --force)."""
+    def _lemon(pool: str, instance_id: str, host_id: str | None = None) -> Update:
+        """Remember a lemon's instance id in its pool (uncordon refuses it without --force),
+        and its physical host where the cloud exposes one (shown in status)."""
 
         def update(memory: Memory) -> Memory:
             pm = memory.pool(pool)
-            if instance_id in pm.lemons:
-                return memory
-            return memory.with_pool(replace(pm, lemons=pm.lemons + (instance_id,)))
+            if instance_id not in pm.lemons:
+                pm = replace(pm, lemons=pm.lemons + (instance_id,))
+            if host_id is not None and host_id not in pm.lemon_hosts:
+                pm = replace(pm, lemon_hosts=pm.lemon_hosts + (host_id,))
+            return memory.with_pool(pm)
 
         return update
 
@@ -666,31 +752,113 @@ class Executor:
         """The ladder's reboot (issue 13): Provider.reboot on the node's instance; the node
         enters phase REMEDIATING with the rung and the fault it answers. A reboot that
         carries repair=True (a fault again after a reboot) counts toward the hourly limit."""
-        inst = self._instance(a)
-        if inst is None:
-            return Outcome(a, False, "no instance to reboot", "NotFound"), _same
-        nm = self._node_memory(a, memory)
-        if nm.phase not in (Phase.DRAINING, Phase.REMEDIATING):
-            return Outcome(a, False, f"not drained (phase {nm.phase.value or 'none'})",
-                           "Skipped"), _same
+        inst, nm, refused = self._remediable(a, memory, "reboot")
+        if refused is not None:
+            return refused, _same
+        assert inst is not None and nm is not None
         try:
             self.providers[inst.provider].reboot([inst])
         except ProviderError as exc:
             return Outcome(a, False, str(exc), type(exc).__name__), _same
+        return (Outcome(a, True, f"rebooted {inst.instance_id} through provider {inst.provider}"),
+                self._remedied(a, nm, "reboot", memory))
+
+    def _reset_gpu(self, a: Action, memory: Memory) -> tuple[Outcome, Update]:
+        """The ladder's GPU reset (issue 13): the pool's reset_gpu playbook on the node
+        (built in: playbooks/reset_gpu.yaml, `nvidia-smi -r`, refused on the node while GPU
+        processes remain), or, for a provider whose machines have no SSH (the local
+        provider's fake GPUs), its reset_gpus. The node enters phase REMEDIATING with rung
+        reset_gpu and keeps its boot: reports made after the reset decide (observe's
+        after_remedy). A failed or refused reset changes nothing; a later run retries."""
+        inst, nm, refused = self._remediable(a, memory, "reset")
+        if refused is not None:
+            return refused, _same
+        assert inst is not None and nm is not None
+        provider = self.providers[inst.provider]
+        if isinstance(provider, GpuResetter):
+            try:
+                detail = provider.reset_gpus(inst)
+            except ProviderError as exc:
+                return Outcome(a, False, str(exc), type(exc).__name__), _same
+        else:
+            if self.playbooks is None:
+                return Outcome(a, False, "no playbook runner: a GPU reset runs the reset_gpu "
+                               "playbook over SSH (pools.<pool>.ssh)", "RemoteError"), _same
+            try:
+                ok, detail = self.playbooks.run(self.spec.pool(a.pool), "reset_gpu",
+                                                a.node or "", inst.address, a.reason)
+            except RemoteError as exc:
+                ok, detail = False, str(exc)
+            if not ok:
+                return Outcome(a, False, detail, "RemoteError"), _same
+        return Outcome(a, True, detail), self._remedied(a, nm, "reset_gpu", memory)
+
+    def _remediable(self, a: Action, memory: Memory, verb: str
+                    ) -> tuple[Instance | None, NodeMemory | None, Outcome | None]:
+        """The instance and memory of a node the ladder remedies in place, or the refusal
+        (no instance; not drained: only a DRAINING or REMEDIATING node is rebooted or reset)."""
+        inst = self._instance(a)
+        if inst is None:
+            return None, None, Outcome(a, False, f"no instance to {verb}", "NotFound")
+        nm = self._node_memory(a, memory)
+        if nm.phase not in (Phase.DRAINING, Phase.REMEDIATING):
+            return None, None, Outcome(a, False, f"not drained (phase {nm.phase.value or 'none'})",
+                                       "Skipped")
+        return inst, nm, None
+
+    def _remedied(self, a: Action, nm: NodeMemory, rung: str, memory: Memory) -> Update:
+        """Memory after an in-place remedy: phase REMEDIATING, the rung and the fault it
+        answers (a new occurrence joins the fault history), return_streak from 0; a remedy
+        with repair=True counts toward the hourly repair limit."""
         now = self.clock()
         nm = _with_fault(nm, a.fault, now, self._fault_keep_s(a.pool))
         nm = replace(nm, phase=Phase.REMEDIATING, phase_at=now, phase_reason=a.reason,
-                     rung=a.rung or "reboot", rung_fault=a.fault.key if a.fault else nm.rung_fault,
-                     rung_at=now, return_streak=0)
+                     rung=a.rung or rung, rung_fault=a.fault.key if a.fault else nm.rung_fault,
+                     rung_at=now, return_streak=0, diag_cordon=False)
+
+        host = self._host_fault(a, memory, now)
 
         def update(m: Memory) -> Memory:
-            m = m.with_node(nm)
+            m = host(m.with_node(nm))
             if a.repair:
                 pm = m.pool(a.pool)
                 m = m.with_pool(replace(pm, repairs=self._recent(pm, now) + (now,)))
             return m
 
-        return Outcome(a, True, f"rebooted {inst.instance_id} through provider {inst.provider}"), update
+        return update
+
+    def _diagnose(self, a: Action, memory: Memory) -> tuple[Outcome, Update]:
+        """Active diagnostics on a cordoned node (issue 13): the pool's diagnostics playbook
+        (built in: playbooks/diagnostics.yaml, `dcgmi diag -r LEVEL -j` started detached on
+        the node; a later run's DIAGNOSE collects its JSON), or a provider's own diagnose
+        (the local provider's fake GPUs). Never waits for the diagnostics: one SSH round
+        trip per run. Records a Diag in Memory (running, pass, fail, unavailable, error);
+        the planner decides what it means. ok is False only for error (no verdict)."""
+        inst, nm, refused = self._remediable(a, memory, "diagnose")
+        if refused is not None:
+            return refused, _same
+        assert inst is not None and nm is not None
+        level, why = a.level or 1, DiagWhy(a.why or DiagWhy.RETURN.value)
+        provider = self.providers[inst.provider]
+        if isinstance(provider, Diagnoser):
+            state, detail = provider.diagnose(inst, level)
+        elif isinstance(self.playbooks, DiagRunner):
+            result = self.playbooks.diagnose(self.spec.pool(a.pool), a.node or "",
+                                             inst.address, level, a.reason)
+            state, detail = result.outcome.value, result.detail
+        else:
+            state, detail = "error", "no diagnostics runner: diagnostics run over SSH"
+        now = self.clock()
+        prev = nm.diag
+        running = (prev is not None and prev.state is DiagState.RUNNING and prev.level == level
+                   and prev.why is why)
+        started = prev.started_at if running and prev is not None else now
+        diag = Diag(level, why, DiagState(state), now, started, detail)
+        nm = replace(nm, diag=diag)
+        return (Outcome(a, diag.state is not DiagState.ERROR, f"dcgmi diag -r {level}: "
+                        f"{diag.state.value}" + (f": {detail}" if detail else ""),
+                        None if diag.state is not DiagState.ERROR else "DiagError"),
+                _set_node(nm))
 
     def _update_tags(self, a: Action, memory: Memory) -> tuple[Outcome, Update]:
         inst = self._instance(a)
@@ -708,7 +876,8 @@ class Executor:
         if not ok:
             return Outcome(a, False, detail, "RemoteError"), _same
         nm = replace(self._node_memory(a, memory), phase=Phase.NONE, phase_at=self.clock(),
-                     phase_reason="", repair=False, streak=0, return_streak=0, operator_cordon="")
+                     phase_reason="", repair=False, streak=0, return_streak=0, operator_cordon="",
+                     diag_cordon=False)
         return Outcome(a, True, detail), _set_node(nm)
 
     #: ActionKind -> handler(self, action, memory) -> (Outcome, Update). A new kind adds
@@ -722,4 +891,6 @@ class Executor:
         ActionKind.UNCORDON: _uncordon,
         ActionKind.UPDATE_TAGS: _update_tags,
         ActionKind.REBOOT: _reboot,
+        ActionKind.RESET_GPU: _reset_gpu,
+        ActionKind.DIAGNOSE: _diagnose,
     }

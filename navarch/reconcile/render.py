@@ -1,7 +1,7 @@
 """Plan rendering: text for people (Terraform style), markdown for PR comments, JSON for
 scripts (schemas/plan.schema.json). Saved plans are the JSON form plus the fleet file.
 
-Symbols: `+` provision, `~` cordon / drain / uncordon / reboot / scale / update tags, `-`
+Symbols: `+` provision, `~` cordon / drain / uncordon / reboot / reset_gpu / diagnose / scale / update tags, `-`
 terminate; a `# (because ...)` line under each; held-back actions, notes and what the fleet
 still waits for; one summary line. "No changes. The fleet matches fleet.yaml." only when
 the plan is converged (no actions, nothing held back, nothing pending).
@@ -64,6 +64,10 @@ def summary_line(plan: Plan) -> str:
         line += f", {c['update_tags']} to update tags"
     if c["reboot"]:
         line += f", {c['reboot']} to reboot"
+    if c["reset_gpu"]:
+        line += f", {c['reset_gpu']} to reset GPUs"
+    if c["diagnose"]:
+        line += f", {c['diagnose']} to diagnose"
     return line + "."
 
 
@@ -178,6 +182,10 @@ def action_to_json(a: Action) -> dict[str, Any]:
         ladder["rung"] = a.rung
     if a.lemon:
         ladder["lemon"] = True
+    if a.level is not None:
+        ladder["level"] = a.level
+    if a.why:
+        ladder["why"] = a.why
     return {"action": a.kind.value, "pool": a.pool, "node": a.node, "reason": a.reason,
             "instance_id": a.instance_id, "places": [_place_json(p) for p in a.places],
             "replaces": a.replaces, "repair": a.repair, "desired": a.desired,
@@ -195,7 +203,7 @@ def action_from_json(d: dict[str, Any]) -> Action:
         repair=d.get("repair", False), desired=d.get("desired"),
         tags=tuple(sorted((d.get("tags") or {}).items())), backoff=d.get("backoff", False),
         fault=_fault_from_json(d.get("fault")), rung=d.get("rung", ""),
-        lemon=d.get("lemon", False),
+        lemon=d.get("lemon", False), level=d.get("level"), why=d.get("why", ""),
     )
 
 

@@ -62,6 +62,14 @@ def clock() -> datetime:
     return datetime.now(UTC)
 
 
+def _on_node_playbooks(pool: PoolSpec) -> bool:
+    """Whether the pool runs playbooks on its nodes whatever its scheduler (issue 13): the
+    ladder's GPU reset (playbooks/reset_gpu.yaml) or active diagnostics (dcgmi diag)."""
+    h = pool.health
+    return ("reset_gpu" in h.remediation or h.return_requires_diag is not None
+            or pool.diagnostics.every_s is not None)
+
+
 @dataclass
 class Fleet:
     """An opened fleet: its spec, store and providers (by fleet.yaml provider name)."""
@@ -83,7 +91,7 @@ class Fleet:
         providers = {n: open_provider(n, spec.providers[n], base_dir=spec.base_dir, fleet=spec.name)
                      for n in names}
         playbooks = None
-        if any(p.scheduler != "none" or p.playbooks for p in spec.pools):
+        if any(p.scheduler != "none" or p.playbooks or _on_node_playbooks(p) for p in spec.pools):
             from navarch.remote.adapter import SSHPlaybooks
 
             playbooks = SSHPlaybooks(spec)

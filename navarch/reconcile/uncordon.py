@@ -6,7 +6,8 @@ Rules (LBNL NHC: only undo what you did yourself):
   here), is uncordoned; a node cordoned by a human outside navarch is refused;
 - only when its latest accepted report is healthy and fresh (within stale_after);
 - never an instance the remediation ladder replaced as a lemon (its id is kept in the
-  pool's Memory: an adopted instance with the same id), unless forced (issue 13).
+  pool's Memory: an adopted instance with the same id), nor one on a physical host whose
+  instances were (EC2 Dedicated Hosts), unless forced (issue 13).
 """
 
 from __future__ import annotations
@@ -23,10 +24,10 @@ from navarch.reconcile.state import AuditLog, save_memory
 def uncordon(fleet: Fleet, node: str, *, force: bool = False) -> str:
     """Uncordon `node`; returns the playbook's detail. Raises NavarchError saying why not.
 
-    force: uncordon a lemon's instance id all the same. Holds the fleet's lease like apply
-    (checked before the uncordon and before the state write): raises LockHeld when another
-    run holds it, LeaseLost when it lapsed or was taken over meanwhile (then nothing more
-    is done and no state written).
+    force: uncordon a lemon's instance id (or an instance on a lemon host) all the same.
+    Holds the fleet's lease like apply (checked before the uncordon and before the state
+    write): raises LockHeld when another run holds it, LeaseLost when it lapsed or was taken
+    over meanwhile (then nothing more is done and no state written).
     """
     spec = fleet.spec
     with leased(fleet, f"uncordon {node}") as lease:
@@ -35,9 +36,14 @@ def uncordon(fleet: Fleet, node: str, *, force: bool = False) -> str:
         view = next((v for v in snap.observed.views if v.node == node), None)
         if nm is None or view is None:
             raise NavarchError(f"{node} is not a node of fleet {spec.name}")
-        if nm.instance_id in snap.memory.pool(nm.pool).lemons and not force:
+        pm = snap.memory.pool(nm.pool)
+        if nm.instance_id in pm.lemons and not force:
             raise NavarchError(f"{node} runs instance {nm.instance_id}, replaced as a lemon "
                                "(repeated faults); pass --force to return it to service anyway")
+        host = view.instance.host_id if view.instance is not None else None
+        if host is not None and host in pm.lemon_hosts and not force:
+            raise NavarchError(f"{node} runs on host {host}, whose instances were replaced as "
+                               "lemons (repeated faults); pass --force to return it anyway")
         if nm.phase not in (Phase.CORDONED, Phase.DRAINING, Phase.REMEDIATING) \
                 and not nm.operator_cordon:
             raise NavarchError(f"navarch did not cordon {node}; a cordon made outside navarch "

@@ -18,6 +18,12 @@ testing/python3/dcgm_diag_schema.json):
                "warnings": [{"warning": "...", "error_id": 83}], "info": "..."}]}]}],
             "version": "3.3.5"}}
 
+Detached runs (playbooks/diagnostics.yaml): a reconcile run never waits for dcgmi (level 3
+takes about 15 minutes). The playbook starts it detached and prints `navarch-diag: started`
+(or `navarch-diag: running` while it goes): a RUNNING result, no verdict yet; a later run's
+playbook prints the JSON and `navarch-diag-exit: N` (dcgmi's exit status), read as if
+dcgmi had run in the foreground. A playbook that runs dcgmi in the foreground works too.
+
 Verdicts (doubt never acts, DESIGN.md safety rule 2): a test whose status is Fail makes
 the run `fail` (a fault like any other). A node without dcgmi (the shell's exit 127) is
 `unavailable`; a run that gives no verdict (host engine down, `runtime_error`, output that
@@ -33,6 +39,7 @@ from __future__ import annotations
 
 import enum
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,7 +49,7 @@ from navarch.remote.playbook import Playbook, PlaybookKind, load_playbook
 from navarch.remote.runner import PlaybookTarget, SSHRunner
 
 __all__ = ["DIAG_LEVELS", "DiagOutcome", "DiagResult", "DiagTest", "diagnostics_playbook",
-           "parse_dcgmi_diag", "run_diagnostics"]
+           "parse_dcgmi_diag", "read_step_output", "run_diagnostics"]
 
 DIAG_LEVELS = (1, 2, 3)
 _TOP_KEYS = ("DCGM Diagnostic", "DCGM GPU Diagnostic")  # DCGM 4, DCGM 3
@@ -57,6 +64,7 @@ class DiagOutcome(enum.StrEnum):
     FAIL = "fail"
     UNAVAILABLE = "unavailable"  # dcgmi not installed on the node
     ERROR = "error"  # it ran but gave no verdict (host engine down, SSH, bad output)
+    RUNNING = "running"  # started detached on the node; a later run collects the verdict
 
 
 @dataclass(frozen=True)
@@ -237,5 +245,26 @@ def run_diagnostics(
                           detail=outcome.error or f"{step.host}: {_tail(step.output_tail)}")
     if len(outcome.steps) < len(playbook.steps):  # an earlier step of the playbook failed
         return DiagResult(level, DiagOutcome.ERROR, detail=outcome.error or "a step failed")
-    return parse_dcgmi_diag(step.stdout, level=level, exit_code=step.exit_code,
+    return read_step_output(step.stdout, level=level, exit_code=step.exit_code,
                             output_tail=step.output_tail)
+
+
+_MARK = re.compile(r"^navarch-diag: (started|running)\s*$", re.MULTILINE)
+_EXIT = re.compile(r"^navarch-diag-exit: (-?\d+)\s*$", re.MULTILINE)
+
+
+def read_step_output(stdout: str, *, level: int, exit_code: int | None, output_tail: str = ""
+                     ) -> DiagResult:
+    """The DiagResult of the diagnostics step's stdout: RUNNING for the detached playbook's
+    `navarch-diag: started|running`; else DCGM's JSON, with dcgmi's exit status from a
+    `navarch-diag-exit: N` line when the playbook collected a detached run (the step's own
+    exit status otherwise). Never raises."""
+    mark = _MARK.search(stdout)
+    if mark is not None:
+        return DiagResult(level, DiagOutcome.RUNNING, detail=f"dcgmi diag -r {level} {mark[1]}")
+    collected = _EXIT.search(stdout)
+    if collected is not None:
+        exit_code = int(collected[1])
+        stdout = stdout[: collected.start()]
+    return parse_dcgmi_diag(stdout, level=level, exit_code=exit_code,
+                            output_tail=output_tail or stdout)

@@ -47,7 +47,11 @@ class PlaybookKind(enum.StrEnum):
     DRAIN_CHECK = "drain_check"
     UNCORDON = "uncordon"
     DIAGNOSTICS = "diagnostics"  # active GPU diagnostics on the node (issue 13), any scheduler
+    RESET_GPU = "reset_gpu"  # the ladder's GPU reset, nvidia-smi -r on the node (issue 13)
 
+
+#: The kinds that run on the node itself, one built-in file each (playbooks/<kind>.yaml).
+NODE_KINDS = frozenset({PlaybookKind.DIAGNOSTICS, PlaybookKind.RESET_GPU})
 
 #: The kinds a scheduler's playbook file provides (playbooks/<scheduler>.yaml).
 SCHEDULER_KINDS = (PlaybookKind.CORDON, PlaybookKind.DRAIN, PlaybookKind.DRAIN_CHECK,
@@ -296,7 +300,7 @@ def load_playbook(
     scheduler: str, kind: PlaybookKind | str, *, override_path: Path | None = None
 ) -> Playbook | None:
     """The playbook to run for `kind` ("cordon", "drain", "drain_check", "uncordon",
-    "diagnostics": the built-in playbooks/diagnostics.yaml whatever the scheduler).
+    "diagnostics", "reset_gpu": the built-in playbooks/<kind>.yaml whatever the scheduler).
 
     override_path (a pool's playbooks.<kind>, already resolved against fleet.yaml's
     directory) wins over the built-in playbooks/<scheduler>.yaml. Returns None when there is
@@ -307,8 +311,8 @@ def load_playbook(
     kind = PlaybookKind(kind)
     if override_path is not None:
         return load_playbook_file(Path(override_path), kind, scheduler=scheduler)
-    if kind is PlaybookKind.DIAGNOSTICS:  # one built-in for every scheduler
-        return load_playbook_file(data_dir("playbooks") / "diagnostics.yaml", kind)
+    if kind in NODE_KINDS:  # one built-in for every scheduler
+        return load_playbook_file(data_dir("playbooks") / f"{kind.value}.yaml", kind)
     if scheduler == "none":
         return None
     path = builtin_playbook_path(scheduler)

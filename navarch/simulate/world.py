@@ -315,6 +315,32 @@ class SimProvider:
                 n.fault = None
                 n.fault_at = None
 
+    def reset_gpus(self, instance: Instance) -> str:
+        """The ladder's GPU reset on a simulated node (issue 13): the boot stays; it cures
+        the node's fault with the scenario's reboot_cures odds (a host that is down is not
+        reached). Raises ProviderError for a node that is gone."""
+        ensure_owned([instance], self.world.fleet, "reset")
+        self._api("reset_gpu")
+        w = self.world
+        n = w.nodes.get(instance.instance_id)
+        if n is None:
+            raise ProviderError(f"instance {instance.instance_id} is gone", code="NotFound")
+        if n.fault == "host_down":
+            raise ProviderError(f"{instance.instance_id} does not answer", code="Unreachable")
+        if n.fault is not None and w.rng.random() < w.scenario.reboot_cures:
+            n.fault = None
+            n.fault_at = None
+        return f"GPUs of {instance.instance_id} reset"
+
+    def diagnose(self, instance: Instance, level: int) -> tuple[str, str]:
+        """dcgmi diag on a simulated node: fail while it has a fault, else pass; at once."""
+        n = self.world.nodes.get(instance.instance_id)
+        if n is None:
+            return "error", f"instance {instance.instance_id} is gone"
+        if n.fault is not None:
+            return "fail", f"dcgmi diag -r {level} (simulated): {n.fault}"
+        return "pass", f"dcgmi diag -r {level} (simulated): passed"
+
     def update_tags(self, instance: Instance, tags: Mapping[str, str]) -> None:
         self._api("update_tags")
         n = self.world.nodes.get(instance.instance_id)

@@ -362,3 +362,15 @@ def test_every_mapped_ec2_code_is_in_the_contract_table() -> None:
     assert mapped == set(AWS_RELIED_ON), "an EC2 error code is mapped but untested, or unmapped"
     for code in AWS_RELIED_ON:
         assert awsmod.map_error(client_error(code), zone="us-east-1a").code == code
+
+
+def test_a_dedicated_hosts_id_is_the_instances_host_id() -> None:
+    """Issue 13: lemons are counted per physical host where EC2 exposes one: Placement.HostId
+    of an instance on a Dedicated Host; none for instances on shared tenancy."""
+    raw = {"InstanceId": "i-0123456789abcdef0", "State": {"Name": "running"},
+           "InstanceType": "p5.48xlarge", "LaunchTime": datetime(2026, 11, 1, tzinfo=UTC),
+           "Placement": {"AvailabilityZone": "us-east-1a", "Tenancy": "host",
+                         "HostId": "h-0abc123def4567890"}}
+    assert awsmod.to_instance("aws", raw).host_id == "h-0abc123def4567890"
+    shared = raw | {"Placement": {"AvailabilityZone": "us-east-1a", "Tenancy": "default"}}
+    assert awsmod.to_instance("aws", shared).host_id is None

@@ -126,6 +126,14 @@ def test_third_fault_in_a_week_is_a_lemon_replaced_at_once(navarch, fleet_dir) -
     assert "lemon: 3 faults in 7d" in outs[1]
     state = json.loads((fleet_dir / ".navarch" / "store" / "state" / "demo.json").read_text())
     assert iid in state["pools"]["train"]["lemons"]
+    # status shows it: the pool's lemons, and the ladder state of the node while it goes.
+    pool = next(p for p in navarch.status()["pools"] if p["pool"] == "train")
+    assert pool["lemons"] == [iid]
+    out = navarch.ok("status", "fleet.yaml", "--all").out
+    assert f"pool train lemons (uncordon needs --force): {iid}" in out, out
+    navarch.ok("status", "fleet.yaml", "--html", "status.html")
+    html = (fleet_dir / "status.html").read_text()
+    assert "<th>Ladder</th>" in html and f"Lemons (replaced, uncordon needs --force): {iid}" in html
 
 
 def test_operator_cordon_stays_until_navarch_uncordon(navarch, fleet_dir) -> None:
@@ -154,4 +162,73 @@ def test_uncordon_refuses_a_lemons_instance_without_force(navarch, fleet_dir) ->
     run = navarch("uncordon", "fleet.yaml", NODE)
     assert run.code == 1 and "replaced as a lemon" in run.err and "--force" in run.err, run.err
     navarch.ok("uncordon", "fleet.yaml", NODE, "--force")
+    assert _train(navarch)[NODE]["lifecycle"] == "healthy"
+
+
+def test_uncordon_refuses_an_instance_on_a_lemon_host_without_force(navarch, fleet_dir) -> None:
+    iid = _start(navarch)
+    machine = fleet_dir / ".navarch" / "local" / "demo" / "machines" / iid / "machine.json"
+    if not machine.exists():
+        machine = fleet_dir / ".navarch" / "local" / "demo" / iid / "machine.json"
+    doc = json.loads(machine.read_text())
+    machine.write_text(json.dumps({**doc, "host_id": "h-0abc"}))  # as on an EC2 Dedicated Host
+    navarch.ok("cordon", "fleet.yaml", NODE, "--reason", "fan noise")
+    path = fleet_dir / ".navarch" / "store" / "state" / "demo.json"
+    state = json.loads(path.read_text())
+    state["pools"]["train"]["lemon_hosts"] = ["h-0abc"]
+    path.write_text(json.dumps(state))
+    run = navarch("uncordon", "fleet.yaml", NODE)
+    assert run.code == 1 and "runs on host h-0abc" in run.err and "--force" in run.err, run.err
+    assert _train(navarch)[NODE]["ladder"]["host_id"] == "h-0abc"
+    navarch.ok("uncordon", "fleet.yaml", NODE, "--force")
+
+
+def test_xid48_gpu_reset_keeps_the_boot_and_returns(navarch, fleet_dir) -> None:
+    """remediation [reset_gpu, reboot, replace]: XID 48 (catalogue action reset_gpu) gets a
+    GPU reset, not a reboot: the local provider's reset clears the fake GPU's faults and the
+    agent's latched XIDs on the same boot; reports made after the reset return the node.
+    The same fault again climbs to a reboot."""
+    _edit(fleet_dir, lambda d: d["pools"]["train"]["health"].update(
+        replacement="after-terminate", return_after=2,
+        remediation=["reset_gpu", "reboot", "replace"]))
+    iid = _start(navarch)
+    boot = _boot_id(fleet_dir, iid)
+    navarch.ok("local", "inject", "fleet.yaml", NODE, "--xid", "48")
+    outs = [_cycle(navarch) for _ in range(2)]
+    assert f"~ cordon {NODE}" in outs[0], outs
+    assert f"~ reset_gpu {NODE}" in outs[1], outs
+    assert "1 to reset GPUs" in outs[1]
+    assert f"~ reboot {NODE}" not in outs[1]
+    assert _boot_id(fleet_dir, iid) == boot  # a reset is no reboot
+    assert _train(navarch)[NODE]["lifecycle"] == "remediating"
+    outs = [_cycle(navarch) for _ in range(2)]
+    assert f"~ uncordon {NODE}" in outs[-1], outs
+    assert "healthy for 2 reports after reset_gpu" in outs[-1]
+    assert not any("+ provision" in o or "- terminate" in o for o in outs), outs
+    assert _train(navarch)[NODE]["lifecycle"] == "healthy"
+
+    navarch.ok("local", "inject", "fleet.yaml", NODE, "--xid", "48")
+    outs = [_cycle(navarch) for _ in range(2)]
+    assert f"~ reboot {NODE}" in outs[1], outs
+    assert "XID 48 again within 1d after reset_gpu" in outs[1]
+    assert _boot_id(fleet_dir, iid) != boot
+
+
+def test_return_requires_diag_diagnoses_before_the_uncordon(navarch, fleet_dir) -> None:
+    """return_requires_diag 2: after the reboot and return_after healthy reports the node is
+    diagnosed first (the local provider's fake GPUs pass), shown in status, then returned."""
+    _edit(fleet_dir, lambda d: d["pools"]["train"]["health"].update(
+        replacement="after-terminate", return_after=1, return_requires_diag=2))
+    _start(navarch)
+    navarch.ok("local", "inject", "fleet.yaml", NODE, "--xid", "79")
+    outs = [_cycle(navarch) for _ in range(3)]
+    assert f"~ reboot {NODE}" in outs[1], outs
+    assert f"~ diagnose {NODE}" in outs[2] and f"~ uncordon {NODE}" not in outs[2], outs
+    assert "return_requires_diag: dcgmi diag -r 2 first" in outs[2]
+    ladder = _train(navarch)[NODE]["ladder"]
+    assert ladder["diag"]["state"] == "pass" and ladder["diag"]["why"] == "return"
+    assert ladder["rung"] == "reboot" and ladder["faults_in_window"] == 1
+    assert "diag -r 2 (return) pass" in navarch.ok("status", "fleet.yaml", "--all").out
+    out = _cycle(navarch)
+    assert f"~ uncordon {NODE}" in out and "dcgmi diag -r 2 passed" in out, out
     assert _train(navarch)[NODE]["lifecycle"] == "healthy"

@@ -22,6 +22,7 @@ import yaml
 from navarch.durations import parse_duration_s
 from navarch.inventory import Instance, InstanceState, launch_id, ownership_tags
 from navarch.planner.model import (
+    Diag,
     Exhausted,
     Fault,
     Memory,
@@ -154,6 +155,7 @@ def instance(
     spot: bool = False,
     attempt: int = 0,
     tags: Mapping[str, str] | None = None,
+    host_id: str | None = None,
 ) -> Instance:
     """An instance navarch launched: it carries the four ownership tags for (fleet, pool,
     node), plus `tags` (labels, a navarch-spec launch hash)."""
@@ -167,6 +169,7 @@ def instance(
         launched_at=launched_at,
         tags=tuple(sorted(tags.items())),
         spot=spot,
+        host_id=host_id,
     )
 
 
@@ -276,10 +279,12 @@ def node_memory(
     rung_at: datetime | None = None,
     return_streak: int = 0,
     operator_cordon: str = "",
+    diag: Diag | None = None,
+    diag_cordon: bool = False,
 ) -> NodeMemory:
     """What earlier runs remembered of one node (report_version follows report's sequence).
     fault: a Fault or its fields {key, action, boot_id, sequence}; the rest are the
-    remediation ladder's NodeMemory fields."""
+    remediation ladder's NodeMemory fields (diag: a Diag, scheduled diagnostics' too)."""
     if isinstance(fault, Mapping):
         fault = Fault(fault["key"], fault.get("action", "reboot"), fault.get("boot_id", "boot-1"),
                       fault.get("sequence", 0))
@@ -304,6 +309,8 @@ def node_memory(
         rung_at=rung_at,
         return_streak=return_streak,
         operator_cordon=operator_cordon,
+        diag=diag,
+        diag_cordon=diag_cordon,
     )
 
 
@@ -327,6 +334,7 @@ def pool_memory(
     desired_from_target: int | None = None,
     scaled_at: datetime | None = None,
     lemons: Iterable[str] = (),
+    host_faults: Iterable[tuple[str, str, datetime]] = (),
 ) -> PoolMemory:
     return PoolMemory(
         pool=pool,
@@ -337,6 +345,7 @@ def pool_memory(
         desired_from_target=desired_from_target,
         scaled_at=scaled_at,
         lemons=tuple(lemons),
+        host_faults=tuple(host_faults),
     )
 
 

@@ -5,10 +5,11 @@ drawn schedule says, per run and node, whether the node faults (an XID whose cat
 action is reboot, reset_gpu or replace), runs GPU work or goes idle, and whether a reboot
 brings it back. Each run observe() and plan() run as `navarch apply` does; the plan is
 applied to Memory the way navarch.reconcile.executor does (its own _with_fault records a
-fault), a reboot giving the node a new boot id and clearing its fault.
+fault), a reboot giving the node a new boot id and clearing its fault, a GPU reset
+clearing its fault on the same boot.
 
 Properties, checked on every plan of every run:
-- a node is only rebooted after navarch cordoned it (no uncordon since), while Memory has
+- a node is only rebooted or GPU-reset after navarch cordoned it (no uncordon since), while Memory has
   it draining (drain finished) or remediating, and never while its latest report (this
   run's) shows GPU processes;
 - an automatic uncordon only follows return_after distinct healthy reports from a boot
@@ -27,7 +28,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from navarch.inventory import Instance, InstanceState
-from navarch.planner.model import ActionKind, Lifecycle, Memory, NodeMemory, Phase, Plan
+from navarch.planner.model import (
+    ActionKind,
+    Diag,
+    DiagState,
+    DiagWhy,
+    Lifecycle,
+    Memory,
+    NodeMemory,
+    Phase,
+    Plan,
+)
 from navarch.planner.observe import observe
 from navarch.planner.plan import plan
 from navarch.reconcile.executor import _with_fault
@@ -54,6 +65,7 @@ def specs(draw: st.DrawFn) -> FleetSpec:
         "return_after": draw(st.integers(1, 3)),
         "ladder_window": draw(st.sampled_from(["30m", "24h"])),
         "lemon_after": draw(st.integers(2, 4)),
+        "return_requires_diag": draw(st.sampled_from([False, 2])),
     }
     doc = builders.fleet_doc(FLEET, {"a": builders.pool_doc(target=3, max_nodes=4,
                                                              health=health)},
@@ -80,7 +92,15 @@ class World:
     ids: int = 0
     cordoned: set[str] = field(default_factory=set)  # navarch's cordon, no uncordon since
     healthy_since_reboot: dict[str, list[int]] = field(default_factory=dict)
+    reset_at_sequence: dict[str, int] = field(default_factory=dict)  # last sequence before a reset
     last: Plan | None = None
+
+    def after_remedy(self, name: str, nm: NodeMemory, s) -> bool:  # noqa: ANN001
+        """A report from after the node's last remedy: a new boot, or after its GPU reset."""
+        assert nm.fault is not None
+        if s.boot_id != nm.fault.boot_id:
+            return True
+        return nm.rung == "reset_gpu" and s.sequence > self.reset_at_sequence.get(name, 1 << 60)
 
     def report(self, name: str) -> builders.ReportObservation | None:
         n = self.nodes[name]
@@ -127,13 +147,13 @@ class World:
             if nm is None or nm.phase is not Phase.REMEDIATING or nm.fault is None:
                 continue
             s = obs.summary
-            if s.status == "healthy" and s.boot_id != nm.fault.boot_id:
+            if s.status == "healthy" and self.after_remedy(name, nm, s):
                 self.healthy_since_reboot.setdefault(name, []).append(s.sequence)
             else:
                 self.healthy_since_reboot[name] = []
         for a in p.actions:
             nm = mem.node(a.node) if a.node else None
-            if a.kind is ActionKind.REBOOT:
+            if a.kind in (ActionKind.REBOOT, ActionKind.RESET_GPU):
                 assert a.node in self.cordoned, f"{a.node} rebooted without navarch's cordon"
                 assert nm is not None and nm.phase in (Phase.DRAINING, Phase.REMEDIATING), nm
                 if nm.phase is Phase.DRAINING:
@@ -146,9 +166,17 @@ class World:
                 obs = reports.get(a.node)
                 assert obs is not None, f"{a.node} uncordoned without a report this run"
                 s = obs.summary
-                assert s.status == "healthy" and s.boot_id != nm.fault.boot_id, (a, s, nm.fault)
+                assert s.status == "healthy" and self.after_remedy(a.node, nm, s), (a, s, nm.fault)
                 seen = self.healthy_since_reboot.get(a.node, [])
                 assert len(set(seen)) >= h.return_after, (a.reason, seen)
+                if h.return_requires_diag is not None:  # a diag after the remedy passed
+                    d = nm.diag
+                    assert d is not None and d.state is DiagState.PASS, (a.reason, d)
+                    assert d.started_at is not None and nm.rung_at is not None
+                    assert d.started_at >= nm.rung_at and d.level >= h.return_requires_diag
+            if a.kind is ActionKind.DIAGNOSE:
+                assert a.node in self.cordoned and nm is not None
+                assert nm.phase in (Phase.DRAINING, Phase.REMEDIATING), nm
     def apply(self, a) -> None:  # noqa: ANN001 - an Action
         mem, now = self.memory, self.now
         nm = mem.node(a.node) if a.node else None
@@ -177,9 +205,12 @@ class World:
         elif a.kind is ActionKind.DRAIN:
             if nm is not None and nm.phase is Phase.CORDONED:
                 self.memory = mem.with_node(replace(nm, phase=Phase.DRAINING, phase_at=now))
-        elif a.kind is ActionKind.REBOOT:
+        elif a.kind in (ActionKind.REBOOT, ActionKind.RESET_GPU):
             n = self.nodes[a.node]
-            n.boot += 1
+            if a.kind is ActionKind.REBOOT:
+                n.boot += 1
+            else:  # a GPU reset cures the simulated fault and keeps the boot
+                self.reset_at_sequence[a.node] = n.sequence
             n.fault = None
             n.procs = 0
             self.healthy_since_reboot[a.node] = []
@@ -189,6 +220,17 @@ class World:
                 nm, phase=Phase.REMEDIATING, phase_at=now, phase_reason=a.reason, rung=a.rung,
                 rung_fault=a.fault.key if a.fault else nm.rung_fault, rung_at=now,
                 return_streak=0))
+        elif a.kind is ActionKind.DIAGNOSE:
+            # Started detached: running on the first DIAGNOSE, the verdict on the next
+            # (fail while the simulated node still has its fault).
+            assert nm is not None
+            prev = nm.diag
+            if prev is None or prev.state is not DiagState.RUNNING:
+                diag = Diag(a.level or 1, DiagWhy(a.why), DiagState.RUNNING, now, now)
+            else:
+                fault = self.nodes[a.node].fault
+                diag = replace(prev, state=DiagState.FAIL if fault else DiagState.PASS, at=now)
+            self.memory = mem.with_node(replace(nm, diag=diag))
         elif a.kind is ActionKind.UNCORDON:
             self.cordoned.discard(a.node)
             assert nm is not None

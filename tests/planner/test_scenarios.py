@@ -16,9 +16,10 @@ A scenario file holds (times are RFC 3339, or relative to `now` like "-20m", "+1
   memory:             nodes: node -> phase, phase_at, phase_reason, repair, streak,
                       streak_sequence, first_seen_at, report, and the remediation
                       ladder's fault {key, action, boot_id, sequence}, faults [[key, time]],
-                      rung, rung_fault, rung_at, return_streak, operator_cordon; pools: pool -> next_index,
+                      rung, rung_fault, rung_at, return_streak, operator_cordon, diag {level,
+                      why, state, at, started_at, detail}, diag_cordon; pools: pool -> next_index,
                       repairs, exhausted [{[provider], zone, instance_type, spot, until}], desired,
-                      desired_from_target, scaled_at
+                      desired_from_target, scaled_at, host_faults [[host, key, time]]
   drain_checks:       node -> bool (scheduler drain-check results this run)
   xfail:              (only for a planner bug found by the scenario) the bug, in one line
   expect:
@@ -50,7 +51,15 @@ import pytest
 import yaml
 
 from navarch.inventory import Instance
-from navarch.planner.model import Memory, Plan, ReportObservation, ReportSummary
+from navarch.planner.model import (
+    Diag,
+    DiagState,
+    DiagWhy,
+    Memory,
+    Plan,
+    ReportObservation,
+    ReportSummary,
+)
 from navarch.planner.observe import Observed, observe
 from navarch.planner.plan import PlanOptions, plan
 from navarch.spec import FleetSpec
@@ -82,6 +91,8 @@ _ACTION_KEYS = {
     "instance_id",
     "tags",
     "backoff",
+    "level",
+    "why",
 }
 
 
@@ -111,6 +122,17 @@ def _summary(raw: Mapping[str, Any], now: datetime) -> ReportSummary:
     return builders.summary(generated_at=generated_at, **fields)
 
 
+def _diag(raw: Mapping[str, Any] | None, now: datetime) -> Diag | None:
+    """A memory diag {level, why, state, at, started_at, detail}, times relative to now."""
+    if raw is None:
+        return None
+    at = builders.when(now, raw.get("at", "-1m"))
+    assert at is not None
+    return Diag(int(raw.get("level", 2)), DiagWhy(raw.get("why", "return")),
+                DiagState(raw["state"]), at, builders.when(now, raw.get("started_at")),
+                raw.get("detail", ""))
+
+
 def build_inputs(doc: Mapping[str, Any], tmp_path: Path) -> Inputs:
     """Turn one scenario document into observe()'s arguments."""
     unknown = set(doc) - _SCENARIO_KEYS
@@ -134,6 +156,7 @@ def build_inputs(doc: Mapping[str, Any], tmp_path: Path) -> Inputs:
                 report=_summary(report, now) if report is not None else None,
                 rung_at=builders.when(now, raw.pop("rung_at", None)),
                 faults=[(k, builders.when(now, t)) for k, t in raw.pop("faults", [])],
+                diag=_diag(raw.pop("diag", None), now),
                 **raw,
             )
         )
@@ -156,6 +179,7 @@ def build_inputs(doc: Mapping[str, Any], tmp_path: Path) -> Inputs:
                     for e in raw.pop("exhausted", [])
                 ],
                 scaled_at=builders.when(now, raw.pop("scaled_at", None)),
+                host_faults=[(h, k, builders.when(now, w)) for h, k, w in raw.pop("host_faults", [])],
                 **raw,
             )
         )
@@ -268,6 +292,10 @@ def check(doc: Mapping[str, Any], observed: Observed, p: Plan) -> None:
             assert dict(got.tags) == want["tags"], where
         if "backoff" in want:
             assert got.backoff == want["backoff"], where
+        if "level" in want:
+            assert got.level == want["level"], where
+        if "why" in want:
+            assert got.why == want["why"], where
 
     want_halts = expect.get("halts") or []
     assert [(h.pool, h.rule) for h in p.halts] == [(h["pool"], h["rule"]) for h in want_halts], (

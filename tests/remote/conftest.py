@@ -4,8 +4,9 @@ The session fixture `sshd` starts `/usr/sbin/sshd -D -e -f CONFIG` unprivileged-
 with its own generated host key, an authorized_keys file holding a generated client key,
 StrictModes no and UsePAM no. The login user is root (the tests run as root in CI; sshd
 needs root to switch to the login user anyway). Remote commands find the stand-ins
-(tests/remote/standins: scontrol, kubectl, sudo) first on PATH through sshd_config
-SetEnv, which also tells them where their state lives (NAVARCH_STANDIN_DIR).
+(tests/remote/standins: scontrol, kubectl, sudo, dcgmi, nvidia-smi) first on PATH through sshd_config
+SetEnv, which also tells them where their state lives (NAVARCH_STANDIN_DIR) and the
+reset_gpu playbook where the agent's state directory is (NAVARCH_AGENT_STATE_DIR).
 
 The function fixture `standin` gives each test an empty world: calls recorded by the
 stand-ins (one JSON line per call) and their state file.
@@ -108,7 +109,7 @@ AllowTcpForwarding yes
 MaxStartups 64
 MaxSessions 64
 LogLevel ERROR
-SetEnv PATH={bin_dir}:/usr/local/bin:/usr/bin:/bin NAVARCH_STANDIN_DIR={state_dir}
+SetEnv PATH={bin_dir}:/usr/local/bin:/usr/bin:/bin NAVARCH_STANDIN_DIR={state_dir} NAVARCH_AGENT_STATE_DIR={state_dir}/agent
 """
     )
     # sshd refuses to start without its privilege separation directory.
@@ -175,7 +176,10 @@ class Standin:
 @pytest.fixture
 def standin(sshd: Sshd) -> Standin:
     for path in sshd.state_dir.iterdir():
-        path.unlink()
+        if path.is_dir():  # the agent state dir a GPU reset writes its marker to
+            shutil.rmtree(path)
+        else:
+            path.unlink()
     # Stand-ins still running from an earlier test see a new generation and stop.
     (sshd.state_dir / "generation").write_text(uuid.uuid4().hex)
     return Standin(sshd.state_dir)

@@ -4,11 +4,13 @@ dcgmi stand-in printing DCGM's JSON, and the parser on DCGM's shapes."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
 
 from navarch.remote import PlaybookTarget, SSHRunner
+from navarch.remote.adapter import SSHPlaybooks
 from navarch.remote.diagnostics import (
     DiagOutcome,
     DiagResult,
@@ -24,8 +26,33 @@ TARGET = PlaybookTarget(fleet="prod", pool="train", node="gpu-1", address="127.0
 
 
 def run(sshd: Sshd, level: int, playbook=None) -> DiagResult:
+    """Run the playbook as successive reconcile runs would until it gives a verdict: the
+    built-in starts dcgmi detached (RUNNING) and a later run collects the result."""
     runner = SSHRunner(sshd.ssh(), base_dir=Path.cwd())
-    return run_diagnostics(runner, playbook or diagnostics_playbook("slurm"), TARGET, level)
+    playbook = playbook or diagnostics_playbook("slurm")
+    for _ in range(200):
+        result = run_diagnostics(runner, playbook, TARGET, level)
+        if result.outcome is not DiagOutcome.RUNNING:
+            return result
+        time.sleep(0.05)
+    raise AssertionError(f"dcgmi diag -r {level} still running: {result.detail}")
+
+
+def test_the_builtin_starts_detached_then_collects(sshd: Sshd, standin: Standin) -> None:
+    """A run never waits for dcgmi: the first run starts it and says so; while it runs a run
+    says so (one dcgmi started); the first run after it finished reads its JSON."""
+    standin.set_state({"dcgmi": {"mode": "pass"}, "gate": "go"})
+    runner = SSHRunner(sshd.ssh(), base_dir=Path.cwd())
+    first = run_diagnostics(runner, diagnostics_playbook("none"), TARGET, 2)
+    assert first.outcome is DiagOutcome.RUNNING and not first.fault
+    assert first.detail == "dcgmi diag -r 2 started"
+    second = run_diagnostics(runner, diagnostics_playbook("none"), TARGET, 2)
+    assert second.outcome is DiagOutcome.RUNNING and second.detail == "dcgmi diag -r 2 running"
+    standin.wait_for_calls("dcgmi", 1)
+    (standin.dir / "go").touch()  # dcgmi finishes
+    result = run(sshd, 2)
+    assert result.outcome is DiagOutcome.PASS
+    assert standin.calls("dcgmi") == [["diag", "-r", "2", "-j"]]  # started once
 
 
 @pytest.mark.parametrize("fmt", [4, 3])
@@ -122,6 +149,12 @@ def test_the_executors_runner_diagnoses_a_pools_node(sshd: Sshd, standin: Standi
     standin.set_state({"dcgmi": {"mode": "fail_level2"}})
     playbooks = SSHPlaybooks(spec)
     result = playbooks.diagnose(spec.pool("train"), "gpu-1", "127.0.0.1", 2, "after reboot")
+    assert result.outcome is DiagOutcome.RUNNING
+    for _ in range(200):
+        result = playbooks.diagnose(spec.pool("train"), "gpu-1", "127.0.0.1", 2, "after reboot")
+        if result.outcome is not DiagOutcome.RUNNING:
+            break
+        time.sleep(0.05)
     assert result.fault and result.failed[0].failed_gpus == (1,)
     bad = SSHPlaybooks(spec)
     spec_pool = spec.pool("train")
@@ -130,3 +163,74 @@ def test_the_executors_runner_diagnoses_a_pools_node(sshd: Sshd, standin: Standi
     broken = replace(spec_pool, playbooks={"diagnostics": "missing.yaml"})
     result = bad.diagnose(broken, "gpu-1", "127.0.0.1", 2, "after reboot")
     assert result.outcome is DiagOutcome.ERROR and "cannot read playbook file" in result.detail
+
+
+class _Cloud:
+    """A provider without diagnostics of its own: the executor goes over SSH."""
+
+    def reboot(self, instances: object) -> None:
+        raise AssertionError("diagnostics reboot nothing")
+
+
+@pytest.mark.parametrize(("mode", "state"), [
+    ("pass", "pass"), ("fail_level2", "fail"), ("not_installed", "unavailable"),
+])
+def test_the_executor_starts_then_collects_and_records_the_diag(
+    sshd: Sshd, standin: Standin, tmp_path: Path, mode: str, state: str
+) -> None:
+    """DIAGNOSE through the executor: the first run records running (started on the node,
+    nothing waited for), a later run the verdict, in the node's Memory."""
+    from dataclasses import replace
+    from datetime import UTC, datetime, timedelta
+
+    from navarch.planner.model import (
+        Action,
+        ActionKind,
+        DiagState,
+        DiagWhy,
+        Memory,
+        NodeMemory,
+        Phase,
+        Plan,
+    )
+    from navarch.reconcile.executor import Executor
+    from navarch.reconcile.state import AuditLog
+    from navarch.stores.file import FileStore
+    from tests.planner import builders
+
+    from .test_adapter import fleet
+
+    standin.set_state({"dcgmi": {"mode": mode}, "gate": "go"})
+    spec, pool = fleet(tmp_path, sshd.ssh())
+    t0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
+    clock = [t0]
+    node = f"{spec.name}-train-0001"
+    inst = replace(builders.instance(spec.name, "train", node, launched_at=t0,
+                                     instance_id="i-1", provider=pool.provider),
+                   address="127.0.0.1")
+    memory = Memory(fleet=spec.name).with_node(NodeMemory(
+        node=node, pool="train", instance_id="i-1", phase=Phase.REMEDIATING, phase_at=t0))
+    action = Action(ActionKind.DIAGNOSE, "train", node, "return_requires_diag", instance_id="i-1",
+                    level=2, why="return")
+    executor = Executor(spec, {pool.provider: _Cloud()},  # type: ignore[dict-item]
+                        AuditLog(FileStore(tmp_path / "store"), spec.name, "run-1", t0),
+                        instances={node: inst}, inventory=(inst,), clock=lambda: clock[0],
+                        run_id="run-1", playbooks=SSHPlaybooks(spec))
+    memory, (outcome,) = executor.execute(Plan(spec.name, t0, (action,)), memory)
+    diag = memory.node(node).diag
+    assert outcome.ok and diag.state is DiagState.RUNNING and diag.started_at == t0
+    assert diag.why is DiagWhy.RETURN and diag.level == 2
+    standin.wait_for_calls("dcgmi", 1)
+    (standin.dir / "go").touch()
+    for i in range(1, 200):
+        clock[0] = t0 + timedelta(minutes=i)
+        memory, (outcome,) = executor.execute(Plan(spec.name, clock[0], (action,)), memory)
+        diag = memory.node(node).diag
+        if diag.state is not DiagState.RUNNING:
+            break
+        time.sleep(0.05)
+    assert diag.state.value == state, diag
+    assert diag.started_at == t0  # the run that started it, not the one that collected it
+    if state == "fail":
+        assert "memory on GPU 1" in diag.detail
+    assert standin.calls("dcgmi") == [["diag", "-r", "2", "-j"]]  # started once

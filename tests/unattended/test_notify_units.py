@@ -50,6 +50,25 @@ def test_events_from_outcomes_and_halts() -> None:
     assert list(conditions) == ["train/breaker_tripped"]  # the budget only paces
 
 
+def test_ladder_events_reboot_reset_and_diagnostics() -> None:
+    """Issue 13: a reboot, a GPU reset and a diagnostics verdict are events; a diagnostic
+    that only started (or still runs) is not; a failed one is a warning."""
+    node = "demo-train-0002"
+    reboot = Action(ActionKind.REBOOT, "train", node, "XID 79, first occurrence")
+    reset = Action(ActionKind.RESET_GPU, "train", node, "XID 48, first occurrence")
+    diag = Action(ActionKind.DIAGNOSE, "train", node, "return_requires_diag", level=2,
+                  why="return")
+    outcomes = [Outcome(reboot, True, "rebooted i-2"), Outcome(reset, True, "GPUs reset"),
+                Outcome(diag, True, "dcgmi diag -r 2: running: dcgmi diag -r 2 started"),
+                Outcome(diag, True, "dcgmi diag -r 2: pass: 3 test(s) passed"),
+                Outcome(diag, True, "dcgmi diag -r 2: fail: memory on GPU 1")]
+    events = outcome_events("demo", "run-1", outcomes)
+    assert [e.kind for e in events] == [EventKind.NODE_REBOOTED, EventKind.NODE_GPU_RESET,
+                                        EventKind.NODE_DIAGNOSED, EventKind.NODE_DIAG_FAILED]
+    assert events[-1].severity.value == "warning"
+    assert dict(events[-1].details)["diag"] == "fail"
+
+
 def test_errors_become_events() -> None:
     (lost,) = events_from_error("demo", LeaseLost("taken over"))
     assert lost.kind is EventKind.LEASE_LOST and lost.condition is None

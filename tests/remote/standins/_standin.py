@@ -2,7 +2,8 @@
 
 Each stand-in appends {"tool", "argv"} as one JSON line to $NAVARCH_STANDIN_DIR/calls.jsonl
 and keeps its world in $NAVARCH_STANDIN_DIR/state.json, both under an flock so parallel
-SSH sessions do not interleave. state.json may hold "delay_s" to make every call hang.
+SSH sessions do not interleave. state.json may hold "delay_s" to make every call hang, or
+"gate": a file name in $NAVARCH_STANDIN_DIR each call waits for (a test opens the gate).
 """
 
 import contextlib
@@ -57,6 +58,14 @@ def start(tool):
         generation = _generation()
         time.sleep(state["delay_s"])
         # A call left running by a timed-out step must not touch the next test's world.
+        if _generation() != generation:
+            sys.exit(0)
+    if state.get("gate"):  # wait until the test opens the gate (creates the file), at most 60 s
+        generation = _generation()
+        for _ in range(1200):
+            if os.path.exists(os.path.join(DIR, state["gate"])):
+                break
+            time.sleep(0.05)
         if _generation() != generation:
             sys.exit(0)
     if state.get("hold_s"):

@@ -13,6 +13,7 @@ import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cached_property
 
 TAG_FLEET = "navarch-fleet"
 TAG_POOL = "navarch-pool"
@@ -53,10 +54,20 @@ class Instance:
     address: str | None = None
 
     def tag(self, key: str) -> str | None:
+        return self._tag_map.get(key)
+
+    @cached_property
+    def _tag_map(self) -> dict[str, str]:
+        # Built once per Instance (immutable): observe reads several tags of every
+        # instance every run. The first pair of a duplicated key wins, as a scan would.
+        out: dict[str, str] = {}
         for k, v in self.tags:
-            if k == key:
-                return v
-        return None
+            out.setdefault(k, v)
+        return out
+
+    @cached_property
+    def _digest_line(self) -> bytes:
+        return f"{self.provider}|{self.instance_id}|{self.state.value}|{self.tags}\n".encode()
 
     @property
     def fleet(self) -> str | None:
@@ -95,5 +106,5 @@ def fingerprint(instances: Iterable[Instance]) -> str:
     """A stable digest of an inventory (ids, states, tags) for saved-plan staleness checks."""
     h = hashlib.sha256()
     for inst in sorted(instances, key=lambda i: (i.provider, i.instance_id)):
-        h.update(f"{inst.provider}|{inst.instance_id}|{inst.state.value}|{inst.tags}\n".encode())
+        h.update(inst._digest_line)
     return h.hexdigest()[:16]

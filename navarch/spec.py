@@ -15,7 +15,7 @@ import os
 import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, cached_property
 from pathlib import Path
 from typing import Any
 
@@ -113,7 +113,12 @@ class PoolSpec:
         """The settings that shape a launched machine beyond its type, zone and capacity:
         the pool's provider options (image/AMI, disk, subnet, agent_package, ...) and its GPU
         count, flattened to sorted (dotted key, JSON value) pairs. Labels are not here:
-        they are updated in place (see labels)."""
+        they are updated in place (see labels). Computed once per PoolSpec (observe asks
+        for every node, every run)."""
+        return self._launch_settings
+
+    @cached_property
+    def _launch_settings(self) -> tuple[tuple[str, str], ...]:
         flat: dict[str, str] = {"gpus_per_node": json.dumps(self.gpus_per_node)}
 
         def walk(prefix: str, value: Any) -> None:

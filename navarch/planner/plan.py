@@ -42,6 +42,7 @@ import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
+from functools import lru_cache
 
 from navarch.durations import format_duration_s
 from navarch.planner.model import (
@@ -144,7 +145,10 @@ def node_name(fleet: str, pool: str, index: int) -> str:
     return f"{fleet}-{pool}-{index:04d}"
 
 
+@lru_cache(maxsize=65536)
 def _index_of(fleet: str, pool: str, name: str) -> int:
+    """The index in a node name (<fleet>-<pool>-<nnnn>), 0 for a name not of that form.
+    Remembered: plan() asks twice for every node every run."""
     prefix = f"{fleet}-{pool}-"
     tail = name[len(prefix):] if name.startswith(prefix) else ""
     return int(tail) if tail.isdigit() else 0

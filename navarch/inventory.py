@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cached_property
+from operator import attrgetter
 
 TAG_FLEET = "navarch-fleet"
 TAG_POOL = "navarch-pool"
@@ -105,6 +106,6 @@ def launch_id(fleet: str, node: str, attempt: int) -> str:
 def fingerprint(instances: Iterable[Instance]) -> str:
     """A stable digest of an inventory (ids, states, tags) for saved-plan staleness checks."""
     h = hashlib.sha256()
-    for inst in sorted(instances, key=lambda i: (i.provider, i.instance_id)):
+    for inst in sorted(instances, key=attrgetter("provider", "instance_id")):
         h.update(inst._digest_line)
     return h.hexdigest()[:16]

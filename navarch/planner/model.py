@@ -260,13 +260,23 @@ class NodeTable:
     def updated(self, nodes: Iterable[NodeMemory], without: Iterable[str] = ()) -> NodeTable:
         """A copy with every node of `nodes` set and every name of `without` removed (one
         batch through the map's evolver: cheaper than a set() per node)."""
+        gone = [name for name in dict.fromkeys(without) if name in self._map]
+        nodes = list(nodes)
         e = self._map.evolver()
-        for name in dict.fromkeys(without):
-            if name in self._map:
-                del e[name]
+        for name in gone:
+            del e[name]
         for nm in nodes:
             e[nm.node] = nm
-        return NodeTable(e.persistent())
+        table = NodeTable(e.persistent())
+        plain: dict[str, NodeMemory] | None = self.__dict__.get("_plain")
+        if plain is not None:
+            # Carry the plain dict over (a C-level copy) instead of iterating the new map.
+            plain = dict(plain)
+            for name in gone:
+                del plain[name]
+            plain.update((nm.node, nm) for nm in nodes)
+            table.__dict__["_plain"] = plain
+        return table
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, NodeTable):

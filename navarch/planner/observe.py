@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
+from operator import attrgetter
 from typing import Any
 
 from navarch.durations import format_duration_s
@@ -128,7 +129,9 @@ def _short(value: str | None) -> str:
 
 def labels_drift(pool: PoolSpec, inst: Instance) -> tuple[tuple[str, str], ...]:
     """The pool's labels that the instance lacks or carries with another value."""
-    return tuple((k, v) for k, v in pool.labels if inst.tag(k) != v)
+    if not pool.labels:
+        return ()
+    return tuple([(k, v) for k, v in pool.labels if inst.tag(k) != v])
 
 
 def observe(
@@ -202,7 +205,7 @@ def _split(spec: FleetSpec, inventory: Sequence[Instance], memory: Memory
     """
     by_name: dict[str, list[Instance]] = {}
     foreign: list[Instance] = []
-    for inst in sorted(inventory, key=lambda i: (i.provider, i.instance_id)):
+    for inst in sorted(inventory, key=attrgetter("provider", "instance_id")):
         if is_owned(inst, spec):
             by_name.setdefault(inst.node or "", []).append(inst)
         else:

@@ -43,6 +43,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from functools import lru_cache
+from operator import attrgetter
 
 from navarch.durations import format_duration_s
 from navarch.planner.model import (
@@ -255,13 +256,11 @@ def observation_fingerprint(views: Sequence[NodeView], halts: Sequence[Halt]) ->
     lifecycle, accepted report sequence, rejection and drift, and the halts. `apply PLAN`
     refuses a saved plan whose fingerprint no longer matches (a node recovered, a breaker
     opened). 16 hex characters."""
-    h = hashlib.sha256()
-    for v in sorted(views, key=lambda v: v.node):
-        seq = v.summary.sequence if v.summary else None
-        h.update(f"{v.node}|{v.lifecycle.value}|{seq}|{v.rejected}|{v.drift}|{v.tags_drift}\n".encode())
-    for x in halts:
-        h.update(f"halt|{x.pool}|{x.rule}\n".encode())
-    return h.hexdigest()[:16]
+    lines = [f"{v.node}|{v.lifecycle.value}|{v.summary.sequence if v.summary else None}|"
+             f"{v.rejected}|{v.drift}|{v.tags_drift}\n"
+             for v in sorted(views, key=attrgetter("node"))]
+    lines.extend(f"halt|{x.pool}|{x.rule}\n" for x in halts)
+    return hashlib.sha256("".join(lines).encode()).hexdigest()[:16]
 
 
 def _plan_pool(spec: FleetSpec, pool: PoolSpec, views: tuple[NodeView, ...], pm: PoolMemory,

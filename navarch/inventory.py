@@ -13,6 +13,8 @@ import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cached_property
+from operator import attrgetter
 
 TAG_FLEET = "navarch-fleet"
 TAG_POOL = "navarch-pool"
@@ -56,10 +58,20 @@ class Instance:
     host_id: str | None = None
 
     def tag(self, key: str) -> str | None:
+        return self._tag_map.get(key)
+
+    @cached_property
+    def _tag_map(self) -> dict[str, str]:
+        # Built once per Instance (immutable): observe reads several tags of every
+        # instance every run. The first pair of a duplicated key wins, as a scan would.
+        out: dict[str, str] = {}
         for k, v in self.tags:
-            if k == key:
-                return v
-        return None
+            out.setdefault(k, v)
+        return out
+
+    @cached_property
+    def _digest_line(self) -> bytes:
+        return f"{self.provider}|{self.instance_id}|{self.state.value}|{self.tags}\n".encode()
 
     @property
     def fleet(self) -> str | None:
@@ -97,6 +109,6 @@ def launch_id(fleet: str, node: str, attempt: int) -> str:
 def fingerprint(instances: Iterable[Instance]) -> str:
     """A stable digest of an inventory (ids, states, tags) for saved-plan staleness checks."""
     h = hashlib.sha256()
-    for inst in sorted(instances, key=lambda i: (i.provider, i.instance_id)):
-        h.update(f"{inst.provider}|{inst.instance_id}|{inst.state.value}|{inst.tags}\n".encode())
+    for inst in sorted(instances, key=attrgetter("provider", "instance_id")):
+        h.update(inst._digest_line)
     return h.hexdigest()[:16]

@@ -15,7 +15,7 @@ import os
 import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from functools import cache
+from functools import cache, cached_property
 from pathlib import Path
 from typing import Any
 
@@ -202,8 +202,15 @@ class PoolSpec:
         the placement's provider options (image/AMI, disk, subnet, agent_package, ...) and
         the pool's GPU count, flattened to sorted (dotted key, JSON value) pairs. Labels
         are not here: they are updated in place (see labels). placement: an index into
-        placed(); raises IndexError for another."""
-        options = self.placed()[placement].options
+        placed(); raises IndexError for another. Computed once per PoolSpec (observe asks
+        for every node, every run)."""
+        return self._launch_settings[placement]
+
+    @cached_property
+    def _launch_settings(self) -> tuple[tuple[tuple[str, str], ...], ...]:
+        return tuple(self._settings_of(pl.options) for pl in self.placed())
+
+    def _settings_of(self, options: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
         flat: dict[str, str] = {"gpus_per_node": json.dumps(self.gpus_per_node)}
 
         def walk(prefix: str, value: Any) -> None:

@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
+from operator import attrgetter
 from typing import Any
 
 from navarch.durations import format_duration_s
@@ -113,7 +114,10 @@ def _launch_changes(pool: PoolSpec, placement: int, inst: Instance, nm: NodeMemo
                     ) -> str | None:
     """None when the launch settings match the placement's; else which keys changed
     ("" when unknown)."""
-    now = dict(pool.launch_settings(placement))
+    settings = pool.launch_settings(placement)
+    if nm is not None and nm.launch == settings:
+        return None
+    now = dict(settings)
     if nm is not None and nm.launch:
         then = dict(nm.launch)
         if then == now:
@@ -135,7 +139,9 @@ def _short(value: str | None) -> str:
 
 def labels_drift(pool: PoolSpec, inst: Instance) -> tuple[tuple[str, str], ...]:
     """The pool's labels that the instance lacks or carries with another value."""
-    return tuple((k, v) for k, v in pool.labels if inst.tag(k) != v)
+    if not pool.labels:
+        return ()
+    return tuple([(k, v) for k, v in pool.labels if inst.tag(k) != v])
 
 
 def observe(
@@ -155,32 +161,32 @@ def observe(
     drain_checks = drain_checks or {}
     owned, foreign, duplicates = _split(spec, inventory, memory)
 
-    mem = memory
     # Nodes navarch remembers whose instance is gone: forget them (terminated, preempted,
     # or removed by hand). The pool's count drops and plan() provisions what is missing.
-    for nm in memory.nodes:
-        if nm.node not in owned:
-            mem = mem.without_node(nm.node)
-
+    gone = [nm.node for nm in memory.nodes if nm.node not in owned]
     declared = {p.name: p for p in spec.pools}
-    rejections = dict(mem.rejections)
+    rejections = dict(memory.rejections)
     views: list[NodeView] = []
+    changed: list[NodeMemory] = []  # folded into Memory at once (one table update)
     for name in sorted(owned):
         inst = owned[name]
-        nm = mem.node(name) or NodeMemory(node=name, pool=inst.pool or "", first_seen_at=now)
-        nm = replace(nm, instance_id=inst.instance_id)
+        known = memory.node(name)
+        nm = known or NodeMemory(node=name, pool=inst.pool or "", first_seen_at=now)
+        if nm.instance_id != inst.instance_id:
+            nm = replace(nm, instance_id=inst.instance_id)
         obs = reports.get(name)
         if obs is not None and obs.rejected and obs.version != nm.report_version:
             rejections[obs.rejected] = rejections.get(obs.rejected, 0) + 1
         nm = _fold_report(nm, obs)
-        mem = mem.with_node(nm)
+        if nm is not known:
+            changed.append(nm)
         pool = declared.get(inst.pool or "")
         if pool is None:
             views.append(_orphan_view(inst, nm, now))
             continue
-        view = _view(pool, inst, nm, obs, now, drain_checks.get(name))
-        views.append(replace(view, drift=drift_reason(pool, inst, nm),
-                             tags_drift=labels_drift(pool, inst)))
+        views.append(_view(pool, inst, nm, obs, now, drain_checks.get(name),
+                           drift_reason(pool, inst, nm), labels_drift(pool, inst)))
+    mem = memory.with_nodes(changed, without=gone) if changed or gone else memory
 
     # Names are never reused, even after a lost state: every owned node's index raises its
     # pool's next_index (a reused name would reuse a terminated node's launch id).
@@ -209,7 +215,7 @@ def _split(spec: FleetSpec, inventory: Sequence[Instance], memory: Memory
     """
     by_name: dict[str, list[Instance]] = {}
     foreign: list[Instance] = []
-    for inst in sorted(inventory, key=lambda i: (i.provider, i.instance_id)):
+    for inst in sorted(inventory, key=attrgetter("provider", "instance_id")):
         if is_owned(inst, spec):
             by_name.setdefault(inst.node or "", []).append(inst)
         else:
@@ -293,17 +299,22 @@ def _fold_report(nm: NodeMemory, obs: ReportObservation | None) -> NodeMemory:
     if obs.rejected:
         # Remember the version so the same bad object is counted once (and still shown as
         # rejected while it stays), keep the old summary.
+        if nm.report_version == obs.version and nm.report_rejected == obs.rejected:
+            return nm
         return replace(nm, report_version=obs.version, report_rejected=obs.rejected)
     s = obs.summary
     if s is None:
         return nm
-    nm = replace(nm, report_rejected=None)
     if s.sequence <= nm.streak_sequence:
-        return replace(nm, report_version=obs.version, report=nm.report or s)
+        report = nm.report or s
+        if (nm.report_rejected is None and nm.report_version == obs.version
+                and nm.report is report):
+            return nm  # the same report as last run: nothing to fold
+        return replace(nm, report_rejected=None, report_version=obs.version, report=report)
     same_boot = nm.report is not None and nm.report.boot_id == s.boot_id
     streak = (nm.streak if same_boot else 0) + 1 if s.status == "unhealthy" else 0
-    return replace(nm, report_version=obs.version, report=s, streak=streak,
-                   streak_sequence=s.sequence, return_streak=_fold_return(nm, s))
+    return replace(nm, report_rejected=None, report_version=obs.version, report=s,
+                   streak=streak, streak_sequence=s.sequence, return_streak=_fold_return(nm, s))
 
 
 def clock_skew_note(s: ReportSummary | None) -> str:
@@ -332,6 +343,8 @@ def _view(
     obs: ReportObservation | None,
     now: datetime,
     drain_check: bool | None,
+    drift: str | None = None,
+    tags_drift: tuple[tuple[str, str], ...] = (),
 ) -> NodeView:
     s = nm.report
     # Age by the store's clock when known (issue 16 item 5): a node's wrong clock is shown
@@ -350,7 +363,8 @@ def _view(
         instance=inst, summary=s, report_age_s=age, streak=nm.streak, phase_at=nm.phase_at,
         rejected=rejected, fault=nm.fault, faults=nm.faults, rung=nm.rung,
         rung_fault=nm.rung_fault, rung_at=nm.rung_at, return_streak=nm.return_streak,
-        diag=nm.diag, diag_cordon=nm.diag_cordon, **extra,
+        diag=nm.diag, diag_cordon=nm.diag_cordon, drift=drift, tags_drift=tags_drift,
+        **extra,
     )
 
 

@@ -46,6 +46,8 @@ import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
+from functools import lru_cache
+from operator import attrgetter
 
 from navarch.durations import format_duration_s
 from navarch.planner.model import (
@@ -151,7 +153,10 @@ def node_name(fleet: str, pool: str, index: int) -> str:
     return f"{fleet}-{pool}-{index:04d}"
 
 
+@lru_cache(maxsize=65536)
 def _index_of(fleet: str, pool: str, name: str) -> int:
+    """The index in a node name (<fleet>-<pool>-<nnnn>), 0 for a name not of that form.
+    Remembered: plan() asks twice for every node every run."""
     prefix = f"{fleet}-{pool}-"
     tail = name[len(prefix):] if name.startswith(prefix) else ""
     return int(tail) if tail.isdigit() else 0
@@ -290,13 +295,11 @@ def observation_fingerprint(views: Sequence[NodeView], halts: Sequence[Halt]) ->
     lifecycle, accepted report sequence, rejection and drift, and the halts. `apply PLAN`
     refuses a saved plan whose fingerprint no longer matches (a node recovered, a breaker
     opened). 16 hex characters."""
-    h = hashlib.sha256()
-    for v in sorted(views, key=lambda v: v.node):
-        seq = v.summary.sequence if v.summary else None
-        h.update(f"{v.node}|{v.lifecycle.value}|{seq}|{v.rejected}|{v.drift}|{v.tags_drift}\n".encode())
-    for x in halts:
-        h.update(f"halt|{x.pool}|{x.rule}\n".encode())
-    return h.hexdigest()[:16]
+    lines = [f"{v.node}|{v.lifecycle.value}|{v.summary.sequence if v.summary else None}|"
+             f"{v.rejected}|{v.drift}|{v.tags_drift}\n"
+             for v in sorted(views, key=attrgetter("node"))]
+    lines.extend(f"halt|{x.pool}|{x.rule}\n" for x in halts)
+    return hashlib.sha256("".join(lines).encode()).hexdigest()[:16]
 
 
 def _plan_pool(spec: FleetSpec, pool: PoolSpec, views: tuple[NodeView, ...], pm: PoolMemory,

@@ -50,7 +50,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any
 
 from navarch import signing
@@ -80,6 +80,9 @@ def _report_validator() -> Any:
     return jsonschema_rs.validator_for(load_schema("health-report.schema.json"),
                                        validate_formats=True)
 
+
+#: signing.derive_node_key, remembered: every report of a node is checked with its key.
+_node_key = lru_cache(maxsize=65536)(signing.derive_node_key)
 
 RuleSets = Sequence[Sequence[Rule]]
 
@@ -169,17 +172,22 @@ def _nesting(doc: Any) -> int:
     return deepest
 
 
+_DECODER = json.JSONDecoder(parse_constant=_no_constant)
+
+
 def _parse(data: bytes) -> tuple[dict[str, Any], bytes]:
     """UTF-8 JSON object -> (report, canonical bytes of its body); ReportRejected("malformed")."""
     try:
-        report = json.loads(data.decode("utf-8"), parse_constant=_no_constant)
+        report = _DECODER.decode(data.decode("utf-8"))
     except RecursionError as exc:
         raise ReportRejected("malformed", "JSON nested too deeply") from exc
     except (UnicodeDecodeError, ValueError) as exc:
         raise ReportRejected("malformed", str(exc)[:100]) from exc
     if not isinstance(report, dict):
         raise ReportRejected("malformed", "not a JSON object")
-    if _nesting(report) > MAX_NESTING:
+    # Each level opens a bracket: with few brackets in all, the walk is not needed.
+    brackets = data.count(b"[") + data.count(b"{")
+    if brackets > MAX_NESTING and _nesting(report) > MAX_NESTING:
         raise ReportRejected("malformed", f"JSON nested deeper than {MAX_NESTING}")
     try:
         canonical = signing.canonical_bytes(report)
@@ -236,7 +244,7 @@ def _verify(data: bytes, *, fleet: str, pool: str, node: str, fleet_secret: byte
         raise ReportRejected("identity", f"claims {report['fleet']}/{report['pool']}/{report['node']}")
     if fleet_secret is None:
         raise ReportRejected("no_secret")
-    key = signing.derive_node_key(fleet_secret, fleet, node)
+    key = _node_key(fleet_secret, fleet, node)
     if not (signing.verify_canonical(canonical, report["signature"], key)
             or signing.verify_canonical(signing.legacy_canonical_bytes(report),
                                         report["signature"], key)):

@@ -15,7 +15,7 @@ import os
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from navarch.errors import ConfigError, NavarchError, ProviderError, StalePlan
@@ -32,6 +32,7 @@ from navarch.reconcile.state import (
     AuditLog,
     Lease,
     Lock,
+    StateCache,
     acquire_lock,
     load_memory,
     save_memory,
@@ -81,6 +82,8 @@ class Fleet:
     #: destroy only: go on without the secret (reports count as rejected "no_secret"), so
     #: a fleet whose secret is lost can still be torn down; it launches nothing.
     secret_optional: bool = False
+    #: the state document this process last wrote or read (see StateCache)
+    state_cache: StateCache = field(default_factory=StateCache, repr=False, compare=False)
 
     @classmethod
     def open(cls, spec: FleetSpec) -> Fleet:
@@ -171,7 +174,7 @@ def gather(fleet: Fleet, now: datetime, options: PlanOptions | None = None) -> S
     """
     secret = fleet.secret()
     inventory = list_inventory(fleet)
-    memory, version = load_memory(fleet.store, fleet.spec.name)
+    memory, version = load_memory(fleet.store, fleet.spec.name, fleet.state_cache)
     # A replayed clock (NAVARCH_NOW) is not the store's: judge ages by generated_at then.
     reports = read_reports(fleet.store, fleet.spec.name, memory, secret, now,
                            store_times=not os.environ.get("NAVARCH_NOW"),
@@ -274,7 +277,8 @@ def run_apply(
             run_id = run_id or f"{snap.now:%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:8]}"
             audit = AuditLog(fleet.store, spec.name, run_id, snap.now)
             by_node = {v.node: v.instance for v in snap.observed.views if v.instance is not None}
-            journal = _Journal(fleet.store, snap.loaded, snap.memory_version, lease)
+            journal = _Journal(fleet.store, snap.loaded, snap.memory_version, lease,
+                               fleet.state_cache)
             executor = Executor(spec, fleet.providers, audit, instances=by_node,
                                 inventory=snap.inventory, clock=clock,
                                 run_id=run_id, playbooks=fleet.playbooks,
@@ -327,10 +331,11 @@ class _Journal:
     """Writes Memory by compare-and-swap when it changed (serial aside), fenced by the lease."""
 
     def __init__(self, store: ObjectStore, loaded: Memory, version: str | None,
-                 lease: Lease) -> None:
+                 lease: Lease, cache: StateCache | None = None) -> None:
         self.store = store
         self.version = version
         self.lease = lease
+        self.cache = cache
         self.last = memory_to_json(replace(loaded, serial=0))
 
     def persist(self, memory: Memory) -> Memory:
@@ -343,6 +348,6 @@ class _Journal:
         if doc == self.last:
             return memory
         self.lease.check_store()
-        saved, self.version = save_memory(self.store, memory, self.version, doc)
+        saved, self.version = save_memory(self.store, memory, self.version, doc, self.cache)
         self.last = doc
         return saved

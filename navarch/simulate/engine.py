@@ -254,6 +254,7 @@ def _document(scenario: Scenario, t: _Tally) -> dict[str, Any]:
         "actions": dict(sorted(t.actions.items())),
         "nodes_lost_to_capacity": t.lost_to_capacity,
         "capacity_recovery_s": t.capacity_latencies,
+        "max_capacity_recovery_s": max(t.capacity_latencies) if t.capacity_latencies else None,
         "repairs_held_by_rule": dict(sorted(t.halts.items())),
         "breaker_runs": t.breaker_runs,
         "peak_disrupted": t.peak_disrupted,

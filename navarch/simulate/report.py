@@ -13,7 +13,8 @@ from navarch.resources import data_dir
 
 HEADLINE = ("availability", "faults", "wrongful_terminations", "faults_never_acted_on",
             "p50_fault_to_cordon_s", "p95_fault_to_cordon_s", "p50_fault_to_serving_s",
-            "p95_fault_to_serving_s", "max_fault_to_serving_s", "terminations",
+            "p95_fault_to_serving_s", "max_fault_to_serving_s", "max_capacity_recovery_s",
+            "terminations",
             "nodes_lost_to_capacity", "breaker_runs", "preemptions", "cost_usd")
 
 

@@ -6,6 +6,7 @@ store itself never fails; the world models a store outage by stopping agents' wr
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 
@@ -22,6 +23,8 @@ class MemoryStore:
     def __init__(self, now: Callable[[], datetime]) -> None:
         self._now = now
         self._objects: dict[str, tuple[bytes, str, str]] = {}
+        self._infos: dict[str, ObjectInfo] = {}  # each object's listing entry
+        self._keys: list[str] | None = []  # sorted keys; None after a key came or went
         self._counter = 0
 
     def get(self, key: str) -> Blob:
@@ -41,7 +44,10 @@ class MemoryStore:
         self._counter += 1
         version = str(self._counter)
         stamp = self._now().strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        if current is None:
+            self._keys = None
         self._objects[key] = (bytes(data), version, stamp)
+        self._infos[key] = ObjectInfo(key, version, len(data), stamp)
         return version
 
     def delete(self, key: str, *, if_version: str | None = None) -> None:
@@ -51,10 +57,19 @@ class MemoryStore:
         if if_version is not None and current[1] != if_version:
             raise PreconditionFailed(key, "version moved")
         del self._objects[key]
+        del self._infos[key]
+        self._keys = None
 
     def list(self, prefix: str) -> Sequence[ObjectInfo]:
-        return [ObjectInfo(k, v[1], len(v[0]), v[2])
-                for k, v in sorted(self._objects.items()) if k.startswith(prefix)]
+        if self._keys is None:
+            self._keys = sorted(self._objects)
+        start = bisect_left(self._keys, prefix)
+        out = []
+        for key in self._keys[start:]:
+            if not key.startswith(prefix):
+                break
+            out.append(self._infos[key])
+        return out
 
     def get_many(self, keys: Iterable[str]) -> dict[str, Blob]:
         out: dict[str, Blob] = {}

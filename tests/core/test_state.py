@@ -11,6 +11,7 @@ from navarch.errors import LockHeld, NavarchError, PreconditionFailed, StoreErro
 from navarch.planner.model import Memory, NodeMemory, Phase
 from navarch.reconcile.state import (
     AuditLog,
+    StateCache,
     acquire_lock,
     force_unlock,
     load_memory,
@@ -63,6 +64,24 @@ def test_state_round_trip_and_compare_and_swap(tmp_path):
         save_memory(store, memory, version)
     save_memory(store, loaded, v1)
     assert load_memory(store, "demo")[0].serial == 2
+
+
+def test_state_cache_reuses_only_the_version_it_holds(tmp_path):
+    # StateCache: a read of the version this process wrote reuses its Memory (no parse);
+    # another writer's version is parsed, and a corrupt object is still refused.
+    store = FileStore(tmp_path)
+    cache = StateCache()
+    memory, version = load_memory(store, "demo", cache)
+    node = NodeMemory(node="demo-train-0001", pool="train", instance_id="i-1", first_seen_at=T0)
+    saved, v1 = save_memory(store, memory.with_node(node), version, cache=cache)
+    assert load_memory(store, "demo", cache) == (saved, v1)
+    assert load_memory(store, "demo", cache)[0] is saved
+    other, v2 = save_memory(store, saved.without_node(node.node), v1)  # no cache: someone else
+    loaded, v = load_memory(store, "demo", cache)
+    assert v == v2 and loaded == other and loaded.node(node.node) is None
+    store.put("state/demo.json", b"{not json")
+    with pytest.raises(StoreError, match="restore an earlier version"):
+        load_memory(store, "demo", cache)
 
 
 def test_corrupt_state_stops_the_run(tmp_path):

@@ -57,6 +57,17 @@ def test_application_xid_storm_causes_nothing() -> None:
     assert failed(doc) == []
 
 
+def test_zone_stockout_recovers_through_fallback() -> None:
+    # h100x8 runs out in both zones from day 1: replacements fall over to a100x8 (safety
+    # rule 6), no node is lost to capacity, and the recovery latencies are measured.
+    doc = run(EXAMPLES / "zone-stockout.yaml", duration_s=3 * 86400)
+    assert doc["instance_hours"].get("a100x8", 0) > 0
+    assert doc["nodes_lost_to_capacity"] == 0 and doc["wrongful_terminations"] == 0
+    assert doc["p95_fault_to_serving_s"] is not None
+    assert doc["max_capacity_recovery_s"] is not None
+    assert failed(doc) == []
+
+
 def test_same_seed_same_bytes() -> None:
     scenario = dataclasses.replace(load_scenario(HERE / "rack.yaml"), duration_s=4 * 3600)
     assert to_json(simulate(scenario)) == to_json(simulate(scenario))
@@ -91,3 +102,38 @@ def test_cli_writes_json_and_html_and_exits_1_on_a_failed_assert(tmp_path: Path)
     page = html.read_text()
     assert "<svg" in page and "terminations &gt;= 1000" in page
     assert "<script src" not in page and "<link" not in page  # self-contained
+
+
+def test_compare_runs_two_policies_on_one_seed(tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    # The same rack failure under two disruption budgets: --compare runs both on --seed,
+    # prints both, and writes {"runs": [a, b]} and one page with both side by side.
+    wide_fleet = tmp_path / "fleet-wide.yaml"
+    wide_fleet.write_text((EXAMPLES / "fleet-100.yaml").read_text()
+                          .replace("max_unavailable: 5", "max_unavailable: 20")
+                          .replace("max_surge: 5", "max_surge: 20"))
+    rack = (HERE / "rack.yaml").read_text().replace("duration: 12h", "duration: 6h")
+    narrow, wide = tmp_path / "narrow.yaml", tmp_path / "wide.yaml"
+    narrow.write_text(rack.replace("name: rack", "name: narrow")
+                      .replace("../../../examples/simulate/fleet-100.yaml",
+                               str(EXAMPLES / "fleet-100.yaml")))
+    wide.write_text(rack.replace("name: rack", "name: wide")
+                    .replace("../../../examples/simulate/fleet-100.yaml", str(wide_fleet)))
+    out, html = tmp_path / "out.json", tmp_path / "out.html"
+    code = main(["simulate", str(narrow), "--compare", str(wide), "--seed", "11",
+                 "--json", str(out), "--html", str(html)])
+    assert code == 1  # the wide budget breaks the scenario's `peak_disrupted <= 5`
+    a, b = json.loads(out.read_text())["runs"]
+    assert (a["scenario"], b["scenario"]) == ("narrow", "wide")
+    assert a["seed"] == b["seed"] == 11
+    assert set(REQUIRED_KEYS) <= set(a) and set(REQUIRED_KEYS) <= set(b)
+    # Same seed, same world: the same rack dies; only the policy's answer differs.
+    assert a["faults"] == b["faults"] == 20
+    assert a["peak_disrupted"] <= 5 < b["peak_disrupted"]
+    assert [x["ok"] for x in a["asserts"]] == [True, True]
+    assert "peak_disrupted <= 5" in failed(b)
+    printed = capsys.readouterr().out
+    assert "scenario narrow (seed 11)" in printed and "scenario wide (seed 11)" in printed
+    page = html.read_text()
+    assert "narrow (seed 11)" in page and "wide (seed 11)" in page
+    assert page.count("<svg") >= 6  # three plots each

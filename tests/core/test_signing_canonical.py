@@ -1,0 +1,61 @@
+"""signing.canonical_bytes takes a stdlib fast path when it can; its bytes (or its refusal)
+are always rfc8785's, on generated JSON-like values and on the edge cases named in the
+module docstring (non-ASCII keys, long integers, integral and extreme floats, non-string
+keys, tuples)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+import rfc8785
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from navarch import signing
+
+_scalars = (st.none() | st.booleans() | st.integers(min_value=-(2**60), max_value=2**60)
+            | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=12))
+_keys = st.text(max_size=6) | st.sampled_from(["a", "\ue000", "\U0001f600", "b\u00e9"])
+_values = st.recursive(
+    _scalars,
+    lambda inner: (st.lists(inner, max_size=4) | st.tuples(inner, inner)
+                   | st.dictionaries(_keys, inner, max_size=4)),
+    max_leaves=20,
+)
+
+
+def _jcs(value: dict[str, Any]) -> bytes | type[Exception]:
+    try:
+        return rfc8785.dumps(value)
+    except (ValueError, RecursionError) as exc:
+        return type(exc)
+
+
+def _ours(value: dict[str, Any]) -> bytes | type[Exception]:
+    try:
+        return signing.canonical_bytes(value)
+    except (ValueError, RecursionError) as exc:
+        return type(exc)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.dictionaries(_keys, _values, max_size=5))
+def test_canonical_bytes_equal_rfc8785(body: dict[str, Any]) -> None:
+    body.pop("signature", None)
+    assert _ours(body) == _jcs(body)
+
+
+@pytest.mark.parametrize("value", [
+    45.0, -0.0, 1e16, 1e-5, 0.0001, 123.456, 1e21, 2**53 - 1, 2**53, -(2**53),
+    "\ue000", "\U0001f600", "caf\u00e9", "\x7f\x00\n\t\"\\", "\ud800", math.inf, (1, 2),
+    {"\ue000": 1, "\U0001f600": 2}, {1: "int key"}, {"a": [1.5, {"b": 1e-7}]},
+])
+def test_edge_cases_equal_rfc8785(value: Any) -> None:
+    assert _ours({"v": value}) == _jcs({"v": value})
+
+
+def test_a_plain_report_takes_the_fast_path() -> None:
+    report = {"node": "n1", "sequence": 7, "gpus": [{"utilization_pct": 40.5}], "notice": None}
+    assert signing._stdlib_canonical(report) == rfc8785.dumps(report)

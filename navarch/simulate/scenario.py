@@ -26,7 +26,7 @@ RSC1_RATE_PER_NODE_DAY = 6.5e-3
 #: Llama 3 cause mix (shares of unexpected interruptions), mapped to what the agent reports.
 DEFAULT_CAUSES: dict[str, float] = {
     "xid79": 0.301,       # faulty GPU: fallen off the bus
-    "hbm_ecc": 0.172,     # HBM3: XID 48/63/64/94/95, uncorrectable ECC
+    "hbm_ecc": 0.172,     # HBM3: XID 48/64/95, uncorrectable ECC
     "nvlink": 0.081,      # network switch/cable + NVLink
     "gpu_lost": 0.05,     # GPU SRAM / system processor / lost
     "thermal": 0.03,

@@ -99,7 +99,7 @@ class Placement:
     options: Mapping[str, Any]
 
     def label(self) -> str:
-        """"aws us-east-1" (the region when declared, else the provider alone)."""
+        """The placement for humans, e.g. "aws us-east-1" (region only when declared)."""
         return f"{self.provider} {self.region}".strip()
 
     def places(self) -> tuple[tuple[str, str, bool], ...]:
@@ -735,9 +735,9 @@ def _ordered(pool: PoolSpec, prices: Mapping[str, Mapping[str, float]],
     in declared order). Raises ConfigError naming the key path for a missing price or an
     unknown plugin; PluginError when the plugin fails or returns the wrong shape.
     """
-    declared = pool.launch_places()
     if pool.placement == "ordered":
         return pool
+    declared = pool.launch_places()
     if pool.placement == "cheapest":
         for pl in pool.placed():
             for itype in pl.instance_types:

@@ -215,16 +215,15 @@ def _action_event(fleet: str, run_id: str, outcome: object) -> Event | None:
         return make(EventKind.NODE_GPU_RESET, fleet, a.pool, a.node,
                     f"{a.node}: GPUs reset: {a.reason}", run_id, **ids)
     if a.kind is ActionKind.DIAGNOSE:
-        return _diag_event(fleet, run_id, a, detail, ids)
+        return _diag_event(fleet, run_id, a, detail, getattr(outcome, "diag", None), ids)
     return None  # scale and tag updates are routine
 
 
-def _diag_event(fleet: str, run_id: str, a: Any, detail: str, ids: dict[str, Any]
-                ) -> Event | None:
-    """A diagnostics verdict (executor detail "dcgmi diag -r N: STATE[: ...]"); none while
-    it only started or still runs (a later run collects it)."""
-    state = detail.split(": ", 2)[1] if detail.count(": ") >= 1 else ""
-    if state in ("running", ""):
+def _diag_event(fleet: str, run_id: str, a: Any, detail: str, state: str | None,
+                ids: dict[str, Any]) -> Event | None:
+    """A diagnostics verdict (state: the outcome's DiagState value); none while it only
+    started or still runs (a later run collects it), or when the outcome carries none."""
+    if state in (None, "running"):
         return None
     kind = EventKind.NODE_DIAG_FAILED if state == "fail" else EventKind.NODE_DIAGNOSED
     return make(kind, fleet, a.pool, a.node, f"{a.node}: {detail}", run_id,

@@ -233,17 +233,20 @@ def placement_note(pool: PoolSpec, pm: PoolMemory, now: datetime, first: Place) 
     exhausted until 14:20" ("" when `first` is in the first placement in launch order)."""
     blocked = _blocked(pool, pm, now)
     placed = pool.placed()
-    notes: list[str] = []
+    skipped: list[int] = []  # placements met before `first`, once each, in launch order
     for p in pool.launch_places():
         if p.placement == first.placement:
             break
-        pl = placed[p.placement]
+        if p.placement not in skipped:
+            skipped.append(p.placement)
+    notes: list[str] = []
+    for i in skipped:
+        pl = placed[i]
         keys = [(pl.provider, z, t, s) for z, t, s in pl.places()]
         untils = [blocked[k] for k in keys if k in blocked]
-        if not untils or any(n.startswith(f"{pl.label()}:") for n in notes):
-            continue
-        scope = "all places" if len(untils) == len(keys) else f"{len(untils)} place(s)"
-        notes.append(f"{pl.label()}: {scope} exhausted until {min(untils):%H:%M}")
+        if untils:
+            scope = "all places" if len(untils) == len(keys) else f"{len(untils)} place(s)"
+            notes.append(f"{pl.label()}: {scope} exhausted until {min(untils):%H:%M}")
     return "; ".join(notes)
 
 

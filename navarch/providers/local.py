@@ -159,17 +159,7 @@ class LocalProvider:
         Refuses (ProviderError, before touching any) a machine without a navarch-fleet tag
         (safety rule 1); a machine that is gone is ProviderError (code NotFound).
         """
-        machines = []
-        for inst in instances:
-            try:
-                m = self.read_machine(inst.instance_id)
-            except (OSError, ValueError) as exc:
-                raise ProviderError(f"no local machine {inst.instance_id} to reboot",
-                                    code="NotFound") from exc
-            if TAG_FLEET not in m["tags"]:
-                raise ProviderError(f"refusing to reboot {inst.instance_id}: no {TAG_FLEET} tag",
-                                    code="ForeignInstance")
-            machines.append(m)
+        machines = [self._owned_machine(inst.instance_id, "reboot") for inst in instances]
         for m in machines:
             self.write_machine({**m, "boot_id": str(uuid.uuid4())})
             d = self.machine_dir(m["instance_id"])
@@ -186,19 +176,9 @@ class LocalProvider:
         GPU process remains, and nothing is changed. A machine that is gone or carries no
         navarch-fleet tag is ProviderError as in reboot. Returns one line for the audit log.
         """
-        try:
-            m = self.read_machine(instance.instance_id)
-        except (OSError, ValueError) as exc:
-            raise ProviderError(f"no local machine {instance.instance_id} to reset",
-                                code="NotFound") from exc
-        if TAG_FLEET not in m["tags"]:
-            raise ProviderError(f"refusing to reset {instance.instance_id}: no {TAG_FLEET} tag",
-                                code="ForeignInstance")
+        m = self._owned_machine(instance.instance_id, "reset")
         d = self.machine_dir(instance.instance_id)
-        try:
-            faults = json.loads((d / "faults.json").read_text())
-        except (OSError, ValueError):
-            faults = {}
+        faults = self._faults(instance.instance_id)
         busy = sum(int(n) for n in (faults.get("process_count") or {}).values())
         if busy:
             raise ProviderError(f"GPU reset refused: {busy} GPU process(es) remain on "
@@ -216,13 +196,9 @@ class LocalProvider:
         ECC errors: DCGM's PCIe and memory tests, level 2 and up; a lost GPU fails level 1
         too), else pass. Returns (a DiagState value, one line); a machine that is gone is
         ("error", why)."""
-        d = self.machine_dir(instance.instance_id)
-        if not (d / "machine.json").exists():
+        if not (self.machine_dir(instance.instance_id) / "machine.json").exists():
             return "error", f"no local machine {instance.instance_id}"
-        try:
-            faults = json.loads((d / "faults.json").read_text())
-        except (OSError, ValueError):
-            faults = {}
+        faults = self._faults(instance.instance_id)
         failed = [f"pcie on GPU {g}" for g in faults.get("gpu_lost", [])]
         if level >= 2:
             failed += [f"memory on GPU {g}" for g, n in
@@ -230,6 +206,27 @@ class LocalProvider:
         if failed:
             return "fail", f"dcgmi diag -r {level} (fake GPUs): failed: " + "; ".join(failed)
         return "pass", f"dcgmi diag -r {level} (fake GPUs): passed"
+
+    def _owned_machine(self, instance_id: str, verb: str) -> dict[str, Any]:
+        """The machine's record; ProviderError NotFound when it is gone, ForeignInstance
+        when it carries no navarch-fleet tag (safety rule 1), before anything is changed."""
+        try:
+            m = self.read_machine(instance_id)
+        except (OSError, ValueError) as exc:
+            raise ProviderError(f"no local machine {instance_id} to {verb}",
+                                code="NotFound") from exc
+        if TAG_FLEET not in m["tags"]:
+            raise ProviderError(f"refusing to {verb} {instance_id}: no {TAG_FLEET} tag",
+                                code="ForeignInstance")
+        return m
+
+    def _faults(self, instance_id: str) -> dict[str, Any]:
+        """The machine's injected faults (faults.json), {} when none or unreadable."""
+        try:
+            faults = json.loads((self.machine_dir(instance_id) / "faults.json").read_text())
+        except (OSError, ValueError):
+            return {}
+        return faults if isinstance(faults, dict) else {}
 
     def update_tags(self, instance: Instance, tags: Mapping[str, str]) -> None:
         """Set tags on the machine in place (its machine.json, written atomically); refuses

@@ -189,12 +189,14 @@ class PlaybookRunner(Protocol):
 @dataclass(frozen=True)
 class Outcome:
     """What happened to one action. error: the error class name (navarch's or any other
-    exception's, e.g. "KeyError"), or None."""
+    exception's, e.g. "KeyError"), or None. diag: a DIAGNOSE's DiagState value (running,
+    pass, fail, unavailable, error), None for other actions."""
 
     action: Action
     ok: bool
     detail: str
     error: str | None = None
+    diag: str | None = None
 
 
 @dataclass(frozen=True)
@@ -857,7 +859,8 @@ class Executor:
         nm = replace(nm, diag=diag)
         return (Outcome(a, diag.state is not DiagState.ERROR, f"dcgmi diag -r {level}: "
                         f"{diag.state.value}" + (f": {detail}" if detail else ""),
-                        None if diag.state is not DiagState.ERROR else "DiagError"),
+                        None if diag.state is not DiagState.ERROR else "DiagError",
+                        diag.state.value),
                 _set_node(nm))
 
     def _update_tags(self, a: Action, memory: Memory) -> tuple[Outcome, Update]:

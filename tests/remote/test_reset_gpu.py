@@ -4,6 +4,7 @@ sshd with an nvidia-smi stand-in, through SSHPlaybooks (the executor's runner)."
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,6 +21,15 @@ def _marker(sshd: Sshd) -> Path:
     return sshd.state_dir / "agent" / "gpu-reset"
 
 
+def _reset(sshd: Sshd, standin: Standin, tmp_path: Path, nvidia_smi: dict[str, Any]
+           ) -> tuple[bool, str]:
+    """Run the built-in reset_gpu playbook on gpu-1 over the real sshd, with the
+    nvidia-smi stand-in in the given state -> (ok, detail)."""
+    standin.set_state({"nvidia-smi": nvidia_smi})
+    spec, pool = fleet(tmp_path, sshd.ssh())
+    return SSHPlaybooks(spec).run(pool, "reset_gpu", "gpu-1", "127.0.0.1", "XID 48")
+
+
 @pytest.mark.parametrize("scheduler", ["none", "slurm", "kubernetes"])
 def test_the_builtin_runs_on_the_node_for_every_scheduler(scheduler: str) -> None:
     playbook = load_playbook(scheduler, PlaybookKind.RESET_GPU)
@@ -30,9 +40,7 @@ def test_the_builtin_runs_on_the_node_for_every_scheduler(scheduler: str) -> Non
 def test_reset_checks_processes_resets_and_tells_the_agent(
     sshd: Sshd, standin: Standin, tmp_path: Path
 ) -> None:
-    standin.set_state({"nvidia-smi": {"reset": "ok"}})
-    spec, pool = fleet(tmp_path, sshd.ssh())
-    ok, detail = SSHPlaybooks(spec).run(pool, "reset_gpu", "gpu-1", "127.0.0.1", "XID 48")
+    ok, detail = _reset(sshd, standin, tmp_path, {"reset": "ok"})
     assert ok, detail
     assert detail.startswith("reset_gpu ok: 127.0.0.1$ test -z")
     assert "sudo -n -- sh -c 'nvidia-smi -r' -> exit 0" in detail
@@ -42,9 +50,7 @@ def test_reset_checks_processes_resets_and_tells_the_agent(
 
 
 def test_gpu_processes_refuse_the_reset(sshd: Sshd, standin: Standin, tmp_path: Path) -> None:
-    standin.set_state({"nvidia-smi": {"processes": [4242]}})
-    spec, pool = fleet(tmp_path, sshd.ssh())
-    ok, detail = SSHPlaybooks(spec).run(pool, "reset_gpu", "gpu-1", "127.0.0.1", "XID 48")
+    ok, detail = _reset(sshd, standin, tmp_path, {"processes": [4242]})
     assert not ok
     assert "GPU processes remain: no reset" in detail
     assert standin.calls("nvidia-smi") == [QUERY]  # never reached -r
@@ -54,9 +60,7 @@ def test_gpu_processes_refuse_the_reset(sshd: Sshd, standin: Standin, tmp_path: 
 def test_a_failed_reset_does_not_tell_the_agent(
     sshd: Sshd, standin: Standin, tmp_path: Path
 ) -> None:
-    standin.set_state({"nvidia-smi": {"reset": "fails"}})
-    spec, pool = fleet(tmp_path, sshd.ssh())
-    ok, detail = SSHPlaybooks(spec).run(pool, "reset_gpu", "gpu-1", "127.0.0.1", "XID 48")
+    ok, detail = _reset(sshd, standin, tmp_path, {"reset": "fails"})
     assert not ok
     assert "exit 255" in detail and "Unable to reset GPU" in detail
     assert standin.calls("nvidia-smi") == [QUERY, ["-r"]]

@@ -59,9 +59,10 @@ def test_ladder_events_reboot_reset_and_diagnostics() -> None:
     diag = Action(ActionKind.DIAGNOSE, "train", node, "return_requires_diag", level=2,
                   why="return")
     outcomes = [Outcome(reboot, True, "rebooted i-2"), Outcome(reset, True, "GPUs reset"),
-                Outcome(diag, True, "dcgmi diag -r 2: running: dcgmi diag -r 2 started"),
-                Outcome(diag, True, "dcgmi diag -r 2: pass: 3 test(s) passed"),
-                Outcome(diag, True, "dcgmi diag -r 2: fail: memory on GPU 1")]
+                Outcome(diag, True, "dcgmi diag -r 2: running: dcgmi diag -r 2 started",
+                        diag="running"),
+                Outcome(diag, True, "dcgmi diag -r 2: pass: 3 test(s) passed", diag="pass"),
+                Outcome(diag, True, "dcgmi diag -r 2: fail: memory on GPU 1", diag="fail")]
     events = outcome_events("demo", "run-1", outcomes)
     assert [e.kind for e in events] == [EventKind.NODE_REBOOTED, EventKind.NODE_GPU_RESET,
                                         EventKind.NODE_DIAGNOSED, EventKind.NODE_DIAG_FAILED]

@@ -11,14 +11,37 @@ reset to an IDLE node with no job, and again after the test.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
+from navarch.spec import FleetSpec, load_fleet
 from tests.support.slurm import SlurmCluster, start_slurm
 from tests.support.sshd import Sshd, require_sshd, start_sshd
 
 #: The Slurm node's name: the local provider's second train node of fleet.example.yaml.
 NODE = "demo-train-0002"
+REPO = Path(__file__).resolve().parents[2]
+
+
+def write_slurm_fleet(directory: Path, sshd: Sshd, **health: Any) -> Path:
+    """fleet.example.yaml as directory/fleet.yaml, its train pool on `scheduler: slurm`
+    with the head node reached through `sshd`; `health` keys override the pool's."""
+    doc = yaml.safe_load((REPO / "fleet.example.yaml").read_text())
+    train = doc["pools"]["train"]
+    train["scheduler"] = "slurm"
+    train["ssh"] = sshd.ssh()
+    train["health"].update(health)
+    path = directory / "fleet.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def slurm_fleet(directory: Path, sshd: Sshd) -> FleetSpec:
+    """The loaded fleet of write_slurm_fleet."""
+    return load_fleet(write_slurm_fleet(directory, sshd))
 
 
 @pytest.fixture(scope="session")

@@ -61,7 +61,7 @@ def test_a_fatal_xid_while_a_job_runs_cordons_waits_for_the_job_remedies_and_res
     assert slurm.jobs() == [(job, "RUNNING")]
 
     out = cycle(tmp_path)  # drain_check: MIXED+DRAIN is not drained, so no remedy yet
-    assert f"{NODE}: {remedy}" not in out and f"~ {remedy.replace('_', ' ')}" not in out, out
+    assert f"~ {remedy} {NODE}" not in out and f"{NODE}: {remedy}" not in out, out
     assert f"- terminate {NODE}" not in out
     assert slurm.state() == "MIXED+DRAIN" and slurm.jobs() == [(job, "RUNNING")]
 
@@ -70,7 +70,7 @@ def test_a_fatal_xid_while_a_job_runs_cordons_waits_for_the_job_remedies_and_res
     assert (slurm.wait_state("IDLE+DRAIN"), slurm.sinfo_state()) == ("IDLE+DRAIN", "drained")
 
     out = cycle(tmp_path)  # drained: the ladder's rung for this XID, in place
-    assert f"{NODE}: {remedy} ok" in out, out
+    assert f"~ {remedy} {NODE}" in out and f"{NODE}: {remedy} ok" in out, out
     assert f"- terminate {NODE}" not in out
     assert slurm.state() == "IDLE+DRAIN"  # out of service until the node proves healthy
     assert node_status(tmp_path, NODE)["lifecycle"] == "remediating"
@@ -80,6 +80,32 @@ def test_a_fatal_xid_while_a_job_runs_cordons_waits_for_the_job_remedies_and_res
     assert slurm.wait_state("IDLE") == "IDLE" and slurm.reason() == ""
     status = node_status(tmp_path, NODE)
     assert (status["lifecycle"], status["instance_id"]) == ("healthy", instance)
+
+
+def test_replace_terminates_only_after_the_job_has_ended(
+    slurm: SlurmCluster, slurm_sshd: Sshd, tmp_path: Path
+) -> None:
+    write_slurm_fleet(tmp_path, slurm_sshd, replacement="after-terminate",
+                      remediation=["replace"])
+    navarch(tmp_path, "apply", "fleet.yaml", "--auto-approve")
+    cycle(tmp_path)
+    gate = tmp_path / "job-may-end"
+    job = slurm.submit_gated(gate)
+    navarch(tmp_path, "local", "inject", "fleet.yaml", NODE, "--xid", "79")
+    out = cycle(tmp_path)
+    assert f"{NODE}: cordon ok" in out and slurm.state() == "MIXED+DRAIN", out
+
+    out = cycle(tmp_path)  # the job runs on: nothing is terminated
+    assert f"- terminate {NODE}" not in out, out
+    assert slurm.jobs() == [(job, "RUNNING")]
+
+    gate.touch()
+    slurm.wait(lambda: not slurm.jobs(), "job end")
+    slurm.wait_state("IDLE+DRAIN")
+    out = cycle(tmp_path)
+    assert f"- terminate {NODE}" in out and f"{NODE}: terminate ok" in out, out
+    # Slurm keeps the gone machine's node drained, with navarch's reason for the operator.
+    assert slurm.state() == "IDLE+DRAIN" and slurm.reason().startswith("navarch: XID 79")
 
 
 def test_a_node_unknown_to_slurm_stays_in_place_with_a_clear_failure(

@@ -172,6 +172,8 @@ def start_slurm(base: Path, node: str) -> Iterator[SlurmCluster]:
     the cluster once the node is IDLE, stops every daemon on exit. Fails the test with
     the daemons' log tails when one exits or the node is not IDLE within WAIT_S."""
     require_slurm()
+    if os.geteuid() != 0:
+        pytest.skip("the Slurm fixture runs slurmd as root (SlurmdUser=root) and must run as root")
     for sub in ("munge", "state", "spool", "log"):
         (base / sub).mkdir(mode=0o700, exist_ok=True)
     run_dir = base / "munge-run"  # the socket's directory must be reachable by every user

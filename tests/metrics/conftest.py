@@ -1,6 +1,7 @@
 """Fixtures for the metrics tests against the real Prometheus daemons (tests/support/
-prometheus.py): one Pushgateway for the session, and per test a textfile directory that a
-real node_exporter exposes and a real Prometheus scrapes, together with the Pushgateway."""
+prometheus.py), all for the session: one Pushgateway, and a textfile directory that a real
+node_exporter exposes and a real Prometheus scrapes together with the Pushgateway, with
+the shipped alert rules loaded. Tests keep apart by fleet name and push job."""
 
 from __future__ import annotations
 
@@ -11,6 +12,9 @@ from pathlib import Path
 import pytest
 
 from tests.support.prometheus import start_node_exporter, start_prometheus, start_pushgateway
+
+#: The shipped alert rules, loaded into the test Prometheus.
+ALERT_RULES = Path(__file__).resolve().parents[2] / "examples/prometheus/navarch-alerts.yaml"
 
 
 @pytest.fixture(scope="session")
@@ -34,6 +38,7 @@ def scraped(tmp_path_factory: pytest.TempPathFactory, pushgateway: str) -> Itera
     textfile_dir = base / "textfile"
     textfile_dir.mkdir()
     with start_node_exporter(base, textfile_dir) as exporter, start_prometheus(
-        base, [exporter.removeprefix("http://"), pushgateway.removeprefix("http://")]
+        base, [exporter.removeprefix("http://"), pushgateway.removeprefix("http://")],
+        rule_files=[ALERT_RULES],
     ) as prometheus:
         yield Scraped(textfile_dir, exporter, prometheus)

@@ -99,14 +99,17 @@ def start_node_exporter(base: Path, textfile_dir: Path) -> Iterator[str]:
 
 
 @contextmanager
-def start_prometheus(base: Path, targets: Sequence[str]) -> Iterator[str]:
-    """Prometheus scraping `targets` (host:port) every second as job "navarch"; yields its
-    URL once ready."""
+def start_prometheus(base: Path, targets: Sequence[str],
+                     rule_files: Sequence[Path] = ()) -> Iterator[str]:
+    """Prometheus scraping `targets` (host:port) every second as job "navarch" (with
+    honor_labels, as a Pushgateway needs) and evaluating `rule_files` every second;
+    yields its URL once ready."""
     require_system_package("prometheus", PROMETHEUS)
     url = f"http://127.0.0.1:{(port := free_port())}"
     config = base / "prometheus.yml"
     config.write_text(json.dumps({
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "rule_files": [str(path) for path in rule_files],
         "scrape_configs": [{"job_name": "navarch", "honor_labels": True,
                             "static_configs": [{"targets": list(targets)}]}],
     }))

@@ -81,6 +81,7 @@ def test_uncordon_of_a_node_already_in_service_succeeds(
     # uncordon is for; a failure here would leave navarch retrying forever.
     ok, detail = _run(slurm_sshd, tmp_path, "uncordon")
     assert ok, detail
+    assert "State=RESUME -> exit 1" in detail  # refused, and recorded in the audit line
     assert slurm.state() == "IDLE"
 
 
@@ -95,7 +96,7 @@ def test_a_down_node_drains_at_once_and_resumes(
 
     ok, detail = _run(slurm_sshd, tmp_path, "cordon")
     assert ok, detail
-    assert slurm.state() == "DOWN+DRAIN"
+    assert (slurm.state(), slurm.sinfo_state()) == ("DOWN+DRAIN", "drained")
     assert slurm.reason() == SHOWN
     ok, detail = _run(slurm_sshd, tmp_path, "drain_check")
     assert ok, detail  # no job is left on a DOWN node

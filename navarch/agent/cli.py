@@ -17,10 +17,11 @@ import json
 import logging
 import sys
 import time
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, TextIO
 
 from navarch.agent.config import DEFAULT_CONFIG_PATH
+from navarch.compat import UTC
 
 __all__ = ["register", "JsonLogFormatter"]
 

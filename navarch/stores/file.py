@@ -14,9 +14,10 @@ import os
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
+from navarch.compat import UTC
 from navarch.errors import NotFound, PreconditionFailed, StoreError
 from navarch.stores.base import Blob, ObjectInfo, fetch_many
 

@@ -2,6 +2,7 @@
 
     navarch agent run [--once] [--config PATH] [--stdout] [--kernel-log FILE] [--interval-s N]
     navarch agent install [--config PATH] [--dry-run] [--root DIR]
+    navarch agent bundle [--out PATH]     (the self-contained agent zipapp; prints its sha256)
     navarch render cloud-init FLEET --pool P [--node N]   (N defaults to <fleet>-<pool>-0001)
 
 Exit codes of ``agent run``: 0 when a report was written (whatever the node's health),
@@ -124,13 +125,28 @@ def cmd_agent_install(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_agent_bundle(args: argparse.Namespace) -> int:
+    """``navarch agent bundle``: write the agent bundle; print its path, size and sha256."""
+    from navarch.agent.bundle import write_bundle
+
+    try:
+        bundle = write_bundle(args.out)
+    except (OSError, ModuleNotFoundError) as exc:
+        print(f"navarch agent bundle: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    print(f"{args.out}  {bundle.size_bytes} bytes  sha256 {bundle.sha256}")
+    return EXIT_OK
+
+
 def cmd_render_cloud_init(args: argparse.Namespace) -> int:
     """``navarch render cloud-init FLEET --pool P [--node N]``: print the user-data."""
     from navarch.bootstrap import render_cloud_init
     from navarch.errors import NavarchError
     from navarch.planner.plan import node_name
+    from navarch.reconcile.publish import AgentDelivery
     from navarch.signing import derive_node_key
     from navarch.spec import load_fleet
+    from navarch.stores import open_store
 
     try:
         spec = load_fleet(args.fleet)
@@ -147,7 +163,9 @@ def cmd_render_cloud_init(args: argparse.Namespace) -> int:
         # and report path are the ones a real first node gets.
         node = args.node or node_name(spec.name, args.pool, 1)
         key = derive_node_key(spec.fleet_secret(), spec.name, node)
-        sys.stdout.write(render_cloud_init(spec, args.pool, node, key))
+        # The user-data fetches the bundle apply publishes; publish it so this text works.
+        delivery = AgentDelivery(open_store(spec.store_url, base_dir=spec.base_dir))
+        sys.stdout.write(render_cloud_init(spec, args.pool, node, key, bundle=delivery.get))
     except NavarchError as exc:
         print(f"navarch render cloud-init: {exc}", file=sys.stderr)
         return EXIT_FAILED
@@ -198,6 +216,10 @@ def register(subparsers: Any) -> None:
         "--root", default="/", help="write units under this root (systemctl runs only for /)"
     )
     s.set_defaults(func=cmd_agent_install)
+
+    s = asub.add_parser("bundle", help="write the self-contained agent zipapp (navarch-agent.pyz)")
+    s.add_argument("--out", default="navarch-agent.pyz", help="where (default ./navarch-agent.pyz)")
+    s.set_defaults(func=cmd_agent_bundle)
 
     render = subparsers.add_parser("render", help="print text navarch sends to machines")
     rsub = render.add_subparsers(dest="render_command", required=True, metavar="WHAT")

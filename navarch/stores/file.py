@@ -148,6 +148,10 @@ class FileStore:
                 out.append(ObjectInfo(key, _version(st), st.st_size, modified))
         return sorted(out, key=lambda o: o.key)
 
+    def presigned_get_url(self, key: str, expires_s: int) -> str:
+        """file:// URL of the object (a local path needs no signature; expires_s unused)."""
+        return self._path(key).resolve().as_uri()
+
     def get_many(self, keys: Iterable[str]) -> dict[str, Blob]:
         """Fetch many objects in order (local reads gain nothing from threads)."""
         return fetch_many(self.get, keys, self.parallel_gets)

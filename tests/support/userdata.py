@@ -11,7 +11,6 @@ The installed agent then runs with the service unit's own ExecStart, rewritten t
 
 from __future__ import annotations
 
-import os
 import shlex
 import subprocess
 import sys

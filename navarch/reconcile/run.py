@@ -95,9 +95,10 @@ class Fleet:
                      for n in names}
         playbooks = None
         if any(p.scheduler != "none" or p.playbooks or _on_node_playbooks(p) for p in spec.pools):
-            from navarch.remote.adapter import SSHPlaybooks
+            from navarch.extras import import_extra
 
-            playbooks = SSHPlaybooks(spec)
+            adapter = import_extra("navarch.remote.adapter", "ssh", "playbooks over SSH")
+            playbooks = adapter.SSHPlaybooks(spec)
         return cls(spec, store, providers, playbooks)
 
     def secret(self) -> bytes | None:

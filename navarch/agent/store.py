@@ -192,8 +192,10 @@ def _gcp_token() -> str:
 
 
 def _azure_token() -> str:
-    query = urllib.parse.urlencode({"api-version": "2018-02-01",
-                                    "resource": "https://storage.azure.com/"})
+    params = {"api-version": "2018-02-01", "resource": "https://storage.azure.com/"}
+    if os.environ.get("AZURE_CLIENT_ID"):  # one of several user-assigned identities
+        params["client_id"] = os.environ["AZURE_CLIENT_ID"]
+    query = urllib.parse.urlencode(params)
     doc = json.loads(_metadata("GET", f"{AZURE_IMDS}/metadata/identity/oauth2/token?{query}",
                                {"Metadata": "true"}))
     return str(doc["access_token"])

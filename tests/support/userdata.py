@@ -88,6 +88,8 @@ def run_user_data(user_data: str, root: Path) -> Installed:
     service = (root / SERVICE.lstrip("/")).read_text()
     exec_start = next(line.split("=", 1)[1] for line in service.splitlines()
                       if line.startswith("ExecStart="))
+    if str(root) not in exec_start:  # units baked into the image, not written above
+        exec_start = rooted(exec_start, root)
     return Installed(root, tuple(written), tuple(shlex.split(exec_start)), last)
 
 

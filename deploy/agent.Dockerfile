@@ -19,5 +19,7 @@ COPY --from=build /navarch-agent.pyz /usr/local/lib/navarch/navarch-agent.pyz
 # Same command line as the systemd unit (isolated: nothing else on the image is imported),
 # looping every 60 s. Root, because NVML opens /dev/nvidia* and the kernel log is
 # /dev/kmsg; the DaemonSet example runs it privileged with the host's /dev.
+# Unpacked once into the host's state directory, so Python caches its bytecode there.
+ENV NAVARCH_BUNDLE_CACHE=/var/lib/navarch/bundle
 ENTRYPOINT ["python3", "-I", "-S", "/usr/local/lib/navarch/navarch-agent.pyz"]
 CMD ["run", "--config", "/etc/navarch/agent.yaml", "--interval-s", "60"]

@@ -49,6 +49,8 @@ CONFIG_PATH = "/etc/navarch/agent.yaml"
 #: The timer's command: the system python3 in isolated mode (-I: no user site, no
 #: PYTHON* variables; -S: no site-packages), so nothing installed on the image interferes.
 BUNDLE_EXEC_START = f"/usr/bin/env python3 -I -S {BUNDLE_PATH} run --once --config {CONFIG_PATH}"
+#: The bundle unpacks itself there once so Python caches its bytecode (navarch.agent.bundle).
+BUNDLE_ENVIRONMENT = {"NAVARCH_BUNDLE_CACHE": "/var/lib/navarch/bundle"}
 
 
 class AgentInstall(enum.Enum):
@@ -126,11 +128,13 @@ def render_units(
     boot_delay_s: int = DEFAULT_BOOT_DELAY_S,
     timeout_s: int = DEFAULT_TIMEOUT_S,
     writable_paths: Sequence[str] = ("/var/lib/navarch",),
+    environment: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """{"navarch-agent.service": text, "navarch-agent.timer": text}.
 
     exec_start: the full command line (absolute executable). interval_s: seconds between
     runs (OnUnitActiveSec); jitter_s: RandomizedDelaySec, spreads a fleet's writes.
+    environment: the service's Environment= variables (the bundle's cache directory).
     """
     common = {
         "interval_s": interval_s,
@@ -143,6 +147,7 @@ def render_units(
             "navarch-agent.service.j2",
             exec_start=exec_start,
             writable_paths=list(writable_paths),
+            environment=sorted((environment or {}).items()),
             **common,
         ),
         "navarch-agent.timer": _render("navarch-agent.timer.j2", **common),
@@ -185,9 +190,10 @@ def render_cloud_init_for(
     )
     if install is AgentInstall.PIP:
         exec_start = f"{venv_dir}/bin/python -m navarch.agent run --once --config {CONFIG_PATH}"
+        units = render_units(exec_start=exec_start, interval_s=interval_s)
     else:
-        exec_start = BUNDLE_EXEC_START
-    units = render_units(exec_start=exec_start, interval_s=interval_s)
+        units = render_units(exec_start=BUNDLE_EXEC_START, interval_s=interval_s,
+                             environment=BUNDLE_ENVIRONMENT)
     return _render(
         "cloud-init.yaml.j2",
         mode=install.value,

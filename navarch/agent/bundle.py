@@ -38,6 +38,7 @@ __all__ = [
     "VENDORED",
     "LAZY_MODULES",
     "BUNDLE_NAME",
+    "BUNDLE_CACHE",
 ]
 
 BUNDLE_NAME = "navarch-agent.pyz"
@@ -50,14 +51,54 @@ VENDORED = ("yaml", "pynvml", "rfc8785", "prometheus_client")
 #: navarch modules the agent imports inside functions on its run path.
 LAZY_MODULES = ("navarch", "navarch.signing", "navarch.stores.file", "navarch.agent.store")
 
+#: The directory the systemd unit names in NAVARCH_BUNDLE_CACHE (under its ReadWritePaths).
+BUNDLE_CACHE = "/var/lib/navarch/bundle"
+
 #: Builder-side only (reads this installation's sources); never imported by an agent run.
 _NOT_BUNDLED = frozenset({"navarch.agent.bundle"})
 
 _MAIN = b"""\
 # navarch node agent bundle (zipapp): python3 -I -S navarch-agent.pyz run --once
+# With NAVARCH_BUNDLE_CACHE=DIR (the systemd unit sets it), the bundle is unpacked once per
+# content into DIR/<sha256 prefix>/ and imported from there, so Python caches its bytecode:
+# a zip import compiles every module from source on every run.
+import os
 import sys
 
-from navarch.agent.__main__ import main
+
+def _unpacked(cache):
+    import hashlib
+    import shutil
+    import tempfile
+    import zipfile
+
+    bundle = os.path.dirname(os.path.abspath(__file__))
+    with open(bundle, "rb") as fh:
+        digest = hashlib.sha256(fh.read()).hexdigest()[:16]
+    target = os.path.join(cache, digest)
+    if not os.path.isfile(os.path.join(target, "__main__.py")):
+        os.makedirs(cache, mode=0o700, exist_ok=True)
+        tmp = tempfile.mkdtemp(prefix=".unpack-", dir=cache)
+        zipfile.ZipFile(bundle).extractall(tmp)
+        try:
+            os.rename(tmp, target)
+        except OSError:  # another run unpacked it first
+            shutil.rmtree(tmp, ignore_errors=True)
+    for name in os.listdir(cache):  # earlier bundles' trees
+        if name != digest:
+            shutil.rmtree(os.path.join(cache, name), ignore_errors=True)
+    return target
+
+
+_cache = os.environ.get("NAVARCH_BUNDLE_CACHE")
+if _cache:
+    try:
+        sys.path[0] = _unpacked(_cache)
+    except OSError as exc:  # not writable: run from the zip, slower but the same code
+        sys.stderr.write("navarch: bundle cache %s unusable (%s); running from the zip\\n"
+                         % (_cache, exc))
+
+from navarch.agent.__main__ import main  # noqa: E402
 
 sys.exit(main())
 """

@@ -126,3 +126,30 @@ def test_s3_signature_matches_botocore(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(botocore_auth, "get_current_datetime", lambda: now.replace(tzinfo=None))
     signer.add_auth(req)
     assert ours["Authorization"] == req.headers["Authorization"]
+
+
+def test_with_a_cache_dir_the_bundle_unpacks_once_and_python_caches_bytecode(
+        bundle_file: Path, tmp_path: Path) -> None:
+    config = agent_config(tmp_path)
+    cache = tmp_path / "cache"
+    stale = cache / "0123456789abcdef"  # an earlier bundle's tree
+    stale.mkdir(parents=True)
+    for _ in range(2):
+        run = subprocess.run([sys.executable, "-I", "-S", str(bundle_file), "run", "--once",
+                              "--config", str(config)], capture_output=True, text=True,
+                             timeout=60, env={"NAVARCH_BUNDLE_CACHE": str(cache)})
+        assert run.returncode == 0, run.stdout + run.stderr
+    (tree,) = cache.iterdir()
+    assert tree.name == build_bundle().sha256[:16]
+    assert list((tree / "navarch/agent/__pycache__").glob("runner.*.pyc"))
+
+
+def test_an_unwritable_cache_falls_back_to_the_zip(bundle_file: Path, tmp_path: Path) -> None:
+    config = agent_config(tmp_path)
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    run = subprocess.run([sys.executable, "-I", "-S", str(bundle_file), "run", "--once",
+                          "--config", str(config)], capture_output=True, text=True, timeout=60,
+                         env={"NAVARCH_BUNDLE_CACHE": str(blocker / "cache")})
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "running from the zip" in run.stderr

@@ -16,6 +16,7 @@ import yaml
 from navarch import signing
 from navarch.agent.bundle import write_bundle
 from navarch.bootstrap import (
+    BUNDLE_ENVIRONMENT,
     BUNDLE_EXEC_START,
     BUNDLE_PATH,
     AgentInstall,
@@ -35,7 +36,8 @@ def tool(name: str) -> str | None:
 
 
 def test_baked_units_are_the_ones_navarch_renders() -> None:
-    for name, text in render_units(exec_start=BUNDLE_EXEC_START).items():
+    for name, text in render_units(exec_start=BUNDLE_EXEC_START,
+                                           environment=BUNDLE_ENVIRONMENT).items():
         assert (IMAGE / name).read_text() == text, f"regenerate examples/image/{name}"
 
 

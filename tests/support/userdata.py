@@ -6,7 +6,8 @@ cloud-init cannot run here, so this does its two jobs for navarch's user-data: w
 the written files (/etc/navarch, /etc/systemd/system, /var/lib/navarch,
 /usr/local/lib/navarch) are moved under the root, and the agent's ``metadata`` is set to
 ``none``: the cloud's metadata service does not exist here (network is 127.0.0.1 only).
-The installed agent then runs with the service unit's own ExecStart, rewritten the same way.
+The installed agent then runs with the service unit's own ExecStart and Environment,
+rewritten the same way.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ class Installed:
     root: Path
     files: tuple[str, ...]
     exec_start: tuple[str, ...]
+    environment: dict[str, str]
     script: subprocess.CompletedProcess[str]
 
 
@@ -88,13 +90,17 @@ def run_user_data(user_data: str, root: Path) -> Installed:
     service = (root / SERVICE.lstrip("/")).read_text()
     exec_start = next(line.split("=", 1)[1] for line in service.splitlines()
                       if line.startswith("ExecStart="))
-    if str(root) not in exec_start:  # units baked into the image, not written above
+    environment = dict(line.split("=", 2)[1:] for line in service.splitlines()
+                       if line.startswith("Environment="))
+    if str(root) not in service:  # units baked into the image, not written above
         exec_start = rooted(exec_start, root)
-    return Installed(root, tuple(written), tuple(shlex.split(exec_start)), last)
+        environment = {k: rooted(v, root) for k, v in environment.items()}
+    return Installed(root, tuple(written), tuple(shlex.split(exec_start)), environment, last)
 
 
 def run_installed_agent(node: Installed, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     """Start the agent as the service would (its ExecStart), with env added to the node's
     bare environment (e.g. NAVARCH_FAKE_GPU, and credentials standing in for the role)."""
-    return subprocess.run(list(node.exec_start), env={**base_env(node.root), **env},
+    return subprocess.run(list(node.exec_start),
+                          env={**base_env(node.root), **node.environment, **env},
                           capture_output=True, text=True, timeout=120, check=False)

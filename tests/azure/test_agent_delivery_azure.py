@@ -42,3 +42,38 @@ def test_azure_node_installs_the_bundle_by_sas_and_plan_accepts_its_report(
     views = {n["node"]: n for p in json.loads(status.stdout)["pools"] for n in p["nodes"]}
     assert views[node]["lifecycle"] == "healthy"
     assert FLEET in node
+
+
+def arm_action(method: str, path: str) -> str:
+    """The Azure RBAC action of one ARM REST call (Azure resource provider operations)."""
+    segments = path.split("?")[0].strip("/").split("/")
+    if "providers" not in segments:
+        return f"unknown:{method} {path}"
+    i = segments.index("providers")
+    namespace, kind = segments[i + 1], segments[i + 2]
+    rest = segments[i + 3:]
+    if len(rest) >= 2 and method == "POST":
+        return f"{namespace}/{kind}/{rest[1]}/action"
+    verb = {"GET": "read", "PUT": "write", "PATCH": "write", "DELETE": "delete"}[method]
+    return f"{namespace}/{kind}/{verb}"
+
+
+def test_every_arm_call_is_in_the_reconciler_role(fake_arm: FakeARM, arm_endpoint: str,
+                                                  azurite: str, az_container: str,
+                                                  tmp_path: Path) -> None:
+    env = env_for(azurite)
+    fleet = write_fleet(tmp_path, arm_endpoint, az_container, target=1)
+    assert navarch(["apply", str(fleet), "--auto-approve"], env, tmp_path).returncode == 0
+    (node,) = vms(fake_arm)
+    fleet.write_text(fleet.read_text().replace("labels: {team: ml}", "labels: {team: ai}"))
+    assert navarch(["apply", str(fleet), "--auto-approve"], env, tmp_path).returncode == 0
+    run = navarch(["reboot", str(fleet), node, "--force"], env, tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    run = navarch(["destroy", str(fleet), "--force", "--auto-approve"], env, tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    used = {arm_action(c.method, c.path) for c in fake_arm.calls}
+    role = json.loads((Path(__file__).resolve().parents[2]
+                       / "docs/policies/azure-reconciler-role.json").read_text())
+    assert "Microsoft.Compute/virtualMachines/restart/action" in used
+    assert "Microsoft.Compute/virtualMachines/delete" in used
+    assert used - set(role["Actions"]) == set(), sorted(used)

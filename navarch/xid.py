@@ -24,9 +24,10 @@ Unknown codes are ``warning`` / ``none``: an XID we do not know is not evidence 
 
 from __future__ import annotations
 
-import enum
 import re
 from dataclasses import dataclass, replace
+
+from navarch.compat import StrEnum
 
 __all__ = [
     "Action",
@@ -40,7 +41,7 @@ __all__ = [
 ]
 
 
-class Severity(enum.StrEnum):
+class Severity(StrEnum):
     """How an XID bears on node health (ordered: ignore < warning < fatal)."""
 
     IGNORE = "ignore"
@@ -52,7 +53,7 @@ class Severity(enum.StrEnum):
         return _SEVERITY_RANK[self]
 
 
-class Action(enum.StrEnum):
+class Action(StrEnum):
     """Recommended remedy, ordered by strength: none < restart_app < reset_gpu < reboot < replace."""
 
     NONE = "none"

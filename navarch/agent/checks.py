@@ -23,7 +23,6 @@ reboots (gpud ``DefaultRebootThreshold = 2``).
 
 from __future__ import annotations
 
-import enum
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -31,6 +30,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from navarch.agent.gpu import GpuProbe, GpuSnapshot, ProbeErrorKind
 from navarch.agent.kernel_log import XidEvent
+from navarch.compat import StrEnum
 from navarch.xid import Action, Severity, recovery_action
 
 __all__ = [
@@ -54,7 +54,7 @@ __all__ = [
 ]
 
 
-class Status(enum.StrEnum):
+class Status(StrEnum):
     """Health of one check or of the node; ordered by ``rank``."""
 
     HEALTHY = "healthy"

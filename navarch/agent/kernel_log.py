@@ -37,9 +37,10 @@ import shutil
 import subprocess
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
+from navarch.compat import UTC
 from navarch.xid import Action, Severity, XidInfo, lookup_event, lookup_sxid
 
 __all__ = [

@@ -30,7 +30,7 @@ import json
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +50,7 @@ from navarch.agent.config import AgentConfig
 from navarch.agent.gpu import GpuBackend, GpuProbe, ProbeError, ProbeErrorKind
 from navarch.agent.plugin_checks import context_for, plugin_checks
 from navarch.agent.state import AgentState, load_state, prune_faults, save_state
+from navarch.compat import UTC
 from navarch.xid import Action, Severity, XidInfo
 
 __all__ = [
@@ -646,7 +647,7 @@ def run_once(
     """Run every check once, write the state and the signed report; return the report.
 
     now: aware UTC clock (default: the system clock). store: an ObjectStore (default:
-    ``navarch.stores.open_store(config.store)``); to_stdout: do not write to the store (the
+    ``navarch.agent.store.open_agent_store(config.store)``); to_stdout: do not write to the store (the
     CLI prints the report). backend: GPU backend override (tests).
     Raises ConfigError (no/bad node key, bad store URL) and StoreError / OSError when the
     report cannot be written; every GPU, kernel-log or state-file problem becomes a check.
@@ -655,9 +656,9 @@ def run_once(
     node_key = config.node_key()
     boot_id = config.current_boot_id()
     if store is None and not to_stdout:
-        from navarch.stores import open_store
+        from navarch.agent.store import open_agent_store
 
-        store = open_store(config.store)
+        store = open_agent_store(config.store)
 
     state, problem = load_state(config.state_file)
     if problem is not None:

@@ -32,6 +32,7 @@ from operator import attrgetter
 from typing import Any
 
 from navarch.durations import format_duration_s
+from navarch.health import FaultKey, Remedy
 from navarch.inventory import TAG_SPEC, Instance, InstanceState
 from navarch.planner.model import (
     CLOCK_SKEW_S,
@@ -248,23 +249,15 @@ def _orphan_view(inst: Instance, nm: NodeMemory, now: datetime) -> NodeView:
     )
 
 
-def fault_key(s: ReportSummary) -> str:
-    """What makes two faults the same for the ladder: the first finding up to its first
-    colon, without a "(GPU n)" location ("XID 79", "ecc", "rule hot-gpu"); "unhealthy"
-    when the report has no finding."""
-    if not s.findings:
-        return s.status
-    head = s.findings[0].split(":", 1)[0]
-    cut = head.find(" (GPU ")
-    return (head[:cut] if cut >= 0 else head).strip()
-
-
 def fault_of(s: ReportSummary) -> Fault:
-    """The Fault an unhealthy report shows (key, recommended action, boot id, sequence)."""
-    return Fault(fault_key(s), s.action, s.boot_id, s.sequence)
+    """The Fault an unhealthy report shows: its structured key (ReportSummary.fault_key,
+    read from the agent's checks or named by a user rule; kind "unhealthy" when the report
+    names none), recommended remedy, boot id and sequence."""
+    key = s.fault_key if s.fault_key is not None else FaultKey(s.status.value)
+    return Fault(key, s.action, s.boot_id, s.sequence)
 
 
-def after_remedy(rung: str, fault: Fault | None, rung_at: datetime | None,
+def after_remedy(rung: Remedy | None, fault: Fault | None, rung_at: datetime | None,
                  s: ReportSummary | None) -> bool:
     """Whether report s was made after the ladder's remedy of `fault` (issue 13).
 
@@ -278,7 +271,7 @@ def after_remedy(rung: str, fault: Fault | None, rung_at: datetime | None,
         return False
     if s.boot_id != fault.boot_id:
         return True
-    return rung == "reset_gpu" and rung_at is not None and s.observed_at > rung_at
+    return rung is Remedy.RESET_GPU and rung_at is not None and s.observed_at > rung_at
 
 
 def _fold_return(nm: NodeMemory, s: ReportSummary) -> int:

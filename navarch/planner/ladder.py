@@ -107,7 +107,7 @@ def rung_for(ctx: PoolContext, v: NodeView, fault: Fault, unrecorded: int) -> Ru
     lemon = count >= h.lemon_after
     remedy = decide(h.remediation, fault.action, previous=previous, lemon=lemon)
     ladder = "remediation: " + " then ".join(h.remediation)
-    key = fault.key.format()
+    key = fault.key.kind  # the GPU is in the findings; the ladder compares kinds
     if lemon:
         why = (f"lemon: {count} faults{where} in {format_duration_s(h.lemon_window_s)} "
                f"(lemon_after {h.lemon_after}); {key}")

@@ -63,7 +63,7 @@ def test_xid79_reboots_returns_then_is_replaced_within_the_window(navarch, fleet
 
     out = _cycle(navarch)  # drained (no GPU processes) -> the ladder's first rung
     assert f"~ reboot {NODE}" in out, out
-    assert "XID 79, first occurrence; remediation: reboot then replace" in out
+    assert "xid:79, first occurrence; remediation: reboot then replace" in out
     assert "- terminate" not in out
     assert _train(navarch)[NODE]["lifecycle"] == "remediating"
     assert _train(navarch)[NODE]["instance_id"] == iid

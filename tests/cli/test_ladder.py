@@ -89,7 +89,7 @@ def test_xid79_reboots_returns_then_is_replaced_within_the_window(navarch, fleet
     assert f"~ cordon {NODE}" in out
     out = _cycle(navarch)
     assert f"- terminate {NODE}" in out, out
-    assert "XID 79 again within 1d after reboot" in out
+    assert "xid:79 again within 1d after reboot" in out
     assert f"~ reboot {NODE}" not in out
 
 

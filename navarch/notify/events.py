@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from navarch.errors import AuthError, LeaseLost, QuotaError
-from navarch.planner.model import ActionKind, Plan
+from navarch.planner.model import ActionKind, HaltRule, Plan
 
 
 class EventKind(enum.StrEnum):
@@ -257,16 +257,16 @@ def plan_conditions(plan: Plan, run_id: str = "") -> dict[str, Event]:
     capacity_exhausted (every place in backoff); orphan_guard -> orphan_guard. Budget, rate
     limit and max_nodes halts pace a converging run: no event.
     """
-    rule_kind = {"circuit_breaker": EventKind.BREAKER_TRIPPED,
-                 "capacity": EventKind.CAPACITY_EXHAUSTED,
-                 "orphan_guard": EventKind.ORPHAN_GUARD}
+    rule_kind = {HaltRule.CIRCUIT_BREAKER: EventKind.BREAKER_TRIPPED,
+                 HaltRule.CAPACITY: EventKind.CAPACITY_EXHAUSTED,
+                 HaltRule.ORPHAN_GUARD: EventKind.ORPHAN_GUARD}
     out: dict[str, Event] = {}
     for h in plan.halts:
         kind = rule_kind.get(h.rule)
         if kind is None:
             continue
         e = make(kind, plan.fleet, h.pool, None, f"{h.pool}: {h.message}", run_id,
-                 rule=h.rule)
+                 rule=h.rule.value)
         out.setdefault(e.condition or "", e)  # the first halt of a pool says why
     return out
 

@@ -486,7 +486,6 @@ class Action:
     action_reason: ActionReason = field(kw_only=True)  # the reason as a code (JSON plan)
 
 
-@dataclass(frozen=True)
 class HaltRule(enum.StrEnum):
     """The safety rule (or limit) that held actions back; serialised by value."""
 

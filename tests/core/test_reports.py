@@ -19,12 +19,13 @@ NOW = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 
 def _report(**over) -> dict:
     report = {
-        "schema_version": 1, "fleet": "demo", "pool": "train", "node": "demo-train-0001",
+        "schema_version": 2, "fleet": "demo", "pool": "train", "node": "demo-train-0001",
         "instance_id": "i-1", "boot_id": "boot-a", "agent_version": "0.1.0", "sequence": 7,
         "generated_at": "2026-11-01T11:59:30Z", "status": "unhealthy", "action": "reboot",
         "health_score": 20,
         "checks": [{"name": "temperature", "status": "degraded", "action": "none",
-                    "message": "GPU 2 at 88 C", "gpu_index": 2}],
+                    "message": "GPU 2 at 88 C", "gpu_index": 2,
+                    "fault_key": {"kind": "thermal", "gpu_index": 2}}],
         "gpus": [{"index": 0, "uuid": "GPU-1", "name": "NVIDIA H100 80GB HBM3",
                   "pci_bus_id": "0000:18:00", "utilization_pct": 40.0, "process_count": 1},
                  {"index": 1, "uuid": "GPU-2", "name": "NVIDIA H100 80GB HBM3",

@@ -37,6 +37,7 @@ __all__ = [
     "lookup_event",
     "lookup_sxid",
     "recovery_action",
+    "fatal_xids_by_remedy",
     "APPLICATION_XIDS",
 ]
 
@@ -214,6 +215,16 @@ def lookup(code: int) -> XidInfo:
         )
     mnemonic, meaning, severity, action, fixable = row
     return XidInfo(code, mnemonic, meaning, severity, action, fixable)
+
+
+def fatal_xids_by_remedy() -> dict[Remedy, tuple[int, ...]]:
+    """The catalogue's fatal XIDs grouped by recommended remedy (weakest remedy first,
+    codes ascending): the ladder's default order, tabulated in docs/health-policy.md."""
+    out: dict[Remedy, list[int]] = {}
+    for code, (_, _, severity, action, _) in sorted(_TABLE.items()):
+        if severity is Severity.FATAL:
+            out.setdefault(action, []).append(code)
+    return {r: tuple(out[r]) for r in sorted(out, key=lambda r: r.rank)}
 
 
 def recovery_action(value: int) -> tuple[str, Severity, Remedy]:

@@ -36,8 +36,9 @@ from navarch.planner.model import (
     NodeView,
 )
 from navarch.planner.observe import after_remedy, fault_of
+from navarch.xid import fatal_xids_by_remedy
 
-__all__ = ["Rung", "decide", "ladder_stage", "rung_for"]
+__all__ = ["Rung", "catalogue_table", "decide", "decision_table", "ladder_stage", "rung_for"]
 
 
 def decide(ladder: Sequence[Remedy | str], need: Remedy, *, previous: Remedy | None = None,
@@ -60,6 +61,46 @@ def decide(ladder: Sequence[Remedy | str], need: Remedy, *, previous: Remedy | N
         if rung.rank >= floor:
             return rung
     return Remedy.REPLACE
+
+
+#: The ladders and situations docs/health-policy.md tabulates (``decision_table``).
+_TABLE_LADDERS: tuple[tuple[Remedy, ...], ...] = (
+    (Remedy.REBOOT, Remedy.REPLACE),
+    (Remedy.RESET_GPU, Remedy.REBOOT, Remedy.REPLACE),
+    (Remedy.RESET_GPU, Remedy.REPLACE),
+)
+_TABLE_NEEDS = (Remedy.RESET_GPU, Remedy.REBOOT, Remedy.REPLACE, Remedy.NONE)
+_CLIMBING = (Remedy.RESET_GPU, Remedy.REBOOT)
+
+
+def decision_table() -> str:
+    """The ladder's decision table as Markdown, made from ``decide`` itself: per
+    recommended remedy and situation (first occurrence; the same fault kind again within
+    ladder_window after each rung; a lemon), the rung each tabulated ladder gives. Its
+    copy in docs/health-policy.md is tested to match, so the page cannot drift."""
+    head = ["recommended", "situation"] + ["[" + ", ".join(r.value for r in ladder) + "]"
+                                           for ladder in _TABLE_LADDERS]
+    rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    situations: list[tuple[str, Remedy | None, bool]] = [("first occurrence", None, False)]
+    situations += [(f"again after {r.value}", r, False) for r in (Remedy.RESET_GPU, Remedy.REBOOT)]
+    situations.append(("lemon", None, True))
+    for need in _TABLE_NEEDS:
+        # replace and none give replace in every situation: one row each says so
+        for label, previous, lemon in situations if need in _CLIMBING else [("any", None, False)]:
+            cells = [decide(ladder, need, previous=previous, lemon=lemon).value
+                     for ladder in _TABLE_LADDERS]
+            rows.append(f"| {need.value} | {label} | " + " | ".join(cells) + " |")
+    return "\n".join(rows) + "\n"
+
+
+def catalogue_table() -> str:
+    """The XID catalogue's recommended remedy for each fatal XID (navarch.xid), the
+    default order the ladder starts from, as Markdown (tested against its copy in
+    docs/health-policy.md)."""
+    rows = ["| recommended | fatal XIDs (fault kind xid:N) |", "|---|---|"]
+    for remedy, codes in fatal_xids_by_remedy().items():
+        rows.append(f"| {remedy.value} | {', '.join(str(c) for c in codes)} |")
+    return "\n".join(rows) + "\n"
 
 
 @dataclass(frozen=True)

@@ -256,14 +256,14 @@ class NodeMemory:
 @dataclass(frozen=True)
 class Exhausted:
     """A (provider, zone, instance_type, spot) place that answered 'no capacity', until
-    `until`. provider "" (Memory written before issue 15) means the pool's first one."""
+    `until`; failures: how many times in a row (the backoff doubles per failure)."""
 
     zone: str
     instance_type: str
     spot: bool
     until: datetime
     failures: int = 1
-    provider: str = ""
+    provider: str = field(kw_only=True)
 
 
 @dataclass(frozen=True)
@@ -733,8 +733,7 @@ def memory_to_json(m: Memory) -> dict[str, Any]:
                 "repairs": [ts(r) for r in p.repairs],
                 "exhausted": [
                     {"zone": e.zone, "instance_type": e.instance_type, "spot": e.spot,
-                     "until": ts(e.until), "failures": e.failures,
-                     **({"provider": e.provider} if e.provider else {})}
+                     "until": ts(e.until), "failures": e.failures, "provider": e.provider}
                     for e in p.exhausted
                 ],
                 "desired": p.desired, "desired_from_target": p.desired_from_target,
@@ -772,7 +771,7 @@ def memory_from_json(d: Mapping[str, Any]) -> Memory:
             repairs=tuple(required_ts(r) for r in p.get("repairs", ())),
             exhausted=tuple(
                 Exhausted(e["zone"], e["instance_type"], e["spot"], required_ts(e["until"]),
-                          e.get("failures", 1), e.get("provider", ""))
+                          e.get("failures", 1), provider=e["provider"])
                 for e in p.get("exhausted", ())
             ),
             desired=p.get("desired"), desired_from_target=p.get("desired_from_target"),

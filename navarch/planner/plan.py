@@ -138,9 +138,8 @@ PlaceKey = tuple[str, str, str, bool]  # (provider, zone, instance_type, spot)
 
 
 def _blocked(pool: PoolSpec, pm: PoolMemory, now: datetime) -> dict[PlaceKey, datetime]:
-    """Places in capacity backoff -> until when (an entry without a provider, written
-    before issue 15, is the pool's first provider's)."""
-    return {(e.provider or pool.provider, e.zone, e.instance_type, e.spot): e.until
+    """Places in capacity backoff -> until when."""
+    return {(e.provider, e.zone, e.instance_type, e.spot): e.until
             for e in pm.exhausted if e.until > now}
 
 
@@ -554,7 +553,7 @@ def _roll(ctx: PoolContext, prog: Progress, drifted: list[tuple[NodeView, str]])
                 surge_for.append((v.node, why))
             continue
         if budget <= 0 or rate_left <= 0:
-            rule = "disruption_budget" if budget <= 0 else "repair_rate_limit"
+            rule = HaltRule.DISRUPTION_BUDGET if budget <= 0 else HaltRule.REPAIR_RATE_LIMIT
             halts.append(Halt(pool.name, rule, f"{v.node} drifts ({why}) and waits: "
                               + ("max_unavailable reached" if budget <= 0 else "repair rate limit")))
             continue

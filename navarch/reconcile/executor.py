@@ -596,7 +596,7 @@ class Executor:
             pm = m.pool(a.pool)
             pm = replace(pm, next_index=max(pm.next_index, index + 1),
                          exhausted=tuple(e for e in pm.exhausted
-                                         if (e.provider or pool.provider, e.zone,
+                                         if (e.provider, e.zone,
                                              e.instance_type, e.spot) != here))
             return m.with_pool(pm).with_node(nm)
 
@@ -608,17 +608,16 @@ class Executor:
                    ) -> Update:
         """Back off one place (provider, zone, type, spot): 10 min, doubling per failure."""
         now = self.clock()
-        first = self.spec.pool(pool).provider
 
         def update(memory: Memory) -> Memory:
             pm = memory.pool(pool)
             key = (provider, zone, itype, spot)
             prev = next((e for e in pm.exhausted
-                         if (e.provider or first, e.zone, e.instance_type, e.spot) == key),
+                         if (e.provider, e.zone, e.instance_type, e.spot) == key),
                         None)
             failures = prev.failures + 1 if prev else 1
             entry = Exhausted(zone, itype, spot, now + timedelta(seconds=backoff_s(failures)),
-                              failures, provider)
+                              failures, provider=provider)
             rest = tuple(e for e in pm.exhausted if e is not prev)
             return memory.with_pool(replace(pm, exhausted=rest + (entry,)))
 

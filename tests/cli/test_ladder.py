@@ -93,6 +93,32 @@ def test_xid79_reboots_returns_then_is_replaced_within_the_window(navarch, fleet
     assert f"~ reboot {NODE}" not in out
 
 
+def test_a_node_agent_cannot_override_the_pools_ladder(navarch, fleet_dir) -> None:
+    """XID 79 in three boots in a row, each outside the pool's ladder_window (1s) but inside
+    the agent's 3-day memory: the agent only counts the boots (boots_seen 3, action still
+    reboot) and the pool's ladder gives its first rung, a reboot, every time."""
+    _edit(fleet_dir, lambda d: d["pools"]["train"]["health"].update(
+        replacement="after-terminate", return_after=1, ladder_window="1s", lemon_after=10,
+        remediation=["reboot", "replace"]))
+    iid = _start(navarch)
+    report_path = fleet_dir / ".navarch" / "store" / "health" / "demo" / "train" / f"{NODE}.json"
+    seen = []
+    for _ in range(3):
+        navarch.ok("local", "inject", "fleet.yaml", NODE, "--xid", "79")
+        outs = [_cycle(navarch)]
+        report = json.loads(report_path.read_text())
+        xid = next(c for c in report["checks"] if c["name"] == "xid")
+        seen.append((report["action"], xid["fault_key"]["kind"], xid["boots_seen"]))
+        outs += [_cycle(navarch) for _ in range(2)]
+        assert f"~ cordon {NODE}" in outs[0], outs
+        assert f"~ reboot {NODE}" in outs[1], outs
+        assert "xid:79, first occurrence; remediation: reboot then replace" in outs[1]
+        assert f"~ uncordon {NODE}" in outs[2], outs
+        assert not any("- terminate" in o for o in outs), outs
+    assert seen == [("reboot", "xid:79", 1), ("reboot", "xid:79", 2), ("reboot", "xid:79", 3)]
+    assert _train(navarch)[NODE]["instance_id"] == iid
+
+
 def test_after_terminate_provisions_nothing_for_a_reboot(navarch, fleet_dir) -> None:
     _edit(fleet_dir, lambda d: d["pools"]["train"]["health"].update(
         replacement="after-terminate", return_after=2))

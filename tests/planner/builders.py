@@ -319,8 +319,8 @@ def node_memory(
 
 
 def exhausted(
-    zone: str, instance_type: str, *, until: datetime, spot: bool = False, failures: int = 1,
-    provider: str = "",
+    zone: str, instance_type: str, *, until: datetime, provider: str, spot: bool = False,
+    failures: int = 1,
 ) -> Exhausted:
     return Exhausted(
         zone=zone, instance_type=instance_type, spot=spot, until=until, failures=failures,

@@ -174,7 +174,7 @@ def build_inputs(doc: Mapping[str, Any], tmp_path: Path) -> Inputs:
                         spot=e.get("spot", False),
                         until=builders.when(now, e["until"]),
                         failures=e.get("failures", 1),
-                        provider=e.get("provider", ""),
+                        provider=e.get("provider") or spec.pool(name).provider,
                     )
                     for e in raw.pop("exhausted", [])
                 ],

@@ -533,7 +533,7 @@ def read_xids(config: AgentConfig, state: AgentState, boot_id: str, now: datetim
 
 
 def gpu_reset_marker(config: AgentConfig) -> Path:
-    """The file playbooks/reset_gpu.yaml writes after `nvidia-smi -r` succeeded (issue 13):
+    """The file playbooks/reset_gpu.yaml writes after `nvidia-smi -r` succeeded:
     `gpu-reset` beside the agent's state file. While it exists the next run starts its
     latched XIDs afresh (a reset, like a reboot, ends the faults it cured; one that is still
     there shows again in the device readings or the kernel log); the run that read it
@@ -599,7 +599,7 @@ def persist_state(path: str, state: AgentState, now: datetime) -> tuple[int, Che
     so it is doubt, which never terminates (DESIGN safety rule 2), not a fault. The
     sequence then takes the clock floor ``max(state.sequence, unix time in ms)``: the
     state on disk is stale, so later runs would otherwise derive the same sequence again
-    and the reconciler would reject every report as replayed (issue 16 item 6).
+    and the reconciler would reject every report as replayed.
     """
     try:
         save_state(path, state)

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from navarch.durations import format_duration_s
-from navarch.health import Remedy
+from navarch.health import Remedy, Status
 from navarch.planner.context import PoolContext, Progress, StageResult, iid
 from navarch.planner.diagnostics import Climb, DiagStep, return_diag, scheduled_diag
 from navarch.planner.model import (
@@ -228,7 +228,7 @@ def _remediating(ctx: PoolContext, v: NodeView) -> tuple[Action | None, str]:
         return Action(ActionKind.TERMINATE, ctx.pool.name, v.node,
                       f"no fresh report for {format_duration_s(v.report_age_s)} after the "
                       f"{rung.value}", instance_id=iid(v), action_reason=ActionReason.OFFLINE), ""
-    if s.status == "unhealthy":
+    if s.status is Status.UNHEALTHY:
         if not (s.fatal or v.streak >= h.unhealthy_after):
             return None, (f"{v.node}: unhealthy report {v.streak} of {h.unhealthy_after} "
                           f"after the {rung.value}")

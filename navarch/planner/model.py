@@ -61,9 +61,9 @@ class ActionKind(enum.StrEnum):
     UNCORDON = "uncordon"
     SCALE = "scale"  # change a pool's autoscaled desired count
     UPDATE_TAGS = "update_tags"  # set the pool's labels on an instance in place
-    REBOOT = "reboot"  # remediation ladder: restart a drained node in place (issue 13)
+    REBOOT = "reboot"  # remediation ladder: restart a drained node in place
     RESET_GPU = "reset_gpu"  # remediation ladder: reset a drained node's GPUs (nvidia-smi -r)
-    DIAGNOSE = "diagnose"  # start, or collect, a dcgmi diag on a cordoned node (issue 13)
+    DIAGNOSE = "diagnose"  # start, or collect, a dcgmi diag on a cordoned node
 
 
 class ActionReason(enum.StrEnum):
@@ -107,7 +107,7 @@ class Phase(enum.StrEnum):
 
 
 #: A node whose report's generated_at is further than this from the store's modification
-#: time has a wrong clock (issue 16 item 5): agents write a report seconds after making it.
+#: time has a wrong clock: agents write a report seconds after making it.
 CLOCK_SKEW_S = 120
 
 
@@ -119,7 +119,7 @@ class ReportSummary:
     process_count: GPU processes over all GPUs (None if unknown). fatal: a fatal XID is
     latched in the report. findings: up to 5 human lines, worst first. stored_at: the
     store's modification time of the report object (aware UTC; None when unknown): the
-    report's age is judged by it, not by the node's clock (issue 16 item 5).
+    report's age is judged by it, not by the node's clock.
     """
 
     sequence: int
@@ -187,7 +187,7 @@ class Fault:
 
 
 class DiagWhy(enum.StrEnum):
-    """Why a node is diagnosed (issue 13)."""
+    """Why a node is diagnosed."""
 
     RETURN = "return"  # return_requires_diag: before a reset or rebooted node returns
     SCHEDULED = "scheduled"  # pool diagnostics.every: cordon, drain, diagnose, uncordon
@@ -241,7 +241,7 @@ class NodeMemory:
     streak: int = 0  # consecutive distinct unhealthy reports
     streak_sequence: int = 0  # sequence of the last report counted in streak
     launch: tuple[tuple[str, str], ...] = ()  # PoolSpec.launch_settings() it was launched with
-    # Issue 13, the remediation ladder:
+    # The remediation ladder's memory:
     fault: Fault | None = None  # the last fault navarch acted on
     faults: tuple[tuple[str, datetime], ...] = ()  # (fault key, when), within the windows
     rung: Remedy | None = None  # the last remedy tried, for the fault kind rung_fault
@@ -249,7 +249,7 @@ class NodeMemory:
     rung_at: datetime | None = None
     return_streak: int = 0  # distinct healthy reports from a boot later than the fault
     operator_cordon: str = ""  # `navarch cordon --reason`: never undone automatically
-    diag: Diag | None = None  # the last active diagnostics (issue 13)
+    diag: Diag | None = None  # the last active diagnostics
     diag_cordon: bool = False  # cordoned for scheduled diagnostics (uncordoned after them)
 
 
@@ -276,7 +276,7 @@ class PoolMemory:
     desired_from_target: int | None = None  # spec target the autoscaled count started from
     scaled_at: datetime | None = None
     lemons: tuple[str, ...] = ()  # instance ids replaced as lemons (uncordon needs --force)
-    # Issue 13: faults per physical host where the cloud exposes one (Instance.host_id):
+    # Faults per physical host where the cloud exposes one (Instance.host_id):
     # (host id, fault key, when), kept for lemon_window; hosts whose nodes were lemons.
     host_faults: tuple[tuple[str, str, datetime], ...] = ()
     lemon_hosts: tuple[str, ...] = ()
@@ -434,7 +434,7 @@ class NodeView:
     drift: str | None = None  # why the node no longer matches its pool (None: it does)
     tags_drift: tuple[tuple[str, str], ...] = ()  # pool labels to set on it in place
     deadline: datetime | None = None  # maintenance: the cloud acts at this time
-    # Issue 13: what the remediation ladder reads (copied from NodeMemory).
+    # What the remediation ladder reads (copied from NodeMemory).
     fault: Fault | None = None
     faults: tuple[tuple[str, datetime], ...] = ()
     rung: Remedy | None = None

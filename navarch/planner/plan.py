@@ -7,7 +7,7 @@ A fleet's plan is made in two layers of named stages, each a pure function:
   fleet.yaml, with the guard against mass termination), duplicate node names;
 - pool stages, per pool in name order (POOL_STAGES): scale (desired count), ladder (the
   remediation ladder: reboot, return to service or replace drained and rebooted nodes,
-  issue 13; operator cordons), terminate (nodes whose drain finished or timed out), redrain (cordoned, never drained), stuck
+  operator cordons), terminate (nodes whose drain finished or timed out), redrain (cordoned, never drained), stuck
   (pending past provision_timeout), repair (cordon + drain what must be replaced), watch
   (what is part-way to a decision), diagnostics (cordon + drain nodes due for scheduled
   dcgmi diag, within the budget; the ladder stage diagnoses and returns them), drift
@@ -50,6 +50,7 @@ from functools import lru_cache
 from operator import attrgetter
 
 from navarch.durations import format_duration_s
+from navarch.health import Status
 from navarch.planner.context import PlanOptions, PoolContext, Progress, Stage, StageResult
 from navarch.planner.context import iid as _iid
 from navarch.planner.diagnostics import diagnostics_stage
@@ -459,7 +460,7 @@ def repair_stage(ctx: PoolContext, prog: Progress) -> StageResult:
         leaving.append(v.node)
         s = v.summary
         fault = (fault_of(s) if v.lifecycle is Lifecycle.UNHEALTHY and s is not None
-                 and s.status == "unhealthy" else None)
+                 and s.status is Status.UNHEALTHY else None)
         code = _repair_code(v, rank)
         actions.append(Action(ActionKind.CORDON, pool.name, v.node, why, instance_id=_iid(v),
                               repair=repair, fault=fault, action_reason=code))
@@ -646,7 +647,7 @@ def _provision(ctx: PoolContext, prog: Progress, present: list[NodeView], need: 
 
 def _scale_down(ctx: PoolContext, prog: Progress, present: list[NodeView], excess: int) -> StageResult:
     """Cordon + drain `excess` nodes: idle ready nodes only (drifted first, then healthy
-    before degraded, least utilised, newest); never a doubtful one (issue 16 item 8), and
+    before degraded, least utilised, newest); never a doubtful one, and
     never below desired ready nodes. A pool with nodes failing (unhealthy, offline, or
     part-way to unhealthy_after) does not shrink: removing a good node then could trip
     the circuit breaker and stop the repairs."""

@@ -21,9 +21,9 @@ rejection reason, counted by reason in the state and shown by `navarch status`):
                 error's type and message are in the rejection's detail)
 A rejected report never makes a node unhealthy (DESIGN.md safety rule 2), and no report
 can stop a run: every failure while reading, parsing, checking or verifying one report
-is a rejection of that report (issue 16 item 4).
+is a rejection of that report.
 
-Clocks (issue 16 item 5): a node's clock may be wrong. Each accepted summary carries
+Clocks: a node's clock may be wrong. Each accepted summary carries
 `stored_at`, the store's own modification time of the object (ObjectInfo.modified_at
 from the listing), and the planner judges a report's age by it. The difference between
 the node's `generated_at` and `stored_at` is the node's clock skew, shown as a condition
@@ -35,7 +35,7 @@ Schema checks use jsonschema-rs (the same JSON Schema 2020-12 semantics as the
 jsonschema package, compiled): a cold plan checks thousands of reports, and the pure-
 Python validator cost about 4 ms per report, most of a cold plan's time.
 
-Health policy (issue 13): with rule sets (a pool's health.rule_sets(), see navarch.policy),
+Health policy: with rule sets (a pool's health.rule_sets(), see navarch.policy),
 a verified report's status and action are what navarch.policy.evaluate makes of it, and a
 user rule that decided is the first finding ("rule NAME: unhealthy, action replace"). A rule
 that raises never changes the verdict: the agent's status and action stand and the error
@@ -237,7 +237,7 @@ def verify_report(
                        rule_sets=rule_sets)
     except ReportRejected:
         raise
-    except Exception as exc:  # the boundary: no report may stop a run (issue 16 item 4)
+    except Exception as exc:  # the boundary: no report may stop a run
         raise ReportRejected("check_failed", f"{type(exc).__name__}: {str(exc)[:100]}") from exc
 
 
@@ -371,7 +371,7 @@ _FLEET_HINTS = {
 
 def fleet_rejection(views: Sequence[NodeView]) -> str | None:
     """A one-line error when every node that has a report has it rejected for one reason
-    (at least FLEET_REJECTION_MIN_NODES nodes), else None (issue 16 item 3).
+    (at least FLEET_REJECTION_MIN_NODES nodes), else None.
 
     One bad node is a node's problem; all of them for one reason is the fleet's (a wrong
     secret, an agent/reconciler version mismatch, a broken store), and a table of

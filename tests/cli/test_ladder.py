@@ -236,7 +236,7 @@ def test_xid48_gpu_reset_keeps_the_boot_and_returns(navarch, fleet_dir) -> None:
     navarch.ok("local", "inject", "fleet.yaml", NODE, "--xid", "48")
     outs = [_cycle(navarch) for _ in range(2)]
     assert f"~ reboot {NODE}" in outs[1], outs
-    assert "XID 48 again within 1d after reset_gpu" in outs[1]
+    assert "xid:48 again within 1d after reset_gpu" in outs[1]
     assert _boot_id(fleet_dir, iid) != boot
 
 

@@ -33,7 +33,7 @@ import json
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -324,7 +324,7 @@ def count_faults(
             continue
         boots = history.setdefault(key.kind, {})
         boots.setdefault(boot_id, now.timestamp())
-        first = datetime.fromtimestamp(min(boots.values()), UTC)
+        first = datetime.fromtimestamp(min(boots.values()), timezone.utc)  # noqa: UP017 - nodes run 3.9
         out.append(replace(c, boots_seen=len(boots), first_seen=_iso(first)))
     return out, history
 

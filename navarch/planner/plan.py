@@ -5,15 +5,16 @@ Pure: no I/O, no clock reads, no randomness; same inputs give the same plan, byt
 A fleet's plan is made in two layers of named stages, each a pure function:
 - fleet stages: the circuit breaker over the whole fleet, orphans (nodes whose pool left
   fleet.yaml, with the guard against mass termination), duplicate node names;
-- pool stages, per pool in name order (POOL_STAGES): scale (desired count), ladder (the
-  remediation ladder: reboot, return to service or replace drained and rebooted nodes,
-  operator cordons), terminate (nodes whose drain finished or timed out), redrain (cordoned, never drained), stuck
-  (pending past provision_timeout), repair (cordon + drain what must be replaced), watch
-  (what is part-way to a decision), diagnostics (cordon + drain nodes due for scheduled
-  dcgmi diag, within the budget; the ladder stage diagnoses and returns them), drift
-  (in-place tag updates and rolling replacement),
-  count (provision up to desired, or scale down). `navarch destroy` swaps in its own.
-A stage reads a PoolContext (never changed) and the Progress earlier stages made (budget
+- pool stages, per pool in name order (POOL_STAGES): scale (desired count), ladder
+  (navarch.planner.ladder: reset, reboot, return to service or replace drained and
+  remedied nodes; operator cordons), terminate (nodes whose drain finished or timed out),
+  redrain (cordoned, never drained), stuck (pending past provision_timeout), repair
+  (cordon + drain what must be replaced), watch (what is part-way to a decision),
+  diagnostics (navarch.planner.diagnostics: cordon + drain nodes due for scheduled dcgmi
+  diag, within the budget; the ladder stage diagnoses and returns them), drift (in-place
+  tag updates and rolling replacement), count (provision up to desired, or scale down).
+  `navarch destroy` swaps in its own.
+A stage (navarch.planner.context) reads a PoolContext (never changed) and the Progress earlier stages made (budget
 left, nodes leaving, replacements wanted) and returns a StageResult: its actions, the
 halts and notes it adds, the differences it leaves for later (pending), the new Progress.
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from navarch.errors import AuthError, LeaseLost, QuotaError
-from navarch.planner.model import ActionKind, HaltRule, Plan
+from navarch.planner.model import ActionKind, Fault, HaltRule, Plan
 
 
 class EventKind(enum.StrEnum):
@@ -175,12 +175,12 @@ def cleared(active: Event, run_id: str = "") -> Event:
                  condition=active.condition, clears=active.kind, run_id=run_id)
 
 
-def _xid(reason: str) -> str | None:
-    """The XID code a planner reason names ("XID 79: GPU has fallen off the bus ...")."""
-    if reason.startswith("XID "):
-        code = reason[4:].split(":", 1)[0].strip()
-        return code if code.isdigit() else None
-    return None
+def _xid(fault: Fault | None) -> str | None:
+    """The XID code of the fault a cordon answers (its structured key, kind "xid:N")."""
+    if fault is None:
+        return None
+    kind, _, code = fault.key.kind.partition(":")
+    return code if kind == "xid" and code.isdigit() else None
 
 
 def _action_event(fleet: str, run_id: str, outcome: object) -> Event | None:
@@ -193,7 +193,7 @@ def _action_event(fleet: str, run_id: str, outcome: object) -> Event | None:
     ids = {"instance_id": a.instance_id, "reason": a.reason}
     if a.kind is ActionKind.CORDON:
         return make(EventKind.NODE_CORDONED, fleet, a.pool, a.node,
-                    f"{a.node} cordoned: {a.reason}", run_id, xid=_xid(a.reason), **ids)
+                    f"{a.node} cordoned: {a.reason}", run_id, xid=_xid(a.fault), **ids)
     if a.kind is ActionKind.DRAIN:
         return make(EventKind.DRAIN_STARTED, fleet, a.pool, a.node,
                     f"{a.node}: drain started", run_id, **ids)

@@ -12,11 +12,12 @@ from pathlib import Path
 import pytest
 
 from navarch.errors import AuthError, LeaseLost
+from navarch.health import FaultKey, Remedy
 from navarch.notify.dispatch import notify_run
 from navarch.notify.events import EventKind, events_from_error, outcome_events, plan_conditions
 from navarch.notify.sinks import NotifyError, SlackSink, WebhookSink, accepts
 from navarch.notify.state import NotifyState, load_state, transition
-from navarch.planner.model import Action, ActionKind, ActionReason, Halt, Memory, Plan
+from navarch.planner.model import Action, ActionKind, ActionReason, Fault, Halt, Memory, Plan
 from navarch.reconcile.executor import Outcome
 from navarch.reconcile.run import ApplyResult
 from navarch.spec import SinkSpec, load_fleet
@@ -33,7 +34,9 @@ def result(*outcomes: Outcome, halts: tuple[Halt, ...] = ()) -> ApplyResult:
 
 
 def test_events_from_outcomes_and_halts() -> None:
-    cordon = Action(ActionKind.CORDON, "train", "demo-train-0002", XID, instance_id="i-2", action_reason=ActionReason.UNHEALTHY)
+    fault = Fault(FaultKey("xid:79", 0), Remedy.REBOOT, "boot-1", 3)
+    cordon = Action(ActionKind.CORDON, "train", "demo-train-0002", XID, instance_id="i-2",
+                    fault=fault, action_reason=ActionReason.UNHEALTHY)
     term = Action(ActionKind.TERMINATE, "train", "demo-train-0001", "drain finished",
                   instance_id="i-1", action_reason=ActionReason.DRAIN_FINISHED)
     launch = Action(ActionKind.PROVISION, "infer", "demo-infer-0003", "below target", action_reason=ActionReason.SCALE_UP)

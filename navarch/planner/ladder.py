@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from navarch.durations import format_duration_s
-from navarch.health import Remedy, Status
+from navarch.health import FaultKey, Remedy, Status
 from navarch.planner.context import PoolContext, Progress, StageResult, iid
 from navarch.planner.diagnostics import Climb, DiagStep, return_diag, scheduled_diag
 from navarch.planner.model import (
@@ -141,7 +141,7 @@ def rung_for(ctx: PoolContext, v: NodeView, fault: Fault, unrecorded: int) -> Ru
     ladder_window; lemon: see ``_lemon_count``; unrecorded: faults not yet in Memory.
     """
     h = ctx.pool.health
-    previous = (v.rung if v.rung is not None and v.rung_fault == fault.key.kind
+    previous = (v.rung if v.rung is not None and FaultKey(v.rung_fault).same_as(fault.key)
                 and v.rung_at is not None
                 and (ctx.now - v.rung_at).total_seconds() <= h.ladder_window_s else None)
     count, where = _lemon_count(ctx, v, unrecorded)

@@ -2,13 +2,16 @@
 
 Report rules (DESIGN.md "Health report", schemas/health-report.schema.json):
 
-- ``status`` = worst check status (healthy < degraded < unknown < unhealthy);
-  ``action`` = strongest check action (none < restart_app < reset_gpu < reboot < replace).
+- ``status`` = worst check status (navarch.health.Status: healthy < degraded < unknown <
+  unhealthy); ``action`` = the strongest remedy the catalogue recommends for the checks'
+  faults (navarch.health.Remedy order). The agent reports facts; the planner's ladder
+  alone decides the remedy (nothing on the node overrides the pool's ``remediation``).
 - ``health_score`` = max(0, 100 - 40 x unhealthy checks - 25 x unknown - 10 x degraded).
 - Latching: every XID event seen during this boot stays in ``xids`` and in the checks of
   every report until the boot id changes (the state file keeps them).
-- Escalation: a reboot-fixable fault (Check.fault_key) seen in two earlier boots within
-  three days and present again is escalated to ``replace`` (gpud DefaultRebootThreshold=2).
+- Fault counts: each check with a fault key carries ``boots_seen`` (the boots of this
+  node in which the agent saw that kind of fault within FAULT_LOOKBACK_S, this one
+  included) and ``first_seen``: counts only the agent can know (``count_faults``).
 - ``sequence``: above both the state's and the node's report in the store (normally
   previous + 1); after a lost state, or a state that could not be saved, the clock floor
   (see ``next_sequence``, ``persist_state`` and navarch.agent.state).
@@ -19,7 +22,7 @@ Report rules (DESIGN.md "Health report", schemas/health-report.schema.json):
 ``run_once`` is a sequence of named steps: load the state and choose the sequence
 (``next_sequence``), probe the GPUs (``choose_backend``), run the checks (``boot_check``,
 ``probe_checks``, ``gpu_checks`` over ``GPU_CHECKS``, ``kernel_log_check``,
-``xid_checks`` over ``read_xids``, then navarch.checks plugins: ``plugin_checks``), escalate recurring faults (``escalate``), read a
+``xid_checks`` over ``read_xids``, then navarch.checks plugins: ``plugin_checks``), count each fault's boots (``count_faults``), read a
 notice (``read_notice``), save the state (``persist_state``), sign (``build_report``)
 and write the report.
 """
@@ -39,11 +42,9 @@ from navarch.agent.checks import (
     HW_SLOWDOWN_WINDOW,
     Check,
     CounterSample,
-    Status,
     gpu_checks,
     hw_slowdown,
     probe_checks,
-    worst_status,
     xid_checks,
 )
 from navarch.agent.config import AgentConfig
@@ -51,7 +52,8 @@ from navarch.agent.gpu import GpuBackend, GpuProbe, ProbeError, ProbeErrorKind
 from navarch.agent.plugin_checks import context_for, plugin_checks
 from navarch.agent.state import AgentState, load_state, prune_faults, save_state
 from navarch.compat import UTC
-from navarch.xid import Action, Severity, XidInfo
+from navarch.health import Remedy, Status
+from navarch.xid import Severity, XidInfo
 
 __all__ = [
     "run_once",
@@ -66,7 +68,7 @@ __all__ = [
     "kernel_log_check",
     "read_notice",
     "persist_state",
-    "escalate",
+    "count_faults",
     "KernelLogRead",
 ]
 
@@ -74,8 +76,10 @@ log = logging.getLogger("navarch.agent")
 
 #: Points taken off 100 per check in each status (documented in docs/agent.md).
 SCORE_WEIGHTS = {Status.UNHEALTHY: 40, Status.UNKNOWN: 25, Status.DEGRADED: 10, Status.HEALTHY: 0}
-REBOOT_THRESHOLD = 2  # gpud DefaultRebootThreshold
 _MAX_XIDS = 256
+#: The health report's schema version (schemas/health-report.schema.json); version 2 gave
+#: every check its structured fault key and the agent's fault counts.
+REPORT_SCHEMA_VERSION = 2
 
 
 def health_score(checks: Sequence[Check]) -> int:
@@ -158,7 +162,7 @@ def _event_from_json(doc: Mapping[str, Any]) -> kl.XidEvent:
         mnemonic=str(doc.get("mnemonic", "")),
         meaning="",
         severity=Severity(doc["severity"]),
-        action=Action(doc["action"]),
+        action=Remedy(doc["action"]),
         reboot_fixable=bool(doc.get("reboot_fixable", False)),
         kind=str(doc.get("kind", "xid")),
     )
@@ -298,35 +302,31 @@ def _gpu_checks_and_counters(
     return checks, new_counters
 
 
-# --- escalation ------------------------------------------------------------------------
+# --- fault counts ----------------------------------------------------------------------
 
 
-def escalate(
+def count_faults(
     checks: Sequence[Check], faults: Mapping[str, Mapping[str, float]], boot_id: str, now: datetime
 ) -> tuple[list[Check], dict[str, dict[str, float]]]:
-    """Record this boot for each reboot-fixable fault; escalate a recurring one to replace.
+    """Record this boot for each check's fault and stamp the check with the agent's counts.
 
-    A fault seen in >= REBOOT_THRESHOLD (2) earlier boots within the 3-day lookback and
-    present again means reboots do not fix it (gpud reboot-escalation rule).
+    faults: the state's history, fault kind -> {boot id: first seen, unix seconds}, pruned
+    to FAULT_LOOKBACK_S (gpud's 3-day look-back). Returns the checks with ``boots_seen``
+    (boots in the history with this kind, this one included) and ``first_seen`` (RFC 3339)
+    set on every check that has a fault key, and the new history. Facts only: no check's
+    status or action changes here.
     """
     history = {k: dict(v) for k, v in prune_faults(faults, now).items()}
     out: list[Check] = []
     for c in checks:
-        if c.fault_key is None or c.status is not Status.UNHEALTHY:
+        key = c.fault_key()
+        if key is None:
             out.append(c)
             continue
-        boots = history.setdefault(c.fault_key, {})
+        boots = history.setdefault(key.kind, {})
         boots.setdefault(boot_id, now.timestamp())
-        earlier = [b for b in boots if b != boot_id]
-        if len(earlier) >= REBOOT_THRESHOLD and c.action.rank < Action.REPLACE.rank:
-            ev = {**c.evidence, "escalated_from": c.action.value, "earlier_boots": len(earlier)}
-            c = replace(
-                c,
-                action=Action.REPLACE,
-                evidence=ev,
-                message=f"{c.message} (recurred after {len(earlier)} reboots: replace)",
-            )
-        out.append(c)
+        first = datetime.fromtimestamp(min(boots.values()), UTC)
+        out.append(replace(c, boots_seen=len(boots), first_seen=_iso(first)))
     return out, history
 
 
@@ -373,15 +373,15 @@ def build_report(
     notice: Mapping[str, Any] | None,
     node_key: bytes,
 ) -> dict[str, Any]:
-    """Assemble and sign the report (schema_version 1). Pure apart from hashing."""
+    """Assemble and sign the report (schema_version 2). Pure apart from hashing."""
     from navarch import __version__
     from navarch.signing import sign
 
-    status = worst_status(c.status for c in checks)
-    action = Action.strongest([c.action for c in checks])
+    status = Status.worst(c.status for c in checks)
+    action = Remedy.strongest(c.action for c in checks)
     xids = trim_events(events, _MAX_XIDS)
     report = {
-        "schema_version": 1,
+        "schema_version": REPORT_SCHEMA_VERSION,
         "fleet": config.fleet,
         "pool": config.pool,
         "node": config.node,
@@ -507,7 +507,7 @@ def boot_check(boot_id: str, previous_boot_id: str | None) -> Check:
     return Check(
         "boot",
         Status.HEALTHY,
-        Action.NONE,
+        Remedy.NONE,
         f"boot {boot_id}" + (" (rebooted since the last report)" if changed else ""),
         evidence={"boot_id": boot_id, "previous_boot_id": previous_boot_id},
     )
@@ -534,7 +534,7 @@ def read_xids(config: AgentConfig, state: AgentState, boot_id: str, now: datetim
 
 
 def gpu_reset_marker(config: AgentConfig) -> Path:
-    """The file playbooks/reset_gpu.yaml writes after `nvidia-smi -r` succeeded (issue 13):
+    """The file playbooks/reset_gpu.yaml writes after `nvidia-smi -r` succeeded:
     `gpu-reset` beside the agent's state file. While it exists the next run starts its
     latched XIDs afresh (a reset, like a reboot, ends the faults it cured; one that is still
     there shows again in the device readings or the kernel log); the run that read it
@@ -548,14 +548,14 @@ def kernel_log_check(read: KernelLogRead) -> Check:
         return Check(
             "kernel_log",
             Status.DEGRADED,
-            Action.NONE,
+            Remedy.NONE,
             f"cannot read the kernel log, XIDs unknown: {read.error}",
             evidence={"source": read.source},
         )
     return Check(
         "kernel_log",
         Status.HEALTHY,
-        Action.NONE,
+        Remedy.NONE,
         f"read {len(read.lines)} new kernel log lines from {read.source}",
         evidence={"source": read.source, "lines": len(read.lines)},
     )
@@ -564,10 +564,10 @@ def kernel_log_check(read: KernelLogRead) -> Check:
 def _faults_with_earlier_boots(
     faults: Mapping[str, Mapping[str, float]], earlier: Sequence[kl.XidEvent], now: datetime
 ) -> dict[str, dict[str, float]]:
-    """The fault history plus reboot-fixable fatal events seen in an earlier boot's tail."""
+    """The fault history plus fatal events seen in an earlier boot's tail."""
     out = {k: dict(v) for k, v in faults.items()}
     for ev in earlier:
-        if ev.severity is Severity.FATAL and ev.info.reboot_fixable and ev.boot_id:
+        if ev.severity is Severity.FATAL and ev.boot_id:
             out.setdefault(f"{ev.kind}:{ev.code}", {}).setdefault(ev.boot_id, now.timestamp())
     return out
 
@@ -600,7 +600,7 @@ def persist_state(path: str, state: AgentState, now: datetime) -> tuple[int, Che
     so it is doubt, which never terminates (DESIGN safety rule 2), not a fault. The
     sequence then takes the clock floor ``max(state.sequence, unix time in ms)``: the
     state on disk is stale, so later runs would otherwise derive the same sequence again
-    and the reconciler would reject every report as replayed (issue 16 item 6).
+    and the reconciler would reject every report as replayed.
     """
     try:
         save_state(path, state)
@@ -610,7 +610,7 @@ def persist_state(path: str, state: AgentState, now: datetime) -> tuple[int, Che
         check = Check(
             "agent_state",
             Status.UNKNOWN,
-            Action.NONE,
+            Remedy.NONE,
             f"agent state not writable: {exc}",
             evidence={"path": path, "error": str(exc), "errno": exc.errno, "sequence": "clock"},
         )
@@ -681,7 +681,7 @@ def run_once(
     checks += plugin_checks(context_for(config, boot_id, gpu_readings(probe), checks),
                             config.plugin_check_timeout_s)
     faults = _faults_with_earlier_boots(state.faults, xids.earlier_boots, now)
-    checks, faults = escalate(checks, faults, boot_id, now)
+    checks, faults = count_faults(checks, faults, boot_id, now)
     notice = read_notice(config, now)
 
     new_state = AgentState(

@@ -217,13 +217,15 @@ class World:
             status = "unhealthy" if info.severity is xid.Severity.FATAL else "degraded"
             action = info.action.value
             checks.append({"name": "xid", "status": status, "action": action, "gpu_index": 0,
-                           "message": f"XID {n.fault_code}: {info.meaning}"[:1024]})
+                           "message": f"XID {n.fault_code}: {info.meaning}"[:1024],
+                           "fault_key": {"kind": f"xid:{n.fault_code}", "gpu_index": 0}})
             score = 0
         elif n.fault in CHECK_FAULTS:
             name, action = CHECK_FAULTS[n.fault]
             status, score = "unhealthy", 0
             checks.append({"name": name, "status": status, "action": action, "gpu_index": 0,
-                           "message": f"simulated {n.fault} fault"})
+                           "message": f"simulated {n.fault} fault",
+                           "fault_key": {"kind": name, "gpu_index": 0}})
         if n.app_burst_until is not None and self.now < n.app_burst_until:
             info = xid.lookup(n.app_code)
             xids.append({"code": n.app_code, "kind": "xid", "pci_bus_id": "0000:18:00.0",
@@ -231,13 +233,13 @@ class World:
                          "action": info.action.value, "message": info.meaning[:512], "count": 40})
         if not checks:
             checks.append({"name": "gpu_count", "status": "healthy", "action": "none",
-                           "message": f"{n.gpus} GPUs"})
+                           "message": f"{n.gpus} GPUs", "fault_key": None})
         notice = None
         if n.notice_at is not None and n.preempt_at is not None:
             notice = {"kind": "preemption", "source": "aws",
                       "deadline": n.preempt_at.strftime("%Y-%m-%dT%H:%M:%SZ")}
         report = {
-            "schema_version": 1, "fleet": self.fleet, "pool": n.pool, "node": n.node,
+            "schema_version": 2, "fleet": self.fleet, "pool": n.pool, "node": n.node,
             "instance_id": n.instance.instance_id, "boot_id": n.boot_id,
             "agent_version": "simulated", "sequence": n.sequence, "generated_at": ts,
             "status": status, "action": action, "health_score": score, "checks": checks,

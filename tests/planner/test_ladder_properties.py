@@ -196,7 +196,10 @@ class World:
             nm = nm or NodeMemory(a.node, a.pool, first_seen_at=now)
             nm = replace(nm, phase=Phase.CORDONED, phase_at=now, phase_reason=a.reason,
                          repair=a.repair)
-            nm = _with_fault(nm, a.fault, now, 7 * 86400)
+            # As the executor does: a cordon for another reason (scale-down, drift) forgets
+            # an old fault, so the ladder never remedies a node that is not sick.
+            nm = (_with_fault(nm, a.fault, now, 7 * 86400) if a.fault is not None
+                  else replace(nm, fault=None))
             mem = mem.with_node(nm)
             if a.repair:
                 pm = mem.pool(a.pool)

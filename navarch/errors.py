@@ -2,6 +2,8 @@
 
     NavarchError
     ├── ConfigError            bad fleet.yaml, playbook or agent config (file, line, key path)
+    │   └── PluginError        an entry-point plugin failed to load, raised outside this tree,
+    │                          or returned the wrong shape (group, name, entry point, reason)
     ├── StoreError             object store failure that is not a precondition
     │   ├── PreconditionFailed create-if-absent / replace-if-version lost a race (HTTP 412/409)
     │   └── NotFound           the object does not exist
@@ -16,12 +18,21 @@
     │   ├── QuotaError         account quota hit; scope says zone, region or provider
     │   ├── AuthError          credentials or permissions; nothing will work until fixed
     │   └── TransientError     throttling, 5xx, timeouts; try again on the next run
-    └── RemoteError            an SSH playbook step failed (host, command, exit code, output tail)
+    ├── RemoteError            an SSH playbook step failed (host, command, exit code, output tail)
+    └── NotifyError            a notification sink could not deliver after its retries
+
+SDK exceptions never cross a cloud module's boundary: each cloud translates them in one
+context manager (navarch.providers.aws.aws_errors and friends, built on map_exceptions below),
+so a connection failure is a TransientError (providers) or a StoreError (stores) everywhere.
 
 Errors carry their data as attributes so the CLI and the audit log can render them.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Protocol
 
 
 class NavarchError(Exception):
@@ -58,6 +69,43 @@ class ConfigError(NavarchError):
         key = f"{self.key_path}: " if self.key_path else ""
         hint = f" ({self.hint})" if self.hint else ""
         return f"{where}{key}{self.message}{hint}"
+
+
+class PluginOrigin(Protocol):
+    """Where a plugin comes from (navarch.plugins.PluginRef has this shape)."""
+
+    @property
+    def group(self) -> str: ...
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def value(self) -> str: ...
+
+    @property
+    def dist(self) -> str | None: ...
+
+
+class PluginError(ConfigError):
+    """A plugin failed to load, raised outside navarch's error tree, or returned the wrong
+    shape. Raised by navarch.plugins' guards and the notifier plugin sink.
+
+    Attributes: group, name, value (the entry point's "module:attr"), dist ("name version"
+    of the distribution that declared it, or None), reason (one line).
+    """
+
+    def __init__(self, plugin: PluginOrigin, reason: str) -> None:
+        self.group = plugin.group
+        self.name = plugin.name
+        self.value = plugin.value
+        self.dist = plugin.dist
+        self.reason = reason
+        origin = f" from {plugin.dist}" if plugin.dist else ""
+        super().__init__(
+            f"plugin {plugin.name!r} ({plugin.group} = {plugin.value}{origin}): {reason}",
+            hint="fix or uninstall the plugin package",
+        )
 
 
 class StoreError(NavarchError):
@@ -173,3 +221,31 @@ class RemoteError(NavarchError):
         self.output_tail = output_tail
         code = "no connection" if exit_code is None else f"exit {exit_code}"
         super().__init__(f"{host}: {command!r} failed ({code}): {output_tail[-200:]}")
+
+
+class NotifyError(NavarchError):
+    """A notification sink could not deliver (after its retries); raised by navarch.notify's
+    sinks and logged, never raised, by the dispatcher. The message names the sink, never a
+    secret or a URL."""
+
+
+@contextmanager
+def map_exceptions(
+    translate: Callable[[Exception], NavarchError | None],
+) -> Iterator[None]:
+    """Run the body; an exception translate() maps is re-raised as navarch's error.
+
+    translate(exc) returns the navarch error for an SDK exception, or None for one it does
+    not know (re-raised unchanged). navarch's own errors pass through untouched. The
+    mapped error is raised `from` the original, so the SDK's traceback stays readable.
+    Model: httpx._transports.default.map_httpcore_exceptions.
+    """
+    try:
+        yield
+    except NavarchError:
+        raise
+    except Exception as exc:
+        mapped = translate(exc)
+        if mapped is None:
+            raise
+        raise mapped from exc

@@ -37,7 +37,7 @@ from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from navarch.errors import ConfigError, NavarchError
+from navarch.errors import NavarchError, PluginError
 from navarch.inventory import Instance
 from navarch.providers.base import Provider, ProvisionRequest
 from navarch.stores.base import Blob, ObjectInfo, ObjectStore
@@ -51,24 +51,6 @@ class Group(StrEnum):
     NOTIFIERS = "navarch.notifiers"
     CHECKS = "navarch.checks"
     PLACEMENT = "navarch.placement"
-
-
-class PluginError(ConfigError):
-    """A plugin failed to load, raised outside navarch's error tree, or returned the wrong
-    shape. Attributes: group, name, value (the entry point's "module:attr"), dist
-    ("name version" of the distribution that declared it, or None), reason (one line)."""
-
-    def __init__(self, plugin: PluginRef, reason: str) -> None:
-        self.group = plugin.group
-        self.name = plugin.name
-        self.value = plugin.value
-        self.dist = plugin.dist
-        self.reason = reason
-        origin = f" from {plugin.dist}" if plugin.dist else ""
-        super().__init__(
-            f"plugin {plugin.name!r} ({plugin.group} = {plugin.value}{origin}): {reason}",
-            hint="fix or uninstall the plugin package",
-        )
 
 
 @dataclass(frozen=True)
@@ -161,7 +143,7 @@ class NotifierFactory(Protocol):
         send(event) receives one event document, navarch.notify.events.Event.to_json():
         {"event_id", "kind", "severity", "fleet", "pool", "node", "message", "details",
         "condition", "clears", "run_id"}, only events this sink's filters accept, and
-        returns None. Raise a NavarchError (e.g. navarch.notify.sinks.NotifyError) when the
+        returns None. Raise a NavarchError (e.g. navarch.errors.NotifyError) when the
         event could not be delivered. send must be safe to call again for the same
         event_id (a later run may resend a condition).
 

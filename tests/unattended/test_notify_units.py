@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from navarch.errors import AuthError, LeaseLost
+from navarch.errors import AuthError, LeaseLost, NotifyError
 from navarch.notify.dispatch import notify_run
 from navarch.notify.events import EventKind, events_from_error, outcome_events, plan_conditions
-from navarch.notify.sinks import NotifyError, SlackSink, WebhookSink, accepts
+from navarch.notify.sinks import SlackSink, WebhookSink, accepts
 from navarch.notify.state import NotifyState, load_state, transition
 from navarch.planner.model import Action, ActionKind, Halt, Memory, Plan
 from navarch.reconcile.executor import Outcome

@@ -6,7 +6,8 @@
     │                          or returned the wrong shape (group, name, entry point, reason)
     ├── StoreError             object store failure that is not a precondition
     │   ├── PreconditionFailed create-if-absent / replace-if-version lost a race (HTTP 412/409)
-    │   └── NotFound           the object does not exist
+    │   ├── NotFound           the object does not exist
+    │   └── StoreUnavailable   connection failure, timeout, throttling or 5xx; try again later
     ├── LockHeld               another run holds state/<fleet>.lock (holder, age)
     ├── LeaseLost              this apply's lease lapsed or was taken over: it stops acting
     ├── StalePlan              a saved plan whose state serial or inventory moved on
@@ -21,9 +22,10 @@
     ├── RemoteError            an SSH playbook step failed (host, command, exit code, output tail)
     └── NotifyError            a notification sink could not deliver after its retries
 
-SDK exceptions never cross a cloud module's boundary: each cloud translates them in one
-context manager (navarch.providers.aws.aws_errors and friends, built on map_exceptions below),
-so a connection failure is a TransientError (providers) or a StoreError (stores) everywhere.
+SDK exceptions never cross a cloud module's boundary: each provider and store module runs
+every SDK call inside its one error-mapping context manager (navarch.providers.aws.aws_errors,
+navarch.stores.s3.s3_errors, ..., built on map_exceptions below), so a connection failure is
+a TransientError from every provider and a StoreUnavailable from every store.
 
 Errors carry their data as attributes so the CLI and the audit log can render them.
 """
@@ -126,6 +128,12 @@ class NotFound(StoreError):
     def __init__(self, key: str) -> None:
         self.key = key
         super().__init__(f"no such object: {key}")
+
+
+class StoreUnavailable(StoreError):
+    """The store could not be reached or answered with throttling or a 5xx: the same call
+    may succeed later. Raised by the store modules' error boundaries; callers treat it as
+    any StoreError (the run stops before acting, or a read counts as doubt)."""
 
 
 class LockHeld(NavarchError):

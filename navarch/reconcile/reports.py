@@ -245,9 +245,7 @@ def _verify(data: bytes, *, fleet: str, pool: str, node: str, fleet_secret: byte
     if fleet_secret is None:
         raise ReportRejected("no_secret")
     key = _node_key(fleet_secret, fleet, node)
-    if not (signing.verify_canonical(canonical, report["signature"], key)
-            or signing.verify_canonical(signing.legacy_canonical_bytes(report),
-                                        report["signature"], key)):
+    if not signing.verify_canonical(canonical, report["signature"], key):
         raise ReportRejected("bad_signature")
     if report["sequence"] <= last_sequence:
         raise ReportRejected("replayed", f"sequence {report['sequence']} <= {last_sequence}")

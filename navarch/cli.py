@@ -496,6 +496,33 @@ def cmd_cordon(args: argparse.Namespace) -> int:
 
 
 # -- local provider -------------------------------------------------------------------------
+def cmd_render_cloud_init(args: argparse.Namespace) -> int:
+    """`navarch render cloud-init FLEET --pool P [--node N]`: print the user-data a node of
+    the pool boots with (N defaults to <fleet>-<pool>-0001, the pool's first node)."""
+    from navarch.bootstrap import render_cloud_init
+    from navarch.planner.plan import node_name
+    from navarch.signing import derive_node_key
+
+    try:
+        spec = load_fleet(args.fleet)
+        try:
+            spec.pool(args.pool)
+        except KeyError:
+            names = ", ".join(p.name for p in spec.pools)
+            print(f"navarch render cloud-init: no pool {args.pool!r} in {args.fleet} "
+                  f"(pools: {names})", file=sys.stderr)
+            return EXIT_ERROR
+        # The pool's first node as `navarch apply` names it (<fleet>-<pool>-0001): its key
+        # and report path are the ones a real first node gets.
+        node = args.node or node_name(spec.name, args.pool, 1)
+        key = derive_node_key(spec.fleet_secret(), spec.name, node)
+        sys.stdout.write(render_cloud_init(spec, args.pool, node, key))
+    except NavarchError as exc:
+        print(f"navarch render cloud-init: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    return EXIT_OK
+
+
 def cmd_local_tick(args: argparse.Namespace) -> int:
     """`navarch local tick`: every local node's agent reports once."""
     from navarch.providers import local_ops
@@ -730,6 +757,16 @@ def _local_commands(sub: Any) -> None:
     s.set_defaults(func=cmd_local_foreign)
 
 
+def _render_commands(sub: Any) -> None:
+    render = sub.add_parser("render", help="print text navarch sends to machines")
+    rsub = render.add_subparsers(dest="render_command", required=True, metavar="WHAT")
+    s = rsub.add_parser("cloud-init", help="the cloud-init user-data of a node of a pool")
+    s.add_argument("fleet", metavar="FLEET", help="path to fleet.yaml")
+    s.add_argument("--pool", required=True, help="pool name")
+    s.add_argument("--node", help="node name (default <fleet>-<pool>-0001, the pool's first node)")
+    s.set_defaults(func=cmd_render_cloud_init)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser for every command (the agent's are registered by navarch.agent.cli)."""
     p = _Parser(prog="navarch", description="Keep a GPU fleet healthy: plan/apply "
@@ -748,6 +785,7 @@ def build_parser() -> argparse.ArgumentParser:
         register = None
     if register is not None:
         register(sub)
+    _render_commands(sub)
     return p
 
 

@@ -24,7 +24,7 @@ import yaml
 from referencing import Registry, Resource
 
 from navarch.durations import parse_duration_s
-from navarch.errors import ConfigError
+from navarch.errors import ConfigError, PluginError
 from navarch.policy import Rule, compile_rule
 from navarch.resources import data_dir
 
@@ -773,8 +773,8 @@ def _plugin_scores(pool: PoolSpec, declared: tuple[PlaceSpec, ...], fail: _Fail
     scores = plugins.call(ref, scorer, places)
     if (not isinstance(scores, (list, tuple)) or len(scores) != len(places)
             or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in scores)):
-        raise plugins.PluginError(ref, f"returned {type(scores).__name__}, not one number "
-                                       f"per place ({len(places)} places)")
+        raise PluginError(ref, f"returned {type(scores).__name__}, not one number "
+                               f"per place ({len(places)} places)")
     return [float(x) for x in scores]
 
 

@@ -24,8 +24,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from navarch.agent.checks import Check, Status
-from navarch.errors import NavarchError
-from navarch.plugins import Group, PluginError, PluginRef, call_within, discover, load
+from navarch.errors import NavarchError, PluginError
+from navarch.plugins import Group, PluginRef, call_within, discover, load
 from navarch.signing import canonical_bytes
 from navarch.xid import Action
 

@@ -452,7 +452,7 @@ class GcpProvider:
         if self.settings.anonymous:
             from google.auth.credentials import AnonymousCredentials
 
-            kwargs["credentials"] = AnonymousCredentials()
+            kwargs["credentials"] = AnonymousCredentials()  # type: ignore[no-untyped-call]
         return kwargs
 
     @property
@@ -652,7 +652,7 @@ class GcpProvider:
                 )
         if op.error and op.error.errors:
             status = op.http_error_status_code or 500
-            err = gexc.from_http_status(
+            err = gexc.from_http_status(  # type: ignore[no-untyped-call]
                 status,
                 op.http_error_message or "operation failed",
                 errors=list(op.error.errors),

@@ -243,7 +243,7 @@ class Outcome:
 
 def backoff_s(failures: int) -> int:
     """Capacity backoff for a place after `failures` consecutive capacity errors."""
-    return min(BACKOFF_BASE_S * 2 ** max(failures - 1, 0), BACKOFF_MAX_S)
+    return min(BACKOFF_BASE_S * (1 << max(failures - 1, 0)), BACKOFF_MAX_S)
 
 
 class Handlers:

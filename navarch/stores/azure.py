@@ -114,7 +114,7 @@ def _etag(value: Any) -> str:
 
 
 def _rfc3339(value: Any) -> str:
-    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    return str(value.astimezone(UTC).isoformat()).replace("+00:00", "Z")
 
 
 class AzureBlobStore:

@@ -29,7 +29,7 @@ from typing import Any
 import requests
 from google.api_core import exceptions as gexc
 from google.auth import exceptions as auth_exc
-from google.cloud import storage
+from google.cloud import storage  # type: ignore[attr-defined]
 from google.cloud.storage.retry import DEFAULT_RETRY
 
 from navarch.errors import (
@@ -207,7 +207,8 @@ def _default_client() -> storage.Client:
         from google.auth.credentials import AnonymousCredentials
 
         project = os.environ.get("GOOGLE_CLOUD_PROJECT", "navarch-test")
-        return storage.Client(project=project, credentials=AnonymousCredentials())
+        credentials = AnonymousCredentials()  # type: ignore[no-untyped-call]
+        return storage.Client(project=project, credentials=credentials)
     with gcs_errors("", op="open"):
         return storage.Client()
 

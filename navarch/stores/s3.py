@@ -107,7 +107,7 @@ def s3_errors(key: str, *, missing_is_precondition: bool = False) -> AbstractCon
 
 def _rfc3339(value: Any) -> str:
     """botocore's aware datetime -> 'YYYY-MM-DDTHH:MM:SS[.ffffff]Z'."""
-    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    return str(value.astimezone(UTC).isoformat()).replace("+00:00", "Z")
 
 
 class S3Store:

@@ -40,8 +40,8 @@ if TYPE_CHECKING:
 
 
 def load_fleet(path: str | Path) -> FleetSpec:
-    """navarch.spec.load_fleet, imported on first use."""
-    from navarch.spec import load_fleet as _load
+    """navarch.fleet_file.load_fleet, imported on first use."""
+    from navarch.fleet_file import load_fleet as _load
 
     return _load(path)
 
@@ -84,10 +84,11 @@ def _halt_exit(plan: Plan) -> int | None:
 
 
 def _open(path: str) -> Fleet:
+    from navarch.fleet_file import ensure_local_secret
     from navarch.reconcile.run import Fleet
 
     spec = load_fleet(path)
-    spec.ensure_local_secret()
+    ensure_local_secret(spec)
     return Fleet.open(spec)
 
 
@@ -95,7 +96,7 @@ def _open(path: str) -> Fleet:
 def cmd_validate(args: argparse.Namespace) -> int:
     """`navarch validate FLEET`: exit 0 when valid; else every problem found (schema errors,
     the first cross-field error, missing or broken playbooks), one line each, and exit 1."""
-    from navarch.spec import fleet_problems
+    from navarch.fleet_file import fleet_problems
 
     problems = fleet_problems(args.fleet)
     for problem in problems:
@@ -442,6 +443,7 @@ def cmd_render_cloud_init(args: argparse.Namespace) -> int:
     """`navarch render cloud-init FLEET --pool P [--node N]`: print the user-data a node of
     the pool boots with (N defaults to <fleet>-<pool>-0001, the pool's first node)."""
     from navarch.bootstrap import render_cloud_init
+    from navarch.fleet_file import read_fleet_secret
     from navarch.planner.plan import node_name
     from navarch.signing import derive_node_key
 
@@ -457,7 +459,7 @@ def cmd_render_cloud_init(args: argparse.Namespace) -> int:
         # The pool's first node as `navarch apply` names it (<fleet>-<pool>-0001): its key
         # and report path are the ones a real first node gets.
         node = args.node or node_name(spec.name, args.pool, 1)
-        key = derive_node_key(spec.fleet_secret(), spec.name, node)
+        key = derive_node_key(read_fleet_secret(spec), spec.name, node)
         sys.stdout.write(render_cloud_init(spec, args.pool, node, key))
     except NavarchError as exc:
         print(f"navarch render cloud-init: {exc}", file=sys.stderr)
@@ -467,11 +469,12 @@ def cmd_render_cloud_init(args: argparse.Namespace) -> int:
 
 def cmd_local_tick(args: argparse.Namespace) -> int:
     """`navarch local tick`: every local node's agent reports once."""
+    from navarch.fleet_file import ensure_local_secret
     from navarch.providers import local_ops
     from navarch.reconcile.run import clock
 
     spec = load_fleet(args.fleet)
-    spec.ensure_local_secret()
+    ensure_local_secret(spec)
     # The agents' own JSON logs are for journald on real machines; here each node's
     # outcome is the line printed below.
     logging.getLogger("navarch.agent").setLevel(logging.ERROR)

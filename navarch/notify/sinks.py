@@ -280,7 +280,7 @@ class PluginSink:
 
 def open_sink(spec: SinkSpec, base_dir: Path, index: int) -> Sink:
     """The Sink for one notify: item (index: its position, for error key paths); a type
-    outside navarch.spec.BUILTIN_SINKS is a navarch.notifiers plugin (PluginSink)."""
+    outside navarch.fleet_file.BUILTIN_SINKS is a navarch.notifiers plugin (PluginSink)."""
     if spec.type == "log":
         return LogSink(spec, base_dir)
     if spec.type == "webhook":

@@ -12,7 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from navarch.errors import ConfigError
+from navarch.plugins import Group, names
 from navarch.providers.base import Provider, ProvisionRequest
+from navarch.providers.plugin import open_plugin_provider
 
 __all__ = ["Provider", "ProvisionRequest", "open_provider"]
 
@@ -29,15 +31,13 @@ def open_provider(name: str, config: Mapping[str, Any], *, base_dir: Path, fleet
     """Build the provider named `name` in fleet.yaml from its config mapping.
 
     Types other than the built-ins come from the navarch.providers entry-point group
-    (navarch.plugins). Raises ConfigError for an unknown type, PluginError for a plugin
+    (navarch.providers.plugin). Raises ConfigError for an unknown type, PluginError for a plugin
     that fails to load or builds the wrong shape.
     """
     kind = config.get("type")
     module_name = _MODULES.get(str(kind))
     if module_name is None:
         # Built-ins first; then plugins of the navarch.providers entry-point group.
-        from navarch.plugins import Group, names, open_plugin_provider
-
         plugin = open_plugin_provider(name, config, base_dir=base_dir, fleet=fleet)
         if plugin is not None:
             return plugin
@@ -48,4 +48,5 @@ def open_provider(name: str, config: Mapping[str, Any], *, base_dir: Path, fleet
             f"entry-point group (installed: {names(Group.PROVIDERS) or 'none'})",
         )
     module = importlib.import_module(module_name)
-    return module.create(name, config, base_dir=base_dir, fleet=fleet)
+    provider: Provider = module.create(name, config, base_dir=base_dir, fleet=fleet)
+    return provider

@@ -72,7 +72,7 @@ CAPACITY_CODES = frozenset(
 )
 #: A 400/404 of a call about a zone whose message names one of these is about the place
 #: (a machine or accelerator type not offered in the zone): PlacementError, fall over to
-#: the next place (issue 16 item 2). Source: GCE errors "Invalid value for field
+#: the next place, which may offer it. Source: GCE errors "Invalid value for field
 #: 'resource.machineType' ... does not exist in zone", "The resource
 #: 'projects/P/zones/Z/machineTypes/T' was not found", acceleratorTypes alike.
 PLACEMENT_WORDS = ("machinetype", "machine type", "acceleratortype", "accelerator type")

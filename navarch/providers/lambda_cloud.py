@@ -70,7 +70,7 @@ QUOTA_CODES = frozenset({"global/quota-exceeded"})
 AUTH_CODES = frozenset(
     {"global/invalid-api-key", "global/account-inactive", "global/invalid-address"}
 )
-#: A 400/404 about the place (issue 16 item 2): the type is not offered in the region, or
+#: A 400/404 about the place: the type is not offered in the region, or
 #: the region is unknown. The next place (region, type) may take it: fall over. Source:
 #: Lambda Cloud API v1.10 launch errors ("Invalid region", "instance type ... not
 #: available in region").

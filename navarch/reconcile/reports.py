@@ -55,10 +55,10 @@ from typing import Any
 
 from navarch import signing
 from navarch.errors import NotFound, ReportRejected
+from navarch.fleet_file import load_schema
 from navarch.planner.model import Memory, NodeView, ReportObservation, ReportSummary, parse_ts
 from navarch.policy import Rule, evaluate
 from navarch.reconcile.state import health_prefix
-from navarch.spec import load_schema
 from navarch.stores.base import ObjectInfo, ObjectStore, parallel_map
 
 MAX_REPORT_BYTES = 256 * 1024

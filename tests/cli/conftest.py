@@ -13,7 +13,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from navarch.spec import load_schema
+from navarch.fleet_file import load_schema
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -186,9 +186,9 @@ def test_16_4_an_unchanged_rejected_object_stays_rejected_and_is_counted_once(tm
     import shutil
     from pathlib import Path
 
+    from navarch.fleet_file import load_fleet
     from navarch.inventory import Instance, InstanceState, launch_id, ownership_tags
     from navarch.planner.observe import observe
-    from navarch.spec import load_fleet
 
     shutil.copy(Path(__file__).resolve().parents[2] / "fleet.example.yaml", tmp_path / "fleet.yaml")
     spec = load_fleet(tmp_path / "fleet.yaml")

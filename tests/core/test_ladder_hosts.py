@@ -9,10 +9,10 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from navarch.fleet_file import load_fleet
 from navarch.planner.model import Action, ActionKind, Fault, Memory, NodeMemory, Phase, Plan
 from navarch.reconcile.executor import Executor
 from navarch.reconcile.state import AuditLog
-from navarch.spec import load_fleet
 from navarch.stores.file import FileStore
 from tests.planner import builders
 from tests.support.journal import FLEET, write_fleet

@@ -13,11 +13,12 @@ from pathlib import Path
 import pytest
 
 from navarch.errors import AuthError, PreconditionFailed, RemoteError, TransientError
+from navarch.fleet_file import load_fleet
 from navarch.inventory import Instance
 from navarch.planner.model import Action, ActionKind, Memory, NodeMemory, Phase, Plan
 from navarch.reconcile.executor import Executor, JournalPolicy, Outcome, OutcomeKind
 from navarch.reconcile.state import AuditLog
-from navarch.spec import FleetSpec, load_fleet
+from navarch.spec import FleetSpec
 from navarch.stores.file import FileStore
 from tests.planner import builders
 from tests.support.journal import FLEET, write_fleet

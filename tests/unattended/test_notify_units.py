@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from navarch.errors import AuthError, LeaseLost, NotifyError, RemoteError
+from navarch.fleet_file import load_fleet
 from navarch.notify.dispatch import notify_run
 from navarch.notify.events import EventKind, events_from_error, outcome_events, plan_conditions
 from navarch.notify.sinks import SlackSink, WebhookSink, accepts
@@ -19,7 +20,7 @@ from navarch.notify.state import NotifyState, load_state, transition
 from navarch.planner.model import Action, ActionKind, Halt, Memory, Plan
 from navarch.reconcile.executor import Outcome
 from navarch.reconcile.run import ApplyResult
-from navarch.spec import SinkSpec, load_fleet
+from navarch.spec import SinkSpec
 from navarch.stores import open_store
 from tests.unattended.helpers import Recorder, write_fleet
 

@@ -435,15 +435,10 @@ def _pool(name: str, raw: Mapping[str, Any], providers: Mapping[str, Any],
             "adjust min, target or max",
         )
     placements = _placements(name, raw, providers, fail)
-    first = placements[0]
     return PoolSpec(
         name=name,
-        provider=first.provider,
-        instance_types=first.instance_types,
+        placements=placements,
         gpus_per_node=raw["gpus_per_node"],
-        region=first.region,
-        zones=first.zones,
-        capacity=first.capacity,
         min_nodes=lo,
         target_nodes=target,
         max_nodes=hi,
@@ -453,15 +448,12 @@ def _pool(name: str, raw: Mapping[str, Any], providers: Mapping[str, Any],
         ssh=dict(raw.get("ssh", {})),
         health=_health(name, raw["health"], fleet_rules, fail, source, lines),
         autoscaling=_autoscaling(name, raw["autoscaling"], fail),
-        options=first.options,
         update_strategy=raw["update"]["strategy"],
-        provider_type=first.provider_type,
         diagnostics=Diagnostics(
             every_s=(parse_duration_s(raw["diagnostics"]["every"])
                      if raw["diagnostics"]["every"] else None),
             level=raw["diagnostics"]["level"],
         ),
-        placements=placements,
         placement=raw["placement"],
     )
 

@@ -131,12 +131,8 @@ class PoolSpec:
     """
 
     name: str
-    provider: str
-    instance_types: tuple[str, ...]
+    placements: tuple[Placement, ...]  # at least one, in declared order
     gpus_per_node: int
-    region: str
-    zones: tuple[str, ...]
-    capacity: str  # "on-demand" | "spot" | "spot-then-on-demand"
     min_nodes: int
     target_nodes: int
     max_nodes: int
@@ -146,20 +142,20 @@ class PoolSpec:
     ssh: Mapping[str, Any]
     health: HealthPolicy
     autoscaling: Autoscaling
-    options: Mapping[str, Any]
     update_strategy: str = "rolling"  # "rolling" | "on-replace"
-    provider_type: str = ""  # the provider's type (local, aws, gcp, lambda, ...)
     diagnostics: Diagnostics = Diagnostics()
-    placements: tuple[Placement, ...] = ()  # empty only for hand-built specs: see placed()
     placement: str = "ordered"  # "ordered" | "cheapest" | a navarch.placement plugin name
     place_order: tuple[PlaceSpec, ...] = ()  # effective order when not "ordered"
 
+    @property
+    def provider(self) -> str:
+        """The first placement's provider: the one a pool is listed under (status) and
+        launches on by default (cloud-init without a placement)."""
+        return self.placements[0].provider
+
     def placed(self) -> tuple[Placement, ...]:
-        """Every placement, in declared order (the flat keys as one when none is set)."""
-        if self.placements:
-            return self.placements
-        return (Placement(self.provider, self.provider_type, self.region, self.zones,
-                          self.instance_types, self.capacity, self.options),)
+        """Every placement, in declared order."""
+        return self.placements
 
     def placement_of(self, provider: str, zone: str, instance_type: str
                      ) -> tuple[int, Placement] | None:

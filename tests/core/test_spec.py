@@ -47,7 +47,7 @@ def test_defaults_come_from_the_schema(tmp_path):
     pool = spec.pool("train")
     assert pool.health.unhealthy_after == 2
     assert pool.health.offline_after_s == 600
-    assert pool.scheduler == "none" and pool.capacity == "on-demand"
+    assert pool.scheduler == "none" and pool.placed()[0].capacity == "on-demand"
     assert spec.store_url == f"file://{tmp_path}/.navarch/store"
     assert spec.safety.circuit_breaker_pct == 50
 

@@ -1,4 +1,4 @@
-"""Lemons per physical host (issue 13): the executor counts a new fault occurrence against
+"""Lemons per physical host: the executor counts a new fault occurrence against
 the node's host where the cloud exposes one (Instance.host_id, EC2 Dedicated Hosts) and
 remembers a lemon's host; a fault already recorded for the node is not counted again."""
 

@@ -113,9 +113,9 @@ def floor(fleet_file: str) -> int:
     """List the machines, list the reports, read and verify every one -> reports accepted."""
     from datetime import UTC, datetime
 
+    from navarch.fleet_file import load_fleet, read_fleet_secret
     from navarch.providers import open_provider
     from navarch.reconcile.reports import _stored_at, verify_report
-    from navarch.spec import load_fleet
     from navarch.stores import open_store
 
     spec = load_fleet(fleet_file)
@@ -124,7 +124,7 @@ def floor(fleet_file: str) -> int:
                              fleet=spec.name)
     instances = provider.list_instances(spec.name)
     infos = store.list(f"health/{spec.name}/")
-    secret = spec.fleet_secret()
+    secret = read_fleet_secret(spec)
     now = datetime.now(UTC)
     ok = 0
     for start in range(0, len(infos), FLOOR_BATCH):  # batches: the floor holds no more

@@ -21,7 +21,7 @@ import logging
 import os
 import sys
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -31,6 +31,8 @@ from navarch.errors import ConfigError, LeaseLost, LockHeld, NavarchError, Stale
 
 if TYPE_CHECKING:
     from navarch.planner.model import Plan
+    from navarch.reconcile.executor import Outcome
+    from navarch.reconcile.run import ApplyResult, Fleet, Snapshot
     from navarch.spec import FleetSpec
 
 # Heavier modules (jsonschema, the planner, cloud SDKs) are imported inside the commands
@@ -38,8 +40,8 @@ if TYPE_CHECKING:
 
 
 def load_fleet(path: str | Path) -> FleetSpec:
-    """navarch.spec.load_fleet, imported on first use."""
-    from navarch.spec import load_fleet as _load
+    """navarch.fleet_file.load_fleet, imported on first use."""
+    from navarch.fleet_file import load_fleet as _load
 
     return _load(path)
 
@@ -84,11 +86,12 @@ def _halt_exit(plan: Plan) -> int | None:
     return EXIT_HALTED
 
 
-def _open(path: str):
+def _open(path: str) -> Fleet:
+    from navarch.fleet_file import ensure_local_secret
     from navarch.reconcile.run import Fleet
 
     spec = load_fleet(path)
-    spec.ensure_local_secret()
+    ensure_local_secret(spec)
     return Fleet.open(spec)
 
 
@@ -96,7 +99,7 @@ def _open(path: str):
 def cmd_validate(args: argparse.Namespace) -> int:
     """`navarch validate FLEET`: exit 0 when valid; else every problem found (schema errors,
     the first cross-field error, missing or broken playbooks), one line each, and exit 1."""
-    from navarch.spec import fleet_problems
+    from navarch.fleet_file import fleet_problems
 
     problems = fleet_problems(args.fleet)
     for problem in problems:
@@ -182,7 +185,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
             raise ConfigError("saved plan names no fleet file", file=args.target)
     fleet = _open(fleet_path)
 
-    def show(outcome) -> None:
+    def show(outcome: Outcome) -> None:
         a = outcome.action
         target = a.node or a.pool
         mark = "ok" if outcome.ok else "FAILED"
@@ -219,7 +222,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
     return code
 
 
-def _apply_exit(result) -> int:
+def _apply_exit(result: ApplyResult) -> int:
     """Print the apply's closing lines -> its exit code (0, 1 failed action, 3 halted)."""
     plan = result.plan
     if not plan.actions:
@@ -284,67 +287,6 @@ def cmd_destroy(args: argparse.Namespace) -> int:
 
 
 # -- status -----------------------------------------------------------------------------
-def _status_doc(spec: FleetSpec, snap) -> dict[str, Any]:
-    views = snap.observed.views
-    by_pool: dict[str, list[Any]] = {}  # grouped once: a scan of every node per pool is
-    for v in views:                      # pools x nodes (100 x 100,000 in bench/scale.py)
-        by_pool.setdefault(v.pool, []).append(v)
-    pools = []
-    for p in spec.pools:
-        pv = by_pool.get(p.name, [])
-        pools.append({
-            "pool": p.name, "provider": p.provider, "min": p.min_nodes, "target": p.target_nodes,
-            "max": p.max_nodes, "providers": [pl.provider for pl in p.placed()],
-            "nodes": [{
-                "node": v.node, "instance_id": v.instance.instance_id if v.instance else None,
-                "provider": v.instance.provider if v.instance else None,
-                "zone": v.instance.zone if v.instance else None,
-                "instance_type": v.instance.instance_type if v.instance else None,
-                "lifecycle": v.lifecycle.value,
-                "health": v.summary.status if v.summary else None,
-                "report_fresh": bool(v.summary) and not v.rejected and v.lifecycle.value not in (
-                    "stale", "offline"),
-                "health_score": v.summary.health_score if v.summary else None,
-                "report_age_s": round(v.report_age_s, 1) if v.report_age_s is not None else None,
-                "clock_skew_s": (round(v.summary.clock_skew_s, 1) if v.summary is not None
-                                 and v.summary.clock_skew_s is not None else None),
-                "reason": v.reason, "rejected": v.rejected,
-                "ladder": _ladder_doc(p, v, snap.memory.pool(p.name).lemons, snap.now),
-            } for v in pv],
-            "lemons": list(snap.memory.pool(p.name).lemons),
-            "lemon_hosts": list(snap.memory.pool(p.name).lemon_hosts),
-        })
-    from navarch.reconcile.reports import fleet_rejection
-
-    return {"fleet": spec.name, "store": spec.store_url, "state_serial": snap.loaded.serial,
-            "error": fleet_rejection(views), "pools": pools,
-            "rejections": dict(snap.memory.rejections),
-            "foreign": [{"provider": i.provider, "instance_id": i.instance_id}
-                        for i in snap.observed.foreign],
-            "orphans": [{"node": v.node, "pool": v.pool, "provider": v.instance.provider,
-                         "instance_id": v.instance.instance_id, "reason": v.reason}
-                        for v in views if v.lifecycle.value == "orphan" and v.instance],
-            "duplicates": [{"node": d.node, "instance_ids": [i.instance_id for i in d.instances]}
-                           for d in snap.observed.duplicates]}
-
-
-def _ladder_doc(pool: Any, v: Any, lemons: Sequence[str], now: datetime) -> dict[str, Any]:
-    """A node's remediation-ladder state for `status` (issue 13): the last rung tried and
-    for which fault, the faults within lemon_window, whether it is a lemon (lemon_after
-    faults in the window, or its instance id was replaced as one), the last diagnostics."""
-    from navarch.planner.model import diag_to_json, ts
-
-    h = pool.health
-    count = sum((now - t).total_seconds() <= h.lemon_window_s for _, t in v.faults)
-    iid = v.instance.instance_id if v.instance else None
-    host = v.instance.host_id if v.instance else None
-    return {"rung": v.rung or None, "rung_fault": v.rung_fault or None, "rung_at": ts(v.rung_at),
-            "faults_in_window": count, "lemon_after": h.lemon_after,
-            "lemon": count >= h.lemon_after or (iid is not None and iid in lemons),
-            "return_streak": v.return_streak, "host_id": host,
-            "diag": diag_to_json(v.diag) if v.diag is not None else None}
-
-
 def _print_ladder(doc: dict[str, Any]) -> None:
     """One line per node with ladder state (a rung tried, faults in the window, a lemon, a
     diagnostic), and each pool's remembered lemon instance ids."""
@@ -375,9 +317,9 @@ def _print_ladder(doc: dict[str, Any]) -> None:
         print("\nRemediation ladder:\n" + "\n".join(lines))
 
 
-def _report_fleet_rejection(snap) -> str | None:
-    """Print one error line when every node's report is rejected for one reason (issue 16
-    item 3: a wrong secret must not look like a table of `unknown` nodes); return it."""
+def _report_fleet_rejection(snap: Snapshot) -> str | None:
+    """Print one error line when every node's report is rejected for one reason (a wrong
+    secret must not look like a table of `unknown` nodes); return it."""
     from navarch.reconcile.reports import fleet_rejection
 
     message = fleet_rejection(snap.observed.views)
@@ -391,10 +333,11 @@ def cmd_status(args: argparse.Namespace) -> int:
     (every node with --all), or --json (every node)."""
     from navarch.durations import format_duration_s
     from navarch.reconcile.run import clock, gather
+    from navarch.reconcile.status import fleet_status
 
     fleet = _open(args.fleet)
     snap = gather(fleet, clock())
-    doc = _status_doc(fleet.spec, snap)
+    doc = fleet_status(fleet.spec, snap).to_json()
     _report_fleet_rejection(snap)
     if args.html:
         from navarch import status_page
@@ -421,7 +364,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             score_text = "-" if score is None else str(score)
             if n["health"] and not n["report_fresh"]:
                 # The last accepted report no longer speaks for the node: say so, keep it
-                # visible in parentheses (issue 16 item 13: never "offline ... healthy 100").
+                # visible in parentheses: never "offline ... healthy 100".
                 health, score_text = f"{n['lifecycle']} (was {n['health']})", f"({score})"
             rows.append((p["pool"], n["node"], n["instance_id"] or "-", n["zone"] or "-",
                          n["instance_type"] or "-", n["lifecycle"], health, score_text, age,
@@ -499,13 +442,50 @@ def cmd_cordon(args: argparse.Namespace) -> int:
 
 
 # -- local provider -------------------------------------------------------------------------
+def cmd_render_cloud_init(args: argparse.Namespace) -> int:
+    """`navarch render cloud-init FLEET --pool P [--node N]`: print the user-data a node of
+    the pool boots with (N defaults to <fleet>-<pool>-0001, the pool's first node)."""
+    from navarch.agent.bundle import build_bundle
+    from navarch.bootstrap import BundleSource, render_cloud_init
+    from navarch.fleet_file import read_fleet_secret
+    from navarch.planner.plan import node_name
+    from navarch.reconcile.publish import AgentDelivery
+    from navarch.signing import derive_node_key
+    from navarch.stores import open_store
+
+    try:
+        spec = load_fleet(args.fleet)
+        try:
+            spec.pool(args.pool)
+        except KeyError:
+            names = ", ".join(p.name for p in spec.pools)
+            print(f"navarch render cloud-init: no pool {args.pool!r} in {args.fleet} "
+                  f"(pools: {names})", file=sys.stderr)
+            return EXIT_ERROR
+        # The pool's first node as `navarch apply` names it (<fleet>-<pool>-0001): its key
+        # and report path are the ones a real first node gets.
+        node = args.node or node_name(spec.name, args.pool, 1)
+        key = derive_node_key(read_fleet_secret(spec), spec.name, node)
+        if args.bundle_url:  # the operator hosts `navarch agent bundle`'s file there
+            source = BundleSource(args.bundle_url, build_bundle().sha256)
+            bundle: Callable[[], BundleSource] = lambda: source  # noqa: E731
+        else:  # as apply does: publish to the fleet's store, sign a short-lived URL
+            bundle = AgentDelivery(open_store(spec.store_url, base_dir=spec.base_dir)).get
+        sys.stdout.write(render_cloud_init(spec, args.pool, node, key, bundle=bundle))
+    except NavarchError as exc:
+        print(f"navarch render cloud-init: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    return EXIT_OK
+
+
 def cmd_local_tick(args: argparse.Namespace) -> int:
     """`navarch local tick`: every local node's agent reports once."""
+    from navarch.fleet_file import ensure_local_secret
     from navarch.providers import local_ops
     from navarch.reconcile.run import clock
 
     spec = load_fleet(args.fleet)
-    spec.ensure_local_secret()
+    ensure_local_secret(spec)
     # The agents' own JSON logs are for journald on real machines; here each node's
     # outcome is the line printed below.
     logging.getLogger("navarch.agent").setLevel(logging.ERROR)
@@ -733,6 +713,19 @@ def _local_commands(sub: Any) -> None:
     s.set_defaults(func=cmd_local_foreign)
 
 
+def _render_commands(sub: Any) -> None:
+    render = sub.add_parser("render", help="print text navarch sends to machines")
+    rsub = render.add_subparsers(dest="render_command", required=True, metavar="WHAT")
+    s = rsub.add_parser("cloud-init", help="the cloud-init user-data of a node of a pool")
+    s.add_argument("fleet", metavar="FLEET", help="path to fleet.yaml")
+    s.add_argument("--pool", required=True, help="pool name")
+    s.add_argument("--node", help="node name (default <fleet>-<pool>-0001, the pool's first node)")
+    s.add_argument("--bundle-url", metavar="URL",
+                   help="where nodes fetch `navarch agent bundle`'s file (default: publish it "
+                   "to the fleet's store and use a pre-signed URL, as apply does)")
+    s.set_defaults(func=cmd_render_cloud_init)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser for every command (the agent's are registered by navarch.agent.cli)."""
     p = _Parser(prog="navarch", description="Keep a GPU fleet healthy: plan/apply "
@@ -745,12 +738,10 @@ def build_parser() -> argparse.ArgumentParser:
     _node_commands(sub)
     _local_commands(sub)
 
-    try:
-        from navarch.agent.cli import register
-    except ImportError:
-        register = None
-    if register is not None:
-        register(sub)
+    from navarch.agent.cli import register
+
+    register(sub)
+    _render_commands(sub)
     return p
 
 

@@ -2,9 +2,12 @@
 
     NavarchError
     ├── ConfigError            bad fleet.yaml, playbook or agent config (file, line, key path)
+    │   └── PluginError        an entry-point plugin failed to load, raised outside this tree,
+    │                          or returned the wrong shape (group, name, entry point, reason)
     ├── StoreError             object store failure that is not a precondition
     │   ├── PreconditionFailed create-if-absent / replace-if-version lost a race (HTTP 412/409)
-    │   └── NotFound           the object does not exist
+    │   ├── NotFound           the object does not exist
+    │   └── StoreUnavailable   connection failure, timeout, throttling or 5xx; try again later
     ├── LockHeld               another run holds state/<fleet>.lock (holder, age)
     ├── LeaseLost              this apply's lease lapsed or was taken over: it stops acting
     ├── StalePlan              a saved plan whose state serial or inventory moved on
@@ -16,12 +19,22 @@
     │   ├── QuotaError         account quota hit; scope says zone, region or provider
     │   ├── AuthError          credentials or permissions; nothing will work until fixed
     │   └── TransientError     throttling, 5xx, timeouts; try again on the next run
-    └── RemoteError            an SSH playbook step failed (host, command, exit code, output tail)
+    ├── RemoteError            an SSH playbook step failed (host, command, exit code, output tail)
+    └── NotifyError            a notification sink could not deliver after its retries
+
+SDK exceptions never cross a cloud module's boundary: each provider and store module runs
+every SDK call inside its one error-mapping context manager (navarch.providers.aws.aws_errors,
+navarch.stores.s3.s3_errors, ..., built on map_exceptions below), so a connection failure is
+a TransientError from every provider and a StoreUnavailable from every store.
 
 Errors carry their data as attributes so the CLI and the audit log can render them.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Protocol
 
 
 class NavarchError(Exception):
@@ -60,6 +73,43 @@ class ConfigError(NavarchError):
         return f"{where}{key}{self.message}{hint}"
 
 
+class PluginOrigin(Protocol):
+    """Where a plugin comes from (navarch.plugins.PluginRef has this shape)."""
+
+    @property
+    def group(self) -> str: ...
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def value(self) -> str: ...
+
+    @property
+    def dist(self) -> str | None: ...
+
+
+class PluginError(ConfigError):
+    """A plugin failed to load, raised outside navarch's error tree, or returned the wrong
+    shape. Raised by navarch.plugins' guards and the notifier plugin sink.
+
+    Attributes: group, name, value (the entry point's "module:attr"), dist ("name version"
+    of the distribution that declared it, or None), reason (one line).
+    """
+
+    def __init__(self, plugin: PluginOrigin, reason: str) -> None:
+        self.group = plugin.group
+        self.name = plugin.name
+        self.value = plugin.value
+        self.dist = plugin.dist
+        self.reason = reason
+        origin = f" from {plugin.dist}" if plugin.dist else ""
+        super().__init__(
+            f"plugin {plugin.name!r} ({plugin.group} = {plugin.value}{origin}): {reason}",
+            hint="fix or uninstall the plugin package",
+        )
+
+
 class StoreError(NavarchError):
     """An object store operation failed for a reason other than a lost precondition."""
 
@@ -78,6 +128,12 @@ class NotFound(StoreError):
     def __init__(self, key: str) -> None:
         self.key = key
         super().__init__(f"no such object: {key}")
+
+
+class StoreUnavailable(StoreError):
+    """The store could not be reached or answered with throttling or a 5xx: the same call
+    may succeed later. Raised by the store modules' error boundaries; callers treat it as
+    any StoreError (the run stops before acting, or a read counts as doubt)."""
 
 
 class LockHeld(NavarchError):
@@ -173,3 +229,31 @@ class RemoteError(NavarchError):
         self.output_tail = output_tail
         code = "no connection" if exit_code is None else f"exit {exit_code}"
         super().__init__(f"{host}: {command!r} failed ({code}): {output_tail[-200:]}")
+
+
+class NotifyError(NavarchError):
+    """A notification sink could not deliver (after its retries); raised by navarch.notify's
+    sinks and logged, never raised, by the dispatcher. The message names the sink, never a
+    secret or a URL."""
+
+
+@contextmanager
+def map_exceptions(
+    translate: Callable[[Exception], NavarchError | None],
+) -> Iterator[None]:
+    """Run the body; an exception translate() maps is re-raised as navarch's error.
+
+    translate(exc) returns the navarch error for an SDK exception, or None for one it does
+    not know (re-raised unchanged). navarch's own errors pass through untouched. The
+    mapped error is raised `from` the original, so the SDK's traceback stays readable.
+    Model: httpx._transports.default.map_httpcore_exceptions.
+    """
+    try:
+        yield
+    except NavarchError:
+        raise
+    except Exception as exc:
+        mapped = translate(exc)
+        if mapped is None:
+            raise
+        raise mapped from exc

@@ -7,8 +7,8 @@ A package extends navarch without a fork by declaring entry points in its pyproj
 
 Groups (the entry point's name is the key fleet.yaml uses):
 
-    navarch.providers   provider `type:`      -> ProviderFactory
-    navarch.stores      store URL scheme      -> StoreFactory
+    navarch.providers   provider `type:`      -> ProviderFactory (navarch.providers.plugin)
+    navarch.stores      store URL scheme      -> StoreFactory (navarch.stores.plugin)
     navarch.notifiers   notify sink `type:`   -> NotifierFactory
     navarch.checks      agent check name      -> AgentCheck
     navarch.placement   placement scorer name -> PlacementScorer
@@ -25,6 +25,10 @@ raises PluginError, whose one-line message names the plugin (group, name, entry 
 value, distribution). Providers and stores are built when the Fleet is opened, before the
 lock is taken and before any action, so such a failure never leaves a half-applied run;
 the CLI prints the line and exits 1.
+
+This module is the registry below every seam: it imports no provider or store, so
+navarch.providers and navarch.stores import it (and their own plugin guards,
+navarch.providers.plugin and navarch.stores.plugin) at the top, without a cycle.
 """
 
 from __future__ import annotations
@@ -33,14 +37,10 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint
-from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from navarch.compat import StrEnum, entry_points_of
-from navarch.errors import ConfigError, NavarchError
-from navarch.inventory import Instance
-from navarch.providers.base import Provider, ProvisionRequest
-from navarch.stores.base import Blob, ObjectInfo, ObjectStore
+from navarch.errors import NavarchError, PluginError
 
 
 class Group(StrEnum):
@@ -51,24 +51,6 @@ class Group(StrEnum):
     NOTIFIERS = "navarch.notifiers"
     CHECKS = "navarch.checks"
     PLACEMENT = "navarch.placement"
-
-
-class PluginError(ConfigError):
-    """A plugin failed to load, raised outside navarch's error tree, or returned the wrong
-    shape. Attributes: group, name, value (the entry point's "module:attr"), dist
-    ("name version" of the distribution that declared it, or None), reason (one line)."""
-
-    def __init__(self, plugin: PluginRef, reason: str) -> None:
-        self.group = plugin.group
-        self.name = plugin.name
-        self.value = plugin.value
-        self.dist = plugin.dist
-        self.reason = reason
-        origin = f" from {plugin.dist}" if plugin.dist else ""
-        super().__init__(
-            f"plugin {plugin.name!r} ({plugin.group} = {plugin.value}{origin}): {reason}",
-            hint="fix or uninstall the plugin package",
-        )
 
 
 @dataclass(frozen=True)
@@ -82,58 +64,6 @@ class PluginRef:
 
 
 # --- the contracts --------------------------------------------------------------------
-
-
-@runtime_checkable
-class ProviderFactory(Protocol):
-    """navarch.providers: build a Provider for one `providers.<name>` entry of fleet.yaml."""
-
-    def __call__(
-        self, name: str, config: Mapping[str, Any], *, base_dir: Path, fleet: str
-    ) -> Provider:
-        """Return a Provider (navarch.providers.base.Provider) named `name`.
-
-        Inputs: name is the provider's key in fleet.yaml; config its whole mapping (with
-        `type` equal to the entry point's name; navarch's schema checks only `type`, so
-        validate the rest here and raise ConfigError naming `providers.<name>.<key>`);
-        base_dir is the fleet file's directory (resolve relative paths against it); fleet is
-        the fleet name. Must not call the cloud: navarch builds every provider before a run.
-
-        The Provider must honour navarch.providers.base's contract:
-        - list_instances(fleet) -> Sequence[Instance], every instance of the fleet
-          (pending..stopped), tags as given at launch. Listing foreign instances is allowed.
-        - provision(request) -> Instance, idempotent on request.launch_id: a repeated call
-          (a killed run's retry) returns the instance the first call made, never a second.
-        - terminate(instances), reboot(instances), update_tags(instance, tags): refuse
-          instances without navarch-fleet=<fleet> (navarch.providers.base.ensure_owned)
-          before any call; terminate of an instance already gone is success.
-        - Errors: raise only navarch errors, mapped in one place: CapacityError or
-          PlacementError (navarch falls over to the next zone/type), QuotaError, AuthError,
-          TransientError (retried next run), ProviderError otherwise.
-
-        navarch guarantees: one apply at a time per fleet (the store lease), only instances
-        carrying this fleet's tags are passed to terminate/reboot/update_tags, actions on a
-        node run in order, and at most `max_parallel` actions run at once per provider.
-        Any other exception, or a result of the wrong type, becomes PluginError (exit 1).
-        """
-        ...
-
-
-@runtime_checkable
-class StoreFactory(Protocol):
-    """navarch.stores: open an ObjectStore for a URL whose scheme is the entry point name."""
-
-    def __call__(self, url: str) -> ObjectStore:
-        """Return an ObjectStore (navarch.stores.base) for `url` ("<scheme>://...").
-
-        The store must implement the contract in navarch.stores.base exactly: conditional
-        puts (if_absent, if_version) are atomic compare-and-swap, raising PreconditionFailed
-        when lost; get of a missing key raises NotFound; list is sorted by key. The lock and
-        state of every fleet depend on those conditions: a store that cannot honour them
-        must not be offered. Raise ConfigError for a malformed URL, StoreError for I/O.
-        navarch guarantees: versions it passes back are ones this store handed out.
-        """
-        ...
 
 
 @runtime_checkable
@@ -161,7 +91,7 @@ class NotifierFactory(Protocol):
         send(event) receives one event document, navarch.notify.events.Event.to_json():
         {"event_id", "kind", "severity", "fleet", "pool", "node", "message", "details",
         "condition", "clears", "run_id"}, only events this sink's filters accept, and
-        returns None. Raise a NavarchError (e.g. navarch.notify.sinks.NotifyError) when the
+        returns None. Raise a NavarchError (e.g. navarch.errors.NotifyError) when the
         event could not be delivered. send must be safe to call again for the same
         event_id (a later run may resend a condition).
 
@@ -287,116 +217,11 @@ def call_within(ref: PluginRef, timeout_s: float, fn: Callable[..., Any], *args:
     return value
 
 
-_PROVIDER_METHODS = ("list_instances", "provision", "terminate", "reboot", "update_tags")
-_STORE_METHODS = ("get", "put", "delete", "list", "get_many")
-
-
-def _check_shape(ref: PluginRef, obj: object, kind: str, methods: Sequence[str]) -> None:
+def check_shape(ref: PluginRef, obj: object, kind: str, methods: Sequence[str]) -> None:
+    """Raise PluginError naming the plugin unless obj has every method of `methods`
+    (what a plugin's factory built must be a `kind`, e.g. "Provider")."""
     missing = [m for m in methods if not callable(getattr(obj, m, None))]
     if missing:
         raise PluginError(
             ref, f"returned a {type(obj).__name__}, not a {kind} (missing {', '.join(missing)})"
         )
-
-
-class CheckedProvider:
-    """A plugin's Provider behind navarch's guard: unexpected exceptions and wrong return
-    types become PluginError naming the plugin (see the module docstring)."""
-
-    def __init__(self, ref: PluginRef, inner: Any) -> None:
-        self._ref = ref
-        self._inner = inner
-        self.name: str = str(getattr(inner, "name", ref.name))
-
-    def __getattr__(self, attr: str) -> Any:  # anything beyond the contract passes through
-        return getattr(self._inner, attr)
-
-    def list_instances(self, fleet: str) -> Sequence[Instance]:
-        got = call(self._ref, self._inner.list_instances, fleet)
-        if not isinstance(got, (list, tuple)) or not all(isinstance(i, Instance) for i in got):
-            raise PluginError(self._ref, "list_instances did not return a list of Instance")
-        return tuple(got)
-
-    def provision(self, request: ProvisionRequest) -> Instance:
-        got = call(self._ref, self._inner.provision, request)
-        if not isinstance(got, Instance):
-            raise PluginError(
-                self._ref, f"provision returned a {type(got).__name__}, not an Instance"
-            )
-        return got
-
-    def terminate(self, instances: Sequence[Instance]) -> None:
-        call(self._ref, self._inner.terminate, instances)
-
-    def reboot(self, instances: Sequence[Instance]) -> None:
-        call(self._ref, self._inner.reboot, instances)
-
-    def update_tags(self, instance: Instance, tags: Mapping[str, str]) -> None:
-        call(self._ref, self._inner.update_tags, instance, tags)
-
-
-class CheckedStore:
-    """A plugin's ObjectStore behind navarch's guard (unexpected exceptions and wrong
-    return types become PluginError naming the plugin)."""
-
-    def __init__(self, ref: PluginRef, inner: Any) -> None:
-        self._ref = ref
-        self._inner = inner
-        self.url: str = str(getattr(inner, "url", ""))
-        self.parallel_gets: int = int(getattr(inner, "parallel_gets", 1))
-
-    def get(self, key: str) -> Blob:
-        got = call(self._ref, self._inner.get, key)
-        if not isinstance(got, Blob):
-            raise PluginError(self._ref, f"get returned a {type(got).__name__}, not a Blob")
-        return got
-
-    def put(self, key: str, data: bytes, *, if_absent: bool = False,
-            if_version: str | None = None) -> str:
-        got = call(self._ref, self._inner.put, key, data, if_absent=if_absent,
-                   if_version=if_version)
-        if not isinstance(got, str):
-            raise PluginError(self._ref, f"put returned a {type(got).__name__}, not a version")
-        return got
-
-    def delete(self, key: str, *, if_version: str | None = None) -> None:
-        call(self._ref, self._inner.delete, key, if_version=if_version)
-
-    def list(self, prefix: str) -> Sequence[ObjectInfo]:
-        got = call(self._ref, self._inner.list, prefix)
-        if not isinstance(got, (list, tuple)) or not all(isinstance(o, ObjectInfo) for o in got):
-            raise PluginError(self._ref, "list did not return a list of ObjectInfo")
-        return tuple(got)
-
-    def get_many(self, keys: Any) -> dict[str, Blob]:
-        got = call(self._ref, self._inner.get_many, keys)
-        if not isinstance(got, dict):
-            raise PluginError(self._ref, f"get_many returned a {type(got).__name__}, not a dict")
-        return got
-
-
-def open_plugin_provider(
-    name: str, config: Mapping[str, Any], *, base_dir: Path, fleet: str
-) -> Provider | None:
-    """Build provider `name` from the navarch.providers plugin named by config["type"]
-    -> a guarded Provider, or None when no such plugin is installed. Raises PluginError."""
-    found = load(Group.PROVIDERS, str(config.get("type")))
-    if found is None:
-        return None
-    ref, factory = found
-    provider = call(ref, factory, name, config, base_dir=base_dir, fleet=fleet)
-    _check_shape(ref, provider, "Provider", _PROVIDER_METHODS)
-    return CheckedProvider(ref, provider)
-
-
-def open_plugin_store(url: str) -> ObjectStore | None:
-    """Open `url` with the navarch.stores plugin named by its scheme -> a guarded
-    ObjectStore, or None when no such plugin is installed. Raises PluginError."""
-    scheme = url.split("://", 1)[0]
-    found = load(Group.STORES, scheme)
-    if found is None:
-        return None
-    ref, factory = found
-    store = call(ref, factory, url)
-    _check_shape(ref, store, "ObjectStore", _STORE_METHODS)
-    return CheckedStore(ref, store)

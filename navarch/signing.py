@@ -10,8 +10,8 @@ UTF-16 code units, no whitespace, ECMAScript number form, UTF-8. The agent signs
 dict it writes; the reconciler parses the stored bytes and canonicalises what it parsed,
 so any JSON serialiser may write the report. JCS refuses what has no canonical form
 (lone surrogates, NaN/Infinity, integers beyond +-(2**53 - 1)): canonical_bytes raises
-ValueError for those, and such a report can be neither signed nor verified (issue 16
-item 4).
+ValueError for those, and such a report can be neither signed nor verified (a signature
+over a form the reconciler cannot rebuild would be unverifiable anyway).
 
 Speed: rfc8785 is pure Python (about 150 us for a typical report). canonical_bytes first
 serialises with the stdlib's C encoder (sorted keys, no whitespace, no ASCII escaping),
@@ -22,11 +22,6 @@ ECMAScript form both give the shortest round-trip digits in plain decimal) and p
 the output back gives the input (keys were strings, nothing was coerced). Anything else
 goes to rfc8785, so the result is always rfc8785's (tests/core/test_signing_canonical.py
 checks it on generated values).
-
-Rollout: agents released before JCS signed Python's json.dumps(sort_keys=True,
-separators=(",", ":"), ensure_ascii=False) of the same body (legacy_canonical_bytes). The
-reconciler still accepts that form, so upgrading the reconciler first does not turn a
-fleet of older agents into bad signatures; new agents sign JCS only.
 """
 
 from __future__ import annotations
@@ -98,14 +93,6 @@ def canonical_bytes(report: Mapping[str, Any]) -> bytes:
     return fast if fast is not None else rfc8785.dumps(body)
 
 
-def legacy_canonical_bytes(report: Mapping[str, Any]) -> bytes:
-    """The form agents before RFC 8785 signed (see the module docstring, "Rollout").
-
-    Raises ValueError (UnicodeEncodeError) for a lone surrogate."""
-    body = {k: v for k, v in report.items() if k != "signature"}
-    return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
-
-
 def mac(canonical: bytes, node_key: bytes) -> str:
     """HMAC-SHA256 of canonical bytes under node_key, as 64 lowercase hex digits."""
     return hmac.new(node_key, canonical, hashlib.sha256).hexdigest()
@@ -131,12 +118,11 @@ def verify_canonical(canonical: bytes, signature: Any, node_key: bytes) -> bool:
 
 
 def verify(report: Mapping[str, Any], node_key: bytes) -> bool:
-    """True when the report carries a valid signature for node_key over its JCS form (or,
-    from an older agent, the legacy form); False also when it has no canonical form."""
+    """True when the report carries a valid signature for node_key over its JCS form;
+    False also when it has no canonical form."""
     try:
         canonical = canonical_bytes(report)
     except (ValueError, RecursionError):
         return False
     signature = report.get("signature")
-    return (verify_canonical(canonical, signature, node_key)
-            or verify_canonical(legacy_canonical_bytes(report), signature, node_key))
+    return verify_canonical(canonical, signature, node_key)

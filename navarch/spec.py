@@ -1,32 +1,19 @@
-"""Load and validate fleet.yaml into a FleetSpec (the desired state).
-
-schemas/fleet.schema.json is the single source of truth for the file's shape and defaults;
-this module adds what a schema cannot say (min <= target <= max, a pool naming a provider
-that exists, autoscaling thresholds in order, offline_after >= stale_after) and turns every
-problem into a ConfigError that names the file, the line, the key path and what to do.
+"""The desired state: FleetSpec and its parts, as navarch.fleet_file loads them from
+fleet.yaml. Plain frozen data: no I/O here (the fleet secret is read by the reconcile run,
+navarch.fleet_file.read_fleet_secret; this module holds only where it comes from).
 """
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
-import os
-import secrets
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
-from functools import cache, cached_property
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-import jsonschema
-import yaml
-from referencing import Registry, Resource
-
-from navarch.durations import parse_duration_s
-from navarch.errors import ConfigError
-from navarch.policy import Rule, compile_rule
-from navarch.resources import data_dir
+from navarch.policy import Rule
 
 
 @dataclass(frozen=True)
@@ -43,7 +30,7 @@ class HealthPolicy:
     replacement: str  # "surge" | "after-terminate"
     max_surge: int
     provision_timeout_s: int = 900  # cluster autoscaler's max-node-provision-time default
-    # Issue 13: health rules and the remediation ladder (docs/health-policy.md).
+    # Health rules and the remediation ladder (docs/health-policy.md).
     rules: tuple[Rule, ...] = ()  # the pool's own health.rules, compiled
     fleet_rules: tuple[Rule, ...] = ()  # the fleet-wide health.rules, compiled
     remediation: tuple[str, ...] = ("reboot", "replace")  # the ladder, cheapest first
@@ -86,7 +73,7 @@ class Autoscaling:
 
 @dataclass(frozen=True)
 class Placement:
-    """One provider a pool may launch on (issue 15): its zones and instance types in
+    """One provider a pool may launch on: its zones and instance types in
     fallback order, capacity mode and provider options (the type's section: aws:, gcp:,
     ...). A single-provider pool is the one-placement case."""
 
@@ -139,17 +126,13 @@ class PoolSpec:
     """One pool of identical nodes. instance_types and zones are in fallback order.
 
     provider, region, zones, instance_types, capacity, options and provider_type are the
-    first placement's; placements holds every one (issue 15), in declared order, and
+    first placement's; placements holds every one, in declared order, and
     place_order the effective launch order when `placement:` is not `ordered`.
     """
 
     name: str
-    provider: str
-    instance_types: tuple[str, ...]
+    placements: tuple[Placement, ...]  # at least one, in declared order
     gpus_per_node: int
-    region: str
-    zones: tuple[str, ...]
-    capacity: str  # "on-demand" | "spot" | "spot-then-on-demand"
     min_nodes: int
     target_nodes: int
     max_nodes: int
@@ -159,20 +142,20 @@ class PoolSpec:
     ssh: Mapping[str, Any]
     health: HealthPolicy
     autoscaling: Autoscaling
-    options: Mapping[str, Any]
     update_strategy: str = "rolling"  # "rolling" | "on-replace"
-    provider_type: str = ""  # the provider's type (local, aws, gcp, lambda, ...)
     diagnostics: Diagnostics = Diagnostics()
-    placements: tuple[Placement, ...] = ()  # empty only for hand-built specs: see placed()
     placement: str = "ordered"  # "ordered" | "cheapest" | a navarch.placement plugin name
     place_order: tuple[PlaceSpec, ...] = ()  # effective order when not "ordered"
 
+    @property
+    def provider(self) -> str:
+        """The first placement's provider: the one a pool is listed under (status) and
+        launches on by default (cloud-init without a placement)."""
+        return self.placements[0].provider
+
     def placed(self) -> tuple[Placement, ...]:
-        """Every placement, in declared order (the flat keys as one when none is set)."""
-        if self.placements:
-            return self.placements
-        return (Placement(self.provider, self.provider_type, self.region, self.zones,
-                          self.instance_types, self.capacity, self.options),)
+        """Every placement, in declared order."""
+        return self.placements
 
     def placement_of(self, provider: str, zone: str, instance_type: str
                      ) -> tuple[int, Placement] | None:
@@ -245,7 +228,8 @@ class SafetySpec:
 
     def orphan_limit(self, fleet_nodes: int) -> int:
         """How many orphans one run may terminate: the setting, or 10 nodes or 20% of the
-        fleet, whichever is larger (issue 10; Terraform prevent_destroy in spirit)."""
+        fleet, whichever is larger (Terraform prevent_destroy in spirit: one bad run must not
+        delete a fleet)."""
         if self.max_orphan_terminations is not None:
             return self.max_orphan_terminations
         return max(10, fleet_nodes // 5)
@@ -297,7 +281,7 @@ class FleetSpec:
     pools: tuple[PoolSpec, ...]
     safety: SafetySpec
     health_rules: tuple[Rule, ...] = ()  # fleet-wide health.rules, compiled
-    notify: tuple[SinkSpec, ...] = ()  # notify: sinks (issue 12)
+    notify: tuple[SinkSpec, ...] = ()  # notify: sinks, told of every apply's result
     metrics: MetricsSpec = MetricsSpec()
     status_page: bool = False  # apply writes status/<fleet>/index.html to the store
 
@@ -306,639 +290,3 @@ class FleetSpec:
             if p.name == name:
                 return p
         raise KeyError(name)
-
-    def secret_path(self) -> Path | None:
-        """The secret file's path when the secret comes from a file, else None."""
-        if "file" in self.secret:
-            path = Path(self.secret["file"])
-            return path if path.is_absolute() else self.base_dir / path
-        return None
-
-    def fleet_secret(self) -> bytes:
-        """The fleet secret's bytes (surrounding whitespace stripped).
-
-        Raises ConfigError when the variable or file is missing or empty.
-        """
-        if "env" in self.secret:
-            value = os.environ.get(self.secret["env"], "").strip()
-            if not value:
-                raise ConfigError(
-                    f"environment variable {self.secret['env']} is empty or unset",
-                    file=str(self.source),
-                    key_path="secret.env",
-                    hint="export the fleet secret, e.g. from your CI secret store",
-                )
-            return value.encode()
-        path = self.secret_path()
-        assert path is not None
-        try:
-            value = path.read_text().strip()
-        except OSError as exc:
-            raise ConfigError(
-                f"cannot read the fleet secret file {path}: {exc.strerror}",
-                file=str(self.source),
-                key_path="secret.file",
-                hint="run `navarch apply` once on a file:// store to create it, or write one",
-            ) from exc
-        if not value:
-            raise ConfigError(f"fleet secret file {path} is empty", key_path="secret.file")
-        return value.encode()
-
-    def ensure_local_secret(self) -> None:
-        """Create the secret file (0600, 32 random bytes hex) if it is missing.
-
-        Only for file:// stores, where the reconciler and the local agents share one
-        machine; a cloud fleet's secret is provisioned by its operator.
-        """
-        path = self.secret_path()
-        if path is None or path.exists() or not self.store_url.startswith("file://"):
-            return
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(secrets.token_hex(32) + "\n")
-
-
-# --- schema loading -------------------------------------------------------------------
-
-
-@cache
-def _registry() -> Registry:
-    resources = []
-    root = data_dir("schemas")
-    for path in sorted(root.rglob("*.schema.json")):
-        doc = json.loads(path.read_text())
-        resources.append((doc["$id"], Resource.from_contents(doc)))
-    return Registry().with_resources(resources)
-
-
-@cache
-def load_schema(name: str) -> dict[str, Any]:
-    """Load schemas/<name> as a dict (e.g. "fleet.schema.json")."""
-    doc: dict[str, Any] = json.loads((data_dir("schemas") / name).read_text())
-    return doc
-
-
-@cache
-def validator_for(name: str) -> jsonschema.Draft202012Validator:
-    """A Draft 2020-12 validator for schemas/<name>, with cross-file $refs resolved.
-
-    Built once per schema and reused: the reconciler checks thousands of reports per run.
-    Local "#/$defs/..." references are inlined first (the schemas are not recursive), which
-    makes each validation about a third cheaper than resolving them on every use.
-    """
-    return jsonschema.Draft202012Validator(
-        _inline_local_refs(load_schema(name)),
-        registry=_registry(),
-        format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER,
-    )
-
-
-def _inline_local_refs(schema: dict[str, Any]) -> dict[str, Any]:
-    defs = schema.get("$defs", {})
-
-    def walk(node: Any, depth: int = 0) -> Any:
-        if depth > 50:
-            raise ValueError("schema nests too deep to inline (is it recursive?)")
-        if isinstance(node, dict):
-            ref = node.get("$ref")
-            if isinstance(ref, str) and ref.startswith("#/$defs/") and "/" not in ref[8:]:
-                rest = {k: v for k, v in node.items() if k != "$ref"}
-                return walk({**defs[ref[8:]], **rest}, depth + 1)
-            return {k: walk(v, depth + 1) for k, v in node.items()}
-        if isinstance(node, list):
-            return [walk(v, depth + 1) for v in node]
-        return node
-
-    inlined: dict[str, Any] = walk(schema)
-    return inlined
-
-
-# --- YAML with line numbers -------------------------------------------------------------
-
-
-def _compose(text: str, filename: str) -> tuple[Any, dict[tuple[Any, ...], int]]:
-    """Parse YAML into plain data plus a map from key path to 1-based line number.
-
-    Raises ConfigError on YAML syntax errors and duplicate keys.
-    """
-    try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise ConfigError(
-            f"not valid YAML: {getattr(exc, 'problem', exc)}",
-            file=filename,
-            line=mark.line + 1 if mark else None,
-            hint="fix the YAML syntax",
-        ) from exc
-    lines: dict[tuple[Any, ...], int] = {}
-
-    def walk(node: yaml.Node | None, path: tuple[Any, ...]) -> None:
-        if node is None:
-            return
-        lines.setdefault(path, node.start_mark.line + 1)
-        if isinstance(node, yaml.MappingNode):
-            seen: set[Any] = set()
-            for key_node, value_node in node.value:
-                key = key_node.value
-                if key in seen:
-                    raise ConfigError(
-                        f"duplicate key {key!r}",
-                        file=filename,
-                        line=key_node.start_mark.line + 1,
-                        key_path=_dotted(path + (key,)),
-                        hint="keep one of them",
-                    )
-                seen.add(key)
-                lines[path + (key,)] = key_node.start_mark.line + 1
-                walk(value_node, path + (key,))
-        elif isinstance(node, yaml.SequenceNode):
-            for i, item in enumerate(node.value):
-                walk(item, path + (i,))
-
-    walk(root, ())
-    data = yaml.safe_load(text) if root is not None else None
-    return data, lines
-
-
-def _dotted(path: tuple[Any, ...] | list[Any]) -> str:
-    out = ""
-    for part in path:
-        out += f"[{part}]" if isinstance(part, int) else (("." if out else "") + str(part))
-    return out or "(top level)"
-
-
-def _line_for(lines: Mapping[tuple[Any, ...], int], path: tuple[Any, ...]) -> int | None:
-    while True:
-        if path in lines:
-            return lines[path]
-        if not path:
-            return None
-        path = path[:-1]
-
-
-# --- defaults --------------------------------------------------------------------------
-
-
-def _apply_defaults(instance: Any, schema: Mapping[str, Any], root: Mapping[str, Any]) -> None:
-    """Fill in `default` values of object properties, following local $refs."""
-    if "$ref" in schema and schema["$ref"].startswith("#/"):
-        target: Any = root
-        for part in schema["$ref"][2:].split("/"):
-            target = target[part]
-        _apply_defaults(instance, target, root)
-        return
-    if not isinstance(instance, dict):
-        return
-    for key, sub in schema.get("properties", {}).items():
-        if key not in instance and "default" in sub:
-            instance[key] = copy.deepcopy(sub["default"])
-        if key in instance:
-            _apply_defaults(instance[key], sub, root)
-    extra = schema.get("additionalProperties")
-    if isinstance(extra, dict):
-        for key, value in instance.items():
-            if key not in schema.get("properties", {}):
-                _apply_defaults(value, extra, root)
-
-
-def _hint_for(error: jsonschema.ValidationError) -> str:
-    if error.validator == "additionalProperties":
-        return "remove it, or check its spelling against schemas/fleet.schema.json"
-    if error.validator == "required":
-        return "add the missing key"
-    if error.validator in ("type", "enum", "const", "pattern", "oneOf"):
-        return "see the key's description in schemas/fleet.schema.json"
-    return "see schemas/fleet.schema.json"
-
-
-def _schema_error(err: jsonschema.ValidationError, source: Path,
-                  lines: Mapping[tuple[Any, ...], int]) -> ConfigError:
-    """One schema error as a ConfigError (file, line, key path, hint)."""
-    err_path = tuple(err.absolute_path)
-    message = err.message
-    if err.validator == "additionalProperties":
-        allowed = set(err.schema.get("properties", {}))
-        unknown = sorted(set(err.instance) - allowed) if isinstance(err.instance, dict) else []
-        if unknown:
-            err_path = err_path + (unknown[0],)
-            message = f"unknown key {unknown[0]!r}"
-    return ConfigError(message, file=str(source), line=_line_for(lines, err_path),
-                       key_path=_dotted(err_path), hint=_hint_for(err))
-
-
-def fleet_problems(path: str | Path) -> list[ConfigError]:
-    """Every problem `navarch validate` finds in fleet.yaml (issue 16 item 13).
-
-    Returns [] for a valid fleet, else ConfigErrors (file, line, key path, hint): every
-    schema error in file order; when the schema holds, the first cross-field error
-    load_fleet raises; then, for a fleet that loads, every pool playbook
-    (pools.<pool>.playbooks.<kind>) whose file is missing or does not load, naming the
-    fleet file's line and the playbook's own error. Never raises: an unreadable file or
-    bad YAML is returned as its one ConfigError.
-    """
-    source = Path(path)
-    try:
-        text = source.read_text()
-        data, lines = _compose(text, str(source))
-    except OSError as exc:
-        return [ConfigError(f"cannot read fleet file: {exc.strerror}", file=str(source))]
-    except ConfigError as exc:
-        return [exc]
-    if not isinstance(data, dict):
-        return [ConfigError("the fleet file must be a YAML mapping", file=str(source), line=1,
-                            hint="start from fleet.example.yaml")]
-    errors = [_schema_error(e, source, lines)
-              for e in validator_for("fleet.schema.json").iter_errors(data)]
-    if errors:
-        return sorted(errors, key=lambda e: (e.line or 0, e.key_path or ""))
-    try:
-        spec = load_fleet(source)
-    except ConfigError as exc:
-        return [exc]
-    from navarch.remote.playbook import PlaybookKind, load_playbook_file
-
-    problems: list[ConfigError] = []
-    for pool in spec.pools:
-        for kind, rel in sorted(pool.playbooks.items()):
-            key = ("pools", pool.name, "playbooks", kind)
-            line, key_path = _line_for(lines, key), _dotted(key)
-            target = Path(rel) if Path(rel).is_absolute() else spec.base_dir / rel
-            if not target.is_file():
-                problems.append(ConfigError(
-                    f"playbook file {target} does not exist", file=str(source), line=line,
-                    key_path=key_path,
-                    hint="fix the path (relative to the fleet file), or remove the key"))
-                continue
-            if kind not in {k.value for k in PlaybookKind}:
-                continue
-            try:
-                load_playbook_file(target, kind, scheduler=pool.scheduler)
-            except ConfigError as exc:
-                problems.append(ConfigError(f"playbook does not load: {exc}", file=str(source),
-                                            line=line, key_path=key_path))
-    return problems
-
-
-def load_fleet(path: str | Path) -> FleetSpec:
-    """Read, validate and default fleet.yaml.
-
-    Returns a FleetSpec. Raises ConfigError naming the file, line, key path and a hint for
-    the first problem found (schema errors first, then cross-field rules). Writes nothing.
-    """
-    source = Path(path)
-    try:
-        text = source.read_text()
-    except OSError as exc:
-        raise ConfigError(f"cannot read fleet file: {exc.strerror}", file=str(source)) from exc
-    data, lines = _compose(text, str(source))
-    if not isinstance(data, dict):
-        raise ConfigError(
-            "the fleet file must be a YAML mapping", file=str(source), line=1,
-            hint="start from fleet.example.yaml",
-        )
-    errors = list(validator_for("fleet.schema.json").iter_errors(data))
-    if errors:
-        raise _schema_error(jsonschema.exceptions.best_match(errors), source, lines)
-    schema = load_schema("fleet.schema.json")
-    _apply_defaults(data, schema, schema)
-    return _build(data, source, lines)
-
-
-def _rules(
-    raw: list[Mapping[str, Any]], path: tuple[Any, ...], source: Path,
-    lines: Mapping[tuple[Any, ...], int],
-) -> tuple[Rule, ...]:
-    """Compile health rules at `path`; ConfigError (file, line of the rule's `when`, key
-    path, rule name, what is wrong) for a bad expression or a repeated name."""
-    out: list[Rule] = []
-    seen: set[str] = set()
-    for i, r in enumerate(raw):
-        if r["name"] in seen:
-            raise ConfigError(f"two rules are named {r['name']!r}", file=str(source),
-                              line=_line_for(lines, path + (i, "name")),
-                              key_path=_dotted(path + (i, "name")), hint="rename one")
-        seen.add(r["name"])
-        out.append(compile_rule(
-            r["name"], r["when"], r["status"], r.get("action", "none"), file=str(source),
-            line=_line_for(lines, path + (i, "when")), key_path=_dotted(path + (i, "when")),
-        ))
-    return tuple(out)
-
-
-_Fail = Callable[[tuple[Any, ...], str, str], ConfigError]
-
-
-def _build(data: dict[str, Any], source: Path, lines: Mapping[tuple[Any, ...], int]) -> FleetSpec:
-    def fail(path: tuple[Any, ...], message: str, hint: str) -> ConfigError:
-        return ConfigError(
-            message, file=str(source), line=_line_for(lines, path), key_path=_dotted(path), hint=hint
-        )
-
-    providers = data["providers"]
-    fleet_rules = _rules(data["health"]["rules"], ("health", "rules"), source, lines)
-    pools = [_ordered(_pool(name, raw, providers, fleet_rules, fail, source, lines),
-                      data["prices"], fail)
-             for name, raw in data["pools"].items()]
-    for name in data["pools"]:
-        full = f"{data['fleet']}-{name}-0000"
-        if len(full) > 63:
-            raise fail(("pools", name), "fleet and pool names are too long for node names",
-                       "keep fleet + pool under 57 characters")
-    s = data["safety"]
-    safety = SafetySpec(
-        circuit_breaker_pct=float(s["circuit_breaker_pct"]),
-        fleet_circuit_breaker_pct=float(s["fleet_circuit_breaker_pct"]),
-        repairs_per_pool_per_hour=s["repairs_per_pool_per_hour"],
-        lock_ttl_s=parse_duration_s(s["lock_ttl"]),
-        max_orphan_terminations=s["max_orphan_terminations"],
-    )
-    base_dir = source.resolve().parent
-    store_url = data["store"]
-    if store_url.startswith("file://"):
-        p = Path(store_url[len("file://") :])
-        store_url = "file://" + str(p if p.is_absolute() else (base_dir / p))
-    return FleetSpec(
-        name=data["fleet"],
-        source=source,
-        base_dir=base_dir,
-        store_url=store_url,
-        secret=dict(data["secret"]),
-        providers={k: dict(v) for k, v in providers.items()},
-        pools=tuple(pools),
-        safety=safety,
-        health_rules=fleet_rules,
-        notify=_sinks(data.get("notify", []), fail),
-        metrics=MetricsSpec(
-            pushgateway=data["metrics"]["pushgateway"], job=data["metrics"]["job"],
-            timeout_s=float(parse_duration_s(data["metrics"]["timeout"]))),
-        status_page=bool(data.get("status_page", False)),
-    )
-
-
-def _pool(name: str, raw: Mapping[str, Any], providers: Mapping[str, Any],
-          fleet_rules: tuple[Rule, ...], fail: _Fail, source: Path,
-          lines: Mapping[tuple[Any, ...], int]) -> PoolSpec:
-    """One pool's defaulted mapping -> PoolSpec, with the cross-field rules a schema cannot
-    say (min <= target <= max, a declared provider, provider sections matching its type).
-    Raises ConfigError naming the key path."""
-    nodes = raw["nodes"]
-    target = nodes["target"]
-    lo = nodes.get("min", 0)
-    hi = nodes.get("max", max(target, lo))
-    if not lo <= target <= hi:
-        raise fail(
-            ("pools", name, "nodes"),
-            f"nodes must satisfy min <= target <= max, got min={lo} target={target} max={hi}",
-            "adjust min, target or max",
-        )
-    placements = _placements(name, raw, providers, fail)
-    first = placements[0]
-    return PoolSpec(
-        name=name,
-        provider=first.provider,
-        instance_types=first.instance_types,
-        gpus_per_node=raw["gpus_per_node"],
-        region=first.region,
-        zones=first.zones,
-        capacity=first.capacity,
-        min_nodes=lo,
-        target_nodes=target,
-        max_nodes=hi,
-        labels=tuple(sorted(raw["labels"].items())),
-        scheduler=raw["scheduler"],
-        playbooks=dict(raw.get("playbooks", {})),
-        ssh=dict(raw.get("ssh", {})),
-        health=_health(name, raw["health"], fleet_rules, fail, source, lines),
-        autoscaling=_autoscaling(name, raw["autoscaling"], fail),
-        options=first.options,
-        update_strategy=raw["update"]["strategy"],
-        provider_type=first.provider_type,
-        diagnostics=Diagnostics(
-            every_s=(parse_duration_s(raw["diagnostics"]["every"])
-                     if raw["diagnostics"]["every"] else None),
-            level=raw["diagnostics"]["level"],
-        ),
-        placements=placements,
-        placement=raw["placement"],
-    )
-
-
-def _ordered(pool: PoolSpec, prices: Mapping[str, Mapping[str, float]],
-             fail: _Fail) -> PoolSpec:
-    """The pool with place_order set when `placement:` is not `ordered`.
-
-    cheapest: places sorted by prices[provider][instance_type] (USD per GPU-hour), ties
-    (and a placement's zones, spot before on-demand) in declared order. Another name: the
-    installed navarch.placement plugin of that name scores every place (lower first, ties
-    in declared order). Raises ConfigError naming the key path for a missing price or an
-    unknown plugin; PluginError when the plugin fails or returns the wrong shape.
-    """
-    if pool.placement == "ordered":
-        return pool
-    declared = pool.launch_places()
-    if pool.placement == "cheapest":
-        for pl in pool.placed():
-            for itype in pl.instance_types:
-                if itype not in prices.get(pl.provider, {}):
-                    raise fail(("prices", pl.provider),
-                               f"pool {pool.name} uses placement: cheapest but "
-                               f"prices.{pl.provider} has no price for {itype}",
-                               f"add prices.{pl.provider}.{itype}: <USD per GPU-hour>")
-        scores = [float(prices[p.provider][p.instance_type]) for p in declared]
-    else:
-        scores = _plugin_scores(pool, declared, fail)
-    order = sorted(range(len(declared)), key=lambda i: (scores[i], i))
-    return replace(pool, place_order=tuple(declared[i] for i in order))
-
-
-def _plugin_scores(pool: PoolSpec, declared: tuple[PlaceSpec, ...], fail: _Fail
-                   ) -> list[float]:
-    """One score per place from the navarch.placement plugin named by pool.placement."""
-    from navarch import plugins  # plugins imports providers; spec stays importable alone
-
-    found = plugins.load(plugins.Group.PLACEMENT, pool.placement)
-    if found is None:
-        installed = ", ".join(plugins.names(plugins.Group.PLACEMENT)) or "none installed"
-        raise fail(("pools", pool.name, "placement"),
-                   f"placement {pool.placement!r} is neither ordered, cheapest nor an "
-                   f"installed navarch.placement plugin ({installed})",
-                   "use ordered or cheapest, or pip install the plugin")
-    ref, scorer = found
-    placed = pool.placed()
-    places = [{"provider": p.provider, "region": placed[p.placement].region, "zone": p.zone,
-               "instance_type": p.instance_type, "capacity": "spot" if p.spot else "on-demand"}
-              for p in declared]
-    scores = plugins.call(ref, scorer, places)
-    if (not isinstance(scores, (list, tuple)) or len(scores) != len(places)
-            or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in scores)):
-        raise plugins.PluginError(ref, f"returned {type(scores).__name__}, not one number "
-                                       f"per place ({len(places)} places)")
-    return [float(x) for x in scores]
-
-
-_FLAT_KEYS = ("provider", "instance_types", "zones", "region", "capacity",
-              "aws", "gcp", "lambda", "azure")
-
-
-def _placements(name: str, raw: Mapping[str, Any], providers: Mapping[str, Any],
-                fail: _Fail) -> tuple[Placement, ...]:
-    """A pool's placements: its placements: list, or its flat provider keys as the one
-    placement. Raises ConfigError naming the key path when both or neither are given, a
-    provider is not declared, provider settings do not match its type, a placement's
-    gpus_per_node differs from the pool's, or one (provider, zone, type) is in two."""
-    if "placements" in raw:
-        flat = [k for k in _FLAT_KEYS if k in raw]
-        if flat:
-            raise fail(("pools", name, flat[0]),
-                       f"a pool with placements: declares {flat[0]} in each placement",
-                       f"move {flat[0]} into the entries of placements:, or drop placements:")
-        entries: list[tuple[tuple[Any, ...], Mapping[str, Any]]] = [
-            (("pools", name, "placements", i), e) for i, e in enumerate(raw["placements"])]
-    else:
-        missing = [k for k in ("provider", "instance_types", "zones") if k not in raw]
-        if missing:
-            raise fail(("pools", name), f"pool declares no {missing[0]} and no placements:",
-                       "declare provider, instance_types and zones, or a placements: list")
-        entries = [(("pools", name), raw)]
-    out: list[Placement] = []
-    seen: dict[tuple[str, str, str], int] = {}
-    for i, (path, e) in enumerate(entries):
-        pl = _placement(path, e, providers, fail)
-        if e.get("gpus_per_node", raw["gpus_per_node"]) != raw["gpus_per_node"]:
-            raise fail(path + ("gpus_per_node",),
-                       f"gpus_per_node {e['gpus_per_node']} differs from the pool's "
-                       f"{raw['gpus_per_node']}",
-                       "a pool's nodes are fungible: pick instance types with the same GPUs")
-        for zone, itype, _spot in pl.places():
-            if seen.setdefault((pl.provider, zone, itype), i) != i:
-                raise fail(path + ("zones",),
-                           f"{pl.provider} {zone}/{itype} is already in placement "
-                           f"{seen[(pl.provider, zone, itype)]}",
-                           "each provider, zone and instance type belongs to one placement")
-        out.append(pl)
-    return tuple(out)
-
-
-def _placement(path: tuple[Any, ...], e: Mapping[str, Any], providers: Mapping[str, Any],
-               fail: _Fail) -> Placement:
-    if e["provider"] not in providers:
-        raise fail(
-            path + ("provider",),
-            f"pool names provider {e['provider']!r}, which is not declared",
-            f"declare it under providers: or use one of {sorted(providers)}",
-        )
-    ptype = providers[e["provider"]]["type"]
-    for other in ("aws", "gcp", "lambda", "azure"):
-        if other in e and other != ptype:
-            raise fail(
-                path + (other,),
-                f"pool has {other} settings but its provider is of type {ptype}",
-                f"move them, or remove the {other}: section",
-            )
-    return Placement(provider=e["provider"], provider_type=ptype,
-                     region=e.get("region", ""), zones=tuple(e["zones"]),
-                     instance_types=tuple(e["instance_types"]),
-                     capacity=e.get("capacity", "on-demand"), options=dict(e.get(ptype, {})))
-
-
-def _health(name: str, h: Mapping[str, Any], fleet_rules: tuple[Rule, ...], fail: _Fail,
-            source: Path, lines: Mapping[tuple[Any, ...], int]) -> HealthPolicy:
-    """A pool's health: mapping -> HealthPolicy (durations in seconds); the ladder must go
-    cheapest first and offline_after must not be shorter than stale_after."""
-    health = HealthPolicy(
-        unhealthy_after=h["unhealthy_after"],
-        stale_after_s=parse_duration_s(h["stale_after"]),
-        offline_after_s=parse_duration_s(h["offline_after"]),
-        boot_timeout_s=parse_duration_s(h["boot_timeout"]),
-        drain_timeout_s=parse_duration_s(h["drain_timeout"]),
-        auto_replace=h["auto_replace"],
-        max_unavailable=h["max_unavailable"],
-        replacement=h["replacement"],
-        max_surge=h["max_surge"],
-        provision_timeout_s=parse_duration_s(h["provision_timeout"]),
-        rules=_rules(h["rules"], ("pools", name, "health", "rules"), source, lines),
-        fleet_rules=fleet_rules,
-        remediation=tuple(h["remediation"]),
-        return_after=h["return_after"],
-        ladder_window_s=parse_duration_s(h["ladder_window"]),
-        lemon_after=h["lemon_after"],
-        lemon_window_s=parse_duration_s(h["lemon_window"]),
-        return_requires_diag=h["return_requires_diag"] or None,
-    )
-    ladder = ("reset_gpu", "reboot", "replace")
-    if list(health.remediation) != sorted(health.remediation, key=ladder.index):
-        raise fail(
-            ("pools", name, "health", "remediation"),
-            f"the remediation ladder must go from cheapest to strongest, got "
-            f"{list(health.remediation)}",
-            "order its rungs as reset_gpu, reboot, replace",
-        )
-    if health.offline_after_s < health.stale_after_s:
-        raise fail(
-            ("pools", name, "health", "offline_after"),
-            "offline_after must not be shorter than stale_after",
-            "raise offline_after",
-        )
-    return health
-
-
-def _autoscaling(name: str, a: Mapping[str, Any], fail: _Fail) -> Autoscaling:
-    """A pool's autoscaling mapping -> Autoscaling; scale_down_at must be below scale_up_at."""
-    auto = Autoscaling(
-        enabled=a["enabled"],
-        scale_up_at_pct=float(a["scale_up_at"]),
-        scale_down_at_pct=float(a["scale_down_at"]),
-        cooldown_s=parse_duration_s(a["cooldown"]),
-    )
-    if auto.scale_down_at_pct >= auto.scale_up_at_pct:
-        raise fail(
-            ("pools", name, "autoscaling"),
-            "scale_down_at must be below scale_up_at",
-            "lower scale_down_at or raise scale_up_at",
-        )
-    return auto
-
-
-#: notify: sink types navarch ships; any other type names a navarch.notifiers plugin.
-BUILTIN_SINKS = ("log", "webhook", "slack", "pagerduty")
-
-
-def _check_plugin_sink(r: Mapping[str, Any], i: int, fail: _Fail) -> None:
-    """A plugin sink's type must be an installed navarch.notifiers plugin; `options` is
-    only for plugins. Raises ConfigError at notify[i] (before any run starts)."""
-    if r["type"] in BUILTIN_SINKS:
-        if "options" in r:
-            raise fail(("notify", i, "options"), f"a {r['type']} sink takes no options",
-                       "options are for notifier plugins; remove the key")
-        return
-    from navarch.plugins import Group, names
-
-    installed = names(Group.NOTIFIERS)
-    if r["type"] not in installed:
-        raise fail(("notify", i, "type"),
-                   f"no notifier plugin {r['type']!r} is installed",
-                   f"use one of {list(BUILTIN_SINKS)} or install a package declaring a "
-                   f"{Group.NOTIFIERS} entry point of that name "
-                   f"(installed: {', '.join(installed) or 'none'})")
-
-
-def _sinks(raw: list[Mapping[str, Any]], fail: _Fail) -> tuple[SinkSpec, ...]:
-    """notify: items as SinkSpecs (list items get no schema defaults: they are set here).
-    Raises ConfigError for a plugin type that is not installed (_check_plugin_sink)."""
-    out: list[SinkSpec] = []
-    for i, r in enumerate(raw):
-        _check_plugin_sink(r, i, fail)
-        url = r.get("url")
-        out.append(SinkSpec(
-            type=r["type"], name=r.get("name") or f"{r['type']}-{i + 1}",
-            options=dict(r["options"]) if "options" in r else None,
-            url={"value": url} if isinstance(url, str) else (dict(url) if url else None),
-            path=r.get("path"), secret=dict(r["secret"]) if "secret" in r else None,
-            routing_key=dict(r["routing_key"]) if "routing_key" in r else None,
-            events=tuple(r.get("events", ())), min_severity=r.get("min_severity", "info"),
-            timeout_s=float(parse_duration_s(r.get("timeout", "5s"))),
-            retries=int(r.get("retries", 2)),
-        ))
-    return tuple(out)

@@ -3,8 +3,6 @@
     navarch agent run [--once] [--config PATH] [--stdout] [--kernel-log FILE] [--interval-s N]
     navarch agent install [--config PATH] [--dry-run] [--root DIR]
     navarch agent bundle [--out PATH]     (the self-contained agent zipapp; prints its sha256)
-    navarch render cloud-init FLEET --pool P [--node N] [--bundle-url URL]
-                                          (N defaults to <fleet>-<pool>-0001)
 
 Exit codes of ``agent run``: 0 when a report was written (whatever the node's health),
 1 when it could not be written (bad config, no key, store unreachable), so the systemd
@@ -19,7 +17,6 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Callable
 from datetime import datetime
 from typing import Any, TextIO
 
@@ -140,46 +137,8 @@ def cmd_agent_bundle(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def cmd_render_cloud_init(args: argparse.Namespace) -> int:
-    """``navarch render cloud-init FLEET --pool P [--node N]``: print the user-data."""
-    from navarch.agent.bundle import build_bundle
-    from navarch.bootstrap import BundleSource, render_cloud_init
-    from navarch.errors import NavarchError
-    from navarch.planner.plan import node_name
-    from navarch.reconcile.publish import AgentDelivery
-    from navarch.signing import derive_node_key
-    from navarch.spec import load_fleet
-    from navarch.stores import open_store
-
-    try:
-        spec = load_fleet(args.fleet)
-        try:
-            spec.pool(args.pool)
-        except KeyError:
-            names = ", ".join(p.name for p in spec.pools)
-            print(
-                f"navarch render cloud-init: no pool {args.pool!r} in {args.fleet} (pools: {names})",
-                file=sys.stderr,
-            )
-            return EXIT_FAILED
-        # The pool's first node as `navarch apply` names it (<fleet>-<pool>-0001): its key
-        # and report path are the ones a real first node gets.
-        node = args.node or node_name(spec.name, args.pool, 1)
-        key = derive_node_key(spec.fleet_secret(), spec.name, node)
-        if args.bundle_url:  # the operator hosts `navarch agent bundle`'s file there
-            source = BundleSource(args.bundle_url, build_bundle().sha256)
-            bundle: Callable[[], BundleSource] = lambda: source  # noqa: E731
-        else:  # as apply does: publish to the fleet's store, sign a short-lived URL
-            bundle = AgentDelivery(open_store(spec.store_url, base_dir=spec.base_dir)).get
-        sys.stdout.write(render_cloud_init(spec, args.pool, node, key, bundle=bundle))
-    except NavarchError as exc:
-        print(f"navarch render cloud-init: {exc}", file=sys.stderr)
-        return EXIT_FAILED
-    return EXIT_OK
-
-
 def register(subparsers: Any) -> None:
-    """Add ``agent`` (run, install) and ``render`` (cloud-init) to navarch's subparsers.
+    """Add ``agent`` (run, install) to navarch's subparsers.
 
     subparsers: the object returned by ``ArgumentParser.add_subparsers``; each leaf sets
     ``func`` to a handler taking the parsed Namespace and returning an exit code.
@@ -227,13 +186,3 @@ def register(subparsers: Any) -> None:
     s.add_argument("--out", default="navarch-agent.pyz", help="where (default ./navarch-agent.pyz)")
     s.set_defaults(func=cmd_agent_bundle)
 
-    render = subparsers.add_parser("render", help="print text navarch sends to machines")
-    rsub = render.add_subparsers(dest="render_command", required=True, metavar="WHAT")
-    s = rsub.add_parser("cloud-init", help="the cloud-init user-data of a node of a pool")
-    s.add_argument("fleet", metavar="FLEET", help="path to fleet.yaml")
-    s.add_argument("--pool", required=True, help="pool name")
-    s.add_argument("--node", help="node name (default <fleet>-<pool>-0001, the pool's first node)")
-    s.add_argument("--bundle-url", metavar="URL",
-                   help="where nodes fetch `navarch agent bundle`'s file (default: publish it "
-                   "to the fleet's store and use a pre-signed URL, as apply does)")
-    s.set_defaults(func=cmd_render_cloud_init)

@@ -24,9 +24,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from navarch.agent.checks import Check
-from navarch.errors import NavarchError
+from navarch.errors import NavarchError, PluginError
 from navarch.health import Remedy, Status
-from navarch.plugins import Group, PluginError, PluginRef, call_within, discover, load
+from navarch.plugins import Group, PluginRef, call_within, discover, load
 from navarch.signing import canonical_bytes
 
 __all__ = ["plugin_checks", "run_plugin_check", "check_from_result", "context_for",

@@ -39,23 +39,18 @@ import requests
 from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
 
-from navarch.errors import ConfigError, NavarchError
+from navarch.errors import ConfigError, NotifyError, PluginError
 from navarch.notify.events import SEVERITY, Event, EventKind, Severity
 from navarch.resources import data_dir
 from navarch.spec import SinkSpec
 
 PAGERDUTY_URL = "https://events.pagerduty.com/v2/enqueue"
 #: Kinds a sink gets when fleet.yaml lists none: everything, except PagerDuty, which
-#: pages on what needs a human now (issue 12: breaker, capacity halt, auth failure).
+#: pages on what needs a human now (the breaker, a capacity halt, an auth failure).
 PAGERDUTY_DEFAULT = frozenset({EventKind.BREAKER_TRIPPED, EventKind.CAPACITY_EXHAUSTED,
                                EventKind.AUTH_FAILURE})
 #: PagerDuty Events API v2 payload.severity values.
 _PD_SEVERITY = {Severity.INFO: "info", Severity.WARNING: "warning", Severity.CRITICAL: "critical"}
-
-
-class NotifyError(NavarchError):
-    """A sink could not deliver (after its retries). The message names the sink, never a
-    secret or a URL."""
 
 
 def resolve_secret(ref: Mapping[str, str], base_dir: Path, where: str) -> str:
@@ -264,7 +259,7 @@ class PluginSink:
                 "options": dict(self.spec.options or {})}
 
     def send(self, events: Sequence[Event]) -> int:
-        from navarch.plugins import Group, PluginError, call_within, load
+        from navarch.plugins import Group, call_within, load
 
         found = load(Group.NOTIFIERS, self.spec.type)
         if found is None:  # uninstalled between loading fleet.yaml and now
@@ -285,7 +280,7 @@ class PluginSink:
 
 def open_sink(spec: SinkSpec, base_dir: Path, index: int) -> Sink:
     """The Sink for one notify: item (index: its position, for error key paths); a type
-    outside navarch.spec.BUILTIN_SINKS is a navarch.notifiers plugin (PluginSink)."""
+    outside navarch.fleet_file.BUILTIN_SINKS is a navarch.notifiers plugin (PluginSink)."""
     if spec.type == "log":
         return LogSink(spec, base_dir)
     if spec.type == "webhook":

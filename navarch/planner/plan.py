@@ -516,7 +516,7 @@ def _provider_type(ctx: PoolContext, v: NodeView) -> str:
     """The type (aws, gcp, ...) of the provider the node runs on (the pool's first when
     the instance is unknown or its provider undeclared)."""
     name = v.instance.provider if v.instance is not None else ctx.pool.provider
-    return str(ctx.spec.providers.get(name, {}).get("type", ctx.pool.provider_type))
+    return str(ctx.spec.providers.get(name, {}).get("type", ctx.pool.placed()[0].provider_type))
 
 
 _ROLL_ORDER = {Lifecycle.UNKNOWN: 0, Lifecycle.STALE: 0, Lifecycle.PROVISIONING: 1,

@@ -13,7 +13,9 @@ from typing import Any
 
 from navarch.errors import ConfigError
 from navarch.extras import import_extra
+from navarch.plugins import Group, names
 from navarch.providers.base import Provider, ProvisionRequest
+from navarch.providers.plugin import open_plugin_provider
 
 __all__ = ["Provider", "ProvisionRequest", "open_provider"]
 
@@ -30,15 +32,13 @@ def open_provider(name: str, config: Mapping[str, Any], *, base_dir: Path, fleet
     """Build the provider named `name` in fleet.yaml from its config mapping.
 
     Types other than the built-ins come from the navarch.providers entry-point group
-    (navarch.plugins). Raises ConfigError for an unknown type, PluginError for a plugin
+    (navarch.providers.plugin). Raises ConfigError for an unknown type, PluginError for a plugin
     that fails to load or builds the wrong shape.
     """
     kind = config.get("type")
     module_name = _MODULES.get(str(kind))
     if module_name is None:
         # Built-ins first; then plugins of the navarch.providers entry-point group.
-        from navarch.plugins import Group, names, open_plugin_provider
-
         plugin = open_plugin_provider(name, config, base_dir=base_dir, fleet=fleet)
         if plugin is not None:
             return plugin
@@ -51,4 +51,5 @@ def open_provider(name: str, config: Mapping[str, Any], *, base_dir: Path, fleet
     extra = "" if kind == "local" else str(kind)
     module = (importlib.import_module(module_name) if not extra
               else import_extra(module_name, extra, f"provider type {kind}"))
-    return module.create(name, config, base_dir=base_dir, fleet=fleet)
+    provider: Provider = module.create(name, config, base_dir=base_dir, fleet=fleet)
+    return provider

@@ -17,8 +17,8 @@ Only instances tagged `navarch-fleet=<fleet>` are listed, and terminate refuses 
 Retries are botocore's "standard" retry mode (throttling, 5xx, connection errors);
 RunInstances uses a client with only RUN_INSTANCES_MAX_ATTEMPTS attempts, because an
 InsufficientInstanceCapacity is a 5xx that the executor answers by trying the next place,
-not by waiting here. Every SDK error is translated in `map_error`, the module's one error
-boundary.
+not by waiting here. Every SDK call runs inside `aws_errors`, the module's one error
+boundary, which translates botocore's exceptions with `map_error`.
 
 Test seam: CLIENT_EVENT_HANDLERS holds (event name, handler) pairs registered on every
 EC2 client this module creates (botocore event system), so tests can inject faults such
@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -59,6 +60,7 @@ from navarch.errors import (
     ProviderError,
     QuotaError,
     TransientError,
+    map_exceptions,
 )
 from navarch.inventory import TAG_FLEET, TAG_LAUNCH, Instance, InstanceState
 from navarch.providers.base import ProvisionRequest, ensure_owned
@@ -72,6 +74,7 @@ __all__ = [
     "QUOTA_CODES",
     "TRANSIENT_CODES",
     "AwsPoolOptions",
+    "aws_errors",
     "AwsProvider",
     "AwsSettings",
     "create",
@@ -97,7 +100,7 @@ CAPACITY_CODES = frozenset(
     }
 )
 #: "This place cannot take this launch": fall over, remembered with a backoff, saying why
-#: (issue 16 item 2). Source: EC2 API reference, "Error codes": Unsupported = "the instance
+#: Source: EC2 API reference, "Error codes": Unsupported = "the instance
 #: type is not supported in the requested Availability Zone". InvalidParameterValue is a
 #: placement error only when its message is about the Availability Zone or the instance
 #: type (PLACEMENT_MESSAGE_WORDS); about anything else it is a plain ProviderError.
@@ -357,6 +360,22 @@ def map_error(exc: BaseException, *, zone: str = "", what: str = "") -> NavarchE
     return ProviderError(f"{prefix}{exc!r}", code=type(exc).__name__)
 
 
+def aws_errors(*, zone: str = "", what: str = "") -> AbstractContextManager[None]:
+    """The one boundary every EC2 call goes through: botocore exceptions -> map_error.
+
+    Use as `with aws_errors(what="RunInstances", zone=zone): client.run_instances(...)`;
+    any botocore exception raised inside (ClientError, EndpointConnectionError, timeouts,
+    credential errors) leaves as navarch's error, raised from the original.
+    """
+
+    def translate(exc: Exception) -> NavarchError | None:
+        if isinstance(exc, BotoCoreError | ClientError):
+            return map_error(exc, zone=zone, what=what)
+        return None
+
+    return map_exceptions(translate)
+
+
 def _aware_utc(value: Any) -> datetime:
     if isinstance(value, datetime):
         return value.astimezone(UTC) if value.tzinfo else value.replace(tzinfo=UTC)
@@ -413,10 +432,8 @@ class AwsProvider:
             attempts = RUN_INSTANCES_MAX_ATTEMPTS if run else DEFAULT_MAX_ATTEMPTS
             config = Config(retries={"mode": "standard", "max_attempts": attempts},
                             max_pool_connections=MAX_POOL_CONNECTIONS)
-            try:
+            with aws_errors(what=f"EC2 client for {region}"):
                 client = self._session().client("ec2", region_name=region, config=config)
-            except (BotoCoreError, ClientError) as exc:
-                raise map_error(exc, what=f"EC2 client for {region}") from exc
             for event, handler in CLIENT_EVENT_HANDLERS:
                 client.meta.events.register(event, handler)
             self._clients[key] = client
@@ -434,15 +451,13 @@ class AwsProvider:
 
     def _describe(self, region: str, filters: list[dict[str, Any]]) -> Iterator[Mapping[str, Any]]:
         paginator = self.client(region).get_paginator("describe_instances")
-        try:
+        with aws_errors(what=f"DescribeInstances in {region}"):
             pages = paginator.paginate(
                 Filters=filters, PaginationConfig={"PageSize": DESCRIBE_PAGE_SIZE}
             )
             for page in pages:
                 for reservation in page.get("Reservations", ()):
                     yield from reservation.get("Instances", ())
-        except (BotoCoreError, ClientError) as exc:
-            raise map_error(exc, what=f"DescribeInstances in {region}") from exc
 
     def list_instances(self, fleet: str) -> Sequence[Instance]:
         """Every live instance tagged navarch-fleet=<fleet> in the regions served.
@@ -482,10 +497,8 @@ class AwsProvider:
                 return existing
         params = run_instances_params(request)
         what = f"RunInstances {request.instance_type}{' spot' if request.spot else ''}"
-        try:
+        with aws_errors(zone=request.zone, what=what):
             resp = self.client(region, run=True).run_instances(**params)
-        except (BotoCoreError, ClientError) as exc:
-            raise map_error(exc, zone=request.zone, what=what) from exc
         raw = dict(resp["Instances"][0])
         if not raw.get("Tags"):
             # RunInstances responses normally echo the tags; describe otherwise.
@@ -546,11 +559,9 @@ class AwsProvider:
         for region, ids in sorted(by_region.items()):
             unique = sorted(ids)
             for start in range(0, len(unique), TERMINATE_BATCH):
-                try:
+                with aws_errors(what=f"RebootInstances in {region}"):
                     self.client(region).reboot_instances(
                         InstanceIds=unique[start : start + TERMINATE_BATCH])
-                except (ClientError, BotoCoreError) as exc:
-                    raise map_error(exc, what=f"RebootInstances in {region}") from exc
 
     def update_tags(self, instance: Instance, tags: Mapping[str, str]) -> None:
         """CreateTags on one instance (adds or overwrites these keys, leaves the others).
@@ -561,31 +572,30 @@ class AwsProvider:
         """
         ensure_owned([instance], self.fleet, "tag")
         region = region_of(instance.zone)
-        try:
+        with aws_errors(what=f"CreateTags in {region}"):
             self.client(region).create_tags(
                 Resources=[instance.instance_id],
                 Tags=[{"Key": k, "Value": v} for k, v in sorted(tags.items())])
-        except ClientError as exc:
-            raise map_error(exc, what=f"CreateTags in {region}") from exc
 
     def _terminate_batch(self, region: str, ids: list[str]) -> None:
         client = self.client(region)
-        try:
-            client.terminate_instances(InstanceIds=ids)
+        if self._terminate_ids(client, ids, what=f"TerminateInstances in {region}"):
             return
-        except ClientError as exc:
-            if _error_code(exc) != "InvalidInstanceID.NotFound":
-                raise map_error(exc, what=f"TerminateInstances in {region}") from exc
-        except BotoCoreError as exc:
-            raise map_error(exc, what=f"TerminateInstances in {region}") from exc
+        # One id of the batch is already gone: retry id by id so the others still terminate.
         for instance_id in ids:
+            self._terminate_ids(client, [instance_id], what=f"TerminateInstances {instance_id}")
+
+    @staticmethod
+    def _terminate_ids(client: Any, ids: list[str], *, what: str) -> bool:
+        """TerminateInstances(ids): True when done, False when an id is already gone."""
+        with aws_errors(what=what):
             try:
-                client.terminate_instances(InstanceIds=[instance_id])
+                client.terminate_instances(InstanceIds=ids)
             except ClientError as exc:
-                if _error_code(exc) != "InvalidInstanceID.NotFound":
-                    raise map_error(exc, what=f"TerminateInstances {instance_id}") from exc
-            except BotoCoreError as exc:
-                raise map_error(exc, what=f"TerminateInstances {instance_id}") from exc
+                if _error_code(exc) == "InvalidInstanceID.NotFound":
+                    return False
+                raise
+        return True
 
 
 def create(name: str, config: Mapping[str, Any], *, base_dir: Path, fleet: str) -> AwsProvider:
@@ -598,7 +608,8 @@ def create(name: str, config: Mapping[str, Any], *, base_dir: Path, fleet: str) 
     del base_dir  # nothing file-relative in this provider
     settings = AwsSettings.from_mapping(config)
     if not settings.regions:
-        region = boto3.session.Session(profile_name=settings.profile).region_name
+        with aws_errors(what="AWS configuration"):
+            region = boto3.session.Session(profile_name=settings.profile).region_name
         if not region:
             raise ConfigError(
                 "aws provider has no region",

@@ -27,6 +27,7 @@ from __future__ import annotations
 import base64
 import os
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -43,6 +44,7 @@ from navarch.errors import (
     ProviderError,
     QuotaError,
     TransientError,
+    map_exceptions,
 )
 from navarch.inventory import TAG_LAUNCH, Instance, InstanceState
 from navarch.providers.base import ProvisionRequest, ensure_owned
@@ -124,6 +126,16 @@ def map_error(exc: BaseException, *, zone: str = "", what: str = "") -> NavarchE
     if isinstance(exc, AzureError):  # ServiceRequestError, ServiceResponseError: no answer
         return TransientError(f"Azure{where}: {exc}", code=type(exc).__name__)
     return ProviderError(f"Azure{where}: {exc!r}")
+
+
+def azure_errors(*, zone: str = "", what: str = "") -> AbstractContextManager[None]:
+    """The one boundary every Azure management call goes through: azure-core exceptions
+    (HTTP errors, no answer, authentication) leave as map_error(exc, zone, what)."""
+
+    def translate(exc: Exception) -> NavarchError | None:
+        return map_error(exc, zone=zone, what=what) if isinstance(exc, AzureError) else None
+
+    return map_exceptions(translate)
 
 
 def split_zone(zone: str) -> tuple[str, str | None]:
@@ -273,11 +285,9 @@ class AzureProvider:
     def list_instances(self, fleet: str) -> Sequence[Instance]:
         """Every VM of the configured resource groups (foreign ones included)."""
         out: list[Instance] = []
-        try:
+        with azure_errors(what="listing VMs"):
             for rg in self.settings.resource_groups:
                 out.extend(self._instance(vm) for vm in self.compute.virtual_machines.list(rg))
-        except AzureError as exc:
-            raise map_error(exc, what="listing VMs") from exc
         return sorted(out, key=lambda i: i.instance_id)
 
     def provision(self, request: ProvisionRequest) -> Instance:
@@ -300,7 +310,7 @@ class AzureProvider:
                               hint="set azure: {subnet_id: /subscriptions/.../subnets/NAME}")
         location, _ = split_zone(request.zone)
         what = f"launching {request.node} in {request.zone}"
-        try:
+        with azure_errors(zone=request.zone, what=what):
             if not request.known_absent:
                 existing = self._get(rg, request.node)
                 if (existing is not None and existing.tag(TAG_LAUNCH) == request.launch_id
@@ -318,9 +328,7 @@ class AzureProvider:
                 mapped = map_error(exc, zone=request.zone, what=what)
                 if isinstance(mapped, (CapacityError, QuotaError)):
                     self._discard_launch(rg, request.node)
-                raise mapped from exc
-        except AzureError as exc:
-            raise map_error(exc, zone=request.zone, what=what) from exc
+                raise
         return self._instance(vm)
 
     def _discard_launch(self, rg: str, node: str) -> None:
@@ -340,40 +348,34 @@ class AzureProvider:
         ensure_owned(instances, self.fleet, "terminate")
         for inst in instances:
             rg, name = _parse_id(inst.instance_id)
-            steps = (
-                (self.compute.virtual_machines.begin_delete, name),
-                (self.network.network_interfaces.begin_delete, f"{name}-nic"),
-                (self.compute.disks.begin_delete, f"{name}-osdisk"),
-            )
-            for begin_delete, resource in steps:
-                try:
-                    begin_delete(rg, resource).result()
-                except HttpResponseError as exc:
-                    if exc.status_code == 404:
-                        continue
-                    raise map_error(exc, what=f"terminating {name}") from exc
-                except AzureError as exc:
-                    raise map_error(exc, what=f"terminating {name}") from exc
+            with azure_errors(what=f"terminating {name}"):
+                steps = (
+                    (self.compute.virtual_machines.begin_delete, name),
+                    (self.network.network_interfaces.begin_delete, f"{name}-nic"),
+                    (self.compute.disks.begin_delete, f"{name}-osdisk"),
+                )
+                for begin_delete, resource in steps:
+                    try:
+                        begin_delete(rg, resource).result()
+                    except HttpResponseError as exc:
+                        if exc.status_code != 404:
+                            raise
 
     def reboot(self, instances: Sequence[Instance]) -> None:
         """virtualMachines/restart for each VM (same VM, new boot)."""
         ensure_owned(instances, self.fleet, "reboot")
         for inst in instances:
             rg, name = _parse_id(inst.instance_id)
-            try:
+            with azure_errors(what=f"rebooting {name}"):
                 self.compute.virtual_machines.begin_restart(rg, name).result()
-            except AzureError as exc:
-                raise map_error(exc, what=f"rebooting {name}") from exc
 
     def update_tags(self, instance: Instance, tags: Mapping[str, str]) -> None:
         """PATCH the VM's tags (merged with its current ones)."""
         ensure_owned([instance], self.fleet, "tag")
         rg, name = _parse_id(instance.instance_id)
         merged = {**dict(instance.tags), **dict(tags)}
-        try:
+        with azure_errors(what=f"tagging {name}"):
             self.compute.virtual_machines.begin_update(rg, name, {"tags": merged}).result()
-        except AzureError as exc:
-            raise map_error(exc, what=f"tagging {name}") from exc
 
     def _get(self, rg: str, name: str) -> Instance | None:
         try:

@@ -23,6 +23,7 @@ import os
 import re
 import uuid
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -43,6 +44,7 @@ from navarch.errors import (
     ProviderError,
     QuotaError,
     TransientError,
+    map_exceptions,
 )
 from navarch.inventory import TAG_FLEET, Instance, InstanceState
 from navarch.providers.base import ProvisionRequest, ensure_owned
@@ -70,7 +72,7 @@ CAPACITY_CODES = frozenset(
 )
 #: A 400/404 of a call about a zone whose message names one of these is about the place
 #: (a machine or accelerator type not offered in the zone): PlacementError, fall over to
-#: the next place (issue 16 item 2). Source: GCE errors "Invalid value for field
+#: the next place, which may offer it. Source: GCE errors "Invalid value for field
 #: 'resource.machineType' ... does not exist in zone", "The resource
 #: 'projects/P/zones/Z/machineTypes/T' was not found", acceleratorTypes alike.
 PLACEMENT_WORDS = ("machinetype", "machine type", "acceleratortype", "accelerator type")
@@ -302,7 +304,7 @@ def _message(exc: BaseException) -> str:
 def map_error(exc: BaseException, *, zone: str = "", what: str = "") -> NavarchError:
     """Translate a google-cloud-compute / google-auth / transport error into navarch's tree.
 
-    The one error boundary of this module; callers `raise map_error(exc, ...) from exc`.
+    Every SDK call of this module runs inside gcp_errors, which calls this.
     zone: the zone of the call (capacity and regional quota scopes are derived from it).
     Mapping (GCE API error reasons and operation error codes):
       ZONE_RESOURCE_POOL_EXHAUSTED[_WITH_DETAILS], STOCKOUT, insufficientCapacity,
@@ -361,6 +363,12 @@ def map_error(exc: BaseException, *, zone: str = "", what: str = "") -> NavarchE
             "accelerators) and the provider's project",
         )
     return ProviderError(prefix + message, code=code)
+
+
+def gcp_errors(*, zone: str = "", what: str = "") -> AbstractContextManager[None]:
+    """The one boundary every Compute Engine call goes through: any exception the SDK,
+    google-auth or the HTTP transport raises leaves as map_error(exc, zone, what)."""
+    return map_exceptions(lambda exc: map_error(exc, zone=zone, what=what))
 
 
 def _transient(exc: BaseException) -> bool:
@@ -444,16 +452,14 @@ class GcpProvider:
         if self.settings.anonymous:
             from google.auth.credentials import AnonymousCredentials
 
-            kwargs["credentials"] = AnonymousCredentials()
+            kwargs["credentials"] = AnonymousCredentials()  # type: ignore[no-untyped-call]
         return kwargs
 
     @property
     def instances_client(self) -> compute_v1.InstancesClient:
         if self._instances is None:
-            try:
+            with gcp_errors(what="client"):
                 self._instances = compute_v1.InstancesClient(**self._client_kwargs())
-            except Exception as exc:
-                raise map_error(exc, what="client") from exc
         return self._instances
 
     @property
@@ -461,10 +467,8 @@ class GcpProvider:
         # Same endpoint and credentials as instances_client: the SDK's built-in poller
         # would otherwise talk to compute.googleapis.com whatever api_endpoint says.
         if self._operations is None:
-            try:
+            with gcp_errors(what="client"):
                 self._operations = compute_v1.ZoneOperationsClient(**self._client_kwargs())
-            except Exception as exc:
-                raise map_error(exc, what="client") from exc
         return self._operations
 
     # -- Provider contract ------------------------------------------------------------
@@ -481,7 +485,7 @@ class GcpProvider:
             filter=f'labels.{TAG_FLEET} = "{fleet}"',
         )
         out: list[Instance] = []
-        try:
+        with gcp_errors(what="list instances"):
             for _scope, scoped in self.instances_client.aggregated_list(
                 request=req, retry=self._retry
             ):
@@ -491,10 +495,6 @@ class GcpProvider:
                     converted = to_instance(self.name, inst)
                     if converted is not None:
                         out.append(converted)
-        except NavarchError:
-            raise
-        except Exception as exc:
-            raise map_error(exc, what="list instances") from exc
         return sorted(out, key=lambda i: (i.zone, i.instance_id))
 
     def provision(self, request: ProvisionRequest) -> Instance:
@@ -516,14 +516,15 @@ class GcpProvider:
             instance_resource=body,
             request_id=request_id(request.launch_id, f"{zone}/{request.instance_type}"),
         )
-        try:
-            op = self.instances_client.insert_unary(request=insert, retry=self._retry)
-        except gexc.Conflict as exc:
-            if "alreadyExists" not in _codes(exc):
-                raise map_error(exc, zone=zone, what="insert") from exc
+        with gcp_errors(zone=zone, what="insert"):
+            try:
+                op = self.instances_client.insert_unary(request=insert, retry=self._retry)
+            except gexc.Conflict as exc:
+                if "alreadyExists" not in _codes(exc):
+                    raise
+                op = None
+        if op is None:
             return self._existing(request)
-        except Exception as exc:
-            raise map_error(exc, zone=zone, what="insert") from exc
         op = self._wait(op, zone, what="insert")
         if op.status == compute_v1.Operation.Status.DONE:
             return self._get(zone, request.node)
@@ -553,8 +554,21 @@ class GcpProvider:
         ensure_owned(instances, self.fleet, "terminate")
         pending: list[tuple[compute_v1.Operation, str]] = []
         for inst in instances:
+            with gcp_errors(zone=inst.zone, what=f"delete {inst.instance_id}"):
+                op = self._delete(inst)
+            if op is None:
+                continue
+            pending.append((op, inst.zone))
+        for op, zone in pending:
             try:
-                op = self.instances_client.delete_unary(
+                self._wait(op, zone, what="delete")
+            except ConfigError:
+                continue  # the operation failed with notFound: already gone
+
+    def _delete(self, inst: Instance) -> compute_v1.Operation | None:
+        """instances.delete of one instance; None when it is already gone."""
+        try:
+            return self.instances_client.delete_unary(
                     request=compute_v1.DeleteInstanceRequest(
                         project=self.settings.project,
                         zone=inst.zone,
@@ -565,16 +579,8 @@ class GcpProvider:
                     ),
                     retry=self._retry,
                 )
-            except gexc.NotFound:
-                continue
-            except Exception as exc:
-                raise map_error(exc, zone=inst.zone, what=f"delete {inst.instance_id}") from exc
-            pending.append((op, inst.zone))
-        for op, zone in pending:
-            try:
-                self._wait(op, zone, what="delete")
-            except ConfigError:
-                continue  # the operation failed with notFound: already gone
+        except gexc.NotFound:
+            return None
 
     def reboot(self, instances: Sequence[Instance]) -> None:
         """instances.reset each instance (a hard reset of the same VM: same name, disks and
@@ -590,15 +596,13 @@ class GcpProvider:
         ensure_owned(instances, self.fleet, "reset")
         pending: list[tuple[compute_v1.Operation, str]] = []
         for inst in instances:
-            try:
+            with gcp_errors(zone=inst.zone, what=f"reset {inst.instance_id}"):
                 op = self.instances_client.reset_unary(
                     request=compute_v1.ResetInstanceRequest(
                         project=self.settings.project, zone=inst.zone,
                         instance=inst.instance_id, request_id=str(uuid.uuid4())),
                     retry=self._retry,
                 )
-            except Exception as exc:
-                raise map_error(exc, zone=inst.zone, what=f"reset {inst.instance_id}") from exc
             pending.append((op, inst.zone))
         for op, zone in pending:
             self._wait(op, zone, what="reset")
@@ -608,6 +612,15 @@ class GcpProvider:
         by the label fingerprint just read (Compute Engine's optimistic concurrency).
         Refuses an instance without this fleet's label; raises the mapped errors."""
         ensure_owned([instance], self.fleet, "label")
+        with gcp_errors(zone=instance.zone, what=f"setLabels {instance.instance_id}"):
+            op = self._set_labels(instance, tags)
+        if op is not None:
+            self._wait(op, instance.zone, what="setLabels")
+
+    def _set_labels(
+        self, instance: Instance, tags: Mapping[str, str]
+    ) -> compute_v1.Operation | None:
+        """instances.get then setLabels; None when the instance is already gone."""
         try:
             current = self.instances_client.get(
                 project=self.settings.project, zone=instance.zone, instance=instance.instance_id,
@@ -621,17 +634,15 @@ class GcpProvider:
                         label_fingerprint=current.label_fingerprint)),
                 retry=self._retry)
         except gexc.NotFound:
-            return
-        except Exception as exc:
-            raise map_error(exc, zone=instance.zone, what=f"setLabels {instance.instance_id}") from exc
-        self._wait(op, instance.zone, what="setLabels")
+            return None
+        return op
 
     # -- helpers -------------------------------------------------------------------------
 
     def _wait(self, op: compute_v1.Operation, zone: str, *, what: str) -> compute_v1.Operation:
         """Wait on a zone operation; raise the mapped error it ended with, if any."""
         if op.status != compute_v1.Operation.Status.DONE:
-            try:
+            with gcp_errors(zone=zone, what=f"{what} (waiting)"):
                 op = self.operations_client.wait(
                     project=self.settings.project,
                     zone=zone,
@@ -639,11 +650,9 @@ class GcpProvider:
                     retry=self._retry,
                     timeout=self.settings.operation_timeout_s,
                 )
-            except Exception as exc:
-                raise map_error(exc, zone=zone, what=f"{what} (waiting)") from exc
         if op.error and op.error.errors:
             status = op.http_error_status_code or 500
-            err = gexc.from_http_status(
+            err = gexc.from_http_status(  # type: ignore[no-untyped-call]
                 status,
                 op.http_error_message or "operation failed",
                 errors=list(op.error.errors),
@@ -652,12 +661,10 @@ class GcpProvider:
         return op
 
     def _get(self, zone: str, name: str) -> Instance:
-        try:
+        with gcp_errors(zone=zone, what=f"get {name}"):
             inst = self.instances_client.get(
                 project=self.settings.project, zone=zone, instance=name, retry=self._retry
             )
-        except Exception as exc:
-            raise map_error(exc, zone=zone, what=f"get {name}") from exc
         converted = to_instance(self.name, inst)
         if converted is None:
             raise TransientError(f"GCP instance {name} in {zone} is {inst.status}", code="status")

@@ -23,6 +23,7 @@ import os
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -41,6 +42,7 @@ from navarch.errors import (
     ProviderError,
     QuotaError,
     TransientError,
+    map_exceptions,
 )
 from navarch.inventory import TAG_FLEET, Instance, InstanceState
 from navarch.providers.base import ProvisionRequest, ensure_owned
@@ -68,7 +70,7 @@ QUOTA_CODES = frozenset({"global/quota-exceeded"})
 AUTH_CODES = frozenset(
     {"global/invalid-api-key", "global/account-inactive", "global/invalid-address"}
 )
-#: A 400/404 about the place (issue 16 item 2): the type is not offered in the region, or
+#: A 400/404 about the place: the type is not offered in the region, or
 #: the region is unknown. The next place (region, type) may take it: fall over. Source:
 #: Lambda Cloud API v1.10 launch errors ("Invalid region", "instance type ... not
 #: available in region").
@@ -108,7 +110,7 @@ def map_error(exc: BaseException, *, region: str = "", what: str = "") -> Navarc
       global/invalid-parameters, global/object-does-not-exist,
         .../file-system-in-wrong-region                  -> ConfigError (fix fleet.yaml)
       anything else                                      -> ProviderError
-    Returns the error; callers `raise map_error(...) from exc`.
+    Every API call of this module runs inside lambda_errors, which calls this.
     """
     where = f" in {region}" if region else ""
     prefix = f"Lambda {what}{where}: " if what else f"Lambda{where}: "
@@ -138,6 +140,18 @@ def map_error(exc: BaseException, *, region: str = "", what: str = "") -> Navarc
             "and the provider's ssh_key_name",
         )
     return ProviderError(text, code=exc.code or str(exc.status))
+
+
+def lambda_errors(*, region: str = "", what: str = "") -> AbstractContextManager[None]:
+    """The one boundary every Lambda Cloud API call goes through: API errors, requests'
+    exceptions and unreadable JSON leave as map_error(exc, region, what)."""
+
+    def translate(exc: Exception) -> NavarchError | None:
+        if isinstance(exc, LambdaApiError | requests.RequestException | ValueError):
+            return map_error(exc, region=region, what=what)
+        return None
+
+    return map_exceptions(translate)
 
 
 @dataclass(frozen=True)
@@ -286,7 +300,7 @@ class LambdaProvider:
     ) -> Any:
         """One API call; returns the response's `data`. Raises the mapped error."""
         headers = {"Authorization": f"Bearer {self._api_key()}", "Accept": "application/json"}
-        try:
+        with lambda_errors(region=region, what=what or f"{method} {path}"):
             resp = self._session.request(
                 method,
                 self.settings.api_base + path,
@@ -306,8 +320,6 @@ class LambdaProvider:
                     str(err.get("suggestion", "") or ""),
                 )
             return resp.json().get("data")
-        except (LambdaApiError, requests.RequestException, ValueError) as exc:
-            raise map_error(exc, region=region, what=what or f"{method} {path}") from exc
 
     # -- Provider contract ------------------------------------------------------------
 

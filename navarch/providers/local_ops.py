@@ -55,8 +55,9 @@ def tick(spec: FleetSpec, now: datetime | None = None) -> list[TickResult]:
     node writes nothing. Raises ConfigError when the fleet secret cannot be read.
     """
     from navarch.agent import AgentConfig, run_once
+    from navarch.fleet_file import read_fleet_secret
 
-    secret = spec.fleet_secret()
+    secret = read_fleet_secret(spec)
     results = []
     for provider in local_providers(spec):
         for m in sorted(provider.fleet_machines(spec.name), key=lambda m: m["tags"]["navarch-node"]):
@@ -87,7 +88,8 @@ def tick(spec: FleetSpec, now: datetime | None = None) -> list[TickResult]:
 
 def _faults(d: Path) -> dict[str, Any]:
     try:
-        return json.loads((d / "faults.json").read_text())
+        faults: dict[str, Any] = json.loads((d / "faults.json").read_text())
+        return faults
     except (OSError, ValueError):
         return {}
 

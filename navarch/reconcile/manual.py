@@ -1,4 +1,4 @@
-"""`navarch reboot` and `navarch cordon`: an operator's hand on one node (issue 13).
+"""`navarch reboot` and `navarch cordon`: an operator's hand on one node.
 
 Both hold the fleet's lease like apply (renewed in the background; checked before acting
 and before the state write, so a verb stalled past its TTL while another run took the
@@ -14,13 +14,13 @@ fleet over does nothing more and exits non-zero), look at the world as a run wou
 - cordon: runs the scheduler's cordon playbook with the operator's reason. An operator's
   cordon is never undone automatically: it is not navarch's cordon (Memory phase), so
   the planner neither drains nor replaces the node for it and never uncordons it; only
-  `navarch uncordon` does. It is recorded in the audit log (`"operator": true`) and, once
-  Memory has the field, in NodeMemory.operator_cordon (the reason).
+  `navarch uncordon` does. It is recorded in the audit log (`"operator": true`) and in
+  NodeMemory.operator_cordon (the reason).
 """
 
 from __future__ import annotations
 
-from dataclasses import fields, replace
+from dataclasses import replace
 from typing import Any
 
 from navarch.errors import NavarchError, ProviderError, RemoteError
@@ -28,10 +28,6 @@ from navarch.inventory import Instance
 from navarch.planner.model import NodeMemory, Phase, ts
 from navarch.reconcile.run import Fleet, Snapshot, clock, gather, leased
 from navarch.reconcile.state import AuditLog, save_memory
-
-#: The Memory field an operator's cordon is kept in (issue 13; added by the planner's
-#: owner). Until NodeMemory has it, the cordon lives in the audit log only.
-OPERATOR_CORDON_FIELD = "operator_cordon"
 
 
 def _instance(snap: Snapshot, fleet_name: str, node: str) -> Instance:
@@ -124,10 +120,9 @@ def cordon(fleet: Fleet, node: str, reason: str) -> str:
             "error": None if ok else "RemoteError"})
         if not ok:
             raise NavarchError(f"cordon of {node} failed: {detail}")
-        if OPERATOR_CORDON_FIELD in {f.name for f in fields(NodeMemory)}:
-            base = nm or NodeMemory(node=node, pool=pool.name, instance_id=inst.instance_id,
-                                    first_seen_at=snap.now)
-            memory = snap.memory.with_node(replace(base, **{OPERATOR_CORDON_FIELD: full_reason}))
-            lease.check_store()
-            save_memory(fleet.store, memory, snap.memory_version)
+        base = nm or NodeMemory(node=node, pool=pool.name, instance_id=inst.instance_id,
+                                first_seen_at=snap.now)
+        memory = snap.memory.with_node(replace(base, operator_cordon=full_reason))
+        lease.check_store()
+        save_memory(fleet.store, memory, snap.memory_version)
         return detail

@@ -55,11 +55,11 @@ from typing import Any
 
 from navarch import signing
 from navarch.errors import NotFound, ReportRejected
+from navarch.fleet_file import load_schema
 from navarch.health import FaultKey, Remedy, Status
 from navarch.planner.model import Memory, NodeView, ReportObservation, ReportSummary, parse_ts
 from navarch.policy import Rule, evaluate
 from navarch.reconcile.state import health_prefix
-from navarch.spec import load_schema
 from navarch.stores.base import ObjectInfo, ObjectStore, parallel_map
 
 MAX_REPORT_BYTES = 256 * 1024
@@ -258,9 +258,7 @@ def _verify(data: bytes, *, fleet: str, pool: str, node: str, fleet_secret: byte
     if fleet_secret is None:
         raise ReportRejected("no_secret")
     key = _node_key(fleet_secret, fleet, node)
-    if not (signing.verify_canonical(canonical, report["signature"], key)
-            or signing.verify_canonical(signing.legacy_canonical_bytes(report),
-                                        report["signature"], key)):
+    if not signing.verify_canonical(canonical, report["signature"], key):
         raise ReportRejected("bad_signature")
     if report["sequence"] <= last_sequence:
         raise ReportRejected("replayed", f"sequence {report['sequence']} <= {last_sequence}")

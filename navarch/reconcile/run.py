@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from navarch.errors import ConfigError, NavarchError, ProviderError, StalePlan
+from navarch.fleet_file import read_fleet_secret
 from navarch.inventory import Instance, fingerprint
 from navarch.planner.model import Memory, Phase, Plan, ReportObservation, memory_to_json
 from navarch.planner.observe import Observed, observe
@@ -107,7 +108,7 @@ class Fleet:
         without an agent key, so plan, apply and status stop instead of going on. With
         secret_optional (destroy) a missing secret is None instead."""
         try:
-            return self.spec.fleet_secret()
+            return read_fleet_secret(self.spec)
         except ConfigError:
             if self.secret_optional:
                 return None

@@ -1,39 +1,11 @@
 """Playbooks over SSH: cordon, drain, drain_check and uncordon on nodes and head nodes.
 
-    load_playbook(scheduler, kind, override_path=None) -> Playbook | None
-    SSHRunner(ssh, base_dir=...).run(playbook, targets, extra=...) -> tuple[PlaybookOutcome, ...]
+    navarch.remote.playbook.load_playbook(scheduler, kind, override_path=None) -> Playbook | None
+    navarch.remote.runner.SSHRunner(ssh, base_dir=...).run(playbook, targets, extra=...)
+        -> tuple[PlaybookOutcome, ...]
+
+The package re-exports nothing, so importing the playbook format (navarch.remote.playbook,
+which fleet.yaml validation needs) does not import fabric and paramiko.
 
 See docs/playbooks.md for the file format and the SSH settings.
 """
-
-from navarch.remote.playbook import (
-    TEMPLATE_VARIABLES,
-    Playbook,
-    PlaybookKind,
-    Step,
-    StepHost,
-    load_playbook,
-    load_playbook_file,
-)
-from navarch.remote.runner import (
-    PlaybookOutcome,
-    PlaybookTarget,
-    SSHRunner,
-    SSHSettings,
-    StepResult,
-)
-
-__all__ = [
-    "TEMPLATE_VARIABLES",
-    "Playbook",
-    "PlaybookKind",
-    "PlaybookOutcome",
-    "PlaybookTarget",
-    "SSHRunner",
-    "SSHSettings",
-    "Step",
-    "StepHost",
-    "StepResult",
-    "load_playbook",
-    "load_playbook_file",
-]

@@ -19,12 +19,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from navarch.errors import NavarchError
+from navarch.fleet_file import load_fleet
 from navarch.planner.model import ActionKind, Phase
 from navarch.reconcile.executor import Outcome
 from navarch.reconcile.run import Fleet, run_apply
 from navarch.simulate.scenario import Scenario
 from navarch.simulate.world import SimNode, SimProvider, World
-from navarch.spec import FleetSpec, load_fleet
+from navarch.spec import FleetSpec
 
 log = logging.getLogger(__name__)
 START = datetime(2026, 1, 1, tzinfo=UTC)

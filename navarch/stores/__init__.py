@@ -8,6 +8,7 @@ from pathlib import Path
 from navarch.errors import ConfigError
 from navarch.extras import import_extra
 from navarch.stores.base import Blob, ObjectInfo, ObjectStore
+from navarch.stores.plugin import open_plugin_store
 
 __all__ = ["Blob", "ObjectInfo", "ObjectStore", "open_store"]
 
@@ -17,7 +18,7 @@ def open_store(url: str, *, base_dir: Path | None = None) -> ObjectStore:
 
     file:// URLs may be relative ("file://.navarch/store"); they are resolved against
     base_dir (the fleet file's directory) when given. Other schemes come from the
-    navarch.stores entry-point group (navarch.plugins). Raises ConfigError for an unknown
+    navarch.stores entry-point group (navarch.stores.plugin). Raises ConfigError for an unknown
     scheme, PluginError for a broken plugin.
     """
     if url.startswith("file://"):
@@ -37,8 +38,6 @@ def open_store(url: str, *, base_dir: Path | None = None) -> ObjectStore:
         azure = import_extra("navarch.stores.azure", "azure", "the az:// store")
         return azure.AzureBlobStore.from_url(url)
     # Built-ins first; then plugins of the navarch.stores entry-point group, by URL scheme.
-    from navarch.plugins import open_plugin_store
-
     plugin = open_plugin_store(url)
     if plugin is not None:
         return plugin

@@ -22,14 +22,28 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Sequence
+from contextlib import AbstractContextManager
 from datetime import UTC
 from typing import Any
 
 from azure.core import MatchConditions
-from azure.core.exceptions import AzureError, HttpResponseError
+from azure.core.exceptions import (
+    AzureError,
+    HttpResponseError,
+    ServiceRequestError,
+    ServiceResponseError,
+)
 from azure.storage.blob import BlobServiceClient, ContainerClient
 
-from navarch.errors import ConfigError, NavarchError, NotFound, PreconditionFailed, StoreError
+from navarch.errors import (
+    ConfigError,
+    NavarchError,
+    NotFound,
+    PreconditionFailed,
+    StoreError,
+    StoreUnavailable,
+    map_exceptions,
+)
 from navarch.stores.base import Blob, ObjectInfo, fetch_many
 
 #: Blob service error codes this module relies on -> what each becomes. Anything else is
@@ -53,7 +67,8 @@ def map_error(exc: Exception, key: str, *, missing_is_precondition: bool = False
 
     Uses ERROR_CODES on the service's x-ms-error-code; a 412 or 409 without a known code is
     PreconditionFailed, a 404 NotFound (or PreconditionFailed when missing_is_precondition,
-    the contract for put(if_version=...) on a missing key); anything else StoreError.
+    the contract for put(if_version=...) on a missing key); 429, 5xx and no answer at all
+    (ServiceRequestError, ServiceResponseError) StoreUnavailable; anything else StoreError.
     """
     if isinstance(exc, HttpResponseError):
         raw = getattr(exc, "error_code", None) or ""
@@ -70,8 +85,24 @@ def map_error(exc: Exception, key: str, *, missing_is_precondition: bool = False
             return NotFound(key)
         if kind is PreconditionFailed:
             return PreconditionFailed(key, code or str(status))
+        if status is not None and (status == 429 or status >= 500):
+            return StoreUnavailable(f"Azure Blob error on {key}: {code or status}: {exc.message}")
         return StoreError(f"Azure Blob error on {key}: {code or status}: {exc.message}")
+    if isinstance(exc, ServiceRequestError | ServiceResponseError):
+        return StoreUnavailable(f"Azure Blob unreachable for {key}: {exc}")
     return StoreError(f"Azure Blob error on {key}: {exc!r}")
+
+
+def blob_errors(key: str, *, missing_is_precondition: bool = False) -> AbstractContextManager[None]:
+    """The one boundary every Blob Storage call goes through: azure-core exceptions leave
+    as map_error(exc, key)."""
+
+    def translate(exc: Exception) -> NavarchError | None:
+        if isinstance(exc, AzureError):
+            return map_error(exc, key, missing_is_precondition=missing_is_precondition)
+        return None
+
+    return map_exceptions(translate)
 
 
 def _etag(value: Any) -> str:
@@ -83,7 +114,7 @@ def _etag(value: Any) -> str:
 
 
 def _rfc3339(value: Any) -> str:
-    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    return str(value.astimezone(UTC).isoformat()).replace("+00:00", "Z")
 
 
 class AzureBlobStore:
@@ -103,16 +134,7 @@ class AzureBlobStore:
         self.max_workers = max(1, max_workers)
         self.parallel_gets = self.max_workers
         if client is None:
-            conn = os.environ.get(CONNECTION_STRING_ENV)
-            if conn:
-                service = BlobServiceClient.from_connection_string(conn, retry_total=RETRY_TOTAL)
-            else:
-                from azure.identity import DefaultAzureCredential
-
-                service = BlobServiceClient(f"https://{account}.blob.core.windows.net",
-                                            credential=DefaultAzureCredential(),
-                                            retry_total=RETRY_TOTAL)
-            client = service.get_container_client(container)
+            client = _container_client(account, container)
         self.client = client
 
     @classmethod
@@ -158,11 +180,9 @@ class AzureBlobStore:
 
     def get(self, key: str) -> Blob:
         """Read one blob -> its bytes and ETag. Raises NotFound, StoreError."""
-        try:
+        with blob_errors(key):
             downloader = self.client.get_blob_client(self._key(key)).download_blob()
             data = downloader.readall()
-        except AzureError as exc:
-            raise map_error(exc, key) from exc
         return Blob(key=key, data=data, version=_etag(downloader.properties.etag))
 
     def put(self, key: str, data: bytes, *, if_absent: bool = False,
@@ -175,10 +195,8 @@ class AzureBlobStore:
         kwargs: dict[str, Any] = {"overwrite": not if_absent}
         if if_version is not None:
             kwargs.update(etag=if_version, match_condition=MatchConditions.IfNotModified)
-        try:
+        with blob_errors(key, missing_is_precondition=if_version is not None):
             resp = self.client.get_blob_client(self._key(key)).upload_blob(data, **kwargs)
-        except AzureError as exc:
-            raise map_error(exc, key, missing_is_precondition=if_version is not None) from exc
         return _etag(resp["etag"])
 
     def delete(self, key: str, *, if_version: str | None = None) -> None:
@@ -191,35 +209,44 @@ class AzureBlobStore:
         kwargs: dict[str, Any] = {}
         if if_version is not None:
             kwargs.update(etag=if_version, match_condition=MatchConditions.IfNotModified)
-        blob = self.client.get_blob_client(self._key(key))
         try:
-            blob.delete_blob(**kwargs)
-        except AzureError as exc:
-            mapped = map_error(exc, key)
-            if isinstance(mapped, PreconditionFailed) and not self._exists(blob):
+            with blob_errors(key):
+                blob = self.client.get_blob_client(self._key(key))
+                blob.delete_blob(**kwargs)
+        except PreconditionFailed as exc:
+            with blob_errors(key):
+                gone = not blob.exists()
+            if gone:
                 raise NotFound(key) from exc
-            raise mapped from exc
-
-    def _exists(self, blob: Any) -> bool:
-        try:
-            return bool(blob.exists())
-        except AzureError as exc:
-            raise map_error(exc, self.container) from exc
+            raise
 
     def list(self, prefix: str) -> Sequence[ObjectInfo]:
         """Every blob whose key starts with prefix, sorted by key (List Blobs pages).
         Raises StoreError."""
-        try:
+        with blob_errors(prefix):
             infos = [
                 ObjectInfo(key=b.name[len(self.prefix):], version=_etag(b.etag),
                            size_bytes=int(b.size), modified_at=_rfc3339(b.last_modified))
                 for b in self.client.list_blobs(name_starts_with=self._key(prefix))
             ]
-        except AzureError as exc:
-            raise map_error(exc, prefix) from exc
         infos.sort(key=lambda info: info.key)
         return infos
 
     def get_many(self, keys: Iterable[str]) -> dict[str, Blob]:
         """Fetch many blobs on up to max_workers threads; missing keys are omitted."""
         return fetch_many(self.get, keys, self.max_workers)
+
+
+def _container_client(account: str, container: str) -> ContainerClient:
+    """The container's client from AZURE_STORAGE_CONNECTION_STRING, else azure-identity."""
+    with blob_errors(f"az://{account}/{container}"):
+        conn = os.environ.get(CONNECTION_STRING_ENV)
+        if conn:
+            service = BlobServiceClient.from_connection_string(conn, retry_total=RETRY_TOTAL)
+        else:
+            from azure.identity import DefaultAzureCredential
+
+            service = BlobServiceClient(f"https://{account}.blob.core.windows.net",
+                                        credential=DefaultAzureCredential(),
+                                        retry_total=RETRY_TOTAL)
+        return service.get_container_client(container)

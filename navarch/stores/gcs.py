@@ -22,15 +22,25 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Sequence
+from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 from typing import Any
 
+import requests
 from google.api_core import exceptions as gexc
 from google.auth import exceptions as auth_exc
-from google.cloud import storage
+from google.cloud import storage  # type: ignore[attr-defined]
 from google.cloud.storage.retry import DEFAULT_RETRY
 
-from navarch.errors import ConfigError, NavarchError, NotFound, PreconditionFailed, StoreError
+from navarch.errors import (
+    ConfigError,
+    NavarchError,
+    NotFound,
+    PreconditionFailed,
+    StoreError,
+    StoreUnavailable,
+    map_exceptions,
+)
 from navarch.stores.base import Blob, ObjectInfo, fetch_many
 
 __all__ = ["GCSStore", "map_error"]
@@ -49,9 +59,12 @@ def map_error(exc: BaseException, key: str, *, op: str) -> NavarchError:
       404 NotFound on get/delete of an object     -> NotFound(key)
       404 on list (the bucket is missing)         -> StoreError
       401/403, google.auth errors                 -> StoreError (credentials or IAM)
-      anything else (5xx after retries, network)  -> StoreError
-    Returns the error; callers `raise map_error(...) from exc`.
+      429, 5xx after retries, connection errors, timeouts -> StoreUnavailable
+      anything else                               -> StoreError
+    Every SDK call of this module runs inside gcs_errors, which calls this.
     """
+    if isinstance(exc, gexc.RetryError) and exc.cause is not None:
+        return map_error(exc.cause, key, op=op)
     if isinstance(exc, gexc.PreconditionFailed | gexc.Conflict):
         return PreconditionFailed(key, str(getattr(exc, "message", exc)))
     if isinstance(exc, gexc.NotFound):
@@ -63,7 +76,19 @@ def map_error(exc: BaseException, key: str, *, op: str) -> NavarchError:
             f"GCS denied {op} {key!r}: {exc} (the caller needs roles/storage.objectAdmin "
             "on the bucket, or storage.objectViewer for read-only plan)"
         )
+    if isinstance(
+        exc,
+        gexc.TooManyRequests | gexc.ServerError | gexc.RetryError | requests.ConnectionError
+        | requests.Timeout | TimeoutError | ConnectionError,
+    ):
+        return StoreUnavailable(f"GCS {op} {key!r} failed: {type(exc).__name__}: {exc}")
     return StoreError(f"GCS {op} {key!r} failed: {type(exc).__name__}: {exc}")
+
+
+def gcs_errors(key: str, *, op: str) -> AbstractContextManager[None]:
+    """The one boundary every GCS call goes through: any exception google-cloud-storage,
+    google-auth or the HTTP transport raises leaves as map_error(exc, key, op=op)."""
+    return map_exceptions(lambda exc: map_error(exc, key, op=op))
 
 
 class GCSStore:
@@ -78,7 +103,8 @@ class GCSStore:
         self.parallel_gets = MAX_PARALLEL_GETS
         self.url = f"gs://{bucket}" + (f"/{self.prefix}" if self.prefix else "")
         self._client = client if client is not None else _default_client()
-        self._bucket = self._client.bucket(bucket)
+        with gcs_errors("", op="open"):
+            self._bucket = self._client.bucket(bucket)
 
     @classmethod
     def from_url(cls, url: str, *, client: storage.Client | None = None) -> GCSStore:
@@ -135,10 +161,8 @@ class GCSStore:
     def get(self, key: str) -> Blob:
         """Read one object: its bytes and generation. Raises NotFound, StoreError."""
         blob = self._bucket.blob(self._name(key))
-        try:
+        with gcs_errors(key, op="get"):
             data = blob.download_as_bytes(retry=DEFAULT_RETRY)
-        except Exception as exc:
-            raise map_error(exc, key, op="get") from exc
         return Blob(key=key, data=data, version=str(blob.generation))
 
     def put(
@@ -163,12 +187,10 @@ class GCSStore:
         elif if_version is not None:
             kwargs["if_generation_match"] = _generation(if_version, key)
         blob = self._bucket.blob(self._name(key))
-        try:
+        with gcs_errors(key, op="put"):
             blob.upload_from_string(
                 data, content_type="application/octet-stream", retry=DEFAULT_RETRY, **kwargs
             )
-        except Exception as exc:
-            raise map_error(exc, key, op="put") from exc
         return str(blob.generation)
 
     def delete(self, key: str, *, if_version: str | None = None) -> None:
@@ -179,21 +201,17 @@ class GCSStore:
         kwargs: dict[str, Any] = {}
         if if_version is not None:
             kwargs["if_generation_match"] = _generation(if_version, key)
-        try:
+        with gcs_errors(key, op="delete"):
             self._bucket.blob(self._name(key)).delete(retry=DEFAULT_RETRY, **kwargs)
-        except Exception as exc:
-            raise map_error(exc, key, op="delete") from exc
 
     def list(self, prefix: str) -> Sequence[ObjectInfo]:
         """Every object whose key starts with prefix, sorted by key. Raises StoreError."""
-        try:
+        with gcs_errors(prefix, op="list"):
             blobs = list(
                 self._client.list_blobs(
                     self._bucket, prefix=self._name(prefix), retry=DEFAULT_RETRY
                 )
             )
-        except Exception as exc:
-            raise map_error(exc, prefix, op="list") from exc
         infos = [
             ObjectInfo(
                 key=self._key(b.name),
@@ -219,11 +237,10 @@ def _default_client() -> storage.Client:
         from google.auth.credentials import AnonymousCredentials
 
         project = os.environ.get("GOOGLE_CLOUD_PROJECT", "navarch-test")
-        return storage.Client(project=project, credentials=AnonymousCredentials())
-    try:
+        credentials = AnonymousCredentials()  # type: ignore[no-untyped-call]
+        return storage.Client(project=project, credentials=credentials)
+    with gcs_errors("", op="open"):
         return storage.Client()
-    except Exception as exc:
-        raise map_error(exc, "", op="open") from exc
 
 
 def _generation(version: str, key: str) -> int:

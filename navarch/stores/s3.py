@@ -10,7 +10,8 @@ writes use S3's conditional requests:
 S3 answers a lost condition with 412 PreconditionFailed, and a conditional write that races
 another one on the same key with 409 ConditionalRequestConflict; both become navarch's
 PreconditionFailed (source: Amazon S3 User Guide, "Conditional requests" / "Conditional
-writes"). Every botocore error is translated in one place, `map_error`.
+writes"). Every S3 call runs inside `s3_errors`, the module's one error boundary, which
+translates botocore's exceptions with `map_error` (connection failures: StoreUnavailable).
 
 Region, credentials and endpoint come from the standard AWS configuration chain
 (environment, ~/.aws/config, instance profile), so AWS_ENDPOINT_URL points the store at a
@@ -20,20 +21,39 @@ local S3 (moto) without code changes. Retries go through botocore's "standard" r
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from contextlib import AbstractContextManager
 from datetime import UTC
 from typing import Any
 
 import boto3
 from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    ConnectionClosedError,
+    ConnectTimeoutError,
+    EndpointConnectionError,
+    ReadTimeoutError,
+)
 
-from navarch.errors import ConfigError, NavarchError, NotFound, PreconditionFailed, StoreError
+from navarch.errors import (
+    ConfigError,
+    NavarchError,
+    NotFound,
+    PreconditionFailed,
+    StoreError,
+    StoreUnavailable,
+    map_exceptions,
+)
 from navarch.stores.base import Blob, ObjectInfo, fetch_many
 
 #: S3 error codes this module relies on, and what each becomes (tests/aws/test_s3_store.py
 #: checks the table against map_error). Anything else becomes a plain StoreError.
 PRECONDITION_CODES = frozenset({"PreconditionFailed", "ConditionalRequestConflict"})
 NOT_FOUND_CODES = frozenset({"NoSuchKey", "404", "NotFound"})
+#: Throttling and server-side failures (S3 error responses "SlowDown", "InternalError",
+#: "ServiceUnavailable"; any HTTP 5xx): the same call may succeed later.
+UNAVAILABLE_CODES = frozenset({"SlowDown", "InternalError", "ServiceUnavailable", "503", "500"})
 
 #: Parallel GetObject calls in get_many; the HTTP pool is sized to match.
 DEFAULT_MAX_WORKERS = 32
@@ -49,7 +69,8 @@ def map_error(exc: Exception, key: str, *, missing_is_precondition: bool = False
     - NoSuchKey / 404 -> NotFound, or PreconditionFailed when missing_is_precondition
       (the ObjectStore contract: `put(if_version=...)` on a missing key loses its condition;
       S3 itself answers If-Match on a missing key with 404 NoSuchKey)
-    - any other ClientError or BotoCoreError (no credentials, connection) -> StoreError
+    - UNAVAILABLE_CODES, HTTP 5xx, connection errors and timeouts -> StoreUnavailable
+    - any other ClientError or BotoCoreError (e.g. no credentials) -> StoreError
     """
     if isinstance(exc, ClientError):
         code = str(exc.response.get("Error", {}).get("Code", ""))
@@ -59,15 +80,34 @@ def map_error(exc: Exception, key: str, *, missing_is_precondition: bool = False
             if missing_is_precondition:
                 return PreconditionFailed(key, "object does not exist")
             return NotFound(key)
+        status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+        if code in UNAVAILABLE_CODES or status >= 500:
+            return StoreUnavailable(f"S3 error on {key}: {code}: {exc}")
         return StoreError(f"S3 error on {key}: {code}: {exc}")
+    if isinstance(
+        exc,
+        EndpointConnectionError | ConnectTimeoutError | ReadTimeoutError | ConnectionClosedError,
+    ):
+        return StoreUnavailable(f"S3 unreachable for {key}: {exc}")
     if isinstance(exc, BotoCoreError):
         return StoreError(f"S3 error on {key}: {exc}")
     return StoreError(f"S3 error on {key}: {exc!r}")
 
 
+def s3_errors(key: str, *, missing_is_precondition: bool = False) -> AbstractContextManager[None]:
+    """The one boundary every S3 call goes through: botocore exceptions -> map_error(key)."""
+
+    def translate(exc: Exception) -> NavarchError | None:
+        if isinstance(exc, BotoCoreError | ClientError):
+            return map_error(exc, key, missing_is_precondition=missing_is_precondition)
+        return None
+
+    return map_exceptions(translate)
+
+
 def _rfc3339(value: Any) -> str:
     """botocore's aware datetime -> 'YYYY-MM-DDTHH:MM:SS[.ffffff]Z'."""
-    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    return str(value.astimezone(UTC).isoformat()).replace("+00:00", "Z")
 
 
 class S3Store:
@@ -94,7 +134,8 @@ class S3Store:
         self.list_page_size = list_page_size
         if client is None:
             config = Config(retries=_RETRIES, max_pool_connections=self.max_workers)
-            client = boto3.session.Session().client("s3", config=config)
+            with s3_errors(f"s3://{bucket}"):
+                client = boto3.session.Session().client("s3", config=config)
         self.client = client
 
     @classmethod
@@ -125,11 +166,9 @@ class S3Store:
 
     def get(self, key: str) -> Blob:
         """Read one object. Returns its bytes and ETag. Raises NotFound, StoreError."""
-        try:
+        with s3_errors(key):
             resp = self.client.get_object(Bucket=self.bucket, Key=self._key(key))
             data = resp["Body"].read()
-        except (ClientError, BotoCoreError) as exc:
-            raise map_error(exc, key) from exc
         return Blob(key=key, data=data, version=resp["ETag"])
 
     def put(
@@ -154,10 +193,8 @@ class S3Store:
             kwargs["IfNoneMatch"] = "*"
         if if_version is not None:
             kwargs["IfMatch"] = if_version
-        try:
+        with s3_errors(key, missing_is_precondition=if_version is not None):
             resp = self.client.put_object(**kwargs)
-        except (ClientError, BotoCoreError) as exc:
-            raise map_error(exc, key, missing_is_precondition=if_version is not None) from exc
         return str(resp["ETag"])
 
     def delete(self, key: str, *, if_version: str | None = None) -> None:
@@ -169,14 +206,12 @@ class S3Store:
         need atomicity pass if_version).
         """
         kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": self._key(key)}
-        try:
+        with s3_errors(key):
             if if_version is None:
                 self.client.head_object(**kwargs)
             else:
                 kwargs["IfMatch"] = if_version
             self.client.delete_object(**kwargs)
-        except (ClientError, BotoCoreError) as exc:
-            raise map_error(exc, key) from exc
 
     def list(self, prefix: str) -> Sequence[ObjectInfo]:
         """Every object whose key starts with prefix, sorted by key.
@@ -185,8 +220,8 @@ class S3Store:
         1,000). Raises StoreError.
         """
         infos: list[ObjectInfo] = []
-        paginator = self.client.get_paginator("list_objects_v2")
-        try:
+        with s3_errors(prefix):
+            paginator = self.client.get_paginator("list_objects_v2")
             pages = paginator.paginate(
                 Bucket=self.bucket,
                 Prefix=self._key(prefix),
@@ -202,8 +237,6 @@ class S3Store:
                             modified_at=_rfc3339(obj["LastModified"]),
                         )
                     )
-        except (ClientError, BotoCoreError) as exc:
-            raise map_error(exc, prefix) from exc
         infos.sort(key=lambda info: info.key)
         return infos
 

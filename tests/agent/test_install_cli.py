@@ -17,7 +17,7 @@ from navarch import signing
 from navarch.agent import load_config
 from navarch.agent.install import install_units
 from navarch.bootstrap import BundleSource, render_cloud_init, render_units
-from navarch.spec import load_fleet
+from navarch.fleet_file import load_fleet, read_fleet_secret
 from tests.support.system import require_system_package
 
 REPO = Path(__file__).resolve().parents[2]
@@ -71,7 +71,7 @@ def user_data_files(text: str) -> dict[str, str]:
 
 
 def test_cloud_init_carries_a_working_agent_config(aws_spec: Any, tmp_path: Path) -> None:
-    key = signing.derive_node_key(aws_spec.fleet_secret(), aws_spec.name, "train-0007")
+    key = signing.derive_node_key(read_fleet_secret(aws_spec), aws_spec.name, "train-0007")
     text = render_cloud_init(aws_spec, "train", "train-0007", key, bundle=lambda: BUNDLE)
     assert text.startswith("#cloud-config\n")
     doc = yaml.safe_load(text)
@@ -105,7 +105,7 @@ def test_cloud_init_carries_a_working_agent_config(aws_spec: Any, tmp_path: Path
 
 def test_cloud_init_passes_cloud_init_schema(aws_spec: Any, tmp_path: Path) -> None:
     require_system_package("cloud-init", "cloud-init")
-    key = signing.derive_node_key(aws_spec.fleet_secret(), aws_spec.name, "train-0007")
+    key = signing.derive_node_key(read_fleet_secret(aws_spec), aws_spec.name, "train-0007")
     path = tmp_path / "user-data.yaml"
     path.write_text(render_cloud_init(aws_spec, "train", "train-0007", key, bundle=lambda: BUNDLE))
     res = subprocess.run(

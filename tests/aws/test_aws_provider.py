@@ -20,11 +20,11 @@ from navarch.errors import (
     QuotaError,
     TransientError,
 )
+from navarch.fleet_file import validator_for
 from navarch.inventory import InstanceState, launch_id, ownership_tags
 from navarch.providers import aws as awsmod
 from navarch.providers import open_provider
 from navarch.providers.base import ProvisionRequest
-from navarch.spec import validator_for
 from tests.contracts.error_tables import AWS_RELIED_ON
 from tests.support.moto_server import client_error
 

@@ -158,7 +158,7 @@ def test_apply_converges_with_tags_and_user_data_then_no_op(env, tmp_path) -> No
     assert len(nodes) == 3
     assert all(re.fullmatch(r"e2e-train-[0-9]{4}", n) for n in nodes)
     from navarch.bootstrap import render_cloud_init
-    from navarch.spec import load_fleet
+    from navarch.fleet_file import load_fleet
 
     spec = load_fleet(fleet)
     ec2 = boto3.client("ec2")

@@ -12,7 +12,7 @@ import pytest
 from botocore.awsrequest import AWSResponse
 from botocore.exceptions import EndpointConnectionError, NoCredentialsError
 
-from navarch.errors import ConfigError, NotFound, PreconditionFailed, StoreError
+from navarch.errors import ConfigError, NotFound, PreconditionFailed, StoreError, StoreUnavailable
 from navarch.stores import open_store
 from navarch.stores import s3 as s3mod
 from navarch.stores.s3 import S3Store
@@ -101,13 +101,14 @@ def test_error_mapping_table() -> None:
         client_error("NoSuchKey", 404, "PutObject"), "k", missing_is_precondition=True
     )
     assert type(missing) is PreconditionFailed
+    for exc in (client_error("AccessDenied", 403, "PutObject"), NoCredentialsError()):
+        assert type(s3mod.map_error(exc, "k")) is StoreError
     for exc in (
-        client_error("AccessDenied", 403, "PutObject"),
         client_error("SlowDown", 503, "PutObject"),
-        NoCredentialsError(),
+        client_error("InternalError", 500, "GetObject"),
         EndpointConnectionError(endpoint_url="http://127.0.0.1:1"),
     ):
-        assert type(s3mod.map_error(exc, "k")) is StoreError
+        assert type(s3mod.map_error(exc, "k")) is StoreUnavailable
 
 
 def test_unreachable_endpoint_is_store_error(moto, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -7,7 +7,7 @@ import threading
 import pytest
 from azure.core.exceptions import HttpResponseError
 
-from navarch.errors import ConfigError, NotFound, PreconditionFailed, StoreError
+from navarch.errors import ConfigError, NotFound, PreconditionFailed, StoreError, StoreUnavailable
 from navarch.stores import open_store
 from navarch.stores.azure import ERROR_CODES, AzureBlobStore, map_error
 from tests.support.azure_servers import ACCOUNT
@@ -100,11 +100,11 @@ def _http_error(status: int, code: str) -> HttpResponseError:
     ("BlobAlreadyExists", 409, PreconditionFailed),
     ("BlobNotFound", 404, NotFound),
     ("ContainerNotFound", 404, StoreError),
-    ("ServerBusy", 503, StoreError),
+    ("ServerBusy", 503, StoreUnavailable),
     ("AuthorizationFailure", 403, StoreError),
 ])
 def test_error_table(code: str, status: int, expected: type) -> None:
-    assert code in ERROR_CODES or expected is StoreError
+    assert code in ERROR_CODES or expected in (StoreError, StoreUnavailable)
     got = map_error(_http_error(status, code), "k")
     assert type(got) is expected
 

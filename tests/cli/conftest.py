@@ -10,7 +10,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import jsonschema
 import pytest
+
+from navarch.fleet_file import load_schema
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -43,7 +46,11 @@ class Navarch:
         return run
 
     def status(self) -> dict:
-        return json.loads(self.ok("status", self.fleet, "--json").out)
+        """`navarch status --json`, checked against schemas/status.schema.json."""
+        doc = json.loads(self.ok("status", self.fleet, "--json").out)
+        jsonschema.validate(doc, load_schema("status.schema.json"),
+                            format_checker=jsonschema.FormatChecker())
+        return doc
 
     def nodes(self, pool: str | None = None) -> list[dict]:
         return [n for p in self.status()["pools"] if pool in (None, p["pool"]) for n in p["nodes"]]

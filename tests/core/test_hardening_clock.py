@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 
 from navarch import signing
+from navarch.fleet_file import load_fleet
 from navarch.inventory import Instance, InstanceState, launch_id, ownership_tags
 from navarch.planner.model import Lifecycle, Memory, memory_from_json, memory_to_json
 from navarch.planner.observe import observe
 from navarch.planner.plan import plan
 from navarch.reconcile.reports import read_reports
-from navarch.spec import load_fleet
 from navarch.stores.file import FileStore
 
 REPO = Path(__file__).resolve().parents[2]

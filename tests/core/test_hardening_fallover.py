@@ -22,11 +22,11 @@ from navarch.errors import (
     QuotaError,
     TransientError,
 )
+from navarch.fleet_file import load_fleet
 from navarch.inventory import Instance
 from navarch.providers.base import ProvisionRequest
 from navarch.reconcile.run import Fleet, clock, gather, run_apply
 from navarch.reconcile.state import load_memory
-from navarch.spec import load_fleet
 
 FLEET = "fo"
 PLACES = [("sim-1a", "sim-h100x8"), ("sim-1b", "sim-h100x8"),

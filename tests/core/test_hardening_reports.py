@@ -186,9 +186,9 @@ def test_16_4_an_unchanged_rejected_object_stays_rejected_and_is_counted_once(tm
     import shutil
     from pathlib import Path
 
+    from navarch.fleet_file import load_fleet
     from navarch.inventory import Instance, InstanceState, launch_id, ownership_tags
     from navarch.planner.observe import observe
-    from navarch.spec import load_fleet
 
     shutil.copy(Path(__file__).resolve().parents[2] / "fleet.example.yaml", tmp_path / "fleet.yaml")
     spec = load_fleet(tmp_path / "fleet.yaml")
@@ -206,9 +206,9 @@ def test_16_4_an_unchanged_rejected_object_stays_rejected_and_is_counted_once(tm
     assert dict(memory.rejections) == {"malformed": 1}
 
 
-def test_16_4_reports_signed_by_older_agents_still_verify(tmp_path):
-    """An agent released before RFC 8785 signed json.dumps(sort_keys) of the body: the
-    reconciler upgraded first still accepts it (and a tampered one still fails)."""
+def test_a_report_signed_over_a_form_other_than_rfc_8785_is_rejected(tmp_path):
+    """Only the JCS form is signed and verified: json.dumps(sort_keys) of the same body,
+    which differs from JCS for a float such as 40.0, is a bad signature."""
     import hashlib
     import hmac
 
@@ -216,11 +216,11 @@ def test_16_4_reports_signed_by_older_agents_still_verify(tmp_path):
     body = json.dumps(report, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     assert body.encode() != signing.canonical_bytes(report)
     key = signing.derive_node_key(SECRET, "demo", NODE)
-    old = {**report, "signature": {"alg": "HMAC-SHA256", "value": hmac.new(
+    other = {**report, "signature": {"alg": "HMAC-SHA256", "value": hmac.new(
         key, body.encode(), hashlib.sha256).hexdigest()}}
     store = FileStore(tmp_path)
-    store.put(KEY, json.dumps(old).encode())
-    assert read_reports(store, "demo", Memory(fleet="demo"), SECRET, NOW)[NODE].rejected is None
-    store.put(KEY, json.dumps({**old, "health_score": 99}).encode())
+    store.put(KEY, json.dumps(other).encode())
     rejected = read_reports(store, "demo", Memory(fleet="demo"), SECRET, NOW)[NODE].rejected
     assert rejected == "bad_signature"
+    store.put(KEY, json.dumps(signing.sign(report, key)).encode())
+    assert read_reports(store, "demo", Memory(fleet="demo"), SECRET, NOW)[NODE].rejected is None

@@ -13,13 +13,13 @@ from typing import Any
 import pytest
 
 from navarch.errors import StoreError
+from navarch.fleet_file import load_fleet
 from navarch.inventory import Instance
 from navarch.planner.model import ActionReason, Phase
 from navarch.providers.base import ProvisionRequest
 from navarch.reconcile.executor import JournalPolicy
 from navarch.reconcile.run import Fleet, check_saved_plan, clock, gather, run_apply
 from navarch.reconcile.state import load_memory
-from navarch.spec import load_fleet
 from tests.support.journal import FLEET, HeldApply, navarch, state_path, write_fleet
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from navarch.errors import ConfigError
-from navarch.spec import load_fleet
+from navarch.fleet_file import load_fleet
 
 TWO = """\
 fleet: demo
@@ -47,7 +47,7 @@ def test_placements_keep_their_own_settings_and_launch_hash(tmp_path):
     assert (a.provider_type, g.provider_type) == ("aws", "gcp")
     assert g.capacity == "spot" and a.capacity == "on-demand"
     # the first placement is also the pool's flat view (single-provider code reads it)
-    assert (pool.provider, pool.zones) == ("a", ("us-east-1a", "us-east-1b"))
+    assert (pool.provider, pool.placed()[0].zones) == ("a", ("us-east-1a", "us-east-1b"))
     assert [(p.provider, p.zone) for p in pool.launch_places()] == [
         ("a", "us-east-1a"), ("a", "us-east-1b"), ("g", "us-central1-a")]
     assert dict(pool.launch_settings(1))["image"] == '"projects/p/global/images/i"'

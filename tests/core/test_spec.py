@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from navarch.errors import ConfigError
-from navarch.spec import load_fleet
+from navarch.fleet_file import load_fleet, read_fleet_secret
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -47,7 +47,7 @@ def test_defaults_come_from_the_schema(tmp_path):
     pool = spec.pool("train")
     assert pool.health.unhealthy_after == 2
     assert pool.health.offline_after_s == 600
-    assert pool.scheduler == "none" and pool.capacity == "on-demand"
+    assert pool.scheduler == "none" and pool.placed()[0].capacity == "on-demand"
     assert spec.store_url == f"file://{tmp_path}/.navarch/store"
     assert spec.safety.circuit_breaker_pct == 50
 
@@ -101,6 +101,6 @@ def test_secret_from_env(tmp_path, monkeypatch):
     spec = load_fleet(_write(tmp_path, BASE + "secret: {env: FLEET_SECRET}\n"))
     monkeypatch.delenv("FLEET_SECRET", raising=False)
     with pytest.raises(ConfigError, match="FLEET_SECRET is empty or unset"):
-        spec.fleet_secret()
+        read_fleet_secret(spec)
     monkeypatch.setenv("FLEET_SECRET", "s3cret-value\n")
-    assert spec.fleet_secret() == b"s3cret-value"
+    assert read_fleet_secret(spec) == b"s3cret-value"

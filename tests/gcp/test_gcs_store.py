@@ -17,7 +17,7 @@ import pytest
 from google.api_core import exceptions as gexc
 from google.auth import exceptions as auth_exc
 
-from navarch.errors import NotFound, PreconditionFailed, StoreError
+from navarch.errors import NotFound, PreconditionFailed, StoreError, StoreUnavailable
 from navarch.stores import open_store
 from navarch.stores.gcs import GCSStore, map_error
 from tests.support.fakehttp import Answer, FakeAPI, Request, Route, serve
@@ -102,8 +102,9 @@ ERROR_TABLE = [
     (gexc.Forbidden("x"), "get", StoreError),
     (gexc.Unauthorized("x"), "put", StoreError),
     (auth_exc.DefaultCredentialsError("x"), "open", StoreError),
-    (gexc.ServiceUnavailable("x"), "put", StoreError),
-    (ConnectionError("x"), "get", StoreError),
+    (gexc.ServiceUnavailable("x"), "put", StoreUnavailable),
+    (gexc.TooManyRequests("x"), "put", StoreUnavailable),
+    (ConnectionError("x"), "get", StoreUnavailable),
 ]
 
 

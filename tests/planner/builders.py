@@ -1,7 +1,7 @@
 """Builders for the planner's inputs: FleetSpec, Instances, ReportObservations, Memory.
 
 Used by the scenario test (tests/planner/scenarios/*.yaml) and the hypothesis properties.
-Every fleet goes through the real navarch.spec.load_fleet (schema, defaults, cross-field
+Every fleet goes through the real navarch.fleet_file.load_fleet (schema, defaults, cross-field
 rules), so a test can never hand the planner a fleet that fleet.yaml could not express.
 
 Times are aware UTC datetimes. Where a builder takes a time it also accepts the scenario
@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from navarch.durations import parse_duration_s
+from navarch.fleet_file import load_fleet
 from navarch.health import FaultKey, Remedy, Status
 from navarch.inventory import Instance, InstanceState, launch_id, ownership_tags
 from navarch.planner.model import (
@@ -34,7 +35,7 @@ from navarch.planner.model import (
     ReportSummary,
     parse_ts,
 )
-from navarch.spec import FleetSpec, load_fleet
+from navarch.spec import FleetSpec
 
 BASE_NOW = datetime(2026, 3, 2, 12, 0, 0, tzinfo=UTC)
 
@@ -45,7 +46,7 @@ _FLEETS: dict[str, FleetSpec] = {}
 
 
 def fleet_from_yaml(text: str, directory: Path | None = None) -> FleetSpec:
-    """Write `text` as fleet.yaml and load it with navarch.spec.load_fleet.
+    """Write `text` as fleet.yaml and load it with navarch.fleet_file.load_fleet.
 
     directory: where to write it (a test's tmp_path); None uses one process-wide temporary
     directory and caches the FleetSpec by the text, so hypothesis examples stay cheap.

@@ -41,7 +41,7 @@ from navarch.planner.model import (
 )
 from navarch.planner.observe import observe
 from navarch.planner.plan import plan
-from navarch.reconcile.executor import _with_fault
+from navarch.reconcile.handlers import _with_fault
 from navarch.spec import FleetSpec
 
 FLEET = "lp"

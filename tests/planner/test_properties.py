@@ -887,13 +887,13 @@ def edited_sims(draw: st.DrawFn) -> tuple[Sim, FleetSpec]:
     for pool in spec.pools:
         first = replace(
             pool.placed()[0],
-            instance_types=draw(st.sampled_from([pool.instance_types, ("t2",), ("t3", "t1")])),
-            zones=draw(st.sampled_from([pool.zones, ("z2",), ("z3", "z1")])),
-            capacity=draw(st.sampled_from([pool.capacity, "on-demand", "spot"])),
+            instance_types=draw(st.sampled_from([pool.placed()[0].instance_types, ("t2",),
+                                                 ("t3", "t1")])),
+            zones=draw(st.sampled_from([pool.placed()[0].zones, ("z2",), ("z3", "z1")])),
+            capacity=draw(st.sampled_from([pool.placed()[0].capacity, "on-demand", "spot"])),
         )
         edited.append(replace(
             pool,
-            instance_types=first.instance_types, zones=first.zones, capacity=first.capacity,
             placements=(first, *pool.placed()[1:]),
             gpus_per_node=draw(st.sampled_from([pool.gpus_per_node, 4])),
             labels=draw(st.sampled_from([pool.labels, (("team", "ml"),)])),

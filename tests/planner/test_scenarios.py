@@ -4,7 +4,7 @@ A scenario file holds (times are RFC 3339, or relative to `now` like "-20m", "+1
 
   description: what the scenario proves
   now: the run's clock
-  fleet: |            the fleet.yaml text (loaded with navarch.spec.load_fleet)
+  fleet: |            the fleet.yaml text (loaded with navarch.fleet_file.load_fleet)
   inventory:          owned instances: node, [pool], [state], [launched_at], [instance_id],
                       [zone], [instance_type], [spot]   (pool defaults from <fleet>-<pool>-NNNN;
                       zone, type and spot default to the pool's first place)

@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from navarch.errors import CapacityError
+from navarch.errors import CapacityError, PluginError
 from navarch.inventory import Instance, InstanceState
-from navarch.plugins import CheckedProvider, Group, PluginError, PluginRef, names
+from navarch.plugins import Group, PluginRef, names
 from navarch.providers.base import ProvisionRequest
+from navarch.providers.plugin import CheckedProvider
 from navarch.stores import open_store
 from tests.plugins.conftest import fake_distribution
 

@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 from navarch.errors import ConfigError
+from navarch.fleet_file import load_fleet
 from navarch.policy import evaluate
-from navarch.spec import Diagnostics, load_fleet
+from navarch.spec import Diagnostics
 from tests.support.cli import run_navarch
 
 FLEET = """\

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import yaml
 
+from navarch.fleet_file import load_fleet
 from navarch.remote.adapter import SSHPlaybooks
-from navarch.spec import load_fleet
 
 from .conftest import Sshd, Standin
 

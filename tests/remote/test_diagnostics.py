@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from navarch.remote import PlaybookTarget, SSHRunner
 from navarch.remote.adapter import SSHPlaybooks
 from navarch.remote.diagnostics import (
     DiagOutcome,
@@ -18,6 +17,7 @@ from navarch.remote.diagnostics import (
     parse_dcgmi_diag,
     run_diagnostics,
 )
+from navarch.remote.runner import PlaybookTarget, SSHRunner
 
 from .conftest import Sshd, Standin
 
@@ -139,8 +139,8 @@ def test_the_executors_runner_diagnoses_a_pools_node(sshd: Sshd, standin: Standi
                                                       tmp_path: Path) -> None:
     import yaml
 
+    from navarch.fleet_file import load_fleet
     from navarch.remote.adapter import SSHPlaybooks
-    from navarch.spec import load_fleet
 
     doc = yaml.safe_load((Path(__file__).resolve().parents[2] / "fleet.example.yaml").read_text())
     doc["pools"]["train"]["ssh"] = sshd.ssh()

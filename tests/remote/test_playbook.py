@@ -9,8 +9,13 @@ import jinja2
 import pytest
 
 from navarch.errors import ConfigError
-from navarch.remote import PlaybookKind, StepHost, load_playbook, load_playbook_file
-from navarch.remote.playbook import SCHEDULER_KINDS
+from navarch.remote.playbook import (
+    SCHEDULER_KINDS,
+    PlaybookKind,
+    StepHost,
+    load_playbook,
+    load_playbook_file,
+)
 
 CONTEXT = {
     "node": "gpu-1",

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from navarch.errors import ConfigError
-from navarch.remote import PlaybookTarget, SSHRunner, load_playbook, load_playbook_file
+from navarch.remote.playbook import load_playbook, load_playbook_file
+from navarch.remote.runner import PlaybookTarget, SSHRunner
 
 from .conftest import Sshd, Standin, free_port
 

@@ -11,16 +11,17 @@ from pathlib import Path
 
 import pytest
 
-from navarch.errors import AuthError, LeaseLost
+from navarch.errors import AuthError, LeaseLost, NotifyError, RemoteError
+from navarch.fleet_file import load_fleet
 from navarch.health import FaultKey, Remedy
 from navarch.notify.dispatch import notify_run
 from navarch.notify.events import EventKind, events_from_error, outcome_events, plan_conditions
-from navarch.notify.sinks import NotifyError, SlackSink, WebhookSink, accepts
+from navarch.notify.sinks import SlackSink, WebhookSink, accepts
 from navarch.notify.state import NotifyState, load_state, transition
 from navarch.planner.model import Action, ActionKind, ActionReason, Fault, Halt, Memory, Plan
 from navarch.reconcile.executor import Outcome
 from navarch.reconcile.run import ApplyResult
-from navarch.spec import SinkSpec, load_fleet
+from navarch.spec import SinkSpec
 from navarch.stores import open_store
 from tests.unattended.helpers import Recorder, write_fleet
 
@@ -39,9 +40,10 @@ def test_events_from_outcomes_and_halts() -> None:
                     fault=fault, action_reason=ActionReason.UNHEALTHY)
     term = Action(ActionKind.TERMINATE, "train", "demo-train-0001", "drain finished",
                   instance_id="i-1", action_reason=ActionReason.DRAIN_FINISHED)
-    launch = Action(ActionKind.PROVISION, "infer", "demo-infer-0003", "below target", action_reason=ActionReason.SCALE_UP)
-    r = result(Outcome(cordon, True, "cordoned"), Outcome(term, True, "terminated i-1"),
-               Outcome(launch, False, "auth: denied", "AuthError"),
+    launch = Action(ActionKind.PROVISION, "infer", "demo-infer-0003", "below target",
+                    action_reason=ActionReason.SCALE_UP)
+    r = result(Outcome.done(cordon, "cordoned"), Outcome.done(term, "terminated i-1"),
+               Outcome.failed(launch, AuthError("denied"), "auth: denied"),
                halts=(Halt("train", "circuit_breaker", "2 of 3 sick"),
                       Halt("train", "disruption_budget", "waits")))
     kinds = [(e.kind, e.node) for e in outcome_events("demo", "run-1", r.outcomes)]
@@ -61,11 +63,11 @@ def test_ladder_events_reboot_reset_and_diagnostics() -> None:
     reset = Action(ActionKind.RESET_GPU, "train", node, "XID 48, first occurrence", action_reason=ActionReason.REMEDY)
     diag = Action(ActionKind.DIAGNOSE, "train", node, "return_requires_diag", level=2,
                   why="return", action_reason=ActionReason.DIAGNOSTICS)
-    outcomes = [Outcome(reboot, True, "rebooted i-2"), Outcome(reset, True, "GPUs reset"),
-                Outcome(diag, True, "dcgmi diag -r 2: running: dcgmi diag -r 2 started",
+    outcomes = [Outcome.done(reboot, "rebooted i-2"), Outcome.done(reset, "GPUs reset"),
+                Outcome.done(diag, "dcgmi diag -r 2: running: dcgmi diag -r 2 started",
                         diag="running"),
-                Outcome(diag, True, "dcgmi diag -r 2: pass: 3 test(s) passed", diag="pass"),
-                Outcome(diag, True, "dcgmi diag -r 2: fail: memory on GPU 1", diag="fail")]
+                Outcome.done(diag, "dcgmi diag -r 2: pass: 3 test(s) passed", diag="pass"),
+                Outcome.done(diag, "dcgmi diag -r 2: fail: memory on GPU 1", diag="fail")]
     events = outcome_events("demo", "run-1", outcomes)
     assert [e.kind for e in events] == [EventKind.NODE_REBOOTED, EventKind.NODE_GPU_RESET,
                                         EventKind.NODE_DIAGNOSED, EventKind.NODE_DIAG_FAILED]
@@ -102,8 +104,9 @@ def test_sink_filters() -> None:
     (trip,) = plan_conditions(r.plan).values()
     _, state = transition(NotifyState({}, {}, None), {trip.condition: trip}, NOW)
     (clear,), _ = transition(state, {}, NOW)
-    cordon = outcome_events("demo", "r", [Outcome(
-        Action(ActionKind.CORDON, "train", "n1", XID, action_reason=ActionReason.UNHEALTHY), True, "ok")])[0]
+    cordon = outcome_events("demo", "r", [Outcome.done(
+        Action(ActionKind.CORDON, "train", "n1", XID, action_reason=ActionReason.UNHEALTHY),
+        "ok")])[0]
     pd = SinkSpec("pagerduty", "pd")
     assert accepts(pd, trip) and accepts(pd, clear) and not accepts(pd, cordon)
     critical = SinkSpec("webhook", "w", min_severity="critical")
@@ -139,7 +142,8 @@ def test_failures_never_name_the_secret(recorder: Recorder, tmp_path: Path) -> N
 
 def test_slack_message_is_one_compact_summary(recorder: Recorder, tmp_path: Path) -> None:
     spec = SinkSpec("slack", "team", url={"value": f"{recorder.url}/slack"})
-    r = result(Outcome(Action(ActionKind.CORDON, "train", "demo-train-0002", XID, action_reason=ActionReason.UNHEALTHY), True, "ok"),
+    r = result(Outcome.done(Action(ActionKind.CORDON, "train", "demo-train-0002", XID,
+                                   action_reason=ActionReason.UNHEALTHY), "ok"),
                halts=(Halt("infer", "circuit_breaker", "2 of 2 sick"),))
     events = outcome_events("demo", "r", r.outcomes) + tuple(plan_conditions(r.plan).values())
     assert SlackSink(spec, tmp_path, 0).send(events) == 1
@@ -175,12 +179,14 @@ def test_a_failing_action_is_reported_once_until_it_succeeds(tmp_path: Path) -> 
     write_fleet(tmp_path, notify=[{"type": "log", "path": "events.jsonl"}])
     spec = load_fleet(tmp_path / "fleet.yaml")
     store = open_store(spec.store_url, base_dir=spec.base_dir)
-    cordon = Action(ActionKind.CORDON, "train", "demo-train-0002", XID, instance_id="i-2", action_reason=ActionReason.UNHEALTHY)
-    failing = result(Outcome(cordon, False, "ssh: exit 1", "RemoteError"))
+    cordon = Action(ActionKind.CORDON, "train", "demo-train-0002", XID, instance_id="i-2",
+                    action_reason=ActionReason.UNHEALTHY)
+    failing = result(Outcome.failed(cordon, RemoteError("10.0.0.2", "scontrol", 1, "ssh: exit 1"),
+                                    "ssh: exit 1"))
     for _ in range(3):  # a cron job retrying a failing cordon
         notify_run(spec, store, now=NOW, run_id="r", result=failing)
     notify_run(spec, store, now=NOW, run_id="r",
-               result=result(Outcome(cordon, True, "cordoned")))
+               result=result(Outcome.done(cordon, "cordoned")))
     lines = [json.loads(x) for x in (tmp_path / "events.jsonl").read_text().splitlines()]
     assert [(x["kind"], x["node"]) for x in lines] == [
         ("action_failed", "demo-train-0002"), ("node_cordoned", "demo-train-0002"),

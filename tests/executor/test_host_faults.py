@@ -1,4 +1,4 @@
-"""Lemons per physical host (issue 13): the executor counts a new fault occurrence against
+"""Lemons per physical host: the executor counts a new fault occurrence against
 the node's host where the cloud exposes one (Instance.host_id, EC2 Dedicated Hosts) and
 remembers a lemon's host; a fault already recorded for the node is not counted again."""
 
@@ -9,6 +9,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from navarch.fleet_file import load_fleet
 from navarch.health import FaultKey, Remedy
 from navarch.planner.model import (
     Action,
@@ -22,7 +23,6 @@ from navarch.planner.model import (
 )
 from navarch.reconcile.executor import Executor
 from navarch.reconcile.state import AuditLog
-from navarch.spec import load_fleet
 from navarch.stores.file import FileStore
 from tests.planner import builders
 from tests.support.journal import FLEET, write_fleet

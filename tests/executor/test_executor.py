@@ -1,0 +1,198 @@
+"""The executor's engine against a fake provider and a file store: one outcome per action,
+of the kind its failure calls for and carrying the exception; the action boundary; the
+audit log; the journal when it fails."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from navarch.errors import AuthError, PreconditionFailed, RemoteError, TransientError
+from navarch.fleet_file import load_fleet
+from navarch.inventory import Instance
+from navarch.planner.model import Action, ActionKind, Memory, NodeMemory, Phase, Plan
+from navarch.reconcile.executor import Executor, JournalPolicy, Outcome, OutcomeKind
+from navarch.reconcile.state import AuditLog
+from navarch.spec import FleetSpec
+from navarch.stores.file import FileStore
+from tests.planner import builders
+from tests.support.journal import FLEET, write_fleet
+
+NOW = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
+
+
+def node(i: int) -> str:
+    return f"{FLEET}-train-{i:04d}"
+
+
+class FakeCloud:
+    """A provider whose terminate/reboot/update_tags raise what `fail` names per instance."""
+
+    def __init__(self, fail: dict[str, BaseException] | None = None) -> None:
+        self.fail = fail or {}
+        self.calls: list[tuple[str, str]] = []
+
+    def _do(self, verb: str, instances: Sequence[Instance]) -> None:
+        for inst in instances:
+            self.calls.append((verb, inst.instance_id))
+            if inst.instance_id in self.fail:
+                raise self.fail[inst.instance_id]
+
+    def terminate(self, instances: Sequence[Instance]) -> None:
+        self._do("terminate", instances)
+
+    def reboot(self, instances: Sequence[Instance]) -> None:
+        self._do("reboot", instances)
+
+    def update_tags(self, instance: Instance, tags: object) -> None:
+        self._do("update_tags", [instance])
+
+
+class FailingPlaybooks:
+    """A playbook runner whose cordon fails on every node with a RemoteError."""
+
+    def run(self, pool: object, kind: str, node: str, address: str | None,
+            reason: str) -> tuple[bool, str]:
+        if kind == "cordon":
+            raise RemoteError(node, "scontrol update State=DRAIN", 1, "slurm is down")
+        return True, f"{kind} ok"
+
+
+def spec_of(tmp_path: Path, scheduler: str = "none") -> FleetSpec:
+    path = write_fleet(tmp_path, target=4)
+    path.write_text(path.read_text().replace("scheduler: none", f"scheduler: {scheduler}"))
+    return load_fleet(path)
+
+
+def world(n: int) -> tuple[dict[str, Instance], Memory]:
+    instances = {node(i): builders.instance(FLEET, "train", node(i), launched_at=NOW,
+                                            instance_id=f"i-{i}", provider="sim")
+                 for i in range(1, n + 1)}
+    memory = Memory(fleet=FLEET)
+    for name, inst in instances.items():
+        memory = memory.with_node(NodeMemory(name, "train", inst.instance_id, first_seen_at=NOW))
+    return instances, memory
+
+
+def execute(tmp_path: Path, spec: FleetSpec, cloud: FakeCloud, instances: dict[str, Instance],
+            memory: Memory, *actions: Action, **kwargs: object
+            ) -> tuple[Memory, dict[tuple[ActionKind, str | None], Outcome]]:
+    store = FileStore(tmp_path / "store")
+    executor = Executor(spec, {"sim": cloud},  # type: ignore[dict-item]
+                        AuditLog(store, FLEET, "run-1", NOW), instances=instances,
+                        inventory=tuple(instances.values()), clock=lambda: NOW,
+                        run_id="run-1", **kwargs)  # type: ignore[arg-type]
+    memory, outcomes = executor.execute(Plan(FLEET, NOW, actions), memory)
+    return memory, {(o.action.kind, o.action.node): o for o in outcomes}
+
+
+def audit_records(tmp_path: Path) -> list[dict[str, object]]:
+    chunks = sorted((tmp_path / "store" / "events").rglob("*.jsonl"))
+    return [json.loads(line) for c in chunks for line in c.read_text().splitlines()]
+
+
+def test_each_outcome_has_the_kind_its_failure_calls_for_and_carries_the_exception(
+    tmp_path: Path,
+) -> None:
+    instances, memory = world(4)
+    throttled = TransientError("RequestLimitExceeded", code="RequestLimitExceeded")
+    denied = AuthError("UnauthorizedOperation", code="UnauthorizedOperation")
+    cloud = FakeCloud({"i-2": throttled, "i-3": denied})
+    memory = memory.with_node(replace(memory.node(node(4)), phase=Phase.CORDONED))
+    _, got = execute(
+        tmp_path, spec_of(tmp_path), cloud, instances, memory,
+        Action(ActionKind.TERMINATE, "train", node(1), "scale_down", instance_id="i-1"),
+        Action(ActionKind.TERMINATE, "train", node(2), "scale_down", instance_id="i-2"),
+        Action(ActionKind.UPDATE_TAGS, "train", node(3), "drift", tags=(("team", "ml"),)),
+        Action(ActionKind.REBOOT, "train", node(4), "XID 79"),  # cordoned, not drained
+    )
+    ok = got[(ActionKind.TERMINATE, node(1))]
+    assert ok.kind is OutcomeKind.OK and ok.ok and ok.exc is None and ok.error is None
+    transient = got[(ActionKind.TERMINATE, node(2))]
+    assert transient.kind is OutcomeKind.TRANSIENT and transient.exc is throttled
+    assert transient.error == "TransientError" and not transient.ok
+    permanent = got[(ActionKind.UPDATE_TAGS, node(3))]
+    assert permanent.kind is OutcomeKind.PERMANENT and permanent.exc is denied
+    refused = got[(ActionKind.REBOOT, node(4))]
+    assert refused.kind is OutcomeKind.REFUSED and refused.exc is None
+    assert refused.detail == "not drained (phase cordoned)"
+    # The refused reboot never reached the cloud.
+    assert ("reboot", "i-4") not in cloud.calls
+
+
+def test_a_drain_after_a_failed_cordon_is_skipped_and_the_cordon_is_transient(
+    tmp_path: Path,
+) -> None:
+    instances, memory = world(1)
+    memory, got = execute(
+        tmp_path, spec_of(tmp_path, "slurm"), FakeCloud(), instances, memory,
+        Action(ActionKind.CORDON, "train", node(1), "XID 79"),
+        Action(ActionKind.DRAIN, "train", node(1), "XID 79"),
+        playbooks=FailingPlaybooks(),
+    )
+    cordon = got[(ActionKind.CORDON, node(1))]
+    assert cordon.kind is OutcomeKind.TRANSIENT and isinstance(cordon.exc, RemoteError)
+    drain = got[(ActionKind.DRAIN, node(1))]
+    assert drain.kind is OutcomeKind.SKIPPED
+    assert drain.detail == "not cordoned (its cordon failed this run)"
+    assert memory.node(node(1)).phase is Phase.NONE
+
+
+def test_an_exception_at_the_action_boundary_is_a_failed_outcome_and_others_go_on(
+    tmp_path: Path,
+) -> None:
+    instances, memory = world(2)
+    bug = KeyError("InstanceId")
+    cloud = FakeCloud({"i-1": bug})
+    _, got = execute(
+        tmp_path, spec_of(tmp_path), cloud, instances, memory,
+        Action(ActionKind.TERMINATE, "train", node(1), "scale_down", instance_id="i-1"),
+        Action(ActionKind.TERMINATE, "train", node(2), "scale_down", instance_id="i-2"),
+    )
+    failed = got[(ActionKind.TERMINATE, node(1))]
+    assert failed.kind is OutcomeKind.PERMANENT and failed.exc is bug
+    assert failed.detail == "KeyError: 'InstanceId'"
+    assert got[(ActionKind.TERMINATE, node(2))].ok
+
+
+def test_the_audit_log_records_each_outcome_with_its_kind_and_error_name(
+    tmp_path: Path,
+) -> None:
+    instances, memory = world(2)
+    cloud = FakeCloud({"i-2": TransientError("RequestLimitExceeded")})
+    execute(tmp_path, spec_of(tmp_path), cloud, instances, memory,
+            Action(ActionKind.TERMINATE, "train", node(1), "scale_down", instance_id="i-1"),
+            Action(ActionKind.TERMINATE, "train", node(2), "scale_down", instance_id="i-2"))
+    by_node = {r["node"]: r for r in audit_records(tmp_path)}
+    assert by_node[node(1)]["ok"] is True and by_node[node(1)]["outcome"] == "ok"
+    assert by_node[node(1)]["error"] is None and by_node[node(1)]["detail"] == "terminated i-1"
+    assert by_node[node(2)]["outcome"] == "transient"
+    assert by_node[node(2)]["error"] == "TransientError"
+    assert by_node[node(2)]["detail"] == "RequestLimitExceeded"
+
+
+def test_a_journal_that_fails_stops_the_run_and_its_error_is_raised(tmp_path: Path) -> None:
+    instances, memory = world(3)
+    cloud = FakeCloud()
+    lost = PreconditionFailed("state/jt.json", "another run wrote state")
+    writes: list[Memory] = []
+
+    def journal(m: Memory) -> Memory:
+        writes.append(m)
+        raise lost
+
+    with pytest.raises(PreconditionFailed) as info:
+        execute(tmp_path, spec_of(tmp_path), cloud, instances, memory,
+                *(Action(ActionKind.TERMINATE, "train", node(i), "scale_down",
+                         instance_id=f"i-{i}") for i in (1, 2, 3)),
+                journal=journal, policy=JournalPolicy(every_actions=1))
+    assert info.value is lost
+    # The first write failed: the run tried no other write (no state after a lost CAS),
+    # and that write held the first finished action's result.
+    assert len(writes) == 1
+    assert sum(n.phase is Phase.TERMINATING for n in writes[0].nodes) == 1

@@ -22,7 +22,7 @@ import os
 import sys
 from collections import Counter
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -434,6 +434,13 @@ def cmd_status(args: argparse.Namespace) -> int:
     if len(rows) > 1:
         for r in rows:
             print("  ".join(c.ljust(w) for c, w in zip(r[:-1], widths, strict=True)) + "  " + r[-1])
+    idle = [n["node"] for p in doc["pools"] for n in p["nodes"]
+            if n["lifecycle"] not in ("healthy", "degraded")]
+    if idle:
+        # Everything status cannot say about the past lives in the audit log.
+        print(f"\nWhy a node is not serving, and what navarch did to it: navarch history "
+              f"{args.fleet} {idle[0]}" + (f" (or any of the {len(idle)} above)"
+                                            if len(idle) > 1 else ""))
     if hidden:
         print(f"{'' if len(rows) == 1 else chr(10)}{hidden} healthy node(s) not listed "
               "(navarch status --all lists every node)")
@@ -450,6 +457,44 @@ def cmd_status(args: argparse.Namespace) -> int:
     if doc["foreign"]:
         print("\nForeign instances (no navarch tags for this fleet; left alone): " +
               ", ".join(f["instance_id"] for f in doc["foreign"]))
+    return EXIT_OK
+
+
+# -- history ------------------------------------------------------------------------------
+def _since(text: str, now: datetime) -> datetime:
+    """--since: a duration back from now ("24h", "7d", "1h30m") or an RFC 3339 time."""
+    from navarch.durations import parse_duration_s
+
+    try:
+        return now - timedelta(seconds=parse_duration_s(text))
+    except ValueError:
+        pass
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        when = None
+    if when is None or when.tzinfo is None:
+        raise ConfigError(f"--since {text!r} is neither a duration nor an RFC 3339 time",
+                          hint="write it like 24h, 7d, 1h30m or 2026-11-24T03:00:00Z")
+    return when.astimezone(UTC)
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    """`navarch history FLEET [NODE] [--since 24h] [--json]`: what happened and why, from the
+    audit log (navarch.history), oldest first, then the node's state now."""
+    from navarch.history import history_to_json, read_history, render_history
+    from navarch.reconcile.run import clock
+    from navarch.stores import open_store
+
+    spec = load_fleet(args.fleet)
+    now = clock()
+    since = _since(args.since, now)
+    store = open_store(spec.store_url, base_dir=spec.base_dir)
+    h = read_history(store, spec.name, since=since, until=now, node=args.node)
+    if args.json:
+        print(json.dumps(history_to_json(h), indent=1, sort_keys=True))
+    else:
+        print(render_history(h), end="")
     return EXIT_OK
 
 
@@ -662,6 +707,14 @@ def _node_commands(sub: Any) -> None:
     _log_format(s)
     s.add_argument("--all", action="store_true", help="list healthy nodes too")
     s.set_defaults(func=cmd_status)
+
+    s = sub.add_parser("history", help="what happened to a node (or the fleet) and why")
+    s.add_argument("fleet")
+    s.add_argument("node", nargs="?", default=None)
+    s.add_argument("--since", default="24h",
+                   help="how far back: a duration (24h, 7d) or an RFC 3339 time (default 24h)")
+    s.add_argument("--json", action="store_true", help="schemas/history.schema.json")
+    s.set_defaults(func=cmd_history)
 
     s = sub.add_parser("force-unlock", help="remove a stuck lock (give the id it reports)")
     s.add_argument("fleet")

@@ -567,6 +567,31 @@ def cmd_cordon(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_ssh(args: argparse.Namespace) -> int:
+    """`navarch ssh FLEET NODE [-- CMD]`: OpenSSH to the node's address with its pool's
+    settings (navarch.remote.session); exits with ssh's own exit code."""
+    import shutil
+    import subprocess
+
+    from navarch.reconcile.run import list_inventory
+    from navarch.remote.runner import SSHSettings
+    from navarch.remote.session import node_instance, ssh_argv
+
+    fleet = _open(args.fleet)
+    inst = node_instance(list_inventory(fleet), fleet.spec.name, args.node)
+    pool = fleet.spec.pool(inst.pool or "")
+    settings = SSHSettings.from_mapping(pool.ssh, base_dir=fleet.spec.base_dir, pool=pool.name)
+    command = list(args.remote_command)
+    if command[:1] == ["--"]:
+        command = command[1:]
+    argv = ssh_argv(settings, inst.address or "", command)
+    if shutil.which(argv[0]) is None:
+        raise NavarchError("no `ssh` client on PATH: install OpenSSH's client "
+                           "(Debian: apt-get install openssh-client)")
+    sys.stdout.flush()
+    return subprocess.run(argv, check=False).returncode
+
+
 # -- local provider -------------------------------------------------------------------------
 def cmd_local_tick(args: argparse.Namespace) -> int:
     """`navarch local tick`: every local node's agent reports once."""
@@ -667,10 +692,14 @@ def _looks_like_fleet(arg: str) -> bool:
 
 
 def _resolve_fleet(args: argparse.Namespace) -> None:
-    """Fill in the default fleet file where a command takes one; `history NODE` (one
-    positional that is no file) names a node of the default fleet."""
+    """Fill in the default fleet file where a command takes one; `history NODE` and
+    `ssh NODE [-- CMD]` (a first positional that is no fleet file) name a node of it."""
     if getattr(args, "command", None) == "history" and args.fleet and args.node is None \
             and not _looks_like_fleet(args.fleet):
+        args.fleet, args.node = None, args.fleet
+    if getattr(args, "command", None) == "ssh" and args.fleet \
+            and not _looks_like_fleet(args.fleet):
+        args.remote_command = [args.node, *args.remote_command]
         args.fleet, args.node = None, args.fleet
     if hasattr(args, "fleet") and getattr(args, "command", None) not in ("agent", "render"):
         args.fleet = default_fleet(args.fleet)
@@ -706,7 +735,8 @@ _EPILOGS: dict[str, tuple[str, str]] = {
                "navarch reboot fleet.yaml demo-train-0002"),
     "cordon": ("0 cordoned; 1 refused or failed; 4 lock held, 5 lease lost",
                "navarch cordon fleet.yaml demo-train-0002 --reason 'ECC errors in jobs'"),
-    "ssh": ("ssh's own exit code; 1 the node has no address or is not this fleet's",
+    "ssh": ("0 the session or command succeeded; else ssh's own code (255: could not "
+            "connect); 1 the node is not this fleet's or has no address",
             "navarch ssh fleet.yaml demo-train-0002 -- nvidia-smi"),
     "simulate": ("0 every assert passed; 1 an assert failed or the scenario is invalid",
                  "navarch simulate examples/simulate/steady-state-small.yaml"),
@@ -873,6 +903,13 @@ def _node_commands(sub: Any) -> None:
     s.add_argument("node")
     s.add_argument("--reason", required=True, help="why (shown by the scheduler, audit log)")
     s.set_defaults(func=cmd_cordon)
+
+    s = sub.add_parser("ssh", help="open an SSH session to a node (its pool's ssh settings)")
+    _fleet(s)
+    s.add_argument("node")
+    s.add_argument("remote_command", nargs=argparse.REMAINDER, metavar="-- CMD",
+                   help="run this command instead of a login shell")
+    s.set_defaults(func=cmd_ssh)
 
     s = sub.add_parser("simulate", help="simulate a scenario on the real planner, virtual clock")
     s.add_argument("scenario")

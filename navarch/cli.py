@@ -59,7 +59,6 @@ EXIT_OK, EXIT_ERROR, EXIT_CHANGES, EXIT_HALTED, EXIT_LOCKED, EXIT_LEASE_LOST = 0
 RUNBOOK = {
     "circuit_breaker": "docs/runbook.md#breaker",
     "orphan_guard": "docs/runbook.md#orphan-guard",
-    "duplicate_node": "docs/runbook.md#duplicates",
     "lock": "docs/runbook.md#lease",
     "stale_plan": "docs/runbook.md#stale-plan",
     "store": "docs/runbook.md#store-unreachable",

@@ -89,6 +89,9 @@ def test_history_names_who_asked_replace_and_operator_verbs(navarch, fleet_dir) 
     status = navarch.ok("status", "fleet.yaml").out
     assert f"Why a node is not serving, and what navarch did to it: navarch history fleet.yaml {NODE}" \
         in status, status
+    text = navarch.ok("history", NODE).out  # fleet file ./fleet.yaml; one positional: a node
+    assert text.startswith(f"History of node {NODE} (fleet demo)")
+    assert f"cordon {NODE}  ok  by operator (apply --replace)" in text
     text = navarch.ok("history", "fleet.yaml", "demo-infer-0001").out
     assert "cordon demo-infer-0001  ok  by operator (cordon)" in text
     assert "# because operator: bad fan" in text

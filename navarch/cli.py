@@ -831,7 +831,10 @@ def _reconcile_commands(sub: Any) -> None:
     fmt = s.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="machine-readable (schemas/plan.schema.json)")
     fmt.add_argument("--markdown", action="store_true", help="for a pull-request comment")
-    s.add_argument("--out", metavar="FILE", help="save the plan for `navarch apply FILE`")
+    s.add_argument("--out", metavar="FILE",
+                   help="save the plan for `navarch apply FILE`; with --markdown, write the "
+                        "pull-request comment there instead (a failure comment if planning "
+                        "fails)")
     s.add_argument("--verbose", action="store_true",
                    help="list every action (large groups are otherwise summarised)")
     s.add_argument("--detailed-exitcode", action="store_true",

@@ -202,7 +202,6 @@ def cmd_apply(args: argparse.Namespace) -> int:
         if not fleet_path:
             raise ConfigError("saved plan names no fleet file", file=args.target)
     fleet = _open(fleet_path)
-    show = _show_outcome
 
     def show_plan(plan: Plan) -> bool:
         print(render_text(plan), end="")
@@ -217,7 +216,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
                       progress=args.log_format != "json")
     try:
         result = run_apply(fleet, command=f"apply {args.target}", saved=saved,
-                           confirm=side.confirm(confirm), on_outcome=side.outcome(show),
+                           confirm=side.confirm(confirm), on_outcome=side.outcome(_show_outcome),
                            options=_options(args), after_apply=side.after_apply,
                            run_id=args.run_id)
     except NavarchError as exc:
@@ -460,13 +459,13 @@ def cmd_status(args: argparse.Namespace) -> int:
     if len(rows) > 1:
         for r in rows:
             print("  ".join(c.ljust(w) for c, w in zip(r[:-1], widths, strict=True)) + "  " + r[-1])
-    idle = [n["node"] for p in doc["pools"] for n in p["nodes"]
-            if n["lifecycle"] not in ("healthy", "degraded")]
-    if idle:
+    not_serving = [n["node"] for p in doc["pools"] for n in p["nodes"]
+                   if n["lifecycle"] not in ("healthy", "degraded")]
+    if not_serving:
         # Everything status cannot say about the past lives in the audit log.
         print(f"\nWhy a node is not serving, and what navarch did to it: navarch history "
-              f"{args.fleet} {idle[0]}" + (f" (or any of the {len(idle)} above)"
-                                            if len(idle) > 1 else ""))
+              f"{args.fleet} {not_serving[0]}"
+              + (f" (or any of the {len(not_serving)} above)" if len(not_serving) > 1 else ""))
     if hidden:
         print(f"{'' if len(rows) == 1 else chr(10)}{hidden} healthy node(s) not listed "
               "(navarch status --all lists every node)")

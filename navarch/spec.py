@@ -636,7 +636,12 @@ def load_fleet(path: str | Path) -> FleetSpec:
         )
     errors = list(validator_for("fleet.schema.json").iter_errors(data))
     if errors:
-        raise _schema_error(jsonschema.exceptions.best_match(errors), source, lines)
+        best = jsonschema.exceptions.best_match(errors)
+        # best_match descends into one alternative of a oneOf/anyOf ("does not match
+        # '^[0-9]{1,3}%$'" for a key that also takes an integer): report the choice instead.
+        while best.parent is not None and best.parent.validator in ("oneOf", "anyOf"):
+            best = best.parent
+        raise _schema_error(best, source, lines)
     schema = load_schema("fleet.schema.json")
     _apply_defaults(data, schema, schema)
     return _build(data, source, lines)

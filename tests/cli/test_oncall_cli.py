@@ -85,6 +85,8 @@ def test_a_value_of_no_accepted_form_names_the_forms(navarch, fleet_dir) -> None
     assert "'lots' is none of the accepted forms: an integer >= 0; or a percentage like 25%" \
         in run.err
     assert "is not valid under any of the given schemas" not in run.err
+    run = navarch("plan", "fleet.yaml")  # the first error only, the same words
+    assert run.code == 1 and "'lots' is none of the accepted forms" in run.err, run.err
 
 
 def test_log_format_json_makes_errors_json_lines(navarch) -> None:

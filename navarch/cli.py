@@ -11,6 +11,8 @@
   5  this apply lost its lease mid-run (it lapsed past safety.lock_ttl without renewal, or
      another run took it over): it stopped acting and wrote no state; the run holding the
      lease converges the fleet
+
+What to do for each: docs/runbook.md (every error line names its section).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import os
 import sys
 from collections import Counter
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -31,7 +33,6 @@ from navarch.errors import ConfigError, LeaseLost, LockHeld, NavarchError, Stale
 
 if TYPE_CHECKING:
     from navarch.planner.model import Plan
-    from navarch.reconcile.executor import Outcome
     from navarch.reconcile.run import ApplyResult, Fleet, Snapshot
     from navarch.spec import FleetSpec
 
@@ -55,8 +56,25 @@ def render_text(plan: Plan, *, verbose: bool = False) -> str:
 EXIT_OK, EXIT_ERROR, EXIT_CHANGES, EXIT_HALTED, EXIT_LOCKED, EXIT_LEASE_LOST = 0, 1, 2, 3, 4, 5
 
 
+#: Runbook sections, by what stopped a run (docs/runbook.md; every command there is tested).
+RUNBOOK = {
+    "circuit_breaker": "docs/runbook.md#breaker",
+    "orphan_guard": "docs/runbook.md#orphan-guard",
+    "lock": "docs/runbook.md#lease",
+    "stale_plan": "docs/runbook.md#stale-plan",
+    "store": "docs/runbook.md#store-unreachable",
+    "config": "docs/runbook.md#bad-fleet",
+}
+
+#: Set by main(): with --log-format json an error is a JSON log line like every other.
+_JSON_ERRORS = {"on": False}
+
+
 def _err(message: str) -> None:
-    print(f"Error: {message}", file=sys.stderr)
+    if _JSON_ERRORS["on"]:
+        logging.getLogger("navarch.cli").error(message)
+    else:
+        print(f"Error: {message}", file=sys.stderr)
 
 
 def _options(args: argparse.Namespace, **extra: Any) -> Any:
@@ -80,9 +98,10 @@ def _halt_exit(plan: Plan) -> int | None:
 
     for h in plan.halts:
         if h.safety_stop:
+            rule = h.rule.value
             what = ("circuit breaker open" if h.rule is HaltRule.CIRCUIT_BREAKER
-                    else h.rule.value.replace("_", " "))
-            _err(f"{what} ({h.pool}): {h.message}")
+                    else rule.replace("_", " "))
+            _err(f"{what} ({h.pool}): {h.message} (see {RUNBOOK.get(rule, 'docs/runbook.md')})")
     return EXIT_HALTED
 
 
@@ -125,13 +144,17 @@ def cmd_plan(args: argparse.Namespace) -> int:
     _report_fleet_rejection(snap)
     plan = snap.plan
     doc = plan_to_json(plan)
-    if args.out:
+    if args.out and args.markdown:
+        Path(args.out).write_text(render_markdown(plan))
+    elif args.out:
         saved = {**doc, "fleet_file": str(Path(args.fleet).resolve())}
         Path(args.out).write_text(json.dumps(saved, indent=1, sort_keys=True) + "\n")
     if args.json:
         print(json.dumps(doc, indent=1, sort_keys=True))
-    elif args.markdown:
+    elif args.markdown and not args.out:
         print(render_markdown(plan), end="")
+    elif args.markdown:
+        print(f"Wrote the plan as a pull-request comment to {args.out}.")
     else:
         print(render_text(plan, verbose=args.verbose), end="")
         if args.out:
@@ -185,12 +208,6 @@ def cmd_apply(args: argparse.Namespace) -> int:
             raise ConfigError("saved plan names no fleet file", file=args.target)
     fleet = _open(fleet_path)
 
-    def show(outcome: Outcome) -> None:
-        a = outcome.action
-        target = a.node or a.pool
-        mark = "ok" if outcome.ok else "FAILED"
-        print(f"{target}: {a.kind.value} {mark}: {outcome.detail}", flush=True)
-
     def show_plan(plan: Plan) -> bool:
         print(render_text(plan), end="")
         print()
@@ -204,7 +221,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
                       progress=args.log_format != "json")
     try:
         result = run_apply(fleet, command=f"apply {args.target}", saved=saved,
-                           confirm=side.confirm(confirm), on_outcome=side.outcome(show),
+                           confirm=side.confirm(confirm), on_outcome=side.outcome(_show_outcome),
                            options=_options(args), after_apply=side.after_apply,
                            run_id=args.run_id)
     except NavarchError as exc:
@@ -220,6 +237,13 @@ def cmd_apply(args: argparse.Namespace) -> int:
     code = _apply_exit(result)
     side.summary(result, code)
     return code
+
+
+def _show_outcome(outcome: Any) -> None:
+    """One line per action as it finishes: "<node or pool>: <action> ok|FAILED: <detail>"."""
+    a = outcome.action
+    mark = "ok" if outcome.ok else "FAILED"
+    print(f"{a.node or a.pool}: {a.kind.value} {mark}: {outcome.detail}", flush=True)
 
 
 def _apply_exit(result: ApplyResult) -> int:
@@ -266,7 +290,7 @@ def cmd_destroy(args: argparse.Namespace) -> int:
     failed = 0
     for _ in range(3):  # cordon + drain, then what finished draining at once, then re-check
         result = run_apply(fleet, command=f"destroy {args.fleet}", confirm=confirm,
-                           options=options)
+                           options=options, on_outcome=_show_outcome)
         if result is None:
             print("Destroy cancelled.")
             return EXIT_ERROR
@@ -380,6 +404,13 @@ def cmd_status(args: argparse.Namespace) -> int:
     if len(rows) > 1:
         for r in rows:
             print("  ".join(c.ljust(w) for c, w in zip(r[:-1], widths, strict=True)) + "  " + r[-1])
+    not_serving = [n["node"] for p in doc["pools"] for n in p["nodes"]
+                   if n["lifecycle"] not in ("healthy", "degraded")]
+    if not_serving:
+        # Everything status cannot say about the past lives in the audit log.
+        print(f"\nWhy a node is not serving, and what navarch did to it: navarch history "
+              f"{args.fleet} {not_serving[0]}"
+              + (f" (or any of the {len(not_serving)} above)" if len(not_serving) > 1 else ""))
     if hidden:
         print(f"{'' if len(rows) == 1 else chr(10)}{hidden} healthy node(s) not listed "
               "(navarch status --all lists every node)")
@@ -396,6 +427,44 @@ def cmd_status(args: argparse.Namespace) -> int:
     if doc["foreign"]:
         print("\nForeign instances (no navarch tags for this fleet; left alone): " +
               ", ".join(f["instance_id"] for f in doc["foreign"]))
+    return EXIT_OK
+
+
+# -- history ------------------------------------------------------------------------------
+def _since(text: str, now: datetime) -> datetime:
+    """--since: a duration back from now ("24h", "7d", "1h30m") or an RFC 3339 time."""
+    from navarch.durations import parse_duration_s
+
+    try:
+        return now - timedelta(seconds=parse_duration_s(text))
+    except ValueError:
+        pass
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        when = None
+    if when is None or when.tzinfo is None:
+        raise ConfigError(f"--since {text!r} is neither a duration nor an RFC 3339 time",
+                          hint="write it like 24h, 7d, 1h30m or 2026-11-24T03:00:00Z")
+    return when.astimezone(UTC)
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    """`navarch history FLEET [NODE] [--since 24h] [--json]`: what happened and why, from the
+    audit log (navarch.history), oldest first, then the node's state now."""
+    from navarch.history import history_to_json, read_history, render_history
+    from navarch.reconcile.run import clock
+    from navarch.stores import open_store
+
+    spec = load_fleet(args.fleet)
+    now = clock()
+    since = _since(args.since, now)
+    store = open_store(spec.store_url, base_dir=spec.base_dir)
+    h = read_history(store, spec.name, since=since, until=now, node=args.node)
+    if args.json:
+        print(json.dumps(history_to_json(h), indent=1, sort_keys=True))
+    else:
+        print(render_history(h), end="")
     return EXIT_OK
 
 
@@ -439,6 +508,31 @@ def cmd_cordon(args: argparse.Namespace) -> int:
     print(f"{args.node}: cordoned by an operator ({detail}); navarch will not undo it, "
           "`navarch uncordon` will.")
     return EXIT_OK
+
+
+def cmd_ssh(args: argparse.Namespace) -> int:
+    """`navarch ssh FLEET NODE [-- CMD]`: OpenSSH to the node's address with its pool's
+    settings (navarch.remote.session); exits with ssh's own exit code."""
+    import shutil
+    import subprocess
+
+    from navarch.reconcile.run import list_inventory
+    from navarch.remote.runner import SSHSettings
+    from navarch.remote.session import node_instance, ssh_argv
+
+    fleet = _open(args.fleet)
+    inst = node_instance(list_inventory(fleet), fleet.spec.name, args.node)
+    pool = fleet.spec.pool(inst.pool or "")
+    settings = SSHSettings.from_mapping(pool.ssh, base_dir=fleet.spec.base_dir, pool=pool.name)
+    command = list(args.remote_command)
+    if command[:1] == ["--"]:
+        command = command[1:]
+    argv = ssh_argv(settings, inst.address or "", command)
+    if shutil.which(argv[0]) is None:
+        raise NavarchError("no `ssh` client on PATH: install OpenSSH's client "
+                           "(Debian: apt-get install openssh-client)")
+    sys.stdout.flush()
+    return subprocess.run(argv, check=False).returncode
 
 
 # -- local provider -------------------------------------------------------------------------
@@ -544,8 +638,118 @@ class _Parser(argparse.ArgumentParser):
     running `plan --detailed-exitcode` (Terraform's contract)."""
 
     def error(self, message: str) -> NoReturn:
+        if _JSON_ERRORS["on"]:
+            logging.getLogger("navarch.cli").error(f"{self.prog}: {message}",
+                                                   extra={"usage": self.format_usage().strip()})
+            self.exit(EXIT_ERROR)
         self.print_usage(sys.stderr)
         self.exit(EXIT_ERROR, f"{self.prog}: error: {message}\n")
+
+
+def _fleet(s: argparse.ArgumentParser) -> None:
+    s.add_argument("fleet", metavar="FLEET", nargs="?", default=None,
+                   help="fleet file (default: $NAVARCH_FLEET, else ./fleet.yaml)")
+
+
+def default_fleet(given: str | None) -> str:
+    """The fleet file a command uses: the one given, else $NAVARCH_FLEET, else ./fleet.yaml.
+
+    Raises ConfigError saying how to name one when none of them is there.
+    """
+    if given:
+        return given
+    env = os.environ.get("NAVARCH_FLEET")
+    if env:
+        return env
+    if Path("fleet.yaml").is_file():
+        return "fleet.yaml"
+    raise ConfigError("no fleet file given and no ./fleet.yaml here",
+                      hint="pass FLEET, set NAVARCH_FLEET=PATH, or run where fleet.yaml is")
+
+
+def _looks_like_fleet(arg: str) -> bool:
+    return arg.endswith((".yaml", ".yml", ".json")) or Path(arg).is_file()
+
+
+def _resolve_fleet(args: argparse.Namespace) -> None:
+    """Fill in the default fleet file where a command takes one; `history NODE` and
+    `ssh NODE [-- CMD]` (a first positional that is no fleet file) name a node of it."""
+    if getattr(args, "command", None) == "history" and args.fleet and args.node is None \
+            and not _looks_like_fleet(args.fleet):
+        args.fleet, args.node = None, args.fleet
+    if getattr(args, "command", None) == "ssh" and args.fleet \
+            and not _looks_like_fleet(args.fleet):
+        args.remote_command = [args.node, *args.remote_command]
+        args.fleet, args.node = None, args.fleet
+    if hasattr(args, "fleet") and getattr(args, "command", None) not in ("agent", "render"):
+        args.fleet = default_fleet(args.fleet)
+    if getattr(args, "command", None) == "apply":
+        args.target = default_fleet(args.target)
+
+
+#: Each verb's --help ends with its exit codes and one example (section 4 of the on-call
+#: work: an operator at 3 a.m. reads --help, not the README).
+_EPILOGS: dict[str, tuple[str, str]] = {
+    "validate": ("0 valid; 1 invalid (each problem: file, line, key path; "
+                 "docs/runbook.md#bad-fleet)", "navarch validate fleet.yaml"),
+    "plan": ("0 no changes (or no --detailed-exitcode); 1 error; 2 changes "
+             "(--detailed-exitcode); 3 a safety rule stopped something "
+             "(docs/runbook.md#breaker)", "navarch plan fleet.yaml --detailed-exitcode"),
+    "apply": ("0 done; 1 an action failed, or a stale saved plan (docs/runbook.md#stale-plan); "
+              "3 a safety rule stopped something (docs/runbook.md#breaker); 4 another run "
+              "holds the lock, 5 this run lost its lease (docs/runbook.md#lease)",
+              "navarch apply fleet.yaml --auto-approve"),
+    "destroy": ("0 no node left; 1 an action failed; 2 drains still running (run it again, "
+                "or --force); 4 another run holds the lock (docs/runbook.md#lease)",
+                "navarch destroy fleet.yaml --pool infer --auto-approve"),
+    "status": ("0 shown; 1 error (store unreachable: docs/runbook.md#store-unreachable)",
+               "navarch status fleet.yaml --all"),
+    "history": ("0 shown; 1 error (store unreachable: docs/runbook.md#store-unreachable)",
+                "navarch history fleet.yaml demo-train-0002 --since 7d"),
+    "force-unlock": ("0 removed; 1 no lock, or another id (docs/runbook.md#lease)",
+                     "navarch force-unlock fleet.yaml 3f2a9c1b7d4e"),
+    "uncordon": ("0 returned to service; 1 refused (why is printed) or failed; 4 lock held, "
+                 "5 lease lost (docs/runbook.md#stuck-cordoned)",
+                 "navarch uncordon fleet.yaml demo-train-0002"),
+    "reboot": ("0 rebooted; 1 refused (GPU processes) or failed; 4 lock held, 5 lease lost",
+               "navarch reboot fleet.yaml demo-train-0002"),
+    "cordon": ("0 cordoned; 1 refused or failed; 4 lock held, 5 lease lost",
+               "navarch cordon fleet.yaml demo-train-0002 --reason 'ECC errors in jobs'"),
+    "ssh": ("0 the session or command succeeded; else ssh's own code (255: could not "
+            "connect); 1 the node is not this fleet's or has no address",
+            "navarch ssh fleet.yaml demo-train-0002 -- nvidia-smi"),
+    "simulate": ("0 every assert passed; 1 an assert failed or the scenario is invalid",
+                 "navarch simulate examples/simulate/steady-state-small.yaml"),
+    "completion": ("0 printed", "navarch completion bash > /etc/bash_completion.d/navarch"),
+    "local tick": ("0 every node reported; 1 error", "navarch local tick fleet.yaml"),
+    "local inject": ("0 injected; 1 error",
+                     "navarch local inject fleet.yaml demo-train-0002 --xid 79 --gpu 3"),
+    "local reboot": ("0 rebooted; 1 error", "navarch local reboot fleet.yaml demo-train-0002"),
+    "local launch-foreign": ("0 launched; 1 error", "navarch local launch-foreign fleet.yaml"),
+    "agent run": ("0 report written; non-zero the report could not be written",
+                  "navarch agent run --once --stdout"),
+    "agent install": ("0 installed; 1 error", "navarch agent install --dry-run"),
+    "render cloud-init": ("0 printed; 1 error",
+                          "navarch render cloud-init fleet.yaml --pool train"),
+}
+
+
+def _subcommands(p: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """The parser's sub-commands by name (argparse keeps them in its sub-parsers action)."""
+    for action in p._actions:  # noqa: SLF001 - argparse has no public accessor for these
+        if isinstance(action, argparse._SubParsersAction):  # noqa: SLF001
+            return dict(action.choices)
+    return {}
+
+
+def _add_epilogs(p: argparse.ArgumentParser, prefix: str = "") -> None:
+    for name, child in _subcommands(p).items():
+        path = f"{prefix}{name}"
+        if path in _EPILOGS:
+            exits, example = _EPILOGS[path]
+            child.formatter_class = argparse.RawDescriptionHelpFormatter
+            child.epilog = f"exit codes: {exits}\nexample:\n  {example}"
+        _add_epilogs(child, f"{path} ")
 
 
 def _targeting(s: argparse.ArgumentParser) -> None:
@@ -600,15 +804,18 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 def _reconcile_commands(sub: Any) -> None:
     """validate, plan, apply, destroy."""
     s = sub.add_parser("validate", help="check fleet.yaml; exit 1 on any error")
-    s.add_argument("fleet")
+    _fleet(s)
     s.set_defaults(func=cmd_validate)
 
     s = sub.add_parser("plan", help="show what apply would change")
-    s.add_argument("fleet")
+    _fleet(s)
     fmt = s.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help="machine-readable (schemas/plan.schema.json)")
     fmt.add_argument("--markdown", action="store_true", help="for a pull-request comment")
-    s.add_argument("--out", metavar="FILE", help="save the plan for `navarch apply FILE`")
+    s.add_argument("--out", metavar="FILE",
+                   help="save the plan for `navarch apply FILE`; with --markdown, write the "
+                        "pull-request comment there instead (a failure comment if planning "
+                        "fails)")
     s.add_argument("--verbose", action="store_true",
                    help="list every action (large groups are otherwise summarised)")
     s.add_argument("--detailed-exitcode", action="store_true",
@@ -618,7 +825,8 @@ def _reconcile_commands(sub: Any) -> None:
     s.set_defaults(func=cmd_plan)
 
     s = sub.add_parser("apply", help="converge the fleet (or apply a saved plan)")
-    s.add_argument("target", metavar="FLEET_OR_PLANFILE")
+    s.add_argument("target", metavar="FLEET_OR_PLANFILE", nargs="?", default=None,
+                   help="fleet file or saved plan (default: $NAVARCH_FLEET, else ./fleet.yaml)")
     s.add_argument("--auto-approve", action="store_true", help="do not ask for 'yes'")
     s.add_argument("--metrics-textfile", metavar="PATH",
                    help="write Prometheus metrics for node_exporter's textfile collector")
@@ -627,7 +835,7 @@ def _reconcile_commands(sub: Any) -> None:
     s.set_defaults(func=cmd_apply)
 
     s = sub.add_parser("destroy", help="cordon, drain and terminate every node (or a pool's)")
-    s.add_argument("fleet")
+    _fleet(s)
     s.add_argument("--pool", action="append", metavar="POOL", help="only this pool (repeatable)")
     s.add_argument("--auto-approve", action="store_true", help="do not ask for 'yes'")
     s.add_argument("--force", action="store_true",
@@ -638,7 +846,7 @@ def _reconcile_commands(sub: Any) -> None:
 def _node_commands(sub: Any) -> None:
     """status, force-unlock and the per-node verbs (uncordon, reboot, cordon), simulate."""
     s = sub.add_parser("status", help="pools and nodes with lifecycle, health, report age")
-    s.add_argument("fleet")
+    _fleet(s)
     s.add_argument("--json", action="store_true")
     s.add_argument("--html", metavar="FILE",
                    help="write a static HTML status page (no JavaScript) to FILE")
@@ -646,30 +854,45 @@ def _node_commands(sub: Any) -> None:
     s.add_argument("--all", action="store_true", help="list healthy nodes too")
     s.set_defaults(func=cmd_status)
 
+    s = sub.add_parser("history", help="what happened to a node (or the fleet) and why")
+    _fleet(s)
+    s.add_argument("node", nargs="?", default=None)
+    s.add_argument("--since", default="24h",
+                   help="how far back: a duration (24h, 7d) or an RFC 3339 time (default 24h)")
+    s.add_argument("--json", action="store_true", help="schemas/history.schema.json")
+    s.set_defaults(func=cmd_history)
+
     s = sub.add_parser("force-unlock", help="remove a stuck lock (give the id it reports)")
-    s.add_argument("fleet")
+    _fleet(s)
     s.add_argument("lock_id")
     s.set_defaults(func=cmd_force_unlock)
 
     s = sub.add_parser("uncordon", help="return a node navarch cordoned to service")
-    s.add_argument("fleet")
+    _fleet(s)
     s.add_argument("node")
     s.add_argument("--force", action="store_true",
                    help="return it even when its instance was replaced as a lemon")
     s.set_defaults(func=cmd_uncordon)
 
     s = sub.add_parser("reboot", help="reboot a node through its provider's API")
-    s.add_argument("fleet")
+    _fleet(s)
     s.add_argument("node")
     s.add_argument("--force", action="store_true",
                    help="reboot even though its latest report shows GPU processes")
     s.set_defaults(func=cmd_reboot)
 
     s = sub.add_parser("cordon", help="an operator's cordon: navarch never undoes it itself")
-    s.add_argument("fleet")
+    _fleet(s)
     s.add_argument("node")
     s.add_argument("--reason", required=True, help="why (shown by the scheduler, audit log)")
     s.set_defaults(func=cmd_cordon)
+
+    s = sub.add_parser("ssh", help="open an SSH session to a node (its pool's ssh settings)")
+    _fleet(s)
+    s.add_argument("node")
+    s.add_argument("remote_command", nargs=argparse.REMAINDER, metavar="-- CMD",
+                   help="run this command instead of a login shell")
+    s.set_defaults(func=cmd_ssh)
 
     s = sub.add_parser("simulate", help="simulate a scenario on the real planner, virtual clock")
     s.add_argument("scenario")
@@ -685,10 +908,10 @@ def _local_commands(sub: Any) -> None:
     local = sub.add_parser("local", help="drive the embedded local provider's machines")
     lsub = local.add_subparsers(dest="local_command", required=True, metavar="COMMAND")
     s = lsub.add_parser("tick", help="fire every local node's agent once, as its timer would")
-    s.add_argument("fleet")
+    _fleet(s)
     s.set_defaults(func=cmd_local_tick)
     s = lsub.add_parser("inject", help="inject a fault into a local node")
-    s.add_argument("fleet")
+    _fleet(s)
     s.add_argument("node")
     s.add_argument("--xid", type=int, help="append an NVRM Xid line with this code")
     s.add_argument("--gpu", type=int, default=0, help="GPU index the fault hits (default 0)")
@@ -703,11 +926,11 @@ def _local_commands(sub: Any) -> None:
     s.add_argument("--clear", action="store_true", help="remove every injected fault first")
     s.set_defaults(func=cmd_local_inject, inject_parser=s)
     s = lsub.add_parser("reboot", help="reboot a local node (new boot id, faults cleared)")
-    s.add_argument("fleet")
+    _fleet(s)
     s.add_argument("node")
     s.set_defaults(func=cmd_local_reboot)
     s = lsub.add_parser("launch-foreign", help="start a machine without navarch tags")
-    s.add_argument("fleet")
+    _fleet(s)
     s.add_argument("--zone", default="sim-1a")
     s.add_argument("--instance-type", default="sim-h100x8")
     s.set_defaults(func=cmd_local_foreign)
@@ -729,7 +952,8 @@ def _render_commands(sub: Any) -> None:
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser for every command (the agent's are registered by navarch.agent.cli)."""
     p = _Parser(prog="navarch", description="Keep a GPU fleet healthy: plan/apply "
-                                "against fleet.yaml, and the node health agent.")
+                                "against fleet.yaml, and the node health agent.",
+                epilog=_TOP_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="version", version=f"navarch {__version__}")
     _log_format(p, default="text")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -738,23 +962,70 @@ def build_parser() -> argparse.ArgumentParser:
     _node_commands(sub)
     _local_commands(sub)
 
-    from navarch.agent.cli import register
-
-    register(sub)
+    try:
+        from navarch.agent.cli import register
+    except ImportError:
+        register = None
+    if register is not None:
+        register(sub)
     _render_commands(sub)
+    s = sub.add_parser("completion", help="print shell completion for bash, zsh or fish")
+    s.add_argument("shell", choices=("bash", "zsh", "fish"))
+    s.set_defaults(func=cmd_completion)
+    _add_epilogs(p)
     return p
+
+
+_TOP_EPILOG = """\
+exit codes (what to do for each: docs/runbook.md):
+  0  success; plan --detailed-exitcode: no changes
+  1  error: bad input or usage, a failed action, a stale saved plan
+  2  plan --detailed-exitcode: changes; destroy: drains still running
+  3  a safety rule stopped something for a human (circuit breaker, orphan guard)
+  4  another run holds the fleet lock
+  5  apply lost its lease mid-run
+
+The fleet file defaults to $NAVARCH_FLEET, else ./fleet.yaml.
+example:
+  navarch plan fleet.yaml && navarch apply fleet.yaml
+"""
+
+
+def cmd_completion(args: argparse.Namespace) -> int:
+    """`navarch completion bash|zsh|fish`: the shell's completion script (argcomplete,
+    completing from this parser at each TAB)."""
+    import argcomplete
+
+    print(argcomplete.shellcode(["navarch"], shell=args.shell), end="")
+    return EXIT_OK
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one navarch command; returns the process exit code (see module docstring)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
-    args = parser.parse_args(argv)
+    if "_ARGCOMPLETE" in os.environ:  # a shell asking for completions (navarch completion)
+        import argcomplete
+
+        argcomplete.autocomplete(parser)
+    if not argv:
+        parser.print_help(sys.stderr)
+        return EXIT_ERROR
     from navarch import logs
 
-    args.run_id = logs.new_run_id(datetime.now(UTC))
+    run_id = logs.new_run_id(datetime.now(UTC))
+    json_logs = _json_logs(argv)
+    _JSON_ERRORS["on"] = json_logs
+    if json_logs:
+        logs.configure("json", run_id)
+    args = parser.parse_args(argv)
+    args.run_id = run_id
     if args.command != "agent":  # the agent configures its own JSON logs for journald
         logs.configure(args.log_format, args.run_id)
+    else:
+        _JSON_ERRORS["on"] = False
     try:
+        _resolve_fleet(args)
         code = int(args.func(args))
         sys.stdout.flush()
         return code
@@ -765,25 +1036,56 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return EXIT_ERROR
-    except LockHeld as exc:
-        _err(f"{exc}. Another navarch run is converging this fleet; try again later, or if "
-             f"that run is dead: navarch force-unlock FLEET {exc.lock_id}")
-        return EXIT_LOCKED
-    except LeaseLost as exc:
-        _err(f"{exc}. This run stopped acting and wrote no state.")
-        return EXIT_LEASE_LOST
-    except StalePlan as exc:
-        _err(str(exc))
-        return EXIT_ERROR
-    except ConfigError as exc:
-        _err(str(exc))
-        return EXIT_ERROR
     except NavarchError as exc:
-        _err(str(exc))
-        return EXIT_ERROR
+        code, message = _error_line(exc)
     except KeyboardInterrupt:
-        _err("interrupted")
-        return EXIT_ERROR
+        code, message = EXIT_ERROR, "interrupted"
+    except Exception as exc:
+        _failure_comment(args, EXIT_ERROR, f"{type(exc).__name__}: {exc}")
+        raise
+    _err(message)
+    _failure_comment(args, code, message)
+    return code
+
+
+def _json_logs(argv: Sequence[str]) -> bool:
+    """--log-format json anywhere on the line (before parsing, so usage errors follow it)."""
+    return "--log-format=json" in argv or any(
+        a == "--log-format" and b == "json" for a, b in zip(argv, argv[1:], strict=False))
+
+
+def _error_line(exc: NavarchError) -> tuple[int, str]:
+    """(exit code, the error line) for a NavarchError, pointing to the runbook's section."""
+    from navarch.errors import StoreError
+
+    if isinstance(exc, LockHeld):
+        return EXIT_LOCKED, (
+            f"{exc}. Another navarch run is converging this fleet; try again later, or if "
+            f"that run is dead: navarch force-unlock FLEET {exc.lock_id} "
+            f"(see {RUNBOOK['lock']})")
+    if isinstance(exc, LeaseLost):
+        return EXIT_LEASE_LOST, (f"{exc}. This run stopped acting and wrote no state "
+                                 f"(see {RUNBOOK['lock']})")
+    if isinstance(exc, StalePlan):
+        return EXIT_ERROR, f"{exc} (see {RUNBOOK['stale_plan']})"
+    if isinstance(exc, StoreError):
+        return EXIT_ERROR, f"{exc} (see {RUNBOOK['store']})"
+    if isinstance(exc, ConfigError) and exc.file:
+        return EXIT_ERROR, f"{exc} (see {RUNBOOK['config']})"
+    return EXIT_ERROR, str(exc)
+
+
+def _failure_comment(args: argparse.Namespace, code: int, message: str) -> None:
+    """`plan --markdown --out FILE` that failed: FILE says so, so the sticky pull-request
+    comment made from it is never blank or the previous run's."""
+    if getattr(args, "command", None) != "plan" or not (args.markdown and args.out):
+        return
+    Path(args.out).write_text(
+        f"### navarch plan failed (exit {code})\n\n"
+        f"`navarch plan {args.fleet or ''}` stopped before it could plan:\n\n"
+        f"```\n{message}\n```\n\n"
+        "Nothing was planned. The job's log has the details; docs/runbook.md says what "
+        "to check.\n")
 
 
 __all__ = ["main", "build_parser"]

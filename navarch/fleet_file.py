@@ -12,6 +12,7 @@ the secret is read by the run that needs it, never kept on the desired state.
 from __future__ import annotations
 
 import copy
+import difflib
 import json
 import os
 import secrets
@@ -261,14 +262,49 @@ def _schema_error(err: jsonschema.ValidationError, source: Path,
     """One schema error as a ConfigError (file, line, key path, hint)."""
     err_path = tuple(err.absolute_path)
     message = err.message
+    hint = _hint_for(err)
     if err.validator == "additionalProperties":
         allowed = set(err.schema.get("properties", {}))
         unknown = sorted(set(err.instance) - allowed) if isinstance(err.instance, dict) else []
         if unknown:
             err_path = err_path + (unknown[0],)
             message = f"unknown key {unknown[0]!r}"
+            near = difflib.get_close_matches(unknown[0], sorted(allowed), n=1, cutoff=0.6)
+            if near:
+                hint = f"did you mean `{near[0]}`?"
+    elif err.validator in ("oneOf", "anyOf"):
+        # jsonschema's "is not valid under any of the given schemas" names no choice.
+        forms = [_form(alt, err.schema.get("$defs", {})) for alt in err.validator_value]
+        message = f"{err.instance!r} is none of the accepted forms: {'; or '.join(forms)}"
     return ConfigError(message, file=str(source), line=_line_for(lines, err_path),
-                       key_path=_dotted(err_path), hint=_hint_for(err))
+                       key_path=_dotted(err_path), hint=hint)
+
+
+def _form(alt: Mapping[str, Any], defs: Mapping[str, Any]) -> str:
+    """One alternative of a oneOf/anyOf in words: "one of 1, 2, 3", "an integer >= 0",
+    "a string like 10%", "a mapping with key env"."""
+    if "const" in alt:
+        return json.dumps(alt["const"])
+    if "enum" in alt:
+        return "one of " + ", ".join(json.dumps(v) for v in alt["enum"])
+    if "$ref" in alt:
+        name = str(alt["$ref"]).rsplit("/", 1)[-1]
+        return {"duration": "a duration like 90s, 5m, 1h", "secretRef":
+                "{env: VAR} or {file: PATH}"}.get(name, name)
+    kind = alt.get("type")
+    if kind == "object":
+        keys = ", ".join(alt.get("required", ())) or "any keys"
+        return f"a mapping with key {keys}"
+    if kind == "integer":
+        low = alt.get("minimum")
+        return "an integer" + (f" >= {low}" if low is not None else "")
+    if kind == "string" and "pattern" in alt:
+        pattern = str(alt["pattern"])
+        examples = {"^[0-9]{1,3}%$": "a percentage like 25%", "^https?://": "an http(s) URL"}
+        return examples.get(pattern, f"a string matching {pattern}")
+    if kind == "null":
+        return "null"
+    return f"a {kind}" if kind else "see the schema"
 
 
 def fleet_problems(path: str | Path) -> list[ConfigError]:
@@ -341,7 +377,12 @@ def load_fleet(path: str | Path) -> FleetSpec:
         )
     errors = list(validator_for("fleet.schema.json").iter_errors(data))
     if errors:
-        raise _schema_error(jsonschema.exceptions.best_match(errors), source, lines)
+        best = jsonschema.exceptions.best_match(errors)
+        # best_match descends into one alternative of a oneOf/anyOf ("does not match
+        # '^[0-9]{1,3}%$'" for a key that also takes an integer): report the choice instead.
+        while best.parent is not None and best.parent.validator in ("oneOf", "anyOf"):
+            best = best.parent
+        raise _schema_error(best, source, lines)
     schema = load_schema("fleet.schema.json")
     _apply_defaults(data, schema, schema)
     return _build(data, source, lines)

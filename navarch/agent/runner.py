@@ -647,8 +647,8 @@ def run_once(
     """Run every check once, write the state and the signed report; return the report.
 
     now: aware UTC clock (default: the system clock). store: an ObjectStore (default:
-    ``navarch.agent.store.open_agent_store(config.store)``); to_stdout: do not write to the store (the
-    CLI prints the report). backend: GPU backend override (tests).
+    ``navarch.agent.store.open_agent_store(config.store)``); to_stdout: write nothing, neither the
+    store nor the state file (the CLI prints the report). backend: GPU backend override (tests).
     Raises ConfigError (no/bad node key, bad store URL) and StoreError / OSError when the
     report cannot be written; every GPU, kernel-log or state-file problem becomes a check.
     """
@@ -692,10 +692,15 @@ def run_once(
         faults=faults,
         counters=counters,
     )
-    sequence, state_check = persist_state(config.state_file, new_state, now)
+    # --stdout is a look, not a run: it keeps the state file (latches, baselines, the
+    # kernel log offset) and the reset marker as they are, so the timer's next run sees
+    # exactly what it would have seen.
+    state_check = None
+    if not to_stdout:
+        sequence, state_check = persist_state(config.state_file, new_state, now)
     if state_check is not None:
         checks.append(state_check)
-    elif xids.reset:
+    elif xids.reset and not to_stdout:
         gpu_reset_marker(config).unlink(missing_ok=True)
     report = build_report(
         config,

@@ -37,6 +37,7 @@ from datetime import datetime
 from typing import Protocol
 
 from navarch.errors import LeaseLost, NavarchError
+from navarch.history import Actor, report_ref
 from navarch.inventory import Instance
 from navarch.planner.model import Action, ActionKind, Memory, Plan, ts
 from navarch.providers.base import Provider
@@ -135,6 +136,8 @@ class Executor:
     Memory in memory only (the caller saves it). lease: checked before every action.
     max_parallel: provider name -> concurrent actions (default: fleet.yaml's
     providers.<name>.max_parallel, else DEFAULT_MAX_PARALLEL by type); 1 runs in order.
+    actor, verb: who asked for this run's actions, recorded with each (navarch.history);
+    replace: nodes named by `apply --replace`, whose actions are recorded as Actor.REPLACE.
     """
 
     def __init__(
@@ -154,8 +157,15 @@ class Executor:
         policy: JournalPolicy | None = None,
         lease: _Fence | None = None,
         max_parallel: Mapping[str, int] | None = None,
+        actor: Actor = Actor.SCHEDULED,
+        verb: str = "",
+        replace: frozenset[str] = frozenset(),
     ) -> None:
         self.spec = spec
+        self.actor = actor
+        self.verb = verb
+        self.replace = replace
+        self._reports: dict[str, dict[str, object] | None] = {}
         self.audit = audit
         self.clock = clock
         self.run_id = run_id
@@ -183,6 +193,8 @@ class Executor:
         PreconditionFailed) after stopping and letting started actions finish.
         """
         chains = self._chains(plan.actions)
+        acted = {a.node for a in plan.actions if a.node}
+        self._reports = {v.node: report_ref(v.summary) for v in plan.views if v.node in acted}
         results: queue.Queue[tuple[Action, Outcome, Update]] = queue.Queue()
         outcomes: list[Outcome] = []
         batch = self.policy.batch(len(plan.actions))
@@ -279,12 +291,20 @@ class Executor:
         return pool.scheduler != "none" or a.kind.value in pool.playbooks
 
     def _record(self, action: Action, outcome: Outcome) -> None:
+        asked = {action.node, action.replaces} & self.replace
+        actor = Actor.REPLACE if asked and self.actor is Actor.SCHEDULED else self.actor
+        who: dict[str, object] = {"actor": actor.value}
+        if self.verb:
+            who["verb"] = self.verb
+        if action.replaces:
+            who["replaces"] = action.replaces
         self.audit.append({
             "time": ts(self.clock()), "run_id": self.run_id, "action": action.kind.value,
             "pool": action.pool, "node": action.node, "instance_id": action.instance_id,
             "reason": action.reason, "ok": outcome.ok, "outcome": outcome.kind.value,
             "detail": outcome.detail,
-            "error": outcome.error, **_ladder_record(action),
+            "error": outcome.error, "report": self._reports.get(action.node or ""),
+            **who, **_ladder_record(action),
         })
 
     def _chains(self, actions: Sequence[Action]) -> list[list[Action]]:

@@ -24,6 +24,7 @@ from dataclasses import replace
 from typing import Any
 
 from navarch.errors import NavarchError, ProviderError, RemoteError
+from navarch.history import Actor, report_ref
 from navarch.inventory import Instance
 from navarch.planner.model import NodeMemory, Phase, ts
 from navarch.reconcile.run import Fleet, Snapshot, clock, gather, leased
@@ -45,7 +46,10 @@ def _instance(snap: Snapshot, fleet_name: str, node: str) -> Instance:
 
 def _audit(fleet: Fleet, snap: Snapshot, verb: str, record: dict[str, Any]) -> None:
     audit = AuditLog(fleet.store, fleet.spec.name, f"{snap.now:%Y%m%dT%H%M%SZ}-{verb}", snap.now)
-    audit.append({"time": ts(clock()), "run_id": verb, "operator": True, **record})
+    view = next((v for v in snap.observed.views if v.node == record.get("node")), None)
+    audit.append({"time": ts(clock()), "run_id": verb, "operator": True,
+                  "actor": Actor.OPERATOR.value, "verb": verb,
+                  "report": report_ref(view.summary if view is not None else None), **record})
     flush = getattr(audit, "flush", None)  # the chunked audit log buffers until flushed
     if flush is not None:
         flush()

@@ -36,7 +36,10 @@ _SYMBOL = {ActionKind.PROVISION: "+", ActionKind.TERMINATE: "-"}
 def _headline(a: Action) -> str:
     if a.kind is ActionKind.PROVISION:
         where = a.places[0].label() if a.places else "?"
-        more = f", then {len(a.places) - 1} more place(s)" if len(a.places) > 1 else ""
+        others = len(a.places) - 1
+        # Say what the count is: the fallbacks tried only if this place has no capacity.
+        more = (f", then {others} other {'zones/types' if others > 1 else 'zone/type'} "
+                "if out of capacity") if others else ""
         on = "on" if a.places and a.places[0].provider else "in"
         return f"provision {a.node} {on} {where}{more}"
     if a.kind is ActionKind.SCALE:

@@ -17,9 +17,11 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from typing import Any
 
 from navarch.errors import ConfigError, NavarchError, ProviderError, StalePlan
 from navarch.fleet_file import read_fleet_secret
+from navarch.history import Actor
 from navarch.inventory import Instance, fingerprint
 from navarch.planner.model import Memory, Phase, Plan, ReportObservation, memory_to_json
 from navarch.planner.observe import Observed, observe
@@ -291,7 +293,7 @@ def run_apply(
                                 user_data=_user_data_renderer(spec, fleet.store),
                                 fleet_secret=fleet.secret(),
                                 journal=journal.persist, policy=policy, lease=lease,
-                                max_parallel=max_parallel)
+                                max_parallel=max_parallel, **_who(options))
             memory, outcomes = executor.execute(plan, snap.memory, on_outcome)
             memory = journal.persist(memory)  # what observe() learnt, when nothing was done
             result = ApplyResult(plan, tuple(outcomes), memory, run_id, executor.audit_error)
@@ -300,6 +302,14 @@ def run_apply(
         except NavarchError as exc:
             _after(after_apply, None, exc)
             raise
+
+
+def _who(options: PlanOptions | None) -> dict[str, Any]:
+    """Who asks for an apply's actions, for the audit log: `destroy` is an operator's verb,
+    `--replace` names nodes; anything else is the reconciler's own decision."""
+    if options is not None and options.destroy:
+        return {"actor": Actor.OPERATOR, "verb": "destroy"}
+    return {"replace": options.replace if options is not None else frozenset()}
 
 
 @contextmanager

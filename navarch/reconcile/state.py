@@ -361,13 +361,32 @@ def load_memory(store: ObjectStore, fleet: str,
     except (ValueError, KeyError, TypeError) as exc:
         raise StoreError(
             f"{state_key(fleet)} in {store.url} is not a valid navarch state document ({exc}); "
-            "restore an earlier version from the store's history before running again"
+            f"{restore_hint(store.url, state_key(fleet))} before running again"
         ) from exc
     if mem.fleet != fleet:
         raise StoreError(f"{state_key(fleet)} belongs to fleet {mem.fleet!r}, not {fleet!r}")
     if cache is not None:
         cache.put(blob.key, blob.version, mem)
     return mem, blob.version
+
+
+def restore_hint(url: str, key: str) -> str:
+    """How to get an earlier version of `key` back on the store at `url`: only S3 and GCS
+    (with versioning on) and Azure Blob (with blob versioning) keep object history; a
+    file:// store has none, so its answer is the operator's own backup."""
+    scheme = url.split("://", 1)[0]
+    if scheme == "s3":
+        return (f"restore an earlier version of {key} (S3 object versioning: "
+                "`aws s3api list-object-versions`, then copy the last good one back)")
+    if scheme == "gs":
+        return (f"restore an earlier generation of {key} (GCS object versioning: "
+                "`gcloud storage ls --all-versions`, then copy the last good one back)")
+    if scheme == "az":
+        return f"restore an earlier version of {key} (Azure Blob versioning)"
+    return (f"a file:// store keeps no history: restore {key} from your backup of the "
+            "store directory, or move it aside to start from an empty memory (the instances "
+            "carrying this fleet's tags are adopted again; drains under way and lemons "
+            "remembered are lost)")
 
 
 def save_memory(store: ObjectStore, memory: Memory, version: str | None,

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from navarch.errors import NavarchError
+from navarch.history import Actor
 from navarch.planner.model import Action, ActionKind, ActionReason, Phase
 from navarch.reconcile.executor import Executor
 from navarch.reconcile.run import Fleet, clock, gather, leased
@@ -59,7 +60,8 @@ def uncordon(fleet: Fleet, node: str, *, force: bool = False) -> str:
         audit = AuditLog(fleet.store, spec.name, f"{snap.now:%Y%m%dT%H%M%SZ}-uncordon", snap.now)
         by_node = {i.node: i for i in snap.inventory if i.node}
         executor = Executor(spec, fleet.providers, audit, instances=by_node, clock=clock,
-                            run_id="uncordon", playbooks=fleet.playbooks, lease=lease)
+                            run_id="uncordon", playbooks=fleet.playbooks, lease=lease,
+                            actor=Actor.OPERATOR, verb="uncordon")
         plan = replace(snap.plan, actions=(action,))
         memory, outcomes = executor.execute(plan, snap.memory)
         if not outcomes[0].ok:

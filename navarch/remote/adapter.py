@@ -89,7 +89,8 @@ class SSHPlaybooks:
 
     def _runner(self, pool: PoolSpec) -> SSHRunner:
         if pool.name not in self._runners:
-            self._runners[pool.name] = SSHRunner(pool.ssh, base_dir=self.spec.base_dir)
+            self._runners[pool.name] = SSHRunner(pool.ssh, base_dir=self.spec.base_dir,
+                                                  pool=pool.name)
         return self._runners[pool.name]
 
 

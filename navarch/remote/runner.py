@@ -118,11 +118,12 @@ class SSHSettings:
     parallel: int
 
     @classmethod
-    def from_mapping(cls, ssh: Mapping[str, Any], *, base_dir: Path) -> SSHSettings:
+    def from_mapping(cls, ssh: Mapping[str, Any], *, base_dir: Path,
+                     pool: str = "<pool>") -> SSHSettings:
         """Build settings from fleet.yaml pools.<pool>.ssh; relative paths are under base_dir.
 
-        Raises ConfigError (key path pools.<pool>.ssh.<key>) for a bad duration, a
-        key_file or known_hosts that does not exist.
+        Raises ConfigError (key path pools.<pool>.ssh.<key>, with the pool's name) for a
+        bad duration, a key_file or known_hosts that does not exist.
         """
         raw = {**_SSH_DEFAULTS, **ssh}
 
@@ -134,7 +135,7 @@ class SSHSettings:
             if not p.is_file():
                 raise ConfigError(
                     f"file not found: {p}",
-                    key_path=f"pools.<pool>.ssh.{key}",
+                    key_path=f"pools.{pool}.ssh.{key}",
                     hint="give a path relative to fleet.yaml, or an absolute one",
                 )
             return p
@@ -143,7 +144,7 @@ class SSHSettings:
             connect_timeout_s = parse_duration_s(raw["connect_timeout"])
         except ValueError as exc:
             raise ConfigError(
-                str(exc), key_path="pools.<pool>.ssh.connect_timeout", hint="write e.g. 10s"
+                str(exc), key_path=f"pools.{pool}.ssh.connect_timeout", hint="write e.g. 10s"
             ) from exc
         return cls(
             user=str(raw["user"]),
@@ -182,13 +183,15 @@ class _RejectUnknown(paramiko.MissingHostKeyPolicy):
 class SSHRunner:
     """Runs playbooks over SSH for one pool (fabric Connection per host and target)."""
 
-    def __init__(self, ssh: Mapping[str, Any], *, base_dir: Path) -> None:
+    def __init__(self, ssh: Mapping[str, Any], *, base_dir: Path, pool: str = "<pool>") -> None:
         """ssh: the pool's `ssh` mapping (fleet.schema.json $defs.ssh); base_dir: the
-        directory of fleet.yaml, against which key_file and known_hosts are resolved.
+        directory of fleet.yaml, against which key_file and known_hosts are resolved;
+        pool: the pool's name, for the key paths errors name.
 
         Raises ConfigError for a bad mapping (see SSHSettings.from_mapping).
         """
-        self.settings = SSHSettings.from_mapping(ssh, base_dir=base_dir)
+        self.pool = pool
+        self.settings = SSHSettings.from_mapping(ssh, base_dir=base_dir, pool=pool)
         self._config = Config(lazy=True, overrides={"load_ssh_configs": False})
 
     def run(
@@ -209,7 +212,7 @@ class SSHRunner:
             raise ConfigError(
                 f"playbook {playbook.kind.value} ({playbook.source}) runs steps on the "
                 "scheduler head node, but ssh.head_node is not set",
-                key_path="pools.<pool>.ssh.head_node",
+                key_path=f"pools.{self.pool}.ssh.head_node",
                 hint="set it to the slurm controller or the host with kubectl",
             )
         if not targets:

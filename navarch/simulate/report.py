@@ -36,7 +36,9 @@ def _svg(fig: Any) -> str:
 
 def plots(doc: dict[str, Any]) -> dict[str, str]:
     """SVG text of the three plots: capacity against target, faults and actions on a
-    timeline, latency histograms. Raises MissingExtra without navarch[plots]."""
+    timeline, latency histograms. Constrained layout keeps every axis label and tick
+    label (the timeline's event kinds are long) inside the figure. Raises MissingExtra
+    without navarch[plots]."""
     from navarch.extras import import_extra
 
     matplotlib = import_extra("matplotlib", "plots", "navarch simulate --html")
@@ -45,7 +47,7 @@ def plots(doc: dict[str, Any]) -> dict[str, str]:
     import matplotlib.pyplot as plt
 
     days = [p["t_s"] / 86400 for p in doc["series"]]
-    fig, ax = plt.subplots(figsize=(9, 3))
+    fig, ax = plt.subplots(figsize=(9, 3), layout="constrained")
     ax.plot(days, [p["serving"] for p in doc["series"]], label="healthy serving nodes")
     ax.plot(days, [p["target"] for p in doc["series"]], "--", label="target")
     ax.plot(days, [p["instances"] for p in doc["series"]], ":", label="instances")
@@ -54,7 +56,7 @@ def plots(doc: dict[str, Any]) -> dict[str, str]:
     ax.legend(loc="lower left")
     capacity = _svg(fig)
 
-    fig, ax = plt.subplots(figsize=(9, 2.5))
+    fig, ax = plt.subplots(figsize=(9, 2.5), layout="constrained")
     kinds = sorted({e["kind"] for e in doc["timeline"]})
     for row, kind in enumerate(kinds):
         xs = [e["t"] / 86400 for e in doc["timeline"] if e["kind"] == kind]
@@ -63,7 +65,7 @@ def plots(doc: dict[str, Any]) -> dict[str, str]:
     ax.set_xlabel("day")
     timeline = _svg(fig)
 
-    fig, axes = plt.subplots(1, 2, figsize=(9, 2.5))
+    fig, axes = plt.subplots(1, 2, figsize=(9, 2.5), layout="constrained")
     for ax, key, title in ((axes[0], "fault_to_cordon_s", "fault -> cordon (min)"),
                            (axes[1], "fault_to_serving_s", "fault -> replacement serving (min)")):
         ax.hist([v / 60 for v in doc[key]], bins=20)
@@ -82,15 +84,18 @@ def to_html(docs: list[dict[str, Any]], scenarios: list[str]) -> str:
 
 
 def summary_rows(doc: dict[str, Any]) -> list[tuple[str, str]]:
-    """(metric, value) rows of the headline figures, durations in minutes."""
+    """(metric, value) rows of the headline figures. A duration (a JSON key in seconds,
+    `_s`) is shown in minutes with its unit, under its name without `_s`:
+    ("p50_fault_to_cordon", "50 min")."""
     rows = []
     for key in HEADLINE:
         value = doc.get(key)
+        label = key.removesuffix("_s")
         if key.endswith("_s") and isinstance(value, int | float):
-            text = f"{value / 60:.1f} min"
+            text = f"{round(value / 60, 1):g} min"
         elif value is None:
             text = "n/a"
         else:
             text = str(value)
-        rows.append((key, text))
+        rows.append((label, text))
     return rows

@@ -16,6 +16,7 @@ from navarch.reconcile.state import (
     force_unlock,
     load_memory,
     release_lock,
+    restore_hint,
     save_memory,
 )
 from navarch.stores.file import FileStore
@@ -80,15 +81,22 @@ def test_state_cache_reuses_only_the_version_it_holds(tmp_path):
     loaded, v = load_memory(store, "demo", cache)
     assert v == v2 and loaded == other and loaded.node(node.node) is None
     store.put("state/demo.json", b"{not json")
-    with pytest.raises(StoreError, match="restore an earlier version"):
+    with pytest.raises(StoreError, match="file:// store keeps no history: restore state/demo"):
         load_memory(store, "demo", cache)
+
+
+def test_corrupt_state_hint_fits_the_store_kind():
+    assert "S3 object versioning" in restore_hint("s3://bucket/navarch", "state/demo.json")
+    assert "GCS object versioning" in restore_hint("gs://bucket/navarch", "state/demo.json")
+    assert "keeps no history" in restore_hint("file:///srv/navarch", "state/demo.json")
 
 
 def test_corrupt_state_stops_the_run(tmp_path):
     store = FileStore(tmp_path)
     store.put("state/demo.json", b"{not json")
-    with pytest.raises(StoreError, match="restore an earlier version"):
+    with pytest.raises(StoreError, match="from your backup of the store directory") as info:
         load_memory(store, "demo")
+    assert "store's history" not in str(info.value)
     store.put("state/demo.json", json.dumps({"fleet": "other"}).encode())
     with pytest.raises(StoreError, match="belongs to fleet 'other'"):
         load_memory(store, "demo")

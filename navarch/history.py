@@ -1,0 +1,337 @@
+"""`navarch history`: what happened to a node (or a fleet) and why, from the audit log.
+
+The audit log (navarch.reconcile.state.AuditLog) is indexed by day: each run writes its
+records as chunks `events/<fleet>/<yyyy>/<mm>/<dd>/<run-id>-<nnnn>.jsonl`, where the date
+is the UTC day the run started and the run id starts with the run's UTC start time. A
+query for [since, until] therefore lists only the day prefixes from the day before `since`
+(a run that started before midnight may write records after it) to the day of `until`,
+and reads only the chunks under them: a 24 h query on a year of chunks lists three days,
+whatever the log's size (bench/history.py measures it).
+
+Each record says what was done (action, pool, node, instance id), why (reason, the fault
+key and ladder rung where the ladder chose it), how it ended (ok, detail, error), when and
+in which run, who asked (Actor) and the health report that drove it (sequence, status,
+boot id). Records written before a field existed are read by field name with defaults,
+so an old log still reads; a malformed line is counted, never fatal.
+
+The current state of each node (its Memory: phase, since when, why) closes the story.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import orjson
+
+HISTORY_FORMAT_VERSION = 1
+
+
+class Actor(enum.StrEnum):
+    """Who asked for an action, as the audit log records it (field `actor`)."""
+
+    SCHEDULED = "scheduled"  # an apply deciding by itself (cron, CI, a person's plain apply)
+    REPLACE = "replace"  # `navarch apply --replace NODE` named the node
+    OPERATOR = "operator"  # an operator verb: uncordon, reboot, cordon, destroy (`verb`)
+
+
+def report_ref(summary: Any) -> dict[str, Any] | None:
+    """The audit record's `report` field from a ReportSummary (None when there is none):
+    {"sequence": int, "status": str, "boot_id": str}, the report an action was decided on."""
+    if summary is None:
+        return None
+    return {"sequence": summary.sequence, "status": str(summary.status),
+            "boot_id": summary.boot_id}
+
+
+@dataclass(frozen=True)
+class ReportRef:
+    """The health report an action was decided on: its sequence, status and boot id."""
+
+    sequence: int
+    status: str
+    boot_id: str
+
+
+@dataclass(frozen=True)
+class HistoryEvent:
+    """One audit record, read defensively. time: aware UTC; key: the chunk it came from."""
+
+    time: datetime
+    run_id: str
+    action: str
+    pool: str
+    node: str | None
+    instance_id: str | None
+    reason: str
+    ok: bool
+    detail: str
+    error: str | None
+    actor: Actor
+    verb: str
+    report: ReportRef | None
+    fault: str | None
+    rung: str | None
+    lemon: bool
+    replaces: str | None
+    key: str
+
+
+@dataclass(frozen=True)
+class NodeNow:
+    """A node as the fleet's Memory holds it now: phase (what navarch is doing to it, a
+    Phase value, "none" while it serves), since when and why."""
+
+    node: str
+    pool: str
+    instance_id: str | None
+    phase: str
+    phase_at: datetime | None
+    phase_reason: str
+    fault: str | None
+    rung: str
+    operator_cordon: str
+    report: ReportRef | None
+
+
+@dataclass(frozen=True)
+class History:
+    """The answer of one query: events oldest first, the nodes now, what was read.
+
+    days: the day prefixes listed; chunks_read: the chunks fetched; skipped_lines: lines
+    that were not a JSON object (counted, not fatal).
+    """
+
+    fleet: str
+    node: str | None
+    since: datetime
+    until: datetime
+    events: tuple[HistoryEvent, ...]
+    nodes: tuple[NodeNow, ...]
+    days: tuple[str, ...]
+    chunks_read: int
+    skipped_lines: int
+
+
+def day_prefixes(fleet: str, since: datetime, until: datetime) -> tuple[str, ...]:
+    """The audit log's day prefixes a query over [since, until] must list, oldest first.
+
+    From the UTC day before `since` (a run indexed under the day it started may write
+    records after midnight) to the day of `until`; empty when since > until.
+    """
+    if since > until:
+        return ()
+    day = (since - timedelta(days=1)).date()
+    last = until.date()
+    out = []
+    while day <= last:
+        out.append(f"events/{fleet}/{day:%Y/%m/%d}/")
+        day += timedelta(days=1)
+    return tuple(out)
+
+
+def _parse_time(value: Any) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        when = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return when if when.tzinfo is not None else None
+
+
+def _actor(r: Mapping[str, Any]) -> Actor:
+    """The record's actor; records from before the field: an operator's mark, else scheduled."""
+    try:
+        return Actor(r.get("actor"))
+    except ValueError:
+        return Actor.OPERATOR if r.get("operator") else Actor.SCHEDULED
+
+
+def _report(value: Any) -> ReportRef | None:
+    if not isinstance(value, Mapping) or not isinstance(value.get("sequence"), int):
+        return None
+    return ReportRef(value["sequence"], str(value.get("status", "")), str(value.get("boot_id", "")))
+
+
+def _opt(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def event_from_record(r: Mapping[str, Any], key: str) -> HistoryEvent | None:
+    """One audit record -> HistoryEvent, None when it has no readable time."""
+    when = _parse_time(r.get("time"))
+    if when is None:
+        return None
+    actor = _actor(r)
+    verb = str(r.get("verb") or (r.get("run_id") if actor is Actor.OPERATOR else "") or "")
+    return HistoryEvent(
+        time=when, run_id=str(r.get("run_id", "")), action=str(r.get("action", "")),
+        pool=str(r.get("pool", "")), node=_opt(r.get("node")),
+        instance_id=_opt(r.get("instance_id")), reason=str(r.get("reason", "")),
+        ok=bool(r.get("ok")), detail=str(r.get("detail", "")), error=_opt(r.get("error")),
+        actor=actor, verb=verb, report=_report(r.get("report")), fault=_opt(r.get("fault")),
+        rung=_opt(r.get("rung")) or None, lemon=bool(r.get("lemon")),
+        replaces=_opt(r.get("replaces")), key=key)
+
+
+def _about(e: HistoryEvent, node: str | None) -> bool:
+    return node is None or e.node == node or e.replaces == node
+
+
+def read_events(store: Any, fleet: str, since: datetime, until: datetime,
+                node: str | None = None) -> tuple[tuple[HistoryEvent, ...], tuple[str, ...], int, int]:
+    """Audit records of `fleet` within [since, until] (about `node` when given, including
+    the provision of its replacement) -> (events oldest first, day prefixes listed, chunks
+    read, malformed lines skipped).
+
+    Lists only day_prefixes(fleet, since, until) and fetches those chunks (get_many, in
+    parallel where the store can). A chunk removed between list and get is skipped.
+    Raises StoreError when the store cannot be listed or read.
+    """
+    days = day_prefixes(fleet, since, until)
+    keys = [info.key for day in days for info in store.list(day) if info.key.endswith(".jsonl")]
+    blobs = store.get_many(keys)
+    events: list[HistoryEvent] = []
+    skipped = 0
+    needle = None if node is None else node.encode()
+    for key in keys:
+        blob = blobs.get(key)
+        if blob is None:
+            continue
+        for line in blob.data.splitlines():
+            if not line.strip() or (needle is not None and needle not in line):
+                continue  # a record about another node cannot name this one anywhere
+            try:
+                r = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                skipped += 1
+                continue
+            if not isinstance(r, dict):
+                skipped += 1
+                continue
+            e = event_from_record(r, key)
+            if e is None:
+                skipped += 1
+            elif since <= e.time <= until and _about(e, node):
+                events.append(e)
+    events.sort(key=lambda e: (e.time, e.key))
+    return tuple(events), days, len(blobs), skipped
+
+
+def nodes_now(memory: Any, node: str | None = None) -> tuple[NodeNow, ...]:
+    """The nodes of `memory` (a planner Memory) as NodeNow, by name; only `node` when given."""
+    out = []
+    for nm in memory.nodes:
+        if node is not None and nm.node != node:
+            continue
+        out.append(NodeNow(
+            node=nm.node, pool=nm.pool, instance_id=nm.instance_id, phase=str(nm.phase) or "none",
+            phase_at=nm.phase_at, phase_reason=nm.phase_reason,
+            fault=nm.fault.key if nm.fault is not None else None, rung=nm.rung,
+            operator_cordon=nm.operator_cordon,
+            report=_report(report_ref(nm.report))))
+    return tuple(sorted(out, key=lambda n: n.node))
+
+
+def read_history(store: Any, fleet: str, *, since: datetime, until: datetime,
+                 node: str | None = None, memory: Any = None) -> History:
+    """What happened in `fleet` (to `node` when given) within [since, until], aware UTC.
+
+    memory: the fleet's Memory (navarch.reconcile.state.load_memory), for the nodes' state
+    now; None reads it from the store (a missing state is an empty fleet).
+    Raises StoreError (store unreachable, state unreadable).
+    """
+    if memory is None:
+        from navarch.reconcile.state import load_memory
+
+        memory, _ = load_memory(store, fleet)
+    events, days, chunks, skipped = read_events(store, fleet, since, until, node)
+    now = nodes_now(memory, node) if memory is not None else ()
+    return History(fleet, node, since, until, events, now, days, chunks, skipped)
+
+
+def _ts(when: datetime | None) -> str | None:
+    from navarch.planner.model import ts
+
+    return ts(when) if when is not None else None
+
+
+def _report_json(r: ReportRef | None) -> dict[str, Any] | None:
+    return None if r is None else {"sequence": r.sequence, "status": r.status,
+                                   "boot_id": r.boot_id}
+
+
+def history_to_json(h: History) -> dict[str, Any]:
+    """The `navarch history --json` document (schemas/history.schema.json)."""
+    return {
+        "format_version": HISTORY_FORMAT_VERSION, "fleet": h.fleet, "node": h.node,
+        "since": _ts(h.since), "until": _ts(h.until),
+        "read": {"days": list(h.days), "chunks": h.chunks_read, "skipped_lines": h.skipped_lines},
+        "events": [{
+            "time": _ts(e.time), "run_id": e.run_id, "action": e.action, "pool": e.pool,
+            "node": e.node, "instance_id": e.instance_id, "reason": e.reason, "ok": e.ok,
+            "detail": e.detail, "error": e.error, "actor": str(e.actor), "verb": e.verb or None,
+            "report": _report_json(e.report), "fault": e.fault, "rung": e.rung,
+            "lemon": e.lemon, "replaces": e.replaces,
+        } for e in h.events],
+        "nodes": [{
+            "node": n.node, "pool": n.pool, "instance_id": n.instance_id, "phase": n.phase,
+            "phase_at": _ts(n.phase_at), "phase_reason": n.phase_reason, "fault": n.fault,
+            "rung": n.rung or None, "operator_cordon": n.operator_cordon or None,
+            "report": _report_json(n.report),
+        } for n in h.nodes],
+    }
+
+
+def _who(e: HistoryEvent) -> str:
+    if e.actor is Actor.OPERATOR:
+        return f"operator ({e.verb})" if e.verb else "operator"
+    if e.actor is Actor.REPLACE:
+        return "operator (apply --replace)"
+    return "scheduled run"
+
+
+def render_history(h: History) -> str:
+    """`navarch history` as text: one block per action, oldest first, then the nodes now."""
+    what = f"node {h.node}" if h.node else f"fleet {h.fleet}"
+    lines = [f"History of {what} (fleet {h.fleet}), {_ts(h.since)} to {_ts(h.until)}:"]
+    if not h.events:
+        lines.append("  no action recorded in this range (widen it with --since, e.g. 7d)")
+    for e in h.events:
+        outcome = "ok" if e.ok else f"FAILED ({e.error})" if e.error else "FAILED"
+        target = e.node or f"pool {e.pool}"
+        lines.append(f"{_ts(e.time)}  {e.action} {target}  {outcome}  by {_who(e)}, "
+                     f"run {e.run_id}")
+        if e.reason:
+            lines.append(f"    # because {e.reason}")
+        facts = []
+        if e.report is not None:
+            facts.append(f"report #{e.report.sequence} {e.report.status}")
+        if e.fault:
+            facts.append(f"fault {e.fault}")
+        if e.rung:
+            facts.append(f"rung {e.rung}")
+        if e.lemon:
+            facts.append("lemon")
+        if facts:
+            lines.append(f"    # {', '.join(facts)}")
+        if e.detail:
+            lines.append(f"    -> {e.detail}")
+    for n in h.nodes:
+        if n.phase == "none" and not n.operator_cordon and h.node is None:
+            continue
+        state = "serving (navarch is not acting on it)" if n.phase == "none" else (
+            f"{n.phase} since {_ts(n.phase_at)}" + (f": {n.phase_reason}" if n.phase_reason else ""))
+        extra = f"; operator cordon: {n.operator_cordon}" if n.operator_cordon else ""
+        lines.append(f"Now: {n.node} ({n.pool}, {n.instance_id or 'no instance'}) {state}{extra}")
+    if h.node and not h.nodes and not h.events:
+        lines.append(f"Now: {h.node} is not in the fleet's state (was the name right? "
+                     "`navarch status --all` lists every node)")
+    if h.skipped_lines:
+        lines.append(f"({h.skipped_lines} malformed audit line(s) skipped)")
+    return "\n".join(lines) + "\n"
+

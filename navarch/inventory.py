@@ -37,6 +37,32 @@ class InstanceState(StrEnum):
     STOPPED = "stopped"
 
 
+class InstanceHealth(StrEnum):
+    """The cloud's own verdict on an instance, where the cloud gives one.
+
+    ok: the cloud's checks pass; impaired: the cloud says the host or the instance is
+    unreachable or failed (EC2 status checks impaired, GCE REPAIRING or a host error, Azure
+    health unavailable, Lambda unhealthy); unknown: the cloud says nothing (the default for
+    providers without such a status, and for EC2 while checks initialise).
+    """
+
+    OK = "ok"
+    IMPAIRED = "impaired"
+    UNKNOWN = "unknown"
+
+
+class CloudEvent(StrEnum):
+    """A disruption the cloud has scheduled for an instance (EC2 scheduled event codes,
+    GCE upcoming maintenance, Azure scheduled events). Each is handled as a maintenance
+    notice: the node is replaced before the deadline, within the disruption budget."""
+
+    INSTANCE_RETIREMENT = "instance-retirement"
+    INSTANCE_STOP = "instance-stop"
+    INSTANCE_REBOOT = "instance-reboot"
+    SYSTEM_REBOOT = "system-reboot"
+    SYSTEM_MAINTENANCE = "system-maintenance"
+
+
 @dataclass(frozen=True)
 class Instance:
     """One cloud VM as a provider lists it.
@@ -57,6 +83,15 @@ class Instance:
     #: The physical host where the cloud exposes it (EC2 Dedicated Hosts' Placement.HostId;
     #: Compute Engine and Lambda Cloud expose none): lemon faults are counted per host too.
     host_id: str | None = None
+    #: The cloud's own status of the instance (see InstanceHealth); health_detail says
+    #: which check or status, health_since when the cloud first reported it (None if the
+    #: cloud does not say).
+    health: InstanceHealth = InstanceHealth.UNKNOWN
+    health_detail: str = ""
+    health_since: datetime | None = None
+    #: A scheduled disruption the cloud announced, and when it takes effect (None: unknown).
+    event: CloudEvent | None = None
+    event_deadline: datetime | None = None
 
     def tag(self, key: str) -> str | None:
         return self._tag_map.get(key)
@@ -72,7 +107,11 @@ class Instance:
 
     @cached_property
     def _digest_line(self) -> bytes:
-        return f"{self.provider}|{self.instance_id}|{self.state.value}|{self.tags}\n".encode()
+        # The cloud's verdict changes plans, so a saved plan goes stale when it changes;
+        # the default adds nothing, so fingerprints of providers without it stay as they were.
+        cloud = "" if self.health is not InstanceHealth.IMPAIRED and self.event is None \
+            else f"|{self.health.value}|{self.event.value if self.event else ''}"
+        return f"{self.provider}|{self.instance_id}|{self.state.value}|{self.tags}{cloud}\n".encode()
 
     @property
     def fleet(self) -> str | None:

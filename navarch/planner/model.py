@@ -94,6 +94,7 @@ class ActionReason(enum.StrEnum):
     DIAGNOSTICS = "diagnostics"  # dcgmi diag, scheduled or before a return
     DESTROY = "destroy"  # `navarch destroy`
     OPERATOR = "operator"  # `navarch reboot|cordon|uncordon`
+    INSTANCE_IMPAIRED = "instance_impaired"  # the cloud's own status: impaired on consecutive runs
 
 
 class Phase(enum.StrEnum):
@@ -109,6 +110,12 @@ class Phase(enum.StrEnum):
 #: A node whose report's generated_at is further than this from the store's modification
 #: time has a wrong clock: agents write a report seconds after making it.
 CLOCK_SKEW_S = 120
+
+#: Runs in a row the cloud must list an instance impaired before it is evidence: one listing
+#: can catch a status check mid-flap (EC2 evaluates its status checks every minute and a
+#: check that fails once can pass at the next evaluation; EC2 User Guide, "Status checks
+#: for your instances"), two consecutive runs cannot both be the same flap.
+IMPAIRED_AFTER_RUNS = 2
 
 
 @dataclass(frozen=True)
@@ -251,6 +258,7 @@ class NodeMemory:
     operator_cordon: str = ""  # `navarch cordon --reason`: never undone automatically
     diag: Diag | None = None  # the last active diagnostics
     diag_cordon: bool = False  # cordoned for scheduled diagnostics (uncordoned after them)
+    impaired_runs: int = 0  # consecutive runs the cloud listed the instance impaired
 
 
 @dataclass(frozen=True)
@@ -443,6 +451,7 @@ class NodeView:
     return_streak: int = 0
     diag: Diag | None = None
     diag_cordon: bool = False
+    impaired: bool = False  # the lifecycle comes from the cloud's own status, not a report
 
 
 @dataclass(frozen=True)
@@ -653,6 +662,8 @@ def _ladder_to_json(n: NodeMemory) -> dict[str, Any]:
         out["diag"] = diag_to_json(n.diag)
     if n.diag_cordon:
         out["diag_cordon"] = True
+    if n.impaired_runs:
+        out["impaired_runs"] = n.impaired_runs
     return out
 
 
@@ -695,6 +706,7 @@ def _ladder_from_json(n: Mapping[str, Any]) -> dict[str, Any]:
         "rung_at": parse_ts(n.get("rung_at")), "return_streak": n.get("return_streak", 0),
         "operator_cordon": n.get("operator_cordon", ""),
         "diag": diag_from_json(n.get("diag")), "diag_cordon": n.get("diag_cordon", False),
+        "impaired_runs": n.get("impaired_runs", 0),
     }
 
 

@@ -15,7 +15,12 @@ Rules (DESIGN.md "Node lifecycle" and safety rules 1-2):
 - A node with no report at all is BOOTING until boot_timeout, then UNHEALTHY; an
   instance still pending past provision_timeout is STUCK.
 - A spot preemption notice is PREEMPTING (act at once); a maintenance notice is
-  MAINTENANCE (replace before its deadline, within the disruption budget).
+  MAINTENANCE (replace before its deadline, within the disruption budget). A disruption
+  the cloud scheduled for the instance (Instance.event: retirement, maintenance) is the
+  same notice, read from the provider instead of the report.
+- The cloud's own status of the instance (Instance.health) impaired on IMPAIRED_AFTER_RUNS
+  runs in a row is evidence, not doubt: the node is UNHEALTHY (impaired=True) whatever its
+  last report said, long before offline_after. Once is only a note in the reason.
 - Remediation ladder: a node the ladder rebooted or GPU-reset is REMEDIATING;
   healthy reports made after the remedy (after_remedy: a boot other than the fault's for a
   reboot, a report made after the reset for reset_gpu) are counted per distinct sequence
@@ -33,9 +38,11 @@ from typing import Any
 
 from navarch.durations import format_duration_s
 from navarch.health import FaultKey, Remedy, Status
-from navarch.inventory import TAG_SPEC, Instance, InstanceState
+from navarch.inventory import TAG_SPEC, Instance, InstanceHealth, InstanceState
 from navarch.planner.model import (
     CLOCK_SKEW_S,
+    IMPAIRED_AFTER_RUNS,
+    SERVING,
     Fault,
     Lifecycle,
     Memory,
@@ -178,7 +185,7 @@ def observe(
         obs = reports.get(name)
         if obs is not None and obs.rejected and obs.version != nm.report_version:
             rejections[obs.rejected] = rejections.get(obs.rejected, 0) + 1
-        nm = _fold_report(nm, obs)
+        nm = _fold_impaired(_fold_report(nm, obs), inst)
         if nm is not known:
             changed.append(nm)
         pool = declared.get(inst.pool or "")
@@ -310,6 +317,42 @@ def _fold_report(nm: NodeMemory, obs: ReportObservation | None) -> NodeMemory:
                    streak=streak, streak_sequence=s.sequence, return_streak=_fold_return(nm, s))
 
 
+def _fold_impaired(nm: NodeMemory, inst: Instance) -> NodeMemory:
+    """Count the runs in a row the cloud listed the instance impaired (capped at
+    IMPAIRED_AFTER_RUNS, so a long impairment leaves Memory unchanged); any other
+    status restarts the count."""
+    runs = (min(nm.impaired_runs + 1, IMPAIRED_AFTER_RUNS)
+            if inst.health is InstanceHealth.IMPAIRED else 0)
+    return nm if runs == nm.impaired_runs else replace(nm, impaired_runs=runs)
+
+
+def _cloud_detail(inst: Instance) -> str:
+    return f" ({inst.health_detail})" if inst.health_detail else ""
+
+
+def _by_cloud(nm: NodeMemory, inst: Instance) -> _Verdict | None:
+    """The cloud's own status: impaired on IMPAIRED_AFTER_RUNS runs in a row is UNHEALTHY."""
+    if nm.impaired_runs < IMPAIRED_AFTER_RUNS:
+        return None
+    return (Lifecycle.UNHEALTHY, f"the cloud reports the instance impaired{_cloud_detail(inst)} "
+            f"on {nm.impaired_runs} runs in a row", {"impaired": True})
+
+
+def _cloud_event(inst: Instance, verdict: _Verdict) -> _Verdict:
+    """A disruption the cloud scheduled turns a serving node into MAINTENANCE (a report's
+    own notice or a worse verdict stays); an impairment seen once is noted in the reason."""
+    lc, reason, extra = verdict
+    if inst.event is not None and lc in SERVING and lc not in (
+            Lifecycle.MAINTENANCE, Lifecycle.PROVISIONING):
+        by = f" (deadline {inst.event_deadline:%Y-%m-%d %H:%M} UTC)" if inst.event_deadline else ""
+        return (Lifecycle.MAINTENANCE, f"the cloud scheduled {inst.event.value}{by}",
+                {"deadline": inst.event_deadline})
+    if inst.health is InstanceHealth.IMPAIRED and lc in SERVING:
+        return (lc, f"{reason}; the cloud reports the instance impaired{_cloud_detail(inst)} "
+                f"(run 1 of {IMPAIRED_AFTER_RUNS})", extra)
+    return verdict
+
+
 def clock_skew_note(s: ReportSummary | None) -> str:
     """"; clock skew: ..." when the node's clock is more than CLOCK_SKEW_S off the store's
     (ReportSummary.clock_skew_s), else "". A condition to fix on the node (NTP), shown
@@ -344,12 +387,14 @@ def _view(
     # as skew in the reason, never a reason to replace it.
     age = max((now - s.observed_at).total_seconds(), 0.0) if s else None
     rejected = obs.rejected if obs else None
-    verdict = _by_phase(pool, nm, age, drain_check) or _by_instance(pool, inst, now)
+    verdict = (_by_phase(pool, nm, age, drain_check) or _by_instance(pool, inst, now)
+               or _by_cloud(nm, inst))
     if verdict is None:
         if s is None or age is None:
             verdict = _unreported(pool, inst, nm, rejected, now)
         else:
             verdict = _reported(pool, nm, s, age, rejected)
+        verdict = _cloud_event(inst, verdict)
     lc, reason, extra = verdict
     return NodeView(
         node=nm.node, pool=pool.name, lifecycle=lc, reason=reason + clock_skew_note(s),

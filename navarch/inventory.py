@@ -64,6 +64,31 @@ class CloudEvent(StrEnum):
 
 
 @dataclass(frozen=True)
+class CloudStatus:
+    """The cloud's own view of an instance: its health verdict and any scheduled disruption.
+
+    health: see InstanceHealth; detail: which check or status says so ("system status
+    check failed", "REPAIRING"); since: when the cloud first reported it (aware UTC, None
+    when the cloud does not say); event, event_deadline: a disruption the cloud scheduled
+    and when it takes effect (None: none, or unknown).
+    """
+
+    health: InstanceHealth = InstanceHealth.UNKNOWN
+    detail: str = ""
+    since: datetime | None = None
+    event: CloudEvent | None = None
+    event_deadline: datetime | None = None
+
+    @property
+    def impaired(self) -> bool:
+        return self.health is InstanceHealth.IMPAIRED
+
+
+#: What a provider without a status of its own reports: nothing known.
+NO_CLOUD_STATUS = CloudStatus()
+
+
+@dataclass(frozen=True)
 class Instance:
     """One cloud VM as a provider lists it.
 
@@ -83,15 +108,8 @@ class Instance:
     #: The physical host where the cloud exposes it (EC2 Dedicated Hosts' Placement.HostId;
     #: Compute Engine and Lambda Cloud expose none): lemon faults are counted per host too.
     host_id: str | None = None
-    #: The cloud's own status of the instance (see InstanceHealth); health_detail says
-    #: which check or status, health_since when the cloud first reported it (None if the
-    #: cloud does not say).
-    health: InstanceHealth = InstanceHealth.UNKNOWN
-    health_detail: str = ""
-    health_since: datetime | None = None
-    #: A scheduled disruption the cloud announced, and when it takes effect (None: unknown).
-    event: CloudEvent | None = None
-    event_deadline: datetime | None = None
+    #: The cloud's own status of the instance (health checks, scheduled disruption).
+    cloud_status: CloudStatus = NO_CLOUD_STATUS
 
     def tag(self, key: str) -> str | None:
         return self._tag_map.get(key)
@@ -109,8 +127,9 @@ class Instance:
     def _digest_line(self) -> bytes:
         # The cloud's verdict changes plans, so a saved plan goes stale when it changes;
         # the default adds nothing, so fingerprints of providers without it stay as they were.
-        cloud = "" if self.health is not InstanceHealth.IMPAIRED and self.event is None \
-            else f"|{self.health.value}|{self.event.value if self.event else ''}"
+        cs = self.cloud_status
+        cloud = "" if not cs.impaired and cs.event is None \
+            else f"|{cs.health.value}|{cs.event.value if cs.event else ''}"
         return f"{self.provider}|{self.instance_id}|{self.state.value}|{self.tags}{cloud}\n".encode()
 
     @property

@@ -16,9 +16,9 @@ Rules (DESIGN.md "Node lifecycle" and safety rules 1-2):
   instance still pending past provision_timeout is STUCK.
 - A spot preemption notice is PREEMPTING (act at once); a maintenance notice is
   MAINTENANCE (replace before its deadline, within the disruption budget). A disruption
-  the cloud scheduled for the instance (Instance.event: retirement, maintenance) is the
+  the cloud scheduled for the instance (CloudStatus.event: retirement, maintenance) is the
   same notice, read from the provider instead of the report.
-- The cloud's own status of the instance (Instance.health) impaired on IMPAIRED_AFTER_RUNS
+- The cloud's own status of the instance (Instance.cloud_status) impaired on IMPAIRED_AFTER_RUNS
   runs in a row is evidence, not doubt: the node is UNHEALTHY (impaired=True) whatever its
   last report said, long before offline_after. Once is only a note in the reason.
 - Remediation ladder: a node the ladder rebooted or GPU-reset is REMEDIATING;
@@ -38,7 +38,7 @@ from typing import Any
 
 from navarch.durations import format_duration_s
 from navarch.health import FaultKey, Remedy, Status
-from navarch.inventory import TAG_SPEC, Instance, InstanceHealth, InstanceState
+from navarch.inventory import TAG_SPEC, Instance, InstanceState
 from navarch.planner.model import (
     CLOCK_SKEW_S,
     IMPAIRED_AFTER_RUNS,
@@ -322,12 +322,13 @@ def _fold_impaired(nm: NodeMemory, inst: Instance) -> NodeMemory:
     IMPAIRED_AFTER_RUNS, so a long impairment leaves Memory unchanged); any other
     status restarts the count."""
     runs = (min(nm.impaired_runs + 1, IMPAIRED_AFTER_RUNS)
-            if inst.health is InstanceHealth.IMPAIRED else 0)
+            if inst.cloud_status.impaired else 0)
     return nm if runs == nm.impaired_runs else replace(nm, impaired_runs=runs)
 
 
 def _cloud_detail(inst: Instance) -> str:
-    return f" ({inst.health_detail})" if inst.health_detail else ""
+    detail = inst.cloud_status.detail
+    return f" ({detail})" if detail else ""
 
 
 def _by_cloud(nm: NodeMemory, inst: Instance) -> _Verdict | None:
@@ -342,12 +343,13 @@ def _cloud_event(inst: Instance, verdict: _Verdict) -> _Verdict:
     """A disruption the cloud scheduled turns a serving node into MAINTENANCE (a report's
     own notice or a worse verdict stays); an impairment seen once is noted in the reason."""
     lc, reason, extra = verdict
-    if inst.event is not None and lc in SERVING and lc not in (
+    cs = inst.cloud_status
+    if cs.event is not None and lc in SERVING and lc not in (
             Lifecycle.MAINTENANCE, Lifecycle.PROVISIONING):
-        by = f" (deadline {inst.event_deadline:%Y-%m-%d %H:%M} UTC)" if inst.event_deadline else ""
-        return (Lifecycle.MAINTENANCE, f"the cloud scheduled {inst.event.value}{by}",
-                {"deadline": inst.event_deadline})
-    if inst.health is InstanceHealth.IMPAIRED and lc in SERVING:
+        by = f" (deadline {cs.event_deadline:%Y-%m-%d %H:%M} UTC)" if cs.event_deadline else ""
+        return (Lifecycle.MAINTENANCE, f"the cloud scheduled {cs.event.value}{by}",
+                {"deadline": cs.event_deadline})
+    if cs.impaired and lc in SERVING:
         return (lc, f"{reason}; the cloud reports the instance impaired{_cloud_detail(inst)} "
                 f"(run 1 of {IMPAIRED_AFTER_RUNS})", extra)
     return verdict

@@ -24,6 +24,7 @@ from navarch.fleet_file import load_fleet
 from navarch.health import FaultKey, Remedy, Status
 from navarch.inventory import (
     CloudEvent,
+    CloudStatus,
     Instance,
     InstanceHealth,
     InstanceState,
@@ -184,10 +185,9 @@ def instance(
         tags=tuple(sorted(tags.items())),
         spot=spot,
         host_id=host_id,
-        health=InstanceHealth(health),
-        health_detail=health_detail,
-        event=CloudEvent(event) if event else None,
-        event_deadline=event_deadline,
+        cloud_status=CloudStatus(InstanceHealth(health), health_detail,
+                                 event=CloudEvent(event) if event else None,
+                                 event_deadline=event_deadline),
     )
 
 

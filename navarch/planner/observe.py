@@ -389,8 +389,10 @@ def _view(
     # as skew in the reason, never a reason to replace it.
     age = max((now - s.observed_at).total_seconds(), 0.0) if s else None
     rejected = obs.rejected if obs else None
-    verdict = (_by_phase(pool, nm, age, drain_check) or _by_instance(pool, inst, now)
-               or _by_cloud(nm, inst))
+    # The cloud's verdict comes before the pending check: a GCE instance being repaired
+    # after a host error is listed pending, and must not wait out provision_timeout.
+    verdict = (_by_phase(pool, nm, age, drain_check) or _by_cloud(nm, inst)
+               or _by_instance(pool, inst, now))
     if verdict is None:
         if s is None or age is None:
             verdict = _unreported(pool, inst, nm, rejected, now)

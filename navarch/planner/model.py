@@ -94,7 +94,7 @@ class ActionReason(enum.StrEnum):
     DIAGNOSTICS = "diagnostics"  # dcgmi diag, scheduled or before a return
     DESTROY = "destroy"  # `navarch destroy`
     OPERATOR = "operator"  # `navarch reboot|cordon|uncordon`
-    INSTANCE_IMPAIRED = "instance_impaired"  # the cloud's own status: impaired on consecutive runs
+    INSTANCE_IMPAIRED = "instance_impaired"  # the cloud's own status: impaired past IMPAIRED_AFTER_S
 
 
 class Phase(enum.StrEnum):
@@ -111,11 +111,12 @@ class Phase(enum.StrEnum):
 #: time has a wrong clock: agents write a report seconds after making it.
 CLOCK_SKEW_S = 120
 
-#: Runs in a row the cloud must list an instance impaired before it is evidence: one listing
-#: can catch a status check mid-flap (EC2 evaluates its status checks every minute and a
-#: check that fails once can pass at the next evaluation; EC2 User Guide, "Status checks
-#: for your instances"), two consecutive runs cannot both be the same flap.
-IMPAIRED_AFTER_RUNS = 2
+#: How long the cloud must keep listing an instance impaired, from the first run that saw it,
+#: before it is evidence: one listing can catch a status check mid-flap, and EC2 evaluates
+#: its status checks every minute (EC2 User Guide, "Status checks for your instances"), so
+#: a second run at least a minute later sees a second evaluation. With a reconcile every 1
+#: to 2 minutes this is the next run; two applies seconds apart never act on one sample.
+IMPAIRED_AFTER_S = 60
 
 
 @dataclass(frozen=True)
@@ -258,7 +259,7 @@ class NodeMemory:
     operator_cordon: str = ""  # `navarch cordon --reason`: never undone automatically
     diag: Diag | None = None  # the last active diagnostics
     diag_cordon: bool = False  # cordoned for scheduled diagnostics (uncordoned after them)
-    impaired_runs: int = 0  # consecutive runs the cloud listed the instance impaired
+    impaired_since: datetime | None = None  # first run of an unbroken impaired listing
 
 
 @dataclass(frozen=True)
@@ -662,8 +663,8 @@ def _ladder_to_json(n: NodeMemory) -> dict[str, Any]:
         out["diag"] = diag_to_json(n.diag)
     if n.diag_cordon:
         out["diag_cordon"] = True
-    if n.impaired_runs:
-        out["impaired_runs"] = n.impaired_runs
+    if n.impaired_since is not None:
+        out["impaired_since"] = ts(n.impaired_since)
     return out
 
 
@@ -706,7 +707,7 @@ def _ladder_from_json(n: Mapping[str, Any]) -> dict[str, Any]:
         "rung_at": parse_ts(n.get("rung_at")), "return_streak": n.get("return_streak", 0),
         "operator_cordon": n.get("operator_cordon", ""),
         "diag": diag_from_json(n.get("diag")), "diag_cordon": n.get("diag_cordon", False),
-        "impaired_runs": n.get("impaired_runs", 0),
+        "impaired_since": parse_ts(n.get("impaired_since")),
     }
 
 

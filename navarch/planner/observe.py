@@ -18,9 +18,10 @@ Rules (DESIGN.md "Node lifecycle" and safety rules 1-2):
   MAINTENANCE (replace before its deadline, within the disruption budget). A disruption
   the cloud scheduled for the instance (CloudStatus.event: retirement, maintenance) is the
   same notice, read from the provider instead of the report.
-- The cloud's own status of the instance (Instance.cloud_status) impaired on IMPAIRED_AFTER_RUNS
-  runs in a row is evidence, not doubt: the node is UNHEALTHY (impaired=True) whatever its
-  last report said, long before offline_after. Once is only a note in the reason.
+- The cloud's own status of the instance (Instance.cloud_status) impaired on consecutive
+  runs at least IMPAIRED_AFTER_S apart (the first run's time kept in Memory) is evidence,
+  not doubt: the node is UNHEALTHY (impaired=True) whatever its last report said, long
+  before offline_after. Seen once, it is only a note in the reason.
 - Remediation ladder: a node the ladder rebooted or GPU-reset is REMEDIATING;
   healthy reports made after the remedy (after_remedy: a boot other than the fault's for a
   reboot, a report made after the reset for reset_gpu) are counted per distinct sequence
@@ -41,7 +42,7 @@ from navarch.health import FaultKey, Remedy, Status
 from navarch.inventory import TAG_SPEC, Instance, InstanceState
 from navarch.planner.model import (
     CLOCK_SKEW_S,
-    IMPAIRED_AFTER_RUNS,
+    IMPAIRED_AFTER_S,
     SERVING,
     Fault,
     Lifecycle,
@@ -185,7 +186,7 @@ def observe(
         obs = reports.get(name)
         if obs is not None and obs.rejected and obs.version != nm.report_version:
             rejections[obs.rejected] = rejections.get(obs.rejected, 0) + 1
-        nm = _fold_impaired(_fold_report(nm, obs), inst)
+        nm = _fold_impaired(_fold_report(nm, obs), inst, now)
         if nm is not known:
             changed.append(nm)
         pool = declared.get(inst.pool or "")
@@ -317,13 +318,10 @@ def _fold_report(nm: NodeMemory, obs: ReportObservation | None) -> NodeMemory:
                    streak=streak, streak_sequence=s.sequence, return_streak=_fold_return(nm, s))
 
 
-def _fold_impaired(nm: NodeMemory, inst: Instance) -> NodeMemory:
-    """Count the runs in a row the cloud listed the instance impaired (capped at
-    IMPAIRED_AFTER_RUNS, so a long impairment leaves Memory unchanged); any other
-    status restarts the count."""
-    runs = (min(nm.impaired_runs + 1, IMPAIRED_AFTER_RUNS)
-            if inst.cloud_status.impaired else 0)
-    return nm if runs == nm.impaired_runs else replace(nm, impaired_runs=runs)
+def _fold_impaired(nm: NodeMemory, inst: Instance, now: datetime) -> NodeMemory:
+    """Remember the first run of an unbroken impaired listing; any other status forgets it."""
+    since = (nm.impaired_since or now) if inst.cloud_status.impaired else None
+    return nm if since == nm.impaired_since else replace(nm, impaired_since=since)
 
 
 def _cloud_detail(inst: Instance) -> str:
@@ -331,12 +329,14 @@ def _cloud_detail(inst: Instance) -> str:
     return f" ({detail})" if detail else ""
 
 
-def _by_cloud(nm: NodeMemory, inst: Instance) -> _Verdict | None:
-    """The cloud's own status: impaired on IMPAIRED_AFTER_RUNS runs in a row is UNHEALTHY."""
-    if nm.impaired_runs < IMPAIRED_AFTER_RUNS:
+def _by_cloud(nm: NodeMemory, inst: Instance, now: datetime) -> _Verdict | None:
+    """The cloud's own status: impaired since a run IMPAIRED_AFTER_S ago or more is UNHEALTHY."""
+    since = nm.impaired_since
+    if since is None or (now - since).total_seconds() < IMPAIRED_AFTER_S:
         return None
     return (Lifecycle.UNHEALTHY, f"the cloud reports the instance impaired{_cloud_detail(inst)} "
-            f"on {nm.impaired_runs} runs in a row", {"impaired": True})
+            f"for {format_duration_s((now - since).total_seconds())} (since an earlier run)",
+            {"impaired": True})
 
 
 def _cloud_event(inst: Instance, verdict: _Verdict) -> _Verdict:
@@ -351,7 +351,8 @@ def _cloud_event(inst: Instance, verdict: _Verdict) -> _Verdict:
                 {"deadline": cs.event_deadline})
     if cs.impaired and lc in SERVING:
         return (lc, f"{reason}; the cloud reports the instance impaired{_cloud_detail(inst)} "
-                f"(run 1 of {IMPAIRED_AFTER_RUNS})", extra)
+                f"(acted on when a run {format_duration_s(IMPAIRED_AFTER_S)} or more later "
+                "sees it again)", extra)
     return verdict
 
 
@@ -391,7 +392,7 @@ def _view(
     rejected = obs.rejected if obs else None
     # The cloud's verdict comes before the pending check: a GCE instance being repaired
     # after a host error is listed pending, and must not wait out provision_timeout.
-    verdict = (_by_phase(pool, nm, age, drain_check) or _by_cloud(nm, inst)
+    verdict = (_by_phase(pool, nm, age, drain_check) or _by_cloud(nm, inst, now)
                or _by_instance(pool, inst, now))
     if verdict is None:
         if s is None or age is None:

@@ -302,7 +302,7 @@ def node_memory(
     operator_cordon: str = "",
     diag: Diag | None = None,
     diag_cordon: bool = False,
-    impaired_runs: int = 0,
+    impaired_since: datetime | None = None,
 ) -> NodeMemory:
     """What earlier runs remembered of one node (report_version follows report's sequence).
     fault: a Fault or its fields {key, action, boot_id, sequence}; the rest are the
@@ -333,7 +333,7 @@ def node_memory(
         operator_cordon=operator_cordon,
         diag=diag,
         diag_cordon=diag_cordon,
-        impaired_runs=impaired_runs,
+        impaired_since=impaired_since,
     )
 
 

@@ -19,7 +19,7 @@ A scenario file holds (times are RFC 3339, or relative to `now` like "-20m", "+1
                       streak_sequence, first_seen_at, report, and the remediation
                       ladder's fault {key, action, boot_id, sequence}, faults [[kind, time]],
                       rung, rung_fault, rung_at, return_streak, operator_cordon, diag {level,
-                      why, state, at, started_at, detail}, diag_cordon, impaired_runs; pools: pool -> next_index,
+                      why, state, at, started_at, detail}, diag_cordon, impaired_since; pools: pool -> next_index,
                       repairs, exhausted [{[provider], zone, instance_type, spot, until}], desired,
                       desired_from_target, scaled_at, host_faults [[host, key, time]]
   drain_checks:       node -> bool (scheduler drain-check results this run)
@@ -160,6 +160,7 @@ def build_inputs(doc: Mapping[str, Any], tmp_path: Path) -> Inputs:
                 rung_at=builders.when(now, raw.pop("rung_at", None)),
                 faults=[(k, builders.when(now, t)) for k, t in raw.pop("faults", [])],
                 diag=_diag(raw.pop("diag", None), now),
+                impaired_since=builders.when(now, raw.pop("impaired_since", None)),
                 **raw,
             )
         )

@@ -25,7 +25,7 @@ from typing import Any
 
 from navarch import signing, xid
 from navarch.errors import CapacityError, ProviderError, TransientError
-from navarch.inventory import Instance, InstanceState
+from navarch.inventory import NO_CLOUD_STATUS, CloudStatus, Instance, InstanceHealth, InstanceState
 from navarch.providers.base import ProvisionRequest, ensure_owned
 from navarch.reconcile.state import health_key
 from navarch.simulate.scenario import Scenario
@@ -144,6 +144,17 @@ class World:
         self.fault_log.append(rec)
         if self.on_fault is not None:
             self.on_fault(n)
+
+    def impair(self, n: SimNode, detail: str = "instance status check failed") -> None:
+        """The cloud lists node n's instance impaired from now on, as EC2's status checks
+        list a dead host (SimProvider.list_instances carries it as Instance.cloud_status);
+        the planner acts on it on a run IMPAIRED_AFTER_S or more after the first that saw it."""
+        status = CloudStatus(InstanceHealth.IMPAIRED, detail, since=self.now)
+        n.instance = replace(n.instance, cloud_status=status)
+
+    def restore(self, n: SimNode) -> None:
+        """The cloud says nothing about node n's instance any more (its impairment ended)."""
+        n.instance = replace(n.instance, cloud_status=NO_CLOUD_STATUS)
 
     def step(self) -> None:
         """Advance the failure processes to self.now (called once per reconcile period)."""

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from navarch.planner.model import ActionReason, HaltRule
-from navarch.spec import load_schema
+from navarch.fleet_file import load_schema
 
 GOLDEN = Path(__file__).parent / "golden"
 

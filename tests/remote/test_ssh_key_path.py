@@ -11,7 +11,7 @@ import yaml
 from navarch.errors import ConfigError
 from navarch.remote.adapter import SSHPlaybooks
 from navarch.remote.runner import SSHRunner
-from navarch.spec import load_fleet
+from navarch.fleet_file import load_fleet
 
 REPO = Path(__file__).resolve().parents[2]
 

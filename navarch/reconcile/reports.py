@@ -27,9 +27,9 @@ Clocks (issue 16 item 5): a node's clock may be wrong. Each accepted summary car
 `stored_at`, the store's own modification time of the object (ObjectInfo.modified_at
 from the listing), and the planner judges a report's age by it. The difference between
 the node's `generated_at` and `stored_at` is the node's clock skew, shown as a condition
-(ReportSummary.clock_skew_s), never a reason to replace a node. A replayed run
-(NAVARCH_NOW) passes store_times=False: its clock is not the store's, so it judges by
-generated_at as before.
+(ReportSummary.clock_skew_s), never a reason to replace a node. Every run judges ages
+this way, a replayed or simulated one too: its store keeps times on the run's clock (the
+simulator's store, the local provider's `local tick`).
 
 Schema checks use jsonschema-rs (the same JSON Schema 2020-12 semantics as the
 jsonschema package, compiled): a cold plan checks thousands of reports, and the pure-
@@ -277,15 +277,13 @@ def read_reports(
     fleet_secret: bytes | None,
     now: datetime,
     *,
-    store_times: bool = True,
     rule_sets: Mapping[str, RuleSets] | None = None,
 ) -> dict[str, ReportObservation]:
     """List health/<fleet>/, fetch changed reports, verify them -> node -> observation.
 
     Reports whose version equals the one remembered for the node are not fetched. Keys
-    that do not look like health/<fleet>/<pool>/<node>.json are ignored. store_times:
-    judge freshness by the store's modification times (False for a replayed clock, see
-    the module docstring). No report raises: each failure is a rejected observation;
+    that do not look like health/<fleet>/<pool>/<node>.json are ignored. Freshness is
+    judged by the store's modification times (see the module docstring). No report raises: each failure is a rejected observation;
     only listing the store may raise StoreError. rule_sets: pool name -> its health policy
     rule sets (HealthPolicy.rule_sets()); a pool not in it (or None) keeps the agents'
     verdicts. An unchanged report keeps the verdict it was given when it was read.
@@ -314,7 +312,7 @@ def read_reports(
         pool, node, info = listed[key]
         nm = memory.node(node)
         last_seq = nm.report.sequence if nm is not None and nm.report is not None else 0
-        stored_at = _stored_at(info) if store_times else None
+        stored_at = _stored_at(info)
 
         def rejected(reason: str, version: str) -> ReportObservation:
             return ReportObservation(node, pool, nm.report if nm else None, version,

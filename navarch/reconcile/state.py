@@ -183,7 +183,7 @@ class Lease:
     SIGSTOPped or swapped out, finds its lease lapsed on waking even before the renewal
     thread runs), and no renewal found it taken. check_store() is the strict fence before
     every state write: it reads the lease object and compares its version with ours.
-    Both raise LeaseLost. clock: wall time for the lease's expires_at (NAVARCH_NOW-aware).
+    Both raise LeaseLost. clock: the run's clock, for the lease's expires_at.
     """
 
     #: Seconds of the TTL kept as a margin: a check passes only while at least this much

@@ -147,6 +147,22 @@ class FileStore:
                 out.append(ObjectInfo(key, _version(st), st.st_size, modified))
         return sorted(out, key=lambda o: o.key)
 
+    def set_modified_at(self, key: str, when: datetime) -> str:
+        """Stamp the object's modification time with `when` (aware) -> its new version.
+
+        The local provider's simulated store time: `navarch local tick` stamps each report
+        with the tick's clock, so a replayed clock and the store agree on a
+        report's age as a real store's own clock and a real run do. Raises NotFound.
+        """
+        path = self._path(key)
+        stamp_ns = int(when.timestamp()) * 1_000_000_000 + when.microsecond * 1000
+        with self._locked():
+            try:
+                os.utime(path, ns=(stamp_ns, stamp_ns))
+                return _version(path.stat())
+            except FileNotFoundError as exc:
+                raise NotFound(key) from exc
+
     def get_many(self, keys: Iterable[str]) -> dict[str, Blob]:
         """Fetch many objects in order (local reads gain nothing from threads)."""
         return fetch_many(self.get, keys, self.parallel_gets)

@@ -13,15 +13,18 @@ so any JSON serialiser may write the report. JCS refuses what has no canonical f
 ValueError for those, and such a report can be neither signed nor verified (issue 16
 item 4).
 
-Speed: rfc8785 is pure Python (about 150 us for a typical report). canonical_bytes first
-serialises with the stdlib's C encoder (sorted keys, no whitespace, no ASCII escaping),
-which gives the same bytes as JCS exactly when the output is ASCII (UTF-16 and code-point
-key order agree), no integer reaches 16 digits (JCS refuses beyond 2**53 - 1), every float
-prints alike in both (finite, not integral, 1e-4 <= |f| < 1e16: Python's repr and the
-ECMAScript form both give the shortest round-trip digits in plain decimal) and parsing
-the output back gives the input (keys were strings, nothing was coerced). Anything else
-goes to rfc8785, so the result is always rfc8785's (tests/core/test_signing_canonical.py
-checks it on generated values).
+Speed: rfc8785 is pure Python (about 150 us for a small report, 3 ms for an 8-GPU one).
+canonical_bytes first serialises with the stdlib's C encoder (sorted keys, no whitespace,
+no ASCII escaping), which gives the same bytes as JCS exactly when the output is ASCII
+(UTF-16 and code-point key order agree), no integer is beyond 2**53 - 1 (JCS refuses
+those), every float prints alike in both (finite, not integral, 1e-4 <= |f| < 1e16:
+Python's repr and the ECMAScript form both give the shortest round-trip digits in plain
+decimal) and parsing the output back gives the input (keys were strings, nothing was
+coerced). An integral float (a reading of 40.0 C) prints "40.0" in Python and "40" in
+ECMAScript: its ".0" is dropped first, and the parse back proves no string was touched.
+Anything else goes to rfc8785, so the result is always rfc8785's
+(tests/core/test_signing_canonical.py checks it on generated values; `navarch simulate`
+signs and verifies about 1.4 million 8-GPU reports in its 30-day run, README).
 
 Rollout: agents released before JCS signed Python's json.dumps(sort_keys=True,
 separators=(",", ":"), ensure_ascii=False) of the same body (legacy_canonical_bytes). The
@@ -41,9 +44,10 @@ from typing import Any
 import rfc8785
 
 ALG = "HMAC-SHA256"
-#: A run of 16 digits anywhere in the stdlib's output: an integer that may be past JCS's
-#: 2**53 - 1 (or digits in a string): let rfc8785 decide.
-_LONG_DIGITS = re.compile(rb"[0-9]{16}")
+#: An integral float as Python prints it ("40.0", not "-0.0" whose JCS form is "0"),
+#: where a JSON value starts and ends: JCS prints it as the integer ("40").
+_INTEGRAL_FLOAT = re.compile(r"(?<=[:,\[])(-?[1-9][0-9]*|0)\.0(?=[,\]}])")
+_MAX_SAFE_INT = 2**53 - 1
 
 
 class _NotPlain(Exception):
@@ -57,9 +61,16 @@ def _plain_float(text: str) -> float:
     return value
 
 
+def _safe_int(text: str) -> int:
+    value = int(text)
+    if abs(value) > _MAX_SAFE_INT:
+        raise _NotPlain(text)
+    return value
+
+
 _ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False,
                             allow_nan=False)
-_DECODER = json.JSONDecoder(parse_float=_plain_float)
+_DECODER = json.JSONDecoder(parse_float=_plain_float, parse_int=_safe_int)
 
 
 def _stdlib_canonical(body: dict[str, Any]) -> bytes | None:
@@ -71,14 +82,13 @@ def _stdlib_canonical(body: dict[str, Any]) -> bytes | None:
         return None
     if not text.isascii():
         return None
-    out = text.encode()
-    if _LONG_DIGITS.search(out) is not None:
-        return None
+    if ".0" in text:
+        text = _INTEGRAL_FLOAT.sub(r"\1", text)
     try:
         again = _DECODER.decode(text)
     except (_NotPlain, RecursionError):
         return None
-    return out if again == body else None
+    return text.encode() if again == body else None
 
 
 def derive_node_key(fleet_secret: bytes, fleet: str, node: str) -> bytes:

@@ -351,7 +351,8 @@ def _ladder_doc(pool: Any, v: Any, lemons: Sequence[str], now: datetime) -> dict
     """A node's remediation-ladder state for `status` (issue 13): the last rung tried and
     for which fault, the faults within lemon_window, whether it is a lemon (lemon_after
     faults in the window, or its instance id was replaced as one), the last diagnostics."""
-    from navarch.planner.model import diag_to_json, ts
+    from navarch.planner.model import ts
+    from navarch.reconcile.codec import diag_to_json
 
     h = pool.health
     count = sum((now - t).total_seconds() <= h.lemon_window_s for _, t in v.faults)
@@ -607,6 +608,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from navarch.simulate.report import summary_rows, to_html, to_json
     from navarch.simulate.scenario import load_scenario
 
+    # Every simulated node runs the real agent, whose logs are for journald on a machine
+    # (a first run without a state file warns, for each of a thousand nodes).
+    logging.getLogger("navarch.agent").setLevel(logging.ERROR)
     paths = [args.scenario] + ([args.compare] if args.compare else [])
     docs, texts, failed = [], [], False
     seed = args.seed

@@ -19,12 +19,13 @@ from datetime import UTC, datetime
 
 from navarch.errors import ConfigError, NavarchError, ProviderError, StalePlan
 from navarch.inventory import Instance, fingerprint
-from navarch.planner.model import Memory, Phase, Plan, ReportObservation, memory_to_json
+from navarch.planner.model import Memory, Phase, Plan, ReportObservation
 from navarch.planner.observe import Observed, observe
 from navarch.planner.plan import PlanOptions
 from navarch.planner.plan import plan as make_plan
 from navarch.providers import open_provider
 from navarch.providers.base import Provider
+from navarch.reconcile.codec import memory_to_json
 from navarch.reconcile.executor import Executor, JournalPolicy, Outcome, PlaybookRunner
 from navarch.reconcile.reports import read_reports
 from navarch.reconcile.state import (
@@ -329,7 +330,8 @@ class _Journal:
         self.version = version
         self.lease = lease
         self.cache = cache
-        self.last = memory_to_json(replace(loaded, serial=0))
+        self.docs = cache.node_docs if cache is not None else None
+        self.last = memory_to_json(replace(loaded, serial=0), self.docs)
 
     def persist(self, memory: Memory) -> Memory:
         """Save memory (serial + 1) unless unchanged -> the Memory as saved.
@@ -337,7 +339,7 @@ class _Journal:
         Raises LeaseLost (the lease is not ours: nothing written), PreconditionFailed
         (another writer moved the state on), StoreError.
         """
-        doc = memory_to_json(replace(memory, serial=0))
+        doc = memory_to_json(replace(memory, serial=0), self.docs)
         if doc == self.last:
             return memory
         self.lease.check_store()

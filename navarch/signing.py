@@ -79,10 +79,10 @@ def _drop_integral_zeros(text: str) -> str:
     """text with the ".0" of every integral float removed (40.0 -> 40, JCS's form)."""
     parts = _DOT_ZERO.split(text)
     out = [parts[0]]
-    for before, after in zip(parts, parts[1:], strict=False):
-        if _INTEGRAL_TAIL.search(before[-20:]) is None:
+    for i in range(1, len(parts)):  # not zip(strict=): the agent runs on Python 3.9
+        if _INTEGRAL_TAIL.search(parts[i - 1][-20:]) is None:
             out.append(".0")
-        out.append(after)
+        out.append(parts[i])
     return "".join(out)
 
 

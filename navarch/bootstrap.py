@@ -5,8 +5,11 @@ launch), by `navarch render cloud-init` and by `navarch agent install`.
 Templates (jinja2, StrictUndefined: a missing variable is an error, never an empty string):
 
 - ``templates/cloud-init.yaml.j2``: the user-data a cloud provider sends to a new node;
-  installs navarch in a venv, writes /etc/navarch/agent.yaml (0600, holds the node key)
-  and the two units, enables the timer.
+  writes /etc/navarch/agent.yaml (0600, holds the node key) and the two units, installs
+  the agent and enables the timer. Three ways to install it (AgentInstall): fetch the
+  agent bundle (navarch.agent.bundle) from a pre-signed URL and check its sha256 (the
+  default: no pip, no package index on the node), find it baked into the image
+  (examples/image/), or pip-install a requirement (pool option ``agent_package``).
 - ``templates/agent.yaml.j2``: the agent configuration (navarch.agent.config).
 - ``templates/navarch-agent.service.j2`` / ``navarch-agent.timer.j2``: a oneshot service
   fired every ``interval_s`` (default 60 s) with ``RandomizedDelaySec`` jitter.
@@ -16,11 +19,16 @@ Nothing here imports the agent package: launching a machine needs only text.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import enum
+import shlex
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
 __all__ = [
+    "AgentInstall",
+    "BundleSource",
     "render_cloud_init",
     "render_cloud_init_for",
     "render_agent_yaml",
@@ -35,6 +43,31 @@ DEFAULT_JITTER_S = 10
 DEFAULT_BOOT_DELAY_S = 30
 DEFAULT_TIMEOUT_S = 120
 DEFAULT_VENV = "/opt/navarch"
+#: Where the user-data (and examples/image/) put the agent bundle on a node.
+BUNDLE_PATH = "/usr/local/lib/navarch/navarch-agent.pyz"
+CONFIG_PATH = "/etc/navarch/agent.yaml"
+#: The timer's command: the system python3 in isolated mode (-I: no user site, no
+#: PYTHON* variables; -S: no site-packages), so nothing installed on the image interferes.
+BUNDLE_EXEC_START = f"/usr/bin/env python3 -I -S {BUNDLE_PATH} run --once --config {CONFIG_PATH}"
+#: The bundle unpacks itself there once so Python caches its bytecode (navarch.agent.bundle).
+BUNDLE_ENVIRONMENT = {"NAVARCH_BUNDLE_CACHE": "/var/lib/navarch/bundle"}
+
+
+class AgentInstall(enum.Enum):
+    """How the user-data installs the agent (see the module docstring)."""
+
+    BUNDLE = "bundle"
+    BAKED = "baked"
+    PIP = "pip"
+
+
+@dataclass(frozen=True)
+class BundleSource:
+    """Where a node fetches the agent bundle from, and the sha256 (hex) it must have
+    (empty: not checked, only for an operator's agent_bundle_url without a hash)."""
+
+    url: str
+    sha256: str
 _METADATA_BY_PROVIDER_TYPE = {"aws": "aws", "gcp": "gcp", "azure": "azure"}
 
 
@@ -44,12 +77,16 @@ def _env() -> Any:
 
     from navarch.resources import data_dir
 
-    return jinja2.Environment(
+    env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(data_dir("templates"))),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
         autoescape=False,
     )
+    env.filters["shquote"] = shlex.quote
+    return env
 
 
 def _render(name: str, **values: Any) -> str:
@@ -91,11 +128,13 @@ def render_units(
     boot_delay_s: int = DEFAULT_BOOT_DELAY_S,
     timeout_s: int = DEFAULT_TIMEOUT_S,
     writable_paths: Sequence[str] = ("/var/lib/navarch",),
+    environment: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """{"navarch-agent.service": text, "navarch-agent.timer": text}.
 
     exec_start: the full command line (absolute executable). interval_s: seconds between
     runs (OnUnitActiveSec); jitter_s: RandomizedDelaySec, spreads a fleet's writes.
+    environment: the service's Environment= variables (the bundle's cache directory).
     """
     common = {
         "interval_s": interval_s,
@@ -108,6 +147,7 @@ def render_units(
             "navarch-agent.service.j2",
             exec_start=exec_start,
             writable_paths=list(writable_paths),
+            environment=sorted((environment or {}).items()),
             **common,
         ),
         "navarch-agent.timer": _render("navarch-agent.timer.j2", **common),
@@ -123,16 +163,22 @@ def render_cloud_init_for(
     node_key: bytes,
     gpus_per_node: int,
     metadata: str = "auto",
+    install: AgentInstall = AgentInstall.BUNDLE,
+    bundle: BundleSource | None = None,
     package: str | None = None,
     interval_s: int = DEFAULT_INTERVAL_S,
     venv_dir: str = DEFAULT_VENV,
 ) -> str:
     """cloud-init user-data (``#cloud-config``) from plain values; see render_cloud_init.
 
-    package: what pip installs (default ``navarch==<this version>``).
+    install: BUNDLE needs bundle (URL + sha256); PIP installs package (default
+    ``navarch==<this version>``) into venv_dir; BAKED writes only the configuration.
+    Raises ValueError for BUNDLE without a bundle.
     """
     from navarch import __version__
 
+    if install is AgentInstall.BUNDLE and bundle is None:
+        raise ValueError("install=BUNDLE needs the bundle's URL and sha256")
     agent_yaml = render_agent_yaml(
         fleet=fleet,
         pool=pool,
@@ -142,12 +188,15 @@ def render_cloud_init_for(
         gpus_per_node=gpus_per_node,
         metadata=metadata,
     )
-    units = render_units(
-        exec_start=f"{venv_dir}/bin/python -m navarch.agent run --once --config /etc/navarch/agent.yaml",
-        interval_s=interval_s,
-    )
+    if install is AgentInstall.PIP:
+        exec_start = f"{venv_dir}/bin/python -m navarch.agent run --once --config {CONFIG_PATH}"
+        units = render_units(exec_start=exec_start, interval_s=interval_s)
+    else:
+        units = render_units(exec_start=BUNDLE_EXEC_START, interval_s=interval_s,
+                             environment=BUNDLE_ENVIRONMENT)
     return _render(
         "cloud-init.yaml.j2",
+        mode=install.value,
         fleet=fleet,
         pool=pool,
         node=node,
@@ -157,18 +206,25 @@ def render_cloud_init_for(
         timer_unit=units["navarch-agent.timer"].rstrip("\n"),
         venv_dir=venv_dir,
         package=package or f"navarch=={__version__}",
+        bundle_url=bundle.url if bundle else "",
+        bundle_sha256=bundle.sha256 if bundle else "",
+        bundle_path=BUNDLE_PATH,
     )
 
 
 def render_cloud_init(spec: Any, pool: str, node: str, node_key: bytes,
-                      provider: str | None = None) -> str:
+                      provider: str | None = None,
+                      bundle: Callable[[], BundleSource] | None = None) -> str:
     """The user-data a cloud provider sends to a new node of ``pool``.
 
     spec: navarch.spec.FleetSpec (uses .name, .store_url, .pool(pool).gpus_per_node,
-    .providers[provider]["type"] to pick the metadata service, and the placement option
-    ``agent_package`` when set). provider: the placement's provider the node launches on
-    (default the pool's first). node_key: ``signing.derive_node_key(secret, fleet, node)``.
-    Raises KeyError for an unknown pool.
+    .providers[provider]["type"] to pick the metadata service, and the placement options
+    ``agent_package`` (pip requirement), ``agent_bundle_url`` (+ ``agent_bundle_sha256``)
+    and ``agent_baked``). provider: the placement's provider the node launches on (default
+    the pool's first). node_key: ``signing.derive_node_key(secret, fleet, node)``.
+    bundle: called only when no option overrides it, for the published bundle's source
+    (navarch.reconcile.publish.AgentDelivery.get). Raises KeyError for an unknown pool,
+    ValueError when the bundle is needed and none is given.
     """
     p = spec.pool(pool)
     provider = provider or p.provider
@@ -178,6 +234,18 @@ def render_cloud_init(spec: Any, pool: str, node: str, node_key: bytes,
         if placement.provider == provider:
             options = placement.options
             break
+    source: BundleSource | None = None
+    if options.get("agent_package"):
+        install = AgentInstall.PIP
+    elif options.get("agent_baked"):
+        install = AgentInstall.BAKED
+    else:
+        install = AgentInstall.BUNDLE
+        if options.get("agent_bundle_url"):
+            source = BundleSource(str(options["agent_bundle_url"]),
+                                  str(options.get("agent_bundle_sha256", "")))
+        elif bundle is not None:
+            source = bundle()
     return render_cloud_init_for(
         fleet=spec.name,
         pool=pool,
@@ -186,5 +254,7 @@ def render_cloud_init(spec: Any, pool: str, node: str, node_key: bytes,
         node_key=node_key,
         gpus_per_node=p.gpus_per_node,
         metadata=_METADATA_BY_PROVIDER_TYPE.get(provider_type, "none"),
+        install=install,
+        bundle=source,
         package=options.get("agent_package"),
     )

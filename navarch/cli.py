@@ -74,9 +74,12 @@ def _halt_exit(plan: Plan) -> int | None:
     """EXIT_HALTED with the reasons on stderr when a safety rule stopped something."""
     if not plan.safety_stopped:
         return None
+    from navarch.planner.model import HaltRule
+
     for h in plan.halts:
         if h.safety_stop:
-            what = {"circuit_breaker": "circuit breaker open"}.get(h.rule, h.rule.replace("_", " "))
+            what = ("circuit breaker open" if h.rule is HaltRule.CIRCUIT_BREAKER
+                    else h.rule.value.replace("_", " "))
             _err(f"{what} ({h.pool}): {h.message}")
     return EXIT_HALTED
 

@@ -8,13 +8,14 @@ of the design: navarch only ever touches instances carrying the fleet's tags.
 
 from __future__ import annotations
 
-import enum
 import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cached_property
 from operator import attrgetter
+
+from navarch.compat import StrEnum
 
 TAG_FLEET = "navarch-fleet"
 TAG_POOL = "navarch-pool"
@@ -23,7 +24,7 @@ TAG_LAUNCH = "navarch-launch"
 TAG_SPEC = "navarch-spec"  # PoolSpec.launch_hash() at launch: drift survives a lost Memory
 
 
-class InstanceState(enum.StrEnum):
+class InstanceState(StrEnum):
     """Cloud instance state, normalised across providers.
 
     EC2 pending/running/stopping/stopped map one to one; shutting-down and terminated are

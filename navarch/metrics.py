@@ -49,6 +49,7 @@ from prometheus_client import Counter as PromCounter
 from prometheus_client.exposition import push_to_gateway, pushadd_to_gateway
 from prometheus_client.parser import text_string_to_metric_families
 
+from navarch.planner.model import HaltRule
 from navarch.spec import FleetSpec
 
 log = logging.getLogger("navarch.metrics")
@@ -131,7 +132,7 @@ def _result_metrics(reg: CollectorRegistry, spec: FleetSpec, result: Any, now: d
                     "in capacity backoff", ["fleet", "pool"], registry=reg)
     ages = Histogram("navarch_report_age_seconds", "Age of each node's latest accepted health "
                      "report", ["fleet", "pool"], buckets=REPORT_AGE_BUCKETS_S, registry=reg)
-    open_pools = {h.pool for h in plan.halts if h.rule == "circuit_breaker"}
+    open_pools = {h.pool for h in plan.halts if h.rule is HaltRule.CIRCUIT_BREAKER}
     breaker.labels(fleet, "*").set(1 if "*" in open_pools else 0)
     for p in spec.pools:
         pm = memory.pool(p.name)

@@ -32,11 +32,11 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from enum import StrEnum
-from importlib.metadata import EntryPoint, entry_points
+from importlib.metadata import EntryPoint
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from navarch.compat import StrEnum, entry_points_of
 from navarch.errors import ConfigError, NavarchError
 from navarch.inventory import Instance
 from navarch.providers.base import Provider, ProvisionRequest
@@ -221,7 +221,7 @@ def _ref(ep: EntryPoint, group: str) -> PluginRef:
 def discover(group: Group | str) -> dict[str, EntryPoint]:
     """The entry points installed in `group`, by name (the first one wins on duplicates)."""
     found: dict[str, EntryPoint] = {}
-    for ep in entry_points(group=str(group)):
+    for ep in entry_points_of(str(group)):
         found.setdefault(ep.name, ep)
     return found
 

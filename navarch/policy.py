@@ -1,4 +1,4 @@
-"""Health policy rules: CEL expressions over a verified health report (issue 13).
+"""Health policy rules: CEL expressions over a verified health report.
 
 A rule is ``{name, when, status, action}``: ``when`` is a CEL expression (Common Expression
 Language, https://cel.dev) over the report's evaluation context (see ``report_context``);
@@ -13,9 +13,12 @@ replace. docs/health-policy.md is the user's page; this is the contract:
 - ``evaluate(rule_sets, report)``: in each rule set (a pool's own ``health.rules``, then the
   fleet-wide ``health.rules``) the first rule whose ``when`` is true matches. The result is
   the worst status and the strongest action over the matches. When no rule of any set
-  matches, the built-in rules (default_rules(), today's behaviour: the agent's own status and
-  action) decide, first match; when none of them matches either (the agent said
-  ``unknown``), the agent's status stands with action none.
+  matches, the built-in rules (default_rules(): the agent's own status, a latched fatal
+  XID) set the status, first match; when none of them matches either (the agent said
+  ``unknown``), the agent's status stands. A built-in rule never sets an action: the
+  result then keeps the report's (the catalogue's recommendation). Rules do not choose
+  the remedy a node gets: the planner's ladder does (navarch.planner.ladder), with a
+  rule's or the catalogue's action as the cheapest rung it may start from.
 - Doubt never acts (DESIGN.md safety rule 2): a rule that raises at evaluation (a null
   reading compared with a number, an index past the end, ...) does not match, as if it were
   not there; the error is carried in PolicyResult.error for ``navarch status``.
@@ -30,7 +33,6 @@ raises when one GPU's temperature is null; guard readings with ``g.temperature_c
 
 from __future__ import annotations
 
-import enum
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -39,63 +41,30 @@ from functools import cache
 from typing import Any
 
 from navarch.errors import ConfigError
+from navarch.health import Remedy, Status
 
 __all__ = [
     "PolicyResult",
-    "Remedy",
     "Rule",
-    "RuleStatus",
     "SAMPLE_REPORT",
     "compile_rule",
     "default_rule_data",
     "default_rules",
     "evaluate",
-    "ladder_remedy",
     "report_context",
 ]
 
 
-class RuleStatus(enum.StrEnum):
-    """A node's health as a policy result. unknown only when the agent said so and no rule
-    matched. Ordered by rank: healthy < unknown < degraded < unhealthy."""
-
-    HEALTHY = "healthy"
-    UNKNOWN = "unknown"
-    DEGRADED = "degraded"
-    UNHEALTHY = "unhealthy"
-
-    @property
-    def rank(self) -> int:
-        return _STATUS_ORDER.index(self)
-
-
-class Remedy(enum.StrEnum):
-    """A rule's action, ordered by strength (the rungs of the remediation ladder)."""
-
-    NONE = "none"
-    RESET_GPU = "reset_gpu"
-    REBOOT = "reboot"
-    REPLACE = "replace"
-
-    @property
-    def rank(self) -> int:
-        return _REMEDY_ORDER.index(self)
-
-
-_STATUS_ORDER = (RuleStatus.HEALTHY, RuleStatus.UNKNOWN, RuleStatus.DEGRADED,
-                 RuleStatus.UNHEALTHY)
-_REMEDY_ORDER = (Remedy.NONE, Remedy.RESET_GPU, Remedy.REBOOT, Remedy.REPLACE)
-RULE_STATUSES = ("healthy", "degraded", "unhealthy")  # what a rule may set
-
-
 @dataclass(frozen=True)
 class Rule:
-    """One compiled rule. where: "file:line" of its `when` for messages ("" for built-ins)."""
+    """One compiled rule. where: "file:line" of its `when` for messages ("" for built-ins).
+    action: the remedy a user rule recommends for the fault (the ladder's floor, as the
+    catalogue's is); None for the built-in rules, which set a status only."""
 
     name: str
     when: str
-    status: RuleStatus
-    action: Remedy
+    status: Status
+    action: Remedy | None
     where: str = ""
     program: Any = field(default=None, compare=False, repr=False, hash=False)
 
@@ -124,13 +93,14 @@ class RuleEvalError(Exception):
 class PolicyResult:
     """What the rules make of one report.
 
-    status: a RuleStatus value; action: a Remedy value; rule: the matched rule names
+    status: the node's Status; action: the recommended Remedy (a user rule's, else the
+    report's: the catalogue's); rule: the matched rule names
     (", "-joined, pool's first; built-in rules are prefixed "builtin:"), or None when the
     agent's own status stood; error: "rule NAME: what raised" for every rule that raised on
     this report ("; "-joined), or None.
     """
 
-    status: RuleStatus
+    status: Status
     action: Remedy
     rule: str | None
     error: str | None = None
@@ -143,7 +113,7 @@ _GPU_FIELDS = ("index", "uuid", "name", "pci_bus_id", "temperature_c", "power_w"
 _FLOAT_GPU_FIELDS = frozenset({"temperature_c", "power_w", "utilization_pct"})
 _XID_FIELDS = ("code", "kind", "pci_bus_id", "time", "boot_id", "severity", "action",
                "message", "count")
-_CHECK_FIELDS = ("name", "status", "action", "message", "gpu_index")
+_CHECK_FIELDS = ("name", "status", "action", "message", "gpu_index", "fault_key")
 _NOTICE_FIELDS = ("kind", "source", "deadline", "detail")
 
 
@@ -162,7 +132,8 @@ def report_context(report: Mapping[str, Any]) -> dict[str, Any]:
       status, action     the agent's overall status and strongest action (strings)
       health_score       int 0..100
       node, pool         strings
-      checks             list of {name, status, action, message, gpu_index (int or null)}
+      checks             list of {name, status, action, message, gpu_index (int or null),
+                         fault_key (null or {kind, gpu_index})}
       gpus               list of {index, uuid, name, pci_bus_id, temperature_c, power_w,
                          memory_used_bytes, memory_total_bytes, utilization_pct,
                          process_count}; a reading the agent could not take is null;
@@ -198,7 +169,8 @@ SAMPLE_REPORT: Mapping[str, Any] = {
     "fleet": "sample", "pool": "sample", "node": "sample-sample-0001", "status": "unhealthy",
     "action": "reboot", "health_score": 60,
     "checks": [{"name": "xid", "status": "unhealthy", "action": "reboot",
-                "message": "XID 79: GPU has fallen off the bus", "gpu_index": 0}],
+                "message": "XID 79: GPU has fallen off the bus", "gpu_index": 0,
+                "fault_key": {"kind": "xid:79", "gpu_index": 0}}],
     "gpus": [{"index": 0, "uuid": "GPU-00000000", "name": "NVIDIA H100 80GB HBM3",
               "pci_bus_id": "0000:18:00.0", "temperature_c": 40.0, "power_w": 100.0,
               "memory_used_bytes": 0, "memory_total_bytes": 85899345920,
@@ -244,7 +216,7 @@ def compile_rule(
     name: str,
     when: str,
     status: str,
-    action: str = "none",
+    action: str | None = "none",
     *,
     file: str | None = None,
     line: int | None = None,
@@ -267,12 +239,16 @@ def compile_rule(
                            hint=hint)
 
     try:
-        rule_status, remedy = RuleStatus(status), Remedy(action)
+        rule_status = Status(status)
+        remedy = Remedy(action) if action is not None else None
     except ValueError as exc:
         raise fail(str(exc), "status: healthy|degraded|unhealthy; "
                              "action: none|reset_gpu|reboot|replace") from exc
-    if rule_status is RuleStatus.UNKNOWN:
+    if rule_status is Status.UNKNOWN:
         raise fail("status unknown is for the agent to say", "use healthy, degraded or unhealthy")
+    if remedy is Remedy.RESTART_APP:
+        raise fail("action restart_app is the application's to take, not a rung of the ladder",
+                   "action: none|reset_gpu|reboot|replace")
     try:
         program = cel.compile(when)
     except Exception as exc:  # the crate raises ValueError for every parse error
@@ -299,33 +275,30 @@ def compile_rule(
 # --- evaluating --------------------------------------------------------------------------
 
 
-def _builtin(name: str, when: str, status: str, action: str) -> Rule:
-    return compile_rule(f"builtin:{name}", when, status, action)
+def _builtin(name: str, when: str, status: str) -> Rule:
+    return compile_rule(f"builtin:{name}", when, status, None)
 
 
-_DEFAULT_RULE_DATA: tuple[tuple[str, str, str, str], ...] = (
-    ("agent-replace", "status == 'unhealthy' && action == 'replace'", "unhealthy", "replace"),
-    ("agent-reboot", "status == 'unhealthy' && action == 'reboot'", "unhealthy", "reboot"),
-    ("agent-reset-gpu", "status == 'unhealthy' && action == 'reset_gpu'", "unhealthy",
-     "reset_gpu"),
-    ("agent-unhealthy", "status == 'unhealthy'", "unhealthy", "replace"),
-    ("fatal-xid", "xids.exists(x, x.severity == 'fatal')", "unhealthy", "replace"),
-    ("agent-degraded", "status == 'degraded'", "degraded", "none"),
-    ("agent-healthy", "status == 'healthy'", "healthy", "none"),
+#: The built-in rules set a status only: which remedy a fault gets is the planner's ladder's
+#: alone (navarch.planner.ladder), from the catalogue's recommendation in the report.
+_DEFAULT_RULE_DATA: tuple[tuple[str, str, str], ...] = (
+    ("agent-unhealthy", "status == 'unhealthy'", "unhealthy"),
+    ("fatal-xid", "xids.exists(x, x.severity == 'fatal')", "unhealthy"),
+    ("agent-degraded", "status == 'degraded'", "degraded"),
+    ("agent-healthy", "status == 'healthy'", "healthy"),
 )
 
 
 def default_rule_data() -> tuple[dict[str, str], ...]:
     """The built-in rules as fleet.yaml would write them (for docs and tests)."""
-    return tuple({"name": n, "when": w, "status": s, "action": a}
-                 for n, w, s, a in _DEFAULT_RULE_DATA)
+    return tuple({"name": n, "when": w, "status": s} for n, w, s in _DEFAULT_RULE_DATA)
 
 
 @cache
 def default_rules() -> tuple[Rule, ...]:
-    """The built-in rules, compiled once (names prefixed "builtin:"): today's behaviour, the
-    agent's own status and strongest action (navarch/agent/runner.py), a latched fatal XID
-    (navarch/xid.py catalogue) as unhealthy. Shown in docs/health-policy.md."""
+    """The built-in rules, compiled once (names prefixed "builtin:"): the agent's own
+    status, and a latched fatal XID (navarch/xid.py catalogue) as unhealthy. They keep the
+    report's recommended remedy. Shown in docs/health-policy.md."""
     return tuple(_builtin(*row) for row in _DEFAULT_RULE_DATA)
 
 
@@ -361,42 +334,25 @@ def evaluate(rule_sets: Sequence[Sequence[Rule]], report: Mapping[str, Any]) -> 
         builtin = first_match(default_rules())
         matches = [builtin] if builtin is not None else []
     error = "; ".join(errors) or None
+    reported = _remedy(plain["action"])
     if not matches:
-        try:
-            status = RuleStatus(plain["status"])
-        except ValueError:
-            status = RuleStatus.UNKNOWN
-        return PolicyResult(status, Remedy.NONE, None, error)
-    status = max((m.status for m in matches), key=lambda s: s.rank)
-    action = max((m.action for m in matches), key=lambda a: a.rank)
+        return PolicyResult(_status(plain["status"]), reported, None, error)
+    status = Status.worst(m.status for m in matches)
+    chosen = [m.action for m in matches if m.action is not None]
+    action = Remedy.strongest(chosen) if chosen else reported
     return PolicyResult(status, action, ", ".join(m.name for m in matches), error)
 
 
-def ladder_remedy(
-    ladder: Sequence[str],
-    action: Remedy | str,
-    *,
-    previous: Remedy | str | None = None,
-    lemon: bool = False,
-) -> Remedy:
-    """The rung of the remediation ladder a fault gets (issue 13). Pure.
+def _status(value: Any) -> Status:
+    try:
+        return Status(value)
+    except ValueError:
+        return Status.UNKNOWN
 
-    ladder: the pool's health.remediation, cheapest first (any ordered subset of
-    reset_gpu, reboot, replace); action: the fault's recommended action (a PolicyResult's);
-    previous: the rung already tried for the same fault within ladder_window, or None;
-    lemon: the node had lemon_after faults within lemon_window.
-    Returns NONE when the fault needs no remedy; REPLACE for a lemon, a replace fault, or
-    when no rung of the ladder is both strong enough for the fault and stronger than
-    `previous`; else the cheapest such rung. Replacement ends every ladder, listed or not.
-    """
-    need = Remedy(action)
-    if need is Remedy.NONE:
+
+def _remedy(value: Any) -> Remedy:
+    try:
+        return Remedy(value)
+    except ValueError:
         return Remedy.NONE
-    if lemon or need is Remedy.REPLACE:
-        return Remedy.REPLACE
-    floor = need.rank if previous is None else max(need.rank, Remedy(previous).rank + 1)
-    for rung in (Remedy(r) for r in ladder):
-        if rung.rank >= floor:
-            return rung
-    return Remedy.REPLACE
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from navarch.durations import format_duration_s
 from navarch.errors import StoreError
-from navarch.planner.model import Memory, NodeView, Plan, ts
+from navarch.planner.model import HaltRule, Memory, NodeView, Plan, ts
 from navarch.resources import data_dir
 from navarch.spec import FleetSpec
 from navarch.stores.base import ObjectStore
@@ -130,7 +130,7 @@ def page_context(spec: FleetSpec, plan: Plan, memory: Memory, now: datetime,
         pools.append({
             "name": p.name, "provider": p.provider, "min": p.min_nodes,
             "target": p.target_nodes, "max": p.max_nodes,
-            "breaker_open": any(h.rule == "circuit_breaker" for h in plan.halts
+            "breaker_open": any(h.rule is HaltRule.CIRCUIT_BREAKER for h in plan.halts
                                 if h.pool == p.name),
             "backoff": backoff, "halts": halts_by_pool.get(p.name, []),
             "lifecycles": sorted(Counter(v.lifecycle.value for v in views).items()),
@@ -147,7 +147,7 @@ def page_context(spec: FleetSpec, plan: Plan, memory: Memory, now: datetime,
         })
     return {
         "fleet": spec.name, "generated_at": ts(now), "state_serial": memory.serial,
-        "fleet_breaker_open": any(h.rule == "circuit_breaker" and h.pool == "*"
+        "fleet_breaker_open": any(h.rule is HaltRule.CIRCUIT_BREAKER and h.pool == "*"
                                   for h in plan.halts),
         "fleet_halts": halts_by_pool.get("*", []),
         "pools": pools, "rejections": sorted(memory.rejections),

@@ -13,72 +13,51 @@ Vocabulary:
 
 - ``Severity``: ``ignore`` (application error or informational: never affects node
   health), ``warning`` (node degraded, keeps serving), ``fatal`` (node unhealthy).
-- ``Action``: ``none < restart_app < reset_gpu < reboot < replace`` (ordered by strength;
-  on cloud VMs a GPU reset is usually carried out as a reboot).
-- ``reboot_fixable``: a reboot (or GPU reset) is expected to clear the fault. The agent
-  escalates such a fault to ``replace`` when it recurs after two reboots (gpud
-  ``DefaultRebootThreshold = 2``).
+- ``action``: the catalogue's recommended ``navarch.health.Remedy`` (``none <
+  restart_app < reset_gpu < reboot < replace``). It is the default order of the planner's
+  remediation ladder (navarch.planner.ladder), which alone decides the remedy a node gets:
+  the pool's ``remediation``, ``ladder_window`` and ``lemon_after`` apply on top.
+- ``reboot_fixable``: a reboot (or GPU reset) is expected to clear the fault.
 
 Unknown codes are ``warning`` / ``none``: an XID we do not know is not evidence of a fault.
 """
 
 from __future__ import annotations
 
-import enum
 import re
 from dataclasses import dataclass, replace
 
+from navarch.compat import StrEnum
+from navarch.health import Remedy
+
 __all__ = [
-    "Action",
     "Severity",
     "XidInfo",
     "lookup",
     "lookup_event",
     "lookup_sxid",
     "recovery_action",
+    "fatal_xids_by_remedy",
     "APPLICATION_XIDS",
 ]
 
 
-class Severity(enum.StrEnum):
+class Severity(StrEnum):
     """How an XID bears on node health (ordered: ignore < warning < fatal)."""
 
     IGNORE = "ignore"
     WARNING = "warning"
     FATAL = "fatal"
 
+    def __str__(self) -> str:
+        return self.value
+
     @property
     def rank(self) -> int:
         return _SEVERITY_RANK[self]
 
 
-class Action(enum.StrEnum):
-    """Recommended remedy, ordered by strength: none < restart_app < reset_gpu < reboot < replace."""
-
-    NONE = "none"
-    RESTART_APP = "restart_app"
-    RESET_GPU = "reset_gpu"
-    REBOOT = "reboot"
-    REPLACE = "replace"
-
-    @property
-    def rank(self) -> int:
-        return _ACTION_RANK[self]
-
-    @classmethod
-    def strongest(cls, actions: list[Action] | tuple[Action, ...]) -> Action:
-        """The strongest action of the list (``none`` for an empty list)."""
-        return max(actions, key=lambda a: a.rank, default=cls.NONE)
-
-
 _SEVERITY_RANK = {Severity.IGNORE: 0, Severity.WARNING: 1, Severity.FATAL: 2}
-_ACTION_RANK = {
-    Action.NONE: 0,
-    Action.RESTART_APP: 1,
-    Action.RESET_GPU: 2,
-    Action.REBOOT: 3,
-    Action.REPLACE: 4,
-}
 
 
 @dataclass(frozen=True)
@@ -94,7 +73,7 @@ class XidInfo:
     mnemonic: str
     meaning: str
     severity: Severity
-    action: Action
+    action: Remedy
     reboot_fixable: bool
     kind: str = "xid"
     known: bool = True
@@ -102,16 +81,16 @@ class XidInfo:
 
 _I, _W, _F = Severity.IGNORE, Severity.WARNING, Severity.FATAL
 _N, _APP, _RST, _RBT, _RPL = (
-    Action.NONE,
-    Action.RESTART_APP,
-    Action.RESET_GPU,
-    Action.REBOOT,
-    Action.REPLACE,
+    Remedy.NONE,
+    Remedy.RESTART_APP,
+    Remedy.RESET_GPU,
+    Remedy.REBOOT,
+    Remedy.REPLACE,
 )
 
 # code: (mnemonic, meaning, severity, action, reboot_fixable) -- the "Recommend" column of
 # gpu-health.md §2 (NVIDIA XID catalogue, gpud, DCGM, k8s-device-plugin, AWS, Azure).
-_TABLE: dict[int, tuple[str, str, Severity, Action, bool]] = {
+_TABLE: dict[int, tuple[str, str, Severity, Remedy, bool]] = {
     8: ("IDLE_TIMEOUT", "GPU stopped processing (application)", _W, _APP, False),
     13: ("GR_EXCEPTION", "graphics engine exception (application error)", _I, _APP, False),
     31: ("MMU_ERR_FLT", "GPU memory page fault (application error)", _I, _APP, False),
@@ -210,7 +189,7 @@ _NVLINK5 = range(144, 151)
 
 # NVML_FI_DEV_GET_GPU_RECOVERY_ACTION values (NVML nvmlDeviceGpuRecoveryAction_t, v615)
 # with DCGM MonitorGpuRecoveryAction's verdicts: value -> (name, severity, action).
-_RECOVERY: dict[int, tuple[str, Severity, Action]] = {
+_RECOVERY: dict[int, tuple[str, Severity, Remedy]] = {
     0: ("NONE", _I, _N),
     1: ("GPU_RESET", _F, _RST),
     2: ("NODE_REBOOT", _F, _RBT),
@@ -238,7 +217,17 @@ def lookup(code: int) -> XidInfo:
     return XidInfo(code, mnemonic, meaning, severity, action, fixable)
 
 
-def recovery_action(value: int) -> tuple[str, Severity, Action]:
+def fatal_xids_by_remedy() -> dict[Remedy, tuple[int, ...]]:
+    """The catalogue's fatal XIDs grouped by recommended remedy (weakest remedy first,
+    codes ascending): the ladder's default order, tabulated in docs/health-policy.md."""
+    out: dict[Remedy, list[int]] = {}
+    for code, (_, _, severity, action, _) in sorted(_TABLE.items()):
+        if severity is Severity.FATAL:
+            out.setdefault(action, []).append(code)
+    return {r: tuple(out[r]) for r in sorted(out, key=lambda r: r.rank)}
+
+
+def recovery_action(value: int) -> tuple[str, Severity, Remedy]:
     """Name, severity and action for a driver GPU recovery action value (0-7).
 
     Source: NVML ``NVML_FI_DEV_GET_GPU_RECOVERY_ACTION`` (field 230) values; DCGM

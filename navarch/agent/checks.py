@@ -11,30 +11,29 @@ Three kinds here, evaluated by navarch.agent.runner in this order, and plugins l
 - then checks from navarch.checks plugins (navarch.agent.plugin_checks), each guarded.
 
 Each check yields ``Check(name, status, action, message, gpu_index, evidence)``. Status
-order (worst wins): healthy < degraded < unknown < unhealthy. ``unknown`` ranks above
-degraded because it means "the agent cannot vouch for this node", but below unhealthy
-because doubt never terminates (DESIGN safety rule 2). Thresholds and their sources are
-in each function's docstring (gpu-health.md §1).
+order (worst wins) is navarch.health.Status's: healthy < degraded < unknown < unhealthy.
+Thresholds and their sources are in each function's docstring (gpu-health.md §1).
 
-``fault_key`` marks a reboot-fixable fault: the report builder counts, per key, the
-boots in which it was seen and escalates to ``replace`` when it comes back after two
-reboots (gpud ``DefaultRebootThreshold = 2``).
+The agent reports facts. Every degraded or unhealthy check names its fault
+(``Check.fault_key()``: a kind such as ``xid:79``, ``ecc:dbe``, ``gpu_lost``, with the GPU
+index as its own field) and ``action`` is the catalogue's recommended remedy for it (its
+source in the check's docstring). Neither is a decision: the planner's ladder
+(navarch.planner.ladder) alone maps a fault to a rung, under the pool's ``remediation``.
 """
 
 from __future__ import annotations
 
-import enum
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from navarch.agent.gpu import GpuProbe, GpuSnapshot, ProbeErrorKind
 from navarch.agent.kernel_log import XidEvent
-from navarch.xid import Action, Severity, recovery_action
+from navarch.health import FaultKey, Remedy, Status
+from navarch.xid import Severity, recovery_action
 
 __all__ = [
-    "Status",
     "Check",
     "CounterSample",
     "Baselines",
@@ -49,56 +48,52 @@ __all__ = [
     "gpu_checks",
     "hw_slowdown",
     "xid_checks",
-    "worst_status",
     "PCIE_REPLAY_PER_LANE_PER_MIN",
 ]
 
 
-class Status(enum.StrEnum):
-    """Health of one check or of the node; ordered by ``rank``."""
-
-    HEALTHY = "healthy"
-    DEGRADED = "degraded"
-    UNKNOWN = "unknown"
-    UNHEALTHY = "unhealthy"
-
-    @property
-    def rank(self) -> int:
-        return _STATUS_RANK[self]
-
-
-_STATUS_RANK = {Status.HEALTHY: 0, Status.DEGRADED: 1, Status.UNKNOWN: 2, Status.UNHEALTHY: 3}
-
-
-def worst_status(statuses: Iterable[Status]) -> Status:
-    """Worst status of the iterable (healthy for an empty one)."""
-    return max(statuses, key=lambda s: s.rank, default=Status.HEALTHY)
-
-
 @dataclass(frozen=True)
 class Check:
-    """One finding. evidence: JSON-able facts; fault_key: set for reboot-fixable faults;
-    plugin: the distribution of the navarch.checks plugin that made it (None: built-in)."""
+    """One finding. evidence: JSON-able facts; fault_kind: the fault's kind (default: the
+    check's name; see ``fault_key``); boots_seen / first_seen: the boots this node saw the
+    fault in and when it was first seen (RFC 3339), counted by the agent's fault history
+    (navarch.agent.runner.count_faults); plugin: the distribution of the navarch.checks
+    plugin that made it (None: built-in)."""
 
     name: str
     status: Status
-    action: Action
+    action: Remedy
     message: str
     gpu_index: int | None = None
     evidence: Mapping[str, Any] = field(default_factory=dict)
-    fault_key: str | None = None
+    fault_kind: str | None = None
     plugin: str | None = None
+    boots_seen: int | None = None
+    first_seen: str | None = None
+
+    def fault_key(self) -> FaultKey | None:
+        """The fault this check reports, or None when it reports none (healthy, or unknown:
+        doubt is not a fault). Kind: ``fault_kind``, else the check's name."""
+        if self.status not in (Status.UNHEALTHY, Status.DEGRADED):
+            return None
+        return FaultKey(self.fault_kind or self.name, self.gpu_index)
 
     def to_json(self) -> dict[str, Any]:
-        """The check as the report schema's checks[] item ("plugin" only for plugins')."""
-        out = {
+        """The check as the report schema's checks[] item ("plugin" only for plugins';
+        boots_seen and first_seen only with a fault_key)."""
+        key = self.fault_key()
+        out: dict[str, Any] = {
             "name": self.name,
             "status": self.status.value,
             "action": self.action.value,
             "message": self.message[:1024],
             "gpu_index": self.gpu_index,
             "evidence": dict(self.evidence),
+            "fault_key": key.to_json() if key is not None else None,
         }
+        if key is not None and self.boots_seen is not None:
+            out["boots_seen"] = self.boots_seen
+            out["first_seen"] = self.first_seen
         if self.plugin is not None:
             out["plugin"] = self.plugin[:200]
         return out
@@ -145,23 +140,23 @@ _CRC = ("crc_flit", "crc_data")
 _INIT = {
     ProbeErrorKind.LIBRARY_NOT_FOUND: (
         UK,
-        Action.NONE,
+        Remedy.NONE,
         "NVML library not found: node image lacks the NVIDIA driver (misconfigured)",
     ),
     ProbeErrorKind.NO_PERMISSION: (
         UK,
-        Action.NONE,
+        Remedy.NONE,
         "no permission to use NVML: run the agent as root (agent misconfigured, not a node fault)",
     ),
     ProbeErrorKind.AGENT_ERROR: (
         UK,
-        Action.NONE,
+        Remedy.NONE,
         "the agent failed while reading GPUs (agent bug, not a node fault)",
     ),
-    ProbeErrorKind.DRIVER_NOT_LOADED: (U, Action.REBOOT, "NVIDIA kernel driver not loaded"),
+    ProbeErrorKind.DRIVER_NOT_LOADED: (U, Remedy.REBOOT, "NVIDIA kernel driver not loaded"),
     ProbeErrorKind.LIB_RM_VERSION_MISMATCH: (
         U,
-        Action.REBOOT,
+        Remedy.REBOOT,
         "NVML library / kernel driver version mismatch (driver upgraded without reboot)",
     ),
 }
@@ -194,18 +189,18 @@ def nvml_check(probe: GpuProbe) -> Check:
         return Check(
             "nvml",
             H,
-            Action.NONE,
+            Remedy.NONE,
             f"{probe.backend} backend ready",
             evidence={"backend": probe.backend, "driver_version": probe.driver_version},
         )
-    status, action, text = _INIT.get(err.kind, (U, Action.REBOOT, "NVML failed to initialise"))
+    status, action, text = _INIT.get(err.kind, (U, Remedy.REBOOT, "NVML failed to initialise"))
     return Check(
         "nvml",
         status,
         action,
         f"{text}: {err.message}",
         evidence={"error": err.kind.value, "code": err.code, "backend": probe.backend},
-        fault_key=f"nvml_init:{err.kind.value}" if status is U else None,
+        fault_kind=f"nvml_init:{err.kind.value}",
     )
 
 
@@ -220,14 +215,14 @@ def gpu_count_check(probe: GpuProbe, gpus_per_node: int | None) -> Check:
     ev = {"found": count, "expected": gpus_per_node}
     if not gpus_per_node:
         text = f"{count} GPUs (no expected count configured)"
-        return Check("gpu_count", H, Action.NONE, text, evidence=ev)
+        return Check("gpu_count", H, Remedy.NONE, text, evidence=ev)
     if count < gpus_per_node:
         text = f"{count} of {gpus_per_node} GPUs visible"
-        return Check("gpu_count", U, Action.REBOOT, text, evidence=ev, fault_key="gpu_count")
+        return Check("gpu_count", U, Remedy.REBOOT, text, evidence=ev, fault_kind="gpu_count")
     if count > gpus_per_node:
         text = f"{count} GPUs visible but the pool expects {gpus_per_node}"
-        return Check("gpu_count", D, Action.NONE, text, evidence=ev)
-    return Check("gpu_count", H, Action.NONE, f"{count} GPUs as expected", evidence=ev)
+        return Check("gpu_count", D, Remedy.NONE, text, evidence=ev)
+    return Check("gpu_count", H, Remedy.NONE, f"{count} GPUs as expected", evidence=ev)
 
 
 def handle_checks(probe: GpuProbe) -> list[Check]:
@@ -239,11 +234,11 @@ def handle_checks(probe: GpuProbe) -> list[Check]:
         Check(
             "gpu_handle",
             U,
-            Action.REBOOT,
+            Remedy.REBOOT,
             f"cannot get a handle for GPU {index}: {message}",
             gpu_index=index,
             evidence={"error": message},
-            fault_key="gpu_handle",
+            fault_kind="gpu_handle",
         )
         for index, message in probe.handle_errors
     ]
@@ -337,12 +332,12 @@ def _check(
     g: GpuSnapshot,
     name: str,
     status: Status,
-    action: Action,
+    action: Remedy,
     message: str,
-    fault_key: str | None = None,
+    fault_kind: str | None = None,
     **evidence: Any,
 ) -> Check:
-    return Check(name, status, action, message, g.index, evidence, fault_key)
+    return Check(name, status, action, message, g.index, evidence, fault_kind)
 
 
 def _gpu_lost(g: GpuSnapshot, b: Baselines) -> list[Check]:
@@ -357,7 +352,7 @@ def _gpu_lost(g: GpuSnapshot, b: Baselines) -> list[Check]:
                 g,
                 "gpu_lost",
                 U,
-                Action.REBOOT,
+                Remedy.REBOOT,
                 f"GPU {i} is lost (fallen off the bus / not responding)",
                 "gpu_lost",
                 uuid=g.uuid,
@@ -370,7 +365,7 @@ def _gpu_lost(g: GpuSnapshot, b: Baselines) -> list[Check]:
                 g,
                 "gpu_lost",
                 U,
-                Action.RESET_GPU,
+                Remedy.RESET_GPU,
                 f"GPU {i} requires a reset",
                 "gpu_reset_required",
                 uuid=g.uuid,
@@ -391,7 +386,7 @@ def _readings(g: GpuSnapshot, b: Baselines) -> list[Check]:
                 g,
                 "readings",
                 D,
-                Action.NONE,
+                Remedy.NONE,
                 f"GPU {i}: unreadable metrics: {', '.join(sorted(g.unreadable))}",
                 unreadable=dict(g.unreadable),
             )
@@ -401,7 +396,7 @@ def _readings(g: GpuSnapshot, b: Baselines) -> list[Check]:
             g,
             "readings",
             H,
-            Action.NONE,
+            Remedy.NONE,
             f"GPU {i}: all metrics readable",
             not_supported=list(g.not_supported),
         )
@@ -420,7 +415,7 @@ def _temperature(g: GpuSnapshot, b: Baselines) -> list[Check]:
     if t is None:
         return [
             _check(
-                g, "temperature", H, Action.NONE, f"GPU {i}: temperature not read", supported=False
+                g, "temperature", H, Remedy.NONE, f"GPU {i}: temperature not read", supported=False
             )
         ]
     ev = {
@@ -437,8 +432,9 @@ def _temperature(g: GpuSnapshot, b: Baselines) -> list[Check]:
                 g,
                 "temperature",
                 U,
-                Action.REPLACE,
+                Remedy.REPLACE,
                 f"GPU {i} at {t:.0f} C, at or above its shutdown threshold",
+                "thermal",
                 **ev,
             )
         ]
@@ -448,12 +444,12 @@ def _temperature(g: GpuSnapshot, b: Baselines) -> list[Check]:
                 g,
                 "temperature",
                 D,
-                Action.NONE,
+                Remedy.NONE,
                 f"GPU {i} at {t:.0f} C, above its {degrade_at:.0f} C limit",
                 **ev,
             )
         ]
-    return [_check(g, "temperature", H, Action.NONE, f"GPU {i} at {t:.0f} C", **ev)]
+    return [_check(g, "temperature", H, Remedy.NONE, f"GPU {i} at {t:.0f} C", **ev)]
 
 
 def _power(g: GpuSnapshot, b: Baselines) -> list[Check]:
@@ -469,7 +465,7 @@ def _power(g: GpuSnapshot, b: Baselines) -> list[Check]:
             g,
             "power",
             D,
-            Action.NONE,
+            Remedy.NONE,
             f"GPU {g.index} power limit {limit:.0f} W below default {default:.0f} W",
             power_w=g.power_w,
             power_limit_w=limit,
@@ -480,8 +476,8 @@ def _power(g: GpuSnapshot, b: Baselines) -> list[Check]:
 
 def _recovery_action(g: GpuSnapshot, b: Baselines) -> list[Check]:
     """Driver recovery action (NVML field 230): 0 NONE healthy, 3 DRAIN_P2P degraded,
-    1/2/4/6/7 unhealthy with the catalogue's action; a reset or reboot is a
-    reboot-fixable fault.
+    1/2/4/6/7 unhealthy with the catalogue's action (fault kind
+    ``recovery_action:<name>``).
 
     Source: gpu-health.md row 5; DCGM MonitorGpuRecoveryAction; navarch.xid.recovery_action.
     """
@@ -489,7 +485,6 @@ def _recovery_action(g: GpuSnapshot, b: Baselines) -> list[Check]:
         return []
     name, sev, act = recovery_action(g.recovery_action)
     status = _BY_SEVERITY[sev]
-    reboot_fixable = status is U and act in (Action.RESET_GPU, Action.REBOOT)
     return [
         _check(
             g,
@@ -497,7 +492,7 @@ def _recovery_action(g: GpuSnapshot, b: Baselines) -> list[Check]:
             status,
             act,
             f"GPU {g.index} driver recovery action {name}",
-            f"recovery_action:{name}" if reboot_fixable else None,
+            f"recovery_action:{name.lower()}",
             value=g.recovery_action,
         )
     ]
@@ -518,7 +513,7 @@ def _remapped_rows(g: GpuSnapshot, b: Baselines) -> list[Check]:
                 g,
                 "remapped_rows",
                 U,
-                Action.REPLACE,
+                Remedy.REPLACE,
                 f"GPU {i} row remapping failed (RMA)",
                 pending=g.remapped_rows_pending,
                 failure=True,
@@ -531,7 +526,7 @@ def _remapped_rows(g: GpuSnapshot, b: Baselines) -> list[Check]:
                 g,
                 "remapped_rows",
                 U,
-                Action.RESET_GPU,
+                Remedy.RESET_GPU,
                 f"GPU {i} has a row remap pending: reset to activate",
                 "remapped_rows_pending",
                 pending=True,
@@ -545,7 +540,7 @@ def _remapped_rows(g: GpuSnapshot, b: Baselines) -> list[Check]:
                 g,
                 "remapped_rows",
                 D,
-                Action.NONE,
+                Remedy.NONE,
                 f"GPU {i} has {g.remapped_rows_uncorrected} rows remapped for uncorrectable errors",
                 uncorrectable=g.remapped_rows_uncorrected,
             )
@@ -557,7 +552,7 @@ def _remapped_rows(g: GpuSnapshot, b: Baselines) -> list[Check]:
             g,
             "remapped_rows",
             H,
-            Action.NONE,
+            Remedy.NONE,
             f"GPU {i} row remapping ok",
             corrected=g.remapped_rows_corrected,
             uncorrectable=g.remapped_rows_uncorrected,
@@ -582,11 +577,11 @@ def _retired_pages(g: GpuSnapshot, b: Baselines) -> list[Check]:
     }
     if total >= RETIRED_PAGES_LIMIT:
         text = f"GPU {i} has {total} retired pages (limit {RETIRED_PAGES_LIMIT})"
-        return [_check(g, "retired_pages", U, Action.REPLACE, text, **ev)]
+        return [_check(g, "retired_pages", U, Remedy.REPLACE, text, **ev)]
     if g.retired_pages_pending:
         text = f"GPU {i} has a page retirement pending"
-        return [_check(g, "retired_pages", D, Action.REBOOT, text, **ev)]
-    return [_check(g, "retired_pages", H, Action.NONE, f"GPU {i} {total} retired pages", **ev)]
+        return [_check(g, "retired_pages", D, Remedy.REBOOT, text, **ev)]
+    return [_check(g, "retired_pages", H, Remedy.NONE, f"GPU {i} {total} retired pages", **ev)]
 
 
 def _ecc(g: GpuSnapshot, b: Baselines) -> list[Check]:
@@ -606,7 +601,7 @@ def _ecc(g: GpuSnapshot, b: Baselines) -> list[Check]:
                     g,
                     "ecc",
                     D,
-                    Action.NONE,
+                    Remedy.NONE,
                     text,
                     uncorrected_volatile=unc,
                     corrected_volatile=corr,
@@ -618,20 +613,20 @@ def _ecc(g: GpuSnapshot, b: Baselines) -> list[Check]:
                 g,
                 "ecc",
                 U,
-                Action.RESET_GPU,
+                Remedy.RESET_GPU,
                 text,
-                "ecc_uncorrected",
+                "ecc:dbe",
                 uncorrected_volatile=unc,
                 corrected_volatile=corr,
             )
         ]
     if (corr or 0) > ECC_CORRECTED_LIMIT:
         text = f"GPU {i} {corr} correctable ECC errors (AzNHC limit 20M)"
-        return [_check(g, "ecc", D, Action.NONE, text, corrected_volatile=corr)]
+        return [_check(g, "ecc", D, Remedy.NONE, text, corrected_volatile=corr)]
     if unc is None:
         return []
     text = f"GPU {i} no uncorrectable ECC errors"
-    return [_check(g, "ecc", H, Action.NONE, text, uncorrected_volatile=0, corrected_volatile=corr)]
+    return [_check(g, "ecc", H, Remedy.NONE, text, uncorrected_volatile=0, corrected_volatile=corr)]
 
 
 def _ecc_mode(g: GpuSnapshot, b: Baselines) -> list[Check]:
@@ -645,10 +640,10 @@ def _ecc_mode(g: GpuSnapshot, b: Baselines) -> list[Check]:
         return []
     if not cur:
         text = f"GPU {g.index} ECC is disabled"
-        return [_check(g, "ecc_mode", D, Action.NONE, text, current=False, pending=pending)]
+        return [_check(g, "ecc_mode", D, Remedy.NONE, text, current=False, pending=pending)]
     if pending is not None and pending != cur:
         text = f"GPU {g.index} ECC mode change pending a reboot"
-        return [_check(g, "ecc_mode", D, Action.REBOOT, text, current=cur, pending=pending)]
+        return [_check(g, "ecc_mode", D, Remedy.REBOOT, text, current=cur, pending=pending)]
     return []
 
 
@@ -673,9 +668,9 @@ def _clock_events(g: GpuSnapshot, b: Baselines) -> list[Check]:
         text = (
             f"GPU {g.index} sustained hardware slowdown ({sum(recent)} of last {len(recent)} runs)"
         )
-        return [_check(g, "clock_events", U, Action.REPLACE, text, **ev)]
+        return [_check(g, "clock_events", U, Remedy.REPLACE, text, **ev)]
     text = f"GPU {g.index} hardware slowdown: {', '.join(bits)}"
-    return [_check(g, "clock_events", D, Action.NONE, text, **ev)]
+    return [_check(g, "clock_events", D, Remedy.NONE, text, **ev)]
 
 
 def _pcie_link(g: GpuSnapshot, b: Baselines) -> list[Check]:
@@ -688,7 +683,7 @@ def _pcie_link(g: GpuSnapshot, b: Baselines) -> list[Check]:
     if width is None or width_max is None or width >= width_max:
         return []
     text = f"GPU {g.index} PCIe link x{width} of x{width_max}"
-    return [_check(g, "pcie_link", D, Action.NONE, text, width=width, width_max=width_max)]
+    return [_check(g, "pcie_link", D, Remedy.NONE, text, width=width, width_max=width_max)]
 
 
 def _pcie_replay(g: GpuSnapshot, b: Baselines) -> list[Check]:
@@ -709,7 +704,7 @@ def _pcie_replay(g: GpuSnapshot, b: Baselines) -> list[Check]:
             g,
             "pcie_replay",
             D,
-            Action.NONE,
+            Remedy.NONE,
             f"GPU {g.index} PCIe replays {rate * 60:.1f}/min above {limit_per_min}/min",
             replays_per_min=round(rate * 60, 3),
             limit_per_min=limit_per_min,
@@ -730,7 +725,7 @@ def _nvlink_errors(g: GpuSnapshot, b: Baselines) -> list[Check]:
                 g,
                 "nvlink_errors",
                 U,
-                Action.RESET_GPU,
+                Remedy.RESET_GPU,
                 text,
                 "nvlink_errors",
                 deltas=deltas,
@@ -739,7 +734,7 @@ def _nvlink_errors(g: GpuSnapshot, b: Baselines) -> list[Check]:
         ]
     if crc:
         text = f"GPU {g.index} {crc} new NVLink CRC errors"
-        return [_check(g, "nvlink_errors", D, Action.NONE, text, deltas=deltas)]
+        return [_check(g, "nvlink_errors", D, Remedy.NONE, text, deltas=deltas)]
     return []
 
 
@@ -760,13 +755,13 @@ def _nvlink(g: GpuSnapshot, b: Baselines) -> list[Check]:
     if down:
         text = f"GPU {g.index} NVLink links down: {down}"
         out.append(
-            _check(g, "nvlink", U, Action.REBOOT, text, "nvlink_down", links_down=down, links=links)
+            _check(g, "nvlink", U, Remedy.REBOOT, text, "nvlink_down", links_down=down, links=links)
         )
     if g.nvlink_errors is not None:
         out += _nvlink_errors(g, b)
     if not down:
         text = f"GPU {g.index} {links} NVLink links up"
-        out.append(_check(g, "nvlink", H, Action.NONE, text, links=links))
+        out.append(_check(g, "nvlink", H, Remedy.NONE, text, links=links))
     return out
 
 
@@ -778,7 +773,7 @@ def _persistence_mode(g: GpuSnapshot, b: Baselines) -> list[Check]:
     if g.persistence_mode is not False:
         return []
     text = f"GPU {g.index} persistence mode disabled (enable nvidia-persistenced)"
-    return [_check(g, "persistence_mode", D, Action.NONE, text)]
+    return [_check(g, "persistence_mode", D, Remedy.NONE, text)]
 
 
 def _inforom(g: GpuSnapshot, b: Baselines) -> list[Check]:
@@ -788,7 +783,7 @@ def _inforom(g: GpuSnapshot, b: Baselines) -> list[Check]:
     """
     if g.inforom_valid is not False:
         return []
-    return [_check(g, "inforom", D, Action.NONE, f"GPU {g.index} InfoROM is corrupted")]
+    return [_check(g, "inforom", D, Remedy.NONE, f"GPU {g.index} InfoROM is corrupted")]
 
 
 #: The gate: a lost GPU, or one waiting for a reset, has no readings worth checking, so
@@ -877,7 +872,7 @@ def xid_checks(events: Sequence[XidEvent], bdf_to_index: Mapping[str, int]) -> l
 
     Severity (navarch.xid, NVIDIA XID catalogue): fatal -> unhealthy, warning -> degraded,
     ignore -> healthy with action none (the application, not the node, needs a restart).
-    Reboot-fixable fatal events carry fault_key "<kind>:<code>" for the recurrence rule.
+    The fault kind is "<kind>:<code>" (``xid:79``, ``sxid:20034``), the GPU its PCI bus's.
     """
     groups: dict[tuple[str, int, str], list[XidEvent]] = {}
     for ev in events:
@@ -886,10 +881,9 @@ def xid_checks(events: Sequence[XidEvent], bdf_to_index: Mapping[str, int]) -> l
     for (kind, code, bdf), evs in list(groups.items())[:128]:
         info = max((e.info for e in evs), key=lambda x: (x.severity.rank, x.action.rank))
         status = _BY_SEVERITY[info.severity]
-        action = Action.NONE if info.severity is Severity.IGNORE else info.action
+        action = Remedy.NONE if info.severity is Severity.IGNORE else info.action
         count = sum(e.count for e in evs)
         label = "SXid" if kind == "sxid" else "XID"
-        key = f"{kind}:{code}" if info.severity is Severity.FATAL and info.reboot_fixable else None
         out.append(
             Check(
                 "xid",
@@ -905,9 +899,9 @@ def xid_checks(events: Sequence[XidEvent], bdf_to_index: Mapping[str, int]) -> l
                     "severity": info.severity.value,
                     "reboot_fixable": info.reboot_fixable,
                 },
-                key,
+                f"{kind}:{code}",
             )
         )
     if not out:
-        out.append(Check("xid", H, Action.NONE, "no XID events this boot"))
+        out.append(Check("xid", H, Remedy.NONE, "no XID events this boot"))
     return out

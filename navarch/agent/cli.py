@@ -2,7 +2,9 @@
 
     navarch agent run [--once] [--config PATH] [--stdout] [--kernel-log FILE] [--interval-s N]
     navarch agent install [--config PATH] [--dry-run] [--root DIR]
-    navarch render cloud-init FLEET --pool P [--node N]   (N defaults to <fleet>-<pool>-0001)
+    navarch agent bundle [--out PATH]     (the self-contained agent zipapp; prints its sha256)
+    navarch render cloud-init FLEET --pool P [--node N] [--bundle-url URL]
+                                          (N defaults to <fleet>-<pool>-0001)
 
 Exit codes of ``agent run``: 0 when a report was written (whatever the node's health),
 1 when it could not be written (bad config, no key, store unreachable), so the systemd
@@ -17,10 +19,12 @@ import json
 import logging
 import sys
 import time
-from datetime import UTC, datetime
+from collections.abc import Callable
+from datetime import datetime
 from typing import Any, TextIO
 
 from navarch.agent.config import DEFAULT_CONFIG_PATH
+from navarch.compat import UTC
 
 __all__ = ["register", "JsonLogFormatter"]
 
@@ -123,13 +127,29 @@ def cmd_agent_install(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_agent_bundle(args: argparse.Namespace) -> int:
+    """``navarch agent bundle``: write the agent bundle; print its path, size and sha256."""
+    from navarch.agent.bundle import write_bundle
+
+    try:
+        bundle = write_bundle(args.out)
+    except (OSError, ModuleNotFoundError) as exc:
+        print(f"navarch agent bundle: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    print(f"{args.out}  {bundle.size_bytes} bytes  sha256 {bundle.sha256}")
+    return EXIT_OK
+
+
 def cmd_render_cloud_init(args: argparse.Namespace) -> int:
     """``navarch render cloud-init FLEET --pool P [--node N]``: print the user-data."""
-    from navarch.bootstrap import render_cloud_init
+    from navarch.agent.bundle import build_bundle
+    from navarch.bootstrap import BundleSource, render_cloud_init
     from navarch.errors import NavarchError
     from navarch.planner.plan import node_name
+    from navarch.reconcile.publish import AgentDelivery
     from navarch.signing import derive_node_key
     from navarch.spec import load_fleet
+    from navarch.stores import open_store
 
     try:
         spec = load_fleet(args.fleet)
@@ -146,7 +166,12 @@ def cmd_render_cloud_init(args: argparse.Namespace) -> int:
         # and report path are the ones a real first node gets.
         node = args.node or node_name(spec.name, args.pool, 1)
         key = derive_node_key(spec.fleet_secret(), spec.name, node)
-        sys.stdout.write(render_cloud_init(spec, args.pool, node, key))
+        if args.bundle_url:  # the operator hosts `navarch agent bundle`'s file there
+            source = BundleSource(args.bundle_url, build_bundle().sha256)
+            bundle: Callable[[], BundleSource] = lambda: source  # noqa: E731
+        else:  # as apply does: publish to the fleet's store, sign a short-lived URL
+            bundle = AgentDelivery(open_store(spec.store_url, base_dir=spec.base_dir)).get
+        sys.stdout.write(render_cloud_init(spec, args.pool, node, key, bundle=bundle))
     except NavarchError as exc:
         print(f"navarch render cloud-init: {exc}", file=sys.stderr)
         return EXIT_FAILED
@@ -198,10 +223,17 @@ def register(subparsers: Any) -> None:
     )
     s.set_defaults(func=cmd_agent_install)
 
+    s = asub.add_parser("bundle", help="write the self-contained agent zipapp (navarch-agent.pyz)")
+    s.add_argument("--out", default="navarch-agent.pyz", help="where (default ./navarch-agent.pyz)")
+    s.set_defaults(func=cmd_agent_bundle)
+
     render = subparsers.add_parser("render", help="print text navarch sends to machines")
     rsub = render.add_subparsers(dest="render_command", required=True, metavar="WHAT")
     s = rsub.add_parser("cloud-init", help="the cloud-init user-data of a node of a pool")
     s.add_argument("fleet", metavar="FLEET", help="path to fleet.yaml")
     s.add_argument("--pool", required=True, help="pool name")
     s.add_argument("--node", help="node name (default <fleet>-<pool>-0001, the pool's first node)")
+    s.add_argument("--bundle-url", metavar="URL",
+                   help="where nodes fetch `navarch agent bundle`'s file (default: publish it "
+                   "to the fleet's store and use a pre-signed URL, as apply does)")
     s.set_defaults(func=cmd_render_cloud_init)

@@ -16,7 +16,6 @@ cannot report it: never a fault, gpud pattern) or in ``unreadable`` (the call fa
 from __future__ import annotations
 
 import dataclasses
-import enum
 import hashlib
 import json
 import os
@@ -24,6 +23,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
+
+from navarch.compat import StrEnum
 
 __all__ = [
     "ProbeErrorKind",
@@ -40,7 +41,7 @@ __all__ = [
 MIB = 1024 * 1024
 
 
-class ProbeErrorKind(enum.StrEnum):
+class ProbeErrorKind(StrEnum):
     """Why the GPU library could not be used, in navarch's terms (see navarch.agent.nvml)."""
 
     LIBRARY_NOT_FOUND = "library_not_found"

@@ -22,14 +22,15 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from navarch.agent import kernel_log as kl
 from navarch.agent.checks import Check
 from navarch.agent.config import AgentConfig
 from navarch.agent.state import AgentState, load_state, save_state
+from navarch.compat import UTC
 
 __all__ = [
     "NodeHost",
@@ -41,11 +42,6 @@ __all__ = [
 
 log = logging.getLogger("navarch.agent")
 
-if TYPE_CHECKING:  # annotations only: the agent runs on Python 3.9, where `X | None` fails
-    from typing import TypeAlias
-
-    #: (new lines, the position block to save, source name, why no source could be read).
-    KernelLogBlock: TypeAlias = tuple[list[kl.KernelLine], dict[str, Any], str, str | None]
 
 _NOTICE_KINDS = ("preemption", "maintenance")
 _NOTICE_SOURCES = ("aws", "gcp", "azure", "local")
@@ -67,8 +63,9 @@ class NodeHost(Protocol):
 
     def read_kernel_log(
         self, saved: Mapping[str, Any], boot_id: str, now: datetime
-    ) -> KernelLogBlock:
-        """New kernel lines since the saved position block (the state's ``kernel_log``)."""
+    ) -> tuple[list[kl.KernelLine], dict[str, Any], str, str | None]:
+        """New kernel lines since the saved position block (the state's ``kernel_log``):
+        (lines, the position block to save, source name, why no source could be read)."""
         ...
 
     def gpu_reset_pending(self) -> bool:
@@ -96,9 +93,7 @@ class NodeHost(Protocol):
 
 
 def _iso(dt: datetime) -> str:
-    # datetime.UTC is Python 3.11; the agent runs on 3.9.
-    utc = dt.astimezone(timezone.utc)  # noqa: UP017
-    return utc.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return dt.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def notice_from_doc(doc: Any) -> dict[str, Any] | None:
@@ -151,7 +146,7 @@ def _boot_time(now: datetime) -> datetime | None:
 
 def read_kernel_log(
     config: AgentConfig, saved: Mapping[str, Any], boot_id: str, now: datetime
-) -> KernelLogBlock:
+) -> tuple[list[kl.KernelLine], dict[str, Any], str, str | None]:
     """New kernel lines since the saved position: (lines, new saved block, source, error).
 
     Source order: config.kernel_log (text file) > journald > /dev/kmsg. The fake backend
@@ -233,7 +228,7 @@ class FileHost:
 
     def read_kernel_log(
         self, saved: Mapping[str, Any], boot_id: str, now: datetime
-    ) -> KernelLogBlock:
+    ) -> tuple[list[kl.KernelLine], dict[str, Any], str, str | None]:
         """See the module function read_kernel_log."""
         return read_kernel_log(self.config, saved, boot_id, now)
 

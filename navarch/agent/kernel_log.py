@@ -37,10 +37,12 @@ import shutil
 import subprocess
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
-from navarch.xid import Action, Severity, XidInfo, lookup_event, lookup_sxid
+from navarch.compat import UTC
+from navarch.health import Remedy
+from navarch.xid import Severity, XidInfo, lookup_event, lookup_sxid
 
 __all__ = [
     "BURST_WINDOW_S",
@@ -102,7 +104,7 @@ class XidEvent:
         return self.info.severity
 
     @property
-    def action(self) -> Action:
+    def action(self) -> Remedy:
         return self.info.action
 
 

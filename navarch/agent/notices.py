@@ -22,11 +22,18 @@ picks the cloud from DMI (``/sys/class/dmi/id``) and does nothing when none matc
 
 from __future__ import annotations
 
+import http.client
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Any
+
+from navarch.compat import UTC
 
 __all__ = ["Notice", "fetch_notice", "detect_cloud", "DEFAULT_BASES"]
 
@@ -58,6 +65,48 @@ class Notice:
             else None,
             "detail": self.detail[:512],
         }
+
+
+@dataclass(frozen=True)
+class _Reply:
+    """The part of an HTTP response the notice readers use."""
+
+    status_code: int
+    text: str
+
+    def json(self) -> Any:
+        return json.loads(self.text)
+
+    def raise_for_status(self) -> None:
+        if self.status_code >= 400:
+            raise OSError(f"HTTP {self.status_code}: {self.text[:200]}")
+
+
+class _Session:
+    """GET/PUT over urllib, never through a proxy (the endpoints are link-local); the
+    agent bundle carries no HTTP library, so the standard library is the client."""
+
+    def __init__(self) -> None:
+        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+    def _call(self, method: str, url: str, headers: dict[str, str], timeout: float,
+              params: dict[str, str] | None = None) -> _Reply:
+        if params:
+            url = f"{url}?{urllib.parse.urlencode(params)}"
+        data = b"" if method == "PUT" else None
+        req = urllib.request.Request(url, data=data, headers=headers, method=method)
+        try:
+            with self._opener.open(req, timeout=timeout) as resp:
+                return _Reply(resp.status, resp.read().decode(errors="replace"))
+        except urllib.error.HTTPError as exc:
+            return _Reply(exc.code, exc.read().decode(errors="replace"))
+
+    def get(self, url: str, *, headers: dict[str, str], timeout: float,
+            params: dict[str, str] | None = None) -> _Reply:
+        return self._call("GET", url, headers, timeout, params)
+
+    def put(self, url: str, *, headers: dict[str, str], timeout: float) -> _Reply:
+        return self._call("PUT", url, headers, timeout)
 
 
 def detect_cloud(dmi_dir: str = "/sys/class/dmi/id") -> str | None:
@@ -216,23 +265,20 @@ def fetch_notice(
             clouds = ["aws", "gcp", "azure"]
         else:
             clouds = [detected]
-    import requests
-
     errors: list[str] = []
-    with requests.Session() as session:
-        session.trust_env = False  # link-local: never through an HTTP proxy
-        for cloud in clouds:
-            base = (endpoint or DEFAULT_BASES[cloud]).rstrip("/")
-            try:
-                if cloud == "aws":
-                    notice = _aws(session, base, timeout_s)
-                elif cloud == "gcp":
-                    notice = _gcp(session, base, timeout_s, now)
-                else:
-                    notice = _azure(session, base, timeout_s, names)
-            except (requests.RequestException, ValueError) as exc:
-                errors.append(f"{cloud}: {type(exc).__name__}: {exc}"[:300])
-                continue
-            if notice is not None:
-                return notice, errors
+    session = _Session()
+    for cloud in clouds:
+        base = (endpoint or DEFAULT_BASES[cloud]).rstrip("/")
+        try:
+            if cloud == "aws":
+                notice = _aws(session, base, timeout_s)
+            elif cloud == "gcp":
+                notice = _gcp(session, base, timeout_s, now)
+            else:
+                notice = _azure(session, base, timeout_s, names)
+        except (OSError, ValueError, http.client.HTTPException) as exc:
+            errors.append(f"{cloud}: {type(exc).__name__}: {exc}"[:300])
+            continue
+        if notice is not None:
+            return notice, errors
     return None, errors

@@ -23,11 +23,11 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from navarch.agent.checks import Check, Status
+from navarch.agent.checks import Check
 from navarch.errors import NavarchError
+from navarch.health import Remedy, Status
 from navarch.plugins import Group, PluginError, PluginRef, call_within, discover, load
 from navarch.signing import canonical_bytes
-from navarch.xid import Action
 
 __all__ = ["plugin_checks", "run_plugin_check", "check_from_result", "context_for",
            "MAX_EVIDENCE_BYTES", "MAX_EVIDENCE_DEPTH"]
@@ -78,12 +78,12 @@ def check_from_result(ref: PluginRef, got: object) -> Check:
         raise PluginError(ref, f"status {got.get('status')!r} is not one of {statuses}")
     if not isinstance(got.get("message"), str):
         raise PluginError(ref, "message is missing or not a string")
-    actions = [a.value for a in Action]
-    action = got.get("action", Action.NONE.value)
+    actions = [a.value for a in Remedy]
+    action = got.get("action", Remedy.NONE.value)
     if action not in actions:
         raise PluginError(ref, f"action {action!r} is not one of {actions}")
     evidence = _evidence(ref, got.get("evidence", {}))
-    check = Check(ref.name[:_MAX_NAME], Status(got["status"]), Action(action),
+    check = Check(ref.name[:_MAX_NAME], Status(got["status"]), Remedy(action),
                   got["message"][:_MAX_MESSAGE], evidence=evidence, plugin=ref.dist or ref.value)
     try:  # what has no RFC 8785 form (a lone surrogate, an integer past 2**53) cannot be signed
         canonical_bytes(check.to_json())
@@ -96,7 +96,7 @@ def _failed(error: PluginError) -> Check:
     """A broken plugin's check: degraded, its one-line error as the message."""
     log.warning("plugin_check_failed", extra={"fields": {"plugin": error.name,
                                                          "error": str(error)}})
-    return Check(error.name[:_MAX_NAME], Status.DEGRADED, Action.NONE, str(error)[:_MAX_MESSAGE],
+    return Check(error.name[:_MAX_NAME], Status.DEGRADED, Remedy.NONE, str(error)[:_MAX_MESSAGE],
                  evidence={"plugin_error": error.reason[:_MAX_MESSAGE]},
                  plugin=error.dist or error.value)
 

@@ -2,13 +2,16 @@
 
 Report rules (DESIGN.md "Health report", schemas/health-report.schema.json):
 
-- ``status`` = worst check status (healthy < degraded < unknown < unhealthy);
-  ``action`` = strongest check action (none < restart_app < reset_gpu < reboot < replace).
+- ``status`` = worst check status (navarch.health.Status: healthy < degraded < unknown <
+  unhealthy); ``action`` = the strongest remedy the catalogue recommends for the checks'
+  faults (navarch.health.Remedy order). The agent reports facts; the planner's ladder
+  alone decides the remedy (nothing on the node overrides the pool's ``remediation``).
 - ``health_score`` = max(0, 100 - 40 x unhealthy checks - 25 x unknown - 10 x degraded).
 - Latching: every XID event seen during this boot stays in ``xids`` and in the checks of
   every report until the boot id changes (the state file keeps them).
-- Escalation: a reboot-fixable fault (Check.fault_key) seen in two earlier boots within
-  three days and present again is escalated to ``replace`` (gpud DefaultRebootThreshold=2).
+- Fault counts: each check with a fault key carries ``boots_seen`` (the boots of this
+  node in which the agent saw that kind of fault within FAULT_LOOKBACK_S, this one
+  included) and ``first_seen``: counts only the agent can know (``count_faults``).
 - ``sequence``: above both the state's and the node's report in the store (normally
   previous + 1); after a lost state, or a state that could not be saved, the clock floor
   (see ``next_sequence``, ``persist_state`` and navarch.agent.state).
@@ -19,7 +22,7 @@ Report rules (DESIGN.md "Health report", schemas/health-report.schema.json):
 ``run_once`` is a sequence of named steps: load the state and choose the sequence
 (``next_sequence``), probe the GPUs (``choose_backend``), run the checks (``boot_check``,
 ``probe_checks``, ``gpu_checks`` over ``GPU_CHECKS``, ``kernel_log_check``,
-``xid_checks`` over ``read_xids``, then navarch.checks plugins: ``plugin_checks``), escalate recurring faults (``escalate``), read a
+``xid_checks`` over ``read_xids``, then navarch.checks plugins: ``plugin_checks``), count each fault's boots (``count_faults``), read a
 notice (``NodeHost.read_notice``), save the state (``persist_state``), sign (``build_report``)
 and write the report.
 """
@@ -30,7 +33,7 @@ import json
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from navarch.agent import kernel_log as kl
@@ -38,18 +41,18 @@ from navarch.agent.checks import (
     HW_SLOWDOWN_WINDOW,
     Check,
     CounterSample,
-    Status,
     gpu_checks,
     hw_slowdown,
     probe_checks,
-    worst_status,
     xid_checks,
 )
 from navarch.agent.config import AgentConfig
 from navarch.agent.gpu import GpuBackend, GpuProbe, ProbeError, ProbeErrorKind
 from navarch.agent.host import FileHost, NodeHost
 from navarch.agent.state import AgentState, prune_faults
-from navarch.xid import Action, Severity, XidInfo
+from navarch.compat import UTC
+from navarch.health import Remedy, Status
+from navarch.xid import Severity, XidInfo
 
 __all__ = [
     "run_once",
@@ -63,7 +66,7 @@ __all__ = [
     "read_xids",
     "kernel_log_check",
     "persist_state",
-    "escalate",
+    "count_faults",
     "KernelLogRead",
 ]
 
@@ -71,8 +74,10 @@ log = logging.getLogger("navarch.agent")
 
 #: Points taken off 100 per check in each status (documented in docs/agent.md).
 SCORE_WEIGHTS = {Status.UNHEALTHY: 40, Status.UNKNOWN: 25, Status.DEGRADED: 10, Status.HEALTHY: 0}
-REBOOT_THRESHOLD = 2  # gpud DefaultRebootThreshold
 _MAX_XIDS = 256
+#: The health report's schema version (schemas/health-report.schema.json); version 2 gave
+#: every check its structured fault key and the agent's fault counts.
+REPORT_SCHEMA_VERSION = 2
 
 
 def health_score(checks: Sequence[Check]) -> int:
@@ -155,7 +160,7 @@ def _event_from_json(doc: Mapping[str, Any]) -> kl.XidEvent:
         mnemonic=str(doc.get("mnemonic", "")),
         meaning="",
         severity=Severity(doc["severity"]),
-        action=Action(doc["action"]),
+        action=Remedy(doc["action"]),
         reboot_fixable=bool(doc.get("reboot_fixable", False)),
         kind=str(doc.get("kind", "xid")),
     )
@@ -223,35 +228,31 @@ def _gpu_checks_and_counters(
     return checks, new_counters
 
 
-# --- escalation ------------------------------------------------------------------------
+# --- fault counts ----------------------------------------------------------------------
 
 
-def escalate(
+def count_faults(
     checks: Sequence[Check], faults: Mapping[str, Mapping[str, float]], boot_id: str, now: datetime
 ) -> tuple[list[Check], dict[str, dict[str, float]]]:
-    """Record this boot for each reboot-fixable fault; escalate a recurring one to replace.
+    """Record this boot for each check's fault and stamp the check with the agent's counts.
 
-    A fault seen in >= REBOOT_THRESHOLD (2) earlier boots within the 3-day lookback and
-    present again means reboots do not fix it (gpud reboot-escalation rule).
+    faults: the state's history, fault kind -> {boot id: first seen, unix seconds}, pruned
+    to FAULT_LOOKBACK_S (gpud's 3-day look-back). Returns the checks with ``boots_seen``
+    (boots in the history with this kind, this one included) and ``first_seen`` (RFC 3339)
+    set on every check that has a fault key, and the new history. Facts only: no check's
+    status or action changes here.
     """
     history = {k: dict(v) for k, v in prune_faults(faults, now).items()}
     out: list[Check] = []
     for c in checks:
-        if c.fault_key is None or c.status is not Status.UNHEALTHY:
+        key = c.fault_key()
+        if key is None:
             out.append(c)
             continue
-        boots = history.setdefault(c.fault_key, {})
+        boots = history.setdefault(key.kind, {})
         boots.setdefault(boot_id, now.timestamp())
-        earlier = [b for b in boots if b != boot_id]
-        if len(earlier) >= REBOOT_THRESHOLD and c.action.rank < Action.REPLACE.rank:
-            ev = {**c.evidence, "escalated_from": c.action.value, "earlier_boots": len(earlier)}
-            c = replace(
-                c,
-                action=Action.REPLACE,
-                evidence=ev,
-                message=f"{c.message} (recurred after {len(earlier)} reboots: replace)",
-            )
-        out.append(c)
+        first = datetime.fromtimestamp(min(boots.values()), UTC)
+        out.append(replace(c, boots_seen=len(boots), first_seen=_iso(first)))
     return out, history
 
 
@@ -298,15 +299,15 @@ def build_report(
     notice: Mapping[str, Any] | None,
     node_key: bytes,
 ) -> dict[str, Any]:
-    """Assemble and sign the report (schema_version 1). Pure apart from hashing."""
+    """Assemble and sign the report (schema_version 2). Pure apart from hashing."""
     from navarch import __version__
     from navarch.signing import sign
 
-    status = worst_status(c.status for c in checks)
-    action = Action.strongest([c.action for c in checks])
+    status = Status.worst(c.status for c in checks)
+    action = Remedy.strongest(c.action for c in checks)
     xids = trim_events(events, _MAX_XIDS)
     report = {
-        "schema_version": 1,
+        "schema_version": REPORT_SCHEMA_VERSION,
         "fleet": config.fleet,
         "pool": config.pool,
         "node": config.node,
@@ -396,7 +397,7 @@ def boot_check(boot_id: str, previous_boot_id: str | None) -> Check:
     return Check(
         "boot",
         Status.HEALTHY,
-        Action.NONE,
+        Remedy.NONE,
         f"boot {boot_id}" + (" (rebooted since the last report)" if changed else ""),
         evidence={"boot_id": boot_id, "previous_boot_id": previous_boot_id},
     )
@@ -428,14 +429,14 @@ def kernel_log_check(read: KernelLogRead) -> Check:
         return Check(
             "kernel_log",
             Status.DEGRADED,
-            Action.NONE,
+            Remedy.NONE,
             f"cannot read the kernel log, XIDs unknown: {read.error}",
             evidence={"source": read.source},
         )
     return Check(
         "kernel_log",
         Status.HEALTHY,
-        Action.NONE,
+        Remedy.NONE,
         f"read {len(read.lines)} new kernel log lines from {read.source}",
         evidence={"source": read.source, "lines": len(read.lines)},
     )
@@ -444,10 +445,10 @@ def kernel_log_check(read: KernelLogRead) -> Check:
 def _faults_with_earlier_boots(
     faults: Mapping[str, Mapping[str, float]], earlier: Sequence[kl.XidEvent], now: datetime
 ) -> dict[str, dict[str, float]]:
-    """The fault history plus reboot-fixable fatal events seen in an earlier boot's tail."""
+    """The fault history plus fatal events seen in an earlier boot's tail."""
     out = {k: dict(v) for k, v in faults.items()}
     for ev in earlier:
-        if ev.severity is Severity.FATAL and ev.info.reboot_fixable and ev.boot_id:
+        if ev.severity is Severity.FATAL and ev.boot_id:
             out.setdefault(f"{ev.kind}:{ev.code}", {}).setdefault(ev.boot_id, now.timestamp())
     return out
 
@@ -462,7 +463,7 @@ def persist_state(host: NodeHost, state: AgentState, now: datetime) -> tuple[int
     so it is doubt, which never terminates (DESIGN safety rule 2), not a fault. The
     sequence then takes the clock floor ``max(state.sequence, unix time in ms)``: the
     state on disk is stale, so later runs would otherwise derive the same sequence again
-    and the reconciler would reject every report as replayed (issue 16 item 6).
+    and the reconciler would reject every report as replayed.
     """
     path = host.state_path
     try:
@@ -473,7 +474,7 @@ def persist_state(host: NodeHost, state: AgentState, now: datetime) -> tuple[int
         check = Check(
             "agent_state",
             Status.UNKNOWN,
-            Action.NONE,
+            Remedy.NONE,
             f"agent state not writable: {exc}",
             evidence={"path": path, "error": str(exc), "errno": exc.errno, "sequence": "clock"},
         )
@@ -511,10 +512,10 @@ def run_once(
     """Run every check once, write the state and the signed report; return the report.
 
     now: aware UTC clock (default: the system clock). store: an ObjectStore (default:
-    ``navarch.stores.open_store(config.store)``); to_stdout: do not write to the store (the
-    CLI prints the report). backend: GPU backend override (tests, the simulator). host: the
-    node's state, kernel log, reset marker, notice and plugins (default: FileHost(config),
-    the real machine; the simulator passes an in-memory one).
+    ``navarch.agent.store.open_agent_store(config.store)``); to_stdout: do not write to the
+    store (the CLI prints the report). backend: GPU backend override (tests, the
+    simulator). host: the node's state, kernel log, reset marker, notice and plugins
+    (default: FileHost(config), the real machine; the simulator passes an in-memory one).
     Raises ConfigError (no/bad node key, bad store URL) and StoreError / OSError when the
     report cannot be written; every GPU, kernel-log or state-file problem becomes a check.
     """
@@ -522,9 +523,9 @@ def run_once(
     node_key = config.node_key()
     boot_id = config.current_boot_id()
     if store is None and not to_stdout:
-        from navarch.stores import open_store
+        from navarch.agent.store import open_agent_store
 
-        store = open_store(config.store)
+        store = open_agent_store(config.store)
 
     host = host or FileHost(config)
     state, problem = host.load_state()
@@ -545,7 +546,7 @@ def run_once(
     ]
     checks += host.plugin_checks(config, boot_id, gpu_readings(probe), checks)
     faults = _faults_with_earlier_boots(state.faults, xids.earlier_boots, now)
-    checks, faults = escalate(checks, faults, boot_id, now)
+    checks, faults = count_faults(checks, faults, boot_id, now)
     notice = host.read_notice(now)
 
     new_state = AgentState(

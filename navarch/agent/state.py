@@ -2,7 +2,7 @@
 
 Holds the report sequence, the kernel-log position (journal cursor, kmsg sequence or text
 file offset), counter baselines per GPU UUID (for rates), this boot's latched XID events,
-and the boots in which each reboot-fixable fault was seen (for the two-reboot rule).
+and the boots in which each kind of fault was seen (reported as boots_seen).
 
 Written atomically (temporary file in the same directory, fsync, ``os.replace``), so a
 reader sees the old or the new state, never a mix. A missing or corrupt file is never
@@ -36,7 +36,8 @@ from typing import Any
 __all__ = ["AgentState", "load_state", "save_state", "STATE_VERSION", "FAULT_LOOKBACK_S"]
 
 STATE_VERSION = 1
-#: gpud reboot-escalation lookback: 3 days.
+#: How long the agent remembers the boots a fault was seen in (gpud's 3-day look-back);
+#: reported as facts (boots_seen), never acted on by the node.
 FAULT_LOOKBACK_S = 3 * 24 * 3600
 _MAX_EVENTS = 256
 _MAX_BOOTS_PER_FAULT = 16
@@ -48,7 +49,7 @@ class AgentState:
 
     kernel_log: {"source": str, "boot_id": str, "position": {...}}
     events: serialized XID events of ``boot_id`` (latched until the boot changes)
-    faults: fault_key -> {boot_id: first seen, unix seconds}
+    faults: fault kind -> {boot_id: first seen, unix seconds}
     counters: gpu uuid -> {"boot_id": str, "at_s": float, "values": {name: int},
               "slowdown": [bool, ...]}
     """

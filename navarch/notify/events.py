@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from navarch.errors import AuthError, LeaseLost, QuotaError
-from navarch.planner.model import ActionKind, Plan
+from navarch.planner.model import ActionKind, Fault, HaltRule, Plan
 
 
 class EventKind(enum.StrEnum):
@@ -175,12 +175,12 @@ def cleared(active: Event, run_id: str = "") -> Event:
                  condition=active.condition, clears=active.kind, run_id=run_id)
 
 
-def _xid(reason: str) -> str | None:
-    """The XID code a planner reason names ("XID 79: GPU has fallen off the bus ...")."""
-    if reason.startswith("XID "):
-        code = reason[4:].split(":", 1)[0].strip()
-        return code if code.isdigit() else None
-    return None
+def _xid(fault: Fault | None) -> str | None:
+    """The XID code of the fault a cordon answers (its structured key, kind "xid:N")."""
+    if fault is None:
+        return None
+    kind, _, code = fault.key.kind.partition(":")
+    return code if kind == "xid" and code.isdigit() else None
 
 
 def _action_event(fleet: str, run_id: str, outcome: object) -> Event | None:
@@ -193,7 +193,7 @@ def _action_event(fleet: str, run_id: str, outcome: object) -> Event | None:
     ids = {"instance_id": a.instance_id, "reason": a.reason}
     if a.kind is ActionKind.CORDON:
         return make(EventKind.NODE_CORDONED, fleet, a.pool, a.node,
-                    f"{a.node} cordoned: {a.reason}", run_id, xid=_xid(a.reason), **ids)
+                    f"{a.node} cordoned: {a.reason}", run_id, xid=_xid(a.fault), **ids)
     if a.kind is ActionKind.DRAIN:
         return make(EventKind.DRAIN_STARTED, fleet, a.pool, a.node,
                     f"{a.node}: drain started", run_id, **ids)
@@ -257,16 +257,16 @@ def plan_conditions(plan: Plan, run_id: str = "") -> dict[str, Event]:
     capacity_exhausted (every place in backoff); orphan_guard -> orphan_guard. Budget, rate
     limit and max_nodes halts pace a converging run: no event.
     """
-    rule_kind = {"circuit_breaker": EventKind.BREAKER_TRIPPED,
-                 "capacity": EventKind.CAPACITY_EXHAUSTED,
-                 "orphan_guard": EventKind.ORPHAN_GUARD}
+    rule_kind = {HaltRule.CIRCUIT_BREAKER: EventKind.BREAKER_TRIPPED,
+                 HaltRule.CAPACITY: EventKind.CAPACITY_EXHAUSTED,
+                 HaltRule.ORPHAN_GUARD: EventKind.ORPHAN_GUARD}
     out: dict[str, Event] = {}
     for h in plan.halts:
         kind = rule_kind.get(h.rule)
         if kind is None:
             continue
         e = make(kind, plan.fleet, h.pool, None, f"{h.pool}: {h.message}", run_id,
-                 rule=h.rule)
+                 rule=h.rule.value)
         out.setdefault(e.condition or "", e)  # the first halt of a pool says why
     return out
 

@@ -15,6 +15,7 @@ from functools import lru_cache
 
 from pyrsistent import PMap, pmap
 
+from navarch.health import FaultKey, Remedy, Status
 from navarch.inventory import Instance
 
 
@@ -45,9 +46,6 @@ SERVING = frozenset(
      Lifecycle.UNKNOWN, Lifecycle.STALE, Lifecycle.MAINTENANCE}
 )
 READY = frozenset({Lifecycle.HEALTHY, Lifecycle.DEGRADED})  # reporting and taking work
-WANTS_REPLACEMENT = frozenset(
-    {Lifecycle.UNHEALTHY, Lifecycle.OFFLINE, Lifecycle.PREEMPTING, Lifecycle.MAINTENANCE}
-)
 #: Out of service because of navarch or an operator: counted against max_unavailable and not
 #: toward desired (a remediating node's surge replacement serves meanwhile).
 LEAVING = frozenset({Lifecycle.CORDONED, Lifecycle.DRAINING, Lifecycle.TERMINATING,
@@ -62,9 +60,39 @@ class ActionKind(enum.StrEnum):
     UNCORDON = "uncordon"
     SCALE = "scale"  # change a pool's autoscaled desired count
     UPDATE_TAGS = "update_tags"  # set the pool's labels on an instance in place
-    REBOOT = "reboot"  # remediation ladder: restart a drained node in place (issue 13)
+    REBOOT = "reboot"  # remediation ladder: restart a drained node in place
     RESET_GPU = "reset_gpu"  # remediation ladder: reset a drained node's GPUs (nvidia-smi -r)
-    DIAGNOSE = "diagnose"  # start, or collect, a dcgmi diag on a cordoned node (issue 13)
+    DIAGNOSE = "diagnose"  # start, or collect, a dcgmi diag on a cordoned node
+
+
+class ActionReason(enum.StrEnum):
+    """Why an action is in the plan, as a code for scripts (Terraform's ``action_reason``);
+    the prose ``Action.reason`` says the same for people. Serialised by value."""
+
+    UNHEALTHY = "unhealthy"  # unhealthy reports (a streak, or a fatal XID)
+    BOOT_TIMEOUT = "boot_timeout"  # no first report within boot_timeout
+    OFFLINE = "offline"  # no fresh report for offline_after
+    PREEMPTION = "preemption"  # spot preemption notice
+    MAINTENANCE = "maintenance"  # maintenance notice
+    REPLACE_REQUESTED = "replace_requested"  # `apply --replace NODE`
+    DRIFT = "drift"  # launched from settings the pool no longer declares, or labels changed
+    ORPHAN = "orphan"  # its pool left fleet.yaml
+    DUPLICATE = "duplicate"  # a second instance carries the node's name
+    PROVISION_TIMEOUT = "provision_timeout"  # pending past provision_timeout
+    SCALE_UP = "scale_up"  # below desired, or autoscaling up
+    SCALE_DOWN = "scale_down"  # above desired, or autoscaling down
+    REPLACEMENT = "replacement"  # provisions a node that replaces one leaving
+    DRAIN_FINISHED = "drain_finished"  # terminate: the drain finished
+    DRAIN_TIMEOUT = "drain_timeout"  # terminate: drain_timeout passed
+    TERMINATING = "terminating"  # terminate still in progress
+    REDRAIN = "redrain"  # cordoned but never drained
+    REMEDY = "remedy"  # the ladder's rung for a fault (reset_gpu, reboot, replace)
+    LEMON = "lemon"  # the ladder replaces a lemon (lemon_after faults in lemon_window)
+    REMEDY_TIMEOUT = "remedy_timeout"  # no report after the remedy within boot_timeout
+    RECOVERED = "recovered"  # healthy reports after the remedy: back in service
+    DIAGNOSTICS = "diagnostics"  # dcgmi diag, scheduled or before a return
+    DESTROY = "destroy"  # `navarch destroy`
+    OPERATOR = "operator"  # `navarch reboot|cordon|uncordon`
 
 
 class Phase(enum.StrEnum):
@@ -78,7 +106,7 @@ class Phase(enum.StrEnum):
 
 
 #: A node whose report's generated_at is further than this from the store's modification
-#: time has a wrong clock (issue 16 item 5): agents write a report seconds after making it.
+#: time has a wrong clock: agents write a report seconds after making it.
 CLOCK_SKEW_S = 120
 
 
@@ -90,14 +118,14 @@ class ReportSummary:
     process_count: GPU processes over all GPUs (None if unknown). fatal: a fatal XID is
     latched in the report. findings: up to 5 human lines, worst first. stored_at: the
     store's modification time of the report object (aware UTC; None when unknown): the
-    report's age is judged by it, not by the node's clock (issue 16 item 5).
+    report's age is judged by it, not by the node's clock.
     """
 
     sequence: int
     boot_id: str
     generated_at: datetime
-    status: str  # healthy | degraded | unhealthy | unknown
-    action: str  # none | restart_app | reset_gpu | reboot | replace
+    status: Status
+    action: Remedy  # the recommended remedy (a user rule's, else the catalogue's)
     health_score: int
     fatal: bool
     findings: tuple[str, ...] = ()
@@ -107,6 +135,7 @@ class ReportSummary:
     utilization_pct: float | None = None
     gpu_count: int = 0
     stored_at: datetime | None = None
+    fault_key: FaultKey | None = None  # the fault the report shows (reports._fault_key)
 
     @property
     def clock_skew_s(self) -> float | None:
@@ -142,21 +171,22 @@ class ReportObservation:
 
 @dataclass(frozen=True)
 class Fault:
-    """A fault the remediation ladder answers (issue 13), taken from an unhealthy report.
+    """A fault the remediation ladder answers, taken from an unhealthy report.
 
-    key: what makes two faults "the same" (observe.fault_key: "XID 79", a check's name, a
-    policy rule's "rule NAME"); action: the report's recommended action (ReportSummary.
-    action); boot_id and sequence: the report's, so a later boot is told apart.
+    key: the report's structured fault key (ReportSummary.fault_key; two faults are "the
+    same" when their kinds are, FaultKey.same_as); action: the report's recommended remedy
+    (ReportSummary.action); boot_id and sequence: the report's, so a later boot is told
+    apart.
     """
 
-    key: str
-    action: str
+    key: FaultKey
+    action: Remedy
     boot_id: str
     sequence: int
 
 
 class DiagWhy(enum.StrEnum):
-    """Why a node is diagnosed (issue 13)."""
+    """Why a node is diagnosed."""
 
     RETURN = "return"  # return_requires_diag: before a reset or rebooted node returns
     SCHEDULED = "scheduled"  # pool diagnostics.every: cordon, drain, diagnose, uncordon
@@ -210,29 +240,29 @@ class NodeMemory:
     streak: int = 0  # consecutive distinct unhealthy reports
     streak_sequence: int = 0  # sequence of the last report counted in streak
     launch: tuple[tuple[str, str], ...] = ()  # PoolSpec.launch_settings() it was launched with
-    # Issue 13, the remediation ladder:
+    # The remediation ladder's memory:
     fault: Fault | None = None  # the last fault navarch acted on
     faults: tuple[tuple[str, datetime], ...] = ()  # (fault key, when), within the windows
-    rung: str = ""  # the last remedy tried (a Remedy value), for the fault key rung_fault
-    rung_fault: str = ""
+    rung: Remedy | None = None  # the last remedy tried, for the fault kind rung_fault
+    rung_fault: str = ""  # the FaultKey.kind the rung answered
     rung_at: datetime | None = None
     return_streak: int = 0  # distinct healthy reports from a boot later than the fault
     operator_cordon: str = ""  # `navarch cordon --reason`: never undone automatically
-    diag: Diag | None = None  # the last active diagnostics (issue 13)
+    diag: Diag | None = None  # the last active diagnostics
     diag_cordon: bool = False  # cordoned for scheduled diagnostics (uncordoned after them)
 
 
 @dataclass(frozen=True)
 class Exhausted:
     """A (provider, zone, instance_type, spot) place that answered 'no capacity', until
-    `until`. provider "" (Memory written before issue 15) means the pool's first one."""
+    `until`; failures: how many times in a row (the backoff doubles per failure)."""
 
     zone: str
     instance_type: str
     spot: bool
     until: datetime
     failures: int = 1
-    provider: str = ""
+    provider: str = field(kw_only=True)
 
 
 @dataclass(frozen=True)
@@ -245,7 +275,7 @@ class PoolMemory:
     desired_from_target: int | None = None  # spec target the autoscaled count started from
     scaled_at: datetime | None = None
     lemons: tuple[str, ...] = ()  # instance ids replaced as lemons (uncordon needs --force)
-    # Issue 13: faults per physical host where the cloud exposes one (Instance.host_id):
+    # Faults per physical host where the cloud exposes one (Instance.host_id):
     # (host id, fault key, when), kept for lemon_window; hosts whose nodes were lemons.
     host_faults: tuple[tuple[str, str, datetime], ...] = ()
     lemon_hosts: tuple[str, ...] = ()
@@ -393,10 +423,10 @@ class NodeView:
     drift: str | None = None  # why the node no longer matches its pool (None: it does)
     tags_drift: tuple[tuple[str, str], ...] = ()  # pool labels to set on it in place
     deadline: datetime | None = None  # maintenance: the cloud acts at this time
-    # Issue 13: what the remediation ladder reads (copied from NodeMemory).
+    # What the remediation ladder reads (copied from NodeMemory).
     fault: Fault | None = None
     faults: tuple[tuple[str, datetime], ...] = ()
-    rung: str = ""
+    rung: Remedy | None = None
     rung_fault: str = ""
     rung_at: datetime | None = None
     return_streak: int = 0
@@ -438,30 +468,51 @@ class Action:
     tags: tuple[tuple[str, str], ...] = ()  # update_tags: the tags to set
     backoff: bool = False  # terminate: back off the instance's place (it never came up)
     fault: Fault | None = None  # cordon/reboot: the fault it answers (recorded in Memory)
-    rung: str = ""  # reboot: the ladder's rung (a Remedy value) it carries out
+    rung: Remedy | None = None  # reboot / reset_gpu: the ladder's rung it carries out
     lemon: bool = False  # terminate: a lemon's instance id is remembered in PoolMemory
     level: int | None = None  # diagnose, and cordon for scheduled diagnostics: the diag level
     why: str = ""  # diagnose / cordon: a DiagWhy value
+    action_reason: ActionReason = field(kw_only=True)  # the reason as a code (JSON plan)
 
 
-@dataclass(frozen=True)
-class Halt:
-    """A safety rule stopped actions in a pool (or "*" for the fleet)."""
+class HaltRule(enum.StrEnum):
+    """The safety rule (or limit) that held actions back; serialised by value."""
 
-    pool: str
-    rule: str  # one of HALT_RULES
-    message: str
+    CIRCUIT_BREAKER = "circuit_breaker"
+    DISRUPTION_BUDGET = "disruption_budget"
+    REPAIR_RATE_LIMIT = "repair_rate_limit"
+    CAPACITY = "capacity"
+    MAX_NODES = "max_nodes"
+    ORPHAN_GUARD = "orphan_guard"
+    DUPLICATE_NODE = "duplicate_node"
 
     @property
     def safety_stop(self) -> bool:
         """True for rules that stop a run for a human (exit 3): breaker, orphan guard,
         duplicate node names. Budget, rate limit, capacity and max pace a converging run."""
-        return self.rule in SAFETY_STOPS
+        return self in _SAFETY_STOPS
 
 
-HALT_RULES = ("circuit_breaker", "disruption_budget", "repair_rate_limit", "capacity",
-              "max_nodes", "orphan_guard", "duplicate_node")
-SAFETY_STOPS = frozenset({"circuit_breaker", "orphan_guard", "duplicate_node"})
+_SAFETY_STOPS = frozenset({HaltRule.CIRCUIT_BREAKER, HaltRule.ORPHAN_GUARD,
+                           HaltRule.DUPLICATE_NODE})
+
+
+@dataclass(frozen=True)
+class Halt:
+    """A safety rule stopped actions in a pool (or "*" for the fleet). rule: a HaltRule
+    (a rule's value is accepted and converted)."""
+
+    pool: str
+    rule: HaltRule
+    message: str
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "rule", HaltRule(self.rule))
+
+    @property
+    def safety_stop(self) -> bool:
+        """True for rules that stop a run for a human (exit 3); see HaltRule.safety_stop."""
+        return self.rule.safety_stop
 
 
 @dataclass(frozen=True)
@@ -482,7 +533,7 @@ class Plan:
 
     @property
     def breaker_open(self) -> bool:
-        return any(h.rule == "circuit_breaker" for h in self.halts)
+        return any(h.rule is HaltRule.CIRCUIT_BREAKER for h in self.halts)
 
     @property
     def safety_stopped(self) -> bool:

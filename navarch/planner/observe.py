@@ -16,7 +16,7 @@ Rules (DESIGN.md "Node lifecycle" and safety rules 1-2):
   instance still pending past provision_timeout is STUCK.
 - A spot preemption notice is PREEMPTING (act at once); a maintenance notice is
   MAINTENANCE (replace before its deadline, within the disruption budget).
-- Remediation ladder (issue 13): a node the ladder rebooted or GPU-reset is REMEDIATING;
+- Remediation ladder: a node the ladder rebooted or GPU-reset is REMEDIATING;
   healthy reports made after the remedy (after_remedy: a boot other than the fault's for a
   reboot, a report made after the reset for reset_gpu) are counted per distinct sequence
   (return_streak), any other such report restarts the count. A node an operator cordoned (`navarch
@@ -32,6 +32,7 @@ from operator import attrgetter
 from typing import Any
 
 from navarch.durations import format_duration_s
+from navarch.health import FaultKey, Remedy, Status
 from navarch.inventory import TAG_SPEC, Instance, InstanceState
 from navarch.planner.model import (
     CLOCK_SKEW_S,
@@ -248,25 +249,17 @@ def _orphan_view(inst: Instance, nm: NodeMemory, now: datetime) -> NodeView:
     )
 
 
-def fault_key(s: ReportSummary) -> str:
-    """What makes two faults the same for the ladder: the first finding up to its first
-    colon, without a "(GPU n)" location ("XID 79", "ecc", "rule hot-gpu"); "unhealthy"
-    when the report has no finding."""
-    if not s.findings:
-        return s.status
-    head = s.findings[0].split(":", 1)[0]
-    cut = head.find(" (GPU ")
-    return (head[:cut] if cut >= 0 else head).strip()
-
-
 def fault_of(s: ReportSummary) -> Fault:
-    """The Fault an unhealthy report shows (key, recommended action, boot id, sequence)."""
-    return Fault(fault_key(s), s.action, s.boot_id, s.sequence)
+    """The Fault an unhealthy report shows: its structured key (ReportSummary.fault_key,
+    read from the agent's checks or named by a user rule; kind "unhealthy" when the report
+    names none), recommended remedy, boot id and sequence."""
+    key = s.fault_key if s.fault_key is not None else FaultKey(s.status.value)
+    return Fault(key, s.action, s.boot_id, s.sequence)
 
 
-def after_remedy(rung: str, fault: Fault | None, rung_at: datetime | None,
+def after_remedy(rung: Remedy | None, fault: Fault | None, rung_at: datetime | None,
                  s: ReportSummary | None) -> bool:
-    """Whether report s was made after the ladder's remedy of `fault` (issue 13).
+    """Whether report s was made after the ladder's remedy of `fault`.
 
     reboot (and any rung but reset_gpu): s comes from another boot than the fault's report.
     reset_gpu keeps the boot: s was made (ReportSummary.observed_at, the store's clock when
@@ -278,7 +271,7 @@ def after_remedy(rung: str, fault: Fault | None, rung_at: datetime | None,
         return False
     if s.boot_id != fault.boot_id:
         return True
-    return rung == "reset_gpu" and rung_at is not None and s.observed_at > rung_at
+    return rung is Remedy.RESET_GPU and rung_at is not None and s.observed_at > rung_at
 
 
 def _fold_return(nm: NodeMemory, s: ReportSummary) -> int:
@@ -286,7 +279,7 @@ def _fold_return(nm: NodeMemory, s: ReportSummary) -> int:
     remedy (after_remedy) while the ladder waits on the node, else 0."""
     if nm.phase is not Phase.REMEDIATING or nm.fault is None:
         return 0
-    if after_remedy(nm.rung, nm.fault, nm.rung_at, s) and s.status == "healthy":
+    if after_remedy(nm.rung, nm.fault, nm.rung_at, s) and s.status is Status.HEALTHY:
         return nm.return_streak + 1
     return 0
 
@@ -312,7 +305,7 @@ def _fold_report(nm: NodeMemory, obs: ReportObservation | None) -> NodeMemory:
             return nm  # the same report as last run: nothing to fold
         return replace(nm, report_rejected=None, report_version=obs.version, report=report)
     same_boot = nm.report is not None and nm.report.boot_id == s.boot_id
-    streak = (nm.streak if same_boot else 0) + 1 if s.status == "unhealthy" else 0
+    streak = (nm.streak if same_boot else 0) + 1 if s.status is Status.UNHEALTHY else 0
     return replace(nm, report_rejected=None, report_version=obs.version, report=s,
                    streak=streak, streak_sequence=s.sequence, return_streak=_fold_return(nm, s))
 
@@ -347,7 +340,7 @@ def _view(
     tags_drift: tuple[tuple[str, str], ...] = (),
 ) -> NodeView:
     s = nm.report
-    # Age by the store's clock when known (issue 16 item 5): a node's wrong clock is shown
+    # Age by the store's clock when known: a node's wrong clock is shown
     # as skew in the reason, never a reason to replace it.
     age = max((now - s.observed_at).total_seconds(), 0.0) if s else None
     rejected = obs.rejected if obs else None
@@ -440,15 +433,15 @@ def _reported(pool: PoolSpec, nm: NodeMemory, s: ReportSummary, age: float,
         return Lifecycle.STALE, f"last report {format_duration_s(age)} old", {}
     if rejected:
         return Lifecycle.UNKNOWN, f"latest report rejected: {rejected}", {}
-    if s.status == "unhealthy":
+    if s.status is Status.UNHEALTHY:
         if s.fatal:
             return Lifecycle.UNHEALTHY, _first_finding(s), {"immediate": True}
         if nm.streak >= h.unhealthy_after:
             return Lifecycle.UNHEALTHY, f"{_first_finding(s)} ({nm.streak} reports in a row)", {}
         return (Lifecycle.DEGRADED,
                 f"{_first_finding(s)} (unhealthy report {nm.streak} of {h.unhealthy_after})", {})
-    if s.status == "degraded":
+    if s.status is Status.DEGRADED:
         return Lifecycle.DEGRADED, _first_finding(s), {}
-    if s.status == "unknown":
+    if s.status is Status.UNKNOWN:
         return Lifecycle.UNKNOWN, _first_finding(s), {}
     return Lifecycle.HEALTHY, "all checks pass", {}

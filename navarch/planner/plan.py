@@ -5,15 +5,16 @@ Pure: no I/O, no clock reads, no randomness; same inputs give the same plan, byt
 A fleet's plan is made in two layers of named stages, each a pure function:
 - fleet stages: the circuit breaker over the whole fleet, orphans (nodes whose pool left
   fleet.yaml, with the guard against mass termination), duplicate node names;
-- pool stages, per pool in name order (POOL_STAGES): scale (desired count), ladder (the
-  remediation ladder: reboot, return to service or replace drained and rebooted nodes,
-  issue 13; operator cordons), terminate (nodes whose drain finished or timed out), redrain (cordoned, never drained), stuck
-  (pending past provision_timeout), repair (cordon + drain what must be replaced), watch
-  (what is part-way to a decision), diagnostics (cordon + drain nodes due for scheduled
-  dcgmi diag, within the budget; the ladder stage diagnoses and returns them), drift
-  (in-place tag updates and rolling replacement),
-  count (provision up to desired, or scale down). `navarch destroy` swaps in its own.
-A stage reads a PoolContext (never changed) and the Progress earlier stages made (budget
+- pool stages, per pool in name order (POOL_STAGES): scale (desired count), ladder
+  (navarch.planner.ladder: reset, reboot, return to service or replace drained and
+  remedied nodes; operator cordons), terminate (nodes whose drain finished or timed out),
+  redrain (cordoned, never drained), stuck (pending past provision_timeout), repair
+  (cordon + drain what must be replaced), watch (what is part-way to a decision),
+  diagnostics (navarch.planner.diagnostics: cordon + drain nodes due for scheduled dcgmi
+  diag, within the budget; the ladder stage diagnoses and returns them), drift (in-place
+  tag updates and rolling replacement), count (provision up to desired, or scale down).
+  `navarch destroy` swaps in its own.
+A stage (navarch.planner.context) reads a PoolContext (never changed) and the Progress earlier stages made (budget
 left, nodes leaving, replacements wanted) and returns a StageResult: its actions, the
 halts and notes it adds, the differences it leaves for later (pending), the new Progress.
 
@@ -43,24 +44,27 @@ cordoned is never drained, terminated or uncordoned by a plan.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime
 from functools import lru_cache
 from operator import attrgetter
 
 from navarch.durations import format_duration_s
+from navarch.health import Status
+from navarch.planner.context import PlanOptions, PoolContext, Progress, Stage, StageResult
+from navarch.planner.context import iid as _iid
+from navarch.planner.diagnostics import diagnostics_stage
+from navarch.planner.ladder import ladder_stage
 from navarch.planner.model import (
     LEAVING,
     READY,
     SERVING,
     Action,
     ActionKind,
-    Diag,
-    DiagState,
-    DiagWhy,
-    Fault,
+    ActionReason,
     Halt,
+    HaltRule,
     Lifecycle,
     Memory,
     NodeView,
@@ -68,8 +72,7 @@ from navarch.planner.model import (
     Plan,
     PoolMemory,
 )
-from navarch.planner.observe import Duplicate, after_remedy, fault_of
-from navarch.policy import Remedy, ladder_remedy
+from navarch.planner.observe import Duplicate, fault_of
 from navarch.spec import FleetSpec, PoolSpec
 
 HOUR_S = 3600
@@ -79,73 +82,6 @@ _REQUESTED = 3  # `apply --replace NODE`, between offline and maintenance
 # Providers whose instances' tags/labels can be changed in place (EC2 CreateTags, GCE
 # setLabels, ARM tags PATCH, the local provider's machine file); others replace the node.
 TAG_UPDATABLE = frozenset({"local", "aws", "gcp", "azure"})
-
-
-@dataclass(frozen=True)
-class PlanOptions:
-    """What one run is asked for beyond converging (CLI flags, Terraform's analogues).
-
-    pools: only these pools and their orphans (`--pool`, Terraform -target); None: all.
-    replace: nodes to replace through the usual surge/cordon/drain path (`--replace`).
-    destroy: `navarch destroy`: every node of the chosen pools (and orphans) leaves.
-    force: with destroy, terminate without waiting for drains.
-    allow_destroy: lift the orphan guard for this run (`--allow-destroy`).
-    """
-
-    pools: frozenset[str] | None = None
-    replace: frozenset[str] = frozenset()
-    destroy: bool = False
-    force: bool = False
-    allow_destroy: bool = False
-
-    def includes(self, pool: str) -> bool:
-        return self.pools is None or pool in self.pools
-
-
-@dataclass(frozen=True)
-class PoolContext:
-    """What every stage of one pool reads. views: the pool's nodes by name; frozen: a
-    circuit breaker (pool or fleet) is open; last_index: the highest node index used."""
-
-    spec: FleetSpec
-    pool: PoolSpec
-    views: tuple[NodeView, ...]
-    pm: PoolMemory
-    now: datetime
-    frozen: bool
-    options: PlanOptions
-    last_index: int
-
-
-@dataclass(frozen=True)
-class Progress:
-    """What earlier stages of a pool's pipeline decided or used up.
-
-    budget: nodes that may still leave service; rate_left: repairs that may still start;
-    leaving: nodes this run cordons, whose replacements count provisions (in order);
-    surge_for: (node, why) drifted nodes wanting a replacement before they leave;
-    avoid: places this run found bad (a stuck instance's), skipped by provisioning.
-    """
-
-    desired: int
-    budget: int
-    rate_left: int
-    leaving: tuple[str, ...] = ()
-    surge_for: tuple[tuple[str, str], ...] = ()
-    avoid: frozenset[tuple[str, str, str, bool]] = frozenset()
-    taken: frozenset[str] = frozenset()  # nodes an earlier stage already acted on
-
-
-@dataclass(frozen=True)
-class StageResult:
-    progress: Progress
-    actions: tuple[Action, ...] = ()
-    halts: tuple[Halt, ...] = ()
-    notes: tuple[str, ...] = ()
-    pending: tuple[str, ...] = ()
-
-
-Stage = Callable[[PoolContext, Progress], StageResult]
 
 
 def node_name(fleet: str, pool: str, index: int) -> str:
@@ -160,10 +96,6 @@ def _index_of(fleet: str, pool: str, name: str) -> int:
     prefix = f"{fleet}-{pool}-"
     tail = name[len(prefix):] if name.startswith(prefix) else ""
     return int(tail) if tail.isdigit() else 0
-
-
-def _iid(v: NodeView) -> str | None:
-    return v.instance.instance_id if v.instance else None
 
 
 def _breaker_tripped(views: Sequence[NodeView], pct: float) -> tuple[bool, int, int]:
@@ -208,9 +140,8 @@ PlaceKey = tuple[str, str, str, bool]  # (provider, zone, instance_type, spot)
 
 
 def _blocked(pool: PoolSpec, pm: PoolMemory, now: datetime) -> dict[PlaceKey, datetime]:
-    """Places in capacity backoff -> until when (an entry without a provider, written
-    before issue 15, is the pool's first provider's)."""
-    return {(e.provider or pool.provider, e.zone, e.instance_type, e.spot): e.until
+    """Places in capacity backoff -> until when."""
+    return {(e.provider, e.zone, e.instance_type, e.spot): e.until
             for e in pm.exhausted if e.until > now}
 
 
@@ -281,7 +212,7 @@ def plan(spec: FleetSpec, views: Sequence[NodeView], memory: Memory, now: dateti
         top = max([pm.next_index - 1, last_index.get(pool.name, 0)]
                   + [_index_of(spec.name, pool.name, v.node) for v in pviews])
         results.append(_plan_pool(spec, pool, pviews, pm, now, options, top,
-                                  any(h.rule == "circuit_breaker" for h in fleet.halts)))
+                                  any(h.rule is HaltRule.CIRCUIT_BREAKER for h in fleet.halts)))
     blocked = {d.node for d in duplicates}
     actions = tuple(a for r in results for a in r.actions
                     if a.node not in blocked or a in fleet.actions)
@@ -313,7 +244,7 @@ def _plan_pool(spec: FleetSpec, pool: PoolSpec, views: tuple[NodeView, ...], pm:
     halts: list[Halt] = []
     tripped, sick, total = _breaker_tripped(views, spec.safety.circuit_breaker_pct)
     if tripped and not options.destroy:
-        halts.append(Halt(pool.name, "circuit_breaker",
+        halts.append(Halt(pool.name, HaltRule.CIRCUIT_BREAKER,
                           f"{sick} of {total} nodes are unhealthy or offline "
                           f"(>= {spec.safety.circuit_breaker_pct:g}%): no new cordon or termination in "
                           "this pool; a mass failure is more often a broken agent, network or store"))
@@ -346,7 +277,7 @@ def _fleet_stages(spec: FleetSpec, views: Sequence[NodeView], memory: Memory,
     halts: list[Halt] = []
     tripped, sick, total = _breaker_tripped(views, spec.safety.fleet_circuit_breaker_pct)
     if tripped and not options.destroy:
-        halts.append(Halt("*", "circuit_breaker",
+        halts.append(Halt("*", HaltRule.CIRCUIT_BREAKER,
                           f"{sick} of {total} nodes in the fleet are unhealthy or offline "
                           f"(>= {spec.safety.fleet_circuit_breaker_pct:g}%): no new cordon or "
                           "termination anywhere; check the agents, the store and the network first"))
@@ -367,13 +298,13 @@ def orphan_stage(spec: FleetSpec, views: Sequence[NodeView], options: PlanOption
     if len(orphans) > limit and not (options.allow_destroy or options.destroy):
         pools = ", ".join(sorted({v.pool for v in orphans}))
         return StageResult(Progress(0, 0, 0), halts=(Halt(
-            "*", "orphan_guard",
+            "*", HaltRule.ORPHAN_GUARD,
             f"{len(orphans)} orphan node(s) of removed pool(s) {pools} would be terminated, more "
             f"than the limit of {limit}; if the pools were removed on purpose run apply with "
             "--allow-destroy (or raise safety.max_orphan_terminations), else restore them in "
             "fleet.yaml"),), pending=tuple(f"{v.node}: {v.reason}" for v in orphans))
     actions = tuple(Action(ActionKind.TERMINATE, v.pool, v.node, f"orphan: {v.reason}",
-                           instance_id=_iid(v)) for v in orphans)
+                           instance_id=_iid(v), action_reason=ActionReason.ORPHAN) for v in orphans)
     note = ("orphans are terminated without a drain: their pool's scheduler and playbooks "
             "left fleet.yaml with it")
     return StageResult(Progress(0, 0, 0), actions, notes=(note,))
@@ -387,7 +318,7 @@ def duplicate_stage(duplicates: Sequence[Duplicate]) -> StageResult:
     for d in duplicates:
         ids = ", ".join(i.instance_id for i in d.instances)
         if d.extra is None:
-            halts.append(Halt(d.pool, "duplicate_node",
+            halts.append(Halt(d.pool, HaltRule.DUPLICATE_NODE,
                               f"{d.node} is carried by instances {ids} and navarch's state knows "
                               "none of them: nothing is done to this node name; terminate the "
                               "wrong instance by hand"))
@@ -395,7 +326,8 @@ def duplicate_stage(duplicates: Sequence[Duplicate]) -> StageResult:
         actions.append(Action(ActionKind.TERMINATE, d.pool, d.node,
                               f"duplicate: instance {d.extra.instance_id} also carries "
                               f"navarch-node={d.node} (instances {ids}; the node is the one in "
-                              "navarch's state)", instance_id=d.extra.instance_id))
+                              "navarch's state)", instance_id=d.extra.instance_id,
+                              action_reason=ActionReason.DUPLICATE))
     return StageResult(Progress(0, 0, 0), tuple(actions), tuple(halts))
 
 
@@ -406,7 +338,9 @@ def scale_stage(ctx: PoolContext, prog: Progress) -> StageResult:
     """Desired count: the target, or autoscaling's (a SCALE action records a change)."""
     desired, reason = desired_count(ctx.pool, ctx.views, ctx.pm, ctx.now)
     actions = () if reason is None else (
-        Action(ActionKind.SCALE, ctx.pool.name, None, reason, desired=desired),)
+        Action(ActionKind.SCALE, ctx.pool.name, None, reason, desired=desired,
+               action_reason=(ActionReason.SCALE_UP if "scale_up_at" in reason
+                              else ActionReason.SCALE_DOWN)),)
     return StageResult(replace(prog, desired=desired), actions)
 
 
@@ -420,7 +354,8 @@ def terminate_stage(ctx: PoolContext, prog: Progress) -> StageResult:
     for v in ctx.views:
         if v.lifecycle is Lifecycle.TERMINATING:
             actions.append(Action(ActionKind.TERMINATE, ctx.pool.name, v.node,
-                                  f"terminate still in progress ({v.reason})", instance_id=_iid(v)))
+                                  f"terminate still in progress ({v.reason})", instance_id=_iid(v),
+                                  action_reason=ActionReason.TERMINATING))
         elif v.lifecycle is Lifecycle.DRAINING and v.node not in prog.taken:
             waited_s = (ctx.now - v.phase_at).total_seconds() if v.phase_at else 0.0
             if v.drained:
@@ -432,320 +367,20 @@ def terminate_stage(ctx: PoolContext, prog: Progress) -> StageResult:
                                f"of {format_duration_s(h.drain_timeout_s)}")
                 continue
             if ctx.frozen and not v.drained:
-                halts.append(Halt(ctx.pool.name, "circuit_breaker", f"{v.node}: termination held back"))
+                halts.append(Halt(ctx.pool.name, HaltRule.CIRCUIT_BREAKER, f"{v.node}: termination held back"))
                 continue
             actions.append(Action(ActionKind.TERMINATE, ctx.pool.name, v.node, f"{why}; {v.reason}",
-                                  instance_id=_iid(v), backoff=v.summary is None))
+                                  instance_id=_iid(v), backoff=v.summary is None,
+                                  action_reason=(ActionReason.DRAIN_FINISHED if v.drained
+                                                 else ActionReason.DRAIN_TIMEOUT)))
     return StageResult(prog, tuple(actions), tuple(halts), pending=tuple(pending))
-
-
-# --- the remediation ladder (issue 13) -------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Rung:
-    """What the ladder gives one fault: the remedy, the reason, and whether it is a lemon."""
-
-    remedy: Remedy
-    why: str
-    lemon: bool
-
-
-def _rung_for(ctx: PoolContext, v: NodeView, fault: Fault, unrecorded: int) -> _Rung:
-    """The ladder's rung for `fault` on v (navarch.policy.ladder_remedy).
-
-    previous: the rung already tried for the same fault key within ladder_window; lemon:
-    lemon_after or more faults within lemon_window (v.faults, plus `unrecorded` faults not
-    yet in Memory), on the node or on its physical host where the cloud exposes one
-    (PoolMemory.host_faults: faults of earlier instances on the same EC2 Dedicated Host).
-    A fault whose action is no remedy (none, restart_app) was cordoned as
-    unhealthy: it is replaced, as before the ladder.
-    """
-    h = ctx.pool.health
-    previous = (v.rung if v.rung and v.rung_fault == fault.key and v.rung_at is not None
-                and (ctx.now - v.rung_at).total_seconds() <= h.ladder_window_s else None)
-    count = unrecorded + sum((ctx.now - t).total_seconds() <= h.lemon_window_s
-                             for _, t in v.faults)
-    host = v.instance.host_id if v.instance is not None else None
-    on_host = unrecorded + sum(hid == host and (ctx.now - t).total_seconds() <= h.lemon_window_s
-                               for hid, _, t in ctx.pm.host_faults) if host else 0
-    if on_host > count:  # faults of earlier instances on the same host (EC2 Dedicated Host)
-        count = on_host
-    lemon = count >= h.lemon_after
-    try:
-        need = Remedy(fault.action)
-    except ValueError:
-        need = Remedy.NONE
-    if need is Remedy.NONE:
-        need = Remedy.REPLACE
-    remedy = ladder_remedy(h.remediation, need, previous=previous, lemon=lemon)
-    ladder = "remediation: " + " then ".join(h.remediation)
-    if lemon:
-        where = f" on host {host}" if host and on_host == count else ""
-        why = (f"lemon: {count} faults{where} in {format_duration_s(h.lemon_window_s)} "
-               f"(lemon_after {h.lemon_after}); {fault.key}")
-    elif previous is not None:
-        why = (f"{fault.key} again within {format_duration_s(h.ladder_window_s)} after "
-               f"{previous}; {ladder}")
-    elif need is Remedy.REPLACE:
-        why = f"{fault.key}: its remedy is replace"
-    else:
-        why = f"{fault.key}, first occurrence; {ladder}"
-    return _Rung(remedy, why, lemon)
-
-
-def _busy(v: NodeView) -> int:
-    """GPU processes by the node's latest report (0 when none or unknown)."""
-    return (v.summary.process_count or 0) if v.summary is not None else 0
-
-
-#: The action that carries out each in-place rung of the ladder.
-_RUNG_ACTION = {Remedy.RESET_GPU: ActionKind.RESET_GPU, Remedy.REBOOT: ActionKind.REBOOT}
-
-
-def _in_place(ctx: PoolContext, v: NodeView, r: _Rung, fault: Fault, *, repair: bool = False
-              ) -> tuple[Action | None, str]:
-    """The rung's in-place action (RESET_GPU or REBOOT) for v, or why it waits: never while
-    v's latest report shows GPU processes (nvidia-smi -r refuses then, and a reboot would
-    kill them)."""
-    kind = _RUNG_ACTION[r.remedy]
-    if _busy(v):
-        return None, (f"{v.node}: {kind.value} waits: its latest report shows {_busy(v)} "
-                      "GPU process(es)")
-    return Action(kind, ctx.pool.name, v.node, r.why, instance_id=_iid(v), fault=fault,
-                  rung=r.remedy.value, repair=repair), ""
-
-
-def _after_drain(ctx: PoolContext, v: NodeView, fault: Fault) -> tuple[Action | None, str]:
-    """A drained node cordoned for a fault: reset its GPUs, reboot it, or terminate it."""
-    r = _rung_for(ctx, v, fault, unrecorded=0)
-    if r.remedy is Remedy.REPLACE:
-        return Action(ActionKind.TERMINATE, ctx.pool.name, v.node, f"drain finished; {r.why}",
-                      instance_id=_iid(v), lemon=r.lemon), ""
-    return _in_place(ctx, v, r, fault)
-
-
-def _remediating(ctx: PoolContext, v: NodeView) -> tuple[Action | None, str]:
-    """A rebooted or GPU-reset node: return it after return_after healthy reports made after
-    the remedy, climb a rung when it faults again, replace it when no report made after the
-    remedy arrives within boot_timeout."""
-    h, s, fault = ctx.pool.health, v.summary, v.fault
-    rung = v.rung or "reboot"
-    since = v.rung_at or v.phase_at or ctx.now
-    waited_s = (ctx.now - since).total_seconds()
-    if s is None or not after_remedy(rung, fault, v.rung_at, s):
-        if waited_s > h.boot_timeout_s:
-            what = "from a new boot" if rung != Remedy.RESET_GPU else "made"
-            return Action(ActionKind.TERMINATE, ctx.pool.name, v.node,
-                          f"no report {what} within boot_timeout "
-                          f"({format_duration_s(h.boot_timeout_s)}) after the {rung}",
-                          instance_id=_iid(v)), ""
-        return None, (f"{v.node}: waits for its first report after the {rung} "
-                      f"({format_duration_s(waited_s)} of boot_timeout "
-                      f"{format_duration_s(h.boot_timeout_s)})")
-    if v.report_age_s is not None and v.report_age_s > h.offline_after_s:
-        return Action(ActionKind.TERMINATE, ctx.pool.name, v.node,
-                      f"no fresh report for {format_duration_s(v.report_age_s)} after the {rung}",
-                      instance_id=_iid(v)), ""
-    if s.status == "unhealthy":
-        if not (s.fatal or v.streak >= h.unhealthy_after):
-            return None, (f"{v.node}: unhealthy report {v.streak} of {h.unhealthy_after} "
-                          f"after the {rung}")
-        new = fault_of(s)
-        r = _rung_for(ctx, v, new, unrecorded=1)
-        if r.remedy is Remedy.REPLACE:
-            return Action(ActionKind.TERMINATE, ctx.pool.name, v.node, r.why,
-                          instance_id=_iid(v), lemon=r.lemon, fault=new), ""
-        return _in_place(ctx, v, r, new, repair=True)
-    if v.return_streak >= h.return_after:
-        why = f"healthy for {v.return_streak} reports after {rung}"
-        if h.return_requires_diag is not None:
-            gate = _return_diag(ctx, v, h.return_requires_diag, why)
-            if gate is not None:
-                return gate
-            why += f"; dcgmi diag -r {h.return_requires_diag} passed"
-        return Action(ActionKind.UNCORDON, ctx.pool.name, v.node, why, instance_id=_iid(v)), ""
-    return None, f"{v.node}: {v.return_streak} of {h.return_after} healthy reports after the {rung}"
-
-
-def _diagnose(ctx: PoolContext, v: NodeView, level: int, why: DiagWhy, reason: str) -> Action:
-    return Action(ActionKind.DIAGNOSE, ctx.pool.name, v.node, reason, instance_id=_iid(v),
-                  level=level, why=why.value)
-
-
-def _diag_fault(v: NodeView, d: Diag, key: str, action: str) -> Fault:
-    """The Fault a failed diagnostic is: `key` and `action` (for a diag before return, the
-    remedied fault's, so the ladder climbs), on the node's latest report's boot."""
-    s = v.summary
-    return Fault(key, action, s.boot_id if s else "", s.sequence if s else 0)
-
-
-def _climb_on_diag(ctx: PoolContext, v: NodeView, d: Diag, fault: Fault, what: str = ""
-                   ) -> tuple[Action | None, str]:
-    """A failed diagnostic is a fault like any other (issue 13): the ladder's rung for it
-    (the next one when it answers the fault just remedied), or a replacement."""
-    r = _rung_for(ctx, v, fault, unrecorded=1)
-    r = replace(r, why=f"{what}dcgmi diag -r {d.level} failed ({d.detail}); {r.why}")
-    if r.remedy is Remedy.REPLACE:
-        return Action(ActionKind.TERMINATE, ctx.pool.name, v.node, r.why, instance_id=_iid(v),
-                      lemon=r.lemon, fault=fault), ""
-    return _in_place(ctx, v, r, fault, repair=True)
-
-
-def _return_diag(ctx: PoolContext, v: NodeView, level: int, healthy: str
-                 ) -> tuple[Action | None, str] | None:
-    """return_requires_diag: a remedied node returns only after `dcgmi diag -r level`, started
-    after the remedy, passed. None when it did; else the DIAGNOSE that starts or collects it
-    (it runs detached on the node: each run collects, none waits for it), the climb a failed
-    one makes, or why the node waits (dcgmi is not installed)."""
-    d = v.diag
-    if (d is None or d.why is not DiagWhy.RETURN or d.level < level or d.started_at is None
-            or v.rung_at is None or d.started_at < v.rung_at):
-        return _diagnose(ctx, v, level, DiagWhy.RETURN,
-                         f"{healthy}; return_requires_diag: dcgmi diag -r {level} first"), ""
-    if d.state is DiagState.PASS:
-        return None
-    if d.state is DiagState.RUNNING:
-        return _diagnose(ctx, v, d.level, DiagWhy.RETURN, f"collect dcgmi diag -r {d.level} "
-                         f"(running since {d.started_at:%H:%M} UTC)"), ""
-    if d.state is DiagState.FAIL:
-        key, action = ((v.fault.key, v.fault.action) if v.fault is not None
-                       else (DIAG_FAULT_KEY, DIAG_FAULT_ACTION))
-        return _climb_on_diag(ctx, v, d, _diag_fault(v, d, key, action))
-    if d.state is DiagState.UNAVAILABLE:
-        return None, (f"{v.node}: cannot return: return_requires_diag {level} and {d.detail}")
-    return _diagnose(ctx, v, level, DiagWhy.RETURN,
-                     f"dcgmi diag -r {level} again: the last run gave no verdict ({d.detail})"), ""
-
-
-#: The fault a failed scheduled diagnostic is: a reboot first (DCGM's memory and PCIe
-#: failures are often cured by one), then the ladder climbs as for any fault.
-DIAG_FAULT_KEY = "dcgmi diag"
-DIAG_FAULT_ACTION = "reboot"
-
-
-def _scheduled_diag(ctx: PoolContext, v: NodeView) -> tuple[Action | None, str]:
-    """A node cordoned for scheduled diagnostics: once drained, diagnose it (start, then
-    collect on later runs); uncordon it when they pass or give no verdict (doubt never
-    acts); a failure is a fault on the ladder. A drain that does not finish within
-    drain_timeout returns the node undiagnosed: a healthy node is never terminated for it."""
-    h = ctx.pool.health
-    if not v.drained:
-        waited_s = (ctx.now - v.phase_at).total_seconds() if v.phase_at else 0.0
-        if waited_s >= h.drain_timeout_s:
-            return Action(ActionKind.UNCORDON, ctx.pool.name, v.node,
-                          f"scheduled diagnostics skipped: drain_timeout "
-                          f"({format_duration_s(h.drain_timeout_s)}) passed", instance_id=_iid(v)), ""
-        return None, f"{v.node}: draining for scheduled diagnostics"
-    d = v.diag
-    level = ctx.pool.diagnostics.level
-    if d is None or d.state in (DiagState.DUE, DiagState.RUNNING):
-        what = "collect" if d is not None and d.state is DiagState.RUNNING else "start"
-        return _diagnose(ctx, v, d.level if d else level, DiagWhy.SCHEDULED,
-                         f"scheduled diagnostics: {what} dcgmi diag -r {d.level if d else level}"), ""
-    if d.state is DiagState.FAIL:
-        return _climb_on_diag(ctx, v, d, _diag_fault(v, d, DIAG_FAULT_KEY, DIAG_FAULT_ACTION),
-                              "scheduled ")
-    verdict = "passed" if d.state is DiagState.PASS else f"gave no verdict ({d.detail})"
-    return Action(ActionKind.UNCORDON, ctx.pool.name, v.node,
-                  f"scheduled dcgmi diag -r {d.level} {verdict}", instance_id=_iid(v)), ""
-
-
-def diagnostics_stage(ctx: PoolContext, prog: Progress) -> StageResult:
-    """Scheduled active diagnostics (pool diagnostics: {every, level}; issue 13): cordon and
-    drain healthy nodes whose last diagnostics (or launch) are `every` old, oldest first,
-    within the disruption budget, so at most max_unavailable nodes of the pool are out at
-    once (the ladder stage diagnoses and returns them). Not with the breaker open; a node
-    out for diagnostics is no repair (no rate limit) and gets no replacement."""
-    every_s, level = ctx.pool.diagnostics.every_s, ctx.pool.diagnostics.level
-    if every_s is None or ctx.frozen:
-        return StageResult(prog)
-
-    def last(v: NodeView) -> datetime:
-        if v.diag is not None:
-            return v.diag.at
-        return v.instance.launched_at if v.instance is not None else ctx.now
-
-    due = sorted((v for v in ctx.views if v.lifecycle is Lifecycle.HEALTHY
-                  and v.node not in prog.leaving and v.node not in prog.taken
-                  and (ctx.now - last(v)).total_seconds() >= every_s),
-                 key=lambda v: (last(v), v.node))
-    actions: list[Action] = []
-    pending: list[str] = []
-    budget = prog.budget
-    for v in due:
-        if budget <= 0:
-            pending.append(f"{v.node}: scheduled diagnostics wait for max_unavailable")
-            continue
-        budget -= 1
-        why = (f"scheduled diagnostics (every {format_duration_s(every_s)}, dcgmi diag -r "
-               f"{level}; last {format_duration_s((ctx.now - last(v)).total_seconds())} ago)")
-        actions.append(Action(ActionKind.CORDON, ctx.pool.name, v.node, why, instance_id=_iid(v),
-                              level=level, why=DiagWhy.SCHEDULED.value))
-        actions.append(Action(ActionKind.DRAIN, ctx.pool.name, v.node, why, instance_id=_iid(v)))
-    return StageResult(replace(prog, budget=budget,
-                               taken=prog.taken | {a.node for a in actions if a.node}),
-                       tuple(actions), pending=tuple(pending))
-
-
-def ladder_stage(ctx: PoolContext, prog: Progress) -> StageResult:
-    """The remediation ladder (issue 13, docs/health-policy.md).
-
-    A DRAINING node cordoned for a fault (Memory has it) whose drain finished gets
-    ladder_remedy(remediation, fault action, previous rung for the same fault within
-    ladder_window, lemon): RESET_GPU, REBOOT, or TERMINATE (replace; a lemon is marked). A
-    REMEDIATING node is uncordoned after return_after healthy reports made after the
-    remedy (observe.after_remedy: a new boot, or a report later than the GPU reset), climbs
-    the next rung when it faults again after it, and is replaced when no report made after
-    the remedy arrives within boot_timeout. Resets and reboots are repairs: the circuit
-    breaker holds every one, the repair rate limit one no cordon paid for (a fault again
-    after a remedy). Terminations here are of drained nodes and go even
-    with the breaker open. Operator-cordoned nodes are listed as pending, nothing else.
-    """
-    pool = ctx.pool
-    actions: list[Action] = []
-    halts: list[Halt] = []
-    pending: list[str] = []
-    taken = set(prog.taken)
-    rate_left = prog.rate_left
-    for v in ctx.views:
-        if v.lifecycle is Lifecycle.OPERATOR_CORDONED:
-            pending.append(f"{v.node}: {v.reason} (`navarch uncordon` returns it)")
-            continue
-        if v.lifecycle is Lifecycle.DRAINING and v.diag_cordon:
-            action, wait = _scheduled_diag(ctx, v)
-        elif v.lifecycle is Lifecycle.DRAINING and v.drained and v.fault is not None:
-            action, wait = _after_drain(ctx, v, v.fault)
-        elif v.lifecycle is Lifecycle.REMEDIATING:
-            action, wait = _remediating(ctx, v)
-        else:
-            continue
-        taken.add(v.node)
-        if action is None:
-            pending.append(wait)
-            continue
-        if action.kind in (ActionKind.REBOOT, ActionKind.RESET_GPU):
-            if ctx.frozen:
-                halts.append(Halt(pool.name, "circuit_breaker",
-                                  f"{v.node}: {action.kind.value} held back"))
-                continue
-            if action.repair:
-                if rate_left <= 0:
-                    halts.append(Halt(pool.name, "repair_rate_limit",
-                                      f"{v.node} waits for its {action.kind.value}: "
-                                      f"{ctx.spec.safety.repairs_per_pool_per_hour} repairs in "
-                                      "the last hour"))
-                    continue
-                rate_left -= 1
-        actions.append(action)
-    return StageResult(replace(prog, rate_left=rate_left, taken=frozenset(taken)),
-                       tuple(actions), tuple(halts), pending=tuple(pending))
 
 
 def redrain_stage(ctx: PoolContext, prog: Progress) -> StageResult:
     """Start draining nodes that were cordoned but never drained (e.g. SSH failed)."""
     return StageResult(prog, tuple(
-        Action(ActionKind.DRAIN, ctx.pool.name, v.node, v.reason)
+        Action(ActionKind.DRAIN, ctx.pool.name, v.node, v.reason,
+               action_reason=ActionReason.REDRAIN)
         for v in ctx.views if v.lifecycle is Lifecycle.CORDONED))
 
 
@@ -755,13 +390,14 @@ def stuck_stage(ctx: PoolContext, prog: Progress) -> StageResult:
     stuck = [v for v in ctx.views if v.lifecycle is Lifecycle.STUCK and v.instance]
     if ctx.frozen and stuck:
         return StageResult(prog, halts=tuple(
-            Halt(ctx.pool.name, "circuit_breaker", f"{v.node}: termination of a stuck instance "
+            Halt(ctx.pool.name, HaltRule.CIRCUIT_BREAKER, f"{v.node}: termination of a stuck instance "
                  "held back") for v in stuck))
     avoid = frozenset((v.instance.provider, v.instance.zone, v.instance.instance_type,
                        v.instance.spot)
                       for v in stuck if v.instance)
     actions = tuple(Action(ActionKind.TERMINATE, ctx.pool.name, v.node, v.reason,
-                           instance_id=_iid(v), backoff=True) for v in stuck)
+                           instance_id=_iid(v), backoff=True,
+                           action_reason=ActionReason.PROVISION_TIMEOUT) for v in stuck)
     return StageResult(replace(prog, avoid=prog.avoid | avoid), actions)
 
 
@@ -771,6 +407,20 @@ def _repair_rank(ctx: PoolContext, v: NodeView) -> int | None:
     if v.node in ctx.options.replace and v.lifecycle in SERVING:
         return _REQUESTED
     return None
+
+
+_REPAIR_CODES = {Lifecycle.PREEMPTING: ActionReason.PREEMPTION,
+                 Lifecycle.OFFLINE: ActionReason.OFFLINE,
+                 Lifecycle.MAINTENANCE: ActionReason.MAINTENANCE}
+
+
+def _repair_code(v: NodeView, rank: int) -> ActionReason:
+    """The action_reason of a repair: what made the node leave."""
+    if rank == _REQUESTED:
+        return ActionReason.REPLACE_REQUESTED
+    if v.lifecycle is Lifecycle.UNHEALTHY and v.summary is None:
+        return ActionReason.BOOT_TIMEOUT
+    return _REPAIR_CODES.get(v.lifecycle, ActionReason.UNHEALTHY)
 
 
 def repair_stage(ctx: PoolContext, prog: Progress) -> StageResult:
@@ -798,11 +448,11 @@ def repair_stage(ctx: PoolContext, prog: Progress) -> StageResult:
             if ctx.frozen:
                 continue  # the circuit-breaker halt already says why
             if budget <= 0:
-                halts.append(Halt(pool.name, "disruption_budget", f"{v.node} waits: max_unavailable "
+                halts.append(Halt(pool.name, HaltRule.DISRUPTION_BUDGET, f"{v.node} waits: max_unavailable "
                                   f"{h.max_unavailable_nodes(pool.target_nodes)} reached"))
                 continue
             if repair and rate_left <= 0:
-                halts.append(Halt(pool.name, "repair_rate_limit",
+                halts.append(Halt(pool.name, HaltRule.REPAIR_RATE_LIMIT,
                                   f"{v.node} waits: {spec.safety.repairs_per_pool_per_hour} repairs "
                                   "in the last hour"))
                 continue
@@ -811,10 +461,12 @@ def repair_stage(ctx: PoolContext, prog: Progress) -> StageResult:
         leaving.append(v.node)
         s = v.summary
         fault = (fault_of(s) if v.lifecycle is Lifecycle.UNHEALTHY and s is not None
-                 and s.status == "unhealthy" else None)
+                 and s.status is Status.UNHEALTHY else None)
+        code = _repair_code(v, rank)
         actions.append(Action(ActionKind.CORDON, pool.name, v.node, why, instance_id=_iid(v),
-                              repair=repair, fault=fault))
-        actions.append(Action(ActionKind.DRAIN, pool.name, v.node, why, instance_id=_iid(v)))
+                              repair=repair, fault=fault, action_reason=code))
+        actions.append(Action(ActionKind.DRAIN, pool.name, v.node, why, instance_id=_iid(v),
+                              action_reason=code))
     return StageResult(replace(prog, budget=budget, rate_left=rate_left, leaving=tuple(leaving)),
                        tuple(actions), tuple(halts), pending=tuple(pending))
 
@@ -843,7 +495,7 @@ def drift_stage(ctx: PoolContext, prog: Progress) -> StageResult:
             labels = ", ".join(f"{k}={val}" for k, val in v.tags_drift)
             actions.append(Action(ActionKind.UPDATE_TAGS, pool.name, v.node,
                                   f"labels changed ({labels})", instance_id=_iid(v),
-                                  tags=v.tags_drift))
+                                  tags=v.tags_drift, action_reason=ActionReason.DRIFT))
         elif v.tags_drift:
             labels = ", ".join(k for k, _ in v.tags_drift)
             why = "; ".join(filter(None, [why, f"labels changed ({labels}); {ptype} "
@@ -903,7 +555,7 @@ def _roll(ctx: PoolContext, prog: Progress, drifted: list[tuple[NodeView, str]])
                 surge_for.append((v.node, why))
             continue
         if budget <= 0 or rate_left <= 0:
-            rule = "disruption_budget" if budget <= 0 else "repair_rate_limit"
+            rule = HaltRule.DISRUPTION_BUDGET if budget <= 0 else HaltRule.REPAIR_RATE_LIMIT
             halts.append(Halt(pool.name, rule, f"{v.node} drifts ({why}) and waits: "
                               + ("max_unavailable reached" if budget <= 0 else "repair rate limit")))
             continue
@@ -911,8 +563,9 @@ def _roll(ctx: PoolContext, prog: Progress, drifted: list[tuple[NodeView, str]])
         leaving.append(v.node)
         reason = f"drift: {why}"
         actions.append(Action(ActionKind.CORDON, pool.name, v.node, reason, instance_id=_iid(v),
-                              repair=True))
-        actions.append(Action(ActionKind.DRAIN, pool.name, v.node, reason, instance_id=_iid(v)))
+                              repair=True, action_reason=ActionReason.DRIFT))
+        actions.append(Action(ActionKind.DRAIN, pool.name, v.node, reason, instance_id=_iid(v),
+                              action_reason=ActionReason.DRIFT))
     progress = replace(prog, budget=budget, rate_left=rate_left, leaving=tuple(leaving),
                        surge_for=prog.surge_for + tuple(surge_for))
     return StageResult(progress, tuple(actions), tuple(halts), pending=tuple(pending))
@@ -964,7 +617,7 @@ def _provision(ctx: PoolContext, prog: Progress, present: list[NodeView], need: 
     halts: list[Halt] = []
     pending: list[str] = []
     if count < need:
-        halts.append(Halt(pool.name, "max_nodes",
+        halts.append(Halt(pool.name, HaltRule.MAX_NODES,
                           f"{need - count} node(s) wait for nodes being replaced to terminate "
                           f"(max {pool.max_nodes}, surge {surge})"))
     pending += [f"{n} drifts ({why}); its replacement waits for room (max {pool.max_nodes} "
@@ -972,7 +625,7 @@ def _provision(ctx: PoolContext, prog: Progress, present: list[NodeView], need: 
     places = open_places(pool, ctx.pm, ctx.now, prog.avoid)
     if count + len(surges) > 0 and not places:
         soonest = min((e.until for e in ctx.pm.exhausted if e.until > ctx.now), default=ctx.now)
-        halts.append(Halt(pool.name, "capacity",
+        halts.append(Halt(pool.name, HaltRule.CAPACITY,
                           f"every place is out of capacity until {soonest:%H:%M} UTC"))
         return StageResult(prog, halts=tuple(halts), pending=tuple(pending))
     replaced = list(prog.leaving) + sorted(v.node for v in ctx.views if v.lifecycle in LEAVING)
@@ -987,20 +640,21 @@ def _provision(ctx: PoolContext, prog: Progress, present: list[NodeView], need: 
         jobs = [(replaces, f"{why}; {note}") for replaces, why in jobs]
     actions = tuple(
         Action(ActionKind.PROVISION, pool.name, node_name(ctx.spec.name, pool.name, ctx.last_index + i),
-               why, places=places, replaces=replaces)
+               why, places=places, replaces=replaces,
+               action_reason=ActionReason.REPLACEMENT if replaces else ActionReason.SCALE_UP)
         for i, (replaces, why) in enumerate(jobs, start=1))
     return StageResult(prog, actions, tuple(halts), pending=tuple(pending))
 
 
 def _scale_down(ctx: PoolContext, prog: Progress, present: list[NodeView], excess: int) -> StageResult:
     """Cordon + drain `excess` nodes: idle ready nodes only (drifted first, then healthy
-    before degraded, least utilised, newest); never a doubtful one (issue 16 item 8), and
+    before degraded, least utilised, newest); never a doubtful one, and
     never below desired ready nodes. A pool with nodes failing (unhealthy, offline, or
     part-way to unhealthy_after) does not shrink: removing a good node then could trip
     the circuit breaker and stop the repairs."""
     pool = ctx.pool
     if ctx.frozen:
-        return StageResult(prog, halts=(Halt(pool.name, "circuit_breaker",
+        return StageResult(prog, halts=(Halt(pool.name, HaltRule.CIRCUIT_BREAKER,
                                              f"scale down by {excess} held back"),))
     failing = [v.node for v in ctx.views if v.lifecycle in (Lifecycle.UNHEALTHY, Lifecycle.OFFLINE)
                or (v.lifecycle is Lifecycle.DEGRADED and v.streak > 0)]
@@ -1026,13 +680,15 @@ def _scale_down(ctx: PoolContext, prog: Progress, present: list[NodeView], exces
     why = f"scale down: {len(present)} nodes present, {prog.desired} desired"
     for v in victims[: max(n, 0)]:
         if budget <= 0:
-            halts.append(Halt(pool.name, "disruption_budget",
+            halts.append(Halt(pool.name, HaltRule.DISRUPTION_BUDGET,
                               f"scale down of {v.node} waits for max_unavailable"))
             break
         budget -= 1
         leaving.append(v.node)
-        actions.append(Action(ActionKind.CORDON, pool.name, v.node, why, instance_id=_iid(v)))
-        actions.append(Action(ActionKind.DRAIN, pool.name, v.node, why, instance_id=_iid(v)))
+        actions.append(Action(ActionKind.CORDON, pool.name, v.node, why, instance_id=_iid(v),
+                              action_reason=ActionReason.SCALE_DOWN))
+        actions.append(Action(ActionKind.DRAIN, pool.name, v.node, why, instance_id=_iid(v),
+                              action_reason=ActionReason.SCALE_DOWN))
     return StageResult(replace(prog, budget=budget, leaving=tuple(leaving)), tuple(actions),
                        tuple(halts), pending=tuple(pending))
 
@@ -1045,12 +701,14 @@ def destroy_stage(ctx: PoolContext, prog: Progress) -> StageResult:
     for v in ctx.views:
         if v.lifecycle is Lifecycle.REMEDIATING:  # drained already
             actions.append(Action(ActionKind.TERMINATE, ctx.pool.name, v.node, why,
-                                  instance_id=_iid(v)))
+                                  instance_id=_iid(v), action_reason=ActionReason.DESTROY))
             continue
         if v.lifecycle in LEAVING and v.lifecycle is not Lifecycle.OPERATOR_CORDONED:
             continue
-        actions.append(Action(ActionKind.CORDON, ctx.pool.name, v.node, why, instance_id=_iid(v)))
-        actions.append(Action(ActionKind.DRAIN, ctx.pool.name, v.node, why, instance_id=_iid(v)))
+        actions.append(Action(ActionKind.CORDON, ctx.pool.name, v.node, why, instance_id=_iid(v),
+                              action_reason=ActionReason.DESTROY))
+        actions.append(Action(ActionKind.DRAIN, ctx.pool.name, v.node, why, instance_id=_iid(v),
+                              action_reason=ActionReason.DESTROY))
     return StageResult(prog, tuple(actions))
 
 
@@ -1058,7 +716,8 @@ def force_destroy_stage(ctx: PoolContext, prog: Progress) -> StageResult:
     """`navarch destroy --force`: terminate every node now, drained or not."""
     return StageResult(prog, tuple(
         Action(ActionKind.TERMINATE, ctx.pool.name, v.node,
-               "destroy --force: terminated without waiting for a drain", instance_id=_iid(v))
+               "destroy --force: terminated without waiting for a drain", instance_id=_iid(v),
+               action_reason=ActionReason.DESTROY)
         for v in ctx.views))
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from navarch.errors import ConfigError
+from navarch.extras import import_extra
 from navarch.providers.base import Provider, ProvisionRequest
 
 __all__ = ["Provider", "ProvisionRequest", "open_provider"]
@@ -47,5 +48,7 @@ def open_provider(name: str, config: Mapping[str, Any], *, base_dir: Path, fleet
             hint=f"use one of {sorted(_MODULES)} or install a plugin of the {Group.PROVIDERS} "
             f"entry-point group (installed: {names(Group.PROVIDERS) or 'none'})",
         )
-    module = importlib.import_module(module_name)
+    extra = "" if kind == "local" else str(kind)
+    module = (importlib.import_module(module_name) if not extra
+              else import_extra(module_name, extra, f"provider type {kind}"))
     return module.create(name, config, base_dir=base_dir, fleet=fleet)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from navarch.health import FaultKey, Remedy, Status
 from navarch.planner.model import (
     Diag,
     DiagState,
@@ -33,6 +34,8 @@ __all__ = [
     "NodeDocCache",
     "diag_from_json",
     "diag_to_json",
+    "fault_from_json",
+    "fault_to_json",
     "memory_from_json",
     "memory_to_json",
     "node_to_json",
@@ -52,6 +55,7 @@ def summary_to_json(s: ReportSummary | None) -> dict[str, Any] | None:
         "notice_deadline": ts(s.notice_deadline), "process_count": s.process_count,
         "utilization_pct": s.utilization_pct, "gpu_count": s.gpu_count,
         "stored_at": ts(s.stored_at),
+        **({"fault_key": s.fault_key.format()} if s.fault_key is not None else {}),
     }
 
 
@@ -61,11 +65,13 @@ def summary_from_json(d: Mapping[str, Any] | None) -> ReportSummary | None:
         return None
     return ReportSummary(
         sequence=d["sequence"], boot_id=d["boot_id"], generated_at=required_ts(d["generated_at"]),
-        status=d["status"], action=d["action"], health_score=d["health_score"], fatal=d["fatal"],
+        status=Status(d["status"]), action=Remedy(d["action"]), health_score=d["health_score"],
+        fatal=d["fatal"],
         findings=tuple(d.get("findings", ())), notice_kind=d.get("notice_kind"),
         notice_deadline=parse_ts(d.get("notice_deadline")), process_count=d.get("process_count"),
         utilization_pct=d.get("utilization_pct"), gpu_count=d.get("gpu_count", 0),
         stored_at=parse_ts(d.get("stored_at")),
+        fault_key=FaultKey.parse(d["fault_key"]) if d.get("fault_key") else None,
     )
 
 
@@ -73,12 +79,11 @@ def _ladder_to_json(n: NodeMemory) -> dict[str, Any]:
     """The remediation ladder's fields of a node, only those set (keeps the state small)."""
     out: dict[str, Any] = {}
     if n.fault is not None:
-        out["fault"] = {"key": n.fault.key, "action": n.fault.action,
-                        "boot_id": n.fault.boot_id, "sequence": n.fault.sequence}
+        out["fault"] = fault_to_json(n.fault)
     if n.faults:
         out["faults"] = [[k, ts(t)] for k, t in n.faults]
-    if n.rung:
-        out.update(rung=n.rung, rung_fault=n.rung_fault, rung_at=ts(n.rung_at))
+    if n.rung is not None:
+        out.update(rung=n.rung.value, rung_fault=n.rung_fault, rung_at=ts(n.rung_at))
     if n.return_streak:
         out["return_streak"] = n.return_streak
     if n.operator_cordon:
@@ -88,6 +93,20 @@ def _ladder_to_json(n: NodeMemory) -> dict[str, Any]:
     if n.diag_cordon:
         out["diag_cordon"] = True
     return out
+
+
+def fault_to_json(f: Fault) -> dict[str, Any]:
+    """A Fault as the state document and the JSON plan write it (key: FaultKey.format)."""
+    return {"key": f.key.format(), "action": f.action.value, "boot_id": f.boot_id,
+            "sequence": f.sequence}
+
+
+def fault_from_json(f: Mapping[str, Any] | None) -> Fault | None:
+    """Inverse of fault_to_json; None passes through. A key written by an older navarch
+    ("XID 79") loads as a kind of its own. Raises KeyError/ValueError."""
+    if not f:
+        return None
+    return Fault(FaultKey.parse(f["key"]), Remedy(f["action"]), f["boot_id"], f["sequence"])
 
 
 def diag_to_json(d: Diag) -> dict[str, Any]:
@@ -108,9 +127,10 @@ def _ladder_from_json(n: Mapping[str, Any]) -> dict[str, Any]:
     """Inverse of _ladder_to_json: NodeMemory keyword arguments."""
     f = n.get("fault")
     return {
-        "fault": Fault(f["key"], f["action"], f["boot_id"], f["sequence"]) if f else None,
+        "fault": fault_from_json(f),
         "faults": tuple((k, required_ts(t)) for k, t in n.get("faults", ())),
-        "rung": n.get("rung", ""), "rung_fault": n.get("rung_fault", ""),
+        "rung": Remedy(n["rung"]) if n.get("rung") else None,
+        "rung_fault": n.get("rung_fault", ""),
         "rung_at": parse_ts(n.get("rung_at")), "return_streak": n.get("return_streak", 0),
         "operator_cordon": n.get("operator_cordon", ""),
         "diag": diag_from_json(n.get("diag")), "diag_cordon": n.get("diag_cordon", False),
@@ -185,8 +205,7 @@ def memory_to_json(m: Memory, cache: NodeDocCache | None = None) -> dict[str, An
                 "repairs": [ts(r) for r in p.repairs],
                 "exhausted": [
                     {"zone": e.zone, "instance_type": e.instance_type, "spot": e.spot,
-                     "until": ts(e.until), "failures": e.failures,
-                     **({"provider": e.provider} if e.provider else {})}
+                     "until": ts(e.until), "failures": e.failures, "provider": e.provider}
                     for e in p.exhausted
                 ],
                 "desired": p.desired, "desired_from_target": p.desired_from_target,
@@ -224,7 +243,7 @@ def memory_from_json(d: Mapping[str, Any]) -> Memory:
             repairs=tuple(required_ts(r) for r in p.get("repairs", ())),
             exhausted=tuple(
                 Exhausted(e["zone"], e["instance_type"], e["spot"], required_ts(e["until"]),
-                          e.get("failures", 1), e.get("provider", ""))
+                          e.get("failures", 1), provider=e["provider"])
                 for e in p.get("exhausted", ())
             ),
             desired=p.get("desired"), desired_from_target=p.get("desired_from_target"),

@@ -58,6 +58,7 @@ from navarch.errors import (
     QuotaError,
     RemoteError,
 )
+from navarch.health import Remedy
 from navarch.inventory import TAG_SPEC, Instance, launch_id, ownership_tags
 from navarch.planner.model import (
     Action,
@@ -132,7 +133,7 @@ def _with_fault(nm: NodeMemory, fault: Fault | None, now: datetime, keep_s: int)
         return nm
     history = tuple((k, t) for k, t in nm.faults if (now - t).total_seconds() <= keep_s)
     if nm.fault != fault:
-        history += ((fault.key, now),)
+        history += ((fault.key.kind, now),)
     return replace(nm, fault=fault, faults=history, return_streak=0)
 
 
@@ -233,9 +234,9 @@ def _ladder_record(a: Action) -> dict[str, object]:
     answered, the rung, a lemon's mark, the diagnostics level and why."""
     out: dict[str, object] = {}
     if a.fault is not None:
-        out["fault"] = a.fault.key
-    if a.rung:
-        out["rung"] = a.rung
+        out["fault"] = a.fault.key.format()
+    if a.rung is not None:
+        out["rung"] = a.rung.value
     if a.lemon:
         out["lemon"] = True
     if a.level is not None:
@@ -595,7 +596,7 @@ class Executor:
             pm = m.pool(a.pool)
             pm = replace(pm, next_index=max(pm.next_index, index + 1),
                          exhausted=tuple(e for e in pm.exhausted
-                                         if (e.provider or pool.provider, e.zone,
+                                         if (e.provider, e.zone,
                                              e.instance_type, e.spot) != here))
             return m.with_pool(pm).with_node(nm)
 
@@ -607,17 +608,16 @@ class Executor:
                    ) -> Update:
         """Back off one place (provider, zone, type, spot): 10 min, doubling per failure."""
         now = self.clock()
-        first = self.spec.pool(pool).provider
 
         def update(memory: Memory) -> Memory:
             pm = memory.pool(pool)
             key = (provider, zone, itype, spot)
             prev = next((e for e in pm.exhausted
-                         if (e.provider or first, e.zone, e.instance_type, e.spot) == key),
+                         if (e.provider, e.zone, e.instance_type, e.spot) == key),
                         None)
             failures = prev.failures + 1 if prev else 1
             entry = Exhausted(zone, itype, spot, now + timedelta(seconds=backoff_s(failures)),
-                              failures, provider)
+                              failures, provider=provider)
             rest = tuple(e for e in pm.exhausted if e is not prev)
             return memory.with_pool(replace(pm, exhausted=rest + (entry,)))
 
@@ -674,7 +674,7 @@ class Executor:
         if a.fault is None or inst is None or inst.host_id is None or (
                 known is not None and known.fault == a.fault):
             return _same
-        host, key, keep_s = inst.host_id, a.fault.key, self._fault_keep_s(a.pool)
+        host, key, keep_s = inst.host_id, a.fault.key.kind, self._fault_keep_s(a.pool)
 
         def update(m: Memory) -> Memory:
             pm = m.pool(a.pool)
@@ -763,7 +763,7 @@ class Executor:
         except ProviderError as exc:
             return Outcome(a, False, str(exc), type(exc).__name__), _same
         return (Outcome(a, True, f"rebooted {inst.instance_id} through provider {inst.provider}"),
-                self._remedied(a, nm, "reboot", memory))
+                self._remedied(a, nm, Remedy.REBOOT, memory))
 
     def _reset_gpu(self, a: Action, memory: Memory) -> tuple[Outcome, Update]:
         """The ladder's GPU reset (issue 13): the pool's reset_gpu playbook on the node
@@ -793,7 +793,7 @@ class Executor:
                 ok, detail = False, str(exc)
             if not ok:
                 return Outcome(a, False, detail, "RemoteError"), _same
-        return Outcome(a, True, detail), self._remedied(a, nm, "reset_gpu", memory)
+        return Outcome(a, True, detail), self._remedied(a, nm, Remedy.RESET_GPU, memory)
 
     def _remediable(self, a: Action, memory: Memory, verb: str
                     ) -> tuple[Instance | None, NodeMemory | None, Outcome | None]:
@@ -808,14 +808,14 @@ class Executor:
                                        "Skipped")
         return inst, nm, None
 
-    def _remedied(self, a: Action, nm: NodeMemory, rung: str, memory: Memory) -> Update:
+    def _remedied(self, a: Action, nm: NodeMemory, rung: Remedy, memory: Memory) -> Update:
         """Memory after an in-place remedy: phase REMEDIATING, the rung and the fault it
         answers (a new occurrence joins the fault history), return_streak from 0; a remedy
         with repair=True counts toward the hourly repair limit."""
         now = self.clock()
         nm = _with_fault(nm, a.fault, now, self._fault_keep_s(a.pool))
         nm = replace(nm, phase=Phase.REMEDIATING, phase_at=now, phase_reason=a.reason,
-                     rung=a.rung or rung, rung_fault=a.fault.key if a.fault else nm.rung_fault,
+                     rung=a.rung or rung, rung_fault=a.fault.key.kind if a.fault else nm.rung_fault,
                      rung_at=now, return_streak=0, diag_cordon=False)
 
         host = self._host_fault(a, memory, now)

@@ -12,10 +12,11 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from navarch.health import Remedy
 from navarch.planner.model import (
     Action,
     ActionKind,
-    Fault,
+    ActionReason,
     Halt,
     Lifecycle,
     Place,
@@ -23,6 +24,7 @@ from navarch.planner.model import (
     parse_ts,
     ts,
 )
+from navarch.reconcile.codec import fault_from_json, fault_to_json
 
 NO_CHANGES = "No changes. The fleet matches fleet.yaml."
 NOT_CONVERGED = ("No actions this run, but the fleet does not match fleet.yaml yet "
@@ -176,10 +178,9 @@ def action_to_json(a: Action) -> dict[str, Any]:
     when set, so a saved plan's reboot records what it answers)."""
     ladder: dict[str, Any] = {}
     if a.fault is not None:
-        ladder["fault"] = {"key": a.fault.key, "action": a.fault.action,
-                           "boot_id": a.fault.boot_id, "sequence": a.fault.sequence}
-    if a.rung:
-        ladder["rung"] = a.rung
+        ladder["fault"] = fault_to_json(a.fault)
+    if a.rung is not None:
+        ladder["rung"] = a.rung.value
     if a.lemon:
         ladder["lemon"] = True
     if a.level is not None:
@@ -187,7 +188,7 @@ def action_to_json(a: Action) -> dict[str, Any]:
     if a.why:
         ladder["why"] = a.why
     return {"action": a.kind.value, "pool": a.pool, "node": a.node, "reason": a.reason,
-            "instance_id": a.instance_id, "places": [_place_json(p) for p in a.places],
+            "action_reason": a.action_reason.value, "instance_id": a.instance_id, "places": [_place_json(p) for p in a.places],
             "replaces": a.replaces, "repair": a.repair, "desired": a.desired,
             "tags": dict(a.tags), "backoff": a.backoff, **ladder}
 
@@ -202,13 +203,10 @@ def action_from_json(d: dict[str, Any]) -> Action:
         instance_id=d.get("instance_id"), replaces=d.get("replaces"),
         repair=d.get("repair", False), desired=d.get("desired"),
         tags=tuple(sorted((d.get("tags") or {}).items())), backoff=d.get("backoff", False),
-        fault=_fault_from_json(d.get("fault")), rung=d.get("rung", ""),
+        fault=fault_from_json(d.get("fault")), rung=Remedy(d["rung"]) if d.get("rung") else None,
         lemon=d.get("lemon", False), level=d.get("level"), why=d.get("why", ""),
+        action_reason=ActionReason(d["action_reason"]),
     )
-
-
-def _fault_from_json(f: dict[str, Any] | None) -> Fault | None:
-    return Fault(f["key"], f["action"], f["boot_id"], f["sequence"]) if f else None
 
 
 def plan_to_json(plan: Plan) -> dict[str, Any]:
@@ -221,7 +219,8 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
         "inventory_fingerprint": plan.inventory_fingerprint,
         "summary": summary_counts(plan),
         "actions": [action_to_json(a) for a in plan.actions],
-        "halts": [{"pool": h.pool, "rule": h.rule, "message": h.message} for h in plan.halts],
+        "halts": [{"pool": h.pool, "rule": h.rule.value, "message": h.message}
+                  for h in plan.halts],
         "notes": list(plan.notes),
         "pending": list(plan.pending),
         "converged": plan.converged,

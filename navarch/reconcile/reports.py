@@ -21,9 +21,9 @@ rejection reason, counted by reason in the state and shown by `navarch status`):
                 error's type and message are in the rejection's detail)
 A rejected report never makes a node unhealthy (DESIGN.md safety rule 2), and no report
 can stop a run: every failure while reading, parsing, checking or verifying one report
-is a rejection of that report (issue 16 item 4).
+is a rejection of that report.
 
-Clocks (issue 16 item 5): a node's clock may be wrong. Each accepted summary carries
+Clocks: a node's clock may be wrong. Each accepted summary carries
 `stored_at`, the store's own modification time of the object (ObjectInfo.modified_at
 from the listing), and the planner judges a report's age by it. The difference between
 the node's `generated_at` and `stored_at` is the node's clock skew, shown as a condition
@@ -35,7 +35,7 @@ Schema checks use jsonschema-rs (the same JSON Schema 2020-12 semantics as the
 jsonschema package, compiled): a cold plan checks thousands of reports, and the pure-
 Python validator cost about 4 ms per report, most of a cold plan's time.
 
-Health policy (issue 13): with rule sets (a pool's health.rule_sets(), see navarch.policy),
+Health policy: with rule sets (a pool's health.rule_sets(), see navarch.policy),
 a verified report's status and action are what navarch.policy.evaluate makes of it, and a
 user rule that decided is the first finding ("rule NAME: unhealthy, action replace"). A rule
 that raises never changes the verdict: the agent's status and action stand and the error
@@ -56,6 +56,7 @@ from typing import Any
 
 from navarch import signing
 from navarch.errors import NotFound, ReportRejected
+from navarch.health import FaultKey, Remedy, Status
 from navarch.planner.model import Memory, NodeView, ReportObservation, ReportSummary, parse_ts
 from navarch.policy import Rule, evaluate
 from navarch.reconcile.state import health_prefix
@@ -70,7 +71,6 @@ FUTURE_SKEW_S = 120
 FLEET_REJECTION_MIN_NODES = 2
 REJECT_REASONS = ("unreadable", "oversized", "malformed", "schema", "identity", "unsigned",
                   "no_secret", "bad_signature", "replayed", "future", "check_failed")
-_SEVERITY_RANK = {"unhealthy": 0, "degraded": 1, "unknown": 2, "healthy": 3}
 
 
 @cache
@@ -88,19 +88,31 @@ _node_key = lru_cache(maxsize=65536)(signing.derive_node_key)
 RuleSets = Sequence[Sequence[Rule]]
 
 
-def _policy(report: Mapping[str, Any], rule_sets: RuleSets | None) -> tuple[str, str, list[str]]:
-    """(status, action, findings to put first / last) by the health policy rules; without
-    rule sets, the agent's own status and action."""
-    status, action = report["status"], report["action"]
+def _policy(report: Mapping[str, Any], rule_sets: RuleSets | None
+            ) -> tuple[Status, Remedy, list[str], FaultKey | None]:
+    """(status, action, findings to put first / last, the fault a user rule names) by the
+    health policy rules; without rule sets, the agent's own status and action."""
+    status, action = Status(report["status"]), Remedy(report["action"])
     if rule_sets is None:
-        return status, action, []
+        return status, action, [], None
     result = evaluate(rule_sets, report)
     if result.error is not None:
-        return status, action, [f"policy error: {result.error}"]
+        return status, action, [f"policy error: {result.error}"], None
     user = [n for n in (result.rule or "").split(", ") if n and not n.startswith("builtin:")]
-    first = ([f"rule {', '.join(user)}: {result.status.value}, action {result.action.value}"]
-             if user else [])
-    return result.status.value, result.action.value, first
+    if not user:
+        return result.status, result.action, [], None
+    first = [f"rule {', '.join(user)}: {result.status.value}, action {result.action.value}"]
+    return result.status, result.action, first, FaultKey(f"rule:{user[0]}")
+
+
+def _fault_key(checks: Sequence[Mapping[str, Any]]) -> FaultKey | None:
+    """The fault the report shows, read from the checks' structured fault keys: the worst
+    check's (XID checks first among equals, then by name), or None."""
+    faulty = [c for c in checks if c.get("fault_key")]
+    if not faulty:
+        return None
+    worst = min(faulty, key=lambda c: (-Status(c["status"]).rank, c["name"] != "xid", c["name"]))
+    return FaultKey.from_json(worst["fault_key"])
 
 
 def summarize(report: Mapping[str, Any], stored_at: datetime | None = None,
@@ -111,7 +123,7 @@ def summarize(report: Mapping[str, Any], stored_at: datetime | None = None,
     rule_sets: the pool's health policy rule sets (HealthPolicy.rule_sets()); None keeps
     the agent's verdict. See the module docstring for how they change the summary.
     """
-    status, action, policy_lines = _policy(report, rule_sets)
+    status, action, policy_lines, rule_fault = _policy(report, rule_sets)
     findings: list[str] = []
     fatal = False
     for x in report.get("xids", []):
@@ -120,8 +132,8 @@ def summarize(report: Mapping[str, Any], stored_at: datetime | None = None,
             label = "SXid" if x.get("kind") == "sxid" else "XID"
             findings.append(f"{label} {x['code']}: {x['message']} on {x['pci_bus_id']}")
     checks = sorted(
-        (c for c in report.get("checks", []) if c["status"] in ("unhealthy", "degraded", "unknown")),
-        key=lambda c: (_SEVERITY_RANK[c["status"]], c["name"]),
+        (c for c in report.get("checks", []) if c["status"] != Status.HEALTHY),
+        key=lambda c: (-Status(c["status"]).rank, c["name"]),
     )
     for c in checks:
         where = f" (GPU {c['gpu_index']})" if c.get("gpu_index") is not None else ""
@@ -143,6 +155,7 @@ def summarize(report: Mapping[str, Any], stored_at: datetime | None = None,
         health_score=report["health_score"],
         fatal=fatal,
         findings=tuple(dict.fromkeys(findings))[:5],
+        fault_key=rule_fault or _fault_key(report.get("checks", [])),
         notice_kind=notice.get("kind"),
         notice_deadline=parse_ts(notice.get("deadline")),
         process_count=sum(procs) if gpus and all(p is not None for p in procs) else None,
@@ -229,7 +242,7 @@ def verify_report(
                        rule_sets=rule_sets)
     except ReportRejected:
         raise
-    except Exception as exc:  # the boundary: no report may stop a run (issue 16 item 4)
+    except Exception as exc:  # the boundary: no report may stop a run
         raise ReportRejected("check_failed", f"{type(exc).__name__}: {str(exc)[:100]}") from exc
 
 
@@ -361,7 +374,7 @@ _FLEET_HINTS = {
 
 def fleet_rejection(views: Sequence[NodeView]) -> str | None:
     """A one-line error when every node that has a report has it rejected for one reason
-    (at least FLEET_REJECTION_MIN_NODES nodes), else None (issue 16 item 3).
+    (at least FLEET_REJECTION_MIN_NODES nodes), else None.
 
     One bad node is a node's problem; all of them for one reason is the fleet's (a wrong
     secret, an agent/reconciler version mismatch, a broken store), and a table of

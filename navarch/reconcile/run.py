@@ -86,9 +86,10 @@ class Fleet:
                      for n in names}
         playbooks = None
         if any(p.scheduler != "none" or p.playbooks or _on_node_playbooks(p) for p in spec.pools):
-            from navarch.remote.adapter import SSHPlaybooks
+            from navarch.extras import import_extra
 
-            playbooks = SSHPlaybooks(spec)
+            adapter = import_extra("navarch.remote.adapter", "ssh", "playbooks over SSH")
+            playbooks = adapter.SSHPlaybooks(spec)
         return cls(spec, store, providers, playbooks)
 
     def secret(self) -> bytes | None:
@@ -206,16 +207,20 @@ class ApplyResult:
     audit_error: str | None = None
 
 
-def _user_data_renderer(spec: FleetSpec) -> Callable[[PoolSpec, str, bytes, str], str] | None:
+def _user_data_renderer(spec: FleetSpec, store: ObjectStore
+                        ) -> Callable[[PoolSpec, str, bytes, str], str] | None:
     try:
         from navarch.bootstrap import render_cloud_init
     except ImportError:
         return None
+    from navarch.reconcile.publish import AgentDelivery
+
+    delivery = AgentDelivery(store)
 
     def render(pool: PoolSpec, node: str, key: bytes, provider: str) -> str:
         if spec.providers[provider]["type"] == "local":
             return ""
-        return render_cloud_init(spec, pool.name, node, key, provider)
+        return render_cloud_init(spec, pool.name, node, key, provider, bundle=delivery.get)
 
     return render
 
@@ -274,7 +279,8 @@ def run_apply(
             executor = Executor(spec, fleet.providers, audit, instances=by_node,
                                 inventory=snap.inventory, clock=clock,
                                 run_id=run_id, playbooks=fleet.playbooks,
-                                user_data=_user_data_renderer(spec), fleet_secret=fleet.secret(),
+                                user_data=_user_data_renderer(spec, fleet.store),
+                                fleet_secret=fleet.secret(),
                                 journal=journal.persist, policy=policy, lease=lease,
                                 max_parallel=max_parallel)
             memory, outcomes = executor.execute(plan, snap.memory, on_outcome)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from navarch.errors import NavarchError
-from navarch.planner.model import Action, ActionKind, Phase
+from navarch.planner.model import Action, ActionKind, ActionReason, Phase
 from navarch.reconcile.executor import Executor
 from navarch.reconcile.run import Clock, Fleet, gather, leased, system_clock
 from navarch.reconcile.state import AuditLog, save_memory
@@ -57,7 +57,7 @@ def uncordon(fleet: Fleet, node: str, *, force: bool = False,
             raise NavarchError(f"{node} has no fresh healthy report ({state}); "
                                "fix it and let its agent report first")
         action = Action(ActionKind.UNCORDON, nm.pool, node, "operator: navarch uncordon",
-                        instance_id=nm.instance_id)
+                        instance_id=nm.instance_id, action_reason=ActionReason.OPERATOR)
         audit = AuditLog(fleet.store, spec.name, f"{snap.now:%Y%m%dT%H%M%SZ}-uncordon", snap.now)
         by_node = {i.node: i for i in snap.inventory if i.node}
         executor = Executor(spec, fleet.providers, audit, instances=by_node, clock=clock,

@@ -118,7 +118,7 @@ class _Tally:
     def after_run(self, result: Any) -> None:
         """Halts, breaker runs and the phases Memory holds after one apply."""
         for h in result.plan.halts:
-            self.halts[h.rule] += 1
+            self.halts[h.rule.value] += 1
         if result.plan.breaker_open:
             self.breaker_runs += 1
             if self.breaker_runs == 1 or self.breaker_runs % 12 == 0:

@@ -36,9 +36,10 @@ def _svg(fig: Any) -> str:
 
 def plots(doc: dict[str, Any]) -> dict[str, str]:
     """SVG text of the three plots: capacity against target, faults and actions on a
-    timeline, latency histograms."""
-    import matplotlib
+    timeline, latency histograms. Raises MissingExtra without navarch[plots]."""
+    from navarch.extras import import_extra
 
+    matplotlib = import_extra("matplotlib", "plots", "navarch simulate --html")
     matplotlib.use("Agg")
     matplotlib.rcParams["svg.hashsalt"] = "navarch-simulate"  # stable ids in the SVG
     import matplotlib.pyplot as plt

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from navarch.errors import ConfigError
+from navarch.extras import import_extra
 from navarch.stores.base import Blob, ObjectInfo, ObjectStore
 
 __all__ = ["Blob", "ObjectInfo", "ObjectStore", "open_store"]
@@ -27,17 +28,14 @@ def open_store(url: str, *, base_dir: Path | None = None) -> ObjectStore:
             path = base_dir / path
         return FileStore(path)
     if url.startswith("s3://"):
-        from navarch.stores.s3 import S3Store
-
-        return S3Store.from_url(url)
+        s3 = import_extra("navarch.stores.s3", "aws", "the s3:// store")
+        return s3.S3Store.from_url(url)
     if url.startswith("gs://"):
-        from navarch.stores.gcs import GCSStore
-
-        return GCSStore.from_url(url)
+        gcs = import_extra("navarch.stores.gcs", "gcp", "the gs:// store")
+        return gcs.GCSStore.from_url(url)
     if url.startswith("az://"):
-        from navarch.stores.azure import AzureBlobStore
-
-        return AzureBlobStore.from_url(url)
+        azure = import_extra("navarch.stores.azure", "azure", "the az:// store")
+        return azure.AzureBlobStore.from_url(url)
     # Built-ins first; then plugins of the navarch.stores entry-point group, by URL scheme.
     from navarch.plugins import open_plugin_store
 

@@ -129,6 +129,33 @@ class AzureBlobStore:
     def _key(self, key: str) -> str:
         return self.prefix + key.lstrip("/")
 
+    def presigned_get_url(self, key: str, expires_s: int) -> str:
+        """Azure Blob SAS URL with read permission, valid expires_s seconds: signed with the
+        account key when a connection string carries one, else a user-delegation SAS
+        (needs Microsoft.Storage/.../generateUserDelegationKey). Source: Azure Storage,
+        "Create a user delegation SAS". Raises StoreError."""
+        from datetime import datetime, timedelta
+
+        from azure.storage.blob import BlobSasPermissions, generate_blob_sas
+
+        name = self._key(key)
+        start = datetime.now(UTC) - timedelta(minutes=5)  # clock skew between hosts
+        expiry = datetime.now(UTC) + timedelta(seconds=int(expires_s))
+        try:
+            account_key = getattr(self.client.credential, "account_key", None)
+            if account_key:
+                kwargs: dict[str, Any] = {"account_key": account_key}
+            else:
+                service = BlobServiceClient(self.client.primary_endpoint.rsplit("/", 1)[0],
+                                            credential=self.client.credential)
+                kwargs = {"user_delegation_key": service.get_user_delegation_key(start, expiry)}
+            sas = generate_blob_sas(self.client.account_name, self.container, name,
+                                    permission=BlobSasPermissions(read=True), start=start,
+                                    expiry=expiry, **kwargs)
+        except (AzureError, AttributeError) as exc:
+            raise map_error(exc, key) from exc
+        return f"{self.client.get_blob_client(name).url}?{sas}"
+
     def get(self, key: str) -> Blob:
         """Read one blob -> its bytes and ETag. Raises NotFound, StoreError."""
         try:

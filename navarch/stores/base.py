@@ -14,6 +14,9 @@ Contract for every backend (tests/stores run one suite against each):
   delete of a missing key raises NotFound.
 - list(prefix) -> ObjectInfo for every key under prefix, sorted by key.
 - Writes are atomic: a reader sees the old or the new bytes, never a mix.
+- presigned_get_url(key, expires_s) -> a URL that reads the object with no credentials
+  until it expires (S3 pre-signed GET, GCS V4 signed URL, Azure SAS, file:// path);
+  how nodes fetch the agent bundle (navarch.reconcile.publish).
 - parallel_gets: how many get() calls the backend serves well at once (the reconciler
   fetches and verifies reports on that many threads, so checking overlaps the network).
 """
@@ -75,6 +78,13 @@ class ObjectStore(Protocol):
 
     def get_many(self, keys: Iterable[str]) -> dict[str, Blob]:
         """Fetch many objects (in parallel where the backend can); missing keys are omitted."""
+        ...
+
+    def presigned_get_url(self, key: str, expires_s: int) -> str:
+        """A URL that GETs the object without credentials for expires_s seconds.
+
+        Raises StoreError when the backend's credentials cannot sign one.
+        """
         ...
 
 

@@ -14,9 +14,10 @@ import os
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
+from navarch.compat import UTC
 from navarch.errors import NotFound, PreconditionFailed, StoreError
 from navarch.stores.base import Blob, ObjectInfo, fetch_many
 
@@ -162,6 +163,10 @@ class FileStore:
                 return _version(path.stat())
             except FileNotFoundError as exc:
                 raise NotFound(key) from exc
+
+    def presigned_get_url(self, key: str, expires_s: int) -> str:
+        """file:// URL of the object (a local path needs no signature; expires_s unused)."""
+        return self._path(key).resolve().as_uri()
 
     def get_many(self, keys: Iterable[str]) -> dict[str, Blob]:
         """Fetch many objects in order (local reads gain nothing from threads)."""

@@ -102,6 +102,36 @@ class GCSStore:
 
     # -- contract ----------------------------------------------------------------
 
+    def presigned_get_url(self, key: str, expires_s: int) -> str:
+        """GCS V4 signed URL for GET, valid expires_s seconds (Cloud Storage docs, "V4
+        signing process"). Credentials without a private key (the metadata server's) sign
+        through the IAM signBlob API, which needs iam.serviceAccounts.signBlob on itself.
+        Against STORAGE_EMULATOR_HOST (no auth) the emulator's plain media URL.
+        Raises StoreError."""
+        import datetime as dt
+        import urllib.parse
+
+        name = self._name(key)
+        emulator = os.environ.get("STORAGE_EMULATOR_HOST")
+        if emulator:
+            quoted = urllib.parse.quote(name, safe="")
+            return f"{emulator.rstrip('/')}/storage/v1/b/{self.bucket_name}/o/{quoted}?alt=media"
+        blob = self._bucket.blob(name)
+        try:
+            creds = self._client._credentials
+            extra: dict[str, Any] = {}
+            if not hasattr(creds, "sign_bytes") or not hasattr(creds, "signer_email"):
+                import google.auth.transport.requests
+
+                creds.refresh(google.auth.transport.requests.Request())
+                extra = {"service_account_email": creds.service_account_email,
+                         "access_token": creds.token}
+            return str(blob.generate_signed_url(
+                version="v4", expiration=dt.timedelta(seconds=int(expires_s)), method="GET",
+                **extra))
+        except Exception as exc:
+            raise map_error(exc, key, op="sign") from exc
+
     def get(self, key: str) -> Blob:
         """Read one object: its bytes and generation. Raises NotFound, StoreError."""
         blob = self._bucket.blob(self._name(key))

@@ -113,6 +113,16 @@ class S3Store:
     def _key(self, key: str) -> str:
         return self.prefix + key.lstrip("/")
 
+    def presigned_get_url(self, key: str, expires_s: int) -> str:
+        """S3 pre-signed GetObject URL (SigV4 query string, valid expires_s seconds; the
+        signer's credentials must allow s3:GetObject). Raises StoreError."""
+        try:
+            return str(self.client.generate_presigned_url(
+                "get_object", Params={"Bucket": self.bucket, "Key": self._key(key)},
+                ExpiresIn=int(expires_s)))
+        except (ClientError, BotoCoreError) as exc:
+            raise map_error(exc, key) from exc
+
     def get(self, key: str) -> Blob:
         """Read one object. Returns its bytes and ETag. Raises NotFound, StoreError."""
         try:

@@ -13,11 +13,11 @@ from navarch.agent.checks import (
     Check,
     CounterSample,
     GpuCheck,
-    Status,
     gpu_checks,
 )
 from navarch.agent.gpu import FakeGpuBackend, GpuSnapshot
-from navarch.xid import Action
+from navarch.health import Remedy as Action
+from navarch.health import Status
 
 SNAPSHOT_FIELDS = {f.name for f in dataclasses.fields(GpuSnapshot)}
 GPU = FakeGpuBackend("train-0001", 1).probe().gpus[0]

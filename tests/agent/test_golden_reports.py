@@ -135,7 +135,7 @@ def xid_154_sxid_and_application(h: Harness) -> Reports:
     return [h.run(cfg)]
 
 
-def xid_79_escalates_over_three_boots(h: Harness) -> Reports:
+def xid_79_counted_over_three_boots(h: Harness) -> Reports:
     out = []
     for n, boot in enumerate(["boot-a", "boot-b", "boot-c"]):
         cfg = h.config(boot_id=boot)
@@ -365,7 +365,7 @@ CASES: dict[str, Callable[[Harness], Reports]] = {
         xid_79,
         xid_48_63_64_94_95,
         xid_154_sxid_and_application,
-        xid_79_escalates_over_three_boots,
+        xid_79_counted_over_three_boots,
         ecc_volatile_uncorrected,
         remapped_rows,
         retired_pages,

@@ -16,7 +16,7 @@ import yaml
 from navarch import signing
 from navarch.agent import load_config
 from navarch.agent.install import install_units
-from navarch.bootstrap import render_cloud_init, render_units
+from navarch.bootstrap import BundleSource, render_cloud_init, render_units
 from navarch.spec import load_fleet
 from tests.support.system import require_system_package
 
@@ -62,6 +62,9 @@ def aws_spec(monkeypatch: pytest.MonkeyPatch) -> Any:
     return load_fleet(AWS_FLEET)
 
 
+BUNDLE = BundleSource("https://artifacts.example.com/navarch-agent.pyz", "ab" * 32)
+
+
 def user_data_files(text: str) -> dict[str, str]:
     doc = yaml.safe_load(text)
     return {f["path"]: f["content"] for f in doc["write_files"]}
@@ -69,7 +72,7 @@ def user_data_files(text: str) -> dict[str, str]:
 
 def test_cloud_init_carries_a_working_agent_config(aws_spec: Any, tmp_path: Path) -> None:
     key = signing.derive_node_key(aws_spec.fleet_secret(), aws_spec.name, "train-0007")
-    text = render_cloud_init(aws_spec, "train", "train-0007", key)
+    text = render_cloud_init(aws_spec, "train", "train-0007", key, bundle=lambda: BUNDLE)
     assert text.startswith("#cloud-config\n")
     doc = yaml.safe_load(text)
     files = user_data_files(text)
@@ -90,7 +93,10 @@ def test_cloud_init_carries_a_working_agent_config(aws_spec: Any, tmp_path: Path
     assert cfg.node_key() == key
     assert cfg.gpus_per_node == aws_spec.pool("train").gpus_per_node
     assert cfg.metadata == "aws"
-    assert ["systemctl", "enable", "--now", "navarch-agent.timer"] in doc["runcmd"]
+    (script,) = doc["runcmd"]
+    assert "systemctl enable --now navarch-agent.timer" in script
+    assert f"URL={BUNDLE.url}\n" in script and f"SHA256={BUNDLE.sha256}\n" in script
+    assert "pip install" not in text and "packages" not in doc
     perms = {f["path"]: f["permissions"] for f in doc["write_files"]}
     assert perms["/etc/navarch/agent.yaml"] == "0600"
     assert "OnUnitActiveSec=60s" in files["/etc/systemd/system/navarch-agent.timer"]
@@ -101,7 +107,7 @@ def test_cloud_init_passes_cloud_init_schema(aws_spec: Any, tmp_path: Path) -> N
     require_system_package("cloud-init", "cloud-init")
     key = signing.derive_node_key(aws_spec.fleet_secret(), aws_spec.name, "train-0007")
     path = tmp_path / "user-data.yaml"
-    path.write_text(render_cloud_init(aws_spec, "train", "train-0007", key))
+    path.write_text(render_cloud_init(aws_spec, "train", "train-0007", key, bundle=lambda: BUNDLE))
     res = subprocess.run(
         ["cloud-init", "schema", "--config-file", str(path)],
         capture_output=True,
@@ -218,6 +224,8 @@ def test_cli_render_cloud_init(tmp_path: Path) -> None:
         "train",
         "--node",
         "train-0003",
+        "--bundle-url",
+        BUNDLE.url,
         env={"NAVARCH_FLEET_SECRET": SECRET},
     )
     assert res.returncode == 0, res.stderr

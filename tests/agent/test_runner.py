@@ -194,38 +194,47 @@ def test_lines_after_reboot_belong_to_new_boot(make_config: Callable[..., AgentC
     assert [(x["code"], x["boot_id"]) for x in r["xids"]] == [(79, "boot-b")]
 
 
-def test_recurring_fault_after_two_reboots_escalates_to_replace(
+def test_recurring_fault_is_counted_never_escalated_by_the_node(
     make_config: Callable[..., AgentConfig],
 ) -> None:
-    actions = []
+    actions, boots = [], []
     for n, boot in enumerate(["boot-a", "boot-b", "boot-c"]):
         cfg = make_config(boot_id=boot)
         append(cfg, XID79)
         r = run_once(cfg, now=T0 + timedelta(hours=n))
         actions.append(r["action"])
         xid = [c for c in r["checks"] if c["name"] == "xid"][0]
-    assert actions == ["reboot", "reboot", "replace"]
-    assert xid["evidence"]["escalated_from"] == "reboot" and xid["evidence"]["earlier_boots"] == 2
+        boots.append(xid["boots_seen"])
+    assert actions == ["reboot", "reboot", "reboot"]  # the pool's ladder decides, not the node
+    assert boots == [1, 2, 3]
+    assert xid["fault_key"]["kind"] == "xid:79" and xid["gpu_index"] == xid["fault_key"]["gpu_index"]
+    assert xid["first_seen"] == "2026-03-02T12:00:00.000Z" or xid["first_seen"].endswith("Z")
 
 
-def test_recurrence_outside_lookback_does_not_escalate(
+def test_recurrence_outside_lookback_is_counted_afresh(
+    make_config: Callable[..., AgentConfig],
+) -> None:
+    boots = []
+    for n, boot in enumerate(["boot-a", "boot-b", "boot-c"]):
+        cfg = make_config(boot_id=boot)
+        append(cfg, XID79)
+        r = run_once(cfg, now=T0 + timedelta(days=4 * n))
+        boots.append([c for c in r["checks"] if c["name"] == "xid"][0]["boots_seen"])
+    assert boots == [1, 1, 1]
+
+
+def test_lost_gpu_recurring_over_reboots_keeps_its_reboot(
     make_config: Callable[..., AgentConfig],
 ) -> None:
     actions = []
     for n, boot in enumerate(["boot-a", "boot-b", "boot-c"]):
         cfg = make_config(boot_id=boot)
-        append(cfg, XID79)
-        actions.append(run_once(cfg, now=T0 + timedelta(days=2 * n))["action"])
-    assert actions == ["reboot", "reboot", "reboot"]
-
-
-def test_lost_gpu_recurring_over_reboots_escalates(make_config: Callable[..., AgentConfig]) -> None:
-    actions = []
-    for n, boot in enumerate(["boot-a", "boot-b", "boot-c"]):
-        cfg = make_config(boot_id=boot)
         Path(cfg.faults_file).write_text(json.dumps({"gpu_lost": [3]}))  # type: ignore[arg-type]
-        actions.append(run_once(cfg, now=T0 + timedelta(hours=n))["action"])
-    assert actions == ["reboot", "reboot", "replace"]
+        r = run_once(cfg, now=T0 + timedelta(hours=n))
+        actions.append(r["action"])
+    lost = [c for c in r["checks"] if c["name"] == "gpu_lost"][0]
+    assert actions == ["reboot", "reboot", "reboot"]
+    assert lost["fault_key"] == {"kind": "gpu_lost", "gpu_index": 3} and lost["boots_seen"] == 3
 
 
 def test_corrupt_state_is_rebuilt_and_sequence_still_grows(
@@ -421,13 +430,13 @@ def test_journal_source_cursor_and_previous_boot(
     cfg = make_config(fake_gpu=False, kernel_log=None, boot_id=boot_b)
     r1 = run_once(cfg, now=T0, backend=Healthy())
     assert [(x["code"], x["boot_id"]) for x in r1["xids"]] == [(79, boot_b)]
-    assert r1["action"] == "reboot"  # seen in one earlier boot only: not yet escalated
+    assert r1["action"] == "reboot"
     assert "-b" in args.read_text().split()
     journal()
     r2 = run_once(cfg, now=T0 + timedelta(minutes=1), backend=Healthy())
     assert "--after-cursor=c2" in args.read_text().splitlines()[-1]
     assert [x["code"] for x in r2["xids"]] == [79]  # latched, although the journal had nothing new
-    # Third boot, same fault again: two earlier boots (a from the journal, b) -> replace.
+    # Third boot, same fault again: two earlier boots (a from the journal, b) are counted.
     journal((xid, "cccccccc-0000-0000-0000-000000000003", "c3"))
     r3 = run_once(
         make_config(
@@ -436,7 +445,8 @@ def test_journal_source_cursor_and_previous_boot(
         now=T0 + timedelta(hours=1),
         backend=Healthy(),
     )
-    assert r3["action"] == "replace"
+    xid_check = [c for c in r3["checks"] if c["name"] == "xid"][0]
+    assert r3["action"] == "reboot" and xid_check["boots_seen"] == 3
 
 
 def test_any_reading_can_be_made_unreadable(

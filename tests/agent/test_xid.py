@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from navarch.health import Remedy as Action
 from navarch.xid import (
     APPLICATION_XIDS,
-    Action,
     Severity,
     lookup,
     lookup_event,

@@ -32,6 +32,7 @@ from navarch import cli
 from navarch.providers import aws as awsmod
 from navarch.signing import derive_node_key
 from tests.support.cli import kill_apply_mid_launch, run_navarch
+from tests.support.userdata import bundle_source
 
 FLEET = "e2e"
 SECRET = "0123456789abcdef0123456789abcdef"
@@ -176,7 +177,8 @@ def test_apply_converges_with_tags_and_user_data_then_no_op(env, tmp_path) -> No
         raw = ec2.describe_instance_attribute(InstanceId=iid, Attribute="userData")
         user_data = base64.b64decode(raw["UserData"]["Value"]).decode()
         key = derive_node_key(SECRET.encode(), FLEET, node)
-        assert user_data == render_cloud_init(spec, "train", node, key)
+        source = bundle_source(user_data)  # the pre-signed URL differs per apply
+        assert user_data == render_cloud_init(spec, "train", node, key, bundle=lambda s=source: s)
         assert key.hex() in user_data and node in user_data
 
     # The second run changes nothing: plan says so, apply launches nothing.

@@ -63,7 +63,7 @@ def test_xid79_reboots_returns_then_is_replaced_within_the_window(navarch, fleet
 
     out = _cycle(navarch)  # drained (no GPU processes) -> the ladder's first rung
     assert f"~ reboot {NODE}" in out, out
-    assert "XID 79, first occurrence; remediation: reboot then replace" in out
+    assert "xid:79, first occurrence; remediation: reboot then replace" in out
     assert "- terminate" not in out
     assert _train(navarch)[NODE]["lifecycle"] == "remediating"
     assert _train(navarch)[NODE]["instance_id"] == iid
@@ -89,8 +89,34 @@ def test_xid79_reboots_returns_then_is_replaced_within_the_window(navarch, fleet
     assert f"~ cordon {NODE}" in out
     out = _cycle(navarch)
     assert f"- terminate {NODE}" in out, out
-    assert "XID 79 again within 1d after reboot" in out
+    assert "xid:79 again within 1d after reboot" in out
     assert f"~ reboot {NODE}" not in out
+
+
+def test_a_node_agent_cannot_override_the_pools_ladder(navarch, fleet_dir) -> None:
+    """XID 79 in three boots in a row, each outside the pool's ladder_window (1s) but inside
+    the agent's 3-day memory: the agent only counts the boots (boots_seen 3, action still
+    reboot) and the pool's ladder gives its first rung, a reboot, every time."""
+    _edit(fleet_dir, lambda d: d["pools"]["train"]["health"].update(
+        replacement="after-terminate", return_after=1, ladder_window="1s", lemon_after=10,
+        remediation=["reboot", "replace"]))
+    iid = _start(navarch)
+    report_path = fleet_dir / ".navarch" / "store" / "health" / "demo" / "train" / f"{NODE}.json"
+    seen = []
+    for _ in range(3):
+        navarch.ok("local", "inject", "fleet.yaml", NODE, "--xid", "79")
+        outs = [_cycle(navarch)]
+        report = json.loads(report_path.read_text())
+        xid = next(c for c in report["checks"] if c["name"] == "xid")
+        seen.append((report["action"], xid["fault_key"]["kind"], xid["boots_seen"]))
+        outs += [_cycle(navarch) for _ in range(2)]
+        assert f"~ cordon {NODE}" in outs[0], outs
+        assert f"~ reboot {NODE}" in outs[1], outs
+        assert "xid:79, first occurrence; remediation: reboot then replace" in outs[1]
+        assert f"~ uncordon {NODE}" in outs[2], outs
+        assert not any("- terminate" in o for o in outs), outs
+    assert seen == [("reboot", "xid:79", 1), ("reboot", "xid:79", 2), ("reboot", "xid:79", 3)]
+    assert _train(navarch)[NODE]["instance_id"] == iid
 
 
 def test_after_terminate_provisions_nothing_for_a_reboot(navarch, fleet_dir) -> None:
@@ -210,7 +236,7 @@ def test_xid48_gpu_reset_keeps_the_boot_and_returns(navarch, fleet_dir) -> None:
     navarch.ok("local", "inject", "fleet.yaml", NODE, "--xid", "48")
     outs = [_cycle(navarch) for _ in range(2)]
     assert f"~ reboot {NODE}" in outs[1], outs
-    assert "XID 48 again within 1d after reset_gpu" in outs[1]
+    assert "xid:48 again within 1d after reset_gpu" in outs[1]
     assert _boot_id(fleet_dir, iid) != boot
 
 

@@ -46,7 +46,7 @@ def _instance() -> Instance:
 
 def _store_report(store: FileStore, generated_at: datetime, stored_at: datetime) -> None:
     report = {
-        "schema_version": 1, "fleet": "demo", "pool": "train", "node": NODE,
+        "schema_version": 2, "fleet": "demo", "pool": "train", "node": NODE,
         "instance_id": "i-1", "boot_id": "boot-a", "agent_version": "0.1.0", "sequence": 7,
         "generated_at": generated_at.strftime("%Y-%m-%dT%H:%M:%SZ"), "status": "healthy",
         "action": "none", "health_score": 100, "checks": [], "gpus": [], "xids": [],

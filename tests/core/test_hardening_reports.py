@@ -29,7 +29,7 @@ KEY = f"health/demo/train/{NODE}.json"
 
 def _report(**over: object) -> dict:
     report = {
-        "schema_version": 1, "fleet": "demo", "pool": "train", "node": NODE,
+        "schema_version": 2, "fleet": "demo", "pool": "train", "node": NODE,
         "instance_id": "i-1", "boot_id": "boot-a", "agent_version": "0.1.0", "sequence": 7,
         "generated_at": "2026-11-01T11:59:30Z", "status": "healthy", "action": "none",
         "health_score": 100, "checks": [], "xids": [], "notice": None,

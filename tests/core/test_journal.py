@@ -14,7 +14,7 @@ import pytest
 
 from navarch.errors import StoreError
 from navarch.inventory import Instance
-from navarch.planner.model import Phase
+from navarch.planner.model import ActionReason, Phase
 from navarch.providers.base import ProvisionRequest
 from navarch.reconcile.executor import JournalPolicy
 from navarch.reconcile.run import Fleet, check_saved_plan, gather, run_apply, system_clock
@@ -286,7 +286,7 @@ def test_playbook_cordons_are_journaled_at_once_and_drain_follows_cordon(tmp_pat
     for n in nodes:
         memory = memory.with_node(NodeMemory(node=n, pool="train", instance_id=f"i-{n}",
                                              first_seen_at=now))
-    actions = tuple(Action(kind, "train", n, "test")
+    actions = tuple(Action(kind, "train", n, "test", action_reason=ActionReason.UNHEALTHY)
                     for n in nodes for kind in (ActionKind.CORDON, ActionKind.DRAIN))
     writes: list[int] = []
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from navarch.planner.model import Action, ActionKind, Place, Plan
+from navarch.planner.model import Action, ActionKind, ActionReason, Place, Plan
 from navarch.reconcile.render import GROUP_OVER, plan_to_json, render_text
 
 PLACE = (Place("sim-1a", "sim-h100x8", False, 0),)
@@ -13,8 +13,8 @@ PLACE = (Place("sim-1a", "sim-h100x8", False, 0),)
 
 def _plan(n: int) -> Plan:
     acts = tuple(Action(ActionKind.PROVISION, "train", f"demo-train-{i:05d}",
-                        f"{i} of {n} nodes present", places=PLACE) for i in range(n))
-    acts += (Action(ActionKind.CORDON, "train", "demo-train-00000", "XID 79"),)
+                        f"{i} of {n} nodes present", places=PLACE, action_reason=ActionReason.SCALE_UP) for i in range(n))
+    acts += (Action(ActionKind.CORDON, "train", "demo-train-00000", "XID 79", action_reason=ActionReason.UNHEALTHY),)
     return Plan("demo", datetime(2026, 3, 2, tzinfo=UTC), acts)
 
 

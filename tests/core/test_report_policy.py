@@ -23,7 +23,7 @@ RAISES = compile_rule("needs-second-gpu", "gpus[1].temperature_c > 80.0", "unhea
 def _report(**over) -> dict:
     """An agent's report (schemas/health-report.schema.json) with XID 79: unhealthy, reboot."""
     report = {
-        "schema_version": 1, "fleet": "demo", "pool": "train", "node": "demo-train-0001",
+        "schema_version": 2, "fleet": "demo", "pool": "train", "node": "demo-train-0001",
         "instance_id": "i-1", "boot_id": "boot-a", "agent_version": "0.1.0", "sequence": 7,
         "generated_at": "2026-11-01T11:59:30Z", "status": "unhealthy", "action": "reboot",
         "health_score": 20, "checks": [],

@@ -9,6 +9,7 @@ import pytest
 
 from navarch import signing
 from navarch.errors import ReportRejected
+from navarch.health import FaultKey, Remedy, Status
 from navarch.planner.model import Memory, NodeMemory, ReportSummary
 from navarch.reconcile.reports import MAX_REPORT_BYTES, read_reports, verify_report
 from navarch.stores.file import FileStore
@@ -19,12 +20,13 @@ NOW = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 
 def _report(**over) -> dict:
     report = {
-        "schema_version": 1, "fleet": "demo", "pool": "train", "node": "demo-train-0001",
+        "schema_version": 2, "fleet": "demo", "pool": "train", "node": "demo-train-0001",
         "instance_id": "i-1", "boot_id": "boot-a", "agent_version": "0.1.0", "sequence": 7,
         "generated_at": "2026-11-01T11:59:30Z", "status": "unhealthy", "action": "reboot",
         "health_score": 20,
         "checks": [{"name": "temperature", "status": "degraded", "action": "none",
-                    "message": "GPU 2 at 88 C", "gpu_index": 2}],
+                    "message": "GPU 2 at 88 C", "gpu_index": 2,
+                    "fault_key": {"kind": "thermal", "gpu_index": 2}}],
         "gpus": [{"index": 0, "uuid": "GPU-1", "name": "NVIDIA H100 80GB HBM3",
                   "pci_bus_id": "0000:18:00", "utilization_pct": 40.0, "process_count": 1},
                  {"index": 1, "uuid": "GPU-2", "name": "NVIDIA H100 80GB HBM3",
@@ -122,3 +124,20 @@ def test_schema_rejections_agree_with_the_jsonschema_package(change):
     with pytest.raises(ReportRejected) as info:
         _verify(_signed(report))
     assert info.value.reason == "schema"
+
+
+def test_summary_fault_key_is_the_agents_structured_key_not_the_display_text():
+    xid_check = {"name": "xid", "status": "unhealthy", "action": "reboot", "gpu_index": 0,
+                 "message": "anything at all: (GPU 7) no colon rules here",
+                 "fault_key": {"kind": "xid:79", "gpu_index": 0}, "boots_seen": 2,
+                 "first_seen": "2026-10-31T12:00:00.000Z"}
+    report = _report(checks=[*_report()["checks"], xid_check])
+    s = _verify(_signed(report))
+    assert s.fault_key == FaultKey("xid:79", 0)
+    assert s.status is Status.UNHEALTHY and s.action is Remedy.REBOOT
+
+
+def test_a_version_1_report_is_rejected_by_schema():
+    with pytest.raises(ReportRejected) as err:
+        _verify(_signed(_report(schema_version=1)))
+    assert err.value.reason == "schema"

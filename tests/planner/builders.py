@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from navarch.durations import parse_duration_s
+from navarch.health import FaultKey, Remedy, Status
 from navarch.inventory import Instance, InstanceState, launch_id, ownership_tags
 from navarch.planner.model import (
     Diag,
@@ -210,17 +211,20 @@ def summary(
     utilization_pct: float | None = None,
     gpu_count: int = 8,
     action: str | None = None,
+    fault_key: str | FaultKey | None = None,
 ) -> ReportSummary:
     """A ReportSummary as navarch.reconcile.reports.summarize would make it. action: the
-    recommended action (default: none, or replace when unhealthy)."""
+    recommended action (default: none, or replace when unhealthy); fault_key: the
+    structured key of the fault it shows (FaultKey, or its text form "xid:79@gpu0")."""
     if action is None:
         action = {"healthy": "none", "degraded": "none", "unknown": "none"}.get(status, "replace")
     return ReportSummary(
         sequence=sequence,
         boot_id=boot_id,
         generated_at=generated_at,
-        status=status,
-        action=action,
+        status=Status(status),
+        action=Remedy(action),
+        fault_key=FaultKey.parse(fault_key) if isinstance(fault_key, str) else fault_key,
         health_score={"healthy": 100, "degraded": 70, "unknown": 50}.get(status, 0),
         fatal=fatal,
         findings=tuple(findings),
@@ -274,7 +278,7 @@ def node_memory(
     launch: Mapping[str, str] | None = None,
     fault: Mapping[str, Any] | Fault | None = None,
     faults: Iterable[tuple[str, datetime]] = (),
-    rung: str = "",
+    rung: str | Remedy | None = None,
     rung_fault: str = "",
     rung_at: datetime | None = None,
     return_streak: int = 0,
@@ -286,8 +290,8 @@ def node_memory(
     fault: a Fault or its fields {key, action, boot_id, sequence}; the rest are the
     remediation ladder's NodeMemory fields (diag: a Diag, scheduled diagnostics' too)."""
     if isinstance(fault, Mapping):
-        fault = Fault(fault["key"], fault.get("action", "reboot"), fault.get("boot_id", "boot-1"),
-                      fault.get("sequence", 0))
+        fault = Fault(FaultKey.parse(fault["key"]), Remedy(fault.get("action", "reboot")),
+                      fault.get("boot_id", "boot-1"), fault.get("sequence", 0))
     return NodeMemory(
         node=node,
         pool=pool,
@@ -304,7 +308,7 @@ def node_memory(
         launch=tuple(sorted((launch or {}).items())),
         fault=fault,
         faults=tuple(faults),
-        rung=rung,
+        rung=Remedy(rung) if rung else None,
         rung_fault=rung_fault,
         rung_at=rung_at,
         return_streak=return_streak,
@@ -315,8 +319,8 @@ def node_memory(
 
 
 def exhausted(
-    zone: str, instance_type: str, *, until: datetime, spot: bool = False, failures: int = 1,
-    provider: str = "",
+    zone: str, instance_type: str, *, until: datetime, provider: str, spot: bool = False,
+    failures: int = 1,
 ) -> Exhausted:
     return Exhausted(
         zone=zone, instance_type=instance_type, spot=spot, until=until, failures=failures,

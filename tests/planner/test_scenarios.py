@@ -10,12 +10,13 @@ A scenario file holds (times are RFC 3339, or relative to `now` like "-20m", "+1
                       zone, type and spot default to the pool's first place)
   foreign:            other instances: instance_id, [tags], [provider], [launched_at]
   reports:            node -> report fields (sequence, boot_id, generated_at, status, fatal,
-                      findings, notice_kind, process_count, utilization_pct), or
+                      fault_key ("xid:79@gpu0": the agent's structured key), findings,
+                      notice_kind, process_count, utilization_pct), or
                       {rejected: reason} (the summary is then the remembered one, as
                       navarch.reconcile.reports.read_reports passes it)
   memory:             nodes: node -> phase, phase_at, phase_reason, repair, streak,
                       streak_sequence, first_seen_at, report, and the remediation
-                      ladder's fault {key, action, boot_id, sequence}, faults [[key, time]],
+                      ladder's fault {key, action, boot_id, sequence}, faults [[kind, time]],
                       rung, rung_fault, rung_at, return_streak, operator_cordon, diag {level,
                       why, state, at, started_at, detail}, diag_cordon; pools: pool -> next_index,
                       repairs, exhausted [{[provider], zone, instance_type, spot, until}], desired,
@@ -174,7 +175,7 @@ def build_inputs(doc: Mapping[str, Any], tmp_path: Path) -> Inputs:
                         spot=e.get("spot", False),
                         until=builders.when(now, e["until"]),
                         failures=e.get("failures", 1),
-                        provider=e.get("provider", ""),
+                        provider=e.get("provider") or spec.pool(name).provider,
                     )
                     for e in raw.pop("exhausted", [])
                 ],

@@ -12,11 +12,11 @@ import pytest
 
 from navarch.agent import AgentConfig, run_once
 from navarch.errors import ConfigError
+from navarch.health import Remedy
+from navarch.health import Status as RuleStatus
 from navarch.policy import (
     SAMPLE_REPORT,
     PolicyResult,
-    Remedy,
-    RuleStatus,
     compile_rule,
     default_rule_data,
     evaluate,
@@ -63,14 +63,14 @@ def test_cool_gpus_fall_through_to_the_builtin_rules(tmp_path: Path) -> None:
     assert (result.status, result.action, result.rule) == ("healthy", "none", "builtin:agent-healthy")
 
 
-def test_builtin_rules_keep_todays_behaviour_for_a_fatal_xid(tmp_path: Path) -> None:
+def test_builtin_rules_set_a_status_and_keep_the_catalogues_remedy(tmp_path: Path) -> None:
     line = ("[  100.000000] NVRM: Xid (PCI:0000:18:00): 79, pid='<unknown>', name=<unknown>, "
             "GPU has fallen off the bus.\n")
     report = agent_report(tmp_path, kern_log=line)
     assert report["status"] == "unhealthy" and report["action"] == "reboot"
     result = evaluate([], report)
     assert (result.status, result.action, result.rule) == ("unhealthy", "reboot",
-                                                           "builtin:agent-reboot")
+                                                           "builtin:agent-unhealthy")
 
 
 def test_first_match_per_rule_set_worst_over_sets() -> None:
@@ -169,9 +169,10 @@ def test_a_notice_rule_matches_with_a_notice_and_not_without() -> None:
     (("reboot",), "reboot", "reboot", False, "replace"),  # replace ends every ladder
     (("reboot", "replace"), "replace", None, False, "replace"),  # replace-only fault
     (("reset_gpu", "reboot", "replace"), "reset_gpu", None, True, "replace"),  # a lemon
-    (("reboot", "replace"), "none", None, False, "none"),
+    (("reboot", "replace"), "none", None, False, "replace"),  # unhealthy with nothing to try
 ])
-def test_ladder_remedy(ladder, action, previous, lemon, rung) -> None:
-    from navarch.policy import ladder_remedy
+def test_ladder_decides_the_rung(ladder, action, previous, lemon, rung) -> None:
+    from navarch.planner.ladder import decide
 
-    assert ladder_remedy(ladder, action, previous=previous, lemon=lemon) == rung
+    prev = Remedy(previous) if previous else None
+    assert decide(ladder, Remedy(action), previous=prev, lemon=lemon) == rung

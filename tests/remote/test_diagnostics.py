@@ -186,6 +186,7 @@ def test_the_executor_starts_then_collects_and_records_the_diag(
     from navarch.planner.model import (
         Action,
         ActionKind,
+        ActionReason,
         DiagState,
         DiagWhy,
         Memory,
@@ -211,7 +212,7 @@ def test_the_executor_starts_then_collects_and_records_the_diag(
     memory = Memory(fleet=spec.name).with_node(NodeMemory(
         node=node, pool="train", instance_id="i-1", phase=Phase.REMEDIATING, phase_at=t0))
     action = Action(ActionKind.DIAGNOSE, "train", node, "return_requires_diag", instance_id="i-1",
-                    level=2, why="return")
+                    level=2, why="return", action_reason=ActionReason.DIAGNOSTICS)
     executor = Executor(spec, {pool.provider: _Cloud()},  # type: ignore[dict-item]
                         AuditLog(FileStore(tmp_path / "store"), spec.name, "run-1", t0),
                         instances={node: inst}, inventory=(inst,), clock=lambda: clock[0],

@@ -66,7 +66,7 @@ def test_every_substituted_value_is_one_literal_shell_word() -> None:
         "update",
         "NodeName=a b;c",
         "State=DRAIN",
-        f"Reason=navarch: {HOSTILE}",
+        f"Reason=navarch: {' '.join(HOSTILE.split())}",  # one line, as Slurm shows it
     ]
 
 

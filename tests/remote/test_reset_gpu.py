@@ -85,7 +85,17 @@ def test_the_executor_resets_through_the_playbook(
     from dataclasses import replace
     from datetime import UTC, datetime
 
-    from navarch.planner.model import Action, ActionKind, Fault, Memory, NodeMemory, Phase, Plan
+    from navarch.health import FaultKey, Remedy
+    from navarch.planner.model import (
+        Action,
+        ActionKind,
+        ActionReason,
+        Fault,
+        Memory,
+        NodeMemory,
+        Phase,
+        Plan,
+    )
     from navarch.reconcile.executor import Executor
     from navarch.reconcile.state import AuditLog
     from navarch.stores.file import FileStore
@@ -98,12 +108,12 @@ def test_the_executor_resets_through_the_playbook(
     inst = builders.instance(spec.name, "train", node, launched_at=now, instance_id="i-1",
                              provider=pool.provider)
     inst = replace(inst, address="127.0.0.1")
-    fault = Fault("XID 48", "reset_gpu", "boot-1", 10)
+    fault = Fault(FaultKey("xid:48", 0), Remedy.RESET_GPU, "boot-1", 10)
     memory = Memory(fleet=spec.name).with_node(NodeMemory(
         node=node, pool="train", instance_id="i-1", phase=Phase.DRAINING, phase_at=now,
         fault=fault))
     action = Action(ActionKind.RESET_GPU, "train", node, "XID 48, first occurrence",
-                    instance_id="i-1", fault=fault, rung="reset_gpu")
+                    instance_id="i-1", fault=fault, rung=Remedy.RESET_GPU, action_reason=ActionReason.REMEDY)
     executor = Executor(spec, {pool.provider: _CloudWithoutReset()},  # type: ignore[dict-item]
                         AuditLog(FileStore(tmp_path / "store"), spec.name, "run-1", now),
                         instances={node: inst}, inventory=(inst,), clock=lambda: now,
@@ -113,9 +123,9 @@ def test_the_executor_resets_through_the_playbook(
     assert nm is not None
     if procs:  # refused on the node: nothing changes, a later run retries
         assert not outcome.ok and "GPU processes remain" in outcome.detail
-        assert nm.phase is Phase.DRAINING and nm.rung == ""
+        assert nm.phase is Phase.DRAINING and nm.rung is None
         return
     assert outcome.ok, outcome.detail
-    assert nm.phase is Phase.REMEDIATING and nm.rung == "reset_gpu" and nm.rung_at == now
-    assert nm.rung_fault == "XID 48"
+    assert nm.phase is Phase.REMEDIATING and nm.rung is Remedy.RESET_GPU and nm.rung_at == now
+    assert nm.rung_fault == "xid:48"
     assert standin.calls("nvidia-smi") == [QUERY, ["-r"]]

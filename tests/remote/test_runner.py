@@ -44,24 +44,10 @@ def custom(tmp_path: Path, text: str, kind: str = "cordon"):
 # --- Slurm ---------------------------------------------------------------------------
 
 
-def test_slurm_cordon_drains_the_node_on_the_head(sshd: Sshd, standin: Standin) -> None:
-    standin.set_state(slurm_world("gpu-1"))
-    runner = SSHRunner(sshd.ssh(), base_dir=Path.cwd())
-    (outcome,) = runner.run(load_playbook("slurm", "cordon"), [target()])
-    assert outcome.ok and outcome.error is None
-    assert (outcome.node, outcome.playbook) == ("gpu-1", "cordon")
-    (step,) = outcome.steps
-    assert step.ok and step.exit_code == 0 and step.host == "127.0.0.1"
-    assert step.command.startswith("scontrol update NodeName=gpu-1 State=DRAIN")
-    assert standin.calls("scontrol") == [
-        ["update", "NodeName=gpu-1", "State=DRAIN", f"Reason=navarch: {REASON}"]
-    ]
-    assert standin.state()["slurm"]["gpu-1"]["flags"] == ["DRAIN"]
-
-
-@pytest.mark.parametrize("style", ["flags", "legacy"])
-def test_slurm_drain_check_is_busy_then_drained(sshd: Sshd, standin: Standin, style: str) -> None:
-    standin.set_state(slurm_world("gpu-1", busy_checks=2, style=style))
+def test_slurm_drain_check_accepts_the_legacy_drained_state(sshd: Sshd, standin: Standin) -> None:
+    # Older Slurm releases show a drained node as DRAINED; 22.05 shows IDLE+DRAIN, which
+    # tests/slurm proves against the real daemon.
+    standin.set_state(slurm_world("gpu-1", busy_checks=2, style="legacy"))
     runner = SSHRunner(sshd.ssh(), base_dir=Path.cwd())
     runner.run(load_playbook("slurm", "cordon"), [target()])
     (drain,) = runner.run(load_playbook("slurm", "drain"), [target()])
@@ -73,46 +59,8 @@ def test_slurm_drain_check_is_busy_then_drained(sshd: Sshd, standin: Standin, st
     assert "State=MIXED+DRAIN" in seen[0].steps[0].output_tail
     assert seen[0].steps[0].exit_code == 0 and not seen[0].steps[0].ok
     assert "does not match" in (seen[0].error or "")
-    drained = "State=DRAINED" if style == "legacy" else "State=IDLE+DRAIN"
-    assert drained in seen[2].steps[0].output_tail
+    assert "State=DRAINED" in seen[2].steps[0].output_tail
     assert standin.calls("scontrol")[-1] == ["show", "node", "gpu-1"]
-
-
-def test_slurm_uncordon_resumes_the_node(sshd: Sshd, standin: Standin) -> None:
-    standin.set_state(slurm_world("gpu-1"))
-    runner = SSHRunner(sshd.ssh(), base_dir=Path.cwd())
-    runner.run(load_playbook("slurm", "cordon"), [target()])
-    (outcome,) = runner.run(load_playbook("slurm", "uncordon"), [target()])
-    assert outcome.ok
-    assert standin.calls("scontrol")[-1] == ["update", "NodeName=gpu-1", "State=RESUME"]
-    assert standin.state()["slurm"]["gpu-1"]["flags"] == []
-
-
-def test_slurm_failure_reports_host_command_exit_code_and_output(
-    sshd: Sshd, standin: Standin
-) -> None:
-    standin.set_state(slurm_world("gpu-1"))
-    runner = SSHRunner(sshd.ssh(), base_dir=Path.cwd())
-    (outcome,) = runner.run(load_playbook("slurm", "cordon"), [target("gpu-404")])
-    assert not outcome.ok
-    (step,) = outcome.steps
-    assert step.exit_code == 1 and not step.ok
-    assert "Invalid node name specified" in step.output_tail
-    assert "127.0.0.1" in outcome.error and "exit 1" in outcome.error
-    assert "scontrol update NodeName=gpu-404" in outcome.error
-
-
-def test_reason_reaches_the_remote_tool_as_one_literal_argument(
-    sshd: Sshd, standin: Standin
-) -> None:
-    standin.set_state(slurm_world("gpu-1"))
-    runner = SSHRunner(sshd.ssh(), base_dir=Path.cwd())
-    (outcome,) = runner.run(load_playbook("slurm", "cordon"), [target(reason=HOSTILE)])
-    assert outcome.ok
-    assert standin.calls("scontrol") == [
-        ["update", "NodeName=gpu-1", "State=DRAIN", f"Reason=navarch: {HOSTILE}"]
-    ]
-    assert not Path("/tmp/pwned").exists()
 
 
 # --- Kubernetes ----------------------------------------------------------------------

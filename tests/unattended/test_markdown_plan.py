@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from navarch.planner.model import Action, ActionKind, Halt, Place, Plan
+from navarch.planner.model import Action, ActionKind, ActionReason, Halt, Place, Plan
 from navarch.reconcile.render import render_markdown
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -25,21 +25,21 @@ PLANS = {
         fleet="demo", created_at=NOW,
         actions=(
             Action(ActionKind.CORDON, "train", "demo-train-0002", XID, instance_id="i-0002",
-                   repair=True),
-            Action(ActionKind.DRAIN, "train", "demo-train-0002", XID, instance_id="i-0002"),
+                   repair=True, action_reason=ActionReason.UNHEALTHY),
+            Action(ActionKind.DRAIN, "train", "demo-train-0002", XID, instance_id="i-0002", action_reason=ActionReason.UNHEALTHY),
             Action(ActionKind.PROVISION, "train", "demo-train-0004", "replaces demo-train-0002",
                    places=(Place("sim-1a", "sim-h100x8", False, 0),
                            Place("sim-1b", "sim-h100x8", False, 1)),
-                   replaces="demo-train-0002"),
+                   replaces="demo-train-0002", action_reason=ActionReason.SCALE_UP),
             Action(ActionKind.PROVISION, "infer", "demo-infer-0003", "below target (1 of 2)",
-                   places=(Place("sim-1b", "sim-l4x1", True, 0),)),
+                   places=(Place("sim-1b", "sim-l4x1", True, 0),), action_reason=ActionReason.SCALE_UP),
         ),
     ),
     "markdown_breaker_held_back": Plan(
         fleet="demo", created_at=NOW,
         actions=(
             Action(ActionKind.TERMINATE, "infer", "demo-infer-0001", "drain finished",
-                   instance_id="i-0101"),
+                   instance_id="i-0101", action_reason=ActionReason.DRAIN_FINISHED),
         ),
         halts=(
             Halt("train", "circuit_breaker", "2 of 3 nodes are unhealthy or offline (>= 50%): "

@@ -12,11 +12,12 @@ from pathlib import Path
 import pytest
 
 from navarch.errors import AuthError, LeaseLost
+from navarch.health import FaultKey, Remedy
 from navarch.notify.dispatch import notify_run
 from navarch.notify.events import EventKind, events_from_error, outcome_events, plan_conditions
 from navarch.notify.sinks import NotifyError, SlackSink, WebhookSink, accepts
 from navarch.notify.state import NotifyState, load_state, transition
-from navarch.planner.model import Action, ActionKind, Halt, Memory, Plan
+from navarch.planner.model import Action, ActionKind, ActionReason, Fault, Halt, Memory, Plan
 from navarch.reconcile.executor import Outcome
 from navarch.reconcile.run import ApplyResult
 from navarch.spec import SinkSpec, load_fleet
@@ -33,10 +34,12 @@ def result(*outcomes: Outcome, halts: tuple[Halt, ...] = ()) -> ApplyResult:
 
 
 def test_events_from_outcomes_and_halts() -> None:
-    cordon = Action(ActionKind.CORDON, "train", "demo-train-0002", XID, instance_id="i-2")
+    fault = Fault(FaultKey("xid:79", 0), Remedy.REBOOT, "boot-1", 3)
+    cordon = Action(ActionKind.CORDON, "train", "demo-train-0002", XID, instance_id="i-2",
+                    fault=fault, action_reason=ActionReason.UNHEALTHY)
     term = Action(ActionKind.TERMINATE, "train", "demo-train-0001", "drain finished",
-                  instance_id="i-1")
-    launch = Action(ActionKind.PROVISION, "infer", "demo-infer-0003", "below target")
+                  instance_id="i-1", action_reason=ActionReason.DRAIN_FINISHED)
+    launch = Action(ActionKind.PROVISION, "infer", "demo-infer-0003", "below target", action_reason=ActionReason.SCALE_UP)
     r = result(Outcome(cordon, True, "cordoned"), Outcome(term, True, "terminated i-1"),
                Outcome(launch, False, "auth: denied", "AuthError"),
                halts=(Halt("train", "circuit_breaker", "2 of 3 sick"),
@@ -54,10 +57,10 @@ def test_ladder_events_reboot_reset_and_diagnostics() -> None:
     """Issue 13: a reboot, a GPU reset and a diagnostics verdict are events; a diagnostic
     that only started (or still runs) is not; a failed one is a warning."""
     node = "demo-train-0002"
-    reboot = Action(ActionKind.REBOOT, "train", node, "XID 79, first occurrence")
-    reset = Action(ActionKind.RESET_GPU, "train", node, "XID 48, first occurrence")
+    reboot = Action(ActionKind.REBOOT, "train", node, "XID 79, first occurrence", action_reason=ActionReason.REMEDY)
+    reset = Action(ActionKind.RESET_GPU, "train", node, "XID 48, first occurrence", action_reason=ActionReason.REMEDY)
     diag = Action(ActionKind.DIAGNOSE, "train", node, "return_requires_diag", level=2,
-                  why="return")
+                  why="return", action_reason=ActionReason.DIAGNOSTICS)
     outcomes = [Outcome(reboot, True, "rebooted i-2"), Outcome(reset, True, "GPUs reset"),
                 Outcome(diag, True, "dcgmi diag -r 2: running: dcgmi diag -r 2 started",
                         diag="running"),
@@ -100,7 +103,7 @@ def test_sink_filters() -> None:
     _, state = transition(NotifyState({}, {}, None), {trip.condition: trip}, NOW)
     (clear,), _ = transition(state, {}, NOW)
     cordon = outcome_events("demo", "r", [Outcome(
-        Action(ActionKind.CORDON, "train", "n1", XID), True, "ok")])[0]
+        Action(ActionKind.CORDON, "train", "n1", XID, action_reason=ActionReason.UNHEALTHY), True, "ok")])[0]
     pd = SinkSpec("pagerduty", "pd")
     assert accepts(pd, trip) and accepts(pd, clear) and not accepts(pd, cordon)
     critical = SinkSpec("webhook", "w", min_severity="critical")
@@ -136,7 +139,7 @@ def test_failures_never_name_the_secret(recorder: Recorder, tmp_path: Path) -> N
 
 def test_slack_message_is_one_compact_summary(recorder: Recorder, tmp_path: Path) -> None:
     spec = SinkSpec("slack", "team", url={"value": f"{recorder.url}/slack"})
-    r = result(Outcome(Action(ActionKind.CORDON, "train", "demo-train-0002", XID), True, "ok"),
+    r = result(Outcome(Action(ActionKind.CORDON, "train", "demo-train-0002", XID, action_reason=ActionReason.UNHEALTHY), True, "ok"),
                halts=(Halt("infer", "circuit_breaker", "2 of 2 sick"),))
     events = outcome_events("demo", "r", r.outcomes) + tuple(plan_conditions(r.plan).values())
     assert SlackSink(spec, tmp_path, 0).send(events) == 1
@@ -172,7 +175,7 @@ def test_a_failing_action_is_reported_once_until_it_succeeds(tmp_path: Path) -> 
     write_fleet(tmp_path, notify=[{"type": "log", "path": "events.jsonl"}])
     spec = load_fleet(tmp_path / "fleet.yaml")
     store = open_store(spec.store_url, base_dir=spec.base_dir)
-    cordon = Action(ActionKind.CORDON, "train", "demo-train-0002", XID, instance_id="i-2")
+    cordon = Action(ActionKind.CORDON, "train", "demo-train-0002", XID, instance_id="i-2", action_reason=ActionReason.UNHEALTHY)
     failing = result(Outcome(cordon, False, "ssh: exit 1", "RemoteError"))
     for _ in range(3):  # a cron job retrying a failing cordon
         notify_run(spec, store, now=NOW, run_id="r", result=failing)

@@ -1,0 +1,43 @@
+"""What the node agent needs from Python 3.11 on the Python 3.9 and 3.10 of GPU images.
+
+The agent bundle (navarch.agent.bundle) runs on the system Python of the common GPU images
+(Amazon Linux 2023: 3.9, Ubuntu 22.04: 3.10), so every module it carries keeps to 3.9
+(checked with vermin in CI). On 3.11 and later both names are the standard library's own.
+"""
+
+from __future__ import annotations
+
+import enum
+import sys
+from datetime import timezone
+from importlib.metadata import EntryPoint, entry_points
+
+__all__ = ["UTC", "StrEnum", "entry_points_of"]
+
+#: datetime.UTC (3.11+) is this very object.
+UTC = timezone.utc  # noqa: UP017
+
+if sys.version_info >= (3, 11):  # noqa: UP036 (the agent bundle runs on 3.9)
+    from enum import StrEnum  # novermin
+else:
+
+    class StrEnum(str, enum.Enum):  # noqa: UP042
+        """enum.StrEnum of Python 3.11: members are str, and str()/format() give the value."""
+
+        def __str__(self) -> str:
+            return str(self.value)
+
+        def __format__(self, spec: str) -> str:
+            return str(self.value).__format__(spec)
+
+        @staticmethod
+        def _generate_next_value_(name: str, start: int, count: int, last_values: list) -> str:
+            return name.lower()
+
+
+def entry_points_of(group: str) -> tuple[EntryPoint, ...]:
+    """The installed entry points of one group (``entry_points(group=...)`` is 3.10+;
+    3.9 returns a dict of every group)."""
+    if sys.version_info >= (3, 10):  # noqa: UP036 (the agent bundle runs on 3.9)
+        return tuple(entry_points(group=group))  # novermin
+    return tuple(entry_points().get(group, ()))

@@ -1,0 +1,83 @@
+"""What every stage of the planner reads and returns: the run's options, one pool's
+context, the progress earlier stages made, and a stage's result. Pure data."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+
+from navarch.planner.model import Action, Halt, NodeView, PoolMemory
+from navarch.spec import FleetSpec, PoolSpec
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    """What one run is asked for beyond converging (CLI flags, Terraform's analogues).
+
+    pools: only these pools and their orphans (`--pool`, Terraform -target); None: all.
+    replace: nodes to replace through the usual surge/cordon/drain path (`--replace`).
+    destroy: `navarch destroy`: every node of the chosen pools (and orphans) leaves.
+    force: with destroy, terminate without waiting for drains.
+    allow_destroy: lift the orphan guard for this run (`--allow-destroy`).
+    """
+
+    pools: frozenset[str] | None = None
+    replace: frozenset[str] = frozenset()
+    destroy: bool = False
+    force: bool = False
+    allow_destroy: bool = False
+
+    def includes(self, pool: str) -> bool:
+        return self.pools is None or pool in self.pools
+
+
+@dataclass(frozen=True)
+class PoolContext:
+    """What every stage of one pool reads. views: the pool's nodes by name; frozen: a
+    circuit breaker (pool or fleet) is open; last_index: the highest node index used."""
+
+    spec: FleetSpec
+    pool: PoolSpec
+    views: tuple[NodeView, ...]
+    pm: PoolMemory
+    now: datetime
+    frozen: bool
+    options: PlanOptions
+    last_index: int
+
+
+@dataclass(frozen=True)
+class Progress:
+    """What earlier stages of a pool's pipeline decided or used up.
+
+    budget: nodes that may still leave service; rate_left: repairs that may still start;
+    leaving: nodes this run cordons, whose replacements count provisions (in order);
+    surge_for: (node, why) drifted nodes wanting a replacement before they leave;
+    avoid: places this run found bad (a stuck instance's), skipped by provisioning.
+    """
+
+    desired: int
+    budget: int
+    rate_left: int
+    leaving: tuple[str, ...] = ()
+    surge_for: tuple[tuple[str, str], ...] = ()
+    avoid: frozenset[tuple[str, str, str, bool]] = frozenset()
+    taken: frozenset[str] = frozenset()  # nodes an earlier stage already acted on
+
+
+@dataclass(frozen=True)
+class StageResult:
+    progress: Progress
+    actions: tuple[Action, ...] = ()
+    halts: tuple[Halt, ...] = ()
+    notes: tuple[str, ...] = ()
+    pending: tuple[str, ...] = ()
+
+
+Stage = Callable[[PoolContext, Progress], StageResult]
+
+
+def iid(v: NodeView) -> str | None:
+    """The node's instance id (None when the instance is unknown)."""
+    return v.instance.instance_id if v.instance else None

@@ -1,0 +1,153 @@
+"""Active diagnostics (dcgmi diag) in the plan: scheduled ones, and the one a remedied node
+may need before it returns (``return_requires_diag``). Pure.
+
+A failed diagnostic is a fault like any other: this module says so (``Climb``), and the
+ladder (navarch.planner.ladder) alone decides the rung it gets.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import datetime
+
+from navarch.durations import format_duration_s
+from navarch.health import FaultKey, Remedy
+from navarch.planner.context import PoolContext, Progress, StageResult, iid
+from navarch.planner.model import (
+    Action,
+    ActionKind,
+    ActionReason,
+    Diag,
+    DiagState,
+    DiagWhy,
+    Fault,
+    Lifecycle,
+    NodeView,
+)
+
+#: The fault a failed scheduled diagnostic is: a reboot first (DCGM's memory and PCIe
+#: failures are often cured by one), then the ladder climbs as for any fault.
+DIAG_FAULT_KEY = FaultKey("dcgmi diag")
+DIAG_FAULT_ACTION = Remedy.REBOOT
+
+
+@dataclass(frozen=True)
+class Climb:
+    """A failed diagnostic the ladder must answer: the fault, and the words that say why
+    (put before the ladder's own reason)."""
+
+    fault: Fault
+    why: str
+
+
+#: What a diagnostics step gives: an action, a line saying why the node waits, or a climb.
+DiagStep = tuple[Action | None, str] | Climb
+
+
+def diagnose(ctx: PoolContext, v: NodeView, level: int, why: DiagWhy, reason: str) -> Action:
+    """The DIAGNOSE action that starts or collects `dcgmi diag -r level` on v."""
+    return Action(ActionKind.DIAGNOSE, ctx.pool.name, v.node, reason, instance_id=iid(v),
+                  level=level, why=why.value, action_reason=ActionReason.DIAGNOSTICS)
+
+
+def _diag_fault(v: NodeView, key: FaultKey, action: Remedy) -> Fault:
+    """The Fault a failed diagnostic is: `key` and `action` (for a diag before return, the
+    remedied fault's, so the ladder climbs), on the node's latest report's boot."""
+    s = v.summary
+    return Fault(key, action, s.boot_id if s else "", s.sequence if s else 0)
+
+
+def _failed(d: Diag, what: str = "") -> str:
+    return f"{what}dcgmi diag -r {d.level} failed ({d.detail}); "
+
+
+def return_diag(ctx: PoolContext, v: NodeView, level: int, healthy: str) -> DiagStep | None:
+    """return_requires_diag: a remedied node returns only after `dcgmi diag -r level`, started
+    after the remedy, passed. None when it did; else the DIAGNOSE that starts or collects it
+    (it runs detached on the node: each run collects, none waits for it), the Climb a failed
+    one asks for, or why the node waits (dcgmi is not installed)."""
+    d = v.diag
+    if (d is None or d.why is not DiagWhy.RETURN or d.level < level or d.started_at is None
+            or v.rung_at is None or d.started_at < v.rung_at):
+        return diagnose(ctx, v, level, DiagWhy.RETURN,
+                        f"{healthy}; return_requires_diag: dcgmi diag -r {level} first"), ""
+    if d.state is DiagState.PASS:
+        return None
+    if d.state is DiagState.RUNNING:
+        return diagnose(ctx, v, d.level, DiagWhy.RETURN, f"collect dcgmi diag -r {d.level} "
+                        f"(running since {d.started_at:%H:%M} UTC)"), ""
+    if d.state is DiagState.FAIL:
+        key, action = ((v.fault.key, v.fault.action) if v.fault is not None
+                       else (DIAG_FAULT_KEY, DIAG_FAULT_ACTION))
+        return Climb(_diag_fault(v, key, action), _failed(d))
+    if d.state is DiagState.UNAVAILABLE:
+        return None, (f"{v.node}: cannot return: return_requires_diag {level} and {d.detail}")
+    return diagnose(ctx, v, level, DiagWhy.RETURN,
+                    f"dcgmi diag -r {level} again: the last run gave no verdict ({d.detail})"), ""
+
+
+def scheduled_diag(ctx: PoolContext, v: NodeView) -> DiagStep:
+    """A node cordoned for scheduled diagnostics: once drained, diagnose it (start, then
+    collect on later runs); uncordon it when they pass or give no verdict (doubt never
+    acts); a failure is a Climb for the ladder. A drain that does not finish within
+    drain_timeout returns the node undiagnosed: a healthy node is never terminated for it."""
+    h = ctx.pool.health
+    if not v.drained:
+        waited_s = (ctx.now - v.phase_at).total_seconds() if v.phase_at else 0.0
+        if waited_s >= h.drain_timeout_s:
+            return Action(ActionKind.UNCORDON, ctx.pool.name, v.node,
+                          f"scheduled diagnostics skipped: drain_timeout "
+                          f"({format_duration_s(h.drain_timeout_s)}) passed", instance_id=iid(v),
+                          action_reason=ActionReason.DIAGNOSTICS), ""
+        return None, f"{v.node}: draining for scheduled diagnostics"
+    d = v.diag
+    level = ctx.pool.diagnostics.level
+    if d is None or d.state in (DiagState.DUE, DiagState.RUNNING):
+        what = "collect" if d is not None and d.state is DiagState.RUNNING else "start"
+        return diagnose(ctx, v, d.level if d else level, DiagWhy.SCHEDULED,
+                        f"scheduled diagnostics: {what} dcgmi diag -r {d.level if d else level}"), ""
+    if d.state is DiagState.FAIL:
+        return Climb(_diag_fault(v, DIAG_FAULT_KEY, DIAG_FAULT_ACTION), _failed(d, "scheduled "))
+    verdict = "passed" if d.state is DiagState.PASS else f"gave no verdict ({d.detail})"
+    return Action(ActionKind.UNCORDON, ctx.pool.name, v.node,
+                  f"scheduled dcgmi diag -r {d.level} {verdict}", instance_id=iid(v),
+                  action_reason=ActionReason.DIAGNOSTICS), ""
+
+
+def diagnostics_stage(ctx: PoolContext, prog: Progress) -> StageResult:
+    """Scheduled active diagnostics (pool diagnostics: {every, level}): cordon and
+    drain healthy nodes whose last diagnostics (or launch) are `every` old, oldest first,
+    within the disruption budget, so at most max_unavailable nodes of the pool are out at
+    once (the ladder stage diagnoses and returns them). Not with the breaker open; a node
+    out for diagnostics is no repair (no rate limit) and gets no replacement."""
+    every_s, level = ctx.pool.diagnostics.every_s, ctx.pool.diagnostics.level
+    if every_s is None or ctx.frozen:
+        return StageResult(prog)
+
+    def last(v: NodeView) -> datetime:
+        if v.diag is not None:
+            return v.diag.at
+        return v.instance.launched_at if v.instance is not None else ctx.now
+
+    due = sorted((v for v in ctx.views if v.lifecycle is Lifecycle.HEALTHY
+                  and v.node not in prog.leaving and v.node not in prog.taken
+                  and (ctx.now - last(v)).total_seconds() >= every_s),
+                 key=lambda v: (last(v), v.node))
+    actions: list[Action] = []
+    pending: list[str] = []
+    budget = prog.budget
+    code = ActionReason.DIAGNOSTICS
+    for v in due:
+        if budget <= 0:
+            pending.append(f"{v.node}: scheduled diagnostics wait for max_unavailable")
+            continue
+        budget -= 1
+        why = (f"scheduled diagnostics (every {format_duration_s(every_s)}, dcgmi diag -r "
+               f"{level}; last {format_duration_s((ctx.now - last(v)).total_seconds())} ago)")
+        actions.append(Action(ActionKind.CORDON, ctx.pool.name, v.node, why, instance_id=iid(v),
+                              level=level, why=DiagWhy.SCHEDULED.value, action_reason=code))
+        actions.append(Action(ActionKind.DRAIN, ctx.pool.name, v.node, why, instance_id=iid(v),
+                              action_reason=code))
+    return StageResult(replace(prog, budget=budget,
+                               taken=prog.taken | {a.node for a in actions if a.node}),
+                       tuple(actions), pending=tuple(pending))

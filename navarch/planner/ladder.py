@@ -1,0 +1,307 @@
+"""The remediation ladder: the one place that maps a fault to a remedy. Pure.
+
+Facts come from below (the agent's checks with their structured fault keys, the XID
+catalogue's recommended remedy, a user rule's action, a failed dcgmi diag); this module
+alone decides the rung (docs/health-policy.md has the table, tested against ``decide``):
+
+- a lemon (``lemon_after`` faults within ``lemon_window``, on the node or its physical
+  host) is replaced;
+- a fault whose recommended remedy is ``replace`` is replaced; one with no remedy
+  (``none``: unhealthy by a rule, or a check with nothing to try) is replaced too;
+- otherwise the cheapest rung of the pool's ``remediation`` at least as strong as the
+  recommended remedy and, when the same fault kind had a rung within ``ladder_window``,
+  stronger than that rung; past the last rung, replace.
+
+Nothing on the node overrides this: the agent reports how many boots it saw a fault in,
+and never turns a reboot into a replacement itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from navarch.durations import format_duration_s
+from navarch.health import FaultKey, Remedy, Status
+from navarch.planner.context import PoolContext, Progress, StageResult, iid
+from navarch.planner.diagnostics import Climb, DiagStep, return_diag, scheduled_diag
+from navarch.planner.model import (
+    Action,
+    ActionKind,
+    ActionReason,
+    Fault,
+    Halt,
+    HaltRule,
+    Lifecycle,
+    NodeView,
+)
+from navarch.planner.observe import after_remedy, fault_of
+from navarch.xid import fatal_xids_by_remedy
+
+__all__ = ["Rung", "catalogue_table", "decide", "decision_table", "ladder_stage", "rung_for"]
+
+
+def decide(ladder: Sequence[Remedy | str], need: Remedy, *, previous: Remedy | None = None,
+           lemon: bool = False) -> Remedy:
+    """The rung a fault gets.
+
+    ladder: the pool's health.remediation, cheapest first (an ordered subset of reset_gpu,
+    reboot, replace); need: the fault's recommended remedy (the XID catalogue's, the
+    check's documented one, or a user rule's); previous: the rung already tried for the
+    same fault kind within ladder_window, or None; lemon: the node (or its host) had
+    lemon_after faults within lemon_window.
+    Returns REPLACE for a lemon, for a fault whose remedy is replace or none, and when no
+    rung is both at least as strong as `need` and stronger than `previous`; else the
+    cheapest such rung. Replacement ends every ladder, listed or not. Never raises.
+    """
+    if lemon or need in (Remedy.NONE, Remedy.REPLACE):
+        return Remedy.REPLACE
+    floor = need.rank if previous is None else max(need.rank, previous.rank + 1)
+    for rung in (Remedy(r) for r in ladder):
+        if rung.rank >= floor:
+            return rung
+    return Remedy.REPLACE
+
+
+#: The ladders and situations docs/health-policy.md tabulates (``decision_table``).
+_TABLE_LADDERS: tuple[tuple[Remedy, ...], ...] = (
+    (Remedy.REBOOT, Remedy.REPLACE),
+    (Remedy.RESET_GPU, Remedy.REBOOT, Remedy.REPLACE),
+    (Remedy.RESET_GPU, Remedy.REPLACE),
+)
+_TABLE_NEEDS = (Remedy.RESET_GPU, Remedy.REBOOT, Remedy.REPLACE, Remedy.NONE)
+_CLIMBING = (Remedy.RESET_GPU, Remedy.REBOOT)
+
+
+def decision_table() -> str:
+    """The ladder's decision table as Markdown, made from ``decide`` itself: per
+    recommended remedy and situation (first occurrence; the same fault kind again within
+    ladder_window after each rung; a lemon), the rung each tabulated ladder gives. Its
+    copy in docs/health-policy.md is tested to match, so the page cannot drift."""
+    head = ["recommended", "situation"] + ["[" + ", ".join(r.value for r in ladder) + "]"
+                                           for ladder in _TABLE_LADDERS]
+    rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    situations: list[tuple[str, Remedy | None, bool]] = [("first occurrence", None, False)]
+    situations += [(f"again after {r.value}", r, False) for r in (Remedy.RESET_GPU, Remedy.REBOOT)]
+    situations.append(("lemon", None, True))
+    for need in _TABLE_NEEDS:
+        # replace and none give replace in every situation: one row each says so
+        for label, previous, lemon in situations if need in _CLIMBING else [("any", None, False)]:
+            cells = [decide(ladder, need, previous=previous, lemon=lemon).value
+                     for ladder in _TABLE_LADDERS]
+            rows.append(f"| {need.value} | {label} | " + " | ".join(cells) + " |")
+    return "\n".join(rows) + "\n"
+
+
+def catalogue_table() -> str:
+    """The XID catalogue's recommended remedy for each fatal XID (navarch.xid), the
+    default order the ladder starts from, as Markdown (tested against its copy in
+    docs/health-policy.md)."""
+    rows = ["| recommended | fatal XIDs (fault kind xid:N) |", "|---|---|"]
+    for remedy, codes in fatal_xids_by_remedy().items():
+        rows.append(f"| {remedy.value} | {', '.join(str(c) for c in codes)} |")
+    return "\n".join(rows) + "\n"
+
+
+@dataclass(frozen=True)
+class Rung:
+    """What the ladder gives one fault: the remedy, the reason, and whether it is a lemon."""
+
+    remedy: Remedy
+    why: str
+    lemon: bool
+
+    @property
+    def code(self) -> ActionReason:
+        """The action_reason of the action that carries it out."""
+        return ActionReason.LEMON if self.lemon else ActionReason.REMEDY
+
+
+def _lemon_count(ctx: PoolContext, v: NodeView, unrecorded: int) -> tuple[int, str]:
+    """Faults within lemon_window on the node (v.faults plus `unrecorded` not yet in Memory)
+    or, where the cloud exposes one, on its physical host (PoolMemory.host_faults: faults
+    of earlier instances on the same EC2 Dedicated Host); and " on host H" when the host's
+    count is the larger."""
+    h = ctx.pool.health
+    count = unrecorded + sum((ctx.now - t).total_seconds() <= h.lemon_window_s
+                             for _, t in v.faults)
+    host = v.instance.host_id if v.instance is not None else None
+    if not host:
+        return count, ""
+    on_host = unrecorded + sum(hid == host and (ctx.now - t).total_seconds() <= h.lemon_window_s
+                               for hid, _, t in ctx.pm.host_faults)
+    count = max(count, on_host)
+    return count, f" on host {host}" if on_host == count else ""
+
+
+def rung_for(ctx: PoolContext, v: NodeView, fault: Fault, unrecorded: int) -> Rung:
+    """The ladder's rung for `fault` on v (``decide`` with the pool's settings).
+
+    previous: the rung already tried for the same fault kind (FaultKey.same_as) within
+    ladder_window; lemon: see ``_lemon_count``; unrecorded: faults not yet in Memory.
+    """
+    h = ctx.pool.health
+    previous = (v.rung if v.rung is not None and FaultKey(v.rung_fault).same_as(fault.key)
+                and v.rung_at is not None
+                and (ctx.now - v.rung_at).total_seconds() <= h.ladder_window_s else None)
+    count, where = _lemon_count(ctx, v, unrecorded)
+    lemon = count >= h.lemon_after
+    remedy = decide(h.remediation, fault.action, previous=previous, lemon=lemon)
+    ladder = "remediation: " + " then ".join(h.remediation)
+    key = fault.key.kind  # the GPU is in the findings; the ladder compares kinds
+    if lemon:
+        why = (f"lemon: {count} faults{where} in {format_duration_s(h.lemon_window_s)} "
+               f"(lemon_after {h.lemon_after}); {key}")
+    elif previous is not None:
+        why = (f"{key} again within {format_duration_s(h.ladder_window_s)} after "
+               f"{previous.value}; {ladder}")
+    elif fault.action in (Remedy.NONE, Remedy.REPLACE):
+        why = f"{key}: its remedy is replace"
+    else:
+        why = f"{key}, first occurrence; {ladder}"
+    return Rung(remedy, why, lemon)
+
+
+def _busy(v: NodeView) -> int:
+    """GPU processes by the node's latest report (0 when none or unknown)."""
+    return (v.summary.process_count or 0) if v.summary is not None else 0
+
+
+#: The action that carries out each in-place rung of the ladder.
+_RUNG_ACTION = {Remedy.RESET_GPU: ActionKind.RESET_GPU, Remedy.REBOOT: ActionKind.REBOOT}
+
+
+def _carry_out(ctx: PoolContext, v: NodeView, r: Rung, fault: Fault, *, repair: bool = False,
+               prefix: str = "") -> tuple[Action | None, str]:
+    """The rung's action for v: TERMINATE for replace, else RESET_GPU or REBOOT in place, or
+    why it waits: never in place while v's latest report shows GPU processes (nvidia-smi -r
+    refuses then, and a reboot would kill them)."""
+    why = prefix + r.why
+    if r.remedy is Remedy.REPLACE:
+        return Action(ActionKind.TERMINATE, ctx.pool.name, v.node, why, instance_id=iid(v),
+                      lemon=r.lemon, fault=fault, action_reason=r.code), ""
+    kind = _RUNG_ACTION[r.remedy]
+    if _busy(v):
+        return None, (f"{v.node}: {kind.value} waits: its latest report shows {_busy(v)} "
+                      "GPU process(es)")
+    return Action(kind, ctx.pool.name, v.node, why, instance_id=iid(v), fault=fault,
+                  rung=r.remedy, repair=repair, action_reason=r.code), ""
+
+
+def _after_drain(ctx: PoolContext, v: NodeView, fault: Fault) -> tuple[Action | None, str]:
+    """A drained node cordoned for a fault: reset its GPUs, reboot it, or terminate it."""
+    r = rung_for(ctx, v, fault, unrecorded=0)
+    if r.remedy is Remedy.REPLACE:  # the fault was recorded at the cordon
+        return Action(ActionKind.TERMINATE, ctx.pool.name, v.node, f"drain finished; {r.why}",
+                      instance_id=iid(v), lemon=r.lemon, action_reason=r.code), ""
+    return _carry_out(ctx, v, r, fault)
+
+
+def _climb(ctx: PoolContext, v: NodeView, step: DiagStep) -> tuple[Action | None, str]:
+    """A diagnostics step as an action: a failed diagnostic climbs the ladder (the next rung
+    when it answers the fault just remedied), or is replaced."""
+    if not isinstance(step, Climb):
+        return step
+    r = rung_for(ctx, v, step.fault, unrecorded=1)
+    return _carry_out(ctx, v, r, step.fault, repair=True, prefix=step.why)
+
+
+def _remediating(ctx: PoolContext, v: NodeView) -> tuple[Action | None, str]:
+    """A rebooted or GPU-reset node: return it after return_after healthy reports made after
+    the remedy, climb a rung when it faults again, replace it when no report made after the
+    remedy arrives within boot_timeout."""
+    h, s, fault = ctx.pool.health, v.summary, v.fault
+    rung = v.rung or Remedy.REBOOT
+    since = v.rung_at or v.phase_at or ctx.now
+    waited_s = (ctx.now - since).total_seconds()
+    if s is None or not after_remedy(rung, fault, v.rung_at, s):
+        if waited_s > h.boot_timeout_s:
+            what = "from a new boot" if rung is not Remedy.RESET_GPU else "made"
+            return Action(ActionKind.TERMINATE, ctx.pool.name, v.node,
+                          f"no report {what} within boot_timeout "
+                          f"({format_duration_s(h.boot_timeout_s)}) after the {rung.value}",
+                          instance_id=iid(v), action_reason=ActionReason.REMEDY_TIMEOUT), ""
+        return None, (f"{v.node}: waits for its first report after the {rung.value} "
+                      f"({format_duration_s(waited_s)} of boot_timeout "
+                      f"{format_duration_s(h.boot_timeout_s)})")
+    if v.report_age_s is not None and v.report_age_s > h.offline_after_s:
+        return Action(ActionKind.TERMINATE, ctx.pool.name, v.node,
+                      f"no fresh report for {format_duration_s(v.report_age_s)} after the "
+                      f"{rung.value}", instance_id=iid(v), action_reason=ActionReason.OFFLINE), ""
+    if s.status is Status.UNHEALTHY:
+        if not (s.fatal or v.streak >= h.unhealthy_after):
+            return None, (f"{v.node}: unhealthy report {v.streak} of {h.unhealthy_after} "
+                          f"after the {rung.value}")
+        new = fault_of(s)
+        return _carry_out(ctx, v, rung_for(ctx, v, new, unrecorded=1), new, repair=True)
+    if v.return_streak >= h.return_after:
+        why = f"healthy for {v.return_streak} reports after {rung.value}"
+        if h.return_requires_diag is not None:
+            gate = return_diag(ctx, v, h.return_requires_diag, why)
+            if gate is not None:
+                return _climb(ctx, v, gate)
+            why += f"; dcgmi diag -r {h.return_requires_diag} passed"
+        return Action(ActionKind.UNCORDON, ctx.pool.name, v.node, why, instance_id=iid(v),
+                      action_reason=ActionReason.RECOVERED), ""
+    return None, (f"{v.node}: {v.return_streak} of {h.return_after} healthy reports after "
+                  f"the {rung.value}")
+
+
+def _step(ctx: PoolContext, v: NodeView) -> tuple[Action | None, str] | None:
+    """The ladder's step for one node, or None when the ladder has nothing to say of it."""
+    if v.lifecycle is Lifecycle.DRAINING and v.diag_cordon:
+        return _climb(ctx, v, scheduled_diag(ctx, v))
+    if v.lifecycle is Lifecycle.DRAINING and v.drained and v.fault is not None:
+        return _after_drain(ctx, v, v.fault)
+    if v.lifecycle is Lifecycle.REMEDIATING:
+        return _remediating(ctx, v)
+    return None
+
+
+def ladder_stage(ctx: PoolContext, prog: Progress) -> StageResult:
+    """The remediation ladder stage (docs/health-policy.md).
+
+    A DRAINING node cordoned for a fault (Memory has it) whose drain finished gets
+    ``rung_for``: RESET_GPU, REBOOT, or TERMINATE (replace; a lemon is marked). A
+    REMEDIATING node is uncordoned after return_after healthy reports made after the
+    remedy (observe.after_remedy: a new boot, or a report later than the GPU reset), climbs
+    the next rung when it faults again after it, and is replaced when no report made after
+    the remedy arrives within boot_timeout. Resets and reboots are repairs: the circuit
+    breaker holds every one, the repair rate limit one no cordon paid for (a fault again
+    after a remedy). Terminations here are of drained nodes and go even with the breaker
+    open. Operator-cordoned nodes are listed as pending, nothing else.
+    """
+    pool = ctx.pool
+    actions: list[Action] = []
+    halts: list[Halt] = []
+    pending: list[str] = []
+    taken = set(prog.taken)
+    rate_left = prog.rate_left
+    for v in ctx.views:
+        if v.lifecycle is Lifecycle.OPERATOR_CORDONED:
+            pending.append(f"{v.node}: {v.reason} (`navarch uncordon` returns it)")
+            continue
+        step = _step(ctx, v)
+        if step is None:
+            continue
+        action, wait = step
+        taken.add(v.node)
+        if action is None:
+            pending.append(wait)
+            continue
+        if action.kind in (ActionKind.REBOOT, ActionKind.RESET_GPU):
+            if ctx.frozen:
+                halts.append(Halt(pool.name, HaltRule.CIRCUIT_BREAKER,
+                                  f"{v.node}: {action.kind.value} held back"))
+                continue
+            if action.repair:
+                if rate_left <= 0:
+                    halts.append(Halt(pool.name, HaltRule.REPAIR_RATE_LIMIT,
+                                      f"{v.node} waits for its {action.kind.value}: "
+                                      f"{ctx.spec.safety.repairs_per_pool_per_hour} repairs in "
+                                      "the last hour"))
+                    continue
+                rate_left -= 1
+        actions.append(action)
+    return StageResult(replace(prog, rate_left=rate_left, taken=frozenset(taken)),
+                       tuple(actions), tuple(halts), pending=tuple(pending))

@@ -105,6 +105,28 @@ def _halt_exit(plan: Plan) -> int | None:
     return EXIT_HALTED
 
 
+def process_clock() -> Callable[[], datetime]:
+    """This process's clock, read once by main(): the system clock, or a fixed time when
+    NAVARCH_NOW (RFC 3339) is set.
+
+    NAVARCH_NOW is a test and replay seam: it lets an end-to-end test show what a run an
+    hour later would do. It is read here only; every verb is handed the clock. Raises
+    ConfigError when NAVARCH_NOW is not an RFC 3339 time with a timezone.
+    """
+    fixed = os.environ.get("NAVARCH_NOW")
+    if not fixed:
+        return lambda: datetime.now(UTC)
+    try:
+        when = datetime.fromisoformat(fixed.replace("Z", "+00:00"))
+    except ValueError:
+        when = None
+    if when is None or when.tzinfo is None:
+        raise ConfigError(f"NAVARCH_NOW={fixed!r} is not an RFC 3339 time with a timezone",
+                          hint="e.g. NAVARCH_NOW=2026-11-01T12:00:00Z, or unset it")
+    replayed = when.astimezone(UTC)
+    return lambda: replayed
+
+
 def _open(path: str) -> Fleet:
     from navarch.fleet_file import ensure_local_secret
     from navarch.reconcile.run import Fleet
@@ -137,10 +159,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def cmd_plan(args: argparse.Namespace) -> int:
     """`navarch plan`: render the plan; exit 0/2 (--detailed-exitcode), 3 breaker open."""
     from navarch.reconcile.render import plan_to_json, render_markdown
-    from navarch.reconcile.run import clock, gather
+    from navarch.reconcile.run import gather
 
     fleet = _open(args.fleet)
-    snap = gather(fleet, clock(), _options(args))
+    snap = gather(fleet, args.clock(), _options(args))
     _report_fleet_rejection(snap)
     plan = snap.plan
     doc = plan_to_json(plan)
@@ -218,9 +240,10 @@ def cmd_apply(args: argparse.Namespace) -> int:
 
     side = Unattended(fleet, args.run_id, metrics_textfile=args.metrics_textfile,
                       pools=frozenset(args.pool) if args.pool else None,
-                      progress=args.log_format != "json")
+                      progress=args.log_format != "json", clock=args.clock)
     try:
-        result = run_apply(fleet, command=f"apply {args.target}", saved=saved,
+        result = run_apply(fleet, command=f"apply {args.target}", clock=args.clock,
+                           saved=saved,
                            confirm=side.confirm(confirm), on_outcome=side.outcome(_show_outcome),
                            options=_options(args), after_apply=side.after_apply,
                            run_id=args.run_id)
@@ -269,7 +292,7 @@ def _apply_exit(result: ApplyResult) -> int:
 def cmd_destroy(args: argparse.Namespace) -> int:
     """`navarch destroy FLEET [--pool P] [--force]`: every node leaves (cordon, drain,
     terminate); exit 0 when none is left, 2 while drains are still running."""
-    from navarch.reconcile.run import clock, gather, run_apply
+    from navarch.reconcile.run import gather, run_apply
 
     fleet = _open(args.fleet)
     fleet.secret_optional = True  # a fleet whose secret is lost can still be destroyed
@@ -289,7 +312,8 @@ def cmd_destroy(args: argparse.Namespace) -> int:
 
     failed = 0
     for _ in range(3):  # cordon + drain, then what finished draining at once, then re-check
-        result = run_apply(fleet, command=f"destroy {args.fleet}", confirm=confirm,
+        result = run_apply(fleet, command=f"destroy {args.fleet}", clock=args.clock,
+                           confirm=confirm,
                            options=options, on_outcome=_show_outcome)
         if result is None:
             print("Destroy cancelled.")
@@ -297,7 +321,7 @@ def cmd_destroy(args: argparse.Namespace) -> int:
         failed += sum(not o.ok for o in result.outcomes)
         if not result.plan.actions:
             break
-    left = [v for v in gather(fleet, clock(), options).plan.views
+    left = [v for v in gather(fleet, args.clock(), options).plan.views
             if options.includes(v.pool)]
     if failed:
         _err(f"{failed} action(s) failed; run `navarch destroy` again")
@@ -356,11 +380,11 @@ def cmd_status(args: argparse.Namespace) -> int:
     """`navarch status`: counts per pool and lifecycle, then the nodes that are not healthy
     (every node with --all), or --json (every node)."""
     from navarch.durations import format_duration_s
-    from navarch.reconcile.run import clock, gather
+    from navarch.reconcile.run import gather
     from navarch.reconcile.status import fleet_status
 
     fleet = _open(args.fleet)
-    snap = gather(fleet, clock())
+    snap = gather(fleet, args.clock())
     doc = fleet_status(fleet.spec, snap).to_json()
     _report_fleet_rejection(snap)
     if args.html:
@@ -453,11 +477,10 @@ def cmd_history(args: argparse.Namespace) -> int:
     """`navarch history FLEET [NODE] [--since 24h] [--json]`: what happened and why, from the
     audit log (navarch.history), oldest first, then the node's state now."""
     from navarch.history import history_to_json, read_history, render_history
-    from navarch.reconcile.run import clock
     from navarch.stores import open_store
 
     spec = load_fleet(args.fleet)
-    now = clock()
+    now = args.clock()
     since = _since(args.since, now)
     store = open_store(spec.store_url, base_dir=spec.base_dir)
     h = read_history(store, spec.name, since=since, until=now, node=args.node)
@@ -486,7 +509,7 @@ def cmd_uncordon(args: argparse.Namespace) -> int:
     from navarch.reconcile.uncordon import uncordon
 
     fleet = _open(args.fleet)
-    detail = uncordon(fleet, args.node, force=getattr(args, "force", False))
+    detail = uncordon(fleet, args.node, force=getattr(args, "force", False), clock=args.clock)
     print(f"{args.node}: uncordoned ({detail}).")
     return EXIT_OK
 
@@ -495,7 +518,7 @@ def cmd_reboot(args: argparse.Namespace) -> int:
     """`navarch reboot FLEET NODE` (see navarch.reconcile.manual.reboot)."""
     from navarch.reconcile.manual import reboot
 
-    detail = reboot(_open(args.fleet), args.node, force=args.force)
+    detail = reboot(_open(args.fleet), args.node, force=args.force, clock=args.clock)
     print(f"{args.node}: {detail}.")
     return EXIT_OK
 
@@ -504,7 +527,7 @@ def cmd_cordon(args: argparse.Namespace) -> int:
     """`navarch cordon FLEET NODE --reason TEXT` (see navarch.reconcile.manual.cordon)."""
     from navarch.reconcile.manual import cordon
 
-    detail = cordon(_open(args.fleet), args.node, args.reason)
+    detail = cordon(_open(args.fleet), args.node, args.reason, clock=args.clock)
     print(f"{args.node}: cordoned by an operator ({detail}); navarch will not undo it, "
           "`navarch uncordon` will.")
     return EXIT_OK
@@ -576,14 +599,13 @@ def cmd_local_tick(args: argparse.Namespace) -> int:
     """`navarch local tick`: every local node's agent reports once."""
     from navarch.fleet_file import ensure_local_secret
     from navarch.providers import local_ops
-    from navarch.reconcile.run import clock
 
     spec = load_fleet(args.fleet)
     ensure_local_secret(spec)
     # The agents' own JSON logs are for journald on real machines; here each node's
     # outcome is the line printed below.
     logging.getLogger("navarch.agent").setLevel(logging.ERROR)
-    results = local_ops.tick(spec, now=clock())
+    results = local_ops.tick(spec, now=args.clock(), agent_clock_skew_s=args.agent_clock_skew)
     for r in results:
         print(f"{r.node}: {r.status}")
     if not results:
@@ -773,6 +795,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from navarch.simulate.report import summary_rows, to_html, to_json
     from navarch.simulate.scenario import load_scenario
 
+    # Every simulated node runs the real agent, whose logs are for journald on a machine
+    # (a first run without a state file warns, for each of a thousand nodes).
+    logging.getLogger("navarch.agent").setLevel(logging.ERROR)
     paths = [args.scenario] + ([args.compare] if args.compare else [])
     docs, texts, failed = [], [], False
     seed = args.seed
@@ -909,6 +934,9 @@ def _local_commands(sub: Any) -> None:
     lsub = local.add_subparsers(dest="local_command", required=True, metavar="COMMAND")
     s = lsub.add_parser("tick", help="fire every local node's agent once, as its timer would")
     _fleet(s)
+    s.add_argument("--agent-clock-skew", type=float, default=0.0, metavar="SECONDS",
+                   help="the agents' clocks run this far ahead (negative: behind) of the "
+                        "store's, which stamps each report with the tick's time")
     s.set_defaults(func=cmd_local_tick)
     s = lsub.add_parser("inject", help="inject a fault into a local node")
     _fleet(s)
@@ -1026,6 +1054,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         _JSON_ERRORS["on"] = False
     try:
         _resolve_fleet(args)
+        if args.command != "agent":  # an agent run takes its time from its own node
+            args.clock = process_clock()
         code = int(args.func(args))
         sys.stdout.flush()
         return code

@@ -27,7 +27,7 @@ from navarch.errors import NavarchError, ProviderError, RemoteError
 from navarch.history import Actor, report_ref
 from navarch.inventory import Instance
 from navarch.planner.model import NodeMemory, Phase, ts
-from navarch.reconcile.run import Fleet, Snapshot, clock, gather, leased
+from navarch.reconcile.run import Clock, Fleet, Snapshot, gather, leased, system_clock
 from navarch.reconcile.state import AuditLog, save_memory
 
 
@@ -44,7 +44,8 @@ def _instance(snap: Snapshot, fleet_name: str, node: str) -> Instance:
     return found[0]
 
 
-def _audit(fleet: Fleet, snap: Snapshot, verb: str, record: dict[str, Any]) -> None:
+def _audit(fleet: Fleet, snap: Snapshot, verb: str, record: dict[str, Any],
+           clock: Clock) -> None:
     audit = AuditLog(fleet.store, fleet.spec.name, f"{snap.now:%Y%m%dT%H%M%SZ}-{verb}", snap.now)
     view = next((v for v in snap.observed.views if v.node == record.get("node")), None)
     audit.append({"time": ts(clock()), "run_id": verb, "operator": True,
@@ -55,15 +56,17 @@ def _audit(fleet: Fleet, snap: Snapshot, verb: str, record: dict[str, Any]) -> N
         flush()
 
 
-def reboot(fleet: Fleet, node: str, *, force: bool = False) -> str:
+def reboot(fleet: Fleet, node: str, *, force: bool = False,
+           clock: Clock = system_clock) -> str:
     """Reboot `node` through its provider's API; returns what was done (one line).
 
+    clock: the run's clock (navarch.reconcile.run.Clock).
     Raises NavarchError when the node is not this fleet's, its latest report shows GPU
     processes (unless force), or the provider refuses (the ProviderError's text); LockHeld
     when another run holds the lease, LeaseLost when it lapsed before the reboot.
     """
     spec = fleet.spec
-    with leased(fleet, f"reboot {node}") as lease:
+    with leased(fleet, f"reboot {node}", clock) as lease:
         snap = gather(fleet, clock())
         inst = _instance(snap, spec.name, node)
         view = next((v for v in snap.observed.views if v.node == node), None)
@@ -80,16 +83,18 @@ def reboot(fleet: Fleet, node: str, *, force: bool = False) -> str:
             fleet.providers[inst.provider].reboot([inst])
         except ProviderError as exc:
             _audit(fleet, snap, "reboot", {**record, "ok": False, "detail": str(exc),
-                                           "error": type(exc).__name__})
+                                           "error": type(exc).__name__}, clock)
             raise NavarchError(f"reboot of {node} failed: {exc}") from exc
         detail = f"rebooted {inst.instance_id} through provider {inst.provider}"
-        _audit(fleet, snap, "reboot", {**record, "ok": True, "detail": detail, "error": None})
+        _audit(fleet, snap, "reboot", {**record, "ok": True, "detail": detail, "error": None},
+               clock)
         return detail
 
 
-def cordon(fleet: Fleet, node: str, reason: str) -> str:
+def cordon(fleet: Fleet, node: str, reason: str, *, clock: Clock = system_clock) -> str:
     """An operator's cordon of `node` with `reason`; returns the playbook's detail.
 
+    clock: the run's clock (navarch.reconcile.run.Clock).
     Raises NavarchError when the node is not this fleet's, navarch is already taking it
     out of service (its own cordon, drain or termination), or the cordon playbook fails;
     LockHeld when another run holds the lease, LeaseLost when it lapsed before the cordon
@@ -99,7 +104,7 @@ def cordon(fleet: Fleet, node: str, reason: str) -> str:
     if not reason.strip():
         raise NavarchError("give a reason (--reason TEXT): it is shown to the scheduler's users "
                            "and kept in the audit log")
-    with leased(fleet, f"cordon {node}") as lease:
+    with leased(fleet, f"cordon {node}", clock) as lease:
         snap = gather(fleet, clock())
         inst = _instance(snap, spec.name, node)
         nm = snap.memory.node(node)
@@ -121,7 +126,7 @@ def cordon(fleet: Fleet, node: str, reason: str) -> str:
         _audit(fleet, snap, "cordon", {
             "action": "cordon", "pool": pool.name, "node": node, "reason": full_reason,
             "instance_id": inst.instance_id, "ok": ok, "detail": detail,
-            "error": None if ok else "RemoteError"})
+            "error": None if ok else "RemoteError"}, clock)
         if not ok:
             raise NavarchError(f"cordon of {node} failed: {detail}")
         base = nm or NodeMemory(node=node, pool=pool.name, instance_id=inst.instance_id,

@@ -18,20 +18,22 @@ from navarch.errors import NavarchError
 from navarch.history import Actor
 from navarch.planner.model import Action, ActionKind, ActionReason, Phase
 from navarch.reconcile.executor import Executor
-from navarch.reconcile.run import Fleet, clock, gather, leased
+from navarch.reconcile.run import Clock, Fleet, gather, leased, system_clock
 from navarch.reconcile.state import AuditLog, save_memory
 
 
-def uncordon(fleet: Fleet, node: str, *, force: bool = False) -> str:
+def uncordon(fleet: Fleet, node: str, *, force: bool = False,
+             clock: Clock = system_clock) -> str:
     """Uncordon `node`; returns the playbook's detail. Raises NavarchError saying why not.
 
     force: uncordon a lemon's instance id (or an instance on a lemon host) all the same.
+    clock: the run's clock (navarch.reconcile.run.Clock).
     Holds the fleet's lease like apply (checked before the uncordon and before the state
     write): raises LockHeld when another run holds it, LeaseLost when it lapsed or was taken
     over meanwhile (then nothing more is done and no state written).
     """
     spec = fleet.spec
-    with leased(fleet, f"uncordon {node}") as lease:
+    with leased(fleet, f"uncordon {node}", clock) as lease:
         snap = gather(fleet, clock())
         nm = snap.memory.node(node)
         view = next((v for v in snap.observed.views if v.node == node), None)

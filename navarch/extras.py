@@ -32,7 +32,7 @@ EXTRA_PACKAGES: dict[str, frozenset[str]] = {
     "ssh": frozenset({"fabric", "paramiko", "invoke"}),
     "plots": frozenset({"matplotlib"}),
     "mcp": frozenset({"mcp", "mcp_types", "pydantic", "pydantic_core", "anyio", "starlette",
-                      "sse_starlette", "uvicorn", "httpx", "jsonschema_specifications"}),
+                      "sse_starlette", "uvicorn"}),
 }
 
 

@@ -4,51 +4,16 @@ own stdio client, on the embedded local fleet after an injected XID 79."""
 from __future__ import annotations
 
 import json
-import os
-import sys
-from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 
-mcp = pytest.importorskip("mcp")
+pytest.importorskip("mcp")
 
-from mcp import ClientSession, StdioServerParameters, stdio_client  # noqa: E402
-from mcp.types import Implementation  # noqa: E402
+from mcp import ClientSession  # noqa: E402
 
 from navarch.mcp_server import ACTING_TOOLS, READ_ONLY_TOOLS  # noqa: E402
-
-REPO = Path(__file__).resolve().parents[2]
-CLIENT = "oncall-assistant"
-
-Session = Callable[[ClientSession], Awaitable[Any]]
-
-
-def talk(workdir: Path, *flags: str, body: Session, env: dict[str, str] | None = None) -> Any:
-    """Start `navarch mcp fleet.yaml FLAGS` in workdir, initialize as CLIENT, run body."""
-    server_env = {k: v for k, v in os.environ.items() if not k.startswith("NAVARCH_")}
-    server_env.update({"PYTHONPATH": str(REPO), **(env or {})})
-    params = StdioServerParameters(command=sys.executable,
-                                   args=["-m", "navarch", "mcp", "fleet.yaml", *flags],
-                                   env=server_env, cwd=workdir)
-
-    async def run() -> Any:
-        with open(workdir / "mcp-server.log", "a") as errlog:
-            async with stdio_client(params, errlog=errlog) as (read, write):
-                async with ClientSession(read, write, client_info=Implementation(
-                        name=CLIENT, version="1.0")) as session:
-                    await session.initialize()
-                    with anyio.fail_after(120):
-                        return await body(session)
-
-    return anyio.run(run)
-
-
-def document(result: Any) -> dict[str, Any]:
-    assert not result.is_error, result.content
-    return json.loads(result.content[0].text)
+from tests.support.mcp_client import CLIENT, document, talk  # noqa: E402
 
 
 @pytest.fixture

@@ -133,3 +133,16 @@ def test_validate_fleet_names_the_line_of_a_candidates_problem(sick_fleet):
     line = bad.splitlines().index(next(x for x in bad.splitlines() if "max: many" in x)) + 1
     assert wrong["problems"][0].startswith(f"fleet.yaml:{line}: pools.train.nodes.max")
     assert not list(sick_fleet.workdir.glob(".navarch-candidate-*"))
+
+
+def test_docs_list_every_tool_and_a_client_config_that_starts_the_server():
+    import re
+
+    from tests.support.mcp_client import REPO
+
+    text = (REPO / "docs" / "mcp.md").read_text()
+    documented = set(re.findall(r"^\| `(\w+)", text, re.M))
+    assert documented == set(READ_ONLY_TOOLS) | set(ACTING_TOOLS)
+    config = json.loads(re.search(r"```json\n(.*?)```", text, re.S)[1])
+    server = config["mcpServers"]["navarch-prod"]
+    assert server["command"] == "navarch" and server["args"][0] == "mcp"

@@ -66,7 +66,8 @@ _STATUS_DESC = (
 _NODE_DESC = (
     "One node: its status item (as in fleet_status, plus its pool) and its history from the "
     "audit log over the last `since` (a duration: 30m, 24h, 7d; default 7d). Read-only. "
-    "Returns {status: node item or null, history: the `navarch history --json` document}. "
+    "Returns {status: node item (null once the node is gone), history: the `navarch history "
+    "--json` document}; an error when the fleet never had the node. "
     "History events: time (RFC 3339 UTC), action (provision, cordon, drain, terminate, "
     "uncordon, reboot, reset_gpu, diagnose, ...), reason (why, in words), ok, detail, actor (scheduled = an "
     "apply deciding itself, replace = apply --replace, operator = a human's verb, mcp = an "
@@ -167,6 +168,9 @@ def build_server(fleet_path: str | Path, *, allow_actions: bool = False,
         at = clock()
         status = api.status(loaded, now=at).node(node)
         hist = api.history(loaded, node, _since(since), now=at).to_json()
+        if status is None and not hist["events"] and not hist["nodes"]:
+            raise NavarchError(f"{node} is not a node of fleet {loaded.name} "
+                               "(fleet_status lists them)")
         return {"status": status, "history": hist}
 
     @server.tool(description=_PLAN_DESC, annotations=ro)

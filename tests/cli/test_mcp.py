@@ -35,8 +35,10 @@ def test_read_only_server_shows_the_xid79_cordon_and_offers_no_acting_tool(sick_
         plan = document(await s.call_tool("plan", {}))
         node = document(await s.call_tool("node_status", {"node": "demo-train-0002"}))
         refused = await s.call_tool("cordon", {"node": "demo-train-0001", "reason": "x"})
+        unknown = await s.call_tool("node_status", {"node": "demo-train-0099"})
         return {"tools": tools, "resources": resources, "fleet_file": fleet_file,
-                "status": status, "plan": plan, "node": node, "refused": refused}
+                "status": status, "plan": plan, "node": node, "refused": refused,
+                "unknown": unknown}
 
     got = talk(sick_fleet.workdir, body=body)
     assert set(got["tools"]) == set(READ_ONLY_TOOLS)
@@ -61,6 +63,8 @@ def test_read_only_server_shows_the_xid79_cordon_and_offers_no_acting_tool(sick_
     assert "cordon" in got["refused"].content[0].text
     lifecycles = {n["node"]: n["lifecycle"] for n in sick_fleet.nodes("train")}
     assert lifecycles["demo-train-0001"] == "healthy"
+    assert got["unknown"].is_error
+    assert "demo-train-0099 is not a node of fleet demo" in got["unknown"].content[0].text
 
 
 def test_cordon_over_mcp_is_audited_with_the_clients_name(sick_fleet):

@@ -235,7 +235,7 @@ def nodes_now(memory: Any, node: str | None = None) -> tuple[NodeNow, ...]:
         out.append(NodeNow(
             node=nm.node, pool=nm.pool, instance_id=nm.instance_id, phase=str(nm.phase) or "none",
             phase_at=nm.phase_at, phase_reason=nm.phase_reason,
-            fault=nm.fault.key if nm.fault is not None else None, rung=nm.rung,
+            fault=nm.fault.key.format() if nm.fault is not None else None, rung=nm.rung,
             operator_cordon=nm.operator_cordon,
             report=_report(report_ref(nm.report))))
     return tuple(sorted(out, key=lambda n: n.node))

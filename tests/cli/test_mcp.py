@@ -150,3 +150,22 @@ def test_docs_list_every_tool_and_a_client_config_that_starts_the_server():
     config = json.loads(re.search(r"```json\n(.*?)```", text, re.S)[1])
     server = config["mcpServers"]["navarch-prod"]
     assert server["command"] == "navarch" and server["args"][0] == "mcp"
+
+
+def test_apply_and_replace_over_mcp_act_like_the_cli_and_are_audited(sick_fleet):
+    async def body(s: ClientSession) -> list[dict[str, Any]]:
+        return [document(await s.call_tool("apply", {})),
+                document(await s.call_tool("replace", {"node": "demo-infer-0001"}))]
+
+    applied, replaced = talk(sick_fleet.workdir, "--allow-actions", body=body)
+    assert applied["applied"] and not applied["halted"]
+    assert ("cordon", "demo-train-0002", "ok") in {
+        (o["action"], o["node"], o["kind"]) for o in applied["outcomes"]}
+    assert ("cordon", "demo-infer-0001", "ok") in {
+        (o["action"], o["node"], o["kind"]) for o in replaced["outcomes"]}
+
+    events = json.loads(sick_fleet.ok("history", "fleet.yaml", "--json").out)["events"]
+    by_mcp = {(e["action"], e["node"], e["verb"]) for e in events
+              if e["actor"] == "mcp" and e["client"] == CLIENT}
+    assert ("cordon", "demo-train-0002", "apply") in by_mcp
+    assert ("cordon", "demo-infer-0001", "replace") in by_mcp

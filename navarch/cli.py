@@ -140,32 +140,30 @@ def _open(path: str) -> Fleet:
 def cmd_validate(args: argparse.Namespace) -> int:
     """`navarch validate FLEET`: exit 0 when valid; else every problem found (schema errors,
     the first cross-field error, missing or broken playbooks), one line each, and exit 1."""
-    from navarch.fleet_file import fleet_problems
+    from navarch import api
 
-    problems = fleet_problems(args.fleet)
-    for problem in problems:
-        _err(str(problem))
-    if problems:
-        print(f"{args.fleet}: {len(problems)} problem(s) found.", file=sys.stderr)
+    result = api.validate(args.fleet)
+    for problem in result.problems:
+        _err(problem)
+    if result.problems:
+        print(f"{args.fleet}: {len(result.problems)} problem(s) found.", file=sys.stderr)
         return EXIT_ERROR
-    spec = load_fleet(args.fleet)
-    nodes = sum(p.target_nodes for p in spec.pools)
-    print(f"{args.fleet}: valid. Fleet {spec.name}: {len(spec.pools)} pool(s), "
-          f"{nodes} node(s) at target.")
+    print(f"{args.fleet}: valid. Fleet {result.fleet}: {result.pools} pool(s), "
+          f"{result.nodes_at_target} node(s) at target.")
     return EXIT_OK
 
 
 # -- plan -------------------------------------------------------------------------------
 def cmd_plan(args: argparse.Namespace) -> int:
     """`navarch plan`: render the plan; exit 0/2 (--detailed-exitcode), 3 breaker open."""
-    from navarch.reconcile.render import plan_to_json, render_markdown
-    from navarch.reconcile.run import gather
+    from navarch import api
+    from navarch.reconcile.render import render_markdown
 
-    fleet = _open(args.fleet)
-    snap = gather(fleet, args.clock(), _options(args))
-    _report_fleet_rejection(snap)
-    plan = snap.plan
-    doc = plan_to_json(plan)
+    result = api.plan(args.fleet, now=args.clock(), options=_options(args))
+    if result.error:
+        _err(result.error)
+    plan = result.plan
+    doc = result.to_json()
     if args.out and args.markdown:
         Path(args.out).write_text(render_markdown(plan))
     elif args.out:
@@ -379,23 +377,22 @@ def _report_fleet_rejection(snap: Snapshot) -> str | None:
 def cmd_status(args: argparse.Namespace) -> int:
     """`navarch status`: counts per pool and lifecycle, then the nodes that are not healthy
     (every node with --all), or --json (every node)."""
+    from navarch import api
     from navarch.durations import format_duration_s
-    from navarch.reconcile.run import gather
-    from navarch.reconcile.status import fleet_status
-
-    fleet = _open(args.fleet)
-    snap = gather(fleet, args.clock())
-    doc = fleet_status(fleet.spec, snap).to_json()
-    _report_fleet_rejection(snap)
     if args.html:
         from navarch import status_page
 
+        fleet, snap = api.snapshot(api.load_fleet(args.fleet), args.clock())
+        _report_fleet_rejection(snap)
         html = status_page.render_status_page(
             fleet.spec, snap.plan, snap.memory, snap.now,
             status_page.recent_events(fleet.store, fleet.spec.name))
         Path(args.html).write_text(html)
         print(f"Wrote the status page to {args.html}.")
         return EXIT_OK
+    doc = api.status(args.fleet, now=args.clock()).to_json()
+    if doc["error"]:
+        _err(doc["error"])
     if args.json:
         print(json.dumps(doc, indent=1, sort_keys=True))
         return EXIT_OK
@@ -476,18 +473,14 @@ def _since(text: str, now: datetime) -> datetime:
 def cmd_history(args: argparse.Namespace) -> int:
     """`navarch history FLEET [NODE] [--since 24h] [--json]`: what happened and why, from the
     audit log (navarch.history), oldest first, then the node's state now."""
-    from navarch.history import history_to_json, read_history, render_history
-    from navarch.stores import open_store
+    from navarch import api
 
-    spec = load_fleet(args.fleet)
     now = args.clock()
-    since = _since(args.since, now)
-    store = open_store(spec.store_url, base_dir=spec.base_dir)
-    h = read_history(store, spec.name, since=since, until=now, node=args.node)
+    h = api.history(args.fleet, args.node, _since(args.since, now), now=now)
     if args.json:
-        print(json.dumps(history_to_json(h), indent=1, sort_keys=True))
+        print(json.dumps(h.to_json(), indent=1, sort_keys=True))
     else:
-        print(render_history(h), end="")
+        print(h.text(), end="")
     return EXIT_OK
 
 
@@ -530,6 +523,16 @@ def cmd_cordon(args: argparse.Namespace) -> int:
     detail = cordon(_open(args.fleet), args.node, args.reason, clock=args.clock)
     print(f"{args.node}: cordoned by an operator ({detail}); navarch will not undo it, "
           "`navarch uncordon` will.")
+    return EXIT_OK
+
+
+def cmd_mcp(args: argparse.Namespace) -> int:
+    """`navarch mcp FLEET [--allow-actions]`: serve the fleet to an MCP client over stdio
+    (navarch.mcp_server) until the client closes the pipe."""
+    from navarch.extras import import_extra
+
+    server = import_extra("navarch.mcp_server", "mcp", "navarch mcp")
+    server.serve(args.fleet, allow_actions=args.allow_actions, now=args.clock)
     return EXIT_OK
 
 
@@ -737,6 +740,8 @@ _EPILOGS: dict[str, tuple[str, str]] = {
                "navarch reboot fleet.yaml demo-train-0002"),
     "cordon": ("0 cordoned; 1 refused or failed; 4 lock held, 5 lease lost",
                "navarch cordon fleet.yaml demo-train-0002 --reason 'ECC errors in jobs'"),
+    "mcp": ("0 the client closed the session; 1 error (a bad fleet.yaml, or navarch[mcp] "
+            "is not installed)", "navarch mcp fleet.yaml --allow-actions"),
     "ssh": ("0 the session or command succeeded; else ssh's own code (255: could not "
             "connect); 1 the node is not this fleet's or has no address",
             "navarch ssh fleet.yaml demo-train-0002 -- nvidia-smi"),
@@ -911,6 +916,13 @@ def _node_commands(sub: Any) -> None:
     s.add_argument("node")
     s.add_argument("--reason", required=True, help="why (shown by the scheduler, audit log)")
     s.set_defaults(func=cmd_cordon)
+
+    s = sub.add_parser("mcp", help="serve the fleet to an assistant: an MCP server on stdio")
+    _fleet(s)
+    s.add_argument("--allow-actions", action="store_true",
+                   help="also offer apply, cordon, uncordon and replace (audited with the "
+                        "client's name); without it every tool only reads")
+    s.set_defaults(func=cmd_mcp)
 
     s = sub.add_parser("ssh", help="open an SSH session to a node (its pool's ssh settings)")
     _fleet(s)

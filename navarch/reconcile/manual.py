@@ -45,11 +45,12 @@ def _instance(snap: Snapshot, fleet_name: str, node: str) -> Instance:
 
 
 def _audit(fleet: Fleet, snap: Snapshot, verb: str, record: dict[str, Any],
-           clock: Clock) -> None:
+           clock: Clock, client: str | None = None) -> None:
     audit = AuditLog(fleet.store, fleet.spec.name, f"{snap.now:%Y%m%dT%H%M%SZ}-{verb}", snap.now)
     view = next((v for v in snap.observed.views if v.node == record.get("node")), None)
-    audit.append({"time": ts(clock()), "run_id": verb, "operator": True,
-                  "actor": Actor.OPERATOR.value, "verb": verb,
+    who = ({"actor": Actor.MCP.value, "client": client} if client
+           else {"actor": Actor.OPERATOR.value})
+    audit.append({"time": ts(clock()), "run_id": verb, "operator": True, **who, "verb": verb,
                   "report": report_ref(view.summary if view is not None else None), **record})
     flush = getattr(audit, "flush", None)  # the chunked audit log buffers until flushed
     if flush is not None:
@@ -57,7 +58,7 @@ def _audit(fleet: Fleet, snap: Snapshot, verb: str, record: dict[str, Any],
 
 
 def reboot(fleet: Fleet, node: str, *, force: bool = False,
-           clock: Clock = system_clock) -> str:
+           clock: Clock = system_clock, client: str | None = None) -> str:
     """Reboot `node` through its provider's API; returns what was done (one line).
 
     clock: the run's clock (navarch.reconcile.run.Clock).
@@ -66,7 +67,7 @@ def reboot(fleet: Fleet, node: str, *, force: bool = False,
     when another run holds the lease, LeaseLost when it lapsed before the reboot.
     """
     spec = fleet.spec
-    with leased(fleet, f"reboot {node}", clock) as lease:
+    with leased(fleet, f"reboot {node}" + (f" (mcp client {client})" if client else ""), clock) as lease:
         snap = gather(fleet, clock())
         inst = _instance(snap, spec.name, node)
         view = next((v for v in snap.observed.views if v.node == node), None)
@@ -83,28 +84,30 @@ def reboot(fleet: Fleet, node: str, *, force: bool = False,
             fleet.providers[inst.provider].reboot([inst])
         except ProviderError as exc:
             _audit(fleet, snap, "reboot", {**record, "ok": False, "detail": str(exc),
-                                           "error": type(exc).__name__}, clock)
+                                           "error": type(exc).__name__}, clock, client)
             raise NavarchError(f"reboot of {node} failed: {exc}") from exc
         detail = f"rebooted {inst.instance_id} through provider {inst.provider}"
         _audit(fleet, snap, "reboot", {**record, "ok": True, "detail": detail, "error": None},
-               clock)
+               clock, client)
         return detail
 
 
-def cordon(fleet: Fleet, node: str, reason: str, *, clock: Clock = system_clock) -> str:
+def cordon(fleet: Fleet, node: str, reason: str, *, clock: Clock = system_clock,
+           client: str | None = None) -> str:
     """An operator's cordon of `node` with `reason`; returns the playbook's detail.
 
     clock: the run's clock (navarch.reconcile.run.Clock).
     Raises NavarchError when the node is not this fleet's, navarch is already taking it
     out of service (its own cordon, drain or termination), or the cordon playbook fails;
     LockHeld when another run holds the lease, LeaseLost when it lapsed before the cordon
-    or the state write.
+    or the state write. client: the MCP client's name when an MCP tool call asked (the
+    audit record's actor is then `mcp`, with `client`).
     """
     spec = fleet.spec
     if not reason.strip():
         raise NavarchError("give a reason (--reason TEXT): it is shown to the scheduler's users "
                            "and kept in the audit log")
-    with leased(fleet, f"cordon {node}", clock) as lease:
+    with leased(fleet, f"cordon {node}" + (f" (mcp client {client})" if client else ""), clock) as lease:
         snap = gather(fleet, clock())
         inst = _instance(snap, spec.name, node)
         nm = snap.memory.node(node)
@@ -126,7 +129,7 @@ def cordon(fleet: Fleet, node: str, reason: str, *, clock: Clock = system_clock)
         _audit(fleet, snap, "cordon", {
             "action": "cordon", "pool": pool.name, "node": node, "reason": full_reason,
             "instance_id": inst.instance_id, "ok": ok, "detail": detail,
-            "error": None if ok else "RemoteError"}, clock)
+            "error": None if ok else "RemoteError"}, clock, client)
         if not ok:
             raise NavarchError(f"cordon of {node} failed: {detail}")
         base = nm or NodeMemory(node=node, pool=pool.name, instance_id=inst.instance_id,

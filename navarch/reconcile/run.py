@@ -241,6 +241,7 @@ def run_apply(
     max_parallel: Mapping[str, int] | None = None,
     after_apply: Callable[[ApplyResult | None, NavarchError | None], None] | None = None,
     run_id: str | None = None,
+    client: str | None = None,
 ) -> ApplyResult | None:
     """Take the lease, gather, (check the saved plan), confirm, execute with a journal,
     save Memory if it changed, release the lease.
@@ -251,7 +252,9 @@ def run_apply(
     or once with the NavarchError the run is about to raise (not for LockHeld, not when
     confirm() declined); notifications hang here (issue 12). Its own errors are logged,
     never raised. run_id: the audit log's run id (default: the snapshot's UTC time and 8 hex
-    digits); the CLI passes its own so log lines and the audit log share it.
+    digits); the CLI passes its own so log lines and the audit log share it. client: the MCP
+    client's name when an MCP tool call asked (navarch.mcp_server); the lease's command and
+    every audit record name it.
 
     The lease (state/<fleet>.lock, TTL safety.lock_ttl) is renewed in the background for
     the whole run; every action checks it first and every state write checks the lease
@@ -265,7 +268,7 @@ def run_apply(
     ProviderError, StoreError; the lease is released on every path out.
     """
     spec = fleet.spec
-    with leased(fleet, command, clock) as lease:
+    with leased(fleet, command + (f" (mcp client {client})" if client else ""), clock) as lease:
         try:
             snap = gather(fleet, clock(), options)
             plan = snap.plan
@@ -285,7 +288,7 @@ def run_apply(
                                 user_data=_user_data_renderer(spec, fleet.store),
                                 fleet_secret=fleet.secret(),
                                 journal=journal.persist, policy=policy, lease=lease,
-                                max_parallel=max_parallel, **_who(options))
+                                max_parallel=max_parallel, **_who(options, client))
             memory, outcomes = executor.execute(plan, snap.memory, on_outcome)
             memory = journal.persist(memory)  # what observe() learnt, when nothing was done
             result = ApplyResult(plan, tuple(outcomes), memory, run_id, executor.audit_error)
@@ -296,9 +299,13 @@ def run_apply(
             raise
 
 
-def _who(options: PlanOptions | None) -> dict[str, Any]:
-    """Who asks for an apply's actions, for the audit log: `destroy` is an operator's verb,
-    `--replace` names nodes; anything else is the reconciler's own decision."""
+def _who(options: PlanOptions | None, client: str | None = None) -> dict[str, Any]:
+    """Who asks for an apply's actions, for the audit log: an MCP client's tool call (apply,
+    or replace when it names nodes), `destroy` is an operator's verb, `--replace` names
+    nodes; anything else is the reconciler's own decision."""
+    if client:
+        verb = "replace" if options is not None and options.replace else "apply"
+        return {"actor": Actor.MCP, "verb": verb, "client": client}
     if options is not None and options.destroy:
         return {"actor": Actor.OPERATOR, "verb": "destroy"}
     return {"replace": options.replace if options is not None else frozenset()}

@@ -52,6 +52,8 @@ class HealthPolicy:
     lemon_after: int = 3  # faults within lemon_window_s that make a node a lemon
     lemon_window_s: int = 604800
     return_requires_diag: int | None = None  # dcgmi diag level before return; None: off
+    return_timeout_s: int = 3600  # not returned this long after a remedy: climb a rung
+    surge_on: str = "replace"  # "replace" | "any": which rungs get a surge replacement
 
     def rule_sets(self) -> tuple[tuple[Rule, ...], ...]:
         """The rule sets navarch.policy.evaluate() takes: the pool's, then the fleet's."""
@@ -72,6 +74,13 @@ class Diagnostics:
 
     every_s: int | None = None
     level: int = 2
+    # Per level 1-3: about three times DCGM's documented run time (seconds, ~2 min, ~15 min).
+    time_limits_s: tuple[int, int, int] = (300, 600, 2700)
+
+    def time_limit_s(self, level: int) -> int:
+        """How long a started `dcgmi diag -r level` may run before navarch stops waiting
+        for it, in seconds (levels 1-3; DCGM documentation's run times, tripled)."""
+        return self.time_limits_s[min(max(level, 1), 3) - 1]
 
 
 @dataclass(frozen=True)
@@ -719,6 +728,8 @@ def _pool(name: str, raw: Mapping[str, Any], providers: Mapping[str, Any],
             every_s=(parse_duration_s(raw["diagnostics"]["every"])
                      if raw["diagnostics"]["every"] else None),
             level=raw["diagnostics"]["level"],
+            time_limits_s=tuple(parse_duration_s(raw["diagnostics"]["time_limits"][k])
+                                for k in ("quick", "medium", "long")),  # type: ignore[arg-type]
         ),
         placements=placements,
         placement=raw["placement"],
@@ -866,6 +877,8 @@ def _health(name: str, h: Mapping[str, Any], fleet_rules: tuple[Rule, ...], fail
         lemon_after=h["lemon_after"],
         lemon_window_s=parse_duration_s(h["lemon_window"]),
         return_requires_diag=h["return_requires_diag"] or None,
+        return_timeout_s=parse_duration_s(h["return_timeout"]),
+        surge_on=h["surge_on"],
     )
     ladder = ("reset_gpu", "reboot", "replace")
     if list(health.remediation) != sorted(health.remediation, key=ladder.index):

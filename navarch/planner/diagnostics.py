@@ -138,6 +138,14 @@ def scheduled_diag(ctx: PoolContext, v: NodeView) -> DiagStep:
                       f"still running after {format_duration_s(overran_s)} (time limit "
                       f"{format_duration_s(ctx.pool.diagnostics.time_limit_s(d.level))})",
                       instance_id=iid(v), action_reason=ActionReason.DIAGNOSTICS), ""
+    limit_s = ctx.pool.diagnostics.time_limit_s(d.level if d else level)
+    if d is not None and d.state is DiagState.DUE and \
+            (ctx.now - d.at).total_seconds() > h.drain_timeout_s + limit_s:
+        return Action(ActionKind.UNCORDON, ctx.pool.name, v.node,
+                      f"scheduled diagnostics returned undiagnosed: dcgmi diag -r {d.level} "
+                      f"never started within drain_timeout and its time limit "
+                      f"({format_duration_s(h.drain_timeout_s + limit_s)})",
+                      instance_id=iid(v), action_reason=ActionReason.DIAGNOSTICS), ""
     if d is None or d.state in (DiagState.DUE, DiagState.RUNNING):
         what = "collect" if d is not None and d.state is DiagState.RUNNING else "start"
         return diagnose(ctx, v, d.level if d else level, DiagWhy.SCHEDULED,

@@ -38,7 +38,11 @@ while its latest report shows GPU processes; it is only returned to service auto
 after return_after healthy reports made after the remedy (a boot other than its fault's,
 or for a GPU reset reports made after it) and, with return_requires_diag, a dcgmi diag
 started after the remedy that passed. A node an operator
-cordoned is never drained, terminated or uncordoned by a plan.
+cordoned is never drained, terminated or uncordoned by a plan unless the operator names it
+in `--replace`. Every lifecycle out of service has a deadline and a next step (drain_timeout,
+boot_timeout, return_timeout, the diagnostics time limits: docs/health-policy.md "No node
+stuck out of service"), so no node holds the disruption budget for good. Under surge_on:
+replace a node the ladder remedies in place gets no surge replacement.
 """
 
 from __future__ import annotations

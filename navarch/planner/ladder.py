@@ -316,6 +316,11 @@ def _requested(ctx: PoolContext, v: NodeView) -> tuple[Action | None, str] | Non
     return None
 
 
+#: Lifecycles in which a node named by --replace is already on its way out (the terminate
+#: and redrain stages finish it; the ladder must not take it from them).
+_ALREADY_LEAVING = frozenset({Lifecycle.CORDONED, Lifecycle.DRAINING, Lifecycle.TERMINATING})
+
+
 def _operator_cordoned(v: NodeView) -> str:
     """The pending line for a node an operator cordoned: who returns it, and whether its
     reports say it is sick (then `--replace` is the way out)."""
@@ -392,6 +397,9 @@ def ladder_stage(ctx: PoolContext, prog: Progress) -> StageResult:
             continue
         step = _step(ctx, v)
         if step is None:
+            if v.node in ctx.options.replace and v.lifecycle in _ALREADY_LEAVING:
+                pending.append(f"{v.node}: --replace: already leaving ({v.lifecycle.value}); "
+                               "terminated once its drain finishes or at drain_timeout")
             continue
         action, wait = step
         taken.add(v.node)

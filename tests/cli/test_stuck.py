@@ -5,6 +5,11 @@ not have. Every apply is preceded by `local tick` (each node's agent reports onc
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import yaml
+
 NODE = "demo-train-0002"
 
 
@@ -82,3 +87,24 @@ def test_uncordon_of_a_node_the_fleet_does_not_have_exits_1(navarch) -> None:
     _start(navarch)
     run = navarch("uncordon", "fleet.yaml", "demo-train-0099", "--force")
     assert run.code == 1 and "demo-train-0099 is not a node of fleet demo" in run.err, run.err
+
+
+def test_a_rebooted_node_whose_reports_stay_degraded_climbs_at_return_timeout(
+        navarch, fleet_dir: Path) -> None:
+    path = fleet_dir / "fleet.yaml"
+    doc = yaml.safe_load(path.read_text())
+    doc["pools"]["train"]["health"].update(return_timeout="1m", stale_after="1h",
+                                           offline_after="2h")
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    _start(navarch)
+    navarch.ok("local", "inject", "fleet.yaml", NODE, "--xid", "79")
+    assert f"~ cordon {NODE}" in _cycle(navarch)
+    assert f"~ reboot {NODE}" in _cycle(navarch)
+    navarch.ok("local", "inject", "fleet.yaml", NODE, "--temperature", "90")
+    out = _cycle(navarch)
+    assert f"{NODE}: reports degraded after the reboot" in out, out
+    # Five minutes on (the replay clock), still degraded: the reboot did not cure it.
+    later = (datetime.now(UTC) + timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    out = navarch.ok("apply", "fleet.yaml", "--auto-approve", env={"NAVARCH_NOW": later}).out
+    assert f"- terminate {NODE}" in out and "(return_timeout 1m)" in out, out
+    assert f"replaces {NODE}" in out, out

@@ -21,11 +21,10 @@ from navarch.planner.model import (
     Lifecycle,
     Place,
     Plan,
-    fault_from_json,
-    fault_to_json,
     parse_ts,
     ts,
 )
+from navarch.reconcile.codec import fault_from_json, fault_to_json
 
 NO_CHANGES = "No changes. The fleet matches fleet.yaml."
 NOT_CONVERGED = ("No actions this run, but the fleet does not match fleet.yaml yet "

@@ -48,9 +48,9 @@ def test_history_tells_xid79_reboot_return_then_replace_in_order(navarch, fleet_
     assert story == ["provision", "cordon", "drain", "reboot", "uncordon",
                      "cordon", "drain", "terminate"], text
     assert "# because XID 79: GPU has fallen off the bus" in text
-    assert "XID 79, first occurrence; remediation: reboot then replace" in text
-    assert "XID 79 again within 1d after reboot" in text
-    assert re.search(r"# report #\d+ unhealthy, fault XID 79, rung reboot", text), text
+    assert "xid:79, first occurrence; remediation: reboot then replace" in text
+    assert "xid:79 again within 1d after reboot" in text
+    assert re.search(r"# report #\d+ unhealthy, fault xid:79(@gpu\d+)?, rung reboot", text), text
     assert re.search(r"# because healthy for 1 reports? after reboot\n    # report #\d+ healthy",
                      text), text
 
@@ -60,7 +60,7 @@ def test_history_tells_xid79_reboot_return_then_replace_in_order(navarch, fleet_
     assert actions[-1] == ("terminate", NODE)
     assert {e["actor"] for e in doc["events"]} == {"scheduled"}
     reboot = next(e for e in doc["events"] if e["action"] == "reboot")
-    assert reboot["fault"] == "XID 79" and reboot["rung"] == "reboot"
+    assert reboot["fault"].startswith("xid:79") and reboot["rung"] == "reboot"
     assert reboot["report"]["status"] == "unhealthy"
     times = [e["time"] for e in doc["events"]]
     assert times == sorted(times)

@@ -622,17 +622,18 @@ def cmd_local_inject(args: argparse.Namespace) -> int:
 
     faults = (args.xid, args.gpu_lost or None, args.temperature, args.ecc, args.utilization,
               args.processes, args.silent or None, args.resume or None, args.preempt or None,
-              args.clear or None)
+              args.impaired or None, args.clear or None)
     if all(f is None for f in faults):
         args.inject_parser.error("no fault given: pass at least one of --xid, --gpu-lost, "
                                  "--temperature, --ecc, --utilization, --processes, --silent, "
-                                 "--resume, --preempt, --clear")
+                                 "--resume, --preempt, --impaired, --clear")
     spec = load_fleet(args.fleet)
     silent = True if args.silent else (False if args.resume else None)
     done = local_ops.inject(
         spec, args.node, xid=args.xid, gpu=args.gpu, gpu_lost=args.gpu_lost,
         temperature_c=args.temperature, ecc_uncorrected=args.ecc, utilization_pct=args.utilization,
-        processes=args.processes, silent=silent, preempt=args.preempt, clear=args.clear,
+        processes=args.processes, silent=silent, preempt=args.preempt, impaired=args.impaired,
+        clear=args.clear,
     )
     for line in done or ["nothing to inject (see --help)"]:
         print(f"{args.node}: {line}")
@@ -966,7 +967,11 @@ def _local_commands(sub: Any) -> None:
     s.add_argument("--silent", action="store_true", help="the agent stops reporting")
     s.add_argument("--resume", action="store_true", help="the agent reports again")
     s.add_argument("--preempt", action="store_true", help="a spot preemption notice")
-    s.add_argument("--clear", action="store_true", help="remove every injected fault first")
+    s.add_argument("--impaired", action="store_true",
+                   help="the cloud lists the instance impaired (a dead host; add --silent "
+                        "for its agent)")
+    s.add_argument("--clear", action="store_true",
+                   help="remove every injected fault (and the impairment) first")
     s.set_defaults(func=cmd_local_inject, inject_parser=s)
     s = lsub.add_parser("reboot", help="reboot a local node (new boot id, faults cleared)")
     _fleet(s)

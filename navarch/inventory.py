@@ -37,6 +37,57 @@ class InstanceState(StrEnum):
     STOPPED = "stopped"
 
 
+class InstanceHealth(StrEnum):
+    """The cloud's own verdict on an instance, where the cloud gives one.
+
+    ok: the cloud's checks pass; impaired: the cloud says the host or the instance is
+    unreachable or failed (EC2 status checks impaired, GCE REPAIRING or a host error, Azure
+    health unavailable, Lambda unhealthy); unknown: the cloud says nothing (the default for
+    providers without such a status, and for EC2 while checks initialise).
+    """
+
+    OK = "ok"
+    IMPAIRED = "impaired"
+    UNKNOWN = "unknown"
+
+
+class CloudEvent(StrEnum):
+    """A disruption the cloud has scheduled for an instance (EC2 scheduled event codes,
+    GCE upcoming maintenance, Azure scheduled events). Each is handled as a maintenance
+    notice: the node is replaced before the deadline, within the disruption budget."""
+
+    INSTANCE_RETIREMENT = "instance-retirement"
+    INSTANCE_STOP = "instance-stop"
+    INSTANCE_REBOOT = "instance-reboot"
+    SYSTEM_REBOOT = "system-reboot"
+    SYSTEM_MAINTENANCE = "system-maintenance"
+
+
+@dataclass(frozen=True)
+class CloudStatus:
+    """The cloud's own view of an instance: its health verdict and any scheduled disruption.
+
+    health: see InstanceHealth; detail: which check or status says so ("system status
+    check failed", "REPAIRING"); since: when the cloud first reported it (aware UTC, None
+    when the cloud does not say); event, event_deadline: a disruption the cloud scheduled
+    and when it takes effect (None: none, or unknown).
+    """
+
+    health: InstanceHealth = InstanceHealth.UNKNOWN
+    detail: str = ""
+    since: datetime | None = None
+    event: CloudEvent | None = None
+    event_deadline: datetime | None = None
+
+    @property
+    def impaired(self) -> bool:
+        return self.health is InstanceHealth.IMPAIRED
+
+
+#: What a provider without a status of its own reports: nothing known.
+NO_CLOUD_STATUS = CloudStatus()
+
+
 @dataclass(frozen=True)
 class Instance:
     """One cloud VM as a provider lists it.
@@ -57,6 +108,8 @@ class Instance:
     #: The physical host where the cloud exposes it (EC2 Dedicated Hosts' Placement.HostId;
     #: Compute Engine and Lambda Cloud expose none): lemon faults are counted per host too.
     host_id: str | None = None
+    #: The cloud's own status of the instance (health checks, scheduled disruption).
+    cloud_status: CloudStatus = NO_CLOUD_STATUS
 
     def tag(self, key: str) -> str | None:
         return self._tag_map.get(key)
@@ -72,7 +125,12 @@ class Instance:
 
     @cached_property
     def _digest_line(self) -> bytes:
-        return f"{self.provider}|{self.instance_id}|{self.state.value}|{self.tags}\n".encode()
+        # The cloud's verdict changes plans, so a saved plan goes stale when it changes;
+        # the default adds nothing, so fingerprints of providers without it stay as they were.
+        cs = self.cloud_status
+        cloud = "" if not cs.impaired and cs.event is None \
+            else f"|{cs.health.value}|{cs.event.value if cs.event else ''}"
+        return f"{self.provider}|{self.instance_id}|{self.state.value}|{self.tags}{cloud}\n".encode()
 
     @property
     def fleet(self) -> str | None:

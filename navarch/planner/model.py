@@ -93,6 +93,7 @@ class ActionReason(enum.StrEnum):
     DIAGNOSTICS = "diagnostics"  # dcgmi diag, scheduled or before a return
     DESTROY = "destroy"  # `navarch destroy`
     OPERATOR = "operator"  # `navarch reboot|cordon|uncordon`
+    INSTANCE_IMPAIRED = "instance_impaired"  # the cloud's own status: impaired past IMPAIRED_AFTER_S
 
 
 class Phase(enum.StrEnum):
@@ -108,6 +109,13 @@ class Phase(enum.StrEnum):
 #: A node whose report's generated_at is further than this from the store's modification
 #: time has a wrong clock: agents write a report seconds after making it.
 CLOCK_SKEW_S = 120
+
+#: How long the cloud must keep listing an instance impaired, from the first run that saw it,
+#: before it is evidence: one listing can catch a status check mid-flap, and EC2 evaluates
+#: its status checks every minute (EC2 User Guide, "Status checks for your instances"), so
+#: a second run at least a minute later sees a second evaluation. With a reconcile every 1
+#: to 2 minutes this is the next run; two applies seconds apart never act on one sample.
+IMPAIRED_AFTER_S = 60
 
 
 @dataclass(frozen=True)
@@ -250,6 +258,7 @@ class NodeMemory:
     operator_cordon: str = ""  # `navarch cordon --reason`: never undone automatically
     diag: Diag | None = None  # the last active diagnostics
     diag_cordon: bool = False  # cordoned for scheduled diagnostics (uncordoned after them)
+    impaired_since: datetime | None = None  # first run of an unbroken impaired listing
 
 
 @dataclass(frozen=True)
@@ -432,6 +441,7 @@ class NodeView:
     return_streak: int = 0
     diag: Diag | None = None
     diag_cordon: bool = False
+    impaired: bool = False  # the lifecycle comes from the cloud's own status, not a report
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,13 @@ Rules (DESIGN.md "Node lifecycle" and safety rules 1-2):
 - A node with no report at all is BOOTING until boot_timeout, then UNHEALTHY; an
   instance still pending past provision_timeout is STUCK.
 - A spot preemption notice is PREEMPTING (act at once); a maintenance notice is
-  MAINTENANCE (replace before its deadline, within the disruption budget).
+  MAINTENANCE (replace before its deadline, within the disruption budget). A disruption
+  the cloud scheduled for the instance (CloudStatus.event: retirement, maintenance) is the
+  same notice, read from the provider instead of the report.
+- The cloud's own status of the instance (Instance.cloud_status) impaired on consecutive
+  runs at least IMPAIRED_AFTER_S apart (the first run's time kept in Memory) is evidence,
+  not doubt: the node is UNHEALTHY (impaired=True) whatever its last report said, long
+  before offline_after. Seen once, it is only a note in the reason.
 - Remediation ladder: a node the ladder rebooted or GPU-reset is REMEDIATING;
   healthy reports made after the remedy (after_remedy: a boot other than the fault's for a
   reboot, a report made after the reset for reset_gpu) are counted per distinct sequence
@@ -36,6 +42,8 @@ from navarch.health import FaultKey, Remedy, Status
 from navarch.inventory import TAG_SPEC, Instance, InstanceState
 from navarch.planner.model import (
     CLOCK_SKEW_S,
+    IMPAIRED_AFTER_S,
+    SERVING,
     Fault,
     Lifecycle,
     Memory,
@@ -178,7 +186,7 @@ def observe(
         obs = reports.get(name)
         if obs is not None and obs.rejected and obs.version != nm.report_version:
             rejections[obs.rejected] = rejections.get(obs.rejected, 0) + 1
-        nm = _fold_report(nm, obs)
+        nm = _fold_impaired(_fold_report(nm, obs), inst, now)
         if nm is not known:
             changed.append(nm)
         pool = declared.get(inst.pool or "")
@@ -310,6 +318,44 @@ def _fold_report(nm: NodeMemory, obs: ReportObservation | None) -> NodeMemory:
                    streak=streak, streak_sequence=s.sequence, return_streak=_fold_return(nm, s))
 
 
+def _fold_impaired(nm: NodeMemory, inst: Instance, now: datetime) -> NodeMemory:
+    """Remember the first run of an unbroken impaired listing; any other status forgets it."""
+    since = (nm.impaired_since or now) if inst.cloud_status.impaired else None
+    return nm if since == nm.impaired_since else replace(nm, impaired_since=since)
+
+
+def _cloud_detail(inst: Instance) -> str:
+    detail = inst.cloud_status.detail
+    return f" ({detail})" if detail else ""
+
+
+def _by_cloud(nm: NodeMemory, inst: Instance, now: datetime) -> _Verdict | None:
+    """The cloud's own status: impaired since a run IMPAIRED_AFTER_S ago or more is UNHEALTHY."""
+    since = nm.impaired_since
+    if since is None or (now - since).total_seconds() < IMPAIRED_AFTER_S:
+        return None
+    return (Lifecycle.UNHEALTHY, f"the cloud reports the instance impaired{_cloud_detail(inst)} "
+            f"for {format_duration_s((now - since).total_seconds())} (since an earlier run)",
+            {"impaired": True})
+
+
+def _cloud_event(inst: Instance, verdict: _Verdict) -> _Verdict:
+    """A disruption the cloud scheduled turns a serving node into MAINTENANCE (a report's
+    own notice or a worse verdict stays); an impairment seen once is noted in the reason."""
+    lc, reason, extra = verdict
+    cs = inst.cloud_status
+    if cs.event is not None and lc in SERVING and lc not in (
+            Lifecycle.MAINTENANCE, Lifecycle.PROVISIONING):
+        by = f" (deadline {cs.event_deadline:%Y-%m-%d %H:%M} UTC)" if cs.event_deadline else ""
+        return (Lifecycle.MAINTENANCE, f"the cloud scheduled {cs.event.value}{by}",
+                {"deadline": cs.event_deadline})
+    if cs.impaired and lc in SERVING:
+        return (lc, f"{reason}; the cloud reports the instance impaired{_cloud_detail(inst)} "
+                f"(acted on when a run {format_duration_s(IMPAIRED_AFTER_S)} or more later "
+                "sees it again)", extra)
+    return verdict
+
+
 def clock_skew_note(s: ReportSummary | None) -> str:
     """"; clock skew: ..." when the node's clock is more than CLOCK_SKEW_S off the store's
     (ReportSummary.clock_skew_s), else "". A condition to fix on the node (NTP), shown
@@ -344,12 +390,16 @@ def _view(
     # as skew in the reason, never a reason to replace it.
     age = max((now - s.observed_at).total_seconds(), 0.0) if s else None
     rejected = obs.rejected if obs else None
-    verdict = _by_phase(pool, nm, age, drain_check) or _by_instance(pool, inst, now)
+    # The cloud's verdict comes before the pending check: a GCE instance being repaired
+    # after a host error is listed pending, and must not wait out provision_timeout.
+    verdict = (_by_phase(pool, nm, age, drain_check) or _by_cloud(nm, inst, now)
+               or _by_instance(pool, inst, now))
     if verdict is None:
         if s is None or age is None:
             verdict = _unreported(pool, inst, nm, rejected, now)
         else:
             verdict = _reported(pool, nm, s, age, rejected)
+        verdict = _cloud_event(inst, verdict)
     lc, reason, extra = verdict
     return NodeView(
         node=nm.node, pool=pool.name, lifecycle=lc, reason=reason + clock_skew_note(s),

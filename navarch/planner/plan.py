@@ -423,6 +423,8 @@ def _repair_code(v: NodeView, rank: int) -> ActionReason:
     """The action_reason of a repair: what made the node leave."""
     if rank == _REQUESTED:
         return ActionReason.REPLACE_REQUESTED
+    if v.impaired:
+        return ActionReason.INSTANCE_IMPAIRED
     if v.lifecycle is Lifecycle.UNHEALTHY and v.summary is None:
         return ActionReason.BOOT_TIMEOUT
     return _REPAIR_CODES.get(v.lifecycle, ActionReason.UNHEALTHY)
@@ -470,8 +472,10 @@ def repair_stage(ctx: PoolContext, prog: Progress) -> StageResult:
             rate_left -= repair
         leaving.append(v.node)
         s = v.summary
+        # A host the cloud calls impaired is replaced, not laddered: no in-place rung can
+        # fix the hardware under it, and its report (if any) predates the impairment.
         fault = (fault_of(s) if v.lifecycle is Lifecycle.UNHEALTHY and s is not None
-                 and s.status is Status.UNHEALTHY else None)
+                 and s.status is Status.UNHEALTHY and not v.impaired else None)
         code = ActionReason.REPLACE_REQUESTED if requested else _repair_code(v, rank)
         actions.append(Action(ActionKind.CORDON, pool.name, v.node, why, instance_id=_iid(v),
                               repair=repair, fault=fault, action_reason=code))

@@ -12,7 +12,9 @@ Idempotency, two layers:
 A run killed after RunInstances therefore never leads to a second instance on the next run.
 
 Only instances tagged `navarch-fleet=<fleet>` are listed, and terminate refuses any other
-(DESIGN.md safety rule 1). Instance metadata is IMDSv2-only (HttpTokens=required).
+(DESIGN.md safety rule 1). Each listed instance carries EC2's own view of it
+(Instance.cloud_status, from one paginated DescribeInstanceStatus per region): the system
+and instance status checks and any scheduled event (see cloud_status_of). Instance metadata is IMDSv2-only (HttpTokens=required).
 
 Retries are botocore's "standard" retry mode (throttling, 5xx, connection errors);
 RunInstances uses a client with only RUN_INSTANCES_MAX_ATTEMPTS attempts, because an
@@ -30,7 +32,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -62,7 +64,15 @@ from navarch.errors import (
     TransientError,
     map_exceptions,
 )
-from navarch.inventory import TAG_FLEET, TAG_LAUNCH, Instance, InstanceState
+from navarch.inventory import (
+    TAG_FLEET,
+    TAG_LAUNCH,
+    CloudEvent,
+    CloudStatus,
+    Instance,
+    InstanceHealth,
+    InstanceState,
+)
 from navarch.providers.base import ProvisionRequest, ensure_owned
 
 __all__ = [
@@ -159,6 +169,9 @@ MAX_POOL_CONNECTIONS = 64
 #: DescribeInstances page size (MaxResults; EC2 allows 5-1000). Large fleets are listed
 #: in pages of this many instances instead of one unbounded response.
 DESCRIBE_PAGE_SIZE = 1000
+#: DescribeInstanceStatus page size (MaxResults; EC2 allows 5-1000): one call per 1,000
+#: running instances of a region, not one per instance.
+STATUS_PAGE_SIZE = 1000
 #: TerminateInstances accepts at most this many ids per call (EC2 API reference).
 TERMINATE_BATCH = 1000
 
@@ -408,6 +421,46 @@ def to_instance(provider: str, raw: Mapping[str, Any]) -> Instance | None:
     )
 
 
+#: EC2 status check names as DescribeInstanceStatus reports them, and what a failure means.
+_CHECKS = (("SystemStatus", "system status check failed"),
+           ("InstanceStatus", "instance status check failed"))
+#: An event EC2 has finished or called off keeps its code; its description says so.
+_DONE_EVENT_PREFIXES = ("[Completed]", "[Canceled]")
+
+
+def cloud_status_of(raw: Mapping[str, Any]) -> CloudStatus:
+    """One DescribeInstanceStatus entry -> CloudStatus.
+
+    impaired when the system or the instance status check is "impaired" (detail names
+    which; since: the earliest ImpairedSince of a failed check); ok when both are "ok";
+    unknown otherwise (initializing, insufficient-data, not-applicable). event: the first
+    scheduled event not marked [Completed] or [Canceled] whose code navarch knows, with
+    NotBefore as its deadline. Source: EC2 API reference, DescribeInstanceStatus,
+    InstanceStatusSummary, InstanceStatusEvent (codes instance-reboot, system-reboot,
+    system-maintenance, instance-retirement, instance-stop).
+    """
+    failed = [(what, raw.get(key) or {}) for key, what in _CHECKS
+              if (raw.get(key) or {}).get("Status") == "impaired"]
+    since = [_aware_utc(d["ImpairedSince"]) for _, summary in failed
+             for d in summary.get("Details", ()) if d.get("ImpairedSince")]
+    if failed:
+        health = InstanceHealth.IMPAIRED
+    elif all((raw.get(key) or {}).get("Status") == "ok" for key, _ in _CHECKS):
+        health = InstanceHealth.OK
+    else:
+        health = InstanceHealth.UNKNOWN
+    event, deadline = None, None
+    known = {e.value: e for e in CloudEvent}
+    for ev in raw.get("Events", ()):
+        if ev.get("Code") in known and not str(ev.get("Description", "")).startswith(
+                _DONE_EVENT_PREFIXES):
+            event = known[ev["Code"]]
+            deadline = _aware_utc(ev["NotBefore"]) if ev.get("NotBefore") else None
+            break
+    return CloudStatus(health, "; ".join(what for what, _ in failed),
+                       since=min(since) if since else None, event=event, event_deadline=deadline)
+
+
 @dataclass
 class AwsProvider:
     """EC2 in the regions of one fleet.yaml provider entry. See the module docstring."""
@@ -459,11 +512,28 @@ class AwsProvider:
                 for reservation in page.get("Reservations", ()):
                     yield from reservation.get("Instances", ())
 
+    def _statuses(self, region: str) -> dict[str, CloudStatus]:
+        """EC2's own status of every running instance in region, by instance id.
+
+        DescribeInstanceStatus in pages of STATUS_PAGE_SIZE, unfiltered (it takes no tag
+        filter, and instance ids would cost a call per batch): cost linear in the region's
+        running instances. Raises the mapped errors.
+        """
+        paginator = self.client(region).get_paginator("describe_instance_status")
+        out: dict[str, CloudStatus] = {}
+        with aws_errors(what=f"DescribeInstanceStatus in {region}"):
+            for page in paginator.paginate(PaginationConfig={"PageSize": STATUS_PAGE_SIZE}):
+                for raw in page.get("InstanceStatuses", ()):
+                    out[raw["InstanceId"]] = cloud_status_of(raw)
+        return out
+
     def list_instances(self, fleet: str) -> Sequence[Instance]:
         """Every live instance tagged navarch-fleet=<fleet> in the regions served.
 
         DescribeInstances (pages of DESCRIBE_PAGE_SIZE) filtered by tag and instance-state-name in
-        pending/running/stopping/stopped; sorted by instance id. Raises the mapped errors.
+        pending/running/stopping/stopped, each with its CloudStatus from DescribeInstanceStatus
+        (one paginated call per region that has fleet instances); sorted by instance id.
+        Raises the mapped errors.
         """
         filters = [
             {"Name": f"tag:{TAG_FLEET}", "Values": [fleet]},
@@ -471,10 +541,13 @@ class AwsProvider:
         ]
         found: dict[str, Instance] = {}
         for region in self.settings.regions:
-            for raw in self._describe(region, filters):
-                inst = to_instance(self.name, raw)
-                if inst is not None and inst.fleet == fleet:
-                    found[inst.instance_id] = inst
+            mine = [inst for raw in self._describe(region, filters)
+                    if (inst := to_instance(self.name, raw)) is not None and inst.fleet == fleet]
+            statuses = self._statuses(region) if mine else {}
+            for inst in mine:
+                status = statuses.get(inst.instance_id)
+                found[inst.instance_id] = (replace(inst, cloud_status=status)
+                                           if status is not None else inst)
         return sorted(found.values(), key=lambda i: i.instance_id)
 
     def provision(self, request: ProvisionRequest) -> Instance:

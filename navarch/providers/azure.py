@@ -16,6 +16,12 @@ Spot: priority Spot, eviction policy Delete, billing max price from the pool's
 VM also carries deleteOption Delete for both; the explicit deletes clean up after a
 launch that failed between NIC and VM).
 
+Each listed VM carries Azure's own view of it (Instance.cloud_status) from its instance
+view, asked for in the same list call (`$expand=instanceView`): VM health unhealthy (the
+Application Health extension, where installed) or a power state Azure stopped or
+deallocated is impaired, and a planned-maintenance window is a scheduled event (see
+cloud_status_of). Resource Health is a separate API and is not read.
+
 Errors are translated in `map_error` from one table, `ERROR_CODES` (tests list every
 code). Retries are the SDK's own RetryPolicy (retry_total, retry_backoff_factor), never a
 loop here. Credentials: azure-identity's DefaultAzureCredential; `base_url` plus
@@ -46,7 +52,14 @@ from navarch.errors import (
     TransientError,
     map_exceptions,
 )
-from navarch.inventory import TAG_LAUNCH, Instance, InstanceState
+from navarch.inventory import (
+    TAG_LAUNCH,
+    CloudEvent,
+    CloudStatus,
+    Instance,
+    InstanceHealth,
+    InstanceState,
+)
 from navarch.providers.base import ProvisionRequest, ensure_owned
 
 __all__ = ["ERROR_CODES", "AzureProvider", "create", "map_error", "split_zone", "vm_body"]
@@ -228,6 +241,45 @@ def _parse_id(resource_id: str) -> tuple[str, str]:
     return parts[lower.index("resourcegroups") + 1], parts[-1]
 
 
+#: Power states that mean the VM no longer runs though navarch never stopped it (navarch
+#: restarts and deletes VMs, never stops or deallocates them).
+_DOWN_POWER_STATES = ("PowerState/stopped", "PowerState/deallocated")
+
+
+def cloud_status_of(view: Any) -> CloudStatus:
+    """Azure's own view of one VM from its instance view (None: not asked, unknown).
+
+    impaired when vmHealth is HealthState/unhealthy (Application Health extension) or the
+    power state is stopped or deallocated (detail names it; since: the status's time);
+    ok when running and not unhealthy; unknown otherwise (starting, no view). event:
+    system-maintenance when maintenanceRedeployStatus names a maintenance window, its
+    start as the deadline. Source: Azure docs "States and billing status of Azure
+    Virtual Machines", "Application Health extension", "Handling planned maintenance
+    notifications" (maintenanceRedeployStatus).
+    """
+    if view is None:
+        return CloudStatus()
+    statuses = [(str(st.code or ""), getattr(st, "time", None)) for st in view.statuses or ()]
+    power = next(((c, t) for c, t in statuses if c.startswith("PowerState/")), ("", None))
+    health = getattr(getattr(getattr(view, "vm_health", None), "status", None), "code", None)
+    failed: list[str] = []
+    since = None
+    if health == "HealthState/unhealthy":
+        failed.append("VM health unhealthy")
+    if power[0] in _DOWN_POWER_STATES:
+        failed.append(power[0])
+        since = power[1].astimezone(UTC) if power[1] else None
+    if failed:
+        state = InstanceHealth.IMPAIRED
+    else:
+        state = InstanceHealth.OK if power[0] == "PowerState/running" else InstanceHealth.UNKNOWN
+    mrs = getattr(view, "maintenance_redeploy_status", None)
+    start = mrs and (mrs.maintenance_window_start_time or mrs.pre_maintenance_window_start_time)
+    return CloudStatus(state, "; ".join(failed), since=since,
+                       event=CloudEvent.SYSTEM_MAINTENANCE if start else None,
+                       event_deadline=start.astimezone(UTC) if start else None)
+
+
 class AzureProvider:
     """navarch Provider over Azure VMs (see the module docstring)."""
 
@@ -280,14 +332,17 @@ class AzureProvider:
             state=_STATES.get(_text(vm.provisioning_state), InstanceState.RUNNING),
             launched_at=created.astimezone(UTC), tags=tuple(sorted((vm.tags or {}).items())),
             spot=_text(vm.priority) == "Spot",
+            cloud_status=cloud_status_of(getattr(vm, "instance_view", None)),
         )
 
     def list_instances(self, fleet: str) -> Sequence[Instance]:
-        """Every VM of the configured resource groups (foreign ones included)."""
+        """Every VM of the configured resource groups (foreign ones included), each with
+        its CloudStatus: one paged list per resource group, instance views included."""
         out: list[Instance] = []
         with azure_errors(what="listing VMs"):
             for rg in self.settings.resource_groups:
-                out.extend(self._instance(vm) for vm in self.compute.virtual_machines.list(rg))
+                out.extend(self._instance(vm) for vm in
+                           self.compute.virtual_machines.list(rg, expand="instanceView"))
         return sorted(out, key=lambda i: i.instance_id)
 
     def provision(self, request: ProvisionRequest) -> Instance:

@@ -15,6 +15,12 @@ asynchronously: insert returns 200 and the *operation* ends DONE with
 Retries are google.api_core Retry objects on each call (429/5xx and connection errors,
 never capacity codes), bounded by the provider's `retry_deadline_s`.
 Every SDK error is translated in `map_error`, the module's one error boundary.
+
+Each listed instance carries Compute Engine's own view of it (Instance.cloud_status), read
+from the same aggregatedList answer at no extra call: REPAIRING (a host error being
+repaired) and TERMINATED (stopped by Compute Engine: host error, preemption) are impaired,
+RUNNING is ok, and resourceStatus.upcomingMaintenance is a scheduled system-maintenance
+event (see cloud_status_of).
 """
 
 from __future__ import annotations
@@ -46,7 +52,14 @@ from navarch.errors import (
     TransientError,
     map_exceptions,
 )
-from navarch.inventory import TAG_FLEET, Instance, InstanceState
+from navarch.inventory import (
+    TAG_FLEET,
+    CloudEvent,
+    CloudStatus,
+    Instance,
+    InstanceHealth,
+    InstanceState,
+)
 from navarch.providers.base import ProvisionRequest, ensure_owned
 
 __all__ = [
@@ -390,6 +403,42 @@ def _launched_at(ts: str) -> datetime:
     return datetime.fromisoformat(ts.replace("Z", "+00:00")).astimezone(UTC)
 
 
+#: GCE statuses that mean Compute Engine itself took the instance out of service. navarch
+#: never stops an instance, so TERMINATED is a host error or a preemption, never its own.
+_IMPAIRED_STATUSES = {
+    "REPAIRING": "REPAIRING: Compute Engine is repairing the instance after a host error",
+    "TERMINATED": "TERMINATED: Compute Engine stopped the instance",
+}
+
+
+def cloud_status_of(inst: compute_v1.Instance) -> CloudStatus:
+    """Compute Engine's own view of one instance.
+
+    impaired for REPAIRING or TERMINATED (detail names the status and statusMessage; since:
+    lastStopTimestamp when given), ok for RUNNING, unknown otherwise. event: system-maintenance
+    when resourceStatus.upcomingMaintenance is set, its windowStartTime as the deadline.
+    Source: Compute Engine docs, "Instance lifecycle" (REPAIRING, TERMINATED), "Host events",
+    and the v1 Instance resource (resourceStatus.upcomingMaintenance).
+    """
+    status = inst.status
+    if status in _IMPAIRED_STATUSES:
+        detail = _IMPAIRED_STATUSES[status]
+        if inst.status_message:
+            detail += f" ({inst.status_message})"
+        since = _launched_at(inst.last_stop_timestamp) if inst.last_stop_timestamp else None
+        health, out_detail = InstanceHealth.IMPAIRED, detail
+    else:
+        since, out_detail = None, ""
+        health = InstanceHealth.OK if status == "RUNNING" else InstanceHealth.UNKNOWN
+    event, deadline = None, None
+    rs = inst.resource_status
+    if "resource_status" in inst and "upcoming_maintenance" in rs:
+        event = CloudEvent.SYSTEM_MAINTENANCE
+        start = rs.upcoming_maintenance.window_start_time
+        deadline = _launched_at(start) if start else None
+    return CloudStatus(health, out_detail, since=since, event=event, event_deadline=deadline)
+
+
 def to_instance(provider: str, inst: compute_v1.Instance) -> Instance | None:
     """Convert a GCE instance to navarch's Instance; None for states navarch does not list.
 
@@ -423,6 +472,7 @@ def to_instance(provider: str, inst: compute_v1.Instance) -> Instance | None:
         tags=tuple(sorted(dict(inst.labels).items())),
         spot=spot,
         address=address,
+        cloud_status=cloud_status_of(inst),
     )
 
 

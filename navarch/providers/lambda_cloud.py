@@ -44,7 +44,14 @@ from navarch.errors import (
     TransientError,
     map_exceptions,
 )
-from navarch.inventory import TAG_FLEET, Instance, InstanceState
+from navarch.inventory import (
+    NO_CLOUD_STATUS,
+    TAG_FLEET,
+    CloudStatus,
+    Instance,
+    InstanceHealth,
+    InstanceState,
+)
 from navarch.providers.base import ProvisionRequest, ensure_owned
 
 __all__ = ["LambdaApiError", "LambdaProvider", "LambdaSettings", "create", "map_error"]
@@ -59,6 +66,11 @@ _STATES = {
     "booting": InstanceState.PENDING,
     "active": InstanceState.RUNNING,
     "unhealthy": InstanceState.RUNNING,
+}
+#: Lambda's own health verdict by Instance.status (Lambda Cloud API v1.10).
+_CLOUD_STATUS = {
+    "active": CloudStatus(InstanceHealth.OK),
+    "unhealthy": CloudStatus(InstanceHealth.IMPAIRED, "Lambda reports the instance unhealthy"),
 }
 #: Statuses of instances that are gone or going; never listed (they hold no capacity).
 GONE = frozenset({"terminating", "terminated", "preempted"})
@@ -221,8 +233,9 @@ def to_instance(provider: str, data: Mapping[str, Any]) -> Instance | None:
     """Convert a Lambda Instance object; None for terminating/terminated/preempted ones.
 
     Status mapping (Lambda Cloud API v1.10 Instance.status): booting -> pending,
-    active/unhealthy -> running (unhealthy is Lambda's own view; navarch's agent judges
-    health). zone = region name; instance_id = Lambda's id; launched_at from the
+    active/unhealthy -> running; Lambda's own view is the cloud_status: unhealthy is
+    impaired, active ok, booting unknown (the planner acts on an impairment seen on
+    consecutive runs; the agent's report judges the GPUs). zone = region name; instance_id = Lambda's id; launched_at from the
     navarch-launched-at tag (epoch when absent). Lambda has no spot capacity.
     """
     state = _STATES.get(str(data.get("status", "")))
@@ -245,6 +258,7 @@ def to_instance(provider: str, data: Mapping[str, Any]) -> Instance | None:
         tags=tuple(sorted(tags.items())),
         spot=False,
         address=data.get("ip") or data.get("private_ip") or None,
+        cloud_status=_CLOUD_STATUS.get(str(data.get("status", "")), NO_CLOUD_STATUS),
     )
 
 

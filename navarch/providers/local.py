@@ -1,7 +1,8 @@
 """The embedded local provider: simulated machines under a directory, no cloud account.
 
 Layout: <dir>/machines/<instance_id>/
-  machine.json   id, zone, type, state, launched_at, tags, boot_id, spot, [host_id]
+  machine.json   id, zone, type, state, launched_at, tags, boot_id, spot, [host_id],
+                 [impaired: {detail, since}] (the cloud's own status, `local inject --impaired`)
   faults.json    fault injection for the fake GPU backend (format: navarch.agent fake GPUs)
   kern.log       kernel log text the agent reads (XIDs are injected as real NVRM lines)
   agent.json     the agent's own state file (sequence, latched faults)
@@ -29,7 +30,14 @@ from pathlib import Path
 from typing import Any
 
 from navarch.errors import CapacityError, ConfigError, PlacementError, ProviderError
-from navarch.inventory import TAG_FLEET, Instance, InstanceState
+from navarch.inventory import (
+    NO_CLOUD_STATUS,
+    TAG_FLEET,
+    CloudStatus,
+    Instance,
+    InstanceHealth,
+    InstanceState,
+)
 from navarch.providers.base import ProvisionRequest, ensure_owned
 
 #: What a GPU reset cures on a fake GPU (reset_gpus): a GPU fallen off the bus comes back,
@@ -105,6 +113,7 @@ class LocalProvider:
             spot=m.get("spot", False),
             address="127.0.0.1",
             host_id=m.get("host_id"),  # set by hand to stand for an EC2 Dedicated Host
+            cloud_status=_cloud_status(m),
         )
 
     # -- Provider contract -------------------------------------------------------------
@@ -253,9 +262,31 @@ class LocalProvider:
     def fleet_machines(self, fleet: str) -> list[dict[str, Any]]:
         return [m for m in self.machines() if m["tags"].get(TAG_FLEET) == fleet]
 
+    def set_impaired(self, node: str, detail: str | None, now: datetime) -> None:
+        """Make the cloud list the machine named `node` impaired (detail: what the cloud
+        says), or healthy again (detail None). ConfigError if there is no such machine."""
+        m = dict(self.find(node))
+        if detail is None:
+            m.pop("impaired", None)
+        else:
+            m["impaired"] = {"detail": detail, "since": now.isoformat()}
+        self.write_machine(m)
+
     def reboot_node(self, node: str) -> None:
         """Reboot the machine named `node` (see reboot); ConfigError if there is none."""
         self.reboot([self._instance(self.name, self.find(node))])
+
+
+_RUNNING_OK = CloudStatus(InstanceHealth.OK)
+
+
+def _cloud_status(m: Mapping[str, Any]) -> CloudStatus:
+    """The cloud's view of a local machine: impaired when injected, ok while running."""
+    impaired = m.get("impaired")
+    if impaired:
+        return CloudStatus(InstanceHealth.IMPAIRED, str(impaired.get("detail", "")),
+                           since=datetime.fromisoformat(impaired["since"]))
+    return _RUNNING_OK if m.get("state") == InstanceState.RUNNING.value else NO_CLOUD_STATUS
 
 
 def create(name: str, config: Mapping[str, Any], *, base_dir: Path, fleet: str) -> LocalProvider:

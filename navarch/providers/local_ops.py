@@ -129,6 +129,7 @@ def inject(
     processes: int | None = None,
     silent: bool | None = None,
     preempt: bool = False,
+    impaired: bool = False,
     clear: bool = False,
 ) -> list[str]:
     """Inject faults into one local node; returns what was done, one line each.
@@ -137,7 +138,10 @@ def inject(
     parses it like on a real machine). gpu_lost / temperature_c / ecc_uncorrected /
     utilization_pct / processes: written to the fake-GPU faults file for GPU `gpu`
     (utilization_pct for every GPU). silent: the agent stops (True) or resumes (False)
-    writing reports. preempt: a spot preemption notice. clear: remove every fault.
+    writing reports. preempt: a spot preemption notice. impaired: the cloud lists the
+    instance impaired (its own status check failed), as a dead host looks to the cloud;
+    combine with silent for a host whose agent died with it. clear: remove every fault and
+    the impairment.
     """
     provider, m = _find(spec, node)
     d = provider.machine_dir(m["instance_id"])
@@ -147,6 +151,8 @@ def inject(
     if clear:
         for name in ("kern.log", "faults.json", "silent", "notice.json"):
             (d / name).unlink(missing_ok=True)
+        if "impaired" in m:
+            provider.set_impaired(node, None, datetime.now(UTC))
         done.append("cleared every fault")
     if xid is not None:
         from navarch.xid import lookup
@@ -186,6 +192,9 @@ def inject(
         write_json_atomic(d / "notice.json", {"kind": "preemption", "source": "local",
                                         "deadline": None, "detail": "injected"})
         done.append("spot preemption notice")
+    if impaired:
+        provider.set_impaired(node, "instance status check failed (injected)", datetime.now(UTC))
+        done.append("the cloud lists the instance impaired")
     return done
 
 

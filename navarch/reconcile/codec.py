@@ -92,6 +92,8 @@ def _ladder_to_json(n: NodeMemory) -> dict[str, Any]:
         out["diag"] = diag_to_json(n.diag)
     if n.diag_cordon:
         out["diag_cordon"] = True
+    if n.impaired_since is not None:
+        out["impaired_since"] = ts(n.impaired_since)
     return out
 
 
@@ -134,6 +136,7 @@ def _ladder_from_json(n: Mapping[str, Any]) -> dict[str, Any]:
         "rung_at": parse_ts(n.get("rung_at")), "return_streak": n.get("return_streak", 0),
         "operator_cordon": n.get("operator_cordon", ""),
         "diag": diag_from_json(n.get("diag")), "diag_cordon": n.get("diag_cordon", False),
+        "impaired_since": parse_ts(n.get("impaired_since")),
     }
 
 

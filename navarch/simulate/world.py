@@ -30,7 +30,7 @@ from navarch import signing
 from navarch.agent.config import AgentConfig
 from navarch.agent.gpu import FakeFaults
 from navarch.errors import CapacityError, ProviderError, TransientError
-from navarch.inventory import Instance, InstanceState
+from navarch.inventory import NO_CLOUD_STATUS, CloudStatus, Instance, InstanceHealth, InstanceState
 from navarch.providers.base import ProvisionRequest, ensure_owned
 from navarch.simulate.node import SimAgent
 from navarch.simulate.scenario import Scenario
@@ -155,6 +155,17 @@ class World:
         self.fault_log.append(rec)
         if self.on_fault is not None:
             self.on_fault(n)
+
+    def impair(self, n: SimNode, detail: str = "instance status check failed") -> None:
+        """The cloud lists node n's instance impaired from now on, as EC2's status checks
+        list a dead host (SimProvider.list_instances carries it as Instance.cloud_status);
+        the planner acts on it on a run IMPAIRED_AFTER_S or more after the first that saw it."""
+        status = CloudStatus(InstanceHealth.IMPAIRED, detail, since=self.now)
+        n.instance = replace(n.instance, cloud_status=status)
+
+    def restore(self, n: SimNode) -> None:
+        """The cloud says nothing about node n's instance any more (its impairment ended)."""
+        n.instance = replace(n.instance, cloud_status=NO_CLOUD_STATUS)
 
     def _show_fault(self, n: SimNode, at: datetime) -> None:
         """What n's hardware shows its agent of its fault from `at` on: the driver logs the

@@ -21,7 +21,14 @@ from navarch.errors import (
     TransientError,
 )
 from navarch.fleet_file import validator_for
-from navarch.inventory import InstanceState, launch_id, ownership_tags
+from navarch.inventory import (
+    CloudEvent,
+    CloudStatus,
+    InstanceHealth,
+    InstanceState,
+    launch_id,
+    ownership_tags,
+)
 from navarch.providers import aws as awsmod
 from navarch.providers import open_provider
 from navarch.providers.base import ProvisionRequest
@@ -374,3 +381,64 @@ def test_a_dedicated_hosts_id_is_the_instances_host_id() -> None:
     assert awsmod.to_instance("aws", raw).host_id == "h-0abc123def4567890"
     shared = raw | {"Placement": {"AvailabilityZone": "us-east-1a", "Tenancy": "default"}}
     assert awsmod.to_instance("aws", shared).host_id is None
+
+
+def impair(ids: set[str], *, event: dict | None = None):
+    """An after-call hook marking these instances' system status check failed (moto always
+    answers ok), and optionally adding a scheduled event, in DescribeInstanceStatus."""
+
+    def handler(parsed, **kwargs):
+        for raw in parsed.get("InstanceStatuses", ()):
+            if raw["InstanceId"] in ids:
+                raw["SystemStatus"] = {"Status": "impaired", "Details": [
+                    {"Name": "reachability", "Status": "failed",
+                     "ImpairedSince": datetime(2026, 3, 2, 11, 50, tzinfo=UTC)}]}
+                if event is not None:
+                    raw["Events"] = [event]
+
+    return handler
+
+
+def test_list_carries_ec2_status_checks_one_status_call_per_region(provider) -> None:
+    sick, well, third = (provider.provision(request(f"prod-train-{n:04d}")) for n in range(3))
+    calls: list[str] = []
+    for region in ("us-east-1", "us-west-2"):
+        client = provider.client(region)
+        client.meta.events.register("before-call.ec2.DescribeInstanceStatus",
+                                    lambda region=region, **kw: calls.append(region))
+        client.meta.events.register("after-call.ec2.DescribeInstanceStatus",
+                                    impair({sick.instance_id}))
+    by_id = {i.instance_id: i for i in provider.list_instances(FLEET)}
+    status = by_id[sick.instance_id].cloud_status
+    assert status.health is InstanceHealth.IMPAIRED
+    assert status.detail == "system status check failed"
+    assert status.since == datetime(2026, 3, 2, 11, 50, tzinfo=UTC)
+    assert by_id[well.instance_id].cloud_status.health is InstanceHealth.OK
+    assert by_id[third.instance_id].cloud_status.health is InstanceHealth.OK
+    # One call for us-east-1 however many instances; us-west-2 holds none of the fleet's.
+    assert calls == ["us-east-1"]
+
+
+def test_a_scheduled_retirement_is_listed_as_the_instances_event(provider) -> None:
+    inst = provider.provision(request())
+    retire = {"Code": "instance-retirement", "Description": "The instance is running on "
+              "degraded hardware", "NotBefore": datetime(2026, 3, 5, 0, 0, tzinfo=UTC)}
+    done = {"Code": "system-reboot", "Description": "[Completed] scheduled reboot",
+            "NotBefore": datetime(2026, 3, 1, 0, 0, tzinfo=UTC)}
+    provider.client("us-east-1").meta.events.register(
+        "after-call.ec2.DescribeInstanceStatus", impair({inst.instance_id}, event=retire))
+    status = provider.list_instances(FLEET)[0].cloud_status
+    assert (status.event, status.event_deadline) == (
+        CloudEvent.INSTANCE_RETIREMENT, datetime(2026, 3, 5, tzinfo=UTC))
+    assert awsmod.cloud_status_of(
+        {"InstanceId": "i-1", "Events": [done],
+         "SystemStatus": {"Status": "ok"}, "InstanceStatus": {"Status": "initializing"}}
+    ) == CloudStatus(InstanceHealth.UNKNOWN)
+
+
+def test_describe_instance_status_errors_leave_through_the_boundary(provider) -> None:
+    provider.provision(request())
+    provider.client("us-east-1").meta.events.register(
+        "before-call.ec2.DescribeInstanceStatus", fault("UnauthorizedOperation", 403))
+    with pytest.raises(AuthError, match="DescribeInstanceStatus"):
+        provider.list_instances(FLEET)

@@ -4,6 +4,7 @@ name, spot, customData, terminate with NIC and disk, reboot, tags, and the error
 from __future__ import annotations
 
 import base64
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -16,7 +17,7 @@ from navarch.errors import (
     QuotaError,
     TransientError,
 )
-from navarch.inventory import launch_id, ownership_tags
+from navarch.inventory import CloudEvent, CloudStatus, InstanceHealth, launch_id, ownership_tags
 from navarch.providers import open_provider
 from navarch.providers.azure import ERROR_CODES, AzureProvider, map_error
 from navarch.providers.base import ProvisionRequest
@@ -183,3 +184,29 @@ def test_nodes_get_the_pools_managed_identity(fake_arm: FakeARM, arm_endpoint: s
     provider(arm_endpoint).provision(request("f-p-0006", identity_id=identity))
     body = next(c.data for c in fake_arm.calls if c.method == "PUT" and "virtualMachines" in c.path)
     assert body["identity"] == {"type": "UserAssigned", "userAssignedIdentities": {identity: {}}}
+
+
+def test_list_carries_azures_instance_view_in_one_call(fake_arm: FakeARM, arm_endpoint: str) -> None:
+    p = provider(arm_endpoint)
+    for n in range(1, 5):
+        p.provision(request(f"f-p-000{n}"))
+    fake_arm.set_instance_view("rg", "f-p-0001", {"statuses": [
+        {"code": "PowerState/running"}], "vmHealth": {"status": {"code": "HealthState/unhealthy"}}})
+    fake_arm.set_instance_view("rg", "f-p-0002", {"statuses": [
+        {"code": "PowerState/deallocated", "time": "2026-03-02T11:50:00Z"}]})
+    fake_arm.set_instance_view("rg", "f-p-0003", {"statuses": [
+        {"code": "PowerState/running"}], "maintenanceRedeployStatus": {
+        "isCustomerInitiatedMaintenanceAllowed": True,
+        "maintenanceWindowStartTime": "2026-03-05T00:00:00Z"}})
+    lists = len([c for c in fake_arm.calls if c.method == "GET"])
+    status = {i.node: i.cloud_status for i in p.list_instances("f")}
+    assert len([c for c in fake_arm.calls if c.method == "GET"]) == lists + 1
+
+    assert status["f-p-0001"].health is InstanceHealth.IMPAIRED
+    assert status["f-p-0001"].detail == "VM health unhealthy"
+    assert status["f-p-0002"].health is InstanceHealth.IMPAIRED
+    assert status["f-p-0002"].since == datetime(2026, 3, 2, 11, 50, tzinfo=UTC)
+    assert (status["f-p-0003"].health, status["f-p-0003"].event) == (
+        InstanceHealth.OK, CloudEvent.SYSTEM_MAINTENANCE)
+    assert status["f-p-0003"].event_deadline == datetime(2026, 3, 5, tzinfo=UTC)
+    assert status["f-p-0004"] == CloudStatus(InstanceHealth.OK)

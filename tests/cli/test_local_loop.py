@@ -343,3 +343,40 @@ def test_uncordon_returns_a_repaired_node_and_refuses_others(navarch):
     navarch.ok("uncordon", "fleet.yaml", "demo-train-0001")
     node = next(n for n in navarch.nodes() if n["node"] == "demo-train-0001")
     assert node["lifecycle"] == "healthy"
+
+
+def test_a_host_the_cloud_calls_impaired_is_replaced_on_the_second_apply(navarch):
+    navarch.ok("apply", "fleet.yaml", "--auto-approve")
+    navarch.ok("local", "tick", "fleet.yaml")
+    run = navarch.ok("local", "inject", "fleet.yaml", "demo-train-0002", "--impaired", "--silent")
+    assert "demo-train-0002: the cloud lists the instance impaired" in run.out
+    # First run: the cloud's word once is noted, not acted on (a status check can flap).
+    first = navarch.ok("apply", "fleet.yaml", "--auto-approve")
+    assert "cordon" not in first.out
+    node = next(n for n in navarch.nodes() if n["node"] == "demo-train-0002")
+    assert "impaired" in node["reason"] and "acted on when a run 1m or more later" in node["reason"]
+    # Second run, two minutes later (far from offline_after): cordoned and replaced.
+    later = {"NAVARCH_NOW": _in_minutes(2)}
+    navarch.ok("local", "tick", "fleet.yaml", env=later)
+    doc = json.loads(navarch.ok("plan", "fleet.yaml", "--json", env=later).out)
+    assert [(a["action"], a["node"], a["action_reason"]) for a in doc["actions"]][:2] == [
+        ("cordon", "demo-train-0002", "instance_impaired"),
+        ("drain", "demo-train-0002", "instance_impaired")]
+    second = navarch.ok("apply", "fleet.yaml", "--auto-approve", env=later)
+    assert "~ cordon demo-train-0002" in second.out
+    assert "impaired (instance status check failed (injected)) for 2m" in second.out
+    assert "+ provision demo-train-0004" in second.out
+
+
+def test_clear_makes_an_impaired_host_healthy_to_the_cloud(navarch):
+    navarch.ok("apply", "fleet.yaml", "--auto-approve")
+    navarch.ok("local", "tick", "fleet.yaml")
+    navarch.ok("local", "inject", "fleet.yaml", "demo-train-0002", "--impaired")
+    navarch.ok("apply", "fleet.yaml", "--auto-approve")
+    navarch.ok("local", "inject", "fleet.yaml", "demo-train-0002", "--clear")
+    later = {"NAVARCH_NOW": _in_minutes(2)}  # still impaired, this run would replace it
+    navarch.ok("local", "tick", "fleet.yaml", env=later)
+    run = navarch.ok("apply", "fleet.yaml", "--auto-approve", env=later)
+    assert "cordon" not in run.out
+    node = next(n for n in navarch.nodes() if n["node"] == "demo-train-0002")
+    assert node["lifecycle"] == "healthy" and "impaired" not in node["reason"], node

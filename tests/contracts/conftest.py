@@ -138,6 +138,7 @@ def local_cloud(tmp_path: Path) -> Cloud:
         options={},
         live=lambda: len(provider.machines()),
         add_instance=add_instance,
+        impair=lambda inst: provider.set_impaired(inst.node or "", "injected", datetime.now(UTC)),
     )
 
 
@@ -158,8 +159,18 @@ def aws_cloud(moto: Moto, monkeypatch: pytest.MonkeyPatch) -> Cloud:
             },
         )
 
+    impaired: set[str] = set()
+
+    def status_checks(parsed: dict[str, Any], **kwargs: Any) -> None:
+        """after-call hook: a failed system status check for the impaired instances (moto
+        always answers ok)."""
+        for raw in parsed.get("InstanceStatuses", ()):
+            if raw["InstanceId"] in impaired:
+                raw["SystemStatus"] = {"Status": "impaired"}
+
     monkeypatch.setattr(
-        awsmod, "CLIENT_EVENT_HANDLERS", [("before-call.ec2.RunInstances", no_capacity)]
+        awsmod, "CLIENT_EVENT_HANDLERS", [("before-call.ec2.RunInstances", no_capacity),
+                                          ("after-call.ec2.DescribeInstanceStatus", status_checks)]
     )
 
     def reopen() -> Provider:
@@ -194,6 +205,7 @@ def aws_cloud(moto: Moto, monkeypatch: pytest.MonkeyPatch) -> Cloud:
         add_instance=add_instance,
         map_error=lambda exc: awsmod.map_error(exc, zone="us-east-1a", what="launch"),
         errors=AWS_ERRORS,
+        impair=lambda inst: impaired.add(inst.instance_id),
     )
 
 
@@ -227,6 +239,7 @@ def gcp_cloud(fake_compute: FakeCompute, compute_endpoint: str) -> Cloud:
         add_instance=add_instance,
         map_error=lambda exc: gcpmod.map_error(exc, zone="us-central1-a", what="insert"),
         errors=GCP_ERRORS,
+        impair=lambda inst: fake_compute.set_status(inst.zone, inst.instance_id, "REPAIRING"),
     )
 
 
@@ -259,6 +272,7 @@ def lambda_cloud(fake_lambda: FakeLambda, lambda_api_base: str) -> Cloud:
         add_instance=add_instance,
         map_error=lambda exc: lambdamod.map_error(exc, region="us-east-1", what="launch"),
         errors=LAMBDA_ERRORS,
+        impair=lambda inst: fake_lambda.set_status("unhealthy", inst.instance_id),
     )
 
 
@@ -288,4 +302,6 @@ def azure_cloud(fake_arm: FakeARM, arm_endpoint: str) -> Cloud:
         add_instance=add_instance,
         map_error=lambda exc: azuremod.map_error(exc, zone="eastus-1", what="launch"),
         errors=AZURE_ERRORS,
+        impair=lambda inst: fake_arm.set_instance_view(rg, inst.node or "", {"statuses": [
+            {"code": "PowerState/running"}], "vmHealth": {"status": {"code": "HealthState/unhealthy"}}}),
     )

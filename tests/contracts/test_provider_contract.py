@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 import pytest
 
 from navarch.errors import CapacityError, ProviderError
-from navarch.inventory import TAG_FLEET, Instance, InstanceState
+from navarch.inventory import TAG_FLEET, Instance, InstanceHealth, InstanceState
 from navarch.providers.base import ProvisionRequest
 from tests.support.providers import FLEET, Cloud, provision_request
 
@@ -107,3 +107,13 @@ def test_map_error_maps_every_relied_on_upstream_error(cloud: Cloud) -> None:
             wrong.append(f"{case.exc!r} -> {type(mapped).__name__}(scope={scope!r}), "
                          f"want {case.expected.__name__}(scope={case.scope!r})")
     assert cloud.errors and not wrong, "\n".join(wrong)
+
+
+def test_list_carries_the_clouds_own_impaired_status(cloud: Cloud) -> None:
+    assert cloud.impair is not None, "every provider reports the cloud's own view"
+    sick = cloud.provider.provision(_request(cloud, "prod-train-0001"))
+    well = cloud.provider.provision(_request(cloud, "prod-train-0002"))
+    cloud.impair(sick)
+    listed = {i.instance_id: i for i in cloud.reopen().list_instances(FLEET)}
+    assert listed[sick.instance_id].cloud_status.health is InstanceHealth.IMPAIRED
+    assert listed[well.instance_id].cloud_status.health is not InstanceHealth.IMPAIRED

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 
 import jsonschema
@@ -16,7 +17,7 @@ from navarch.errors import (
     QuotaError,
     TransientError,
 )
-from navarch.inventory import InstanceState, launch_id
+from navarch.inventory import CloudEvent, CloudStatus, InstanceHealth, InstanceState, launch_id
 from navarch.providers import open_provider
 from navarch.providers.base import ProvisionRequest
 from navarch.providers.gcp import GcpProvider, instance_resource, request_id
@@ -238,3 +239,31 @@ def test_schema_accepts_example_settings() -> None:
         )
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({"type": "gcp"}, defs["provider"])
+
+
+def test_list_carries_compute_engines_own_status_in_one_call(
+    fake_compute, compute_endpoint: str
+) -> None:
+    p = _provider(compute_endpoint)
+    for n in range(1, 5):
+        p.provision(_request(node=f"prod-train-{n:04d}"))
+    zone = "us-central1-a"
+    fake_compute.set_status(zone, "prod-train-0001", "REPAIRING", statusMessage="host error")
+    fake_compute.set_status(zone, "prod-train-0002", "TERMINATED",
+                            lastStopTimestamp="2026-03-02T11:50:00.000-08:00")
+    fake_compute.set_status(zone, "prod-train-0003", "RUNNING", resourceStatus={
+        "upcomingMaintenance": {"type": "SCHEDULED",
+                                "windowStartTime": "2026-03-05T00:00:00Z"}})
+    before = fake_compute.count("GET", r"/aggregated/instances$")
+    status = {i.instance_id: i.cloud_status for i in p.list_instances(FLEET)}
+    assert fake_compute.count("GET", r"/aggregated/instances$") == before + 1
+
+    assert status["prod-train-0001"].health is InstanceHealth.IMPAIRED
+    assert "REPAIRING" in status["prod-train-0001"].detail
+    assert "host error" in status["prod-train-0001"].detail
+    assert status["prod-train-0002"].health is InstanceHealth.IMPAIRED
+    assert status["prod-train-0002"].since == datetime(2026, 3, 2, 19, 50, tzinfo=UTC)
+    assert status["prod-train-0003"].health is InstanceHealth.OK
+    assert (status["prod-train-0003"].event, status["prod-train-0003"].event_deadline) == (
+        CloudEvent.SYSTEM_MAINTENANCE, datetime(2026, 3, 5, tzinfo=UTC))
+    assert status["prod-train-0004"] == CloudStatus(InstanceHealth.OK)

@@ -18,7 +18,7 @@ from navarch.errors import (
     QuotaError,
     TransientError,
 )
-from navarch.inventory import InstanceState, launch_id
+from navarch.inventory import InstanceHealth, InstanceState, launch_id
 from navarch.providers import open_provider
 from navarch.providers.base import ProvisionRequest
 from navarch.providers.lambda_cloud import LambdaProvider, LambdaSettings
@@ -199,3 +199,18 @@ def test_schema() -> None:
     jsonschema.validate({"image": {"family": "lambda-stack-22-04"}}, defs["pool"])
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({"image": {"family": "a", "id": "b"}}, defs["pool"])
+
+
+def test_list_carries_lambdas_own_status(fake_lambda, lambda_api_base: str) -> None:
+    p = _provider(lambda_api_base, FakeClock())
+    sick = p.provision(_request())
+    well = p.provision(_request(node="prod-train-0002"))
+    booting = {i.instance_id: i.cloud_status.health for i in p.list_instances(FLEET)}
+    assert booting == {sick.instance_id: InstanceHealth.UNKNOWN,
+                       well.instance_id: InstanceHealth.UNKNOWN}
+    fake_lambda.set_status("active")
+    fake_lambda.set_status("unhealthy", sick.instance_id)
+    status = {i.instance_id: i.cloud_status for i in p.list_instances(FLEET)}
+    assert status[sick.instance_id].health is InstanceHealth.IMPAIRED
+    assert "unhealthy" in status[sick.instance_id].detail
+    assert status[well.instance_id].health is InstanceHealth.OK

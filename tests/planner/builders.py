@@ -22,7 +22,15 @@ import yaml
 from navarch.durations import parse_duration_s
 from navarch.fleet_file import load_fleet
 from navarch.health import FaultKey, Remedy, Status
-from navarch.inventory import Instance, InstanceState, launch_id, ownership_tags
+from navarch.inventory import (
+    CloudEvent,
+    CloudStatus,
+    Instance,
+    InstanceHealth,
+    InstanceState,
+    launch_id,
+    ownership_tags,
+)
 from navarch.planner.model import (
     Diag,
     Exhausted,
@@ -158,9 +166,14 @@ def instance(
     attempt: int = 0,
     tags: Mapping[str, str] | None = None,
     host_id: str | None = None,
+    health: str | InstanceHealth = InstanceHealth.UNKNOWN,
+    health_detail: str = "",
+    event: str | CloudEvent | None = None,
+    event_deadline: datetime | None = None,
 ) -> Instance:
     """An instance navarch launched: it carries the four ownership tags for (fleet, pool,
-    node), plus `tags` (labels, a navarch-spec launch hash)."""
+    node), plus `tags` (labels, a navarch-spec launch hash); health, health_detail, event
+    and event_deadline are the cloud's own status of it."""
     tags = {**(tags or {}), **ownership_tags(fleet, pool, node, launch_id(fleet, node, attempt))}
     return Instance(
         provider=provider,
@@ -172,6 +185,9 @@ def instance(
         tags=tuple(sorted(tags.items())),
         spot=spot,
         host_id=host_id,
+        cloud_status=CloudStatus(InstanceHealth(health), health_detail,
+                                 event=CloudEvent(event) if event else None,
+                                 event_deadline=event_deadline),
     )
 
 
@@ -286,6 +302,7 @@ def node_memory(
     operator_cordon: str = "",
     diag: Diag | None = None,
     diag_cordon: bool = False,
+    impaired_since: datetime | None = None,
 ) -> NodeMemory:
     """What earlier runs remembered of one node (report_version follows report's sequence).
     fault: a Fault or its fields {key, action, boot_id, sequence}; the rest are the
@@ -316,6 +333,7 @@ def node_memory(
         operator_cordon=operator_cordon,
         diag=diag,
         diag_cordon=diag_cordon,
+        impaired_since=impaired_since,
     )
 
 

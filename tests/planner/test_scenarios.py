@@ -6,8 +6,9 @@ A scenario file holds (times are RFC 3339, or relative to `now` like "-20m", "+1
   now: the run's clock
   fleet: |            the fleet.yaml text (loaded with navarch.fleet_file.load_fleet)
   inventory:          owned instances: node, [pool], [state], [launched_at], [instance_id],
-                      [zone], [instance_type], [spot]   (pool defaults from <fleet>-<pool>-NNNN;
-                      zone, type and spot default to the pool's first place)
+                      [zone], [instance_type], [spot], [health], [health_detail], [event],
+                      [event_deadline] (the cloud's own status; pool defaults from
+                      <fleet>-<pool>-NNNN; zone, type and spot default to the pool's first place)
   foreign:            other instances: instance_id, [tags], [provider], [launched_at]
   reports:            node -> report fields (sequence, boot_id, generated_at, status, fatal,
                       fault_key ("xid:79@gpu0": the agent's structured key), findings,
@@ -18,14 +19,14 @@ A scenario file holds (times are RFC 3339, or relative to `now` like "-20m", "+1
                       streak_sequence, first_seen_at, report, and the remediation
                       ladder's fault {key, action, boot_id, sequence}, faults [[kind, time]],
                       rung, rung_fault, rung_at, return_streak, operator_cordon, diag {level,
-                      why, state, at, started_at, detail}, diag_cordon; pools: pool -> next_index,
+                      why, state, at, started_at, detail}, diag_cordon, impaired_since; pools: pool -> next_index,
                       repairs, exhausted [{[provider], zone, instance_type, spot, until}], desired,
                       desired_from_target, scaled_at, host_faults [[host, key, time]]
   drain_checks:       node -> bool (scheduler drain-check results this run)
   xfail:              (only for a planner bug found by the scenario) the bug, in one line
   expect:
     actions:          in order: {action, pool, node, reason_contains?, places_first?,
-                      places?, replaces?, desired?, repair?}
+                      places?, replaces?, desired?, repair?, action_reason?}
     halts:            in order: {pool, rule, message_contains?}
     lifecycles:       node -> lifecycle (optional)
     memory:           nodes: node -> {streak?, streak_sequence?} after observe (optional)
@@ -94,6 +95,7 @@ _ACTION_KEYS = {
     "backoff",
     "level",
     "why",
+    "action_reason",
 }
 
 
@@ -158,6 +160,7 @@ def build_inputs(doc: Mapping[str, Any], tmp_path: Path) -> Inputs:
                 rung_at=builders.when(now, raw.pop("rung_at", None)),
                 faults=[(k, builders.when(now, t)) for k, t in raw.pop("faults", [])],
                 diag=_diag(raw.pop("diag", None), now),
+                impaired_since=builders.when(now, raw.pop("impaired_since", None)),
                 **raw,
             )
         )
@@ -203,6 +206,7 @@ def build_inputs(doc: Mapping[str, Any], tmp_path: Path) -> Inputs:
                 pool_name,
                 node,
                 launched_at=builders.when(now, raw.pop("launched_at", "-2h")),
+                event_deadline=builders.when(now, raw.pop("event_deadline", None)),
                 **raw,
             )
         )
@@ -297,6 +301,8 @@ def check(doc: Mapping[str, Any], observed: Observed, p: Plan) -> None:
             assert got.level == want["level"], where
         if "why" in want:
             assert got.why == want["why"], where
+        if "action_reason" in want:
+            assert got.action_reason.value == want["action_reason"], where
 
     want_halts = expect.get("halts") or []
     assert [(h.pool, h.rule) for h in p.halts] == [(h["pool"], h["rule"]) for h in want_halts], (

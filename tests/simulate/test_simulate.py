@@ -14,6 +14,7 @@ from navarch.cli import main
 from navarch.simulate.engine import check_asserts, simulate
 from navarch.simulate.report import to_json
 from navarch.simulate.scenario import load_scenario
+from navarch.simulate.world import World
 from navarch.spec import HealthPolicy
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -137,3 +138,31 @@ def test_compare_runs_two_policies_on_one_seed(tmp_path: Path,
     page = html.read_text()
     assert "narrow (seed 11)" in page and "wide (seed 11)" in page
     assert page.count("<svg") >= 6  # three plots each
+
+
+def _impair_dead_hosts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cloud lists a host that died impaired at once (World.impair), as EC2's status
+    checks list a dead host; the simulator's own model of that delay is not needed here."""
+    inject = World.inject
+
+    def inject_and_impair(self: World, n: Any, cause: str) -> None:
+        inject(self, n, cause)
+        if cause == "host_down":
+            self.impair(n)
+
+    monkeypatch.setattr(World, "inject", inject_and_impair)
+
+
+def test_dead_hosts_the_cloud_lists_impaired_are_cordoned_long_before_offline_after(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    scenario = load_scenario(HERE / "rack.yaml")
+    three = (dataclasses.replace(scenario.rack_failures[0], nodes=3),)
+    silent = run(HERE / "rack.yaml", duration_s=6 * 3600, rack_failures=three)
+    _impair_dead_hosts(monkeypatch)
+    seen = run(HERE / "rack.yaml", duration_s=6 * 3600, rack_failures=three)
+    # offline_after is 2h in this fleet, counted from the last report (agents every 30m):
+    # without the cloud's word a dead host waits at least 1h30m.
+    assert silent["p95_fault_to_cordon_s"] >= 90 * 60
+    # Seen impaired at the first run after the death, acted on at the next (5m periods).
+    assert seen["p95_fault_to_cordon_s"] <= 15 * 60
+    assert seen["wrongful_terminations"] == 0 and seen["faults"] == 3

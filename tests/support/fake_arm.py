@@ -47,8 +47,17 @@ def _vm_id(m: re.Match[str]) -> str:
 
 
 def _list_vms(fake: FakeARM, req: Request, m: re.Match[str]) -> Answer:
+    """As ARM does, the instance view is in each VM only when the list asks for it
+    ($expand=instanceView); a VM running as ARM made it shows PowerState/running."""
     rg = m["rg"].lower()
-    return 200, {"value": [vm for (g, _), vm in sorted(fake.vms.items()) if g == rg]}
+    vms = [vm for (g, _), vm in sorted(fake.vms.items()) if g == rg]
+    if req.query.get("$expand") == ["instanceView"]:
+        running = {"statuses": [{"code": "ProvisioningState/succeeded"},
+                                {"code": "PowerState/running"}]}
+        vms = [{**vm, "properties": {**vm["properties"], "instanceView":
+                                     fake.instance_views.get((rg, vm["name"]), running)}}
+               for vm in vms]
+    return 200, {"value": vms}
 
 
 def _get_vm(fake: FakeARM, req: Request, m: re.Match[str]) -> Answer:
@@ -195,6 +204,14 @@ class FakeARM(FakeAPI):
     no_capacity: set[str] = field(default_factory=set)
     fails_later: set[str] = field(default_factory=set)
     operations: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: (resource group, VM name) -> the instance view ARM answers for it (set_instance_view).
+    instance_views: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+
+    def set_instance_view(self, rg: str, name: str, view: dict[str, Any]) -> None:
+        """Azure's own view of a VM (statuses with PowerState/..., vmHealth,
+        maintenanceRedeployStatus), answered by a list with $expand=instanceView."""
+        with self.lock:
+            self.instance_views[(rg.lower(), name)] = view
 
     def authorize(self, request: Request) -> Answer | None:
         if request.headers.get("Authorization") != f"Bearer {TOKEN}":
@@ -211,6 +228,7 @@ class FakeARM(FakeAPI):
             self.no_capacity.clear()
             self.fails_later.clear()
             self.operations.clear()
+            self.instance_views.clear()
 
     def add_foreign(self, rg: str, name: str, location: str = "eastus") -> None:
         """A VM navarch did not make (no navarch tags)."""

@@ -104,6 +104,13 @@ class FakeCompute(FakeAPI):
                 },
             )
 
+    def set_status(self, zone: str, name: str, status: str, **fields: Any) -> None:
+        """Compute Engine's own doing to an instance: a status (REPAIRING after a host
+        error, TERMINATED) and other fields (statusMessage, lastStopTimestamp,
+        resourceStatus {upcomingMaintenance: {windowStartTime}})."""
+        with self.lock:
+            self.instances[(zone, name)].update(status=status, **fields)
+
     # -- state -------------------------------------------------------------------------
     def _instance(self, zone: str, body: dict[str, Any]) -> dict[str, Any]:
         name = body["name"]

@@ -86,10 +86,12 @@ class FakeLambda(FakeAPI):
         with self.lock:
             return self._create(name, region, "gpu_1x_a10", tags, status)["id"]
 
-    def set_status(self, status: str) -> None:
+    def set_status(self, status: str, instance_id: str | None = None) -> None:
+        """Set the status of every live instance, or of the one given."""
         with self.lock:
             for inst in self.live():
-                inst["status"] = status
+                if instance_id is None or inst["id"] == instance_id:
+                    inst["status"] = status
 
     def _create(
         self, name: str, region: str, itype: str, tags: dict[str, str], status: str

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from navarch.errors import NavarchError
-from navarch.inventory import launch_id, ownership_tags
+from navarch.inventory import Instance, launch_id, ownership_tags
 from navarch.providers.base import Provider, ProvisionRequest
 
 FLEET = "prod"
@@ -76,6 +76,8 @@ class Cloud:
     add_instance(zone, tags) -> instance id: create an instance in the cloud directly, not
     through navarch (someone else's machine, or another fleet's).
     map_error, errors: the provider's one error boundary and its table of relied-on errors.
+    impair(instance): the cloud's own status of that instance turns impaired (its status
+    check fails, a host error), set on the fake the way the cloud would show it.
     """
 
     provider: Provider
@@ -88,3 +90,4 @@ class Cloud:
     add_instance: Callable[[str, Mapping[str, str]], str]
     map_error: Callable[[BaseException], NavarchError] | None = None
     errors: Sequence[ErrorCase] = ()
+    impair: Callable[[Instance], None] | None = None

@@ -272,6 +272,12 @@ def _schema_error(err: jsonschema.ValidationError, source: Path,
             near = difflib.get_close_matches(unknown[0], sorted(allowed), n=1, cutoff=0.6)
             if near:
                 hint = f"did you mean `{near[0]}`?"
+    elif err.validator == "not" and "propertyNames" in err.schema_path:
+        # The only negated key pattern is the reserved navarch- prefix of labels.
+        err_path = err_path + (err.instance,)
+        message = (f"key {err.instance!r} is reserved: navarch-* tags mark the instances "
+                   "navarch owns, and a label of that name would disown them")
+        hint = "rename the label to a key that does not start with navarch-"
     elif err.validator in ("oneOf", "anyOf"):
         # jsonschema's "is not valid under any of the given schemas" names no choice.
         forms = [_form(alt, err.schema.get("$defs", {})) for alt in err.validator_value]

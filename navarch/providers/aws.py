@@ -63,7 +63,7 @@ from navarch.errors import (
     map_exceptions,
 )
 from navarch.inventory import TAG_FLEET, TAG_LAUNCH, Instance, InstanceState
-from navarch.providers.base import ProvisionRequest, ensure_owned
+from navarch.providers.base import ProvisionRequest, ensure_no_ownership_tags, ensure_owned
 
 __all__ = [
     "AUTH_CODES",
@@ -571,6 +571,7 @@ class AwsProvider:
         fleet's tag only, docs/aws.md).
         """
         ensure_owned([instance], self.fleet, "tag")
+        ensure_no_ownership_tags(instance, tags)
         region = region_of(instance.zone)
         with aws_errors(what=f"CreateTags in {region}"):
             self.client(region).create_tags(

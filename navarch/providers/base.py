@@ -17,6 +17,7 @@ Contract (tests/providers run it against each provider):
 - update_tags(instance, tags) -> None: set these tags (labels on GCP) on one instance in
   place, leaving its other tags alone. Providers whose cloud cannot (Lambda Cloud) raise
   ProviderError; the planner only asks the types in navarch.planner.plan.TAG_UPDATABLE.
+  Every provider refuses (ensure_no_ownership_tags) a navarch-* key before any call.
 Errors from the SDK are mapped in one function per provider (`map_error`).
 """
 
@@ -27,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from navarch.errors import ProviderError
-from navarch.inventory import TAG_FLEET, Instance
+from navarch.inventory import RESERVED_TAG_PREFIX, TAG_FLEET, Instance
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,23 @@ def ensure_owned(instances: Sequence[Instance], fleet: str, verb: str) -> None:
         raise ProviderError(
             f"refusing to {verb} instances not tagged {TAG_FLEET}={fleet}: " + ", ".join(foreign),
             code="ForeignInstance",
+        )
+
+
+def ensure_no_ownership_tags(instance: Instance, tags: Mapping[str, str]) -> None:
+    """Safety rule 1 for update_tags: raise ProviderError (code OwnershipTag), before any
+    cloud call, when `tags` would write (or, with an empty value, clear) a navarch-* key.
+
+    An ownership tag rewritten in place turns a fleet's instance into a foreign one that
+    navarch then leaves running while it launches a replacement; the fleet schema reserves
+    the prefix for labels, and this guard holds for every provider and plugin as well.
+    """
+    reserved = sorted(k for k in tags if k.startswith(RESERVED_TAG_PREFIX))
+    if reserved:
+        raise ProviderError(
+            f"refusing to write ownership tags on {instance.instance_id}: "
+            + ", ".join(reserved) + f" (keys starting {RESERVED_TAG_PREFIX} are navarch's own)",
+            code="OwnershipTag",
         )
 
 

@@ -26,7 +26,7 @@ from typing import Any
 from navarch import signing, xid
 from navarch.errors import CapacityError, ProviderError, TransientError
 from navarch.inventory import Instance, InstanceState
-from navarch.providers.base import ProvisionRequest, ensure_owned
+from navarch.providers.base import ProvisionRequest, ensure_no_ownership_tags, ensure_owned
 from navarch.reconcile.state import health_key
 from navarch.simulate.scenario import Scenario
 from navarch.simulate.store import MemoryStore
@@ -348,6 +348,7 @@ class SimProvider:
         return "pass", f"dcgmi diag -r {level} (simulated): passed"
 
     def update_tags(self, instance: Instance, tags: Mapping[str, str]) -> None:
+        ensure_no_ownership_tags(instance, tags)
         self._api("update_tags")
         n = self.world.nodes.get(instance.instance_id)
         if n is not None:

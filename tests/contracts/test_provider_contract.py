@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 import pytest
 
 from navarch.errors import CapacityError, ProviderError
-from navarch.inventory import TAG_FLEET, Instance, InstanceState
+from navarch.inventory import TAG_FLEET, TAG_NODE, TAG_POOL, TAG_SPEC, Instance, InstanceState
 from navarch.providers.base import ProvisionRequest
 from tests.support.providers import FLEET, Cloud, provision_request
 
@@ -84,6 +84,19 @@ def test_terminate_refuses_an_instance_without_the_fleet_tag(cloud: Cloud) -> No
         cloud.provider.terminate([ours, foreign])
     assert cloud.live() == 2  # neither was touched: refused before any call
     assert _fleet_ids(cloud) == {ours.instance_id}
+
+
+@pytest.mark.parametrize("key", [TAG_FLEET, TAG_POOL, TAG_NODE, TAG_SPEC, "navarch-anything"])
+def test_update_tags_refuses_to_write_an_ownership_key(cloud: Cloud, key: str) -> None:
+    ours = cloud.provider.provision(_request(cloud, "prod-train-0001"))
+    for value in ("prod", ""):  # overwriting and clearing are both refused
+        with pytest.raises(ProviderError) as info:
+            cloud.provider.update_tags(ours, {"team": "x", key: value})
+        assert info.value.code == "OwnershipTag"
+        assert key in str(info.value)
+    listed = {i.instance_id: i for i in cloud.reopen().list_instances(FLEET)}
+    # Still the fleet's own, with every launch tag as it was and no label half-written.
+    assert dict(listed[ours.instance_id].tags) == dict(ours.tags)
 
 
 def test_no_capacity_is_capacity_error_and_the_next_zone_serves(cloud: Cloud) -> None:

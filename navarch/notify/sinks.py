@@ -43,8 +43,11 @@ from navarch.errors import ConfigError, NotifyError, PluginError
 from navarch.notify.events import SEVERITY, Event, EventKind, Severity
 from navarch.resources import data_dir
 from navarch.spec import SinkSpec
+from navarch.textsafe import node_text, slack_mrkdwn
 
 PAGERDUTY_URL = "https://events.pagerduty.com/v2/enqueue"
+#: Longest value one Slack line prints (Slack truncates a message's text at 40,000).
+SLACK_VALUE_MAX_CHARS = 1000
 #: Kinds a sink gets when fleet.yaml lists none: everything, except PagerDuty, which
 #: pages on what needs a human now (the breaker, a capacity halt, an auth failure).
 PAGERDUTY_DEFAULT = frozenset({EventKind.BREAKER_TRIPPED, EventKind.CAPACITY_EXHAUSTED,
@@ -175,13 +178,19 @@ class WebhookSink:
         return len(events)
 
 
+def _slack_value(value: object) -> str:
+    """Every value the Slack template prints: one capped line escaped for mrkdwn (event
+    messages quote node reports, and Slack acts on <!channel> and <url|label>)."""
+    return slack_mrkdwn(node_text(str(value), SLACK_VALUE_MAX_CHARS))
+
+
 @cache
 def _slack_template() -> Any:
     import jinja2
 
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(data_dir("templates"))),
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=False,
-                             autoescape=False)
+                             autoescape=False, finalize=_slack_value)
     return env.get_template("notify-slack.txt.j2")
 
 

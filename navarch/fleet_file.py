@@ -417,6 +417,34 @@ def _rules(
 
 _Fail = Callable[[tuple[Any, ...], str, str], ConfigError]
 
+#: Shortest lease: it is renewed every third of its TTL, so 3 s renews every second.
+MIN_LOCK_TTL_S = 3
+#: Durations of a pool's health that must be positive (a zero one makes every report stale,
+#: every boot late or every drain finished at once).
+_POSITIVE_HEALTH_DURATIONS = ("stale_after", "offline_after", "boot_timeout",
+                              "provision_timeout")
+
+
+def _check_provider_types(providers: Mapping[str, Any], fail: _Fail) -> None:
+    """Every provider type is a built-in or an installed navarch.providers plugin; else
+    ConfigError naming providers.<name>.type (a typo must not wait for plan to fail)."""
+    from navarch.plugins import Group, names
+    from navarch.providers import BUILTIN_TYPES
+
+    for name, cfg in providers.items():
+        kind = str(cfg["type"])
+        if kind in BUILTIN_TYPES:
+            continue
+        installed = names(Group.PROVIDERS)
+        if kind in installed:
+            continue
+        near = difflib.get_close_matches(kind, sorted(BUILTIN_TYPES), n=1, cutoff=0.6)
+        raise fail(("providers", name, "type"),
+                   f"unknown provider type {kind!r} (no built-in, no installed plugin)",
+                   (f"did you mean `{near[0]}`? " if near else "")
+                   + f"use one of {sorted(BUILTIN_TYPES)} or install a {Group.PROVIDERS} "
+                   f"plugin (installed: {', '.join(installed) or 'none'})")
+
 
 def _build(data: dict[str, Any], source: Path, lines: Mapping[tuple[Any, ...], int]) -> FleetSpec:
     def fail(path: tuple[Any, ...], message: str, hint: str) -> ConfigError:
@@ -425,6 +453,7 @@ def _build(data: dict[str, Any], source: Path, lines: Mapping[tuple[Any, ...], i
         )
 
     providers = data["providers"]
+    _check_provider_types(providers, fail)
     fleet_rules = _rules(data["health"]["rules"], ("health", "rules"), source, lines)
     pools = [_ordered(_pool(name, raw, providers, fleet_rules, fail, source, lines),
                       data["prices"], fail)
@@ -435,6 +464,11 @@ def _build(data: dict[str, Any], source: Path, lines: Mapping[tuple[Any, ...], i
             raise fail(("pools", name), "fleet and pool names are too long for node names",
                        "keep fleet + pool under 57 characters")
     s = data["safety"]
+    if parse_duration_s(s["lock_ttl"]) < MIN_LOCK_TTL_S:
+        raise fail(("safety", "lock_ttl"),
+                   f"lock_ttl {s['lock_ttl']} is shorter than {MIN_LOCK_TTL_S}s: the apply "
+                   "could not renew its lease in time and every apply would stop",
+                   f"use at least {MIN_LOCK_TTL_S}s; the default is 2m")
     safety = SafetySpec(
         circuit_breaker_pct=float(s["circuit_breaker_pct"]),
         fleet_circuit_breaker_pct=float(s["fleet_circuit_breaker_pct"]),
@@ -624,7 +658,11 @@ def _placement(path: tuple[Any, ...], e: Mapping[str, Any], providers: Mapping[s
 def _health(name: str, h: Mapping[str, Any], fleet_rules: tuple[Rule, ...], fail: _Fail,
             source: Path, lines: Mapping[tuple[Any, ...], int]) -> HealthPolicy:
     """A pool's health: mapping -> HealthPolicy (durations in seconds); the ladder must go
-    cheapest first and offline_after must not be shorter than stale_after."""
+    cheapest first, its timeouts positive, and offline_after not shorter than stale_after."""
+    for key in _POSITIVE_HEALTH_DURATIONS:
+        if parse_duration_s(h[key]) <= 0:
+            raise fail(("pools", name, "health", key), f"{key} must be longer than 0s",
+                       "use a positive duration such as 3m")
     health = HealthPolicy(
         unhealthy_after=h["unhealthy_after"],
         stale_after_s=parse_duration_s(h["stale_after"]),

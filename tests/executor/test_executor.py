@@ -12,10 +12,18 @@ from pathlib import Path
 
 import pytest
 
-from navarch.errors import AuthError, PreconditionFailed, RemoteError, TransientError
+from navarch.errors import AuthError, LeaseLost, PreconditionFailed, RemoteError, TransientError
 from navarch.fleet_file import load_fleet
 from navarch.inventory import Instance
-from navarch.planner.model import Action, ActionKind, Memory, NodeMemory, Phase, Plan
+from navarch.planner.model import (
+    Action,
+    ActionKind,
+    ActionReason,
+    Memory,
+    NodeMemory,
+    Phase,
+    Plan,
+)
 from navarch.reconcile.executor import Executor, JournalPolicy, Outcome, OutcomeKind
 from navarch.reconcile.state import AuditLog
 from navarch.spec import FleetSpec
@@ -106,10 +114,10 @@ def test_each_outcome_has_the_kind_its_failure_calls_for_and_carries_the_excepti
     memory = memory.with_node(replace(memory.node(node(4)), phase=Phase.CORDONED))
     _, got = execute(
         tmp_path, spec_of(tmp_path), cloud, instances, memory,
-        Action(ActionKind.TERMINATE, "train", node(1), "scale_down", instance_id="i-1"),
-        Action(ActionKind.TERMINATE, "train", node(2), "scale_down", instance_id="i-2"),
-        Action(ActionKind.UPDATE_TAGS, "train", node(3), "drift", tags=(("team", "ml"),)),
-        Action(ActionKind.REBOOT, "train", node(4), "XID 79"),  # cordoned, not drained
+        Action(ActionKind.TERMINATE, "train", node(1), "scale_down", action_reason=ActionReason.SCALE_DOWN, instance_id="i-1"),
+        Action(ActionKind.TERMINATE, "train", node(2), "scale_down", action_reason=ActionReason.SCALE_DOWN, instance_id="i-2"),
+        Action(ActionKind.UPDATE_TAGS, "train", node(3), "drift", action_reason=ActionReason.DRIFT, tags=(("team", "ml"),)),
+        Action(ActionKind.REBOOT, "train", node(4), "XID 79", action_reason=ActionReason.UNHEALTHY),  # cordoned, not drained
     )
     ok = got[(ActionKind.TERMINATE, node(1))]
     assert ok.kind is OutcomeKind.OK and ok.ok and ok.exc is None and ok.error is None
@@ -131,8 +139,8 @@ def test_a_drain_after_a_failed_cordon_is_skipped_and_the_cordon_is_transient(
     instances, memory = world(1)
     memory, got = execute(
         tmp_path, spec_of(tmp_path, "slurm"), FakeCloud(), instances, memory,
-        Action(ActionKind.CORDON, "train", node(1), "XID 79"),
-        Action(ActionKind.DRAIN, "train", node(1), "XID 79"),
+        Action(ActionKind.CORDON, "train", node(1), "XID 79", action_reason=ActionReason.UNHEALTHY),
+        Action(ActionKind.DRAIN, "train", node(1), "XID 79", action_reason=ActionReason.UNHEALTHY),
         playbooks=FailingPlaybooks(),
     )
     cordon = got[(ActionKind.CORDON, node(1))]
@@ -151,8 +159,8 @@ def test_an_exception_at_the_action_boundary_is_a_failed_outcome_and_others_go_o
     cloud = FakeCloud({"i-1": bug})
     _, got = execute(
         tmp_path, spec_of(tmp_path), cloud, instances, memory,
-        Action(ActionKind.TERMINATE, "train", node(1), "scale_down", instance_id="i-1"),
-        Action(ActionKind.TERMINATE, "train", node(2), "scale_down", instance_id="i-2"),
+        Action(ActionKind.TERMINATE, "train", node(1), "scale_down", action_reason=ActionReason.SCALE_DOWN, instance_id="i-1"),
+        Action(ActionKind.TERMINATE, "train", node(2), "scale_down", action_reason=ActionReason.SCALE_DOWN, instance_id="i-2"),
     )
     failed = got[(ActionKind.TERMINATE, node(1))]
     assert failed.kind is OutcomeKind.PERMANENT and failed.exc is bug
@@ -166,8 +174,8 @@ def test_the_audit_log_records_each_outcome_with_its_kind_and_error_name(
     instances, memory = world(2)
     cloud = FakeCloud({"i-2": TransientError("RequestLimitExceeded")})
     execute(tmp_path, spec_of(tmp_path), cloud, instances, memory,
-            Action(ActionKind.TERMINATE, "train", node(1), "scale_down", instance_id="i-1"),
-            Action(ActionKind.TERMINATE, "train", node(2), "scale_down", instance_id="i-2"))
+            Action(ActionKind.TERMINATE, "train", node(1), "scale_down", action_reason=ActionReason.SCALE_DOWN, instance_id="i-1"),
+            Action(ActionKind.TERMINATE, "train", node(2), "scale_down", action_reason=ActionReason.SCALE_DOWN, instance_id="i-2"))
     by_node = {r["node"]: r for r in audit_records(tmp_path)}
     assert by_node[node(1)]["ok"] is True and by_node[node(1)]["outcome"] == "ok"
     assert by_node[node(1)]["error"] is None and by_node[node(1)]["detail"] == "terminated i-1"
@@ -188,7 +196,7 @@ def test_a_journal_that_fails_stops_the_run_and_its_error_is_raised(tmp_path: Pa
 
     with pytest.raises(PreconditionFailed) as info:
         execute(tmp_path, spec_of(tmp_path), cloud, instances, memory,
-                *(Action(ActionKind.TERMINATE, "train", node(i), "scale_down",
+                *(Action(ActionKind.TERMINATE, "train", node(i), "scale_down", action_reason=ActionReason.SCALE_DOWN,
                          instance_id=f"i-{i}") for i in (1, 2, 3)),
                 journal=journal, policy=JournalPolicy(every_actions=1))
     assert info.value is lost
@@ -196,3 +204,49 @@ def test_a_journal_that_fails_stops_the_run_and_its_error_is_raised(tmp_path: Pa
     # and that write held the first finished action's result.
     assert len(writes) == 1
     assert sum(n.phase is Phase.TERMINATING for n in writes[0].nodes) == 1
+
+
+def test_actions_done_before_a_journal_failure_are_in_the_audit_log(tmp_path: Path) -> None:
+    instances, memory = world(3)
+    cloud = FakeCloud()
+
+    def journal(m: Memory) -> Memory:
+        raise PreconditionFailed("state/jt.json", "another run wrote state")
+
+    with pytest.raises(PreconditionFailed):
+        execute(tmp_path, spec_of(tmp_path), cloud, instances, memory,
+                *(Action(ActionKind.TERMINATE, "train", node(i), "scale_down", action_reason=ActionReason.SCALE_DOWN,
+                         instance_id=f"i-{i}") for i in (1, 2, 3)),
+                journal=journal, policy=JournalPolicy(every_actions=1))
+    terminated = {iid for verb, iid in cloud.calls if verb == "terminate"}
+    assert terminated  # something was done before the failed write stopped the run
+    recorded = {r["node"] for r in audit_records(tmp_path) if r["ok"]}
+    assert recorded == {node(int(iid.split("-")[1])) for iid in terminated}
+
+
+class LapsingLease:
+    """A lease that holds for the first `holds` checks, then is lost."""
+
+    def __init__(self, holds: int) -> None:
+        self.holds = holds
+
+    def check(self) -> None:
+        if self.holds <= 0:
+            raise LeaseLost("lease taken over by another run")
+        self.holds -= 1
+
+    def check_store(self) -> None:
+        self.check()
+
+
+def test_actions_done_before_the_lease_is_lost_are_in_the_audit_log(tmp_path: Path) -> None:
+    instances, memory = world(3)
+    cloud = FakeCloud()
+    with pytest.raises(LeaseLost):
+        execute(tmp_path, spec_of(tmp_path), cloud, instances, memory,
+                *(Action(ActionKind.TERMINATE, "train", node(i), "scale_down", action_reason=ActionReason.SCALE_DOWN,
+                         instance_id=f"i-{i}") for i in (1, 2, 3)),
+                lease=LapsingLease(holds=2), max_parallel={"sim": 1})
+    assert len(cloud.calls) == 2
+    assert {r["node"] for r in audit_records(tmp_path)} == {
+        node(int(iid.split("-")[1])) for _, iid in cloud.calls}

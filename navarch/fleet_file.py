@@ -29,7 +29,7 @@ from referencing import Registry, Resource
 from navarch import plugins
 from navarch.durations import parse_duration_s
 from navarch.errors import ConfigError, PluginError
-from navarch.policy import Rule, compile_rule
+from navarch.policy import REPORT_COST_MAX, Rule, compile_rule
 from navarch.remote.playbook import PlaybookKind, load_playbook_file
 from navarch.resources import data_dir
 from navarch.spec import (
@@ -691,6 +691,13 @@ def _health(name: str, h: Mapping[str, Any], fleet_rules: tuple[Rule, ...], fail
             f"{list(health.remediation)}",
             "order its rungs as reset_gpu, reboot, replace",
         )
+    cost = sum(r.cost for r in health.rules + fleet_rules)
+    if cost > REPORT_COST_MAX:
+        raise fail(
+            ("pools", name, "health", "rules"),
+            f"the pool's and the fleet's rules together may visit {cost:,} list elements "
+            f"per report, more than {REPORT_COST_MAX:,}",
+            "merge rules that iterate the same list, or drop some")
     if health.offline_after_s < health.stale_after_s:
         raise fail(
             ("pools", name, "health", "offline_after"),

@@ -39,7 +39,9 @@ class ProvisionRequest:
     zone: zone (or region, for Lambda) to launch in; instance_type: the cloud's type name.
     spot: launch as spot/preemptible capacity.
     tags: ownership tags plus the pool's labels.
-    user_data: cloud-init text for the agent, already rendered.
+    user_data: cloud-init text for the agent, already rendered. It holds the node's
+    report-signing key, so it is left out of repr() (and so of every log line and
+    traceback that prints a request).
     options: the pool's provider-specific settings from fleet.yaml (AMI, subnet, ...).
     known_absent: this run's fresh inventory (listed under the lease) holds no instance
     with this launch id, so a provider may skip its own pre-launch lookup (its launch
@@ -55,7 +57,7 @@ class ProvisionRequest:
     launch_id: str
     attempt: int
     tags: Mapping[str, str]
-    user_data: str = ""
+    user_data: str = field(default="", repr=False)
     options: Mapping[str, object] = field(default_factory=dict)
     known_absent: bool = False
 

@@ -8,6 +8,7 @@ retries, its status mapping) stays in that provider's own tests.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
@@ -120,3 +121,12 @@ def test_map_error_maps_every_relied_on_upstream_error(cloud: Cloud) -> None:
             wrong.append(f"{case.exc!r} -> {type(mapped).__name__}(scope={scope!r}), "
                          f"want {case.expected.__name__}(scope={case.scope!r})")
     assert cloud.errors and not wrong, "\n".join(wrong)
+
+
+def test_a_provision_request_never_prints_its_user_data() -> None:
+    key = "nodekey-5f3a9c"  # user-data carries the node's report-signing key
+    request = replace(provision_request("prod-train-0001", "z", "t"),
+                      user_data=f"#cloud-config\nnode_key: {key}\n")
+    assert key not in repr(request) and key not in str(request)
+    assert key not in repr([request]) and key not in f"{request!r}"
+    assert request.user_data.endswith(f"{key}\n")  # still there for the provider

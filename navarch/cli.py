@@ -105,6 +105,28 @@ def _halt_exit(plan: Plan) -> int | None:
     return EXIT_HALTED
 
 
+def process_clock() -> Callable[[], datetime]:
+    """This process's clock, read once by main(): the system clock, or a fixed time when
+    NAVARCH_NOW (RFC 3339) is set.
+
+    NAVARCH_NOW is a test and replay seam: it lets an end-to-end test show what a run an
+    hour later would do. It is read here only; every verb is handed the clock. Raises
+    ConfigError when NAVARCH_NOW is not an RFC 3339 time with a timezone.
+    """
+    fixed = os.environ.get("NAVARCH_NOW")
+    if not fixed:
+        return lambda: datetime.now(UTC)
+    try:
+        when = datetime.fromisoformat(fixed.replace("Z", "+00:00"))
+    except ValueError:
+        when = None
+    if when is None or when.tzinfo is None:
+        raise ConfigError(f"NAVARCH_NOW={fixed!r} is not an RFC 3339 time with a timezone",
+                          hint="e.g. NAVARCH_NOW=2026-11-01T12:00:00Z, or unset it")
+    replayed = when.astimezone(UTC)
+    return lambda: replayed
+
+
 def _open(path: str, args: argparse.Namespace | None = None) -> Fleet:
     """Load and open the fleet; with args, first check its --pool and --replace targets
     (before the local secret is created: a bad flag writes nothing)."""
@@ -150,33 +172,32 @@ def _check_replace_found(plan: Plan, args: argparse.Namespace) -> None:
 def cmd_validate(args: argparse.Namespace) -> int:
     """`navarch validate FLEET`: exit 0 when valid; else every problem found (schema errors,
     the first cross-field error, missing or broken playbooks), one line each, and exit 1."""
-    from navarch.fleet_file import fleet_problems
+    from navarch import api
 
-    problems = fleet_problems(args.fleet)
-    for problem in problems:
-        _err(str(problem))
-    if problems:
-        print(f"{args.fleet}: {len(problems)} problem(s) found.", file=sys.stderr)
+    result = api.validate(args.fleet)
+    for problem in result.problems:
+        _err(problem)
+    if result.problems:
+        print(f"{args.fleet}: {len(result.problems)} problem(s) found.", file=sys.stderr)
         return EXIT_ERROR
-    spec = load_fleet(args.fleet)
-    nodes = sum(p.target_nodes for p in spec.pools)
-    print(f"{args.fleet}: valid. Fleet {spec.name}: {len(spec.pools)} pool(s), "
-          f"{nodes} node(s) at target.")
+    print(f"{args.fleet}: valid. Fleet {result.fleet}: {result.pools} pool(s), "
+          f"{result.nodes_at_target} node(s) at target.")
     return EXIT_OK
 
 
 # -- plan -------------------------------------------------------------------------------
 def cmd_plan(args: argparse.Namespace) -> int:
     """`navarch plan`: render the plan; exit 0/2 (--detailed-exitcode), 3 breaker open."""
-    from navarch.reconcile.render import plan_to_json, render_markdown
-    from navarch.reconcile.run import clock, gather
+    from navarch import api
+    from navarch.reconcile.render import render_markdown
 
-    fleet = _open(args.fleet, args)
-    snap = gather(fleet, clock(), _options(args))
-    _report_fleet_rejection(snap)
-    plan = snap.plan
+    _check_targets(load_fleet(args.fleet), args)  # a bad --pool or --replace writes nothing
+    result = api.plan(args.fleet, now=args.clock(), options=_options(args))
+    if result.error:
+        _err(result.error)
+    plan = result.plan
     _check_replace_found(plan, args)
-    doc = plan_to_json(plan)
+    doc = result.to_json()
     if args.out and args.markdown:
         Path(args.out).write_text(render_markdown(plan))
     elif args.out:
@@ -280,9 +301,10 @@ def cmd_apply(args: argparse.Namespace) -> int:
 
     side = Unattended(fleet, args.run_id, metrics_textfile=args.metrics_textfile,
                       pools=frozenset(args.pool) if args.pool else None,
-                      progress=args.log_format != "json")
+                      progress=args.log_format != "json", clock=args.clock)
     try:
-        result = run_apply(fleet, command=f"apply {args.target}", saved=saved,
+        result = run_apply(fleet, command=f"apply {args.target}", clock=args.clock,
+                           saved=saved,
                            confirm=side.confirm(confirm), on_outcome=side.outcome(_show_outcome),
                            options=_options(args), after_apply=side.after_apply,
                            run_id=args.run_id)
@@ -331,7 +353,7 @@ def _apply_exit(result: ApplyResult) -> int:
 def cmd_destroy(args: argparse.Namespace) -> int:
     """`navarch destroy FLEET [--pool P] [--force]`: every node leaves (cordon, drain,
     terminate); exit 0 when none is left, 2 while drains are still running."""
-    from navarch.reconcile.run import clock, gather, run_apply
+    from navarch.reconcile.run import gather, run_apply
 
     fleet = _open(args.fleet)
     fleet.secret_optional = True  # a fleet whose secret is lost can still be destroyed
@@ -351,7 +373,8 @@ def cmd_destroy(args: argparse.Namespace) -> int:
 
     failed = 0
     for _ in range(3):  # cordon + drain, then what finished draining at once, then re-check
-        result = run_apply(fleet, command=f"destroy {args.fleet}", confirm=confirm,
+        result = run_apply(fleet, command=f"destroy {args.fleet}", clock=args.clock,
+                           confirm=confirm,
                            options=options, on_outcome=_show_outcome)
         if result is None:
             print("Destroy cancelled.")
@@ -359,7 +382,7 @@ def cmd_destroy(args: argparse.Namespace) -> int:
         failed += sum(not o.ok for o in result.outcomes)
         if not result.plan.actions:
             break
-    left = [v for v in gather(fleet, clock(), options).plan.views
+    left = [v for v in gather(fleet, args.clock(), options).plan.views
             if options.includes(v.pool)]
     if failed:
         _err(f"{failed} action(s) failed; run `navarch destroy` again")
@@ -417,23 +440,22 @@ def _report_fleet_rejection(snap: Snapshot) -> str | None:
 def cmd_status(args: argparse.Namespace) -> int:
     """`navarch status`: counts per pool and lifecycle, then the nodes that are not healthy
     (every node with --all), or --json (every node)."""
+    from navarch import api
     from navarch.durations import format_duration_s
-    from navarch.reconcile.run import clock, gather
-    from navarch.reconcile.status import fleet_status
-
-    fleet = _open(args.fleet)
-    snap = gather(fleet, clock())
-    doc = fleet_status(fleet.spec, snap).to_json()
-    _report_fleet_rejection(snap)
     if args.html:
         from navarch import status_page
 
+        fleet, snap = api.snapshot(api.load_fleet(args.fleet), args.clock())
+        _report_fleet_rejection(snap)
         html = status_page.render_status_page(
             fleet.spec, snap.plan, snap.memory, snap.now,
             status_page.recent_events(fleet.store, fleet.spec.name))
         Path(args.html).write_text(html)
         print(f"Wrote the status page to {args.html}.")
         return EXIT_OK
+    doc = api.status(args.fleet, now=args.clock()).to_json()
+    if doc["error"]:
+        _err(doc["error"])
     if args.json:
         print(json.dumps(doc, indent=1, sort_keys=True))
         return EXIT_OK
@@ -514,19 +536,14 @@ def _since(text: str, now: datetime) -> datetime:
 def cmd_history(args: argparse.Namespace) -> int:
     """`navarch history FLEET [NODE] [--since 24h] [--json]`: what happened and why, from the
     audit log (navarch.history), oldest first, then the node's state now."""
-    from navarch.history import history_to_json, read_history, render_history
-    from navarch.reconcile.run import clock
-    from navarch.stores import open_store
+    from navarch import api
 
-    spec = load_fleet(args.fleet)
-    now = clock()
-    since = _since(args.since, now)
-    store = open_store(spec.store_url, base_dir=spec.base_dir)
-    h = read_history(store, spec.name, since=since, until=now, node=args.node)
+    now = args.clock()
+    h = api.history(args.fleet, args.node, _since(args.since, now), now=now)
     if args.json:
-        print(json.dumps(history_to_json(h), indent=1, sort_keys=True))
+        print(json.dumps(h.to_json(), indent=1, sort_keys=True))
     else:
-        print(render_history(h), end="")
+        print(h.text(), end="")
     return EXIT_OK
 
 
@@ -548,7 +565,7 @@ def cmd_uncordon(args: argparse.Namespace) -> int:
     from navarch.reconcile.uncordon import uncordon
 
     fleet = _open(args.fleet)
-    detail = uncordon(fleet, args.node, force=getattr(args, "force", False))
+    detail = uncordon(fleet, args.node, force=getattr(args, "force", False), clock=args.clock)
     print(f"{args.node}: uncordoned ({detail}).")
     return EXIT_OK
 
@@ -557,7 +574,7 @@ def cmd_reboot(args: argparse.Namespace) -> int:
     """`navarch reboot FLEET NODE` (see navarch.reconcile.manual.reboot)."""
     from navarch.reconcile.manual import reboot
 
-    detail = reboot(_open(args.fleet), args.node, force=args.force)
+    detail = reboot(_open(args.fleet), args.node, force=args.force, clock=args.clock)
     print(f"{args.node}: {detail}.")
     return EXIT_OK
 
@@ -566,9 +583,19 @@ def cmd_cordon(args: argparse.Namespace) -> int:
     """`navarch cordon FLEET NODE --reason TEXT` (see navarch.reconcile.manual.cordon)."""
     from navarch.reconcile.manual import cordon
 
-    detail = cordon(_open(args.fleet), args.node, args.reason)
+    detail = cordon(_open(args.fleet), args.node, args.reason, clock=args.clock)
     print(f"{args.node}: cordoned by an operator ({detail}); navarch will not undo it, "
           "`navarch uncordon` will.")
+    return EXIT_OK
+
+
+def cmd_mcp(args: argparse.Namespace) -> int:
+    """`navarch mcp FLEET [--allow-actions]`: serve the fleet to an MCP client over stdio
+    (navarch.mcp_server) until the client closes the pipe."""
+    from navarch.extras import import_extra
+
+    server = import_extra("navarch.mcp_server", "mcp", "navarch mcp")
+    server.serve(args.fleet, allow_actions=args.allow_actions, now=args.clock)
     return EXIT_OK
 
 
@@ -638,14 +665,13 @@ def cmd_local_tick(args: argparse.Namespace) -> int:
     """`navarch local tick`: every local node's agent reports once."""
     from navarch.fleet_file import ensure_local_secret
     from navarch.providers import local_ops
-    from navarch.reconcile.run import clock
 
     spec = load_fleet(args.fleet)
     ensure_local_secret(spec)
     # The agents' own JSON logs are for journald on real machines; here each node's
     # outcome is the line printed below.
     logging.getLogger("navarch.agent").setLevel(logging.ERROR)
-    results = local_ops.tick(spec, now=clock())
+    results = local_ops.tick(spec, now=args.clock(), agent_clock_skew_s=args.agent_clock_skew)
     for r in results:
         print(f"{r.node}: {r.status}")
     if not results:
@@ -777,6 +803,8 @@ _EPILOGS: dict[str, tuple[str, str]] = {
                "navarch reboot fleet.yaml demo-train-0002"),
     "cordon": ("0 cordoned; 1 refused or failed; 4 lock held, 5 lease lost",
                "navarch cordon fleet.yaml demo-train-0002 --reason 'ECC errors in jobs'"),
+    "mcp": ("0 the client closed the session; 1 error (a bad fleet.yaml, or navarch[mcp] "
+            "is not installed)", "navarch mcp fleet.yaml --allow-actions"),
     "ssh": ("0 the session or command succeeded; else ssh's own code (255: could not "
             "connect); 1 the node is not this fleet's or has no address",
             "navarch ssh fleet.yaml demo-train-0002 -- nvidia-smi"),
@@ -835,6 +863,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from navarch.simulate.report import summary_rows, to_html, to_json
     from navarch.simulate.scenario import load_scenario
 
+    # Every simulated node runs the real agent, whose logs are for journald on a machine
+    # (a first run without a state file warns, for each of a thousand nodes).
+    logging.getLogger("navarch.agent").setLevel(logging.ERROR)
     paths = [args.scenario] + ([args.compare] if args.compare else [])
     docs, texts, failed = [], [], False
     seed = args.seed
@@ -949,6 +980,13 @@ def _node_commands(sub: Any) -> None:
     s.add_argument("--reason", required=True, help="why (shown by the scheduler, audit log)")
     s.set_defaults(func=cmd_cordon)
 
+    s = sub.add_parser("mcp", help="serve the fleet to an assistant: an MCP server on stdio")
+    _fleet(s)
+    s.add_argument("--allow-actions", action="store_true",
+                   help="also offer apply, cordon, uncordon and replace (audited with the "
+                        "client's name); without it every tool only reads")
+    s.set_defaults(func=cmd_mcp)
+
     s = sub.add_parser("ssh", help="open an SSH session to a node (its pool's ssh settings)")
     _fleet(s)
     s.add_argument("node")
@@ -971,6 +1009,9 @@ def _local_commands(sub: Any) -> None:
     lsub = local.add_subparsers(dest="local_command", required=True, metavar="COMMAND")
     s = lsub.add_parser("tick", help="fire every local node's agent once, as its timer would")
     _fleet(s)
+    s.add_argument("--agent-clock-skew", type=float, default=0.0, metavar="SECONDS",
+                   help="the agents' clocks run this far ahead (negative: behind) of the "
+                        "store's, which stamps each report with the tick's time")
     s.set_defaults(func=cmd_local_tick)
     s = lsub.add_parser("inject", help="inject a fault into a local node")
     _fleet(s)
@@ -1088,6 +1129,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         _JSON_ERRORS["on"] = False
     try:
         _resolve_fleet(args)
+        if args.command != "agent":  # an agent run takes its time from its own node
+            args.clock = process_clock()
         code = int(args.func(args))
         sys.stdout.flush()
         return code

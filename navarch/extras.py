@@ -6,6 +6,7 @@
     lambda  (requests, already a core dependency)   Lambda Cloud provider
     ssh     fabric (paramiko, invoke)      playbooks over SSH (schedulers, drain checks)
     plots   matplotlib                     ``navarch simulate --html`` plots
+    mcp     mcp (the official MCP SDK)     ``navarch mcp FLEET``: the fleet as an MCP server
     all     every one of them
 
 ``pip install navarch`` alone runs the whole loop on the embedded local provider and a
@@ -30,6 +31,8 @@ EXTRA_PACKAGES: dict[str, frozenset[str]] = {
     "lambda": frozenset(),
     "ssh": frozenset({"fabric", "paramiko", "invoke"}),
     "plots": frozenset({"matplotlib"}),
+    "mcp": frozenset({"mcp", "mcp_types", "pydantic", "pydantic_core", "anyio", "starlette",
+                      "sse_starlette", "uvicorn"}),
 }
 
 

@@ -36,6 +36,7 @@ class Actor(enum.StrEnum):
     SCHEDULED = "scheduled"  # an apply deciding by itself (cron, CI, a person's plain apply)
     REPLACE = "replace"  # `navarch apply --replace NODE` named the node
     OPERATOR = "operator"  # an operator verb: uncordon, reboot, cordon, destroy (`verb`)
+    MCP = "mcp"  # a tool call of an MCP client (`navarch mcp`); `client` names it, `verb` the tool
 
 
 def report_ref(summary: Any) -> dict[str, Any] | None:
@@ -78,6 +79,7 @@ class HistoryEvent:
     lemon: bool
     replaces: str | None
     key: str
+    client: str | None = None  # the MCP client's name (its initialize clientInfo) for Actor.MCP
 
 
 @dataclass(frozen=True)
@@ -168,6 +170,7 @@ def event_from_record(r: Mapping[str, Any], key: str) -> HistoryEvent | None:
         return None
     actor = _actor(r)
     verb = str(r.get("verb") or (r.get("run_id") if actor is Actor.OPERATOR else "") or "")
+    client = r.get("client")
     return HistoryEvent(
         time=when, run_id=str(r.get("run_id", "")), action=str(r.get("action", "")),
         pool=str(r.get("pool", "")), node=_opt(r.get("node")),
@@ -175,7 +178,8 @@ def event_from_record(r: Mapping[str, Any], key: str) -> HistoryEvent | None:
         ok=bool(r.get("ok")), detail=str(r.get("detail", "")), error=_opt(r.get("error")),
         actor=actor, verb=verb, report=_report(r.get("report")), fault=_opt(r.get("fault")),
         rung=_opt(r.get("rung")) or None, lemon=bool(r.get("lemon")),
-        replaces=_opt(r.get("replaces")), key=key)
+        replaces=_opt(r.get("replaces")), key=key,
+        client=str(client) if client else None)
 
 
 def _about(e: HistoryEvent, node: str | None) -> bool:
@@ -231,7 +235,7 @@ def nodes_now(memory: Any, node: str | None = None) -> tuple[NodeNow, ...]:
         out.append(NodeNow(
             node=nm.node, pool=nm.pool, instance_id=nm.instance_id, phase=str(nm.phase) or "none",
             phase_at=nm.phase_at, phase_reason=nm.phase_reason,
-            fault=nm.fault.key if nm.fault is not None else None, rung=nm.rung,
+            fault=nm.fault.key.format() if nm.fault is not None else None, rung=nm.rung,
             operator_cordon=nm.operator_cordon,
             report=_report(report_ref(nm.report))))
     return tuple(sorted(out, key=lambda n: n.node))
@@ -276,7 +280,7 @@ def history_to_json(h: History) -> dict[str, Any]:
             "node": e.node, "instance_id": e.instance_id, "reason": e.reason, "ok": e.ok,
             "detail": e.detail, "error": e.error, "actor": str(e.actor), "verb": e.verb or None,
             "report": _report_json(e.report), "fault": e.fault, "rung": e.rung,
-            "lemon": e.lemon, "replaces": e.replaces,
+            "lemon": e.lemon, "replaces": e.replaces, "client": e.client,
         } for e in h.events],
         "nodes": [{
             "node": n.node, "pool": n.pool, "instance_id": n.instance_id, "phase": n.phase,
@@ -288,6 +292,8 @@ def history_to_json(h: History) -> dict[str, Any]:
 
 
 def _who(e: HistoryEvent) -> str:
+    if e.actor is Actor.MCP:
+        return f"MCP client {e.client or '(unnamed)'}" + (f" ({e.verb})" if e.verb else "")
     if e.actor is Actor.OPERATOR:
         return f"operator ({e.verb})" if e.verb else "operator"
     if e.actor is Actor.REPLACE:

@@ -13,15 +13,18 @@ so any JSON serialiser may write the report. JCS refuses what has no canonical f
 ValueError for those, and such a report can be neither signed nor verified (a signature
 over a form the reconciler cannot rebuild would be unverifiable anyway).
 
-Speed: rfc8785 is pure Python (about 150 us for a typical report). canonical_bytes first
-serialises with the stdlib's C encoder (sorted keys, no whitespace, no ASCII escaping),
-which gives the same bytes as JCS exactly when the output is ASCII (UTF-16 and code-point
-key order agree), no integer reaches 16 digits (JCS refuses beyond 2**53 - 1), every float
-prints alike in both (finite, not integral, 1e-4 <= |f| < 1e16: Python's repr and the
-ECMAScript form both give the shortest round-trip digits in plain decimal) and parsing
-the output back gives the input (keys were strings, nothing was coerced). Anything else
-goes to rfc8785, so the result is always rfc8785's (tests/core/test_signing_canonical.py
-checks it on generated values).
+Speed: rfc8785 is pure Python (about 150 us for a small report, 3 ms for an 8-GPU one).
+canonical_bytes first serialises with the stdlib's C encoder (sorted keys, no whitespace,
+no ASCII escaping), which gives the same bytes as JCS exactly when the output is ASCII
+(UTF-16 and code-point key order agree), no integer is beyond 2**53 - 1 (JCS refuses
+those), every float prints alike in both (finite, not integral, 1e-4 <= |f| < 1e16:
+Python's repr and the ECMAScript form both give the shortest round-trip digits in plain
+decimal) and parsing the output back gives the input (keys were strings, nothing was
+coerced). An integral float (a reading of 40.0 C) prints "40.0" in Python and "40" in
+ECMAScript: its ".0" is dropped first, and the parse back proves no string was touched.
+Anything else goes to rfc8785, so the result is always rfc8785's
+(tests/core/test_signing_canonical.py checks it on generated values; `navarch simulate`
+signs and verifies about 1.4 million 8-GPU reports in its 30-day run, README).
 """
 
 from __future__ import annotations
@@ -36,9 +39,12 @@ from typing import Any
 import rfc8785
 
 ALG = "HMAC-SHA256"
-#: A run of 16 digits anywhere in the stdlib's output: an integer that may be past JCS's
-#: 2**53 - 1 (or digits in a string): let rfc8785 decide.
-_LONG_DIGITS = re.compile(rb"[0-9]{16}")
+#: ".0" ending a JSON value, and what must precede it for it to end an integral float as
+#: Python prints it ("40.0", not "-0.0" whose JCS form is "0"): JCS prints the integer.
+#: The split on a literal is fast; the tail check runs only where ".0" was found.
+_DOT_ZERO = re.compile(r"\.0(?=[,\]}])")
+_INTEGRAL_TAIL = re.compile(r"[:,\[](?:-?[1-9][0-9]*|0)\Z")
+_MAX_SAFE_INT = 2**53 - 1
 
 
 class _NotPlain(Exception):
@@ -52,9 +58,27 @@ def _plain_float(text: str) -> float:
     return value
 
 
+def _safe_int(text: str) -> int:
+    value = int(text)
+    if abs(value) > _MAX_SAFE_INT:
+        raise _NotPlain(text)
+    return value
+
+
 _ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False,
                             allow_nan=False)
-_DECODER = json.JSONDecoder(parse_float=_plain_float)
+_DECODER = json.JSONDecoder(parse_float=_plain_float, parse_int=_safe_int)
+
+
+def _drop_integral_zeros(text: str) -> str:
+    """text with the ".0" of every integral float removed (40.0 -> 40, JCS's form)."""
+    parts = _DOT_ZERO.split(text)
+    out = [parts[0]]
+    for i in range(1, len(parts)):  # not zip(strict=): the agent runs on Python 3.9
+        if _INTEGRAL_TAIL.search(parts[i - 1][-20:]) is None:
+            out.append(".0")
+        out.append(parts[i])
+    return "".join(out)
 
 
 def _stdlib_canonical(body: dict[str, Any]) -> bytes | None:
@@ -66,14 +90,13 @@ def _stdlib_canonical(body: dict[str, Any]) -> bytes | None:
         return None
     if not text.isascii():
         return None
-    out = text.encode()
-    if _LONG_DIGITS.search(out) is not None:
-        return None
+    if ".0" in text:
+        text = _drop_integral_zeros(text)
     try:
         again = _DECODER.decode(text)
     except (_NotPlain, RecursionError):
         return None
-    return out if again == body else None
+    return text.encode() if again == body else None
 
 
 def derive_node_key(fleet_secret: bytes, fleet: str, node: str) -> bytes:

@@ -16,6 +16,7 @@ import logging
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
+from datetime import UTC, datetime
 from typing import Any
 
 from navarch import logs
@@ -27,11 +28,14 @@ log = logging.getLogger("navarch.run")
 class Unattended:
     """One apply's side effects. fleet: navarch.reconcile.run.Fleet; run_id: the apply's
     (also every log line's); metrics_textfile: --metrics-textfile or None; pools: the
-    --pool selection (None: all); progress: show a progress bar when stderr is a tty."""
+    --pool selection (None: all); progress: show a progress bar when stderr is a tty;
+    clock: the run's clock (navarch.reconcile.run.Clock; default the system clock)."""
 
     def __init__(self, fleet: Any, run_id: str, *, metrics_textfile: str | None = None,
-                 pools: frozenset[str] | None = None, progress: bool = True) -> None:
+                 pools: frozenset[str] | None = None, progress: bool = True,
+                 clock: Callable[[], datetime] | None = None) -> None:
         self.fleet = fleet
+        self.clock = clock or (lambda: datetime.now(UTC))
         self.run_id = run_id
         self.metrics_textfile = metrics_textfile
         self.pools = pools
@@ -77,10 +81,9 @@ class Unattended:
     def after_apply(self, result: Any | None, error: NavarchError | None) -> None:
         """run_apply's after_apply hook: send notifications (never raises)."""
         from navarch.notify.dispatch import notify_run
-        from navarch.reconcile.run import clock
 
         self.close()
-        self.deliveries = notify_run(self.fleet.spec, self.fleet.store, now=clock(),
+        self.deliveries = notify_run(self.fleet.spec, self.fleet.store, now=self.clock(),
                                      run_id=self.run_id, result=result, error=error,
                                      pools=self.pools)
 
@@ -88,13 +91,11 @@ class Unattended:
     def finish(self, result: Any | None, error: BaseException | None) -> None:
         """Metrics (textfile, pushgateway) and the status page; failures are logged. A run
         that found the lease held did nothing: the run holding it reports."""
-        from navarch.reconcile.run import clock
-
         self.close()
         if isinstance(error, LockHeld):
             return
         spec = self.fleet.spec
-        now = clock()
+        now = self.clock()
         if self.metrics_textfile or spec.metrics.pushgateway:
             from navarch import metrics
 

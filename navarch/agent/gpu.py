@@ -158,8 +158,9 @@ class FakeFaults:
 
     ``{"gpu_lost": [3], "temperature_c": {"2": 97.0}, "ecc_uncorrected": {"1": 2},
     "unreadable": {"4": ["power_w"]}, "utilization_pct": 35.0, "process_count": {"0": 1},
-    "remapped_rows_pending": [5], "remapped_rows_failure": [6]}`` (every key optional; GPU
-    indices are strings in objects, integers in lists; utilization_pct applies to all GPUs).
+    "remapped_rows_pending": [5], "remapped_rows_failure": [6], "nvlink_down": [7]}`` (every
+    key optional; GPU indices are strings in objects, integers in lists; utilization_pct
+    applies to all GPUs; nvlink_down: GPUs whose first NVLink link is down).
     """
 
     gpu_lost: frozenset[int] = frozenset()
@@ -170,6 +171,7 @@ class FakeFaults:
     process_count: Mapping[int, int] = field(default_factory=dict)
     remapped_rows_pending: frozenset[int] = frozenset()
     remapped_rows_failure: frozenset[int] = frozenset()
+    nvlink_down: frozenset[int] = frozenset()
 
     @classmethod
     def from_dict(cls, doc: Mapping[str, Any]) -> FakeFaults:
@@ -188,6 +190,7 @@ class FakeFaults:
             process_count=idx_map("process_count", int),
             remapped_rows_pending=frozenset(int(i) for i in doc.get("remapped_rows_pending") or ()),
             remapped_rows_failure=frozenset(int(i) for i in doc.get("remapped_rows_failure") or ()),
+            nvlink_down=frozenset(int(i) for i in doc.get("nvlink_down") or ()),
         )
 
 
@@ -254,7 +257,9 @@ class FakeGpuBackend:
     Readings are deterministic per (node, GPU index): temperature 35-45 C, power 70-120 W
     idle, thresholds of an H100 SXM (slowdown 89 C, shutdown 92 C, max operating 87 C).
     An injected uncorrectable ECC count also sets the driver recovery action to GPU_RESET,
-    as the driver does after an uncontained DBE (XID 48 then XID 154).
+    as the driver does after an uncontained DBE (XID 48 then XID 154). The readings are a
+    pure function of the node, the GPU count and the faults, so one backend probes once
+    and returns that probe again (navarch simulate probes each node every agent period).
     """
 
     name = "fake"
@@ -263,6 +268,7 @@ class FakeGpuBackend:
         self.node = node
         self.gpu_count = gpu_count
         self.faults = faults or FakeFaults()
+        self._probe: GpuProbe | None = None
 
     def _gpu(self, i: int) -> GpuSnapshot:
         f = self.faults
@@ -316,7 +322,7 @@ class FakeGpuBackend:
             pcie_link_width_max=16,
             pcie_link_gen_max=5,
             pcie_replay_count=0,
-            nvlink_active=(True,) * _H100_NVLINKS,
+            nvlink_active=(i not in f.nvlink_down,) + (True,) * (_H100_NVLINKS - 1),
             nvlink_errors={"replay": 0, "recovery": 0, "crc_flit": 0, "crc_data": 0},
             persistence_mode=True,
             inforom_valid=True,
@@ -332,7 +338,10 @@ class FakeGpuBackend:
 
     def probe(self) -> GpuProbe:
         """Snapshot of gpu_count fake GPUs with the faults applied."""
-        gpus = tuple(self._gpu(i) for i in range(self.gpu_count))
-        return GpuProbe(
-            backend="fake", gpus=gpus, device_count=self.gpu_count, driver_version="570.133.20"
-        )
+        if self._probe is None:
+            gpus = tuple(self._gpu(i) for i in range(self.gpu_count))
+            self._probe = GpuProbe(
+                backend="fake", gpus=gpus, device_count=self.gpu_count,
+                driver_version="570.133.20",
+            )
+        return self._probe

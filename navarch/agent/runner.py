@@ -23,7 +23,7 @@ Report rules (DESIGN.md "Health report", schemas/health-report.schema.json):
 (``next_sequence``), probe the GPUs (``choose_backend``), run the checks (``boot_check``,
 ``probe_checks``, ``gpu_checks`` over ``GPU_CHECKS``, ``kernel_log_check``,
 ``xid_checks`` over ``read_xids``, then navarch.checks plugins: ``plugin_checks``), count each fault's boots (``count_faults``), read a
-notice (``read_notice``), save the state (``persist_state``), sign (``build_report``)
+notice (``NodeHost.read_notice``), save the state (``persist_state``), sign (``build_report``)
 and write the report.
 """
 
@@ -34,7 +34,6 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 from navarch.agent import kernel_log as kl
@@ -49,8 +48,8 @@ from navarch.agent.checks import (
 )
 from navarch.agent.config import AgentConfig
 from navarch.agent.gpu import GpuBackend, GpuProbe, ProbeError, ProbeErrorKind
-from navarch.agent.plugin_checks import context_for, plugin_checks
-from navarch.agent.state import AgentState, load_state, prune_faults, save_state
+from navarch.agent.host import FileHost, NodeHost
+from navarch.agent.state import AgentState, prune_faults
 from navarch.compat import UTC
 from navarch.health import Remedy, Status
 from navarch.xid import Severity, XidInfo
@@ -66,7 +65,6 @@ __all__ = [
     "boot_check",
     "read_xids",
     "kernel_log_check",
-    "read_notice",
     "persist_state",
     "count_faults",
     "KernelLogRead",
@@ -184,78 +182,6 @@ def _event_from_json(doc: Mapping[str, Any]) -> kl.XidEvent:
 
 def _iso(dt: datetime) -> str:
     return dt.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def _boot_time(now: datetime) -> datetime | None:
-    try:
-        with open("/proc/uptime") as fh:
-            uptime = float(fh.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
-    from datetime import timedelta
-
-    return now - timedelta(seconds=uptime)
-
-
-def read_kernel_log(
-    config: AgentConfig, saved: Mapping[str, Any], boot_id: str, now: datetime
-) -> tuple[list[kl.KernelLine], dict[str, Any], str, str | None]:
-    """New kernel lines since the saved position: (lines, new saved block, source, error).
-
-    Source order: config.kernel_log (text file) > journald > /dev/kmsg. The fake backend
-    without kernel_log reads no kernel log (a laptop's own log is not the simulated node's).
-    """
-    from navarch.agent.gpu import fake_requested
-
-    def pos_for(source: str) -> dict[str, Any] | None:
-        if saved.get("source") != source:
-            return None
-        if source == "kmsg" and saved.get("boot_id") != boot_id:
-            return None  # kmsg sequence numbers restart at boot
-        if source == "file" and saved.get("path") != config.kernel_log:
-            return None
-        return dict(saved.get("position") or {})
-
-    if config.kernel_log:
-        res = kl.read_text_file(config.kernel_log, pos_for("file"), now=now)
-        return (
-            list(res.lines),
-            {
-                "source": "file",
-                "path": config.kernel_log,
-                "boot_id": boot_id,
-                "position": res.position,
-            },
-            "file",
-            None,
-        )
-    if fake_requested(config.fake_gpu):
-        return [], {"source": "none"}, "none", None
-    errors: list[str] = []
-    if kl.journal_available():
-        try:
-            pos = pos_for("journal") or {}
-            res = kl.read_journal(pos.get("cursor"))
-            return (
-                list(res.lines),
-                {"source": "journal", "boot_id": boot_id, "position": res.position},
-                "journal",
-                None,
-            )
-        except OSError as exc:
-            errors.append(str(exc))
-    try:
-        pos = pos_for("kmsg") or {}
-        res = kl.read_kmsg(pos.get("kmsg_seq"), boot_time=_boot_time(now))
-        return (
-            list(res.lines),
-            {"source": "kmsg", "boot_id": boot_id, "position": res.position},
-            "kmsg",
-            None,
-        )
-    except OSError as exc:
-        errors.append(f"/dev/kmsg: {exc}")
-    return [], dict(saved), "none", "; ".join(errors) or "no kernel log source"
 
 
 # --- counters --------------------------------------------------------------------------
@@ -414,42 +340,6 @@ def build_report(
     return sign(report, node_key)
 
 
-_NOTICE_KINDS = ("preemption", "maintenance")
-_NOTICE_SOURCES = ("aws", "gcp", "azure", "local")
-
-
-def _notice_from_file(path: str | None) -> dict[str, Any] | None:
-    """A notice written to a file (the local provider's notice.json); invalid -> None, logged."""
-    if not path:
-        return None
-    try:
-        with open(path) as fh:
-            doc = json.load(fh)
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as exc:
-        log.warning("notice_file_invalid", extra={"fields": {"path": path, "error": str(exc)}})
-        return None
-    if not isinstance(doc, dict) or doc.get("kind") not in _NOTICE_KINDS:
-        log.warning("notice_file_invalid", extra={"fields": {"path": path, "error": "kind"}})
-        return None
-    deadline = doc.get("deadline")
-    try:
-        deadline = (
-            _iso(datetime.fromisoformat(deadline.replace("Z", "+00:00")))
-            if isinstance(deadline, str)
-            else None
-        )
-    except ValueError:
-        deadline = None
-    return {
-        "kind": doc["kind"],
-        "source": doc.get("source") if doc.get("source") in _NOTICE_SOURCES else "local",
-        "deadline": deadline,
-        "detail": str(doc.get("detail", ""))[:512],
-    }
-
-
 def _safe_probe(backend: GpuBackend) -> GpuProbe:
     try:
         return backend.probe()
@@ -470,7 +360,7 @@ class KernelLogRead:
     latched: this boot's XID events (earlier runs' latched events + the new ones);
     earlier_boots: new events that carry another boot's id (a journal's tail of an earlier
     boot): they only feed the fault history. reset: a GPU reset marker was found
-    (gpu_reset_marker); the events latched before it were dropped.
+    (NodeHost.gpu_reset_pending); the events latched before it were dropped.
     """
 
     lines: tuple[kl.KernelLine, ...]
@@ -513,16 +403,16 @@ def boot_check(boot_id: str, previous_boot_id: str | None) -> Check:
     )
 
 
-def read_xids(config: AgentConfig, state: AgentState, boot_id: str, now: datetime) -> KernelLogRead:
+def read_xids(host: NodeHost, state: AgentState, boot_id: str, now: datetime) -> KernelLogRead:
     """New kernel log lines since the saved position, parsed and latched for this boot.
 
     Events of this boot (or without a boot id) join the state's latched events (dropped
-    when the boot changed or the GPUs were reset, gpu_reset_marker); events stamped with
-    another boot go to ``earlier_boots``.
+    when the boot changed or the GPUs were reset, NodeHost.gpu_reset_pending); events
+    stamped with another boot go to ``earlier_boots``.
     """
-    lines, saved, source, error = read_kernel_log(config, state.kernel_log, boot_id, now)
+    lines, saved, source, error = host.read_kernel_log(state.kernel_log, boot_id, now)
     boot_changed = state.boot_id is not None and state.boot_id != boot_id
-    reset = gpu_reset_marker(config).exists()
+    reset = host.gpu_reset_pending()
     latched = [] if boot_changed or reset else [_event_from_json(e) for e in state.events]
     earlier: list[kl.XidEvent] = []
     for ev in kl.parse_lines(lines):
@@ -531,15 +421,6 @@ def read_xids(config: AgentConfig, state: AgentState, boot_id: str, now: datetim
         else:
             latched.append(replace(ev, boot_id=boot_id))
     return KernelLogRead(tuple(lines), saved, source, error, tuple(latched), tuple(earlier), reset)
-
-
-def gpu_reset_marker(config: AgentConfig) -> Path:
-    """The file playbooks/reset_gpu.yaml writes after `nvidia-smi -r` succeeded:
-    `gpu-reset` beside the agent's state file. While it exists the next run starts its
-    latched XIDs afresh (a reset, like a reboot, ends the faults it cured; one that is still
-    there shows again in the device readings or the kernel log); the run that read it
-    removes it once its state is saved."""
-    return Path(config.state_file).parent / "gpu-reset"
 
 
 def kernel_log_check(read: KernelLogRead) -> Check:
@@ -572,27 +453,9 @@ def _faults_with_earlier_boots(
     return out
 
 
-def read_notice(config: AgentConfig, now: datetime) -> dict[str, Any] | None:
-    """A preemption / maintenance notice: the notice file first, then cloud metadata."""
-    notice = _notice_from_file(config.notice_file)
-    if notice is not None or config.metadata == "none":
-        return notice
-    from navarch.agent.notices import fetch_notice
-
-    found, errors = fetch_notice(
-        config.metadata,
-        endpoint=config.metadata_endpoint,
-        timeout_s=config.metadata_timeout_s,
-        now=now,
-        names=tuple(n for n in (config.node, config.instance_id) if n),
-    )
-    for err in errors:
-        log.info("metadata_unreachable", extra={"fields": {"error": err}})
-    return found.to_json() if found else None
-
-
-def persist_state(path: str, state: AgentState, now: datetime) -> tuple[int, Check | None]:
-    """Save the state; return (the report's sequence, an "agent_state" check on failure).
+def persist_state(host: NodeHost, state: AgentState, now: datetime) -> tuple[int, Check | None]:
+    """Save the state through the host; return (the report's sequence, an "agent_state"
+    check on failure).
 
     When the file cannot be written (read-only or full disk: OSError), the report is still
     written, with an ``unknown`` / none check "agent state not writable: <error>": the
@@ -602,8 +465,9 @@ def persist_state(path: str, state: AgentState, now: datetime) -> tuple[int, Che
     state on disk is stale, so later runs would otherwise derive the same sequence again
     and the reconciler would reject every report as replayed.
     """
+    path = host.state_path
     try:
-        save_state(path, state)
+        host.save_state(state)
     except OSError as exc:
         log.error("state_write_failed", extra={"fields": {"path": path, "error": str(exc)}})
         sequence = max(state.sequence, int(now.timestamp() * 1000))
@@ -643,12 +507,15 @@ def run_once(
     store: Any = None,
     to_stdout: bool = False,
     backend: GpuBackend | None = None,
+    host: NodeHost | None = None,
 ) -> dict[str, Any]:
     """Run every check once, write the state and the signed report; return the report.
 
     now: aware UTC clock (default: the system clock). store: an ObjectStore (default:
     ``navarch.agent.store.open_agent_store(config.store)``); to_stdout: write nothing, neither the
-    store nor the state file (the CLI prints the report). backend: GPU backend override (tests).
+    store nor the state file (the CLI prints the report). backend: GPU backend override (tests,
+    the simulator). host: the node's state, kernel log, reset marker, notice and plugins
+    (default: FileHost(config), the real machine; the simulator passes an in-memory one).
     Raises ConfigError (no/bad node key, bad store URL) and StoreError / OSError when the
     report cannot be written; every GPU, kernel-log or state-file problem becomes a check.
     """
@@ -660,17 +527,16 @@ def run_once(
 
         store = open_agent_store(config.store)
 
-    state, problem = load_state(config.state_file)
+    host = host or FileHost(config)
+    state, problem = host.load_state()
     if problem is not None:
-        log.warning(
-            "state_rebuilt", extra={"fields": {"path": config.state_file, "problem": problem}}
-        )
+        log.warning("state_rebuilt", extra={"fields": {"path": host.state_path, "problem": problem}})
     previous = _previous_sequence(store, config.report_key) if store is not None else None
     sequence = next_sequence(state, problem, previous, store is not None, now)
 
     probe = _safe_probe(backend or choose_backend(config))
     gchecks, counters = _gpu_checks_and_counters(probe, state.counters, boot_id, now)
-    xids = read_xids(config, state, boot_id, now)
+    xids = read_xids(host, state, boot_id, now)
     checks = [
         boot_check(boot_id, state.boot_id),
         *probe_checks(probe, config.gpus_per_node),
@@ -678,11 +544,10 @@ def run_once(
         kernel_log_check(xids),
         *xid_checks(xids.latched, {g.pci_bus_id: g.index for g in probe.gpus}),
     ]
-    checks += plugin_checks(context_for(config, boot_id, gpu_readings(probe), checks),
-                            config.plugin_check_timeout_s)
+    checks += host.plugin_checks(config, boot_id, gpu_readings(probe), checks)
     faults = _faults_with_earlier_boots(state.faults, xids.earlier_boots, now)
     checks, faults = count_faults(checks, faults, boot_id, now)
-    notice = read_notice(config, now)
+    notice = host.read_notice(now)
 
     new_state = AgentState(
         sequence=sequence,
@@ -697,11 +562,11 @@ def run_once(
     # exactly what it would have seen.
     state_check = None
     if not to_stdout:
-        sequence, state_check = persist_state(config.state_file, new_state, now)
+        sequence, state_check = persist_state(host, new_state, now)
     if state_check is not None:
         checks.append(state_check)
     elif xids.reset and not to_stdout:
-        gpu_reset_marker(config).unlink(missing_ok=True)
+        host.clear_gpu_reset()
     report = build_report(
         config,
         probe=probe,

@@ -11,8 +11,7 @@ import enum
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from functools import cached_property, lru_cache
-from typing import Any
+from functools import lru_cache
 
 from pyrsistent import PMap, pmap
 
@@ -285,26 +284,25 @@ class PoolMemory:
 class NodeTable:
     """Memory's nodes: an immutable table of NodeMemory keyed by node name.
 
-    Lookups and single updates are O(log N) (a persistent hash map, pyrsistent's PMap), so a
-    run that touches every node of a 100,000-node fleet stays O(N log N). Iteration yields
-    the NodeMemory values in node-name order (the order state/<fleet>.json is written in).
+    One representation, a persistent hash map (pyrsistent's PMap): a lookup or a single
+    update is O(log N), so a run that touches every node of a 100,000-node fleet stays
+    O(N log N) (bench/scale.py). Read-only views of it: iteration yields the NodeMemory
+    values in node-name order (the order state/<fleet>.json is written in; sorted once per
+    table, the first time it is iterated), and view() is the map itself as a Mapping.
     """
 
-    __slots__ = ("_map", "__dict__")
+    __slots__ = ("_map", "_ordered")
 
     def __init__(self, nodes: Iterable[NodeMemory] | PMap[str, NodeMemory] = ()) -> None:
         self._map: PMap[str, NodeMemory] = (
             nodes if isinstance(nodes, PMap) else pmap({n.node: n for n in nodes}))
+        self._ordered: tuple[NodeMemory, ...] | None = None
 
     def __getitem__(self, name: str) -> NodeMemory:
         return self._map[name]
 
     def get(self, name: str, default: NodeMemory | None = None) -> NodeMemory | None:
-        """The named node's memory, or default. A plain dict answers once the table has
-        been iterated (observe iterates first, then looks up every node)."""
-        plain: dict[str, NodeMemory] | None = self.__dict__.get("_plain")
-        if plain is not None:
-            return plain.get(name, default)
+        """The named node's memory, or default. O(log N)."""
         return self._map.get(name, default)
 
     def __contains__(self, name: object) -> bool:
@@ -314,59 +312,50 @@ class NodeTable:
         return len(self._map)
 
     def __iter__(self) -> Iterator[NodeMemory]:
-        return iter(self._sorted)
+        if self._ordered is None:
+            m = self._map
+            self._ordered = tuple(m[k] for k in sorted(m))
+        return iter(self._ordered)
 
     def names(self) -> tuple[str, ...]:
         """Node names in order."""
-        return tuple(n.node for n in self._sorted)
+        return tuple(n.node for n in self)
 
-    @cached_property
-    def _sorted(self) -> tuple[NodeMemory, ...]:
-        return tuple(self._plain[k] for k in sorted(self._plain))
-
-    @cached_property
-    def _plain(self) -> dict[str, NodeMemory]:
-        return dict(self._map.items())
+    def view(self) -> Mapping[str, NodeMemory]:
+        """A read-only mapping node name -> NodeMemory (the map itself)."""
+        return self._map
 
     def set(self, nm: NodeMemory) -> NodeTable:
+        """A copy with nm replacing the node of its name (or added). O(log N)."""
         return NodeTable(self._map.set(nm.node, nm))
 
     def discard(self, name: str) -> NodeTable:
+        """A copy without the named node (no error when absent). O(log N)."""
         return NodeTable(self._map.discard(name))
 
     def updated(self, nodes: Iterable[NodeMemory], without: Iterable[str] = ()) -> NodeTable:
         """A copy with every node of `nodes` set and every name of `without` removed (one
         batch through the map's evolver: cheaper than a set() per node)."""
-        gone = [name for name in dict.fromkeys(without) if name in self._map]
-        nodes = list(nodes)
         e = self._map.evolver()
-        for name in gone:
-            del e[name]
+        for name in dict.fromkeys(without):
+            if name in self._map:
+                del e[name]
         for nm in nodes:
             e[nm.node] = nm
-        table = NodeTable(e.persistent())
-        plain: dict[str, NodeMemory] | None = self.__dict__.get("_plain")
-        if plain is not None:
-            # Carry the plain dict over (a C-level copy) instead of iterating the new map.
-            plain = dict(plain)
-            for name in gone:
-                del plain[name]
-            plain.update((nm.node, nm) for nm in nodes)
-            table.__dict__["_plain"] = plain
-        return table
+        return NodeTable(e.persistent())
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, NodeTable):
             return self._map == other._map
         if isinstance(other, tuple):
-            return self._sorted == other
+            return tuple(self) == other
         return NotImplemented
 
     def __hash__(self) -> int:
         return hash(self._map)
 
     def __repr__(self) -> str:
-        return f"NodeTable({list(self._sorted)!r})"
+        return f"NodeTable({list(self)!r})"
 
 
 @dataclass(frozen=True)
@@ -603,187 +592,3 @@ def required_ts(value: str) -> datetime:
     if parsed is None:
         raise ValueError("missing timestamp")
     return parsed
-
-
-def summary_to_json(s: ReportSummary | None) -> dict[str, Any] | None:
-    """A ReportSummary as JSON-ready data (times RFC 3339 UTC), or None."""
-    if s is None:
-        return None
-    return {
-        "sequence": s.sequence, "boot_id": s.boot_id, "generated_at": ts(s.generated_at),
-        "status": s.status, "action": s.action, "health_score": s.health_score, "fatal": s.fatal,
-        "findings": list(s.findings), "notice_kind": s.notice_kind,
-        "notice_deadline": ts(s.notice_deadline), "process_count": s.process_count,
-        "utilization_pct": s.utilization_pct, "gpu_count": s.gpu_count,
-        "stored_at": ts(s.stored_at),
-        **({"fault_key": s.fault_key.format()} if s.fault_key is not None else {}),
-    }
-
-
-def summary_from_json(d: Mapping[str, Any] | None) -> ReportSummary | None:
-    """Inverse of summary_to_json. Raises KeyError/ValueError on malformed data."""
-    if d is None:
-        return None
-    return ReportSummary(
-        sequence=d["sequence"], boot_id=d["boot_id"], generated_at=required_ts(d["generated_at"]),
-        status=Status(d["status"]), action=Remedy(d["action"]), health_score=d["health_score"],
-        fatal=d["fatal"],
-        findings=tuple(d.get("findings", ())), notice_kind=d.get("notice_kind"),
-        notice_deadline=parse_ts(d.get("notice_deadline")), process_count=d.get("process_count"),
-        utilization_pct=d.get("utilization_pct"), gpu_count=d.get("gpu_count", 0),
-        stored_at=parse_ts(d.get("stored_at")),
-        fault_key=FaultKey.parse(d["fault_key"]) if d.get("fault_key") else None,
-    )
-
-
-def _ladder_to_json(n: NodeMemory) -> dict[str, Any]:
-    """The remediation ladder's fields of a node, only those set (keeps the state small)."""
-    out: dict[str, Any] = {}
-    if n.fault is not None:
-        out["fault"] = fault_to_json(n.fault)
-    if n.faults:
-        out["faults"] = [[k, ts(t)] for k, t in n.faults]
-    if n.rung is not None:
-        out.update(rung=n.rung.value, rung_fault=n.rung_fault, rung_at=ts(n.rung_at))
-    if n.return_streak:
-        out["return_streak"] = n.return_streak
-    if n.operator_cordon:
-        out["operator_cordon"] = n.operator_cordon
-    if n.diag is not None:
-        out["diag"] = diag_to_json(n.diag)
-    if n.diag_cordon:
-        out["diag_cordon"] = True
-    return out
-
-
-def fault_to_json(f: Fault) -> dict[str, Any]:
-    """A Fault as the state document and the JSON plan write it (key: FaultKey.format)."""
-    return {"key": f.key.format(), "action": f.action.value, "boot_id": f.boot_id,
-            "sequence": f.sequence}
-
-
-def fault_from_json(f: Mapping[str, Any] | None) -> Fault | None:
-    """Inverse of fault_to_json; None passes through. A key written by an older navarch
-    ("XID 79") loads as a kind of its own. Raises KeyError/ValueError."""
-    if not f:
-        return None
-    return Fault(FaultKey.parse(f["key"]), Remedy(f["action"]), f["boot_id"], f["sequence"])
-
-
-def diag_to_json(d: Diag) -> dict[str, Any]:
-    """A Diag as JSON-ready data (times RFC 3339 UTC)."""
-    return {"level": d.level, "why": d.why.value, "state": d.state.value, "at": ts(d.at),
-            "started_at": ts(d.started_at), "detail": d.detail}
-
-
-def diag_from_json(d: Mapping[str, Any] | None) -> Diag | None:
-    """Inverse of diag_to_json; None passes through. Raises KeyError/ValueError."""
-    if d is None:
-        return None
-    return Diag(int(d["level"]), DiagWhy(d["why"]), DiagState(d["state"]), required_ts(d["at"]),
-                parse_ts(d.get("started_at")), d.get("detail", ""))
-
-
-def _ladder_from_json(n: Mapping[str, Any]) -> dict[str, Any]:
-    """Inverse of _ladder_to_json: NodeMemory keyword arguments."""
-    f = n.get("fault")
-    return {
-        "fault": fault_from_json(f),
-        "faults": tuple((k, required_ts(t)) for k, t in n.get("faults", ())),
-        "rung": Remedy(n["rung"]) if n.get("rung") else None,
-        "rung_fault": n.get("rung_fault", ""),
-        "rung_at": parse_ts(n.get("rung_at")), "return_streak": n.get("return_streak", 0),
-        "operator_cordon": n.get("operator_cordon", ""),
-        "diag": diag_from_json(n.get("diag")), "diag_cordon": n.get("diag_cordon", False),
-    }
-
-
-def node_to_json(n: NodeMemory) -> dict[str, Any]:
-    """One node of the state document. Made once per NodeMemory (immutable) and kept on
-    it: a run that changes a few nodes of a large fleet serialises only those. The result
-    is shared: read it, never change it."""
-    cached: dict[str, Any] | None = n.__dict__.get("_json")
-    if cached is None:
-        cached = {
-            "pool": n.pool, "instance_id": n.instance_id, "first_seen_at": ts(n.first_seen_at),
-            "phase": n.phase.value, "phase_at": ts(n.phase_at), "phase_reason": n.phase_reason,
-            "repair": n.repair, "report_version": n.report_version,
-            "report": summary_to_json(n.report), "streak": n.streak,
-            "streak_sequence": n.streak_sequence,
-            **({"launch": dict(n.launch)} if n.launch else {}),
-            **({"report_rejected": n.report_rejected} if n.report_rejected else {}),
-            **_ladder_to_json(n),
-        }
-        n.__dict__["_json"] = cached  # not a field: equality and hashing ignore it
-    return cached
-
-
-def memory_to_json(m: Memory) -> dict[str, Any]:
-    """Memory as the state/<fleet>.json document (version 1). The node entries are shared
-    (node_to_json): read the document, never change it."""
-    return {
-        "version": 1,
-        "fleet": m.fleet,
-        "serial": m.serial,
-        "lineage": m.lineage,
-        "nodes": {n.node: node_to_json(n) for n in m.nodes},
-        "pools": {
-            p.pool: {
-                "next_index": p.next_index,
-                "repairs": [ts(r) for r in p.repairs],
-                "exhausted": [
-                    {"zone": e.zone, "instance_type": e.instance_type, "spot": e.spot,
-                     "until": ts(e.until), "failures": e.failures, "provider": e.provider}
-                    for e in p.exhausted
-                ],
-                "desired": p.desired, "desired_from_target": p.desired_from_target,
-                "scaled_at": ts(p.scaled_at),
-                **({"lemons": list(p.lemons)} if p.lemons else {}),
-                **({"host_faults": [[h, k, ts(w)] for h, k, w in p.host_faults]}
-                   if p.host_faults else {}),
-                **({"lemon_hosts": list(p.lemon_hosts)} if p.lemon_hosts else {}),
-            }
-            for p in m.pools
-        },
-        "rejections": dict(m.rejections),
-    }
-
-
-def memory_from_json(d: Mapping[str, Any]) -> Memory:
-    """Inverse of memory_to_json. Raises KeyError/ValueError on a malformed document."""
-    nodes = tuple(
-        NodeMemory(
-            node=name, pool=n["pool"], instance_id=n.get("instance_id"),
-            first_seen_at=parse_ts(n.get("first_seen_at")), phase=Phase(n.get("phase", "")),
-            phase_at=parse_ts(n.get("phase_at")), phase_reason=n.get("phase_reason", ""),
-            repair=n.get("repair", False), report_version=n.get("report_version"),
-            report=summary_from_json(n.get("report")), streak=n.get("streak", 0),
-            streak_sequence=n.get("streak_sequence", 0),
-            launch=tuple(sorted((n.get("launch") or {}).items())),
-            report_rejected=n.get("report_rejected"),
-            **_ladder_from_json(n),
-        )
-        for name, n in sorted(d.get("nodes", {}).items())
-    )
-    pools = tuple(
-        PoolMemory(
-            pool=name, next_index=p.get("next_index", 1),
-            repairs=tuple(required_ts(r) for r in p.get("repairs", ())),
-            exhausted=tuple(
-                Exhausted(e["zone"], e["instance_type"], e["spot"], required_ts(e["until"]),
-                          e.get("failures", 1), provider=e["provider"])
-                for e in p.get("exhausted", ())
-            ),
-            desired=p.get("desired"), desired_from_target=p.get("desired_from_target"),
-            scaled_at=parse_ts(p.get("scaled_at")),
-            lemons=tuple(p.get("lemons", ())),
-            host_faults=tuple((h, k, required_ts(w)) for h, k, w in p.get("host_faults", ())),
-            lemon_hosts=tuple(p.get("lemon_hosts", ())),
-        )
-        for name, p in sorted(d.get("pools", {}).items())
-    )
-    return Memory(
-        fleet=d["fleet"], serial=d.get("serial", 0), lineage=d.get("lineage", ""),
-        nodes=NodeTable(nodes), pools=pools,
-        rejections=tuple(sorted(d.get("rejections", {}).items())),
-    )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -48,16 +48,26 @@ class TickResult:
     status: str  # the report's status, or "silent" / "error: ..."
 
 
-def tick(spec: FleetSpec, now: datetime | None = None) -> list[TickResult]:
+def tick(spec: FleetSpec, now: datetime | None = None,
+         agent_clock_skew_s: float = 0.0) -> list[TickResult]:
     """Run every local node's agent once, as its systemd timer would.
 
-    Returns one TickResult per machine of the fleet (sorted by node name). A silenced
-    node writes nothing. Raises ConfigError when the fleet secret cannot be read.
+    now: the tick's clock (aware UTC; default the system clock). On the file store each
+    report's modification time is set to it: the local provider's simulated store time,
+    so a run on the same replayed clock judges the report's age as production judges a
+    real store's (the store's own time). agent_clock_skew_s: the agents' clocks run this
+    far ahead of it (negative: behind), a node clock that is wrong. Returns one TickResult per machine of the fleet
+    (sorted by node name). A silenced node writes nothing. Raises ConfigError when the
+    fleet secret cannot be read.
     """
     from navarch.agent import AgentConfig, run_once
     from navarch.fleet_file import read_fleet_secret
+    from navarch.stores import open_store
+    from navarch.stores.file import FileStore
 
     secret = read_fleet_secret(spec)
+    now = now or datetime.now(UTC)
+    store = open_store(spec.store_url, base_dir=spec.base_dir)
     results = []
     for provider in local_providers(spec):
         for m in sorted(provider.fleet_machines(spec.name), key=lambda m: m["tags"]["navarch-node"]):
@@ -81,7 +91,10 @@ def tick(spec: FleetSpec, now: datetime | None = None) -> list[TickResult]:
                 faults_file=str(d / "faults.json"), boot_id=m["boot_id"], metadata="none",
                 notice_file=str(d / "notice.json"),
             )
-            report = run_once(config, now=now)
+            report = run_once(config, now=now + timedelta(seconds=agent_clock_skew_s),
+                              store=store)
+            if isinstance(store, FileStore):
+                store.set_modified_at(config.report_key, now)
             results.append(TickResult(node, report["status"]))
     return results
 

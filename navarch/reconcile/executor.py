@@ -141,6 +141,7 @@ class Executor:
     providers.<name>.max_parallel, else DEFAULT_MAX_PARALLEL by type); 1 runs in order.
     actor, verb: who asked for this run's actions, recorded with each (navarch.history);
     replace: nodes named by `apply --replace`, whose actions are recorded as Actor.REPLACE.
+    client: the MCP client's name when a tool call asked (recorded as `client`).
     """
 
     def __init__(
@@ -163,8 +164,10 @@ class Executor:
         actor: Actor = Actor.SCHEDULED,
         verb: str = "",
         replace: frozenset[str] = frozenset(),
+        client: str | None = None,
     ) -> None:
         self.spec = spec
+        self.client = client
         self.actor = actor
         self.verb = verb
         self.replace = replace
@@ -308,6 +311,8 @@ class Executor:
         who: dict[str, object] = {"actor": actor.value}
         if self.verb:
             who["verb"] = self.verb
+        if self.client:
+            who["client"] = self.client
         if action.replaces:
             who["replaces"] = action.replaces
         self.audit.append({

@@ -27,7 +27,7 @@ from navarch.errors import NavarchError, ProviderError, RemoteError
 from navarch.history import Actor, report_ref
 from navarch.inventory import Instance
 from navarch.planner.model import NodeMemory, Phase, ts
-from navarch.reconcile.run import Fleet, Snapshot, clock, gather, leased
+from navarch.reconcile.run import Clock, Fleet, Snapshot, gather, leased, system_clock
 from navarch.reconcile.state import AuditLog, save_memory
 
 
@@ -44,26 +44,30 @@ def _instance(snap: Snapshot, fleet_name: str, node: str) -> Instance:
     return found[0]
 
 
-def _audit(fleet: Fleet, snap: Snapshot, verb: str, record: dict[str, Any]) -> None:
+def _audit(fleet: Fleet, snap: Snapshot, verb: str, record: dict[str, Any],
+           clock: Clock, client: str | None = None) -> None:
     audit = AuditLog(fleet.store, fleet.spec.name, f"{snap.now:%Y%m%dT%H%M%SZ}-{verb}", snap.now)
     view = next((v for v in snap.observed.views if v.node == record.get("node")), None)
-    audit.append({"time": ts(clock()), "run_id": verb, "operator": True,
-                  "actor": Actor.OPERATOR.value, "verb": verb,
+    who = ({"actor": Actor.MCP.value, "client": client} if client
+           else {"actor": Actor.OPERATOR.value})
+    audit.append({"time": ts(clock()), "run_id": verb, "operator": True, **who, "verb": verb,
                   "report": report_ref(view.summary if view is not None else None), **record})
     flush = getattr(audit, "flush", None)  # the chunked audit log buffers until flushed
     if flush is not None:
         flush()
 
 
-def reboot(fleet: Fleet, node: str, *, force: bool = False) -> str:
+def reboot(fleet: Fleet, node: str, *, force: bool = False,
+           clock: Clock = system_clock, client: str | None = None) -> str:
     """Reboot `node` through its provider's API; returns what was done (one line).
 
+    clock: the run's clock (navarch.reconcile.run.Clock).
     Raises NavarchError when the node is not this fleet's, its latest report shows GPU
     processes (unless force), or the provider refuses (the ProviderError's text); LockHeld
     when another run holds the lease, LeaseLost when it lapsed before the reboot.
     """
     spec = fleet.spec
-    with leased(fleet, f"reboot {node}") as lease:
+    with leased(fleet, f"reboot {node}" + (f" (mcp client {client})" if client else ""), clock) as lease:
         snap = gather(fleet, clock())
         inst = _instance(snap, spec.name, node)
         view = next((v for v in snap.observed.views if v.node == node), None)
@@ -80,26 +84,30 @@ def reboot(fleet: Fleet, node: str, *, force: bool = False) -> str:
             fleet.providers[inst.provider].reboot([inst])
         except ProviderError as exc:
             _audit(fleet, snap, "reboot", {**record, "ok": False, "detail": str(exc),
-                                           "error": type(exc).__name__})
+                                           "error": type(exc).__name__}, clock, client)
             raise NavarchError(f"reboot of {node} failed: {exc}") from exc
         detail = f"rebooted {inst.instance_id} through provider {inst.provider}"
-        _audit(fleet, snap, "reboot", {**record, "ok": True, "detail": detail, "error": None})
+        _audit(fleet, snap, "reboot", {**record, "ok": True, "detail": detail, "error": None},
+               clock, client)
         return detail
 
 
-def cordon(fleet: Fleet, node: str, reason: str) -> str:
+def cordon(fleet: Fleet, node: str, reason: str, *, clock: Clock = system_clock,
+           client: str | None = None) -> str:
     """An operator's cordon of `node` with `reason`; returns the playbook's detail.
 
+    clock: the run's clock (navarch.reconcile.run.Clock).
     Raises NavarchError when the node is not this fleet's, navarch is already taking it
     out of service (its own cordon, drain or termination), or the cordon playbook fails;
     LockHeld when another run holds the lease, LeaseLost when it lapsed before the cordon
-    or the state write.
+    or the state write. client: the MCP client's name when an MCP tool call asked (the
+    audit record's actor is then `mcp`, with `client`).
     """
     spec = fleet.spec
     if not reason.strip():
         raise NavarchError("give a reason (--reason TEXT): it is shown to the scheduler's users "
                            "and kept in the audit log")
-    with leased(fleet, f"cordon {node}") as lease:
+    with leased(fleet, f"cordon {node}" + (f" (mcp client {client})" if client else ""), clock) as lease:
         snap = gather(fleet, clock())
         inst = _instance(snap, spec.name, node)
         nm = snap.memory.node(node)
@@ -121,7 +129,7 @@ def cordon(fleet: Fleet, node: str, reason: str) -> str:
         _audit(fleet, snap, "cordon", {
             "action": "cordon", "pool": pool.name, "node": node, "reason": full_reason,
             "instance_id": inst.instance_id, "ok": ok, "detail": detail,
-            "error": None if ok else "RemoteError"})
+            "error": None if ok else "RemoteError"}, clock, client)
         if not ok:
             raise NavarchError(f"cordon of {node} failed: {detail}")
         base = nm or NodeMemory(node=node, pool=pool.name, instance_id=inst.instance_id,

@@ -21,11 +21,10 @@ from navarch.planner.model import (
     Lifecycle,
     Place,
     Plan,
-    fault_from_json,
-    fault_to_json,
     parse_ts,
     ts,
 )
+from navarch.reconcile.codec import fault_from_json, fault_to_json
 from navarch.textsafe import markdown_code_line, markdown_inline, terminal
 
 NO_CHANGES = "No changes. The fleet matches fleet.yaml."

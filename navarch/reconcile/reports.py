@@ -27,9 +27,9 @@ Clocks: a node's clock may be wrong. Each accepted summary carries
 `stored_at`, the store's own modification time of the object (ObjectInfo.modified_at
 from the listing), and the planner judges a report's age by it. The difference between
 the node's `generated_at` and `stored_at` is the node's clock skew, shown as a condition
-(ReportSummary.clock_skew_s), never a reason to replace a node. A replayed run
-(NAVARCH_NOW) passes store_times=False: its clock is not the store's, so it judges by
-generated_at as before.
+(ReportSummary.clock_skew_s), never a reason to replace a node. Every run judges ages
+this way, a replayed or simulated one too: its store keeps times on the run's clock (the
+simulator's store, the local provider's `local tick`).
 
 Schema checks use jsonschema-rs (the same JSON Schema 2020-12 semantics as the
 jsonschema package, compiled): a cold plan checks thousands of reports, and the pure-
@@ -48,6 +48,7 @@ generation, inode), and a node whose version equals the one in Memory reuses its
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from functools import cache, lru_cache
@@ -169,20 +170,24 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON (RFC 8259)")
 
 
-def _nesting(doc: Any) -> int:
-    """Deepest nesting of lists/dicts in a parsed JSON value (a scalar is 0); iterative."""
-    deepest = 0
-    stack: list[tuple[Any, int]] = [(doc, 0)]
-    while stack:
-        value, depth = stack.pop()
-        if isinstance(value, dict):
-            value = list(value.values())
-        elif not isinstance(value, list):
-            continue
-        deepest = max(deepest, depth + 1)
-        if deepest > MAX_NESTING:
-            break
-        stack.extend((v, depth + 1) for v in value if isinstance(v, (list, dict)))
+#: A JSON string (valid JSON: the text parsed already): its brackets are not structure.
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+_NOT_BRACKETS = bytes(c for c in range(256) if c not in b"[]{}")
+_OPEN = frozenset(b"[{")
+
+
+def _nesting(data: bytes) -> int:
+    """Deepest nesting of arrays/objects in a JSON text that parsed (a scalar is 0): the
+    depth of its brackets outside strings. A text walk, not a walk of the parsed value:
+    an 8-GPU report has hundreds of containers and every report is checked (the walk of
+    the parsed value was most of a report's verification in `navarch simulate`)."""
+    depth = deepest = 0
+    for c in _JSON_STRING.sub(b"", data).translate(None, _NOT_BRACKETS):
+        if c in _OPEN:
+            depth += 1
+            deepest = max(deepest, depth)
+        else:
+            depth -= 1
     return deepest
 
 
@@ -201,7 +206,7 @@ def _parse(data: bytes) -> tuple[dict[str, Any], bytes]:
         raise ReportRejected("malformed", "not a JSON object")
     # Each level opens a bracket: with few brackets in all, the walk is not needed.
     brackets = data.count(b"[") + data.count(b"{")
-    if brackets > MAX_NESTING and _nesting(report) > MAX_NESTING:
+    if brackets > MAX_NESTING and _nesting(data) > MAX_NESTING:
         raise ReportRejected("malformed", f"JSON nested deeper than {MAX_NESTING}")
     try:
         canonical = signing.canonical_bytes(report)
@@ -289,15 +294,13 @@ def read_reports(
     fleet_secret: bytes | None,
     now: datetime,
     *,
-    store_times: bool = True,
     rule_sets: Mapping[str, RuleSets] | None = None,
 ) -> dict[str, ReportObservation]:
     """List health/<fleet>/, fetch changed reports, verify them -> node -> observation.
 
     Reports whose version equals the one remembered for the node are not fetched. Keys
-    that do not look like health/<fleet>/<pool>/<node>.json are ignored. store_times:
-    judge freshness by the store's modification times (False for a replayed clock, see
-    the module docstring). No report raises: each failure is a rejected observation;
+    that do not look like health/<fleet>/<pool>/<node>.json are ignored. Freshness is
+    judged by the store's modification times (see the module docstring). No report raises: each failure is a rejected observation;
     only listing the store may raise StoreError. rule_sets: pool name -> its health policy
     rule sets (HealthPolicy.rule_sets()); a pool not in it (or None) keeps the agents'
     verdicts. An unchanged report keeps the verdict it was given when it was read.
@@ -326,7 +329,7 @@ def read_reports(
         pool, node, info = listed[key]
         nm = memory.node(node)
         last_seq = nm.report.sequence if nm is not None and nm.report is not None else 0
-        stored_at = _stored_at(info) if store_times else None
+        stored_at = _stored_at(info)
 
         def rejected(reason: str, version: str) -> ReportObservation:
             return ReportObservation(node, pool, nm.report if nm else None, version,

@@ -11,7 +11,6 @@ it changed, release the lease.
 from __future__ import annotations
 
 import logging
-import os
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -23,12 +22,13 @@ from navarch.errors import ConfigError, NavarchError, ProviderError, StalePlan
 from navarch.fleet_file import read_fleet_secret
 from navarch.history import Actor
 from navarch.inventory import Instance, fingerprint
-from navarch.planner.model import Memory, Phase, Plan, ReportObservation, memory_to_json
+from navarch.planner.model import Memory, Phase, Plan, ReportObservation
 from navarch.planner.observe import Observed, observe
 from navarch.planner.plan import PlanOptions
 from navarch.planner.plan import plan as make_plan
 from navarch.providers import open_provider
 from navarch.providers.base import Provider
+from navarch.reconcile.codec import memory_to_json
 from navarch.reconcile.executor import Executor, JournalPolicy, Outcome, PlaybookRunner
 from navarch.reconcile.reports import read_reports
 from navarch.reconcile.state import (
@@ -46,23 +46,14 @@ from navarch.stores import ObjectStore, open_store
 log = logging.getLogger(__name__)
 
 
-def clock() -> datetime:
-    """The reconciler's clock: now in UTC, or NAVARCH_NOW (RFC 3339) when set.
+#: The reconciler's clock: a call returns now, an aware UTC datetime. Every verb takes one
+#: (the planner itself never reads a clock); the CLI builds it once per process, and the
+#: simulator passes its virtual clock.
+Clock = Callable[[], datetime]
 
-    NAVARCH_NOW is a test and replay seam: it lets an end-to-end test show what a run an
-    hour later would do. The planner itself never reads a clock.
-    Raises ConfigError when NAVARCH_NOW is not an RFC 3339 time with a timezone.
-    """
-    fixed = os.environ.get("NAVARCH_NOW")
-    if fixed:
-        try:
-            when = datetime.fromisoformat(fixed.replace("Z", "+00:00"))
-        except ValueError:
-            when = None
-        if when is None or when.tzinfo is None:
-            raise ConfigError(f"NAVARCH_NOW={fixed!r} is not an RFC 3339 time with a timezone",
-                              hint="e.g. NAVARCH_NOW=2026-11-01T12:00:00Z, or unset it")
-        return when.astimezone(UTC)
+
+def system_clock() -> datetime:
+    """Now in UTC from the system clock: the production Clock."""
     return datetime.now(UTC)
 
 
@@ -179,9 +170,7 @@ def gather(fleet: Fleet, now: datetime, options: PlanOptions | None = None) -> S
     secret = fleet.secret()
     inventory = list_inventory(fleet)
     memory, version = load_memory(fleet.store, fleet.spec.name, fleet.state_cache)
-    # A replayed clock (NAVARCH_NOW) is not the store's: judge ages by generated_at then.
     reports = read_reports(fleet.store, fleet.spec.name, memory, secret, now,
-                           store_times=not os.environ.get("NAVARCH_NOW"),
                            rule_sets={p.name: p.health.rule_sets() for p in fleet.spec.pools})
     checks = _drain_checks(fleet, memory, inventory)
     observed = observe(fleet.spec, inventory, reports, memory, now, checks)
@@ -243,6 +232,7 @@ def run_apply(
     fleet: Fleet,
     *,
     command: str,
+    clock: Clock = system_clock,
     saved: Plan | None = None,
     options: PlanOptions | None = None,
     confirm: Callable[[Plan], bool] | None = None,
@@ -251,15 +241,20 @@ def run_apply(
     max_parallel: Mapping[str, int] | None = None,
     after_apply: Callable[[ApplyResult | None, NavarchError | None], None] | None = None,
     run_id: str | None = None,
+    client: str | None = None,
 ) -> ApplyResult | None:
     """Take the lease, gather, (check the saved plan), confirm, execute with a journal,
     save Memory if it changed, release the lease.
+
+    clock: the run's clock (see Clock), read for the snapshot, the lease and every action.
 
     after_apply(result, error): called while the lease is still held, once with the result
     or once with the NavarchError the run is about to raise (not for LockHeld, not when
     confirm() declined); notifications hang here (issue 12). Its own errors are logged,
     never raised. run_id: the audit log's run id (default: the snapshot's UTC time and 8 hex
-    digits); the CLI passes its own so log lines and the audit log share it.
+    digits); the CLI passes its own so log lines and the audit log share it. client: the MCP
+    client's name when an MCP tool call asked (navarch.mcp_server); the lease's command and
+    every audit record name it.
 
     The lease (state/<fleet>.lock, TTL safety.lock_ttl) is renewed in the background for
     the whole run; every action checks it first and every state write checks the lease
@@ -273,7 +268,7 @@ def run_apply(
     ProviderError, StoreError; the lease is released on every path out.
     """
     spec = fleet.spec
-    with leased(fleet, command) as lease:
+    with leased(fleet, command + (f" (mcp client {client})" if client else ""), clock) as lease:
         try:
             snap = gather(fleet, clock(), options)
             plan = snap.plan
@@ -293,7 +288,7 @@ def run_apply(
                                 user_data=_user_data_renderer(spec, fleet.store),
                                 fleet_secret=fleet.secret(),
                                 journal=journal.persist, policy=policy, lease=lease,
-                                max_parallel=max_parallel, **_who(options))
+                                max_parallel=max_parallel, **_who(options, client))
             memory, outcomes = executor.execute(plan, snap.memory, on_outcome)
             memory = journal.persist(memory)  # what observe() learnt, when nothing was done
             result = ApplyResult(plan, tuple(outcomes), memory, run_id, executor.audit_error)
@@ -304,17 +299,23 @@ def run_apply(
             raise
 
 
-def _who(options: PlanOptions | None) -> dict[str, Any]:
-    """Who asks for an apply's actions, for the audit log: `destroy` is an operator's verb,
-    `--replace` names nodes; anything else is the reconciler's own decision."""
+def _who(options: PlanOptions | None, client: str | None = None) -> dict[str, Any]:
+    """Who asks for an apply's actions, for the audit log: an MCP client's tool call (apply,
+    or replace when it names nodes), `destroy` is an operator's verb, `--replace` names
+    nodes; anything else is the reconciler's own decision."""
+    if client:
+        verb = "replace" if options is not None and options.replace else "apply"
+        return {"actor": Actor.MCP, "verb": verb, "client": client}
     if options is not None and options.destroy:
         return {"actor": Actor.OPERATOR, "verb": "destroy"}
     return {"replace": options.replace if options is not None else frozenset()}
 
 
 @contextmanager
-def leased(fleet: Fleet, command: str) -> Iterator[Lease]:
+def leased(fleet: Fleet, command: str, clock: Clock = system_clock) -> Iterator[Lease]:
     """Hold the fleet's lease (state/<fleet>.lock, TTL safety.lock_ttl) for `command`.
+
+    clock: the run's clock (see Clock), for the lease's times.
 
     Renewed in the background while the block runs, released on every path out. The
     holder calls lease.check() before every action and lease.check_store() before every
@@ -353,7 +354,8 @@ class _Journal:
         self.version = version
         self.lease = lease
         self.cache = cache
-        self.last = memory_to_json(replace(loaded, serial=0))
+        self.docs = cache.node_docs if cache is not None else None
+        self.last = memory_to_json(replace(loaded, serial=0), self.docs)
 
     def persist(self, memory: Memory) -> Memory:
         """Save memory (serial + 1) unless unchanged -> the Memory as saved.
@@ -361,7 +363,7 @@ class _Journal:
         Raises LeaseLost (the lease is not ours: nothing written), PreconditionFailed
         (another writer moved the state on), StoreError.
         """
-        doc = memory_to_json(replace(memory, serial=0))
+        doc = memory_to_json(replace(memory, serial=0), self.docs)
         if doc == self.last:
             return memory
         self.lease.check_store()

@@ -37,7 +37,8 @@ from navarch.errors import (
     PreconditionFailed,
     StoreError,
 )
-from navarch.planner.model import Memory, memory_from_json, memory_to_json, parse_ts, ts
+from navarch.planner.model import Memory, parse_ts, ts
+from navarch.reconcile.codec import NodeDocCache, memory_from_json, memory_to_json
 from navarch.stores.base import ObjectStore
 
 
@@ -183,7 +184,7 @@ class Lease:
     SIGSTOPped or swapped out, finds its lease lapsed on waking even before the renewal
     thread runs), and no renewal found it taken. check_store() is the strict fence before
     every state write: it reads the lease object and compares its version with ours.
-    Both raise LeaseLost. clock: wall time for the lease's expires_at (NAVARCH_NOW-aware).
+    Both raise LeaseLost. clock: the run's clock, for the lease's expires_at.
     """
 
     #: Seconds of the TTL kept as a margin: a check passes only while at least this much
@@ -324,10 +325,13 @@ class StateCache:
     parsing the bytes again. The read itself still happens: a state moved on by another
     writer has another version and is parsed. Useful to a process that runs many
     reconciles (navarch simulate); one `navarch apply` reads the state once.
+
+    node_docs: the node entries of the state documents this process made (NodeDocCache).
     """
 
     def __init__(self) -> None:
         self._entry: tuple[str, str, Memory] | None = None
+        self.node_docs = NodeDocCache()
 
     def get(self, key: str, version: str) -> Memory | None:
         """The Memory of key at version when it is the one remembered, else None."""
@@ -403,7 +407,10 @@ def save_memory(store: ObjectStore, memory: Memory, version: str | None,
     Raises PreconditionFailed when another writer moved the state on since `version`.
     """
     saved = replace(memory, serial=memory.serial + 1)
-    doc = memory_to_json(saved) if doc is None else {**doc, "serial": saved.serial}
+    if doc is None:
+        doc = memory_to_json(saved, cache.node_docs if cache is not None else None)
+    else:
+        doc = {**doc, "serial": saved.serial}
     body = orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)
     key = state_key(memory.fleet)
     if version is None:

@@ -18,20 +18,23 @@ from navarch.errors import NavarchError
 from navarch.history import Actor
 from navarch.planner.model import Action, ActionKind, ActionReason, Phase
 from navarch.reconcile.executor import Executor
-from navarch.reconcile.run import Fleet, clock, gather, leased
+from navarch.reconcile.run import Clock, Fleet, gather, leased, system_clock
 from navarch.reconcile.state import AuditLog, save_memory
 
 
-def uncordon(fleet: Fleet, node: str, *, force: bool = False) -> str:
+def uncordon(fleet: Fleet, node: str, *, force: bool = False,
+             clock: Clock = system_clock, client: str | None = None) -> str:
     """Uncordon `node`; returns the playbook's detail. Raises NavarchError saying why not.
 
     force: uncordon a lemon's instance id (or an instance on a lemon host) all the same.
+    clock: the run's clock (navarch.reconcile.run.Clock).
     Holds the fleet's lease like apply (checked before the uncordon and before the state
     write): raises LockHeld when another run holds it, LeaseLost when it lapsed or was taken
-    over meanwhile (then nothing more is done and no state written).
+    over meanwhile (then nothing more is done and no state written). client: the MCP
+    client's name when an MCP tool call asked (recorded as actor `mcp` with `client`).
     """
     spec = fleet.spec
-    with leased(fleet, f"uncordon {node}") as lease:
+    with leased(fleet, f"uncordon {node}" + (f" (mcp client {client})" if client else ""), clock) as lease:
         snap = gather(fleet, clock())
         nm = snap.memory.node(node)
         view = next((v for v in snap.observed.views if v.node == node), None)
@@ -61,7 +64,8 @@ def uncordon(fleet: Fleet, node: str, *, force: bool = False) -> str:
         by_node = {i.node: i for i in snap.inventory if i.node}
         executor = Executor(spec, fleet.providers, audit, instances=by_node, clock=clock,
                             run_id="uncordon", playbooks=fleet.playbooks, lease=lease,
-                            actor=Actor.OPERATOR, verb="uncordon")
+                            actor=Actor.MCP if client else Actor.OPERATOR, verb="uncordon",
+                            client=client)
         plan = replace(snap.plan, actions=(action,))
         memory, outcomes = executor.execute(plan, snap.memory)
         if not outcomes[0].ok:

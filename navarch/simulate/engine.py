@@ -2,18 +2,16 @@
 observe, plan and Executor) every reconcile period on a virtual clock, against the
 simulated provider and the in-memory store, and measure the outcome.
 
-The virtual clock reaches run_apply through NAVARCH_NOW (navarch.reconcile.run.clock, the
-replay seam), set for each run and restored afterwards.
+The virtual clock is handed to run_apply as its clock (navarch.reconcile.run.Clock); the
+simulated store stamps objects with the same clock, so report ages are judged by the
+store's modification times exactly as in production.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import re
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -36,19 +34,6 @@ SAMPLE_EVERY_S = 3600
 class _SimFleet(Fleet):
     def secret(self) -> bytes | None:
         return SECRET
-
-
-@contextmanager
-def _virtual_now(when: datetime) -> Iterator[None]:
-    old = os.environ.get("NAVARCH_NOW")
-    os.environ["NAVARCH_NOW"] = when.strftime("%Y-%m-%dT%H:%M:%SZ")
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop("NAVARCH_NOW", None)
-        else:
-            os.environ["NAVARCH_NOW"] = old
 
 
 def _pct(values: list[float], q: float) -> float | None:
@@ -206,13 +191,12 @@ def simulate(scenario: Scenario, seed: int | None = None) -> dict[str, Any]:
         world.now = START + step * period
         world.step()
         world.agents()
-        with _virtual_now(world.now):
-            try:
-                result = run_apply(fleet, command="simulate", on_outcome=tally.on_outcome,
-                                   run_id=f"sim-{step:06d}")
-            except NavarchError as exc:
-                tally.run_errors[type(exc).__name__] += 1
-                result = None
+        try:
+            result = run_apply(fleet, command="simulate", clock=world.clock,
+                               on_outcome=tally.on_outcome, run_id=f"sim-{step:06d}")
+        except NavarchError as exc:
+            tally.run_errors[type(exc).__name__] += 1
+            result = None
         if result is not None:
             tally.after_run(result)
         tally.measure(step, steps)

@@ -3,19 +3,22 @@
 Everything random comes from one seeded random.Random, drawn in a fixed order, and time
 is a virtual clock advanced by the engine, so a seed gives the same run byte for byte.
 
-Each cause of failure maps to what navarch's agent would report (navarch.xid catalogue):
-  xid79    XID 79 (GPU fallen off the bus), fatal, replace
-  hbm_ecc  XID 48/64/95 (uncorrectable ECC, row-remap failure, uncontained), fatal
-  nvlink   an NVLink check unhealthy, replace
-  gpu_lost a GPU-count check unhealthy (a GPU missing), replace
-  thermal  a thermal check unhealthy, reboot
+Every node runs the shipped agent (navarch.simulate.node): each cause of failure is what
+the node's hardware would show that agent, and the report is whatever the agent makes of it:
+  xid79    the driver logs XID 79 (GPU fallen off the bus) in the kernel log
+  hbm_ecc  the driver logs XID 48, 64 or 95 (uncorrectable ECC, row-remap failure,
+           uncontained error)
+  nvlink   an NVLink link of GPU 0 is down (fake GPU readings)
+  gpu_lost GPU 0 is lost (fake GPU readings)
+  thermal  GPU 0 at 95 C, past its 92 C shutdown threshold (fake GPU readings)
   host_down the host stops: no reports at all until it is terminated
-  software application XIDs (13, 31, 43, 45): must cause nothing
+  software a burst of application XIDs (13, 31, 43, 45): must cause nothing
+A fault the node still has after a reboot or a GPU reset shows again (the XID is logged
+again in the new boot, the readings stay).
 """
 
 from __future__ import annotations
 
-import json
 import random
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -23,11 +26,13 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from navarch import signing, xid
+from navarch import signing
+from navarch.agent.config import AgentConfig
+from navarch.agent.gpu import FakeFaults
 from navarch.errors import CapacityError, ProviderError, TransientError
 from navarch.inventory import Instance, InstanceState
 from navarch.providers.base import ProvisionRequest, ensure_no_ownership_tags, ensure_owned
-from navarch.reconcile.state import health_key
+from navarch.simulate.node import SimAgent
 from navarch.simulate.scenario import Scenario
 from navarch.simulate.store import MemoryStore
 
@@ -38,11 +43,14 @@ APP_XIDS = (13, 31, 43, 45)
 # row remapped) and 94 (a contained error) are warnings the node serves through: drawing
 # them as failures counted healthy, serving nodes as out of capacity for days.
 ECC_XIDS = (48, 64, 95)
-CHECK_FAULTS = {  # cause -> (check name, action)
-    "nvlink": ("nvlink", "replace"),
-    "gpu_lost": ("gpu_count", "replace"),
-    "thermal": ("thermal", "reboot"),
+XID_CAUSES = ("xid79", "hbm_ecc")
+#: cause -> the fake GPU readings it gives GPU 0 (navarch.agent.gpu.FakeFaults).
+DEVICE_FAULTS = {
+    "nvlink": FakeFaults(nvlink_down=frozenset({0})),
+    "gpu_lost": FakeFaults(gpu_lost=frozenset({0})),
+    "thermal": FakeFaults(temperature_c={0: 95.0}),
 }
+APP_BURST_LINES = 40  # an application XID prints dozens of lines per fault
 
 
 @dataclass
@@ -54,16 +62,14 @@ class SimNode:
     pool: str
     gpus: int
     ready_at: datetime
+    agent: SimAgent
     boot: int = 1
-    sequence: int = 0
     last_report_at: datetime | None = None
     fault: str | None = None
     fault_at: datetime | None = None
     fault_code: int = 0
     lemon: bool = False
     next_fault_at: datetime | None = None
-    app_burst_until: datetime | None = None
-    app_code: int = 13
     notice_at: datetime | None = None
     preempt_at: datetime | None = None
     silent_until: datetime | None = None  # zone outage: host unreachable for a while
@@ -85,7 +91,7 @@ class World:
         self.now = start
         self.rng = random.Random(scenario.seed)
         self.nodes: dict[str, SimNode] = {}  # by instance id
-        self.store = MemoryStore(lambda: self.now)
+        self.store = MemoryStore(self.clock)
         self.api_calls: Counter[str] = Counter()
         self.counter = 0
         self.fault_log: list[dict[str, Any]] = []  # every real fault injected
@@ -96,6 +102,10 @@ class World:
         self.terminated: dict[str, SimNode] = {}  # by node name: what each terminate removed
 
     # -- helpers ---------------------------------------------------------------------
+    def clock(self) -> datetime:
+        """The virtual clock (navarch.reconcile.run.Clock): now in the simulation."""
+        return self.now
+
     def at(self, offset_s: int) -> datetime:
         return self.start + timedelta(seconds=offset_s)
 
@@ -130,8 +140,8 @@ class World:
     def inject(self, n: SimNode, cause: str) -> None:
         """Give node n a fault of this cause now (software: an application XID burst)."""
         if cause == "software":
-            n.app_burst_until = self.now + timedelta(minutes=30)
-            n.app_code = self.rng.choice(APP_XIDS)
+            code = self.rng.choice(APP_XIDS)
+            n.agent.log_xid(code, 0, self.now, count=APP_BURST_LINES)
             return
         if n.fault is not None:
             return
@@ -139,11 +149,26 @@ class World:
         n.fault_at = self.now
         n.had_fault = True
         n.fault_code = 79 if cause == "xid79" else self.rng.choice(ECC_XIDS)
+        self._show_fault(n, self.now)
         rec = {"node": n.node, "pool": n.pool, "instance_id": n.instance.instance_id,
                "cause": cause, "at": self.now, "lemon": n.lemon}
         self.fault_log.append(rec)
         if self.on_fault is not None:
             self.on_fault(n)
+
+    def _show_fault(self, n: SimNode, at: datetime) -> None:
+        """What n's hardware shows its agent of its fault from `at` on: the driver logs the
+        XID (again, after a reboot or a reset that did not cure it); device faults stay in
+        the GPU readings."""
+        if n.fault in XID_CAUSES:
+            n.agent.log_xid(n.fault_code, 0, at)
+        n.agent.set_faults(DEVICE_FAULTS.get(n.fault or "", FakeFaults()))
+
+    def cure(self, n: SimNode) -> None:
+        """A reboot or a GPU reset cured n's fault."""
+        n.fault = None
+        n.fault_at = None
+        n.agent.set_faults(FakeFaults())
 
     def step(self) -> None:
         """Advance the failure processes to self.now (called once per reconcile period)."""
@@ -166,6 +191,9 @@ class World:
                     and self.rng.random() < spot_p):
                 n.notice_at = self.now
                 n.preempt_at = self.now + timedelta(minutes=2)  # EC2 two-minute warning
+                n.agent.set_notice({"kind": "preemption", "source": "aws",
+                                    "deadline": n.preempt_at.isoformat(),
+                                    "detail": "EC2 spot instance interruption notice"})
             if self._active(self.scenario.zone_outages, n.instance.zone):
                 n.silent_until = self.now + timedelta(seconds=self.scenario.reconcile_period_s)
         for n in [n for n in self._sorted() if n.preempt_at and n.preempt_at <= self.now]:
@@ -178,7 +206,8 @@ class World:
 
     # -- agents ------------------------------------------------------------------------
     def agents(self) -> None:
-        """Every booted agent whose period is due writes its signed report to the store."""
+        """Every booted agent whose period is due runs once: the shipped agent code writes
+        its signed report to the store (navarch.simulate.node)."""
         silent = (self._active(self.scenario.agent_outages)
                   or self._active(self.scenario.store_outages))
         if silent:
@@ -191,63 +220,20 @@ class World:
                 continue
             if n.last_report_at is not None and self.now - n.last_report_at < period:
                 continue
-            n.sequence += 1
             n.last_report_at = self.now
-            report = self.report(n)
-            self.store.put(health_key(self.fleet, n.pool, n.node),
-                           json.dumps(report, separators=(",", ":")).encode())
+            n.agent.run(self.now, self.store)
 
-    def _key(self, node: str) -> bytes:
-        if node not in self._keys:
-            self._keys[node] = signing.derive_node_key(self.secret, self.fleet, node)
-        return self._keys[node]
-
-    def report(self, n: SimNode) -> dict[str, Any]:
-        """The signed report n's agent would write now (schemas/health-report.schema.json)."""
-        ts = self.now.strftime("%Y-%m-%dT%H:%M:%SZ")
-        checks: list[dict[str, Any]] = []
-        xids: list[dict[str, Any]] = []
-        status, action, score = "healthy", "none", 100
-        if n.fault in ("xid79", "hbm_ecc"):
-            info = xid.lookup(n.fault_code)
-            xids.append({"code": n.fault_code, "kind": "xid", "pci_bus_id": "0000:18:00.0",
-                         "time": n.fault_at.strftime("%Y-%m-%dT%H:%M:%SZ") if n.fault_at else None,
-                         "boot_id": n.boot_id, "severity": info.severity.value,
-                         "action": info.action.value, "message": info.meaning[:512], "count": 1})
-            status = "unhealthy" if info.severity is xid.Severity.FATAL else "degraded"
-            action = info.action.value
-            checks.append({"name": "xid", "status": status, "action": action, "gpu_index": 0,
-                           "message": f"XID {n.fault_code}: {info.meaning}"[:1024],
-                           "fault_key": {"kind": f"xid:{n.fault_code}", "gpu_index": 0}})
-            score = 0
-        elif n.fault in CHECK_FAULTS:
-            name, action = CHECK_FAULTS[n.fault]
-            status, score = "unhealthy", 0
-            checks.append({"name": name, "status": status, "action": action, "gpu_index": 0,
-                           "message": f"simulated {n.fault} fault",
-                           "fault_key": {"kind": name, "gpu_index": 0}})
-        if n.app_burst_until is not None and self.now < n.app_burst_until:
-            info = xid.lookup(n.app_code)
-            xids.append({"code": n.app_code, "kind": "xid", "pci_bus_id": "0000:18:00.0",
-                         "time": ts, "boot_id": n.boot_id, "severity": info.severity.value,
-                         "action": info.action.value, "message": info.meaning[:512], "count": 40})
-        if not checks:
-            checks.append({"name": "gpu_count", "status": "healthy", "action": "none",
-                           "message": f"{n.gpus} GPUs", "fault_key": None})
-        notice = None
-        if n.notice_at is not None and n.preempt_at is not None:
-            notice = {"kind": "preemption", "source": "aws",
-                      "deadline": n.preempt_at.strftime("%Y-%m-%dT%H:%M:%SZ")}
-        report = {
-            "schema_version": 2, "fleet": self.fleet, "pool": n.pool, "node": n.node,
-            "instance_id": n.instance.instance_id, "boot_id": n.boot_id,
-            "agent_version": "simulated", "sequence": n.sequence, "generated_at": ts,
-            "status": status, "action": action, "health_score": score, "checks": checks,
-            "gpus": [{"index": 0, "uuid": f"GPU-{n.instance.instance_id}", "name": "sim",
-                      "pci_bus_id": "0000:18:00.0", "process_count": 0}],
-            "xids": xids, "notice": notice,
-        }
-        return signing.sign(report, self._key(n.node))
+    def new_agent(self, inst: Instance, node: str, pool: str, gpus: int,
+                  boot_id: str) -> SimAgent:
+        """The agent of a newly launched machine, configured as cloud-init would."""
+        key = self._keys.get(node)
+        if key is None:
+            key = self._keys[node] = signing.derive_node_key(self.secret, self.fleet, node)
+        config = AgentConfig(fleet=self.fleet, pool=pool, node=node, store=self.store.url,
+                             instance_id=inst.instance_id, key=key.hex(), gpus_per_node=gpus,
+                             state_file="memory", fake_gpu=True, gpu_count=gpus,
+                             boot_id=boot_id, metadata="none")
+        return SimAgent(config)
 
 
 class SimProvider:
@@ -287,8 +273,11 @@ class SimProvider:
                         instance_type=request.instance_type, state=InstanceState.RUNNING,
                         launched_at=w.now, tags=tuple(sorted(request.tags.items())),
                         spot=request.spot, address=None)
-        node = SimNode(inst, request.node, request.pool, self.gpus.get(request.pool, 8),
-                       ready_at=w.now + timedelta(seconds=w._boot_s()))
+        gpus = self.gpus.get(request.pool, 8)
+        node = SimNode(inst, request.node, request.pool, gpus,
+                       ready_at=w.now + timedelta(seconds=w._boot_s()),
+                       agent=w.new_agent(inst, request.node, request.pool, gpus,
+                                         f"{iid}-boot1"))
         node.lemon = w.rng.random() < w.scenario.lemon_fraction
         w._schedule_fault(node)
         w.nodes[iid] = node
@@ -313,18 +302,19 @@ class SimProvider:
                 raise ProviderError(f"instance {i.instance_id} is gone", code="NotFound")
             n.boot += 1
             n.ready_at = w.now + timedelta(seconds=w._boot_s())
-            n.app_burst_until = None
+            n.agent.reboot(n.boot_id)
             n.last_report_at = None  # the agent's timer fires on boot (OnBootSec)
             # Faults are latched until a reboot; a reboot cures some of them.
             if n.fault is not None and n.fault != "host_down" and (
                     w.rng.random() < w.scenario.reboot_cures):
-                n.fault = None
-                n.fault_at = None
+                w.cure(n)
+            elif n.fault is not None and n.fault != "host_down":
+                w._show_fault(n, n.ready_at)
 
     def reset_gpus(self, instance: Instance) -> str:
-        """The ladder's GPU reset on a simulated node (issue 13): the boot stays; it cures
-        the node's fault with the scenario's reboot_cures odds (a host that is down is not
-        reached). Raises ProviderError for a node that is gone."""
+        """The ladder's GPU reset on a simulated node: the boot stays, the agent finds the
+        reset marker; it cures the node's fault with the scenario's reboot_cures odds (a
+        host that is down is not reached). Raises ProviderError for a node that is gone."""
         ensure_owned([instance], self.world.fleet, "reset")
         self._api("reset_gpu")
         w = self.world
@@ -333,9 +323,11 @@ class SimProvider:
             raise ProviderError(f"instance {instance.instance_id} is gone", code="NotFound")
         if n.fault == "host_down":
             raise ProviderError(f"{instance.instance_id} does not answer", code="Unreachable")
+        n.agent.reset_gpus()
         if n.fault is not None and w.rng.random() < w.scenario.reboot_cures:
-            n.fault = None
-            n.fault_at = None
+            w.cure(n)
+        elif n.fault is not None:
+            w._show_fault(n, w.now)
         return f"GPUs of {instance.instance_id} reset"
 
     def diagnose(self, instance: Instance, level: int) -> tuple[str, str]:

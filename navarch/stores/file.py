@@ -151,6 +151,22 @@ class FileStore:
                 out.append(ObjectInfo(key, _version(st), st.st_size, modified))
         return sorted(out, key=lambda o: o.key)
 
+    def set_modified_at(self, key: str, when: datetime) -> str:
+        """Stamp the object's modification time with `when` (aware) -> its new version.
+
+        The local provider's simulated store time: `navarch local tick` stamps each report
+        with the tick's clock, so a replayed clock and the store agree on a
+        report's age as a real store's own clock and a real run do. Raises NotFound.
+        """
+        path = self._path(key)
+        stamp_ns = int(when.timestamp()) * 1_000_000_000 + when.microsecond * 1000
+        with self._locked():
+            try:
+                os.utime(path, ns=(stamp_ns, stamp_ns))
+                return _version(path.stat())
+            except FileNotFoundError as exc:
+                raise NotFound(key) from exc
+
     def presigned_get_url(self, key: str, expires_s: int) -> str:
         """file:// URL of the object (a local path needs no signature; expires_s unused)."""
         return self._path(key).resolve().as_uri()

@@ -43,7 +43,7 @@ LOCK_KEY = f"navarch/state/{FLEET}.lock"
 
 
 def write_fleet(tmp_path: Path, *, target: int = 3, max_nodes: int | None = None,
-                lock_ttl: str = "15m", max_parallel: int = 8) -> Path:
+                lock_ttl: str = "15m", max_parallel: int = 8, offline_after: str = "10m") -> Path:
     path = tmp_path / "fleet.yaml"
     path.write_text(
         f"""\
@@ -65,6 +65,7 @@ pools:
     health:
       unhealthy_after: 1
       boot_timeout: 1h
+      offline_after: {offline_after}
     aws:
       ami: {AMI}
       root_volume_gb: 100
@@ -309,7 +310,9 @@ def _report(
 
 
 def test_reports_in_s3_drive_a_replacement(env, tmp_path) -> None:
-    fleet = write_fleet(tmp_path, target=2)
+    # The runs below step 31 minutes ahead; S3 stamps reports with its own time, so the
+    # healthy node's report must not count as offline by then.
+    fleet = write_fleet(tmp_path, target=2, offline_after="1h")
     assert navarch(["apply", str(fleet), "--auto-approve"], env, tmp_path).returncode == 0
     nodes = fleet_nodes()
     for node, iid in nodes.items():
@@ -329,7 +332,7 @@ def test_reports_in_s3_drive_a_replacement(env, tmp_path) -> None:
     assert len(fleet_nodes()) == 3  # the surge replacement, within max (2 + 1)
 
     # With scheduler none a drain ends at drain_timeout (30m): the next runs happen 31
-    # minutes later (NAVARCH_NOW), with the agents' fresh reports of that time.
+    # minutes later (NAVARCH_NOW); the agents' reports of that time are stamped by S3 now.
     later = datetime.now(UTC) + timedelta(minutes=31)
     env_later = env | {"NAVARCH_NOW": later.isoformat().replace("+00:00", "Z")}
     assert _report(healthy, nodes[healthy], tmp_path, now=later)["status"] == "healthy"

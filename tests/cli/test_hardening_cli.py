@@ -38,9 +38,8 @@ def test_16_4_hostile_reports_are_counted_in_status_not_a_traceback(navarch):
 # -- item 5 --------------------------------------------------------------------------------
 def test_16_5_node_clock_lagging_11_minutes_is_not_cordoned(navarch):
     navarch.ok("apply", "fleet.yaml", "--auto-approve")
-    # The agents' clocks run 11 minutes late (the local tick takes its clock from
-    # NAVARCH_NOW); the store stamps each object with its own time.
-    navarch.ok("local", "tick", "fleet.yaml", env={"NAVARCH_NOW": _at(-11)})
+    # The agents' clocks run 11 minutes late; the store stamps each object with its own time.
+    navarch.ok("local", "tick", "fleet.yaml", "--agent-clock-skew=-660")
     plan = navarch("plan", "fleet.yaml", "--detailed-exitcode")
     assert plan.code == 0, plan.out + plan.err
     assert "cordon" not in plan.out
@@ -53,7 +52,7 @@ def test_16_5_node_clock_lagging_11_minutes_is_not_cordoned(navarch):
 
 def test_16_5_node_clock_10_minutes_ahead_is_not_rejected_as_future(navarch):
     navarch.ok("apply", "fleet.yaml", "--auto-approve")
-    navarch.ok("local", "tick", "fleet.yaml", env={"NAVARCH_NOW": _at(10)})
+    navarch.ok("local", "tick", "fleet.yaml", "--agent-clock-skew=600")
     status = navarch.status()
     assert status["rejections"] == {}
     node = _node(navarch, "demo-train-0002")

@@ -48,9 +48,9 @@ def test_history_tells_xid79_reboot_return_then_replace_in_order(navarch, fleet_
     assert story == ["provision", "cordon", "drain", "reboot", "uncordon",
                      "cordon", "drain", "terminate"], text
     assert "# because XID 79: GPU has fallen off the bus" in text
-    assert "XID 79, first occurrence; remediation: reboot then replace" in text
-    assert "XID 79 again within 1d after reboot" in text
-    assert re.search(r"# report #\d+ unhealthy, fault XID 79, rung reboot", text), text
+    assert "xid:79, first occurrence; remediation: reboot then replace" in text
+    assert "xid:79 again within 1d after reboot" in text
+    assert re.search(r"# report #\d+ unhealthy, fault xid:79(@gpu\d+)?, rung reboot", text), text
     assert re.search(r"# because healthy for 1 reports? after reboot\n    # report #\d+ healthy",
                      text), text
 

@@ -13,7 +13,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 EXTRA_MODULES = ("boto3", "botocore", "google", "azure", "fabric", "paramiko", "invoke",
-                 "matplotlib")
+                 "matplotlib", "mcp", "mcp_types")
 
 # Runs navarch with the extras' packages unimportable, as in an install without extras.
 _WITHOUT_EXTRAS = f"""
@@ -56,3 +56,12 @@ def test_a_cloud_fleet_without_its_extra_names_the_extra(tmp_path: Path, fleet: 
     assert run.returncode == 1
     assert f"pip install 'navarch[{extra}]'" in run.stderr
     assert "Traceback" not in run.stderr
+
+
+def test_navarch_mcp_without_its_extra_names_the_extra(tmp_path: Path) -> None:
+    shutil.copy(REPO / "fleet.example.yaml", tmp_path / "fleet.yaml")
+    run = navarch_without_extras(tmp_path, "mcp", "fleet.yaml")
+    assert run.returncode == 1
+    assert run.stderr.strip().splitlines() == [
+        "Error: navarch mcp needs navarch[mcp] (mcp is not installed) "
+        "(pip install 'navarch[mcp]')"]

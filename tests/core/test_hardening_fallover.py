@@ -25,7 +25,7 @@ from navarch.errors import (
 from navarch.fleet_file import load_fleet
 from navarch.inventory import Instance
 from navarch.providers.base import ProvisionRequest
-from navarch.reconcile.run import Fleet, clock, gather, run_apply
+from navarch.reconcile.run import Fleet, gather, run_apply, system_clock
 from navarch.reconcile.state import load_memory
 
 FLEET = "fo"
@@ -161,7 +161,7 @@ def test_16_2_all_launch_ids_spent_moves_to_a_new_node_name(tmp_path):
     assert not first.outcomes[-1].ok
     assert len({lid for *_, lid in spent.calls}) == len(PLACES)  # each place's own token
     # The next run does not reuse the spent name (and so its tokens): it launches a new node.
-    plan = gather(fleet, clock()).plan
+    plan = gather(fleet, system_clock()).plan
     assert [a.node for a in plan.actions if a.kind.value == "provision"] == ["fo-train-0002"]
     second = _apply(fleet)
     assert all(o.ok for o in second.outcomes)

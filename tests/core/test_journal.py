@@ -18,7 +18,7 @@ from navarch.inventory import Instance
 from navarch.planner.model import ActionReason, Phase
 from navarch.providers.base import ProvisionRequest
 from navarch.reconcile.executor import JournalPolicy
-from navarch.reconcile.run import Fleet, check_saved_plan, clock, gather, run_apply
+from navarch.reconcile.run import Fleet, check_saved_plan, gather, run_apply, system_clock
 from navarch.reconcile.state import load_memory
 from tests.support.journal import FLEET, HeldApply, navarch, state_path, write_fleet
 
@@ -193,12 +193,12 @@ def test_16_11_apply_with_nothing_to_do_keeps_the_serial_and_saved_plans(tmp_pat
     assert navarch(tmp_path, "apply", "fleet.yaml", "--auto-approve").returncode == 0
     serial = json.loads(state_path(tmp_path).read_text())["serial"]
     fleet = open_fleet(tmp_path)
-    saved = gather(fleet, clock()).plan
+    saved = gather(fleet, system_clock()).plan
     for _ in range(2):
         run = navarch(tmp_path, "apply", "fleet.yaml", "--auto-approve")
         assert run.returncode == 0, run.stderr
     assert json.loads(state_path(tmp_path).read_text())["serial"] == serial
-    check_saved_plan(saved, gather(fleet, clock()))  # not stale
+    check_saved_plan(saved, gather(fleet, system_clock()))  # not stale
 
 
 def test_audit_log_is_chunked_and_bytes_per_action_are_bounded(tmp_path):

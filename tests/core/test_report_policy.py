@@ -84,8 +84,8 @@ def test_read_reports_applies_each_pools_rule_sets(tmp_path) -> None:
     store = FileStore(tmp_path)
     store.put("health/demo/train/demo-train-0001.json", _signed(_healthy()))
     memory = Memory(fleet="demo")
-    plain = read_reports(store, "demo", memory, SECRET, NOW, store_times=False)
-    ruled = read_reports(store, "demo", memory, SECRET, NOW, store_times=False,
+    plain = read_reports(store, "demo", memory, SECRET, NOW)
+    ruled = read_reports(store, "demo", memory, SECRET, NOW,
                          rule_sets={"train": ((HOT,), ())})
     assert plain["demo-train-0001"].summary.status == "healthy"
     assert ruled["demo-train-0001"].summary.status == "unhealthy"

@@ -114,9 +114,10 @@ def test_each_outcome_has_the_kind_its_failure_calls_for_and_carries_the_excepti
     memory = memory.with_node(replace(memory.node(node(4)), phase=Phase.CORDONED))
     _, got = execute(
         tmp_path, spec_of(tmp_path), cloud, instances, memory,
-        Action(ActionKind.TERMINATE, "train", node(1), "scale_down", action_reason=ActionReason.SCALE_DOWN, instance_id="i-1"),
-        Action(ActionKind.TERMINATE, "train", node(2), "scale_down", action_reason=ActionReason.SCALE_DOWN, instance_id="i-2"),
-        Action(ActionKind.UPDATE_TAGS, "train", node(3), "drift", action_reason=ActionReason.DRIFT, tags=(("team", "ml"),)),
+        Action(ActionKind.TERMINATE, "train", node(1), "scale_down", instance_id="i-1", action_reason=ActionReason.SCALE_DOWN),
+        Action(ActionKind.TERMINATE, "train", node(2), "scale_down", instance_id="i-2", action_reason=ActionReason.SCALE_DOWN),
+        Action(ActionKind.UPDATE_TAGS, "train", node(3), "drift", tags=(("team", "ml"),),
+               action_reason=ActionReason.DRIFT),
         Action(ActionKind.REBOOT, "train", node(4), "XID 79", action_reason=ActionReason.UNHEALTHY),  # cordoned, not drained
     )
     ok = got[(ActionKind.TERMINATE, node(1))]
@@ -159,8 +160,8 @@ def test_an_exception_at_the_action_boundary_is_a_failed_outcome_and_others_go_o
     cloud = FakeCloud({"i-1": bug})
     _, got = execute(
         tmp_path, spec_of(tmp_path), cloud, instances, memory,
-        Action(ActionKind.TERMINATE, "train", node(1), "scale_down", action_reason=ActionReason.SCALE_DOWN, instance_id="i-1"),
-        Action(ActionKind.TERMINATE, "train", node(2), "scale_down", action_reason=ActionReason.SCALE_DOWN, instance_id="i-2"),
+        Action(ActionKind.TERMINATE, "train", node(1), "scale_down", instance_id="i-1", action_reason=ActionReason.SCALE_DOWN),
+        Action(ActionKind.TERMINATE, "train", node(2), "scale_down", instance_id="i-2", action_reason=ActionReason.SCALE_DOWN),
     )
     failed = got[(ActionKind.TERMINATE, node(1))]
     assert failed.kind is OutcomeKind.PERMANENT and failed.exc is bug
@@ -174,8 +175,8 @@ def test_the_audit_log_records_each_outcome_with_its_kind_and_error_name(
     instances, memory = world(2)
     cloud = FakeCloud({"i-2": TransientError("RequestLimitExceeded")})
     execute(tmp_path, spec_of(tmp_path), cloud, instances, memory,
-            Action(ActionKind.TERMINATE, "train", node(1), "scale_down", action_reason=ActionReason.SCALE_DOWN, instance_id="i-1"),
-            Action(ActionKind.TERMINATE, "train", node(2), "scale_down", action_reason=ActionReason.SCALE_DOWN, instance_id="i-2"))
+            Action(ActionKind.TERMINATE, "train", node(1), "scale_down", instance_id="i-1", action_reason=ActionReason.SCALE_DOWN),
+            Action(ActionKind.TERMINATE, "train", node(2), "scale_down", instance_id="i-2", action_reason=ActionReason.SCALE_DOWN))
     by_node = {r["node"]: r for r in audit_records(tmp_path)}
     assert by_node[node(1)]["ok"] is True and by_node[node(1)]["outcome"] == "ok"
     assert by_node[node(1)]["error"] is None and by_node[node(1)]["detail"] == "terminated i-1"
@@ -196,8 +197,9 @@ def test_a_journal_that_fails_stops_the_run_and_its_error_is_raised(tmp_path: Pa
 
     with pytest.raises(PreconditionFailed) as info:
         execute(tmp_path, spec_of(tmp_path), cloud, instances, memory,
-                *(Action(ActionKind.TERMINATE, "train", node(i), "scale_down", action_reason=ActionReason.SCALE_DOWN,
-                         instance_id=f"i-{i}") for i in (1, 2, 3)),
+                *(Action(ActionKind.TERMINATE, "train", node(i), "scale_down",
+                         instance_id=f"i-{i}", action_reason=ActionReason.SCALE_DOWN)
+                  for i in (1, 2, 3)),
                 journal=journal, policy=JournalPolicy(every_actions=1))
     assert info.value is lost
     # The first write failed: the run tried no other write (no state after a lost CAS),

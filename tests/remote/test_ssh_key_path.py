@@ -9,9 +9,9 @@ import pytest
 import yaml
 
 from navarch.errors import ConfigError
+from navarch.fleet_file import load_fleet
 from navarch.remote.adapter import SSHPlaybooks
 from navarch.remote.runner import SSHRunner
-from navarch.spec import load_fleet
 
 REPO = Path(__file__).resolve().parents[2]
 

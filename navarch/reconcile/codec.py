@@ -1,0 +1,261 @@
+"""Memory <-> state/<fleet>.json: the JSON forms of the planner's data, and their cache.
+
+The planner's model (navarch.planner.model) is plain immutable data; this module turns
+it into the state document the reconciler writes by compare-and-swap
+(navarch.reconcile.state) and back, with times as RFC 3339 UTC strings. The one cache,
+NodeDocCache, lives here and not on the data: see its docstring for the benchmark that
+justifies it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from navarch.health import FaultKey, Remedy, Status
+from navarch.planner.model import (
+    Diag,
+    DiagState,
+    DiagWhy,
+    Exhausted,
+    Fault,
+    Memory,
+    NodeMemory,
+    NodeTable,
+    Phase,
+    PoolMemory,
+    ReportSummary,
+    parse_ts,
+    required_ts,
+    ts,
+)
+
+__all__ = [
+    "NodeDocCache",
+    "diag_from_json",
+    "diag_to_json",
+    "fault_from_json",
+    "fault_to_json",
+    "memory_from_json",
+    "memory_to_json",
+    "node_to_json",
+    "summary_from_json",
+    "summary_to_json",
+]
+
+
+def summary_to_json(s: ReportSummary | None) -> dict[str, Any] | None:
+    """A ReportSummary as JSON-ready data (times RFC 3339 UTC), or None."""
+    if s is None:
+        return None
+    return {
+        "sequence": s.sequence, "boot_id": s.boot_id, "generated_at": ts(s.generated_at),
+        "status": s.status, "action": s.action, "health_score": s.health_score, "fatal": s.fatal,
+        "findings": list(s.findings), "notice_kind": s.notice_kind,
+        "notice_deadline": ts(s.notice_deadline), "process_count": s.process_count,
+        "utilization_pct": s.utilization_pct, "gpu_count": s.gpu_count,
+        "stored_at": ts(s.stored_at),
+        **({"fault_key": s.fault_key.format()} if s.fault_key is not None else {}),
+    }
+
+
+def summary_from_json(d: Mapping[str, Any] | None) -> ReportSummary | None:
+    """Inverse of summary_to_json. Raises KeyError/ValueError on malformed data."""
+    if d is None:
+        return None
+    return ReportSummary(
+        sequence=d["sequence"], boot_id=d["boot_id"], generated_at=required_ts(d["generated_at"]),
+        status=Status(d["status"]), action=Remedy(d["action"]), health_score=d["health_score"],
+        fatal=d["fatal"],
+        findings=tuple(d.get("findings", ())), notice_kind=d.get("notice_kind"),
+        notice_deadline=parse_ts(d.get("notice_deadline")), process_count=d.get("process_count"),
+        utilization_pct=d.get("utilization_pct"), gpu_count=d.get("gpu_count", 0),
+        stored_at=parse_ts(d.get("stored_at")),
+        fault_key=FaultKey.parse(d["fault_key"]) if d.get("fault_key") else None,
+    )
+
+
+def _ladder_to_json(n: NodeMemory) -> dict[str, Any]:
+    """The remediation ladder's fields of a node, only those set (keeps the state small)."""
+    out: dict[str, Any] = {}
+    if n.fault is not None:
+        out["fault"] = fault_to_json(n.fault)
+    if n.faults:
+        out["faults"] = [[k, ts(t)] for k, t in n.faults]
+    if n.rung is not None:
+        out.update(rung=n.rung.value, rung_fault=n.rung_fault, rung_at=ts(n.rung_at))
+    if n.return_streak:
+        out["return_streak"] = n.return_streak
+    if n.operator_cordon:
+        out["operator_cordon"] = n.operator_cordon
+    if n.diag is not None:
+        out["diag"] = diag_to_json(n.diag)
+    if n.diag_cordon:
+        out["diag_cordon"] = True
+    return out
+
+
+def fault_to_json(f: Fault) -> dict[str, Any]:
+    """A Fault as the state document and the JSON plan write it (key: FaultKey.format)."""
+    return {"key": f.key.format(), "action": f.action.value, "boot_id": f.boot_id,
+            "sequence": f.sequence}
+
+
+def fault_from_json(f: Mapping[str, Any] | None) -> Fault | None:
+    """Inverse of fault_to_json; None passes through. A key written by an older navarch
+    ("XID 79") loads as a kind of its own. Raises KeyError/ValueError."""
+    if not f:
+        return None
+    return Fault(FaultKey.parse(f["key"]), Remedy(f["action"]), f["boot_id"], f["sequence"])
+
+
+def diag_to_json(d: Diag) -> dict[str, Any]:
+    """A Diag as JSON-ready data (times RFC 3339 UTC)."""
+    return {"level": d.level, "why": d.why.value, "state": d.state.value, "at": ts(d.at),
+            "started_at": ts(d.started_at), "detail": d.detail}
+
+
+def diag_from_json(d: Mapping[str, Any] | None) -> Diag | None:
+    """Inverse of diag_to_json; None passes through. Raises KeyError/ValueError."""
+    if d is None:
+        return None
+    return Diag(int(d["level"]), DiagWhy(d["why"]), DiagState(d["state"]), required_ts(d["at"]),
+                parse_ts(d.get("started_at")), d.get("detail", ""))
+
+
+def _ladder_from_json(n: Mapping[str, Any]) -> dict[str, Any]:
+    """Inverse of _ladder_to_json: NodeMemory keyword arguments."""
+    f = n.get("fault")
+    return {
+        "fault": fault_from_json(f),
+        "faults": tuple((k, required_ts(t)) for k, t in n.get("faults", ())),
+        "rung": Remedy(n["rung"]) if n.get("rung") else None,
+        "rung_fault": n.get("rung_fault", ""),
+        "rung_at": parse_ts(n.get("rung_at")), "return_streak": n.get("return_streak", 0),
+        "operator_cordon": n.get("operator_cordon", ""),
+        "diag": diag_from_json(n.get("diag")), "diag_cordon": n.get("diag_cordon", False),
+    }
+
+
+def node_to_json(n: NodeMemory) -> dict[str, Any]:
+    """One node of the state document (the entry under its name)."""
+    return {
+        "pool": n.pool, "instance_id": n.instance_id, "first_seen_at": ts(n.first_seen_at),
+        "phase": n.phase.value, "phase_at": ts(n.phase_at), "phase_reason": n.phase_reason,
+        "repair": n.repair, "report_version": n.report_version,
+        "report": summary_to_json(n.report), "streak": n.streak,
+        "streak_sequence": n.streak_sequence,
+        **({"launch": dict(n.launch)} if n.launch else {}),
+        **({"report_rejected": n.report_rejected} if n.report_rejected else {}),
+        **_ladder_to_json(n),
+    }
+
+
+class NodeDocCache:
+    """node_to_json results of the nodes of the last document made, by NodeMemory identity.
+
+    NodeMemory is immutable and a run replaces only the nodes it changed, so most nodes of
+    the next Memory are the very objects of the last one: their entries are reused and a
+    run that changes a few nodes of a large fleet serialises only those. The entries of
+    the last two documents are kept (a journal alternates between the Memory it loaded and
+    the one it writes); older ones are dropped. Justified by bench/scale.py (apply and
+    plan at 10,000 and 100,000 nodes write the state) and `navarch simulate` (the state is
+    written every reconcile period: 8,640 writes of 1,000 nodes in the 30-day run). The
+    entries are shared: read a document made with a cache, never change it.
+    """
+
+    def __init__(self) -> None:
+        # id(node) -> (the node, kept so its id is not reused while remembered; its entry)
+        self._last: dict[int, tuple[NodeMemory, dict[str, Any]]] = {}
+        self._before: dict[int, tuple[NodeMemory, dict[str, Any]]] = {}
+
+    def _remembered(self, n: NodeMemory) -> dict[str, Any] | None:
+        hit = self._last.get(id(n)) or self._before.get(id(n))
+        return hit[1] if hit is not None and hit[0] is n else None
+
+    def nodes_to_json(self, nodes: Iterable[NodeMemory]) -> dict[str, dict[str, Any]]:
+        """{node name: node_to_json(node)} in the order given, reusing remembered entries."""
+        made: dict[int, tuple[NodeMemory, dict[str, Any]]] = {}
+        out: dict[str, dict[str, Any]] = {}
+        for n in nodes:
+            doc = self._remembered(n)
+            if doc is None:
+                doc = node_to_json(n)
+            made[id(n)] = (n, doc)
+            out[n.node] = doc
+        self._before, self._last = self._last, made
+        return out
+
+
+def memory_to_json(m: Memory, cache: NodeDocCache | None = None) -> dict[str, Any]:
+    """Memory as the state/<fleet>.json document (version 1). cache: reuse the node entries
+    of earlier documents (NodeDocCache); the document then shares them: read it, never
+    change it."""
+    nodes = (cache.nodes_to_json(m.nodes) if cache is not None
+             else {n.node: node_to_json(n) for n in m.nodes})
+    return {
+        "version": 1,
+        "fleet": m.fleet,
+        "serial": m.serial,
+        "lineage": m.lineage,
+        "nodes": nodes,
+        "pools": {
+            p.pool: {
+                "next_index": p.next_index,
+                "repairs": [ts(r) for r in p.repairs],
+                "exhausted": [
+                    {"zone": e.zone, "instance_type": e.instance_type, "spot": e.spot,
+                     "until": ts(e.until), "failures": e.failures, "provider": e.provider}
+                    for e in p.exhausted
+                ],
+                "desired": p.desired, "desired_from_target": p.desired_from_target,
+                "scaled_at": ts(p.scaled_at),
+                **({"lemons": list(p.lemons)} if p.lemons else {}),
+                **({"host_faults": [[h, k, ts(w)] for h, k, w in p.host_faults]}
+                   if p.host_faults else {}),
+                **({"lemon_hosts": list(p.lemon_hosts)} if p.lemon_hosts else {}),
+            }
+            for p in m.pools
+        },
+        "rejections": dict(m.rejections),
+    }
+
+
+def memory_from_json(d: Mapping[str, Any]) -> Memory:
+    """Inverse of memory_to_json. Raises KeyError/ValueError on a malformed document."""
+    nodes = tuple(
+        NodeMemory(
+            node=name, pool=n["pool"], instance_id=n.get("instance_id"),
+            first_seen_at=parse_ts(n.get("first_seen_at")), phase=Phase(n.get("phase", "")),
+            phase_at=parse_ts(n.get("phase_at")), phase_reason=n.get("phase_reason", ""),
+            repair=n.get("repair", False), report_version=n.get("report_version"),
+            report=summary_from_json(n.get("report")), streak=n.get("streak", 0),
+            streak_sequence=n.get("streak_sequence", 0),
+            launch=tuple(sorted((n.get("launch") or {}).items())),
+            report_rejected=n.get("report_rejected"),
+            **_ladder_from_json(n),
+        )
+        for name, n in sorted(d.get("nodes", {}).items())
+    )
+    pools = tuple(
+        PoolMemory(
+            pool=name, next_index=p.get("next_index", 1),
+            repairs=tuple(required_ts(r) for r in p.get("repairs", ())),
+            exhausted=tuple(
+                Exhausted(e["zone"], e["instance_type"], e["spot"], required_ts(e["until"]),
+                          e.get("failures", 1), provider=e["provider"])
+                for e in p.get("exhausted", ())
+            ),
+            desired=p.get("desired"), desired_from_target=p.get("desired_from_target"),
+            scaled_at=parse_ts(p.get("scaled_at")),
+            lemons=tuple(p.get("lemons", ())),
+            host_faults=tuple((h, k, required_ts(w)) for h, k, w in p.get("host_faults", ())),
+            lemon_hosts=tuple(p.get("lemon_hosts", ())),
+        )
+        for name, p in sorted(d.get("pools", {}).items())
+    )
+    return Memory(
+        fleet=d["fleet"], serial=d.get("serial", 0), lineage=d.get("lineage", ""),
+        nodes=NodeTable(nodes), pools=pools,
+        rejections=tuple(sorted(d.get("rejections", {}).items())),
+    )

@@ -1,0 +1,47 @@
+"""Talk to `navarch mcp` as an assistant does: a subprocess spoken to by the `mcp` SDK's own
+stdio client (import only where the mcp extra is installed)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp.types import Implementation
+
+REPO = Path(__file__).resolve().parents[2]
+CLIENT = "oncall-assistant"
+
+Session = Callable[[ClientSession], Awaitable[Any]]
+
+
+def talk(workdir: Path, *flags: str, body: Session, env: dict[str, str] | None = None) -> Any:
+    """Start `navarch mcp fleet.yaml FLAGS` in workdir, initialize as CLIENT, run body(session)
+    and return what it returns; the server's stderr goes to workdir/mcp-server.log."""
+    server_env = {k: v for k, v in os.environ.items() if not k.startswith("NAVARCH_")}
+    server_env.update({"PYTHONPATH": str(REPO), **(env or {})})
+    params = StdioServerParameters(command=sys.executable,
+                                   args=["-m", "navarch", "mcp", "fleet.yaml", *flags],
+                                   env=server_env, cwd=workdir)
+
+    async def run() -> Any:
+        with open(workdir / "mcp-server.log", "a") as errlog:
+            async with stdio_client(params, errlog=errlog) as (read, write):
+                async with ClientSession(read, write, client_info=Implementation(
+                        name=CLIENT, version="1.0")) as session:
+                    await session.initialize()
+                    with anyio.fail_after(120):
+                        return await body(session)
+
+    return anyio.run(run)
+
+
+def document(result: Any) -> dict[str, Any]:
+    """A successful tool call's JSON document (its text content)."""
+    assert not result.is_error, result.content
+    return json.loads(result.content[0].text)

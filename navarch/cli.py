@@ -846,7 +846,9 @@ def _targeting(s: argparse.ArgumentParser) -> None:
     s.add_argument("--pool", action="append", metavar="POOL",
                    help="only this pool and its orphans (repeatable; Terraform -target)")
     s.add_argument("--replace", action="append", metavar="NODE",
-                   help="replace this node through surge, cordon and drain (Terraform -replace)")
+                   help="replace this node through surge, cordon and drain (Terraform "
+                        "-replace), whatever its lifecycle and past an open circuit breaker; "
+                        "exit 1 for a node the fleet does not have")
     s.add_argument("--allow-destroy", action="store_true",
                    help="let this run terminate more orphans than safety.max_orphan_terminations")
 
@@ -964,7 +966,8 @@ def _node_commands(sub: Any) -> None:
     _fleet(s)
     s.add_argument("node")
     s.add_argument("--force", action="store_true",
-                   help="return it even when its instance was replaced as a lemon")
+                   help="return it anyway: a lemon's instance, a report not fresh and "
+                        "healthy, a cordon made outside navarch (the output says which)")
     s.set_defaults(func=cmd_uncordon)
 
     s = sub.add_parser("reboot", help="reboot a node through its provider's API")

@@ -43,6 +43,7 @@ from navarch.spec import (
     PoolSpec,
     SafetySpec,
     SinkSpec,
+    SurgeOn,
 )
 
 # --- the fleet secret ------------------------------------------------------------------
@@ -534,6 +535,8 @@ def _pool(name: str, raw: Mapping[str, Any], providers: Mapping[str, Any],
             every_s=(parse_duration_s(raw["diagnostics"]["every"])
                      if raw["diagnostics"]["every"] else None),
             level=raw["diagnostics"]["level"],
+            time_limits_s=tuple(parse_duration_s(raw["diagnostics"]["time_limits"][k])
+                                for k in ("quick", "medium", "long")),  # type: ignore[arg-type]
         ),
         placement=raw["placement"],
     )
@@ -682,6 +685,8 @@ def _health(name: str, h: Mapping[str, Any], fleet_rules: tuple[Rule, ...], fail
         lemon_after=h["lemon_after"],
         lemon_window_s=parse_duration_s(h["lemon_window"]),
         return_requires_diag=h["return_requires_diag"] or None,
+        return_timeout_s=parse_duration_s(h["return_timeout"]),
+        surge_on=SurgeOn(h["surge_on"]),
     )
     ladder = ("reset_gpu", "reboot", "replace")
     if list(health.remediation) != sorted(health.remediation, key=ladder.index):

@@ -13,7 +13,17 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from navarch.compat import StrEnum
 from navarch.policy import Rule
+
+
+class SurgeOn(StrEnum):
+    """Which rungs of the ladder get a surge replacement when their node is cordoned:
+    ``replace`` only the terminate rung (a GPU reset or reboot brings the node back, so a
+    second machine would be scaled away again), ``any`` every fault."""
+
+    REPLACE = "replace"
+    ANY = "any"
 
 
 @dataclass(frozen=True)
@@ -39,6 +49,8 @@ class HealthPolicy:
     lemon_after: int = 3  # faults within lemon_window_s that make a node a lemon
     lemon_window_s: int = 604800
     return_requires_diag: int | None = None  # dcgmi diag level before return; None: off
+    return_timeout_s: int = 3600  # not returned this long after a remedy: climb a rung
+    surge_on: SurgeOn = SurgeOn.REPLACE  # which rungs get a surge replacement
 
     def rule_sets(self) -> tuple[tuple[Rule, ...], ...]:
         """The rule sets navarch.policy.evaluate() takes: the pool's, then the fleet's."""
@@ -59,6 +71,13 @@ class Diagnostics:
 
     every_s: int | None = None
     level: int = 2
+    # Per level 1-3: about three times DCGM's documented run time (seconds, ~2 min, ~15 min).
+    time_limits_s: tuple[int, int, int] = (300, 600, 2700)
+
+    def time_limit_s(self, level: int) -> int:
+        """How long a started `dcgmi diag -r level` may run before navarch stops waiting
+        for it, in seconds (levels 1-3; DCGM documentation's run times, tripled)."""
+        return self.time_limits_s[min(max(level, 1), 3) - 1]
 
 
 @dataclass(frozen=True)

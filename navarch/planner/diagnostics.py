@@ -61,27 +61,55 @@ def _failed(d: Diag, what: str = "") -> str:
     return f"{what}dcgmi diag -r {d.level} failed ({d.detail}); "
 
 
-def return_diag(ctx: PoolContext, v: NodeView, level: int, healthy: str) -> DiagStep | None:
+def _overran_s(ctx: PoolContext, d: Diag) -> float | None:
+    """How long a RUNNING diagnostic has run past its level's time limit (pool diagnostics.
+    time_limits), or None while within it: a hung dcgmi or a reused pid never answers."""
+    if d.state is not DiagState.RUNNING or d.started_at is None:
+        return None
+    ran_s = (ctx.now - d.started_at).total_seconds()
+    return ran_s if ran_s > ctx.pool.diagnostics.time_limit_s(d.level) else None
+
+
+def return_diag(ctx: PoolContext, v: NodeView, level: int, healthy: str, *,
+                late: bool = False) -> DiagStep | None:
     """return_requires_diag: a remedied node returns only after `dcgmi diag -r level`, started
     after the remedy, passed. None when it did; else the DIAGNOSE that starts or collects it
     (it runs detached on the node: each run collects, none waits for it), the Climb a failed
-    one asks for, or why the node waits (dcgmi is not installed)."""
+    one asks for, or why the node waits (dcgmi is not installed).
+
+    late: return_timeout has passed since the remedy. A diagnostic that runs past its
+    level's time limit, or gives no verdict (unavailable, error) once late, is a Climb:
+    the remedy is taken as not proven, and no node waits on a diagnostic for good.
+    """
     d = v.diag
+    key, action = ((v.fault.key, v.fault.action) if v.fault is not None
+                   else (DIAG_FAULT_KEY, DIAG_FAULT_ACTION))
     if (d is None or d.why is not DiagWhy.RETURN or d.level < level or d.started_at is None
             or v.rung_at is None or d.started_at < v.rung_at):
+        if late:
+            return Climb(_diag_fault(v, key, action), f"dcgmi diag -r {level} never ran "
+                         "before return_timeout; ")
         return diagnose(ctx, v, level, DiagWhy.RETURN,
                         f"{healthy}; return_requires_diag: dcgmi diag -r {level} first"), ""
     if d.state is DiagState.PASS:
         return None
+    overran_s = _overran_s(ctx, d)
+    if overran_s is not None:
+        return Climb(_diag_fault(v, key, action),
+                     f"dcgmi diag -r {d.level} still running after {format_duration_s(overran_s)} "
+                     f"(time limit {format_duration_s(ctx.pool.diagnostics.time_limit_s(d.level))}); ")
     if d.state is DiagState.RUNNING:
         return diagnose(ctx, v, d.level, DiagWhy.RETURN, f"collect dcgmi diag -r {d.level} "
                         f"(running since {d.started_at:%H:%M} UTC)"), ""
     if d.state is DiagState.FAIL:
-        key, action = ((v.fault.key, v.fault.action) if v.fault is not None
-                       else (DIAG_FAULT_KEY, DIAG_FAULT_ACTION))
         return Climb(_diag_fault(v, key, action), _failed(d))
+    if late:
+        return Climb(_diag_fault(v, key, action),
+                     f"dcgmi diag -r {d.level} gave no verdict ({d.detail}) by return_timeout; ")
     if d.state is DiagState.UNAVAILABLE:
-        return None, (f"{v.node}: cannot return: return_requires_diag {level} and {d.detail}")
+        return None, (f"{v.node}: cannot return: return_requires_diag {level} and {d.detail} "
+                      f"(the ladder climbs at return_timeout "
+                      f"{format_duration_s(ctx.pool.health.return_timeout_s)})")
     return diagnose(ctx, v, level, DiagWhy.RETURN,
                     f"dcgmi diag -r {level} again: the last run gave no verdict ({d.detail})"), ""
 
@@ -90,7 +118,8 @@ def scheduled_diag(ctx: PoolContext, v: NodeView) -> DiagStep:
     """A node cordoned for scheduled diagnostics: once drained, diagnose it (start, then
     collect on later runs); uncordon it when they pass or give no verdict (doubt never
     acts); a failure is a Climb for the ladder. A drain that does not finish within
-    drain_timeout returns the node undiagnosed: a healthy node is never terminated for it."""
+    drain_timeout, or a dcgmi diag running past its level's time limit, returns the node
+    undiagnosed: a healthy node is never terminated for it."""
     h = ctx.pool.health
     if not v.drained:
         waited_s = (ctx.now - v.phase_at).total_seconds() if v.phase_at else 0.0
@@ -102,6 +131,21 @@ def scheduled_diag(ctx: PoolContext, v: NodeView) -> DiagStep:
         return None, f"{v.node}: draining for scheduled diagnostics"
     d = v.diag
     level = ctx.pool.diagnostics.level
+    overran_s = _overran_s(ctx, d) if d is not None else None
+    if d is not None and overran_s is not None:
+        return Action(ActionKind.UNCORDON, ctx.pool.name, v.node,
+                      f"scheduled diagnostics returned undiagnosed: dcgmi diag -r {d.level} "
+                      f"still running after {format_duration_s(overran_s)} (time limit "
+                      f"{format_duration_s(ctx.pool.diagnostics.time_limit_s(d.level))})",
+                      instance_id=iid(v), action_reason=ActionReason.DIAGNOSTICS), ""
+    limit_s = ctx.pool.diagnostics.time_limit_s(d.level if d else level)
+    if d is not None and d.state is DiagState.DUE and \
+            (ctx.now - d.at).total_seconds() > h.drain_timeout_s + limit_s:
+        return Action(ActionKind.UNCORDON, ctx.pool.name, v.node,
+                      f"scheduled diagnostics returned undiagnosed: dcgmi diag -r {d.level} "
+                      f"never started within drain_timeout and its time limit "
+                      f"({format_duration_s(h.drain_timeout_s + limit_s)})",
+                      instance_id=iid(v), action_reason=ActionReason.DIAGNOSTICS), ""
     if d is None or d.state in (DiagState.DUE, DiagState.RUNNING):
         what = "collect" if d is not None and d.state is DiagState.RUNNING else "start"
         return diagnose(ctx, v, d.level if d else level, DiagWhy.SCHEDULED,

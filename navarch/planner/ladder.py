@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from datetime import datetime
 
 from navarch.durations import format_duration_s
 from navarch.health import FaultKey, Remedy, Status
@@ -38,7 +39,8 @@ from navarch.planner.model import (
 from navarch.planner.observe import after_remedy, fault_of
 from navarch.xid import fatal_xids_by_remedy
 
-__all__ = ["Rung", "catalogue_table", "decide", "decision_table", "ladder_stage", "rung_for"]
+__all__ = ["Rung", "catalogue_table", "decide", "decision_table", "in_place", "ladder_stage",
+           "rung_for"]
 
 
 def decide(ladder: Sequence[Remedy | str], need: Remedy, *, previous: Remedy | None = None,
@@ -134,16 +136,20 @@ def _lemon_count(ctx: PoolContext, v: NodeView, unrecorded: int) -> tuple[int, s
     return count, f" on host {host}" if on_host == count else ""
 
 
-def rung_for(ctx: PoolContext, v: NodeView, fault: Fault, unrecorded: int) -> Rung:
+def rung_for(ctx: PoolContext, v: NodeView, fault: Fault, unrecorded: int,
+             climb_from: Remedy | None = None) -> Rung:
     """The ladder's rung for `fault` on v (``decide`` with the pool's settings).
 
     previous: the rung already tried for the same fault kind (FaultKey.same_as) within
-    ladder_window; lemon: see ``_lemon_count``; unrecorded: faults not yet in Memory.
+    ladder_window, or `climb_from` when given (a remedy that did not bring the node back
+    in time is climbed from whatever the window says); lemon: see ``_lemon_count``;
+    unrecorded: faults not yet in Memory.
     """
     h = ctx.pool.health
-    previous = (v.rung if v.rung is not None and FaultKey(v.rung_fault).same_as(fault.key)
-                and v.rung_at is not None
-                and (ctx.now - v.rung_at).total_seconds() <= h.ladder_window_s else None)
+    previous = climb_from or (
+        v.rung if v.rung is not None and FaultKey(v.rung_fault).same_as(fault.key)
+        and v.rung_at is not None
+        and (ctx.now - v.rung_at).total_seconds() <= h.ladder_window_s else None)
     count, where = _lemon_count(ctx, v, unrecorded)
     lemon = count >= h.lemon_after
     remedy = decide(h.remediation, fault.action, previous=previous, lemon=lemon)
@@ -152,6 +158,8 @@ def rung_for(ctx: PoolContext, v: NodeView, fault: Fault, unrecorded: int) -> Ru
     if lemon:
         why = (f"lemon: {count} faults{where} in {format_duration_s(h.lemon_window_s)} "
                f"(lemon_after {h.lemon_after}); {key}")
+    elif climb_from is not None:
+        why = f"{key} not cured by the {climb_from.value}; {ladder}"
     elif previous is not None:
         why = (f"{key} again within {format_duration_s(h.ladder_window_s)} after "
                f"{previous.value}; {ladder}")
@@ -175,17 +183,34 @@ def _carry_out(ctx: PoolContext, v: NodeView, r: Rung, fault: Fault, *, repair: 
                prefix: str = "") -> tuple[Action | None, str]:
     """The rung's action for v: TERMINATE for replace, else RESET_GPU or REBOOT in place, or
     why it waits: never in place while v's latest report shows GPU processes (nvidia-smi -r
-    refuses then, and a reboot would kill them)."""
+    refuses then, and a reboot would kill them). A rung that cannot run for drain_timeout
+    after the node left service (phase_at) falls back to replace: processes that outlive
+    a drain that long are hung, and waiting on them would hold a budget slot for good."""
     why = prefix + r.why
     if r.remedy is Remedy.REPLACE:
         return Action(ActionKind.TERMINATE, ctx.pool.name, v.node, why, instance_id=iid(v),
                       lemon=r.lemon, fault=fault, action_reason=r.code), ""
     kind = _RUNG_ACTION[r.remedy]
     if _busy(v):
+        h = ctx.pool.health
+        waited_s = _since_s(ctx, v.phase_at)
+        if waited_s >= h.drain_timeout_s:
+            return Action(ActionKind.TERMINATE, ctx.pool.name, v.node,
+                          f"{why}; the {kind.value} cannot run: {_busy(v)} GPU process(es) "
+                          f"remain {format_duration_s(waited_s)} after it left service "
+                          f"(drain_timeout {format_duration_s(h.drain_timeout_s)}), so it is "
+                          "replaced", instance_id=iid(v), fault=fault,
+                          action_reason=ActionReason.DRAIN_TIMEOUT), ""
         return None, (f"{v.node}: {kind.value} waits: its latest report shows {_busy(v)} "
-                      "GPU process(es)")
+                      f"GPU process(es) ({format_duration_s(waited_s)} of drain_timeout "
+                      f"{format_duration_s(h.drain_timeout_s)}, then replaced)")
     return Action(kind, ctx.pool.name, v.node, why, instance_id=iid(v), fault=fault,
                   rung=r.remedy, repair=repair, action_reason=r.code), ""
+
+
+def _since_s(ctx: PoolContext, at: datetime | None) -> float:
+    """Seconds from `at` to the run's now (0 when unknown)."""
+    return (ctx.now - at).total_seconds() if at is not None else 0.0
 
 
 def _after_drain(ctx: PoolContext, v: NodeView, fault: Fault) -> tuple[Action | None, str]:
@@ -211,7 +236,9 @@ def _climb(ctx: PoolContext, v: NodeView, step: DiagStep) -> tuple[Action | None
 def _remediating(ctx: PoolContext, v: NodeView) -> tuple[Action | None, str]:
     """A rebooted or GPU-reset node: return it after return_after healthy reports made after
     the remedy, climb a rung when it faults again, replace it when no report made after the
-    remedy arrives within boot_timeout."""
+    remedy arrives within boot_timeout, and climb a rung when it is still not back
+    return_timeout after the remedy (reports degraded, unknown or stale, unhealthy below
+    unhealthy_after, a diagnostic before return without a verdict): every wait here ends."""
     h, s, fault = ctx.pool.health, v.summary, v.fault
     rung = v.rung or Remedy.REBOOT
     since = v.rung_at or v.phase_at or ctx.now
@@ -230,27 +257,87 @@ def _remediating(ctx: PoolContext, v: NodeView) -> tuple[Action | None, str]:
         return Action(ActionKind.TERMINATE, ctx.pool.name, v.node,
                       f"no fresh report for {format_duration_s(v.report_age_s)} after the "
                       f"{rung.value}", instance_id=iid(v), action_reason=ActionReason.OFFLINE), ""
-    if s.status is Status.UNHEALTHY:
-        if not (s.fatal or v.streak >= h.unhealthy_after):
-            return None, (f"{v.node}: unhealthy report {v.streak} of {h.unhealthy_after} "
-                          f"after the {rung.value}")
+    late = waited_s > h.return_timeout_s
+    if s.status is Status.UNHEALTHY and (s.fatal or v.streak >= h.unhealthy_after):
         new = fault_of(s)
         return _carry_out(ctx, v, rung_for(ctx, v, new, unrecorded=1), new, repair=True)
-    if v.return_streak >= h.return_after:
+    if s.status is Status.HEALTHY and v.return_streak >= h.return_after:
         why = f"healthy for {v.return_streak} reports after {rung.value}"
         if h.return_requires_diag is not None:
-            gate = return_diag(ctx, v, h.return_requires_diag, why)
+            gate = return_diag(ctx, v, h.return_requires_diag, why, late=late)
             if gate is not None:
                 return _climb(ctx, v, gate)
             why += f"; dcgmi diag -r {h.return_requires_diag} passed"
         return Action(ActionKind.UNCORDON, ctx.pool.name, v.node, why, instance_id=iid(v),
                       action_reason=ActionReason.RECOVERED), ""
-    return None, (f"{v.node}: {v.return_streak} of {h.return_after} healthy reports after "
-                  f"the {rung.value}")
+    if s.status is Status.UNHEALTHY:
+        wait = (f"{v.node}: unhealthy report {v.streak} of {h.unhealthy_after} after the "
+                f"{rung.value}")
+    elif s.status is Status.HEALTHY:
+        wait = (f"{v.node}: {v.return_streak} of {h.return_after} healthy reports after the "
+                f"{rung.value}")
+    else:
+        wait = f"{v.node}: reports {s.status.value} after the {rung.value}"
+    if late:
+        return _timeout_climb(ctx, v, rung, waited_s)
+    return None, (f"{wait} ({format_duration_s(waited_s)} of return_timeout "
+                  f"{format_duration_s(h.return_timeout_s)})")
+
+
+def _timeout_climb(ctx: PoolContext, v: NodeView, rung: Remedy, waited_s: float
+                   ) -> tuple[Action | None, str]:
+    """The next rung for a node the `rung` did not bring back within return_timeout: its
+    remedied fault is taken as not cured (replace when no fault is remembered)."""
+    h = ctx.pool.health
+    why = (f"not back in service {format_duration_s(waited_s)} after the {rung.value} "
+           f"(return_timeout {format_duration_s(h.return_timeout_s)}); ")
+    if v.fault is None:
+        return Action(ActionKind.TERMINATE, ctx.pool.name, v.node, why + "replaced",
+                      instance_id=iid(v), action_reason=ActionReason.REMEDY_TIMEOUT), ""
+    r = rung_for(ctx, v, v.fault, unrecorded=0, climb_from=rung)
+    action, wait = _carry_out(ctx, v, r, v.fault, repair=True, prefix=why)
+    if action is not None and not r.lemon and action.action_reason is ActionReason.REMEDY:
+        action = replace(action, action_reason=ActionReason.REMEDY_TIMEOUT)
+    return action, wait
+
+
+def _requested(ctx: PoolContext, v: NodeView) -> tuple[Action | None, str] | None:
+    """`apply --replace NODE` for a node out of service (the repair stage takes those in
+    service): an operator-cordoned node is drained for replacement, a drained or remediating
+    one is terminated, a draining one is terminated when its drain finishes or times out
+    (the terminate stage). The operator named it: the breaker does not hold it."""
+    why = "replacement requested (--replace)"
+    code = ActionReason.REPLACE_REQUESTED
+    if v.lifecycle is Lifecycle.OPERATOR_CORDONED:
+        return Action(ActionKind.CORDON, ctx.pool.name, v.node, f"{why}; {v.reason}",
+                      instance_id=iid(v), repair=True, action_reason=code), ""
+    if v.lifecycle is Lifecycle.REMEDIATING or (v.lifecycle is Lifecycle.DRAINING and v.drained):
+        state = "drained" if v.lifecycle is Lifecycle.DRAINING else f"out for its {v.rung or 'remedy'}"
+        return Action(ActionKind.TERMINATE, ctx.pool.name, v.node, f"{why}; it was {state}",
+                      instance_id=iid(v), action_reason=code), ""
+    return None
+
+
+#: Lifecycles in which a node named by --replace is already on its way out (the terminate
+#: and redrain stages finish it; the ladder must not take it from them).
+_ALREADY_LEAVING = frozenset({Lifecycle.CORDONED, Lifecycle.DRAINING, Lifecycle.TERMINATING})
+
+
+def _operator_cordoned(v: NodeView) -> str:
+    """The pending line for a node an operator cordoned: who returns it, and whether its
+    reports say it is sick (then `--replace` is the way out)."""
+    s = v.summary
+    if s is not None and s.status is Status.UNHEALTHY:
+        worst = s.findings[0] if s.findings else "unhealthy"
+        return (f"{v.node}: {v.reason}; its reports are unhealthy ({worst}): "
+                f"`navarch apply --replace {v.node}` replaces it")
+    return f"{v.node}: {v.reason} (`navarch uncordon` returns it)"
 
 
 def _step(ctx: PoolContext, v: NodeView) -> tuple[Action | None, str] | None:
     """The ladder's step for one node, or None when the ladder has nothing to say of it."""
+    if v.node in ctx.options.replace:
+        return _requested(ctx, v)
     if v.lifecycle is Lifecycle.DRAINING and v.diag_cordon:
         return _climb(ctx, v, scheduled_diag(ctx, v))
     if v.lifecycle is Lifecycle.DRAINING and v.drained and v.fault is not None:
@@ -260,36 +347,71 @@ def _step(ctx: PoolContext, v: NodeView) -> tuple[Action | None, str] | None:
     return None
 
 
+def in_place(ctx: PoolContext, v: NodeView) -> bool:
+    """Whether the ladder will remedy v in place (reset its GPUs or reboot it) rather than
+    replace it: true of a remediating node, and of a node cordoned for a fault (or whose
+    unhealthy report is cordoned this run) whose rung is in place. The count stage gives
+    such a node no surge replacement under surge_on: replace; a node that climbs to replace
+    leaves then and gets one."""
+    if v.node in ctx.options.replace or v.diag_cordon:
+        return False
+    if v.lifecycle is Lifecycle.REMEDIATING:
+        return True
+    if v.lifecycle in (Lifecycle.CORDONED, Lifecycle.DRAINING):
+        fault, unrecorded = v.fault, 0
+    elif v.lifecycle is Lifecycle.UNHEALTHY and v.summary is not None \
+            and v.summary.status is Status.UNHEALTHY:
+        fault, unrecorded = fault_of(v.summary), 1
+    else:
+        return False
+    if fault is None:
+        return False
+    return rung_for(ctx, v, fault, unrecorded).remedy is not Remedy.REPLACE
+
+
 def ladder_stage(ctx: PoolContext, prog: Progress) -> StageResult:
     """The remediation ladder stage (docs/health-policy.md).
 
     A DRAINING node cordoned for a fault (Memory has it) whose drain finished gets
-    ``rung_for``: RESET_GPU, REBOOT, or TERMINATE (replace; a lemon is marked). A
+    ``rung_for``: RESET_GPU, REBOOT, or TERMINATE (replace; a lemon is marked); an in-place
+    rung that GPU processes keep from running for drain_timeout falls back to TERMINATE. A
     REMEDIATING node is uncordoned after return_after healthy reports made after the
     remedy (observe.after_remedy: a new boot, or a report later than the GPU reset), climbs
-    the next rung when it faults again after it, and is replaced when no report made after
-    the remedy arrives within boot_timeout. Resets and reboots are repairs: the circuit
-    breaker holds every one, the repair rate limit one no cordon paid for (a fault again
-    after a remedy). Terminations here are of drained nodes and go even with the breaker
-    open. Operator-cordoned nodes are listed as pending, nothing else.
+    the next rung when it faults again after it or is not back within return_timeout, and
+    is replaced when no report made after the remedy arrives within boot_timeout. Resets
+    and reboots are repairs: the circuit breaker holds every one, the repair rate limit one
+    no cordon paid for (a fault again after a remedy). Terminations here are of drained
+    nodes and go even with the breaker open, except the fallback past drain_timeout (its
+    processes may be work). Operator-cordoned nodes are listed as pending (with a hint
+    when their reports are unhealthy); nodes named by `--replace` are replaced whatever
+    their lifecycle, the breaker notwithstanding.
     """
     pool = ctx.pool
     actions: list[Action] = []
     halts: list[Halt] = []
     pending: list[str] = []
     taken = set(prog.taken)
+    leaving = list(prog.leaving)
     rate_left = prog.rate_left
     for v in ctx.views:
-        if v.lifecycle is Lifecycle.OPERATOR_CORDONED:
-            pending.append(f"{v.node}: {v.reason} (`navarch uncordon` returns it)")
+        if v.lifecycle is Lifecycle.OPERATOR_CORDONED and v.node not in ctx.options.replace:
+            pending.append(_operator_cordoned(v))
             continue
         step = _step(ctx, v)
         if step is None:
+            if v.node in ctx.options.replace and v.lifecycle in _ALREADY_LEAVING:
+                pending.append(f"{v.node}: --replace: already leaving ({v.lifecycle.value}); "
+                               "terminated once its drain finishes or at drain_timeout")
             continue
         action, wait = step
         taken.add(v.node)
         if action is None:
             pending.append(wait)
+            continue
+        if (ctx.frozen and action.kind is ActionKind.TERMINATE
+                and action.action_reason is ActionReason.DRAIN_TIMEOUT):
+            halts.append(Halt(pool.name, HaltRule.CIRCUIT_BREAKER,
+                              f"{v.node}: termination held back"))
             continue
         if action.kind in (ActionKind.REBOOT, ActionKind.RESET_GPU):
             if ctx.frozen:
@@ -305,5 +427,11 @@ def ladder_stage(ctx: PoolContext, prog: Progress) -> StageResult:
                     continue
                 rate_left -= 1
         actions.append(action)
-    return StageResult(replace(prog, rate_left=rate_left, taken=frozenset(taken)),
+        if action.kind in (ActionKind.CORDON, ActionKind.TERMINATE):
+            leaving.append(v.node)  # leaves for good: the count stage replaces it
+        if action.kind is ActionKind.CORDON:  # an operator's cordon, now a replacement
+            actions.append(Action(ActionKind.DRAIN, pool.name, v.node, action.reason,
+                                  instance_id=iid(v), action_reason=action.action_reason))
+    return StageResult(replace(prog, rate_left=rate_left, taken=frozenset(taken),
+                               leaving=tuple(leaving)),
                        tuple(actions), tuple(halts), pending=tuple(pending))

@@ -88,7 +88,7 @@ class ActionReason(enum.StrEnum):
     REDRAIN = "redrain"  # cordoned but never drained
     REMEDY = "remedy"  # the ladder's rung for a fault (reset_gpu, reboot, replace)
     LEMON = "lemon"  # the ladder replaces a lemon (lemon_after faults in lemon_window)
-    REMEDY_TIMEOUT = "remedy_timeout"  # no report after the remedy within boot_timeout
+    REMEDY_TIMEOUT = "remedy_timeout"  # not back within boot_timeout/return_timeout of a remedy
     RECOVERED = "recovered"  # healthy reports after the remedy: back in service
     DIAGNOSTICS = "diagnostics"  # dcgmi diag, scheduled or before a return
     DESTROY = "destroy"  # `navarch destroy`

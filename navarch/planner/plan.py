@@ -38,7 +38,11 @@ while its latest report shows GPU processes; it is only returned to service auto
 after return_after healthy reports made after the remedy (a boot other than its fault's,
 or for a GPU reset reports made after it) and, with return_requires_diag, a dcgmi diag
 started after the remedy that passed. A node an operator
-cordoned is never drained, terminated or uncordoned by a plan.
+cordoned is never drained, terminated or uncordoned by a plan unless the operator names it
+in `--replace`. Every lifecycle out of service has a deadline and a next step (drain_timeout,
+boot_timeout, return_timeout, the diagnostics time limits: docs/health-policy.md "No node
+stuck out of service"), so no node holds the disruption budget for good. Under surge_on:
+replace a node the ladder remedies in place gets no surge replacement.
 """
 
 from __future__ import annotations
@@ -55,7 +59,7 @@ from navarch.health import Status
 from navarch.planner.context import PlanOptions, PoolContext, Progress, Stage, StageResult
 from navarch.planner.context import iid as _iid
 from navarch.planner.diagnostics import diagnostics_stage
-from navarch.planner.ladder import ladder_stage
+from navarch.planner.ladder import in_place, ladder_stage
 from navarch.planner.model import (
     LEAVING,
     READY,
@@ -75,7 +79,7 @@ from navarch.planner.model import (
     PoolMemory,
 )
 from navarch.planner.observe import Duplicate, fault_of
-from navarch.spec import FleetSpec, PoolSpec
+from navarch.spec import FleetSpec, PoolSpec, SurgeOn
 
 HOUR_S = 3600
 _REPLACE_ORDER = {Lifecycle.PREEMPTING: 0, Lifecycle.UNHEALTHY: 1, Lifecycle.OFFLINE: 2,
@@ -385,7 +389,7 @@ def terminate_stage(ctx: PoolContext, prog: Progress) -> StageResult:
                 pending.append(f"{v.node}: draining for {format_duration_s(waited_s)} "
                                f"of {format_duration_s(h.drain_timeout_s)}")
                 continue
-            if ctx.frozen and not v.drained:
+            if ctx.frozen and not v.drained and v.node not in ctx.options.replace:
                 halts.append(Halt(ctx.pool.name, HaltRule.CIRCUIT_BREAKER, f"{v.node}: termination held back"))
                 continue
             actions.append(Action(ActionKind.TERMINATE, ctx.pool.name, v.node, f"{why}; {v.reason}",
@@ -407,10 +411,11 @@ def stuck_stage(ctx: PoolContext, prog: Progress) -> StageResult:
     """Terminate instances pending past provision_timeout (they never served: no cordon),
     backing off their place like a capacity error so the next place is tried."""
     stuck = [v for v in ctx.views if v.lifecycle is Lifecycle.STUCK and v.instance]
-    if ctx.frozen and stuck:
+    held = [v for v in stuck if ctx.frozen and v.node not in ctx.options.replace]
+    if held:
         return StageResult(prog, halts=tuple(
             Halt(ctx.pool.name, HaltRule.CIRCUIT_BREAKER, f"{v.node}: termination of a stuck instance "
-                 "held back") for v in stuck))
+                 "held back") for v in held))
     avoid = frozenset((v.instance.provider, v.instance.zone, v.instance.instance_type,
                        v.instance.spot)
                       for v in stuck if v.instance)
@@ -447,7 +452,9 @@ def repair_stage(ctx: PoolContext, prog: Progress) -> StageResult:
 
     Order: preemption, unhealthy (fatal first), offline, requested (--replace),
     maintenance (soonest deadline first). A preemption goes whatever the budget; a
-    maintenance notice is no fault: it waits for the budget but not the rate limit.
+    maintenance notice is no fault: it waits for the budget but not the rate limit. A node
+    named by `--replace` is the operator's explicit override of the circuit breaker and of
+    auto_replace: false, for that node only (budget and rate limit still apply).
     """
     h, spec, pool = ctx.pool.health, ctx.spec, ctx.pool
     ranked = [(r, v) for v in ctx.views if (r := _repair_rank(ctx, v)) is not None]
@@ -459,12 +466,15 @@ def repair_stage(ctx: PoolContext, prog: Progress) -> StageResult:
     for rank, v in ranked:
         preempting = v.lifecycle is Lifecycle.PREEMPTING
         repair = rank in (1, 2, _REQUESTED)
+        requested = v.node in ctx.options.replace
         why = v.reason if rank != _REQUESTED else "replacement requested (--replace)"
-        if not h.auto_replace and rank != _REQUESTED:
+        if requested and rank != _REQUESTED:
+            why = f"replacement requested (--replace); {why}"
+        if not h.auto_replace and not requested:
             pending.append(f"{v.node}: {v.lifecycle.value} ({v.reason}); auto_replace is off")
             continue
         if not preempting:
-            if ctx.frozen:
+            if ctx.frozen and not requested:
                 continue  # the circuit-breaker halt already says why
             if budget <= 0:
                 halts.append(Halt(pool.name, HaltRule.DISRUPTION_BUDGET, f"{v.node} waits: max_unavailable "
@@ -481,7 +491,7 @@ def repair_stage(ctx: PoolContext, prog: Progress) -> StageResult:
         s = v.summary
         fault = (fault_of(s) if v.lifecycle is Lifecycle.UNHEALTHY and s is not None
                  and s.status is Status.UNHEALTHY else None)
-        code = _repair_code(v, rank)
+        code = ActionReason.REPLACE_REQUESTED if requested else _repair_code(v, rank)
         actions.append(Action(ActionKind.CORDON, pool.name, v.node, why, instance_id=_iid(v),
                               repair=repair, fault=fault, action_reason=code))
         actions.append(Action(ActionKind.DRAIN, pool.name, v.node, why, instance_id=_iid(v),
@@ -597,13 +607,19 @@ def _present(ctx: PoolContext, prog: Progress) -> list[NodeView]:
     # Waited for, not replaced: a node an operator cordoned (usually for a while, and a GPU
     # node is dear), and under replacement after-terminate a rebooted node.
     kept = {Lifecycle.OPERATOR_CORDONED}
-    if ctx.pool.health.replacement == "after-terminate":
+    h = ctx.pool.health
+    if h.replacement == "after-terminate":
         kept.add(Lifecycle.REMEDIATING)
+    # surge_on: replace: a node the ladder will reset or reboot is waited for, like one out
+    # for diagnostics; a surge machine per reboot costs more than the minutes it saves.
+    waited = h.replacement == "surge" and h.surge_on is SurgeOn.REPLACE
     return [v for v in ctx.views
-            if (v.lifecycle not in LEAVING or v.lifecycle in kept or v.diag_cordon)
+            if (v.lifecycle not in LEAVING or v.lifecycle in kept or v.diag_cordon
+                or (waited and in_place(ctx, v)))
             # a stuck instance leaves this run, unless the breaker holds its termination
             and not (v.lifecycle is Lifecycle.STUCK and not ctx.frozen)
-            and v.node not in prog.leaving]
+            and (v.node not in prog.leaving or (waited and v.lifecycle is Lifecycle.UNHEALTHY
+                                                and in_place(ctx, v)))]
 
 
 def count_stage(ctx: PoolContext, prog: Progress) -> StageResult:
@@ -647,7 +663,10 @@ def _provision(ctx: PoolContext, prog: Progress, present: list[NodeView], need: 
         halts.append(Halt(pool.name, HaltRule.CAPACITY,
                           f"every place is out of capacity until {soonest:%H:%M} UTC"))
         return StageResult(prog, halts=tuple(halts), pending=tuple(pending))
-    replaced = list(prog.leaving) + sorted(v.node for v in ctx.views if v.lifecycle in LEAVING)
+    counted = {v.node for v in present}
+    replaced = [n for n in dict.fromkeys(
+        list(prog.leaving) + sorted(v.node for v in ctx.views if v.lifecycle in LEAVING))
+        if n not in counted]
     jobs: list[tuple[str | None, str]] = []
     for i in range(count):
         replaces = replaced[i] if i < len(replaced) else None
@@ -666,8 +685,9 @@ def _provision(ctx: PoolContext, prog: Progress, present: list[NodeView], need: 
 
 
 def _scale_down(ctx: PoolContext, prog: Progress, present: list[NodeView], excess: int) -> StageResult:
-    """Cordon + drain `excess` nodes: idle ready nodes only (drifted first, then healthy
-    before degraded, least utilised, newest); never a doubtful one, and
+    """Cordon + drain `excess` nodes: idle ready nodes only (drifted first, then one with a
+    fault within lemon_window, so a surge's fresh replacement stays and the once-faulty
+    node goes, then healthy before degraded, least utilised, newest); never a doubtful one, and
     never below desired ready nodes. A pool with nodes failing (unhealthy, offline, or
     part-way to unhealthy_after) does not shrink: removing a good node then could trip
     the circuit breaker and stop the repairs."""
@@ -685,8 +705,12 @@ def _scale_down(ctx: PoolContext, prog: Progress, present: list[NodeView], exces
         s = v.summary
         return s.utilization_pct if s and s.utilization_pct is not None else 0.0
 
+    def faulted(v: NodeView) -> bool:
+        return any((ctx.now - t).total_seconds() <= pool.health.lemon_window_s for _, t in v.faults)
+
     ready = [v for v in present if v.lifecycle in READY]
-    victims = sorted(ready, key=lambda v: (v.drift is None, v.lifecycle is not Lifecycle.HEALTHY,
+    victims = sorted(ready, key=lambda v: (v.drift is None, not faulted(v),
+                                           v.lifecycle is not Lifecycle.HEALTHY,
                                            util(v), -_index_of(ctx.spec.name, pool.name, v.node)))
     n = min(excess, len(ready) - prog.desired)
     pending: list[str] = []

@@ -165,7 +165,8 @@ def gather(fleet: Fleet, now: datetime, options: PlanOptions | None = None) -> S
     """Observe the world and plan (read-only: writes nothing anywhere).
 
     options: the run's flags (--pool, --replace, destroy, --allow-destroy); see PlanOptions.
-    Raises ConfigError first thing when the fleet secret cannot be read.
+    Raises ConfigError first thing when the fleet secret cannot be read, NavarchError when
+    `--replace` names a node the fleet does not have (a typo must not pass silently).
     """
     secret = fleet.secret()
     inventory = list_inventory(fleet)
@@ -174,6 +175,11 @@ def gather(fleet: Fleet, now: datetime, options: PlanOptions | None = None) -> S
                            rule_sets={p.name: p.health.rule_sets() for p in fleet.spec.pools})
     checks = _drain_checks(fleet, memory, inventory)
     observed = observe(fleet.spec, inventory, reports, memory, now, checks)
+    unknown = sorted((options.replace if options else frozenset())
+                     - {v.node for v in observed.views})
+    if unknown:
+        raise NavarchError(f"--replace {', '.join(unknown)}: no node of that name in fleet "
+                           f"{fleet.spec.name}; `navarch status` lists its nodes")
     plan = make_plan(fleet.spec, observed.views, observed.memory, now, options,
                      observed.duplicates)
     plan = replace(plan, state_serial=memory.serial, inventory_fingerprint=fingerprint(inventory),

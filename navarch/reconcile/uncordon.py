@@ -7,7 +7,9 @@ Rules (LBNL NHC: only undo what you did yourself):
 - only when its latest accepted report is healthy and fresh (within stale_after);
 - never an instance the remediation ladder replaced as a lemon (its id is kept in the
   pool's Memory: an adopted instance with the same id), nor one on a physical host whose
-  instances were (EC2 Dedicated Hosts), unless forced (issue 13).
+  instances were (EC2 Dedicated Hosts).
+`--force` is the operator taking responsibility: it lifts every rule above but one (a node
+being terminated is not returned) and the returned detail says which rule it overrode.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ def uncordon(fleet: Fleet, node: str, *, force: bool = False,
              clock: Clock = system_clock, client: str | None = None) -> str:
     """Uncordon `node`; returns the playbook's detail. Raises NavarchError saying why not.
 
-    force: uncordon a lemon's instance id (or an instance on a lemon host) all the same.
+    force: uncordon all the same a lemon's instance (or one on a lemon host), a node whose
+    report is not fresh and healthy, and one cordoned outside navarch.
     clock: the run's clock (navarch.reconcile.run.Clock).
     Holds the fleet's lease like apply (checked before the uncordon and before the state
     write): raises LockHeld when another run holds it, LeaseLost when it lapsed or was taken
@@ -41,23 +44,36 @@ def uncordon(fleet: Fleet, node: str, *, force: bool = False,
         if nm is None or view is None:
             raise NavarchError(f"{node} is not a node of fleet {spec.name}")
         pm = snap.memory.pool(nm.pool)
-        if nm.instance_id in pm.lemons and not force:
+        if nm.phase is Phase.TERMINATING:
+            raise NavarchError(f"{node} is being terminated ({nm.phase_reason}); nothing to "
+                               "uncordon")
+        overridden: list[str] = []
+        if nm.instance_id in pm.lemons and force:
+            overridden.append(f"instance {nm.instance_id} was replaced as a lemon")
+        elif nm.instance_id in pm.lemons:
             raise NavarchError(f"{node} runs instance {nm.instance_id}, replaced as a lemon "
                                "(repeated faults); pass --force to return it to service anyway")
         host = view.instance.host_id if view.instance is not None else None
-        if host is not None and host in pm.lemon_hosts and not force:
+        if host is not None and host in pm.lemon_hosts and force:
+            overridden.append(f"host {host} is a lemon host")
+        elif host is not None and host in pm.lemon_hosts:
             raise NavarchError(f"{node} runs on host {host}, whose instances were replaced as "
                                "lemons (repeated faults); pass --force to return it anyway")
         if nm.phase not in (Phase.CORDONED, Phase.DRAINING, Phase.REMEDIATING) \
                 and not nm.operator_cordon:
-            raise NavarchError(f"navarch did not cordon {node}; a cordon made outside navarch "
-                               "is left to whoever made it")
+            if not force:
+                raise NavarchError(f"navarch did not cordon {node}; a cordon made outside "
+                                   "navarch is left to whoever made it (--force returns it "
+                                   "anyway)")
+            overridden.append("navarch did not cordon it")
         pool = spec.pool(nm.pool)
         s = view.summary
         if s is None or s.status != "healthy" or (view.report_age_s or 0) > pool.health.stale_after_s:
             state = "no report" if s is None else f"{s.status}, {view.report_age_s:.0f}s old"
-            raise NavarchError(f"{node} has no fresh healthy report ({state}); "
-                               "fix it and let its agent report first")
+            if not force:
+                raise NavarchError(f"{node} has no fresh healthy report ({state}); "
+                                   "fix it and let its agent report first, or pass --force")
+            overridden.append(f"no fresh healthy report ({state})")
         action = Action(ActionKind.UNCORDON, nm.pool, node, "operator: navarch uncordon",
                         instance_id=nm.instance_id, action_reason=ActionReason.OPERATOR)
         audit = AuditLog(fleet.store, spec.name, f"{snap.now:%Y%m%dT%H%M%SZ}-uncordon", snap.now)
@@ -72,4 +88,6 @@ def uncordon(fleet: Fleet, node: str, *, force: bool = False,
             raise NavarchError(f"uncordon of {node} failed: {outcomes[0].detail}")
         lease.check_store()
         save_memory(fleet.store, memory, snap.memory_version)
-        return outcomes[0].detail
+        was = nm.phase.value or ("cordoned by an operator" if nm.operator_cordon else "in service")
+        forced = f"; --force overrode: {'; '.join(overridden)}" if overridden else ""
+        return f"{outcomes[0].detail}; it was {was}{forced}"

@@ -1,10 +1,11 @@
 """The remediation ladder end to end (issue 13) on the embedded local provider.
 
-XID 79 (the agent's catalogue: action reboot) -> apply cordons and drains the node (with a
-surge replacement) -> once drained it is rebooted in place (a new boot id, same instance)
--> after return_after healthy reports from the new boot it is uncordoned and the surplus
-surge replacement scaled away, pool back at target. XID 79 again within ladder_window ->
-this time it is replaced. With replacement after-terminate nothing is provisioned for a
+XID 79 (the agent's catalogue: action reboot) -> apply cordons and drains the node (no
+surge replacement for a reboot under surge_on: replace) -> once drained it is rebooted in
+place (a new boot id, same instance) -> after return_after healthy reports from the new
+boot it is uncordoned, pool at target. XID 79 again within ladder_window -> this time it is
+replaced, and its replacement surges. Under surge_on: any the reboot has its surge, and
+the surplus that leaves afterwards is the once-faulty node, not the fresh replacement. With replacement after-terminate nothing is provisioned for a
 reboot. Every apply is preceded by `local tick` (each node's agent reports once), as the
 reconciler's schedule would interleave them.
 """
@@ -59,7 +60,7 @@ def test_xid79_reboots_returns_then_is_replaced_within_the_window(navarch, fleet
     navarch.ok("local", "inject", "fleet.yaml", NODE, "--xid", "79")
     out = _cycle(navarch)
     assert f"~ cordon {NODE}" in out and f"~ drain {NODE}" in out
-    assert "+ provision demo-train-0004" in out  # surge replacement, as before the ladder
+    assert "+ provision" not in out, out  # a reboot in place gets no surge machine
 
     out = _cycle(navarch)  # drained (no GPU processes) -> the ladder's first rung
     assert f"~ reboot {NODE}" in out, out
@@ -72,12 +73,7 @@ def test_xid79_reboots_returns_then_is_replaced_within_the_window(navarch, fleet
     outs = [_cycle(navarch) for _ in range(3)]  # return_after 3 healthy reports
     assert f"~ uncordon {NODE}" in outs[-1], outs
     assert "healthy for 3 reports after reboot" in outs[-1]
-    assert not any("- terminate" in o for o in outs)
-
-    # The pool is one over target: the surge replacement (newest, idle) is scaled away.
-    outs = [_cycle(navarch) for _ in range(3)]
-    assert "~ cordon demo-train-0004" in outs[0] and "scale down" in outs[0], outs[0]
-    assert "- terminate demo-train-0004" in "".join(outs)
+    assert not any("- terminate" in o or "+ provision" in o for o in outs), outs
     assert navarch("plan", "fleet.yaml", "--detailed-exitcode").code == 0
     nodes = _train(navarch)
     assert sorted(nodes) == ["demo-train-0001", "demo-train-0002", "demo-train-0003"]
@@ -87,10 +83,30 @@ def test_xid79_reboots_returns_then_is_replaced_within_the_window(navarch, fleet
     navarch.ok("local", "inject", "fleet.yaml", NODE, "--xid", "79")
     out = _cycle(navarch)
     assert f"~ cordon {NODE}" in out
+    assert f"replaces {NODE}" in out, out  # the ladder will replace it: surge now
     out = _cycle(navarch)
     assert f"- terminate {NODE}" in out, out
     assert "xid:79 again within 1d after reboot" in out
     assert f"~ reboot {NODE}" not in out
+
+
+def test_surge_on_any_surges_a_reboot_and_scales_down_the_once_faulty_node(
+        navarch, fleet_dir) -> None:
+    _edit(fleet_dir, lambda d: d["pools"]["train"]["health"].update(surge_on="any"))
+    iid = _start(navarch)
+    navarch.ok("local", "inject", "fleet.yaml", NODE, "--xid", "79")
+    out = _cycle(navarch)
+    assert f"~ cordon {NODE}" in out and "+ provision demo-train-0004" in out, out
+    outs = [_cycle(navarch) for _ in range(4)]  # reboot, then return_after 3
+    assert f"~ reboot {NODE}" in outs[0] and f"~ uncordon {NODE}" in outs[-1], outs
+    # One over target: the node with the recent fault goes, the fresh replacement stays.
+    outs = [_cycle(navarch) for _ in range(3)]
+    assert f"~ cordon {NODE}" in outs[0] and "scale down" in outs[0], outs[0]
+    assert f"- terminate {NODE}" in "".join(outs), outs
+    assert navarch("plan", "fleet.yaml", "--detailed-exitcode").code == 0
+    nodes = _train(navarch)
+    assert sorted(nodes) == ["demo-train-0001", "demo-train-0003", "demo-train-0004"]
+    assert iid not in {n["instance_id"] for n in nodes.values()}
 
 
 def test_a_node_agent_cannot_override_the_pools_ladder(navarch, fleet_dir) -> None:

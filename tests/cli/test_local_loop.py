@@ -242,7 +242,9 @@ def test_capacity_falls_over_to_the_next_zone_and_is_remembered(navarch):
     assert "in sim-1b/sim-h100x8 after 1 place(s) without capacity" in run.out
     zones = {n["zone"] for n in navarch.nodes("train")}
     assert zones == {"sim-1b"}
-    # The exhausted place is remembered: the next plan starts at sim-1b.
+    # The exhausted place is remembered: the next plan starts at sim-1b (surge_on: any, so
+    # XID 79's reboot launches a surge replacement).
+    _edit(navarch.workdir, lambda d: d["pools"]["train"]["health"].update(surge_on="any"))
     navarch.ok("local", "inject", "fleet.yaml", "demo-train-0001", "--xid", "79")
     navarch.ok("local", "tick", "fleet.yaml")
     assert "+ provision demo-train-0004 in sim-1b/sim-h100x8" in navarch.ok("plan", "fleet.yaml").out

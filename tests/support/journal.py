@@ -75,8 +75,9 @@ def write_fleet(root: Path, *, target: int = 4, max_parallel: int = 4, lock_ttl:
             "region": "sim-1", "zones": ["sim-1a"],
             "nodes": {"min": 0, "target": target, "max": target + max_surge},
             "scheduler": "none",
+            # surge_on any: these fleets' XID 79 (a reboot) must launch a surge replacement
             "health": {"unhealthy_after": 1, "max_unavailable": 1, "replacement": "surge",
-                       "max_surge": max_surge},
+                       "max_surge": max_surge, "surge_on": "any"},
         }},
     }
     path = root / "fleet.yaml"

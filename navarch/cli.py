@@ -127,13 +127,45 @@ def process_clock() -> Callable[[], datetime]:
     return lambda: replayed
 
 
-def _open(path: str) -> Fleet:
+def _open(path: str, args: argparse.Namespace | None = None) -> Fleet:
+    """Load and open the fleet; with args, first check its --pool and --replace targets
+    (before the local secret is created: a bad flag writes nothing)."""
     from navarch.fleet_file import ensure_local_secret
     from navarch.reconcile.run import Fleet
 
     spec = load_fleet(path)
+    if args is not None:
+        _check_targets(spec, args)
     ensure_local_secret(spec)
     return Fleet.open(spec)
+
+
+def _check_targets(spec: FleetSpec, args: argparse.Namespace) -> None:
+    """--pool names a pool of fleet.yaml and --replace a node name of one of them
+    (<fleet>-<pool>-<nnnn>); else ConfigError naming the flag, so a typo is not a quiet
+    "No changes." with exit 0."""
+    pools = sorted(p.name for p in spec.pools)
+    for name in getattr(args, "pool", None) or ():
+        if name not in pools:
+            raise ConfigError(f"--pool {name}: fleet {spec.name} has no pool {name!r}",
+                              file=str(spec.source),
+                              hint=f"use one of {pools}" if pools else "declare the pool")
+    for node in getattr(args, "replace", None) or ():
+        if not any(node.startswith(f"{spec.name}-{p}-") and node.rsplit("-", 1)[-1].isdigit()
+                   for p in pools):
+            raise ConfigError(f"--replace {node}: not a node name of fleet {spec.name}",
+                              file=str(spec.source),
+                              hint=f"name a node as `navarch status` lists it, e.g. "
+                                   f"{spec.name}-{pools[0] if pools else 'pool'}-0001")
+
+
+def _check_replace_found(plan: Plan, args: argparse.Namespace) -> None:
+    """Each --replace node exists in the plan's views; else ConfigError naming it."""
+    known = {v.node for v in plan.views}
+    for node in getattr(args, "replace", None) or ():
+        if node not in known:
+            raise ConfigError(f"--replace {node}: no such node in the fleet now",
+                              hint="check `navarch status` for the node's name")
 
 
 # -- validate ---------------------------------------------------------------------------
@@ -159,10 +191,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from navarch import api
     from navarch.reconcile.render import render_markdown
 
+    _check_targets(load_fleet(args.fleet), args)  # a bad --pool or --replace writes nothing
     result = api.plan(args.fleet, now=args.clock(), options=_options(args))
     if result.error:
         _err(result.error)
     plan = result.plan
+    _check_replace_found(plan, args)
     doc = result.to_json()
     if args.out and args.markdown:
         Path(args.out).write_text(render_markdown(plan))
@@ -200,7 +234,36 @@ def _load_plan_file(path: str) -> dict[str, Any] | None:
         doc = json.loads(text)
     except ValueError:
         return None
-    return doc if isinstance(doc, dict) and "format_version" in doc else None
+    if not (isinstance(doc, dict) and "format_version" in doc):
+        return None
+    _check_saved_plan(doc, path)
+    return doc
+
+
+def _check_saved_plan(doc: dict[str, Any], path: str) -> None:
+    """A saved plan is valid against schemas/plan.schema.json and every action names a node
+    of its own pool (<fleet>-<pool>-<nnnn>); else ConfigError naming the file and key path,
+    before the lease is taken or anything launched."""
+    import re
+
+    import jsonschema
+
+    from navarch.fleet_file import validator_for
+
+    errors = list(validator_for("plan.schema.json").iter_errors(doc))
+    if errors:
+        best = jsonschema.exceptions.best_match(errors)
+        where = ".".join(str(p) for p in best.absolute_path) or None
+        raise ConfigError(f"not a valid saved plan: {best.message[:200]}", file=path,
+                          key_path=where, hint="make it again with `navarch plan --out`")
+    for i, a in enumerate(doc["actions"]):
+        node = a["node"]
+        if node and not re.fullmatch(rf"{re.escape(doc['fleet'])}-{re.escape(a['pool'])}-\d{{4,}}",
+                                     node):
+            raise ConfigError(f"action {a['action']} names node {node!r}, not a node of pool "
+                              f"{a['pool']!r} of fleet {doc['fleet']!r}", file=path,
+                              key_path=f"actions.{i}.node",
+                              hint="make the plan again with `navarch plan --out`")
 
 
 def _confirm(plan: Plan) -> bool:
@@ -226,7 +289,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
         fleet_path = saved_doc.get("fleet_file") or ""
         if not fleet_path:
             raise ConfigError("saved plan names no fleet file", file=args.target)
-    fleet = _open(fleet_path)
+    fleet = _open(fleet_path, args)
 
     def show_plan(plan: Plan) -> bool:
         print(render_text(plan), end="")

@@ -29,7 +29,7 @@ from referencing import Registry, Resource
 from navarch import plugins
 from navarch.durations import parse_duration_s
 from navarch.errors import ConfigError, PluginError
-from navarch.policy import Rule, compile_rule
+from navarch.policy import REPORT_COST_MAX, Rule, compile_rule
 from navarch.remote.playbook import PlaybookKind, load_playbook_file
 from navarch.resources import data_dir
 from navarch.spec import (
@@ -273,6 +273,12 @@ def _schema_error(err: jsonschema.ValidationError, source: Path,
             near = difflib.get_close_matches(unknown[0], sorted(allowed), n=1, cutoff=0.6)
             if near:
                 hint = f"did you mean `{near[0]}`?"
+    elif err.validator == "not" and "propertyNames" in err.schema_path:
+        # The only negated key pattern is the reserved navarch- prefix of labels.
+        err_path = err_path + (err.instance,)
+        message = (f"key {err.instance!r} is reserved: navarch-* tags mark the instances "
+                   "navarch owns, and a label of that name would disown them")
+        hint = "rename the label to a key that does not start with navarch-"
     elif err.validator in ("oneOf", "anyOf"):
         # jsonschema's "is not valid under any of the given schemas" names no choice.
         forms = [_form(alt, err.schema.get("$defs", {})) for alt in err.validator_value]
@@ -412,6 +418,34 @@ def _rules(
 
 _Fail = Callable[[tuple[Any, ...], str, str], ConfigError]
 
+#: Shortest lease: it is renewed every third of its TTL, so 3 s renews every second.
+MIN_LOCK_TTL_S = 3
+#: Durations of a pool's health that must be positive (a zero one makes every report stale,
+#: every boot late or every drain finished at once).
+_POSITIVE_HEALTH_DURATIONS = ("stale_after", "offline_after", "boot_timeout",
+                              "provision_timeout")
+
+
+def _check_provider_types(providers: Mapping[str, Any], fail: _Fail) -> None:
+    """Every provider type is a built-in or an installed navarch.providers plugin; else
+    ConfigError naming providers.<name>.type (a typo must not wait for plan to fail)."""
+    from navarch.plugins import Group, names
+    from navarch.providers import BUILTIN_TYPES
+
+    for name, cfg in providers.items():
+        kind = str(cfg["type"])
+        if kind in BUILTIN_TYPES:
+            continue
+        installed = names(Group.PROVIDERS)
+        if kind in installed:
+            continue
+        near = difflib.get_close_matches(kind, sorted(BUILTIN_TYPES), n=1, cutoff=0.6)
+        raise fail(("providers", name, "type"),
+                   f"unknown provider type {kind!r} (no built-in, no installed plugin)",
+                   (f"did you mean `{near[0]}`? " if near else "")
+                   + f"use one of {sorted(BUILTIN_TYPES)} or install a {Group.PROVIDERS} "
+                   f"plugin (installed: {', '.join(installed) or 'none'})")
+
 
 def _build(data: dict[str, Any], source: Path, lines: Mapping[tuple[Any, ...], int]) -> FleetSpec:
     def fail(path: tuple[Any, ...], message: str, hint: str) -> ConfigError:
@@ -420,6 +454,7 @@ def _build(data: dict[str, Any], source: Path, lines: Mapping[tuple[Any, ...], i
         )
 
     providers = data["providers"]
+    _check_provider_types(providers, fail)
     fleet_rules = _rules(data["health"]["rules"], ("health", "rules"), source, lines)
     pools = [_ordered(_pool(name, raw, providers, fleet_rules, fail, source, lines),
                       data["prices"], fail)
@@ -430,6 +465,11 @@ def _build(data: dict[str, Any], source: Path, lines: Mapping[tuple[Any, ...], i
             raise fail(("pools", name), "fleet and pool names are too long for node names",
                        "keep fleet + pool under 57 characters")
     s = data["safety"]
+    if parse_duration_s(s["lock_ttl"]) < MIN_LOCK_TTL_S:
+        raise fail(("safety", "lock_ttl"),
+                   f"lock_ttl {s['lock_ttl']} is shorter than {MIN_LOCK_TTL_S}s: the apply "
+                   "could not renew its lease in time and every apply would stop",
+                   f"use at least {MIN_LOCK_TTL_S}s; the default is 2m")
     safety = SafetySpec(
         circuit_breaker_pct=float(s["circuit_breaker_pct"]),
         fleet_circuit_breaker_pct=float(s["fleet_circuit_breaker_pct"]),
@@ -621,7 +661,11 @@ def _placement(path: tuple[Any, ...], e: Mapping[str, Any], providers: Mapping[s
 def _health(name: str, h: Mapping[str, Any], fleet_rules: tuple[Rule, ...], fail: _Fail,
             source: Path, lines: Mapping[tuple[Any, ...], int]) -> HealthPolicy:
     """A pool's health: mapping -> HealthPolicy (durations in seconds); the ladder must go
-    cheapest first and offline_after must not be shorter than stale_after."""
+    cheapest first, its timeouts positive, and offline_after not shorter than stale_after."""
+    for key in _POSITIVE_HEALTH_DURATIONS:
+        if parse_duration_s(h[key]) <= 0:
+            raise fail(("pools", name, "health", key), f"{key} must be longer than 0s",
+                       "use a positive duration such as 3m")
     health = HealthPolicy(
         unhealthy_after=h["unhealthy_after"],
         stale_after_s=parse_duration_s(h["stale_after"]),
@@ -652,6 +696,13 @@ def _health(name: str, h: Mapping[str, Any], fleet_rules: tuple[Rule, ...], fail
             f"{list(health.remediation)}",
             "order its rungs as reset_gpu, reboot, replace",
         )
+    cost = sum(r.cost for r in health.rules + fleet_rules)
+    if cost > REPORT_COST_MAX:
+        raise fail(
+            ("pools", name, "health", "rules"),
+            f"the pool's and the fleet's rules together may visit {cost:,} list elements "
+            f"per report, more than {REPORT_COST_MAX:,}",
+            "merge rules that iterate the same list, or drop some")
     if health.offline_after_s < health.stale_after_s:
         raise fail(
             ("pools", name, "health", "offline_after"),

@@ -22,6 +22,8 @@ TAG_POOL = "navarch-pool"
 TAG_NODE = "navarch-node"
 TAG_LAUNCH = "navarch-launch"
 TAG_SPEC = "navarch-spec"  # PoolSpec.launch_hash() at launch: drift survives a lost Memory
+#: Every tag key with this prefix is navarch's own: set at launch, never written after it.
+RESERVED_TAG_PREFIX = "navarch-"
 
 
 class InstanceState(StrEnum):

@@ -20,6 +20,8 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
+from navarch.textsafe import terminal
+
 #: Record attributes every LogRecord has; anything else passed as `extra` is emitted.
 _STANDARD = frozenset(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
 _RUN_ID = {"value": ""}
@@ -55,6 +57,15 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(doc, sort_keys=True, default=str)
 
 
+class _TextFormatter(logging.Formatter):
+    """ "navarch: LEVEL: message" with the message on one printable line: a message that
+    quotes a node's text cannot move the cursor, recolour the terminal or fake a line."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging's name
+        record.message = terminal(record.message)
+        return super().formatMessage(record)
+
+
 class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]
     """A StreamHandler writing to whatever sys.stderr is at emit time (it may be replaced
     after configure(), e.g. by a test runner capturing output)."""
@@ -75,7 +86,7 @@ def configure(log_format: str, run: str, stream: TextIO | None = None) -> None:
         handler.setFormatter(JsonFormatter())
         level = logging.INFO
     else:
-        handler.setFormatter(logging.Formatter("navarch: %(levelname)s: %(message)s"))
+        handler.setFormatter(_TextFormatter("navarch: %(levelname)s: %(message)s"))
         level = logging.WARNING
     root = logging.getLogger("navarch")
     for old in list(root.handlers):

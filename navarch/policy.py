@@ -67,6 +67,8 @@ class Rule:
     action: Remedy | None
     where: str = ""
     program: Any = field(default=None, compare=False, repr=False, hash=False)
+    #: rule_cost(when): the most list elements one evaluation may visit (see rule_cost).
+    cost: int = field(default=0, compare=False)
 
     def test(self, context: Any) -> bool:
         """True when `when` holds on context (a report_context(), or a cel.Context built
@@ -183,6 +185,56 @@ SAMPLE_REPORT: Mapping[str, Any] = {
 }
 
 
+# --- cost --------------------------------------------------------------------------------
+
+#: The longest list a verified report may hold (health-report.schema.json: checks maxItems
+#: 512, xids 256, gpus 64): the cost model's length of every list a rule iterates.
+MAX_LIST_ITEMS = 512
+#: Comprehension macros -> how many list lengths one call costs at its nesting depth. The
+#: CEL library (common-expression-language 0.10, no cost limit of its own) runs filter() in
+#: time quadratic in the list's length: 540 ms for 256 XIDs, where exists() takes 0.3 ms.
+_MACRO_LEVELS = {"exists": 1, "all": 1, "exists_one": 1, "map": 1, "filter": 2}
+#: The most a rule may cost: eight comprehensions over a whole list, none inside another.
+RULE_COST_MAX = 8 * MAX_LIST_ITEMS
+#: The most all rules one report meets (a pool's own and the fleet's) may cost together.
+REPORT_COST_MAX = 32 * MAX_LIST_ITEMS
+#: A report with more list items than this is converted for CEL once, not per reference.
+EAGER_CONTEXT_ITEMS = 64
+#: Longest `when`, in characters.
+RULE_MAX_CHARS = 2000
+
+_CEL_STRING = re.compile(
+    r"'''.*?'''" + r'|""".*?"""' + r"|'(?:\\.|[^'\\])*'" + r'|"(?:\\.|[^"\\])*"',
+    re.S)
+_CEL_CALL = re.compile(r"\.\s*(exists_one|exists|all|map|filter)\s*\(|\(|\)")
+
+
+def rule_cost(when: str) -> tuple[int, int]:
+    """(cost, depth) of a CEL expression, read from its text before it ever runs.
+
+    Every comprehension macro (exists, all, exists_one, map: one level; filter: two) at
+    nesting depth d costs MAX_LIST_ITEMS**d list elements visited; cost is their sum and
+    depth the deepest nesting. String literals are skipped. This is an upper bound of the
+    work one evaluation does (CEL has no loops but these macros), so a rule under
+    RULE_COST_MAX cannot stall a run however large the report it meets.
+    """
+    text = _CEL_STRING.sub('""', when)
+    opened: list[int] = []  # levels each open parenthesis added
+    levels = cost = deepest = 0
+    for m in _CEL_CALL.finditer(text):
+        if m.group(0) == ")":
+            levels -= opened.pop() if opened else 0
+        elif m.group(0) == "(":
+            opened.append(0)
+        else:
+            add = _MACRO_LEVELS[m.group(1)]
+            levels += add
+            opened.append(add)
+            cost += MAX_LIST_ITEMS ** levels
+            deepest = max(deepest, levels)
+    return cost, deepest
+
+
 # --- compiling ---------------------------------------------------------------------------
 
 _PARSE_POS = re.compile(r"<input>:(\d+):(\d+):\s*(.*)")
@@ -249,13 +301,24 @@ def compile_rule(
     if remedy is Remedy.RESTART_APP:
         raise fail("action restart_app is the application's to take, not a rung of the ladder",
                    "action: none|reset_gpu|reboot|replace")
+    if len(when) > RULE_MAX_CHARS:
+        raise fail(f"`when` is {len(when)} characters long, more than {RULE_MAX_CHARS}",
+                   "split it into several rules")
+    cost, depth = rule_cost(when)
+    if cost > RULE_COST_MAX:
+        raise fail(
+            f"`when` may visit {cost:,} list elements per report (comprehension nesting "
+            f"level {depth}; filter() counts two), more than the {RULE_COST_MAX:,} a rule "
+            "may cost",
+            "iterate one list at a time: no exists/all/map inside another, no filter() "
+            "(use exists, all or map(...).size()), at most 8 of them in one rule")
     try:
         program = cel.compile(when)
     except Exception as exc:  # the crate raises ValueError for every parse error
         expr_line, message = _parse_message(exc)
         raise fail(f"CEL syntax error: {message}", "fix the expression in `when`",
                    expr_line) from exc
-    rule = Rule(name, when, rule_status, remedy, where, program)
+    rule = Rule(name, when, rule_status, remedy, where, program, cost)
     quiet = {**SAMPLE_REPORT, "notice": None}
     for sample, label in ((SAMPLE_REPORT, "a sample report"),
                           (quiet, "a sample report without a notice")):
@@ -313,11 +376,17 @@ def evaluate(rule_sets: Sequence[Sequence[Rule]], report: Mapping[str, Any]) -> 
     import cel
 
     plain = report_context(report)
-    # Each rule converts only the variables it reads (a resolver, not the whole report):
-    # half the cost of converting everything up front. The resolver's None means "not
-    # mine", so the one variable that may be null is registered as such beneath it.
-    context = cel.Context({"notice": None})
-    context.set_variable_resolver(plain.get)
+    if sum(len(plain[k]) for k in ("checks", "gpus", "xids")) > EAGER_CONTEXT_ITEMS:
+        # The resolver converts a list again at every reference: a rule naming xids eight
+        # times on 256 XIDs would convert 2,048 of them. Convert a long report once.
+        context = cel.Context(variables=plain)
+    else:
+        # Each rule converts only the variables it reads (a resolver, not the whole
+        # report): half the cost of converting everything up front on a typical report.
+        # The resolver's None means "not mine", so the one variable that may be null is
+        # registered as such beneath it.
+        context = cel.Context({"notice": None})
+        context.set_variable_resolver(plain.get)
     errors: list[str] = []
 
     def first_match(rules: Sequence[Rule]) -> Rule | None:

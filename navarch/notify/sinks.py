@@ -30,6 +30,7 @@ import hmac
 import json
 import os
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from functools import cache
 from pathlib import Path
@@ -43,8 +44,13 @@ from navarch.errors import ConfigError, NotifyError, PluginError
 from navarch.notify.events import SEVERITY, Event, EventKind, Severity
 from navarch.resources import data_dir
 from navarch.spec import SinkSpec
+from navarch.textsafe import node_text, slack_mrkdwn
 
 PAGERDUTY_URL = "https://events.pagerduty.com/v2/enqueue"
+#: First pause before the webhook sink tries its failed events again (then doubling).
+WEBHOOK_BACKOFF_S = 0.2
+#: Longest value one Slack line prints (Slack truncates a message's text at 40,000).
+SLACK_VALUE_MAX_CHARS = 1000
 #: Kinds a sink gets when fleet.yaml lists none: everything, except PagerDuty, which
 #: pages on what needs a human now (the breaker, a capacity halt, an auth failure).
 PAGERDUTY_DEFAULT = frozenset({EventKind.BREAKER_TRIPPED, EventKind.CAPACITY_EXHAUSTED,
@@ -155,7 +161,13 @@ class LogSink:
 
 
 class WebhookSink:
-    """POST each event as JSON, signed: X-Navarch-Signature: sha256=HMAC(secret, body)."""
+    """POST each event as JSON, signed: X-Navarch-Signature: sha256=HMAC(secret, body).
+
+    An event that fails (after the adapter's own retries) does not stop the others; the
+    failed ones are tried again, oldest first, with a doubling pause (WEBHOOK_BACKOFF_S),
+    while the sink's time budget ((retries + 1) x timeout) lasts. NotifyError then names
+    how many events were not delivered.
+    """
 
     def __init__(self, spec: SinkSpec, base_dir: Path, index: int) -> None:
         self.spec = spec
@@ -167,12 +179,35 @@ class WebhookSink:
         url = resolve_secret(self.spec.url, self.base_dir, f"notify[{self.index}].url")
         key = resolve_secret(self.spec.secret, self.base_dir,
                              f"notify[{self.index}].secret").encode()
-        for e in events:
-            body = json.dumps(e.to_json(), sort_keys=True).encode()
-            signature = hmac.new(key, body, hashlib.sha256).hexdigest()
-            _post(self.spec, url, body, {"X-Navarch-Event": e.kind.value,
-                                         "X-Navarch-Signature": f"sha256={signature}"})
-        return len(events)
+        deadline = time.monotonic() + (self.spec.retries + 1) * self.spec.timeout_s
+        left = list(events)
+        pause_s = WEBHOOK_BACKOFF_S
+        last: NotifyError | None = None
+        while True:
+            failed = []
+            for e in left:
+                body = json.dumps(e.to_json(), sort_keys=True).encode()
+                signature = hmac.new(key, body, hashlib.sha256).hexdigest()
+                try:
+                    _post(self.spec, url, body, {"X-Navarch-Event": e.kind.value,
+                                                 "X-Navarch-Signature": f"sha256={signature}"})
+                except NotifyError as exc:
+                    failed.append(e)
+                    last = exc
+            if not failed:
+                return len(events)
+            if time.monotonic() + pause_s >= deadline:
+                raise NotifyError(f"{last}; {len(failed)} of {len(events)} event(s) not "
+                                  "delivered")
+            time.sleep(pause_s)
+            pause_s *= 2
+            left = failed
+
+
+def _slack_value(value: object) -> str:
+    """Every value the Slack template prints: one capped line escaped for mrkdwn (event
+    messages quote node reports, and Slack acts on <!channel> and <url|label>)."""
+    return slack_mrkdwn(node_text(str(value), SLACK_VALUE_MAX_CHARS))
 
 
 @cache
@@ -181,7 +216,7 @@ def _slack_template() -> Any:
 
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(data_dir("templates"))),
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=False,
-                             autoescape=False)
+                             autoescape=False, finalize=_slack_value)
     return env.get_template("notify-slack.txt.j2")
 
 

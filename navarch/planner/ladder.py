@@ -227,6 +227,8 @@ def _climb(ctx: PoolContext, v: NodeView, step: DiagStep) -> tuple[Action | None
     when it answers the fault just remedied), or is replaced."""
     if not isinstance(step, Climb):
         return step
+    if ctx.frozen:  # with the breaker open a failed diagnostic is doubt: DCGM may be broken
+        return None, f"{v.node}: {step.why}held by the circuit breaker"
     r = rung_for(ctx, v, step.fault, unrecorded=1)
     return _carry_out(ctx, v, r, step.fault, repair=True, prefix=step.why)
 

@@ -67,6 +67,8 @@ from navarch.planner.model import (
     Action,
     ActionKind,
     ActionReason,
+    DiagState,
+    DiagWhy,
     Halt,
     HaltRule,
     Lifecycle,
@@ -102,11 +104,28 @@ def _index_of(fleet: str, pool: str, name: str) -> int:
     return int(tail) if tail.isdigit() else 0
 
 
+def _failed_return_diag(v: NodeView) -> bool:
+    """A remedied node whose diagnostics after the remedy failed: sick, for the breaker (a
+    DCGM broken fleet-wide fails them all, and would otherwise replace node after node)."""
+    d = v.diag
+    return (d is not None and d.why is DiagWhy.RETURN and d.state is DiagState.FAIL
+            and v.rung_at is not None and d.started_at is not None and d.started_at >= v.rung_at)
+
+
 def _breaker_tripped(views: Sequence[NodeView], pct: float) -> tuple[bool, int, int]:
     active = [v for v in views if v.lifecycle not in (Lifecycle.TERMINATING, Lifecycle.ORPHAN)]
-    sick = sum(v.lifecycle in (Lifecycle.UNHEALTHY, Lifecycle.OFFLINE) for v in active)
+    sick = sum(v.lifecycle in (Lifecycle.UNHEALTHY, Lifecycle.OFFLINE) or _failed_return_diag(v)
+               for v in active)
     total = len(active)
     return (sick >= 2 and total > 0 and sick * 100 >= pct * total), sick, total
+
+
+def _sick_words(views: Sequence[NodeView]) -> str:
+    """What the breaker counted, for its halt message."""
+    failing = sum(_failed_return_diag(v) for v in views
+                  if v.lifecycle not in (Lifecycle.TERMINATING, Lifecycle.ORPHAN))
+    return "unhealthy or offline" + (
+        f" ({failing} failing their return diagnostics)" if failing else "")
 
 
 def desired_count(pool: PoolSpec, views: Sequence[NodeView], pm: PoolMemory, now: datetime
@@ -249,7 +268,7 @@ def _plan_pool(spec: FleetSpec, pool: PoolSpec, views: tuple[NodeView, ...], pm:
     tripped, sick, total = _breaker_tripped(views, spec.safety.circuit_breaker_pct)
     if tripped and not options.destroy:
         halts.append(Halt(pool.name, HaltRule.CIRCUIT_BREAKER,
-                          f"{sick} of {total} nodes are unhealthy or offline "
+                          f"{sick} of {total} nodes are {_sick_words(views)} "
                           f"(>= {spec.safety.circuit_breaker_pct:g}%): no new cordon or termination in "
                           "this pool; a mass failure is more often a broken agent, network or store"))
     frozen = (tripped or fleet_tripped) and not options.destroy
@@ -282,7 +301,7 @@ def _fleet_stages(spec: FleetSpec, views: Sequence[NodeView], memory: Memory,
     tripped, sick, total = _breaker_tripped(views, spec.safety.fleet_circuit_breaker_pct)
     if tripped and not options.destroy:
         halts.append(Halt("*", HaltRule.CIRCUIT_BREAKER,
-                          f"{sick} of {total} nodes in the fleet are unhealthy or offline "
+                          f"{sick} of {total} nodes in the fleet are {_sick_words(views)} "
                           f"(>= {spec.safety.fleet_circuit_breaker_pct:g}%): no new cordon or "
                           "termination anywhere; check the agents, the store and the network first"))
     orphans = orphan_stage(spec, views, options)

@@ -17,7 +17,7 @@ from navarch.plugins import Group, names
 from navarch.providers.base import Provider, ProvisionRequest
 from navarch.providers.plugin import open_plugin_provider
 
-__all__ = ["Provider", "ProvisionRequest", "open_provider"]
+__all__ = ["BUILTIN_TYPES", "Provider", "ProvisionRequest", "open_provider"]
 
 _MODULES = {
     "local": "navarch.providers.local",
@@ -26,6 +26,8 @@ _MODULES = {
     "lambda": "navarch.providers.lambda_cloud",
     "azure": "navarch.providers.azure",
 }
+#: Provider types navarch ships; any other type must be an installed plugin.
+BUILTIN_TYPES = frozenset(_MODULES)
 
 
 def open_provider(name: str, config: Mapping[str, Any], *, base_dir: Path, fleet: str) -> Provider:

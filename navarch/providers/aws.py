@@ -73,7 +73,7 @@ from navarch.inventory import (
     InstanceHealth,
     InstanceState,
 )
-from navarch.providers.base import ProvisionRequest, ensure_owned
+from navarch.providers.base import ProvisionRequest, ensure_no_ownership_tags, ensure_owned
 
 __all__ = [
     "AUTH_CODES",
@@ -644,6 +644,7 @@ class AwsProvider:
         fleet's tag only, docs/aws.md).
         """
         ensure_owned([instance], self.fleet, "tag")
+        ensure_no_ownership_tags(instance, tags)
         region = region_of(instance.zone)
         with aws_errors(what=f"CreateTags in {region}"):
             self.client(region).create_tags(

@@ -60,7 +60,7 @@ from navarch.inventory import (
     InstanceHealth,
     InstanceState,
 )
-from navarch.providers.base import ProvisionRequest, ensure_owned
+from navarch.providers.base import ProvisionRequest, ensure_no_ownership_tags, ensure_owned
 
 __all__ = ["ERROR_CODES", "AzureProvider", "create", "map_error", "split_zone", "vm_body"]
 
@@ -427,6 +427,7 @@ class AzureProvider:
     def update_tags(self, instance: Instance, tags: Mapping[str, str]) -> None:
         """PATCH the VM's tags (merged with its current ones)."""
         ensure_owned([instance], self.fleet, "tag")
+        ensure_no_ownership_tags(instance, tags)
         rg, name = _parse_id(instance.instance_id)
         merged = {**dict(instance.tags), **dict(tags)}
         with azure_errors(what=f"tagging {name}"):

@@ -17,6 +17,7 @@ Contract (tests/providers run it against each provider):
 - update_tags(instance, tags) -> None: set these tags (labels on GCP) on one instance in
   place, leaving its other tags alone. Providers whose cloud cannot (Lambda Cloud) raise
   ProviderError; the planner only asks the types in navarch.planner.plan.TAG_UPDATABLE.
+  Every provider refuses (ensure_no_ownership_tags) a navarch-* key before any call.
 Errors from the SDK are mapped in one function per provider (`map_error`).
 """
 
@@ -27,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from navarch.errors import ProviderError
-from navarch.inventory import TAG_FLEET, Instance
+from navarch.inventory import RESERVED_TAG_PREFIX, TAG_FLEET, Instance
 
 
 @dataclass(frozen=True)
@@ -38,7 +39,9 @@ class ProvisionRequest:
     zone: zone (or region, for Lambda) to launch in; instance_type: the cloud's type name.
     spot: launch as spot/preemptible capacity.
     tags: ownership tags plus the pool's labels.
-    user_data: cloud-init text for the agent, already rendered.
+    user_data: cloud-init text for the agent, already rendered. It holds the node's
+    report-signing key, so it is left out of repr() (and so of every log line and
+    traceback that prints a request).
     options: the pool's provider-specific settings from fleet.yaml (AMI, subnet, ...).
     known_absent: this run's fresh inventory (listed under the lease) holds no instance
     with this launch id, so a provider may skip its own pre-launch lookup (its launch
@@ -54,7 +57,7 @@ class ProvisionRequest:
     launch_id: str
     attempt: int
     tags: Mapping[str, str]
-    user_data: str = ""
+    user_data: str = field(default="", repr=False)
     options: Mapping[str, object] = field(default_factory=dict)
     known_absent: bool = False
 
@@ -68,6 +71,23 @@ def ensure_owned(instances: Sequence[Instance], fleet: str, verb: str) -> None:
         raise ProviderError(
             f"refusing to {verb} instances not tagged {TAG_FLEET}={fleet}: " + ", ".join(foreign),
             code="ForeignInstance",
+        )
+
+
+def ensure_no_ownership_tags(instance: Instance, tags: Mapping[str, str]) -> None:
+    """Safety rule 1 for update_tags: raise ProviderError (code OwnershipTag), before any
+    cloud call, when `tags` would write (or, with an empty value, clear) a navarch-* key.
+
+    An ownership tag rewritten in place turns a fleet's instance into a foreign one that
+    navarch then leaves running while it launches a replacement; the fleet schema reserves
+    the prefix for labels, and this guard holds for every provider and plugin as well.
+    """
+    reserved = sorted(k for k in tags if k.startswith(RESERVED_TAG_PREFIX))
+    if reserved:
+        raise ProviderError(
+            f"refusing to write ownership tags on {instance.instance_id}: "
+            + ", ".join(reserved) + f" (keys starting {RESERVED_TAG_PREFIX} are navarch's own)",
+            code="OwnershipTag",
         )
 
 

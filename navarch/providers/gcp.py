@@ -60,7 +60,7 @@ from navarch.inventory import (
     InstanceHealth,
     InstanceState,
 )
-from navarch.providers.base import ProvisionRequest, ensure_owned
+from navarch.providers.base import ProvisionRequest, ensure_no_ownership_tags, ensure_owned
 
 __all__ = [
     "CAPACITY_CODES",
@@ -662,6 +662,7 @@ class GcpProvider:
         by the label fingerprint just read (Compute Engine's optimistic concurrency).
         Refuses an instance without this fleet's label; raises the mapped errors."""
         ensure_owned([instance], self.fleet, "label")
+        ensure_no_ownership_tags(instance, tags)
         with gcp_errors(zone=instance.zone, what=f"setLabels {instance.instance_id}"):
             op = self._set_labels(instance, tags)
         if op is not None:

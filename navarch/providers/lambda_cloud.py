@@ -52,7 +52,7 @@ from navarch.inventory import (
     InstanceHealth,
     InstanceState,
 )
-from navarch.providers.base import ProvisionRequest, ensure_owned
+from navarch.providers.base import ProvisionRequest, ensure_no_ownership_tags, ensure_owned
 
 __all__ = ["LambdaApiError", "LambdaProvider", "LambdaSettings", "create", "map_error"]
 
@@ -446,6 +446,14 @@ class LambdaProvider:
         if ids:
             self._call("POST", "/instance-operations/restart", json={"instance_ids": ids},
                        what="restart")
+
+    def update_tags(self, instance: Instance, tags: Mapping[str, str]) -> None:
+        """Lambda Cloud sets an instance's tags only at launch: always ProviderError
+        (code Unsupported), after the same ownership checks every provider makes."""
+        ensure_owned([instance], self.fleet, "tag")
+        ensure_no_ownership_tags(instance, tags)
+        raise ProviderError(f"Lambda Cloud cannot update the tags of {instance.instance_id}"
+                            " in place", code="Unsupported")
 
     # -- helpers ---------------------------------------------------------------------------
 

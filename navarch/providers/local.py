@@ -38,7 +38,7 @@ from navarch.inventory import (
     InstanceHealth,
     InstanceState,
 )
-from navarch.providers.base import ProvisionRequest, ensure_owned
+from navarch.providers.base import ProvisionRequest, ensure_no_ownership_tags, ensure_owned
 
 #: What a GPU reset cures on a fake GPU (reset_gpus): a GPU fallen off the bus comes back,
 #: volatile ECC counts and readings start afresh. Injected GPU processes and utilisation are
@@ -241,6 +241,7 @@ class LocalProvider:
         """Set tags on the machine in place (its machine.json, written atomically); refuses
         an instance of another fleet or none (ensure_owned)."""
         ensure_owned([instance], self.fleet, "tag")
+        ensure_no_ownership_tags(instance, tags)
         try:
             machine = self.read_machine(instance.instance_id)
         except FileNotFoundError:

@@ -116,6 +116,26 @@ def _gpu_bdf(node: str, gpu_count: int, gpu: int) -> str:
     return gpus[gpu].pci_bus_id
 
 
+def _check_injection(node: str, gpus: int, *, gpu: int, temperature_c: float | None,
+                     ecc_uncorrected: int | None, utilization_pct: float | None,
+                     processes: int | None) -> None:
+    """Raise ConfigError naming the flag when a value is outside what a GPU can report
+    (index within the node's GPUs; NVML temperatures 0-200 C, utilisation 0-100 %)."""
+    checks = (
+        ("--gpu", gpu, 0 <= gpu < gpus, f"{node} has {gpus} GPU(s): 0 to {gpus - 1}"),
+        ("--temperature", temperature_c,
+         temperature_c is None or 0 <= temperature_c <= 200, "0 to 200 (Celsius)"),
+        ("--ecc", ecc_uncorrected, ecc_uncorrected is None or ecc_uncorrected >= 0, "0 or more"),
+        ("--utilization", utilization_pct,
+         utilization_pct is None or 0 <= utilization_pct <= 100, "0 to 100 (percent)"),
+        ("--processes", processes, processes is None or processes >= 0, "0 or more"),
+    )
+    for flag, value, ok, allowed in checks:
+        if not ok:
+            raise ConfigError(f"{flag} {value} is out of range", key_path=flag,
+                              hint=f"use {allowed}")
+
+
 def inject(
     spec: FleetSpec,
     node: str,
@@ -146,6 +166,9 @@ def inject(
     provider, m = _find(spec, node)
     d = provider.machine_dir(m["instance_id"])
     pool = spec.pool(m["tags"]["navarch-pool"])
+    _check_injection(node, pool.gpus_per_node, gpu=gpu, temperature_c=temperature_c,
+                     ecc_uncorrected=ecc_uncorrected, utilization_pct=utilization_pct,
+                     processes=processes)
     done: list[str] = []
     faults = {} if clear else _faults(d)
     if clear:

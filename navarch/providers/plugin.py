@@ -10,7 +10,7 @@ from typing import Any, Protocol, runtime_checkable
 from navarch.errors import PluginError
 from navarch.inventory import Instance
 from navarch.plugins import Group, PluginRef, call, check_shape, load
-from navarch.providers.base import Provider, ProvisionRequest
+from navarch.providers.base import Provider, ProvisionRequest, ensure_no_ownership_tags
 
 __all__ = ["CheckedProvider", "ProviderFactory", "open_plugin_provider"]
 
@@ -85,6 +85,8 @@ class CheckedProvider:
         call(self._ref, self._inner.reboot, instances)
 
     def update_tags(self, instance: Instance, tags: Mapping[str, str]) -> None:
+        # A plugin cannot be trusted to guard navarch's ownership tags itself.
+        ensure_no_ownership_tags(instance, tags)
         call(self._ref, self._inner.update_tags, instance, tags)
 
 

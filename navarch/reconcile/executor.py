@@ -22,7 +22,10 @@ buffered audit records as a new chunk, at least every JournalPolicy.every_action
 or every_s seconds, at once after a cordon, drain or uncordon that ran a scheduler playbook
 (a change no later run can observe), and at the end. Provisions and terminations may wait for the
 batch: a killed run's launches carry their launch tags and are adopted from the next
-run's inventory, and EC2's ClientToken still dedupes a launch in flight.
+run's inventory, and EC2's ClientToken still dedupes a launch in flight. When the run
+stops early (the lease lost, a journal write failed, an interrupt) the buffered audit
+records are still written: chunks are new objects of this run alone, safe without the
+lease; only the state write is skipped.
 """
 
 from __future__ import annotations
@@ -240,6 +243,9 @@ class Executor:
                     dirty, since_write, last_write = 0, 0, time.monotonic()
         except BaseException:
             self._stop.set()  # e.g. KeyboardInterrupt: start nothing more
+            for p in pools.values():
+                p.shutdown(wait=True)
+            self._flush_audit()  # what was done stays on record, whatever stops the run
             raise
         finally:
             for p in pools.values():
@@ -253,13 +259,22 @@ class Executor:
             if on_outcome:
                 on_outcome(outcome)
             dirty += update is not same
-        if isinstance(self._stop_reason, LeaseLost):
-            raise self._stop_reason
         if self._stop_reason is None:
             memory = self._flush(memory, final=True) if (dirty or self.audit.pending) else memory
         if self._stop_reason is not None:
+            # Lease lost or a journal write failed: no state write, but the audit chunks
+            # are new objects of this run alone, safe to write without the lease.
+            self._flush_audit()
             raise self._stop_reason
         return memory, outcomes
+
+    def _flush_audit(self) -> None:
+        """Write the buffered audit records as a chunk; a failure is kept in audit_error."""
+        try:
+            self.audit.flush()
+            self.audit_error = None
+        except NavarchError as exc:
+            self.audit_error = f"audit log chunk not written to {self.audit.prefix}*: {exc}"
 
     def _flush(self, memory: Memory, final: bool = False) -> Memory:
         """Persist Memory (journal) then the audit chunk. A journal error stops the run
@@ -270,14 +285,11 @@ class Executor:
             except BaseException as exc:
                 self._stop_reason = exc
                 self._stop.set()
+                self._flush_audit()
                 if final:
                     raise
                 return memory
-        try:
-            self.audit.flush()
-            self.audit_error = None
-        except NavarchError as exc:
-            self.audit_error = f"audit log chunk not written to {self.audit.prefix}*: {exc}"
+        self._flush_audit()
         return memory
 
     def _unobservable(self, a: Action) -> bool:

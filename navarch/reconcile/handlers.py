@@ -30,7 +30,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
@@ -144,13 +144,19 @@ class _DiagResult(Protocol):
     def detail(self) -> str: ...
 
 
+def diag_token(started_at: datetime) -> str:
+    """The name of the diagnostic started at `started_at` (aware UTC), shell-safe:
+    20261101T120000Z. Its result files on the node carry it."""
+    return started_at.astimezone(UTC).strftime("%Y%m%dT%H%M%SZ")
+
+
 @runtime_checkable
 class DiagRunner(Protocol):
     """A playbook runner that also runs the diagnostics playbook (navarch.remote.adapter.
     SSHPlaybooks.diagnose, returning a navarch.remote.diagnostics.DiagResult)."""
 
     def diagnose(self, pool: PoolSpec, node: str, address: str | None, level: int,
-                 reason: str) -> _DiagResult: ...
+                 reason: str, *, token: str = "") -> _DiagResult: ...
 
 
 class PlaybookRunner(Protocol):
@@ -660,20 +666,23 @@ class Handlers:
             return refused, same
         assert inst is not None and nm is not None
         level, why = a.level or 1, DiagWhy(a.why or DiagWhy.RETURN.value)
-        provider = self.providers[inst.provider]
-        if isinstance(provider, Diagnoser):
-            state, detail = provider.diagnose(inst, level)
-        elif isinstance(self.playbooks, DiagRunner):
-            result = self.playbooks.diagnose(self.spec.pool(a.pool), a.node or "",
-                                             inst.address, level, a.reason)
-            state, detail = result.outcome.value, result.detail
-        else:
-            state, detail = "error", "no diagnostics runner: diagnostics run over SSH"
         now = self.clock()
         prev = nm.diag
         running = (prev is not None and prev.state is DiagState.RUNNING and prev.level == level
                    and prev.why is why)
         started = prev.started_at if running and prev is not None else now
+        provider = self.providers[inst.provider]
+        if isinstance(provider, Diagnoser):
+            state, detail = provider.diagnose(inst, level)
+        elif isinstance(self.playbooks, DiagRunner):
+            # The run that starts a diagnostic names it; a later run collects only a result
+            # of that name, never one a diagnostic from before a remedy left on the node.
+            result = self.playbooks.diagnose(self.spec.pool(a.pool), a.node or "",
+                                             inst.address, level, a.reason,
+                                             token=diag_token(started or now))
+            state, detail = result.outcome.value, result.detail
+        else:
+            state, detail = "error", "no diagnostics runner: diagnostics run over SSH"
         diag = Diag(level, why, DiagState(state), now, started, detail)
         nm = replace(nm, diag=diag)
         # Only an error is a failure (no verdict, so a later run diagnoses again); a failed

@@ -25,6 +25,7 @@ from navarch.planner.model import (
     ts,
 )
 from navarch.reconcile.codec import fault_from_json, fault_to_json
+from navarch.textsafe import markdown_code_line, markdown_inline, terminal
 
 NO_CHANGES = "No changes. The fleet matches fleet.yaml."
 NOT_CONVERGED = ("No actions this run, but the fleet does not match fleet.yaml yet "
@@ -102,8 +103,8 @@ def _action_lines(plan: Plan, verbose: bool) -> list[str]:
                                  f"{a.kind.value} action(s) in pool {pool} "
                                  "(--verbose or --json lists each)")
                 continue
-            lines.append(f"  {_SYMBOL.get(a.kind, '~')} {_headline(a)}")
-            lines.append(f"      # (because {a.reason})")
+            lines.append(f"  {_SYMBOL.get(a.kind, '~')} {terminal(_headline(a))}")
+            lines.append(f"      # (because {terminal(a.reason)})")
     return lines
 
 
@@ -117,15 +118,15 @@ def render_text(plan: Plan, *, verbose: bool = False) -> str:
         lines.append("")
     if plan.halts:
         lines.append("Held back by safety rules:")
-        lines += [f"  ! {h.pool}: {h.rule}: {h.message}" for h in plan.halts]
+        lines += [f"  ! {h.pool}: {h.rule}: {terminal(h.message)}" for h in plan.halts]
         lines.append("")
     if plan.notes:
         lines.append("Notes:")
-        lines += [f"  * {n}" for n in plan.notes]
+        lines += [f"  * {terminal(n)}" for n in plan.notes]
         lines.append("")
     if plan.pending:
         lines.append("Not converged yet (nothing to do about these this run):")
-        lines += [f"  ~ {n}" for n in plan.pending]
+        lines += [f"  ~ {terminal(n)}" for n in plan.pending]
         lines.append("")
     if plan.actions:
         lines.append(summary_line(plan))
@@ -148,6 +149,9 @@ def render_markdown(plan: Plan) -> str:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(data_dir("templates"))),
                              undefined=jinja2.StrictUndefined, trim_blocks=True,
                              lstrip_blocks=True, keep_trailing_newline=True)
+    # Plan text quotes node reports: each expression is escaped for where it stands.
+    env.filters["code_line"] = markdown_code_line
+    env.filters["md"] = markdown_inline
     pools: dict[str, list[Action]] = {}
     for a in plan.actions:
         pools.setdefault(a.pool, []).append(a)

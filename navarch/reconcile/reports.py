@@ -62,6 +62,7 @@ from navarch.planner.model import Memory, NodeView, ReportObservation, ReportSum
 from navarch.policy import Rule, evaluate
 from navarch.reconcile.state import health_prefix
 from navarch.stores.base import ObjectInfo, ObjectStore, parallel_map
+from navarch.textsafe import node_text
 
 MAX_REPORT_BYTES = 256 * 1024
 #: Deepest nesting of arrays/objects accepted. A real report nests 4 deep (checks[].
@@ -130,14 +131,14 @@ def summarize(report: Mapping[str, Any], stored_at: datetime | None = None,
         if x.get("severity") == "fatal":
             fatal = True
             label = "SXid" if x.get("kind") == "sxid" else "XID"
-            findings.append(f"{label} {x['code']}: {x['message']} on {x['pci_bus_id']}")
+            findings.append(node_text(f"{label} {x['code']}: {x['message']} on {x['pci_bus_id']}"))
     checks = sorted(
         (c for c in report.get("checks", []) if c["status"] != Status.HEALTHY),
         key=lambda c: (-Status(c["status"]).rank, c["name"]),
     )
     for c in checks:
         where = f" (GPU {c['gpu_index']})" if c.get("gpu_index") is not None else ""
-        findings.append(f"{c['name']}{where}: {c['message']}")
+        findings.append(node_text(f"{c['name']}{where}: {c['message']}"))
     gpus = report.get("gpus", [])
     procs = [g.get("process_count") for g in gpus]
     utils = [g.get("utilization_pct") for g in gpus if g.get("utilization_pct") is not None]

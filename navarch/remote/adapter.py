@@ -65,7 +65,8 @@ class SSHPlaybooks:
         return outcome.ok, summarize(outcome)
 
     def diagnose(
-        self, pool: PoolSpec, node: str, address: str | None, level: int, reason: str
+        self, pool: PoolSpec, node: str, address: str | None, level: int, reason: str,
+        *, token: str = "",
     ) -> DiagResult:
         """Run the pool's diagnostics playbook (playbooks.diagnostics, else the built-in
         dcgmi diag) on one node at `level` (1-3); returns the DiagResult (issue 13).
@@ -79,7 +80,7 @@ class SSHPlaybooks:
                                             self._path(override) if override else None)
             target = PlaybookTarget(fleet=self.spec.name, pool=pool.name, node=node,
                                     address=address, reason=reason)
-            return run_diagnostics(self._runner(pool), playbook, target, level)
+            return run_diagnostics(self._runner(pool), playbook, target, level, token=token)
         except ConfigError as exc:
             return DiagResult(level, DiagOutcome.ERROR, detail=f"diagnostics: {exc}")
 

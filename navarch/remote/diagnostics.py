@@ -226,8 +226,14 @@ def run_diagnostics(
     playbook: Playbook,
     target: PlaybookTarget,
     level: int,
+    *,
+    token: str = "",
 ) -> DiagResult:
     """Run the diagnostics playbook for one node at `level` (1-3) and read the result.
+
+    token: the name of the diagnostic (the executor's: when it started); the built-in
+    playbook keeps each diagnostic's files under its name, so a result left by an earlier
+    one (from before a remedy) is never collected as this one's. Letters and digits only.
 
     runner: the pool's SSHRunner (SSHRunner(pool.ssh, base_dir=fleet dir)); target: the
     node (reason e.g. "return to service after reboot"). The last step's stdout is parsed.
@@ -236,7 +242,9 @@ def run_diagnostics(
     """
     if level not in DIAG_LEVELS:
         raise ValueError(f"dcgmi diag level must be one of {DIAG_LEVELS}, not {level!r}")
-    (outcome,) = runner.run(playbook, [target], extra={"level": level})
+    if not re.fullmatch(r"[A-Za-z0-9]{0,32}", token):
+        raise ValueError(f"diagnostic token must be letters and digits, not {token!r}")
+    (outcome,) = runner.run(playbook, [target], extra={"level": level, "token": token or "0"})
     if not outcome.steps:
         return DiagResult(level, DiagOutcome.ERROR, detail=outcome.error or "no step ran")
     step = outcome.steps[-1]

@@ -31,10 +31,10 @@ from navarch.durations import parse_duration_s
 from navarch.errors import ConfigError
 from navarch.resources import data_dir, schema_path
 
-#: The variables a step template may use. drain_timeout_s (drain) and level (diagnostics:
-#: the dcgmi diag level) come from the caller's `extra`.
+#: The variables a step template may use. drain_timeout_s (drain), level and token
+#: (diagnostics: the dcgmi diag level, the diagnostic's name) come from the caller's `extra`.
 TEMPLATE_VARIABLES = frozenset({"node", "pool", "fleet", "reason", "address", "drain_timeout_s",
-                                "level"})
+                                "level", "token"})
 
 DEFAULT_STEP_TIMEOUT = "60s"
 

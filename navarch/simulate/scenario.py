@@ -98,6 +98,13 @@ def load_scenario(path: str | Path) -> Scenario:
         raise ConfigError(err.message, file=str(source),
                           key_path=".".join(str(p) for p in err.absolute_path) or "(top)",
                           hint="see docs/simulate.md for the scenario format")
+    for key, default in (("duration", None), ("reconcile_period", "5m"),
+                         ("agent_period", "5m")):
+        # The engine divides by each of them: a zero would end in ZeroDivisionError.
+        raw = data.get(key, default)
+        if raw is not None and parse_duration_s(str(raw)) <= 0:
+            raise ConfigError(f"{key} must be longer than 0s, got {raw}", file=str(source),
+                              key_path=key, hint="use a positive duration such as 5m")
     world = data.get("world", {})
     causes = dict(DEFAULT_CAUSES)
     causes.update(world.get("causes", {}))

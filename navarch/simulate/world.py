@@ -31,7 +31,7 @@ from navarch.agent.config import AgentConfig
 from navarch.agent.gpu import FakeFaults
 from navarch.errors import CapacityError, ProviderError, TransientError
 from navarch.inventory import NO_CLOUD_STATUS, CloudStatus, Instance, InstanceHealth, InstanceState
-from navarch.providers.base import ProvisionRequest, ensure_owned
+from navarch.providers.base import ProvisionRequest, ensure_no_ownership_tags, ensure_owned
 from navarch.simulate.node import SimAgent
 from navarch.simulate.scenario import Scenario
 from navarch.simulate.store import MemoryStore
@@ -351,6 +351,7 @@ class SimProvider:
         return "pass", f"dcgmi diag -r {level} (simulated): passed"
 
     def update_tags(self, instance: Instance, tags: Mapping[str, str]) -> None:
+        ensure_no_ownership_tags(instance, tags)
         self._api("update_tags")
         n = self.world.nodes.get(instance.instance_id)
         if n is not None:

@@ -77,6 +77,20 @@ def test_changed_label_is_set_in_place_on_ec2(env, tmp_path: Path) -> None:  # n
     assert tags(ec2_instances()[iid])["team"] == "ml"
 
 
+def test_an_ownership_label_never_disowns_an_ec2_instance(env, tmp_path: Path) -> None:  # noqa: F811
+    fleet = write_fleet(tmp_path, target=1)
+    assert navarch(["apply", str(fleet), "--auto-approve"], env, tmp_path).returncode == 0
+    before = fleet_nodes()
+    fleet.write_text(fleet.read_text().replace(
+        "labels: {team: research}", "labels: {team: research, navarch-fleet: prod}"))
+    for _ in range(3):
+        run = navarch(["apply", str(fleet), "--auto-approve"], env, tmp_path)
+        assert run.returncode == 1 and "reserved" in run.stderr, run.stdout + run.stderr
+        assert fleet_nodes() == before  # still the fleet's, and nothing launched beside it
+    [iid] = before.values()
+    assert tags(ec2_instances()[iid])["navarch-fleet"] == FLEET
+
+
 def test_destroy_force_leaves_no_fleet_instance(env, tmp_path: Path) -> None:  # noqa: F811
     fleet = write_fleet(tmp_path, target=3)
     assert navarch(["apply", str(fleet), "--auto-approve"], env, tmp_path).returncode == 0

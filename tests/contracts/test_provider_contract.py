@@ -8,12 +8,21 @@ retries, its status mapping) stays in that provider's own tests.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
 
 from navarch.errors import CapacityError, ProviderError
-from navarch.inventory import TAG_FLEET, Instance, InstanceHealth, InstanceState
+from navarch.inventory import (
+    TAG_FLEET,
+    TAG_NODE,
+    TAG_POOL,
+    TAG_SPEC,
+    Instance,
+    InstanceHealth,
+    InstanceState,
+)
 from navarch.providers.base import ProvisionRequest
 from tests.support.providers import FLEET, Cloud, provision_request
 
@@ -86,6 +95,19 @@ def test_terminate_refuses_an_instance_without_the_fleet_tag(cloud: Cloud) -> No
     assert _fleet_ids(cloud) == {ours.instance_id}
 
 
+@pytest.mark.parametrize("key", [TAG_FLEET, TAG_POOL, TAG_NODE, TAG_SPEC, "navarch-anything"])
+def test_update_tags_refuses_to_write_an_ownership_key(cloud: Cloud, key: str) -> None:
+    ours = cloud.provider.provision(_request(cloud, "prod-train-0001"))
+    for value in ("prod", ""):  # overwriting and clearing are both refused
+        with pytest.raises(ProviderError) as info:
+            cloud.provider.update_tags(ours, {"team": "x", key: value})
+        assert info.value.code == "OwnershipTag"
+        assert key in str(info.value)
+    listed = {i.instance_id: i for i in cloud.reopen().list_instances(FLEET)}
+    # Still the fleet's own, with every launch tag as it was and no label half-written.
+    assert dict(listed[ours.instance_id].tags) == dict(ours.tags)
+
+
 def test_no_capacity_is_capacity_error_and_the_next_zone_serves(cloud: Cloud) -> None:
     with pytest.raises(CapacityError) as info:
         cloud.provider.provision(_request(cloud, "prod-train-0001", cloud.full_zone))
@@ -117,3 +139,12 @@ def test_list_carries_the_clouds_own_impaired_status(cloud: Cloud) -> None:
     listed = {i.instance_id: i for i in cloud.reopen().list_instances(FLEET)}
     assert listed[sick.instance_id].cloud_status.health is InstanceHealth.IMPAIRED
     assert listed[well.instance_id].cloud_status.health is not InstanceHealth.IMPAIRED
+
+
+def test_a_provision_request_never_prints_its_user_data() -> None:
+    key = "nodekey-5f3a9c"  # user-data carries the node's report-signing key
+    request = replace(provision_request("prod-train-0001", "z", "t"),
+                      user_data=f"#cloud-config\nnode_key: {key}\n")
+    assert key not in repr(request) and key not in str(request)
+    assert key not in repr([request]) and key not in f"{request!r}"
+    assert request.user_data.endswith(f"{key}\n")  # still there for the provider

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from navarch.errors import AuthError, PreconditionFailed, RemoteError, TransientError
+from navarch.errors import AuthError, LeaseLost, PreconditionFailed, RemoteError, TransientError
 from navarch.fleet_file import load_fleet
 from navarch.inventory import Instance
 from navarch.planner.model import (
@@ -206,3 +206,49 @@ def test_a_journal_that_fails_stops_the_run_and_its_error_is_raised(tmp_path: Pa
     # and that write held the first finished action's result.
     assert len(writes) == 1
     assert sum(n.phase is Phase.TERMINATING for n in writes[0].nodes) == 1
+
+
+def test_actions_done_before_a_journal_failure_are_in_the_audit_log(tmp_path: Path) -> None:
+    instances, memory = world(3)
+    cloud = FakeCloud()
+
+    def journal(m: Memory) -> Memory:
+        raise PreconditionFailed("state/jt.json", "another run wrote state")
+
+    with pytest.raises(PreconditionFailed):
+        execute(tmp_path, spec_of(tmp_path), cloud, instances, memory,
+                *(Action(ActionKind.TERMINATE, "train", node(i), "scale_down", action_reason=ActionReason.SCALE_DOWN,
+                         instance_id=f"i-{i}") for i in (1, 2, 3)),
+                journal=journal, policy=JournalPolicy(every_actions=1))
+    terminated = {iid for verb, iid in cloud.calls if verb == "terminate"}
+    assert terminated  # something was done before the failed write stopped the run
+    recorded = {r["node"] for r in audit_records(tmp_path) if r["ok"]}
+    assert recorded == {node(int(iid.split("-")[1])) for iid in terminated}
+
+
+class LapsingLease:
+    """A lease that holds for the first `holds` checks, then is lost."""
+
+    def __init__(self, holds: int) -> None:
+        self.holds = holds
+
+    def check(self) -> None:
+        if self.holds <= 0:
+            raise LeaseLost("lease taken over by another run")
+        self.holds -= 1
+
+    def check_store(self) -> None:
+        self.check()
+
+
+def test_actions_done_before_the_lease_is_lost_are_in_the_audit_log(tmp_path: Path) -> None:
+    instances, memory = world(3)
+    cloud = FakeCloud()
+    with pytest.raises(LeaseLost):
+        execute(tmp_path, spec_of(tmp_path), cloud, instances, memory,
+                *(Action(ActionKind.TERMINATE, "train", node(i), "scale_down", action_reason=ActionReason.SCALE_DOWN,
+                         instance_id=f"i-{i}") for i in (1, 2, 3)),
+                lease=LapsingLease(holds=2), max_parallel={"sim": 1})
+    assert len(cloud.calls) == 2
+    assert {r["node"] for r in audit_records(tmp_path)} == {
+        node(int(iid.split("-")[1])) for _, iid in cloud.calls}

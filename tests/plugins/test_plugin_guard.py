@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from navarch.errors import CapacityError, PluginError
+from navarch.errors import CapacityError, PluginError, ProviderError
 from navarch.inventory import Instance, InstanceState
 from navarch.plugins import Group, PluginRef, names
 from navarch.providers.base import ProvisionRequest
@@ -86,3 +86,21 @@ def test_a_good_provider_passes_through() -> None:
 
     p = CheckedProvider(REF, Good())
     assert p.list_instances("f") == (inst,) and p.provision(REQUEST) is inst
+
+
+def test_a_plugin_provider_never_receives_an_ownership_tag_write() -> None:
+    inst = Instance(provider="odd", instance_id="i-1", zone="z", instance_type="t",
+                    state=InstanceState.RUNNING, launched_at=datetime.now(UTC),
+                    tags=(("navarch-fleet", "f"),))
+    written: list[object] = []
+
+    class Obliging(Odd):
+        def update_tags(self, instance: object, tags: object) -> None:
+            written.append(tags)
+
+    p = CheckedProvider(REF, Obliging())
+    with pytest.raises(ProviderError) as info:
+        p.update_tags(inst, {"navarch-fleet": "prod"})
+    assert info.value.code == "OwnershipTag" and written == []
+    p.update_tags(inst, {"team": "x"})
+    assert written == [{"team": "x"}]

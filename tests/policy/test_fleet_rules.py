@@ -118,3 +118,64 @@ def test_validate_exits_1_naming_the_line_of_a_syntax_error(tmp_path: Path) -> N
 def test_validate_accepts_good_rules(tmp_path: Path) -> None:
     proc = run_navarch(["validate", str(write(tmp_path, FLEET + POOL_RULES))], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
+
+
+NESTED = "xids.exists(a, xids.exists(b, xids.exists(c, a.code == b.code + c.code)))"
+
+
+def test_validate_rejects_a_nested_comprehension_naming_its_line(tmp_path: Path) -> None:
+    text = FLEET + POOL_RULES + f"""\
+        - name: cubic
+          when: "{NESTED}"
+          status: degraded
+"""
+    path = write(tmp_path, text)
+    line = text.splitlines().index(f'          when: "{NESTED}"') + 1
+    proc = run_navarch(["validate", str(path)], cwd=tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert f"fleet.yaml:{line}: pools.train.health.rules[1].when: rule 'cubic': " in proc.stderr
+    assert "list elements per report" in proc.stderr
+
+
+@pytest.mark.parametrize("when", [
+    "xids.exists(a, gpus.exists(g, g.index == 0))",
+    "xids.filter(x, x.code == 79).size() > 0",
+    " || ".join(f"xids.exists(x, x.code == {c})" for c in range(9)),
+])
+def test_rules_past_the_cost_bound_do_not_load(tmp_path: Path, when: str) -> None:
+    text = FLEET + POOL_RULES + f"""\
+        - name: costly
+          when: "{when}"
+          status: degraded
+"""
+    with pytest.raises(ConfigError, match="rule 'costly': `when` may visit"):
+        load_fleet(write(tmp_path, text))
+
+
+def test_rules_of_a_pool_and_the_fleet_share_one_budget_per_report(tmp_path: Path) -> None:
+    eight = " || ".join(f"xids.exists(x, x.code == {c})" for c in range(8))
+    rules = "".join(f"""\
+        - name: r{i}
+          when: "{eight}"
+          status: degraded
+""" for i in range(4))
+    with pytest.raises(ConfigError, match="pools.train.health.rules: the pool's and the fleet's"):
+        load_fleet(write(tmp_path, FLEET + POOL_RULES + rules))
+
+
+def test_a_rule_at_the_bound_loads_and_judges_a_256_xid_report(tmp_path: Path) -> None:
+    from navarch.policy import SAMPLE_REPORT
+
+    at_bound = " || ".join(f"xids.exists(x, x.code == {c})" for c in range(8))
+    text = FLEET + POOL_RULES + f"""\
+        - name: bound
+          when: "{at_bound}"
+          status: degraded
+"""
+    pool = load_fleet(write(tmp_path, text)).pool("train")
+    xid = SAMPLE_REPORT["xids"][0]
+    report = {**SAMPLE_REPORT, "status": "healthy", "gpus": [],
+              "xids": [{**xid, "code": 1000 + i, "severity": "warning"} for i in range(255)]
+              + [{**xid, "code": 7, "severity": "warning"}]}
+    result = evaluate(pool.health.rule_sets(), report)
+    assert result.rule == "bound" and result.status.value == "degraded"

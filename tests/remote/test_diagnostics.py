@@ -55,6 +55,31 @@ def test_the_builtin_starts_detached_then_collects(sshd: Sshd, standin: Standin)
     assert standin.calls("dcgmi") == [["diag", "-r", "2", "-j"]]  # started once
 
 
+def test_a_result_left_by_an_earlier_diagnostic_is_not_collected_as_a_new_one(
+    sshd: Sshd, standin: Standin,
+) -> None:
+    """A diagnostic that finished before a remedy (nobody collected it) must not pass for
+    the one started after it: each result belongs to the run that started it."""
+    standin.set_state({"dcgmi": {"mode": "pass"}})
+    runner = SSHRunner(sshd.ssh(), base_dir=Path.cwd())
+    before = run_diagnostics(runner, diagnostics_playbook("none"), TARGET, 2,
+                             token="20260302T110000Z")
+    assert before.outcome is DiagOutcome.RUNNING
+    standin.wait_for_calls("dcgmi", 1)
+    standin.set_state({"dcgmi": {"mode": "fail_level2"}})  # the GPU broke since
+    after = run_diagnostics(runner, diagnostics_playbook("none"), TARGET, 2,
+                            token="20260302T120000Z")
+    assert after.outcome is DiagOutcome.RUNNING and after.detail == "dcgmi diag -r 2 started"
+    for _ in range(200):
+        result = run_diagnostics(runner, diagnostics_playbook("none"), TARGET, 2,
+                                 token="20260302T120000Z")
+        if result.outcome is not DiagOutcome.RUNNING:
+            break
+        time.sleep(0.05)
+    assert result.outcome is DiagOutcome.FAIL
+    assert len(standin.calls("dcgmi")) == 2
+
+
 @pytest.mark.parametrize("fmt", [4, 3])
 @pytest.mark.parametrize("level", [1, 2, 3])
 def test_pass_at_every_level(sshd: Sshd, standin: Standin, level: int, fmt: int) -> None:

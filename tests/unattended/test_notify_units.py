@@ -126,6 +126,20 @@ def test_webhook_retries_a_503_then_delivers(recorder: Recorder) -> None:
     assert len(recorder.at("/hook")) == 3
 
 
+def test_webhook_keeps_sending_after_a_failed_event_and_retries_it(recorder: Recorder) -> None:
+    recorder.fail_first["/hook"] = 1  # the first event's POST fails; nothing retries inside
+    spec = SinkSpec("webhook", "ops", url={"value": f"{recorder.url}/hook"},
+                    secret={"value": "k"}, retries=0, timeout_s=5)
+    r = result(halts=(Halt("a", "orphan_guard", "3 orphans"),
+                      Halt("b", "circuit_breaker", "2 of 2 sick")))
+    events = tuple(plan_conditions(r.plan).values())
+    assert len(events) == 2
+    assert WebhookSink(spec, Path("."), 0).send(events) == 2
+    delivered = [req.json()["event_id"] for req in recorder.at("/hook")]
+    assert len(delivered) == 3  # first (503), second, first again
+    assert sorted(set(delivered[1:])) == sorted(e.event_id for e in events)
+
+
 def test_failures_never_name_the_secret(recorder: Recorder, tmp_path: Path) -> None:
     recorder.status["/T0KEN-in-url"] = 500
     spec = SinkSpec("slack", "team", url={"env": "T_SLACK"}, retries=0)

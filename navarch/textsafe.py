@@ -1,0 +1,71 @@
+"""Text that a node supplied, made inert for each place it is shown.
+
+A health report is signed with its node's own key, which a tenant with root on that node
+holds, so its free text (check messages, XID messages) is hostile input. It is made plain
+once where it enters (`node_text`: no control characters, no lone surrogates, a bounded
+length) and escaped again for each sink's format where it leaves:
+
+- `slack_mrkdwn`: Slack's mrkdwn control characters (&, <, >), per Slack's "Formatting
+  text for app surfaces" (escaping text), so `<!channel>` and `<url|label>` stay text.
+- `markdown_code_line`: one line inside a fenced code block (no newline, no backtick run
+  that could close the fence).
+- `markdown_inline`: running Markdown text (CommonMark backslash escapes for link, image
+  and code punctuation, HTML's &, <, > as entities, GitHub autolinks broken).
+- `terminal`: a line for a terminal or a log (no ANSI escape, no newline).
+
+JSON sinks (webhook, PagerDuty, the audit log) need only `node_text`: json.dumps escapes
+the rest. The status page escapes through jinja2's HTML autoescape.
+"""
+
+from __future__ import annotations
+
+import re
+
+#: Longest node-supplied text kept, in characters: one finding line in a plan, a Slack
+#: message or a PagerDuty summary; the report schema allows 1024 per message.
+NODE_TEXT_MAX_CHARS = 300
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+_BACKTICKS = re.compile(r"`{2,}")
+_MD_PUNCT = re.compile(r"([\\`\[\]])")
+_AUTOLINK = re.compile(r"(?i)(://|www\.)")
+
+
+def plain(text: str) -> str:
+    """One line of printable text: control characters (C0 and C1, so NUL, ESC and line
+    breaks; bidi overrides) become spaces, lone surrogates U+FFFD. Never raises."""
+    return _SURROGATE.sub("\ufffd", _CONTROL.sub(" ", str(text)))
+
+
+def node_text(text: str, max_chars: int = NODE_TEXT_MAX_CHARS) -> str:
+    """`plain(text)` cut to max_chars characters (an ellipsis marks the cut)."""
+    flat = plain(text)
+    return flat if len(flat) <= max_chars else flat[: max_chars - 1] + "\u2026"
+
+
+def terminal(text: str) -> str:
+    """Text for a terminal or a log line: `plain`, so no ANSI escape sequence survives."""
+    return plain(text)
+
+
+def slack_mrkdwn(text: str) -> str:
+    """Text for a Slack mrkdwn message: plain, then &, < and > as &amp; &lt; &gt; (Slack's
+    only control characters; `<!channel>` and `<url|label>` then show as text)."""
+    return plain(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def markdown_code_line(text: str) -> str:
+    """Text for one line inside a fenced code block: plain (no newline can start a closing
+    fence) and no run of two or more backticks."""
+    return _BACKTICKS.sub("`", plain(text))
+
+
+def markdown_inline(text: str) -> str:
+    """Text for running GitHub Markdown: plain; &, <, > as HTML entities (no raw HTML, no
+    <autolink>); CommonMark backslash escapes before [, ], ` and backslash (no link, image or code
+    span can open; emphasis is harmless and kept readable); a zero-width space inside "://" and "www." so GitHub's extended autolinks
+    do not turn a bare address into a link."""
+    flat = plain(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    flat = _MD_PUNCT.sub(r"\\\1", flat)
+    return _AUTOLINK.sub(lambda m: m.group(1)[0] + "\u200b" + m.group(1)[1:], flat)

@@ -1,0 +1,183 @@
+"""Hostile text from a node's report, through every sink and every rendering.
+
+A report signed with a node's own key is written by whoever holds root on that node. Its
+free text must come out of navarch inert: no Slack control sequence, no Markdown that
+breaks a fence or renders a link or image, no HTML, no terminal escape, no line a reader
+would take for navarch's own, and nothing that crashes a sink.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import re
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from navarch import logs
+from navarch.fleet_file import load_fleet
+from navarch.notify.events import Event, EventKind, make
+from navarch.notify.sinks import LogSink, PagerDutySink, SlackSink, WebhookSink
+from navarch.planner.model import Action, ActionKind, ActionReason, Halt, Memory, Plan
+from navarch.reconcile.render import plan_to_json, render_markdown, render_text
+from navarch.reconcile.reports import summarize
+from navarch.reconcile.state import AuditLog
+from navarch.spec import SinkSpec
+from navarch.status_page import render_status_page
+from navarch.stores.file import FileStore
+from navarch.textsafe import NODE_TEXT_MAX_CHARS
+from tests.unattended.helpers import REPO, Recorder
+
+NOW = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
+
+CORPUS = {
+    "slack": "<!channel> <https://evil.example|re-authenticate> &amp; <@U123>",
+    "fence": "ok\n```\n![pwn](https://evil.example/x.png) [login](https://evil.example)\n```diff",
+    "html": "<img src=x onerror=alert(1)><script>alert(1)</script><a href='//evil'>x</a>",
+    "ansi": "\x1b[2J\x1b[31mRED\x1b]0;title\x07\x1b[0m done",
+    "forged_line": "fine\r\nPlan: 0 to provision, 0 to cordon, 0 to drain, 0 to terminate.",
+    "huge": "A" * 1_000_000,
+    "nul": "nul\x00byte\x00",
+    "surrogates": "lone \ud800 and \udfff halves",
+    "backticks": "`````` www.evil.example ``",
+}
+
+
+def hostile_report(text: str) -> dict[str, object]:
+    """A report whose free text is `text` everywhere a node writes prose."""
+    return {
+        "sequence": 7, "boot_id": "b-1", "generated_at": "2026-11-01T11:59:00Z",
+        "status": "unhealthy", "action": "replace", "health_score": 10,
+        "checks": [{"name": "xid", "status": "unhealthy", "message": text, "gpu_index": 0}],
+        "xids": [{"code": 79, "message": text, "pci_bus_id": "0000:5d:00",
+                  "severity": "fatal"}],
+        "gpus": [],
+    }
+
+
+def hostile_plan(text: str) -> Plan:
+    """A plan quoting `text` as a report finding would (reason, halt, note, pending)."""
+    return Plan(
+        fleet="demo", created_at=NOW,
+        actions=(Action(ActionKind.CORDON, "train", "demo-train-0001", f"XID 79: {text}",
+                        instance_id="i-1", action_reason=ActionReason.UNHEALTHY),),
+        halts=(Halt("train", "circuit_breaker", text),),
+        notes=(text,), pending=(f"demo-train-0002: {text}",),
+    )
+
+
+def hostile_event(text: str) -> Event:
+    return make(EventKind.NODE_CORDONED, "demo", "train", "demo-train-0001",
+                f"demo-train-0001 cordoned: {text}", "run-1", reason=text)
+
+
+def assert_plain(out: str) -> None:
+    """No control character (so no ANSI escape, NUL) other than newline in `out`."""
+    assert not re.search(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]", out), repr(out[:200])
+
+
+@pytest.mark.parametrize("case", sorted(CORPUS))
+def test_report_text_enters_as_one_short_plain_line(case: str) -> None:
+    summary = summarize(hostile_report(CORPUS[case]))
+    assert summary.findings
+    for line in summary.findings:
+        assert len(line) <= NODE_TEXT_MAX_CHARS
+        assert "\n" not in line and "\r" not in line
+        assert_plain(line)
+        line.encode("utf-8")  # no lone surrogate left to crash a writer
+
+
+@pytest.mark.parametrize("case", sorted(CORPUS))
+def test_text_plan_keeps_node_text_on_its_own_line_without_escapes(case: str) -> None:
+    text = render_text(hostile_plan(CORPUS[case]))
+    assert_plain(text)
+    # The only summary line is navarch's own, last.
+    assert [ln for ln in text.splitlines() if ln.startswith("Plan:")] == [
+        "Plan: 0 to provision, 1 to cordon, 0 to drain, 0 to terminate."]
+
+
+@pytest.mark.parametrize("case", sorted(CORPUS))
+def test_markdown_plan_renders_nothing_active(case: str) -> None:
+    text = render_markdown(hostile_plan(CORPUS[case]))
+    assert_plain(text)
+    fences = [ln for ln in text.splitlines() if ln.lstrip().startswith("```")]
+    assert fences == ["```diff", "```"]  # the template's own fence, never closed early
+    # Outside the fence (a code block shows its text as is) nothing can render live.
+    outside = text.split("```diff")[0] + text.split("```\n")[-1]
+    assert "<img" not in outside and "<script" not in outside and "<a " not in outside
+    assert "<!channel>" not in outside and "<https://" not in outside
+    assert not re.search(r"(?<!\\)\]\(", outside)  # no [label](url) or ![image](url)
+    assert "://" not in outside and "www." not in outside  # GitHub autolinks nothing
+
+
+@pytest.mark.parametrize("case", sorted(CORPUS))
+def test_json_plan_round_trips_hostile_text(case: str) -> None:
+    doc = plan_to_json(hostile_plan(CORPUS[case]))
+    assert json.loads(json.dumps(doc))["actions"][0]["node"] == "demo-train-0001"
+
+
+@pytest.mark.parametrize("case", sorted(CORPUS))
+def test_status_page_escapes_node_text(case: str) -> None:
+    spec = load_fleet(REPO / "fleet.example.yaml")
+    page = render_status_page(spec, hostile_plan(CORPUS[case]), Memory(fleet="demo"), NOW)
+    assert "<script" not in page and "<img" not in page and "<!channel>" not in page
+    assert "<a href='//evil'>" not in page
+
+
+@pytest.mark.parametrize("case", sorted(CORPUS))
+def test_audit_log_stores_hostile_text_as_json(case: str, tmp_path: Path) -> None:
+    store = FileStore(str(tmp_path))
+    audit = AuditLog(store, "demo", "run-1", NOW)
+    audit.append({"node": "demo-train-0001", "detail": CORPUS[case]})
+    key = audit.flush()
+    assert key is not None
+    lines = store.get(key).data.decode("utf-8").splitlines()
+    assert len(lines) == 1 and json.loads(lines[0])["node"] == "demo-train-0001"
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+@pytest.mark.parametrize("case", sorted(CORPUS))
+def test_log_lines_stay_one_line_per_record(case: str, fmt: str) -> None:
+    stream = io.StringIO()
+    logs.configure(fmt, "run-1", stream=stream)
+    try:
+        logging.getLogger("navarch.test").warning("node says %s", CORPUS[case])
+    finally:
+        logs.configure("text", "")
+    out = stream.getvalue()
+    assert out.count("\n") == 1
+    assert_plain(out)
+    if fmt == "json":
+        assert json.loads(out)["level"] == "warning"
+
+
+@pytest.mark.parametrize("case", sorted(CORPUS))
+def test_every_sink_delivers_hostile_text_inert(case: str, recorder: Recorder,
+                                                tmp_path: Path) -> None:
+    event = hostile_event(CORPUS[case])
+    slack = SinkSpec("slack", "s", url={"value": f"{recorder.url}/slack"}, retries=0)
+    assert SlackSink(slack, tmp_path, 0).send((event,)) == 1
+    (req,) = recorder.at("/slack")
+    text = req.json()["text"]
+    assert "<" not in text and ">" not in text  # no <!channel>, no <url|label>
+    assert len(text) < 2_000 and len(text.splitlines()) == 2
+    assert_plain(text)
+    hook = SinkSpec("webhook", "w", url={"value": f"{recorder.url}/hook"},
+                    secret={"value": "k"}, retries=0)
+    assert WebhookSink(hook, tmp_path, 1).send((event,)) == 1
+    (req,) = recorder.at("/hook")
+    assert req.json()["node"] == "demo-train-0001"
+    pd = SinkSpec("pagerduty", "p", url={"value": f"{recorder.url}/pd"},
+                  routing_key={"value": "r"}, retries=0)
+    breaker = make(EventKind.BREAKER_TRIPPED, "demo", "train", None, CORPUS[case], "run-1",
+                   why=CORPUS[case])
+    assert PagerDutySink(pd, tmp_path, 2).send((breaker,)) == 1
+    (req,) = recorder.at("/pd")
+    assert len(req.json()["payload"]["summary"]) <= 1024
+    log = SinkSpec("log", "l", path="events.jsonl")
+    assert LogSink(log, tmp_path).send((event,)) == 1
+    (line,) = (tmp_path / "events.jsonl").read_text().splitlines()
+    assert json.loads(line)["node"] == "demo-train-0001"

@@ -90,7 +90,7 @@ def _env() -> Any:
 
 
 def _render(name: str, **values: Any) -> str:
-    return _env().get_template(name).render(**values)
+    return str(_env().get_template(name).render(**values))
 
 
 def render_agent_yaml(

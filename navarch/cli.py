@@ -79,7 +79,7 @@ def _err(message: str) -> None:
 
 def _options(args: argparse.Namespace, **extra: Any) -> Any:
     """PlanOptions from --pool, --replace and --allow-destroy (where the command has them)."""
-    from navarch.planner.plan import PlanOptions
+    from navarch.planner.context import PlanOptions
 
     pools = getattr(args, "pool", None)
     return PlanOptions(
@@ -1073,6 +1073,7 @@ def build_parser() -> argparse.ArgumentParser:
     _node_commands(sub)
     _local_commands(sub)
 
+    register: Callable[[Any], None] | None
     try:
         from navarch.agent.cli import register
     except ImportError:
@@ -1107,7 +1108,8 @@ def cmd_completion(args: argparse.Namespace) -> int:
     completing from this parser at each TAB)."""
     import argcomplete
 
-    print(argcomplete.shellcode(["navarch"], shell=args.shell), end="")
+    script: str = argcomplete.shellcode(["navarch"], shell=args.shell)  # type: ignore[attr-defined]
+    print(script, end="")
     return EXIT_OK
 
 

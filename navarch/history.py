@@ -148,7 +148,7 @@ def _parse_time(value: Any) -> datetime | None:
 def _actor(r: Mapping[str, Any]) -> Actor:
     """The record's actor; records from before the field: an operator's mark, else scheduled."""
     try:
-        return Actor(r.get("actor"))
+        return Actor(str(r.get("actor")))
     except ValueError:
         return Actor.OPERATOR if r.get("operator") else Actor.SCHEDULED
 

@@ -88,7 +88,7 @@ def build_registry(spec: FleetSpec, facts: RunFacts) -> CollectorRegistry:
     """The metrics of one apply in a fresh registry. `_created` series are switched off
     (process-wide): a batch job's counters begin with each run, their creation time says
     nothing."""
-    disable_created_metrics()
+    disable_created_metrics()  # type: ignore[no-untyped-call]  # prometheus_client is untyped here
     reg = CollectorRegistry()
     fleet = spec.name
     now_s = facts.now.timestamp()

@@ -588,6 +588,12 @@ def parse_ts(value: str | None) -> datetime | None:
     return _parse_ts(value)
 
 
+def parse_time(value: str) -> datetime:
+    """parse_ts for a time that must be there: RFC 3339 -> an aware UTC datetime.
+    Raises ValueError on a malformed time or one without a timezone."""
+    return _parse_ts(value)
+
+
 @lru_cache(maxsize=16384)
 def _parse_ts(value: str) -> datetime:
     dt = datetime.fromisoformat(value.replace("Z", "+00:00"))

@@ -76,14 +76,15 @@ class LocalProvider:
         return self.machines_dir / instance_id
 
     def read_machine(self, instance_id: str) -> dict[str, Any]:
-        return json.loads((self.machine_dir(instance_id) / "machine.json").read_text())
+        doc: dict[str, Any] = json.loads((self.machine_dir(instance_id) / "machine.json").read_text())
+        return doc
 
     def write_machine(self, machine: Mapping[str, Any]) -> None:
         write_json_atomic(self.machine_dir(machine["instance_id"]) / "machine.json", dict(machine))
 
     def machines(self) -> list[dict[str, Any]]:
         """Every machine's record (sorted by instance id); unreadable ones are skipped."""
-        out = []
+        out: list[dict[str, Any]] = []
         if not self.machines_dir.is_dir():
             return out
         for d in sorted(self.machines_dir.iterdir()):

@@ -58,7 +58,14 @@ from navarch import signing
 from navarch.errors import NotFound, ReportRejected
 from navarch.fleet_file import load_schema
 from navarch.health import FaultKey, Remedy, Status
-from navarch.planner.model import Memory, NodeView, ReportObservation, ReportSummary, parse_ts
+from navarch.planner.model import (
+    Memory,
+    NodeView,
+    ReportObservation,
+    ReportSummary,
+    parse_time,
+    parse_ts,
+)
 from navarch.policy import Rule, evaluate
 from navarch.reconcile.state import health_prefix
 from navarch.stores.base import ObjectInfo, ObjectStore, parallel_map
@@ -150,7 +157,7 @@ def summarize(report: Mapping[str, Any], stored_at: datetime | None = None,
     return ReportSummary(
         sequence=report["sequence"],
         boot_id=report["boot_id"],
-        generated_at=parse_ts(report["generated_at"]),
+        generated_at=parse_time(report["generated_at"]),
         status=status,
         action=action,
         health_score=report["health_score"],

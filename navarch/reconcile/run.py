@@ -22,9 +22,9 @@ from navarch.errors import ConfigError, NavarchError, ProviderError, StalePlan
 from navarch.fleet_file import read_fleet_secret
 from navarch.history import Actor
 from navarch.inventory import Instance, fingerprint
+from navarch.planner.context import PlanOptions
 from navarch.planner.model import Memory, Phase, Plan, ReportObservation
 from navarch.planner.observe import Observed, observe
-from navarch.planner.plan import PlanOptions
 from navarch.planner.plan import plan as make_plan
 from navarch.providers import open_provider
 from navarch.providers.base import Provider

@@ -214,19 +214,19 @@ def _read(path: Path) -> tuple[str, dict[str, Any]]:
 
 
 def _build_step(raw: Mapping[str, Any], *, path: Path, text: str, parts: list[Any]) -> Step:
-    where = {"file": str(path), "key_path": _key_path(parts), "line": _line_of(text, parts)}
+    key_path, line = _key_path(parts), _line_of(text, parts)
     source = raw["run"]
     try:
         template = _ENV.from_string(source)
         unknown = jinja2.meta.find_undeclared_variables(_ENV.parse(source)) - TEMPLATE_VARIABLES
     except jinja2.TemplateSyntaxError as exc:
         raise ConfigError(
-            f"run: bad template: {exc.message}", **where, hint="fix the jinja2 syntax"
+            f"run: bad template: {exc.message}", file=str(path), key_path=key_path, line=line, hint="fix the jinja2 syntax"
         ) from exc
     if unknown:
         raise ConfigError(
             f"run: unknown template variable(s) {', '.join(sorted(unknown))}",
-            **where,
+            file=str(path), key_path=key_path, line=line,
             hint=f"use only {', '.join(sorted(TEMPLATE_VARIABLES))}",
         )
     expect = raw.get("expect", {})
@@ -237,7 +237,7 @@ def _build_step(raw: Mapping[str, Any], *, path: Path, text: str, parts: list[An
         except re.error as exc:
             raise ConfigError(
                 f"expect.output_matches: bad regular expression: {exc}",
-                **where,
+                file=str(path), key_path=key_path, line=line,
                 hint="write a Python regular expression",
             ) from exc
     return Step(
@@ -249,7 +249,7 @@ def _build_step(raw: Mapping[str, Any], *, path: Path, text: str, parts: list[An
         output_matches=pattern,
         ignore_errors=bool(raw.get("ignore_errors", False)),
         name=raw.get("name", ""),
-        key_path=where["key_path"],
+        key_path=key_path,
         _template=template,
     )
 

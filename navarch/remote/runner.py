@@ -159,7 +159,7 @@ class SSHSettings:
         )
 
 
-class _HostKeyUnknown(paramiko.SSHException):
+class _HostKeyUnknown(paramiko.SSHException):  # type: ignore[misc]  # paramiko is untyped
     """Raised by the strict policy for a host whose key is not in known_hosts."""
 
     def __init__(self, hostname: str, key: paramiko.PKey) -> None:
@@ -169,14 +169,15 @@ class _HostKeyUnknown(paramiko.SSHException):
         super().__init__(f"host key of {hostname} not in known_hosts")
 
 
-class _HandshakeTimeout(paramiko.SSHException):
+class _HandshakeTimeout(paramiko.SSHException):  # type: ignore[misc]
     """The SSH handshake (banner, key exchange) did not finish within connect_timeout."""
 
 
-class _RejectUnknown(paramiko.MissingHostKeyPolicy):
+class _RejectUnknown(paramiko.MissingHostKeyPolicy):  # type: ignore[misc]
     """paramiko RejectPolicy that keeps the offered key for the error message."""
 
-    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey):
+    def missing_host_key(self, client: paramiko.SSHClient, hostname: str,
+                         key: paramiko.PKey) -> None:
         raise _HostKeyUnknown(hostname, key)
 
 

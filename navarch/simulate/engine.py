@@ -182,7 +182,7 @@ def simulate(scenario: Scenario, seed: int | None = None) -> dict[str, Any]:
     world = World(scenario, spec.name, SECRET, START)
     gpus = {p.name: p.gpus_per_node for p in spec.pools}
     providers = {n: SimProvider(n, world, gpus) for n in sorted(spec.providers)}
-    fleet = _SimFleet(spec, world.store, dict(providers))  # type: ignore[arg-type]
+    fleet = _SimFleet(spec, world.store, dict(providers))
     tally = _Tally(world, sum(p.target_nodes for p in spec.pools), scenario.reconcile_period_s)
     world.on_fault = tally.on_fault
     period = timedelta(seconds=scenario.reconcile_period_s)

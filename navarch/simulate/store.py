@@ -10,7 +10,7 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 
-from navarch.errors import NotFound, PreconditionFailed
+from navarch.errors import NotFound, PreconditionFailed, StoreError
 from navarch.stores.base import Blob, ObjectInfo
 
 
@@ -59,6 +59,10 @@ class MemoryStore:
         del self._objects[key]
         del self._infos[key]
         self._keys = None
+
+    def presigned_get_url(self, key: str, expires_s: int) -> str:
+        """Raises StoreError: simulated nodes run the agent in process and fetch nothing."""
+        raise StoreError(f"the simulated store serves no URLs (asked for {key})")
 
     def list(self, prefix: str) -> Sequence[ObjectInfo]:
         if self._keys is None:

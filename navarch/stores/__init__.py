@@ -30,13 +30,16 @@ def open_store(url: str, *, base_dir: Path | None = None) -> ObjectStore:
         return FileStore(path)
     if url.startswith("s3://"):
         s3 = import_extra("navarch.stores.s3", "aws", "the s3:// store")
-        return s3.S3Store.from_url(url)
+        store: ObjectStore = s3.S3Store.from_url(url)
+        return store
     if url.startswith("gs://"):
         gcs = import_extra("navarch.stores.gcs", "gcp", "the gs:// store")
-        return gcs.GCSStore.from_url(url)
+        gcs_store: ObjectStore = gcs.GCSStore.from_url(url)
+        return gcs_store
     if url.startswith("az://"):
         azure = import_extra("navarch.stores.azure", "azure", "the az:// store")
-        return azure.AzureBlobStore.from_url(url)
+        azure_store: ObjectStore = azure.AzureBlobStore.from_url(url)
+        return azure_store
     # Built-ins first; then plugins of the navarch.stores entry-point group, by URL scheme.
     plugin = open_plugin_store(url)
     if plugin is not None:

@@ -65,6 +65,12 @@ class CheckedStore:
             raise PluginError(self._ref, "list did not return a list of ObjectInfo")
         return tuple(got)
 
+    def presigned_get_url(self, key: str, expires_s: int) -> str:
+        got = call(self._ref, self._inner.presigned_get_url, key, expires_s)
+        if not isinstance(got, str):
+            raise PluginError(self._ref, f"presigned_get_url returned a {type(got).__name__}")
+        return got
+
     def get_many(self, keys: Any) -> dict[str, Blob]:
         got = call(self._ref, self._inner.get_many, keys)
         if not isinstance(got, dict):

@@ -136,7 +136,10 @@ class ReportSummary:
     utilization_pct: float | None = None
     gpu_count: int = 0
     stored_at: datetime | None = None
-    fault_key: FaultKey | None = None  # the fault the report shows (reports._fault_key)
+    fault_key: FaultKey | None = None  # the fault the report shows (reports._fault_check)
+    #: the agent's consecutive checks that saw fault_key (0: not reported): what
+    #: unhealthy_after counts when the agent checks more often than it writes
+    consecutive: int = 0
 
     @property
     def clock_skew_s(self) -> float | None:
@@ -617,6 +620,7 @@ def summary_to_json(s: ReportSummary | None) -> dict[str, Any] | None:
         "utilization_pct": s.utilization_pct, "gpu_count": s.gpu_count,
         "stored_at": ts(s.stored_at),
         **({"fault_key": s.fault_key.format()} if s.fault_key is not None else {}),
+        **({"consecutive": s.consecutive} if s.consecutive else {}),
     }
 
 
@@ -633,6 +637,7 @@ def summary_from_json(d: Mapping[str, Any] | None) -> ReportSummary | None:
         utilization_pct=d.get("utilization_pct"), gpu_count=d.get("gpu_count", 0),
         stored_at=parse_ts(d.get("stored_at")),
         fault_key=FaultKey.parse(d["fault_key"]) if d.get("fault_key") else None,
+        consecutive=d.get("consecutive", 0),
     )
 
 

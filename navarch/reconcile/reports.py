@@ -104,14 +104,13 @@ def _policy(report: Mapping[str, Any], rule_sets: RuleSets | None
     return result.status, result.action, first, FaultKey(f"rule:{user[0]}")
 
 
-def _fault_key(checks: Sequence[Mapping[str, Any]]) -> FaultKey | None:
-    """The fault the report shows, read from the checks' structured fault keys: the worst
-    check's (XID checks first among equals, then by name), or None."""
+def _fault_check(checks: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The check whose fault the report shows: among those with a structured fault key,
+    the worst (XID checks first among equals, then by name), or None."""
     faulty = [c for c in checks if c.get("fault_key")]
     if not faulty:
         return None
-    worst = min(faulty, key=lambda c: (-Status(c["status"]).rank, c["name"] != "xid", c["name"]))
-    return FaultKey.from_json(worst["fault_key"])
+    return min(faulty, key=lambda c: (-Status(c["status"]).rank, c["name"] != "xid", c["name"]))
 
 
 def summarize(report: Mapping[str, Any], stored_at: datetime | None = None,
@@ -141,6 +140,7 @@ def summarize(report: Mapping[str, Any], stored_at: datetime | None = None,
     procs = [g.get("process_count") for g in gpus]
     utils = [g.get("utilization_pct") for g in gpus if g.get("utilization_pct") is not None]
     notice = report.get("notice") or {}
+    fault_check = _fault_check(report.get("checks", []))
     if policy_lines and policy_lines[0].startswith("policy error"):
         findings = findings[:4] + policy_lines
     else:
@@ -154,7 +154,9 @@ def summarize(report: Mapping[str, Any], stored_at: datetime | None = None,
         health_score=report["health_score"],
         fatal=fatal,
         findings=tuple(dict.fromkeys(findings))[:5],
-        fault_key=rule_fault or _fault_key(report.get("checks", [])),
+        fault_key=rule_fault or (FaultKey.from_json(fault_check["fault_key"])
+                                 if fault_check is not None else None),
+        consecutive=int(fault_check.get("consecutive", 0)) if fault_check is not None else 0,
         notice_kind=notice.get("kind"),
         notice_deadline=parse_ts(notice.get("deadline")),
         process_count=sum(procs) if gpus and all(p is not None for p in procs) else None,

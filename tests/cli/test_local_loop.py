@@ -139,6 +139,22 @@ def test_unhealthy_counts_each_report_once(navarch):
     assert "~ cordon demo-train-0003" in navarch.ok("plan", "fleet.yaml").out
 
 
+def test_three_agent_checks_between_two_runs_reach_unhealthy_after(navarch):
+    # unhealthy_after counts the agent's checks, not the reconciler's runs: three checks
+    # between two applies are three observations of the fault.
+    _edit(navarch.workdir, lambda d: d["pools"]["train"]["health"].update(unhealthy_after=2))
+    navarch.ok("apply", "fleet.yaml", "--auto-approve")
+    navarch.ok("local", "tick", "fleet.yaml")
+    navarch.ok("apply", "fleet.yaml", "--auto-approve")
+    navarch.ok("local", "inject", "fleet.yaml", "demo-train-0002", "--ecc", "3")
+    for _ in range(3):
+        navarch.ok("local", "tick", "fleet.yaml")
+    run = navarch.ok("apply", "fleet.yaml", "--auto-approve")
+    assert "cordon demo-train-0002" in run.out
+    node = next(n for n in navarch.nodes() if n["node"] == "demo-train-0002")
+    assert node["lifecycle"] not in ("healthy", "degraded"), node
+
+
 def test_circuit_breaker_stops_cordons_when_half_a_pool_is_sick(navarch):
     _edit(navarch.workdir, lambda d: d["pools"]["train"]["nodes"].update(min=4, target=4, max=6))
     navarch.ok("apply", "fleet.yaml", "--auto-approve")

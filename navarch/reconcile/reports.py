@@ -42,13 +42,16 @@ that raises never changes the verdict: the agent's status and action stand and t
 is a finding ("policy error: ..."), shown by `navarch status`.
 
 Unchanged reports are not fetched again: listing gives each object's version (ETag,
-generation, inode), and a node whose version equals the one in Memory reuses its summary.
+generation, inode), and a node whose version equals the one in Memory reuses its summary;
+any other version verified before comes from the verified-report cache
+(navarch.reconcile.report_cache), which only ever saves time.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
 from functools import cache, lru_cache
 from typing import Any
@@ -57,8 +60,16 @@ from navarch import signing
 from navarch.errors import NotFound, ReportRejected
 from navarch.fleet_file import load_schema
 from navarch.health import FaultKey, Remedy, Status
-from navarch.planner.model import Memory, NodeView, ReportObservation, ReportSummary, parse_ts
+from navarch.planner.model import (
+    Memory,
+    NodeMemory,
+    NodeView,
+    ReportObservation,
+    ReportSummary,
+    parse_ts,
+)
 from navarch.policy import Rule, evaluate
+from navarch.reconcile.report_cache import ReportCache, rules_digest
 from navarch.reconcile.state import health_prefix
 from navarch.stores.base import ObjectInfo, ObjectStore, parallel_map
 
@@ -292,6 +303,7 @@ def read_reports(
     *,
     store_times: bool = True,
     rule_sets: Mapping[str, RuleSets] | None = None,
+    cache: ReportCache | None = None,
 ) -> dict[str, ReportObservation]:
     """List health/<fleet>/, fetch changed reports, verify them -> node -> observation.
 
@@ -302,6 +314,8 @@ def read_reports(
     only listing the store may raise StoreError. rule_sets: pool name -> its health policy
     rule sets (HealthPolicy.rule_sets()); a pool not in it (or None) keeps the agents'
     verdicts. An unchanged report keeps the verdict it was given when it was read.
+    cache: the verified-report cache (navarch.reconcile.report_cache): a report whose
+    version it holds a verified summary of is not fetched either; the caller saves it.
     """
     prefix = health_prefix(fleet)
     listed: dict[str, tuple[str, str, ObjectInfo]] = {}  # key -> (pool, node, listing)
@@ -313,12 +327,20 @@ def read_reports(
 
     out: dict[str, ReportObservation] = {}
     to_fetch: list[str] = []
+    digests = {pool: rules_digest((rule_sets or {}).get(pool)) for pool, _, _ in listed.values()}
     for key, (pool, node, info) in listed.items():
         nm = memory.node(node)
         if nm is not None and nm.report_version == info.version and nm.pool == pool:
             # Unchanged object: its earlier verdict stands (a rejected one stays rejected).
             out[node] = ReportObservation(node, pool, nm.report, info.version,
                                           rejected=nm.report_rejected)
+            if cache is not None:
+                cache.keep(key, info.version)
+            continue
+        cached = _from_cache(cache, key, info, digests[pool], nm, now, store_times)
+        if cached is not None:
+            out[node] = ReportObservation(node, pool, cached, info.version,
+                                          stored_at=cached.stored_at)
         else:
             to_fetch.append(key)
 
@@ -346,6 +368,8 @@ def read_reports(
                                     fleet_secret=fleet_secret, last_sequence=last_seq, now=now,
                                     stored_at=stored_at,
                                     rule_sets=(rule_sets or {}).get(pool))
+            if cache is not None:
+                cache.remember(key, blob.version, digests[pool], summary)
             return ReportObservation(node, pool, summary, blob.version, stored_at=stored_at)
         except ReportRejected as rej:
             return rejected(rej.reason, blob.version)
@@ -354,6 +378,26 @@ def read_reports(
         if observation is not None:
             out[observation.node] = observation
     return out
+
+
+def _from_cache(cache: ReportCache | None, key: str, info: ObjectInfo, rules: str,
+                nm: NodeMemory | None, now: datetime, store_times: bool
+                ) -> ReportSummary | None:
+    """The cache's verified summary of the listed version, when verifying the bytes again
+    would accept it too: its sequence above the node's last accepted one (the replay rule)
+    and, judged by the node's clock, not from the future. None: fetch and verify."""
+    if cache is None:
+        return None
+    summary = cache.lookup(key, info.version, rules)
+    if summary is None:
+        return None
+    last_seq = nm.report.sequence if nm is not None and nm.report is not None else 0
+    if summary.sequence <= last_seq:
+        return None
+    stored_at = _stored_at(info) if store_times else None
+    if stored_at is None and summary.generated_at > now + timedelta(seconds=FUTURE_SKEW_S):
+        return None
+    return replace(summary, stored_at=stored_at)
 
 
 #: What to check when every node's report is rejected for one reason.

@@ -226,6 +226,22 @@ def test_saved_plan_applies_and_stale_plan_is_refused(navarch):
     assert "Saved plan is stale" in stale.err
 
 
+def test_a_plan_of_freshly_verified_reports_applies_from_the_report_cache(navarch):
+    # The plan fetches and verifies the new reports and caches their summaries; the apply
+    # takes them from the cache, and the saved plan's fingerprint still matches exactly.
+    navarch.ok("apply", "fleet.yaml", "--auto-approve")
+    navarch.ok("local", "tick", "fleet.yaml")
+    navarch.ok("apply", "fleet.yaml", "--auto-approve")
+    navarch.ok("local", "inject", "fleet.yaml", "demo-train-0001", "--xid", "79")
+    navarch.ok("local", "tick", "fleet.yaml")
+    assert navarch("plan", "fleet.yaml", "--out", "p.json", "--detailed-exitcode").code == 2
+    cache = navarch.workdir / ".navarch/store/state/demo.reports-cache.json"
+    assert "demo-train-0001" in cache.read_text()
+    run = navarch.ok("apply", "p.json")
+    assert "cordon demo-train-0001" in run.out
+    assert NO_CHANGES not in run.out
+
+
 def test_apply_asks_for_yes(navarch):
     run = navarch("apply", "fleet.yaml", input="no\n")
     assert run.code == 1 and "Apply cancelled" in run.out

@@ -19,12 +19,12 @@ Report rules (DESIGN.md "Health report", schemas/health-report.schema.json):
   gap in sequences, never a repeat. A state that cannot be saved adds the check
   ``agent_state`` (unknown) to the report, which is still written.
 
-``run_once`` is a sequence of named steps: load the state and choose the sequence
-(``next_sequence``), probe the GPUs (``choose_backend``), run the checks (``boot_check``,
+``run_once`` is a sequence of named steps: load the state, probe the GPUs (``choose_backend``), run the checks (``boot_check``,
 ``probe_checks``, ``gpu_checks`` over ``GPU_CHECKS``, ``kernel_log_check``,
 ``xid_checks`` over ``read_xids``, then navarch.checks plugins: ``plugin_checks``), count each fault's boots (``count_faults``) and
 consecutive checks (``count_streaks``), read a notice (``read_notice``), decide whether the
-report is due (``change_digest``, ``report_due``), save the state (``persist_state``), sign
+report is due (``change_digest``, ``report_due``) and if so choose its sequence
+(``next_sequence``), save the state (``persist_state``), sign
 (``build_report``) and write the report when due.
 """
 
@@ -691,6 +691,15 @@ def persist_state(path: str, state: AgentState, now: datetime) -> tuple[int, Che
     return state.sequence, None
 
 
+def _mark_written(path: str, state: AgentState, change: str, now: datetime) -> None:
+    """Record the report just written (when, its change digest) in the state file; a state
+    that cannot be saved now only makes the next check write again."""
+    try:
+        save_state(path, replace(state, written={"at_s": now.timestamp(), "change": change}))
+    except OSError as exc:
+        log.error("state_write_failed", extra={"fields": {"path": path, "error": str(exc)}})
+
+
 def _log_report(config: AgentConfig, report: Mapping[str, Any], written: bool, source: str) -> None:
     log.info(
         "report_written" if written else "report_unchanged",
@@ -783,7 +792,9 @@ def run_once(
         faults=faults,
         counters=counters,
         streaks=streaks,
-        written={"at_s": now.timestamp(), "change": change} if due else dict(state.written),
+        # Marked written only once the store took it (below): a failed write is retried
+        # at the next check, not at the heartbeat.
+        written=dict(state.written),
     )
     # --stdout is a look, not a run: it keeps the state file (latches, baselines, the
     # kernel log offset) and the reset marker as they are, so the timer's next run sees
@@ -811,5 +822,7 @@ def run_once(
     if written:
         data = json.dumps(report, sort_keys=True, separators=(",", ":")).encode()
         store.put(config.report_key, data)
+        if state_check is None:
+            _mark_written(config.state_file, new_state, change, now)
     _log_report(config, report, written, xids.source)
     return report

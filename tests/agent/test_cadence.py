@@ -9,6 +9,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from navarch.agent import AgentConfig, run_once
 from navarch.agent.runner import STREAK_WRITE_CAP
 from navarch.stores import open_store
@@ -105,3 +107,28 @@ def test_a_check_that_writes_nothing_reads_nothing_from_the_store(
                         or real_put(key, data, **kw))
     run_once(cfg, now=T0 + timedelta(seconds=STREAK_WRITE_CAP * 30), store=store)
     assert calls == []
+
+
+def test_a_write_the_store_refused_is_retried_at_the_next_check(
+    make_config: Callable[..., AgentConfig], monkeypatch: Any,
+) -> None:
+    from navarch.errors import StoreError
+
+    cfg = make_config(heartbeat_s=300)
+    _checks(cfg, STREAK_WRITE_CAP + 1)  # past the first checks of the boot: nothing changes
+    Path(cfg.faults_file).write_text(json.dumps({"process_count": {"0": 2}}))  # type: ignore[arg-type]
+    store = open_store(cfg.store)
+    real_put = store.put
+
+    def refuse(key: str, data: bytes, **kw: Any) -> str:
+        raise StoreError("the store is down")
+
+    monkeypatch.setattr(store, "put", refuse)
+    with pytest.raises(StoreError):
+        run_once(cfg, now=T0 + timedelta(seconds=(STREAK_WRITE_CAP + 1) * 30), store=store)
+    monkeypatch.setattr(store, "put", real_put)
+    # The same state at the next check: still a change the store has not seen.
+    report = run_once(cfg, now=T0 + timedelta(seconds=(STREAK_WRITE_CAP + 2) * 30), store=store)
+    stored = json.loads(open_store(cfg.store).get(cfg.report_key).data)
+    assert stored["sequence"] == report["sequence"]
+    assert stored["gpus"][0]["process_count"] == 2

@@ -157,7 +157,7 @@ class ReportCache:
         try:
             store.put(report_cache_key(self.fleet), data)
         except Exception as exc:  # noqa: BLE001 - see the docstring
-            log.warning("report cache not written: %s", exc)
+            log.info("report cache not written (a read-only plan role?): %s", exc)
             return False
         self.entries = dict(self._used)
         return True

@@ -77,7 +77,9 @@ def write_fleet(directory: Path, nodes: int) -> Path:
                 "zones": ["sim-1a"],
                 "nodes": {"min": 0, "target": per_pool + (i < extra),
                           "max": per_pool + (i < extra)},
-                "health": {"boot_timeout": "1h"},
+                # Writing 100,000 reports takes minutes: no report may age past
+                # offline_after before the last plan (judged by the store's times).
+                "health": {"boot_timeout": "1h", "stale_after": "2h", "offline_after": "4h"},
             }
             for i in range(pools)
         },

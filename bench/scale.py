@@ -15,13 +15,19 @@ imports; peak RSS of the child):
    (LocalProvider.list_instances), list health/<fleet>/, read every report and verify it
    (navarch.reconcile.reports.verify_report: size, parse, schema, signature, sequence), in
    batches of FLOOR_BATCH reports fetched in parallel (the store's get_many)
+6. (not measured) CHANGED_PCT of the reports re-signed with the next sequence, as agents
+   writing on change or heartbeat between two runs would
+7. `navarch plan FLEET --detailed-exitcode`  incremental: the plan of step 3 left the
+   verified-report cache (navarch.reconcile.report_cache), so only the changed reports are
+   fetched and verified
 
 Prints one line per step and size (wall and CPU seconds: on a shared machine the CPU time
 is the steadier figure), with the ratio of wall times to the 1,000-node figure and (plan)
 to the floor; last line:
 `plan_ratio_10k=... apply_ratio_10k=... status_ratio_10k=... plan_vs_floor_10k=...
-plan_vs_floor_100k=... rss_mb_100k=...` (n/a for sizes not run; rss_mb_100k is the
-largest peak RSS of the 100,000-node steps).
+plan_vs_floor_100k=... incremental_vs_floor_10k=... incremental_vs_floor_100k=...
+rss_mb_100k=...` (n/a for sizes not run; the vs_floor figures are wall-time ratios;
+rss_mb_100k is the largest peak RSS of the 100,000-node steps).
 """
 
 from __future__ import annotations
@@ -46,6 +52,8 @@ NODES_PER_POOL = 1000
 GPUS = 8
 #: Reports the floor fetches at once (get_many), then verifies and drops.
 FLOOR_BATCH = 1000
+#: Share of the reports that change between the two plans of the incremental case.
+CHANGED_PCT = 1
 
 
 def write_fleet(directory: Path, nodes: int) -> Path:
@@ -69,7 +77,9 @@ def write_fleet(directory: Path, nodes: int) -> Path:
                 "zones": ["sim-1a"],
                 "nodes": {"min": 0, "target": per_pool + (i < extra),
                           "max": per_pool + (i < extra)},
-                "health": {"boot_timeout": "1h"},
+                # Writing 100,000 reports takes minutes: no report may age past
+                # offline_after before the last plan (judged by the store's times).
+                "health": {"boot_timeout": "1h", "stale_after": "2h", "offline_after": "4h"},
             }
             for i in range(pools)
         },
@@ -107,6 +117,23 @@ def write_reports(directory: Path) -> int:
                   json.dumps(sign(body, key), sort_keys=True).encode())
         count += 1
     return count
+
+
+def change_reports(directory: Path, pct: int = CHANGED_PCT) -> int:
+    """Re-sign every (100 / pct)-th report with the next sequence -> reports changed."""
+    from navarch.signing import derive_node_key, sign
+    from navarch.stores.file import FileStore
+
+    store = FileStore(directory / "store")
+    infos = store.list(f"health/{FLEET}/")
+    step = max(1, 100 // pct)
+    for info in infos[::step]:
+        body = json.loads(store.get(info.key).data)
+        body.pop("signature", None)
+        body["sequence"] += 1
+        key = derive_node_key(SECRET.encode(), FLEET, body["node"])
+        store.put(info.key, json.dumps(sign(body, key), sort_keys=True).encode())
+    return len(infos[::step])
 
 
 def floor(fleet_file: str) -> int:
@@ -155,6 +182,7 @@ def child(kind: str, fleet_file: str, out: str) -> None:
         else:
             argv = {"apply": ["apply", fleet_file, "--auto-approve"],
                     "plan": ["plan", fleet_file, "--detailed-exitcode"],
+                    "incremental": ["plan", fleet_file, "--detailed-exitcode"],
                     "status": ["status", fleet_file]}[kind]
             rc = cli.main(argv)
     wall_s = time.perf_counter() - start
@@ -180,13 +208,13 @@ def run_child(kind: str, fleet: Path) -> dict[str, Any]:
     if proc.returncode != 0 or not out.exists():
         raise SystemExit(f"{kind} failed ({proc.returncode}): {proc.stderr[-2000:]}")
     result = json.loads(out.read_text())
-    expected = {"apply": 0, "plan": 0, "status": 0, "floor": 0}[kind]
+    expected = {"apply": 0, "plan": 0, "status": 0, "floor": 0, "incremental": 0}[kind]
     if result["rc"] != expected:
         raise SystemExit(f"{kind} exited {result['rc']}: {proc.stderr[-1500:]}\n{result['tail']}")
     return result
 
 
-def measure(nodes: int) -> dict[str, dict[str, Any]]:
+def measure(nodes: int, status: bool = True) -> dict[str, dict[str, Any]]:
     with tempfile.TemporaryDirectory(prefix=f"navarch-scale-{nodes}-") as tmp:
         d = Path(tmp)
         fleet = write_fleet(d, nodes)
@@ -196,8 +224,11 @@ def measure(nodes: int) -> dict[str, dict[str, Any]]:
         assert written == nodes, (written, nodes)
         print(f"  [{nodes}] wrote {written} reports ({time.perf_counter() - start:.1f} s, "
               "not measured)", flush=True)
-        for kind in ("plan", "status", "floor"):
+        for kind in ("plan", "status", "floor") if status else ("plan", "floor"):
             results[kind] = run_child(kind, fleet)
+        changed = change_reports(d)
+        print(f"  [{nodes}] changed {changed} reports (not measured)", flush=True)
+        results["incremental"] = run_child("incremental", fleet)
         return results
 
 
@@ -205,7 +236,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1000,10000,100000",
                         help="comma-separated fleet sizes (nodes); the first is the 1x reference")
-    parser.add_argument("--child", choices=["apply", "plan", "status", "floor"],
+    parser.add_argument("--no-status", action="store_true",
+                        help="skip the status step (a quicker run for the plan figures)")
+    parser.add_argument("--child", choices=["apply", "plan", "status", "floor", "incremental"],
                         help=argparse.SUPPRESS)
     parser.add_argument("--fleet", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
@@ -217,32 +250,40 @@ def main() -> None:
     print(f"navarch scale bench on the local provider; {os.cpu_count()} CPU cores")
     figures: dict[int, dict[str, dict[str, Any]]] = {}
     for n in sizes:
-        figures[n] = measure(n)
+        figures[n] = measure(n, status=not args.no_status)
         ref = figures.get(1000)
-        for kind in ("apply", "plan", "status", "floor"):
+        for kind in ("apply", "plan", "status", "floor", "incremental"):
+            if kind not in figures[n]:
+                continue
             r = figures[n][kind]
             ratio = f"{r['wall_s'] / ref[kind]['wall_s']:.1f}x of 1k" if ref else "n/a"
             extra = ""
+            if kind == "incremental":
+                fl = figures[n]["floor"]
+                extra = (f", {r['wall_s'] / fl['wall_s']:.2f}x the floor "
+                         f"(cpu {r['cpu_s'] / fl['cpu_s']:.2f}x)")
             if kind == "plan":
                 extra = f", {r['wall_s'] / figures[n]['floor']['wall_s']:.2f}x the floor"
             print(f"nodes={n:>6} {kind:6s} wall {r['wall_s']:8.2f} s  cpu {r['cpu_s']:8.2f} s  "
                   f"peak RSS {r['rss_mb']:7.0f} MB  ({ratio}{extra})", flush=True)
 
     def ratio(kind: str, n: int) -> str:
-        if n not in figures or 1000 not in figures:
+        if n not in figures or 1000 not in figures or kind not in figures[n]:
             return "n/a"
         return f"{figures[n][kind]['wall_s'] / figures[1000][kind]['wall_s']:.2f}"
 
-    def vs_floor(n: int) -> str:
+    def vs_floor(n: int, kind: str = "plan") -> str:
         if n not in figures:
             return "n/a"
-        return f"{figures[n]['plan']['wall_s'] / figures[n]['floor']['wall_s']:.2f}"
+        return f"{figures[n][kind]['wall_s'] / figures[n]['floor']['wall_s']:.2f}"
 
     rss_100k = (f"{max(r['rss_mb'] for r in figures[100000].values()):.0f}"
                 if 100000 in figures else "n/a")
     print(f"plan_ratio_10k={ratio('plan', 10000)} apply_ratio_10k={ratio('apply', 10000)} "
           f"status_ratio_10k={ratio('status', 10000)} plan_vs_floor_10k={vs_floor(10000)} "
-          f"plan_vs_floor_100k={vs_floor(100000)} rss_mb_100k={rss_100k}")
+          f"plan_vs_floor_100k={vs_floor(100000)} "
+          f"incremental_vs_floor_10k={vs_floor(10000, 'incremental')} "
+          f"incremental_vs_floor_100k={vs_floor(100000, 'incremental')} rss_mb_100k={rss_100k}")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,8 @@ Templates (jinja2, StrictUndefined: a missing variable is an error, never an emp
   (examples/image/), or pip-install a requirement (pool option ``agent_package``).
 - ``templates/agent.yaml.j2``: the agent configuration (navarch.agent.config).
 - ``templates/navarch-agent.service.j2`` / ``navarch-agent.timer.j2``: a oneshot service
-  fired every ``interval_s`` (default 60 s) with ``RandomizedDelaySec`` jitter.
+  fired every ``interval_s`` (default 30 s: a check; the report is written on change or
+  heartbeat, navarch.agent.config) with ``RandomizedDelaySec`` jitter.
 
 Nothing here imports the agent package: launching a machine needs only text.
 """
@@ -38,7 +39,7 @@ __all__ = [
 ]
 
 DEFAULT_STATE_FILE = "/var/lib/navarch/agent-state.json"
-DEFAULT_INTERVAL_S = 60
+DEFAULT_INTERVAL_S = 30
 DEFAULT_JITTER_S = 10
 DEFAULT_BOOT_DELAY_S = 30
 DEFAULT_TIMEOUT_S = 120

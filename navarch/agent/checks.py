@@ -57,7 +57,8 @@ class Check:
     """One finding. evidence: JSON-able facts; fault_kind: the fault's kind (default: the
     check's name; see ``fault_key``); boots_seen / first_seen: the boots this node saw the
     fault in and when it was first seen (RFC 3339), counted by the agent's fault history
-    (navarch.agent.runner.count_faults); plugin: the distribution of the navarch.checks
+    (navarch.agent.runner.count_faults); consecutive: the agent's consecutive observations
+    of this fault (same kind and GPU) in this boot, this one included; plugin: the distribution of the navarch.checks
     plugin that made it (None: built-in)."""
 
     name: str
@@ -70,6 +71,7 @@ class Check:
     plugin: str | None = None
     boots_seen: int | None = None
     first_seen: str | None = None
+    consecutive: int | None = None
 
     def fault_key(self) -> FaultKey | None:
         """The fault this check reports, or None when it reports none (healthy, or unknown:
@@ -94,6 +96,8 @@ class Check:
         if key is not None and self.boots_seen is not None:
             out["boots_seen"] = self.boots_seen
             out["first_seen"] = self.first_seen
+        if key is not None and self.consecutive is not None:
+            out["consecutive"] = self.consecutive
         if self.plugin is not None:
             out["plugin"] = self.plugin[:200]
         return out

@@ -1,6 +1,7 @@
 """The agent's subcommands, registered into navarch's top-level parser by ``register``.
 
     navarch agent run [--once] [--config PATH] [--stdout] [--kernel-log FILE] [--interval-s N]
+    navarch agent watch [--config PATH] [--interval-s N]   (checks at once on a new XID)
     navarch agent install [--config PATH] [--dry-run] [--root DIR]
     navarch agent bundle [--out PATH]     (the self-contained agent zipapp; prints its sha256)
 
@@ -90,6 +91,27 @@ def cmd_agent_run(args: argparse.Namespace) -> int:
         time.sleep(args.interval_s)
 
 
+def cmd_agent_watch(args: argparse.Namespace) -> int:
+    """``navarch agent watch``: run until interrupted (navarch.agent.watch)."""
+    import threading
+
+    from navarch.agent.config import load_config
+    from navarch.agent.watch import watch
+    from navarch.errors import NavarchError
+
+    log = _setup_logging(sys.stdout)
+    try:
+        load_config(args.config)  # a bad config stops here, not in the loop
+        watch(lambda: load_config(args.config), interval_s=args.interval_s,
+              stop=threading.Event())
+    except NavarchError as exc:
+        log.error("watch_not_started", extra={"fields": {"error": str(exc)}})
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        pass
+    return EXIT_OK
+
+
 def _write_metrics(path: str, report: dict[str, Any], log: logging.Logger) -> None:
     """The report's Prometheus textfile (navarch.agent.metrics); a failure is logged, the
     report stays written."""
@@ -162,13 +184,24 @@ def register(subparsers: Any) -> None:
         "--kernel-log", metavar="FILE", help="read XIDs from this text file (dmesg/syslog output)"
     )
     s.add_argument(
-        "--interval-s", type=float, default=60.0, help="seconds between reports without --once"
+        "--interval-s", type=float, default=30.0, help="seconds between checks without --once"
     )
     s.add_argument(
         "--metrics-textfile", metavar="PATH",
         help="also write the GPU readings as Prometheus metrics (node_exporter textfile)",
     )
     s.set_defaults(func=cmd_agent_run)
+
+    s = asub.add_parser(
+        "watch", help="check every interval and at once on a new XID (follows /dev/kmsg)"
+    )
+    s.add_argument(
+        "--config",
+        default=DEFAULT_CONFIG_PATH,
+        help=f"agent config (default {DEFAULT_CONFIG_PATH})",
+    )
+    s.add_argument("--interval-s", type=float, default=30.0, help="seconds between checks")
+    s.set_defaults(func=cmd_agent_watch)
 
     s = asub.add_parser("install", help="install and enable the agent's systemd service + timer")
     s.add_argument(

@@ -19,6 +19,12 @@ Example (what templates/cloud-init.yaml.j2 writes)::
     metadata_endpoint: null # base URL override (tests)
     notice_file: null       # a JSON notice {"kind", "source", "deadline", "detail"} (local provider)
     plugin_check_timeout_s: 30   # per navarch.checks plugin; past it, that check is degraded
+    heartbeat_s: 300        # an unchanged report is written again after this long (see below)
+
+The agent checks every timer interval (30 s by default) and writes its report at once when
+the verdict, the fault set or the GPU-process state changed, and otherwise every
+``heartbeat_s`` (the kubelet's node status: computed every 10 s, posted on change or every
+5 minutes). ``heartbeat_s: 0`` writes every check.
 """
 
 from __future__ import annotations
@@ -69,6 +75,7 @@ class AgentConfig:
     metadata_timeout_s: float = 0.3
     notice_file: str | None = None
     plugin_check_timeout_s: float = 30.0
+    heartbeat_s: float = 300.0
 
     def __post_init__(self) -> None:
         for name in ("fleet", "pool", "node", "store"):
@@ -85,6 +92,11 @@ class AgentConfig:
             raise ConfigError(
                 "gpus_per_node must be a non-negative integer", key_path="gpus_per_node"
             )
+        if isinstance(self.heartbeat_s, bool) or not (
+            isinstance(self.heartbeat_s, (int, float)) and 0 <= self.heartbeat_s <= 86400
+        ):
+            raise ConfigError("heartbeat_s must be a number of seconds 0-86400",
+                              key_path="heartbeat_s")
         if self.gpu_count is not None and (
             not isinstance(self.gpu_count, int) or not 0 <= self.gpu_count <= 64
         ):
@@ -162,6 +174,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "fake_gpu": (bool,),
     "metadata_timeout_s": (int, float),
     "plugin_check_timeout_s": (int, float),
+    "heartbeat_s": (int, float),
 }
 
 

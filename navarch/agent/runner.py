@@ -19,12 +19,13 @@ Report rules (DESIGN.md "Health report", schemas/health-report.schema.json):
   gap in sequences, never a repeat. A state that cannot be saved adds the check
   ``agent_state`` (unknown) to the report, which is still written.
 
-``run_once`` is a sequence of named steps: load the state and choose the sequence
-(``next_sequence``), probe the GPUs (``choose_backend``), run the checks (``boot_check``,
+``run_once`` is a sequence of named steps: load the state, probe the GPUs (``choose_backend``), run the checks (``boot_check``,
 ``probe_checks``, ``gpu_checks`` over ``GPU_CHECKS``, ``kernel_log_check``,
-``xid_checks`` over ``read_xids``, then navarch.checks plugins: ``plugin_checks``), count each fault's boots (``count_faults``), read a
-notice (``NodeHost.read_notice``), save the state (``persist_state``), sign (``build_report``)
-and write the report.
+``xid_checks`` over ``read_xids``, then navarch.checks plugins: ``plugin_checks``), count each fault's boots (``count_faults``) and
+consecutive checks (``count_streaks``), read a notice (``NodeHost.read_notice``), decide
+whether the report is due (``change_digest``, ``report_due``) and if so choose its sequence
+(``next_sequence``), save the state (``persist_state``), sign (``build_report``) and write
+the report when due.
 """
 
 from __future__ import annotations
@@ -68,6 +69,10 @@ __all__ = [
     "persist_state",
     "count_faults",
     "KernelLogRead",
+    "count_streaks",
+    "change_digest",
+    "report_due",
+    "STREAK_WRITE_CAP",
 ]
 
 log = logging.getLogger("navarch.agent")
@@ -254,6 +259,74 @@ def count_faults(
         first = datetime.fromtimestamp(min(boots.values()), UTC)
         out.append(replace(c, boots_seen=len(boots), first_seen=_iso(first)))
     return out, history
+
+
+# --- cadence: consecutive checks, write on change or heartbeat ---------------------------
+
+#: While a fault's consecutive count is below this, each new count is a change written at
+#: once, so a pool's unhealthy_after (up to this many checks) counts the agent's checks, not
+#: its heartbeats; past it the count still rises in every heartbeat.
+STREAK_WRITE_CAP = 10
+
+
+def count_streaks(
+    checks: Sequence[Check], streaks: Mapping[str, int], same_boot: bool
+) -> tuple[list[Check], dict[str, int]]:
+    """Stamp each check that has a fault with ``consecutive``: the checks in a row (this
+    one included) that saw this fault (kind, GPU) with this status in this boot.
+
+    streaks: the state's counts from the previous check (fault id -> count); a fault
+    missing from this check ends its streak, a new boot ends them all. Returns the stamped
+    checks and the new counts. Facts only: no status or action changes here.
+    """
+    previous = streaks if same_boot else {}
+    out: list[Check] = []
+    new: dict[str, int] = {}
+    for c in checks:
+        key = c.fault_key()
+        if key is None:
+            out.append(c)
+            continue
+        fault_id = f"{key.format()}|{c.status.value}"
+        new[fault_id] = new.get(fault_id) or int(previous.get(fault_id, 0)) + 1
+        out.append(replace(c, consecutive=new[fault_id]))
+    return out, new
+
+
+def change_digest(checks: Sequence[Check], probe: GpuProbe, boot_id: str,
+                  notice: Mapping[str, Any] | None, verdict_checks: int = 1) -> str:
+    """What makes a report worth writing at once, as a short digest: the boot, the verdict
+    (each check's name, status and fault), the consecutive counts below STREAK_WRITE_CAP
+    (each fault's, and ``verdict_checks``: the checks in a row with this overall status),
+    which GPUs run processes, and the notice. Readings (temperatures, power, messages) are
+    left out: they change every check and travel with the heartbeat."""
+    import hashlib
+
+    doc = {
+        "boot_id": boot_id,
+        "checks": sorted(
+            json.dumps([c.name, c.status.value, c.gpu_index, c.fault_kind,
+                        min(c.consecutive or 0, STREAK_WRITE_CAP)])
+            for c in checks
+        ),
+        "busy_gpus": [g.index for g in probe.gpus if g.process_count],
+        "notice": dict(notice) if notice else None,
+        "verdict_checks": min(verdict_checks, STREAK_WRITE_CAP),
+    }
+    text = json.dumps(doc, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def report_due(written: Mapping[str, Any], change: str, heartbeat_s: float,
+               now: datetime) -> bool:
+    """Whether this check writes its report: on the first check, when the change digest
+    differs from the last written report's, or when ``heartbeat_s`` has passed since that
+    write (also when the clock stepped back past it)."""
+    at_s = written.get("at_s")
+    if not isinstance(at_s, (int, float)) or written.get("change") != change:
+        return True
+    age_s = now.timestamp() - float(at_s)
+    return age_s >= heartbeat_s or age_s < 0
 
 
 # --- the run ---------------------------------------------------------------------------
@@ -482,9 +555,19 @@ def persist_state(host: NodeHost, state: AgentState, now: datetime) -> tuple[int
     return state.sequence, None
 
 
+def _mark_written(host: NodeHost, state: AgentState, change: str, now: datetime) -> None:
+    """Record the report just written (when, its change digest) in the state; a state that
+    cannot be saved now only makes the next check write again."""
+    try:
+        host.save_state(replace(state, written={"at_s": now.timestamp(), "change": change}))
+    except OSError as exc:
+        log.error("state_write_failed",
+                  extra={"fields": {"path": host.state_path, "error": str(exc)}})
+
+
 def _log_report(config: AgentConfig, report: Mapping[str, Any], written: bool, source: str) -> None:
     log.info(
-        "report_written" if written else "report_built",
+        "report_written" if written else "report_unchanged",
         extra={
             "fields": {
                 "key": config.report_key,
@@ -509,7 +592,14 @@ def run_once(
     backend: GpuBackend | None = None,
     host: NodeHost | None = None,
 ) -> dict[str, Any]:
-    """Run every check once, write the state and the signed report; return the report.
+    """Run every check once, write the state and, when due, the signed report; return the
+    report (built and signed whether or not it was written).
+
+    The report is written on the first check, when the change digest (verdict, fault set,
+    consecutive counts below STREAK_WRITE_CAP, GPU-process state, notice: ``change_digest``)
+    differs from the last written report's, when ``config.heartbeat_s`` passed since that
+    write, after a lost state, or when the state cannot be saved (``report_due``). The kernel
+    log is read from the cursor the state keeps, so a check reads only the new lines.
 
     now: aware UTC clock (default: the system clock). store: an ObjectStore (default:
     ``navarch.agent.store.open_agent_store(config.store)``); to_stdout: write nothing, neither the
@@ -531,8 +621,6 @@ def run_once(
     state, problem = host.load_state()
     if problem is not None:
         log.warning("state_rebuilt", extra={"fields": {"path": host.state_path, "problem": problem}})
-    previous = _previous_sequence(store, config.report_key) if store is not None else None
-    sequence = next_sequence(state, problem, previous, store is not None, now)
 
     probe = _safe_probe(backend or choose_backend(config))
     gchecks, counters = _gpu_checks_and_counters(probe, state.counters, boot_id, now)
@@ -547,8 +635,21 @@ def run_once(
     checks += host.plugin_checks(config, boot_id, gpu_readings(probe), checks)
     faults = _faults_with_earlier_boots(state.faults, xids.earlier_boots, now)
     checks, faults = count_faults(checks, faults, boot_id, now)
+    checks, streaks = count_streaks(checks, state.streaks, state.boot_id == boot_id)
+    # The verdict's own run of checks: a node back from a remedy writes its first healthy
+    # checks at once, so the reconciler's return_after counts checks, not heartbeats.
+    verdict = f"verdict|{Status.worst(c.status for c in checks).value}"
+    streaks[verdict] = int(state.streaks.get(verdict, 0) if state.boot_id == boot_id else 0) + 1
     notice = host.read_notice(now)
+    change = change_digest(checks, probe, boot_id, notice, streaks[verdict])
+    due = to_stdout or problem is not None or report_due(
+        state.written, change, config.heartbeat_s, now)
 
+    sequence = state.sequence
+    if due:
+        # The store is read only before a write: a check that writes nothing costs no GET.
+        previous = _previous_sequence(store, config.report_key) if store is not None else None
+        sequence = next_sequence(state, problem, previous, store is not None, now)
     new_state = AgentState(
         sequence=sequence,
         boot_id=boot_id,
@@ -556,6 +657,10 @@ def run_once(
         events=tuple(_event_to_json(e, boot_id) for e in trim_events(xids.latched, _MAX_XIDS)),
         faults=faults,
         counters=counters,
+        streaks=streaks,
+        # Marked written only once the store took it (below): a failed write is retried
+        # at the next check, not at the heartbeat.
+        written=dict(state.written),
     )
     # --stdout is a look, not a run: it keeps the state file (latches, baselines, the
     # kernel log offset) and the reset marker as they are, so the timer's next run sees
@@ -565,6 +670,7 @@ def run_once(
         sequence, state_check = persist_state(host, new_state, now)
     if state_check is not None:
         checks.append(state_check)
+        due = True  # a node that cannot keep its state says so now, not at the heartbeat
     elif xids.reset and not to_stdout:
         host.clear_gpu_reset()
     report = build_report(
@@ -578,8 +684,11 @@ def run_once(
         notice=notice,
         node_key=node_key,
     )
-    if not to_stdout:
+    written = due and not to_stdout
+    if written:
         data = json.dumps(report, sort_keys=True, separators=(",", ":")).encode()
         store.put(config.report_key, data)
-    _log_report(config, report, not to_stdout, xids.source)
+        if state_check is None:
+            _mark_written(host, new_state, change, now)
+    _log_report(config, report, written, xids.source)
     return report

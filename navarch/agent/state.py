@@ -1,6 +1,7 @@
 """The agent's state file: what one run hands the next.
 
-Holds the report sequence, the kernel-log position (journal cursor, kmsg sequence or text
+Holds the report sequence, the last report written (when, and its change digest: the
+agent writes on change or heartbeat), each fault's consecutive checks, the kernel-log position (journal cursor, kmsg sequence or text
 file offset), counter baselines per GPU UUID (for rates), this boot's latched XID events,
 and the boots in which each kind of fault was seen (reported as boots_seen).
 
@@ -52,6 +53,9 @@ class AgentState:
     faults: fault kind -> {boot_id: first seen, unix seconds}
     counters: gpu uuid -> {"boot_id": str, "at_s": float, "values": {name: int},
               "slowdown": [bool, ...]}
+    streaks: fault id ("kind" or "kind@gpu") -> consecutive checks of this boot that saw it
+    written: the last report written: {"at_s": float, "change": str (its change digest,
+              navarch.agent.runner.change_digest)}; empty before the first write
     """
 
     sequence: int = 0
@@ -60,6 +64,8 @@ class AgentState:
     events: tuple[Mapping[str, Any], ...] = ()
     faults: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     counters: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    streaks: Mapping[str, int] = field(default_factory=dict)
+    written: Mapping[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -70,6 +76,8 @@ class AgentState:
             "events": [dict(e) for e in self.events[-_MAX_EVENTS:]],
             "faults": {k: dict(v) for k, v in self.faults.items()},
             "counters": {k: dict(v) for k, v in self.counters.items()},
+            "streaks": dict(self.streaks),
+            "written": dict(self.written),
         }
 
     @classmethod
@@ -91,6 +99,8 @@ class AgentState:
             events=tuple(dict(e) for e in doc.get("events") or ()),
             faults=faults,
             counters={str(k): dict(v) for k, v in dict(doc.get("counters") or {}).items()},
+            streaks={str(k): int(v) for k, v in dict(doc.get("streaks") or {}).items()},
+            written=dict(doc.get("written") or {}),
         )
 
 

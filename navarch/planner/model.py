@@ -143,7 +143,10 @@ class ReportSummary:
     utilization_pct: float | None = None
     gpu_count: int = 0
     stored_at: datetime | None = None
-    fault_key: FaultKey | None = None  # the fault the report shows (reports._fault_key)
+    fault_key: FaultKey | None = None  # the fault the report shows (reports._fault_check)
+    #: the agent's consecutive checks that saw fault_key (0: not reported): what
+    #: unhealthy_after counts when the agent checks more often than it writes
+    consecutive: int = 0
 
     @property
     def clock_skew_s(self) -> float | None:
@@ -585,12 +588,6 @@ def parse_ts(value: str | None) -> datetime | None:
     """
     if value is None:
         return None
-    return _parse_ts(value)
-
-
-def parse_time(value: str) -> datetime:
-    """parse_ts for a time that must be there: RFC 3339 -> an aware UTC datetime.
-    Raises ValueError on a malformed time or one without a timezone."""
     return _parse_ts(value)
 
 

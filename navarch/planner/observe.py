@@ -293,8 +293,9 @@ def _fold_return(nm: NodeMemory, s: ReportSummary) -> int:
 
 
 def _fold_report(nm: NodeMemory, obs: ReportObservation | None) -> NodeMemory:
-    """Keep the newest accepted summary; count an unhealthy streak per distinct sequence
-    (and the ladder's healthy return_streak, see _fold_return)."""
+    """Keep the newest accepted summary; count an unhealthy streak per distinct sequence, or
+    the agent's consecutive checks of the fault when more (ReportSummary.consecutive), and
+    the ladder's healthy return_streak (see _fold_return)."""
     if obs is None:
         return nm
     if obs.rejected:
@@ -314,6 +315,10 @@ def _fold_report(nm: NodeMemory, obs: ReportObservation | None) -> NodeMemory:
         return replace(nm, report_rejected=None, report_version=obs.version, report=report)
     same_boot = nm.report is not None and nm.report.boot_id == s.boot_id
     streak = (nm.streak if same_boot else 0) + 1 if s.status is Status.UNHEALTHY else 0
+    if s.status is Status.UNHEALTHY:
+        # The agent checks more often than it writes: its own count of checks in a row
+        # that saw the fault is the streak when it is ahead of the reports counted here.
+        streak = max(streak, s.consecutive)
     return replace(nm, report_rejected=None, report_version=obs.version, report=s,
                    streak=streak, streak_sequence=s.sequence, return_streak=_fold_return(nm, s))
 

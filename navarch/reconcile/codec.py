@@ -56,6 +56,7 @@ def summary_to_json(s: ReportSummary | None) -> dict[str, Any] | None:
         "utilization_pct": s.utilization_pct, "gpu_count": s.gpu_count,
         "stored_at": ts(s.stored_at),
         **({"fault_key": s.fault_key.format()} if s.fault_key is not None else {}),
+        **({"consecutive": s.consecutive} if s.consecutive else {}),
     }
 
 
@@ -72,6 +73,7 @@ def summary_from_json(d: Mapping[str, Any] | None) -> ReportSummary | None:
         utilization_pct=d.get("utilization_pct"), gpu_count=d.get("gpu_count", 0),
         stored_at=parse_ts(d.get("stored_at")),
         fault_key=FaultKey.parse(d["fault_key"]) if d.get("fault_key") else None,
+        consecutive=d.get("consecutive", 0),
     )
 
 

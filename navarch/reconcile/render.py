@@ -21,7 +21,7 @@ from navarch.planner.model import (
     Lifecycle,
     Place,
     Plan,
-    parse_time,
+    required_ts,
     ts,
 )
 from navarch.reconcile.codec import fault_from_json, fault_to_json
@@ -250,7 +250,7 @@ def plan_from_json(d: dict[str, Any]) -> Plan:
     """Rebuild a saved plan's actions and checks (views are not restored)."""
     return Plan(
         fleet=d["fleet"],
-        created_at=parse_time(d["created_at"]),
+        created_at=required_ts(d["created_at"]),
         actions=tuple(action_from_json(a) for a in d["actions"]),
         halts=tuple(Halt(h["pool"], h["rule"], h["message"]) for h in d.get("halts", ())),
         notes=tuple(d.get("notes", ())),

@@ -42,7 +42,9 @@ that raises never changes the verdict: the agent's status and action stand and t
 is a finding ("policy error: ..."), shown by `navarch status`.
 
 Unchanged reports are not fetched again: listing gives each object's version (ETag,
-generation, inode), and a node whose version equals the one in Memory reuses its summary.
+generation, inode), and a node whose version equals the one in Memory reuses its summary;
+any other version verified before comes from the verified-report cache
+(navarch.reconcile.report_cache), which only ever saves time.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
 from functools import cache, lru_cache
 from typing import Any
@@ -60,13 +63,15 @@ from navarch.fleet_file import load_schema
 from navarch.health import FaultKey, Remedy, Status
 from navarch.planner.model import (
     Memory,
+    NodeMemory,
     NodeView,
     ReportObservation,
     ReportSummary,
-    parse_time,
     parse_ts,
+    required_ts,
 )
 from navarch.policy import Rule, evaluate
+from navarch.reconcile.report_cache import ReportCache, rules_digest
 from navarch.reconcile.state import health_prefix
 from navarch.stores.base import ObjectInfo, ObjectStore, parallel_map
 from navarch.textsafe import node_text
@@ -113,14 +118,13 @@ def _policy(report: Mapping[str, Any], rule_sets: RuleSets | None
     return result.status, result.action, first, FaultKey(f"rule:{user[0]}")
 
 
-def _fault_key(checks: Sequence[Mapping[str, Any]]) -> FaultKey | None:
-    """The fault the report shows, read from the checks' structured fault keys: the worst
-    check's (XID checks first among equals, then by name), or None."""
+def _fault_check(checks: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The check whose fault the report shows: among those with a structured fault key,
+    the worst (XID checks first among equals, then by name), or None."""
     faulty = [c for c in checks if c.get("fault_key")]
     if not faulty:
         return None
-    worst = min(faulty, key=lambda c: (-Status(c["status"]).rank, c["name"] != "xid", c["name"]))
-    return FaultKey.from_json(worst["fault_key"])
+    return min(faulty, key=lambda c: (-Status(c["status"]).rank, c["name"] != "xid", c["name"]))
 
 
 def summarize(report: Mapping[str, Any], stored_at: datetime | None = None,
@@ -150,6 +154,7 @@ def summarize(report: Mapping[str, Any], stored_at: datetime | None = None,
     procs = [g.get("process_count") for g in gpus]
     utils = [g.get("utilization_pct") for g in gpus if g.get("utilization_pct") is not None]
     notice = report.get("notice") or {}
+    fault_check = _fault_check(report.get("checks", []))
     if policy_lines and policy_lines[0].startswith("policy error"):
         findings = findings[:4] + policy_lines
     else:
@@ -157,13 +162,15 @@ def summarize(report: Mapping[str, Any], stored_at: datetime | None = None,
     return ReportSummary(
         sequence=report["sequence"],
         boot_id=report["boot_id"],
-        generated_at=parse_time(report["generated_at"]),
+        generated_at=required_ts(report["generated_at"]),
         status=status,
         action=action,
         health_score=report["health_score"],
         fatal=fatal,
         findings=tuple(dict.fromkeys(findings))[:5],
-        fault_key=rule_fault or _fault_key(report.get("checks", [])),
+        fault_key=rule_fault or (FaultKey.from_json(fault_check["fault_key"])
+                                 if fault_check is not None else None),
+        consecutive=int(fault_check.get("consecutive", 0)) if fault_check is not None else 0,
         notice_kind=notice.get("kind"),
         notice_deadline=parse_ts(notice.get("deadline")),
         process_count=sum(procs) if gpus and all(p is not None for p in procs) else None,
@@ -302,6 +309,7 @@ def read_reports(
     now: datetime,
     *,
     rule_sets: Mapping[str, RuleSets] | None = None,
+    cache: ReportCache | None = None,
 ) -> dict[str, ReportObservation]:
     """List health/<fleet>/, fetch changed reports, verify them -> node -> observation.
 
@@ -311,6 +319,8 @@ def read_reports(
     only listing the store may raise StoreError. rule_sets: pool name -> its health policy
     rule sets (HealthPolicy.rule_sets()); a pool not in it (or None) keeps the agents'
     verdicts. An unchanged report keeps the verdict it was given when it was read.
+    cache: the verified-report cache (navarch.reconcile.report_cache): a report whose
+    version it holds a verified summary of is not fetched either; the caller saves it.
     """
     prefix = health_prefix(fleet)
     listed: dict[str, tuple[str, str, ObjectInfo]] = {}  # key -> (pool, node, listing)
@@ -322,12 +332,20 @@ def read_reports(
 
     out: dict[str, ReportObservation] = {}
     to_fetch: list[str] = []
+    digests = {pool: rules_digest((rule_sets or {}).get(pool)) for pool, _, _ in listed.values()}
     for key, (pool, node, info) in listed.items():
         nm = memory.node(node)
         if nm is not None and nm.report_version == info.version and nm.pool == pool:
             # Unchanged object: its earlier verdict stands (a rejected one stays rejected).
             out[node] = ReportObservation(node, pool, nm.report, info.version,
                                           rejected=nm.report_rejected)
+            if cache is not None:
+                cache.keep(key, info.version)
+            continue
+        cached = _from_cache(cache, key, info, digests[pool], nm, now)
+        if cached is not None:
+            out[node] = ReportObservation(node, pool, cached, info.version,
+                                          stored_at=cached.stored_at)
         else:
             to_fetch.append(key)
 
@@ -355,6 +373,8 @@ def read_reports(
                                     fleet_secret=fleet_secret, last_sequence=last_seq, now=now,
                                     stored_at=stored_at,
                                     rule_sets=(rule_sets or {}).get(pool))
+            if cache is not None:
+                cache.remember(key, blob.version, digests[pool], summary)
             return ReportObservation(node, pool, summary, blob.version, stored_at=stored_at)
         except ReportRejected as rej:
             return rejected(rej.reason, blob.version)
@@ -363,6 +383,26 @@ def read_reports(
         if observation is not None:
             out[observation.node] = observation
     return out
+
+
+def _from_cache(cache: ReportCache | None, key: str, info: ObjectInfo, rules: str,
+                nm: NodeMemory | None, now: datetime
+                ) -> ReportSummary | None:
+    """The cache's verified summary of the listed version, when verifying the bytes again
+    would accept it too: its sequence above the node's last accepted one (the replay rule)
+    and, judged by the node's clock, not from the future. None: fetch and verify."""
+    if cache is None:
+        return None
+    summary = cache.lookup(key, info.version, rules)
+    if summary is None:
+        return None
+    last_seq = nm.report.sequence if nm is not None and nm.report is not None else 0
+    if summary.sequence <= last_seq:
+        return None
+    stored_at = _stored_at(info)
+    if stored_at is None and summary.generated_at > now + timedelta(seconds=FUTURE_SKEW_S):
+        return None
+    return replace(summary, stored_at=stored_at)
 
 
 #: What to check when every node's report is rejected for one reason.

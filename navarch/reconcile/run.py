@@ -30,6 +30,7 @@ from navarch.providers import open_provider
 from navarch.providers.base import Provider
 from navarch.reconcile.codec import memory_to_json
 from navarch.reconcile.executor import Executor, JournalPolicy, Outcome, PlaybookRunner
+from navarch.reconcile.report_cache import ReportCache
 from navarch.reconcile.reports import read_reports
 from navarch.reconcile.state import (
     AuditLog,
@@ -162,7 +163,8 @@ def _drain_checks(fleet: Fleet, memory: Memory, inventory: tuple[Instance, ...])
 
 
 def gather(fleet: Fleet, now: datetime, options: PlanOptions | None = None) -> Snapshot:
-    """Observe the world and plan (read-only: writes nothing anywhere).
+    """Observe the world and plan (read-only: writes nothing but the verified-report cache,
+    navarch.reconcile.report_cache, which only ever saves time).
 
     options: the run's flags (--pool, --replace, destroy, --allow-destroy); see PlanOptions.
     Raises ConfigError first thing when the fleet secret cannot be read, NavarchError when
@@ -171,8 +173,12 @@ def gather(fleet: Fleet, now: datetime, options: PlanOptions | None = None) -> S
     secret = fleet.secret()
     inventory = list_inventory(fleet)
     memory, version = load_memory(fleet.store, fleet.spec.name, fleet.state_cache)
+    cache = ReportCache.load(fleet.store, fleet.spec.name, secret)
     reports = read_reports(fleet.store, fleet.spec.name, memory, secret, now,
-                           rule_sets={p.name: p.health.rule_sets() for p in fleet.spec.pools})
+                           rule_sets={p.name: p.health.rule_sets() for p in fleet.spec.pools},
+                           cache=cache)
+    if cache is not None:
+        cache.save(fleet.store)
     checks = _drain_checks(fleet, memory, inventory)
     observed = observe(fleet.spec, inventory, reports, memory, now, checks)
     unknown = sorted((options.replace if options else frozenset())

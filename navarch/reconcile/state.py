@@ -37,7 +37,7 @@ from navarch.errors import (
     PreconditionFailed,
     StoreError,
 )
-from navarch.planner.model import Memory, parse_time, ts
+from navarch.planner.model import Memory, required_ts, ts
 from navarch.reconcile.codec import NodeDocCache, memory_from_json, memory_to_json
 from navarch.stores.base import ObjectStore
 
@@ -96,8 +96,8 @@ def _read_lock(store: ObjectStore, fleet: str) -> Lock:
     blob = store.get(lock_key(fleet))
     try:
         d = json.loads(blob.data)
-        return Lock(d["lock_id"], d["holder"], d["command"], parse_time(d["created_at"]),
-                    parse_time(d["expires_at"]), blob.version)
+        return Lock(d["lock_id"], d["holder"], d["command"], required_ts(d["created_at"]),
+                    required_ts(d["expires_at"]), blob.version)
     except (ValueError, KeyError, TypeError) as exc:
         raise StoreError(
             f"{lock_key(fleet)} is unreadable; if no navarch run is active, remove it with "

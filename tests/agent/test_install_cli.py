@@ -99,7 +99,7 @@ def test_cloud_init_carries_a_working_agent_config(aws_spec: Any, tmp_path: Path
     assert "pip install" not in text and "packages" not in doc
     perms = {f["path"]: f["permissions"] for f in doc["write_files"]}
     assert perms["/etc/navarch/agent.yaml"] == "0600"
-    assert "OnUnitActiveSec=60s" in files["/etc/systemd/system/navarch-agent.timer"]
+    assert "OnUnitActiveSec=30s" in files["/etc/systemd/system/navarch-agent.timer"]
     assert "RandomizedDelaySec=" in files["/etc/systemd/system/navarch-agent.timer"]
 
 

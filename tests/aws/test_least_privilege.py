@@ -155,6 +155,7 @@ def test_the_node_policy_does_not_reach_another_pools_reports_or_the_state(recor
     doc = policy("aws-node.json")
     others = [Call("s3:PutObject", BUCKET, f"{FLEET}/state/{FLEET}.json"),
               Call("s3:PutObject", BUCKET, f"{FLEET}/state/{FLEET}.lock"),
+              Call("s3:PutObject", BUCKET, f"{FLEET}/state/{FLEET}.reports-cache.json"),
               Call("s3:PutObject", BUCKET, f"{FLEET}/status/{FLEET}/index.html"),
               Call("s3:PutObject", BUCKET, f"{FLEET}/agent/0.1.0-{'0' * 64}.pyz"),
               Call("s3:PutObject", BUCKET, f"{FLEET}/health/{FLEET}/infer/x.json"),

@@ -139,6 +139,22 @@ def test_unhealthy_counts_each_report_once(navarch):
     assert "~ cordon demo-train-0003" in navarch.ok("plan", "fleet.yaml").out
 
 
+def test_three_agent_checks_between_two_runs_reach_unhealthy_after(navarch):
+    # unhealthy_after counts the agent's checks, not the reconciler's runs: three checks
+    # between two applies are three observations of the fault.
+    _edit(navarch.workdir, lambda d: d["pools"]["train"]["health"].update(unhealthy_after=2))
+    navarch.ok("apply", "fleet.yaml", "--auto-approve")
+    navarch.ok("local", "tick", "fleet.yaml")
+    navarch.ok("apply", "fleet.yaml", "--auto-approve")
+    navarch.ok("local", "inject", "fleet.yaml", "demo-train-0002", "--ecc", "3")
+    for _ in range(3):
+        navarch.ok("local", "tick", "fleet.yaml")
+    run = navarch.ok("apply", "fleet.yaml", "--auto-approve")
+    assert "cordon demo-train-0002" in run.out
+    node = next(n for n in navarch.nodes() if n["node"] == "demo-train-0002")
+    assert node["lifecycle"] not in ("healthy", "degraded"), node
+
+
 def test_circuit_breaker_stops_cordons_when_half_a_pool_is_sick(navarch):
     _edit(navarch.workdir, lambda d: d["pools"]["train"]["nodes"].update(min=4, target=4, max=6))
     navarch.ok("apply", "fleet.yaml", "--auto-approve")
@@ -208,6 +224,22 @@ def test_saved_plan_applies_and_stale_plan_is_refused(navarch):
     stale = navarch("apply", "old.json")
     assert stale.code == 1
     assert "Saved plan is stale" in stale.err
+
+
+def test_a_plan_of_freshly_verified_reports_applies_from_the_report_cache(navarch):
+    # The plan fetches and verifies the new reports and caches their summaries; the apply
+    # takes them from the cache, and the saved plan's fingerprint still matches exactly.
+    navarch.ok("apply", "fleet.yaml", "--auto-approve")
+    navarch.ok("local", "tick", "fleet.yaml")
+    navarch.ok("apply", "fleet.yaml", "--auto-approve")
+    navarch.ok("local", "inject", "fleet.yaml", "demo-train-0001", "--xid", "79")
+    navarch.ok("local", "tick", "fleet.yaml")
+    assert navarch("plan", "fleet.yaml", "--out", "p.json", "--detailed-exitcode").code == 2
+    cache = navarch.workdir / ".navarch/store/state/demo.reports-cache.json"
+    assert "demo-train-0001" in cache.read_text()
+    run = navarch.ok("apply", "p.json")
+    assert "cordon demo-train-0001" in run.out
+    assert NO_CHANGES not in run.out
 
 
 def test_apply_asks_for_yes(navarch):

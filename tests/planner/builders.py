@@ -229,10 +229,12 @@ def summary(
     gpu_count: int = 8,
     action: str | None = None,
     fault_key: str | FaultKey | None = None,
+    consecutive: int = 0,
 ) -> ReportSummary:
     """A ReportSummary as navarch.reconcile.reports.summarize would make it. action: the
     recommended action (default: none, or replace when unhealthy); fault_key: the
-    structured key of the fault it shows (FaultKey, or its text form "xid:79@gpu0")."""
+    structured key of the fault it shows (FaultKey, or its text form "xid:79@gpu0");
+    consecutive: the agent's checks in a row that saw that fault."""
     if action is None:
         action = {"healthy": "none", "degraded": "none", "unknown": "none"}.get(status, "replace")
     return ReportSummary(
@@ -242,6 +244,7 @@ def summary(
         status=Status(status),
         action=Remedy(action),
         fault_key=FaultKey.parse(fault_key) if isinstance(fault_key, str) else fault_key,
+        consecutive=consecutive,
         health_score={"healthy": 100, "degraded": 70, "unknown": 50}.get(status, 0),
         fatal=fatal,
         findings=tuple(findings),

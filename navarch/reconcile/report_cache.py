@@ -1,0 +1,164 @@
+"""The verified-report cache: summaries of reports already checked, by store version.
+
+A run lists health/<fleet>/ (one LIST page per 1,000 keys carries each object's version:
+S3 ETag, GCS generation, the file store's mtime and inode) and fetches and verifies only
+the reports whose version it has no verified summary for. Summaries come from Memory (the
+version the last apply folded in) and, for every other version verified before, from this
+cache, kept beside the state as ``state/<fleet>.reports-cache.json``::
+
+    {"format": 1, "entries": {"health/<fleet>/<pool>/<node>.json":
+        {"version": "<store version>", "rules": "<rules digest>",
+         "summary": {...summary_to_json...}, "mac": "<hex>"}}}
+
+Correctness never depends on it. An entry is used only for the exact store version it was
+verified at (a store version names one content of an object, as the state's compare-and-
+swap relies on), with the same health policy rules (``rules_digest``), and under an
+HMAC-SHA256 made with a key derived from the fleet secret (``cache_key``): a tampered
+entry, an entry of another version, of other rules or of another secret is ignored and
+the report is fetched and verified again. The replay rule still applies to a cached
+summary (its sequence must be above the last one accepted for the node). A lost, corrupt
+or unreadable cache only costs the time of verifying every report once.
+
+The document is written only when its entries changed, by plan and apply alike (the only
+object a plan writes); a failed write is logged and changes nothing else.
+Benchmark: ``bench/scale.py`` (``incremental_vs_floor_10k``, ``incremental_vs_floor_100k``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from navarch.errors import NotFound
+from navarch.planner.model import ReportSummary
+from navarch.policy import Rule
+from navarch.reconcile.codec import summary_from_json, summary_to_json
+from navarch.stores.base import ObjectStore
+
+__all__ = ["ReportCache", "cache_key", "rules_digest", "report_cache_key", "CACHE_FORMAT"]
+
+log = logging.getLogger(__name__)
+
+CACHE_FORMAT = 1
+
+
+def report_cache_key(fleet: str) -> str:
+    """Object key of the fleet's verified-report cache, beside its state."""
+    return f"state/{fleet}.reports-cache.json"
+
+
+def cache_key(fleet_secret: bytes, fleet: str) -> bytes:
+    """The cache's HMAC key: HMAC-SHA256(fleet secret, "navarch-reports-cache/v1|<fleet>").
+
+    Derived like the node keys (navarch.signing), so no node key can make an entry and a
+    changed secret invalidates every entry."""
+    return hmac.new(fleet_secret, f"navarch-reports-cache/v1|{fleet}".encode(),
+                    hashlib.sha256).digest()
+
+
+def rules_digest(rule_sets: Sequence[Sequence[Rule]] | None) -> str:
+    """A short digest of a pool's health policy rules (name, condition, status, action):
+    a summary made under other rules is not reused."""
+    if rule_sets is None:
+        return "agent"
+    doc = [[[r.name, r.when, r.status.value, r.action.value if r.action else None]
+            for r in rules] for rules in rule_sets]
+    return hashlib.sha256(json.dumps(doc).encode()).hexdigest()[:16]
+
+
+def _mac(key: bytes, object_key: str, version: str, rules: str,
+         summary: Mapping[str, Any]) -> str:
+    body = json.dumps([object_key, version, rules, summary], sort_keys=True,
+                      separators=(",", ":"))
+    return hmac.new(key, body.encode(), hashlib.sha256).hexdigest()
+
+
+@dataclass
+class ReportCache:
+    """The cache of one run: the entries loaded, and those this run verified or reused.
+
+    entries: object key -> the stored entry (JSON form, see the module docstring).
+    """
+
+    fleet: str
+    key: bytes
+    entries: dict[str, dict[str, Any]] = field(default_factory=dict)
+    _used: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, store: ObjectStore, fleet: str, fleet_secret: bytes | None
+             ) -> ReportCache | None:
+        """Read the fleet's cache; None without a fleet secret (nothing can be trusted).
+
+        A missing, unreadable or malformed document is an empty cache (logged when it
+        exists but cannot be used). Never raises.
+        """
+        if fleet_secret is None:
+            return None
+        cache = cls(fleet, cache_key(fleet_secret, fleet))
+        try:
+            doc = json.loads(store.get(report_cache_key(fleet)).data)
+            entries = doc["entries"] if doc.get("format") == CACHE_FORMAT else {}
+            cache.entries = {str(k): v for k, v in dict(entries).items() if isinstance(v, dict)}
+        except NotFound:
+            pass
+        except Exception as exc:  # noqa: BLE001 - any failure only costs a full verification
+            log.info("report cache not used: %s", exc)
+        return cache
+
+    def lookup(self, object_key: str, version: str, rules: str) -> ReportSummary | None:
+        """The verified summary of `object_key` at store `version` under `rules`, or None
+        (no entry, another version or rules, a bad MAC, an entry that does not decode)."""
+        entry = self.entries.get(object_key)
+        if entry is None or entry.get("version") != version or entry.get("rules") != rules:
+            return None
+        summary = entry.get("summary")
+        mac = entry.get("mac")
+        if not isinstance(summary, dict) or not isinstance(mac, str):
+            return None
+        if not hmac.compare_digest(mac, _mac(self.key, object_key, version, rules, summary)):
+            log.warning("report cache entry for %s has a bad MAC: ignored", object_key)
+            return None
+        try:
+            decoded = summary_from_json(summary)
+        except (KeyError, ValueError, TypeError):
+            return None
+        self._used[object_key] = entry
+        return decoded
+
+    def remember(self, object_key: str, version: str, rules: str,
+                 summary: ReportSummary) -> None:
+        """Record the summary this run verified for `object_key` at `version`."""
+        doc = summary_to_json(summary)
+        assert doc is not None
+        doc = json.loads(json.dumps(doc))  # the JSON form the MAC is checked against
+        self._used[object_key] = {"version": version, "rules": rules, "summary": doc,
+                                  "mac": _mac(self.key, object_key, version, rules, doc)}
+
+    def keep(self, object_key: str, version: str) -> None:
+        """Carry an entry of the loaded cache over when its report is still at `version`
+        (the run took the summary from Memory and did not need the cache)."""
+        entry = self.entries.get(object_key)
+        if entry is not None and entry.get("version") == version:
+            self._used.setdefault(object_key, entry)
+
+    def save(self, store: ObjectStore) -> bool:
+        """Write the entries this run used or made, when they differ from those loaded
+        (reports no longer listed are dropped) -> whether it wrote. A store error is
+        logged, never raised: the cache only ever saves time."""
+        if self._used == self.entries:
+            return False
+        data = json.dumps({"format": CACHE_FORMAT, "entries": self._used}, sort_keys=True,
+                          separators=(",", ":")).encode()
+        try:
+            store.put(report_cache_key(self.fleet), data)
+        except Exception as exc:  # noqa: BLE001 - see the docstring
+            log.info("report cache not written (a read-only plan role?): %s", exc)
+            return False
+        self.entries = dict(self._used)
+        return True

@@ -1,0 +1,155 @@
+"""Incremental observation: a run fetches and verifies only the reports whose store version
+changed; the verified-report cache beside the state only ever saves time."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from navarch import signing
+from navarch.planner.model import Memory, NodeMemory
+from navarch.reconcile.report_cache import ReportCache, report_cache_key
+from navarch.reconcile.reports import read_reports
+from navarch.stores.file import FileStore
+
+SECRET = b"fleet-secret-for-tests"
+NOW = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
+NODES = [f"demo-train-{n:04d}" for n in range(1, 6)]
+
+
+def _report(node: str, sequence: int, status: str = "healthy") -> bytes:
+    report = {
+        "schema_version": 2, "fleet": "demo", "pool": "train", "node": node,
+        "instance_id": f"i-{node}", "boot_id": "boot-a", "agent_version": "0.1.0",
+        "sequence": sequence, "generated_at": "2026-11-01T11:59:30Z", "status": status,
+        "action": "none", "health_score": 100 if status == "healthy" else 60,
+        "checks": [], "gpus": [], "xids": [], "notice": None,
+    }
+    key = signing.derive_node_key(SECRET, "demo", node)
+    return json.dumps(signing.sign(report, key)).encode()
+
+
+class CountingStore(FileStore):
+    """The file store, counting the health reports fetched."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.fetched: list[str] = []
+
+    def get(self, key: str):  # type: ignore[no-untyped-def]
+        if key.startswith("health/"):
+            self.fetched.append(key.rsplit("/", 1)[-1][: -len(".json")])
+        return super().get(key)
+
+
+def _put(store: FileStore, node: str, sequence: int, status: str = "healthy") -> None:
+    store.put(f"health/demo/train/{node}.json", _report(node, sequence, status))
+
+
+def _run(store: CountingStore, secret: bytes = SECRET, minutes: int = 0) -> dict[str, str]:
+    """One run's observation (with a plan's empty Memory) -> node -> status; saves the cache."""
+    store.fetched.clear()
+    cache = ReportCache.load(store, "demo", secret)
+    obs = read_reports(store, "demo", Memory(fleet="demo"), secret,
+                       NOW + timedelta(minutes=minutes), cache=cache)
+    assert cache is not None
+    cache.save(store)
+    return {n: o.summary.status.value for n, o in obs.items() if o.summary is not None}
+
+
+def _fleet(tmp_path: Path) -> CountingStore:
+    store = CountingStore(tmp_path)
+    for node in NODES:
+        _put(store, node, 7)
+    return store
+
+
+def test_unchanged_reports_are_not_fetched_on_the_next_run(tmp_path: Path) -> None:
+    store = _fleet(tmp_path)
+    first = _run(store)
+    assert sorted(store.fetched) == NODES
+    second = _run(store, minutes=1)
+    assert store.fetched == [] and second == first == dict.fromkeys(NODES, "healthy")
+
+
+def test_a_changed_report_is_fetched_and_verified_again(tmp_path: Path) -> None:
+    store = _fleet(tmp_path)
+    _run(store)
+    _put(store, "demo-train-0003", 8, status="unhealthy")
+    seen = _run(store, minutes=1)
+    assert store.fetched == ["demo-train-0003"]
+    assert seen["demo-train-0003"] == "unhealthy"
+    assert {seen[n] for n in NODES if n != "demo-train-0003"} == {"healthy"}
+
+
+def test_a_tampered_cache_entry_is_ignored(tmp_path: Path) -> None:
+    store = _fleet(tmp_path)
+    _run(store)
+    key = report_cache_key("demo")
+    doc = json.loads(store.get(key).data)
+    entry = doc["entries"]["health/demo/train/demo-train-0002.json"]
+    entry["summary"]["status"] = "unhealthy"  # the MAC no longer matches
+    store.put(key, json.dumps(doc).encode())
+    seen = _run(store, minutes=1)
+    assert store.fetched == ["demo-train-0002"]
+    assert seen["demo-train-0002"] == "healthy"
+
+
+def test_a_cache_made_for_another_version_is_ignored(tmp_path: Path) -> None:
+    store = _fleet(tmp_path)
+    _run(store)
+    old_cache = store.get(report_cache_key("demo")).data
+    _put(store, "demo-train-0004", 9, status="unhealthy")
+    store.put(report_cache_key("demo"), old_cache)  # the entry of the previous version
+    seen = _run(store, minutes=1)
+    assert store.fetched == ["demo-train-0004"]
+    assert seen["demo-train-0004"] == "unhealthy"
+
+
+def test_a_cache_made_under_another_secret_is_ignored(tmp_path: Path) -> None:
+    store = _fleet(tmp_path)
+    _run(store, secret=b"another-fleet-secret")  # every report rejected, nothing cached
+    _run(store)
+    assert sorted(store.fetched) == NODES
+
+
+def test_a_lost_cache_is_rebuilt(tmp_path: Path) -> None:
+    store = _fleet(tmp_path)
+    _run(store)
+    store.delete(report_cache_key("demo"))
+    again = _run(store, minutes=1)
+    assert sorted(store.fetched) == NODES and set(again.values()) == {"healthy"}
+    _run(store, minutes=2)
+    assert store.fetched == []
+
+
+def test_the_cache_is_written_only_when_it_changed(tmp_path: Path) -> None:
+    store = _fleet(tmp_path)
+    _run(store)
+    version = store.get(report_cache_key("demo")).version
+    _run(store, minutes=1)
+    assert store.get(report_cache_key("demo")).version == version
+    _put(store, "demo-train-0001", 8)
+    _run(store, minutes=2)
+    assert store.get(report_cache_key("demo")).version != version
+
+
+def test_a_cached_summary_still_obeys_the_replay_rule(tmp_path: Path) -> None:
+    store = _fleet(tmp_path)
+    obs = read_reports(store, "demo", Memory(fleet="demo"), SECRET, NOW,
+                       cache=(cache := ReportCache.load(store, "demo", SECRET)))
+    assert cache is not None
+    cache.save(store)
+    # Memory has accepted a later sequence since: the cached sequence 7 is a replay now.
+    newer = obs["demo-train-0001"].summary
+    assert newer is not None
+    memory = Memory(fleet="demo").with_node(NodeMemory(
+        node="demo-train-0001", pool="train", report_version="elsewhere",
+        report=replace(newer, sequence=9)))
+    store.fetched.clear()
+    again = read_reports(store, "demo", memory, SECRET, NOW,
+                         cache=ReportCache.load(store, "demo", SECRET))
+    assert store.fetched == ["demo-train-0001"]
+    assert again["demo-train-0001"].rejected == "replayed"

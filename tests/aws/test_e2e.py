@@ -43,7 +43,8 @@ LOCK_KEY = f"navarch/state/{FLEET}.lock"
 
 
 def write_fleet(tmp_path: Path, *, target: int = 3, max_nodes: int | None = None,
-                lock_ttl: str = "15m", max_parallel: int = 8, offline_after: str = "10m") -> Path:
+                lock_ttl: str = "15m", max_parallel: int = 8, offline_after: str = "10m",
+                surge_on: str = "replace") -> Path:
     path = tmp_path / "fleet.yaml"
     path.write_text(
         f"""\
@@ -66,6 +67,7 @@ pools:
       unhealthy_after: 1
       boot_timeout: 1h
       offline_after: {offline_after}
+      surge_on: {surge_on}
     aws:
       ami: {AMI}
       root_volume_gb: 100
@@ -312,7 +314,8 @@ def _report(
 def test_reports_in_s3_drive_a_replacement(env, tmp_path) -> None:
     # The runs below step 31 minutes ahead; S3 stamps reports with its own time, so the
     # healthy node's report must not count as offline by then.
-    fleet = write_fleet(tmp_path, target=2, offline_after="1h")
+    # surge_on: any, so the sick node's first rung (a reboot) launches the replacement too.
+    fleet = write_fleet(tmp_path, target=2, offline_after="1h", surge_on="any")
     assert navarch(["apply", str(fleet), "--auto-approve"], env, tmp_path).returncode == 0
     nodes = fleet_nodes()
     for node, iid in nodes.items():

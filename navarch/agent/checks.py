@@ -422,7 +422,7 @@ def _temperature(g: GpuSnapshot, b: Baselines) -> list[Check]:
                 g, "temperature", H, Remedy.NONE, f"GPU {i}: temperature not read", supported=False
             )
         ]
-    ev = {
+    ev: dict[str, Any] = {
         "temperature_c": t,
         "slowdown_c": g.temperature_slowdown_c,
         "shutdown_c": g.temperature_shutdown_c,
@@ -574,7 +574,7 @@ def _retired_pages(g: GpuSnapshot, b: Baselines) -> list[Check]:
         return []
     i = g.index
     total = (g.retired_pages_sbe or 0) + (g.retired_pages_dbe or 0)
-    ev = {
+    ev: dict[str, Any] = {
         "sbe": g.retired_pages_sbe,
         "dbe": g.retired_pages_dbe,
         "pending": g.retired_pages_pending,
@@ -667,7 +667,7 @@ def _clock_events(g: GpuSnapshot, b: Baselines) -> list[Check]:
     if g.clock_event_reasons is None or not bits:
         return []
     recent = [*b.slowdown_history[-(HW_SLOWDOWN_WINDOW - 1) :], True]
-    ev = {"reasons": bits, "mask": g.clock_event_reasons}
+    ev: dict[str, Any] = {"reasons": bits, "mask": g.clock_event_reasons}
     if sum(recent) >= HW_SLOWDOWN_UNHEALTHY:
         text = (
             f"GPU {g.index} sustained hardware slowdown ({sum(recent)} of last {len(recent)} runs)"

@@ -333,7 +333,7 @@ class FakeGpuBackend:
             **values,
         )
         # Any reading named in "unreadable" reads as None (e.g. "power_w", "process_count").
-        blank = {m: None for m in unreadable if m in _READING_FIELDS}
+        blank: dict[str, Any] = {m: None for m in unreadable if m in _READING_FIELDS}
         return dataclasses.replace(snap, **blank) if blank else snap
 
     def probe(self) -> GpuProbe:

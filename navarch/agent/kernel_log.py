@@ -39,6 +39,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from navarch.compat import UTC
 from navarch.health import Remedy
@@ -341,7 +342,7 @@ class ReadResult:
     """
 
     lines: tuple[KernelLine, ...]
-    position: dict
+    position: dict[str, Any]
     source: str
 
 
@@ -441,7 +442,8 @@ def read_kmsg(
 
 
 def read_text_file(
-    path: str | os.PathLike[str], position: dict | None, *, now: datetime | None = None
+    path: str | os.PathLike[str], position: dict[str, Any] | None, *,
+    now: datetime | None = None
 ) -> ReadResult:
     """Lines of a text kernel log (dmesg / syslog output, or the local provider's file).
 

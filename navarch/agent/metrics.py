@@ -38,7 +38,7 @@ def report_registry(report: Mapping[str, Any]) -> Any:
     from prometheus_client import CollectorRegistry, Gauge, disable_created_metrics
     from prometheus_client import Counter as PromCounter
 
-    disable_created_metrics()
+    disable_created_metrics()  # type: ignore[no-untyped-call]  # prometheus_client is untyped here
     reg = CollectorRegistry()
     node = [str(report.get(k, "")) for k in ("fleet", "pool", "node")]
     base = ["fleet", "pool", "node"]

@@ -93,7 +93,8 @@ class _Reader:
             return None
         v = values[0]
         if v.nvmlReturn != 0:
-            return self.get(metric, _raise, self.N, v.nvmlReturn)
+            got: int | float | None = self.get(metric, _raise, self.N, v.nvmlReturn)
+            return got
         vt = v.valueType
         N = self.N
         if vt == N.NVML_VALUE_TYPE_DOUBLE:
@@ -124,7 +125,9 @@ class NvmlGpuBackend:
 
     def __init__(self, nvml: Any = None) -> None:
         if nvml is None:
-            import pynvml as nvml  # noqa: PLC0415 - keep import cost off the fake path
+            import pynvml  # noqa: PLC0415 - keep import cost off the fake path
+
+            nvml = pynvml
         self.N = nvml
 
     def probe(self) -> GpuProbe:
@@ -332,7 +335,8 @@ class NvmlGpuBackend:
             err = classify_nvml_error(exc)
             if err.kind is ProbeErrorKind.CORRUPTED_INFOROM:
                 return False
-            return r.get("inforom", _raise, N, err.code or 999)
+            ok: bool | None = r.get("inforom", _raise, N, err.code or 999)
+            return ok
 
     def _read_nvlink(self, r: _Reader, h: Any, out: dict[str, Any]) -> None:
         """Link states for links that exist (stop at the first NotSupported/InvalidArgument)."""

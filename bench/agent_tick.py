@@ -44,7 +44,7 @@ def measure(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
 
 
 def other_pythons() -> dict[str, str]:
-    """"3.X" -> interpreter path for the supported versions other than this one."""
+    """ "3.X" -> interpreter path for the supported versions other than this one."""
     found = {}
     this = f"{sys.version_info.major}.{sys.version_info.minor}"
     pyenv = Path(os.environ.get("PYENV_ROOT", "~/.pyenv")).expanduser() / "versions"
@@ -88,22 +88,33 @@ def main() -> None:
             * 50
         )
         # As the systemd unit runs it: unpacked once, bytecode cached (navarch.agent.bundle).
-        env = {**os.environ, "NAVARCH_FAKE_GPU": "true",
-               "NAVARCH_BUNDLE_CACHE": str(d / "bundle-cache")}
+        env = {
+            **os.environ,
+            "NAVARCH_FAKE_GPU": "true",
+            "NAVARCH_BUNDLE_CACHE": str(d / "bundle-cache"),
+        }
         sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
         from navarch.agent.bundle import write_bundle
 
         bundle = write_bundle(d / "navarch-agent.pyz")
         pyz = str(d / "navarch-agent.pyz")
-        print(f"bundle: {bundle.size_bytes} bytes ({bundle.size_bytes / 2**20:.2f} MiB), "
-              f"sha256 {bundle.sha256}")
+        print(
+            f"bundle: {bundle.size_bytes} bytes ({bundle.size_bytes / 2**20:.2f} MiB), "
+            f"sha256 {bundle.sha256}"
+        )
         isolated = ["-I", "-S", pyz, "run", "--once", "--config", str(cfg)]
         variants = {
             "bundle: python3 -I -S (this python)": [sys.executable, *isolated],
-            "bundle: python3 -I -S, from the zip": ["env", "-u", "NAVARCH_BUNDLE_CACHE",
-                                                    sys.executable, *isolated],
-            **{f"bundle: python{v} -I -S": [path, *isolated]
-               for v, path in other_pythons().items()},
+            "bundle: python3 -I -S, from the zip": [
+                "env",
+                "-u",
+                "NAVARCH_BUNDLE_CACHE",
+                sys.executable,
+                *isolated,
+            ],
+            **{
+                f"bundle: python{v} -I -S": [path, *isolated] for v, path in other_pythons().items()
+            },
             "python -c pass": [sys.executable, "-c", "pass"],
             "python -m navarch.agent run --once": [
                 sys.executable,

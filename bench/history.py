@@ -40,12 +40,22 @@ PER_CHUNK = 4
 
 def _record(when: datetime, node: str, run_id: str, i: int) -> dict[str, object]:
     action = ("cordon", "drain", "reboot", "uncordon")[i % 4]
-    return {"time": when.isoformat().replace("+00:00", "Z"), "run_id": run_id,
-            "action": action, "pool": "train", "node": node, "instance_id": f"i-{node}",
-            "reason": "XID 79: GPU has fallen off the bus", "ok": True, "detail": "done",
-            "error": None, "actor": "scheduled",
-            "report": {"sequence": i, "status": "unhealthy", "boot_id": "b"},
-            "fault": "XID 79", "rung": "reboot"}
+    return {
+        "time": when.isoformat().replace("+00:00", "Z"),
+        "run_id": run_id,
+        "action": action,
+        "pool": "train",
+        "node": node,
+        "instance_id": f"i-{node}",
+        "reason": "XID 79: GPU has fallen off the bus",
+        "ok": True,
+        "detail": "done",
+        "error": None,
+        "actor": "scheduled",
+        "report": {"sequence": i, "status": "unhealthy", "boot_id": "b"},
+        "fault": "XID 79",
+        "rung": "reboot",
+    }
 
 
 def populate(root: Path, records: int, nodes: int, days: int) -> tuple[FileStore, str]:
@@ -61,17 +71,23 @@ def populate(root: Path, records: int, nodes: int, days: int) -> tuple[FileStore
         run_id = f"{began:%Y%m%dT%H%M%SZ}-{c:08x}"
         lines = []
         for k in range(PER_CHUNK):
-            lines.append(json.dumps(_record(began + timedelta(seconds=k), names[n % nodes],
-                                            run_id, n), sort_keys=True))
+            lines.append(
+                json.dumps(
+                    _record(began + timedelta(seconds=k), names[n % nodes], run_id, n),
+                    sort_keys=True,
+                )
+            )
             n += 1
         # Plain files in the store's layout: FileStore.put's fsync per object would make
         # writing a year of chunks take minutes and measures nothing the query does.
         path = root / "events" / FLEET / f"{began:%Y/%m/%d}" / f"{run_id}-0001.jsonl"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("\n".join(lines) + "\n")
-    memory = Memory(fleet=FLEET, lineage="bench",
-                    nodes=[NodeMemory(node=name, pool="train", instance_id=f"i-{name}")
-                           for name in names])
+    memory = Memory(
+        fleet=FLEET,
+        lineage="bench",
+        nodes=[NodeMemory(node=name, pool="train", instance_id=f"i-{name}") for name in names],
+    )
     save_memory(store, memory, None)
     # The node of the newest chunk: it has records within the last 24 h.
     return store, names[(n - 1) % nodes]
@@ -88,29 +104,43 @@ def main() -> None:
         shutil.copy(REPO / "fleet.example.yaml", work / "fleet.yaml")
         t0 = time.perf_counter()
         store, node = populate(work / ".navarch" / "store", args.records, args.nodes, args.days)
-        print(f"wrote {args.records} records in {args.records // PER_CHUNK} chunks over "
-              f"{args.days} days for {args.nodes} nodes in {time.perf_counter() - t0:.1f} s")
+        print(
+            f"wrote {args.records} records in {args.records // PER_CHUNK} chunks over "
+            f"{args.days} days for {args.nodes} nodes in {time.perf_counter() - t0:.1f} s"
+        )
 
         t0 = time.perf_counter()
         h = read_history(store, FLEET, since=NOW - timedelta(hours=24), until=NOW, node=node)
         query_s = time.perf_counter() - t0
-        print(f"in process: {node}, 24 h: {len(h.events)} events from {h.chunks_read} chunks "
-              f"of {len(h.days)} days in {query_s:.3f} s")
+        print(
+            f"in process: {node}, 24 h: {len(h.events)} events from {h.chunks_read} chunks "
+            f"of {len(h.days)} days in {query_s:.3f} s"
+        )
 
         env = {**os.environ, "NAVARCH_NOW": NOW.isoformat(), "PYTHONPATH": str(REPO)}
         t0 = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-m", "navarch", "history", "fleet.yaml", node],
-                              cwd=work, env=env, capture_output=True, text=True, check=True)
+        proc = subprocess.run(
+            [sys.executable, "-m", "navarch", "history", "fleet.yaml", node],
+            cwd=work,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         cli_s = time.perf_counter() - t0
-        print(f"CLI: navarch history fleet.yaml {node}: {len(proc.stdout.splitlines())} lines "
-              f"in {cli_s:.3f} s (a fresh process)")
+        print(
+            f"CLI: navarch history fleet.yaml {node}: {len(proc.stdout.splitlines())} lines "
+            f"in {cli_s:.3f} s (a fresh process)"
+        )
 
         t0 = time.perf_counter()
         every = store.list(f"events/{FLEET}/")
         full_s = time.perf_counter() - t0
         print(f"for scale: listing the whole audit log ({len(every)} chunks) takes {full_s:.3f} s")
-        print(f"query_s={query_s:.3f} cli_s={cli_s:.3f} full_list_s={full_s:.3f} "
-              f"chunks_read={h.chunks_read}")
+        print(
+            f"query_s={query_s:.3f} cli_s={cli_s:.3f} full_list_s={full_s:.3f} "
+            f"chunks_read={h.chunks_read}"
+        )
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -259,6 +259,7 @@ def populate(
 
         def put(key: str, body: bytes) -> None:
             s3.put_object(Bucket=BUCKET, Key=key, Body=body)
+
     template = report_template(directory)
     generated_at = template["generated_at"]
 
@@ -296,8 +297,10 @@ def populate(
                 generated_at=generated_at,
             )
             key = derive_node_key(SECRET.encode(), FLEET, node)
-            put(f"{PREFIX}/health/{FLEET}/{pool}/{node}.json",
-                json.dumps(sign(body, key), sort_keys=True).encode())
+            put(
+                f"{PREFIX}/health/{FLEET}/{pool}/{node}.json",
+                json.dumps(sign(body, key), sort_keys=True).encode(),
+            )
         return n
 
     with ThreadPoolExecutor(max_workers=workers) as pool:

@@ -242,7 +242,9 @@ def populate(pools: list[tuple[str, int]], directory: Path, workers: int) -> Non
     from google.auth.credentials import AnonymousCredentials
     from google.cloud import storage
 
-    bucket = storage.Client(project=PROJECT, credentials=AnonymousCredentials()).create_bucket(BUCKET)
+    bucket = storage.Client(project=PROJECT, credentials=AnonymousCredentials()).create_bucket(
+        BUCKET
+    )
 
     def put(key: str, body: bytes) -> None:
         bucket.blob(key).upload_from_string(body, content_type="application/octet-stream")

@@ -28,8 +28,12 @@ def main() -> None:
     when = " || ".join(f"xids.exists(x, x.code == {c})" for c in range(8))
     rule = compile_rule("bound", when, "degraded")
     xid = SAMPLE_REPORT["xids"][0]
-    report = {**SAMPLE_REPORT, "status": "healthy", "gpus": [],
-              "xids": [{**xid, "code": 1000 + i, "severity": "warning"} for i in range(256)]}
+    report = {
+        **SAMPLE_REPORT,
+        "status": "healthy",
+        "gpus": [],
+        "xids": [{**xid, "code": 1000 + i, "severity": "warning"} for i in range(256)],
+    }
     stop = threading.Event()
     gaps: list[float] = []
 
@@ -49,9 +53,11 @@ def main() -> None:
         times.append(time.perf_counter() - start)
     stop.set()
     beat.join()
-    print(f"rule_ms_median={statistics.median(times) * 1000:.2f} "
-          f"rule_ms_max={max(times) * 1000:.2f} "
-          f"heartbeat_gap_ms_max={max(gaps, default=0.0) * 1000:.1f}")
+    print(
+        f"rule_ms_median={statistics.median(times) * 1000:.2f} "
+        f"rule_ms_max={max(times) * 1000:.2f} "
+        f"heartbeat_gap_ms_max={max(gaps, default=0.0) * 1000:.1f}"
+    )
 
 
 if __name__ == "__main__":

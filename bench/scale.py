@@ -75,8 +75,11 @@ def write_fleet(directory: Path, nodes: int) -> Path:
                 "gpus_per_node": GPUS,
                 "region": "sim-1",
                 "zones": ["sim-1a"],
-                "nodes": {"min": 0, "target": per_pool + (i < extra),
-                          "max": per_pool + (i < extra)},
+                "nodes": {
+                    "min": 0,
+                    "target": per_pool + (i < extra),
+                    "max": per_pool + (i < extra),
+                },
                 # Writing 100,000 reports takes minutes: no report may age past
                 # offline_after before the last plan (judged by the store's times).
                 "health": {"boot_timeout": "1h", "stale_after": "2h", "offline_after": "4h"},
@@ -96,10 +99,19 @@ def write_reports(directory: Path) -> int:
     from navarch.stores.file import FileStore
 
     config = AgentConfig(
-        fleet=FLEET, pool="template", node=f"{FLEET}-template-0000", instance_id="i-0",
-        store=f"file://{directory}/unused", key="00" * 32, gpus_per_node=GPUS,
-        state_file=str(directory / "agent.json"), kernel_log=str(directory / "kern.log"),
-        fake_gpu=True, gpu_count=GPUS, boot_id="boot-template", metadata="none",
+        fleet=FLEET,
+        pool="template",
+        node=f"{FLEET}-template-0000",
+        instance_id="i-0",
+        store=f"file://{directory}/unused",
+        key="00" * 32,
+        gpus_per_node=GPUS,
+        state_file=str(directory / "agent.json"),
+        kernel_log=str(directory / "kern.log"),
+        fake_gpu=True,
+        gpu_count=GPUS,
+        boot_id="boot-template",
+        metadata="none",
     )
     with contextlib.redirect_stderr(io.StringIO()):
         template = run_once(config, to_stdout=True)
@@ -110,11 +122,14 @@ def write_reports(directory: Path) -> int:
         m = json.loads((d / "machine.json").read_text())
         tags = m["tags"]
         node, pool = tags["navarch-node"], tags["navarch-pool"]
-        body = dict(template, pool=pool, node=node, instance_id=m["instance_id"],
-                    boot_id=m["boot_id"])
+        body = dict(
+            template, pool=pool, node=node, instance_id=m["instance_id"], boot_id=m["boot_id"]
+        )
         key = derive_node_key(SECRET.encode(), FLEET, node)
-        store.put(f"health/{FLEET}/{pool}/{node}.json",
-                  json.dumps(sign(body, key), sort_keys=True).encode())
+        store.put(
+            f"health/{FLEET}/{pool}/{node}.json",
+            json.dumps(sign(body, key), sort_keys=True).encode(),
+        )
         count += 1
     return count
 
@@ -147,21 +162,27 @@ def floor(fleet_file: str) -> int:
 
     spec = load_fleet(fleet_file)
     store = open_store(spec.store_url, base_dir=spec.base_dir)
-    provider = open_provider("sim", spec.providers["sim"], base_dir=spec.base_dir,
-                             fleet=spec.name)
+    provider = open_provider("sim", spec.providers["sim"], base_dir=spec.base_dir, fleet=spec.name)
     instances = provider.list_instances(spec.name)
     infos = store.list(f"health/{spec.name}/")
     secret = read_fleet_secret(spec)
     now = datetime.now(UTC)
     ok = 0
     for start in range(0, len(infos), FLOOR_BATCH):  # batches: the floor holds no more
-        batch = infos[start:start + FLOOR_BATCH]     # bytes at once than it needs
+        batch = infos[start : start + FLOOR_BATCH]  # bytes at once than it needs
         blobs = store.get_many(i.key for i in batch)
         for info in batch:
             _, _, pool, name = info.key.split("/")
-            verify_report(blobs[info.key].data, fleet=spec.name, pool=pool, node=name[:-5],
-                          fleet_secret=secret, last_sequence=-1, now=now,
-                          stored_at=_stored_at(info))
+            verify_report(
+                blobs[info.key].data,
+                fleet=spec.name,
+                pool=pool,
+                node=name[:-5],
+                fleet_secret=secret,
+                last_sequence=-1,
+                now=now,
+                stored_at=_stored_at(info),
+            )
             ok += 1
     assert ok == len(instances), (ok, len(instances))
     return ok
@@ -180,16 +201,27 @@ def child(kind: str, fleet_file: str, out: str) -> None:
             floor(fleet_file)
             rc = 0
         else:
-            argv = {"apply": ["apply", fleet_file, "--auto-approve"],
-                    "plan": ["plan", fleet_file, "--detailed-exitcode"],
-                    "incremental": ["plan", fleet_file, "--detailed-exitcode"],
-                    "status": ["status", fleet_file]}[kind]
+            argv = {
+                "apply": ["apply", fleet_file, "--auto-approve"],
+                "plan": ["plan", fleet_file, "--detailed-exitcode"],
+                "incremental": ["plan", fleet_file, "--detailed-exitcode"],
+                "status": ["status", fleet_file],
+            }[kind]
             rc = cli.main(argv)
     wall_s = time.perf_counter() - start
     cpu_s = _cpu_s() - cpu_start
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-    Path(out).write_text(json.dumps({"rc": rc, "wall_s": wall_s, "cpu_s": cpu_s,
-                                     "rss_mb": rss_mb, "tail": sink.getvalue()[-600:]}))
+    Path(out).write_text(
+        json.dumps(
+            {
+                "rc": rc,
+                "wall_s": wall_s,
+                "cpu_s": cpu_s,
+                "rss_mb": rss_mb,
+                "tail": sink.getvalue()[-600:],
+            }
+        )
+    )
 
 
 def _cpu_s() -> float:
@@ -202,9 +234,13 @@ def run_child(kind: str, fleet: Path) -> dict[str, Any]:
     out = fleet.parent / f"{kind}.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith("NAVARCH_")}
     env["PYTHONPATH"] = str(ROOT)
-    proc = subprocess.run([sys.executable, __file__, "--child", kind, "--fleet", str(fleet),
-                           "--out", str(out)], cwd=fleet.parent, env=env, capture_output=True,
-                          text=True)
+    proc = subprocess.run(
+        [sys.executable, __file__, "--child", kind, "--fleet", str(fleet), "--out", str(out)],
+        cwd=fleet.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     if proc.returncode != 0 or not out.exists():
         raise SystemExit(f"{kind} failed ({proc.returncode}): {proc.stderr[-2000:]}")
     result = json.loads(out.read_text())
@@ -222,8 +258,11 @@ def measure(nodes: int, status: bool = True) -> dict[str, dict[str, Any]]:
         start = time.perf_counter()
         written = write_reports(d)
         assert written == nodes, (written, nodes)
-        print(f"  [{nodes}] wrote {written} reports ({time.perf_counter() - start:.1f} s, "
-              "not measured)", flush=True)
+        print(
+            f"  [{nodes}] wrote {written} reports ({time.perf_counter() - start:.1f} s, "
+            "not measured)",
+            flush=True,
+        )
         for kind in ("plan", "status", "floor") if status else ("plan", "floor"):
             results[kind] = run_child(kind, fleet)
         changed = change_reports(d)
@@ -234,12 +273,21 @@ def measure(nodes: int, status: bool = True) -> dict[str, dict[str, Any]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="1000,10000,100000",
-                        help="comma-separated fleet sizes (nodes); the first is the 1x reference")
-    parser.add_argument("--no-status", action="store_true",
-                        help="skip the status step (a quicker run for the plan figures)")
-    parser.add_argument("--child", choices=["apply", "plan", "status", "floor", "incremental"],
-                        help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--sizes",
+        default="1000,10000,100000",
+        help="comma-separated fleet sizes (nodes); the first is the 1x reference",
+    )
+    parser.add_argument(
+        "--no-status",
+        action="store_true",
+        help="skip the status step (a quicker run for the plan figures)",
+    )
+    parser.add_argument(
+        "--child",
+        choices=["apply", "plan", "status", "floor", "incremental"],
+        help=argparse.SUPPRESS,
+    )
     parser.add_argument("--fleet", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -260,12 +308,17 @@ def main() -> None:
             extra = ""
             if kind == "incremental":
                 fl = figures[n]["floor"]
-                extra = (f", {r['wall_s'] / fl['wall_s']:.2f}x the floor "
-                         f"(cpu {r['cpu_s'] / fl['cpu_s']:.2f}x)")
+                extra = (
+                    f", {r['wall_s'] / fl['wall_s']:.2f}x the floor "
+                    f"(cpu {r['cpu_s'] / fl['cpu_s']:.2f}x)"
+                )
             if kind == "plan":
                 extra = f", {r['wall_s'] / figures[n]['floor']['wall_s']:.2f}x the floor"
-            print(f"nodes={n:>6} {kind:6s} wall {r['wall_s']:8.2f} s  cpu {r['cpu_s']:8.2f} s  "
-                  f"peak RSS {r['rss_mb']:7.0f} MB  ({ratio}{extra})", flush=True)
+            print(
+                f"nodes={n:>6} {kind:6s} wall {r['wall_s']:8.2f} s  cpu {r['cpu_s']:8.2f} s  "
+                f"peak RSS {r['rss_mb']:7.0f} MB  ({ratio}{extra})",
+                flush=True,
+            )
 
     def ratio(kind: str, n: int) -> str:
         if n not in figures or 1000 not in figures or kind not in figures[n]:
@@ -277,13 +330,16 @@ def main() -> None:
             return "n/a"
         return f"{figures[n][kind]['wall_s'] / figures[n]['floor']['wall_s']:.2f}"
 
-    rss_100k = (f"{max(r['rss_mb'] for r in figures[100000].values()):.0f}"
-                if 100000 in figures else "n/a")
-    print(f"plan_ratio_10k={ratio('plan', 10000)} apply_ratio_10k={ratio('apply', 10000)} "
-          f"status_ratio_10k={ratio('status', 10000)} plan_vs_floor_10k={vs_floor(10000)} "
-          f"plan_vs_floor_100k={vs_floor(100000)} "
-          f"incremental_vs_floor_10k={vs_floor(10000, 'incremental')} "
-          f"incremental_vs_floor_100k={vs_floor(100000, 'incremental')} rss_mb_100k={rss_100k}")
+    rss_100k = (
+        f"{max(r['rss_mb'] for r in figures[100000].values()):.0f}" if 100000 in figures else "n/a"
+    )
+    print(
+        f"plan_ratio_10k={ratio('plan', 10000)} apply_ratio_10k={ratio('apply', 10000)} "
+        f"status_ratio_10k={ratio('status', 10000)} plan_vs_floor_10k={vs_floor(10000)} "
+        f"plan_vs_floor_100k={vs_floor(100000)} "
+        f"incremental_vs_floor_10k={vs_floor(10000, 'incremental')} "
+        f"incremental_vs_floor_100k={vs_floor(100000, 'incremental')} rss_mb_100k={rss_100k}"
+    )
 
 
 if __name__ == "__main__":

@@ -69,11 +69,21 @@ def node_day(setting: Setting, hours: float, directory: Path) -> dict[str, Any]:
     store = Counting(directory / "store")
     faults = directory / "faults.json"
     config = AgentConfig(
-        fleet="cost", pool="train", node="cost-train-0001", instance_id="i-0",
-        store=f"file://{directory}/store", key="5a" * 32, gpus_per_node=8,
-        state_file=str(directory / "agent.json"), kernel_log=str(directory / "kern.log"),
-        fake_gpu=True, gpu_count=8, faults_file=str(faults), boot_id="boot-a",
-        metadata="none", heartbeat_s=setting.heartbeat_s,
+        fleet="cost",
+        pool="train",
+        node="cost-train-0001",
+        instance_id="i-0",
+        store=f"file://{directory}/store",
+        key="5a" * 32,
+        gpus_per_node=8,
+        state_file=str(directory / "agent.json"),
+        kernel_log=str(directory / "kern.log"),
+        fake_gpu=True,
+        gpu_count=8,
+        faults_file=str(faults),
+        boot_id="boot-a",
+        metadata="none",
+        heartbeat_s=setting.heartbeat_s,
     )
     checks = int(hours * 3600 // setting.interval_s)
     fault_from, fault_to = checks // 2, checks // 2 + 600 // setting.interval_s
@@ -101,15 +111,20 @@ def main() -> None:
             f = node_day(setting, args.hours, Path(tmp))
         f["usd"] = f["puts"] * S3_PUT_USD + f["gets"] * S3_GET_USD
         figures[setting.name] = f
-        print(f"{setting.name:9s} check every {setting.interval_s:>3d} s, heartbeat "
-              f"{setting.heartbeat_s or 'every check'}: {f['checks']:.0f} checks, "
-              f"{f['puts']:.0f} PUTs, {f['gets']:.0f} GETs per node-day = "
-              f"USD {f['usd']:.5f} per node-day, USD {f['usd'] * 1000 * 30:.2f} per "
-              f"1,000 nodes per 30 days", flush=True)
+        print(
+            f"{setting.name:9s} check every {setting.interval_s:>3d} s, heartbeat "
+            f"{setting.heartbeat_s or 'every check'}: {f['checks']:.0f} checks, "
+            f"{f['puts']:.0f} PUTs, {f['gets']:.0f} GETs per node-day = "
+            f"USD {f['usd']:.5f} per node-day, USD {f['usd'] * 1000 * 30:.2f} per "
+            f"1,000 nodes per 30 days",
+            flush=True,
+        )
     before, now = figures["before"], figures["defaults"]
-    print(f"puts_per_node_day_before={before['puts']:.0f} puts_per_node_day={now['puts']:.0f} "
-          f"usd_per_1000_node_days_before={before['usd'] * 1000:.2f} "
-          f"usd_per_1000_node_days={now['usd'] * 1000:.2f}")
+    print(
+        f"puts_per_node_day_before={before['puts']:.0f} puts_per_node_day={now['puts']:.0f} "
+        f"usd_per_1000_node_days_before={before['usd'] * 1000:.2f} "
+        f"usd_per_1000_node_days={now['usd'] * 1000:.2f}"
+    )
 
 
 if __name__ == "__main__":

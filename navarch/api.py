@@ -97,9 +97,14 @@ class Validation:
 
     def to_json(self) -> dict[str, Any]:
         """{"path", "valid", "fleet", "problems": [str], "pools", "nodes_at_target"}."""
-        return {"path": self.path, "valid": self.ok, "fleet": self.fleet,
-                "problems": list(self.problems), "pools": self.pools,
-                "nodes_at_target": self.nodes_at_target}
+        return {
+            "path": self.path,
+            "valid": self.ok,
+            "fleet": self.fleet,
+            "problems": list(self.problems),
+            "pools": self.pools,
+            "nodes_at_target": self.nodes_at_target,
+        }
 
 
 @dataclass(frozen=True)
@@ -184,11 +189,22 @@ class ApplyResult:
         from navarch.reconcile.render import plan_to_json
 
         return {
-            "applied": self.applied, "run_id": self.run_id, "audit_error": self.audit_error,
-            "halted": bool(self.plan.safety_stopped), "plan": plan_to_json(self.plan),
-            "outcomes": [{"action": o.action.kind.value, "pool": o.action.pool,
-                          "node": o.action.node, "kind": o.kind.value, "ok": o.ok,
-                          "detail": o.detail} for o in self.outcomes],
+            "applied": self.applied,
+            "run_id": self.run_id,
+            "audit_error": self.audit_error,
+            "halted": bool(self.plan.safety_stopped),
+            "plan": plan_to_json(self.plan),
+            "outcomes": [
+                {
+                    "action": o.action.kind.value,
+                    "pool": o.action.pool,
+                    "node": o.action.node,
+                    "kind": o.kind.value,
+                    "ok": o.ok,
+                    "detail": o.detail,
+                }
+                for o in self.outcomes
+            ],
         }
 
 
@@ -196,8 +212,10 @@ def _now(now: datetime | None) -> datetime:
     if now is None:
         return datetime.now(UTC)
     if now.tzinfo is None:
-        raise ConfigError(f"now={now.isoformat()} has no timezone",
-                          hint="pass an aware UTC datetime, e.g. datetime.now(UTC)")
+        raise ConfigError(
+            f"now={now.isoformat()} has no timezone",
+            hint="pass an aware UTC datetime, e.g. datetime.now(UTC)",
+        )
     return now.astimezone(UTC)
 
 
@@ -238,8 +256,9 @@ def validate(path: str | Path) -> Validation:
     if problems:
         return Validation(str(path), None, problems, 0, 0)
     spec = _load(path)
-    return Validation(str(path), spec.name, (), len(spec.pools),
-                      sum(p.target_nodes for p in spec.pools))
+    return Validation(
+        str(path), spec.name, (), len(spec.pools), sum(p.target_nodes for p in spec.pools)
+    )
 
 
 def validate_text(text: str, *, beside: str | Path) -> Validation:
@@ -250,8 +269,11 @@ def validate_text(text: str, *, beside: str | Path) -> Validation:
     nothing else is written. Problems name the candidate as `beside`.
     """
     target = Path(beside)
-    fd, tmp = tempfile.mkstemp(prefix=".navarch-candidate-", suffix=".yaml",
-                               dir=target.parent if str(target.parent) else ".")
+    fd, tmp = tempfile.mkstemp(
+        prefix=".navarch-candidate-",
+        suffix=".yaml",
+        dir=target.parent if str(target.parent) else ".",
+    )
     try:
         with os.fdopen(fd, "w") as out:
             out.write(text)
@@ -271,8 +293,9 @@ def snapshot(fleet: LoadedFleet, now: datetime, options: Any = None) -> tuple[Fl
     return opened, gather(opened, now, options)
 
 
-def plan(fleet: LoadedFleet | str | Path, *, now: datetime | None = None,
-         options: Any = None) -> PlanResult:
+def plan(
+    fleet: LoadedFleet | str | Path, *, now: datetime | None = None, options: Any = None
+) -> PlanResult:
     """What `navarch apply` would do at `now` and why: actions with reasons, the halts of
     the safety rules, nodes and their lifecycles. Reads only; changes nothing.
 
@@ -285,8 +308,7 @@ def plan(fleet: LoadedFleet | str | Path, *, now: datetime | None = None,
     return PlanResult(snap.plan, fleet_rejection(snap.observed.views))
 
 
-def status(fleet: LoadedFleet | str | Path, *,
-           now: datetime | None = None) -> StatusResult:
+def status(fleet: LoadedFleet | str | Path, *, now: datetime | None = None) -> StatusResult:
     """The fleet's status at `now`: every pool and node with lifecycle, health, report age
     (seconds) and ladder state (schemas/status.schema.json). Reads only.
 
@@ -299,9 +321,13 @@ def status(fleet: LoadedFleet | str | Path, *,
     return StatusResult(fleet_status(loaded.spec, snap))
 
 
-def history(fleet: LoadedFleet | str | Path, node: str | None = None,
-            since: datetime | timedelta | None = None, *,
-            now: datetime | None = None) -> HistoryResult:
+def history(
+    fleet: LoadedFleet | str | Path,
+    node: str | None = None,
+    since: datetime | timedelta | None = None,
+    *,
+    now: datetime | None = None,
+) -> HistoryResult:
     """What happened to `node` (or the whole fleet) from `since` until `now`, and why, from
     the audit log; oldest first, then each node's state now.
 
@@ -321,13 +347,18 @@ def history(fleet: LoadedFleet | str | Path, node: str | None = None,
     return HistoryResult(read_history(store, spec.name, since=start, until=until, node=node))
 
 
-def apply(fleet: LoadedFleet | str | Path, *, plan: PlanResult | None = None,
-          auto_approve: bool = False,
-          confirm: Callable[[Plan], bool] | None = None,
-          on_outcome: Callable[[Outcome], None] | None = None,
-          options: Any = None, run_id: str | None = None,
-          client: str | None = None,
-          clock: Callable[[], datetime] | None = None) -> ApplyResult:
+def apply(
+    fleet: LoadedFleet | str | Path,
+    *,
+    plan: PlanResult | None = None,
+    auto_approve: bool = False,
+    confirm: Callable[[Plan], bool] | None = None,
+    on_outcome: Callable[[Outcome], None] | None = None,
+    options: Any = None,
+    run_id: str | None = None,
+    client: str | None = None,
+    clock: Callable[[], datetime] | None = None,
+) -> ApplyResult:
     """Converge the fleet: take its lease, look again, execute the plan's actions under
     every safety rule (budget, breaker, rate limit, ownership), record each in the audit
     log, write state, release the lease.
@@ -344,19 +375,30 @@ def apply(fleet: LoadedFleet | str | Path, *, plan: PlanResult | None = None,
 
     loaded = _fleet(fleet)
     if confirm is None and plan is None and not auto_approve:
-        raise NavarchError("apply needs approval: pass auto_approve=True, a plan from "
-                           "api.plan() to apply exactly it, or confirm=")
+        raise NavarchError(
+            "apply needs approval: pass auto_approve=True, a plan from "
+            "api.plan() to apply exactly it, or confirm="
+        )
     shown: list[Plan] = []
 
     def asked(p: Plan) -> bool:
         shown.append(p)
         return True if confirm is None else confirm(p)
 
-    result = run_apply(_open(loaded), command=f"apply {loaded.path}",
-                       clock=clock or system_clock, saved=plan.plan if plan is not None else None, confirm=asked,
-                       on_outcome=on_outcome, options=options, run_id=run_id, client=client)
+    result = run_apply(
+        _open(loaded),
+        command=f"apply {loaded.path}",
+        clock=clock or system_clock,
+        saved=plan.plan if plan is not None else None,
+        confirm=asked,
+        on_outcome=on_outcome,
+        options=options,
+        run_id=run_id,
+        client=client,
+    )
     if result is None:  # confirm() declined the plan it was shown: nothing was done
         return ApplyResult(shown[-1], (), "", None, applied=False)
     failed = tuple(o.action.node or o.action.pool for o in result.outcomes if not o.ok)
-    return ApplyResult(result.plan, result.outcomes, result.run_id, result.audit_error,
-                       failed=failed)
+    return ApplyResult(
+        result.plan, result.outcomes, result.run_id, result.audit_error, failed=failed
+    )

@@ -69,6 +69,8 @@ class BundleSource:
 
     url: str
     sha256: str
+
+
 _METADATA_BY_PROVIDER_TYPE = {"aws": "aws", "gcp": "gcp", "azure": "azure"}
 
 
@@ -193,8 +195,9 @@ def render_cloud_init_for(
         exec_start = f"{venv_dir}/bin/python -m navarch.agent run --once --config {CONFIG_PATH}"
         units = render_units(exec_start=exec_start, interval_s=interval_s)
     else:
-        units = render_units(exec_start=BUNDLE_EXEC_START, interval_s=interval_s,
-                             environment=BUNDLE_ENVIRONMENT)
+        units = render_units(
+            exec_start=BUNDLE_EXEC_START, interval_s=interval_s, environment=BUNDLE_ENVIRONMENT
+        )
     return _render(
         "cloud-init.yaml.j2",
         mode=install.value,
@@ -213,9 +216,14 @@ def render_cloud_init_for(
     )
 
 
-def render_cloud_init(spec: Any, pool: str, node: str, node_key: bytes,
-                      provider: str | None = None,
-                      bundle: Callable[[], BundleSource] | None = None) -> str:
+def render_cloud_init(
+    spec: Any,
+    pool: str,
+    node: str,
+    node_key: bytes,
+    provider: str | None = None,
+    bundle: Callable[[], BundleSource] | None = None,
+) -> str:
     """The user-data a cloud provider sends to a new node of ``pool``.
 
     spec: navarch.spec.FleetSpec (uses .name, .store_url, .pool(pool).gpus_per_node,
@@ -243,8 +251,9 @@ def render_cloud_init(spec: Any, pool: str, node: str, node_key: bytes,
     else:
         install = AgentInstall.BUNDLE
         if options.get("agent_bundle_url"):
-            source = BundleSource(str(options["agent_bundle_url"]),
-                                  str(options.get("agent_bundle_sha256", "")))
+            source = BundleSource(
+                str(options["agent_bundle_url"]), str(options.get("agent_bundle_sha256", ""))
+            )
         elif bundle is not None:
             source = bundle()
     return render_cloud_init_for(

@@ -53,6 +53,7 @@ def render_text(plan: Plan, *, verbose: bool = False) -> str:
 
     return _render(plan, verbose=verbose)
 
+
 EXIT_OK, EXIT_ERROR, EXIT_CHANGES, EXIT_HALTED, EXIT_LOCKED, EXIT_LEASE_LOST = 0, 1, 2, 3, 4, 5
 
 
@@ -99,8 +100,11 @@ def _halt_exit(plan: Plan) -> int | None:
     for h in plan.halts:
         if h.safety_stop:
             rule = h.rule.value
-            what = ("circuit breaker open" if h.rule is HaltRule.CIRCUIT_BREAKER
-                    else rule.replace("_", " "))
+            what = (
+                "circuit breaker open"
+                if h.rule is HaltRule.CIRCUIT_BREAKER
+                else rule.replace("_", " ")
+            )
             _err(f"{what} ({h.pool}): {h.message} (see {RUNBOOK.get(rule, 'docs/runbook.md')})")
     return EXIT_HALTED
 
@@ -121,8 +125,10 @@ def process_clock() -> Callable[[], datetime]:
     except ValueError:
         when = None
     if when is None or when.tzinfo is None:
-        raise ConfigError(f"NAVARCH_NOW={fixed!r} is not an RFC 3339 time with a timezone",
-                          hint="e.g. NAVARCH_NOW=2026-11-01T12:00:00Z, or unset it")
+        raise ConfigError(
+            f"NAVARCH_NOW={fixed!r} is not an RFC 3339 time with a timezone",
+            hint="e.g. NAVARCH_NOW=2026-11-01T12:00:00Z, or unset it",
+        )
     replayed = when.astimezone(UTC)
     return lambda: replayed
 
@@ -147,16 +153,22 @@ def _check_targets(spec: FleetSpec, args: argparse.Namespace) -> None:
     pools = sorted(p.name for p in spec.pools)
     for name in getattr(args, "pool", None) or ():
         if name not in pools:
-            raise ConfigError(f"--pool {name}: fleet {spec.name} has no pool {name!r}",
-                              file=str(spec.source),
-                              hint=f"use one of {pools}" if pools else "declare the pool")
+            raise ConfigError(
+                f"--pool {name}: fleet {spec.name} has no pool {name!r}",
+                file=str(spec.source),
+                hint=f"use one of {pools}" if pools else "declare the pool",
+            )
     for node in getattr(args, "replace", None) or ():
-        if not any(node.startswith(f"{spec.name}-{p}-") and node.rsplit("-", 1)[-1].isdigit()
-                   for p in pools):
-            raise ConfigError(f"--replace {node}: not a node name of fleet {spec.name}",
-                              file=str(spec.source),
-                              hint=f"name a node as `navarch status` lists it, e.g. "
-                                   f"{spec.name}-{pools[0] if pools else 'pool'}-0001")
+        if not any(
+            node.startswith(f"{spec.name}-{p}-") and node.rsplit("-", 1)[-1].isdigit()
+            for p in pools
+        ):
+            raise ConfigError(
+                f"--replace {node}: not a node name of fleet {spec.name}",
+                file=str(spec.source),
+                hint=f"name a node as `navarch status` lists it, e.g. "
+                f"{spec.name}-{pools[0] if pools else 'pool'}-0001",
+            )
 
 
 def _check_replace_found(plan: Plan, args: argparse.Namespace) -> None:
@@ -164,8 +176,10 @@ def _check_replace_found(plan: Plan, args: argparse.Namespace) -> None:
     known = {v.node for v in plan.views}
     for node in getattr(args, "replace", None) or ():
         if node not in known:
-            raise ConfigError(f"--replace {node}: no such node in the fleet now",
-                              hint="check `navarch status` for the node's name")
+            raise ConfigError(
+                f"--replace {node}: no such node in the fleet now",
+                hint="check `navarch status` for the node's name",
+            )
 
 
 # -- validate ---------------------------------------------------------------------------
@@ -180,8 +194,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if result.problems:
         print(f"{args.fleet}: {len(result.problems)} problem(s) found.", file=sys.stderr)
         return EXIT_ERROR
-    print(f"{args.fleet}: valid. Fleet {result.fleet}: {result.pools} pool(s), "
-          f"{result.nodes_at_target} node(s) at target.")
+    print(
+        f"{args.fleet}: valid. Fleet {result.fleet}: {result.pools} pool(s), "
+        f"{result.nodes_at_target} node(s) at target."
+    )
     return EXIT_OK
 
 
@@ -212,7 +228,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     else:
         print(render_text(plan, verbose=args.verbose), end="")
         if args.out:
-            print(f"\nSaved the plan to {args.out}. Apply exactly it with: navarch apply {args.out}")
+            print(
+                f"\nSaved the plan to {args.out}. Apply exactly it with: navarch apply {args.out}"
+            )
     halted = _halt_exit(plan)
     if halted is not None:
         return halted
@@ -254,16 +272,24 @@ def _check_saved_plan(doc: dict[str, Any], path: str) -> None:
     if errors:
         best = jsonschema.exceptions.best_match(errors)
         where = ".".join(str(p) for p in best.absolute_path) or None
-        raise ConfigError(f"not a valid saved plan: {best.message[:200]}", file=path,
-                          key_path=where, hint="make it again with `navarch plan --out`")
+        raise ConfigError(
+            f"not a valid saved plan: {best.message[:200]}",
+            file=path,
+            key_path=where,
+            hint="make it again with `navarch plan --out`",
+        )
     for i, a in enumerate(doc["actions"]):
         node = a["node"]
-        if node and not re.fullmatch(rf"{re.escape(doc['fleet'])}-{re.escape(a['pool'])}-\d{{4,}}",
-                                     node):
-            raise ConfigError(f"action {a['action']} names node {node!r}, not a node of pool "
-                              f"{a['pool']!r} of fleet {doc['fleet']!r}", file=path,
-                              key_path=f"actions.{i}.node",
-                              hint="make the plan again with `navarch plan --out`")
+        if node and not re.fullmatch(
+            rf"{re.escape(doc['fleet'])}-{re.escape(a['pool'])}-\d{{4,}}", node
+        ):
+            raise ConfigError(
+                f"action {a['action']} names node {node!r}, not a node of pool "
+                f"{a['pool']!r} of fleet {doc['fleet']!r}",
+                file=path,
+                key_path=f"actions.{i}.node",
+                hint="make the plan again with `navarch plan --out`",
+            )
 
 
 def _confirm(plan: Plan) -> bool:
@@ -299,15 +325,26 @@ def cmd_apply(args: argparse.Namespace) -> int:
     confirm = show_plan if (args.auto_approve or saved is not None) else _confirm
     from navarch.unattended import Unattended
 
-    side = Unattended(fleet, args.run_id, metrics_textfile=args.metrics_textfile,
-                      pools=frozenset(args.pool) if args.pool else None,
-                      progress=args.log_format != "json", clock=args.clock)
+    side = Unattended(
+        fleet,
+        args.run_id,
+        metrics_textfile=args.metrics_textfile,
+        pools=frozenset(args.pool) if args.pool else None,
+        progress=args.log_format != "json",
+        clock=args.clock,
+    )
     try:
-        result = run_apply(fleet, command=f"apply {args.target}", clock=args.clock,
-                           saved=saved,
-                           confirm=side.confirm(confirm), on_outcome=side.outcome(_show_outcome),
-                           options=_options(args), after_apply=side.after_apply,
-                           run_id=args.run_id)
+        result = run_apply(
+            fleet,
+            command=f"apply {args.target}",
+            clock=args.clock,
+            saved=saved,
+            confirm=side.confirm(confirm),
+            on_outcome=side.outcome(_show_outcome),
+            options=_options(args),
+            after_apply=side.after_apply,
+            run_id=args.run_id,
+        )
     except NavarchError as exc:
         side.finish(None, exc)
         side.summary(None, EXIT_ERROR)
@@ -337,8 +374,10 @@ def _apply_exit(result: ApplyResult) -> int:
         print(render_text(plan), end="")
     failed = [o for o in result.outcomes if not o.ok]
     if plan.actions:
-        print(f"\nApply complete: {len(result.outcomes) - len(failed)} succeeded, "
-              f"{len(failed)} failed (run {result.run_id}).")
+        print(
+            f"\nApply complete: {len(result.outcomes) - len(failed)} succeeded, "
+            f"{len(failed)} failed (run {result.run_id})."
+        )
     for o in failed:
         _err(f"{o.action.kind.value} {o.action.node or o.action.pool} failed: {o.detail}")
     if result.audit_error:
@@ -373,23 +412,29 @@ def cmd_destroy(args: argparse.Namespace) -> int:
 
     failed = 0
     for _ in range(3):  # cordon + drain, then what finished draining at once, then re-check
-        result = run_apply(fleet, command=f"destroy {args.fleet}", clock=args.clock,
-                           confirm=confirm,
-                           options=options, on_outcome=_show_outcome)
+        result = run_apply(
+            fleet,
+            command=f"destroy {args.fleet}",
+            clock=args.clock,
+            confirm=confirm,
+            options=options,
+            on_outcome=_show_outcome,
+        )
         if result is None:
             print("Destroy cancelled.")
             return EXIT_ERROR
         failed += sum(not o.ok for o in result.outcomes)
         if not result.plan.actions:
             break
-    left = [v for v in gather(fleet, args.clock(), options).plan.views
-            if options.includes(v.pool)]
+    left = [v for v in gather(fleet, args.clock(), options).plan.views if options.includes(v.pool)]
     if failed:
         _err(f"{failed} action(s) failed; run `navarch destroy` again")
         return EXIT_ERROR
     if left:
-        print(f"\n{len(left)} node(s) of {what} are still draining: run `navarch destroy` again "
-              "once their drains finish (or drain_timeout passes), or pass --force.")
+        print(
+            f"\n{len(left)} node(s) of {what} are still draining: run `navarch destroy` again "
+            "once their drains finish (or drain_timeout passes), or pass --force."
+        )
         return EXIT_CHANGES
     print(f"\nDestroy complete: no node of {what} is left; the audit log stays in the store.")
     return EXIT_OK
@@ -407,19 +452,24 @@ def _print_ladder(doc: dict[str, Any]) -> None:
             if lad["rung"]:
                 parts.append(f"rung {lad['rung']} for {lad['rung_fault']} at {lad['rung_at']}")
             if lad["faults_in_window"]:
-                parts.append(f"{lad['faults_in_window']} of lemon_after {lad['lemon_after']} "
-                             "faults in lemon_window")
+                parts.append(
+                    f"{lad['faults_in_window']} of lemon_after {lad['lemon_after']} "
+                    "faults in lemon_window"
+                )
             if lad["lemon"]:
                 parts.append("LEMON")
             d = lad["diag"]
             if d:
-                parts.append(f"diag -r {d['level']} ({d['why']}) {d['state']} at {d['at']}"
-                             + (f": {d['detail']}" if d["detail"] else ""))
+                parts.append(
+                    f"diag -r {d['level']} ({d['why']}) {d['state']} at {d['at']}"
+                    + (f": {d['detail']}" if d["detail"] else "")
+                )
             if parts:
                 lines.append(f"  {n['node']}: " + "; ".join(parts))
         if p["lemons"]:
-            lines.append(f"  pool {p['pool']} lemons (uncordon needs --force): "
-                         + ", ".join(p["lemons"]))
+            lines.append(
+                f"  pool {p['pool']} lemons (uncordon needs --force): " + ", ".join(p["lemons"])
+            )
         if p["lemon_hosts"]:
             lines.append(f"  pool {p['pool']} lemon hosts: " + ", ".join(p["lemon_hosts"]))
     if lines:
@@ -442,14 +492,19 @@ def cmd_status(args: argparse.Namespace) -> int:
     (every node with --all), or --json (every node)."""
     from navarch import api
     from navarch.durations import format_duration_s
+
     if args.html:
         from navarch import status_page
 
         fleet, snap = api.snapshot(api.load_fleet(args.fleet), args.clock())
         _report_fleet_rejection(snap)
         html = status_page.render_status_page(
-            fleet.spec, snap.plan, snap.memory, snap.now,
-            status_page.recent_events(fleet.store, fleet.spec.name))
+            fleet.spec,
+            snap.plan,
+            snap.memory,
+            snap.now,
+            status_page.recent_events(fleet.store, fleet.spec.name),
+        )
         Path(args.html).write_text(html)
         print(f"Wrote the status page to {args.html}.")
         return EXIT_OK
@@ -459,8 +514,20 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(doc, indent=1, sort_keys=True))
         return EXIT_OK
-    rows = [("POOL", "NODE", "INSTANCE", "ZONE", "TYPE", "LIFECYCLE", "HEALTH", "SCORE",
-             "REPORT AGE", "REASON")]
+    rows = [
+        (
+            "POOL",
+            "NODE",
+            "INSTANCE",
+            "ZONE",
+            "TYPE",
+            "LIFECYCLE",
+            "HEALTH",
+            "SCORE",
+            "REPORT AGE",
+            "REASON",
+        )
+    ]
     hidden = 0
     for p in doc["pools"]:
         for n in p["nodes"]:
@@ -474,43 +541,72 @@ def cmd_status(args: argparse.Namespace) -> int:
                 # The last accepted report no longer speaks for the node: say so, keep it
                 # visible in parentheses: never "offline ... healthy 100".
                 health, score_text = f"{n['lifecycle']} (was {n['health']})", f"({score})"
-            rows.append((p["pool"], n["node"], n["instance_id"] or "-", n["zone"] or "-",
-                         n["instance_type"] or "-", n["lifecycle"], health, score_text, age,
-                         n["reason"]))
+            rows.append(
+                (
+                    p["pool"],
+                    n["node"],
+                    n["instance_id"] or "-",
+                    n["zone"] or "-",
+                    n["instance_type"] or "-",
+                    n["lifecycle"],
+                    health,
+                    score_text,
+                    age,
+                    n["reason"],
+                )
+            )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     print(f"Fleet {doc['fleet']} (state serial {doc['state_serial']}, store {doc['store']})")
     for p in doc["pools"]:
         counts = Counter(n["lifecycle"] for n in p["nodes"])
         by_state = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
-        print(f"  pool {p['pool']}: {len(p['nodes'])} node(s) ({by_state or 'none'}); "
-              f"min {p['min']}, target {p['target']}, max {p['max']}")
+        print(
+            f"  pool {p['pool']}: {len(p['nodes'])} node(s) ({by_state or 'none'}); "
+            f"min {p['min']}, target {p['target']}, max {p['max']}"
+        )
     print()
     if len(rows) > 1:
         for r in rows:
             print("  ".join(c.ljust(w) for c, w in zip(r[:-1], widths, strict=True)) + "  " + r[-1])
-    not_serving = [n["node"] for p in doc["pools"] for n in p["nodes"]
-                   if n["lifecycle"] not in ("healthy", "degraded")]
+    not_serving = [
+        n["node"]
+        for p in doc["pools"]
+        for n in p["nodes"]
+        if n["lifecycle"] not in ("healthy", "degraded")
+    ]
     if not_serving:
         # Everything status cannot say about the past lives in the audit log.
-        print(f"\nWhy a node is not serving, and what navarch did to it: navarch history "
-              f"{args.fleet} {not_serving[0]}"
-              + (f" (or any of the {len(not_serving)} above)" if len(not_serving) > 1 else ""))
+        print(
+            f"\nWhy a node is not serving, and what navarch did to it: navarch history "
+            f"{args.fleet} {not_serving[0]}"
+            + (f" (or any of the {len(not_serving)} above)" if len(not_serving) > 1 else "")
+        )
     if hidden:
-        print(f"{'' if len(rows) == 1 else chr(10)}{hidden} healthy node(s) not listed "
-              "(navarch status --all lists every node)")
+        print(
+            f"{'' if len(rows) == 1 else chr(10)}{hidden} healthy node(s) not listed "
+            "(navarch status --all lists every node)"
+        )
     _print_ladder(doc)
     if doc["rejections"]:
-        print("\nRejected reports (all time): " +
-              ", ".join(f"{k}={v}" for k, v in sorted(doc["rejections"].items())))
+        print(
+            "\nRejected reports (all time): "
+            + ", ".join(f"{k}={v}" for k, v in sorted(doc["rejections"].items()))
+        )
     if doc["orphans"]:
-        print("\nOrphans (this fleet's tags, pool no longer declared; apply terminates them): " +
-              ", ".join(f"{o['node']} ({o['pool']}, {o['instance_id']})" for o in doc["orphans"]))
+        print(
+            "\nOrphans (this fleet's tags, pool no longer declared; apply terminates them): "
+            + ", ".join(f"{o['node']} ({o['pool']}, {o['instance_id']})" for o in doc["orphans"])
+        )
     if doc["duplicates"]:
-        print("\nDuplicate node names (one name, several instances): " +
-              "; ".join(f"{d['node']}: {', '.join(d['instance_ids'])}" for d in doc["duplicates"]))
+        print(
+            "\nDuplicate node names (one name, several instances): "
+            + "; ".join(f"{d['node']}: {', '.join(d['instance_ids'])}" for d in doc["duplicates"])
+        )
     if doc["foreign"]:
-        print("\nForeign instances (no navarch tags for this fleet; left alone): " +
-              ", ".join(f["instance_id"] for f in doc["foreign"]))
+        print(
+            "\nForeign instances (no navarch tags for this fleet; left alone): "
+            + ", ".join(f["instance_id"] for f in doc["foreign"])
+        )
     return EXIT_OK
 
 
@@ -528,8 +624,10 @@ def _since(text: str, now: datetime) -> datetime:
     except ValueError:
         when = None
     if when is None or when.tzinfo is None:
-        raise ConfigError(f"--since {text!r} is neither a duration nor an RFC 3339 time",
-                          hint="write it like 24h, 7d, 1h30m or 2026-11-24T03:00:00Z")
+        raise ConfigError(
+            f"--since {text!r} is neither a duration nor an RFC 3339 time",
+            hint="write it like 24h, 7d, 1h30m or 2026-11-24T03:00:00Z",
+        )
     return when.astimezone(UTC)
 
 
@@ -584,8 +682,10 @@ def cmd_cordon(args: argparse.Namespace) -> int:
     from navarch.reconcile.manual import cordon
 
     detail = cordon(_open(args.fleet), args.node, args.reason, clock=args.clock)
-    print(f"{args.node}: cordoned by an operator ({detail}); navarch will not undo it, "
-          "`navarch uncordon` will.")
+    print(
+        f"{args.node}: cordoned by an operator ({detail}); navarch will not undo it, "
+        "`navarch uncordon` will."
+    )
     return EXIT_OK
 
 
@@ -618,8 +718,10 @@ def cmd_ssh(args: argparse.Namespace) -> int:
         command = command[1:]
     argv = ssh_argv(settings, inst.address or "", command)
     if shutil.which(argv[0]) is None:
-        raise NavarchError("no `ssh` client on PATH: install OpenSSH's client "
-                           "(Debian: apt-get install openssh-client)")
+        raise NavarchError(
+            "no `ssh` client on PATH: install OpenSSH's client "
+            "(Debian: apt-get install openssh-client)"
+        )
     sys.stdout.flush()
     return subprocess.run(argv, check=False).returncode
 
@@ -642,8 +744,11 @@ def cmd_render_cloud_init(args: argparse.Namespace) -> int:
             spec.pool(args.pool)
         except KeyError:
             names = ", ".join(p.name for p in spec.pools)
-            print(f"navarch render cloud-init: no pool {args.pool!r} in {args.fleet} "
-                  f"(pools: {names})", file=sys.stderr)
+            print(
+                f"navarch render cloud-init: no pool {args.pool!r} in {args.fleet} "
+                f"(pools: {names})",
+                file=sys.stderr,
+            )
             return EXIT_ERROR
         # The pool's first node as `navarch apply` names it (<fleet>-<pool>-0001): its key
         # and report path are the ones a real first node gets.
@@ -683,19 +788,40 @@ def cmd_local_inject(args: argparse.Namespace) -> int:
     """`navarch local inject`: faults into one local node (see navarch.providers.local_ops.inject)."""
     from navarch.providers import local_ops
 
-    faults = (args.xid, args.gpu_lost or None, args.temperature, args.ecc, args.utilization,
-              args.processes, args.silent or None, args.resume or None, args.preempt or None,
-              args.impaired or None, args.clear or None)
+    faults = (
+        args.xid,
+        args.gpu_lost or None,
+        args.temperature,
+        args.ecc,
+        args.utilization,
+        args.processes,
+        args.silent or None,
+        args.resume or None,
+        args.preempt or None,
+        args.impaired or None,
+        args.clear or None,
+    )
     if all(f is None for f in faults):
-        args.inject_parser.error("no fault given: pass at least one of --xid, --gpu-lost, "
-                                 "--temperature, --ecc, --utilization, --processes, --silent, "
-                                 "--resume, --preempt, --impaired, --clear")
+        args.inject_parser.error(
+            "no fault given: pass at least one of --xid, --gpu-lost, "
+            "--temperature, --ecc, --utilization, --processes, --silent, "
+            "--resume, --preempt, --impaired, --clear"
+        )
     spec = load_fleet(args.fleet)
     silent = True if args.silent else (False if args.resume else None)
     done = local_ops.inject(
-        spec, args.node, xid=args.xid, gpu=args.gpu, gpu_lost=args.gpu_lost,
-        temperature_c=args.temperature, ecc_uncorrected=args.ecc, utilization_pct=args.utilization,
-        processes=args.processes, silent=silent, preempt=args.preempt, impaired=args.impaired,
+        spec,
+        args.node,
+        xid=args.xid,
+        gpu=args.gpu,
+        gpu_lost=args.gpu_lost,
+        temperature_c=args.temperature,
+        ecc_uncorrected=args.ecc,
+        utilization_pct=args.utilization,
+        processes=args.processes,
+        silent=silent,
+        preempt=args.preempt,
+        impaired=args.impaired,
         clear=args.clear,
     )
     for line in done or ["nothing to inject (see --help)"]:
@@ -728,16 +854,22 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         if _JSON_ERRORS["on"]:
-            logging.getLogger("navarch.cli").error(f"{self.prog}: {message}",
-                                                   extra={"usage": self.format_usage().strip()})
+            logging.getLogger("navarch.cli").error(
+                f"{self.prog}: {message}", extra={"usage": self.format_usage().strip()}
+            )
             self.exit(EXIT_ERROR)
         self.print_usage(sys.stderr)
         self.exit(EXIT_ERROR, f"{self.prog}: error: {message}\n")
 
 
 def _fleet(s: argparse.ArgumentParser) -> None:
-    s.add_argument("fleet", metavar="FLEET", nargs="?", default=None,
-                   help="fleet file (default: $NAVARCH_FLEET, else ./fleet.yaml)")
+    s.add_argument(
+        "fleet",
+        metavar="FLEET",
+        nargs="?",
+        default=None,
+        help="fleet file (default: $NAVARCH_FLEET, else ./fleet.yaml)",
+    )
 
 
 def default_fleet(given: str | None) -> str:
@@ -752,8 +884,10 @@ def default_fleet(given: str | None) -> str:
         return env
     if Path("fleet.yaml").is_file():
         return "fleet.yaml"
-    raise ConfigError("no fleet file given and no ./fleet.yaml here",
-                      hint="pass FLEET, set NAVARCH_FLEET=PATH, or run where fleet.yaml is")
+    raise ConfigError(
+        "no fleet file given and no ./fleet.yaml here",
+        hint="pass FLEET, set NAVARCH_FLEET=PATH, or run where fleet.yaml is",
+    )
 
 
 def _looks_like_fleet(arg: str) -> bool:
@@ -763,11 +897,14 @@ def _looks_like_fleet(arg: str) -> bool:
 def _resolve_fleet(args: argparse.Namespace) -> None:
     """Fill in the default fleet file where a command takes one; `history NODE` and
     `ssh NODE [-- CMD]` (a first positional that is no fleet file) name a node of it."""
-    if getattr(args, "command", None) == "history" and args.fleet and args.node is None \
-            and not _looks_like_fleet(args.fleet):
+    if (
+        getattr(args, "command", None) == "history"
+        and args.fleet
+        and args.node is None
+        and not _looks_like_fleet(args.fleet)
+    ):
         args.fleet, args.node = None, args.fleet
-    if getattr(args, "command", None) == "ssh" and args.fleet \
-            and not _looks_like_fleet(args.fleet):
+    if getattr(args, "command", None) == "ssh" and args.fleet and not _looks_like_fleet(args.fleet):
         args.remote_command = [args.node, *args.remote_command]
         args.fleet, args.node = None, args.fleet
     if hasattr(args, "fleet") and getattr(args, "command", None) not in ("agent", "render"):
@@ -779,49 +916,83 @@ def _resolve_fleet(args: argparse.Namespace) -> None:
 #: Each verb's --help ends with its exit codes and one example (section 4 of the on-call
 #: work: an operator at 3 a.m. reads --help, not the README).
 _EPILOGS: dict[str, tuple[str, str]] = {
-    "validate": ("0 valid; 1 invalid (each problem: file, line, key path; "
-                 "docs/runbook.md#bad-fleet)", "navarch validate fleet.yaml"),
-    "plan": ("0 no changes (or no --detailed-exitcode); 1 error; 2 changes "
-             "(--detailed-exitcode); 3 a safety rule stopped something "
-             "(docs/runbook.md#breaker)", "navarch plan fleet.yaml --detailed-exitcode"),
-    "apply": ("0 done; 1 an action failed, or a stale saved plan (docs/runbook.md#stale-plan); "
-              "3 a safety rule stopped something (docs/runbook.md#breaker); 4 another run "
-              "holds the lock, 5 this run lost its lease (docs/runbook.md#lease)",
-              "navarch apply fleet.yaml --auto-approve"),
-    "destroy": ("0 no node left; 1 an action failed; 2 drains still running (run it again, "
-                "or --force); 4 another run holds the lock (docs/runbook.md#lease)",
-                "navarch destroy fleet.yaml --pool infer --auto-approve"),
-    "status": ("0 shown; 1 error (store unreachable: docs/runbook.md#store-unreachable)",
-               "navarch status fleet.yaml --all"),
-    "history": ("0 shown; 1 error (store unreachable: docs/runbook.md#store-unreachable)",
-                "navarch history fleet.yaml demo-train-0002 --since 7d"),
-    "force-unlock": ("0 removed; 1 no lock, or another id (docs/runbook.md#lease)",
-                     "navarch force-unlock fleet.yaml 3f2a9c1b7d4e"),
-    "uncordon": ("0 returned to service; 1 refused (why is printed) or failed; 4 lock held, "
-                 "5 lease lost (docs/runbook.md#stuck-cordoned)",
-                 "navarch uncordon fleet.yaml demo-train-0002"),
-    "reboot": ("0 rebooted; 1 refused (GPU processes) or failed; 4 lock held, 5 lease lost",
-               "navarch reboot fleet.yaml demo-train-0002"),
-    "cordon": ("0 cordoned; 1 refused or failed; 4 lock held, 5 lease lost",
-               "navarch cordon fleet.yaml demo-train-0002 --reason 'ECC errors in jobs'"),
-    "mcp": ("0 the client closed the session; 1 error (a bad fleet.yaml, or navarch[mcp] "
-            "is not installed)", "navarch mcp fleet.yaml --allow-actions"),
-    "ssh": ("0 the session or command succeeded; else ssh's own code (255: could not "
-            "connect); 1 the node is not this fleet's or has no address",
-            "navarch ssh fleet.yaml demo-train-0002 -- nvidia-smi"),
-    "simulate": ("0 every assert passed; 1 an assert failed or the scenario is invalid",
-                 "navarch simulate examples/simulate/steady-state-small.yaml"),
+    "validate": (
+        "0 valid; 1 invalid (each problem: file, line, key path; docs/runbook.md#bad-fleet)",
+        "navarch validate fleet.yaml",
+    ),
+    "plan": (
+        "0 no changes (or no --detailed-exitcode); 1 error; 2 changes "
+        "(--detailed-exitcode); 3 a safety rule stopped something "
+        "(docs/runbook.md#breaker)",
+        "navarch plan fleet.yaml --detailed-exitcode",
+    ),
+    "apply": (
+        "0 done; 1 an action failed, or a stale saved plan (docs/runbook.md#stale-plan); "
+        "3 a safety rule stopped something (docs/runbook.md#breaker); 4 another run "
+        "holds the lock, 5 this run lost its lease (docs/runbook.md#lease)",
+        "navarch apply fleet.yaml --auto-approve",
+    ),
+    "destroy": (
+        "0 no node left; 1 an action failed; 2 drains still running (run it again, "
+        "or --force); 4 another run holds the lock (docs/runbook.md#lease)",
+        "navarch destroy fleet.yaml --pool infer --auto-approve",
+    ),
+    "status": (
+        "0 shown; 1 error (store unreachable: docs/runbook.md#store-unreachable)",
+        "navarch status fleet.yaml --all",
+    ),
+    "history": (
+        "0 shown; 1 error (store unreachable: docs/runbook.md#store-unreachable)",
+        "navarch history fleet.yaml demo-train-0002 --since 7d",
+    ),
+    "force-unlock": (
+        "0 removed; 1 no lock, or another id (docs/runbook.md#lease)",
+        "navarch force-unlock fleet.yaml 3f2a9c1b7d4e",
+    ),
+    "uncordon": (
+        "0 returned to service; 1 refused (why is printed) or failed; 4 lock held, "
+        "5 lease lost (docs/runbook.md#stuck-cordoned)",
+        "navarch uncordon fleet.yaml demo-train-0002",
+    ),
+    "reboot": (
+        "0 rebooted; 1 refused (GPU processes) or failed; 4 lock held, 5 lease lost",
+        "navarch reboot fleet.yaml demo-train-0002",
+    ),
+    "cordon": (
+        "0 cordoned; 1 refused or failed; 4 lock held, 5 lease lost",
+        "navarch cordon fleet.yaml demo-train-0002 --reason 'ECC errors in jobs'",
+    ),
+    "mcp": (
+        "0 the client closed the session; 1 error (a bad fleet.yaml, or navarch[mcp] "
+        "is not installed)",
+        "navarch mcp fleet.yaml --allow-actions",
+    ),
+    "ssh": (
+        "0 the session or command succeeded; else ssh's own code (255: could not "
+        "connect); 1 the node is not this fleet's or has no address",
+        "navarch ssh fleet.yaml demo-train-0002 -- nvidia-smi",
+    ),
+    "simulate": (
+        "0 every assert passed; 1 an assert failed or the scenario is invalid",
+        "navarch simulate examples/simulate/steady-state-small.yaml",
+    ),
     "completion": ("0 printed", "navarch completion bash > /etc/bash_completion.d/navarch"),
     "local tick": ("0 every node reported; 1 error", "navarch local tick fleet.yaml"),
-    "local inject": ("0 injected; 1 error",
-                     "navarch local inject fleet.yaml demo-train-0002 --xid 79 --gpu 3"),
+    "local inject": (
+        "0 injected; 1 error",
+        "navarch local inject fleet.yaml demo-train-0002 --xid 79 --gpu 3",
+    ),
     "local reboot": ("0 rebooted; 1 error", "navarch local reboot fleet.yaml demo-train-0002"),
     "local launch-foreign": ("0 launched; 1 error", "navarch local launch-foreign fleet.yaml"),
-    "agent run": ("0 report written; non-zero the report could not be written",
-                  "navarch agent run --once --stdout"),
+    "agent run": (
+        "0 report written; non-zero the report could not be written",
+        "navarch agent run --once --stdout",
+    ),
     "agent install": ("0 installed; 1 error", "navarch agent install --dry-run"),
-    "render cloud-init": ("0 printed; 1 error",
-                          "navarch render cloud-init fleet.yaml --pool train"),
+    "render cloud-init": (
+        "0 printed; 1 error",
+        "navarch render cloud-init fleet.yaml --pool train",
+    ),
 }
 
 
@@ -844,19 +1015,34 @@ def _add_epilogs(p: argparse.ArgumentParser, prefix: str = "") -> None:
 
 
 def _targeting(s: argparse.ArgumentParser) -> None:
-    s.add_argument("--pool", action="append", metavar="POOL",
-                   help="only this pool and its orphans (repeatable; Terraform -target)")
-    s.add_argument("--replace", action="append", metavar="NODE",
-                   help="replace this node through surge, cordon and drain (Terraform "
-                        "-replace), whatever its lifecycle and past an open circuit breaker; "
-                        "exit 1 for a node the fleet does not have")
-    s.add_argument("--allow-destroy", action="store_true",
-                   help="let this run terminate more orphans than safety.max_orphan_terminations")
+    s.add_argument(
+        "--pool",
+        action="append",
+        metavar="POOL",
+        help="only this pool and its orphans (repeatable; Terraform -target)",
+    )
+    s.add_argument(
+        "--replace",
+        action="append",
+        metavar="NODE",
+        help="replace this node through surge, cordon and drain (Terraform "
+        "-replace), whatever its lifecycle and past an open circuit breaker; "
+        "exit 1 for a node the fleet does not have",
+    )
+    s.add_argument(
+        "--allow-destroy",
+        action="store_true",
+        help="let this run terminate more orphans than safety.max_orphan_terminations",
+    )
 
 
 def _log_format(s: argparse.ArgumentParser, default: Any = argparse.SUPPRESS) -> None:
-    s.add_argument("--log-format", choices=("text", "json"), default=default,
-                   help="json: every log line a JSON object with the run id (for batch jobs)")
+    s.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default=default,
+        help="json: every log line a JSON object with the run id (for batch jobs)",
+    )
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
@@ -879,8 +1065,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         try:
             doc["asserts"] = check_asserts(doc, scenario.asserts)
         except ValueError as exc:
-            raise ConfigError(str(exc), file=str(path), key_path="assert",
-                              hint="e.g. availability >= 0.999") from exc
+            raise ConfigError(
+                str(exc), file=str(path), key_path="assert", hint="e.g. availability >= 0.999"
+            ) from exc
         docs.append(doc)
         texts.append(Path(path).read_text())
         print(f"scenario {doc['scenario']} (seed {doc['seed']})")
@@ -906,26 +1093,45 @@ def _reconcile_commands(sub: Any) -> None:
     s = sub.add_parser("plan", help="show what apply would change")
     _fleet(s)
     fmt = s.add_mutually_exclusive_group()
-    fmt.add_argument("--json", action="store_true", help="machine-readable (schemas/plan.schema.json)")
+    fmt.add_argument(
+        "--json", action="store_true", help="machine-readable (schemas/plan.schema.json)"
+    )
     fmt.add_argument("--markdown", action="store_true", help="for a pull-request comment")
-    s.add_argument("--out", metavar="FILE",
-                   help="save the plan for `navarch apply FILE`; with --markdown, write the "
-                        "pull-request comment there instead (a failure comment if planning "
-                        "fails)")
-    s.add_argument("--verbose", action="store_true",
-                   help="list every action (large groups are otherwise summarised)")
-    s.add_argument("--detailed-exitcode", action="store_true",
-                   help="exit 0 no changes, 1 error, 2 the fleet differs from fleet.yaml")
+    s.add_argument(
+        "--out",
+        metavar="FILE",
+        help="save the plan for `navarch apply FILE`; with --markdown, write the "
+        "pull-request comment there instead (a failure comment if planning "
+        "fails)",
+    )
+    s.add_argument(
+        "--verbose",
+        action="store_true",
+        help="list every action (large groups are otherwise summarised)",
+    )
+    s.add_argument(
+        "--detailed-exitcode",
+        action="store_true",
+        help="exit 0 no changes, 1 error, 2 the fleet differs from fleet.yaml",
+    )
     _targeting(s)
     _log_format(s)
     s.set_defaults(func=cmd_plan)
 
     s = sub.add_parser("apply", help="converge the fleet (or apply a saved plan)")
-    s.add_argument("target", metavar="FLEET_OR_PLANFILE", nargs="?", default=None,
-                   help="fleet file or saved plan (default: $NAVARCH_FLEET, else ./fleet.yaml)")
+    s.add_argument(
+        "target",
+        metavar="FLEET_OR_PLANFILE",
+        nargs="?",
+        default=None,
+        help="fleet file or saved plan (default: $NAVARCH_FLEET, else ./fleet.yaml)",
+    )
     s.add_argument("--auto-approve", action="store_true", help="do not ask for 'yes'")
-    s.add_argument("--metrics-textfile", metavar="PATH",
-                   help="write Prometheus metrics for node_exporter's textfile collector")
+    s.add_argument(
+        "--metrics-textfile",
+        metavar="PATH",
+        help="write Prometheus metrics for node_exporter's textfile collector",
+    )
     _targeting(s)
     _log_format(s)
     s.set_defaults(func=cmd_apply)
@@ -934,8 +1140,9 @@ def _reconcile_commands(sub: Any) -> None:
     _fleet(s)
     s.add_argument("--pool", action="append", metavar="POOL", help="only this pool (repeatable)")
     s.add_argument("--auto-approve", action="store_true", help="do not ask for 'yes'")
-    s.add_argument("--force", action="store_true",
-                   help="terminate at once, without waiting for drains")
+    s.add_argument(
+        "--force", action="store_true", help="terminate at once, without waiting for drains"
+    )
     s.set_defaults(func=cmd_destroy)
 
 
@@ -944,8 +1151,9 @@ def _node_commands(sub: Any) -> None:
     s = sub.add_parser("status", help="pools and nodes with lifecycle, health, report age")
     _fleet(s)
     s.add_argument("--json", action="store_true")
-    s.add_argument("--html", metavar="FILE",
-                   help="write a static HTML status page (no JavaScript) to FILE")
+    s.add_argument(
+        "--html", metavar="FILE", help="write a static HTML status page (no JavaScript) to FILE"
+    )
     _log_format(s)
     s.add_argument("--all", action="store_true", help="list healthy nodes too")
     s.set_defaults(func=cmd_status)
@@ -953,8 +1161,11 @@ def _node_commands(sub: Any) -> None:
     s = sub.add_parser("history", help="what happened to a node (or the fleet) and why")
     _fleet(s)
     s.add_argument("node", nargs="?", default=None)
-    s.add_argument("--since", default="24h",
-                   help="how far back: a duration (24h, 7d) or an RFC 3339 time (default 24h)")
+    s.add_argument(
+        "--since",
+        default="24h",
+        help="how far back: a duration (24h, 7d) or an RFC 3339 time (default 24h)",
+    )
     s.add_argument("--json", action="store_true", help="schemas/history.schema.json")
     s.set_defaults(func=cmd_history)
 
@@ -966,16 +1177,22 @@ def _node_commands(sub: Any) -> None:
     s = sub.add_parser("uncordon", help="return a node navarch cordoned to service")
     _fleet(s)
     s.add_argument("node")
-    s.add_argument("--force", action="store_true",
-                   help="return it anyway: a lemon's instance, a report not fresh and "
-                        "healthy, a cordon made outside navarch (the output says which)")
+    s.add_argument(
+        "--force",
+        action="store_true",
+        help="return it anyway: a lemon's instance, a report not fresh and "
+        "healthy, a cordon made outside navarch (the output says which)",
+    )
     s.set_defaults(func=cmd_uncordon)
 
     s = sub.add_parser("reboot", help="reboot a node through its provider's API")
     _fleet(s)
     s.add_argument("node")
-    s.add_argument("--force", action="store_true",
-                   help="reboot even though its latest report shows GPU processes")
+    s.add_argument(
+        "--force",
+        action="store_true",
+        help="reboot even though its latest report shows GPU processes",
+    )
     s.set_defaults(func=cmd_reboot)
 
     s = sub.add_parser("cordon", help="an operator's cordon: navarch never undoes it itself")
@@ -986,16 +1203,23 @@ def _node_commands(sub: Any) -> None:
 
     s = sub.add_parser("mcp", help="serve the fleet to an assistant: an MCP server on stdio")
     _fleet(s)
-    s.add_argument("--allow-actions", action="store_true",
-                   help="also offer apply, cordon, uncordon and replace (audited with the "
-                        "client's name); without it every tool only reads")
+    s.add_argument(
+        "--allow-actions",
+        action="store_true",
+        help="also offer apply, cordon, uncordon and replace (audited with the "
+        "client's name); without it every tool only reads",
+    )
     s.set_defaults(func=cmd_mcp)
 
     s = sub.add_parser("ssh", help="open an SSH session to a node (its pool's ssh settings)")
     _fleet(s)
     s.add_argument("node")
-    s.add_argument("remote_command", nargs=argparse.REMAINDER, metavar="-- CMD",
-                   help="run this command instead of a login shell")
+    s.add_argument(
+        "remote_command",
+        nargs=argparse.REMAINDER,
+        metavar="-- CMD",
+        help="run this command instead of a login shell",
+    )
     s.set_defaults(func=cmd_ssh)
 
     s = sub.add_parser("simulate", help="simulate a scenario on the real planner, virtual clock")
@@ -1013,9 +1237,14 @@ def _local_commands(sub: Any) -> None:
     lsub = local.add_subparsers(dest="local_command", required=True, metavar="COMMAND")
     s = lsub.add_parser("tick", help="fire every local node's agent once, as its timer would")
     _fleet(s)
-    s.add_argument("--agent-clock-skew", type=float, default=0.0, metavar="SECONDS",
-                   help="the agents' clocks run this far ahead (negative: behind) of the "
-                        "store's, which stamps each report with the tick's time")
+    s.add_argument(
+        "--agent-clock-skew",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="the agents' clocks run this far ahead (negative: behind) of the "
+        "store's, which stamps each report with the tick's time",
+    )
     s.set_defaults(func=cmd_local_tick)
     s = lsub.add_parser("inject", help="inject a fault into a local node")
     _fleet(s)
@@ -1030,11 +1259,16 @@ def _local_commands(sub: Any) -> None:
     s.add_argument("--silent", action="store_true", help="the agent stops reporting")
     s.add_argument("--resume", action="store_true", help="the agent reports again")
     s.add_argument("--preempt", action="store_true", help="a spot preemption notice")
-    s.add_argument("--impaired", action="store_true",
-                   help="the cloud lists the instance impaired (a dead host; add --silent "
-                        "for its agent)")
-    s.add_argument("--clear", action="store_true",
-                   help="remove every injected fault (and the impairment) first")
+    s.add_argument(
+        "--impaired",
+        action="store_true",
+        help="the cloud lists the instance impaired (a dead host; add --silent for its agent)",
+    )
+    s.add_argument(
+        "--clear",
+        action="store_true",
+        help="remove every injected fault (and the impairment) first",
+    )
     s.set_defaults(func=cmd_local_inject, inject_parser=s)
     s = lsub.add_parser("reboot", help="reboot a local node (new boot id, faults cleared)")
     _fleet(s)
@@ -1054,17 +1288,24 @@ def _render_commands(sub: Any) -> None:
     s.add_argument("fleet", metavar="FLEET", help="path to fleet.yaml")
     s.add_argument("--pool", required=True, help="pool name")
     s.add_argument("--node", help="node name (default <fleet>-<pool>-0001, the pool's first node)")
-    s.add_argument("--bundle-url", metavar="URL",
-                   help="where nodes fetch `navarch agent bundle`'s file (default: publish it "
-                   "to the fleet's store and use a pre-signed URL, as apply does)")
+    s.add_argument(
+        "--bundle-url",
+        metavar="URL",
+        help="where nodes fetch `navarch agent bundle`'s file (default: publish it "
+        "to the fleet's store and use a pre-signed URL, as apply does)",
+    )
     s.set_defaults(func=cmd_render_cloud_init)
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser for every command (the agent's are registered by navarch.agent.cli)."""
-    p = _Parser(prog="navarch", description="Keep a GPU fleet healthy: plan/apply "
-                                "against fleet.yaml, and the node health agent.",
-                epilog=_TOP_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = _Parser(
+        prog="navarch",
+        description="Keep a GPU fleet healthy: plan/apply "
+        "against fleet.yaml, and the node health agent.",
+        epilog=_TOP_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--version", action="version", version=f"navarch {__version__}")
     _log_format(p, default="text")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -1166,7 +1407,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _json_logs(argv: Sequence[str]) -> bool:
     """--log-format json anywhere on the line (before parsing, so usage errors follow it)."""
     return "--log-format=json" in argv or any(
-        a == "--log-format" and b == "json" for a, b in zip(argv, argv[1:], strict=False))
+        a == "--log-format" and b == "json" for a, b in zip(argv, argv[1:], strict=False)
+    )
 
 
 def _error_line(exc: NavarchError) -> tuple[int, str]:
@@ -1177,10 +1419,12 @@ def _error_line(exc: NavarchError) -> tuple[int, str]:
         return EXIT_LOCKED, (
             f"{exc}. Another navarch run is converging this fleet; try again later, or if "
             f"that run is dead: navarch force-unlock FLEET {exc.lock_id} "
-            f"(see {RUNBOOK['lock']})")
+            f"(see {RUNBOOK['lock']})"
+        )
     if isinstance(exc, LeaseLost):
-        return EXIT_LEASE_LOST, (f"{exc}. This run stopped acting and wrote no state "
-                                 f"(see {RUNBOOK['lock']})")
+        return EXIT_LEASE_LOST, (
+            f"{exc}. This run stopped acting and wrote no state (see {RUNBOOK['lock']})"
+        )
     if isinstance(exc, StalePlan):
         return EXIT_ERROR, f"{exc} (see {RUNBOOK['stale_plan']})"
     if isinstance(exc, StoreError):
@@ -1200,7 +1444,8 @@ def _failure_comment(args: argparse.Namespace, code: int, message: str) -> None:
         f"`navarch plan {args.fleet or ''}` stopped before it could plan:\n\n"
         f"```\n{message}\n```\n\n"
         "Nothing was planned. The job's log has the details; docs/runbook.md says what "
-        "to check.\n")
+        "to check.\n"
+    )
 
 
 __all__ = ["main", "build_parser"]

@@ -31,8 +31,18 @@ EXTRA_PACKAGES: dict[str, frozenset[str]] = {
     "lambda": frozenset(),
     "ssh": frozenset({"fabric", "paramiko", "invoke"}),
     "plots": frozenset({"matplotlib"}),
-    "mcp": frozenset({"mcp", "mcp_types", "pydantic", "pydantic_core", "anyio", "starlette",
-                      "sse_starlette", "uvicorn"}),
+    "mcp": frozenset(
+        {
+            "mcp",
+            "mcp_types",
+            "pydantic",
+            "pydantic_core",
+            "anyio",
+            "starlette",
+            "sse_starlette",
+            "uvicorn",
+        }
+    ),
 }
 
 
@@ -40,8 +50,10 @@ class MissingExtra(ConfigError):
     """A feature's optional dependency is not installed. Attributes: extra, module."""
 
     def __init__(self, what: str, extra: str, module: str) -> None:
-        super().__init__(f"{what} needs navarch[{extra}] ({module} is not installed)",
-                         hint=f"pip install 'navarch[{extra}]'")
+        super().__init__(
+            f"{what} needs navarch[{extra}] ({module} is not installed)",
+            hint=f"pip install 'navarch[{extra}]'",
+        )
         self.extra = extra
         self.module = module
 

@@ -258,8 +258,9 @@ def _hint_for(error: jsonschema.ValidationError) -> str:
     return "see schemas/fleet.schema.json"
 
 
-def _schema_error(err: jsonschema.ValidationError, source: Path,
-                  lines: Mapping[tuple[Any, ...], int]) -> ConfigError:
+def _schema_error(
+    err: jsonschema.ValidationError, source: Path, lines: Mapping[tuple[Any, ...], int]
+) -> ConfigError:
     """One schema error as a ConfigError (file, line, key path, hint)."""
     err_path = tuple(err.absolute_path)
     message = err.message
@@ -276,15 +277,22 @@ def _schema_error(err: jsonschema.ValidationError, source: Path,
     elif err.validator == "not" and "propertyNames" in err.schema_path:
         # The only negated key pattern is the reserved navarch- prefix of labels.
         err_path = err_path + (err.instance,)
-        message = (f"key {err.instance!r} is reserved: navarch-* tags mark the instances "
-                   "navarch owns, and a label of that name would disown them")
+        message = (
+            f"key {err.instance!r} is reserved: navarch-* tags mark the instances "
+            "navarch owns, and a label of that name would disown them"
+        )
         hint = "rename the label to a key that does not start with navarch-"
     elif err.validator in ("oneOf", "anyOf"):
         # jsonschema's "is not valid under any of the given schemas" names no choice.
         forms = [_form(alt, err.schema.get("$defs", {})) for alt in err.validator_value]
         message = f"{err.instance!r} is none of the accepted forms: {'; or '.join(forms)}"
-    return ConfigError(message, file=str(source), line=_line_for(lines, err_path),
-                       key_path=_dotted(err_path), hint=hint)
+    return ConfigError(
+        message,
+        file=str(source),
+        line=_line_for(lines, err_path),
+        key_path=_dotted(err_path),
+        hint=hint,
+    )
 
 
 def _form(alt: Mapping[str, Any], defs: Mapping[str, Any]) -> str:
@@ -296,8 +304,10 @@ def _form(alt: Mapping[str, Any], defs: Mapping[str, Any]) -> str:
         return "one of " + ", ".join(json.dumps(v) for v in alt["enum"])
     if "$ref" in alt:
         name = str(alt["$ref"]).rsplit("/", 1)[-1]
-        return {"duration": "a duration like 90s, 5m, 1h", "secretRef":
-                "{env: VAR} or {file: PATH}"}.get(name, name)
+        return {
+            "duration": "a duration like 90s, 5m, 1h",
+            "secretRef": "{env: VAR} or {file: PATH}",
+        }.get(name, name)
     kind = alt.get("type")
     if kind == "object":
         keys = ", ".join(alt.get("required", ())) or "any keys"
@@ -333,10 +343,18 @@ def fleet_problems(path: str | Path) -> list[ConfigError]:
     except ConfigError as exc:
         return [exc]
     if not isinstance(data, dict):
-        return [ConfigError("the fleet file must be a YAML mapping", file=str(source), line=1,
-                            hint="start from fleet.example.yaml")]
-    errors = [_schema_error(e, source, lines)
-              for e in validator_for("fleet.schema.json").iter_errors(data)]
+        return [
+            ConfigError(
+                "the fleet file must be a YAML mapping",
+                file=str(source),
+                line=1,
+                hint="start from fleet.example.yaml",
+            )
+        ]
+    errors = [
+        _schema_error(e, source, lines)
+        for e in validator_for("fleet.schema.json").iter_errors(data)
+    ]
     if errors:
         return sorted(errors, key=lambda e: (e.line or 0, e.key_path or ""))
     try:
@@ -350,18 +368,29 @@ def fleet_problems(path: str | Path) -> list[ConfigError]:
             line, key_path = _line_for(lines, key), _dotted(key)
             target = Path(rel) if Path(rel).is_absolute() else spec.base_dir / rel
             if not target.is_file():
-                problems.append(ConfigError(
-                    f"playbook file {target} does not exist", file=str(source), line=line,
-                    key_path=key_path,
-                    hint="fix the path (relative to the fleet file), or remove the key"))
+                problems.append(
+                    ConfigError(
+                        f"playbook file {target} does not exist",
+                        file=str(source),
+                        line=line,
+                        key_path=key_path,
+                        hint="fix the path (relative to the fleet file), or remove the key",
+                    )
+                )
                 continue
             if kind not in {k.value for k in PlaybookKind}:
                 continue
             try:
                 load_playbook_file(target, kind, scheduler=pool.scheduler)
             except ConfigError as exc:
-                problems.append(ConfigError(f"playbook does not load: {exc}", file=str(source),
-                                            line=line, key_path=key_path))
+                problems.append(
+                    ConfigError(
+                        f"playbook does not load: {exc}",
+                        file=str(source),
+                        line=line,
+                        key_path=key_path,
+                    )
+                )
     return problems
 
 
@@ -379,7 +408,9 @@ def load_fleet(path: str | Path) -> FleetSpec:
     data, lines = _compose(text, str(source))
     if not isinstance(data, dict):
         raise ConfigError(
-            "the fleet file must be a YAML mapping", file=str(source), line=1,
+            "the fleet file must be a YAML mapping",
+            file=str(source),
+            line=1,
             hint="start from fleet.example.yaml",
         )
     errors = list(validator_for("fleet.schema.json").iter_errors(data))
@@ -396,7 +427,9 @@ def load_fleet(path: str | Path) -> FleetSpec:
 
 
 def _rules(
-    raw: list[Mapping[str, Any]], path: tuple[Any, ...], source: Path,
+    raw: list[Mapping[str, Any]],
+    path: tuple[Any, ...],
+    source: Path,
     lines: Mapping[tuple[Any, ...], int],
 ) -> tuple[Rule, ...]:
     """Compile health rules at `path`; ConfigError (file, line of the rule's `when`, key
@@ -405,14 +438,25 @@ def _rules(
     seen: set[str] = set()
     for i, r in enumerate(raw):
         if r["name"] in seen:
-            raise ConfigError(f"two rules are named {r['name']!r}", file=str(source),
-                              line=_line_for(lines, path + (i, "name")),
-                              key_path=_dotted(path + (i, "name")), hint="rename one")
+            raise ConfigError(
+                f"two rules are named {r['name']!r}",
+                file=str(source),
+                line=_line_for(lines, path + (i, "name")),
+                key_path=_dotted(path + (i, "name")),
+                hint="rename one",
+            )
         seen.add(r["name"])
-        out.append(compile_rule(
-            r["name"], r["when"], r["status"], r.get("action", "none"), file=str(source),
-            line=_line_for(lines, path + (i, "when")), key_path=_dotted(path + (i, "when")),
-        ))
+        out.append(
+            compile_rule(
+                r["name"],
+                r["when"],
+                r["status"],
+                r.get("action", "none"),
+                file=str(source),
+                line=_line_for(lines, path + (i, "when")),
+                key_path=_dotted(path + (i, "when")),
+            )
+        )
     return tuple(out)
 
 
@@ -422,8 +466,7 @@ _Fail = Callable[[tuple[Any, ...], str, str], ConfigError]
 MIN_LOCK_TTL_S = 3
 #: Durations of a pool's health that must be positive (a zero one makes every report stale,
 #: every boot late or every drain finished at once).
-_POSITIVE_HEALTH_DURATIONS = ("stale_after", "offline_after", "boot_timeout",
-                              "provision_timeout")
+_POSITIVE_HEALTH_DURATIONS = ("stale_after", "offline_after", "boot_timeout", "provision_timeout")
 
 
 def _check_provider_types(providers: Mapping[str, Any], fail: _Fail) -> None:
@@ -440,36 +483,50 @@ def _check_provider_types(providers: Mapping[str, Any], fail: _Fail) -> None:
         if kind in installed:
             continue
         near = difflib.get_close_matches(kind, sorted(BUILTIN_TYPES), n=1, cutoff=0.6)
-        raise fail(("providers", name, "type"),
-                   f"unknown provider type {kind!r} (no built-in, no installed plugin)",
-                   (f"did you mean `{near[0]}`? " if near else "")
-                   + f"use one of {sorted(BUILTIN_TYPES)} or install a {Group.PROVIDERS} "
-                   f"plugin (installed: {', '.join(installed) or 'none'})")
+        raise fail(
+            ("providers", name, "type"),
+            f"unknown provider type {kind!r} (no built-in, no installed plugin)",
+            (f"did you mean `{near[0]}`? " if near else "")
+            + f"use one of {sorted(BUILTIN_TYPES)} or install a {Group.PROVIDERS} "
+            f"plugin (installed: {', '.join(installed) or 'none'})",
+        )
 
 
 def _build(data: dict[str, Any], source: Path, lines: Mapping[tuple[Any, ...], int]) -> FleetSpec:
     def fail(path: tuple[Any, ...], message: str, hint: str) -> ConfigError:
         return ConfigError(
-            message, file=str(source), line=_line_for(lines, path), key_path=_dotted(path), hint=hint
+            message,
+            file=str(source),
+            line=_line_for(lines, path),
+            key_path=_dotted(path),
+            hint=hint,
         )
 
     providers = data["providers"]
     _check_provider_types(providers, fail)
     fleet_rules = _rules(data["health"]["rules"], ("health", "rules"), source, lines)
-    pools = [_ordered(_pool(name, raw, providers, fleet_rules, fail, source, lines),
-                      data["prices"], fail)
-             for name, raw in data["pools"].items()]
+    pools = [
+        _ordered(
+            _pool(name, raw, providers, fleet_rules, fail, source, lines), data["prices"], fail
+        )
+        for name, raw in data["pools"].items()
+    ]
     for name in data["pools"]:
         full = f"{data['fleet']}-{name}-0000"
         if len(full) > 63:
-            raise fail(("pools", name), "fleet and pool names are too long for node names",
-                       "keep fleet + pool under 57 characters")
+            raise fail(
+                ("pools", name),
+                "fleet and pool names are too long for node names",
+                "keep fleet + pool under 57 characters",
+            )
     s = data["safety"]
     if parse_duration_s(s["lock_ttl"]) < MIN_LOCK_TTL_S:
-        raise fail(("safety", "lock_ttl"),
-                   f"lock_ttl {s['lock_ttl']} is shorter than {MIN_LOCK_TTL_S}s: the apply "
-                   "could not renew its lease in time and every apply would stop",
-                   f"use at least {MIN_LOCK_TTL_S}s; the default is 2m")
+        raise fail(
+            ("safety", "lock_ttl"),
+            f"lock_ttl {s['lock_ttl']} is shorter than {MIN_LOCK_TTL_S}s: the apply "
+            "could not renew its lease in time and every apply would stop",
+            f"use at least {MIN_LOCK_TTL_S}s; the default is 2m",
+        )
     safety = SafetySpec(
         circuit_breaker_pct=float(s["circuit_breaker_pct"]),
         fleet_circuit_breaker_pct=float(s["fleet_circuit_breaker_pct"]),
@@ -494,15 +551,23 @@ def _build(data: dict[str, Any], source: Path, lines: Mapping[tuple[Any, ...], i
         health_rules=fleet_rules,
         notify=_sinks(data.get("notify", []), fail),
         metrics=MetricsSpec(
-            pushgateway=data["metrics"]["pushgateway"], job=data["metrics"]["job"],
-            timeout_s=float(parse_duration_s(data["metrics"]["timeout"]))),
+            pushgateway=data["metrics"]["pushgateway"],
+            job=data["metrics"]["job"],
+            timeout_s=float(parse_duration_s(data["metrics"]["timeout"])),
+        ),
         status_page=bool(data.get("status_page", False)),
     )
 
 
-def _pool(name: str, raw: Mapping[str, Any], providers: Mapping[str, Any],
-          fleet_rules: tuple[Rule, ...], fail: _Fail, source: Path,
-          lines: Mapping[tuple[Any, ...], int]) -> PoolSpec:
+def _pool(
+    name: str,
+    raw: Mapping[str, Any],
+    providers: Mapping[str, Any],
+    fleet_rules: tuple[Rule, ...],
+    fail: _Fail,
+    source: Path,
+    lines: Mapping[tuple[Any, ...], int],
+) -> PoolSpec:
     """One pool's defaulted mapping -> PoolSpec, with the cross-field rules a schema cannot
     say (min <= target <= max, a declared provider, provider sections matching its type).
     Raises ConfigError naming the key path."""
@@ -532,18 +597,22 @@ def _pool(name: str, raw: Mapping[str, Any], providers: Mapping[str, Any],
         autoscaling=_autoscaling(name, raw["autoscaling"], fail),
         update_strategy=raw["update"]["strategy"],
         diagnostics=Diagnostics(
-            every_s=(parse_duration_s(raw["diagnostics"]["every"])
-                     if raw["diagnostics"]["every"] else None),
+            every_s=(
+                parse_duration_s(raw["diagnostics"]["every"])
+                if raw["diagnostics"]["every"]
+                else None
+            ),
             level=raw["diagnostics"]["level"],
-            time_limits_s=tuple(parse_duration_s(raw["diagnostics"]["time_limits"][k])
-                                for k in ("quick", "medium", "long")),  # type: ignore[arg-type]
+            time_limits_s=tuple(
+                parse_duration_s(raw["diagnostics"]["time_limits"][k])
+                for k in ("quick", "medium", "long")
+            ),  # type: ignore[arg-type]
         ),
         placement=raw["placement"],
     )
 
 
-def _ordered(pool: PoolSpec, prices: Mapping[str, Mapping[str, float]],
-             fail: _Fail) -> PoolSpec:
+def _ordered(pool: PoolSpec, prices: Mapping[str, Mapping[str, float]], fail: _Fail) -> PoolSpec:
     """The pool with place_order set when `placement:` is not `ordered`.
 
     cheapest: places sorted by prices[provider][instance_type] (USD per GPU-hour), ties
@@ -559,10 +628,12 @@ def _ordered(pool: PoolSpec, prices: Mapping[str, Mapping[str, float]],
         for pl in pool.placed():
             for itype in pl.instance_types:
                 if itype not in prices.get(pl.provider, {}):
-                    raise fail(("prices", pl.provider),
-                               f"pool {pool.name} uses placement: cheapest but "
-                               f"prices.{pl.provider} has no price for {itype}",
-                               f"add prices.{pl.provider}.{itype}: <USD per GPU-hour>")
+                    raise fail(
+                        ("prices", pl.provider),
+                        f"pool {pool.name} uses placement: cheapest but "
+                        f"prices.{pl.provider} has no price for {itype}",
+                        f"add prices.{pl.provider}.{itype}: <USD per GPU-hour>",
+                    )
         scores = [float(prices[p.provider][p.instance_type]) for p in declared]
     else:
         scores = _plugin_scores(pool, declared, fail)
@@ -570,35 +641,58 @@ def _ordered(pool: PoolSpec, prices: Mapping[str, Mapping[str, float]],
     return replace(pool, place_order=tuple(declared[i] for i in order))
 
 
-def _plugin_scores(pool: PoolSpec, declared: tuple[PlaceSpec, ...], fail: _Fail
-                   ) -> list[float]:
+def _plugin_scores(pool: PoolSpec, declared: tuple[PlaceSpec, ...], fail: _Fail) -> list[float]:
     """One score per place from the navarch.placement plugin named by pool.placement."""
     found = plugins.load(plugins.Group.PLACEMENT, pool.placement)
     if found is None:
         installed = ", ".join(plugins.names(plugins.Group.PLACEMENT)) or "none installed"
-        raise fail(("pools", pool.name, "placement"),
-                   f"placement {pool.placement!r} is neither ordered, cheapest nor an "
-                   f"installed navarch.placement plugin ({installed})",
-                   "use ordered or cheapest, or pip install the plugin")
+        raise fail(
+            ("pools", pool.name, "placement"),
+            f"placement {pool.placement!r} is neither ordered, cheapest nor an "
+            f"installed navarch.placement plugin ({installed})",
+            "use ordered or cheapest, or pip install the plugin",
+        )
     ref, scorer = found
     placed = pool.placed()
-    places = [{"provider": p.provider, "region": placed[p.placement].region, "zone": p.zone,
-               "instance_type": p.instance_type, "capacity": "spot" if p.spot else "on-demand"}
-              for p in declared]
+    places = [
+        {
+            "provider": p.provider,
+            "region": placed[p.placement].region,
+            "zone": p.zone,
+            "instance_type": p.instance_type,
+            "capacity": "spot" if p.spot else "on-demand",
+        }
+        for p in declared
+    ]
     scores = plugins.call(ref, scorer, places)
-    if (not isinstance(scores, (list, tuple)) or len(scores) != len(places)
-            or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in scores)):
-        raise PluginError(ref, f"returned {type(scores).__name__}, not one number "
-                               f"per place ({len(places)} places)")
+    if (
+        not isinstance(scores, (list, tuple))
+        or len(scores) != len(places)
+        or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in scores)
+    ):
+        raise PluginError(
+            ref,
+            f"returned {type(scores).__name__}, not one number per place ({len(places)} places)",
+        )
     return [float(x) for x in scores]
 
 
-_FLAT_KEYS = ("provider", "instance_types", "zones", "region", "capacity",
-              "aws", "gcp", "lambda", "azure")
+_FLAT_KEYS = (
+    "provider",
+    "instance_types",
+    "zones",
+    "region",
+    "capacity",
+    "aws",
+    "gcp",
+    "lambda",
+    "azure",
+)
 
 
-def _placements(name: str, raw: Mapping[str, Any], providers: Mapping[str, Any],
-                fail: _Fail) -> tuple[Placement, ...]:
+def _placements(
+    name: str, raw: Mapping[str, Any], providers: Mapping[str, Any], fail: _Fail
+) -> tuple[Placement, ...]:
     """A pool's placements: its placements: list, or its flat provider keys as the one
     placement. Raises ConfigError naming the key path when both or neither are given, a
     provider is not declared, provider settings do not match its type, a placement's
@@ -606,38 +700,49 @@ def _placements(name: str, raw: Mapping[str, Any], providers: Mapping[str, Any],
     if "placements" in raw:
         flat = [k for k in _FLAT_KEYS if k in raw]
         if flat:
-            raise fail(("pools", name, flat[0]),
-                       f"a pool with placements: declares {flat[0]} in each placement",
-                       f"move {flat[0]} into the entries of placements:, or drop placements:")
+            raise fail(
+                ("pools", name, flat[0]),
+                f"a pool with placements: declares {flat[0]} in each placement",
+                f"move {flat[0]} into the entries of placements:, or drop placements:",
+            )
         entries: list[tuple[tuple[Any, ...], Mapping[str, Any]]] = [
-            (("pools", name, "placements", i), e) for i, e in enumerate(raw["placements"])]
+            (("pools", name, "placements", i), e) for i, e in enumerate(raw["placements"])
+        ]
     else:
         missing = [k for k in ("provider", "instance_types", "zones") if k not in raw]
         if missing:
-            raise fail(("pools", name), f"pool declares no {missing[0]} and no placements:",
-                       "declare provider, instance_types and zones, or a placements: list")
+            raise fail(
+                ("pools", name),
+                f"pool declares no {missing[0]} and no placements:",
+                "declare provider, instance_types and zones, or a placements: list",
+            )
         entries = [(("pools", name), raw)]
     out: list[Placement] = []
     seen: dict[tuple[str, str, str], int] = {}
     for i, (path, e) in enumerate(entries):
         pl = _placement(path, e, providers, fail)
         if e.get("gpus_per_node", raw["gpus_per_node"]) != raw["gpus_per_node"]:
-            raise fail(path + ("gpus_per_node",),
-                       f"gpus_per_node {e['gpus_per_node']} differs from the pool's "
-                       f"{raw['gpus_per_node']}",
-                       "a pool's nodes are fungible: pick instance types with the same GPUs")
+            raise fail(
+                path + ("gpus_per_node",),
+                f"gpus_per_node {e['gpus_per_node']} differs from the pool's "
+                f"{raw['gpus_per_node']}",
+                "a pool's nodes are fungible: pick instance types with the same GPUs",
+            )
         for zone, itype, _spot in pl.places():
             if seen.setdefault((pl.provider, zone, itype), i) != i:
-                raise fail(path + ("zones",),
-                           f"{pl.provider} {zone}/{itype} is already in placement "
-                           f"{seen[(pl.provider, zone, itype)]}",
-                           "each provider, zone and instance type belongs to one placement")
+                raise fail(
+                    path + ("zones",),
+                    f"{pl.provider} {zone}/{itype} is already in placement "
+                    f"{seen[(pl.provider, zone, itype)]}",
+                    "each provider, zone and instance type belongs to one placement",
+                )
         out.append(pl)
     return tuple(out)
 
 
-def _placement(path: tuple[Any, ...], e: Mapping[str, Any], providers: Mapping[str, Any],
-               fail: _Fail) -> Placement:
+def _placement(
+    path: tuple[Any, ...], e: Mapping[str, Any], providers: Mapping[str, Any], fail: _Fail
+) -> Placement:
     if e["provider"] not in providers:
         raise fail(
             path + ("provider",),
@@ -652,20 +757,34 @@ def _placement(path: tuple[Any, ...], e: Mapping[str, Any], providers: Mapping[s
                 f"pool has {other} settings but its provider is of type {ptype}",
                 f"move them, or remove the {other}: section",
             )
-    return Placement(provider=e["provider"], provider_type=ptype,
-                     region=e.get("region", ""), zones=tuple(e["zones"]),
-                     instance_types=tuple(e["instance_types"]),
-                     capacity=e.get("capacity", "on-demand"), options=dict(e.get(ptype, {})))
+    return Placement(
+        provider=e["provider"],
+        provider_type=ptype,
+        region=e.get("region", ""),
+        zones=tuple(e["zones"]),
+        instance_types=tuple(e["instance_types"]),
+        capacity=e.get("capacity", "on-demand"),
+        options=dict(e.get(ptype, {})),
+    )
 
 
-def _health(name: str, h: Mapping[str, Any], fleet_rules: tuple[Rule, ...], fail: _Fail,
-            source: Path, lines: Mapping[tuple[Any, ...], int]) -> HealthPolicy:
+def _health(
+    name: str,
+    h: Mapping[str, Any],
+    fleet_rules: tuple[Rule, ...],
+    fail: _Fail,
+    source: Path,
+    lines: Mapping[tuple[Any, ...], int],
+) -> HealthPolicy:
     """A pool's health: mapping -> HealthPolicy (durations in seconds); the ladder must go
     cheapest first, its timeouts positive, and offline_after not shorter than stale_after."""
     for key in _POSITIVE_HEALTH_DURATIONS:
         if parse_duration_s(h[key]) <= 0:
-            raise fail(("pools", name, "health", key), f"{key} must be longer than 0s",
-                       "use a positive duration such as 3m")
+            raise fail(
+                ("pools", name, "health", key),
+                f"{key} must be longer than 0s",
+                "use a positive duration such as 3m",
+            )
     health = HealthPolicy(
         unhealthy_after=h["unhealthy_after"],
         stale_after_s=parse_duration_s(h["stale_after"]),
@@ -702,7 +821,8 @@ def _health(name: str, h: Mapping[str, Any], fleet_rules: tuple[Rule, ...], fail
             ("pools", name, "health", "rules"),
             f"the pool's and the fleet's rules together may visit {cost:,} list elements "
             f"per report, more than {REPORT_COST_MAX:,}",
-            "merge rules that iterate the same list, or drop some")
+            "merge rules that iterate the same list, or drop some",
+        )
     if health.offline_after_s < health.stale_after_s:
         raise fail(
             ("pools", name, "health", "offline_after"),
@@ -738,16 +858,21 @@ def _check_plugin_sink(r: Mapping[str, Any], i: int, fail: _Fail) -> None:
     only for plugins. Raises ConfigError at notify[i] (before any run starts)."""
     if r["type"] in BUILTIN_SINKS:
         if "options" in r:
-            raise fail(("notify", i, "options"), f"a {r['type']} sink takes no options",
-                       "options are for notifier plugins; remove the key")
+            raise fail(
+                ("notify", i, "options"),
+                f"a {r['type']} sink takes no options",
+                "options are for notifier plugins; remove the key",
+            )
         return
     installed = plugins.names(plugins.Group.NOTIFIERS)
     if r["type"] not in installed:
-        raise fail(("notify", i, "type"),
-                   f"no notifier plugin {r['type']!r} is installed",
-                   f"use one of {list(BUILTIN_SINKS)} or install a package declaring a "
-                   f"{plugins.Group.NOTIFIERS} entry point of that name "
-                   f"(installed: {', '.join(installed) or 'none'})")
+        raise fail(
+            ("notify", i, "type"),
+            f"no notifier plugin {r['type']!r} is installed",
+            f"use one of {list(BUILTIN_SINKS)} or install a package declaring a "
+            f"{plugins.Group.NOTIFIERS} entry point of that name "
+            f"(installed: {', '.join(installed) or 'none'})",
+        )
 
 
 def _sinks(raw: list[Mapping[str, Any]], fail: _Fail) -> tuple[SinkSpec, ...]:
@@ -757,14 +882,19 @@ def _sinks(raw: list[Mapping[str, Any]], fail: _Fail) -> tuple[SinkSpec, ...]:
     for i, r in enumerate(raw):
         _check_plugin_sink(r, i, fail)
         url = r.get("url")
-        out.append(SinkSpec(
-            type=r["type"], name=r.get("name") or f"{r['type']}-{i + 1}",
-            options=dict(r["options"]) if "options" in r else None,
-            url={"value": url} if isinstance(url, str) else (dict(url) if url else None),
-            path=r.get("path"), secret=dict(r["secret"]) if "secret" in r else None,
-            routing_key=dict(r["routing_key"]) if "routing_key" in r else None,
-            events=tuple(r.get("events", ())), min_severity=r.get("min_severity", "info"),
-            timeout_s=float(parse_duration_s(r.get("timeout", "5s"))),
-            retries=int(r.get("retries", 2)),
-        ))
+        out.append(
+            SinkSpec(
+                type=r["type"],
+                name=r.get("name") or f"{r['type']}-{i + 1}",
+                options=dict(r["options"]) if "options" in r else None,
+                url={"value": url} if isinstance(url, str) else (dict(url) if url else None),
+                path=r.get("path"),
+                secret=dict(r["secret"]) if "secret" in r else None,
+                routing_key=dict(r["routing_key"]) if "routing_key" in r else None,
+                events=tuple(r.get("events", ())),
+                min_severity=r.get("min_severity", "info"),
+                timeout_s=float(parse_duration_s(r.get("timeout", "5s"))),
+                retries=int(r.get("retries", 2)),
+            )
+        )
     return tuple(out)

@@ -136,4 +136,3 @@ class FaultKey:
         report schema rules those out before this is called)."""
         index = doc.get("gpu_index")
         return cls(str(doc["kind"]), int(index) if index is not None else None)
-

@@ -44,8 +44,7 @@ def report_ref(summary: Any) -> dict[str, Any] | None:
     {"sequence": int, "status": str, "boot_id": str}, the report an action was decided on."""
     if summary is None:
         return None
-    return {"sequence": summary.sequence, "status": str(summary.status),
-            "boot_id": summary.boot_id}
+    return {"sequence": summary.sequence, "status": str(summary.status), "boot_id": summary.boot_id}
 
 
 @dataclass(frozen=True)
@@ -172,22 +171,35 @@ def event_from_record(r: Mapping[str, Any], key: str) -> HistoryEvent | None:
     verb = str(r.get("verb") or (r.get("run_id") if actor is Actor.OPERATOR else "") or "")
     client = r.get("client")
     return HistoryEvent(
-        time=when, run_id=str(r.get("run_id", "")), action=str(r.get("action", "")),
-        pool=str(r.get("pool", "")), node=_opt(r.get("node")),
-        instance_id=_opt(r.get("instance_id")), reason=str(r.get("reason", "")),
-        ok=bool(r.get("ok")), detail=str(r.get("detail", "")), error=_opt(r.get("error")),
-        actor=actor, verb=verb, report=_report(r.get("report")), fault=_opt(r.get("fault")),
-        rung=_opt(r.get("rung")) or None, lemon=bool(r.get("lemon")),
-        replaces=_opt(r.get("replaces")), key=key,
-        client=str(client) if client else None)
+        time=when,
+        run_id=str(r.get("run_id", "")),
+        action=str(r.get("action", "")),
+        pool=str(r.get("pool", "")),
+        node=_opt(r.get("node")),
+        instance_id=_opt(r.get("instance_id")),
+        reason=str(r.get("reason", "")),
+        ok=bool(r.get("ok")),
+        detail=str(r.get("detail", "")),
+        error=_opt(r.get("error")),
+        actor=actor,
+        verb=verb,
+        report=_report(r.get("report")),
+        fault=_opt(r.get("fault")),
+        rung=_opt(r.get("rung")) or None,
+        lemon=bool(r.get("lemon")),
+        replaces=_opt(r.get("replaces")),
+        key=key,
+        client=str(client) if client else None,
+    )
 
 
 def _about(e: HistoryEvent, node: str | None) -> bool:
     return node is None or e.node == node or e.replaces == node
 
 
-def read_events(store: Any, fleet: str, since: datetime, until: datetime,
-                node: str | None = None) -> tuple[tuple[HistoryEvent, ...], tuple[str, ...], int, int]:
+def read_events(
+    store: Any, fleet: str, since: datetime, until: datetime, node: str | None = None
+) -> tuple[tuple[HistoryEvent, ...], tuple[str, ...], int, int]:
     """Audit records of `fleet` within [since, until] (about `node` when given, including
     the provision of its replacement) -> (events oldest first, day prefixes listed, chunks
     read, malformed lines skipped).
@@ -232,17 +244,32 @@ def nodes_now(memory: Any, node: str | None = None) -> tuple[NodeNow, ...]:
     for nm in memory.nodes:
         if node is not None and nm.node != node:
             continue
-        out.append(NodeNow(
-            node=nm.node, pool=nm.pool, instance_id=nm.instance_id, phase=str(nm.phase) or "none",
-            phase_at=nm.phase_at, phase_reason=nm.phase_reason,
-            fault=nm.fault.key.format() if nm.fault is not None else None, rung=nm.rung,
-            operator_cordon=nm.operator_cordon,
-            report=_report(report_ref(nm.report))))
+        out.append(
+            NodeNow(
+                node=nm.node,
+                pool=nm.pool,
+                instance_id=nm.instance_id,
+                phase=str(nm.phase) or "none",
+                phase_at=nm.phase_at,
+                phase_reason=nm.phase_reason,
+                fault=nm.fault.key.format() if nm.fault is not None else None,
+                rung=nm.rung,
+                operator_cordon=nm.operator_cordon,
+                report=_report(report_ref(nm.report)),
+            )
+        )
     return tuple(sorted(out, key=lambda n: n.node))
 
 
-def read_history(store: Any, fleet: str, *, since: datetime, until: datetime,
-                 node: str | None = None, memory: Any = None) -> History:
+def read_history(
+    store: Any,
+    fleet: str,
+    *,
+    since: datetime,
+    until: datetime,
+    node: str | None = None,
+    memory: Any = None,
+) -> History:
     """What happened in `fleet` (to `node` when given) within [since, until], aware UTC.
 
     memory: the fleet's Memory (navarch.reconcile.state.load_memory), for the nodes' state
@@ -265,29 +292,56 @@ def _ts(when: datetime | None) -> str | None:
 
 
 def _report_json(r: ReportRef | None) -> dict[str, Any] | None:
-    return None if r is None else {"sequence": r.sequence, "status": r.status,
-                                   "boot_id": r.boot_id}
+    return None if r is None else {"sequence": r.sequence, "status": r.status, "boot_id": r.boot_id}
 
 
 def history_to_json(h: History) -> dict[str, Any]:
     """The `navarch history --json` document (schemas/history.schema.json)."""
     return {
-        "format_version": HISTORY_FORMAT_VERSION, "fleet": h.fleet, "node": h.node,
-        "since": _ts(h.since), "until": _ts(h.until),
+        "format_version": HISTORY_FORMAT_VERSION,
+        "fleet": h.fleet,
+        "node": h.node,
+        "since": _ts(h.since),
+        "until": _ts(h.until),
         "read": {"days": list(h.days), "chunks": h.chunks_read, "skipped_lines": h.skipped_lines},
-        "events": [{
-            "time": _ts(e.time), "run_id": e.run_id, "action": e.action, "pool": e.pool,
-            "node": e.node, "instance_id": e.instance_id, "reason": e.reason, "ok": e.ok,
-            "detail": e.detail, "error": e.error, "actor": str(e.actor), "verb": e.verb or None,
-            "report": _report_json(e.report), "fault": e.fault, "rung": e.rung,
-            "lemon": e.lemon, "replaces": e.replaces, "client": e.client,
-        } for e in h.events],
-        "nodes": [{
-            "node": n.node, "pool": n.pool, "instance_id": n.instance_id, "phase": n.phase,
-            "phase_at": _ts(n.phase_at), "phase_reason": n.phase_reason, "fault": n.fault,
-            "rung": n.rung or None, "operator_cordon": n.operator_cordon or None,
-            "report": _report_json(n.report),
-        } for n in h.nodes],
+        "events": [
+            {
+                "time": _ts(e.time),
+                "run_id": e.run_id,
+                "action": e.action,
+                "pool": e.pool,
+                "node": e.node,
+                "instance_id": e.instance_id,
+                "reason": e.reason,
+                "ok": e.ok,
+                "detail": e.detail,
+                "error": e.error,
+                "actor": str(e.actor),
+                "verb": e.verb or None,
+                "report": _report_json(e.report),
+                "fault": e.fault,
+                "rung": e.rung,
+                "lemon": e.lemon,
+                "replaces": e.replaces,
+                "client": e.client,
+            }
+            for e in h.events
+        ],
+        "nodes": [
+            {
+                "node": n.node,
+                "pool": n.pool,
+                "instance_id": n.instance_id,
+                "phase": n.phase,
+                "phase_at": _ts(n.phase_at),
+                "phase_reason": n.phase_reason,
+                "fault": n.fault,
+                "rung": n.rung or None,
+                "operator_cordon": n.operator_cordon or None,
+                "report": _report_json(n.report),
+            }
+            for n in h.nodes
+        ],
     }
 
 
@@ -310,8 +364,7 @@ def render_history(h: History) -> str:
     for e in h.events:
         outcome = "ok" if e.ok else f"FAILED ({e.error})" if e.error else "FAILED"
         target = e.node or f"pool {e.pool}"
-        lines.append(f"{_ts(e.time)}  {e.action} {target}  {outcome}  by {_who(e)}, "
-                     f"run {e.run_id}")
+        lines.append(f"{_ts(e.time)}  {e.action} {target}  {outcome}  by {_who(e)}, run {e.run_id}")
         if e.reason:
             lines.append(f"    # because {e.reason}")
         facts = []
@@ -330,14 +383,21 @@ def render_history(h: History) -> str:
     for n in h.nodes:
         if n.phase == "none" and not n.operator_cordon and h.node is None:
             continue
-        state = "serving (navarch is not acting on it)" if n.phase == "none" else (
-            f"{n.phase} since {_ts(n.phase_at)}" + (f": {n.phase_reason}" if n.phase_reason else ""))
+        state = (
+            "serving (navarch is not acting on it)"
+            if n.phase == "none"
+            else (
+                f"{n.phase} since {_ts(n.phase_at)}"
+                + (f": {n.phase_reason}" if n.phase_reason else "")
+            )
+        )
         extra = f"; operator cordon: {n.operator_cordon}" if n.operator_cordon else ""
         lines.append(f"Now: {n.node} ({n.pool}, {n.instance_id or 'no instance'}) {state}{extra}")
     if h.node and not h.nodes and not h.events:
-        lines.append(f"Now: {h.node} is not in the fleet's state (was the name right? "
-                     "`navarch status --all` lists every node)")
+        lines.append(
+            f"Now: {h.node} is not in the fleet's state (was the name right? "
+            "`navarch status --all` lists every node)"
+        )
     if h.skipped_lines:
         lines.append(f"({h.skipped_lines} malformed audit line(s) skipped)")
     return "\n".join(lines) + "\n"
-

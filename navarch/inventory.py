@@ -130,9 +130,14 @@ class Instance:
         # The cloud's verdict changes plans, so a saved plan goes stale when it changes;
         # the default adds nothing, so fingerprints of providers without it stay as they were.
         cs = self.cloud_status
-        cloud = "" if not cs.impaired and cs.event is None \
+        cloud = (
+            ""
+            if not cs.impaired and cs.event is None
             else f"|{cs.health.value}|{cs.event.value if cs.event else ''}"
-        return f"{self.provider}|{self.instance_id}|{self.state.value}|{self.tags}{cloud}\n".encode()
+        )
+        return (
+            f"{self.provider}|{self.instance_id}|{self.state.value}|{self.tags}{cloud}\n".encode()
+        )
 
     @property
     def fleet(self) -> str | None:

@@ -44,10 +44,11 @@ class JsonFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         doc: dict[str, Any] = {
-            "time": datetime.fromtimestamp(record.created, UTC).strftime(
-                "%Y-%m-%dT%H:%M:%S.%fZ"),
-            "level": record.levelname.lower(), "logger": record.name,
-            "message": record.getMessage(), "run_id": _RUN_ID["value"],
+            "time": datetime.fromtimestamp(record.created, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+            "run_id": _RUN_ID["value"],
         }
         for key, value in vars(record).items():
             if key not in _STANDARD and key not in doc:
@@ -80,8 +81,7 @@ def configure(log_format: str, run: str, stream: TextIO | None = None) -> None:
     "navarch: LEVEL: message"), on stream (default: sys.stderr at each write); records
     carry `run` as run_id. Calling it again replaces the handler it added before."""
     _RUN_ID["value"] = run
-    handler: logging.Handler = (logging.StreamHandler(stream) if stream is not None
-                                else _Stderr())
+    handler: logging.Handler = logging.StreamHandler(stream) if stream is not None else _Stderr()
     if log_format == "json":
         handler.setFormatter(JsonFormatter())
         level = logging.INFO
@@ -119,8 +119,13 @@ def progress(total: int, label: str, enabled: bool) -> Iterator[Any]:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
     console = Console(stderr=True, no_color=color_disabled())
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  console=console, transient=True) as bar:
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        console=console,
+        transient=True,
+    ) as bar:
         task = bar.add_task(label, total=total)
         yield _Bar(bar, task)
 

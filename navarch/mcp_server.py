@@ -52,7 +52,8 @@ _NODE_FIELDS = (
     "(seconds between the node's clock and the store's), reason (why the lifecycle), "
     "rejected (why the last report was refused: bad signature, replay, schema; null when "
     "accepted), ladder (remediation state: rung = last remedy tried, rung_fault = the fault "
-    "it answered, faults_in_window, lemon_after, lemon = replaced rather than repaired).")
+    "it answered, faults_in_window, lemon_after, lemon = replaced rather than repaired)."
+)
 
 _STATUS_DESC = (
     "The fleet's status now (the document of `navarch status --json`, "
@@ -61,7 +62,8 @@ _STATUS_DESC = (
     "reason, e.g. a wrong fleet secret; else null), pools (each: pool, provider, min/target/"
     "max node counts, nodes, lemons = instance ids replaced as lemons), rejections (reason -> "
     "count of rejected reports, all time), foreign (instances without this fleet's tags, left "
-    "alone), orphans (this fleet's instances whose pool is gone), duplicates. " + _NODE_FIELDS)
+    "alone), orphans (this fleet's instances whose pool is gone), duplicates. " + _NODE_FIELDS
+)
 
 _NODE_DESC = (
     "One node: its status item (as in fleet_status, plus its pool) and its history from the "
@@ -73,8 +75,8 @@ _NODE_DESC = (
     "apply deciding itself, replace = apply --replace, operator = a human's verb, mcp = an "
     "MCP client's tool call; client names it), report (the health report the action was "
     "decided on: sequence, status, boot_id), fault (structured key, e.g. xid:79), rung "
-    "(remedy tried), lemon. nodes: the node's state now (phase, since when, why). "
-    + _NODE_FIELDS)
+    "(remedy tried), lemon. nodes: the node's state now (phase, since when, why). " + _NODE_FIELDS
+)
 
 _PLAN_DESC = (
     "What `navarch apply` would do now and why (the document of `navarch plan --json`, "
@@ -88,21 +90,24 @@ _PLAN_DESC = (
     "(true when nothing is left to do or wait for), pending (what the fleet waits for), nodes "
     "(node, pool, lifecycle, reason, report_age_s in seconds, streak = consecutive "
     "unhealthy reports, health_score 0-100, drift), state_serial and fingerprints (a saved "
-    "plan is refused once they change).")
+    "plan is refused once they change)."
+)
 
 _VALIDATE_DESC = (
     "Validate a candidate fleet.yaml given as text, before proposing it (schema, cross-field "
     "rules, playbooks), read as if it replaced this server's fleet file (relative paths "
     "resolve beside it; nothing is written there). Read-only. Returns {path, valid, fleet, "
     "problems: one line each 'file:line: key.path: what is wrong (what to do)', pools, "
-    "nodes_at_target}.")
+    "nodes_at_target}."
+)
 
 _EVENTS_DESC = (
     "Recent events of the whole fleet from the audit log: every action navarch took (or an "
     "operator or MCP client asked for), oldest first, over the last `since` (a duration: 30m, "
     "24h, 7d; default 24h), and the state of nodes navarch is acting on now. Read-only. The "
     "document of `navarch history --json` (schemas/history.schema.json); event fields as in "
-    "node_status.")
+    "node_status."
+)
 
 
 def _answer(fn: Callable[_P, _R]) -> Callable[_P, _R]:
@@ -123,8 +128,9 @@ def _since(text: str) -> timedelta:
     try:
         return timedelta(seconds=parse_duration_s(text))
     except ValueError as exc:
-        raise ConfigError(f"since {text!r} is not a duration",
-                          hint="write it like 30m, 24h, 7d or 1h30m") from exc
+        raise ConfigError(
+            f"since {text!r} is not a duration", hint="write it like 30m, 24h, 7d or 1h30m"
+        ) from exc
 
 
 def _client(ctx: Context) -> str:
@@ -134,8 +140,12 @@ def _client(ctx: Context) -> str:
     return name or "unnamed-mcp-client"
 
 
-def build_server(fleet_path: str | Path, *, allow_actions: bool = False,
-                 now: Callable[[], datetime] | None = None) -> MCPServer[Any]:
+def build_server(
+    fleet_path: str | Path,
+    *,
+    allow_actions: bool = False,
+    now: Callable[[], datetime] | None = None,
+) -> MCPServer[Any]:
     """The MCP server for the fleet at `fleet_path` (loaded and validated now, so a bad
     fleet.yaml fails before the server starts: ConfigError).
 
@@ -150,11 +160,19 @@ def build_server(fleet_path: str | Path, *, allow_actions: bool = False,
         return now() if now is not None else None
 
     server: MCPServer[Any] = MCPServer(
-        "navarch", version=__version__,
-        instructions=(f"navarch fleet {loaded.name} ({path}). Tools read the fleet's status, "
-                      "plan and audit log" + (", and act on it under navarch's safety rules"
-                                              if allow_actions else " (read-only server)")
-                      + ". Times are RFC 3339 UTC; durations in seconds (_s)."))
+        "navarch",
+        version=__version__,
+        instructions=(
+            f"navarch fleet {loaded.name} ({path}). Tools read the fleet's status, "
+            "plan and audit log"
+            + (
+                ", and act on it under navarch's safety rules"
+                if allow_actions
+                else " (read-only server)"
+            )
+            + ". Times are RFC 3339 UTC; durations in seconds (_s)."
+        ),
+    )
     ro = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False)
 
     @server.tool(description=_STATUS_DESC, annotations=ro)
@@ -169,8 +187,9 @@ def build_server(fleet_path: str | Path, *, allow_actions: bool = False,
         status = api.status(loaded, now=at).node(node)
         hist = api.history(loaded, node, _since(since), now=at).to_json()
         if status is None and not hist["events"] and not hist["nodes"]:
-            raise NavarchError(f"{node} is not a node of fleet {loaded.name} "
-                               "(fleet_status lists them)")
+            raise NavarchError(
+                f"{node} is not a node of fleet {loaded.name} (fleet_status lists them)"
+            )
         return {"status": status, "history": hist}
 
     @server.tool(description=_PLAN_DESC, annotations=ro)
@@ -188,14 +207,22 @@ def build_server(fleet_path: str | Path, *, allow_actions: bool = False,
     def recent_events(since: str = "24h") -> dict[str, Any]:
         return api.history(loaded, None, _since(since), now=clock()).to_json()
 
-    @server.resource("navarch://status", name="status", mime_type="application/json",
-                     description="The fleet's status document (schemas/status.schema.json), "
-                                 "as the fleet_status tool returns it.")
+    @server.resource(
+        "navarch://status",
+        name="status",
+        mime_type="application/json",
+        description="The fleet's status document (schemas/status.schema.json), "
+        "as the fleet_status tool returns it.",
+    )
     def status_resource() -> str:
         return json.dumps(api.status(loaded, now=clock()).to_json(), indent=1, sort_keys=True)
 
-    @server.resource("navarch://fleet.yaml", name="fleet.yaml", mime_type="application/yaml",
-                     description=f"The fleet file this server serves ({path.name}), as text.")
+    @server.resource(
+        "navarch://fleet.yaml",
+        name="fleet.yaml",
+        mime_type="application/yaml",
+        description=f"The fleet file this server serves ({path.name}), as text.",
+    )
     def fleet_file() -> str:
         return path.read_text()
 
@@ -204,74 +231,100 @@ def build_server(fleet_path: str | Path, *, allow_actions: bool = False,
     return server
 
 
-def _acting_tools(server: MCPServer[Any], loaded: api.LoadedFleet,
-                  now: Callable[[], datetime] | None) -> None:
+def _acting_tools(
+    server: MCPServer[Any], loaded: api.LoadedFleet, now: Callable[[], datetime] | None
+) -> None:
     """apply, cordon, uncordon and replace: each the CLI verb's own code, under its lease."""
     from navarch.planner.context import PlanOptions
     from navarch.reconcile.manual import cordon as _cordon
     from navarch.reconcile.uncordon import uncordon as _uncordon
 
-    act = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=False,
-                          open_world_hint=True)
+    act = ToolAnnotations(
+        read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=True
+    )
     outcome_doc = (
         "Returns {applied, run_id (the audit log's run), audit_error, halted (a safety rule "
         "stopped something for a human), plan (as the plan tool), outcomes: one per action "
-        "with action, pool, node, kind = ok|transient|permanent|refused|skipped, ok, detail}.")
+        "with action, pool, node, kind = ok|transient|permanent|refused|skipped, ok, detail}."
+    )
 
-    @server.tool(annotations=act, description=(
-        "Converge the fleet now, as `navarch apply --auto-approve`: takes the fleet's lease "
-        "(fails if another run holds it), looks again and executes the plan under every "
-        "safety rule (disruption budget, circuit breaker, repair rate limit, ownership tags). "
-        "Audited with actor mcp and this client's name. Call plan first. " + outcome_doc))
+    @server.tool(
+        annotations=act,
+        description=(
+            "Converge the fleet now, as `navarch apply --auto-approve`: takes the fleet's lease "
+            "(fails if another run holds it), looks again and executes the plan under every "
+            "safety rule (disruption budget, circuit breaker, repair rate limit, ownership tags). "
+            "Audited with actor mcp and this client's name. Call plan first. " + outcome_doc
+        ),
+    )
     @_answer
     def apply(ctx: Context) -> dict[str, Any]:
         return api.apply(loaded, auto_approve=True, client=_client(ctx), clock=now).to_json()
 
-    @server.tool(annotations=act, description=(
-        "Replace one node, as `navarch apply --replace NODE --auto-approve`: the node is "
-        "cordoned, drained and terminated and a replacement provisioned (surge first), within "
-        "the pool's disruption budget and repair rate limit; the rest of the plan is applied "
-        "in the same run, as the CLI does. Takes the lease; audited with this client's name. "
-        + outcome_doc))
+    @server.tool(
+        annotations=act,
+        description=(
+            "Replace one node, as `navarch apply --replace NODE --auto-approve`: the node is "
+            "cordoned, drained and terminated and a replacement provisioned (surge first), within "
+            "the pool's disruption budget and repair rate limit; the rest of the plan is applied "
+            "in the same run, as the CLI does. Takes the lease; audited with this client's name. "
+            + outcome_doc
+        ),
+    )
     @_answer
     def replace(node: str, ctx: Context) -> dict[str, Any]:
         options = PlanOptions(replace=frozenset({node}))
-        return api.apply(loaded, auto_approve=True, options=options,
-                         client=_client(ctx), clock=now).to_json()
+        return api.apply(
+            loaded, auto_approve=True, options=options, client=_client(ctx), clock=now
+        ).to_json()
 
-    @server.tool(annotations=act, description=(
-        "An operator's cordon of one node with a reason (shown to the scheduler's users), as "
-        "`navarch cordon FLEET NODE --reason TEXT`: navarch never undoes it itself, only "
-        "uncordon does. Takes the lease; refused while navarch is already taking the node out "
-        "of service. Audited with actor mcp and this client's name. Returns {node, cordoned: "
-        "true, detail (the scheduler playbook's output)}."))
+    @server.tool(
+        annotations=act,
+        description=(
+            "An operator's cordon of one node with a reason (shown to the scheduler's users), as "
+            "`navarch cordon FLEET NODE --reason TEXT`: navarch never undoes it itself, only "
+            "uncordon does. Takes the lease; refused while navarch is already taking the node out "
+            "of service. Audited with actor mcp and this client's name. Returns {node, cordoned: "
+            "true, detail (the scheduler playbook's output)}."
+        ),
+    )
     @_answer
     def cordon(node: str, reason: str, ctx: Context) -> dict[str, Any]:
         from navarch.fleet_file import ensure_local_secret
         from navarch.reconcile.run import Fleet, system_clock
 
         ensure_local_secret(loaded.spec)
-        detail = _cordon(Fleet.open(loaded.spec), node, reason, client=_client(ctx),
-                         clock=now or system_clock)
+        detail = _cordon(
+            Fleet.open(loaded.spec), node, reason, client=_client(ctx), clock=now or system_clock
+        )
         return {"node": node, "cordoned": True, "detail": detail}
 
-    @server.tool(annotations=act, description=(
-        "Return a node to service, as `navarch uncordon FLEET NODE`: only a node navarch or an "
-        "operator's cordon took out, only with a fresh healthy report, never a lemon's "
-        "instance. Takes the lease; audited with actor mcp and this client's name. Returns "
-        "{node, uncordoned: true, detail}."))
+    @server.tool(
+        annotations=act,
+        description=(
+            "Return a node to service, as `navarch uncordon FLEET NODE`: only a node navarch or an "
+            "operator's cordon took out, only with a fresh healthy report, never a lemon's "
+            "instance. Takes the lease; audited with actor mcp and this client's name. Returns "
+            "{node, uncordoned: true, detail}."
+        ),
+    )
     @_answer
     def uncordon(node: str, ctx: Context) -> dict[str, Any]:
         from navarch.fleet_file import ensure_local_secret
         from navarch.reconcile.run import Fleet, system_clock
 
         ensure_local_secret(loaded.spec)
-        detail = _uncordon(Fleet.open(loaded.spec), node, client=_client(ctx),
-                           clock=now or system_clock)
+        detail = _uncordon(
+            Fleet.open(loaded.spec), node, client=_client(ctx), clock=now or system_clock
+        )
         return {"node": node, "uncordoned": True, "detail": detail}
 
 
-def serve(fleet_path: str | Path, *, allow_actions: bool = False,
-          now: Callable[[], datetime] | None = None) -> None:
+def serve(
+    fleet_path: str | Path,
+    *,
+    allow_actions: bool = False,
+    now: Callable[[], datetime] | None = None,
+) -> None:
     """Run the server on stdin/stdout until the client closes it."""
     build_server(fleet_path, allow_actions=allow_actions, now=now).run("stdio")

@@ -92,20 +92,36 @@ def build_registry(spec: FleetSpec, facts: RunFacts) -> CollectorRegistry:
     reg = CollectorRegistry()
     fleet = spec.name
     now_s = facts.now.timestamp()
-    g = Gauge("navarch_last_apply_success", "1 when the last apply finished with no failed "
-              "action, else 0", ["fleet"], registry=reg)
+    g = Gauge(
+        "navarch_last_apply_success",
+        "1 when the last apply finished with no failed action, else 0",
+        ["fleet"],
+        registry=reg,
+    )
     g.labels(fleet).set(1 if facts.success else 0)
-    Gauge("navarch_last_apply_timestamp_seconds", "When the last apply ended (Unix time)",
-          ["fleet"], registry=reg).labels(fleet).set(now_s)
-    Gauge("navarch_apply_duration_seconds", "Wall time of the last apply", ["fleet"],
-          registry=reg).labels(fleet).set(facts.duration_s)
+    Gauge(
+        "navarch_last_apply_timestamp_seconds",
+        "When the last apply ended (Unix time)",
+        ["fleet"],
+        registry=reg,
+    ).labels(fleet).set(now_s)
+    Gauge(
+        "navarch_apply_duration_seconds", "Wall time of the last apply", ["fleet"], registry=reg
+    ).labels(fleet).set(facts.duration_s)
     last = now_s if facts.success else facts.last_success_s
     if last is not None:
-        Gauge(LAST_SUCCESS, "When an apply last succeeded (Unix time): alert on its age",
-              ["fleet"], registry=reg).labels(fleet).set(last)
-    notes = Gauge("navarch_last_apply_notifications", "Notifications the last apply sent "
-                  "(sent) or could not send (failed), per sink", ["fleet", "sink", "outcome"],
-                  registry=reg)
+        Gauge(
+            LAST_SUCCESS,
+            "When an apply last succeeded (Unix time): alert on its age",
+            ["fleet"],
+            registry=reg,
+        ).labels(fleet).set(last)
+    notes = Gauge(
+        "navarch_last_apply_notifications",
+        "Notifications the last apply sent (sent) or could not send (failed), per sink",
+        ["fleet", "sink", "outcome"],
+        registry=reg,
+    )
     for d in facts.deliveries:
         notes.labels(fleet, d.sink, "sent" if d.ok else "failed").inc(d.events)
     if facts.result is not None:
@@ -116,42 +132,74 @@ def build_registry(spec: FleetSpec, facts: RunFacts) -> CollectorRegistry:
 def _result_metrics(reg: CollectorRegistry, spec: FleetSpec, result: Any, now: datetime) -> None:
     fleet = spec.name
     plan, memory = result.plan, result.memory
-    nodes = Gauge("navarch_nodes", "Nodes by pool, lifecycle and last accepted health",
-                  ["fleet", "pool", "lifecycle", "health"], registry=reg)
-    counts = Counter((v.pool, v.lifecycle.value, v.summary.status if v.summary else "none")
-                     for v in plan.views)
+    nodes = Gauge(
+        "navarch_nodes",
+        "Nodes by pool, lifecycle and last accepted health",
+        ["fleet", "pool", "lifecycle", "health"],
+        registry=reg,
+    )
+    counts = Counter(
+        (v.pool, v.lifecycle.value, v.summary.status if v.summary else "none") for v in plan.views
+    )
     for (pool, lifecycle, health), n in sorted(counts.items()):
         nodes.labels(fleet, pool, lifecycle, health).set(n)
-    desired = Gauge("navarch_pool_desired_nodes", "Nodes the pool should have", ["fleet", "pool"],
-                    registry=reg)
-    present = Gauge("navarch_pool_present_nodes", "Nodes of the pool that have an instance",
-                    ["fleet", "pool"], registry=reg)
-    breaker = Gauge("navarch_circuit_breaker_open", "1 while the pool's circuit breaker is "
-                    "open (pool \"*\": the fleet's)", ["fleet", "pool"], registry=reg)
-    backoff = Gauge("navarch_capacity_backoff_places", "Places (zone, type, spot) of the pool "
-                    "in capacity backoff", ["fleet", "pool"], registry=reg)
-    ages = Histogram("navarch_report_age_seconds", "Age of each node's latest accepted health "
-                     "report", ["fleet", "pool"], buckets=REPORT_AGE_BUCKETS_S, registry=reg)
+    desired = Gauge(
+        "navarch_pool_desired_nodes", "Nodes the pool should have", ["fleet", "pool"], registry=reg
+    )
+    present = Gauge(
+        "navarch_pool_present_nodes",
+        "Nodes of the pool that have an instance",
+        ["fleet", "pool"],
+        registry=reg,
+    )
+    breaker = Gauge(
+        "navarch_circuit_breaker_open",
+        "1 while the pool's circuit breaker is open (pool \"*\": the fleet's)",
+        ["fleet", "pool"],
+        registry=reg,
+    )
+    backoff = Gauge(
+        "navarch_capacity_backoff_places",
+        "Places (zone, type, spot) of the pool in capacity backoff",
+        ["fleet", "pool"],
+        registry=reg,
+    )
+    ages = Histogram(
+        "navarch_report_age_seconds",
+        "Age of each node's latest accepted health report",
+        ["fleet", "pool"],
+        buckets=REPORT_AGE_BUCKETS_S,
+        registry=reg,
+    )
     open_pools = {h.pool for h in plan.halts if h.rule is HaltRule.CIRCUIT_BREAKER}
     breaker.labels(fleet, "*").set(1 if "*" in open_pools else 0)
     for p in spec.pools:
         pm = memory.pool(p.name)
         desired.labels(fleet, p.name).set(pm.desired if pm.desired is not None else p.target_nodes)
-        present.labels(fleet, p.name).set(sum(1 for v in plan.views if v.pool == p.name
-                                              and v.instance is not None))
+        present.labels(fleet, p.name).set(
+            sum(1 for v in plan.views if v.pool == p.name and v.instance is not None)
+        )
         breaker.labels(fleet, p.name).set(1 if p.name in open_pools else 0)
         backoff.labels(fleet, p.name).set(sum(1 for e in pm.exhausted if e.until > now))
         h = ages.labels(fleet, p.name)
         for v in plan.views:
             if v.pool == p.name and v.report_age_s is not None:
                 h.observe(v.report_age_s)
-    actions = Gauge("navarch_last_apply_actions", "Actions the last apply ran, by kind and "
-                    "outcome (ok | failed)", ["fleet", "pool", "kind", "outcome"], registry=reg)
+    actions = Gauge(
+        "navarch_last_apply_actions",
+        "Actions the last apply ran, by kind and outcome (ok | failed)",
+        ["fleet", "pool", "kind", "outcome"],
+        registry=reg,
+    )
     for o in result.outcomes:
         a = o.action
         actions.labels(fleet, a.pool, a.kind.value, "ok" if o.ok else "failed").inc()
-    rejected = PromCounter("navarch_reports_rejected", "Health reports rejected, by reason, "
-                           "since the fleet's state began", ["fleet", "reason"], registry=reg)
+    rejected = PromCounter(
+        "navarch_reports_rejected",
+        "Health reports rejected, by reason, since the fleet's state began",
+        ["fleet", "reason"],
+        registry=reg,
+    )
     for reason, n in memory.rejections:
         rejected.labels(fleet, reason).inc(n)
 
@@ -191,8 +239,13 @@ def push(spec: FleetSpec, registry: CollectorRegistry, success: bool) -> str | N
         return None
     send = push_to_gateway if success else pushadd_to_gateway
     try:
-        send(url, job=spec.metrics.job, registry=registry, grouping_key={"fleet": spec.name},
-             timeout=spec.metrics.timeout_s)
+        send(
+            url,
+            job=spec.metrics.job,
+            registry=registry,
+            grouping_key={"fleet": spec.name},
+            timeout=spec.metrics.timeout_s,
+        )
     except Exception as exc:  # noqa: BLE001 - urllib/socket errors of every kind
         problem = f"metrics push to the pushgateway failed: {type(exc).__name__}: {exc}"
         log.warning("%s", problem)

@@ -188,8 +188,9 @@ def call(ref: PluginRef, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> A
         raise PluginError(ref, f"raised {type(exc).__name__}: {exc}") from exc
 
 
-def call_within(ref: PluginRef, timeout_s: float, fn: Callable[..., Any], *args: Any,
-                **kwargs: Any) -> Any:
+def call_within(
+    ref: PluginRef, timeout_s: float, fn: Callable[..., Any], *args: Any, **kwargs: Any
+) -> Any:
     """call(ref, fn, *args, **kwargs) on a daemon thread, waiting at most timeout_s.
 
     Raises PluginError when fn has not returned by then (the thread is abandoned: it may

@@ -110,11 +110,30 @@ class PolicyResult:
 
 # --- evaluation context ----------------------------------------------------------------
 
-_GPU_FIELDS = ("index", "uuid", "name", "pci_bus_id", "temperature_c", "power_w",
-               "memory_used_bytes", "memory_total_bytes", "utilization_pct", "process_count")
+_GPU_FIELDS = (
+    "index",
+    "uuid",
+    "name",
+    "pci_bus_id",
+    "temperature_c",
+    "power_w",
+    "memory_used_bytes",
+    "memory_total_bytes",
+    "utilization_pct",
+    "process_count",
+)
 _FLOAT_GPU_FIELDS = frozenset({"temperature_c", "power_w", "utilization_pct"})
-_XID_FIELDS = ("code", "kind", "pci_bus_id", "time", "boot_id", "severity", "action",
-               "message", "count")
+_XID_FIELDS = (
+    "code",
+    "kind",
+    "pci_bus_id",
+    "time",
+    "boot_id",
+    "severity",
+    "action",
+    "message",
+    "count",
+)
 _CHECK_FIELDS = ("name", "status", "action", "message", "gpu_index", "fault_key")
 _NOTICE_FIELDS = ("kind", "source", "deadline", "detail")
 
@@ -157,31 +176,71 @@ def report_context(report: Mapping[str, Any]) -> dict[str, Any]:
         "checks": [{k: c.get(k) for k in _CHECK_FIELDS} for c in report.get("checks", ())],
         "gpus": [{k: _reading(k, g.get(k)) for k in _GPU_FIELDS} for g in report.get("gpus", ())],
         "xids": [
-            {**{k: x.get(k) for k in _XID_FIELDS}, "kind": x.get("kind") or "xid",
-             "count": x.get("count") or 1}
+            {
+                **{k: x.get(k) for k in _XID_FIELDS},
+                "kind": x.get("kind") or "xid",
+                "count": x.get("count") or 1,
+            }
             for x in report.get("xids", ())
         ],
-        "notice": {k: notice.get(k) for k in _NOTICE_FIELDS} if isinstance(notice, Mapping) else None,
+        "notice": {k: notice.get(k) for k in _NOTICE_FIELDS}
+        if isinstance(notice, Mapping)
+        else None,
     }
 
 
 #: A report with every field set (one GPU, one check, one XID, a notice): compile_rule
 #: tries every rule on it, and on it without the notice, to find type and name errors.
 SAMPLE_REPORT: Mapping[str, Any] = {
-    "fleet": "sample", "pool": "sample", "node": "sample-sample-0001", "status": "unhealthy",
-    "action": "reboot", "health_score": 60,
-    "checks": [{"name": "xid", "status": "unhealthy", "action": "reboot",
-                "message": "XID 79: GPU has fallen off the bus", "gpu_index": 0,
-                "fault_key": {"kind": "xid:79", "gpu_index": 0}}],
-    "gpus": [{"index": 0, "uuid": "GPU-00000000", "name": "NVIDIA H100 80GB HBM3",
-              "pci_bus_id": "0000:18:00.0", "temperature_c": 40.0, "power_w": 100.0,
-              "memory_used_bytes": 0, "memory_total_bytes": 85899345920,
-              "utilization_pct": 0.0, "process_count": 0}],
-    "xids": [{"code": 79, "kind": "xid", "pci_bus_id": "0000:18:00.0",
-              "time": "2026-01-01T00:00:00Z", "boot_id": "b", "severity": "fatal",
-              "action": "reboot", "message": "GPU has fallen off the bus", "count": 1}],
-    "notice": {"kind": "maintenance", "source": "aws", "deadline": "2026-01-01T00:00:00Z",
-               "detail": "sample"},
+    "fleet": "sample",
+    "pool": "sample",
+    "node": "sample-sample-0001",
+    "status": "unhealthy",
+    "action": "reboot",
+    "health_score": 60,
+    "checks": [
+        {
+            "name": "xid",
+            "status": "unhealthy",
+            "action": "reboot",
+            "message": "XID 79: GPU has fallen off the bus",
+            "gpu_index": 0,
+            "fault_key": {"kind": "xid:79", "gpu_index": 0},
+        }
+    ],
+    "gpus": [
+        {
+            "index": 0,
+            "uuid": "GPU-00000000",
+            "name": "NVIDIA H100 80GB HBM3",
+            "pci_bus_id": "0000:18:00.0",
+            "temperature_c": 40.0,
+            "power_w": 100.0,
+            "memory_used_bytes": 0,
+            "memory_total_bytes": 85899345920,
+            "utilization_pct": 0.0,
+            "process_count": 0,
+        }
+    ],
+    "xids": [
+        {
+            "code": 79,
+            "kind": "xid",
+            "pci_bus_id": "0000:18:00.0",
+            "time": "2026-01-01T00:00:00Z",
+            "boot_id": "b",
+            "severity": "fatal",
+            "action": "reboot",
+            "message": "GPU has fallen off the bus",
+            "count": 1,
+        }
+    ],
+    "notice": {
+        "kind": "maintenance",
+        "source": "aws",
+        "deadline": "2026-01-01T00:00:00Z",
+        "detail": "sample",
+    },
 }
 
 
@@ -204,8 +263,8 @@ EAGER_CONTEXT_ITEMS = 64
 RULE_MAX_CHARS = 2000
 
 _CEL_STRING = re.compile(
-    r"'''.*?'''" + r'|""".*?"""' + r"|'(?:\\.|[^'\\])*'" + r'|"(?:\\.|[^"\\])*"',
-    re.S)
+    r"'''.*?'''" + r'|""".*?"""' + r"|'(?:\\.|[^'\\])*'" + r'|"(?:\\.|[^"\\])*"', re.S
+)
 _CEL_CALL = re.compile(r"\.\s*(exists_one|exists|all|map|filter)\s*\(|\(|\)")
 
 
@@ -230,7 +289,7 @@ def rule_cost(when: str) -> tuple[int, int]:
             add = _MACRO_LEVELS[m.group(1)]
             levels += add
             opened.append(add)
-            cost += MAX_LIST_ITEMS ** levels
+            cost += MAX_LIST_ITEMS**levels
             deepest = max(deepest, levels)
     return cost, deepest
 
@@ -246,8 +305,9 @@ def _parse_message(exc: Exception) -> tuple[int | None, str]:
     m = _PARSE_POS.search(text)
     if m is None:
         return None, text.splitlines()[0] if text else type(exc).__name__
-    return int(m.group(1)), f"{m.group(3).strip()} (line {m.group(1)}, column {m.group(2)} " \
-                            "of the expression)"
+    return int(
+        m.group(1)
+    ), f"{m.group(3).strip()} (line {m.group(1)}, column {m.group(2)} of the expression)"
 
 
 def _eval_message(exc: BaseException) -> str:
@@ -287,23 +347,29 @@ def compile_rule(
 
     def fail(message: str, hint: str, expr_line: int | None = None) -> ConfigError:
         at = line + expr_line - 1 if line is not None and expr_line else line
-        return ConfigError(f"rule {name!r}: {message}", file=file, line=at, key_path=key_path,
-                           hint=hint)
+        return ConfigError(
+            f"rule {name!r}: {message}", file=file, line=at, key_path=key_path, hint=hint
+        )
 
     try:
         rule_status = Status(status)
         remedy = Remedy(action) if action is not None else None
     except ValueError as exc:
-        raise fail(str(exc), "status: healthy|degraded|unhealthy; "
-                             "action: none|reset_gpu|reboot|replace") from exc
+        raise fail(
+            str(exc), "status: healthy|degraded|unhealthy; action: none|reset_gpu|reboot|replace"
+        ) from exc
     if rule_status is Status.UNKNOWN:
         raise fail("status unknown is for the agent to say", "use healthy, degraded or unhealthy")
     if remedy is Remedy.RESTART_APP:
-        raise fail("action restart_app is the application's to take, not a rung of the ladder",
-                   "action: none|reset_gpu|reboot|replace")
+        raise fail(
+            "action restart_app is the application's to take, not a rung of the ladder",
+            "action: none|reset_gpu|reboot|replace",
+        )
     if len(when) > RULE_MAX_CHARS:
-        raise fail(f"`when` is {len(when)} characters long, more than {RULE_MAX_CHARS}",
-                   "split it into several rules")
+        raise fail(
+            f"`when` is {len(when)} characters long, more than {RULE_MAX_CHARS}",
+            "split it into several rules",
+        )
     cost, depth = rule_cost(when)
     if cost > RULE_COST_MAX:
         raise fail(
@@ -311,26 +377,33 @@ def compile_rule(
             f"level {depth}; filter() counts two), more than the {RULE_COST_MAX:,} a rule "
             "may cost",
             "iterate one list at a time: no exists/all/map inside another, no filter() "
-            "(use exists, all or map(...).size()), at most 8 of them in one rule")
+            "(use exists, all or map(...).size()), at most 8 of them in one rule",
+        )
     try:
         program = cel.compile(when)
     except Exception as exc:  # the crate raises ValueError for every parse error
         expr_line, message = _parse_message(exc)
-        raise fail(f"CEL syntax error: {message}", "fix the expression in `when`",
-                   expr_line) from exc
+        raise fail(
+            f"CEL syntax error: {message}", "fix the expression in `when`", expr_line
+        ) from exc
     rule = Rule(name, when, rule_status, remedy, where, program, cost)
     quiet = {**SAMPLE_REPORT, "notice": None}
-    for sample, label in ((SAMPLE_REPORT, "a sample report"),
-                          (quiet, "a sample report without a notice")):
+    for sample, label in (
+        (SAMPLE_REPORT, "a sample report"),
+        (quiet, "a sample report without a notice"),
+    ):
         try:
             rule.test(report_context(sample))
         except RuleEvalError as exc:
             cause = exc.__cause__
             if isinstance(cause, _DATA_DEPENDENT):
                 continue
-            hint = ("guard with `notice != null && ...`" if sample is quiet
-                    else "names: status, action, health_score, node, pool, checks, gpus, xids, "
-                         "notice (see docs/health-policy.md); CEL does not mix int and double")
+            hint = (
+                "guard with `notice != null && ...`"
+                if sample is quiet
+                else "names: status, action, health_score, node, pool, checks, gpus, xids, "
+                "notice (see docs/health-policy.md); CEL does not mix int and double"
+            )
             raise fail(f"fails on {label}: {exc}", hint) from exc
     return rule
 
@@ -424,4 +497,3 @@ def _remedy(value: Any) -> Remedy:
         return Remedy(value)
     except ValueError:
         return Remedy.NONE
-

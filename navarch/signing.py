@@ -65,8 +65,9 @@ def _safe_int(text: str) -> int:
     return value
 
 
-_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                            allow_nan=False)
+_ENCODER = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
 _DECODER = json.JSONDecoder(parse_float=_plain_float, parse_int=_safe_int)
 
 
@@ -134,8 +135,11 @@ def sign(report: Mapping[str, Any], node_key: bytes) -> dict[str, Any]:
 def verify_canonical(canonical: bytes, signature: Any, node_key: bytes) -> bool:
     """True when signature ({"alg", "value"}) is valid for canonical under node_key
     (constant-time compare). For callers that already hold canonical_bytes(report)."""
-    if (not isinstance(signature, Mapping) or signature.get("alg") != ALG
-            or not isinstance(signature.get("value"), str)):
+    if (
+        not isinstance(signature, Mapping)
+        or signature.get("alg") != ALG
+        or not isinstance(signature.get("value"), str)
+    ):
         return False
     return hmac.compare_digest(mac(canonical, node_key), signature["value"])
 

@@ -124,8 +124,11 @@ class Placement:
 
     def matches(self, provider: str, zone: str, instance_type: str) -> bool:
         """True when an instance with these coordinates was launched in this placement."""
-        return (provider == self.provider and zone in self.zones
-                and instance_type in self.instance_types)
+        return (
+            provider == self.provider
+            and zone in self.zones
+            and instance_type in self.instance_types
+        )
 
 
 @dataclass(frozen=True)
@@ -176,8 +179,9 @@ class PoolSpec:
         """Every placement, in declared order."""
         return self.placements
 
-    def placement_of(self, provider: str, zone: str, instance_type: str
-                     ) -> tuple[int, Placement] | None:
+    def placement_of(
+        self, provider: str, zone: str, instance_type: str
+    ) -> tuple[int, Placement] | None:
         """The placement an instance was launched in -> (index, placement): the first whose
         provider, zones and types hold it, else the first on the same provider (a zone or
         type since removed from it), else None (its provider is in no placement)."""
@@ -195,9 +199,11 @@ class PoolSpec:
         order), else each placement's places in declared order (zone, type, placement)."""
         if self.place_order:
             return self.place_order
-        return tuple(PlaceSpec(i, pl.provider, zone, itype, spot)
-                     for i, pl in enumerate(self.placed())
-                     for zone, itype, spot in pl.places())
+        return tuple(
+            PlaceSpec(i, pl.provider, zone, itype, spot)
+            for i, pl in enumerate(self.placed())
+            for zone, itype, spot in pl.places()
+        )
 
     def launch_settings(self, placement: int = 0) -> tuple[tuple[str, str], ...]:
         """The settings that shape a launched machine beyond its type, zone and capacity:

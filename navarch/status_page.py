@@ -49,7 +49,9 @@ class AuditEvent:
     reason: str
 
 
-def recent_events(store: ObjectStore, fleet: str, limit: int = RECENT_EVENTS) -> tuple[AuditEvent, ...]:
+def recent_events(
+    store: ObjectStore, fleet: str, limit: int = RECENT_EVENTS
+) -> tuple[AuditEvent, ...]:
     """The newest `limit` audit records (events/<fleet>/...), newest first.
 
     Keys sort by date and run id (which starts with the run's UTC time), so the last
@@ -69,10 +71,18 @@ def recent_events(store: ObjectStore, fleet: str, limit: int = RECENT_EVENTS) ->
         for line in reversed(lines):
             try:
                 r = json.loads(line)
-                out.append(AuditEvent(str(r.get("time", "")), str(r.get("run_id", "")),
-                                      str(r.get("action", "")), str(r.get("pool", "")),
-                                      str(r.get("node") or "-"), bool(r.get("ok")),
-                                      str(r.get("detail", "")), str(r.get("reason", ""))))
+                out.append(
+                    AuditEvent(
+                        str(r.get("time", "")),
+                        str(r.get("run_id", "")),
+                        str(r.get("action", "")),
+                        str(r.get("pool", "")),
+                        str(r.get("node") or "-"),
+                        bool(r.get("ok")),
+                        str(r.get("detail", "")),
+                        str(r.get("reason", "")),
+                    )
+                )
             except (ValueError, AttributeError):
                 continue
             if len(out) >= limit:
@@ -84,9 +94,13 @@ def recent_events(store: ObjectStore, fleet: str, limit: int = RECENT_EVENTS) ->
 def _template() -> Any:
     import jinja2
 
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(data_dir("templates"))),
-                             undefined=jinja2.StrictUndefined, autoescape=True,
-                             trim_blocks=True, lstrip_blocks=True)
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(data_dir("templates"))),
+        undefined=jinja2.StrictUndefined,
+        autoescape=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
     return env.get_template("status.html.j2")
 
 
@@ -111,8 +125,9 @@ def _ladder_text(pool: Any, v: Any, pm: Any, now: datetime) -> str:
     return "; ".join(parts)
 
 
-def page_context(spec: FleetSpec, plan: Plan, memory: Memory, now: datetime,
-                 events: Sequence[AuditEvent] = ()) -> dict[str, Any]:
+def page_context(
+    spec: FleetSpec, plan: Plan, memory: Memory, now: datetime, events: Sequence[AuditEvent] = ()
+) -> dict[str, Any]:
     """The template's variables: fleet, generated_at, pools (each with its nodes, counts
     by lifecycle, breaker and capacity-backoff state, halts), rejections, events."""
     pools = []
@@ -125,38 +140,60 @@ def page_context(spec: FleetSpec, plan: Plan, memory: Memory, now: datetime,
     for p in spec.pools:
         views = by_pool.get(p.name, [])
         pm = memory.pool(p.name)
-        backoff = [f"{e.zone}/{e.instance_type}{' (spot)' if e.spot else ''} until "
-                   f"{e.until:%H:%M} UTC" for e in pm.exhausted if e.until > now]
-        pools.append({
-            "name": p.name, "provider": p.provider, "min": p.min_nodes,
-            "target": p.target_nodes, "max": p.max_nodes,
-            "breaker_open": any(h.rule is HaltRule.CIRCUIT_BREAKER for h in plan.halts
-                                if h.pool == p.name),
-            "backoff": backoff, "halts": halts_by_pool.get(p.name, []),
-            "lifecycles": sorted(Counter(v.lifecycle.value for v in views).items()),
-            "nodes": [{
-                "node": v.node, "lifecycle": v.lifecycle.value,
-                "health": v.summary.status if v.summary else "-",
-                "score": v.summary.health_score if v.summary else "-",
-                "instance_id": v.instance.instance_id if v.instance else "-",
-                "zone": v.instance.zone if v.instance else "-",
-                "age": _age(v.report_age_s), "reason": v.reason,
-                "ladder": _ladder_text(p, v, pm, now),
-            } for v in views],
-            "lemons": list(pm.lemons), "lemon_hosts": list(pm.lemon_hosts),
-        })
+        backoff = [
+            f"{e.zone}/{e.instance_type}{' (spot)' if e.spot else ''} until {e.until:%H:%M} UTC"
+            for e in pm.exhausted
+            if e.until > now
+        ]
+        pools.append(
+            {
+                "name": p.name,
+                "provider": p.provider,
+                "min": p.min_nodes,
+                "target": p.target_nodes,
+                "max": p.max_nodes,
+                "breaker_open": any(
+                    h.rule is HaltRule.CIRCUIT_BREAKER for h in plan.halts if h.pool == p.name
+                ),
+                "backoff": backoff,
+                "halts": halts_by_pool.get(p.name, []),
+                "lifecycles": sorted(Counter(v.lifecycle.value for v in views).items()),
+                "nodes": [
+                    {
+                        "node": v.node,
+                        "lifecycle": v.lifecycle.value,
+                        "health": v.summary.status if v.summary else "-",
+                        "score": v.summary.health_score if v.summary else "-",
+                        "instance_id": v.instance.instance_id if v.instance else "-",
+                        "zone": v.instance.zone if v.instance else "-",
+                        "age": _age(v.report_age_s),
+                        "reason": v.reason,
+                        "ladder": _ladder_text(p, v, pm, now),
+                    }
+                    for v in views
+                ],
+                "lemons": list(pm.lemons),
+                "lemon_hosts": list(pm.lemon_hosts),
+            }
+        )
     return {
-        "fleet": spec.name, "generated_at": ts(now), "state_serial": memory.serial,
-        "fleet_breaker_open": any(h.rule is HaltRule.CIRCUIT_BREAKER and h.pool == "*"
-                                  for h in plan.halts),
+        "fleet": spec.name,
+        "generated_at": ts(now),
+        "state_serial": memory.serial,
+        "fleet_breaker_open": any(
+            h.rule is HaltRule.CIRCUIT_BREAKER and h.pool == "*" for h in plan.halts
+        ),
         "fleet_halts": halts_by_pool.get("*", []),
-        "pools": pools, "rejections": sorted(memory.rejections),
-        "events": list(events), "pending": list(plan.pending),
+        "pools": pools,
+        "rejections": sorted(memory.rejections),
+        "events": list(events),
+        "pending": list(plan.pending),
     }
 
 
-def render_status_page(spec: FleetSpec, plan: Plan, memory: Memory, now: datetime,
-                       events: Sequence[AuditEvent] = ()) -> str:
+def render_status_page(
+    spec: FleetSpec, plan: Plan, memory: Memory, now: datetime, events: Sequence[AuditEvent] = ()
+) -> str:
     """The status page's HTML. plan: with views (a gather's or an apply's); memory: the
     fleet's Memory (capacity backoff, rejections). Raises jinja2.UndefinedError on a
     template bug."""

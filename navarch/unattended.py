@@ -31,9 +31,16 @@ class Unattended:
     --pool selection (None: all); progress: show a progress bar when stderr is a tty;
     clock: the run's clock (navarch.reconcile.run.Clock; default the system clock)."""
 
-    def __init__(self, fleet: Any, run_id: str, *, metrics_textfile: str | None = None,
-                 pools: frozenset[str] | None = None, progress: bool = True,
-                 clock: Callable[[], datetime] | None = None) -> None:
+    def __init__(
+        self,
+        fleet: Any,
+        run_id: str,
+        *,
+        metrics_textfile: str | None = None,
+        pools: frozenset[str] | None = None,
+        progress: bool = True,
+        clock: Callable[[], datetime] | None = None,
+    ) -> None:
         self.fleet = fleet
         self.clock = clock or (lambda: datetime.now(UTC))
         self.run_id = run_id
@@ -53,7 +60,8 @@ class Unattended:
             ok = inner(plan)
             if ok:
                 self._bar = self._stack.enter_context(
-                    logs.progress(len(plan.actions), "applying", self.show_progress))
+                    logs.progress(len(plan.actions), "applying", self.show_progress)
+                )
             return ok
 
         return run
@@ -64,10 +72,19 @@ class Unattended:
         def run(outcome: Any) -> None:
             inner(outcome)
             a = outcome.action
-            log.info("%s %s %s", a.kind.value, a.node or a.pool,
-                     "ok" if outcome.ok else "failed",
-                     extra={"action": a.kind.value, "pool": a.pool, "node": a.node,
-                            "ok": outcome.ok, "detail": outcome.detail})
+            log.info(
+                "%s %s %s",
+                a.kind.value,
+                a.node or a.pool,
+                "ok" if outcome.ok else "failed",
+                extra={
+                    "action": a.kind.value,
+                    "pool": a.pool,
+                    "node": a.node,
+                    "ok": outcome.ok,
+                    "detail": outcome.detail,
+                },
+            )
             if self._bar is not None:
                 self._bar.advance()
 
@@ -83,9 +100,15 @@ class Unattended:
         from navarch.notify.dispatch import notify_run
 
         self.close()
-        self.deliveries = notify_run(self.fleet.spec, self.fleet.store, now=self.clock(),
-                                     run_id=self.run_id, result=result, error=error,
-                                     pools=self.pools)
+        self.deliveries = notify_run(
+            self.fleet.spec,
+            self.fleet.store,
+            now=self.clock(),
+            run_id=self.run_id,
+            result=result,
+            error=error,
+            pools=self.pools,
+        )
 
     # -- after the run ------------------------------------------------------------------
     def finish(self, result: Any | None, error: BaseException | None) -> None:
@@ -99,25 +122,36 @@ class Unattended:
         if self.metrics_textfile or spec.metrics.pushgateway:
             from navarch import metrics
 
-            last = (metrics.previous_last_success(self.metrics_textfile, spec.name)
-                    if self.metrics_textfile else None)
-            facts = metrics.RunFacts(result, now, time.monotonic() - self.started,
-                                     self.deliveries, last)
+            last = (
+                metrics.previous_last_success(self.metrics_textfile, spec.name)
+                if self.metrics_textfile
+                else None
+            )
+            facts = metrics.RunFacts(
+                result, now, time.monotonic() - self.started, self.deliveries, last
+            )
             registry = metrics.build_registry(spec, facts)
             if self.metrics_textfile:
                 try:
                     metrics.write_textfile(self.metrics_textfile, registry)
                 except OSError as exc:
-                    log.warning("cannot write the metrics textfile %s: %s",
-                                self.metrics_textfile, exc.strerror)
+                    log.warning(
+                        "cannot write the metrics textfile %s: %s",
+                        self.metrics_textfile,
+                        exc.strerror,
+                    )
             metrics.push(spec, registry, facts.success)
         if spec.status_page and result is not None:
             from navarch import status_page
 
             try:
                 html = status_page.render_status_page(
-                    spec, result.plan, result.memory, now,
-                    status_page.recent_events(self.fleet.store, spec.name))
+                    spec,
+                    result.plan,
+                    result.memory,
+                    now,
+                    status_page.recent_events(self.fleet.store, spec.name),
+                )
                 status_page.publish(self.fleet.store, spec, html)
             except NavarchError as exc:
                 log.warning("cannot write the status page: %s", exc)
@@ -131,6 +165,10 @@ class Unattended:
         logs.summary(
             f"apply finished: exit {exit_code}, {len(outcomes) - failed} action(s) ok, "
             f"{failed} failed, {notified} notification(s) sent, {notify_failed} sink(s) failed",
-            exit_code=exit_code, actions=len(outcomes), failed=failed,
-            notifications_sent=notified, notification_failures=notify_failed,
-            duration_s=round(time.monotonic() - self.started, 3))
+            exit_code=exit_code,
+            actions=len(outcomes),
+            failed=failed,
+            notifications_sent=notified,
+            notification_failures=notify_failed,
+            duration_s=round(time.monotonic() - self.started, 3),
+        )

@@ -182,8 +182,9 @@ def _vendored_files(top: str) -> list[tuple[str, Path]]:
     """(arcname, file) of one pure-Python library: its .py files and py.typed, no .so."""
     spec = importlib.util.find_spec(top)
     if spec is None or spec.origin is None:
-        raise ModuleNotFoundError(f"{top} is not installed; the agent bundle vendors it "
-                                  "(pip install navarch installs it)")
+        raise ModuleNotFoundError(
+            f"{top} is not installed; the agent bundle vendors it (pip install navarch installs it)"
+        )
     origin = Path(spec.origin)
     if origin.name != "__init__.py":
         return [(origin.name, origin)]
@@ -202,8 +203,10 @@ def bundle_members() -> list[tuple[str, Path]]:
     Raises ModuleNotFoundError when a vendored library is not installed here.
     """
     root = _package_root()
-    members = [(_module_file(m).relative_to(root.parent).as_posix(), _module_file(m))
-               for m in _navarch_modules()]
+    members = [
+        (_module_file(m).relative_to(root.parent).as_posix(), _module_file(m))
+        for m in _navarch_modules()
+    ]
     for top in VENDORED:
         members += _vendored_files(top)
     return sorted(members)
@@ -227,8 +230,9 @@ def build_bundle() -> AgentBundle:
             info.compress_type = zipfile.ZIP_DEFLATED
             zf.writestr(info, data, compresslevel=9)
     data = buf.getvalue()
-    return AgentBundle(data=data, sha256=hashlib.sha256(data).hexdigest(),
-                       version=navarch.__version__)
+    return AgentBundle(
+        data=data, sha256=hashlib.sha256(data).hexdigest(), version=navarch.__version__
+    )
 
 
 def write_bundle(out: str | Path) -> AgentBundle:

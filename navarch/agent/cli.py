@@ -102,8 +102,7 @@ def cmd_agent_watch(args: argparse.Namespace) -> int:
     log = _setup_logging(sys.stdout)
     try:
         load_config(args.config)  # a bad config stops here, not in the loop
-        watch(lambda: load_config(args.config), interval_s=args.interval_s,
-              stop=threading.Event())
+        watch(lambda: load_config(args.config), interval_s=args.interval_s, stop=threading.Event())
     except NavarchError as exc:
         log.error("watch_not_started", extra={"fields": {"error": str(exc)}})
         return EXIT_FAILED
@@ -120,8 +119,7 @@ def _write_metrics(path: str, report: dict[str, Any], log: logging.Logger) -> No
     try:
         write_report_metrics(path, report)
     except OSError as exc:
-        log.error("metrics_not_written",
-                  extra={"fields": {"error": str(exc), "path": path}})
+        log.error("metrics_not_written", extra={"fields": {"error": str(exc), "path": path}})
 
 
 def cmd_agent_install(args: argparse.Namespace) -> int:
@@ -187,7 +185,8 @@ def register(subparsers: Any) -> None:
         "--interval-s", type=float, default=30.0, help="seconds between checks without --once"
     )
     s.add_argument(
-        "--metrics-textfile", metavar="PATH",
+        "--metrics-textfile",
+        metavar="PATH",
         help="also write the GPU readings as Prometheus metrics (node_exporter textfile)",
     )
     s.set_defaults(func=cmd_agent_run)
@@ -218,4 +217,3 @@ def register(subparsers: Any) -> None:
     s = asub.add_parser("bundle", help="write the self-contained agent zipapp (navarch-agent.pyz)")
     s.add_argument("--out", default="navarch-agent.pyz", help="where (default ./navarch-agent.pyz)")
     s.set_defaults(func=cmd_agent_bundle)
-

@@ -95,8 +95,9 @@ class AgentConfig:
         if isinstance(self.heartbeat_s, bool) or not (
             isinstance(self.heartbeat_s, (int, float)) and 0 <= self.heartbeat_s <= 86400
         ):
-            raise ConfigError("heartbeat_s must be a number of seconds 0-86400",
-                              key_path="heartbeat_s")
+            raise ConfigError(
+                "heartbeat_s must be a number of seconds 0-86400", key_path="heartbeat_s"
+            )
         if self.gpu_count is not None and (
             not isinstance(self.gpu_count, int) or not 0 <= self.gpu_count <= 64
         ):

@@ -341,7 +341,9 @@ class FakeGpuBackend:
         if self._probe is None:
             gpus = tuple(self._gpu(i) for i in range(self.gpu_count))
             self._probe = GpuProbe(
-                backend="fake", gpus=gpus, device_count=self.gpu_count,
+                backend="fake",
+                gpus=gpus,
+                device_count=self.gpu_count,
                 driver_version="570.133.20",
             )
         return self._probe

@@ -73,7 +73,10 @@ class NodeHost(Protocol):
         ...
 
     def plugin_checks(
-        self, config: AgentConfig, boot_id: str, gpus: Sequence[Mapping[str, Any]],
+        self,
+        config: AgentConfig,
+        boot_id: str,
+        gpus: Sequence[Mapping[str, Any]],
         checks: Sequence[Check],
     ) -> list[Check]:
         """The checks of the node's navarch.checks plugins, after the built-in ones."""
@@ -237,14 +240,18 @@ class FileHost:
         return gpu_reset_marker(self.config).exists()
 
     def plugin_checks(
-        self, config: AgentConfig, boot_id: str, gpus: Sequence[Mapping[str, Any]],
+        self,
+        config: AgentConfig,
+        boot_id: str,
+        gpus: Sequence[Mapping[str, Any]],
         checks: Sequence[Check],
     ) -> list[Check]:
         """Every installed navarch.checks plugin (navarch.agent.plugin_checks)."""
         from navarch.agent.plugin_checks import context_for, plugin_checks
 
-        return plugin_checks(context_for(config, boot_id, gpus, checks),
-                             config.plugin_check_timeout_s)
+        return plugin_checks(
+            context_for(config, boot_id, gpus, checks), config.plugin_check_timeout_s
+        )
 
     def read_notice(self, now: datetime) -> dict[str, Any] | None:
         """A preemption / maintenance notice: the notice file first, then cloud metadata."""

@@ -442,8 +442,7 @@ def read_kmsg(
 
 
 def read_text_file(
-    path: str | os.PathLike[str], position: dict[str, Any] | None, *,
-    now: datetime | None = None
+    path: str | os.PathLike[str], position: dict[str, Any] | None, *, now: datetime | None = None
 ) -> ReadResult:
     """Lines of a text kernel log (dmesg / syslog output, or the local provider's file).
 

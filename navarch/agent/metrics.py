@@ -50,50 +50,78 @@ def report_registry(report: Mapping[str, Any]) -> Any:
     readings = {
         "temperature_c": (gauge("navarch_node_gpu_temperature_celsius", "GPU temperature"), 1.0),
         "power_w": (gauge("navarch_node_gpu_power_watts", "GPU power draw"), 1.0),
-        "utilization_pct": (gauge("navarch_node_gpu_utilization_ratio",
-                                  "GPU utilisation, 0 to 1"), 0.01),
-        "memory_used_bytes": (gauge("navarch_node_gpu_memory_used_bytes",
-                                    "GPU memory in use"), 1.0),
-        "memory_total_bytes": (gauge("navarch_node_gpu_memory_total_bytes",
-                                     "GPU memory size"), 1.0),
+        "utilization_pct": (
+            gauge("navarch_node_gpu_utilization_ratio", "GPU utilisation, 0 to 1"),
+            0.01,
+        ),
+        "memory_used_bytes": (
+            gauge("navarch_node_gpu_memory_used_bytes", "GPU memory in use"),
+            1.0,
+        ),
+        "memory_total_bytes": (
+            gauge("navarch_node_gpu_memory_total_bytes", "GPU memory size"),
+            1.0,
+        ),
     }
     gpu_labels: dict[int, list[str]] = {}
     by_pci: dict[str, list[str]] = {}
     for g in report.get("gpus", ()):
-        labels = [*node, str(g.get("index", "")), str(g.get("uuid", "")),
-                  str(g.get("pci_bus_id", ""))]
+        labels = [
+            *node,
+            str(g.get("index", "")),
+            str(g.get("uuid", "")),
+            str(g.get("pci_bus_id", "")),
+        ]
         gpu_labels[int(g.get("index", -1))] = labels
         by_pci[str(g.get("pci_bus_id", "")).lower()] = labels
         for field, (metric, scale) in readings.items():
             if g.get(field) is not None:
                 metric.labels(*labels).set(float(g[field]) * scale)
-    ecc = PromCounter("navarch_node_gpu_ecc_errors", "Volatile ECC errors since the driver "
-                      "loaded", [*per_gpu, "type"], registry=reg)
+    ecc = PromCounter(
+        "navarch_node_gpu_ecc_errors",
+        "Volatile ECC errors since the driver loaded",
+        [*per_gpu, "type"],
+        registry=reg,
+    )
     for c in report.get("checks", ()):
         if c.get("name") == "ecc" and c.get("gpu_index") in gpu_labels:
             ev = c.get("evidence") or {}
-            for key, kind in (("corrected_volatile", "corrected"),
-                              ("uncorrected_volatile", "uncorrected")):
+            for key, kind in (
+                ("corrected_volatile", "corrected"),
+                ("uncorrected_volatile", "uncorrected"),
+            ):
                 if isinstance(ev.get(key), int | float):
                     ecc.labels(*gpu_labels[c["gpu_index"]], kind).inc(ev[key])
-    xid = PromCounter("navarch_node_gpu_xid_errors", "XID events in the kernel log since "
-                      "boot", [*per_gpu, "code"], registry=reg)
-    counts = Counter((str(x.get("pci_bus_id", "")).lower(), int(x.get("code", 0)))
-                     for x in report.get("xids", ()))
+    xid = PromCounter(
+        "navarch_node_gpu_xid_errors",
+        "XID events in the kernel log since boot",
+        [*per_gpu, "code"],
+        registry=reg,
+    )
+    counts = Counter(
+        (str(x.get("pci_bus_id", "")).lower(), int(x.get("code", 0)))
+        for x in report.get("xids", ())
+    )
     for (pci, code), n in sorted(counts.items()):
         labels = by_pci.get(pci, [*node, "", "", pci])
         xid.labels(*labels, str(code)).inc(n)
-    Gauge("navarch_node_health_score", "The node's health score, 0-100", base,
-          registry=reg).labels(*node).set(float(report.get("health_score", 0)))
-    status = Gauge("navarch_node_health_status", "1 for the node's current status", [*base,
-                   "status"], registry=reg)
+    Gauge("navarch_node_health_score", "The node's health score, 0-100", base, registry=reg).labels(
+        *node
+    ).set(float(report.get("health_score", 0)))
+    status = Gauge(
+        "navarch_node_health_status",
+        "1 for the node's current status",
+        [*base, "status"],
+        registry=reg,
+    )
     for s in STATUSES:
         status.labels(*node, s).set(1 if report.get("status") == s else 0)
     when = report.get("generated_at")
     if isinstance(when, str):
         stamp = datetime.fromisoformat(when.replace("Z", "+00:00")).timestamp()
-        Gauge("navarch_node_report_timestamp_seconds", "When the report was made", base,
-              registry=reg).labels(*node).set(stamp)
+        Gauge(
+            "navarch_node_report_timestamp_seconds", "When the report was made", base, registry=reg
+        ).labels(*node).set(stamp)
     return reg
 
 

@@ -89,8 +89,14 @@ class _Session:
     def __init__(self) -> None:
         self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
-    def _call(self, method: str, url: str, headers: dict[str, str], timeout: float,
-              params: dict[str, str] | None = None) -> _Reply:
+    def _call(
+        self,
+        method: str,
+        url: str,
+        headers: dict[str, str],
+        timeout: float,
+        params: dict[str, str] | None = None,
+    ) -> _Reply:
         if params:
             url = f"{url}?{urllib.parse.urlencode(params)}"
         data = b"" if method == "PUT" else None
@@ -101,8 +107,14 @@ class _Session:
         except urllib.error.HTTPError as exc:
             return _Reply(exc.code, exc.read().decode(errors="replace"))
 
-    def get(self, url: str, *, headers: dict[str, str], timeout: float,
-            params: dict[str, str] | None = None) -> _Reply:
+    def get(
+        self,
+        url: str,
+        *,
+        headers: dict[str, str],
+        timeout: float,
+        params: dict[str, str] | None = None,
+    ) -> _Reply:
         return self._call("GET", url, headers, timeout, params)
 
     def put(self, url: str, *, headers: dict[str, str], timeout: float) -> _Reply:

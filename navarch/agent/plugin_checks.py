@@ -29,8 +29,14 @@ from navarch.health import Remedy, Status
 from navarch.plugins import Group, PluginRef, call_within, discover, load
 from navarch.signing import canonical_bytes
 
-__all__ = ["plugin_checks", "run_plugin_check", "check_from_result", "context_for",
-           "MAX_EVIDENCE_BYTES", "MAX_EVIDENCE_DEPTH"]
+__all__ = [
+    "plugin_checks",
+    "run_plugin_check",
+    "check_from_result",
+    "context_for",
+    "MAX_EVIDENCE_BYTES",
+    "MAX_EVIDENCE_DEPTH",
+]
 
 log = logging.getLogger("navarch.agent")
 
@@ -83,8 +89,14 @@ def check_from_result(ref: PluginRef, got: object) -> Check:
     if action not in actions:
         raise PluginError(ref, f"action {action!r} is not one of {actions}")
     evidence = _evidence(ref, got.get("evidence", {}))
-    check = Check(ref.name[:_MAX_NAME], Status(got["status"]), Remedy(action),
-                  got["message"][:_MAX_MESSAGE], evidence=evidence, plugin=ref.dist or ref.value)
+    check = Check(
+        ref.name[:_MAX_NAME],
+        Status(got["status"]),
+        Remedy(action),
+        got["message"][:_MAX_MESSAGE],
+        evidence=evidence,
+        plugin=ref.dist or ref.value,
+    )
     try:  # what has no RFC 8785 form (a lone surrogate, an integer past 2**53) cannot be signed
         canonical_bytes(check.to_json())
     except ValueError as exc:
@@ -94,11 +106,17 @@ def check_from_result(ref: PluginRef, got: object) -> Check:
 
 def _failed(error: PluginError) -> Check:
     """A broken plugin's check: degraded, its one-line error as the message."""
-    log.warning("plugin_check_failed", extra={"fields": {"plugin": error.name,
-                                                         "error": str(error)}})
-    return Check(error.name[:_MAX_NAME], Status.DEGRADED, Remedy.NONE, str(error)[:_MAX_MESSAGE],
-                 evidence={"plugin_error": error.reason[:_MAX_MESSAGE]},
-                 plugin=error.dist or error.value)
+    log.warning(
+        "plugin_check_failed", extra={"fields": {"plugin": error.name, "error": str(error)}}
+    )
+    return Check(
+        error.name[:_MAX_NAME],
+        Status.DEGRADED,
+        Remedy.NONE,
+        str(error)[:_MAX_MESSAGE],
+        evidence={"plugin_error": error.reason[:_MAX_MESSAGE]},
+        plugin=error.dist or error.value,
+    )
 
 
 def run_plugin_check(name: str, context: Mapping[str, Any], timeout_s: float) -> Check:
@@ -135,9 +153,16 @@ def plugin_checks(context: Mapping[str, Any], timeout_s: float) -> list[Check]:
     return out
 
 
-def context_for(config: Any, boot_id: str, gpus: Sequence[Mapping[str, Any]],
-                checks: Sequence[Check]) -> dict[str, Any]:
+def context_for(
+    config: Any, boot_id: str, gpus: Sequence[Mapping[str, Any]], checks: Sequence[Check]
+) -> dict[str, Any]:
     """The context plugin checks get (see plugin_checks)."""
-    return {"fleet": config.fleet, "pool": config.pool, "node": config.node,
-            "instance_id": config.current_instance_id(), "boot_id": boot_id,
-            "gpus": [dict(g) for g in gpus], "checks": [c.to_json() for c in checks]}
+    return {
+        "fleet": config.fleet,
+        "pool": config.pool,
+        "node": config.node,
+        "instance_id": config.current_instance_id(),
+        "boot_id": boot_id,
+        "gpus": [dict(g) for g in gpus],
+        "checks": [c.to_json() for c in checks],
+    }

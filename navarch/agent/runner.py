@@ -293,8 +293,13 @@ def count_streaks(
     return out, new
 
 
-def change_digest(checks: Sequence[Check], probe: GpuProbe, boot_id: str,
-                  notice: Mapping[str, Any] | None, verdict_checks: int = 1) -> str:
+def change_digest(
+    checks: Sequence[Check],
+    probe: GpuProbe,
+    boot_id: str,
+    notice: Mapping[str, Any] | None,
+    verdict_checks: int = 1,
+) -> str:
     """What makes a report worth writing at once, as a short digest: the boot, the verdict
     (each check's name, status and fault), the consecutive counts below STREAK_WRITE_CAP
     (each fault's, and ``verdict_checks``: the checks in a row with this overall status),
@@ -305,8 +310,15 @@ def change_digest(checks: Sequence[Check], probe: GpuProbe, boot_id: str,
     doc = {
         "boot_id": boot_id,
         "checks": sorted(
-            json.dumps([c.name, c.status.value, c.gpu_index, c.fault_kind,
-                        min(c.consecutive or 0, STREAK_WRITE_CAP)])
+            json.dumps(
+                [
+                    c.name,
+                    c.status.value,
+                    c.gpu_index,
+                    c.fault_kind,
+                    min(c.consecutive or 0, STREAK_WRITE_CAP),
+                ]
+            )
             for c in checks
         ),
         "busy_gpus": [g.index for g in probe.gpus if g.process_count],
@@ -317,8 +329,7 @@ def change_digest(checks: Sequence[Check], probe: GpuProbe, boot_id: str,
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
-def report_due(written: Mapping[str, Any], change: str, heartbeat_s: float,
-               now: datetime) -> bool:
+def report_due(written: Mapping[str, Any], change: str, heartbeat_s: float, now: datetime) -> bool:
     """Whether this check writes its report: on the first check, when the change digest
     differs from the last written report's, or when ``heartbeat_s`` has passed since that
     write (also when the clock stepped back past it)."""
@@ -561,8 +572,9 @@ def _mark_written(host: NodeHost, state: AgentState, change: str, now: datetime)
     try:
         host.save_state(replace(state, written={"at_s": now.timestamp(), "change": change}))
     except OSError as exc:
-        log.error("state_write_failed",
-                  extra={"fields": {"path": host.state_path, "error": str(exc)}})
+        log.error(
+            "state_write_failed", extra={"fields": {"path": host.state_path, "error": str(exc)}}
+        )
 
 
 def _log_report(config: AgentConfig, report: Mapping[str, Any], written: bool, source: str) -> None:
@@ -620,7 +632,9 @@ def run_once(
     host = host or FileHost(config)
     state, problem = host.load_state()
     if problem is not None:
-        log.warning("state_rebuilt", extra={"fields": {"path": host.state_path, "problem": problem}})
+        log.warning(
+            "state_rebuilt", extra={"fields": {"path": host.state_path, "problem": problem}}
+        )
 
     probe = _safe_probe(backend or choose_backend(config))
     gchecks, counters = _gpu_checks_and_counters(probe, state.counters, boot_id, now)
@@ -642,8 +656,11 @@ def run_once(
     streaks[verdict] = int(state.streaks.get(verdict, 0) if state.boot_id == boot_id else 0) + 1
     notice = host.read_notice(now)
     change = change_digest(checks, probe, boot_id, notice, streaks[verdict])
-    due = to_stdout or problem is not None or report_due(
-        state.written, change, config.heartbeat_s, now)
+    due = (
+        to_stdout
+        or problem is not None
+        or report_due(state.written, change, config.heartbeat_s, now)
+    )
 
     sequence = state.sequence
     if due:

@@ -76,8 +76,14 @@ class _Response:
     headers: Headers
 
 
-def _request(method: str, url: str, headers: Headers, data: bytes | None = None,
-             timeout_s: float = REQUEST_TIMEOUT_S, proxies: bool = True) -> _Response:
+def _request(
+    method: str,
+    url: str,
+    headers: Headers,
+    data: bytes | None = None,
+    timeout_s: float = REQUEST_TIMEOUT_S,
+    proxies: bool = True,
+) -> _Response:
     """One HTTP request; any status is a response, a network failure raises StoreError."""
     handlers = [] if proxies else [urllib.request.ProxyHandler({})]
     opener = urllib.request.build_opener(*handlers)
@@ -93,8 +99,14 @@ def _request(method: str, url: str, headers: Headers, data: bytes | None = None,
 
 def _metadata(method: str, url: str, headers: Headers) -> str:
     """A link-local metadata call (never through a proxy); StoreError unless 200."""
-    r = _request(method, url, headers, data=b"" if method == "PUT" else None,
-                 timeout_s=METADATA_TIMEOUT_S, proxies=False)
+    r = _request(
+        method,
+        url,
+        headers,
+        data=b"" if method == "PUT" else None,
+        timeout_s=METADATA_TIMEOUT_S,
+        proxies=False,
+    )
     if r.status != 200:
         raise StoreError(f"metadata {url}: HTTP {r.status}: {r.body[:200]!r}")
     return r.body.decode()
@@ -111,9 +123,16 @@ def _hmac(key: bytes, msg: str) -> bytes:
     return hmac.new(key, msg.encode(), hashlib.sha256).digest()
 
 
-def sigv4_headers(method: str, url: str, headers: Headers, payload: bytes,
-                  creds: AwsCredentials, region: str, now: datetime,
-                  service: str = "s3") -> Headers:
+def sigv4_headers(
+    method: str,
+    url: str,
+    headers: Headers,
+    payload: bytes,
+    creds: AwsCredentials,
+    region: str,
+    now: datetime,
+    service: str = "s3",
+) -> Headers:
     """The request's headers with AWS Signature Version 4 added (Authorization, X-Amz-Date,
     X-Amz-Content-Sha256, X-Amz-Security-Token when a session token is set).
 
@@ -135,36 +154,42 @@ def sigv4_headers(method: str, url: str, headers: Headers, payload: bytes,
         f"{urllib.parse.quote(k, safe='-_.~')}={urllib.parse.quote(v, safe='-_.~')}"
         for k, v in sorted(query)
     )
-    canonical = "\n".join([
-        method,
-        urllib.parse.quote(urllib.parse.unquote(parts.path) or "/", safe="/-_.~"),
-        canonical_query,
-        "".join(f"{k}:{canon[k]}\n" for k in sorted(canon)),
-        signed,
-        out["X-Amz-Content-Sha256"],
-    ])
+    canonical = "\n".join(
+        [
+            method,
+            urllib.parse.quote(urllib.parse.unquote(parts.path) or "/", safe="/-_.~"),
+            canonical_query,
+            "".join(f"{k}:{canon[k]}\n" for k in sorted(canon)),
+            signed,
+            out["X-Amz-Content-Sha256"],
+        ]
+    )
     scope = f"{amz_date[:8]}/{region}/{service}/aws4_request"
     to_sign = "\n".join(["AWS4-HMAC-SHA256", amz_date, scope, _sha256_hex(canonical.encode())])
     key = _hmac(("AWS4" + creds.secret_access_key).encode(), amz_date[:8])
     for part in (region, service, "aws4_request"):
         key = _hmac(key, part)
     signature = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
-    out["Authorization"] = (f"AWS4-HMAC-SHA256 Credential={creds.access_key_id}/{scope}, "
-                            f"SignedHeaders={signed}, Signature={signature}")
+    out["Authorization"] = (
+        f"AWS4-HMAC-SHA256 Credential={creds.access_key_id}/{scope}, "
+        f"SignedHeaders={signed}, Signature={signature}"
+    )
     return out
 
 
 def _imds_token() -> str:
-    return _metadata("PUT", f"{AWS_IMDS}/latest/api/token",
-                     {"X-aws-ec2-metadata-token-ttl-seconds": "300"})
+    return _metadata(
+        "PUT", f"{AWS_IMDS}/latest/api/token", {"X-aws-ec2-metadata-token-ttl-seconds": "300"}
+    )
 
 
 def aws_credentials() -> AwsCredentials:
     """Credentials from the environment, else the instance role (IMDSv2). Raises StoreError."""
     env = os.environ
     if env.get("AWS_ACCESS_KEY_ID") and env.get("AWS_SECRET_ACCESS_KEY"):
-        return AwsCredentials(env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"],
-                              env.get("AWS_SESSION_TOKEN", ""))
+        return AwsCredentials(
+            env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"], env.get("AWS_SESSION_TOKEN", "")
+        )
     token = {"X-aws-ec2-metadata-token": _imds_token()}
     base = f"{AWS_IMDS}/latest/meta-data/iam/security-credentials/"
     role = _metadata("GET", base, token).splitlines()[0].strip()
@@ -185,9 +210,13 @@ def aws_region() -> str:
 
 
 def _gcp_token() -> str:
-    doc = json.loads(_metadata(
-        "GET", f"{GCP_METADATA}/computeMetadata/v1/instance/service-accounts/default/token",
-        {"Metadata-Flavor": "Google"}))
+    doc = json.loads(
+        _metadata(
+            "GET",
+            f"{GCP_METADATA}/computeMetadata/v1/instance/service-accounts/default/token",
+            {"Metadata-Flavor": "Google"},
+        )
+    )
     return str(doc["access_token"])
 
 
@@ -196,8 +225,11 @@ def _azure_token() -> str:
     if os.environ.get("AZURE_CLIENT_ID"):  # one of several user-assigned identities
         params["client_id"] = os.environ["AZURE_CLIENT_ID"]
     query = urllib.parse.urlencode(params)
-    doc = json.loads(_metadata("GET", f"{AZURE_IMDS}/metadata/identity/oauth2/token?{query}",
-                               {"Metadata": "true"}))
+    doc = json.loads(
+        _metadata(
+            "GET", f"{AZURE_IMDS}/metadata/identity/oauth2/token?{query}", {"Metadata": "true"}
+        )
+    )
     return str(doc["access_token"])
 
 
@@ -205,8 +237,9 @@ def _connection_string(text: str) -> dict[str, str]:
     return dict(part.split("=", 1) for part in text.split(";") if "=" in part)
 
 
-def _shared_key_headers(method: str, url: str, headers: Headers, length: int,
-                        account: str, key_b64: str) -> Headers:
+def _shared_key_headers(
+    method: str, url: str, headers: Headers, length: int, account: str, key_b64: str
+) -> Headers:
     """Azure Storage Shared Key authorization (2009-09-19 and later string-to-sign)."""
     parts = urllib.parse.urlsplit(url)
     out = dict(headers)
@@ -216,13 +249,24 @@ def _shared_key_headers(method: str, url: str, headers: Headers, length: int,
     resource = f"/{account}{parts.path}"
     for k, v in sorted(urllib.parse.parse_qsl(parts.query)):
         resource += f"\n{k.lower()}:{v}"
-    fields = ["content-encoding", "content-language", None, "content-md5", "content-type",
-              "date", "if-modified-since", "if-match", "if-none-match",
-              "if-unmodified-since", "range"]
+    fields = [
+        "content-encoding",
+        "content-language",
+        None,
+        "content-md5",
+        "content-type",
+        "date",
+        "if-modified-since",
+        "if-match",
+        "if-none-match",
+        "if-unmodified-since",
+        "range",
+    ]
     values = [(str(length) if length else "") if f is None else lower.get(f, "") for f in fields]
     to_sign = "\n".join([method, *values, ms + resource])
-    sig = base64.b64encode(hmac.new(base64.b64decode(key_b64), to_sign.encode(),
-                                    hashlib.sha256).digest()).decode()
+    sig = base64.b64encode(
+        hmac.new(base64.b64decode(key_b64), to_sign.encode(), hashlib.sha256).digest()
+    ).decode()
     out["Authorization"] = f"SharedKey {account}:{sig}"
     return out
 
@@ -242,9 +286,14 @@ class HttpStore:
 
     parallel_gets = 1
 
-    def __init__(self, url: str, object_url: Callable[[str], str],
-                 upload: Callable[[str], tuple[str, str]], sign: Signer,
-                 extra_put_headers: Headers | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        object_url: Callable[[str], str],
+        upload: Callable[[str], tuple[str, str]],
+        sign: Signer,
+        extra_put_headers: Headers | None = None,
+    ) -> None:
         self.url = url
         self._object_url = object_url
         self._upload = upload
@@ -261,8 +310,9 @@ class HttpStore:
             raise StoreError(f"GET {key}: HTTP {r.status}: {r.body[:300]!r}")
         return Blob(key=key, data=r.body, version=_etag(r.headers))
 
-    def put(self, key: str, data: bytes, *, if_absent: bool = False,
-            if_version: str | None = None) -> str:
+    def put(
+        self, key: str, data: bytes, *, if_absent: bool = False, if_version: str | None = None
+    ) -> str:
         """Overwrite the object unconditionally (an agent's report); return its ETag.
 
         The conditional forms belong to the reconciler (navarch.stores); asking for one
@@ -284,7 +334,7 @@ def _etag(headers: Headers) -> str:
 
 
 def _split(url: str, scheme: str, what: str) -> tuple[str, str]:
-    rest = url[len(scheme):]
+    rest = url[len(scheme) :]
     head, _, prefix = rest.partition("/")
     if not head:
         raise ConfigError(f"store URL without a {what}: {url!r}", key_path="store")
@@ -344,8 +394,11 @@ def _azure(url: str) -> HttpStore:
     account, rest = _split(url, "az://", "storage account")
     container, _, prefix = rest.partition("/")
     if not container:
-        raise ConfigError(f"store URL without a container: {url!r}", key_path="store",
-                          hint="write az://account/container/prefix")
+        raise ConfigError(
+            f"store URL without a container: {url!r}",
+            key_path="store",
+            hint="write az://account/container/prefix",
+        )
     conn = _connection_string(os.environ.get("AZURE_STORAGE_CONNECTION_STRING", ""))
     if conn.get("BlobEndpoint"):
         base = conn["BlobEndpoint"].rstrip("/")
@@ -368,8 +421,13 @@ def _azure(url: str) -> HttpStore:
         out["Authorization"] = f"Bearer {token['value']}"
         return out
 
-    return HttpStore(url, object_url, lambda key: ("PUT", object_url(key)), sign,
-                     extra_put_headers={"x-ms-blob-type": "BlockBlob"})
+    return HttpStore(
+        url,
+        object_url,
+        lambda key: ("PUT", object_url(key)),
+        sign,
+        extra_put_headers={"x-ms-blob-type": "BlockBlob"},
+    )
 
 
 def open_agent_store(url: str) -> Any:

@@ -139,8 +139,10 @@ def watch(
             config = load()
             run(config)
         except (NavarchError, OSError) as exc:
-            log.error("report_not_written",
-                      extra={"fields": {"error": str(exc), "kind": type(exc).__name__}})
+            log.error(
+                "report_not_written",
+                extra={"fields": {"error": str(exc), "kind": type(exc).__name__}},
+            )
         deadline = time.monotonic() + interval_s
         while not stop.is_set():
             left = deadline - time.monotonic()

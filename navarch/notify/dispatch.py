@@ -45,8 +45,9 @@ class Delivery:
     error: str | None = None
 
 
-def run_events(spec: FleetSpec, result: Any | None, error: BaseException | None,
-               run_id: str) -> tuple[tuple[Event, ...], dict[str, Event], bool]:
+def run_events(
+    spec: FleetSpec, result: Any | None, error: BaseException | None, run_id: str
+) -> tuple[tuple[Event, ...], dict[str, Event], bool]:
     """(one-off events, this run's conditions, complete) from an ApplyResult or an error.
 
     result: navarch.reconcile.run.ApplyResult (plan + outcomes) or None when the apply
@@ -54,18 +55,30 @@ def run_events(spec: FleetSpec, result: Any | None, error: BaseException | None,
     """
     if result is not None:
         one_off = outcome_events(spec.name, run_id, result.outcomes)
-        current = {**plan_conditions(result.plan, run_id),
-                   **outcome_conditions(spec.name, run_id, result.outcomes)}
+        current = {
+            **plan_conditions(result.plan, run_id),
+            **outcome_conditions(spec.name, run_id, result.outcomes),
+        }
         return one_off, current, True
     assert error is not None
     events = events_from_error(spec.name, error, run_id)
-    return (tuple(e for e in events if e.condition is None),
-            {e.condition: e for e in events if e.condition is not None}, False)
+    return (
+        tuple(e for e in events if e.condition is None),
+        {e.condition: e for e in events if e.condition is not None},
+        False,
+    )
 
 
-def notify_run(spec: FleetSpec, store: ObjectStore, *, now: datetime, run_id: str,
-               result: Any | None = None, error: BaseException | None = None,
-               pools: frozenset[str] | None = None) -> tuple[Delivery, ...]:
+def notify_run(
+    spec: FleetSpec,
+    store: ObjectStore,
+    *,
+    now: datetime,
+    run_id: str,
+    result: Any | None = None,
+    error: BaseException | None = None,
+    pools: frozenset[str] | None = None,
+) -> tuple[Delivery, ...]:
     """Send this apply's events to every sink -> one Delivery per sink that had any.
 
     Give result (an ApplyResult) or error (what the apply raised). pools: the pools a
@@ -107,10 +120,8 @@ def _deliver(spec: FleetSpec, events: tuple[Event, ...]) -> tuple[Delivery, ...]
             log.warning("notification to sink %s failed: %s", sink_spec.name, exc)
             return Delivery(sink_spec.name, sink_spec.type, len(mine), 0, False, str(exc))
         except Exception as exc:  # noqa: BLE001 - a sink bug must not fail the apply
-            log.warning("notification to sink %s failed: %s", sink_spec.name,
-                        type(exc).__name__)
-            return Delivery(sink_spec.name, sink_spec.type, len(mine), 0, False,
-                            type(exc).__name__)
+            log.warning("notification to sink %s failed: %s", sink_spec.name, type(exc).__name__)
+            return Delivery(sink_spec.name, sink_spec.type, len(mine), 0, False, type(exc).__name__)
         log.info("sent %d event(s) to sink %s", len(mine), sink_spec.name)
         return Delivery(sink_spec.name, sink_spec.type, len(mine), sent, True)
 

@@ -73,10 +73,17 @@ class Severity(enum.StrEnum):
 #: Kinds that are conditions (held across runs), keyed per pool (or "*" for the fleet).
 #: A failing action (a cordon whose SSH step keeps failing) is a condition too, keyed per
 #: node and action kind, so a cron job retrying it every 5 minutes reports it once.
-CONDITION_KINDS = frozenset({EventKind.BREAKER_TRIPPED, EventKind.CAPACITY_EXHAUSTED,
-                             EventKind.QUOTA_FAILURE, EventKind.AUTH_FAILURE,
-                             EventKind.ORPHAN_GUARD, EventKind.APPLY_FAILED,
-                             EventKind.ACTION_FAILED})
+CONDITION_KINDS = frozenset(
+    {
+        EventKind.BREAKER_TRIPPED,
+        EventKind.CAPACITY_EXHAUSTED,
+        EventKind.QUOTA_FAILURE,
+        EventKind.AUTH_FAILURE,
+        EventKind.ORPHAN_GUARD,
+        EventKind.APPLY_FAILED,
+        EventKind.ACTION_FAILED,
+    }
+)
 
 SEVERITY = {
     EventKind.NODE_CORDONED: Severity.WARNING,
@@ -128,8 +135,9 @@ class Event:
     def event_id(self) -> str:
         """A stable id (sha256 prefix of run id, kind, pool, node, condition): receivers
         can drop a redelivery."""
-        raw = "\x00".join((self.run_id, self.kind.value, self.pool, self.node or "",
-                           self.condition or ""))
+        raw = "\x00".join(
+            (self.run_id, self.kind.value, self.pool, self.node or "", self.condition or "")
+        )
         return hashlib.sha256(raw.encode()).hexdigest()[:24]
 
     def dedup_key(self) -> str:
@@ -141,15 +149,30 @@ class Event:
 
     def to_json(self) -> dict[str, object]:
         """The webhook/log body form (no secrets: events never carry any)."""
-        return {"event_id": self.event_id, "kind": self.kind.value,
-                "severity": self.severity.value, "fleet": self.fleet, "pool": self.pool,
-                "node": self.node, "message": self.message, "details": dict(self.details),
-                "condition": self.condition,
-                "clears": self.clears.value if self.clears else None, "run_id": self.run_id}
+        return {
+            "event_id": self.event_id,
+            "kind": self.kind.value,
+            "severity": self.severity.value,
+            "fleet": self.fleet,
+            "pool": self.pool,
+            "node": self.node,
+            "message": self.message,
+            "details": dict(self.details),
+            "condition": self.condition,
+            "clears": self.clears.value if self.clears else None,
+            "run_id": self.run_id,
+        }
 
 
-def make(kind: EventKind, fleet: str, pool: str, node: str | None, message: str,
-         run_id: str = "", **details: object) -> Event:
+def make(
+    kind: EventKind,
+    fleet: str,
+    pool: str,
+    node: str | None,
+    message: str,
+    run_id: str = "",
+    **details: object,
+) -> Event:
     """An Event with its kind's severity; conditions get their key "<pool>/<kind>"
     (action_failed: "<pool>/<node>/<action>/action_failed")."""
     condition = None
@@ -157,22 +180,42 @@ def make(kind: EventKind, fleet: str, pool: str, node: str | None, message: str,
         condition = f"{pool}/{node or '-'}/{details.get('action', '')}/{kind.value}"
     elif kind in CONDITION_KINDS:
         condition = f"{pool}/{kind.value}"
-    return Event(kind, SEVERITY[kind], fleet, pool, node, message,
-                 tuple(sorted((k, str(v)) for k, v in details.items() if v is not None)),
-                 condition=condition, run_id=run_id)
+    return Event(
+        kind,
+        SEVERITY[kind],
+        fleet,
+        pool,
+        node,
+        message,
+        tuple(sorted((k, str(v)) for k, v in details.items() if v is not None)),
+        condition=condition,
+        run_id=run_id,
+    )
 
 
 def cleared(active: Event, run_id: str = "") -> Event:
     """The event saying `active` (a condition) cleared."""
-    kind = (EventKind.BREAKER_CLEARED if active.kind is EventKind.BREAKER_TRIPPED
-            else EventKind.CONDITION_CLEARED)
+    kind = (
+        EventKind.BREAKER_CLEARED
+        if active.kind is EventKind.BREAKER_TRIPPED
+        else EventKind.CONDITION_CLEARED
+    )
     what = active.kind.value.replace("_", " ")
     where = "the fleet" if active.pool == "*" else f"pool {active.pool}"
     if active.node:
         where = f"{active.node} ({where})"
-    return Event(kind, SEVERITY[kind], active.fleet, active.pool, active.node,
-                 f"{what} cleared in {where}", (("was", active.message),),
-                 condition=active.condition, clears=active.kind, run_id=run_id)
+    return Event(
+        kind,
+        SEVERITY[kind],
+        active.fleet,
+        active.pool,
+        active.node,
+        f"{what} cleared in {where}",
+        (("was", active.message),),
+        condition=active.condition,
+        clears=active.kind,
+        run_id=run_id,
+    )
 
 
 def _xid(fault: Fault | None) -> str | None:
@@ -192,42 +235,94 @@ def _action_event(fleet: str, run_id: str, outcome: object) -> Event | None:
         return None  # a condition: outcome_conditions
     ids = {"instance_id": a.instance_id, "reason": a.reason}
     if a.kind is ActionKind.CORDON:
-        return make(EventKind.NODE_CORDONED, fleet, a.pool, a.node,
-                    f"{a.node} cordoned: {a.reason}", run_id, xid=_xid(a.fault), **ids)
+        return make(
+            EventKind.NODE_CORDONED,
+            fleet,
+            a.pool,
+            a.node,
+            f"{a.node} cordoned: {a.reason}",
+            run_id,
+            xid=_xid(a.fault),
+            **ids,
+        )
     if a.kind is ActionKind.DRAIN:
-        return make(EventKind.DRAIN_STARTED, fleet, a.pool, a.node,
-                    f"{a.node}: drain started", run_id, **ids)
+        return make(
+            EventKind.DRAIN_STARTED,
+            fleet,
+            a.pool,
+            a.node,
+            f"{a.node}: drain started",
+            run_id,
+            **ids,
+        )
     if a.kind is ActionKind.TERMINATE:
-        return make(EventKind.NODE_TERMINATED, fleet, a.pool, a.node,
-                    f"{a.node} terminated ({a.reason})", run_id, **ids)
+        return make(
+            EventKind.NODE_TERMINATED,
+            fleet,
+            a.pool,
+            a.node,
+            f"{a.node} terminated ({a.reason})",
+            run_id,
+            **ids,
+        )
     if a.kind is ActionKind.PROVISION:
         why = f" to replace {a.replaces}" if a.replaces else ""
-        return make(EventKind.NODE_PROVISIONED, fleet, a.pool, a.node,
-                    f"{a.node} provisioned{why}: {detail}", run_id, replaces=a.replaces,
-                    reason=a.reason)
+        return make(
+            EventKind.NODE_PROVISIONED,
+            fleet,
+            a.pool,
+            a.node,
+            f"{a.node} provisioned{why}: {detail}",
+            run_id,
+            replaces=a.replaces,
+            reason=a.reason,
+        )
     if a.kind is ActionKind.UNCORDON:
-        return make(EventKind.NODE_RETURNED, fleet, a.pool, a.node,
-                    f"{a.node} returned to service: {a.reason}", run_id, **ids)
+        return make(
+            EventKind.NODE_RETURNED,
+            fleet,
+            a.pool,
+            a.node,
+            f"{a.node} returned to service: {a.reason}",
+            run_id,
+            **ids,
+        )
     if a.kind is ActionKind.REBOOT:
-        return make(EventKind.NODE_REBOOTED, fleet, a.pool, a.node,
-                    f"{a.node} rebooted: {a.reason}", run_id, **ids)
+        return make(
+            EventKind.NODE_REBOOTED,
+            fleet,
+            a.pool,
+            a.node,
+            f"{a.node} rebooted: {a.reason}",
+            run_id,
+            **ids,
+        )
     if a.kind is ActionKind.RESET_GPU:
-        return make(EventKind.NODE_GPU_RESET, fleet, a.pool, a.node,
-                    f"{a.node}: GPUs reset: {a.reason}", run_id, **ids)
+        return make(
+            EventKind.NODE_GPU_RESET,
+            fleet,
+            a.pool,
+            a.node,
+            f"{a.node}: GPUs reset: {a.reason}",
+            run_id,
+            **ids,
+        )
     if a.kind is ActionKind.DIAGNOSE:
         return _diag_event(fleet, run_id, a, detail, getattr(outcome, "diag", None), ids)
     return None  # scale and tag updates are routine
 
 
-def _diag_event(fleet: str, run_id: str, a: Any, detail: str, state: str | None,
-                ids: dict[str, Any]) -> Event | None:
+def _diag_event(
+    fleet: str, run_id: str, a: Any, detail: str, state: str | None, ids: dict[str, Any]
+) -> Event | None:
     """A diagnostics verdict (state: the outcome's DiagState value); none while it only
     started or still runs (a later run collects it), or when the outcome carries none."""
     if state in (None, "running"):
         return None
     kind = EventKind.NODE_DIAG_FAILED if state == "fail" else EventKind.NODE_DIAGNOSED
-    return make(kind, fleet, a.pool, a.node, f"{a.node}: {detail}", run_id,
-                diag=state, level=a.level, **ids)
+    return make(
+        kind, fleet, a.pool, a.node, f"{a.node}: {detail}", run_id, diag=state, level=a.level, **ids
+    )
 
 
 def outcome_events(fleet: str, run_id: str, outcomes: Iterable[object]) -> tuple[Event, ...]:
@@ -239,11 +334,29 @@ def outcome_events(fleet: str, run_id: str, outcomes: Iterable[object]) -> tuple
         if o.ok and a.kind is ActionKind.TERMINATE:  # type: ignore[attr-defined]
             ids = {"instance_id": a.instance_id, "reason": a.reason}
             if a.reason.startswith("drain finished"):
-                out.append(make(EventKind.DRAIN_FINISHED, fleet, a.pool, a.node,
-                                f"{a.node}: drain finished", run_id, **ids))
+                out.append(
+                    make(
+                        EventKind.DRAIN_FINISHED,
+                        fleet,
+                        a.pool,
+                        a.node,
+                        f"{a.node}: drain finished",
+                        run_id,
+                        **ids,
+                    )
+                )
             elif a.reason.startswith("drain_timeout"):
-                out.append(make(EventKind.DRAIN_TIMED_OUT, fleet, a.pool, a.node,
-                                f"{a.node}: {a.reason}", run_id, **ids))
+                out.append(
+                    make(
+                        EventKind.DRAIN_TIMED_OUT,
+                        fleet,
+                        a.pool,
+                        a.node,
+                        f"{a.node}: {a.reason}",
+                        run_id,
+                        **ids,
+                    )
+                )
         event = _action_event(fleet, run_id, o)
         if event is not None:
             out.append(event)
@@ -257,16 +370,19 @@ def plan_conditions(plan: Plan, run_id: str = "") -> dict[str, Event]:
     capacity_exhausted (every place in backoff); orphan_guard -> orphan_guard. Budget, rate
     limit and max_nodes halts pace a converging run: no event.
     """
-    rule_kind = {HaltRule.CIRCUIT_BREAKER: EventKind.BREAKER_TRIPPED,
-                 HaltRule.CAPACITY: EventKind.CAPACITY_EXHAUSTED,
-                 HaltRule.ORPHAN_GUARD: EventKind.ORPHAN_GUARD}
+    rule_kind = {
+        HaltRule.CIRCUIT_BREAKER: EventKind.BREAKER_TRIPPED,
+        HaltRule.CAPACITY: EventKind.CAPACITY_EXHAUSTED,
+        HaltRule.ORPHAN_GUARD: EventKind.ORPHAN_GUARD,
+    }
     out: dict[str, Event] = {}
     for h in plan.halts:
         kind = rule_kind.get(h.rule)
         if kind is None:
             continue
-        e = make(kind, plan.fleet, h.pool, None, f"{h.pool}: {h.message}", run_id,
-                 rule=h.rule.value)
+        e = make(
+            kind, plan.fleet, h.pool, None, f"{h.pool}: {h.message}", run_id, rule=h.rule.value
+        )
         out.setdefault(e.condition or "", e)  # the first halt of a pool says why
     return out
 
@@ -275,8 +391,11 @@ def outcome_conditions(fleet: str, run_id: str, outcomes: Iterable[object]) -> d
     """Conditions from failed actions -> {condition key: Event}: auth and quota failures
     and a provision with no capacity anywhere (per pool), any other failure per node and
     action kind (action_failed)."""
-    kinds = {"AuthError": EventKind.AUTH_FAILURE, "QuotaError": EventKind.QUOTA_FAILURE,
-             "CapacityError": EventKind.CAPACITY_EXHAUSTED}
+    kinds = {
+        "AuthError": EventKind.AUTH_FAILURE,
+        "QuotaError": EventKind.QUOTA_FAILURE,
+        "CapacityError": EventKind.CAPACITY_EXHAUSTED,
+    }
     out: dict[str, Event] = {}
     for o in outcomes:
         if o.ok:  # type: ignore[attr-defined]
@@ -285,13 +404,28 @@ def outcome_conditions(fleet: str, run_id: str, outcomes: Iterable[object]) -> d
         error = getattr(o, "error", None)
         kind = kinds.get(error or "")
         if kind is None:
-            e = make(EventKind.ACTION_FAILED, fleet, a.pool, a.node,
-                     f"{a.kind.value} {a.node or a.pool} failed: {o.detail}",  # type: ignore[attr-defined]
-                     run_id, action=a.kind.value, error=error, reason=a.reason)
+            e = make(
+                EventKind.ACTION_FAILED,
+                fleet,
+                a.pool,
+                a.node,
+                f"{a.kind.value} {a.node or a.pool} failed: {o.detail}",  # type: ignore[attr-defined]
+                run_id,
+                action=a.kind.value,
+                error=error,
+                reason=a.reason,
+            )
             out.setdefault(e.condition or "", e)
             continue
-        e = make(kind, fleet, a.pool, None, f"{a.pool}: {a.kind.value} {a.node}: {o.detail}",  # type: ignore[attr-defined]
-                 run_id, action=a.kind.value)
+        e = make(
+            kind,
+            fleet,
+            a.pool,
+            None,
+            f"{a.pool}: {a.kind.value} {a.node}: {o.detail}",  # type: ignore[attr-defined]
+            run_id,
+            action=a.kind.value,
+        )
         out.setdefault(e.condition or "", e)
     return out
 
@@ -301,11 +435,18 @@ def events_from_error(fleet: str, exc: BaseException, run_id: str = "") -> tuple
     condition) plus auth/quota failure when a provider said so."""
     if isinstance(exc, LeaseLost):
         return (make(EventKind.LEASE_LOST, fleet, "*", None, f"lease lost: {exc}", run_id),)
-    out = [make(EventKind.APPLY_FAILED, fleet, "*", None,
-                f"apply failed: {type(exc).__name__}: {exc}", run_id,
-                error=type(exc).__name__)]
+    out = [
+        make(
+            EventKind.APPLY_FAILED,
+            fleet,
+            "*",
+            None,
+            f"apply failed: {type(exc).__name__}: {exc}",
+            run_id,
+            error=type(exc).__name__,
+        )
+    ]
     if isinstance(exc, AuthError | QuotaError):
         kind = EventKind.AUTH_FAILURE if isinstance(exc, AuthError) else EventKind.QUOTA_FAILURE
-        out.append(make(kind, fleet, "*", None, str(exc), run_id,
-                        code=getattr(exc, "code", None)))
+        out.append(make(kind, fleet, "*", None, str(exc), run_id, code=getattr(exc, "code", None)))
     return tuple(out)

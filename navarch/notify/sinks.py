@@ -53,8 +53,9 @@ WEBHOOK_BACKOFF_S = 0.2
 SLACK_VALUE_MAX_CHARS = 1000
 #: Kinds a sink gets when fleet.yaml lists none: everything, except PagerDuty, which
 #: pages on what needs a human now (the breaker, a capacity halt, an auth failure).
-PAGERDUTY_DEFAULT = frozenset({EventKind.BREAKER_TRIPPED, EventKind.CAPACITY_EXHAUSTED,
-                               EventKind.AUTH_FAILURE})
+PAGERDUTY_DEFAULT = frozenset(
+    {EventKind.BREAKER_TRIPPED, EventKind.CAPACITY_EXHAUSTED, EventKind.AUTH_FAILURE}
+)
 #: PagerDuty Events API v2 payload.severity values.
 _PD_SEVERITY = {Severity.INFO: "info", Severity.WARNING: "warning", Severity.CRITICAL: "critical"}
 
@@ -70,8 +71,11 @@ def resolve_secret(ref: Mapping[str, str], base_dir: Path, where: str) -> str:
     if "env" in ref:
         value = os.environ.get(ref["env"], "").strip()
         if not value:
-            raise ConfigError(f"environment variable {ref['env']} is empty or unset",
-                              key_path=where, hint="export it, e.g. from your CI secret store")
+            raise ConfigError(
+                f"environment variable {ref['env']} is empty or unset",
+                key_path=where,
+                hint="export it, e.g. from your CI secret store",
+            )
         return value
     path = Path(ref["file"])
     path = path if path.is_absolute() else base_dir / path
@@ -88,8 +92,13 @@ def accepts(sink: SinkSpec, event: Event) -> bool:
     """Whether `sink` gets `event`: its kind is in the sink's events (a clear goes where
     its condition's start went) and its severity (a clear: its condition's) is at least
     the sink's min_severity."""
-    kinds = (frozenset(EventKind(k) for k in sink.events) if sink.events
-             else PAGERDUTY_DEFAULT if sink.type == "pagerduty" else frozenset(EventKind))
+    kinds = (
+        frozenset(EventKind(k) for k in sink.events)
+        if sink.events
+        else PAGERDUTY_DEFAULT
+        if sink.type == "pagerduty"
+        else frozenset(EventKind)
+    )
     kind = event.clears or event.kind
     if kind not in kinds and event.kind not in kinds:
         return False
@@ -101,11 +110,18 @@ def http_session(retries: int) -> requests.Session:
     """A requests Session whose adapter retries POSTs with urllib3's Retry: connection
     errors, read timeouts, 429 and 5xx; backoff 0.5 s doubling (capped at 5 s), honouring
     Retry-After."""
-    retry = Retry(total=retries, connect=retries, read=retries, status=retries,
-                  backoff_factor=0.5, backoff_max=5,
-                  status_forcelist=(429, 500, 502, 503, 504),
-                  allowed_methods=frozenset({"POST", "PUT"}),
-                  respect_retry_after_header=True, raise_on_status=False)
+    retry = Retry(
+        total=retries,
+        connect=retries,
+        read=retries,
+        status=retries,
+        backoff_factor=0.5,
+        backoff_max=5,
+        status_forcelist=(429, 500, 502, 503, 504),
+        allowed_methods=frozenset({"POST", "PUT"}),
+        respect_retry_after_header=True,
+        raise_on_status=False,
+    )
     session = requests.Session()
     adapter = HTTPAdapter(max_retries=retry)
     session.mount("http://", adapter)
@@ -127,12 +143,16 @@ def _post(sink: SinkSpec, url: str, body: bytes, headers: Mapping[str, str]) -> 
     """POST body; raise NotifyError (sink name and status only) unless 2xx."""
     try:
         with http_session(sink.retries) as session:
-            resp = session.post(url, data=body, timeout=sink.timeout_s,
-                                headers={"Content-Type": "application/json",
-                                         "User-Agent": "navarch", **headers})
+            resp = session.post(
+                url,
+                data=body,
+                timeout=sink.timeout_s,
+                headers={"Content-Type": "application/json", "User-Agent": "navarch", **headers},
+            )
     except requests.RequestException as exc:
-        raise NotifyError(f"sink {sink.name} ({sink.type}): {type(exc).__name__} after "
-                          f"{sink.retries} retries") from None
+        raise NotifyError(
+            f"sink {sink.name} ({sink.type}): {type(exc).__name__} after {sink.retries} retries"
+        ) from None
     if not 200 <= resp.status_code < 300:
         raise NotifyError(f"sink {sink.name} ({sink.type}): HTTP {resp.status_code}")
 
@@ -142,8 +162,11 @@ class LogSink:
 
     def __init__(self, spec: SinkSpec, base_dir: Path) -> None:
         self.spec = spec
-        self.path = None if spec.path is None else (
-            Path(spec.path) if Path(spec.path).is_absolute() else base_dir / spec.path)
+        self.path = (
+            None
+            if spec.path is None
+            else (Path(spec.path) if Path(spec.path).is_absolute() else base_dir / spec.path)
+        )
 
     def send(self, events: Sequence[Event]) -> int:
         lines = "".join(json.dumps(e.to_json(), sort_keys=True) + "\n" for e in events)
@@ -177,8 +200,9 @@ class WebhookSink:
     def send(self, events: Sequence[Event]) -> int:
         assert self.spec.url is not None and self.spec.secret is not None
         url = resolve_secret(self.spec.url, self.base_dir, f"notify[{self.index}].url")
-        key = resolve_secret(self.spec.secret, self.base_dir,
-                             f"notify[{self.index}].secret").encode()
+        key = resolve_secret(
+            self.spec.secret, self.base_dir, f"notify[{self.index}].secret"
+        ).encode()
         deadline = time.monotonic() + (self.spec.retries + 1) * self.spec.timeout_s
         left = list(events)
         pause_s = WEBHOOK_BACKOFF_S
@@ -189,16 +213,22 @@ class WebhookSink:
                 body = json.dumps(e.to_json(), sort_keys=True).encode()
                 signature = hmac.new(key, body, hashlib.sha256).hexdigest()
                 try:
-                    _post(self.spec, url, body, {"X-Navarch-Event": e.kind.value,
-                                                 "X-Navarch-Signature": f"sha256={signature}"})
+                    _post(
+                        self.spec,
+                        url,
+                        body,
+                        {
+                            "X-Navarch-Event": e.kind.value,
+                            "X-Navarch-Signature": f"sha256={signature}",
+                        },
+                    )
                 except NotifyError as exc:
                     failed.append(e)
                     last = exc
             if not failed:
                 return len(events)
             if time.monotonic() + pause_s >= deadline:
-                raise NotifyError(f"{last}; {len(failed)} of {len(events)} event(s) not "
-                                  "delivered")
+                raise NotifyError(f"{last}; {len(failed)} of {len(events)} event(s) not delivered")
             time.sleep(pause_s)
             pause_s *= 2
             left = failed
@@ -214,9 +244,13 @@ def _slack_value(value: object) -> str:
 def _slack_template() -> Any:
     import jinja2
 
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(data_dir("templates"))),
-                             undefined=jinja2.StrictUndefined, keep_trailing_newline=False,
-                             autoescape=False, finalize=_slack_value)
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(data_dir("templates"))),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=False,
+        autoescape=False,
+        finalize=_slack_value,
+    )
     return env.get_template("notify-slack.txt.j2")
 
 
@@ -232,10 +266,15 @@ class SlackSink:
         assert self.spec.url is not None
         url = resolve_secret(self.spec.url, self.base_dir, f"notify[{self.index}].url")
         ordered = sorted(events, key=lambda e: -e.severity.rank)
-        text = _slack_template().render(fleet=events[0].fleet, events=ordered,
-                                        icon={"info": ":information_source:",
-                                              "warning": ":warning:",
-                                              "critical": ":rotating_light:"})
+        text = _slack_template().render(
+            fleet=events[0].fleet,
+            events=ordered,
+            icon={
+                "info": ":information_source:",
+                "warning": ":warning:",
+                "critical": ":rotating_light:",
+            },
+        )
         _post(self.spec, url, json.dumps({"text": text.strip()}).encode(), {})
         return 1
 
@@ -251,22 +290,33 @@ class PagerDutySink:
 
     def send(self, events: Sequence[Event]) -> int:
         assert self.spec.routing_key is not None
-        key = resolve_secret(self.spec.routing_key, self.base_dir,
-                             f"notify[{self.index}].routing_key")
-        url = (resolve_secret(self.spec.url, self.base_dir, f"notify[{self.index}].url")
-               if self.spec.url else PAGERDUTY_URL)
+        key = resolve_secret(
+            self.spec.routing_key, self.base_dir, f"notify[{self.index}].routing_key"
+        )
+        url = (
+            resolve_secret(self.spec.url, self.base_dir, f"notify[{self.index}].url")
+            if self.spec.url
+            else PAGERDUTY_URL
+        )
         sent = 0
         for e in events:
             if e.condition is None:
                 continue
-            body: dict[str, Any] = {"routing_key": key, "dedup_key": e.dedup_key(),
-                    "event_action": "resolve" if e.clears else "trigger"}
+            body: dict[str, Any] = {
+                "routing_key": key,
+                "dedup_key": e.dedup_key(),
+                "event_action": "resolve" if e.clears else "trigger",
+            }
             if not e.clears:
                 body["payload"] = {
                     "summary": f"navarch {e.fleet}: {e.message}"[:1024],
-                    "source": f"navarch/{e.fleet}", "severity": _PD_SEVERITY[e.severity],
-                    "component": e.pool, "group": e.fleet, "class": e.kind.value,
-                    "custom_details": dict(e.details)}
+                    "source": f"navarch/{e.fleet}",
+                    "severity": _PD_SEVERITY[e.severity],
+                    "component": e.pool,
+                    "group": e.fleet,
+                    "class": e.kind.value,
+                    "custom_details": dict(e.details),
+                }
             _post(self.spec, url, json.dumps(body).encode(), {})
             sent += 1
         return sent
@@ -289,23 +339,30 @@ class PluginSink:
         self.spec = spec
 
     def _config(self) -> dict[str, Any]:
-        return {"type": self.spec.type, "name": self.spec.name,
-                "events": list(self.spec.events), "min_severity": self.spec.min_severity,
-                "options": dict(self.spec.options or {})}
+        return {
+            "type": self.spec.type,
+            "name": self.spec.name,
+            "events": list(self.spec.events),
+            "min_severity": self.spec.min_severity,
+            "options": dict(self.spec.options or {}),
+        }
 
     def send(self, events: Sequence[Event]) -> int:
         from navarch.plugins import Group, call_within, load
 
         found = load(Group.NOTIFIERS, self.spec.type)
         if found is None:  # uninstalled between loading fleet.yaml and now
-            raise NotifyError(f"sink {self.spec.name}: no {Group.NOTIFIERS} plugin "
-                              f"{self.spec.type!r} is installed")
+            raise NotifyError(
+                f"sink {self.spec.name}: no {Group.NOTIFIERS} plugin "
+                f"{self.spec.type!r} is installed"
+            )
         ref, factory = found
         timeout_s = self.spec.timeout_s
         deliver = call_within(ref, timeout_s, factory, self._config())
         if not callable(deliver):
-            raise PluginError(ref, f"returned a {type(deliver).__name__}, "
-                                   "not a send(event) callable")
+            raise PluginError(
+                ref, f"returned a {type(deliver).__name__}, not a send(event) callable"
+            )
         for e in events:
             got = call_within(ref, timeout_s, deliver, e.to_json())
             if got is not None:

@@ -50,9 +50,13 @@ def load_state(store: ObjectStore, fleet: str) -> NotifyState:
         return NotifyState({}, {}, None)
     try:
         doc = json.loads(blob.data)
-        active = {k: replace(make(EventKind(v["kind"]), fleet, v["pool"], v.get("node"),
-                                  v["message"]), condition=k)
-                  for k, v in doc["active"].items()}
+        active = {
+            k: replace(
+                make(EventKind(v["kind"]), fleet, v["pool"], v.get("node"), v["message"]),
+                condition=k,
+            )
+            for k, v in doc["active"].items()
+        }
         since = {k: str(v.get("since", "")) for k, v in doc["active"].items()}
     except (ValueError, KeyError, TypeError, AttributeError):
         return NotifyState({}, {}, blob.version)
@@ -64,19 +68,35 @@ def save_state(store: ObjectStore, fleet: str, state: NotifyState) -> str:
 
     Raises PreconditionFailed when another writer moved the document on, StoreError.
     """
-    doc = {"format_version": 1, "fleet": fleet,
-           "active": {k: {"kind": e.kind.value, "pool": e.pool, "node": e.node,
-                          "message": e.message, "since": state.since.get(k, "")}
-                      for k, e in sorted(state.active.items())}}
+    doc = {
+        "format_version": 1,
+        "fleet": fleet,
+        "active": {
+            k: {
+                "kind": e.kind.value,
+                "pool": e.pool,
+                "node": e.node,
+                "message": e.message,
+                "since": state.since.get(k, ""),
+            }
+            for k, e in sorted(state.active.items())
+        },
+    }
     body = json.dumps(doc, indent=1, sort_keys=True).encode()
     if state.version is None:
         return store.put(notify_key(fleet), body, if_absent=True)
     return store.put(notify_key(fleet), body, if_version=state.version)
 
 
-def transition(previous: NotifyState, current: Mapping[str, Event], now: datetime,
-               run_id: str = "", *, complete: bool = True,
-               pools: frozenset[str] | None = None) -> tuple[tuple[Event, ...], NotifyState]:
+def transition(
+    previous: NotifyState,
+    current: Mapping[str, Event],
+    now: datetime,
+    run_id: str = "",
+    *,
+    complete: bool = True,
+    pools: frozenset[str] | None = None,
+) -> tuple[tuple[Event, ...], NotifyState]:
     """Compare this run's conditions with the active ones -> (events to send, new state).
 
     A condition in `current` but not active is sent (it started); an active one absent

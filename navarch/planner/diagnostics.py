@@ -46,8 +46,16 @@ DiagStep = tuple[Action | None, str] | Climb
 
 def diagnose(ctx: PoolContext, v: NodeView, level: int, why: DiagWhy, reason: str) -> Action:
     """The DIAGNOSE action that starts or collects `dcgmi diag -r level` on v."""
-    return Action(ActionKind.DIAGNOSE, ctx.pool.name, v.node, reason, instance_id=iid(v),
-                  level=level, why=why.value, action_reason=ActionReason.DIAGNOSTICS)
+    return Action(
+        ActionKind.DIAGNOSE,
+        ctx.pool.name,
+        v.node,
+        reason,
+        instance_id=iid(v),
+        level=level,
+        why=why.value,
+        action_reason=ActionReason.DIAGNOSTICS,
+    )
 
 
 def _diag_fault(v: NodeView, key: FaultKey, action: Remedy) -> Fault:
@@ -70,8 +78,9 @@ def _overran_s(ctx: PoolContext, d: Diag) -> float | None:
     return ran_s if ran_s > ctx.pool.diagnostics.time_limit_s(d.level) else None
 
 
-def return_diag(ctx: PoolContext, v: NodeView, level: int, healthy: str, *,
-                late: bool = False) -> DiagStep | None:
+def return_diag(
+    ctx: PoolContext, v: NodeView, level: int, healthy: str, *, late: bool = False
+) -> DiagStep | None:
     """return_requires_diag: a remedied node returns only after `dcgmi diag -r level`, started
     after the remedy, passed. None when it did; else the DIAGNOSE that starts or collects it
     (it runs detached on the node: each run collects, none waits for it), the Climb a failed
@@ -82,36 +91,68 @@ def return_diag(ctx: PoolContext, v: NodeView, level: int, healthy: str, *,
     the remedy is taken as not proven, and no node waits on a diagnostic for good.
     """
     d = v.diag
-    key, action = ((v.fault.key, v.fault.action) if v.fault is not None
-                   else (DIAG_FAULT_KEY, DIAG_FAULT_ACTION))
-    if (d is None or d.why is not DiagWhy.RETURN or d.level < level or d.started_at is None
-            or v.rung_at is None or d.started_at < v.rung_at):
+    key, action = (
+        (v.fault.key, v.fault.action)
+        if v.fault is not None
+        else (DIAG_FAULT_KEY, DIAG_FAULT_ACTION)
+    )
+    if (
+        d is None
+        or d.why is not DiagWhy.RETURN
+        or d.level < level
+        or d.started_at is None
+        or v.rung_at is None
+        or d.started_at < v.rung_at
+    ):
         if late:
-            return Climb(_diag_fault(v, key, action), f"dcgmi diag -r {level} never ran "
-                         "before return_timeout; ")
-        return diagnose(ctx, v, level, DiagWhy.RETURN,
-                        f"{healthy}; return_requires_diag: dcgmi diag -r {level} first"), ""
+            return Climb(
+                _diag_fault(v, key, action),
+                f"dcgmi diag -r {level} never ran before return_timeout; ",
+            )
+        return diagnose(
+            ctx,
+            v,
+            level,
+            DiagWhy.RETURN,
+            f"{healthy}; return_requires_diag: dcgmi diag -r {level} first",
+        ), ""
     if d.state is DiagState.PASS:
         return None
     overran_s = _overran_s(ctx, d)
     if overran_s is not None:
-        return Climb(_diag_fault(v, key, action),
-                     f"dcgmi diag -r {d.level} still running after {format_duration_s(overran_s)} "
-                     f"(time limit {format_duration_s(ctx.pool.diagnostics.time_limit_s(d.level))}); ")
+        return Climb(
+            _diag_fault(v, key, action),
+            f"dcgmi diag -r {d.level} still running after {format_duration_s(overran_s)} "
+            f"(time limit {format_duration_s(ctx.pool.diagnostics.time_limit_s(d.level))}); ",
+        )
     if d.state is DiagState.RUNNING:
-        return diagnose(ctx, v, d.level, DiagWhy.RETURN, f"collect dcgmi diag -r {d.level} "
-                        f"(running since {d.started_at:%H:%M} UTC)"), ""
+        return diagnose(
+            ctx,
+            v,
+            d.level,
+            DiagWhy.RETURN,
+            f"collect dcgmi diag -r {d.level} (running since {d.started_at:%H:%M} UTC)",
+        ), ""
     if d.state is DiagState.FAIL:
         return Climb(_diag_fault(v, key, action), _failed(d))
     if late:
-        return Climb(_diag_fault(v, key, action),
-                     f"dcgmi diag -r {d.level} gave no verdict ({d.detail}) by return_timeout; ")
+        return Climb(
+            _diag_fault(v, key, action),
+            f"dcgmi diag -r {d.level} gave no verdict ({d.detail}) by return_timeout; ",
+        )
     if d.state is DiagState.UNAVAILABLE:
-        return None, (f"{v.node}: cannot return: return_requires_diag {level} and {d.detail} "
-                      f"(the ladder climbs at return_timeout "
-                      f"{format_duration_s(ctx.pool.health.return_timeout_s)})")
-    return diagnose(ctx, v, level, DiagWhy.RETURN,
-                    f"dcgmi diag -r {level} again: the last run gave no verdict ({d.detail})"), ""
+        return None, (
+            f"{v.node}: cannot return: return_requires_diag {level} and {d.detail} "
+            f"(the ladder climbs at return_timeout "
+            f"{format_duration_s(ctx.pool.health.return_timeout_s)})"
+        )
+    return diagnose(
+        ctx,
+        v,
+        level,
+        DiagWhy.RETURN,
+        f"dcgmi diag -r {level} again: the last run gave no verdict ({d.detail})",
+    ), ""
 
 
 def scheduled_diag(ctx: PoolContext, v: NodeView) -> DiagStep:
@@ -124,38 +165,66 @@ def scheduled_diag(ctx: PoolContext, v: NodeView) -> DiagStep:
     if not v.drained:
         waited_s = (ctx.now - v.phase_at).total_seconds() if v.phase_at else 0.0
         if waited_s >= h.drain_timeout_s:
-            return Action(ActionKind.UNCORDON, ctx.pool.name, v.node,
-                          f"scheduled diagnostics skipped: drain_timeout "
-                          f"({format_duration_s(h.drain_timeout_s)}) passed", instance_id=iid(v),
-                          action_reason=ActionReason.DIAGNOSTICS), ""
+            return Action(
+                ActionKind.UNCORDON,
+                ctx.pool.name,
+                v.node,
+                f"scheduled diagnostics skipped: drain_timeout "
+                f"({format_duration_s(h.drain_timeout_s)}) passed",
+                instance_id=iid(v),
+                action_reason=ActionReason.DIAGNOSTICS,
+            ), ""
         return None, f"{v.node}: draining for scheduled diagnostics"
     d = v.diag
     level = ctx.pool.diagnostics.level
     overran_s = _overran_s(ctx, d) if d is not None else None
     if d is not None and overran_s is not None:
-        return Action(ActionKind.UNCORDON, ctx.pool.name, v.node,
-                      f"scheduled diagnostics returned undiagnosed: dcgmi diag -r {d.level} "
-                      f"still running after {format_duration_s(overran_s)} (time limit "
-                      f"{format_duration_s(ctx.pool.diagnostics.time_limit_s(d.level))})",
-                      instance_id=iid(v), action_reason=ActionReason.DIAGNOSTICS), ""
+        return Action(
+            ActionKind.UNCORDON,
+            ctx.pool.name,
+            v.node,
+            f"scheduled diagnostics returned undiagnosed: dcgmi diag -r {d.level} "
+            f"still running after {format_duration_s(overran_s)} (time limit "
+            f"{format_duration_s(ctx.pool.diagnostics.time_limit_s(d.level))})",
+            instance_id=iid(v),
+            action_reason=ActionReason.DIAGNOSTICS,
+        ), ""
     limit_s = ctx.pool.diagnostics.time_limit_s(d.level if d else level)
-    if d is not None and d.state is DiagState.DUE and \
-            (ctx.now - d.at).total_seconds() > h.drain_timeout_s + limit_s:
-        return Action(ActionKind.UNCORDON, ctx.pool.name, v.node,
-                      f"scheduled diagnostics returned undiagnosed: dcgmi diag -r {d.level} "
-                      f"never started within drain_timeout and its time limit "
-                      f"({format_duration_s(h.drain_timeout_s + limit_s)})",
-                      instance_id=iid(v), action_reason=ActionReason.DIAGNOSTICS), ""
+    if (
+        d is not None
+        and d.state is DiagState.DUE
+        and (ctx.now - d.at).total_seconds() > h.drain_timeout_s + limit_s
+    ):
+        return Action(
+            ActionKind.UNCORDON,
+            ctx.pool.name,
+            v.node,
+            f"scheduled diagnostics returned undiagnosed: dcgmi diag -r {d.level} "
+            f"never started within drain_timeout and its time limit "
+            f"({format_duration_s(h.drain_timeout_s + limit_s)})",
+            instance_id=iid(v),
+            action_reason=ActionReason.DIAGNOSTICS,
+        ), ""
     if d is None or d.state in (DiagState.DUE, DiagState.RUNNING):
         what = "collect" if d is not None and d.state is DiagState.RUNNING else "start"
-        return diagnose(ctx, v, d.level if d else level, DiagWhy.SCHEDULED,
-                        f"scheduled diagnostics: {what} dcgmi diag -r {d.level if d else level}"), ""
+        return diagnose(
+            ctx,
+            v,
+            d.level if d else level,
+            DiagWhy.SCHEDULED,
+            f"scheduled diagnostics: {what} dcgmi diag -r {d.level if d else level}",
+        ), ""
     if d.state is DiagState.FAIL:
         return Climb(_diag_fault(v, DIAG_FAULT_KEY, DIAG_FAULT_ACTION), _failed(d, "scheduled "))
     verdict = "passed" if d.state is DiagState.PASS else f"gave no verdict ({d.detail})"
-    return Action(ActionKind.UNCORDON, ctx.pool.name, v.node,
-                  f"scheduled dcgmi diag -r {d.level} {verdict}", instance_id=iid(v),
-                  action_reason=ActionReason.DIAGNOSTICS), ""
+    return Action(
+        ActionKind.UNCORDON,
+        ctx.pool.name,
+        v.node,
+        f"scheduled dcgmi diag -r {d.level} {verdict}",
+        instance_id=iid(v),
+        action_reason=ActionReason.DIAGNOSTICS,
+    ), ""
 
 
 def diagnostics_stage(ctx: PoolContext, prog: Progress) -> StageResult:
@@ -173,10 +242,17 @@ def diagnostics_stage(ctx: PoolContext, prog: Progress) -> StageResult:
             return v.diag.at
         return v.instance.launched_at if v.instance is not None else ctx.now
 
-    due = sorted((v for v in ctx.views if v.lifecycle is Lifecycle.HEALTHY
-                  and v.node not in prog.leaving and v.node not in prog.taken
-                  and (ctx.now - last(v)).total_seconds() >= every_s),
-                 key=lambda v: (last(v), v.node))
+    due = sorted(
+        (
+            v
+            for v in ctx.views
+            if v.lifecycle is Lifecycle.HEALTHY
+            and v.node not in prog.leaving
+            and v.node not in prog.taken
+            and (ctx.now - last(v)).total_seconds() >= every_s
+        ),
+        key=lambda v: (last(v), v.node),
+    )
     actions: list[Action] = []
     pending: list[str] = []
     budget = prog.budget
@@ -186,12 +262,29 @@ def diagnostics_stage(ctx: PoolContext, prog: Progress) -> StageResult:
             pending.append(f"{v.node}: scheduled diagnostics wait for max_unavailable")
             continue
         budget -= 1
-        why = (f"scheduled diagnostics (every {format_duration_s(every_s)}, dcgmi diag -r "
-               f"{level}; last {format_duration_s((ctx.now - last(v)).total_seconds())} ago)")
-        actions.append(Action(ActionKind.CORDON, ctx.pool.name, v.node, why, instance_id=iid(v),
-                              level=level, why=DiagWhy.SCHEDULED.value, action_reason=code))
-        actions.append(Action(ActionKind.DRAIN, ctx.pool.name, v.node, why, instance_id=iid(v),
-                              action_reason=code))
-    return StageResult(replace(prog, budget=budget,
-                               taken=prog.taken | {a.node for a in actions if a.node}),
-                       tuple(actions), pending=tuple(pending))
+        why = (
+            f"scheduled diagnostics (every {format_duration_s(every_s)}, dcgmi diag -r "
+            f"{level}; last {format_duration_s((ctx.now - last(v)).total_seconds())} ago)"
+        )
+        actions.append(
+            Action(
+                ActionKind.CORDON,
+                ctx.pool.name,
+                v.node,
+                why,
+                instance_id=iid(v),
+                level=level,
+                why=DiagWhy.SCHEDULED.value,
+                action_reason=code,
+            )
+        )
+        actions.append(
+            Action(
+                ActionKind.DRAIN, ctx.pool.name, v.node, why, instance_id=iid(v), action_reason=code
+            )
+        )
+    return StageResult(
+        replace(prog, budget=budget, taken=prog.taken | {a.node for a in actions if a.node}),
+        tuple(actions),
+        pending=tuple(pending),
+    )

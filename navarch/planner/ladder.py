@@ -39,12 +39,24 @@ from navarch.planner.model import (
 from navarch.planner.observe import after_remedy, fault_of
 from navarch.xid import fatal_xids_by_remedy
 
-__all__ = ["Rung", "catalogue_table", "decide", "decision_table", "in_place", "ladder_stage",
-           "rung_for"]
+__all__ = [
+    "Rung",
+    "catalogue_table",
+    "decide",
+    "decision_table",
+    "in_place",
+    "ladder_stage",
+    "rung_for",
+]
 
 
-def decide(ladder: Sequence[Remedy | str], need: Remedy, *, previous: Remedy | None = None,
-           lemon: bool = False) -> Remedy:
+def decide(
+    ladder: Sequence[Remedy | str],
+    need: Remedy,
+    *,
+    previous: Remedy | None = None,
+    lemon: bool = False,
+) -> Remedy:
     """The rung a fault gets.
 
     ladder: the pool's health.remediation, cheapest first (an ordered subset of reset_gpu,
@@ -80,8 +92,9 @@ def decision_table() -> str:
     recommended remedy and situation (first occurrence; the same fault kind again within
     ladder_window after each rung; a lemon), the rung each tabulated ladder gives. Its
     copy in docs/health-policy.md is tested to match, so the page cannot drift."""
-    head = ["recommended", "situation"] + ["[" + ", ".join(r.value for r in ladder) + "]"
-                                           for ladder in _TABLE_LADDERS]
+    head = ["recommended", "situation"] + [
+        "[" + ", ".join(r.value for r in ladder) + "]" for ladder in _TABLE_LADDERS
+    ]
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     situations: list[tuple[str, Remedy | None, bool]] = [("first occurrence", None, False)]
     situations += [(f"again after {r.value}", r, False) for r in (Remedy.RESET_GPU, Remedy.REBOOT)]
@@ -89,8 +102,10 @@ def decision_table() -> str:
     for need in _TABLE_NEEDS:
         # replace and none give replace in every situation: one row each says so
         for label, previous, lemon in situations if need in _CLIMBING else [("any", None, False)]:
-            cells = [decide(ladder, need, previous=previous, lemon=lemon).value
-                     for ladder in _TABLE_LADDERS]
+            cells = [
+                decide(ladder, need, previous=previous, lemon=lemon).value
+                for ladder in _TABLE_LADDERS
+            ]
             rows.append(f"| {need.value} | {label} | " + " | ".join(cells) + " |")
     return "\n".join(rows) + "\n"
 
@@ -125,19 +140,21 @@ def _lemon_count(ctx: PoolContext, v: NodeView, unrecorded: int) -> tuple[int, s
     of earlier instances on the same EC2 Dedicated Host); and " on host H" when the host's
     count is the larger."""
     h = ctx.pool.health
-    count = unrecorded + sum((ctx.now - t).total_seconds() <= h.lemon_window_s
-                             for _, t in v.faults)
+    count = unrecorded + sum((ctx.now - t).total_seconds() <= h.lemon_window_s for _, t in v.faults)
     host = v.instance.host_id if v.instance is not None else None
     if not host:
         return count, ""
-    on_host = unrecorded + sum(hid == host and (ctx.now - t).total_seconds() <= h.lemon_window_s
-                               for hid, _, t in ctx.pm.host_faults)
+    on_host = unrecorded + sum(
+        hid == host and (ctx.now - t).total_seconds() <= h.lemon_window_s
+        for hid, _, t in ctx.pm.host_faults
+    )
     count = max(count, on_host)
     return count, f" on host {host}" if on_host == count else ""
 
 
-def rung_for(ctx: PoolContext, v: NodeView, fault: Fault, unrecorded: int,
-             climb_from: Remedy | None = None) -> Rung:
+def rung_for(
+    ctx: PoolContext, v: NodeView, fault: Fault, unrecorded: int, climb_from: Remedy | None = None
+) -> Rung:
     """The ladder's rung for `fault` on v (``decide`` with the pool's settings).
 
     previous: the rung already tried for the same fault kind (FaultKey.same_as) within
@@ -147,22 +164,30 @@ def rung_for(ctx: PoolContext, v: NodeView, fault: Fault, unrecorded: int,
     """
     h = ctx.pool.health
     previous = climb_from or (
-        v.rung if v.rung is not None and FaultKey(v.rung_fault).same_as(fault.key)
+        v.rung
+        if v.rung is not None
+        and FaultKey(v.rung_fault).same_as(fault.key)
         and v.rung_at is not None
-        and (ctx.now - v.rung_at).total_seconds() <= h.ladder_window_s else None)
+        and (ctx.now - v.rung_at).total_seconds() <= h.ladder_window_s
+        else None
+    )
     count, where = _lemon_count(ctx, v, unrecorded)
     lemon = count >= h.lemon_after
     remedy = decide(h.remediation, fault.action, previous=previous, lemon=lemon)
     ladder = "remediation: " + " then ".join(h.remediation)
     key = fault.key.kind  # the GPU is in the findings; the ladder compares kinds
     if lemon:
-        why = (f"lemon: {count} faults{where} in {format_duration_s(h.lemon_window_s)} "
-               f"(lemon_after {h.lemon_after}); {key}")
+        why = (
+            f"lemon: {count} faults{where} in {format_duration_s(h.lemon_window_s)} "
+            f"(lemon_after {h.lemon_after}); {key}"
+        )
     elif climb_from is not None:
         why = f"{key} not cured by the {climb_from.value}; {ladder}"
     elif previous is not None:
-        why = (f"{key} again within {format_duration_s(h.ladder_window_s)} after "
-               f"{previous.value}; {ladder}")
+        why = (
+            f"{key} again within {format_duration_s(h.ladder_window_s)} after "
+            f"{previous.value}; {ladder}"
+        )
     elif fault.action in (Remedy.NONE, Remedy.REPLACE):
         why = f"{key}: its remedy is replace"
     else:
@@ -179,8 +204,9 @@ def _busy(v: NodeView) -> int:
 _RUNG_ACTION = {Remedy.RESET_GPU: ActionKind.RESET_GPU, Remedy.REBOOT: ActionKind.REBOOT}
 
 
-def _carry_out(ctx: PoolContext, v: NodeView, r: Rung, fault: Fault, *, repair: bool = False,
-               prefix: str = "") -> tuple[Action | None, str]:
+def _carry_out(
+    ctx: PoolContext, v: NodeView, r: Rung, fault: Fault, *, repair: bool = False, prefix: str = ""
+) -> tuple[Action | None, str]:
     """The rung's action for v: TERMINATE for replace, else RESET_GPU or REBOOT in place, or
     why it waits: never in place while v's latest report shows GPU processes (nvidia-smi -r
     refuses then, and a reboot would kill them). A rung that cannot run for drain_timeout
@@ -188,24 +214,49 @@ def _carry_out(ctx: PoolContext, v: NodeView, r: Rung, fault: Fault, *, repair: 
     a drain that long are hung, and waiting on them would hold a budget slot for good."""
     why = prefix + r.why
     if r.remedy is Remedy.REPLACE:
-        return Action(ActionKind.TERMINATE, ctx.pool.name, v.node, why, instance_id=iid(v),
-                      lemon=r.lemon, fault=fault, action_reason=r.code), ""
+        return Action(
+            ActionKind.TERMINATE,
+            ctx.pool.name,
+            v.node,
+            why,
+            instance_id=iid(v),
+            lemon=r.lemon,
+            fault=fault,
+            action_reason=r.code,
+        ), ""
     kind = _RUNG_ACTION[r.remedy]
     if _busy(v):
         h = ctx.pool.health
         waited_s = _since_s(ctx, v.phase_at)
         if waited_s >= h.drain_timeout_s:
-            return Action(ActionKind.TERMINATE, ctx.pool.name, v.node,
-                          f"{why}; the {kind.value} cannot run: {_busy(v)} GPU process(es) "
-                          f"remain {format_duration_s(waited_s)} after it left service "
-                          f"(drain_timeout {format_duration_s(h.drain_timeout_s)}), so it is "
-                          "replaced", instance_id=iid(v), fault=fault,
-                          action_reason=ActionReason.DRAIN_TIMEOUT), ""
-        return None, (f"{v.node}: {kind.value} waits: its latest report shows {_busy(v)} "
-                      f"GPU process(es) ({format_duration_s(waited_s)} of drain_timeout "
-                      f"{format_duration_s(h.drain_timeout_s)}, then replaced)")
-    return Action(kind, ctx.pool.name, v.node, why, instance_id=iid(v), fault=fault,
-                  rung=r.remedy, repair=repair, action_reason=r.code), ""
+            return Action(
+                ActionKind.TERMINATE,
+                ctx.pool.name,
+                v.node,
+                f"{why}; the {kind.value} cannot run: {_busy(v)} GPU process(es) "
+                f"remain {format_duration_s(waited_s)} after it left service "
+                f"(drain_timeout {format_duration_s(h.drain_timeout_s)}), so it is "
+                "replaced",
+                instance_id=iid(v),
+                fault=fault,
+                action_reason=ActionReason.DRAIN_TIMEOUT,
+            ), ""
+        return None, (
+            f"{v.node}: {kind.value} waits: its latest report shows {_busy(v)} "
+            f"GPU process(es) ({format_duration_s(waited_s)} of drain_timeout "
+            f"{format_duration_s(h.drain_timeout_s)}, then replaced)"
+        )
+    return Action(
+        kind,
+        ctx.pool.name,
+        v.node,
+        why,
+        instance_id=iid(v),
+        fault=fault,
+        rung=r.remedy,
+        repair=repair,
+        action_reason=r.code,
+    ), ""
 
 
 def _since_s(ctx: PoolContext, at: datetime | None) -> float:
@@ -217,8 +268,15 @@ def _after_drain(ctx: PoolContext, v: NodeView, fault: Fault) -> tuple[Action | 
     """A drained node cordoned for a fault: reset its GPUs, reboot it, or terminate it."""
     r = rung_for(ctx, v, fault, unrecorded=0)
     if r.remedy is Remedy.REPLACE:  # the fault was recorded at the cordon
-        return Action(ActionKind.TERMINATE, ctx.pool.name, v.node, f"drain finished; {r.why}",
-                      instance_id=iid(v), lemon=r.lemon, action_reason=r.code), ""
+        return Action(
+            ActionKind.TERMINATE,
+            ctx.pool.name,
+            v.node,
+            f"drain finished; {r.why}",
+            instance_id=iid(v),
+            lemon=r.lemon,
+            action_reason=r.code,
+        ), ""
     return _carry_out(ctx, v, r, fault)
 
 
@@ -246,17 +304,29 @@ def _remediating(ctx: PoolContext, v: NodeView) -> tuple[Action | None, str]:
     if s is None or not after_remedy(rung, fault, v.rung_at, s):
         if waited_s > h.boot_timeout_s:
             what = "from a new boot" if rung is not Remedy.RESET_GPU else "made"
-            return Action(ActionKind.TERMINATE, ctx.pool.name, v.node,
-                          f"no report {what} within boot_timeout "
-                          f"({format_duration_s(h.boot_timeout_s)}) after the {rung.value}",
-                          instance_id=iid(v), action_reason=ActionReason.REMEDY_TIMEOUT), ""
-        return None, (f"{v.node}: waits for its first report after the {rung.value} "
-                      f"({format_duration_s(waited_s)} of boot_timeout "
-                      f"{format_duration_s(h.boot_timeout_s)})")
+            return Action(
+                ActionKind.TERMINATE,
+                ctx.pool.name,
+                v.node,
+                f"no report {what} within boot_timeout "
+                f"({format_duration_s(h.boot_timeout_s)}) after the {rung.value}",
+                instance_id=iid(v),
+                action_reason=ActionReason.REMEDY_TIMEOUT,
+            ), ""
+        return None, (
+            f"{v.node}: waits for its first report after the {rung.value} "
+            f"({format_duration_s(waited_s)} of boot_timeout "
+            f"{format_duration_s(h.boot_timeout_s)})"
+        )
     if v.report_age_s is not None and v.report_age_s > h.offline_after_s:
-        return Action(ActionKind.TERMINATE, ctx.pool.name, v.node,
-                      f"no fresh report for {format_duration_s(v.report_age_s)} after the "
-                      f"{rung.value}", instance_id=iid(v), action_reason=ActionReason.OFFLINE), ""
+        return Action(
+            ActionKind.TERMINATE,
+            ctx.pool.name,
+            v.node,
+            f"no fresh report for {format_duration_s(v.report_age_s)} after the {rung.value}",
+            instance_id=iid(v),
+            action_reason=ActionReason.OFFLINE,
+        ), ""
     late = waited_s > h.return_timeout_s
     if s.status is Status.UNHEALTHY and (s.fatal or v.streak >= h.unhealthy_after):
         new = fault_of(s)
@@ -268,32 +338,52 @@ def _remediating(ctx: PoolContext, v: NodeView) -> tuple[Action | None, str]:
             if gate is not None:
                 return _climb(ctx, v, gate)
             why += f"; dcgmi diag -r {h.return_requires_diag} passed"
-        return Action(ActionKind.UNCORDON, ctx.pool.name, v.node, why, instance_id=iid(v),
-                      action_reason=ActionReason.RECOVERED), ""
+        return Action(
+            ActionKind.UNCORDON,
+            ctx.pool.name,
+            v.node,
+            why,
+            instance_id=iid(v),
+            action_reason=ActionReason.RECOVERED,
+        ), ""
     if s.status is Status.UNHEALTHY:
-        wait = (f"{v.node}: unhealthy report {v.streak} of {h.unhealthy_after} after the "
-                f"{rung.value}")
+        wait = (
+            f"{v.node}: unhealthy report {v.streak} of {h.unhealthy_after} after the {rung.value}"
+        )
     elif s.status is Status.HEALTHY:
-        wait = (f"{v.node}: {v.return_streak} of {h.return_after} healthy reports after the "
-                f"{rung.value}")
+        wait = (
+            f"{v.node}: {v.return_streak} of {h.return_after} healthy reports after the "
+            f"{rung.value}"
+        )
     else:
         wait = f"{v.node}: reports {s.status.value} after the {rung.value}"
     if late:
         return _timeout_climb(ctx, v, rung, waited_s)
-    return None, (f"{wait} ({format_duration_s(waited_s)} of return_timeout "
-                  f"{format_duration_s(h.return_timeout_s)})")
+    return None, (
+        f"{wait} ({format_duration_s(waited_s)} of return_timeout "
+        f"{format_duration_s(h.return_timeout_s)})"
+    )
 
 
-def _timeout_climb(ctx: PoolContext, v: NodeView, rung: Remedy, waited_s: float
-                   ) -> tuple[Action | None, str]:
+def _timeout_climb(
+    ctx: PoolContext, v: NodeView, rung: Remedy, waited_s: float
+) -> tuple[Action | None, str]:
     """The next rung for a node the `rung` did not bring back within return_timeout: its
     remedied fault is taken as not cured (replace when no fault is remembered)."""
     h = ctx.pool.health
-    why = (f"not back in service {format_duration_s(waited_s)} after the {rung.value} "
-           f"(return_timeout {format_duration_s(h.return_timeout_s)}); ")
+    why = (
+        f"not back in service {format_duration_s(waited_s)} after the {rung.value} "
+        f"(return_timeout {format_duration_s(h.return_timeout_s)}); "
+    )
     if v.fault is None:
-        return Action(ActionKind.TERMINATE, ctx.pool.name, v.node, why + "replaced",
-                      instance_id=iid(v), action_reason=ActionReason.REMEDY_TIMEOUT), ""
+        return Action(
+            ActionKind.TERMINATE,
+            ctx.pool.name,
+            v.node,
+            why + "replaced",
+            instance_id=iid(v),
+            action_reason=ActionReason.REMEDY_TIMEOUT,
+        ), ""
     r = rung_for(ctx, v, v.fault, unrecorded=0, climb_from=rung)
     action, wait = _carry_out(ctx, v, r, v.fault, repair=True, prefix=why)
     if action is not None and not r.lemon and action.action_reason is ActionReason.REMEDY:
@@ -309,12 +399,27 @@ def _requested(ctx: PoolContext, v: NodeView) -> tuple[Action | None, str] | Non
     why = "replacement requested (--replace)"
     code = ActionReason.REPLACE_REQUESTED
     if v.lifecycle is Lifecycle.OPERATOR_CORDONED:
-        return Action(ActionKind.CORDON, ctx.pool.name, v.node, f"{why}; {v.reason}",
-                      instance_id=iid(v), repair=True, action_reason=code), ""
+        return Action(
+            ActionKind.CORDON,
+            ctx.pool.name,
+            v.node,
+            f"{why}; {v.reason}",
+            instance_id=iid(v),
+            repair=True,
+            action_reason=code,
+        ), ""
     if v.lifecycle is Lifecycle.REMEDIATING or (v.lifecycle is Lifecycle.DRAINING and v.drained):
-        state = "drained" if v.lifecycle is Lifecycle.DRAINING else f"out for its {v.rung or 'remedy'}"
-        return Action(ActionKind.TERMINATE, ctx.pool.name, v.node, f"{why}; it was {state}",
-                      instance_id=iid(v), action_reason=code), ""
+        state = (
+            "drained" if v.lifecycle is Lifecycle.DRAINING else f"out for its {v.rung or 'remedy'}"
+        )
+        return Action(
+            ActionKind.TERMINATE,
+            ctx.pool.name,
+            v.node,
+            f"{why}; it was {state}",
+            instance_id=iid(v),
+            action_reason=code,
+        ), ""
     return None
 
 
@@ -329,8 +434,10 @@ def _operator_cordoned(v: NodeView) -> str:
     s = v.summary
     if s is not None and s.status is Status.UNHEALTHY:
         worst = s.findings[0] if s.findings else "unhealthy"
-        return (f"{v.node}: {v.reason}; its reports are unhealthy ({worst}): "
-                f"`navarch apply --replace {v.node}` replaces it")
+        return (
+            f"{v.node}: {v.reason}; its reports are unhealthy ({worst}): "
+            f"`navarch apply --replace {v.node}` replaces it"
+        )
     return f"{v.node}: {v.reason} (`navarch uncordon` returns it)"
 
 
@@ -359,8 +466,11 @@ def in_place(ctx: PoolContext, v: NodeView) -> bool:
         return True
     if v.lifecycle in (Lifecycle.CORDONED, Lifecycle.DRAINING):
         fault, unrecorded = v.fault, 0
-    elif v.lifecycle is Lifecycle.UNHEALTHY and v.summary is not None \
-            and v.summary.status is Status.UNHEALTHY:
+    elif (
+        v.lifecycle is Lifecycle.UNHEALTHY
+        and v.summary is not None
+        and v.summary.status is Status.UNHEALTHY
+    ):
         fault, unrecorded = fault_of(v.summary), 1
     else:
         return False
@@ -400,38 +510,65 @@ def ladder_stage(ctx: PoolContext, prog: Progress) -> StageResult:
         step = _step(ctx, v)
         if step is None:
             if v.node in ctx.options.replace and v.lifecycle in _ALREADY_LEAVING:
-                pending.append(f"{v.node}: --replace: already leaving ({v.lifecycle.value}); "
-                               "terminated once its drain finishes or at drain_timeout")
+                pending.append(
+                    f"{v.node}: --replace: already leaving ({v.lifecycle.value}); "
+                    "terminated once its drain finishes or at drain_timeout"
+                )
             continue
         action, wait = step
         taken.add(v.node)
         if action is None:
             pending.append(wait)
             continue
-        if (ctx.frozen and action.kind is ActionKind.TERMINATE
-                and action.action_reason is ActionReason.DRAIN_TIMEOUT):
-            halts.append(Halt(pool.name, HaltRule.CIRCUIT_BREAKER,
-                              f"{v.node}: termination held back"))
+        if (
+            ctx.frozen
+            and action.kind is ActionKind.TERMINATE
+            and action.action_reason is ActionReason.DRAIN_TIMEOUT
+        ):
+            halts.append(
+                Halt(pool.name, HaltRule.CIRCUIT_BREAKER, f"{v.node}: termination held back")
+            )
             continue
         if action.kind in (ActionKind.REBOOT, ActionKind.RESET_GPU):
             if ctx.frozen:
-                halts.append(Halt(pool.name, HaltRule.CIRCUIT_BREAKER,
-                                  f"{v.node}: {action.kind.value} held back"))
+                halts.append(
+                    Halt(
+                        pool.name,
+                        HaltRule.CIRCUIT_BREAKER,
+                        f"{v.node}: {action.kind.value} held back",
+                    )
+                )
                 continue
             if action.repair:
                 if rate_left <= 0:
-                    halts.append(Halt(pool.name, HaltRule.REPAIR_RATE_LIMIT,
-                                      f"{v.node} waits for its {action.kind.value}: "
-                                      f"{ctx.spec.safety.repairs_per_pool_per_hour} repairs in "
-                                      "the last hour"))
+                    halts.append(
+                        Halt(
+                            pool.name,
+                            HaltRule.REPAIR_RATE_LIMIT,
+                            f"{v.node} waits for its {action.kind.value}: "
+                            f"{ctx.spec.safety.repairs_per_pool_per_hour} repairs in "
+                            "the last hour",
+                        )
+                    )
                     continue
                 rate_left -= 1
         actions.append(action)
         if action.kind in (ActionKind.CORDON, ActionKind.TERMINATE):
             leaving.append(v.node)  # leaves for good: the count stage replaces it
         if action.kind is ActionKind.CORDON:  # an operator's cordon, now a replacement
-            actions.append(Action(ActionKind.DRAIN, pool.name, v.node, action.reason,
-                                  instance_id=iid(v), action_reason=action.action_reason))
-    return StageResult(replace(prog, rate_left=rate_left, taken=frozenset(taken),
-                               leaving=tuple(leaving)),
-                       tuple(actions), tuple(halts), pending=tuple(pending))
+            actions.append(
+                Action(
+                    ActionKind.DRAIN,
+                    pool.name,
+                    v.node,
+                    action.reason,
+                    instance_id=iid(v),
+                    action_reason=action.action_reason,
+                )
+            )
+    return StageResult(
+        replace(prog, rate_left=rate_left, taken=frozenset(taken), leaving=tuple(leaving)),
+        tuple(actions),
+        tuple(halts),
+        pending=tuple(pending),
+    )

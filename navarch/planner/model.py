@@ -42,14 +42,28 @@ class Lifecycle(enum.StrEnum):
 
 
 SERVING = frozenset(
-    {Lifecycle.PROVISIONING, Lifecycle.BOOTING, Lifecycle.HEALTHY, Lifecycle.DEGRADED,
-     Lifecycle.UNKNOWN, Lifecycle.STALE, Lifecycle.MAINTENANCE}
+    {
+        Lifecycle.PROVISIONING,
+        Lifecycle.BOOTING,
+        Lifecycle.HEALTHY,
+        Lifecycle.DEGRADED,
+        Lifecycle.UNKNOWN,
+        Lifecycle.STALE,
+        Lifecycle.MAINTENANCE,
+    }
 )
 READY = frozenset({Lifecycle.HEALTHY, Lifecycle.DEGRADED})  # reporting and taking work
 #: Out of service because of navarch or an operator: counted against max_unavailable and not
 #: toward desired (a remediating node's surge replacement serves meanwhile).
-LEAVING = frozenset({Lifecycle.CORDONED, Lifecycle.DRAINING, Lifecycle.TERMINATING,
-                     Lifecycle.REMEDIATING, Lifecycle.OPERATOR_CORDONED})
+LEAVING = frozenset(
+    {
+        Lifecycle.CORDONED,
+        Lifecycle.DRAINING,
+        Lifecycle.TERMINATING,
+        Lifecycle.REMEDIATING,
+        Lifecycle.OPERATOR_CORDONED,
+    }
+)
 
 
 class ActionKind(enum.StrEnum):
@@ -93,7 +107,9 @@ class ActionReason(enum.StrEnum):
     DIAGNOSTICS = "diagnostics"  # dcgmi diag, scheduled or before a return
     DESTROY = "destroy"  # `navarch destroy`
     OPERATOR = "operator"  # `navarch reboot|cordon|uncordon`
-    INSTANCE_IMPAIRED = "instance_impaired"  # the cloud's own status: impaired past IMPAIRED_AFTER_S
+    INSTANCE_IMPAIRED = (
+        "instance_impaired"  # the cloud's own status: impaired past IMPAIRED_AFTER_S
+    )
 
 
 class Phase(enum.StrEnum):
@@ -307,7 +323,8 @@ class NodeTable:
 
     def __init__(self, nodes: Iterable[NodeMemory] | PMap[str, NodeMemory] = ()) -> None:
         self._map: PMap[str, NodeMemory] = (
-            nodes if isinstance(nodes, PMap) else pmap({n.node: n for n in nodes}))
+            nodes if isinstance(nodes, PMap) else pmap({n.node: n for n in nodes})
+        )
         self._ordered: tuple[NodeMemory, ...] | None = None
 
     def __getitem__(self, name: str) -> NodeMemory:
@@ -506,8 +523,9 @@ class HaltRule(enum.StrEnum):
         return self in _SAFETY_STOPS
 
 
-_SAFETY_STOPS = frozenset({HaltRule.CIRCUIT_BREAKER, HaltRule.ORPHAN_GUARD,
-                           HaltRule.DUPLICATE_NODE})
+_SAFETY_STOPS = frozenset(
+    {HaltRule.CIRCUIT_BREAKER, HaltRule.ORPHAN_GUARD, HaltRule.DUPLICATE_NODE}
+)
 
 
 @dataclass(frozen=True)

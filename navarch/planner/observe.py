@@ -101,8 +101,11 @@ def drift_reason(pool: PoolSpec, inst: Instance, nm: NodeMemory | None) -> str |
     found = pool.placement_of(inst.provider, inst.zone, inst.instance_type)
     if found is None:
         names = ", ".join(pl.provider for pl in pool.placed())
-        where = f"in none of the pool's placements ({names})" if len(pool.placed()) > 1 \
+        where = (
+            f"in none of the pool's placements ({names})"
+            if len(pool.placed()) > 1
             else f"no longer the pool's ({pool.provider})"
+        )
         return f"provider {inst.provider} is {where}"
     index, pl = found
     if inst.instance_type not in pl.instance_types:
@@ -115,12 +118,15 @@ def drift_reason(pool: PoolSpec, inst: Instance, nm: NodeMemory | None) -> str |
         reasons.append("capacity on-demand, pool now spot")
     changed = _launch_changes(pool, index, inst, nm)
     if changed is not None:
-        reasons.append(f"launch settings changed ({changed})" if changed else "launch settings changed")
+        reasons.append(
+            f"launch settings changed ({changed})" if changed else "launch settings changed"
+        )
     return "; ".join(reasons) or None
 
 
-def _launch_changes(pool: PoolSpec, placement: int, inst: Instance, nm: NodeMemory | None
-                    ) -> str | None:
+def _launch_changes(
+    pool: PoolSpec, placement: int, inst: Instance, nm: NodeMemory | None
+) -> str | None:
     """None when the launch settings match the placement's; else which keys changed
     ("" when unknown)."""
     settings = pool.launch_settings(placement)
@@ -193,8 +199,18 @@ def observe(
         if pool is None:
             views.append(_orphan_view(inst, nm, now))
             continue
-        views.append(_view(pool, inst, nm, obs, now, drain_checks.get(name),
-                           drift_reason(pool, inst, nm), labels_drift(pool, inst)))
+        views.append(
+            _view(
+                pool,
+                inst,
+                nm,
+                obs,
+                now,
+                drain_checks.get(name),
+                drift_reason(pool, inst, nm),
+                labels_drift(pool, inst),
+            )
+        )
     mem = memory.with_nodes(changed, without=gone) if changed or gone else memory
 
     # Names are never reused, even after a lost state: every owned node's index raises its
@@ -202,7 +218,7 @@ def observe(
     highest: dict[str, int] = {}
     for v in views:
         prefix = f"{spec.name}-{v.pool}-"
-        tail = v.node[len(prefix):]
+        tail = v.node[len(prefix) :]
         if v.node.startswith(prefix) and tail.isdigit():
             highest[v.pool] = max(highest.get(v.pool, 0), int(tail))
     for pool in spec.pools:
@@ -211,12 +227,14 @@ def observe(
             mem = mem.with_pool(replace(pm, next_index=highest[pool.name] + 1))
 
     mem = replace(mem, rejections=tuple(sorted(rejections.items())))
-    return Observed(views=tuple(views), foreign=tuple(foreign), memory=mem,
-                    duplicates=tuple(duplicates))
+    return Observed(
+        views=tuple(views), foreign=tuple(foreign), memory=mem, duplicates=tuple(duplicates)
+    )
 
 
-def _split(spec: FleetSpec, inventory: Sequence[Instance], memory: Memory
-           ) -> tuple[dict[str, Instance], list[Instance], list[Duplicate]]:
+def _split(
+    spec: FleetSpec, inventory: Sequence[Instance], memory: Memory
+) -> tuple[dict[str, Instance], list[Instance], list[Duplicate]]:
     """Owned nodes by name, foreign instances, and names carried by more than one instance.
 
     For a duplicated name the node is the instance Memory knows; the others are extras.
@@ -250,9 +268,14 @@ def _split(spec: FleetSpec, inventory: Sequence[Instance], memory: Memory
 def _orphan_view(inst: Instance, nm: NodeMemory, now: datetime) -> NodeView:
     s = nm.report
     return NodeView(
-        node=nm.node, pool=inst.pool or "", lifecycle=Lifecycle.ORPHAN,
-        reason=f"pool {inst.pool} was removed from fleet.yaml", instance=inst, summary=s,
-        report_age_s=(now - s.observed_at).total_seconds() if s else None, streak=nm.streak,
+        node=nm.node,
+        pool=inst.pool or "",
+        lifecycle=Lifecycle.ORPHAN,
+        reason=f"pool {inst.pool} was removed from fleet.yaml",
+        instance=inst,
+        summary=s,
+        report_age_s=(now - s.observed_at).total_seconds() if s else None,
+        streak=nm.streak,
         phase_at=nm.phase_at,
     )
 
@@ -265,8 +288,9 @@ def fault_of(s: ReportSummary) -> Fault:
     return Fault(key, s.action, s.boot_id, s.sequence)
 
 
-def after_remedy(rung: Remedy | None, fault: Fault | None, rung_at: datetime | None,
-                 s: ReportSummary | None) -> bool:
+def after_remedy(
+    rung: Remedy | None, fault: Fault | None, rung_at: datetime | None, s: ReportSummary | None
+) -> bool:
     """Whether report s was made after the ladder's remedy of `fault`.
 
     reboot (and any rung but reset_gpu): s comes from another boot than the fault's report.
@@ -309,8 +333,7 @@ def _fold_report(nm: NodeMemory, obs: ReportObservation | None) -> NodeMemory:
         return nm
     if s.sequence <= nm.streak_sequence:
         report = nm.report or s
-        if (nm.report_rejected is None and nm.report_version == obs.version
-                and nm.report is report):
+        if nm.report_rejected is None and nm.report_version == obs.version and nm.report is report:
             return nm  # the same report as last run: nothing to fold
         return replace(nm, report_rejected=None, report_version=obs.version, report=report)
     same_boot = nm.report is not None and nm.report.boot_id == s.boot_id
@@ -319,8 +342,15 @@ def _fold_report(nm: NodeMemory, obs: ReportObservation | None) -> NodeMemory:
         # The agent checks more often than it writes: its own count of checks in a row
         # that saw the fault is the streak when it is ahead of the reports counted here.
         streak = max(streak, s.consecutive)
-    return replace(nm, report_rejected=None, report_version=obs.version, report=s,
-                   streak=streak, streak_sequence=s.sequence, return_streak=_fold_return(nm, s))
+    return replace(
+        nm,
+        report_rejected=None,
+        report_version=obs.version,
+        report=s,
+        streak=streak,
+        streak_sequence=s.sequence,
+        return_streak=_fold_return(nm, s),
+    )
 
 
 def _fold_impaired(nm: NodeMemory, inst: Instance, now: datetime) -> NodeMemory:
@@ -339,9 +369,12 @@ def _by_cloud(nm: NodeMemory, inst: Instance, now: datetime) -> _Verdict | None:
     since = nm.impaired_since
     if since is None or (now - since).total_seconds() < IMPAIRED_AFTER_S:
         return None
-    return (Lifecycle.UNHEALTHY, f"the cloud reports the instance impaired{_cloud_detail(inst)} "
-            f"for {format_duration_s((now - since).total_seconds())} (since an earlier run)",
-            {"impaired": True})
+    return (
+        Lifecycle.UNHEALTHY,
+        f"the cloud reports the instance impaired{_cloud_detail(inst)} "
+        f"for {format_duration_s((now - since).total_seconds())} (since an earlier run)",
+        {"impaired": True},
+    )
 
 
 def _cloud_event(inst: Instance, verdict: _Verdict) -> _Verdict:
@@ -349,20 +382,30 @@ def _cloud_event(inst: Instance, verdict: _Verdict) -> _Verdict:
     own notice or a worse verdict stays); an impairment seen once is noted in the reason."""
     lc, reason, extra = verdict
     cs = inst.cloud_status
-    if cs.event is not None and lc in SERVING and lc not in (
-            Lifecycle.MAINTENANCE, Lifecycle.PROVISIONING):
+    if (
+        cs.event is not None
+        and lc in SERVING
+        and lc not in (Lifecycle.MAINTENANCE, Lifecycle.PROVISIONING)
+    ):
         by = f" (deadline {cs.event_deadline:%Y-%m-%d %H:%M} UTC)" if cs.event_deadline else ""
-        return (Lifecycle.MAINTENANCE, f"the cloud scheduled {cs.event.value}{by}",
-                {"deadline": cs.event_deadline})
+        return (
+            Lifecycle.MAINTENANCE,
+            f"the cloud scheduled {cs.event.value}{by}",
+            {"deadline": cs.event_deadline},
+        )
     if cs.impaired and lc in SERVING:
-        return (lc, f"{reason}; the cloud reports the instance impaired{_cloud_detail(inst)} "
-                f"(acted on when a run {format_duration_s(IMPAIRED_AFTER_S)} or more later "
-                "sees it again)", extra)
+        return (
+            lc,
+            f"{reason}; the cloud reports the instance impaired{_cloud_detail(inst)} "
+            f"(acted on when a run {format_duration_s(IMPAIRED_AFTER_S)} or more later "
+            "sees it again)",
+            extra,
+        )
     return verdict
 
 
 def clock_skew_note(s: ReportSummary | None) -> str:
-    """"; clock skew: ..." when the node's clock is more than CLOCK_SKEW_S off the store's
+    """ "; clock skew: ..." when the node's clock is more than CLOCK_SKEW_S off the store's
     (ReportSummary.clock_skew_s), else "". A condition to fix on the node (NTP), shown
     in the view's reason; it never changes a lifecycle."""
     skew_s = s.clock_skew_s if s is not None else None
@@ -397,8 +440,11 @@ def _view(
     rejected = obs.rejected if obs else None
     # The cloud's verdict comes before the pending check: a GCE instance being repaired
     # after a host error is listed pending, and must not wait out provision_timeout.
-    verdict = (_by_phase(pool, nm, age, drain_check) or _by_cloud(nm, inst, now)
-               or _by_instance(pool, inst, now))
+    verdict = (
+        _by_phase(pool, nm, age, drain_check)
+        or _by_cloud(nm, inst, now)
+        or _by_instance(pool, inst, now)
+    )
     if verdict is None:
         if s is None or age is None:
             verdict = _unreported(pool, inst, nm, rejected, now)
@@ -407,17 +453,33 @@ def _view(
         verdict = _cloud_event(inst, verdict)
     lc, reason, extra = verdict
     return NodeView(
-        node=nm.node, pool=pool.name, lifecycle=lc, reason=reason + clock_skew_note(s),
-        instance=inst, summary=s, report_age_s=age, streak=nm.streak, phase_at=nm.phase_at,
-        rejected=rejected, fault=nm.fault, faults=nm.faults, rung=nm.rung,
-        rung_fault=nm.rung_fault, rung_at=nm.rung_at, return_streak=nm.return_streak,
-        diag=nm.diag, diag_cordon=nm.diag_cordon, drift=drift, tags_drift=tags_drift,
+        node=nm.node,
+        pool=pool.name,
+        lifecycle=lc,
+        reason=reason + clock_skew_note(s),
+        instance=inst,
+        summary=s,
+        report_age_s=age,
+        streak=nm.streak,
+        phase_at=nm.phase_at,
+        rejected=rejected,
+        fault=nm.fault,
+        faults=nm.faults,
+        rung=nm.rung,
+        rung_fault=nm.rung_fault,
+        rung_at=nm.rung_at,
+        return_streak=nm.return_streak,
+        diag=nm.diag,
+        diag_cordon=nm.diag_cordon,
+        drift=drift,
+        tags_drift=tags_drift,
         **extra,
     )
 
 
-def _by_phase(pool: PoolSpec, nm: NodeMemory, age: float | None,
-              drain_check: bool | None) -> _Verdict | None:
+def _by_phase(
+    pool: PoolSpec, nm: NodeMemory, age: float | None, drain_check: bool | None
+) -> _Verdict | None:
     """What navarch has done to the node decides first (Memory's phase, an operator's cordon)."""
     s = nm.report
     if nm.phase is Phase.TERMINATING:
@@ -425,8 +487,12 @@ def _by_phase(pool: PoolSpec, nm: NodeMemory, age: float | None,
     if nm.phase is Phase.DRAINING:
         if pool.scheduler == "none" and "drain_check" not in pool.playbooks:
             fresh = s is not None and age is not None and age <= pool.health.stale_after_s
-            drained = bool(s is not None and fresh and s.process_count == 0
-                           and (nm.phase_at is None or s.observed_at >= nm.phase_at))
+            drained = bool(
+                s is not None
+                and fresh
+                and s.process_count == 0
+                and (nm.phase_at is None or s.observed_at >= nm.phase_at)
+            )
         else:
             drained = bool(drain_check)
         return Lifecycle.DRAINING, nm.phase_reason, {"drained": drained}
@@ -435,8 +501,11 @@ def _by_phase(pool: PoolSpec, nm: NodeMemory, age: float | None,
     if nm.phase is Phase.REMEDIATING:
         return Lifecycle.REMEDIATING, nm.phase_reason, {}
     if nm.operator_cordon:
-        return (Lifecycle.OPERATOR_CORDONED, "cordoned by an operator: "
-                + nm.operator_cordon.removeprefix("operator: "), {})
+        return (
+            Lifecycle.OPERATOR_CORDONED,
+            "cordoned by an operator: " + nm.operator_cordon.removeprefix("operator: "),
+            {},
+        )
     return None
 
 
@@ -447,13 +516,18 @@ def _by_instance(pool: PoolSpec, inst: Instance, now: datetime) -> _Verdict | No
     h = pool.health
     pending_s = (now - inst.launched_at).total_seconds()
     if pending_s > h.provision_timeout_s:
-        return (Lifecycle.STUCK, f"pending for {format_duration_s(pending_s)} "
-                f"(provision_timeout {format_duration_s(h.provision_timeout_s)})", {})
+        return (
+            Lifecycle.STUCK,
+            f"pending for {format_duration_s(pending_s)} "
+            f"(provision_timeout {format_duration_s(h.provision_timeout_s)})",
+            {},
+        )
     return Lifecycle.PROVISIONING, "instance is pending", {}
 
 
-def _unreported(pool: PoolSpec, inst: Instance, nm: NodeMemory, rejected: str | None,
-                now: datetime) -> _Verdict:
+def _unreported(
+    pool: PoolSpec, inst: Instance, nm: NodeMemory, rejected: str | None, now: datetime
+) -> _Verdict:
     """No accepted report yet: booting, then unhealthy past boot_timeout; doubt (rejected
     reports) is unknown until offline_after."""
     h = pool.health
@@ -461,29 +535,46 @@ def _unreported(pool: PoolSpec, inst: Instance, nm: NodeMemory, rejected: str | 
     up_s = (now - min(since, inst.launched_at)).total_seconds()
     if rejected:
         if up_s > h.offline_after_s:
-            return (Lifecycle.OFFLINE, f"no accepted report for {format_duration_s(up_s)} "
-                    f"(last one rejected: {rejected})", {})
+            return (
+                Lifecycle.OFFLINE,
+                f"no accepted report for {format_duration_s(up_s)} (last one rejected: {rejected})",
+                {},
+            )
         return Lifecycle.UNKNOWN, f"report rejected: {rejected}", {}
     if up_s > h.boot_timeout_s:
-        return (Lifecycle.UNHEALTHY,
-                f"no report within boot_timeout ({format_duration_s(h.boot_timeout_s)})", {})
-    return (Lifecycle.BOOTING,
-            f"waiting for the first report ({format_duration_s(up_s)} since launch)", {})
+        return (
+            Lifecycle.UNHEALTHY,
+            f"no report within boot_timeout ({format_duration_s(h.boot_timeout_s)})",
+            {},
+        )
+    return (
+        Lifecycle.BOOTING,
+        f"waiting for the first report ({format_duration_s(up_s)} since launch)",
+        {},
+    )
 
 
-def _reported(pool: PoolSpec, nm: NodeMemory, s: ReportSummary, age: float,
-              rejected: str | None) -> _Verdict:
+def _reported(
+    pool: PoolSpec, nm: NodeMemory, s: ReportSummary, age: float, rejected: str | None
+) -> _Verdict:
     """The newest accepted report decides: freshness, notices, then its status."""
     h = pool.health
     if age > h.offline_after_s:
-        return (Lifecycle.OFFLINE, f"no fresh report for {format_duration_s(age)} "
-                f"(offline_after {format_duration_s(h.offline_after_s)})", {})
+        return (
+            Lifecycle.OFFLINE,
+            f"no fresh report for {format_duration_s(age)} "
+            f"(offline_after {format_duration_s(h.offline_after_s)})",
+            {},
+        )
     if s.notice_kind == "preemption":
         return Lifecycle.PREEMPTING, "preemption notice from the cloud", {"immediate": True}
     if s.notice_kind == "maintenance":
         by = f" (deadline {s.notice_deadline:%Y-%m-%d %H:%M} UTC)" if s.notice_deadline else ""
-        return (Lifecycle.MAINTENANCE, f"maintenance notice from the cloud{by}",
-                {"deadline": s.notice_deadline})
+        return (
+            Lifecycle.MAINTENANCE,
+            f"maintenance notice from the cloud{by}",
+            {"deadline": s.notice_deadline},
+        )
     if age > h.stale_after_s:
         return Lifecycle.STALE, f"last report {format_duration_s(age)} old", {}
     if rejected:
@@ -493,8 +584,11 @@ def _reported(pool: PoolSpec, nm: NodeMemory, s: ReportSummary, age: float,
             return Lifecycle.UNHEALTHY, _first_finding(s), {"immediate": True}
         if nm.streak >= h.unhealthy_after:
             return Lifecycle.UNHEALTHY, f"{_first_finding(s)} ({nm.streak} reports in a row)", {}
-        return (Lifecycle.DEGRADED,
-                f"{_first_finding(s)} (unhealthy report {nm.streak} of {h.unhealthy_after})", {})
+        return (
+            Lifecycle.DEGRADED,
+            f"{_first_finding(s)} (unhealthy report {nm.streak} of {h.unhealthy_after})",
+            {},
+        )
     if s.status is Status.DEGRADED:
         return Lifecycle.DEGRADED, _first_finding(s), {}
     if s.status is Status.UNKNOWN:

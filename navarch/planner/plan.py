@@ -82,8 +82,12 @@ from navarch.planner.observe import Duplicate, fault_of
 from navarch.spec import FleetSpec, PoolSpec, SurgeOn
 
 HOUR_S = 3600
-_REPLACE_ORDER = {Lifecycle.PREEMPTING: 0, Lifecycle.UNHEALTHY: 1, Lifecycle.OFFLINE: 2,
-                  Lifecycle.MAINTENANCE: 4}
+_REPLACE_ORDER = {
+    Lifecycle.PREEMPTING: 0,
+    Lifecycle.UNHEALTHY: 1,
+    Lifecycle.OFFLINE: 2,
+    Lifecycle.MAINTENANCE: 4,
+}
 _REQUESTED = 3  # `apply --replace NODE`, between offline and maintenance
 # Providers whose instances' tags/labels can be changed in place (EC2 CreateTags, GCE
 # setLabels, ARM tags PATCH, the local provider's machine file); others replace the node.
@@ -100,7 +104,7 @@ def _index_of(fleet: str, pool: str, name: str) -> int:
     """The index in a node name (<fleet>-<pool>-<nnnn>), 0 for a name not of that form.
     Remembered: plan() asks twice for every node every run."""
     prefix = f"{fleet}-{pool}-"
-    tail = name[len(prefix):] if name.startswith(prefix) else ""
+    tail = name[len(prefix) :] if name.startswith(prefix) else ""
     return int(tail) if tail.isdigit() else 0
 
 
@@ -108,28 +112,41 @@ def _failed_return_diag(v: NodeView) -> bool:
     """A remedied node whose diagnostics after the remedy failed: sick, for the breaker (a
     DCGM broken fleet-wide fails them all, and would otherwise replace node after node)."""
     d = v.diag
-    return (d is not None and d.why is DiagWhy.RETURN and d.state is DiagState.FAIL
-            and v.rung_at is not None and d.started_at is not None and d.started_at >= v.rung_at)
+    return (
+        d is not None
+        and d.why is DiagWhy.RETURN
+        and d.state is DiagState.FAIL
+        and v.rung_at is not None
+        and d.started_at is not None
+        and d.started_at >= v.rung_at
+    )
 
 
 def _breaker_tripped(views: Sequence[NodeView], pct: float) -> tuple[bool, int, int]:
     active = [v for v in views if v.lifecycle not in (Lifecycle.TERMINATING, Lifecycle.ORPHAN)]
-    sick = sum(v.lifecycle in (Lifecycle.UNHEALTHY, Lifecycle.OFFLINE) or _failed_return_diag(v)
-               for v in active)
+    sick = sum(
+        v.lifecycle in (Lifecycle.UNHEALTHY, Lifecycle.OFFLINE) or _failed_return_diag(v)
+        for v in active
+    )
     total = len(active)
     return (sick >= 2 and total > 0 and sick * 100 >= pct * total), sick, total
 
 
 def _sick_words(views: Sequence[NodeView]) -> str:
     """What the breaker counted, for its halt message."""
-    failing = sum(_failed_return_diag(v) for v in views
-                  if v.lifecycle not in (Lifecycle.TERMINATING, Lifecycle.ORPHAN))
+    failing = sum(
+        _failed_return_diag(v)
+        for v in views
+        if v.lifecycle not in (Lifecycle.TERMINATING, Lifecycle.ORPHAN)
+    )
     return "unhealthy or offline" + (
-        f" ({failing} failing their return diagnostics)" if failing else "")
+        f" ({failing} failing their return diagnostics)" if failing else ""
+    )
 
 
-def desired_count(pool: PoolSpec, views: Sequence[NodeView], pm: PoolMemory, now: datetime
-                  ) -> tuple[int, str | None]:
+def desired_count(
+    pool: PoolSpec, views: Sequence[NodeView], pm: PoolMemory, now: datetime
+) -> tuple[int, str | None]:
     """The pool's desired node count and, when autoscaling changes it, the reason.
 
     Reactive autoscaling on the mean reported GPU utilisation of healthy/degraded nodes:
@@ -146,7 +163,8 @@ def desired_count(pool: PoolSpec, views: Sequence[NodeView], pm: PoolMemory, now
     if pm.scaled_at is not None and (now - pm.scaled_at).total_seconds() < a.cooldown_s:
         return base, None
     utils = [
-        v.summary.utilization_pct for v in views
+        v.summary.utilization_pct
+        for v in views
         if v.lifecycle in READY and v.summary is not None and v.summary.utilization_pct is not None
     ]
     if not utils:
@@ -155,7 +173,10 @@ def desired_count(pool: PoolSpec, views: Sequence[NodeView], pm: PoolMemory, now
     if mean > a.scale_up_at_pct and base < pool.max_nodes:
         return base + 1, f"mean GPU utilisation {mean:.0f}% > scale_up_at {a.scale_up_at_pct:.0f}%"
     if mean < a.scale_down_at_pct and base > pool.min_nodes:
-        return base - 1, f"mean GPU utilisation {mean:.0f}% < scale_down_at {a.scale_down_at_pct:.0f}%"
+        return (
+            base - 1,
+            f"mean GPU utilisation {mean:.0f}% < scale_down_at {a.scale_down_at_pct:.0f}%",
+        )
     return base, None
 
 
@@ -164,12 +185,16 @@ PlaceKey = tuple[str, str, str, bool]  # (provider, zone, instance_type, spot)
 
 def _blocked(pool: PoolSpec, pm: PoolMemory, now: datetime) -> dict[PlaceKey, datetime]:
     """Places in capacity backoff -> until when."""
-    return {(e.provider, e.zone, e.instance_type, e.spot): e.until
-            for e in pm.exhausted if e.until > now}
+    return {
+        (e.provider, e.zone, e.instance_type, e.spot): e.until
+        for e in pm.exhausted
+        if e.until > now
+    }
 
 
-def open_places(pool: PoolSpec, pm: PoolMemory, now: datetime,
-                avoid: frozenset[PlaceKey] = frozenset()) -> tuple[Place, ...]:
+def open_places(
+    pool: PoolSpec, pm: PoolMemory, now: datetime, avoid: frozenset[PlaceKey] = frozenset()
+) -> tuple[Place, ...]:
     """The pool's places in launch order (zone, type, then placement: PoolSpec.
     launch_places), without those in capacity backoff or avoided. A Place names its
     provider only when the pool has several placements."""
@@ -207,8 +232,14 @@ def placement_note(pool: PoolSpec, pm: PoolMemory, now: datetime, first: Place) 
 # --- the plan -----------------------------------------------------------------------------
 
 
-def plan(spec: FleetSpec, views: Sequence[NodeView], memory: Memory, now: datetime,
-         options: PlanOptions | None = None, duplicates: Sequence[Duplicate] = ()) -> Plan:
+def plan(
+    spec: FleetSpec,
+    views: Sequence[NodeView],
+    memory: Memory,
+    now: datetime,
+    options: PlanOptions | None = None,
+    duplicates: Sequence[Duplicate] = (),
+) -> Plan:
     """Compute the Plan for one run.
 
     views: observe()'s NodeViews; memory: observe()'s folded Memory; now: aware UTC;
@@ -225,25 +256,46 @@ def plan(spec: FleetSpec, views: Sequence[NodeView], memory: Memory, now: dateti
         by_pool.setdefault(v.pool, []).append(v)
     last_index: dict[str, int] = {}
     for nm in memory.nodes:
-        last_index[nm.pool] = max(last_index.get(nm.pool, 0), _index_of(spec.name, nm.pool, nm.node))
+        last_index[nm.pool] = max(
+            last_index.get(nm.pool, 0), _index_of(spec.name, nm.pool, nm.node)
+        )
     results: list[StageResult] = [fleet]
     for pool in sorted(spec.pools, key=lambda p: p.name):
         if not options.includes(pool.name):
             continue
         pviews = tuple(sorted(by_pool.get(pool.name, ()), key=lambda v: v.node))
         pm = memory.pool(pool.name)
-        top = max([pm.next_index - 1, last_index.get(pool.name, 0)]
-                  + [_index_of(spec.name, pool.name, v.node) for v in pviews])
-        results.append(_plan_pool(spec, pool, pviews, pm, now, options, top,
-                                  any(h.rule is HaltRule.CIRCUIT_BREAKER for h in fleet.halts)))
+        top = max(
+            [pm.next_index - 1, last_index.get(pool.name, 0)]
+            + [_index_of(spec.name, pool.name, v.node) for v in pviews]
+        )
+        results.append(
+            _plan_pool(
+                spec,
+                pool,
+                pviews,
+                pm,
+                now,
+                options,
+                top,
+                any(h.rule is HaltRule.CIRCUIT_BREAKER for h in fleet.halts),
+            )
+        )
     blocked = {d.node for d in duplicates}
-    actions = tuple(a for r in results for a in r.actions
-                    if a.node not in blocked or a in fleet.actions)
+    actions = tuple(
+        a for r in results for a in r.actions if a.node not in blocked or a in fleet.actions
+    )
     halts = tuple(h for r in results for h in r.halts)
-    out = Plan(fleet=spec.name, created_at=now, actions=actions, halts=halts,
-               notes=tuple(n for r in results for n in r.notes),
-               pending=tuple(p for r in results for p in r.pending),
-               state_serial=memory.serial, views=tuple(views))
+    out = Plan(
+        fleet=spec.name,
+        created_at=now,
+        actions=actions,
+        halts=halts,
+        notes=tuple(n for r in results for n in r.notes),
+        pending=tuple(p for r in results for p in r.pending),
+        state_serial=memory.serial,
+        views=tuple(views),
+    )
     return replace(out, observation_fingerprint=observation_fingerprint(views, halts))
 
 
@@ -252,25 +304,39 @@ def observation_fingerprint(views: Sequence[NodeView], halts: Sequence[Halt]) ->
     lifecycle, accepted report sequence, rejection and drift, and the halts. `apply PLAN`
     refuses a saved plan whose fingerprint no longer matches (a node recovered, a breaker
     opened). 16 hex characters."""
-    lines = [f"{v.node}|{v.lifecycle.value}|{v.summary.sequence if v.summary else None}|"
-             f"{v.rejected}|{v.drift}|{v.tags_drift}\n"
-             for v in sorted(views, key=attrgetter("node"))]
+    lines = [
+        f"{v.node}|{v.lifecycle.value}|{v.summary.sequence if v.summary else None}|"
+        f"{v.rejected}|{v.drift}|{v.tags_drift}\n"
+        for v in sorted(views, key=attrgetter("node"))
+    ]
     lines.extend(f"halt|{x.pool}|{x.rule}\n" for x in halts)
     return hashlib.sha256("".join(lines).encode()).hexdigest()[:16]
 
 
-def _plan_pool(spec: FleetSpec, pool: PoolSpec, views: tuple[NodeView, ...], pm: PoolMemory,
-               now: datetime, options: PlanOptions, last_index: int, fleet_tripped: bool
-               ) -> StageResult:
+def _plan_pool(
+    spec: FleetSpec,
+    pool: PoolSpec,
+    views: tuple[NodeView, ...],
+    pm: PoolMemory,
+    now: datetime,
+    options: PlanOptions,
+    last_index: int,
+    fleet_tripped: bool,
+) -> StageResult:
     """Run the pool's stages in order, folding their results into one StageResult."""
     h = pool.health
     halts: list[Halt] = []
     tripped, sick, total = _breaker_tripped(views, spec.safety.circuit_breaker_pct)
     if tripped and not options.destroy:
-        halts.append(Halt(pool.name, HaltRule.CIRCUIT_BREAKER,
-                          f"{sick} of {total} nodes are {_sick_words(views)} "
-                          f"(>= {spec.safety.circuit_breaker_pct:g}%): no new cordon or termination in "
-                          "this pool; a mass failure is more often a broken agent, network or store"))
+        halts.append(
+            Halt(
+                pool.name,
+                HaltRule.CIRCUIT_BREAKER,
+                f"{sick} of {total} nodes are {_sick_words(views)} "
+                f"(>= {spec.safety.circuit_breaker_pct:g}%): no new cordon or termination in "
+                "this pool; a mass failure is more often a broken agent, network or store",
+            )
+        )
     frozen = (tripped or fleet_tripped) and not options.destroy
     ctx = PoolContext(spec, pool, views, pm, now, frozen, options, last_index)
     unavailable = sum(v.lifecycle in LEAVING for v in views)
@@ -286,29 +352,48 @@ def _plan_pool(spec: FleetSpec, pool: PoolSpec, views: tuple[NodeView, ...], pm:
     out = StageResult(progress, halts=tuple(halts))
     for stage in stages:
         r = stage(ctx, out.progress)
-        out = StageResult(r.progress, out.actions + r.actions, out.halts + r.halts,
-                          out.notes + r.notes, out.pending + r.pending)
+        out = StageResult(
+            r.progress,
+            out.actions + r.actions,
+            out.halts + r.halts,
+            out.notes + r.notes,
+            out.pending + r.pending,
+        )
     return out
 
 
 # --- fleet stages -------------------------------------------------------------------------
 
 
-def _fleet_stages(spec: FleetSpec, views: Sequence[NodeView], memory: Memory,
-                  options: PlanOptions, duplicates: Sequence[Duplicate]) -> StageResult:
+def _fleet_stages(
+    spec: FleetSpec,
+    views: Sequence[NodeView],
+    memory: Memory,
+    options: PlanOptions,
+    duplicates: Sequence[Duplicate],
+) -> StageResult:
     """Fleet circuit breaker, orphans, duplicate node names."""
     halts: list[Halt] = []
     tripped, sick, total = _breaker_tripped(views, spec.safety.fleet_circuit_breaker_pct)
     if tripped and not options.destroy:
-        halts.append(Halt("*", HaltRule.CIRCUIT_BREAKER,
-                          f"{sick} of {total} nodes in the fleet are {_sick_words(views)} "
-                          f"(>= {spec.safety.fleet_circuit_breaker_pct:g}%): no new cordon or "
-                          "termination anywhere; check the agents, the store and the network first"))
+        halts.append(
+            Halt(
+                "*",
+                HaltRule.CIRCUIT_BREAKER,
+                f"{sick} of {total} nodes in the fleet are {_sick_words(views)} "
+                f"(>= {spec.safety.fleet_circuit_breaker_pct:g}%): no new cordon or "
+                "termination anywhere; check the agents, the store and the network first",
+            )
+        )
     orphans = orphan_stage(spec, views, options)
     dups = duplicate_stage(duplicates)
-    return StageResult(Progress(0, 0, 0), orphans.actions + dups.actions,
-                       tuple(halts) + orphans.halts + dups.halts, orphans.notes + dups.notes,
-                       orphans.pending + dups.pending)
+    return StageResult(
+        Progress(0, 0, 0),
+        orphans.actions + dups.actions,
+        tuple(halts) + orphans.halts + dups.halts,
+        orphans.notes + dups.notes,
+        orphans.pending + dups.pending,
+    )
 
 
 def orphan_stage(spec: FleetSpec, views: Sequence[NodeView], options: PlanOptions) -> StageResult:
@@ -320,16 +405,35 @@ def orphan_stage(spec: FleetSpec, views: Sequence[NodeView], options: PlanOption
     limit = spec.safety.orphan_limit(len(views))
     if len(orphans) > limit and not (options.allow_destroy or options.destroy):
         pools = ", ".join(sorted({v.pool for v in orphans}))
-        return StageResult(Progress(0, 0, 0), halts=(Halt(
-            "*", HaltRule.ORPHAN_GUARD,
-            f"{len(orphans)} orphan node(s) of removed pool(s) {pools} would be terminated, more "
-            f"than the limit of {limit}; if the pools were removed on purpose run apply with "
-            "--allow-destroy (or raise safety.max_orphan_terminations), else restore them in "
-            "fleet.yaml"),), pending=tuple(f"{v.node}: {v.reason}" for v in orphans))
-    actions = tuple(Action(ActionKind.TERMINATE, v.pool, v.node, f"orphan: {v.reason}",
-                           instance_id=_iid(v), action_reason=ActionReason.ORPHAN) for v in orphans)
-    note = ("orphans are terminated without a drain: their pool's scheduler and playbooks "
-            "left fleet.yaml with it")
+        return StageResult(
+            Progress(0, 0, 0),
+            halts=(
+                Halt(
+                    "*",
+                    HaltRule.ORPHAN_GUARD,
+                    f"{len(orphans)} orphan node(s) of removed pool(s) {pools} would be terminated, more "
+                    f"than the limit of {limit}; if the pools were removed on purpose run apply with "
+                    "--allow-destroy (or raise safety.max_orphan_terminations), else restore them in "
+                    "fleet.yaml",
+                ),
+            ),
+            pending=tuple(f"{v.node}: {v.reason}" for v in orphans),
+        )
+    actions = tuple(
+        Action(
+            ActionKind.TERMINATE,
+            v.pool,
+            v.node,
+            f"orphan: {v.reason}",
+            instance_id=_iid(v),
+            action_reason=ActionReason.ORPHAN,
+        )
+        for v in orphans
+    )
+    note = (
+        "orphans are terminated without a drain: their pool's scheduler and playbooks "
+        "left fleet.yaml with it"
+    )
     return StageResult(Progress(0, 0, 0), actions, notes=(note,))
 
 
@@ -341,16 +445,28 @@ def duplicate_stage(duplicates: Sequence[Duplicate]) -> StageResult:
     for d in duplicates:
         ids = ", ".join(i.instance_id for i in d.instances)
         if d.extra is None:
-            halts.append(Halt(d.pool, HaltRule.DUPLICATE_NODE,
-                              f"{d.node} is carried by instances {ids} and navarch's state knows "
-                              "none of them: nothing is done to this node name; terminate the "
-                              "wrong instance by hand"))
+            halts.append(
+                Halt(
+                    d.pool,
+                    HaltRule.DUPLICATE_NODE,
+                    f"{d.node} is carried by instances {ids} and navarch's state knows "
+                    "none of them: nothing is done to this node name; terminate the "
+                    "wrong instance by hand",
+                )
+            )
             continue
-        actions.append(Action(ActionKind.TERMINATE, d.pool, d.node,
-                              f"duplicate: instance {d.extra.instance_id} also carries "
-                              f"navarch-node={d.node} (instances {ids}; the node is the one in "
-                              "navarch's state)", instance_id=d.extra.instance_id,
-                              action_reason=ActionReason.DUPLICATE))
+        actions.append(
+            Action(
+                ActionKind.TERMINATE,
+                d.pool,
+                d.node,
+                f"duplicate: instance {d.extra.instance_id} also carries "
+                f"navarch-node={d.node} (instances {ids}; the node is the one in "
+                "navarch's state)",
+                instance_id=d.extra.instance_id,
+                action_reason=ActionReason.DUPLICATE,
+            )
+        )
     return StageResult(Progress(0, 0, 0), tuple(actions), tuple(halts))
 
 
@@ -360,10 +476,22 @@ def duplicate_stage(duplicates: Sequence[Duplicate]) -> StageResult:
 def scale_stage(ctx: PoolContext, prog: Progress) -> StageResult:
     """Desired count: the target, or autoscaling's (a SCALE action records a change)."""
     desired, reason = desired_count(ctx.pool, ctx.views, ctx.pm, ctx.now)
-    actions = () if reason is None else (
-        Action(ActionKind.SCALE, ctx.pool.name, None, reason, desired=desired,
-               action_reason=(ActionReason.SCALE_UP if "scale_up_at" in reason
-                              else ActionReason.SCALE_DOWN)),)
+    actions = (
+        ()
+        if reason is None
+        else (
+            Action(
+                ActionKind.SCALE,
+                ctx.pool.name,
+                None,
+                reason,
+                desired=desired,
+                action_reason=(
+                    ActionReason.SCALE_UP if "scale_up_at" in reason else ActionReason.SCALE_DOWN
+                ),
+            ),
+        )
+    )
     return StageResult(replace(prog, desired=desired), actions)
 
 
@@ -376,9 +504,16 @@ def terminate_stage(ctx: PoolContext, prog: Progress) -> StageResult:
     pending: list[str] = []
     for v in ctx.views:
         if v.lifecycle is Lifecycle.TERMINATING:
-            actions.append(Action(ActionKind.TERMINATE, ctx.pool.name, v.node,
-                                  f"terminate still in progress ({v.reason})", instance_id=_iid(v),
-                                  action_reason=ActionReason.TERMINATING))
+            actions.append(
+                Action(
+                    ActionKind.TERMINATE,
+                    ctx.pool.name,
+                    v.node,
+                    f"terminate still in progress ({v.reason})",
+                    instance_id=_iid(v),
+                    action_reason=ActionReason.TERMINATING,
+                )
+            )
         elif v.lifecycle is Lifecycle.DRAINING and v.node not in prog.taken:
             waited_s = (ctx.now - v.phase_at).total_seconds() if v.phase_at else 0.0
             if v.drained:
@@ -386,25 +521,50 @@ def terminate_stage(ctx: PoolContext, prog: Progress) -> StageResult:
             elif waited_s >= h.drain_timeout_s:
                 why = f"drain_timeout ({format_duration_s(h.drain_timeout_s)}) passed"
             else:
-                pending.append(f"{v.node}: draining for {format_duration_s(waited_s)} "
-                               f"of {format_duration_s(h.drain_timeout_s)}")
+                pending.append(
+                    f"{v.node}: draining for {format_duration_s(waited_s)} "
+                    f"of {format_duration_s(h.drain_timeout_s)}"
+                )
                 continue
             if ctx.frozen and not v.drained and v.node not in ctx.options.replace:
-                halts.append(Halt(ctx.pool.name, HaltRule.CIRCUIT_BREAKER, f"{v.node}: termination held back"))
+                halts.append(
+                    Halt(
+                        ctx.pool.name, HaltRule.CIRCUIT_BREAKER, f"{v.node}: termination held back"
+                    )
+                )
                 continue
-            actions.append(Action(ActionKind.TERMINATE, ctx.pool.name, v.node, f"{why}; {v.reason}",
-                                  instance_id=_iid(v), backoff=v.summary is None,
-                                  action_reason=(ActionReason.DRAIN_FINISHED if v.drained
-                                                 else ActionReason.DRAIN_TIMEOUT)))
+            actions.append(
+                Action(
+                    ActionKind.TERMINATE,
+                    ctx.pool.name,
+                    v.node,
+                    f"{why}; {v.reason}",
+                    instance_id=_iid(v),
+                    backoff=v.summary is None,
+                    action_reason=(
+                        ActionReason.DRAIN_FINISHED if v.drained else ActionReason.DRAIN_TIMEOUT
+                    ),
+                )
+            )
     return StageResult(prog, tuple(actions), tuple(halts), pending=tuple(pending))
 
 
 def redrain_stage(ctx: PoolContext, prog: Progress) -> StageResult:
     """Start draining nodes that were cordoned but never drained (e.g. SSH failed)."""
-    return StageResult(prog, tuple(
-        Action(ActionKind.DRAIN, ctx.pool.name, v.node, v.reason,
-               action_reason=ActionReason.REDRAIN)
-        for v in ctx.views if v.lifecycle is Lifecycle.CORDONED))
+    return StageResult(
+        prog,
+        tuple(
+            Action(
+                ActionKind.DRAIN,
+                ctx.pool.name,
+                v.node,
+                v.reason,
+                action_reason=ActionReason.REDRAIN,
+            )
+            for v in ctx.views
+            if v.lifecycle is Lifecycle.CORDONED
+        ),
+    )
 
 
 def stuck_stage(ctx: PoolContext, prog: Progress) -> StageResult:
@@ -413,15 +573,34 @@ def stuck_stage(ctx: PoolContext, prog: Progress) -> StageResult:
     stuck = [v for v in ctx.views if v.lifecycle is Lifecycle.STUCK and v.instance]
     held = [v for v in stuck if ctx.frozen and v.node not in ctx.options.replace]
     if held:
-        return StageResult(prog, halts=tuple(
-            Halt(ctx.pool.name, HaltRule.CIRCUIT_BREAKER, f"{v.node}: termination of a stuck instance "
-                 "held back") for v in held))
-    avoid = frozenset((v.instance.provider, v.instance.zone, v.instance.instance_type,
-                       v.instance.spot)
-                      for v in stuck if v.instance)
-    actions = tuple(Action(ActionKind.TERMINATE, ctx.pool.name, v.node, v.reason,
-                           instance_id=_iid(v), backoff=True,
-                           action_reason=ActionReason.PROVISION_TIMEOUT) for v in stuck)
+        return StageResult(
+            prog,
+            halts=tuple(
+                Halt(
+                    ctx.pool.name,
+                    HaltRule.CIRCUIT_BREAKER,
+                    f"{v.node}: termination of a stuck instance held back",
+                )
+                for v in held
+            ),
+        )
+    avoid = frozenset(
+        (v.instance.provider, v.instance.zone, v.instance.instance_type, v.instance.spot)
+        for v in stuck
+        if v.instance
+    )
+    actions = tuple(
+        Action(
+            ActionKind.TERMINATE,
+            ctx.pool.name,
+            v.node,
+            v.reason,
+            instance_id=_iid(v),
+            backoff=True,
+            action_reason=ActionReason.PROVISION_TIMEOUT,
+        )
+        for v in stuck
+    )
     return StageResult(replace(prog, avoid=prog.avoid | avoid), actions)
 
 
@@ -433,9 +612,11 @@ def _repair_rank(ctx: PoolContext, v: NodeView) -> int | None:
     return None
 
 
-_REPAIR_CODES = {Lifecycle.PREEMPTING: ActionReason.PREEMPTION,
-                 Lifecycle.OFFLINE: ActionReason.OFFLINE,
-                 Lifecycle.MAINTENANCE: ActionReason.MAINTENANCE}
+_REPAIR_CODES = {
+    Lifecycle.PREEMPTING: ActionReason.PREEMPTION,
+    Lifecycle.OFFLINE: ActionReason.OFFLINE,
+    Lifecycle.MAINTENANCE: ActionReason.MAINTENANCE,
+}
 
 
 def _repair_code(v: NodeView, rank: int) -> ActionReason:
@@ -479,13 +660,24 @@ def repair_stage(ctx: PoolContext, prog: Progress) -> StageResult:
             if ctx.frozen and not requested:
                 continue  # the circuit-breaker halt already says why
             if budget <= 0:
-                halts.append(Halt(pool.name, HaltRule.DISRUPTION_BUDGET, f"{v.node} waits: max_unavailable "
-                                  f"{h.max_unavailable_nodes(pool.target_nodes)} reached"))
+                halts.append(
+                    Halt(
+                        pool.name,
+                        HaltRule.DISRUPTION_BUDGET,
+                        f"{v.node} waits: max_unavailable "
+                        f"{h.max_unavailable_nodes(pool.target_nodes)} reached",
+                    )
+                )
                 continue
             if repair and rate_left <= 0:
-                halts.append(Halt(pool.name, HaltRule.REPAIR_RATE_LIMIT,
-                                  f"{v.node} waits: {spec.safety.repairs_per_pool_per_hour} repairs "
-                                  "in the last hour"))
+                halts.append(
+                    Halt(
+                        pool.name,
+                        HaltRule.REPAIR_RATE_LIMIT,
+                        f"{v.node} waits: {spec.safety.repairs_per_pool_per_hour} repairs "
+                        "in the last hour",
+                    )
+                )
                 continue
             budget -= 1
             rate_left -= repair
@@ -493,21 +685,47 @@ def repair_stage(ctx: PoolContext, prog: Progress) -> StageResult:
         s = v.summary
         # A host the cloud calls impaired is replaced, not laddered: no in-place rung can
         # fix the hardware under it, and its report (if any) predates the impairment.
-        fault = (fault_of(s) if v.lifecycle is Lifecycle.UNHEALTHY and s is not None
-                 and s.status is Status.UNHEALTHY and not v.impaired else None)
+        fault = (
+            fault_of(s)
+            if v.lifecycle is Lifecycle.UNHEALTHY
+            and s is not None
+            and s.status is Status.UNHEALTHY
+            and not v.impaired
+            else None
+        )
         code = ActionReason.REPLACE_REQUESTED if requested else _repair_code(v, rank)
-        actions.append(Action(ActionKind.CORDON, pool.name, v.node, why, instance_id=_iid(v),
-                              repair=repair, fault=fault, action_reason=code))
-        actions.append(Action(ActionKind.DRAIN, pool.name, v.node, why, instance_id=_iid(v),
-                              action_reason=code))
-    return StageResult(replace(prog, budget=budget, rate_left=rate_left, leaving=tuple(leaving)),
-                       tuple(actions), tuple(halts), pending=tuple(pending))
+        actions.append(
+            Action(
+                ActionKind.CORDON,
+                pool.name,
+                v.node,
+                why,
+                instance_id=_iid(v),
+                repair=repair,
+                fault=fault,
+                action_reason=code,
+            )
+        )
+        actions.append(
+            Action(
+                ActionKind.DRAIN, pool.name, v.node, why, instance_id=_iid(v), action_reason=code
+            )
+        )
+    return StageResult(
+        replace(prog, budget=budget, rate_left=rate_left, leaving=tuple(leaving)),
+        tuple(actions),
+        tuple(halts),
+        pending=tuple(pending),
+    )
 
 
 def watch_stage(ctx: PoolContext, prog: Progress) -> StageResult:
     """Nothing to do yet, but the world is part-way to a decision: say so (pending)."""
-    pending = tuple(f"{v.node}: {v.reason}" for v in ctx.views
-                    if v.lifecycle is Lifecycle.DEGRADED and v.streak > 0)
+    pending = tuple(
+        f"{v.node}: {v.reason}"
+        for v in ctx.views
+        if v.lifecycle is Lifecycle.DEGRADED and v.streak > 0
+    )
     return StageResult(prog, pending=pending)
 
 
@@ -526,21 +744,38 @@ def drift_stage(ctx: PoolContext, prog: Progress) -> StageResult:
         ptype = _provider_type(ctx, v)
         if v.tags_drift and ptype in TAG_UPDATABLE and v.instance is not None:
             labels = ", ".join(f"{k}={val}" for k, val in v.tags_drift)
-            actions.append(Action(ActionKind.UPDATE_TAGS, pool.name, v.node,
-                                  f"labels changed ({labels})", instance_id=_iid(v),
-                                  tags=v.tags_drift, action_reason=ActionReason.DRIFT))
+            actions.append(
+                Action(
+                    ActionKind.UPDATE_TAGS,
+                    pool.name,
+                    v.node,
+                    f"labels changed ({labels})",
+                    instance_id=_iid(v),
+                    tags=v.tags_drift,
+                    action_reason=ActionReason.DRIFT,
+                )
+            )
         elif v.tags_drift:
             labels = ", ".join(k for k, _ in v.tags_drift)
-            why = "; ".join(filter(None, [why, f"labels changed ({labels}); {ptype} "
-                                                "cannot update tags in place"]))
+            why = "; ".join(
+                filter(
+                    None, [why, f"labels changed ({labels}); {ptype} cannot update tags in place"]
+                )
+            )
         if why:
             drifted.append((v, why))
     if not drifted:
         return StageResult(prog, tuple(actions))
     if pool.update_strategy == "on-replace":
-        return StageResult(prog, tuple(actions), pending=tuple(
-            f"{v.node} drifts ({why}); update strategy on-replace leaves it until it is "
-            "replaced for another reason" for v, why in drifted))
+        return StageResult(
+            prog,
+            tuple(actions),
+            pending=tuple(
+                f"{v.node} drifts ({why}); update strategy on-replace leaves it until it is "
+                "replaced for another reason"
+                for v, why in drifted
+            ),
+        )
     r = _roll(ctx, prog, drifted)
     return replace(r, actions=tuple(actions) + r.actions)
 
@@ -552,9 +787,15 @@ def _provider_type(ctx: PoolContext, v: NodeView) -> str:
     return str(ctx.spec.providers.get(name, {}).get("type", ctx.pool.placed()[0].provider_type))
 
 
-_ROLL_ORDER = {Lifecycle.UNKNOWN: 0, Lifecycle.STALE: 0, Lifecycle.PROVISIONING: 1,
-               Lifecycle.BOOTING: 1, Lifecycle.MAINTENANCE: 1, Lifecycle.DEGRADED: 2,
-               Lifecycle.HEALTHY: 3}
+_ROLL_ORDER = {
+    Lifecycle.UNKNOWN: 0,
+    Lifecycle.STALE: 0,
+    Lifecycle.PROVISIONING: 1,
+    Lifecycle.BOOTING: 1,
+    Lifecycle.MAINTENANCE: 1,
+    Lifecycle.DEGRADED: 2,
+    Lifecycle.HEALTHY: 3,
+}
 
 
 def _roll(ctx: PoolContext, prog: Progress, drifted: list[tuple[NodeView, str]]) -> StageResult:
@@ -563,16 +804,29 @@ def _roll(ctx: PoolContext, prog: Progress, drifted: list[tuple[NodeView, str]])
     first (they carry no work), then the oldest."""
     h, pool = ctx.pool.health, ctx.pool
     if ctx.frozen:
-        return StageResult(prog, pending=tuple(f"{v.node} drifts ({why}); rolling replacement "
-                                               "held by the circuit breaker" for v, why in drifted))
-    order = sorted(drifted, key=lambda d: (_ROLL_ORDER.get(d[0].lifecycle, 9),
-                                           d[0].instance.launched_at if d[0].instance else ctx.now,
-                                           d[0].node))
+        return StageResult(
+            prog,
+            pending=tuple(
+                f"{v.node} drifts ({why}); rolling replacement held by the circuit breaker"
+                for v, why in drifted
+            ),
+        )
+    order = sorted(
+        drifted,
+        key=lambda d: (
+            _ROLL_ORDER.get(d[0].lifecycle, 9),
+            d[0].instance.launched_at if d[0].instance else ctx.now,
+            d[0].node,
+        ),
+    )
     names = {v.node for v, _ in drifted}
     present = _present(ctx, prog)
     surplus = sum(v.lifecycle in READY for v in present) - prog.desired
-    in_flight = sum(v.lifecycle in (Lifecycle.PROVISIONING, Lifecycle.BOOTING)
-                    for v in present if v.node not in names)
+    in_flight = sum(
+        v.lifecycle in (Lifecycle.PROVISIONING, Lifecycle.BOOTING)
+        for v in present
+        if v.node not in names
+    )
     can_surge = h.replacement == "surge" and pool.max_nodes + h.max_surge > prog.desired
     actions: list[Action] = []
     halts: list[Halt] = []
@@ -583,24 +837,54 @@ def _roll(ctx: PoolContext, prog: Progress, drifted: list[tuple[NodeView, str]])
         if ready and surplus <= 0 and can_surge:
             if in_flight > 0:
                 in_flight -= 1
-                pending.append(f"{v.node} drifts ({why}); waits for its replacement to report healthy")
+                pending.append(
+                    f"{v.node} drifts ({why}); waits for its replacement to report healthy"
+                )
             else:
                 surge_for.append((v.node, why))
             continue
         if budget <= 0 or rate_left <= 0:
             rule = HaltRule.DISRUPTION_BUDGET if budget <= 0 else HaltRule.REPAIR_RATE_LIMIT
-            halts.append(Halt(pool.name, rule, f"{v.node} drifts ({why}) and waits: "
-                              + ("max_unavailable reached" if budget <= 0 else "repair rate limit")))
+            halts.append(
+                Halt(
+                    pool.name,
+                    rule,
+                    f"{v.node} drifts ({why}) and waits: "
+                    + ("max_unavailable reached" if budget <= 0 else "repair rate limit"),
+                )
+            )
             continue
         budget, rate_left, surplus = budget - 1, rate_left - 1, surplus - ready
         leaving.append(v.node)
         reason = f"drift: {why}"
-        actions.append(Action(ActionKind.CORDON, pool.name, v.node, reason, instance_id=_iid(v),
-                              repair=True, action_reason=ActionReason.DRIFT))
-        actions.append(Action(ActionKind.DRAIN, pool.name, v.node, reason, instance_id=_iid(v),
-                              action_reason=ActionReason.DRIFT))
-    progress = replace(prog, budget=budget, rate_left=rate_left, leaving=tuple(leaving),
-                       surge_for=prog.surge_for + tuple(surge_for))
+        actions.append(
+            Action(
+                ActionKind.CORDON,
+                pool.name,
+                v.node,
+                reason,
+                instance_id=_iid(v),
+                repair=True,
+                action_reason=ActionReason.DRIFT,
+            )
+        )
+        actions.append(
+            Action(
+                ActionKind.DRAIN,
+                pool.name,
+                v.node,
+                reason,
+                instance_id=_iid(v),
+                action_reason=ActionReason.DRIFT,
+            )
+        )
+    progress = replace(
+        prog,
+        budget=budget,
+        rate_left=rate_left,
+        leaving=tuple(leaving),
+        surge_for=prog.surge_for + tuple(surge_for),
+    )
     return StageResult(progress, tuple(actions), tuple(halts), pending=tuple(pending))
 
 
@@ -617,13 +901,22 @@ def _present(ctx: PoolContext, prog: Progress) -> list[NodeView]:
     # surge_on: replace: a node the ladder will reset or reboot is waited for, like one out
     # for diagnostics; a surge machine per reboot costs more than the minutes it saves.
     waited = h.replacement == "surge" and h.surge_on is SurgeOn.REPLACE
-    return [v for v in ctx.views
-            if (v.lifecycle not in LEAVING or v.lifecycle in kept or v.diag_cordon
-                or (waited and in_place(ctx, v)))
-            # a stuck instance leaves this run, unless the breaker holds its termination
-            and not (v.lifecycle is Lifecycle.STUCK and not ctx.frozen)
-            and (v.node not in prog.leaving or (waited and v.lifecycle is Lifecycle.UNHEALTHY
-                                                and in_place(ctx, v)))]
+    return [
+        v
+        for v in ctx.views
+        if (
+            v.lifecycle not in LEAVING
+            or v.lifecycle in kept
+            or v.diag_cordon
+            or (waited and in_place(ctx, v))
+        )
+        # a stuck instance leaves this run, unless the breaker holds its termination
+        and not (v.lifecycle is Lifecycle.STUCK and not ctx.frozen)
+        and (
+            v.node not in prog.leaving
+            or (waited and v.lifecycle is Lifecycle.UNHEALTHY and in_place(ctx, v))
+        )
+    ]
 
 
 def count_stage(ctx: PoolContext, prog: Progress) -> StageResult:
@@ -634,7 +927,9 @@ def count_stage(ctx: PoolContext, prog: Progress) -> StageResult:
         return _provision(ctx, prog, present, max(need, 0))
     # Drifted nodes under a rolling update leave through the drift stage, which retires
     # surplus ready nodes first: counting them here too would report each twice.
-    rolling = sum(v.drift is not None for v in present) if ctx.pool.update_strategy == "rolling" else 0
+    rolling = (
+        sum(v.drift is not None for v in present) if ctx.pool.update_strategy == "rolling" else 0
+    )
     if need + rolling < 0:
         return _scale_down(ctx, prog, present, -(need + rolling))
     return StageResult(prog)
@@ -656,39 +951,71 @@ def _provision(ctx: PoolContext, prog: Progress, present: list[NodeView], need: 
     halts: list[Halt] = []
     pending: list[str] = []
     if count < need:
-        halts.append(Halt(pool.name, HaltRule.MAX_NODES,
-                          f"{need - count} node(s) wait for nodes being replaced to terminate "
-                          f"(max {pool.max_nodes}, surge {surge})"))
-    pending += [f"{n} drifts ({why}); its replacement waits for room (max {pool.max_nodes} "
-                f"+ max_surge {surge})" for n, why in prog.surge_for[len(surges):]]
+        halts.append(
+            Halt(
+                pool.name,
+                HaltRule.MAX_NODES,
+                f"{need - count} node(s) wait for nodes being replaced to terminate "
+                f"(max {pool.max_nodes}, surge {surge})",
+            )
+        )
+    pending += [
+        f"{n} drifts ({why}); its replacement waits for room (max {pool.max_nodes} "
+        f"+ max_surge {surge})"
+        for n, why in prog.surge_for[len(surges) :]
+    ]
     places = open_places(pool, ctx.pm, ctx.now, prog.avoid)
     if count + len(surges) > 0 and not places:
         soonest = min((e.until for e in ctx.pm.exhausted if e.until > ctx.now), default=ctx.now)
-        halts.append(Halt(pool.name, HaltRule.CAPACITY,
-                          f"every place is out of capacity until {soonest:%H:%M} UTC"))
+        halts.append(
+            Halt(
+                pool.name,
+                HaltRule.CAPACITY,
+                f"every place is out of capacity until {soonest:%H:%M} UTC",
+            )
+        )
         return StageResult(prog, halts=tuple(halts), pending=tuple(pending))
     counted = {v.node for v in present}
-    replaced = [n for n in dict.fromkeys(
-        list(prog.leaving) + sorted(v.node for v in ctx.views if v.lifecycle in LEAVING))
-        if n not in counted]
+    replaced = [
+        n
+        for n in dict.fromkeys(
+            list(prog.leaving) + sorted(v.node for v in ctx.views if v.lifecycle in LEAVING)
+        )
+        if n not in counted
+    ]
     jobs: list[tuple[str | None, str]] = []
     for i in range(count):
         replaces = replaced[i] if i < len(replaced) else None
-        jobs.append((replaces, f"replaces {replaces}" if replaces
-                     else f"{len(present) + i} of {prog.desired} nodes present"))
+        jobs.append(
+            (
+                replaces,
+                f"replaces {replaces}"
+                if replaces
+                else f"{len(present) + i} of {prog.desired} nodes present",
+            )
+        )
     jobs += [(n, f"replaces {n} (drift: {why})") for n, why in surges]
     note = placement_note(pool, ctx.pm, ctx.now, places[0]) if places else ""
     if note:
         jobs = [(replaces, f"{why}; {note}") for replaces, why in jobs]
     actions = tuple(
-        Action(ActionKind.PROVISION, pool.name, node_name(ctx.spec.name, pool.name, ctx.last_index + i),
-               why, places=places, replaces=replaces,
-               action_reason=ActionReason.REPLACEMENT if replaces else ActionReason.SCALE_UP)
-        for i, (replaces, why) in enumerate(jobs, start=1))
+        Action(
+            ActionKind.PROVISION,
+            pool.name,
+            node_name(ctx.spec.name, pool.name, ctx.last_index + i),
+            why,
+            places=places,
+            replaces=replaces,
+            action_reason=ActionReason.REPLACEMENT if replaces else ActionReason.SCALE_UP,
+        )
+        for i, (replaces, why) in enumerate(jobs, start=1)
+    )
     return StageResult(prog, actions, tuple(halts), pending=tuple(pending))
 
 
-def _scale_down(ctx: PoolContext, prog: Progress, present: list[NodeView], excess: int) -> StageResult:
+def _scale_down(
+    ctx: PoolContext, prog: Progress, present: list[NodeView], excess: int
+) -> StageResult:
     """Cordon + drain `excess` nodes: idle ready nodes only (drifted first, then one with a
     fault within lemon_window, so a surge's fresh replacement stays and the once-faulty
     node goes, then healthy before degraded, least utilised, newest); never a doubtful one, and
@@ -697,13 +1024,20 @@ def _scale_down(ctx: PoolContext, prog: Progress, present: list[NodeView], exces
     the circuit breaker and stop the repairs."""
     pool = ctx.pool
     if ctx.frozen:
-        return StageResult(prog, halts=(Halt(pool.name, HaltRule.CIRCUIT_BREAKER,
-                                             f"scale down by {excess} held back"),))
-    failing = [v.node for v in ctx.views if v.lifecycle in (Lifecycle.UNHEALTHY, Lifecycle.OFFLINE)
-               or (v.lifecycle is Lifecycle.DEGRADED and v.streak > 0)]
+        return StageResult(
+            prog,
+            halts=(Halt(pool.name, HaltRule.CIRCUIT_BREAKER, f"scale down by {excess} held back"),),
+        )
+    failing = [
+        v.node
+        for v in ctx.views
+        if v.lifecycle in (Lifecycle.UNHEALTHY, Lifecycle.OFFLINE)
+        or (v.lifecycle is Lifecycle.DEGRADED and v.streak > 0)
+    ]
     if failing:
-        return StageResult(prog, pending=(f"scale down by {excess} waits while "
-                                          f"{', '.join(failing)} fail(s)",))
+        return StageResult(
+            prog, pending=(f"scale down by {excess} waits while {', '.join(failing)} fail(s)",)
+        )
 
     def util(v: NodeView) -> float:
         s = v.summary
@@ -713,31 +1047,65 @@ def _scale_down(ctx: PoolContext, prog: Progress, present: list[NodeView], exces
         return any((ctx.now - t).total_seconds() <= pool.health.lemon_window_s for _, t in v.faults)
 
     ready = [v for v in present if v.lifecycle in READY]
-    victims = sorted(ready, key=lambda v: (v.drift is None, not faulted(v),
-                                           v.lifecycle is not Lifecycle.HEALTHY,
-                                           util(v), -_index_of(ctx.spec.name, pool.name, v.node)))
+    victims = sorted(
+        ready,
+        key=lambda v: (
+            v.drift is None,
+            not faulted(v),
+            v.lifecycle is not Lifecycle.HEALTHY,
+            util(v),
+            -_index_of(ctx.spec.name, pool.name, v.node),
+        ),
+    )
     n = min(excess, len(ready) - prog.desired)
     pending: list[str] = []
     if n < excess:
-        pending.append(f"scale down by {excess - n} waits: only {len(ready)} of {len(present)} "
-                       "nodes are ready (navarch never scales down a node it is in doubt about)")
+        pending.append(
+            f"scale down by {excess - n} waits: only {len(ready)} of {len(present)} "
+            "nodes are ready (navarch never scales down a node it is in doubt about)"
+        )
     actions: list[Action] = []
     halts: list[Halt] = []
     budget, leaving = prog.budget, list(prog.leaving)
     why = f"scale down: {len(present)} nodes present, {prog.desired} desired"
     for v in victims[: max(n, 0)]:
         if budget <= 0:
-            halts.append(Halt(pool.name, HaltRule.DISRUPTION_BUDGET,
-                              f"scale down of {v.node} waits for max_unavailable"))
+            halts.append(
+                Halt(
+                    pool.name,
+                    HaltRule.DISRUPTION_BUDGET,
+                    f"scale down of {v.node} waits for max_unavailable",
+                )
+            )
             break
         budget -= 1
         leaving.append(v.node)
-        actions.append(Action(ActionKind.CORDON, pool.name, v.node, why, instance_id=_iid(v),
-                              action_reason=ActionReason.SCALE_DOWN))
-        actions.append(Action(ActionKind.DRAIN, pool.name, v.node, why, instance_id=_iid(v),
-                              action_reason=ActionReason.SCALE_DOWN))
-    return StageResult(replace(prog, budget=budget, leaving=tuple(leaving)), tuple(actions),
-                       tuple(halts), pending=tuple(pending))
+        actions.append(
+            Action(
+                ActionKind.CORDON,
+                pool.name,
+                v.node,
+                why,
+                instance_id=_iid(v),
+                action_reason=ActionReason.SCALE_DOWN,
+            )
+        )
+        actions.append(
+            Action(
+                ActionKind.DRAIN,
+                pool.name,
+                v.node,
+                why,
+                instance_id=_iid(v),
+                action_reason=ActionReason.SCALE_DOWN,
+            )
+        )
+    return StageResult(
+        replace(prog, budget=budget, leaving=tuple(leaving)),
+        tuple(actions),
+        tuple(halts),
+        pending=tuple(pending),
+    )
 
 
 def destroy_stage(ctx: PoolContext, prog: Progress) -> StageResult:
@@ -747,28 +1115,70 @@ def destroy_stage(ctx: PoolContext, prog: Progress) -> StageResult:
     actions: list[Action] = []
     for v in ctx.views:
         if v.lifecycle is Lifecycle.REMEDIATING:  # drained already
-            actions.append(Action(ActionKind.TERMINATE, ctx.pool.name, v.node, why,
-                                  instance_id=_iid(v), action_reason=ActionReason.DESTROY))
+            actions.append(
+                Action(
+                    ActionKind.TERMINATE,
+                    ctx.pool.name,
+                    v.node,
+                    why,
+                    instance_id=_iid(v),
+                    action_reason=ActionReason.DESTROY,
+                )
+            )
             continue
         if v.lifecycle in LEAVING and v.lifecycle is not Lifecycle.OPERATOR_CORDONED:
             continue
-        actions.append(Action(ActionKind.CORDON, ctx.pool.name, v.node, why, instance_id=_iid(v),
-                              action_reason=ActionReason.DESTROY))
-        actions.append(Action(ActionKind.DRAIN, ctx.pool.name, v.node, why, instance_id=_iid(v),
-                              action_reason=ActionReason.DESTROY))
+        actions.append(
+            Action(
+                ActionKind.CORDON,
+                ctx.pool.name,
+                v.node,
+                why,
+                instance_id=_iid(v),
+                action_reason=ActionReason.DESTROY,
+            )
+        )
+        actions.append(
+            Action(
+                ActionKind.DRAIN,
+                ctx.pool.name,
+                v.node,
+                why,
+                instance_id=_iid(v),
+                action_reason=ActionReason.DESTROY,
+            )
+        )
     return StageResult(prog, tuple(actions))
 
 
 def force_destroy_stage(ctx: PoolContext, prog: Progress) -> StageResult:
     """`navarch destroy --force`: terminate every node now, drained or not."""
-    return StageResult(prog, tuple(
-        Action(ActionKind.TERMINATE, ctx.pool.name, v.node,
-               "destroy --force: terminated without waiting for a drain", instance_id=_iid(v),
-               action_reason=ActionReason.DESTROY)
-        for v in ctx.views))
+    return StageResult(
+        prog,
+        tuple(
+            Action(
+                ActionKind.TERMINATE,
+                ctx.pool.name,
+                v.node,
+                "destroy --force: terminated without waiting for a drain",
+                instance_id=_iid(v),
+                action_reason=ActionReason.DESTROY,
+            )
+            for v in ctx.views
+        ),
+    )
 
 
-POOL_STAGES: tuple[Stage, ...] = (scale_stage, ladder_stage, terminate_stage, redrain_stage,
-                                  stuck_stage, repair_stage, watch_stage, diagnostics_stage,
-                                  drift_stage, count_stage)
+POOL_STAGES: tuple[Stage, ...] = (
+    scale_stage,
+    ladder_stage,
+    terminate_stage,
+    redrain_stage,
+    stuck_stage,
+    repair_stage,
+    watch_stage,
+    diagnostics_stage,
+    drift_stage,
+    count_stage,
+)
 DESTROY_STAGES: tuple[Stage, ...] = (terminate_stage, redrain_stage, destroy_stage)

@@ -51,7 +51,10 @@ def open_provider(name: str, config: Mapping[str, Any], *, base_dir: Path, fleet
             f"entry-point group (installed: {names(Group.PROVIDERS) or 'none'})",
         )
     extra = "" if kind == "local" else str(kind)
-    module = (importlib.import_module(module_name) if not extra
-              else import_extra(module_name, extra, f"provider type {kind}"))
+    module = (
+        importlib.import_module(module_name)
+        if not extra
+        else import_extra(module_name, extra, f"provider type {kind}")
+    )
     provider: Provider = module.create(name, config, base_dir=base_dir, fleet=fleet)
     return provider

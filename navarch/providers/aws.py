@@ -422,8 +422,10 @@ def to_instance(provider: str, raw: Mapping[str, Any]) -> Instance | None:
 
 
 #: EC2 status check names as DescribeInstanceStatus reports them, and what a failure means.
-_CHECKS = (("SystemStatus", "system status check failed"),
-           ("InstanceStatus", "instance status check failed"))
+_CHECKS = (
+    ("SystemStatus", "system status check failed"),
+    ("InstanceStatus", "instance status check failed"),
+)
 #: An event EC2 has finished or called off keeps its code; its description says so.
 _DONE_EVENT_PREFIXES = ("[Completed]", "[Canceled]")
 
@@ -439,10 +441,17 @@ def cloud_status_of(raw: Mapping[str, Any]) -> CloudStatus:
     InstanceStatusSummary, InstanceStatusEvent (codes instance-reboot, system-reboot,
     system-maintenance, instance-retirement, instance-stop).
     """
-    failed = [(what, raw.get(key) or {}) for key, what in _CHECKS
-              if (raw.get(key) or {}).get("Status") == "impaired"]
-    since = [_aware_utc(d["ImpairedSince"]) for _, summary in failed
-             for d in summary.get("Details", ()) if d.get("ImpairedSince")]
+    failed = [
+        (what, raw.get(key) or {})
+        for key, what in _CHECKS
+        if (raw.get(key) or {}).get("Status") == "impaired"
+    ]
+    since = [
+        _aware_utc(d["ImpairedSince"])
+        for _, summary in failed
+        for d in summary.get("Details", ())
+        if d.get("ImpairedSince")
+    ]
     if failed:
         health = InstanceHealth.IMPAIRED
     elif all((raw.get(key) or {}).get("Status") == "ok" for key, _ in _CHECKS):
@@ -453,12 +462,18 @@ def cloud_status_of(raw: Mapping[str, Any]) -> CloudStatus:
     known = {e.value: e for e in CloudEvent}
     for ev in raw.get("Events", ()):
         if ev.get("Code") in known and not str(ev.get("Description", "")).startswith(
-                _DONE_EVENT_PREFIXES):
+            _DONE_EVENT_PREFIXES
+        ):
             event = known[ev["Code"]]
             deadline = _aware_utc(ev["NotBefore"]) if ev.get("NotBefore") else None
             break
-    return CloudStatus(health, "; ".join(what for what, _ in failed),
-                       since=min(since) if since else None, event=event, event_deadline=deadline)
+    return CloudStatus(
+        health,
+        "; ".join(what for what, _ in failed),
+        since=min(since) if since else None,
+        event=event,
+        event_deadline=deadline,
+    )
 
 
 @dataclass
@@ -483,8 +498,10 @@ class AwsProvider:
         key = (region, run)
         if key not in self._clients:
             attempts = RUN_INSTANCES_MAX_ATTEMPTS if run else DEFAULT_MAX_ATTEMPTS
-            config = Config(retries={"mode": "standard", "max_attempts": attempts},
-                            max_pool_connections=MAX_POOL_CONNECTIONS)
+            config = Config(
+                retries={"mode": "standard", "max_attempts": attempts},
+                max_pool_connections=MAX_POOL_CONNECTIONS,
+            )
             with aws_errors(what=f"EC2 client for {region}"):
                 client = self._session().client("ec2", region_name=region, config=config)
             for event, handler in CLIENT_EVENT_HANDLERS:
@@ -541,13 +558,17 @@ class AwsProvider:
         ]
         found: dict[str, Instance] = {}
         for region in self.settings.regions:
-            mine = [inst for raw in self._describe(region, filters)
-                    if (inst := to_instance(self.name, raw)) is not None and inst.fleet == fleet]
+            mine = [
+                inst
+                for raw in self._describe(region, filters)
+                if (inst := to_instance(self.name, raw)) is not None and inst.fleet == fleet
+            ]
             statuses = self._statuses(region) if mine else {}
             for inst in mine:
                 status = statuses.get(inst.instance_id)
-                found[inst.instance_id] = (replace(inst, cloud_status=status)
-                                           if status is not None else inst)
+                found[inst.instance_id] = (
+                    replace(inst, cloud_status=status) if status is not None else inst
+                )
         return sorted(found.values(), key=lambda i: i.instance_id)
 
     def provision(self, request: ProvisionRequest) -> Instance:
@@ -634,7 +655,8 @@ class AwsProvider:
             for start in range(0, len(unique), TERMINATE_BATCH):
                 with aws_errors(what=f"RebootInstances in {region}"):
                     self.client(region).reboot_instances(
-                        InstanceIds=unique[start : start + TERMINATE_BATCH])
+                        InstanceIds=unique[start : start + TERMINATE_BATCH]
+                    )
 
     def update_tags(self, instance: Instance, tags: Mapping[str, str]) -> None:
         """CreateTags on one instance (adds or overwrites these keys, leaves the others).
@@ -649,7 +671,8 @@ class AwsProvider:
         with aws_errors(what=f"CreateTags in {region}"):
             self.client(region).create_tags(
                 Resources=[instance.instance_id],
-                Tags=[{"Key": k, "Value": v} for k, v in sorted(tags.items())])
+                Tags=[{"Key": k, "Value": v} for k, v in sorted(tags.items())],
+            )
 
     def _terminate_batch(self, region: str, ids: list[str]) -> None:
         client = self.client(region)

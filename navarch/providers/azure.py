@@ -98,8 +98,12 @@ _STATES = {
 }
 
 TOKEN_ENV = "NAVARCH_AZURE_TOKEN"
-DEFAULT_IMAGE = {"publisher": "Canonical", "offer": "ubuntu-24_04-lts", "sku": "server",
-                 "version": "latest"}
+DEFAULT_IMAGE = {
+    "publisher": "Canonical",
+    "offer": "ubuntu-24_04-lts",
+    "sku": "server",
+    "version": "latest",
+}
 
 
 def _code_and_message(exc: HttpResponseError) -> tuple[str, str]:
@@ -117,8 +121,9 @@ def map_error(exc: BaseException, *, zone: str = "", what: str = "") -> NavarchE
     where = f" {what}" if what else ""
     scope = "zone" if "-" in zone else "region"
     if isinstance(exc, ClientAuthenticationError):
-        return AuthError(f"Azure authentication failed{where}: {exc.message}",
-                         code="AuthenticationFailed")
+        return AuthError(
+            f"Azure authentication failed{where}: {exc.message}", code="AuthenticationFailed"
+        )
     if isinstance(exc, HttpResponseError):
         code, message = _code_and_message(exc)
         kind = ERROR_CODES.get(code)
@@ -173,9 +178,13 @@ class AzureSettings:
     def from_mapping(cls, config: Mapping[str, Any]) -> AzureSettings:
         rg = str(config["resource_group"])
         extra = tuple(str(g) for g in config.get("list_resource_groups", ()))
-        return cls(subscription_id=str(config["subscription_id"]), resource_group=rg,
-                   resource_groups=tuple(dict.fromkeys((rg, *extra))),
-                   base_url=config.get("base_url"), retry_total=int(config.get("retry_total", 3)))
+        return cls(
+            subscription_id=str(config["subscription_id"]),
+            resource_group=rg,
+            resource_groups=tuple(dict.fromkeys((rg, *extra))),
+            base_url=config.get("base_url"),
+            retry_total=int(config.get("retry_total", 3)),
+        )
 
 
 def vm_body(request: ProvisionRequest, nic_id: str) -> dict[str, Any]:
@@ -193,27 +202,44 @@ def vm_body(request: ProvisionRequest, nic_id: str) -> dict[str, Any]:
         "linuxConfiguration": {"disablePasswordAuthentication": True},
     }
     if opts.get("ssh_public_key"):
-        os_profile["linuxConfiguration"]["ssh"] = {"publicKeys": [{
-            "path": f"/home/{user}/.ssh/authorized_keys", "keyData": str(opts["ssh_public_key"])}]}
+        os_profile["linuxConfiguration"]["ssh"] = {
+            "publicKeys": [
+                {
+                    "path": f"/home/{user}/.ssh/authorized_keys",
+                    "keyData": str(opts["ssh_public_key"]),
+                }
+            ]
+        }
     props: dict[str, Any] = {
         "hardwareProfile": {"vmSize": request.instance_type},
         "storageProfile": {
             "imageReference": image_ref,
-            "osDisk": {"name": f"{request.node}-osdisk", "createOption": "FromImage",
-                       "deleteOption": "Delete",
-                       "diskSizeGB": int(opts.get("os_disk_size_gb", 200))},
+            "osDisk": {
+                "name": f"{request.node}-osdisk",
+                "createOption": "FromImage",
+                "deleteOption": "Delete",
+                "diskSizeGB": int(opts.get("os_disk_size_gb", 200)),
+            },
         },
         "osProfile": os_profile,
-        "networkProfile": {"networkInterfaces": [
-            {"id": nic_id, "properties": {"primary": True, "deleteOption": "Delete"}}]},
+        "networkProfile": {
+            "networkInterfaces": [
+                {"id": nic_id, "properties": {"primary": True, "deleteOption": "Delete"}}
+            ]
+        },
     }
     if request.spot:
-        props.update(priority="Spot", evictionPolicy="Delete",
-                     billingProfile={"maxPrice": float(opts.get("max_price", -1))})
+        props.update(
+            priority="Spot",
+            evictionPolicy="Delete",
+            billingProfile={"maxPrice": float(opts.get("max_price", -1))},
+        )
     body: dict[str, Any] = {"location": location, "tags": dict(request.tags), "properties": props}
     if opts.get("identity_id"):  # the agent writes its reports to Blob with this identity
-        body["identity"] = {"type": "UserAssigned",
-                            "userAssignedIdentities": {str(opts["identity_id"]): {}}}
+        body["identity"] = {
+            "type": "UserAssigned",
+            "userAssignedIdentities": {str(opts["identity_id"]): {}},
+        }
     if zone:
         body["zones"] = [zone]
     return body
@@ -275,9 +301,13 @@ def cloud_status_of(view: Any) -> CloudStatus:
         state = InstanceHealth.OK if power[0] == "PowerState/running" else InstanceHealth.UNKNOWN
     mrs = getattr(view, "maintenance_redeploy_status", None)
     start = mrs and (mrs.maintenance_window_start_time or mrs.pre_maintenance_window_start_time)
-    return CloudStatus(state, "; ".join(failed), since=since,
-                       event=CloudEvent.SYSTEM_MAINTENANCE if start else None,
-                       event_deadline=start.astimezone(UTC) if start else None)
+    return CloudStatus(
+        state,
+        "; ".join(failed),
+        since=since,
+        event=CloudEvent.SYSTEM_MAINTENANCE if start else None,
+        event_deadline=start.astimezone(UTC) if start else None,
+    )
 
 
 class AzureProvider:
@@ -291,14 +321,16 @@ class AzureProvider:
         self._network: Any = None
 
     def _client_kwargs(self) -> tuple[Any, dict[str, Any]]:
-        kwargs: dict[str, Any] = {"retry_total": self.settings.retry_total,
-                                  "polling_interval": 1}
+        kwargs: dict[str, Any] = {"retry_total": self.settings.retry_total, "polling_interval": 1}
         token = os.environ.get(TOKEN_ENV)
         if self.settings.base_url:
             kwargs["base_url"] = self.settings.base_url
         if self.settings.base_url and token:
-            kwargs.update(authentication_policy=_StaticToken(token), retry_backoff_factor=0.01,
-                          polling_interval=0)
+            kwargs.update(
+                authentication_policy=_StaticToken(token),
+                retry_backoff_factor=0.01,
+                polling_interval=0,
+            )
             return object(), kwargs
         from azure.identity import DefaultAzureCredential
 
@@ -327,10 +359,13 @@ class AzureProvider:
         zone = f"{vm.location}-{zones[0]}" if zones else str(vm.location)
         created = getattr(vm, "time_created", None) or datetime.now(UTC)
         return Instance(
-            provider=self.name, instance_id=str(vm.id), zone=zone,
+            provider=self.name,
+            instance_id=str(vm.id),
+            zone=zone,
             instance_type=_text(vm.hardware_profile.vm_size),
             state=_STATES.get(_text(vm.provisioning_state), InstanceState.RUNNING),
-            launched_at=created.astimezone(UTC), tags=tuple(sorted((vm.tags or {}).items())),
+            launched_at=created.astimezone(UTC),
+            tags=tuple(sorted((vm.tags or {}).items())),
             spot=_text(vm.priority) == "Spot",
             cloud_status=cloud_status_of(getattr(vm, "instance_view", None)),
         )
@@ -341,8 +376,10 @@ class AzureProvider:
         out: list[Instance] = []
         with azure_errors(what="listing VMs"):
             for rg in self.settings.resource_groups:
-                out.extend(self._instance(vm) for vm in
-                           self.compute.virtual_machines.list(rg, expand="instanceView"))
+                out.extend(
+                    self._instance(vm)
+                    for vm in self.compute.virtual_machines.list(rg, expand="instanceView")
+                )
         return sorted(out, key=lambda i: i.instance_id)
 
     def provision(self, request: ProvisionRequest) -> Instance:
@@ -360,25 +397,35 @@ class AzureProvider:
         rg = self.settings.resource_group
         subnet = request.options.get("subnet_id")
         if not subnet:
-            raise ConfigError("an azure pool needs a subnet for its NICs",
-                              key_path=f"pools.{request.pool}.azure.subnet_id",
-                              hint="set azure: {subnet_id: /subscriptions/.../subnets/NAME}")
+            raise ConfigError(
+                "an azure pool needs a subnet for its NICs",
+                key_path=f"pools.{request.pool}.azure.subnet_id",
+                hint="set azure: {subnet_id: /subscriptions/.../subnets/NAME}",
+            )
         location, _ = split_zone(request.zone)
         what = f"launching {request.node} in {request.zone}"
         with azure_errors(zone=request.zone, what=what):
             if not request.known_absent:
                 existing = self._get(rg, request.node)
-                if (existing is not None and existing.tag(TAG_LAUNCH) == request.launch_id
-                        and existing.state is not InstanceState.STOPPED):
+                if (
+                    existing is not None
+                    and existing.tag(TAG_LAUNCH) == request.launch_id
+                    and existing.state is not InstanceState.STOPPED
+                ):
                     return existing
             nic = self.network.network_interfaces.begin_create_or_update(
-                rg, f"{request.node}-nic",
-                {"location": location, "tags": dict(request.tags),
-                 "ip_configurations": [{"name": "ipconfig1", "subnet": {"id": str(subnet)}}]},
+                rg,
+                f"{request.node}-nic",
+                {
+                    "location": location,
+                    "tags": dict(request.tags),
+                    "ip_configurations": [{"name": "ipconfig1", "subnet": {"id": str(subnet)}}],
+                },
             ).result()
             try:
                 vm = self.compute.virtual_machines.begin_create_or_update(
-                    rg, request.node, vm_body(request, str(nic.id))).result()
+                    rg, request.node, vm_body(request, str(nic.id))
+                ).result()
             except HttpResponseError as exc:
                 mapped = map_error(exc, zone=request.zone, what=what)
                 if isinstance(mapped, (CapacityError, QuotaError)):
@@ -389,9 +436,10 @@ class AzureProvider:
     def _discard_launch(self, rg: str, node: str) -> None:
         """Delete what a refused launch left: the VM (absent after a synchronous refusal,
         Failed after an asynchronous one), then its NIC. Missing resources are fine."""
-        for begin_delete, resource in ((self.compute.virtual_machines.begin_delete, node),
-                                       (self.network.network_interfaces.begin_delete,
-                                        f"{node}-nic")):
+        for begin_delete, resource in (
+            (self.compute.virtual_machines.begin_delete, node),
+            (self.network.network_interfaces.begin_delete, f"{node}-nic"),
+        ):
             try:
                 begin_delete(rg, resource).result()
             except HttpResponseError as exc:

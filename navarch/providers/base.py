@@ -86,7 +86,8 @@ def ensure_no_ownership_tags(instance: Instance, tags: Mapping[str, str]) -> Non
     if reserved:
         raise ProviderError(
             f"refusing to write ownership tags on {instance.instance_id}: "
-            + ", ".join(reserved) + f" (keys starting {RESERVED_TAG_PREFIX} are navarch's own)",
+            + ", ".join(reserved)
+            + f" (keys starting {RESERVED_TAG_PREFIX} are navarch's own)",
             code="OwnershipTag",
         )
 

@@ -365,8 +365,10 @@ def map_error(exc: BaseException, *, zone: str = "", what: str = "") -> NavarchE
             code=code,
             scope="provider",
         )
-    if isinstance(exc, gexc.NotFound | gexc.BadRequest) and zone and (
-        any(w in message.lower() for w in PLACEMENT_WORDS) or f"zones/{zone}'" in message
+    if (
+        isinstance(exc, gexc.NotFound | gexc.BadRequest)
+        and zone
+        and (any(w in message.lower() for w in PLACEMENT_WORDS) or f"zones/{zone}'" in message)
     ):
         return PlacementError(prefix + message, code=code, scope="zone")
     if isinstance(exc, gexc.NotFound | gexc.BadRequest):
@@ -619,16 +621,16 @@ class GcpProvider:
         """instances.delete of one instance; None when it is already gone."""
         try:
             return self.instances_client.delete_unary(
-                    request=compute_v1.DeleteInstanceRequest(
-                        project=self.settings.project,
-                        zone=inst.zone,
-                        instance=inst.instance_id,
-                        request_id=request_id(
-                            str(inst.launch_id), f"{inst.zone}/{inst.instance_id}", "delete"
-                        ),
+                request=compute_v1.DeleteInstanceRequest(
+                    project=self.settings.project,
+                    zone=inst.zone,
+                    instance=inst.instance_id,
+                    request_id=request_id(
+                        str(inst.launch_id), f"{inst.zone}/{inst.instance_id}", "delete"
                     ),
-                    retry=self._retry,
-                )
+                ),
+                retry=self._retry,
+            )
         except gexc.NotFound:
             return None
 
@@ -649,8 +651,11 @@ class GcpProvider:
             with gcp_errors(zone=inst.zone, what=f"reset {inst.instance_id}"):
                 op = self.instances_client.reset_unary(
                     request=compute_v1.ResetInstanceRequest(
-                        project=self.settings.project, zone=inst.zone,
-                        instance=inst.instance_id, request_id=str(uuid.uuid4())),
+                        project=self.settings.project,
+                        zone=inst.zone,
+                        instance=inst.instance_id,
+                        request_id=str(uuid.uuid4()),
+                    ),
                     retry=self._retry,
                 )
             pending.append((op, inst.zone))
@@ -674,16 +679,23 @@ class GcpProvider:
         """instances.get then setLabels; None when the instance is already gone."""
         try:
             current = self.instances_client.get(
-                project=self.settings.project, zone=instance.zone, instance=instance.instance_id,
-                retry=self._retry)
+                project=self.settings.project,
+                zone=instance.zone,
+                instance=instance.instance_id,
+                retry=self._retry,
+            )
             op = self.instances_client.set_labels_unary(
                 request=compute_v1.SetLabelsInstanceRequest(
-                    project=self.settings.project, zone=instance.zone,
+                    project=self.settings.project,
+                    zone=instance.zone,
                     instance=instance.instance_id,
                     instances_set_labels_request_resource=compute_v1.InstancesSetLabelsRequest(
                         labels={**dict(current.labels), **dict(tags)},
-                        label_fingerprint=current.label_fingerprint)),
-                retry=self._retry)
+                        label_fingerprint=current.label_fingerprint,
+                    ),
+                ),
+                retry=self._retry,
+            )
         except gexc.NotFound:
             return None
         return op

@@ -141,9 +141,12 @@ def map_error(exc: BaseException, *, region: str = "", what: str = "") -> Navarc
         return AuthError(text, code=exc.code, scope="provider")
     if exc.status == 429 or exc.status >= 500 or exc.code.startswith("provider/"):
         return TransientError(text, code=exc.code or str(exc.status))
-    if (exc.code in CONFIG_CODES or exc.status in (400, 404)) and region and any(
-        w in exc.message.lower() for w in PLACEMENT_WORDS
-    ) and "file-system" not in exc.code:
+    if (
+        (exc.code in CONFIG_CODES or exc.status in (400, 404))
+        and region
+        and any(w in exc.message.lower() for w in PLACEMENT_WORDS)
+        and "file-system" not in exc.code
+    ):
         return PlacementError(text, code=exc.code or str(exc.status), scope="zone")
     if exc.code in CONFIG_CODES or exc.status in (400, 404):
         return ConfigError(
@@ -444,16 +447,19 @@ class LambdaProvider:
         ensure_owned(instances, self.fleet, "restart")
         ids = sorted({i.instance_id for i in instances})
         if ids:
-            self._call("POST", "/instance-operations/restart", json={"instance_ids": ids},
-                       what="restart")
+            self._call(
+                "POST", "/instance-operations/restart", json={"instance_ids": ids}, what="restart"
+            )
 
     def update_tags(self, instance: Instance, tags: Mapping[str, str]) -> None:
         """Lambda Cloud sets an instance's tags only at launch: always ProviderError
         (code Unsupported), after the same ownership checks every provider makes."""
         ensure_owned([instance], self.fleet, "tag")
         ensure_no_ownership_tags(instance, tags)
-        raise ProviderError(f"Lambda Cloud cannot update the tags of {instance.instance_id}"
-                            " in place", code="Unsupported")
+        raise ProviderError(
+            f"Lambda Cloud cannot update the tags of {instance.instance_id} in place",
+            code="Unsupported",
+        )
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -473,8 +479,10 @@ class LambdaProvider:
             # place may use another type). Remembered with a backoff, saying why.
             raise PlacementError(
                 f"Lambda has no instance type {instance_type!r} (known types: "
-                + ", ".join(sorted(types)) + ")",
-                code="unknown-instance-type", scope="zone",
+                + ", ".join(sorted(types))
+                + ")",
+                code="unknown-instance-type",
+                scope="zone",
             )
         regions = {r.get("name") for r in entry.get("regions_with_capacity_available") or ()}
         if region not in regions:

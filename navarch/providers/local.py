@@ -58,8 +58,15 @@ def write_json_atomic(path: Path, doc: Any) -> None:
 class LocalProvider:
     """Provider over simulated machines in a directory (see module docstring)."""
 
-    def __init__(self, name: str, root: Path, unavailable: Sequence[str] = (),
-                 not_offered: Sequence[str] = (), *, fleet: str | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        root: Path,
+        unavailable: Sequence[str] = (),
+        not_offered: Sequence[str] = (),
+        *,
+        fleet: str | None = None,
+    ) -> None:
         self.name = name
         self.root = Path(root)
         # The fleet whose machines this is (create() gives it; the directory is per fleet).
@@ -76,7 +83,9 @@ class LocalProvider:
         return self.machines_dir / instance_id
 
     def read_machine(self, instance_id: str) -> dict[str, Any]:
-        doc: dict[str, Any] = json.loads((self.machine_dir(instance_id) / "machine.json").read_text())
+        doc: dict[str, Any] = json.loads(
+            (self.machine_dir(instance_id) / "machine.json").read_text()
+        )
         return doc
 
     def write_machine(self, machine: Mapping[str, Any]) -> None:
@@ -134,12 +143,15 @@ class LocalProvider:
         if f"{request.zone}/{request.instance_type}" in self.not_offered:
             raise PlacementError(
                 f"instance type {request.instance_type} is not offered in {request.zone} "
-                "(simulated)", code="Unsupported", scope="zone",
+                "(simulated)",
+                code="Unsupported",
+                scope="zone",
             )
         if f"{request.zone}/{request.instance_type}" in self.unavailable:
             raise CapacityError(
                 f"no capacity for {request.instance_type} in {request.zone} (simulated)",
-                code="InsufficientInstanceCapacity", scope="zone",
+                code="InsufficientInstanceCapacity",
+                scope="zone",
             )
         machine = {
             "instance_id": instance_id,
@@ -191,14 +203,17 @@ class LocalProvider:
         faults = self._faults(instance.instance_id)
         busy = sum(int(n) for n in (faults.get("process_count") or {}).values())
         if busy:
-            raise ProviderError(f"GPU reset refused: {busy} GPU process(es) remain on "
-                                f"{instance.instance_id}", code="GpuBusy")
+            raise ProviderError(
+                f"GPU reset refused: {busy} GPU process(es) remain on {instance.instance_id}",
+                code="GpuBusy",
+            )
         kept = {k: v for k, v in faults.items() if k not in _RESET_CLEARS}
         write_json_atomic(d / "faults.json", kept)
         (d / "gpu-reset").write_text(f"{m['boot_id']}\n")
         cleared = sorted(k for k in faults if k in _RESET_CLEARS)
-        return (f"GPUs of {instance.instance_id} reset (boot {m['boot_id']} kept"
-                + (f"; cleared {', '.join(cleared)})" if cleared else ")"))
+        return f"GPUs of {instance.instance_id} reset (boot {m['boot_id']} kept" + (
+            f"; cleared {', '.join(cleared)})" if cleared else ")"
+        )
 
     def diagnose(self, instance: Instance, level: int) -> tuple[str, str]:
         """What `dcgmi diag -r level` says of a local machine's fake GPUs (issue 13), at once
@@ -211,8 +226,11 @@ class LocalProvider:
         faults = self._faults(instance.instance_id)
         failed = [f"pcie on GPU {g}" for g in faults.get("gpu_lost", [])]
         if level >= 2:
-            failed += [f"memory on GPU {g}" for g, n in
-                       sorted((faults.get("ecc_uncorrected") or {}).items()) if int(n) > 0]
+            failed += [
+                f"memory on GPU {g}"
+                for g, n in sorted((faults.get("ecc_uncorrected") or {}).items())
+                if int(n) > 0
+            ]
         if failed:
             return "fail", f"dcgmi diag -r {level} (fake GPUs): failed: " + "; ".join(failed)
         return "pass", f"dcgmi diag -r {level} (fake GPUs): passed"
@@ -223,11 +241,13 @@ class LocalProvider:
         try:
             m = self.read_machine(instance_id)
         except (OSError, ValueError) as exc:
-            raise ProviderError(f"no local machine {instance_id} to {verb}",
-                                code="NotFound") from exc
+            raise ProviderError(
+                f"no local machine {instance_id} to {verb}", code="NotFound"
+            ) from exc
         if TAG_FLEET not in m["tags"]:
-            raise ProviderError(f"refusing to {verb} {instance_id}: no {TAG_FLEET} tag",
-                                code="ForeignInstance")
+            raise ProviderError(
+                f"refusing to {verb} {instance_id}: no {TAG_FLEET} tag", code="ForeignInstance"
+            )
         return m
 
     def _faults(self, instance_id: str) -> dict[str, Any]:
@@ -254,9 +274,13 @@ class LocalProvider:
         """A machine without navarch's tags, as someone else's VM in the same account."""
         m = {
             "instance_id": "i-foreign" + uuid.uuid4().hex[:10],
-            "zone": zone, "instance_type": instance_type, "state": "running",
-            "launched_at": datetime.now(UTC).isoformat(), "tags": {"owner": "someone-else"},
-            "spot": False, "boot_id": str(uuid.uuid4()),
+            "zone": zone,
+            "instance_type": instance_type,
+            "state": "running",
+            "launched_at": datetime.now(UTC).isoformat(),
+            "tags": {"owner": "someone-else"},
+            "spot": False,
+            "boot_id": str(uuid.uuid4()),
         }
         self.write_machine(m)
         return self._instance(self.name, m)
@@ -286,8 +310,11 @@ def _cloud_status(m: Mapping[str, Any]) -> CloudStatus:
     """The cloud's view of a local machine: impaired when injected, ok while running."""
     impaired = m.get("impaired")
     if impaired:
-        return CloudStatus(InstanceHealth.IMPAIRED, str(impaired.get("detail", "")),
-                           since=datetime.fromisoformat(impaired["since"]))
+        return CloudStatus(
+            InstanceHealth.IMPAIRED,
+            str(impaired.get("detail", "")),
+            since=datetime.fromisoformat(impaired["since"]),
+        )
     return _RUNNING_OK if m.get("state") == InstanceState.RUNNING.value else NO_CLOUD_STATUS
 
 
@@ -297,5 +324,10 @@ def create(name: str, config: Mapping[str, Any], *, base_dir: Path, fleet: str) 
     root = Path(config.get("dir", ".navarch/local"))
     if not root.is_absolute():
         root = base_dir / root
-    return LocalProvider(name, root / fleet, config.get("unavailable", ()),
-                         config.get("not_offered", ()), fleet=fleet)
+    return LocalProvider(
+        name,
+        root / fleet,
+        config.get("unavailable", ()),
+        config.get("not_offered", ()),
+        fleet=fleet,
+    )

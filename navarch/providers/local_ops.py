@@ -24,11 +24,18 @@ def local_providers(spec: FleetSpec) -> list[LocalProvider]:
     """The fleet's local providers (ConfigError when it has none)."""
     from navarch.providers.local import create
 
-    out = [create(name, cfg, base_dir=spec.base_dir, fleet=spec.name)
-           for name, cfg in sorted(spec.providers.items()) if cfg["type"] == "local"]
+    out = [
+        create(name, cfg, base_dir=spec.base_dir, fleet=spec.name)
+        for name, cfg in sorted(spec.providers.items())
+        if cfg["type"] == "local"
+    ]
     if not out:
-        raise ConfigError("this fleet has no local provider", file=str(spec.source),
-                          key_path="providers", hint="`navarch local` works on type: local only")
+        raise ConfigError(
+            "this fleet has no local provider",
+            file=str(spec.source),
+            key_path="providers",
+            hint="`navarch local` works on type: local only",
+        )
     return out
 
 
@@ -38,8 +45,10 @@ def _find(spec: FleetSpec, node: str) -> tuple[LocalProvider, dict[str, Any]]:
             return provider, provider.find(node)
         except ConfigError:
             continue
-    raise ConfigError(f"no local machine named {node!r} in fleet {spec.name}",
-                      hint="`navarch status FLEET` lists the nodes")
+    raise ConfigError(
+        f"no local machine named {node!r} in fleet {spec.name}",
+        hint="`navarch status FLEET` lists the nodes",
+    )
 
 
 @dataclass(frozen=True)
@@ -48,8 +57,9 @@ class TickResult:
     status: str  # the report's status, or "silent" / "error: ..."
 
 
-def tick(spec: FleetSpec, now: datetime | None = None,
-         agent_clock_skew_s: float = 0.0) -> list[TickResult]:
+def tick(
+    spec: FleetSpec, now: datetime | None = None, agent_clock_skew_s: float = 0.0
+) -> list[TickResult]:
     """Run every local node's agent once, as its systemd timer would.
 
     now: the tick's clock (aware UTC; default the system clock). On the file store each
@@ -70,7 +80,9 @@ def tick(spec: FleetSpec, now: datetime | None = None,
     store = open_store(spec.store_url, base_dir=spec.base_dir)
     results = []
     for provider in local_providers(spec):
-        for m in sorted(provider.fleet_machines(spec.name), key=lambda m: m["tags"]["navarch-node"]):
+        for m in sorted(
+            provider.fleet_machines(spec.name), key=lambda m: m["tags"]["navarch-node"]
+        ):
             node = m["tags"]["navarch-node"]
             pool_name = m["tags"]["navarch-pool"]
             d = provider.machine_dir(m["instance_id"])
@@ -83,16 +95,23 @@ def tick(spec: FleetSpec, now: datetime | None = None,
                 results.append(TickResult(node, f"error: pool {pool_name} not in fleet.yaml"))
                 continue
             config = AgentConfig(
-                fleet=spec.name, pool=pool_name, node=node, instance_id=m["instance_id"],
+                fleet=spec.name,
+                pool=pool_name,
+                node=node,
+                instance_id=m["instance_id"],
                 store=spec.store_url,
                 key=signing.derive_node_key(secret, spec.name, node).hex(),
-                gpus_per_node=pool.gpus_per_node, state_file=str(d / "agent.json"),
-                kernel_log=str(d / "kern.log"), fake_gpu=True, gpu_count=pool.gpus_per_node,
-                faults_file=str(d / "faults.json"), boot_id=m["boot_id"], metadata="none",
+                gpus_per_node=pool.gpus_per_node,
+                state_file=str(d / "agent.json"),
+                kernel_log=str(d / "kern.log"),
+                fake_gpu=True,
+                gpu_count=pool.gpus_per_node,
+                faults_file=str(d / "faults.json"),
+                boot_id=m["boot_id"],
+                metadata="none",
                 notice_file=str(d / "notice.json"),
             )
-            report = run_once(config, now=now + timedelta(seconds=agent_clock_skew_s),
-                              store=store)
+            report = run_once(config, now=now + timedelta(seconds=agent_clock_skew_s), store=store)
             if isinstance(store, FileStore):
                 store.set_modified_at(config.report_key, now)
             results.append(TickResult(node, report["status"]))
@@ -116,24 +135,40 @@ def _gpu_bdf(node: str, gpu_count: int, gpu: int) -> str:
     return gpus[gpu].pci_bus_id
 
 
-def _check_injection(node: str, gpus: int, *, gpu: int, temperature_c: float | None,
-                     ecc_uncorrected: int | None, utilization_pct: float | None,
-                     processes: int | None) -> None:
+def _check_injection(
+    node: str,
+    gpus: int,
+    *,
+    gpu: int,
+    temperature_c: float | None,
+    ecc_uncorrected: int | None,
+    utilization_pct: float | None,
+    processes: int | None,
+) -> None:
     """Raise ConfigError naming the flag when a value is outside what a GPU can report
     (index within the node's GPUs; NVML temperatures 0-200 C, utilisation 0-100 %)."""
     checks = (
         ("--gpu", gpu, 0 <= gpu < gpus, f"{node} has {gpus} GPU(s): 0 to {gpus - 1}"),
-        ("--temperature", temperature_c,
-         temperature_c is None or 0 <= temperature_c <= 200, "0 to 200 (Celsius)"),
+        (
+            "--temperature",
+            temperature_c,
+            temperature_c is None or 0 <= temperature_c <= 200,
+            "0 to 200 (Celsius)",
+        ),
         ("--ecc", ecc_uncorrected, ecc_uncorrected is None or ecc_uncorrected >= 0, "0 or more"),
-        ("--utilization", utilization_pct,
-         utilization_pct is None or 0 <= utilization_pct <= 100, "0 to 100 (percent)"),
+        (
+            "--utilization",
+            utilization_pct,
+            utilization_pct is None or 0 <= utilization_pct <= 100,
+            "0 to 100 (percent)",
+        ),
         ("--processes", processes, processes is None or processes >= 0, "0 or more"),
     )
     for flag, value, ok, allowed in checks:
         if not ok:
-            raise ConfigError(f"{flag} {value} is out of range", key_path=flag,
-                              hint=f"use {allowed}")
+            raise ConfigError(
+                f"{flag} {value} is out of range", key_path=flag, hint=f"use {allowed}"
+            )
 
 
 def inject(
@@ -166,9 +201,15 @@ def inject(
     provider, m = _find(spec, node)
     d = provider.machine_dir(m["instance_id"])
     pool = spec.pool(m["tags"]["navarch-pool"])
-    _check_injection(node, pool.gpus_per_node, gpu=gpu, temperature_c=temperature_c,
-                     ecc_uncorrected=ecc_uncorrected, utilization_pct=utilization_pct,
-                     processes=processes)
+    _check_injection(
+        node,
+        pool.gpus_per_node,
+        gpu=gpu,
+        temperature_c=temperature_c,
+        ecc_uncorrected=ecc_uncorrected,
+        utilization_pct=utilization_pct,
+        processes=processes,
+    )
     done: list[str] = []
     faults = {} if clear else _faults(d)
     if clear:
@@ -182,8 +223,10 @@ def inject(
 
         bdf = _gpu_bdf(node, pool.gpus_per_node, gpu)
         uptime_s = (datetime.now(UTC) - datetime.fromisoformat(m["launched_at"])).total_seconds()
-        line = (f"[{uptime_s:.6f}] NVRM: Xid (PCI:{bdf}): {xid}, pid='<unknown>', "
-                f"name=<unknown>, {lookup(xid).meaning}\n")
+        line = (
+            f"[{uptime_s:.6f}] NVRM: Xid (PCI:{bdf}): {xid}, pid='<unknown>', "
+            f"name=<unknown>, {lookup(xid).meaning}\n"
+        )
         with open(d / "kern.log", "a") as fh:
             fh.write(line)
         done.append(f"kernel log: {line.strip()}")
@@ -212,8 +255,10 @@ def inject(
         (d / "silent").unlink(missing_ok=True)
         done.append("agent resumed")
     if preempt:
-        write_json_atomic(d / "notice.json", {"kind": "preemption", "source": "local",
-                                        "deadline": None, "detail": "injected"})
+        write_json_atomic(
+            d / "notice.json",
+            {"kind": "preemption", "source": "local", "deadline": None, "detail": "injected"},
+        )
         done.append("spot preemption notice")
     if impaired:
         provider.set_impaired(node, "instance status check failed (injected)", datetime.now(UTC))

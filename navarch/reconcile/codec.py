@@ -49,11 +49,19 @@ def summary_to_json(s: ReportSummary | None) -> dict[str, Any] | None:
     if s is None:
         return None
     return {
-        "sequence": s.sequence, "boot_id": s.boot_id, "generated_at": ts(s.generated_at),
-        "status": s.status, "action": s.action, "health_score": s.health_score, "fatal": s.fatal,
-        "findings": list(s.findings), "notice_kind": s.notice_kind,
-        "notice_deadline": ts(s.notice_deadline), "process_count": s.process_count,
-        "utilization_pct": s.utilization_pct, "gpu_count": s.gpu_count,
+        "sequence": s.sequence,
+        "boot_id": s.boot_id,
+        "generated_at": ts(s.generated_at),
+        "status": s.status,
+        "action": s.action,
+        "health_score": s.health_score,
+        "fatal": s.fatal,
+        "findings": list(s.findings),
+        "notice_kind": s.notice_kind,
+        "notice_deadline": ts(s.notice_deadline),
+        "process_count": s.process_count,
+        "utilization_pct": s.utilization_pct,
+        "gpu_count": s.gpu_count,
         "stored_at": ts(s.stored_at),
         **({"fault_key": s.fault_key.format()} if s.fault_key is not None else {}),
         **({"consecutive": s.consecutive} if s.consecutive else {}),
@@ -65,12 +73,19 @@ def summary_from_json(d: Mapping[str, Any] | None) -> ReportSummary | None:
     if d is None:
         return None
     return ReportSummary(
-        sequence=d["sequence"], boot_id=d["boot_id"], generated_at=required_ts(d["generated_at"]),
-        status=Status(d["status"]), action=Remedy(d["action"]), health_score=d["health_score"],
+        sequence=d["sequence"],
+        boot_id=d["boot_id"],
+        generated_at=required_ts(d["generated_at"]),
+        status=Status(d["status"]),
+        action=Remedy(d["action"]),
+        health_score=d["health_score"],
         fatal=d["fatal"],
-        findings=tuple(d.get("findings", ())), notice_kind=d.get("notice_kind"),
-        notice_deadline=parse_ts(d.get("notice_deadline")), process_count=d.get("process_count"),
-        utilization_pct=d.get("utilization_pct"), gpu_count=d.get("gpu_count", 0),
+        findings=tuple(d.get("findings", ())),
+        notice_kind=d.get("notice_kind"),
+        notice_deadline=parse_ts(d.get("notice_deadline")),
+        process_count=d.get("process_count"),
+        utilization_pct=d.get("utilization_pct"),
+        gpu_count=d.get("gpu_count", 0),
         stored_at=parse_ts(d.get("stored_at")),
         fault_key=FaultKey.parse(d["fault_key"]) if d.get("fault_key") else None,
         consecutive=d.get("consecutive", 0),
@@ -101,8 +116,12 @@ def _ladder_to_json(n: NodeMemory) -> dict[str, Any]:
 
 def fault_to_json(f: Fault) -> dict[str, Any]:
     """A Fault as the state document and the JSON plan write it (key: FaultKey.format)."""
-    return {"key": f.key.format(), "action": f.action.value, "boot_id": f.boot_id,
-            "sequence": f.sequence}
+    return {
+        "key": f.key.format(),
+        "action": f.action.value,
+        "boot_id": f.boot_id,
+        "sequence": f.sequence,
+    }
 
 
 def fault_from_json(f: Mapping[str, Any] | None) -> Fault | None:
@@ -115,16 +134,28 @@ def fault_from_json(f: Mapping[str, Any] | None) -> Fault | None:
 
 def diag_to_json(d: Diag) -> dict[str, Any]:
     """A Diag as JSON-ready data (times RFC 3339 UTC)."""
-    return {"level": d.level, "why": d.why.value, "state": d.state.value, "at": ts(d.at),
-            "started_at": ts(d.started_at), "detail": d.detail}
+    return {
+        "level": d.level,
+        "why": d.why.value,
+        "state": d.state.value,
+        "at": ts(d.at),
+        "started_at": ts(d.started_at),
+        "detail": d.detail,
+    }
 
 
 def diag_from_json(d: Mapping[str, Any] | None) -> Diag | None:
     """Inverse of diag_to_json; None passes through. Raises KeyError/ValueError."""
     if d is None:
         return None
-    return Diag(int(d["level"]), DiagWhy(d["why"]), DiagState(d["state"]), required_ts(d["at"]),
-                parse_ts(d.get("started_at")), d.get("detail", ""))
+    return Diag(
+        int(d["level"]),
+        DiagWhy(d["why"]),
+        DiagState(d["state"]),
+        required_ts(d["at"]),
+        parse_ts(d.get("started_at")),
+        d.get("detail", ""),
+    )
 
 
 def _ladder_from_json(n: Mapping[str, Any]) -> dict[str, Any]:
@@ -135,9 +166,11 @@ def _ladder_from_json(n: Mapping[str, Any]) -> dict[str, Any]:
         "faults": tuple((k, required_ts(t)) for k, t in n.get("faults", ())),
         "rung": Remedy(n["rung"]) if n.get("rung") else None,
         "rung_fault": n.get("rung_fault", ""),
-        "rung_at": parse_ts(n.get("rung_at")), "return_streak": n.get("return_streak", 0),
+        "rung_at": parse_ts(n.get("rung_at")),
+        "return_streak": n.get("return_streak", 0),
         "operator_cordon": n.get("operator_cordon", ""),
-        "diag": diag_from_json(n.get("diag")), "diag_cordon": n.get("diag_cordon", False),
+        "diag": diag_from_json(n.get("diag")),
+        "diag_cordon": n.get("diag_cordon", False),
         "impaired_since": parse_ts(n.get("impaired_since")),
     }
 
@@ -145,10 +178,16 @@ def _ladder_from_json(n: Mapping[str, Any]) -> dict[str, Any]:
 def node_to_json(n: NodeMemory) -> dict[str, Any]:
     """One node of the state document (the entry under its name)."""
     return {
-        "pool": n.pool, "instance_id": n.instance_id, "first_seen_at": ts(n.first_seen_at),
-        "phase": n.phase.value, "phase_at": ts(n.phase_at), "phase_reason": n.phase_reason,
-        "repair": n.repair, "report_version": n.report_version,
-        "report": summary_to_json(n.report), "streak": n.streak,
+        "pool": n.pool,
+        "instance_id": n.instance_id,
+        "first_seen_at": ts(n.first_seen_at),
+        "phase": n.phase.value,
+        "phase_at": ts(n.phase_at),
+        "phase_reason": n.phase_reason,
+        "repair": n.repair,
+        "report_version": n.report_version,
+        "report": summary_to_json(n.report),
+        "streak": n.streak,
         "streak_sequence": n.streak_sequence,
         **({"launch": dict(n.launch)} if n.launch else {}),
         **({"report_rejected": n.report_rejected} if n.report_rejected else {}),
@@ -196,8 +235,11 @@ def memory_to_json(m: Memory, cache: NodeDocCache | None = None) -> dict[str, An
     """Memory as the state/<fleet>.json document (version 1). cache: reuse the node entries
     of earlier documents (NodeDocCache); the document then shares them: read it, never
     change it."""
-    nodes = (cache.nodes_to_json(m.nodes) if cache is not None
-             else {n.node: node_to_json(n) for n in m.nodes})
+    nodes = (
+        cache.nodes_to_json(m.nodes)
+        if cache is not None
+        else {n.node: node_to_json(n) for n in m.nodes}
+    )
     return {
         "version": 1,
         "fleet": m.fleet,
@@ -209,15 +251,25 @@ def memory_to_json(m: Memory, cache: NodeDocCache | None = None) -> dict[str, An
                 "next_index": p.next_index,
                 "repairs": [ts(r) for r in p.repairs],
                 "exhausted": [
-                    {"zone": e.zone, "instance_type": e.instance_type, "spot": e.spot,
-                     "until": ts(e.until), "failures": e.failures, "provider": e.provider}
+                    {
+                        "zone": e.zone,
+                        "instance_type": e.instance_type,
+                        "spot": e.spot,
+                        "until": ts(e.until),
+                        "failures": e.failures,
+                        "provider": e.provider,
+                    }
                     for e in p.exhausted
                 ],
-                "desired": p.desired, "desired_from_target": p.desired_from_target,
+                "desired": p.desired,
+                "desired_from_target": p.desired_from_target,
                 "scaled_at": ts(p.scaled_at),
                 **({"lemons": list(p.lemons)} if p.lemons else {}),
-                **({"host_faults": [[h, k, ts(w)] for h, k, w in p.host_faults]}
-                   if p.host_faults else {}),
+                **(
+                    {"host_faults": [[h, k, ts(w)] for h, k, w in p.host_faults]}
+                    if p.host_faults
+                    else {}
+                ),
                 **({"lemon_hosts": list(p.lemon_hosts)} if p.lemon_hosts else {}),
             }
             for p in m.pools
@@ -230,11 +282,17 @@ def memory_from_json(d: Mapping[str, Any]) -> Memory:
     """Inverse of memory_to_json. Raises KeyError/ValueError on a malformed document."""
     nodes = tuple(
         NodeMemory(
-            node=name, pool=n["pool"], instance_id=n.get("instance_id"),
-            first_seen_at=parse_ts(n.get("first_seen_at")), phase=Phase(n.get("phase", "")),
-            phase_at=parse_ts(n.get("phase_at")), phase_reason=n.get("phase_reason", ""),
-            repair=n.get("repair", False), report_version=n.get("report_version"),
-            report=summary_from_json(n.get("report")), streak=n.get("streak", 0),
+            node=name,
+            pool=n["pool"],
+            instance_id=n.get("instance_id"),
+            first_seen_at=parse_ts(n.get("first_seen_at")),
+            phase=Phase(n.get("phase", "")),
+            phase_at=parse_ts(n.get("phase_at")),
+            phase_reason=n.get("phase_reason", ""),
+            repair=n.get("repair", False),
+            report_version=n.get("report_version"),
+            report=summary_from_json(n.get("report")),
+            streak=n.get("streak", 0),
             streak_sequence=n.get("streak_sequence", 0),
             launch=tuple(sorted((n.get("launch") or {}).items())),
             report_rejected=n.get("report_rejected"),
@@ -244,14 +302,22 @@ def memory_from_json(d: Mapping[str, Any]) -> Memory:
     )
     pools = tuple(
         PoolMemory(
-            pool=name, next_index=p.get("next_index", 1),
+            pool=name,
+            next_index=p.get("next_index", 1),
             repairs=tuple(required_ts(r) for r in p.get("repairs", ())),
             exhausted=tuple(
-                Exhausted(e["zone"], e["instance_type"], e["spot"], required_ts(e["until"]),
-                          e.get("failures", 1), provider=e["provider"])
+                Exhausted(
+                    e["zone"],
+                    e["instance_type"],
+                    e["spot"],
+                    required_ts(e["until"]),
+                    e.get("failures", 1),
+                    provider=e["provider"],
+                )
                 for e in p.get("exhausted", ())
             ),
-            desired=p.get("desired"), desired_from_target=p.get("desired_from_target"),
+            desired=p.get("desired"),
+            desired_from_target=p.get("desired_from_target"),
             scaled_at=parse_ts(p.get("scaled_at")),
             lemons=tuple(p.get("lemons", ())),
             host_faults=tuple((h, k, required_ts(w)) for h, k, w in p.get("host_faults", ())),
@@ -260,7 +326,10 @@ def memory_from_json(d: Mapping[str, Any]) -> Memory:
         for name, p in sorted(d.get("pools", {}).items())
     )
     return Memory(
-        fleet=d["fleet"], serial=d.get("serial", 0), lineage=d.get("lineage", ""),
-        nodes=NodeTable(nodes), pools=pools,
+        fleet=d["fleet"],
+        serial=d.get("serial", 0),
+        lineage=d.get("lineage", ""),
+        nodes=NodeTable(nodes),
+        pools=pools,
         rejections=tuple(sorted(d.get("rejections", {}).items())),
     )

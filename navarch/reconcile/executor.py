@@ -107,8 +107,6 @@ class JournalPolicy:
         return max(self.every_actions, -(-actions // max(self.max_writes, 1)), 1)
 
 
-
-
 class _Fence(Protocol):
     def check(self) -> None: ...
 
@@ -175,9 +173,16 @@ class Executor:
         self.audit = audit
         self.clock = clock
         self.run_id = run_id
-        self.handlers = Handlers(spec, providers, instances=instances, inventory=inventory,
-                                 clock=clock, playbooks=playbooks, user_data=user_data,
-                                 fleet_secret=fleet_secret)
+        self.handlers = Handlers(
+            spec,
+            providers,
+            instances=instances,
+            inventory=inventory,
+            clock=clock,
+            playbooks=playbooks,
+            user_data=user_data,
+            fleet_secret=fleet_secret,
+        )
         self.journal = journal
         self.policy = policy or JournalPolicy()
         self.lease = lease
@@ -188,8 +193,9 @@ class Executor:
         self._stop_reason: BaseException | None = None
 
     # -- entry point -------------------------------------------------------------------
-    def execute(self, plan: Plan, memory: Memory,
-                on_outcome: Callable[[Outcome], None] | None = None) -> tuple[Memory, list[Outcome]]:
+    def execute(
+        self, plan: Plan, memory: Memory, on_outcome: Callable[[Outcome], None] | None = None
+    ) -> tuple[Memory, list[Outcome]]:
         """Run every action of plan; returns (Memory with the results, outcomes in the
         order they finished). With a journal, Memory is persisted as described in the
         module docstring and the returned Memory is the last one saved.
@@ -214,7 +220,8 @@ class Executor:
                 workers = self._workers(provider)
                 if provider not in pools:
                     pools[provider] = ThreadPoolExecutor(
-                        max_workers=workers, thread_name_prefix=f"navarch-{provider}")
+                        max_workers=workers, thread_name_prefix=f"navarch-{provider}"
+                    )
                 futures.append(pools[provider].submit(self._run_chain, chain, memory, results))
             done = 0
             while done < total:
@@ -234,10 +241,11 @@ class Executor:
                     if update is not same:
                         dirty += 1
                     since_write += 1
-                due = dirty and (since_write >= batch
-                                 or time.monotonic() - last_write >= self.policy.every_s
-                                 or (action is not None and outcome.ok
-                                     and self._unobservable(action)))
+                due = dirty and (
+                    since_write >= batch
+                    or time.monotonic() - last_write >= self.policy.every_s
+                    or (action is not None and outcome.ok and self._unobservable(action))
+                )
                 if due and not self._stop.is_set():
                     memory = self._flush(memory)
                     dirty, since_write, last_write = 0, 0, time.monotonic()
@@ -315,14 +323,24 @@ class Executor:
             who["client"] = self.client
         if action.replaces:
             who["replaces"] = action.replaces
-        self.audit.append({
-            "time": ts(self.clock()), "run_id": self.run_id, "action": action.kind.value,
-            "pool": action.pool, "node": action.node, "instance_id": action.instance_id,
-            "reason": action.reason, "ok": outcome.ok, "outcome": outcome.kind.value,
-            "detail": outcome.detail,
-            "error": outcome.error, "report": self._reports.get(action.node or ""),
-            **who, **_ladder_record(action),
-        })
+        self.audit.append(
+            {
+                "time": ts(self.clock()),
+                "run_id": self.run_id,
+                "action": action.kind.value,
+                "pool": action.pool,
+                "node": action.node,
+                "instance_id": action.instance_id,
+                "reason": action.reason,
+                "ok": outcome.ok,
+                "outcome": outcome.kind.value,
+                "detail": outcome.detail,
+                "error": outcome.error,
+                "report": self._reports.get(action.node or ""),
+                **who,
+                **_ladder_record(action),
+            }
+        )
 
     def _chains(self, actions: Sequence[Action]) -> list[list[Action]]:
         """Actions grouped by node (or by pool for pool-level actions), in plan order."""
@@ -353,8 +371,12 @@ class Executor:
         value = conf.get("max_parallel") or DEFAULT_MAX_PARALLEL.get(str(conf.get("type")), 4)
         return max(1, int(value))
 
-    def _run_chain(self, chain: list[Action], memory: Memory,
-                   results: queue.Queue[tuple[Action, Outcome, Update]]) -> None:
+    def _run_chain(
+        self,
+        chain: list[Action],
+        memory: Memory,
+        results: queue.Queue[tuple[Action, Outcome, Update]],
+    ) -> None:
         """Run one node's actions in order (a worker thread); post each result."""
         for a in chain:
             if self._stop.is_set():
@@ -377,4 +399,3 @@ class Executor:
             except Exception as exc:
                 outcome, update = Outcome.failed(a, exc, f"{type(exc).__name__}: {exc}"), same
             results.put((a, outcome, update))
-

@@ -155,8 +155,16 @@ class DiagRunner(Protocol):
     """A playbook runner that also runs the diagnostics playbook (navarch.remote.adapter.
     SSHPlaybooks.diagnose, returning a navarch.remote.diagnostics.DiagResult)."""
 
-    def diagnose(self, pool: PoolSpec, node: str, address: str | None, level: int,
-                 reason: str, *, token: str = "") -> _DiagResult: ...
+    def diagnose(
+        self,
+        pool: PoolSpec,
+        node: str,
+        address: str | None,
+        level: int,
+        reason: str,
+        *,
+        token: str = "",
+    ) -> _DiagResult: ...
 
 
 class PlaybookRunner(Protocol):
@@ -166,9 +174,9 @@ class PlaybookRunner(Protocol):
     no playbooks and never reaches a runner.
     """
 
-    def run(self, pool: PoolSpec, kind: str, node: str, address: str | None,
-            reason: str) -> tuple[bool, str]: ...
-
+    def run(
+        self, pool: PoolSpec, kind: str, node: str, address: str | None, reason: str
+    ) -> tuple[bool, str]: ...
 
 
 class OutcomeKind(StrEnum):
@@ -192,7 +200,12 @@ class OutcomeKind(StrEnum):
 
 #: Errors that say "the same call may succeed later"; every other exception is permanent.
 TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
-    TransientError, CapacityError, PlacementError, LaunchSpent, RemoteError, StoreUnavailable,
+    TransientError,
+    CapacityError,
+    PlacementError,
+    LaunchSpent,
+    RemoteError,
+    StoreUnavailable,
 )
 
 
@@ -297,8 +310,14 @@ class Handlers:
         now = self.clock()
 
         def update(m: Memory) -> Memory:
-            return m.with_pool(replace(m.pool(a.pool), desired=a.desired,
-                                       desired_from_target=pool.target_nodes, scaled_at=now))
+            return m.with_pool(
+                replace(
+                    m.pool(a.pool),
+                    desired=a.desired,
+                    desired_from_target=pool.target_nodes,
+                    scaled_at=now,
+                )
+            )
 
         return Outcome.done(a, f"desired {a.desired}"), update
 
@@ -324,15 +343,17 @@ class Handlers:
                 try:
                     inst = self._launch(a, pool, place, provider)
                 except (CapacityError, PlacementError) as exc:
-                    updates.append(self._exhausted(a.pool, place.zone, place.instance_type,
-                                                   place.spot, provider))
+                    updates.append(
+                        self._exhausted(
+                            a.pool, place.zone, place.instance_type, place.spot, provider
+                        )
+                    )
                     offered = isinstance(exc, CapacityError)
                     if isinstance(exc, CapacityError):
                         no_capacity = exc
                     else:
                         refusal = exc
-                    tried.append(f"{place.label()}: {'' if offered else 'not offered here: '}"
-                                 f"{exc}")
+                    tried.append(f"{place.label()}: {'' if offered else 'not offered here: '}{exc}")
                     not_offered += not offered
                     continue
                 except LaunchSpent as exc:
@@ -355,8 +376,10 @@ class Handlers:
         if barred is not None and (not multi or barred_places == len(tried)):
             return Outcome.failed(a, barred[0], barred[1]), _chain(*updates)
         if not_offered and refusal is not None:
-            return (Outcome.failed(a, refusal, "no place could take it: " + "; ".join(tried)),
-                    _chain(*updates))
+            return (
+                Outcome.failed(a, refusal, "no place could take it: " + "; ".join(tried)),
+                _chain(*updates),
+            )
         full = no_capacity or CapacityError("the pool has no place to launch in", scope="zone")
         return Outcome.failed(a, full, "no capacity: " + "; ".join(tried)), _chain(*updates)
 
@@ -372,8 +395,9 @@ class Handlers:
             return quota, f"quota: {quota}"
         return None
 
-    def _bar(self, pool: str, provider: str, exc: QuotaError | AuthError
-             ) -> tuple[QuotaError | AuthError, str]:
+    def _bar(
+        self, pool: str, provider: str, exc: QuotaError | AuthError
+    ) -> tuple[QuotaError | AuthError, str]:
         """Remember a quota error (for the pool on that provider) or an auth error (for
         the provider) for the rest of the run -> (error, message)."""
         with self._mutex:
@@ -391,54 +415,85 @@ class Handlers:
             key = signing.derive_node_key(self.fleet_secret, self.spec.name, a.node)
             user_data = self.user_data(pool, a.node, key, provider)
         lid = launch_id(self.spec.name, a.node, place.attempt)
-        tags = {**dict(pool.labels), **ownership_tags(self.spec.name, pool.name, a.node, lid),
-                TAG_SPEC: pool.launch_hash(place.placement)}
+        tags = {
+            **dict(pool.labels),
+            **ownership_tags(self.spec.name, pool.name, a.node, lid),
+            TAG_SPEC: pool.launch_hash(place.placement),
+        }
         request = ProvisionRequest(
-            fleet=self.spec.name, pool=pool.name, node=a.node, zone=place.zone,
-            instance_type=place.instance_type, spot=place.spot, launch_id=lid,
-            attempt=place.attempt, tags=tags, user_data=user_data,
+            fleet=self.spec.name,
+            pool=pool.name,
+            node=a.node,
+            zone=place.zone,
+            instance_type=place.instance_type,
+            spot=place.spot,
+            launch_id=lid,
+            attempt=place.attempt,
+            tags=tags,
+            user_data=user_data,
             options=pool.placed()[place.placement].options,
             known_absent=self.fresh_inventory and lid not in self.launched,
         )
         return self.providers[provider].provision(request)
 
-    def _launched(self, a: Action, pool: PoolSpec, place: Place, inst: Instance,
-                  tried: list[str], not_offered: int, updates: list[Update]
-                  ) -> tuple[Outcome, Update]:
+    def _launched(
+        self,
+        a: Action,
+        pool: PoolSpec,
+        place: Place,
+        inst: Instance,
+        tried: list[str],
+        not_offered: int,
+        updates: list[Update],
+    ) -> tuple[Outcome, Update]:
         """The outcome of a launch that took, and its Memory update (the node with its
         launch settings; the place's backoff cleared; next_index raised)."""
         assert a.node is not None
         index = int(a.node.rsplit("-", 1)[1])
-        nm = NodeMemory(node=a.node, pool=a.pool, instance_id=inst.instance_id,
-                        first_seen_at=self.clock(), launch=pool.launch_settings(place.placement))
+        nm = NodeMemory(
+            node=a.node,
+            pool=a.pool,
+            instance_id=inst.instance_id,
+            first_seen_at=self.clock(),
+            launch=pool.launch_settings(place.placement),
+        )
         here = (inst.provider, place.zone, place.instance_type, place.spot)
 
         def launched(m: Memory) -> Memory:
             pm = m.pool(a.pool)
-            pm = replace(pm, next_index=max(pm.next_index, index + 1),
-                         exhausted=tuple(e for e in pm.exhausted
-                                         if (e.provider, e.zone,
-                                             e.instance_type, e.spot) != here))
+            pm = replace(
+                pm,
+                next_index=max(pm.next_index, index + 1),
+                exhausted=tuple(
+                    e for e in pm.exhausted if (e.provider, e.zone, e.instance_type, e.spot) != here
+                ),
+            )
             return m.with_pool(pm).with_node(nm)
 
         why = "without capacity" if not not_offered else "that could not take it"
         where = place.label() + (f" after {len(tried)} place(s) {why}" if tried else "")
         return Outcome.done(a, f"{inst.instance_id} in {where}"), _chain(*updates, launched)
 
-    def _exhausted(self, pool: str, zone: str, itype: str, spot: bool, provider: str
-                   ) -> Update:
+    def _exhausted(self, pool: str, zone: str, itype: str, spot: bool, provider: str) -> Update:
         """Back off one place (provider, zone, type, spot): 10 min, doubling per failure."""
         now = self.clock()
 
         def update(memory: Memory) -> Memory:
             pm = memory.pool(pool)
             key = (provider, zone, itype, spot)
-            prev = next((e for e in pm.exhausted
-                         if (e.provider, e.zone, e.instance_type, e.spot) == key),
-                        None)
+            prev = next(
+                (e for e in pm.exhausted if (e.provider, e.zone, e.instance_type, e.spot) == key),
+                None,
+            )
             failures = prev.failures + 1 if prev else 1
-            entry = Exhausted(zone, itype, spot, now + timedelta(seconds=backoff_s(failures)),
-                              failures, provider=provider)
+            entry = Exhausted(
+                zone,
+                itype,
+                spot,
+                now + timedelta(seconds=backoff_s(failures)),
+                failures,
+                provider=provider,
+            )
             rest = tuple(e for e in pm.exhausted if e is not prev)
             return memory.with_pool(replace(pm, exhausted=rest + (entry,)))
 
@@ -446,7 +501,9 @@ class Handlers:
 
     def _node_memory(self, a: Action, memory: Memory) -> NodeMemory:
         assert a.node is not None
-        return memory.node(a.node) or NodeMemory(node=a.node, pool=a.pool, first_seen_at=self.clock())
+        return memory.node(a.node) or NodeMemory(
+            node=a.node, pool=a.pool, first_seen_at=self.clock()
+        )
 
     def _playbook(self, a: Action, kind: str) -> Outcome:
         """Run the pool's `kind` playbook for the action's node: a success (its detail),
@@ -458,8 +515,9 @@ class Handlers:
             return Outcome.refused(a, f"no playbook runner for scheduler {pool.scheduler}")
         inst = self.instances.get(a.node or "")
         try:
-            ok, detail = self.playbooks.run(pool, kind, a.node or "",
-                                            inst.address if inst else None, a.reason)
+            ok, detail = self.playbooks.run(
+                pool, kind, a.node or "", inst.address if inst else None, a.reason
+            )
         except RemoteError as exc:
             return Outcome.failed(a, exc)
         return Outcome.done(a, detail) if ok else Outcome(a, OutcomeKind.TRANSIENT, detail)
@@ -470,14 +528,23 @@ class Handlers:
             return ran, same
         now = self.clock()
         scheduled = a.why == DiagWhy.SCHEDULED.value
-        nm = replace(self._node_memory(a, memory), phase=Phase.CORDONED, phase_at=now,
-                     phase_reason=a.reason, repair=a.repair, diag_cordon=scheduled)
+        nm = replace(
+            self._node_memory(a, memory),
+            phase=Phase.CORDONED,
+            phase_at=now,
+            phase_reason=a.reason,
+            repair=a.repair,
+            diag_cordon=scheduled,
+        )
         if scheduled:  # out for scheduled diagnostics, returned after them
             nm = replace(nm, diag=Diag(a.level or 1, DiagWhy.SCHEDULED, DiagState.DUE, now))
         # The fault this cordon answers, or none: a fault remembered from an earlier cordon
         # must not make the ladder remedy a node cordoned for another reason.
-        nm = (_with_fault(nm, a.fault, now, self._fault_keep_s(a.pool)) if a.fault is not None
-              else replace(nm, fault=None))
+        nm = (
+            _with_fault(nm, a.fault, now, self._fault_keep_s(a.pool))
+            if a.fault is not None
+            else replace(nm, fault=None)
+        )
 
         host = self._host_fault(a, memory, now)
 
@@ -496,8 +563,12 @@ class Handlers:
         the node's own history. A fault already recorded for the node is not counted again."""
         inst = self.instance(a)
         known = memory.node(a.node or "")
-        if a.fault is None or inst is None or inst.host_id is None or (
-                known is not None and known.fault == a.fault):
+        if (
+            a.fault is None
+            or inst is None
+            or inst.host_id is None
+            or (known is not None and known.fault == a.fault)
+        ):
             return same
         host, key, keep_s = inst.host_id, a.fault.key.kind, self._fault_keep_s(a.pool)
 
@@ -547,18 +618,26 @@ class Handlers:
             self.providers[inst.provider].terminate([inst])
         except ProviderError as exc:
             return Outcome.failed(a, exc), same
-        backoff = (self._exhausted(a.pool, inst.zone, inst.instance_type, inst.spot,
-                                   inst.provider)
-                   if a.backoff else same)
+        backoff = (
+            self._exhausted(a.pool, inst.zone, inst.instance_type, inst.spot, inst.provider)
+            if a.backoff
+            else same
+        )
         known = memory.node(a.node or "")
         if known is not None and known.instance_id not in (None, inst.instance_id):
             # A duplicate's extra instance: the node itself stays as it is.
             return Outcome.done(a, f"terminated extra instance {inst.instance_id}"), backoff
-        nm = replace(self._node_memory(a, memory), phase=Phase.TERMINATING, phase_at=self.clock(),
-                     phase_reason=a.reason)
+        nm = replace(
+            self._node_memory(a, memory),
+            phase=Phase.TERMINATING,
+            phase_at=self.clock(),
+            phase_reason=a.reason,
+        )
         lemon = self._lemon(a.pool, inst.instance_id, inst.host_id) if a.lemon else same
-        return (Outcome.done(a, f"terminated {inst.instance_id}"),
-                _chain(backoff, lemon, _set_node(nm)))
+        return (
+            Outcome.done(a, f"terminated {inst.instance_id}"),
+            _chain(backoff, lemon, _set_node(nm)),
+        )
 
     @staticmethod
     def _lemon(pool: str, instance_id: str, host_id: str | None = None) -> Update:
@@ -587,8 +666,10 @@ class Handlers:
             self.providers[inst.provider].reboot([inst])
         except ProviderError as exc:
             return Outcome.failed(a, exc), same
-        return (Outcome.done(a, f"rebooted {inst.instance_id} through provider {inst.provider}"),
-                self._remedied(a, nm, Remedy.REBOOT, memory))
+        return (
+            Outcome.done(a, f"rebooted {inst.instance_id} through provider {inst.provider}"),
+            self._remedied(a, nm, Remedy.REBOOT, memory),
+        )
 
     def _reset_gpu(self, a: Action, memory: Memory) -> tuple[Outcome, Update]:
         """The ladder's GPU reset: the pool's reset_gpu playbook on the node
@@ -609,19 +690,24 @@ class Handlers:
                 return Outcome.failed(a, exc), same
         else:
             if self.playbooks is None:
-                return Outcome.refused(a, "no playbook runner: a GPU reset runs the reset_gpu "
-                                       "playbook over SSH (pools.<pool>.ssh)"), same
+                return Outcome.refused(
+                    a,
+                    "no playbook runner: a GPU reset runs the reset_gpu "
+                    "playbook over SSH (pools.<pool>.ssh)",
+                ), same
             try:
-                ok, detail = self.playbooks.run(self.spec.pool(a.pool), "reset_gpu",
-                                                a.node or "", inst.address, a.reason)
+                ok, detail = self.playbooks.run(
+                    self.spec.pool(a.pool), "reset_gpu", a.node or "", inst.address, a.reason
+                )
             except RemoteError as exc:
                 return Outcome.failed(a, exc), same
             if not ok:
                 return Outcome(a, OutcomeKind.TRANSIENT, detail), same
         return Outcome.done(a, detail), self._remedied(a, nm, Remedy.RESET_GPU, memory)
 
-    def _remediable(self, a: Action, memory: Memory, verb: str
-                    ) -> tuple[Instance | None, NodeMemory | None, Outcome | None]:
+    def _remediable(
+        self, a: Action, memory: Memory, verb: str
+    ) -> tuple[Instance | None, NodeMemory | None, Outcome | None]:
         """The instance and memory of a node the ladder remedies in place, or the refusal
         (no instance; not drained: only a DRAINING or REMEDIATING node is rebooted or reset)."""
         inst = self.instance(a)
@@ -629,8 +715,7 @@ class Handlers:
             return None, None, Outcome.refused(a, f"no instance to {verb}")
         nm = self._node_memory(a, memory)
         if nm.phase not in (Phase.DRAINING, Phase.REMEDIATING):
-            return None, None, Outcome.refused(
-                a, f"not drained (phase {nm.phase.value or 'none'})")
+            return None, None, Outcome.refused(a, f"not drained (phase {nm.phase.value or 'none'})")
         return inst, nm, None
 
     def _remedied(self, a: Action, nm: NodeMemory, rung: Remedy, memory: Memory) -> Update:
@@ -639,9 +724,17 @@ class Handlers:
         with repair=True counts toward the hourly repair limit."""
         now = self.clock()
         nm = _with_fault(nm, a.fault, now, self._fault_keep_s(a.pool))
-        nm = replace(nm, phase=Phase.REMEDIATING, phase_at=now, phase_reason=a.reason,
-                     rung=a.rung or rung, rung_fault=a.fault.key.kind if a.fault else nm.rung_fault,
-                     rung_at=now, return_streak=0, diag_cordon=False)
+        nm = replace(
+            nm,
+            phase=Phase.REMEDIATING,
+            phase_at=now,
+            phase_reason=a.reason,
+            rung=a.rung or rung,
+            rung_fault=a.fault.key.kind if a.fault else nm.rung_fault,
+            rung_at=now,
+            return_streak=0,
+            diag_cordon=False,
+        )
 
         host = self._host_fault(a, memory, now)
 
@@ -668,8 +761,12 @@ class Handlers:
         level, why = a.level or 1, DiagWhy(a.why or DiagWhy.RETURN.value)
         now = self.clock()
         prev = nm.diag
-        running = (prev is not None and prev.state is DiagState.RUNNING and prev.level == level
-                   and prev.why is why)
+        running = (
+            prev is not None
+            and prev.state is DiagState.RUNNING
+            and prev.level == level
+            and prev.why is why
+        )
         started = prev.started_at if running and prev is not None else now
         provider = self.providers[inst.provider]
         if isinstance(provider, Diagnoser):
@@ -677,9 +774,14 @@ class Handlers:
         elif isinstance(self.playbooks, DiagRunner):
             # The run that starts a diagnostic names it; a later run collects only a result
             # of that name, never one a diagnostic from before a remedy left on the node.
-            result = self.playbooks.diagnose(self.spec.pool(a.pool), a.node or "",
-                                             inst.address, level, a.reason,
-                                             token=diag_token(started or now))
+            result = self.playbooks.diagnose(
+                self.spec.pool(a.pool),
+                a.node or "",
+                inst.address,
+                level,
+                a.reason,
+                token=diag_token(started or now),
+            )
             state, detail = result.outcome.value, result.detail
         else:
             state, detail = "error", "no diagnostics runner: diagnostics run over SSH"
@@ -706,9 +808,17 @@ class Handlers:
         ran = self._playbook(a, "uncordon")
         if not ran.ok:
             return ran, same
-        nm = replace(self._node_memory(a, memory), phase=Phase.NONE, phase_at=self.clock(),
-                     phase_reason="", repair=False, streak=0, return_streak=0, operator_cordon="",
-                     diag_cordon=False)
+        nm = replace(
+            self._node_memory(a, memory),
+            phase=Phase.NONE,
+            phase_at=self.clock(),
+            phase_reason="",
+            repair=False,
+            streak=0,
+            return_streak=0,
+            operator_cordon="",
+            diag_cordon=False,
+        )
         return ran, _set_node(nm)
 
     #: ActionKind -> handler(self, action, memory) -> (Outcome, Update). A new kind adds
@@ -724,4 +834,3 @@ class Handlers:
         ActionKind.RESET_GPU: _reset_gpu,
         ActionKind.DIAGNOSE: _diagnose,
     }
-

@@ -35,30 +35,55 @@ def _instance(snap: Snapshot, fleet_name: str, node: str) -> Instance:
     """The node's one live instance of this fleet; NavarchError naming why not."""
     found = [i for i in snap.inventory if i.node == node and i.fleet == fleet_name]
     if not found:
-        raise NavarchError(f"{node} is not a node of fleet {fleet_name} "
-                           "(`navarch status FLEET` lists them)")
+        raise NavarchError(
+            f"{node} is not a node of fleet {fleet_name} (`navarch status FLEET` lists them)"
+        )
     if len(found) > 1:
-        raise NavarchError(f"{node} names {len(found)} instances "
-                           f"({', '.join(i.instance_id for i in found)}); resolve the duplicate "
-                           "first (`navarch status FLEET`)")
+        raise NavarchError(
+            f"{node} names {len(found)} instances "
+            f"({', '.join(i.instance_id for i in found)}); resolve the duplicate "
+            "first (`navarch status FLEET`)"
+        )
     return found[0]
 
 
-def _audit(fleet: Fleet, snap: Snapshot, verb: str, record: dict[str, Any],
-           clock: Clock, client: str | None = None) -> None:
+def _audit(
+    fleet: Fleet,
+    snap: Snapshot,
+    verb: str,
+    record: dict[str, Any],
+    clock: Clock,
+    client: str | None = None,
+) -> None:
     audit = AuditLog(fleet.store, fleet.spec.name, f"{snap.now:%Y%m%dT%H%M%SZ}-{verb}", snap.now)
     view = next((v for v in snap.observed.views if v.node == record.get("node")), None)
-    who = ({"actor": Actor.MCP.value, "client": client} if client
-           else {"actor": Actor.OPERATOR.value})
-    audit.append({"time": ts(clock()), "run_id": verb, "operator": True, **who, "verb": verb,
-                  "report": report_ref(view.summary if view is not None else None), **record})
+    who = (
+        {"actor": Actor.MCP.value, "client": client} if client else {"actor": Actor.OPERATOR.value}
+    )
+    audit.append(
+        {
+            "time": ts(clock()),
+            "run_id": verb,
+            "operator": True,
+            **who,
+            "verb": verb,
+            "report": report_ref(view.summary if view is not None else None),
+            **record,
+        }
+    )
     flush = getattr(audit, "flush", None)  # the chunked audit log buffers until flushed
     if flush is not None:
         flush()
 
 
-def reboot(fleet: Fleet, node: str, *, force: bool = False,
-           clock: Clock = system_clock, client: str | None = None) -> str:
+def reboot(
+    fleet: Fleet,
+    node: str,
+    *,
+    force: bool = False,
+    clock: Clock = system_clock,
+    client: str | None = None,
+) -> str:
     """Reboot `node` through its provider's API; returns what was done (one line).
 
     clock: the run's clock (navarch.reconcile.run.Clock).
@@ -67,33 +92,55 @@ def reboot(fleet: Fleet, node: str, *, force: bool = False,
     when another run holds the lease, LeaseLost when it lapsed before the reboot.
     """
     spec = fleet.spec
-    with leased(fleet, f"reboot {node}" + (f" (mcp client {client})" if client else ""), clock) as lease:
+    with leased(
+        fleet, f"reboot {node}" + (f" (mcp client {client})" if client else ""), clock
+    ) as lease:
         snap = gather(fleet, clock())
         inst = _instance(snap, spec.name, node)
         view = next((v for v in snap.observed.views if v.node == node), None)
         procs = view.summary.process_count if view and view.summary else None
         if procs and not force:
-            raise NavarchError(f"{node} runs {procs} GPU process(es) by its latest report; "
-                               "drain it first (`navarch cordon`, then your scheduler), or "
-                               "pass --force to kill them")
+            raise NavarchError(
+                f"{node} runs {procs} GPU process(es) by its latest report; "
+                "drain it first (`navarch cordon`, then your scheduler), or "
+                "pass --force to kill them"
+            )
         reason = "operator: navarch reboot" + (" --force" if force else "")
-        record = {"action": "reboot", "pool": inst.pool, "node": node, "reason": reason,
-                  "instance_id": inst.instance_id}
+        record = {
+            "action": "reboot",
+            "pool": inst.pool,
+            "node": node,
+            "reason": reason,
+            "instance_id": inst.instance_id,
+        }
         lease.check()
         try:
             fleet.providers[inst.provider].reboot([inst])
         except ProviderError as exc:
-            _audit(fleet, snap, "reboot", {**record, "ok": False, "detail": str(exc),
-                                           "error": type(exc).__name__}, clock, client)
+            _audit(
+                fleet,
+                snap,
+                "reboot",
+                {**record, "ok": False, "detail": str(exc), "error": type(exc).__name__},
+                clock,
+                client,
+            )
             raise NavarchError(f"reboot of {node} failed: {exc}") from exc
         detail = f"rebooted {inst.instance_id} through provider {inst.provider}"
-        _audit(fleet, snap, "reboot", {**record, "ok": True, "detail": detail, "error": None},
-               clock, client)
+        _audit(
+            fleet,
+            snap,
+            "reboot",
+            {**record, "ok": True, "detail": detail, "error": None},
+            clock,
+            client,
+        )
         return detail
 
 
-def cordon(fleet: Fleet, node: str, reason: str, *, clock: Clock = system_clock,
-           client: str | None = None) -> str:
+def cordon(
+    fleet: Fleet, node: str, reason: str, *, clock: Clock = system_clock, client: str | None = None
+) -> str:
     """An operator's cordon of `node` with `reason`; returns the playbook's detail.
 
     clock: the run's clock (navarch.reconcile.run.Clock).
@@ -105,15 +152,21 @@ def cordon(fleet: Fleet, node: str, reason: str, *, clock: Clock = system_clock,
     """
     spec = fleet.spec
     if not reason.strip():
-        raise NavarchError("give a reason (--reason TEXT): it is shown to the scheduler's users "
-                           "and kept in the audit log")
-    with leased(fleet, f"cordon {node}" + (f" (mcp client {client})" if client else ""), clock) as lease:
+        raise NavarchError(
+            "give a reason (--reason TEXT): it is shown to the scheduler's users "
+            "and kept in the audit log"
+        )
+    with leased(
+        fleet, f"cordon {node}" + (f" (mcp client {client})" if client else ""), clock
+    ) as lease:
         snap = gather(fleet, clock())
         inst = _instance(snap, spec.name, node)
         nm = snap.memory.node(node)
         if nm is not None and nm.phase is not Phase.NONE:
-            raise NavarchError(f"navarch is already taking {node} out of service "
-                               f"({nm.phase.value}: {nm.phase_reason})")
+            raise NavarchError(
+                f"navarch is already taking {node} out of service "
+                f"({nm.phase.value}: {nm.phase_reason})"
+            )
         pool = spec.pool(inst.pool or "")
         full_reason = f"operator: {reason.strip()}"
         lease.check()
@@ -126,14 +179,28 @@ def cordon(fleet: Fleet, node: str, reason: str, *, clock: Clock = system_clock,
                 ok, detail = fleet.playbooks.run(pool, "cordon", node, inst.address, full_reason)
             except RemoteError as exc:
                 ok, detail = False, str(exc)
-        _audit(fleet, snap, "cordon", {
-            "action": "cordon", "pool": pool.name, "node": node, "reason": full_reason,
-            "instance_id": inst.instance_id, "ok": ok, "detail": detail,
-            "error": None if ok else "RemoteError"}, clock, client)
+        _audit(
+            fleet,
+            snap,
+            "cordon",
+            {
+                "action": "cordon",
+                "pool": pool.name,
+                "node": node,
+                "reason": full_reason,
+                "instance_id": inst.instance_id,
+                "ok": ok,
+                "detail": detail,
+                "error": None if ok else "RemoteError",
+            },
+            clock,
+            client,
+        )
         if not ok:
             raise NavarchError(f"cordon of {node} failed: {detail}")
-        base = nm or NodeMemory(node=node, pool=pool.name, instance_id=inst.instance_id,
-                                first_seen_at=snap.now)
+        base = nm or NodeMemory(
+            node=node, pool=pool.name, instance_id=inst.instance_id, first_seen_at=snap.now
+        )
         memory = snap.memory.with_node(replace(base, operator_cordon=full_reason))
         lease.check_store()
         save_memory(fleet.store, memory, snap.memory_version)

@@ -28,8 +28,7 @@ from navarch.reconcile.codec import fault_from_json, fault_to_json
 from navarch.textsafe import markdown_code_line, markdown_inline, terminal
 
 NO_CHANGES = "No changes. The fleet matches fleet.yaml."
-NOT_CONVERGED = ("No actions this run, but the fleet does not match fleet.yaml yet "
-                 "(see above).")
+NOT_CONVERGED = "No actions this run, but the fleet does not match fleet.yaml yet (see above)."
 _SYMBOL = {ActionKind.PROVISION: "+", ActionKind.TERMINATE: "-"}
 
 
@@ -38,8 +37,14 @@ def _headline(a: Action) -> str:
         where = a.places[0].label() if a.places else "?"
         others = len(a.places) - 1
         # Say what the count is: the fallbacks tried only if this place has no capacity.
-        more = (f", then {others} other {'zones/types' if others > 1 else 'zone/type'} "
-                "if out of capacity") if others else ""
+        more = (
+            (
+                f", then {others} other {'zones/types' if others > 1 else 'zone/type'} "
+                "if out of capacity"
+            )
+            if others
+            else ""
+        )
         on = "on" if a.places and a.places[0].provider else "in"
         return f"provision {a.node} {on} {where}{more}"
     if a.kind is ActionKind.SCALE:
@@ -60,8 +65,10 @@ def summary_counts(plan: Plan) -> dict[str, int]:
 def summary_line(plan: Plan) -> str:
     """The one stable summary line, e.g. "Plan: 1 to provision, 1 to cordon, ..."."""
     c = summary_counts(plan)
-    line = (f"Plan: {c['provision']} to provision, {c['cordon']} to cordon, "
-            f"{c['drain']} to drain, {c['terminate']} to terminate")
+    line = (
+        f"Plan: {c['provision']} to provision, {c['cordon']} to cordon, "
+        f"{c['drain']} to drain, {c['terminate']} to terminate"
+    )
     if c["scale"]:
         line += f", {c['scale']} to scale"
     if c["uncordon"]:
@@ -99,9 +106,11 @@ def _action_lines(plan: Plan, verbose: bool) -> list[str]:
             if grouped and shown[a.kind] > _SHOWN_OF_GROUP:
                 if shown[a.kind] == _SHOWN_OF_GROUP + 1:
                     rest = kinds[a.kind] - _SHOWN_OF_GROUP
-                    lines.append(f"  {_SYMBOL.get(a.kind, '~')} ... and {rest:,} more "
-                                 f"{a.kind.value} action(s) in pool {pool} "
-                                 "(--verbose or --json lists each)")
+                    lines.append(
+                        f"  {_SYMBOL.get(a.kind, '~')} ... and {rest:,} more "
+                        f"{a.kind.value} action(s) in pool {pool} "
+                        "(--verbose or --json lists each)"
+                    )
                 continue
             lines.append(f"  {_SYMBOL.get(a.kind, '~')} {terminal(_headline(a))}")
             lines.append(f"      # (because {terminal(a.reason)})")
@@ -146,9 +155,13 @@ def render_markdown(plan: Plan) -> str:
 
     from navarch.resources import data_dir
 
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(data_dir("templates"))),
-                             undefined=jinja2.StrictUndefined, trim_blocks=True,
-                             lstrip_blocks=True, keep_trailing_newline=True)
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(data_dir("templates"))),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
     # Plan text quotes node reports: each expression is escaped for where it stands.
     env.filters["code_line"] = markdown_code_line
     env.filters["md"] = markdown_inline
@@ -159,25 +172,44 @@ def render_markdown(plan: Plan) -> str:
     sections = []
     for name, actions in pools.items():
         counts = Counter(a.kind.value for a in actions)
-        sections.append({
-            "name": name, "open": name in halted,
-            "summary": ", ".join(f"{n} to {k.replace('_', ' ')}" for k, n in counts.items()),
-            "actions": [{"symbol": _SYMBOL.get(a.kind, "~"), "headline": _headline(a),
-                         "reason": a.reason} for a in actions],
-        })
+        sections.append(
+            {
+                "name": name,
+                "open": name in halted,
+                "summary": ", ".join(f"{n} to {k.replace('_', ' ')}" for k, n in counts.items()),
+                "actions": [
+                    {
+                        "symbol": _SYMBOL.get(a.kind, "~"),
+                        "headline": _headline(a),
+                        "reason": a.reason,
+                    }
+                    for a in actions
+                ],
+            }
+        )
     if plan.actions:
         summary = summary_line(plan)
     else:
         summary = NO_CHANGES if plan.converged else NOT_CONVERGED.replace("above", "below")
     return env.get_template("plan.md.j2").render(
-        fleet=plan.fleet, summary=summary, halts=plan.halts, pools=sections,
-        notes=plan.notes, pending=plan.pending)
+        fleet=plan.fleet,
+        summary=summary,
+        halts=plan.halts,
+        pools=sections,
+        notes=plan.notes,
+        pending=plan.pending,
+    )
 
 
 def _place_json(p: Place) -> dict[str, Any]:
     where = {"provider": p.provider, "placement": p.placement} if p.provider else {}
-    return {"zone": p.zone, "instance_type": p.instance_type, "spot": p.spot,
-            "attempt": p.attempt, **where}
+    return {
+        "zone": p.zone,
+        "instance_type": p.instance_type,
+        "spot": p.spot,
+        "attempt": p.attempt,
+        **where,
+    }
 
 
 def action_to_json(a: Action) -> dict[str, Any]:
@@ -194,24 +226,52 @@ def action_to_json(a: Action) -> dict[str, Any]:
         ladder["level"] = a.level
     if a.why:
         ladder["why"] = a.why
-    return {"action": a.kind.value, "pool": a.pool, "node": a.node, "reason": a.reason,
-            "action_reason": a.action_reason.value, "instance_id": a.instance_id, "places": [_place_json(p) for p in a.places],
-            "replaces": a.replaces, "repair": a.repair, "desired": a.desired,
-            "tags": dict(a.tags), "backoff": a.backoff, **ladder}
+    return {
+        "action": a.kind.value,
+        "pool": a.pool,
+        "node": a.node,
+        "reason": a.reason,
+        "action_reason": a.action_reason.value,
+        "instance_id": a.instance_id,
+        "places": [_place_json(p) for p in a.places],
+        "replaces": a.replaces,
+        "repair": a.repair,
+        "desired": a.desired,
+        "tags": dict(a.tags),
+        "backoff": a.backoff,
+        **ladder,
+    }
 
 
 def action_from_json(d: dict[str, Any]) -> Action:
     """Inverse of action_to_json. Raises KeyError/ValueError on a malformed action."""
     return Action(
-        kind=ActionKind(d["action"]), pool=d["pool"], node=d["node"], reason=d["reason"],
-        places=tuple(Place(p["zone"], p["instance_type"], p["spot"], p["attempt"],
-                           p.get("provider", ""), p.get("placement", 0))
-                     for p in d.get("places", ())),
-        instance_id=d.get("instance_id"), replaces=d.get("replaces"),
-        repair=d.get("repair", False), desired=d.get("desired"),
-        tags=tuple(sorted((d.get("tags") or {}).items())), backoff=d.get("backoff", False),
-        fault=fault_from_json(d.get("fault")), rung=Remedy(d["rung"]) if d.get("rung") else None,
-        lemon=d.get("lemon", False), level=d.get("level"), why=d.get("why", ""),
+        kind=ActionKind(d["action"]),
+        pool=d["pool"],
+        node=d["node"],
+        reason=d["reason"],
+        places=tuple(
+            Place(
+                p["zone"],
+                p["instance_type"],
+                p["spot"],
+                p["attempt"],
+                p.get("provider", ""),
+                p.get("placement", 0),
+            )
+            for p in d.get("places", ())
+        ),
+        instance_id=d.get("instance_id"),
+        replaces=d.get("replaces"),
+        repair=d.get("repair", False),
+        desired=d.get("desired"),
+        tags=tuple(sorted((d.get("tags") or {}).items())),
+        backoff=d.get("backoff", False),
+        fault=fault_from_json(d.get("fault")),
+        rung=Remedy(d["rung"]) if d.get("rung") else None,
+        lemon=d.get("lemon", False),
+        level=d.get("level"),
+        why=d.get("why", ""),
         action_reason=ActionReason(d["action_reason"]),
     )
 
@@ -226,20 +286,25 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
         "inventory_fingerprint": plan.inventory_fingerprint,
         "summary": summary_counts(plan),
         "actions": [action_to_json(a) for a in plan.actions],
-        "halts": [{"pool": h.pool, "rule": h.rule.value, "message": h.message}
-                  for h in plan.halts],
+        "halts": [{"pool": h.pool, "rule": h.rule.value, "message": h.message} for h in plan.halts],
         "notes": list(plan.notes),
         "pending": list(plan.pending),
         "converged": plan.converged,
         "observation_fingerprint": plan.observation_fingerprint,
         "nodes": [
-            {"node": v.node, "pool": v.pool, "lifecycle": v.lifecycle.value, "reason": v.reason,
-             "instance_id": v.instance.instance_id if v.instance else None,
-             "report_age_s": round(v.report_age_s, 1) if v.report_age_s is not None else None,
-             "streak": v.streak,
-             "health_score": v.summary.health_score if v.summary else None,
-             "rejected": v.rejected, "drift": v.drift,
-             "orphan": v.lifecycle is Lifecycle.ORPHAN}
+            {
+                "node": v.node,
+                "pool": v.pool,
+                "lifecycle": v.lifecycle.value,
+                "reason": v.reason,
+                "instance_id": v.instance.instance_id if v.instance else None,
+                "report_age_s": round(v.report_age_s, 1) if v.report_age_s is not None else None,
+                "streak": v.streak,
+                "health_score": v.summary.health_score if v.summary else None,
+                "rejected": v.rejected,
+                "drift": v.drift,
+                "orphan": v.lifecycle is Lifecycle.ORPHAN,
+            }
             for v in plan.views
         ],
         "foreign": [{"provider": i.provider, "instance_id": i.instance_id} for i in plan.foreign],

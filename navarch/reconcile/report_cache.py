@@ -57,8 +57,9 @@ def cache_key(fleet_secret: bytes, fleet: str) -> bytes:
 
     Derived like the node keys (navarch.signing), so no node key can make an entry and a
     changed secret invalidates every entry."""
-    return hmac.new(fleet_secret, f"navarch-reports-cache/v1|{fleet}".encode(),
-                    hashlib.sha256).digest()
+    return hmac.new(
+        fleet_secret, f"navarch-reports-cache/v1|{fleet}".encode(), hashlib.sha256
+    ).digest()
 
 
 def rules_digest(rule_sets: Sequence[Sequence[Rule]] | None) -> str:
@@ -66,15 +67,15 @@ def rules_digest(rule_sets: Sequence[Sequence[Rule]] | None) -> str:
     a summary made under other rules is not reused."""
     if rule_sets is None:
         return "agent"
-    doc = [[[r.name, r.when, r.status.value, r.action.value if r.action else None]
-            for r in rules] for rules in rule_sets]
+    doc = [
+        [[r.name, r.when, r.status.value, r.action.value if r.action else None] for r in rules]
+        for rules in rule_sets
+    ]
     return hashlib.sha256(json.dumps(doc).encode()).hexdigest()[:16]
 
 
-def _mac(key: bytes, object_key: str, version: str, rules: str,
-         summary: Mapping[str, Any]) -> str:
-    body = json.dumps([object_key, version, rules, summary], sort_keys=True,
-                      separators=(",", ":"))
+def _mac(key: bytes, object_key: str, version: str, rules: str, summary: Mapping[str, Any]) -> str:
+    body = json.dumps([object_key, version, rules, summary], sort_keys=True, separators=(",", ":"))
     return hmac.new(key, body.encode(), hashlib.sha256).hexdigest()
 
 
@@ -91,8 +92,7 @@ class ReportCache:
     _used: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @classmethod
-    def load(cls, store: ObjectStore, fleet: str, fleet_secret: bytes | None
-             ) -> ReportCache | None:
+    def load(cls, store: ObjectStore, fleet: str, fleet_secret: bytes | None) -> ReportCache | None:
         """Read the fleet's cache; None without a fleet secret (nothing can be trusted).
 
         A missing, unreadable or malformed document is an empty cache (logged when it
@@ -131,14 +131,17 @@ class ReportCache:
         self._used[object_key] = entry
         return decoded
 
-    def remember(self, object_key: str, version: str, rules: str,
-                 summary: ReportSummary) -> None:
+    def remember(self, object_key: str, version: str, rules: str, summary: ReportSummary) -> None:
         """Record the summary this run verified for `object_key` at `version`."""
         doc = summary_to_json(summary)
         assert doc is not None
         doc = json.loads(json.dumps(doc))  # the JSON form the MAC is checked against
-        self._used[object_key] = {"version": version, "rules": rules, "summary": doc,
-                                  "mac": _mac(self.key, object_key, version, rules, doc)}
+        self._used[object_key] = {
+            "version": version,
+            "rules": rules,
+            "summary": doc,
+            "mac": _mac(self.key, object_key, version, rules, doc),
+        }
 
     def keep(self, object_key: str, version: str) -> None:
         """Carry an entry of the loaded cache over when its report is still at `version`
@@ -153,8 +156,9 @@ class ReportCache:
         logged, never raised: the cache only ever saves time."""
         if self._used == self.entries:
             return False
-        data = json.dumps({"format": CACHE_FORMAT, "entries": self._used}, sort_keys=True,
-                          separators=(",", ":")).encode()
+        data = json.dumps(
+            {"format": CACHE_FORMAT, "entries": self._used}, sort_keys=True, separators=(",", ":")
+        ).encode()
         try:
             store.put(report_cache_key(self.fleet), data)
         except Exception as exc:  # noqa: BLE001 - see the docstring

@@ -82,8 +82,19 @@ MAX_REPORT_BYTES = 256 * 1024
 MAX_NESTING = 32
 FUTURE_SKEW_S = 120
 FLEET_REJECTION_MIN_NODES = 2
-REJECT_REASONS = ("unreadable", "oversized", "malformed", "schema", "identity", "unsigned",
-                  "no_secret", "bad_signature", "replayed", "future", "check_failed")
+REJECT_REASONS = (
+    "unreadable",
+    "oversized",
+    "malformed",
+    "schema",
+    "identity",
+    "unsigned",
+    "no_secret",
+    "bad_signature",
+    "replayed",
+    "future",
+    "check_failed",
+)
 
 
 @cache
@@ -91,8 +102,9 @@ def _report_validator() -> Any:
     """The compiled validator for schemas/health-report.schema.json (formats checked)."""
     import jsonschema_rs
 
-    return jsonschema_rs.validator_for(load_schema("health-report.schema.json"),
-                                       validate_formats=True)
+    return jsonschema_rs.validator_for(
+        load_schema("health-report.schema.json"), validate_formats=True
+    )
 
 
 #: signing.derive_node_key, remembered: every report of a node is checked with its key.
@@ -101,8 +113,9 @@ _node_key = lru_cache(maxsize=65536)(signing.derive_node_key)
 RuleSets = Sequence[Sequence[Rule]]
 
 
-def _policy(report: Mapping[str, Any], rule_sets: RuleSets | None
-            ) -> tuple[Status, Remedy, list[str], FaultKey | None]:
+def _policy(
+    report: Mapping[str, Any], rule_sets: RuleSets | None
+) -> tuple[Status, Remedy, list[str], FaultKey | None]:
     """(status, action, findings to put first / last, the fault a user rule names) by the
     health policy rules; without rule sets, the agent's own status and action."""
     status, action = Status(report["status"]), Remedy(report["action"])
@@ -127,8 +140,9 @@ def _fault_check(checks: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | Non
     return min(faulty, key=lambda c: (-Status(c["status"]).rank, c["name"] != "xid", c["name"]))
 
 
-def summarize(report: Mapping[str, Any], stored_at: datetime | None = None,
-              rule_sets: RuleSets | None = None) -> ReportSummary:
+def summarize(
+    report: Mapping[str, Any], stored_at: datetime | None = None, rule_sets: RuleSets | None = None
+) -> ReportSummary:
     """Reduce a verified report to what the planner needs (see ReportSummary).
 
     stored_at: the store's modification time of the object (aware UTC), when known.
@@ -168,8 +182,8 @@ def summarize(report: Mapping[str, Any], stored_at: datetime | None = None,
         health_score=report["health_score"],
         fatal=fatal,
         findings=tuple(dict.fromkeys(findings))[:5],
-        fault_key=rule_fault or (FaultKey.from_json(fault_check["fault_key"])
-                                 if fault_check is not None else None),
+        fault_key=rule_fault
+        or (FaultKey.from_json(fault_check["fault_key"]) if fault_check is not None else None),
         consecutive=int(fault_check.get("consecutive", 0)) if fault_check is not None else 0,
         notice_kind=notice.get("kind"),
         notice_deadline=parse_ts(notice.get("deadline")),
@@ -252,18 +266,35 @@ def verify_report(
     error is rejection "check_failed".
     """
     try:
-        return _verify(data, fleet=fleet, pool=pool, node=node, fleet_secret=fleet_secret,
-                       last_sequence=last_sequence, now=now, stored_at=stored_at,
-                       rule_sets=rule_sets)
+        return _verify(
+            data,
+            fleet=fleet,
+            pool=pool,
+            node=node,
+            fleet_secret=fleet_secret,
+            last_sequence=last_sequence,
+            now=now,
+            stored_at=stored_at,
+            rule_sets=rule_sets,
+        )
     except ReportRejected:
         raise
     except Exception as exc:  # the boundary: no report may stop a run
         raise ReportRejected("check_failed", f"{type(exc).__name__}: {str(exc)[:100]}") from exc
 
 
-def _verify(data: bytes, *, fleet: str, pool: str, node: str, fleet_secret: bytes | None,
-            last_sequence: int, now: datetime, stored_at: datetime | None,
-            rule_sets: RuleSets | None = None) -> ReportSummary:
+def _verify(
+    data: bytes,
+    *,
+    fleet: str,
+    pool: str,
+    node: str,
+    fleet_secret: bytes | None,
+    last_sequence: int,
+    now: datetime,
+    stored_at: datetime | None,
+    rule_sets: RuleSets | None = None,
+) -> ReportSummary:
     if len(data) > MAX_REPORT_BYTES:
         raise ReportRejected("oversized", f"{len(data)} bytes > {MAX_REPORT_BYTES}")
     report, canonical = _parse(data)
@@ -274,7 +305,9 @@ def _verify(data: bytes, *, fleet: str, pool: str, node: str, fleet_secret: byte
         first = next(iter(validator.iter_errors(report)))
         raise ReportRejected("schema", first.message[:200])
     if (report["fleet"], report["pool"], report["node"]) != (fleet, pool, node):
-        raise ReportRejected("identity", f"claims {report['fleet']}/{report['pool']}/{report['node']}")
+        raise ReportRejected(
+            "identity", f"claims {report['fleet']}/{report['pool']}/{report['node']}"
+        )
     if fleet_secret is None:
         raise ReportRejected("no_secret")
     key = _node_key(fleet_secret, fleet, node)
@@ -325,7 +358,7 @@ def read_reports(
     prefix = health_prefix(fleet)
     listed: dict[str, tuple[str, str, ObjectInfo]] = {}  # key -> (pool, node, listing)
     for info in store.list(prefix):
-        parts = info.key[len(prefix):].split("/")
+        parts = info.key[len(prefix) :].split("/")
         if len(parts) != 2 or not parts[1].endswith(".json"):
             continue
         listed[info.key] = (parts[0], parts[1][: -len(".json")], info)
@@ -337,15 +370,17 @@ def read_reports(
         nm = memory.node(node)
         if nm is not None and nm.report_version == info.version and nm.pool == pool:
             # Unchanged object: its earlier verdict stands (a rejected one stays rejected).
-            out[node] = ReportObservation(node, pool, nm.report, info.version,
-                                          rejected=nm.report_rejected)
+            out[node] = ReportObservation(
+                node, pool, nm.report, info.version, rejected=nm.report_rejected
+            )
             if cache is not None:
                 cache.keep(key, info.version)
             continue
         cached = _from_cache(cache, key, info, digests[pool], nm, now)
         if cached is not None:
-            out[node] = ReportObservation(node, pool, cached, info.version,
-                                          stored_at=cached.stored_at)
+            out[node] = ReportObservation(
+                node, pool, cached, info.version, stored_at=cached.stored_at
+            )
         else:
             to_fetch.append(key)
 
@@ -357,8 +392,9 @@ def read_reports(
         stored_at = _stored_at(info)
 
         def rejected(reason: str, version: str) -> ReportObservation:
-            return ReportObservation(node, pool, nm.report if nm else None, version,
-                                     rejected=reason, stored_at=stored_at)
+            return ReportObservation(
+                node, pool, nm.report if nm else None, version, rejected=reason, stored_at=stored_at
+            )
 
         if info.size_bytes > MAX_REPORT_BYTES:
             return rejected("oversized", info.version)  # not worth fetching
@@ -369,10 +405,17 @@ def read_reports(
         except Exception:  # StoreError, or a backend's own bug: this report only
             return rejected("unreadable", info.version)
         try:
-            summary = verify_report(blob.data, fleet=fleet, pool=pool, node=node,
-                                    fleet_secret=fleet_secret, last_sequence=last_seq, now=now,
-                                    stored_at=stored_at,
-                                    rule_sets=(rule_sets or {}).get(pool))
+            summary = verify_report(
+                blob.data,
+                fleet=fleet,
+                pool=pool,
+                node=node,
+                fleet_secret=fleet_secret,
+                last_sequence=last_seq,
+                now=now,
+                stored_at=stored_at,
+                rule_sets=(rule_sets or {}).get(pool),
+            )
             if cache is not None:
                 cache.remember(key, blob.version, digests[pool], summary)
             return ReportObservation(node, pool, summary, blob.version, stored_at=stored_at)
@@ -385,9 +428,14 @@ def read_reports(
     return out
 
 
-def _from_cache(cache: ReportCache | None, key: str, info: ObjectInfo, rules: str,
-                nm: NodeMemory | None, now: datetime
-                ) -> ReportSummary | None:
+def _from_cache(
+    cache: ReportCache | None,
+    key: str,
+    info: ObjectInfo,
+    rules: str,
+    nm: NodeMemory | None,
+    now: datetime,
+) -> ReportSummary | None:
     """The cache's verified summary of the listed version, when verifying the bytes again
     would accept it too: its sequence above the node's last accepted one (the replay rule)
     and, judged by the node's clock, not from the future. None: fetch and verify."""
@@ -408,7 +456,7 @@ def _from_cache(cache: ReportCache | None, key: str, info: ObjectInfo, rules: st
 #: What to check when every node's report is rejected for one reason.
 _FLEET_HINTS = {
     "bad_signature": "the agents' keys are not derived from this fleet secret: was the secret "
-                     "changed after the nodes were launched, or is this the wrong secret?",
+    "changed after the nodes were launched, or is this the wrong secret?",
     "identity": "the agents write under keys that do not match their fleet/pool/node",
     "schema": "the agents write reports this navarch does not accept: agent version mismatch?",
     "malformed": "the objects are not JSON reports: is something else writing to the store?",
@@ -433,5 +481,7 @@ def fleet_rejection(views: Sequence[NodeView]) -> str | None:
     (reason,) = reasons
     assert reason is not None
     hint = _FLEET_HINTS.get(reason, "see `navarch status` for each node")
-    return (f"every node's health report is rejected ({reason}, {len(reporting)} of "
-            f"{len(reporting)} nodes): {hint}")
+    return (
+        f"every node's health report is rejected ({reason}, {len(reporting)} of "
+        f"{len(reporting)} nodes): {hint}"
+    )

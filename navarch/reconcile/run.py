@@ -62,8 +62,11 @@ def _on_node_playbooks(pool: PoolSpec) -> bool:
     """Whether the pool runs playbooks on its nodes whatever its scheduler (issue 13): the
     ladder's GPU reset (playbooks/reset_gpu.yaml) or active diagnostics (dcgmi diag)."""
     h = pool.health
-    return ("reset_gpu" in h.remediation or h.return_requires_diag is not None
-            or pool.diagnostics.every_s is not None)
+    return (
+        "reset_gpu" in h.remediation
+        or h.return_requires_diag is not None
+        or pool.diagnostics.every_s is not None
+    )
 
 
 @dataclass
@@ -86,8 +89,10 @@ class Fleet:
         hold orphans of a removed pool). Raises ConfigError/ProviderError."""
         store = open_store(spec.store_url, base_dir=spec.base_dir)
         names = sorted(spec.providers)
-        providers = {n: open_provider(n, spec.providers[n], base_dir=spec.base_dir, fleet=spec.name)
-                     for n in names}
+        providers = {
+            n: open_provider(n, spec.providers[n], base_dir=spec.base_dir, fleet=spec.name)
+            for n in names
+        }
         playbooks = None
         if any(p.scheduler != "none" or p.playbooks or _on_node_playbooks(p) for p in spec.pools):
             from navarch.extras import import_extra
@@ -133,8 +138,11 @@ def list_inventory(fleet: Fleet) -> tuple[Instance, ...]:
         try:
             out.extend(provider.list_instances(fleet.spec.name))
         except ProviderError as exc:
-            raise type(exc)(f"cannot list instances from provider {name}: {exc}; "
-                            "nothing was planned", code=exc.code, scope=exc.scope) from exc
+            raise type(exc)(
+                f"cannot list instances from provider {name}: {exc}; nothing was planned",
+                code=exc.code,
+                scope=exc.scope,
+            ) from exc
     return tuple(out)
 
 
@@ -151,11 +159,14 @@ def _drain_checks(fleet: Fleet, memory: Memory, inventory: tuple[Instance, ...])
             pool: PoolSpec = fleet.spec.pool(nm.pool)
         except KeyError:
             continue
-        if (pool.scheduler == "none" and "drain_check" not in pool.playbooks) or nm.node not in by_node:
+        if (
+            pool.scheduler == "none" and "drain_check" not in pool.playbooks
+        ) or nm.node not in by_node:
             continue
         try:
-            ok, _ = fleet.playbooks.run(pool, "drain_check", nm.node, by_node[nm.node].address,
-                                        nm.phase_reason)
+            ok, _ = fleet.playbooks.run(
+                pool, "drain_check", nm.node, by_node[nm.node].address, nm.phase_reason
+            )
         except NavarchError:
             ok = False
         out[nm.node] = ok
@@ -174,22 +185,34 @@ def gather(fleet: Fleet, now: datetime, options: PlanOptions | None = None) -> S
     inventory = list_inventory(fleet)
     memory, version = load_memory(fleet.store, fleet.spec.name, fleet.state_cache)
     cache = ReportCache.load(fleet.store, fleet.spec.name, secret)
-    reports = read_reports(fleet.store, fleet.spec.name, memory, secret, now,
-                           rule_sets={p.name: p.health.rule_sets() for p in fleet.spec.pools},
-                           cache=cache)
+    reports = read_reports(
+        fleet.store,
+        fleet.spec.name,
+        memory,
+        secret,
+        now,
+        rule_sets={p.name: p.health.rule_sets() for p in fleet.spec.pools},
+        cache=cache,
+    )
     if cache is not None:
         cache.save(fleet.store)
     checks = _drain_checks(fleet, memory, inventory)
     observed = observe(fleet.spec, inventory, reports, memory, now, checks)
-    unknown = sorted((options.replace if options else frozenset())
-                     - {v.node for v in observed.views})
+    unknown = sorted(
+        (options.replace if options else frozenset()) - {v.node for v in observed.views}
+    )
     if unknown:
-        raise NavarchError(f"--replace {', '.join(unknown)}: no node of that name in fleet "
-                           f"{fleet.spec.name}; `navarch status` lists its nodes")
-    plan = make_plan(fleet.spec, observed.views, observed.memory, now, options,
-                     observed.duplicates)
-    plan = replace(plan, state_serial=memory.serial, inventory_fingerprint=fingerprint(inventory),
-                   foreign=observed.foreign)
+        raise NavarchError(
+            f"--replace {', '.join(unknown)}: no node of that name in fleet "
+            f"{fleet.spec.name}; `navarch status` lists its nodes"
+        )
+    plan = make_plan(fleet.spec, observed.views, observed.memory, now, options, observed.duplicates)
+    plan = replace(
+        plan,
+        state_serial=memory.serial,
+        inventory_fingerprint=fingerprint(inventory),
+        foreign=observed.foreign,
+    )
     return Snapshot(inventory, memory, version, reports, observed, plan, now)
 
 
@@ -200,14 +223,19 @@ def check_saved_plan(saved: Plan, snap: Snapshot) -> None:
     if saved.fleet != snap.plan.fleet:
         raise StalePlan(f"Saved plan is for fleet {saved.fleet}, not {snap.plan.fleet}")
     if saved.state_serial != snap.plan.state_serial:
-        raise StalePlan(f"Saved plan is stale: state serial was {saved.state_serial}, now "
-                        f"{snap.plan.state_serial}; run `navarch plan` again")
+        raise StalePlan(
+            f"Saved plan is stale: state serial was {saved.state_serial}, now "
+            f"{snap.plan.state_serial}; run `navarch plan` again"
+        )
     if saved.inventory_fingerprint != snap.plan.inventory_fingerprint:
-        raise StalePlan("Saved plan is stale: the instances changed since it was made; "
-                        "run `navarch plan` again")
+        raise StalePlan(
+            "Saved plan is stale: the instances changed since it was made; run `navarch plan` again"
+        )
     if saved.observation_fingerprint != snap.plan.observation_fingerprint:
-        raise StalePlan("Saved plan is stale: node health, reports or safety halts changed "
-                        "since it was made; run `navarch plan` again")
+        raise StalePlan(
+            "Saved plan is stale: node health, reports or safety halts changed "
+            "since it was made; run `navarch plan` again"
+        )
 
 
 @dataclass(frozen=True)
@@ -222,8 +250,9 @@ class ApplyResult:
     audit_error: str | None = None
 
 
-def _user_data_renderer(spec: FleetSpec, store: ObjectStore
-                        ) -> Callable[[PoolSpec, str, bytes, str], str] | None:
+def _user_data_renderer(
+    spec: FleetSpec, store: ObjectStore
+) -> Callable[[PoolSpec, str, bytes, str], str] | None:
     try:
         from navarch.bootstrap import render_cloud_init
     except ImportError:
@@ -292,15 +321,26 @@ def run_apply(
             run_id = run_id or f"{snap.now:%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:8]}"
             audit = AuditLog(fleet.store, spec.name, run_id, snap.now)
             by_node = {v.node: v.instance for v in snap.observed.views if v.instance is not None}
-            journal = _Journal(fleet.store, snap.loaded, snap.memory_version, lease,
-                               fleet.state_cache)
-            executor = Executor(spec, fleet.providers, audit, instances=by_node,
-                                inventory=snap.inventory, clock=clock,
-                                run_id=run_id, playbooks=fleet.playbooks,
-                                user_data=_user_data_renderer(spec, fleet.store),
-                                fleet_secret=fleet.secret(),
-                                journal=journal.persist, policy=policy, lease=lease,
-                                max_parallel=max_parallel, **_who(options, client))
+            journal = _Journal(
+                fleet.store, snap.loaded, snap.memory_version, lease, fleet.state_cache
+            )
+            executor = Executor(
+                spec,
+                fleet.providers,
+                audit,
+                instances=by_node,
+                inventory=snap.inventory,
+                clock=clock,
+                run_id=run_id,
+                playbooks=fleet.playbooks,
+                user_data=_user_data_renderer(spec, fleet.store),
+                fleet_secret=fleet.secret(),
+                journal=journal.persist,
+                policy=policy,
+                lease=lease,
+                max_parallel=max_parallel,
+                **_who(options, client),
+            )
             memory, outcomes = executor.execute(plan, snap.memory, on_outcome)
             memory = journal.persist(memory)  # what observe() learnt, when nothing was done
             result = ApplyResult(plan, tuple(outcomes), memory, run_id, executor.audit_error)
@@ -346,8 +386,11 @@ def leased(fleet: Fleet, command: str, clock: Clock = system_clock) -> Iterator[
         lease.release()
 
 
-def _after(hook: Callable[[ApplyResult | None, NavarchError | None], None] | None,
-           result: ApplyResult | None, error: NavarchError | None) -> None:
+def _after(
+    hook: Callable[[ApplyResult | None, NavarchError | None], None] | None,
+    result: ApplyResult | None,
+    error: NavarchError | None,
+) -> None:
     """Run the after_apply hook; a failing hook is logged, never changes the apply."""
     if hook is None:
         return
@@ -360,8 +403,14 @@ def _after(hook: Callable[[ApplyResult | None, NavarchError | None], None] | Non
 class _Journal:
     """Writes Memory by compare-and-swap when it changed (serial aside), fenced by the lease."""
 
-    def __init__(self, store: ObjectStore, loaded: Memory, version: str | None,
-                 lease: Lease, cache: StateCache | None = None) -> None:
+    def __init__(
+        self,
+        store: ObjectStore,
+        loaded: Memory,
+        version: str | None,
+        lease: Lease,
+        cache: StateCache | None = None,
+    ) -> None:
         self.store = store
         self.version = version
         self.lease = lease

@@ -63,7 +63,7 @@ def health_key(fleet: str, pool: str, node: str) -> str:
 
 
 def default_holder() -> str:
-    """"user@host pid N": who holds a lock, for the message other runs print."""
+    """ "user@host pid N": who holds a lock, for the message other runs print."""
     try:
         user = getpass.getuser()
     except (KeyError, OSError):
@@ -88,16 +88,27 @@ class Lock:
     took_over: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"lock_id": self.lock_id, "holder": self.holder, "command": self.command,
-                "created_at": ts(self.created_at), "expires_at": ts(self.expires_at)}
+        return {
+            "lock_id": self.lock_id,
+            "holder": self.holder,
+            "command": self.command,
+            "created_at": ts(self.created_at),
+            "expires_at": ts(self.expires_at),
+        }
 
 
 def _read_lock(store: ObjectStore, fleet: str) -> Lock:
     blob = store.get(lock_key(fleet))
     try:
         d = json.loads(blob.data)
-        return Lock(d["lock_id"], d["holder"], d["command"], required_ts(d["created_at"]),
-                    required_ts(d["expires_at"]), blob.version)
+        return Lock(
+            d["lock_id"],
+            d["holder"],
+            d["command"],
+            required_ts(d["created_at"]),
+            required_ts(d["expires_at"]),
+            blob.version,
+        )
     except (ValueError, KeyError, TypeError) as exc:
         raise StoreError(
             f"{lock_key(fleet)} is unreadable; if no navarch run is active, remove it with "
@@ -105,8 +116,14 @@ def _read_lock(store: ObjectStore, fleet: str) -> Lock:
         ) from exc
 
 
-def acquire_lock(store: ObjectStore, fleet: str, command: str, ttl_s: int, now: datetime,
-                 holder: str | None = None) -> Lock:
+def acquire_lock(
+    store: ObjectStore,
+    fleet: str,
+    command: str,
+    ttl_s: int,
+    now: datetime,
+    holder: str | None = None,
+) -> Lock:
     """Take the fleet lock or raise LockHeld (holder, command, age).
 
     A lock past its expiry is taken over with a CAS write on its version, so of two runs
@@ -114,8 +131,14 @@ def acquire_lock(store: ObjectStore, fleet: str, command: str, ttl_s: int, now: 
     was. A lock whose object was written by a navarch before leases is read the same way.
     Raises StoreError for store failures.
     """
-    lock = Lock(uuid.uuid4().hex[:12], holder or default_holder(), command, now,
-                now + timedelta(seconds=ttl_s), "")
+    lock = Lock(
+        uuid.uuid4().hex[:12],
+        holder or default_holder(),
+        command,
+        now,
+        now + timedelta(seconds=ttl_s),
+        "",
+    )
     body = json.dumps(lock.to_json(), sort_keys=True).encode()
     try:
         version = store.put(lock_key(fleet), body, if_absent=True)
@@ -129,18 +152,26 @@ def acquire_lock(store: ObjectStore, fleet: str, command: str, ttl_s: int, now: 
         version = store.put(lock_key(fleet), body, if_absent=True)
         return replace(lock, version=version)
     if held.expires_at > now:
-        raise LockHeld(held.holder, held.command, held.lock_id,
-                       (now - held.created_at).total_seconds(),
-                       (held.expires_at - now).total_seconds())
+        raise LockHeld(
+            held.holder,
+            held.command,
+            held.lock_id,
+            (now - held.created_at).total_seconds(),
+            (held.expires_at - now).total_seconds(),
+        )
     try:
         version = store.put(lock_key(fleet), body, if_version=held.version)
     except PreconditionFailed as exc:
-        raise LockHeld(held.holder, held.command, held.lock_id,
-                       (now - held.created_at).total_seconds(), 0.0) from exc
+        raise LockHeld(
+            held.holder, held.command, held.lock_id, (now - held.created_at).total_seconds(), 0.0
+        ) from exc
     expired_s = (now - held.expires_at).total_seconds()
-    return replace(lock, version=version,
-                   took_over=f"{held.holder} running {held.command!r} (lock {held.lock_id}, "
-                             f"expired {expired_s:.0f}s ago)")
+    return replace(
+        lock,
+        version=version,
+        took_over=f"{held.holder} running {held.command!r} (lock {held.lock_id}, "
+        f"expired {expired_s:.0f}s ago)",
+    )
 
 
 def renew_lock(store: ObjectStore, fleet: str, lock: Lock, ttl_s: int, now: datetime) -> Lock:
@@ -170,8 +201,10 @@ def _whose(store: ObjectStore, fleet: str, lock: Lock) -> str:
         return f"lease {lock.lock_id} on {lock_key(fleet)} was replaced by an unreadable one"
     if held.lock_id == lock.lock_id:
         return f"lease {lock.lock_id} on {lock_key(fleet)} was rewritten by someone else"
-    return (f"lease {lock.lock_id} on {lock_key(fleet)} was taken over by {held.holder} "
-            f"running {held.command!r} (lock {held.lock_id})")
+    return (
+        f"lease {lock.lock_id} on {lock_key(fleet)} was taken over by {held.holder} "
+        f"running {held.command!r} (lock {held.lock_id})"
+    )
 
 
 class Lease:
@@ -191,9 +224,15 @@ class Lease:
     #: of the lease is left (covers the time an action takes to start after the check).
     MARGIN_S = 1.0
 
-    def __init__(self, store: ObjectStore, fleet: str, lock: Lock, ttl_s: int,
-                 clock: Callable[[], datetime],
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        store: ObjectStore,
+        fleet: str,
+        lock: Lock,
+        ttl_s: int,
+        clock: Callable[[], datetime],
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.store = store
         self.fleet = fleet
         self.ttl_s = ttl_s
@@ -253,8 +292,10 @@ class Lease:
             raise LeaseLost(lost)
         age_s = self.monotonic() - renewed_at
         if age_s > self.ttl_s - min(self.MARGIN_S, self.ttl_s / 3):
-            lost = (f"lease {self.lock.lock_id} was last renewed {age_s:.0f}s ago, past its "
-                    f"{self.ttl_s}s TTL: another run may hold it now")
+            lost = (
+                f"lease {self.lock.lock_id} was last renewed {age_s:.0f}s ago, past its "
+                f"{self.ttl_s}s TTL: another run may hold it now"
+            )
             with self._mutex:
                 self._lost = lost
             raise LeaseLost(lost)
@@ -345,8 +386,9 @@ class StateCache:
         self._entry = (key, version, memory)
 
 
-def load_memory(store: ObjectStore, fleet: str,
-                cache: StateCache | None = None) -> tuple[Memory, str | None]:
+def load_memory(
+    store: ObjectStore, fleet: str, cache: StateCache | None = None
+) -> tuple[Memory, str | None]:
     """Read state/<fleet>.json -> (Memory, version); a missing object is an empty Memory.
 
     cache: reuse the Memory of a version this process wrote or read already (StateCache).
@@ -380,22 +422,32 @@ def restore_hint(url: str, key: str) -> str:
     file:// store has none, so its answer is the operator's own backup."""
     scheme = url.split("://", 1)[0]
     if scheme == "s3":
-        return (f"restore an earlier version of {key} (S3 object versioning: "
-                "`aws s3api list-object-versions`, then copy the last good one back)")
+        return (
+            f"restore an earlier version of {key} (S3 object versioning: "
+            "`aws s3api list-object-versions`, then copy the last good one back)"
+        )
     if scheme == "gs":
-        return (f"restore an earlier generation of {key} (GCS object versioning: "
-                "`gcloud storage ls --all-versions`, then copy the last good one back)")
+        return (
+            f"restore an earlier generation of {key} (GCS object versioning: "
+            "`gcloud storage ls --all-versions`, then copy the last good one back)"
+        )
     if scheme == "az":
         return f"restore an earlier version of {key} (Azure Blob versioning)"
-    return (f"a file:// store keeps no history: restore {key} from your backup of the "
-            "store directory, or move it aside to start from an empty memory (the instances "
-            "carrying this fleet's tags are adopted again; drains under way and lemons "
-            "remembered are lost)")
+    return (
+        f"a file:// store keeps no history: restore {key} from your backup of the "
+        "store directory, or move it aside to start from an empty memory (the instances "
+        "carrying this fleet's tags are adopted again; drains under way and lemons "
+        "remembered are lost)"
+    )
 
 
-def save_memory(store: ObjectStore, memory: Memory, version: str | None,
-                doc: dict[str, Any] | None = None,
-                cache: StateCache | None = None) -> tuple[Memory, str]:
+def save_memory(
+    store: ObjectStore,
+    memory: Memory,
+    version: str | None,
+    doc: dict[str, Any] | None = None,
+    cache: StateCache | None = None,
+) -> tuple[Memory, str]:
     """CAS-write memory with serial + 1 -> (saved Memory, new version).
 
     doc: memory_to_json(memory) when the caller has it already (the serial is replaced).
@@ -456,8 +508,9 @@ class AuditLog:
         if not self.pending:
             return None
         key = f"{self.prefix}{self.chunks + 1:04d}.jsonl"
-        body = "".join(json.dumps(r, sort_keys=True, default=str) + "\n"
-                       for r in self.pending).encode()
+        body = "".join(
+            json.dumps(r, sort_keys=True, default=str) + "\n" for r in self.pending
+        ).encode()
         self.store.put(key, body)
         self.chunks += 1
         self.bytes_written += len(body)

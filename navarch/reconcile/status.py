@@ -49,12 +49,24 @@ class LadderStatus:
         """The `ladder` object of schemas/status.schema.json (times RFC 3339 UTC)."""
         d = self.diag
         return {
-            "rung": self.rung, "rung_fault": self.rung_fault, "rung_at": ts(self.rung_at),
-            "faults_in_window": self.faults_in_window, "lemon_after": self.lemon_after,
-            "lemon": self.lemon, "return_streak": self.return_streak, "host_id": self.host_id,
-            "diag": None if d is None else {
-                "level": d.level, "why": d.why.value, "state": d.state.value, "at": ts(d.at),
-                "started_at": ts(d.started_at), "detail": d.detail},
+            "rung": self.rung,
+            "rung_fault": self.rung_fault,
+            "rung_at": ts(self.rung_at),
+            "faults_in_window": self.faults_in_window,
+            "lemon_after": self.lemon_after,
+            "lemon": self.lemon,
+            "return_streak": self.return_streak,
+            "host_id": self.host_id,
+            "diag": None
+            if d is None
+            else {
+                "level": d.level,
+                "why": d.why.value,
+                "state": d.state.value,
+                "at": ts(d.at),
+                "started_at": ts(d.started_at),
+                "detail": d.detail,
+            },
         }
 
 
@@ -85,12 +97,20 @@ class NodeStatus:
     def to_json(self) -> dict[str, Any]:
         """A `nodes` item of schemas/status.schema.json."""
         return {
-            "node": self.node, "instance_id": self.instance_id, "provider": self.provider,
-            "zone": self.zone, "instance_type": self.instance_type,
-            "lifecycle": self.lifecycle.value, "health": self.health,
-            "report_fresh": self.report_fresh, "health_score": self.health_score,
-            "report_age_s": self.report_age_s, "clock_skew_s": self.clock_skew_s,
-            "reason": self.reason, "rejected": self.rejected, "ladder": self.ladder.to_json(),
+            "node": self.node,
+            "instance_id": self.instance_id,
+            "provider": self.provider,
+            "zone": self.zone,
+            "instance_type": self.instance_type,
+            "lifecycle": self.lifecycle.value,
+            "health": self.health,
+            "report_fresh": self.report_fresh,
+            "health_score": self.health_score,
+            "report_age_s": self.report_age_s,
+            "clock_skew_s": self.clock_skew_s,
+            "reason": self.reason,
+            "rejected": self.rejected,
+            "ladder": self.ladder.to_json(),
         }
 
 
@@ -111,9 +131,14 @@ class PoolStatus:
     def to_json(self) -> dict[str, Any]:
         """A `pools` item of schemas/status.schema.json."""
         return {
-            "pool": self.pool, "provider": self.provider, "min": self.min,
-            "target": self.target, "max": self.max, "providers": list(self.providers),
-            "nodes": [n.to_json() for n in self.nodes], "lemons": list(self.lemons),
+            "pool": self.pool,
+            "provider": self.provider,
+            "min": self.min,
+            "target": self.target,
+            "max": self.max,
+            "providers": list(self.providers),
+            "nodes": [n.to_json() for n in self.nodes],
+            "lemons": list(self.lemons),
             "lemon_hosts": list(self.lemon_hosts),
         }
 
@@ -139,12 +164,17 @@ class FleetStatus:
     def to_json(self) -> dict[str, Any]:
         """The document `navarch status --json` prints (schemas/status.schema.json)."""
         return {
-            "fleet": self.fleet, "store": self.store, "state_serial": self.state_serial,
-            "error": self.error, "pools": [p.to_json() for p in self.pools],
+            "fleet": self.fleet,
+            "store": self.store,
+            "state_serial": self.state_serial,
+            "error": self.error,
+            "pools": [p.to_json() for p in self.pools],
             "rejections": dict(self.rejections),
             "foreign": [{"provider": p, "instance_id": i} for p, i in self.foreign],
-            "orphans": [{"node": n, "pool": p, "provider": pr, "instance_id": i, "reason": r}
-                        for n, p, pr, i, r in self.orphans],
+            "orphans": [
+                {"node": n, "pool": p, "provider": pr, "instance_id": i, "reason": r}
+                for n, p, pr, i, r in self.orphans
+            ],
             "duplicates": [{"node": n, "instance_ids": list(ids)} for n, ids in self.duplicates],
         }
 
@@ -154,10 +184,14 @@ def _ladder(pool: PoolSpec, v: NodeView, lemons: Sequence[str], now: datetime) -
     count = sum((now - t).total_seconds() <= h.lemon_window_s for _, t in v.faults)
     iid = v.instance.instance_id if v.instance else None
     return LadderStatus(
-        rung=_value(v.rung) if v.rung else None, rung_fault=v.rung_fault or None,
-        rung_at=v.rung_at, faults_in_window=count, lemon_after=h.lemon_after,
+        rung=_value(v.rung) if v.rung else None,
+        rung_fault=v.rung_fault or None,
+        rung_at=v.rung_at,
+        faults_in_window=count,
+        lemon_after=h.lemon_after,
         lemon=count >= h.lemon_after or (iid is not None and iid in lemons),
-        return_streak=v.return_streak, host_id=v.instance.host_id if v.instance else None,
+        return_streak=v.return_streak,
+        host_id=v.instance.host_id if v.instance else None,
         diag=v.diag,
     )
 
@@ -175,8 +209,11 @@ def _node(pool: PoolSpec, v: NodeView, lemons: Sequence[str], now: datetime) -> 
         report_fresh=bool(summary) and not v.rejected and v.lifecycle not in _NOT_FRESH,
         health_score=summary.health_score if summary else None,
         report_age_s=round(v.report_age_s, 1) if v.report_age_s is not None else None,
-        clock_skew_s=(round(summary.clock_skew_s, 1) if summary is not None
-                      and summary.clock_skew_s is not None else None),
+        clock_skew_s=(
+            round(summary.clock_skew_s, 1)
+            if summary is not None and summary.clock_skew_s is not None
+            else None
+        ),
         reason=v.reason,
         rejected=v.rejected,
         ladder=_ladder(pool, v, lemons, now),
@@ -188,24 +225,38 @@ def fleet_status(spec: FleetSpec, snap: Snapshot) -> FleetStatus:
     nodes in the order observe() returned them. Pure; O(nodes + pools)."""
     views = snap.observed.views
     by_pool: dict[str, list[NodeView]] = {}  # grouped once: a scan of every node per pool is
-    for v in views:                           # pools x nodes (100 x 100,000 in bench/scale.py)
+    for v in views:  # pools x nodes (100 x 100,000 in bench/scale.py)
         by_pool.setdefault(v.pool, []).append(v)
     pools = []
     for p in spec.pools:
         pm = snap.memory.pool(p.name)
-        pools.append(PoolStatus(
-            pool=p.name, provider=p.provider, min=p.min_nodes, target=p.target_nodes,
-            max=p.max_nodes, providers=tuple(pl.provider for pl in p.placed()),
-            nodes=tuple(_node(p, v, pm.lemons, snap.now) for v in by_pool.get(p.name, ())),
-            lemons=tuple(pm.lemons), lemon_hosts=tuple(pm.lemon_hosts),
-        ))
+        pools.append(
+            PoolStatus(
+                pool=p.name,
+                provider=p.provider,
+                min=p.min_nodes,
+                target=p.target_nodes,
+                max=p.max_nodes,
+                providers=tuple(pl.provider for pl in p.placed()),
+                nodes=tuple(_node(p, v, pm.lemons, snap.now) for v in by_pool.get(p.name, ())),
+                lemons=tuple(pm.lemons),
+                lemon_hosts=tuple(pm.lemon_hosts),
+            )
+        )
     return FleetStatus(
-        fleet=spec.name, store=spec.store_url, state_serial=snap.loaded.serial,
-        error=fleet_rejection(views), pools=tuple(pools),
+        fleet=spec.name,
+        store=spec.store_url,
+        state_serial=snap.loaded.serial,
+        error=fleet_rejection(views),
+        pools=tuple(pools),
         rejections=tuple(snap.memory.rejections),
         foreign=tuple((i.provider, i.instance_id) for i in snap.observed.foreign),
-        orphans=tuple((v.node, v.pool, v.instance.provider, v.instance.instance_id, v.reason)
-                      for v in views if v.lifecycle is Lifecycle.ORPHAN and v.instance),
-        duplicates=tuple((d.node, tuple(i.instance_id for i in d.instances))
-                         for d in snap.observed.duplicates),
+        orphans=tuple(
+            (v.node, v.pool, v.instance.provider, v.instance.instance_id, v.reason)
+            for v in views
+            if v.lifecycle is Lifecycle.ORPHAN and v.instance
+        ),
+        duplicates=tuple(
+            (d.node, tuple(i.instance_id for i in d.instances)) for d in snap.observed.duplicates
+        ),
     )

@@ -24,8 +24,14 @@ from navarch.reconcile.run import Clock, Fleet, gather, leased, system_clock
 from navarch.reconcile.state import AuditLog, save_memory
 
 
-def uncordon(fleet: Fleet, node: str, *, force: bool = False,
-             clock: Clock = system_clock, client: str | None = None) -> str:
+def uncordon(
+    fleet: Fleet,
+    node: str,
+    *,
+    force: bool = False,
+    clock: Clock = system_clock,
+    client: str | None = None,
+) -> str:
     """Uncordon `node`; returns the playbook's detail. Raises NavarchError saying why not.
 
     force: uncordon all the same a lemon's instance (or one on a lemon host), a node whose
@@ -37,7 +43,9 @@ def uncordon(fleet: Fleet, node: str, *, force: bool = False,
     client's name when an MCP tool call asked (recorded as actor `mcp` with `client`).
     """
     spec = fleet.spec
-    with leased(fleet, f"uncordon {node}" + (f" (mcp client {client})" if client else ""), clock) as lease:
+    with leased(
+        fleet, f"uncordon {node}" + (f" (mcp client {client})" if client else ""), clock
+    ) as lease:
         snap = gather(fleet, clock())
         nm = snap.memory.node(node)
         view = next((v for v in snap.observed.views if v.node == node), None)
@@ -45,43 +53,73 @@ def uncordon(fleet: Fleet, node: str, *, force: bool = False,
             raise NavarchError(f"{node} is not a node of fleet {spec.name}")
         pm = snap.memory.pool(nm.pool)
         if nm.phase is Phase.TERMINATING:
-            raise NavarchError(f"{node} is being terminated ({nm.phase_reason}); nothing to "
-                               "uncordon")
+            raise NavarchError(
+                f"{node} is being terminated ({nm.phase_reason}); nothing to uncordon"
+            )
         overridden: list[str] = []
         if nm.instance_id in pm.lemons and force:
             overridden.append(f"instance {nm.instance_id} was replaced as a lemon")
         elif nm.instance_id in pm.lemons:
-            raise NavarchError(f"{node} runs instance {nm.instance_id}, replaced as a lemon "
-                               "(repeated faults); pass --force to return it to service anyway")
+            raise NavarchError(
+                f"{node} runs instance {nm.instance_id}, replaced as a lemon "
+                "(repeated faults); pass --force to return it to service anyway"
+            )
         host = view.instance.host_id if view.instance is not None else None
         if host is not None and host in pm.lemon_hosts and force:
             overridden.append(f"host {host} is a lemon host")
         elif host is not None and host in pm.lemon_hosts:
-            raise NavarchError(f"{node} runs on host {host}, whose instances were replaced as "
-                               "lemons (repeated faults); pass --force to return it anyway")
-        if nm.phase not in (Phase.CORDONED, Phase.DRAINING, Phase.REMEDIATING) \
-                and not nm.operator_cordon:
+            raise NavarchError(
+                f"{node} runs on host {host}, whose instances were replaced as "
+                "lemons (repeated faults); pass --force to return it anyway"
+            )
+        if (
+            nm.phase not in (Phase.CORDONED, Phase.DRAINING, Phase.REMEDIATING)
+            and not nm.operator_cordon
+        ):
             if not force:
-                raise NavarchError(f"navarch did not cordon {node}; a cordon made outside "
-                                   "navarch is left to whoever made it (--force returns it "
-                                   "anyway)")
+                raise NavarchError(
+                    f"navarch did not cordon {node}; a cordon made outside "
+                    "navarch is left to whoever made it (--force returns it "
+                    "anyway)"
+                )
             overridden.append("navarch did not cordon it")
         pool = spec.pool(nm.pool)
         s = view.summary
-        if s is None or s.status != "healthy" or (view.report_age_s or 0) > pool.health.stale_after_s:
+        if (
+            s is None
+            or s.status != "healthy"
+            or (view.report_age_s or 0) > pool.health.stale_after_s
+        ):
             state = "no report" if s is None else f"{s.status}, {view.report_age_s:.0f}s old"
             if not force:
-                raise NavarchError(f"{node} has no fresh healthy report ({state}); "
-                                   "fix it and let its agent report first, or pass --force")
+                raise NavarchError(
+                    f"{node} has no fresh healthy report ({state}); "
+                    "fix it and let its agent report first, or pass --force"
+                )
             overridden.append(f"no fresh healthy report ({state})")
-        action = Action(ActionKind.UNCORDON, nm.pool, node, "operator: navarch uncordon",
-                        instance_id=nm.instance_id, action_reason=ActionReason.OPERATOR)
+        action = Action(
+            ActionKind.UNCORDON,
+            nm.pool,
+            node,
+            "operator: navarch uncordon",
+            instance_id=nm.instance_id,
+            action_reason=ActionReason.OPERATOR,
+        )
         audit = AuditLog(fleet.store, spec.name, f"{snap.now:%Y%m%dT%H%M%SZ}-uncordon", snap.now)
         by_node = {i.node: i for i in snap.inventory if i.node}
-        executor = Executor(spec, fleet.providers, audit, instances=by_node, clock=clock,
-                            run_id="uncordon", playbooks=fleet.playbooks, lease=lease,
-                            actor=Actor.MCP if client else Actor.OPERATOR, verb="uncordon",
-                            client=client)
+        executor = Executor(
+            spec,
+            fleet.providers,
+            audit,
+            instances=by_node,
+            clock=clock,
+            run_id="uncordon",
+            playbooks=fleet.playbooks,
+            lease=lease,
+            actor=Actor.MCP if client else Actor.OPERATOR,
+            verb="uncordon",
+            client=client,
+        )
         plan = replace(snap.plan, actions=(action,))
         memory, outcomes = executor.execute(plan, snap.memory)
         if not outcomes[0].ok:

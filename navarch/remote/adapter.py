@@ -65,8 +65,14 @@ class SSHPlaybooks:
         return outcome.ok, summarize(outcome)
 
     def diagnose(
-        self, pool: PoolSpec, node: str, address: str | None, level: int, reason: str,
-        *, token: str = "",
+        self,
+        pool: PoolSpec,
+        node: str,
+        address: str | None,
+        level: int,
+        reason: str,
+        *,
+        token: str = "",
     ) -> DiagResult:
         """Run the pool's diagnostics playbook (playbooks.diagnostics, else the built-in
         dcgmi diag) on one node at `level` (1-3); returns the DiagResult (issue 13).
@@ -76,10 +82,12 @@ class SSHPlaybooks:
         """
         try:
             override = pool.playbooks.get("diagnostics")
-            playbook = diagnostics_playbook(pool.scheduler,
-                                            self._path(override) if override else None)
-            target = PlaybookTarget(fleet=self.spec.name, pool=pool.name, node=node,
-                                    address=address, reason=reason)
+            playbook = diagnostics_playbook(
+                pool.scheduler, self._path(override) if override else None
+            )
+            target = PlaybookTarget(
+                fleet=self.spec.name, pool=pool.name, node=node, address=address, reason=reason
+            )
             return run_diagnostics(self._runner(pool), playbook, target, level, token=token)
         except ConfigError as exc:
             return DiagResult(level, DiagOutcome.ERROR, detail=f"diagnostics: {exc}")
@@ -90,8 +98,9 @@ class SSHPlaybooks:
 
     def _runner(self, pool: PoolSpec) -> SSHRunner:
         if pool.name not in self._runners:
-            self._runners[pool.name] = SSHRunner(pool.ssh, base_dir=self.spec.base_dir,
-                                                  pool=pool.name)
+            self._runners[pool.name] = SSHRunner(
+                pool.ssh, base_dir=self.spec.base_dir, pool=pool.name
+            )
         return self._runners[pool.name]
 
 

@@ -48,8 +48,16 @@ from typing import Any
 from navarch.remote.playbook import Playbook, PlaybookKind, load_playbook
 from navarch.remote.runner import PlaybookTarget, SSHRunner
 
-__all__ = ["DIAG_LEVELS", "DiagOutcome", "DiagResult", "DiagTest", "diagnostics_playbook",
-           "parse_dcgmi_diag", "read_step_output", "run_diagnostics"]
+__all__ = [
+    "DIAG_LEVELS",
+    "DiagOutcome",
+    "DiagResult",
+    "DiagTest",
+    "diagnostics_playbook",
+    "parse_dcgmi_diag",
+    "read_step_output",
+    "run_diagnostics",
+]
 
 DIAG_LEVELS = (1, 2, 3)
 _TOP_KEYS = ("DCGM Diagnostic", "DCGM GPU Diagnostic")  # DCGM 4, DCGM 3
@@ -103,21 +111,42 @@ class DiagResult:
 
     def to_json(self) -> dict[str, Any]:
         """JSON-ready form, for Memory and `navarch status`."""
-        return {"level": self.level, "outcome": self.outcome.value, "detail": self.detail,
-                "version": self.version,
-                "tests": [{"category": t.category, "name": t.name, "status": t.status,
-                           "failed_gpus": list(t.failed_gpus), "messages": list(t.messages)}
-                          for t in self.tests]}
+        return {
+            "level": self.level,
+            "outcome": self.outcome.value,
+            "detail": self.detail,
+            "version": self.version,
+            "tests": [
+                {
+                    "category": t.category,
+                    "name": t.name,
+                    "status": t.status,
+                    "failed_gpus": list(t.failed_gpus),
+                    "messages": list(t.messages),
+                }
+                for t in self.tests
+            ],
+        }
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> DiagResult:
         """Inverse of to_json. Raises KeyError/ValueError on a malformed document."""
-        return cls(level=int(d["level"]), outcome=DiagOutcome(d["outcome"]),
-                   detail=d.get("detail", ""), version=d.get("version"),
-                   tests=tuple(DiagTest(t["category"], t["name"], t["status"],
-                                        tuple(t.get("failed_gpus", ())),
-                                        tuple(t.get("messages", ())))
-                               for t in d.get("tests", ())))
+        return cls(
+            level=int(d["level"]),
+            outcome=DiagOutcome(d["outcome"]),
+            detail=d.get("detail", ""),
+            version=d.get("version"),
+            tests=tuple(
+                DiagTest(
+                    t["category"],
+                    t["name"],
+                    t["status"],
+                    tuple(t.get("failed_gpus", ())),
+                    tuple(t.get("messages", ())),
+                )
+                for t in d.get("tests", ())
+            ),
+        )
 
 
 def _gpu_of(result: Mapping[str, Any]) -> int | None:
@@ -152,8 +181,13 @@ def _test(category: str, raw: Mapping[str, Any]) -> DiagTest:
     if summary:
         statuses.append(str(summary).strip().lower())
     worst = max(statuses, key=lambda s: _STATUS_RANK.get(s, 0), default="skip")
-    return DiagTest(category, str(raw.get("name", "?")), worst, tuple(sorted(set(failed))),
-                    tuple(dict.fromkeys(messages)))
+    return DiagTest(
+        category,
+        str(raw.get("name", "?")),
+        worst,
+        tuple(sorted(set(failed))),
+        tuple(dict.fromkeys(messages)),
+    )
 
 
 def _first_json_object(text: str) -> Any:
@@ -177,37 +211,59 @@ def parse_dcgmi_diag(
     DiagResult (see the module docstring for the verdicts); never raises for bad output.
     """
     if exit_code == _NOT_INSTALLED_EXIT:
-        return DiagResult(level, DiagOutcome.UNAVAILABLE,
-                          detail="dcgmi is not installed on the node (install NVIDIA DCGM, or "
-                                 "set return_requires_diag: false)")
+        return DiagResult(
+            level,
+            DiagOutcome.UNAVAILABLE,
+            detail="dcgmi is not installed on the node (install NVIDIA DCGM, or "
+            "set return_requires_diag: false)",
+        )
     try:
         doc = _first_json_object(stdout)
     except ValueError:
-        return DiagResult(level, DiagOutcome.ERROR,
-                          detail=f"dcgmi diag gave no JSON (exit {exit_code}): "
-                                 f"{_tail(output_tail or stdout)}")
+        return DiagResult(
+            level,
+            DiagOutcome.ERROR,
+            detail=f"dcgmi diag gave no JSON (exit {exit_code}): {_tail(output_tail or stdout)}",
+        )
     body = next((doc[k] for k in _TOP_KEYS if isinstance(doc, dict) and k in doc), None)
     if not isinstance(body, dict):
-        return DiagResult(level, DiagOutcome.ERROR,
-                          detail=f"not DCGM's diagnostic JSON: {_tail(json.dumps(doc))}")
+        return DiagResult(
+            level, DiagOutcome.ERROR, detail=f"not DCGM's diagnostic JSON: {_tail(json.dumps(doc))}"
+        )
     version = body.get("version") or (doc.get("metadata") or {}).get("version")
-    tests = tuple(_test(str(c.get("category", "")), t)
-                  for c in body.get("test_categories") or () for t in c.get("tests") or ())
+    tests = tuple(
+        _test(str(c.get("category", "")), t)
+        for c in body.get("test_categories") or ()
+        for t in c.get("tests") or ()
+    )
     error = body.get("runtime_error")
     if not tests:
         why = error or "no test results"
         return DiagResult(level, DiagOutcome.ERROR, detail=f"dcgmi diag: {why}", version=version)
     failed = [t for t in tests if t.status == "fail"]
     if failed:
-        parts = [f"{t.name}" + (f" on GPU {', '.join(map(str, t.failed_gpus))}"
-                                if t.failed_gpus else "")
-                 + (f" ({t.messages[0]})" if t.messages else "") for t in failed]
-        return DiagResult(level, DiagOutcome.FAIL, tests,
-                          f"dcgmi diag -r {level}: failed: " + "; ".join(parts), version)
+        parts = [
+            f"{t.name}"
+            + (f" on GPU {', '.join(map(str, t.failed_gpus))}" if t.failed_gpus else "")
+            + (f" ({t.messages[0]})" if t.messages else "")
+            for t in failed
+        ]
+        return DiagResult(
+            level,
+            DiagOutcome.FAIL,
+            tests,
+            f"dcgmi diag -r {level}: failed: " + "; ".join(parts),
+            version,
+        )
     warned = sum(t.status == "warn" for t in tests)
     note = f", {warned} warning(s)" if warned else ""
-    return DiagResult(level, DiagOutcome.PASS, tests,
-                      f"dcgmi diag -r {level}: {len(tests)} test(s) passed{note}", version)
+    return DiagResult(
+        level,
+        DiagOutcome.PASS,
+        tests,
+        f"dcgmi diag -r {level}: {len(tests)} test(s) passed{note}",
+        version,
+    )
 
 
 def diagnostics_playbook(scheduler: str, override_path: Path | None = None) -> Playbook:
@@ -249,20 +305,25 @@ def run_diagnostics(
         return DiagResult(level, DiagOutcome.ERROR, detail=outcome.error or "no step ran")
     step = outcome.steps[-1]
     if step.exit_code is None:
-        return DiagResult(level, DiagOutcome.ERROR,
-                          detail=outcome.error or f"{step.host}: {_tail(step.output_tail)}")
+        return DiagResult(
+            level,
+            DiagOutcome.ERROR,
+            detail=outcome.error or f"{step.host}: {_tail(step.output_tail)}",
+        )
     if len(outcome.steps) < len(playbook.steps):  # an earlier step of the playbook failed
         return DiagResult(level, DiagOutcome.ERROR, detail=outcome.error or "a step failed")
-    return read_step_output(step.stdout, level=level, exit_code=step.exit_code,
-                            output_tail=step.output_tail)
+    return read_step_output(
+        step.stdout, level=level, exit_code=step.exit_code, output_tail=step.output_tail
+    )
 
 
 _MARK = re.compile(r"^navarch-diag: (started|running)\s*$", re.MULTILINE)
 _EXIT = re.compile(r"^navarch-diag-exit: (-?\d+)\s*$", re.MULTILINE)
 
 
-def read_step_output(stdout: str, *, level: int, exit_code: int | None, output_tail: str = ""
-                     ) -> DiagResult:
+def read_step_output(
+    stdout: str, *, level: int, exit_code: int | None, output_tail: str = ""
+) -> DiagResult:
     """The DiagResult of the diagnostics step's stdout: RUNNING for the detached playbook's
     `navarch-diag: started|running`; else DCGM's JSON, with dcgmi's exit status from a
     `navarch-diag-exit: N` line when the playbook collected a detached run (the step's own
@@ -274,5 +335,6 @@ def read_step_output(stdout: str, *, level: int, exit_code: int | None, output_t
     if collected is not None:
         exit_code = int(collected[1])
         stdout = stdout[: collected.start()]
-    return parse_dcgmi_diag(stdout, level=level, exit_code=exit_code,
-                            output_tail=output_tail or stdout)
+    return parse_dcgmi_diag(
+        stdout, level=level, exit_code=exit_code, output_tail=output_tail or stdout
+    )

@@ -33,8 +33,9 @@ from navarch.resources import data_dir, schema_path
 
 #: The variables a step template may use. drain_timeout_s (drain), level and token
 #: (diagnostics: the dcgmi diag level, the diagnostic's name) come from the caller's `extra`.
-TEMPLATE_VARIABLES = frozenset({"node", "pool", "fleet", "reason", "address", "drain_timeout_s",
-                                "level", "token"})
+TEMPLATE_VARIABLES = frozenset(
+    {"node", "pool", "fleet", "reason", "address", "drain_timeout_s", "level", "token"}
+)
 
 DEFAULT_STEP_TIMEOUT = "60s"
 
@@ -54,8 +55,12 @@ class PlaybookKind(enum.StrEnum):
 NODE_KINDS = frozenset({PlaybookKind.DIAGNOSTICS, PlaybookKind.RESET_GPU})
 
 #: The kinds a scheduler's playbook file provides (playbooks/<scheduler>.yaml).
-SCHEDULER_KINDS = (PlaybookKind.CORDON, PlaybookKind.DRAIN, PlaybookKind.DRAIN_CHECK,
-                   PlaybookKind.UNCORDON)
+SCHEDULER_KINDS = (
+    PlaybookKind.CORDON,
+    PlaybookKind.DRAIN,
+    PlaybookKind.DRAIN_CHECK,
+    PlaybookKind.UNCORDON,
+)
 
 
 class StepHost(enum.StrEnum):
@@ -221,12 +226,18 @@ def _build_step(raw: Mapping[str, Any], *, path: Path, text: str, parts: list[An
         unknown = jinja2.meta.find_undeclared_variables(_ENV.parse(source)) - TEMPLATE_VARIABLES
     except jinja2.TemplateSyntaxError as exc:
         raise ConfigError(
-            f"run: bad template: {exc.message}", file=str(path), key_path=key_path, line=line, hint="fix the jinja2 syntax"
+            f"run: bad template: {exc.message}",
+            file=str(path),
+            key_path=key_path,
+            line=line,
+            hint="fix the jinja2 syntax",
         ) from exc
     if unknown:
         raise ConfigError(
             f"run: unknown template variable(s) {', '.join(sorted(unknown))}",
-            file=str(path), key_path=key_path, line=line,
+            file=str(path),
+            key_path=key_path,
+            line=line,
             hint=f"use only {', '.join(sorted(TEMPLATE_VARIABLES))}",
         )
     expect = raw.get("expect", {})
@@ -237,7 +248,9 @@ def _build_step(raw: Mapping[str, Any], *, path: Path, text: str, parts: list[An
         except re.error as exc:
             raise ConfigError(
                 f"expect.output_matches: bad regular expression: {exc}",
-                file=str(path), key_path=key_path, line=line,
+                file=str(path),
+                key_path=key_path,
+                line=line,
                 hint="write a Python regular expression",
             ) from exc
     return Step(

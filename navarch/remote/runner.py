@@ -118,8 +118,9 @@ class SSHSettings:
     parallel: int
 
     @classmethod
-    def from_mapping(cls, ssh: Mapping[str, Any], *, base_dir: Path,
-                     pool: str = "<pool>") -> SSHSettings:
+    def from_mapping(
+        cls, ssh: Mapping[str, Any], *, base_dir: Path, pool: str = "<pool>"
+    ) -> SSHSettings:
         """Build settings from fleet.yaml pools.<pool>.ssh; relative paths are under base_dir.
 
         Raises ConfigError (key path pools.<pool>.ssh.<key>, with the pool's name) for a
@@ -176,8 +177,9 @@ class _HandshakeTimeout(paramiko.SSHException):  # type: ignore[misc]
 class _RejectUnknown(paramiko.MissingHostKeyPolicy):  # type: ignore[misc]
     """paramiko RejectPolicy that keeps the offered key for the error message."""
 
-    def missing_host_key(self, client: paramiko.SSHClient, hostname: str,
-                         key: paramiko.PKey) -> None:
+    def missing_host_key(
+        self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey
+    ) -> None:
         raise _HostKeyUnknown(hostname, key)
 
 
@@ -287,8 +289,9 @@ class SSHRunner:
             exit_code, stdout = res.exited, res.stdout
             tail = (res.stdout + res.stderr)[-OUTPUT_TAIL_CHARS:]
         except CommandTimedOut as exc:
-            return self._timed_out(host, command, step, exc.result.stdout + exc.result.stderr,
-                                   started)
+            return self._timed_out(
+                host, command, step, exc.result.stdout + exc.result.stderr, started
+            )
         except Exception as exc:  # noqa: BLE001 - one boundary: every SSH failure becomes data
             detail = self._describe_connect_error(host, exc)
             result = StepResult(host, command, None, _since(started), detail, False)
@@ -296,8 +299,9 @@ class SSHRunner:
             # whole message (which host, what to do) matters.
             return result, f"{host}: {command!r} failed (no connection): {detail}"
         ok = step.succeeded(exit_code, stdout)
-        result = StepResult(host, command, exit_code, _since(started), tail, ok,
-                            stdout[:STDOUT_MAX_CHARS])
+        result = StepResult(
+            host, command, exit_code, _since(started), tail, ok, stdout[:STDOUT_MAX_CHARS]
+        )
         if ok:
             return result, None
         if exit_code in step.exit_codes and step.output_matches is not None:
@@ -309,8 +313,9 @@ class SSHRunner:
         return result, str(RemoteError(host, command, exit_code, tail))
 
     @staticmethod
-    def _timed_out(host: str, command: str, step: Step, partial: str, started: float
-                   ) -> tuple[StepResult, str]:
+    def _timed_out(
+        host: str, command: str, step: Step, partial: str, started: float
+    ) -> tuple[StepResult, str]:
         tail = (partial + f"\n[navarch: timed out after {step.timeout_s:g}s]")[-OUTPUT_TAIL_CHARS:]
         result = StepResult(host, command, None, _since(started), tail, False)
         return result, (

@@ -24,9 +24,15 @@ def ssh_argv(settings: SSHSettings, address: str, command: Sequence[str] = ()) -
     Source of the options: ssh(1) and ssh_config(5) (-p, -i, -J, -o StrictHostKeyChecking,
     UserKnownHostsFile, ConnectTimeout).
     """
-    argv = ["ssh", "-p", str(settings.port),
-            "-o", f"ConnectTimeout={settings.connect_timeout_s}",
-            "-o", f"StrictHostKeyChecking={'yes' if settings.strict_host_keys else 'no'}"]
+    argv = [
+        "ssh",
+        "-p",
+        str(settings.port),
+        "-o",
+        f"ConnectTimeout={settings.connect_timeout_s}",
+        "-o",
+        f"StrictHostKeyChecking={'yes' if settings.strict_host_keys else 'no'}",
+    ]
     if settings.key_file is not None:
         argv += ["-i", str(settings.key_file), "-o", "IdentitiesOnly=yes"]
     if settings.known_hosts is not None:
@@ -47,14 +53,19 @@ def node_instance(inventory: Sequence[Instance], fleet: str, node: str) -> Insta
     """
     found = [i for i in inventory if i.fleet == fleet and i.node == node]
     if not found:
-        raise NavarchError(f"{node} is not a node of fleet {fleet} "
-                           "(`navarch status FLEET --all` lists them)")
+        raise NavarchError(
+            f"{node} is not a node of fleet {fleet} (`navarch status FLEET --all` lists them)"
+        )
     if len(found) > 1:
-        raise NavarchError(f"{node} names {len(found)} instances "
-                           f"({', '.join(i.instance_id for i in found)}); pick one by its "
-                           "address in `navarch status FLEET --json`")
+        raise NavarchError(
+            f"{node} names {len(found)} instances "
+            f"({', '.join(i.instance_id for i in found)}); pick one by its "
+            "address in `navarch status FLEET --json`"
+        )
     inst = found[0]
     if not inst.address:
-        raise NavarchError(f"{node} ({inst.instance_id}) has no address from provider "
-                           f"{inst.provider} yet; it may still be provisioning")
+        raise NavarchError(
+            f"{node} ({inst.instance_id}) has no address from provider "
+            f"{inst.provider} yet; it may still be provisioning"
+        )
     return inst

@@ -85,8 +85,9 @@ class _Tally:
         """The world's hook: a node got a real fault."""
         if n.node not in self.records:
             self.records[n.node] = _FaultRecord(n.node, n.fault or "", self.world.now, n.lemon)
-            self.timeline.append({"t": _off(self.world.now), "kind": "fault", "node": n.node,
-                                  "cause": n.fault})
+            self.timeline.append(
+                {"t": _off(self.world.now), "kind": "fault", "node": n.node, "cause": n.fault}
+            )
 
     def on_outcome(self, o: Outcome) -> None:
         """The executor's hook: one action's outcome."""
@@ -106,7 +107,8 @@ class _Tally:
 
     def _terminated(self, node: str, reason: str) -> None:
         sim = self.world.terminated.get(node) or next(
-            (n for n in self.world.nodes.values() if n.node == node), None)
+            (n for n in self.world.nodes.values() if n.node == node), None
+        )
         faulty = node in self.records or (sim is not None and sim.had_fault)
         preempting = sim is not None and sim.notice_at is not None
         if "scale down" in reason:
@@ -123,8 +125,11 @@ class _Tally:
         if result.plan.breaker_open:
             self.breaker_runs += 1
             if self.breaker_runs == 1 or self.breaker_runs % 12 == 0:
-                log.warning("t=%s: circuit breaker holds: %s", self.world.now.isoformat(),
-                            "; ".join(h.message for h in result.plan.halts))
+                log.warning(
+                    "t=%s: circuit breaker holds: %s",
+                    self.world.now.isoformat(),
+                    "; ".join(h.message for h in result.plan.halts),
+                )
         self.phases = {nm.node: nm.phase for nm in result.memory.nodes}
         per_pool = Counter(nm.pool for nm in result.memory.nodes if nm.phase is not Phase.NONE)
         self.peak_disrupted = max([self.peak_disrupted, *per_pool.values()])
@@ -136,9 +141,13 @@ class _Tally:
         serving_nodes = set()
         for n in world.nodes.values():
             self.instance_s[n.instance.instance_type] += self.period_s
-            if (world.now >= n.ready_at and n.fault is None and n.notice_at is None
-                    and self.phases.get(n.node, Phase.NONE) is Phase.NONE
-                    and n.last_report_at is not None):
+            if (
+                world.now >= n.ready_at
+                and n.fault is None
+                and n.notice_at is None
+                and self.phases.get(n.node, Phase.NONE) is Phase.NONE
+                and n.last_report_at is not None
+            ):
                 serving_nodes.add(n.node)
         serving = min(len(serving_nodes), self.target)
         # Availability is measured from the first time the fleet reached its target: the
@@ -154,14 +163,22 @@ class _Tally:
             self.short_since = None
         for name, rec in list(self.records.items()):
             done = (rec.replacement in serving_nodes) or (
-                name in serving_nodes and not any(n.node == name and n.fault
-                                                   for n in world.nodes.values()))
+                name in serving_nodes
+                and not any(n.node == name and n.fault for n in world.nodes.values())
+            )
             if done:
                 rec.serving_at = world.now
                 self.closed.append(self.records.pop(name))
         if step % max(1, SAMPLE_EVERY_S // self.period_s) == 0:
-            self.series.append({"t_s": _off(world.now), "serving": serving, "target": self.target,
-                                "instances": len(world.nodes), "open_faults": len(self.records)})
+            self.series.append(
+                {
+                    "t_s": _off(world.now),
+                    "serving": serving,
+                    "target": self.target,
+                    "instances": len(world.nodes),
+                    "open_faults": len(self.records),
+                }
+            )
 
 
 def _off(t: datetime) -> int:
@@ -177,8 +194,9 @@ def simulate(scenario: Scenario, seed: int | None = None) -> dict[str, Any]:
         scenario = replace(scenario, seed=seed)
     spec: FleetSpec = load_fleet(scenario.fleet_path)
     # Every provider becomes the simulated one (type local: no cloud-init is rendered).
-    spec = replace(spec, providers={n: {"type": "local", "max_parallel": 1}
-                                    for n in spec.providers})
+    spec = replace(
+        spec, providers={n: {"type": "local", "max_parallel": 1} for n in spec.providers}
+    )
     world = World(scenario, spec.name, SECRET, START)
     gpus = {p.name: p.gpus_per_node for p in spec.pools}
     providers = {n: SimProvider(n, world, gpus) for n in sorted(spec.providers)}
@@ -192,8 +210,13 @@ def simulate(scenario: Scenario, seed: int | None = None) -> dict[str, Any]:
         world.step()
         world.agents()
         try:
-            result = run_apply(fleet, command="simulate", clock=world.clock,
-                               on_outcome=tally.on_outcome, run_id=f"sim-{step:06d}")
+            result = run_apply(
+                fleet,
+                command="simulate",
+                clock=world.clock,
+                on_outcome=tally.on_outcome,
+                run_id=f"sim-{step:06d}",
+            )
         except NavarchError as exc:
             tally.run_errors[type(exc).__name__] += 1
             result = None
@@ -221,7 +244,8 @@ def _document(scenario: Scenario, t: _Tally) -> dict[str, Any]:
         "agent_period_s": scenario.agent_period_s,
         "target_nodes": t.target,
         "availability": round(t.serving_s / (t.target * t.measured_s), 6)
-        if t.target and t.measured_s else 0.0,
+        if t.target and t.measured_s
+        else 0.0,
         "faults": len(all_faults),
         "faults_by_cause": dict(sorted(causes.items())),
         "faults_on_lemons": sum(1 for r in all_faults if r.lemon),
@@ -245,8 +269,7 @@ def _document(scenario: Scenario, t: _Tally) -> dict[str, Any]:
         "peak_disrupted": t.peak_disrupted,
         "preemptions": t.world.preempted,
         "run_errors": dict(sorted(t.run_errors.items())),
-        "api_calls_per_day": {k: round(v / days, 2)
-                              for k, v in sorted(t.world.api_calls.items())},
+        "api_calls_per_day": {k: round(v / days, 2) for k, v in sorted(t.world.api_calls.items())},
         "instance_hours": inst_h,
         "cost_usd": round(sum(h * prices.get(k, 0.0) for k, h in inst_h.items()), 2),
         "fault_to_cordon_s": sorted(to_cordon),
@@ -257,9 +280,11 @@ def _document(scenario: Scenario, t: _Tally) -> dict[str, Any]:
 
 
 _ASSERT = re.compile(r"^\s*([a-z0-9_]+)\s*(<=|>=|==|!=|<|>)\s*([0-9.e+-]+)([smhd]?)\s*$")
-_ALIASES = {"p95_fault_to_serving": "p95_fault_to_serving_s",
-            "p50_fault_to_serving": "p50_fault_to_serving_s",
-            "p95_fault_to_cordon": "p95_fault_to_cordon_s"}
+_ALIASES = {
+    "p95_fault_to_serving": "p95_fault_to_serving_s",
+    "p50_fault_to_serving": "p50_fault_to_serving_s",
+    "p95_fault_to_cordon": "p95_fault_to_cordon_s",
+}
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
@@ -278,8 +303,17 @@ def check_asserts(doc: dict[str, Any], asserts: tuple[str, ...]) -> list[dict[st
             raise ValueError(f"assert {line!r}: no metric {key!r}")
         value = doc[key]
         bound = float(num) * _UNITS[unit]
-        ok = True if value is None else {
-            "<=": value <= bound, ">=": value >= bound, "==": value == bound,
-            "!=": value != bound, "<": value < bound, ">": value > bound}[op]
+        ok = (
+            True
+            if value is None
+            else {
+                "<=": value <= bound,
+                ">=": value >= bound,
+                "==": value == bound,
+                "!=": value != bound,
+                "<": value < bound,
+                ">": value > bound,
+            }[op]
+        )
         out.append({"assert": line, "ok": bool(ok), "value": value})
     return out

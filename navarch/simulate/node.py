@@ -38,8 +38,10 @@ def xid_line(code: int, pci_bus_id: str, at: datetime) -> str:
     """One NVRM XID line as `dmesg --time-format iso` prints it (navarch.agent.kernel_log
     parses it as on a real node); the text after the code is the catalogue's meaning."""
     stamp = at.strftime("%Y-%m-%dT%H:%M:%S,%f+00:00")
-    return (f"kern  :warn  : {stamp} NVRM: Xid (PCI:{pci_bus_id}): {code}, "
-            f"pid='<unknown>', name=<unknown>, {xid.lookup(code).meaning}")
+    return (
+        f"kern  :warn  : {stamp} NVRM: Xid (PCI:{pci_bus_id}): {code}, "
+        f"pid='<unknown>', name=<unknown>, {xid.lookup(code).meaning}"
+    )
 
 
 @dataclass
@@ -72,16 +74,25 @@ class SimHost:
         if start > len(self.kernel_log):
             start = 0
         lines = [kl.split_prefix(raw, now=now) for raw in self.kernel_log[start:]]
-        block = {"source": "file", "path": KERNEL_LOG_PATH, "boot_id": boot_id,
-                 "position": {"offset": len(self.kernel_log)}}
+        block = {
+            "source": "file",
+            "path": KERNEL_LOG_PATH,
+            "boot_id": boot_id,
+            "position": {"offset": len(self.kernel_log)},
+        }
         return lines, block, "file", None
 
     def gpu_reset_pending(self) -> bool:
         """Whether the GPUs were reset since the last run."""
         return self.reset_pending
 
-    def plugin_checks(self, config: AgentConfig, boot_id: str,
-                      gpus: Sequence[Mapping[str, Any]], checks: Sequence[Check]) -> list[Check]:
+    def plugin_checks(
+        self,
+        config: AgentConfig,
+        boot_id: str,
+        gpus: Sequence[Mapping[str, Any]],
+        checks: Sequence[Check],
+    ) -> list[Check]:
         """No check plugins are installed on a simulated node."""
         return []
 
@@ -119,8 +130,7 @@ class SimAgent:
         """The device faults from now on."""
         if faults != self.faults:
             self.faults = faults
-            self._backend = FakeGpuBackend(self.config.node, self.config.fake_gpu_count(),
-                                           faults)
+            self._backend = FakeGpuBackend(self.config.node, self.config.fake_gpu_count(), faults)
 
     def log_xid(self, code: int, gpu: int, at: datetime, count: int = 1) -> None:
         """The driver logs XID `code` on GPU `gpu` at `at`, `count` times (a burst)."""
@@ -144,5 +154,4 @@ class SimAgent:
 
     def run(self, now: datetime, store: ObjectStore) -> dict[str, Any]:
         """One agent run at `now`: the signed report it wrote to `store`."""
-        return run_once(self.config, now=now, store=store, backend=self._backend,
-                        host=self.host)
+        return run_once(self.config, now=now, store=store, backend=self._backend, host=self.host)

@@ -11,11 +11,23 @@ import jinja2
 
 from navarch.resources import data_dir
 
-HEADLINE = ("availability", "faults", "wrongful_terminations", "faults_never_acted_on",
-            "p50_fault_to_cordon_s", "p95_fault_to_cordon_s", "p50_fault_to_serving_s",
-            "p95_fault_to_serving_s", "max_fault_to_serving_s", "max_capacity_recovery_s",
-            "terminations",
-            "nodes_lost_to_capacity", "breaker_runs", "preemptions", "cost_usd")
+HEADLINE = (
+    "availability",
+    "faults",
+    "wrongful_terminations",
+    "faults_never_acted_on",
+    "p50_fault_to_cordon_s",
+    "p95_fault_to_cordon_s",
+    "p50_fault_to_serving_s",
+    "p95_fault_to_serving_s",
+    "max_fault_to_serving_s",
+    "max_capacity_recovery_s",
+    "terminations",
+    "nodes_lost_to_capacity",
+    "breaker_runs",
+    "preemptions",
+    "cost_usd",
+)
 
 
 def to_json(doc: dict[str, Any]) -> str:
@@ -31,7 +43,7 @@ def _svg(fig: Any) -> str:
     fig.savefig(buf, format="svg", metadata={"Date": None})
     plt.close(fig)
     text = buf.getvalue()
-    return text[text.index("<svg"):]
+    return text[text.index("<svg") :]
 
 
 def plots(doc: dict[str, Any]) -> dict[str, str]:
@@ -66,8 +78,10 @@ def plots(doc: dict[str, Any]) -> dict[str, str]:
     timeline = _svg(fig)
 
     fig, axes = plt.subplots(1, 2, figsize=(9, 2.5), layout="constrained")
-    for ax, key, title in ((axes[0], "fault_to_cordon_s", "fault -> cordon (min)"),
-                           (axes[1], "fault_to_serving_s", "fault -> replacement serving (min)")):
+    for ax, key, title in (
+        (axes[0], "fault_to_cordon_s", "fault -> cordon (min)"),
+        (axes[1], "fault_to_serving_s", "fault -> replacement serving (min)"),
+    ):
         ax.hist([v / 60 for v in doc[key]], bins=20)
         ax.set_title(title)
     latency = _svg(fig)
@@ -76,10 +90,14 @@ def plots(doc: dict[str, Any]) -> dict[str, str]:
 
 def to_html(docs: list[dict[str, Any]], scenarios: list[str]) -> str:
     """One self-contained page for one or two (--compare) results side by side."""
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(data_dir("templates"))),
-                             undefined=jinja2.StrictUndefined, autoescape=True)
-    runs = [{"doc": d, "plots": plots(d), "scenario": s} for d, s in zip(docs, scenarios,
-                                                                          strict=True)]
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(data_dir("templates"))),
+        undefined=jinja2.StrictUndefined,
+        autoescape=True,
+    )
+    runs = [
+        {"doc": d, "plots": plots(d), "scenario": s} for d, s in zip(docs, scenarios, strict=True)
+    ]
     return env.get_template("simulate.html.j2").render(runs=runs, headline=HEADLINE)
 
 

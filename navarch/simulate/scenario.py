@@ -25,13 +25,13 @@ RSC1_RATE_PER_NODE_DAY = 6.5e-3
 
 #: Llama 3 cause mix (shares of unexpected interruptions), mapped to what the agent reports.
 DEFAULT_CAUSES: dict[str, float] = {
-    "xid79": 0.301,       # faulty GPU: fallen off the bus
-    "hbm_ecc": 0.172,     # HBM3: XID 48/64/95, uncorrectable ECC
-    "nvlink": 0.081,      # network switch/cable + NVLink
-    "gpu_lost": 0.05,     # GPU SRAM / system processor / lost
+    "xid79": 0.301,  # faulty GPU: fallen off the bus
+    "hbm_ecc": 0.172,  # HBM3: XID 48/64/95, uncorrectable ECC
+    "nvlink": 0.081,  # network switch/cable + NVLink
+    "gpu_lost": 0.05,  # GPU SRAM / system processor / lost
     "thermal": 0.03,
-    "host_down": 0.136,   # host maintenance, unplanned host failure: agent stops
-    "software": 0.23,     # software bugs: application XIDs, nothing to repair
+    "host_down": 0.136,  # host maintenance, unplanned host failure: agent stops
+    "software": 0.23,  # software bugs: application XIDs, nothing to repair
 }
 
 
@@ -78,9 +78,16 @@ class Scenario:
 
 
 def _windows(items: list[dict[str, Any]]) -> tuple[Window, ...]:
-    return tuple(Window(parse_duration_s(str(w["at"])), parse_duration_s(str(w["for"])),
-                        w.get("zone", ""), w.get("instance_type", ""), int(w.get("nodes", 0)))
-                 for w in items)
+    return tuple(
+        Window(
+            parse_duration_s(str(w["at"])),
+            parse_duration_s(str(w["for"])),
+            w.get("zone", ""),
+            w.get("instance_type", ""),
+            int(w.get("nodes", 0)),
+        )
+        for w in items
+    )
 
 
 def load_scenario(path: str | Path) -> Scenario:
@@ -91,20 +98,29 @@ def load_scenario(path: str | Path) -> Scenario:
     try:
         data = yaml.safe_load(source.read_text())
     except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"cannot read scenario: {exc}", file=str(source),
-                          hint="give a scenario YAML, see docs/simulate.md") from exc
+        raise ConfigError(
+            f"cannot read scenario: {exc}",
+            file=str(source),
+            hint="give a scenario YAML, see docs/simulate.md",
+        ) from exc
     validator = jsonschema.Draft202012Validator(load_schema("simulate.schema.json"))
     for err in validator.iter_errors(data):
-        raise ConfigError(err.message, file=str(source),
-                          key_path=".".join(str(p) for p in err.absolute_path) or "(top)",
-                          hint="see docs/simulate.md for the scenario format")
-    for key, default in (("duration", None), ("reconcile_period", "5m"),
-                         ("agent_period", "5m")):
+        raise ConfigError(
+            err.message,
+            file=str(source),
+            key_path=".".join(str(p) for p in err.absolute_path) or "(top)",
+            hint="see docs/simulate.md for the scenario format",
+        )
+    for key, default in (("duration", None), ("reconcile_period", "5m"), ("agent_period", "5m")):
         # The engine divides by each of them: a zero would end in ZeroDivisionError.
         raw = data.get(key, default)
         if raw is not None and parse_duration_s(str(raw)) <= 0:
-            raise ConfigError(f"{key} must be longer than 0s, got {raw}", file=str(source),
-                              key_path=key, hint="use a positive duration such as 5m")
+            raise ConfigError(
+                f"{key} must be longer than 0s, got {raw}",
+                file=str(source),
+                key_path=key,
+                hint="use a positive duration such as 5m",
+            )
     world = data.get("world", {})
     causes = dict(DEFAULT_CAUSES)
     causes.update(world.get("causes", {}))
@@ -118,8 +134,9 @@ def load_scenario(path: str | Path) -> Scenario:
         reconcile_period_s=parse_duration_s(str(data.get("reconcile_period", "5m"))),
         agent_period_s=parse_duration_s(str(data.get("agent_period", "5m"))),
         seed=int(data.get("seed", 1)),
-        failure_rate_per_node_day=float(world.get("failure_rate_per_node_day",
-                                                  LLAMA3_RATE_PER_NODE_DAY)),
+        failure_rate_per_node_day=float(
+            world.get("failure_rate_per_node_day", LLAMA3_RATE_PER_NODE_DAY)
+        ),
         causes=causes,
         lemon_fraction=float(lemons.get("fraction", 0.0)),
         lemon_multiplier=float(lemons.get("multiplier", 20.0)),

@@ -34,8 +34,9 @@ class MemoryStore:
             raise NotFound(key) from None
         return Blob(key, data, version)
 
-    def put(self, key: str, data: bytes, *, if_absent: bool = False,
-            if_version: str | None = None) -> str:
+    def put(
+        self, key: str, data: bytes, *, if_absent: bool = False, if_version: str | None = None
+    ) -> str:
         current = self._objects.get(key)
         if if_absent and current is not None:
             raise PreconditionFailed(key, "exists")

@@ -112,8 +112,9 @@ class World:
     def _active(self, windows: Sequence[Any], zone: str = "", itype: str = "") -> bool:
         for w in windows:
             if self.at(w.at_s) <= self.now < self.at(w.at_s + w.for_s):
-                if (not w.zone or w.zone == zone) and (not w.instance_type
-                                                        or w.instance_type == itype):
+                if (not w.zone or w.zone == zone) and (
+                    not w.instance_type or w.instance_type == itype
+                ):
                     return True
         return False
 
@@ -121,10 +122,12 @@ class World:
         return self.rng.randint(self.scenario.boot_min_s, self.scenario.boot_max_s)
 
     def _schedule_fault(self, n: SimNode) -> None:
-        rate = self.scenario.failure_rate_per_node_day * (self.scenario.lemon_multiplier
-                                                           if n.lemon else 1.0)
-        n.next_fault_at = (self.now + timedelta(days=self.rng.expovariate(rate))
-                           if rate > 0 else None)
+        rate = self.scenario.failure_rate_per_node_day * (
+            self.scenario.lemon_multiplier if n.lemon else 1.0
+        )
+        n.next_fault_at = (
+            self.now + timedelta(days=self.rng.expovariate(rate)) if rate > 0 else None
+        )
 
     def _pick_cause(self) -> str:
         causes = sorted(self.scenario.causes.items())
@@ -150,8 +153,14 @@ class World:
         n.had_fault = True
         n.fault_code = 79 if cause == "xid79" else self.rng.choice(ECC_XIDS)
         self._show_fault(n, self.now)
-        rec = {"node": n.node, "pool": n.pool, "instance_id": n.instance.instance_id,
-               "cause": cause, "at": self.now, "lemon": n.lemon}
+        rec = {
+            "node": n.node,
+            "pool": n.pool,
+            "instance_id": n.instance.instance_id,
+            "cause": cause,
+            "at": self.now,
+            "lemon": n.lemon,
+        }
         self.fault_log.append(rec)
         if self.on_fault is not None:
             self.on_fault(n)
@@ -187,8 +196,11 @@ class World:
         app_p = self.scenario.app_xid_bursts_per_node_day * period_days
         spot_p = self.scenario.spot_preemptions_per_node_day * period_days
         for w in self.scenario.rack_failures:
-            if self.at(w.at_s) <= self.now < self.at(w.at_s) + timedelta(
-                    seconds=self.scenario.reconcile_period_s):
+            if (
+                self.at(w.at_s)
+                <= self.now
+                < self.at(w.at_s) + timedelta(seconds=self.scenario.reconcile_period_s)
+            ):
                 healthy = [n for n in self._sorted() if n.fault is None]
                 for n in self.rng.sample(healthy, min(w.nodes, len(healthy))):
                     self.inject(n, "host_down")
@@ -198,13 +210,17 @@ class World:
                 self._schedule_fault(n)
             if app_p and self.rng.random() < app_p:
                 self.inject(n, "software")
-            if (n.instance.spot and spot_p and n.notice_at is None
-                    and self.rng.random() < spot_p):
+            if n.instance.spot and spot_p and n.notice_at is None and self.rng.random() < spot_p:
                 n.notice_at = self.now
                 n.preempt_at = self.now + timedelta(minutes=2)  # EC2 two-minute warning
-                n.agent.set_notice({"kind": "preemption", "source": "aws",
-                                    "deadline": n.preempt_at.isoformat(),
-                                    "detail": "EC2 spot instance interruption notice"})
+                n.agent.set_notice(
+                    {
+                        "kind": "preemption",
+                        "source": "aws",
+                        "deadline": n.preempt_at.isoformat(),
+                        "detail": "EC2 spot instance interruption notice",
+                    }
+                )
             if self._active(self.scenario.zone_outages, n.instance.zone):
                 n.silent_until = self.now + timedelta(seconds=self.scenario.reconcile_period_s)
         for n in [n for n in self._sorted() if n.preempt_at and n.preempt_at <= self.now]:
@@ -219,8 +235,9 @@ class World:
     def agents(self) -> None:
         """Every booted agent whose period is due runs once: the shipped agent code writes
         its signed report to the store (navarch.simulate.node)."""
-        silent = (self._active(self.scenario.agent_outages)
-                  or self._active(self.scenario.store_outages))
+        silent = self._active(self.scenario.agent_outages) or self._active(
+            self.scenario.store_outages
+        )
         if silent:
             return
         period = timedelta(seconds=self.scenario.agent_period_s)
@@ -234,16 +251,25 @@ class World:
             n.last_report_at = self.now
             n.agent.run(self.now, self.store)
 
-    def new_agent(self, inst: Instance, node: str, pool: str, gpus: int,
-                  boot_id: str) -> SimAgent:
+    def new_agent(self, inst: Instance, node: str, pool: str, gpus: int, boot_id: str) -> SimAgent:
         """The agent of a newly launched machine, configured as cloud-init would."""
         key = self._keys.get(node)
         if key is None:
             key = self._keys[node] = signing.derive_node_key(self.secret, self.fleet, node)
-        config = AgentConfig(fleet=self.fleet, pool=pool, node=node, store=self.store.url,
-                             instance_id=inst.instance_id, key=key.hex(), gpus_per_node=gpus,
-                             state_file="memory", fake_gpu=True, gpu_count=gpus,
-                             boot_id=boot_id, metadata="none")
+        config = AgentConfig(
+            fleet=self.fleet,
+            pool=pool,
+            node=node,
+            store=self.store.url,
+            instance_id=inst.instance_id,
+            key=key.hex(),
+            gpus_per_node=gpus,
+            state_file="memory",
+            fake_gpu=True,
+            gpu_count=gpus,
+            boot_id=boot_id,
+            metadata="none",
+        )
         return SimAgent(config)
 
 
@@ -259,14 +285,14 @@ class SimProvider:
 
     def _api(self, kind: str) -> None:
         self.world.api_calls[kind] += 1
-        if self.world.scenario.api_error_rate and (self.world.rng.random()
-                                                   < self.world.scenario.api_error_rate):
+        if self.world.scenario.api_error_rate and (
+            self.world.rng.random() < self.world.scenario.api_error_rate
+        ):
             raise TransientError(f"simulated API error on {kind}", code="RequestLimitExceeded")
 
     def list_instances(self, fleet: str) -> Sequence[Instance]:
         self.world.api_calls["list"] += 1
-        return [n.instance for n in self.world._sorted()
-                if n.instance.provider == self.name]
+        return [n.instance for n in self.world._sorted() if n.instance.provider == self.name]
 
     def provision(self, request: ProvisionRequest) -> Instance:
         w = self.world
@@ -274,21 +300,36 @@ class SimProvider:
         if existing is not None and existing in w.nodes:
             return w.nodes[existing].instance
         self._api("provision")
-        if (w._active(w.scenario.stockouts, request.zone, request.instance_type)
-                or w._active(w.scenario.zone_outages, request.zone)):
-            raise CapacityError(f"no {request.instance_type} capacity in {request.zone}",
-                                code="InsufficientInstanceCapacity", scope="zone")
+        if w._active(w.scenario.stockouts, request.zone, request.instance_type) or w._active(
+            w.scenario.zone_outages, request.zone
+        ):
+            raise CapacityError(
+                f"no {request.instance_type} capacity in {request.zone}",
+                code="InsufficientInstanceCapacity",
+                scope="zone",
+            )
         w.counter += 1
         iid = f"i-{w.counter:08d}"
-        inst = Instance(provider=self.name, instance_id=iid, zone=request.zone,
-                        instance_type=request.instance_type, state=InstanceState.RUNNING,
-                        launched_at=w.now, tags=tuple(sorted(request.tags.items())),
-                        spot=request.spot, address=None)
+        inst = Instance(
+            provider=self.name,
+            instance_id=iid,
+            zone=request.zone,
+            instance_type=request.instance_type,
+            state=InstanceState.RUNNING,
+            launched_at=w.now,
+            tags=tuple(sorted(request.tags.items())),
+            spot=request.spot,
+            address=None,
+        )
         gpus = self.gpus.get(request.pool, 8)
-        node = SimNode(inst, request.node, request.pool, gpus,
-                       ready_at=w.now + timedelta(seconds=w._boot_s()),
-                       agent=w.new_agent(inst, request.node, request.pool, gpus,
-                                         f"{iid}-boot1"))
+        node = SimNode(
+            inst,
+            request.node,
+            request.pool,
+            gpus,
+            ready_at=w.now + timedelta(seconds=w._boot_s()),
+            agent=w.new_agent(inst, request.node, request.pool, gpus, f"{iid}-boot1"),
+        )
         node.lemon = w.rng.random() < w.scenario.lemon_fraction
         w._schedule_fault(node)
         w.nodes[iid] = node
@@ -316,8 +357,11 @@ class SimProvider:
             n.agent.reboot(n.boot_id)
             n.last_report_at = None  # the agent's timer fires on boot (OnBootSec)
             # Faults are latched until a reboot; a reboot cures some of them.
-            if n.fault is not None and n.fault != "host_down" and (
-                    w.rng.random() < w.scenario.reboot_cures):
+            if (
+                n.fault is not None
+                and n.fault != "host_down"
+                and (w.rng.random() < w.scenario.reboot_cures)
+            ):
                 w.cure(n)
             elif n.fault is not None and n.fault != "host_down":
                 w._show_fault(n, n.ready_at)

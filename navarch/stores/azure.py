@@ -123,14 +123,21 @@ class AzureBlobStore:
     url: "az://account/container[/prefix]"; keys are relative to the prefix.
     """
 
-    def __init__(self, account: str, container: str, prefix: str = "", *,
-                 client: ContainerClient | None = None,
-                 max_workers: int = DEFAULT_MAX_WORKERS) -> None:
+    def __init__(
+        self,
+        account: str,
+        container: str,
+        prefix: str = "",
+        *,
+        client: ContainerClient | None = None,
+        max_workers: int = DEFAULT_MAX_WORKERS,
+    ) -> None:
         self.account = account
         self.container = container
         self.prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
         self.url = f"az://{account}/{container}" + (
-            f"/{self.prefix.rstrip('/')}" if self.prefix else "")
+            f"/{self.prefix.rstrip('/')}" if self.prefix else ""
+        )
         self.max_workers = max(1, max_workers)
         self.parallel_gets = self.max_workers
         if client is None:
@@ -140,12 +147,15 @@ class AzureBlobStore:
     @classmethod
     def from_url(cls, url: str) -> AzureBlobStore:
         """Open `az://account/container[/prefix]`. Raises ConfigError for a malformed URL."""
-        rest = url[len("az://"):] if url.startswith("az://") else ""
+        rest = url[len("az://") :] if url.startswith("az://") else ""
         account, _, rest = rest.partition("/")
         container, _, prefix = rest.partition("/")
         if not account or not container:
-            raise ConfigError(f"not an Azure Blob URL: {url!r}",
-                              key_path="store", hint="write az://account/container/prefix")
+            raise ConfigError(
+                f"not an Azure Blob URL: {url!r}",
+                key_path="store",
+                hint="write az://account/container/prefix",
+            )
         return cls(account, container, prefix)
 
     def _key(self, key: str) -> str:
@@ -168,12 +178,20 @@ class AzureBlobStore:
             if account_key:
                 kwargs: dict[str, Any] = {"account_key": account_key}
             else:
-                service = BlobServiceClient(self.client.primary_endpoint.rsplit("/", 1)[0],
-                                            credential=self.client.credential)
+                service = BlobServiceClient(
+                    self.client.primary_endpoint.rsplit("/", 1)[0],
+                    credential=self.client.credential,
+                )
                 kwargs = {"user_delegation_key": service.get_user_delegation_key(start, expiry)}
-            sas = generate_blob_sas(self.client.account_name, self.container, name,
-                                    permission=BlobSasPermissions(read=True), start=start,
-                                    expiry=expiry, **kwargs)
+            sas = generate_blob_sas(
+                self.client.account_name,
+                self.container,
+                name,
+                permission=BlobSasPermissions(read=True),
+                start=start,
+                expiry=expiry,
+                **kwargs,
+            )
         except (AzureError, AttributeError) as exc:
             raise map_error(exc, key) from exc
         return f"{self.client.get_blob_client(name).url}?{sas}"
@@ -185,8 +203,9 @@ class AzureBlobStore:
             data = downloader.readall()
         return Blob(key=key, data=data, version=_etag(downloader.properties.etag))
 
-    def put(self, key: str, data: bytes, *, if_absent: bool = False,
-            if_version: str | None = None) -> str:
+    def put(
+        self, key: str, data: bytes, *, if_absent: bool = False, if_version: str | None = None
+    ) -> str:
         """Write data; return the new ETag. if_absent: If-None-Match: *; if_version:
         If-Match: <etag>; neither: overwrite. Raises PreconditionFailed on a lost condition,
         StoreError otherwise; both conditions at once raises ValueError."""
@@ -225,8 +244,12 @@ class AzureBlobStore:
         Raises StoreError."""
         with blob_errors(prefix):
             infos = [
-                ObjectInfo(key=b.name[len(self.prefix):], version=_etag(b.etag),
-                           size_bytes=int(b.size), modified_at=_rfc3339(b.last_modified))
+                ObjectInfo(
+                    key=b.name[len(self.prefix) :],
+                    version=_etag(b.etag),
+                    size_bytes=int(b.size),
+                    modified_at=_rfc3339(b.last_modified),
+                )
                 for b in self.client.list_blobs(name_starts_with=self._key(prefix))
             ]
         infos.sort(key=lambda info: info.key)
@@ -246,7 +269,9 @@ def _container_client(account: str, container: str) -> ContainerClient:
         else:
             from azure.identity import DefaultAzureCredential
 
-            service = BlobServiceClient(f"https://{account}.blob.core.windows.net",
-                                        credential=DefaultAzureCredential(),
-                                        retry_total=RETRY_TOTAL)
+            service = BlobServiceClient(
+                f"https://{account}.blob.core.windows.net",
+                credential=DefaultAzureCredential(),
+                retry_total=RETRY_TOTAL,
+            )
         return service.get_container_client(container)

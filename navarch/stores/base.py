@@ -99,7 +99,9 @@ def parallel_map(fn: Callable[[T], R], items: Sequence[T], max_workers: int) -> 
         return list(pool.map(fn, items))
 
 
-def fetch_many(get: Callable[[str], Blob], keys: Iterable[str], max_workers: int) -> dict[str, Blob]:
+def fetch_many(
+    get: Callable[[str], Blob], keys: Iterable[str], max_workers: int
+) -> dict[str, Blob]:
     """Call get(key) for every distinct key on up to max_workers threads -> {key: Blob}.
 
     Missing keys (NotFound) are omitted; any other error propagates. The backends'

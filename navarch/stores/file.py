@@ -40,7 +40,11 @@ class FileStore:
     # -- helpers ---------------------------------------------------------------------
     def _path(self, key: str) -> Path:
         parts = key.split("/")
-        if not key or any(p in ("", ".", "..") for p in parts) or parts[0] in (_TMP_DIR, _LOCK_NAME):
+        if (
+            not key
+            or any(p in ("", ".", "..") for p in parts)
+            or parts[0] in (_TMP_DIR, _LOCK_NAME)
+        ):
             raise StoreError(f"invalid object key {key!r}")
         return self.root.joinpath(*parts)
 

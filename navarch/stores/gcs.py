@@ -78,8 +78,13 @@ def map_error(exc: BaseException, key: str, *, op: str) -> NavarchError:
         )
     if isinstance(
         exc,
-        gexc.TooManyRequests | gexc.ServerError | gexc.RetryError | requests.ConnectionError
-        | requests.Timeout | TimeoutError | ConnectionError,
+        gexc.TooManyRequests
+        | gexc.ServerError
+        | gexc.RetryError
+        | requests.ConnectionError
+        | requests.Timeout
+        | TimeoutError
+        | ConnectionError,
     ):
         return StoreUnavailable(f"GCS {op} {key!r} failed: {type(exc).__name__}: {exc}")
     return StoreError(f"GCS {op} {key!r} failed: {type(exc).__name__}: {exc}")
@@ -150,11 +155,18 @@ class GCSStore:
                 import google.auth.transport.requests
 
                 creds.refresh(google.auth.transport.requests.Request())
-                extra = {"service_account_email": creds.service_account_email,
-                         "access_token": creds.token}
-            return str(blob.generate_signed_url(
-                version="v4", expiration=dt.timedelta(seconds=int(expires_s)), method="GET",
-                **extra))
+                extra = {
+                    "service_account_email": creds.service_account_email,
+                    "access_token": creds.token,
+                }
+            return str(
+                blob.generate_signed_url(
+                    version="v4",
+                    expiration=dt.timedelta(seconds=int(expires_s)),
+                    method="GET",
+                    **extra,
+                )
+            )
         except Exception as exc:
             raise map_error(exc, key, op="sign") from exc
 

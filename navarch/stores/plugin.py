@@ -48,10 +48,12 @@ class CheckedStore:
             raise PluginError(self._ref, f"get returned a {type(got).__name__}, not a Blob")
         return got
 
-    def put(self, key: str, data: bytes, *, if_absent: bool = False,
-            if_version: str | None = None) -> str:
-        got = call(self._ref, self._inner.put, key, data, if_absent=if_absent,
-                   if_version=if_version)
+    def put(
+        self, key: str, data: bytes, *, if_absent: bool = False, if_version: str | None = None
+    ) -> str:
+        got = call(
+            self._ref, self._inner.put, key, data, if_absent=if_absent, if_version=if_version
+        )
         if not isinstance(got, str):
             raise PluginError(self._ref, f"put returned a {type(got).__name__}, not a version")
         return got

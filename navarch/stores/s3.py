@@ -158,9 +158,13 @@ class S3Store:
         """S3 pre-signed GetObject URL (SigV4 query string, valid expires_s seconds; the
         signer's credentials must allow s3:GetObject). Raises StoreError."""
         try:
-            return str(self.client.generate_presigned_url(
-                "get_object", Params={"Bucket": self.bucket, "Key": self._key(key)},
-                ExpiresIn=int(expires_s)))
+            return str(
+                self.client.generate_presigned_url(
+                    "get_object",
+                    Params={"Bucket": self.bucket, "Key": self._key(key)},
+                    ExpiresIn=int(expires_s),
+                )
+            )
         except (ClientError, BotoCoreError) as exc:
             raise map_error(exc, key) from exc
 

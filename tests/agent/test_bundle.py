@@ -34,8 +34,12 @@ def interpreters() -> list[str]:
         candidates = sorted(pyenv.glob(f"{version}.*/bin/python{version}"))
         path = str(candidates[-1]) if candidates else shutil.which(f"python{version}")
         if path and version not in found:
-            real = subprocess.run([path, "-c", "import sys; print(sys.executable)"],
-                                  capture_output=True, text=True, timeout=30)
+            real = subprocess.run(
+                [path, "-c", "import sys; print(sys.executable)"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
             if real.returncode == 0:  # a version manager's shim names one it lacks
                 found[version] = real.stdout.strip()
     return [found[v] for v in sorted(found, key=lambda v: tuple(map(int, v.split("."))))]
@@ -49,10 +53,18 @@ def bundle_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def agent_config(tmp_path: Path) -> Path:
-    doc = {"fleet": "demo", "pool": "train", "node": "train-0001",
-           "store": f"file://{tmp_path}/store", "key": "5a" * 32, "gpus_per_node": 4,
-           "fake_gpu": True, "metadata": "none", "state_file": str(tmp_path / "state.json"),
-           "boot_id": "boot-a"}
+    doc = {
+        "fleet": "demo",
+        "pool": "train",
+        "node": "train-0001",
+        "store": f"file://{tmp_path}/store",
+        "key": "5a" * 32,
+        "gpus_per_node": 4,
+        "fake_gpu": True,
+        "metadata": "none",
+        "state_file": str(tmp_path / "state.json"),
+        "boot_id": "boot-a",
+    }
     path = tmp_path / "agent.yaml"
     path.write_text(yaml.safe_dump(doc))
     return path
@@ -70,19 +82,30 @@ def test_bundle_holds_pure_python_only_and_no_cloud_sdk(bundle_file: Path) -> No
     assert not [n for n in names if n.endswith((".so", ".pyd", ".dylib"))]
     tops = {n.split("/")[0].removesuffix(".py") for n in names}
     assert tops == {"__main__", "navarch", *VENDORED}
-    for heavy in ("navarch/spec.py", "navarch/planner/plan.py", "navarch/stores/s3.py",
-                  "navarch/reconcile/run.py", "navarch/agent/bundle.py"):
+    for heavy in (
+        "navarch/spec.py",
+        "navarch/planner/plan.py",
+        "navarch/stores/s3.py",
+        "navarch/reconcile/run.py",
+        "navarch/agent/bundle.py",
+    ):
         assert heavy not in names
     assert bundle_file.stat().st_size < MAX_BUNDLE_BYTES
 
 
 @pytest.mark.parametrize("python", interpreters())
-def test_bundle_runs_isolated_on_every_supported_python(python: str, bundle_file: Path,
-                                                        tmp_path: Path) -> None:
+def test_bundle_runs_isolated_on_every_supported_python(
+    python: str, bundle_file: Path, tmp_path: Path
+) -> None:
     config = agent_config(tmp_path)
-    run = subprocess.run([python, "-I", "-S", str(bundle_file), "run", "--once", "--config",
-                          str(config)], capture_output=True, text=True, timeout=60,
-                         env={"PATH": "/usr/bin:/bin", "NAVARCH_GPU_COUNT": "4"}, cwd=tmp_path)
+    run = subprocess.run(
+        [python, "-I", "-S", str(bundle_file), "run", "--once", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", "NAVARCH_GPU_COUNT": "4"},
+        cwd=tmp_path,
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     report = json.loads((tmp_path / "store/health/demo/train/train-0001.json").read_text())
     assert report["status"] == "healthy" and len(report["gpus"]) == 4
@@ -93,17 +116,32 @@ def test_bundle_modules_keep_to_python_3_9(bundle_file: Path, tmp_path: Path) ->
     pytest.importorskip("vermin", reason="vermin is a dev dependency (pip install -e .[dev])")
     src = tmp_path / "src"
     zipfile.ZipFile(bundle_file).extractall(src)
-    run = subprocess.run([sys.executable, "-c", "import sys, vermin; sys.exit(vermin.main())",
-                          "-t=3.9-", "--violations", "--no-tips",
-                          "--eval-annotations=no", str(src)],
-                         capture_output=True, text=True, timeout=300)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, vermin; sys.exit(vermin.main())",
+            "-t=3.9-",
+            "--violations",
+            "--no-tips",
+            "--eval-annotations=no",
+            str(src),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stdout + run.stderr
 
 
 def test_cli_writes_the_bundle(tmp_path: Path) -> None:
     out = tmp_path / "agent.pyz"
-    run = subprocess.run([sys.executable, "-m", "navarch", "agent", "bundle", "--out", str(out)],
-                         capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        [sys.executable, "-m", "navarch", "agent", "bundle", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode == 0, run.stderr
     assert f"sha256 {build_bundle().sha256}" in run.stdout
     assert out.read_bytes() == build_bundle().data and out.stat().st_mode & 0o111
@@ -117,11 +155,24 @@ def test_s3_signature_matches_botocore(monkeypatch: pytest.MonkeyPatch) -> None:
     now = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
     url = "https://bucket.s3.us-east-1.amazonaws.com/p/health/demo/train/n%201.json?x-id=PutObject"
     body = b'{"a":1}'
-    ours = sigv4_headers("PUT", url, {"Content-Type": "application/json"}, body,
-                         AwsCredentials("AKID", "SECRET", "TOKEN"), "us-east-1", now)
-    req = AWSRequest(method="PUT", url=url, data=body,
-                     headers={"Content-Type": "application/json",
-                              "X-Amz-Content-Sha256": ours["X-Amz-Content-Sha256"]})
+    ours = sigv4_headers(
+        "PUT",
+        url,
+        {"Content-Type": "application/json"},
+        body,
+        AwsCredentials("AKID", "SECRET", "TOKEN"),
+        "us-east-1",
+        now,
+    )
+    req = AWSRequest(
+        method="PUT",
+        url=url,
+        data=body,
+        headers={
+            "Content-Type": "application/json",
+            "X-Amz-Content-Sha256": ours["X-Amz-Content-Sha256"],
+        },
+    )
     signer = botocore_auth.S3SigV4Auth(Credentials("AKID", "SECRET", "TOKEN"), "s3", "us-east-1")
     monkeypatch.setattr(botocore_auth, "get_current_datetime", lambda: now.replace(tzinfo=None))
     signer.add_auth(req)
@@ -129,15 +180,29 @@ def test_s3_signature_matches_botocore(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_with_a_cache_dir_the_bundle_unpacks_once_and_python_caches_bytecode(
-        bundle_file: Path, tmp_path: Path) -> None:
+    bundle_file: Path, tmp_path: Path
+) -> None:
     config = agent_config(tmp_path)
     cache = tmp_path / "cache"
     stale = cache / "0123456789abcdef"  # an earlier bundle's tree
     stale.mkdir(parents=True)
     for _ in range(2):
-        run = subprocess.run([sys.executable, "-I", "-S", str(bundle_file), "run", "--once",
-                              "--config", str(config)], capture_output=True, text=True,
-                             timeout=60, env={"NAVARCH_BUNDLE_CACHE": str(cache)})
+        run = subprocess.run(
+            [
+                sys.executable,
+                "-I",
+                "-S",
+                str(bundle_file),
+                "run",
+                "--once",
+                "--config",
+                str(config),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={"NAVARCH_BUNDLE_CACHE": str(cache)},
+        )
         assert run.returncode == 0, run.stdout + run.stderr
     (tree,) = cache.iterdir()
     assert tree.name == build_bundle().sha256[:16]
@@ -148,8 +213,12 @@ def test_an_unwritable_cache_falls_back_to_the_zip(bundle_file: Path, tmp_path: 
     config = agent_config(tmp_path)
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("")
-    run = subprocess.run([sys.executable, "-I", "-S", str(bundle_file), "run", "--once",
-                          "--config", str(config)], capture_output=True, text=True, timeout=60,
-                         env={"NAVARCH_BUNDLE_CACHE": str(blocker / "cache")})
+    run = subprocess.run(
+        [sys.executable, "-I", "-S", str(bundle_file), "run", "--once", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"NAVARCH_BUNDLE_CACHE": str(blocker / "cache")},
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     assert "running from the zip" in run.stderr

@@ -67,7 +67,10 @@ def test_unhealthy_checks_carry_their_consecutive_count(
     cfg = make_config(heartbeat_s=300)
     _ecc(cfg, 3, 2)
     reports = [run_once(cfg, now=T0 + timedelta(seconds=30 * n)) for n in range(3)]
-    counts = [next(c["consecutive"] for c in r["checks"] if c["name"] == "ecc" and c["gpu_index"] == 3) for r in reports]
+    counts = [
+        next(c["consecutive"] for c in r["checks"] if c["name"] == "ecc" and c["gpu_index"] == 3)
+        for r in reports
+    ]
     assert counts == [1, 2, 3]
     # Each count below the cap is a change: every one of these checks was written.
     assert _stored_sequence(cfg) == reports[-1]["sequence"] == reports[0]["sequence"] + 2
@@ -76,8 +79,12 @@ def test_unhealthy_checks_carry_their_consecutive_count(
     run_once(cfg, now=T0 + timedelta(seconds=90))
     _ecc(cfg, 3, 2)
     again = run_once(cfg, now=T0 + timedelta(seconds=120))
-    assert next(c["consecutive"] for c in again["checks"]
-                if c["name"] == "ecc" and c["gpu_index"] == 3) == 1
+    assert (
+        next(
+            c["consecutive"] for c in again["checks"] if c["name"] == "ecc" and c["gpu_index"] == 3
+        )
+        == 1
+    )
 
 
 def test_busy_gpus_changing_is_written_at_once(make_config: Callable[..., AgentConfig]) -> None:
@@ -95,7 +102,8 @@ def test_heartbeat_zero_writes_every_check(make_config: Callable[..., AgentConfi
 
 
 def test_a_check_that_writes_nothing_reads_nothing_from_the_store(
-    make_config: Callable[..., AgentConfig], monkeypatch: Any,
+    make_config: Callable[..., AgentConfig],
+    monkeypatch: Any,
 ) -> None:
     cfg = make_config(heartbeat_s=300)
     _checks(cfg, STREAK_WRITE_CAP)
@@ -103,14 +111,16 @@ def test_a_check_that_writes_nothing_reads_nothing_from_the_store(
     calls: list[str] = []
     real_get, real_put = store.get, store.put
     monkeypatch.setattr(store, "get", lambda key: calls.append("get") or real_get(key))
-    monkeypatch.setattr(store, "put", lambda key, data, **kw: calls.append("put")
-                        or real_put(key, data, **kw))
+    monkeypatch.setattr(
+        store, "put", lambda key, data, **kw: calls.append("put") or real_put(key, data, **kw)
+    )
     run_once(cfg, now=T0 + timedelta(seconds=STREAK_WRITE_CAP * 30), store=store)
     assert calls == []
 
 
 def test_a_write_the_store_refused_is_retried_at_the_next_check(
-    make_config: Callable[..., AgentConfig], monkeypatch: Any,
+    make_config: Callable[..., AgentConfig],
+    monkeypatch: Any,
 ) -> None:
     from navarch.errors import StoreError
 

@@ -36,8 +36,9 @@ def tool(name: str) -> str | None:
 
 
 def test_baked_units_are_the_ones_navarch_renders() -> None:
-    for name, text in render_units(exec_start=BUNDLE_EXEC_START,
-                                           environment=BUNDLE_ENVIRONMENT).items():
+    for name, text in render_units(
+        exec_start=BUNDLE_EXEC_START, environment=BUNDLE_ENVIRONMENT
+    ).items():
         assert (IMAGE / name).read_text() == text, f"regenerate examples/image/{name}"
 
 
@@ -48,17 +49,27 @@ def test_baked_image_then_user_data_with_only_the_key_runs_the_agent(tmp_path: P
     for name in ("navarch-agent.service", "navarch-agent.timer"):
         shutil.copy(IMAGE / name, dist)
     root = tmp_path / "image-root"
-    bake = subprocess.run(["sh", str(IMAGE / "bake-agent.sh"), str(dist)], capture_output=True,
-                          text=True, timeout=120,
-                          env={"PATH": f"{BIN}:/usr/bin:/bin", "NAVARCH_ROOT": str(root)})
+    bake = subprocess.run(
+        ["sh", str(IMAGE / "bake-agent.sh"), str(dist)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": f"{BIN}:/usr/bin:/bin", "NAVARCH_ROOT": str(root)},
+    )
     assert bake.returncode == 0, bake.stdout + bake.stderr
     assert (root / BUNDLE_PATH.lstrip("/")).is_file()
 
     key = signing.derive_node_key(b"s" * 32, "demo", "demo-train-0001")
-    user_data = render_cloud_init_for(fleet="demo", pool="train", node="demo-train-0001",
-                                      store=f"file://{tmp_path}/store", node_key=key,
-                                      gpus_per_node=2, metadata="none",
-                                      install=AgentInstall.BAKED)
+    user_data = render_cloud_init_for(
+        fleet="demo",
+        pool="train",
+        node="demo-train-0001",
+        store=f"file://{tmp_path}/store",
+        node_key=key,
+        gpus_per_node=2,
+        metadata="none",
+        install=AgentInstall.BAKED,
+    )
     doc = yaml.safe_load(user_data)
     assert [f["path"] for f in doc["write_files"]] == ["/etc/navarch/agent.yaml"]
     installed = run_user_data(user_data, root)
@@ -69,9 +80,15 @@ def test_baked_image_then_user_data_with_only_the_key_runs_the_agent(tmp_path: P
 
 
 def test_baked_user_data_on_an_image_without_the_agent_fails_loudly(tmp_path: Path) -> None:
-    user_data = render_cloud_init_for(fleet="demo", pool="train", node="n", store="file:///x",
-                                      node_key=b"k" * 32, gpus_per_node=1,
-                                      install=AgentInstall.BAKED)
+    user_data = render_cloud_init_for(
+        fleet="demo",
+        pool="train",
+        node="n",
+        store="file:///x",
+        node_key=b"k" * 32,
+        gpus_per_node=1,
+        install=AgentInstall.BAKED,
+    )
     with pytest.raises(subprocess.CalledProcessError) as err:
         run_user_data(user_data, tmp_path / "root")
     assert "has no agent bundle" in err.value.stderr
@@ -87,8 +104,7 @@ def test_dockerfiles_pass_hadolint(name: str, tmp_path: Path) -> None:
     assert res.returncode == 0, res.stdout + res.stderr
     bad = tmp_path / name
     bad.write_text(path.read_text().replace("FROM ${PYTHON_IMAGE}\n", "FROM python:latest\n"))
-    assert subprocess.run([hadolint, str(bad)], capture_output=True,
-                          timeout=60).returncode != 0
+    assert subprocess.run([hadolint, str(bad)], capture_output=True, timeout=60).returncode != 0
 
 
 def test_agent_image_runs_the_bundle_isolated() -> None:
@@ -103,20 +119,31 @@ def test_kubernetes_examples_use_the_images_and_validate(tmp_path: Path) -> None
     assert validate is not None, "kubernetes-validate is a dev dependency"
     daemonset = REPO / "examples/kubernetes/agent-daemonset.yaml"
     cronjob = REPO / "examples/kubernetes/cronjob.yaml"
-    res = subprocess.run([validate, "--strict", str(daemonset), str(cronjob)],
-                         capture_output=True, text=True, timeout=120)
+    res = subprocess.run(
+        [validate, "--strict", str(daemonset), str(cronjob)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert res.returncode == 0, res.stdout + res.stderr
     ds = yaml.safe_load(daemonset.read_text())
     pod = ds["spec"]["template"]["spec"]
     (agent,) = pod["containers"]
     assert pod["hostPID"] is True and agent["securityContext"]["privileged"] is True
-    assert {m["mountPath"] for m in agent["volumeMounts"]} >= {"/dev", "/etc/navarch",
-                                                              "/var/lib/navarch"}
+    assert {m["mountPath"] for m in agent["volumeMounts"]} >= {
+        "/dev",
+        "/etc/navarch",
+        "/var/lib/navarch",
+    }
     assert "deploy/agent.Dockerfile" in daemonset.read_text()
     assert "deploy/reconciler.Dockerfile" in cronjob.read_text()
     assert "ghcr.io/example" not in cronjob.read_text()
     pod["containers"][0]["securityContext"]["privileged"] = "very"
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump(ds))
-    assert subprocess.run([validate, "--strict", str(bad)], capture_output=True,
-                          timeout=120).returncode != 0
+    assert (
+        subprocess.run(
+            [validate, "--strict", str(bad)], capture_output=True, timeout=120
+        ).returncode
+        != 0
+    )

@@ -55,14 +55,17 @@ CHECKS = {
 def installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every check of CHECKS installed as a navarch.checks entry point."""
     eps = "[navarch.checks]\n" + "".join(f"{n} = ck_{n}:check\n" for n in CHECKS)
-    site = fake_distribution(tmp_path / "site", "navarch-checks-test", eps,
-                             {f"ck_{n}": src for n, src in CHECKS.items()})
+    site = fake_distribution(
+        tmp_path / "site", "navarch-checks-test", eps, {f"ck_{n}": src for n, src in CHECKS.items()}
+    )
     monkeypatch.syspath_prepend(str(site))
 
 
 def test_plugin_checks_join_the_report_after_the_built_in_ones(
-    installed: None, make_config: Callable[..., AgentConfig],
-    validate_report: Callable[[dict[str, Any]], None], read_stored: Any,
+    installed: None,
+    make_config: Callable[..., AgentConfig],
+    validate_report: Callable[[dict[str, Any]], None],
+    read_stored: Any,
 ) -> None:
     node_key = derive_node_key(SECRET, "demo", "train-0001").hex()
     config = make_config(key=node_key, plugin_check_timeout_s=0.5)
@@ -73,23 +76,29 @@ def test_plugin_checks_join_the_report_after_the_built_in_ones(
     plugins = [c for c in report["checks"] if "plugin" in c]
     # Built-ins first, untouched by the plugin that cleared its copy; then plugins by name.
     assert names[0] == "boot" and [c["name"] for c in plugins] == sorted(CHECKS)
-    assert names[-len(CHECKS):] == sorted(CHECKS)
+    assert names[-len(CHECKS) :] == sorted(CHECKS)
     assert all(c["plugin"] == "navarch-checks-test 0.1" for c in plugins)
     by_name = {c["name"]: c for c in plugins}
     assert by_name["ib_link"]["status"] == "degraded"
     assert by_name["ib_link"]["message"] == "mlx5_1 link down"
-    assert by_name["ib_link"]["evidence"] == {"port": "mlx5_1", "gpus": 8,
-                                              "node": "train-0001", "saw_boot": True}
+    assert by_name["ib_link"]["evidence"] == {
+        "port": "mlx5_1",
+        "gpus": 8,
+        "node": "train-0001",
+        "saw_boot": True,
+    }
     # Each broken one is its own degraded check (never unhealthy, never a crash), its
     # message the one-line error naming the plugin.
-    reasons = {"raiser": "raised OSError: no /sys/class/infiniband",
-               "shape": "returned a str, not a result mapping",
-               "badstatus": "status 'fine' is not one of",
-               "huge": "evidence is over 8192 bytes",
-               "notjson": "evidence is not JSON",
-               "bigint": "result cannot be signed",
-               "slow": "did not finish within 0.5 s",
-               "broken": "failed to load: ModuleNotFoundError"}
+    reasons = {
+        "raiser": "raised OSError: no /sys/class/infiniband",
+        "shape": "returned a str, not a result mapping",
+        "badstatus": "status 'fine' is not one of",
+        "huge": "evidence is over 8192 bytes",
+        "notjson": "evidence is not JSON",
+        "bigint": "result cannot be signed",
+        "slow": "did not finish within 0.5 s",
+        "broken": "failed to load: ModuleNotFoundError",
+    }
     for name, reason in reasons.items():
         check = by_name[name]
         assert (check["status"], check["action"]) == ("degraded", "none"), check
@@ -100,8 +109,14 @@ def test_plugin_checks_join_the_report_after_the_built_in_ones(
     stored = read_stored(config)
     assert stored == report
     summary = verify_report(
-        json.dumps(stored).encode(), fleet="demo", pool="train", node="train-0001",
-        fleet_secret=SECRET, last_sequence=0, now=now)
+        json.dumps(stored).encode(),
+        fleet="demo",
+        pool="train",
+        node="train-0001",
+        fleet_secret=SECRET,
+        last_sequence=0,
+        now=now,
+    )
     assert summary.status == "degraded"
 
 

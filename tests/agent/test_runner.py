@@ -207,7 +207,9 @@ def test_recurring_fault_is_counted_never_escalated_by_the_node(
         boots.append(xid["boots_seen"])
     assert actions == ["reboot", "reboot", "reboot"]  # the pool's ladder decides, not the node
     assert boots == [1, 2, 3]
-    assert xid["fault_key"]["kind"] == "xid:79" and xid["gpu_index"] == xid["fault_key"]["gpu_index"]
+    assert (
+        xid["fault_key"]["kind"] == "xid:79" and xid["gpu_index"] == xid["fault_key"]["gpu_index"]
+    )
     assert xid["first_seen"] == "2026-03-02T12:00:00.000Z" or xid["first_seen"].endswith("Z")
 
 

@@ -15,16 +15,24 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _tree(root: Path) -> dict[str, tuple[int, int]]:
-    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns)
-            for p in root.rglob("*") if p.is_file()}
+    return {
+        str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns)
+        for p in root.rglob("*")
+        if p.is_file()
+    }
 
 
 def _run(cfg: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("NAVARCH_")}
     env["PYTHONPATH"] = str(REPO)
-    return subprocess.run([sys.executable, "-m", "navarch", "agent", "run", "--once",
-                           "--config", str(cfg), *extra], capture_output=True, text=True,
-                          env=env, timeout=120, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "navarch", "agent", "run", "--once", "--config", str(cfg), *extra],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
 
 
 def test_stdout_prints_the_report_and_writes_nothing(tmp_path: Path) -> None:
@@ -32,12 +40,24 @@ def test_stdout_prints_the_report_and_writes_nothing(tmp_path: Path) -> None:
     node_dir.mkdir()
     (node_dir / "kern.log").write_text("")
     cfg = tmp_path / "agent.yaml"
-    cfg.write_text(yaml.safe_dump({
-        "fleet": "demo", "pool": "train", "node": "demo-train-0001",
-        "store": f"file://{node_dir}/store", "key": "5a" * 32, "gpus_per_node": 8,
-        "state_file": str(node_dir / "state" / "agent-state.json"), "fake_gpu": True,
-        "boot_id": "boot-a", "metadata": "none", "kernel_log": str(node_dir / "kern.log"),
-        "instance_id": "i-0123"}))
+    cfg.write_text(
+        yaml.safe_dump(
+            {
+                "fleet": "demo",
+                "pool": "train",
+                "node": "demo-train-0001",
+                "store": f"file://{node_dir}/store",
+                "key": "5a" * 32,
+                "gpus_per_node": 8,
+                "state_file": str(node_dir / "state" / "agent-state.json"),
+                "fake_gpu": True,
+                "boot_id": "boot-a",
+                "metadata": "none",
+                "kernel_log": str(node_dir / "kern.log"),
+                "instance_id": "i-0123",
+            }
+        )
+    )
     before = _tree(node_dir)
     run = _run(cfg, "--stdout")
     assert run.returncode == 0, run.stderr

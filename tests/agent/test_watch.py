@@ -13,8 +13,10 @@ from navarch.agent.runner import run_once
 from navarch.agent.watch import kernel_waiter, watch
 from navarch.stores import open_store
 
-XID79 = ("[  100.000000] NVRM: Xid (PCI:0000:2a:00): 79, pid='<unknown>', name=<unknown>, "
-         "GPU has fallen off the bus.\n")
+XID79 = (
+    "[  100.000000] NVRM: Xid (PCI:0000:2a:00): 79, pid='<unknown>', name=<unknown>, "
+    "GPU has fallen off the bus.\n"
+)
 
 
 def _stored(cfg: AgentConfig) -> dict | None:
@@ -47,8 +49,9 @@ def test_an_xid_line_triggers_a_check_before_the_interval(
 
     stop = threading.Event()
     # An hour between checks: only the kernel line can cause the second one.
-    thread = threading.Thread(target=watch, args=(lambda: cfg,),
-                              kwargs={"interval_s": 3600, "stop": stop, "check": check})
+    thread = threading.Thread(
+        target=watch, args=(lambda: cfg,), kwargs={"interval_s": 3600, "stop": stop, "check": check}
+    )
     thread.start()
     try:
         assert _until(lambda: checks == ["healthy"])

@@ -75,8 +75,9 @@ def test_user_data_installs_the_bundle_and_the_next_plan_accepts_its_report(
     root = tmp_path / "node-root"
     installed = run_user_data(user_data_of(iid), root)  # no AWS credentials in its env
     bundle = root / "usr/local/lib/navarch/navarch-agent.pyz"
-    assert hashlib.sha256(bundle.read_bytes()).hexdigest() == bundle_source(
-        user_data_of(iid)).sha256
+    assert (
+        hashlib.sha256(bundle.read_bytes()).hexdigest() == bundle_source(user_data_of(iid)).sha256
+    )
     assert (root / "etc/navarch/agent.yaml").stat().st_mode & 0o777 == 0o600
     assert installed.exec_start[:4] == ("/usr/bin/env", "python3", "-I", "-S")
 
@@ -86,8 +87,11 @@ def test_user_data_installs_the_bundle_and_the_next_plan_accepts_its_report(
     assert run.returncode == 0, run.stdout + run.stderr
     assert '"report_written"' in run.stdout
 
-    report = json.loads(boto3.client("s3").get_object(
-        Bucket=BUCKET, Key=f"navarch/health/{FLEET}/train/{node}.json")["Body"].read())
+    report = json.loads(
+        boto3.client("s3")
+        .get_object(Bucket=BUCKET, Key=f"navarch/health/{FLEET}/train/{node}.json")["Body"]
+        .read()
+    )
     assert report["node"] == node and report["status"] == "healthy"
 
     status = navarch(["status", str(fleet), "--json"], env, tmp_path)

@@ -364,8 +364,14 @@ def test_pool_options_valid_against_schema() -> None:
 def test_every_mapped_ec2_code_is_in_the_contract_table() -> None:
     # The contract (tests/contracts) checks what each code becomes; this checks the table
     # names every code aws.py maps by name, and that the code is kept on the error.
-    mapped = (awsmod.CAPACITY_CODES | awsmod.PLACEMENT_CODES | awsmod.LAUNCH_SPENT_CODES
-              | awsmod.QUOTA_CODES | awsmod.AUTH_CODES | awsmod.TRANSIENT_CODES)
+    mapped = (
+        awsmod.CAPACITY_CODES
+        | awsmod.PLACEMENT_CODES
+        | awsmod.LAUNCH_SPENT_CODES
+        | awsmod.QUOTA_CODES
+        | awsmod.AUTH_CODES
+        | awsmod.TRANSIENT_CODES
+    )
     assert mapped == set(AWS_RELIED_ON), "an EC2 error code is mapped but untested, or unmapped"
     for code in AWS_RELIED_ON:
         assert awsmod.map_error(client_error(code), zone="us-east-1a").code == code
@@ -374,10 +380,17 @@ def test_every_mapped_ec2_code_is_in_the_contract_table() -> None:
 def test_a_dedicated_hosts_id_is_the_instances_host_id() -> None:
     """Issue 13: lemons are counted per physical host where EC2 exposes one: Placement.HostId
     of an instance on a Dedicated Host; none for instances on shared tenancy."""
-    raw = {"InstanceId": "i-0123456789abcdef0", "State": {"Name": "running"},
-           "InstanceType": "p5.48xlarge", "LaunchTime": datetime(2026, 11, 1, tzinfo=UTC),
-           "Placement": {"AvailabilityZone": "us-east-1a", "Tenancy": "host",
-                         "HostId": "h-0abc123def4567890"}}
+    raw = {
+        "InstanceId": "i-0123456789abcdef0",
+        "State": {"Name": "running"},
+        "InstanceType": "p5.48xlarge",
+        "LaunchTime": datetime(2026, 11, 1, tzinfo=UTC),
+        "Placement": {
+            "AvailabilityZone": "us-east-1a",
+            "Tenancy": "host",
+            "HostId": "h-0abc123def4567890",
+        },
+    }
     assert awsmod.to_instance("aws", raw).host_id == "h-0abc123def4567890"
     shared = raw | {"Placement": {"AvailabilityZone": "us-east-1a", "Tenancy": "default"}}
     assert awsmod.to_instance("aws", shared).host_id is None
@@ -390,9 +403,16 @@ def impair(ids: set[str], *, event: dict | None = None):
     def handler(parsed, **kwargs):
         for raw in parsed.get("InstanceStatuses", ()):
             if raw["InstanceId"] in ids:
-                raw["SystemStatus"] = {"Status": "impaired", "Details": [
-                    {"Name": "reachability", "Status": "failed",
-                     "ImpairedSince": datetime(2026, 3, 2, 11, 50, tzinfo=UTC)}]}
+                raw["SystemStatus"] = {
+                    "Status": "impaired",
+                    "Details": [
+                        {
+                            "Name": "reachability",
+                            "Status": "failed",
+                            "ImpairedSince": datetime(2026, 3, 2, 11, 50, tzinfo=UTC),
+                        }
+                    ],
+                }
                 if event is not None:
                     raw["Events"] = [event]
 
@@ -404,10 +424,13 @@ def test_list_carries_ec2_status_checks_one_status_call_per_region(provider) -> 
     calls: list[str] = []
     for region in ("us-east-1", "us-west-2"):
         client = provider.client(region)
-        client.meta.events.register("before-call.ec2.DescribeInstanceStatus",
-                                    lambda region=region, **kw: calls.append(region))
-        client.meta.events.register("after-call.ec2.DescribeInstanceStatus",
-                                    impair({sick.instance_id}))
+        client.meta.events.register(
+            "before-call.ec2.DescribeInstanceStatus",
+            lambda region=region, **kw: calls.append(region),
+        )
+        client.meta.events.register(
+            "after-call.ec2.DescribeInstanceStatus", impair({sick.instance_id})
+        )
     by_id = {i.instance_id: i for i in provider.list_instances(FLEET)}
     status = by_id[sick.instance_id].cloud_status
     assert status.health is InstanceHealth.IMPAIRED
@@ -421,24 +444,38 @@ def test_list_carries_ec2_status_checks_one_status_call_per_region(provider) -> 
 
 def test_a_scheduled_retirement_is_listed_as_the_instances_event(provider) -> None:
     inst = provider.provision(request())
-    retire = {"Code": "instance-retirement", "Description": "The instance is running on "
-              "degraded hardware", "NotBefore": datetime(2026, 3, 5, 0, 0, tzinfo=UTC)}
-    done = {"Code": "system-reboot", "Description": "[Completed] scheduled reboot",
-            "NotBefore": datetime(2026, 3, 1, 0, 0, tzinfo=UTC)}
+    retire = {
+        "Code": "instance-retirement",
+        "Description": "The instance is running on degraded hardware",
+        "NotBefore": datetime(2026, 3, 5, 0, 0, tzinfo=UTC),
+    }
+    done = {
+        "Code": "system-reboot",
+        "Description": "[Completed] scheduled reboot",
+        "NotBefore": datetime(2026, 3, 1, 0, 0, tzinfo=UTC),
+    }
     provider.client("us-east-1").meta.events.register(
-        "after-call.ec2.DescribeInstanceStatus", impair({inst.instance_id}, event=retire))
+        "after-call.ec2.DescribeInstanceStatus", impair({inst.instance_id}, event=retire)
+    )
     status = provider.list_instances(FLEET)[0].cloud_status
     assert (status.event, status.event_deadline) == (
-        CloudEvent.INSTANCE_RETIREMENT, datetime(2026, 3, 5, tzinfo=UTC))
+        CloudEvent.INSTANCE_RETIREMENT,
+        datetime(2026, 3, 5, tzinfo=UTC),
+    )
     assert awsmod.cloud_status_of(
-        {"InstanceId": "i-1", "Events": [done],
-         "SystemStatus": {"Status": "ok"}, "InstanceStatus": {"Status": "initializing"}}
+        {
+            "InstanceId": "i-1",
+            "Events": [done],
+            "SystemStatus": {"Status": "ok"},
+            "InstanceStatus": {"Status": "initializing"},
+        }
     ) == CloudStatus(InstanceHealth.UNKNOWN)
 
 
 def test_describe_instance_status_errors_leave_through_the_boundary(provider) -> None:
     provider.provision(request())
     provider.client("us-east-1").meta.events.register(
-        "before-call.ec2.DescribeInstanceStatus", fault("UnauthorizedOperation", 403))
+        "before-call.ec2.DescribeInstanceStatus", fault("UnauthorizedOperation", 403)
+    )
     with pytest.raises(AuthError, match="DescribeInstanceStatus"):
         provider.list_instances(FLEET)

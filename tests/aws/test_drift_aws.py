@@ -61,7 +61,10 @@ def test_changed_instance_type_and_ami_roll_to_new_instances(env, tmp_path: Path
     assert live[new_id]["InstanceType"] == "p4d.24xlarge"
     assert live[new_id]["ImageId"] == new_ami
     assert tags(live[new_id])["navarch-spec"]  # the launch-settings hash, for drift later
-    assert ec2_instances(live_only=False)[old_id]["State"]["Name"] in ("shutting-down", "terminated")
+    assert ec2_instances(live_only=False)[old_id]["State"]["Name"] in (
+        "shutting-down",
+        "terminated",
+    )
 
 
 def test_changed_label_is_set_in_place_on_ec2(env, tmp_path: Path) -> None:  # noqa: F811
@@ -81,8 +84,11 @@ def test_an_ownership_label_never_disowns_an_ec2_instance(env, tmp_path: Path) -
     fleet = write_fleet(tmp_path, target=1)
     assert navarch(["apply", str(fleet), "--auto-approve"], env, tmp_path).returncode == 0
     before = fleet_nodes()
-    fleet.write_text(fleet.read_text().replace(
-        "labels: {team: research}", "labels: {team: research, navarch-fleet: prod}"))
+    fleet.write_text(
+        fleet.read_text().replace(
+            "labels: {team: research}", "labels: {team: research, navarch-fleet: prod}"
+        )
+    )
     for _ in range(3):
         run = navarch(["apply", str(fleet), "--auto-approve"], env, tmp_path)
         assert run.returncode == 1 and "reserved" in run.stderr, run.stdout + run.stderr
@@ -102,5 +108,7 @@ def test_destroy_force_leaves_no_fleet_instance(env, tmp_path: Path) -> None:  #
     assert foreign_id in ec2_instances()
     status = navarch(["status", str(fleet), "--json"], env, tmp_path)
     assert '"nodes": []' in status.stdout
-    events = boto3.client("s3").list_objects_v2(Bucket="navarch-e2e", Prefix=f"navarch/events/{FLEET}/")
+    events = boto3.client("s3").list_objects_v2(
+        Bucket="navarch-e2e", Prefix=f"navarch/events/{FLEET}/"
+    )
     assert events.get("KeyCount", 0) > 0

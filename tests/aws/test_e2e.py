@@ -42,9 +42,16 @@ ROOT = Path(__file__).resolve().parents[2]
 LOCK_KEY = f"navarch/state/{FLEET}.lock"
 
 
-def write_fleet(tmp_path: Path, *, target: int = 3, max_nodes: int | None = None,
-                lock_ttl: str = "15m", max_parallel: int = 8, offline_after: str = "10m",
-                surge_on: str = "replace") -> Path:
+def write_fleet(
+    tmp_path: Path,
+    *,
+    target: int = 3,
+    max_nodes: int | None = None,
+    lock_ttl: str = "15m",
+    max_parallel: int = 8,
+    offline_after: str = "10m",
+    surge_on: str = "replace",
+) -> Path:
     path = tmp_path / "fleet.yaml"
     path.write_text(
         f"""\
@@ -196,8 +203,9 @@ def test_apply_converges_with_tags_and_user_data_then_no_op(env, tmp_path) -> No
 
 
 @pytest.mark.parametrize("hold_at", [1, 4])
-def test_killed_apply_then_apply_leaves_exactly_target(env, tmp_path, run_gate, moto,
-                                                       hold_at) -> None:
+def test_killed_apply_then_apply_leaves_exactly_target(
+    env, tmp_path, run_gate, moto, hold_at
+) -> None:
     """SIGKILL while launches run in parallel (one held inside moto's RunInstances, others
     in flight or done): the next run adopts what was launched and launches the rest."""
     fleet = write_fleet(tmp_path, target=6, max_nodes=7, max_parallel=4)

@@ -25,45 +25,64 @@ from tests.aws.test_e2e import (  # noqa: F401 - env is a fixture
 )
 
 
-def _report(node: str, instance_id: str, tmp_path: Path, boot_id: str, *,
-            xid: int | None = None) -> dict:
+def _report(
+    node: str, instance_id: str, tmp_path: Path, boot_id: str, *, xid: int | None = None
+) -> dict:
     """Run the real agent once for `node` (one fake GPU) booted as boot_id; an XID is
     appended to its kernel log first. Each boot has its own kernel log."""
     kern = tmp_path / f"{node}.{boot_id}.kern.log"
     if xid is not None:
         bdf = _gpu_bdf(node, 1, 0)
         with open(kern, "a") as fh:
-            fh.write(f"[100.000000] NVRM: Xid (PCI:{bdf}): {xid}, pid='<unknown>', "
-                     f"name=<unknown>, {lookup(xid).meaning}\n")
+            fh.write(
+                f"[100.000000] NVRM: Xid (PCI:{bdf}): {xid}, pid='<unknown>', "
+                f"name=<unknown>, {lookup(xid).meaning}\n"
+            )
     faults = tmp_path / f"{node}.faults.json"
     faults.write_text("{}")
     config = AgentConfig(
-        fleet=FLEET, pool="train", node=node, instance_id=instance_id,
-        store=f"s3://{BUCKET}/navarch", key=derive_node_key(SECRET.encode(), FLEET, node).hex(),
-        gpus_per_node=1, state_file=str(tmp_path / f"{node}.agent.json"), kernel_log=str(kern),
-        fake_gpu=True, gpu_count=1, faults_file=str(faults), boot_id=boot_id, metadata="none",
+        fleet=FLEET,
+        pool="train",
+        node=node,
+        instance_id=instance_id,
+        store=f"s3://{BUCKET}/navarch",
+        key=derive_node_key(SECRET.encode(), FLEET, node).hex(),
+        gpus_per_node=1,
+        state_file=str(tmp_path / f"{node}.agent.json"),
+        kernel_log=str(kern),
+        fake_gpu=True,
+        gpu_count=1,
+        faults_file=str(faults),
+        boot_id=boot_id,
+        metadata="none",
     )
     return run_once(config)
 
 
 def test_xid79_reboots_through_reboot_instances_never_terminates(
-        env, tmp_path, monkeypatch, capsys) -> None:  # noqa: F811
+    env, tmp_path, monkeypatch, capsys
+) -> None:  # noqa: F811
     calls: list[str] = []
 
     def record(operation: str):  # noqa: ANN202 - a botocore event handler
         def handler(params, **kwargs) -> None:  # noqa: ANN001, ANN003
             calls.append(operation)
+
         return handler
 
-    monkeypatch.setattr(awsmod, "CLIENT_EVENT_HANDLERS", [
-        ("before-call.ec2.RebootInstances", record("RebootInstances")),
-        ("before-call.ec2.TerminateInstances", record("TerminateInstances")),
-    ])
+    monkeypatch.setattr(
+        awsmod,
+        "CLIENT_EVENT_HANDLERS",
+        [
+            ("before-call.ec2.RebootInstances", record("RebootInstances")),
+            ("before-call.ec2.TerminateInstances", record("TerminateInstances")),
+        ],
+    )
     fleet = write_fleet(tmp_path, target=1, max_nodes=1)
-    text = fleet.read_text().replace("      boot_timeout: 1h\n",
-                                     "      boot_timeout: 1h\n"
-                                     "      replacement: after-terminate\n"
-                                     "      return_after: 2\n")
+    text = fleet.read_text().replace(
+        "      boot_timeout: 1h\n",
+        "      boot_timeout: 1h\n      replacement: after-terminate\n      return_after: 2\n",
+    )
     fleet.write_text(text)
     apply = ["apply", str(fleet), "--auto-approve"]
     assert cli.main(apply) == 0
@@ -93,7 +112,10 @@ def test_xid79_reboots_through_reboot_instances_never_terminates(
     assert f"~ uncordon {node}" in out and "healthy for 2 reports after reboot" in out, out
     assert calls == ["RebootInstances"]  # once, and no TerminateInstances
     assert fleet_nodes() == {node: iid}
-    state = json.loads(boto3.client("s3").get_object(
-        Bucket=BUCKET, Key=f"navarch/state/{FLEET}.json")["Body"].read())
+    state = json.loads(
+        boto3.client("s3")
+        .get_object(Bucket=BUCKET, Key=f"navarch/state/{FLEET}.json")["Body"]
+        .read()
+    )
     assert state["nodes"][node]["phase"] == ""
     assert state["nodes"][node]["rung"] == "reboot"

@@ -99,10 +99,12 @@ def recorded(tmp_path_factory: pytest.TempPathFactory, moto_server) -> tuple[Api
         cli("apply", str(fleet), "--auto-approve")
         aws = {k: v for k, v in env.items() if k.startswith("AWS_")}
         for node, iid in sorted(nodes().items()):
-            raw = boto3.client("ec2").describe_instance_attribute(InstanceId=iid,
-                                                                  Attribute="userData")
-            installed = run_user_data(base64.b64decode(raw["UserData"]["Value"]).decode(),
-                                      tmp_path / node)
+            raw = boto3.client("ec2").describe_instance_attribute(
+                InstanceId=iid, Attribute="userData"
+            )
+            installed = run_user_data(
+                base64.b64decode(raw["UserData"]["Value"]).decode(), tmp_path / node
+            )
             for _ in range(2):  # the second run reads the first report back
                 with recording(agent):
                     run = run_installed_agent(installed, {**aws, "NAVARCH_FAKE_GPU": "true"})
@@ -119,8 +121,14 @@ def recorded(tmp_path_factory: pytest.TempPathFactory, moto_server) -> tuple[Api
 
 def test_every_reconciler_call_is_in_the_reconciler_policy(recorded) -> None:
     reconciler, _ = recorded
-    for expected in ("ec2:RunInstances", "ec2:CreateTags", "ec2:RebootInstances",
-                     "ec2:TerminateInstances", "s3:PutObject", "s3:ListBucket"):
+    for expected in (
+        "ec2:RunInstances",
+        "ec2:CreateTags",
+        "ec2:RebootInstances",
+        "ec2:TerminateInstances",
+        "s3:PutObject",
+        "s3:ListBucket",
+    ):
         assert expected in reconciler.actions(), sorted(reconciler.actions())
     assert missing_from_policy(reconciler.calls, policy("aws-reconciler.json")) == []
 
@@ -129,8 +137,9 @@ def test_the_agent_reads_and_writes_only_its_own_report(recorded) -> None:
     _, agent = recorded
     assert agent.actions() == {"s3:GetObject", "s3:PutObject"}
     keys = {c.key for c in agent.calls}
-    assert keys == {f"{FLEET}/health/{FLEET}/train/{n}.json" for n in
-                    {k.rsplit("/", 1)[1][:-5] for k in keys}}
+    assert keys == {
+        f"{FLEET}/health/{FLEET}/train/{n}.json" for n in {k.rsplit("/", 1)[1][:-5] for k in keys}
+    }
     assert missing_from_policy(agent.calls, policy("aws-node.json")) == []
 
 
@@ -138,8 +147,9 @@ def test_a_policy_without_an_action_it_needs_fails_the_check(recorded) -> None:
     reconciler, _ = recorded
     doc = copy.deepcopy(policy("aws-reconciler.json"))
     for statement in doc["Statement"]:
-        actions = statement["Action"] if isinstance(statement["Action"], list) else [
-            statement["Action"]]
+        actions = (
+            statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+        )
         statement["Action"] = [a for a in actions if a != "ec2:RebootInstances"] or ["none:None"]
     assert missing_from_policy(reconciler.calls, doc) == [Call("ec2:RebootInstances")]
 
@@ -153,12 +163,13 @@ def test_the_reconciler_policy_cannot_take_ownership_of_a_machine() -> None:
 
 def test_the_node_policy_does_not_reach_another_pools_reports_or_the_state(recorded) -> None:
     doc = policy("aws-node.json")
-    others = [Call("s3:PutObject", BUCKET, f"{FLEET}/state/{FLEET}.json"),
-              Call("s3:PutObject", BUCKET, f"{FLEET}/state/{FLEET}.lock"),
-              Call("s3:PutObject", BUCKET, f"{FLEET}/state/{FLEET}.reports-cache.json"),
-              Call("s3:PutObject", BUCKET, f"{FLEET}/status/{FLEET}/index.html"),
-              Call("s3:PutObject", BUCKET, f"{FLEET}/agent/0.1.0-{'0' * 64}.pyz"),
-              Call("s3:PutObject", BUCKET, f"{FLEET}/health/{FLEET}/infer/x.json"),
-              Call("s3:DeleteObject", BUCKET, f"{FLEET}/health/{FLEET}/train/x.json")]
+    others = [
+        Call("s3:PutObject", BUCKET, f"{FLEET}/state/{FLEET}.json"),
+        Call("s3:PutObject", BUCKET, f"{FLEET}/state/{FLEET}.lock"),
+        Call("s3:PutObject", BUCKET, f"{FLEET}/state/{FLEET}.reports-cache.json"),
+        Call("s3:PutObject", BUCKET, f"{FLEET}/status/{FLEET}/index.html"),
+        Call("s3:PutObject", BUCKET, f"{FLEET}/agent/0.1.0-{'0' * 64}.pyz"),
+        Call("s3:PutObject", BUCKET, f"{FLEET}/health/{FLEET}/infer/x.json"),
+        Call("s3:DeleteObject", BUCKET, f"{FLEET}/health/{FLEET}/train/x.json"),
+    ]
     assert missing_from_policy(others, doc) == sorted(others)
-

@@ -18,8 +18,8 @@ from tests.support.userdata import bundle_source, run_installed_agent, run_user_
 
 
 def test_azure_node_installs_the_bundle_by_sas_and_plan_accepts_its_report(
-        fake_arm: FakeARM, arm_endpoint: str, azurite: str, az_container: str,
-        tmp_path: Path) -> None:
+    fake_arm: FakeARM, arm_endpoint: str, azurite: str, az_container: str, tmp_path: Path
+) -> None:
     env = env_for(azurite)
     fleet = write_fleet(tmp_path, arm_endpoint, az_container, target=2)
     run = navarch(["apply", str(fleet), "--auto-approve"], env, tmp_path)
@@ -33,8 +33,9 @@ def test_azure_node_installs_the_bundle_by_sas_and_plan_accepts_its_report(
     installed = run_user_data(user_data, tmp_path / "node-root")
     bundle = tmp_path / "node-root/usr/local/lib/navarch/navarch-agent.pyz"
     assert hashlib.sha256(bundle.read_bytes()).hexdigest() == source.sha256
-    agent = run_installed_agent(installed, {"NAVARCH_FAKE_GPU": "true",
-                                            "AZURE_STORAGE_CONNECTION_STRING": azurite})
+    agent = run_installed_agent(
+        installed, {"NAVARCH_FAKE_GPU": "true", "AZURE_STORAGE_CONNECTION_STRING": azurite}
+    )
     assert agent.returncode == 0, agent.stdout + agent.stderr
 
     status = navarch(["status", str(fleet), "--json"], env, tmp_path)
@@ -51,16 +52,16 @@ def arm_action(method: str, path: str) -> str:
         return f"unknown:{method} {path}"
     i = segments.index("providers")
     namespace, kind = segments[i + 1], segments[i + 2]
-    rest = segments[i + 3:]
+    rest = segments[i + 3 :]
     if len(rest) >= 2 and method == "POST":
         return f"{namespace}/{kind}/{rest[1]}/action"
     verb = {"GET": "read", "PUT": "write", "PATCH": "write", "DELETE": "delete"}[method]
     return f"{namespace}/{kind}/{verb}"
 
 
-def test_every_arm_call_is_in_the_reconciler_role(fake_arm: FakeARM, arm_endpoint: str,
-                                                  azurite: str, az_container: str,
-                                                  tmp_path: Path) -> None:
+def test_every_arm_call_is_in_the_reconciler_role(
+    fake_arm: FakeARM, arm_endpoint: str, azurite: str, az_container: str, tmp_path: Path
+) -> None:
     env = env_for(azurite)
     fleet = write_fleet(tmp_path, arm_endpoint, az_container, target=1)
     assert navarch(["apply", str(fleet), "--auto-approve"], env, tmp_path).returncode == 0
@@ -72,8 +73,11 @@ def test_every_arm_call_is_in_the_reconciler_role(fake_arm: FakeARM, arm_endpoin
     run = navarch(["destroy", str(fleet), "--force", "--auto-approve"], env, tmp_path)
     assert run.returncode == 0, run.stdout + run.stderr
     used = {arm_action(c.method, c.path) for c in fake_arm.calls}
-    role = json.loads((Path(__file__).resolve().parents[2]
-                       / "docs/policies/azure-reconciler-role.json").read_text())
+    role = json.loads(
+        (
+            Path(__file__).resolve().parents[2] / "docs/policies/azure-reconciler-role.json"
+        ).read_text()
+    )
     assert "Microsoft.Compute/virtualMachines/restart/action" in used
     assert "Microsoft.Compute/virtualMachines/delete" in used
     assert used - set(role["Actions"]) == set(), sorted(used)

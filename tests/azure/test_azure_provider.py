@@ -27,19 +27,38 @@ SUBNET = f"/subscriptions/{SUB}/resourceGroups/net/providers/Microsoft.Network/v
 
 
 def provider(endpoint: str, fleet: str = "f") -> AzureProvider:
-    p = open_provider("az", {"type": "azure", "subscription_id": SUB, "resource_group": "rg",
-                             "base_url": endpoint, "retry_total": 0},
-                      base_dir=__import__("pathlib").Path("."), fleet=fleet)
+    p = open_provider(
+        "az",
+        {
+            "type": "azure",
+            "subscription_id": SUB,
+            "resource_group": "rg",
+            "base_url": endpoint,
+            "retry_total": 0,
+        },
+        base_dir=__import__("pathlib").Path("."),
+        fleet=fleet,
+    )
     assert isinstance(p, AzureProvider)
     return p
 
 
-def request(node: str, zone: str = "eastus-1", *, spot: bool = False, **opts: Any) -> ProvisionRequest:
+def request(
+    node: str, zone: str = "eastus-1", *, spot: bool = False, **opts: Any
+) -> ProvisionRequest:
     lid = launch_id("f", node, 0)
     return ProvisionRequest(
-        fleet="f", pool="p", node=node, zone=zone, instance_type="Standard_NC24ads_A100_v4",
-        spot=spot, launch_id=lid, attempt=0, tags=ownership_tags("f", "p", node, lid),
-        user_data="#cloud-config\n", options={"subnet_id": SUBNET, **opts},
+        fleet="f",
+        pool="p",
+        node=node,
+        zone=zone,
+        instance_type="Standard_NC24ads_A100_v4",
+        spot=spot,
+        launch_id=lid,
+        attempt=0,
+        tags=ownership_tags("f", "p", node, lid),
+        user_data="#cloud-config\n",
+        options={"subnet_id": SUBNET, **opts},
     )
 
 
@@ -104,8 +123,11 @@ def test_foreign_vms_are_listed_never_touched(fake_arm: FakeARM, arm_endpoint: s
     p = provider(arm_endpoint)
     (foreign,) = p.list_instances("f")
     assert foreign.fleet is None
-    for act in (lambda: p.terminate([foreign]), lambda: p.reboot([foreign]),
-                lambda: p.update_tags(foreign, {"a": "b"})):
+    for act in (
+        lambda: p.terminate([foreign]),
+        lambda: p.reboot([foreign]),
+        lambda: p.update_tags(foreign, {"a": "b"}),
+    ):
         with pytest.raises(ProviderError, match="refusing"):
             act()
     assert ("rg", "someone-elses") in fake_arm.vms
@@ -121,17 +143,27 @@ def test_reboot_and_update_tags(fake_arm: FakeARM, arm_endpoint: str) -> None:
     assert fake_arm.vms[("rg", "f-p-0005")]["tags"]["navarch-node"] == "f-p-0005"
 
 
-def test_bad_token_is_auth_error(fake_arm: FakeARM, arm_endpoint: str,
-                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_bad_token_is_auth_error(
+    fake_arm: FakeARM, arm_endpoint: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("NAVARCH_AZURE_TOKEN", "wrong")
     with pytest.raises(AuthError):
         provider(arm_endpoint).list_instances("f")
 
 
 def test_throttling_is_retried_by_the_sdk_policy(fake_arm: FakeARM, arm_endpoint: str) -> None:
-    p = open_provider("az", {"type": "azure", "subscription_id": SUB, "resource_group": "rg",
-                             "base_url": arm_endpoint, "retry_total": 2},
-                      base_dir=__import__("pathlib").Path("."), fleet="f")
+    p = open_provider(
+        "az",
+        {
+            "type": "azure",
+            "subscription_id": SUB,
+            "resource_group": "rg",
+            "base_url": arm_endpoint,
+            "retry_total": 2,
+        },
+        base_dir=__import__("pathlib").Path("."),
+        fleet="f",
+    )
     fake_arm.fail("GET", "virtualMachines$", 429, "TooManyRequests", times=2)
     assert p.list_instances("f") == []
     assert fake_arm.count("GET", "virtualMachines$") == 3
@@ -164,7 +196,11 @@ def test_the_table_lists_every_code() -> None:
 
 @pytest.mark.parametrize("code", sorted(EXPECTED))
 def test_each_code_maps(code: str) -> None:
-    message = "Operation results in exceeding quota limits of Core" if code == "OperationNotAllowed" else "m"
+    message = (
+        "Operation results in exceeding quota limits of Core"
+        if code == "OperationNotAllowed"
+        else "m"
+    )
     got = map_error(arm_error(409, code, message), zone="eastus-1")
     assert type(got) is EXPECTED[code] and got.code == code
 
@@ -179,25 +215,45 @@ def test_unlisted_shapes() -> None:
 
 
 def test_nodes_get_the_pools_managed_identity(fake_arm: FakeARM, arm_endpoint: str) -> None:
-    identity = ("/subscriptions/x/resourceGroups/r/providers/Microsoft.ManagedIdentity/"
-                "userAssignedIdentities/agent")
+    identity = (
+        "/subscriptions/x/resourceGroups/r/providers/Microsoft.ManagedIdentity/"
+        "userAssignedIdentities/agent"
+    )
     provider(arm_endpoint).provision(request("f-p-0006", identity_id=identity))
     body = next(c.data for c in fake_arm.calls if c.method == "PUT" and "virtualMachines" in c.path)
     assert body["identity"] == {"type": "UserAssigned", "userAssignedIdentities": {identity: {}}}
 
 
-def test_list_carries_azures_instance_view_in_one_call(fake_arm: FakeARM, arm_endpoint: str) -> None:
+def test_list_carries_azures_instance_view_in_one_call(
+    fake_arm: FakeARM, arm_endpoint: str
+) -> None:
     p = provider(arm_endpoint)
     for n in range(1, 5):
         p.provision(request(f"f-p-000{n}"))
-    fake_arm.set_instance_view("rg", "f-p-0001", {"statuses": [
-        {"code": "PowerState/running"}], "vmHealth": {"status": {"code": "HealthState/unhealthy"}}})
-    fake_arm.set_instance_view("rg", "f-p-0002", {"statuses": [
-        {"code": "PowerState/deallocated", "time": "2026-03-02T11:50:00Z"}]})
-    fake_arm.set_instance_view("rg", "f-p-0003", {"statuses": [
-        {"code": "PowerState/running"}], "maintenanceRedeployStatus": {
-        "isCustomerInitiatedMaintenanceAllowed": True,
-        "maintenanceWindowStartTime": "2026-03-05T00:00:00Z"}})
+    fake_arm.set_instance_view(
+        "rg",
+        "f-p-0001",
+        {
+            "statuses": [{"code": "PowerState/running"}],
+            "vmHealth": {"status": {"code": "HealthState/unhealthy"}},
+        },
+    )
+    fake_arm.set_instance_view(
+        "rg",
+        "f-p-0002",
+        {"statuses": [{"code": "PowerState/deallocated", "time": "2026-03-02T11:50:00Z"}]},
+    )
+    fake_arm.set_instance_view(
+        "rg",
+        "f-p-0003",
+        {
+            "statuses": [{"code": "PowerState/running"}],
+            "maintenanceRedeployStatus": {
+                "isCustomerInitiatedMaintenanceAllowed": True,
+                "maintenanceWindowStartTime": "2026-03-05T00:00:00Z",
+            },
+        },
+    )
     lists = len([c for c in fake_arm.calls if c.method == "GET"])
     status = {i.node: i.cloud_status for i in p.list_instances("f")}
     assert len([c for c in fake_arm.calls if c.method == "GET"]) == lists + 1
@@ -207,6 +263,8 @@ def test_list_carries_azures_instance_view_in_one_call(fake_arm: FakeARM, arm_en
     assert status["f-p-0002"].health is InstanceHealth.IMPAIRED
     assert status["f-p-0002"].since == datetime(2026, 3, 2, 11, 50, tzinfo=UTC)
     assert (status["f-p-0003"].health, status["f-p-0003"].event) == (
-        InstanceHealth.OK, CloudEvent.SYSTEM_MAINTENANCE)
+        InstanceHealth.OK,
+        CloudEvent.SYSTEM_MAINTENANCE,
+    )
     assert status["f-p-0003"].event_deadline == datetime(2026, 3, 5, tzinfo=UTC)
     assert status["f-p-0004"] == CloudStatus(InstanceHealth.OK)

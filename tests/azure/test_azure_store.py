@@ -95,14 +95,17 @@ def _http_error(status: int, code: str) -> HttpResponseError:
     return err
 
 
-@pytest.mark.parametrize(("code", "status", "expected"), [
-    ("ConditionNotMet", 412, PreconditionFailed),
-    ("BlobAlreadyExists", 409, PreconditionFailed),
-    ("BlobNotFound", 404, NotFound),
-    ("ContainerNotFound", 404, StoreError),
-    ("ServerBusy", 503, StoreUnavailable),
-    ("AuthorizationFailure", 403, StoreError),
-])
+@pytest.mark.parametrize(
+    ("code", "status", "expected"),
+    [
+        ("ConditionNotMet", 412, PreconditionFailed),
+        ("BlobAlreadyExists", 409, PreconditionFailed),
+        ("BlobNotFound", 404, NotFound),
+        ("ContainerNotFound", 404, StoreError),
+        ("ServerBusy", 503, StoreUnavailable),
+        ("AuthorizationFailure", 403, StoreError),
+    ],
+)
 def test_error_table(code: str, status: int, expected: type) -> None:
     assert code in ERROR_CODES or expected in (StoreError, StoreUnavailable)
     got = map_error(_http_error(status, code), "k")
@@ -110,5 +113,9 @@ def test_error_table(code: str, status: int, expected: type) -> None:
 
 
 def test_every_table_code_is_tested() -> None:
-    assert set(ERROR_CODES) == {"ConditionNotMet", "BlobAlreadyExists", "BlobNotFound",
-                                "ContainerNotFound"}
+    assert set(ERROR_CODES) == {
+        "ConditionNotMet",
+        "BlobAlreadyExists",
+        "BlobNotFound",
+        "ContainerNotFound",
+    }

@@ -30,8 +30,9 @@ SUBNET = f"/subscriptions/{SUB}/resourceGroups/net/providers/Microsoft.Network/v
 SMALL, LARGE = "Standard_NC4as_T4_v3", "Standard_NC8as_T4_v3"
 
 
-def write_fleet(tmp_path: Path, endpoint: str, container: str, *, target: int = 3,
-                remediation: str = "") -> Path:
+def write_fleet(
+    tmp_path: Path, endpoint: str, container: str, *, target: int = 3, remediation: str = ""
+) -> Path:
     path = tmp_path / "fleet.yaml"
     path.write_text(f"""\
 fleet: {FLEET}
@@ -65,20 +66,28 @@ pools:
 
 def env_for(azurite: str) -> dict[str, str]:
     e = {k: v for k, v in os.environ.items() if not k.startswith(("AZURE_", "NAVARCH_"))}
-    e.update(AZURE_STORAGE_CONNECTION_STRING=azurite, NAVARCH_AZURE_TOKEN=TOKEN,
-             NAVARCH_FLEET_SECRET=SECRET, PYTHONPATH=str(ROOT))
+    e.update(
+        AZURE_STORAGE_CONNECTION_STRING=azurite,
+        NAVARCH_AZURE_TOKEN=TOKEN,
+        NAVARCH_FLEET_SECRET=SECRET,
+        PYTHONPATH=str(ROOT),
+    )
     return e
 
 
-def navarch(args: list[str], env: dict[str, str], cwd: Path,
-            timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def navarch(
+    args: list[str], env: dict[str, str], cwd: Path, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
     return run_navarch(args, cwd=cwd, env=env, inherit=False, timeout=timeout)
 
 
 def vms(fake: FakeARM) -> dict[str, dict[str, Any]]:
     """name -> VM of the fleet in the fake."""
-    return {name: vm for (_, name), vm in fake.vms.items()
-            if vm.get("tags", {}).get("navarch-fleet") == FLEET}
+    return {
+        name: vm
+        for (_, name), vm in fake.vms.items()
+        if vm.get("tags", {}).get("navarch-fleet") == FLEET
+    }
 
 
 def blob_names(azurite: str, container: str) -> list[str]:
@@ -86,8 +95,9 @@ def blob_names(azurite: str, container: str) -> list[str]:
     return [b.name for b in client.list_blobs()]
 
 
-def test_converge_then_no_op(fake_arm: FakeARM, arm_endpoint: str, azurite: str,
-                             az_container: str, tmp_path: Path) -> None:
+def test_converge_then_no_op(
+    fake_arm: FakeARM, arm_endpoint: str, azurite: str, az_container: str, tmp_path: Path
+) -> None:
     env = env_for(azurite)
     fleet = write_fleet(tmp_path, arm_endpoint, az_container)
     plan = navarch(["plan", str(fleet), "--detailed-exitcode"], env, tmp_path)
@@ -112,7 +122,11 @@ def test_converge_then_no_op(fake_arm: FakeARM, arm_endpoint: str, azurite: str,
 
 @pytest.mark.parametrize("when", ["no_capacity", "fails_later"])
 def test_allocation_failed_falls_over_to_next_zone(
-    fake_arm: FakeARM, arm_endpoint: str, azurite: str, az_container: str, tmp_path: Path,
+    fake_arm: FakeARM,
+    arm_endpoint: str,
+    azurite: str,
+    az_container: str,
+    tmp_path: Path,
     when: str,
 ) -> None:
     # no_capacity: the VM PUT is refused (409); fails_later: it is accepted and its
@@ -137,8 +151,9 @@ def test_killed_apply_does_not_duplicate(
     env = env_for(azurite)
     fleet = write_fleet(tmp_path, arm_endpoint, az_container, target=3)
     fake_arm.hold_nth = 2  # the second VM PUT
-    kill_apply_mid_launch(fleet, cwd=tmp_path, reached=fake_arm.holding, env=env,
-                          inherit=False, timeout_s=60)
+    kill_apply_mid_launch(
+        fleet, cwd=tmp_path, reached=fake_arm.holding, env=env, inherit=False, timeout_s=60
+    )
     fake_arm.release.set()
     assert fake_arm.held_done.wait(30)
     # Launches run in parallel: the others finished while the second PUT was held.
@@ -188,12 +203,20 @@ def _report(container: str, node: str, tmp_path: Path, *, ecc_errors: int = 0) -
     faults = tmp_path / f"{node}.faults.json"
     faults.write_text(json.dumps({"ecc_uncorrected": {"0": ecc_errors}} if ecc_errors else {}))
     config = AgentConfig(
-        fleet=FLEET, pool="train", node=node, instance_id=node,
+        fleet=FLEET,
+        pool="train",
+        node=node,
+        instance_id=node,
         store=f"az://{ACCOUNT}/{container}/navarch",
-        key=derive_node_key(SECRET.encode(), FLEET, node).hex(), gpus_per_node=1,
+        key=derive_node_key(SECRET.encode(), FLEET, node).hex(),
+        gpus_per_node=1,
         state_file=str(tmp_path / f"{node}.agent.json"),
-        kernel_log=str(tmp_path / f"{node}.kern.log"), fake_gpu=True, gpu_count=1,
-        faults_file=str(faults), boot_id=f"boot-{node}", metadata="none",
+        kernel_log=str(tmp_path / f"{node}.kern.log"),
+        fake_gpu=True,
+        gpu_count=1,
+        faults_file=str(faults),
+        boot_id=f"boot-{node}",
+        metadata="none",
     )
     return run_once(config)
 
@@ -202,8 +225,9 @@ def test_reports_in_blob_drive_a_replacement(
     fake_arm: FakeARM, arm_endpoint: str, azurite: str, az_container: str, tmp_path: Path
 ) -> None:
     env = env_for(azurite)
-    fleet = write_fleet(tmp_path, arm_endpoint, az_container, target=2,
-                        remediation="      remediation: [replace]\n")
+    fleet = write_fleet(
+        tmp_path, arm_endpoint, az_container, target=2, remediation="      remediation: [replace]\n"
+    )
     assert navarch(["apply", str(fleet), "--auto-approve"], env, tmp_path).returncode == 0
     sick, well = sorted(vms(fake_arm))
     assert _report(az_container, well, tmp_path)["status"] == "healthy"

@@ -35,8 +35,13 @@ class Navarch:
 
     def __call__(self, *args: str, env: dict[str, str] | None = None, input: str = "") -> Run:
         proc = subprocess.run(
-            [sys.executable, "-m", "navarch", *args], cwd=self.workdir, input=input,
-            capture_output=True, text=True, env={**self.env, **(env or {})}, timeout=120,
+            [sys.executable, "-m", "navarch", *args],
+            cwd=self.workdir,
+            input=input,
+            capture_output=True,
+            text=True,
+            env={**self.env, **(env or {})},
+            timeout=120,
         )
         return Run(proc.returncode, proc.stdout, proc.stderr)
 
@@ -48,8 +53,9 @@ class Navarch:
     def status(self) -> dict:
         """`navarch status --json`, checked against schemas/status.schema.json."""
         doc = json.loads(self.ok("status", self.fleet, "--json").out)
-        jsonschema.validate(doc, load_schema("status.schema.json"),
-                            format_checker=jsonschema.FormatChecker())
+        jsonschema.validate(
+            doc, load_schema("status.schema.json"), format_checker=jsonschema.FormatChecker()
+        )
         return doc
 
     def nodes(self, pool: str | None = None) -> list[dict]:

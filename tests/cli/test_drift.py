@@ -103,7 +103,9 @@ def test_each_drift_kind_is_planned_and_converges(navarch, fleet_dir: Path, kind
 def test_changed_label_is_updated_in_place(navarch, fleet_dir: Path) -> None:
     navarch.ok("apply", "fleet.yaml", "--auto-approve")
     ids = {n["node"]: n["instance_id"] for n in navarch.nodes("train")}
-    edit_fleet(fleet_dir / "fleet.yaml", lambda d: d["pools"]["train"].update(labels={"team": "ml"}))
+    edit_fleet(
+        fleet_dir / "fleet.yaml", lambda d: d["pools"]["train"].update(labels={"team": "ml"})
+    )
     plan = navarch("plan", "fleet.yaml", "--detailed-exitcode")
     assert plan.code == 2
     assert "~ update tags demo-train-0001" in plan.out and "team=ml" in plan.out

@@ -44,18 +44,25 @@ def test_cli_api_and_mcp_return_the_same_documents(navarch, moment):
     }
 
     async def body(s: Any) -> dict[str, Any]:
-        return {"status": document(await s.call_tool("fleet_status", {})),
-                "plan": document(await s.call_tool("plan", {})),
-                "history": document(await s.call_tool("recent_events", {}))}
+        return {
+            "status": document(await s.call_tool("fleet_status", {})),
+            "plan": document(await s.call_tool("plan", {})),
+            "history": document(await s.call_tool("recent_events", {})),
+        }
 
     mcp = talk(navarch.workdir, body=body, env=env)
 
-    for question, schema in (("status", "status.schema.json"), ("plan", "plan.schema.json"),
-                             ("history", "history.schema.json")):
-        jsonschema.validate(cli[question], load_schema(schema),
-                            format_checker=jsonschema.FormatChecker())
+    for question, schema in (
+        ("status", "status.schema.json"),
+        ("plan", "plan.schema.json"),
+        ("history", "history.schema.json"),
+    ):
+        jsonschema.validate(
+            cli[question], load_schema(schema), format_checker=jsonschema.FormatChecker()
+        )
         assert py[question] == cli[question], question
         assert mcp[question] == cli[question], question
     assert [a["node"] for a in cli["plan"]["actions"] if a["action"] == "cordon"] == [
-        "demo-train-0002"]
+        "demo-train-0002"
+    ]
     assert [e["verb"] for e in cli["history"]["events"] if e["actor"] == "operator"] == ["cordon"]

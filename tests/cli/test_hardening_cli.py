@@ -30,7 +30,8 @@ def test_16_4_hostile_reports_are_counted_in_status_not_a_traceback(navarch):
     status = navarch.status()
     assert status["rejections"] == {"malformed": 2}
     assert {_node(navarch, n)["rejected"] for n in ("demo-train-0001", "demo-train-0002")} == {
-        "malformed"}
+        "malformed"
+    }
     text = navarch.ok("status", "fleet.yaml").out
     assert "Rejected reports (all time): malformed=2" in text
 
@@ -71,8 +72,11 @@ def _set_secret(fleet_dir, secret_line: str) -> None:
 
 def test_16_3_missing_secret_env_fails_plan_apply_and_status(navarch, fleet_dir):
     _set_secret(fleet_dir, "secret: {env: DEMO_FLEET_SECRET}\n")
-    for args in (("plan", "fleet.yaml"), ("apply", "fleet.yaml", "--auto-approve"),
-                 ("status", "fleet.yaml")):
+    for args in (
+        ("plan", "fleet.yaml"),
+        ("apply", "fleet.yaml", "--auto-approve"),
+        ("status", "fleet.yaml"),
+    ):
         run = navarch(*args)
         assert run.code == 1, (args, run.out, run.err)
         assert "DEMO_FLEET_SECRET" in run.err and "secret.env" in run.err
@@ -138,16 +142,24 @@ def test_16_13_render_cloud_init_defaults_to_the_pools_first_node_name(navarch, 
 
 def test_16_13_playbook_path_typo_fails_validate(navarch, fleet_dir):
     (fleet_dir / "broken.yaml").write_text("playbooks: [not, a, mapping]\n")
-    _edit_yaml(fleet_dir, lambda d: d["pools"]["train"].update(
-        playbooks={"cordon": "playbooks/cordn.yaml", "drain": "broken.yaml"}))
+    _edit_yaml(
+        fleet_dir,
+        lambda d: d["pools"]["train"].update(
+            playbooks={"cordon": "playbooks/cordn.yaml", "drain": "broken.yaml"}
+        ),
+    )
     run = navarch("validate", "fleet.yaml")
     assert run.code == 1, run.out + run.err
     lines = (fleet_dir / "fleet.yaml").read_text().splitlines()
     cordon_line = next(i for i, t in enumerate(lines, 1) if "cordn.yaml" in t)
     drain_line = next(i for i, t in enumerate(lines, 1) if "broken.yaml" in t)
-    assert (f"fleet.yaml:{cordon_line}: pools.train.playbooks.cordon: playbook file "
-            f"{fleet_dir / 'playbooks/cordn.yaml'} does not exist") in run.err
-    assert f"fleet.yaml:{drain_line}: pools.train.playbooks.drain: playbook does not load" in run.err
+    assert (
+        f"fleet.yaml:{cordon_line}: pools.train.playbooks.cordon: playbook file "
+        f"{fleet_dir / 'playbooks/cordn.yaml'} does not exist"
+    ) in run.err
+    assert (
+        f"fleet.yaml:{drain_line}: pools.train.playbooks.drain: playbook does not load" in run.err
+    )
     assert "2 problem(s) found" in run.err
 
 

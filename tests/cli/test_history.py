@@ -45,14 +45,23 @@ def test_history_tells_xid79_reboot_return_then_replace_in_order(navarch, fleet_
 
     text = navarch.ok("history", "fleet.yaml", NODE).out
     story = re.findall(rf"^\S+  (\w+) {NODE}  ok  by scheduled run", text, re.M)
-    assert story == ["provision", "cordon", "drain", "reboot", "uncordon",
-                     "cordon", "drain", "terminate"], text
+    assert story == [
+        "provision",
+        "cordon",
+        "drain",
+        "reboot",
+        "uncordon",
+        "cordon",
+        "drain",
+        "terminate",
+    ], text
     assert "# because XID 79: GPU has fallen off the bus" in text
     assert "xid:79, first occurrence; remediation: reboot then replace" in text
     assert "xid:79 again within 1d after reboot" in text
     assert re.search(r"# report #\d+ unhealthy, fault xid:79(@gpu\d+)?, rung reboot", text), text
-    assert re.search(r"# because healthy for 1 reports? after reboot\n    # report #\d+ healthy",
-                     text), text
+    assert re.search(
+        r"# because healthy for 1 reports? after reboot\n    # report #\d+ healthy", text
+    ), text
 
     doc = json.loads(navarch.ok("history", "fleet.yaml", NODE, "--json").out)
     _validate(doc)
@@ -87,8 +96,10 @@ def test_history_names_who_asked_replace_and_operator_verbs(navarch, fleet_dir) 
     assert "# because replacement requested (--replace)" in text
     assert f"Now: {NODE} (train, " in text and "draining since" in text
     status = navarch.ok("status", "fleet.yaml").out
-    assert f"Why a node is not serving, and what navarch did to it: navarch history fleet.yaml {NODE}" \
-        in status, status
+    assert (
+        f"Why a node is not serving, and what navarch did to it: navarch history fleet.yaml {NODE}"
+        in status
+    ), status
     text = navarch.ok("history", NODE).out  # fleet file ./fleet.yaml; one positional: a node
     assert text.startswith(f"History of node {NODE} (fleet demo)")
     assert f"cordon {NODE}  ok  by operator (apply --replace)" in text
@@ -102,15 +113,19 @@ def test_history_since_reads_only_the_days_it_needs(navarch) -> None:
     later = {"NAVARCH_NOW": "2026-03-09T10:00:00Z"}
     doc = json.loads(navarch.ok("history", "fleet.yaml", "--json", env=later).out)
     assert doc["events"] == [] and doc["read"]["chunks"] == 0
-    assert doc["read"]["days"] == ["events/demo/2026/03/07/", "events/demo/2026/03/08/",
-                                   "events/demo/2026/03/09/"]
-    assert "no action recorded in this range" in navarch.ok("history", "fleet.yaml",
-                                                             env=later).out
-    doc = json.loads(navarch.ok("history", "fleet.yaml", "--json", "--since", "9d",
-                                env=later).out)
+    assert doc["read"]["days"] == [
+        "events/demo/2026/03/07/",
+        "events/demo/2026/03/08/",
+        "events/demo/2026/03/09/",
+    ]
+    assert "no action recorded in this range" in navarch.ok("history", "fleet.yaml", env=later).out
+    doc = json.loads(navarch.ok("history", "fleet.yaml", "--json", "--since", "9d", env=later).out)
     assert len(doc["events"]) == 5 and {e["action"] for e in doc["events"]} == {"provision"}
-    doc = json.loads(navarch.ok("history", "fleet.yaml", "--json", "--since",
-                                "2026-03-01T09:00:00Z", env=later).out)
+    doc = json.loads(
+        navarch.ok(
+            "history", "fleet.yaml", "--json", "--since", "2026-03-01T09:00:00Z", env=later
+        ).out
+    )
     assert len(doc["events"]) == 5
 
 

@@ -17,14 +17,21 @@ def _nothing_written(fleet_dir: Path) -> None:
     assert not (fleet_dir / ".navarch").exists(), sorted(fleet_dir.rglob("*"))
 
 
-@pytest.mark.parametrize(("change", "where"), [
-    (lambda d: d["providers"]["sim"].update(type="lokal"), "providers.sim.type"),
-    (lambda d: d["safety"].update(lock_ttl="0s"), "safety.lock_ttl"),
-    (lambda d: d["pools"]["train"]["health"].update(stale_after="0s"),
-     "pools.train.health.stale_after"),
-], ids=["unknown_provider_type", "zero_lock_ttl", "zero_stale_after"])
-def test_fleet_that_cannot_run_fails_validate_with_its_line(navarch, fleet_dir: Path, change,
-                                                            where: str) -> None:
+@pytest.mark.parametrize(
+    ("change", "where"),
+    [
+        (lambda d: d["providers"]["sim"].update(type="lokal"), "providers.sim.type"),
+        (lambda d: d["safety"].update(lock_ttl="0s"), "safety.lock_ttl"),
+        (
+            lambda d: d["pools"]["train"]["health"].update(stale_after="0s"),
+            "pools.train.health.stale_after",
+        ),
+    ],
+    ids=["unknown_provider_type", "zero_lock_ttl", "zero_stale_after"],
+)
+def test_fleet_that_cannot_run_fails_validate_with_its_line(
+    navarch, fleet_dir: Path, change, where: str
+) -> None:
     edit_fleet(fleet_dir / "fleet.yaml", change)
     for argv in (("validate", "fleet.yaml"), ("plan", "fleet.yaml")):
         run = navarch(*argv)
@@ -33,14 +40,18 @@ def test_fleet_that_cannot_run_fails_validate_with_its_line(navarch, fleet_dir: 
     _nothing_written(fleet_dir)
 
 
-@pytest.mark.parametrize("argv", [
-    ("plan", "fleet.yaml", "--pool", "nope"),
-    ("apply", "fleet.yaml", "--auto-approve", "--pool", "nope"),
-    ("plan", "fleet.yaml", "--replace", "nope"),
-    ("apply", "fleet.yaml", "--auto-approve", "--replace", "nope"),
-])
-def test_a_flag_naming_no_pool_or_node_is_an_error_not_no_changes(navarch, fleet_dir: Path,
-                                                                   argv: tuple[str, ...]) -> None:
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("plan", "fleet.yaml", "--pool", "nope"),
+        ("apply", "fleet.yaml", "--auto-approve", "--pool", "nope"),
+        ("plan", "fleet.yaml", "--replace", "nope"),
+        ("apply", "fleet.yaml", "--auto-approve", "--replace", "nope"),
+    ],
+)
+def test_a_flag_naming_no_pool_or_node_is_an_error_not_no_changes(
+    navarch, fleet_dir: Path, argv: tuple[str, ...]
+) -> None:
     run = navarch(*argv)
     assert run.code == 1, run.out + run.err
     assert f"{argv[-2]} nope" in run.err and "No changes" not in run.out
@@ -87,19 +98,25 @@ def test_simulate_with_a_zero_period_is_an_error(navarch, tmp_path: Path, key: s
     scenario.write_text(
         f"fleet: {REPO / 'examples' / 'simulate' / 'fleet-100.yaml'}\n"
         f"duration: 1h\nreconcile_period: 5m\nagent_period: 5m\n".replace(
-            f"{key}: " + ("1h" if key == "duration" else "5m"), f"{key}: 0s"))
+            f"{key}: " + ("1h" if key == "duration" else "5m"), f"{key}: 0s"
+        )
+    )
     run = navarch("simulate", str(scenario))
     assert run.code == 1, run.out + run.err
     assert "s.yaml" in run.err and key in run.err and "ZeroDivision" not in run.err
 
 
-@pytest.mark.parametrize(("flags", "named"), [
-    (("--xid", "79", "--gpu", "42"), "--gpu 42"),
-    (("--temperature", "-5"), "--temperature -5"),
-    (("--utilization", "140"), "--utilization 140"),
-])
-def test_local_inject_refuses_values_no_gpu_reports(navarch, fleet_dir: Path,
-                                                    flags: tuple[str, ...], named: str) -> None:
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (("--xid", "79", "--gpu", "42"), "--gpu 42"),
+        (("--temperature", "-5"), "--temperature -5"),
+        (("--utilization", "140"), "--utilization 140"),
+    ],
+)
+def test_local_inject_refuses_values_no_gpu_reports(
+    navarch, fleet_dir: Path, flags: tuple[str, ...], named: str
+) -> None:
     navarch.ok("apply", "fleet.yaml", "--auto-approve")
     before = {p: p.read_bytes() for m in _machines(fleet_dir) for p in m.iterdir() if p.is_file()}
     run = navarch("local", "inject", "fleet.yaml", "demo-train-0001", *flags)

@@ -91,7 +91,8 @@ def test_xid79_reboots_returns_then_is_replaced_within_the_window(navarch, fleet
 
 
 def test_surge_on_any_surges_a_reboot_and_scales_down_the_once_faulty_node(
-        navarch, fleet_dir) -> None:
+    navarch, fleet_dir
+) -> None:
     _edit(fleet_dir, lambda d: d["pools"]["train"]["health"].update(surge_on="any"))
     iid = _start(navarch)
     navarch.ok("local", "inject", "fleet.yaml", NODE, "--xid", "79")
@@ -113,9 +114,16 @@ def test_a_node_agent_cannot_override_the_pools_ladder(navarch, fleet_dir) -> No
     """XID 79 in three boots in a row, each outside the pool's ladder_window (1s) but inside
     the agent's 3-day memory: the agent only counts the boots (boots_seen 3, action still
     reboot) and the pool's ladder gives its first rung, a reboot, every time."""
-    _edit(fleet_dir, lambda d: d["pools"]["train"]["health"].update(
-        replacement="after-terminate", return_after=1, ladder_window="1s", lemon_after=10,
-        remediation=["reboot", "replace"]))
+    _edit(
+        fleet_dir,
+        lambda d: d["pools"]["train"]["health"].update(
+            replacement="after-terminate",
+            return_after=1,
+            ladder_window="1s",
+            lemon_after=10,
+            remediation=["reboot", "replace"],
+        ),
+    )
     iid = _start(navarch)
     report_path = fleet_dir / ".navarch" / "store" / "health" / "demo" / "train" / f"{NODE}.json"
     seen = []
@@ -136,8 +144,12 @@ def test_a_node_agent_cannot_override_the_pools_ladder(navarch, fleet_dir) -> No
 
 
 def test_after_terminate_provisions_nothing_for_a_reboot(navarch, fleet_dir) -> None:
-    _edit(fleet_dir, lambda d: d["pools"]["train"]["health"].update(
-        replacement="after-terminate", return_after=2))
+    _edit(
+        fleet_dir,
+        lambda d: d["pools"]["train"]["health"].update(
+            replacement="after-terminate", return_after=2
+        ),
+    )
     iid = _start(navarch)
     navarch.ok("local", "inject", "fleet.yaml", NODE, "--xid", "79")
     outs = [_cycle(navarch) for _ in range(2)]
@@ -152,8 +164,12 @@ def test_after_terminate_provisions_nothing_for_a_reboot(navarch, fleet_dir) -> 
 
 
 def test_third_fault_in_a_week_is_a_lemon_replaced_at_once(navarch, fleet_dir) -> None:
-    _edit(fleet_dir, lambda d: d["pools"]["train"]["health"].update(
-        replacement="after-terminate", return_after=1))
+    _edit(
+        fleet_dir,
+        lambda d: d["pools"]["train"]["health"].update(
+            replacement="after-terminate", return_after=1
+        ),
+    )
     iid = _start(navarch)
     # Two different faults (no rung climbed): each is rebooted and returns.
     for xid in ("79", "48"):
@@ -230,9 +246,14 @@ def test_xid48_gpu_reset_keeps_the_boot_and_returns(navarch, fleet_dir) -> None:
     GPU reset, not a reboot: the local provider's reset clears the fake GPU's faults and the
     agent's latched XIDs on the same boot; reports made after the reset return the node.
     The same fault again climbs to a reboot."""
-    _edit(fleet_dir, lambda d: d["pools"]["train"]["health"].update(
-        replacement="after-terminate", return_after=2,
-        remediation=["reset_gpu", "reboot", "replace"]))
+    _edit(
+        fleet_dir,
+        lambda d: d["pools"]["train"]["health"].update(
+            replacement="after-terminate",
+            return_after=2,
+            remediation=["reset_gpu", "reboot", "replace"],
+        ),
+    )
     iid = _start(navarch)
     boot = _boot_id(fleet_dir, iid)
     navarch.ok("local", "inject", "fleet.yaml", NODE, "--xid", "48")
@@ -259,8 +280,12 @@ def test_xid48_gpu_reset_keeps_the_boot_and_returns(navarch, fleet_dir) -> None:
 def test_return_requires_diag_diagnoses_before_the_uncordon(navarch, fleet_dir) -> None:
     """return_requires_diag 2: after the reboot and return_after healthy reports the node is
     diagnosed first (the local provider's fake GPUs pass), shown in status, then returned."""
-    _edit(fleet_dir, lambda d: d["pools"]["train"]["health"].update(
-        replacement="after-terminate", return_after=1, return_requires_diag=2))
+    _edit(
+        fleet_dir,
+        lambda d: d["pools"]["train"]["health"].update(
+            replacement="after-terminate", return_after=1, return_requires_diag=2
+        ),
+    )
     _start(navarch)
     navarch.ok("local", "inject", "fleet.yaml", NODE, "--xid", "79")
     outs = [_cycle(navarch) for _ in range(3)]

@@ -12,20 +12,24 @@ from navarch import __version__
 from tests.support.userdata import bundle_source, run_installed_agent, run_user_data
 
 
-def test_rendered_user_data_installs_the_bundle_from_the_file_store(navarch, fleet_dir: Path,
-                                                                     tmp_path: Path) -> None:
+def test_rendered_user_data_installs_the_bundle_from_the_file_store(
+    navarch, fleet_dir: Path, tmp_path: Path
+) -> None:
     navarch.ok("apply", "fleet.yaml", "--auto-approve")
     user_data = navarch.ok("render", "cloud-init", "fleet.yaml", "--pool", "train").out
     source = bundle_source(user_data)
     assert source.url.startswith("file:///")
-    published = Path(source.url[len("file://"):])
+    published = Path(source.url[len("file://") :])
     assert published.name == f"{__version__}-{source.sha256}.pyz"
     assert hashlib.sha256(published.read_bytes()).hexdigest() == source.sha256
 
     root = tmp_path / "node-root"
     installed = run_user_data(user_data, root)
-    assert installed.files == ("/etc/navarch/agent.yaml", "/etc/systemd/system/navarch-agent.service",
-                               "/etc/systemd/system/navarch-agent.timer")
+    assert installed.files == (
+        "/etc/navarch/agent.yaml",
+        "/etc/systemd/system/navarch-agent.service",
+        "/etc/systemd/system/navarch-agent.timer",
+    )
     run = run_installed_agent(installed, {"NAVARCH_FAKE_GPU": "true"})
     assert run.returncode == 0, run.stdout + run.stderr
 

@@ -34,6 +34,7 @@ def test_apply_converges_then_plan_has_no_changes(navarch):
 
 def test_second_apply_is_a_noop(navarch):
     navarch.ok("apply", "fleet.yaml", "--auto-approve")
+
     def instances() -> set[tuple[str, str]]:
         return {(n["node"], n["instance_id"]) for n in navarch.nodes()}
 
@@ -65,8 +66,11 @@ def test_xid79_is_cordoned_replaced_drained_and_terminated(navarch):
     assert "XID 79" in plan.out and "fallen off the bus" in plan.out
     doc = json.loads(navarch.ok("plan", "fleet.yaml", "--json").out)
     kinds = [(a["action"], a["node"]) for a in doc["actions"]]
-    assert kinds == [("cordon", "demo-train-0002"), ("drain", "demo-train-0002"),
-                     ("provision", "demo-train-0004")]
+    assert kinds == [
+        ("cordon", "demo-train-0002"),
+        ("drain", "demo-train-0002"),
+        ("provision", "demo-train-0004"),
+    ]
 
     navarch.ok("apply", "fleet.yaml", "--auto-approve")
     lifecycles = {n["node"]: n["lifecycle"] for n in navarch.nodes("train")}
@@ -78,14 +82,20 @@ def test_xid79_is_cordoned_replaced_drained_and_terminated(navarch):
     assert "drain finished" in run.out
     navarch.ok("local", "tick", "fleet.yaml")
     nodes = navarch.nodes("train")
-    assert sorted(n["node"] for n in nodes) == ["demo-train-0001", "demo-train-0003", "demo-train-0004"]
+    assert sorted(n["node"] for n in nodes) == [
+        "demo-train-0001",
+        "demo-train-0003",
+        "demo-train-0004",
+    ]
     assert {n["lifecycle"] for n in nodes} == {"healthy"}
     assert navarch("plan", "fleet.yaml", "--detailed-exitcode").code == 0
 
 
 def test_drain_waits_for_gpu_processes(navarch):
     navarch.ok("apply", "fleet.yaml", "--auto-approve")
-    navarch.ok("local", "inject", "fleet.yaml", "demo-train-0001", "--xid", "48", "--processes", "2")
+    navarch.ok(
+        "local", "inject", "fleet.yaml", "demo-train-0001", "--xid", "48", "--processes", "2"
+    )
     navarch.ok("local", "tick", "fleet.yaml")
     navarch.ok("apply", "fleet.yaml", "--auto-approve")
     navarch.ok("local", "tick", "fleet.yaml")
@@ -100,7 +110,9 @@ def test_drain_waits_for_gpu_processes(navarch):
 
 def test_drain_timeout_terminates_a_busy_node(navarch):
     navarch.ok("apply", "fleet.yaml", "--auto-approve")
-    navarch.ok("local", "inject", "fleet.yaml", "demo-train-0001", "--xid", "79", "--processes", "1")
+    navarch.ok(
+        "local", "inject", "fleet.yaml", "demo-train-0001", "--xid", "79", "--processes", "1"
+    )
     navarch.ok("local", "tick", "fleet.yaml")
     navarch.ok("apply", "fleet.yaml", "--auto-approve")
     later = {"NAVARCH_NOW": _in_minutes(31)}
@@ -259,7 +271,9 @@ def test_lock_held_exits_4_and_force_unlock_frees_it(navarch, fleet_dir):
 
     spec = load_fleet(fleet_dir / "fleet.yaml")
     store = open_store(spec.store_url)
-    lock = acquire_lock(store, spec.name, "apply (test)", 900, datetime.now(UTC), holder="ci@box pid 1")
+    lock = acquire_lock(
+        store, spec.name, "apply (test)", 900, datetime.now(UTC), holder="ci@box pid 1"
+    )
     run = navarch("apply", "fleet.yaml", "--auto-approve")
     assert run.code == 4
     assert "ci@box pid 1" in run.err and lock.lock_id in run.err
@@ -269,7 +283,9 @@ def test_lock_held_exits_4_and_force_unlock_frees_it(navarch, fleet_dir):
 
 
 def test_capacity_falls_over_to_the_next_zone_and_is_remembered(navarch):
-    _edit(navarch.workdir, lambda d: d["providers"]["sim"].update(unavailable=["sim-1a/sim-h100x8"]))
+    _edit(
+        navarch.workdir, lambda d: d["providers"]["sim"].update(unavailable=["sim-1a/sim-h100x8"])
+    )
     run = navarch.ok("apply", "fleet.yaml", "--auto-approve")
     assert "in sim-1b/sim-h100x8 after 1 place(s) without capacity" in run.out
     zones = {n["zone"] for n in navarch.nodes("train")}
@@ -279,7 +295,9 @@ def test_capacity_falls_over_to_the_next_zone_and_is_remembered(navarch):
     _edit(navarch.workdir, lambda d: d["pools"]["train"]["health"].update(surge_on="any"))
     navarch.ok("local", "inject", "fleet.yaml", "demo-train-0001", "--xid", "79")
     navarch.ok("local", "tick", "fleet.yaml")
-    assert "+ provision demo-train-0004 in sim-1b/sim-h100x8" in navarch.ok("plan", "fleet.yaml").out
+    assert (
+        "+ provision demo-train-0004 in sim-1b/sim-h100x8" in navarch.ok("plan", "fleet.yaml").out
+    )
 
 
 def test_forged_report_is_rejected_and_counted(navarch, fleet_dir):
@@ -330,8 +348,11 @@ def _tamper(kind: str, report: dict, fleet_dir: Path) -> bytes:
         return json.dumps(signing.sign(bad, key)).encode()
     if kind == "oversized":
         bad.update(sequence=report["sequence"] + 1)
-        bad["checks"] = bad["checks"] + [{"name": "pad", "status": "unhealthy", "action": "none",
-                                          "message": "x" * 1000}] * 300
+        bad["checks"] = (
+            bad["checks"]
+            + [{"name": "pad", "status": "unhealthy", "action": "none", "message": "x" * 1000}]
+            * 300
+        )
         return json.dumps(signing.sign(bad, key)).encode()
     if kind == "malformed":
         return b'{"fleet": "demo", "truncated'
@@ -365,7 +386,9 @@ def test_uncordon_returns_a_repaired_node_and_refuses_others(navarch):
     navarch.ok("local", "tick", "fleet.yaml")
     refused = navarch("uncordon", "fleet.yaml", "demo-train-0001")
     assert refused.code == 1 and "navarch did not cordon demo-train-0001" in refused.err
-    navarch.ok("local", "inject", "fleet.yaml", "demo-train-0001", "--xid", "79", "--processes", "1")
+    navarch.ok(
+        "local", "inject", "fleet.yaml", "demo-train-0001", "--xid", "79", "--processes", "1"
+    )
     navarch.ok("local", "tick", "fleet.yaml")
     navarch.ok("apply", "fleet.yaml", "--auto-approve")
     still_sick = navarch("uncordon", "fleet.yaml", "demo-train-0001")
@@ -393,7 +416,8 @@ def test_a_host_the_cloud_calls_impaired_is_replaced_on_the_second_apply(navarch
     doc = json.loads(navarch.ok("plan", "fleet.yaml", "--json", env=later).out)
     assert [(a["action"], a["node"], a["action_reason"]) for a in doc["actions"]][:2] == [
         ("cordon", "demo-train-0002", "instance_impaired"),
-        ("drain", "demo-train-0002", "instance_impaired")]
+        ("drain", "demo-train-0002", "instance_impaired"),
+    ]
     second = navarch.ok("apply", "fleet.yaml", "--auto-approve", env=later)
     assert "~ cordon demo-train-0002" in second.out
     assert "impaired (instance status check failed (injected)) for 2m" in second.out

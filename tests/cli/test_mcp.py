@@ -36,9 +36,16 @@ def test_read_only_server_shows_the_xid79_cordon_and_offers_no_acting_tool(sick_
         node = document(await s.call_tool("node_status", {"node": "demo-train-0002"}))
         refused = await s.call_tool("cordon", {"node": "demo-train-0001", "reason": "x"})
         unknown = await s.call_tool("node_status", {"node": "demo-train-0099"})
-        return {"tools": tools, "resources": resources, "fleet_file": fleet_file,
-                "status": status, "plan": plan, "node": node, "refused": refused,
-                "unknown": unknown}
+        return {
+            "tools": tools,
+            "resources": resources,
+            "fleet_file": fleet_file,
+            "status": status,
+            "plan": plan,
+            "node": node,
+            "refused": refused,
+            "unknown": unknown,
+        }
 
     got = talk(sick_fleet.workdir, body=body)
     assert set(got["tools"]) == set(READ_ONLY_TOOLS)
@@ -48,8 +55,9 @@ def test_read_only_server_shows_the_xid79_cordon_and_offers_no_acting_tool(sick_
     assert got["resources"] == {"navarch://status", "navarch://fleet.yaml"}
     assert got["fleet_file"] == (sick_fleet.workdir / "fleet.yaml").read_text()
 
-    sick = next(n for p in got["status"]["pools"] for n in p["nodes"]
-                if n["node"] == "demo-train-0002")
+    sick = next(
+        n for p in got["status"]["pools"] for n in p["nodes"] if n["node"] == "demo-train-0002"
+    )
     assert (sick["lifecycle"], sick["health"]) == ("unhealthy", "unhealthy")
     cordons = [a for a in got["plan"]["actions"] if a["action"] == "cordon"]
     assert [a["node"] for a in cordons] == ["demo-train-0002"]
@@ -70,19 +78,23 @@ def test_read_only_server_shows_the_xid79_cordon_and_offers_no_acting_tool(sick_
 def test_cordon_over_mcp_is_audited_with_the_clients_name(sick_fleet):
     async def body(s: ClientSession) -> dict[str, Any]:
         tools = {t.name for t in (await s.list_tools()).tools}
-        done = document(await s.call_tool(
-            "cordon", {"node": "demo-train-0001", "reason": "ECC errors in jobs"}))
+        done = document(
+            await s.call_tool("cordon", {"node": "demo-train-0001", "reason": "ECC errors in jobs"})
+        )
         return {"tools": tools, "done": done}
 
     got = talk(sick_fleet.workdir, "--allow-actions", body=body)
     assert got["tools"] == set(READ_ONLY_TOOLS) | set(ACTING_TOOLS)
     assert got["done"]["cordoned"] is True
 
-    history = json.loads(sick_fleet.ok("history", "fleet.yaml", "demo-train-0001",
-                                       "--json").out)
+    history = json.loads(sick_fleet.ok("history", "fleet.yaml", "demo-train-0001", "--json").out)
     cordon = history["events"][-1]
     assert (cordon["action"], cordon["actor"], cordon["client"], cordon["verb"]) == (
-        "cordon", "mcp", CLIENT, "cordon")
+        "cordon",
+        "mcp",
+        CLIENT,
+        "cordon",
+    )
     assert cordon["reason"] == "operator: ECC errors in jobs"
     text = sick_fleet.ok("history", "fleet.yaml", "demo-train-0001").out
     assert f"by MCP client {CLIENT} (cordon)" in text
@@ -107,19 +119,25 @@ def test_acting_tools_obey_the_safety_rules_and_the_lease(sick_fleet):
 
     spec = load_fleet(sick_fleet.workdir / "fleet.yaml")
     store = open_store(spec.store_url)
-    lock = acquire_lock(store, spec.name, "apply (test)", 900, datetime.now(UTC),
-                        holder="ci@box pid 1")
+    lock = acquire_lock(
+        store, spec.name, "apply (test)", 900, datetime.now(UTC), holder="ci@box pid 1"
+    )
 
     async def act(s: ClientSession) -> list[Any]:
-        return [await s.call_tool("cordon", {"node": "demo-train-0001", "reason": "x"}),
-                await s.call_tool("apply", {})]
+        return [
+            await s.call_tool("cordon", {"node": "demo-train-0001", "reason": "x"}),
+            await s.call_tool("apply", {}),
+        ]
 
     locked = talk(sick_fleet.workdir, "--allow-actions", body=act)
     assert all(r.is_error and "ci@box pid 1" in r.content[0].text for r in locked)
     force_unlock(store, spec.name, lock.lock_id)
     lifecycles = {n["node"]: n["lifecycle"] for n in sick_fleet.nodes("train")}
-    assert lifecycles == {"demo-train-0001": "healthy", "demo-train-0002": "unhealthy",
-                          "demo-train-0003": "healthy"}
+    assert lifecycles == {
+        "demo-train-0001": "healthy",
+        "demo-train-0002": "unhealthy",
+        "demo-train-0003": "healthy",
+    }
 
 
 def test_validate_fleet_names_the_line_of_a_candidates_problem(sick_fleet):
@@ -128,8 +146,10 @@ def test_validate_fleet_names_the_line_of_a_candidates_problem(sick_fleet):
     assert bad != good
 
     async def body(s: ClientSession) -> list[dict[str, Any]]:
-        return [document(await s.call_tool("validate_fleet", {"fleet_yaml": text}))
-                for text in (good, bad)]
+        return [
+            document(await s.call_tool("validate_fleet", {"fleet_yaml": text}))
+            for text in (good, bad)
+        ]
 
     ok, wrong = talk(sick_fleet.workdir, body=body)
     assert ok["valid"] and ok["problems"] == [] and ok["nodes_at_target"] == 5
@@ -154,18 +174,25 @@ def test_docs_list_every_tool_and_a_client_config_that_starts_the_server():
 
 def test_apply_and_replace_over_mcp_act_like_the_cli_and_are_audited(sick_fleet):
     async def body(s: ClientSession) -> list[dict[str, Any]]:
-        return [document(await s.call_tool("apply", {})),
-                document(await s.call_tool("replace", {"node": "demo-infer-0001"}))]
+        return [
+            document(await s.call_tool("apply", {})),
+            document(await s.call_tool("replace", {"node": "demo-infer-0001"})),
+        ]
 
     applied, replaced = talk(sick_fleet.workdir, "--allow-actions", body=body)
     assert applied["applied"] and not applied["halted"]
     assert ("cordon", "demo-train-0002", "ok") in {
-        (o["action"], o["node"], o["kind"]) for o in applied["outcomes"]}
+        (o["action"], o["node"], o["kind"]) for o in applied["outcomes"]
+    }
     assert ("cordon", "demo-infer-0001", "ok") in {
-        (o["action"], o["node"], o["kind"]) for o in replaced["outcomes"]}
+        (o["action"], o["node"], o["kind"]) for o in replaced["outcomes"]
+    }
 
     events = json.loads(sick_fleet.ok("history", "fleet.yaml", "--json").out)["events"]
-    by_mcp = {(e["action"], e["node"], e["verb"]) for e in events
-              if e["actor"] == "mcp" and e["client"] == CLIENT}
+    by_mcp = {
+        (e["action"], e["node"], e["verb"])
+        for e in events
+        if e["actor"] == "mcp" and e["client"] == CLIENT
+    }
     assert ("cordon", "demo-train-0002", "apply") in by_mcp
     assert ("cordon", "demo-infer-0001", "replace") in by_mcp

@@ -11,8 +11,21 @@ from pathlib import Path
 import pytest
 import yaml
 
-VERBS = ("validate", "plan", "apply", "destroy", "status", "history", "force-unlock",
-         "uncordon", "reboot", "cordon", "ssh", "simulate", "completion")
+VERBS = (
+    "validate",
+    "plan",
+    "apply",
+    "destroy",
+    "status",
+    "history",
+    "force-unlock",
+    "uncordon",
+    "reboot",
+    "cordon",
+    "ssh",
+    "simulate",
+    "completion",
+)
 
 
 def test_bare_navarch_lists_the_commands_and_exits_1(navarch) -> None:
@@ -46,8 +59,15 @@ def test_completion_scripts_come_from_the_parser(navarch, shell: str, tmp_path: 
     assert "navarch" in script and "_ARGCOMPLETE" in script
     answer = tmp_path / "completions"
     line = "navarch hist"
-    run = navarch(env={"_ARGCOMPLETE": "1", "COMP_LINE": line, "COMP_POINT": str(len(line)),
-                       "_ARGCOMPLETE_SHELL": shell, "_ARGCOMPLETE_STDOUT_FILENAME": str(answer)})
+    run = navarch(
+        env={
+            "_ARGCOMPLETE": "1",
+            "COMP_LINE": line,
+            "COMP_POINT": str(len(line)),
+            "_ARGCOMPLETE_SHELL": shell,
+            "_ARGCOMPLETE_STDOUT_FILENAME": str(answer),
+        }
+    )
     assert run.code == 0, run.err
     assert "history" in answer.read_text()
 
@@ -82,16 +102,19 @@ def test_a_value_of_no_accepted_form_names_the_forms(navarch, fleet_dir) -> None
     (fleet_dir / "fleet.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
     run = navarch("validate", "fleet.yaml")
     assert run.code == 1
-    assert "'lots' is none of the accepted forms: an integer >= 0; or a percentage like 25%" \
-        in run.err
+    assert (
+        "'lots' is none of the accepted forms: an integer >= 0; or a percentage like 25%" in run.err
+    )
     assert "is not valid under any of the given schemas" not in run.err
     run = navarch("plan", "fleet.yaml")  # the first error only, the same words
     assert run.code == 1 and "'lots' is none of the accepted forms" in run.err, run.err
 
 
 def test_log_format_json_makes_errors_json_lines(navarch) -> None:
-    for args in (("--log-format", "json", "status", "missing.yaml"),
-                 ("plan", "fleet.yaml", "--log-format", "json", "--bogus")):
+    for args in (
+        ("--log-format", "json", "status", "missing.yaml"),
+        ("plan", "fleet.yaml", "--log-format", "json", "--bogus"),
+    ):
         run = navarch(*args)
         assert run.code == 1
         lines = [json.loads(line) for line in run.err.splitlines()]
@@ -119,8 +142,10 @@ def test_destroy_prints_a_line_per_action(navarch) -> None:
 
 def test_plan_lines_say_what_the_fallback_count_is(navarch) -> None:
     out = navarch.ok("plan", "fleet.yaml").out
-    assert "+ provision demo-train-0001 in sim-1a/sim-h100x8, then 3 other zones/types if " \
-           "out of capacity" in out, out
+    assert (
+        "+ provision demo-train-0001 in sim-1a/sim-h100x8, then 3 other zones/types if "
+        "out of capacity" in out
+    ), out
     assert "place(s)" not in out
 
 
@@ -135,13 +160,15 @@ def test_corrupt_state_on_a_file_store_names_a_backup_not_history(navarch, fleet
 
 
 def test_ssh_opens_a_session_with_the_pools_settings_and_the_nodes_address(
-        navarch, fleet_dir) -> None:
+    navarch, fleet_dir
+) -> None:
     # A stand-in `ssh` on PATH that prints the command line navarch runs.
     bin_dir = fleet_dir / "bin"
     bin_dir.mkdir()
     fake = bin_dir / "ssh"
-    fake.write_text("#!/usr/bin/env python3\nimport json, sys\nprint(json.dumps(sys.argv[1:]))\n"
-                    "sys.exit(7)\n")
+    fake.write_text(
+        "#!/usr/bin/env python3\nimport json, sys\nprint(json.dumps(sys.argv[1:]))\nsys.exit(7)\n"
+    )
     fake.chmod(0o755)
     (fleet_dir / "keys").mkdir()
     (fleet_dir / "keys" / "train.pem").write_text("not a real key\n")

@@ -22,10 +22,10 @@ def _live_machines(fleet_dir: Path) -> list[dict]:
 
 
 @pytest.mark.parametrize("key", ["navarch-fleet", "navarch-pool", "navarch-node", "navarch-spec"])
-def test_validate_names_a_label_that_takes_an_ownership_key(navarch, fleet_dir: Path,
-                                                            key: str) -> None:
-    edit_fleet(fleet_dir / "fleet.yaml",
-               lambda d: d["pools"]["infer"].update(labels={key: "x"}))
+def test_validate_names_a_label_that_takes_an_ownership_key(
+    navarch, fleet_dir: Path, key: str
+) -> None:
+    edit_fleet(fleet_dir / "fleet.yaml", lambda d: d["pools"]["infer"].update(labels={key: "x"}))
     checked = navarch("validate", "fleet.yaml")
     assert checked.code == 1
     assert "fleet.yaml:" in checked.err and f"pools.infer.labels.{key}" in checked.err
@@ -39,8 +39,10 @@ def test_an_ownership_label_never_disowns_a_running_node(navarch, fleet_dir: Pat
     ceiling = sum(t + s for t, s in doc_nodes.values())
     before = {m["instance_id"] for m in _live_machines(fleet_dir)}
     assert len(before) == sum(t for t, _ in doc_nodes.values())
-    edit_fleet(fleet_dir / "fleet.yaml",
-               lambda d: d["pools"]["train"].update(labels={"team": "research", key: "prod"}))
+    edit_fleet(
+        fleet_dir / "fleet.yaml",
+        lambda d: d["pools"]["train"].update(labels={"team": "research", key: "prod"}),
+    )
     checked = navarch("validate", "fleet.yaml")
     assert checked.code == 1
     assert f"pools.train.labels.{key}" in checked.err and "reserved" in checked.err

@@ -19,7 +19,7 @@ README = (REPO / "README.md").read_text()
 
 def walkthrough() -> list[tuple[list[str], int, list[str]]]:
     """[(argv after `navarch`, expected exit, expected output lines)] in README order."""
-    section = README[README.index("## A walk through the local loop"):]
+    section = README[README.index("## A walk through the local loop") :]
     block = re.search(r"```sh\n(.*?)```", section, re.S)
     assert block is not None
     steps: list[tuple[list[str], int, list[str]]] = []
@@ -51,12 +51,13 @@ def test_readme_walkthrough_runs_and_prints_what_it_shows(tmp_path: Path) -> Non
         for expected in lines:
             assert _pattern(expected).search(run.out), (
                 f"README shows {expected!r} under `navarch {' '.join(argv)}`; it printed:\n"
-                f"{run.out}")
+                f"{run.out}"
+            )
 
 
 def test_cli_reference_lists_every_command() -> None:
-    reference = README[README.index("## CLI reference"):]
-    reference = reference[:reference.index("\n## ", 1)]
+    reference = README[README.index("## CLI reference") :]
+    reference = reference[: reference.index("\n## ", 1)]
     parser = build_parser()
     sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
     for name in sub.choices:

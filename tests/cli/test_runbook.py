@@ -47,7 +47,8 @@ def _edit(fleet_dir: Path, mutate: Callable[[dict[str, Any]], None]) -> None:
 
 def _lock_id(fleet_dir: Path) -> str:
     return json.loads((fleet_dir / ".navarch" / "store" / "state" / "demo.lock").read_text())[
-        "lock_id"]
+        "lock_id"
+    ]
 
 
 class Scene:
@@ -85,8 +86,14 @@ class Lease(Scene):
         from navarch.stores.file import FileStore
 
         store = FileStore(self.fleet_dir / ".navarch" / "store")
-        acquire_lock(store, "demo", "apply fleet.yaml", 3600, datetime.now(UTC),
-                     holder="root@cron-host pid 4242")
+        acquire_lock(
+            store,
+            "demo",
+            "apply fleet.yaml",
+            3600,
+            datetime.now(UTC),
+            holder="root@cron-host pid 4242",
+        )
 
     def before(self, index: int, argv: list[str]) -> list[str]:
         if "<LOCK_ID>" in argv:
@@ -99,15 +106,21 @@ class AgentsSilent(Scene):
         self.navarch.ok("apply", "fleet.yaml", "--auto-approve")  # no agent ever reports
         bin_dir = self.fleet_dir / "bin"
         bin_dir.mkdir()
-        (bin_dir / "ssh").write_text("#!/bin/sh\necho \"ssh $*\"\n")
+        (bin_dir / "ssh").write_text('#!/bin/sh\necho "ssh $*"\n')
         (bin_dir / "ssh").chmod(0o755)
         self.env = {"PATH": f"{bin_dir}:/usr/bin:/bin"}
 
 
 class Capacity(Scene):
     def setup(self) -> None:
-        _edit(self.fleet_dir, lambda d: d["providers"]["sim"].update(unavailable=[
-            f"{z}/{t}" for z in ("sim-1a", "sim-1b") for t in ("sim-h100x8", "sim-a100x8")]))
+        _edit(
+            self.fleet_dir,
+            lambda d: d["providers"]["sim"].update(
+                unavailable=[
+                    f"{z}/{t}" for z in ("sim-1a", "sim-1b") for t in ("sim-h100x8", "sim-a100x8")
+                ]
+            ),
+        )
         assert self.navarch("apply", "fleet.yaml", "--auto-approve").code == 1
 
 
@@ -138,9 +151,13 @@ class StalePlan(Scene):
 
 
 class StoreUnreachable(Scene):
-    env = {"AWS_ENDPOINT_URL": "http://127.0.0.1:1", "AWS_ACCESS_KEY_ID": "test",
-           "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1",
-           "AWS_MAX_ATTEMPTS": "1"}
+    env = {
+        "AWS_ENDPOINT_URL": "http://127.0.0.1:1",
+        "AWS_ACCESS_KEY_ID": "test",
+        "AWS_SECRET_ACCESS_KEY": "test",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_MAX_ATTEMPTS": "1",
+    }
 
     def setup(self) -> None:
         super().setup()  # the fleet ran on a store that is then out of reach
@@ -157,9 +174,15 @@ class BadFleet(Scene):
 LINKED = {"breaker", "lease", "orphan-guard", "stale-plan", "store-unreachable", "bad-fleet"}
 
 SCENES: dict[str, type[Scene]] = {
-    "breaker": Breaker, "lease": Lease, "agents-silent": AgentsSilent, "capacity": Capacity,
-    "stuck-cordoned": StuckCordoned, "orphan-guard": OrphanGuard, "stale-plan": StalePlan,
-    "store-unreachable": StoreUnreachable, "bad-fleet": BadFleet,
+    "breaker": Breaker,
+    "lease": Lease,
+    "agents-silent": AgentsSilent,
+    "capacity": Capacity,
+    "stuck-cordoned": StuckCordoned,
+    "orphan-guard": OrphanGuard,
+    "stale-plan": StalePlan,
+    "store-unreachable": StoreUnreachable,
+    "bad-fleet": BadFleet,
 }
 
 
@@ -182,7 +205,9 @@ def test_runbook_section_commands_run(anchor: str, navarch, fleet_dir: Path) -> 
     for index, (argv, expected) in enumerate(sections()[anchor]):
         argv = scene.before(index, argv)
         run = navarch(*argv, env=scene.env)
-        assert run.code == expected, (f"{anchor}: navarch {' '.join(argv)} exited {run.code}, "
-                                      f"the runbook says {expected}\n{run.out}\n{run.err}")
+        assert run.code == expected, (
+            f"{anchor}: navarch {' '.join(argv)} exited {run.code}, "
+            f"the runbook says {expected}\n{run.out}\n{run.err}"
+        )
         if expected not in (0, 2) and anchor in LINKED and argv[0] != "validate":
             assert f"docs/runbook.md#{anchor}" in run.err, run.err  # the error names its fix

@@ -31,9 +31,11 @@ def _start(navarch) -> None:
 def test_replace_of_a_node_the_fleet_does_not_have_exits_1(navarch) -> None:
     _start(navarch)
     for verb in ("plan", "apply"):
-        run = navarch(verb, "fleet.yaml", "--replace", "demo-train-0099", "--auto-approve"
-                      ) if verb == "apply" else navarch(verb, "fleet.yaml", "--replace",
-                                                         "demo-train-0099")
+        run = (
+            navarch(verb, "fleet.yaml", "--replace", "demo-train-0099", "--auto-approve")
+            if verb == "apply"
+            else navarch(verb, "fleet.yaml", "--replace", "demo-train-0099")
+        )
         assert run.code == 1, (verb, run.out, run.err)
         assert "--replace demo-train-0099: no node of that name in fleet demo" in run.err
     assert len(_train(navarch)) == 3
@@ -90,11 +92,13 @@ def test_uncordon_of_a_node_the_fleet_does_not_have_exits_1(navarch) -> None:
 
 
 def test_a_rebooted_node_whose_reports_stay_degraded_climbs_at_return_timeout(
-        navarch, fleet_dir: Path) -> None:
+    navarch, fleet_dir: Path
+) -> None:
     path = fleet_dir / "fleet.yaml"
     doc = yaml.safe_load(path.read_text())
-    doc["pools"]["train"]["health"].update(return_timeout="1m", stale_after="1h",
-                                           offline_after="2h")
+    doc["pools"]["train"]["health"].update(
+        return_timeout="1m", stale_after="1h", offline_after="2h"
+    )
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     _start(navarch)
     navarch.ok("local", "inject", "fleet.yaml", NODE, "--xid", "79")

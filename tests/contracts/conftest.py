@@ -169,8 +169,12 @@ def aws_cloud(moto: Moto, monkeypatch: pytest.MonkeyPatch) -> Cloud:
                 raw["SystemStatus"] = {"Status": "impaired"}
 
     monkeypatch.setattr(
-        awsmod, "CLIENT_EVENT_HANDLERS", [("before-call.ec2.RunInstances", no_capacity),
-                                          ("after-call.ec2.DescribeInstanceStatus", status_checks)]
+        awsmod,
+        "CLIENT_EVENT_HANDLERS",
+        [
+            ("before-call.ec2.RunInstances", no_capacity),
+            ("after-call.ec2.DescribeInstanceStatus", status_checks),
+        ],
     )
 
     def reopen() -> Provider:
@@ -189,8 +193,11 @@ def aws_cloud(moto: Moto, monkeypatch: pytest.MonkeyPatch) -> Cloud:
             MinCount=1,
             MaxCount=1,
             Placement={"AvailabilityZone": zone},
-            **({"TagSpecifications": [{"ResourceType": "instance", "Tags": tag_list}]}
-               if tag_list else {}),
+            **(
+                {"TagSpecifications": [{"ResourceType": "instance", "Tags": tag_list}]}
+                if tag_list
+                else {}
+            ),
         )
         return str(reservation["Instances"][0]["InstanceId"])
 
@@ -280,10 +287,17 @@ def lambda_cloud(fake_lambda: FakeLambda, lambda_api_base: str) -> Cloud:
 def azure_cloud(fake_arm: FakeARM, arm_endpoint: str) -> Cloud:
     size, rg = "Standard_NC4as_T4_v3", "gpu-rg"
     fake_arm.no_capacity.add(f"eastus-3/{size}")
-    config = {"type": "azure", "subscription_id": SUB, "resource_group": rg,
-              "base_url": arm_endpoint, "retry_total": 0}
-    subnet = (f"/subscriptions/{SUB}/resourceGroups/net/providers/Microsoft.Network/"
-              "virtualNetworks/v/subnets/gpu")
+    config = {
+        "type": "azure",
+        "subscription_id": SUB,
+        "resource_group": rg,
+        "base_url": arm_endpoint,
+        "retry_total": 0,
+    }
+    subnet = (
+        f"/subscriptions/{SUB}/resourceGroups/net/providers/Microsoft.Network/"
+        "virtualNetworks/v/subnets/gpu"
+    )
 
     def reopen() -> Provider:
         return open_provider("azure", config, base_dir=Path("."), fleet=FLEET)
@@ -302,6 +316,12 @@ def azure_cloud(fake_arm: FakeARM, arm_endpoint: str) -> Cloud:
         add_instance=add_instance,
         map_error=lambda exc: azuremod.map_error(exc, zone="eastus-1", what="launch"),
         errors=AZURE_ERRORS,
-        impair=lambda inst: fake_arm.set_instance_view(rg, inst.node or "", {"statuses": [
-            {"code": "PowerState/running"}], "vmHealth": {"status": {"code": "HealthState/unhealthy"}}}),
+        impair=lambda inst: fake_arm.set_instance_view(
+            rg,
+            inst.node or "",
+            {
+                "statuses": [{"code": "PowerState/running"}],
+                "vmHealth": {"status": {"code": "HealthState/unhealthy"}},
+            },
+        ),
     )

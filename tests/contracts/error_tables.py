@@ -210,11 +210,17 @@ LAMBDA_ERRORS = [
 #: a code added there is checked at once), then the shapes mapped by HTTP status or type.
 _QUOTA_MESSAGE = "Operation could not be completed as it results in exceeding approved quota"
 AZURE_ERRORS = [
-    *(ErrorCase(arm_error(409, code, _QUOTA_MESSAGE if code == "OperationNotAllowed" else "m"),
-                kind, "zone" if kind in (CapacityError, QuotaError) else None)
-      for code, kind in sorted(AZURE_CODES.items())),
-    ErrorCase(arm_error(409, "OperationNotAllowed", "not allowed on a deallocated VM"),
-              ProviderError),
+    *(
+        ErrorCase(
+            arm_error(409, code, _QUOTA_MESSAGE if code == "OperationNotAllowed" else "m"),
+            kind,
+            "zone" if kind in (CapacityError, QuotaError) else None,
+        )
+        for code, kind in sorted(AZURE_CODES.items())
+    ),
+    ErrorCase(
+        arm_error(409, "OperationNotAllowed", "not allowed on a deallocated VM"), ProviderError
+    ),
     ErrorCase(arm_error(403, "SomethingElse"), AuthError),
     ErrorCase(arm_error(503, "SomethingElse"), TransientError),
     ErrorCase(arm_error(400, "InvalidParameter"), ProviderError),

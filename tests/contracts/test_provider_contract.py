@@ -45,8 +45,10 @@ def test_list_finds_the_fleet_by_its_tags_and_nothing_else_as_its_own(cloud: Clo
     listed = cloud.reopen().list_instances(FLEET)
     ours = {i.instance_id: i for i in listed if i.fleet == FLEET}
     assert set(ours) == {a.instance_id, b.instance_id}
-    for inst, req in ((ours[a.instance_id], _request(cloud, "prod-train-0001")),
-                      (ours[b.instance_id], _request(cloud, "prod-train-0002", cloud.zones[1]))):
+    for inst, req in (
+        (ours[a.instance_id], _request(cloud, "prod-train-0001")),
+        (ours[b.instance_id], _request(cloud, "prod-train-0002", cloud.zones[1])),
+    ):
         assert dict(inst.tags).items() >= dict(req.tags).items(), inst.tags
         assert (inst.pool, inst.node, inst.launch_id) == (req.pool, req.node, req.launch_id)
         assert (inst.zone, inst.instance_type) == (req.zone, req.instance_type)
@@ -126,8 +128,10 @@ def test_map_error_maps_every_relied_on_upstream_error(cloud: Cloud) -> None:
         mapped = cloud.map_error(case.exc)
         scope = getattr(mapped, "scope", None)
         if type(mapped) is not case.expected or (case.scope is not None and scope != case.scope):
-            wrong.append(f"{case.exc!r} -> {type(mapped).__name__}(scope={scope!r}), "
-                         f"want {case.expected.__name__}(scope={case.scope!r})")
+            wrong.append(
+                f"{case.exc!r} -> {type(mapped).__name__}(scope={scope!r}), "
+                f"want {case.expected.__name__}(scope={case.scope!r})"
+            )
     assert cloud.errors and not wrong, "\n".join(wrong)
 
 
@@ -143,8 +147,10 @@ def test_list_carries_the_clouds_own_impaired_status(cloud: Cloud) -> None:
 
 def test_a_provision_request_never_prints_its_user_data() -> None:
     key = "nodekey-5f3a9c"  # user-data carries the node's report-signing key
-    request = replace(provision_request("prod-train-0001", "z", "t"),
-                      user_data=f"#cloud-config\nnode_key: {key}\n")
+    request = replace(
+        provision_request("prod-train-0001", "z", "t"),
+        user_data=f"#cloud-config\nnode_key: {key}\n",
+    )
     assert key not in repr(request) and key not in str(request)
     assert key not in repr([request]) and key not in f"{request!r}"
     assert request.user_data.endswith(f"{key}\n")  # still there for the provider

@@ -47,9 +47,15 @@ def closed_port() -> int:
 
 def _owned(instance_id: str, zone: str) -> Instance:
     tags = ownership_tags(FLEET, "train", NODE, "launch-1")
-    return Instance(provider="p", instance_id=instance_id, zone=zone, instance_type="t",
-                    state=InstanceState.RUNNING, launched_at=datetime(2026, 1, 1, tzinfo=UTC),
-                    tags=tuple(sorted(tags.items())))
+    return Instance(
+        provider="p",
+        instance_id=instance_id,
+        zone=zone,
+        instance_type="t",
+        state=InstanceState.RUNNING,
+        launched_at=datetime(2026, 1, 1, tzinfo=UTC),
+        tags=tuple(sorted(tags.items())),
+    )
 
 
 def _aws(port: int, monkeypatch: pytest.MonkeyPatch) -> tuple[Provider, str, str]:
@@ -58,23 +64,33 @@ def _aws(port: int, monkeypatch: pytest.MonkeyPatch) -> tuple[Provider, str, str
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
     monkeypatch.setattr(awsmod, "DEFAULT_MAX_ATTEMPTS", 1)
     monkeypatch.setattr(awsmod, "RUN_INSTANCES_MAX_ATTEMPTS", 1)
-    provider = open_provider("aws", {"type": "aws", "region": "us-east-1"},
-                             base_dir=Path("."), fleet=FLEET)
+    provider = open_provider(
+        "aws", {"type": "aws", "region": "us-east-1"}, base_dir=Path("."), fleet=FLEET
+    )
     return provider, "us-east-1a", "i-0123456789abcdef0"
 
 
 def _gcp(port: int, monkeypatch: pytest.MonkeyPatch) -> tuple[Provider, str, str]:
     del monkeypatch
-    config = {"type": "gcp", "project": "p", "api_endpoint": f"http://127.0.0.1:{port}",
-              "anonymous": True, "retry_deadline_s": 0.2}
+    config = {
+        "type": "gcp",
+        "project": "p",
+        "api_endpoint": f"http://127.0.0.1:{port}",
+        "anonymous": True,
+        "retry_deadline_s": 0.2,
+    }
     provider = open_provider("gcp", config, base_dir=Path("."), fleet=FLEET)
     return provider, "us-central1-a", NODE
 
 
 def _lambda(port: int, monkeypatch: pytest.MonkeyPatch) -> tuple[Provider, str, str]:
     monkeypatch.setenv("LAMBDA_API_KEY", "secret")
-    settings = LambdaSettings(api_key_env="LAMBDA_API_KEY", ssh_key_name="navarch",
-                              api_base=f"http://127.0.0.1:{port}/api/v1", launch_interval_s=0)
+    settings = LambdaSettings(
+        api_key_env="LAMBDA_API_KEY",
+        ssh_key_name="navarch",
+        api_base=f"http://127.0.0.1:{port}/api/v1",
+        launch_interval_s=0,
+    )
     # A plain session: no urllib3 retries, so a refused connection fails at once.
     provider = LambdaProvider("lambda", settings, fleet=FLEET, session=requests.Session())
     return provider, "us-east-1", "0123456789abcdef"
@@ -82,22 +98,34 @@ def _lambda(port: int, monkeypatch: pytest.MonkeyPatch) -> tuple[Provider, str, 
 
 def _azure(port: int, monkeypatch: pytest.MonkeyPatch) -> tuple[Provider, str, str]:
     monkeypatch.setenv("NAVARCH_AZURE_TOKEN", "token")
-    config = {"type": "azure", "subscription_id": "sub", "resource_group": "rg",
-              "base_url": f"http://127.0.0.1:{port}", "retry_total": 0}
+    config = {
+        "type": "azure",
+        "subscription_id": "sub",
+        "resource_group": "rg",
+        "base_url": f"http://127.0.0.1:{port}",
+        "retry_total": 0,
+    }
     provider = open_provider("azure", config, base_dir=Path("."), fleet=FLEET)
-    vm_id = f"/subscriptions/sub/resourceGroups/rg/providers/Microsoft.Compute/virtualMachines/{NODE}"
+    vm_id = (
+        f"/subscriptions/sub/resourceGroups/rg/providers/Microsoft.Compute/virtualMachines/{NODE}"
+    )
     return provider, "eastus-1", vm_id
 
 
 PROVIDERS: dict[str, Callable[[int, pytest.MonkeyPatch], tuple[Provider, str, str]]] = {
-    "aws": _aws, "gcp": _gcp, "lambda": _lambda, "azure": _azure,
+    "aws": _aws,
+    "gcp": _gcp,
+    "lambda": _lambda,
+    "azure": _azure,
 }
 
 CALLS: dict[str, Callable[[Provider, str, str], object]] = {
     "list_instances": lambda p, zone, iid: p.list_instances(FLEET),
     "provision": lambda p, zone, iid: p.provision(
-        provision_request(NODE, zone, "gpu_1x_a10",
-                          options={"ami": "ami-12c6146b", "subnet_id": "/subnets/s"})),
+        provision_request(
+            NODE, zone, "gpu_1x_a10", options={"ami": "ami-12c6146b", "subnet_id": "/subnets/s"}
+        )
+    ),
     "terminate": lambda p, zone, iid: p.terminate([_owned(iid, zone)]),
     "reboot": lambda p, zone, iid: p.reboot([_owned(iid, zone)]),
     "update_tags": lambda p, zone, iid: p.update_tags(_owned(iid, zone), {"team": "ml"}),
@@ -139,15 +167,21 @@ def _gcs(port: int, monkeypatch: pytest.MonkeyPatch) -> ObjectStore:
 
 def _azure_blob(port: int, monkeypatch: pytest.MonkeyPatch) -> ObjectStore:
     account = "devstoreaccount1"
-    monkeypatch.setenv(azurestore.CONNECTION_STRING_ENV, (
-        f"DefaultEndpointsProtocol=http;AccountName={account};AccountKey=a2V5;"
-        f"BlobEndpoint=http://127.0.0.1:{port}/{account};"))
+    monkeypatch.setenv(
+        azurestore.CONNECTION_STRING_ENV,
+        (
+            f"DefaultEndpointsProtocol=http;AccountName={account};AccountKey=a2V5;"
+            f"BlobEndpoint=http://127.0.0.1:{port}/{account};"
+        ),
+    )
     monkeypatch.setattr(azurestore, "RETRY_TOTAL", 0)
     return open_store(f"az://{account}/container/prefix")
 
 
 STORES: dict[str, Callable[[int, pytest.MonkeyPatch], ObjectStore]] = {
-    "s3": _s3, "gcs": _gcs, "azure": _azure_blob,
+    "s3": _s3,
+    "gcs": _gcs,
+    "azure": _azure_blob,
 }
 
 STORE_CALLS: dict[str, Callable[[ObjectStore], object]] = {

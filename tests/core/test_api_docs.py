@@ -34,8 +34,9 @@ def test_every_supported_function_has_a_section_with_an_example() -> None:
     assert set(sections) == {n for n in functions if n != "validate_text"}
 
 
-def test_the_examples_run_in_order_on_the_example_fleet(tmp_path: Path,
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_examples_run_in_order_on_the_example_fleet(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     shutil.copy(REPO / "fleet.example.yaml", tmp_path / "fleet.yaml")
     for key in [k for k in os.environ if k.startswith("NAVARCH_")]:
         monkeypatch.delenv(key)

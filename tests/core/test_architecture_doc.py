@@ -15,8 +15,11 @@ def _named() -> set[str]:
 
 
 def _modules() -> set[str]:
-    return {str(p.relative_to(ROOT)) for p in (ROOT / "navarch").rglob("*.py")
-            if p.name != "__main__.py"}
+    return {
+        str(p.relative_to(ROOT))
+        for p in (ROOT / "navarch").rglob("*.py")
+        if p.name != "__main__.py"
+    }
 
 
 def test_every_module_named_in_the_map_exists() -> None:

@@ -12,8 +12,18 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-EXTRA_MODULES = ("boto3", "botocore", "google", "azure", "fabric", "paramiko", "invoke",
-                 "matplotlib", "mcp", "mcp_types")
+EXTRA_MODULES = (
+    "boto3",
+    "botocore",
+    "google",
+    "azure",
+    "fabric",
+    "paramiko",
+    "invoke",
+    "matplotlib",
+    "mcp",
+    "mcp_types",
+)
 
 # Runs navarch with the extras' packages unimportable, as in an install without extras.
 _WITHOUT_EXTRAS = f"""
@@ -34,8 +44,14 @@ sys.exit(main(sys.argv[1:]))
 
 def navarch_without_extras(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(REPO), "NAVARCH_FLEET_SECRET": "ab" * 32}
-    return subprocess.run([sys.executable, "-c", _WITHOUT_EXTRAS, *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-c", _WITHOUT_EXTRAS, *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_the_main_job_runs_on_the_local_provider_without_extras(tmp_path: Path) -> None:
@@ -45,13 +61,17 @@ def test_the_main_job_runs_on_the_local_provider_without_extras(tmp_path: Path) 
     assert "Apply complete" in run.stdout
 
 
-@pytest.mark.parametrize(("fleet", "extra"), [
-    ("fleet.aws.example.yaml", "aws"),
-    ("fleet.gcp.example.yaml", "gcp"),
-    ("fleet.azure.example.yaml", "azure"),
-])
-def test_a_cloud_fleet_without_its_extra_names_the_extra(tmp_path: Path, fleet: str,
-                                                         extra: str) -> None:
+@pytest.mark.parametrize(
+    ("fleet", "extra"),
+    [
+        ("fleet.aws.example.yaml", "aws"),
+        ("fleet.gcp.example.yaml", "gcp"),
+        ("fleet.azure.example.yaml", "azure"),
+    ],
+)
+def test_a_cloud_fleet_without_its_extra_names_the_extra(
+    tmp_path: Path, fleet: str, extra: str
+) -> None:
     run = navarch_without_extras(tmp_path, "plan", str(REPO / fleet))
     assert run.returncode == 1
     assert f"pip install 'navarch[{extra}]'" in run.stderr
@@ -63,5 +83,5 @@ def test_navarch_mcp_without_its_extra_names_the_extra(tmp_path: Path) -> None:
     run = navarch_without_extras(tmp_path, "mcp", "fleet.yaml")
     assert run.returncode == 1
     assert run.stderr.strip().splitlines() == [
-        "Error: navarch mcp needs navarch[mcp] (mcp is not installed) "
-        "(pip install 'navarch[mcp]')"]
+        "Error: navarch mcp needs navarch[mcp] (mcp is not installed) (pip install 'navarch[mcp]')"
+    ]

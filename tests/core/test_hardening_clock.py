@@ -37,19 +37,35 @@ def spec(tmp_path):
 
 
 def _instance() -> Instance:
-    tags = {**ownership_tags("demo", "train", NODE, launch_id("demo", NODE, 0)),
-            "team": "research"}
-    return Instance(provider="sim", instance_id="i-1", zone="sim-1a", instance_type="sim-h100x8",
-                    state=InstanceState.RUNNING, launched_at=NOW - timedelta(hours=2),
-                    tags=tuple(sorted(tags.items())))
+    tags = {**ownership_tags("demo", "train", NODE, launch_id("demo", NODE, 0)), "team": "research"}
+    return Instance(
+        provider="sim",
+        instance_id="i-1",
+        zone="sim-1a",
+        instance_type="sim-h100x8",
+        state=InstanceState.RUNNING,
+        launched_at=NOW - timedelta(hours=2),
+        tags=tuple(sorted(tags.items())),
+    )
 
 
 def _store_report(store: FileStore, generated_at: datetime, stored_at: datetime) -> None:
     report = {
-        "schema_version": 2, "fleet": "demo", "pool": "train", "node": NODE,
-        "instance_id": "i-1", "boot_id": "boot-a", "agent_version": "0.1.0", "sequence": 7,
-        "generated_at": generated_at.strftime("%Y-%m-%dT%H:%M:%SZ"), "status": "healthy",
-        "action": "none", "health_score": 100, "checks": [], "gpus": [], "xids": [],
+        "schema_version": 2,
+        "fleet": "demo",
+        "pool": "train",
+        "node": NODE,
+        "instance_id": "i-1",
+        "boot_id": "boot-a",
+        "agent_version": "0.1.0",
+        "sequence": 7,
+        "generated_at": generated_at.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "status": "healthy",
+        "action": "none",
+        "health_score": 100,
+        "checks": [],
+        "gpus": [],
+        "xids": [],
         "notice": None,
     }
     signed = signing.sign(report, signing.derive_node_key(SECRET, "demo", NODE))
@@ -69,8 +85,9 @@ def _judge(spec, store):
 
 def test_16_5_node_clock_eleven_minutes_behind_is_fresh_not_offline(tmp_path, spec):
     store = FileStore(tmp_path / "store")
-    _store_report(store, generated_at=NOW - timedelta(minutes=11),
-                  stored_at=NOW - timedelta(seconds=10))
+    _store_report(
+        store, generated_at=NOW - timedelta(minutes=11), stored_at=NOW - timedelta(seconds=10)
+    )
     obs, view, touching, memory = _judge(spec, store)
     assert obs.rejected is None and obs.summary.stored_at == NOW - timedelta(seconds=10)
     assert obs.summary.clock_skew_s == pytest.approx(-650)
@@ -85,8 +102,9 @@ def test_16_5_node_clock_eleven_minutes_behind_is_fresh_not_offline(tmp_path, sp
 
 def test_16_5_node_clock_ten_minutes_ahead_is_not_rejected_as_future(tmp_path, spec):
     store = FileStore(tmp_path / "store")
-    _store_report(store, generated_at=NOW + timedelta(minutes=10),
-                  stored_at=NOW - timedelta(seconds=5))
+    _store_report(
+        store, generated_at=NOW + timedelta(minutes=10), stored_at=NOW - timedelta(seconds=5)
+    )
     obs, view, touching, _ = _judge(spec, store)
     assert obs.rejected is None
     assert view.lifecycle is Lifecycle.HEALTHY
@@ -106,7 +124,8 @@ def test_16_5_a_clock_ahead_cannot_keep_a_silent_node_fresh(tmp_path, spec):
 
 def test_16_5_small_write_delay_is_not_skew(tmp_path, spec):
     store = FileStore(tmp_path / "store")
-    _store_report(store, generated_at=NOW - timedelta(seconds=40),
-                  stored_at=NOW - timedelta(seconds=5))
+    _store_report(
+        store, generated_at=NOW - timedelta(seconds=40), stored_at=NOW - timedelta(seconds=5)
+    )
     _, view, _, _ = _judge(spec, store)
     assert view.lifecycle is Lifecycle.HEALTHY and "clock skew" not in view.reason

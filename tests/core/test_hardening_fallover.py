@@ -29,21 +29,39 @@ from navarch.reconcile.run import Fleet, gather, run_apply, system_clock
 from navarch.reconcile.state import load_memory
 
 FLEET = "fo"
-PLACES = [("sim-1a", "sim-h100x8"), ("sim-1b", "sim-h100x8"),
-          ("sim-1a", "sim-a100x8"), ("sim-1b", "sim-a100x8")]
+PLACES = [
+    ("sim-1a", "sim-h100x8"),
+    ("sim-1b", "sim-h100x8"),
+    ("sim-1a", "sim-a100x8"),
+    ("sim-1b", "sim-a100x8"),
+]
 
 
 def _fleet(root: Path, *, target: int = 2, not_offered: Sequence[str] = ()) -> Fleet:
     (root / "fleet.secret").write_text("0123456789abcdef0123456789abcdef\n")
     doc = {
-        "fleet": FLEET, "store": "file://store", "secret": {"file": "fleet.secret"},
-        "providers": {"sim": {"type": "local", "dir": "local", "max_parallel": 1,
-                              "not_offered": list(not_offered)}},
-        "pools": {"train": {
-            "provider": "sim", "instance_types": ["sim-h100x8", "sim-a100x8"],
-            "gpus_per_node": 1, "region": "sim-1", "zones": ["sim-1a", "sim-1b"],
-            "nodes": {"min": 0, "target": target, "max": target + 1}, "scheduler": "none",
-        }},
+        "fleet": FLEET,
+        "store": "file://store",
+        "secret": {"file": "fleet.secret"},
+        "providers": {
+            "sim": {
+                "type": "local",
+                "dir": "local",
+                "max_parallel": 1,
+                "not_offered": list(not_offered),
+            }
+        },
+        "pools": {
+            "train": {
+                "provider": "sim",
+                "instance_types": ["sim-h100x8", "sim-a100x8"],
+                "gpus_per_node": 1,
+                "region": "sim-1",
+                "zones": ["sim-1a", "sim-1b"],
+                "nodes": {"min": 0, "target": target, "max": target + 1},
+                "scheduler": "none",
+            }
+        },
     }
     (root / "fleet.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
     return Fleet.open(load_fleet(root / "fleet.yaml"))
@@ -78,8 +96,11 @@ def _apply(fleet: Fleet):
 
 
 def _placed(fleet: Fleet) -> dict[str, tuple[str, str]]:
-    return {i.node: (i.zone, i.instance_type) for i in fleet.providers["sim"].list_instances(FLEET)
-            if i.node}
+    return {
+        i.node: (i.zone, i.instance_type)
+        for i in fleet.providers["sim"].list_instances(FLEET)
+        if i.node
+    }
 
 
 def _exhausted(fleet: Fleet) -> set[tuple[str, str]]:
@@ -91,8 +112,10 @@ def test_16_2_type_not_offered_in_the_first_zone_falls_over_to_the_next(tmp_path
     fleet = _fleet(tmp_path, not_offered=["sim-1a/sim-h100x8"])
     result = _apply(fleet)
     assert all(o.ok for o in result.outcomes), [o.detail for o in result.outcomes]
-    assert _placed(fleet) == {"fo-train-0001": ("sim-1b", "sim-h100x8"),
-                              "fo-train-0002": ("sim-1b", "sim-h100x8")}
+    assert _placed(fleet) == {
+        "fo-train-0001": ("sim-1b", "sim-h100x8"),
+        "fo-train-0002": ("sim-1b", "sim-h100x8"),
+    }
     first = next(o for o in result.outcomes if o.action.node == "fo-train-0001")
     assert "after 1 place(s) that could not take it" in first.detail
     # Remembered like capacity (with a backoff), so the next launch does not try it again.
@@ -102,10 +125,16 @@ def test_16_2_type_not_offered_in_the_first_zone_falls_over_to_the_next(tmp_path
 def test_16_2_no_place_can_take_it_says_why_for_each_place(tmp_path):
     fleet = _fleet(tmp_path, target=1, not_offered=["sim-1a/sim-h100x8", "sim-1b/sim-a100x8"])
     sim = fleet.providers["sim"]
-    fleet.providers["sim"] = Scripted(sim, lambda r: CapacityError(
-        f"no capacity in {r.zone}", code="InsufficientInstanceCapacity", scope="zone")
-        if (r.zone, r.instance_type) in {("sim-1b", "sim-h100x8"), ("sim-1a", "sim-a100x8")}
-        else None)
+    fleet.providers["sim"] = Scripted(
+        sim,
+        lambda r: (
+            CapacityError(
+                f"no capacity in {r.zone}", code="InsufficientInstanceCapacity", scope="zone"
+            )
+            if (r.zone, r.instance_type) in {("sim-1b", "sim-h100x8"), ("sim-1a", "sim-a100x8")}
+            else None
+        ),
+    )
     (outcome,) = _apply(fleet).outcomes[-1:]
     assert not outcome.ok and outcome.error == "PlacementError"
     assert outcome.detail.startswith("no place could take it: ")
@@ -140,9 +169,16 @@ def test_16_2_quota_auth_and_transient_stop_where_they_should(tmp_path, error, c
 
 def test_16_2_spent_launch_id_tries_the_next_place(tmp_path):
     fleet = _fleet(tmp_path, target=1)
-    scripted = Scripted(fleet.providers["sim"], lambda r: LaunchSpent(
-        "launch already ran, instance terminated", code="IdempotentLaunchTerminated")
-        if r.attempt == 0 else None)
+    scripted = Scripted(
+        fleet.providers["sim"],
+        lambda r: (
+            LaunchSpent(
+                "launch already ran, instance terminated", code="IdempotentLaunchTerminated"
+            )
+            if r.attempt == 0
+            else None
+        ),
+    )
     fleet.providers["sim"] = scripted
     result = _apply(fleet)
     assert all(o.ok for o in result.outcomes)
@@ -153,9 +189,16 @@ def test_16_2_spent_launch_id_tries_the_next_place(tmp_path):
 
 def test_16_2_all_launch_ids_spent_moves_to_a_new_node_name(tmp_path):
     fleet = _fleet(tmp_path, target=1)
-    spent = Scripted(fleet.providers["sim"], lambda r: LaunchSpent(
-        "launch already ran, instance terminated", code="IdempotentLaunchTerminated")
-        if r.node == "fo-train-0001" else None)
+    spent = Scripted(
+        fleet.providers["sim"],
+        lambda r: (
+            LaunchSpent(
+                "launch already ran, instance terminated", code="IdempotentLaunchTerminated"
+            )
+            if r.node == "fo-train-0001"
+            else None
+        ),
+    )
     fleet.providers["sim"] = spent
     first = _apply(fleet)
     assert not first.outcomes[-1].ok

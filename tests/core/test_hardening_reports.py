@@ -29,12 +29,31 @@ KEY = f"health/demo/train/{NODE}.json"
 
 def _report(**over: object) -> dict:
     report = {
-        "schema_version": 2, "fleet": "demo", "pool": "train", "node": NODE,
-        "instance_id": "i-1", "boot_id": "boot-a", "agent_version": "0.1.0", "sequence": 7,
-        "generated_at": "2026-11-01T11:59:30Z", "status": "healthy", "action": "none",
-        "health_score": 100, "checks": [], "xids": [], "notice": None,
-        "gpus": [{"index": 0, "uuid": "GPU-1", "name": "NVIDIA H100 80GB HBM3",
-                  "pci_bus_id": "0000:18:00", "utilization_pct": 40.0, "process_count": 1}],
+        "schema_version": 2,
+        "fleet": "demo",
+        "pool": "train",
+        "node": NODE,
+        "instance_id": "i-1",
+        "boot_id": "boot-a",
+        "agent_version": "0.1.0",
+        "sequence": 7,
+        "generated_at": "2026-11-01T11:59:30Z",
+        "status": "healthy",
+        "action": "none",
+        "health_score": 100,
+        "checks": [],
+        "xids": [],
+        "notice": None,
+        "gpus": [
+            {
+                "index": 0,
+                "uuid": "GPU-1",
+                "name": "NVIDIA H100 80GB HBM3",
+                "pci_bus_id": "0000:18:00",
+                "utilization_pct": 40.0,
+                "process_count": 1,
+            }
+        ],
     }
     report.update(over)
     return report
@@ -61,17 +80,41 @@ HOSTILE: dict[str, tuple[bytes, str]] = {
     "deep_nesting_inside_a_report": (_deep_inside(5_000), "malformed"),
     "moderate_nesting_inside_a_report": (_deep_inside(500), "malformed"),
     "shallow_nesting_inside_a_report": (_deep_inside(3), "schema"),
-    "lone_surrogate": (_zeros(_report(checks=[{"name": "temperature", "status": "degraded",
-                                               "action": "none", "message": "\ud800"}])),
-                       "malformed"),
+    "lone_surrogate": (
+        _zeros(
+            _report(
+                checks=[
+                    {
+                        "name": "temperature",
+                        "status": "degraded",
+                        "action": "none",
+                        "message": "\ud800",
+                    }
+                ]
+            )
+        ),
+        "malformed",
+    ),
     "lone_surrogate_in_a_key": (_zeros({**_report(), "\udfff": 1}), "malformed"),
-    "huge_integer_4k_digits": (json.dumps(_signed(_report())).replace(
-        '"sequence": 7', '"sequence": ' + "9" * 5000).encode(), "malformed"),
+    "huge_integer_4k_digits": (
+        json.dumps(_signed(_report()))
+        .replace('"sequence": 7', '"sequence": ' + "9" * 5000)
+        .encode(),
+        "malformed",
+    ),
     "integer_beyond_2_53": (_zeros(_report(sequence=10**30)), "malformed"),
-    "float_overflow_to_inf": (json.dumps(_signed(_report())).replace(
-        '"utilization_pct": 40.0', '"utilization_pct": 1e999').encode(), "malformed"),
-    "nan_literal": (json.dumps(_signed(_report())).replace(
-        '"utilization_pct": 40.0', '"utilization_pct": NaN').encode(), "malformed"),
+    "float_overflow_to_inf": (
+        json.dumps(_signed(_report()))
+        .replace('"utilization_pct": 40.0', '"utilization_pct": 1e999')
+        .encode(),
+        "malformed",
+    ),
+    "nan_literal": (
+        json.dumps(_signed(_report()))
+        .replace('"utilization_pct": 40.0', '"utilization_pct": NaN')
+        .encode(),
+        "malformed",
+    ),
     "negative_infinity_literal": (b'{"sequence": -Infinity}', "malformed"),
     "ten_megabytes": (b'{"pad": "' + b"x" * (10 * 1024 * 1024) + b'"}', "oversized"),
     "just_over_the_limit": (b" " * (MAX_REPORT_BYTES + 1) + b"{}", "oversized"),
@@ -88,8 +131,10 @@ HOSTILE: dict[str, tuple[bytes, str]] = {
     "fleet_as_number": (json.dumps(_signed(_report(fleet=5))).encode(), "schema"),
     "signature_as_string": (json.dumps({**_report(), "signature": "0" * 64}).encode(), "schema"),
     "bool_health_score": (json.dumps(_signed(_report(health_score=True))).encode(), "schema"),
-    "impossible_date": (json.dumps(_signed(_report(generated_at="2026-13-45T99:00:00Z"))).encode(),
-                        "schema"),
+    "impossible_date": (
+        json.dumps(_signed(_report(generated_at="2026-13-45T99:00:00Z"))).encode(),
+        "schema",
+    ),
     "unsigned": (json.dumps(_report()).encode(), "unsigned"),
     "forged_signature": (_zeros(_report()), "bad_signature"),
 }
@@ -123,8 +168,10 @@ def test_16_4_whole_corpus_in_one_store_is_read_without_a_traceback(tmp_path):
     # signed for another node is "identity"; the corpus was made for NODE, so objects that
     # pass the schema now fail identity instead of their own reason.
     got = {node: observed[node].rejected for node in expected}
-    assert all(got[n] == r or (got[n] == "identity" and r in ("unsigned", "bad_signature"))
-               for n, r in expected.items()), got
+    assert all(
+        got[n] == r or (got[n] == "identity" and r in ("unsigned", "bad_signature"))
+        for n, r in expected.items()
+    ), got
 
 
 def test_16_4_signature_covers_the_canonical_form_not_one_serialisation():
@@ -192,10 +239,17 @@ def test_16_4_an_unchanged_rejected_object_stays_rejected_and_is_counted_once(tm
 
     shutil.copy(Path(__file__).resolve().parents[2] / "fleet.example.yaml", tmp_path / "fleet.yaml")
     spec = load_fleet(tmp_path / "fleet.yaml")
-    inst = Instance(provider="sim", instance_id="i-1", zone="sim-1a", instance_type="sim-h100x8",
-                    state=InstanceState.RUNNING, launched_at=NOW,
-                    tags=tuple(sorted(ownership_tags("demo", "train", NODE,
-                                                     launch_id("demo", NODE, 0)).items())))
+    inst = Instance(
+        provider="sim",
+        instance_id="i-1",
+        zone="sim-1a",
+        instance_type="sim-h100x8",
+        state=InstanceState.RUNNING,
+        launched_at=NOW,
+        tags=tuple(
+            sorted(ownership_tags("demo", "train", NODE, launch_id("demo", NODE, 0)).items())
+        ),
+    )
     store = FileStore(tmp_path / "store")
     store.put(KEY, b"[" * 100_000)
     memory = Memory(fleet="demo")
@@ -216,8 +270,13 @@ def test_a_report_signed_over_a_form_other_than_rfc_8785_is_rejected(tmp_path):
     body = json.dumps(report, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     assert body.encode() != signing.canonical_bytes(report)
     key = signing.derive_node_key(SECRET, "demo", NODE)
-    other = {**report, "signature": {"alg": "HMAC-SHA256", "value": hmac.new(
-        key, body.encode(), hashlib.sha256).hexdigest()}}
+    other = {
+        **report,
+        "signature": {
+            "alg": "HMAC-SHA256",
+            "value": hmac.new(key, body.encode(), hashlib.sha256).hexdigest(),
+        },
+    }
     store = FileStore(tmp_path)
     store.put(KEY, json.dumps(other).encode())
     rejected = read_reports(store, "demo", Memory(fleet="demo"), SECRET, NOW)[NODE].rejected

@@ -7,14 +7,23 @@ from navarch.health import FaultKey, Remedy, Status
 
 def test_status_has_one_order_worst_last() -> None:
     assert [s.value for s in sorted(Status, key=lambda s: s.rank)] == [
-        "healthy", "degraded", "unknown", "unhealthy"]
+        "healthy",
+        "degraded",
+        "unknown",
+        "unhealthy",
+    ]
     assert Status.worst([Status.DEGRADED, Status.UNKNOWN]) is Status.UNKNOWN
     assert Status.worst([]) is Status.HEALTHY
 
 
 def test_remedy_is_ordered_by_strength() -> None:
     assert [r.value for r in sorted(Remedy, key=lambda r: r.rank)] == [
-        "none", "restart_app", "reset_gpu", "reboot", "replace"]
+        "none",
+        "restart_app",
+        "reset_gpu",
+        "reboot",
+        "replace",
+    ]
     assert Remedy.strongest([Remedy.RESET_GPU, Remedy.REBOOT]) is Remedy.REBOOT
     assert f"{Remedy.REBOOT}" == "reboot" and Status("unhealthy") == "unhealthy"
 

@@ -42,9 +42,19 @@ def _chunk(store: FileStore, when: datetime, run: str, *records: dict) -> None:
 
 
 def _rec(when: datetime, node: str, action: str = "cordon", **extra: object) -> dict:
-    return {"time": when.isoformat().replace("+00:00", "Z"), "run_id": "r", "action": action,
-            "pool": "train", "node": node, "instance_id": "i-1", "reason": "XID 79",
-            "ok": True, "detail": "done", "error": None, **extra}
+    return {
+        "time": when.isoformat().replace("+00:00", "Z"),
+        "run_id": "r",
+        "action": action,
+        "pool": "train",
+        "node": node,
+        "instance_id": "i-1",
+        "reason": "XID 79",
+        "ok": True,
+        "detail": "done",
+        "error": None,
+        **extra,
+    }
 
 
 def test_a_day_query_lists_three_day_prefixes_of_a_month_of_chunks(tmp_path: Path) -> None:
@@ -53,12 +63,16 @@ def test_a_day_query_lists_three_day_prefixes_of_a_month_of_chunks(tmp_path: Pat
         when = NOW - timedelta(days=day, hours=1)
         _chunk(spy.inner, when, f"{when:%Y%m%dT%H%M%SZ}-x", _rec(when, "n1"), _rec(when, "n2"))
     h = read_history(spy, "demo", since=NOW - timedelta(hours=24), until=NOW, node="n1")
-    assert spy.listed == ["events/demo/2026/03/08/", "events/demo/2026/03/09/",
-                          "events/demo/2026/03/10/"]
+    assert spy.listed == [
+        "events/demo/2026/03/08/",
+        "events/demo/2026/03/09/",
+        "events/demo/2026/03/10/",
+    ]
     assert [k for k in spy.read if k.startswith("events/")] == [
         "events/demo/2026/03/08/20260308T110000Z-x-0001.jsonl",
         "events/demo/2026/03/09/20260309T110000Z-x-0001.jsonl",
-        "events/demo/2026/03/10/20260310T110000Z-x-0001.jsonl"]
+        "events/demo/2026/03/10/20260310T110000Z-x-0001.jsonl",
+    ]
     assert [(e.node, e.time) for e in h.events] == [("n1", NOW - timedelta(hours=1))]
     assert h.chunks_read == 3
 
@@ -74,13 +88,21 @@ def test_a_run_that_crossed_midnight_is_found_under_the_day_it_started(tmp_path:
 def test_records_without_newer_fields_and_broken_lines_still_read(tmp_path: Path) -> None:
     store = FileStore(tmp_path)
     when = NOW - timedelta(hours=2)
-    body = (json.dumps(_rec(when, "n1", operator=True, run_id="reboot", action="reboot")) + "\n"
-            + '{"node": "n1", not json\n' + json.dumps(_rec(when + timedelta(minutes=1), "n1")) + "\n"
-            + json.dumps({"node": "n1"}) + "\n").encode()
+    body = (
+        json.dumps(_rec(when, "n1", operator=True, run_id="reboot", action="reboot"))
+        + "\n"
+        + '{"node": "n1", not json\n'
+        + json.dumps(_rec(when + timedelta(minutes=1), "n1"))
+        + "\n"
+        + json.dumps({"node": "n1"})
+        + "\n"
+    ).encode()
     store.put(f"events/demo/{when:%Y/%m/%d}/old-0001.jsonl", body)
     h = read_history(store, "demo", since=NOW - timedelta(hours=24), until=NOW, node="n1")
     assert [(e.action, e.actor, e.verb) for e in h.events] == [
-        ("reboot", Actor.OPERATOR, "reboot"), ("cordon", Actor.SCHEDULED, "")]
+        ("reboot", Actor.OPERATOR, "reboot"),
+        ("cordon", Actor.SCHEDULED, ""),
+    ]
     assert h.events[0].report is None and h.skipped_lines == 2
     text = render_history(h)
     assert "reboot n1  ok  by operator (reboot)" in text
@@ -91,6 +113,7 @@ def test_a_node_with_a_similar_name_is_not_mixed_in(tmp_path: Path) -> None:
     store = FileStore(tmp_path)
     when = NOW - timedelta(hours=2)
     _chunk(store, when, "r", _rec(when, "demo-train-0001"), _rec(when, "demo-train-00010"))
-    h = read_history(store, "demo", since=NOW - timedelta(hours=24), until=NOW,
-                     node="demo-train-0001")
+    h = read_history(
+        store, "demo", since=NOW - timedelta(hours=24), until=NOW, node="demo-train-0001"
+    )
     assert [e.node for e in h.events] == ["demo-train-0001"]

@@ -26,8 +26,9 @@ from tests.support.journal import FLEET, HeldApply, navarch, state_path, write_f
 class Spy:
     """Wraps a provider: counts provisions, can fail the n-th, can wait for company."""
 
-    def __init__(self, inner: Any, *, fail_at: int | None = None,
-                 barrier: threading.Barrier | None = None) -> None:
+    def __init__(
+        self, inner: Any, *, fail_at: int | None = None, barrier: threading.Barrier | None = None
+    ) -> None:
         self.inner = inner
         self.name = inner.name
         self.fail_at = fail_at
@@ -142,7 +143,8 @@ def test_16_1_store_error_on_second_audit_write_loses_nothing(tmp_path):
     assert result.audit_error is None  # the failed chunk's records went out with the next
     assert known(tmp_path) == machines(tmp_path) and len(machines(tmp_path)) == 4
     assert sorted(r["node"] for r in audit_records(tmp_path)) == [
-        f"jt-train-{i:04d}" for i in range(1, 5)]
+        f"jt-train-{i:04d}" for i in range(1, 5)
+    ]
 
 
 def test_16_1_audit_store_down_still_records_memory_and_fails_the_run(tmp_path):
@@ -206,8 +208,9 @@ def test_audit_log_is_chunked_and_bytes_per_action_are_bounded(tmp_path):
     fleet = open_fleet(tmp_path)
     store = FlakyStore(fleet.store, "events/", fail_puts=set())
     fleet.store = store
-    result = run_apply(fleet, command="apply (test)", policy=JournalPolicy(every_actions=10,
-                                                                          max_writes=1000))
+    result = run_apply(
+        fleet, command="apply (test)", policy=JournalPolicy(every_actions=10, max_writes=1000)
+    )
     assert len(result.outcomes) == 120 and all(o.ok for o in result.outcomes)
     audit = [(k, n) for k, n in store.puts if k.startswith("events/")]
     keys = [k for k, _ in audit]
@@ -284,10 +287,14 @@ def test_playbook_cordons_are_journaled_at_once_and_drain_follows_cordon(tmp_pat
     nodes = [f"jt-train-{i:04d}" for i in range(1, 7)]
     memory = Memory(fleet=FLEET)
     for n in nodes:
-        memory = memory.with_node(NodeMemory(node=n, pool="train", instance_id=f"i-{n}",
-                                             first_seen_at=now))
-    actions = tuple(Action(kind, "train", n, "test", action_reason=ActionReason.UNHEALTHY)
-                    for n in nodes for kind in (ActionKind.CORDON, ActionKind.DRAIN))
+        memory = memory.with_node(
+            NodeMemory(node=n, pool="train", instance_id=f"i-{n}", first_seen_at=now)
+        )
+    actions = tuple(
+        Action(kind, "train", n, "test", action_reason=ActionReason.UNHEALTHY)
+        for n in nodes
+        for kind in (ActionKind.CORDON, ActionKind.DRAIN)
+    )
     writes: list[int] = []
 
     def journal(m: Memory) -> Memory:
@@ -296,9 +303,17 @@ def test_playbook_cordons_are_journaled_at_once_and_drain_follows_cordon(tmp_pat
 
     playbooks = RecordingPlaybooks(writes)
     store = FileStore(tmp_path / "store")
-    executor = Executor(spec, {}, AuditLog(store, FLEET, "run-1", now), instances={},
-                        inventory=(), clock=lambda: now, run_id="run-1", playbooks=playbooks,
-                        journal=journal)
+    executor = Executor(
+        spec,
+        {},
+        AuditLog(store, FLEET, "run-1", now),
+        instances={},
+        inventory=(),
+        clock=lambda: now,
+        run_id="run-1",
+        playbooks=playbooks,
+        journal=journal,
+    )
     memory, outcomes = executor.execute(Plan(FLEET, now, actions), memory)
     assert all(o.ok for o in outcomes) and len(outcomes) == 12
     assert {memory.node(n).phase for n in nodes} == {Phase.DRAINING}

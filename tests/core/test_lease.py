@@ -187,14 +187,21 @@ def test_stalled_manual_verb_whose_lease_is_taken_over_does_nothing(tmp_path, ve
     if verb == "uncordon":
         done = navarch(tmp_path, "cordon", "fleet.yaml", node, "--reason", "bad fan")
         assert done.returncode == 0, done.stdout + done.stderr
-    argv = {"reboot": ["reboot", "fleet.yaml", node],
-            "cordon": ["cordon", "fleet.yaml", node, "--reason", "bad fan"],
-            "uncordon": ["uncordon", "fleet.yaml", node]}[verb]
+    argv = {
+        "reboot": ["reboot", "fleet.yaml", node],
+        "cordon": ["cordon", "fleet.yaml", node, "--reason", "bad fan"],
+        "uncordon": ["uncordon", "fleet.yaml", node],
+    }[verb]
     marker, go = tmp_path / "holding", tmp_path / "go"
     boots = _machines(tmp_path)
-    proc = subprocess.Popen([sys.executable, "-c", HELD_VERB, str(marker), str(go), *argv],
-                            cwd=tmp_path, env=env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HELD_VERB, str(marker), str(go), *argv],
+        cwd=tmp_path,
+        env=env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 60
         while not marker.exists():

@@ -49,7 +49,10 @@ def test_placements_keep_their_own_settings_and_launch_hash(tmp_path):
     # the first placement is also the pool's flat view (single-provider code reads it)
     assert (pool.provider, pool.placed()[0].zones) == ("a", ("us-east-1a", "us-east-1b"))
     assert [(p.provider, p.zone) for p in pool.launch_places()] == [
-        ("a", "us-east-1a"), ("a", "us-east-1b"), ("g", "us-central1-a")]
+        ("a", "us-east-1a"),
+        ("a", "us-east-1b"),
+        ("g", "us-central1-a"),
+    ]
     assert dict(pool.launch_settings(1))["image"] == '"projects/p/global/images/i"'
     assert pool.launch_hash(0) != pool.launch_hash(1)
     assert pool.placement_of("g", "us-central1-a", "a3-highgpu-8g") == (1, g)
@@ -66,23 +69,50 @@ def test_cheapest_orders_by_price_per_gpu_hour(tmp_path):
 @pytest.mark.parametrize(
     ("mutation", "key_path", "words"),
     [
-        (lambda t: t.replace("    placement: ordered\n", "    provider: a\n    placement: ordered\n"),
-         "pools.train.provider", "declares provider in each placement"),
-        (lambda t: t.replace("    placement: ordered\n    placements:", "    placements_:"),
-         "pools.train", "unknown key"),
-        (lambda t: t.replace("      - provider: g\n", "      - provider: z\n"),
-         "pools.train.placements[1].provider", "provider 'z', which is not declared"),
-        (lambda t: t.replace("        gcp: {image", "        aws: {ami: ami-0123456789abcdef0}\n"
-                             "        gcp: {image"),
-         "pools.train.placements[1].aws", "its provider is of type gcp"),
-        (lambda t: t.replace("        capacity: spot\n", "        capacity: spot\n"
-                             "        gpus_per_node: 4\n"),
-         "pools.train.placements[1].gpus_per_node", "differs from the pool's 8"),
-        (lambda t: t.replace("placement: ordered", "placement: cheapest")
-         .replace("  g: {a3-highgpu-8g: 3.50}\n", ""),
-         "prices.g", "no price for a3-highgpu-8g"),
-        (lambda t: t.replace("placement: ordered", "placement: no-such-scorer"),
-         "pools.train.placement", "neither ordered, cheapest nor an installed navarch.placement"),
+        (
+            lambda t: t.replace(
+                "    placement: ordered\n", "    provider: a\n    placement: ordered\n"
+            ),
+            "pools.train.provider",
+            "declares provider in each placement",
+        ),
+        (
+            lambda t: t.replace("    placement: ordered\n    placements:", "    placements_:"),
+            "pools.train",
+            "unknown key",
+        ),
+        (
+            lambda t: t.replace("      - provider: g\n", "      - provider: z\n"),
+            "pools.train.placements[1].provider",
+            "provider 'z', which is not declared",
+        ),
+        (
+            lambda t: t.replace(
+                "        gcp: {image",
+                "        aws: {ami: ami-0123456789abcdef0}\n        gcp: {image",
+            ),
+            "pools.train.placements[1].aws",
+            "its provider is of type gcp",
+        ),
+        (
+            lambda t: t.replace(
+                "        capacity: spot\n", "        capacity: spot\n        gpus_per_node: 4\n"
+            ),
+            "pools.train.placements[1].gpus_per_node",
+            "differs from the pool's 8",
+        ),
+        (
+            lambda t: t.replace("placement: ordered", "placement: cheapest").replace(
+                "  g: {a3-highgpu-8g: 3.50}\n", ""
+            ),
+            "prices.g",
+            "no price for a3-highgpu-8g",
+        ),
+        (
+            lambda t: t.replace("placement: ordered", "placement: no-such-scorer"),
+            "pools.train.placement",
+            "neither ordered, cheapest nor an installed navarch.placement",
+        ),
     ],
 )
 def test_placement_errors_name_the_key(tmp_path, mutation, key_path, words):
@@ -93,11 +123,11 @@ def test_placement_errors_name_the_key(tmp_path, mutation, key_path, words):
 
 
 def test_one_place_in_two_placements_is_refused(tmp_path):
-    text = TWO.replace("      - provider: g\n        zones: [us-central1-a]\n"
-                       "        instance_types: [a3-highgpu-8g]\n",
-                       "      - provider: a\n        zones: [us-east-1b]\n"
-                       "        instance_types: [p5.48xlarge]\n").replace(
-        "        gcp: {image: projects/p/global/images/i}\n", "")
+    text = TWO.replace(
+        "      - provider: g\n        zones: [us-central1-a]\n"
+        "        instance_types: [a3-highgpu-8g]\n",
+        "      - provider: a\n        zones: [us-east-1b]\n        instance_types: [p5.48xlarge]\n",
+    ).replace("        gcp: {image: projects/p/global/images/i}\n", "")
     with pytest.raises(ConfigError) as err:
         _load(tmp_path, text)
     assert "pools.train.placements[1].zones" in str(err.value)
@@ -105,7 +135,9 @@ def test_one_place_in_two_placements_is_refused(tmp_path):
 
 
 def test_a_pool_needs_a_provider_or_placements(tmp_path):
-    text = "fleet: demo\nproviders: {sim: {type: local}}\npools:\n  train:\n    nodes: {target: 1}\n"
+    text = (
+        "fleet: demo\nproviders: {sim: {type: local}}\npools:\n  train:\n    nodes: {target: 1}\n"
+    )
     with pytest.raises(ConfigError) as err:
         _load(tmp_path, text)
     assert "pools.train" in str(err.value) and "no provider and no placements" in str(err.value)

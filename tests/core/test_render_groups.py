@@ -12,9 +12,26 @@ PLACE = (Place("sim-1a", "sim-h100x8", False, 0),)
 
 
 def _plan(n: int) -> Plan:
-    acts = tuple(Action(ActionKind.PROVISION, "train", f"demo-train-{i:05d}",
-                        f"{i} of {n} nodes present", places=PLACE, action_reason=ActionReason.SCALE_UP) for i in range(n))
-    acts += (Action(ActionKind.CORDON, "train", "demo-train-00000", "XID 79", action_reason=ActionReason.UNHEALTHY),)
+    acts = tuple(
+        Action(
+            ActionKind.PROVISION,
+            "train",
+            f"demo-train-{i:05d}",
+            f"{i} of {n} nodes present",
+            places=PLACE,
+            action_reason=ActionReason.SCALE_UP,
+        )
+        for i in range(n)
+    )
+    acts += (
+        Action(
+            ActionKind.CORDON,
+            "train",
+            "demo-train-00000",
+            "XID 79",
+            action_reason=ActionReason.UNHEALTHY,
+        ),
+    )
     return Plan("demo", datetime(2026, 3, 2, tzinfo=UTC), acts)
 
 

@@ -21,11 +21,22 @@ NODES = [f"demo-train-{n:04d}" for n in range(1, 6)]
 
 def _report(node: str, sequence: int, status: str = "healthy") -> bytes:
     report = {
-        "schema_version": 2, "fleet": "demo", "pool": "train", "node": node,
-        "instance_id": f"i-{node}", "boot_id": "boot-a", "agent_version": "0.1.0",
-        "sequence": sequence, "generated_at": "2026-11-01T11:59:30Z", "status": status,
-        "action": "none", "health_score": 100 if status == "healthy" else 60,
-        "checks": [], "gpus": [], "xids": [], "notice": None,
+        "schema_version": 2,
+        "fleet": "demo",
+        "pool": "train",
+        "node": node,
+        "instance_id": f"i-{node}",
+        "boot_id": "boot-a",
+        "agent_version": "0.1.0",
+        "sequence": sequence,
+        "generated_at": "2026-11-01T11:59:30Z",
+        "status": status,
+        "action": "none",
+        "health_score": 100 if status == "healthy" else 60,
+        "checks": [],
+        "gpus": [],
+        "xids": [],
+        "notice": None,
     }
     key = signing.derive_node_key(SECRET, "demo", node)
     return json.dumps(signing.sign(report, key)).encode()
@@ -52,8 +63,9 @@ def _run(store: CountingStore, secret: bytes = SECRET, minutes: int = 0) -> dict
     """One run's observation (with a plan's empty Memory) -> node -> status; saves the cache."""
     store.fetched.clear()
     cache = ReportCache.load(store, "demo", secret)
-    obs = read_reports(store, "demo", Memory(fleet="demo"), secret,
-                       NOW + timedelta(minutes=minutes), cache=cache)
+    obs = read_reports(
+        store, "demo", Memory(fleet="demo"), secret, NOW + timedelta(minutes=minutes), cache=cache
+    )
     assert cache is not None
     cache.save(store)
     return {n: o.summary.status.value for n, o in obs.items() if o.summary is not None}
@@ -138,18 +150,30 @@ def test_the_cache_is_written_only_when_it_changed(tmp_path: Path) -> None:
 
 def test_a_cached_summary_still_obeys_the_replay_rule(tmp_path: Path) -> None:
     store = _fleet(tmp_path)
-    obs = read_reports(store, "demo", Memory(fleet="demo"), SECRET, NOW,
-                       cache=(cache := ReportCache.load(store, "demo", SECRET)))
+    obs = read_reports(
+        store,
+        "demo",
+        Memory(fleet="demo"),
+        SECRET,
+        NOW,
+        cache=(cache := ReportCache.load(store, "demo", SECRET)),
+    )
     assert cache is not None
     cache.save(store)
     # Memory has accepted a later sequence since: the cached sequence 7 is a replay now.
     newer = obs["demo-train-0001"].summary
     assert newer is not None
-    memory = Memory(fleet="demo").with_node(NodeMemory(
-        node="demo-train-0001", pool="train", report_version="elsewhere",
-        report=replace(newer, sequence=9)))
+    memory = Memory(fleet="demo").with_node(
+        NodeMemory(
+            node="demo-train-0001",
+            pool="train",
+            report_version="elsewhere",
+            report=replace(newer, sequence=9),
+        )
+    )
     store.fetched.clear()
-    again = read_reports(store, "demo", memory, SECRET, NOW,
-                         cache=ReportCache.load(store, "demo", SECRET))
+    again = read_reports(
+        store, "demo", memory, SECRET, NOW, cache=ReportCache.load(store, "demo", SECRET)
+    )
     assert store.fetched == ["demo-train-0001"]
     assert again["demo-train-0001"].rejected == "replayed"

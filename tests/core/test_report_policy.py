@@ -15,22 +15,52 @@ from navarch.stores.file import FileStore
 SECRET = b"fleet-secret-for-tests"
 NOW = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 
-HOT = compile_rule("hot-gpu", "gpus.exists(g, g.temperature_c != null && g.temperature_c >= 85.0)",
-                   "unhealthy", "replace")
+HOT = compile_rule(
+    "hot-gpu",
+    "gpus.exists(g, g.temperature_c != null && g.temperature_c >= 85.0)",
+    "unhealthy",
+    "replace",
+)
 RAISES = compile_rule("needs-second-gpu", "gpus[1].temperature_c > 80.0", "unhealthy", "replace")
 
 
 def _report(**over) -> dict:
     """An agent's report (schemas/health-report.schema.json) with XID 79: unhealthy, reboot."""
     report = {
-        "schema_version": 2, "fleet": "demo", "pool": "train", "node": "demo-train-0001",
-        "instance_id": "i-1", "boot_id": "boot-a", "agent_version": "0.1.0", "sequence": 7,
-        "generated_at": "2026-11-01T11:59:30Z", "status": "unhealthy", "action": "reboot",
-        "health_score": 20, "checks": [],
-        "gpus": [{"index": 0, "uuid": "GPU-1", "name": "NVIDIA H100 80GB HBM3",
-                  "pci_bus_id": "0000:18:00", "utilization_pct": 40.0, "process_count": 1}],
-        "xids": [{"code": 79, "pci_bus_id": "0000:18:00", "time": None, "boot_id": "boot-a",
-                  "severity": "fatal", "action": "reboot", "message": "GPU has fallen off the bus"}],
+        "schema_version": 2,
+        "fleet": "demo",
+        "pool": "train",
+        "node": "demo-train-0001",
+        "instance_id": "i-1",
+        "boot_id": "boot-a",
+        "agent_version": "0.1.0",
+        "sequence": 7,
+        "generated_at": "2026-11-01T11:59:30Z",
+        "status": "unhealthy",
+        "action": "reboot",
+        "health_score": 20,
+        "checks": [],
+        "gpus": [
+            {
+                "index": 0,
+                "uuid": "GPU-1",
+                "name": "NVIDIA H100 80GB HBM3",
+                "pci_bus_id": "0000:18:00",
+                "utilization_pct": 40.0,
+                "process_count": 1,
+            }
+        ],
+        "xids": [
+            {
+                "code": 79,
+                "pci_bus_id": "0000:18:00",
+                "time": None,
+                "boot_id": "boot-a",
+                "severity": "fatal",
+                "action": "reboot",
+                "message": "GPU has fallen off the bus",
+            }
+        ],
         "notice": None,
         "signature": {"alg": "HMAC-SHA256", "value": "0" * 64},
     }
@@ -44,16 +74,33 @@ def _signed(report: dict) -> bytes:
 
 
 def _healthy(**over) -> dict:
-    gpus = [{"index": 0, "uuid": "GPU-1", "name": "NVIDIA H100 80GB HBM3",
-             "pci_bus_id": "0000:18:00", "temperature_c": 88.0, "utilization_pct": 40.0,
-             "process_count": 0}]
-    return _report(status="healthy", action="none", health_score=100, checks=[], xids=[],
-                   gpus=gpus, **over)
+    gpus = [
+        {
+            "index": 0,
+            "uuid": "GPU-1",
+            "name": "NVIDIA H100 80GB HBM3",
+            "pci_bus_id": "0000:18:00",
+            "temperature_c": 88.0,
+            "utilization_pct": 40.0,
+            "process_count": 0,
+        }
+    ]
+    return _report(
+        status="healthy", action="none", health_score=100, checks=[], xids=[], gpus=gpus, **over
+    )
 
 
 def _verify(data: bytes, rule_sets=None):
-    return verify_report(data, fleet="demo", pool="train", node="demo-train-0001",
-                         fleet_secret=SECRET, last_sequence=0, now=NOW, rule_sets=rule_sets)
+    return verify_report(
+        data,
+        fleet="demo",
+        pool="train",
+        node="demo-train-0001",
+        fleet_secret=SECRET,
+        last_sequence=0,
+        now=NOW,
+        rule_sets=rule_sets,
+    )
 
 
 def test_without_rule_sets_the_agent_verdict_stands() -> None:
@@ -85,7 +132,6 @@ def test_read_reports_applies_each_pools_rule_sets(tmp_path) -> None:
     store.put("health/demo/train/demo-train-0001.json", _signed(_healthy()))
     memory = Memory(fleet="demo")
     plain = read_reports(store, "demo", memory, SECRET, NOW)
-    ruled = read_reports(store, "demo", memory, SECRET, NOW,
-                         rule_sets={"train": ((HOT,), ())})
+    ruled = read_reports(store, "demo", memory, SECRET, NOW, rule_sets={"train": ((HOT,), ())})
     assert plain["demo-train-0001"].summary.status == "healthy"
     assert ruled["demo-train-0001"].summary.status == "unhealthy"

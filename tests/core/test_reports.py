@@ -20,19 +20,57 @@ NOW = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 
 def _report(**over) -> dict:
     report = {
-        "schema_version": 2, "fleet": "demo", "pool": "train", "node": "demo-train-0001",
-        "instance_id": "i-1", "boot_id": "boot-a", "agent_version": "0.1.0", "sequence": 7,
-        "generated_at": "2026-11-01T11:59:30Z", "status": "unhealthy", "action": "reboot",
+        "schema_version": 2,
+        "fleet": "demo",
+        "pool": "train",
+        "node": "demo-train-0001",
+        "instance_id": "i-1",
+        "boot_id": "boot-a",
+        "agent_version": "0.1.0",
+        "sequence": 7,
+        "generated_at": "2026-11-01T11:59:30Z",
+        "status": "unhealthy",
+        "action": "reboot",
         "health_score": 20,
-        "checks": [{"name": "temperature", "status": "degraded", "action": "none",
-                    "message": "GPU 2 at 88 C", "gpu_index": 2,
-                    "fault_key": {"kind": "thermal", "gpu_index": 2}}],
-        "gpus": [{"index": 0, "uuid": "GPU-1", "name": "NVIDIA H100 80GB HBM3",
-                  "pci_bus_id": "0000:18:00", "utilization_pct": 40.0, "process_count": 1},
-                 {"index": 1, "uuid": "GPU-2", "name": "NVIDIA H100 80GB HBM3",
-                  "pci_bus_id": "0000:2a:00", "utilization_pct": 60.0, "process_count": 0}],
-        "xids": [{"code": 79, "pci_bus_id": "0000:18:00", "time": None, "boot_id": "boot-a",
-                  "severity": "fatal", "action": "reboot", "message": "GPU has fallen off the bus"}],
+        "checks": [
+            {
+                "name": "temperature",
+                "status": "degraded",
+                "action": "none",
+                "message": "GPU 2 at 88 C",
+                "gpu_index": 2,
+                "fault_key": {"kind": "thermal", "gpu_index": 2},
+            }
+        ],
+        "gpus": [
+            {
+                "index": 0,
+                "uuid": "GPU-1",
+                "name": "NVIDIA H100 80GB HBM3",
+                "pci_bus_id": "0000:18:00",
+                "utilization_pct": 40.0,
+                "process_count": 1,
+            },
+            {
+                "index": 1,
+                "uuid": "GPU-2",
+                "name": "NVIDIA H100 80GB HBM3",
+                "pci_bus_id": "0000:2a:00",
+                "utilization_pct": 60.0,
+                "process_count": 0,
+            },
+        ],
+        "xids": [
+            {
+                "code": 79,
+                "pci_bus_id": "0000:18:00",
+                "time": None,
+                "boot_id": "boot-a",
+                "severity": "fatal",
+                "action": "reboot",
+                "message": "GPU has fallen off the bus",
+            }
+        ],
         "notice": None,
         "signature": {"alg": "HMAC-SHA256", "value": "0" * 64},
     }
@@ -46,8 +84,15 @@ def _signed(report: dict, node: str = "demo-train-0001") -> bytes:
 
 
 def _verify(data: bytes, last_sequence: int = 0, secret: bytes | None = SECRET) -> ReportSummary:
-    return verify_report(data, fleet="demo", pool="train", node="demo-train-0001",
-                         fleet_secret=secret, last_sequence=last_sequence, now=NOW)
+    return verify_report(
+        data,
+        fleet="demo",
+        pool="train",
+        node="demo-train-0001",
+        fleet_secret=secret,
+        last_sequence=last_sequence,
+        now=NOW,
+    )
 
 
 def test_good_report_is_summarised():
@@ -64,7 +109,11 @@ def test_good_report_is_summarised():
         (b"x" * (MAX_REPORT_BYTES + 1), {}, "oversized"),
         (b"{not json", {}, "malformed"),
         (b"[1, 2]", {}, "malformed"),
-        (json.dumps({k: v for k, v in _report().items() if k != "signature"}).encode(), {}, "unsigned"),
+        (
+            json.dumps({k: v for k, v in _report().items() if k != "signature"}).encode(),
+            {},
+            "unsigned",
+        ),
         (_signed(_report(status="on-fire")), {}, "schema"),
         (_signed(_report(node="demo-train-0002"), node="demo-train-0002"), {}, "identity"),
         (_signed(_report()), {"secret": None}, "no_secret"),
@@ -94,8 +143,12 @@ def test_read_reports_skips_unchanged_objects(tmp_path):
     assert obs["demo-train-0001"].summary.sequence == 7
     # Memory already holds this version: the object is not fetched (a corrupt body would
     # otherwise be rejected), the remembered summary is reused.
-    remembered = NodeMemory(node="demo-train-0001", pool="train", report_version=version,
-                            report=obs["demo-train-0001"].summary)
+    remembered = NodeMemory(
+        node="demo-train-0001",
+        pool="train",
+        report_version=version,
+        report=obs["demo-train-0001"].summary,
+    )
     memory = Memory(fleet="demo").with_node(remembered)
     store_get = store.get
     fetched: list[str] = []
@@ -127,10 +180,16 @@ def test_schema_rejections_agree_with_the_jsonschema_package(change):
 
 
 def test_summary_fault_key_is_the_agents_structured_key_not_the_display_text():
-    xid_check = {"name": "xid", "status": "unhealthy", "action": "reboot", "gpu_index": 0,
-                 "message": "anything at all: (GPU 7) no colon rules here",
-                 "fault_key": {"kind": "xid:79", "gpu_index": 0}, "boots_seen": 2,
-                 "first_seen": "2026-10-31T12:00:00.000Z"}
+    xid_check = {
+        "name": "xid",
+        "status": "unhealthy",
+        "action": "reboot",
+        "gpu_index": 0,
+        "message": "anything at all: (GPU 7) no colon rules here",
+        "fault_key": {"kind": "xid:79", "gpu_index": 0},
+        "boots_seen": 2,
+        "first_seen": "2026-10-31T12:00:00.000Z",
+    }
     report = _report(checks=[*_report()["checks"], xid_check])
     s = _verify(_signed(report))
     assert s.fault_key == FaultKey("xid:79", 0)

@@ -15,13 +15,21 @@ from hypothesis import strategies as st
 
 from navarch import signing
 
-_scalars = (st.none() | st.booleans() | st.integers(min_value=-(2**60), max_value=2**60)
-            | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=12))
+_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**60), max_value=2**60)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(max_size=12)
+)
 _keys = st.text(max_size=6) | st.sampled_from(["a", "\ue000", "\U0001f600", "b\u00e9"])
 _values = st.recursive(
     _scalars,
-    lambda inner: (st.lists(inner, max_size=4) | st.tuples(inner, inner)
-                   | st.dictionaries(_keys, inner, max_size=4)),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.tuples(inner, inner)
+        | st.dictionaries(_keys, inner, max_size=4)
+    ),
     max_leaves=20,
 )
 
@@ -47,11 +55,31 @@ def test_canonical_bytes_equal_rfc8785(body: dict[str, Any]) -> None:
     assert _ours(body) == _jcs(body)
 
 
-@pytest.mark.parametrize("value", [
-    45.0, -0.0, 1e16, 1e-5, 0.0001, 123.456, 1e21, 2**53 - 1, 2**53, -(2**53),
-    "\ue000", "\U0001f600", "caf\u00e9", "\x7f\x00\n\t\"\\", "\ud800", math.inf, (1, 2),
-    {"\ue000": 1, "\U0001f600": 2}, {1: "int key"}, {"a": [1.5, {"b": 1e-7}]},
-])
+@pytest.mark.parametrize(
+    "value",
+    [
+        45.0,
+        -0.0,
+        1e16,
+        1e-5,
+        0.0001,
+        123.456,
+        1e21,
+        2**53 - 1,
+        2**53,
+        -(2**53),
+        "\ue000",
+        "\U0001f600",
+        "caf\u00e9",
+        '\x7f\x00\n\t"\\',
+        "\ud800",
+        math.inf,
+        (1, 2),
+        {"\ue000": 1, "\U0001f600": 2},
+        {1: "int key"},
+        {"a": [1.5, {"b": 1e-7}]},
+    ],
+)
 def test_edge_cases_equal_rfc8785(value: Any) -> None:
     assert _ours({"v": value}) == _jcs({"v": value})
 

@@ -56,13 +56,30 @@ def test_defaults_come_from_the_schema(tmp_path):
     ("mutation", "line", "key_path", "words"),
     [
         (lambda t: t + "    colour: red\n", 10, "pools.train.colour", "unknown key 'colour'"),
-        (lambda t: t.replace("min: 1, target: 2, max: 3", "min: 3, target: 2, max: 1"), 9,
-         "pools.train.nodes", "min <= target <= max"),
-        (lambda t: t.replace("[sim-1a]", "sim-1a"), 8, "pools.train.zones", "is not of type 'array'"),
-        (lambda t: t.replace("provider: sim", "provider: nope"), 6, "pools.train.provider",
-         "provider 'nope', which is not declared"),
-        (lambda t: t + "    health: {stale_after: soon}\n", 10, "pools.train.health.stale_after",
-         "does not match"),
+        (
+            lambda t: t.replace("min: 1, target: 2, max: 3", "min: 3, target: 2, max: 1"),
+            9,
+            "pools.train.nodes",
+            "min <= target <= max",
+        ),
+        (
+            lambda t: t.replace("[sim-1a]", "sim-1a"),
+            8,
+            "pools.train.zones",
+            "is not of type 'array'",
+        ),
+        (
+            lambda t: t.replace("provider: sim", "provider: nope"),
+            6,
+            "pools.train.provider",
+            "provider 'nope', which is not declared",
+        ),
+        (
+            lambda t: t + "    health: {stale_after: soon}\n",
+            10,
+            "pools.train.health.stale_after",
+            "does not match",
+        ),
         (lambda t: t.replace("fleet: demo", "fleet: Demo_Fleet"), 1, "fleet", "does not match"),
     ],
 )
@@ -85,14 +102,22 @@ def test_duplicate_key_is_an_error(tmp_path):
 
 def test_validate_cli_exits_1_and_writes_nothing(tmp_path):
     path = _write(tmp_path, BASE.replace("max: 3", "max: 1"))
-    proc = subprocess.run([sys.executable, "-m", "navarch", "validate", str(path)],
-                          capture_output=True, text=True, cwd=tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-m", "navarch", "validate", str(path)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 1
     assert f"{path}:9: pools.train.nodes: nodes must satisfy" in proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fleet.yaml"]
     # apply on a bad file writes nothing either (no store, no secret, no machines)
-    proc = subprocess.run([sys.executable, "-m", "navarch", "apply", str(path), "--auto-approve"],
-                          capture_output=True, text=True, cwd=tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-m", "navarch", "apply", str(path), "--auto-approve"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fleet.yaml"]
 

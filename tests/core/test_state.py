@@ -55,8 +55,15 @@ def test_state_round_trip_and_compare_and_swap(tmp_path):
     store = FileStore(tmp_path)
     memory, version = load_memory(store, "demo")
     assert (memory.serial, version) == (0, None)
-    node = NodeMemory(node="demo-train-0001", pool="train", instance_id="i-1",
-                      first_seen_at=T0, phase=Phase.DRAINING, phase_at=T0, phase_reason="XID 79")
+    node = NodeMemory(
+        node="demo-train-0001",
+        pool="train",
+        instance_id="i-1",
+        first_seen_at=T0,
+        phase=Phase.DRAINING,
+        phase_at=T0,
+        phase_reason="XID 79",
+    )
     saved, v1 = save_memory(store, memory.with_node(node), version)
     loaded, v = load_memory(store, "demo")
     assert v == v1 and loaded == saved and loaded.serial == 1
@@ -112,8 +119,7 @@ def test_audit_log_writes_each_chunk_as_a_new_object(tmp_path):
     log.append({"action": "terminate", "ok": True})
     assert log.flush() == "events/demo/2026/11/01/run-1-0002.jsonl"
     keys = [o.key for o in store.list("events/demo/")]
-    lines = [json.loads(x)["action"] for k in keys
-             for x in store.get(k).data.decode().splitlines()]
+    lines = [json.loads(x)["action"] for k in keys for x in store.get(k).data.decode().splitlines()]
     assert lines == ["cordon", "drain", "terminate"]
     assert Memory(fleet="demo").serial == 0
 

@@ -64,8 +64,9 @@ class FakeCloud:
 class FailingPlaybooks:
     """A playbook runner whose cordon fails on every node with a RemoteError."""
 
-    def run(self, pool: object, kind: str, node: str, address: str | None,
-            reason: str) -> tuple[bool, str]:
+    def run(
+        self, pool: object, kind: str, node: str, address: str | None, reason: str
+    ) -> tuple[bool, str]:
         if kind == "cordon":
             raise RemoteError(node, "scontrol update State=DRAIN", 1, "slurm is down")
         return True, f"{kind} ok"
@@ -78,23 +79,38 @@ def spec_of(tmp_path: Path, scheduler: str = "none") -> FleetSpec:
 
 
 def world(n: int) -> tuple[dict[str, Instance], Memory]:
-    instances = {node(i): builders.instance(FLEET, "train", node(i), launched_at=NOW,
-                                            instance_id=f"i-{i}", provider="sim")
-                 for i in range(1, n + 1)}
+    instances = {
+        node(i): builders.instance(
+            FLEET, "train", node(i), launched_at=NOW, instance_id=f"i-{i}", provider="sim"
+        )
+        for i in range(1, n + 1)
+    }
     memory = Memory(fleet=FLEET)
     for name, inst in instances.items():
         memory = memory.with_node(NodeMemory(name, "train", inst.instance_id, first_seen_at=NOW))
     return instances, memory
 
 
-def execute(tmp_path: Path, spec: FleetSpec, cloud: FakeCloud, instances: dict[str, Instance],
-            memory: Memory, *actions: Action, **kwargs: object
-            ) -> tuple[Memory, dict[tuple[ActionKind, str | None], Outcome]]:
+def execute(
+    tmp_path: Path,
+    spec: FleetSpec,
+    cloud: FakeCloud,
+    instances: dict[str, Instance],
+    memory: Memory,
+    *actions: Action,
+    **kwargs: object,
+) -> tuple[Memory, dict[tuple[ActionKind, str | None], Outcome]]:
     store = FileStore(tmp_path / "store")
-    executor = Executor(spec, {"sim": cloud},  # type: ignore[dict-item]
-                        AuditLog(store, FLEET, "run-1", NOW), instances=instances,
-                        inventory=tuple(instances.values()), clock=lambda: NOW,
-                        run_id="run-1", **kwargs)  # type: ignore[arg-type]
+    executor = Executor(
+        spec,
+        {"sim": cloud},  # type: ignore[dict-item]
+        AuditLog(store, FLEET, "run-1", NOW),
+        instances=instances,
+        inventory=tuple(instances.values()),
+        clock=lambda: NOW,
+        run_id="run-1",
+        **kwargs,
+    )  # type: ignore[arg-type]
     memory, outcomes = executor.execute(Plan(FLEET, NOW, actions), memory)
     return memory, {(o.action.kind, o.action.node): o for o in outcomes}
 
@@ -113,12 +129,38 @@ def test_each_outcome_has_the_kind_its_failure_calls_for_and_carries_the_excepti
     cloud = FakeCloud({"i-2": throttled, "i-3": denied})
     memory = memory.with_node(replace(memory.node(node(4)), phase=Phase.CORDONED))
     _, got = execute(
-        tmp_path, spec_of(tmp_path), cloud, instances, memory,
-        Action(ActionKind.TERMINATE, "train", node(1), "scale_down", instance_id="i-1", action_reason=ActionReason.SCALE_DOWN),
-        Action(ActionKind.TERMINATE, "train", node(2), "scale_down", instance_id="i-2", action_reason=ActionReason.SCALE_DOWN),
-        Action(ActionKind.UPDATE_TAGS, "train", node(3), "drift", tags=(("team", "ml"),),
-               action_reason=ActionReason.DRIFT),
-        Action(ActionKind.REBOOT, "train", node(4), "XID 79", action_reason=ActionReason.UNHEALTHY),  # cordoned, not drained
+        tmp_path,
+        spec_of(tmp_path),
+        cloud,
+        instances,
+        memory,
+        Action(
+            ActionKind.TERMINATE,
+            "train",
+            node(1),
+            "scale_down",
+            instance_id="i-1",
+            action_reason=ActionReason.SCALE_DOWN,
+        ),
+        Action(
+            ActionKind.TERMINATE,
+            "train",
+            node(2),
+            "scale_down",
+            instance_id="i-2",
+            action_reason=ActionReason.SCALE_DOWN,
+        ),
+        Action(
+            ActionKind.UPDATE_TAGS,
+            "train",
+            node(3),
+            "drift",
+            tags=(("team", "ml"),),
+            action_reason=ActionReason.DRIFT,
+        ),
+        Action(
+            ActionKind.REBOOT, "train", node(4), "XID 79", action_reason=ActionReason.UNHEALTHY
+        ),  # cordoned, not drained
     )
     ok = got[(ActionKind.TERMINATE, node(1))]
     assert ok.kind is OutcomeKind.OK and ok.ok and ok.exc is None and ok.error is None
@@ -139,7 +181,11 @@ def test_a_drain_after_a_failed_cordon_is_skipped_and_the_cordon_is_transient(
 ) -> None:
     instances, memory = world(1)
     memory, got = execute(
-        tmp_path, spec_of(tmp_path, "slurm"), FakeCloud(), instances, memory,
+        tmp_path,
+        spec_of(tmp_path, "slurm"),
+        FakeCloud(),
+        instances,
+        memory,
         Action(ActionKind.CORDON, "train", node(1), "XID 79", action_reason=ActionReason.UNHEALTHY),
         Action(ActionKind.DRAIN, "train", node(1), "XID 79", action_reason=ActionReason.UNHEALTHY),
         playbooks=FailingPlaybooks(),
@@ -159,9 +205,27 @@ def test_an_exception_at_the_action_boundary_is_a_failed_outcome_and_others_go_o
     bug = KeyError("InstanceId")
     cloud = FakeCloud({"i-1": bug})
     _, got = execute(
-        tmp_path, spec_of(tmp_path), cloud, instances, memory,
-        Action(ActionKind.TERMINATE, "train", node(1), "scale_down", instance_id="i-1", action_reason=ActionReason.SCALE_DOWN),
-        Action(ActionKind.TERMINATE, "train", node(2), "scale_down", instance_id="i-2", action_reason=ActionReason.SCALE_DOWN),
+        tmp_path,
+        spec_of(tmp_path),
+        cloud,
+        instances,
+        memory,
+        Action(
+            ActionKind.TERMINATE,
+            "train",
+            node(1),
+            "scale_down",
+            instance_id="i-1",
+            action_reason=ActionReason.SCALE_DOWN,
+        ),
+        Action(
+            ActionKind.TERMINATE,
+            "train",
+            node(2),
+            "scale_down",
+            instance_id="i-2",
+            action_reason=ActionReason.SCALE_DOWN,
+        ),
     )
     failed = got[(ActionKind.TERMINATE, node(1))]
     assert failed.kind is OutcomeKind.PERMANENT and failed.exc is bug
@@ -174,9 +238,29 @@ def test_the_audit_log_records_each_outcome_with_its_kind_and_error_name(
 ) -> None:
     instances, memory = world(2)
     cloud = FakeCloud({"i-2": TransientError("RequestLimitExceeded")})
-    execute(tmp_path, spec_of(tmp_path), cloud, instances, memory,
-            Action(ActionKind.TERMINATE, "train", node(1), "scale_down", instance_id="i-1", action_reason=ActionReason.SCALE_DOWN),
-            Action(ActionKind.TERMINATE, "train", node(2), "scale_down", instance_id="i-2", action_reason=ActionReason.SCALE_DOWN))
+    execute(
+        tmp_path,
+        spec_of(tmp_path),
+        cloud,
+        instances,
+        memory,
+        Action(
+            ActionKind.TERMINATE,
+            "train",
+            node(1),
+            "scale_down",
+            instance_id="i-1",
+            action_reason=ActionReason.SCALE_DOWN,
+        ),
+        Action(
+            ActionKind.TERMINATE,
+            "train",
+            node(2),
+            "scale_down",
+            instance_id="i-2",
+            action_reason=ActionReason.SCALE_DOWN,
+        ),
+    )
     by_node = {r["node"]: r for r in audit_records(tmp_path)}
     assert by_node[node(1)]["ok"] is True and by_node[node(1)]["outcome"] == "ok"
     assert by_node[node(1)]["error"] is None and by_node[node(1)]["detail"] == "terminated i-1"
@@ -196,11 +280,26 @@ def test_a_journal_that_fails_stops_the_run_and_its_error_is_raised(tmp_path: Pa
         raise lost
 
     with pytest.raises(PreconditionFailed) as info:
-        execute(tmp_path, spec_of(tmp_path), cloud, instances, memory,
-                *(Action(ActionKind.TERMINATE, "train", node(i), "scale_down",
-                         instance_id=f"i-{i}", action_reason=ActionReason.SCALE_DOWN)
-                  for i in (1, 2, 3)),
-                journal=journal, policy=JournalPolicy(every_actions=1))
+        execute(
+            tmp_path,
+            spec_of(tmp_path),
+            cloud,
+            instances,
+            memory,
+            *(
+                Action(
+                    ActionKind.TERMINATE,
+                    "train",
+                    node(i),
+                    "scale_down",
+                    instance_id=f"i-{i}",
+                    action_reason=ActionReason.SCALE_DOWN,
+                )
+                for i in (1, 2, 3)
+            ),
+            journal=journal,
+            policy=JournalPolicy(every_actions=1),
+        )
     assert info.value is lost
     # The first write failed: the run tried no other write (no state after a lost CAS),
     # and that write held the first finished action's result.
@@ -216,10 +315,26 @@ def test_actions_done_before_a_journal_failure_are_in_the_audit_log(tmp_path: Pa
         raise PreconditionFailed("state/jt.json", "another run wrote state")
 
     with pytest.raises(PreconditionFailed):
-        execute(tmp_path, spec_of(tmp_path), cloud, instances, memory,
-                *(Action(ActionKind.TERMINATE, "train", node(i), "scale_down", action_reason=ActionReason.SCALE_DOWN,
-                         instance_id=f"i-{i}") for i in (1, 2, 3)),
-                journal=journal, policy=JournalPolicy(every_actions=1))
+        execute(
+            tmp_path,
+            spec_of(tmp_path),
+            cloud,
+            instances,
+            memory,
+            *(
+                Action(
+                    ActionKind.TERMINATE,
+                    "train",
+                    node(i),
+                    "scale_down",
+                    action_reason=ActionReason.SCALE_DOWN,
+                    instance_id=f"i-{i}",
+                )
+                for i in (1, 2, 3)
+            ),
+            journal=journal,
+            policy=JournalPolicy(every_actions=1),
+        )
     terminated = {iid for verb, iid in cloud.calls if verb == "terminate"}
     assert terminated  # something was done before the failed write stopped the run
     recorded = {r["node"] for r in audit_records(tmp_path) if r["ok"]}
@@ -245,10 +360,27 @@ def test_actions_done_before_the_lease_is_lost_are_in_the_audit_log(tmp_path: Pa
     instances, memory = world(3)
     cloud = FakeCloud()
     with pytest.raises(LeaseLost):
-        execute(tmp_path, spec_of(tmp_path), cloud, instances, memory,
-                *(Action(ActionKind.TERMINATE, "train", node(i), "scale_down", action_reason=ActionReason.SCALE_DOWN,
-                         instance_id=f"i-{i}") for i in (1, 2, 3)),
-                lease=LapsingLease(holds=2), max_parallel={"sim": 1})
+        execute(
+            tmp_path,
+            spec_of(tmp_path),
+            cloud,
+            instances,
+            memory,
+            *(
+                Action(
+                    ActionKind.TERMINATE,
+                    "train",
+                    node(i),
+                    "scale_down",
+                    action_reason=ActionReason.SCALE_DOWN,
+                    instance_id=f"i-{i}",
+                )
+                for i in (1, 2, 3)
+            ),
+            lease=LapsingLease(holds=2),
+            max_parallel={"sim": 1},
+        )
     assert len(cloud.calls) == 2
     assert {r["node"] for r in audit_records(tmp_path)} == {
-        node(int(iid.split("-")[1])) for _, iid in cloud.calls}
+        node(int(iid.split("-")[1])) for _, iid in cloud.calls
+    }

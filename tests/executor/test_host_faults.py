@@ -35,16 +35,22 @@ class _Cloud:
         pass
 
 
-def _run(tmp_path: Path, memory: Memory, node: str, host: str | None, *actions: Action
-         ) -> Memory:
+def _run(tmp_path: Path, memory: Memory, node: str, host: str | None, *actions: Action) -> Memory:
     run_id = f"run-{len(list((tmp_path / 'store').rglob('*.jsonl'))) + 1}"
     spec = load_fleet(write_fleet(tmp_path))
-    inst = replace(builders.instance(FLEET, "train", node, launched_at=NOW, instance_id="i-1",
-                                     provider="sim"), host_id=host)
-    executor = Executor(spec, {"sim": _Cloud()},  # type: ignore[dict-item]
-                        AuditLog(FileStore(tmp_path / "store"), FLEET, run_id, NOW),
-                        instances={node: inst}, inventory=(inst,), clock=lambda: NOW,
-                        run_id=run_id)
+    inst = replace(
+        builders.instance(FLEET, "train", node, launched_at=NOW, instance_id="i-1", provider="sim"),
+        host_id=host,
+    )
+    executor = Executor(
+        spec,
+        {"sim": _Cloud()},  # type: ignore[dict-item]
+        AuditLog(FileStore(tmp_path / "store"), FLEET, run_id, NOW),
+        instances={node: inst},
+        inventory=(inst,),
+        clock=lambda: NOW,
+        run_id=run_id,
+    )
     memory, outcomes = executor.execute(Plan(FLEET, NOW, actions), memory)
     assert all(o.ok for o in outcomes), outcomes
     return memory
@@ -54,24 +60,48 @@ def test_a_fault_counts_against_the_host_and_a_lemons_host_is_remembered(tmp_pat
     node = f"{FLEET}-train-0001"
     fault = Fault(FaultKey("xid:79", 0), Remedy.REBOOT, "boot-1", 10)
     old = (NOW - timedelta(days=30), "h-old")
-    pm = builders.pool_memory("train", host_faults=[("h-0abc", "xid:48", NOW - timedelta(days=1)),
-                                                    (old[1], "xid:79", old[0])])
+    pm = builders.pool_memory(
+        "train",
+        host_faults=[("h-0abc", "xid:48", NOW - timedelta(days=1)), (old[1], "xid:79", old[0])],
+    )
     memory = builders.memory(FLEET, [NodeMemory(node, "train", "i-1", first_seen_at=NOW)], [pm])
-    cordon = Action(ActionKind.CORDON, "train", node, "XID 79", instance_id="i-1", fault=fault,
-                    repair=True, action_reason=ActionReason.UNHEALTHY)
+    cordon = Action(
+        ActionKind.CORDON,
+        "train",
+        node,
+        "XID 79",
+        instance_id="i-1",
+        fault=fault,
+        repair=True,
+        action_reason=ActionReason.UNHEALTHY,
+    )
     memory = _run(tmp_path, memory, node, "h-0abc", cordon)
     # The new occurrence joins; a fault older than max(ladder_window, lemon_window) leaves.
-    assert memory.pool("train").host_faults == (("h-0abc", "xid:48", NOW - timedelta(days=1)),
-                                                ("h-0abc", "xid:79", NOW))
+    assert memory.pool("train").host_faults == (
+        ("h-0abc", "xid:48", NOW - timedelta(days=1)),
+        ("h-0abc", "xid:79", NOW),
+    )
     nm = replace(memory.node(node), phase=Phase.DRAINING)
     memory = memory.with_node(nm)
-    term = Action(ActionKind.TERMINATE, "train", node, "lemon", instance_id="i-1", lemon=True, action_reason=ActionReason.DRAIN_FINISHED)
+    term = Action(
+        ActionKind.TERMINATE,
+        "train",
+        node,
+        "lemon",
+        instance_id="i-1",
+        lemon=True,
+        action_reason=ActionReason.DRAIN_FINISHED,
+    )
     memory = _run(tmp_path, memory, node, "h-0abc", term)
     assert memory.pool("train").lemons == ("i-1",)
     assert memory.pool("train").lemon_hosts == ("h-0abc",)
     # The audit log marks it: the fault a cordon answered, the lemon a terminate removed.
-    records = [json.loads(line) for f in sorted((tmp_path / "store" / "events").rglob("*"))
-               if f.is_file() for line in f.read_text().splitlines()]
+    records = [
+        json.loads(line)
+        for f in sorted((tmp_path / "store" / "events").rglob("*"))
+        if f.is_file()
+        for line in f.read_text().splitlines()
+    ]
     by_action = {r["action"]: r for r in records}
     assert by_action["cordon"]["fault"] == "xid:79@gpu0"
     assert by_action["terminate"]["lemon"] is True
@@ -80,7 +110,14 @@ def test_a_fault_counts_against_the_host_and_a_lemons_host_is_remembered(tmp_pat
 def test_no_host_id_no_host_faults(tmp_path) -> None:
     node = f"{FLEET}-train-0001"
     memory = builders.memory(FLEET, [NodeMemory(node, "train", "i-1", first_seen_at=NOW)], [])
-    cordon = Action(ActionKind.CORDON, "train", node, "XID 79", instance_id="i-1",
-                    fault=Fault(FaultKey("xid:79", 0), Remedy.REBOOT, "boot-1", 10), action_reason=ActionReason.UNHEALTHY)
+    cordon = Action(
+        ActionKind.CORDON,
+        "train",
+        node,
+        "XID 79",
+        instance_id="i-1",
+        fault=Fault(FaultKey("xid:79", 0), Remedy.REBOOT, "boot-1", 10),
+        action_reason=ActionReason.UNHEALTHY,
+    )
     memory = _run(tmp_path, memory, node, None, cordon)
     assert memory.pool("train").host_faults == ()

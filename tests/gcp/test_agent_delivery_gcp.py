@@ -41,9 +41,11 @@ def node_allows(call: GcsCall, bucket: str, binding: dict[str, Any]) -> bool:
     starts = re.findall(r'startsWith\("([^"]*)"\)', expression)
     ends = re.findall(r'endsWith\("([^"]*)"\)', expression)
     resource = f"projects/_/buckets/{bucket}/objects/{call.name}"
-    return (call.permission in binding["role"]["includedPermissions"]
-            and all(resource.startswith(s) for s in starts)
-            and all(resource.endswith(e) for e in ends))
+    return (
+        call.permission in binding["role"]["includedPermissions"]
+        and all(resource.startswith(s) for s in starts)
+        and all(resource.endswith(e) for e in ends)
+    )
 
 
 def compute_permission(method: str, path: str) -> str:
@@ -53,12 +55,13 @@ def compute_permission(method: str, path: str) -> str:
         return "compute.zoneOperations.get"
     if "instances" not in segments:
         return f"compute.unknown:{method} {path}"
-    rest = segments[segments.index("instances") + 1:]
+    rest = segments[segments.index("instances") + 1 :]
     if not rest:
         return "compute.instances.list" if method == "GET" else "compute.instances.create"
     if len(rest) == 1:
         return {"GET": "compute.instances.get", "DELETE": "compute.instances.delete"}.get(
-            method, f"compute.unknown:{method} {path}")
+            method, f"compute.unknown:{method} {path}"
+        )
     return f"compute.instances.{rest[1]}"
 
 
@@ -92,8 +95,10 @@ pools:
 def journey(fake_compute, compute_endpoint, gcs_bucket, env, tmp_path):  # noqa: F811
     """Run a fleet's life through a recording GCS proxy; returns what was seen."""
     reconciler, agent = GcsLog(), GcsLog()
-    with recording_proxy(env["STORAGE_EMULATOR_HOST"], reconciler) as proxy_r, \
-            recording_proxy(env["STORAGE_EMULATOR_HOST"], agent) as proxy_a:
+    with (
+        recording_proxy(env["STORAGE_EMULATOR_HOST"], reconciler) as proxy_r,
+        recording_proxy(env["STORAGE_EMULATOR_HOST"], agent) as proxy_a,
+    ):
         renv = {**env, "STORAGE_EMULATOR_HOST": proxy_r}
 
         def cli(*args: str) -> None:
@@ -102,14 +107,18 @@ def journey(fake_compute, compute_endpoint, gcs_bucket, env, tmp_path):  # noqa:
 
         fleet = write_fleet(tmp_path, compute_endpoint, gcs_bucket, "ml")
         cli("apply", str(fleet), "--auto-approve")
-        nodes = {n: i for (_, n), i in fake_compute.instances.items()
-                 if i.get("labels", {}).get("navarch-fleet") == FLEET}
+        nodes = {
+            n: i
+            for (_, n), i in fake_compute.instances.items()
+            if i.get("labels", {}).get("navarch-fleet") == FLEET
+        }
         node = sorted(nodes)[0]
         [item] = nodes[node]["metadata"]["items"]
         user_data = item["value"]
         installed = run_user_data(user_data, tmp_path / "node-root")
-        run = run_installed_agent(installed, {"NAVARCH_FAKE_GPU": "true",
-                                              "STORAGE_EMULATOR_HOST": proxy_a})
+        run = run_installed_agent(
+            installed, {"NAVARCH_FAKE_GPU": "true", "STORAGE_EMULATOR_HOST": proxy_a}
+        )
         assert run.returncode == 0, run.stdout + run.stderr
         status = navarch(["status", str(fleet), "--json"], renv, tmp_path)
         assert status.returncode == 0, status.stderr
@@ -119,8 +128,15 @@ def journey(fake_compute, compute_endpoint, gcs_bucket, env, tmp_path):  # noqa:
         cli("reboot", str(fleet), node, "--force")  # reset
         cli("destroy", str(fleet), "--force", "--auto-approve")  # delete
     compute = {compute_permission(c.method, c.path) for c in fake_compute.calls}
-    return {"reconciler": reconciler, "agent": agent, "compute": compute, "node": node,
-            "views": views, "user_data": user_data, "bucket": gcs_bucket}
+    return {
+        "reconciler": reconciler,
+        "agent": agent,
+        "compute": compute,
+        "node": node,
+        "views": views,
+        "user_data": user_data,
+        "bucket": gcs_bucket,
+    }
 
 
 def test_gcp_node_installs_the_published_bundle_and_plan_accepts_its_report(journey) -> None:
@@ -131,9 +147,14 @@ def test_gcp_node_installs_the_published_bundle_and_plan_accepts_its_report(jour
 
 def test_every_gcp_call_is_in_the_reconciler_role(journey) -> None:
     compute, storage = journey["compute"], journey["reconciler"].permissions()
-    for expected in ("compute.instances.create", "compute.instances.setLabels",
-                     "compute.instances.reset", "compute.instances.delete",
-                     "storage.objects.create", "storage.objects.list"):
+    for expected in (
+        "compute.instances.create",
+        "compute.instances.setLabels",
+        "compute.instances.reset",
+        "compute.instances.delete",
+        "storage.objects.create",
+        "storage.objects.list",
+    ):
         assert expected in compute | storage, sorted(compute | storage)
     assert (compute | storage) - role_permissions() == set()
     doc = copy.deepcopy(yaml.safe_load((POLICIES / "gcp-reconciler-role.yaml").read_text()))
@@ -147,7 +168,12 @@ def test_the_gcp_node_writes_only_its_own_report(journey) -> None:
     assert {c.name for c in calls} == {own}
     binding = node_binding()
     assert all(node_allows(c, journey["bucket"], binding) for c in calls)
-    for elsewhere in (f"{FLEET}/state/{FLEET}.lock", f"{FLEET}/status/{FLEET}/index.html",
-                      f"{FLEET}/health/{FLEET}/infer/x.json", f"{FLEET}/agent/x.pyz"):
-        assert not node_allows(GcsCall("storage.objects.create", elsewhere),
-                               journey["bucket"], binding)
+    for elsewhere in (
+        f"{FLEET}/state/{FLEET}.lock",
+        f"{FLEET}/status/{FLEET}/index.html",
+        f"{FLEET}/health/{FLEET}/infer/x.json",
+        f"{FLEET}/agent/x.pyz",
+    ):
+        assert not node_allows(
+            GcsCall("storage.objects.create", elsewhere), journey["bucket"], binding
+        )

@@ -160,8 +160,9 @@ def test_killed_apply_does_not_duplicate(
 ) -> None:
     fleet = write_fleet(tmp_path, compute_endpoint, gcs_bucket, target=3)
     fake_compute.hold_nth = 2  # the second instances.insert
-    kill_apply_mid_launch(fleet, cwd=tmp_path, reached=fake_compute.holding, env=env,
-                          inherit=False, timeout_s=60)
+    kill_apply_mid_launch(
+        fleet, cwd=tmp_path, reached=fake_compute.holding, env=env, inherit=False, timeout_s=60
+    )
     # The launch the killed run asked for still happens (its request was in flight).
     fake_compute.release.set()
     assert fake_compute.held_done.wait(30)
@@ -246,9 +247,11 @@ def test_reports_in_gcs_drive_a_replacement(
 ) -> None:
     fleet = write_fleet(tmp_path, compute_endpoint, gcs_bucket, target=2)
     # The replace path: a ladder without reset or reboot (tests/gcp/test_ladder_gcp.py).
-    fleet.write_text(fleet.read_text().replace("      boot_timeout: 1h\n",
-                                               "      boot_timeout: 1h\n"
-                                               "      remediation: [replace]\n"))
+    fleet.write_text(
+        fleet.read_text().replace(
+            "      boot_timeout: 1h\n", "      boot_timeout: 1h\n      remediation: [replace]\n"
+        )
+    )
     assert navarch(["apply", str(fleet), "--auto-approve"], env, tmp_path).returncode == 0
     nodes = sorted(instances(fake_compute))
     sick, well = nodes

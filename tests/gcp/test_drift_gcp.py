@@ -15,7 +15,11 @@ from tests.gcp.test_cli_gcp import (  # noqa: F401 - env is a fixture
 
 
 def test_changed_machine_type_rolls_to_new_instances(
-    fake_compute, compute_endpoint, gcs_bucket, env, tmp_path: Path  # noqa: F811
+    fake_compute,
+    compute_endpoint,
+    gcs_bucket,
+    env,
+    tmp_path: Path,  # noqa: F811
 ) -> None:
     fleet = write_fleet(tmp_path, compute_endpoint, gcs_bucket, target=1)
     run = navarch(["apply", str(fleet), "--auto-approve"], env, tmp_path)

@@ -249,11 +249,17 @@ def test_list_carries_compute_engines_own_status_in_one_call(
         p.provision(_request(node=f"prod-train-{n:04d}"))
     zone = "us-central1-a"
     fake_compute.set_status(zone, "prod-train-0001", "REPAIRING", statusMessage="host error")
-    fake_compute.set_status(zone, "prod-train-0002", "TERMINATED",
-                            lastStopTimestamp="2026-03-02T11:50:00.000-08:00")
-    fake_compute.set_status(zone, "prod-train-0003", "RUNNING", resourceStatus={
-        "upcomingMaintenance": {"type": "SCHEDULED",
-                                "windowStartTime": "2026-03-05T00:00:00Z"}})
+    fake_compute.set_status(
+        zone, "prod-train-0002", "TERMINATED", lastStopTimestamp="2026-03-02T11:50:00.000-08:00"
+    )
+    fake_compute.set_status(
+        zone,
+        "prod-train-0003",
+        "RUNNING",
+        resourceStatus={
+            "upcomingMaintenance": {"type": "SCHEDULED", "windowStartTime": "2026-03-05T00:00:00Z"}
+        },
+    )
     before = fake_compute.count("GET", r"/aggregated/instances$")
     status = {i.instance_id: i.cloud_status for i in p.list_instances(FLEET)}
     assert fake_compute.count("GET", r"/aggregated/instances$") == before + 1
@@ -265,5 +271,7 @@ def test_list_carries_compute_engines_own_status_in_one_call(
     assert status["prod-train-0002"].since == datetime(2026, 3, 2, 19, 50, tzinfo=UTC)
     assert status["prod-train-0003"].health is InstanceHealth.OK
     assert (status["prod-train-0003"].event, status["prod-train-0003"].event_deadline) == (
-        CloudEvent.SYSTEM_MAINTENANCE, datetime(2026, 3, 5, tzinfo=UTC))
+        CloudEvent.SYSTEM_MAINTENANCE,
+        datetime(2026, 3, 5, tzinfo=UTC),
+    )
     assert status["prod-train-0004"] == CloudStatus(InstanceHealth.OK)

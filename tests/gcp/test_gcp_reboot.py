@@ -18,8 +18,13 @@ FLEET = "prod"
 
 
 def _provider(endpoint: str) -> GcpProvider:
-    config = {"type": "gcp", "project": "navarch-test", "api_endpoint": endpoint,
-              "anonymous": True, "retry_deadline_s": 2}
+    config = {
+        "type": "gcp",
+        "project": "navarch-test",
+        "api_endpoint": endpoint,
+        "anonymous": True,
+        "retry_deadline_s": 2,
+    }
     provider = open_provider("gcp", config, base_dir=Path("."), fleet=FLEET)
     assert isinstance(provider, GcpProvider)
     return provider
@@ -27,9 +32,17 @@ def _provider(endpoint: str) -> GcpProvider:
 
 def _request(node: str, zone: str = "us-central1-a") -> ProvisionRequest:
     lid = launch_id(FLEET, node, 0)
-    return ProvisionRequest(fleet=FLEET, pool="train", node=node, zone=zone,
-                            instance_type="n1-standard-8", spot=False, launch_id=lid, attempt=0,
-                            tags=ownership_tags(FLEET, "train", node, lid))
+    return ProvisionRequest(
+        fleet=FLEET,
+        pool="train",
+        node=node,
+        zone=zone,
+        instance_type="n1-standard-8",
+        spot=False,
+        launch_id=lid,
+        attempt=0,
+        tags=ownership_tags(FLEET, "train", node, lid),
+    )
 
 
 def test_reboot_resets_each_instance_once_and_deletes_nothing(
@@ -42,8 +55,10 @@ def test_reboot_resets_each_instance_once_and_deletes_nothing(
     assert fake_compute.count("POST", r"/zones/us-central1-a/instances/prod-train-0001/reset$") == 1
     assert fake_compute.count("POST", r"/zones/us-central1-b/instances/prod-train-0002/reset$") == 1
     assert fake_compute.count("DELETE", r"/instances/") == 0
-    assert sorted(i.instance_id for i in p.list_instances(FLEET)) == ["prod-train-0001",
-                                                                      "prod-train-0002"]
+    assert sorted(i.instance_id for i in p.list_instances(FLEET)) == [
+        "prod-train-0001",
+        "prod-train-0002",
+    ]
 
 
 def test_a_second_reboot_within_the_hour_is_not_swallowed(
@@ -59,9 +74,13 @@ def test_a_second_reboot_within_the_hour_is_not_swallowed(
 
 def test_reboot_refuses_foreign(fake_compute, compute_endpoint: str) -> None:
     fake_compute.add_instance("us-central1-a", "foreign", {"navarch-fleet": "dev"})
-    inst = to_instance("gcp", compute_v1.Instance.from_json(
-        json.dumps(fake_compute.instances[("us-central1-a", "foreign")]),
-        ignore_unknown_fields=True))
+    inst = to_instance(
+        "gcp",
+        compute_v1.Instance.from_json(
+            json.dumps(fake_compute.instances[("us-central1-a", "foreign")]),
+            ignore_unknown_fields=True,
+        ),
+    )
     assert inst is not None
     with pytest.raises(ProviderError, match="refusing"):
         _provider(compute_endpoint).reboot([inst])

@@ -111,8 +111,13 @@ def test_capacity_falls_over_to_next_region_then_type(
 def test_killed_apply_does_not_duplicate(fake_lambda, lambda_api_base, tmp_path) -> None:
     fleet = write_fleet(tmp_path, lambda_api_base, target=3)
     fake_lambda.hold_nth = 2  # the second launch
-    kill_apply_mid_launch(fleet, cwd=tmp_path, reached=fake_lambda.holding,
-                          env={"LAMBDA_API_KEY": API_KEY, "PYTHONPATH": str(ROOT)}, timeout_s=60)
+    kill_apply_mid_launch(
+        fleet,
+        cwd=tmp_path,
+        reached=fake_lambda.holding,
+        env={"LAMBDA_API_KEY": API_KEY, "PYTHONPATH": str(ROOT)},
+        timeout_s=60,
+    )
     # The launch in flight when the run died still happens: Lambda has no token to dedupe it.
     fake_lambda.release.set()
     assert fake_lambda.held_done.wait(30)

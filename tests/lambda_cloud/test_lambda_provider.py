@@ -156,7 +156,8 @@ def test_spot_request_falls_over_as_capacity_error(fake_lambda, lambda_api_base:
 
 
 def test_unknown_type_is_a_placement_error_and_bad_tag_a_config_error(
-        fake_lambda, lambda_api_base: str) -> None:
+    fake_lambda, lambda_api_base: str
+) -> None:
     p = _provider(lambda_api_base, FakeClock())
     with pytest.raises(PlacementError):  # the pool's next type may be offered (issue 16.2)
         p.provision(_request(instance_type="gpu_9x_nope"))
@@ -206,8 +207,10 @@ def test_list_carries_lambdas_own_status(fake_lambda, lambda_api_base: str) -> N
     sick = p.provision(_request())
     well = p.provision(_request(node="prod-train-0002"))
     booting = {i.instance_id: i.cloud_status.health for i in p.list_instances(FLEET)}
-    assert booting == {sick.instance_id: InstanceHealth.UNKNOWN,
-                       well.instance_id: InstanceHealth.UNKNOWN}
+    assert booting == {
+        sick.instance_id: InstanceHealth.UNKNOWN,
+        well.instance_id: InstanceHealth.UNKNOWN,
+    }
     fake_lambda.set_status("active")
     fake_lambda.set_status("unhealthy", sick.instance_id)
     status = {i.instance_id: i.cloud_status for i in p.list_instances(FLEET)}

@@ -15,16 +15,21 @@ FLEET = "prod"
 
 
 def _provider(api_base: str) -> LambdaProvider:
-    config = {"type": "lambda", "api_key_env": "LAMBDA_API_KEY", "api_base": api_base,
-              "ssh_key_name": "navarch"}
+    config = {
+        "type": "lambda",
+        "api_key_env": "LAMBDA_API_KEY",
+        "api_base": api_base,
+        "ssh_key_name": "navarch",
+    }
     p = open_provider("lam", config, base_dir=Path("."), fleet=FLEET)
     assert isinstance(p, LambdaProvider)
     return p
 
 
 def _instance(fake_lambda, node: str, fleet: str = FLEET) -> Instance:
-    fake_lambda.add_instance(node, "us-east-1",
-                             dict(ownership_tags(fleet, "train", node, f"{node}-l0")))
+    fake_lambda.add_instance(
+        node, "us-east-1", dict(ownership_tags(fleet, "train", node, f"{node}-l0"))
+    )
     data = next(i for i in fake_lambda.instances.values() if i["name"] == node)
     inst = to_instance("lam", data)
     assert inst is not None
@@ -36,8 +41,11 @@ def test_reboot_restarts_once_in_one_call_and_terminates_nothing(
 ) -> None:
     a, b = _instance(fake_lambda, "prod-train-0001"), _instance(fake_lambda, "prod-train-0002")
     _provider(lambda_api_base).reboot([a, b, a])
-    restarts = [body for m, path, body in fake_lambda.calls
-                if m == "POST" and path.endswith("/instance-operations/restart")]
+    restarts = [
+        body
+        for m, path, body in fake_lambda.calls
+        if m == "POST" and path.endswith("/instance-operations/restart")
+    ]
     assert restarts == [{"instance_ids": sorted([a.instance_id, b.instance_id])}]
     assert fake_lambda.count("POST", r"/terminate$") == 0
     assert {i["status"] for i in fake_lambda.instances.values()} == {"active"}

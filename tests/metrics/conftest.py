@@ -37,8 +37,12 @@ def scraped(tmp_path_factory: pytest.TempPathFactory, pushgateway: str) -> Itera
     base = tmp_path_factory.mktemp("prometheus")
     textfile_dir = base / "textfile"
     textfile_dir.mkdir()
-    with start_node_exporter(base, textfile_dir) as exporter, start_prometheus(
-        base, [exporter.removeprefix("http://"), pushgateway.removeprefix("http://")],
-        rule_files=[ALERT_RULES],
-    ) as prometheus:
+    with (
+        start_node_exporter(base, textfile_dir) as exporter,
+        start_prometheus(
+            base,
+            [exporter.removeprefix("http://"), pushgateway.removeprefix("http://")],
+            rule_files=[ALERT_RULES],
+        ) as prometheus,
+    ):
         yield Scraped(textfile_dir, exporter, prometheus)

@@ -23,8 +23,7 @@ RULES = Path(__file__).resolve().parents[2] / "examples" / "prometheus"
 
 def promtool(*args: str | Path) -> subprocess.CompletedProcess[str]:
     require_system_package("prometheus", PROMTOOL)
-    return subprocess.run([PROMTOOL, *map(str, args)], capture_output=True, text=True,
-                          timeout=60)
+    return subprocess.run([PROMTOOL, *map(str, args)], capture_output=True, text=True, timeout=60)
 
 
 def test_promtool_checks_the_shipped_rules() -> None:
@@ -42,11 +41,15 @@ def test_each_alert_fires_in_promtools_unit_tests() -> None:
 def test_promtool_rejects_a_broken_rule(tmp_path: Path) -> None:
     shutil.copytree(RULES, tmp_path / "rules")
     broken = tmp_path / "rules" / "navarch-alerts.yaml"
-    broken.write_text(broken.read_text().replace("navarch_circuit_breaker_open == 1",
-                                                 "navarch_circuit_breaker_open ==", 1))
+    broken.write_text(
+        broken.read_text().replace(
+            "navarch_circuit_breaker_open == 1", "navarch_circuit_breaker_open ==", 1
+        )
+    )
     assert promtool("check", "rules", broken).returncode != 0
-    assert promtool("test", "rules", tmp_path / "rules" / "navarch-alerts.test.yaml"
-                    ).returncode != 0
+    assert (
+        promtool("test", "rules", tmp_path / "rules" / "navarch-alerts.test.yaml").returncode != 0
+    )
 
 
 def test_the_breaker_alert_fires_in_prometheus_on_a_real_apply(
@@ -60,16 +63,28 @@ def test_the_breaker_alert_fires_in_prometheus_on_a_real_apply(
         inject = run_navarch(["local", "inject", "fleet.yaml", node, "--xid", "79"], cwd=tmp_path)
         assert inject.returncode == 0, inject.stderr
     assert run_navarch(["local", "tick", "fleet.yaml"], cwd=tmp_path).returncode == 0
-    run = run_navarch(["apply", "fleet.yaml", "--auto-approve", "--metrics-textfile",
-                       str(scraped.textfile_dir / "breaker.prom")], cwd=tmp_path)
+    run = run_navarch(
+        [
+            "apply",
+            "fleet.yaml",
+            "--auto-approve",
+            "--metrics-textfile",
+            str(scraped.textfile_dir / "breaker.prom"),
+        ],
+        cwd=tmp_path,
+    )
     assert run.returncode == 3, run.stderr
 
-    alerts = query_until(scraped.prometheus,
-                         'ALERTS{alertname="NavarchCircuitBreakerOpen",fleet="breaker"}')
-    assert [(a["metric"]["pool"], a["metric"]["alertstate"], a["metric"]["severity"])
-            for a in alerts] == [("train", "firing", "page")]
+    alerts = query_until(
+        scraped.prometheus, 'ALERTS{alertname="NavarchCircuitBreakerOpen",fleet="breaker"}'
+    )
+    assert [
+        (a["metric"]["pool"], a["metric"]["alertstate"], a["metric"]["severity"]) for a in alerts
+    ] == [("train", "firing", "page")]
     # The rules evaluated without error on navarch's real series.
     rules = json.loads(get(f"{scraped.prometheus}/api/v1/rules")[1])["data"]["groups"][0]
     assert {r["name"]: r["health"] for r in rules["rules"]} == {
-        "NavarchNotSucceeding": "ok", "NavarchCircuitBreakerOpen": "ok",
-        "NavarchCapacityExhausted": "ok"}
+        "NavarchNotSucceeding": "ok",
+        "NavarchCircuitBreakerOpen": "ok",
+        "NavarchCapacityExhausted": "ok",
+    }

@@ -16,8 +16,10 @@ from tests.unattended.helpers import write_fleet
 
 from .conftest import Scraped
 
-XID_79 = ("2026-03-01T11:58:00,000000+00:00 NVRM: Xid (PCI:0000:18:00): 79, pid=0, "
-          "name=python, GPU has fallen off the bus.\n")
+XID_79 = (
+    "2026-03-01T11:58:00,000000+00:00 NVRM: Xid (PCI:0000:18:00): 79, pid=0, "
+    "name=python, GPU has fallen off the bus.\n"
+)
 
 
 def one(result: list[dict]) -> float:
@@ -30,8 +32,9 @@ def test_apply_textfile_is_exposed_by_node_exporter_and_queried_from_prometheus(
 ) -> None:
     write_fleet(tmp_path, fleet="scraped")
     textfile = scraped.textfile_dir / "navarch.prom"
-    run = run_navarch(["apply", "fleet.yaml", "--auto-approve", "--metrics-textfile",
-                       str(textfile)], cwd=tmp_path)
+    run = run_navarch(
+        ["apply", "fleet.yaml", "--auto-approve", "--metrics-textfile", str(textfile)], cwd=tmp_path
+    )
     assert run.returncode == 0, run.stderr
     status, exposed = get(f"{scraped.node_exporter}/metrics")
     assert status == 200 and 'navarch_last_apply_success{fleet="scraped"} 1' in exposed
@@ -39,8 +42,16 @@ def test_apply_textfile_is_exposed_by_node_exporter_and_queried_from_prometheus(
     p = scraped.prometheus
     assert one(query_until(p, 'navarch_last_apply_success{fleet="scraped"}')) == 1
     assert one(query(p, 'navarch_pool_desired_nodes{fleet="scraped",pool="train"}')) == 3
-    assert one(query(p, 'navarch_last_apply_actions{fleet="scraped",pool="infer",'
-                        'kind="provision",outcome="ok"}')) == 2
+    assert (
+        one(
+            query(
+                p,
+                'navarch_last_apply_actions{fleet="scraped",pool="infer",'
+                'kind="provision",outcome="ok"}',
+            )
+        )
+        == 2
+    )
     assert one(query(p, 'sum(navarch_circuit_breaker_open{fleet="scraped"})')) == 0
     assert one(query(p, 'navarch_last_success_timestamp_seconds{fleet="scraped"}')) > 0
     # node_exporter parsed every file in the directory without complaint.
@@ -50,16 +61,42 @@ def test_apply_textfile_is_exposed_by_node_exporter_and_queried_from_prometheus(
 def test_agent_textfile_is_queried_from_prometheus(scraped: Scraped, tmp_path: Path) -> None:
     (tmp_path / "kern.log").write_text(XID_79)
     config = tmp_path / "agent.yaml"
-    config.write_text(yaml.safe_dump({
-        "fleet": "scraped", "pool": "train", "node": "scraped-train-0001",
-        "store": f"file://{tmp_path}/store", "key": "5a" * 32, "gpus_per_node": 2,
-        "fake_gpu": True, "metadata": "none", "state_file": str(tmp_path / "state.json"),
-        "boot_id": "boot-a"}))
-    run = subprocess.run([sys.executable, "-m", "navarch", "agent", "run", "--once", "--config",
-                          str(config), "--kernel-log", str(tmp_path / "kern.log"),
-                          "--metrics-textfile", str(scraped.textfile_dir / "agent.prom")],
-                         capture_output=True, text=True, timeout=120,
-                         env={"PATH": "/usr/bin:/bin", "NAVARCH_GPU_COUNT": "2"})
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "fleet": "scraped",
+                "pool": "train",
+                "node": "scraped-train-0001",
+                "store": f"file://{tmp_path}/store",
+                "key": "5a" * 32,
+                "gpus_per_node": 2,
+                "fake_gpu": True,
+                "metadata": "none",
+                "state_file": str(tmp_path / "state.json"),
+                "boot_id": "boot-a",
+            }
+        )
+    )
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "navarch",
+            "agent",
+            "run",
+            "--once",
+            "--config",
+            str(config),
+            "--kernel-log",
+            str(tmp_path / "kern.log"),
+            "--metrics-textfile",
+            str(scraped.textfile_dir / "agent.prom"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": "/usr/bin:/bin", "NAVARCH_GPU_COUNT": "2"},
+    )
     assert run.returncode == 0, run.stderr
 
     p = scraped.prometheus
@@ -67,17 +104,19 @@ def test_agent_textfile_is_queried_from_prometheus(scraped: Scraped, tmp_path: P
     assert one(query_until(p, f'navarch_node_gpu_xid_errors_total{{{node},code="79"}}')) == 1
     assert one(query(p, f'navarch_node_health_status{{{node},status="unhealthy"}}')) == 1
     assert one(query(p, f'navarch_node_health_status{{{node},status="healthy"}}')) == 0
-    assert one(query(p, f'count(navarch_node_gpu_temperature_celsius{{{node}}})')) == 2
+    assert one(query(p, f"count(navarch_node_gpu_temperature_celsius{{{node}}})")) == 2
     assert one(query_until(p, "node_textfile_scrape_error")) == 0
 
 
 def test_a_pushed_group_is_scraped_with_its_grouping_labels(
     scraped: Scraped, pushgateway: str, tmp_path: Path
 ) -> None:
-    write_fleet(tmp_path, fleet="pushed",
-                metrics={"pushgateway": pushgateway, "job": "navarch-scraped"})
+    write_fleet(
+        tmp_path, fleet="pushed", metrics={"pushgateway": pushgateway, "job": "navarch-scraped"}
+    )
     run = run_navarch(["apply", "fleet.yaml", "--auto-approve"], cwd=tmp_path)
     assert run.returncode == 0, run.stderr
-    result = query_until(scraped.prometheus,
-                         'navarch_last_apply_success{job="navarch-scraped",fleet="pushed"}')
+    result = query_until(
+        scraped.prometheus, 'navarch_last_apply_success{job="navarch-scraped",fleet="pushed"}'
+    )
     assert one(result) == 1  # honor_labels keeps the pushed job and fleet labels

@@ -51,16 +51,28 @@ def test_apply_pushes_one_group_per_fleet_read_back_from_the_pushgateway(
 ) -> None:
     for fleet in ("demo", "prod"):
         (tmp_path / fleet).mkdir()
-        write_fleet(tmp_path / fleet, fleet=fleet,
-                    metrics={"pushgateway": pushgateway, "job": "navarch-groups"})
+        write_fleet(
+            tmp_path / fleet,
+            fleet=fleet,
+            metrics={"pushgateway": pushgateway, "job": "navarch-groups"},
+        )
         apply(tmp_path / fleet)
     assert sorted(g["fleet"] for g in groups(pushgateway, "navarch-groups")) == ["demo", "prod"]
     got = samples(pushgateway, "navarch-groups")
     for fleet in ("demo", "prod"):  # the second push did not replace the first fleet's
         assert value(got, "navarch_last_apply_success", fleet=fleet) == 1
         assert value(got, "navarch_pool_desired_nodes", fleet=fleet, pool="train") == 3
-        assert value(got, "navarch_last_apply_actions", fleet=fleet, pool="train",
-                     kind="provision", outcome="ok") == 3
+        assert (
+            value(
+                got,
+                "navarch_last_apply_actions",
+                fleet=fleet,
+                pool="train",
+                kind="provision",
+                outcome="ok",
+            )
+            == 3
+        )
         assert value(got, "push_failure_time_seconds", fleet=fleet) == 0
         assert value(got, "push_time_seconds", fleet=fleet) > 0
 
@@ -70,8 +82,11 @@ def test_a_failed_apply_keeps_the_last_success_in_the_group(
 ) -> None:
     write_fleet(tmp_path, metrics={"pushgateway": pushgateway, "job": "navarch-failed"})
     apply(tmp_path)
-    success = value(samples(pushgateway, "navarch-failed"),
-                    "navarch_last_success_timestamp_seconds", fleet="demo")
+    success = value(
+        samples(pushgateway, "navarch-failed"),
+        "navarch_last_success_timestamp_seconds",
+        fleet="demo",
+    )
 
     (tmp_path / ".navarch/store/state/demo.json").write_text("{not json")
     run = run_navarch(["apply", "fleet.yaml", "--auto-approve"], cwd=tmp_path)
@@ -91,10 +106,8 @@ def test_a_push_the_pushgateway_rejects_is_reported_and_keeps_the_exit_code(
     # Pushgateway of its own, so no earlier test's gauges are there first.
     (tmp_path / "gw").mkdir()
     with start_pushgateway(tmp_path / "gw") as url:
-        body = (b"# TYPE navarch_last_apply_success counter\n"
-                b"navarch_last_apply_success 1\n")
-        request = urllib.request.Request(f"{url}/metrics/job/intruder", data=body,
-                                         method="PUT")
+        body = b"# TYPE navarch_last_apply_success counter\nnavarch_last_apply_success 1\n"
+        request = urllib.request.Request(f"{url}/metrics/job/intruder", data=body, method="PUT")
         with urllib.request.urlopen(request, timeout=10) as resp:
             assert resp.status == 200
         write_fleet(tmp_path, metrics={"pushgateway": url, "job": "navarch"})

@@ -70,8 +70,9 @@ class _AwsCapacity:
         def run_instances(backend: Any, *args: Any, **kwargs: Any) -> Any:
             if self.out:
                 self.refused += 1
-                raise EC2ClientError("InsufficientInstanceCapacity",
-                                     "We currently do not have sufficient capacity.")
+                raise EC2ClientError(
+                    "InsufficientInstanceCapacity", "We currently do not have sufficient capacity."
+                )
             return original(backend, *args, **kwargs)
 
         monkeypatch.setattr(InstanceBackend, "run_instances", run_instances)
@@ -93,8 +94,13 @@ def _status(child_env: dict[str, str], fleet: Path, cwd: Path) -> dict[str, dict
     return {n["node"]: n for p in json.loads(run.stdout)["pools"] for n in p["nodes"]}
 
 
-def test_aws_first_gcp_second_and_back(env, fake_compute, compute_endpoint, tmp_path,  # noqa: F811
-                                       monkeypatch) -> None:
+def test_aws_first_gcp_second_and_back(
+    env,
+    fake_compute,
+    compute_endpoint,
+    tmp_path,  # noqa: F811
+    monkeypatch,
+) -> None:
     aws = _AwsCapacity(monkeypatch)
     fleet = write_fleet(tmp_path, compute_endpoint, target=2)
     run = navarch(["apply", str(fleet), "--auto-approve"], env, tmp_path)
@@ -105,8 +111,9 @@ def test_aws_first_gcp_second_and_back(env, fake_compute, compute_endpoint, tmp_
 
     fleet.write_text(fleet.read_text().replace("target: 2, max: 3", "target: 3, max: 4"))
     plan = navarch(["plan", str(fleet)], env, tmp_path)
-    assert f"+ provision {FLEET}-train-0003 on gce us-central1-a/n1-standard-8" in plan.stdout, \
+    assert f"+ provision {FLEET}-train-0003 on gce us-central1-a/n1-standard-8" in plan.stdout, (
         plan.stdout + plan.stderr
+    )
     assert "ec2: all places exhausted until" in plan.stdout, plan.stdout
     fleet.write_text(fleet.read_text().replace("target: 3, max: 4", "target: 2, max: 3"))
 
@@ -117,15 +124,18 @@ def test_aws_first_gcp_second_and_back(env, fake_compute, compute_endpoint, tmp_
     for node, info in nodes.items():
         _report(node, info["instance_id"], tmp_path, ecc_errors=3 if node.endswith("0001") else 0)
     plan = navarch(["plan", str(fleet)], env, tmp_path)
-    assert f"+ provision {FLEET}-train-0003 on ec2 us-east-1a/p5.48xlarge" in plan.stdout, \
+    assert f"+ provision {FLEET}-train-0003 on ec2 us-east-1a/p5.48xlarge" in plan.stdout, (
         plan.stdout + plan.stderr
+    )
     outputs = []
     for _ in range(4):
         run = navarch(["apply", str(fleet), "--auto-approve"], env, tmp_path)
         assert run.returncode == 0, run.stdout + run.stderr
         outputs.append(run.stdout)
         for node, info in _status(env, fleet, tmp_path).items():
-            _report(node, info["instance_id"], tmp_path, ecc_errors=3 if node.endswith("0001") else 0)
+            _report(
+                node, info["instance_id"], tmp_path, ecc_errors=3 if node.endswith("0001") else 0
+            )
         if navarch(["plan", str(fleet), "--detailed-exitcode"], env, tmp_path).returncode == 0:
             break
     assert list(fleet_nodes()) == [f"{FLEET}-train-0003"]

@@ -185,9 +185,12 @@ def instance(
         tags=tuple(sorted(tags.items())),
         spot=spot,
         host_id=host_id,
-        cloud_status=CloudStatus(InstanceHealth(health), health_detail,
-                                 event=CloudEvent(event) if event else None,
-                                 event_deadline=event_deadline),
+        cloud_status=CloudStatus(
+            InstanceHealth(health),
+            health_detail,
+            event=CloudEvent(event) if event else None,
+            event_deadline=event_deadline,
+        ),
     )
 
 
@@ -311,8 +314,12 @@ def node_memory(
     fault: a Fault or its fields {key, action, boot_id, sequence}; the rest are the
     remediation ladder's NodeMemory fields (diag: a Diag, scheduled diagnostics' too)."""
     if isinstance(fault, Mapping):
-        fault = Fault(FaultKey.parse(fault["key"]), Remedy(fault.get("action", "reboot")),
-                      fault.get("boot_id", "boot-1"), fault.get("sequence", 0))
+        fault = Fault(
+            FaultKey.parse(fault["key"]),
+            Remedy(fault.get("action", "reboot")),
+            fault.get("boot_id", "boot-1"),
+            fault.get("sequence", 0),
+        )
     return NodeMemory(
         node=node,
         pool=pool,
@@ -341,11 +348,20 @@ def node_memory(
 
 
 def exhausted(
-    zone: str, instance_type: str, *, until: datetime, provider: str, spot: bool = False,
+    zone: str,
+    instance_type: str,
+    *,
+    until: datetime,
+    provider: str,
+    spot: bool = False,
     failures: int = 1,
 ) -> Exhausted:
     return Exhausted(
-        zone=zone, instance_type=instance_type, spot=spot, until=until, failures=failures,
+        zone=zone,
+        instance_type=instance_type,
+        spot=spot,
+        until=until,
+        failures=failures,
         provider=provider,
     )
 

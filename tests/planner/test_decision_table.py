@@ -25,8 +25,10 @@ def test_docs_catalogue_table_is_the_xid_catalogue() -> None:
 
 
 def test_decision_table_shows_the_pool_ladder_climbing_from_the_catalogue() -> None:
-    rows = {tuple(c.strip() for c in line.strip("|").split("|")[:2]): line
-            for line in decision_table().splitlines()[2:]}
+    rows = {
+        tuple(c.strip() for c in line.strip("|").split("|")[:2]): line
+        for line in decision_table().splitlines()[2:]
+    }
     assert rows[("reboot", "first occurrence")].endswith("| reboot | reboot | replace |")
     assert rows[("reboot", "again after reboot")].endswith("| replace | replace | replace |")
     assert rows[("reset_gpu", "first occurrence")].endswith("| reboot | reset_gpu | reset_gpu |")

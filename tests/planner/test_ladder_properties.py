@@ -47,14 +47,26 @@ from navarch.spec import FleetSpec
 FLEET = "lp"
 XIDS = {79: "reboot", 48: "reset_gpu", 95: "replace", 31: "reboot"}
 EVENTS = ("ok", "ok", "ok", "busy", "idle", "idle", "fault")
-PROPERTY = settings(max_examples=60, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+PROPERTY = settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
 
 @st.composite
 def specs(draw: st.DrawFn) -> FleetSpec:
-    ladder = draw(st.sampled_from([["reboot", "replace"], ["reset_gpu", "reboot", "replace"],
-                                   ["reboot"], ["reset_gpu", "replace"], ["replace"]]))
+    ladder = draw(
+        st.sampled_from(
+            [
+                ["reboot", "replace"],
+                ["reset_gpu", "reboot", "replace"],
+                ["reboot"],
+                ["reset_gpu", "replace"],
+                ["replace"],
+            ]
+        )
+    )
     health = {
         "unhealthy_after": draw(st.integers(1, 2)),
         "boot_timeout": "15m",
@@ -67,9 +79,11 @@ def specs(draw: st.DrawFn) -> FleetSpec:
         "lemon_after": draw(st.integers(2, 4)),
         "return_requires_diag": draw(st.sampled_from([False, 2])),
     }
-    doc = builders.fleet_doc(FLEET, {"a": builders.pool_doc(target=3, max_nodes=4,
-                                                             health=health)},
-                             safety={"repairs_per_pool_per_hour": draw(st.integers(1, 6))})
+    doc = builders.fleet_doc(
+        FLEET,
+        {"a": builders.pool_doc(target=3, max_nodes=4, health=health)},
+        safety={"repairs_per_pool_per_hour": draw(st.integers(1, 6))},
+    )
     return builders.fleet_from_dict(doc)
 
 
@@ -109,11 +123,16 @@ class World:
         n.sequence += 1
         code = n.fault
         s = builders.summary(
-            sequence=n.sequence, generated_at=self.now - timedelta(seconds=10),
-            status="unhealthy" if code else "healthy", fatal=bool(code),
-            action=XIDS[code] if code else "none", boot_id=f"{name}-boot-{n.boot}",
+            sequence=n.sequence,
+            generated_at=self.now - timedelta(seconds=10),
+            status="unhealthy" if code else "healthy",
+            fatal=bool(code),
+            action=XIDS[code] if code else "none",
+            boot_id=f"{name}-boot-{n.boot}",
             findings=(f"XID {code}: simulated on 0000:3B:00.0",) if code else (),
-            process_count=n.procs, utilization_pct=10.0)
+            process_count=n.procs,
+            utilization_pct=10.0,
+        )
         return builders.observation(name, "a", s)
 
     def step(self, events: dict[str, str]) -> None:
@@ -160,7 +179,8 @@ class World:
                     assert views[a.node].drained, f"{a.node} rebooted before its drain finished"
                 obs = reports.get(a.node)
                 assert obs is not None and obs.summary.process_count == 0, (
-                    f"{a.node} rebooted with GPU processes: {obs}")
+                    f"{a.node} rebooted with GPU processes: {obs}"
+                )
             if a.kind is ActionKind.UNCORDON:
                 assert nm is not None and nm.phase is Phase.REMEDIATING and nm.fault is not None
                 obs = reports.get(a.node)
@@ -177,29 +197,41 @@ class World:
             if a.kind is ActionKind.DIAGNOSE:
                 assert a.node in self.cordoned and nm is not None
                 assert nm.phase in (Phase.DRAINING, Phase.REMEDIATING), nm
+
     def apply(self, a) -> None:  # noqa: ANN001 - an Action
         mem, now = self.memory, self.now
         nm = mem.node(a.node) if a.node else None
         if a.kind is ActionKind.PROVISION:
             self.ids += 1
-            inst = builders.instance(FLEET, a.pool, a.node, launched_at=now,
-                                     state=InstanceState.PENDING, instance_id=f"i-{self.ids}",
-                                     zone=a.places[0].zone, instance_type=a.places[0].instance_type)
+            inst = builders.instance(
+                FLEET,
+                a.pool,
+                a.node,
+                launched_at=now,
+                state=InstanceState.PENDING,
+                instance_id=f"i-{self.ids}",
+                zone=a.places[0].zone,
+                instance_type=a.places[0].instance_type,
+            )
             self.nodes[a.node] = Node(inst)
             pm = mem.pool(a.pool)
             index = int(a.node.rsplit("-", 1)[1])
-            self.memory = mem.with_pool(replace(pm, next_index=max(pm.next_index, index + 1))
-                                        ).with_node(NodeMemory(a.node, a.pool, inst.instance_id,
-                                                               first_seen_at=now))
+            self.memory = mem.with_pool(
+                replace(pm, next_index=max(pm.next_index, index + 1))
+            ).with_node(NodeMemory(a.node, a.pool, inst.instance_id, first_seen_at=now))
         elif a.kind is ActionKind.CORDON:
             self.cordoned.add(a.node)
             nm = nm or NodeMemory(a.node, a.pool, first_seen_at=now)
-            nm = replace(nm, phase=Phase.CORDONED, phase_at=now, phase_reason=a.reason,
-                         repair=a.repair)
+            nm = replace(
+                nm, phase=Phase.CORDONED, phase_at=now, phase_reason=a.reason, repair=a.repair
+            )
             # As the executor does: a cordon for another reason (scale-down, drift) forgets
             # an old fault, so the ladder never remedies a node that is not sick.
-            nm = (_with_fault(nm, a.fault, now, 7 * 86400) if a.fault is not None
-                  else replace(nm, fault=None))
+            nm = (
+                _with_fault(nm, a.fault, now, 7 * 86400)
+                if a.fault is not None
+                else replace(nm, fault=None)
+            )
             mem = mem.with_node(nm)
             if a.repair:
                 pm = mem.pool(a.pool)
@@ -219,10 +251,18 @@ class World:
             self.healthy_since_reboot[a.node] = []
             assert nm is not None
             nm = _with_fault(nm, a.fault, now, 7 * 86400)
-            self.memory = mem.with_node(replace(
-                nm, phase=Phase.REMEDIATING, phase_at=now, phase_reason=a.reason, rung=a.rung,
-                rung_fault=a.fault.key if a.fault else nm.rung_fault, rung_at=now,
-                return_streak=0))
+            self.memory = mem.with_node(
+                replace(
+                    nm,
+                    phase=Phase.REMEDIATING,
+                    phase_at=now,
+                    phase_reason=a.reason,
+                    rung=a.rung,
+                    rung_fault=a.fault.key if a.fault else nm.rung_fault,
+                    rung_at=now,
+                    return_streak=0,
+                )
+            )
         elif a.kind is ActionKind.DIAGNOSE:
             # Started detached: running on the first DIAGNOSE, the verdict on the next
             # (fail while the simulated node still has its fault).
@@ -237,9 +277,17 @@ class World:
         elif a.kind is ActionKind.UNCORDON:
             self.cordoned.discard(a.node)
             assert nm is not None
-            self.memory = mem.with_node(replace(nm, phase=Phase.NONE, phase_at=now,
-                                                phase_reason="", repair=False, streak=0,
-                                                return_streak=0))
+            self.memory = mem.with_node(
+                replace(
+                    nm,
+                    phase=Phase.NONE,
+                    phase_at=now,
+                    phase_reason="",
+                    repair=False,
+                    streak=0,
+                    return_streak=0,
+                )
+            )
         elif a.kind is ActionKind.TERMINATE:
             self.nodes.pop(a.node, None)
             self.cordoned.discard(a.node)
@@ -248,16 +296,18 @@ class World:
 
 
 @st.composite
-def schedules(draw: st.DrawFn, calm: int = 1
-              ) -> tuple[FleetSpec, list[dict[str, str]], frozenset[str]]:
+def schedules(
+    draw: st.DrawFn, calm: int = 1
+) -> tuple[FleetSpec, list[dict[str, str]], frozenset[str]]:
     """A fleet and per-run events; calm: how many times the other events outweigh faults."""
     spec = draw(specs())
     names = [f"{FLEET}-a-{i:04d}" for i in range(1, 8)]
     runs = draw(st.integers(8, 30))
     fault_events = [f"fault:{c}" for c in XIDS]
     events = st.sampled_from(EVENTS[:-1] * calm + tuple(fault_events))
-    schedule = [draw(st.dictionaries(st.sampled_from(names), events, max_size=4))
-                for _ in range(runs)]
+    schedule = [
+        draw(st.dictionaries(st.sampled_from(names), events, max_size=4)) for _ in range(runs)
+    ]
     dead = draw(st.frozensets(st.sampled_from(names), max_size=1))
     return spec, schedule, dead
 
@@ -267,10 +317,16 @@ def _world(spec: FleetSpec) -> World:
     nodes = {}
     for i in range(1, 4):
         name = f"{FLEET}-a-{i:04d}"
-        nodes[name] = Node(builders.instance(FLEET, "a", name, launched_at=now - timedelta(hours=2),
-                                             instance_id=f"i-{name}"))
-    mem = builders.memory(FLEET, [NodeMemory(n, "a", f"i-{n}", first_seen_at=now)
-                                  for n in nodes], [builders.pool_memory("a", next_index=4)])
+        nodes[name] = Node(
+            builders.instance(
+                FLEET, "a", name, launched_at=now - timedelta(hours=2), instance_id=f"i-{name}"
+            )
+        )
+    mem = builders.memory(
+        FLEET,
+        [NodeMemory(n, "a", f"i-{n}", first_seen_at=now) for n in nodes],
+        [builders.pool_memory("a", next_index=4)],
+    )
     return World(spec, now, nodes, mem)
 
 
@@ -303,8 +359,9 @@ def test_every_fault_ends_rebooted_returned_or_replaced(case) -> None:  # noqa: 
     assert world.last is not None
     if world.last.breaker_open:
         return
-    views = observe(spec, tuple(n.instance for n in world.nodes.values()),
-                    {}, world.memory, world.now).views
+    views = observe(
+        spec, tuple(n.instance for n in world.nodes.values()), {}, world.memory, world.now
+    ).views
     lifecycles = [v.lifecycle for v in views]
     assert Lifecycle.REMEDIATING not in lifecycles, lifecycles
     assert Lifecycle.DRAINING not in lifecycles and Lifecycle.CORDONED not in lifecycles

@@ -35,8 +35,18 @@ from navarch.planner.plan import plan
 from navarch.spec import FleetSpec
 
 STEP = timedelta(minutes=5)
-EVENTS = ("ok", "ok", "busy", "idle", "idle", "degraded", "unknown", "hung", "opcordon",
-          "replace") + tuple(f"fault:{c}" for c in XIDS)
+EVENTS = (
+    "ok",
+    "ok",
+    "busy",
+    "idle",
+    "idle",
+    "degraded",
+    "unknown",
+    "hung",
+    "opcordon",
+    "replace",
+) + tuple(f"fault:{c}" for c in XIDS)
 
 
 @dataclass
@@ -67,8 +77,9 @@ class LivenessWorld(World):
         self.requested = set()
         for name, n in self.nodes.items():
             if n.instance.state is InstanceState.PENDING:
-                self.nodes[name] = Stuckable(replace(n.instance, state=InstanceState.RUNNING),
-                                             n.boot, n.sequence)
+                self.nodes[name] = Stuckable(
+                    replace(n.instance, state=InstanceState.RUNNING), n.boot, n.sequence
+                )
                 continue
             ev = events.get(name, "ok")
             assert isinstance(n, Stuckable)
@@ -91,8 +102,13 @@ class LivenessWorld(World):
         reports = {k: r for k in self.nodes if (r := self.report(k)) is not None}
         inventory = tuple(n.instance for n in self.nodes.values())
         observed = observe(self.spec, inventory, reports, self.memory, self.now)
-        p = plan(self.spec, observed.views, observed.memory, self.now,
-                 PlanOptions(replace=frozenset(self.requested)))
+        p = plan(
+            self.spec,
+            observed.views,
+            observed.memory,
+            self.now,
+            PlanOptions(replace=frozenset(self.requested)),
+        )
         self.check_liveness(observed.memory, p)
         self.last = p
         self.memory = observed.memory
@@ -124,8 +140,12 @@ class LivenessWorld(World):
             if prev is None or prev.state is not DiagState.RUNNING or prev.why.value != a.why:
                 diag = Diag(a.level or 1, DiagWhy(a.why), DiagState.RUNNING, self.now, self.now)
             elif self.diag_outcome == "unavailable":
-                diag = replace(prev, state=DiagState.UNAVAILABLE, at=self.now,
-                               detail="dcgmi is not installed on the node")
+                diag = replace(
+                    prev,
+                    state=DiagState.UNAVAILABLE,
+                    at=self.now,
+                    detail="dcgmi is not installed on the node",
+                )
             else:
                 diag = prev  # hung: it never answers
             self.memory = self.memory.with_node(replace(nm, diag=diag))
@@ -141,7 +161,8 @@ class LivenessWorld(World):
             Phase.REMEDIATING: max(h.boot_timeout_s, h.return_timeout_s) + diag_s,
         }
         acted = {a.node for a in p.actions} | {
-            nm.node for nm in mem.nodes if any(nm.node in x.message for x in p.halts)}
+            nm.node for nm in mem.nodes if any(nm.node in x.message for x in p.halts)
+        }
         for nm in mem.nodes:
             if nm.phase not in deadline_s or nm.phase_at is None or nm.node not in self.nodes:
                 continue
@@ -149,13 +170,22 @@ class LivenessWorld(World):
             if out_s > deadline_s[nm.phase] + STEP.total_seconds():
                 assert nm.node in acted, (
                     f"{nm.node} {nm.phase.value} for {out_s:.0f}s with no next step; "
-                    f"pending: {[x for x in p.pending if nm.node in x]}")
+                    f"pending: {[x for x in p.pending if nm.node in x]}"
+                )
 
 
 @st.composite
 def specs(draw: st.DrawFn) -> FleetSpec:
-    ladder = draw(st.sampled_from([["reboot", "replace"], ["reset_gpu", "reboot", "replace"],
-                                   ["reboot"], ["reset_gpu", "replace"]]))
+    ladder = draw(
+        st.sampled_from(
+            [
+                ["reboot", "replace"],
+                ["reset_gpu", "reboot", "replace"],
+                ["reboot"],
+                ["reset_gpu", "replace"],
+            ]
+        )
+    )
     health = {
         "unhealthy_after": draw(st.integers(1, 2)),
         "boot_timeout": "15m",
@@ -173,10 +203,15 @@ def specs(draw: st.DrawFn) -> FleetSpec:
     pool = builders.pool_doc(target=3, max_nodes=4, health=health)
     if draw(st.booleans()):
         pool["diagnostics"] = {"every": "1h", "level": draw(st.integers(1, 3))}
-    doc = builders.fleet_doc(FLEET, {"a": pool},
-                             safety={"repairs_per_pool_per_hour": draw(st.integers(1, 6)),
-                                     "circuit_breaker_pct": 100,
-                                     "fleet_circuit_breaker_pct": 100})
+    doc = builders.fleet_doc(
+        FLEET,
+        {"a": pool},
+        safety={
+            "repairs_per_pool_per_hour": draw(st.integers(1, 6)),
+            "circuit_breaker_pct": 100,
+            "fleet_circuit_breaker_pct": 100,
+        },
+    )
     return builders.fleet_from_dict(doc)
 
 
@@ -186,12 +221,18 @@ def test_no_node_is_out_of_service_past_its_deadlines_without_a_next_step(data) 
     spec = data.draw(specs())
     names = [f"{FLEET}-a-{i:04d}" for i in range(1, 8)]
     runs = data.draw(st.integers(10, 40))
-    schedule = [data.draw(st.dictionaries(st.sampled_from(names), st.sampled_from(EVENTS),
-                                          max_size=3)) for _ in range(runs)]
+    schedule = [
+        data.draw(st.dictionaries(st.sampled_from(names), st.sampled_from(EVENTS), max_size=3))
+        for _ in range(runs)
+    ]
     base = _world(spec)
-    world = LivenessWorld(spec, base.now, {k: Stuckable(n.instance) for k, n in base.nodes.items()},
-                          base.memory, diag_outcome=data.draw(
-                              st.sampled_from(["pass", "hang", "unavailable"])))
+    world = LivenessWorld(
+        spec,
+        base.now,
+        {k: Stuckable(n.instance) for k, n in base.nodes.items()},
+        base.memory,
+        diag_outcome=data.draw(st.sampled_from(["pass", "hang", "unavailable"])),
+    )
     for events in schedule:
         world.step(events)
     for _ in range(30):  # then quiet: everything out of service must come back or go

@@ -117,10 +117,15 @@ def pool_docs(draw: st.DrawFn, *, converging: bool = False) -> dict[str, Any]:
         autoscaling=autoscaling,
     )
     if draw(st.booleans()):  # issue 15: the pool spans a second provider (same zone name z1)
-        first = {k: doc.pop(k) for k in ("provider", "instance_types", "zones", "capacity")
-                 if k in doc}
-        second = {"provider": "sim2", "zones": ["z1"], "instance_types": ["t9"],
-                  "capacity": draw(st.sampled_from(["on-demand", "spot"]))}
+        first = {
+            k: doc.pop(k) for k in ("provider", "instance_types", "zones", "capacity") if k in doc
+        }
+        second = {
+            "provider": "sim2",
+            "zones": ["z1"],
+            "instance_types": ["t9"],
+            "capacity": draw(st.sampled_from(["on-demand", "spot"])),
+        }
         doc["placements"] = draw(st.sampled_from([[first, second], [second, first]]))
     return doc
 
@@ -201,8 +206,12 @@ def foreign_instances(draw: st.DrawFn, now: datetime, owned_names: set[str]) -> 
 def _first_place(pool: PoolSpec) -> dict[str, Any]:
     """Instance coordinates of the pool's first place in launch order."""
     p = pool.launch_places()[0]
-    return {"provider": p.provider, "zone": p.zone, "instance_type": p.instance_type,
-            "spot": p.spot}
+    return {
+        "provider": p.provider,
+        "zone": p.zone,
+        "instance_type": p.instance_type,
+        "spot": p.spot,
+    }
 
 
 @st.composite
@@ -211,8 +220,13 @@ def pool_memories(draw: st.DrawFn, pool: PoolSpec, now: datetime) -> PoolMemory:
     exhausted = []
     for place in draw(st.lists(st.sampled_from(places), max_size=len(places), unique=True)):
         exhausted.append(
-            builders.exhausted(place.zone, place.instance_type, spot=place.spot,
-                               until=now + _minutes(draw, -30, 30), provider=place.provider)
+            builders.exhausted(
+                place.zone,
+                place.instance_type,
+                spot=place.spot,
+                until=now + _minutes(draw, -30, 30),
+                provider=place.provider,
+            )
         )
     desired = draw(st.one_of(st.none(), st.integers(pool.min_nodes, pool.max_nodes)))
     return builders.pool_memory(
@@ -339,8 +353,13 @@ def converged_worlds(draw: st.DrawFn) -> World:
         for index in indices:
             name = node_name(pool.name, index)
             inventory.append(
-                builders.instance(FLEET, pool.name, name, launched_at=now - _minutes(draw, 20, 600),
-                                  **_first_place(pool))
+                builders.instance(
+                    FLEET,
+                    pool.name,
+                    name,
+                    launched_at=now - _minutes(draw, 20, 600),
+                    **_first_place(pool),
+                )
             )
             seq = draw(st.integers(2, 1000))
             report = builders.summary(
@@ -512,7 +531,9 @@ def terminates_only_after_cordon(world: World, observed: Observed, p: Plan) -> N
     for a in p.actions:
         if a.kind is ActionKind.TERMINATE:
             v = views[a.node or ""]
-            assert v.lifecycle in (Lifecycle.DRAINING, Lifecycle.TERMINATING, Lifecycle.STUCK), a.node
+            assert v.lifecycle in (Lifecycle.DRAINING, Lifecycle.TERMINATING, Lifecycle.STUCK), (
+                a.node
+            )
             if v.lifecycle is Lifecycle.STUCK:
                 assert v.instance is not None and v.instance.state is InstanceState.PENDING
             if v.lifecycle is Lifecycle.DRAINING:
@@ -710,8 +731,15 @@ class Sim:
             pm = mem.pool(a.pool)
             self.memory = mem.with_pool(
                 replace(pm, next_index=max(pm.next_index, index + 1))
-            ).with_node(NodeMemory(a.node, a.pool, inst.instance_id, first_seen_at=now,
-                                   launch=pool.launch_settings(place.placement)))
+            ).with_node(
+                NodeMemory(
+                    a.node,
+                    a.pool,
+                    inst.instance_id,
+                    first_seen_at=now,
+                    launch=pool.launch_settings(place.placement),
+                )
+            )
         elif a.kind is ActionKind.UPDATE_TAGS:
             n = self.nodes[a.node]
             tags = {**dict(n.instance.tags), **dict(a.tags)}
@@ -876,28 +904,41 @@ def edited_sims(draw: st.DrawFn) -> tuple[Sim, FleetSpec]:
         for i in range(1, pool.target_nodes + 1):
             name = node_name(pool.name, i)
             inst = builders.instance(
-                FLEET, pool.name, name, launched_at=now - timedelta(hours=2 + i),
-                **_first_place(pool), tags={**dict(pool.labels), TAG_SPEC: pool.launch_hash()},
+                FLEET,
+                pool.name,
+                name,
+                launched_at=now - timedelta(hours=2 + i),
+                **_first_place(pool),
+                tags={**dict(pool.labels), TAG_SPEC: pool.launch_hash()},
             )
             nodes[name] = SimNode(inst)
-            node_mems.append(builders.node_memory(name, pool.name, instance_id=inst.instance_id,
-                                                  launch=dict(pool.launch_settings())))
+            node_mems.append(
+                builders.node_memory(
+                    name,
+                    pool.name,
+                    instance_id=inst.instance_id,
+                    launch=dict(pool.launch_settings()),
+                )
+            )
         pool_mems.append(builders.pool_memory(pool.name, next_index=pool.target_nodes + 1))
     edited = []
     for pool in spec.pools:
         first = replace(
             pool.placed()[0],
-            instance_types=draw(st.sampled_from([pool.placed()[0].instance_types, ("t2",),
-                                                 ("t3", "t1")])),
+            instance_types=draw(
+                st.sampled_from([pool.placed()[0].instance_types, ("t2",), ("t3", "t1")])
+            ),
             zones=draw(st.sampled_from([pool.placed()[0].zones, ("z2",), ("z3", "z1")])),
             capacity=draw(st.sampled_from([pool.placed()[0].capacity, "on-demand", "spot"])),
         )
-        edited.append(replace(
-            pool,
-            placements=(first, *pool.placed()[1:]),
-            gpus_per_node=draw(st.sampled_from([pool.gpus_per_node, 4])),
-            labels=draw(st.sampled_from([pool.labels, (("team", "ml"),)])),
-        ))
+        edited.append(
+            replace(
+                pool,
+                placements=(first, *pool.placed()[1:]),
+                gpus_per_node=draw(st.sampled_from([pool.gpus_per_node, 4])),
+                labels=draw(st.sampled_from([pool.labels, (("team", "ml"),)])),
+            )
+        )
     new_spec = replace(spec, pools=tuple(edited))
     sim = Sim(new_spec, now, nodes, builders.memory(FLEET, node_mems, pool_mems))
     sim.names_used = set(nodes)
@@ -922,14 +963,17 @@ def test_edits_of_pool_settings_converge(case: tuple[Sim, FleetSpec]) -> None:
             assert not p.converged, f"a plan said No changes while nodes drift:\n{_show(p)}"
         for pool in sim.spec.pools:
             views = _pool_views(observed, pool.name)
-            out = sum(v.lifecycle in (Lifecycle.CORDONED, Lifecycle.DRAINING,
-                                      Lifecycle.TERMINATING) for v in views)
+            out = sum(
+                v.lifecycle in (Lifecycle.CORDONED, Lifecycle.DRAINING, Lifecycle.TERMINATING)
+                for v in views
+            )
             cordons = sum(a.kind is ActionKind.CORDON for a in p.actions if a.pool == pool.name)
             budget = pool.health.max_unavailable_nodes(pool.target_nodes)
             assert out + cordons <= max(budget, out), f"{pool.name}: budget broken\n{_show(p)}"
             surge = pool.health.max_surge if pool.health.replacement == "surge" else 0
-            present = len(views) + sum(a.kind is ActionKind.PROVISION
-                                       for a in p.actions if a.pool == pool.name)
+            present = len(views) + sum(
+                a.kind is ActionKind.PROVISION for a in p.actions if a.pool == pool.name
+            )
             assert present <= pool.max_nodes + surge, f"{pool.name}: above max\n{_show(p)}"
     history = "\n---\n".join(_show(p) for p in sim.plans)
     assert sim.converged(), f"not converged after {runs} runs:\n{history}"

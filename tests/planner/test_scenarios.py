@@ -131,9 +131,14 @@ def _diag(raw: Mapping[str, Any] | None, now: datetime) -> Diag | None:
         return None
     at = builders.when(now, raw.get("at", "-1m"))
     assert at is not None
-    return Diag(int(raw.get("level", 2)), DiagWhy(raw.get("why", "return")),
-                DiagState(raw["state"]), at, builders.when(now, raw.get("started_at")),
-                raw.get("detail", ""))
+    return Diag(
+        int(raw.get("level", 2)),
+        DiagWhy(raw.get("why", "return")),
+        DiagState(raw["state"]),
+        at,
+        builders.when(now, raw.get("started_at")),
+        raw.get("detail", ""),
+    )
 
 
 def build_inputs(doc: Mapping[str, Any], tmp_path: Path) -> Inputs:
@@ -183,7 +188,9 @@ def build_inputs(doc: Mapping[str, Any], tmp_path: Path) -> Inputs:
                     for e in raw.pop("exhausted", [])
                 ],
                 scaled_at=builders.when(now, raw.pop("scaled_at", None)),
-                host_faults=[(h, k, builders.when(now, w)) for h, k, w in raw.pop("host_faults", [])],
+                host_faults=[
+                    (h, k, builders.when(now, w)) for h, k, w in raw.pop("host_faults", [])
+                ],
                 **raw,
             )
         )
@@ -198,8 +205,13 @@ def build_inputs(doc: Mapping[str, Any], tmp_path: Path) -> Inputs:
         declared = {p.name: p for p in spec.pools}.get(pool_name)
         if declared is not None:
             first = declared.launch_places()[0]
-            raw = {"provider": first.provider, "zone": first.zone,
-                   "instance_type": first.instance_type, "spot": first.spot, **raw}
+            raw = {
+                "provider": first.provider,
+                "zone": first.zone,
+                "instance_type": first.instance_type,
+                "spot": first.spot,
+                **raw,
+            }
         inventory.append(
             builders.instance(
                 spec.name,
@@ -236,8 +248,9 @@ def build_inputs(doc: Mapping[str, Any], tmp_path: Path) -> Inputs:
         replace=frozenset(opts.pop("replace", ())),
         **opts,
     )
-    return Inputs(spec, tuple(inventory), reports, mem, now, dict(doc.get("drain_checks") or {}),
-                  options)
+    return Inputs(
+        spec, tuple(inventory), reports, mem, now, dict(doc.get("drain_checks") or {}), options
+    )
 
 
 def run(inputs: Inputs) -> tuple[Observed, Plan]:
@@ -249,8 +262,14 @@ def run(inputs: Inputs) -> tuple[Observed, Plan]:
         inputs.now,
         inputs.drain_checks,
     )
-    return observed, plan(inputs.spec, observed.views, observed.memory, inputs.now,
-                          inputs.options, observed.duplicates)
+    return observed, plan(
+        inputs.spec,
+        observed.views,
+        observed.memory,
+        inputs.now,
+        inputs.options,
+        observed.duplicates,
+    )
 
 
 def _show(p: Plan) -> str:

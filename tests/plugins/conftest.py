@@ -24,7 +24,8 @@ def baremetal_installed() -> Iterator[str]:
     before = subprocess.run([*pip, "show", "navarch-baremetal"], capture_output=True)
     done = subprocess.run(
         [*pip, "install", "-q", "--no-deps", "--no-build-isolation", "-e", str(EXAMPLE)],
-        capture_output=True, text=True,
+        capture_output=True,
+        text=True,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     yield "navarch-baremetal"

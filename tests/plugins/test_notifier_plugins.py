@@ -80,21 +80,24 @@ def test_a_notifier_plugin_gets_the_events_and_a_broken_one_costs_only_itself(
     tmp_path: Path, site: Path
 ) -> None:
     events = tmp_path / "events.jsonl"
-    fleet = write_fleet(tmp_path, [
-        {"type": "raiser"},
-        {"type": "recorder", "name": "chat", "options": {"path": str(events)}},
-        {"type": "shape"},
-        {"type": "hang", "timeout": "1s"},
-    ])
-    run = run_navarch(["apply", str(fleet), "--auto-approve"], cwd=tmp_path,
-                      env=child_env(site))
+    fleet = write_fleet(
+        tmp_path,
+        [
+            {"type": "raiser"},
+            {"type": "recorder", "name": "chat", "options": {"path": str(events)}},
+            {"type": "shape"},
+            {"type": "hang", "timeout": "1s"},
+        ],
+    )
+    run = run_navarch(["apply", str(fleet), "--auto-approve"], cwd=tmp_path, env=child_env(site))
     # Notifications are after the fact: the apply converged and exits 0 regardless.
     assert run.returncode == 0, run.stdout + run.stderr
     assert len(machines(tmp_path)) == 5
     got = [json.loads(line) for line in events.read_text().splitlines()]
     provisioned = sorted(e["node"] for e in got if e["kind"] == "node_provisioned")
-    assert provisioned == sorted(json.loads(p.read_text())["tags"]["navarch-node"]
-                                 for p in machines(tmp_path))
+    assert provisioned == sorted(
+        json.loads(p.read_text())["tags"]["navarch-node"] for p in machines(tmp_path)
+    )
     assert {e["sink"] for e in got} == {"chat"} and {e["fleet"] for e in got} == {"demo"}
     assert all(e["event_id"] and e["run_id"] for e in got)
     # Each broken plugin is one line naming it (group, entry point, distribution).
@@ -115,8 +118,7 @@ def test_a_notifier_that_is_not_installed_stops_the_run_before_it_starts(
     tmp_path: Path, site: Path
 ) -> None:
     fleet = write_fleet(tmp_path, [{"type": "log"}, {"type": "nosuchnotifier"}])
-    run = run_navarch(["apply", str(fleet), "--auto-approve"], cwd=tmp_path,
-                      env=child_env(site))
+    run = run_navarch(["apply", str(fleet), "--auto-approve"], cwd=tmp_path, env=child_env(site))
     assert run.returncode == 1, run.stdout + run.stderr
     assert "notify[1].type" in run.stderr and "nosuchnotifier" in run.stderr
     assert "navarch.notifiers" in run.stderr and "hang, raiser, recorder, shape" in run.stderr

@@ -28,11 +28,11 @@ pools:
 """
 
 # Prefers sim-b, and within it the zone named last (scores: lower first).
-PREFER_B = '''
+PREFER_B = """
 def score(places):
     return [0.0 if p["provider"] == "sim-b" and p["zone"] == "b-2" else
             1.0 if p["provider"] == "sim-b" else 2.0 for p in places]
-'''
+"""
 
 BROKEN = {
     "raises": "def score(places):\n    raise RuntimeError('price feed down')\n",
@@ -42,9 +42,12 @@ BROKEN = {
 
 
 def _install(tmp_path: Path, name: str, source: str) -> Path:
-    return fake_distribution(tmp_path / "site", f"navarch-{name}",
-                             f"[navarch.placement]\n{name} = navarch_{name}:score\n",
-                             {f"navarch_{name}": source})
+    return fake_distribution(
+        tmp_path / "site",
+        f"navarch-{name}",
+        f"[navarch.placement]\n{name} = navarch_{name}:score\n",
+        {f"navarch_{name}": source},
+    )
 
 
 def test_scorer_orders_the_places(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -52,9 +55,15 @@ def test_scorer_orders_the_places(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     (tmp_path / "fleet.yaml").write_text(FLEET.replace("PLUGIN", "preferb"))
     pool = load_fleet(tmp_path / "fleet.yaml").pool("train")
     assert [(p.provider, p.zone) for p in pool.launch_places()] == [
-        ("sim-b", "b-2"), ("sim-b", "b-1"), ("sim-a", "a-1")]
-    run = run_navarch(["apply", "fleet.yaml", "--auto-approve"], cwd=tmp_path,
-                      env={"PYTHONPATH": str(tmp_path / "site")})
+        ("sim-b", "b-2"),
+        ("sim-b", "b-1"),
+        ("sim-a", "a-1"),
+    ]
+    run = run_navarch(
+        ["apply", "fleet.yaml", "--auto-approve"],
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(tmp_path / "site")},
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     assert "provision demo-train-0001 on sim-b b-2/sim-h100x8" in run.stdout, run.stdout
 
@@ -64,8 +73,11 @@ def test_broken_scorer_is_one_line_and_exit_1(tmp_path: Path, kind: str) -> None
     name = f"bad{kind}"
     _install(tmp_path, name, BROKEN[kind])
     (tmp_path / "fleet.yaml").write_text(FLEET.replace("PLUGIN", name))
-    run = run_navarch(["apply", "fleet.yaml", "--auto-approve"], cwd=tmp_path,
-                      env={"PYTHONPATH": str(tmp_path / "site")})
+    run = run_navarch(
+        ["apply", "fleet.yaml", "--auto-approve"],
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(tmp_path / "site")},
+    )
     assert run.returncode == 1, run.stdout + run.stderr
     lines = [ln for ln in run.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "Traceback" not in run.stderr, run.stderr

@@ -16,18 +16,21 @@ from navarch.providers.plugin import CheckedProvider
 from navarch.stores import open_store
 from tests.plugins.conftest import fake_distribution
 
-MEMSTORE = '''
+MEMSTORE = """
 from navarch.stores.file import FileStore
 
 def open_mem(url):
     return FileStore(url.split("://", 1)[1])
-'''
+"""
 
 
 def test_store_plugin_by_scheme(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    site = fake_distribution(tmp_path / "site", "navarch-memstore",
-                             "[navarch.stores]\nmem = navarch_memstore:open_mem\n",
-                             {"navarch_memstore": MEMSTORE})
+    site = fake_distribution(
+        tmp_path / "site",
+        "navarch-memstore",
+        "[navarch.stores]\nmem = navarch_memstore:open_mem\n",
+        {"navarch_memstore": MEMSTORE},
+    )
     monkeypatch.syspath_prepend(str(site))
     assert "mem" in names(Group.STORES)
     store = open_store(f"mem://{tmp_path / 'data'}")
@@ -37,8 +40,17 @@ def test_store_plugin_by_scheme(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
 
 
 REF = PluginRef(group="navarch.providers", name="odd", value="odd:create", dist="odd 0.1")
-REQUEST = ProvisionRequest(fleet="f", pool="p", node="n", zone="z", instance_type="t",
-                           spot=False, launch_id="l", attempt=0, tags={})
+REQUEST = ProvisionRequest(
+    fleet="f",
+    pool="p",
+    node="n",
+    zone="z",
+    instance_type="t",
+    spot=False,
+    launch_id="l",
+    attempt=0,
+    tags={},
+)
 
 
 class Odd:
@@ -62,8 +74,11 @@ class Odd:
 
 def test_wrong_shapes_and_stray_exceptions_name_the_plugin() -> None:
     p = CheckedProvider(REF, Odd())
-    for act in (lambda: p.list_instances("f"), lambda: p.provision(REQUEST),
-                lambda: p.terminate([])):
+    for act in (
+        lambda: p.list_instances("f"),
+        lambda: p.provision(REQUEST),
+        lambda: p.terminate([]),
+    ):
         with pytest.raises(PluginError) as err:
             act()
         assert "plugin 'odd' (navarch.providers = odd:create from odd 0.1)" in str(err.value)
@@ -74,8 +89,14 @@ def test_wrong_shapes_and_stray_exceptions_name_the_plugin() -> None:
 
 
 def test_a_good_provider_passes_through() -> None:
-    inst = Instance(provider="odd", instance_id="i-1", zone="z", instance_type="t",
-                    state=InstanceState.RUNNING, launched_at=datetime.now(UTC))
+    inst = Instance(
+        provider="odd",
+        instance_id="i-1",
+        zone="z",
+        instance_type="t",
+        state=InstanceState.RUNNING,
+        launched_at=datetime.now(UTC),
+    )
 
     class Good(Odd):
         def list_instances(self, fleet: str) -> object:
@@ -89,9 +110,15 @@ def test_a_good_provider_passes_through() -> None:
 
 
 def test_a_plugin_provider_never_receives_an_ownership_tag_write() -> None:
-    inst = Instance(provider="odd", instance_id="i-1", zone="z", instance_type="t",
-                    state=InstanceState.RUNNING, launched_at=datetime.now(UTC),
-                    tags=(("navarch-fleet", "f"),))
+    inst = Instance(
+        provider="odd",
+        instance_id="i-1",
+        zone="z",
+        instance_type="t",
+        state=InstanceState.RUNNING,
+        launched_at=datetime.now(UTC),
+        tags=(("navarch-fleet", "f"),),
+    )
     written: list[object] = []
 
     class Obliging(Odd):

@@ -80,13 +80,15 @@ def test_broken_plugin_is_one_line_naming_it_and_exit_1(tmp_path: Path, kind: st
     value, source = BROKEN[kind]
     name = f"broken{kind}"
     site = fake_distribution(
-        tmp_path / "site", f"navarch-broken-{kind}",
+        tmp_path / "site",
+        f"navarch-broken-{kind}",
         f"[navarch.providers]\n{name} = {value}\n",
         {value.split(":")[0]: source},
     )
     fleet = write_fleet(tmp_path, name)
-    run = run_navarch(["apply", str(fleet), "--auto-approve"], cwd=tmp_path,
-                      env={"PYTHONPATH": f"{site}"})
+    run = run_navarch(
+        ["apply", str(fleet), "--auto-approve"], cwd=tmp_path, env={"PYTHONPATH": f"{site}"}
+    )
     assert run.returncode == 1, run.stdout + run.stderr
     lines = [ln for ln in run.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1, run.stderr

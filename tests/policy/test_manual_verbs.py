@@ -41,8 +41,11 @@ class Cli:
 
     def audit(self) -> list[dict[str, Any]]:
         root = self.workdir / ".navarch" / "store" / "events"
-        return [json.loads(line) for p in sorted(root.rglob("*.jsonl"))
-                for line in p.read_text().splitlines()]
+        return [
+            json.loads(line)
+            for p in sorted(root.rglob("*.jsonl"))
+            for line in p.read_text().splitlines()
+        ]
 
     def memory(self) -> dict[str, Any]:
         return json.loads((self.workdir / ".navarch" / "store" / "state" / "demo.json").read_text())
@@ -64,7 +67,8 @@ def test_reboot_gives_a_new_boot_on_the_same_instance(cli: Cli) -> None:
     assert f"rebooted {before['demo-train-0001']['instance_id']}" in out
     assert after["demo-train-0001"]["boot_id"] != before["demo-train-0001"]["boot_id"]
     assert {n: m["instance_id"] for n, m in after.items()} == {
-        n: m["instance_id"] for n, m in before.items()}
+        n: m["instance_id"] for n, m in before.items()
+    }
     assert after["demo-train-0002"]["boot_id"] == before["demo-train-0002"]["boot_id"]
     [record] = [r for r in cli.audit() if r["action"] == "reboot"]
     assert record["operator"] is True and record["ok"] is True

@@ -24,21 +24,36 @@ from navarch.policy import (
 )
 
 REPO = Path(__file__).resolve().parents[2]
-HOT = {"name": "hot-gpu", "when": "gpus.exists(g, g.temperature_c >= 85.0)",
-       "status": "unhealthy", "action": "replace"}
+HOT = {
+    "name": "hot-gpu",
+    "when": "gpus.exists(g, g.temperature_c >= 85.0)",
+    "status": "unhealthy",
+    "action": "replace",
+}
 
 
-def agent_report(tmp_path: Path, *, faults: dict[str, Any] | None = None,
-                 kern_log: str = "") -> dict[str, Any]:
+def agent_report(
+    tmp_path: Path, *, faults: dict[str, Any] | None = None, kern_log: str = ""
+) -> dict[str, Any]:
     """A real report from the agent (fake GPU backend, 4 GPUs), not written anywhere."""
     (tmp_path / "faults.json").write_text(json.dumps(faults or {}))
     (tmp_path / "kern.log").write_text(kern_log)
     config = AgentConfig(
-        fleet="demo", pool="train", node="demo-train-0001", instance_id="i-0001",
-        store="file://" + str(tmp_path / "store"), key="00" * 32, gpus_per_node=4,
-        state_file=str(tmp_path / "agent.json"), kernel_log=str(tmp_path / "kern.log"),
-        fake_gpu=True, gpu_count=4, faults_file=str(tmp_path / "faults.json"), boot_id="boot-1",
-        metadata="none", notice_file=str(tmp_path / "notice.json"),
+        fleet="demo",
+        pool="train",
+        node="demo-train-0001",
+        instance_id="i-0001",
+        store="file://" + str(tmp_path / "store"),
+        key="00" * 32,
+        gpus_per_node=4,
+        state_file=str(tmp_path / "agent.json"),
+        kernel_log=str(tmp_path / "kern.log"),
+        fake_gpu=True,
+        gpu_count=4,
+        faults_file=str(tmp_path / "faults.json"),
+        boot_id="boot-1",
+        metadata="none",
+        notice_file=str(tmp_path / "notice.json"),
     )
     report = run_once(config, now=datetime(2026, 11, 22, 12, 0, tzinfo=UTC), to_stdout=True)
     assert validator_for("health-report.schema.json").is_valid(report)
@@ -60,27 +75,37 @@ def test_cool_gpus_fall_through_to_the_builtin_rules(tmp_path: Path) -> None:
     report = agent_report(tmp_path)
     assert report["status"] == "healthy"
     result = evaluate([[rule()]], report)
-    assert (result.status, result.action, result.rule) == ("healthy", "none", "builtin:agent-healthy")
+    assert (result.status, result.action, result.rule) == (
+        "healthy",
+        "none",
+        "builtin:agent-healthy",
+    )
 
 
 def test_builtin_rules_set_a_status_and_keep_the_catalogues_remedy(tmp_path: Path) -> None:
-    line = ("[  100.000000] NVRM: Xid (PCI:0000:18:00): 79, pid='<unknown>', name=<unknown>, "
-            "GPU has fallen off the bus.\n")
+    line = (
+        "[  100.000000] NVRM: Xid (PCI:0000:18:00): 79, pid='<unknown>', name=<unknown>, "
+        "GPU has fallen off the bus.\n"
+    )
     report = agent_report(tmp_path, kern_log=line)
     assert report["status"] == "unhealthy" and report["action"] == "reboot"
     result = evaluate([], report)
-    assert (result.status, result.action, result.rule) == ("unhealthy", "reboot",
-                                                           "builtin:agent-unhealthy")
+    assert (result.status, result.action, result.rule) == (
+        "unhealthy",
+        "reboot",
+        "builtin:agent-unhealthy",
+    )
 
 
 def test_first_match_per_rule_set_worst_over_sets() -> None:
     report = {**SAMPLE_REPORT, "status": "healthy", "action": "none", "xids": []}
-    pool = [compile_rule("mild", "true", "degraded", "none"),
-            compile_rule("never-reached", "true", "unhealthy", "replace")]
+    pool = [
+        compile_rule("mild", "true", "degraded", "none"),
+        compile_rule("never-reached", "true", "unhealthy", "replace"),
+    ]
     fleet = [compile_rule("reboot-it", "size(gpus) == 1", "degraded", "reboot")]
     result = evaluate([pool, fleet], report)
-    assert (result.status, result.action, result.rule) == ("degraded", "reboot",
-                                                           "mild, reboot-it")
+    assert (result.status, result.action, result.rule) == ("degraded", "reboot", "mild, reboot-it")
 
 
 def test_a_matching_rule_can_soften_the_builtin_verdict() -> None:
@@ -91,18 +116,27 @@ def test_a_matching_rule_can_soften_the_builtin_verdict() -> None:
 
 
 def test_a_rule_raising_at_evaluation_leaves_the_node_as_it_was() -> None:
-    raising = compile_rule("second-gpu-hot", "gpus[1].temperature_c >= 85.0", "unhealthy",
-                           "replace")
+    raising = compile_rule(
+        "second-gpu-hot", "gpus[1].temperature_c >= 85.0", "unhealthy", "replace"
+    )
     report = {**SAMPLE_REPORT, "status": "healthy", "action": "none", "xids": []}
     result = evaluate([[raising]], report)
-    assert (result.status, result.action, result.rule) == ("healthy", "none",
-                                                           "builtin:agent-healthy")
+    assert (result.status, result.action, result.rule) == (
+        "healthy",
+        "none",
+        "builtin:agent-healthy",
+    )
     assert result.error is not None and result.error.startswith("rule second-gpu-hot: ")
 
 
 def test_a_null_reading_is_an_evaluation_error_never_a_fault() -> None:
-    report = {**SAMPLE_REPORT, "status": "healthy", "action": "none", "xids": [],
-              "gpus": [{**SAMPLE_REPORT["gpus"][0], "temperature_c": None}]}
+    report = {
+        **SAMPLE_REPORT,
+        "status": "healthy",
+        "action": "none",
+        "xids": [],
+        "gpus": [{**SAMPLE_REPORT["gpus"][0], "temperature_c": None}],
+    }
     result = evaluate([[rule()]], report)
     assert result.status == "healthy" and "null" in (result.error or "")
     guarded = rule(when="gpus.exists(g, g.temperature_c != null && g.temperature_c >= 85.0)")
@@ -111,8 +145,10 @@ def test_a_null_reading_is_an_evaluation_error_never_a_fault() -> None:
 
 def test_integer_readings_compare_as_doubles() -> None:
     report = {**SAMPLE_REPORT, "gpus": [{**SAMPLE_REPORT["gpus"][0], "temperature_c": 90}]}
-    assert evaluate([[rule(when="gpus.exists(g, g.temperature_c + 0.5 > 90.0)")]],
-                    report).rule == "hot-gpu"
+    assert (
+        evaluate([[rule(when="gpus.exists(g, g.temperature_c + 0.5 > 90.0)")]], report).rule
+        == "hot-gpu"
+    )
 
 
 def test_unknown_agent_status_with_no_match_stays_unknown() -> None:
@@ -120,18 +156,28 @@ def test_unknown_agent_status_with_no_match_stays_unknown() -> None:
     assert evaluate([], report) == PolicyResult(RuleStatus.UNKNOWN, Remedy.NONE, None, None)
 
 
-@pytest.mark.parametrize(("when", "message"), [
-    ("gpus.exists(g, g.temperature_c >= 85.0", r"CEL syntax error: .*line 1, column \d+"),
-    ("gpu.exists(g, g.temperature_c >= 85.0)", r"Undefined variable or function: 'gpu'"),
-    ("gpus.exists(g, g.temp >= 85.0)", r"no field 'temp'"),
-    ("size(gpus)", r"gave int 1, not true or false"),
-    ("notice.kind == 'preemption'", r"without a notice"),
-    ("'a' + 1 == 'a1'", r"string \+ int"),
-])
+@pytest.mark.parametrize(
+    ("when", "message"),
+    [
+        ("gpus.exists(g, g.temperature_c >= 85.0", r"CEL syntax error: .*line 1, column \d+"),
+        ("gpu.exists(g, g.temperature_c >= 85.0)", r"Undefined variable or function: 'gpu'"),
+        ("gpus.exists(g, g.temp >= 85.0)", r"no field 'temp'"),
+        ("size(gpus)", r"gave int 1, not true or false"),
+        ("notice.kind == 'preemption'", r"without a notice"),
+        ("'a' + 1 == 'a1'", r"string \+ int"),
+    ],
+)
 def test_compile_errors_name_the_rule_and_what_is_wrong(when: str, message: str) -> None:
     with pytest.raises(ConfigError) as info:
-        compile_rule("bad", when, "unhealthy", "replace", file="fleet.yaml", line=12,
-                     key_path="pools.train.health.rules[0].when")
+        compile_rule(
+            "bad",
+            when,
+            "unhealthy",
+            "replace",
+            file="fleet.yaml",
+            line=12,
+            key_path="pools.train.health.rules[0].when",
+        )
     text = str(info.value)
     assert text.startswith("fleet.yaml:12: pools.train.health.rules[0].when: rule 'bad': ")
     assert re.search(message, text), text
@@ -151,26 +197,30 @@ def test_docs_show_the_builtin_rules_as_they_are() -> None:
 
 
 def test_a_notice_rule_matches_with_a_notice_and_not_without() -> None:
-    preempted = compile_rule("preempted", "notice != null && notice.kind == 'preemption'",
-                             "unhealthy", "replace")
+    preempted = compile_rule(
+        "preempted", "notice != null && notice.kind == 'preemption'", "unhealthy", "replace"
+    )
     quiet = {**SAMPLE_REPORT, "status": "healthy", "action": "none", "xids": [], "notice": None}
     assert evaluate([[preempted]], quiet).rule == "builtin:agent-healthy"
     noticed = {**quiet, "notice": {"kind": "preemption", "source": "aws", "deadline": None}}
     assert evaluate([[preempted]], noticed).rule == "preempted"
 
 
-@pytest.mark.parametrize(("ladder", "action", "previous", "lemon", "rung"), [
-    (("reboot", "replace"), "reboot", None, False, "reboot"),  # XID 79, first time
-    (("reboot", "replace"), "reboot", "reboot", False, "replace"),  # again within the window
-    (("reboot", "replace"), "reset_gpu", None, False, "reboot"),  # cheapest rung allowed
-    (("reset_gpu", "reboot", "replace"), "reset_gpu", None, False, "reset_gpu"),
-    (("reset_gpu", "reboot", "replace"), "reset_gpu", "reset_gpu", False, "reboot"),
-    (("reset_gpu", "replace"), "reboot", None, False, "replace"),  # no rung strong enough
-    (("reboot",), "reboot", "reboot", False, "replace"),  # replace ends every ladder
-    (("reboot", "replace"), "replace", None, False, "replace"),  # replace-only fault
-    (("reset_gpu", "reboot", "replace"), "reset_gpu", None, True, "replace"),  # a lemon
-    (("reboot", "replace"), "none", None, False, "replace"),  # unhealthy with nothing to try
-])
+@pytest.mark.parametrize(
+    ("ladder", "action", "previous", "lemon", "rung"),
+    [
+        (("reboot", "replace"), "reboot", None, False, "reboot"),  # XID 79, first time
+        (("reboot", "replace"), "reboot", "reboot", False, "replace"),  # again within the window
+        (("reboot", "replace"), "reset_gpu", None, False, "reboot"),  # cheapest rung allowed
+        (("reset_gpu", "reboot", "replace"), "reset_gpu", None, False, "reset_gpu"),
+        (("reset_gpu", "reboot", "replace"), "reset_gpu", "reset_gpu", False, "reboot"),
+        (("reset_gpu", "replace"), "reboot", None, False, "replace"),  # no rung strong enough
+        (("reboot",), "reboot", "reboot", False, "replace"),  # replace ends every ladder
+        (("reboot", "replace"), "replace", None, False, "replace"),  # replace-only fault
+        (("reset_gpu", "reboot", "replace"), "reset_gpu", None, True, "replace"),  # a lemon
+        (("reboot", "replace"), "none", None, False, "replace"),  # unhealthy with nothing to try
+    ],
+)
 def test_ladder_decides_the_rung(ladder, action, previous, lemon, rung) -> None:
     from navarch.planner.ladder import decide
 

@@ -38,8 +38,11 @@ def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
     shutil.copytree(STANDINS, bin_dir)
     state_dir = base / "state"
     state_dir.mkdir()
-    env = {"PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin", "NAVARCH_STANDIN_DIR": str(state_dir),
-           "NAVARCH_AGENT_STATE_DIR": f"{state_dir}/agent"}
+    env = {
+        "PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin",
+        "NAVARCH_STANDIN_DIR": str(state_dir),
+        "NAVARCH_AGENT_STATE_DIR": f"{state_dir}/agent",
+    }
     with start_sshd(base, env, state_dir) as server:
         yield server
 

@@ -21,8 +21,13 @@ from navarch.remote.runner import PlaybookTarget, SSHRunner
 
 from .conftest import Sshd, Standin
 
-TARGET = PlaybookTarget(fleet="prod", pool="train", node="gpu-1", address="127.0.0.1",
-                        reason="return to service after reboot")
+TARGET = PlaybookTarget(
+    fleet="prod",
+    pool="train",
+    node="gpu-1",
+    address="127.0.0.1",
+    reason="return to service after reboot",
+)
 
 
 def run(sshd: Sshd, level: int, playbook=None) -> DiagResult:
@@ -56,23 +61,27 @@ def test_the_builtin_starts_detached_then_collects(sshd: Sshd, standin: Standin)
 
 
 def test_a_result_left_by_an_earlier_diagnostic_is_not_collected_as_a_new_one(
-    sshd: Sshd, standin: Standin,
+    sshd: Sshd,
+    standin: Standin,
 ) -> None:
     """A diagnostic that finished before a remedy (nobody collected it) must not pass for
     the one started after it: each result belongs to the run that started it."""
     standin.set_state({"dcgmi": {"mode": "pass"}})
     runner = SSHRunner(sshd.ssh(), base_dir=Path.cwd())
-    before = run_diagnostics(runner, diagnostics_playbook("none"), TARGET, 2,
-                             token="20260302T110000Z")
+    before = run_diagnostics(
+        runner, diagnostics_playbook("none"), TARGET, 2, token="20260302T110000Z"
+    )
     assert before.outcome is DiagOutcome.RUNNING
     standin.wait_for_calls("dcgmi", 1)
     standin.set_state({"dcgmi": {"mode": "fail_level2"}})  # the GPU broke since
-    after = run_diagnostics(runner, diagnostics_playbook("none"), TARGET, 2,
-                            token="20260302T120000Z")
+    after = run_diagnostics(
+        runner, diagnostics_playbook("none"), TARGET, 2, token="20260302T120000Z"
+    )
     assert after.outcome is DiagOutcome.RUNNING and after.detail == "dcgmi diag -r 2 started"
     for _ in range(200):
-        result = run_diagnostics(runner, diagnostics_playbook("none"), TARGET, 2,
-                                 token="20260302T120000Z")
+        result = run_diagnostics(
+            runner, diagnostics_playbook("none"), TARGET, 2, token="20260302T120000Z"
+        )
         if result.outcome is not DiagOutcome.RUNNING:
             break
         time.sleep(0.05)
@@ -127,12 +136,15 @@ def test_unreachable_node_is_an_error(sshd: Sshd, standin: Standin) -> None:
     assert standin.calls("dcgmi") == []
 
 
-def test_a_pools_own_playbook_replaces_the_builtin(sshd: Sshd, standin: Standin,
-                                                   tmp_path: Path) -> None:
+def test_a_pools_own_playbook_replaces_the_builtin(
+    sshd: Sshd, standin: Standin, tmp_path: Path
+) -> None:
     standin.set_state({"dcgmi": {"mode": "fail_level2"}})
     own = tmp_path / "diag.yaml"
-    own.write_text("playbooks:\n  diagnostics:\n    steps:\n"
-                   "      - run: dcgmi diag -r {{ level }} -j || true\n")
+    own.write_text(
+        "playbooks:\n  diagnostics:\n    steps:\n"
+        "      - run: dcgmi diag -r {{ level }} -j || true\n"
+    )
     result = run(sshd, 3, diagnostics_playbook("slurm", own))
     assert result.outcome is DiagOutcome.FAIL and len(result.tests) == 7
 
@@ -142,26 +154,35 @@ def test_level_outside_1_to_3_is_refused(sshd: Sshd) -> None:
         run(sshd, 4)
 
 
-@pytest.mark.parametrize(("stdout", "outcome"), [
-    ("", DiagOutcome.ERROR),
-    ("Error: dcgmi diag timed out\n", DiagOutcome.ERROR),
-    ('{"something": "else"}', DiagOutcome.ERROR),
-    ('{"DCGM Diagnostic": {"test_categories": []}}', DiagOutcome.ERROR),
-    ('Successfully ran diagnostic for group.\n{"DCGM GPU Diagnostic": {"test_categories": '
-     '[{"category": "Deployment", "tests": [{"name": "Denylist", "results": '
-     '[{"status": "Pass"}]}]}]}}', DiagOutcome.PASS),
-    ('{"DCGM Diagnostic": {"test_categories": [{"category": "Hardware", "tests": '
-     '[{"name": "memory", "results": [{"entity_group": "GPU", "entity_group_id": 1, '
-     '"entity_id": 0, "status": "Warn"}, {"entity_group": "GPU", "entity_group_id": 1, '
-     '"entity_id": 1, "status": "Skip"}], "test_summary": {"status": "Warn"}}]}]}}',
-     DiagOutcome.PASS),
-])
+@pytest.mark.parametrize(
+    ("stdout", "outcome"),
+    [
+        ("", DiagOutcome.ERROR),
+        ("Error: dcgmi diag timed out\n", DiagOutcome.ERROR),
+        ('{"something": "else"}', DiagOutcome.ERROR),
+        ('{"DCGM Diagnostic": {"test_categories": []}}', DiagOutcome.ERROR),
+        (
+            'Successfully ran diagnostic for group.\n{"DCGM GPU Diagnostic": {"test_categories": '
+            '[{"category": "Deployment", "tests": [{"name": "Denylist", "results": '
+            '[{"status": "Pass"}]}]}]}}',
+            DiagOutcome.PASS,
+        ),
+        (
+            '{"DCGM Diagnostic": {"test_categories": [{"category": "Hardware", "tests": '
+            '[{"name": "memory", "results": [{"entity_group": "GPU", "entity_group_id": 1, '
+            '"entity_id": 0, "status": "Warn"}, {"entity_group": "GPU", "entity_group_id": 1, '
+            '"entity_id": 1, "status": "Skip"}], "test_summary": {"status": "Warn"}}]}]}}',
+            DiagOutcome.PASS,
+        ),
+    ],
+)
 def test_parser_verdicts(stdout: str, outcome: DiagOutcome) -> None:
     assert parse_dcgmi_diag(stdout, level=1, exit_code=0).outcome is outcome
 
 
-def test_the_executors_runner_diagnoses_a_pools_node(sshd: Sshd, standin: Standin,
-                                                      tmp_path: Path) -> None:
+def test_the_executors_runner_diagnoses_a_pools_node(
+    sshd: Sshd, standin: Standin, tmp_path: Path
+) -> None:
     import yaml
 
     from navarch.fleet_file import load_fleet
@@ -197,9 +218,14 @@ class _Cloud:
         raise AssertionError("diagnostics reboot nothing")
 
 
-@pytest.mark.parametrize(("mode", "state"), [
-    ("pass", "pass"), ("fail_level2", "fail"), ("not_installed", "unavailable"),
-])
+@pytest.mark.parametrize(
+    ("mode", "state"),
+    [
+        ("pass", "pass"),
+        ("fail_level2", "fail"),
+        ("not_installed", "unavailable"),
+    ],
+)
 def test_the_executor_starts_then_collects_and_records_the_diag(
     sshd: Sshd, standin: Standin, tmp_path: Path, mode: str, state: str
 ) -> None:
@@ -231,17 +257,35 @@ def test_the_executor_starts_then_collects_and_records_the_diag(
     t0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
     clock = [t0]
     node = f"{spec.name}-train-0001"
-    inst = replace(builders.instance(spec.name, "train", node, launched_at=t0,
-                                     instance_id="i-1", provider=pool.provider),
-                   address="127.0.0.1")
-    memory = Memory(fleet=spec.name).with_node(NodeMemory(
-        node=node, pool="train", instance_id="i-1", phase=Phase.REMEDIATING, phase_at=t0))
-    action = Action(ActionKind.DIAGNOSE, "train", node, "return_requires_diag", instance_id="i-1",
-                    level=2, why="return", action_reason=ActionReason.DIAGNOSTICS)
-    executor = Executor(spec, {pool.provider: _Cloud()},  # type: ignore[dict-item]
-                        AuditLog(FileStore(tmp_path / "store"), spec.name, "run-1", t0),
-                        instances={node: inst}, inventory=(inst,), clock=lambda: clock[0],
-                        run_id="run-1", playbooks=SSHPlaybooks(spec))
+    inst = replace(
+        builders.instance(
+            spec.name, "train", node, launched_at=t0, instance_id="i-1", provider=pool.provider
+        ),
+        address="127.0.0.1",
+    )
+    memory = Memory(fleet=spec.name).with_node(
+        NodeMemory(node=node, pool="train", instance_id="i-1", phase=Phase.REMEDIATING, phase_at=t0)
+    )
+    action = Action(
+        ActionKind.DIAGNOSE,
+        "train",
+        node,
+        "return_requires_diag",
+        instance_id="i-1",
+        level=2,
+        why="return",
+        action_reason=ActionReason.DIAGNOSTICS,
+    )
+    executor = Executor(
+        spec,
+        {pool.provider: _Cloud()},  # type: ignore[dict-item]
+        AuditLog(FileStore(tmp_path / "store"), spec.name, "run-1", t0),
+        instances={node: inst},
+        inventory=(inst,),
+        clock=lambda: clock[0],
+        run_id="run-1",
+        playbooks=SSHPlaybooks(spec),
+    )
     memory, (outcome,) = executor.execute(Plan(spec.name, t0, (action,)), memory)
     diag = memory.node(node).diag
     assert outcome.ok and diag.state is DiagState.RUNNING and diag.started_at == t0

@@ -21,8 +21,9 @@ def _marker(sshd: Sshd) -> Path:
     return sshd.state_dir / "agent" / "gpu-reset"
 
 
-def _reset(sshd: Sshd, standin: Standin, tmp_path: Path, nvidia_smi: dict[str, Any]
-           ) -> tuple[bool, str]:
+def _reset(
+    sshd: Sshd, standin: Standin, tmp_path: Path, nvidia_smi: dict[str, Any]
+) -> tuple[bool, str]:
     """Run the built-in reset_gpu playbook on gpu-1 over the real sshd, with the
     nvidia-smi stand-in in the given state -> (ok, detail)."""
     standin.set_state({"nvidia-smi": nvidia_smi})
@@ -105,19 +106,41 @@ def test_the_executor_resets_through_the_playbook(
     spec, pool = fleet(tmp_path, sshd.ssh())
     now = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
     node = f"{spec.name}-train-0001"
-    inst = builders.instance(spec.name, "train", node, launched_at=now, instance_id="i-1",
-                             provider=pool.provider)
+    inst = builders.instance(
+        spec.name, "train", node, launched_at=now, instance_id="i-1", provider=pool.provider
+    )
     inst = replace(inst, address="127.0.0.1")
     fault = Fault(FaultKey("xid:48", 0), Remedy.RESET_GPU, "boot-1", 10)
-    memory = Memory(fleet=spec.name).with_node(NodeMemory(
-        node=node, pool="train", instance_id="i-1", phase=Phase.DRAINING, phase_at=now,
-        fault=fault))
-    action = Action(ActionKind.RESET_GPU, "train", node, "XID 48, first occurrence",
-                    instance_id="i-1", fault=fault, rung=Remedy.RESET_GPU, action_reason=ActionReason.REMEDY)
-    executor = Executor(spec, {pool.provider: _CloudWithoutReset()},  # type: ignore[dict-item]
-                        AuditLog(FileStore(tmp_path / "store"), spec.name, "run-1", now),
-                        instances={node: inst}, inventory=(inst,), clock=lambda: now,
-                        run_id="run-1", playbooks=SSHPlaybooks(spec))
+    memory = Memory(fleet=spec.name).with_node(
+        NodeMemory(
+            node=node,
+            pool="train",
+            instance_id="i-1",
+            phase=Phase.DRAINING,
+            phase_at=now,
+            fault=fault,
+        )
+    )
+    action = Action(
+        ActionKind.RESET_GPU,
+        "train",
+        node,
+        "XID 48, first occurrence",
+        instance_id="i-1",
+        fault=fault,
+        rung=Remedy.RESET_GPU,
+        action_reason=ActionReason.REMEDY,
+    )
+    executor = Executor(
+        spec,
+        {pool.provider: _CloudWithoutReset()},  # type: ignore[dict-item]
+        AuditLog(FileStore(tmp_path / "store"), spec.name, "run-1", now),
+        instances={node: inst},
+        inventory=(inst,),
+        clock=lambda: now,
+        run_id="run-1",
+        playbooks=SSHPlaybooks(spec),
+    )
     memory, (outcome,) = executor.execute(Plan(spec.name, now, (action,)), memory)
     nm = memory.node(node)
     assert nm is not None

@@ -29,7 +29,8 @@ def test_a_playbook_run_reports_the_pools_key_path(tmp_path: Path) -> None:
     doc["pools"]["train"]["ssh"] = {"key_file": "keys/train.pem", "head_node": "127.0.0.1"}
     (tmp_path / "fleet.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
     spec = load_fleet(tmp_path / "fleet.yaml")
-    ok, detail = SSHPlaybooks(spec).run(spec.pool("train"), "cordon", "demo-train-0001",
-                                        "127.0.0.1", "test")
+    ok, detail = SSHPlaybooks(spec).run(
+        spec.pool("train"), "cordon", "demo-train-0001", "127.0.0.1", "test"
+    )
     assert not ok
     assert "pools.train.ssh.key_file" in detail and "<pool>" not in detail, detail

@@ -19,12 +19,20 @@ REPO = Path(__file__).resolve().parents[2]
 def _navarch(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("NAVARCH_")}
     env["PYTHONPATH"] = str(REPO)
-    return subprocess.run([sys.executable, "-m", "navarch", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=120, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "navarch", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
-def test_ssh_runs_a_command_on_the_node_and_returns_its_exit_code(sshd: Sshd,
-                                                                   tmp_path: Path) -> None:
+def test_ssh_runs_a_command_on_the_node_and_returns_its_exit_code(
+    sshd: Sshd, tmp_path: Path
+) -> None:
     shutil.copy(REPO / "fleet.example.yaml", tmp_path / "fleet.yaml")
     doc = yaml.safe_load((tmp_path / "fleet.yaml").read_text())
     doc["pools"]["train"]["ssh"] = sshd.ssh(head_node=None)
@@ -41,8 +49,7 @@ def test_ssh_runs_a_command_on_the_node_and_returns_its_exit_code(sshd: Sshd,
 def test_ssh_refuses_a_host_key_that_does_not_match(sshd: Sshd, tmp_path: Path) -> None:
     shutil.copy(REPO / "fleet.example.yaml", tmp_path / "fleet.yaml")
     doc = yaml.safe_load((tmp_path / "fleet.yaml").read_text())
-    doc["pools"]["train"]["ssh"] = sshd.ssh(head_node=None,
-                                            known_hosts=str(sshd.wrong_known_hosts))
+    doc["pools"]["train"]["ssh"] = sshd.ssh(head_node=None, known_hosts=str(sshd.wrong_known_hosts))
     (tmp_path / "fleet.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
     assert _navarch(tmp_path, "apply", "fleet.yaml", "--auto-approve").returncode == 0
     run = _navarch(tmp_path, "ssh", "fleet.yaml", "demo-train-0001", "--", "true")

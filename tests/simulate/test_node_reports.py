@@ -25,10 +25,13 @@ class _Machine:
 
     def __init__(self, root: Path, config: AgentConfig) -> None:
         self.root = root
-        self.config = replace(config, state_file=str(root / "agent.json"),
-                              kernel_log=str(root / "kern.log"),
-                              faults_file=str(root / "faults.json"),
-                              notice_file=str(root / "notice.json"))
+        self.config = replace(
+            config,
+            state_file=str(root / "agent.json"),
+            kernel_log=str(root / "kern.log"),
+            faults_file=str(root / "faults.json"),
+            notice_file=str(root / "notice.json"),
+        )
         self.store = FileStore(root / "store")
         (root / "kern.log").write_text("")
 
@@ -53,10 +56,20 @@ class _Machine:
 
 def test_simulated_reports_are_byte_identical_to_the_agents(tmp_path: Path) -> None:
     key = signing.derive_node_key(SECRET, "demo", "demo-train-0001")
-    config = AgentConfig(fleet="demo", pool="train", node="demo-train-0001",
-                         store="mem://simulate", instance_id="i-00000001", key=key.hex(),
-                         gpus_per_node=8, state_file="memory", fake_gpu=True, gpu_count=8,
-                         boot_id="i-00000001-boot1", metadata="none")
+    config = AgentConfig(
+        fleet="demo",
+        pool="train",
+        node="demo-train-0001",
+        store="mem://simulate",
+        instance_id="i-00000001",
+        key=key.hex(),
+        gpus_per_node=8,
+        state_file="memory",
+        fake_gpu=True,
+        gpu_count=8,
+        boot_id="i-00000001-boot1",
+        metadata="none",
+    )
     now = T0
     sim_store = MemoryStore(lambda: now)
     sim = SimAgent(config)
@@ -83,14 +96,17 @@ def test_simulated_reports_are_byte_identical_to_the_agents(tmp_path: Path) -> N
     now += timedelta(minutes=30)  # GPU 0 at its shutdown temperature, a spot notice
     sim.set_faults(FakeFaults(temperature_c={0: 95.0}))
     machine.faults({"temperature_c": {"0": 95.0}})
-    notice = {"kind": "preemption", "source": "aws", "deadline": (now + timedelta(minutes=2))
-              .isoformat(), "detail": "EC2 spot instance interruption notice"}
+    notice = {
+        "kind": "preemption",
+        "source": "aws",
+        "deadline": (now + timedelta(minutes=2)).isoformat(),
+        "detail": "EC2 spot instance interruption notice",
+    }
     sim.set_notice(notice)
     machine.notice(notice)
     report = json.loads(both())
     assert report["notice"]["kind"] == "preemption"
-    assert any(c["name"] == "temperature" and c["status"] == "unhealthy"
-               for c in report["checks"])
+    assert any(c["name"] == "temperature" and c["status"] == "unhealthy" for c in report["checks"])
 
     now += timedelta(minutes=30)  # a reboot: new boot id, XIDs unlatched, the heat stays
     sim.reboot("i-00000001-boot2")

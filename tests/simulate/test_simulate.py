@@ -20,8 +20,14 @@ from navarch.spec import HealthPolicy
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples" / "simulate"
 HERE = Path(__file__).parent / "scenarios"
-REQUIRED_KEYS = ("availability", "wrongful_terminations", "faults", "p50_fault_to_serving_s",
-                 "p95_fault_to_serving_s", "p95_fault_to_cordon_s")
+REQUIRED_KEYS = (
+    "availability",
+    "wrongful_terminations",
+    "faults",
+    "p50_fault_to_serving_s",
+    "p95_fault_to_serving_s",
+    "p95_fault_to_cordon_s",
+)
 
 
 def run(path: Path, **overrides: Any) -> dict[str, Any]:
@@ -45,7 +51,8 @@ def test_steady_state_small_at_the_llama3_rate() -> None:
 
 
 def test_store_outage_breaker_holds_and_nothing_is_terminated(
-        caplog: pytest.LogCaptureFixture) -> None:
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     doc = run(EXAMPLES / "store-outage.yaml", duration_s=3 * 86400)
     assert doc["terminations"] == 0 and doc["breaker_runs"] > 0
     assert "circuit breaker holds" in caplog.text
@@ -90,11 +97,13 @@ def test_breaking_the_disruption_budget_is_caught(monkeypatch: pytest.MonkeyPatc
 
 def test_cli_writes_json_and_html_and_exits_1_on_a_failed_assert(tmp_path: Path) -> None:
     scenario = tmp_path / "s.yaml"
-    scenario.write_text((HERE / "rack.yaml").read_text()
-                        .replace("../../../examples/simulate/fleet-100.yaml",
-                                 str(EXAMPLES / "fleet-100.yaml"))
-                        .replace("duration: 12h", "duration: 3h")
-                        .replace("peak_disrupted <= 5", "terminations >= 1000"))
+    scenario.write_text(
+        (HERE / "rack.yaml")
+        .read_text()
+        .replace("../../../examples/simulate/fleet-100.yaml", str(EXAMPLES / "fleet-100.yaml"))
+        .replace("duration: 12h", "duration: 3h")
+        .replace("peak_disrupted <= 5", "terminations >= 1000")
+    )
     out, html = tmp_path / "out.json", tmp_path / "out.html"
     code = main(["simulate", str(scenario), "--json", str(out), "--html", str(html)])
     assert code == 1
@@ -105,24 +114,45 @@ def test_cli_writes_json_and_html_and_exits_1_on_a_failed_assert(tmp_path: Path)
     assert "<script src" not in page and "<link" not in page  # self-contained
 
 
-def test_compare_runs_two_policies_on_one_seed(tmp_path: Path,
-                                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_compare_runs_two_policies_on_one_seed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     # The same rack failure under two disruption budgets: --compare runs both on --seed,
     # prints both, and writes {"runs": [a, b]} and one page with both side by side.
     wide_fleet = tmp_path / "fleet-wide.yaml"
-    wide_fleet.write_text((EXAMPLES / "fleet-100.yaml").read_text()
-                          .replace("max_unavailable: 5", "max_unavailable: 20")
-                          .replace("max_surge: 5", "max_surge: 20"))
+    wide_fleet.write_text(
+        (EXAMPLES / "fleet-100.yaml")
+        .read_text()
+        .replace("max_unavailable: 5", "max_unavailable: 20")
+        .replace("max_surge: 5", "max_surge: 20")
+    )
     rack = (HERE / "rack.yaml").read_text().replace("duration: 12h", "duration: 6h")
     narrow, wide = tmp_path / "narrow.yaml", tmp_path / "wide.yaml"
-    narrow.write_text(rack.replace("name: rack", "name: narrow")
-                      .replace("../../../examples/simulate/fleet-100.yaml",
-                               str(EXAMPLES / "fleet-100.yaml")))
-    wide.write_text(rack.replace("name: rack", "name: wide")
-                    .replace("../../../examples/simulate/fleet-100.yaml", str(wide_fleet)))
+    narrow.write_text(
+        rack.replace("name: rack", "name: narrow").replace(
+            "../../../examples/simulate/fleet-100.yaml", str(EXAMPLES / "fleet-100.yaml")
+        )
+    )
+    wide.write_text(
+        rack.replace("name: rack", "name: wide").replace(
+            "../../../examples/simulate/fleet-100.yaml", str(wide_fleet)
+        )
+    )
     out, html = tmp_path / "out.json", tmp_path / "out.html"
-    code = main(["simulate", str(narrow), "--compare", str(wide), "--seed", "11",
-                 "--json", str(out), "--html", str(html)])
+    code = main(
+        [
+            "simulate",
+            str(narrow),
+            "--compare",
+            str(wide),
+            "--seed",
+            "11",
+            "--json",
+            str(out),
+            "--html",
+            str(html),
+        ]
+    )
     assert code == 1  # the wide budget breaks the scenario's `peak_disrupted <= 5`
     a, b = json.loads(out.read_text())["runs"]
     assert (a["scenario"], b["scenario"]) == ("narrow", "wide")
@@ -154,7 +184,8 @@ def _impair_dead_hosts(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_dead_hosts_the_cloud_lists_impaired_are_cordoned_long_before_offline_after(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     scenario = load_scenario(HERE / "rack.yaml")
     three = (dataclasses.replace(scenario.rack_failures[0], nodes=3),)
     silent = run(HERE / "rack.yaml", duration_s=6 * 3600, rack_failures=three)

@@ -44,8 +44,13 @@ def test_a_fatal_xid_while_a_job_runs_cordons_waits_for_the_job_remedies_and_res
     slurm: SlurmCluster, slurm_sshd: Sshd, tmp_path: Path, xid: str, remedy: str
 ) -> None:
     # No surge replacement: every train node that navarch touches is the Slurm node.
-    write_slurm_fleet(tmp_path, slurm_sshd, replacement="after-terminate", return_after=1,
-                      remediation=["reset_gpu", "reboot", "replace"])
+    write_slurm_fleet(
+        tmp_path,
+        slurm_sshd,
+        replacement="after-terminate",
+        return_after=1,
+        remediation=["reset_gpu", "reboot", "replace"],
+    )
     navarch(tmp_path, "apply", "fleet.yaml", "--auto-approve")
     cycle(tmp_path)
     instance = node_status(tmp_path, NODE)["instance_id"]
@@ -85,8 +90,7 @@ def test_a_fatal_xid_while_a_job_runs_cordons_waits_for_the_job_remedies_and_res
 def test_replace_terminates_only_after_the_job_has_ended(
     slurm: SlurmCluster, slurm_sshd: Sshd, tmp_path: Path
 ) -> None:
-    write_slurm_fleet(tmp_path, slurm_sshd, replacement="after-terminate",
-                      remediation=["replace"])
+    write_slurm_fleet(tmp_path, slurm_sshd, replacement="after-terminate", remediation=["replace"])
     navarch(tmp_path, "apply", "fleet.yaml", "--auto-approve")
     cycle(tmp_path)
     gate = tmp_path / "job-may-end"

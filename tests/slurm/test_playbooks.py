@@ -21,8 +21,9 @@ REASON = 'XID 79: GPU has fallen off the bus on 0000:18:00 ("GPU 3"); it\'s gone
 SHOWN = f"navarch: {' '.join(REASON.split())}"
 
 
-def _run(sshd: Sshd, tmp_path: Path, kind: str, node: str = NODE,
-         reason: str = REASON) -> tuple[bool, str]:
+def _run(
+    sshd: Sshd, tmp_path: Path, kind: str, node: str = NODE, reason: str = REASON
+) -> tuple[bool, str]:
     spec = slurm_fleet(tmp_path, sshd)
     return SSHPlaybooks(spec).run(spec.pool("train"), kind, node, "127.0.0.1", reason)
 
@@ -110,10 +111,12 @@ def test_a_down_node_drains_at_once_and_resumes(
 def test_a_node_unknown_to_slurm_fails_every_playbook_clearly(
     slurm: SlurmCluster, slurm_sshd: Sshd, tmp_path: Path
 ) -> None:
-    for kind, message in [("cordon", "Invalid node name specified"),
-                          ("drain", "Invalid node name specified"),
-                          ("drain_check", "Node demo-train-0404 not found"),
-                          ("uncordon", "not found")]:
+    for kind, message in [
+        ("cordon", "Invalid node name specified"),
+        ("drain", "Invalid node name specified"),
+        ("drain_check", "Node demo-train-0404 not found"),
+        ("uncordon", "not found"),
+    ]:
         ok, detail = _run(slurm_sshd, tmp_path, kind, node="demo-train-0404")
         assert not ok, (kind, detail)
         assert message in detail and "exit 1" in detail, (kind, detail)

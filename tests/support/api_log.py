@@ -47,8 +47,12 @@ class ApiLog:
         return {c.action for c in self.calls}
 
 
-_S3_BY_METHOD = {"GET": "s3:GetObject", "HEAD": "s3:GetObject", "PUT": "s3:PutObject",
-                 "DELETE": "s3:DeleteObject"}
+_S3_BY_METHOD = {
+    "GET": "s3:GetObject",
+    "HEAD": "s3:GetObject",
+    "PUT": "s3:PutObject",
+    "DELETE": "s3:DeleteObject",
+}
 
 
 def _to_call(environ: dict[str, Any], body: bytes) -> Call | None:

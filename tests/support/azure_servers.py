@@ -26,8 +26,9 @@ from tests.support.system import REQUIRE_ENV
 
 #: Azurite's well-known development account (documented, not a secret).
 ACCOUNT = "devstoreaccount1"
-ACCOUNT_KEY = ("Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/"
-               "KBHBeksoGMGw==")
+ACCOUNT_KEY = (
+    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+)
 
 
 def _free_port() -> int:
@@ -40,7 +41,9 @@ def _azurite_binary() -> str:
     found = shutil.which("azurite-blob")
     if found:
         return found
-    message = "azurite-blob missing: npm install -g azurite (npm package azurite; .ci/run installs it)"
+    message = (
+        "azurite-blob missing: npm install -g azurite (npm package azurite; .ci/run installs it)"
+    )
     if os.environ.get(REQUIRE_ENV) == "1":
         pytest.fail(f"{message}; {REQUIRE_ENV}=1 makes this a failure")
     pytest.skip(message)
@@ -53,12 +56,25 @@ def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     port = _free_port()
     location = Path(tmp_path_factory.mktemp("azurite"))
     proc = subprocess.Popen(
-        [binary, "--blobHost", "127.0.0.1", "--blobPort", str(port), "--location",
-         str(location), "--silent", "--skipApiVersionCheck", "--loose"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            binary,
+            "--blobHost",
+            "127.0.0.1",
+            "--blobPort",
+            str(port),
+            "--location",
+            str(location),
+            "--silent",
+            "--skipApiVersionCheck",
+            "--loose",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
-    conn = (f"DefaultEndpointsProtocol=http;AccountName={ACCOUNT};AccountKey={ACCOUNT_KEY};"
-            f"BlobEndpoint=http://127.0.0.1:{port}/{ACCOUNT};")
+    conn = (
+        f"DefaultEndpointsProtocol=http;AccountName={ACCOUNT};AccountKey={ACCOUNT_KEY};"
+        f"BlobEndpoint=http://127.0.0.1:{port}/{ACCOUNT};"
+    )
     try:
         for _ in range(200):
             try:

@@ -24,9 +24,14 @@ def run_navarch(
     process's environment minus every NAVARCH_* variable; without it, env is the child's
     whole environment. Raises subprocess.TimeoutExpired after `timeout` seconds.
     """
-    return subprocess.run([sys.executable, "-m", "navarch", *args], cwd=cwd,
-                          env=_child_env(env, inherit),
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "navarch", *args],
+        cwd=cwd,
+        env=_child_env(env, inherit),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def kill_apply_mid_launch(
@@ -43,7 +48,10 @@ def kill_apply_mid_launch(
     state write. Fails the test if the run never gets there within timeout_s."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "navarch", "apply", str(fleet), "--auto-approve"],
-        cwd=cwd, env=_child_env(env, inherit), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        cwd=cwd,
+        env=_child_env(env, inherit),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     try:
         assert reached.wait(timeout_s), "apply never reached the held launch"
@@ -73,8 +81,15 @@ def concurrent_applies(
 
     def one() -> None:
         start.wait()
-        done.append(run_navarch(["apply", str(fleet), "--auto-approve"], cwd=cwd, env=env,
-                                inherit=inherit, timeout=timeout))
+        done.append(
+            run_navarch(
+                ["apply", str(fleet), "--auto-approve"],
+                cwd=cwd,
+                env=env,
+                inherit=inherit,
+                timeout=timeout,
+            )
+        )
 
     threads = [threading.Thread(target=one) for _ in range(runs)]
     for t in threads:

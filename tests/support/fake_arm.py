@@ -36,14 +36,18 @@ _VMS = _RG + r"/Microsoft\.Compute/virtualMachines"
 _VM = _VMS + r"/(?P<name>[^/]+)"
 _NIC = _RG + r"/Microsoft\.Network/networkInterfaces/(?P<name>[^/]+)"
 _DISK = _RG + r"/Microsoft\.Compute/disks/(?P<name>[^/]+)"
-_OPERATION = (r"/subscriptions/(?P<sub>[^/]+)/providers/Microsoft\.Compute/locations/"
-              r"(?P<loc>[^/]+)/operations/(?P<op>[^/]+)")
+_OPERATION = (
+    r"/subscriptions/(?P<sub>[^/]+)/providers/Microsoft\.Compute/locations/"
+    r"(?P<loc>[^/]+)/operations/(?P<op>[^/]+)"
+)
 TOKEN = "fake-arm-token"
 
 
 def _vm_id(m: re.Match[str]) -> str:
-    return (f"/subscriptions/{m['sub']}/resourceGroups/{m['rg']}/providers/"
-            f"Microsoft.Compute/virtualMachines/{m['name']}")
+    return (
+        f"/subscriptions/{m['sub']}/resourceGroups/{m['rg']}/providers/"
+        f"Microsoft.Compute/virtualMachines/{m['name']}"
+    )
 
 
 def _list_vms(fake: FakeARM, req: Request, m: re.Match[str]) -> Answer:
@@ -52,11 +56,19 @@ def _list_vms(fake: FakeARM, req: Request, m: re.Match[str]) -> Answer:
     rg = m["rg"].lower()
     vms = [vm for (g, _), vm in sorted(fake.vms.items()) if g == rg]
     if req.query.get("$expand") == ["instanceView"]:
-        running = {"statuses": [{"code": "ProvisioningState/succeeded"},
-                                {"code": "PowerState/running"}]}
-        vms = [{**vm, "properties": {**vm["properties"], "instanceView":
-                                     fake.instance_views.get((rg, vm["name"]), running)}}
-               for vm in vms]
+        running = {
+            "statuses": [{"code": "ProvisioningState/succeeded"}, {"code": "PowerState/running"}]
+        }
+        vms = [
+            {
+                **vm,
+                "properties": {
+                    **vm["properties"],
+                    "instanceView": fake.instance_views.get((rg, vm["name"]), running),
+                },
+            }
+            for vm in vms
+        ]
     return 200, {"value": vms}
 
 
@@ -81,15 +93,23 @@ def _put_vm(fake: FakeARM, req: Request, m: re.Match[str]) -> Answer:
     key = (m["rg"].lower(), m["name"])
     old = fake.vms.get(key)
     if old is not None and old.get("zones") != body.get("zones"):
-        return fake.error(409, "PropertyChangeNotAllowed",
-                          "Changing property 'zones' is not allowed. (fake)")
+        return fake.error(
+            409, "PropertyChangeNotAllowed", "Changing property 'zones' is not allowed. (fake)"
+        )
     later = place in fake.fails_later
     vm = {
-        "id": _vm_id(m), "name": m["name"], "type": "Microsoft.Compute/virtualMachines",
-        "location": body["location"], "tags": body.get("tags", {}),
-        "properties": {**props, "provisioningState": "Creating" if later else "Succeeded",
-                       "timeCreated": (old or {}).get("properties", {}).get(
-                           "timeCreated", datetime.now(UTC).isoformat())},
+        "id": _vm_id(m),
+        "name": m["name"],
+        "type": "Microsoft.Compute/virtualMachines",
+        "location": body["location"],
+        "tags": body.get("tags", {}),
+        "properties": {
+            **props,
+            "provisioningState": "Creating" if later else "Succeeded",
+            "timeCreated": (old or {})
+            .get("properties", {})
+            .get("timeCreated", datetime.now(UTC).isoformat()),
+        },
     }
     if body.get("zones"):
         vm["zones"] = body["zones"]
@@ -99,9 +119,11 @@ def _put_vm(fake: FakeARM, req: Request, m: re.Match[str]) -> Answer:
         return 200, vm
     op = f"op-{len(fake.operations) + 1}"
     fake.operations[op] = {"vm": key, "polls": 0}
-    status_url = (f"http://{req.headers['Host']}/subscriptions/{m['sub']}/providers/"
-                  f"Microsoft.Compute/locations/{body['location']}/operations/{op}"
-                  "?api-version=2024-07-01")
+    status_url = (
+        f"http://{req.headers['Host']}/subscriptions/{m['sub']}/providers/"
+        f"Microsoft.Compute/locations/{body['location']}/operations/{op}"
+        "?api-version=2024-07-01"
+    )
     return 201, vm, {"Azure-AsyncOperation": status_url, "Retry-After": "0"}
 
 
@@ -117,10 +139,15 @@ def _get_operation(fake: FakeARM, req: Request, m: re.Match[str]) -> Answer:
     vm = fake.vms.get(op["vm"])
     if vm is not None:
         vm["properties"]["provisioningState"] = "Failed"
-    return 200, {"name": m["op"], "status": "Failed", "error": {
-        "code": "AllocationFailed",
-        "message": "Allocation failed. We do not have sufficient capacity for the requested "
-                   "VM size in this region. (fake)"}}
+    return 200, {
+        "name": m["op"],
+        "status": "Failed",
+        "error": {
+            "code": "AllocationFailed",
+            "message": "Allocation failed. We do not have sufficient capacity for the requested "
+            "VM size in this region. (fake)",
+        },
+    }
 
 
 def _patch_vm(fake: FakeARM, req: Request, m: re.Match[str]) -> Answer:
@@ -154,11 +181,17 @@ def _restart(fake: FakeARM, req: Request, m: re.Match[str]) -> Answer:
 
 
 def _put_nic(fake: FakeARM, req: Request, m: re.Match[str]) -> Answer:
-    nic_id = (f"/subscriptions/{m['sub']}/resourceGroups/{m['rg']}/providers/"
-              f"Microsoft.Network/networkInterfaces/{m['name']}")
-    nic = {"id": nic_id, "name": m["name"], "location": req.body["location"],
-           "tags": req.body.get("tags", {}),
-           "properties": {**req.body.get("properties", {}), "provisioningState": "Succeeded"}}
+    nic_id = (
+        f"/subscriptions/{m['sub']}/resourceGroups/{m['rg']}/providers/"
+        f"Microsoft.Network/networkInterfaces/{m['name']}"
+    )
+    nic = {
+        "id": nic_id,
+        "name": m["name"],
+        "location": req.body["location"],
+        "tags": req.body.get("tags", {}),
+        "properties": {**req.body.get("properties", {}), "provisioningState": "Succeeded"},
+    }
     fake.nics[m["name"]] = nic
     return 200, nic
 
@@ -238,14 +271,21 @@ class FakeARM(FakeAPI):
         """A VM made outside navarch in `zone` ("eastus-1" zonal, "eastus" regional) with
         these tags -> its ARM id."""
         location, _, number = zone.rpartition("-") if zone[-1:].isdigit() else (zone, "", "")
-        vm_id = (f"/subscriptions/{SUB}/resourceGroups/{rg}/providers/"
-                 f"Microsoft.Compute/virtualMachines/{name}")
+        vm_id = (
+            f"/subscriptions/{SUB}/resourceGroups/{rg}/providers/"
+            f"Microsoft.Compute/virtualMachines/{name}"
+        )
         vm: dict[str, Any] = {
-            "id": vm_id, "name": name, "location": location, "tags": dict(tags),
-            "properties": {"provisioningState": "Succeeded",
-                           "hardwareProfile": {"vmSize": "Standard_D4s_v5"},
-                           "networkProfile": {"networkInterfaces": []},
-                           "storageProfile": {"osDisk": {"name": f"{name}-disk"}}},
+            "id": vm_id,
+            "name": name,
+            "location": location,
+            "tags": dict(tags),
+            "properties": {
+                "provisioningState": "Succeeded",
+                "hardwareProfile": {"vmSize": "Standard_D4s_v5"},
+                "networkProfile": {"networkInterfaces": []},
+                "storageProfile": {"osDisk": {"name": f"{name}-disk"}},
+            },
         }
         if number:
             vm["zones"] = [number]

@@ -46,11 +46,15 @@ def permission(method: str, target: str) -> GcsCall | None:
     if "o" not in segments:
         return GcsCall(f"storage.buckets.{method.lower()}") if "b" in segments else None
     i = segments.index("o")
-    name = "/".join(segments[i + 1:])
+    name = "/".join(segments[i + 1 :])
     if not name:
         return GcsCall("storage.objects.list", query.get("prefix", ""))
-    by_method = {"GET": "storage.objects.get", "DELETE": "storage.objects.delete",
-                 "PATCH": "storage.objects.update", "PUT": "storage.objects.update"}
+    by_method = {
+        "GET": "storage.objects.get",
+        "DELETE": "storage.objects.delete",
+        "PATCH": "storage.objects.update",
+        "PUT": "storage.objects.update",
+    }
     return GcsCall(by_method.get(method, f"storage.objects.{method.lower()}"), name)
 
 

@@ -59,8 +59,9 @@ sys.exit(main(sys.argv[6:]))
 """
 
 
-def write_fleet(root: Path, *, target: int = 4, max_parallel: int = 4, lock_ttl: str = "2m",
-                max_surge: int = 1) -> Path:
+def write_fleet(
+    root: Path, *, target: int = 4, max_parallel: int = 4, lock_ttl: str = "2m", max_surge: int = 1
+) -> Path:
     """A one-pool local fleet `jt` in root (store, machines and secret beside it)."""
     (root / "fleet.secret").write_text("0123456789abcdef0123456789abcdef\n")
     doc = {
@@ -68,17 +69,30 @@ def write_fleet(root: Path, *, target: int = 4, max_parallel: int = 4, lock_ttl:
         "store": "file://store",
         "secret": {"file": "fleet.secret"},
         "providers": {"sim": {"type": "local", "dir": "local", "max_parallel": max_parallel}},
-        "safety": {"lock_ttl": lock_ttl, "circuit_breaker_pct": 100,
-                   "fleet_circuit_breaker_pct": 100},
-        "pools": {"train": {
-            "provider": "sim", "instance_types": ["sim-h100x8"], "gpus_per_node": 1,
-            "region": "sim-1", "zones": ["sim-1a"],
-            "nodes": {"min": 0, "target": target, "max": target + max_surge},
-            "scheduler": "none",
-            # surge_on any: these fleets' XID 79 (a reboot) must launch a surge replacement
-            "health": {"unhealthy_after": 1, "max_unavailable": 1, "replacement": "surge",
-                       "max_surge": max_surge, "surge_on": "any"},
-        }},
+        "safety": {
+            "lock_ttl": lock_ttl,
+            "circuit_breaker_pct": 100,
+            "fleet_circuit_breaker_pct": 100,
+        },
+        "pools": {
+            "train": {
+                "provider": "sim",
+                "instance_types": ["sim-h100x8"],
+                "gpus_per_node": 1,
+                "region": "sim-1",
+                "zones": ["sim-1a"],
+                "nodes": {"min": 0, "target": target, "max": target + max_surge},
+                "scheduler": "none",
+                # surge_on any: these fleets' XID 79 (a reboot) must launch a surge replacement
+                "health": {
+                    "unhealthy_after": 1,
+                    "max_unavailable": 1,
+                    "replacement": "surge",
+                    "max_surge": max_surge,
+                    "surge_on": "any",
+                },
+            }
+        },
     }
     path = root / "fleet.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
@@ -100,8 +114,14 @@ def env() -> dict[str, str]:
 
 
 def navarch(root: Path, *args: str, timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "navarch", *args], cwd=root, env=env(),
-                          capture_output=True, text=True, timeout=timeout_s)
+    return subprocess.run(
+        [sys.executable, "-m", "navarch", *args],
+        cwd=root,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
 
 
 class HeldApply:
@@ -116,9 +136,25 @@ class HeldApply:
             p.unlink(missing_ok=True)
         self.calls.touch()
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", CHILD, str(self.calls), str(self.marker), mode, str(self.go),
-             str(state_path(root)), "apply", "fleet.yaml", "--auto-approve"],
-            cwd=root, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            [
+                sys.executable,
+                "-c",
+                CHILD,
+                str(self.calls),
+                str(self.marker),
+                mode,
+                str(self.go),
+                str(state_path(root)),
+                "apply",
+                "fleet.yaml",
+                "--auto-approve",
+            ],
+            cwd=root,
+            env=env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
 
     def wait_holding(self, timeout_s: float = 60) -> None:
         deadline = time.monotonic() + timeout_s

@@ -25,15 +25,19 @@ def talk(workdir: Path, *flags: str, body: Session, env: dict[str, str] | None =
     and return what it returns; the server's stderr goes to workdir/mcp-server.log."""
     server_env = {k: v for k, v in os.environ.items() if not k.startswith("NAVARCH_")}
     server_env.update({"PYTHONPATH": str(REPO), **(env or {})})
-    params = StdioServerParameters(command=sys.executable,
-                                   args=["-m", "navarch", "mcp", "fleet.yaml", *flags],
-                                   env=server_env, cwd=workdir)
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "navarch", "mcp", "fleet.yaml", *flags],
+        env=server_env,
+        cwd=workdir,
+    )
 
     async def run() -> Any:
         with open(workdir / "mcp-server.log", "a") as errlog:
             async with stdio_client(params, errlog=errlog) as (read, write):
-                async with ClientSession(read, write, client_info=Implementation(
-                        name=CLIENT, version="1.0")) as session:
+                async with ClientSession(
+                    read, write, client_info=Implementation(name=CLIENT, version="1.0")
+                ) as session:
                     await session.initialize()
                     with anyio.fail_after(120):
                         return await body(session)

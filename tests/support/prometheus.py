@@ -54,8 +54,9 @@ def _daemon(name: str, argv: list[str], base: Path, ready_url: str) -> Iterator[
             deadline = time.monotonic() + WAIT_S
             while True:
                 if proc.poll() is not None:
-                    pytest.fail(f"{name} exited with {proc.returncode}: "
-                                f"{log_path.read_text()[-2000:]}")
+                    pytest.fail(
+                        f"{name} exited with {proc.returncode}: {log_path.read_text()[-2000:]}"
+                    )
                 try:
                     if get(ready_url)[0] == 200:
                         break
@@ -80,8 +81,11 @@ def start_pushgateway(base: Path) -> Iterator[str]:
     require_system_package("prometheus-pushgateway", PUSHGATEWAY)
     url = f"http://127.0.0.1:{(port := free_port())}"
     # Debian's build persists to /var/lib/prometheus by default: keep state in `base`.
-    argv = [PUSHGATEWAY, f"--web.listen-address=127.0.0.1:{port}",
-            f"--persistence.file={base / 'pushgateway.data'}"]
+    argv = [
+        PUSHGATEWAY,
+        f"--web.listen-address=127.0.0.1:{port}",
+        f"--persistence.file={base / 'pushgateway.data'}",
+    ]
     with _daemon("pushgateway", argv, base, f"{url}/-/ready"):
         yield url
 
@@ -91,38 +95,57 @@ def start_node_exporter(base: Path, textfile_dir: Path) -> Iterator[str]:
     """node_exporter with only its textfile collector, reading textfile_dir; yields its URL."""
     require_system_package("prometheus-node-exporter", NODE_EXPORTER)
     url = f"http://127.0.0.1:{(port := free_port())}"
-    argv = [NODE_EXPORTER, f"--web.listen-address=127.0.0.1:{port}",
-            "--collector.disable-defaults", "--collector.textfile",
-            f"--collector.textfile.directory={textfile_dir}"]
+    argv = [
+        NODE_EXPORTER,
+        f"--web.listen-address=127.0.0.1:{port}",
+        "--collector.disable-defaults",
+        "--collector.textfile",
+        f"--collector.textfile.directory={textfile_dir}",
+    ]
     with _daemon("node-exporter", argv, base, f"{url}/metrics"):
         yield url
 
 
 @contextmanager
-def start_prometheus(base: Path, targets: Sequence[str],
-                     rule_files: Sequence[Path] = ()) -> Iterator[str]:
+def start_prometheus(
+    base: Path, targets: Sequence[str], rule_files: Sequence[Path] = ()
+) -> Iterator[str]:
     """Prometheus scraping `targets` (host:port) every second as job "navarch" (with
     honor_labels, as a Pushgateway needs) and evaluating `rule_files` every second;
     yields its URL once ready."""
     require_system_package("prometheus", PROMETHEUS)
     url = f"http://127.0.0.1:{(port := free_port())}"
     config = base / "prometheus.yml"
-    config.write_text(json.dumps({
-        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-        "rule_files": [str(path) for path in rule_files],
-        "scrape_configs": [{"job_name": "navarch", "honor_labels": True,
-                            "static_configs": [{"targets": list(targets)}]}],
-    }))
-    argv = [PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={base / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}"]
+    config.write_text(
+        json.dumps(
+            {
+                "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+                "rule_files": [str(path) for path in rule_files],
+                "scrape_configs": [
+                    {
+                        "job_name": "navarch",
+                        "honor_labels": True,
+                        "static_configs": [{"targets": list(targets)}],
+                    }
+                ],
+            }
+        )
+    )
+    argv = [
+        PROMETHEUS,
+        f"--config.file={config}",
+        f"--storage.tsdb.path={base / 'data'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+    ]
     with _daemon("prometheus", argv, base, f"{url}/-/ready"):
         yield url
 
 
 def query(prometheus_url: str, promql: str) -> list[dict[str, Any]]:
     """The instant vector of `promql` through Prometheus' HTTP API (/api/v1/query)."""
-    status, body = get(f"{prometheus_url}/api/v1/query?"
-                       + urllib.parse.urlencode({"query": promql}))
+    status, body = get(
+        f"{prometheus_url}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
+    )
     doc = json.loads(body)
     assert status == 200 and doc["status"] == "success", body
     return list(doc["data"]["result"])

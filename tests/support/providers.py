@@ -34,9 +34,16 @@ def provision_request(
     tags = {**ownership_tags(fleet, pool, node, lid), **(labels or {"team": "ml"})}
     given: dict[str, Any] = {"spot": False, "user_data": "#cloud-config\n{}\n", "tags": tags}
     given.update(fields)
-    return ProvisionRequest(fleet=fleet, pool=pool, node=node, zone=zone,
-                            instance_type=instance_type, launch_id=lid, attempt=attempt, **given)
-
+    return ProvisionRequest(
+        fleet=fleet,
+        pool=pool,
+        node=node,
+        zone=zone,
+        instance_type=instance_type,
+        launch_id=lid,
+        attempt=attempt,
+        **given,
+    )
 
 
 def request_maker(
@@ -54,6 +61,7 @@ def request_maker(
         return provision_request(node, zone, instance_type, **{"options": options, **fields})
 
     return make
+
 
 class ErrorCase(NamedTuple):
     """An upstream error, the navarch error type it must become, its scope (None: unchecked)."""

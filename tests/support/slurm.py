@@ -68,8 +68,9 @@ class SlurmCluster:
 
     def run(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         """Run a Slurm client command (scontrol, sinfo, squeue, sbatch, scancel)."""
-        proc = subprocess.run(list(argv), env=self.env, capture_output=True, text=True,
-                              timeout=WAIT_S)
+        proc = subprocess.run(
+            list(argv), env=self.env, capture_output=True, text=True, timeout=WAIT_S
+        )
         if check and proc.returncode != 0:
             raise AssertionError(f"{' '.join(argv)} -> {proc.returncode}: {proc.stderr}")
         return proc
@@ -102,8 +103,21 @@ class SlurmCluster:
         """Start a one-CPU job on the node that ends once `gate` exists (at most 120 s);
         returns its job id once it runs."""
         script = f"for i in $(seq 1200); do [ -e {gate} ] && exit 0; sleep 0.1; done"
-        job = self.run("sbatch", "--parsable", "-w", self.node, "-n", "1", "-J", "navarch-test",
-                       "-o", "/dev/null", f"--chdir={self.base}", "--wrap", script).stdout.strip()
+        job = self.run(
+            "sbatch",
+            "--parsable",
+            "-w",
+            self.node,
+            "-n",
+            "1",
+            "-J",
+            "navarch-test",
+            "-o",
+            "/dev/null",
+            f"--chdir={self.base}",
+            "--wrap",
+            script,
+        ).stdout.strip()
         self.wait(lambda: (job, "RUNNING") in self.jobs(), f"job {job} running")
         return job
 
@@ -188,23 +202,44 @@ def start_slurm(base: Path, node: str) -> Iterator[SlurmCluster]:
 
     def spawn(name: str, argv: list[str]) -> None:
         with open(logs / f"{name}.out", "w") as out:
-            procs.append((name, subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
-                                                 env=cluster.env, cwd=base)))
+            procs.append(
+                (
+                    name,
+                    subprocess.Popen(
+                        argv, stdout=out, stderr=subprocess.STDOUT, env=cluster.env, cwd=base
+                    ),
+                )
+            )
 
     def check_alive() -> None:
         for name, proc in procs:
             if proc.poll() is not None:
-                pytest.fail(f"{name} exited with {proc.returncode}: "
-                            f"{_tail(logs / f'{name}.out')}\n{_tail(logs / f'{name}.log')}")
+                pytest.fail(
+                    f"{name} exited with {proc.returncode}: "
+                    f"{_tail(logs / f'{name}.out')}\n{_tail(logs / f'{name}.log')}"
+                )
 
     try:
-        spawn("munged", ["munged", "--foreground", "--force", f"--key-file={key}",
-                         f"--socket={socket}", f"--pid-file={run_dir}/munged.pid",
-                         f"--log-file={logs}/munged.log", f"--seed-file={base}/munge/seed"])
+        spawn(
+            "munged",
+            [
+                "munged",
+                "--foreground",
+                "--force",
+                f"--key-file={key}",
+                f"--socket={socket}",
+                f"--pid-file={run_dir}/munged.pid",
+                f"--log-file={logs}/munged.log",
+                f"--seed-file={base}/munge/seed",
+            ],
+        )
         _until(lambda: socket.exists(), check_alive, "munged's socket")
         spawn("slurmctld", ["slurmctld", "-D", "-f", str(conf)])
-        _until(lambda: cluster.run("scontrol", "ping", check=False).returncode == 0,
-               check_alive, "slurmctld answering scontrol ping")
+        _until(
+            lambda: cluster.run("scontrol", "ping", check=False).returncode == 0,
+            check_alive,
+            "slurmctld answering scontrol ping",
+        )
         spawn("slurmd", ["slurmd", "-D", "-N", node, "-f", str(conf)])
         _until(lambda: cluster.state() == "IDLE", check_alive, f"node {node} IDLE")
         yield cluster

@@ -38,8 +38,10 @@ def require_system_package(name: str, probe: str | Path | Callable[[], bool]) ->
     """
     if _present(probe):
         return
-    message = (f"{probe if not callable(probe) else name} missing: "
-               f"apt-get install {name} (.ci/run installs it)")
+    message = (
+        f"{probe if not callable(probe) else name} missing: "
+        f"apt-get install {name} (.ci/run installs it)"
+    )
     if os.environ.get(REQUIRE_ENV) == "1":
         pytest.fail(f"{message}; {REQUIRE_ENV}=1 makes this a failure")
     pytest.skip(message)

@@ -83,15 +83,18 @@ def run_user_data(user_data: str, root: Path) -> Installed:
     last = subprocess.CompletedProcess[str]([], 0, "", "")
     for cmd in doc["runcmd"]:
         argv = ["sh", "-c", cmd] if isinstance(cmd, str) else [rooted(str(a), root) for a in cmd]
-        last = subprocess.run(argv, env=base_env(root), capture_output=True, text=True,
-                              timeout=120, check=False)
+        last = subprocess.run(
+            argv, env=base_env(root), capture_output=True, text=True, timeout=120, check=False
+        )
         if last.returncode != 0:
             raise subprocess.CalledProcessError(last.returncode, argv, last.stdout, last.stderr)
     service = (root / SERVICE.lstrip("/")).read_text()
-    exec_start = next(line.split("=", 1)[1] for line in service.splitlines()
-                      if line.startswith("ExecStart="))
-    environment = dict(line.split("=", 2)[1:] for line in service.splitlines()
-                       if line.startswith("Environment="))
+    exec_start = next(
+        line.split("=", 1)[1] for line in service.splitlines() if line.startswith("ExecStart=")
+    )
+    environment = dict(
+        line.split("=", 2)[1:] for line in service.splitlines() if line.startswith("Environment=")
+    )
     if str(root) not in service:  # units baked into the image, not written above
         exec_start = rooted(exec_start, root)
         environment = {k: rooted(v, root) for k, v in environment.items()}
@@ -101,6 +104,11 @@ def run_user_data(user_data: str, root: Path) -> Installed:
 def run_installed_agent(node: Installed, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     """Start the agent as the service would (its ExecStart), with env added to the node's
     bare environment (e.g. NAVARCH_FAKE_GPU, and credentials standing in for the role)."""
-    return subprocess.run(list(node.exec_start),
-                          env={**base_env(node.root), **node.environment, **env},
-                          capture_output=True, text=True, timeout=120, check=False)
+    return subprocess.run(
+        list(node.exec_start),
+        env={**base_env(node.root), **node.environment, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )

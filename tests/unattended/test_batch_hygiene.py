@@ -13,8 +13,9 @@ from tests.support.cli import _child_env, run_navarch
 
 
 def test_json_logs_carry_the_run_id_and_end_with_a_summary(example_dir: Path) -> None:
-    run = run_navarch(["apply", "fleet.yaml", "--auto-approve", "--log-format", "json"],
-                      cwd=example_dir)
+    run = run_navarch(
+        ["apply", "fleet.yaml", "--auto-approve", "--log-format", "json"], cwd=example_dir
+    )
     assert run.returncode == 0, run.stderr
     lines = [json.loads(line) for line in run.stderr.splitlines()]
     assert lines, "no log lines"
@@ -32,8 +33,9 @@ def test_json_logs_carry_the_run_id_and_end_with_a_summary(example_dir: Path) ->
 
 
 def test_global_log_format_flag_before_the_command(example_dir: Path) -> None:
-    run = run_navarch(["--log-format", "json", "apply", "fleet.yaml", "--auto-approve"],
-                      cwd=example_dir)
+    run = run_navarch(
+        ["--log-format", "json", "apply", "fleet.yaml", "--auto-approve"], cwd=example_dir
+    )
     assert run.returncode == 0, run.stderr
     assert all(json.loads(line)["run_id"] for line in run.stderr.splitlines())
 
@@ -41,11 +43,18 @@ def test_global_log_format_flag_before_the_command(example_dir: Path) -> None:
 def test_closed_stdout_ends_quietly(example_dir: Path) -> None:
     """`navarch status ... | head -1`: the reader leaves early; no BrokenPipeError traceback."""
     assert run_navarch(["apply", "fleet.yaml", "--auto-approve"], cwd=example_dir).returncode == 0
-    for args in (["status", "fleet.yaml"], ["status", "fleet.yaml", "--json"],
-                 ["plan", "fleet.yaml"]):
-        proc = subprocess.Popen([sys.executable, "-m", "navarch", *args], cwd=example_dir,
-                                env=_child_env(None, True), stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE)
+    for args in (
+        ["status", "fleet.yaml"],
+        ["status", "fleet.yaml", "--json"],
+        ["plan", "fleet.yaml"],
+    ):
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "navarch", *args],
+            cwd=example_dir,
+            env=_child_env(None, True),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         assert proc.stdout is not None and proc.stderr is not None
         proc.stdout.close()  # like `head` exiting before navarch writes
         err = proc.stderr.read().decode()
@@ -67,10 +76,13 @@ def _apply_on_a_terminal(workdir: Path, env: dict[str, str]) -> str:
     import pty
 
     master, slave = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "navarch", "apply", "fleet.yaml",
-                             "--auto-approve"], cwd=workdir,
-                            env={**_child_env(None, True), "TERM": "xterm-256color", **env},
-                            stdout=subprocess.PIPE, stderr=slave)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "navarch", "apply", "fleet.yaml", "--auto-approve"],
+        cwd=workdir,
+        env={**_child_env(None, True), "TERM": "xterm-256color", **env},
+        stdout=subprocess.PIPE,
+        stderr=slave,
+    )
     os.close(slave)
     chunks = []
     while True:

@@ -28,13 +28,21 @@ def tool(name: str) -> str:
 
 
 def check_jsonschema(schema: str, *files: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([tool("check-jsonschema"), "--builtin-schema", schema,
-                           *map(str, files)], capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [tool("check-jsonschema"), "--builtin-schema", schema, *map(str, files)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def kubernetes_validate(*files: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([tool("kubernetes-validate"), "--strict", *map(str, files)],
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [tool("kubernetes-validate"), "--strict", *map(str, files)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 @pytest.mark.parametrize("name", ["navarch-plan.yml", "navarch-apply.yml"])
@@ -47,8 +55,10 @@ def test_github_workflows_do_what_docs_say() -> None:
     plan = yaml.safe_load((EXAMPLES / "github/navarch-plan.yml").read_text())
     apply = yaml.safe_load((EXAMPLES / "github/navarch-apply.yml").read_text())
     plan_steps = plan["jobs"]["plan"]["steps"]
-    assert any("--markdown" in s.get("run", "") and "--detailed-exitcode" in s.get("run", "")
-               for s in plan_steps)
+    assert any(
+        "--markdown" in s.get("run", "") and "--detailed-exitcode" in s.get("run", "")
+        for s in plan_steps
+    )
     sticky = [s for s in plan_steps if "sticky-pull-request-comment" in s.get("uses", "")]
     assert len(sticky) == 1 and sticky[0]["with"]["header"]  # one comment, updated in place
     for doc in (plan, apply):
@@ -94,8 +104,7 @@ def test_kubernetes_cronjob_is_valid(tmp_path: Path) -> None:
     # The embedded fleet.yaml is a valid fleet.
     config = next(d for d in docs if d["kind"] == "ConfigMap")
     (tmp_path / "fleet.yaml").write_text(config["data"]["fleet.yaml"])
-    run = run_navarch(["validate", "fleet.yaml"], cwd=tmp_path,
-                      env={"NAVARCH_FLEET_SECRET": "x"})
+    run = run_navarch(["validate", "fleet.yaml"], cwd=tmp_path, env={"NAVARCH_FLEET_SECRET": "x"})
     assert run.returncode == 0, run.stderr
     # And the validator bites.
     cron["spec"]["concurrencyPolicy"] = "Sometimes"
@@ -112,18 +121,37 @@ def test_systemd_units_pass_systemd_analyze_verify(tmp_path: Path) -> None:
     service = (EXAMPLES / "systemd/navarch-reconcile.service").read_text()
     assert "ExecStart=/usr/local/bin/navarch apply " in service and "--auto-approve" in service
     (tmp_path / "navarch-reconcile.service").write_text(
-        service.replace("/usr/local/bin/navarch", navarch))
+        service.replace("/usr/local/bin/navarch", navarch)
+    )
     shutil.copy(EXAMPLES / "systemd/navarch-reconcile.timer", tmp_path)
-    res = subprocess.run(["systemd-analyze", "verify", "--man=no",
-                          str(tmp_path / "navarch-reconcile.service"),
-                          str(tmp_path / "navarch-reconcile.timer")],
-                         capture_output=True, text=True, timeout=60)
+    res = subprocess.run(
+        [
+            "systemd-analyze",
+            "verify",
+            "--man=no",
+            str(tmp_path / "navarch-reconcile.service"),
+            str(tmp_path / "navarch-reconcile.timer"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert res.returncode == 0 and res.stderr.strip() == "", res.stderr
     (tmp_path / "navarch-reconcile.timer").write_text(
-        (tmp_path / "navarch-reconcile.timer").read_text().replace("OnUnitActiveSec=5min",
-                                                                   "OnUnitActiveSec=often"))
-    res = subprocess.run(["systemd-analyze", "verify", "--man=no",
-                          str(tmp_path / "navarch-reconcile.service"),
-                          str(tmp_path / "navarch-reconcile.timer")],
-                         capture_output=True, text=True, timeout=60)
+        (tmp_path / "navarch-reconcile.timer")
+        .read_text()
+        .replace("OnUnitActiveSec=5min", "OnUnitActiveSec=often")
+    )
+    res = subprocess.run(
+        [
+            "systemd-analyze",
+            "verify",
+            "--man=no",
+            str(tmp_path / "navarch-reconcile.service"),
+            str(tmp_path / "navarch-reconcile.timer"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert res.returncode != 0 or res.stderr.strip(), "systemd-analyze accepted a bad timer"

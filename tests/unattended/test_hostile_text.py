@@ -49,11 +49,14 @@ CORPUS = {
 def hostile_report(text: str) -> dict[str, object]:
     """A report whose free text is `text` everywhere a node writes prose."""
     return {
-        "sequence": 7, "boot_id": "b-1", "generated_at": "2026-11-01T11:59:00Z",
-        "status": "unhealthy", "action": "replace", "health_score": 10,
+        "sequence": 7,
+        "boot_id": "b-1",
+        "generated_at": "2026-11-01T11:59:00Z",
+        "status": "unhealthy",
+        "action": "replace",
+        "health_score": 10,
         "checks": [{"name": "xid", "status": "unhealthy", "message": text, "gpu_index": 0}],
-        "xids": [{"code": 79, "message": text, "pci_bus_id": "0000:5d:00",
-                  "severity": "fatal"}],
+        "xids": [{"code": 79, "message": text, "pci_bus_id": "0000:5d:00", "severity": "fatal"}],
         "gpus": [],
     }
 
@@ -61,17 +64,34 @@ def hostile_report(text: str) -> dict[str, object]:
 def hostile_plan(text: str) -> Plan:
     """A plan quoting `text` as a report finding would (reason, halt, note, pending)."""
     return Plan(
-        fleet="demo", created_at=NOW,
-        actions=(Action(ActionKind.CORDON, "train", "demo-train-0001", f"XID 79: {text}",
-                        instance_id="i-1", action_reason=ActionReason.UNHEALTHY),),
+        fleet="demo",
+        created_at=NOW,
+        actions=(
+            Action(
+                ActionKind.CORDON,
+                "train",
+                "demo-train-0001",
+                f"XID 79: {text}",
+                instance_id="i-1",
+                action_reason=ActionReason.UNHEALTHY,
+            ),
+        ),
         halts=(Halt("train", "circuit_breaker", text),),
-        notes=(text,), pending=(f"demo-train-0002: {text}",),
+        notes=(text,),
+        pending=(f"demo-train-0002: {text}",),
     )
 
 
 def hostile_event(text: str) -> Event:
-    return make(EventKind.NODE_CORDONED, "demo", "train", "demo-train-0001",
-                f"demo-train-0001 cordoned: {text}", "run-1", reason=text)
+    return make(
+        EventKind.NODE_CORDONED,
+        "demo",
+        "train",
+        "demo-train-0001",
+        f"demo-train-0001 cordoned: {text}",
+        "run-1",
+        reason=text,
+    )
 
 
 def assert_plain(out: str) -> None:
@@ -96,7 +116,8 @@ def test_text_plan_keeps_node_text_on_its_own_line_without_escapes(case: str) ->
     assert_plain(text)
     # The only summary line is navarch's own, last.
     assert [ln for ln in text.splitlines() if ln.startswith("Plan:")] == [
-        "Plan: 0 to provision, 1 to cordon, 0 to drain, 0 to terminate."]
+        "Plan: 0 to provision, 1 to cordon, 0 to drain, 0 to terminate."
+    ]
 
 
 @pytest.mark.parametrize("case", sorted(CORPUS))
@@ -155,8 +176,9 @@ def test_log_lines_stay_one_line_per_record(case: str, fmt: str) -> None:
 
 
 @pytest.mark.parametrize("case", sorted(CORPUS))
-def test_every_sink_delivers_hostile_text_inert(case: str, recorder: Recorder,
-                                                tmp_path: Path) -> None:
+def test_every_sink_delivers_hostile_text_inert(
+    case: str, recorder: Recorder, tmp_path: Path
+) -> None:
     event = hostile_event(CORPUS[case])
     slack = SinkSpec("slack", "s", url={"value": f"{recorder.url}/slack"}, retries=0)
     assert SlackSink(slack, tmp_path, 0).send((event,)) == 1
@@ -165,15 +187,18 @@ def test_every_sink_delivers_hostile_text_inert(case: str, recorder: Recorder,
     assert "<" not in text and ">" not in text  # no <!channel>, no <url|label>
     assert len(text) < 2_000 and len(text.splitlines()) == 2
     assert_plain(text)
-    hook = SinkSpec("webhook", "w", url={"value": f"{recorder.url}/hook"},
-                    secret={"value": "k"}, retries=0)
+    hook = SinkSpec(
+        "webhook", "w", url={"value": f"{recorder.url}/hook"}, secret={"value": "k"}, retries=0
+    )
     assert WebhookSink(hook, tmp_path, 1).send((event,)) == 1
     (req,) = recorder.at("/hook")
     assert req.json()["node"] == "demo-train-0001"
-    pd = SinkSpec("pagerduty", "p", url={"value": f"{recorder.url}/pd"},
-                  routing_key={"value": "r"}, retries=0)
-    breaker = make(EventKind.BREAKER_TRIPPED, "demo", "train", None, CORPUS[case], "run-1",
-                   why=CORPUS[case])
+    pd = SinkSpec(
+        "pagerduty", "p", url={"value": f"{recorder.url}/pd"}, routing_key={"value": "r"}, retries=0
+    )
+    breaker = make(
+        EventKind.BREAKER_TRIPPED, "demo", "train", None, CORPUS[case], "run-1", why=CORPUS[case]
+    )
     assert PagerDutySink(pd, tmp_path, 2).send((breaker,)) == 1
     (req,) = recorder.at("/pd")
     assert len(req.json()["payload"]["summary"]) <= 1024

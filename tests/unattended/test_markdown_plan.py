@@ -22,36 +22,80 @@ XID = "XID 79: GPU has fallen off the bus on 0000:5d:00"
 
 PLANS = {
     "markdown_replace_after_xid": Plan(
-        fleet="demo", created_at=NOW,
+        fleet="demo",
+        created_at=NOW,
         actions=(
-            Action(ActionKind.CORDON, "train", "demo-train-0002", XID, instance_id="i-0002",
-                   repair=True, action_reason=ActionReason.UNHEALTHY),
-            Action(ActionKind.DRAIN, "train", "demo-train-0002", XID, instance_id="i-0002", action_reason=ActionReason.UNHEALTHY),
-            Action(ActionKind.PROVISION, "train", "demo-train-0004", "replaces demo-train-0002",
-                   places=(Place("sim-1a", "sim-h100x8", False, 0),
-                           Place("sim-1b", "sim-h100x8", False, 1)),
-                   replaces="demo-train-0002", action_reason=ActionReason.SCALE_UP),
-            Action(ActionKind.PROVISION, "infer", "demo-infer-0003", "below target (1 of 2)",
-                   places=(Place("sim-1b", "sim-l4x1", True, 0),), action_reason=ActionReason.SCALE_UP),
+            Action(
+                ActionKind.CORDON,
+                "train",
+                "demo-train-0002",
+                XID,
+                instance_id="i-0002",
+                repair=True,
+                action_reason=ActionReason.UNHEALTHY,
+            ),
+            Action(
+                ActionKind.DRAIN,
+                "train",
+                "demo-train-0002",
+                XID,
+                instance_id="i-0002",
+                action_reason=ActionReason.UNHEALTHY,
+            ),
+            Action(
+                ActionKind.PROVISION,
+                "train",
+                "demo-train-0004",
+                "replaces demo-train-0002",
+                places=(
+                    Place("sim-1a", "sim-h100x8", False, 0),
+                    Place("sim-1b", "sim-h100x8", False, 1),
+                ),
+                replaces="demo-train-0002",
+                action_reason=ActionReason.SCALE_UP,
+            ),
+            Action(
+                ActionKind.PROVISION,
+                "infer",
+                "demo-infer-0003",
+                "below target (1 of 2)",
+                places=(Place("sim-1b", "sim-l4x1", True, 0),),
+                action_reason=ActionReason.SCALE_UP,
+            ),
         ),
     ),
     "markdown_breaker_held_back": Plan(
-        fleet="demo", created_at=NOW,
+        fleet="demo",
+        created_at=NOW,
         actions=(
-            Action(ActionKind.TERMINATE, "infer", "demo-infer-0001", "drain finished",
-                   instance_id="i-0101", action_reason=ActionReason.DRAIN_FINISHED),
+            Action(
+                ActionKind.TERMINATE,
+                "infer",
+                "demo-infer-0001",
+                "drain finished",
+                instance_id="i-0101",
+                action_reason=ActionReason.DRAIN_FINISHED,
+            ),
         ),
         halts=(
-            Halt("train", "circuit_breaker", "2 of 3 nodes are unhealthy or offline (>= 50%): "
-                 "no new cordon or termination in this pool"),
+            Halt(
+                "train",
+                "circuit_breaker",
+                "2 of 3 nodes are unhealthy or offline (>= 50%): "
+                "no new cordon or termination in this pool",
+            ),
             Halt("infer", "disruption_budget", "demo-infer-0002 waits: max_unavailable 1"),
         ),
         pending=("demo-infer-0002: draining for 5m of 30m",),
     ),
     "markdown_no_changes": Plan(fleet="demo", created_at=NOW, actions=()),
-    "markdown_waiting_only": Plan(fleet="demo", created_at=NOW, actions=(),
-                                  notes=("pool train: update strategy on-replace",),
-                                  pending=("demo-train-0001: draining for 1m of 30m",)),
+    "markdown_waiting_only": Plan(
+        fleet="demo",
+        created_at=NOW,
+        actions=(),
+        notes=("pool train: update strategy on-replace",),
+        pending=("demo-train-0001: draining for 1m of 30m",),
+    ),
 }
 
 

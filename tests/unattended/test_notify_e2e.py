@@ -39,28 +39,59 @@ def verified(rec: Recorder, path: str) -> list[dict]:
 
 
 def test_webhook_xid_79_signed_once_and_slow_sink_keeps_exit_code(
-        tmp_path: Path, recorder: Recorder) -> None:
+    tmp_path: Path, recorder: Recorder
+) -> None:
     recorder.delay_s["/slow"] = 3.0
-    write_fleet(tmp_path, notify=[
-        {"type": "webhook", "name": "ops", "url": f"{recorder.url}/hook",
-         "secret": {"env": "HOOK_SECRET"}},
-        {"type": "webhook", "name": "slow", "url": f"{recorder.url}/slow",
-         "secret": {"env": "HOOK_SECRET"}, "timeout": "1s", "retries": 0},
-        {"type": "log", "path": "notify.jsonl"},
-    ], safety={"fleet_circuit_breaker_pct": 100})
+    write_fleet(
+        tmp_path,
+        notify=[
+            {
+                "type": "webhook",
+                "name": "ops",
+                "url": f"{recorder.url}/hook",
+                "secret": {"env": "HOOK_SECRET"},
+            },
+            {
+                "type": "webhook",
+                "name": "slow",
+                "url": f"{recorder.url}/slow",
+                "secret": {"env": "HOOK_SECRET"},
+                "timeout": "1s",
+                "retries": 0,
+            },
+            {"type": "log", "path": "notify.jsonl"},
+        ],
+        safety={"fleet_circuit_breaker_pct": 100},
+    )
 
     code, out, err = navarch(tmp_path, "apply", "fleet.yaml", "--auto-approve")
     assert code == 0, out + err
     provisioned = verified(recorder, "/hook")
     assert sorted(e["node"] for e in provisioned if e["kind"] == "node_provisioned") == [
-        "demo-infer-0001", "demo-infer-0002", "demo-train-0001", "demo-train-0002",
-        "demo-train-0003"]
+        "demo-infer-0001",
+        "demo-infer-0002",
+        "demo-train-0001",
+        "demo-train-0002",
+        "demo-train-0003",
+    ]
     assert "notification to sink slow failed" in err  # logged, not fatal
     assert HOOK_SECRET not in err and HOOK_SECRET not in out
 
     assert navarch(tmp_path, "local", "tick", "fleet.yaml")[0] == 0
-    assert navarch(tmp_path, "local", "inject", "fleet.yaml", "demo-train-0002",
-                   "--xid", "79", "--gpu", "3")[0] == 0
+    assert (
+        navarch(
+            tmp_path,
+            "local",
+            "inject",
+            "fleet.yaml",
+            "demo-train-0002",
+            "--xid",
+            "79",
+            "--gpu",
+            "3",
+        )[0]
+        == 0
+    )
     assert navarch(tmp_path, "local", "tick", "fleet.yaml")[0] == 0
     before = len(recorder.at("/hook"))
     code, out, err = navarch(tmp_path, "apply", "fleet.yaml", "--auto-approve")
@@ -92,10 +123,15 @@ def test_webhook_xid_79_signed_once_and_slow_sink_keeps_exit_code(
 
 
 def test_pagerduty_triggers_once_and_resolves_when_breaker_clears(
-        tmp_path: Path, recorder: Recorder) -> None:
-    write_fleet(tmp_path, notify=[
-        {"type": "pagerduty", "url": f"{recorder.url}/pd", "routing_key": {"env": "PD_KEY"}},
-    ], safety={"fleet_circuit_breaker_pct": 100})
+    tmp_path: Path, recorder: Recorder
+) -> None:
+    write_fleet(
+        tmp_path,
+        notify=[
+            {"type": "pagerduty", "url": f"{recorder.url}/pd", "routing_key": {"env": "PD_KEY"}},
+        ],
+        safety={"fleet_circuit_breaker_pct": 100},
+    )
     assert navarch(tmp_path, "apply", "fleet.yaml", "--auto-approve")[0] == 0
     assert navarch(tmp_path, "local", "tick", "fleet.yaml")[0] == 0
     assert recorder.at("/pd") == []  # provisioning pages nobody

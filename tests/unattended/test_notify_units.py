@@ -36,20 +36,45 @@ def result(*outcomes: Outcome, halts: tuple[Halt, ...] = ()) -> ApplyResult:
 
 def test_events_from_outcomes_and_halts() -> None:
     fault = Fault(FaultKey("xid:79", 0), Remedy.REBOOT, "boot-1", 3)
-    cordon = Action(ActionKind.CORDON, "train", "demo-train-0002", XID, instance_id="i-2",
-                    fault=fault, action_reason=ActionReason.UNHEALTHY)
-    term = Action(ActionKind.TERMINATE, "train", "demo-train-0001", "drain finished",
-                  instance_id="i-1", action_reason=ActionReason.DRAIN_FINISHED)
-    launch = Action(ActionKind.PROVISION, "infer", "demo-infer-0003", "below target",
-                    action_reason=ActionReason.SCALE_UP)
-    r = result(Outcome.done(cordon, "cordoned"), Outcome.done(term, "terminated i-1"),
-               Outcome.failed(launch, AuthError("denied"), "auth: denied"),
-               halts=(Halt("train", "circuit_breaker", "2 of 3 sick"),
-                      Halt("train", "disruption_budget", "waits")))
+    cordon = Action(
+        ActionKind.CORDON,
+        "train",
+        "demo-train-0002",
+        XID,
+        instance_id="i-2",
+        fault=fault,
+        action_reason=ActionReason.UNHEALTHY,
+    )
+    term = Action(
+        ActionKind.TERMINATE,
+        "train",
+        "demo-train-0001",
+        "drain finished",
+        instance_id="i-1",
+        action_reason=ActionReason.DRAIN_FINISHED,
+    )
+    launch = Action(
+        ActionKind.PROVISION,
+        "infer",
+        "demo-infer-0003",
+        "below target",
+        action_reason=ActionReason.SCALE_UP,
+    )
+    r = result(
+        Outcome.done(cordon, "cordoned"),
+        Outcome.done(term, "terminated i-1"),
+        Outcome.failed(launch, AuthError("denied"), "auth: denied"),
+        halts=(
+            Halt("train", "circuit_breaker", "2 of 3 sick"),
+            Halt("train", "disruption_budget", "waits"),
+        ),
+    )
     kinds = [(e.kind, e.node) for e in outcome_events("demo", "run-1", r.outcomes)]
-    assert kinds == [(EventKind.NODE_CORDONED, "demo-train-0002"),
-                     (EventKind.DRAIN_FINISHED, "demo-train-0001"),
-                     (EventKind.NODE_TERMINATED, "demo-train-0001")]
+    assert kinds == [
+        (EventKind.NODE_CORDONED, "demo-train-0002"),
+        (EventKind.DRAIN_FINISHED, "demo-train-0001"),
+        (EventKind.NODE_TERMINATED, "demo-train-0001"),
+    ]
     assert dict(outcome_events("demo", "r", r.outcomes[:1])[0].details)["xid"] == "79"
     conditions = plan_conditions(r.plan)
     assert list(conditions) == ["train/breaker_tripped"]  # the budget only paces
@@ -59,18 +84,43 @@ def test_ladder_events_reboot_reset_and_diagnostics() -> None:
     """Issue 13: a reboot, a GPU reset and a diagnostics verdict are events; a diagnostic
     that only started (or still runs) is not; a failed one is a warning."""
     node = "demo-train-0002"
-    reboot = Action(ActionKind.REBOOT, "train", node, "XID 79, first occurrence", action_reason=ActionReason.REMEDY)
-    reset = Action(ActionKind.RESET_GPU, "train", node, "XID 48, first occurrence", action_reason=ActionReason.REMEDY)
-    diag = Action(ActionKind.DIAGNOSE, "train", node, "return_requires_diag", level=2,
-                  why="return", action_reason=ActionReason.DIAGNOSTICS)
-    outcomes = [Outcome.done(reboot, "rebooted i-2"), Outcome.done(reset, "GPUs reset"),
-                Outcome.done(diag, "dcgmi diag -r 2: running: dcgmi diag -r 2 started",
-                        diag="running"),
-                Outcome.done(diag, "dcgmi diag -r 2: pass: 3 test(s) passed", diag="pass"),
-                Outcome.done(diag, "dcgmi diag -r 2: fail: memory on GPU 1", diag="fail")]
+    reboot = Action(
+        ActionKind.REBOOT,
+        "train",
+        node,
+        "XID 79, first occurrence",
+        action_reason=ActionReason.REMEDY,
+    )
+    reset = Action(
+        ActionKind.RESET_GPU,
+        "train",
+        node,
+        "XID 48, first occurrence",
+        action_reason=ActionReason.REMEDY,
+    )
+    diag = Action(
+        ActionKind.DIAGNOSE,
+        "train",
+        node,
+        "return_requires_diag",
+        level=2,
+        why="return",
+        action_reason=ActionReason.DIAGNOSTICS,
+    )
+    outcomes = [
+        Outcome.done(reboot, "rebooted i-2"),
+        Outcome.done(reset, "GPUs reset"),
+        Outcome.done(diag, "dcgmi diag -r 2: running: dcgmi diag -r 2 started", diag="running"),
+        Outcome.done(diag, "dcgmi diag -r 2: pass: 3 test(s) passed", diag="pass"),
+        Outcome.done(diag, "dcgmi diag -r 2: fail: memory on GPU 1", diag="fail"),
+    ]
     events = outcome_events("demo", "run-1", outcomes)
-    assert [e.kind for e in events] == [EventKind.NODE_REBOOTED, EventKind.NODE_GPU_RESET,
-                                        EventKind.NODE_DIAGNOSED, EventKind.NODE_DIAG_FAILED]
+    assert [e.kind for e in events] == [
+        EventKind.NODE_REBOOTED,
+        EventKind.NODE_GPU_RESET,
+        EventKind.NODE_DIAGNOSED,
+        EventKind.NODE_DIAG_FAILED,
+    ]
     assert events[-1].severity.value == "warning"
     assert dict(events[-1].details)["diag"] == "fail"
 
@@ -95,7 +145,9 @@ def test_conditions_start_once_and_clear_once() -> None:
     # A --pool train run leaves infer's condition alone; a full run clears it.
     assert transition(state, {}, NOW, pools=frozenset({"train"}))[0] == ()
     (clear,), state3 = transition(state, {}, NOW)
-    assert clear.kind is EventKind.CONDITION_CLEARED and clear.clears is EventKind.CAPACITY_EXHAUSTED
+    assert (
+        clear.kind is EventKind.CONDITION_CLEARED and clear.clears is EventKind.CAPACITY_EXHAUSTED
+    )
     assert clear.dedup_key() == "navarch/demo/infer/capacity_exhausted" and state3.active == {}
 
 
@@ -104,9 +156,16 @@ def test_sink_filters() -> None:
     (trip,) = plan_conditions(r.plan).values()
     _, state = transition(NotifyState({}, {}, None), {trip.condition: trip}, NOW)
     (clear,), _ = transition(state, {}, NOW)
-    cordon = outcome_events("demo", "r", [Outcome.done(
-        Action(ActionKind.CORDON, "train", "n1", XID, action_reason=ActionReason.UNHEALTHY),
-        "ok")])[0]
+    cordon = outcome_events(
+        "demo",
+        "r",
+        [
+            Outcome.done(
+                Action(ActionKind.CORDON, "train", "n1", XID, action_reason=ActionReason.UNHEALTHY),
+                "ok",
+            )
+        ],
+    )[0]
     pd = SinkSpec("pagerduty", "pd")
     assert accepts(pd, trip) and accepts(pd, clear) and not accepts(pd, cordon)
     critical = SinkSpec("webhook", "w", min_severity="critical")
@@ -117,8 +176,14 @@ def test_sink_filters() -> None:
 
 def test_webhook_retries_a_503_then_delivers(recorder: Recorder) -> None:
     recorder.fail_first["/hook"] = 2
-    spec = SinkSpec("webhook", "ops", url={"value": f"{recorder.url}/hook"},
-                    secret={"env": "T_HOOK"}, retries=2, timeout_s=5)
+    spec = SinkSpec(
+        "webhook",
+        "ops",
+        url={"value": f"{recorder.url}/hook"},
+        secret={"env": "T_HOOK"},
+        retries=2,
+        timeout_s=5,
+    )
     event = plan_conditions(result(halts=(Halt("t", "orphan_guard", "3 orphans"),)).plan)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("T_HOOK", "k")
@@ -128,10 +193,17 @@ def test_webhook_retries_a_503_then_delivers(recorder: Recorder) -> None:
 
 def test_webhook_keeps_sending_after_a_failed_event_and_retries_it(recorder: Recorder) -> None:
     recorder.fail_first["/hook"] = 1  # the first event's POST fails; nothing retries inside
-    spec = SinkSpec("webhook", "ops", url={"value": f"{recorder.url}/hook"},
-                    secret={"value": "k"}, retries=0, timeout_s=5)
-    r = result(halts=(Halt("a", "orphan_guard", "3 orphans"),
-                      Halt("b", "circuit_breaker", "2 of 2 sick")))
+    spec = SinkSpec(
+        "webhook",
+        "ops",
+        url={"value": f"{recorder.url}/hook"},
+        secret={"value": "k"},
+        retries=0,
+        timeout_s=5,
+    )
+    r = result(
+        halts=(Halt("a", "orphan_guard", "3 orphans"), Halt("b", "circuit_breaker", "2 of 2 sick"))
+    )
     events = tuple(plan_conditions(r.plan).values())
     assert len(events) == 2
     assert WebhookSink(spec, Path("."), 0).send(events) == 2
@@ -156,9 +228,19 @@ def test_failures_never_name_the_secret(recorder: Recorder, tmp_path: Path) -> N
 
 def test_slack_message_is_one_compact_summary(recorder: Recorder, tmp_path: Path) -> None:
     spec = SinkSpec("slack", "team", url={"value": f"{recorder.url}/slack"})
-    r = result(Outcome.done(Action(ActionKind.CORDON, "train", "demo-train-0002", XID,
-                                   action_reason=ActionReason.UNHEALTHY), "ok"),
-               halts=(Halt("infer", "circuit_breaker", "2 of 2 sick"),))
+    r = result(
+        Outcome.done(
+            Action(
+                ActionKind.CORDON,
+                "train",
+                "demo-train-0002",
+                XID,
+                action_reason=ActionReason.UNHEALTHY,
+            ),
+            "ok",
+        ),
+        halts=(Halt("infer", "circuit_breaker", "2 of 2 sick"),),
+    )
     events = outcome_events("demo", "r", r.outcomes) + tuple(plan_conditions(r.plan).values())
     assert SlackSink(spec, tmp_path, 0).send(events) == 1
     (req,) = recorder.at("/slack")
@@ -169,12 +251,22 @@ def test_slack_message_is_one_compact_summary(recorder: Recorder, tmp_path: Path
     assert "demo-train-0002 cordoned: XID 79" in lines[2]
 
 
-def test_dispatch_logs_a_failed_sink_and_saves_state(tmp_path: Path, recorder: Recorder,
-                                                     caplog: pytest.LogCaptureFixture) -> None:
+def test_dispatch_logs_a_failed_sink_and_saves_state(
+    tmp_path: Path, recorder: Recorder, caplog: pytest.LogCaptureFixture
+) -> None:
     recorder.status["/down"] = 500
-    write_fleet(tmp_path, notify=[{"type": "webhook", "url": f"{recorder.url}/down",
-                                   "secret": {"env": "T_HOOK2"}, "retries": 0},
-                                  {"type": "log", "path": "events.jsonl"}])
+    write_fleet(
+        tmp_path,
+        notify=[
+            {
+                "type": "webhook",
+                "url": f"{recorder.url}/down",
+                "secret": {"env": "T_HOOK2"},
+                "retries": 0,
+            },
+            {"type": "log", "path": "events.jsonl"},
+        ],
+    )
     spec = load_fleet(tmp_path / "fleet.yaml")
     store = open_store(spec.store_url, base_dir=spec.base_dir)
     r = result(halts=(Halt("train", "circuit_breaker", "2 of 3 sick"),))
@@ -193,17 +285,25 @@ def test_a_failing_action_is_reported_once_until_it_succeeds(tmp_path: Path) -> 
     write_fleet(tmp_path, notify=[{"type": "log", "path": "events.jsonl"}])
     spec = load_fleet(tmp_path / "fleet.yaml")
     store = open_store(spec.store_url, base_dir=spec.base_dir)
-    cordon = Action(ActionKind.CORDON, "train", "demo-train-0002", XID, instance_id="i-2",
-                    action_reason=ActionReason.UNHEALTHY)
-    failing = result(Outcome.failed(cordon, RemoteError("10.0.0.2", "scontrol", 1, "ssh: exit 1"),
-                                    "ssh: exit 1"))
+    cordon = Action(
+        ActionKind.CORDON,
+        "train",
+        "demo-train-0002",
+        XID,
+        instance_id="i-2",
+        action_reason=ActionReason.UNHEALTHY,
+    )
+    failing = result(
+        Outcome.failed(cordon, RemoteError("10.0.0.2", "scontrol", 1, "ssh: exit 1"), "ssh: exit 1")
+    )
     for _ in range(3):  # a cron job retrying a failing cordon
         notify_run(spec, store, now=NOW, run_id="r", result=failing)
-    notify_run(spec, store, now=NOW, run_id="r",
-               result=result(Outcome.done(cordon, "cordoned")))
+    notify_run(spec, store, now=NOW, run_id="r", result=result(Outcome.done(cordon, "cordoned")))
     lines = [json.loads(x) for x in (tmp_path / "events.jsonl").read_text().splitlines()]
     assert [(x["kind"], x["node"]) for x in lines] == [
-        ("action_failed", "demo-train-0002"), ("node_cordoned", "demo-train-0002"),
-        ("condition_cleared", "demo-train-0002")]
+        ("action_failed", "demo-train-0002"),
+        ("node_cordoned", "demo-train-0002"),
+        ("condition_cleared", "demo-train-0002"),
+    ]
     assert lines[0]["condition"] == "train/demo-train-0002/cordon/action_failed"
     assert load_state(store, "demo").active == {}

@@ -17,17 +17,33 @@ from tests.support.cli import run_navarch
 from tests.support.system import require_system_package
 from tests.unattended.helpers import write_fleet
 
-CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                  "--no-first-run", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync")
-NODES = ["demo-train-0001", "demo-train-0002", "demo-train-0003", "demo-infer-0001",
-         "demo-infer-0002"]
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+)
+NODES = [
+    "demo-train-0001",
+    "demo-train-0002",
+    "demo-train-0003",
+    "demo-infer-0001",
+    "demo-infer-0002",
+]
 
 
 def chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     require_system_package("chromium", "chromium")
-    return subprocess.run(["chromium", *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'ud'}",
-                           *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        ["chromium", *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'ud'}", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 class Tables(HTMLParser):
@@ -65,8 +81,8 @@ def png_pixels(path: Path) -> tuple[int, int, bytes]:
     assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
     pos, idat, width, height = 8, b"", 0, 0
     while pos < len(data):
-        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
-        chunk = data[pos + 8:pos + 8 + length]
+        length, kind = struct.unpack(">I4s", data[pos : pos + 8])
+        chunk = data[pos + 8 : pos + 8 + length]
         if kind == b"IHDR":
             width, height = struct.unpack(">II", chunk[:8])
         elif kind == b"IDAT":
@@ -78,8 +94,11 @@ def png_pixels(path: Path) -> tuple[int, int, bytes]:
 @pytest.fixture
 def healthy_fleet(tmp_path: Path) -> Path:
     write_fleet(tmp_path, status_page=True)
-    for args in (["apply", "fleet.yaml", "--auto-approve"], ["local", "tick", "fleet.yaml"],
-                 ["apply", "fleet.yaml", "--auto-approve"]):
+    for args in (
+        ["apply", "fleet.yaml", "--auto-approve"],
+        ["local", "tick", "fleet.yaml"],
+        ["apply", "fleet.yaml", "--auto-approve"],
+    ):
         run = run_navarch(args, cwd=tmp_path)
         assert run.returncode == 0, run.stdout + run.stderr
     return tmp_path
@@ -107,12 +126,13 @@ def test_status_html_renders_in_headless_chromium(healthy_fleet: Path, tmp_path:
     assert re.search(r"<h1>Fleet demo</h1>", dom.stdout)
 
     shot = tmp_path / "phone.png"
-    res = chromium(tmp_path, "--window-size=412,915", f"--screenshot={shot}",
-                   "--hide-scrollbars", url)
+    res = chromium(
+        tmp_path, "--window-size=412,915", f"--screenshot={shot}", "--hide-scrollbars", url
+    )
     assert res.returncode == 0 and shot.exists(), res.stderr
     width, height, raw = png_pixels(shot)
     assert (width, height) == (412, 915)
     stride = len(raw) // height
-    rows_px = [raw[i * stride + 1:(i + 1) * stride] for i in range(height)]
+    rows_px = [raw[i * stride + 1 : (i + 1) * stride] for i in range(height)]
     assert len(set(raw)) > 16, "the screenshot is blank"
     assert len(set(rows_px)) > height // 4, "the screenshot has almost no content"

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-from navarch.planner.model import Action, Halt, NodeView, PoolMemory
+from navarch.planner.model import Action, ActionKind, Halt, NodeView, PoolMemory
 from navarch.spec import FleetSpec, PoolSpec
 
 
@@ -81,3 +81,18 @@ Stage = Callable[[PoolContext, Progress], StageResult]
 def iid(v: NodeView) -> str | None:
     """The node's instance id (None when the instance is unknown)."""
     return v.instance.instance_id if v.instance else None
+
+
+def cordon_then_drain(cordon: Action) -> tuple[Action, Action]:
+    """A cordon and the drain that always follows it: same pool, node, reason, instance and
+    reason code (a node taken out of service is cordoned first so no new work lands, then
+    drained)."""
+    drain = Action(
+        ActionKind.DRAIN,
+        cordon.pool,
+        cordon.node,
+        cordon.reason,
+        instance_id=cordon.instance_id,
+        action_reason=cordon.action_reason,
+    )
+    return cordon, drain

@@ -12,7 +12,7 @@ from datetime import datetime
 
 from navarch.durations import format_duration_s
 from navarch.health import FaultKey, Remedy
-from navarch.planner.context import PoolContext, Progress, StageResult, iid
+from navarch.planner.context import PoolContext, Progress, StageResult, cordon_then_drain, iid
 from navarch.planner.model import (
     Action,
     ActionKind,
@@ -266,21 +266,18 @@ def diagnostics_stage(ctx: PoolContext, prog: Progress) -> StageResult:
             f"scheduled diagnostics (every {format_duration_s(every_s)}, dcgmi diag -r "
             f"{level}; last {format_duration_s((ctx.now - last(v)).total_seconds())} ago)"
         )
-        actions.append(
-            Action(
-                ActionKind.CORDON,
-                ctx.pool.name,
-                v.node,
-                why,
-                instance_id=iid(v),
-                level=level,
-                why=DiagWhy.SCHEDULED.value,
-                action_reason=code,
-            )
-        )
-        actions.append(
-            Action(
-                ActionKind.DRAIN, ctx.pool.name, v.node, why, instance_id=iid(v), action_reason=code
+        actions.extend(
+            cordon_then_drain(
+                Action(
+                    ActionKind.CORDON,
+                    ctx.pool.name,
+                    v.node,
+                    why,
+                    instance_id=iid(v),
+                    level=level,
+                    why=DiagWhy.SCHEDULED.value,
+                    action_reason=code,
+                )
             )
         )
     return StageResult(

@@ -24,7 +24,7 @@ from datetime import datetime
 
 from navarch.durations import format_duration_s
 from navarch.health import FaultKey, Remedy, Status
-from navarch.planner.context import PoolContext, Progress, StageResult, iid
+from navarch.planner.context import PoolContext, Progress, StageResult, cordon_then_drain, iid
 from navarch.planner.diagnostics import Climb, DiagStep, return_diag, scheduled_diag
 from navarch.planner.model import (
     Action,
@@ -556,16 +556,7 @@ def ladder_stage(ctx: PoolContext, prog: Progress) -> StageResult:
         if action.kind in (ActionKind.CORDON, ActionKind.TERMINATE):
             leaving.append(v.node)  # leaves for good: the count stage replaces it
         if action.kind is ActionKind.CORDON:  # an operator's cordon, now a replacement
-            actions.append(
-                Action(
-                    ActionKind.DRAIN,
-                    pool.name,
-                    v.node,
-                    action.reason,
-                    instance_id=iid(v),
-                    action_reason=action.action_reason,
-                )
-            )
+            actions.append(cordon_then_drain(action)[1])
     return StageResult(
         replace(prog, rate_left=rate_left, taken=frozenset(taken), leaving=tuple(leaving)),
         tuple(actions),

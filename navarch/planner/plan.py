@@ -56,7 +56,14 @@ from operator import attrgetter
 
 from navarch.durations import format_duration_s
 from navarch.health import Status
-from navarch.planner.context import PlanOptions, PoolContext, Progress, Stage, StageResult
+from navarch.planner.context import (
+    PlanOptions,
+    PoolContext,
+    Progress,
+    Stage,
+    StageResult,
+    cordon_then_drain,
+)
 from navarch.planner.context import iid as _iid
 from navarch.planner.diagnostics import diagnostics_stage
 from navarch.planner.ladder import in_place, ladder_stage
@@ -694,21 +701,18 @@ def repair_stage(ctx: PoolContext, prog: Progress) -> StageResult:
             else None
         )
         code = ActionReason.REPLACE_REQUESTED if requested else _repair_code(v, rank)
-        actions.append(
-            Action(
-                ActionKind.CORDON,
-                pool.name,
-                v.node,
-                why,
-                instance_id=_iid(v),
-                repair=repair,
-                fault=fault,
-                action_reason=code,
-            )
-        )
-        actions.append(
-            Action(
-                ActionKind.DRAIN, pool.name, v.node, why, instance_id=_iid(v), action_reason=code
+        actions.extend(
+            cordon_then_drain(
+                Action(
+                    ActionKind.CORDON,
+                    pool.name,
+                    v.node,
+                    why,
+                    instance_id=_iid(v),
+                    repair=repair,
+                    fault=fault,
+                    action_reason=code,
+                )
             )
         )
     return StageResult(
@@ -857,25 +861,17 @@ def _roll(ctx: PoolContext, prog: Progress, drifted: list[tuple[NodeView, str]])
         budget, rate_left, surplus = budget - 1, rate_left - 1, surplus - ready
         leaving.append(v.node)
         reason = f"drift: {why}"
-        actions.append(
-            Action(
-                ActionKind.CORDON,
-                pool.name,
-                v.node,
-                reason,
-                instance_id=_iid(v),
-                repair=True,
-                action_reason=ActionReason.DRIFT,
-            )
-        )
-        actions.append(
-            Action(
-                ActionKind.DRAIN,
-                pool.name,
-                v.node,
-                reason,
-                instance_id=_iid(v),
-                action_reason=ActionReason.DRIFT,
+        actions.extend(
+            cordon_then_drain(
+                Action(
+                    ActionKind.CORDON,
+                    pool.name,
+                    v.node,
+                    reason,
+                    instance_id=_iid(v),
+                    repair=True,
+                    action_reason=ActionReason.DRIFT,
+                )
             )
         )
     progress = replace(
@@ -1080,24 +1076,16 @@ def _scale_down(
             break
         budget -= 1
         leaving.append(v.node)
-        actions.append(
-            Action(
-                ActionKind.CORDON,
-                pool.name,
-                v.node,
-                why,
-                instance_id=_iid(v),
-                action_reason=ActionReason.SCALE_DOWN,
-            )
-        )
-        actions.append(
-            Action(
-                ActionKind.DRAIN,
-                pool.name,
-                v.node,
-                why,
-                instance_id=_iid(v),
-                action_reason=ActionReason.SCALE_DOWN,
+        actions.extend(
+            cordon_then_drain(
+                Action(
+                    ActionKind.CORDON,
+                    pool.name,
+                    v.node,
+                    why,
+                    instance_id=_iid(v),
+                    action_reason=ActionReason.SCALE_DOWN,
+                )
             )
         )
     return StageResult(
@@ -1128,24 +1116,16 @@ def destroy_stage(ctx: PoolContext, prog: Progress) -> StageResult:
             continue
         if v.lifecycle in LEAVING and v.lifecycle is not Lifecycle.OPERATOR_CORDONED:
             continue
-        actions.append(
-            Action(
-                ActionKind.CORDON,
-                ctx.pool.name,
-                v.node,
-                why,
-                instance_id=_iid(v),
-                action_reason=ActionReason.DESTROY,
-            )
-        )
-        actions.append(
-            Action(
-                ActionKind.DRAIN,
-                ctx.pool.name,
-                v.node,
-                why,
-                instance_id=_iid(v),
-                action_reason=ActionReason.DESTROY,
+        actions.extend(
+            cordon_then_drain(
+                Action(
+                    ActionKind.CORDON,
+                    ctx.pool.name,
+                    v.node,
+                    why,
+                    instance_id=_iid(v),
+                    action_reason=ActionReason.DESTROY,
+                )
             )
         )
     return StageResult(prog, tuple(actions))

@@ -29,6 +29,7 @@ from referencing import Registry, Resource
 from navarch import plugins
 from navarch.durations import parse_duration_s
 from navarch.errors import ConfigError, PluginError
+from navarch.health import Remedy
 from navarch.policy import REPORT_COST_MAX, Rule, compile_rule
 from navarch.remote.playbook import PlaybookKind, load_playbook_file
 from navarch.resources import data_dir
@@ -41,6 +42,7 @@ from navarch.spec import (
     Placement,
     PlaceSpec,
     PoolSpec,
+    Replacement,
     SafetySpec,
     SinkSpec,
     SurgeOn,
@@ -793,12 +795,12 @@ def _health(
         drain_timeout_s=parse_duration_s(h["drain_timeout"]),
         auto_replace=h["auto_replace"],
         max_unavailable=h["max_unavailable"],
-        replacement=h["replacement"],
+        replacement=Replacement(h["replacement"]),
         max_surge=h["max_surge"],
         provision_timeout_s=parse_duration_s(h["provision_timeout"]),
         rules=_rules(h["rules"], ("pools", name, "health", "rules"), source, lines),
         fleet_rules=fleet_rules,
-        remediation=tuple(h["remediation"]),
+        remediation=tuple(Remedy(r) for r in h["remediation"]),
         return_after=h["return_after"],
         ladder_window_s=parse_duration_s(h["ladder_window"]),
         lemon_after=h["lemon_after"],
@@ -807,8 +809,7 @@ def _health(
         return_timeout_s=parse_duration_s(h["return_timeout"]),
         surge_on=SurgeOn(h["surge_on"]),
     )
-    ladder = ("reset_gpu", "reboot", "replace")
-    if list(health.remediation) != sorted(health.remediation, key=ladder.index):
+    if list(health.remediation) != sorted(health.remediation, key=lambda r: r.rank):
         raise fail(
             ("pools", name, "health", "remediation"),
             f"the remediation ladder must go from cheapest to strongest, got "

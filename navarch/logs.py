@@ -1,4 +1,4 @@
-"""Logs and terminal progress for a batch job (issue 12 item 5).
+"""Logs and terminal progress for a batch job.
 
 configure(): `--log-format json` makes every log record one JSON object on stderr with
 the run id (`{"time", "level", "logger", "message", "run_id", ...extra}`), for journald,

@@ -1,4 +1,4 @@
-"""Prometheus metrics of one apply, for a batch job (issue 12 item 2).
+"""Prometheus metrics of one apply, for a batch job.
 
 A batch job has no /metrics endpoint to scrape: `navarch apply --metrics-textfile PATH`
 writes the metrics for node_exporter's textfile collector (atomically: write then

@@ -23,7 +23,7 @@ decimal) and parsing the output back gives the input (keys were strings, nothing
 coerced). An integral float (a reading of 40.0 C) prints "40.0" in Python and "40" in
 ECMAScript: its ".0" is dropped first, and the parse back proves no string was touched.
 Anything else goes to rfc8785, so the result is always rfc8785's
-(tests/core/test_signing_canonical.py checks it on generated values; `navarch simulate`
+(tests/reports/test_signing_canonical.py checks it on generated values; `navarch simulate`
 signs and verifies about 1.4 million 8-GPU reports in its 30-day run, README).
 """
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from navarch.compat import StrEnum
+from navarch.health import Remedy
 from navarch.policy import Rule
 
 
@@ -24,6 +25,15 @@ class SurgeOn(StrEnum):
 
     REPLACE = "replace"
     ANY = "any"
+
+
+class Replacement(StrEnum):
+    """How a pool replaces a node it retires: ``surge`` launches the replacement first
+    (capacity never dips, up to max + max_surge nodes), ``after-terminate`` only once the
+    old node is gone (never above max)."""
+
+    SURGE = "surge"
+    AFTER_TERMINATE = "after-terminate"
 
 
 @dataclass(frozen=True)
@@ -37,13 +47,13 @@ class HealthPolicy:
     drain_timeout_s: int
     auto_replace: bool
     max_unavailable: int | str  # a count, or "25%" of target
-    replacement: str  # "surge" | "after-terminate"
+    replacement: Replacement
     max_surge: int
     provision_timeout_s: int = 900  # cluster autoscaler's max-node-provision-time default
     # Health rules and the remediation ladder (docs/health-policy.md).
     rules: tuple[Rule, ...] = ()  # the pool's own health.rules, compiled
     fleet_rules: tuple[Rule, ...] = ()  # the fleet-wide health.rules, compiled
-    remediation: tuple[str, ...] = ("reboot", "replace")  # the ladder, cheapest first
+    remediation: tuple[Remedy, ...] = (Remedy.REBOOT, Remedy.REPLACE)  # cheapest first
     return_after: int = 3  # distinct healthy reports from the new boot before uncordon
     ladder_window_s: int = 86400  # the same fault again within this climbs a rung
     lemon_after: int = 3  # faults within lemon_window_s that make a node a lemon

@@ -1,4 +1,4 @@
-"""A status page without a server (issue 12 item 4).
+"""A status page without a server.
 
 One static HTML file from templates/status.html.j2 (jinja2, autoescaped, StrictUndefined,
 no JavaScript): pools with min/target/max, breaker and capacity state, nodes by lifecycle
@@ -109,7 +109,7 @@ def _age(age_s: float | None) -> str:
 
 
 def _ladder_text(pool: Any, v: Any, pm: Any, now: datetime) -> str:
-    """The remediation ladder's state of a node in a few words (issue 13): the rung tried,
+    """The remediation ladder's state of a node in a few words: the rung tried,
     faults in lemon_window, a lemon, the last diagnostics; "" when there is none."""
     h = pool.health
     count = sum((now - t).total_seconds() <= h.lemon_window_s for _, t in v.faults)

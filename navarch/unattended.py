@@ -1,4 +1,4 @@
-"""What an apply does for the people not watching it (issue 12): the glue between the
+"""What an apply does for the people not watching it: the glue between the
 CLI's apply and the notifier, metrics, status page, JSON logs and progress bar.
 
 Sequence of one apply:

@@ -1,4 +1,4 @@
-"""The agent's Prometheus textfile (issue 12 item 2): `navarch agent run --metrics-textfile
+"""The agent's Prometheus textfile: `navarch agent run --metrics-textfile
 PATH` writes the node's GPU readings beside its report, for node_exporter's textfile
 collector (atomic write then rename).
 

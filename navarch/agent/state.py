@@ -16,7 +16,7 @@ a millisecond apart, so a normal run's ``previous + 1`` never overtakes wall-clo
 milliseconds: a sequence restarted from the clock is above every sequence the node wrote
 before (assuming the clock does not step back by more than the number of runs since).
 
-Sequence after a state that could not be saved (read-only or full disk, issue 16 item 6):
+Sequence after a state that could not be saved (read-only or full disk):
 the file on disk is stale, so every run takes the larger of the state's sequence + 1 and
 the stored report's + 1 (navarch.agent.runner.next_sequence), and a run whose save fails
 takes the clock floor as well (runner.persist_state). Either alone keeps the sequence

@@ -1,4 +1,4 @@
-"""Notifications of unattended runs (issue 12 item 1): typed events, sinks, dedup state.
+"""Notifications of unattended runs: typed events, sinks, dedup state.
 
     events.py    Event (kind, severity, fleet, pool, node, message, details) derived from
                  an ApplyResult (outcomes, plan halts) or an error

@@ -1,4 +1,4 @@
-"""Typed events of one apply, derived from its result and from errors (issue 12 item 1).
+"""Typed events of one apply, derived from its result and from errors.
 
 Two sources, one module:
 

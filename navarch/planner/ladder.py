@@ -51,7 +51,7 @@ __all__ = [
 
 
 def decide(
-    ladder: Sequence[Remedy | str],
+    ladder: Sequence[Remedy],
     need: Remedy,
     *,
     previous: Remedy | None = None,
@@ -71,7 +71,7 @@ def decide(
     if lemon or need in (Remedy.NONE, Remedy.REPLACE):
         return Remedy.REPLACE
     floor = need.rank if previous is None else max(need.rank, previous.rank + 1)
-    for rung in (Remedy(r) for r in ladder):
+    for rung in ladder:
         if rung.rank >= floor:
             return rung
     return Remedy.REPLACE

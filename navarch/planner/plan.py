@@ -86,7 +86,7 @@ from navarch.planner.model import (
     PoolMemory,
 )
 from navarch.planner.observe import Duplicate, fault_of
-from navarch.spec import FleetSpec, PoolSpec, SurgeOn
+from navarch.spec import FleetSpec, PoolSpec, Replacement, SurgeOn
 
 HOUR_S = 3600
 _REPLACE_ORDER = {
@@ -831,7 +831,7 @@ def _roll(ctx: PoolContext, prog: Progress, drifted: list[tuple[NodeView, str]])
         for v in present
         if v.node not in names
     )
-    can_surge = h.replacement == "surge" and pool.max_nodes + h.max_surge > prog.desired
+    can_surge = h.replacement is Replacement.SURGE and pool.max_nodes + h.max_surge > prog.desired
     actions: list[Action] = []
     halts: list[Halt] = []
     pending: list[str] = []
@@ -892,11 +892,11 @@ def _present(ctx: PoolContext, prog: Progress) -> list[NodeView]:
     # node is dear), and under replacement after-terminate a rebooted node.
     kept = {Lifecycle.OPERATOR_CORDONED}
     h = ctx.pool.health
-    if h.replacement == "after-terminate":
+    if h.replacement is Replacement.AFTER_TERMINATE:
         kept.add(Lifecycle.REMEDIATING)
     # surge_on: replace: a node the ladder will reset or reboot is waited for, like one out
     # for diagnostics; a surge machine per reboot costs more than the minutes it saves.
-    waited = h.replacement == "surge" and h.surge_on is SurgeOn.REPLACE
+    waited = h.replacement is Replacement.SURGE and h.surge_on is SurgeOn.REPLACE
     return [
         v
         for v in ctx.views
@@ -936,11 +936,11 @@ def _provision(ctx: PoolContext, prog: Progress, present: list[NodeView], need: 
     # A stuck instance stops counting once this run terminates it (the breaker holds that).
     gone = (Lifecycle.TERMINATING,) if ctx.frozen else (Lifecycle.TERMINATING, Lifecycle.STUCK)
     existing = [v for v in ctx.views if v.lifecycle not in gone]
-    surge = h.max_surge if h.replacement == "surge" else 0
+    surge = h.max_surge if h.replacement is Replacement.SURGE else 0
     # surge: replacements may exist beside the nodes they replace (up to max + surge);
     # after-terminate: a replacement waits until the node it replaces is gone.
     room = pool.max_nodes + surge - len(existing)
-    if h.replacement == "after-terminate":
+    if h.replacement is Replacement.AFTER_TERMINATE:
         room = prog.desired - len(existing)
     count = min(need, max(room, 0))
     surges = prog.surge_for[: max(room - count, 0)]

@@ -13,7 +13,7 @@ Contract (tests/providers run it against each provider):
   accepted it. Refuses (ProviderError, code ForeignInstance where the provider sets codes)
   an instance without this fleet's tags before any call; an instance already gone is an
   error (nothing was rebooted). Raises the same mapped errors. The remediation ladder's
-  reboot rung (issue 13) and `navarch reboot` use it.
+  reboot rung and `navarch reboot` use it.
 - update_tags(instance, tags) -> None: set these tags (labels on GCP) on one instance in
   place, leaving its other tags alone. Providers whose cloud cannot (Lambda Cloud) raise
   ProviderError; the planner only asks the types in navarch.planner.plan.TAG_UPDATABLE.

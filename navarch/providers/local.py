@@ -189,7 +189,7 @@ class LocalProvider:
                 (d / name).unlink(missing_ok=True)
 
     def reset_gpus(self, instance: Instance) -> str:
-        """What `nvidia-smi -r` and playbooks/reset_gpu.yaml do to a local machine (issue 13):
+        """What `nvidia-smi -r` and playbooks/reset_gpu.yaml do to a local machine:
         the fake GPUs' device faults (lost GPUs, uncorrectable ECC counts, temperatures) are
         cleared and the agent is told of the reset (its gpu-reset marker), so it drops the
         XIDs it latched this boot; the boot id, kernel log position, instance and tags stay.
@@ -216,7 +216,7 @@ class LocalProvider:
         )
 
     def diagnose(self, instance: Instance, level: int) -> tuple[str, str]:
-        """What `dcgmi diag -r level` says of a local machine's fake GPUs (issue 13), at once
+        """What `dcgmi diag -r level` says of a local machine's fake GPUs, at once
         (no detached run): fail when a device fault is injected (a lost GPU, uncorrectable
         ECC errors: DCGM's PCIe and memory tests, level 2 and up; a lost GPU fails level 1
         too), else pass. Returns (a DiagState value, one line); a machine that is gone is

@@ -20,6 +20,7 @@ from typing import Any
 
 from navarch.errors import ConfigError, NavarchError, ProviderError, StalePlan
 from navarch.fleet_file import read_fleet_secret
+from navarch.health import Remedy
 from navarch.history import Actor
 from navarch.inventory import Instance, fingerprint
 from navarch.planner.context import PlanOptions
@@ -59,11 +60,11 @@ def system_clock() -> datetime:
 
 
 def _on_node_playbooks(pool: PoolSpec) -> bool:
-    """Whether the pool runs playbooks on its nodes whatever its scheduler (issue 13): the
+    """Whether the pool runs playbooks on its nodes whatever its scheduler: the
     ladder's GPU reset (playbooks/reset_gpu.yaml) or active diagnostics (dcgmi diag)."""
     h = pool.health
     return (
-        "reset_gpu" in h.remediation
+        Remedy.RESET_GPU in h.remediation
         or h.return_requires_diag is not None
         or pool.diagnostics.every_s is not None
     )
@@ -103,7 +104,7 @@ class Fleet:
 
     def secret(self) -> bytes | None:
         """The fleet secret. Raises ConfigError naming the missing environment variable or
-        file (issue 16 item 3): without it no report verifies and new nodes would boot
+        file: without it no report verifies and new nodes would boot
         without an agent key, so plan, apply and status stop instead of going on. With
         secret_optional (destroy) a missing secret is None instead."""
         try:
@@ -219,7 +220,7 @@ def gather(fleet: Fleet, now: datetime, options: PlanOptions | None = None) -> S
 def check_saved_plan(saved: Plan, snap: Snapshot) -> None:
     """Raise StalePlan when the state serial, the inventory, or what the plan was made from
     (node lifecycles, accepted reports, drift, halts: Plan.observation_fingerprint) moved on
-    since `saved` (issue 16 item 10)."""
+    since `saved`."""
     if saved.fleet != snap.plan.fleet:
         raise StalePlan(f"Saved plan is for fleet {saved.fleet}, not {snap.plan.fleet}")
     if saved.state_serial != snap.plan.state_serial:
@@ -291,7 +292,7 @@ def run_apply(
 
     after_apply(result, error): called while the lease is still held, once with the result
     or once with the NavarchError the run is about to raise (not for LockHeld, not when
-    confirm() declined); notifications hang here (issue 12). Its own errors are logged,
+    confirm() declined); notifications hang here. Its own errors are logged,
     never raised. run_id: the audit log's run id (default: the snapshot's UTC time and 8 hex
     digits); the CLI passes its own so log lines and the audit log share it. client: the MCP
     client's name when an MCP tool call asked (navarch.mcp_server); the lease's command and
@@ -302,7 +303,7 @@ def run_apply(
     object's version (fencing). Memory is written by compare-and-swap during the run (see
     navarch.reconcile.executor, JournalPolicy) and at the end, only when it differs from
     what was loaded (serial aside), so an apply with nothing to do keeps the serial and
-    saved plans stay valid (issue 16 item 11).
+    saved plans stay valid.
 
     Returns None when confirm() declined. Raises LockHeld, LeaseLost (the lease lapsed or
     was taken over: no action started after that and no state was written), StalePlan,

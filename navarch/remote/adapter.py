@@ -75,7 +75,7 @@ class SSHPlaybooks:
         token: str = "",
     ) -> DiagResult:
         """Run the pool's diagnostics playbook (playbooks.diagnostics, else the built-in
-        dcgmi diag) on one node at `level` (1-3); returns the DiagResult (issue 13).
+        dcgmi diag) on one node at `level` (1-3); returns the DiagResult.
 
         Never raises for SSH or playbook trouble: a bad playbook file or ssh mapping is an
         `error` result naming the ConfigError, like run() turns it into (False, text).

@@ -47,8 +47,8 @@ class PlaybookKind(enum.StrEnum):
     DRAIN = "drain"
     DRAIN_CHECK = "drain_check"
     UNCORDON = "uncordon"
-    DIAGNOSTICS = "diagnostics"  # active GPU diagnostics on the node (issue 13), any scheduler
-    RESET_GPU = "reset_gpu"  # the ladder's GPU reset, nvidia-smi -r on the node (issue 13)
+    DIAGNOSTICS = "diagnostics"  # active GPU diagnostics on the node, any scheduler
+    RESET_GPU = "reset_gpu"  # the ladder's GPU reset, nvidia-smi -r on the node
 
 
 #: The kinds that run on the node itself, one built-in file each (playbooks/<kind>.yaml).

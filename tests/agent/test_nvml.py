@@ -1,4 +1,4 @@
-"""NVML backend: every check of issue 5 through patched pynvml functions, plus real nvmlInit."""
+"""NVML backend: every check through patched pynvml functions, plus real nvmlInit."""
 
 from __future__ import annotations
 

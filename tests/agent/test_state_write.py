@@ -1,4 +1,4 @@
-"""Issue 16 item 6: an agent whose state file cannot be saved still reports, says so, and
+"""An agent whose state file cannot be saved still reports, says so, and
 every report keeps being accepted by the reconciler's check (no "replayed" forever).
 
 Two ways to make the state unwritable that also work as root (where chmod does not stop

@@ -378,7 +378,7 @@ def test_every_mapped_ec2_code_is_in_the_contract_table() -> None:
 
 
 def test_a_dedicated_hosts_id_is_the_instances_host_id() -> None:
-    """Issue 13: lemons are counted per physical host where EC2 exposes one: Placement.HostId
+    """Lemons are counted per physical host where EC2 exposes one: Placement.HostId
     of an instance on a Dedicated Host; none for instances on shared tenancy."""
     raw = {
         "InstanceId": "i-0123456789abcdef0",

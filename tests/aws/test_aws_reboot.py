@@ -1,4 +1,4 @@
-"""AWS provider reboot (issue 13) against moto: RebootInstances, never TerminateInstances."""
+"""AWS provider reboot against moto: RebootInstances, never TerminateInstances."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Drift and destroy end to end on AWS (issue 10): `navarch` subprocesses against moto.
+"""Drift and destroy end to end on AWS: `navarch` subprocesses against moto.
 
 The instance type and the AMI change in fleet.yaml; repeated agent reports + applies
 replace the node surge first; at the end only instances of the new type and AMI remain

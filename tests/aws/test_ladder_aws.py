@@ -1,4 +1,4 @@
-"""The remediation ladder's reboot against moto (issue 13): an XID 79 node is cordoned,
+"""The remediation ladder's reboot against moto: an XID 79 node is cordoned,
 drained and rebooted through EC2 RebootInstances (called once), never TerminateInstances,
 and returns to service after return_after healthy reports from its new boot."""
 

@@ -1,4 +1,4 @@
-"""Every key of fleet.yaml converges (issue 10), end to end on the embedded local provider.
+"""Every key of fleet.yaml converges, end to end on the embedded local provider.
 
 Each test edits fleet.yaml as a PR would, checks that `plan --detailed-exitcode` exits 2
 and names the drift per node, then runs `local tick` + `apply` until the plan is empty,

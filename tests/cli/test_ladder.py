@@ -1,4 +1,4 @@
-"""The remediation ladder end to end (issue 13) on the embedded local provider.
+"""The remediation ladder end to end on the embedded local provider.
 
 XID 79 (the agent's catalogue: action reboot) -> apply cordons and drains the node (no
 surge replacement for a reboot under surge_on: replace) -> once drained it is rebooted in

@@ -363,7 +363,7 @@ def _tamper(kind: str, report: dict, fleet_dir: Path) -> bytes:
 
 
 # "future" is not here: with the store's modification time known, a node's clock ahead is
-# skew shown on the node, not a rejection (issue 16 item 5, tests/cli/test_hardening_cli.py).
+# skew shown on the node, not a rejection (tests/cli/test_bad_input_cli.py).
 @pytest.mark.parametrize("kind", ["replayed", "oversized", "malformed", "schema"])
 def test_bad_reports_are_rejected_end_to_end(navarch, fleet_dir, kind):
     navarch.ok("apply", "fleet.yaml", "--auto-approve")

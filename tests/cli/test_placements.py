@@ -1,4 +1,4 @@
-"""Issue 15: one pool across two providers, end to end on two embedded local providers.
+"""One pool across two providers, end to end on two embedded local providers.
 
 sim-a is declared first; while every place of it answers "no capacity", apply launches on
 sim-b and the plan says why. Once sim-a has capacity again (the backoff has run out), a

@@ -125,7 +125,7 @@ GCP_ERRORS = [
     ErrorCase(_api_error(gexc.NotFound, "notFound"), ConfigError),
     ErrorCase(_api_error(gexc.BadRequest, "invalid"), ConfigError),
     # A machine or accelerator type not offered in the zone, or the zone itself: the
-    # place is wrong, not the pool (issue 16 item 2).
+    # place is wrong, not the pool.
     ErrorCase(
         _api_error(
             gexc.BadRequest,

@@ -1,4 +1,4 @@
-"""Drift end to end on GCP (issue 10): a changed machine type rolls the pool to new
+"""Drift end to end on GCP: a changed machine type rolls the pool to new
 instances on the local fake of the Compute API, reports in GCS (fake-gcs-server)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""GCP provider reboot (issue 13): instances.reset on the same VM, never a delete."""
+"""GCP provider reboot: instances.reset on the same VM, never a delete."""
 
 from __future__ import annotations
 

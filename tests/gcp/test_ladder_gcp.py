@@ -1,4 +1,4 @@
-"""The remediation ladder's reboot on GCP (issue 13): the fake Compute API and fake-gcs-server.
+"""The remediation ladder's reboot on GCP: the fake Compute API and fake-gcs-server.
 
 A node whose agent reports uncorrectable ECC errors is cordoned and drained, then restarted
 in place through instances.reset (never deleted), and returns to service after

@@ -159,7 +159,7 @@ def test_unknown_type_is_a_placement_error_and_bad_tag_a_config_error(
     fake_lambda, lambda_api_base: str
 ) -> None:
     p = _provider(lambda_api_base, FakeClock())
-    with pytest.raises(PlacementError):  # the pool's next type may be offered (issue 16.2)
+    with pytest.raises(PlacementError):  # the pool's next type may be offered
         p.provision(_request(instance_type="gpu_9x_nope"))
     req = _request()
     bad = ProvisionRequest(**{**req.__dict__, "tags": {**req.tags, "cost_center": "x"}})

@@ -1,4 +1,4 @@
-"""Lambda Cloud provider reboot (issue 13): instance-operations/restart, never terminate."""
+"""Lambda Cloud provider reboot: instance-operations/restart, never terminate."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 15: one pool on AWS (moto as a server) first and GCP (the fake Compute API)
+"""One pool on AWS (moto as a server) first and GCP (the fake Compute API)
 second, through the CLI as a subprocess.
 
 While every AWS place answers InsufficientInstanceCapacity (moto's RunInstances, gated in

@@ -1,4 +1,4 @@
-"""Golden files for the plan lines issue 10 and 16 added: drift and rolling replacement,
+"""Golden files for the plan lines of drift and hardening: drift and rolling replacement,
 in-place tag updates, orphans and the orphan guard, pending ("not converged") lines.
 
 Each case is a planner scenario (tests/planner/scenarios) rendered as text and JSON; the

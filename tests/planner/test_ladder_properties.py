@@ -1,4 +1,4 @@
-"""Hypothesis properties of the remediation ladder (issue 13) over many runs.
+"""Hypothesis properties of the remediation ladder over many runs.
 
 A small fake world: one pool on scheduler none whose nodes' agents report every run. A
 drawn schedule says, per run and node, whether the node faults (an XID whose catalogue

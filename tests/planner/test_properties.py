@@ -116,7 +116,7 @@ def pool_docs(draw: st.DrawFn, *, converging: bool = False) -> dict[str, Any]:
         health=health,
         autoscaling=autoscaling,
     )
-    if draw(st.booleans()):  # issue 15: the pool spans a second provider (same zone name z1)
+    if draw(st.booleans()):  # The pool spans a second provider (same zone name z1)
         first = {
             k: doc.pop(k) for k in ("provider", "instance_types", "zones", "capacity") if k in doc
         }
@@ -173,7 +173,7 @@ def summaries(draw: st.DrawFn, now: datetime, *, sequence: int) -> ReportSummary
 def foreign_instances(draw: st.DrawFn, now: datetime, owned_names: set[str]) -> list[Instance]:
     """Instances navarch must never touch: untagged, other fleet, no node tag. Their node
     tags never equal an owned name. (An instance with this fleet's tags whose pool is gone
-    is an orphan and one on another provider has drifted: issue 10; neither is foreign.)"""
+    is an orphan and one on another provider has drifted; neither is foreign.)"""
     out = []
     for k in range(draw(st.integers(0, 4))):
         kind = draw(st.sampled_from(["untagged", "other-fleet", "no-node"]))
@@ -467,7 +467,7 @@ def never_above_max(world: World, observed: Observed, p: Plan) -> None:
     """After the plan's provisions and terminations, the nodes not leaving stay within
     max_nodes and all existing nodes within max_nodes + max_surge, unless the pool was
     already above them (then the plan adds nothing). A rolling replacement's surge node
-    (it replaces a drifted node that keeps serving until it is ready, issue 10) counts
+    (it replaces a drifted node that keeps serving until it is ready) counts
     against max_nodes + max_surge only."""
     for pool in world.spec.pools:
         views = _pool_views(observed, pool.name)
@@ -526,7 +526,7 @@ def never_touches_a_foreign_instance(world: World, observed: Observed, p: Plan) 
 
 def terminates_only_after_cordon(world: World, observed: Observed, p: Plan) -> None:
     """TERMINATE only for nodes draining (drain finished or drain_timeout passed), already
-    terminating, or stuck pending past provision_timeout (never served, issue 10)."""
+    terminating, or stuck pending past provision_timeout (never served)."""
     views = {v.node: v for v in observed.views}
     for a in p.actions:
         if a.kind is ActionKind.TERMINATE:
@@ -948,7 +948,7 @@ def edited_sims(draw: st.DrawFn) -> tuple[Sim, FleetSpec]:
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(edited_sims())
 def test_edits_of_pool_settings_converge(case: tuple[Sim, FleetSpec]) -> None:
-    """Issue 10: after any edit of instance types, zones, capacity, launch settings or
+    """After any edit of instance types, zones, capacity, launch settings or
     labels, repeated plan/apply converges within a bounded number of runs to a plan with
     nothing to do and every node matching its pool; a plan is never "No changes" while a
     node drifts; at no step are more than max_unavailable nodes out of service (rolling

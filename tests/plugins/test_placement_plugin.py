@@ -1,4 +1,4 @@
-"""Issue 15: a navarch.placement plugin orders a multi-placement pool's places; a broken
+"""A navarch.placement plugin orders a multi-placement pool's places; a broken
 one is a one-line error naming it, exit 1, and nothing applied."""
 
 from __future__ import annotations

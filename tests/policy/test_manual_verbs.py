@@ -1,4 +1,4 @@
-"""`navarch reboot` and `navarch cordon` (issue 13) end to end on the local provider, and
+"""`navarch reboot` and `navarch cordon` end to end on the local provider, and
 the local provider's reboot(instances)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Health policy rules (navarch/policy.py, issue 13): compile at load, evaluate per report."""
+"""Health policy rules (navarch/policy.py): compile at load, evaluate per report."""
 
 from __future__ import annotations
 
@@ -225,4 +225,5 @@ def test_ladder_decides_the_rung(ladder, action, previous, lemon, rung) -> None:
     from navarch.planner.ladder import decide
 
     prev = Remedy(previous) if previous else None
-    assert decide(ladder, Remedy(action), previous=prev, lemon=lemon) == rung
+    ladder_ = tuple(Remedy(r) for r in ladder)
+    assert decide(ladder_, Remedy(action), previous=prev, lemon=lemon) == rung

@@ -1,4 +1,4 @@
-"""Active diagnostics (issue 13): the built-in dcgmi diag playbook over a real sshd with a
+"""Active diagnostics: the built-in dcgmi diag playbook over a real sshd with a
 dcgmi stand-in printing DCGM's JSON, and the parser on DCGM's shapes."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The ladder's GPU reset (issue 13): the built-in playbooks/reset_gpu.yaml over a real
+"""The ladder's GPU reset: the built-in playbooks/reset_gpu.yaml over a real
 sshd with an nvidia-smi stand-in, through SSHPlaybooks (the executor's runner)."""
 
 from __future__ import annotations

@@ -215,7 +215,7 @@ class FakeCompute(FakeAPI):
         return self._operation(m["zone"], "delete", m["name"])
 
     def _reset_vm(self, req: Request, m: re.Match[str]) -> Answer:
-        """instances.reset: the same VM, restarted (issue 13)."""
+        """instances.reset: the same VM, restarted."""
         inst = self.instances.get((m["zone"], m["name"]))
         if inst is None:
             return self._not_found(m)

@@ -173,7 +173,7 @@ class FakeLambda(FakeAPI):
         return 200, {"data": {"terminated_instances": [self.instances[i] for i in ids]}}
 
     def _restart(self, req: Request, m: re.Match[str]) -> Answer:
-        """instance-operations/restart: the same machines, rebooted (issue 13)."""
+        """instance-operations/restart: the same machines, rebooted."""
         ids = (req.body or {}).get("instance_ids") or []
         if any(self.instances.get(i, {}).get("status") != "active" for i in ids):
             return self._no_such_instance()

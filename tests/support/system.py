@@ -3,7 +3,7 @@
 On a fresh developer machine such a test skips with a message naming the package to
 install; CI (.ci/run) installs every package and sets NAVARCH_REQUIRE_SYSTEM_PACKAGES=1,
 which turns the skip into a failure, so a missing install step cannot hide behind a skip
-(issue 12 item 6).
+.
 """
 
 from __future__ import annotations

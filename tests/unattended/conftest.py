@@ -1,4 +1,4 @@
-"""Fixtures for issue 12's tests (see tests/unattended/helpers.py)."""
+"""Fixtures for the unattended-run tests (see tests/unattended/helpers.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Helpers for issue 12's tests: a recording HTTP server on 127.0.0.1 (webhook, Slack,
+"""Helpers for the unattended-run tests: a recording HTTP server on 127.0.0.1 (webhook, Slack,
 PagerDuty and Pushgateway stand-in), and local-provider fleet files."""
 
 from __future__ import annotations

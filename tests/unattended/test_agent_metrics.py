@@ -1,4 +1,4 @@
-"""The agent's own textfile (issue 12 item 2): `navarch agent run --once --metrics-textfile`
+"""The agent's own textfile: `navarch agent run --once --metrics-textfile`
 on fake GPUs with an XID 79 in the kernel log, read back with prometheus_client's parser."""
 
 from __future__ import annotations

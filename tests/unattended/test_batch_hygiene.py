@@ -1,4 +1,4 @@
-"""Batch-job hygiene (issue 12 item 5): JSON logs with the run id on every line and a final
+"""Batch-job hygiene: JSON logs with the run id on every line and a final
 one-line summary, no traceback when stdout is closed early, no colour under NO_COLOR."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The GitOps kit in examples/ (issue 12 item 3), each checked by the validator its
+"""The GitOps kit in examples/, each checked by the validator its
 platform would use: GitHub Actions and GitLab CI files against the schemastore schemas
 check-jsonschema vendors (offline), the Kubernetes manifests with kubernetes-validate's
 offline schemas (strict), the systemd units with `systemd-analyze verify`. Each validator

@@ -1,4 +1,4 @@
-"""`navarch plan --markdown` (issue 12 item 3): golden files for the PR-comment rendering.
+"""`navarch plan --markdown`: golden files for the PR-comment rendering.
 
 Plans are built as data (the planner's output types), so these files pin the renderer
 alone. Regenerate after an intended change with NAVARCH_UPDATE_GOLDEN=1 and review the diff.

@@ -1,4 +1,4 @@
-"""Metrics of a batch job (issue 12 item 2): `navarch apply --metrics-textfile` read back
+"""Metrics of a batch job: `navarch apply --metrics-textfile` read back
 with prometheus_client's own parser, known values for the example fleet, the last success
 carried over a failed run, and a Pushgateway stand-in on 127.0.0.1 that answers 503 (the
 real Pushgateway is in tests/metrics)."""

@@ -1,4 +1,4 @@
-"""Notifications end to end on the local provider (issue 12 item 1, "What it must show").
+"""Notifications end to end on the local provider.
 
 Real `navarch` subprocesses against a recording HTTP server on 127.0.0.1: a signed webhook
 event names the node and XID 79, a second apply on the same state sends no duplicate, a

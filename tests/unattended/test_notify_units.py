@@ -81,7 +81,7 @@ def test_events_from_outcomes_and_halts() -> None:
 
 
 def test_ladder_events_reboot_reset_and_diagnostics() -> None:
-    """Issue 13: a reboot, a GPU reset and a diagnostics verdict are events; a diagnostic
+    """A reboot, a GPU reset and a diagnostics verdict are events; a diagnostic
     that only started (or still runs) is not; a failed one is a warning."""
     node = "demo-train-0002"
     reboot = Action(

@@ -1,4 +1,4 @@
-"""The status page without a server (issue 12 item 4), rendered in a real headless
+"""The status page without a server, rendered in a real headless
 Chromium (Debian's `chromium`): the DOM holds the node table, the screenshot is a real,
 non-blank PNG. Also: `status_page: true` makes apply write status/<fleet>/index.html."""
 

@@ -1,4 +1,4 @@
-"""docs/architecture.md is the module map (issue 9): every module it names exists, and
+"""docs/architecture.md is the module map: every module it names exists, and
 every module of the navarch package is named there, so the map stays true."""
 
 from __future__ import annotations

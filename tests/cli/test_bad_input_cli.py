@@ -1,4 +1,5 @@
-"""Issue 16 items 3, 4, 5 and 13 through the CLI, as a subprocess on the local provider."""
+"""A missing secret, hostile reports, clock skew and bad input through the CLI, as a
+subprocess on the local provider."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ def _node(navarch, name: str) -> dict:
 
 
 # -- item 4 --------------------------------------------------------------------------------
-def test_16_4_hostile_reports_are_counted_in_status_not_a_traceback(navarch):
+def test_hostile_reports_are_counted_in_status_not_a_traceback(navarch):
     navarch.ok("apply", "fleet.yaml", "--auto-approve")
     navarch.ok("local", "tick", "fleet.yaml")
     health = navarch.workdir / STORE_HEALTH / "train"
@@ -37,7 +38,7 @@ def test_16_4_hostile_reports_are_counted_in_status_not_a_traceback(navarch):
 
 
 # -- item 5 --------------------------------------------------------------------------------
-def test_16_5_node_clock_lagging_11_minutes_is_not_cordoned(navarch):
+def test_node_clock_lagging_11_minutes_is_not_cordoned(navarch):
     navarch.ok("apply", "fleet.yaml", "--auto-approve")
     # The agents' clocks run 11 minutes late; the store stamps each object with its own time.
     navarch.ok("local", "tick", "fleet.yaml", "--agent-clock-skew=-660")
@@ -51,7 +52,7 @@ def test_16_5_node_clock_lagging_11_minutes_is_not_cordoned(navarch):
     assert "clock skew" in navarch.ok("status", "fleet.yaml", "--all").out
 
 
-def test_16_5_node_clock_10_minutes_ahead_is_not_rejected_as_future(navarch):
+def test_node_clock_10_minutes_ahead_is_not_rejected_as_future(navarch):
     navarch.ok("apply", "fleet.yaml", "--auto-approve")
     navarch.ok("local", "tick", "fleet.yaml", "--agent-clock-skew=600")
     status = navarch.status()
@@ -70,7 +71,7 @@ def _set_secret(fleet_dir, secret_line: str) -> None:
     path.write_text(text.replace("secret:\n  file: .navarch/fleet.secret\n", secret_line))
 
 
-def test_16_3_missing_secret_env_fails_plan_apply_and_status(navarch, fleet_dir):
+def test_missing_secret_env_fails_plan_apply_and_status(navarch, fleet_dir):
     _set_secret(fleet_dir, "secret: {env: DEMO_FLEET_SECRET}\n")
     for args in (
         ("plan", "fleet.yaml"),
@@ -86,7 +87,7 @@ def test_16_3_missing_secret_env_fails_plan_apply_and_status(navarch, fleet_dir)
     assert ok.code == 0, ok.err
 
 
-def test_16_3_a_fleet_whose_secret_is_lost_can_still_be_destroyed(navarch, fleet_dir):
+def test_a_fleet_whose_secret_is_lost_can_still_be_destroyed(navarch, fleet_dir):
     _set_secret(fleet_dir, "secret: {env: DEMO_FLEET_SECRET}\n")
     navarch.ok("apply", "fleet.yaml", "--auto-approve", env={"DEMO_FLEET_SECRET": "s" * 32})
     run = navarch("destroy", "fleet.yaml", "--force", "--auto-approve")
@@ -94,14 +95,14 @@ def test_16_3_a_fleet_whose_secret_is_lost_can_still_be_destroyed(navarch, fleet
     assert not list((fleet_dir / ".navarch/local/demo/machines").iterdir())
 
 
-def test_16_3_unreadable_secret_file_fails_naming_the_file(navarch, fleet_dir):
+def test_unreadable_secret_file_fails_naming_the_file(navarch, fleet_dir):
     (fleet_dir / ".navarch/fleet.secret").mkdir(parents=True)  # not a readable file
     run = navarch("plan", "fleet.yaml")
     assert run.code == 1
     assert "fleet.secret" in run.err and "secret.file" in run.err
 
 
-def test_16_3_every_report_rejected_for_one_reason_is_a_fleet_error(navarch, fleet_dir):
+def test_every_report_rejected_for_one_reason_is_a_fleet_error(navarch, fleet_dir):
     navarch.ok("apply", "fleet.yaml", "--auto-approve")
     navarch.ok("local", "tick", "fleet.yaml")
     (fleet_dir / ".navarch/fleet.secret").write_text("a-different-secret-0123456789abcdef\n")
@@ -129,7 +130,7 @@ def _edit_yaml(fleet_dir, mutate) -> None:
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
 
 
-def test_16_13_render_cloud_init_defaults_to_the_pools_first_node_name(navarch, fleet_dir):
+def test_render_cloud_init_defaults_to_the_pools_first_node_name(navarch, fleet_dir):
     from navarch import signing
 
     navarch.ok("plan", "fleet.yaml")  # creates the local fleet secret
@@ -140,7 +141,7 @@ def test_16_13_render_cloud_init_defaults_to_the_pools_first_node_name(navarch, 
     assert 'node: "train-0001"' not in out
 
 
-def test_16_13_playbook_path_typo_fails_validate(navarch, fleet_dir):
+def test_playbook_path_typo_fails_validate(navarch, fleet_dir):
     (fleet_dir / "broken.yaml").write_text("playbooks: [not, a, mapping]\n")
     _edit_yaml(
         fleet_dir,
@@ -163,7 +164,7 @@ def test_16_13_playbook_path_typo_fails_validate(navarch, fleet_dir):
     assert "2 problem(s) found" in run.err
 
 
-def test_16_13_validate_reports_every_schema_error(navarch, fleet_dir):
+def test_validate_reports_every_schema_error(navarch, fleet_dir):
     def break_three(d) -> None:
         d["colour"] = "blue"
         d["pools"]["train"]["capacity"] = "cheap"
@@ -184,14 +185,14 @@ def test_16_13_validate_reports_every_schema_error(navarch, fleet_dir):
     assert f"fleet.yaml:{line_of('colour: blue')}: colour: unknown key 'colour'" in errors[2]
 
 
-def test_16_13_bad_navarch_now_is_a_one_line_error(navarch):
+def test_bad_navarch_now_is_a_one_line_error(navarch):
     run = navarch("plan", "fleet.yaml", env={"NAVARCH_NOW": "yesterday"})
     assert run.code == 1
     assert "Traceback" not in run.err and len(run.err.strip().splitlines()) == 1
     assert "NAVARCH_NOW='yesterday' is not an RFC 3339 time" in run.err
 
 
-def test_16_13_local_inject_without_a_fault_exits_1_with_usage(navarch):
+def test_local_inject_without_a_fault_exits_1_with_usage(navarch):
     navarch.ok("apply", "fleet.yaml", "--auto-approve")
     run = navarch("local", "inject", "fleet.yaml", "demo-train-0001")
     assert run.code == 1
@@ -199,7 +200,7 @@ def test_16_13_local_inject_without_a_fault_exits_1_with_usage(navarch):
     assert run.out == ""
 
 
-def test_16_13_status_shows_zone_and_type_and_never_offline_as_healthy(navarch):
+def test_status_shows_zone_and_type_and_never_offline_as_healthy(navarch):
     navarch.ok("apply", "fleet.yaml", "--auto-approve")
     navarch.ok("local", "tick", "fleet.yaml")
     navarch.ok("local", "inject", "fleet.yaml", "demo-train-0002", "--silent")

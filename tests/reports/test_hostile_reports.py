@@ -1,4 +1,4 @@
-"""Issue 16 item 4: no report can crash a run.
+"""No report can crash a run.
 
 A corpus of hostile report objects, each stored under a node's key in a file:// store and
 read through read_reports: every one is rejected with a reason (counted by observe() into

@@ -1,4 +1,4 @@
-"""Issue 15: pools that span providers in fleet.yaml (placements:, placement:, prices:)."""
+"""Pools that span providers in fleet.yaml (placements:, placement:, prices:)."""
 
 from __future__ import annotations
 

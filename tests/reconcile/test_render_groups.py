@@ -1,4 +1,4 @@
-"""Plan rendering at scale (issue 11): large groups of one action kind in a pool are
+"""Plan rendering at scale: large groups of one action kind in a pool are
 summarised in the text plan; --verbose and --json keep every node."""
 
 from __future__ import annotations

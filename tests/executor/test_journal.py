@@ -1,4 +1,4 @@
-"""Journaled apply (issue 16 items 1 and 11, issue 11 item 2): a failure of any kind in the
+"""Journaled apply: a failure of any kind in the
 middle of an apply never loses the record of what it did; an apply with nothing to do keeps
 the state serial; the audit log is written in chunks; actions run in parallel."""
 
@@ -116,7 +116,7 @@ def audit_records(root: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for f in files for line in f.read_text().splitlines()]
 
 
-def test_16_1_keyerror_on_third_provision_keeps_the_first_two(tmp_path):
+def test_keyerror_on_third_provision_keeps_the_first_two(tmp_path):
     write_fleet(tmp_path, target=4, max_parallel=1)
     fleet = open_fleet(tmp_path)
     spy = Spy(fleet.providers["sim"], fail_at=3)
@@ -134,7 +134,7 @@ def test_16_1_keyerror_on_third_provision_keeps_the_first_two(tmp_path):
     assert len(machines(tmp_path)) == 4 and known(tmp_path) == machines(tmp_path)
 
 
-def test_16_1_store_error_on_second_audit_write_loses_nothing(tmp_path):
+def test_store_error_on_second_audit_write_loses_nothing(tmp_path):
     write_fleet(tmp_path, target=4, max_parallel=1)
     fleet = open_fleet(tmp_path)
     fleet.store = FlakyStore(fleet.store, "events/", fail_puts={2})
@@ -147,7 +147,7 @@ def test_16_1_store_error_on_second_audit_write_loses_nothing(tmp_path):
     ]
 
 
-def test_16_1_audit_store_down_still_records_memory_and_fails_the_run(tmp_path):
+def test_audit_store_down_still_records_memory_and_fails_the_run(tmp_path):
     write_fleet(tmp_path, target=3, max_parallel=1)
     fleet = open_fleet(tmp_path)
     fleet.store = FlakyStore(fleet.store, "events/", fail_puts=set(range(2, 100)))
@@ -158,7 +158,7 @@ def test_16_1_audit_store_down_still_records_memory_and_fails_the_run(tmp_path):
     assert len(audit_records(tmp_path)) == 1  # the first chunk; the rest was reported
 
 
-def test_16_1_sigkill_after_cordon_keeps_it_and_launches_nothing_twice(tmp_path):
+def test_sigkill_after_cordon_keeps_it_and_launches_nothing_twice(tmp_path):
     write_fleet(tmp_path, target=3, max_parallel=4, lock_ttl="3s")
     assert navarch(tmp_path, "apply", "fleet.yaml", "--auto-approve").returncode == 0
     assert navarch(tmp_path, "local", "tick", "fleet.yaml").returncode == 0
@@ -190,7 +190,7 @@ def test_16_1_sigkill_after_cordon_keeps_it_and_launches_nothing_twice(tmp_path)
     assert sorted(machines(tmp_path)) == [f"jt-train-{i:04d}" for i in range(1, 5)]
 
 
-def test_16_11_apply_with_nothing_to_do_keeps_the_serial_and_saved_plans(tmp_path):
+def test_apply_with_nothing_to_do_keeps_the_serial_and_saved_plans(tmp_path):
     write_fleet(tmp_path, target=2)
     assert navarch(tmp_path, "apply", "fleet.yaml", "--auto-approve").returncode == 0
     serial = json.loads(state_path(tmp_path).read_text())["serial"]

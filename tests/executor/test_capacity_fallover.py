@@ -1,4 +1,4 @@
-"""Issue 16 item 2: capacity fallover only stops for a reason.
+"""Capacity fallover only stops for a reason.
 
 Each test applies a real local fleet (file:// store, local provider) through run_apply;
 where a cloud's answer is needed, a thin wrapper around the local provider raises the
@@ -108,7 +108,7 @@ def _exhausted(fleet: Fleet) -> set[tuple[str, str]]:
     return {(e.zone, e.instance_type) for e in memory.pool("train").exhausted}
 
 
-def test_16_2_type_not_offered_in_the_first_zone_falls_over_to_the_next(tmp_path):
+def test_type_not_offered_in_the_first_zone_falls_over_to_the_next(tmp_path):
     fleet = _fleet(tmp_path, not_offered=["sim-1a/sim-h100x8"])
     result = _apply(fleet)
     assert all(o.ok for o in result.outcomes), [o.detail for o in result.outcomes]
@@ -122,7 +122,7 @@ def test_16_2_type_not_offered_in_the_first_zone_falls_over_to_the_next(tmp_path
     assert _exhausted(fleet) == {("sim-1a", "sim-h100x8")}
 
 
-def test_16_2_no_place_can_take_it_says_why_for_each_place(tmp_path):
+def test_no_place_can_take_it_says_why_for_each_place(tmp_path):
     fleet = _fleet(tmp_path, target=1, not_offered=["sim-1a/sim-h100x8", "sim-1b/sim-a100x8"])
     sim = fleet.providers["sim"]
     fleet.providers["sim"] = Scripted(
@@ -154,7 +154,7 @@ def test_16_2_no_place_can_take_it_says_why_for_each_place(tmp_path):
         (TransientError("throttled", code="RequestLimitExceeded"), 2, "TransientError"),
     ],
 )
-def test_16_2_quota_auth_and_transient_stop_where_they_should(tmp_path, error, calls, why):
+def test_quota_auth_and_transient_stop_where_they_should(tmp_path, error, calls, why):
     fleet = _fleet(tmp_path)
     scripted = Scripted(fleet.providers["sim"], lambda r: error)
     fleet.providers["sim"] = scripted
@@ -167,7 +167,7 @@ def test_16_2_quota_auth_and_transient_stop_where_they_should(tmp_path, error, c
     assert _exhausted(fleet) == set()  # not the place's fault
 
 
-def test_16_2_spent_launch_id_tries_the_next_place(tmp_path):
+def test_spent_launch_id_tries_the_next_place(tmp_path):
     fleet = _fleet(tmp_path, target=1)
     scripted = Scripted(
         fleet.providers["sim"],
@@ -187,7 +187,7 @@ def test_16_2_spent_launch_id_tries_the_next_place(tmp_path):
     assert _exhausted(fleet) == set()  # the place is fine, only the token was spent
 
 
-def test_16_2_all_launch_ids_spent_moves_to_a_new_node_name(tmp_path):
+def test_all_launch_ids_spent_moves_to_a_new_node_name(tmp_path):
     fleet = _fleet(tmp_path, target=1)
     spent = Scripted(
         fleet.providers["sim"],

@@ -1,4 +1,4 @@
-"""The apply lease (issue 11 item 3): renewed by its holder, taken over by CAS once it
+"""The apply lease: renewed by its holder, taken over by CAS once it
 lapses, checked before every action and state write; a killed apply blocks the next run
 for at most one TTL."""
 

@@ -1,4 +1,4 @@
-"""Health policy rules applied to verified reports (issue 13): navarch.reconcile.reports runs
+"""Health policy rules applied to verified reports: navarch.reconcile.reports runs
 navarch.policy.evaluate over each report with its pool's rule sets."""
 
 from __future__ import annotations

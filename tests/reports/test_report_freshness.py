@@ -1,4 +1,4 @@
-"""Issue 16 item 5: freshness does not trust the node's clock.
+"""Freshness does not trust the node's clock.
 
 Reports are stored in a real file:// store whose file modification time is the store's
 clock; read_reports, observe() and plan() then judge them as `navarch plan` does.

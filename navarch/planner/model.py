@@ -481,6 +481,11 @@ class Place:
         where = f"{self.provider} " if self.provider else ""
         return f"{where}{self.zone}/{self.instance_type}" + (" (spot)" if self.spot else "")
 
+    @staticmethod
+    def count(n: int) -> str:
+        """n places as plan and outcome lines say it: "1 zone/type", "3 zones/types"."""
+        return f"{n} {'zone/type' if n == 1 else 'zones/types'}"
+
 
 @dataclass(frozen=True)
 class Action:

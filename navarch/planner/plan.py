@@ -231,7 +231,7 @@ def placement_note(pool: PoolSpec, pm: PoolMemory, now: datetime, first: Place) 
         keys = [(pl.provider, z, t, s) for z, t, s in pl.places()]
         untils = [blocked[k] for k in keys if k in blocked]
         if untils:
-            scope = "all places" if len(untils) == len(keys) else f"{len(untils)} place(s)"
+            scope = "all places" if len(untils) == len(keys) else Place.count(len(untils))
             notes.append(f"{pl.label()}: {scope} exhausted until {min(untils):%H:%M}")
     return "; ".join(notes)
 

@@ -471,7 +471,7 @@ class Handlers:
             return m.with_pool(pm).with_node(nm)
 
         why = "without capacity" if not not_offered else "that could not take it"
-        where = place.label() + (f" after {len(tried)} place(s) {why}" if tried else "")
+        where = place.label() + (f" after {Place.count(len(tried))} {why}" if tried else "")
         return Outcome.done(a, f"{inst.instance_id} in {where}"), _chain(*updates, launched)
 
     def _exhausted(self, pool: str, zone: str, itype: str, spot: bool, provider: str) -> Update:

@@ -38,10 +38,7 @@ def _headline(a: Action) -> str:
         others = len(a.places) - 1
         # Say what the count is: the fallbacks tried only if this place has no capacity.
         more = (
-            (
-                f", then {others} other {'zones/types' if others > 1 else 'zone/type'} "
-                "if out of capacity"
-            )
+            (f", then {Place.count(others).replace(' ', ' other ', 1)} if out of capacity")
             if others
             else ""
         )

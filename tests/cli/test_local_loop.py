@@ -287,7 +287,7 @@ def test_capacity_falls_over_to_the_next_zone_and_is_remembered(navarch):
         navarch.workdir, lambda d: d["providers"]["sim"].update(unavailable=["sim-1a/sim-h100x8"])
     )
     run = navarch.ok("apply", "fleet.yaml", "--auto-approve")
-    assert "in sim-1b/sim-h100x8 after 1 place(s) without capacity" in run.out
+    assert "in sim-1b/sim-h100x8 after 1 zone/type without capacity" in run.out
     zones = {n["zone"] for n in navarch.nodes("train")}
     assert zones == {"sim-1b"}
     # The exhausted place is remembered: the next plan starts at sim-1b (surge_on: any, so

@@ -57,7 +57,7 @@ def _end_backoff(fleet_dir: Path) -> None:
 
 def test_two_placements_fall_over_and_come_back(navarch, fleet_dir: Path) -> None:
     out = navarch.ok("apply", "fleet.yaml", "--auto-approve").out
-    assert "after 2 place(s) without capacity" in out, out
+    assert "after 2 zones/types without capacity" in out, out
     assert set(_providers(navarch).values()) == {"sim-b"}
 
     # A third node: the plan names the placement and why the first one is skipped.

@@ -117,7 +117,7 @@ def test_type_not_offered_in_the_first_zone_falls_over_to_the_next(tmp_path):
         "fo-train-0002": ("sim-1b", "sim-h100x8"),
     }
     first = next(o for o in result.outcomes if o.action.node == "fo-train-0001")
-    assert "after 1 place(s) that could not take it" in first.detail
+    assert "after 1 zone/type that could not take it" in first.detail
     # Remembered like capacity (with a backoff), so the next launch does not try it again.
     assert _exhausted(fleet) == {("sim-1a", "sim-h100x8")}
 

@@ -20,6 +20,7 @@ from navarch.reconcile import reports as reports_module
 from navarch.reconcile.reports import MAX_REPORT_BYTES, REJECT_REASONS, read_reports
 from navarch.stores.base import Blob
 from navarch.stores.file import FileStore
+from tests.support.reports import report_doc
 
 SECRET = b"fleet-secret-for-tests"
 NOW = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
@@ -28,35 +29,7 @@ KEY = f"health/demo/train/{NODE}.json"
 
 
 def _report(**over: object) -> dict:
-    report = {
-        "schema_version": 2,
-        "fleet": "demo",
-        "pool": "train",
-        "node": NODE,
-        "instance_id": "i-1",
-        "boot_id": "boot-a",
-        "agent_version": "0.1.0",
-        "sequence": 7,
-        "generated_at": "2026-11-01T11:59:30Z",
-        "status": "healthy",
-        "action": "none",
-        "health_score": 100,
-        "checks": [],
-        "xids": [],
-        "notice": None,
-        "gpus": [
-            {
-                "index": 0,
-                "uuid": "GPU-1",
-                "name": "NVIDIA H100 80GB HBM3",
-                "pci_bus_id": "0000:18:00",
-                "utilization_pct": 40.0,
-                "process_count": 1,
-            }
-        ],
-    }
-    report.update(over)
-    return report
+    return report_doc(**over)
 
 
 def _signed(report: dict) -> dict:

@@ -23,6 +23,7 @@ from navarch.planner.plan import plan
 from navarch.reconcile.codec import memory_from_json, memory_to_json
 from navarch.reconcile.reports import read_reports
 from navarch.stores.file import FileStore
+from tests.support.reports import report_doc
 
 REPO = Path(__file__).resolve().parents[2]
 SECRET = b"fleet-secret-for-tests"
@@ -50,24 +51,7 @@ def _instance() -> Instance:
 
 
 def _store_report(store: FileStore, generated_at: datetime, stored_at: datetime) -> None:
-    report = {
-        "schema_version": 2,
-        "fleet": "demo",
-        "pool": "train",
-        "node": NODE,
-        "instance_id": "i-1",
-        "boot_id": "boot-a",
-        "agent_version": "0.1.0",
-        "sequence": 7,
-        "generated_at": generated_at.strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "status": "healthy",
-        "action": "none",
-        "health_score": 100,
-        "checks": [],
-        "gpus": [],
-        "xids": [],
-        "notice": None,
-    }
+    report = report_doc(generated_at=generated_at.strftime("%Y-%m-%dT%H:%M:%SZ"), gpus=[])
     signed = signing.sign(report, signing.derive_node_key(SECRET, "demo", NODE))
     key = f"health/demo/train/{NODE}.json"
     store.put(key, json.dumps(signed).encode())

@@ -11,6 +11,7 @@ from navarch.planner.model import Memory
 from navarch.policy import compile_rule
 from navarch.reconcile.reports import read_reports, verify_report
 from navarch.stores.file import FileStore
+from tests.support.reports import xid79_report_doc
 
 SECRET = b"fleet-secret-for-tests"
 NOW = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
@@ -26,46 +27,7 @@ RAISES = compile_rule("needs-second-gpu", "gpus[1].temperature_c > 80.0", "unhea
 
 def _report(**over) -> dict:
     """An agent's report (schemas/health-report.schema.json) with XID 79: unhealthy, reboot."""
-    report = {
-        "schema_version": 2,
-        "fleet": "demo",
-        "pool": "train",
-        "node": "demo-train-0001",
-        "instance_id": "i-1",
-        "boot_id": "boot-a",
-        "agent_version": "0.1.0",
-        "sequence": 7,
-        "generated_at": "2026-11-01T11:59:30Z",
-        "status": "unhealthy",
-        "action": "reboot",
-        "health_score": 20,
-        "checks": [],
-        "gpus": [
-            {
-                "index": 0,
-                "uuid": "GPU-1",
-                "name": "NVIDIA H100 80GB HBM3",
-                "pci_bus_id": "0000:18:00",
-                "utilization_pct": 40.0,
-                "process_count": 1,
-            }
-        ],
-        "xids": [
-            {
-                "code": 79,
-                "pci_bus_id": "0000:18:00",
-                "time": None,
-                "boot_id": "boot-a",
-                "severity": "fatal",
-                "action": "reboot",
-                "message": "GPU has fallen off the bus",
-            }
-        ],
-        "notice": None,
-        "signature": {"alg": "HMAC-SHA256", "value": "0" * 64},
-    }
-    report.update(over)
-    return report
+    return xid79_report_doc(**over)
 
 
 def _signed(report: dict) -> bytes:

@@ -13,69 +13,27 @@ from navarch.health import FaultKey, Remedy, Status
 from navarch.planner.model import Memory, NodeMemory, ReportSummary
 from navarch.reconcile.reports import MAX_REPORT_BYTES, read_reports, verify_report
 from navarch.stores.file import FileStore
+from tests.support.reports import GPU0, xid79_report_doc
 
 SECRET = b"fleet-secret-for-tests"
 NOW = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 
 
 def _report(**over) -> dict:
-    report = {
-        "schema_version": 2,
-        "fleet": "demo",
-        "pool": "train",
-        "node": "demo-train-0001",
-        "instance_id": "i-1",
-        "boot_id": "boot-a",
-        "agent_version": "0.1.0",
-        "sequence": 7,
-        "generated_at": "2026-11-01T11:59:30Z",
-        "status": "unhealthy",
-        "action": "reboot",
-        "health_score": 20,
-        "checks": [
-            {
-                "name": "temperature",
-                "status": "degraded",
-                "action": "none",
-                "message": "GPU 2 at 88 C",
-                "gpu_index": 2,
-                "fault_key": {"kind": "thermal", "gpu_index": 2},
-            }
-        ],
-        "gpus": [
-            {
-                "index": 0,
-                "uuid": "GPU-1",
-                "name": "NVIDIA H100 80GB HBM3",
-                "pci_bus_id": "0000:18:00",
-                "utilization_pct": 40.0,
-                "process_count": 1,
-            },
-            {
-                "index": 1,
-                "uuid": "GPU-2",
-                "name": "NVIDIA H100 80GB HBM3",
-                "pci_bus_id": "0000:2a:00",
-                "utilization_pct": 60.0,
-                "process_count": 0,
-            },
-        ],
-        "xids": [
-            {
-                "code": 79,
-                "pci_bus_id": "0000:18:00",
-                "time": None,
-                "boot_id": "boot-a",
-                "severity": "fatal",
-                "action": "reboot",
-                "message": "GPU has fallen off the bus",
-            }
-        ],
-        "notice": None,
-        "signature": {"alg": "HMAC-SHA256", "value": "0" * 64},
-    }
-    report.update(over)
-    return report
+    """XID 79 latched on GPU 0, a degraded temperature check on GPU 2, two GPUs."""
+    gpu1 = {**GPU0, "index": 1, "uuid": "GPU-2", "pci_bus_id": "0000:2a:00"}
+    gpu1.update(utilization_pct=60.0, process_count=0)
+    checks = [
+        {
+            "name": "temperature",
+            "status": "degraded",
+            "action": "none",
+            "message": "GPU 2 at 88 C",
+            "gpu_index": 2,
+            "fault_key": {"kind": "thermal", "gpu_index": 2},
+        }
+    ]
+    return xid79_report_doc(**{"checks": checks, "gpus": [dict(GPU0), gpu1], **over})
 
 
 def _signed(report: dict, node: str = "demo-train-0001") -> bytes:

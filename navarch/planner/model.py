@@ -293,6 +293,32 @@ class Exhausted:
     provider: str = field(kw_only=True)
 
 
+#: A pool's ssh mapping as stored: (key, value) pairs in key order (fleet.schema.json
+#: $defs.ssh holds only scalars).
+SshSettings = tuple[tuple[str, str | int | float | bool], ...]
+
+
+@dataclass(frozen=True)
+class PoolSettings:
+    """What retiring a pool's nodes needs once the pool has left fleet.yaml: its scheduler
+    (none, slurm, kubernetes), playbook overrides (kind -> path relative to fleet.yaml)
+    and ssh mapping as the pool declared them, its drain_timeout and stale_after in
+    seconds, and its disruption budget as a node count (max_unavailable of its target).
+
+    observe() records it in PoolMemory every run the pool is declared. The defaults are
+    fleet.schema.json's (scheduler none, drain_timeout 30m, stale_after 6m,
+    max_unavailable 1): what an orphan is retired with when its pool's settings are
+    unknown (a state written before navarch kept them).
+    """
+
+    scheduler: str = "none"
+    playbooks: tuple[tuple[str, str], ...] = ()
+    ssh: SshSettings = ()
+    drain_timeout_s: int = 1800
+    stale_after_s: int = 360
+    max_unavailable: int = 1
+
+
 @dataclass(frozen=True)
 class PoolMemory:
     pool: str
@@ -307,6 +333,11 @@ class PoolMemory:
     # (host id, fault key, when), kept for lemon_window; hosts whose nodes were lemons.
     host_faults: tuple[tuple[str, str, datetime], ...] = ()
     lemon_hosts: tuple[str, ...] = ()
+    # What the pool's nodes are retired with once it leaves fleet.yaml (None: unknown).
+    settings: PoolSettings | None = None
+    # When navarch first cordoned a node of the pool after it left fleet.yaml: its
+    # retirement is under way and the orphan guard has been passed (None: not started).
+    retiring_since: datetime | None = None
 
 
 class NodeTable:
@@ -462,6 +493,7 @@ class NodeView:
     diag: Diag | None = None
     diag_cordon: bool = False
     impaired: bool = False  # the lifecycle comes from the cloud's own status, not a report
+    orphan: bool = False  # its pool is no longer in fleet.yaml (retired: cordon, drain, terminate)
 
 
 @dataclass(frozen=True)

@@ -50,9 +50,11 @@ from navarch.planner.model import (
     NodeMemory,
     NodeView,
     Phase,
+    PoolSettings,
     ReportObservation,
     ReportSummary,
 )
+from navarch.planner.retired import retired_pool, settings_of
 from navarch.spec import FleetSpec, PoolSpec
 
 
@@ -197,7 +199,8 @@ def observe(
             changed.append(nm)
         pool = declared.get(inst.pool or "")
         if pool is None:
-            views.append(_orphan_view(inst, nm, now))
+            settings = memory.pool(inst.pool or "").settings
+            views.append(_orphan_view(inst, nm, obs, now, settings, drain_checks.get(name)))
             continue
         views.append(
             _view(
@@ -224,7 +227,14 @@ def observe(
     for pool in spec.pools:
         pm = mem.pool(pool.name)
         if pool.name in highest and highest[pool.name] + 1 > pm.next_index:
-            mem = mem.with_pool(replace(pm, next_index=highest[pool.name] + 1))
+            pm = replace(pm, next_index=highest[pool.name] + 1)
+        # Kept while the pool is declared, so that its nodes can still be drained with
+        # them should the pool leave fleet.yaml (its retirement then starts afresh).
+        settings = settings_of(pool)
+        if pm.settings != settings or pm.retiring_since is not None:
+            pm = replace(pm, settings=settings, retiring_since=None)
+        if pm != mem.pool(pool.name):
+            mem = mem.with_pool(pm)
 
     mem = replace(mem, rejections=tuple(sorted(rejections.items())))
     return Observed(
@@ -265,18 +275,43 @@ def _split(
     return owned, foreign, duplicates
 
 
-def _orphan_view(inst: Instance, nm: NodeMemory, now: datetime) -> NodeView:
+def _orphan_view(
+    inst: Instance,
+    nm: NodeMemory,
+    obs: ReportObservation | None,
+    now: datetime,
+    settings: PoolSettings | None,
+    drain_check: bool | None,
+) -> NodeView:
+    """A node whose pool left fleet.yaml: ORPHAN until navarch takes it out of service,
+    then the lifecycle of its phase (cordoned, draining, terminating), judged with its
+    pool's recorded settings (navarch.planner.retired; unknown: scheduler none)."""
     s = nm.report
+    age = max((now - s.observed_at).total_seconds(), 0.0) if s else None
+    orphan = f"pool {inst.pool} was removed from fleet.yaml"
+    verdict: _Verdict = (Lifecycle.ORPHAN, orphan, {})
+    if nm.phase is not Phase.NONE:
+        phased = _by_phase(retired_pool(inst.pool or "", settings), nm, age, drain_check)
+        if phased is not None:
+            lc, reason, extra = phased
+            # A node cordoned for another reason before its pool left says both.
+            if "orphan:" not in reason:
+                reason = f"orphan: {orphan}; {reason}" if reason else f"orphan: {orphan}"
+            verdict = (lc, reason, extra)
+    lc, reason, extra = verdict
     return NodeView(
         node=nm.node,
         pool=inst.pool or "",
-        lifecycle=Lifecycle.ORPHAN,
-        reason=f"pool {inst.pool} was removed from fleet.yaml",
+        lifecycle=lc,
+        reason=reason,
         instance=inst,
         summary=s,
-        report_age_s=(now - s.observed_at).total_seconds() if s else None,
+        report_age_s=age,
         streak=nm.streak,
         phase_at=nm.phase_at,
+        rejected=obs.rejected if obs else None,
+        orphan=True,
+        **extra,
     )
 
 

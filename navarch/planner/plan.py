@@ -4,7 +4,8 @@ Pure: no I/O, no clock reads, no randomness; same inputs give the same plan, byt
 
 A fleet's plan is made in two layers of named stages, each a pure function:
 - fleet stages: the circuit breaker over the whole fleet, orphans (nodes whose pool left
-  fleet.yaml, with the guard against mass termination), duplicate node names;
+  fleet.yaml: cordoned, drained and terminated with the pool's remembered settings and
+  budget, behind the guard against mass termination), duplicate node names;
 - pool stages, per pool in name order (POOL_STAGES): scale (desired count), ladder
   (navarch.planner.ladder: reset, reboot, return to service or replace drained and
   remedied nodes; operator cordons), terminate (nodes whose drain finished or timed out),
@@ -32,7 +33,7 @@ Safety rules enforced here (DESIGN.md "Safety rules"):
     drifted or requested nodes) started per pool per hour;
  6. provisioning tries places in the pool's fallback order, skipping exhausted ones.
 A node is only terminated after it was cordoned and drained (or drain_timeout passed),
-except orphans, duplicates, stuck instances and `destroy --force`. A node is only rebooted or
+except duplicates, stuck instances and `destroy --force`. A node is only rebooted or
 GPU-reset after it was cordoned and its drain finished (never on drain_timeout), and never
 while its latest report shows GPU processes; it is only returned to service automatically
 after return_after healthy reports made after the remedy (a boot other than its fault's,
@@ -86,6 +87,7 @@ from navarch.planner.model import (
     PoolMemory,
 )
 from navarch.planner.observe import Duplicate, fault_of
+from navarch.planner.retired import UNKNOWN, retired_pool
 from navarch.spec import FleetSpec, PoolSpec, Replacement, SurgeOn
 
 HOUR_S = 3600
@@ -130,7 +132,7 @@ def _failed_return_diag(v: NodeView) -> bool:
 
 
 def _breaker_tripped(views: Sequence[NodeView], pct: float) -> tuple[bool, int, int]:
-    active = [v for v in views if v.lifecycle not in (Lifecycle.TERMINATING, Lifecycle.ORPHAN)]
+    active = [v for v in views if v.lifecycle is not Lifecycle.TERMINATING and not v.orphan]
     sick = sum(
         v.lifecycle in (Lifecycle.UNHEALTHY, Lifecycle.OFFLINE) or _failed_return_diag(v)
         for v in active
@@ -144,7 +146,7 @@ def _sick_words(views: Sequence[NodeView]) -> str:
     failing = sum(
         _failed_return_diag(v)
         for v in views
-        if v.lifecycle not in (Lifecycle.TERMINATING, Lifecycle.ORPHAN)
+        if v.lifecycle is not Lifecycle.TERMINATING and not v.orphan
     )
     return "unhealthy or offline" + (
         f" ({failing} failing their return diagnostics)" if failing else ""
@@ -257,7 +259,7 @@ def plan(
     combination of valid inputs. Cost: O(N log N) in the number of nodes.
     """
     options = options or PlanOptions()
-    fleet = _fleet_stages(spec, views, memory, options, duplicates)
+    fleet = _fleet_stages(spec, views, memory, now, options, duplicates)
     by_pool: dict[str, list[NodeView]] = {}
     for v in views:
         by_pool.setdefault(v.pool, []).append(v)
@@ -356,7 +358,12 @@ def _plan_pool(
     stages = DESTROY_STAGES if options.destroy else POOL_STAGES
     if options.destroy and options.force:
         stages = (force_destroy_stage,)
-    out = StageResult(progress, halts=tuple(halts))
+    return _run_stages(ctx, stages, StageResult(progress, halts=tuple(halts)))
+
+
+def _run_stages(ctx: PoolContext, stages: Sequence[Stage], start: StageResult) -> StageResult:
+    """Run stages in order from `start`, folding their results into one StageResult."""
+    out = start
     for stage in stages:
         r = stage(ctx, out.progress)
         out = StageResult(
@@ -376,6 +383,7 @@ def _fleet_stages(
     spec: FleetSpec,
     views: Sequence[NodeView],
     memory: Memory,
+    now: datetime,
     options: PlanOptions,
     duplicates: Sequence[Duplicate],
 ) -> StageResult:
@@ -392,7 +400,9 @@ def _fleet_stages(
                 "termination anywhere; check the agents, the store and the network first",
             )
         )
-    orphans = orphan_stage(spec, views, options)
+    orphans = orphan_stage(
+        spec, views, memory, now, options, frozen=tripped and not options.destroy
+    )
     dups = duplicate_stage(duplicates)
     return StageResult(
         Progress(0, 0, 0),
@@ -403,45 +413,153 @@ def _fleet_stages(
     )
 
 
-def orphan_stage(spec: FleetSpec, views: Sequence[NodeView], options: PlanOptions) -> StageResult:
-    """Terminate nodes whose pool left fleet.yaml, unless there are more than the orphan
-    guard allows (safety.max_orphan_terminations; a typo must not delete a fleet)."""
-    orphans = [v for v in views if v.lifecycle is Lifecycle.ORPHAN and options.includes(v.pool)]
+def orphan_stage(
+    spec: FleetSpec,
+    views: Sequence[NodeView],
+    memory: Memory,
+    now: datetime,
+    options: PlanOptions,
+    *,
+    frozen: bool,
+) -> StageResult:
+    """Retire the nodes whose pool left fleet.yaml the way any node leaves service.
+
+    Per removed pool (in name order), with the settings navarch recorded while the pool was
+    declared (PoolMemory.settings; unknown: navarch.planner.retired.UNKNOWN, scheduler none):
+    terminate what finished draining or passed drain_timeout (terminate_stage), drain what
+    was cordoned but not drained (redrain_stage), then cordon + drain the rest within the
+    pool's remembered max_unavailable (retire_stage). frozen: the fleet circuit breaker is
+    open (no new cordon, no termination at drain_timeout). `destroy` lifts the budget and
+    the breaker; `destroy --force` terminates at once (force_destroy_stage).
+
+    The orphan guard (a typo must not retire a fleet): when the orphans of pools whose
+    retirement has not started (PoolMemory.retiring_since) outnumber
+    safety.max_orphan_terminations, none of those pools is touched and a safety halt says
+    how to go on; a retirement once started (by a run the guard let through, or with
+    --allow-destroy) continues in later runs without the flag.
+    """
+    orphans = [v for v in views if v.orphan and options.includes(v.pool)]
     if not orphans:
         return StageResult(Progress(0, 0, 0))
+    by_pool: dict[str, list[NodeView]] = {}
+    for v in orphans:
+        by_pool.setdefault(v.pool, []).append(v)
+    out = StageResult(Progress(0, 0, 0))
+    new = sorted(p for p in by_pool if memory.pool(p).retiring_since is None)
+    count = sum(len(by_pool[p]) for p in new)
     limit = spec.safety.orphan_limit(len(views))
-    if len(orphans) > limit and not (options.allow_destroy or options.destroy):
-        pools = ", ".join(sorted({v.pool for v in orphans}))
-        return StageResult(
-            Progress(0, 0, 0),
+    if count > limit and not (options.allow_destroy or options.destroy):
+        out = StageResult(
+            out.progress,
             halts=(
                 Halt(
                     "*",
                     HaltRule.ORPHAN_GUARD,
-                    f"{len(orphans)} orphan node(s) of removed pool(s) {pools} would be terminated, more "
-                    f"than the limit of {limit}; if the pools were removed on purpose run apply with "
-                    "--allow-destroy (or raise safety.max_orphan_terminations), else restore them in "
-                    "fleet.yaml",
+                    f"{count} orphan node(s) of removed pool(s) {', '.join(new)} would be "
+                    f"drained and terminated, more than the limit of {limit}; if the pools were "
+                    "removed on purpose run apply with --allow-destroy (or raise "
+                    "safety.max_orphan_terminations), else restore them in fleet.yaml",
                 ),
             ),
-            pending=tuple(f"{v.node}: {v.reason}" for v in orphans),
+            pending=tuple(f"{v.node}: {v.reason}" for p in new for v in by_pool[p]),
         )
-    actions = tuple(
-        Action(
-            ActionKind.TERMINATE,
-            v.pool,
-            v.node,
-            f"orphan: {v.reason}",
-            instance_id=_iid(v),
-            action_reason=ActionReason.ORPHAN,
+        for p in new:
+            del by_pool[p]
+    for name in sorted(by_pool):
+        pviews = tuple(sorted(by_pool[name], key=attrgetter("node")))
+        pm = memory.pool(name)
+        settings = pm.settings or UNKNOWN
+        ctx = PoolContext(
+            spec,
+            retired_pool(name, pm.settings),
+            pviews,
+            pm,
+            now,
+            frozen and not options.destroy,
+            options,
+            0,
         )
-        for v in orphans
+        notes: tuple[str, ...] = ()
+        if pm.settings is None and not options.force:
+            notes = (
+                f"orphans of removed pool {name}: its scheduler settings are not in "
+                "navarch's state (written before navarch kept them), so they are drained "
+                "as with scheduler none: terminated once a fresh report shows no GPU "
+                f"processes, or after drain_timeout ({format_duration_s(settings.drain_timeout_s)})",
+            )
+        unavailable = sum(v.lifecycle in LEAVING for v in pviews)
+        budget = len(pviews) if options.destroy else settings.max_unavailable - unavailable
+        stages = (
+            (force_destroy_stage,)
+            if options.destroy and options.force
+            else (terminate_stage, redrain_stage, retire_stage)
+        )
+        r = _run_stages(ctx, stages, StageResult(Progress(0, budget, 0), notes=notes))
+        out = StageResult(
+            out.progress,
+            out.actions + r.actions,
+            out.halts + r.halts,
+            out.notes + r.notes,
+            out.pending + r.pending,
+        )
+    return out
+
+
+def retire_stage(ctx: PoolContext, prog: Progress) -> StageResult:
+    """Orphans of a removed pool still in service: cordon + drain them within the budget
+    (the pool's remembered max_unavailable); the terminate stage finishes each as its drain
+    finishes or drain_timeout passes. One the ladder already drained and remedied is
+    terminated. An open circuit breaker holds new cordons (its halt says why)."""
+    pool = ctx.pool
+    actions: list[Action] = []
+    waiting: list[str] = []
+    budget, leaving = prog.budget, list(prog.leaving)
+    for v in ctx.views:
+        if v.lifecycle is Lifecycle.REMEDIATING:  # drained already
+            actions.append(
+                Action(
+                    ActionKind.TERMINATE,
+                    pool.name,
+                    v.node,
+                    f"{v.reason}; drained already",
+                    instance_id=_iid(v),
+                    action_reason=ActionReason.ORPHAN,
+                )
+            )
+            continue
+        if v.lifecycle is not Lifecycle.ORPHAN or ctx.frozen:
+            continue
+        if budget <= 0:
+            waiting.append(v.node)
+            continue
+        budget -= 1
+        leaving.append(v.node)
+        actions.extend(
+            cordon_then_drain(
+                Action(
+                    ActionKind.CORDON,
+                    pool.name,
+                    v.node,
+                    f"orphan: {v.reason}; draining before terminate",
+                    instance_id=_iid(v),
+                    action_reason=ActionReason.ORPHAN,
+                )
+            )
+        )
+    halts = (
+        (
+            Halt(
+                pool.name,
+                HaltRule.DISRUPTION_BUDGET,
+                f"{len(waiting)} orphan(s) of removed pool {pool.name} wait "
+                f"({', '.join(waiting)}): max_unavailable {pool.health.max_unavailable} "
+                "out of service at once",
+            ),
+        )
+        if waiting
+        else ()
     )
-    note = (
-        "orphans are terminated without a drain: their pool's scheduler and playbooks "
-        "left fleet.yaml with it"
-    )
-    return StageResult(Progress(0, 0, 0), actions, notes=(note,))
+    return StageResult(replace(prog, budget=budget, leaving=tuple(leaving)), tuple(actions), halts)
 
 
 def duplicate_stage(duplicates: Sequence[Duplicate]) -> StageResult:

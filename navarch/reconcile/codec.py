@@ -24,6 +24,7 @@ from navarch.planner.model import (
     NodeTable,
     Phase,
     PoolMemory,
+    PoolSettings,
     ReportSummary,
     parse_ts,
     required_ts,
@@ -39,6 +40,8 @@ __all__ = [
     "memory_from_json",
     "memory_to_json",
     "node_to_json",
+    "settings_from_json",
+    "settings_to_json",
     "summary_from_json",
     "summary_to_json",
 ]
@@ -89,6 +92,40 @@ def summary_from_json(d: Mapping[str, Any] | None) -> ReportSummary | None:
         stored_at=parse_ts(d.get("stored_at")),
         fault_key=FaultKey.parse(d["fault_key"]) if d.get("fault_key") else None,
         consecutive=d.get("consecutive", 0),
+    )
+
+
+#: The version of a pool's settings record in the state document; a reader that meets
+#: another version treats the pool's settings as unknown (PoolSettings' defaults).
+SETTINGS_VERSION = 1
+
+
+def settings_to_json(s: PoolSettings) -> dict[str, Any]:
+    """A pool's PoolSettings as its state document record (versioned: SETTINGS_VERSION)."""
+    return {
+        "version": SETTINGS_VERSION,
+        "scheduler": s.scheduler,
+        "playbooks": dict(s.playbooks),
+        "ssh": dict(s.ssh),
+        "drain_timeout_s": s.drain_timeout_s,
+        "stale_after_s": s.stale_after_s,
+        "max_unavailable": s.max_unavailable,
+    }
+
+
+def settings_from_json(d: Mapping[str, Any] | None) -> PoolSettings | None:
+    """Inverse of settings_to_json. None (the pool's settings are unknown) for a state
+    written before navarch kept them, or a record of another version. Raises
+    KeyError/ValueError/TypeError on a malformed record of this version."""
+    if not d or d.get("version") != SETTINGS_VERSION:
+        return None
+    return PoolSettings(
+        scheduler=str(d["scheduler"]),
+        playbooks=tuple(sorted((str(k), str(v)) for k, v in d["playbooks"].items())),
+        ssh=tuple(sorted((str(k), v) for k, v in d["ssh"].items())),
+        drain_timeout_s=int(d["drain_timeout_s"]),
+        stale_after_s=int(d["stale_after_s"]),
+        max_unavailable=int(d["max_unavailable"]),
     )
 
 
@@ -271,6 +308,8 @@ def memory_to_json(m: Memory, cache: NodeDocCache | None = None) -> dict[str, An
                     else {}
                 ),
                 **({"lemon_hosts": list(p.lemon_hosts)} if p.lemon_hosts else {}),
+                **({"settings": settings_to_json(p.settings)} if p.settings else {}),
+                **({"retiring_since": ts(p.retiring_since)} if p.retiring_since else {}),
             }
             for p in m.pools
         },
@@ -322,6 +361,8 @@ def memory_from_json(d: Mapping[str, Any]) -> Memory:
             lemons=tuple(p.get("lemons", ())),
             host_faults=tuple((h, k, required_ts(w)) for h, k, w in p.get("host_faults", ())),
             lemon_hosts=tuple(p.get("lemon_hosts", ())),
+            settings=settings_from_json(p.get("settings")),
+            retiring_since=parse_ts(p.get("retiring_since")),
         )
         for name, p in sorted(d.get("pools", {}).items())
     )

@@ -62,6 +62,7 @@ from navarch.planner.model import (
     Place,
     PoolMemory,
 )
+from navarch.planner.retired import retired_pool
 from navarch.providers.base import Provider, ProvisionRequest
 from navarch.spec import FleetSpec, PoolSpec
 
@@ -505,10 +506,18 @@ class Handlers:
             node=a.node, pool=a.pool, first_seen_at=self.clock()
         )
 
-    def _playbook(self, a: Action, kind: str) -> Outcome:
+    def _pool(self, name: str, memory: Memory) -> PoolSpec:
+        """The pool as declared, or for a pool that left fleet.yaml (its orphans are still
+        cordoned and drained) as navarch recorded it (navarch.planner.retired)."""
+        try:
+            return self.spec.pool(name)
+        except KeyError:
+            return retired_pool(name, memory.pool(name).settings)
+
+    def _playbook(self, a: Action, kind: str, memory: Memory) -> Outcome:
         """Run the pool's `kind` playbook for the action's node: a success (its detail),
         a refusal (no runner), or a transient failure (a step failed; the next run retries)."""
-        pool = self.spec.pool(a.pool)
+        pool = self._pool(a.pool, memory)
         if pool.scheduler == "none" and kind not in pool.playbooks:
             return Outcome.done(a, "recorded in navarch (scheduler none)")
         if self.playbooks is None:
@@ -523,7 +532,7 @@ class Handlers:
         return Outcome.done(a, detail) if ok else Outcome(a, OutcomeKind.TRANSIENT, detail)
 
     def _cordon(self, a: Action, memory: Memory) -> tuple[Outcome, Update]:
-        ran = self._playbook(a, "cordon")
+        ran = self._playbook(a, "cordon", memory)
         if not ran.ok:
             return ran, same
         now = self.clock()
@@ -548,11 +557,17 @@ class Handlers:
 
         host = self._host_fault(a, memory, now)
 
+        retiring = a.pool not in {p.name for p in self.spec.pools}
+
         def update(m: Memory) -> Memory:
             m = host(m.with_node(nm))
             if a.repair:
                 pm = m.pool(a.pool)
                 m = m.with_pool(replace(pm, repairs=self._recent(pm, now) + (now,)))
+            if retiring and m.pool(a.pool).retiring_since is None:
+                # The first cordon of a removed pool's node: its retirement is under way,
+                # so later runs go on with it without asking the orphan guard again.
+                m = m.with_pool(replace(m.pool(a.pool), retiring_since=now))
             return m
 
         return ran, update
@@ -595,7 +610,7 @@ class Handlers:
         nm = self._node_memory(a, memory)
         if nm.phase is not Phase.CORDONED:
             return Outcome.skipped(a, "not cordoned (its cordon failed this run)"), same
-        ran = self._playbook(a, "drain")
+        ran = self._playbook(a, "drain", memory)
         if not ran.ok:
             return ran, same
         nm = replace(nm, phase=Phase.DRAINING, phase_at=self.clock())
@@ -805,7 +820,7 @@ class Handlers:
         return Outcome.done(a, f"tags set on {inst.instance_id}: {tags}"), same
 
     def _uncordon(self, a: Action, memory: Memory) -> tuple[Outcome, Update]:
-        ran = self._playbook(a, "uncordon")
+        ran = self._playbook(a, "uncordon", memory)
         if not ran.ok:
             return ran, same
         nm = replace(

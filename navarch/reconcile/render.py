@@ -18,7 +18,6 @@ from navarch.planner.model import (
     ActionKind,
     ActionReason,
     Halt,
-    Lifecycle,
     Place,
     Plan,
     required_ts,
@@ -300,7 +299,7 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
                 "health_score": v.summary.health_score if v.summary else None,
                 "rejected": v.rejected,
                 "drift": v.drift,
-                "orphan": v.lifecycle is Lifecycle.ORPHAN,
+                "orphan": v.orphan,
             }
             for v in plan.views
         ],

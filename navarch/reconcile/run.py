@@ -27,6 +27,7 @@ from navarch.planner.context import PlanOptions
 from navarch.planner.model import Memory, Phase, Plan, ReportObservation
 from navarch.planner.observe import Observed, observe
 from navarch.planner.plan import plan as make_plan
+from navarch.planner.retired import retired_pool
 from navarch.providers import open_provider
 from navarch.providers.base import Provider
 from navarch.reconcile.codec import memory_to_json
@@ -147,6 +148,25 @@ def list_inventory(fleet: Fleet) -> tuple[Instance, ...]:
     return tuple(out)
 
 
+def _retired_playbooks(fleet: Fleet, memory: Memory) -> None:
+    """Open the SSH playbook runner when no declared pool needs one but a removed pool,
+    whose orphans are still to be drained, had a scheduler or playbooks (its settings as
+    recorded in Memory)."""
+    if fleet.playbooks is not None:
+        return
+    declared = {p.name for p in fleet.spec.pools}
+    if any(
+        pm.pool not in declared
+        and pm.settings is not None
+        and (pm.settings.scheduler != "none" or pm.settings.playbooks)
+        for pm in memory.pools
+    ) and any(nm.pool not in declared for nm in memory.nodes):
+        from navarch.extras import import_extra
+
+        adapter = import_extra("navarch.remote.adapter", "ssh", "playbooks over SSH")
+        fleet.playbooks = adapter.SSHPlaybooks(fleet.spec)
+
+
 def _drain_checks(fleet: Fleet, memory: Memory, inventory: tuple[Instance, ...]) -> dict[str, bool]:
     """Run drain_check for draining nodes of pools with a scheduler; SSH trouble = not drained."""
     if fleet.playbooks is None:
@@ -158,8 +178,8 @@ def _drain_checks(fleet: Fleet, memory: Memory, inventory: tuple[Instance, ...])
             continue
         try:
             pool: PoolSpec = fleet.spec.pool(nm.pool)
-        except KeyError:
-            continue
+        except KeyError:  # an orphan: drained with its removed pool's recorded settings
+            pool = retired_pool(nm.pool, memory.pool(nm.pool).settings)
         if (
             pool.scheduler == "none" and "drain_check" not in pool.playbooks
         ) or nm.node not in by_node:
@@ -197,6 +217,7 @@ def gather(fleet: Fleet, now: datetime, options: PlanOptions | None = None) -> S
     )
     if cache is not None:
         cache.save(fleet.store)
+    _retired_playbooks(fleet, memory)
     checks = _drain_checks(fleet, memory, inventory)
     observed = observe(fleet.spec, inventory, reports, memory, now, checks)
     unknown = sorted(

@@ -254,7 +254,7 @@ def fleet_status(spec: FleetSpec, snap: Snapshot) -> FleetStatus:
         orphans=tuple(
             (v.node, v.pool, v.instance.provider, v.instance.instance_id, v.reason)
             for v in views
-            if v.lifecycle is Lifecycle.ORPHAN and v.instance
+            if v.orphan and v.instance
         ),
         duplicates=tuple(
             (d.node, tuple(i.instance_id for i in d.instances)) for d in snap.observed.duplicates

@@ -39,6 +39,7 @@ from navarch.planner.model import (
     NodeMemory,
     Phase,
     PoolMemory,
+    PoolSettings,
     ReportObservation,
     ReportSummary,
     parse_ts,
@@ -377,6 +378,8 @@ def pool_memory(
     scaled_at: datetime | None = None,
     lemons: Iterable[str] = (),
     host_faults: Iterable[tuple[str, str, datetime]] = (),
+    settings: PoolSettings | None = None,
+    retiring_since: datetime | None = None,
 ) -> PoolMemory:
     return PoolMemory(
         pool=pool,
@@ -388,6 +391,38 @@ def pool_memory(
         scaled_at=scaled_at,
         lemons=tuple(lemons),
         host_faults=tuple(host_faults),
+        settings=settings,
+        retiring_since=retiring_since,
+    )
+
+
+def pool_settings(raw: Mapping[str, Any]) -> PoolSettings:
+    """PoolSettings from a scenario's fleet.yaml-like mapping: scheduler, playbooks, ssh,
+    drain_timeout and stale_after as durations ("45m"), max_unavailable as a count; what
+    is left out takes PoolSettings' defaults."""
+    unknown = set(raw) - {
+        "scheduler",
+        "playbooks",
+        "ssh",
+        "drain_timeout",
+        "stale_after",
+        "max_unavailable",
+    }
+    assert not unknown, f"unknown pool settings keys {sorted(unknown)}"
+    base = PoolSettings()
+    return PoolSettings(
+        scheduler=raw.get("scheduler", base.scheduler),
+        playbooks=tuple(sorted((raw.get("playbooks") or {}).items())),
+        ssh=tuple(sorted((raw.get("ssh") or {}).items())),
+        drain_timeout_s=(
+            parse_duration_s(raw["drain_timeout"])
+            if "drain_timeout" in raw
+            else base.drain_timeout_s
+        ),
+        stale_after_s=(
+            parse_duration_s(raw["stale_after"]) if "stale_after" in raw else base.stale_after_s
+        ),
+        max_unavailable=raw.get("max_unavailable", base.max_unavailable),
     )
 
 

@@ -1,5 +1,6 @@
 """Golden files for the plan lines of drift and hardening: drift and rolling replacement,
-in-place tag updates, orphans and the orphan guard, pending ("not converged") lines.
+in-place tag updates, orphans (cordoned and drained) and the orphan guard, pending ("not
+converged") lines.
 
 Each case is a planner scenario (tests/planner/scenarios) rendered as text and JSON; the
 JSON is also checked against schemas/plan.schema.json. Regenerate after an intended change
@@ -26,7 +27,8 @@ CASES = [
     "drift_rolling_retires_when_replacement_healthy",
     "drift_labels_updated_in_place",
     "drift_on_replace_strategy_is_a_note",
-    "orphan_of_removed_pool_terminated",
+    "orphan_of_removed_pool_cordoned_and_drained",
+    "orphan_settings_unknown_drained_as_scheduler_none",
     "orphan_guard_refuses_mass_termination",
     "streak_part_way_is_not_converged",
     "stuck_pending_terminated_with_backoff",

@@ -21,7 +21,9 @@ A scenario file holds (times are RFC 3339, or relative to `now` like "-20m", "+1
                       rung, rung_fault, rung_at, return_streak, operator_cordon, diag {level,
                       why, state, at, started_at, detail}, diag_cordon, impaired_since; pools: pool -> next_index,
                       repairs, exhausted [{[provider], zone, instance_type, spot, until}], desired,
-                      desired_from_target, scaled_at, host_faults [[host, key, time]]
+                      desired_from_target, scaled_at, host_faults [[host, key, time]],
+                      settings {scheduler, playbooks, ssh, drain_timeout, stale_after,
+                      max_unavailable} (a removed pool's, as recorded), retiring_since
   drain_checks:       node -> bool (scheduler drain-check results this run)
   xfail:              (only for a planner bug found by the scenario) the bug, in one line
   expect:
@@ -29,7 +31,8 @@ A scenario file holds (times are RFC 3339, or relative to `now` like "-20m", "+1
                       places?, replaces?, desired?, repair?, action_reason?}
     halts:            in order: {pool, rule, message_contains?}
     lifecycles:       node -> lifecycle (optional)
-    memory:           nodes: node -> {streak?, streak_sequence?} after observe (optional)
+    memory:           nodes: node -> {streak?, streak_sequence?} after observe; pools:
+                      pool -> {settings?, retiring_since?, ...} after observe (optional)
     notes_contain:    substrings each found in some note or pending line (optional)
     pending_contain:  substrings each found in some pending line (optional)
     converged:        whether the plan is "No changes" (optional)
@@ -191,6 +194,10 @@ def build_inputs(doc: Mapping[str, Any], tmp_path: Path) -> Inputs:
                 host_faults=[
                     (h, k, builders.when(now, w)) for h, k, w in raw.pop("host_faults", [])
                 ],
+                settings=(
+                    builders.pool_settings(raw.pop("settings")) if "settings" in raw else None
+                ),
+                retiring_since=builders.when(now, raw.pop("retiring_since", None)),
                 **raw,
             )
         )
@@ -347,6 +354,14 @@ def check(doc: Mapping[str, Any], observed: Observed, p: Plan) -> None:
         assert nm is not None, f"{node} missing from memory"
         for key, value in fields.items():
             assert getattr(nm, key) == value, f"memory {node}.{key}: {getattr(nm, key)!r}"
+    for pool, fields in ((expect.get("memory") or {}).get("pools") or {}).items():
+        pm = observed.memory.pool(pool)
+        for key, value in fields.items():
+            if key == "settings":
+                want = builders.pool_settings(value) if value is not None else None
+                assert pm.settings == want, f"memory pool {pool}.settings: {pm.settings!r}"
+            else:
+                assert getattr(pm, key) == value, f"memory pool {pool}.{key}: {getattr(pm, key)!r}"
 
     for text in expect.get("notes_contain") or []:
         assert any(text in n for n in p.notes + p.pending), f"no note contains {text!r}{shown}"

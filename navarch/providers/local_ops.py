@@ -51,6 +51,21 @@ def _find(spec: FleetSpec, node: str) -> tuple[LocalProvider, dict[str, Any]]:
     )
 
 
+def _gpu_count(spec: FleetSpec, pool_name: str, d: Path) -> int | None:
+    """The machine's GPU count: its pool's gpus_per_node, remembered in the machine
+    directory the way a real node keeps the agent configuration it booted with, so the
+    machine still has its GPUs (and its agent still reports) once the pool has left
+    fleet.yaml. None for a machine of a removed pool never ticked while declared."""
+    path = d / "gpu_count"
+    try:
+        count = spec.pool(pool_name).gpus_per_node
+    except KeyError:
+        return int(path.read_text()) if path.is_file() else None
+    if not path.is_file():
+        path.write_text(str(count))
+    return count
+
+
 @dataclass(frozen=True)
 class TickResult:
     node: str
@@ -89,9 +104,8 @@ def tick(
             if (d / "silent").exists():
                 results.append(TickResult(node, "silent"))
                 continue
-            try:
-                pool = spec.pool(pool_name)
-            except KeyError:
+            gpus = _gpu_count(spec, pool_name, d)
+            if gpus is None:
                 results.append(TickResult(node, f"error: pool {pool_name} not in fleet.yaml"))
                 continue
             config = AgentConfig(
@@ -101,11 +115,11 @@ def tick(
                 instance_id=m["instance_id"],
                 store=spec.store_url,
                 key=signing.derive_node_key(secret, spec.name, node).hex(),
-                gpus_per_node=pool.gpus_per_node,
+                gpus_per_node=gpus,
                 state_file=str(d / "agent.json"),
                 kernel_log=str(d / "kern.log"),
                 fake_gpu=True,
-                gpu_count=pool.gpus_per_node,
+                gpu_count=gpus,
                 faults_file=str(d / "faults.json"),
                 boot_id=m["boot_id"],
                 metadata="none",
@@ -200,10 +214,17 @@ def inject(
     """
     provider, m = _find(spec, node)
     d = provider.machine_dir(m["instance_id"])
-    pool = spec.pool(m["tags"]["navarch-pool"])
+    pool_name = m["tags"]["navarch-pool"]
+    gpus = _gpu_count(spec, pool_name, d)
+    if gpus is None:
+        raise ConfigError(
+            f"{node}: its pool {pool_name} is not in fleet.yaml and the machine never ran "
+            "its agent while it was, so its GPU count is unknown",
+            hint="`navarch local tick` the fleet before removing a pool",
+        )
     _check_injection(
         node,
-        pool.gpus_per_node,
+        gpus,
         gpu=gpu,
         temperature_c=temperature_c,
         ecc_uncorrected=ecc_uncorrected,
@@ -221,7 +242,7 @@ def inject(
     if xid is not None:
         from navarch.xid import lookup
 
-        bdf = _gpu_bdf(node, pool.gpus_per_node, gpu)
+        bdf = _gpu_bdf(node, gpus, gpu)
         uptime_s = (datetime.now(UTC) - datetime.fromisoformat(m["launched_at"])).total_seconds()
         line = (
             f"[{uptime_s:.6f}] NVRM: Xid (PCI:{bdf}): {xid}, pid='<unknown>', "

@@ -594,7 +594,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         )
     if doc["orphans"]:
         print(
-            "\nOrphans (this fleet's tags, pool no longer declared; apply terminates them): "
+            "\nOrphans (this fleet's tags, pool no longer declared; apply drains, then "
+            "terminates them): "
             + ", ".join(f"{o['node']} ({o['pool']}, {o['instance_id']})" for o in doc["orphans"])
         )
     if doc["duplicates"]:

@@ -129,39 +129,55 @@ def test_on_replace_strategy_leaves_drift_and_says_so(navarch, fleet_dir: Path) 
     assert "Plan:" not in plan.out  # nothing to do this run
 
 
-def test_removed_pool_nodes_are_orphans_and_terminated(navarch, fleet_dir: Path) -> None:
+def test_removed_pool_nodes_are_orphans_drained_then_terminated(navarch, fleet_dir: Path) -> None:
     navarch.ok("apply", "fleet.yaml", "--auto-approve")
+    navarch.ok("local", "tick", "fleet.yaml")
     foreign = navarch.ok("local", "launch-foreign", "fleet.yaml").out.split()[3]
     edit_fleet(fleet_dir / "fleet.yaml", lambda d: d["pools"].pop("infer"))
     plan = navarch("plan", "fleet.yaml", "--detailed-exitcode")
     assert plan.code == 2
-    assert "- terminate demo-infer-0001" in plan.out
-    assert "pool infer was removed from fleet.yaml" in plan.out
+    assert "~ cordon demo-infer-0001" in plan.out and "terminate demo-infer" not in plan.out
+    assert "pool infer was removed from fleet.yaml; draining before terminate" in plan.out
     status = navarch.status()
     assert {o["node"] for o in status["orphans"]} == {"demo-infer-0001", "demo-infer-0002"}
     assert [f["instance_id"] for f in status["foreign"]] == [foreign]
-    navarch.ok("apply", "fleet.yaml", "--auto-approve")
+    for _ in range(8):
+        navarch.ok("apply", "fleet.yaml", "--auto-approve")
+        # the removed pool's max_unavailable (1): never both orphans out of service at once
+        leaving = [o for o in navarch.status()["orphans"] if "draining before" in o["reason"]]
+        assert len(leaving) <= 1, leaving
+        navarch.ok("local", "tick", "fleet.yaml")
+        if navarch("plan", "fleet.yaml", "--detailed-exitcode").code == 0:
+            break
     status = navarch.status()
     assert status["orphans"] == []
     assert [f["instance_id"] for f in status["foreign"]] == [foreign]
     assert navarch("plan", "fleet.yaml", "--detailed-exitcode").code == 0
 
 
-def test_removing_every_pool_trips_the_orphan_guard(navarch, fleet_dir: Path) -> None:
+def test_removing_every_pool_trips_the_orphan_guard_once(navarch, fleet_dir: Path) -> None:
     def big(d: dict[str, Any]) -> None:
         d["pools"]["train"]["nodes"] = {"min": 0, "target": 8, "max": 8}
         d["pools"]["infer"]["nodes"] = {"min": 0, "target": 4, "max": 4}
 
     edit_fleet(fleet_dir / "fleet.yaml", big)
     navarch.ok("apply", "fleet.yaml", "--auto-approve")
+    navarch.ok("local", "tick", "fleet.yaml")
     edit_fleet(fleet_dir / "fleet.yaml", lambda d: d.update(pools={}))
     run = navarch("apply", "fleet.yaml", "--auto-approve")
     assert run.code == 3, run.out + run.err
     assert "orphan guard" in run.err and "--allow-destroy" in run.err
-    assert len(navarch.status()["orphans"]) == 12  # nothing terminated
+    assert "cordon" not in run.out
+    assert len(navarch.status()["orphans"]) == 12  # nothing touched
     run = navarch("apply", "fleet.yaml", "--auto-approve", "--allow-destroy")
     assert run.code == 0, run.out + run.err
-    assert navarch.status()["orphans"] == []
+    assert "~ cordon demo-train-0001" in run.out and "~ cordon demo-infer-0001" in run.out
+    navarch.ok("local", "tick", "fleet.yaml")
+    # The retirement is under way: the next (cron) run goes on without the flag.
+    run = navarch("apply", "fleet.yaml", "--auto-approve")
+    assert run.code == 0, run.out + run.err
+    assert "- terminate demo-train-0001" in run.out and "- terminate demo-infer-0001" in run.out
+    assert len(navarch.status()["orphans"]) == 10
 
 
 def test_destroy_leaves_no_instance(navarch, fleet_dir: Path) -> None:

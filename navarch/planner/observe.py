@@ -3,8 +3,10 @@
 Pure: no I/O, no clock reads, no randomness. Same inputs give the same output.
 Rules (DESIGN.md "Node lifecycle" and safety rules 1-2):
 - Instances tagged for this fleet with a node name are nodes; the rest are foreign. A node
-  whose pool is no longer declared is an ORPHAN (never foreign). A second instance with a
-  node's name is a duplicate: set aside, never a node.
+  whose pool is no longer declared is an orphan (never foreign): ORPHAN until navarch
+  takes it out of service, then its phase's lifecycle judged with the settings recorded
+  for its pool (PoolMemory.settings, recorded here every run a pool is declared). A second
+  instance with a node's name is a duplicate: set aside, never a node.
 - Drift: a node launched from settings its pool no longer declares (provider, instance
   type, zone, capacity, launch settings) carries a drift reason; changed labels are listed
   for an in-place update.

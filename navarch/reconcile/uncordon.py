@@ -56,6 +56,11 @@ def uncordon(
             raise NavarchError(
                 f"{node} is being terminated ({nm.phase_reason}); nothing to uncordon"
             )
+        if view.orphan:
+            raise NavarchError(
+                f"{node} belongs to pool {nm.pool}, which is no longer in fleet.yaml: "
+                "navarch drains and terminates it; restore the pool in fleet.yaml to keep it"
+            )
         overridden: list[str] = []
         if nm.instance_id in pm.lemons and force:
             overridden.append(f"instance {nm.instance_id} was replaced as a lemon")

@@ -755,6 +755,9 @@ class Sim:
                 pm = mem.pool(a.pool)
                 recent = tuple(r for r in pm.repairs if (now - r).total_seconds() < 3600)
                 mem = mem.with_pool(replace(pm, repairs=recent + (now,)))
+            pm = mem.pool(a.pool)
+            if a.pool not in {p.name for p in self.spec.pools} and pm.retiring_since is None:
+                mem = mem.with_pool(replace(pm, retiring_since=now))  # an orphan's retirement
             self.memory = mem
         elif a.kind is ActionKind.DRAIN:
             nm = mem.node(a.node)
@@ -976,4 +979,65 @@ def test_edits_of_pool_settings_converge(case: tuple[Sim, FleetSpec]) -> None:
             )
             assert present <= pool.max_nodes + surge, f"{pool.name}: above max\n{_show(p)}"
     history = "\n---\n".join(_show(p) for p in sim.plans)
+    assert sim.converged(), f"not converged after {runs} runs:\n{history}"
+
+
+# --- a pool removed from fleet.yaml ---------------------------------------------------------------
+
+
+@st.composite
+def removed_pool_sims(draw: st.DrawFn) -> tuple[Sim, str]:
+    """A healthy fleet at target that ran once with every pool declared (so Memory holds
+    each pool's settings), then one pool removed from fleet.yaml."""
+    spec = draw(fleets(converging=True))
+    assume(len(spec.pools) >= 2)
+    now = builders.BASE_NOW + _minutes(draw, 0, 600)
+    nodes: dict[str, SimNode] = {}
+    for pool in spec.pools:
+        for i in range(1, pool.target_nodes + 1):
+            name = node_name(pool.name, i)
+            inst = builders.instance(
+                FLEET, pool.name, name, launched_at=now - timedelta(hours=2), **_first_place(pool)
+            )
+            nodes[name] = SimNode(inst)
+    pool_mems = [builders.pool_memory(p.name, next_index=p.target_nodes + 1) for p in spec.pools]
+    sim = Sim(spec, now, nodes, builders.memory(FLEET, (), pool_mems))
+    sim.names_used = set(nodes)
+    sim.run_once()
+    removed = draw(st.sampled_from(sorted(p.name for p in spec.pools)))
+    sim.spec = replace(spec, pools=tuple(p for p in spec.pools if p.name != removed))
+    return sim, removed
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(removed_pool_sims())
+def test_removed_pool_is_drained_within_its_budget_then_gone(case: tuple[Sim, str]) -> None:
+    """Every node of a pool removed from fleet.yaml leaves, within a bounded number of
+    runs: never more of them out of service at once than the pool's max_unavailable (as
+    recorded while it was declared), each terminated only once it is draining and its drain
+    finished or drain_timeout passed; the other pools are never touched."""
+    sim, removed = case
+    settings_ = sim.memory.pool(removed).settings
+    assert settings_ is not None, "the pool's settings were not recorded while it was declared"
+    runs = 2 * sum(n.instance.pool == removed for n in sim.nodes.values()) + 4
+    for _ in range(runs):
+        if not any(n.instance.pool == removed for n in sim.nodes.values()) and sim.converged():
+            break
+        observed, p = sim.run_once()
+        orphans = {v.node: v for v in observed.views if v.orphan}
+        assert all(v.pool == removed for v in orphans.values())
+        out = sum(v.lifecycle in LEAVING for v in orphans.values())
+        cordons = sum(a.kind is ActionKind.CORDON and a.node in orphans for a in p.actions)
+        assert out + cordons <= max(settings_.max_unavailable, out), _show(p)
+        for a in p.actions:
+            assert a.pool == removed, f"a declared pool was touched:\n{_show(p)}"
+            if a.kind is ActionKind.TERMINATE:
+                v = orphans[a.node or ""]
+                waited_s = (sim.now - v.phase_at).total_seconds() if v.phase_at else 0.0
+                assert v.lifecycle is Lifecycle.TERMINATING or (
+                    v.lifecycle is Lifecycle.DRAINING
+                    and (v.drained or waited_s >= settings_.drain_timeout_s)
+                ), f"{a.node} terminated undrained:\n{_show(p)}"
+    history = "\n---\n".join(_show(p) for p in sim.plans)
+    assert not any(n.instance.pool == removed for n in sim.nodes.values()), history
     assert sim.converged(), f"not converged after {runs} runs:\n{history}"

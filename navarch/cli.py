@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from navarch import __version__
 from navarch.errors import ConfigError, LeaseLost, LockHeld, NavarchError, StalePlan
+from navarch.wording import counted
 
 if TYPE_CHECKING:
     from navarch.planner.model import Plan
@@ -61,6 +62,7 @@ EXIT_OK, EXIT_ERROR, EXIT_CHANGES, EXIT_HALTED, EXIT_LOCKED, EXIT_LEASE_LOST = 0
 RUNBOOK = {
     "circuit_breaker": "docs/runbook.md#breaker",
     "orphan_guard": "docs/runbook.md#orphan-guard",
+    "duplicate_node": "docs/runbook.md#duplicate-node",
     "lock": "docs/runbook.md#lease",
     "stale_plan": "docs/runbook.md#stale-plan",
     "store": "docs/runbook.md#store-unreachable",
@@ -192,11 +194,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
     for problem in result.problems:
         _err(problem)
     if result.problems:
-        print(f"{args.fleet}: {len(result.problems)} problem(s) found.", file=sys.stderr)
+        print(f"{args.fleet}: {counted(len(result.problems), 'problem')} found.", file=sys.stderr)
         return EXIT_ERROR
     print(
-        f"{args.fleet}: valid. Fleet {result.fleet}: {result.pools} pool(s), "
-        f"{result.nodes_at_target} node(s) at target."
+        f"{args.fleet}: valid. Fleet {result.fleet}: {counted(result.pools, 'pool')}, "
+        f"{counted(result.nodes_at_target, 'node')} at target."
     )
     return EXIT_OK
 
@@ -397,7 +399,11 @@ def cmd_destroy(args: argparse.Namespace) -> int:
     fleet = _open(args.fleet)
     fleet.secret_optional = True  # a fleet whose secret is lost can still be destroyed
     options = _options(args, destroy=True, force=args.force)
-    what = f"pool(s) {', '.join(args.pool)}" if args.pool else f"fleet {fleet.spec.name}"
+    what = (
+        f"{'pool' if len(args.pool) == 1 else 'pools'} {', '.join(args.pool)}"
+        if args.pool
+        else f"fleet {fleet.spec.name}"
+    )
 
     def confirm(plan: Plan) -> bool:
         print(render_text(plan), end="")
@@ -428,11 +434,11 @@ def cmd_destroy(args: argparse.Namespace) -> int:
             break
     left = [v for v in gather(fleet, args.clock(), options).plan.views if options.includes(v.pool)]
     if failed:
-        _err(f"{failed} action(s) failed; run `navarch destroy` again")
+        _err(f"{counted(failed, 'action')} failed; run `navarch destroy` again")
         return EXIT_ERROR
     if left:
         print(
-            f"\n{len(left)} node(s) of {what} are still draining: run `navarch destroy` again "
+            f"\n{counted(len(left), 'node')} of {what} still draining: run `navarch destroy` again "
             "once their drains finish (or drain_timeout passes), or pass --force."
         )
         return EXIT_CHANGES
@@ -561,7 +567,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         counts = Counter(n["lifecycle"] for n in p["nodes"])
         by_state = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
         print(
-            f"  pool {p['pool']}: {len(p['nodes'])} node(s) ({by_state or 'none'}); "
+            f"  pool {p['pool']}: {counted(len(p['nodes']), 'node')} ({by_state or 'none'}); "
             f"min {p['min']}, target {p['target']}, max {p['max']}"
         )
     print()
@@ -583,7 +589,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         )
     if hidden:
         print(
-            f"{'' if len(rows) == 1 else chr(10)}{hidden} healthy node(s) not listed "
+            f"{'' if len(rows) == 1 else chr(10)}{counted(hidden, 'healthy node')} not listed "
             "(navarch status --all lists every node)"
         )
     _print_ladder(doc)

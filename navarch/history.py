@@ -27,6 +27,8 @@ from typing import Any
 
 import orjson
 
+from navarch.wording import counted
+
 HISTORY_FORMAT_VERSION = 1
 
 
@@ -399,5 +401,5 @@ def render_history(h: History) -> str:
             "`navarch status --all` lists every node)"
         )
     if h.skipped_lines:
-        lines.append(f"({h.skipped_lines} malformed audit line(s) skipped)")
+        lines.append(f"({counted(h.skipped_lines, 'malformed audit line')} skipped)")
     return "\n".join(lines) + "\n"

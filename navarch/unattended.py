@@ -21,6 +21,7 @@ from typing import Any
 
 from navarch import logs
 from navarch.errors import LockHeld, NavarchError
+from navarch.wording import counted
 
 log = logging.getLogger("navarch.run")
 
@@ -163,8 +164,9 @@ class Unattended:
         notified = sum(d.events for d in self.deliveries if d.ok)
         notify_failed = sum(1 for d in self.deliveries if not d.ok)
         logs.summary(
-            f"apply finished: exit {exit_code}, {len(outcomes) - failed} action(s) ok, "
-            f"{failed} failed, {notified} notification(s) sent, {notify_failed} sink(s) failed",
+            f"apply finished: exit {exit_code}, {counted(len(outcomes) - failed, 'action')} ok, "
+            f"{failed} failed, {counted(notified, 'notification')} sent, "
+            f"{counted(notify_failed, 'sink')} failed",
             exit_code=exit_code,
             actions=len(outcomes),
             failed=failed,

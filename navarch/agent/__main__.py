@@ -12,10 +12,13 @@ import sys
 from navarch.agent.cli import register
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Parse ``run`` / ``install`` arguments as ``navarch agent`` would and run the handler."""
-    parser = argparse.ArgumentParser(prog="python -m navarch.agent")
-    register(parser.add_subparsers(dest="command", required=True))
+def main(argv: list[str] | None = None, *, bundled: bool = False) -> int:
+    """Parse ``run`` / ``install`` arguments as ``navarch agent`` would and run the handler.
+    bundled: the zipapp's entry point (only run and watch, see navarch.agent.cli.register)."""
+    parser = argparse.ArgumentParser(
+        prog="navarch-agent.pyz" if bundled else "python -m navarch.agent"
+    )
+    register(parser.add_subparsers(dest="command", required=True), bundled=bundled)
     args = parser.parse_args(["agent", *(sys.argv[1:] if argv is None else argv)])
     return int(args.func(args))
 

@@ -100,7 +100,7 @@ if _cache:
 
 from navarch.agent.__main__ import main  # noqa: E402
 
-sys.exit(main())
+sys.exit(main(bundled=True))
 """
 _EPOCH = (1980, 1, 1, 0, 0, 0)
 _MODE = 0o644 << 16

@@ -157,13 +157,24 @@ def cmd_agent_bundle(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def register(subparsers: Any) -> None:
-    """Add ``agent`` (run, install) to navarch's subparsers.
+def register(subparsers: Any, *, bundled: bool = False) -> None:
+    """Add ``agent`` (run, watch, install, bundle) to navarch's subparsers.
 
     subparsers: the object returned by ``ArgumentParser.add_subparsers``; each leaf sets
     ``func`` to a handler taking the parsed Namespace and returning an exit code.
+    bundled: the agent zipapp's own CLI, which offers only run and watch (install and
+    bundle need a full install: the unit templates and this installation's sources).
     """
-    agent = subparsers.add_parser("agent", help="the node health agent (runs on GPU machines)")
+    agent = subparsers.add_parser(
+        "agent",
+        help="the node health agent (runs on GPU machines)",
+        epilog=(
+            "In the agent bundle: install the units with cloud-init, examples/image or "
+            "`navarch agent install` from a full install (pip install navarch)."
+            if bundled
+            else None
+        ),
+    )
     asub = agent.add_subparsers(dest="agent_command", required=True, metavar="COMMAND")
 
     s = asub.add_parser("run", help="check the GPUs and write a signed health report")
@@ -201,6 +212,9 @@ def register(subparsers: Any) -> None:
     )
     s.add_argument("--interval-s", type=float, default=30.0, help="seconds between checks")
     s.set_defaults(func=cmd_agent_watch)
+
+    if bundled:
+        return
 
     s = asub.add_parser("install", help="install and enable the agent's systemd service + timer")
     s.add_argument(

@@ -28,6 +28,7 @@ from navarch.notify.sinks import accepts, open_sink
 from navarch.notify.state import NotifyState, commit, load_state, transition
 from navarch.spec import FleetSpec
 from navarch.stores.base import ObjectStore
+from navarch.wording import counted
 
 log = logging.getLogger("navarch.notify")
 
@@ -122,7 +123,7 @@ def _deliver(spec: FleetSpec, events: tuple[Event, ...]) -> tuple[Delivery, ...]
         except Exception as exc:  # noqa: BLE001 - a sink bug must not fail the apply
             log.warning("notification to sink %s failed: %s", sink_spec.name, type(exc).__name__)
             return Delivery(sink_spec.name, sink_spec.type, len(mine), 0, False, type(exc).__name__)
-        log.info("sent %d event(s) to sink %s", len(mine), sink_spec.name)
+        log.info("sent %s to sink %s", counted(len(mine), "event"), sink_spec.name)
         return Delivery(sink_spec.name, sink_spec.type, len(mine), sent, True)
 
     with ThreadPoolExecutor(max_workers=min(len(jobs), 8)) as pool:

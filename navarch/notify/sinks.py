@@ -45,6 +45,7 @@ from navarch.notify.events import SEVERITY, Event, EventKind, Severity
 from navarch.resources import data_dir
 from navarch.spec import SinkSpec
 from navarch.textsafe import node_text, slack_mrkdwn
+from navarch.wording import counted
 
 PAGERDUTY_URL = "https://events.pagerduty.com/v2/enqueue"
 #: First pause before the webhook sink tries its failed events again (then doubling).
@@ -228,7 +229,9 @@ class WebhookSink:
             if not failed:
                 return len(events)
             if time.monotonic() + pause_s >= deadline:
-                raise NotifyError(f"{last}; {len(failed)} of {len(events)} event(s) not delivered")
+                raise NotifyError(
+                    f"{last}; {len(failed)} of {counted(len(events), 'event')} not delivered"
+                )
             time.sleep(pause_s)
             pause_s *= 2
             left = failed

@@ -89,6 +89,7 @@ from navarch.planner.model import (
 from navarch.planner.observe import Duplicate, fault_of
 from navarch.planner.retired import UNKNOWN, retired_pool
 from navarch.spec import FleetSpec, PoolSpec, Replacement, SurgeOn
+from navarch.wording import counted
 
 HOUR_S = 3600
 _REPLACE_ORDER = {
@@ -455,7 +456,8 @@ def orphan_stage(
                 Halt(
                     "*",
                     HaltRule.ORPHAN_GUARD,
-                    f"{count} orphan node(s) of removed pool(s) {', '.join(new)} would be "
+                    f"{counted(count, 'orphan node')} of removed "
+                    f"{'pool' if len(new) == 1 else 'pools'} {', '.join(new)} would be "
                     f"drained and terminated, more than the limit of {limit}; if the pools were "
                     "removed on purpose run apply with --allow-destroy (or raise "
                     "safety.max_orphan_terminations), else restore them in fleet.yaml",
@@ -551,7 +553,7 @@ def retire_stage(ctx: PoolContext, prog: Progress) -> StageResult:
             Halt(
                 pool.name,
                 HaltRule.DISRUPTION_BUDGET,
-                f"{len(waiting)} orphan(s) of removed pool {pool.name} wait "
+                f"{counted(len(waiting), 'orphan')} of removed pool {pool.name} wait "
                 f"({', '.join(waiting)}): max_unavailable {pool.health.max_unavailable} "
                 "out of service at once",
             ),
@@ -1069,7 +1071,7 @@ def _provision(ctx: PoolContext, prog: Progress, present: list[NodeView], need: 
             Halt(
                 pool.name,
                 HaltRule.MAX_NODES,
-                f"{need - count} node(s) wait for nodes being replaced to terminate "
+                f"{counted(need - count, 'node')} wait for nodes being replaced to terminate "
                 f"(max {pool.max_nodes}, surge {surge})",
             )
         )
@@ -1089,13 +1091,13 @@ def _provision(ctx: PoolContext, prog: Progress, present: list[NodeView], need: 
             )
         )
         return StageResult(prog, halts=tuple(halts), pending=tuple(pending))
-    counted = {v.node for v in present}
+    present_names = {v.node for v in present}
     replaced = [
         n
         for n in dict.fromkeys(
             list(prog.leaving) + sorted(v.node for v in ctx.views if v.lifecycle in LEAVING)
         )
-        if n not in counted
+        if n not in present_names
     ]
     jobs: list[tuple[str | None, str]] = []
     for i in range(count):

@@ -18,6 +18,7 @@ from navarch import signing
 from navarch.errors import ConfigError
 from navarch.providers.local import LocalProvider, write_json_atomic
 from navarch.spec import FleetSpec
+from navarch.wording import counted
 
 
 def local_providers(spec: FleetSpec) -> list[LocalProvider]:
@@ -162,7 +163,7 @@ def _check_injection(
     """Raise ConfigError naming the flag when a value is outside what a GPU can report
     (index within the node's GPUs; NVML temperatures 0-200 C, utilisation 0-100 %)."""
     checks = (
-        ("--gpu", gpu, 0 <= gpu < gpus, f"{node} has {gpus} GPU(s): 0 to {gpus - 1}"),
+        ("--gpu", gpu, 0 <= gpu < gpus, f"{node} has {counted(gpus, 'GPU')}: 0 to {gpus - 1}"),
         (
             "--temperature",
             temperature_c,

@@ -104,7 +104,7 @@ def _action_lines(plan: Plan, verbose: bool) -> list[str]:
                     rest = kinds[a.kind] - _SHOWN_OF_GROUP
                     lines.append(
                         f"  {_SYMBOL.get(a.kind, '~')} ... and {rest:,} more "
-                        f"{a.kind.value} action(s) in pool {pool} "
+                        f"{a.kind.value} actions in pool {pool} "
                         "(--verbose or --json lists each)"
                     )
                 continue

@@ -47,6 +47,7 @@ from typing import Any
 
 from navarch.remote.playbook import Playbook, PlaybookKind, load_playbook
 from navarch.remote.runner import PlaybookTarget, SSHRunner
+from navarch.wording import counted
 
 __all__ = [
     "DIAG_LEVELS",
@@ -256,12 +257,12 @@ def parse_dcgmi_diag(
             version,
         )
     warned = sum(t.status == "warn" for t in tests)
-    note = f", {warned} warning(s)" if warned else ""
+    note = f", {counted(warned, 'warning')}" if warned else ""
     return DiagResult(
         level,
         DiagOutcome.PASS,
         tests,
-        f"dcgmi diag -r {level}: {len(tests)} test(s) passed{note}",
+        f"dcgmi diag -r {level}: {counted(len(tests), 'test')} passed{note}",
         version,
     )
 

@@ -112,6 +112,31 @@ def test_bundle_runs_isolated_on_every_supported_python(
     assert report["agent_version"] == __version__
 
 
+def test_bundle_offers_only_what_runs_without_a_full_install(
+    bundle_file: Path, tmp_path: Path
+) -> None:
+    """install needs the unit templates (jinja2) and bundle this installation's sources:
+    the bundle refuses both at the argument parser, and its help says where units come from."""
+    for command in ("install", "bundle"):
+        run = subprocess.run(
+            [sys.executable, "-I", "-S", str(bundle_file), command],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=tmp_path,
+        )
+        assert run.returncode == 2, run.stdout + run.stderr
+        assert "invalid choice" in run.stderr and "Traceback" not in run.stderr, run.stderr
+    helped = subprocess.run(
+        [sys.executable, "-I", "-S", str(bundle_file), "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert "cloud-init, examples/image" in " ".join(helped.stdout.split()), helped.stdout
+
+
 def test_bundle_modules_keep_to_python_3_9(bundle_file: Path, tmp_path: Path) -> None:
     pytest.importorskip("vermin", reason="vermin is a dev dependency (pip install -e .[dev])")
     src = tmp_path / "src"

@@ -52,6 +52,6 @@ def test_the_examples_run_in_order_on_the_example_fleet(
     assert "cannot read fleet file" in printed[1]
     assert "fleet.yaml:" in printed[2] and "pools.train.nodes.max" in printed[2]
     assert "provision demo-train-0001 # because" in printed[3]
-    assert "5 action(s), failed: ()" in printed[4]
+    assert "5 actions, failed: ()" in printed[4]
     assert "train demo-train-0001 booting" in printed[5]
     assert "provision scheduled # because" in printed[6]

@@ -161,7 +161,7 @@ def test_playbook_path_typo_fails_validate(navarch, fleet_dir):
     assert (
         f"fleet.yaml:{drain_line}: pools.train.playbooks.drain: playbook does not load" in run.err
     )
-    assert "2 problem(s) found" in run.err
+    assert "2 problems found" in run.err
 
 
 def test_validate_reports_every_schema_error(navarch, fleet_dir):

@@ -224,8 +224,8 @@ def test_status_summary_lists_only_nodes_that_are_not_healthy(navarch) -> None:
     navarch.ok("local", "inject", "fleet.yaml", "demo-train-0002", "--xid", "79")
     navarch.ok("local", "tick", "fleet.yaml")
     out = navarch.ok("status", "fleet.yaml").out
-    assert "pool train: 3 node(s) (healthy 2, unhealthy 1)" in out
+    assert "pool train: 3 nodes (healthy 2, unhealthy 1)" in out
     assert "demo-train-0002" in out and "demo-train-0001" not in out
-    assert "4 healthy node(s) not listed (navarch status --all lists every node)" in out
+    assert "4 healthy nodes not listed (navarch status --all lists every node)" in out
     every = navarch.ok("status", "fleet.yaml", "--all").out
     assert all(f"demo-train-000{i}" in every for i in (1, 2, 3))

@@ -47,7 +47,7 @@ def test_removed_pool_node_is_drained_before_it_is_terminated(navarch, fleet_dir
     assert "terminate demo-infer" not in first
     # max_unavailable 1, remembered from the removed pool: its other node keeps serving.
     assert "cordon demo-infer-0002" not in first
-    assert "orphan(s) of removed pool infer wait (demo-infer-0002)" in first
+    assert "1 orphan of removed pool infer wait (demo-infer-0002)" in first
     assert _lifecycles(navarch)["demo-infer-0001"] == "draining"
     refused = navarch("uncordon", "fleet.yaml", "demo-infer-0001")
     assert refused.code == 1 and "no longer in fleet.yaml" in refused.err, refused.err

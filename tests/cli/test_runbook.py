@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import shutil
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -142,6 +143,27 @@ class OrphanGuard(Scene):
         _edit(self.fleet_dir, remove_infer)
 
 
+class DuplicateNode(Scene):
+    """demo-train-0001's machine cloned with its tags, and navarch's state lost."""
+
+    def setup(self) -> None:
+        super().setup()
+        machines = self.fleet_dir / ".navarch" / "local" / "demo" / "machines"
+        original = next(
+            m for m in machines.iterdir() if '"demo-train-0001"' in (m / "machine.json").read_text()
+        )
+        self.copy = machines / "i-0c10ned0000000001"
+        shutil.copytree(original, self.copy)
+        machine = self.copy / "machine.json"
+        machine.write_text(machine.read_text().replace(original.name, self.copy.name))
+        (self.fleet_dir / ".navarch" / "store" / "state" / "demo.json").unlink()
+
+    def before(self, index: int, argv: list[str]) -> list[str]:
+        if index == 3:  # the operator terminated the copy in the cloud's console
+            shutil.rmtree(self.copy)
+        return argv
+
+
 class StalePlan(Scene):
     def before(self, index: int, argv: list[str]) -> list[str]:
         if index == 1:  # the world moves on between the plan and its apply
@@ -171,7 +193,15 @@ class BadFleet(Scene):
 
 
 #: Sections whose stopping error line links to them (capacity fails per action instead).
-LINKED = {"breaker", "lease", "orphan-guard", "stale-plan", "store-unreachable", "bad-fleet"}
+LINKED = {
+    "breaker",
+    "lease",
+    "orphan-guard",
+    "duplicate-node",
+    "stale-plan",
+    "store-unreachable",
+    "bad-fleet",
+}
 
 SCENES: dict[str, type[Scene]] = {
     "breaker": Breaker,
@@ -180,6 +210,7 @@ SCENES: dict[str, type[Scene]] = {
     "capacity": Capacity,
     "stuck-cordoned": StuckCordoned,
     "orphan-guard": OrphanGuard,
+    "duplicate-node": DuplicateNode,
     "stale-plan": StalePlan,
     "store-unreachable": StoreUnreachable,
     "bad-fleet": BadFleet,

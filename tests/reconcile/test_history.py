@@ -106,7 +106,7 @@ def test_records_without_newer_fields_and_broken_lines_still_read(tmp_path: Path
     assert h.events[0].report is None and h.skipped_lines == 2
     text = render_history(h)
     assert "reboot n1  ok  by operator (reboot)" in text
-    assert "(2 malformed audit line(s) skipped)" in text
+    assert "(2 malformed audit lines skipped)" in text
 
 
 def test_a_node_with_a_similar_name_is_not_mixed_in(tmp_path: Path) -> None:

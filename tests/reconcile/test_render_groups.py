@@ -38,7 +38,7 @@ def _plan(n: int) -> Plan:
 def test_ten_thousand_provisions_render_in_a_few_lines() -> None:
     text = render_text(_plan(10_000))
     assert len(text.splitlines()) < 20
-    assert "... and 9,997 more provision action(s) in pool train" in text
+    assert "... and 9,997 more provision actions in pool train" in text
     assert "~ cordon demo-train-00000" in text  # a lone action of another kind is shown
     assert "Plan: 10000 to provision, 1 to cordon" in text
 

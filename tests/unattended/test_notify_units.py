@@ -246,7 +246,7 @@ def test_slack_message_is_one_compact_summary(recorder: Recorder, tmp_path: Path
     (req,) = recorder.at("/slack")
     text = req.json()["text"]
     lines = text.splitlines()
-    assert lines[0] == "*navarch* fleet `demo`: 2 event(s)"
+    assert lines[0] == "*navarch* fleet `demo`: 2 events"
     assert lines[1].startswith(":rotating_light: *breaker tripped* (infer)")  # worst first
     assert "demo-train-0002 cordoned: XID 79" in lines[2]
 

@@ -193,6 +193,7 @@ def child(kind: str, fleet_file: str, out: str) -> None:
     from navarch import cli  # imported before the clock starts
     from navarch.reconcile import run  # noqa: F401
 
+    cli.tune_gc_for_batch()  # the same collector settings as the CLI, the floor included
     sink = io.StringIO()
     start = time.perf_counter()
     cpu_start = _cpu_s()

@@ -24,7 +24,7 @@ from navarch import xid
 from navarch.agent import kernel_log as kl
 from navarch.agent.checks import Check
 from navarch.agent.config import AgentConfig
-from navarch.agent.gpu import FakeFaults, FakeGpuBackend
+from navarch.agent.gpu import FakeFaults, FakeGpuBackend, GpuProbe
 from navarch.agent.host import notice_from_doc
 from navarch.agent.runner import run_once
 from navarch.agent.state import AgentState
@@ -109,6 +109,22 @@ class SimHost:
         self.reset_pending = False
 
 
+class _ProbeOnce:
+    """A fake GPU backend probed once: its probe is a pure function of its faults, so every
+    check of one fault state reads the same GpuProbe (frozen) without building it again."""
+
+    def __init__(self, backend: FakeGpuBackend) -> None:
+        self.name = backend.name
+        self._backend = backend
+        self._probe: GpuProbe | None = None
+
+    def probe(self) -> GpuProbe:
+        """The backend's probe, built on the first call."""
+        if self._probe is None:
+            self._probe = self._backend.probe()
+        return self._probe
+
+
 class SimAgent:
     """The agent of one simulated node: its config, host and fake GPUs across boots.
 
@@ -120,7 +136,10 @@ class SimAgent:
         self.config = config
         self.host = SimHost(boot_id=config.current_boot_id())
         self.faults = FakeFaults()
-        self._backend = FakeGpuBackend(config.node, config.fake_gpu_count(), self.faults)
+        self._backend = _ProbeOnce(
+            FakeGpuBackend(config.node, config.fake_gpu_count(), self.faults)
+        )
+        self.last_report: dict[str, Any] | None = None
 
     def pci_bus_id(self, gpu: int) -> str:
         """The PCI address of GPU `gpu` as the fake backend (and so the kernel) names it."""
@@ -130,7 +149,9 @@ class SimAgent:
         """The device faults from now on."""
         if faults != self.faults:
             self.faults = faults
-            self._backend = FakeGpuBackend(self.config.node, self.config.fake_gpu_count(), faults)
+            self._backend = _ProbeOnce(
+                FakeGpuBackend(self.config.node, self.config.fake_gpu_count(), faults)
+            )
 
     def log_xid(self, code: int, gpu: int, at: datetime, count: int = 1) -> None:
         """The driver logs XID `code` on GPU `gpu` at `at`, `count` times (a burst)."""
@@ -153,5 +174,10 @@ class SimAgent:
         self.host.reset_pending = True
 
     def run(self, now: datetime, store: ObjectStore) -> dict[str, Any]:
-        """One agent run at `now`: the signed report it wrote to `store`."""
-        return run_once(self.config, now=now, store=store, backend=self._backend, host=self.host)
+        """One agent check at `now` (the report it built, also kept as last_report; written
+        to `store` when due). Raises StoreError when the write fails."""
+        self.last_report = None
+        self.last_report = run_once(
+            self.config, now=now, store=store, backend=self._backend, host=self.host
+        )
+        return self.last_report

@@ -362,7 +362,7 @@ class World:
                 int(self.scenario.agent_period_s)
             )
         )
-        n.anchor_s = self.t + phase_s
+        n.anchor_s = math.ceil(self.t) + phase_s
         n.first_report_s = None
         self.activate(n)
         if not n.cordoned:
@@ -495,6 +495,9 @@ class World:
             return
         if n.fault is not None:
             return
+        # The heartbeats written before the strike were written (a dead host's last one
+        # is what the reconciler ages).
+        self.catch_up(n, self.t)
         n.fault = cause
         n.fault_s = self.t
         n.fault_ordinal += 1

@@ -427,6 +427,8 @@ _ALIASES = {
     "p95_fault_to_serving": "p95_fault_to_serving_s",
     "p50_fault_to_serving": "p50_fault_to_serving_s",
     "p95_fault_to_cordon": "p95_fault_to_cordon_s",
+    "max_fault_to_cordon": "max_fault_to_cordon_s",
+    "max_fault_to_serving": "max_fault_to_serving_s",
 }
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 

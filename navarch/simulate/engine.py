@@ -221,6 +221,8 @@ class _Tally:
             and n.notice_s is None
             and not n.cordoned
             and not n.instance.cloud_status.impaired
+            and n.silent_since is None
+            and not w.cut_off(n)
             for n in w.nodes.values()
         )
 

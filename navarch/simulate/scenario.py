@@ -29,6 +29,10 @@ Defaults of the world model, each with its source (docs/simulate.md has the tabl
   Slurm's KillWait default 30 s: DRAIN_GRACE_S); an assumption that one job in five
   checkpoints first, for 1-5 min (CHECKPOINT_*). A job starts on a serving node 30-120 s
   after it serves (assumption: a scheduler's next pass, JOB_START_S).
+- False signals (off by default): an agent that crashes and stays silent, a node whose
+  writes fail (a partition from the store; the cloud's status stays fine), each for 1-30
+  min (SIGNAL_S). No published rate: the scenario's rates are assumptions, there to show
+  what a short offline_after costs in wrongful terminations.
 """
 
 from __future__ import annotations
@@ -81,6 +85,7 @@ DRAIN_GRACE_S = 30
 CHECKPOINT_FRACTION = 0.2
 CHECKPOINT_S = (60, 300)
 JOB_START_S = (30, 120)
+SIGNAL_S = (60, 1800)
 
 
 @dataclass(frozen=True)
@@ -135,6 +140,10 @@ class Scenario:
     checkpoint_max_s: int = CHECKPOINT_S[1]
     job_start_min_s: int = JOB_START_S[0]
     job_start_max_s: int = JOB_START_S[1]
+    agent_crashes_per_node_day: float = 0.0
+    cut_offs_per_node_day: float = 0.0
+    signal_min_s: int = SIGNAL_S[0]
+    signal_max_s: int = SIGNAL_S[1]
 
 
 def _windows(items: list[dict[str, Any]]) -> tuple[Window, ...]:
@@ -195,6 +204,7 @@ def load_scenario(path: str | Path) -> Scenario:
     impair = world.get("impaired_after", {})
     drain = world.get("drain", {})
     jobs = world.get("job_start", {})
+    signals = world.get("false_signals", {})
 
     def dur(doc: dict[str, Any], key: str, default: int) -> int:
         return parse_duration_s(str(doc[key])) if key in doc else default
@@ -230,6 +240,10 @@ def load_scenario(path: str | Path) -> Scenario:
         checkpoint_max_s=dur(drain, "checkpoint_max", CHECKPOINT_S[1]),
         job_start_min_s=dur(jobs, "min", JOB_START_S[0]),
         job_start_max_s=dur(jobs, "max", JOB_START_S[1]),
+        agent_crashes_per_node_day=float(signals.get("agent_crashes_per_node_day", 0.0)),
+        cut_offs_per_node_day=float(signals.get("cut_offs_per_node_day", 0.0)),
+        signal_min_s=dur(signals, "min", SIGNAL_S[0]),
+        signal_max_s=dur(signals, "max", SIGNAL_S[1]),
         api_error_rate=float(world.get("api_error_rate", 0.0)),
         zone_outages=_windows(world.get("zone_outages", [])),
         rack_failures=_windows(world.get("rack_failures", [])),

@@ -107,7 +107,9 @@ class SimNode:
     cordoned: bool = False  # navarch's cordon holds (the scheduler places no work)
     work_pending: bool = False  # a job start or end is scheduled
     notice_s: float | None = None
-    silent_until: float | None = None  # zone outage: host unreachable for a while
+    silent_since: float | None = None  # the agent crashed: it runs nothing ...
+    silent_until: float | None = None  # ... until then
+    cut_off_until: float | None = None  # its writes fail (a failing disk path, a partition)
     had_fault: bool = False  # a real fault ever, this instance (a reboot may have cured it)
 
     @property
@@ -121,18 +123,21 @@ class SimNode:
 
 class _NodeStore:
     """One node's view of the store: writes fail while the world says so (a store outage
-    or agent outage window), reads pass through."""
+    or agent outage window, or this node cut off), reads pass through unless cut off."""
 
-    def __init__(self, world: World) -> None:
+    def __init__(self, world: World, node: SimNode) -> None:
         self.world = world
+        self.node = node
 
     def get(self, key: str) -> Blob:
+        if self.world.cut_off(self.node):
+            raise StoreError(f"simulated partition: cannot read {key}")
         return self.world.store.get(key)
 
     def put(
         self, key: str, data: bytes, *, if_absent: bool = False, if_version: str | None = None
     ) -> str:
-        if self.world.writes_fail():
+        if self.world.writes_fail() or self.world.cut_off(self.node):
             raise StoreError(f"simulated store outage: cannot write {key}")
         return self.world.store.put(key, data, if_absent=if_absent, if_version=if_version)
 
@@ -156,7 +161,6 @@ class World:
         self.nodes: dict[str, SimNode] = {}  # by instance id
         self.by_name: dict[str, SimNode] = {}
         self.store = MemoryStore(self.clock)
-        self.node_store = _NodeStore(self)
         self.api_calls: Counter[str] = Counter()
         self.counter = 0
         self.fault_log: list[dict[str, Any]] = []  # every real fault injected
@@ -207,6 +211,10 @@ class World:
                 ):
                     return True
         return False
+
+    def cut_off(self, n: SimNode) -> bool:
+        """Node n's agent cannot reach the store now (its own false signal)."""
+        return n.cut_off_until is not None and self.t < n.cut_off_until
 
     def writes_fail(self) -> bool:
         """Agents cannot write now (a store outage or an agent outage window)."""
@@ -269,6 +277,13 @@ class World:
         if sc.app_xid_bursts_per_node_day > 0:
             gap_s = self.stream("app", n.node).expovariate(sc.app_xid_bursts_per_node_day) * DAY_S
             self.schedule(n.launched_s + gap_s, "app_xid", n.node, n.instance.instance_id)
+        for kind, rate in (
+            ("crash", sc.agent_crashes_per_node_day),
+            ("cut_off", sc.cut_offs_per_node_day),
+        ):
+            if rate > 0:
+                gap_s = self.stream(kind, n.node).expovariate(rate) * DAY_S
+                self.schedule(n.launched_s + gap_s, "signal", n.node, n.instance.instance_id, kind)
         if n.instance.spot and sc.spot_preemptions_per_node_day > 0:
             gap_s = self.stream("spot", n.node).expovariate(sc.spot_preemptions_per_node_day)
             self.schedule(n.launched_s + gap_s * DAY_S, "notice", n.node, n.instance.instance_id)
@@ -368,6 +383,33 @@ class World:
         if not n.cordoned:
             self._schedule_work(n, start=True)
 
+    def _on_signal(self, name: str, iid: str, kind: str) -> None:
+        """A false signal starts on a healthy node: its agent crashes (silent for a drawn
+        while), or its writes fail (a partition from the store); the next one is drawn."""
+        n = self._alive(name, iid, False)
+        if n is None:
+            return
+        sc = self.scenario
+        rng = self.stream(kind, n.node)
+        until_s = self.t + rng.uniform(sc.signal_min_s, sc.signal_max_s)
+        rate = sc.agent_crashes_per_node_day if kind == "crash" else sc.cut_offs_per_node_day
+        self.schedule(self.t + rng.expovariate(rate) * DAY_S, "signal", n.node, iid, kind)
+        if kind == "crash":
+            self.catch_up(n, self.t)
+            n.silent_since, n.silent_until = self.t, until_s
+            n.active = False
+        else:
+            self.catch_up(n, self.t)  # the heartbeats before it were written
+            n.cut_off_until = until_s
+            self.activate(n)
+        self.dirty = True
+        self.schedule(until_s, "signal_end", n.node, iid)
+
+    def _on_signal_end(self, name: str, iid: str) -> None:
+        n = self._alive(name, iid, False)
+        if n is not None:
+            self.activate(n)
+
     def _on_impair(self, name: str, epoch: int) -> None:
         n = self._alive(name, epoch, True)
         if n is None or n.fault != "host_down":
@@ -391,7 +433,7 @@ class World:
         n = self._alive(name, epoch, True)
         if n is None or not n.active:
             return
-        if not n.up(self.t) or (n.silent_until is not None and self.t < n.silent_until):
+        if not n.up(self.t) or self._silent(n, self.t):
             n.active = False
             return
         self.run_agent(n)
@@ -414,6 +456,8 @@ class World:
         if n.active or not n.up(self.t):
             return
         self.catch_up(n, self.t)
+        if not self._silent(n, self.t):
+            n.silent_since = None
         n.active = True
         self.schedule(self._grid_at_or_after(n, self.t), "check", n.node, n.epoch)
 
@@ -425,8 +469,10 @@ class World:
             return
         if n.up_at is not None and n.last_write_s < n.up_at:
             return  # a new boot: its first check writes anyway
-        if n.silent_until is not None and until_s < n.silent_until:
-            return
+        if n.silent_since is not None:
+            # A crashed agent wrote nothing while it was down: only the heartbeats before
+            # the crash were written (its first check after the restart runs as active).
+            until_s = min(until_s, n.silent_since - 1e-6)
         first = self._grid_at_or_after(n, n.last_write_s + self.scenario.heartbeat_s)
         if first > until_s:
             return
@@ -443,6 +489,9 @@ class World:
         finally:
             self.set_time(saved)
 
+    def _silent(self, n: SimNode, t: float) -> bool:
+        return n.silent_until is not None and t < n.silent_until
+
     def catch_up_all(self, strict: bool = True) -> None:
         """Materialise every quiescent node's latest heartbeat before a reconcile run."""
         for n in self._sorted():
@@ -456,7 +505,7 @@ class World:
             return
         self.agent_checks += 1
         try:
-            n.agent.run(self.now, self.node_store)
+            n.agent.run(self.now, _NodeStore(self, n))
         except StoreError:
             return
         written = n.agent.host.state.written if n.agent.host.state else {}
@@ -476,6 +525,7 @@ class World:
             state is None
             or n.last_write_s == self.t
             or self.writes_fail()
+            or self.cut_off(n)
             or self._in_window(self.scenario.zone_outages, n.instance.zone)
         ):
             return False

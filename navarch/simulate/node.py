@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from navarch import xid
 from navarch.agent import kernel_log as kl
@@ -28,7 +28,7 @@ from navarch.agent.gpu import FakeFaults, FakeGpuBackend, GpuProbe
 from navarch.agent.host import notice_from_doc
 from navarch.agent.runner import run_once
 from navarch.agent.state import AgentState
-from navarch.stores.base import ObjectStore
+from navarch.stores.base import Blob, ObjectStore
 
 #: The path the simulated kernel log claims in the state's position block.
 KERNEL_LOG_PATH = "/var/log/kern.log"
@@ -109,6 +109,21 @@ class SimHost:
         self.reset_pending = False
 
 
+class NodeStore(Protocol):
+    """What the agent asks of a store (navarch.agent.runner.run_once: the previous report's
+    sequence, then the write): one node's view of the simulated store."""
+
+    def get(self, key: str) -> Blob:
+        """The object at key. Raises NotFound, StoreError."""
+        ...
+
+    def put(
+        self, key: str, data: bytes, *, if_absent: bool = False, if_version: str | None = None
+    ) -> str:
+        """Write data at key -> its new version. Raises StoreError."""
+        ...
+
+
 class _ProbeOnce:
     """A fake GPU backend probed once: its probe is a pure function of its faults, so every
     check of one fault state reads the same GpuProbe (frozen) without building it again."""
@@ -173,7 +188,7 @@ class SimAgent:
         """playbooks/reset_gpu.yaml succeeded: the marker the next run reads."""
         self.host.reset_pending = True
 
-    def run(self, now: datetime, store: ObjectStore) -> dict[str, Any]:
+    def run(self, now: datetime, store: ObjectStore | NodeStore) -> dict[str, Any]:
         """One agent check at `now` (the report it built, also kept as last_report; written
         to `store` when due). Raises StoreError when the write fails."""
         self.last_report = None

@@ -230,3 +230,20 @@ def test_two_policies_on_one_seed_face_the_same_faults(tmp_path: Path) -> None:
         return [f for f in doc["fault_list"] if f["node"] in initial]
 
     assert on_initial(reboot_first) == on_initial(replacing) != []
+
+
+def test_fault_to_serving_is_measured_when_the_replacement_names_nothing(tmp_path: Path) -> None:
+    # With replacement: after-terminate the provision after a terminate does not name the
+    # node it replaces: the tally matches terminated faulty nodes to the pool's next
+    # provisions first in, first out, so every fault still gets its fault -> serving.
+    fleet = tmp_path / "fleet-20-after-terminate.yaml"
+    fleet.write_text(
+        (HERE / "fleet-20.yaml")
+        .read_text()
+        .replace("replacement: surge", "replacement: after-terminate")
+    )
+    scenario = dataclasses.replace(load_scenario(HERE / "busy.yaml"), fleet_path=fleet)
+    doc = simulate(scenario)
+    assert doc["actions"].get("terminate", 0) >= 3
+    assert doc["faults_open_at_end"] == 0
+    assert len(doc["fault_to_serving_s"]) == doc["faults"] >= 4

@@ -143,12 +143,15 @@ class _Tally:
                 rec.uncordon_s = w.t
         elif a.kind is ActionKind.PROVISION:
             linked = self.records.get(a.replaces or "")
+            waiting = self.unlinked.setdefault(a.pool, [])
             if linked is not None:
                 linked.replacement = a.node
-            elif a.replaces is None and self.unlinked.get(a.pool):
+                if linked in waiting:
+                    waiting.remove(linked)
+            elif a.replaces is None and waiting:
                 # A provision after a terminate names nothing: it replaces the pool's
                 # oldest terminated faulty node still without a replacement (FIFO).
-                self.unlinked[a.pool].pop(0).replacement = a.node
+                waiting.pop(0).replacement = a.node
         elif a.kind is ActionKind.TERMINATE:
             self._terminated(a.node, a.action_reason, a.reason)
 

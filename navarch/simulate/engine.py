@@ -1,6 +1,15 @@
 """Run a scenario: the real reconcile run (navarch.reconcile.run.run_apply, and so the real
 observe, plan and Executor) every reconcile period on a virtual clock, against the
-simulated provider and the in-memory store, and measure the outcome.
+simulated provider and the in-memory store, with every node's shipped agent checking on
+its own cadence between runs (navarch.simulate.world), and measure the outcome.
+
+Event-driven and exact: the world's events (faults at continuous times, boots, jobs, the
+cloud's status, agent checks of active nodes) run in time order between the ticks. A
+tick is skipped when the world is clean (the last executed run planned nothing and found
+every node serving; see _Tally._clean) and nothing happened since: that run would plan
+nothing again. Before a run is executed, every quiescent node's latest heartbeat is
+materialised (World.catch_up_all). ``simulate(lazy=False)`` runs every check and every
+tick; tests/simulate prove both give the same document.
 
 The virtual clock is handed to run_apply as its clock (navarch.reconcile.run.Clock); the
 simulated store stamps objects with the same clock, so report ages are judged by the
@@ -9,18 +18,20 @@ store's modification times exactly as in production.
 
 from __future__ import annotations
 
+import heapq
 import logging
 import re
 from collections import Counter
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from navarch.errors import NavarchError
 from navarch.fleet_file import load_fleet
-from navarch.planner.model import ActionKind, Phase
+from navarch.health import Status
+from navarch.planner.model import ActionKind, ActionReason, Phase
 from navarch.reconcile.executor import Outcome
-from navarch.reconcile.run import Fleet, run_apply
+from navarch.reconcile.run import ApplyResult, Fleet, run_apply
 from navarch.simulate.scenario import Scenario
 from navarch.simulate.world import SimNode, SimProvider, World
 from navarch.spec import FleetSpec
@@ -45,13 +56,26 @@ def _pct(values: list[float], q: float) -> float | None:
 
 @dataclass
 class _FaultRecord:
+    """One real fault: when it struck (seconds since the start) and what answered it."""
+
     node: str
+    pool: str
     cause: str
-    at: datetime
+    at_s: float
     lemon: bool
-    cordon_at: datetime | None = None
-    serving_at: datetime | None = None
+    cordon_s: float | None = None
+    uncordon_s: float | None = None
+    serving_s: float | None = None
     replacement: str | None = None
+
+
+@dataclass
+class _Sample:
+    """What one tick measured: nodes serving, instances by type."""
+
+    serving: int
+    instances: Counter[str]
+    serving_nodes: frozenset[str]
 
 
 @dataclass
@@ -59,17 +83,19 @@ class _Tally:
     """What one simulation counts while the real reconcile run acts on the world."""
 
     world: World
+    spec: FleetSpec
     target: int
     period_s: int
     records: dict[str, _FaultRecord] = field(default_factory=dict)  # open fault by node
     closed: list[_FaultRecord] = field(default_factory=list)
+    unlinked: dict[str, list[_FaultRecord]] = field(default_factory=dict)  # pool -> FIFO
     wrongful: list[dict[str, Any]] = field(default_factory=list)
     scale_downs: list[dict[str, Any]] = field(default_factory=list)
     halts: Counter[str] = field(default_factory=Counter)
     actions: Counter[str] = field(default_factory=Counter)
     lost_to_capacity: int = 0
     capacity_latencies: list[float] = field(default_factory=list)
-    short_since: datetime | None = None
+    short_since: float | None = None
     breaker_runs: int = 0
     series: list[dict[str, Any]] = field(default_factory=list)
     timeline: list[dict[str, Any]] = field(default_factory=list)
@@ -80,46 +106,77 @@ class _Tally:
     warm: bool = False
     peak_disrupted: int = 0  # most nodes of one pool out of service by navarch at once
     measured_s: int = 0
+    runs_executed: int = 0
+    clean: bool = False  # the last executed run found the world clean (see _clean)
+    last: _Sample | None = None
 
     def on_fault(self, n: SimNode) -> None:
         """The world's hook: a node got a real fault."""
+        w = self.world
         if n.node not in self.records:
-            self.records[n.node] = _FaultRecord(n.node, n.fault or "", self.world.now, n.lemon)
+            self.records[n.node] = _FaultRecord(n.node, n.pool, n.fault or "", w.t, n.lemon)
             self.timeline.append(
-                {"t": _off(self.world.now), "kind": "fault", "node": n.node, "cause": n.fault}
+                {"t": round(w.t, 3), "kind": "fault", "node": n.node, "cause": n.fault}
             )
 
     def on_outcome(self, o: Outcome) -> None:
         """The executor's hook: one action's outcome."""
         a = o.action
+        w = self.world
         self.actions[f"{a.kind.value}{'' if o.ok else '_failed'}"] += 1
         if a.kind is ActionKind.PROVISION and not o.ok and o.error == "CapacityError":
             self.lost_to_capacity += 1
         if not o.ok or a.node is None:
             return
-        self.timeline.append({"t": _off(self.world.now), "kind": a.kind.value, "node": a.node})
-        if a.kind is ActionKind.CORDON and a.node in self.records:
-            self.records[a.node].cordon_at = self.records[a.node].cordon_at or self.world.now
-        if a.kind is ActionKind.PROVISION and a.replaces and a.replaces in self.records:
-            self.records[a.replaces].replacement = a.node
-        if a.kind is ActionKind.TERMINATE:
-            self._terminated(a.node, a.reason)
+        self.timeline.append({"t": round(w.t, 3), "kind": a.kind.value, "node": a.node})
+        n = w.by_name.get(a.node)
+        rec = self.records.get(a.node)
+        if a.kind is ActionKind.CORDON:
+            if n is not None:
+                w.cordoned(n, True)
+            if rec is not None and rec.cordon_s is None:
+                rec.cordon_s = w.t
+        elif a.kind is ActionKind.UNCORDON:
+            if n is not None:
+                w.cordoned(n, False)
+            if rec is not None:
+                rec.uncordon_s = w.t
+        elif a.kind is ActionKind.PROVISION:
+            linked = self.records.get(a.replaces or "")
+            waiting = self.unlinked.setdefault(a.pool, [])
+            if linked is not None:
+                linked.replacement = a.node
+                if linked in waiting:
+                    waiting.remove(linked)
+            elif a.replaces is None and waiting:
+                # A provision after a terminate names nothing: it replaces the pool's
+                # oldest terminated faulty node still without a replacement (FIFO).
+                waiting.pop(0).replacement = a.node
+        elif a.kind is ActionKind.TERMINATE:
+            self._terminated(a.node, a.action_reason, a.reason)
 
-    def _terminated(self, node: str, reason: str) -> None:
-        sim = self.world.terminated.get(node) or next(
-            (n for n in self.world.nodes.values() if n.node == node), None
-        )
-        faulty = node in self.records or (sim is not None and sim.had_fault)
-        preempting = sim is not None and sim.notice_at is not None
-        if "scale down" in reason:
+    def _terminated(self, node: str, code: ActionReason | None, reason: str) -> None:
+        w = self.world
+        sim = w.terminated.get(node) or w.by_name.get(node)
+        rec = self.records.get(node)
+        if rec is not None and rec.replacement is None:
+            self.unlinked.setdefault(rec.pool, []).append(rec)
+        faulty = rec is not None or (sim is not None and sim.had_fault)
+        preempting = sim is not None and sim.notice_s is not None
+        if code is ActionReason.SCALE_DOWN:
             # A surplus node (e.g. the surge replacement once the faulty node came back
             # cured from a reboot) is removed by the plan: counted, but not wrongful.
-            self.scale_downs.append({"node": node, "t_s": _off(self.world.now), "reason": reason})
+            self.scale_downs.append({"node": node, "t_s": round(w.t, 3), "reason": reason})
         elif sim is not None and not faulty and not preempting:
-            self.wrongful.append({"node": node, "t_s": _off(self.world.now), "reason": reason})
+            self.wrongful.append({"node": node, "t_s": round(w.t, 3), "reason": reason})
 
-    def after_run(self, result: Any) -> None:
-        """Halts, breaker runs and the phases Memory holds after one apply."""
+    def after_run(self, result: ApplyResult | None) -> None:
+        """Halts, breaker runs and the phases Memory holds after one apply; whether the
+        world is clean (a later tick with no event in between may be skipped)."""
+        self.runs_executed += 1
+        if result is None:
+            self.clean = False
+            return
         for h in result.plan.halts:
             self.halts[h.rule.value] += 1
         if result.plan.breaker_open:
@@ -133,62 +190,118 @@ class _Tally:
         self.phases = {nm.node: nm.phase for nm in result.memory.nodes}
         per_pool = Counter(nm.pool for nm in result.memory.nodes if nm.phase is not Phase.NONE)
         self.peak_disrupted = max([self.peak_disrupted, *per_pool.values()])
+        self.clean = self._clean(result)
 
-    def measure(self, step: int, steps: int) -> None:
-        """Serving capacity, capacity recovery and fault closure at this step. A node serves
-        when booted, fault-free, reporting and not cordoned."""
+    def _clean(self, result: ApplyResult) -> bool:
+        """Whether the next runs would plan nothing while no event happens: this run
+        planned no action and no halt, Memory holds every node serving on a healthy report,
+        every pool is at its target with every node booted, reported and live (no fault,
+        notice, impairment, cordon, outage), and no pool has scheduled diagnostics."""
+        w = self.world
+        plan = result.plan
+        if plan.actions or plan.halts or plan.breaker_open:
+            return False
+        if any(p.diagnostics.every_s is not None for p in self.spec.pools):
+            return False
+        if w.writes_fail() or any(
+            z.at_s <= w.t < z.at_s + z.for_s for z in w.scenario.zone_outages
+        ):
+            return False
+        per_pool = Counter(n.pool for n in w.nodes.values())
+        if any(per_pool.get(p.name, 0) != p.target_nodes for p in self.spec.pools):
+            return False
+        if len(result.memory.nodes) != len(w.nodes):
+            return False
+        for nm in result.memory.nodes:
+            if nm.phase is not Phase.NONE or nm.operator_cordon or nm.streak:
+                return False
+            if nm.report is None or nm.report.status != Status.HEALTHY.value:
+                return False
+        return all(
+            n.up(w.t)
+            and n.first_report_s is not None
+            and n.fault is None
+            and n.notice_s is None
+            and not n.cordoned
+            and not n.instance.cloud_status.impaired
+            and n.silent_since is None
+            and not w.cut_off(n)
+            for n in w.nodes.values()
+        )
+
+    def measure(self, skipped: bool, last_tick: bool) -> None:
+        """Serving capacity, capacity recovery and fault closure at this tick. A node
+        serves when booted, fault-free, reported in this boot and not out of service in
+        Memory; on a skipped tick nothing changed since the last one."""
         world = self.world
-        serving_nodes = set()
-        for n in world.nodes.values():
-            self.instance_s[n.instance.instance_type] += self.period_s
-            if (
-                world.now >= n.ready_at
-                and n.fault is None
-                and n.notice_at is None
-                and self.phases.get(n.node, Phase.NONE) is Phase.NONE
-                and n.last_report_at is not None
-            ):
-                serving_nodes.add(n.node)
-        serving = min(len(serving_nodes), self.target)
+        if skipped and self.last is not None:
+            sample = self.last
+        else:
+            instances: Counter[str] = Counter()
+            serving_nodes = set()
+            for n in world.nodes.values():
+                instances[n.instance.instance_type] += 1
+                if (
+                    n.up(world.t)
+                    and n.first_report_s is not None
+                    and n.fault is None
+                    and n.notice_s is None
+                    and self.phases.get(n.node, Phase.NONE) is Phase.NONE
+                ):
+                    serving_nodes.add(n.node)
+            sample = _Sample(
+                min(len(serving_nodes), self.target), instances, frozenset(serving_nodes)
+            )
+            self.last = sample
+        for itype, count in sample.instances.items():
+            self.instance_s[itype] += count * self.period_s
+        serving = sample.serving
         # Availability is measured from the first time the fleet reached its target: the
         # first boot of the whole fleet is not an outage.
         self.warm = self.warm or serving >= self.target
-        if self.warm and step < steps:
+        if self.warm and not last_tick:
             self.serving_s += serving * self.period_s
             self.measured_s += self.period_s
         if self.warm and serving < self.target and self.short_since is None:
-            self.short_since = world.now
+            self.short_since = world.t
         elif serving >= self.target and self.short_since is not None:
-            self.capacity_latencies.append((world.now - self.short_since).total_seconds())
+            self.capacity_latencies.append(world.t - self.short_since)
             self.short_since = None
-        for name, rec in list(self.records.items()):
-            done = (rec.replacement in serving_nodes) or (
-                name in serving_nodes
-                and not any(n.node == name and n.fault for n in world.nodes.values())
-            )
-            if done:
-                rec.serving_at = world.now
-                self.closed.append(self.records.pop(name))
-        if step % max(1, SAMPLE_EVERY_S // self.period_s) == 0:
+        if not skipped:
+            self._close(sample.serving_nodes)
+        if int(world.t) % SAMPLE_EVERY_S == 0:
             self.series.append(
                 {
-                    "t_s": _off(world.now),
+                    "t_s": int(world.t),
                     "serving": serving,
                     "target": self.target,
-                    "instances": len(world.nodes),
+                    "instances": sum(sample.instances.values()),
                     "open_faults": len(self.records),
                 }
             )
 
+    def _close(self, serving_nodes: frozenset[str]) -> None:
+        """Close each open fault whose node serves again (cured in place: from its uncordon)
+        or whose replacement serves (from its first report after boot)."""
+        w = self.world
+        for name, rec in list(self.records.items()):
+            repl = w.by_name.get(rec.replacement or "")
+            if repl is not None and rec.replacement in serving_nodes:
+                rec.serving_s = repl.first_report_s
+            elif name in serving_nodes and w.by_name[name].fault is None:
+                rec.serving_s = rec.uncordon_s if rec.uncordon_s is not None else w.t
+            else:
+                continue
+            self.closed.append(self.records.pop(name))
 
-def _off(t: datetime) -> int:
-    return int((t - START).total_seconds())
 
-
-def simulate(scenario: Scenario, seed: int | None = None) -> dict[str, Any]:
+def simulate(scenario: Scenario, seed: int | None = None, lazy: bool = True) -> dict[str, Any]:
     """Run scenario (seed overrides its own) -> the result document (see docs/simulate.md).
 
-    Raises ConfigError for a bad fleet file. Deterministic: no wall clock, one seeded RNG.
+    lazy: skip the work that provably changes nothing (quiescent agents' checks, their
+    unread heartbeats, reconcile ticks of a clean world); False runs every agent check of
+    every node and every tick: the same document, apart from the "engine" counts.
+    Raises ConfigError for a bad fleet file. Deterministic: no wall clock, seeded streams.
     """
     if seed is not None:
         scenario = replace(scenario, seed=seed)
@@ -197,59 +310,84 @@ def simulate(scenario: Scenario, seed: int | None = None) -> dict[str, Any]:
     spec = replace(
         spec, providers={n: {"type": "local", "max_parallel": 1} for n in spec.providers}
     )
-    world = World(scenario, spec.name, SECRET, START)
+    world = World(scenario, spec.name, SECRET, START, lazy=lazy)
     gpus = {p.name: p.gpus_per_node for p in spec.pools}
     providers = {n: SimProvider(n, world, gpus) for n in sorted(spec.providers)}
     fleet = _SimFleet(spec, world.store, dict(providers))
-    tally = _Tally(world, sum(p.target_nodes for p in spec.pools), scenario.reconcile_period_s)
+    tally = _Tally(
+        world, spec, sum(p.target_nodes for p in spec.pools), scenario.reconcile_period_s
+    )
     world.on_fault = tally.on_fault
-    period = timedelta(seconds=scenario.reconcile_period_s)
-    steps = scenario.duration_s // scenario.reconcile_period_s
+    period = scenario.reconcile_period_s
+    steps = scenario.duration_s // period
+    # Ticks go in first: at one time a tick runs before the checks due then.
     for step in range(steps + 1):
-        world.now = START + step * period
-        world.step()
-        world.agents()
-        try:
-            result = run_apply(
-                fleet,
-                command="simulate",
-                clock=world.clock,
-                on_outcome=tally.on_outcome,
-                run_id=f"sim-{step:06d}",
-            )
-        except NavarchError as exc:
-            tally.run_errors[type(exc).__name__] += 1
-            result = None
-        if result is not None:
+        world.schedule(float(step * period), "tick", step)
+    world.start_processes()
+    while world.queue:
+        t, _, kind, args = heapq.heappop(world.queue)
+        if t > steps * period:
+            break
+        world.set_time(t)
+        if kind != "tick":
+            world.handle(kind, args)
+            continue
+        step = args[0]
+        skipped = lazy and tally.clean and not world.dirty
+        if not skipped:
+            world.catch_up_all(strict=True)
+            world.dirty = False
+            try:
+                result = run_apply(
+                    fleet,
+                    command="simulate",
+                    clock=world.clock,
+                    on_outcome=tally.on_outcome,
+                    run_id=f"sim-{step:06d}",
+                )
+            except NavarchError as exc:
+                tally.run_errors[type(exc).__name__] += 1
+                result = None
             tally.after_run(result)
-        tally.measure(step, steps)
+        tally.measure(skipped, step == steps)
     return _document(scenario, tally)
 
 
 def _document(scenario: Scenario, t: _Tally) -> dict[str, Any]:
     """The result document: availability, latencies, terminations, costs, series."""
     all_faults = t.closed + list(t.records.values())
-    acted = [r for r in all_faults if r.cordon_at is not None]
-    to_cordon = [(r.cordon_at - r.at).total_seconds() for r in acted if r.cordon_at]
-    to_serving = [(r.serving_at - r.at).total_seconds() for r in t.closed if r.serving_at]
+    acted = [r for r in all_faults if r.cordon_s is not None]
+    to_cordon = [round(r.cordon_s - r.at_s, 3) for r in acted if r.cordon_s is not None]
+    to_serving = [round(r.serving_s - r.at_s, 3) for r in t.closed if r.serving_s is not None]
+    # A fault that struck in the run's last minutes may not be acted on yet.
+    late_s = scenario.duration_s - 15 * 60
+    never = [r for r in all_faults if r.cordon_s is None and r.at_s < late_s]
     days = scenario.duration_s / 86400
     prices = scenario.prices_usd_per_hour
     inst_h = {k: round(v / 3600, 3) for k, v in sorted(t.instance_s.items())}
     causes = Counter(r.cause for r in all_faults)
+    w = t.world
+    api = {k: round(v / days, 2) for k, v in sorted(w.api_calls.items()) if k != "list"}
     return {
         "scenario": scenario.name,
         "seed": scenario.seed,
         "duration_s": scenario.duration_s,
         "reconcile_period_s": scenario.reconcile_period_s,
         "agent_period_s": scenario.agent_period_s,
+        "heartbeat_s": scenario.heartbeat_s,
         "target_nodes": t.target,
         "availability": round(t.serving_s / (t.target * t.measured_s), 6)
         if t.target and t.measured_s
         else 0.0,
         "faults": len(all_faults),
+        "fault_list": [
+            {"node": r.node, "cause": r.cause, "t_s": round(r.at_s, 3)}
+            for r in sorted(all_faults, key=lambda r: (r.at_s, r.node))
+        ][:5000],
         "faults_by_cause": dict(sorted(causes.items())),
         "faults_on_lemons": sum(1 for r in all_faults if r.lemon),
-        "faults_never_acted_on": len(all_faults) - len(acted),
+        "faults_never_acted_on": len(never),
+        "faults_open_at_end": len(t.records),
         "p50_fault_to_cordon_s": _pct(to_cordon, 0.5),
         "p95_fault_to_cordon_s": _pct(to_cordon, 0.95),
         "max_fault_to_cordon_s": max(to_cordon) if to_cordon else None,
@@ -260,22 +398,32 @@ def _document(scenario: Scenario, t: _Tally) -> dict[str, Any]:
         "wrongful_termination_causes": t.wrongful[:50],
         "terminations": t.actions.get("terminate", 0),
         "scale_down_terminations": len(t.scale_downs),
+        "replacements": t.actions.get("provision", 0) - t.target,
         "actions": dict(sorted(t.actions.items())),
         "nodes_lost_to_capacity": t.lost_to_capacity,
-        "capacity_recovery_s": t.capacity_latencies,
-        "max_capacity_recovery_s": max(t.capacity_latencies) if t.capacity_latencies else None,
+        "capacity_recovery_s": [round(x, 3) for x in t.capacity_latencies],
+        "max_capacity_recovery_s": round(max(t.capacity_latencies), 3)
+        if t.capacity_latencies
+        else None,
         "repairs_held_by_rule": dict(sorted(t.halts.items())),
         "breaker_runs": t.breaker_runs,
         "peak_disrupted": t.peak_disrupted,
-        "preemptions": t.world.preempted,
+        "preemptions": w.preempted,
         "run_errors": dict(sorted(t.run_errors.items())),
-        "api_calls_per_day": {k: round(v / days, 2) for k, v in sorted(t.world.api_calls.items())},
+        "api_calls_per_day": api,
         "instance_hours": inst_h,
         "cost_usd": round(sum(h * prices.get(k, 0.0) for k, h in inst_h.items()), 2),
         "fault_to_cordon_s": sorted(to_cordon),
         "fault_to_serving_s": sorted(to_serving),
         "series": t.series,
         "timeline": t.timeline[:5000],
+        # What the simulation itself cost; differs between lazy and exhaustive runs.
+        "engine": {
+            "runs_executed": t.runs_executed,
+            "agent_checks": w.agent_checks,
+            "reports_written": w.reports_written,
+            "lists": w.api_calls.get("list", 0),
+        },
     }
 
 
@@ -284,6 +432,8 @@ _ALIASES = {
     "p95_fault_to_serving": "p95_fault_to_serving_s",
     "p50_fault_to_serving": "p50_fault_to_serving_s",
     "p95_fault_to_cordon": "p95_fault_to_cordon_s",
+    "max_fault_to_cordon": "max_fault_to_cordon_s",
+    "max_fault_to_serving": "max_fault_to_serving_s",
 }
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 

@@ -18,17 +18,17 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from navarch import xid
 from navarch.agent import kernel_log as kl
 from navarch.agent.checks import Check
 from navarch.agent.config import AgentConfig
-from navarch.agent.gpu import FakeFaults, FakeGpuBackend
+from navarch.agent.gpu import FakeFaults, FakeGpuBackend, GpuProbe
 from navarch.agent.host import notice_from_doc
 from navarch.agent.runner import run_once
 from navarch.agent.state import AgentState
-from navarch.stores.base import ObjectStore
+from navarch.stores.base import Blob, ObjectStore
 
 #: The path the simulated kernel log claims in the state's position block.
 KERNEL_LOG_PATH = "/var/log/kern.log"
@@ -109,6 +109,37 @@ class SimHost:
         self.reset_pending = False
 
 
+class NodeStore(Protocol):
+    """What the agent asks of a store (navarch.agent.runner.run_once: the previous report's
+    sequence, then the write): one node's view of the simulated store."""
+
+    def get(self, key: str) -> Blob:
+        """The object at key. Raises NotFound, StoreError."""
+        ...
+
+    def put(
+        self, key: str, data: bytes, *, if_absent: bool = False, if_version: str | None = None
+    ) -> str:
+        """Write data at key -> its new version. Raises StoreError."""
+        ...
+
+
+class _ProbeOnce:
+    """A fake GPU backend probed once: its probe is a pure function of its faults, so every
+    check of one fault state reads the same GpuProbe (frozen) without building it again."""
+
+    def __init__(self, backend: FakeGpuBackend) -> None:
+        self.name = backend.name
+        self._backend = backend
+        self._probe: GpuProbe | None = None
+
+    def probe(self) -> GpuProbe:
+        """The backend's probe, built on the first call."""
+        if self._probe is None:
+            self._probe = self._backend.probe()
+        return self._probe
+
+
 class SimAgent:
     """The agent of one simulated node: its config, host and fake GPUs across boots.
 
@@ -120,7 +151,10 @@ class SimAgent:
         self.config = config
         self.host = SimHost(boot_id=config.current_boot_id())
         self.faults = FakeFaults()
-        self._backend = FakeGpuBackend(config.node, config.fake_gpu_count(), self.faults)
+        self._backend = _ProbeOnce(
+            FakeGpuBackend(config.node, config.fake_gpu_count(), self.faults)
+        )
+        self.last_report: dict[str, Any] | None = None
 
     def pci_bus_id(self, gpu: int) -> str:
         """The PCI address of GPU `gpu` as the fake backend (and so the kernel) names it."""
@@ -130,7 +164,9 @@ class SimAgent:
         """The device faults from now on."""
         if faults != self.faults:
             self.faults = faults
-            self._backend = FakeGpuBackend(self.config.node, self.config.fake_gpu_count(), faults)
+            self._backend = _ProbeOnce(
+                FakeGpuBackend(self.config.node, self.config.fake_gpu_count(), faults)
+            )
 
     def log_xid(self, code: int, gpu: int, at: datetime, count: int = 1) -> None:
         """The driver logs XID `code` on GPU `gpu` at `at`, `count` times (a burst)."""
@@ -152,6 +188,11 @@ class SimAgent:
         """playbooks/reset_gpu.yaml succeeded: the marker the next run reads."""
         self.host.reset_pending = True
 
-    def run(self, now: datetime, store: ObjectStore) -> dict[str, Any]:
-        """One agent run at `now`: the signed report it wrote to `store`."""
-        return run_once(self.config, now=now, store=store, backend=self._backend, host=self.host)
+    def run(self, now: datetime, store: ObjectStore | NodeStore) -> dict[str, Any]:
+        """One agent check at `now` (the report it built, also kept as last_report; written
+        to `store` when due). Raises StoreError when the write fails."""
+        self.last_report = None
+        self.last_report = run_once(
+            self.config, now=now, store=store, backend=self._backend, host=self.host
+        )
+        return self.last_report

@@ -1,11 +1,38 @@
 """Scenario files for `navarch simulate` (schemas/simulate.schema.json).
 
-Defaults of the failure model come from published figures:
-- Llama 3 405B training (Meta, "The Llama 3 Herd of Models", 2024): 419 unexpected
-  interruptions in 54 days on 16,384 H100 GPUs = 2,048 8-GPU nodes -> 3.8e-3 per node-day;
-  58.7 % GPU-related (faulty GPU 30.1 %, HBM3 17.2 %, ...), the rest software, network, host.
-- RSC-1 (Kokolis et al., "Revisiting Reliability in Large-Scale ML Research Clusters",
-  2024): about 6.5e-3 failures per node-day.
+Defaults of the world model, each with its source (docs/simulate.md has the table); an
+"assumption" is a value no published figure gives, chosen as said:
+- Failure rate: Llama 3 405B training (Meta, "The Llama 3 Herd of Models", 2024): 419
+  unexpected interruptions in 54 days on 16,384 H100 GPUs = 2,048 8-GPU nodes -> 3.8e-3
+  per node-day; 58.7 % GPU-related (faulty GPU 30.1 %, HBM3 17.2 %, ...). RSC-1 (Kokolis et
+  al., "Revisiting Reliability in Large-Scale ML Research Clusters", 2024): about 6.5e-3.
+- Cures in place (CURES): Crusoe's H200 cluster (GTC 2025, as tabled by G. Lockwood,
+  "component reliability"): "GPU recoverable faults" 19.5 % against "GPU host replacement"
+  41.5 % of cases, so about one GPU fault in three (19.5 / 61 = 0.32) recovers without a
+  replacement; which rung cures which fault follows the NVIDIA XID catalogue's resolution
+  (navarch.xid: 79 RESTART_BM -> a reboot may cure, a GPU reset rarely; 48 and 95
+  RESET_GPU -> a reset or a reboot may cure; 64 a row-remap failure -> RMA, never cured in
+  place; thermal (the thermal interface) -> hardware, never cured). The per-rung odds are
+  an assumption scaled so the cause mix cures 0.33 of GPU faults (see CURES).
+- Lemons: RSC-1 (Kokolis et al. 2024) found lemon nodes, repeat offenders, about 1.2 % of
+  the fleet; their 20x rate is an assumption (a lemon fails about monthly at 3.8e-3).
+- Boot: EC2 launch to running takes tens of seconds for on-demand types (M. Sweet, "EC2
+  Launch Times", 2023: LAUNCH_S); an 8-GPU host's POST, NVIDIA driver and fabric manager
+  start, and cloud-init installing the agent take minutes: an assumption of 3-7 min
+  (BOOT_S, no published GPU figure found), the same on a reboot.
+- Failed launches: an assumption of 2 % per launch (LAUNCH_FAILURE_RATE) that fail at the
+  API and are retried by the next run.
+- A dead host in the cloud's status: EC2 runs status checks every minute and reports
+  ImpairedSince (DescribeInstanceStatus, InstanceStatusDetails); an assumption of one to
+  three checks (60-180 s: IMPAIR_S) before the instance is listed impaired.
+- Drains: jobs end terminationGracePeriodSeconds after a cordon (Kubernetes default 30 s;
+  Slurm's KillWait default 30 s: DRAIN_GRACE_S); an assumption that one job in five
+  checkpoints first, for 1-5 min (CHECKPOINT_*). A job starts on a serving node 30-120 s
+  after it serves (assumption: a scheduler's next pass, JOB_START_S).
+- False signals (off by default): an agent that crashes and stays silent, a node whose
+  writes fail (a partition from the store; the cloud's status stays fine), each for 1-30
+  min (SIGNAL_S). No published rate: the scenario's rates are assumptions, there to show
+  what a short offline_after costs in wrongful terminations.
 """
 
 from __future__ import annotations
@@ -33,6 +60,32 @@ DEFAULT_CAUSES: dict[str, float] = {
     "host_down": 0.136,  # host maintenance, unplanned host failure: agent stops
     "software": 0.23,  # software bugs: application XIDs, nothing to repair
 }
+
+
+#: P(the rung cures the fault) by fault ("cause" or "cause:XID"); the rest stay after it.
+#: Weighted by DEFAULT_CAUSES (hbm_ecc's three XIDs equally likely), a reboot-first ladder
+#: cures (0.301 * 0.45 + 0.172 * (0.55 + 0.55 + 0) / 3 + 0.081 * 0.45 + 0.05 * 0.35) /
+#: 0.634 = 0.33 of GPU faults: Crusoe's one in three.
+CURES: dict[str, dict[str, float]] = {
+    "xid79:79": {"reboot": 0.45, "reset_gpu": 0.15},
+    "hbm_ecc:48": {"reboot": 0.55, "reset_gpu": 0.5},
+    "hbm_ecc:95": {"reboot": 0.55, "reset_gpu": 0.5},
+    "hbm_ecc:64": {"reboot": 0.0, "reset_gpu": 0.0},
+    "nvlink": {"reboot": 0.45, "reset_gpu": 0.3},
+    "gpu_lost": {"reboot": 0.35, "reset_gpu": 0.2},
+    "thermal": {"reboot": 0.0, "reset_gpu": 0.0},
+}
+LEMON_FRACTION = 0.012
+LEMON_MULTIPLIER = 20.0
+LAUNCH_S = (30, 90)
+BOOT_S = (180, 420)
+LAUNCH_FAILURE_RATE = 0.02
+IMPAIR_S = (60, 180)
+DRAIN_GRACE_S = 30
+CHECKPOINT_FRACTION = 0.2
+CHECKPOINT_S = (60, 300)
+JOB_START_S = (30, 120)
+SIGNAL_S = (60, 1800)
 
 
 @dataclass(frozen=True)
@@ -63,7 +116,6 @@ class Scenario:
     lemon_multiplier: float
     app_xid_bursts_per_node_day: float
     spot_preemptions_per_node_day: float
-    reboot_cures: float
     boot_min_s: int
     boot_max_s: int
     api_error_rate: float
@@ -75,6 +127,23 @@ class Scenario:
     prices_usd_per_hour: dict[str, float]
     asserts: tuple[str, ...]
     raw: dict[str, Any] = field(default_factory=dict)
+    heartbeat_s: int = 300
+    cures: dict[str, dict[str, float]] = field(default_factory=dict)
+    launch_min_s: int = LAUNCH_S[0]
+    launch_max_s: int = LAUNCH_S[1]
+    launch_failure_rate: float = LAUNCH_FAILURE_RATE
+    impair_min_s: int = IMPAIR_S[0]
+    impair_max_s: int = IMPAIR_S[1]
+    drain_grace_s: int = DRAIN_GRACE_S
+    checkpoint_fraction: float = CHECKPOINT_FRACTION
+    checkpoint_min_s: int = CHECKPOINT_S[0]
+    checkpoint_max_s: int = CHECKPOINT_S[1]
+    job_start_min_s: int = JOB_START_S[0]
+    job_start_max_s: int = JOB_START_S[1]
+    agent_crashes_per_node_day: float = 0.0
+    cut_offs_per_node_day: float = 0.0
+    signal_min_s: int = SIGNAL_S[0]
+    signal_max_s: int = SIGNAL_S[1]
 
 
 def _windows(items: list[dict[str, Any]]) -> tuple[Window, ...]:
@@ -111,7 +180,12 @@ def load_scenario(path: str | Path) -> Scenario:
             key_path=".".join(str(p) for p in err.absolute_path) or "(top)",
             hint="see docs/simulate.md for the scenario format",
         )
-    for key, default in (("duration", None), ("reconcile_period", "5m"), ("agent_period", "5m")):
+    for key, default in (
+        ("duration", None),
+        ("reconcile_period", "1m"),
+        ("agent_period", "30s"),
+        ("heartbeat", "5m"),
+    ):
         # The engine divides by each of them: a zero would end in ZeroDivisionError.
         raw = data.get(key, default)
         if raw is not None and parse_duration_s(str(raw)) <= 0:
@@ -126,25 +200,50 @@ def load_scenario(path: str | Path) -> Scenario:
     causes.update(world.get("causes", {}))
     lemons = world.get("lemons", {})
     boot = world.get("boot_time", {})
+    launch = world.get("launch_time", {})
+    impair = world.get("impaired_after", {})
+    drain = world.get("drain", {})
+    jobs = world.get("job_start", {})
+    signals = world.get("false_signals", {})
+
+    def dur(doc: dict[str, Any], key: str, default: int) -> int:
+        return parse_duration_s(str(doc[key])) if key in doc else default
+
     return Scenario(
         source=source,
         name=data.get("name", source.stem),
         fleet_path=(source.parent / data["fleet"]).resolve(),
         duration_s=parse_duration_s(str(data["duration"])),
-        reconcile_period_s=parse_duration_s(str(data.get("reconcile_period", "5m"))),
-        agent_period_s=parse_duration_s(str(data.get("agent_period", "5m"))),
+        reconcile_period_s=parse_duration_s(str(data.get("reconcile_period", "1m"))),
+        agent_period_s=parse_duration_s(str(data.get("agent_period", "30s"))),
+        heartbeat_s=parse_duration_s(str(data.get("heartbeat", "5m"))),
         seed=int(data.get("seed", 1)),
         failure_rate_per_node_day=float(
             world.get("failure_rate_per_node_day", LLAMA3_RATE_PER_NODE_DAY)
         ),
         causes=causes,
         lemon_fraction=float(lemons.get("fraction", 0.0)),
-        lemon_multiplier=float(lemons.get("multiplier", 20.0)),
+        lemon_multiplier=float(lemons.get("multiplier", LEMON_MULTIPLIER)),
         app_xid_bursts_per_node_day=float(world.get("app_xid_bursts_per_node_day", 0.0)),
         spot_preemptions_per_node_day=float(world.get("spot_preemptions_per_node_day", 0.0)),
-        reboot_cures=float(world.get("reboot_cures", 0.5)),
-        boot_min_s=parse_duration_s(str(boot.get("min", "3m"))),
-        boot_max_s=parse_duration_s(str(boot.get("max", "8m"))),
+        cures={k: dict(v) for k, v in world.get("cures", {}).items()},
+        boot_min_s=dur(boot, "min", BOOT_S[0]),
+        boot_max_s=dur(boot, "max", BOOT_S[1]),
+        launch_min_s=dur(launch, "min", LAUNCH_S[0]),
+        launch_max_s=dur(launch, "max", LAUNCH_S[1]),
+        launch_failure_rate=float(world.get("launch_failure_rate", LAUNCH_FAILURE_RATE)),
+        impair_min_s=dur(impair, "min", IMPAIR_S[0]),
+        impair_max_s=dur(impair, "max", IMPAIR_S[1]),
+        drain_grace_s=dur(drain, "grace", DRAIN_GRACE_S),
+        checkpoint_fraction=float(drain.get("checkpoint_fraction", CHECKPOINT_FRACTION)),
+        checkpoint_min_s=dur(drain, "checkpoint_min", CHECKPOINT_S[0]),
+        checkpoint_max_s=dur(drain, "checkpoint_max", CHECKPOINT_S[1]),
+        job_start_min_s=dur(jobs, "min", JOB_START_S[0]),
+        job_start_max_s=dur(jobs, "max", JOB_START_S[1]),
+        agent_crashes_per_node_day=float(signals.get("agent_crashes_per_node_day", 0.0)),
+        cut_offs_per_node_day=float(signals.get("cut_offs_per_node_day", 0.0)),
+        signal_min_s=dur(signals, "min", SIGNAL_S[0]),
+        signal_max_s=dur(signals, "max", SIGNAL_S[1]),
         api_error_rate=float(world.get("api_error_rate", 0.0)),
         zone_outages=_windows(world.get("zone_outages", [])),
         rack_failures=_windows(world.get("rack_failures", [])),

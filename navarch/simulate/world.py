@@ -1,24 +1,45 @@
-"""The simulated world: instances, agents, faults, and the simulated Provider.
+"""The simulated world: instances, agents, faults, jobs, and the simulated Provider.
 
-Everything random comes from one seeded random.Random, drawn in a fixed order, and time
-is a virtual clock advanced by the engine, so a seed gives the same run byte for byte.
+Time is continuous: the world holds one event queue (heapq) of what happens next (a fault
+strikes, an application XID burst, a spot notice and its preemption, a boot completes,
+the cloud lists a dead host impaired, a job ends after a cordon or starts on a serving
+node, an agent check). The engine (navarch.simulate.engine) pops events in time order and
+runs the reconciler at its ticks.
 
-Every node runs the shipped agent (navarch.simulate.node): each cause of failure is what
-the node's hardware would show that agent, and the report is whatever the agent makes of it:
+Randomness comes from common random numbers: one random.Random per (seed, purpose, key)
+(``World.stream``), e.g. a node's fault schedule is drawn from its own stream, relative to
+its launch, so two policies on one seed face the same faults on the same nodes however
+differently they answer them.
+
+Every node runs the shipped agent (navarch.simulate.node) on its own cadence: checks on a
+grid (boot + phase + k * agent_period). A node is ACTIVE after any change of what its agent
+reads (a fault, a cure, a new boot, a GPU reset, a notice, jobs starting or ending, its
+store writes failing) and runs every check until it is QUIESCENT: no check with a fault,
+the check wrote nothing, and its verdict's run of checks reached STREAK_WRITE_CAP. A
+quiescent node's later checks would each read the same inputs and write nothing until its
+heartbeat, so they are not run; its heartbeats are materialised lazily (``catch_up``): the
+real agent runs once at the latest heartbeat check time before the moment its report can
+be read (an executed reconcile run, or a change on the node). Heartbeats nobody reads are
+never built, so a report's sequence counts the reports written, not the heartbeats due.
+
+Each cause of failure is what the node's hardware would show that agent:
   xid79    the driver logs XID 79 (GPU fallen off the bus) in the kernel log
   hbm_ecc  the driver logs XID 48, 64 or 95 (uncorrectable ECC, row-remap failure,
            uncontained error)
   nvlink   an NVLink link of GPU 0 is down (fake GPU readings)
   gpu_lost GPU 0 is lost (fake GPU readings)
   thermal  GPU 0 at 95 C, past its 92 C shutdown threshold (fake GPU readings)
-  host_down the host stops: no reports at all until it is terminated
+  host_down the host stops: no reports at all; the cloud lists it impaired after a delay
   software a burst of application XIDs (13, 31, 43, 45): must cause nothing
 A fault the node still has after a reboot or a GPU reset shows again (the XID is logged
-again in the new boot, the readings stay).
+again in the new boot, the readings stay). The sources of every number are in
+navarch.simulate.scenario.
 """
 
 from __future__ import annotations
 
+import heapq
+import math
 import random
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -29,19 +50,20 @@ from typing import Any
 from navarch import signing
 from navarch.agent.config import AgentConfig
 from navarch.agent.gpu import FakeFaults
-from navarch.errors import CapacityError, ProviderError, TransientError
+from navarch.agent.runner import STREAK_WRITE_CAP
+from navarch.errors import CapacityError, ProviderError, StoreError, TransientError
 from navarch.inventory import NO_CLOUD_STATUS, CloudStatus, Instance, InstanceHealth, InstanceState
 from navarch.providers.base import ProvisionRequest, ensure_no_ownership_tags, ensure_owned
 from navarch.simulate.node import SimAgent
-from navarch.simulate.scenario import Scenario
+from navarch.simulate.scenario import CURES, Scenario
 from navarch.simulate.store import MemoryStore
+from navarch.stores.base import Blob, ObjectInfo
 
 DAY_S = 86400
 APP_XIDS = (13, 31, 43, 45)
 # An HBM failure that interrupts a job, as the Llama 3 study counts them: the fatal ECC XIDs
 # of the NVIDIA catalogue (48 double-bit, 64 row-remap failure, 95 uncontained). XID 63 (a
-# row remapped) and 94 (a contained error) are warnings the node serves through: drawing
-# them as failures counted healthy, serving nodes as out of capacity for days.
+# row remapped) and 94 (a contained error) are warnings the node serves through.
 ECC_XIDS = (48, 64, 95)
 XID_CAUSES = ("xid79", "hbm_ecc")
 #: cause -> the fake GPU readings it gives GPU 0 (navarch.agent.gpu.FakeFaults).
@@ -55,113 +77,496 @@ APP_BURST_LINES = 40  # an application XID prints dozens of lines per fault
 
 @dataclass
 class SimNode:
-    """One simulated machine (an instance and the agent on it)."""
+    """One simulated machine (an instance, the agent on it, and its jobs).
+
+    Times are seconds since the simulation's start. up_at: when the current boot completes
+    (None: the launch never completes). anchor_s: the current boot's check grid (checks at
+    anchor_s + k * agent_period). epoch: bumped by every new boot and the termination, so
+    events scheduled for an earlier boot are dropped.
+    """
 
     instance: Instance
     node: str
     pool: str
     gpus: int
-    ready_at: datetime
+    launched_s: float
+    up_at: float | None
     agent: SimAgent
     boot: int = 1
-    last_report_at: datetime | None = None
+    epoch: int = 0
+    anchor_s: float = 0.0
+    active: bool = False
+    last_write_s: float | None = None
+    first_report_s: float | None = None  # first report written of the latest boot
     fault: str | None = None
-    fault_at: datetime | None = None
+    fault_s: float | None = None
     fault_code: int = 0
+    fault_ordinal: int = 0  # faults this node has had (the cure streams' key)
     lemon: bool = False
-    next_fault_at: datetime | None = None
-    notice_at: datetime | None = None
-    preempt_at: datetime | None = None
-    silent_until: datetime | None = None  # zone outage: host unreachable for a while
+    busy: bool = False  # GPU processes run
+    cordoned: bool = False  # navarch's cordon holds (the scheduler places no work)
+    work_pending: bool = False  # a job start or end is scheduled
+    notice_s: float | None = None
+    silent_since: float | None = None  # the agent crashed: it runs nothing ...
+    silent_until: float | None = None  # ... until then
+    cut_off_until: float | None = None  # its writes fail (a failing disk path, a partition)
     had_fault: bool = False  # a real fault ever, this instance (a reboot may have cured it)
 
     @property
     def boot_id(self) -> str:
         return f"{self.instance.instance_id}-boot{self.boot}"
 
+    def up(self, t: float) -> bool:
+        """Booted and running its agent at t (a dead host runs nothing)."""
+        return self.up_at is not None and t >= self.up_at and self.fault != "host_down"
+
+
+class _NodeStore:
+    """One node's view of the store: writes fail while the world says so (a store outage
+    or agent outage window, or this node cut off), reads pass through unless cut off."""
+
+    def __init__(self, world: World, node: SimNode) -> None:
+        self.world = world
+        self.node = node
+
+    def get(self, key: str) -> Blob:
+        if self.world.cut_off(self.node):
+            raise StoreError(f"simulated partition: cannot read {key}")
+        return self.world.store.get(key)
+
+    def put(
+        self, key: str, data: bytes, *, if_absent: bool = False, if_version: str | None = None
+    ) -> str:
+        if self.world.writes_fail() or self.world.cut_off(self.node):
+            raise StoreError(f"simulated store outage: cannot write {key}")
+        return self.world.store.put(key, data, if_absent=if_absent, if_version=if_version)
+
+    def list(self, prefix: str) -> Sequence[ObjectInfo]:
+        return self.world.store.list(prefix)
+
 
 class World:
-    """The machines, the clock and the failure processes of one simulation."""
+    """The machines, the clock, the event queue and the failure processes of one run."""
 
-    def __init__(self, scenario: Scenario, fleet: str, secret: bytes, start: datetime) -> None:
+    def __init__(
+        self, scenario: Scenario, fleet: str, secret: bytes, start: datetime, lazy: bool = True
+    ) -> None:
         self.scenario = scenario
         self.fleet = fleet
         self.secret = secret
         self.start = start
+        self.lazy = lazy
+        self.t = 0.0
         self.now = start
-        self.rng = random.Random(scenario.seed)
         self.nodes: dict[str, SimNode] = {}  # by instance id
+        self.by_name: dict[str, SimNode] = {}
         self.store = MemoryStore(self.clock)
         self.api_calls: Counter[str] = Counter()
         self.counter = 0
         self.fault_log: list[dict[str, Any]] = []  # every real fault injected
-        self.events: list[dict[str, Any]] = []  # timeline: faults and actions
         self.preempted = 0
         self.on_fault: Callable[[SimNode], None] | None = None
         self._keys: dict[str, bytes] = {}
+        self._streams: dict[str, random.Random] = {}
         self.terminated: dict[str, SimNode] = {}  # by node name: what each terminate removed
+        self.queue: list[tuple[float, int, str, tuple[Any, ...]]] = []
+        self._seq = 0
+        #: Something the reconciler reads changed since the last executed run.
+        self.dirty = True
+        self.agent_checks = 0
+        self.reports_written = 0
+        self._heartbeat_step_s = (
+            math.ceil(scenario.heartbeat_s / scenario.agent_period_s) * scenario.agent_period_s
+        )
 
-    # -- helpers ---------------------------------------------------------------------
+    # -- clock, streams, queue -------------------------------------------------------------
     def clock(self) -> datetime:
         """The virtual clock (navarch.reconcile.run.Clock): now in the simulation."""
         return self.now
 
-    def at(self, offset_s: int) -> datetime:
-        return self.start + timedelta(seconds=offset_s)
+    def set_time(self, t: float) -> None:
+        """Move the clock to t seconds after the start."""
+        self.t = t
+        self.now = self.start + timedelta(seconds=t)
 
-    def _active(self, windows: Sequence[Any], zone: str = "", itype: str = "") -> bool:
+    def stream(self, purpose: str, key: str = "") -> random.Random:
+        """The random stream of one purpose and key (common random numbers): the same seed
+        gives every (purpose, key) the same draws whatever else happened."""
+        name = f"{self.scenario.seed}:{purpose}:{key}"
+        rng = self._streams.get(name)
+        if rng is None:
+            rng = self._streams[name] = random.Random(name)
+        return rng
+
+    def schedule(self, t: float, kind: str, *args: Any) -> None:
+        """Push an event: kind and args are what World.handle receives at time t."""
+        self._seq += 1
+        heapq.heappush(self.queue, (t, self._seq, kind, args))
+
+    def _in_window(self, windows: Sequence[Any], zone: str = "", itype: str = "") -> bool:
         for w in windows:
-            if self.at(w.at_s) <= self.now < self.at(w.at_s + w.for_s):
+            if w.at_s <= self.t < w.at_s + w.for_s:
                 if (not w.zone or w.zone == zone) and (
                     not w.instance_type or w.instance_type == itype
                 ):
                     return True
         return False
 
-    def _boot_s(self) -> int:
-        return self.rng.randint(self.scenario.boot_min_s, self.scenario.boot_max_s)
+    def cut_off(self, n: SimNode) -> bool:
+        """Node n's agent cannot reach the store now (its own false signal)."""
+        return n.cut_off_until is not None and self.t < n.cut_off_until
 
-    def _schedule_fault(self, n: SimNode) -> None:
+    def writes_fail(self) -> bool:
+        """Agents cannot write now (a store outage or an agent outage window)."""
+        return self._in_window(self.scenario.store_outages) or self._in_window(
+            self.scenario.agent_outages
+        )
+
+    def _sorted(self) -> list[SimNode]:
+        return [self.nodes[k] for k in sorted(self.nodes)]
+
+    # -- the world's processes -------------------------------------------------------------
+    def start_processes(self) -> None:
+        """Schedule the fleet-wide windows (rack failures, outages' ends)."""
+        for i, w in enumerate(self.scenario.rack_failures):
+            self.schedule(float(w.at_s), "rack", i)
+        for w in (*self.scenario.store_outages, *self.scenario.agent_outages):
+            self.schedule(float(w.at_s), "outage")
+            self.schedule(float(w.at_s + w.for_s), "outage")
+        for w in self.scenario.zone_outages:
+            self.schedule(float(w.at_s), "outage")
+            self.schedule(float(w.at_s + w.for_s), "outage")
+
+    def _boot_s(self, n: SimNode, first: bool) -> float:
+        """Seconds from launch (first) or reboot to a running agent (scenario.boot_time)."""
+        sc = self.scenario
+        rng = self.stream("boot", f"{n.node}:{n.instance.instance_id}:{n.boot}")
+        host_s = rng.uniform(sc.boot_min_s, sc.boot_max_s)
+        return host_s + (rng.uniform(sc.launch_min_s, sc.launch_max_s) if first else 0.0)
+
+    def _next_fault(self, n: SimNode) -> None:
+        """Schedule n's next hardware fault from its own stream (relative to its launch)."""
         rate = self.scenario.failure_rate_per_node_day * (
             self.scenario.lemon_multiplier if n.lemon else 1.0
         )
-        n.next_fault_at = (
-            self.now + timedelta(days=self.rng.expovariate(rate)) if rate > 0 else None
-        )
+        if rate <= 0:
+            return
+        gap_s = self.stream("fault", n.node).expovariate(rate) * DAY_S
+        self.schedule(self.t + gap_s, "fault", n.node, n.epoch)
 
-    def _pick_cause(self) -> str:
+    def _pick_cause(self, rng: random.Random) -> str:
         causes = sorted(self.scenario.causes.items())
         total = sum(w for _, w in causes)
-        x = self.rng.random() * total
+        x = rng.random() * total
         for name, weight in causes:
             x -= weight
             if x < 0:
                 return name
         return causes[-1][0]
 
-    # -- world events ------------------------------------------------------------------
-    def inject(self, n: SimNode, cause: str) -> None:
-        """Give node n a fault of this cause now (software: an application XID burst)."""
+    def new_node(self, n: SimNode) -> None:
+        """A launched machine joins the world: its boot, fault, XID-burst and spot streams."""
+        self.nodes[n.instance.instance_id] = n
+        self.by_name[n.node] = n
+        n.lemon = self.stream("lemon", n.node).random() < self.scenario.lemon_fraction
+        n.fault_s = None
+        if n.up_at is not None:
+            self.schedule(n.up_at, "boot_done", n.node, n.epoch)
+        self._next_fault(n)
+        sc = self.scenario
+        if sc.app_xid_bursts_per_node_day > 0:
+            gap_s = self.stream("app", n.node).expovariate(sc.app_xid_bursts_per_node_day) * DAY_S
+            self.schedule(n.launched_s + gap_s, "app_xid", n.node, n.instance.instance_id)
+        for kind, rate in (
+            ("crash", sc.agent_crashes_per_node_day),
+            ("cut_off", sc.cut_offs_per_node_day),
+        ):
+            if rate > 0:
+                gap_s = self.stream(kind, n.node).expovariate(rate) * DAY_S
+                self.schedule(n.launched_s + gap_s, "signal", n.node, n.instance.instance_id, kind)
+        if n.instance.spot and sc.spot_preemptions_per_node_day > 0:
+            gap_s = self.stream("spot", n.node).expovariate(sc.spot_preemptions_per_node_day)
+            self.schedule(n.launched_s + gap_s * DAY_S, "notice", n.node, n.instance.instance_id)
+
+    def _alive(self, name: str, iid_or_epoch: Any, by_epoch: bool) -> SimNode | None:
+        n = self.by_name.get(name)
+        if n is None or n.instance.instance_id not in self.nodes:
+            return None
+        if by_epoch and n.epoch != iid_or_epoch:
+            return None
+        if not by_epoch and n.instance.instance_id != iid_or_epoch:
+            return None
+        return n
+
+    def handle(self, kind: str, args: tuple[Any, ...]) -> None:
+        """Apply one event at the current time."""
+        getattr(self, f"_on_{kind}")(*args)
+
+    def _on_rack(self, index: int) -> None:
+        w = self.scenario.rack_failures[index]
+        healthy = [n for n in self._sorted() if n.fault is None]
+        rng = self.stream("rack", str(index))
+        for n in rng.sample(healthy, min(w.nodes, len(healthy))):
+            self.inject(n, "host_down")
+
+    def _on_outage(self) -> None:
+        # Writes start or stop failing: every live node's next check notices it.
+        self.dirty = True
+        for n in self._sorted():
+            self.activate(n)
+
+    def _on_fault(self, name: str, epoch: int) -> None:
+        n = self._alive(name, epoch, True)
+        if n is None:
+            return
+        # Cause and XID are drawn whether or not the node can take the fault, so the
+        # node's stream stays aligned across policies.
+        rng = self.stream("fault", n.node)
+        cause = self._pick_cause(rng)
+        code = 79 if cause == "xid79" else rng.choice(ECC_XIDS)
         if cause == "software":
-            code = self.rng.choice(APP_XIDS)
-            n.agent.log_xid(code, 0, self.now, count=APP_BURST_LINES)
+            code = rng.choice(APP_XIDS)
+        if n.fault is None:
+            self.inject(n, cause, code)
+        self._next_fault(n)
+
+    def _on_app_xid(self, name: str, iid: str) -> None:
+        n = self._alive(name, iid, False)
+        if n is None:
+            return
+        rng = self.stream("app", n.node)
+        if n.up(self.t):
+            n.agent.log_xid(rng.choice(APP_XIDS), 0, self.now, count=APP_BURST_LINES)
+            self.activate(n)
+        gap_s = rng.expovariate(self.scenario.app_xid_bursts_per_node_day) * DAY_S
+        self.schedule(self.t + gap_s, "app_xid", n.node, iid)
+
+    def _on_notice(self, name: str, iid: str) -> None:
+        n = self._alive(name, iid, False)
+        if n is None or n.notice_s is not None:
+            return
+        n.notice_s = self.t
+        deadline = self.now + timedelta(minutes=2)  # EC2's two-minute interruption warning
+        n.agent.set_notice(
+            {
+                "kind": "preemption",
+                "source": "aws",
+                "deadline": deadline.isoformat(),
+                "detail": "EC2 spot instance interruption notice",
+            }
+        )
+        self.schedule(self.t + 120.0, "preempt", n.node, iid)
+        self.activate(n)
+
+    def _on_preempt(self, name: str, iid: str) -> None:
+        n = self._alive(name, iid, False)
+        if n is None:
+            return
+        self._remove(n)
+        self.preempted += 1
+        self.dirty = True
+
+    def _on_boot_done(self, name: str, epoch: int) -> None:
+        n = self._alive(name, epoch, True)
+        if n is None:
+            return
+        # The agent's timer starts with the boot at a phase of its own (systemd's
+        # RandomizedDelaySec spreads a fleet's checks); whole seconds keep ages exact.
+        phase_s = float(
+            self.stream("boot", f"{n.node}:phase:{n.boot}").randrange(
+                int(self.scenario.agent_period_s)
+            )
+        )
+        n.anchor_s = math.ceil(self.t) + phase_s
+        n.first_report_s = None
+        self.activate(n)
+        if not n.cordoned:
+            self._schedule_work(n, start=True)
+
+    def _on_signal(self, name: str, iid: str, kind: str) -> None:
+        """A false signal starts on a healthy node: its agent crashes (silent for a drawn
+        while), or its writes fail (a partition from the store); the next one is drawn."""
+        n = self._alive(name, iid, False)
+        if n is None:
+            return
+        sc = self.scenario
+        rng = self.stream(kind, n.node)
+        until_s = self.t + rng.uniform(sc.signal_min_s, sc.signal_max_s)
+        rate = sc.agent_crashes_per_node_day if kind == "crash" else sc.cut_offs_per_node_day
+        self.schedule(self.t + rng.expovariate(rate) * DAY_S, "signal", n.node, iid, kind)
+        if kind == "crash":
+            self.catch_up(n, self.t)
+            n.silent_since, n.silent_until = self.t, until_s
+            n.active = False
+        else:
+            self.catch_up(n, self.t)  # the heartbeats before it were written
+            n.cut_off_until = until_s
+            self.activate(n)
+        self.dirty = True
+        self.schedule(until_s, "signal_end", n.node, iid)
+
+    def _on_signal_end(self, name: str, iid: str) -> None:
+        n = self._alive(name, iid, False)
+        if n is not None:
+            self.activate(n)
+
+    def _on_impair(self, name: str, epoch: int) -> None:
+        n = self._alive(name, epoch, True)
+        if n is None or n.fault != "host_down":
+            return
+        self.impair(n)
+        self.dirty = True
+
+    def _on_work(self, name: str, epoch: int, start: bool) -> None:
+        n = self._alive(name, epoch, True)
+        if n is None:
+            return
+        n.work_pending = False
+        if start and (n.cordoned or not n.up(self.t)):
+            return
+        if n.busy != start:
+            n.busy = start
+            self._show(n)
+            self.activate(n)
+
+    def _on_check(self, name: str, epoch: int) -> None:
+        n = self._alive(name, epoch, True)
+        if n is None or not n.active:
+            return
+        if not n.up(self.t) or self._silent(n, self.t):
+            n.active = False
+            return
+        self.run_agent(n)
+        if self.lazy and self._quiescent(n):
+            n.active = False
+            return
+        self.schedule(self.t + self.scenario.agent_period_s, "check", n.node, n.epoch)
+
+    # -- agents ------------------------------------------------------------------------
+    def _grid_at_or_after(self, n: SimNode, t: float) -> float:
+        """The first check time of n's grid at or after t."""
+        p = self.scenario.agent_period_s
+        if t <= n.anchor_s:
+            return n.anchor_s
+        return n.anchor_s + math.ceil((t - n.anchor_s) / p) * p
+
+    def activate(self, n: SimNode) -> None:
+        """What n's agent reads changed now: catch up its heartbeats, then run every check."""
+        self.dirty = True
+        if n.active or not n.up(self.t):
+            return
+        self.catch_up(n, self.t)
+        if not self._silent(n, self.t):
+            n.silent_since = None
+        n.active = True
+        self.schedule(self._grid_at_or_after(n, self.t), "check", n.node, n.epoch)
+
+    def catch_up(self, n: SimNode, until_s: float, strict: bool = False) -> None:
+        """Run a quiescent node's agent at its latest heartbeat check time <= until_s (<
+        with strict: a tick runs before the checks due at its time); the heartbeats before
+        it would be overwritten unread."""
+        if n.active or not n.up(until_s) or n.last_write_s is None:
+            return
+        if n.up_at is not None and n.last_write_s < n.up_at:
+            return  # a new boot: its first check writes anyway
+        if n.silent_since is not None:
+            # A crashed agent wrote nothing while it was down: only the heartbeats before
+            # the crash were written (its first check after the restart runs as active).
+            until_s = min(until_s, n.silent_since - 1e-6)
+        first = self._grid_at_or_after(n, n.last_write_s + self.scenario.heartbeat_s)
+        if first > until_s:
+            return
+        step = self._heartbeat_step_s
+        at = first + math.floor((until_s - first) / step) * step
+        if strict and at >= until_s:
+            at -= step
+            if at < first:
+                return
+        saved = self.t
+        self.set_time(at)
+        try:
+            self.run_agent(n)
+        finally:
+            self.set_time(saved)
+
+    def _silent(self, n: SimNode, t: float) -> bool:
+        return n.silent_until is not None and t < n.silent_until
+
+    def catch_up_all(self, strict: bool = True) -> None:
+        """Materialise every quiescent node's latest heartbeat before a reconcile run."""
+        for n in self._sorted():
+            self.catch_up(n, self.t, strict)
+
+    def run_agent(self, n: SimNode) -> None:
+        """One check of n's agent now (the shipped run_once): a failed store write is what
+        the real agent's timer logs; the next check retries. A host cut off by a zone
+        outage runs nothing."""
+        if self._in_window(self.scenario.zone_outages, n.instance.zone):
+            return
+        self.agent_checks += 1
+        try:
+            n.agent.run(self.now, _NodeStore(self, n))
+        except StoreError:
+            return
+        written = n.agent.host.state.written if n.agent.host.state else {}
+        if written.get("at_s") == self.now.timestamp():
+            n.last_write_s = self.t
+            self.reports_written += 1
+            if n.first_report_s is None:
+                n.first_report_s = self.t
+            if n.active:
+                self.dirty = True
+
+    def _quiescent(self, n: SimNode) -> bool:
+        """Whether n's next checks would read what this one read and write nothing until
+        its heartbeat: no fault, nothing written now, its verdict's streak at the cap."""
+        state = n.agent.host.state
+        if (
+            state is None
+            or n.last_write_s == self.t
+            or self.writes_fail()
+            or self.cut_off(n)
+            or self._in_window(self.scenario.zone_outages, n.instance.zone)
+        ):
+            return False
+        report = n.agent.last_report
+        if report is None or any(c.get("fault_key") for c in report["checks"]):
+            return False
+        return int(state.streaks.get(f"verdict|{report['status']}", 0)) >= STREAK_WRITE_CAP
+
+    # -- world events ------------------------------------------------------------------
+    def inject(self, n: SimNode, cause: str, code: int = 0) -> None:
+        """Give node n a fault of this cause now (software: an application XID burst of
+        `code`; hbm_ecc: XID `code`, one of ECC_XIDS)."""
+        if cause == "software":
+            if n.up(self.t):
+                n.agent.log_xid(code or APP_XIDS[0], 0, self.now, count=APP_BURST_LINES)
+                self.activate(n)
             return
         if n.fault is not None:
             return
+        # The heartbeats written before the strike were written (a dead host's last one
+        # is what the reconciler ages).
+        self.catch_up(n, self.t)
         n.fault = cause
-        n.fault_at = self.now
+        n.fault_s = self.t
+        n.fault_ordinal += 1
         n.had_fault = True
-        n.fault_code = 79 if cause == "xid79" else self.rng.choice(ECC_XIDS)
-        self._show_fault(n, self.now)
-        rec = {
-            "node": n.node,
-            "pool": n.pool,
-            "instance_id": n.instance.instance_id,
-            "cause": cause,
-            "at": self.now,
-            "lemon": n.lemon,
-        }
-        self.fault_log.append(rec)
+        n.fault_code = 79 if cause == "xid79" else (code if code in ECC_XIDS else ECC_XIDS[0])
+        self.fault_log.append(
+            {"node": n.node, "cause": cause, "t_s": round(self.t, 3), "code": n.fault_code}
+        )
+        if cause == "host_down":
+            n.active = False
+            delay_s = self.stream("impair", f"{n.node}:{n.fault_ordinal}").uniform(
+                self.scenario.impair_min_s, self.scenario.impair_max_s
+            )
+            self.schedule(self.t + delay_s, "impair", n.node, n.epoch)
+            self.dirty = True
+        else:
+            if n.up(self.t):
+                self.activate(n)  # catch up on the healthy heartbeat before the fault shows
+            self._show(n, xid_at=self.now)
         if self.on_fault is not None:
             self.on_fault(n)
 
@@ -176,80 +581,57 @@ class World:
         """The cloud says nothing about node n's instance any more (its impairment ended)."""
         n.instance = replace(n.instance, cloud_status=NO_CLOUD_STATUS)
 
-    def _show_fault(self, n: SimNode, at: datetime) -> None:
-        """What n's hardware shows its agent of its fault from `at` on: the driver logs the
-        XID (again, after a reboot or a reset that did not cure it); device faults stay in
-        the GPU readings."""
-        if n.fault in XID_CAUSES:
-            n.agent.log_xid(n.fault_code, 0, at)
-        n.agent.set_faults(DEVICE_FAULTS.get(n.fault or "", FakeFaults()))
+    def _show(self, n: SimNode, xid_at: datetime | None = None) -> None:
+        """What n's hardware shows its agent: the XID logged at xid_at (a fault's strike or
+        its return after a remedy), the device fault's readings and the running jobs."""
+        if xid_at is not None and n.fault in XID_CAUSES:
+            n.agent.log_xid(n.fault_code, 0, xid_at)
+        faults = DEVICE_FAULTS.get(n.fault or "", FakeFaults())
+        if n.busy:
+            faults = replace(faults, process_count={i: 1 for i in range(n.gpus)})
+        n.agent.set_faults(faults)
 
     def cure(self, n: SimNode) -> None:
         """A reboot or a GPU reset cured n's fault."""
         n.fault = None
-        n.fault_at = None
-        n.agent.set_faults(FakeFaults())
+        self._show(n)
 
-    def step(self) -> None:
-        """Advance the failure processes to self.now (called once per reconcile period)."""
-        period_days = self.scenario.reconcile_period_s / DAY_S
-        app_p = self.scenario.app_xid_bursts_per_node_day * period_days
-        spot_p = self.scenario.spot_preemptions_per_node_day * period_days
-        for w in self.scenario.rack_failures:
-            if (
-                self.at(w.at_s)
-                <= self.now
-                < self.at(w.at_s) + timedelta(seconds=self.scenario.reconcile_period_s)
-            ):
-                healthy = [n for n in self._sorted() if n.fault is None]
-                for n in self.rng.sample(healthy, min(w.nodes, len(healthy))):
-                    self.inject(n, "host_down")
-        for n in self._sorted():
-            if n.next_fault_at is not None and n.next_fault_at <= self.now:
-                self.inject(n, self._pick_cause())
-                self._schedule_fault(n)
-            if app_p and self.rng.random() < app_p:
-                self.inject(n, "software")
-            if n.instance.spot and spot_p and n.notice_at is None and self.rng.random() < spot_p:
-                n.notice_at = self.now
-                n.preempt_at = self.now + timedelta(minutes=2)  # EC2 two-minute warning
-                n.agent.set_notice(
-                    {
-                        "kind": "preemption",
-                        "source": "aws",
-                        "deadline": n.preempt_at.isoformat(),
-                        "detail": "EC2 spot instance interruption notice",
-                    }
-                )
-            if self._active(self.scenario.zone_outages, n.instance.zone):
-                n.silent_until = self.now + timedelta(seconds=self.scenario.reconcile_period_s)
-        for n in [n for n in self._sorted() if n.preempt_at and n.preempt_at <= self.now]:
-            del self.nodes[n.instance.instance_id]
-            self.preempted += 1
-            self.events.append({"t": self.now, "kind": "preempted", "node": n.node})
+    def _cures(self, n: SimNode, rung: str) -> bool:
+        """Whether this rung cures n's fault (the scenario's cure table; one draw per
+        node, fault and rung, so policies see the same luck)."""
+        cause = n.fault or ""
+        key = f"{cause}:{n.fault_code}" if cause in XID_CAUSES else cause
+        p = self.scenario.cures.get(key, CURES.get(key, {})).get(rung, 0.0)
+        draw = self.stream("cure", f"{n.node}:{n.fault_ordinal}:{rung}").random()
+        return draw < p
 
-    def _sorted(self) -> list[SimNode]:
-        return [self.nodes[k] for k in sorted(self.nodes)]
-
-    # -- agents ------------------------------------------------------------------------
-    def agents(self) -> None:
-        """Every booted agent whose period is due runs once: the shipped agent code writes
-        its signed report to the store (navarch.simulate.node)."""
-        silent = self._active(self.scenario.agent_outages) or self._active(
-            self.scenario.store_outages
-        )
-        if silent:
+    def _schedule_work(self, n: SimNode, start: bool) -> None:
+        """Jobs start on a serving node a drawn while after it serves, and end a drawn
+        while after a cordon (scenario.job_start / drain model)."""
+        if n.work_pending or n.busy == start:
             return
-        period = timedelta(seconds=self.scenario.agent_period_s)
-        for n in self._sorted():
-            if self.now < n.ready_at or n.fault == "host_down":
-                continue
-            if n.silent_until is not None and self.now < n.silent_until:
-                continue
-            if n.last_report_at is not None and self.now - n.last_report_at < period:
-                continue
-            n.last_report_at = self.now
-            n.agent.run(self.now, self.store)
+        rng = self.stream("work", n.node)
+        sc = self.scenario
+        if start:
+            delay_s = rng.uniform(sc.job_start_min_s, sc.job_start_max_s)
+        else:
+            delay_s = sc.drain_grace_s
+            if rng.random() < sc.checkpoint_fraction:
+                delay_s += rng.uniform(sc.checkpoint_min_s, sc.checkpoint_max_s)
+        n.work_pending = True
+        self.schedule(self.t + delay_s, "work", n.node, n.epoch, start)
+
+    def cordoned(self, n: SimNode, on: bool) -> None:
+        """navarch cordoned (on) or uncordoned n: its jobs end, or new ones start."""
+        n.cordoned = on
+        n.work_pending = False
+        self._schedule_work(n, start=not on)
+
+    def _remove(self, n: SimNode) -> None:
+        del self.nodes[n.instance.instance_id]
+        n.epoch += 1
+        n.active = False
+        self.terminated[n.node] = n
 
     def new_agent(self, inst: Instance, node: str, pool: str, gpus: int, boot_id: str) -> SimAgent:
         """The agent of a newly launched machine, configured as cloud-init would."""
@@ -269,13 +651,14 @@ class World:
             gpu_count=gpus,
             boot_id=boot_id,
             metadata="none",
+            heartbeat_s=float(self.scenario.heartbeat_s),
         )
         return SimAgent(config)
 
 
 class SimProvider:
-    """The Provider protocol over the World (navarch.providers.base): boot times, stockouts
-    per zone and type, zone outages (no capacity there), API error rates, spot notices."""
+    """The Provider protocol over the World (navarch.providers.base): boot times, failed
+    launches, stockouts per zone and type, zone outages (no capacity there), API errors."""
 
     def __init__(self, name: str, world: World, gpus_per_pool: Mapping[str, int]) -> None:
         self.name = name
@@ -286,7 +669,7 @@ class SimProvider:
     def _api(self, kind: str) -> None:
         self.world.api_calls[kind] += 1
         if self.world.scenario.api_error_rate and (
-            self.world.rng.random() < self.world.scenario.api_error_rate
+            self.world.stream("api").random() < self.world.scenario.api_error_rate
         ):
             raise TransientError(f"simulated API error on {kind}", code="RequestLimitExceeded")
 
@@ -300,13 +683,17 @@ class SimProvider:
         if existing is not None and existing in w.nodes:
             return w.nodes[existing].instance
         self._api("provision")
-        if w._active(w.scenario.stockouts, request.zone, request.instance_type) or w._active(
+        if w._in_window(w.scenario.stockouts, request.zone, request.instance_type) or w._in_window(
             w.scenario.zone_outages, request.zone
         ):
             raise CapacityError(
                 f"no {request.instance_type} capacity in {request.zone}",
                 code="InsufficientInstanceCapacity",
                 scope="zone",
+            )
+        if w.stream("launch", request.node).random() < w.scenario.launch_failure_rate:
+            raise TransientError(
+                f"simulated launch failure of {request.node}", code="InternalError"
             )
         w.counter += 1
         iid = f"i-{w.counter:08d}"
@@ -327,12 +714,12 @@ class SimProvider:
             request.node,
             request.pool,
             gpus,
-            ready_at=w.now + timedelta(seconds=w._boot_s()),
+            launched_s=w.t,
+            up_at=None,
             agent=w.new_agent(inst, request.node, request.pool, gpus, f"{iid}-boot1"),
         )
-        node.lemon = w.rng.random() < w.scenario.lemon_fraction
-        w._schedule_fault(node)
-        w.nodes[iid] = node
+        node.up_at = w.t + w._boot_s(node, first=True)
+        w.new_node(node)
         self.launches[request.launch_id] = iid
         return inst
 
@@ -340,9 +727,9 @@ class SimProvider:
         ensure_owned(instances, self.world.fleet, "terminate")
         self._api("terminate")
         for i in instances:
-            n = self.world.nodes.pop(i.instance_id, None)
+            n = self.world.nodes.get(i.instance_id)
             if n is not None:
-                self.world.terminated[n.node] = n
+                self.world._remove(n)
 
     def reboot(self, instances: Sequence[Instance]) -> None:
         ensure_owned(instances, self.world.fleet, "reboot")
@@ -353,23 +740,24 @@ class SimProvider:
             if n is None:
                 raise ProviderError(f"instance {i.instance_id} is gone", code="NotFound")
             n.boot += 1
-            n.ready_at = w.now + timedelta(seconds=w._boot_s())
+            n.epoch += 1
+            n.active = False
+            n.busy = False
+            n.work_pending = False
+            n.up_at = w.t + w._boot_s(n, first=False)
             n.agent.reboot(n.boot_id)
-            n.last_report_at = None  # the agent's timer fires on boot (OnBootSec)
-            # Faults are latched until a reboot; a reboot cures some of them.
-            if (
-                n.fault is not None
-                and n.fault != "host_down"
-                and (w.rng.random() < w.scenario.reboot_cures)
-            ):
+            if n.fault is not None and n.fault != "host_down" and w._cures(n, "reboot"):
                 w.cure(n)
-            elif n.fault is not None and n.fault != "host_down":
-                w._show_fault(n, n.ready_at)
+            else:
+                # The fault shows again in the new boot (the XID is logged once more).
+                w._show(n, xid_at=w.start + timedelta(seconds=n.up_at))
+            w.schedule(n.up_at, "boot_done", n.node, n.epoch)
+            w.dirty = True
 
     def reset_gpus(self, instance: Instance) -> str:
         """The ladder's GPU reset on a simulated node: the boot stays, the agent finds the
-        reset marker; it cures the node's fault with the scenario's reboot_cures odds (a
-        host that is down is not reached). Raises ProviderError for a node that is gone."""
+        reset marker; it cures the fault with the cure table's odds (a host that is down is
+        not reached). Raises ProviderError for a node that is gone or down."""
         ensure_owned([instance], self.world.fleet, "reset")
         self._api("reset_gpu")
         w = self.world
@@ -379,10 +767,11 @@ class SimProvider:
         if n.fault == "host_down":
             raise ProviderError(f"{instance.instance_id} does not answer", code="Unreachable")
         n.agent.reset_gpus()
-        if n.fault is not None and w.rng.random() < w.scenario.reboot_cures:
+        if n.fault is not None and w._cures(n, "reset_gpu"):
             w.cure(n)
         elif n.fault is not None:
-            w._show_fault(n, w.now)
+            w._show(n, xid_at=w.now)
+        w.activate(n)
         return f"GPUs of {instance.instance_id} reset"
 
     def diagnose(self, instance: Instance, level: int) -> tuple[str, str]:
@@ -402,3 +791,6 @@ class SimProvider:
             merged = dict(n.instance.tags)
             merged.update(tags)
             n.instance = replace(n.instance, tags=tuple(sorted(merged.items())))
+
+
+__all__ = ["SimNode", "SimProvider", "World"]

@@ -132,12 +132,17 @@ def _failed_return_diag(v: NodeView) -> bool:
     )
 
 
+#: What the breaker counts. Stale nodes count although they are never acted on: when the
+#: store or the network fails, reports age together, spread over one heartbeat, and the
+#: first of them pass offline_after while most are still only stale; counting only the
+#: offline ones let a run cordon (and later terminate) healthy nodes before the breaker saw
+#: the outage.
+_BREAKER_COUNTS = (Lifecycle.UNHEALTHY, Lifecycle.OFFLINE, Lifecycle.STALE)
+
+
 def _breaker_tripped(views: Sequence[NodeView], pct: float) -> tuple[bool, int, int]:
     active = [v for v in views if v.lifecycle is not Lifecycle.TERMINATING and not v.orphan]
-    sick = sum(
-        v.lifecycle in (Lifecycle.UNHEALTHY, Lifecycle.OFFLINE) or _failed_return_diag(v)
-        for v in active
-    )
+    sick = sum(v.lifecycle in _BREAKER_COUNTS or _failed_return_diag(v) for v in active)
     total = len(active)
     return (sick >= 2 and total > 0 and sick * 100 >= pct * total), sick, total
 
@@ -149,7 +154,7 @@ def _sick_words(views: Sequence[NodeView]) -> str:
         for v in views
         if v.lifecycle is not Lifecycle.TERMINATING and not v.orphan
     )
-    return "unhealthy or offline" + (
+    return "unhealthy, stale or offline" + (
         f" ({failing} failing their return diagnostics)" if failing else ""
     )
 

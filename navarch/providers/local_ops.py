@@ -52,17 +52,18 @@ def _find(spec: FleetSpec, node: str) -> tuple[LocalProvider, dict[str, Any]]:
     )
 
 
-def _gpu_count(spec: FleetSpec, pool_name: str, d: Path) -> int | None:
+def _gpu_count(spec: FleetSpec, pool_name: str, d: Path, *, remember: bool = True) -> int | None:
     """The machine's GPU count: its pool's gpus_per_node, remembered in the machine
     directory the way a real node keeps the agent configuration it booted with, so the
     machine still has its GPUs (and its agent still reports) once the pool has left
-    fleet.yaml. None for a machine of a removed pool never ticked while declared."""
+    fleet.yaml. None for a machine of a removed pool never ticked while declared.
+    remember=False reads only (an injection that may be refused writes nothing)."""
     path = d / "gpu_count"
     try:
         count = spec.pool(pool_name).gpus_per_node
     except KeyError:
         return int(path.read_text()) if path.is_file() else None
-    if not path.is_file():
+    if remember and not path.is_file():
         path.write_text(str(count))
     return count
 
@@ -216,7 +217,7 @@ def inject(
     provider, m = _find(spec, node)
     d = provider.machine_dir(m["instance_id"])
     pool_name = m["tags"]["navarch-pool"]
-    gpus = _gpu_count(spec, pool_name, d)
+    gpus = _gpu_count(spec, pool_name, d, remember=False)
     if gpus is None:
         raise ConfigError(
             f"{node}: its pool {pool_name} is not in fleet.yaml and the machine never ran "

@@ -165,7 +165,18 @@ def summarize(
         where = f" (GPU {c['gpu_index']})" if c.get("gpu_index") is not None else ""
         findings.append(node_text(f"{c['name']}{where}: {c['message']}"))
     gpus = report.get("gpus", [])
-    procs = [g.get("process_count") for g in gpus]
+    # A GPU the agent reports lost (fallen off the bus) runs no CUDA work and cannot be
+    # asked for its processes: counting it as busy forever would hold its node's drain,
+    # and so its reboot, until drain_timeout (NVIDIA XID catalogue: XID 79, GPU lost).
+    lost = {
+        (c.get("fault_key") or {}).get("gpu_index")
+        for c in report.get("checks", [])
+        if (c.get("fault_key") or {}).get("kind") == "gpu_lost"
+    }
+    procs = [
+        0 if g.get("process_count") is None and g.get("index") in lost else g.get("process_count")
+        for g in gpus
+    ]
     utils = [g.get("utilization_pct") for g in gpus if g.get("utilization_pct") is not None]
     notice = report.get("notice") or {}
     fault_check = _fault_check(report.get("checks", []))

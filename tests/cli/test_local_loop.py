@@ -204,7 +204,7 @@ def test_fleet_wide_silence_trips_the_breaker(navarch):
     # Nobody reports for 11 minutes: that smells of a broken store or network.
     plan = navarch("plan", "fleet.yaml", env={"NAVARCH_NOW": _in_minutes(11)})
     assert plan.code == 3
-    assert "5 of 5 nodes in the fleet are unhealthy or offline" in plan.out
+    assert "5 of 5 nodes in the fleet are unhealthy, stale or offline" in plan.out
     assert "cordon" not in plan.out.split("Held back")[0]
 
 

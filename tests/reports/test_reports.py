@@ -61,6 +61,24 @@ def test_good_report_is_summarised():
     assert (s.process_count, s.utilization_pct, s.gpu_count) == (1, 50.0, 2)
 
 
+def test_a_lost_gpu_counts_as_running_no_process_so_its_node_can_drain():
+    lost_check = {
+        "name": "gpu_lost",
+        "status": "unhealthy",
+        "action": "reboot",
+        "message": "GPU 1 is lost (fallen off the bus / not responding)",
+        "gpu_index": 1,
+        "fault_key": {"kind": "gpu_lost", "gpu_index": 1},
+    }
+    idle = {**GPU0, "process_count": 0}
+    lost = {**GPU0, "index": 1, "uuid": "GPU-2", "process_count": None}
+    s = _verify(_signed(_report(checks=[lost_check], gpus=[idle, lost])))
+    assert s.process_count == 0
+    # A GPU whose count is unknown for another reason still leaves the count unknown.
+    s = _verify(_signed(_report(checks=[], gpus=[idle, lost])))
+    assert s.process_count is None
+
+
 @pytest.mark.parametrize(
     ("data", "kwargs", "reason"),
     [

@@ -81,7 +81,7 @@ PLANS = {
             Halt(
                 "train",
                 "circuit_breaker",
-                "2 of 3 nodes are unhealthy or offline (>= 50%): "
+                "2 of 3 nodes are unhealthy, stale or offline (>= 50%): "
                 "no new cordon or termination in this pool",
             ),
             Halt("infer", "disruption_budget", "demo-infer-0002 waits: max_unavailable 1"),

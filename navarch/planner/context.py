@@ -74,6 +74,17 @@ class StageResult:
     notes: tuple[str, ...] = ()
     pending: tuple[str, ...] = ()
 
+    def then(self, later: StageResult, progress: Progress | None = None) -> StageResult:
+        """This result followed by `later`: their actions, halts, notes and pending in
+        order, with `progress` (default: later's, the stage that ran last)."""
+        return StageResult(
+            later.progress if progress is None else progress,
+            self.actions + later.actions,
+            self.halts + later.halts,
+            self.notes + later.notes,
+            self.pending + later.pending,
+        )
+
 
 Stage = Callable[[PoolContext, Progress], StageResult]
 

@@ -371,14 +371,7 @@ def _run_stages(ctx: PoolContext, stages: Sequence[Stage], start: StageResult) -
     """Run stages in order from `start`, folding their results into one StageResult."""
     out = start
     for stage in stages:
-        r = stage(ctx, out.progress)
-        out = StageResult(
-            r.progress,
-            out.actions + r.actions,
-            out.halts + r.halts,
-            out.notes + r.notes,
-            out.pending + r.pending,
-        )
+        out = out.then(stage(ctx, out.progress))
     return out
 
 
@@ -410,13 +403,8 @@ def _fleet_stages(
         spec, views, memory, now, options, frozen=tripped and not options.destroy
     )
     dups = duplicate_stage(duplicates)
-    return StageResult(
-        Progress(0, 0, 0),
-        orphans.actions + dups.actions,
-        tuple(halts) + orphans.halts + dups.halts,
-        orphans.notes + dups.notes,
-        orphans.pending + dups.pending,
-    )
+    none = Progress(0, 0, 0)
+    return StageResult(none, halts=tuple(halts)).then(orphans, none).then(dups, none)
 
 
 def orphan_stage(
@@ -502,13 +490,7 @@ def orphan_stage(
             else (terminate_stage, redrain_stage, retire_stage)
         )
         r = _run_stages(ctx, stages, StageResult(Progress(0, budget, 0), notes=notes))
-        out = StageResult(
-            out.progress,
-            out.actions + r.actions,
-            out.halts + r.halts,
-            out.notes + r.notes,
-            out.pending + r.pending,
-        )
+        out = out.then(r, out.progress)
     return out
 
 

@@ -5,6 +5,7 @@ and returns to service after return_after healthy reports from its new boot."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import boto3
@@ -94,7 +95,10 @@ def test_xid79_reboots_through_reboot_instances_never_terminates(
     assert cli.main(apply) == 0  # cordon + drain
     capsys.readouterr()
     # Drained once a report made after the drain began shows no GPU processes; S3 keeps
-    # modification times to the second, so a report in the drain's own second may not count.
+    # modification times to the second, so a report in the drain's own second does not
+    # count: the first report is made in a later second (five quick tries could all fall
+    # in the drain's second).
+    time.sleep(1.1)
     out = ""
     for _ in range(5):
         _report(node, iid, tmp_path, "boot-a")

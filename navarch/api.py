@@ -367,7 +367,7 @@ def apply(
     on since (else StalePlan). Without auto_approve and a plan, `confirm(plan)` must accept
     the plan; with neither, NavarchError is raised before anything is done. client: who
     asked (an MCP client's name), kept in every audit record of the run. clock: the run's
-    clock (default: the system clock; the CLI passes the one NAVARCH_NOW may fix).
+    clock (default: the system clock; the CLI passes navarch.cli.process_clock()).
     Raises LockHeld (another run holds the lease), LeaseLost, StalePlan, StoreError,
     ProviderError.
     """

@@ -150,8 +150,8 @@ def build_server(
     fleet.yaml fails before the server starts: ConfigError).
 
     allow_actions: register the acting tools (apply, cordon, uncordon, replace).
-    now: the clock the read-only tools ask about (navarch.cli passes its clock, which
-    honours NAVARCH_NOW); None reads the system clock on each call.
+    now: the clock the read-only tools ask about (navarch.cli passes
+    navarch.cli.process_clock()); None reads the system clock on each call.
     """
     path = Path(fleet_path)
     loaded = api.load_fleet(path)

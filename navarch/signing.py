@@ -14,17 +14,24 @@ ValueError for those, and such a report can be neither signed nor verified (a si
 over a form the reconciler cannot rebuild would be unverifiable anyway).
 
 Speed: rfc8785 is pure Python (about 150 us for a small report, 3 ms for an 8-GPU one).
-canonical_bytes first serialises with the stdlib's C encoder (sorted keys, no whitespace,
-no ASCII escaping), which gives the same bytes as JCS exactly when the output is ASCII
-(UTF-16 and code-point key order agree), no integer is beyond 2**53 - 1 (JCS refuses
-those), every float prints alike in both (finite, not integral, 1e-4 <= |f| < 1e16:
-Python's repr and the ECMAScript form both give the shortest round-trip digits in plain
-decimal) and parsing the output back gives the input (keys were strings, nothing was
-coerced). An integral float (a reading of 40.0 C) prints "40.0" in Python and "40" in
-ECMAScript: its ".0" is dropped first, and the parse back proves no string was touched.
-Anything else goes to rfc8785, so the result is always rfc8785's
-(tests/reports/test_signing_canonical.py checks it on generated values; `navarch simulate`
-signs and verifies about 1.4 million 8-GPU reports in its 30-day run, README).
+canonical_bytes first serialises with a C encoder (orjson where it is installed, as on the
+reconciler; the stdlib's otherwise, as in the agent bundle) with sorted keys and no
+whitespace, which gives the same bytes as JCS exactly when:
+- the output is ASCII (UTF-16 and code-point key order agree);
+- every number prints alike in both: an integer within 2**53 - 1 (JCS refuses larger
+  ones), a float that is finite, not integral and 1e-4 <= |f| < 1e16 (Python's repr,
+  orjson and the ECMAScript form all give the shortest round-trip digits in plain
+  decimal there);
+- parsing the output back gives the input (keys were strings, nothing was coerced, NaN
+  was not written as null).
+An integral float (a reading of 40.0 C) prints "40.0" in Python and "40" in ECMAScript:
+its ".0" is dropped first, and the parse back proves no string was touched. The numbers
+are judged on the text outside strings, where the encoder printed them: an exponent, an
+integer part of 16 digits or more, "0.0000" (|f| < 1e-4 printed plainly) or "-0.0"
+sends the value to rfc8785. Anything else goes to rfc8785 too, so the result is always
+rfc8785's (tests/reports/test_signing_canonical.py checks both encoders on generated
+values; `navarch simulate` signs and verifies about 1.4 million 8-GPU reports in its
+30-day run, README).
 """
 
 from __future__ import annotations
@@ -33,7 +40,7 @@ import hashlib
 import hmac
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import rfc8785
@@ -42,62 +49,100 @@ ALG = "HMAC-SHA256"
 #: ".0" ending a JSON value, and what must precede it for it to end an integral float as
 #: Python prints it ("40.0", not "-0.0" whose JCS form is "0"): JCS prints the integer.
 #: The split on a literal is fast; the tail check runs only where ".0" was found.
-_DOT_ZERO = re.compile(r"\.0(?=[,\]}])")
-_INTEGRAL_TAIL = re.compile(r"[:,\[](?:-?[1-9][0-9]*|0)\Z")
-_MAX_SAFE_INT = 2**53 - 1
+_DOT_ZERO = re.compile(rb"\.0(?=[,\]}])")
+_INTEGRAL_TAIL = re.compile(rb"[:,\[](?:-?[1-9][0-9]*|0)\Z")
+#: A JSON string (in the encoder's output): what it holds is not a number.
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+#: Digits as "0", so that number shapes are found by substring search (C speed).
+_DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
 
 
-class _NotPlain(Exception):
-    """A float whose JCS form differs from Python's repr (see the module docstring)."""
-
-
-def _plain_float(text: str) -> float:
-    value = float(text)
-    if not (1e-4 <= abs(value) < 1e16) or value.is_integer():
-        raise _NotPlain(text)
-    return value
-
-
-def _safe_int(text: str) -> int:
-    value = int(text)
-    if abs(value) > _MAX_SAFE_INT:
-        raise _NotPlain(text)
-    return value
+def _plain_numbers(outside: bytes) -> bool:
+    """Whether every number in a JSON text without its strings prints alike in the encoder
+    and in JCS: no exponent, no integer part of 16 digits or more, no |f| < 1e-4 printed
+    plainly ("0.0000"), no -0.0. Substring tests, so a few plain numbers (10.00001, -0.05)
+    count as not plain: that costs rfc8785's time, never correctness."""
+    shapes = outside.translate(_DIGITS_AS_ZERO)
+    return not (
+        b"0e" in shapes
+        or b"0E" in shapes
+        or b"0000000000000000" in shapes
+        or b"0.0000" in outside
+        or b"-0.0" in outside
+    )
 
 
 _ENCODER = json.JSONEncoder(
     sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
 )
-_DECODER = json.JSONDecoder(parse_float=_plain_float, parse_int=_safe_int)
 
 
-def _drop_integral_zeros(text: str) -> str:
+def _encode_stdlib(body: dict[str, Any]) -> bytes | None:
+    text = _ENCODER.encode(body)
+    return text.encode() if text.isascii() else None
+
+
+def _encode_orjson(body: dict[str, Any]) -> bytes | None:
+    data: bytes = orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
+    return data if data.isascii() else None
+
+
+def _decode_stdlib(data: bytes) -> Any:
+    return json.loads(data)
+
+
+_encode: Callable[[dict[str, Any]], bytes | None]
+_decode: Callable[[bytes], Any]
+try:
+    import orjson
+
+    _encode, _decode = _encode_orjson, orjson.loads
+except ImportError:  # the agent bundle runs on the stdlib alone
+    _encode, _decode = _encode_stdlib, _decode_stdlib
+
+
+def fast_loads(data: bytes) -> Any:
+    """JSON bytes -> value through the decoder canonical_bytes uses (orjson where it is
+    installed, else the stdlib's). Raises ValueError for text that is not JSON."""
+    return _decode(data)
+
+
+def _drop_integral_zeros(text: bytes) -> bytes:
     """text with the ".0" of every integral float removed (40.0 -> 40, JCS's form)."""
     parts = _DOT_ZERO.split(text)
     out = [parts[0]]
     for i in range(1, len(parts)):  # not zip(strict=): the agent runs on Python 3.9
         if _INTEGRAL_TAIL.search(parts[i - 1][-20:]) is None:
-            out.append(".0")
+            out.append(b".0")
         out.append(parts[i])
-    return "".join(out)
+    return b"".join(out)
 
 
-def _stdlib_canonical(body: dict[str, Any]) -> bytes | None:
-    """body as JCS through the stdlib's C encoder, or None when that might differ from
-    rfc8785 (the module docstring, "Speed", says when)."""
+def _outside_strings(text: bytes) -> bytes:
+    """The JSON text without its strings (keys and values)."""
+    if b"\\" in text:
+        return _JSON_STRING.sub(b"", text)
+    return b"".join(text.split(b'"')[::2])  # no escapes: every quote opens or closes one
+
+
+def _fast_canonical(body: dict[str, Any]) -> bytes | None:
+    """body as JCS through a C encoder, or None when that might differ from rfc8785 (the
+    module docstring, "Speed", says when)."""
     try:
-        text = _ENCODER.encode(body)
+        text = _encode(body)
     except (TypeError, ValueError, RecursionError):
         return None
-    if not text.isascii():
+    if text is None:
         return None
-    if ".0" in text:
+    if b".0" in text:
         text = _drop_integral_zeros(text)
-    try:
-        again = _DECODER.decode(text)
-    except (_NotPlain, RecursionError):
+    if not _plain_numbers(_outside_strings(text)):
         return None
-    return text.encode() if again == body else None
+    try:
+        again = _decode(text)
+    except (ValueError, RecursionError):
+        return None
+    return text if again == body else None
 
 
 def derive_node_key(fleet_secret: bytes, fleet: str, node: str) -> bytes:
@@ -113,7 +158,7 @@ def canonical_bytes(report: Mapping[str, Any]) -> bytes:
     RecursionError for nesting deeper than Python's recursion limit.
     """
     body = {k: v for k, v in report.items() if k != "signature"}
-    fast = _stdlib_canonical(body)
+    fast = _fast_canonical(body)
     return fast if fast is not None else rfc8785.dumps(body)
 
 
@@ -127,9 +172,24 @@ def sign(report: Mapping[str, Any], node_key: bytes) -> dict[str, Any]:
 
     Raises ValueError when the report has no canonical form (see canonical_bytes).
     """
-    signed = dict(report)
-    signed["signature"] = {"alg": ALG, "value": mac(canonical_bytes(report), node_key)}
-    return signed
+    return sign_for_store(report, node_key)[0]
+
+
+def sign_for_store(report: Mapping[str, Any], node_key: bytes) -> tuple[dict[str, Any], bytes]:
+    """The signed copy of report and the bytes to store: the body's canonical JSON with
+    the "signature" member appended last. Any JSON reader takes that text, and the verifier
+    rebuilds the canonical form from what it parses, so one canonicalisation serves both
+    the MAC and the stored text.
+
+    Raises ValueError when the report has no canonical form (see canonical_bytes).
+    """
+    canonical = canonical_bytes(report)
+    signature = {"alg": ALG, "value": mac(canonical, node_key)}
+    signed = {k: v for k, v in report.items() if k != "signature"}
+    signed["signature"] = signature
+    member = f'"signature":{{"alg":"{ALG}","value":"{signature["value"]}"}}'.encode()
+    comma = b"," if canonical != b"{}" else b""
+    return signed, canonical[:-1] + comma + member + b"}"
 
 
 def verify_canonical(canonical: bytes, signature: Any, node_key: bytes) -> bool:

@@ -53,11 +53,14 @@ from navarch.agent.host import FileHost, NodeHost
 from navarch.agent.state import AgentState, prune_faults
 from navarch.compat import UTC
 from navarch.health import Remedy, Status
+from navarch.signing import fast_loads, sign_for_store
 from navarch.xid import Severity, XidInfo
 
 __all__ = [
     "run_once",
     "build_report",
+    "observe_node",
+    "NodeObservation",
     "gpu_readings",
     "choose_backend",
     "health_score",
@@ -347,7 +350,7 @@ def report_due(written: Mapping[str, Any], change: str, heartbeat_s: float, now:
 def _previous_sequence(store: Any, key: str) -> int | None:
     try:
         blob = store.get(key)
-        seq = json.loads(blob.data).get("sequence")
+        seq = fast_loads(blob.data).get("sequence")
         return seq if isinstance(seq, int) else None
     except Exception:  # any store or decode failure: the clock floor still holds
         return None
@@ -383,10 +386,10 @@ def build_report(
     checks: Sequence[Check],
     notice: Mapping[str, Any] | None,
     node_key: bytes,
-) -> dict[str, Any]:
-    """Assemble and sign the report (schema_version 2). Pure apart from hashing."""
+) -> tuple[dict[str, Any], bytes]:
+    """Assemble and sign the report (schema_version 2); return it and the bytes to store
+    (``signing.sign_for_store``). Pure apart from hashing."""
     from navarch import __version__
-    from navarch.signing import sign
 
     status = Status.worst(c.status for c in checks)
     action = Remedy.strongest(c.action for c in checks)
@@ -422,7 +425,7 @@ def build_report(
         ],
         "notice": dict(notice) if notice else None,
     }
-    return sign(report, node_key)
+    return sign_for_store(report, node_key)
 
 
 def _safe_probe(backend: GpuBackend) -> GpuProbe:
@@ -596,6 +599,70 @@ def _log_report(config: AgentConfig, report: Mapping[str, Any], written: bool, s
     )
 
 
+@dataclass(frozen=True)
+class NodeObservation:
+    """One check of the node: its checks (counted), the GPU probe, the kernel log read, and
+    the state's new counters, fault history and streaks."""
+
+    checks: list[Check]
+    probe: GpuProbe
+    xids: KernelLogRead
+    counters: dict[str, dict[str, Any]]
+    faults: dict[str, dict[str, float]]
+    streaks: dict[str, int]
+    verdict_checks: int
+
+    def next_state(self, sequence: int, boot_id: str, written: Mapping[str, Any]) -> AgentState:
+        """The state this check leaves. ``written`` stays the last write's until the store
+        took this report: a failed write is retried at the next check, not the heartbeat."""
+        latched = trim_events(self.xids.latched, _MAX_XIDS)
+        return AgentState(
+            sequence=sequence,
+            boot_id=boot_id,
+            kernel_log=self.xids.saved,
+            events=tuple(_event_to_json(e, boot_id) for e in latched),
+            faults=self.faults,
+            counters=self.counters,
+            streaks=self.streaks,
+            written=dict(written),
+        )
+
+
+def observe_node(
+    config: AgentConfig,
+    host: NodeHost,
+    state: AgentState,
+    backend: GpuBackend,
+    boot_id: str,
+    now: datetime,
+) -> NodeObservation:
+    """Probe the GPUs, read the kernel log, run every check and the plugins' checks, and
+    count each fault (boots seen, first seen) and each streak of checks, this one's
+    verdict included. Never raises for a GPU or kernel-log problem: each is a check."""
+    probe = _safe_probe(backend)
+    gchecks, counters = _gpu_checks_and_counters(probe, state.counters, boot_id, now)
+    xids = read_xids(host, state, boot_id, now)
+    checks = [
+        boot_check(boot_id, state.boot_id),
+        *probe_checks(probe, config.gpus_per_node),
+        *gchecks,
+        kernel_log_check(xids),
+        *xid_checks(xids.latched, {g.pci_bus_id: g.index for g in probe.gpus}),
+    ]
+    checks += host.plugin_checks(config, boot_id, gpu_readings(probe), checks)
+    faults = _faults_with_earlier_boots(state.faults, xids.earlier_boots, now)
+    checks, faults = count_faults(checks, faults, boot_id, now)
+    same_boot = state.boot_id == boot_id
+    checks, streaks = count_streaks(checks, state.streaks, same_boot)
+    # The verdict's own run of checks: a node back from a remedy writes its first healthy
+    # checks at once, so the reconciler's return_after counts checks, not heartbeats.
+    verdict = f"verdict|{Status.worst(c.status for c in checks).value}"
+    streaks[verdict] = int(state.streaks.get(verdict, 0) if same_boot else 0) + 1
+    return NodeObservation(
+        checks, probe, xids, counters, faults, streaks, verdict_checks=streaks[verdict]
+    )
+
+
 def run_once(
     config: AgentConfig,
     *,
@@ -637,26 +704,10 @@ def run_once(
             "state_rebuilt", extra={"fields": {"path": host.state_path, "problem": problem}}
         )
 
-    probe = _safe_probe(backend or choose_backend(config))
-    gchecks, counters = _gpu_checks_and_counters(probe, state.counters, boot_id, now)
-    xids = read_xids(host, state, boot_id, now)
-    checks = [
-        boot_check(boot_id, state.boot_id),
-        *probe_checks(probe, config.gpus_per_node),
-        *gchecks,
-        kernel_log_check(xids),
-        *xid_checks(xids.latched, {g.pci_bus_id: g.index for g in probe.gpus}),
-    ]
-    checks += host.plugin_checks(config, boot_id, gpu_readings(probe), checks)
-    faults = _faults_with_earlier_boots(state.faults, xids.earlier_boots, now)
-    checks, faults = count_faults(checks, faults, boot_id, now)
-    checks, streaks = count_streaks(checks, state.streaks, state.boot_id == boot_id)
-    # The verdict's own run of checks: a node back from a remedy writes its first healthy
-    # checks at once, so the reconciler's return_after counts checks, not heartbeats.
-    verdict = f"verdict|{Status.worst(c.status for c in checks).value}"
-    streaks[verdict] = int(state.streaks.get(verdict, 0) if state.boot_id == boot_id else 0) + 1
+    seen = observe_node(config, host, state, backend or choose_backend(config), boot_id, now)
+    checks, probe, xids = seen.checks, seen.probe, seen.xids
     notice = host.read_notice(now)
-    change = change_digest(checks, probe, boot_id, notice, streaks[verdict])
+    change = change_digest(checks, probe, boot_id, notice, seen.verdict_checks)
     due = (
         to_stdout
         or problem is not None
@@ -668,18 +719,7 @@ def run_once(
         # The store is read only before a write: a check that writes nothing costs no GET.
         previous = _previous_sequence(store, config.report_key) if store is not None else None
         sequence = next_sequence(state, problem, previous, store is not None, now)
-    new_state = AgentState(
-        sequence=sequence,
-        boot_id=boot_id,
-        kernel_log=xids.saved,
-        events=tuple(_event_to_json(e, boot_id) for e in trim_events(xids.latched, _MAX_XIDS)),
-        faults=faults,
-        counters=counters,
-        streaks=streaks,
-        # Marked written only once the store took it (below): a failed write is retried
-        # at the next check, not at the heartbeat.
-        written=dict(state.written),
-    )
+    new_state = seen.next_state(sequence, boot_id, state.written)
     # --stdout is a look, not a run: it keeps the state file (latches, baselines, the
     # kernel log offset) and the reset marker as they are, so the timer's next run sees
     # exactly what it would have seen.
@@ -691,7 +731,7 @@ def run_once(
         due = True  # a node that cannot keep its state says so now, not at the heartbeat
     elif xids.reset and not to_stdout:
         host.clear_gpu_reset()
-    report = build_report(
+    report, data = build_report(
         config,
         probe=probe,
         events=xids.latched,
@@ -704,7 +744,6 @@ def run_once(
     )
     written = due and not to_stdout
     if written:
-        data = json.dumps(report, sort_keys=True, separators=(",", ":")).encode()
         store.put(config.report_key, data)
         if state_check is None:
             _mark_written(host, new_state, change, now)

@@ -41,6 +41,16 @@ def _jcs(value: dict[str, Any]) -> bytes | type[Exception]:
         return type(exc)
 
 
+@pytest.fixture(params=["orjson", "stdlib"], autouse=True)
+def encoder(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test runs with both C encoders: orjson (the reconciler) and the stdlib's (the
+    agent bundle, which has no orjson)."""
+    if request.param == "stdlib":
+        monkeypatch.setattr(signing, "_encode", signing._encode_stdlib)
+        monkeypatch.setattr(signing, "_decode", signing._decode_stdlib)
+    return str(request.param)
+
+
 def _ours(value: dict[str, Any]) -> bytes | type[Exception]:
     try:
         return signing.canonical_bytes(value)
@@ -78,6 +88,15 @@ def test_canonical_bytes_equal_rfc8785(body: dict[str, Any]) -> None:
         {"\ue000": 1, "\U0001f600": 2},
         {1: "int key"},
         {"a": [1.5, {"b": 1e-7}]},
+        1.5e-5,
+        -1.5e-5,
+        1e-6,
+        1.2345678901234568e16,
+        1234567890123456.5,
+        float("nan"),
+        [float("nan")],
+        {"text": "1e-05 0.00001 -0.0 1234567890123456"},
+        {"s": '\\"x:1.0]', "n": -0.05},
     ],
 )
 def test_edge_cases_equal_rfc8785(value: Any) -> None:
@@ -86,4 +105,4 @@ def test_edge_cases_equal_rfc8785(value: Any) -> None:
 
 def test_a_plain_report_takes_the_fast_path() -> None:
     report = {"node": "n1", "sequence": 7, "gpus": [{"utilization_pct": 40.5}], "notice": None}
-    assert signing._stdlib_canonical(report) == rfc8785.dumps(report)
+    assert signing._fast_canonical(report) == rfc8785.dumps(report)

@@ -52,7 +52,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from functools import cache, lru_cache
 from typing import Any
@@ -212,22 +212,25 @@ def _no_constant(name: str) -> Any:
 #: A JSON string (valid JSON: the text parsed already): its brackets are not structure.
 _JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
 _NOT_BRACKETS = bytes(c for c in range(256) if c not in b"[]{}")
-_OPEN = frozenset(b"[{")
+#: An innermost container: an empty pair once everything but brackets is gone.
+_EMPTY_PAIR = re.compile(rb"\[\]|\{\}")
 
 
-def _nesting(data: bytes) -> int:
-    """Deepest nesting of arrays/objects in a JSON text that parsed (a scalar is 0): the
-    depth of its brackets outside strings. A text walk, not a walk of the parsed value:
-    an 8-GPU report has hundreds of containers and every report is checked (the walk of
-    the parsed value was most of a report's verification in `navarch simulate`)."""
-    depth = deepest = 0
-    for c in _JSON_STRING.sub(b"", data).translate(None, _NOT_BRACKETS):
-        if c in _OPEN:
-            depth += 1
-            deepest = max(deepest, depth)
-        else:
-            depth -= 1
-    return deepest
+def _nesting(data: bytes, limit: int = MAX_NESTING) -> int:
+    """Deepest nesting of arrays/objects in a JSON text that parsed (a scalar is 0), counted
+    up to limit + 1: the depth of its brackets outside strings. Each round removes the
+    innermost pairs, so the rounds are the depth. A text walk in C, not a walk of the
+    parsed value: an 8-GPU report has hundreds of containers and every report is checked."""
+    if b"\\" in data:
+        outside = _JSON_STRING.sub(b"", data)
+    else:  # no escapes: every quote opens or closes a string
+        outside = b"".join(data.split(b'"')[::2])
+    brackets = outside.translate(None, _NOT_BRACKETS)
+    depth = 0
+    while brackets and depth <= limit:
+        brackets = _EMPTY_PAIR.sub(b"", brackets)
+        depth += 1
+    return depth
 
 
 _DECODER = json.JSONDecoder(parse_constant=_no_constant)
@@ -366,17 +369,50 @@ def read_reports(
     cache: the verified-report cache (navarch.reconcile.report_cache): a report whose
     version it holds a verified summary of is not fetched either; the caller saves it.
     """
-    prefix = health_prefix(fleet)
-    listed: dict[str, tuple[str, str, ObjectInfo]] = {}  # key -> (pool, node, listing)
+    listed = _listed_reports(store, health_prefix(fleet))
+    rules = rule_sets or {}
+    digests = {pool: rules_digest(rules.get(pool)) for pool, _, _ in listed.values()}
+    out, to_fetch = _known_reports(listed, memory, cache, digests, now)
+
+    reader = _Reader(store, fleet, fleet_secret, memory, now, cache)
+
+    def fetch(key: str) -> ReportObservation | None:
+        # Runs on store.parallel_gets threads: checking one report overlaps fetching others.
+        pool, node, info = listed[key]
+        return reader.fetch_and_verify(key, pool, node, info, rules.get(pool), digests[pool])
+
+    for observation in parallel_map(fetch, to_fetch, store.parallel_gets):
+        if observation is not None:
+            out[observation.node] = observation
+    return out
+
+
+#: key -> (pool, node, the listing's entry)
+_Listed = dict[str, tuple[str, str, ObjectInfo]]
+
+
+def _listed_reports(store: ObjectStore, prefix: str) -> _Listed:
+    """The keys under prefix that look like <pool>/<node>.json, with their listing."""
+    listed: _Listed = {}
     for info in store.list(prefix):
         parts = info.key[len(prefix) :].split("/")
         if len(parts) != 2 or not parts[1].endswith(".json"):
             continue
         listed[info.key] = (parts[0], parts[1][: -len(".json")], info)
+    return listed
 
+
+def _known_reports(
+    listed: _Listed,
+    memory: Memory,
+    cache: ReportCache | None,
+    digests: Mapping[str, str],
+    now: datetime,
+) -> tuple[dict[str, ReportObservation], list[str]]:
+    """The observations of reports read before (the version Memory or the cache holds),
+    and the keys that must be fetched and verified."""
     out: dict[str, ReportObservation] = {}
     to_fetch: list[str] = []
-    digests = {pool: rules_digest((rule_sets or {}).get(pool)) for pool, _, _ in listed.values()}
     for key, (pool, node, info) in listed.items():
         nm = memory.node(node)
         if nm is not None and nm.report_version == info.version and nm.pool == pool:
@@ -394,23 +430,45 @@ def read_reports(
             )
         else:
             to_fetch.append(key)
+    return out, to_fetch
 
-    def fetch_and_verify(key: str) -> ReportObservation | None:
-        # Runs on store.parallel_gets threads: checking one report overlaps fetching others.
-        pool, node, info = listed[key]
-        nm = memory.node(node)
+
+@dataclass(frozen=True)
+class _Reader:
+    """What every fetch of one run shares."""
+
+    store: ObjectStore
+    fleet: str
+    fleet_secret: bytes | None
+    memory: Memory
+    now: datetime
+    cache: ReportCache | None
+
+    def fetch_and_verify(
+        self,
+        key: str,
+        pool: str,
+        node: str,
+        info: ObjectInfo,
+        rule_sets: RuleSets | None,
+        digest: str,
+    ) -> ReportObservation | None:
+        """One changed report fetched and verified: its observation (rejected with a
+        reason when it fails), or None when it was deleted between listing and fetch."""
+        nm = self.memory.node(node)
         last_seq = nm.report.sequence if nm is not None and nm.report is not None else 0
         stored_at = _stored_at(info)
 
         def rejected(reason: str, version: str) -> ReportObservation:
+            report = nm.report if nm else None
             return ReportObservation(
-                node, pool, nm.report if nm else None, version, rejected=reason, stored_at=stored_at
+                node, pool, report, version, rejected=reason, stored_at=stored_at
             )
 
         if info.size_bytes > MAX_REPORT_BYTES:
             return rejected("oversized", info.version)  # not worth fetching
         try:
-            blob = store.get(key)
+            blob = self.store.get(key)
         except NotFound:
             return None  # deleted between list and get: as if missing
         except Exception:  # StoreError, or a backend's own bug: this report only
@@ -418,25 +476,20 @@ def read_reports(
         try:
             summary = verify_report(
                 blob.data,
-                fleet=fleet,
+                fleet=self.fleet,
                 pool=pool,
                 node=node,
-                fleet_secret=fleet_secret,
+                fleet_secret=self.fleet_secret,
                 last_sequence=last_seq,
-                now=now,
+                now=self.now,
                 stored_at=stored_at,
-                rule_sets=(rule_sets or {}).get(pool),
+                rule_sets=rule_sets,
             )
-            if cache is not None:
-                cache.remember(key, blob.version, digests[pool], summary)
-            return ReportObservation(node, pool, summary, blob.version, stored_at=stored_at)
         except ReportRejected as rej:
             return rejected(rej.reason, blob.version)
-
-    for observation in parallel_map(fetch_and_verify, to_fetch, store.parallel_gets):
-        if observation is not None:
-            out[observation.node] = observation
-    return out
+        if self.cache is not None:
+            self.cache.remember(key, blob.version, digest, summary)
+        return ReportObservation(node, pool, summary, blob.version, stored_at=stored_at)
 
 
 def _from_cache(

@@ -12,6 +12,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from navarch import signing
 from navarch.errors import StoreError
@@ -114,7 +116,7 @@ HOSTILE: dict[str, tuple[bytes, str]] = {
 
 
 @pytest.mark.parametrize("name", sorted(HOSTILE))
-def test_16_4_hostile_report_is_rejected_with_a_reason(tmp_path, name):
+def test_hostile_report_is_rejected_with_a_reason(tmp_path, name):
     data, reason = HOSTILE[name]
     store = FileStore(tmp_path)
     store.put(KEY, data)
@@ -124,7 +126,7 @@ def test_16_4_hostile_report_is_rejected_with_a_reason(tmp_path, name):
     assert reason in REJECT_REASONS
 
 
-def test_16_4_whole_corpus_in_one_store_is_read_without_a_traceback(tmp_path):
+def test_whole_corpus_in_one_store_is_read_without_a_traceback(tmp_path):
     """One listing holding every hostile object at once (one per node) and one good report:
     the good one is accepted, every other one is rejected with its reason."""
     store = FileStore(tmp_path)
@@ -147,7 +149,7 @@ def test_16_4_whole_corpus_in_one_store_is_read_without_a_traceback(tmp_path):
     ), got
 
 
-def test_16_4_signature_covers_the_canonical_form_not_one_serialisation():
+def test_signature_covers_the_canonical_form_not_one_serialisation():
     """RFC 8785: the same report written with other whitespace, key order and number
     spelling verifies; a changed value does not."""
     signed = _signed(_report())
@@ -177,7 +179,7 @@ class _Flaky:
 
 
 @pytest.mark.parametrize("error", [lambda: StoreError("torn object"), lambda: OSError(5, "EIO")])
-def test_16_4_unreadable_report_is_a_rejection(tmp_path, error):
+def test_unreadable_report_is_a_rejection(tmp_path, error):
     store = FileStore(tmp_path)
     store.put(KEY, json.dumps(_signed(_report())).encode())
     other = "health/demo/train/demo-train-0002.json"
@@ -187,7 +189,7 @@ def test_16_4_unreadable_report_is_a_rejection(tmp_path, error):
     assert observed["demo-train-0002"].rejected == "identity"  # read, checked, own reason
 
 
-def test_16_4_a_failing_check_is_a_rejection(tmp_path, monkeypatch):
+def test_a_failing_check_is_a_rejection(tmp_path, monkeypatch):
     """A bug in a check (here: summarising raises) rejects that report, not the run."""
     store = FileStore(tmp_path)
     store.put(KEY, json.dumps(_signed(_report())).encode())
@@ -200,7 +202,7 @@ def test_16_4_a_failing_check_is_a_rejection(tmp_path, monkeypatch):
     assert observed[NODE].rejected == "check_failed"
 
 
-def test_16_4_an_unchanged_rejected_object_stays_rejected_and_is_counted_once(tmp_path):
+def test_an_unchanged_rejected_object_stays_rejected_and_is_counted_once(tmp_path):
     """The next run does not fetch the same object again, and still sees it rejected
     (not as a node that never reported, which would be judged against boot_timeout)."""
     import shutil
@@ -256,3 +258,48 @@ def test_a_report_signed_over_a_form_other_than_rfc_8785_is_rejected(tmp_path):
     assert rejected == "bad_signature"
     store.put(KEY, json.dumps(signing.sign(report, key)).encode())
     assert read_reports(store, "demo", Memory(fleet="demo"), SECRET, NOW)[NODE].rejected is None
+
+
+@pytest.mark.parametrize("escaped", [False, True], ids=["plain", "with_escapes"])
+def test_brackets_inside_a_string_are_not_nesting(tmp_path, escaped):
+    """A message full of brackets (a node's text is anything) is a string, not structure:
+    the report is accepted, with or without JSON escapes around the brackets."""
+    text = ('\\"' if escaped else "") + "[{" * 40
+    check = {
+        "name": "readings",
+        "status": "healthy",
+        "action": "none",
+        "message": text,
+        "gpu_index": 0,
+        "evidence": {"note": text},
+        "fault_key": None,
+    }
+    doc = _signed(_report(checks=[check]))
+    store = FileStore(tmp_path)
+    store.put(KEY, json.dumps(doc).encode())
+    observed = read_reports(store, "demo", Memory(fleet="demo"), SECRET, NOW)[NODE]
+    assert observed.rejected is None
+
+
+def _depth(value: object) -> int:
+    if isinstance(value, dict):
+        return 1 + max((_depth(v) for v in value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max((_depth(v) for v in value), default=0)
+    return 0
+
+
+_json_values = st.recursive(
+    st.none() | st.integers() | st.text(alphabet='[]{}"\\ab,:'),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3)
+    ),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_json_values)
+def test_nesting_of_a_json_text_is_the_depth_of_its_value(value):
+    data = json.dumps(value).encode()
+    assert reports_module._nesting(data, limit=1000) == _depth(value)

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import benchlib  # noqa: E402
 import reconcile_scale as aws_bench  # noqa: E402  (bench/ is not a package)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -91,28 +92,10 @@ def child_reports(round_no: int, out: str) -> None:
     """A signed healthy report (sequence round_no, generated now) for every live node."""
     import boto3
 
-    from navarch.agent import AgentConfig, run_once
     from navarch.signing import derive_node_key, sign
 
     tmp = Path(out).parent
-    config = AgentConfig(
-        fleet=FLEET,
-        pool="template",
-        node=f"{FLEET}-template-0000",
-        instance_id="i-0",
-        store=f"file://{tmp}/unused",
-        key="00" * 32,
-        gpus_per_node=GPUS,
-        state_file=str(tmp / "agent.json"),
-        kernel_log=str(tmp / "kern.log"),
-        fake_gpu=True,
-        gpu_count=GPUS,
-        boot_id="boot-template",
-        metadata="none",
-    )
-    with contextlib.redirect_stderr(io.StringIO()):
-        template = run_once(config, to_stdout=True)
-    template.pop("signature", None)
+    template = benchlib.report_template(tmp, FLEET, GPUS)
     ec2 = boto3.client("ec2", region_name=REGION)
     s3 = boto3.client("s3", region_name=REGION)
     now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

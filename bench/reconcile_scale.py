@@ -50,6 +50,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import benchlib  # noqa: E402  (bench/ is not a package)
+
 FLEET = "bench"
 BUCKET = "navarch-bench"
 PREFIX = "navarch"
@@ -205,27 +208,7 @@ def write_fleet(directory: Path, pools: list[tuple[str, int]]) -> Path:
 
 def report_template(directory: Path) -> dict[str, Any]:
     """One real agent report (fake GPUs), without its signature."""
-    from navarch.agent import AgentConfig, run_once
-
-    config = AgentConfig(
-        fleet=FLEET,
-        pool="template",
-        node=f"{FLEET}-template-0000",
-        instance_id="i-0",
-        store=f"file://{directory}/unused",
-        key="00" * 32,
-        gpus_per_node=GPUS,
-        state_file=str(directory / "agent.json"),
-        kernel_log=str(directory / "kern.log"),
-        fake_gpu=True,
-        gpu_count=GPUS,
-        boot_id="boot-template",
-        metadata="none",
-    )
-    with contextlib.redirect_stderr(io.StringIO()):
-        report = run_once(config, to_stdout=True)
-    report.pop("signature", None)
-    return report
+    return benchlib.report_template(directory, FLEET, GPUS)
 
 
 def populate(

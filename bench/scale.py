@@ -45,6 +45,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import benchlib  # noqa: E402  (bench/ is not a package)
+
 ROOT = Path(__file__).resolve().parents[1]
 FLEET = "scale"
 SECRET = "bench-secret-0123456789abcdef0123"
@@ -94,28 +97,10 @@ def write_fleet(directory: Path, nodes: int) -> Path:
 
 def write_reports(directory: Path) -> int:
     """One signed healthy report per fleet machine, into the fleet's file store."""
-    from navarch.agent import AgentConfig, run_once
     from navarch.signing import derive_node_key, sign
     from navarch.stores.file import FileStore
 
-    config = AgentConfig(
-        fleet=FLEET,
-        pool="template",
-        node=f"{FLEET}-template-0000",
-        instance_id="i-0",
-        store=f"file://{directory}/unused",
-        key="00" * 32,
-        gpus_per_node=GPUS,
-        state_file=str(directory / "agent.json"),
-        kernel_log=str(directory / "kern.log"),
-        fake_gpu=True,
-        gpu_count=GPUS,
-        boot_id="boot-template",
-        metadata="none",
-    )
-    with contextlib.redirect_stderr(io.StringIO()):
-        template = run_once(config, to_stdout=True)
-    template.pop("signature", None)
+    template = benchlib.report_template(directory, FLEET, GPUS)
     store = FileStore(directory / "store")
     count = 0
     for d in (directory / "local" / FLEET / "machines").iterdir():

@@ -496,7 +496,6 @@ def ladder_stage(ctx: PoolContext, prog: Progress) -> StageResult:
     when their reports are unhealthy); nodes named by `--replace` are replaced whatever
     their lifecycle, the breaker notwithstanding.
     """
-    pool = ctx.pool
     actions: list[Action] = []
     halts: list[Halt] = []
     pending: list[str] = []
@@ -510,48 +509,17 @@ def ladder_stage(ctx: PoolContext, prog: Progress) -> StageResult:
         step = _step(ctx, v)
         if step is None:
             if v.node in ctx.options.replace and v.lifecycle in _ALREADY_LEAVING:
-                pending.append(
-                    f"{v.node}: --replace: already leaving ({v.lifecycle.value}); "
-                    "terminated once its drain finishes or at drain_timeout"
-                )
+                pending.append(_already_leaving(v))
             continue
         action, wait = step
         taken.add(v.node)
         if action is None:
             pending.append(wait)
             continue
-        if (
-            ctx.frozen
-            and action.kind is ActionKind.TERMINATE
-            and action.action_reason is ActionReason.DRAIN_TIMEOUT
-        ):
-            halts.append(
-                Halt(pool.name, HaltRule.CIRCUIT_BREAKER, f"{v.node}: termination held back")
-            )
+        halt, rate_left = _hold(ctx, v.node, action, rate_left)
+        if halt is not None:
+            halts.append(halt)
             continue
-        if action.kind in (ActionKind.REBOOT, ActionKind.RESET_GPU):
-            if ctx.frozen:
-                halts.append(
-                    Halt(
-                        pool.name,
-                        HaltRule.CIRCUIT_BREAKER,
-                        f"{v.node}: {action.kind.value} held back",
-                    )
-                )
-                continue
-            if action.repair:
-                if rate_left <= 0:
-                    halts.append(
-                        Halt(
-                            pool.name,
-                            HaltRule.REPAIR_RATE_LIMIT,
-                            f"{v.node} waits for its {action.kind.value}: "
-                            f"{ctx.spec.safety.repairs_per_pool_per_hour} repairs in "
-                            "the last hour",
-                        )
-                    )
-                    continue
-                rate_left -= 1
         actions.append(action)
         if action.kind in (ActionKind.CORDON, ActionKind.TERMINATE):
             leaving.append(v.node)  # leaves for good: the count stage replaces it
@@ -563,3 +531,43 @@ def ladder_stage(ctx: PoolContext, prog: Progress) -> StageResult:
         tuple(halts),
         pending=tuple(pending),
     )
+
+
+def _already_leaving(v: NodeView) -> str:
+    """What a node named by --replace that is already leaving waits for."""
+    return (
+        f"{v.node}: --replace: already leaving ({v.lifecycle.value}); "
+        "terminated once its drain finishes or at drain_timeout"
+    )
+
+
+def _hold(ctx: PoolContext, node: str, action: Action, rate_left: int) -> tuple[Halt | None, int]:
+    """Whether the circuit breaker or the repair rate limit holds the rung's action back,
+    and the repairs left this hour once it goes."""
+    pool = ctx.pool.name
+    if (
+        ctx.frozen
+        and action.kind is ActionKind.TERMINATE
+        and action.action_reason is ActionReason.DRAIN_TIMEOUT
+    ):
+        return Halt(pool, HaltRule.CIRCUIT_BREAKER, f"{node}: termination held back"), rate_left
+    if action.kind not in (ActionKind.REBOOT, ActionKind.RESET_GPU):
+        return None, rate_left
+    if ctx.frozen:
+        return (
+            Halt(pool, HaltRule.CIRCUIT_BREAKER, f"{node}: {action.kind.value} held back"),
+            rate_left,
+        )
+    if not action.repair:
+        return None, rate_left
+    if rate_left <= 0:
+        return (
+            Halt(
+                pool,
+                HaltRule.REPAIR_RATE_LIMIT,
+                f"{node} waits for its {action.kind.value}: "
+                f"{ctx.spec.safety.repairs_per_pool_per_hour} repairs in the last hour",
+            ),
+            rate_left,
+        )
+    return None, rate_left - 1

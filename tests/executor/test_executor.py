@@ -72,6 +72,18 @@ class FailingPlaybooks:
         return True, f"{kind} ok"
 
 
+def scale_down(i: int) -> Action:
+    """The termination of node i (instance i-<i>) that a scale-down plans."""
+    return Action(
+        ActionKind.TERMINATE,
+        "train",
+        node(i),
+        "scale_down",
+        instance_id=f"i-{i}",
+        action_reason=ActionReason.SCALE_DOWN,
+    )
+
+
 def spec_of(tmp_path: Path, scheduler: str = "none") -> FleetSpec:
     path = write_fleet(tmp_path, target=4)
     path.write_text(path.read_text().replace("scheduler: none", f"scheduler: {scheduler}"))
@@ -134,22 +146,8 @@ def test_each_outcome_has_the_kind_its_failure_calls_for_and_carries_the_excepti
         cloud,
         instances,
         memory,
-        Action(
-            ActionKind.TERMINATE,
-            "train",
-            node(1),
-            "scale_down",
-            instance_id="i-1",
-            action_reason=ActionReason.SCALE_DOWN,
-        ),
-        Action(
-            ActionKind.TERMINATE,
-            "train",
-            node(2),
-            "scale_down",
-            instance_id="i-2",
-            action_reason=ActionReason.SCALE_DOWN,
-        ),
+        scale_down(1),
+        scale_down(2),
         Action(
             ActionKind.UPDATE_TAGS,
             "train",
@@ -210,22 +208,8 @@ def test_an_exception_at_the_action_boundary_is_a_failed_outcome_and_others_go_o
         cloud,
         instances,
         memory,
-        Action(
-            ActionKind.TERMINATE,
-            "train",
-            node(1),
-            "scale_down",
-            instance_id="i-1",
-            action_reason=ActionReason.SCALE_DOWN,
-        ),
-        Action(
-            ActionKind.TERMINATE,
-            "train",
-            node(2),
-            "scale_down",
-            instance_id="i-2",
-            action_reason=ActionReason.SCALE_DOWN,
-        ),
+        scale_down(1),
+        scale_down(2),
     )
     failed = got[(ActionKind.TERMINATE, node(1))]
     assert failed.kind is OutcomeKind.PERMANENT and failed.exc is bug
@@ -244,22 +228,8 @@ def test_the_audit_log_records_each_outcome_with_its_kind_and_error_name(
         cloud,
         instances,
         memory,
-        Action(
-            ActionKind.TERMINATE,
-            "train",
-            node(1),
-            "scale_down",
-            instance_id="i-1",
-            action_reason=ActionReason.SCALE_DOWN,
-        ),
-        Action(
-            ActionKind.TERMINATE,
-            "train",
-            node(2),
-            "scale_down",
-            instance_id="i-2",
-            action_reason=ActionReason.SCALE_DOWN,
-        ),
+        scale_down(1),
+        scale_down(2),
     )
     by_node = {r["node"]: r for r in audit_records(tmp_path)}
     assert by_node[node(1)]["ok"] is True and by_node[node(1)]["outcome"] == "ok"
@@ -286,17 +256,7 @@ def test_a_journal_that_fails_stops_the_run_and_its_error_is_raised(tmp_path: Pa
             cloud,
             instances,
             memory,
-            *(
-                Action(
-                    ActionKind.TERMINATE,
-                    "train",
-                    node(i),
-                    "scale_down",
-                    instance_id=f"i-{i}",
-                    action_reason=ActionReason.SCALE_DOWN,
-                )
-                for i in (1, 2, 3)
-            ),
+            *(scale_down(i) for i in (1, 2, 3)),
             journal=journal,
             policy=JournalPolicy(every_actions=1),
         )
@@ -321,17 +281,7 @@ def test_actions_done_before_a_journal_failure_are_in_the_audit_log(tmp_path: Pa
             cloud,
             instances,
             memory,
-            *(
-                Action(
-                    ActionKind.TERMINATE,
-                    "train",
-                    node(i),
-                    "scale_down",
-                    action_reason=ActionReason.SCALE_DOWN,
-                    instance_id=f"i-{i}",
-                )
-                for i in (1, 2, 3)
-            ),
+            *(scale_down(i) for i in (1, 2, 3)),
             journal=journal,
             policy=JournalPolicy(every_actions=1),
         )
@@ -366,17 +316,7 @@ def test_actions_done_before_the_lease_is_lost_are_in_the_audit_log(tmp_path: Pa
             cloud,
             instances,
             memory,
-            *(
-                Action(
-                    ActionKind.TERMINATE,
-                    "train",
-                    node(i),
-                    "scale_down",
-                    action_reason=ActionReason.SCALE_DOWN,
-                    instance_id=f"i-{i}",
-                )
-                for i in (1, 2, 3)
-            ),
+            *(scale_down(i) for i in (1, 2, 3)),
             lease=LapsingLease(holds=2),
             max_parallel={"sim": 1},
         )

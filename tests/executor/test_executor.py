@@ -127,6 +127,17 @@ def execute(
     return memory, {(o.action.kind, o.action.node): o for o in outcomes}
 
 
+def scale_down_all(
+    tmp_path: Path, cloud: FakeCloud, n: int, **kwargs: object
+) -> dict[tuple[ActionKind, str | None], Outcome]:
+    """Terminate nodes 1 to n of a fresh world(n), as a scale-down plans (kwargs: the
+    Executor's); the outcomes by (kind, node)."""
+    instances, memory = world(n)
+    actions = (scale_down(i) for i in range(1, n + 1))
+    _, got = execute(tmp_path, spec_of(tmp_path), cloud, instances, memory, *actions, **kwargs)
+    return got
+
+
 def audit_records(tmp_path: Path) -> list[dict[str, object]]:
     chunks = sorted((tmp_path / "store" / "events").rglob("*.jsonl"))
     return [json.loads(line) for c in chunks for line in c.read_text().splitlines()]
@@ -199,18 +210,8 @@ def test_a_drain_after_a_failed_cordon_is_skipped_and_the_cordon_is_transient(
 def test_an_exception_at_the_action_boundary_is_a_failed_outcome_and_others_go_on(
     tmp_path: Path,
 ) -> None:
-    instances, memory = world(2)
     bug = KeyError("InstanceId")
-    cloud = FakeCloud({"i-1": bug})
-    _, got = execute(
-        tmp_path,
-        spec_of(tmp_path),
-        cloud,
-        instances,
-        memory,
-        scale_down(1),
-        scale_down(2),
-    )
+    got = scale_down_all(tmp_path, FakeCloud({"i-1": bug}), 2)
     failed = got[(ActionKind.TERMINATE, node(1))]
     assert failed.kind is OutcomeKind.PERMANENT and failed.exc is bug
     assert failed.detail == "KeyError: 'InstanceId'"
@@ -220,17 +221,7 @@ def test_an_exception_at_the_action_boundary_is_a_failed_outcome_and_others_go_o
 def test_the_audit_log_records_each_outcome_with_its_kind_and_error_name(
     tmp_path: Path,
 ) -> None:
-    instances, memory = world(2)
-    cloud = FakeCloud({"i-2": TransientError("RequestLimitExceeded")})
-    execute(
-        tmp_path,
-        spec_of(tmp_path),
-        cloud,
-        instances,
-        memory,
-        scale_down(1),
-        scale_down(2),
-    )
+    scale_down_all(tmp_path, FakeCloud({"i-2": TransientError("RequestLimitExceeded")}), 2)
     by_node = {r["node"]: r for r in audit_records(tmp_path)}
     assert by_node[node(1)]["ok"] is True and by_node[node(1)]["outcome"] == "ok"
     assert by_node[node(1)]["error"] is None and by_node[node(1)]["detail"] == "terminated i-1"
@@ -240,8 +231,6 @@ def test_the_audit_log_records_each_outcome_with_its_kind_and_error_name(
 
 
 def test_a_journal_that_fails_stops_the_run_and_its_error_is_raised(tmp_path: Path) -> None:
-    instances, memory = world(3)
-    cloud = FakeCloud()
     lost = PreconditionFailed("state/jt.json", "another run wrote state")
     writes: list[Memory] = []
 
@@ -250,15 +239,8 @@ def test_a_journal_that_fails_stops_the_run_and_its_error_is_raised(tmp_path: Pa
         raise lost
 
     with pytest.raises(PreconditionFailed) as info:
-        execute(
-            tmp_path,
-            spec_of(tmp_path),
-            cloud,
-            instances,
-            memory,
-            *(scale_down(i) for i in (1, 2, 3)),
-            journal=journal,
-            policy=JournalPolicy(every_actions=1),
+        scale_down_all(
+            tmp_path, FakeCloud(), 3, journal=journal, policy=JournalPolicy(every_actions=1)
         )
     assert info.value is lost
     # The first write failed: the run tried no other write (no state after a lost CAS),
@@ -268,23 +250,13 @@ def test_a_journal_that_fails_stops_the_run_and_its_error_is_raised(tmp_path: Pa
 
 
 def test_actions_done_before_a_journal_failure_are_in_the_audit_log(tmp_path: Path) -> None:
-    instances, memory = world(3)
     cloud = FakeCloud()
 
     def journal(m: Memory) -> Memory:
         raise PreconditionFailed("state/jt.json", "another run wrote state")
 
     with pytest.raises(PreconditionFailed):
-        execute(
-            tmp_path,
-            spec_of(tmp_path),
-            cloud,
-            instances,
-            memory,
-            *(scale_down(i) for i in (1, 2, 3)),
-            journal=journal,
-            policy=JournalPolicy(every_actions=1),
-        )
+        scale_down_all(tmp_path, cloud, 3, journal=journal, policy=JournalPolicy(every_actions=1))
     terminated = {iid for verb, iid in cloud.calls if verb == "terminate"}
     assert terminated  # something was done before the failed write stopped the run
     recorded = {r["node"] for r in audit_records(tmp_path) if r["ok"]}
@@ -307,19 +279,9 @@ class LapsingLease:
 
 
 def test_actions_done_before_the_lease_is_lost_are_in_the_audit_log(tmp_path: Path) -> None:
-    instances, memory = world(3)
     cloud = FakeCloud()
     with pytest.raises(LeaseLost):
-        execute(
-            tmp_path,
-            spec_of(tmp_path),
-            cloud,
-            instances,
-            memory,
-            *(scale_down(i) for i in (1, 2, 3)),
-            lease=LapsingLease(holds=2),
-            max_parallel={"sim": 1},
-        )
+        scale_down_all(tmp_path, cloud, 3, lease=LapsingLease(holds=2), max_parallel={"sim": 1})
     assert len(cloud.calls) == 2
     assert {r["node"] for r in audit_records(tmp_path)} == {
         node(int(iid.split("-")[1])) for _, iid in cloud.calls

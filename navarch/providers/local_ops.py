@@ -245,9 +245,14 @@ def inject(
         write_json_atomic(d / "faults.json", faults)
     done += _signal_agent(d, silent=silent, preempt=preempt)
     if impaired:
-        provider.set_impaired(node, "instance status check failed (injected)", datetime.now(UTC))
-        done.append("the cloud lists the instance impaired")
+        done.append(_impair(provider, node))
     return done
+
+
+def _impair(provider: LocalProvider, node: str) -> str:
+    """Have the cloud list the node's instance impaired, as its failed status check shows."""
+    provider.set_impaired(node, "instance status check failed (injected)", datetime.now(UTC))
+    return "the cloud lists the instance impaired"
 
 
 def _known_gpu_count(spec: FleetSpec, node: str, m: dict[str, Any], d: Path) -> int:

@@ -149,3 +149,29 @@ def cordon_and_drain(
             action_reason=code,
         )
     )
+
+
+def terminate_node(
+    pool: str,
+    v: NodeView,
+    reason: str,
+    code: ActionReason,
+    *,
+    lemon: bool = False,
+    fault: Fault | None = None,
+    backoff: bool = False,
+) -> Action:
+    """The termination of node v of pool: reason in words, code the action_reason, the
+    node's instance id. lemon: its instance id is remembered as a lemon's; fault: the fault
+    it answers; backoff: back off the instance's place (it never came up)."""
+    return Action(
+        ActionKind.TERMINATE,
+        pool,
+        v.node,
+        reason,
+        instance_id=iid(v),
+        lemon=lemon,
+        fault=fault,
+        backoff=backoff,
+        action_reason=code,
+    )

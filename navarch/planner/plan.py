@@ -64,6 +64,7 @@ from navarch.planner.context import (
     Stage,
     StageResult,
     cordon_and_drain,
+    terminate_node,
 )
 from navarch.planner.context import iid as _iid
 from navarch.planner.diagnostics import diagnostics_stage
@@ -527,14 +528,7 @@ def retire_stage(ctx: PoolContext, prog: Progress) -> StageResult:
     for v in ctx.views:
         if v.lifecycle is Lifecycle.REMEDIATING:  # drained already
             actions.append(
-                Action(
-                    ActionKind.TERMINATE,
-                    pool.name,
-                    v.node,
-                    f"{v.reason}; drained already",
-                    instance_id=_iid(v),
-                    action_reason=ActionReason.ORPHAN,
-                )
+                terminate_node(pool.name, v, f"{v.reason}; drained already", ActionReason.ORPHAN)
             )
             continue
         if v.lifecycle is not Lifecycle.ORPHAN or ctx.frozen:
@@ -636,13 +630,11 @@ def terminate_stage(ctx: PoolContext, prog: Progress) -> StageResult:
     for v in ctx.views:
         if v.lifecycle is Lifecycle.TERMINATING:
             actions.append(
-                Action(
-                    ActionKind.TERMINATE,
+                terminate_node(
                     ctx.pool.name,
-                    v.node,
+                    v,
                     f"terminate still in progress ({v.reason})",
-                    instance_id=_iid(v),
-                    action_reason=ActionReason.TERMINATING,
+                    ActionReason.TERMINATING,
                 )
             )
         elif v.lifecycle is Lifecycle.DRAINING and v.node not in prog.taken:
@@ -665,16 +657,12 @@ def terminate_stage(ctx: PoolContext, prog: Progress) -> StageResult:
                 )
                 continue
             actions.append(
-                Action(
-                    ActionKind.TERMINATE,
+                terminate_node(
                     ctx.pool.name,
-                    v.node,
+                    v,
                     f"{why}; {v.reason}",
-                    instance_id=_iid(v),
+                    ActionReason.DRAIN_FINISHED if v.drained else ActionReason.DRAIN_TIMEOUT,
                     backoff=v.summary is None,
-                    action_reason=(
-                        ActionReason.DRAIN_FINISHED if v.drained else ActionReason.DRAIN_TIMEOUT
-                    ),
                 )
             )
     return StageResult(prog, tuple(actions), tuple(halts), pending=tuple(pending))
@@ -721,15 +709,7 @@ def stuck_stage(ctx: PoolContext, prog: Progress) -> StageResult:
         if v.instance
     )
     actions = tuple(
-        Action(
-            ActionKind.TERMINATE,
-            ctx.pool.name,
-            v.node,
-            v.reason,
-            instance_id=_iid(v),
-            backoff=True,
-            action_reason=ActionReason.PROVISION_TIMEOUT,
-        )
+        terminate_node(ctx.pool.name, v, v.reason, ActionReason.PROVISION_TIMEOUT, backoff=True)
         for v in stuck
     )
     return StageResult(replace(prog, avoid=prog.avoid | avoid), actions)
@@ -1234,16 +1214,7 @@ def destroy_stage(ctx: PoolContext, prog: Progress) -> StageResult:
     actions: list[Action] = []
     for v in ctx.views:
         if v.lifecycle is Lifecycle.REMEDIATING:  # drained already
-            actions.append(
-                Action(
-                    ActionKind.TERMINATE,
-                    ctx.pool.name,
-                    v.node,
-                    why,
-                    instance_id=_iid(v),
-                    action_reason=ActionReason.DESTROY,
-                )
-            )
+            actions.append(terminate_node(ctx.pool.name, v, why, ActionReason.DESTROY))
             continue
         if v.lifecycle in LEAVING and v.lifecycle is not Lifecycle.OPERATOR_CORDONED:
             continue
@@ -1256,13 +1227,11 @@ def force_destroy_stage(ctx: PoolContext, prog: Progress) -> StageResult:
     return StageResult(
         prog,
         tuple(
-            Action(
-                ActionKind.TERMINATE,
+            terminate_node(
                 ctx.pool.name,
-                v.node,
+                v,
                 "destroy --force: terminated without waiting for a drain",
-                instance_id=_iid(v),
-                action_reason=ActionReason.DESTROY,
+                ActionReason.DESTROY,
             )
             for v in ctx.views
         ),

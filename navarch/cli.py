@@ -494,75 +494,106 @@ def _report_fleet_rejection(snap: Snapshot) -> str | None:
     return message
 
 
+_STATUS_COLUMNS = (
+    "POOL",
+    "NODE",
+    "INSTANCE",
+    "ZONE",
+    "TYPE",
+    "LIFECYCLE",
+    "HEALTH",
+    "SCORE",
+    "REPORT AGE",
+    "REASON",
+)
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     """`navarch status`: counts per pool and lifecycle, then the nodes that are not healthy
     (every node with --all), or --json (every node)."""
     from navarch import api
-    from navarch.durations import format_duration_s
 
     if args.html:
-        from navarch import status_page
-
-        fleet, snap = api.snapshot(api.load_fleet(args.fleet), args.clock())
-        _report_fleet_rejection(snap)
-        html = status_page.render_status_page(
-            fleet.spec,
-            snap.plan,
-            snap.memory,
-            snap.now,
-            status_page.recent_events(fleet.store, fleet.spec.name),
-        )
-        Path(args.html).write_text(html)
-        print(f"Wrote the status page to {args.html}.")
-        return EXIT_OK
+        return _write_status_page(args)
     doc = api.status(args.fleet, now=args.clock()).to_json()
     if doc["error"]:
         _err(doc["error"])
     if args.json:
         print(json.dumps(doc, indent=1, sort_keys=True))
         return EXIT_OK
-    rows = [
-        (
-            "POOL",
-            "NODE",
-            "INSTANCE",
-            "ZONE",
-            "TYPE",
-            "LIFECYCLE",
-            "HEALTH",
-            "SCORE",
-            "REPORT AGE",
-            "REASON",
+    rows, hidden = _status_rows(doc, show_all=args.all)
+    _print_status_pools(doc)
+    print()
+    _print_status_table(rows)
+    _print_history_hint(doc, args.fleet)
+    if hidden:
+        print(
+            f"{'' if len(rows) == 1 else chr(10)}{counted(hidden, 'healthy node')} not listed "
+            "(navarch status --all lists every node)"
         )
-    ]
+    _print_ladder(doc)
+    _print_status_findings(doc)
+    return EXIT_OK
+
+
+def _write_status_page(args: argparse.Namespace) -> int:
+    """`navarch status --html PATH`: write the fleet's status page to PATH."""
+    from navarch import api, status_page
+
+    fleet, snap = api.snapshot(api.load_fleet(args.fleet), args.clock())
+    _report_fleet_rejection(snap)
+    html = status_page.render_status_page(
+        fleet.spec,
+        snap.plan,
+        snap.memory,
+        snap.now,
+        status_page.recent_events(fleet.store, fleet.spec.name),
+    )
+    Path(args.html).write_text(html)
+    print(f"Wrote the status page to {args.html}.")
+    return EXIT_OK
+
+
+def _status_rows(doc: dict[str, Any], *, show_all: bool) -> tuple[list[tuple[str, ...]], int]:
+    """The table's rows (header first) and how many healthy nodes it leaves out."""
+    rows: list[tuple[str, ...]] = [_STATUS_COLUMNS]
     hidden = 0
     for p in doc["pools"]:
         for n in p["nodes"]:
-            if not args.all and n["lifecycle"] == "healthy":
+            if not show_all and n["lifecycle"] == "healthy":
                 hidden += 1
                 continue
-            age = format_duration_s(n["report_age_s"]) if n["report_age_s"] is not None else "-"
-            health, score = n["health"] or "-", n["health_score"]
-            score_text = "-" if score is None else str(score)
-            if n["health"] and not n["report_fresh"]:
-                # The last accepted report no longer speaks for the node: say so, keep it
-                # visible in parentheses: never "offline ... healthy 100".
-                health, score_text = f"{n['lifecycle']} (was {n['health']})", f"({score})"
-            rows.append(
-                (
-                    p["pool"],
-                    n["node"],
-                    n["instance_id"] or "-",
-                    n["zone"] or "-",
-                    n["instance_type"] or "-",
-                    n["lifecycle"],
-                    health,
-                    score_text,
-                    age,
-                    n["reason"],
-                )
-            )
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+            rows.append(_status_row(p["pool"], n))
+    return rows, hidden
+
+
+def _status_row(pool: str, n: dict[str, Any]) -> tuple[str, ...]:
+    """One node's row; health from a stale report is shown as what it was, in parentheses."""
+    from navarch.durations import format_duration_s
+
+    age = format_duration_s(n["report_age_s"]) if n["report_age_s"] is not None else "-"
+    health, score = n["health"] or "-", n["health_score"]
+    score_text = "-" if score is None else str(score)
+    if n["health"] and not n["report_fresh"]:
+        # The last accepted report no longer speaks for the node: say so, keep it
+        # visible in parentheses: never "offline ... healthy 100".
+        health, score_text = f"{n['lifecycle']} (was {n['health']})", f"({score})"
+    return (
+        pool,
+        n["node"],
+        n["instance_id"] or "-",
+        n["zone"] or "-",
+        n["instance_type"] or "-",
+        n["lifecycle"],
+        health,
+        score_text,
+        age,
+        n["reason"],
+    )
+
+
+def _print_status_pools(doc: dict[str, Any]) -> None:
+    """Print the fleet line and one line of counts per pool."""
     print(f"Fleet {doc['fleet']} (state serial {doc['state_serial']}, store {doc['store']})")
     for p in doc["pools"]:
         counts = Counter(n["lifecycle"] for n in p["nodes"])
@@ -571,10 +602,19 @@ def cmd_status(args: argparse.Namespace) -> int:
             f"  pool {p['pool']}: {counted(len(p['nodes']), 'node')} ({by_state or 'none'}); "
             f"min {p['min']}, target {p['target']}, max {p['max']}"
         )
-    print()
-    if len(rows) > 1:
-        for r in rows:
-            print("  ".join(c.ljust(w) for c, w in zip(r[:-1], widths, strict=True)) + "  " + r[-1])
+
+
+def _print_status_table(rows: list[tuple[str, ...]]) -> None:
+    """Print the rows in aligned columns (the last, the reason, unpadded); nothing if no node."""
+    if len(rows) <= 1:
+        return
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r[:-1], widths, strict=True)) + "  " + r[-1])
+
+
+def _print_history_hint(doc: dict[str, Any], fleet_path: str) -> None:
+    """Point at `navarch history` for the first node that is not serving, if any."""
     not_serving = [
         n["node"]
         for p in doc["pools"]
@@ -585,15 +625,13 @@ def cmd_status(args: argparse.Namespace) -> int:
         # Everything status cannot say about the past lives in the audit log.
         print(
             f"\nWhy a node is not serving, and what navarch did to it: navarch history "
-            f"{args.fleet} {not_serving[0]}"
+            f"{fleet_path} {not_serving[0]}"
             + (f" (or any of the {len(not_serving)} above)" if len(not_serving) > 1 else "")
         )
-    if hidden:
-        print(
-            f"{'' if len(rows) == 1 else chr(10)}{counted(hidden, 'healthy node')} not listed "
-            "(navarch status --all lists every node)"
-        )
-    _print_ladder(doc)
+
+
+def _print_status_findings(doc: dict[str, Any]) -> None:
+    """Print rejected reports, orphans, duplicate names and foreign instances, where any."""
     if doc["rejections"]:
         print(
             "\nRejected reports (all time): "
@@ -615,7 +653,6 @@ def cmd_status(args: argparse.Namespace) -> int:
             "\nForeign instances (no navarch tags for this fleet; left alone): "
             + ", ".join(f["instance_id"] for f in doc["foreign"])
         )
-    return EXIT_OK
 
 
 # -- history ------------------------------------------------------------------------------
@@ -1156,6 +1193,21 @@ def _reconcile_commands(sub: Any) -> None:
 
 def _node_commands(sub: Any) -> None:
     """status, force-unlock and the per-node verbs (uncordon, reboot, cordon), simulate."""
+    _fleet_view_commands(sub)
+    _node_verb_commands(sub)
+    _session_commands(sub)
+
+
+def _node_parser(sub: Any, name: str, help_text: str) -> Any:
+    """A subcommand taking the fleet file and one node name."""
+    s = sub.add_parser(name, help=help_text)
+    _fleet(s)
+    s.add_argument("node")
+    return s
+
+
+def _fleet_view_commands(sub: Any) -> None:
+    """status, history and force-unlock: what the fleet looks like, and its lock."""
     s = sub.add_parser("status", help="pools and nodes with lifecycle, health, report age")
     _fleet(s)
     s.add_argument("--json", action="store_true")
@@ -1182,9 +1234,10 @@ def _node_commands(sub: Any) -> None:
     s.add_argument("lock_id")
     s.set_defaults(func=cmd_force_unlock)
 
-    s = sub.add_parser("uncordon", help="return a node navarch cordoned to service")
-    _fleet(s)
-    s.add_argument("node")
+
+def _node_verb_commands(sub: Any) -> None:
+    """uncordon, reboot and cordon: an operator acting on one node."""
+    s = _node_parser(sub, "uncordon", "return a node navarch cordoned to service")
     s.add_argument(
         "--force",
         action="store_true",
@@ -1193,9 +1246,7 @@ def _node_commands(sub: Any) -> None:
     )
     s.set_defaults(func=cmd_uncordon)
 
-    s = sub.add_parser("reboot", help="reboot a node through its provider's API")
-    _fleet(s)
-    s.add_argument("node")
+    s = _node_parser(sub, "reboot", "reboot a node through its provider's API")
     s.add_argument(
         "--force",
         action="store_true",
@@ -1203,12 +1254,13 @@ def _node_commands(sub: Any) -> None:
     )
     s.set_defaults(func=cmd_reboot)
 
-    s = sub.add_parser("cordon", help="an operator's cordon: navarch never undoes it itself")
-    _fleet(s)
-    s.add_argument("node")
+    s = _node_parser(sub, "cordon", "an operator's cordon: navarch never undoes it itself")
     s.add_argument("--reason", required=True, help="why (shown by the scheduler, audit log)")
     s.set_defaults(func=cmd_cordon)
 
+
+def _session_commands(sub: Any) -> None:
+    """mcp, ssh and simulate: sessions beside the fleet rather than changes to it."""
     s = sub.add_parser("mcp", help="serve the fleet to an assistant: an MCP server on stdio")
     _fleet(s)
     s.add_argument(
@@ -1219,9 +1271,7 @@ def _node_commands(sub: Any) -> None:
     )
     s.set_defaults(func=cmd_mcp)
 
-    s = sub.add_parser("ssh", help="open an SSH session to a node (its pool's ssh settings)")
-    _fleet(s)
-    s.add_argument("node")
+    s = _node_parser(sub, "ssh", "open an SSH session to a node (its pool's ssh settings)")
     s.add_argument(
         "remote_command",
         nargs=argparse.REMAINDER,

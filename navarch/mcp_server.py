@@ -22,7 +22,7 @@ import json
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -31,6 +31,9 @@ from mcp.types import ToolAnnotations
 from navarch import __version__, api
 from navarch.durations import parse_duration_s
 from navarch.errors import ConfigError, NavarchError
+
+if TYPE_CHECKING:
+    from navarch.reconcile.run import Fleet
 
 __all__ = ["ACTING_TOOLS", "READ_ONLY_TOOLS", "build_server"]
 
@@ -140,6 +143,43 @@ def _client(ctx: Context) -> str:
     return name or "unnamed-mcp-client"
 
 
+_OUTCOME_DOC = (
+    "Returns {applied, run_id (the audit log's run), audit_error, halted (a safety rule "
+    "stopped something for a human), plan (as the plan tool), outcomes: one per action "
+    "with action, pool, node, kind = ok|transient|permanent|refused|skipped, ok, detail}."
+)
+
+_APPLY_DESC = (
+    "Converge the fleet now, as `navarch apply --auto-approve`: takes the fleet's lease "
+    "(fails if another run holds it), looks again and executes the plan under every "
+    "safety rule (disruption budget, circuit breaker, repair rate limit, ownership tags). "
+    "Audited with actor mcp and this client's name. Call plan first. " + _OUTCOME_DOC
+)
+
+_REPLACE_DESC = (
+    "Replace one node, as `navarch apply --replace NODE --auto-approve`: the node is "
+    "cordoned, drained and terminated and a replacement provisioned (surge first), within "
+    "the pool's disruption budget and repair rate limit; the rest of the plan is applied "
+    "in the same run, as the CLI does. Takes the lease; audited with this client's name. "
+    + _OUTCOME_DOC
+)
+
+_CORDON_DESC = (
+    "An operator's cordon of one node with a reason (shown to the scheduler's users), as "
+    "`navarch cordon FLEET NODE --reason TEXT`: navarch never undoes it itself, only "
+    "uncordon does. Takes the lease; refused while navarch is already taking the node out "
+    "of service. Audited with actor mcp and this client's name. Returns {node, cordoned: "
+    "true, detail (the scheduler playbook's output)}."
+)
+
+_UNCORDON_DESC = (
+    "Return a node to service, as `navarch uncordon FLEET NODE`: only a node navarch or an "
+    "operator's cordon took out, only with a fresh healthy report, never a lemon's "
+    "instance. Takes the lease; audited with actor mcp and this client's name. Returns "
+    "{node, uncordoned: true, detail}."
+)
+
+
 def build_server(
     fleet_path: str | Path,
     *,
@@ -173,6 +213,20 @@ def build_server(
             + ". Times are RFC 3339 UTC; durations in seconds (_s)."
         ),
     )
+    _reading_tools(server, loaded, path, clock)
+    _resources(server, loaded, path, clock)
+    if allow_actions:
+        _acting_tools(server, loaded, now)
+    return server
+
+
+def _reading_tools(
+    server: MCPServer[Any],
+    loaded: api.LoadedFleet,
+    path: Path,
+    clock: Callable[[], datetime | None],
+) -> None:
+    """fleet_status, node_status, plan, validate_fleet and recent_events: each read-only."""
     ro = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False)
 
     @server.tool(description=_STATUS_DESC, annotations=ro)
@@ -207,6 +261,15 @@ def build_server(
     def recent_events(since: str = "24h") -> dict[str, Any]:
         return api.history(loaded, None, _since(since), now=clock()).to_json()
 
+
+def _resources(
+    server: MCPServer[Any],
+    loaded: api.LoadedFleet,
+    path: Path,
+    clock: Callable[[], datetime | None],
+) -> None:
+    """navarch://status and navarch://fleet.yaml: the status document and the fleet file."""
+
     @server.resource(
         "navarch://status",
         name="status",
@@ -226,10 +289,6 @@ def build_server(
     def fleet_file() -> str:
         return path.read_text()
 
-    if allow_actions:
-        _acting_tools(server, loaded, now)
-    return server
-
 
 def _acting_tools(
     server: MCPServer[Any], loaded: api.LoadedFleet, now: Callable[[], datetime] | None
@@ -242,35 +301,13 @@ def _acting_tools(
     act = ToolAnnotations(
         read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=True
     )
-    outcome_doc = (
-        "Returns {applied, run_id (the audit log's run), audit_error, halted (a safety rule "
-        "stopped something for a human), plan (as the plan tool), outcomes: one per action "
-        "with action, pool, node, kind = ok|transient|permanent|refused|skipped, ok, detail}."
-    )
 
-    @server.tool(
-        annotations=act,
-        description=(
-            "Converge the fleet now, as `navarch apply --auto-approve`: takes the fleet's lease "
-            "(fails if another run holds it), looks again and executes the plan under every "
-            "safety rule (disruption budget, circuit breaker, repair rate limit, ownership tags). "
-            "Audited with actor mcp and this client's name. Call plan first. " + outcome_doc
-        ),
-    )
+    @server.tool(annotations=act, description=_APPLY_DESC)
     @_answer
     def apply(ctx: Context) -> dict[str, Any]:
         return api.apply(loaded, auto_approve=True, client=_client(ctx), clock=now).to_json()
 
-    @server.tool(
-        annotations=act,
-        description=(
-            "Replace one node, as `navarch apply --replace NODE --auto-approve`: the node is "
-            "cordoned, drained and terminated and a replacement provisioned (surge first), within "
-            "the pool's disruption budget and repair rate limit; the rest of the plan is applied "
-            "in the same run, as the CLI does. Takes the lease; audited with this client's name. "
-            + outcome_doc
-        ),
-    )
+    @server.tool(annotations=act, description=_REPLACE_DESC)
     @_answer
     def replace(node: str, ctx: Context) -> dict[str, Any]:
         options = PlanOptions(replace=frozenset({node}))
@@ -278,46 +315,31 @@ def _acting_tools(
             loaded, auto_approve=True, options=options, client=_client(ctx), clock=now
         ).to_json()
 
-    @server.tool(
-        annotations=act,
-        description=(
-            "An operator's cordon of one node with a reason (shown to the scheduler's users), as "
-            "`navarch cordon FLEET NODE --reason TEXT`: navarch never undoes it itself, only "
-            "uncordon does. Takes the lease; refused while navarch is already taking the node out "
-            "of service. Audited with actor mcp and this client's name. Returns {node, cordoned: "
-            "true, detail (the scheduler playbook's output)}."
-        ),
-    )
+    @server.tool(annotations=act, description=_CORDON_DESC)
     @_answer
     def cordon(node: str, reason: str, ctx: Context) -> dict[str, Any]:
-        from navarch.fleet_file import ensure_local_secret
-        from navarch.reconcile.run import Fleet, system_clock
-
-        ensure_local_secret(loaded.spec)
-        detail = _cordon(
-            Fleet.open(loaded.spec), node, reason, client=_client(ctx), clock=now or system_clock
-        )
+        fleet, verb_clock = _open_for_verb(loaded, now)
+        detail = _cordon(fleet, node, reason, client=_client(ctx), clock=verb_clock)
         return {"node": node, "cordoned": True, "detail": detail}
 
-    @server.tool(
-        annotations=act,
-        description=(
-            "Return a node to service, as `navarch uncordon FLEET NODE`: only a node navarch or an "
-            "operator's cordon took out, only with a fresh healthy report, never a lemon's "
-            "instance. Takes the lease; audited with actor mcp and this client's name. Returns "
-            "{node, uncordoned: true, detail}."
-        ),
-    )
+    @server.tool(annotations=act, description=_UNCORDON_DESC)
     @_answer
     def uncordon(node: str, ctx: Context) -> dict[str, Any]:
-        from navarch.fleet_file import ensure_local_secret
-        from navarch.reconcile.run import Fleet, system_clock
-
-        ensure_local_secret(loaded.spec)
-        detail = _uncordon(
-            Fleet.open(loaded.spec), node, client=_client(ctx), clock=now or system_clock
-        )
+        fleet, verb_clock = _open_for_verb(loaded, now)
+        detail = _uncordon(fleet, node, client=_client(ctx), clock=verb_clock)
         return {"node": node, "uncordoned": True, "detail": detail}
+
+
+def _open_for_verb(
+    loaded: api.LoadedFleet, now: Callable[[], datetime] | None
+) -> tuple[Fleet, Callable[[], datetime]]:
+    """The fleet opened for an operator's verb (its local secret made first) and the verb's
+    clock: the server's, else the system clock."""
+    from navarch.fleet_file import ensure_local_secret
+    from navarch.reconcile.run import Fleet, system_clock
+
+    ensure_local_secret(loaded.spec)
+    return Fleet.open(loaded.spec), now or system_clock
 
 
 def serve(

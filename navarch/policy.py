@@ -324,6 +324,28 @@ def _eval_message(exc: BaseException) -> str:
 _DATA_DEPENDENT = (IndexError, ZeroDivisionError, OverflowError)
 
 
+@dataclass(frozen=True)
+class _RuleSite:
+    """Where a rule being compiled stands, so each check's error names it alike."""
+
+    name: str
+    file: str | None
+    line: int | None
+    key_path: str | None
+
+    def error(self, message: str, hint: str, expr_line: int | None = None) -> ConfigError:
+        """The ConfigError for this rule (expr_line: the line within `when`, counted from 1)."""
+        line = self.line
+        at = line + expr_line - 1 if line is not None and expr_line else line
+        return ConfigError(
+            f"rule {self.name!r}: {message}",
+            file=self.file,
+            line=at,
+            key_path=self.key_path,
+            hint=hint,
+        )
+
+
 def compile_rule(
     name: str,
     when: str,
@@ -344,49 +366,64 @@ def compile_rule(
     import cel  # the reconciler's dependency only: the agent never loads fleet.yaml
 
     where = f"{file}:{line}" if file and line else (file or "")
+    site = _RuleSite(name, file, line, key_path)
+    rule_status, remedy = _rule_outcome(site, status, action)
+    cost = _rule_size(site, when)
+    try:
+        program = cel.compile(when)
+    except Exception as exc:  # the crate raises ValueError for every parse error
+        expr_line, message = _parse_message(exc)
+        raise site.error(
+            f"CEL syntax error: {message}", "fix the expression in `when`", expr_line
+        ) from exc
+    rule = Rule(name, when, rule_status, remedy, where, program, cost)
+    _try_on_samples(site, rule)
+    return rule
 
-    def fail(message: str, hint: str, expr_line: int | None = None) -> ConfigError:
-        at = line + expr_line - 1 if line is not None and expr_line else line
-        return ConfigError(
-            f"rule {name!r}: {message}", file=file, line=at, key_path=key_path, hint=hint
-        )
 
+def _rule_outcome(site: _RuleSite, status: str, action: str | None) -> tuple[Status, Remedy | None]:
+    """The status and remedy a rule sets; the agent's unknown and the app's restart refused."""
     try:
         rule_status = Status(status)
         remedy = Remedy(action) if action is not None else None
     except ValueError as exc:
-        raise fail(
+        raise site.error(
             str(exc), "status: healthy|degraded|unhealthy; action: none|reset_gpu|reboot|replace"
         ) from exc
     if rule_status is Status.UNKNOWN:
-        raise fail("status unknown is for the agent to say", "use healthy, degraded or unhealthy")
+        raise site.error(
+            "status unknown is for the agent to say", "use healthy, degraded or unhealthy"
+        )
     if remedy is Remedy.RESTART_APP:
-        raise fail(
+        raise site.error(
             "action restart_app is the application's to take, not a rung of the ladder",
             "action: none|reset_gpu|reboot|replace",
         )
+    return rule_status, remedy
+
+
+def _rule_size(site: _RuleSite, when: str) -> int:
+    """The rule's cost (rule_cost), once its length and cost are within the limits."""
     if len(when) > RULE_MAX_CHARS:
-        raise fail(
+        raise site.error(
             f"`when` is {len(when)} characters long, more than {RULE_MAX_CHARS}",
             "split it into several rules",
         )
     cost, depth = rule_cost(when)
     if cost > RULE_COST_MAX:
-        raise fail(
+        raise site.error(
             f"`when` may visit {cost:,} list elements per report (comprehension nesting "
             f"level {depth}; filter() counts two), more than the {RULE_COST_MAX:,} a rule "
             "may cost",
             "iterate one list at a time: no exists/all/map inside another, no filter() "
             "(use exists, all or map(...).size()), at most 8 of them in one rule",
         )
-    try:
-        program = cel.compile(when)
-    except Exception as exc:  # the crate raises ValueError for every parse error
-        expr_line, message = _parse_message(exc)
-        raise fail(
-            f"CEL syntax error: {message}", "fix the expression in `when`", expr_line
-        ) from exc
-    rule = Rule(name, when, rule_status, remedy, where, program, cost)
+    return cost
+
+
+def _try_on_samples(site: _RuleSite, rule: Rule) -> None:
+    """Run the rule on SAMPLE_REPORT with and without its notice; an error that depends on
+    the data only is let through, any other fails the rule."""
     quiet = {**SAMPLE_REPORT, "notice": None}
     for sample, label in (
         (SAMPLE_REPORT, "a sample report"),
@@ -404,8 +441,7 @@ def compile_rule(
                 else "names: status, action, health_score, node, pool, checks, gpus, xids, "
                 "notice (see docs/health-policy.md); CEL does not mix int and double"
             )
-            raise fail(f"fails on {label}: {exc}", hint) from exc
-    return rule
+            raise site.error(f"fails on {label}: {exc}", hint) from exc
 
 
 # --- evaluating --------------------------------------------------------------------------

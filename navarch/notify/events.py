@@ -226,6 +226,18 @@ def _xid(fault: Fault | None) -> str | None:
     return code if kind == "xid" and code.isdigit() else None
 
 
+#: A successful action's kind -> the event it raises and its message ({node}, {reason}: the
+#: action's). Provision and diagnose have their own steps; scale and tag updates are routine.
+_ACTION_EVENTS: dict[ActionKind, tuple[EventKind, str]] = {
+    ActionKind.CORDON: (EventKind.NODE_CORDONED, "{node} cordoned: {reason}"),
+    ActionKind.DRAIN: (EventKind.DRAIN_STARTED, "{node}: drain started"),
+    ActionKind.TERMINATE: (EventKind.NODE_TERMINATED, "{node} terminated ({reason})"),
+    ActionKind.UNCORDON: (EventKind.NODE_RETURNED, "{node} returned to service: {reason}"),
+    ActionKind.REBOOT: (EventKind.NODE_REBOOTED, "{node} rebooted: {reason}"),
+    ActionKind.RESET_GPU: (EventKind.NODE_GPU_RESET, "{node}: GPUs reset: {reason}"),
+}
+
+
 def _action_event(fleet: str, run_id: str, outcome: object) -> Event | None:
     """One outcome (navarch.reconcile.executor.Outcome) -> its event, or None."""
     a = outcome.action  # type: ignore[attr-defined]
@@ -234,82 +246,41 @@ def _action_event(fleet: str, run_id: str, outcome: object) -> Event | None:
     if not ok:
         return None  # a condition: outcome_conditions
     ids = {"instance_id": a.instance_id, "reason": a.reason}
-    if a.kind is ActionKind.CORDON:
-        return make(
-            EventKind.NODE_CORDONED,
-            fleet,
-            a.pool,
-            a.node,
-            f"{a.node} cordoned: {a.reason}",
-            run_id,
-            xid=_xid(a.fault),
-            **ids,
-        )
-    if a.kind is ActionKind.DRAIN:
-        return make(
-            EventKind.DRAIN_STARTED,
-            fleet,
-            a.pool,
-            a.node,
-            f"{a.node}: drain started",
-            run_id,
-            **ids,
-        )
-    if a.kind is ActionKind.TERMINATE:
-        return make(
-            EventKind.NODE_TERMINATED,
-            fleet,
-            a.pool,
-            a.node,
-            f"{a.node} terminated ({a.reason})",
-            run_id,
-            **ids,
-        )
     if a.kind is ActionKind.PROVISION:
-        why = f" to replace {a.replaces}" if a.replaces else ""
-        return make(
-            EventKind.NODE_PROVISIONED,
-            fleet,
-            a.pool,
-            a.node,
-            f"{a.node} provisioned{why}: {detail}",
-            run_id,
-            replaces=a.replaces,
-            reason=a.reason,
-        )
-    if a.kind is ActionKind.UNCORDON:
-        return make(
-            EventKind.NODE_RETURNED,
-            fleet,
-            a.pool,
-            a.node,
-            f"{a.node} returned to service: {a.reason}",
-            run_id,
-            **ids,
-        )
-    if a.kind is ActionKind.REBOOT:
-        return make(
-            EventKind.NODE_REBOOTED,
-            fleet,
-            a.pool,
-            a.node,
-            f"{a.node} rebooted: {a.reason}",
-            run_id,
-            **ids,
-        )
-    if a.kind is ActionKind.RESET_GPU:
-        return make(
-            EventKind.NODE_GPU_RESET,
-            fleet,
-            a.pool,
-            a.node,
-            f"{a.node}: GPUs reset: {a.reason}",
-            run_id,
-            **ids,
-        )
+        return _provision_event(fleet, run_id, a, detail)
     if a.kind is ActionKind.DIAGNOSE:
         return _diag_event(fleet, run_id, a, detail, getattr(outcome, "diag", None), ids)
-    return None  # scale and tag updates are routine
+    row = _ACTION_EVENTS.get(a.kind)
+    if row is None:
+        return None  # scale and tag updates are routine
+    kind, message = row
+    # Only a cordon names the XID it answers: the alert a pager shows first.
+    xid = _xid(a.fault) if a.kind is ActionKind.CORDON else None
+    return make(
+        kind,
+        fleet,
+        a.pool,
+        a.node,
+        message.format(node=a.node, reason=a.reason),
+        run_id,
+        xid=xid,
+        **ids,
+    )
+
+
+def _provision_event(fleet: str, run_id: str, a: Any, detail: str) -> Event:
+    """A provisioned node's event, naming the node it replaces, if any."""
+    why = f" to replace {a.replaces}" if a.replaces else ""
+    return make(
+        EventKind.NODE_PROVISIONED,
+        fleet,
+        a.pool,
+        a.node,
+        f"{a.node} provisioned{why}: {detail}",
+        run_id,
+        replaces=a.replaces,
+        reason=a.reason,
+    )
 
 
 def _diag_event(

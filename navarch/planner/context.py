@@ -7,7 +7,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-from navarch.planner.model import Action, ActionKind, Halt, NodeView, PoolMemory
+from navarch.planner.model import (
+    Action,
+    ActionKind,
+    ActionReason,
+    Fault,
+    Halt,
+    NodeView,
+    PoolMemory,
+)
 from navarch.spec import FleetSpec, PoolSpec
 
 
@@ -107,3 +115,63 @@ def cordon_then_drain(cordon: Action) -> tuple[Action, Action]:
         action_reason=cordon.action_reason,
     )
     return cordon, drain
+
+
+def cordon_and_drain(
+    pool: str,
+    v: NodeView,
+    reason: str,
+    code: ActionReason,
+    *,
+    repair: bool = False,
+    fault: Fault | None = None,
+    level: int | None = None,
+    why: str = "",
+) -> tuple[Action, Action]:
+    """Take node v of pool out of service: its cordon (reason in words, code the
+    action_reason, the node's instance id) and the drain that follows (cordon_then_drain).
+
+    repair: the cordon starts a repair (counts toward repairs_per_pool_per_hour); fault: the
+    fault it answers (recorded in Memory); level, why: a scheduled dcgmi diag's level and
+    DiagWhy value.
+    """
+    return cordon_then_drain(
+        Action(
+            ActionKind.CORDON,
+            pool,
+            v.node,
+            reason,
+            instance_id=iid(v),
+            repair=repair,
+            fault=fault,
+            level=level,
+            why=why,
+            action_reason=code,
+        )
+    )
+
+
+def terminate_node(
+    pool: str,
+    v: NodeView,
+    reason: str,
+    code: ActionReason,
+    *,
+    lemon: bool = False,
+    fault: Fault | None = None,
+    backoff: bool = False,
+) -> Action:
+    """The termination of node v of pool: reason in words, code the action_reason, the
+    node's instance id. lemon: its instance id is remembered as a lemon's; fault: the fault
+    it answers; backoff: back off the instance's place (it never came up)."""
+    return Action(
+        ActionKind.TERMINATE,
+        pool,
+        v.node,
+        reason,
+        instance_id=iid(v),
+        lemon=lemon,
+        fault=fault,
+        backoff=backoff,
+        action_reason=code,
+    )

@@ -12,7 +12,7 @@ from datetime import datetime
 
 from navarch.durations import format_duration_s
 from navarch.health import FaultKey, Remedy
-from navarch.planner.context import PoolContext, Progress, StageResult, cordon_then_drain, iid
+from navarch.planner.context import PoolContext, Progress, StageResult, cordon_and_drain, iid
 from navarch.planner.model import (
     Action,
     ActionKind,
@@ -267,18 +267,7 @@ def diagnostics_stage(ctx: PoolContext, prog: Progress) -> StageResult:
             f"{level}; last {format_duration_s((ctx.now - last(v)).total_seconds())} ago)"
         )
         actions.extend(
-            cordon_then_drain(
-                Action(
-                    ActionKind.CORDON,
-                    ctx.pool.name,
-                    v.node,
-                    why,
-                    instance_id=iid(v),
-                    level=level,
-                    why=DiagWhy.SCHEDULED.value,
-                    action_reason=code,
-                )
-            )
+            cordon_and_drain(ctx.pool.name, v, why, code, level=level, why=DiagWhy.SCHEDULED.value)
         )
     return StageResult(
         replace(prog, budget=budget, taken=prog.taken | {a.node for a in actions if a.node}),

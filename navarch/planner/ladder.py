@@ -24,7 +24,14 @@ from datetime import datetime
 
 from navarch.durations import format_duration_s
 from navarch.health import FaultKey, Remedy, Status
-from navarch.planner.context import PoolContext, Progress, StageResult, cordon_then_drain, iid
+from navarch.planner.context import (
+    PoolContext,
+    Progress,
+    StageResult,
+    cordon_then_drain,
+    iid,
+    terminate_node,
+)
 from navarch.planner.diagnostics import Climb, DiagStep, return_diag, scheduled_diag
 from navarch.planner.model import (
     Action,
@@ -214,32 +221,21 @@ def _carry_out(
     a drain that long are hung, and waiting on them would hold a budget slot for good."""
     why = prefix + r.why
     if r.remedy is Remedy.REPLACE:
-        return Action(
-            ActionKind.TERMINATE,
-            ctx.pool.name,
-            v.node,
-            why,
-            instance_id=iid(v),
-            lemon=r.lemon,
-            fault=fault,
-            action_reason=r.code,
-        ), ""
+        return terminate_node(ctx.pool.name, v, why, r.code, lemon=r.lemon, fault=fault), ""
     kind = _RUNG_ACTION[r.remedy]
     if _busy(v):
         h = ctx.pool.health
         waited_s = _since_s(ctx, v.phase_at)
         if waited_s >= h.drain_timeout_s:
-            return Action(
-                ActionKind.TERMINATE,
+            return terminate_node(
                 ctx.pool.name,
-                v.node,
+                v,
                 f"{why}; the {kind.value} cannot run: {_busy(v)} GPU process(es) "
                 f"remain {format_duration_s(waited_s)} after it left service "
                 f"(drain_timeout {format_duration_s(h.drain_timeout_s)}), so it is "
                 "replaced",
-                instance_id=iid(v),
+                ActionReason.DRAIN_TIMEOUT,
                 fault=fault,
-                action_reason=ActionReason.DRAIN_TIMEOUT,
             ), ""
         return None, (
             f"{v.node}: {kind.value} waits: its latest report shows {_busy(v)} "
@@ -268,14 +264,8 @@ def _after_drain(ctx: PoolContext, v: NodeView, fault: Fault) -> tuple[Action | 
     """A drained node cordoned for a fault: reset its GPUs, reboot it, or terminate it."""
     r = rung_for(ctx, v, fault, unrecorded=0)
     if r.remedy is Remedy.REPLACE:  # the fault was recorded at the cordon
-        return Action(
-            ActionKind.TERMINATE,
-            ctx.pool.name,
-            v.node,
-            f"drain finished; {r.why}",
-            instance_id=iid(v),
-            lemon=r.lemon,
-            action_reason=r.code,
+        return terminate_node(
+            ctx.pool.name, v, f"drain finished; {r.why}", r.code, lemon=r.lemon
         ), ""
     return _carry_out(ctx, v, r, fault)
 
@@ -304,14 +294,12 @@ def _remediating(ctx: PoolContext, v: NodeView) -> tuple[Action | None, str]:
     if s is None or not after_remedy(rung, fault, v.rung_at, s):
         if waited_s > h.boot_timeout_s:
             what = "from a new boot" if rung is not Remedy.RESET_GPU else "made"
-            return Action(
-                ActionKind.TERMINATE,
+            return terminate_node(
                 ctx.pool.name,
-                v.node,
+                v,
                 f"no report {what} within boot_timeout "
                 f"({format_duration_s(h.boot_timeout_s)}) after the {rung.value}",
-                instance_id=iid(v),
-                action_reason=ActionReason.REMEDY_TIMEOUT,
+                ActionReason.REMEDY_TIMEOUT,
             ), ""
         return None, (
             f"{v.node}: waits for its first report after the {rung.value} "
@@ -319,13 +307,11 @@ def _remediating(ctx: PoolContext, v: NodeView) -> tuple[Action | None, str]:
             f"{format_duration_s(h.boot_timeout_s)})"
         )
     if v.report_age_s is not None and v.report_age_s > h.offline_after_s:
-        return Action(
-            ActionKind.TERMINATE,
+        return terminate_node(
             ctx.pool.name,
-            v.node,
+            v,
             f"no fresh report for {format_duration_s(v.report_age_s)} after the {rung.value}",
-            instance_id=iid(v),
-            action_reason=ActionReason.OFFLINE,
+            ActionReason.OFFLINE,
         ), ""
     late = waited_s > h.return_timeout_s
     if s.status is Status.UNHEALTHY and (s.fatal or v.streak >= h.unhealthy_after):
@@ -376,14 +362,7 @@ def _timeout_climb(
         f"(return_timeout {format_duration_s(h.return_timeout_s)}); "
     )
     if v.fault is None:
-        return Action(
-            ActionKind.TERMINATE,
-            ctx.pool.name,
-            v.node,
-            why + "replaced",
-            instance_id=iid(v),
-            action_reason=ActionReason.REMEDY_TIMEOUT,
-        ), ""
+        return terminate_node(ctx.pool.name, v, why + "replaced", ActionReason.REMEDY_TIMEOUT), ""
     r = rung_for(ctx, v, v.fault, unrecorded=0, climb_from=rung)
     action, wait = _carry_out(ctx, v, r, v.fault, repair=True, prefix=why)
     if action is not None and not r.lemon and action.action_reason is ActionReason.REMEDY:
@@ -412,14 +391,7 @@ def _requested(ctx: PoolContext, v: NodeView) -> tuple[Action | None, str] | Non
         state = (
             "drained" if v.lifecycle is Lifecycle.DRAINING else f"out for its {v.rung or 'remedy'}"
         )
-        return Action(
-            ActionKind.TERMINATE,
-            ctx.pool.name,
-            v.node,
-            f"{why}; it was {state}",
-            instance_id=iid(v),
-            action_reason=code,
-        ), ""
+        return terminate_node(ctx.pool.name, v, f"{why}; it was {state}", code), ""
     return None
 
 
@@ -496,7 +468,6 @@ def ladder_stage(ctx: PoolContext, prog: Progress) -> StageResult:
     when their reports are unhealthy); nodes named by `--replace` are replaced whatever
     their lifecycle, the breaker notwithstanding.
     """
-    pool = ctx.pool
     actions: list[Action] = []
     halts: list[Halt] = []
     pending: list[str] = []
@@ -510,48 +481,17 @@ def ladder_stage(ctx: PoolContext, prog: Progress) -> StageResult:
         step = _step(ctx, v)
         if step is None:
             if v.node in ctx.options.replace and v.lifecycle in _ALREADY_LEAVING:
-                pending.append(
-                    f"{v.node}: --replace: already leaving ({v.lifecycle.value}); "
-                    "terminated once its drain finishes or at drain_timeout"
-                )
+                pending.append(_already_leaving(v))
             continue
         action, wait = step
         taken.add(v.node)
         if action is None:
             pending.append(wait)
             continue
-        if (
-            ctx.frozen
-            and action.kind is ActionKind.TERMINATE
-            and action.action_reason is ActionReason.DRAIN_TIMEOUT
-        ):
-            halts.append(
-                Halt(pool.name, HaltRule.CIRCUIT_BREAKER, f"{v.node}: termination held back")
-            )
+        halt, rate_left = _hold(ctx, v.node, action, rate_left)
+        if halt is not None:
+            halts.append(halt)
             continue
-        if action.kind in (ActionKind.REBOOT, ActionKind.RESET_GPU):
-            if ctx.frozen:
-                halts.append(
-                    Halt(
-                        pool.name,
-                        HaltRule.CIRCUIT_BREAKER,
-                        f"{v.node}: {action.kind.value} held back",
-                    )
-                )
-                continue
-            if action.repair:
-                if rate_left <= 0:
-                    halts.append(
-                        Halt(
-                            pool.name,
-                            HaltRule.REPAIR_RATE_LIMIT,
-                            f"{v.node} waits for its {action.kind.value}: "
-                            f"{ctx.spec.safety.repairs_per_pool_per_hour} repairs in "
-                            "the last hour",
-                        )
-                    )
-                    continue
-                rate_left -= 1
         actions.append(action)
         if action.kind in (ActionKind.CORDON, ActionKind.TERMINATE):
             leaving.append(v.node)  # leaves for good: the count stage replaces it
@@ -563,3 +503,43 @@ def ladder_stage(ctx: PoolContext, prog: Progress) -> StageResult:
         tuple(halts),
         pending=tuple(pending),
     )
+
+
+def _already_leaving(v: NodeView) -> str:
+    """What a node named by --replace that is already leaving waits for."""
+    return (
+        f"{v.node}: --replace: already leaving ({v.lifecycle.value}); "
+        "terminated once its drain finishes or at drain_timeout"
+    )
+
+
+def _hold(ctx: PoolContext, node: str, action: Action, rate_left: int) -> tuple[Halt | None, int]:
+    """Whether the circuit breaker or the repair rate limit holds the rung's action back,
+    and the repairs left this hour once it goes."""
+    pool = ctx.pool.name
+    if (
+        ctx.frozen
+        and action.kind is ActionKind.TERMINATE
+        and action.action_reason is ActionReason.DRAIN_TIMEOUT
+    ):
+        return Halt(pool, HaltRule.CIRCUIT_BREAKER, f"{node}: termination held back"), rate_left
+    if action.kind not in (ActionKind.REBOOT, ActionKind.RESET_GPU):
+        return None, rate_left
+    if ctx.frozen:
+        return (
+            Halt(pool, HaltRule.CIRCUIT_BREAKER, f"{node}: {action.kind.value} held back"),
+            rate_left,
+        )
+    if not action.repair:
+        return None, rate_left
+    if rate_left <= 0:
+        return (
+            Halt(
+                pool,
+                HaltRule.REPAIR_RATE_LIMIT,
+                f"{node} waits for its {action.kind.value}: "
+                f"{ctx.spec.safety.repairs_per_pool_per_hour} repairs in the last hour",
+            ),
+            rate_left,
+        )
+    return None, rate_left - 1

@@ -63,7 +63,8 @@ from navarch.planner.context import (
     Progress,
     Stage,
     StageResult,
-    cordon_then_drain,
+    cordon_and_drain,
+    terminate_node,
 )
 from navarch.planner.context import iid as _iid
 from navarch.planner.diagnostics import diagnostics_stage
@@ -77,6 +78,7 @@ from navarch.planner.model import (
     ActionReason,
     DiagState,
     DiagWhy,
+    Fault,
     Halt,
     HaltRule,
     Lifecycle,
@@ -438,60 +440,80 @@ def orphan_stage(
     by_pool: dict[str, list[NodeView]] = {}
     for v in orphans:
         by_pool.setdefault(v.pool, []).append(v)
-    out = StageResult(Progress(0, 0, 0))
-    new = sorted(p for p in by_pool if memory.pool(p).retiring_since is None)
-    count = sum(len(by_pool[p]) for p in new)
-    limit = spec.safety.orphan_limit(len(views))
-    if count > limit and not (options.allow_destroy or options.destroy):
-        out = StageResult(
-            out.progress,
-            halts=(
-                Halt(
-                    "*",
-                    HaltRule.ORPHAN_GUARD,
-                    f"{counted(count, 'orphan node')} of removed "
-                    f"{'pool' if len(new) == 1 else 'pools'} {', '.join(new)} would be "
-                    f"drained and terminated, more than the limit of {limit}; if the pools were "
-                    "removed on purpose run apply with --allow-destroy (or raise "
-                    "safety.max_orphan_terminations), else restore them in fleet.yaml",
-                ),
-            ),
-            pending=tuple(f"{v.node}: {v.reason}" for p in new for v in by_pool[p]),
-        )
-        for p in new:
-            del by_pool[p]
-    for name in sorted(by_pool):
+    out, held = _orphan_guard(spec, len(views), memory, options, by_pool)
+    for name in sorted(set(by_pool) - held):
         pviews = tuple(sorted(by_pool[name], key=attrgetter("node")))
-        pm = memory.pool(name)
-        settings = pm.settings or UNKNOWN
-        ctx = PoolContext(
-            spec,
-            retired_pool(name, pm.settings),
-            pviews,
-            pm,
-            now,
-            frozen and not options.destroy,
-            options,
-            0,
-        )
-        notes: tuple[str, ...] = ()
-        if pm.settings is None and not options.force:
-            notes = (
-                f"orphans of removed pool {name}: its scheduler settings are not in "
-                "navarch's state (written before navarch kept them), so they are drained "
-                "as with scheduler none: terminated once a fresh report shows no GPU "
-                f"processes, or after drain_timeout ({format_duration_s(settings.drain_timeout_s)})",
-            )
-        unavailable = sum(v.lifecycle in LEAVING for v in pviews)
-        budget = len(pviews) if options.destroy else settings.max_unavailable - unavailable
-        stages = (
-            (force_destroy_stage,)
-            if options.destroy and options.force
-            else (terminate_stage, redrain_stage, retire_stage)
-        )
-        r = _run_stages(ctx, stages, StageResult(Progress(0, budget, 0), notes=notes))
+        r = _retire_pool(spec, name, pviews, memory.pool(name), now, options, frozen=frozen)
         out = out.then(r, out.progress)
     return out
+
+
+def _orphan_guard(
+    spec: FleetSpec,
+    fleet_nodes: int,
+    memory: Memory,
+    options: PlanOptions,
+    by_pool: dict[str, list[NodeView]],
+) -> tuple[StageResult, frozenset[str]]:
+    """The orphan guard: whether the removed pools not yet retiring hold more orphans than
+    the limit allows; its halt and pending, and the pools it holds back."""
+    new = sorted(p for p in by_pool if memory.pool(p).retiring_since is None)
+    count = sum(len(by_pool[p]) for p in new)
+    limit = spec.safety.orphan_limit(fleet_nodes)
+    if count <= limit or options.allow_destroy or options.destroy:
+        return StageResult(Progress(0, 0, 0)), frozenset()
+    halt = Halt(
+        "*",
+        HaltRule.ORPHAN_GUARD,
+        f"{counted(count, 'orphan node')} of removed "
+        f"{'pool' if len(new) == 1 else 'pools'} {', '.join(new)} would be "
+        f"drained and terminated, more than the limit of {limit}; if the pools were "
+        "removed on purpose run apply with --allow-destroy (or raise "
+        "safety.max_orphan_terminations), else restore them in fleet.yaml",
+    )
+    pending = tuple(f"{v.node}: {v.reason}" for p in new for v in by_pool[p])
+    return StageResult(Progress(0, 0, 0), halts=(halt,), pending=pending), frozenset(new)
+
+
+def _retire_pool(
+    spec: FleetSpec,
+    name: str,
+    pviews: tuple[NodeView, ...],
+    pm: PoolMemory,
+    now: datetime,
+    options: PlanOptions,
+    *,
+    frozen: bool,
+) -> StageResult:
+    """One removed pool's orphans through the retirement stages, with the settings and
+    budget navarch remembers for it (a note when it remembers none)."""
+    settings = pm.settings or UNKNOWN
+    ctx = PoolContext(
+        spec,
+        retired_pool(name, pm.settings),
+        pviews,
+        pm,
+        now,
+        frozen and not options.destroy,
+        options,
+        0,
+    )
+    notes: tuple[str, ...] = ()
+    if pm.settings is None and not options.force:
+        notes = (
+            f"orphans of removed pool {name}: its scheduler settings are not in "
+            "navarch's state (written before navarch kept them), so they are drained "
+            "as with scheduler none: terminated once a fresh report shows no GPU "
+            f"processes, or after drain_timeout ({format_duration_s(settings.drain_timeout_s)})",
+        )
+    unavailable = sum(v.lifecycle in LEAVING for v in pviews)
+    budget = len(pviews) if options.destroy else settings.max_unavailable - unavailable
+    stages = (
+        (force_destroy_stage,)
+        if options.destroy and options.force
+        else (terminate_stage, redrain_stage, retire_stage)
+    )
+    return _run_stages(ctx, stages, StageResult(Progress(0, budget, 0), notes=notes))
 
 
 def retire_stage(ctx: PoolContext, prog: Progress) -> StageResult:
@@ -506,14 +528,7 @@ def retire_stage(ctx: PoolContext, prog: Progress) -> StageResult:
     for v in ctx.views:
         if v.lifecycle is Lifecycle.REMEDIATING:  # drained already
             actions.append(
-                Action(
-                    ActionKind.TERMINATE,
-                    pool.name,
-                    v.node,
-                    f"{v.reason}; drained already",
-                    instance_id=_iid(v),
-                    action_reason=ActionReason.ORPHAN,
-                )
+                terminate_node(pool.name, v, f"{v.reason}; drained already", ActionReason.ORPHAN)
             )
             continue
         if v.lifecycle is not Lifecycle.ORPHAN or ctx.frozen:
@@ -524,15 +539,11 @@ def retire_stage(ctx: PoolContext, prog: Progress) -> StageResult:
         budget -= 1
         leaving.append(v.node)
         actions.extend(
-            cordon_then_drain(
-                Action(
-                    ActionKind.CORDON,
-                    pool.name,
-                    v.node,
-                    f"orphan: {v.reason}; draining before terminate",
-                    instance_id=_iid(v),
-                    action_reason=ActionReason.ORPHAN,
-                )
+            cordon_and_drain(
+                pool.name,
+                v,
+                f"orphan: {v.reason}; draining before terminate",
+                ActionReason.ORPHAN,
             )
         )
     halts = (
@@ -619,13 +630,11 @@ def terminate_stage(ctx: PoolContext, prog: Progress) -> StageResult:
     for v in ctx.views:
         if v.lifecycle is Lifecycle.TERMINATING:
             actions.append(
-                Action(
-                    ActionKind.TERMINATE,
+                terminate_node(
                     ctx.pool.name,
-                    v.node,
+                    v,
                     f"terminate still in progress ({v.reason})",
-                    instance_id=_iid(v),
-                    action_reason=ActionReason.TERMINATING,
+                    ActionReason.TERMINATING,
                 )
             )
         elif v.lifecycle is Lifecycle.DRAINING and v.node not in prog.taken:
@@ -648,16 +657,12 @@ def terminate_stage(ctx: PoolContext, prog: Progress) -> StageResult:
                 )
                 continue
             actions.append(
-                Action(
-                    ActionKind.TERMINATE,
+                terminate_node(
                     ctx.pool.name,
-                    v.node,
+                    v,
                     f"{why}; {v.reason}",
-                    instance_id=_iid(v),
+                    ActionReason.DRAIN_FINISHED if v.drained else ActionReason.DRAIN_TIMEOUT,
                     backoff=v.summary is None,
-                    action_reason=(
-                        ActionReason.DRAIN_FINISHED if v.drained else ActionReason.DRAIN_TIMEOUT
-                    ),
                 )
             )
     return StageResult(prog, tuple(actions), tuple(halts), pending=tuple(pending))
@@ -704,15 +709,7 @@ def stuck_stage(ctx: PoolContext, prog: Progress) -> StageResult:
         if v.instance
     )
     actions = tuple(
-        Action(
-            ActionKind.TERMINATE,
-            ctx.pool.name,
-            v.node,
-            v.reason,
-            instance_id=_iid(v),
-            backoff=True,
-            action_reason=ActionReason.PROVISION_TIMEOUT,
-        )
+        terminate_node(ctx.pool.name, v, v.reason, ActionReason.PROVISION_TIMEOUT, backoff=True)
         for v in stuck
     )
     return StageResult(replace(prog, avoid=prog.avoid | avoid), actions)
@@ -753,73 +750,36 @@ def repair_stage(ctx: PoolContext, prog: Progress) -> StageResult:
     named by `--replace` is the operator's explicit override of the circuit breaker and of
     auto_replace: false, for that node only (budget and rate limit still apply).
     """
-    h, spec, pool = ctx.pool.health, ctx.spec, ctx.pool
-    ranked = [(r, v) for v in ctx.views if (r := _repair_rank(ctx, v)) is not None]
-    ranked.sort(key=lambda rv: (rv[0], not rv[1].immediate, rv[1].deadline or ctx.now, rv[1].node))
+    h, pool = ctx.pool.health, ctx.pool
     actions: list[Action] = []
     halts: list[Halt] = []
     pending: list[str] = []
     budget, rate_left, leaving = prog.budget, prog.rate_left, list(prog.leaving)
-    for rank, v in ranked:
-        preempting = v.lifecycle is Lifecycle.PREEMPTING
+    for rank, v in _ranked_repairs(ctx):
         repair = rank in (1, 2, _REQUESTED)
         requested = v.node in ctx.options.replace
-        why = v.reason if rank != _REQUESTED else "replacement requested (--replace)"
-        if requested and rank != _REQUESTED:
-            why = f"replacement requested (--replace); {why}"
         if not h.auto_replace and not requested:
             pending.append(f"{v.node}: {v.lifecycle.value} ({v.reason}); auto_replace is off")
             continue
-        if not preempting:
+        if v.lifecycle is not Lifecycle.PREEMPTING:
             if ctx.frozen and not requested:
                 continue  # the circuit-breaker halt already says why
-            if budget <= 0:
-                halts.append(
-                    Halt(
-                        pool.name,
-                        HaltRule.DISRUPTION_BUDGET,
-                        f"{v.node} waits: max_unavailable "
-                        f"{h.max_unavailable_nodes(pool.target_nodes)} reached",
-                    )
-                )
-                continue
-            if repair and rate_left <= 0:
-                halts.append(
-                    Halt(
-                        pool.name,
-                        HaltRule.REPAIR_RATE_LIMIT,
-                        f"{v.node} waits: {spec.safety.repairs_per_pool_per_hour} repairs "
-                        "in the last hour",
-                    )
-                )
+            halt = _repair_halt(ctx, v.node, budget, rate_left, repair=repair)
+            if halt is not None:
+                halts.append(halt)
                 continue
             budget -= 1
             rate_left -= repair
         leaving.append(v.node)
-        s = v.summary
-        # A host the cloud calls impaired is replaced, not laddered: no in-place rung can
-        # fix the hardware under it, and its report (if any) predates the impairment.
-        fault = (
-            fault_of(s)
-            if v.lifecycle is Lifecycle.UNHEALTHY
-            and s is not None
-            and s.status is Status.UNHEALTHY
-            and not v.impaired
-            else None
-        )
         code = ActionReason.REPLACE_REQUESTED if requested else _repair_code(v, rank)
         actions.extend(
-            cordon_then_drain(
-                Action(
-                    ActionKind.CORDON,
-                    pool.name,
-                    v.node,
-                    why,
-                    instance_id=_iid(v),
-                    repair=repair,
-                    fault=fault,
-                    action_reason=code,
-                )
+            cordon_and_drain(
+                pool.name,
+                v,
+                _repair_why(v, rank, requested),
+                code,
+                repair=repair,
+                fault=_repair_fault(v),
             )
         )
     return StageResult(
@@ -828,6 +788,56 @@ def repair_stage(ctx: PoolContext, prog: Progress) -> StageResult:
         tuple(halts),
         pending=tuple(pending),
     )
+
+
+def _ranked_repairs(ctx: PoolContext) -> list[tuple[int, NodeView]]:
+    """The nodes to replace with their rank, in the order repair_stage takes them."""
+    ranked = [(r, v) for v in ctx.views if (r := _repair_rank(ctx, v)) is not None]
+    ranked.sort(key=lambda rv: (rv[0], not rv[1].immediate, rv[1].deadline or ctx.now, rv[1].node))
+    return ranked
+
+
+def _repair_why(v: NodeView, rank: int, requested: bool) -> str:
+    """A repair's reason in words, saying first when --replace asked for it."""
+    if rank == _REQUESTED:
+        return "replacement requested (--replace)"
+    return f"replacement requested (--replace); {v.reason}" if requested else v.reason
+
+
+def _repair_halt(
+    ctx: PoolContext, node: str, budget: int, rate_left: int, *, repair: bool
+) -> Halt | None:
+    """The disruption budget, or for a repair the repair rate limit, holding the cordon
+    back, if either does."""
+    pool, h = ctx.pool, ctx.pool.health
+    if budget <= 0:
+        return Halt(
+            pool.name,
+            HaltRule.DISRUPTION_BUDGET,
+            f"{node} waits: max_unavailable {h.max_unavailable_nodes(pool.target_nodes)} reached",
+        )
+    if repair and rate_left <= 0:
+        return Halt(
+            pool.name,
+            HaltRule.REPAIR_RATE_LIMIT,
+            f"{node} waits: {ctx.spec.safety.repairs_per_pool_per_hour} repairs in the last hour",
+        )
+    return None
+
+
+def _repair_fault(v: NodeView) -> Fault | None:
+    """The fault a repair's cordon answers: an unhealthy report's, never an impaired host's."""
+    s = v.summary
+    # A host the cloud calls impaired is replaced, not laddered: no in-place rung can
+    # fix the hardware under it, and its report (if any) predates the impairment.
+    if (
+        v.lifecycle is Lifecycle.UNHEALTHY
+        and s is not None
+        and s.status is Status.UNHEALTHY
+        and not v.impaired
+    ):
+        return fault_of(s)
+    return None
 
 
 def watch_stage(ctx: PoolContext, prog: Progress) -> StageResult:
@@ -967,19 +977,8 @@ def _roll(ctx: PoolContext, prog: Progress, drifted: list[tuple[NodeView, str]])
             continue
         budget, rate_left, surplus = budget - 1, rate_left - 1, surplus - ready
         leaving.append(v.node)
-        reason = f"drift: {why}"
         actions.extend(
-            cordon_then_drain(
-                Action(
-                    ActionKind.CORDON,
-                    pool.name,
-                    v.node,
-                    reason,
-                    instance_id=_iid(v),
-                    repair=True,
-                    action_reason=ActionReason.DRIFT,
-                )
-            )
+            cordon_and_drain(pool.name, v, f"drift: {why}", ActionReason.DRIFT, repair=True)
         )
     progress = replace(
         prog,
@@ -1126,40 +1125,10 @@ def _scale_down(
     part-way to unhealthy_after) does not shrink: removing a good node then could trip
     the circuit breaker and stop the repairs."""
     pool = ctx.pool
-    if ctx.frozen:
-        return StageResult(
-            prog,
-            halts=(Halt(pool.name, HaltRule.CIRCUIT_BREAKER, f"scale down by {excess} held back"),),
-        )
-    failing = [
-        v.node
-        for v in ctx.views
-        if v.lifecycle in (Lifecycle.UNHEALTHY, Lifecycle.OFFLINE)
-        or (v.lifecycle is Lifecycle.DEGRADED and v.streak > 0)
-    ]
-    if failing:
-        return StageResult(
-            prog, pending=(f"scale down by {excess} waits while {', '.join(failing)} fail(s)",)
-        )
-
-    def util(v: NodeView) -> float:
-        s = v.summary
-        return s.utilization_pct if s and s.utilization_pct is not None else 0.0
-
-    def faulted(v: NodeView) -> bool:
-        return any((ctx.now - t).total_seconds() <= pool.health.lemon_window_s for _, t in v.faults)
-
+    held = _scale_down_held(ctx, prog, excess)
+    if held is not None:
+        return held
     ready = [v for v in present if v.lifecycle in READY]
-    victims = sorted(
-        ready,
-        key=lambda v: (
-            v.drift is None,
-            not faulted(v),
-            v.lifecycle is not Lifecycle.HEALTHY,
-            util(v),
-            -_index_of(ctx.spec.name, pool.name, v.node),
-        ),
-    )
     n = min(excess, len(ready) - prog.desired)
     pending: list[str] = []
     if n < excess:
@@ -1171,7 +1140,7 @@ def _scale_down(
     halts: list[Halt] = []
     budget, leaving = prog.budget, list(prog.leaving)
     why = f"scale down: {len(present)} nodes present, {prog.desired} desired"
-    for v in victims[: max(n, 0)]:
+    for v in _scale_down_order(ctx, ready)[: max(n, 0)]:
         if budget <= 0:
             halts.append(
                 Halt(
@@ -1183,23 +1152,58 @@ def _scale_down(
             break
         budget -= 1
         leaving.append(v.node)
-        actions.extend(
-            cordon_then_drain(
-                Action(
-                    ActionKind.CORDON,
-                    pool.name,
-                    v.node,
-                    why,
-                    instance_id=_iid(v),
-                    action_reason=ActionReason.SCALE_DOWN,
-                )
-            )
-        )
+        actions.extend(cordon_and_drain(pool.name, v, why, ActionReason.SCALE_DOWN))
     return StageResult(
         replace(prog, budget=budget, leaving=tuple(leaving)),
         tuple(actions),
         tuple(halts),
         pending=tuple(pending),
+    )
+
+
+def _scale_down_held(ctx: PoolContext, prog: Progress, excess: int) -> StageResult | None:
+    """What holds a scale-down back: an open circuit breaker or failing nodes; else None."""
+    if ctx.frozen:
+        return StageResult(
+            prog,
+            halts=(
+                Halt(ctx.pool.name, HaltRule.CIRCUIT_BREAKER, f"scale down by {excess} held back"),
+            ),
+        )
+    failing = [
+        v.node
+        for v in ctx.views
+        if v.lifecycle in (Lifecycle.UNHEALTHY, Lifecycle.OFFLINE)
+        or (v.lifecycle is Lifecycle.DEGRADED and v.streak > 0)
+    ]
+    if failing:
+        return StageResult(
+            prog, pending=(f"scale down by {excess} waits while {', '.join(failing)} fail(s)",)
+        )
+    return None
+
+
+def _scale_down_order(ctx: PoolContext, ready: list[NodeView]) -> list[NodeView]:
+    """Ready nodes in the order they leave: drifted, recently faulted, degraded, least
+    utilised, newest first."""
+    lemon_window_s = ctx.pool.health.lemon_window_s
+
+    def util(v: NodeView) -> float:
+        s = v.summary
+        return s.utilization_pct if s and s.utilization_pct is not None else 0.0
+
+    def faulted(v: NodeView) -> bool:
+        return any((ctx.now - t).total_seconds() <= lemon_window_s for _, t in v.faults)
+
+    return sorted(
+        ready,
+        key=lambda v: (
+            v.drift is None,
+            not faulted(v),
+            v.lifecycle is not Lifecycle.HEALTHY,
+            util(v),
+            -_index_of(ctx.spec.name, ctx.pool.name, v.node),
+        ),
     )
 
 
@@ -1210,31 +1214,11 @@ def destroy_stage(ctx: PoolContext, prog: Progress) -> StageResult:
     actions: list[Action] = []
     for v in ctx.views:
         if v.lifecycle is Lifecycle.REMEDIATING:  # drained already
-            actions.append(
-                Action(
-                    ActionKind.TERMINATE,
-                    ctx.pool.name,
-                    v.node,
-                    why,
-                    instance_id=_iid(v),
-                    action_reason=ActionReason.DESTROY,
-                )
-            )
+            actions.append(terminate_node(ctx.pool.name, v, why, ActionReason.DESTROY))
             continue
         if v.lifecycle in LEAVING and v.lifecycle is not Lifecycle.OPERATOR_CORDONED:
             continue
-        actions.extend(
-            cordon_then_drain(
-                Action(
-                    ActionKind.CORDON,
-                    ctx.pool.name,
-                    v.node,
-                    why,
-                    instance_id=_iid(v),
-                    action_reason=ActionReason.DESTROY,
-                )
-            )
-        )
+        actions.extend(cordon_and_drain(ctx.pool.name, v, why, ActionReason.DESTROY))
     return StageResult(prog, tuple(actions))
 
 
@@ -1243,13 +1227,11 @@ def force_destroy_stage(ctx: PoolContext, prog: Progress) -> StageResult:
     return StageResult(
         prog,
         tuple(
-            Action(
-                ActionKind.TERMINATE,
+            terminate_node(
                 ctx.pool.name,
-                v.node,
+                v,
                 "destroy --force: terminated without waiting for a drain",
-                instance_id=_iid(v),
-                action_reason=ActionReason.DESTROY,
+                ActionReason.DESTROY,
             )
             for v in ctx.views
         ),

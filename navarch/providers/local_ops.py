@@ -216,14 +216,7 @@ def inject(
     """
     provider, m = _find(spec, node)
     d = provider.machine_dir(m["instance_id"])
-    pool_name = m["tags"]["navarch-pool"]
-    gpus = _gpu_count(spec, pool_name, d, remember=False)
-    if gpus is None:
-        raise ConfigError(
-            f"{node}: its pool {pool_name} is not in fleet.yaml and the machine never ran "
-            "its agent while it was, so its GPU count is unknown",
-            hint="`navarch local tick` the fleet before removing a pool",
-        )
+    gpus = _known_gpu_count(spec, node, m, d)
     _check_injection(
         node,
         gpus,
@@ -236,23 +229,82 @@ def inject(
     done: list[str] = []
     faults = {} if clear else _faults(d)
     if clear:
-        for name in ("kern.log", "faults.json", "silent", "notice.json"):
-            (d / name).unlink(missing_ok=True)
-        if "impaired" in m:
-            provider.set_impaired(node, None, datetime.now(UTC))
-        done.append("cleared every fault")
+        done.append(_clear_faults(provider, node, m, d))
     if xid is not None:
-        from navarch.xid import lookup
+        done.append(_append_xid(node, m, d, gpus, gpu, xid))
+    done += _set_gpu_faults(
+        faults,
+        gpu,
+        gpu_lost=gpu_lost,
+        temperature_c=temperature_c,
+        ecc_uncorrected=ecc_uncorrected,
+        utilization_pct=utilization_pct,
+        processes=processes,
+    )
+    if faults or not clear:
+        write_json_atomic(d / "faults.json", faults)
+    done += _signal_agent(d, silent=silent, preempt=preempt)
+    if impaired:
+        done.append(_impair(provider, node))
+    return done
 
-        bdf = _gpu_bdf(node, gpus, gpu)
-        uptime_s = (datetime.now(UTC) - datetime.fromisoformat(m["launched_at"])).total_seconds()
-        line = (
-            f"[{uptime_s:.6f}] NVRM: Xid (PCI:{bdf}): {xid}, pid='<unknown>', "
-            f"name=<unknown>, {lookup(xid).meaning}\n"
+
+def _impair(provider: LocalProvider, node: str) -> str:
+    """Have the cloud list the node's instance impaired, as its failed status check shows."""
+    provider.set_impaired(node, "instance status check failed (injected)", datetime.now(UTC))
+    return "the cloud lists the instance impaired"
+
+
+def _known_gpu_count(spec: FleetSpec, node: str, m: dict[str, Any], d: Path) -> int:
+    """The machine's GPU count; a ConfigError when neither fleet.yaml nor the machine knows it."""
+    pool_name = m["tags"]["navarch-pool"]
+    gpus = _gpu_count(spec, pool_name, d, remember=False)
+    if gpus is None:
+        raise ConfigError(
+            f"{node}: its pool {pool_name} is not in fleet.yaml and the machine never ran "
+            "its agent while it was, so its GPU count is unknown",
+            hint="`navarch local tick` the fleet before removing a pool",
         )
-        with open(d / "kern.log", "a") as fh:
-            fh.write(line)
-        done.append(f"kernel log: {line.strip()}")
+    return gpus
+
+
+def _clear_faults(provider: LocalProvider, node: str, m: dict[str, Any], d: Path) -> str:
+    """Remove the kernel log, faults, silence and notice files, and any impairment."""
+    for name in ("kern.log", "faults.json", "silent", "notice.json"):
+        (d / name).unlink(missing_ok=True)
+    if "impaired" in m:
+        provider.set_impaired(node, None, datetime.now(UTC))
+    return "cleared every fault"
+
+
+def _append_xid(node: str, m: dict[str, Any], d: Path, gpus: int, gpu: int, xid: int) -> str:
+    """Append an NVRM Xid line for GPU gpu to the machine's kernel log, stamped with its
+    uptime as dmesg does."""
+    from navarch.xid import lookup
+
+    bdf = _gpu_bdf(node, gpus, gpu)
+    uptime_s = (datetime.now(UTC) - datetime.fromisoformat(m["launched_at"])).total_seconds()
+    line = (
+        f"[{uptime_s:.6f}] NVRM: Xid (PCI:{bdf}): {xid}, pid='<unknown>', "
+        f"name=<unknown>, {lookup(xid).meaning}\n"
+    )
+    with open(d / "kern.log", "a") as fh:
+        fh.write(line)
+    return f"kernel log: {line.strip()}"
+
+
+def _set_gpu_faults(
+    faults: dict[str, Any],
+    gpu: int,
+    *,
+    gpu_lost: bool,
+    temperature_c: float | None,
+    ecc_uncorrected: int | None,
+    utilization_pct: float | None,
+    processes: int | None,
+) -> list[str]:
+    """Set the fake-GPU faults asked for in faults (in place); what was set, one line each."""
+    done: list[str] = []
     key = str(gpu)
     if gpu_lost:
         faults["gpu_lost"] = sorted(set(faults.get("gpu_lost", [])) | {gpu})
@@ -269,8 +321,12 @@ def inject(
     if processes is not None:
         faults.setdefault("process_count", {})[key] = processes
         done.append(f"GPU {gpu} runs {processes} process(es)")
-    if faults or not clear:
-        write_json_atomic(d / "faults.json", faults)
+    return done
+
+
+def _signal_agent(d: Path, *, silent: bool | None, preempt: bool) -> list[str]:
+    """Silence or resume the machine's agent, and leave it a spot preemption notice."""
+    done: list[str] = []
     if silent is True:
         (d / "silent").touch()
         done.append("agent silenced")
@@ -283,9 +339,6 @@ def inject(
             {"kind": "preemption", "source": "local", "deadline": None, "detail": "injected"},
         )
         done.append("spot preemption notice")
-    if impaired:
-        provider.set_impaired(node, "instance status check failed (injected)", datetime.now(UTC))
-        done.append("the cloud lists the instance impaired")
     return done
 
 

@@ -76,6 +76,9 @@ __all__ = [
     "backoff_s",
 ]
 
+#: What a worker hands back per action: the action, its outcome and its Memory update.
+_Results = queue.Queue[tuple[Action, Outcome, Update]]
+
 #: Concurrent actions per provider when fleet.yaml sets no providers.<name>.max_parallel.
 #: EC2 refills RunInstances' request bucket at 2 per second (bucket 5) and its instance
 #: bucket at 2 per second (bucket 1,000) (EC2 API reference, "Request throttling"); GCE's
@@ -207,48 +210,20 @@ class Executor:
         chains = self._chains(plan.actions)
         acted = {a.node for a in plan.actions if a.node}
         self._reports = {v.node: report_ref(v.summary) for v in plan.views if v.node in acted}
-        results: queue.Queue[tuple[Action, Outcome, Update]] = queue.Queue()
+        results: _Results = queue.Queue()
         outcomes: list[Outcome] = []
-        batch = self.policy.batch(len(plan.actions))
-        dirty, since_write, last_write = 0, 0, time.monotonic()
-        total = sum(len(c) for c in chains)
         pools: dict[str, ThreadPoolExecutor] = {}
-        futures: list[Future[None]] = []
         try:
-            for chain in chains:
-                provider = self._provider_of(chain[0])
-                workers = self._workers(provider)
-                if provider not in pools:
-                    pools[provider] = ThreadPoolExecutor(
-                        max_workers=workers, thread_name_prefix=f"navarch-{provider}"
-                    )
-                futures.append(pools[provider].submit(self._run_chain, chain, memory, results))
-            done = 0
-            while done < total:
-                try:
-                    action, outcome, update = results.get(timeout=0.1)
-                except queue.Empty:
-                    if all(f.done() for f in futures) and results.empty():
-                        break  # the rest were not started (stopped)
-                    action = None
-                if action is not None:
-                    done += 1
-                    memory = update(memory)
-                    outcomes.append(outcome)
-                    self._record(action, outcome)
-                    if on_outcome:
-                        on_outcome(outcome)
-                    if update is not same:
-                        dirty += 1
-                    since_write += 1
-                due = dirty and (
-                    since_write >= batch
-                    or time.monotonic() - last_write >= self.policy.every_s
-                    or (action is not None and outcome.ok and self._unobservable(action))
-                )
-                if due and not self._stop.is_set():
-                    memory = self._flush(memory)
-                    dirty, since_write, last_write = 0, 0, time.monotonic()
+            futures = self._submit(chains, memory, results, pools)
+            memory, dirty = self._collect(
+                memory,
+                results,
+                futures,
+                outcomes,
+                on_outcome,
+                total=sum(len(c) for c in chains),
+                batch=self.policy.batch(len(plan.actions)),
+            )
         except BaseException:
             self._stop.set()  # e.g. KeyboardInterrupt: start nothing more
             for p in pools.values():
@@ -261,11 +236,7 @@ class Executor:
         # Outcomes that arrived while stopping still count.
         while not results.empty():
             action, outcome, update = results.get()
-            memory = update(memory)
-            outcomes.append(outcome)
-            self._record(action, outcome)
-            if on_outcome:
-                on_outcome(outcome)
+            memory = self._took(memory, action, outcome, update, outcomes, on_outcome)
             dirty += update is not same
         if self._stop_reason is None:
             memory = self._flush(memory, final=True) if (dirty or self.audit.pending) else memory
@@ -275,6 +246,81 @@ class Executor:
             self._flush_audit()
             raise self._stop_reason
         return memory, outcomes
+
+    def _submit(
+        self,
+        chains: list[list[Action]],
+        memory: Memory,
+        results: _Results,
+        pools: dict[str, ThreadPoolExecutor],
+    ) -> list[Future[None]]:
+        """Start every chain on its provider's worker pool (made on first use, into pools)."""
+        futures: list[Future[None]] = []
+        for chain in chains:
+            provider = self._provider_of(chain[0])
+            workers = self._workers(provider)
+            if provider not in pools:
+                pools[provider] = ThreadPoolExecutor(
+                    max_workers=workers, thread_name_prefix=f"navarch-{provider}"
+                )
+            futures.append(pools[provider].submit(self._run_chain, chain, memory, results))
+        return futures
+
+    def _collect(
+        self,
+        memory: Memory,
+        results: _Results,
+        futures: Sequence[Future[None]],
+        outcomes: list[Outcome],
+        on_outcome: Callable[[Outcome], None] | None,
+        *,
+        total: int,
+        batch: int,
+    ) -> tuple[Memory, int]:
+        """Take outcomes as they finish until all `total` arrived or no chain runs any more,
+        writing Memory after `batch` outcomes, after policy.every_s, or at once after an
+        action no later look can confirm; returns Memory and its changes not yet written."""
+        dirty, since_write, last_write = 0, 0, time.monotonic()
+        done = 0
+        while done < total:
+            try:
+                action, outcome, update = results.get(timeout=0.1)
+            except queue.Empty:
+                if all(f.done() for f in futures) and results.empty():
+                    break  # the rest were not started (stopped)
+                action = None
+            if action is not None:
+                done += 1
+                memory = self._took(memory, action, outcome, update, outcomes, on_outcome)
+                if update is not same:
+                    dirty += 1
+                since_write += 1
+            due = dirty and (
+                since_write >= batch
+                or time.monotonic() - last_write >= self.policy.every_s
+                or (action is not None and outcome.ok and self._unobservable(action))
+            )
+            if due and not self._stop.is_set():
+                memory = self._flush(memory)
+                dirty, since_write, last_write = 0, 0, time.monotonic()
+        return memory, dirty
+
+    def _took(
+        self,
+        memory: Memory,
+        action: Action,
+        outcome: Outcome,
+        update: Update,
+        outcomes: list[Outcome],
+        on_outcome: Callable[[Outcome], None] | None,
+    ) -> Memory:
+        """Fold one finished action into Memory, the outcomes, the audit log and the caller."""
+        memory = update(memory)
+        outcomes.append(outcome)
+        self._record(action, outcome)
+        if on_outcome:
+            on_outcome(outcome)
+        return memory
 
     def _flush_audit(self) -> None:
         """Write the buffered audit records as a chunk; a failure is kept in audit_error."""
@@ -375,7 +421,7 @@ class Executor:
         self,
         chain: list[Action],
         memory: Memory,
-        results: queue.Queue[tuple[Action, Outcome, Update]],
+        results: _Results,
     ) -> None:
         """Run one node's actions in order (a worker thread); post each result."""
         for a in chain:

@@ -14,14 +14,24 @@ being terminated is not returned) and the returned detail says which rule it ove
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import replace
 
 from navarch.errors import NavarchError
 from navarch.history import Actor
-from navarch.planner.model import Action, ActionKind, ActionReason, Phase
+from navarch.planner.model import (
+    Action,
+    ActionKind,
+    ActionReason,
+    NodeMemory,
+    NodeView,
+    Phase,
+    PoolMemory,
+)
 from navarch.reconcile.executor import Executor
-from navarch.reconcile.run import Clock, Fleet, gather, leased, system_clock
-from navarch.reconcile.state import AuditLog, save_memory
+from navarch.reconcile.run import Clock, Fleet, Snapshot, gather, leased, system_clock
+from navarch.reconcile.state import AuditLog, Lease, save_memory
+from navarch.spec import FleetSpec
 
 
 def uncordon(
@@ -51,86 +61,111 @@ def uncordon(
         view = next((v for v in snap.observed.views if v.node == node), None)
         if nm is None or view is None:
             raise NavarchError(f"{node} is not a node of fleet {spec.name}")
-        pm = snap.memory.pool(nm.pool)
-        if nm.phase is Phase.TERMINATING:
-            raise NavarchError(
-                f"{node} is being terminated ({nm.phase_reason}); nothing to uncordon"
-            )
-        if view.orphan:
-            raise NavarchError(
-                f"{node} belongs to pool {nm.pool}, which is no longer in fleet.yaml: "
-                "navarch drains and terminates it; restore the pool in fleet.yaml to keep it"
-            )
+        _check_returnable(nm, view)
         overridden: list[str] = []
-        if nm.instance_id in pm.lemons and force:
-            overridden.append(f"instance {nm.instance_id} was replaced as a lemon")
-        elif nm.instance_id in pm.lemons:
-            raise NavarchError(
-                f"{node} runs instance {nm.instance_id}, replaced as a lemon "
-                "(repeated faults); pass --force to return it to service anyway"
-            )
-        host = view.instance.host_id if view.instance is not None else None
-        if host is not None and host in pm.lemon_hosts and force:
-            overridden.append(f"host {host} is a lemon host")
-        elif host is not None and host in pm.lemon_hosts:
-            raise NavarchError(
-                f"{node} runs on host {host}, whose instances were replaced as "
-                "lemons (repeated faults); pass --force to return it anyway"
-            )
-        if (
-            nm.phase not in (Phase.CORDONED, Phase.DRAINING, Phase.REMEDIATING)
-            and not nm.operator_cordon
-        ):
+        for override, refusal in _rules_broken(spec, nm, view, snap.memory.pool(nm.pool)):
             if not force:
-                raise NavarchError(
-                    f"navarch did not cordon {node}; a cordon made outside "
-                    "navarch is left to whoever made it (--force returns it "
-                    "anyway)"
-                )
-            overridden.append("navarch did not cordon it")
-        pool = spec.pool(nm.pool)
-        s = view.summary
-        if (
-            s is None
-            or s.status != "healthy"
-            or (view.report_age_s or 0) > pool.health.stale_after_s
-        ):
-            state = "no report" if s is None else f"{s.status}, {view.report_age_s:.0f}s old"
-            if not force:
-                raise NavarchError(
-                    f"{node} has no fresh healthy report ({state}); "
-                    "fix it and let its agent report first, or pass --force"
-                )
-            overridden.append(f"no fresh healthy report ({state})")
-        action = Action(
-            ActionKind.UNCORDON,
-            nm.pool,
-            node,
-            "operator: navarch uncordon",
-            instance_id=nm.instance_id,
-            action_reason=ActionReason.OPERATOR,
-        )
-        audit = AuditLog(fleet.store, spec.name, f"{snap.now:%Y%m%dT%H%M%SZ}-uncordon", snap.now)
-        by_node = {i.node: i for i in snap.inventory if i.node}
-        executor = Executor(
-            spec,
-            fleet.providers,
-            audit,
-            instances=by_node,
-            clock=clock,
-            run_id="uncordon",
-            playbooks=fleet.playbooks,
-            lease=lease,
-            actor=Actor.MCP if client else Actor.OPERATOR,
-            verb="uncordon",
-            client=client,
-        )
-        plan = replace(snap.plan, actions=(action,))
-        memory, outcomes = executor.execute(plan, snap.memory)
-        if not outcomes[0].ok:
-            raise NavarchError(f"uncordon of {node} failed: {outcomes[0].detail}")
-        lease.check_store()
-        save_memory(fleet.store, memory, snap.memory_version)
+                raise NavarchError(refusal)
+            overridden.append(override)
+        detail = _run_uncordon(fleet, snap, nm, clock, lease, client)
         was = nm.phase.value or ("cordoned by an operator" if nm.operator_cordon else "in service")
         forced = f"; --force overrode: {'; '.join(overridden)}" if overridden else ""
-        return f"{outcomes[0].detail}; it was {was}{forced}"
+        return f"{detail}; it was {was}{forced}"
+
+
+def _check_returnable(nm: NodeMemory, view: NodeView) -> None:
+    """Refuse, even with --force, a node being terminated or one of a removed pool."""
+    node = nm.node
+    if nm.phase is Phase.TERMINATING:
+        raise NavarchError(f"{node} is being terminated ({nm.phase_reason}); nothing to uncordon")
+    if view.orphan:
+        raise NavarchError(
+            f"{node} belongs to pool {nm.pool}, which is no longer in fleet.yaml: "
+            "navarch drains and terminates it; restore the pool in fleet.yaml to keep it"
+        )
+
+
+def _rules_broken(
+    spec: FleetSpec, nm: NodeMemory, view: NodeView, pm: PoolMemory
+) -> Iterator[tuple[str, str]]:
+    """Each rule returning the node would break, in order: (what --force overrides, the
+    refusal without it). A generator: a refusal is found before any later rule is read."""
+    node = nm.node
+    if nm.instance_id in pm.lemons:
+        yield (
+            f"instance {nm.instance_id} was replaced as a lemon",
+            f"{node} runs instance {nm.instance_id}, replaced as a lemon "
+            "(repeated faults); pass --force to return it to service anyway",
+        )
+    host = view.instance.host_id if view.instance is not None else None
+    if host is not None and host in pm.lemon_hosts:
+        yield (
+            f"host {host} is a lemon host",
+            f"{node} runs on host {host}, whose instances were replaced as "
+            "lemons (repeated faults); pass --force to return it anyway",
+        )
+    if (
+        nm.phase not in (Phase.CORDONED, Phase.DRAINING, Phase.REMEDIATING)
+        and not nm.operator_cordon
+    ):
+        yield (
+            "navarch did not cordon it",
+            f"navarch did not cordon {node}; a cordon made outside "
+            "navarch is left to whoever made it (--force returns it "
+            "anyway)",
+        )
+    s = view.summary
+    if (
+        s is None
+        or s.status != "healthy"
+        or (view.report_age_s or 0) > spec.pool(nm.pool).health.stale_after_s
+    ):
+        state = "no report" if s is None else f"{s.status}, {view.report_age_s:.0f}s old"
+        yield (
+            f"no fresh healthy report ({state})",
+            f"{node} has no fresh healthy report ({state}); "
+            "fix it and let its agent report first, or pass --force",
+        )
+
+
+def _run_uncordon(
+    fleet: Fleet,
+    snap: Snapshot,
+    nm: NodeMemory,
+    clock: Clock,
+    lease: Lease,
+    client: str | None,
+) -> str:
+    """Uncordon the node through the executor (audited), then write the state; the
+    playbook's detail. Raises NavarchError when the uncordon fails."""
+    spec, node = fleet.spec, nm.node
+    action = Action(
+        ActionKind.UNCORDON,
+        nm.pool,
+        node,
+        "operator: navarch uncordon",
+        instance_id=nm.instance_id,
+        action_reason=ActionReason.OPERATOR,
+    )
+    audit = AuditLog(fleet.store, spec.name, f"{snap.now:%Y%m%dT%H%M%SZ}-uncordon", snap.now)
+    by_node = {i.node: i for i in snap.inventory if i.node}
+    executor = Executor(
+        spec,
+        fleet.providers,
+        audit,
+        instances=by_node,
+        clock=clock,
+        run_id="uncordon",
+        playbooks=fleet.playbooks,
+        lease=lease,
+        actor=Actor.MCP if client else Actor.OPERATOR,
+        verb="uncordon",
+        client=client,
+    )
+    plan = replace(snap.plan, actions=(action,))
+    memory, outcomes = executor.execute(plan, snap.memory)
+    if not outcomes[0].ok:
+        raise NavarchError(f"uncordon of {node} failed: {outcomes[0].detail}")
+    lease.check_store()
+    save_memory(fleet.store, memory, snap.memory_version)
+    return outcomes[0].detail

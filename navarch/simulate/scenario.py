@@ -161,9 +161,29 @@ def _windows(items: list[dict[str, Any]]) -> tuple[Window, ...]:
 
 def load_scenario(path: str | Path) -> Scenario:
     """Load and validate a scenario YAML. Raises ConfigError naming the file and key path."""
+    source = Path(path)
+    data = _read_scenario(source)
+    _check_periods(source, data)
+    return Scenario(
+        source=source,
+        name=data.get("name", source.stem),
+        fleet_path=(source.parent / data["fleet"]).resolve(),
+        duration_s=parse_duration_s(str(data["duration"])),
+        reconcile_period_s=parse_duration_s(str(data.get("reconcile_period", "1m"))),
+        agent_period_s=parse_duration_s(str(data.get("agent_period", "30s"))),
+        heartbeat_s=parse_duration_s(str(data.get("heartbeat", "5m"))),
+        seed=int(data.get("seed", 1)),
+        **_world_fields(data.get("world", {})),
+        prices_usd_per_hour={str(k): float(v) for k, v in data.get("prices", {}).items()},
+        asserts=tuple(data.get("assert", [])),
+        raw=data,
+    )
+
+
+def _read_scenario(source: Path) -> Any:
+    """The scenario file's YAML, valid against schemas/simulate.schema.json."""
     import jsonschema
 
-    source = Path(path)
     try:
         data = yaml.safe_load(source.read_text())
     except (OSError, yaml.YAMLError) as exc:
@@ -180,6 +200,11 @@ def load_scenario(path: str | Path) -> Scenario:
             key_path=".".join(str(p) for p in err.absolute_path) or "(top)",
             hint="see docs/simulate.md for the scenario format",
         )
+    return data
+
+
+def _check_periods(source: Path, data: dict[str, Any]) -> None:
+    """Refuse a zero or negative duration or period."""
     for key, default in (
         ("duration", None),
         ("reconcile_period", "1m"),
@@ -195,7 +220,10 @@ def load_scenario(path: str | Path) -> Scenario:
                 key_path=key,
                 hint="use a positive duration such as 5m",
             )
-    world = data.get("world", {})
+
+
+def _world_fields(world: dict[str, Any]) -> dict[str, Any]:
+    """The Scenario fields the `world` section sets, each defaulted as docs/simulate.md says."""
     causes = dict(DEFAULT_CAUSES)
     causes.update(world.get("causes", {}))
     lemons = world.get("lemons", {})
@@ -209,48 +237,37 @@ def load_scenario(path: str | Path) -> Scenario:
     def dur(doc: dict[str, Any], key: str, default: int) -> int:
         return parse_duration_s(str(doc[key])) if key in doc else default
 
-    return Scenario(
-        source=source,
-        name=data.get("name", source.stem),
-        fleet_path=(source.parent / data["fleet"]).resolve(),
-        duration_s=parse_duration_s(str(data["duration"])),
-        reconcile_period_s=parse_duration_s(str(data.get("reconcile_period", "1m"))),
-        agent_period_s=parse_duration_s(str(data.get("agent_period", "30s"))),
-        heartbeat_s=parse_duration_s(str(data.get("heartbeat", "5m"))),
-        seed=int(data.get("seed", 1)),
-        failure_rate_per_node_day=float(
+    return {
+        "failure_rate_per_node_day": float(
             world.get("failure_rate_per_node_day", LLAMA3_RATE_PER_NODE_DAY)
         ),
-        causes=causes,
-        lemon_fraction=float(lemons.get("fraction", 0.0)),
-        lemon_multiplier=float(lemons.get("multiplier", LEMON_MULTIPLIER)),
-        app_xid_bursts_per_node_day=float(world.get("app_xid_bursts_per_node_day", 0.0)),
-        spot_preemptions_per_node_day=float(world.get("spot_preemptions_per_node_day", 0.0)),
-        cures={k: dict(v) for k, v in world.get("cures", {}).items()},
-        boot_min_s=dur(boot, "min", BOOT_S[0]),
-        boot_max_s=dur(boot, "max", BOOT_S[1]),
-        launch_min_s=dur(launch, "min", LAUNCH_S[0]),
-        launch_max_s=dur(launch, "max", LAUNCH_S[1]),
-        launch_failure_rate=float(world.get("launch_failure_rate", LAUNCH_FAILURE_RATE)),
-        impair_min_s=dur(impair, "min", IMPAIR_S[0]),
-        impair_max_s=dur(impair, "max", IMPAIR_S[1]),
-        drain_grace_s=dur(drain, "grace", DRAIN_GRACE_S),
-        checkpoint_fraction=float(drain.get("checkpoint_fraction", CHECKPOINT_FRACTION)),
-        checkpoint_min_s=dur(drain, "checkpoint_min", CHECKPOINT_S[0]),
-        checkpoint_max_s=dur(drain, "checkpoint_max", CHECKPOINT_S[1]),
-        job_start_min_s=dur(jobs, "min", JOB_START_S[0]),
-        job_start_max_s=dur(jobs, "max", JOB_START_S[1]),
-        agent_crashes_per_node_day=float(signals.get("agent_crashes_per_node_day", 0.0)),
-        cut_offs_per_node_day=float(signals.get("cut_offs_per_node_day", 0.0)),
-        signal_min_s=dur(signals, "min", SIGNAL_S[0]),
-        signal_max_s=dur(signals, "max", SIGNAL_S[1]),
-        api_error_rate=float(world.get("api_error_rate", 0.0)),
-        zone_outages=_windows(world.get("zone_outages", [])),
-        rack_failures=_windows(world.get("rack_failures", [])),
-        stockouts=_windows(world.get("stockouts", [])),
-        agent_outages=_windows(world.get("agent_outages", [])),
-        store_outages=_windows(world.get("store_outages", [])),
-        prices_usd_per_hour={str(k): float(v) for k, v in data.get("prices", {}).items()},
-        asserts=tuple(data.get("assert", [])),
-        raw=data,
-    )
+        "causes": causes,
+        "lemon_fraction": float(lemons.get("fraction", 0.0)),
+        "lemon_multiplier": float(lemons.get("multiplier", LEMON_MULTIPLIER)),
+        "app_xid_bursts_per_node_day": float(world.get("app_xid_bursts_per_node_day", 0.0)),
+        "spot_preemptions_per_node_day": float(world.get("spot_preemptions_per_node_day", 0.0)),
+        "cures": {k: dict(v) for k, v in world.get("cures", {}).items()},
+        "boot_min_s": dur(boot, "min", BOOT_S[0]),
+        "boot_max_s": dur(boot, "max", BOOT_S[1]),
+        "launch_min_s": dur(launch, "min", LAUNCH_S[0]),
+        "launch_max_s": dur(launch, "max", LAUNCH_S[1]),
+        "launch_failure_rate": float(world.get("launch_failure_rate", LAUNCH_FAILURE_RATE)),
+        "impair_min_s": dur(impair, "min", IMPAIR_S[0]),
+        "impair_max_s": dur(impair, "max", IMPAIR_S[1]),
+        "drain_grace_s": dur(drain, "grace", DRAIN_GRACE_S),
+        "checkpoint_fraction": float(drain.get("checkpoint_fraction", CHECKPOINT_FRACTION)),
+        "checkpoint_min_s": dur(drain, "checkpoint_min", CHECKPOINT_S[0]),
+        "checkpoint_max_s": dur(drain, "checkpoint_max", CHECKPOINT_S[1]),
+        "job_start_min_s": dur(jobs, "min", JOB_START_S[0]),
+        "job_start_max_s": dur(jobs, "max", JOB_START_S[1]),
+        "agent_crashes_per_node_day": float(signals.get("agent_crashes_per_node_day", 0.0)),
+        "cut_offs_per_node_day": float(signals.get("cut_offs_per_node_day", 0.0)),
+        "signal_min_s": dur(signals, "min", SIGNAL_S[0]),
+        "signal_max_s": dur(signals, "max", SIGNAL_S[1]),
+        "api_error_rate": float(world.get("api_error_rate", 0.0)),
+        "zone_outages": _windows(world.get("zone_outages", [])),
+        "rack_failures": _windows(world.get("rack_failures", [])),
+        "stockouts": _windows(world.get("stockouts", [])),
+        "agent_outages": _windows(world.get("agent_outages", [])),
+        "store_outages": _windows(world.get("store_outages", [])),
+    }

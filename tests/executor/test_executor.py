@@ -72,6 +72,18 @@ class FailingPlaybooks:
         return True, f"{kind} ok"
 
 
+def scale_down(i: int) -> Action:
+    """The termination of node i (instance i-<i>) that a scale-down plans."""
+    return Action(
+        ActionKind.TERMINATE,
+        "train",
+        node(i),
+        "scale_down",
+        instance_id=f"i-{i}",
+        action_reason=ActionReason.SCALE_DOWN,
+    )
+
+
 def spec_of(tmp_path: Path, scheduler: str = "none") -> FleetSpec:
     path = write_fleet(tmp_path, target=4)
     path.write_text(path.read_text().replace("scheduler: none", f"scheduler: {scheduler}"))
@@ -115,6 +127,17 @@ def execute(
     return memory, {(o.action.kind, o.action.node): o for o in outcomes}
 
 
+def scale_down_all(
+    tmp_path: Path, cloud: FakeCloud, n: int, **kwargs: object
+) -> dict[tuple[ActionKind, str | None], Outcome]:
+    """Terminate nodes 1 to n of a fresh world(n), as a scale-down plans (kwargs: the
+    Executor's); the outcomes by (kind, node)."""
+    instances, memory = world(n)
+    actions = (scale_down(i) for i in range(1, n + 1))
+    _, got = execute(tmp_path, spec_of(tmp_path), cloud, instances, memory, *actions, **kwargs)
+    return got
+
+
 def audit_records(tmp_path: Path) -> list[dict[str, object]]:
     chunks = sorted((tmp_path / "store" / "events").rglob("*.jsonl"))
     return [json.loads(line) for c in chunks for line in c.read_text().splitlines()]
@@ -134,22 +157,8 @@ def test_each_outcome_has_the_kind_its_failure_calls_for_and_carries_the_excepti
         cloud,
         instances,
         memory,
-        Action(
-            ActionKind.TERMINATE,
-            "train",
-            node(1),
-            "scale_down",
-            instance_id="i-1",
-            action_reason=ActionReason.SCALE_DOWN,
-        ),
-        Action(
-            ActionKind.TERMINATE,
-            "train",
-            node(2),
-            "scale_down",
-            instance_id="i-2",
-            action_reason=ActionReason.SCALE_DOWN,
-        ),
+        scale_down(1),
+        scale_down(2),
         Action(
             ActionKind.UPDATE_TAGS,
             "train",
@@ -201,32 +210,8 @@ def test_a_drain_after_a_failed_cordon_is_skipped_and_the_cordon_is_transient(
 def test_an_exception_at_the_action_boundary_is_a_failed_outcome_and_others_go_on(
     tmp_path: Path,
 ) -> None:
-    instances, memory = world(2)
     bug = KeyError("InstanceId")
-    cloud = FakeCloud({"i-1": bug})
-    _, got = execute(
-        tmp_path,
-        spec_of(tmp_path),
-        cloud,
-        instances,
-        memory,
-        Action(
-            ActionKind.TERMINATE,
-            "train",
-            node(1),
-            "scale_down",
-            instance_id="i-1",
-            action_reason=ActionReason.SCALE_DOWN,
-        ),
-        Action(
-            ActionKind.TERMINATE,
-            "train",
-            node(2),
-            "scale_down",
-            instance_id="i-2",
-            action_reason=ActionReason.SCALE_DOWN,
-        ),
-    )
+    got = scale_down_all(tmp_path, FakeCloud({"i-1": bug}), 2)
     failed = got[(ActionKind.TERMINATE, node(1))]
     assert failed.kind is OutcomeKind.PERMANENT and failed.exc is bug
     assert failed.detail == "KeyError: 'InstanceId'"
@@ -236,31 +221,7 @@ def test_an_exception_at_the_action_boundary_is_a_failed_outcome_and_others_go_o
 def test_the_audit_log_records_each_outcome_with_its_kind_and_error_name(
     tmp_path: Path,
 ) -> None:
-    instances, memory = world(2)
-    cloud = FakeCloud({"i-2": TransientError("RequestLimitExceeded")})
-    execute(
-        tmp_path,
-        spec_of(tmp_path),
-        cloud,
-        instances,
-        memory,
-        Action(
-            ActionKind.TERMINATE,
-            "train",
-            node(1),
-            "scale_down",
-            instance_id="i-1",
-            action_reason=ActionReason.SCALE_DOWN,
-        ),
-        Action(
-            ActionKind.TERMINATE,
-            "train",
-            node(2),
-            "scale_down",
-            instance_id="i-2",
-            action_reason=ActionReason.SCALE_DOWN,
-        ),
-    )
+    scale_down_all(tmp_path, FakeCloud({"i-2": TransientError("RequestLimitExceeded")}), 2)
     by_node = {r["node"]: r for r in audit_records(tmp_path)}
     assert by_node[node(1)]["ok"] is True and by_node[node(1)]["outcome"] == "ok"
     assert by_node[node(1)]["error"] is None and by_node[node(1)]["detail"] == "terminated i-1"
@@ -270,8 +231,6 @@ def test_the_audit_log_records_each_outcome_with_its_kind_and_error_name(
 
 
 def test_a_journal_that_fails_stops_the_run_and_its_error_is_raised(tmp_path: Path) -> None:
-    instances, memory = world(3)
-    cloud = FakeCloud()
     lost = PreconditionFailed("state/jt.json", "another run wrote state")
     writes: list[Memory] = []
 
@@ -280,25 +239,8 @@ def test_a_journal_that_fails_stops_the_run_and_its_error_is_raised(tmp_path: Pa
         raise lost
 
     with pytest.raises(PreconditionFailed) as info:
-        execute(
-            tmp_path,
-            spec_of(tmp_path),
-            cloud,
-            instances,
-            memory,
-            *(
-                Action(
-                    ActionKind.TERMINATE,
-                    "train",
-                    node(i),
-                    "scale_down",
-                    instance_id=f"i-{i}",
-                    action_reason=ActionReason.SCALE_DOWN,
-                )
-                for i in (1, 2, 3)
-            ),
-            journal=journal,
-            policy=JournalPolicy(every_actions=1),
+        scale_down_all(
+            tmp_path, FakeCloud(), 3, journal=journal, policy=JournalPolicy(every_actions=1)
         )
     assert info.value is lost
     # The first write failed: the run tried no other write (no state after a lost CAS),
@@ -308,33 +250,13 @@ def test_a_journal_that_fails_stops_the_run_and_its_error_is_raised(tmp_path: Pa
 
 
 def test_actions_done_before_a_journal_failure_are_in_the_audit_log(tmp_path: Path) -> None:
-    instances, memory = world(3)
     cloud = FakeCloud()
 
     def journal(m: Memory) -> Memory:
         raise PreconditionFailed("state/jt.json", "another run wrote state")
 
     with pytest.raises(PreconditionFailed):
-        execute(
-            tmp_path,
-            spec_of(tmp_path),
-            cloud,
-            instances,
-            memory,
-            *(
-                Action(
-                    ActionKind.TERMINATE,
-                    "train",
-                    node(i),
-                    "scale_down",
-                    action_reason=ActionReason.SCALE_DOWN,
-                    instance_id=f"i-{i}",
-                )
-                for i in (1, 2, 3)
-            ),
-            journal=journal,
-            policy=JournalPolicy(every_actions=1),
-        )
+        scale_down_all(tmp_path, cloud, 3, journal=journal, policy=JournalPolicy(every_actions=1))
     terminated = {iid for verb, iid in cloud.calls if verb == "terminate"}
     assert terminated  # something was done before the failed write stopped the run
     recorded = {r["node"] for r in audit_records(tmp_path) if r["ok"]}
@@ -357,29 +279,9 @@ class LapsingLease:
 
 
 def test_actions_done_before_the_lease_is_lost_are_in_the_audit_log(tmp_path: Path) -> None:
-    instances, memory = world(3)
     cloud = FakeCloud()
     with pytest.raises(LeaseLost):
-        execute(
-            tmp_path,
-            spec_of(tmp_path),
-            cloud,
-            instances,
-            memory,
-            *(
-                Action(
-                    ActionKind.TERMINATE,
-                    "train",
-                    node(i),
-                    "scale_down",
-                    action_reason=ActionReason.SCALE_DOWN,
-                    instance_id=f"i-{i}",
-                )
-                for i in (1, 2, 3)
-            ),
-            lease=LapsingLease(holds=2),
-            max_parallel={"sim": 1},
-        )
+        scale_down_all(tmp_path, cloud, 3, lease=LapsingLease(holds=2), max_parallel={"sim": 1})
     assert len(cloud.calls) == 2
     assert {r["node"] for r in audit_records(tmp_path)} == {
         node(int(iid.split("-")[1])) for _, iid in cloud.calls

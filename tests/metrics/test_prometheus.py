@@ -4,22 +4,14 @@ scraped by a real Prometheus 2.42 and queried back through its HTTP API: the app
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
-import yaml
-
 from tests.support.cli import run_navarch
+from tests.support.metrics import run_agent_with_xid_79
 from tests.support.prometheus import get, query, query_until
 from tests.unattended.helpers import write_fleet
 
 from .conftest import Scraped
-
-XID_79 = (
-    "2026-03-01T11:58:00,000000+00:00 NVRM: Xid (PCI:0000:18:00): 79, pid=0, "
-    "name=python, GPU has fallen off the bus.\n"
-)
 
 
 def one(result: list[dict]) -> float:
@@ -59,43 +51,11 @@ def test_apply_textfile_is_exposed_by_node_exporter_and_queried_from_prometheus(
 
 
 def test_agent_textfile_is_queried_from_prometheus(scraped: Scraped, tmp_path: Path) -> None:
-    (tmp_path / "kern.log").write_text(XID_79)
-    config = tmp_path / "agent.yaml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "fleet": "scraped",
-                "pool": "train",
-                "node": "scraped-train-0001",
-                "store": f"file://{tmp_path}/store",
-                "key": "5a" * 32,
-                "gpus_per_node": 2,
-                "fake_gpu": True,
-                "metadata": "none",
-                "state_file": str(tmp_path / "state.json"),
-                "boot_id": "boot-a",
-            }
-        )
-    )
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "navarch",
-            "agent",
-            "run",
-            "--once",
-            "--config",
-            str(config),
-            "--kernel-log",
-            str(tmp_path / "kern.log"),
-            "--metrics-textfile",
-            str(scraped.textfile_dir / "agent.prom"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={"PATH": "/usr/bin:/bin", "NAVARCH_GPU_COUNT": "2"},
+    run = run_agent_with_xid_79(
+        tmp_path,
+        fleet="scraped",
+        node="scraped-train-0001",
+        textfile=scraped.textfile_dir / "agent.prom",
     )
     assert run.returncode == 0, run.stderr
 

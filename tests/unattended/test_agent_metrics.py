@@ -4,96 +4,43 @@ on fake GPUs with an XID 79 in the kernel log, read back with prometheus_client'
 from __future__ import annotations
 
 import json
-import re
-import subprocess
-import sys
 from pathlib import Path
 
-import yaml
-from prometheus_client.parser import text_string_to_metric_families
-
-XID_79 = (
-    "2026-03-01T11:58:00,000000+00:00 NVRM: Xid (PCI:0000:18:00): 79, pid=0, "
-    "name=python, GPU has fallen off the bus.\n"
-)
+from tests.support.metrics import run_agent_with_xid_79, samples, value
 
 
 def test_agent_textfile_has_per_gpu_readings_and_xid_counts(tmp_path: Path) -> None:
-    (tmp_path / "kern.log").write_text(XID_79)
-    config = tmp_path / "agent.yaml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "fleet": "demo",
-                "pool": "train",
-                "node": "demo-train-0001",
-                "store": f"file://{tmp_path}/store",
-                "key": "5a" * 32,
-                "gpus_per_node": 2,
-                "fake_gpu": True,
-                "metadata": "none",
-                "state_file": str(tmp_path / "state.json"),
-                "boot_id": "boot-a",
-            }
-        )
-    )
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "navarch",
-            "agent",
-            "run",
-            "--once",
-            "--config",
-            str(config),
-            "--kernel-log",
-            str(tmp_path / "kern.log"),
-            "--stdout",
-            "--metrics-textfile",
-            str(tmp_path / "agent.prom"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={"PATH": "/usr/bin:/bin", "NAVARCH_GPU_COUNT": "2"},
+    run = run_agent_with_xid_79(
+        tmp_path,
+        fleet="demo",
+        node="demo-train-0001",
+        textfile=tmp_path / "agent.prom",
+        stdout=True,
     )
     assert run.returncode == 0, run.stderr
     report = json.loads(run.stdout)
-    text = (tmp_path / "agent.prom").read_text()
-    samples = {}
-    for family in text_string_to_metric_families(text):
-        assert re.match(r"^navarch_node_[a-z_]+$", family.name), family.name
-        for s in family.samples:
-            samples[
-                (
-                    s.name,
-                    s.labels.get("gpu"),
-                    s.labels.get("code"),
-                    s.labels.get("type"),
-                    s.labels.get("status"),
-                )
-            ] = s.value
+    got = samples((tmp_path / "agent.prom").read_text(), r"^navarch_node_[a-z_]+$")
+    node = {"fleet": "demo", "pool": "train", "node": "demo-train-0001"}
     gpus = report["gpus"]
     assert len(gpus) == 2
+    per_gpu = {
+        str(g["index"]): {
+            **node,
+            "gpu": str(g["index"]),
+            "uuid": g["uuid"],
+            "pci_bus_id": g["pci_bus_id"],
+        }
+        for g in gpus
+    }
     for g in gpus:
-        i = str(g["index"])
-        assert (
-            samples[("navarch_node_gpu_temperature_celsius", i, None, None, None)]
-            == g["temperature_c"]
-        )
-        assert samples[("navarch_node_gpu_power_watts", i, None, None, None)] == g["power_w"]
-        assert (
-            samples[("navarch_node_gpu_memory_used_bytes", i, None, None, None)]
-            == g["memory_used_bytes"]
-        )
-        assert (
-            samples[("navarch_node_gpu_utilization_ratio", i, None, None, None)]
-            == g["utilization_pct"] / 100
-        )
-        assert samples[("navarch_node_gpu_ecc_errors_total", i, None, "uncorrected", None)] == 0
+        on = per_gpu[str(g["index"])]
+        assert value(got, "navarch_node_gpu_temperature_celsius", **on) == g["temperature_c"]
+        assert value(got, "navarch_node_gpu_power_watts", **on) == g["power_w"]
+        assert value(got, "navarch_node_gpu_memory_used_bytes", **on) == g["memory_used_bytes"]
+        assert value(got, "navarch_node_gpu_utilization_ratio", **on) == g["utilization_pct"] / 100
+        assert value(got, "navarch_node_gpu_ecc_errors_total", **on, type="uncorrected") == 0
     xid_gpu = next(str(g["index"]) for g in gpus if g["pci_bus_id"].lower() == "0000:18:00")
-    assert samples[("navarch_node_gpu_xid_errors_total", xid_gpu, "79", None, None)] == 1
-    assert samples[("navarch_node_health_score", None, None, None, None)] == report["health_score"]
-    assert samples[("navarch_node_health_status", None, None, None, "unhealthy")] == 1
-    assert samples[("navarch_node_health_status", None, None, None, "healthy")] == 0
+    assert value(got, "navarch_node_gpu_xid_errors_total", **per_gpu[xid_gpu], code="79") == 1
+    assert value(got, "navarch_node_health_score", **node) == report["health_score"]
+    assert value(got, "navarch_node_health_status", **node, status="unhealthy") == 1
+    assert value(got, "navarch_node_health_status", **node, status="healthy") == 0

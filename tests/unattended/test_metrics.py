@@ -5,28 +5,15 @@ real Pushgateway is in tests/metrics)."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.cli import run_navarch
+from tests.support.metrics import samples, value
 from tests.unattended.helpers import Recorder, write_fleet
 
-NAME = re.compile(r"^navarch_[a-z_]+$")
-
-
-def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    out = {}
-    for family in text_string_to_metric_families(text):
-        assert NAME.match(family.name), family.name
-        for s in family.samples:
-            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
-    return out
-
-
-def value(got: dict, name: str, **labels: str) -> float:
-    return got[(name, tuple(sorted(labels.items())))]
+NAME = r"^navarch_[a-z_]+$"
 
 
 def test_apply_metrics_textfile_parses_with_known_values(example_dir: Path) -> None:
@@ -51,7 +38,7 @@ def test_apply_metrics_textfile_parses_with_known_values(example_dir: Path) -> N
         "navarch_last_apply_actions": "gauge",
         "navarch_reports_rejected": "counter",  # exposed as navarch_reports_rejected_total
     }
-    got = samples(text)
+    got = samples(text, NAME)
     assert value(got, "navarch_last_apply_success", fleet="demo") == 1
     assert value(got, "navarch_pool_desired_nodes", fleet="demo", pool="train") == 3
     assert value(got, "navarch_pool_desired_nodes", fleet="demo", pool="infer") == 2
@@ -99,7 +86,7 @@ def test_apply_metrics_textfile_parses_with_known_values(example_dir: Path) -> N
         env=env,
     )
     assert run.returncode == 0, run.stderr
-    got = samples((example_dir / "m.prom").read_text())
+    got = samples((example_dir / "m.prom").read_text(), NAME)
     assert (
         value(
             got, "navarch_nodes", fleet="demo", pool="train", lifecycle="healthy", health="healthy"
@@ -130,7 +117,7 @@ def test_apply_metrics_textfile_parses_with_known_values(example_dir: Path) -> N
         ["apply", "fleet.yaml", "--auto-approve", "--metrics-textfile", "m.prom"], cwd=example_dir
     )
     assert run.returncode == 1
-    got = samples((example_dir / "m.prom").read_text())
+    got = samples((example_dir / "m.prom").read_text(), NAME)
     assert value(got, "navarch_last_apply_success", fleet="demo") == 0
     assert value(got, "navarch_last_success_timestamp_seconds", fleet="demo") == success
 
@@ -143,7 +130,7 @@ def test_rejected_reports_counter(example_dir: Path) -> None:
     run = run_navarch(
         ["apply", "fleet.yaml", "--auto-approve", "--metrics-textfile", "m.prom"], cwd=example_dir
     )
-    got = samples((example_dir / "m.prom").read_text())
+    got = samples((example_dir / "m.prom").read_text(), NAME)
     rejected = {k[1]: v for k, v in got.items() if k[0] == "navarch_reports_rejected_total"}
     assert sum(rejected.values()) == 1, (rejected, run.stderr)
 

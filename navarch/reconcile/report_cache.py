@@ -84,6 +84,20 @@ def _mac(key: bytes, body: bytes) -> str:
 
 
 @dataclass
+class CacheMemo:
+    """The cache document this process last wrote or read: its store version and entries.
+
+    A store's version names one content of an object (as StateCache relies on), so a load
+    that finds the version this process wrote or verified reuses the entries instead of
+    checking the MAC and parsing them again. Useful to a process that runs many
+    reconciles (navarch simulate); one `navarch apply` reads the cache once.
+    """
+
+    version: str = ""
+    entries: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+@dataclass
 class ReportCache:
     """The cache of one run: the entries loaded, and those this run verified or reused.
 
@@ -94,19 +108,31 @@ class ReportCache:
     key: bytes
     entries: dict[str, dict[str, Any]] = field(default_factory=dict)
     _used: dict[str, dict[str, Any]] = field(default_factory=dict)
+    memo: CacheMemo | None = None
 
     @classmethod
-    def load(cls, store: ObjectStore, fleet: str, fleet_secret: bytes | None) -> ReportCache | None:
+    def load(
+        cls,
+        store: ObjectStore,
+        fleet: str,
+        fleet_secret: bytes | None,
+        memo: CacheMemo | None = None,
+    ) -> ReportCache | None:
         """Read the fleet's cache; None without a fleet secret (nothing can be trusted).
 
         A missing, unreadable or malformed document is an empty cache (logged when it
-        exists but cannot be used). Never raises.
+        exists but cannot be used). memo: this process's last cache document (CacheMemo),
+        reused when the store still holds that version, and kept up to date. Never raises.
         """
         if fleet_secret is None:
             return None
-        cache = cls(fleet, cache_key(fleet_secret, fleet))
+        cache = cls(fleet, cache_key(fleet_secret, fleet), memo=memo)
         try:
-            header_line, _, body = store.get(report_cache_key(fleet)).data.partition(b"\n")
+            blob = store.get(report_cache_key(fleet))
+            if memo is not None and memo.version and memo.version == blob.version:
+                cache.entries = memo.entries
+                return cache
+            header_line, _, body = blob.data.partition(b"\n")
             header = orjson.loads(header_line)
             if header.get("format") != CACHE_FORMAT:
                 return cache
@@ -115,6 +141,8 @@ class ReportCache:
                 return cache
             entries = orjson.loads(body)
             cache.entries = {str(k): v for k, v in dict(entries).items() if isinstance(v, dict)}
+            if memo is not None:
+                memo.version, memo.entries = blob.version, cache.entries
         except NotFound:
             pass
         except Exception as exc:  # noqa: BLE001 - any failure only costs a full verification
@@ -161,9 +189,11 @@ class ReportCache:
         header = orjson.dumps({"format": CACHE_FORMAT, "mac": _mac(self.key, body)})
         data = header + b"\n" + body
         try:
-            store.put(report_cache_key(self.fleet), data)
+            version = store.put(report_cache_key(self.fleet), data)
         except Exception as exc:  # noqa: BLE001 - see the docstring
             log.info("report cache not written (a read-only plan role?): %s", exc)
             return False
         self.entries = dict(self._used)
+        if self.memo is not None:
+            self.memo.version, self.memo.entries = version, self.entries
         return True

@@ -32,7 +32,7 @@ from navarch.providers import open_provider
 from navarch.providers.base import Provider
 from navarch.reconcile.codec import memory_to_json
 from navarch.reconcile.executor import Executor, JournalPolicy, Outcome, PlaybookRunner
-from navarch.reconcile.report_cache import ReportCache
+from navarch.reconcile.report_cache import CacheMemo, ReportCache
 from navarch.reconcile.reports import read_reports
 from navarch.reconcile.state import (
     AuditLog,
@@ -84,6 +84,8 @@ class Fleet:
     secret_optional: bool = False
     #: the state document this process last wrote or read (see StateCache)
     state_cache: StateCache = field(default_factory=StateCache, repr=False, compare=False)
+    #: the report cache document this process last wrote or read (see CacheMemo)
+    reports_memo: CacheMemo = field(default_factory=CacheMemo, repr=False, compare=False)
 
     @classmethod
     def open(cls, spec: FleetSpec) -> Fleet:
@@ -205,7 +207,7 @@ def gather(fleet: Fleet, now: datetime, options: PlanOptions | None = None) -> S
     secret = fleet.secret()
     inventory = list_inventory(fleet)
     memory, version = load_memory(fleet.store, fleet.spec.name, fleet.state_cache)
-    cache = ReportCache.load(fleet.store, fleet.spec.name, secret)
+    cache = ReportCache.load(fleet.store, fleet.spec.name, secret, fleet.reports_memo)
     reports = read_reports(
         fleet.store,
         fleet.spec.name,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from navarch import signing
 from navarch.planner.model import Memory, NodeMemory
-from navarch.reconcile.report_cache import ReportCache, report_cache_key
+from navarch.reconcile.report_cache import CacheMemo, ReportCache, report_cache_key
 from navarch.reconcile.reports import read_reports
 from navarch.stores.file import FileStore
 
@@ -59,10 +59,12 @@ def _put(store: FileStore, node: str, sequence: int, status: str = "healthy") ->
     store.put(f"health/demo/train/{node}.json", _report(node, sequence, status))
 
 
-def _run(store: CountingStore, secret: bytes = SECRET, minutes: int = 0) -> dict[str, str]:
+def _run(
+    store: CountingStore, secret: bytes = SECRET, minutes: int = 0, memo: CacheMemo | None = None
+) -> dict[str, str]:
     """One run's observation (with a plan's empty Memory) -> node -> status; saves the cache."""
     store.fetched.clear()
-    cache = ReportCache.load(store, "demo", secret)
+    cache = ReportCache.load(store, "demo", secret, memo)
     obs = read_reports(
         store, "demo", Memory(fleet="demo"), secret, NOW + timedelta(minutes=minutes), cache=cache
     )
@@ -177,3 +179,25 @@ def test_a_cached_summary_still_obeys_the_replay_rule(tmp_path: Path) -> None:
     )
     assert store.fetched == ["demo-train-0001"]
     assert again["demo-train-0001"].rejected == "replayed"
+
+
+def test_a_process_reuses_the_cache_it_wrote_and_only_that_version(tmp_path: Path) -> None:
+    store = _fleet(tmp_path)
+    memo = CacheMemo()
+    _run(store, memo=memo)
+    written = store.get(report_cache_key("demo")).version
+    assert memo.version == written and sorted(memo.entries) == [
+        f"health/demo/train/{n}.json" for n in NODES
+    ]
+    # The memo stands for the stored document at its version: emptied, it is what loads.
+    memo.entries = {}
+    _run(store, minutes=1, memo=memo)
+    assert sorted(store.fetched) == NODES
+    # Another writer's document (a new version) is read and checked, never the memo's.
+    key = report_cache_key("demo")
+    header, body = store.get(key).data.split(b"\n", 1)
+    entries = json.loads(body)
+    entries["health/demo/train/demo-train-0002.json"]["summary"]["status"] = "unhealthy"
+    store.put(key, header + b"\n" + json.dumps(entries).encode())
+    seen = _run(store, minutes=2, memo=memo)
+    assert sorted(store.fetched) == NODES and set(seen.values()) == {"healthy"}

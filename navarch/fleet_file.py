@@ -44,8 +44,10 @@ from navarch.spec import (
     PoolSpec,
     Replacement,
     SafetySpec,
+    Scheduler,
     SinkSpec,
     SurgeOn,
+    UpdateStrategy,
 )
 
 # --- the fleet secret ------------------------------------------------------------------
@@ -383,7 +385,7 @@ def fleet_problems(path: str | Path) -> list[ConfigError]:
             if kind not in {k.value for k in PlaybookKind}:
                 continue
             try:
-                load_playbook_file(target, kind, scheduler=pool.scheduler)
+                load_playbook_file(target, kind, scheduler=pool.scheduler.value)
             except ConfigError as exc:
                 problems.append(
                     ConfigError(
@@ -592,12 +594,12 @@ def _pool(
         target_nodes=target,
         max_nodes=hi,
         labels=tuple(sorted(raw["labels"].items())),
-        scheduler=raw["scheduler"],
+        scheduler=Scheduler(raw["scheduler"]),
         playbooks=dict(raw.get("playbooks", {})),
         ssh=dict(raw.get("ssh", {})),
         health=_health(name, raw["health"], fleet_rules, fail, source, lines),
         autoscaling=_autoscaling(name, raw["autoscaling"], fail),
-        update_strategy=raw["update"]["strategy"],
+        update_strategy=UpdateStrategy(raw["update"]["strategy"]),
         diagnostics=Diagnostics(
             every_s=(
                 parse_duration_s(raw["diagnostics"]["every"])

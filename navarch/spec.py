@@ -27,6 +27,23 @@ class SurgeOn(StrEnum):
     ANY = "any"
 
 
+class Scheduler(StrEnum):
+    """The workload scheduler a pool's cordon and drain speak to (its built-in playbooks,
+    playbooks/<scheduler>.yaml); ``none`` has no built-in steps."""
+
+    NONE = "none"
+    SLURM = "slurm"
+    KUBERNETES = "kubernetes"
+
+
+class UpdateStrategy(StrEnum):
+    """How drift is rolled out: ``rolling`` replaces drifted nodes within the disruption
+    budget; ``on-replace`` only gives replacements the new settings."""
+
+    ROLLING = "rolling"
+    ON_REPLACE = "on-replace"
+
+
 class Replacement(StrEnum):
     """How a pool replaces a node it retires: ``surge`` launches the replacement first
     (capacity never dips, up to max + max_surge nodes), ``after-terminate`` only once the
@@ -169,12 +186,12 @@ class PoolSpec:
     target_nodes: int
     max_nodes: int
     labels: tuple[tuple[str, str], ...]
-    scheduler: str
+    scheduler: Scheduler
     playbooks: Mapping[str, str]
     ssh: Mapping[str, Any]
     health: HealthPolicy
     autoscaling: Autoscaling
-    update_strategy: str = "rolling"  # "rolling" | "on-replace"
+    update_strategy: UpdateStrategy = UpdateStrategy.ROLLING
     diagnostics: Diagnostics = Diagnostics()
     placement: str = "ordered"  # "ordered" | "cheapest" | a navarch.placement plugin name
     place_order: tuple[PlaceSpec, ...] = ()  # effective order when not "ordered"

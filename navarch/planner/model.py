@@ -17,6 +17,7 @@ from pyrsistent import PMap, pmap
 
 from navarch.health import FaultKey, Remedy, Status
 from navarch.inventory import Instance
+from navarch.spec import Scheduler
 
 
 class Lifecycle(enum.StrEnum):
@@ -311,7 +312,7 @@ class PoolSettings:
     unknown (a state written before navarch kept them).
     """
 
-    scheduler: str = "none"
+    scheduler: Scheduler = Scheduler.NONE
     playbooks: tuple[tuple[str, str], ...] = ()
     ssh: SshSettings = ()
     drain_timeout_s: int = 1800

@@ -57,7 +57,7 @@ from navarch.planner.model import (
     ReportSummary,
 )
 from navarch.planner.retired import retired_pool, settings_of
-from navarch.spec import FleetSpec, PoolSpec
+from navarch.spec import FleetSpec, PoolSpec, Scheduler
 
 
 @dataclass(frozen=True)
@@ -522,7 +522,7 @@ def _by_phase(
     if nm.phase is Phase.TERMINATING:
         return Lifecycle.TERMINATING, nm.phase_reason, {}
     if nm.phase is Phase.DRAINING:
-        if pool.scheduler == "none" and "drain_check" not in pool.playbooks:
+        if pool.scheduler is Scheduler.NONE and "drain_check" not in pool.playbooks:
             fresh = s is not None and age is not None and age <= pool.health.stale_after_s
             drained = bool(
                 s is not None

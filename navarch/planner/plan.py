@@ -90,7 +90,7 @@ from navarch.planner.model import (
 )
 from navarch.planner.observe import Duplicate, fault_of
 from navarch.planner.retired import UNKNOWN, retired_pool
-from navarch.spec import FleetSpec, PoolSpec, Replacement, SurgeOn
+from navarch.spec import FleetSpec, PoolSpec, Replacement, SurgeOn, UpdateStrategy
 from navarch.wording import counted
 
 HOUR_S = 3600
@@ -887,7 +887,7 @@ def drift_stage(ctx: PoolContext, prog: Progress) -> StageResult:
             drifted.append((v, why))
     if not drifted:
         return StageResult(prog, tuple(actions))
-    if pool.update_strategy == "on-replace":
+    if pool.update_strategy is UpdateStrategy.ON_REPLACE:
         return StageResult(
             prog,
             tuple(actions),
@@ -1030,7 +1030,9 @@ def count_stage(ctx: PoolContext, prog: Progress) -> StageResult:
     # Drifted nodes under a rolling update leave through the drift stage, which retires
     # surplus ready nodes first: counting them here too would report each twice.
     rolling = (
-        sum(v.drift is not None for v in present) if ctx.pool.update_strategy == "rolling" else 0
+        sum(v.drift is not None for v in present)
+        if ctx.pool.update_strategy is UpdateStrategy.ROLLING
+        else 0
     )
     if need + rolling < 0:
         return _scale_down(ctx, prog, present, -(need + rolling))

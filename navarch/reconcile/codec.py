@@ -30,6 +30,7 @@ from navarch.planner.model import (
     required_ts,
     ts,
 )
+from navarch.spec import Scheduler
 
 __all__ = [
     "NodeDocCache",
@@ -120,7 +121,7 @@ def settings_from_json(d: Mapping[str, Any] | None) -> PoolSettings | None:
     if not d or d.get("version") != SETTINGS_VERSION:
         return None
     return PoolSettings(
-        scheduler=str(d["scheduler"]),
+        scheduler=Scheduler(d["scheduler"]),
         playbooks=tuple(sorted((str(k), str(v)) for k, v in d["playbooks"].items())),
         ssh=tuple(sorted((str(k), v) for k, v in d["ssh"].items())),
         drain_timeout_s=int(d["drain_timeout_s"]),

@@ -59,7 +59,7 @@ from navarch.reconcile.handlers import (
     same,
 )
 from navarch.reconcile.state import AuditLog
-from navarch.spec import FleetSpec, PoolSpec
+from navarch.spec import FleetSpec, PoolSpec, Scheduler
 
 __all__ = [
     "BACKOFF_BASE_S",
@@ -357,7 +357,7 @@ class Executor:
             pool = self.spec.pool(a.pool)
         except KeyError:
             return True
-        return pool.scheduler != "none" or a.kind.value in pool.playbooks
+        return pool.scheduler is not Scheduler.NONE or a.kind.value in pool.playbooks
 
     def _record(self, action: Action, outcome: Outcome) -> None:
         asked = {action.node, action.replaces} & self.replace

@@ -64,7 +64,7 @@ from navarch.planner.model import (
 )
 from navarch.planner.retired import retired_pool
 from navarch.providers.base import Provider, ProvisionRequest
-from navarch.spec import FleetSpec, PoolSpec
+from navarch.spec import FleetSpec, PoolSpec, Scheduler
 
 BACKOFF_BASE_S = 600
 BACKOFF_MAX_S = 3600
@@ -518,7 +518,7 @@ class Handlers:
         """Run the pool's `kind` playbook for the action's node: a success (its detail),
         a refusal (no runner), or a transient failure (a step failed; the next run retries)."""
         pool = self._pool(a.pool, memory)
-        if pool.scheduler == "none" and kind not in pool.playbooks:
+        if pool.scheduler is Scheduler.NONE and kind not in pool.playbooks:
             return Outcome.done(a, "recorded in navarch (scheduler none)")
         if self.playbooks is None:
             return Outcome.refused(a, f"no playbook runner for scheduler {pool.scheduler}")

@@ -29,6 +29,7 @@ from navarch.inventory import Instance
 from navarch.planner.model import NodeMemory, Phase, ts
 from navarch.reconcile.run import Clock, Fleet, Snapshot, gather, leased, system_clock
 from navarch.reconcile.state import AuditLog, save_memory
+from navarch.spec import Scheduler
 
 
 def _instance(snap: Snapshot, fleet_name: str, node: str) -> Instance:
@@ -170,7 +171,7 @@ def cordon(
         pool = spec.pool(inst.pool or "")
         full_reason = f"operator: {reason.strip()}"
         lease.check()
-        if pool.scheduler == "none" and "cordon" not in pool.playbooks:
+        if pool.scheduler is Scheduler.NONE and "cordon" not in pool.playbooks:
             ok, detail = True, "recorded in navarch (scheduler none)"
         elif fleet.playbooks is None:
             ok, detail = False, f"no playbook runner for scheduler {pool.scheduler}"

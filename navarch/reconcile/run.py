@@ -43,7 +43,7 @@ from navarch.reconcile.state import (
     load_memory,
     save_memory,
 )
-from navarch.spec import FleetSpec, PoolSpec
+from navarch.spec import FleetSpec, PoolSpec, Scheduler
 from navarch.stores import ObjectStore, open_store
 
 log = logging.getLogger(__name__)
@@ -98,7 +98,10 @@ class Fleet:
             for n in names
         }
         playbooks = None
-        if any(p.scheduler != "none" or p.playbooks or _on_node_playbooks(p) for p in spec.pools):
+        if any(
+            p.scheduler is not Scheduler.NONE or p.playbooks or _on_node_playbooks(p)
+            for p in spec.pools
+        ):
             from navarch.extras import import_extra
 
             adapter = import_extra("navarch.remote.adapter", "ssh", "playbooks over SSH")
@@ -160,7 +163,7 @@ def _retired_playbooks(fleet: Fleet, memory: Memory) -> None:
     if any(
         pm.pool not in declared
         and pm.settings is not None
-        and (pm.settings.scheduler != "none" or pm.settings.playbooks)
+        and (pm.settings.scheduler is not Scheduler.NONE or pm.settings.playbooks)
         for pm in memory.pools
     ) and any(nm.pool not in declared for nm in memory.nodes):
         from navarch.extras import import_extra
@@ -183,7 +186,7 @@ def _drain_checks(fleet: Fleet, memory: Memory, inventory: tuple[Instance, ...])
         except KeyError:  # an orphan: drained with its removed pool's recorded settings
             pool = retired_pool(nm.pool, memory.pool(nm.pool).settings)
         if (
-            pool.scheduler == "none" and "drain_check" not in pool.playbooks
+            pool.scheduler is Scheduler.NONE and "drain_check" not in pool.playbooks
         ) or nm.node not in by_node:
             continue
         try:

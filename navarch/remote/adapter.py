@@ -46,7 +46,7 @@ class SSHPlaybooks:
         try:
             override = pool.playbooks.get(kind)
             playbook = load_playbook(
-                pool.scheduler,
+                pool.scheduler.value,
                 PlaybookKind(kind),
                 override_path=self._path(override) if override else None,
             )
@@ -83,7 +83,7 @@ class SSHPlaybooks:
         try:
             override = pool.playbooks.get("diagnostics")
             playbook = diagnostics_playbook(
-                pool.scheduler, self._path(override) if override else None
+                pool.scheduler.value, self._path(override) if override else None
             )
             target = PlaybookTarget(
                 fleet=self.spec.name, pool=pool.name, node=node, address=address, reason=reason

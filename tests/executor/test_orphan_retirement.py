@@ -18,14 +18,14 @@ from navarch.planner.model import (
     PoolMemory,
     PoolSettings,
 )
-from navarch.spec import PoolSpec
+from navarch.spec import PoolSpec, Scheduler
 from tests.executor.test_executor import NOW, FakeCloud, execute, spec_of
 from tests.planner import builders
 from tests.support.journal import FLEET
 
 ORPHAN = f"{FLEET}-infer-0001"
 SLURM = PoolSettings(
-    scheduler="slurm",
+    scheduler=Scheduler.SLURM,
     ssh=(("head_node", "slurm-head"), ("user", "ops")),
     drain_timeout_s=2700,
     max_unavailable=1,

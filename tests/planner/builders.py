@@ -44,7 +44,7 @@ from navarch.planner.model import (
     ReportSummary,
     parse_ts,
 )
-from navarch.spec import FleetSpec
+from navarch.spec import FleetSpec, Scheduler
 
 BASE_NOW = datetime(2026, 3, 2, 12, 0, 0, tzinfo=UTC)
 
@@ -411,7 +411,7 @@ def pool_settings(raw: Mapping[str, Any]) -> PoolSettings:
     assert not unknown, f"unknown pool settings keys {sorted(unknown)}"
     base = PoolSettings()
     return PoolSettings(
-        scheduler=raw.get("scheduler", base.scheduler),
+        scheduler=Scheduler(raw.get("scheduler", base.scheduler)),
         playbooks=tuple(sorted((raw.get("playbooks") or {}).items())),
         ssh=tuple(sorted((raw.get("ssh") or {}).items())),
         drain_timeout_s=(

@@ -11,10 +11,11 @@ from navarch.fleet_file import load_schema
 from navarch.planner.model import Memory, PoolMemory, PoolSettings
 from navarch.planner.retired import UNKNOWN, retired_pool
 from navarch.reconcile.codec import memory_from_json, memory_to_json
+from navarch.spec import Scheduler
 
 NOW = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 SLURM = PoolSettings(
-    scheduler="slurm",
+    scheduler=Scheduler.SLURM,
     playbooks=(("drain", "playbooks/drain.yaml"),),
     ssh=(("head_node", "slurm-head"), ("port", 2222), ("strict_host_keys", False)),
     drain_timeout_s=2700,

@@ -599,6 +599,33 @@ def _log_report(config: AgentConfig, report: Mapping[str, Any], written: bool, s
     )
 
 
+def _loaded_state(host: NodeHost) -> tuple[AgentState, str | None]:
+    """The node's saved state and, when it had to be rebuilt, why (logged)."""
+    state, problem = host.load_state()
+    if problem is not None:
+        log.warning(
+            "state_rebuilt", extra={"fields": {"path": host.state_path, "problem": problem}}
+        )
+    return state, problem
+
+
+def _report_sequence(
+    state: AgentState,
+    problem: str | None,
+    due: bool,
+    store: Any,
+    report_key: str,
+    now: datetime,
+) -> int:
+    """This check's sequence: the state's when no report is due, else next_sequence over
+    the state and the stored report. The store is read only before a write: a check that
+    writes nothing costs no GET."""
+    if not due:
+        return state.sequence
+    previous = _previous_sequence(store, report_key) if store is not None else None
+    return next_sequence(state, problem, previous, store is not None, now)
+
+
 @dataclass(frozen=True)
 class NodeObservation:
     """One check of the node: its checks (counted), the GPU probe, the kernel log read, and
@@ -698,12 +725,7 @@ def run_once(
         store = open_agent_store(config.store)
 
     host = host or FileHost(config)
-    state, problem = host.load_state()
-    if problem is not None:
-        log.warning(
-            "state_rebuilt", extra={"fields": {"path": host.state_path, "problem": problem}}
-        )
-
+    state, problem = _loaded_state(host)
     seen = observe_node(config, host, state, backend or choose_backend(config), boot_id, now)
     checks, probe, xids = seen.checks, seen.probe, seen.xids
     notice = host.read_notice(now)
@@ -714,11 +736,7 @@ def run_once(
         or report_due(state.written, change, config.heartbeat_s, now)
     )
 
-    sequence = state.sequence
-    if due:
-        # The store is read only before a write: a check that writes nothing costs no GET.
-        previous = _previous_sequence(store, config.report_key) if store is not None else None
-        sequence = next_sequence(state, problem, previous, store is not None, now)
+    sequence = _report_sequence(state, problem, due, store, config.report_key, now)
     new_state = seen.next_state(sequence, boot_id, state.written)
     # --stdout is a look, not a run: it keeps the state file (latches, baselines, the
     # kernel log offset) and the reset marker as they are, so the timer's next run sees

@@ -209,8 +209,6 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON (RFC 8259)")
 
 
-#: A JSON string (valid JSON: the text parsed already): its brackets are not structure.
-_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
 _NOT_BRACKETS = bytes(c for c in range(256) if c not in b"[]{}")
 #: An innermost container: an empty pair once everything but brackets is gone.
 _EMPTY_PAIR = re.compile(rb"\[\]|\{\}")
@@ -221,11 +219,7 @@ def _nesting(data: bytes, limit: int = MAX_NESTING) -> int:
     up to limit + 1: the depth of its brackets outside strings. Each round removes the
     innermost pairs, so the rounds are the depth. A text walk in C, not a walk of the
     parsed value: an 8-GPU report has hundreds of containers and every report is checked."""
-    if b"\\" in data:
-        outside = _JSON_STRING.sub(b"", data)
-    else:  # no escapes: every quote opens or closes a string
-        outside = b"".join(data.split(b'"')[::2])
-    brackets = outside.translate(None, _NOT_BRACKETS)
+    brackets = signing.outside_strings(data).translate(None, _NOT_BRACKETS)
     depth = 0
     while brackets and depth <= limit:
         brackets = _EMPTY_PAIR.sub(b"", brackets)

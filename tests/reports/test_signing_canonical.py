@@ -5,6 +5,7 @@ keys, tuples)."""
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -106,3 +107,21 @@ def test_edge_cases_equal_rfc8785(value: Any) -> None:
 def test_a_plain_report_takes_the_fast_path() -> None:
     report = {"node": "n1", "sequence": 7, "gpus": [{"utilization_pct": 40.5}], "notice": None}
     assert signing._fast_canonical(report) == rfc8785.dumps(report)
+
+
+@pytest.mark.parametrize(
+    "report",
+    [
+        {"node": "n1", "sequence": 7, "gpus": [{"temperature_c": 40.0}], "notice": None},
+        {"message": "caf\u00e9 \ud7ff", "reading": 1e-7, "signature": {"alg": "old"}},
+        {},
+    ],
+    ids=["plain", "rfc8785_path", "empty"],
+)
+def test_the_stored_text_of_a_signed_report_parses_to_it_and_verifies(report: dict) -> None:
+    key = signing.derive_node_key(b"fleet-secret-for-tests", "demo", "n1")
+    signed, stored = signing.sign_for_store(report, key)
+    parsed = json.loads(stored)
+    assert parsed == signed == signing.sign(report, key)
+    assert signing.verify(parsed, key)
+    assert stored.startswith(signing.canonical_bytes(report)[:-1])

@@ -353,6 +353,21 @@ def simulate(scenario: Scenario, seed: int | None = None, lazy: bool = True) -> 
     return _document(scenario, tally)
 
 
+def _fault_entry(r: _FaultRecord) -> dict[str, Any]:
+    """One fault for the result's fault_list: node, cause, strike time, and (once known) the
+    seconds to its cordon and to serving again, and whether a replacement or the node
+    itself (cured in place) serves."""
+    since = {
+        "to_cordon_s": r.cordon_s,
+        "to_serving_s": r.serving_s,
+    }
+    entry: dict[str, Any] = {"node": r.node, "cause": r.cause, "t_s": round(r.at_s, 3)}
+    entry.update({k: round(v - r.at_s, 3) for k, v in since.items() if v is not None})
+    if r.serving_s is not None:
+        entry["served_by"] = "replacement" if r.replacement else "itself"
+    return entry
+
+
 def _document(scenario: Scenario, t: _Tally) -> dict[str, Any]:
     """The result document: availability, latencies, terminations, costs, series."""
     all_faults = t.closed + list(t.records.values())
@@ -380,10 +395,9 @@ def _document(scenario: Scenario, t: _Tally) -> dict[str, Any]:
         if t.target and t.measured_s
         else 0.0,
         "faults": len(all_faults),
-        "fault_list": [
-            {"node": r.node, "cause": r.cause, "t_s": round(r.at_s, 3)}
-            for r in sorted(all_faults, key=lambda r: (r.at_s, r.node))
-        ][:5000],
+        "fault_list": [_fault_entry(r) for r in sorted(all_faults, key=lambda r: (r.at_s, r.node))][
+            :5000
+        ],
         "faults_by_cause": dict(sorted(causes.items())),
         "faults_on_lemons": sum(1 for r in all_faults if r.lemon),
         "faults_never_acted_on": len(never),

@@ -225,8 +225,11 @@ def test_two_policies_on_one_seed_face_the_same_faults(tmp_path: Path) -> None:
     assert replacing["actions"].get("reboot", 0) == 0
     initial = {f"sim20-train-{i:04d}" for i in range(1, 21)}
 
-    def on_initial(doc: dict[str, Any]) -> list[dict[str, Any]]:
-        return [f for f in doc["fault_list"] if f["node"] in initial]
+    def on_initial(doc: dict[str, Any]) -> list[tuple[str, str, float]]:
+        # what struck, where and when; what answered it differs by policy
+        return [
+            (f["node"], f["cause"], f["t_s"]) for f in doc["fault_list"] if f["node"] in initial
+        ]
 
     assert on_initial(reboot_first) == on_initial(replacing) != []
 

@@ -29,6 +29,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from navarch.errors import CapacityError, ConfigError, PlacementError, ProviderError
 from navarch.inventory import (
     NO_CLOUD_STATUS,
@@ -100,7 +102,7 @@ class LocalProvider:
         for name in sorted(os.listdir(self.machines_dir)):
             try:
                 with open(os.path.join(self.machines_dir, name, "machine.json"), "rb") as fh:
-                    out.append(json.loads(fh.read()))
+                    out.append(orjson.loads(fh.read()))  # every run reads them all
             except (OSError, ValueError):
                 continue  # being created or removed right now
         return out

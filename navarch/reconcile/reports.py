@@ -508,7 +508,8 @@ def _from_cache(
     stored_at = _stored_at(info)
     if stored_at is None and summary.generated_at > now + timedelta(seconds=FUTURE_SKEW_S):
         return None
-    return replace(summary, stored_at=stored_at)
+    # The entry was remembered with the object's modification time: usually nothing to set.
+    return summary if summary.stored_at == stored_at else replace(summary, stored_at=stored_at)
 
 
 #: What to check when every node's report is rejected for one reason.

@@ -4,7 +4,8 @@
 
 For each size N (pools of 1,000 nodes: 1 pool at 1,000, 10 at 10,000, 100 at 100,000), in
 a fresh directory, each step in a fresh child process (wall time around the work, after
-imports; peak RSS of the child):
+imports, the rules engine `cel` that navarch imports on first use included; peak RSS of the
+child):
 
 1. `navarch apply FLEET --auto-approve`  0 -> N nodes (N local machines, Memory, audit)
 2. (not measured) one signed healthy report per node written into the store, built from
@@ -175,7 +176,11 @@ def floor(fleet_file: str) -> int:
 
 def child(kind: str, fleet_file: str, out: str) -> None:
     """Run one measured step in this (fresh) process; write its figures to `out`."""
-    from navarch import cli  # imported before the clock starts
+    # Imported before the clock starts, the rules engine navarch imports on first use too
+    # (its package pulls in typer and prompt_toolkit: 0.1 s that is import, not work).
+    import cel  # noqa: F401
+
+    from navarch import cli
     from navarch.reconcile import run  # noqa: F401
 
     cli.tune_gc_for_batch()  # the same collector settings as the CLI, the floor included

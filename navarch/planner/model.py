@@ -111,6 +111,9 @@ class ActionReason(enum.StrEnum):
     INSTANCE_IMPAIRED = (
         "instance_impaired"  # the cloud's own status: impaired past IMPAIRED_AFTER_S
     )
+    #: cordon only: the cloud's first impaired listing, not yet confirmed
+    IMPAIRED_FIRST_SEEN = "impaired_first_seen"
+    IMPAIRMENT_CLEARED = "impairment_cleared"  # uncordon: the listing cleared before confirmed
 
 
 class Phase(enum.StrEnum):
@@ -279,6 +282,9 @@ class NodeMemory:
     diag: Diag | None = None  # the last active diagnostics
     diag_cordon: bool = False  # cordoned for scheduled diagnostics (uncordoned after them)
     impaired_since: datetime | None = None  # first run of an unbroken impaired listing
+    #: cordoned on the cloud's first impaired listing: replaced once it is confirmed
+    #: (IMPAIRED_AFTER_S), uncordoned if it clears before
+    impaired_cordon: bool = False
 
 
 @dataclass(frozen=True)
@@ -494,6 +500,7 @@ class NodeView:
     diag: Diag | None = None
     diag_cordon: bool = False
     impaired: bool = False  # the lifecycle comes from the cloud's own status, not a report
+    impaired_cordon: bool = False  # NodeMemory.impaired_cordon
     orphan: bool = False  # its pool is no longer in fleet.yaml (retired: cordon, drain, terminate)
 
 

@@ -23,7 +23,9 @@ Rules (DESIGN.md "Node lifecycle" and safety rules 1-2):
 - The cloud's own status of the instance (Instance.cloud_status) impaired on consecutive
   runs at least IMPAIRED_AFTER_S apart (the first run's time kept in Memory) is evidence,
   not doubt: the node is UNHEALTHY (impaired=True) whatever its last report said, long
-  before offline_after. Seen once, it is only a note in the reason.
+  before offline_after. Seen once, it is a note in the reason (the plan cordons the node,
+  no more); a node so cordoned (NodeMemory.impaired_cordon) is CORDONED until the listing
+  is confirmed (then UNHEALTHY) or clears (the plan uncordons it).
 - Remediation ladder: a node the ladder rebooted or GPU-reset is REMEDIATING;
   healthy reports made after the remedy (after_remedy: a boot other than the fault's for a
   reboot, a report made after the reset for reset_gpu) are counted per distinct sequence
@@ -414,6 +416,31 @@ def _by_cloud(nm: NodeMemory, inst: Instance, now: datetime) -> _Verdict | None:
     )
 
 
+def _impaired_cordon(nm: NodeMemory, inst: Instance, now: datetime) -> _Verdict | None:
+    """A node cordoned on the cloud's first impaired listing (NodeMemory.impaired_cordon):
+    UNHEALTHY once a later run confirms the listing (``_by_cloud``: the repair stage drains
+    and replaces it), CORDONED while it is not yet confirmed, and CORDONED with the
+    listing gone once the cloud stops listing it impaired (the plan uncordons it)."""
+    if not nm.impaired_cordon or nm.phase is not Phase.CORDONED:
+        return None
+    confirmed = _by_cloud(nm, inst, now)
+    if confirmed is not None:
+        return confirmed
+    if inst.cloud_status.impaired:
+        return (
+            Lifecycle.CORDONED,
+            f"cordoned: the cloud lists the instance impaired{_cloud_detail(inst)}; replaced "
+            f"if a run {format_duration_s(IMPAIRED_AFTER_S)} or more after the first still "
+            "sees it, returned if the listing clears",
+            {},
+        )
+    return (
+        Lifecycle.CORDONED,
+        "cordoned when the cloud listed the instance impaired; the listing has cleared",
+        {},
+    )
+
+
 def _cloud_event(inst: Instance, verdict: _Verdict) -> _Verdict:
     """A disruption the cloud scheduled turns a serving node into MAINTENANCE (a report's
     own notice or a worse verdict stays); an impairment seen once is noted in the reason."""
@@ -434,8 +461,8 @@ def _cloud_event(inst: Instance, verdict: _Verdict) -> _Verdict:
         return (
             lc,
             f"{reason}; the cloud reports the instance impaired{_cloud_detail(inst)} "
-            f"(acted on when a run {format_duration_s(IMPAIRED_AFTER_S)} or more later "
-            "sees it again)",
+            f"(cordoned now; replaced if a run {format_duration_s(IMPAIRED_AFTER_S)} or "
+            "more later sees it again)",
             extra,
         )
     return verdict
@@ -478,7 +505,8 @@ def _view(
     # The cloud's verdict comes before the pending check: a GCE instance being repaired
     # after a host error is listed pending, and must not wait out provision_timeout.
     verdict = (
-        _by_phase(pool, nm, age, drain_check)
+        _impaired_cordon(nm, inst, now)
+        or _by_phase(pool, nm, age, drain_check)
         or _by_cloud(nm, inst, now)
         or _by_instance(pool, inst, now)
     )
@@ -508,6 +536,7 @@ def _view(
         return_streak=nm.return_streak,
         diag=nm.diag,
         diag_cordon=nm.diag_cordon,
+        impaired_cordon=nm.impaired_cordon,
         drift=drift,
         tags_drift=tags_drift,
         **extra,

@@ -10,7 +10,8 @@ A fleet's plan is made in two layers of named stages, each a pure function:
   (navarch.planner.ladder: reset, reboot, return to service or replace drained and
   remedied nodes; operator cordons), terminate (nodes whose drain finished or timed out),
   redrain (cordoned, never drained), stuck (pending past provision_timeout), repair
-  (cordon + drain what must be replaced), watch (what is part-way to a decision),
+  (cordon + drain what must be replaced), impaired (cordon only on the cloud's first
+  impaired listing; uncordon when it clears), watch (what is part-way to a decision),
   diagnostics (navarch.planner.diagnostics: cordon + drain nodes due for scheduled dcgmi
   diag, within the budget; the ladder stage diagnoses and returns them), drift (in-place
   tag updates and rolling replacement), count (provision up to desired, or scale down).
@@ -138,13 +139,17 @@ def _failed_return_diag(v: NodeView) -> bool:
 #: store or the network fails, reports age together, spread over one heartbeat, and the
 #: first of them pass offline_after while most are still only stale; counting only the
 #: offline ones let a run cordon (and later terminate) healthy nodes before the breaker saw
-#: the outage.
+#: the outage. Instances the cloud lists impaired count too, from their first listing: a
+#: cloud's own outage must open the breaker before the first-sight cordons spend the budget.
 _BREAKER_COUNTS = (Lifecycle.UNHEALTHY, Lifecycle.OFFLINE, Lifecycle.STALE)
 
 
 def _breaker_tripped(views: Sequence[NodeView], pct: float) -> tuple[bool, int, int]:
     active = [v for v in views if v.lifecycle is not Lifecycle.TERMINATING and not v.orphan]
-    sick = sum(v.lifecycle in _BREAKER_COUNTS or _failed_return_diag(v) for v in active)
+    sick = sum(
+        v.lifecycle in _BREAKER_COUNTS or _failed_return_diag(v) or _listed_impaired(v)
+        for v in active
+    )
     total = len(active)
     return (sick >= 2 and total > 0 and sick * 100 >= pct * total), sick, total
 
@@ -156,9 +161,14 @@ def _sick_words(views: Sequence[NodeView]) -> str:
         for v in views
         if v.lifecycle is not Lifecycle.TERMINATING and not v.orphan
     )
-    return "unhealthy, stale or offline" + (
-        f" ({failing} failing their return diagnostics)" if failing else ""
+    impaired = sum(
+        _listed_impaired(v) and v.lifecycle not in _BREAKER_COUNTS
+        for v in views
+        if v.lifecycle is not Lifecycle.TERMINATING and not v.orphan
     )
+    notes = [f"{failing} failing their return diagnostics"] if failing else []
+    notes += [f"{impaired} more listed impaired by the cloud"] if impaired else []
+    return "unhealthy, stale or offline" + (f" ({'; '.join(notes)})" if notes else "")
 
 
 def desired_count(
@@ -681,8 +691,79 @@ def redrain_stage(ctx: PoolContext, prog: Progress) -> StageResult:
                 action_reason=ActionReason.REDRAIN,
             )
             for v in ctx.views
-            if v.lifecycle is Lifecycle.CORDONED
+            if v.lifecycle is Lifecycle.CORDONED and not v.impaired_cordon
         ),
+    )
+
+
+def _listed_impaired(v: NodeView) -> bool:
+    """Whether the cloud lists v's instance impaired on this run."""
+    return v.instance is not None and v.instance.cloud_status.impaired
+
+
+def _impairment_cleared(v: NodeView) -> bool:
+    """Whether v was cordoned on a first impaired listing that has cleared (returned now)."""
+    return v.impaired_cordon and v.lifecycle is Lifecycle.CORDONED and not _listed_impaired(v)
+
+
+def impaired_stage(ctx: PoolContext, prog: Progress) -> StageResult:
+    """Cordon (only) the serving nodes the cloud lists impaired for the first time, within
+    the disruption budget and never with the breaker open: no new work lands on a host
+    that is likely dead while a run IMPAIRED_AFTER_S later confirms it (the repair stage
+    then drains and replaces it; the count stage surges its replacement meanwhile).
+    Uncordon a node so cordoned whose listing cleared before it was confirmed: one status
+    check flap costs a cordon, never a termination (EC2 status checks run every minute:
+    "Status checks for your instances")."""
+    actions: list[Action] = []
+    halts: list[Halt] = []
+    pending: list[str] = []
+    budget, leaving = prog.budget, list(prog.leaving)
+    for v in ctx.views:
+        if v.impaired_cordon and v.lifecycle is Lifecycle.CORDONED and _listed_impaired(v):
+            pending.append(f"{v.node}: {v.reason}")  # out of service, its next run decides
+            continue
+        if _impairment_cleared(v):
+            actions.append(
+                Action(
+                    ActionKind.UNCORDON,
+                    ctx.pool.name,
+                    v.node,
+                    v.reason,
+                    instance_id=_iid(v),
+                    action_reason=ActionReason.IMPAIRMENT_CLEARED,
+                )
+            )
+            continue
+        if (
+            v.lifecycle not in SERVING
+            or not _listed_impaired(v)
+            or v.node in prog.taken
+            or v.node in leaving
+            or ctx.frozen
+            or not ctx.pool.health.auto_replace
+        ):
+            continue
+        halt = _repair_halt(ctx, v.node, budget, prog.rate_left, repair=False)
+        if halt is not None:
+            halts.append(halt)
+            continue
+        budget -= 1
+        leaving.append(v.node)
+        actions.append(
+            Action(
+                ActionKind.CORDON,
+                ctx.pool.name,
+                v.node,
+                v.reason,
+                instance_id=_iid(v),
+                action_reason=ActionReason.IMPAIRED_FIRST_SEEN,
+            )
+        )
+    return StageResult(
+        replace(prog, budget=budget, leaving=tuple(leaving)),
+        tuple(actions),
+        tuple(halts),
+        pending=tuple(pending),
     )
 
 
@@ -993,7 +1074,8 @@ def _roll(ctx: PoolContext, prog: Progress, drifted: list[tuple[NodeView, str]])
 def _present(ctx: PoolContext, prog: Progress) -> list[NodeView]:
     """Nodes that count toward desired: all but those leaving, stuck, or cordoned this run
     (a sick node held back by the budget still counts: no replacement before its cordon;
-    an operator's cordon counts too, and a rebooted node under after-terminate)."""
+    an operator's cordon counts too, a rebooted node under after-terminate, and one
+    uncordoned this run because the cloud's impaired listing cleared)."""
     # Waited for, not replaced: a node an operator cordoned (usually for a while, and a GPU
     # node is dear), and under replacement after-terminate a rebooted node.
     kept = {Lifecycle.OPERATOR_CORDONED}
@@ -1010,6 +1092,7 @@ def _present(ctx: PoolContext, prog: Progress) -> list[NodeView]:
             v.lifecycle not in LEAVING
             or v.lifecycle in kept
             or v.diag_cordon
+            or _impairment_cleared(v)
             or (waited and in_place(ctx, v))
         )
         # a stuck instance leaves this run, unless the breaker holds its termination
@@ -1247,6 +1330,7 @@ POOL_STAGES: tuple[Stage, ...] = (
     redrain_stage,
     stuck_stage,
     repair_stage,
+    impaired_stage,
     watch_stage,
     diagnostics_stage,
     drift_stage,

@@ -149,6 +149,8 @@ def _ladder_to_json(n: NodeMemory) -> dict[str, Any]:
         out["diag_cordon"] = True
     if n.impaired_since is not None:
         out["impaired_since"] = ts(n.impaired_since)
+    if n.impaired_cordon:
+        out["impaired_cordon"] = True
     return out
 
 
@@ -210,6 +212,7 @@ def _ladder_from_json(n: Mapping[str, Any]) -> dict[str, Any]:
         "diag": diag_from_json(n.get("diag")),
         "diag_cordon": n.get("diag_cordon", False),
         "impaired_since": parse_ts(n.get("impaired_since")),
+        "impaired_cordon": n.get("impaired_cordon", False),
     }
 
 

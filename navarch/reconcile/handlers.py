@@ -51,6 +51,7 @@ from navarch.inventory import TAG_SPEC, Instance, launch_id, ownership_tags
 from navarch.planner.model import (
     Action,
     ActionKind,
+    ActionReason,
     Diag,
     DiagState,
     DiagWhy,
@@ -544,6 +545,7 @@ class Handlers:
             phase_reason=a.reason,
             repair=a.repair,
             diag_cordon=scheduled,
+            impaired_cordon=a.action_reason is ActionReason.IMPAIRED_FIRST_SEEN,
         )
         if scheduled:  # out for scheduled diagnostics, returned after them
             nm = replace(nm, diag=Diag(a.level or 1, DiagWhy.SCHEDULED, DiagState.DUE, now))
@@ -749,6 +751,7 @@ class Handlers:
             rung_at=now,
             return_streak=0,
             diag_cordon=False,
+            impaired_cordon=False,
         )
 
         host = self._host_fault(a, memory, now)
@@ -833,6 +836,7 @@ class Handlers:
             return_streak=0,
             operator_cordon="",
             diag_cordon=False,
+            impaired_cordon=False,
         )
         return ran, _set_node(nm)
 

@@ -400,17 +400,23 @@ def test_uncordon_returns_a_repaired_node_and_refuses_others(navarch):
     assert node["lifecycle"] == "healthy"
 
 
-def test_a_host_the_cloud_calls_impaired_is_replaced_on_the_second_apply(navarch):
+def test_a_host_the_cloud_calls_impaired_is_cordoned_at_once_and_replaced_on_the_second_apply(
+    navarch,
+):
     navarch.ok("apply", "fleet.yaml", "--auto-approve")
     navarch.ok("local", "tick", "fleet.yaml")
     run = navarch.ok("local", "inject", "fleet.yaml", "demo-train-0002", "--impaired", "--silent")
     assert "demo-train-0002: the cloud lists the instance impaired" in run.out
-    # First run: the cloud's word once is noted, not acted on (a status check can flap).
+    # First run: the cloud's word once is cordoned on, not drained or replaced (a status
+    # check can flap); the replacement surges meanwhile.
     first = navarch.ok("apply", "fleet.yaml", "--auto-approve")
-    assert "cordon" not in first.out
+    assert "~ cordon demo-train-0002" in first.out
+    assert "0 to drain, 0 to terminate" in first.out
+    assert "+ provision demo-train-0004" in first.out
     node = next(n for n in navarch.nodes() if n["node"] == "demo-train-0002")
-    assert "impaired" in node["reason"] and "acted on when a run 1m or more later" in node["reason"]
-    # Second run, two minutes later (far from offline_after): cordoned and replaced.
+    assert node["lifecycle"] == "cordoned", node
+    assert "replaced if a run 1m or more after the first still sees it" in node["reason"], node
+    # Second run, two minutes later (far from offline_after): drained and replaced.
     later = {"NAVARCH_NOW": _in_minutes(2)}
     navarch.ok("local", "tick", "fleet.yaml", env=later)
     doc = json.loads(navarch.ok("plan", "fleet.yaml", "--json", env=later).out)
@@ -419,20 +425,21 @@ def test_a_host_the_cloud_calls_impaired_is_replaced_on_the_second_apply(navarch
         ("drain", "demo-train-0002", "instance_impaired"),
     ]
     second = navarch.ok("apply", "fleet.yaml", "--auto-approve", env=later)
-    assert "~ cordon demo-train-0002" in second.out
     assert "impaired (instance status check failed (injected)) for 2m" in second.out
-    assert "+ provision demo-train-0004" in second.out
+    assert "~ drain demo-train-0002" in second.out
 
 
-def test_clear_makes_an_impaired_host_healthy_to_the_cloud(navarch):
+def test_an_impaired_listing_that_clears_returns_the_node_it_cordoned(navarch):
     navarch.ok("apply", "fleet.yaml", "--auto-approve")
     navarch.ok("local", "tick", "fleet.yaml")
     navarch.ok("local", "inject", "fleet.yaml", "demo-train-0002", "--impaired")
-    navarch.ok("apply", "fleet.yaml", "--auto-approve")
+    first = navarch.ok("apply", "fleet.yaml", "--auto-approve")
+    assert "~ cordon demo-train-0002" in first.out
     navarch.ok("local", "inject", "fleet.yaml", "demo-train-0002", "--clear")
     later = {"NAVARCH_NOW": _in_minutes(2)}  # still impaired, this run would replace it
     navarch.ok("local", "tick", "fleet.yaml", env=later)
     run = navarch.ok("apply", "fleet.yaml", "--auto-approve", env=later)
-    assert "cordon" not in run.out
+    assert "uncordon demo-train-0002" in run.out
+    assert "0 to drain, 0 to terminate, 1 to uncordon" in run.out
     node = next(n for n in navarch.nodes() if n["node"] == "demo-train-0002")
     assert node["lifecycle"] == "healthy" and "impaired" not in node["reason"], node

@@ -30,6 +30,7 @@ from hypothesis import strategies as st
 from navarch.inventory import Instance, InstanceState
 from navarch.planner.model import (
     ActionKind,
+    ActionReason,
     Diag,
     DiagState,
     DiagWhy,
@@ -223,7 +224,12 @@ class World:
             self.cordoned.add(a.node)
             nm = nm or NodeMemory(a.node, a.pool, first_seen_at=now)
             nm = replace(
-                nm, phase=Phase.CORDONED, phase_at=now, phase_reason=a.reason, repair=a.repair
+                nm,
+                phase=Phase.CORDONED,
+                phase_at=now,
+                phase_reason=a.reason,
+                repair=a.repair,
+                impaired_cordon=a.action_reason is ActionReason.IMPAIRED_FIRST_SEEN,
             )
             # As the executor does: a cordon for another reason (scale-down, drift) forgets
             # an old fault, so the ladder never remedies a node that is not sick.
@@ -286,6 +292,7 @@ class World:
                     repair=False,
                     streak=0,
                     return_streak=0,
+                    impaired_cordon=False,
                 )
             )
         elif a.kind is ActionKind.TERMINATE:

@@ -4,7 +4,7 @@ test_ladder_properties, with every way a node can fail to come back).
 Beyond faults, GPU work and reboots that never come back, a drawn schedule gives nodes
 reports that stay degraded or unknown, GPU processes that outlive every drain (hung),
 diagnostics that hang or answer "unavailable", an operator's cordon and the operator's
-`apply --replace NODE`. Each run observe() and plan() run as `navarch apply` does and the
+`apply --replace NODE`, and the cloud listing an instance impaired (for one run, a flap, or for several). Each run observe() and plan() run as `navarch apply` does and the
 plan is applied to Memory as the executor would.
 
 Property, on every plan of every run: a node out of service (Memory phase cordoned,
@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from test_ladder_properties import FLEET, PROPERTY, XIDS, Node, World, _world
 
 from navarch.health import Status
-from navarch.inventory import InstanceState
+from navarch.inventory import CloudStatus, InstanceHealth, InstanceState
 from navarch.planner.context import PlanOptions
 from navarch.planner.model import ActionKind, Diag, DiagState, DiagWhy, Phase, Plan
 from navarch.planner.observe import observe
@@ -46,6 +46,7 @@ EVENTS = (
     "hung",
     "opcordon",
     "replace",
+    "impaired",
 ) + tuple(f"fault:{c}" for c in XIDS)
 
 
@@ -83,6 +84,9 @@ class LivenessWorld(World):
                 continue
             ev = events.get(name, "ok")
             assert isinstance(n, Stuckable)
+            # the cloud lists the instance impaired for as long as the event repeats
+            health = InstanceHealth.IMPAIRED if ev == "impaired" else InstanceHealth.OK
+            n.instance = replace(n.instance, cloud_status=CloudStatus(health))
             if ev == "busy" and name not in self.cordoned:
                 n.procs = 2
             elif ev == "idle":
@@ -97,6 +101,7 @@ class LivenessWorld(World):
                     self.memory = self.memory.with_node(replace(nm, operator_cordon="operator: x"))
             elif ev == "replace":
                 self.requested.add(name)
+
             elif ev.startswith("fault") and n.fault is None:
                 n.fault = int(ev.split(":")[1])
         reports = {k: r for k in self.nodes if (r := self.report(k)) is not None}

@@ -403,7 +403,7 @@ def load_memory(
     if cached is not None:
         return cached, blob.version
     try:
-        mem = memory_from_json(json.loads(blob.data))
+        mem = memory_from_json(orjson.loads(blob.data))  # orjson wrote it: 27 MB at 100,000 nodes
     except (ValueError, KeyError, TypeError) as exc:
         raise StoreError(
             f"{state_key(fleet)} in {store.url} is not a valid navarch state document ({exc}); "

@@ -372,12 +372,17 @@ def _timeout_climb(
 
 def _requested(ctx: PoolContext, v: NodeView) -> tuple[Action | None, str] | None:
     """`apply --replace NODE` for a node out of service (the repair stage takes those in
-    service): an operator-cordoned node is drained for replacement, a drained or remediating
+    service): an operator-cordoned node, or one cordoned on the cloud's first impaired
+    listing, is drained for replacement, a drained or remediating
     one is terminated, a draining one is terminated when its drain finishes or times out
     (the terminate stage). The operator named it: the breaker does not hold it."""
     why = "replacement requested (--replace)"
     code = ActionReason.REPLACE_REQUESTED
-    if v.lifecycle is Lifecycle.OPERATOR_CORDONED:
+    # A cordon that nothing drains (an operator's, or one on the cloud's first impaired
+    # listing) is taken over: cordoned again as a repair, and drained.
+    if v.lifecycle is Lifecycle.OPERATOR_CORDONED or (
+        v.lifecycle is Lifecycle.CORDONED and v.impaired_cordon
+    ):
         return Action(
             ActionKind.CORDON,
             ctx.pool.name,

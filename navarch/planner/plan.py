@@ -719,6 +719,8 @@ def impaired_stage(ctx: PoolContext, prog: Progress) -> StageResult:
     pending: list[str] = []
     budget, leaving = prog.budget, list(prog.leaving)
     for v in ctx.views:
+        if v.node in prog.taken:  # the ladder took it (--replace)
+            continue
         if v.impaired_cordon and v.lifecycle is Lifecycle.CORDONED and _listed_impaired(v):
             pending.append(f"{v.node}: {v.reason}")  # out of service, its next run decides
             continue
@@ -737,7 +739,6 @@ def impaired_stage(ctx: PoolContext, prog: Progress) -> StageResult:
         if (
             v.lifecycle not in SERVING
             or not _listed_impaired(v)
-            or v.node in prog.taken
             or v.node in leaving
             or ctx.frozen
             or not ctx.pool.health.auto_replace

@@ -573,7 +573,8 @@ class World:
     def impair(self, n: SimNode, detail: str = "instance status check failed") -> None:
         """The cloud lists node n's instance impaired from now on, as EC2's status checks
         list a dead host (SimProvider.list_instances carries it as Instance.cloud_status);
-        the planner acts on it on a run IMPAIRED_AFTER_S or more after the first that saw it."""
+        the first run that sees it cordons the node, and a run IMPAIRED_AFTER_S or more
+        later drains and replaces it."""
         status = CloudStatus(InstanceHealth.IMPAIRED, detail, since=self.now)
         n.instance = replace(n.instance, cloud_status=status)
 

@@ -210,8 +210,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from navarch import api
     from navarch.reconcile.render import render_markdown
 
-    _check_targets(load_fleet(args.fleet), args)  # a bad --pool or --replace writes nothing
-    result = api.plan(args.fleet, now=args.clock(), options=_options(args))
+    fleet = api.load_fleet(args.fleet)  # read once: the plan is made from what was checked
+    _check_targets(fleet.spec, args)  # a bad --pool or --replace writes nothing
+    result = api.plan(fleet, now=args.clock(), options=_options(args))
     if result.error:
         _err(result.error)
     plan = result.plan

@@ -706,6 +706,25 @@ def _impairment_cleared(v: NodeView) -> bool:
     return v.impaired_cordon and v.lifecycle is Lifecycle.CORDONED and not _listed_impaired(v)
 
 
+#: What the impaired stage does to a node, and the reason code it does it with.
+_IMPAIRED_CODES = {
+    ActionKind.CORDON: ActionReason.IMPAIRED_FIRST_SEEN,
+    ActionKind.UNCORDON: ActionReason.IMPAIRMENT_CLEARED,
+}
+
+
+def _impaired_action(ctx: PoolContext, v: NodeView, kind: ActionKind) -> Action:
+    """The impaired stage's cordon or uncordon of v, its reason the view's."""
+    return Action(
+        kind,
+        ctx.pool.name,
+        v.node,
+        v.reason,
+        instance_id=_iid(v),
+        action_reason=_IMPAIRED_CODES[kind],
+    )
+
+
 def impaired_stage(ctx: PoolContext, prog: Progress) -> StageResult:
     """Cordon (only) the serving nodes the cloud lists impaired for the first time, within
     the disruption budget and never with the breaker open: no new work lands on a host
@@ -721,20 +740,11 @@ def impaired_stage(ctx: PoolContext, prog: Progress) -> StageResult:
     for v in ctx.views:
         if v.node in prog.taken:  # the ladder took it (--replace)
             continue
-        if v.impaired_cordon and v.lifecycle is Lifecycle.CORDONED and _listed_impaired(v):
-            pending.append(f"{v.node}: {v.reason}")  # out of service, its next run decides
-            continue
-        if _impairment_cleared(v):
-            actions.append(
-                Action(
-                    ActionKind.UNCORDON,
-                    ctx.pool.name,
-                    v.node,
-                    v.reason,
-                    instance_id=_iid(v),
-                    action_reason=ActionReason.IMPAIRMENT_CLEARED,
-                )
-            )
+        if v.impaired_cordon and v.lifecycle is Lifecycle.CORDONED:
+            if _listed_impaired(v):
+                pending.append(f"{v.node}: {v.reason}")  # out of service; a later run decides
+            else:
+                actions.append(_impaired_action(ctx, v, ActionKind.UNCORDON))
             continue
         if (
             v.lifecycle not in SERVING
@@ -750,16 +760,7 @@ def impaired_stage(ctx: PoolContext, prog: Progress) -> StageResult:
             continue
         budget -= 1
         leaving.append(v.node)
-        actions.append(
-            Action(
-                ActionKind.CORDON,
-                ctx.pool.name,
-                v.node,
-                v.reason,
-                instance_id=_iid(v),
-                action_reason=ActionReason.IMPAIRED_FIRST_SEEN,
-            )
-        )
+        actions.append(_impaired_action(ctx, v, ActionKind.CORDON))
     return StageResult(
         replace(prog, budget=budget, leaving=tuple(leaving)),
         tuple(actions),

@@ -22,9 +22,13 @@ Defaults of the world model, each with its source (docs/simulate.md has the tabl
   (BOOT_S, no published GPU figure found), the same on a reboot.
 - Failed launches: an assumption of 2 % per launch (LAUNCH_FAILURE_RATE) that fail at the
   API and are retried by the next run.
-- A dead host in the cloud's status: EC2 runs status checks every minute and reports
-  ImpairedSince (DescribeInstanceStatus, InstanceStatusDetails); an assumption of one to
-  three checks (60-180 s: IMPAIR_S) before the instance is listed impaired.
+- A dead host in the cloud's status: "Status checks are performed every minute, returning
+  a pass or a fail status. [...] If one or more checks fail, the overall status is
+  impaired" (Amazon EC2 User Guide, "Status checks for Amazon EC2 instances"), with
+  ImpairedSince set to the failed check (DescribeInstanceStatus, InstanceStatusDetails).
+  A host dies at a uniform point of its instance's one-minute check grid, so the check
+  that fails comes 0-60 s later (IMPAIR_S); no delay between that check and the listing
+  is documented, and none is modelled.
 - Drains: jobs end terminationGracePeriodSeconds after a cordon (Kubernetes default 30 s;
   Slurm's KillWait default 30 s: DRAIN_GRACE_S); an assumption that one job in five
   checkpoints first, for 1-5 min (CHECKPOINT_*). A job starts on a serving node 30-120 s
@@ -80,7 +84,7 @@ LEMON_MULTIPLIER = 20.0
 LAUNCH_S = (30, 90)
 BOOT_S = (180, 420)
 LAUNCH_FAILURE_RATE = 0.02
-IMPAIR_S = (60, 180)
+IMPAIR_S = (0, 60)
 DRAIN_GRACE_S = 30
 CHECKPOINT_FRACTION = 0.2
 CHECKPOINT_S = (60, 300)

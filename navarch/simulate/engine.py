@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from navarch.compat import StrEnum
 from navarch.errors import NavarchError
 from navarch.fleet_file import load_fleet
 from navarch.health import Status
@@ -52,6 +53,13 @@ def _pct(values: list[float], q: float) -> float | None:
         return None
     s = sorted(values)
     return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
+
+
+class ServedBy(StrEnum):
+    """What serves again after a fault (fault_list's ``served_by``, serialised by value)."""
+
+    REPLACEMENT = "replacement"  # a node provisioned to replace the faulty one
+    ITSELF = "itself"  # the faulty node, cured in place by a GPU reset or a reboot
 
 
 @dataclass
@@ -364,7 +372,7 @@ def _fault_entry(r: _FaultRecord) -> dict[str, Any]:
     entry: dict[str, Any] = {"node": r.node, "cause": r.cause, "t_s": round(r.at_s, 3)}
     entry.update({k: round(v - r.at_s, 3) for k, v in since.items() if v is not None})
     if r.serving_s is not None:
-        entry["served_by"] = "replacement" if r.replacement else "itself"
+        entry["served_by"] = (ServedBy.REPLACEMENT if r.replacement else ServedBy.ITSELF).value
     return entry
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from navarch.cli import main
-from navarch.simulate.engine import check_asserts, simulate
+from navarch.simulate.engine import ServedBy, check_asserts, simulate
 from navarch.simulate.report import to_json
 from navarch.simulate.scenario import Window, load_scenario
 from navarch.spec import HealthPolicy
@@ -186,7 +186,7 @@ def test_dead_hosts_are_cordoned_through_the_cloud_status_within_five_minutes() 
         if fault["t_s"] > doc["duration_s"] - 15 * 60:
             continue  # struck in the run's last minutes
         assert 0 < fault["to_cordon_s"] <= 2 * 60, fault
-        assert fault.get("served_by") in ("replacement", None), fault
+        assert fault.get("served_by") in (ServedBy.REPLACEMENT.value, None), fault
 
 
 def test_dead_hosts_the_cloud_never_lists_wait_for_offline_after() -> None:

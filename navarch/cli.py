@@ -18,6 +18,7 @@ What to do for each: docs/runbook.md (every error line names its section).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import logging
@@ -1413,6 +1414,20 @@ def cmd_completion(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+#: Commands that gather once and exit: their gather pauses the garbage collector and
+#: freezes what it made (navarch.reconcile.collector).
+ONE_SHOT_COMMANDS = frozenset({"plan", "apply", "status", "destroy"})
+
+
+def _collector(command: str) -> contextlib.AbstractContextManager[None]:
+    """navarch.reconcile.collector.one_shot() for ONE_SHOT_COMMANDS, else nothing."""
+    if command not in ONE_SHOT_COMMANDS:
+        return contextlib.nullcontext()
+    from navarch.reconcile.collector import one_shot
+
+    return one_shot()
+
+
 def tune_gc_for_batch() -> None:
     """Make Python's cyclic garbage collector fit a batch run: the objects imported so far
     are frozen out of its scans and a full collection becomes rare. A run keeps millions
@@ -1454,7 +1469,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         _resolve_fleet(args)
         if args.command != "agent":  # an agent run takes its time from its own node
             args.clock = process_clock()
-        code = int(args.func(args))
+        with _collector(args.command):
+            code = int(args.func(args))
         sys.stdout.flush()
         return code
     except BrokenPipeError:

@@ -321,28 +321,50 @@ def memory_to_json(m: Memory, cache: NodeDocCache | None = None) -> dict[str, An
     }
 
 
+#: The keys _ladder_to_json may write: a node entry without any of them (most nodes, most of
+#: the time) takes NodeMemory's defaults without building the ladder's arguments.
+_LADDER_KEYS = frozenset(
+    {
+        "fault",
+        "faults",
+        "rung",
+        "rung_fault",
+        "rung_at",
+        "return_streak",
+        "operator_cordon",
+        "diag",
+        "diag_cordon",
+        "impaired_since",
+        "impaired_cordon",
+    }
+)
+
+
+def _node_from_json(name: str, n: Mapping[str, Any]) -> NodeMemory:
+    """Inverse of node_to_json for the entry under `name`."""
+    ladder = {} if _LADDER_KEYS.isdisjoint(n) else _ladder_from_json(n)
+    return NodeMemory(
+        node=name,
+        pool=n["pool"],
+        instance_id=n.get("instance_id"),
+        first_seen_at=parse_ts(n.get("first_seen_at")),
+        phase=Phase(n.get("phase", "")),
+        phase_at=parse_ts(n.get("phase_at")),
+        phase_reason=n.get("phase_reason", ""),
+        repair=n.get("repair", False),
+        report_version=n.get("report_version"),
+        report=summary_from_json(n.get("report")),
+        streak=n.get("streak", 0),
+        streak_sequence=n.get("streak_sequence", 0),
+        launch=tuple(sorted((n.get("launch") or {}).items())),
+        report_rejected=n.get("report_rejected"),
+        **ladder,
+    )
+
+
 def memory_from_json(d: Mapping[str, Any]) -> Memory:
     """Inverse of memory_to_json. Raises KeyError/ValueError on a malformed document."""
-    nodes = tuple(
-        NodeMemory(
-            node=name,
-            pool=n["pool"],
-            instance_id=n.get("instance_id"),
-            first_seen_at=parse_ts(n.get("first_seen_at")),
-            phase=Phase(n.get("phase", "")),
-            phase_at=parse_ts(n.get("phase_at")),
-            phase_reason=n.get("phase_reason", ""),
-            repair=n.get("repair", False),
-            report_version=n.get("report_version"),
-            report=summary_from_json(n.get("report")),
-            streak=n.get("streak", 0),
-            streak_sequence=n.get("streak_sequence", 0),
-            launch=tuple(sorted((n.get("launch") or {}).items())),
-            report_rejected=n.get("report_rejected"),
-            **_ladder_from_json(n),
-        )
-        for name, n in sorted(d.get("nodes", {}).items())
-    )
+    nodes = tuple(_node_from_json(name, n) for name, n in sorted(d.get("nodes", {}).items()))
     pools = tuple(
         PoolMemory(
             pool=name,

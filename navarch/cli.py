@@ -218,14 +218,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
         _err(result.error)
     plan = result.plan
     _check_replace_found(plan, args)
-    doc = result.to_json()
+    # The JSON document (an entry per node: 0.15 s at 100,000 nodes) is made only to be
+    # saved or printed.
     if args.out and args.markdown:
         Path(args.out).write_text(render_markdown(plan))
     elif args.out:
-        saved = {**doc, "fleet_file": str(Path(args.fleet).resolve())}
+        saved = {**result.to_json(), "fleet_file": str(Path(args.fleet).resolve())}
         Path(args.out).write_text(json.dumps(saved, indent=1, sort_keys=True) + "\n")
     if args.json:
-        print(json.dumps(doc, indent=1, sort_keys=True))
+        print(json.dumps(result.to_json(), indent=1, sort_keys=True))
     elif args.markdown and not args.out:
         print(render_markdown(plan), end="")
     elif args.markdown:

@@ -168,15 +168,17 @@ class Instance:
             f"{self.provider}|{self.instance_id}|{self.state.value}|{self.tags}{cloud}\n".encode()
         )
 
-    @property
+    # Cached, not properties: a run reads them several times for every instance (ownership,
+    # pools, views), and each read through tag() is two calls.
+    @_cached
     def fleet(self) -> str | None:
         return self.tag(TAG_FLEET)
 
-    @property
+    @_cached
     def pool(self) -> str | None:
         return self.tag(TAG_POOL)
 
-    @property
+    @_cached
     def node(self) -> str | None:
         return self.tag(TAG_NODE)
 

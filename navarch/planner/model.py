@@ -350,11 +350,11 @@ class PoolMemory:
 class NodeTable:
     """Memory's nodes: an immutable table of NodeMemory keyed by node name.
 
-    One representation, a persistent hash map (pyrsistent's PMap): a lookup or a single
-    update is O(log N), so a run that touches every node of a 100,000-node fleet stays
-    O(N log N) (bench/scale.py). Read-only views of it: iteration yields the NodeMemory
-    values in node-name order (the order state/<fleet>.json is written in; sorted once per
-    table, the first time it is iterated), and view() is the map itself as a Mapping.
+    A persistent hash map (pyrsistent's PMap): a lookup or a single update is O(log N), so
+    a run that touches every node of a 100,000-node fleet stays O(N log N)
+    (bench/scale.py). Read-only views of it: iteration yields the NodeMemory values in
+    node-name order (the order state/<fleet>.json is written in; sorted once per table, the
+    first time it is iterated), and view() is the map itself as a Mapping.
 
     A table built from nodes (a loaded state, a bulk update) keeps the plain dict it was
     built from, never changed after, for lookups and ordering, and makes its PMap only when

@@ -18,6 +18,7 @@ What to do for each: docs/runbook.md (every error line names its section).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import logging
@@ -217,14 +218,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
         _err(result.error)
     plan = result.plan
     _check_replace_found(plan, args)
-    doc = result.to_json()
+    # The JSON document (an entry per node: 0.15 s at 100,000 nodes) is made only to be
+    # saved or printed.
     if args.out and args.markdown:
         Path(args.out).write_text(render_markdown(plan))
     elif args.out:
-        saved = {**doc, "fleet_file": str(Path(args.fleet).resolve())}
+        saved = {**result.to_json(), "fleet_file": str(Path(args.fleet).resolve())}
         Path(args.out).write_text(json.dumps(saved, indent=1, sort_keys=True) + "\n")
     if args.json:
-        print(json.dumps(doc, indent=1, sort_keys=True))
+        print(json.dumps(result.to_json(), indent=1, sort_keys=True))
     elif args.markdown and not args.out:
         print(render_markdown(plan), end="")
     elif args.markdown:
@@ -1413,6 +1415,20 @@ def cmd_completion(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+#: Commands that gather once and exit: their gather pauses the garbage collector and
+#: freezes what it made (navarch.reconcile.collector).
+ONE_SHOT_COMMANDS = frozenset({"plan", "apply", "status", "destroy"})
+
+
+def _collector(command: str) -> contextlib.AbstractContextManager[None]:
+    """navarch.reconcile.collector.one_shot() for ONE_SHOT_COMMANDS, else nothing."""
+    if command not in ONE_SHOT_COMMANDS:
+        return contextlib.nullcontext()
+    from navarch.reconcile.collector import one_shot
+
+    return one_shot()
+
+
 def tune_gc_for_batch() -> None:
     """Make Python's cyclic garbage collector fit a batch run: the objects imported so far
     are frozen out of its scans and a full collection becomes rare. A run keeps millions
@@ -1454,7 +1470,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         _resolve_fleet(args)
         if args.command != "agent":  # an agent run takes its time from its own node
             args.clock = process_clock()
-        code = int(args.func(args))
+        with _collector(args.command):
+            code = int(args.func(args))
         sys.stdout.flush()
         return code
     except BrokenPipeError:

@@ -13,7 +13,22 @@ runner (one run), templates (cloud-init + systemd units), cli (argparse subcomma
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from navarch.agent.config import AgentConfig, load_config
-from navarch.agent.runner import run_once
+
+if TYPE_CHECKING:
+    from navarch.agent.runner import run_once
 
 __all__ = ["AgentConfig", "load_config", "run_once"]
+
+
+def __getattr__(name: str) -> Any:
+    # The runner (checks, GPU backends, the kernel log parser: 25 ms of imports) is loaded
+    # on first use: every navarch command registers the agent's subcommands, few run one.
+    if name == "run_once":
+        from navarch.agent.runner import run_once
+
+        globals()["run_once"] = run_once
+        return run_once
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

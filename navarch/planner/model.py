@@ -350,37 +350,59 @@ class PoolMemory:
 class NodeTable:
     """Memory's nodes: an immutable table of NodeMemory keyed by node name.
 
-    One representation, a persistent hash map (pyrsistent's PMap): a lookup or a single
-    update is O(log N), so a run that touches every node of a 100,000-node fleet stays
-    O(N log N) (bench/scale.py). Read-only views of it: iteration yields the NodeMemory
-    values in node-name order (the order state/<fleet>.json is written in; sorted once per
-    table, the first time it is iterated), and view() is the map itself as a Mapping.
+    A persistent hash map (pyrsistent's PMap): a lookup or a single update is O(log N), so
+    a run that touches every node of a 100,000-node fleet stays O(N log N)
+    (bench/scale.py). Read-only views of it: iteration yields the NodeMemory values in
+    node-name order (the order state/<fleet>.json is written in; sorted once per table, the
+    first time it is iterated), and view() is the map itself as a Mapping.
+
+    A table built from nodes (a loaded state, a bulk update) keeps the plain dict it was
+    built from, never changed after, for lookups and ordering, and makes its PMap only when
+    a single update, an equality or a view needs one: a PMap lookup is about ten times a
+    dict's, and a run looks up every loaded node several times and may never update one. A
+    table made by one set() or discard() has no such dict: copying it would make each
+    single update O(N).
     """
 
-    __slots__ = ("_map", "_ordered")
+    __slots__ = ("_pmap", "_ordered", "_index")
 
     def __init__(self, nodes: Iterable[NodeMemory] | PMap[str, NodeMemory] = ()) -> None:
-        self._map: PMap[str, NodeMemory] = (
-            nodes if isinstance(nodes, PMap) else pmap({n.node: n for n in nodes})
-        )
+        self._index: dict[str, NodeMemory] | None = None
+        self._pmap: PMap[str, NodeMemory] | None = None
+        if isinstance(nodes, PMap):
+            self._pmap = nodes
+        else:
+            self._index = {n.node: n for n in nodes}
         self._ordered: tuple[NodeMemory, ...] | None = None
 
+    @property
+    def _map(self) -> PMap[str, NodeMemory]:
+        if self._pmap is None:
+            assert self._index is not None
+            self._pmap = pmap(self._index)
+        return self._pmap
+
+    def _lookup(self) -> Mapping[str, NodeMemory]:
+        return self._index if self._index is not None else self._map
+
     def __getitem__(self, name: str) -> NodeMemory:
-        return self._map[name]
+        return self._lookup()[name]
 
     def get(self, name: str, default: NodeMemory | None = None) -> NodeMemory | None:
         """The named node's memory, or default. O(log N)."""
+        if self._index is not None:
+            return self._index.get(name, default)
         return self._map.get(name, default)
 
     def __contains__(self, name: object) -> bool:
-        return name in self._map
+        return name in self._lookup()
 
     def __len__(self) -> int:
-        return len(self._map)
+        return len(self._lookup())
 
     def __iter__(self) -> Iterator[NodeMemory]:
         if self._ordered is None:
-            m = self._map
+            m = self._lookup()
             self._ordered = tuple(m[k] for k in sorted(m))
         return iter(self._ordered)
 
@@ -402,17 +424,30 @@ class NodeTable:
 
     def updated(self, nodes: Iterable[NodeMemory], without: Iterable[str] = ()) -> NodeTable:
         """A copy with every node of `nodes` set and every name of `without` removed (one
-        batch through the map's evolver: cheaper than a set() per node)."""
+        batch through the map's evolver: cheaper than a set() per node). When the batch
+        changes a large share of the table (a quarter or more), the copy is built afresh
+        from a dict instead: an evolver's update costs several times a dict's."""
+        changed = list(nodes)
+        current = self._lookup()
+        gone = [name for name in dict.fromkeys(without) if name in current]
+        if len(changed) + len(gone) >= max(len(current), 1) // 4:
+            table = dict(current)
+            for name in gone:
+                del table[name]
+            for nm in changed:
+                table[nm.node] = nm
+            return NodeTable(table.values())
         e = self._map.evolver()
-        for name in dict.fromkeys(without):
-            if name in self._map:
-                del e[name]
-        for nm in nodes:
+        for name in gone:
+            del e[name]
+        for nm in changed:
             e[nm.node] = nm
         return NodeTable(e.persistent())
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, NodeTable):
+            if self._index is not None and other._index is not None:
+                return self._index == other._index
             return self._map == other._map
         if isinstance(other, tuple):
             return tuple(self) == other

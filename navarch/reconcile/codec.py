@@ -72,16 +72,25 @@ def summary_to_json(s: ReportSummary | None) -> dict[str, Any] | None:
     }
 
 
+#: Enum members by value: a dict lookup is a tenth of an Enum call, made for every node and
+#: cached report a run decodes (bench/scale.py); a value not in them goes through the Enum
+#: call, which raises ValueError as before (an unhashable one raises TypeError).
+_STATUSES = {m.value: m for m in Status}
+_REMEDIES = {m.value: m for m in Remedy}
+_PHASES = {m.value: m for m in Phase}
+
+
 def summary_from_json(d: Mapping[str, Any] | None) -> ReportSummary | None:
     """Inverse of summary_to_json. Raises KeyError/ValueError on malformed data."""
     if d is None:
         return None
+    status, action = d["status"], d["action"]
     return ReportSummary(
         sequence=d["sequence"],
         boot_id=d["boot_id"],
         generated_at=required_ts(d["generated_at"]),
-        status=Status(d["status"]),
-        action=Remedy(d["action"]),
+        status=_STATUSES[status] if status in _STATUSES else Status(status),
+        action=_REMEDIES[action] if action in _REMEDIES else Remedy(action),
         health_score=d["health_score"],
         fatal=d["fatal"],
         findings=tuple(d.get("findings", ())),
@@ -321,28 +330,51 @@ def memory_to_json(m: Memory, cache: NodeDocCache | None = None) -> dict[str, An
     }
 
 
+#: The keys _ladder_to_json may write: a node entry without any of them (most nodes, most of
+#: the time) takes NodeMemory's defaults without building the ladder's arguments.
+_LADDER_KEYS = frozenset(
+    {
+        "fault",
+        "faults",
+        "rung",
+        "rung_fault",
+        "rung_at",
+        "return_streak",
+        "operator_cordon",
+        "diag",
+        "diag_cordon",
+        "impaired_since",
+        "impaired_cordon",
+    }
+)
+
+
+def _node_from_json(name: str, n: Mapping[str, Any]) -> NodeMemory:
+    """Inverse of node_to_json for the entry under `name`."""
+    ladder = {} if _LADDER_KEYS.isdisjoint(n) else _ladder_from_json(n)
+    phase = n.get("phase", "")
+    return NodeMemory(
+        node=name,
+        pool=n["pool"],
+        instance_id=n.get("instance_id"),
+        first_seen_at=parse_ts(n.get("first_seen_at")),
+        phase=_PHASES[phase] if phase in _PHASES else Phase(phase),
+        phase_at=parse_ts(n.get("phase_at")),
+        phase_reason=n.get("phase_reason", ""),
+        repair=n.get("repair", False),
+        report_version=n.get("report_version"),
+        report=summary_from_json(n.get("report")),
+        streak=n.get("streak", 0),
+        streak_sequence=n.get("streak_sequence", 0),
+        launch=tuple(sorted((n.get("launch") or {}).items())),
+        report_rejected=n.get("report_rejected"),
+        **ladder,
+    )
+
+
 def memory_from_json(d: Mapping[str, Any]) -> Memory:
     """Inverse of memory_to_json. Raises KeyError/ValueError on a malformed document."""
-    nodes = tuple(
-        NodeMemory(
-            node=name,
-            pool=n["pool"],
-            instance_id=n.get("instance_id"),
-            first_seen_at=parse_ts(n.get("first_seen_at")),
-            phase=Phase(n.get("phase", "")),
-            phase_at=parse_ts(n.get("phase_at")),
-            phase_reason=n.get("phase_reason", ""),
-            repair=n.get("repair", False),
-            report_version=n.get("report_version"),
-            report=summary_from_json(n.get("report")),
-            streak=n.get("streak", 0),
-            streak_sequence=n.get("streak_sequence", 0),
-            launch=tuple(sorted((n.get("launch") or {}).items())),
-            report_rejected=n.get("report_rejected"),
-            **_ladder_from_json(n),
-        )
-        for name, n in sorted(d.get("nodes", {}).items())
-    )
+    nodes = tuple(_node_from_json(name, n) for name, n in sorted(d.get("nodes", {}).items()))
     pools = tuple(
         PoolMemory(
             pool=name,

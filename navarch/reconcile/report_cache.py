@@ -140,7 +140,11 @@ class ReportCache:
                 log.warning("report cache has a bad MAC (another secret, or tampered): ignored")
                 return cache
             entries = orjson.loads(body)
-            cache.entries = {str(k): v for k, v in dict(entries).items() if isinstance(v, dict)}
+            if not isinstance(entries, dict):
+                return cache
+            # The MAC matched: this is a document navarch wrote (str keys, dict entries),
+            # used as parsed; lookup() still checks each entry it reads.
+            cache.entries = entries
             if memo is not None:
                 memo.version, memo.entries = blob.version, cache.entries
         except NotFound:
@@ -153,7 +157,11 @@ class ReportCache:
         """The verified summary of `object_key` at store `version` under `rules`, or None
         (no entry, another version or rules, an entry that does not decode)."""
         entry = self.entries.get(object_key)
-        if entry is None or entry.get("version") != version or entry.get("rules") != rules:
+        if (
+            not isinstance(entry, dict)
+            or entry.get("version") != version
+            or entry.get("rules") != rules
+        ):
             return None
         summary = entry.get("summary")
         if not isinstance(summary, dict):
@@ -176,7 +184,7 @@ class ReportCache:
         """Carry an entry of the loaded cache over when its report is still at `version`
         (the run took the summary from Memory and did not need the cache)."""
         entry = self.entries.get(object_key)
-        if entry is not None and entry.get("version") == version:
+        if isinstance(entry, dict) and entry.get("version") == version:
             self._used.setdefault(object_key, entry)
 
     def save(self, store: ObjectStore) -> bool:

@@ -365,7 +365,9 @@ def read_reports(
     """
     listed = _listed_reports(store, health_prefix(fleet))
     rules = rule_sets or {}
-    digests = {pool: rules_digest(rules.get(pool)) for pool, _, _ in listed.values()}
+    # One digest per pool, not per report: hashing the rules is 4 us a call.
+    pools = {pool for pool, _, _ in listed.values()}
+    digests = {pool: rules_digest(rules.get(pool)) for pool in pools}
     out, to_fetch = _known_reports(listed, memory, cache, digests, now)
 
     reader = _Reader(store, fleet, fleet_secret, memory, now, cache)
@@ -533,14 +535,21 @@ def fleet_rejection(views: Sequence[NodeView]) -> str | None:
     secret, an agent/reconciler version mismatch, a broken store), and a table of
     `unknown` nodes would hide it.
     """
-    reporting = [v for v in views if v.rejected is not None or v.summary is not None]
-    reasons = {v.rejected for v in reporting}
-    if len(reporting) < FLEET_REJECTION_MIN_NODES or len(reasons) != 1 or None in reasons:
+    reporting = 0
+    reason = None
+    for v in views:  # one pass that stops at the first accepted report (the usual case)
+        if v.rejected is None:
+            if v.summary is not None:
+                return None
+            continue
+        if reason is not None and v.rejected != reason:
+            return None
+        reason = v.rejected
+        reporting += 1
+    if reporting < FLEET_REJECTION_MIN_NODES or reason is None:
         return None
-    (reason,) = reasons
-    assert reason is not None
     hint = _FLEET_HINTS.get(reason, "see `navarch status` for each node")
     return (
-        f"every node's health report is rejected ({reason}, {len(reporting)} of "
-        f"{len(reporting)} nodes): {hint}"
+        f"every node's health report is rejected ({reason}, {reporting} of "
+        f"{reporting} nodes): {hint}"
     )

@@ -31,6 +31,7 @@ from navarch.planner.retired import retired_pool
 from navarch.providers import open_provider
 from navarch.providers.base import Provider
 from navarch.reconcile.codec import memory_to_json
+from navarch.reconcile.collector import gathering
 from navarch.reconcile.executor import Executor, JournalPolicy, Outcome, PlaybookRunner
 from navarch.reconcile.report_cache import CacheMemo, ReportCache
 from navarch.reconcile.reports import read_reports
@@ -206,7 +207,14 @@ def gather(fleet: Fleet, now: datetime, options: PlanOptions | None = None) -> S
     options: the run's flags (--pool, --replace, destroy, --allow-destroy); see PlanOptions.
     Raises ConfigError first thing when the fleet secret cannot be read, NavarchError when
     `--replace` names a node the fleet does not have (a typo must not pass silently).
+    In a one-shot process the garbage collector is paused meanwhile
+    (navarch.reconcile.collector).
     """
+    with gathering():
+        return _gather(fleet, now, options)
+
+
+def _gather(fleet: Fleet, now: datetime, options: PlanOptions | None) -> Snapshot:
     secret = fleet.secret()
     inventory = list_inventory(fleet)
     memory, version = load_memory(fleet.store, fleet.spec.name, fleet.state_cache)

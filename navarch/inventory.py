@@ -9,11 +9,11 @@ of the design: navarch only ever touches instances carrying the fleet's tags.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cached_property
 from operator import attrgetter
-from typing import Any, Generic, TypeVar, overload
 
 from navarch.compat import StrEnum
 
@@ -24,35 +24,6 @@ TAG_LAUNCH = "navarch-launch"
 TAG_SPEC = "navarch-spec"  # PoolSpec.launch_hash() at launch: drift survives a lost Memory
 #: Every tag key with this prefix is navarch's own: set at launch, never written after it.
 RESERVED_TAG_PREFIX = "navarch-"
-
-_T = TypeVar("_T")
-
-
-class _cached(Generic[_T]):
-    """functools.cached_property without its lock: Python 3.11 takes one lock per property
-    for the first read of it on every instance (0.6 us each, twice per instance of a
-    100,000-node inventory every run; the lock is gone from 3.12). Two threads reading a
-    value at once may both compute it: the properties cached here are pure."""
-
-    def __init__(self, func: Callable[[Any], _T]) -> None:
-        self.func = func
-        self.name = func.__name__
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.name = name
-
-    @overload
-    def __get__(self, obj: None, objtype: type | None = None) -> _cached[_T]: ...
-
-    @overload
-    def __get__(self, obj: object, objtype: type | None = None) -> _T: ...
-
-    def __get__(self, obj: object | None, objtype: type | None = None) -> _T | _cached[_T]:
-        if obj is None:
-            return self
-        value = self.func(obj)
-        obj.__dict__[self.name] = value  # read from there from now on, not through here
-        return value
 
 
 class InstanceState(StrEnum):
@@ -145,7 +116,7 @@ class Instance:
     def tag(self, key: str) -> str | None:
         return self._tag_map.get(key)
 
-    @_cached
+    @cached_property
     def _tag_map(self) -> dict[str, str]:
         # Built once per Instance (immutable): observe reads several tags of every
         # instance every run. The first pair of a duplicated key wins, as a scan would.
@@ -154,7 +125,7 @@ class Instance:
             out.setdefault(k, v)
         return out
 
-    @_cached
+    @cached_property
     def _digest_line(self) -> bytes:
         # The cloud's verdict changes plans, so a saved plan goes stale when it changes;
         # the default adds nothing, so fingerprints of providers without it stay as they were.
@@ -170,15 +141,15 @@ class Instance:
 
     # Cached, not properties: a run reads them several times for every instance (ownership,
     # pools, views), and each read through tag() is two calls.
-    @_cached
+    @cached_property
     def fleet(self) -> str | None:
         return self.tag(TAG_FLEET)
 
-    @_cached
+    @cached_property
     def pool(self) -> str | None:
         return self.tag(TAG_POOL)
 
-    @_cached
+    @cached_property
     def node(self) -> str | None:
         return self.tag(TAG_NODE)
 

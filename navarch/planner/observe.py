@@ -36,7 +36,7 @@ Rules (DESIGN.md "Node lifecycle" and safety rules 1-2):
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from operator import attrgetter
 from typing import Any
@@ -381,30 +381,15 @@ def _fold_report(nm: NodeMemory, obs: ReportObservation | None) -> NodeMemory:
         # The agent checks more often than it writes: its own count of checks in a row
         # that saw the fault is the streak when it is ahead of the reports counted here.
         streak = max(streak, s.consecutive)
-    changes = {
-        "report_rejected": None,
-        "report_version": obs.version,
-        "report": s,
-        "streak": streak,
-        "streak_sequence": s.sequence,
-        "return_streak": _fold_return(nm, s),
-    }
-    return _replaced(nm, changes)
-
-
-#: NodeMemory's fields in order; _replaced relies on it having no __post_init__.
-_NODE_FIELDS = tuple(f.name for f in fields(NodeMemory))
-assert not hasattr(NodeMemory, "__post_init__")
-
-
-def _replaced(nm: NodeMemory, changes: Mapping[str, Any]) -> NodeMemory:
-    """dataclasses.replace(nm, **changes) at half its cost, without running __init__ (the
-    fields are set as __init__ sets them): a run folds a new report into most nodes when
-    Memory was written before those reports (an incremental plan, bench/scale.py)."""
-    new = object.__new__(NodeMemory)
-    for name in _NODE_FIELDS:
-        object.__setattr__(new, name, changes[name] if name in changes else getattr(nm, name))
-    return new
+    return replace(
+        nm,
+        report_rejected=None,
+        report_version=obs.version,
+        report=s,
+        streak=streak,
+        streak_sequence=s.sequence,
+        return_streak=_fold_return(nm, s),
+    )
 
 
 def _fold_impaired(nm: NodeMemory, inst: Instance, now: datetime) -> NodeMemory:

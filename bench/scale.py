@@ -18,16 +18,22 @@ child):
    batches of FLOOR_BATCH reports fetched in parallel (the store's get_many)
 6. (not measured) CHANGED_PCT of the reports re-signed with the next sequence, as agents
    writing on change or heartbeat between two runs would
-7. `navarch plan FLEET --detailed-exitcode`  incremental: the plan of step 3 left the
+7. `navarch plan FLEET --detailed-exitcode`  plan_only: the plan of step 3 left the
    verified-report cache (navarch.reconcile.report_cache), so only the changed reports are
-   fetched and verified
+   fetched and verified; the other summaries come from the cache (a fleet where only
+   plans have run since the reports were written)
+8. (not measured) `navarch apply FLEET --auto-approve`, as the reconciler's cron job runs
+   it: nothing to do, every accepted report folded into Memory; then step 6 again
+9. `navarch plan FLEET --detailed-exitcode`  incremental: the steady state, a plan after
+   the last apply; the unchanged reports' summaries come from Memory, only the changed
+   ones are fetched and verified
 
 Prints one line per step and size (wall and CPU seconds: on a shared machine the CPU time
 is the steadier figure), with the ratio of wall times to the 1,000-node figure and (plan)
 to the floor; last line:
 `plan_ratio_10k=... apply_ratio_10k=... status_ratio_10k=... plan_vs_floor_10k=...
 plan_vs_floor_100k=... incremental_vs_floor_10k=... incremental_vs_floor_100k=...
-rss_mb_100k=...` (n/a for sizes not run; the vs_floor figures are wall-time ratios;
+plan_only_vs_floor_10k=... plan_only_vs_floor_100k=... rss_mb_100k=...` (n/a for sizes not run; the vs_floor figures are wall-time ratios;
 rss_mb_100k is the largest peak RSS of the 100,000-node steps).
 """
 
@@ -195,6 +201,7 @@ def child(kind: str, fleet_file: str, out: str) -> None:
             argv = {
                 "apply": ["apply", fleet_file, "--auto-approve"],
                 "plan": ["plan", fleet_file, "--detailed-exitcode"],
+                "plan_only": ["plan", fleet_file, "--detailed-exitcode"],
                 "incremental": ["plan", fleet_file, "--detailed-exitcode"],
                 "status": ["status", fleet_file],
             }[kind]
@@ -235,7 +242,9 @@ def run_child(kind: str, fleet: Path) -> dict[str, Any]:
     if proc.returncode != 0 or not out.exists():
         raise SystemExit(f"{kind} failed ({proc.returncode}): {proc.stderr[-2000:]}")
     result = json.loads(out.read_text())
-    expected = {"apply": 0, "plan": 0, "status": 0, "floor": 0, "incremental": 0}[kind]
+    expected = {"apply": 0, "plan": 0, "status": 0, "floor": 0, "plan_only": 0, "incremental": 0}[
+        kind
+    ]
     if result["rc"] != expected:
         raise SystemExit(f"{kind} exited {result['rc']}: {proc.stderr[-1500:]}\n{result['tail']}")
     return result
@@ -258,6 +267,10 @@ def measure(nodes: int, status: bool = True) -> dict[str, dict[str, Any]]:
             results[kind] = run_child(kind, fleet)
         changed = change_reports(d)
         print(f"  [{nodes}] changed {changed} reports (not measured)", flush=True)
+        results["plan_only"] = run_child("plan_only", fleet)
+        run_child("apply", fleet)
+        changed = change_reports(d)
+        print(f"  [{nodes}] applied, changed {changed} reports (not measured)", flush=True)
         results["incremental"] = run_child("incremental", fleet)
         return results
 
@@ -276,7 +289,7 @@ def main() -> None:
     )
     parser.add_argument(
         "--child",
-        choices=["apply", "plan", "status", "floor", "incremental"],
+        choices=["apply", "plan", "status", "floor", "plan_only", "incremental"],
         help=argparse.SUPPRESS,
     )
     parser.add_argument("--fleet", help=argparse.SUPPRESS)
@@ -291,13 +304,13 @@ def main() -> None:
     for n in sizes:
         figures[n] = measure(n, status=not args.no_status)
         ref = figures.get(1000)
-        for kind in ("apply", "plan", "status", "floor", "incremental"):
+        for kind in ("apply", "plan", "status", "floor", "plan_only", "incremental"):
             if kind not in figures[n]:
                 continue
             r = figures[n][kind]
             ratio = f"{r['wall_s'] / ref[kind]['wall_s']:.1f}x of 1k" if ref else "n/a"
             extra = ""
-            if kind == "incremental":
+            if kind in ("plan_only", "incremental"):
                 fl = figures[n]["floor"]
                 extra = (
                     f", {r['wall_s'] / fl['wall_s']:.2f}x the floor "
@@ -306,7 +319,7 @@ def main() -> None:
             if kind == "plan":
                 extra = f", {r['wall_s'] / figures[n]['floor']['wall_s']:.2f}x the floor"
             print(
-                f"nodes={n:>6} {kind:6s} wall {r['wall_s']:8.2f} s  cpu {r['cpu_s']:8.2f} s  "
+                f"nodes={n:>6} {kind:11s} wall {r['wall_s']:8.2f} s  cpu {r['cpu_s']:8.2f} s  "
                 f"peak RSS {r['rss_mb']:7.0f} MB  ({ratio}{extra})",
                 flush=True,
             )
@@ -329,7 +342,9 @@ def main() -> None:
         f"status_ratio_10k={ratio('status', 10000)} plan_vs_floor_10k={vs_floor(10000)} "
         f"plan_vs_floor_100k={vs_floor(100000)} "
         f"incremental_vs_floor_10k={vs_floor(10000, 'incremental')} "
-        f"incremental_vs_floor_100k={vs_floor(100000, 'incremental')} rss_mb_100k={rss_100k}"
+        f"incremental_vs_floor_100k={vs_floor(100000, 'incremental')} "
+        f"plan_only_vs_floor_10k={vs_floor(10000, 'plan_only')} "
+        f"plan_only_vs_floor_100k={vs_floor(100000, 'plan_only')} rss_mb_100k={rss_100k}"
     )
 
 

@@ -4,8 +4,9 @@ A run lists health/<fleet>/ (one LIST page per 1,000 keys carries each object's 
 S3 ETag, GCS generation, the file store's mtime and inode) and fetches and verifies only
 the reports whose version it has no verified summary for. Summaries come from Memory (the
 version the last apply folded in) and, for every other version verified before, from this
-cache, kept beside the state as ``state/<fleet>.reports-cache.json``: a header line, then
-the entries document whose exact bytes the header's MAC signs::
+cache. It holds only those (Memory's own are not copied into it, so after an apply it is
+small), kept beside the state as ``state/<fleet>.reports-cache.json``: a header line,
+then the entries document whose exact bytes the header's MAC signs::
 
     {"format": 2, "mac": "<hex HMAC-SHA256 of the bytes after this line>"}
     {"health/<fleet>/<pool>/<node>.json":
@@ -180,16 +181,9 @@ class ReportCache:
         doc = orjson.loads(orjson.dumps(doc))  # the JSON form, as a loaded entry holds it
         self._used[object_key] = {"version": version, "rules": rules, "summary": doc}
 
-    def keep(self, object_key: str, version: str) -> None:
-        """Carry an entry of the loaded cache over when its report is still at `version`
-        (the run took the summary from Memory and did not need the cache)."""
-        entry = self.entries.get(object_key)
-        if isinstance(entry, dict) and entry.get("version") == version:
-            self._used.setdefault(object_key, entry)
-
     def save(self, store: ObjectStore) -> bool:
         """Write the entries this run used or made, when they differ from those loaded
-        (reports no longer listed are dropped) -> whether it wrote. A store error is
+        (reports no longer listed, or whose version Memory now holds, are dropped) -> whether it wrote. A store error is
         logged, never raised: the cache only ever saves time."""
         if self._used == self.entries:
             return False

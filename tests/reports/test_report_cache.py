@@ -181,6 +181,32 @@ def test_a_cached_summary_still_obeys_the_replay_rule(tmp_path: Path) -> None:
     assert again["demo-train-0001"].rejected == "replayed"
 
 
+def test_the_cache_holds_only_what_memory_lacks(tmp_path: Path) -> None:
+    store = _fleet(tmp_path)
+    cache = ReportCache.load(store, "demo", SECRET)
+    first = read_reports(store, "demo", Memory(fleet="demo"), SECRET, NOW, cache=cache)
+    assert cache is not None and cache.save(store)
+    # An apply folds every report into Memory; one node's report changes after it.
+    memory = Memory(fleet="demo").with_nodes(
+        [
+            NodeMemory(node=o.node, pool="train", report_version=o.version, report=o.summary)
+            for o in first.values()
+        ]
+    )
+    _put(store, "demo-train-0002", 8, status="unhealthy")
+    store.fetched.clear()
+    cache = ReportCache.load(store, "demo", SECRET)
+    seen = read_reports(store, "demo", memory, SECRET, NOW, cache=cache)
+    assert cache is not None and cache.save(store)
+    assert store.fetched == ["demo-train-0002"]
+    assert seen["demo-train-0002"].summary.status.value == "unhealthy"  # type: ignore[union-attr]
+    kept = ReportCache.load(store, "demo", SECRET)
+    assert kept is not None and list(kept.entries) == ["health/demo/train/demo-train-0002.json"]
+    # Memory lost: every report is verified again, and the verdicts are the same.
+    assert _run(store) == {**dict.fromkeys(NODES, "healthy"), "demo-train-0002": "unhealthy"}
+    assert sorted(store.fetched) == [n for n in NODES if n != "demo-train-0002"]
+
+
 def test_a_process_reuses_the_cache_it_wrote_and_only_that_version(tmp_path: Path) -> None:
     store = _fleet(tmp_path)
     memo = CacheMemo()

@@ -33,8 +33,9 @@ is the steadier figure), with the ratio of wall times to the 1,000-node figure a
 to the floor; last line:
 `plan_ratio_10k=... apply_ratio_10k=... status_ratio_10k=... plan_vs_floor_10k=...
 plan_vs_floor_100k=... incremental_vs_floor_10k=... incremental_vs_floor_100k=...
-plan_only_vs_floor_10k=... plan_only_vs_floor_100k=... rss_mb_100k=...` (n/a for sizes not run; the vs_floor figures are wall-time ratios;
-rss_mb_100k is the largest peak RSS of the 100,000-node steps).
+plan_only_vs_floor_10k=... plan_only_vs_floor_100k=... rss_mb_100k=...` (n/a for sizes
+not run; the vs_floor figures are wall-time ratios; rss_mb_100k is the largest peak RSS of
+the 100,000-node steps).
 """
 
 from __future__ import annotations
@@ -242,10 +243,7 @@ def run_child(kind: str, fleet: Path) -> dict[str, Any]:
     if proc.returncode != 0 or not out.exists():
         raise SystemExit(f"{kind} failed ({proc.returncode}): {proc.stderr[-2000:]}")
     result = json.loads(out.read_text())
-    expected = {"apply": 0, "plan": 0, "status": 0, "floor": 0, "plan_only": 0, "incremental": 0}[
-        kind
-    ]
-    if result["rc"] != expected:
+    if result["rc"] != 0:  # every step is a converged fleet: plan exits 0, not 2
         raise SystemExit(f"{kind} exited {result['rc']}: {proc.stderr[-1500:]}\n{result['tail']}")
     return result
 

@@ -183,8 +183,9 @@ class ReportCache:
 
     def save(self, store: ObjectStore) -> bool:
         """Write the entries this run used or made, when they differ from those loaded
-        (reports no longer listed, or whose version Memory now holds, are dropped) -> whether it wrote. A store error is
-        logged, never raised: the cache only ever saves time."""
+        (reports no longer listed, or whose version Memory now holds, are dropped) ->
+        whether it wrote. A store error is logged, never raised: the cache only ever saves
+        time."""
         if self._used == self.entries:
             return False
         body = orjson.dumps(self._used, option=orjson.OPT_SORT_KEYS)

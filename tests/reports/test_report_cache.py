@@ -199,7 +199,8 @@ def test_the_cache_holds_only_what_memory_lacks(tmp_path: Path) -> None:
     seen = read_reports(store, "demo", memory, SECRET, NOW, cache=cache)
     assert cache is not None and cache.save(store)
     assert store.fetched == ["demo-train-0002"]
-    assert seen["demo-train-0002"].summary.status.value == "unhealthy"  # type: ignore[union-attr]
+    changed = seen["demo-train-0002"].summary
+    assert changed is not None and changed.status.value == "unhealthy"
     kept = ReportCache.load(store, "demo", SECRET)
     assert kept is not None and list(kept.entries) == ["health/demo/train/demo-train-0002.json"]
     # Memory lost: every report is verified again, and the verdicts are the same.

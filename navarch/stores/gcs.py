@@ -13,6 +13,12 @@ When STORAGE_EMULATOR_HOST is set (fake-gcs-server, tests), the client talks to 
 emulator with AnonymousCredentials and the project from GOOGLE_CLOUD_PROJECT (default
 "navarch-test"). Otherwise Application Default Credentials are used.
 
+The client's bucket-metadata probe is switched off (BUCKET_METADATA_SWITCH):
+google-cloud-storage 3.x otherwise fetches the bucket's metadata (`storage.buckets.get`, a
+permission the reconciler's role does not grant) on a background thread at the first
+object call, for tracing attributes navarch does not use, and retries it there for up to
+two minutes when it fails.
+
 Known limit: a create-if-absent whose response is lost and then retried reports
 PreconditionFailed although this caller created the object; callers that care (the
 lock) read the object back and compare its holder.
@@ -44,6 +50,10 @@ from navarch.errors import (
 from navarch.stores.base import Blob, ObjectInfo, fetch_many
 
 __all__ = ["GCSStore", "map_error"]
+
+#: google-cloud-storage's own switch for its background bucket-metadata probe (see the
+#: module docstring); read at every call, process-wide. An operator's setting is kept.
+BUCKET_METADATA_SWITCH = "DISABLE_GCS_PYTHON_CLIENT_OTEL_BUCKET_METADATA"
 
 #: Parallel downloads in get_many; below urllib3's default pool size (10) so no
 #: connection is thrown away with a "pool is full" warning.
@@ -107,6 +117,7 @@ class GCSStore:
         self.prefix = prefix.strip("/")
         self.parallel_gets = MAX_PARALLEL_GETS
         self.url = f"gs://{bucket}" + (f"/{self.prefix}" if self.prefix else "")
+        os.environ.setdefault(BUCKET_METADATA_SWITCH, "true")
         self._client = client if client is not None else _default_client()
         with gcs_errors("", op="open"):
             self._bucket = self._client.bucket(bucket)

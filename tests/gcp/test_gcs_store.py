@@ -8,7 +8,9 @@ stub speaking the GCS JSON API's DELETE with ifGenerationMatch.
 
 from __future__ import annotations
 
+import os
 import re
+import threading
 from collections.abc import Iterator
 from typing import Any, ClassVar
 from urllib.parse import unquote
@@ -19,8 +21,9 @@ from google.auth import exceptions as auth_exc
 
 from navarch.errors import NotFound, PreconditionFailed, StoreError, StoreUnavailable
 from navarch.stores import open_store
-from navarch.stores.gcs import GCSStore, map_error
+from navarch.stores.gcs import BUCKET_METADATA_SWITCH, GCSStore, map_error
 from tests.support.fakehttp import Answer, FakeAPI, Request, Route, serve
+from tests.support.gcs_log import GcsLog, recording_proxy
 
 
 @pytest.fixture
@@ -45,6 +48,39 @@ def test_list_on_missing_bucket_is_store_error(gcs_env: str) -> None:
     with pytest.raises(StoreError) as info:
         GCSStore.from_url("gs://no-such-bucket-navarch/p").list("")
     assert not isinstance(info.value, NotFound)
+
+
+def test_object_calls_make_no_bucket_request(
+    gcs_bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The client library would probe the bucket's metadata on a thread of its own
+    # (storage.buckets.get, outside the reconciler's role); navarch switches it off.
+    monkeypatch.delenv(BUCKET_METADATA_SWITCH, raising=False)
+    log = GcsLog()
+    with recording_proxy(os.environ["STORAGE_EMULATOR_HOST"], log) as proxy:
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy)
+        store = GCSStore.from_url(f"gs://{gcs_bucket}/p")
+        version = store.put("state/f.json", b"{}")
+        assert store.get("state/f.json").version == version
+        assert [i.key for i in store.list("state/")] == ["state/f.json"]
+        store.delete("state/f.json")
+        for t in threading.enumerate():  # a probe, had one started, is recorded by now
+            if "_fetch_background" in t.name:
+                t.join()
+    assert log.permissions() == {
+        "storage.objects.create",
+        "storage.objects.get",
+        "storage.objects.list",
+        "storage.objects.delete",
+    }
+
+
+def test_an_operators_bucket_metadata_setting_is_kept(
+    gcs_bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(BUCKET_METADATA_SWITCH, "false")
+    GCSStore.from_url(f"gs://{gcs_bucket}/p")
+    assert os.environ[BUCKET_METADATA_SWITCH] == "false"
 
 
 # -- conditional delete against a GCS JSON API stub -----------------------------------------

@@ -10,7 +10,8 @@ justifies it.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from enum import Enum
+from typing import Any, TypeVar
 
 from navarch.health import FaultKey, Remedy, Status
 from navarch.planner.model import (
@@ -79,18 +80,24 @@ _STATUSES = {m.value: m for m in Status}
 _REMEDIES = {m.value: m for m in Remedy}
 _PHASES = {m.value: m for m in Phase}
 
+_E = TypeVar("_E", bound=Enum)
+
+
+def _member(members: Mapping[Any, _E], enum: type[_E], value: Any) -> _E:
+    """enum(value) through its members-by-value table (see above)."""
+    return members[value] if value in members else enum(value)
+
 
 def summary_from_json(d: Mapping[str, Any] | None) -> ReportSummary | None:
     """Inverse of summary_to_json. Raises KeyError/ValueError on malformed data."""
     if d is None:
         return None
-    status, action = d["status"], d["action"]
     return ReportSummary(
         sequence=d["sequence"],
         boot_id=d["boot_id"],
         generated_at=required_ts(d["generated_at"]),
-        status=_STATUSES[status] if status in _STATUSES else Status(status),
-        action=_REMEDIES[action] if action in _REMEDIES else Remedy(action),
+        status=_member(_STATUSES, Status, d["status"]),
+        action=_member(_REMEDIES, Remedy, d["action"]),
         health_score=d["health_score"],
         fatal=d["fatal"],
         findings=tuple(d.get("findings", ())),
@@ -352,13 +359,12 @@ _LADDER_KEYS = frozenset(
 def _node_from_json(name: str, n: Mapping[str, Any]) -> NodeMemory:
     """Inverse of node_to_json for the entry under `name`."""
     ladder = {} if _LADDER_KEYS.isdisjoint(n) else _ladder_from_json(n)
-    phase = n.get("phase", "")
     return NodeMemory(
         node=name,
         pool=n["pool"],
         instance_id=n.get("instance_id"),
         first_seen_at=parse_ts(n.get("first_seen_at")),
-        phase=_PHASES[phase] if phase in _PHASES else Phase(phase),
+        phase=_member(_PHASES, Phase, n.get("phase", "")),
         phase_at=parse_ts(n.get("phase_at")),
         phase_reason=n.get("phase_reason", ""),
         repair=n.get("repair", False),

@@ -187,6 +187,8 @@ def write_fleet(directory: Path, pools: list[tuple[str, int]]) -> Path:
         "fleet": FLEET,
         "store": f"s3://{BUCKET}/{PREFIX}",
         "secret": {"env": "NAVARCH_FLEET_SECRET"},
+        # The bench measures plans of a whole fleet, its first launch included.
+        "safety": {"max_launches_per_run": max(1, sum(n for _, n in pools))},
         "providers": {"ec2": {"type": "aws", "region": REGION}},
         "pools": {
             name: {

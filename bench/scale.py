@@ -78,6 +78,8 @@ def write_fleet(directory: Path, nodes: int) -> Path:
         "fleet": FLEET,
         "store": "file://store",
         "secret": {"file": "fleet.secret"},
+        # The bench measures plans of a whole fleet, its first launch included.
+        "safety": {"max_launches_per_run": max(nodes, 1)},
         "providers": {"sim": {"type": "local", "dir": "local"}},
         "pools": {
             f"p{i:03d}": {

@@ -65,6 +65,7 @@ RUNBOOK = {
     "circuit_breaker": "docs/runbook.md#breaker",
     "orphan_guard": "docs/runbook.md#orphan-guard",
     "duplicate_node": "docs/runbook.md#duplicate-node",
+    "max_launches": "docs/runbook.md#max-launches",
     "lock": "docs/runbook.md#lease",
     "stale_plan": "docs/runbook.md#stale-plan",
     "store": "docs/runbook.md#store-unreachable",

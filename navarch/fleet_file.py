@@ -89,8 +89,34 @@ def read_fleet_secret(spec: FleetSpec) -> bytes:
             hint="run `navarch apply` once on a file:// store to create it, or write one",
         ) from exc
     if not value:
-        raise ConfigError(f"fleet secret file {path} is empty", key_path="secret.file")
+        raise _empty_secret(spec, path)
     return value.encode()
+
+
+def _empty_secret(spec: FleetSpec, path: Path, line: int | None = None) -> ConfigError:
+    return ConfigError(
+        f"fleet secret file {path} is empty: every node's report signing key derives from it",
+        file=str(spec.source),
+        line=line,
+        key_path="secret.file",
+        hint="write the fleet's secret into it (e.g. `openssl rand -hex 32`), or delete it "
+        "and run `navarch apply` on a file:// store to create one",
+    )
+
+
+def secret_problems(spec: FleetSpec, line: int | None = None) -> list[ConfigError]:
+    """What `navarch validate` can tell about the fleet secret without needing it: a
+    secret file that exists but is empty or only whitespace (apply would stop on it; a
+    missing file is created by apply on a file:// store, and an environment variable is
+    often set only where apply runs). line: secret.file's line in the fleet file."""
+    path = secret_path(spec)
+    if path is None or not path.is_file():
+        return []
+    try:
+        empty = not path.read_bytes().strip()
+    except OSError:
+        return []  # unreadable here (another user's file): the run that needs it says so
+    return [_empty_secret(spec, path, line)] if empty else []
 
 
 def ensure_local_secret(spec: FleetSpec) -> None:
@@ -128,19 +154,34 @@ def load_schema(name: str) -> dict[str, Any]:
     return doc
 
 
+def _whole_number(_checker: Any, instance: Any) -> bool:
+    return isinstance(instance, int) and not isinstance(instance, bool)
+
+
+#: Draft 2020-12 counts 3.0 as an integer (a number with a zero fractional part), but YAML
+#: and JSON load it as a float, which then reaches range() and list sizes as one: in our
+#: schemas "integer" means a whole number written without a decimal point.
+_StrictValidator: Any = jsonschema.validators.extend(
+    jsonschema.Draft202012Validator,
+    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine("integer", _whole_number),
+)
+
+
 @cache
 def validator_for(name: str) -> jsonschema.Draft202012Validator:
     """A Draft 2020-12 validator for schemas/<name>, with cross-file $refs resolved.
 
     Built once per schema and reused: the reconciler checks thousands of reports per run.
     Local "#/$defs/..." references are inlined first (the schemas are not recursive), which
-    makes each validation about a third cheaper than resolving them on every use.
+    makes each validation about a third cheaper than resolving them on every use. Its
+    "integer" is strict: 3.0 is not one (see _StrictValidator).
     """
-    return jsonschema.Draft202012Validator(
+    validator: jsonschema.Draft202012Validator = _StrictValidator(
         _inline_local_refs(load_schema(name)),
         registry=_registry(),
         format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER,
     )
+    return validator
 
 
 def _inline_local_refs(schema: dict[str, Any]) -> dict[str, Any]:
@@ -172,11 +213,23 @@ def _inline_local_refs(schema: dict[str, Any]) -> dict[str, Any]:
 #: again by the pure-Python parser, whose message (or data) stands.
 _FAST_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
+#: Most YAML nodes a fleet file may hold once its aliases are expanded. An alias is a
+#: reference, so nine nested lists of nine aliases (a "billion laughs" of 300 bytes) expand
+#: to 9**9 nodes that validation and every later walk would visit: refused here, while
+#: the composed graph is still small. A 100-pool fleet with placements, rules and notify
+#: sinks is about 6,000 nodes.
+MAX_YAML_NODES = 100_000
+#: Deepest nesting of mappings and lists: fleet.schema.json nests about ten levels.
+MAX_YAML_DEPTH = 64
+_Where = tuple[int, tuple[Any, ...]]
+
 
 def _compose(text: str, filename: str) -> tuple[Any, dict[tuple[Any, ...], int]]:
     """Parse YAML into plain data plus a map from key path to 1-based line number.
 
-    Raises ConfigError on YAML syntax errors and duplicate keys.
+    Raises ConfigError on YAML syntax errors, duplicate keys, and a file that expands
+    (through aliases) to more than MAX_YAML_NODES nodes or nests deeper than
+    MAX_YAML_DEPTH, naming the line where the limit was passed; nothing is expanded first.
     """
     loader = _FAST_LOADER
     try:
@@ -194,11 +247,24 @@ def _compose(text: str, filename: str) -> tuple[Any, dict[tuple[Any, ...], int]]
             hint="fix the YAML syntax",
         ) from exc
     lines: dict[tuple[Any, ...], int] = {}
+    seen_nodes: set[int] = set()
+    visits = [0]  # nodes walked, each alias expanded
 
-    def walk(node: yaml.Node | None, path: tuple[Any, ...]) -> None:
+    def walk(
+        node: yaml.Node | None, path: tuple[Any, ...], line: int = 1, at: _Where | None = None
+    ) -> None:
+        """Record lines and check duplicate keys; at: where the first alias on the way to
+        this node is used (the line and path an expansion error names)."""
         if node is None:
             return
         lines.setdefault(path, node.start_mark.line + 1)
+        if at is None and id(node) in seen_nodes and isinstance(node, yaml.CollectionNode):
+            at = (line, path)  # a collection met twice is an alias: blame where it is used
+        seen_nodes.add(id(node))
+        visits[0] += 1
+        if visits[0] > MAX_YAML_NODES or len(path) > MAX_YAML_DEPTH:
+            where, key = at or (lines[path], path)
+            raise _too_big(filename, where, key, deep=len(path) > MAX_YAML_DEPTH)
         if isinstance(node, yaml.MappingNode):
             seen: set[Any] = set()
             for key_node, value_node in node.value:
@@ -213,14 +279,33 @@ def _compose(text: str, filename: str) -> tuple[Any, dict[tuple[Any, ...], int]]
                     )
                 seen.add(key)
                 lines[path + (key,)] = key_node.start_mark.line + 1
-                walk(value_node, path + (key,))
+                walk(value_node, path + (key,), key_node.start_mark.line + 1, at)
         elif isinstance(node, yaml.SequenceNode):
             for i, item in enumerate(node.value):
-                walk(item, path + (i,))
+                walk(item, path + (i,), lines[path], at)
 
     walk(root, ())
     data = yaml.load(text, Loader=loader) if root is not None else None  # a safe loader
     return data, lines
+
+
+def _too_big(filename: str, line: int, path: tuple[Any, ...], *, deep: bool) -> ConfigError:
+    """The ConfigError for a file past MAX_YAML_DEPTH (deep) or MAX_YAML_NODES."""
+    if deep:
+        return ConfigError(
+            f"nests deeper than {MAX_YAML_DEPTH} levels",
+            file=filename,
+            line=line,
+            key_path=_dotted(path[:8]) + " ...",
+            hint="a fleet file nests about ten levels; flatten it",
+        )
+    return ConfigError(
+        f"expands to more than {MAX_YAML_NODES:,} YAML nodes (aliases of aliases?)",
+        file=filename,
+        line=line,
+        key_path=_dotted(path),
+        hint="write the values out, or use fewer nested aliases (*name)",
+    )
 
 
 def _dotted(path: tuple[Any, ...] | list[Any]) -> str:
@@ -269,6 +354,10 @@ def _hint_for(error: jsonschema.ValidationError) -> str:
         return "remove it, or check its spelling against schemas/fleet.schema.json"
     if error.validator == "required":
         return "add the missing key"
+    if error.validator == "type" and isinstance(error.instance, float):
+        return "write a whole number without a decimal point, e.g. 3 for 3.0"
+    if error.validator == "maximum":
+        return f"use at most {error.validator_value:,}; see the key's description"
     if error.validator in ("type", "enum", "const", "pattern", "oneOf"):
         return "see the key's description in schemas/fleet.schema.json"
     return "see schemas/fleet.schema.json"
@@ -298,6 +387,8 @@ def _schema_error(
             "navarch owns, and a label of that name would disown them"
         )
         hint = "rename the label to a key that does not start with navarch-"
+    elif err.validator == "type" and isinstance(err.instance, float):
+        message = f"{err.instance!r} is not a whole number"
     elif err.validator in ("oneOf", "anyOf"):
         # jsonschema's "is not valid under any of the given schemas" names no choice.
         forms = [_form(alt, err.schema.get("$defs", {})) for alt in err.validator_value]
@@ -377,7 +468,7 @@ def fleet_problems(path: str | Path) -> list[ConfigError]:
         spec = load_fleet(source)
     except ConfigError as exc:
         return [exc]
-    problems: list[ConfigError] = []
+    problems = secret_problems(spec, _line_for(lines, ("secret", "file")))
     for pool in spec.pools:
         for kind, rel in sorted(pool.playbooks.items()):
             key = ("pools", pool.name, "playbooks", kind)
@@ -549,6 +640,7 @@ def _build(data: dict[str, Any], source: Path, lines: Mapping[tuple[Any, ...], i
         repairs_per_pool_per_hour=s["repairs_per_pool_per_hour"],
         lock_ttl_s=parse_duration_s(s["lock_ttl"]),
         max_orphan_terminations=s["max_orphan_terminations"],
+        max_launches_per_run=s["max_launches_per_run"],
     )
     base_dir = source.resolve().parent
     store_url = data["store"]

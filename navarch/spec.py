@@ -277,6 +277,9 @@ class SafetySpec:
     repairs_per_pool_per_hour: int
     lock_ttl_s: int
     max_orphan_terminations: int | None = None  # None: max(10, 20% of the fleet)
+    #: Most nodes one run provisions; more are held back with a safety stop (exit 3), so a
+    #: typo in nodes.target cannot launch thousands of GPU nodes under --auto-approve.
+    max_launches_per_run: int = 100
 
     def orphan_limit(self, fleet_nodes: int) -> int:
         """How many orphans one run may terminate: the setting, or 10 nodes or 20% of the

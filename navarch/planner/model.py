@@ -595,16 +595,23 @@ class HaltRule(enum.StrEnum):
     MAX_NODES = "max_nodes"
     ORPHAN_GUARD = "orphan_guard"
     DUPLICATE_NODE = "duplicate_node"
+    MAX_LAUNCHES = "max_launches"
 
     @property
     def safety_stop(self) -> bool:
         """True for rules that stop a run for a human (exit 3): breaker, orphan guard,
-        duplicate node names. Budget, rate limit, capacity and max pace a converging run."""
+        duplicate node names, more launches than safety.max_launches_per_run. Budget, rate
+        limit, capacity and max pace a converging run."""
         return self in _SAFETY_STOPS
 
 
 _SAFETY_STOPS = frozenset(
-    {HaltRule.CIRCUIT_BREAKER, HaltRule.ORPHAN_GUARD, HaltRule.DUPLICATE_NODE}
+    {
+        HaltRule.CIRCUIT_BREAKER,
+        HaltRule.ORPHAN_GUARD,
+        HaltRule.DUPLICATE_NODE,
+        HaltRule.MAX_LAUNCHES,
+    }
 )
 
 

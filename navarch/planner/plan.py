@@ -33,6 +33,8 @@ Safety rules enforced here (DESIGN.md "Safety rules"):
  5. repair rate limit: at most repairs_per_pool_per_hour repairs (replacements of sick,
     drifted or requested nodes) started per pool per hour;
  6. provisioning tries places in the pool's fallback order, skipping exhausted ones.
+ 7. launches per run: at most safety.max_launches_per_run provisions, the rest held back
+    with a safety halt (navarch.planner.launches).
 A node is only terminated after it was cordoned and drained (or drain_timeout passed),
 except duplicates, stuck instances and `destroy --force`. A node is only rebooted or
 GPU-reset after it was cordoned and its drain finished (never on drain_timeout), and never
@@ -70,6 +72,7 @@ from navarch.planner.context import (
 from navarch.planner.context import iid as _iid
 from navarch.planner.diagnostics import diagnostics_stage
 from navarch.planner.ladder import in_place, ladder_stage
+from navarch.planner.launches import cap_launches
 from navarch.planner.model import (
     LEAVING,
     READY,
@@ -312,7 +315,8 @@ def plan(
     actions = tuple(
         a for r in results for a in r.actions if a.node not in blocked or a in fleet.actions
     )
-    halts = tuple(h for r in results for h in r.halts)
+    actions, capped = cap_launches(actions, spec.safety.max_launches_per_run)
+    halts = tuple(h for r in results for h in r.halts) + capped
     out = Plan(
         fleet=spec.name,
         created_at=now,

@@ -73,6 +73,7 @@ def write_fleet(
             "lock_ttl": lock_ttl,
             "circuit_breaker_pct": 100,
             "fleet_circuit_breaker_pct": 100,
+            "max_launches_per_run": max(target, 1),
         },
         "pools": {
             "train": {

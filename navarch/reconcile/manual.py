@@ -31,6 +31,10 @@ from navarch.reconcile.run import Clock, Fleet, Snapshot, gather, leased, system
 from navarch.reconcile.state import AuditLog, save_memory
 from navarch.spec import Scheduler
 
+#: Longest operator reason (--reason), in characters: a sentence or two for the scheduler's
+#: users and the audit log, never a pasted log (it lands in every plan and PR comment).
+REASON_MAX_CHARS = 1024
+
 
 def _instance(snap: Snapshot, fleet_name: str, node: str) -> Instance:
     """The node's one live instance of this fleet; NavarchError naming why not."""
@@ -145,7 +149,8 @@ def cordon(
     """An operator's cordon of `node` with `reason`; returns the playbook's detail.
 
     clock: the run's clock (navarch.reconcile.run.Clock).
-    Raises NavarchError when the node is not this fleet's, navarch is already taking it
+    Raises NavarchError when the reason is empty or longer than REASON_MAX_CHARS, the
+    node is not this fleet's, navarch is already taking it
     out of service (its own cordon, drain or termination), or the cordon playbook fails;
     LockHeld when another run holds the lease, LeaseLost when it lapsed before the cordon
     or the state write. client: the MCP client's name when an MCP tool call asked (the
@@ -156,6 +161,12 @@ def cordon(
         raise NavarchError(
             "give a reason (--reason TEXT): it is shown to the scheduler's users "
             "and kept in the audit log"
+        )
+    if len(reason.strip()) > REASON_MAX_CHARS:
+        raise NavarchError(
+            f"the reason is {len(reason.strip()):,} characters, more than "
+            f"{REASON_MAX_CHARS:,}: say why in a sentence or two (it is shown to the "
+            "scheduler's users and in every plan) and link to the details"
         )
     with leased(
         fleet, f"cordon {node}" + (f" (mcp client {client})" if client else ""), clock

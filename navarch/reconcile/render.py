@@ -140,13 +140,67 @@ def render_text(plan: Plan, *, verbose: bool = False) -> str:
     return "\n".join(lines) + "\n"
 
 
+#: GitHub refuses a pull-request comment longer than this many characters.
+GITHUB_COMMENT_MAX_CHARS = 65_536
+#: What one PR comment lists, sized so that a plan of any size stays under
+#: GITHUB_COMMENT_MAX_CHARS with every listed text at MD_TEXT_MAX_CHARS (about 40,000
+#: characters for the worst plan tests/unattended/test_markdown_plan.py renders):
+#: the rest is counted in "and N more" lines, and `plan --json` lists everything.
+MD_TEXT_MAX_CHARS = 300  # one reason, halt, note or headline, after escaping
+MD_POOLS_MAX = 20  # pool sections
+MD_ACTIONS_MAX = 40  # actions listed, fleet-wide
+MD_ACTIONS_PER_POOL = 10  # actions listed in one pool's section
+MD_LINES_MAX = 20  # halts, notes and pending lines, each
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= MD_TEXT_MAX_CHARS else text[: MD_TEXT_MAX_CHARS - 1] + "\u2026"
+
+
+def _md_sections(plan: Plan) -> tuple[list[dict[str, Any]], int, int]:
+    """The pool sections of the markdown plan within MD_POOLS_MAX, MD_ACTIONS_MAX and
+    MD_ACTIONS_PER_POOL -> (sections, pools left out, actions in them)."""
+    pools: dict[str, list[Action]] = {}
+    for a in plan.actions:
+        pools.setdefault(a.pool, []).append(a)
+    halted = {h.pool for h in plan.halts}
+    sections: list[dict[str, Any]] = []
+    room = MD_ACTIONS_MAX
+    for name, actions in list(pools.items())[:MD_POOLS_MAX]:
+        counts = Counter(a.kind.value for a in actions)
+        listed = actions[: max(0, min(MD_ACTIONS_PER_POOL, room))]
+        room -= len(listed)
+        sections.append(
+            {
+                "name": name,
+                "open": name in halted,
+                "summary": ", ".join(f"{n} to {k.replace('_', ' ')}" for k, n in counts.items()),
+                "actions": [
+                    {
+                        "symbol": _SYMBOL.get(a.kind, "~"),
+                        "headline": _headline(a),
+                        "reason": a.reason,
+                    }
+                    for a in listed
+                ],
+                "more": len(actions) - len(listed),
+            }
+        )
+    left = list(pools)[MD_POOLS_MAX:]
+    return sections, len(left), sum(len(pools[p]) for p in left)
+
+
 def render_markdown(plan: Plan) -> str:
     """The plan for a pull-request comment (templates/plan.md.j2): the summary line first
     (the same line as the text plan's, or "No changes..."), a warning block (GitHub's
-    `> [!WARNING]` alert) listing every halt when safety rules held something back, then a
+    `> [!WARNING]` alert) listing the halts when safety rules held something back, then a
     collapsible <details> section per pool with its actions and their reasons (open when
-    the pool has a halt), then notes and pending lines. Raises jinja2.UndefinedError on a
-    template bug."""
+    the pool has a halt), then notes and pending lines.
+
+    Bounded for GitHub (GITHUB_COMMENT_MAX_CHARS): each text is cut to MD_TEXT_MAX_CHARS
+    after escaping, and past MD_POOLS_MAX pools, MD_ACTIONS_MAX actions (MD_ACTIONS_PER_POOL
+    in a pool) and MD_LINES_MAX halts, notes or pending lines an "and N more" line counts
+    the rest. Raises jinja2.UndefinedError on a template bug."""
     import jinja2
 
     from navarch.resources import data_dir
@@ -159,30 +213,9 @@ def render_markdown(plan: Plan) -> str:
         keep_trailing_newline=True,
     )
     # Plan text quotes node reports: each expression is escaped for where it stands.
-    env.filters["code_line"] = markdown_code_line
-    env.filters["md"] = markdown_inline
-    pools: dict[str, list[Action]] = {}
-    for a in plan.actions:
-        pools.setdefault(a.pool, []).append(a)
-    halted = {h.pool for h in plan.halts}
-    sections = []
-    for name, actions in pools.items():
-        counts = Counter(a.kind.value for a in actions)
-        sections.append(
-            {
-                "name": name,
-                "open": name in halted,
-                "summary": ", ".join(f"{n} to {k.replace('_', ' ')}" for k, n in counts.items()),
-                "actions": [
-                    {
-                        "symbol": _SYMBOL.get(a.kind, "~"),
-                        "headline": _headline(a),
-                        "reason": a.reason,
-                    }
-                    for a in actions
-                ],
-            }
-        )
+    env.filters["code_line"] = lambda t: _cut(markdown_code_line(t))
+    env.filters["md"] = lambda t: _cut(markdown_inline(t))
+    sections, more_pools, more_pool_actions = _md_sections(plan)
     if plan.actions:
         summary = summary_line(plan)
     else:
@@ -190,10 +223,15 @@ def render_markdown(plan: Plan) -> str:
     return env.get_template("plan.md.j2").render(
         fleet=plan.fleet,
         summary=summary,
-        halts=plan.halts,
+        halts=plan.halts[:MD_LINES_MAX],
+        more_halts=max(0, len(plan.halts) - MD_LINES_MAX),
         pools=sections,
-        notes=plan.notes,
-        pending=plan.pending,
+        more_pools=more_pools,
+        more_pool_actions=more_pool_actions,
+        notes=plan.notes[:MD_LINES_MAX],
+        more_notes=max(0, len(plan.notes) - MD_LINES_MAX),
+        pending=plan.pending[:MD_LINES_MAX],
+        more_pending=max(0, len(plan.pending) - MD_LINES_MAX),
     )
 
 

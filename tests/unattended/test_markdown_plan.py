@@ -122,3 +122,57 @@ def test_markdown_warns_when_safety_rules_held_back() -> None:
     warning = text.index("> [!WARNING]")
     assert text.index("**Plan:") < warning < text.index("<details")
     assert "> - `train` circuit_breaker: 2 of 3 nodes" in text
+
+
+def _worst_plan(nodes: int, pools: int) -> Plan:
+    """A plan as long as a fleet of `nodes` nodes in `pools` pools can make it: every node
+    cordoned, drained, terminated and replaced, each reason 1 KB of characters that
+    Markdown escaping lengthens most, and halts, notes and pending lines for every node."""
+    long = ("&<>[`\\ www." * 100)[:1024]
+    actions = []
+    for i in range(nodes):
+        pool = f"pool-{i % pools:03d}-{'x' * 14}"
+        node = f"demo-{pool}-{i:04d}"
+        for kind in (ActionKind.CORDON, ActionKind.DRAIN, ActionKind.TERMINATE):
+            actions.append(
+                Action(
+                    kind,
+                    pool,
+                    node,
+                    long,
+                    instance_id=f"i-{i:017d}",
+                    action_reason=ActionReason.UNHEALTHY,
+                )
+            )
+        actions.append(
+            Action(
+                ActionKind.PROVISION,
+                pool,
+                f"{node}-r",
+                long,
+                places=tuple(Place(f"zone-{z}", "p5.48xlarge", False, z) for z in range(8)),
+                replaces=node,
+                action_reason=ActionReason.REPLACEMENT,
+            )
+        )
+    return Plan(
+        fleet="demo",
+        created_at=NOW,
+        actions=tuple(actions),
+        halts=tuple(Halt(f"pool-{i:03d}", "circuit_breaker", long) for i in range(nodes)),
+        notes=tuple(long for _ in range(nodes)),
+        pending=tuple(long for _ in range(nodes)),
+    )
+
+
+@pytest.mark.parametrize(("nodes", "pools"), [(1000, 1), (1000, 100), (1000, 1000)])
+def test_markdown_plan_of_a_big_fleet_with_long_reasons_fits_a_github_comment(nodes, pools):
+    text = render_markdown(_worst_plan(nodes, pools))
+    assert len(text) < 65_536
+    assert text.count("<details") == text.count("</details>")
+    assert text.count("```") % 2 == 0  # every fence closed
+    assert "more (`navarch plan --json` lists each)" in text
+    if pools > 20:
+        assert f"and {pools - 20:,} more pools with" in text
+    else:
+        assert "more actions in pool pool-000" in text

@@ -143,6 +143,25 @@ class OrphanGuard(Scene):
         _edit(self.fleet_dir, remove_infer)
 
 
+class MaxLaunches(Scene):
+    """train's target raised from 3 to 6 under a cap of 2 launches; the operator raises
+    the cap before the fix's apply."""
+
+    def setup(self) -> None:
+        super().setup()
+
+        def grow(d: dict[str, Any]) -> None:
+            d["pools"]["train"]["nodes"] = {"min": 2, "target": 6, "max": 6}
+            d["safety"]["max_launches_per_run"] = 2
+
+        _edit(self.fleet_dir, grow)
+
+    def before(self, index: int, argv: list[str]) -> list[str]:
+        if index == 1:
+            _edit(self.fleet_dir, lambda d: d["safety"].update(max_launches_per_run=10))
+        return argv
+
+
 class DuplicateNode(Scene):
     """demo-train-0001's machine cloned with its tags, and navarch's state lost."""
 
@@ -197,6 +216,7 @@ LINKED = {
     "breaker",
     "lease",
     "orphan-guard",
+    "max-launches",
     "duplicate-node",
     "stale-plan",
     "store-unreachable",
@@ -210,6 +230,7 @@ SCENES: dict[str, type[Scene]] = {
     "capacity": Capacity,
     "stuck-cordoned": StuckCordoned,
     "orphan-guard": OrphanGuard,
+    "max-launches": MaxLaunches,
     "duplicate-node": DuplicateNode,
     "stale-plan": StalePlan,
     "store-unreachable": StoreUnreachable,

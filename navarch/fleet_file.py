@@ -216,8 +216,7 @@ _FAST_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 #: Most YAML nodes a fleet file may hold once its aliases are expanded. An alias is a
 #: reference, so nine nested lists of nine aliases (a "billion laughs" of 300 bytes) expand
 #: to 9**9 nodes that validation and every later walk would visit: refused here, while
-#: the composed graph is still small. A 100-pool fleet with placements, rules and notify
-#: sinks is about 6,000 nodes.
+#: the composed graph is still small. bench/scale.py's fleet of 100 pools is about 3,000.
 MAX_YAML_NODES = 100_000
 #: Deepest nesting of mappings and lists: fleet.schema.json nests about ten levels.
 MAX_YAML_DEPTH = 64
@@ -349,13 +348,21 @@ def _apply_defaults(instance: Any, schema: Mapping[str, Any], root: Mapping[str,
                 _apply_defaults(value, extra, root)
 
 
+def _float_for_integer(error: jsonschema.ValidationError) -> bool:
+    """A number with a decimal point where the schema wants a whole number (3.0)."""
+    wanted = error.validator_value if error.validator == "type" else ()
+    return isinstance(error.instance, float) and "integer" in (
+        [wanted] if isinstance(wanted, str) else list(wanted)
+    )
+
+
 def _hint_for(error: jsonschema.ValidationError) -> str:
     if error.validator == "additionalProperties":
         return "remove it, or check its spelling against schemas/fleet.schema.json"
     if error.validator == "required":
         return "add the missing key"
-    if error.validator == "type" and isinstance(error.instance, float):
-        return "write a whole number without a decimal point, e.g. 3 for 3.0"
+    if _float_for_integer(error):
+        return "write a whole number without a decimal point: 3, not 3.0"
     if error.validator == "maximum":
         return f"use at most {error.validator_value:,}; see the key's description"
     if error.validator in ("type", "enum", "const", "pattern", "oneOf"):
@@ -387,7 +394,7 @@ def _schema_error(
             "navarch owns, and a label of that name would disown them"
         )
         hint = "rename the label to a key that does not start with navarch-"
-    elif err.validator == "type" and isinstance(err.instance, float):
+    elif _float_for_integer(err):
         message = f"{err.instance!r} is not a whole number"
     elif err.validator in ("oneOf", "anyOf"):
         # jsonschema's "is not valid under any of the given schemas" names no choice.

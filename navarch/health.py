@@ -20,13 +20,14 @@ annotations, ``StrEnum`` from navarch.compat.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from navarch.compat import StrEnum
 
-__all__ = ["Status", "Remedy", "FaultKey"]
+__all__ = ["FAULT_KIND_PATTERN", "FaultKey", "Remedy", "Status", "fault_kind"]
 
 
 class Status(StrEnum):
@@ -90,6 +91,20 @@ def _remedy_rank(r: Remedy) -> int:
 
 
 _GPU_SEP = "@gpu"
+
+#: The grammar of a reported fault kind (schemas/health-report.schema.json's
+#: checks[].fault_key.kind): a key, never prose, so a node cannot put a terminal escape, a
+#: line break or an invisible character into every place the ladder names its fault.
+FAULT_KIND_PATTERN = r"^[a-z0-9_.:-]+$"
+FAULT_KIND_MAX_CHARS = 128
+_NOT_KIND = re.compile(r"[^a-z0-9_.:-]")
+
+
+def fault_kind(text: str) -> str:
+    """``text`` as a fault kind of FAULT_KIND_PATTERN: lower case, each other character
+    "_", at most FAULT_KIND_MAX_CHARS; "unknown" for empty text. The agent names a check's
+    fault by it (a plugin check is named after its entry point, which may be any text)."""
+    return _NOT_KIND.sub("_", text.lower())[:FAULT_KIND_MAX_CHARS] or "unknown"
 
 
 @dataclass(frozen=True)

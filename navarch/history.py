@@ -12,7 +12,9 @@ Each record says what was done (action, pool, node, instance id), why (reason, t
 key and ladder rung where the ladder chose it), how it ended (ok, detail, error), when and
 in which run, who asked (Actor) and the health report that drove it (sequence, status,
 boot id). Records written before a field existed are read by field name with defaults,
-so an old log still reads; a malformed line is counted, never fatal.
+so an old log still reads; a malformed line is counted, never fatal. Every string read
+from a record is made plain (navarch.textsafe): a record may quote a node, and a log
+written by an older navarch holds that text as the node wrote it.
 
 The current state of each node (its Memory: phase, since when, why) closes the story.
 """
@@ -27,6 +29,7 @@ from typing import Any
 
 import orjson
 
+from navarch.textsafe import plain
 from navarch.wording import counted
 
 HISTORY_FORMAT_VERSION = 1
@@ -157,11 +160,17 @@ def _actor(r: Mapping[str, Any]) -> Actor:
 def _report(value: Any) -> ReportRef | None:
     if not isinstance(value, Mapping) or not isinstance(value.get("sequence"), int):
         return None
-    return ReportRef(value["sequence"], str(value.get("status", "")), str(value.get("boot_id", "")))
+    return ReportRef(
+        value["sequence"], _text(value.get("status", "")), _text(value.get("boot_id", ""))
+    )
+
+
+def _text(value: Any) -> str:
+    return plain(str(value))
 
 
 def _opt(value: Any) -> str | None:
-    return None if value is None else str(value)
+    return None if value is None else _text(value)
 
 
 def event_from_record(r: Mapping[str, Any], key: str) -> HistoryEvent | None:
@@ -170,18 +179,18 @@ def event_from_record(r: Mapping[str, Any], key: str) -> HistoryEvent | None:
     if when is None:
         return None
     actor = _actor(r)
-    verb = str(r.get("verb") or (r.get("run_id") if actor is Actor.OPERATOR else "") or "")
+    verb = _text(r.get("verb") or (r.get("run_id") if actor is Actor.OPERATOR else "") or "")
     client = r.get("client")
     return HistoryEvent(
         time=when,
-        run_id=str(r.get("run_id", "")),
-        action=str(r.get("action", "")),
-        pool=str(r.get("pool", "")),
+        run_id=_text(r.get("run_id", "")),
+        action=_text(r.get("action", "")),
+        pool=_text(r.get("pool", "")),
         node=_opt(r.get("node")),
         instance_id=_opt(r.get("instance_id")),
-        reason=str(r.get("reason", "")),
+        reason=_text(r.get("reason", "")),
         ok=bool(r.get("ok")),
-        detail=str(r.get("detail", "")),
+        detail=_text(r.get("detail", "")),
         error=_opt(r.get("error")),
         actor=actor,
         verb=verb,
@@ -191,7 +200,7 @@ def event_from_record(r: Mapping[str, Any], key: str) -> HistoryEvent | None:
         lemon=bool(r.get("lemon")),
         replaces=_opt(r.get("replaces")),
         key=key,
-        client=str(client) if client else None,
+        client=_text(client) if client else None,
     )
 
 

@@ -24,6 +24,7 @@ from navarch.planner.model import HaltRule, Memory, NodeView, Plan, ts
 from navarch.resources import data_dir
 from navarch.spec import FleetSpec
 from navarch.stores.base import ObjectStore
+from navarch.textsafe import plain
 
 #: Audit records shown (newest first), read from at most this many newest chunks.
 RECENT_EVENTS = 25
@@ -98,6 +99,9 @@ def _template() -> Any:
         loader=jinja2.FileSystemLoader(str(data_dir("templates"))),
         undefined=jinja2.StrictUndefined,
         autoescape=True,
+        # Every value shown may quote a node: no control or invisible character reaches
+        # the page, whatever path the text took to get here (autoescape handles HTML).
+        finalize=lambda value: plain(value) if isinstance(value, str) else value,
         trim_blocks=True,
         lstrip_blocks=True,
     )

@@ -2,8 +2,8 @@
 
 A health report is signed with its node's own key, which a tenant with root on that node
 holds, so its free text (check messages, XID messages) is hostile input. It is made plain
-once where it enters (`node_text`: no control characters, no lone surrogates, a bounded
-length) and escaped again for each sink's format where it leaves:
+once where it enters (`node_text`: no control characters, no invisible characters, no lone
+surrogates, a bounded length) and escaped again for each sink's format where it leaves:
 
 - `slack_mrkdwn`: Slack's mrkdwn control characters (&, <, >), per Slack's "Formatting
   text for app surfaces" (escaping text), so `<!channel>` and `<url|label>` stay text.
@@ -26,6 +26,19 @@ import re
 NODE_TEXT_MAX_CHARS = 300
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+#: Characters that show as nothing yet are still read by a model or a program: every format
+#: character (Unicode category Cf: soft hyphen, zero-width space and joiners, word joiner,
+#: U+180E, U+FEFF, the invisible operators, the whole tag block U+E0000-E007F that can
+#: spell out a hidden instruction) and the invisible fillers and selectors of other
+#: categories (combining grapheme joiner, Hangul fillers, Khmer inherent vowels, variation
+#: selectors, which can carry a byte each). Cf as of Unicode 15.1; a test holds the list
+#: against the running Python's unicodedata.
+_INVISIBLE = re.compile(
+    "[\u00ad\u034f\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u115f\u1160"
+    "\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff"
+    "\uffa0\ufff9-\ufffb\U000110bd\U000110cd\U00013430-\U0001343f\U0001bca0-\U0001bca3"
+    "\U0001d173-\U0001d17a\U000e0000-\U000e007f\U000e0100-\U000e01ef]"
+)
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
 _BACKTICKS = re.compile(r"`{2,}")
 _MD_PUNCT = re.compile(r"([\\`\[\]])")
@@ -33,9 +46,17 @@ _AUTOLINK = re.compile(r"(?i)(://|www\.)")
 
 
 def plain(text: str) -> str:
-    """One line of printable text: control characters (C0 and C1, so NUL, ESC and line
-    breaks; bidi overrides) become spaces, lone surrogates U+FFFD. Never raises."""
-    return _SURROGATE.sub("\ufffd", _CONTROL.sub(" ", str(text)))
+    """One line of visible text: control characters (C0 and C1, so NUL, ESC and line
+    breaks; bidi overrides) become spaces, invisible characters (every Unicode format
+    character, tag characters, zero-width spaces and joiners, U+FEFF, variation selectors)
+    are removed, lone surrogates become U+FFFD. Never raises.
+
+    Printable ASCII, most text, is returned as it is without a regex pass: plain runs on
+    every node string a state document holds each time it is read (bench/scale.py)."""
+    text = str(text)
+    if text.isascii() and text.isprintable():
+        return text
+    return _SURROGATE.sub("\ufffd", _INVISIBLE.sub("", _CONTROL.sub(" ", text)))
 
 
 def node_text(text: str, max_chars: int = NODE_TEXT_MAX_CHARS) -> str:

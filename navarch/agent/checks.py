@@ -30,7 +30,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from navarch.agent.gpu import GpuProbe, GpuSnapshot, ProbeErrorKind
 from navarch.agent.kernel_log import XidEvent
-from navarch.health import FaultKey, Remedy, Status
+from navarch.health import FaultKey, Remedy, Status, fault_kind
 from navarch.xid import Severity, recovery_action
 
 __all__ = [
@@ -75,10 +75,11 @@ class Check:
 
     def fault_key(self) -> FaultKey | None:
         """The fault this check reports, or None when it reports none (healthy, or unknown:
-        doubt is not a fault). Kind: ``fault_kind``, else the check's name."""
+        doubt is not a fault). Kind: ``fault_kind``, else the check's name, in the report
+        schema's key grammar (navarch.health.fault_kind)."""
         if self.status not in (Status.UNHEALTHY, Status.DEGRADED):
             return None
-        return FaultKey(self.fault_kind or self.name, self.gpu_index)
+        return FaultKey(fault_kind(self.fault_kind or self.name), self.gpu_index)
 
     def to_json(self) -> dict[str, Any]:
         """The check as the report schema's checks[] item ("plugin" only for plugins';

@@ -30,6 +30,7 @@ from typing import Any
 
 from navarch.errors import AuthError, LeaseLost, QuotaError
 from navarch.planner.model import ActionKind, Fault, HaltRule, Plan
+from navarch.textsafe import plain
 
 
 class EventKind(enum.StrEnum):
@@ -174,7 +175,9 @@ def make(
     **details: object,
 ) -> Event:
     """An Event with its kind's severity; conditions get their key "<pool>/<kind>"
-    (action_failed: "<pool>/<node>/<action>/action_failed")."""
+    (action_failed: "<pool>/<node>/<action>/action_failed"). The message and the details
+    may quote a node: they are made plain (navarch.textsafe), so every sink, JSON ones
+    too, gets visible one-line text."""
     condition = None
     if kind is EventKind.ACTION_FAILED:
         condition = f"{pool}/{node or '-'}/{details.get('action', '')}/{kind.value}"
@@ -186,8 +189,8 @@ def make(
         fleet,
         pool,
         node,
-        message,
-        tuple(sorted((k, str(v)) for k, v in details.items() if v is not None)),
+        plain(message),
+        tuple(sorted((k, plain(str(v))) for k, v in details.items() if v is not None)),
         condition=condition,
         run_id=run_id,
     )

@@ -5,6 +5,11 @@ it into the state document the reconciler writes by compare-and-swap
 (navarch.reconcile.state) and back, with times as RFC 3339 UTC strings. The one cache,
 NodeDocCache, lives here and not on the data: see its docstring for the benchmark that
 justifies it.
+
+Strings a node once supplied (a report's boot id, findings and fault kind, a diagnostic's
+detail, the reasons and faults the ladder keeps) are made plain as they are read
+(navarch.textsafe): a state document or report cache written by an older navarch, or
+edited by hand, gives the planner and every renderer only visible one-line text.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from navarch.planner.model import (
     ts,
 )
 from navarch.spec import Scheduler
+from navarch.textsafe import node_text, plain
 
 __all__ = [
     "NodeDocCache",
@@ -94,20 +100,20 @@ def summary_from_json(d: Mapping[str, Any] | None) -> ReportSummary | None:
         return None
     return ReportSummary(
         sequence=d["sequence"],
-        boot_id=d["boot_id"],
+        boot_id=node_text(d["boot_id"]),
         generated_at=required_ts(d["generated_at"]),
         status=_member(_STATUSES, Status, d["status"]),
         action=_member(_REMEDIES, Remedy, d["action"]),
         health_score=d["health_score"],
         fatal=d["fatal"],
-        findings=tuple(d.get("findings", ())),
-        notice_kind=d.get("notice_kind"),
+        findings=tuple(node_text(f) for f in d.get("findings", ())),
+        notice_kind=node_text(d["notice_kind"]) if d.get("notice_kind") else None,
         notice_deadline=parse_ts(d.get("notice_deadline")),
         process_count=d.get("process_count"),
         utilization_pct=d.get("utilization_pct"),
         gpu_count=d.get("gpu_count", 0),
         stored_at=parse_ts(d.get("stored_at")),
-        fault_key=FaultKey.parse(d["fault_key"]) if d.get("fault_key") else None,
+        fault_key=FaultKey.parse(node_text(d["fault_key"])) if d.get("fault_key") else None,
         consecutive=d.get("consecutive", 0),
     )
 
@@ -185,7 +191,8 @@ def fault_from_json(f: Mapping[str, Any] | None) -> Fault | None:
     ("XID 79") loads as a kind of its own. Raises KeyError/ValueError."""
     if not f:
         return None
-    return Fault(FaultKey.parse(f["key"]), Remedy(f["action"]), f["boot_id"], f["sequence"])
+    key, boot_id = FaultKey.parse(node_text(f["key"])), node_text(f["boot_id"])
+    return Fault(key, Remedy(f["action"]), boot_id, f["sequence"])
 
 
 def diag_to_json(d: Diag) -> dict[str, Any]:
@@ -210,7 +217,7 @@ def diag_from_json(d: Mapping[str, Any] | None) -> Diag | None:
         DiagState(d["state"]),
         required_ts(d["at"]),
         parse_ts(d.get("started_at")),
-        d.get("detail", ""),
+        node_text(d.get("detail", "")),
     )
 
 
@@ -219,12 +226,12 @@ def _ladder_from_json(n: Mapping[str, Any]) -> dict[str, Any]:
     f = n.get("fault")
     return {
         "fault": fault_from_json(f),
-        "faults": tuple((k, required_ts(t)) for k, t in n.get("faults", ())),
+        "faults": tuple((node_text(k), required_ts(t)) for k, t in n.get("faults", ())),
         "rung": Remedy(n["rung"]) if n.get("rung") else None,
-        "rung_fault": n.get("rung_fault", ""),
+        "rung_fault": node_text(n.get("rung_fault", "")),
         "rung_at": parse_ts(n.get("rung_at")),
         "return_streak": n.get("return_streak", 0),
-        "operator_cordon": n.get("operator_cordon", ""),
+        "operator_cordon": plain(n.get("operator_cordon", "")),
         "diag": diag_from_json(n.get("diag")),
         "diag_cordon": n.get("diag_cordon", False),
         "impaired_since": parse_ts(n.get("impaired_since")),
@@ -366,7 +373,7 @@ def _node_from_json(name: str, n: Mapping[str, Any]) -> NodeMemory:
         first_seen_at=parse_ts(n.get("first_seen_at")),
         phase=_member(_PHASES, Phase, n.get("phase", "")),
         phase_at=parse_ts(n.get("phase_at")),
-        phase_reason=n.get("phase_reason", ""),
+        phase_reason=plain(n.get("phase_reason", "")),
         repair=n.get("repair", False),
         report_version=n.get("report_version"),
         report=summary_from_json(n.get("report")),

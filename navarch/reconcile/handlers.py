@@ -66,6 +66,7 @@ from navarch.planner.model import (
 from navarch.planner.retired import retired_pool
 from navarch.providers.base import Provider, ProvisionRequest
 from navarch.spec import FleetSpec, PoolSpec, Scheduler
+from navarch.textsafe import node_text, plain
 
 BACKOFF_BASE_S = 600
 BACKOFF_MAX_S = 3600
@@ -228,6 +229,11 @@ class Outcome:
     detail: str
     exc: BaseException | None = None
     diag: str | None = None
+
+    def __post_init__(self) -> None:
+        # A detail often quotes a node (a playbook's output tail, a diagnostic's verdict):
+        # made plain here, every renderer, sink and the audit log get visible one-line text.
+        object.__setattr__(self, "detail", plain(self.detail))
 
     @property
     def ok(self) -> bool:
@@ -803,7 +809,7 @@ class Handlers:
             state, detail = result.outcome.value, result.detail
         else:
             state, detail = "error", "no diagnostics runner: diagnostics run over SSH"
-        diag = Diag(level, why, DiagState(state), now, started, detail)
+        diag = Diag(level, why, DiagState(state), now, started, node_text(detail))
         nm = replace(nm, diag=diag)
         # Only an error is a failure (no verdict, so a later run diagnoses again); a failed
         # diagnosis is a verdict the planner acts on.

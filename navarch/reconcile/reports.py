@@ -148,8 +148,11 @@ def summarize(
     stored_at: the store's modification time of the object (aware UTC), when known.
     rule_sets: the pool's health policy rule sets (HealthPolicy.rule_sets()); None keeps
     the agent's verdict. See the module docstring for how they change the summary.
+    Every string kept (findings, boot id, fault kind, notice kind) is node_text: plain,
+    visible, one line, capped (navarch.textsafe).
     """
     status, action, policy_lines, rule_fault = _policy(report, rule_sets)
+    policy_lines = [node_text(line) for line in policy_lines]  # an error may quote the report
     findings: list[str] = []
     fatal = False
     for x in report.get("xids", []):
@@ -184,19 +187,23 @@ def summarize(
         findings = findings[:4] + policy_lines
     else:
         findings = policy_lines + findings
+    fault_key = rule_fault or (
+        FaultKey.from_json(fault_check["fault_key"]) if fault_check is not None else None
+    )
     return ReportSummary(
         sequence=report["sequence"],
-        boot_id=report["boot_id"],
+        # Every string of a report the summary keeps is made plain here, once: Memory, the
+        # audit log and every renderer then hold only visible one-line text.
+        boot_id=node_text(report["boot_id"]),
         generated_at=required_ts(report["generated_at"]),
         status=status,
         action=action,
         health_score=report["health_score"],
         fatal=fatal,
         findings=tuple(dict.fromkeys(findings))[:5],
-        fault_key=rule_fault
-        or (FaultKey.from_json(fault_check["fault_key"]) if fault_check is not None else None),
+        fault_key=replace(fault_key, kind=node_text(fault_key.kind)) if fault_key else None,
         consecutive=int(fault_check.get("consecutive", 0)) if fault_check is not None else 0,
-        notice_kind=notice.get("kind"),
+        notice_kind=node_text(notice["kind"]) if notice.get("kind") else None,
         notice_deadline=parse_ts(notice.get("deadline")),
         process_count=sum(procs) if gpus and all(p is not None for p in procs) else None,
         utilization_pct=round(sum(utils) / len(utils), 1) if utils else None,

@@ -123,3 +123,26 @@ def test_plugin_checks_join_the_report_after_the_built_in_ones(
 def test_no_plugins_no_change(make_config: Callable[..., AgentConfig]) -> None:
     report = run_once(make_config(), to_stdout=True)
     assert all("plugin" not in c for c in report["checks"])
+
+
+def test_a_plugin_checks_fault_kind_is_a_key_whatever_its_name(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    make_config: Callable[..., AgentConfig],
+    validate_report: Callable[[dict[str, Any]], None],
+) -> None:
+    """A check is named after its entry point, which may be any text; its fault kind is
+    written in the report schema's key grammar, so the reconciler accepts the report."""
+    source = "def check(context):\n    return {'status': 'degraded', 'message': 'link down'}\n"
+    site = fake_distribution(
+        tmp_path / "site",
+        "navarch-checks-kind",
+        "[navarch.checks]\nIB_Link = ck_kind:check\n",
+        {"ck_kind": source},
+    )
+    monkeypatch.syspath_prepend(str(site))
+    node_key = derive_node_key(SECRET, "demo", "train-0001").hex()
+    report = run_once(make_config(key=node_key), now=datetime.now(UTC))
+    validate_report(report)
+    (check,) = [c for c in report["checks"] if c["name"] == "IB_Link"]
+    assert check["fault_key"] == {"kind": "ib_link", "gpu_index": None}

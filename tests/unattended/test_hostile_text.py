@@ -12,6 +12,7 @@ import io
 import json
 import logging
 import re
+import unicodedata
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -28,22 +29,11 @@ from navarch.reconcile.state import AuditLog
 from navarch.spec import SinkSpec
 from navarch.status_page import render_status_page
 from navarch.stores.file import FileStore
-from navarch.textsafe import NODE_TEXT_MAX_CHARS
+from navarch.textsafe import NODE_TEXT_MAX_CHARS, markdown_inline, node_text
+from tests.support.hostile import CORPUS, assert_plain, strings
 from tests.unattended.helpers import REPO, Recorder
 
 NOW = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
-
-CORPUS = {
-    "slack": "<!channel> <https://evil.example|re-authenticate> &amp; <@U123>",
-    "fence": "ok\n```\n![pwn](https://evil.example/x.png) [login](https://evil.example)\n```diff",
-    "html": "<img src=x onerror=alert(1)><script>alert(1)</script><a href='//evil'>x</a>",
-    "ansi": "\x1b[2J\x1b[31mRED\x1b]0;title\x07\x1b[0m done",
-    "forged_line": "fine\r\nPlan: 0 to provision, 0 to cordon, 0 to drain, 0 to terminate.",
-    "huge": "A" * 1_000_000,
-    "nul": "nul\x00byte\x00",
-    "surrogates": "lone \ud800 and \udfff halves",
-    "backticks": "`````` www.evil.example ``",
-}
 
 
 def hostile_report(text: str) -> dict[str, object]:
@@ -94,11 +84,6 @@ def hostile_event(text: str) -> Event:
     )
 
 
-def assert_plain(out: str) -> None:
-    """No control character (so no ANSI escape, NUL) other than newline in `out`."""
-    assert not re.search(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]", out), repr(out[:200])
-
-
 @pytest.mark.parametrize("case", sorted(CORPUS))
 def test_report_text_enters_as_one_short_plain_line(case: str) -> None:
     summary = summarize(hostile_report(CORPUS[case]))
@@ -123,7 +108,7 @@ def test_text_plan_keeps_node_text_on_its_own_line_without_escapes(case: str) ->
 @pytest.mark.parametrize("case", sorted(CORPUS))
 def test_markdown_plan_renders_nothing_active(case: str) -> None:
     text = render_markdown(hostile_plan(CORPUS[case]))
-    assert_plain(text)
+    assert_plain(text, markdown=True)
     fences = [ln for ln in text.splitlines() if ln.lstrip().startswith("```")]
     assert fences == ["```diff", "```"]  # the template's own fence, never closed early
     # Outside the fence (a code block shows its text as is) nothing can render live.
@@ -146,6 +131,7 @@ def test_status_page_escapes_node_text(case: str) -> None:
     page = render_status_page(spec, hostile_plan(CORPUS[case]), Memory(fleet="demo"), NOW)
     assert "<script" not in page and "<img" not in page and "<!channel>" not in page
     assert "<a href='//evil'>" not in page
+    assert_plain(page)
 
 
 @pytest.mark.parametrize("case", sorted(CORPUS))
@@ -193,6 +179,8 @@ def test_every_sink_delivers_hostile_text_inert(
     assert WebhookSink(hook, tmp_path, 1).send((event,)) == 1
     (req,) = recorder.at("/hook")
     assert req.json()["node"] == "demo-train-0001"
+    for line in strings(req.json()):
+        assert_plain(line)
     pd = SinkSpec(
         "pagerduty", "p", url={"value": f"{recorder.url}/pd"}, routing_key={"value": "r"}, retries=0
     )
@@ -202,7 +190,29 @@ def test_every_sink_delivers_hostile_text_inert(
     assert PagerDutySink(pd, tmp_path, 2).send((breaker,)) == 1
     (req,) = recorder.at("/pd")
     assert len(req.json()["payload"]["summary"]) <= 1024
+    for line in strings(req.json()):
+        assert_plain(line)
     log = SinkSpec("log", "l", path="events.jsonl")
     assert LogSink(log, tmp_path).send((event,)) == 1
     (line,) = (tmp_path / "events.jsonl").read_text().splitlines()
     assert json.loads(line)["node"] == "demo-train-0001"
+
+
+def test_no_format_tag_or_zero_width_character_passes_the_filter() -> None:
+    """Every Unicode format character (Cf) the running Python knows, the whole tag block
+    and the variation selectors leave node_text; the zero-width space markdown_inline adds
+    to break an autolink stays (it is put in after the filter, at the exit)."""
+    invisible = [
+        chr(cp)
+        for cp in range(0x110000)
+        if unicodedata.category(chr(cp)) == "Cf"
+        or 0xE0000 <= cp <= 0xE007F
+        or 0xFE00 <= cp <= 0xFE0F
+        or 0xE0100 <= cp <= 0xE01EF
+    ]
+    left = [
+        f"U+{ord(c):04X}" for c in invisible if node_text(f"a{c}b").strip(" ") not in ("ab", "a b")
+    ]
+    assert not left
+    assert node_text("a\u200bb\ufeffc\U000e0041d\u2060e") == "abcde"
+    assert markdown_inline("see https://evil.example") == "see https:\u200b//evil.example"

@@ -213,6 +213,7 @@ def render_cloud_init_for(
         bundle_url=bundle.url if bundle else "",
         bundle_sha256=bundle.sha256 if bundle else "",
         bundle_path=BUNDLE_PATH,
+        node_command=_render("navarch-node.sh.j2", bundle_path=BUNDLE_PATH).rstrip("\n"),
     )
 
 

@@ -29,6 +29,7 @@ def test_rendered_user_data_installs_the_bundle_from_the_file_store(
         "/etc/navarch/agent.yaml",
         "/etc/systemd/system/navarch-agent.service",
         "/etc/systemd/system/navarch-agent.timer",
+        "/usr/local/bin/navarch",
     )
     run = run_installed_agent(installed, {"NAVARCH_FAKE_GPU": "true"})
     assert run.returncode == 0, run.stdout + run.stderr

@@ -776,8 +776,9 @@ def cmd_ssh(args: argparse.Namespace) -> int:
 
 # -- local provider -------------------------------------------------------------------------
 def cmd_render_cloud_init(args: argparse.Namespace) -> int:
-    """`navarch render cloud-init FLEET --pool P [--node N]`: print the user-data a node of
-    the pool boots with (N defaults to <fleet>-<pool>-0001, the pool's first node)."""
+    """`navarch render cloud-init FLEET --pool P [--node N] [--reveal-key]`: print the
+    user-data a node of the pool boots with (N defaults to <fleet>-<pool>-0001, the pool's
+    first node), its signing key replaced by bootstrap.KEY_PLACEHOLDER unless --reveal-key."""
     from navarch.agent.bundle import build_bundle
     from navarch.bootstrap import BundleSource, render_cloud_init
     from navarch.fleet_file import read_fleet_secret
@@ -801,13 +802,20 @@ def cmd_render_cloud_init(args: argparse.Namespace) -> int:
         # The pool's first node as `navarch apply` names it (<fleet>-<pool>-0001): its key
         # and report path are the ones a real first node gets.
         node = args.node or node_name(spec.name, args.pool, 1)
-        key = derive_node_key(read_fleet_secret(spec), spec.name, node)
+        # The key lets its holder sign that node's reports: printed only with --reveal-key.
+        key = derive_node_key(read_fleet_secret(spec), spec.name, node) if args.reveal_key else None
         if args.bundle_url:  # the operator hosts `navarch agent bundle`'s file there
             source = BundleSource(args.bundle_url, build_bundle().sha256)
             bundle: Callable[[], BundleSource] = lambda: source  # noqa: E731
         else:  # as apply does: publish to the fleet's store, sign a short-lived URL
             bundle = AgentDelivery(open_store(spec.store_url, base_dir=spec.base_dir)).get
         sys.stdout.write(render_cloud_init(spec, args.pool, node, key, bundle=bundle))
+        if key is None:
+            print(
+                f"navarch render cloud-init: {node}'s key is a placeholder; "
+                "--reveal-key prints it (it lets its holder sign that node's reports)",
+                file=sys.stderr,
+            )
     except NavarchError as exc:
         print(f"navarch render cloud-init: {exc}", file=sys.stderr)
         return EXIT_ERROR
@@ -1354,6 +1362,11 @@ def _render_commands(sub: Any) -> None:
         metavar="URL",
         help="where nodes fetch `navarch agent bundle`'s file (default: publish it "
         "to the fleet's store and use a pre-signed URL, as apply does)",
+    )
+    s.add_argument(
+        "--reveal-key",
+        action="store_true",
+        help="print the node's signing key (default: a placeholder stands for it)",
     )
     s.set_defaults(func=cmd_render_cloud_init)
 

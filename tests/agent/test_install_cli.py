@@ -227,6 +227,7 @@ def test_cli_render_cloud_init(tmp_path: Path) -> None:
         "train-0003",
         "--bundle-url",
         BUNDLE.url,
+        "--reveal-key",
         env={"NAVARCH_FLEET_SECRET": SECRET},
     )
     assert res.returncode == 0, res.stderr

@@ -324,16 +324,19 @@ def status(fleet: LoadedFleet | str | Path, *, now: datetime | None = None) -> S
 def history(
     fleet: LoadedFleet | str | Path,
     node: str | None = None,
-    since: datetime | timedelta | None = None,
+    since: datetime | timedelta | str | None = None,
     *,
     now: datetime | None = None,
 ) -> HistoryResult:
     """What happened to `node` (or the whole fleet) from `since` until `now`, and why, from
     the audit log; oldest first, then each node's state now.
 
-    since: an aware datetime, or a timedelta back from now; None means the last 24 hours.
-    Raises StoreError when the store cannot be read.
+    since: an aware datetime, a timedelta back from now, or text as `navarch history
+    --since` takes it (a duration such as "1h" or "7d", or an RFC 3339 time); None means
+    the last 24 hours. Raises ConfigError for a `since` that is none of these (or reaches
+    back before the year 1), StoreError when the store cannot be read.
     """
+    from navarch.durations import window_start
     from navarch.history import read_history
     from navarch.stores import open_store
 
@@ -341,7 +344,7 @@ def history(
     until = _now(now)
     if since is None:
         since = timedelta(seconds=DEFAULT_HISTORY_WINDOW_S)
-    start = until - since if isinstance(since, timedelta) else _now(since)
+    start = window_start(since, until)
     spec = loaded.spec
     store = open_store(spec.store_url, base_dir=spec.base_dir)
     return HistoryResult(read_history(store, spec.name, since=start, until=until, node=node))

@@ -26,7 +26,7 @@ import os
 import sys
 from collections import Counter
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -252,6 +252,8 @@ def _load_plan_file(path: str) -> dict[str, Any] | None:
         text = Path(path).read_text()
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc.strerror}", file=path) from exc
+    except UnicodeDecodeError:
+        return None  # no saved plan (JSON is UTF-8): the fleet loader says where it is not
     if not text.lstrip().startswith("{"):
         return None
     try:
@@ -661,22 +663,9 @@ def _print_status_findings(doc: dict[str, Any]) -> None:
 # -- history ------------------------------------------------------------------------------
 def _since(text: str, now: datetime) -> datetime:
     """--since: a duration back from now ("24h", "7d", "1h30m") or an RFC 3339 time."""
-    from navarch.durations import parse_duration_s
+    from navarch.durations import window_start
 
-    try:
-        return now - timedelta(seconds=parse_duration_s(text))
-    except ValueError:
-        pass
-    try:
-        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        when = None
-    if when is None or when.tzinfo is None:
-        raise ConfigError(
-            f"--since {text!r} is neither a duration nor an RFC 3339 time",
-            hint="write it like 24h, 7d, 1h30m or 2026-11-24T03:00:00Z",
-        )
-    return when.astimezone(UTC)
+    return window_start(text, now, name="--since")
 
 
 def cmd_history(args: argparse.Namespace) -> int:
@@ -753,8 +742,12 @@ def cmd_ssh(args: argparse.Namespace) -> int:
     import shutil
     import subprocess
 
+    from navarch.extras import import_extra
     from navarch.reconcile.run import list_inventory
-    from navarch.remote.runner import SSHSettings
+
+    # The pool's ssh settings are read by the playbook runner's module (fabric, paramiko):
+    # without the extra, one line says which to install.
+    SSHSettings = import_extra("navarch.remote.runner", "ssh", "navarch ssh").SSHSettings
     from navarch.remote.session import node_instance, ssh_argv
 
     fleet = _open(args.fleet)

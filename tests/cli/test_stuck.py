@@ -112,3 +112,30 @@ def test_a_rebooted_node_whose_reports_stay_degraded_climbs_at_return_timeout(
     out = navarch.ok("apply", "fleet.yaml", "--auto-approve", env={"NAVARCH_NOW": later}).out
     assert f"- terminate {NODE}" in out and "(return_timeout 1m)" in out, out
     assert f"replaces {NODE}" in out, out
+
+
+def test_a_node_the_operator_rebooted_returns_to_service_on_its_own_with_the_breaker_open(
+    navarch,
+) -> None:
+    """docs/runbook.md#breaker: `navarch reboot` is the fix for a transient fault, and
+    `uncordon` does not apply; a node navarch had drained for the fault (its own reboot
+    held by the breaker) returns on healthy reports from its new boot, as after the
+    ladder's reboot."""
+    _start(navarch)
+    navarch.ok("local", "inject", "fleet.yaml", NODE, "--xid", "79")
+    assert f"~ drain {NODE}" in _cycle(navarch)
+    for node in ("demo-train-0001", "demo-train-0003"):  # 2 of 3 sick: the breaker opens
+        navarch.ok("local", "inject", "fleet.yaml", node, "--xid", "79")
+    navarch.ok("local", "tick", "fleet.yaml")
+    held = navarch("apply", "fleet.yaml", "--auto-approve")
+    assert held.code == 3 and f"{NODE}: reboot held back" in held.out, held.out
+    out = navarch.ok("reboot", "fleet.yaml", NODE).out
+    assert "returns to service on healthy reports from its new boot" in out, out
+    outs: list[str] = []
+    for _ in range(4):
+        navarch.ok("local", "tick", "fleet.yaml")
+        outs.append(navarch("apply", "fleet.yaml", "--auto-approve").out)
+    assert any(f"~ uncordon {NODE}" in o for o in outs), outs
+    assert not any(f"~ reboot {NODE}" in o for o in outs), outs  # rebooted once, by hand
+    assert _train(navarch)[NODE]["lifecycle"] == "healthy"
+    assert _train(navarch)["demo-train-0001"]["lifecycle"] == "unhealthy"  # still held

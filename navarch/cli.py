@@ -95,14 +95,27 @@ def _options(args: argparse.Namespace, **extra: Any) -> Any:
     )
 
 
-def _halt_exit(plan: Plan) -> int | None:
-    """EXIT_HALTED with the reasons on stderr when a safety rule stopped something."""
+def _halt_exit(plan: Plan, replace: frozenset[str] = frozenset()) -> int | None:
+    """EXIT_HALTED with the reasons on stderr when a safety rule stopped something.
+
+    replace: the --replace nodes. When each has an action in the plan, the operator's
+    explicit override passed the circuit breaker for them (docs/runbook.md#breaker): its
+    halts are printed as what stays held, and do not make the exit 3 on their own.
+    """
     if not plan.safety_stopped:
         return None
     from navarch.planner.model import HaltRule
 
+    acted = {a.node for a in plan.actions}
+    passed = bool(replace) and replace <= acted
     for h in plan.halts:
-        if h.safety_stop:
+        if passed and h.rule is HaltRule.CIRCUIT_BREAKER:
+            print(
+                f"Circuit breaker open ({h.pool}): {h.message}; --replace passed it for "
+                f"{', '.join(sorted(replace))} only, the rest stays held "
+                f"(see {RUNBOOK['circuit_breaker']})"
+            )
+        elif h.safety_stop:
             rule = h.rule.value
             what = (
                 "circuit breaker open"
@@ -110,6 +123,10 @@ def _halt_exit(plan: Plan) -> int | None:
                 else rule.replace("_", " ")
             )
             _err(f"{what} ({h.pool}): {h.message} (see {RUNBOOK.get(rule, 'docs/runbook.md')})")
+    if passed and not any(
+        h.safety_stop and h.rule is not HaltRule.CIRCUIT_BREAKER for h in plan.halts
+    ):
+        return None
     return EXIT_HALTED
 
 
@@ -237,7 +254,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
             print(
                 f"\nSaved the plan to {args.out}. Apply exactly it with: navarch apply {args.out}"
             )
-    halted = _halt_exit(plan)
+    halted = _halt_exit(plan, frozenset(getattr(args, "replace", None) or ()))
     if halted is not None:
         return halted
     if args.detailed_exitcode and not plan.converged:
@@ -363,7 +380,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
         print("Apply cancelled.")
         return EXIT_ERROR
     side.finish(result, None)
-    code = _apply_exit(result)
+    code = _apply_exit(result, frozenset(getattr(args, "replace", None) or ()))
     side.summary(result, code)
     return code
 
@@ -375,8 +392,9 @@ def _show_outcome(outcome: Any) -> None:
     print(f"{a.node or a.pool}: {a.kind.value} {mark}: {outcome.detail}", flush=True)
 
 
-def _apply_exit(result: ApplyResult) -> int:
-    """Print the apply's closing lines -> its exit code (0, 1 failed action, 3 halted)."""
+def _apply_exit(result: ApplyResult, replace: frozenset[str] = frozenset()) -> int:
+    """Print the apply's closing lines -> its exit code (0, 1 failed action, 3 halted);
+    replace: the --replace nodes (see _halt_exit)."""
     plan = result.plan
     if not plan.actions:
         print(render_text(plan), end="")
@@ -390,7 +408,7 @@ def _apply_exit(result: ApplyResult) -> int:
         _err(f"{o.action.kind.value} {o.action.node or o.action.pool} failed: {o.detail}")
     if result.audit_error:
         _err(result.audit_error)
-    halted = _halt_exit(plan)
+    halted = _halt_exit(plan, replace)
     if halted is not None:
         return halted
     return EXIT_ERROR if failed or result.audit_error else EXIT_OK

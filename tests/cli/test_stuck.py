@@ -41,15 +41,21 @@ def test_replace_of_a_node_the_fleet_does_not_have_exits_1(navarch) -> None:
     assert len(_train(navarch)) == 3
 
 
-def test_replace_under_an_open_breaker_replaces_exactly_the_named_node(navarch) -> None:
+def test_replace_under_an_open_breaker_passes_it_for_exactly_the_named_node(navarch) -> None:
+    """docs/runbook.md#breaker: `apply --replace NODE` passes the breaker for that node: it
+    is replaced and the run exits 0, saying the rest stays held (the plan too)."""
     _start(navarch)
     for node in ("demo-train-0001", NODE):  # 2 of 3 sick: the pool's breaker (50%) opens
         navarch.ok("local", "inject", "fleet.yaml", node, "--xid", "79")
     navarch.ok("local", "tick", "fleet.yaml")
     held = navarch("apply", "fleet.yaml", "--auto-approve")
     assert held.code == 3 and "~ cordon" not in held.out, held.out
+    plan = navarch("plan", "fleet.yaml", "--replace", NODE, "--detailed-exitcode")
+    assert plan.code == 2, plan.out + plan.err
     run = navarch("apply", "fleet.yaml", "--auto-approve", "--replace", NODE)
-    assert run.code == 3, run.out + run.err  # the breaker is still open for the others
+    assert run.code == 0, run.out + run.err
+    assert "Error:" not in run.err, run.err
+    assert f"--replace passed it for {NODE} only, the rest stays held" in run.out, run.out
     assert f"~ cordon {NODE}" in run.out and "replacement requested (--replace)" in run.out
     assert "~ cordon demo-train-0001" not in run.out, run.out
     assert "replaces demo-train-0002" in run.out, run.out

@@ -69,6 +69,7 @@ RUNBOOK = {
     "stale_plan": "docs/runbook.md#stale-plan",
     "store": "docs/runbook.md#store-unreachable",
     "config": "docs/runbook.md#bad-fleet",
+    "paused": "docs/runbook.md#pause",
 }
 
 #: Set by main(): with --log-format json an error is a JSON log line like every other.
@@ -80,6 +81,14 @@ def _err(message: str) -> None:
         logging.getLogger("navarch.cli").error(message)
     else:
         print(f"Error: {message}", file=sys.stderr)
+
+
+def _note(message: str) -> None:
+    """A line beside the output that is no error (stderr, or a JSON log line)."""
+    if _JSON_ERRORS["on"]:
+        logging.getLogger("navarch.cli").warning(message)
+    else:
+        print(message, file=sys.stderr)
 
 
 def _options(args: argparse.Namespace, **extra: Any) -> Any:
@@ -101,7 +110,12 @@ def _halt_exit(plan: Plan, replace: frozenset[str] = frozenset()) -> int | None:
     replace: the --replace nodes. When each has an action in the plan, the operator's
     explicit override passed the circuit breaker for them (docs/runbook.md#breaker): its
     halts are printed as what stays held, and do not make the exit 3 on their own.
+    A paused fleet (`navarch pause`) prints who paused it, when and why, and never exits
+    3: a person asked for quiet runs, and cron should not page for them.
     """
+    if plan.paused is not None:
+        _note(f"Paused: fleet {plan.fleet} was {plan.paused.message} (see {RUNBOOK['paused']})")
+        return None
     if not plan.safety_stopped:
         return None
     from navarch.planner.model import HaltRule
@@ -110,7 +124,7 @@ def _halt_exit(plan: Plan, replace: frozenset[str] = frozenset()) -> int | None:
     passed = bool(replace) and replace <= acted
     for h in plan.halts:
         if passed and h.rule is HaltRule.CIRCUIT_BREAKER:
-            print(
+            _note(
                 f"Circuit breaker open ({h.pool}): {h.message}; --replace passed it for "
                 f"{', '.join(sorted(replace))} only, the rest stays held "
                 f"(see {RUNBOOK['circuit_breaker']})"
@@ -618,6 +632,14 @@ def _status_row(pool: str, n: dict[str, Any]) -> tuple[str, ...]:
 def _print_status_pools(doc: dict[str, Any]) -> None:
     """Print the fleet line and one line of counts per pool."""
     print(f"Fleet {doc['fleet']} (state serial {doc['state_serial']}, store {doc['store']})")
+    if doc.get("paused"):
+        from navarch.textsafe import terminal
+
+        pz = doc["paused"]
+        print(
+            f"  PAUSED by {pz['by']} at {pz['at']}: {terminal(pz['reason'])}; runs plan but "
+            "act on nothing until `navarch resume FLEET`"
+        )
     for p in doc["pools"]:
         counts = Counter(n["lifecycle"] for n in p["nodes"])
         by_state = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
@@ -1397,6 +1419,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     _reconcile_commands(sub)
     _node_commands(sub)
+    from navarch.cli_pause import register as register_pause
+
+    register_pause(sub, _fleet)
     _local_commands(sub)
 
     register: Callable[[Any], None] | None

@@ -55,7 +55,7 @@ def test_replace_under_an_open_breaker_passes_it_for_exactly_the_named_node(nava
     run = navarch("apply", "fleet.yaml", "--auto-approve", "--replace", NODE)
     assert run.code == 0, run.out + run.err
     assert "Error:" not in run.err, run.err
-    assert f"--replace passed it for {NODE} only, the rest stays held" in run.out, run.out
+    assert f"--replace passed it for {NODE} only, the rest stays held" in run.err, run.err
     assert f"~ cordon {NODE}" in run.out and "replacement requested (--replace)" in run.out
     assert "~ cordon demo-train-0001" not in run.out, run.out
     assert "replaces demo-train-0002" in run.out, run.out

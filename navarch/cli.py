@@ -468,6 +468,10 @@ def cmd_destroy(args: argparse.Namespace) -> int:
             print("Destroy cancelled.")
             return EXIT_ERROR
         failed += sum(not o.ok for o in result.outcomes)
+        if result.plan.paused is not None:  # a pause holds a destroy too: say so, act later
+            print(render_text(result.plan), end="")
+            _halt_exit(result.plan)
+            return EXIT_CHANGES
         if not result.plan.actions:
             break
     left = [v for v in gather(fleet, args.clock(), options).plan.views if options.includes(v.pool)]

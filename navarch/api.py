@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from navarch.history import History
     from navarch.planner.model import Plan
     from navarch.reconcile.handlers import Outcome
+    from navarch.reconcile.pause import PauseResult
     from navarch.reconcile.run import Fleet, Snapshot
     from navarch.reconcile.status import FleetStatus
     from navarch.spec import FleetSpec
@@ -49,7 +50,9 @@ __all__ = [
     "apply",
     "history",
     "load_fleet",
+    "pause",
     "plan",
+    "resume",
     "status",
     "validate",
     "validate_text",
@@ -324,16 +327,19 @@ def status(fleet: LoadedFleet | str | Path, *, now: datetime | None = None) -> S
 def history(
     fleet: LoadedFleet | str | Path,
     node: str | None = None,
-    since: datetime | timedelta | None = None,
+    since: datetime | timedelta | str | None = None,
     *,
     now: datetime | None = None,
 ) -> HistoryResult:
     """What happened to `node` (or the whole fleet) from `since` until `now`, and why, from
     the audit log; oldest first, then each node's state now.
 
-    since: an aware datetime, or a timedelta back from now; None means the last 24 hours.
-    Raises StoreError when the store cannot be read.
+    since: an aware datetime, a timedelta back from now, or text as `navarch history
+    --since` takes it (a duration such as "1h" or "7d", or an RFC 3339 time); None means
+    the last 24 hours. Raises ConfigError for a `since` that is none of these (or reaches
+    back before the year 1), StoreError when the store cannot be read.
     """
+    from navarch.durations import window_start
     from navarch.history import read_history
     from navarch.stores import open_store
 
@@ -341,7 +347,7 @@ def history(
     until = _now(now)
     if since is None:
         since = timedelta(seconds=DEFAULT_HISTORY_WINDOW_S)
-    start = until - since if isinstance(since, timedelta) else _now(since)
+    start = window_start(since, until)
     spec = loaded.spec
     store = open_store(spec.store_url, base_dir=spec.base_dir)
     return HistoryResult(read_history(store, spec.name, since=start, until=until, node=node))
@@ -402,3 +408,40 @@ def apply(
     return ApplyResult(
         result.plan, result.outcomes, result.run_id, result.audit_error, failed=failed
     )
+
+
+def pause(
+    fleet: LoadedFleet | str | Path,
+    reason: str,
+    *,
+    by: str | None = None,
+    clock: Callable[[], datetime] | None = None,
+) -> PauseResult:
+    """Pause the fleet (`navarch pause`): every later plan and apply, whoever runs it,
+    plans and reports as usual and acts on nothing, saying who paused, when and why, until
+    resume(). The pause is kept in the fleet's state document, written under its lease.
+
+    reason: required (plain text, capped at 1,000 characters); by: who pauses (default
+    "user@host" of this process); clock: default the system clock. Returns
+    navarch.reconcile.pause.PauseResult (the pause, the one it replaced, one line).
+    Raises NavarchError for an empty reason, LockHeld, LeaseLost, StoreError.
+    """
+    from navarch.reconcile.pause import pause as pause_fleet
+    from navarch.reconcile.run import system_clock
+
+    return pause_fleet(_open(_fleet(fleet)), reason, by=by, clock=clock or system_clock)
+
+
+def resume(
+    fleet: LoadedFleet | str | Path,
+    *,
+    by: str | None = None,
+    clock: Callable[[], datetime] | None = None,
+) -> PauseResult:
+    """Clear the fleet's pause (`navarch resume`): the next run acts again. A fleet that is
+    not paused is left as it is (PauseResult.before is None). Raises LockHeld, LeaseLost,
+    StoreError."""
+    from navarch.reconcile.pause import resume as resume_fleet
+    from navarch.reconcile.run import system_clock
+
+    return resume_fleet(_open(_fleet(fleet)), by=by, clock=clock or system_clock)

@@ -47,6 +47,10 @@ DEFAULT_VENV = "/opt/navarch"
 #: Where the user-data (and examples/image/) put the agent bundle on a node.
 BUNDLE_PATH = "/usr/local/lib/navarch/navarch-agent.pyz"
 CONFIG_PATH = "/etc/navarch/agent.yaml"
+#: The node key in user-data rendered for a person to read (`navarch render cloud-init`
+#: without --reveal-key): the text stays valid cloud-init, and a node booted from it
+#: signs nothing (the agent refuses a key that is not hex).
+KEY_PLACEHOLDER = "REDACTED-node-key-see-navarch-render-cloud-init---reveal-key"
 #: The timer's command: the system python3 in isolated mode (-I: no user site, no
 #: PYTHON* variables; -S: no site-packages), so nothing installed on the image interferes.
 BUNDLE_EXEC_START = f"/usr/bin/env python3 -I -S {BUNDLE_PATH} run --once --config {CONFIG_PATH}"
@@ -102,20 +106,21 @@ def render_agent_yaml(
     pool: str,
     node: str,
     store: str,
-    node_key: bytes,
+    node_key: bytes | None,
     gpus_per_node: int,
     instance_id: str = "",
     metadata: str = "auto",
     state_file: str = DEFAULT_STATE_FILE,
 ) -> str:
-    """The node's /etc/navarch/agent.yaml. Raises jinja2.UndefinedError on a template bug."""
+    """The node's /etc/navarch/agent.yaml; node_key None writes KEY_PLACEHOLDER instead of
+    the key. Raises jinja2.UndefinedError on a template bug."""
     return _render(
         "agent.yaml.j2",
         fleet=fleet,
         pool=pool,
         node=node,
         store=store,
-        key_hex=node_key.hex(),
+        key_hex=KEY_PLACEHOLDER if node_key is None else node_key.hex(),
         gpus_per_node=gpus_per_node,
         instance_id=instance_id,
         metadata=metadata,
@@ -163,7 +168,7 @@ def render_cloud_init_for(
     pool: str,
     node: str,
     store: str,
-    node_key: bytes,
+    node_key: bytes | None,
     gpus_per_node: int,
     metadata: str = "auto",
     install: AgentInstall = AgentInstall.BUNDLE,
@@ -176,6 +181,7 @@ def render_cloud_init_for(
 
     install: BUNDLE needs bundle (URL + sha256); PIP installs package (default
     ``navarch==<this version>``) into venv_dir; BAKED writes only the configuration.
+    node_key None: KEY_PLACEHOLDER stands for the key (text for a person to read).
     Raises ValueError for BUNDLE without a bundle.
     """
     from navarch import __version__
@@ -213,6 +219,7 @@ def render_cloud_init_for(
         bundle_url=bundle.url if bundle else "",
         bundle_sha256=bundle.sha256 if bundle else "",
         bundle_path=BUNDLE_PATH,
+        node_command=_render("navarch-node.sh.j2", bundle_path=BUNDLE_PATH).rstrip("\n"),
     )
 
 
@@ -220,7 +227,7 @@ def render_cloud_init(
     spec: Any,
     pool: str,
     node: str,
-    node_key: bytes,
+    node_key: bytes | None,
     provider: str | None = None,
     bundle: Callable[[], BundleSource] | None = None,
 ) -> str:
@@ -230,7 +237,8 @@ def render_cloud_init(
     .providers[provider]["type"] to pick the metadata service, and the placement options
     ``agent_package`` (pip requirement), ``agent_bundle_url`` (+ ``agent_bundle_sha256``)
     and ``agent_baked``). provider: the placement's provider the node launches on (default
-    the pool's first). node_key: ``signing.derive_node_key(secret, fleet, node)``.
+    the pool's first). node_key: ``signing.derive_node_key(secret, fleet, node)``, or None
+    for KEY_PLACEHOLDER in its place (user-data shown to a person, not sent to a node).
     bundle: called only when no option overrides it, for the published bundle's source
     (navarch.reconcile.publish.AgentDelivery.get). Raises KeyError for an unknown pool,
     ValueError when the bundle is needed and none is given.

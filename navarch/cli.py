@@ -26,7 +26,7 @@ import os
 import sys
 from collections import Counter
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -70,6 +70,7 @@ RUNBOOK = {
     "stale_plan": "docs/runbook.md#stale-plan",
     "store": "docs/runbook.md#store-unreachable",
     "config": "docs/runbook.md#bad-fleet",
+    "paused": "docs/runbook.md#pause",
 }
 
 #: Set by main(): with --log-format json an error is a JSON log line like every other.
@@ -81,6 +82,14 @@ def _err(message: str) -> None:
         logging.getLogger("navarch.cli").error(message)
     else:
         print(f"Error: {message}", file=sys.stderr)
+
+
+def _note(message: str) -> None:
+    """A line beside the output that is no error (stderr, or a JSON log line)."""
+    if _JSON_ERRORS["on"]:
+        logging.getLogger("navarch.cli").warning(message)
+    else:
+        print(message, file=sys.stderr)
 
 
 def _options(args: argparse.Namespace, **extra: Any) -> Any:
@@ -96,14 +105,32 @@ def _options(args: argparse.Namespace, **extra: Any) -> Any:
     )
 
 
-def _halt_exit(plan: Plan) -> int | None:
-    """EXIT_HALTED with the reasons on stderr when a safety rule stopped something."""
+def _halt_exit(plan: Plan, replace: frozenset[str] = frozenset()) -> int | None:
+    """EXIT_HALTED with the reasons on stderr when a safety rule stopped something.
+
+    replace: the --replace nodes. When each has an action in the plan, the operator's
+    explicit override passed the circuit breaker for them (docs/runbook.md#breaker): its
+    halts are printed as what stays held, and do not make the exit 3 on their own.
+    A paused fleet (`navarch pause`) prints who paused it, when and why, and never exits
+    3: a person asked for quiet runs, and cron should not page for them.
+    """
+    if plan.paused is not None:
+        _note(f"Paused: fleet {plan.fleet} was {plan.paused.message} (see {RUNBOOK['paused']})")
+        return None
     if not plan.safety_stopped:
         return None
     from navarch.planner.model import HaltRule
 
+    acted = {a.node for a in plan.actions}
+    passed = bool(replace) and replace <= acted
     for h in plan.halts:
-        if h.safety_stop:
+        if passed and h.rule is HaltRule.CIRCUIT_BREAKER:
+            _note(
+                f"Circuit breaker open ({h.pool}): {h.message}; --replace passed it for "
+                f"{', '.join(sorted(replace))} only, the rest stays held "
+                f"(see {RUNBOOK['circuit_breaker']})"
+            )
+        elif h.safety_stop:
             rule = h.rule.value
             what = (
                 "circuit breaker open"
@@ -111,6 +138,10 @@ def _halt_exit(plan: Plan) -> int | None:
                 else rule.replace("_", " ")
             )
             _err(f"{what} ({h.pool}): {h.message} (see {RUNBOOK.get(rule, 'docs/runbook.md')})")
+    if passed and not any(
+        h.safety_stop and h.rule is not HaltRule.CIRCUIT_BREAKER for h in plan.halts
+    ):
+        return None
     return EXIT_HALTED
 
 
@@ -238,7 +269,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
             print(
                 f"\nSaved the plan to {args.out}. Apply exactly it with: navarch apply {args.out}"
             )
-    halted = _halt_exit(plan)
+    halted = _halt_exit(plan, frozenset(getattr(args, "replace", None) or ()))
     if halted is not None:
         return halted
     if args.detailed_exitcode and not plan.converged:
@@ -253,6 +284,8 @@ def _load_plan_file(path: str) -> dict[str, Any] | None:
         text = Path(path).read_text()
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc.strerror}", file=path) from exc
+    except UnicodeDecodeError:
+        return None  # no saved plan (JSON is UTF-8): the fleet loader says where it is not
     if not text.lstrip().startswith("{"):
         return None
     try:
@@ -362,7 +395,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
         print("Apply cancelled.")
         return EXIT_ERROR
     side.finish(result, None)
-    code = _apply_exit(result)
+    code = _apply_exit(result, frozenset(getattr(args, "replace", None) or ()))
     side.summary(result, code)
     return code
 
@@ -374,8 +407,9 @@ def _show_outcome(outcome: Any) -> None:
     print(f"{a.node or a.pool}: {a.kind.value} {mark}: {outcome.detail}", flush=True)
 
 
-def _apply_exit(result: ApplyResult) -> int:
-    """Print the apply's closing lines -> its exit code (0, 1 failed action, 3 halted)."""
+def _apply_exit(result: ApplyResult, replace: frozenset[str] = frozenset()) -> int:
+    """Print the apply's closing lines -> its exit code (0, 1 failed action, 3 halted);
+    replace: the --replace nodes (see _halt_exit)."""
     plan = result.plan
     if not plan.actions:
         print(render_text(plan), end="")
@@ -389,7 +423,7 @@ def _apply_exit(result: ApplyResult) -> int:
         _err(f"{o.action.kind.value} {o.action.node or o.action.pool} failed: {o.detail}")
     if result.audit_error:
         _err(result.audit_error)
-    halted = _halt_exit(plan)
+    halted = _halt_exit(plan, replace)
     if halted is not None:
         return halted
     return EXIT_ERROR if failed or result.audit_error else EXIT_OK
@@ -435,6 +469,10 @@ def cmd_destroy(args: argparse.Namespace) -> int:
             print("Destroy cancelled.")
             return EXIT_ERROR
         failed += sum(not o.ok for o in result.outcomes)
+        if result.plan.paused is not None:  # a pause holds a destroy too: say so, act later
+            print(render_text(result.plan), end="")
+            _halt_exit(result.plan)
+            return EXIT_CHANGES
         if not result.plan.actions:
             break
     left = [v for v in gather(fleet, args.clock(), options).plan.views if options.includes(v.pool)]
@@ -599,6 +637,14 @@ def _status_row(pool: str, n: dict[str, Any]) -> tuple[str, ...]:
 def _print_status_pools(doc: dict[str, Any]) -> None:
     """Print the fleet line and one line of counts per pool."""
     print(f"Fleet {doc['fleet']} (state serial {doc['state_serial']}, store {doc['store']})")
+    if doc.get("paused"):
+        from navarch.textsafe import terminal
+
+        pz = doc["paused"]
+        print(
+            f"  PAUSED by {pz['by']} at {pz['at']}: {terminal(pz['reason'])}; runs plan but "
+            "act on nothing until `navarch resume FLEET`"
+        )
     for p in doc["pools"]:
         counts = Counter(n["lifecycle"] for n in p["nodes"])
         by_state = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
@@ -662,22 +708,9 @@ def _print_status_findings(doc: dict[str, Any]) -> None:
 # -- history ------------------------------------------------------------------------------
 def _since(text: str, now: datetime) -> datetime:
     """--since: a duration back from now ("24h", "7d", "1h30m") or an RFC 3339 time."""
-    from navarch.durations import parse_duration_s
+    from navarch.durations import window_start
 
-    try:
-        return now - timedelta(seconds=parse_duration_s(text))
-    except ValueError:
-        pass
-    try:
-        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        when = None
-    if when is None or when.tzinfo is None:
-        raise ConfigError(
-            f"--since {text!r} is neither a duration nor an RFC 3339 time",
-            hint="write it like 24h, 7d, 1h30m or 2026-11-24T03:00:00Z",
-        )
-    return when.astimezone(UTC)
+    return window_start(text, now, name="--since")
 
 
 def cmd_history(args: argparse.Namespace) -> int:
@@ -754,8 +787,12 @@ def cmd_ssh(args: argparse.Namespace) -> int:
     import shutil
     import subprocess
 
+    from navarch.extras import import_extra
     from navarch.reconcile.run import list_inventory
-    from navarch.remote.runner import SSHSettings
+
+    # The pool's ssh settings are read by the playbook runner's module (fabric, paramiko):
+    # without the extra, one line says which to install.
+    SSHSettings = import_extra("navarch.remote.runner", "ssh", "navarch ssh").SSHSettings
     from navarch.remote.session import node_instance, ssh_argv
 
     fleet = _open(args.fleet)
@@ -777,8 +814,9 @@ def cmd_ssh(args: argparse.Namespace) -> int:
 
 # -- local provider -------------------------------------------------------------------------
 def cmd_render_cloud_init(args: argparse.Namespace) -> int:
-    """`navarch render cloud-init FLEET --pool P [--node N]`: print the user-data a node of
-    the pool boots with (N defaults to <fleet>-<pool>-0001, the pool's first node)."""
+    """`navarch render cloud-init FLEET --pool P [--node N] [--reveal-key]`: print the
+    user-data a node of the pool boots with (N defaults to <fleet>-<pool>-0001, the pool's
+    first node), its signing key replaced by bootstrap.KEY_PLACEHOLDER unless --reveal-key."""
     from navarch.agent.bundle import build_bundle
     from navarch.bootstrap import BundleSource, render_cloud_init
     from navarch.fleet_file import read_fleet_secret
@@ -802,13 +840,20 @@ def cmd_render_cloud_init(args: argparse.Namespace) -> int:
         # The pool's first node as `navarch apply` names it (<fleet>-<pool>-0001): its key
         # and report path are the ones a real first node gets.
         node = args.node or node_name(spec.name, args.pool, 1)
-        key = derive_node_key(read_fleet_secret(spec), spec.name, node)
+        # The key lets its holder sign that node's reports: printed only with --reveal-key.
+        key = derive_node_key(read_fleet_secret(spec), spec.name, node) if args.reveal_key else None
         if args.bundle_url:  # the operator hosts `navarch agent bundle`'s file there
             source = BundleSource(args.bundle_url, build_bundle().sha256)
             bundle: Callable[[], BundleSource] = lambda: source  # noqa: E731
         else:  # as apply does: publish to the fleet's store, sign a short-lived URL
             bundle = AgentDelivery(open_store(spec.store_url, base_dir=spec.base_dir)).get
         sys.stdout.write(render_cloud_init(spec, args.pool, node, key, bundle=bundle))
+        if key is None:
+            print(
+                f"navarch render cloud-init: {node}'s key is a placeholder; "
+                "--reveal-key prints it (it lets its holder sign that node's reports)",
+                file=sys.stderr,
+            )
     except NavarchError as exc:
         print(f"navarch render cloud-init: {exc}", file=sys.stderr)
         return EXIT_ERROR
@@ -1356,6 +1401,11 @@ def _render_commands(sub: Any) -> None:
         help="where nodes fetch `navarch agent bundle`'s file (default: publish it "
         "to the fleet's store and use a pre-signed URL, as apply does)",
     )
+    s.add_argument(
+        "--reveal-key",
+        action="store_true",
+        help="print the node's signing key (default: a placeholder stands for it)",
+    )
     s.set_defaults(func=cmd_render_cloud_init)
 
 
@@ -1374,6 +1424,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     _reconcile_commands(sub)
     _node_commands(sub)
+    from navarch.cli_pause import register as register_pause
+
+    register_pause(sub, _fleet)
     _local_commands(sub)
 
     register: Callable[[Any], None] | None

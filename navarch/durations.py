@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime, timedelta
+
+from navarch.errors import ConfigError
 
 _PART = re.compile(r"([0-9]+)([smhd])")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -31,3 +34,53 @@ def format_duration_s(seconds: float) -> str:
         return f"{h}h" + (f"{r // 60}m" if r // 60 else "")
     d, r = divmod(s, 86400)
     return f"{d}d" + (f"{r // 3600}h" if r // 3600 else "")
+
+
+def window_start(
+    since: datetime | timedelta | str, now: datetime, *, name: str = "since"
+) -> datetime:
+    """The start (aware UTC) of a window that ends at `now` (aware UTC).
+
+    since: an aware datetime; a timedelta back from now; or text, a duration back from now
+    ("24h", "7d", "1h30m", parse_duration_s) or an RFC 3339 time with a timezone.
+    name: how the caller's user wrote it, for the error ("--since", "since").
+    Raises ConfigError for text that is neither, a naive datetime, or a duration that
+    reaches back before the year 1 (datetime's range).
+    """
+    if isinstance(since, str):
+        text = since
+        try:
+            since = timedelta(seconds=parse_duration_s(text))
+        except ValueError:
+            since = _rfc3339(text, name)
+        except OverflowError:
+            since = timedelta.max
+    else:
+        text = str(since)
+    if isinstance(since, datetime):
+        if since.tzinfo is None:
+            raise ConfigError(
+                f"{name} {text!r} has no timezone", hint="give an aware time, e.g. in UTC"
+            )
+        return since.astimezone(UTC)
+    try:
+        return now - since
+    except OverflowError:
+        raise ConfigError(
+            f"{name} {text!r} reaches back before the year 1",
+            hint="give a shorter duration, e.g. 30d, or an RFC 3339 time",
+        ) from None
+
+
+def _rfc3339(text: str, name: str) -> datetime:
+    """An aware time from RFC 3339 text; ConfigError (with the forms) when it is not one."""
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        when = None
+    if when is None or when.tzinfo is None:
+        raise ConfigError(
+            f"{name} {text!r} is neither a duration nor an RFC 3339 time",
+            hint="write it like 24h, 7d, 1h30m or 2026-11-24T03:00:00Z",
+        )
+    return when

@@ -438,6 +438,25 @@ def _form(alt: Mapping[str, Any], defs: Mapping[str, Any]) -> str:
     return f"a {kind}" if kind else "see the schema"
 
 
+def read_fleet_text(source: Path) -> str:
+    """The fleet file's text. Raises ConfigError naming the file for an unreadable file,
+    and the line and byte offset of the first byte that is not UTF-8 (YAML 1.2 streams
+    are Unicode; navarch reads UTF-8 only)."""
+    try:
+        data = source.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read fleet file: {exc.strerror}", file=str(source)) from exc
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"not UTF-8 text: byte 0x{data[exc.start]:02x} at byte offset {exc.start}",
+            file=str(source),
+            line=data.count(b"\n", 0, exc.start) + 1,
+            hint="save the file as UTF-8, e.g. with iconv -f latin1 -t utf-8",
+        ) from None
+
+
 def fleet_problems(path: str | Path) -> list[ConfigError]:
     """Every problem `navarch validate` finds in fleet.yaml, not only the first.
 
@@ -450,10 +469,8 @@ def fleet_problems(path: str | Path) -> list[ConfigError]:
     """
     source = Path(path)
     try:
-        text = source.read_text()
+        text = read_fleet_text(source)
         data, lines = _compose(text, str(source))
-    except OSError as exc:
-        return [ConfigError(f"cannot read fleet file: {exc.strerror}", file=str(source))]
     except ConfigError as exc:
         return [exc]
     if not isinstance(data, dict):
@@ -515,10 +532,7 @@ def load_fleet(path: str | Path) -> FleetSpec:
     the first problem found (schema errors first, then cross-field rules). Writes nothing.
     """
     source = Path(path)
-    try:
-        text = source.read_text()
-    except OSError as exc:
-        raise ConfigError(f"cannot read fleet file: {exc.strerror}", file=str(source)) from exc
+    text = read_fleet_text(source)
     data, lines = _compose(text, str(source))
     if not isinstance(data, dict):
         raise ConfigError(

@@ -14,12 +14,19 @@ from navarch.agent.cli import register
 
 def main(argv: list[str] | None = None, *, bundled: bool = False) -> int:
     """Parse ``run`` / ``install`` arguments as ``navarch agent`` would and run the handler.
-    bundled: the zipapp's entry point (only run and watch, see navarch.agent.cli.register)."""
+    argv may start with ``agent`` (``navarch agent run --once`` as typed on a node, through
+    the ``navarch`` command the user-data installs beside the bundle). bundled: the
+    zipapp's entry point (only run and watch, see navarch.agent.cli.register)."""
     parser = argparse.ArgumentParser(
         prog="navarch-agent.pyz" if bundled else "python -m navarch.agent"
     )
     register(parser.add_subparsers(dest="command", required=True), bundled=bundled)
-    args = parser.parse_args(["agent", *(sys.argv[1:] if argv is None else argv)])
+    given = list(sys.argv[1:] if argv is None else argv)
+    # `navarch agent run ...` on a node runs this (the `navarch` the user-data installs):
+    # the command words a full install takes are accepted as they are.
+    if given[:1] == ["agent"]:
+        given = given[1:]
+    args = parser.parse_args(["agent", *given])
     return int(args.func(args))
 
 

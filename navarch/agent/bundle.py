@@ -62,8 +62,14 @@ _MAIN = b"""\
 # With NAVARCH_BUNDLE_CACHE=DIR (the systemd unit sets it), the bundle is unpacked once per
 # content into DIR/<sha256 prefix>/ and imported from there, so Python caches its bytecode:
 # a zip import compiles every module from source on every run.
+# Kept to syntax every Python 3 parses: an older interpreter must reach the version check.
 import os
 import sys
+
+if sys.version_info < (3, 9):
+    sys.stderr.write("navarch: the agent bundle needs Python 3.9 or newer; %s is Python %s\\n"
+                     % (sys.executable or "python3", sys.version.split()[0]))
+    sys.exit(1)
 
 
 def _unpacked(cache):

@@ -461,6 +461,17 @@ class NodeTable:
 
 
 @dataclass(frozen=True)
+class Pause:
+    """`navarch pause FLEET --reason TEXT`: every run plans and reports but acts on nothing
+    until `navarch resume`. by: who paused ("user@host"); at: when (aware UTC); reason: the
+    operator's words (plain, capped)."""
+
+    by: str
+    at: datetime
+    reason: str
+
+
+@dataclass(frozen=True)
 class Memory:
     """The reconciler's memory, state/<fleet>.json. serial grows with every write.
 
@@ -473,6 +484,7 @@ class Memory:
     nodes: NodeTable = field(default_factory=NodeTable)
     pools: tuple[PoolMemory, ...] = ()
     rejections: tuple[tuple[str, int], ...] = ()  # reason -> count, cumulative
+    pause: Pause | None = None  # `navarch pause`: the planner holds every action
 
     def __post_init__(self) -> None:
         if not isinstance(self.nodes, NodeTable):
@@ -596,12 +608,14 @@ class HaltRule(enum.StrEnum):
     ORPHAN_GUARD = "orphan_guard"
     DUPLICATE_NODE = "duplicate_node"
     MAX_LAUNCHES = "max_launches"
+    PAUSED = "paused"  # `navarch pause`: every action held until `navarch resume`
 
     @property
     def safety_stop(self) -> bool:
         """True for rules that stop a run for a human (exit 3): breaker, orphan guard,
         duplicate node names, more launches than safety.max_launches_per_run. Budget, rate
-        limit, capacity and max pace a converging run."""
+        limit, capacity and max pace a converging run; a pause was asked for by a human,
+        who expects runs to say so, not to fail."""
         return self in _SAFETY_STOPS
 
 
@@ -652,6 +666,12 @@ class Plan:
     @property
     def breaker_open(self) -> bool:
         return any(h.rule is HaltRule.CIRCUIT_BREAKER for h in self.halts)
+
+    @property
+    def paused(self) -> Halt | None:
+        """The fleet's pause (`navarch pause`: who, when, why) when this plan was made
+        paused, else None."""
+        return next((h for h in self.halts if h.rule is HaltRule.PAUSED and h.pool == "*"), None)
 
     @property
     def safety_stopped(self) -> bool:

@@ -93,6 +93,7 @@ from navarch.planner.model import (
     PoolMemory,
 )
 from navarch.planner.observe import Duplicate, fault_of
+from navarch.planner.pause import hold_all
 from navarch.planner.retired import UNKNOWN, retired_pool
 from navarch.spec import FleetSpec, PoolSpec, Replacement, SurgeOn, UpdateStrategy
 from navarch.wording import counted
@@ -276,8 +277,10 @@ def plan(
     options: the run's flags (PlanOptions); duplicates: observe()'s duplicate node names.
     Returns a Plan whose actions are in execution order, whose halts say which safety rule
     held what back and whose pending lines name every difference from fleet.yaml this run
-    leaves (so a plan is "No changes" only when the world matches). Never raises for any
-    combination of valid inputs. Cost: O(N log N) in the number of nodes.
+    leaves (so a plan is "No changes" only when the world matches). A paused fleet
+    (memory.pause, `navarch pause`) gets the same plan with every action held
+    (navarch.planner.pause.hold_all). Never raises for any combination of valid inputs.
+    Cost: O(N log N) in the number of nodes.
     """
     options = options or PlanOptions()
     fleet = _fleet_stages(spec, views, memory, now, options, duplicates)
@@ -327,7 +330,8 @@ def plan(
         state_serial=memory.serial,
         views=tuple(views),
     )
-    return replace(out, observation_fingerprint=observation_fingerprint(views, halts))
+    out = hold_all(out, memory.pause)  # a paused fleet: planned, reported, acted on by no one
+    return replace(out, observation_fingerprint=observation_fingerprint(views, out.halts))
 
 
 def observation_fingerprint(views: Sequence[NodeView], halts: Sequence[Halt]) -> str:

@@ -28,6 +28,7 @@ from navarch.planner.model import (
     Memory,
     NodeMemory,
     NodeTable,
+    Pause,
     Phase,
     PoolMemory,
     PoolSettings,
@@ -341,7 +342,18 @@ def memory_to_json(m: Memory, cache: NodeDocCache | None = None) -> dict[str, An
             for p in m.pools
         },
         "rejections": dict(m.rejections),
+        **({"pause": _pause_to_json(m.pause)} if m.pause else {}),
     }
+
+
+def _pause_to_json(p: Pause) -> dict[str, Any]:
+    return {"by": p.by, "at": ts(p.at), "reason": p.reason}
+
+
+def _pause_from_json(d: Mapping[str, Any] | None) -> Pause | None:
+    if not d:
+        return None
+    return Pause(by=str(d["by"]), at=required_ts(d["at"]), reason=str(d["reason"]))
 
 
 #: The keys _ladder_to_json may write: a node entry without any of them (most nodes, most of
@@ -422,4 +434,5 @@ def memory_from_json(d: Mapping[str, Any]) -> Memory:
         nodes=NodeTable(nodes),
         pools=pools,
         rejections=tuple(sorted(d.get("rejections", {}).items())),
+        pause=_pause_from_json(d.get("pause")),
     )

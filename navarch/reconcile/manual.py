@@ -10,7 +10,9 @@ fleet over does nothing more and exits non-zero), look at the world as a run wou
   (Provider.reboot: EC2 RebootInstances, Compute Engine instances.reset, Lambda Cloud
   restart, the local provider's reboot). Refused while the node's latest report shows GPU
   processes, unless forced: a reboot kills them (the ladder's own rule: never reboot a
-  node that still runs GPU work).
+  node that still runs GPU work). A node navarch took out of service for a fault is then
+  remediating, as after the ladder's own reboot: it returns to service on healthy reports
+  from its new boot (an open circuit breaker holds the ladder's reboot, not the return).
 - cordon: runs the scheduler's cordon playbook with the operator's reason. An operator's
   cordon is never undone automatically: it is not navarch's cordon (Memory phase), so
   the planner neither drains nor replaces the node for it and never uncordons it; only
@@ -21,12 +23,14 @@ fleet over does nothing more and exits non-zero), look at the world as a run wou
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import datetime
 from typing import Any
 
 from navarch.errors import NavarchError, ProviderError, RemoteError
+from navarch.health import Remedy
 from navarch.history import Actor, report_ref
 from navarch.inventory import Instance
-from navarch.planner.model import NodeMemory, Phase, ts
+from navarch.planner.model import Memory, NodeMemory, Phase, ts
 from navarch.reconcile.run import Clock, Fleet, Snapshot, gather, leased, system_clock
 from navarch.reconcile.state import AuditLog, save_memory
 from navarch.spec import Scheduler
@@ -132,6 +136,9 @@ def reboot(
             )
             raise NavarchError(f"reboot of {node} failed: {exc}") from exc
         detail = f"rebooted {inst.instance_id} through provider {inst.provider}"
+        memory = _rebooted(snap.memory, node, snap.now)
+        if memory is not None:
+            detail += "; it returns to service on healthy reports from its new boot"
         _audit(
             fleet,
             snap,
@@ -140,7 +147,37 @@ def reboot(
             clock,
             client,
         )
+        if memory is not None:
+            lease.check_store()
+            save_memory(fleet.store, memory, snap.memory_version)
         return detail
+
+
+def _rebooted(memory: Memory, node: str, now: datetime) -> Memory | None:
+    """Memory after an operator's reboot of a node navarch took out of service for a fault
+    (cordoned, draining or remediating): remediating with rung reboot from now, the
+    ladder's own state after its reboot (handlers' _remedied), so healthy reports from
+    the new boot return it (docs/health-policy.md). None when there is nothing to record:
+    a node in service, or one leaving for no fault (drift, --replace of a healthy node)."""
+    nm = memory.node(node)
+    leaving = (Phase.CORDONED, Phase.DRAINING, Phase.REMEDIATING)
+    if nm is None or nm.phase not in leaving or nm.fault is None:
+        return None
+    why = nm.phase_reason.removeprefix("rebooted by an operator; ")
+    return memory.with_node(
+        replace(
+            nm,
+            phase=Phase.REMEDIATING,
+            phase_at=now,
+            phase_reason=f"rebooted by an operator; {why}",
+            rung=Remedy.REBOOT,
+            rung_fault=nm.fault.key.kind,
+            rung_at=now,
+            return_streak=0,
+            diag_cordon=False,
+            impaired_cordon=False,
+        )
+    )
 
 
 def cordon(

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from navarch.planner.model import Diag, Lifecycle, NodeView, ts
+from navarch.planner.model import Diag, Lifecycle, NodeView, Pause, ts
 from navarch.reconcile.reports import fleet_rejection
 from navarch.reconcile.run import Snapshot
 from navarch.spec import FleetSpec, PoolSpec
@@ -160,13 +160,16 @@ class FleetStatus:
     foreign: tuple[tuple[str, str], ...]
     orphans: tuple[tuple[str, str, str, str, str], ...]
     duplicates: tuple[tuple[str, tuple[str, ...]], ...]
+    paused: Pause | None = None  # `navarch pause`: who, when, why
 
     def to_json(self) -> dict[str, Any]:
         """The document `navarch status --json` prints (schemas/status.schema.json)."""
+        p = self.paused
         return {
             "fleet": self.fleet,
             "store": self.store,
             "state_serial": self.state_serial,
+            "paused": {"by": p.by, "at": ts(p.at), "reason": p.reason} if p else None,
             "error": self.error,
             "pools": [p.to_json() for p in self.pools],
             "rejections": dict(self.rejections),
@@ -259,4 +262,5 @@ def fleet_status(spec: FleetSpec, snap: Snapshot) -> FleetStatus:
         duplicates=tuple(
             (d.node, tuple(i.instance_id for i in d.instances)) for d in snap.observed.duplicates
         ),
+        paused=snap.loaded.pause,
     )

@@ -137,6 +137,73 @@ def test_bundle_offers_only_what_runs_without_a_full_install(
     assert "cloud-init, examples/image" in " ".join(helped.stdout.split()), helped.stdout
 
 
+def test_bundle_takes_the_command_words_typed_on_a_full_install(
+    bundle_file: Path, tmp_path: Path
+) -> None:
+    """`navarch agent run --once --stdout` (docs/runbook.md) reaches the bundle as argv
+    `agent run ...` through the node's `navarch` command: it runs as `run ...` does."""
+    run = subprocess.run(
+        [sys.executable, "-I", "-S", str(bundle_file), "agent", "run", "--once", "--stdout"]
+        + ["--config", str(agent_config(tmp_path))],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", "NAVARCH_GPU_COUNT": "4"},
+        cwd=tmp_path,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert json.loads(run.stdout)["node"] == "train-0001"
+
+
+def _old_pythons() -> list[str]:
+    """python3.6 to 3.8 on PATH or under $PYENV_ROOT/versions (none is needed: the guard is
+    also run under a faked sys.version_info)."""
+    pyenv = Path(os.environ.get("PYENV_ROOT", "~/.pyenv")).expanduser() / "versions"
+    found = []
+    for version in ("3.6", "3.7", "3.8"):
+        candidates = sorted(pyenv.glob(f"{version}.*/bin/python{version}"))
+        path = str(candidates[-1]) if candidates else shutil.which(f"python{version}")
+        if path:
+            found.append(path)
+    return found
+
+
+def test_the_bundle_on_python_3_8_says_in_one_line_which_python_it_needs(
+    bundle_file: Path, tmp_path: Path
+) -> None:
+    faked = subprocess.run(
+        [
+            sys.executable,
+            "-I",
+            "-S",
+            "-c",
+            "import sys; sys.version_info = (3, 8, 18, 'final', 0); bundle = sys.argv[1]; "
+            "sys.path.insert(0, bundle); import runpy; runpy.run_path(bundle, run_name='__main__')",
+            str(bundle_file),
+            "run",
+            "--once",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    runs = [faked] + [
+        subprocess.run(
+            [python, "-I", "-S", str(bundle_file), "run", "--once"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=tmp_path,
+        )
+        for python in _old_pythons()
+    ]
+    for run in runs:
+        assert run.returncode == 1, run.stdout + run.stderr
+        (line,) = run.stderr.splitlines()
+        assert line.startswith("navarch: the agent bundle needs Python 3.9 or newer;"), line
+
+
 def test_bundle_modules_keep_to_python_3_9(bundle_file: Path, tmp_path: Path) -> None:
     pytest.importorskip("vermin", reason="vermin is a dev dependency (pip install -e .[dev])")
     src = tmp_path / "src"

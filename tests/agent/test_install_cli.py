@@ -80,6 +80,7 @@ def test_cloud_init_carries_a_working_agent_config(aws_spec: Any, tmp_path: Path
         "/etc/navarch/agent.yaml",
         "/etc/systemd/system/navarch-agent.service",
         "/etc/systemd/system/navarch-agent.timer",
+        "/usr/local/bin/navarch",
     }
     cfg_path = tmp_path / "agent.yaml"
     cfg_path.write_text(files["/etc/navarch/agent.yaml"])
@@ -226,6 +227,7 @@ def test_cli_render_cloud_init(tmp_path: Path) -> None:
         "train-0003",
         "--bundle-url",
         BUNDLE.url,
+        "--reveal-key",
         env={"NAVARCH_FLEET_SECRET": SECRET},
     )
     assert res.returncode == 0, res.stderr

@@ -4,6 +4,7 @@ their Kubernetes manifests (kubernetes-validate --strict)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import subprocess
@@ -20,10 +21,11 @@ from navarch.bootstrap import (
     BUNDLE_EXEC_START,
     BUNDLE_PATH,
     AgentInstall,
+    BundleSource,
     render_cloud_init_for,
     render_units,
 )
-from tests.support.userdata import run_installed_agent, run_user_data
+from tests.support.userdata import base_env, run_installed_agent, run_user_data
 
 REPO = Path(__file__).resolve().parents[2]
 IMAGE = REPO / "examples" / "image"
@@ -71,12 +73,48 @@ def test_baked_image_then_user_data_with_only_the_key_runs_the_agent(tmp_path: P
         install=AgentInstall.BAKED,
     )
     doc = yaml.safe_load(user_data)
-    assert [f["path"] for f in doc["write_files"]] == ["/etc/navarch/agent.yaml"]
+    assert [f["path"] for f in doc["write_files"]] == [
+        "/etc/navarch/agent.yaml",
+        "/usr/local/bin/navarch",
+    ]
     installed = run_user_data(user_data, root)
     run = run_installed_agent(installed, {"NAVARCH_FAKE_GPU": "true"})
     assert run.returncode == 0, run.stdout + run.stderr
     report = json.loads((tmp_path / "store/health/demo/train/demo-train-0001.json").read_text())
     assert report["node"] == "demo-train-0001" and len(report["gpus"]) == 2
+
+
+def test_the_runbooks_on_node_navarch_agent_run_works_where_the_agent_came_as_the_bundle(
+    tmp_path: Path,
+) -> None:
+    bundle = tmp_path / "navarch-agent.pyz"
+    write_bundle(bundle)
+    user_data = render_cloud_init_for(
+        fleet="demo",
+        pool="train",
+        node="demo-train-0001",
+        store=f"file://{tmp_path}/store",
+        node_key=signing.derive_node_key(b"s" * 32, "demo", "demo-train-0001"),
+        gpus_per_node=2,
+        metadata="none",
+        install=AgentInstall.BUNDLE,
+        bundle=BundleSource(bundle.as_uri(), hashlib.sha256(bundle.read_bytes()).hexdigest()),
+    )
+    root = tmp_path / "node"
+    installed = run_user_data(user_data, root)
+    # docs/runbook.md#agents-silent: `navarch ssh ... -- navarch agent run --once --stdout`
+    run = subprocess.run(
+        [str(root / "usr/local/bin/navarch"), "agent", "run", "--once", "--stdout"]
+        + ["--config", str(root / "etc/navarch/agent.yaml")],
+        env={**base_env(installed.root), "NAVARCH_FAKE_GPU": "true"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    report = json.loads(run.stdout)
+    assert report["node"] == "demo-train-0001" and len(report["gpus"]) == 2
+    assert not (tmp_path / "store").exists()  # --stdout writes nothing
 
 
 def test_baked_user_data_on_an_image_without_the_agent_fails_loudly(tmp_path: Path) -> None:

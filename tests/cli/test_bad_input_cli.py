@@ -4,6 +4,8 @@ subprocess on the local provider."""
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 from datetime import UTC, datetime, timedelta
 
 STORE_HEALTH = ".navarch/store/health/demo"
@@ -134,11 +136,51 @@ def test_render_cloud_init_defaults_to_the_pools_first_node_name(navarch, fleet_
     from navarch import signing
 
     navarch.ok("plan", "fleet.yaml")  # creates the local fleet secret
-    out = navarch.ok("render", "cloud-init", "fleet.yaml", "--pool", "train").out
+    out = navarch.ok("render", "cloud-init", "fleet.yaml", "--pool", "train", "--reveal-key").out
     secret = (fleet_dir / ".navarch/fleet.secret").read_text().strip().encode()
     key = signing.derive_node_key(secret, "demo", "demo-train-0001").hex()
     assert 'node: "demo-train-0001"' in out and key in out
     assert 'node: "train-0001"' not in out
+
+
+def test_render_cloud_init_prints_a_placeholder_for_the_node_key_unless_reveal_key(
+    navarch, fleet_dir
+):
+    import yaml
+
+    from navarch import signing
+    from navarch.bootstrap import KEY_PLACEHOLDER
+
+    navarch.ok("plan", "fleet.yaml")  # creates the local fleet secret
+    secret = (fleet_dir / ".navarch/fleet.secret").read_text().strip().encode()
+    key = signing.derive_node_key(secret, "demo", "demo-train-0002").hex()
+    run = navarch.ok(
+        "render", "cloud-init", "fleet.yaml", "--pool", "train", "--node", "demo-train-0002"
+    )
+    assert key not in run.out and key not in run.err
+    assert "--reveal-key prints it" in run.err
+    files = {f["path"]: f["content"] for f in yaml.safe_load(run.out)["write_files"]}
+    assert yaml.safe_load(files["/etc/navarch/agent.yaml"])["key"] == KEY_PLACEHOLDER
+    (fleet_dir / "user-data.yaml").write_text(run.out)
+    if shutil.which("cloud-init"):  # the placeholder keeps the user-data valid cloud-init
+        schema = subprocess.run(
+            ["cloud-init", "schema", "--config-file", str(fleet_dir / "user-data.yaml")],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert schema.returncode == 0, schema.stdout + schema.stderr
+    revealed = navarch.ok(
+        "render",
+        "cloud-init",
+        "fleet.yaml",
+        "--pool",
+        "train",
+        "--node",
+        "demo-train-0002",
+        "--reveal-key",
+    )
+    assert key in revealed.out
 
 
 def test_playbook_path_typo_fails_validate(navarch, fleet_dir):

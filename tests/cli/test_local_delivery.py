@@ -16,7 +16,9 @@ def test_rendered_user_data_installs_the_bundle_from_the_file_store(
     navarch, fleet_dir: Path, tmp_path: Path
 ) -> None:
     navarch.ok("apply", "fleet.yaml", "--auto-approve")
-    user_data = navarch.ok("render", "cloud-init", "fleet.yaml", "--pool", "train").out
+    user_data = navarch.ok(
+        "render", "cloud-init", "fleet.yaml", "--pool", "train", "--reveal-key"
+    ).out
     source = bundle_source(user_data)
     assert source.url.startswith("file:///")
     published = Path(source.url[len("file://") :])
@@ -29,6 +31,7 @@ def test_rendered_user_data_installs_the_bundle_from_the_file_store(
         "/etc/navarch/agent.yaml",
         "/etc/systemd/system/navarch-agent.service",
         "/etc/systemd/system/navarch-agent.timer",
+        "/usr/local/bin/navarch",
     )
     run = run_installed_agent(installed, {"NAVARCH_FAKE_GPU": "true"})
     assert run.returncode == 0, run.stdout + run.stderr

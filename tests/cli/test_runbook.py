@@ -235,6 +235,7 @@ SCENES: dict[str, type[Scene]] = {
     "stale-plan": StalePlan,
     "store-unreachable": StoreUnreachable,
     "bad-fleet": BadFleet,
+    "pause": Scene,
 }
 
 

@@ -41,15 +41,21 @@ def test_replace_of_a_node_the_fleet_does_not_have_exits_1(navarch) -> None:
     assert len(_train(navarch)) == 3
 
 
-def test_replace_under_an_open_breaker_replaces_exactly_the_named_node(navarch) -> None:
+def test_replace_under_an_open_breaker_passes_it_for_exactly_the_named_node(navarch) -> None:
+    """docs/runbook.md#breaker: `apply --replace NODE` passes the breaker for that node: it
+    is replaced and the run exits 0, saying the rest stays held (the plan too)."""
     _start(navarch)
     for node in ("demo-train-0001", NODE):  # 2 of 3 sick: the pool's breaker (50%) opens
         navarch.ok("local", "inject", "fleet.yaml", node, "--xid", "79")
     navarch.ok("local", "tick", "fleet.yaml")
     held = navarch("apply", "fleet.yaml", "--auto-approve")
     assert held.code == 3 and "~ cordon" not in held.out, held.out
+    plan = navarch("plan", "fleet.yaml", "--replace", NODE, "--detailed-exitcode")
+    assert plan.code == 2, plan.out + plan.err
     run = navarch("apply", "fleet.yaml", "--auto-approve", "--replace", NODE)
-    assert run.code == 3, run.out + run.err  # the breaker is still open for the others
+    assert run.code == 0, run.out + run.err
+    assert "Error:" not in run.err, run.err
+    assert f"--replace passed it for {NODE} only, the rest stays held" in run.err, run.err
     assert f"~ cordon {NODE}" in run.out and "replacement requested (--replace)" in run.out
     assert "~ cordon demo-train-0001" not in run.out, run.out
     assert "replaces demo-train-0002" in run.out, run.out
@@ -112,3 +118,30 @@ def test_a_rebooted_node_whose_reports_stay_degraded_climbs_at_return_timeout(
     out = navarch.ok("apply", "fleet.yaml", "--auto-approve", env={"NAVARCH_NOW": later}).out
     assert f"- terminate {NODE}" in out and "(return_timeout 1m)" in out, out
     assert f"replaces {NODE}" in out, out
+
+
+def test_a_node_the_operator_rebooted_returns_to_service_on_its_own_with_the_breaker_open(
+    navarch,
+) -> None:
+    """docs/runbook.md#breaker: `navarch reboot` is the fix for a transient fault, and
+    `uncordon` does not apply; a node navarch had drained for the fault (its own reboot
+    held by the breaker) returns on healthy reports from its new boot, as after the
+    ladder's reboot."""
+    _start(navarch)
+    navarch.ok("local", "inject", "fleet.yaml", NODE, "--xid", "79")
+    assert f"~ drain {NODE}" in _cycle(navarch)
+    for node in ("demo-train-0001", "demo-train-0003"):  # 2 of 3 sick: the breaker opens
+        navarch.ok("local", "inject", "fleet.yaml", node, "--xid", "79")
+    navarch.ok("local", "tick", "fleet.yaml")
+    held = navarch("apply", "fleet.yaml", "--auto-approve")
+    assert held.code == 3 and f"{NODE}: reboot held back" in held.out, held.out
+    out = navarch.ok("reboot", "fleet.yaml", NODE).out
+    assert "returns to service on healthy reports from its new boot" in out, out
+    outs: list[str] = []
+    for _ in range(4):
+        navarch.ok("local", "tick", "fleet.yaml")
+        outs.append(navarch("apply", "fleet.yaml", "--auto-approve").out)
+    assert any(f"~ uncordon {NODE}" in o for o in outs), outs
+    assert not any(f"~ reboot {NODE}" in o for o in outs), outs  # rebooted once, by hand
+    assert _train(navarch)[NODE]["lifecycle"] == "healthy"
+    assert _train(navarch)["demo-train-0001"]["lifecycle"] == "unhealthy"  # still held

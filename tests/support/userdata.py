@@ -4,8 +4,9 @@ cloud-init cannot run here, so this does its two jobs for navarch's user-data: w
 ``write_files`` entry (content, mode) and run each ``runcmd`` entry (strings with ``sh
 -c``, lists as argv), with NAVARCH_ROOT set to the scratch root. Absolute node paths in
 the written files (/etc/navarch, /etc/systemd/system, /var/lib/navarch,
-/usr/local/lib/navarch) are moved under the root, and the agent's ``metadata`` is set to
-``none``: the cloud's metadata service does not exist here (network is 127.0.0.1 only).
+/usr/local/lib/navarch, /usr/local/bin) are moved under the root, and the agent's
+``metadata`` is set to ``none``: the cloud's metadata service does not exist here (network
+is 127.0.0.1 only).
 The installed agent then runs with the service unit's own ExecStart and Environment,
 rewritten the same way.
 """
@@ -22,7 +23,13 @@ import yaml
 
 from navarch.bootstrap import BundleSource
 
-NODE_DIRS = ("/etc/navarch", "/etc/systemd/system", "/var/lib/navarch", "/usr/local/lib/navarch")
+NODE_DIRS = (
+    "/etc/navarch",
+    "/etc/systemd/system",
+    "/var/lib/navarch",
+    "/usr/local/lib/navarch",
+    "/usr/local/bin",
+)
 SERVICE = "/etc/systemd/system/navarch-agent.service"
 
 

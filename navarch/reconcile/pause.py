@@ -1,0 +1,116 @@
+"""`navarch pause FLEET --reason TEXT` and `navarch resume FLEET`: a person stops every
+run from acting, and lets them act again.
+
+The pause lives in the fleet's state document (Memory.pause), written like any state
+under the fleet's lease and by compare-and-swap, so every runner (cron, CI, a colleague's
+laptop, the MCP server) sees it on its next run. The planner holds every action of a
+paused fleet with the halt rule PAUSED (navarch.planner.pause); runs still observe, plan,
+report and record what they saw. Both verbs are written to the audit log (action `pause`
+or `resume`, pool `*`, who, why).
+
+Operator verbs that name a node (cordon, uncordon, reboot) are not held: a person
+acting on one node by name is what a pause makes room for.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, replace
+
+from navarch.errors import NavarchError
+from navarch.history import Actor
+from navarch.planner.model import Pause, ts
+from navarch.planner.pause import pause_message
+from navarch.reconcile.run import Clock, Fleet, leased, system_clock
+from navarch.reconcile.state import AuditLog, default_holder, load_memory, save_memory
+from navarch.textsafe import node_text
+
+__all__ = ["PauseResult", "pause", "resume", "REASON_MAX_CHARS"]
+
+#: Longest pause reason kept, in characters (it is printed by every run while paused).
+REASON_MAX_CHARS = 1000
+
+
+@dataclass(frozen=True)
+class PauseResult:
+    """What a pause or resume verb did. pause: the fleet's pause now (None after resume);
+    before: the pause it replaced or cleared (None when there was none); message: one line
+    for a person."""
+
+    pause: Pause | None
+    before: Pause | None
+    message: str
+
+
+def _who() -> str:
+    """ "user@host" of this process (default_holder without its pid)."""
+    return default_holder().rsplit(" pid ", 1)[0]
+
+
+def _write(fleet: Fleet, verb: str, reason: str | None, by: str, clock: Clock) -> PauseResult:
+    """Under the lease: set Memory.pause (reason None: clear it), audit the verb, return
+    what changed."""
+    spec = fleet.spec
+    with leased(fleet, verb, clock) as lease:
+        now = clock()
+        memory, version = load_memory(fleet.store, spec.name, fleet.state_cache)
+        before = memory.pause
+        if reason is None and before is None:
+            return PauseResult(None, None, f"Fleet {spec.name} is not paused; nothing to resume.")
+        after = None if reason is None else Pause(by, now, reason)
+        if after is not None:
+            message = f"Fleet {spec.name} {pause_message(after)}."
+        else:
+            message = f"Fleet {spec.name} resumed by {by}; the next run acts again."
+        lease.check_store()
+        save_memory(fleet.store, replace(memory, pause=after), version, cache=fleet.state_cache)
+        audit = AuditLog(
+            fleet.store, spec.name, f"{now:%Y%m%dT%H%M%SZ}-{verb}-{uuid.uuid4().hex[:8]}", now
+        )
+        audit.append(
+            {
+                "time": ts(now),
+                "run_id": verb,
+                "operator": True,
+                "actor": Actor.OPERATOR.value,
+                "verb": verb,
+                "by": by,
+                "action": verb,
+                "pool": "*",
+                "node": None,
+                "reason": reason or "",
+                "ok": True,
+                "detail": message,
+                "error": None,
+            }
+        )
+        audit.flush()
+        return PauseResult(after, before, message)
+
+
+def pause(
+    fleet: Fleet, reason: str, *, by: str | None = None, clock: Clock = system_clock
+) -> PauseResult:
+    """Pause the fleet: from the next run on, every plan and apply acts on nothing and
+    says who paused, when and why. A pause already in place is replaced (new who, when,
+    why). by: who pauses (default "user@host" of this process); reason: required, made
+    plain and capped at REASON_MAX_CHARS.
+
+    Raises NavarchError for an empty reason, LockHeld when another run holds the lease,
+    LeaseLost when it lapsed before the write, StoreError.
+    """
+    text = node_text(reason.strip(), REASON_MAX_CHARS)
+    if not text:
+        raise NavarchError(
+            "give a reason (--reason TEXT): every run prints it while the fleet is paused"
+        )
+    who = node_text(by or _who(), 200)
+    return _write(fleet, "pause", text, who, clock)
+
+
+def resume(fleet: Fleet, *, by: str | None = None, clock: Clock = system_clock) -> PauseResult:
+    """Clear the fleet's pause: the next run acts again. Resuming a fleet that is not
+    paused changes nothing (PauseResult.before is None). Raises LockHeld, LeaseLost,
+    StoreError."""
+    who = node_text(by or _who(), 200)
+    return _write(fleet, "resume", None, who, clock)

@@ -286,20 +286,19 @@ class _Served:
         action for every node in `nodes` (cordon/uncordon: was shown for that node and
         reason). Raises Refused with a fresh plan to show otherwise."""
         names = sorted(set(nodes))
-        again = Verb.APPLY if verb is Verb.APPLY else verb
         if not names:
-            raise Refused(f"{verb.value} names no node", self.preview(again, names, reason))
+            raise Refused(f"{verb.value} names no node", self.preview(verb, names, reason))
         if not fingerprint:
             raise Refused(
                 f"{verb.value} needs the plan_fingerprint of the plan the person saw; "
                 "show this plan and call again with its fingerprint",
-                self.preview(again, names, reason),
+                self.preview(verb, names, reason),
             )
         shown = self.shown.get(fingerprint)
         if shown is None:
             raise Refused(
                 f"plan_fingerprint {fingerprint} is not one this server returned",
-                self.preview(again, names, reason),
+                self.preview(verb, names, reason),
             )
         if verb in (Verb.CORDON, Verb.UNCORDON):
             if (shown.verb, shown.nodes, shown.reason) != (verb, frozenset(names), reason):
@@ -309,6 +308,12 @@ class _Served:
                     self.preview(verb, names, reason),
                 )
             return shown
+        if shown.verb not in (Verb.APPLY, Verb.REPLACE):
+            raise Refused(
+                f"plan_fingerprint {fingerprint} was shown for {shown.verb.value}, not as a "
+                "plan to apply",
+                self.preview(verb, names if verb is Verb.REPLACE else (), reason),
+            )
         allowed = set(plan_nodes(shown.plan))
         if verb is Verb.REPLACE:  # only a node the plan was made to replace
             allowed &= set(shown.nodes) if shown.verb is Verb.REPLACE else set()
@@ -317,7 +322,7 @@ class _Served:
             raise Refused(
                 f"{', '.join(missing)}: not in the confirmed plan "
                 + ("as a node to replace" if verb is Verb.REPLACE else "(it has no action)"),
-                self.preview(again, names if verb is Verb.REPLACE else (), reason),
+                self.preview(verb, names if verb is Verb.REPLACE else (), reason),
             )
         return shown
 

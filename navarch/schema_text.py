@@ -64,7 +64,7 @@ def describe(err: jsonschema.ValidationError) -> str:
     if v in ("minItems", "maxItems", "uniqueItems", "minProperties", "maxProperties"):
         return f"the {'list' if 'Items' in v else 'mapping'} breaks {v} {want}"
     if v == "required" or v == "dependentRequired":
-        return err.message  # "'run' is a required property": the schema's key name
+        return str(err.message)  # "'run' is a required property": the schema's key name
     if v in ("additionalProperties", "unevaluatedProperties") and isinstance(inst, dict):
         allowed = set(err.schema.get("properties", {}))
         return (

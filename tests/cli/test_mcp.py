@@ -348,8 +348,9 @@ def test_validate_fleet_never_answers_with_a_file_outside_the_fleet_or_its_secre
         )
     ]
     candidates.append(
-        good.replace("  file: .navarch/fleet.secret", f"  file: {passwd}", 1)
-        .replace("store: file://.navarch/store", "store: file:///etc", 1)
+        good.replace("  file: .navarch/fleet.secret", f"  file: {passwd}", 1).replace(
+            "store: file://.navarch/store", "store: file:///etc", 1
+        )
     )
 
     async def body(s: ClientSession) -> list[Any]:
@@ -372,6 +373,9 @@ def test_validate_fleet_never_answers_with_a_file_outside_the_fleet_or_its_secre
 
 def test_fleet_yaml_resource_and_answers_redact_inline_secrets(sick_fleet):
     hook = "https://hooks.slack.com/services/T0AAAAAAA/B0BBBBBBB/cccccccccccccccccccccccc"
+    secret = (sick_fleet.workdir / ".navarch" / "fleet.secret").read_text().strip()
+    # Secrets pasted into an operator's reason reach the audit log, the state and the plan.
+    sick_fleet.ok("cordon", "fleet.yaml", "demo-train-0001", "--reason", f"see {hook} key {secret}")
     fleet = sick_fleet.workdir / "fleet.yaml"
     text = fleet.read_text() + (
         "notify:\n"
@@ -385,12 +389,22 @@ def test_fleet_yaml_resource_and_answers_redact_inline_secrets(sick_fleet):
         resource = (await s.read_resource("navarch://fleet.yaml")).contents[0].text
         status = (await s.read_resource("navarch://status")).contents[0].text
         valid = await s.call_tool("validate_fleet", {"fleet_yaml": text})
-        return {"resource": resource, "status": status, "valid": valid.content[0].text}
+        tools = {
+            name: (await s.call_tool(name, args)).content[0].text
+            for name, args in (
+                ("fleet_status", {}),
+                ("plan", {}),
+                ("recent_events", {}),
+                ("node_status", {"node": "demo-train-0001"}),
+            )
+        }
+        return {"resource": resource, "status": status, "valid": valid.content[0].text, **tools}
 
     got = talk(sick_fleet.workdir, body=body)
+    assert "[redacted]" in got["recent_events"] and "[redacted]" in got["node_status"]
     for answer in got.values():
         assert hook not in answer and "s3cr3t-t0ken-value" not in answer
-        assert "hooks.slack.com/services/T0AAAAAAA" not in answer
+        assert "hooks.slack.com/services/T0AAAAAAA" not in answer and secret not in answer
     resource = got["resource"]
     assert len(resource.splitlines()) == len(text.splitlines())
     lines = resource.splitlines()

@@ -178,7 +178,8 @@ _APPLY_DESC = (
     "it), checks the plan is not stale and executes only that plan's actions for `nodes` "
     "(each must have an action in it; a replaced node takes its replacement's launch "
     "along), under every safety rule (disruption budget, circuit breaker, repair rate "
-    "limit, ownership tags); nothing else the fleet would do now. Audited with actor mcp "
+    "limit, ownership tags); nothing else the fleet would do now (a pool's scale, which "
+    "names no node, is left to a scheduled apply). Audited with actor mcp "
     "and this client's name." + _CONFIRM_DOC + " " + _OUTCOME_DOC + UNTRUSTED_DOC
 )
 

@@ -35,7 +35,7 @@ from navarch.policy import REPORT_COST_MAX, Rule, compile_rule
 from navarch.redact import is_secret_path
 from navarch.remote.playbook import PlaybookKind, load_playbook_file
 from navarch.resources import data_dir
-from navarch.schema_text import describe
+from navarch.schema_text import describe, kind_of
 from navarch.spec import (
     Autoscaling,
     Diagnostics,
@@ -305,8 +305,11 @@ def _schema_error(
         # jsonschema's "is not valid under any of the given schemas" names no choice.
         forms = [_form(alt, err.schema.get("$defs", {})) for alt in err.validator_value]
         message = f"{err.instance!r} is none of the accepted forms: {'; or '.join(forms)}"
-    if is_secret_path(tuple(err.absolute_path)):
-        message = describe(err)  # an inline secret is never echoed
+    if is_secret_path(tuple(err.absolute_path)):  # an inline secret is never echoed
+        if err.validator in ("oneOf", "anyOf"):
+            message = message.replace(repr(err.instance), kind_of(err.instance), 1)
+        else:
+            message = describe(err)
     return ConfigError(
         message,
         file=str(source),

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -52,7 +52,6 @@ if TYPE_CHECKING:
 __all__ = ["ACTING_TOOLS", "READ_ONLY_TOOLS", "build_server"]
 
 _P = ParamSpec("_P")
-_R = TypeVar("_R")
 
 READ_ONLY_TOOLS = ("fleet_status", "node_status", "plan", "validate_fleet", "recent_events")
 ACTING_TOOLS = ("apply", "cordon", "uncordon", "replace")

@@ -101,3 +101,20 @@ def test_documents_keep_what_is_not_secret_and_lose_the_literals_they_are_given(
     assert out["plan_fingerprint"] == doc["plan_fingerprint"]
     assert out["events"][0] == {"reason": f"operator: key {REDACTED}", "api_key_env": "K"}
     assert out["options"]["webhook_url"] == REDACTED
+
+
+def test_a_schema_error_at_a_secret_key_never_echoes_the_inline_secret(tmp_path):
+    from navarch import api
+    from tests.support.mcp_client import REPO
+
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(
+        (REPO / "fleet.example.yaml").read_text()
+        + "notify:\n  - type: slack\n    url: hooks.slack.com/services/T1/B2/sekrit123\n"
+        + "  - type: pagerduty\n    routing_key: inline-routing-key-9\n"
+    )
+    problems = api.validate(fleet).problems
+    assert [p.split(": ")[1] for p in problems] == ["notify[0].url", "notify[1].routing_key"]
+    assert "a string is none of the accepted forms: an http(s) URL" in problems[0]
+    for p in problems:
+        assert "sekrit123" not in p and "inline-routing-key-9" not in p

@@ -366,6 +366,7 @@ def apply(
     fleet: LoadedFleet | str | Path,
     *,
     plan: PlanResult | None = None,
+    scope: Iterable[str] | None = None,
     auto_approve: bool = False,
     confirm: Callable[[Plan], bool] | None = None,
     on_outcome: Callable[[Outcome], None] | None = None,
@@ -379,7 +380,9 @@ def apply(
     log, write state, release the lease.
 
     plan: a PlanResult from plan(); its actions are applied only if the world has not moved
-    on since (else StalePlan). Without auto_approve and a plan, `confirm(plan)` must accept
+    on since (else StalePlan). scope: the nodes `plan` was narrowed to (an MCP
+    confirmation): only their observations and the halts must be unchanged, not every
+    node's (None: every node). Without auto_approve and a plan, `confirm(plan)` must accept
     the plan; with neither, NavarchError is raised before anything is done. client: who
     asked (an MCP client's name), kept in every audit record of the run. clock: the run's
     clock (default: the system clock; the CLI passes navarch.cli.process_clock()).
@@ -405,6 +408,7 @@ def apply(
         command=f"apply {loaded.path}",
         clock=clock or system_clock,
         saved=plan.plan if plan is not None else None,
+        saved_nodes=frozenset(scope) if scope is not None else None,
         confirm=asked,
         on_outcome=on_outcome,
         options=options,

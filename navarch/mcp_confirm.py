@@ -7,8 +7,8 @@ an acting call is carried out only when
 
 - its fingerprint is one this server returned (else: unknown),
 - the world has not moved on since (navarch.reconcile.run.check_saved_plan, the check
-  `navarch apply PLANFILE` makes: state serial, inventory fingerprint, observation
-  fingerprint; else: stale),
+  `navarch apply PLANFILE` makes: state serial, inventory fingerprint, and what the plan
+  was made from for the nodes named plus the safety halts; else: stale),
 - every node it names is in that plan (else: not in the plan),
 
 and then only that plan's actions for the nodes named are executed (narrowed), never the

@@ -159,7 +159,8 @@ _CONFIRM_DOC = (
     " Acts only on a plan the person saw: pass the plan_fingerprint of a plan this server "
     "returned (the plan tool, or the `refused` answer of a call without one). A call "
     "without a fingerprint, with one this server did not return or whose world moved on "
-    "(state serial, instances, node health: the check `navarch apply PLANFILE` makes), or "
+    "(state serial, instances, the named nodes' health, the safety halts: the check "
+    "`navarch apply PLANFILE` makes), or "
     "naming a node that plan has no action for, does nothing and is refused with "
     "{refused: why, plan: the current plan, plan_fingerprint}: show that plan and ask again."
 )
@@ -334,7 +335,7 @@ class _Served:
         at = self.now() if self.now is not None else system_clock()
         _, snap = api.snapshot(self.loaded, at, shown.options)
         try:
-            check_saved_plan(shown.plan, snap)
+            check_saved_plan(shown.plan, snap, frozenset(nodes))
         except StalePlan as exc:
             raise Refused(str(exc), self.preview(shown.verb, nodes, reason)) from exc
 
@@ -479,6 +480,7 @@ def _acting_tools(server: MCPServer[Any], served: _Served) -> None:
             done = api.apply(
                 loaded,
                 plan=confirmed,
+                scope=nodes,
                 options=shown.options,
                 client=_client(ctx),
                 clock=now,

@@ -263,6 +263,30 @@ def test_apply_over_mcp_carries_out_only_the_confirmed_plans_named_nodes(sick_fl
     assert got["again"]["plan_fingerprint"] != got["plan"]["plan_fingerprint"]
 
 
+def test_a_confirmed_plan_stays_good_while_other_nodes_keep_reporting(sick_fleet):
+    # Only the named node's observations and the halts bind a confirmation: at a thousand
+    # nodes some heartbeat is always newer than the plan the person read.
+    sick_fleet.ok("local", "inject", "fleet.yaml", "demo-train-0002", "--silent")
+    sick_fleet.ok("local", "tick", "fleet.yaml")
+
+    async def body(s: ClientSession) -> dict[str, Any]:
+        plan = document(await s.call_tool("plan", {}))
+        sick_fleet.ok("local", "tick", "fleet.yaml")  # every other node reports again
+        now = document(await s.call_tool("plan", {}))
+        done = document(
+            await s.call_tool(
+                "apply",
+                {"plan_fingerprint": plan["plan_fingerprint"], "nodes": ["demo-train-0002"]},
+            )
+        )
+        return {"plan": plan, "now": now, "done": done}
+
+    got = talk(sick_fleet.workdir, "--allow-actions", body=body)
+    assert got["plan"]["observation_fingerprint"] != got["now"]["observation_fingerprint"]
+    assert ("cordon", "demo-train-0002", "ok") in _outcomes(got["done"])
+    assert {o["node"] for o in got["done"]["outcomes"]} == {"demo-train-0002"}
+
+
 def test_acting_tools_refuse_without_a_fingerprint_a_stale_one_or_a_node_outside_the_plan(
     sick_fleet,
 ):
@@ -288,8 +312,13 @@ def test_acting_tools_refuse_without_a_fingerprint_a_stale_one_or_a_node_outside
                 {"node": "demo-train-0001", "plan_fingerprint": replace_fp["plan_fingerprint"]},
             )
         )
+        ask = {"node": "demo-train-0001", "reason": "flaky"}
+        cordon_fp = refusal(await s.call_tool("cordon", ask))["plan_fingerprint"]
         # The world moves on (an operator's cordon from a terminal) after the plan was shown.
         sick_fleet.ok("cordon", "fleet.yaml", "demo-train-0003", "--reason", "by hand")
+        out["stale_cordon"] = refusal(
+            await s.call_tool("cordon", {**ask, "plan_fingerprint": cordon_fp})
+        )
         out["stale"] = refusal(
             await s.call_tool("apply", {"plan_fingerprint": fp, "nodes": ["demo-train-0002"]})
         )
@@ -309,6 +338,8 @@ def test_acting_tools_refuse_without_a_fingerprint_a_stale_one_or_a_node_outside
     assert "demo-train-0001: not in the confirmed plan" in got["other_node"]["refused"]
     assert got["stale"]["refused"].startswith("Saved plan is stale")
     assert got["stale_replace"]["refused"].startswith("Saved plan is stale")
+    assert got["stale_cordon"]["refused"].startswith("Saved plan is stale")
+    assert got["stale_cordon"]["would"]["node"] == "demo-train-0001"
     for answer in got.values():  # each refusal carries the plan to show, with its fingerprint
         assert answer["plan_fingerprint"] == answer["plan"]["plan_fingerprint"]
         assert answer["plan"]["actions"] or answer["plan"]["halts"]
@@ -316,6 +347,7 @@ def test_acting_tools_refuse_without_a_fingerprint_a_stale_one_or_a_node_outside
     lifecycles = {n["node"]: n["lifecycle"] for n in sick_fleet.nodes()}
     assert lifecycles["demo-train-0002"] == "unhealthy"
     assert lifecycles["demo-infer-0001"] == "healthy"
+    assert lifecycles["demo-train-0001"] == "healthy"
 
 
 def test_validate_fleet_never_answers_with_a_file_outside_the_fleet_or_its_secret(sick_fleet):

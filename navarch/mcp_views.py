@@ -86,7 +86,7 @@ _UNTRUSTED: dict[str, tuple[str, ...]] = {
         "plan.nodes[].reason",
     ),
     "verb": ("detail",),
-    "validation": ("problems[]",),
+    "validation": (),  # the candidate's own text and navarch's words; no node wrote any
 }
 
 

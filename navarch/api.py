@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from navarch.errors import ConfigError, NavarchError
 
 if TYPE_CHECKING:
+    from navarch.confine import Confinement
     from navarch.history import History
     from navarch.planner.model import Plan
     from navarch.reconcile.handlers import Outcome
@@ -252,10 +253,14 @@ def validate(path: str | Path) -> Validation:
 
     Never raises for a bad file: an unreadable file or bad YAML is its one problem.
     """
+    return _validate(path, None)
+
+
+def _validate(path: str | Path, confine: Confinement | None) -> Validation:
     from navarch.fleet_file import fleet_problems
     from navarch.fleet_file import load_fleet as _load
 
-    problems = tuple(str(p) for p in fleet_problems(path))
+    problems = tuple(str(p) for p in fleet_problems(path, confine=confine))
     if problems:
         return Validation(str(path), None, problems, 0, 0)
     spec = _load(path)
@@ -264,14 +269,24 @@ def validate(path: str | Path) -> Validation:
     )
 
 
-def validate_text(text: str, *, beside: str | Path) -> Validation:
+def validate_text(
+    text: str, *, beside: str | Path, forbidden: Iterable[Path | None] = ()
+) -> Validation:
     """validate() of a candidate fleet.yaml given as text, read as if it were the file
     `beside` (so its relative paths, playbooks and file:// store resolve as they would).
 
-    The text is written to a temporary file in `beside`'s directory and removed at once;
-    nothing else is written. Problems name the candidate as `beside`.
+    The candidate is confined (navarch.confine): a file it names that validate would open
+    (a pool's playbooks) is opened only when it lies inside `beside`'s directory by a
+    relative path and is neither the candidate's secret file nor one of `forbidden` (the
+    served fleet's secret file); any other is a problem of its own, never opened. Its
+    secret.file and file:// store are never opened, and no problem quotes the content of
+    a file. The text is written to a temporary file in `beside`'s directory and removed
+    at once; nothing else is written. Problems name the candidate as `beside`.
     """
+    from navarch.confine import Confinement
+
     target = Path(beside)
+    confine = Confinement.beside(target, forbidden)
     fd, tmp = tempfile.mkstemp(
         prefix=".navarch-candidate-",
         suffix=".yaml",
@@ -280,7 +295,7 @@ def validate_text(text: str, *, beside: str | Path) -> Validation:
     try:
         with os.fdopen(fd, "w") as out:
             out.write(text)
-        result = validate(tmp)
+        result = _validate(tmp, confine)
     finally:
         os.unlink(tmp)
     problems = tuple(p.replace(tmp, str(target)) for p in result.problems)
@@ -357,6 +372,7 @@ def apply(
     fleet: LoadedFleet | str | Path,
     *,
     plan: PlanResult | None = None,
+    scope: Iterable[str] | None = None,
     auto_approve: bool = False,
     confirm: Callable[[Plan], bool] | None = None,
     on_outcome: Callable[[Outcome], None] | None = None,
@@ -370,7 +386,9 @@ def apply(
     log, write state, release the lease.
 
     plan: a PlanResult from plan(); its actions are applied only if the world has not moved
-    on since (else StalePlan). Without auto_approve and a plan, `confirm(plan)` must accept
+    on since (else StalePlan). scope: the nodes `plan` was narrowed to (an MCP
+    confirmation): only their observations and the halts must be unchanged, not every
+    node's (None: every node). Without auto_approve and a plan, `confirm(plan)` must accept
     the plan; with neither, NavarchError is raised before anything is done. client: who
     asked (an MCP client's name), kept in every audit record of the run. clock: the run's
     clock (default: the system clock; the CLI passes navarch.cli.process_clock()).
@@ -396,6 +414,7 @@ def apply(
         command=f"apply {loaded.path}",
         clock=clock or system_clock,
         saved=plan.plan if plan is not None else None,
+        saved_nodes=frozenset(scope) if scope is not None else None,
         confirm=asked,
         on_outcome=on_outcome,
         options=options,

@@ -27,12 +27,15 @@ import yaml
 from referencing import Registry, Resource
 
 from navarch import plugins
+from navarch.confine import Confinement
 from navarch.durations import parse_duration_s
 from navarch.errors import ConfigError, PluginError
 from navarch.health import Remedy
 from navarch.policy import REPORT_COST_MAX, Rule, compile_rule
+from navarch.redact import is_secret_path
 from navarch.remote.playbook import PlaybookKind, load_playbook_file
 from navarch.resources import data_dir
+from navarch.schema_text import describe, kind_of
 from navarch.spec import (
     Autoscaling,
     Diagnostics,
@@ -400,6 +403,11 @@ def _schema_error(
         # jsonschema's "is not valid under any of the given schemas" names no choice.
         forms = [_form(alt, err.schema.get("$defs", {})) for alt in err.validator_value]
         message = f"{err.instance!r} is none of the accepted forms: {'; or '.join(forms)}"
+    if is_secret_path(tuple(err.absolute_path)):  # an inline secret is never echoed
+        if err.validator in ("oneOf", "anyOf"):
+            message = message.replace(repr(err.instance), kind_of(err.instance), 1)
+        else:
+            message = describe(err)
     return ConfigError(
         message,
         file=str(source),
@@ -457,7 +465,7 @@ def read_fleet_text(source: Path) -> str:
         ) from None
 
 
-def fleet_problems(path: str | Path) -> list[ConfigError]:
+def fleet_problems(path: str | Path, *, confine: Confinement | None = None) -> list[ConfigError]:
     """Every problem `navarch validate` finds in fleet.yaml, not only the first.
 
     Returns [] for a valid fleet, else ConfigErrors (file, line, key path, hint): every
@@ -466,6 +474,10 @@ def fleet_problems(path: str | Path) -> list[ConfigError]:
     (pools.<pool>.playbooks.<kind>) whose file is missing or does not load, naming the
     fleet file's line and the playbook's own error. Never raises: an unreadable file or
     bad YAML is returned as its one ConfigError.
+
+    confine: for a candidate written by someone who may not read the fleet's directory
+    (navarch.mcp_server's validate_fleet): a path outside confine.root, or naming the fleet
+    secret, is a problem of its own and is never opened (navarch.confine).
     """
     source = Path(path)
     try:
@@ -492,11 +504,29 @@ def fleet_problems(path: str | Path) -> list[ConfigError]:
         spec = load_fleet(source)
     except ConfigError as exc:
         return [exc]
-    problems = secret_problems(spec, _line_for(lines, ("secret", "file")))
+    problems: list[ConfigError] = []
+    if confine is None:
+        problems += secret_problems(spec, _line_for(lines, ("secret", "file")))
+    else:
+        # A candidate's secret.file is never opened: even its emptiness would leak.
+        confine = confine.with_forbidden(secret_path(spec))
     for pool in spec.pools:
         for kind, rel in sorted(pool.playbooks.items()):
             key = ("pools", pool.name, "playbooks", kind)
             line, key_path = _line_for(lines, key), _dotted(key)
+            refused = confine.refusal(rel) if confine is not None else None
+            if refused is not None:
+                problems.append(
+                    ConfigError(
+                        f"playbook not opened: {refused}",
+                        file=str(source),
+                        line=line,
+                        key_path=key_path,
+                        hint="a candidate may name only playbook files inside the fleet's "
+                        "directory, by a relative path",
+                    )
+                )
+                continue
             target = Path(rel) if Path(rel).is_absolute() else spec.base_dir / rel
             if not target.is_file():
                 problems.append(

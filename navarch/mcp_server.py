@@ -6,23 +6,33 @@ navarch.api, the functions the CLI calls, so an assistant reads the same documen
 
 Read-only by default: fleet_status, node_status, plan, validate_fleet, recent_events, and
 the resources navarch://status (the status document) and navarch://fleet.yaml (the fleet
-file). With allow_actions (`--allow-actions`) the acting tools apply, cordon, uncordon and
-replace exist too; each takes the fleet's lease like the CLI verb it mirrors, goes through
+file, its secrets redacted). With allow_actions (`--allow-actions`) the acting tools apply,
+cordon, uncordon and replace exist too. Each acts only on a plan the person saw: it takes
+the plan_fingerprint of a plan this server returned and carries out only that plan's
+actions for the nodes it names, after the saved-plan stale check (navarch.mcp_confirm);
+anything else is refused with the current plan to show. Each takes the fleet's lease like
+the CLI verb it mirrors, goes through
 the same planner and executor (every safety rule holds: ownership tags, disruption budget,
 circuit breaker, repair rate limit, the lemon and fresh-report rules of uncordon), and is
 written to the audit log with actor `mcp` and the MCP client's name (the clientInfo it
 sent at initialize) as `client`. Errors are returned as tool errors carrying navarch's
 one-line message.
+
+Every answer and resource passes navarch.redact (webhook URLs, keys, tokens, passwords,
+the fleet secret), validate_fleet opens no file outside the fleet's directory
+(navarch.confine), fleet_status pages and filters its nodes, and every answer names the
+fields that hold text written by nodes (navarch.mcp_views).
 """
 
 from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -30,7 +40,11 @@ from mcp.types import ToolAnnotations
 
 from navarch import __version__, api
 from navarch.durations import parse_duration_s
-from navarch.errors import ConfigError, NavarchError
+from navarch.errors import ConfigError, NavarchError, StalePlan
+from navarch.mcp_confirm import PlansShown, Refused, Shown, Verb, narrowed, plan_nodes
+from navarch.mcp_views import DEFAULT_PAGE, MAX_PAGE, UNTRUSTED_DOC, NodeFilter, marked, status_page
+from navarch.planner.context import PlanOptions
+from navarch.redact import redact_json, redact_text, redact_yaml
 
 if TYPE_CHECKING:
     from navarch.reconcile.run import Fleet
@@ -38,7 +52,6 @@ if TYPE_CHECKING:
 __all__ = ["ACTING_TOOLS", "READ_ONLY_TOOLS", "build_server"]
 
 _P = ParamSpec("_P")
-_R = TypeVar("_R")
 
 READ_ONLY_TOOLS = ("fleet_status", "node_status", "plan", "validate_fleet", "recent_events")
 ACTING_TOOLS = ("apply", "cordon", "uncordon", "replace")
@@ -65,7 +78,13 @@ _STATUS_DESC = (
     "reason, e.g. a wrong fleet secret; else null), pools (each: pool, provider, min/target/"
     "max node counts, nodes, lemons = instance ids replaced as lemons), rejections (reason -> "
     "count of rejected reports, all time), foreign (instances without this fleet's tags, left "
-    "alone), orphans (this fleet's instances whose pool is gone), duplicates. " + _NODE_FIELDS
+    "alone), orphans (this fleet's instances whose pool is gone), duplicates. "
+    + _NODE_FIELDS
+    + " Paged: the nodes are filtered by pool, lifecycle (a list of lifecycles), prefix "
+    "(of the node name) and unhealthy_only (drop healthy nodes), ordered by pool then "
+    f"name, at most `limit` (default {DEFAULT_PAGE}, at most {MAX_PAGE}) per answer; "
+    "page = {matched, returned, limit, next}: pass next as `cursor` for the following "
+    "page (null on the last). " + UNTRUSTED_DOC
 )
 
 _NODE_DESC = (
@@ -78,7 +97,10 @@ _NODE_DESC = (
     "apply deciding itself, replace = apply --replace, operator = a human's verb, mcp = an "
     "MCP client's tool call; client names it), report (the health report the action was "
     "decided on: sequence, status, boot_id), fault (structured key, e.g. xid:79), rung "
-    "(remedy tried), lemon. nodes: the node's state now (phase, since when, why). " + _NODE_FIELDS
+    "(remedy tried), lemon. nodes: the node's state now (phase, since when, why). "
+    + _NODE_FIELDS
+    + " "
+    + UNTRUSTED_DOC
 )
 
 _PLAN_DESC = (
@@ -93,7 +115,10 @@ _PLAN_DESC = (
     "(true when nothing is left to do or wait for), pending (what the fleet waits for), nodes "
     "(node, pool, lifecycle, reason, report_age_s in seconds, streak = consecutive "
     "unhealthy reports, health_score 0-100, drift), state_serial and fingerprints (a saved "
-    "plan is refused once they change)."
+    "plan is refused once they change). replace: nodes to plan a replacement of (as "
+    "`navarch plan --replace NODE`). plan_fingerprint: names this plan; the acting tools "
+    "(apply, replace, with --allow-actions) act only on a plan fingerprint this server "
+    "returned, so show the plan to the person before asking to act on it. " + UNTRUSTED_DOC
 )
 
 _VALIDATE_DESC = (
@@ -101,7 +126,8 @@ _VALIDATE_DESC = (
     "rules, playbooks), read as if it replaced this server's fleet file (relative paths "
     "resolve beside it; nothing is written there). Read-only. Returns {path, valid, fleet, "
     "problems: one line each 'file:line: key.path: what is wrong (what to do)', pools, "
-    "nodes_at_target}."
+    "nodes_at_target}. Paths the candidate names (playbooks) are opened only inside the "
+    "fleet's directory, never the fleet secret; others are problems, never read."
 )
 
 _EVENTS_DESC = (
@@ -109,22 +135,8 @@ _EVENTS_DESC = (
     "operator or MCP client asked for), oldest first, over the last `since` (a duration: 30m, "
     "24h, 7d; default 24h), and the state of nodes navarch is acting on now. Read-only. The "
     "document of `navarch history --json` (schemas/history.schema.json); event fields as in "
-    "node_status."
+    "node_status. " + UNTRUSTED_DOC
 )
-
-
-def _answer(fn: Callable[_P, _R]) -> Callable[_P, _R]:
-    """A tool whose NavarchError reaches the client as its one-line message (the SDK hides
-    any other exception's text as a crash)."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
-        try:
-            return fn(*args, **kwargs)
-        except NavarchError as exc:
-            raise ToolError(str(exc)) from exc
-
-    return wrapper
 
 
 def _since(text: str) -> timedelta:
@@ -143,41 +155,189 @@ def _client(ctx: Context) -> str:
     return name or "unnamed-mcp-client"
 
 
+_CONFIRM_DOC = (
+    " Acts only on a plan the person saw: pass the plan_fingerprint of a plan this server "
+    "returned (the plan tool, or the `refused` answer of a call without one). A call "
+    "without a fingerprint, with one this server did not return or whose world moved on "
+    "(state serial, instances, the named nodes' health, the safety halts: the check "
+    "`navarch apply PLANFILE` makes), or "
+    "naming a node that plan has no action for, does nothing and is refused with "
+    "{refused: why, plan: the current plan, plan_fingerprint}: show that plan and ask again."
+)
+
 _OUTCOME_DOC = (
     "Returns {applied, run_id (the audit log's run), audit_error, halted (a safety rule "
-    "stopped something for a human), plan (as the plan tool), outcomes: one per action "
-    "with action, pool, node, kind = ok|transient|permanent|refused|skipped, ok, detail}."
+    "stopped something for a human), plan (the plan executed: only the named nodes' "
+    "actions), outcomes: one per action with action, pool, node, kind = ok|transient|"
+    "permanent|refused|skipped, ok, detail}. "
 )
 
 _APPLY_DESC = (
-    "Converge the fleet now, as `navarch apply --auto-approve`: takes the fleet's lease "
-    "(fails if another run holds it), looks again and executes the plan under every "
-    "safety rule (disruption budget, circuit breaker, repair rate limit, ownership tags). "
-    "Audited with actor mcp and this client's name. Call plan first. " + _OUTCOME_DOC
+    "Carry out the actions of a plan the person confirmed, for the nodes named, as "
+    "`navarch apply PLANFILE` does: takes the fleet's lease (fails if another run holds "
+    "it), checks the plan is not stale and executes only that plan's actions for `nodes` "
+    "(each must have an action in it; a replaced node takes its replacement's launch "
+    "along), under every safety rule (disruption budget, circuit breaker, repair rate "
+    "limit, ownership tags); nothing else the fleet would do now (a pool's scale, which "
+    "names no node, is left to a scheduled apply). Audited with actor mcp "
+    "and this client's name." + _CONFIRM_DOC + " " + _OUTCOME_DOC + UNTRUSTED_DOC
 )
 
 _REPLACE_DESC = (
-    "Replace one node, as `navarch apply --replace NODE --auto-approve`: the node is "
-    "cordoned, drained and terminated and a replacement provisioned (surge first), within "
-    "the pool's disruption budget and repair rate limit; the rest of the plan is applied "
-    "in the same run, as the CLI does. Takes the lease; audited with this client's name. "
+    "Replace one node, as `navarch apply --replace NODE`: the node is cordoned, drained "
+    "and terminated and a replacement provisioned (surge first), within the pool's "
+    "disruption budget and repair rate limit. Call it first without plan_fingerprint (or "
+    "call plan with replace=[node]): it does nothing and returns the plan of the "
+    "replacement to show; once the person agrees, call it again with that plan's "
+    "fingerprint, and only this node's actions of that plan are carried out (no other "
+    "pending action). Takes the lease; audited with this client's name."
+    + _CONFIRM_DOC
+    + " "
     + _OUTCOME_DOC
+    + UNTRUSTED_DOC
 )
 
 _CORDON_DESC = (
     "An operator's cordon of one node with a reason (shown to the scheduler's users), as "
     "`navarch cordon FLEET NODE --reason TEXT`: navarch never undoes it itself, only "
-    "uncordon does. Takes the lease; refused while navarch is already taking the node out "
-    "of service. Audited with actor mcp and this client's name. Returns {node, cordoned: "
-    "true, detail (the scheduler playbook's output)}."
+    "uncordon does. Call it first without plan_fingerprint: it does nothing and returns "
+    "what it would do (`would`) and the fleet's plan now, with a fingerprint; call again "
+    "with the same node, reason and that fingerprint to cordon. Takes the lease; refused "
+    "while navarch is already taking the node out of service. Audited with actor mcp and "
+    "this client's name. Returns {node, cordoned: true, detail (the scheduler playbook's "
+    "output)}." + _CONFIRM_DOC + " " + UNTRUSTED_DOC
 )
 
 _UNCORDON_DESC = (
     "Return a node to service, as `navarch uncordon FLEET NODE`: only a node navarch or an "
     "operator's cordon took out, only with a fresh healthy report, never a lemon's "
-    "instance. Takes the lease; audited with actor mcp and this client's name. Returns "
-    "{node, uncordoned: true, detail}."
+    "instance. Call it first without plan_fingerprint: it does nothing and returns what "
+    "it would do and the plan now, with a fingerprint; call again with it to uncordon. "
+    "Takes the lease; audited with actor mcp and this client's name. Returns {node, "
+    "uncordoned: true, detail}." + _CONFIRM_DOC + " " + UNTRUSTED_DOC
 )
+
+
+@dataclass
+class _Served:
+    """What every tool of one server shares: the fleet, its file, the clock the read-only
+    tools ask about, and the plans it returned (navarch.mcp_confirm)."""
+
+    loaded: api.LoadedFleet
+    path: Path
+    now: Callable[[], datetime] | None
+    shown: PlansShown = field(default_factory=PlansShown)
+
+    def clock(self) -> datetime | None:
+        """The moment to ask about (None: the system clock, read by api)."""
+        return self.now() if self.now is not None else None
+
+    def literals(self) -> tuple[str, ...]:
+        """The fleet secret, when it can be read, to redact wherever it was written."""
+        from navarch.fleet_file import read_fleet_secret
+
+        try:
+            return (read_fleet_secret(self.loaded.spec).decode(errors="replace"),)
+        except (NavarchError, OSError, AssertionError):
+            return ()
+
+    def answer(self, fn: Callable[_P, dict[str, Any]]) -> Callable[_P, dict[str, Any]]:
+        """A tool whose NavarchError reaches the client as its one-line message (the SDK
+        hides any other exception's text as a crash), a Refused call's as JSON with the
+        plan to show; every result and message passes navarch.redact on its way out."""
+
+        @functools.wraps(fn)
+        def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> dict[str, Any]:
+            try:
+                result = fn(*args, **kwargs)
+            except Refused as exc:
+                doc = redact_json({"refused": exc.message, **exc.preview}, self.literals())
+                raise ToolError(json.dumps(doc, sort_keys=True)) from exc
+            except NavarchError as exc:
+                raise ToolError(redact_text(str(exc), self.literals())) from exc
+            redacted: dict[str, Any] = redact_json(result, self.literals())
+            return redacted
+
+        return wrapper
+
+    def show(
+        self, verb: Verb, nodes: Iterable[str] = (), reason: str | None = None
+    ) -> dict[str, Any]:
+        """Make the plan now (with nodes to replace for Verb.REPLACE), remember it as
+        shown and return its document with `plan_fingerprint`."""
+        names = sorted(set(nodes))
+        options = PlanOptions(replace=frozenset(names)) if verb is Verb.REPLACE else None
+        made = api.plan(self.loaded, now=self.clock(), options=options)
+        shown = self.shown.remember(made.plan, verb, nodes=names, options=options, reason=reason)
+        doc = marked(made.to_json(), "plan")
+        return {**doc, "plan_fingerprint": shown.fingerprint}
+
+    def preview(self, verb: Verb, nodes: Iterable[str], reason: str | None = None) -> Any:
+        """The answer of a refused call: the plan now, for `verb` on `nodes`, to show."""
+        doc = self.show(verb, nodes, reason)
+        out: dict[str, Any] = {"plan": doc, "plan_fingerprint": doc["plan_fingerprint"]}
+        if verb in (Verb.CORDON, Verb.UNCORDON):
+            out["would"] = {"verb": verb.value, "node": next(iter(nodes)), "reason": reason}
+        return out
+
+    def confirmed(
+        self, fingerprint: str, verb: Verb, nodes: Iterable[str], reason: str | None = None
+    ) -> Shown:
+        """The shown plan `fingerprint` names, when it was shown for `verb` and has an
+        action for every node in `nodes` (cordon/uncordon: was shown for that node and
+        reason). Raises Refused with a fresh plan to show otherwise."""
+        names = sorted(set(nodes))
+        if not names:
+            raise Refused(f"{verb.value} names no node", self.preview(verb, names, reason))
+        if not fingerprint:
+            raise Refused(
+                f"{verb.value} needs the plan_fingerprint of the plan the person saw; "
+                "show this plan and call again with its fingerprint",
+                self.preview(verb, names, reason),
+            )
+        shown = self.shown.get(fingerprint)
+        if shown is None:
+            raise Refused(
+                f"plan_fingerprint {fingerprint} is not one this server returned",
+                self.preview(verb, names, reason),
+            )
+        if verb in (Verb.CORDON, Verb.UNCORDON):
+            if (shown.verb, shown.nodes, shown.reason) != (verb, frozenset(names), reason):
+                raise Refused(
+                    f"plan_fingerprint {fingerprint} was not shown for {verb.value} "
+                    f"{' '.join(names)} with this reason",
+                    self.preview(verb, names, reason),
+                )
+            return shown
+        if shown.verb not in (Verb.APPLY, Verb.REPLACE):
+            raise Refused(
+                f"plan_fingerprint {fingerprint} was shown for {shown.verb.value}, not as a "
+                "plan to apply",
+                self.preview(verb, names if verb is Verb.REPLACE else (), reason),
+            )
+        allowed = set(plan_nodes(shown.plan))
+        if verb is Verb.REPLACE:  # only a node the plan was made to replace
+            allowed &= set(shown.nodes) if shown.verb is Verb.REPLACE else set()
+        missing = [n for n in names if n not in allowed]
+        if missing:
+            raise Refused(
+                f"{', '.join(missing)}: not in the confirmed plan "
+                + ("as a node to replace" if verb is Verb.REPLACE else "(it has no action)"),
+                self.preview(verb, names if verb is Verb.REPLACE else (), reason),
+            )
+        return shown
+
+    def still_current(self, shown: Shown, nodes: Iterable[str], reason: str | None) -> None:
+        """Refused (with the plan now) when the world moved on since `shown` was made: the
+        saved-plan check of `navarch apply PLANFILE` (check_saved_plan)."""
+        from navarch.reconcile.run import check_saved_plan, system_clock
+
+        at = self.now() if self.now is not None else system_clock()
+        _, snap = api.snapshot(self.loaded, at, shown.options)
+        try:
+            check_saved_plan(shown.plan, snap, frozenset(nodes))
+        except StalePlan as exc:
+            raise Refused(str(exc), self.preview(shown.verb, nodes, reason)) from exc
 
 
 def build_server(
@@ -189,53 +349,57 @@ def build_server(
     """The MCP server for the fleet at `fleet_path` (loaded and validated now, so a bad
     fleet.yaml fails before the server starts: ConfigError).
 
-    allow_actions: register the acting tools (apply, cordon, uncordon, replace).
+    allow_actions: register the acting tools (apply, cordon, uncordon, replace), each
+    bound to a plan fingerprint this server returned (navarch.mcp_confirm).
     now: the clock the read-only tools ask about (navarch.cli passes
     navarch.cli.process_clock()); None reads the system clock on each call.
     """
     path = Path(fleet_path)
-    loaded = api.load_fleet(path)
-
-    def clock() -> datetime | None:
-        return now() if now is not None else None
-
+    served = _Served(api.load_fleet(path), path, now)
     server: MCPServer[Any] = MCPServer(
         "navarch",
         version=__version__,
         instructions=(
-            f"navarch fleet {loaded.name} ({path}). Tools read the fleet's status, "
+            f"navarch fleet {served.loaded.name} ({path}). Tools read the fleet's status, "
             "plan and audit log"
             + (
-                ", and act on it under navarch's safety rules"
+                ", and act on it under navarch's safety rules, only on a plan the person "
+                "saw (its plan_fingerprint)"
                 if allow_actions
                 else " (read-only server)"
             )
-            + ". Times are RFC 3339 UTC; durations in seconds (_s)."
+            + ". Times are RFC 3339 UTC; durations in seconds (_s). "
+            + UNTRUSTED_DOC
         ),
     )
-    _reading_tools(server, loaded, path, clock)
-    _resources(server, loaded, path, clock)
+    _reading_tools(server, served)
+    _resources(server, served)
     if allow_actions:
-        _acting_tools(server, loaded, now)
+        _acting_tools(server, served)
     return server
 
 
-def _reading_tools(
-    server: MCPServer[Any],
-    loaded: api.LoadedFleet,
-    path: Path,
-    clock: Callable[[], datetime | None],
-) -> None:
+def _reading_tools(server: MCPServer[Any], served: _Served) -> None:
     """fleet_status, node_status, plan, validate_fleet and recent_events: each read-only."""
     ro = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False)
+    loaded, clock = served.loaded, served.clock
 
     @server.tool(description=_STATUS_DESC, annotations=ro)
-    @_answer
-    def fleet_status() -> dict[str, Any]:
-        return api.status(loaded, now=clock()).to_json()
+    @served.answer
+    def fleet_status(
+        pool: str | None = None,
+        lifecycle: list[str] | None = None,
+        prefix: str = "",
+        unhealthy_only: bool = False,
+        limit: int = DEFAULT_PAGE,
+        cursor: str | None = None,
+    ) -> dict[str, Any]:
+        wanted = NodeFilter(pool, tuple(lifecycle or ()), prefix, unhealthy_only, limit, cursor)
+        doc = status_page(api.status(loaded, now=clock()).to_json(), wanted)
+        return marked(doc, "status")
 
     @server.tool(description=_NODE_DESC, annotations=ro)
-    @_answer
+    @served.answer
     def node_status(node: str, since: str = "7d") -> dict[str, Any]:
         at = clock()
         status = api.status(loaded, now=at).node(node)
@@ -244,90 +408,116 @@ def _reading_tools(
             raise NavarchError(
                 f"{node} is not a node of fleet {loaded.name} (fleet_status lists them)"
             )
-        return {"status": status, "history": hist}
+        return marked({"status": status, "history": hist}, "node")
 
     @server.tool(description=_PLAN_DESC, annotations=ro)
-    @_answer
-    def plan() -> dict[str, Any]:
-        return api.plan(loaded, now=clock()).to_json()
+    @served.answer
+    def plan(replace: list[str] | None = None) -> dict[str, Any]:
+        if replace:
+            return served.show(Verb.REPLACE, replace)
+        return served.show(Verb.APPLY)
 
     @server.tool(description=_VALIDATE_DESC, annotations=ro)
-    @_answer
+    @served.answer
     def validate_fleet(fleet_yaml: str) -> dict[str, Any]:
-        return api.validate_text(fleet_yaml, beside=path).to_json()
+        from navarch.fleet_file import secret_path
+
+        found = api.validate_text(
+            fleet_yaml, beside=served.path, forbidden=(secret_path(loaded.spec),)
+        )
+        return marked(found.to_json(), "validation")
 
     @server.tool(description=_EVENTS_DESC, annotations=ro)
-    @_answer
+    @served.answer
     def recent_events(since: str = "24h") -> dict[str, Any]:
-        return api.history(loaded, None, _since(since), now=clock()).to_json()
+        doc = api.history(loaded, None, _since(since), now=clock()).to_json()
+        return marked(doc, "history")
 
 
-def _resources(
-    server: MCPServer[Any],
-    loaded: api.LoadedFleet,
-    path: Path,
-    clock: Callable[[], datetime | None],
-) -> None:
-    """navarch://status and navarch://fleet.yaml: the status document and the fleet file."""
+def _resources(server: MCPServer[Any], served: _Served) -> None:
+    """navarch://status and navarch://fleet.yaml: the status document's first page and the
+    fleet file, both with their secrets redacted (navarch.redact)."""
 
     @server.resource(
         "navarch://status",
         name="status",
         mime_type="application/json",
-        description="The fleet's status document (schemas/status.schema.json), "
-        "as the fleet_status tool returns it.",
+        description="The fleet's status document (schemas/status.schema.json), as the "
+        f"fleet_status tool returns it without arguments (the first {DEFAULT_PAGE} nodes). "
+        + UNTRUSTED_DOC,
     )
     def status_resource() -> str:
-        return json.dumps(api.status(loaded, now=clock()).to_json(), indent=1, sort_keys=True)
+        doc = status_page(api.status(served.loaded, now=served.clock()).to_json(), NodeFilter())
+        redacted = redact_json(marked(doc, "status"), served.literals())
+        return json.dumps(redacted, indent=1, sort_keys=True)
 
     @server.resource(
         "navarch://fleet.yaml",
         name="fleet.yaml",
         mime_type="application/yaml",
-        description=f"The fleet file this server serves ({path.name}), as text.",
+        description=f"The fleet file this server serves ({served.path.name}), as text, "
+        "line for line, with every secret written in it (webhook URLs, keys, tokens, "
+        "passwords) replaced by [redacted].",
     )
     def fleet_file() -> str:
-        return path.read_text()
+        return redact_yaml(served.path.read_text(), served.literals())
 
 
-def _acting_tools(
-    server: MCPServer[Any], loaded: api.LoadedFleet, now: Callable[[], datetime] | None
-) -> None:
-    """apply, cordon, uncordon and replace: each the CLI verb's own code, under its lease."""
-    from navarch.planner.context import PlanOptions
+def _acting_tools(server: MCPServer[Any], served: _Served) -> None:
+    """apply, cordon, uncordon and replace: each the CLI verb's own code, under its lease,
+    on a plan the person saw (navarch.mcp_confirm)."""
     from navarch.reconcile.manual import cordon as _cordon
     from navarch.reconcile.uncordon import uncordon as _uncordon
 
+    loaded, now = served.loaded, served.now
     act = ToolAnnotations(
         read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=True
     )
 
+    def carry_out(shown: Shown, nodes: list[str], ctx: Context) -> dict[str, Any]:
+        confirmed = api.PlanResult(narrowed(shown.plan, nodes))
+        try:
+            done = api.apply(
+                loaded,
+                plan=confirmed,
+                scope=nodes,
+                options=shown.options,
+                client=_client(ctx),
+                clock=now,
+            )
+        except StalePlan as exc:
+            again = Verb.REPLACE if shown.verb is Verb.REPLACE else Verb.APPLY
+            raise Refused(str(exc), served.preview(again, shown.nodes)) from exc
+        return marked(done.to_json(), "apply")
+
     @server.tool(annotations=act, description=_APPLY_DESC)
-    @_answer
-    def apply(ctx: Context) -> dict[str, Any]:
-        return api.apply(loaded, auto_approve=True, client=_client(ctx), clock=now).to_json()
+    @served.answer
+    def apply(ctx: Context, plan_fingerprint: str = "", nodes: list[str] | None = None) -> Any:
+        names = list(nodes or ())
+        return carry_out(served.confirmed(plan_fingerprint, Verb.APPLY, names), names, ctx)
 
     @server.tool(annotations=act, description=_REPLACE_DESC)
-    @_answer
-    def replace(node: str, ctx: Context) -> dict[str, Any]:
-        options = PlanOptions(replace=frozenset({node}))
-        return api.apply(
-            loaded, auto_approve=True, options=options, client=_client(ctx), clock=now
-        ).to_json()
+    @served.answer
+    def replace(node: str, ctx: Context, plan_fingerprint: str = "") -> Any:
+        return carry_out(served.confirmed(plan_fingerprint, Verb.REPLACE, [node]), [node], ctx)
 
     @server.tool(annotations=act, description=_CORDON_DESC)
-    @_answer
-    def cordon(node: str, reason: str, ctx: Context) -> dict[str, Any]:
+    @served.answer
+    def cordon(node: str, reason: str, ctx: Context, plan_fingerprint: str = "") -> Any:
+        shown = served.confirmed(plan_fingerprint, Verb.CORDON, [node], reason)
+        served.still_current(shown, [node], reason)
         fleet, verb_clock = _open_for_verb(loaded, now)
         detail = _cordon(fleet, node, reason, client=_client(ctx), clock=verb_clock)
-        return {"node": node, "cordoned": True, "detail": detail}
+        return marked({"node": node, "cordoned": True, "detail": detail}, "verb")
 
     @server.tool(annotations=act, description=_UNCORDON_DESC)
-    @_answer
-    def uncordon(node: str, ctx: Context) -> dict[str, Any]:
+    @served.answer
+    def uncordon(node: str, ctx: Context, plan_fingerprint: str = "") -> Any:
+        shown = served.confirmed(plan_fingerprint, Verb.UNCORDON, [node])
+        served.still_current(shown, [node], None)
         fleet, verb_clock = _open_for_verb(loaded, now)
         detail = _uncordon(fleet, node, client=_client(ctx), clock=verb_clock)
-        return {"node": node, "uncordoned": True, "detail": detail}
+        return marked({"node": node, "uncordoned": True, "detail": detail}, "verb")
 
 
 def _open_for_verb(

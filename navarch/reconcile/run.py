@@ -26,6 +26,7 @@ from navarch.inventory import Instance, fingerprint
 from navarch.planner.context import PlanOptions
 from navarch.planner.model import Memory, Phase, Plan, ReportObservation
 from navarch.planner.observe import Observed, observe
+from navarch.planner.plan import observation_fingerprint
 from navarch.planner.plan import plan as make_plan
 from navarch.planner.retired import retired_pool
 from navarch.providers import open_provider
@@ -251,10 +252,16 @@ def _gather(fleet: Fleet, now: datetime, options: PlanOptions | None) -> Snapsho
     return Snapshot(inventory, memory, version, reports, observed, plan, now)
 
 
-def check_saved_plan(saved: Plan, snap: Snapshot) -> None:
+def check_saved_plan(saved: Plan, snap: Snapshot, nodes: frozenset[str] | None = None) -> None:
     """Raise StalePlan when the state serial, the inventory, or what the plan was made from
     (node lifecycles, accepted reports, drift, halts: Plan.observation_fingerprint) moved on
-    since `saved`."""
+    since `saved`.
+
+    nodes: for a plan narrowed to these nodes' actions (an MCP confirmation), compare what
+    it was made from for them only, plus the halts (both plans must carry their views):
+    another node's new heartbeat does not change what their actions mean, and at a
+    thousand nodes some report is always newer than the plan.
+    """
     if saved.fleet != snap.plan.fleet:
         raise StalePlan(f"Saved plan is for fleet {saved.fleet}, not {snap.plan.fleet}")
     if saved.state_serial != snap.plan.state_serial:
@@ -266,11 +273,18 @@ def check_saved_plan(saved: Plan, snap: Snapshot) -> None:
         raise StalePlan(
             "Saved plan is stale: the instances changed since it was made; run `navarch plan` again"
         )
-    if saved.observation_fingerprint != snap.plan.observation_fingerprint:
+    if _observed(saved, nodes) != _observed(snap.plan, nodes):
         raise StalePlan(
             "Saved plan is stale: node health, reports or safety halts changed "
             "since it was made; run `navarch plan` again"
         )
+
+
+def _observed(plan: Plan, nodes: frozenset[str] | None) -> str:
+    """The plan's observation fingerprint, over `nodes`' views only when given."""
+    if nodes is None:
+        return plan.observation_fingerprint
+    return observation_fingerprint([v for v in plan.views if v.node in nodes], plan.halts)
 
 
 @dataclass(frozen=True)
@@ -310,6 +324,7 @@ def run_apply(
     command: str,
     clock: Clock = system_clock,
     saved: Plan | None = None,
+    saved_nodes: frozenset[str] | None = None,
     options: PlanOptions | None = None,
     confirm: Callable[[Plan], bool] | None = None,
     on_outcome: Callable[[Outcome], None] | None = None,
@@ -323,6 +338,8 @@ def run_apply(
     save Memory if it changed, release the lease.
 
     clock: the run's clock (see Clock), read for the snapshot, the lease and every action.
+    saved_nodes: the nodes `saved` was narrowed to, whose observations alone (with the
+    halts) it is checked against (check_saved_plan); None checks every node.
 
     after_apply(result, error): called while the lease is still held, once with the result
     or once with the NavarchError the run is about to raise (not for LockHeld, not when
@@ -349,7 +366,7 @@ def run_apply(
             snap = gather(fleet, clock(), options)
             plan = snap.plan
             if saved is not None:
-                check_saved_plan(saved, snap)
+                check_saved_plan(saved, snap, saved_nodes)
                 plan = replace(plan, actions=saved.actions)
             if confirm is not None and plan.actions and not confirm(plan):
                 return None

@@ -30,6 +30,7 @@ import yaml
 from navarch.durations import parse_duration_s
 from navarch.errors import ConfigError
 from navarch.resources import data_dir, schema_path
+from navarch.schema_text import describe
 
 #: The variables a step template may use. drain_timeout_s (drain), level and token
 #: (diagnostics: the dcgmi diag level, the diagnostic's name) come from the caller's `extra`.
@@ -185,6 +186,16 @@ def _line_of(text: str, parts: list[Any]) -> int | None:
     return line
 
 
+#: A quoted fragment of a parser's message ('x', "x"), but not a token name ('<scalar>').
+_QUOTED = re.compile(r"'(?!<)[^']*'|\"(?!<)[^\"]*\"")
+
+
+def _unquoted(problem: object) -> str:
+    """A YAML or jinja2 parser's message without the bits of the file it quotes: a file
+    named as a playbook by mistake must not come back in the error."""
+    return _QUOTED.sub("(text)", str(problem))
+
+
 def _read(path: Path) -> tuple[str, dict[str, Any]]:
     try:
         text = path.read_text()
@@ -199,7 +210,7 @@ def _read(path: Path) -> tuple[str, dict[str, Any]]:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         raise ConfigError(
-            f"not valid YAML: {getattr(exc, 'problem', exc)}",
+            f"not valid YAML: {_unquoted(getattr(exc, 'problem', exc))}",
             file=str(path),
             line=mark.line + 1 if mark else None,
             hint="fix the YAML syntax",
@@ -209,7 +220,7 @@ def _read(path: Path) -> tuple[str, dict[str, Any]]:
         err = errors[0]
         parts = list(err.absolute_path)
         raise ConfigError(
-            err.message,
+            describe(err),
             file=str(path),
             line=_line_of(text, parts),
             key_path=_key_path(parts) or None,
@@ -226,7 +237,7 @@ def _build_step(raw: Mapping[str, Any], *, path: Path, text: str, parts: list[An
         unknown = jinja2.meta.find_undeclared_variables(_ENV.parse(source)) - TEMPLATE_VARIABLES
     except jinja2.TemplateSyntaxError as exc:
         raise ConfigError(
-            f"run: bad template: {exc.message}",
+            f"run: bad template: {_unquoted(exc.message)}",
             file=str(path),
             key_path=key_path,
             line=line,

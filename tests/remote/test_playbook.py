@@ -188,6 +188,42 @@ def test_invalid_yaml_names_the_line(tmp_path: Path) -> None:
     assert info.value.file == str(path) and info.value.line is not None
 
 
+SECRET = "s3cr3t-0123456789abcdef"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (f"root:x:0:0:{SECRET}:/root:/bin/bash\n", "must be of type object (found a string)"),
+        (f"{SECRET}\n", "must be of type object (found a string)"),
+        (f"playbooks: {{cordon: {{steps: [{{run: echo, host: {SECRET}}}]}}}}\n", "is not one of"),
+        (
+            f"playbooks: {{cordon: {{steps: [{{run: echo, timeout: {SECRET}}}]}}}}\n",
+            "does not match",
+        ),
+        (f"playbooks: {{cordon: {{steps: [{{run: echo, sudo: {SECRET}}}]}}}}\n", "type boolean"),
+        (
+            f'playbooks:\n  cordon:\n    steps:\n      - run: "{{{{ {SECRET} }}}} {{{{"\n',
+            "bad template",
+        ),
+        (f"a: *{SECRET.replace('-', '')}\n", "not valid YAML"),
+    ],
+)
+def test_a_file_that_is_no_playbook_is_named_but_its_content_never_quoted(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    # A pool's playbook path may point at any file by mistake (or by an assistant's design):
+    # the error names the file, line and key path, never what the file holds.
+    path = tmp_path / "not-a-playbook.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as caught:
+        load_playbook_file(path, "cordon")
+    assert message in str(caught.value)
+    assert str(path) in str(caught.value)
+    for part in (SECRET, SECRET.replace("-", ""), "root:", "/bin/bash"):
+        assert part not in str(caught.value), str(caught.value)
+
+
 def test_a_file_for_another_scheduler_is_refused(tmp_path: Path) -> None:
     path = write(tmp_path, "scheduler: kubernetes\nplaybooks:\n  cordon: {steps: []}\n")
     with pytest.raises(ConfigError, match="written for scheduler 'kubernetes'") as info:

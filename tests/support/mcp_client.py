@@ -49,3 +49,11 @@ def document(result: Any) -> dict[str, Any]:
     """A successful tool call's JSON document (its text content)."""
     assert not result.is_error, result.content
     return json.loads(result.content[0].text)
+
+
+def refusal(result: Any) -> dict[str, Any]:
+    """A refused acting call's JSON document {refused, plan, plan_fingerprint[, would]}
+    (the SDK prefixes a tool error's text with "Error executing tool NAME: ")."""
+    assert result.is_error, result.content
+    text = result.content[0].text
+    return json.loads(text[text.index("{") :])

@@ -45,6 +45,7 @@ from navarch.mcp_confirm import PlansShown, Refused, Shown, Verb, narrowed, plan
 from navarch.mcp_views import DEFAULT_PAGE, MAX_PAGE, UNTRUSTED_DOC, NodeFilter, marked, status_page
 from navarch.planner.context import PlanOptions
 from navarch.redact import redact_json, redact_text, redact_yaml
+from navarch.textsafe import operator_reason
 
 if TYPE_CHECKING:
     from navarch.reconcile.run import Fleet
@@ -466,6 +467,7 @@ def _resources(server: MCPServer[Any], served: _Served) -> None:
 def _acting_tools(server: MCPServer[Any], served: _Served) -> None:
     """apply, cordon, uncordon and replace: each the CLI verb's own code, under its lease,
     on a plan the person saw (navarch.mcp_confirm)."""
+    from navarch.reconcile.manual import CORDON_REASON_SHOWN
     from navarch.reconcile.manual import cordon as _cordon
     from navarch.reconcile.uncordon import uncordon as _uncordon
 
@@ -504,6 +506,8 @@ def _acting_tools(server: MCPServer[Any], served: _Served) -> None:
     @server.tool(annotations=act, description=_CORDON_DESC)
     @served.answer
     def cordon(node: str, reason: str, ctx: Context, plan_fingerprint: str = "") -> Any:
+        # A reason the verb would refuse is refused before a plan is shown to confirm.
+        reason = operator_reason(reason, CORDON_REASON_SHOWN)
         shown = served.confirmed(plan_fingerprint, Verb.CORDON, [node], reason)
         served.still_current(shown, [node], reason)
         fleet, verb_clock = _open_for_verb(loaded, now)

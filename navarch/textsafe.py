@@ -21,9 +21,16 @@ from __future__ import annotations
 
 import re
 
+from navarch.errors import NavarchError
+
 #: Longest node-supplied text kept, in characters: one finding line in a plan, a Slack
 #: message or a PagerDuty summary; the report schema allows 1024 per message.
 NODE_TEXT_MAX_CHARS = 300
+
+#: Longest operator reason (--reason), in characters: a sentence or two for the scheduler's
+#: users and the audit log, never a pasted log (it lands in every plan and PR comment, and
+#: GitHub refuses a comment over 65,536 characters).
+OPERATOR_REASON_MAX_CHARS = 1024
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 #: Characters that show as nothing yet are still read by a model or a program: every format
@@ -90,3 +97,19 @@ def markdown_inline(text: str) -> str:
     flat = plain(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     flat = _MD_PUNCT.sub(r"\\\1", flat)
     return _AUTOLINK.sub(lambda m: m.group(1)[0] + "\u200b" + m.group(1)[1:], flat)
+
+
+def operator_reason(reason: str, why_needed: str) -> str:
+    """An operator's --reason made plain (`plain`, stripped), or NavarchError when it is
+    empty (why_needed says where it is shown) or longer than OPERATOR_REASON_MAX_CHARS.
+    Every verb that takes a reason (cordon, pause, the MCP cordon) checks it here."""
+    text = plain(reason).strip()
+    if not text:
+        raise NavarchError(f"give a reason (--reason TEXT): {why_needed}")
+    if len(text) > OPERATOR_REASON_MAX_CHARS:
+        raise NavarchError(
+            f"the reason is {len(text):,} characters, more than "
+            f"{OPERATOR_REASON_MAX_CHARS:,}: say why in a sentence or two ({why_needed}) "
+            "and link to the details"
+        )
+    return text

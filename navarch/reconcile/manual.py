@@ -34,10 +34,10 @@ from navarch.planner.model import Memory, NodeMemory, Phase, ts
 from navarch.reconcile.run import Clock, Fleet, Snapshot, gather, leased, system_clock
 from navarch.reconcile.state import AuditLog, save_memory
 from navarch.spec import Scheduler
+from navarch.textsafe import operator_reason
 
-#: Longest operator reason (--reason), in characters: a sentence or two for the scheduler's
-#: users and the audit log, never a pasted log (it lands in every plan and PR comment).
-REASON_MAX_CHARS = 1024
+#: Where an operator's cordon reason is shown (the words of its errors).
+CORDON_REASON_SHOWN = "it is shown to the scheduler's users, in every plan and in the audit log"
 
 
 def _instance(snap: Snapshot, fleet_name: str, node: str) -> Instance:
@@ -186,7 +186,7 @@ def cordon(
     """An operator's cordon of `node` with `reason`; returns the playbook's detail.
 
     clock: the run's clock (navarch.reconcile.run.Clock).
-    Raises NavarchError when the reason is empty or longer than REASON_MAX_CHARS, the
+    Raises NavarchError when the reason is empty or too long (textsafe.operator_reason), the
     node is not this fleet's, navarch is already taking it
     out of service (its own cordon, drain or termination), or the cordon playbook fails;
     LockHeld when another run holds the lease, LeaseLost when it lapsed before the cordon
@@ -194,17 +194,7 @@ def cordon(
     audit record's actor is then `mcp`, with `client`).
     """
     spec = fleet.spec
-    if not reason.strip():
-        raise NavarchError(
-            "give a reason (--reason TEXT): it is shown to the scheduler's users "
-            "and kept in the audit log"
-        )
-    if len(reason.strip()) > REASON_MAX_CHARS:
-        raise NavarchError(
-            f"the reason is {len(reason.strip()):,} characters, more than "
-            f"{REASON_MAX_CHARS:,}: say why in a sentence or two (it is shown to the "
-            "scheduler's users and in every plan) and link to the details"
-        )
+    reason = operator_reason(reason, CORDON_REASON_SHOWN)
     with leased(
         fleet, f"cordon {node}" + (f" (mcp client {client})" if client else ""), clock
     ) as lease:

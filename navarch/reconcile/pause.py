@@ -17,18 +17,14 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, replace
 
-from navarch.errors import NavarchError
 from navarch.history import Actor
 from navarch.planner.model import Pause, ts
 from navarch.planner.pause import pause_message
 from navarch.reconcile.run import Clock, Fleet, leased, system_clock
 from navarch.reconcile.state import AuditLog, default_holder, load_memory, save_memory
-from navarch.textsafe import node_text
+from navarch.textsafe import node_text, operator_reason
 
-__all__ = ["PauseResult", "pause", "resume", "REASON_MAX_CHARS"]
-
-#: Longest pause reason kept, in characters (it is printed by every run while paused).
-REASON_MAX_CHARS = 1000
+__all__ = ["PauseResult", "pause", "resume"]
 
 
 @dataclass(frozen=True)
@@ -94,16 +90,13 @@ def pause(
     """Pause the fleet: from the next run on, every plan and apply acts on nothing and
     says who paused, when and why. A pause already in place is replaced (new who, when,
     why). by: who pauses (default "user@host" of this process); reason: required, made
-    plain and capped at REASON_MAX_CHARS.
+    made plain; refused when empty or too long
+    (textsafe.operator_reason).
 
-    Raises NavarchError for an empty reason, LockHeld when another run holds the lease,
+    Raises NavarchError for an empty or too long reason, LockHeld when another run holds the lease,
     LeaseLost when it lapsed before the write, StoreError.
     """
-    text = node_text(reason.strip(), REASON_MAX_CHARS)
-    if not text:
-        raise NavarchError(
-            "give a reason (--reason TEXT): every run prints it while the fleet is paused"
-        )
+    text = operator_reason(reason, "every run prints it while the fleet is paused")
     who = node_text(by or _who(), 200)
     return _write(fleet, "pause", text, who, clock)
 

@@ -29,6 +29,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 
 from navarch import __version__, api
+from navarch.actor import Actor
 from navarch.durations import parse_duration_s
 from navarch.errors import ConfigError, NavarchError
 
@@ -136,11 +137,10 @@ def _since(text: str) -> timedelta:
         ) from exc
 
 
-def _client(ctx: Context) -> str:
-    """The calling client's name from its initialize request (clientInfo.name)."""
+def _actor(ctx: Context) -> Actor:
+    """The calling client, named by its initialize request (clientInfo.name)."""
     params = ctx.session.client_params
-    name = params.client_info.name if params is not None else ""
-    return name or "unnamed-mcp-client"
+    return Actor.mcp(params.client_info.name if params is not None else "")
 
 
 _OUTCOME_DOC = (
@@ -305,28 +305,28 @@ def _acting_tools(
     @server.tool(annotations=act, description=_APPLY_DESC)
     @_answer
     def apply(ctx: Context) -> dict[str, Any]:
-        return api.apply(loaded, auto_approve=True, client=_client(ctx), clock=now).to_json()
+        return api.apply(loaded, auto_approve=True, actor=_actor(ctx), clock=now).to_json()
 
     @server.tool(annotations=act, description=_REPLACE_DESC)
     @_answer
     def replace(node: str, ctx: Context) -> dict[str, Any]:
         options = PlanOptions(replace=frozenset({node}))
         return api.apply(
-            loaded, auto_approve=True, options=options, client=_client(ctx), clock=now
+            loaded, auto_approve=True, options=options, actor=_actor(ctx), clock=now
         ).to_json()
 
     @server.tool(annotations=act, description=_CORDON_DESC)
     @_answer
     def cordon(node: str, reason: str, ctx: Context) -> dict[str, Any]:
         fleet, verb_clock = _open_for_verb(loaded, now)
-        detail = _cordon(fleet, node, reason, client=_client(ctx), clock=verb_clock)
+        detail = _cordon(fleet, node, reason, actor=_actor(ctx), clock=verb_clock)
         return {"node": node, "cordoned": True, "detail": detail}
 
     @server.tool(annotations=act, description=_UNCORDON_DESC)
     @_answer
     def uncordon(node: str, ctx: Context) -> dict[str, Any]:
         fleet, verb_clock = _open_for_verb(loaded, now)
-        detail = _uncordon(fleet, node, client=_client(ctx), clock=verb_clock)
+        detail = _uncordon(fleet, node, actor=_actor(ctx), clock=verb_clock)
         return {"node": node, "uncordoned": True, "detail": detail}
 
 

@@ -536,11 +536,18 @@ class AuditLog:
     """One run's audit log, written in chunks events/<fleet>/<yyyy>/<mm>/<dd>/<run-id>-<nnnn>.jsonl.
 
     append() only buffers; flush() writes the buffered records as the next chunk, a new
-    object (never a rewrite: bytes written per action stay constant however long the run).
+    object created only if absent (never a rewrite or an overwrite: bytes written per
+    action stay constant however long the run, and a record once written stays). Run ids
+    are unique (the UTC second and random hex, navarch.logs.new_run_id), so two runs or
+    operator verbs in one second never share a chunk key.
     The executor flushes with every state write, so a killed run loses at most the records
     since its last flush (the world changes they describe are in Memory or the inventory).
     A failed flush keeps the records for the next one.
     """
+
+    #: Chunk keys found taken in a row before a flush gives up (a store answering every
+    #: create-if-absent with PreconditionFailed would otherwise spin).
+    MAX_TAKEN_KEYS = 100
 
     def __init__(self, store: ObjectStore, fleet: str, run_id: str, started_at: datetime) -> None:
         self.store = store
@@ -556,15 +563,28 @@ class AuditLog:
     def flush(self) -> str | None:
         """Write the buffered records as a new chunk -> its key (None when nothing was buffered).
 
-        Raises StoreError (the records stay buffered for the next flush).
+        The chunk is created only if absent: a key already taken (another writer under the
+        same run id, or an earlier flush of ours whose answer was lost) is never
+        overwritten; the records go under the next chunk number instead (kept twice at
+        worst, never lost). Raises StoreError (the records stay buffered for the next flush).
         """
         if not self.pending:
             return None
-        key = f"{self.prefix}{self.chunks + 1:04d}.jsonl"
         body = "".join(
             json.dumps(r, sort_keys=True, default=str) + "\n" for r in self.pending
         ).encode()
-        self.store.put(key, body)
+        for _ in range(self.MAX_TAKEN_KEYS):
+            key = f"{self.prefix}{self.chunks + 1:04d}.jsonl"
+            try:
+                self.store.put(key, body, if_absent=True)
+                break
+            except PreconditionFailed:
+                self.chunks += 1
+        else:
+            raise StoreError(
+                f"{self.MAX_TAKEN_KEYS} audit chunk keys under {self.prefix} were already "
+                "taken; the records stay buffered"
+            )
         self.chunks += 1
         self.bytes_written += len(body)
         self.pending = []

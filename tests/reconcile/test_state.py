@@ -142,3 +142,18 @@ def test_lock_taken_over_says_whose_it_was(tmp_path):
     lock = acquire_lock(store, "demo", "apply", 120, T0, holder="b")
     assert lock.took_over is not None
     assert "a@host pid 1" in lock.took_over and "expired 60s ago" in lock.took_over
+
+
+def test_audit_chunks_are_created_only_if_absent_and_never_overwritten(tmp_path):
+    store = FileStore(tmp_path)
+    first, second = AuditLog(store, "demo", "run-1", T0), AuditLog(store, "demo", "run-1", T0)
+    first.append({"action": "cordon"})
+    second.append({"action": "reboot"})
+    assert first.flush() == "events/demo/2026/11/01/run-1-0001.jsonl"
+    assert second.flush() == "events/demo/2026/11/01/run-1-0002.jsonl"  # the key was taken
+    actions = [
+        json.loads(line)["action"]
+        for o in store.list("events/demo/")
+        for line in store.get(o.key).data.decode().splitlines()
+    ]
+    assert actions == ["cordon", "reboot"]

@@ -29,6 +29,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from navarch.actor import Actor
 from navarch.errors import ConfigError, NavarchError
 
 if TYPE_CHECKING:
@@ -378,7 +379,7 @@ def apply(
     on_outcome: Callable[[Outcome], None] | None = None,
     options: Any = None,
     run_id: str | None = None,
-    client: str | None = None,
+    actor: Actor | None = None,
     clock: Callable[[], datetime] | None = None,
 ) -> ApplyResult:
     """Converge the fleet: take its lease, look again, execute the plan's actions under
@@ -389,8 +390,10 @@ def apply(
     on since (else StalePlan). scope: the nodes `plan` was narrowed to (an MCP
     confirmation): only their observations and the halts must be unchanged, not every
     node's (None: every node). Without auto_approve and a plan, `confirm(plan)` must accept
-    the plan; with neither, NavarchError is raised before anything is done. client: who
-    asked (an MCP client's name), kept in every audit record of the run. clock: the run's
+    the plan; with neither, NavarchError is raised before anything is done. actor: who asks
+    (navarch.actor: a person, a CI job, an MCP client, a scheduled run), kept in every
+    audit record of the run as `by`; the caller says it (the CLI reads its environment,
+    the MCP server names its client). clock: the run's
     clock (default: the system clock; the CLI passes navarch.cli.process_clock()).
     Raises LockHeld (another run holds the lease), LeaseLost, StalePlan, StoreError,
     ProviderError.
@@ -419,7 +422,7 @@ def apply(
         on_outcome=on_outcome,
         options=options,
         run_id=run_id,
-        client=client,
+        actor=actor,
     )
     if result is None:  # confirm() declined the plan it was shown: nothing was done
         return ApplyResult(shown[-1], (), "", None, applied=False)

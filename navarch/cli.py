@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from navarch import __version__
+from navarch.actor import Actor, actor_from_env
 from navarch.errors import ConfigError, LeaseLost, LockHeld, NavarchError, StalePlan
 from navarch.wording import counted
 
@@ -384,6 +385,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
             options=_options(args),
             after_apply=side.after_apply,
             run_id=args.run_id,
+            actor=args.actor,
         )
     except NavarchError as exc:
         side.finish(None, exc)
@@ -464,6 +466,7 @@ def cmd_destroy(args: argparse.Namespace) -> int:
             confirm=confirm,
             options=options,
             on_outcome=_show_outcome,
+            actor=args.actor,
         )
         if result is None:
             print("Destroy cancelled.")
@@ -745,7 +748,14 @@ def cmd_uncordon(args: argparse.Namespace) -> int:
     from navarch.reconcile.uncordon import uncordon
 
     fleet = _open(args.fleet)
-    detail = uncordon(fleet, args.node, force=getattr(args, "force", False), clock=args.clock)
+    detail = uncordon(
+        fleet,
+        args.node,
+        force=getattr(args, "force", False),
+        clock=args.clock,
+        actor=args.actor,
+        run_id=args.run_id,
+    )
     print(f"{args.node}: uncordoned ({detail}).")
     return EXIT_OK
 
@@ -754,7 +764,14 @@ def cmd_reboot(args: argparse.Namespace) -> int:
     """`navarch reboot FLEET NODE` (see navarch.reconcile.manual.reboot)."""
     from navarch.reconcile.manual import reboot
 
-    detail = reboot(_open(args.fleet), args.node, force=args.force, clock=args.clock)
+    detail = reboot(
+        _open(args.fleet),
+        args.node,
+        force=args.force,
+        clock=args.clock,
+        actor=args.actor,
+        run_id=args.run_id,
+    )
     print(f"{args.node}: {detail}.")
     return EXIT_OK
 
@@ -763,7 +780,14 @@ def cmd_cordon(args: argparse.Namespace) -> int:
     """`navarch cordon FLEET NODE --reason TEXT` (see navarch.reconcile.manual.cordon)."""
     from navarch.reconcile.manual import cordon
 
-    detail = cordon(_open(args.fleet), args.node, args.reason, clock=args.clock)
+    detail = cordon(
+        _open(args.fleet),
+        args.node,
+        args.reason,
+        clock=args.clock,
+        actor=args.actor,
+        run_id=args.run_id,
+    )
     print(
         f"{args.node}: cordoned by an operator ({detail}); navarch will not undo it, "
         "`navarch uncordon` will."
@@ -1494,6 +1518,19 @@ def tune_gc_for_batch() -> None:
     gc.set_threshold(50_000, 50, 1000)
 
 
+def process_actor() -> Actor:
+    """Who runs this command (navarch.actor's rules: CI variables, NAVARCH_SCHEDULED, else
+    login@host): the one place navarch reads the identity from its environment."""
+    import getpass
+    import socket
+
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = ""
+    return actor_from_env(os.environ, user=user, host=socket.gethostname())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one navarch command; returns the process exit code (see module docstring)."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -1516,6 +1553,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         logs.configure("json", run_id)
     args = parser.parse_args(argv)
     args.run_id = run_id
+    args.actor = process_actor()
     if args.command != "agent":  # the agent configures its own JSON logs for journald
         logs.configure(args.log_format, args.run_id)
     else:

@@ -139,7 +139,10 @@ class StoreUnavailable(StoreError):
 class LockHeld(NavarchError):
     """Another run holds the fleet lock.
 
-    Attributes: holder (str), command (str), lock_id (str), age_s (float), expires_in_s (float).
+    Attributes: holder (str), command (str), lock_id (str), age_s (float: how long it has
+    been held), expires_in_s (float: until it lapses unless renewed). Both are measured by
+    the holder's own elapsed time and the store's clock, never by comparing this host's
+    clock with the holder's (navarch.reconcile.state.acquire_lock).
     """
 
     def __init__(self, holder: str, command: str, lock_id: str, age_s: float, expires_in_s: float):

@@ -10,11 +10,12 @@ whatever the log's size (bench/history.py measures it).
 
 Each record says what was done (action, pool, node, instance id), why (reason, the fault
 key and ladder rung where the ladder chose it), how it ended (ok, detail, error), when and
-in which run, who asked (Actor) and the health report that drove it (sequence, status,
-boot id). Records written before a field existed are read by field name with defaults,
-so an old log still reads; a malformed line is counted, never fatal. Every string read
-from a record is made plain (navarch.textsafe): a record may quote a node, and a log
-written by an older navarch holds that text as the node wrote it.
+in which run, how it was asked for (Trigger), who acted (navarch.actor.Actor: a person,
+a CI job, an MCP client or a scheduled run) and the health report that drove it
+(sequence, status, boot id). Records written before a field existed are read by field
+name with defaults, so an old log still reads; a malformed line is counted, never fatal.
+Every string read from a record is made plain (navarch.textsafe): a record may quote a
+node, and a log written by an older navarch holds that text as the node wrote it.
 
 The current state of each node (its Memory: phase, since when, why) closes the story.
 """
@@ -29,16 +30,18 @@ from typing import Any
 
 import orjson
 
+from navarch.actor import Actor
 from navarch.textsafe import plain
 from navarch.wording import counted
 
 HISTORY_FORMAT_VERSION = 1
 
 
-class Actor(enum.StrEnum):
-    """Who asked for an action, as the audit log records it (field `actor`)."""
+class Trigger(enum.StrEnum):
+    """How an action was asked for, as the audit log records it (field `actor`, its name
+    kept for older logs); who asked is the record's `by` (navarch.actor.Actor)."""
 
-    SCHEDULED = "scheduled"  # an apply deciding by itself (cron, CI, a person's plain apply)
+    SCHEDULED = "scheduled"  # the plan decided by itself (whoever ran the apply: see `by`)
     REPLACE = "replace"  # `navarch apply --replace NODE` named the node
     OPERATOR = "operator"  # an operator verb: uncordon, reboot, cordon, destroy (`verb`)
     MCP = "mcp"  # a tool call of an MCP client (`navarch mcp`); `client` names it, `verb` the tool
@@ -75,7 +78,7 @@ class HistoryEvent:
     ok: bool
     detail: str
     error: str | None
-    actor: Actor
+    actor: Trigger
     verb: str
     report: ReportRef | None
     fault: str | None
@@ -83,7 +86,8 @@ class HistoryEvent:
     lemon: bool
     replaces: str | None
     key: str
-    client: str | None = None  # the MCP client's name (its initialize clientInfo) for Actor.MCP
+    client: str | None = None  # the MCP client's name (its initialize clientInfo) for Trigger.MCP
+    by: Actor | None = None  # who acted; None in a record written before the field
 
 
 @dataclass(frozen=True)
@@ -149,12 +153,12 @@ def _parse_time(value: Any) -> datetime | None:
     return when if when.tzinfo is not None else None
 
 
-def _actor(r: Mapping[str, Any]) -> Actor:
-    """The record's actor; records from before the field: an operator's mark, else scheduled."""
+def _actor(r: Mapping[str, Any]) -> Trigger:
+    """The record's trigger; records from before the field: an operator's mark, else scheduled."""
     try:
-        return Actor(str(r.get("actor")))
+        return Trigger(str(r.get("actor")))
     except ValueError:
-        return Actor.OPERATOR if r.get("operator") else Actor.SCHEDULED
+        return Trigger.OPERATOR if r.get("operator") else Trigger.SCHEDULED
 
 
 def _report(value: Any) -> ReportRef | None:
@@ -179,7 +183,7 @@ def event_from_record(r: Mapping[str, Any], key: str) -> HistoryEvent | None:
     if when is None:
         return None
     actor = _actor(r)
-    verb = _text(r.get("verb") or (r.get("run_id") if actor is Actor.OPERATOR else "") or "")
+    verb = _text(r.get("verb") or (r.get("run_id") if actor is Trigger.OPERATOR else "") or "")
     client = r.get("client")
     return HistoryEvent(
         time=when,
@@ -201,6 +205,7 @@ def event_from_record(r: Mapping[str, Any], key: str) -> HistoryEvent | None:
         replaces=_opt(r.get("replaces")),
         key=key,
         client=_text(client) if client else None,
+        by=Actor.from_json(r.get("by")),
     )
 
 
@@ -335,6 +340,7 @@ def history_to_json(h: History) -> dict[str, Any]:
                 "lemon": e.lemon,
                 "replaces": e.replaces,
                 "client": e.client,
+                "by": e.by.to_json() if e.by is not None else None,
             }
             for e in h.events
         ],
@@ -357,13 +363,23 @@ def history_to_json(h: History) -> dict[str, Any]:
 
 
 def _who(e: HistoryEvent) -> str:
-    if e.actor is Actor.MCP:
-        return f"MCP client {e.client or '(unnamed)'}" + (f" ({e.verb})" if e.verb else "")
-    if e.actor is Actor.OPERATOR:
-        return f"operator ({e.verb})" if e.verb else "operator"
-    if e.actor is Actor.REPLACE:
-        return "operator (apply --replace)"
-    return "scheduled run"
+    """Who acted and through which verb: "alice@admin-1 (reboot)", "CI GitHub Actions run
+    7 of o/r (alice)", "MCP client claude-code (cordon)", "scheduled run on cron-1"."""
+    how = (
+        f" ({e.verb})"
+        if e.verb and e.actor in (Trigger.MCP, Trigger.OPERATOR)
+        else " (apply --replace)"
+        if e.actor is Trigger.REPLACE
+        else ""
+    )
+    if e.by is not None:
+        return e.by.label() + how
+    # A record written before `by`: only how it was asked is known.
+    if e.actor is Trigger.MCP:
+        return f"MCP client {e.client or '(unnamed)'}{how}"
+    if e.actor in (Trigger.OPERATOR, Trigger.REPLACE):
+        return f"operator{how}"
+    return "an apply (who: not recorded)"
 
 
 def render_history(h: History) -> str:

@@ -39,6 +39,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 
 from navarch import __version__, api
+from navarch.actor import Actor
 from navarch.durations import parse_duration_s
 from navarch.errors import ConfigError, NavarchError, StalePlan
 from navarch.mcp_confirm import PlansShown, Refused, Shown, Verb, narrowed, plan_nodes
@@ -149,11 +150,10 @@ def _since(text: str) -> timedelta:
         ) from exc
 
 
-def _client(ctx: Context) -> str:
-    """The calling client's name from its initialize request (clientInfo.name)."""
+def _actor(ctx: Context) -> Actor:
+    """The calling client, named by its initialize request (clientInfo.name)."""
     params = ctx.session.client_params
-    name = params.client_info.name if params is not None else ""
-    return name or "unnamed-mcp-client"
+    return Actor.mcp(params.client_info.name if params is not None else "")
 
 
 _CONFIRM_DOC = (
@@ -484,7 +484,7 @@ def _acting_tools(server: MCPServer[Any], served: _Served) -> None:
                 plan=confirmed,
                 scope=nodes,
                 options=shown.options,
-                client=_client(ctx),
+                actor=_actor(ctx),
                 clock=now,
             )
         except StalePlan as exc:
@@ -511,7 +511,7 @@ def _acting_tools(server: MCPServer[Any], served: _Served) -> None:
         shown = served.confirmed(plan_fingerprint, Verb.CORDON, [node], reason)
         served.still_current(shown, [node], reason)
         fleet, verb_clock = _open_for_verb(loaded, now)
-        detail = _cordon(fleet, node, reason, client=_client(ctx), clock=verb_clock)
+        detail = _cordon(fleet, node, reason, actor=_actor(ctx), clock=verb_clock)
         return marked({"node": node, "cordoned": True, "detail": detail}, "verb")
 
     @server.tool(annotations=act, description=_UNCORDON_DESC)
@@ -520,7 +520,7 @@ def _acting_tools(server: MCPServer[Any], served: _Served) -> None:
         shown = served.confirmed(plan_fingerprint, Verb.UNCORDON, [node])
         served.still_current(shown, [node], None)
         fleet, verb_clock = _open_for_verb(loaded, now)
-        detail = _uncordon(fleet, node, client=_client(ctx), clock=verb_clock)
+        detail = _uncordon(fleet, node, actor=_actor(ctx), clock=verb_clock)
         return marked({"node": node, "uncordoned": True, "detail": detail}, "verb")
 
 

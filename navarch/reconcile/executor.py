@@ -39,8 +39,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
+from navarch.actor import Actor, ActorKind
 from navarch.errors import LeaseLost, NavarchError
-from navarch.history import Actor, report_ref
+from navarch.history import Trigger, report_ref
 from navarch.inventory import Instance
 from navarch.planner.model import Action, ActionKind, Memory, Plan, ts
 from navarch.providers.base import Provider
@@ -140,9 +141,10 @@ class Executor:
     Memory in memory only (the caller saves it). lease: checked before every action.
     max_parallel: provider name -> concurrent actions (default: fleet.yaml's
     providers.<name>.max_parallel, else DEFAULT_MAX_PARALLEL by type); 1 runs in order.
-    actor, verb: who asked for this run's actions, recorded with each (navarch.history);
-    replace: nodes named by `apply --replace`, whose actions are recorded as Actor.REPLACE.
-    client: the MCP client's name when a tool call asked (recorded as `client`).
+    trigger, verb: how this run's actions were asked for, recorded with each
+    (navarch.history); replace: nodes named by `apply --replace`, whose actions are recorded
+    as Trigger.REPLACE. by: who acted (navarch.actor), recorded as `by`; an MCP client is
+    also recorded as `client`.
     """
 
     def __init__(
@@ -162,14 +164,14 @@ class Executor:
         policy: JournalPolicy | None = None,
         lease: _Fence | None = None,
         max_parallel: Mapping[str, int] | None = None,
-        actor: Actor = Actor.SCHEDULED,
+        trigger: Trigger = Trigger.SCHEDULED,
         verb: str = "",
         replace: frozenset[str] = frozenset(),
-        client: str | None = None,
+        by: Actor | None = None,
     ) -> None:
         self.spec = spec
-        self.client = client
-        self.actor = actor
+        self.by = by
+        self.trigger = trigger
         self.verb = verb
         self.replace = replace
         self._reports: dict[str, dict[str, object] | None] = {}
@@ -361,12 +363,14 @@ class Executor:
 
     def _record(self, action: Action, outcome: Outcome) -> None:
         asked = {action.node, action.replaces} & self.replace
-        actor = Actor.REPLACE if asked and self.actor is Actor.SCHEDULED else self.actor
-        who: dict[str, object] = {"actor": actor.value}
+        trigger = Trigger.REPLACE if asked and self.trigger is Trigger.SCHEDULED else self.trigger
+        who: dict[str, object] = {"actor": trigger.value}
         if self.verb:
             who["verb"] = self.verb
-        if self.client:
-            who["client"] = self.client
+        if self.by is not None:
+            who["by"] = self.by.to_json()
+            if self.by.kind is ActorKind.MCP:
+                who["client"] = self.by.name
         if action.replaces:
             who["replaces"] = action.replaces
         self.audit.append(

@@ -18,6 +18,10 @@ fleet over does nothing more and exits non-zero), look at the world as a run wou
   the planner neither drains nor replaces the node for it and never uncordons it; only
   `navarch uncordon` does. It is recorded in the audit log (`"operator": true`) and in
   NodeMemory.operator_cordon (the reason).
+
+Each verb's audit chunk is named by its own run id (the UTC second and random hex, as an
+apply's), so verbs in the same second never share a key, and who acted (navarch.actor)
+is in every record.
 """
 
 from __future__ import annotations
@@ -26,10 +30,12 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
+from navarch.actor import Actor, ActorKind
 from navarch.errors import NavarchError, ProviderError, RemoteError
 from navarch.health import Remedy
-from navarch.history import Actor, report_ref
+from navarch.history import Trigger, report_ref
 from navarch.inventory import Instance
+from navarch.logs import new_run_id
 from navarch.planner.model import Memory, NodeMemory, Phase, ts
 from navarch.reconcile.run import Clock, Fleet, Snapshot, gather, leased, system_clock
 from navarch.reconcile.state import AuditLog, save_memory
@@ -56,23 +62,39 @@ def _instance(snap: Snapshot, fleet_name: str, node: str) -> Instance:
     return found[0]
 
 
+def _verb_who(actor: Actor | None) -> dict[str, Any]:
+    """An operator verb's audit fields for who asked: trigger (`actor`: mcp or operator),
+    `by` (navarch.actor) and, for an MCP client, `client`."""
+    if actor is None:
+        return {"actor": Trigger.OPERATOR.value}
+    if actor.kind is ActorKind.MCP:
+        return {"actor": Trigger.MCP.value, "client": actor.name, "by": actor.to_json()}
+    return {"actor": Trigger.OPERATOR.value, "by": actor.to_json()}
+
+
+def lease_command(verb: str, node: str, actor: Actor | None) -> str:
+    """The lease's command for an operator verb ("reboot NODE", naming an MCP client)."""
+    if actor is not None and actor.kind is ActorKind.MCP:
+        return f"{verb} {node} (mcp client {actor.name})"
+    return f"{verb} {node}"
+
+
 def _audit(
     fleet: Fleet,
     snap: Snapshot,
     verb: str,
     record: dict[str, Any],
     clock: Clock,
-    client: str | None = None,
+    actor: Actor | None,
+    run_id: str,
 ) -> None:
-    audit = AuditLog(fleet.store, fleet.spec.name, f"{snap.now:%Y%m%dT%H%M%SZ}-{verb}", snap.now)
+    audit = AuditLog(fleet.store, fleet.spec.name, run_id, snap.now)
     view = next((v for v in snap.observed.views if v.node == record.get("node")), None)
-    who = (
-        {"actor": Actor.MCP.value, "client": client} if client else {"actor": Actor.OPERATOR.value}
-    )
+    who = _verb_who(actor)
     audit.append(
         {
             "time": ts(clock()),
-            "run_id": verb,
+            "run_id": run_id,
             "operator": True,
             **who,
             "verb": verb,
@@ -91,20 +113,22 @@ def reboot(
     *,
     force: bool = False,
     clock: Clock = system_clock,
-    client: str | None = None,
+    actor: Actor | None = None,
+    run_id: str | None = None,
 ) -> str:
     """Reboot `node` through its provider's API; returns what was done (one line).
 
-    clock: the run's clock (navarch.reconcile.run.Clock).
+    clock: the run's clock (navarch.reconcile.run.Clock). actor: who asked (navarch.actor;
+    the CLI's or the MCP client's), recorded as `by`. run_id: the audit log's run id
+    (default: a new one, the UTC second and random hex; the CLI passes its own).
     Raises NavarchError when the node is not this fleet's, its latest report shows GPU
     processes (unless force), or the provider refuses (the ProviderError's text); LockHeld
     when another run holds the lease, LeaseLost when it lapsed before the reboot.
     """
     spec = fleet.spec
-    with leased(
-        fleet, f"reboot {node}" + (f" (mcp client {client})" if client else ""), clock
-    ) as lease:
+    with leased(fleet, lease_command("reboot", node, actor), clock) as lease:
         snap = gather(fleet, clock())
+        run_id = run_id or new_run_id(snap.now)
         inst = _instance(snap, spec.name, node)
         view = next((v for v in snap.observed.views if v.node == node), None)
         procs = view.summary.process_count if view and view.summary else None
@@ -132,7 +156,8 @@ def reboot(
                 "reboot",
                 {**record, "ok": False, "detail": str(exc), "error": type(exc).__name__},
                 clock,
-                client,
+                actor,
+                run_id,
             )
             raise NavarchError(f"reboot of {node} failed: {exc}") from exc
         detail = f"rebooted {inst.instance_id} through provider {inst.provider}"
@@ -145,7 +170,8 @@ def reboot(
             "reboot",
             {**record, "ok": True, "detail": detail, "error": None},
             clock,
-            client,
+            actor,
+            run_id,
         )
         if memory is not None:
             lease.check_store()
@@ -181,7 +207,13 @@ def _rebooted(memory: Memory, node: str, now: datetime) -> Memory | None:
 
 
 def cordon(
-    fleet: Fleet, node: str, reason: str, *, clock: Clock = system_clock, client: str | None = None
+    fleet: Fleet,
+    node: str,
+    reason: str,
+    *,
+    clock: Clock = system_clock,
+    actor: Actor | None = None,
+    run_id: str | None = None,
 ) -> str:
     """An operator's cordon of `node` with `reason`; returns the playbook's detail.
 
@@ -190,15 +222,14 @@ def cordon(
     node is not this fleet's, navarch is already taking it
     out of service (its own cordon, drain or termination), or the cordon playbook fails;
     LockHeld when another run holds the lease, LeaseLost when it lapsed before the cordon
-    or the state write. client: the MCP client's name when an MCP tool call asked (the
-    audit record's actor is then `mcp`, with `client`).
+    or the state write. actor, run_id: as for reboot (an MCP client's call is recorded with
+    trigger `mcp` and `client`).
     """
     spec = fleet.spec
     reason = operator_reason(reason, CORDON_REASON_SHOWN)
-    with leased(
-        fleet, f"cordon {node}" + (f" (mcp client {client})" if client else ""), clock
-    ) as lease:
+    with leased(fleet, lease_command("cordon", node, actor), clock) as lease:
         snap = gather(fleet, clock())
+        run_id = run_id or new_run_id(snap.now)
         inst = _instance(snap, spec.name, node)
         nm = snap.memory.node(node)
         if nm is not None and nm.phase is not Phase.NONE:
@@ -233,7 +264,8 @@ def cordon(
                 "error": None if ok else "RemoteError",
             },
             clock,
-            client,
+            actor,
+            run_id,
         )
         if not ok:
             raise NavarchError(f"cordon of {node} failed: {detail}")

@@ -18,10 +18,11 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from navarch.actor import Actor, ActorKind
 from navarch.errors import ConfigError, NavarchError, ProviderError, StalePlan
 from navarch.fleet_file import read_fleet_secret
 from navarch.health import Remedy
-from navarch.history import Actor
+from navarch.history import Trigger
 from navarch.inventory import Instance, fingerprint
 from navarch.planner.context import PlanOptions
 from navarch.planner.model import Memory, Phase, Plan, ReportObservation
@@ -332,7 +333,7 @@ def run_apply(
     max_parallel: Mapping[str, int] | None = None,
     after_apply: Callable[[ApplyResult | None, NavarchError | None], None] | None = None,
     run_id: str | None = None,
-    client: str | None = None,
+    actor: Actor | None = None,
 ) -> ApplyResult | None:
     """Take the lease, gather, (check the saved plan), confirm, execute with a journal,
     save Memory if it changed, release the lease.
@@ -345,9 +346,10 @@ def run_apply(
     or once with the NavarchError the run is about to raise (not for LockHeld, not when
     confirm() declined); notifications hang here. Its own errors are logged,
     never raised. run_id: the audit log's run id (default: the snapshot's UTC time and 8 hex
-    digits); the CLI passes its own so log lines and the audit log share it. client: the MCP
-    client's name when an MCP tool call asked (navarch.mcp_server); the lease's command and
-    every audit record name it.
+    digits); the CLI passes its own so log lines and the audit log share it. actor: who runs
+    it (navarch.actor: read by the CLI from its environment, or the MCP client a tool call
+    came from), recorded in every audit record as `by`; an MCP client is named in the
+    lease's command too.
 
     The lease (state/<fleet>.lock, TTL safety.lock_ttl) is renewed in the background for
     the whole run; every action checks it first and every state write checks the lease
@@ -361,7 +363,7 @@ def run_apply(
     ProviderError, StoreError; the lease is released on every path out.
     """
     spec = fleet.spec
-    with leased(fleet, command + (f" (mcp client {client})" if client else ""), clock) as lease:
+    with leased(fleet, command + _mcp_suffix(actor), clock) as lease:
         try:
             snap = gather(fleet, clock(), options)
             plan = snap.plan
@@ -391,7 +393,7 @@ def run_apply(
                 policy=policy,
                 lease=lease,
                 max_parallel=max_parallel,
-                **_who(options, client),
+                **_who(options, actor),
             )
             memory, outcomes = executor.execute(plan, snap.memory, on_outcome)
             memory = journal.persist(memory)  # what observe() learnt, when nothing was done
@@ -403,16 +405,22 @@ def run_apply(
             raise
 
 
-def _who(options: PlanOptions | None, client: str | None = None) -> dict[str, Any]:
-    """Who asks for an apply's actions, for the audit log: an MCP client's tool call (apply,
-    or replace when it names nodes), `destroy` is an operator's verb, `--replace` names
-    nodes; anything else is the reconciler's own decision."""
-    if client:
+def _mcp_suffix(actor: Actor | None) -> str:
+    """What the lease's command adds for an MCP client's tool call (else nothing)."""
+    return f" (mcp client {actor.name})" if actor and actor.kind is ActorKind.MCP else ""
+
+
+def _who(options: PlanOptions | None, actor: Actor | None = None) -> dict[str, Any]:
+    """How and by whom an apply's actions were asked for, for the audit log: an MCP
+    client's tool call (apply, or replace when it names nodes), `destroy` is an operator's
+    verb, `--replace` names nodes; anything else is the plan's own decision. `by` is the
+    actor whichever it was."""
+    if actor is not None and actor.kind is ActorKind.MCP:
         verb = "replace" if options is not None and options.replace else "apply"
-        return {"actor": Actor.MCP, "verb": verb, "client": client}
+        return {"trigger": Trigger.MCP, "verb": verb, "by": actor}
     if options is not None and options.destroy:
-        return {"actor": Actor.OPERATOR, "verb": "destroy"}
-    return {"replace": options.replace if options is not None else frozenset()}
+        return {"trigger": Trigger.OPERATOR, "verb": "destroy", "by": actor}
+    return {"replace": options.replace if options is not None else frozenset(), "by": actor}
 
 
 @contextmanager

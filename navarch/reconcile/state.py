@@ -4,9 +4,13 @@ state/<fleet>.json   Memory, written by compare-and-swap on the object's version
                      on every write (S3 If-Match ETag, GCS ifGenerationMatch, file inode).
 state/<fleet>.lock   the lease: created only if absent (If-None-Match: *, ifGenerationMatch=0);
                      renewed by its holder (CAS on the version it wrote) every TTL/3; a lease
-                     past its expiry may be taken over by CAS; released by a delete
-                     conditional on the version we wrote (Terraform's S3/GCS backends lock the
-                     same way; the renewal and fencing follow Kubernetes Lease / etcd leases).
+                     whose object the store saw last written more than its TTL ago may be
+                     taken over by CAS; released by a delete conditional on the version we
+                     wrote (Terraform's S3/GCS backends lock the same way; the renewal and
+                     fencing follow Kubernetes Lease / etcd leases).
+state/<fleet>.lock.probe   the store's clock: a contender finding the lease held writes it and
+                     reads both objects' modification times in one listing, so a lease's age
+                     is measured by one clock, the store's, never by comparing two hosts'.
 events/<fleet>/<yyyy>/<mm>/<dd>/<run-id>-<nnnn>.jsonl   the audit log, in chunks: every action
                      applied and its outcome, one JSON object per line; each chunk is a new
                      object (object stores cannot append, and rewriting one growing object
@@ -52,6 +56,17 @@ def lock_key(fleet: str) -> str:
     return f"state/{fleet}.lock"
 
 
+def lock_probe_key(fleet: str) -> str:
+    """Object key a contender writes to read the store's own clock (see acquire_lock)."""
+    return f"state/{fleet}.lock.probe"
+
+
+#: Seconds added to a lease's TTL before a contender may take it over: S3 and Azure Blob
+#: report an object's modification time to the whole second, so a lease object's listed
+#: time may be up to a second older than its write.
+STORE_CLOCK_SLACK_S = 1.0
+
+
 def health_prefix(fleet: str) -> str:
     """Prefix under which agents write the fleet's health reports."""
     return f"health/{fleet}/"
@@ -75,8 +90,12 @@ def default_holder() -> str:
 class Lock:
     """A held lock (lease): its id, holder, command, times (aware UTC), the object's version.
 
-    took_over: when this run took the lease over from an expired holder, whose it was
-    ("holder running 'command' (lock ID, expired Ns ago)"), else None.
+    created_at and expires_at are the holder's own clock, shown to people and never compared
+    with another host's clock: whether a lease lapsed is decided by the store's clock
+    (acquire_lock). ttl_s: the holder's TTL in seconds (0 in a lock written before the
+    field: a contender then assumes its own). took_over: when this run took the lease over
+    from an expired holder, whose it was ("holder running 'command' (lock ID, expired Ns
+    ago)"), else None.
     """
 
     lock_id: str
@@ -86,15 +105,19 @@ class Lock:
     expires_at: datetime
     version: str
     took_over: str | None = None
+    ttl_s: int = 0
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        doc: dict[str, Any] = {
             "lock_id": self.lock_id,
             "holder": self.holder,
             "command": self.command,
             "created_at": ts(self.created_at),
             "expires_at": ts(self.expires_at),
         }
+        if self.ttl_s:
+            doc["ttl_s"] = self.ttl_s
+        return doc
 
 
 def _read_lock(store: ObjectStore, fleet: str) -> Lock:
@@ -108,6 +131,7 @@ def _read_lock(store: ObjectStore, fleet: str) -> Lock:
             required_ts(d["created_at"]),
             required_ts(d["expires_at"]),
             blob.version,
+            ttl_s=int(d.get("ttl_s") or 0),
         )
     except (ValueError, KeyError, TypeError) as exc:
         raise StoreError(
@@ -124,12 +148,18 @@ def acquire_lock(
     now: datetime,
     holder: str | None = None,
 ) -> Lock:
-    """Take the fleet lock or raise LockHeld (holder, command, age).
+    """Take the fleet lock or raise LockHeld (holder, command, age, time left).
 
-    A lock past its expiry is taken over with a CAS write on its version, so of two runs
-    that both see it expired only one wins; the returned Lock's took_over says whose it
-    was. A lock whose object was written by a navarch before leases is read the same way.
-    Raises StoreError for store failures.
+    now: this run's clock, written into the lock for people to read and never used to
+    decide. Whether a held lease lapsed is measured by the store's clock alone (Kubernetes
+    leader election likewise never compares two hosts' clocks): the lease object's last
+    write (its holder rewrites it every ttl_s/3) against the store's now, read as the
+    modification time of lock_probe_key(fleet), written just before one listing of both.
+    A lease silent for more than its holder's TTL plus STORE_CLOCK_SLACK_S is taken over
+    with a CAS write on its version, so of two runs that both see it lapsed only one wins;
+    the returned Lock's took_over says whose it was. A runner whose clock is minutes fast
+    or slow therefore neither takes a live lease nor waits on a dead one.
+    Raises LockHeld, StoreError for store failures.
     """
     lock = Lock(
         uuid.uuid4().hex[:12],
@@ -138,6 +168,7 @@ def acquire_lock(
         now,
         now + timedelta(seconds=ttl_s),
         "",
+        ttl_s=ttl_s,
     )
     body = json.dumps(lock.to_json(), sort_keys=True).encode()
     try:
@@ -147,31 +178,53 @@ def acquire_lock(
         pass
     try:
         held = _read_lock(store, fleet)
+        silent_s = _silent_s(store, fleet, held)
     except NotFound:
         # Released between our write and our read: one more try, then report the race.
         version = store.put(lock_key(fleet), body, if_absent=True)
         return replace(lock, version=version)
-    if held.expires_at > now:
-        raise LockHeld(
-            held.holder,
-            held.command,
-            held.lock_id,
-            (now - held.created_at).total_seconds(),
-            (held.expires_at - now).total_seconds(),
-        )
+    held_ttl_s = held.ttl_s or ttl_s
+    # The holder's own time from taking the lease to its last renewal (one clock), plus
+    # the store's time since that renewal.
+    age_s = max((held.expires_at - held.created_at).total_seconds() - held_ttl_s, 0.0) + silent_s
+    if silent_s <= held_ttl_s + STORE_CLOCK_SLACK_S:
+        raise LockHeld(held.holder, held.command, held.lock_id, age_s, held_ttl_s - silent_s)
     try:
         version = store.put(lock_key(fleet), body, if_version=held.version)
     except PreconditionFailed as exc:
-        raise LockHeld(
-            held.holder, held.command, held.lock_id, (now - held.created_at).total_seconds(), 0.0
-        ) from exc
-    expired_s = (now - held.expires_at).total_seconds()
+        raise LockHeld(held.holder, held.command, held.lock_id, age_s, 0.0) from exc
     return replace(
         lock,
         version=version,
         took_over=f"{held.holder} running {held.command!r} (lock {held.lock_id}, "
-        f"expired {expired_s:.0f}s ago)",
+        f"expired {silent_s - held_ttl_s:.0f}s ago by the store's clock)",
     )
+
+
+def _silent_s(store: ObjectStore, fleet: str, held: Lock) -> float:
+    """Seconds, by the store's clock, since the lease object `held` was last written.
+
+    Writes lock_probe_key(fleet), then lists both keys: the probe's modification time is
+    the store's now. 0.0 when the lease was rewritten since `held` was read (a renewal:
+    it is live). Raises NotFound when the lease is gone, StoreError when the store lists
+    no usable modification time (a backend breaking the contract in navarch.stores.base).
+    """
+    probe = lock_probe_key(fleet)
+    store.put(probe, json.dumps({"probe": "the store's clock, for the lease"}).encode())
+    infos = {i.key: i for i in store.list(lock_key(fleet)) if i.key in (probe, lock_key(fleet))}
+    if lock_key(fleet) not in infos:
+        raise NotFound(lock_key(fleet))
+    if infos[lock_key(fleet)].version != held.version or probe not in infos:
+        return 0.0
+    try:
+        written = required_ts(infos[lock_key(fleet)].modified_at)
+        store_now = required_ts(infos[probe].modified_at)
+    except ValueError as exc:
+        raise StoreError(
+            f"{store.url} lists no modification time for {lock_key(fleet)} ({exc}): the "
+            "lease cannot be timed by the store's clock"
+        ) from exc
+    return (store_now - written).total_seconds()
 
 
 def renew_lock(store: ObjectStore, fleet: str, lock: Lock, ttl_s: int, now: datetime) -> Lock:
@@ -483,11 +536,18 @@ class AuditLog:
     """One run's audit log, written in chunks events/<fleet>/<yyyy>/<mm>/<dd>/<run-id>-<nnnn>.jsonl.
 
     append() only buffers; flush() writes the buffered records as the next chunk, a new
-    object (never a rewrite: bytes written per action stay constant however long the run).
+    object created only if absent (never a rewrite or an overwrite: bytes written per
+    action stay constant however long the run, and a record once written stays). Run ids
+    are unique (the UTC second and random hex, navarch.logs.new_run_id), so two runs or
+    operator verbs in one second never share a chunk key.
     The executor flushes with every state write, so a killed run loses at most the records
     since its last flush (the world changes they describe are in Memory or the inventory).
     A failed flush keeps the records for the next one.
     """
+
+    #: Chunk keys found taken in a row before a flush gives up (a store answering every
+    #: create-if-absent with PreconditionFailed would otherwise spin).
+    MAX_TAKEN_KEYS = 100
 
     def __init__(self, store: ObjectStore, fleet: str, run_id: str, started_at: datetime) -> None:
         self.store = store
@@ -503,15 +563,28 @@ class AuditLog:
     def flush(self) -> str | None:
         """Write the buffered records as a new chunk -> its key (None when nothing was buffered).
 
-        Raises StoreError (the records stay buffered for the next flush).
+        The chunk is created only if absent: a key already taken (another writer under the
+        same run id, or an earlier flush of ours whose answer was lost) is never
+        overwritten; the records go under the next chunk number instead (kept twice at
+        worst, never lost). Raises StoreError (the records stay buffered for the next flush).
         """
         if not self.pending:
             return None
-        key = f"{self.prefix}{self.chunks + 1:04d}.jsonl"
         body = "".join(
             json.dumps(r, sort_keys=True, default=str) + "\n" for r in self.pending
         ).encode()
-        self.store.put(key, body)
+        for _ in range(self.MAX_TAKEN_KEYS):
+            key = f"{self.prefix}{self.chunks + 1:04d}.jsonl"
+            try:
+                self.store.put(key, body, if_absent=True)
+                break
+            except PreconditionFailed:
+                self.chunks += 1
+        else:
+            raise StoreError(
+                f"{self.MAX_TAKEN_KEYS} audit chunk keys under {self.prefix} were already "
+                "taken; the records stay buffered"
+            )
         self.chunks += 1
         self.bytes_written += len(body)
         self.pending = []

@@ -17,8 +17,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import replace
 
+from navarch.actor import Actor, ActorKind
 from navarch.errors import NavarchError
-from navarch.history import Actor
+from navarch.history import Trigger
+from navarch.logs import new_run_id
 from navarch.planner.model import (
     Action,
     ActionKind,
@@ -29,6 +31,7 @@ from navarch.planner.model import (
     PoolMemory,
 )
 from navarch.reconcile.executor import Executor
+from navarch.reconcile.manual import lease_command
 from navarch.reconcile.run import Clock, Fleet, Snapshot, gather, leased, system_clock
 from navarch.reconcile.state import AuditLog, Lease, save_memory
 from navarch.spec import FleetSpec
@@ -40,7 +43,8 @@ def uncordon(
     *,
     force: bool = False,
     clock: Clock = system_clock,
-    client: str | None = None,
+    actor: Actor | None = None,
+    run_id: str | None = None,
 ) -> str:
     """Uncordon `node`; returns the playbook's detail. Raises NavarchError saying why not.
 
@@ -49,13 +53,12 @@ def uncordon(
     clock: the run's clock (navarch.reconcile.run.Clock).
     Holds the fleet's lease like apply (checked before the uncordon and before the state
     write): raises LockHeld when another run holds it, LeaseLost when it lapsed or was taken
-    over meanwhile (then nothing more is done and no state written). client: the MCP
-    client's name when an MCP tool call asked (recorded as actor `mcp` with `client`).
+    over meanwhile (then nothing more is done and no state written). actor: who asked
+    (navarch.actor), recorded as `by` (an MCP client also as trigger `mcp` with `client`).
+    run_id: the audit log's run id (default: a new one; the CLI passes its own).
     """
     spec = fleet.spec
-    with leased(
-        fleet, f"uncordon {node}" + (f" (mcp client {client})" if client else ""), clock
-    ) as lease:
+    with leased(fleet, lease_command("uncordon", node, actor), clock) as lease:
         snap = gather(fleet, clock())
         nm = snap.memory.node(node)
         view = next((v for v in snap.observed.views if v.node == node), None)
@@ -67,7 +70,7 @@ def uncordon(
             if not force:
                 raise NavarchError(refusal)
             overridden.append(override)
-        detail = _run_uncordon(fleet, snap, nm, clock, lease, client)
+        detail = _run_uncordon(fleet, snap, nm, clock, lease, actor, run_id)
         was = nm.phase.value or ("cordoned by an operator" if nm.operator_cordon else "in service")
         forced = f"; --force overrode: {'; '.join(overridden)}" if overridden else ""
         return f"{detail}; it was {was}{forced}"
@@ -134,7 +137,8 @@ def _run_uncordon(
     nm: NodeMemory,
     clock: Clock,
     lease: Lease,
-    client: str | None,
+    actor: Actor | None,
+    run_id: str | None,
 ) -> str:
     """Uncordon the node through the executor (audited), then write the state; the
     playbook's detail. Raises NavarchError when the uncordon fails."""
@@ -147,7 +151,8 @@ def _run_uncordon(
         instance_id=nm.instance_id,
         action_reason=ActionReason.OPERATOR,
     )
-    audit = AuditLog(fleet.store, spec.name, f"{snap.now:%Y%m%dT%H%M%SZ}-uncordon", snap.now)
+    run_id = run_id or new_run_id(snap.now)
+    audit = AuditLog(fleet.store, spec.name, run_id, snap.now)
     by_node = {i.node: i for i in snap.inventory if i.node}
     executor = Executor(
         spec,
@@ -155,12 +160,12 @@ def _run_uncordon(
         audit,
         instances=by_node,
         clock=clock,
-        run_id="uncordon",
+        run_id=run_id,
         playbooks=fleet.playbooks,
         lease=lease,
-        actor=Actor.MCP if client else Actor.OPERATOR,
+        trigger=Trigger.MCP if actor and actor.kind is ActorKind.MCP else Trigger.OPERATOR,
         verb="uncordon",
-        client=client,
+        by=actor,
     )
     plan = replace(snap.plan, actions=(action,))
     memory, outcomes = executor.execute(plan, snap.memory)

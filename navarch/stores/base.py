@@ -12,7 +12,11 @@ Contract for every backend (tests/stores run one suite against each):
 - put(key, data) with neither condition overwrites unconditionally (agents' reports).
 - delete(key, if_version=v) deletes only at version v, else PreconditionFailed;
   delete of a missing key raises NotFound.
-- list(prefix) -> ObjectInfo for every key under prefix, sorted by key.
+- list(prefix) -> ObjectInfo for every key under prefix, sorted by key. Its modified_at
+  is the store's own clock at the object's last write (S3 LastModified, GCS updated,
+  Azure Last-Modified, the file's mtime), to the second or finer, and every write moves
+  it: the fleet's lease is timed by that one clock, never by comparing two hosts' clocks
+  (navarch.reconcile.state.acquire_lock).
 - Writes are atomic: a reader sees the old or the new bytes, never a mix.
 - presigned_get_url(key, expires_s) -> a URL that reads the object with no credentials
   until it expires (S3 pre-signed GET, GCS V4 signed URL, Azure SAS, file:// path);
@@ -45,7 +49,8 @@ class Blob:
 
 @dataclass(frozen=True)
 class ObjectInfo:
-    """Listing metadata: key, version, size_bytes, modified_at (RFC 3339 UTC string)."""
+    """Listing metadata: key, version, size_bytes, modified_at (RFC 3339 UTC string: the
+    store's clock at the object's last write, at least to the second)."""
 
     key: str
     version: str

@@ -24,7 +24,9 @@ class StoreFactory(Protocol):
 
         The store must implement the contract in navarch.stores.base exactly: conditional
         puts (if_absent, if_version) are atomic compare-and-swap, raising PreconditionFailed
-        when lost; get of a missing key raises NotFound; list is sorted by key. The lock and
+        when lost; get of a missing key raises NotFound; list is sorted by key and gives
+        each object's modification time by the store's own clock (the lease is timed by
+        it, so it must move with every write, to the second or finer). The lock and
         state of every fleet depend on those conditions: a store that cannot honour them
         must not be offered. Raise ConfigError for a malformed URL, StoreError for I/O.
         navarch guarantees: versions it passes back are ones this store handed out.

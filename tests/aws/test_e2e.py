@@ -249,6 +249,64 @@ def test_killed_apply_lease_lapses_within_one_ttl(env, tmp_path, run_gate, moto)
     assert len(fleet_nodes(live_only=False)) == 4
 
 
+def test_runners_with_clocks_3_minutes_apart_never_both_act_on_s3(
+    env, tmp_path, run_gate, moto
+) -> None:
+    """The lease is timed by S3's clock (LastModified), not by the runners': a runner 3
+    minutes fast finds a live 2-minute lease held and launches nothing; once its holder is
+    killed and the lease has been silent past its TTL by S3's clock, a runner 3 minutes
+    slow takes it over and the fleet ends at exactly target."""
+    fleet = write_fleet(tmp_path, target=3, max_nodes=3, lock_ttl="2m", max_parallel=1)
+    run_gate.hold_at = 1
+    holder = subprocess.Popen(
+        [sys.executable, "-m", "navarch", "apply", str(fleet), "--auto-approve"],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert run_gate.entered.wait(120), "the first apply never reached RunInstances"
+        fast = navarch(
+            ["apply", str(fleet), "--auto-approve"],
+            {**env, "NAVARCH_NOW": (datetime.now(UTC) + timedelta(minutes=3)).isoformat()},
+            tmp_path,
+        )
+        assert fast.returncode == 4, fast.stdout + fast.stderr
+        assert "took over" not in fast.stderr
+        assert run_gate.calls == 1  # only the holder's launch
+        run_gate.release.set()
+        out, err = holder.communicate(timeout=120)
+    finally:
+        run_gate.release.set()
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
+    assert holder.returncode == 0, out + err
+    assert [op for op, key in moto.lock_log if key == LOCK_KEY] == ["put", "delete"]
+    assert len(fleet_nodes(live_only=False)) == 3
+
+    # A lapsed lease: its holder was killed; a runner 3 minutes slow still takes it over.
+    write_fleet(tmp_path, target=4, max_nodes=4, lock_ttl="3s", max_parallel=1)
+    run_gate.hold_at = run_gate.calls + 1
+    run_gate.entered, run_gate.release = threading.Event(), threading.Event()
+    run_gate.done = threading.Event()
+    kill_apply_mid_launch(fleet, cwd=tmp_path, reached=run_gate.entered, env=env, inherit=False)
+    run_gate.release.set()
+    assert run_gate.done.wait(60)
+    time.sleep(3 + 2)  # the TTL, the store's one-second resolution, a margin
+    slow = navarch(
+        ["apply", str(fleet), "--auto-approve"],
+        {**env, "NAVARCH_NOW": (datetime.now(UTC) - timedelta(minutes=3)).isoformat()},
+        tmp_path,
+    )
+    assert slow.returncode == 0, slow.stdout + slow.stderr
+    assert "took over the expired lease" in slow.stderr
+    assert len(fleet_nodes()) == 4
+    assert len(fleet_nodes(live_only=False)) == 4
+
+
 def test_untagged_and_other_fleet_instances_are_never_touched(env, tmp_path) -> None:
     ec2 = boto3.client("ec2")
     untagged = ec2.run_instances(ImageId=AMI, MinCount=1, MaxCount=1)["Instances"][0]

@@ -9,12 +9,15 @@ import base64
 import copy
 import json
 import os
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import boto3
 import pytest
 
+from navarch.reconcile.state import acquire_lock, release_lock
+from navarch.stores import open_store
 from tests.aws.test_e2e import navarch
 from tests.support.api_log import ApiLog, Call, missing_from_policy, recording
 from tests.support.userdata import run_installed_agent, run_user_data
@@ -113,6 +116,13 @@ def recorded(tmp_path_factory: pytest.TempPathFactory, moto_server) -> tuple[Api
         write_fleet(tmp_path, target=2, team="ml")
         cli("apply", str(fleet), "--auto-approve")  # labels: CreateTags on running instances
         cli("reboot", str(fleet), sorted(nodes())[0], "--force")
+        # Another run holds the lease: the refused run reads the store's clock (a probe).
+        store = open_store(f"s3://{BUCKET}/{FLEET}")
+        held = acquire_lock(store, FLEET, "apply elsewhere", 120, datetime.now(UTC))
+        with recording(reconciler):
+            blocked = navarch(["apply", str(fleet), "--auto-approve"], env, tmp_path)
+        assert blocked.returncode == 4, blocked.stdout + blocked.stderr
+        release_lock(store, FLEET, held)
         cli("destroy", str(fleet), "--force", "--auto-approve")  # TerminateInstances
     finally:
         mp.undo()
@@ -130,6 +140,8 @@ def test_every_reconciler_call_is_in_the_reconciler_policy(recorded) -> None:
         "s3:ListBucket",
     ):
         assert expected in reconciler.actions(), sorted(reconciler.actions())
+    probe = Call("s3:PutObject", BUCKET, f"{FLEET}/state/{FLEET}.lock.probe")
+    assert probe in reconciler.calls  # a run that found the lease held read S3's clock
     assert missing_from_policy(reconciler.calls, policy("aws-reconciler.json")) == []
 
 
@@ -166,6 +178,7 @@ def test_the_node_policy_does_not_reach_another_pools_reports_or_the_state(recor
     others = [
         Call("s3:PutObject", BUCKET, f"{FLEET}/state/{FLEET}.json"),
         Call("s3:PutObject", BUCKET, f"{FLEET}/state/{FLEET}.lock"),
+        Call("s3:PutObject", BUCKET, f"{FLEET}/state/{FLEET}.lock.probe"),
         Call("s3:PutObject", BUCKET, f"{FLEET}/state/{FLEET}.reports-cache.json"),
         Call("s3:PutObject", BUCKET, f"{FLEET}/status/{FLEET}/index.html"),
         Call("s3:PutObject", BUCKET, f"{FLEET}/agent/0.1.0-{'0' * 64}.pyz"),

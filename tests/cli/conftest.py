@@ -16,6 +16,8 @@ import pytest
 from navarch.fleet_file import load_schema
 
 REPO = Path(__file__).resolve().parents[2]
+#: The variables by which navarch.actor recognises a CI job.
+CI_VARS = frozenset({"CI", "GITHUB_ACTIONS", "GITLAB_CI"})
 
 
 @dataclass
@@ -31,7 +33,11 @@ class Navarch:
     def __init__(self, workdir: Path, fleet_file: str = "fleet.yaml") -> None:
         self.workdir = workdir
         self.fleet = fleet_file
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith("NAVARCH_")}
+        # Neither navarch's own settings nor a CI's identity (navarch.actor reads both):
+        # a run is a person's unless a test says otherwise.
+        self.env = {
+            k: v for k, v in os.environ.items() if not k.startswith("NAVARCH_") and k not in CI_VARS
+        }
 
     def __call__(self, *args: str, env: dict[str, str] | None = None, input: str = "") -> Run:
         proc = subprocess.run(

@@ -3,8 +3,10 @@ from the audit log, in order, with reasons, who asked, and the report behind eac
 
 from __future__ import annotations
 
+import getpass
 import json
 import re
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +15,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 NODE = "demo-train-0002"
+ME = f"{getpass.getuser()}@{socket.gethostname()}"
 
 
 def _edit_health(fleet_dir: Path, **health: Any) -> None:
@@ -33,6 +36,7 @@ def _validate(doc: dict[str, Any]) -> None:
 
 
 def test_history_tells_xid79_reboot_return_then_replace_in_order(navarch, fleet_dir) -> None:
+    navarch.env["NAVARCH_SCHEDULED"] = "1"  # every run here is the timer's
     _edit_health(fleet_dir, replacement="after-terminate", return_after=1)
     navarch.ok("apply", "fleet.yaml", "--auto-approve")
     navarch.ok("local", "tick", "fleet.yaml")
@@ -92,7 +96,7 @@ def test_history_names_who_asked_replace_and_operator_verbs(navarch, fleet_dir) 
     assert replacement["action"] == "provision" and replacement["actor"] == "replace"
 
     text = navarch.ok("history", "fleet.yaml", NODE).out
-    assert f"cordon {NODE}  ok  by operator (apply --replace)" in text, text
+    assert f"cordon {NODE}  ok  by {ME} (apply --replace)" in text, text
     assert "# because replacement requested (--replace)" in text
     assert f"Now: {NODE} (train, " in text and "draining since" in text
     status = navarch.ok("status", "fleet.yaml").out
@@ -102,9 +106,9 @@ def test_history_names_who_asked_replace_and_operator_verbs(navarch, fleet_dir) 
     ), status
     text = navarch.ok("history", NODE).out  # fleet file ./fleet.yaml; one positional: a node
     assert text.startswith(f"History of node {NODE} (fleet demo)")
-    assert f"cordon {NODE}  ok  by operator (apply --replace)" in text
+    assert f"cordon {NODE}  ok  by {ME} (apply --replace)" in text
     text = navarch.ok("history", "fleet.yaml", "demo-infer-0001").out
-    assert "cordon demo-infer-0001  ok  by operator (cordon)" in text
+    assert f"cordon demo-infer-0001  ok  by {ME} (cordon)" in text
     assert "# because operator: bad fan" in text
 
 

@@ -9,6 +9,7 @@ them.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
@@ -120,6 +121,24 @@ def test_list_is_sorted_under_the_prefix_with_metadata(opener: Opener) -> None:
         assert modified.utcoffset() == timedelta(0), info.modified_at
         assert abs(modified - datetime.now(UTC)) < timedelta(days=1)
     assert store.list("nothing/") == []
+
+
+def test_modified_at_is_the_stores_clock_and_moves_with_every_write(store: ObjectStore) -> None:
+    """The lease is timed by the store's clock alone (navarch.reconcile.state.acquire_lock):
+    a rewrite moves an object's listed modification time, at least to the second, and an
+    object written later never lists as older."""
+
+    def modified() -> dict[str, datetime]:
+        return {i.key: datetime.fromisoformat(i.modified_at) for i in store.list("state/f.lock")}
+
+    store.put("state/f.lock", b"1")
+    first = modified()["state/f.lock"]
+    time.sleep(1.1)
+    store.put("state/f.lock", b"2")
+    store.put("state/f.lock.probe", b"p")
+    now = modified()
+    assert now["state/f.lock"] > first
+    assert now["state/f.lock.probe"] >= now["state/f.lock"]
 
 
 def test_stores_at_other_prefixes_are_separate(opener: Opener) -> None:

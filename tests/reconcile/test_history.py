@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from navarch.history import Actor, read_history, render_history
+from navarch.history import Trigger, read_history, render_history
 from navarch.stores.base import Blob, ObjectInfo
 from navarch.stores.file import FileStore
 
@@ -100,8 +100,8 @@ def test_records_without_newer_fields_and_broken_lines_still_read(tmp_path: Path
     store.put(f"events/demo/{when:%Y/%m/%d}/old-0001.jsonl", body)
     h = read_history(store, "demo", since=NOW - timedelta(hours=24), until=NOW, node="n1")
     assert [(e.action, e.actor, e.verb) for e in h.events] == [
-        ("reboot", Actor.OPERATOR, "reboot"),
-        ("cordon", Actor.SCHEDULED, ""),
+        ("reboot", Trigger.OPERATOR, "reboot"),
+        ("cordon", Trigger.SCHEDULED, ""),
     ]
     assert h.events[0].report is None and h.skipped_lines == 2
     text = render_history(h)

@@ -31,6 +31,12 @@ T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 TTL_S = 3
 
 
+def silence(store: FileStore, seconds: float) -> None:
+    """The lease's holder last wrote it `seconds` ago by the store's clock (it stopped
+    renewing): the lock file's mtime, which the file store lists as its modified_at."""
+    store.set_modified_at(lock_key("demo"), datetime.now(UTC) - timedelta(seconds=seconds))
+
+
 class FakeMonotonic:
     def __init__(self) -> None:
         self.now = 100.0
@@ -64,7 +70,8 @@ def test_lease_taken_over_is_lost_by_version(tmp_path):
     store = FileStore(tmp_path)
     lock = acquire_lock(store, "demo", "apply", 60, T0, holder="a")
     lease = Lease(store, "demo", lock, 60, lambda: T0)
-    other = acquire_lock(store, "demo", "apply", 60, T0 + timedelta(minutes=2), holder="b")
+    silence(store, 120)  # a stalled holder: no renewal for two minutes by the store's clock
+    other = acquire_lock(store, "demo", "apply", 60, T0, holder="b")
     assert other.took_over and "a running 'apply'" in other.took_over
     with pytest.raises(LeaseLost, match="taken over by b"):
         lease.check_store()
@@ -76,7 +83,8 @@ def test_lease_taken_over_is_lost_by_version(tmp_path):
 def test_two_runs_racing_for_an_expired_lease_end_with_one_holder(tmp_path):
     store = FileStore(tmp_path)
     acquire_lock(store, "demo", "apply", 60, T0, holder="dead")
-    later = T0 + timedelta(minutes=5)
+    silence(store, 300)
+    later = T0
     barrier = threading.Barrier(8)
     won: list[str] = []
     refused: list[str] = []
@@ -227,3 +235,61 @@ def test_stalled_manual_verb_whose_lease_is_taken_over_does_nothing(tmp_path, ve
     assert _machines(tmp_path) == boots  # not rebooted
     assert state_path(tmp_path).read_bytes() == state  # no cordon or uncordon recorded
     assert not lock_path(tmp_path).exists()  # the other run's lease released, ours not rewritten
+
+
+def _navarch_at(root, now: datetime, *args: str) -> subprocess.CompletedProcess[str]:
+    """`navarch ARGS` on a host whose wall clock reads `now` (NAVARCH_NOW)."""
+    return subprocess.run(
+        [sys.executable, "-m", "navarch", *args],
+        cwd=root,
+        env={**env(), "NAVARCH_NOW": now.isoformat()},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_a_skewed_runner_never_takes_a_live_lease(tmp_path):
+    """A runner whose clock is 3 minutes fast finds the 2-minute lease of a live apply
+    (its holder's clock is right) held: the lease is timed by the store's clock, so the
+    two never act at once."""
+    write_fleet(tmp_path, target=3, max_parallel=1, lock_ttl="2m")
+    held = HeldApply(tmp_path, "first")
+    try:
+        held.wait_holding()
+        fast = _navarch_at(
+            tmp_path,
+            datetime.now(UTC) + timedelta(minutes=3),
+            "apply",
+            "fleet.yaml",
+            "--auto-approve",
+        )
+        assert fast.returncode == 4, fast.stdout + fast.stderr
+        assert "locked by" in fast.stderr and "took over" not in fast.stderr
+        assert held.provisions() == ["jt-train-0001"]  # the fast runner launched nothing
+        held.go.touch()
+        out, err = held.proc.communicate(timeout=120)
+    finally:
+        if held.proc.poll() is None:
+            held.kill()
+    assert held.proc.returncode == 0, out + err
+    assert "took over" not in err
+    assert sorted(held.provisions()) == ["jt-train-0001", "jt-train-0002", "jt-train-0003"]
+    assert navarch(tmp_path, "plan", "fleet.yaml", "--detailed-exitcode").returncode == 0
+
+
+def test_a_slow_runner_still_takes_over_a_lapsed_lease(tmp_path):
+    """A lease whose holder died is taken over once it has been silent for its TTL by the
+    store's clock, even by a runner whose own clock is 3 minutes slow (by that clock the
+    dead holder's expires_at is still minutes away)."""
+    write_fleet(tmp_path, target=3, max_parallel=1, lock_ttl=f"{TTL_S}s")
+    held = HeldApply(tmp_path, "first")
+    held.wait_holding()
+    held.kill()
+    time.sleep(TTL_S + 2)
+    slow = _navarch_at(
+        tmp_path, datetime.now(UTC) - timedelta(minutes=3), "apply", "fleet.yaml", "--auto-approve"
+    )
+    assert slow.returncode == 0, slow.stdout + slow.stderr
+    assert "took over the expired lease" in slow.stderr
+    assert not lock_path(tmp_path).exists()

@@ -15,6 +15,7 @@ from navarch.reconcile.state import (
     acquire_lock,
     force_unlock,
     load_memory,
+    lock_key,
     release_lock,
     restore_hint,
     save_memory,
@@ -24,16 +25,26 @@ from navarch.stores.file import FileStore
 T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 
 
+def silence(store: FileStore, seconds: float) -> None:
+    """The lease's holder last wrote it `seconds` ago by the store's clock (it stopped
+    renewing): the lock file's mtime, which the file store lists as its modified_at."""
+    store.set_modified_at(lock_key("demo"), datetime.now(UTC) - timedelta(seconds=seconds))
+
+
 def test_lock_is_exclusive_until_expiry_then_taken_over(tmp_path):
     store = FileStore(tmp_path)
     first = acquire_lock(store, "demo", "apply", 900, T0, holder="a@host pid 1")
+    silence(store, 300)
     with pytest.raises(LockHeld) as info:
-        acquire_lock(store, "demo", "apply", 900, T0 + timedelta(minutes=5), holder="b")
+        acquire_lock(store, "demo", "apply", 900, T0, holder="b")
     assert info.value.holder == "a@host pid 1"
-    assert info.value.age_s == 300
+    assert 300 <= info.value.age_s < 310
+    assert 590 < info.value.expires_in_s <= 600
     assert info.value.lock_id == first.lock_id
-    # Past expiry the next run takes it over; the first run's release leaves it alone.
-    second = acquire_lock(store, "demo", "apply", 900, T0 + timedelta(minutes=16), holder="b")
+    # Silent past its TTL by the store's clock, the next run takes it over; the first
+    # run's release leaves it alone.
+    silence(store, 16 * 60)
+    second = acquire_lock(store, "demo", "apply", 900, T0, holder="b")
     release_lock(store, "demo", first)
     with pytest.raises(LockHeld):
         acquire_lock(store, "demo", "apply", 900, T0 + timedelta(minutes=17), holder="c")
@@ -127,6 +138,22 @@ def test_audit_log_writes_each_chunk_as_a_new_object(tmp_path):
 def test_lock_taken_over_says_whose_it_was(tmp_path):
     store = FileStore(tmp_path)
     acquire_lock(store, "demo", "apply fleet.yaml", 120, T0, holder="a@host pid 1")
-    lock = acquire_lock(store, "demo", "apply", 120, T0 + timedelta(minutes=3), holder="b")
+    silence(store, 180)
+    lock = acquire_lock(store, "demo", "apply", 120, T0, holder="b")
     assert lock.took_over is not None
     assert "a@host pid 1" in lock.took_over and "expired 60s ago" in lock.took_over
+
+
+def test_audit_chunks_are_created_only_if_absent_and_never_overwritten(tmp_path):
+    store = FileStore(tmp_path)
+    first, second = AuditLog(store, "demo", "run-1", T0), AuditLog(store, "demo", "run-1", T0)
+    first.append({"action": "cordon"})
+    second.append({"action": "reboot"})
+    assert first.flush() == "events/demo/2026/11/01/run-1-0001.jsonl"
+    assert second.flush() == "events/demo/2026/11/01/run-1-0002.jsonl"  # the key was taken
+    actions = [
+        json.loads(line)["action"]
+        for o in store.list("events/demo/")
+        for line in store.get(o.key).data.decode().splitlines()
+    ]
+    assert actions == ["cordon", "reboot"]

@@ -436,34 +436,34 @@ def pause(
     fleet: LoadedFleet | str | Path,
     reason: str,
     *,
-    by: str | None = None,
+    actor: Actor | None = None,
     clock: Callable[[], datetime] | None = None,
 ) -> PauseResult:
     """Pause the fleet (`navarch pause`): every later plan and apply, whoever runs it,
     plans and reports as usual and acts on nothing, saying who paused, when and why, until
     resume(). The pause is kept in the fleet's state document, written under its lease.
 
-    reason: required (plain text, capped at 1,000 characters); by: who pauses (default
-    "user@host" of this process); clock: default the system clock. Returns
+    reason: required (plain text, at most 1,024 characters); actor: who pauses
+    (navarch.actor; default "user@host" of this process); clock: default the system clock. Returns
     navarch.reconcile.pause.PauseResult (the pause, the one it replaced, one line).
-    Raises NavarchError for an empty reason, LockHeld, LeaseLost, StoreError.
+    Raises NavarchError for an empty or too long reason, LockHeld, LeaseLost, StoreError.
     """
     from navarch.reconcile.pause import pause as pause_fleet
     from navarch.reconcile.run import system_clock
 
-    return pause_fleet(_open(_fleet(fleet)), reason, by=by, clock=clock or system_clock)
+    return pause_fleet(_open(_fleet(fleet)), reason, actor=actor, clock=clock or system_clock)
 
 
 def resume(
     fleet: LoadedFleet | str | Path,
     *,
-    by: str | None = None,
+    actor: Actor | None = None,
     clock: Callable[[], datetime] | None = None,
 ) -> PauseResult:
     """Clear the fleet's pause (`navarch resume`): the next run acts again. A fleet that is
-    not paused is left as it is (PauseResult.before is None). Raises LockHeld, LeaseLost,
+    not paused is left as it is (PauseResult.before is None). actor: as for pause. Raises LockHeld, LeaseLost,
     StoreError."""
     from navarch.reconcile.pause import resume as resume_fleet
     from navarch.reconcile.run import system_clock
 
-    return resume_fleet(_open(_fleet(fleet)), by=by, clock=clock or system_clock)
+    return resume_fleet(_open(_fleet(fleet)), actor=actor, clock=clock or system_clock)

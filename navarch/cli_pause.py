@@ -23,7 +23,7 @@ def cmd_pause(args: argparse.Namespace) -> int:
     """`navarch pause FLEET --reason TEXT` (navarch.api.pause)."""
     from navarch import api
 
-    result = api.pause(args.fleet, args.reason, clock=args.clock)
+    result = api.pause(args.fleet, args.reason, actor=args.actor, clock=args.clock)
     print(result.message)
     return 0
 
@@ -32,7 +32,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     """`navarch resume FLEET` (navarch.api.resume)."""
     from navarch import api
 
-    result = api.resume(args.fleet, clock=args.clock)
+    result = api.resume(args.fleet, actor=args.actor, clock=args.clock)
     print(result.message)
     return 0
 

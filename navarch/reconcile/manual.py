@@ -62,7 +62,7 @@ def _instance(snap: Snapshot, fleet_name: str, node: str) -> Instance:
     return found[0]
 
 
-def _verb_who(actor: Actor | None) -> dict[str, Any]:
+def verb_who(actor: Actor | None) -> dict[str, Any]:
     """An operator verb's audit fields for who asked: trigger (`actor`: mcp or operator),
     `by` (navarch.actor) and, for an MCP client, `client`."""
     if actor is None:
@@ -90,7 +90,7 @@ def _audit(
 ) -> None:
     audit = AuditLog(fleet.store, fleet.spec.name, run_id, snap.now)
     view = next((v for v in snap.observed.views if v.node == record.get("node")), None)
-    who = _verb_who(actor)
+    who = verb_who(actor)
     audit.append(
         {
             "time": ts(clock()),

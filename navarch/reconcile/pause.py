@@ -14,15 +14,16 @@ acting on one node by name is what a pause makes room for.
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import dataclass, replace
 
-from navarch.history import Actor
+from navarch.actor import Actor
+from navarch.logs import new_run_id
 from navarch.planner.model import Pause, ts
 from navarch.planner.pause import pause_message
+from navarch.reconcile.manual import verb_who
 from navarch.reconcile.run import Clock, Fleet, leased, system_clock
 from navarch.reconcile.state import AuditLog, default_holder, load_memory, save_memory
-from navarch.textsafe import node_text, operator_reason
+from navarch.textsafe import operator_reason
 
 __all__ = ["PauseResult", "pause", "resume"]
 
@@ -43,10 +44,13 @@ def _who() -> str:
     return default_holder().rsplit(" pid ", 1)[0]
 
 
-def _write(fleet: Fleet, verb: str, reason: str | None, by: str, clock: Clock) -> PauseResult:
+def _write(
+    fleet: Fleet, verb: str, reason: str | None, actor: Actor | None, clock: Clock
+) -> PauseResult:
     """Under the lease: set Memory.pause (reason None: clear it), audit the verb, return
     what changed."""
     spec = fleet.spec
+    by = actor.label() if actor is not None else _who()
     with leased(fleet, verb, clock) as lease:
         now = clock()
         memory, version = load_memory(fleet.store, spec.name, fleet.state_cache)
@@ -60,17 +64,15 @@ def _write(fleet: Fleet, verb: str, reason: str | None, by: str, clock: Clock) -
             message = f"Fleet {spec.name} resumed by {by}; the next run acts again."
         lease.check_store()
         save_memory(fleet.store, replace(memory, pause=after), version, cache=fleet.state_cache)
-        audit = AuditLog(
-            fleet.store, spec.name, f"{now:%Y%m%dT%H%M%SZ}-{verb}-{uuid.uuid4().hex[:8]}", now
-        )
+        run_id = new_run_id(now)
+        audit = AuditLog(fleet.store, spec.name, run_id, now)
         audit.append(
             {
                 "time": ts(now),
-                "run_id": verb,
+                "run_id": run_id,
                 "operator": True,
-                "actor": Actor.OPERATOR.value,
+                **verb_who(actor),
                 "verb": verb,
-                "by": by,
                 "action": verb,
                 "pool": "*",
                 "node": None,
@@ -85,11 +87,11 @@ def _write(fleet: Fleet, verb: str, reason: str | None, by: str, clock: Clock) -
 
 
 def pause(
-    fleet: Fleet, reason: str, *, by: str | None = None, clock: Clock = system_clock
+    fleet: Fleet, reason: str, *, actor: Actor | None = None, clock: Clock = system_clock
 ) -> PauseResult:
     """Pause the fleet: from the next run on, every plan and apply acts on nothing and
     says who paused, when and why. A pause already in place is replaced (new who, when,
-    why). by: who pauses (default "user@host" of this process); reason: required, made
+    why). actor: who pauses (navarch.actor; None: "user@host" of this process); reason:
     made plain; refused when empty or too long
     (textsafe.operator_reason).
 
@@ -97,13 +99,11 @@ def pause(
     LeaseLost when it lapsed before the write, StoreError.
     """
     text = operator_reason(reason, "every run prints it while the fleet is paused")
-    who = node_text(by or _who(), 200)
-    return _write(fleet, "pause", text, who, clock)
+    return _write(fleet, "pause", text, actor, clock)
 
 
-def resume(fleet: Fleet, *, by: str | None = None, clock: Clock = system_clock) -> PauseResult:
+def resume(fleet: Fleet, *, actor: Actor | None = None, clock: Clock = system_clock) -> PauseResult:
     """Clear the fleet's pause: the next run acts again. Resuming a fleet that is not
     paused changes nothing (PauseResult.before is None). Raises LockHeld, LeaseLost,
     StoreError."""
-    who = node_text(by or _who(), 200)
-    return _write(fleet, "resume", None, who, clock)
+    return _write(fleet, "resume", None, actor, clock)

@@ -54,6 +54,8 @@ def test_a_paused_fleet_plans_and_reports_but_acts_on_nothing_and_says_why(navar
     verbs = [(e["action"], e["actor"], e["reason"]) for e in history["events"]]
     assert ("pause", "operator", "driver rollout, INC-1234") in verbs
     assert ("resume", "operator", "") in verbs
+    who = {e["action"]: (e.get("by") or {}).get("kind") for e in history["events"]}
+    assert who["pause"] == who["resume"] == "person", who  # who acted, not only "operator"
 
 
 def test_pause_takes_the_fleet_lease_and_needs_a_reason(navarch, fleet_dir: Path) -> None:

@@ -97,17 +97,19 @@ def test_three_mcp_verbs_in_the_same_second_keep_every_record_and_name_the_clien
     navarch, fleet_dir
 ) -> None:
     pytest.importorskip("mcp")
-    from tests.support.mcp_client import CLIENT, document, talk
+    from tests.support.mcp_client import CLIENT, document, refusal, talk
 
     navarch.ok("apply", "fleet.yaml", "--auto-approve", env=AT_NOW)
     navarch.ok("local", "tick", "fleet.yaml", env=AT_NOW)
     nodes = ["demo-train-0001", "demo-train-0002", "demo-infer-0001"]
 
     async def body(s) -> list[dict[str, Any]]:
-        return [
-            document(await s.call_tool("cordon", {"node": n, "reason": "ECC errors in jobs"}))
-            for n in nodes
-        ]
+        done = []
+        for n in nodes:  # each cordon confirmed on the plan its refusal showed
+            ask = {"node": n, "reason": "ECC errors in jobs"}
+            fp = refusal(await s.call_tool("cordon", ask))["plan_fingerprint"]
+            done.append(document(await s.call_tool("cordon", {**ask, "plan_fingerprint": fp})))
+        return done
 
     done = talk(fleet_dir, "--allow-actions", body=body, env=AT_NOW)
     assert [d["cordoned"] for d in done] == [True, True, True]

@@ -285,6 +285,9 @@ class NodeMemory:
     #: cordoned on the cloud's first impaired listing: replaced once it is confirmed
     #: (IMPAIRED_AFTER_S), uncordoned if it clears before
     impaired_cordon: bool = False
+    #: cordoned because its reports fell silent past offline_after (ActionReason.OFFLINE):
+    #: doubt, so never terminated on that alone (navarch.planner.silence)
+    silent_cordon: bool = False
 
 
 @dataclass(frozen=True)
@@ -548,6 +551,7 @@ class NodeView:
     diag_cordon: bool = False
     impaired: bool = False  # the lifecycle comes from the cloud's own status, not a report
     impaired_cordon: bool = False  # NodeMemory.impaired_cordon
+    silent_cordon: bool = False  # NodeMemory.silent_cordon
     orphan: bool = False  # its pool is no longer in fleet.yaml (retired: cordon, drain, terminate)
 
 

@@ -537,6 +537,7 @@ def _view(
         diag=nm.diag,
         diag_cordon=nm.diag_cordon,
         impaired_cordon=nm.impaired_cordon,
+        silent_cordon=nm.silent_cordon,
         drift=drift,
         tags_drift=tags_drift,
         **extra,

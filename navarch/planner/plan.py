@@ -8,7 +8,9 @@ A fleet's plan is made in two layers of named stages, each a pure function:
   budget, behind the guard against mass termination), duplicate node names;
 - pool stages, per pool in name order (POOL_STAGES): scale (desired count), ladder
   (navarch.planner.ladder: reset, reboot, return to service or replace drained and
-  remedied nodes; operator cordons), terminate (nodes whose drain finished or timed out),
+  remedied nodes; operator cordons), silence (navarch.planner.silence: nodes cordoned
+  because their reports fell silent return when they report again and are terminated only
+  on independent evidence), terminate (nodes whose drain finished or timed out),
   redrain (cordoned, never drained), stuck (pending past provision_timeout), repair
   (cordon + drain what must be replaced), impaired (cordon only on the cloud's first
   impaired listing; uncordon when it clears), watch (what is part-way to a decision),
@@ -23,7 +25,8 @@ halts and notes it adds, the differences it leaves for later (pending), the new 
 Safety rules enforced here (DESIGN.md "Safety rules"):
  1. only owned nodes (observe() already split off foreign instances) are ever acted on;
  2. doubt never terminates: UNKNOWN/STALE nodes are left alone until OFFLINE, and are
-    never picked for scale-down;
+    never picked for scale-down; an OFFLINE node is cordoned and replaced, but never
+    terminated on its silence alone (navarch.planner.silence);
  3. disruption budget: cordoned + draining + terminating <= max_unavailable per pool
     (spot preemptions excepted: those nodes go anyway);
  4. circuit breaker: a pool (or the fleet) whose unhealthy+offline share reaches the
@@ -95,6 +98,7 @@ from navarch.planner.model import (
 from navarch.planner.observe import Duplicate, fault_of
 from navarch.planner.pause import hold_all
 from navarch.planner.retired import UNKNOWN, retired_pool
+from navarch.planner.silence import silence_stage
 from navarch.spec import FleetSpec, PoolSpec, Replacement, SurgeOn, UpdateStrategy
 from navarch.wording import counted
 
@@ -1336,6 +1340,7 @@ def force_destroy_stage(ctx: PoolContext, prog: Progress) -> StageResult:
 POOL_STAGES: tuple[Stage, ...] = (
     scale_stage,
     ladder_stage,
+    silence_stage,
     terminate_stage,
     redrain_stage,
     stuck_stage,

@@ -174,6 +174,8 @@ def _ladder_to_json(n: NodeMemory) -> dict[str, Any]:
         out["impaired_since"] = ts(n.impaired_since)
     if n.impaired_cordon:
         out["impaired_cordon"] = True
+    if n.silent_cordon:
+        out["silent_cordon"] = True
     return out
 
 
@@ -237,6 +239,7 @@ def _ladder_from_json(n: Mapping[str, Any]) -> dict[str, Any]:
         "diag_cordon": n.get("diag_cordon", False),
         "impaired_since": parse_ts(n.get("impaired_since")),
         "impaired_cordon": n.get("impaired_cordon", False),
+        "silent_cordon": n.get("silent_cordon", False),
     }
 
 
@@ -371,6 +374,7 @@ _LADDER_KEYS = frozenset(
         "diag_cordon",
         "impaired_since",
         "impaired_cordon",
+        "silent_cordon",
     }
 )
 

@@ -311,6 +311,7 @@ def node_memory(
     diag_cordon: bool = False,
     impaired_since: datetime | None = None,
     impaired_cordon: bool = False,
+    silent_cordon: bool = False,
 ) -> NodeMemory:
     """What earlier runs remembered of one node (report_version follows report's sequence).
     fault: a Fault or its fields {key, action, boot_id, sequence}; the rest are the
@@ -347,6 +348,7 @@ def node_memory(
         diag_cordon=diag_cordon,
         impaired_since=impaired_since,
         impaired_cordon=impaired_cordon,
+        silent_cordon=silent_cordon,
     )
 
 

@@ -38,17 +38,10 @@ from datetime import datetime
 from typing import Any
 
 from navarch.agent import kernel_log as kl
-from navarch.agent.checks import (
-    HW_SLOWDOWN_WINDOW,
-    Check,
-    CounterSample,
-    gpu_checks,
-    hw_slowdown,
-    probe_checks,
-    xid_checks,
-)
+from navarch.agent.checks import Check, CounterSample, probe_checks, xid_checks
 from navarch.agent.config import AgentConfig
 from navarch.agent.gpu import GpuBackend, GpuProbe, ProbeError, ProbeErrorKind
+from navarch.agent.gpu_checks import HW_SLOWDOWN_WINDOW, gpu_checks, hw_slowdown
 from navarch.agent.host import FileHost, NodeHost
 from navarch.agent.state import AgentState, prune_faults
 from navarch.compat import UTC

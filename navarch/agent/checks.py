@@ -28,6 +28,7 @@ from typing import Any
 from navarch.agent.gpu import GpuProbe, ProbeErrorKind
 from navarch.agent.kernel_log import XidEvent
 from navarch.health import FaultKey, Remedy, Status, fault_kind
+from navarch.health_report import ReportCheck
 from navarch.xid import Severity
 
 __all__ = [
@@ -71,27 +72,29 @@ class Check:
             return None
         return FaultKey(fault_kind(self.fault_kind or self.name), self.gpu_index)
 
-    def to_json(self) -> dict[str, Any]:
-        """The check as the report schema's checks[] item ("plugin" only for plugins';
-        boots_seen and first_seen only with a fault_key)."""
+    def to_report(self) -> ReportCheck:
+        """The check as the report's checks[] item (navarch.health_report.ReportCheck):
+        message capped at 1,024 characters, plugin at 200; the fault counts only with a
+        fault key."""
         key = self.fault_key()
-        out: dict[str, Any] = {
-            "name": self.name,
-            "status": self.status.value,
-            "action": self.action.value,
-            "message": self.message[:1024],
-            "gpu_index": self.gpu_index,
-            "evidence": dict(self.evidence),
-            "fault_key": key.to_json() if key is not None else None,
-        }
-        if key is not None and self.boots_seen is not None:
-            out["boots_seen"] = self.boots_seen
-            out["first_seen"] = self.first_seen
-        if key is not None and self.consecutive is not None:
-            out["consecutive"] = self.consecutive
-        if self.plugin is not None:
-            out["plugin"] = self.plugin[:200]
-        return out
+        counted = key is not None and self.boots_seen is not None
+        return ReportCheck(
+            self.name,
+            self.status,
+            self.action,
+            self.message[:1024],
+            self.gpu_index,
+            dict(self.evidence),
+            key,
+            boots_seen=self.boots_seen if counted else None,
+            first_seen=self.first_seen if counted else None,
+            consecutive=self.consecutive if key is not None else None,
+            plugin=self.plugin[:200] if self.plugin is not None else None,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """``to_report()`` as JSON (schemas/health-report.schema.json checks[] item)."""
+        return self.to_report().to_json()
 
 
 @dataclass(frozen=True)

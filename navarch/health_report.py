@@ -5,7 +5,7 @@ One report per node, written by ``navarch agent run --once`` to
 (version ``REPORT_SCHEMA_VERSION``). gpud's ``api/v1/types.go`` is the model: the message
 is defined once, here, and the agent (navarch.agent.runner), the reconciler
 (navarch.reconcile.reports) and the tests (tests/support/reports.py) share it.
-tests/contracts/test_health_report_types.py walks the schema and these dataclasses both
+tests/reports/test_health_report_types.py walks the schema and these dataclasses both
 ways, so the two cannot drift apart.
 
 ::
@@ -111,6 +111,20 @@ def _opt_int(value: Any) -> int | None:
     return None if value is None else int(value)
 
 
+# Members by value: a dict lookup is several times cheaper than calling the enum, and the
+# reconciler types every check that says something (navarch.reconcile.reports.summarize).
+_STATUSES = {m.value: m for m in Status}
+_REMEDIES = {m.value: m for m in Remedy}
+
+
+def _status(value: Any) -> Status:
+    return _STATUSES.get(value) or Status(value)
+
+
+def _remedy(value: Any) -> Remedy:
+    return _REMEDIES.get(value) or Remedy(value)
+
+
 @dataclass(frozen=True)
 class ReportCheck:
     """One finding (``checks[]``). gpu_index: None for a node-wide check; evidence: the
@@ -158,8 +172,8 @@ class ReportCheck:
         key = doc.get("fault_key")
         return cls(
             str(doc["name"]),
-            Status(doc["status"]),
-            Remedy(doc["action"]),
+            _status(doc["status"]),
+            _remedy(doc["action"]),
             str(doc["message"]),
             _opt_int(doc.get("gpu_index")),
             doc.get("evidence") or {},

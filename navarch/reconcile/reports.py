@@ -1,7 +1,9 @@
 """Reading and verifying node health reports (reconciler side).
 
-A report is accepted only if it is (checked in this order; the first failure is the
-rejection reason, counted by reason in the state and shown by `navarch status`):
+The report's types and the reasons below are navarch.health_report's (HealthReport and
+its parts; RejectReason). A report is accepted only if it is (checked in this order; the
+first failure is the rejection reason, counted by reason in the state and shown by
+`navarch status`):
   unreadable    the store listed it but could not return it (a StoreError other than
                 NotFound: permissions, a torn object, the backend failing)
   oversized     larger than MAX_REPORT_BYTES (judged from the listing before fetching,

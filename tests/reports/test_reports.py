@@ -15,7 +15,7 @@ from navarch.health_report import ReportCheck
 from navarch.planner.model import Memory, NodeMemory, ReportSummary
 from navarch.reconcile.reports import MAX_REPORT_BYTES, read_reports, verify_report
 from navarch.stores.file import FileStore
-from tests.support.reports import GPU0, xid79_report_doc
+from tests.support.reports import GPU0, xid79_report_doc, xid_check
 
 SECRET = b"fleet-secret-for-tests"
 NOW = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
@@ -156,17 +156,12 @@ def test_schema_rejections_agree_with_the_jsonschema_package(change):
 
 
 def test_summary_fault_key_is_the_agents_structured_key_not_the_display_text():
-    xid_check = {
-        "name": "xid",
-        "status": "unhealthy",
-        "action": "reboot",
-        "gpu_index": 0,
-        "message": "anything at all: (GPU 7) no colon rules here",
-        "fault_key": {"kind": "xid:79", "gpu_index": 0},
-        "boots_seen": 2,
-        "first_seen": "2026-10-31T12:00:00.000Z",
-    }
-    report = _report(checks=[*_report()["checks"], xid_check])
+    check = replace(
+        xid_check("anything at all: (GPU 7) no colon rules here"),
+        boots_seen=2,
+        first_seen="2026-10-31T12:00:00.000Z",
+    )
+    report = _report(checks=[*_report()["checks"], check.to_json()])
     s = _verify(_signed(report))
     assert s.fault_key == FaultKey("xid:79", 0)
     assert s.status is Status.UNHEALTHY and s.action is Remedy.REBOOT

@@ -150,12 +150,12 @@ def _telling_checks(report: Mapping[str, Any]) -> list[ReportCheck]:
     ]
 
 
+_FATAL = Severity.FATAL.value
+
+
 def _fatal_xids(report: Mapping[str, Any]) -> list[ReportXid]:
     """The report's fatal XID / SXid events, typed (the others are not parsed)."""
     return [ReportXid.from_json(x) for x in report.get("xids", ()) if x.get("severity") == _FATAL]
-
-
-_FATAL = Severity.FATAL.value
 
 
 def summarize(

@@ -19,6 +19,7 @@ from enum import Enum
 from typing import Any, TypeVar
 
 from navarch.health import FaultKey, Remedy, Status
+from navarch.health_report import NoticeKind
 from navarch.planner.model import (
     Diag,
     DiagState,
@@ -95,6 +96,9 @@ def _member(members: Mapping[Any, _E], enum: type[_E], value: Any) -> _E:
     return members[value] if value in members else enum(value)
 
 
+_NOTICE_KINDS: Mapping[Any, NoticeKind] = {k.value: k for k in NoticeKind}
+
+
 def summary_from_json(d: Mapping[str, Any] | None) -> ReportSummary | None:
     """Inverse of summary_to_json. Raises KeyError/ValueError on malformed data."""
     if d is None:
@@ -108,7 +112,9 @@ def summary_from_json(d: Mapping[str, Any] | None) -> ReportSummary | None:
         health_score=d["health_score"],
         fatal=d["fatal"],
         findings=tuple(node_text(f) for f in d.get("findings", ())),
-        notice_kind=node_text(d["notice_kind"]) if d.get("notice_kind") else None,
+        # The report schema allows only NoticeKind values; any other word (a hand-edited
+        # state) announces nothing the planner acts on, so it reads as no notice.
+        notice_kind=_NOTICE_KINDS.get(d.get("notice_kind")),
         notice_deadline=parse_ts(d.get("notice_deadline")),
         process_count=d.get("process_count"),
         utilization_pct=d.get("utilization_pct"),
@@ -344,7 +350,8 @@ def memory_to_json(m: Memory, cache: NodeDocCache | None = None) -> dict[str, An
             }
             for p in m.pools
         },
-        "rejections": dict(m.rejections),
+        # By the reason's value: orjson takes only exact str keys, not a RejectReason.
+        "rejections": {str(reason): n for reason, n in m.rejections},
         **({"pause": _pause_to_json(m.pause)} if m.pause else {}),
     }
 

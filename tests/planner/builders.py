@@ -22,6 +22,7 @@ import yaml
 from navarch.durations import parse_duration_s
 from navarch.fleet_file import load_fleet
 from navarch.health import FaultKey, Remedy, Status
+from navarch.health_report import NoticeKind
 from navarch.inventory import (
     CloudEvent,
     CloudStatus,
@@ -252,7 +253,7 @@ def summary(
         health_score={"healthy": 100, "degraded": 70, "unknown": 50}.get(status, 0),
         fatal=fatal,
         findings=tuple(findings),
-        notice_kind=notice_kind,
+        notice_kind=NoticeKind(notice_kind) if notice_kind else None,
         notice_deadline=notice_deadline,
         process_count=process_count,
         utilization_pct=utilization_pct,

@@ -121,6 +121,17 @@ def test_every_cli_verb_and_its_api_call_leave_the_same_fleet(two):
     assert _state(py)["nodes"] == {}
 
 
+def test_plan_and_status_write_no_local_secret_file_and_an_acting_verb_creates_it(navarch):
+    secret = navarch.workdir / ".navarch" / "fleet.secret"
+    for verb in ("plan", "status"):
+        navarch.ok(verb, "fleet.yaml")
+    assert api.plan(navarch.workdir / "fleet.yaml").to_json()["summary"]["provision"] == 5
+    api.status(navarch.workdir / "fleet.yaml")
+    assert not secret.exists()
+    navarch.ok("pause", "fleet.yaml", "--reason", "first act")
+    assert secret.stat().st_mode & 0o777 == 0o600
+
+
 def test_force_unlock_removes_the_lock_the_same_way_from_the_cli_and_the_api(two):
     from navarch.fleet_file import load_fleet
     from navarch.reconcile.state import acquire_lock

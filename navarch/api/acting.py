@@ -26,7 +26,6 @@ from navarch.api.results import (
 from navarch.errors import NavarchError
 
 if TYPE_CHECKING:
-    from navarch.errors import NavarchError as _Error
     from navarch.planner.context import PlanOptions
     from navarch.planner.model import Plan
     from navarch.reconcile.handlers import Outcome
@@ -61,14 +60,16 @@ def apply(
     run_id: str | None = None,
     actor: Actor | None = None,
     clock: Clock | None = None,
-    after_apply: Callable[[RunResult | None, _Error | None], None] | None = None,
+    after_apply: Callable[[RunResult | None, NavarchError | None], None] | None = None,
     command: str | None = None,
 ) -> ApplyResult:
     """Converge the fleet: take its lease, look again, execute the plan's actions under
     every safety rule (budget, breaker, rate limit, ownership), record each in the audit
     log, write state, release the lease.
 
-    plan: a PlanResult from plan(); its actions are applied only if the world has not moved
+    fleet: a LoadedFleet, a path to fleet.yaml, or a fleet opened by
+    open_fleet(acting=True) (the CLI keeps it for notifications and metrics around the
+    run). plan: a PlanResult from plan(); its actions are applied only if the world has not moved
     on since (else StalePlan). scope: the nodes `plan` was narrowed to (an MCP
     confirmation): only their observations and the halts must be unchanged, not every
     node's (None: every node). Without auto_approve and a plan, `confirm(plan)` must accept

@@ -5,5 +5,6 @@ executor   the only code that changes the world: one outcome per action
 state      Memory (CAS), the lock, the audit log, object keys in the store
 reports    read, verify and summarise node health reports
 render     the plan as text, markdown and JSON (schemas/plan.schema.json)
-uncordon   the operator's way back to service for a node navarch cordoned
+operator   the operator's verbs: cordon, reboot, uncordon (the way back), pause, resume
+status_text  `navarch status` as text, from the typed FleetStatus (status)
 """

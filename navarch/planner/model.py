@@ -593,7 +593,7 @@ class Action:
     rung: Remedy | None = None  # reboot / reset_gpu: the ladder's rung it carries out
     lemon: bool = False  # terminate: a lemon's instance id is remembered in PoolMemory
     level: int | None = None  # diagnose, and cordon for scheduled diagnostics: the diag level
-    why: str = ""  # diagnose / cordon: a DiagWhy value
+    why: DiagWhy | None = None  # diagnose / cordon for diagnostics: why it is diagnosed
     action_reason: ActionReason = field(kw_only=True)  # the reason as a code (JSON plan)
 
 

@@ -126,7 +126,7 @@ def _ladder_record(a: Action) -> dict[str, object]:
     if a.lemon:
         out["lemon"] = True
     if a.level is not None:
-        out.update(level=a.level, why=a.why)
+        out.update(level=a.level, why=a.why.value if a.why is not None else "")
     return out
 
 

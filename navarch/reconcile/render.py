@@ -17,6 +17,7 @@ from navarch.planner.model import (
     Action,
     ActionKind,
     ActionReason,
+    DiagWhy,
     Halt,
     Place,
     Plan,
@@ -258,8 +259,8 @@ def action_to_json(a: Action) -> dict[str, Any]:
         ladder["lemon"] = True
     if a.level is not None:
         ladder["level"] = a.level
-    if a.why:
-        ladder["why"] = a.why
+    if a.why is not None:
+        ladder["why"] = a.why.value
     return {
         "action": a.kind.value,
         "pool": a.pool,
@@ -305,7 +306,7 @@ def action_from_json(d: dict[str, Any]) -> Action:
         rung=Remedy(d["rung"]) if d.get("rung") else None,
         lemon=d.get("lemon", False),
         level=d.get("level"),
-        why=d.get("why", ""),
+        why=DiagWhy(d["why"]) if d.get("why") else None,
         action_reason=ActionReason(d["action_reason"]),
     )
 

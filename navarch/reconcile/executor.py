@@ -43,7 +43,7 @@ from navarch.actor import Actor, ActorKind
 from navarch.errors import LeaseLost, NavarchError
 from navarch.history import Trigger, report_ref
 from navarch.inventory import Instance
-from navarch.planner.model import Action, ActionKind, Memory, Plan, ts
+from navarch.planner.model import Action, ActionKind, Memory, Plan
 from navarch.providers.base import Provider
 from navarch.reconcile.handlers import (
     BACKOFF_BASE_S,
@@ -61,6 +61,7 @@ from navarch.reconcile.handlers import (
 )
 from navarch.reconcile.state import AuditLog
 from navarch.spec import FleetSpec, PoolSpec, Scheduler
+from navarch.timefmt import ts
 
 __all__ = [
     "BACKOFF_BASE_S",

@@ -61,20 +61,13 @@ from navarch import signing
 from navarch.errors import NotFound, ReportRejected
 from navarch.fleet_file import load_schema
 from navarch.health import FaultKey, Remedy, Status
-from navarch.planner.model import (
-    Memory,
-    NodeMemory,
-    NodeView,
-    ReportObservation,
-    ReportSummary,
-    parse_ts,
-    required_ts,
-)
+from navarch.planner.model import Memory, NodeMemory, NodeView, ReportObservation, ReportSummary
 from navarch.policy import Rule, evaluate
 from navarch.reconcile.report_cache import ReportCache, rules_digest
 from navarch.reconcile.state import health_prefix
 from navarch.stores.base import ObjectInfo, ObjectStore, parallel_map
 from navarch.textsafe import node_text
+from navarch.timefmt import parse_ts, required_ts
 
 MAX_REPORT_BYTES = 256 * 1024
 #: Deepest nesting of arrays/objects accepted. A real report nests 4 deep (checks[].

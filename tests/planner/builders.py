@@ -44,9 +44,9 @@ from navarch.planner.model import (
     PoolSettings,
     ReportObservation,
     ReportSummary,
-    parse_ts,
 )
 from navarch.spec import FleetSpec, Scheduler
+from navarch.timefmt import parse_ts
 
 BASE_NOW = datetime(2026, 3, 2, 12, 0, 0, tzinfo=UTC)
 

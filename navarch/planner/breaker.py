@@ -52,9 +52,14 @@ class BreakerState:
         """True when the breaker holds new cordons and terminations back."""
         return self.state is Breaker.OPEN
 
-    def summary(self) -> str:
-        """ "3 of 10 nodes are unhealthy, stale or offline (>= 30%)": the halt's opening."""
-        return f"{self.sick} of {self.total} nodes are {self.reason} (>= {self.threshold_pct:g}%)"
+    def summary(self, scope: str = "") -> str:
+        """What the breaker counted against its threshold, the opening of its halt:
+        "3 of 10 nodes are unhealthy, stale or offline (>= 30%)"; scope is inserted after
+        "nodes" (" in the fleet")."""
+        return (
+            f"{self.sick} of {self.total} nodes{scope} are {self.reason} "
+            f"(>= {self.threshold_pct:g}%)"
+        )
 
 
 def breaker_state(views: Sequence[NodeView], threshold_pct: float) -> BreakerState:

@@ -211,9 +211,8 @@ def _plan_pool(
             Halt(
                 pool.name,
                 HaltRule.CIRCUIT_BREAKER,
-                f"{breaker.sick} of {breaker.total} nodes are {breaker.reason} "
-                f"(>= {breaker.threshold_pct:g}%): no new cordon or termination in "
-                "this pool; a mass failure is more often a broken agent, network or store",
+                f"{breaker.summary()}: no new cordon or termination in this pool;"
+                " a mass failure is more often a broken agent, network or store",
             )
         )
     frozen = (breaker.open or fleet_breaker.open) and not options.destroy
@@ -251,9 +250,8 @@ def _fleet_stages(
             Halt(
                 "*",
                 HaltRule.CIRCUIT_BREAKER,
-                f"{breaker.sick} of {breaker.total} nodes in the fleet are {breaker.reason} "
-                f"(>= {breaker.threshold_pct:g}%): no new cordon or "
-                "termination anywhere; check the agents, the store and the network first",
+                f"{breaker.summary(' in the fleet')}: no new cordon or termination anywhere;"
+                " check the agents, the store and the network first",
             )
         )
     orphans = orphan_stage(spec, views, memory, now, options, frozen=frozen)

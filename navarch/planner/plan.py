@@ -117,7 +117,8 @@ def plan(
     """Compute the Plan for one run.
 
     views: observe()'s NodeViews; memory: observe()'s folded Memory; now: aware UTC;
-    options: the run's flags (PlanOptions); duplicates: observe()'s duplicate node names.
+    options: the run's flags and what each provider declared it can do (PlanOptions);
+    duplicates: observe()'s duplicate node names.
     Returns a Plan whose actions are in execution order, whose halts say which safety rule
     held what back and whose pending lines name every difference from fleet.yaml this run
     leaves (so a plan is "No changes" only when the world matches). A paused fleet

@@ -40,7 +40,7 @@ class PlanOptions:
     destroy: bool = False
     force: bool = False
     allow_destroy: bool = False
-    capabilities: Mapping[str, Capability] = field(default_factory=dict)
+    capabilities: Mapping[str, Capability] = field(default_factory=dict, hash=False)
 
     def includes(self, pool: str) -> bool:
         return self.pools is None or pool in self.pools

@@ -302,7 +302,7 @@ def read_history(
 
 
 def _ts(when: datetime | None) -> str | None:
-    from navarch.planner.model import ts
+    from navarch.timefmt import ts
 
     return ts(when) if when is not None else None
 

@@ -283,7 +283,7 @@ def cloud_init(
     from navarch.agent.bundle import build_bundle
     from navarch.bootstrap import BundleSource, render_cloud_init
     from navarch.fleet_file import read_fleet_secret
-    from navarch.planner.plan import node_name
+    from navarch.planner.capacity import node_name
     from navarch.reconcile.publish import AgentDelivery
     from navarch.signing import derive_node_key
     from navarch.stores import open_store

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from navarch.planner.model import Halt, HaltRule, Pause, Plan, ts
+from navarch.planner.model import Halt, HaltRule, Pause, Plan
+from navarch.timefmt import ts
 
 __all__ = ["hold_all", "pause_message"]
 

@@ -28,18 +28,16 @@ from navarch.planner.model import (
     Fault,
     Memory,
     NodeMemory,
-    NodeTable,
     Pause,
     Phase,
     PoolMemory,
     PoolSettings,
     ReportSummary,
-    parse_ts,
-    required_ts,
-    ts,
 )
+from navarch.planner.node_table import NodeTable
 from navarch.spec import Scheduler
 from navarch.textsafe import node_text, plain
+from navarch.timefmt import parse_ts, required_ts, ts
 
 __all__ = [
     "NodeDocCache",

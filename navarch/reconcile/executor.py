@@ -43,7 +43,7 @@ from navarch.actor import Actor, ActorKind
 from navarch.errors import LeaseLost, NavarchError
 from navarch.history import Trigger, report_ref
 from navarch.inventory import Instance
-from navarch.planner.model import Action, ActionKind, Memory, Plan, ts
+from navarch.planner.model import Action, ActionKind, Memory, Plan
 from navarch.providers.base import Provider
 from navarch.reconcile.handlers import (
     BACKOFF_BASE_S,
@@ -61,6 +61,7 @@ from navarch.reconcile.handlers import (
 )
 from navarch.reconcile.state import AuditLog
 from navarch.spec import FleetSpec, PoolSpec, Scheduler
+from navarch.timefmt import ts
 
 __all__ = [
     "BACKOFF_BASE_S",
@@ -126,7 +127,7 @@ def _ladder_record(a: Action) -> dict[str, object]:
     if a.lemon:
         out["lemon"] = True
     if a.level is not None:
-        out.update(level=a.level, why=a.why)
+        out.update(level=a.level, why=a.why.value if a.why is not None else "")
     return out
 
 

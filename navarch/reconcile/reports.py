@@ -70,20 +70,13 @@ from navarch.health_report import (
     ReportXid,
     XidKind,
 )
-from navarch.planner.model import (
-    Memory,
-    NodeMemory,
-    NodeView,
-    ReportObservation,
-    ReportSummary,
-    parse_ts,
-    required_ts,
-)
+from navarch.planner.model import Memory, NodeMemory, NodeView, ReportObservation, ReportSummary
 from navarch.policy import Rule, evaluate
 from navarch.reconcile.report_cache import ReportCache, rules_digest
 from navarch.reconcile.state import health_prefix
 from navarch.stores.base import ObjectInfo, ObjectStore, parallel_map
 from navarch.textsafe import node_text
+from navarch.timefmt import parse_ts, required_ts
 from navarch.xid import Severity
 
 MAX_REPORT_BYTES = 256 * 1024

@@ -12,9 +12,10 @@ from __future__ import annotations
 from collections import Counter
 
 from navarch.durations import format_duration_s
-from navarch.planner.model import Lifecycle, ts
+from navarch.planner.model import Lifecycle
 from navarch.reconcile.status import FleetStatus, NodeStatus, PoolStatus
 from navarch.textsafe import terminal
+from navarch.timefmt import ts
 from navarch.wording import counted
 
 __all__ = ["render_status"]

@@ -54,6 +54,7 @@ from navarch.agent.runner import STREAK_WRITE_CAP
 from navarch.errors import CapacityError, ProviderError, StoreError, TransientError
 from navarch.inventory import NO_CLOUD_STATUS, CloudStatus, Instance, InstanceHealth, InstanceState
 from navarch.providers.base import ProvisionRequest, ensure_no_ownership_tags, ensure_owned
+from navarch.providers.local import LocalProvider
 from navarch.simulate.node import SimAgent
 from navarch.simulate.scenario import CURES, Scenario
 from navarch.simulate.store import MemoryStore
@@ -664,6 +665,8 @@ class World:
 class SimProvider:
     """The Provider protocol over the World (navarch.providers.base): boot times, failed
     launches, stockouts per zone and type, zone outages (no capacity there), API errors."""
+
+    capabilities = LocalProvider.capabilities  # the simulated providers are of type local
 
     def __init__(self, name: str, world: World, gpus_per_pool: Mapping[str, int]) -> None:
         self.name = name

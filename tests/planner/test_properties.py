@@ -23,6 +23,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from navarch.inventory import TAG_SPEC, Instance, InstanceState
+from navarch.planner.context import PlanOptions
 from navarch.planner.model import (
     LEAVING,
     ActionKind,
@@ -69,7 +70,8 @@ class World:
         observed = observe(
             self.spec, self.inventory, self.reports, self.memory, self.now, self.drain_checks
         )
-        return observed, plan(self.spec, observed.views, observed.memory, self.now)
+        options = PlanOptions(capabilities=builders.capabilities(self.spec))
+        return observed, plan(self.spec, observed.views, observed.memory, self.now, options)
 
 
 def _minutes(draw: st.DrawFn, lo: int, hi: int) -> timedelta:

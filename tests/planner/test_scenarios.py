@@ -56,6 +56,7 @@ import pytest
 import yaml
 
 from navarch.inventory import Instance
+from navarch.planner.context import PlanOptions
 from navarch.planner.model import (
     Diag,
     DiagState,
@@ -66,7 +67,7 @@ from navarch.planner.model import (
     ReportSummary,
 )
 from navarch.planner.observe import Observed, observe
-from navarch.planner.plan import PlanOptions, plan
+from navarch.planner.plan import plan
 from navarch.spec import FleetSpec
 
 SCENARIOS = Path(__file__).parent / "scenarios"
@@ -253,6 +254,7 @@ def build_inputs(doc: Mapping[str, Any], tmp_path: Path) -> Inputs:
     options = PlanOptions(
         pools=frozenset(opts.pop("pools")) if "pools" in opts else None,
         replace=frozenset(opts.pop("replace", ())),
+        capabilities=builders.capabilities(spec),
         **opts,
     )
     return Inputs(

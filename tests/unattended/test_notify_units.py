@@ -18,7 +18,16 @@ from navarch.notify.dispatch import notify_run
 from navarch.notify.events import EventKind, events_from_error, outcome_events, plan_conditions
 from navarch.notify.sinks import SlackSink, WebhookSink, accepts
 from navarch.notify.state import NotifyState, load_state, transition
-from navarch.planner.model import Action, ActionKind, ActionReason, Fault, Halt, Memory, Plan
+from navarch.planner.model import (
+    Action,
+    ActionKind,
+    ActionReason,
+    DiagWhy,
+    Fault,
+    Halt,
+    Memory,
+    Plan,
+)
 from navarch.reconcile.executor import Outcome
 from navarch.reconcile.run import ApplyResult
 from navarch.spec import SinkSpec
@@ -104,7 +113,7 @@ def test_ladder_events_reboot_reset_and_diagnostics() -> None:
         node,
         "return_requires_diag",
         level=2,
-        why="return",
+        why=DiagWhy.RETURN,
         action_reason=ActionReason.DIAGNOSTICS,
     )
     outcomes = [

@@ -19,12 +19,13 @@ from typing import Any
 
 from navarch.actor import Actor
 from navarch.logs import new_run_id
-from navarch.planner.model import Pause, ts
+from navarch.planner.model import Pause
 from navarch.planner.pause import pause_message
 from navarch.reconcile.operator.manual import verb_who
 from navarch.reconcile.run import Clock, Fleet, leased, system_clock
 from navarch.reconcile.state import AuditLog, default_holder, load_memory, save_memory
 from navarch.textsafe import operator_reason
+from navarch.timefmt import ts
 
 __all__ = ["PauseResult", "pause", "resume"]
 

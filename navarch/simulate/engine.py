@@ -33,8 +33,9 @@ from navarch.health import Status
 from navarch.planner.model import ActionKind, ActionReason, Phase
 from navarch.reconcile.executor import Outcome
 from navarch.reconcile.run import ApplyResult, Fleet, run_apply
+from navarch.simulate.provider import SimProvider
 from navarch.simulate.scenario import Scenario
-from navarch.simulate.world import SimNode, SimProvider, World
+from navarch.simulate.world import SimNode, World
 from navarch.spec import FleetSpec
 
 log = logging.getLogger(__name__)

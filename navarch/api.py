@@ -35,8 +35,8 @@ from navarch.errors import ConfigError, NavarchError
 if TYPE_CHECKING:
     from navarch.confine import Confinement
     from navarch.history import History
+    from navarch.outcome import Outcome
     from navarch.planner.model import Plan
-    from navarch.reconcile.handlers import Outcome
     from navarch.reconcile.pause import PauseResult
     from navarch.reconcile.run import Fleet, Snapshot
     from navarch.reconcile.status import FleetStatus

@@ -36,8 +36,9 @@ from navarch.errors import ConfigError, LeaseLost, LockHeld, NavarchError, Stale
 from navarch.wording import counted
 
 if TYPE_CHECKING:
+    from navarch.outcome import ApplyResult
     from navarch.planner.model import Plan
-    from navarch.reconcile.run import ApplyResult, Fleet, Snapshot
+    from navarch.reconcile.run import Fleet, Snapshot
     from navarch.spec import FleetSpec
 
 # Heavier modules (jsonschema, the planner, cloud SDKs) are imported inside the commands

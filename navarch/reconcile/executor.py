@@ -43,6 +43,7 @@ from navarch.actor import Actor, ActorKind
 from navarch.errors import LeaseLost, NavarchError
 from navarch.history import Trigger, report_ref
 from navarch.inventory import Instance
+from navarch.outcome import Outcome
 from navarch.planner.model import Action, ActionKind, Memory, Plan, ts
 from navarch.providers.base import Provider
 from navarch.reconcile.handlers import (
@@ -52,8 +53,6 @@ from navarch.reconcile.handlers import (
     DiagRunner,
     GpuResetter,
     Handlers,
-    Outcome,
-    OutcomeKind,
     PlaybookRunner,
     Update,
     backoff_s,
@@ -71,8 +70,6 @@ __all__ = [
     "Executor",
     "GpuResetter",
     "JournalPolicy",
-    "Outcome",
-    "OutcomeKind",
     "PlaybookRunner",
     "backoff_s",
 ]

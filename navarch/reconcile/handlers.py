@@ -29,9 +29,8 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
 from navarch import signing
@@ -43,11 +42,10 @@ from navarch.errors import (
     ProviderError,
     QuotaError,
     RemoteError,
-    StoreUnavailable,
-    TransientError,
 )
 from navarch.health import Remedy
 from navarch.inventory import TAG_SPEC, Instance, launch_id, ownership_tags
+from navarch.outcome import Outcome, OutcomeKind
 from navarch.planner.model import (
     Action,
     ActionKind,
@@ -66,7 +64,7 @@ from navarch.planner.model import (
 from navarch.planner.retired import retired_pool
 from navarch.providers.base import Provider, ProvisionRequest
 from navarch.spec import FleetSpec, PoolSpec, Scheduler
-from navarch.textsafe import node_text, plain
+from navarch.textsafe import node_text
 
 BACKOFF_BASE_S = 600
 BACKOFF_MAX_S = 3600
@@ -180,93 +178,6 @@ class PlaybookRunner(Protocol):
     def run(
         self, pool: PoolSpec, kind: str, node: str, address: str | None, reason: str
     ) -> tuple[bool, str]: ...
-
-
-class OutcomeKind(StrEnum):
-    """How an action ended, named for what happens next (kopf's temporary and permanent
-    errors). Serialised by value in the audit log."""
-
-    #: Done.
-    OK = "ok"
-    #: Failed for now (throttling, a 5xx, no capacity anywhere, an SSH step): the next run
-    #: observes again and plans it again.
-    TRANSIENT = "transient"
-    #: Fails again until a human changes something (credentials, quota, configuration, a
-    #: bug in a provider or plugin).
-    PERMANENT = "permanent"
-    #: The executor declined to run it: the node is not in the phase the action needs, or
-    #: there is no instance or runner to act on.
-    REFUSED = "refused"
-    #: Not run because an earlier action of the node's chain failed this run.
-    SKIPPED = "skipped"
-
-
-#: Errors that say "the same call may succeed later"; every other exception is permanent.
-TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
-    TransientError,
-    CapacityError,
-    PlacementError,
-    LaunchSpent,
-    RemoteError,
-    StoreUnavailable,
-)
-
-
-def kind_of(exc: BaseException) -> OutcomeKind:
-    """TRANSIENT for TRANSIENT_ERRORS (retried by the next run), PERMANENT otherwise."""
-    return OutcomeKind.TRANSIENT if isinstance(exc, TRANSIENT_ERRORS) else OutcomeKind.PERMANENT
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What happened to one action: its kind, one line of detail for people, and the
-    exception it failed with (None for a success and for failures without one, e.g. a
-    refusal). diag: a DIAGNOSE's DiagState value (running, pass, fail, unavailable, error),
-    None for other actions."""
-
-    action: Action
-    kind: OutcomeKind
-    detail: str
-    exc: BaseException | None = None
-    diag: str | None = None
-
-    def __post_init__(self) -> None:
-        # A detail often quotes a node (a playbook's output tail, a diagnostic's verdict):
-        # made plain here, every renderer, sink and the audit log get visible one-line text.
-        object.__setattr__(self, "detail", plain(self.detail))
-
-    @property
-    def ok(self) -> bool:
-        """True for OutcomeKind.OK."""
-        return self.kind is OutcomeKind.OK
-
-    @property
-    def error(self) -> str | None:
-        """The audit log's error name: the exception's class name, else the kind of a
-        failure that has no exception, None for a success."""
-        if self.exc is not None:
-            return type(self.exc).__name__
-        return None if self.ok else self.kind.value
-
-    @classmethod
-    def done(cls, action: Action, detail: str, *, diag: str | None = None) -> Outcome:
-        """A success."""
-        return cls(action, OutcomeKind.OK, detail, diag=diag)
-
-    @classmethod
-    def failed(cls, action: Action, exc: BaseException, detail: str | None = None) -> Outcome:
-        """A failure with its exception; kind from kind_of(exc); detail defaults to str(exc)."""
-        return cls(action, kind_of(exc), str(exc) if detail is None else detail, exc)
-
-    @classmethod
-    def refused(cls, action: Action, detail: str) -> Outcome:
-        """The executor declined to run the action (see OutcomeKind.REFUSED)."""
-        return cls(action, OutcomeKind.REFUSED, detail)
-
-    @classmethod
-    def skipped(cls, action: Action, detail: str) -> Outcome:
-        """An earlier action of the chain failed (see OutcomeKind.SKIPPED)."""
-        return cls(action, OutcomeKind.SKIPPED, detail)
 
 
 def backoff_s(failures: int) -> int:
@@ -815,7 +726,7 @@ class Handlers:
         # diagnosis is a verdict the planner acts on.
         kind = OutcomeKind.TRANSIENT if diag.state is DiagState.ERROR else OutcomeKind.OK
         text = f"dcgmi diag -r {level}: {diag.state.value}" + (f": {detail}" if detail else "")
-        return Outcome(a, kind, text, diag=diag.state.value), _set_node(nm)
+        return Outcome(a, kind, text, diag=diag.state), _set_node(nm)
 
     def _update_tags(self, a: Action, memory: Memory) -> tuple[Outcome, Update]:
         inst = self.instance(a)

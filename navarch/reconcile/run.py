@@ -24,6 +24,7 @@ from navarch.fleet_file import read_fleet_secret
 from navarch.health import Remedy
 from navarch.history import Trigger
 from navarch.inventory import Instance, fingerprint
+from navarch.outcome import ApplyResult, Outcome
 from navarch.planner.context import PlanOptions
 from navarch.planner.model import Memory, Phase, Plan, ReportObservation
 from navarch.planner.observe import Observed, observe
@@ -34,7 +35,7 @@ from navarch.providers import open_provider
 from navarch.providers.base import Provider
 from navarch.reconcile.codec import memory_to_json
 from navarch.reconcile.collector import gathering
-from navarch.reconcile.executor import Executor, JournalPolicy, Outcome, PlaybookRunner
+from navarch.reconcile.executor import Executor, JournalPolicy, PlaybookRunner
 from navarch.reconcile.report_cache import CacheMemo, ReportCache
 from navarch.reconcile.reports import read_reports
 from navarch.reconcile.state import (
@@ -286,18 +287,6 @@ def _observed(plan: Plan, nodes: frozenset[str] | None) -> str:
     if nodes is None:
         return plan.observation_fingerprint
     return observation_fingerprint([v for v in plan.views if v.node in nodes], plan.halts)
-
-
-@dataclass(frozen=True)
-class ApplyResult:
-    """What one apply did. audit_error: set when the audit log's last chunk could not be
-    written (the actions happened and Memory records them; the CLI exits 1)."""
-
-    plan: Plan
-    outcomes: tuple[Outcome, ...]
-    memory: Memory
-    run_id: str
-    audit_error: str | None = None
 
 
 def _user_data_renderer(

@@ -357,6 +357,7 @@ def history(
     """
     from navarch.durations import window_start
     from navarch.history import read_history
+    from navarch.reconcile.state import load_memory
     from navarch.stores import open_store
 
     loaded = _fleet(fleet)
@@ -366,7 +367,10 @@ def history(
     start = window_start(since, until)
     spec = loaded.spec
     store = open_store(spec.store_url, base_dir=spec.base_dir)
-    return HistoryResult(read_history(store, spec.name, since=start, until=until, node=node))
+    memory, _ = load_memory(store, spec.name)
+    return HistoryResult(
+        read_history(store, spec.name, memory, since=start, until=until, node=node)
+    )
 
 
 def apply(

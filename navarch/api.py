@@ -229,7 +229,7 @@ def _fleet(fleet: LoadedFleet | str | Path) -> LoadedFleet:
 
 
 def _open(fleet: LoadedFleet) -> Fleet:
-    from navarch.fleet_file import ensure_local_secret
+    from navarch.fleet_secret import ensure_local_secret
     from navarch.reconcile.run import Fleet
 
     ensure_local_secret(fleet.spec)

@@ -174,7 +174,7 @@ def process_clock() -> Callable[[], datetime]:
 def _open(path: str, args: argparse.Namespace | None = None) -> Fleet:
     """Load and open the fleet; with args, first check its --pool and --replace targets
     (before the local secret is created: a bad flag writes nothing)."""
-    from navarch.fleet_file import ensure_local_secret
+    from navarch.fleet_secret import ensure_local_secret
     from navarch.reconcile.run import Fleet
 
     spec = load_fleet(path)
@@ -308,7 +308,7 @@ def _check_saved_plan(doc: dict[str, Any], path: str) -> None:
 
     import jsonschema
 
-    from navarch.fleet_file import validator_for
+    from navarch.schemas import validator_for
 
     errors = list(validator_for("plan.schema.json").iter_errors(doc))
     if errors:
@@ -844,7 +844,7 @@ def cmd_render_cloud_init(args: argparse.Namespace) -> int:
     first node), its signing key replaced by bootstrap.KEY_PLACEHOLDER unless --reveal-key."""
     from navarch.agent.bundle import build_bundle
     from navarch.bootstrap import BundleSource, render_cloud_init
-    from navarch.fleet_file import read_fleet_secret
+    from navarch.fleet_secret import read_fleet_secret
     from navarch.planner.plan import node_name
     from navarch.reconcile.publish import AgentDelivery
     from navarch.signing import derive_node_key
@@ -887,7 +887,7 @@ def cmd_render_cloud_init(args: argparse.Namespace) -> int:
 
 def cmd_local_tick(args: argparse.Namespace) -> int:
     """`navarch local tick`: every local node's agent reports once."""
-    from navarch.fleet_file import ensure_local_secret
+    from navarch.fleet_secret import ensure_local_secret
     from navarch.providers import local_ops
 
     spec = load_fleet(args.fleet)

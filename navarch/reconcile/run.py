@@ -20,7 +20,7 @@ from typing import Any
 
 from navarch.actor import Actor, ActorKind
 from navarch.errors import ConfigError, NavarchError, ProviderError, StalePlan
-from navarch.fleet_file import read_fleet_secret
+from navarch.fleet_secret import read_fleet_secret
 from navarch.health import Remedy
 from navarch.history import Trigger
 from navarch.inventory import Instance, fingerprint

@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 import yaml
 
-from navarch.fleet_file import load_fleet, read_fleet_secret
+from navarch.fleet_file import load_fleet
+from navarch.fleet_secret import read_fleet_secret
 from navarch.signing import derive_node_key, sign_for_store
 from tests.support.hostile import CORPUS, assert_plain, strings
 from tests.support.reports import XID79

@@ -12,7 +12,6 @@ import pytest
 
 from navarch.agent import AgentConfig, run_once
 from navarch.errors import ConfigError
-from navarch.fleet_file import validator_for
 from navarch.health import Remedy
 from navarch.health import Status as RuleStatus
 from navarch.policy import (
@@ -22,6 +21,7 @@ from navarch.policy import (
     default_rule_data,
     evaluate,
 )
+from navarch.schemas import validator_for
 
 REPO = Path(__file__).resolve().parents[2]
 HOT = {

@@ -47,23 +47,17 @@ from navarch.outcome import Outcome
 from navarch.planner.model import Action, ActionKind, Memory, Plan, ts
 from navarch.providers.base import Provider
 from navarch.reconcile.handlers import (
-    BACKOFF_BASE_S,
-    BACKOFF_MAX_S,
     Diagnoser,
     DiagRunner,
     GpuResetter,
     Handlers,
     PlaybookRunner,
-    Update,
-    backoff_s,
-    same,
 )
 from navarch.reconcile.state import AuditLog
+from navarch.reconcile.updates import Update, same
 from navarch.spec import FleetSpec, PoolSpec, Scheduler
 
 __all__ = [
-    "BACKOFF_BASE_S",
-    "BACKOFF_MAX_S",
     "DEFAULT_MAX_PARALLEL",
     "DiagRunner",
     "Diagnoser",
@@ -71,7 +65,6 @@ __all__ = [
     "GpuResetter",
     "JournalPolicy",
     "PlaybookRunner",
-    "backoff_s",
 ]
 
 #: What a worker hands back per action: the action, its outcome and its Memory update.

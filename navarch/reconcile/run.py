@@ -351,7 +351,6 @@ def run_apply(
     was taken over: no action started after that and no state was written), StalePlan,
     ProviderError, StoreError; the lease is released on every path out.
     """
-    spec = fleet.spec
     with leased(fleet, command + _mcp_suffix(actor), clock) as lease:
         try:
             snap = gather(fleet, clock(), options)
@@ -362,27 +361,19 @@ def run_apply(
             if confirm is not None and plan.actions and not confirm(plan):
                 return None
             run_id = run_id or f"{snap.now:%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:8]}"
-            audit = AuditLog(fleet.store, spec.name, run_id, snap.now)
-            by_node = {v.node: v.instance for v in snap.observed.views if v.instance is not None}
             journal = _Journal(
                 fleet.store, snap.loaded, snap.memory_version, lease, fleet.state_cache
             )
-            executor = Executor(
-                spec,
-                fleet.providers,
-                audit,
-                instances=by_node,
-                inventory=snap.inventory,
-                clock=clock,
-                run_id=run_id,
-                playbooks=fleet.playbooks,
-                user_data=_user_data_renderer(spec, fleet.store),
-                fleet_secret=fleet.secret(),
-                journal=journal.persist,
+            executor = _executor(
+                fleet,
+                snap,
+                clock,
+                run_id,
+                journal,
+                lease,
                 policy=policy,
-                lease=lease,
                 max_parallel=max_parallel,
-                **_who(options, actor),
+                who=_who(options, actor),
             )
             memory, outcomes = executor.execute(plan, snap.memory, on_outcome)
             memory = journal.persist(memory)  # what observe() learnt, when nothing was done
@@ -392,6 +383,40 @@ def run_apply(
         except NavarchError as exc:
             _after(after_apply, None, exc)
             raise
+
+
+def _executor(
+    fleet: Fleet,
+    snap: Snapshot,
+    clock: Clock,
+    run_id: str,
+    journal: _Journal,
+    lease: Lease,
+    *,
+    policy: JournalPolicy | None,
+    max_parallel: Mapping[str, int] | None,
+    who: Mapping[str, Any],
+) -> Executor:
+    """The apply's executor: acting on the instances of this run's inventory, its audit
+    records chunked under run_id, Memory journaled under the lease; who: _who()'s answer."""
+    spec = fleet.spec
+    return Executor(
+        spec,
+        fleet.providers,
+        AuditLog(fleet.store, spec.name, run_id, snap.now),
+        instances={v.node: v.instance for v in snap.observed.views if v.instance is not None},
+        inventory=snap.inventory,
+        clock=clock,
+        run_id=run_id,
+        playbooks=fleet.playbooks,
+        user_data=_user_data_renderer(spec, fleet.store),
+        fleet_secret=fleet.secret(),
+        journal=journal.persist,
+        policy=policy,
+        lease=lease,
+        max_parallel=max_parallel,
+        **who,
+    )
 
 
 def _mcp_suffix(actor: Actor | None) -> str:

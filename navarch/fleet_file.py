@@ -12,7 +12,6 @@ kept on the desired state.
 
 from __future__ import annotations
 
-import copy
 import difflib
 from collections.abc import Callable, Mapping
 from dataclasses import replace
@@ -31,7 +30,7 @@ from navarch.fleet_secret import secret_path, secret_problems
 from navarch.health import Remedy
 from navarch.policy import REPORT_COST_MAX, Rule, compile_rule
 from navarch.remote.playbook import PlaybookKind, load_playbook_file
-from navarch.schemas import dotted, line_for, schema_error, validator_for
+from navarch.schemas import apply_defaults, dotted, line_for, schema_error, validator_for
 from navarch.schemas import load_schema as load_schema  # see __all__
 from navarch.spec import (
     Autoscaling,
@@ -166,31 +165,6 @@ def _too_big(filename: str, line: int, path: tuple[Any, ...], *, deep: bool) -> 
         key_path=dotted(path),
         hint="write the values out, or use fewer nested aliases (*name)",
     )
-
-
-# --- defaults --------------------------------------------------------------------------
-
-
-def _apply_defaults(instance: Any, schema: Mapping[str, Any], root: Mapping[str, Any]) -> None:
-    """Fill in `default` values of object properties, following local $refs."""
-    if "$ref" in schema and schema["$ref"].startswith("#/"):
-        target: Any = root
-        for part in schema["$ref"][2:].split("/"):
-            target = target[part]
-        _apply_defaults(instance, target, root)
-        return
-    if not isinstance(instance, dict):
-        return
-    for key, sub in schema.get("properties", {}).items():
-        if key not in instance and "default" in sub:
-            instance[key] = copy.deepcopy(sub["default"])
-        if key in instance:
-            _apply_defaults(instance[key], sub, root)
-    extra = schema.get("additionalProperties")
-    if isinstance(extra, dict):
-        for key, value in instance.items():
-            if key not in schema.get("properties", {}):
-                _apply_defaults(value, extra, root)
 
 
 def read_fleet_text(source: Path) -> str:
@@ -339,7 +313,7 @@ def load_fleet(path: str | Path) -> FleetSpec:
             best = best.parent
         raise schema_error(best, source, lines)
     schema = load_schema("fleet.schema.json")
-    _apply_defaults(data, schema, schema)
+    apply_defaults(data, schema, schema)
     return _build(data, source, lines)
 
 

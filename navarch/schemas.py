@@ -4,13 +4,14 @@ a schema error in words.
 schemas/*.schema.json are the single source of truth for the shapes navarch reads (the
 fleet file, health reports, plans, status and history documents). load_schema gives one
 as a dict; validator_for a cached Draft 2020-12 validator whose "integer" means a whole
-number; schema_error turns one error of fleet.yaml into a ConfigError naming the file,
+number; apply_defaults fills in the defaults a schema declares; schema_error turns one error of fleet.yaml into a ConfigError naming the file,
 the line, the key path and what to do (dotted and line_for are the key-path helpers it
 shares with navarch.fleet_file's own cross-field errors).
 """
 
 from __future__ import annotations
 
+import copy
 import difflib
 import json
 from collections.abc import Mapping
@@ -26,7 +27,7 @@ from navarch.redact import is_secret_path
 from navarch.resources import data_dir
 from navarch.schema_text import describe, kind_of
 
-__all__ = ["dotted", "line_for", "load_schema", "schema_error", "validator_for"]
+__all__ = ["apply_defaults", "dotted", "line_for", "load_schema", "schema_error", "validator_for"]
 
 # --- loading --------------------------------------------------------------------------
 
@@ -96,6 +97,30 @@ def _inline_local_refs(schema: dict[str, Any]) -> dict[str, Any]:
 
     inlined: dict[str, Any] = walk(schema)
     return inlined
+
+
+def apply_defaults(instance: Any, schema: Mapping[str, Any], root: Mapping[str, Any]) -> None:
+    """Fill in, in place, the `default` of every object property `instance` lacks, following
+    local $refs (root: the whole schema they point into). JSON Schema only annotates
+    defaults; navarch applies them, so the loader reads one complete document."""
+    if "$ref" in schema and schema["$ref"].startswith("#/"):
+        target: Any = root
+        for part in schema["$ref"][2:].split("/"):
+            target = target[part]
+        apply_defaults(instance, target, root)
+        return
+    if not isinstance(instance, dict):
+        return
+    for key, sub in schema.get("properties", {}).items():
+        if key not in instance and "default" in sub:
+            instance[key] = copy.deepcopy(sub["default"])
+        if key in instance:
+            apply_defaults(instance[key], sub, root)
+    extra = schema.get("additionalProperties")
+    if isinstance(extra, dict):
+        for key, value in instance.items():
+            if key not in schema.get("properties", {}):
+                apply_defaults(value, extra, root)
 
 
 # --- key paths and their lines --------------------------------------------------------

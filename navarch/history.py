@@ -32,7 +32,8 @@ import orjson
 
 from navarch.actor import Actor
 from navarch.health import Remedy
-from navarch.planner.model import Memory, Phase, ts
+from navarch.planner.model import Memory, Phase, ReportSummary, ts
+from navarch.stores.base import ObjectStore
 from navarch.textsafe import plain
 from navarch.wording import counted
 
@@ -49,7 +50,7 @@ class Trigger(enum.StrEnum):
     MCP = "mcp"  # a tool call of an MCP client (`navarch mcp`); `client` names it, `verb` the tool
 
 
-def report_ref(summary: Any) -> dict[str, Any] | None:
+def report_ref(summary: ReportSummary | None) -> dict[str, Any] | None:
     """The audit record's `report` field from a ReportSummary (None when there is none):
     {"sequence": int, "status": str, "boot_id": str}, the report an action was decided on."""
     if summary is None:
@@ -216,7 +217,7 @@ def _about(e: HistoryEvent, node: str | None) -> bool:
 
 
 def read_events(
-    store: Any, fleet: str, since: datetime, until: datetime, node: str | None = None
+    store: ObjectStore, fleet: str, since: datetime, until: datetime, node: str | None = None
 ) -> tuple[tuple[HistoryEvent, ...], tuple[str, ...], int, int]:
     """Audit records of `fleet` within [since, until] (about `node` when given, including
     the provision of its replacement) -> (events oldest first, day prefixes listed, chunks
@@ -280,7 +281,7 @@ def nodes_now(memory: Memory, node: str | None = None) -> tuple[NodeNow, ...]:
 
 
 def read_history(
-    store: Any,
+    store: ObjectStore,
     fleet: str,
     memory: Memory,
     *,

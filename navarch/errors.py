@@ -11,7 +11,7 @@
     ├── LockHeld               another run holds state/<fleet>.lock (holder, age)
     ├── LeaseLost              this apply's lease lapsed or was taken over: it stops acting
     ├── StalePlan              a saved plan whose state serial or inventory moved on
-    ├── ReportRejected         a health report failed verification (reason is one of REJECT_REASONS)
+    ├── ReportRejected         a health report failed verification (reason: a RejectReason)
     ├── ProviderError          a cloud call failed; mapped at each provider's one boundary
     │   ├── CapacityError      no capacity in this place (zone/region, type); fall over
     │   ├── PlacementError     this place cannot take it (type not offered in the zone); fall over
@@ -34,7 +34,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from navarch.health_report import RejectReason
 
 
 class NavarchError(Exception):
@@ -168,9 +171,10 @@ class StalePlan(NavarchError):
 
 
 class ReportRejected(NavarchError):
-    """A health report failed verification. Attribute: reason (a REJECT_REASONS value)."""
+    """A health report failed verification. Attribute: reason (a
+    navarch.health_report.RejectReason, a str serialised by its value)."""
 
-    def __init__(self, reason: str, detail: str = "") -> None:
+    def __init__(self, reason: RejectReason, detail: str = "") -> None:
         self.reason = reason
         super().__init__(f"report rejected ({reason})" + (f": {detail}" if detail else ""))
 

@@ -25,13 +25,18 @@ from navarch import plugins
 from navarch.confine import Confinement
 from navarch.durations import parse_duration_s
 from navarch.errors import ConfigError, PluginError
-from navarch.fleet_secret import read_fleet_secret as read_fleet_secret  # see __all__
 from navarch.fleet_secret import secret_path, secret_problems
 from navarch.health import Remedy
 from navarch.policy import REPORT_COST_MAX, Rule, compile_rule
 from navarch.remote.playbook import PlaybookKind, load_playbook_file
-from navarch.schemas import apply_defaults, dotted, line_for, schema_error, validator_for
-from navarch.schemas import load_schema as load_schema  # see __all__
+from navarch.schemas import (
+    apply_defaults,
+    dotted,
+    line_for,
+    load_schema,
+    schema_error,
+    validator_for,
+)
 from navarch.spec import (
     Autoscaling,
     Diagnostics,
@@ -57,11 +62,6 @@ __all__ = [
     "fleet_problems",
     "load_fleet",
     "read_fleet_text",
-    # Still imported from here by navarch.reconcile.reports and navarch.providers.local_ops,
-    # which other changes are rewriting; their homes are navarch.schemas and
-    # navarch.fleet_secret, where new code imports them from.
-    "load_schema",
-    "read_fleet_secret",
 ]
 
 # --- YAML with line numbers -------------------------------------------------------------

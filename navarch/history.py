@@ -32,9 +32,10 @@ import orjson
 
 from navarch.actor import Actor
 from navarch.health import Remedy
-from navarch.planner.model import Memory, Phase, ReportSummary, ts
+from navarch.planner.model import Memory, Phase, ReportSummary
 from navarch.stores.base import ObjectStore
 from navarch.textsafe import plain
+from navarch.timefmt import ts
 from navarch.wording import counted
 
 HISTORY_FORMAT_VERSION = 1

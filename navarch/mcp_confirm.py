@@ -26,11 +26,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from navarch import api
 from navarch.errors import NavarchError
 
 if TYPE_CHECKING:
-    from navarch.planner.context import PlanOptions
-    from navarch.planner.model import Plan
+    from navarch.api import Plan, PlanOptions
 
 __all__ = ["PlansShown", "Refused", "Shown", "Verb", "narrowed", "plan_nodes"]
 
@@ -79,8 +79,6 @@ def _fingerprint(
     """A digest of everything an acting call would be bound to: the world the plan was
     made from (fleet, state serial, inventory and observation fingerprints), its actions,
     and what it was asked for."""
-    from navarch.reconcile.render import action_to_json
-
     doc = [
         plan.fleet,
         plan.state_serial,
@@ -90,7 +88,7 @@ def _fingerprint(
         sorted(nodes),
         reason,
         sorted(options.replace) if options is not None else [],
-        [action_to_json(a) for a in plan.actions],
+        api.plan_actions_json(plan),
     ]
     text = json.dumps(doc, sort_keys=True, default=str)
     return "pf-" + hashlib.sha256(text.encode()).hexdigest()[:24]

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ParamSpec
+from typing import Any, ParamSpec
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -44,12 +44,7 @@ from navarch.durations import parse_duration_s
 from navarch.errors import ConfigError, NavarchError, StalePlan
 from navarch.mcp_confirm import PlansShown, Refused, Shown, Verb, narrowed, plan_nodes
 from navarch.mcp_views import DEFAULT_PAGE, MAX_PAGE, UNTRUSTED_DOC, NodeFilter, marked, status_page
-from navarch.planner.context import PlanOptions
 from navarch.redact import redact_json, redact_text, redact_yaml
-from navarch.textsafe import operator_reason
-
-if TYPE_CHECKING:
-    from navarch.reconcile.run import Fleet
 
 __all__ = ["ACTING_TOOLS", "READ_ONLY_TOOLS", "build_server"]
 
@@ -267,7 +262,7 @@ class _Served:
         """Make the plan now (with nodes to replace for Verb.REPLACE), remember it as
         shown and return its document with `plan_fingerprint`."""
         names = sorted(set(nodes))
-        options = PlanOptions(replace=frozenset(names)) if verb is Verb.REPLACE else None
+        options = api.PlanOptions(replace=frozenset(names)) if verb is Verb.REPLACE else None
         made = api.plan(self.loaded, now=self.clock(), options=options)
         shown = self.shown.remember(made.plan, verb, nodes=names, options=options, reason=reason)
         doc = marked(made.to_json(), "plan")
@@ -331,14 +326,11 @@ class _Served:
     def still_current(self, shown: Shown, nodes: Iterable[str], reason: str | None) -> None:
         """Refused (with the plan now) when the world moved on since `shown` was made: the
         saved-plan check of `navarch apply PLANFILE` (check_saved_plan)."""
-        from navarch.reconcile.run import check_saved_plan, system_clock
-
-        at = self.now() if self.now is not None else system_clock()
-        _, snap = api.snapshot(self.loaded, at, shown.options)
-        try:
-            check_saved_plan(shown.plan, snap, frozenset(nodes))
-        except StalePlan as exc:
-            raise Refused(str(exc), self.preview(shown.verb, nodes, reason)) from exc
+        stale = api.stale_reason(
+            self.loaded, shown.plan, nodes, now=self.clock(), options=shown.options
+        )
+        if stale is not None:
+            raise Refused(stale, self.preview(shown.verb, nodes, reason))
 
 
 def build_server(
@@ -467,10 +459,6 @@ def _resources(server: MCPServer[Any], served: _Served) -> None:
 def _acting_tools(server: MCPServer[Any], served: _Served) -> None:
     """apply, cordon, uncordon and replace: each the CLI verb's own code, under its lease,
     on a plan the person saw (navarch.mcp_confirm)."""
-    from navarch.reconcile.manual import CORDON_REASON_SHOWN
-    from navarch.reconcile.manual import cordon as _cordon
-    from navarch.reconcile.uncordon import uncordon as _uncordon
-
     loaded, now = served.loaded, served.now
     act = ToolAnnotations(
         read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=True
@@ -507,33 +495,19 @@ def _acting_tools(server: MCPServer[Any], served: _Served) -> None:
     @served.answer
     def cordon(node: str, reason: str, ctx: Context, plan_fingerprint: str = "") -> Any:
         # A reason the verb would refuse is refused before a plan is shown to confirm.
-        reason = operator_reason(reason, CORDON_REASON_SHOWN)
+        reason = api.cordon_reason(reason)
         shown = served.confirmed(plan_fingerprint, Verb.CORDON, [node], reason)
         served.still_current(shown, [node], reason)
-        fleet, verb_clock = _open_for_verb(loaded, now)
-        detail = _cordon(fleet, node, reason, actor=_actor(ctx), clock=verb_clock)
-        return marked({"node": node, "cordoned": True, "detail": detail}, "verb")
+        done = api.cordon(loaded, node, reason, actor=_actor(ctx), clock=now)
+        return marked({"node": node, "cordoned": True, "detail": done.detail}, "verb")
 
     @server.tool(annotations=act, description=_UNCORDON_DESC)
     @served.answer
     def uncordon(node: str, ctx: Context, plan_fingerprint: str = "") -> Any:
         shown = served.confirmed(plan_fingerprint, Verb.UNCORDON, [node])
         served.still_current(shown, [node], None)
-        fleet, verb_clock = _open_for_verb(loaded, now)
-        detail = _uncordon(fleet, node, actor=_actor(ctx), clock=verb_clock)
-        return marked({"node": node, "uncordoned": True, "detail": detail}, "verb")
-
-
-def _open_for_verb(
-    loaded: api.LoadedFleet, now: Callable[[], datetime] | None
-) -> tuple[Fleet, Callable[[], datetime]]:
-    """The fleet opened for an operator's verb (its local secret made first) and the verb's
-    clock: the server's, else the system clock."""
-    from navarch.fleet_secret import ensure_local_secret
-    from navarch.reconcile.run import Fleet, system_clock
-
-    ensure_local_secret(loaded.spec)
-    return Fleet.open(loaded.spec), now or system_clock
+        done = api.uncordon(loaded, node, actor=_actor(ctx), clock=now)
+        return marked({"node": node, "uncordoned": True, "detail": done.detail}, "verb")
 
 
 def serve(

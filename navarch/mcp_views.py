@@ -101,7 +101,7 @@ class NodeFilter:
     """Which nodes of the status document an answer holds.
 
     pool: only this pool; lifecycle: only these lifecycles (values of
-    navarch.planner.model.Lifecycle); prefix: node names starting with it; unhealthy_only:
+    navarch.api.Lifecycle); prefix: node names starting with it; unhealthy_only:
     drop nodes whose lifecycle is healthy; limit: nodes per page (1..MAX_PAGE); cursor:
     the `page.next` of the previous answer ("POOL/NODE", the last node it held).
     """
@@ -134,7 +134,7 @@ def status_page(doc: dict[str, Any], f: NodeFilter) -> dict[str, Any]:
     """
     if not 1 <= f.limit <= MAX_PAGE:
         raise ConfigError(f"limit {f.limit} is out of range", hint=f"use 1 to {MAX_PAGE}")
-    from navarch.planner.model import Lifecycle
+    from navarch.api import Lifecycle
 
     known = {lc.value for lc in Lifecycle}
     wrong = [lc for lc in f.lifecycle if lc not in known]

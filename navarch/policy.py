@@ -41,7 +41,18 @@ from functools import cache
 from typing import Any
 
 from navarch.errors import ConfigError
-from navarch.health import Remedy, Status
+from navarch.health import FaultKey, Remedy, Status
+from navarch.health_report import (
+    GpuReading,
+    HealthReport,
+    NoticeKind,
+    NoticeSource,
+    ReportCheck,
+    ReportNotice,
+    ReportXid,
+    XidKind,
+)
+from navarch.xid import Severity
 
 __all__ = [
     "PolicyResult",
@@ -204,57 +215,56 @@ def report_context(report: Mapping[str, Any]) -> dict[str, Any]:
 
 #: A report with every field set (one GPU, one check, one XID, a notice): compile_rule
 #: tries every rule on it, and on it without the notice, to find type and name errors.
-SAMPLE_REPORT: Mapping[str, Any] = {
-    "fleet": "sample",
-    "pool": "sample",
-    "node": "sample-sample-0001",
-    "status": "unhealthy",
-    "action": "reboot",
-    "health_score": 60,
-    "checks": [
-        {
-            "name": "xid",
-            "status": "unhealthy",
-            "action": "reboot",
-            "message": "XID 79: GPU has fallen off the bus",
-            "gpu_index": 0,
-            "fault_key": {"kind": "xid:79", "gpu_index": 0},
-        }
-    ],
-    "gpus": [
-        {
-            "index": 0,
-            "uuid": "GPU-00000000",
-            "name": "NVIDIA H100 80GB HBM3",
-            "pci_bus_id": "0000:18:00.0",
-            "temperature_c": 40.0,
-            "power_w": 100.0,
-            "memory_used_bytes": 0,
-            "memory_total_bytes": 85899345920,
-            "utilization_pct": 0.0,
-            "process_count": 0,
-        }
-    ],
-    "xids": [
-        {
-            "code": 79,
-            "kind": "xid",
-            "pci_bus_id": "0000:18:00.0",
-            "time": "2026-01-01T00:00:00Z",
-            "boot_id": "b",
-            "severity": "fatal",
-            "action": "reboot",
-            "message": "GPU has fallen off the bus",
-            "count": 1,
-        }
-    ],
-    "notice": {
-        "kind": "maintenance",
-        "source": "aws",
-        "deadline": "2026-01-01T00:00:00Z",
-        "detail": "sample",
-    },
-}
+SAMPLE_REPORT: Mapping[str, Any] = HealthReport(
+    fleet="sample",
+    pool="sample",
+    node="sample-sample-0001",
+    instance_id="i-sample",
+    boot_id="b",
+    agent_version="0",
+    sequence=1,
+    generated_at="2026-01-01T00:00:00Z",
+    status=Status.UNHEALTHY,
+    action=Remedy.REBOOT,
+    health_score=60,
+    checks=(
+        ReportCheck(
+            "xid",
+            Status.UNHEALTHY,
+            Remedy.REBOOT,
+            "XID 79: GPU has fallen off the bus",
+            0,
+            fault_key=FaultKey("xid:79", 0),
+        ),
+    ),
+    gpus=(
+        GpuReading(
+            index=0,
+            uuid="GPU-00000000",
+            name="NVIDIA H100 80GB HBM3",
+            pci_bus_id="0000:18:00.0",
+            temperature_c=40.0,
+            power_w=100.0,
+            memory_used_bytes=0,
+            memory_total_bytes=85899345920,
+            utilization_pct=0.0,
+            process_count=0,
+        ),
+    ),
+    xids=(
+        ReportXid(
+            code=79,
+            kind=XidKind.XID,
+            pci_bus_id="0000:18:00.0",
+            time="2026-01-01T00:00:00Z",
+            boot_id="b",
+            severity=Severity.FATAL,
+            action=Remedy.REBOOT,
+            message="GPU has fallen off the bus",
+        ),
+    ),
+    notice=ReportNotice(NoticeKind.MAINTENANCE, NoticeSource.AWS, "2026-01-01T00:00:00Z", "sample"),
+).to_json()
 
 
 # --- cost --------------------------------------------------------------------------------

@@ -20,11 +20,12 @@ from typing import Any
 
 from navarch.durations import format_duration_s
 from navarch.errors import StoreError
-from navarch.planner.model import HaltRule, Memory, NodeView, Plan, ts
+from navarch.planner.model import HaltRule, Memory, NodeView, Plan
 from navarch.spec import FleetSpec
 from navarch.stores.base import ObjectStore
 from navarch.templating import environment
 from navarch.textsafe import plain
+from navarch.timefmt import ts
 
 #: Audit records shown (newest first), read from at most this many newest chunks.
 RECENT_EVENTS = 25

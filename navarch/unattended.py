@@ -4,7 +4,7 @@ CLI's apply and the notifier, metrics, status page, JSON logs and progress bar.
 Sequence of one apply:
   run_apply(..., after_apply=side.after_apply)  notifications, under the lease (the
                                                 notifier state is written by CAS)
-  side.finish(result | None, error | None)      metrics textfile, pushgateway, status page
+  side.finish(side.run, error | None)          metrics textfile, pushgateway, status page
   side.summary(...)                             the final one-line summary (JSON logs)
 
 Nothing here changes the apply's exit code: every failure is logged and counted.
@@ -55,6 +55,8 @@ class Unattended:
         self.show_progress = progress
         self.started = time.monotonic()
         self.deliveries: tuple[Delivery, ...] = ()
+        #: What the apply did, as after_apply was handed it (None until then, or when it raised).
+        self.run: ApplyResult | None = None
         self._stack = ExitStack()
         self._bar: Any = None
 
@@ -102,9 +104,11 @@ class Unattended:
         self._bar = None
 
     def after_apply(self, result: ApplyResult | None, error: NavarchError | None) -> None:
-        """run_apply's after_apply hook: send notifications (never raises)."""
+        """run_apply's after_apply hook: send notifications (never raises); remembers the
+        result (self.run) for finish() and summary()."""
         from navarch.notify.dispatch import notify_run
 
+        self.run = result
         self.close()
         self.deliveries = notify_run(
             self.fleet.spec,

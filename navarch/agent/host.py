@@ -31,6 +31,7 @@ from navarch.agent.checks import Check
 from navarch.agent.config import AgentConfig
 from navarch.agent.state import AgentState, load_state, save_state
 from navarch.compat import UTC
+from navarch.health_report import NoticeKind, NoticeSource, ReportNotice
 
 __all__ = [
     "NodeHost",
@@ -43,8 +44,8 @@ __all__ = [
 log = logging.getLogger("navarch.agent")
 
 
-_NOTICE_KINDS = ("preemption", "maintenance")
-_NOTICE_SOURCES = ("aws", "gcp", "azure", "local")
+_NOTICE_KINDS = frozenset(k.value for k in NoticeKind)
+_NOTICE_SOURCES = frozenset(s.value for s in NoticeSource)
 
 
 class NodeHost(Protocol):
@@ -115,12 +116,12 @@ def notice_from_doc(doc: Any) -> dict[str, Any] | None:
         )
     except ValueError:
         deadline = None
-    return {
-        "kind": doc["kind"],
-        "source": doc.get("source") if doc.get("source") in _NOTICE_SOURCES else "local",
-        "deadline": deadline,
-        "detail": str(doc.get("detail", ""))[:512],
-    }
+    return ReportNotice(
+        NoticeKind(doc["kind"]),
+        NoticeSource(doc["source"]) if doc.get("source") in _NOTICE_SOURCES else NoticeSource.LOCAL,
+        deadline,
+        str(doc.get("detail", ""))[:512],
+    ).to_json()
 
 
 def _notice_from_file(path: str | None) -> dict[str, Any] | None:

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from navarch.compat import UTC
+from navarch.health_report import NoticeKind, NoticeSource, ReportNotice
 
 __all__ = ["Notice", "fetch_notice", "detect_cloud", "DEFAULT_BASES"]
 
@@ -47,24 +48,28 @@ GCP_PREEMPTION_NOTICE_S = 30
 
 @dataclass(frozen=True)
 class Notice:
-    """A pending interruption. kind: "preemption" | "maintenance"; source: cloud name;
+    """A pending interruption. kind: preemption | maintenance; source: cloud name;
     deadline: aware UTC datetime when known; detail: the cloud's words, <= 512 chars."""
 
-    kind: str
+    kind: NoticeKind
     source: str
     deadline: datetime | None
     detail: str
 
-    def to_json(self) -> dict[str, Any]:
-        """The report's ``notice`` object."""
-        return {
-            "kind": self.kind,
-            "source": self.source,
-            "deadline": self.deadline.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    def to_report(self) -> ReportNotice:
+        """The report's ``notice`` (navarch.health_report)."""
+        return ReportNotice(
+            self.kind,
+            NoticeSource(self.source),
+            self.deadline.astimezone(UTC).isoformat().replace("+00:00", "Z")
             if self.deadline
             else None,
-            "detail": self.detail[:512],
-        }
+            self.detail[:512],
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """The report's ``notice`` object."""
+        return self.to_report().to_json()
 
 
 @dataclass(frozen=True)
@@ -170,7 +175,7 @@ def _aws(session: Any, base: str, timeout_s: float) -> Notice | None:
     if r.status_code == 200:
         doc = r.json()
         return Notice(
-            "preemption",
+            NoticeKind.PREEMPTION,
             "aws",
             _parse_time(doc.get("time")),
             f"spot instance-action {doc.get('action')}",
@@ -191,7 +196,7 @@ def _aws(session: Any, base: str, timeout_s: float) -> Notice | None:
     events.sort(key=lambda e: _parse_time(e.get("NotBefore")) or datetime.max.replace(tzinfo=UTC))
     e = events[0]
     return Notice(
-        "maintenance",
+        NoticeKind.MAINTENANCE,
         "aws",
         _parse_time(e.get("NotBefore")),
         f"{e.get('Code', 'maintenance')}: {e.get('Description', '')}".strip(": "),
@@ -204,7 +209,7 @@ def _gcp(session: Any, base: str, timeout_s: float, now: datetime) -> Notice | N
     r.raise_for_status()
     if r.text.strip().upper() == "TRUE":
         return Notice(
-            "preemption",
+            NoticeKind.PREEMPTION,
             "gcp",
             now + timedelta(seconds=GCP_PREEMPTION_NOTICE_S),
             "instance preempted",
@@ -215,7 +220,7 @@ def _gcp(session: Any, base: str, timeout_s: float, now: datetime) -> Notice | N
     r.raise_for_status()
     event = r.text.strip()
     if event and event.upper() != "NONE":
-        return Notice("maintenance", "gcp", None, event)
+        return Notice(NoticeKind.MAINTENANCE, "gcp", None, event)
     return None
 
 
@@ -233,7 +238,9 @@ def _azure(session: Any, base: str, timeout_s: float, names: tuple[str, ...]) ->
         if resources and not any(n and n in resources for n in names):
             continue  # an event for another VM of the same availability set
         etype = str(e.get("EventType", ""))
-        kind = "preemption" if etype in ("Preempt", "Terminate") else "maintenance"
+        kind = (
+            NoticeKind.PREEMPTION if etype in ("Preempt", "Terminate") else NoticeKind.MAINTENANCE
+        )
         found.append(
             Notice(
                 kind,
@@ -245,7 +252,10 @@ def _azure(session: Any, base: str, timeout_s: float, names: tuple[str, ...]) ->
     if not found:
         return None
     found.sort(
-        key=lambda n: (n.kind != "preemption", n.deadline or datetime.max.replace(tzinfo=UTC))
+        key=lambda n: (
+            n.kind is not NoticeKind.PREEMPTION,
+            n.deadline or datetime.max.replace(tzinfo=UTC),
+        )
     )
     return found[0]
 

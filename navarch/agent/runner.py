@@ -38,21 +38,15 @@ from datetime import datetime
 from typing import Any
 
 from navarch.agent import kernel_log as kl
-from navarch.agent.checks import (
-    HW_SLOWDOWN_WINDOW,
-    Check,
-    CounterSample,
-    gpu_checks,
-    hw_slowdown,
-    probe_checks,
-    xid_checks,
-)
+from navarch.agent.checks import Check, CounterSample, probe_checks, xid_checks
 from navarch.agent.config import AgentConfig
-from navarch.agent.gpu import GpuBackend, GpuProbe, ProbeError, ProbeErrorKind
+from navarch.agent.gpu import GpuBackend, GpuProbe, GpuSnapshot, ProbeError, ProbeErrorKind
+from navarch.agent.gpu_checks import HW_SLOWDOWN_WINDOW, gpu_checks, hw_slowdown
 from navarch.agent.host import FileHost, NodeHost
 from navarch.agent.state import AgentState, prune_faults
 from navarch.compat import UTC
 from navarch.health import Remedy, Status
+from navarch.health_report import GpuReading, HealthReport, ReportNotice, ReportXid, XidKind
 from navarch.signing import fast_loads, sign_for_store
 from navarch.xid import Severity, XidInfo
 
@@ -83,9 +77,6 @@ log = logging.getLogger("navarch.agent")
 #: Points taken off 100 per check in each status (documented in docs/agent.md).
 SCORE_WEIGHTS = {Status.UNHEALTHY: 40, Status.UNKNOWN: 25, Status.DEGRADED: 10, Status.HEALTHY: 0}
 _MAX_XIDS = 256
-#: The health report's schema version (schemas/health-report.schema.json); version 2 gave
-#: every check its structured fault key and the agent's fault counts.
-REPORT_SCHEMA_VERSION = 2
 
 
 def health_score(checks: Sequence[Check]) -> int:
@@ -356,23 +347,26 @@ def _previous_sequence(store: Any, key: str) -> int | None:
         return None
 
 
+def gpu_reading(g: GpuSnapshot) -> GpuReading:
+    """One GPU's item of the report's gpus[]: its identity and readings."""
+    return GpuReading(
+        g.index,
+        g.uuid,
+        g.name,
+        g.pci_bus_id,
+        g.temperature_c,
+        g.power_w,
+        g.memory_used_bytes,
+        g.memory_total_bytes,
+        g.utilization_pct,
+        g.process_count,
+    )
+
+
 def gpu_readings(probe: GpuProbe) -> list[dict[str, Any]]:
-    """The report's gpus[] items: per GPU its identity and readings (units in the names)."""
-    return [
-        {
-            "index": g.index,
-            "uuid": g.uuid,
-            "name": g.name,
-            "pci_bus_id": g.pci_bus_id,
-            "temperature_c": g.temperature_c,
-            "power_w": g.power_w,
-            "memory_used_bytes": g.memory_used_bytes,
-            "memory_total_bytes": g.memory_total_bytes,
-            "utilization_pct": g.utilization_pct,
-            "process_count": g.process_count,
-        }
-        for g in probe.gpus
-    ]
+    """The report's gpus[] items as JSON: per GPU its identity and readings (units in the
+    names)."""
+    return [gpu_reading(g).to_json() for g in probe.gpus]
 
 
 def build_report(
@@ -391,41 +385,38 @@ def build_report(
     (``signing.sign_for_store``). Pure apart from hashing."""
     from navarch import __version__
 
-    status = Status.worst(c.status for c in checks)
-    action = Remedy.strongest(c.action for c in checks)
     xids = trim_events(events, _MAX_XIDS)
-    report = {
-        "schema_version": REPORT_SCHEMA_VERSION,
-        "fleet": config.fleet,
-        "pool": config.pool,
-        "node": config.node,
-        "instance_id": config.current_instance_id(),
-        "boot_id": boot_id,
-        "agent_version": __version__,
-        "sequence": sequence,
-        "generated_at": _iso(now),
-        "status": status.value,
-        "action": action.value,
-        "health_score": health_score(checks),
-        "checks": [c.to_json() for c in checks][:512],
-        "gpus": gpu_readings(probe)[:64],
-        "xids": [
-            {
-                "code": e.code,
-                "kind": e.kind,
-                "pci_bus_id": e.pci_bus_id,
-                "time": _iso(e.time) if e.time else None,
-                "boot_id": e.boot_id or boot_id,
-                "severity": e.severity.value,
-                "action": e.action.value,
-                "message": e.message[:512],
-                "count": e.count,
-            }
+    report = HealthReport(
+        fleet=config.fleet,
+        pool=config.pool,
+        node=config.node,
+        instance_id=config.current_instance_id(),
+        boot_id=boot_id,
+        agent_version=__version__,
+        sequence=sequence,
+        generated_at=_iso(now),
+        status=Status.worst(c.status for c in checks),
+        action=Remedy.strongest(c.action for c in checks),
+        health_score=health_score(checks),
+        checks=tuple(c.to_report() for c in checks[:512]),
+        gpus=tuple(gpu_reading(g) for g in probe.gpus[:64]),
+        xids=tuple(
+            ReportXid(
+                code=e.code,
+                kind=XidKind(e.kind),
+                pci_bus_id=e.pci_bus_id,
+                time=_iso(e.time) if e.time else None,
+                boot_id=e.boot_id or boot_id,
+                severity=e.severity,
+                action=e.action,
+                message=e.message[:512],
+                count=e.count,
+            )
             for e in sorted(xids, key=lambda e: (e.time is None, e.time or now, e.uptime_s or 0.0))
-        ],
-        "notice": dict(notice) if notice else None,
-    }
-    return sign_for_store(report, node_key)
+        ),
+        notice=ReportNotice.from_json(notice) if notice else None,
+    )
+    return sign_for_store(report.to_json(), node_key)
 
 
 def _safe_probe(backend: GpuBackend) -> GpuProbe:

@@ -3,14 +3,16 @@ context, the progress earlier stages made, and a stage's result. Pure data."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 
+from navarch.capabilities import Capability
 from navarch.planner.model import (
     Action,
     ActionKind,
     ActionReason,
+    DiagWhy,
     Fault,
     Halt,
     NodeView,
@@ -28,6 +30,9 @@ class PlanOptions:
     destroy: `navarch destroy`: every node of the chosen pools (and orphans) leaves.
     force: with destroy, terminate without waiting for drains.
     allow_destroy: lift the orphan guard for this run (`--allow-destroy`).
+    capabilities: what each provider can do, by fleet.yaml provider name, read by the
+    caller from the opened providers (navarch.providers.base.capabilities_of); a provider
+    not named here is asked for nothing beyond list, provision and terminate.
     """
 
     pools: frozenset[str] | None = None
@@ -35,9 +40,14 @@ class PlanOptions:
     destroy: bool = False
     force: bool = False
     allow_destroy: bool = False
+    capabilities: Mapping[str, Capability] = field(default_factory=dict, hash=False)
 
     def includes(self, pool: str) -> bool:
         return self.pools is None or pool in self.pools
+
+    def can(self, provider: str, capability: Capability) -> bool:
+        """Whether the provider of that fleet.yaml name declared `capability`."""
+        return capability in self.capabilities.get(provider, Capability.NONE)
 
 
 @dataclass(frozen=True)
@@ -97,6 +107,14 @@ class StageResult:
 Stage = Callable[[PoolContext, Progress], StageResult]
 
 
+def run_stages(ctx: PoolContext, stages: Sequence[Stage], start: StageResult) -> StageResult:
+    """Run stages in order from `start`, folding their results into one StageResult."""
+    out = start
+    for stage in stages:
+        out = out.then(stage(ctx, out.progress))
+    return out
+
+
 def iid(v: NodeView) -> str | None:
     """The node's instance id (None when the instance is unknown)."""
     return v.instance.instance_id if v.instance else None
@@ -126,14 +144,14 @@ def cordon_and_drain(
     repair: bool = False,
     fault: Fault | None = None,
     level: int | None = None,
-    why: str = "",
+    why: DiagWhy | None = None,
 ) -> tuple[Action, Action]:
     """Take node v of pool out of service: its cordon (reason in words, code the
     action_reason, the node's instance id) and the drain that follows (cordon_then_drain).
 
     repair: the cordon starts a repair (counts toward repairs_per_pool_per_hour); fault: the
     fault it answers (recorded in Memory); level, why: a scheduled dcgmi diag's level and
-    DiagWhy value.
+    DiagWhy.
     """
     return cordon_then_drain(
         Action(

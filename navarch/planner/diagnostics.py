@@ -53,7 +53,7 @@ def diagnose(ctx: PoolContext, v: NodeView, level: int, why: DiagWhy, reason: st
         reason,
         instance_id=iid(v),
         level=level,
-        why=why.value,
+        why=why,
         action_reason=ActionReason.DIAGNOSTICS,
     )
 
@@ -267,7 +267,7 @@ def diagnostics_stage(ctx: PoolContext, prog: Progress) -> StageResult:
             f"{level}; last {format_duration_s((ctx.now - last(v)).total_seconds())} ago)"
         )
         actions.extend(
-            cordon_and_drain(ctx.pool.name, v, why, code, level=level, why=DiagWhy.SCHEDULED.value)
+            cordon_and_drain(ctx.pool.name, v, why, code, level=level, why=DiagWhy.SCHEDULED)
         )
     return StageResult(
         replace(prog, budget=budget, taken=prog.taken | {a.node for a in actions if a.node}),

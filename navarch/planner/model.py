@@ -8,15 +8,13 @@ and a clock. Outputs: NodeViews (observe) and a Plan (plan). Nothing here does I
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
-from functools import lru_cache
-
-from pyrsistent import PMap, pmap
+from datetime import datetime
 
 from navarch.health import FaultKey, Remedy, Status
 from navarch.inventory import Instance
+from navarch.planner.node_table import NodeTable
 from navarch.spec import Scheduler
 
 
@@ -285,6 +283,9 @@ class NodeMemory:
     #: cordoned on the cloud's first impaired listing: replaced once it is confirmed
     #: (IMPAIRED_AFTER_S), uncordoned if it clears before
     impaired_cordon: bool = False
+    #: cordoned because its reports fell silent past offline_after (ActionReason.OFFLINE):
+    #: doubt, so never terminated on that alone (navarch.planner.silence)
+    silent_cordon: bool = False
 
 
 @dataclass(frozen=True)
@@ -347,119 +348,6 @@ class PoolMemory:
     retiring_since: datetime | None = None
 
 
-class NodeTable:
-    """Memory's nodes: an immutable table of NodeMemory keyed by node name.
-
-    A persistent hash map (pyrsistent's PMap): a lookup or a single update is O(log N), so
-    a run that touches every node of a 100,000-node fleet stays O(N log N)
-    (bench/scale.py). Read-only views of it: iteration yields the NodeMemory values in
-    node-name order (the order state/<fleet>.json is written in; sorted once per table, the
-    first time it is iterated), and view() is the map itself as a Mapping.
-
-    A table built from nodes (a loaded state, a bulk update) keeps the plain dict it was
-    built from, never changed after, for lookups and ordering, and makes its PMap only when
-    a single update, an equality or a view needs one: a PMap lookup is about ten times a
-    dict's, and a run looks up every loaded node several times and may never update one. A
-    table made by one set() or discard() has no such dict: copying it would make each
-    single update O(N).
-    """
-
-    __slots__ = ("_pmap", "_ordered", "_index")
-
-    def __init__(self, nodes: Iterable[NodeMemory] | PMap[str, NodeMemory] = ()) -> None:
-        self._index: dict[str, NodeMemory] | None = None
-        self._pmap: PMap[str, NodeMemory] | None = None
-        if isinstance(nodes, PMap):
-            self._pmap = nodes
-        else:
-            self._index = {n.node: n for n in nodes}
-        self._ordered: tuple[NodeMemory, ...] | None = None
-
-    @property
-    def _map(self) -> PMap[str, NodeMemory]:
-        if self._pmap is None:
-            assert self._index is not None
-            self._pmap = pmap(self._index)
-        return self._pmap
-
-    def _lookup(self) -> Mapping[str, NodeMemory]:
-        return self._index if self._index is not None else self._map
-
-    def __getitem__(self, name: str) -> NodeMemory:
-        return self._lookup()[name]
-
-    def get(self, name: str, default: NodeMemory | None = None) -> NodeMemory | None:
-        """The named node's memory, or default. O(log N)."""
-        if self._index is not None:
-            return self._index.get(name, default)
-        return self._map.get(name, default)
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._lookup()
-
-    def __len__(self) -> int:
-        return len(self._lookup())
-
-    def __iter__(self) -> Iterator[NodeMemory]:
-        if self._ordered is None:
-            m = self._lookup()
-            self._ordered = tuple(m[k] for k in sorted(m))
-        return iter(self._ordered)
-
-    def names(self) -> tuple[str, ...]:
-        """Node names in order."""
-        return tuple(n.node for n in self)
-
-    def view(self) -> Mapping[str, NodeMemory]:
-        """A read-only mapping node name -> NodeMemory (the map itself)."""
-        return self._map
-
-    def set(self, nm: NodeMemory) -> NodeTable:
-        """A copy with nm replacing the node of its name (or added). O(log N)."""
-        return NodeTable(self._map.set(nm.node, nm))
-
-    def discard(self, name: str) -> NodeTable:
-        """A copy without the named node (no error when absent). O(log N)."""
-        return NodeTable(self._map.discard(name))
-
-    def updated(self, nodes: Iterable[NodeMemory], without: Iterable[str] = ()) -> NodeTable:
-        """A copy with every node of `nodes` set and every name of `without` removed (one
-        batch through the map's evolver: cheaper than a set() per node). When the batch
-        changes a large share of the table (a quarter or more), the copy is built afresh
-        from a dict instead: an evolver's update costs several times a dict's."""
-        changed = list(nodes)
-        current = self._lookup()
-        gone = [name for name in dict.fromkeys(without) if name in current]
-        if len(changed) + len(gone) >= max(len(current), 1) // 4:
-            table = dict(current)
-            for name in gone:
-                del table[name]
-            for nm in changed:
-                table[nm.node] = nm
-            return NodeTable(table.values())
-        e = self._map.evolver()
-        for name in gone:
-            del e[name]
-        for nm in changed:
-            e[nm.node] = nm
-        return NodeTable(e.persistent())
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, NodeTable):
-            if self._index is not None and other._index is not None:
-                return self._index == other._index
-            return self._map == other._map
-        if isinstance(other, tuple):
-            return tuple(self) == other
-        return NotImplemented
-
-    def __hash__(self) -> int:
-        return hash(self._map)
-
-    def __repr__(self) -> str:
-        return f"NodeTable({list(self)!r})"
-
-
 @dataclass(frozen=True)
 class Pause:
     """`navarch pause FLEET --reason TEXT`: every run plans and reports but acts on nothing
@@ -481,7 +369,7 @@ class Memory:
     fleet: str
     serial: int = 0
     lineage: str = ""
-    nodes: NodeTable = field(default_factory=NodeTable)
+    nodes: NodeTable[NodeMemory] = field(default_factory=NodeTable)
     pools: tuple[PoolMemory, ...] = ()
     rejections: tuple[tuple[str, int], ...] = ()  # reason -> count, cumulative
     pause: Pause | None = None  # `navarch pause`: the planner holds every action
@@ -548,6 +436,7 @@ class NodeView:
     diag_cordon: bool = False
     impaired: bool = False  # the lifecycle comes from the cloud's own status, not a report
     impaired_cordon: bool = False  # NodeMemory.impaired_cordon
+    silent_cordon: bool = False  # NodeMemory.silent_cordon
     orphan: bool = False  # its pool is no longer in fleet.yaml (retired: cordon, drain, terminate)
 
 
@@ -593,7 +482,7 @@ class Action:
     rung: Remedy | None = None  # reboot / reset_gpu: the ladder's rung it carries out
     lemon: bool = False  # terminate: a lemon's instance id is remembered in PoolMemory
     level: int | None = None  # diagnose, and cordon for scheduled diagnostics: the diag level
-    why: str = ""  # diagnose / cordon: a DiagWhy value
+    why: DiagWhy | None = None  # diagnose / cordon for diagnostics: why it is diagnosed
     action_reason: ActionReason = field(kw_only=True)  # the reason as a code (JSON plan)
 
 
@@ -685,48 +574,3 @@ class Plan:
         Only then may a plan say "No changes" (and --detailed-exitcode exit 0).
         """
         return not (self.actions or self.halts or self.pending)
-
-
-# --- JSON forms -------------------------------------------------------------------------
-
-
-def ts(value: datetime | None) -> str | None:
-    """RFC 3339 UTC with a Z (microseconds only when not zero), or None.
-
-    Cached: a state document repeats few distinct times (every node a run launched shares
-    its first_seen_at); strftime per field was most of a state write (0.2 s at 10,000 nodes).
-    """
-    if value is None:
-        return None
-    return _ts(value)
-
-
-@lru_cache(maxsize=16384)
-def _ts(value: datetime) -> str:
-    return value.astimezone(UTC).replace(tzinfo=None).isoformat() + "Z"
-
-
-def parse_ts(value: str | None) -> datetime | None:
-    """Parse RFC 3339 (Z or offset) to an aware UTC datetime; None passes through.
-
-    Raises ValueError on a malformed time or one without a timezone. Cached like ts().
-    """
-    if value is None:
-        return None
-    return _parse_ts(value)
-
-
-@lru_cache(maxsize=16384)
-def _parse_ts(value: str) -> datetime:
-    dt = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    if dt.tzinfo is None:
-        raise ValueError(f"timestamp without a timezone: {value!r}")
-    return dt.astimezone(UTC)
-
-
-def required_ts(value: str) -> datetime:
-    """parse_ts for a timestamp that must be there. Raises ValueError when it is not."""
-    parsed = parse_ts(value)
-    if parsed is None:
-        raise ValueError("missing timestamp")
-    return parsed

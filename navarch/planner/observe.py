@@ -43,6 +43,7 @@ from typing import Any
 
 from navarch.durations import format_duration_s
 from navarch.health import FaultKey, Remedy, Status
+from navarch.health_report import NoticeKind
 from navarch.inventory import TAG_SPEC, Instance, InstanceState
 from navarch.planner.model import (
     CLOCK_SKEW_S,
@@ -537,6 +538,7 @@ def _view(
         diag=nm.diag,
         diag_cordon=nm.diag_cordon,
         impaired_cordon=nm.impaired_cordon,
+        silent_cordon=nm.silent_cordon,
         drift=drift,
         tags_drift=tags_drift,
         **extra,
@@ -632,9 +634,9 @@ def _reported(
             f"(offline_after {format_duration_s(h.offline_after_s)})",
             {},
         )
-    if s.notice_kind == "preemption":
+    if s.notice_kind == NoticeKind.PREEMPTION:
         return Lifecycle.PREEMPTING, "preemption notice from the cloud", {"immediate": True}
-    if s.notice_kind == "maintenance":
+    if s.notice_kind == NoticeKind.MAINTENANCE:
         by = f" (deadline {s.notice_deadline:%Y-%m-%d %H:%M} UTC)" if s.notice_deadline else ""
         return (
             Lifecycle.MAINTENANCE,

@@ -1,6 +1,6 @@
 """A paused fleet's plan: everything planned, nothing to act on (`navarch pause`).
 
-The pause is an input like any other (Memory.pause, written by navarch.reconcile.pause
+The pause is an input like any other (Memory.pause, written by navarch.reconcile.operator.pause
 under the lease); the plan is made as usual, then every action is held with the one halt
 rule HaltRule.PAUSED: a fleet-wide halt saying who paused, when and why, and one per
 held action saying what would have been done. Runs then report what they would do while
@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from navarch.planner.model import Halt, HaltRule, Pause, Plan, ts
+from navarch.planner.model import Halt, HaltRule, Pause, Plan
+from navarch.timefmt import ts
 
 __all__ = ["hold_all", "pause_message"]
 

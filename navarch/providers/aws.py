@@ -35,7 +35,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import boto3
 from botocore.config import Config
@@ -52,6 +52,7 @@ from botocore.exceptions import (
     ReadTimeoutError,
 )
 
+from navarch.capabilities import Capability
 from navarch.errors import (
     AuthError,
     CapacityError,
@@ -479,6 +480,14 @@ def cloud_status_of(raw: Mapping[str, Any]) -> CloudStatus:
 @dataclass
 class AwsProvider:
     """EC2 in the regions of one fleet.yaml provider entry. See the module docstring."""
+
+    #: What this provider can do (EC2 CreateTags, RebootInstances, DescribeInstanceStatus checks and scheduled events).
+    capabilities: ClassVar[Capability] = (
+        Capability.UPDATE_TAGS
+        | Capability.REBOOT
+        | Capability.INSTANCE_STATUS
+        | Capability.MAINTENANCE_NOTICES
+    )
 
     name: str
     settings: AwsSettings

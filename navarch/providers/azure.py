@@ -37,11 +37,12 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from azure.core.exceptions import AzureError, ClientAuthenticationError, HttpResponseError
 from azure.core.pipeline.policies import SansIOHTTPPolicy
 
+from navarch.capabilities import Capability
 from navarch.errors import (
     AuthError,
     CapacityError,
@@ -312,6 +313,14 @@ def cloud_status_of(view: Any) -> CloudStatus:
 
 class AzureProvider:
     """navarch Provider over Azure VMs (see the module docstring)."""
+
+    #: What this provider can do (ARM tags PATCH, restart, the instance view and its maintenance window).
+    capabilities: ClassVar[Capability] = (
+        Capability.UPDATE_TAGS
+        | Capability.REBOOT
+        | Capability.INSTANCE_STATUS
+        | Capability.MAINTENANCE_NOTICES
+    )
 
     def __init__(self, name: str, settings: AzureSettings, *, fleet: str) -> None:
         self.name = name

@@ -16,7 +16,10 @@ Contract (tests/providers run it against each provider):
   reboot rung and `navarch reboot` use it.
 - update_tags(instance, tags) -> None: set these tags (labels on GCP) on one instance in
   place, leaving its other tags alone. Providers whose cloud cannot (Lambda Cloud) raise
-  ProviderError; the planner only asks the types in navarch.planner.plan.TAG_UPDATABLE.
+  ProviderError; the planner asks only providers that declare Capability.UPDATE_TAGS.
+- capabilities: a navarch.capabilities.Capability, what the provider can do beyond the
+  calls above (tag updates, reboot, GPU reset, instance status, maintenance notices). The
+  reconciler hands them to the planner as data (PlanOptions.capabilities).
   Every provider refuses (ensure_no_ownership_tags) a navarch-* key before any call.
 Errors from the SDK are mapped in one function per provider (`map_error`).
 """
@@ -27,6 +30,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from navarch.capabilities import Capability
 from navarch.errors import ProviderError
 from navarch.inventory import RESERVED_TAG_PREFIX, TAG_FLEET, Instance
 
@@ -96,6 +100,7 @@ class Provider(Protocol):
     """A cloud (or the embedded local simulator) that navarch launches nodes on."""
 
     name: str
+    capabilities: Capability
 
     def list_instances(self, fleet: str) -> Sequence[Instance]: ...
 
@@ -106,3 +111,15 @@ class Provider(Protocol):
     def reboot(self, instances: Sequence[Instance]) -> None: ...
 
     def update_tags(self, instance: Instance, tags: Mapping[str, str]) -> None: ...
+
+
+def capabilities_of(providers: Mapping[str, Provider]) -> dict[str, Capability]:
+    """Each opened provider's declared capabilities by its fleet.yaml name: the data the
+    planner reads (PlanOptions.capabilities). A provider declaring none (an older plugin)
+    gets Capability.NONE: the planner then asks it for nothing beyond the base calls."""
+    return {
+        name: caps
+        if isinstance(caps := getattr(p, "capabilities", None), Capability)
+        else Capability.NONE
+        for name, p in sorted(providers.items())
+    }

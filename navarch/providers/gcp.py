@@ -33,7 +33,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import requests
 from google.api_core import exceptions as gexc
@@ -41,6 +41,7 @@ from google.api_core.retry import Retry
 from google.auth import exceptions as auth_exc
 from google.cloud import compute_v1
 
+from navarch.capabilities import Capability
 from navarch.errors import (
     AuthError,
     CapacityError,
@@ -480,6 +481,14 @@ def to_instance(provider: str, inst: compute_v1.Instance) -> Instance | None:
 
 class GcpProvider:
     """navarch Provider on one GCP project (see the module docstring for semantics)."""
+
+    #: What this provider can do (setLabels, instances.reset, status and upcomingMaintenance).
+    capabilities: ClassVar[Capability] = (
+        Capability.UPDATE_TAGS
+        | Capability.REBOOT
+        | Capability.INSTANCE_STATUS
+        | Capability.MAINTENANCE_NOTICES
+    )
 
     def __init__(self, name: str, settings: GcpSettings, *, fleet: str) -> None:
         self.name = name

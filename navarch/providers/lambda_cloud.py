@@ -27,12 +27,13 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import requests
 from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
 
+from navarch.capabilities import Capability
 from navarch.errors import (
     AuthError,
     CapacityError,
@@ -267,6 +268,9 @@ def to_instance(provider: str, data: Mapping[str, Any]) -> Instance | None:
 
 class LambdaProvider:
     """navarch Provider on one Lambda Cloud account (see the module docstring)."""
+
+    #: What this provider can do (instance restart and status; tags are fixed at launch and no maintenance notice is listed).
+    capabilities: ClassVar[Capability] = Capability.REBOOT | Capability.INSTANCE_STATUS
 
     def __init__(
         self,

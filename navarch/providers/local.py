@@ -27,10 +27,11 @@ import uuid
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import orjson
 
+from navarch.capabilities import Capability
 from navarch.errors import CapacityError, ConfigError, PlacementError, ProviderError
 from navarch.inventory import (
     NO_CLOUD_STATUS,
@@ -59,6 +60,14 @@ def write_json_atomic(path: Path, doc: Any) -> None:
 
 class LocalProvider:
     """Provider over simulated machines in a directory (see module docstring)."""
+
+    #: What this provider can do (the machine file's tags, reboot, fake-GPU reset and injected impairment).
+    capabilities: ClassVar[Capability] = (
+        Capability.UPDATE_TAGS
+        | Capability.REBOOT
+        | Capability.RESET_GPU
+        | Capability.INSTANCE_STATUS
+    )
 
     def __init__(
         self,

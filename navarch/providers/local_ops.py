@@ -9,6 +9,7 @@ NVRM kernel-log lines for XIDs.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -18,6 +19,8 @@ from navarch import signing
 from navarch.errors import ConfigError
 from navarch.providers.local import LocalProvider, write_json_atomic
 from navarch.spec import FleetSpec
+from navarch.stores.base import Blob, ObjectInfo, ObjectStore
+from navarch.stores.file import FileStore
 from navarch.wording import counted
 
 
@@ -79,22 +82,23 @@ def tick(
 ) -> list[TickResult]:
     """Run every local node's agent once, as its systemd timer would.
 
+    Each agent decides for itself whether its report is due (a change, or its heartbeat
+    since its last write, judged on `now`), so a tick leaves an unchanged report alone.
     now: the tick's clock (aware UTC; default the system clock). On the file store each
-    report's modification time is set to it: the local provider's simulated store time,
-    so a run on the same replayed clock judges the report's age as production judges a
-    real store's (the store's own time). agent_clock_skew_s: the agents' clocks run this
-    far ahead of it (negative: behind), a node clock that is wrong. Returns one TickResult per machine of the fleet
-    (sorted by node name). A silenced node writes nothing. Raises ConfigError when the
-    fleet secret cannot be read.
+    report written is stamped with it (_StoreAtTick): the local provider's simulated store
+    time, so a run on the same replayed clock judges the report's age as production judges
+    a real store's (the store's own time). agent_clock_skew_s: the agents' clocks run this
+    far ahead of it (negative: behind), a node clock that is wrong. Returns one TickResult
+    per machine of the fleet (sorted by node name). A silenced node writes nothing. Raises
+    ConfigError when the fleet secret cannot be read.
     """
     from navarch.agent import AgentConfig, run_once
-    from navarch.fleet_file import read_fleet_secret
+    from navarch.fleet_secret import read_fleet_secret
     from navarch.stores import open_store
-    from navarch.stores.file import FileStore
 
     secret = read_fleet_secret(spec)
     now = now or datetime.now(UTC)
-    store = open_store(spec.store_url, base_dir=spec.base_dir)
+    store = _StoreAtTick(open_store(spec.store_url, base_dir=spec.base_dir), now)
     results = []
     for provider in local_providers(spec):
         for m in sorted(
@@ -128,10 +132,49 @@ def tick(
                 notice_file=str(d / "notice.json"),
             )
             report = run_once(config, now=now + timedelta(seconds=agent_clock_skew_s), store=store)
-            if isinstance(store, FileStore):
-                store.set_modified_at(config.report_key, now)
             results.append(TickResult(node, report["status"]))
     return results
+
+
+class _StoreAtTick:
+    """The fleet's store as one tick's agents write to it: an object the agent writes is
+    stamped with the tick's clock, the store time a real store would give the write.
+
+    Only a write is stamped. An agent that finds its report not due (unchanged and short
+    of its heartbeat) writes nothing, and its report keeps the time and version of its
+    last write, as on a real store: stamping it anyway makes a new version of the same
+    signed bytes, which the reconciler must and does reject as a replay
+    (navarch.reconcile.reports). Stores other than the file store keep their own times.
+    """
+
+    def __init__(self, store: ObjectStore, now: datetime) -> None:
+        self._store = store
+        self._now = now
+        self.url = store.url
+        self.parallel_gets = store.parallel_gets
+
+    def get(self, key: str) -> Blob:
+        return self._store.get(key)
+
+    def put(
+        self, key: str, data: bytes, *, if_absent: bool = False, if_version: str | None = None
+    ) -> str:
+        version = self._store.put(key, data, if_absent=if_absent, if_version=if_version)
+        if isinstance(self._store, FileStore):
+            return self._store.set_modified_at(key, self._now)
+        return version
+
+    def delete(self, key: str, *, if_version: str | None = None) -> None:
+        self._store.delete(key, if_version=if_version)
+
+    def list(self, prefix: str) -> Sequence[ObjectInfo]:
+        return self._store.list(prefix)
+
+    def get_many(self, keys: Iterable[str]) -> dict[str, Blob]:
+        return self._store.get_many(keys)
+
+    def presigned_get_url(self, key: str, expires_s: int) -> str:
+        return self._store.presigned_get_url(key, expires_s)
 
 
 def _faults(d: Path) -> dict[str, Any]:

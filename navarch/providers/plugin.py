@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from navarch.capabilities import Capability
 from navarch.errors import PluginError
 from navarch.inventory import Instance
 from navarch.plugins import Group, PluginRef, call, check_shape, load
@@ -60,6 +61,9 @@ class CheckedProvider:
         self._ref = ref
         self._inner = inner
         self.name: str = str(getattr(inner, "name", ref.name))
+        # A plugin that declares no capabilities is asked for nothing beyond the base calls.
+        caps = getattr(inner, "capabilities", Capability.NONE)
+        self.capabilities = caps if isinstance(caps, Capability) else Capability.NONE
 
     def __getattr__(self, attr: str) -> Any:  # anything beyond the contract passes through
         return getattr(self._inner, attr)

@@ -8,10 +8,9 @@ updates       what a handler returns beside its Outcome (navarch.outcome): Memor
 state         Memory (CAS), the lease, the audit log in chunks, object keys in the store
 codec         Memory <-> state/<fleet>.json, and the node-entry cache
 reports       read, verify and summarise node health reports; report_cache by store version
-status        fleet status as a typed value (schemas/status.schema.json)
+status        fleet status as a typed value (schemas/status.schema.json); status_text: as text
 render        the plan as text, markdown and JSON (schemas/plan.schema.json)
-manual        `navarch reboot` and `navarch cordon`; uncordon: the way back to service
-pause         `navarch pause` and `navarch resume`
+operator      the operator's verbs: cordon, reboot, uncordon (the way back), pause, resume
 publish       the agent bundle in the fleet's store, handed to new nodes by URL
 collector     the garbage collector around gather() in a one-shot command
 """

@@ -19,6 +19,7 @@ from enum import Enum
 from typing import Any, TypeVar
 
 from navarch.health import FaultKey, Remedy, Status
+from navarch.health_report import NoticeKind
 from navarch.planner.model import (
     Diag,
     DiagState,
@@ -27,18 +28,16 @@ from navarch.planner.model import (
     Fault,
     Memory,
     NodeMemory,
-    NodeTable,
     Pause,
     Phase,
     PoolMemory,
     PoolSettings,
     ReportSummary,
-    parse_ts,
-    required_ts,
-    ts,
 )
+from navarch.planner.node_table import NodeTable
 from navarch.spec import Scheduler
 from navarch.textsafe import node_text, plain
+from navarch.timefmt import parse_ts, required_ts, ts
 
 __all__ = [
     "NodeDocCache",
@@ -95,6 +94,9 @@ def _member(members: Mapping[Any, _E], enum: type[_E], value: Any) -> _E:
     return members[value] if value in members else enum(value)
 
 
+_NOTICE_KINDS: Mapping[Any, NoticeKind] = {k.value: k for k in NoticeKind}
+
+
 def summary_from_json(d: Mapping[str, Any] | None) -> ReportSummary | None:
     """Inverse of summary_to_json. Raises KeyError/ValueError on malformed data."""
     if d is None:
@@ -108,7 +110,9 @@ def summary_from_json(d: Mapping[str, Any] | None) -> ReportSummary | None:
         health_score=d["health_score"],
         fatal=d["fatal"],
         findings=tuple(node_text(f) for f in d.get("findings", ())),
-        notice_kind=node_text(d["notice_kind"]) if d.get("notice_kind") else None,
+        # The report schema allows only NoticeKind values; any other word (a hand-edited
+        # state) announces nothing the planner acts on, so it reads as no notice.
+        notice_kind=_NOTICE_KINDS.get(d.get("notice_kind")),
         notice_deadline=parse_ts(d.get("notice_deadline")),
         process_count=d.get("process_count"),
         utilization_pct=d.get("utilization_pct"),
@@ -174,6 +178,8 @@ def _ladder_to_json(n: NodeMemory) -> dict[str, Any]:
         out["impaired_since"] = ts(n.impaired_since)
     if n.impaired_cordon:
         out["impaired_cordon"] = True
+    if n.silent_cordon:
+        out["silent_cordon"] = True
     return out
 
 
@@ -237,6 +243,7 @@ def _ladder_from_json(n: Mapping[str, Any]) -> dict[str, Any]:
         "diag_cordon": n.get("diag_cordon", False),
         "impaired_since": parse_ts(n.get("impaired_since")),
         "impaired_cordon": n.get("impaired_cordon", False),
+        "silent_cordon": n.get("silent_cordon", False),
     }
 
 
@@ -341,7 +348,8 @@ def memory_to_json(m: Memory, cache: NodeDocCache | None = None) -> dict[str, An
             }
             for p in m.pools
         },
-        "rejections": dict(m.rejections),
+        # By the reason's value: orjson takes only exact str keys, not a RejectReason.
+        "rejections": {str(reason): n for reason, n in m.rejections},
         **({"pause": _pause_to_json(m.pause)} if m.pause else {}),
     }
 
@@ -371,6 +379,7 @@ _LADDER_KEYS = frozenset(
         "diag_cordon",
         "impaired_since",
         "impaired_cordon",
+        "silent_cordon",
     }
 )
 

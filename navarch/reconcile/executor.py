@@ -44,7 +44,7 @@ from navarch.errors import LeaseLost, NavarchError
 from navarch.history import Trigger, report_ref
 from navarch.inventory import Instance
 from navarch.outcome import Outcome
-from navarch.planner.model import Action, ActionKind, Memory, Plan, ts
+from navarch.planner.model import Action, ActionKind, Memory, Plan
 from navarch.providers.base import Provider
 from navarch.reconcile.handlers import (
     Diagnoser,
@@ -56,6 +56,7 @@ from navarch.reconcile.handlers import (
 from navarch.reconcile.state import AuditLog
 from navarch.reconcile.updates import Update, same
 from navarch.spec import FleetSpec, PoolSpec, Scheduler
+from navarch.timefmt import ts
 
 __all__ = [
     "DEFAULT_MAX_PARALLEL",
@@ -116,7 +117,7 @@ def _ladder_record(a: Action) -> dict[str, object]:
     if a.lemon:
         out["lemon"] = True
     if a.level is not None:
-        out.update(level=a.level, why=a.why)
+        out.update(level=a.level, why=a.why.value if a.why is not None else "")
     return out
 
 

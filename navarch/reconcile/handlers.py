@@ -234,6 +234,7 @@ class Handlers:
             repair=a.repair,
             diag_cordon=scheduled,
             impaired_cordon=a.action_reason is ActionReason.IMPAIRED_FIRST_SEEN,
+            silent_cordon=a.action_reason is ActionReason.OFFLINE,
         )
         if scheduled:  # out for scheduled diagnostics, returned after them
             nm = replace(nm, diag=Diag(a.level or 1, DiagWhy.SCHEDULED, DiagState.DUE, now))
@@ -442,6 +443,7 @@ class Handlers:
             return_streak=0,
             diag_cordon=False,
             impaired_cordon=False,
+            silent_cordon=False,
         )
 
         host = self._host_fault(a, memory, now)
@@ -527,6 +529,7 @@ class Handlers:
             operator_cordon="",
             diag_cordon=False,
             impaired_cordon=False,
+            silent_cordon=False,
         )
         return ran, set_node(nm)
 

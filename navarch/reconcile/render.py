@@ -13,18 +13,10 @@ from collections import Counter
 from typing import Any
 
 from navarch.health import Remedy
-from navarch.planner.model import (
-    Action,
-    ActionKind,
-    ActionReason,
-    Halt,
-    Place,
-    Plan,
-    required_ts,
-    ts,
-)
+from navarch.planner.model import Action, ActionKind, ActionReason, DiagWhy, Halt, Place, Plan
 from navarch.reconcile.codec import fault_from_json, fault_to_json
 from navarch.textsafe import markdown_code_line, markdown_inline, terminal
+from navarch.timefmt import required_ts, ts
 
 NO_CHANGES = "No changes. The fleet matches fleet.yaml."
 NOT_CONVERGED = "No actions this run, but the fleet does not match fleet.yaml yet (see above)."
@@ -255,8 +247,8 @@ def action_to_json(a: Action) -> dict[str, Any]:
         ladder["lemon"] = True
     if a.level is not None:
         ladder["level"] = a.level
-    if a.why:
-        ladder["why"] = a.why
+    if a.why is not None:
+        ladder["why"] = a.why.value
     return {
         "action": a.kind.value,
         "pool": a.pool,
@@ -302,7 +294,7 @@ def action_from_json(d: dict[str, Any]) -> Action:
         rung=Remedy(d["rung"]) if d.get("rung") else None,
         lemon=d.get("lemon", False),
         level=d.get("level"),
-        why=d.get("why", ""),
+        why=DiagWhy(d["why"]) if d.get("why") else None,
         action_reason=ActionReason(d["action_reason"]),
     )
 

@@ -32,7 +32,7 @@ from navarch.planner.plan import observation_fingerprint
 from navarch.planner.plan import plan as make_plan
 from navarch.planner.retired import retired_pool
 from navarch.providers import open_provider
-from navarch.providers.base import Provider
+from navarch.providers.base import Provider, capabilities_of
 from navarch.reconcile.codec import memory_to_json
 from navarch.reconcile.collector import gathering
 from navarch.reconcile.executor import Executor, JournalPolicy, PlaybookRunner
@@ -244,6 +244,8 @@ def _gather(fleet: Fleet, now: datetime, options: PlanOptions | None) -> Snapsho
             f"--replace {', '.join(unknown)}: no node of that name in fleet "
             f"{fleet.spec.name}; `navarch status` lists its nodes"
         )
+    # The planner asks each provider only for what it declared it can do.
+    options = replace(options or PlanOptions(), capabilities=capabilities_of(fleet.providers))
     plan = make_plan(fleet.spec, observed.views, observed.memory, now, options, observed.duplicates)
     plan = replace(
         plan,

@@ -41,9 +41,10 @@ from navarch.errors import (
     PreconditionFailed,
     StoreError,
 )
-from navarch.planner.model import Memory, required_ts, ts
+from navarch.planner.model import Memory
 from navarch.reconcile.codec import NodeDocCache, memory_from_json, memory_to_json
 from navarch.stores.base import ObjectStore
+from navarch.timefmt import required_ts, ts
 
 
 def state_key(fleet: str) -> str:

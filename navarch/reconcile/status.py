@@ -13,10 +13,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from navarch.planner.model import Diag, Lifecycle, NodeView, Pause, ts
+from navarch.planner.model import Diag, Lifecycle, NodeView, Pause
 from navarch.reconcile.reports import fleet_rejection
 from navarch.reconcile.run import Snapshot
 from navarch.spec import FleetSpec, PoolSpec
+from navarch.timefmt import ts
 
 __all__ = ["FleetStatus", "LadderStatus", "NodeStatus", "PoolStatus", "fleet_status"]
 

@@ -111,6 +111,7 @@ class _Tally:
     serving_s: float = 0.0
     instance_s: Counter[str] = field(default_factory=Counter)
     phases: dict[str, Phase] = field(default_factory=dict)
+    cordoned_for: dict[str, ActionReason | None] = field(default_factory=dict)  # last cordon's
     warm: bool = False
     peak_disrupted: int = 0  # most nodes of one pool out of service by navarch at once
     measured_s: int = 0
@@ -140,6 +141,7 @@ class _Tally:
         n = w.by_name.get(a.node)
         rec = self.records.get(a.node)
         if a.kind is ActionKind.CORDON:
+            self.cordoned_for[a.node] = a.action_reason
             if n is not None:
                 w.cordoned(n, True)
             if rec is not None and rec.cordon_s is None:
@@ -171,9 +173,11 @@ class _Tally:
             self.unlinked.setdefault(rec.pool, []).append(rec)
         faulty = rec is not None or (sim is not None and sim.had_fault)
         preempting = sim is not None and sim.notice_s is not None
-        if code is ActionReason.SCALE_DOWN:
+        if ActionReason.SCALE_DOWN in (code, self.cordoned_for.get(node)):
             # A surplus node (e.g. the surge replacement once the faulty node came back
-            # cured from a reboot) is removed by the plan: counted, but not wrongful.
+            # cured from a reboot, or a node back from a silence once its replacement
+            # serves) is removed by the plan: counted, but not wrongful. It was cordoned
+            # for the scale-down, and leaves when its drain finishes or times out.
             self.scale_downs.append({"node": node, "t_s": round(w.t, 3), "reason": reason})
         elif sim is not None and not faulty and not preempting:
             self.wrongful.append({"node": node, "t_s": round(w.t, 3), "reason": reason})

@@ -54,6 +54,7 @@ from navarch.agent.runner import STREAK_WRITE_CAP
 from navarch.errors import CapacityError, ProviderError, StoreError, TransientError
 from navarch.inventory import NO_CLOUD_STATUS, CloudStatus, Instance, InstanceHealth, InstanceState
 from navarch.providers.base import ProvisionRequest, ensure_no_ownership_tags, ensure_owned
+from navarch.providers.local import LocalProvider
 from navarch.simulate.node import SimAgent
 from navarch.simulate.scenario import CURES, Scenario
 from navarch.simulate.store import MemoryStore
@@ -310,10 +311,13 @@ class World:
             self.inject(n, "host_down")
 
     def _on_outage(self) -> None:
-        # Writes start or stop failing: every live node's next check notices it.
+        # Writes start or stop failing: every live node's next check notices it. A window
+        # was queued before the checks due at its start, so those checks run inside it:
+        # the heartbeats caught up are the ones before it (strict), as the exhaustive
+        # engine writes them; a heartbeat due at the very start fails like the check.
         self.dirty = True
         for n in self._sorted():
-            self.activate(n)
+            self.activate(n, strict=True)
 
     def _on_fault(self, name: str, epoch: int) -> None:
         n = self._alive(name, epoch, True)
@@ -450,12 +454,13 @@ class World:
             return n.anchor_s
         return n.anchor_s + math.ceil((t - n.anchor_s) / p) * p
 
-    def activate(self, n: SimNode) -> None:
-        """What n's agent reads changed now: catch up its heartbeats, then run every check."""
+    def activate(self, n: SimNode, strict: bool = False) -> None:
+        """What n's agent reads changed now: catch up its heartbeats (strict: only those
+        before now, see catch_up), then run every check."""
         self.dirty = True
         if n.active or not n.up(self.t):
             return
-        self.catch_up(n, self.t)
+        self.catch_up(n, self.t, strict)
         if not self._silent(n, self.t):
             n.silent_since = None
         n.active = True
@@ -660,6 +665,8 @@ class World:
 class SimProvider:
     """The Provider protocol over the World (navarch.providers.base): boot times, failed
     launches, stockouts per zone and type, zone outages (no capacity there), API errors."""
+
+    capabilities = LocalProvider.capabilities  # the simulated providers are of type local
 
     def __init__(self, name: str, world: World, gpus_per_pool: Mapping[str, int]) -> None:
         self.name = name

@@ -6,16 +6,9 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from navarch.agent.checks import (
-    GPU_CHECKS,
-    GPU_LOST,
-    Baselines,
-    Check,
-    CounterSample,
-    GpuCheck,
-    gpu_checks,
-)
+from navarch.agent.checks import Check, CounterSample
 from navarch.agent.gpu import FakeGpuBackend, GpuSnapshot
+from navarch.agent.gpu_checks import GPU_CHECKS, GPU_LOST, Baselines, GpuCheck, gpu_checks
 from navarch.health import Remedy as Action
 from navarch.health import Status
 

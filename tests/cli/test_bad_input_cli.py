@@ -135,7 +135,7 @@ def _edit_yaml(fleet_dir, mutate) -> None:
 def test_render_cloud_init_defaults_to_the_pools_first_node_name(navarch, fleet_dir):
     from navarch import signing
 
-    navarch.ok("plan", "fleet.yaml")  # creates the local fleet secret
+    navarch.ok("local", "tick", "fleet.yaml")  # acts, so creates the local fleet secret
     out = navarch.ok("render", "cloud-init", "fleet.yaml", "--pool", "train", "--reveal-key").out
     secret = (fleet_dir / ".navarch/fleet.secret").read_text().strip().encode()
     key = signing.derive_node_key(secret, "demo", "demo-train-0001").hex()
@@ -151,7 +151,7 @@ def test_render_cloud_init_prints_a_placeholder_for_the_node_key_unless_reveal_k
     from navarch import signing
     from navarch.bootstrap import KEY_PLACEHOLDER
 
-    navarch.ok("plan", "fleet.yaml")  # creates the local fleet secret
+    navarch.ok("local", "tick", "fleet.yaml")  # acts, so creates the local fleet secret
     secret = (fleet_dir / ".navarch/fleet.secret").read_text().strip().encode()
     key = signing.derive_node_key(secret, "demo", "demo-train-0002").hex()
     run = navarch.ok(

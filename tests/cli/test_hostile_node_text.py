@@ -13,6 +13,7 @@ but visible, one-line text, and no line of any output is a forged one.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +22,10 @@ import yaml
 
 from navarch.fleet_file import load_fleet
 from navarch.fleet_secret import read_fleet_secret
-from navarch.signing import derive_node_key, sign_for_store
+from navarch.health import Remedy, Status
+from navarch.health_report import HealthReport
 from tests.support.hostile import CORPUS, assert_plain, strings
-from tests.support.reports import XID79
+from tests.support.reports import XID79, signed_report_bytes, xid_check
 from tests.unattended.helpers import Recorder
 
 FORGED = "FORGED: navarch checked every node, nothing to do"
@@ -38,37 +40,23 @@ def _forge(fleet_dir: Path, node: str, *, kind: str, message: str) -> None:
     """Replace `node`'s report with an unhealthy one (XID 79 latched, fault `kind`, the
     check's and the XID's message `message`), signed with the node's own key."""
     path = fleet_dir / HEALTH / f"{node}.json"
-    doc = json.loads(path.read_text())
-    del doc["signature"]
-    gpu = doc["gpus"][0]
-    doc.update(
-        sequence=doc["sequence"] + 1,
-        status="unhealthy",
-        action="reboot",
+    report = HealthReport.from_json(json.loads(path.read_text()))
+    gpu = report.gpus[0]
+    report = replace(
+        report,
+        sequence=report.sequence + 1,
+        status=Status.UNHEALTHY,
+        action=Remedy.REBOOT,
         health_score=20,
-        xids=[
-            {
-                **XID79,
-                "pci_bus_id": gpu["pci_bus_id"],
-                "boot_id": doc["boot_id"],
-                "message": message[:512],
-            }
-        ],
-        checks=[
-            {
-                "name": "xid",
-                "status": "unhealthy",
-                "action": "reboot",
-                "message": message,
-                "gpu_index": gpu["index"],
-                "evidence": {},
-                "fault_key": {"kind": kind, "gpu_index": gpu["index"]},
-                "consecutive": 5,
-            }
-        ],
+        xids=(
+            replace(
+                XID79, pci_bus_id=gpu.pci_bus_id, boot_id=report.boot_id, message=message[:512]
+            ),
+        ),
+        checks=(replace(xid_check(message, gpu_index=gpu.index, kind=kind), consecutive=5),),
     )
     secret = read_fleet_secret(load_fleet(fleet_dir / "fleet.yaml"))
-    path.write_bytes(sign_for_store(doc, derive_node_key(secret, "demo", node))[1])
+    path.write_bytes(signed_report_bytes(replace(report, signature=None), secret))
 
 
 def _old_state_with_hostile_ladder(fleet_dir: Path, node: str) -> None:

@@ -20,9 +20,9 @@ import pytest
 import requests
 from google.api_core.retry import Retry
 
+from navarch.capabilities import Capability
 from navarch.errors import StoreUnavailable, TransientError
 from navarch.inventory import Instance, InstanceState, ownership_tags
-from navarch.planner.plan import TAG_UPDATABLE
 from navarch.providers import aws as awsmod
 from navarch.providers import open_provider
 from navarch.providers.base import Provider
@@ -140,7 +140,7 @@ def test_a_provider_that_cannot_connect_raises_transient_error_on_every_call(
     provider, zone, instance_id = PROVIDERS[cloud](closed_port, monkeypatch)
     if not hasattr(provider, call):
         pytest.skip(f"the {cloud} provider has no {call}")
-    if call == "update_tags" and cloud not in TAG_UPDATABLE:
+    if call == "update_tags" and Capability.UPDATE_TAGS not in provider.capabilities:
         pytest.skip(f"the {cloud} provider refuses update_tags before any call")
     with pytest.raises(TransientError):
         CALLS[call](provider, zone, instance_id)

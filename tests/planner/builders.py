@@ -11,6 +11,7 @@ shorthand `when(now, "-20m")`: a signed duration relative to `now`, or "now".
 from __future__ import annotations
 
 import hashlib
+import importlib
 import tempfile
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
@@ -19,9 +20,11 @@ from typing import Any
 
 import yaml
 
+from navarch.capabilities import Capability
 from navarch.durations import parse_duration_s
 from navarch.fleet_file import load_fleet
 from navarch.health import FaultKey, Remedy, Status
+from navarch.health_report import NoticeKind
 from navarch.inventory import (
     CloudEvent,
     CloudStatus,
@@ -42,9 +45,9 @@ from navarch.planner.model import (
     PoolSettings,
     ReportObservation,
     ReportSummary,
-    parse_ts,
 )
 from navarch.spec import FleetSpec, Scheduler
+from navarch.timefmt import parse_ts
 
 BASE_NOW = datetime(2026, 3, 2, 12, 0, 0, tzinfo=UTC)
 
@@ -52,6 +55,26 @@ BASE_NOW = datetime(2026, 3, 2, 12, 0, 0, tzinfo=UTC)
 
 _FLEET_DIR: Path | None = None
 _FLEETS: dict[str, FleetSpec] = {}
+
+
+#: The provider class of each built-in type, by module and class name.
+_PROVIDER_CLASSES = {
+    "local": ("navarch.providers.local", "LocalProvider"),
+    "aws": ("navarch.providers.aws", "AwsProvider"),
+    "gcp": ("navarch.providers.gcp", "GcpProvider"),
+    "azure": ("navarch.providers.azure", "AzureProvider"),
+    "lambda": ("navarch.providers.lambda_cloud", "LambdaProvider"),
+}
+
+
+def capabilities(spec: FleetSpec) -> dict[str, Capability]:
+    """What each of the spec's providers declares it can do, by fleet.yaml name, read from
+    the provider classes as `navarch plan` reads it from the opened providers."""
+    out: dict[str, Capability] = {}
+    for name, config in spec.providers.items():
+        module, cls = _PROVIDER_CLASSES[str(config.get("type"))]
+        out[name] = getattr(importlib.import_module(module), cls).capabilities
+    return out
 
 
 def fleet_from_yaml(text: str, directory: Path | None = None) -> FleetSpec:
@@ -252,7 +275,7 @@ def summary(
         health_score={"healthy": 100, "degraded": 70, "unknown": 50}.get(status, 0),
         fatal=fatal,
         findings=tuple(findings),
-        notice_kind=notice_kind,
+        notice_kind=NoticeKind(notice_kind) if notice_kind else None,
         notice_deadline=notice_deadline,
         process_count=process_count,
         utilization_pct=utilization_pct,
@@ -311,6 +334,7 @@ def node_memory(
     diag_cordon: bool = False,
     impaired_since: datetime | None = None,
     impaired_cordon: bool = False,
+    silent_cordon: bool = False,
 ) -> NodeMemory:
     """What earlier runs remembered of one node (report_version follows report's sequence).
     fault: a Fault or its fields {key, action, boot_id, sequence}; the rest are the
@@ -347,6 +371,7 @@ def node_memory(
         diag_cordon=diag_cordon,
         impaired_since=impaired_since,
         impaired_cordon=impaired_cordon,
+        silent_cordon=silent_cordon,
     )
 
 

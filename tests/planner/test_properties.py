@@ -23,9 +23,11 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from navarch.inventory import TAG_SPEC, Instance, InstanceState
+from navarch.planner.context import PlanOptions
 from navarch.planner.model import (
     LEAVING,
     ActionKind,
+    ActionReason,
     Lifecycle,
     Memory,
     NodeMemory,
@@ -68,7 +70,8 @@ class World:
         observed = observe(
             self.spec, self.inventory, self.reports, self.memory, self.now, self.drain_checks
         )
-        return observed, plan(self.spec, observed.views, observed.memory, self.now)
+        options = PlanOptions(capabilities=builders.capabilities(self.spec))
+        return observed, plan(self.spec, observed.views, observed.memory, self.now, options)
 
 
 def _minutes(draw: st.DrawFn, lo: int, hi: int) -> timedelta:
@@ -610,6 +613,9 @@ SICK_KINDS = ("fatal", "unhealthy", "silent", "offline")
 @dataclass
 class SimNode:
     instance: Instance
+    # offline: its agent's last report stays in the store, an hour old, and the cloud
+    # lists the instance stopped: evidence, so the silent node may be terminated
+    # (navarch.planner.silence; a silence the cloud does not confirm never terminates)
     kind: str = "healthy"  # healthy | fatal | unhealthy | silent | offline
     sequence: int = 100
     last: ReportSummary | None = None
@@ -638,7 +644,7 @@ class Sim:
     def reports(self) -> dict[str, ReportObservation]:
         out = {}
         for name, n in self.nodes.items():
-            if n.instance.state is not InstanceState.RUNNING or n.kind == "silent":
+            if n.instance.state is InstanceState.PENDING or n.kind == "silent":
                 continue
             pool = n.instance.pool or ""
             if n.kind != "offline" or n.last is None:
@@ -748,7 +754,12 @@ class Sim:
             nm = mem.node(a.node) or NodeMemory(a.node, a.pool, first_seen_at=now)
             mem = mem.with_node(
                 replace(
-                    nm, phase=Phase.CORDONED, phase_at=now, phase_reason=a.reason, repair=a.repair
+                    nm,
+                    phase=Phase.CORDONED,
+                    phase_at=now,
+                    phase_reason=a.reason,
+                    repair=a.repair,
+                    silent_cordon=a.action_reason is ActionReason.OFFLINE,
                 )
             )
             if a.repair:
@@ -809,6 +820,7 @@ def sick_sims(draw: st.DrawFn) -> Sim:
                 pool.name,
                 name,
                 launched_at=now - timedelta(hours=2),
+                state=InstanceState.STOPPED if kind == "offline" else InstanceState.RUNNING,
                 **_first_place(pool),
             )
             nodes[name] = SimNode(inst, kind)

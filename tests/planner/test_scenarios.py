@@ -19,7 +19,7 @@ A scenario file holds (times are RFC 3339, or relative to `now` like "-20m", "+1
                       streak_sequence, first_seen_at, report, and the remediation
                       ladder's fault {key, action, boot_id, sequence}, faults [[kind, time]],
                       rung, rung_fault, rung_at, return_streak, operator_cordon, diag {level,
-                      why, state, at, started_at, detail}, diag_cordon, impaired_since, impaired_cordon; pools: pool -> next_index,
+                      why, state, at, started_at, detail}, diag_cordon, impaired_since, impaired_cordon, silent_cordon; pools: pool -> next_index,
                       repairs, exhausted [{[provider], zone, instance_type, spot, until}], desired,
                       desired_from_target, scaled_at, host_faults [[host, key, time]],
                       settings {scheduler, playbooks, ssh, drain_timeout, stale_after,
@@ -56,6 +56,7 @@ import pytest
 import yaml
 
 from navarch.inventory import Instance
+from navarch.planner.context import PlanOptions
 from navarch.planner.model import (
     Diag,
     DiagState,
@@ -66,7 +67,7 @@ from navarch.planner.model import (
     ReportSummary,
 )
 from navarch.planner.observe import Observed, observe
-from navarch.planner.plan import PlanOptions, plan
+from navarch.planner.plan import plan
 from navarch.spec import FleetSpec
 
 SCENARIOS = Path(__file__).parent / "scenarios"
@@ -253,6 +254,7 @@ def build_inputs(doc: Mapping[str, Any], tmp_path: Path) -> Inputs:
     options = PlanOptions(
         pools=frozenset(opts.pop("pools")) if "pools" in opts else None,
         replace=frozenset(opts.pop("replace", ())),
+        capabilities=builders.capabilities(spec),
         **opts,
     )
     return Inputs(

@@ -156,7 +156,8 @@ def test_stalled_apply_whose_lease_is_taken_over_stops_and_exits_5(tmp_path):
 HELD_VERB = r"""
 import sys, time
 from pathlib import Path
-from navarch.reconcile import manual, run, uncordon
+from navarch.reconcile import run
+from navarch.reconcile.operator import manual, uncordon
 
 marker, go = Path(sys.argv[1]), Path(sys.argv[2])
 gather = run.gather

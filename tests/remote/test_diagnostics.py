@@ -273,7 +273,7 @@ def test_the_executor_starts_then_collects_and_records_the_diag(
         "return_requires_diag",
         instance_id="i-1",
         level=2,
-        why="return",
+        why=DiagWhy.RETURN,
         action_reason=ActionReason.DIAGNOSTICS,
     )
     executor = Executor(

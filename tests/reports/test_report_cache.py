@@ -8,11 +8,12 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from navarch import signing
+from navarch.health import Status
 from navarch.planner.model import Memory, NodeMemory
 from navarch.reconcile.report_cache import CacheMemo, ReportCache, report_cache_key
 from navarch.reconcile.reports import read_reports
 from navarch.stores.file import FileStore
+from tests.support.reports import health_report, signed_report_bytes
 
 SECRET = b"fleet-secret-for-tests"
 NOW = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
@@ -20,26 +21,15 @@ NODES = [f"demo-train-{n:04d}" for n in range(1, 6)]
 
 
 def _report(node: str, sequence: int, status: str = "healthy") -> bytes:
-    report = {
-        "schema_version": 2,
-        "fleet": "demo",
-        "pool": "train",
-        "node": node,
-        "instance_id": f"i-{node}",
-        "boot_id": "boot-a",
-        "agent_version": "0.1.0",
-        "sequence": sequence,
-        "generated_at": "2026-11-01T11:59:30Z",
-        "status": status,
-        "action": "none",
-        "health_score": 100 if status == "healthy" else 60,
-        "checks": [],
-        "gpus": [],
-        "xids": [],
-        "notice": None,
-    }
-    key = signing.derive_node_key(SECRET, "demo", node)
-    return json.dumps(signing.sign(report, key)).encode()
+    report = health_report(
+        node=node,
+        instance_id=f"i-{node}",
+        sequence=sequence,
+        status=Status(status),
+        health_score=100 if status == "healthy" else 60,
+        gpus=(),
+    )
+    return signed_report_bytes(report, SECRET)
 
 
 class CountingStore(FileStore):

@@ -4,6 +4,7 @@ navarch.policy.evaluate over each report with its pool's rule sets."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from navarch import signing
@@ -11,7 +12,7 @@ from navarch.planner.model import Memory
 from navarch.policy import compile_rule
 from navarch.reconcile.reports import read_reports, verify_report
 from navarch.stores.file import FileStore
-from tests.support.reports import xid79_report_doc
+from tests.support.reports import GPU0, xid79_report_doc
 
 SECRET = b"fleet-secret-for-tests"
 NOW = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
@@ -36,17 +37,7 @@ def _signed(report: dict) -> bytes:
 
 
 def _healthy(**over) -> dict:
-    gpus = [
-        {
-            "index": 0,
-            "uuid": "GPU-1",
-            "name": "NVIDIA H100 80GB HBM3",
-            "pci_bus_id": "0000:18:00",
-            "temperature_c": 88.0,
-            "utilization_pct": 40.0,
-            "process_count": 0,
-        }
-    ]
+    gpus = [replace(GPU0, temperature_c=88.0, process_count=0).to_json()]
     return _report(
         status="healthy", action="none", health_score=100, checks=[], xids=[], gpus=gpus, **over
     )

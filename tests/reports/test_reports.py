@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -10,30 +11,28 @@ import pytest
 from navarch import signing
 from navarch.errors import ReportRejected
 from navarch.health import FaultKey, Remedy, Status
+from navarch.health_report import ReportCheck
 from navarch.planner.model import Memory, NodeMemory, ReportSummary
 from navarch.reconcile.reports import MAX_REPORT_BYTES, read_reports, verify_report
 from navarch.stores.file import FileStore
-from tests.support.reports import GPU0, xid79_report_doc
+from tests.support.reports import GPU0, xid79_report_doc, xid_check
 
 SECRET = b"fleet-secret-for-tests"
 NOW = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 
 
+GPU1 = replace(
+    GPU0, index=1, uuid="GPU-2", pci_bus_id="0000:2a:00", utilization_pct=60.0, process_count=0
+)
+THERMAL = ReportCheck(
+    "temperature", Status.DEGRADED, Remedy.NONE, "GPU 2 at 88 C", 2, {}, FaultKey("thermal", 2)
+)
+
+
 def _report(**over) -> dict:
     """XID 79 latched on GPU 0, a degraded temperature check on GPU 2, two GPUs."""
-    gpu1 = {**GPU0, "index": 1, "uuid": "GPU-2", "pci_bus_id": "0000:2a:00"}
-    gpu1.update(utilization_pct=60.0, process_count=0)
-    checks = [
-        {
-            "name": "temperature",
-            "status": "degraded",
-            "action": "none",
-            "message": "GPU 2 at 88 C",
-            "gpu_index": 2,
-            "fault_key": {"kind": "thermal", "gpu_index": 2},
-        }
-    ]
-    return xid79_report_doc(**{"checks": checks, "gpus": [dict(GPU0), gpu1], **over})
+    checks = [THERMAL.to_json()]
+    return xid79_report_doc(**{"checks": checks, "gpus": [GPU0.to_json(), GPU1.to_json()], **over})
 
 
 def _signed(report: dict, node: str = "demo-train-0001") -> bytes:
@@ -62,16 +61,17 @@ def test_good_report_is_summarised():
 
 
 def test_a_lost_gpu_counts_as_running_no_process_so_its_node_can_drain():
-    lost_check = {
-        "name": "gpu_lost",
-        "status": "unhealthy",
-        "action": "reboot",
-        "message": "GPU 1 is lost (fallen off the bus / not responding)",
-        "gpu_index": 1,
-        "fault_key": {"kind": "gpu_lost", "gpu_index": 1},
-    }
-    idle = {**GPU0, "process_count": 0}
-    lost = {**GPU0, "index": 1, "uuid": "GPU-2", "process_count": None}
+    lost_check = ReportCheck(
+        "gpu_lost",
+        Status.UNHEALTHY,
+        Remedy.REBOOT,
+        "GPU 1 is lost (fallen off the bus / not responding)",
+        1,
+        {},
+        FaultKey("gpu_lost", 1),
+    ).to_json()
+    idle = replace(GPU0, process_count=0).to_json()
+    lost = replace(GPU0, index=1, uuid="GPU-2", process_count=None).to_json()
     s = _verify(_signed(_report(checks=[lost_check], gpus=[idle, lost])))
     assert s.process_count == 0
     # A GPU whose count is unknown for another reason still leaves the count unknown.
@@ -156,17 +156,12 @@ def test_schema_rejections_agree_with_the_jsonschema_package(change):
 
 
 def test_summary_fault_key_is_the_agents_structured_key_not_the_display_text():
-    xid_check = {
-        "name": "xid",
-        "status": "unhealthy",
-        "action": "reboot",
-        "gpu_index": 0,
-        "message": "anything at all: (GPU 7) no colon rules here",
-        "fault_key": {"kind": "xid:79", "gpu_index": 0},
-        "boots_seen": 2,
-        "first_seen": "2026-10-31T12:00:00.000Z",
-    }
-    report = _report(checks=[*_report()["checks"], xid_check])
+    check = replace(
+        xid_check("anything at all: (GPU 7) no colon rules here"),
+        boots_seen=2,
+        first_seen="2026-10-31T12:00:00.000Z",
+    )
+    report = _report(checks=[*_report()["checks"], check.to_json()])
     s = _verify(_signed(report))
     assert s.fault_key == FaultKey("xid:79", 0)
     assert s.status is Status.UNHEALTHY and s.action is Remedy.REBOOT

@@ -62,6 +62,19 @@ def test_store_outage_is_held_by_the_breaker_before_any_node_is_cordoned(
     assert failed(doc) == []
 
 
+def test_a_store_outage_terminates_no_node_on_any_seed() -> None:
+    # A 20-node fleet, 20 minutes without the store, on eight seeds: on some of them a
+    # node passes offline_after before the breaker opens (its last heartbeat fell due the
+    # moment the store went dark) and is cordoned. Its silence is all that says it is
+    # sick, so it is never terminated: it returns to service when it reports again.
+    scenario = load_scenario(HERE / "store-outage-20.yaml")
+    for seed in range(1, 9):
+        doc = simulate(scenario, seed=seed)
+        doc["asserts"] = check_asserts(doc, scenario.asserts)
+        assert doc["wrongful_terminations"] == 0, (seed, doc["wrongful_termination_causes"])
+        assert failed(doc) == [], seed
+
+
 def test_application_xid_storm_causes_nothing() -> None:
     doc = run(EXAMPLES / "app-xid-storm.yaml", duration_s=8 * 3600)
     assert doc["terminations"] == 0 and doc["actions"].get("cordon", 0) == 0

@@ -13,6 +13,7 @@ import json
 import logging
 import re
 import unicodedata
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -31,6 +32,7 @@ from navarch.status_page import render_status_page
 from navarch.stores.file import FileStore
 from navarch.textsafe import NODE_TEXT_MAX_CHARS, markdown_inline, node_text
 from tests.support.hostile import CORPUS, assert_plain, strings
+from tests.support.reports import XID79, report_doc, xid_check
 from tests.unattended.helpers import REPO, Recorder
 
 NOW = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
@@ -38,17 +40,14 @@ NOW = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 
 def hostile_report(text: str) -> dict[str, object]:
     """A report whose free text is `text` everywhere a node writes prose."""
-    return {
-        "sequence": 7,
-        "boot_id": "b-1",
-        "generated_at": "2026-11-01T11:59:00Z",
-        "status": "unhealthy",
-        "action": "replace",
-        "health_score": 10,
-        "checks": [{"name": "xid", "status": "unhealthy", "message": text, "gpu_index": 0}],
-        "xids": [{"code": 79, "message": text, "pci_bus_id": "0000:5d:00", "severity": "fatal"}],
-        "gpus": [],
-    }
+    return report_doc(
+        status="unhealthy",
+        action="replace",
+        health_score=10,
+        checks=[xid_check(text).to_json()],
+        xids=[replace(XID79, message=text, pci_bus_id="0000:5d:00").to_json()],
+        gpus=[],
+    )
 
 
 def hostile_plan(text: str) -> Plan:

@@ -24,6 +24,7 @@ from navarch.planner.model import (
     ActionKind,
     ActionReason,
     DiagState,
+    DiagWhy,
     Fault,
     Halt,
     Memory,
@@ -112,7 +113,7 @@ def test_ladder_events_reboot_reset_and_diagnostics() -> None:
         node,
         "return_requires_diag",
         level=2,
-        why="return",
+        why=DiagWhy.RETURN,
         action_reason=ActionReason.DIAGNOSTICS,
     )
     outcomes = [

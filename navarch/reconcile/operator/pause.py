@@ -15,15 +15,17 @@ acting on one node by name is what a pause makes room for.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 from navarch.actor import Actor
 from navarch.logs import new_run_id
-from navarch.planner.model import Pause, ts
+from navarch.planner.model import Pause
 from navarch.planner.pause import pause_message
-from navarch.reconcile.manual import verb_who
+from navarch.reconcile.operator.manual import verb_who
 from navarch.reconcile.run import Clock, Fleet, leased, system_clock
 from navarch.reconcile.state import AuditLog, default_holder, load_memory, save_memory
 from navarch.textsafe import operator_reason
+from navarch.timefmt import ts
 
 __all__ = ["PauseResult", "pause", "resume"]
 
@@ -37,6 +39,15 @@ class PauseResult:
     pause: Pause | None
     before: Pause | None
     message: str
+
+    def to_json(self) -> dict[str, Any]:
+        """{"paused": {"by", "at", "reason"} or null, "before": the same or null,
+        "message"} (times RFC 3339 UTC)."""
+
+        def doc(p: Pause | None) -> dict[str, Any] | None:
+            return None if p is None else {"by": p.by, "at": ts(p.at), "reason": p.reason}
+
+        return {"paused": doc(self.pause), "before": doc(self.before), "message": self.message}
 
 
 def _who() -> str:

@@ -19,6 +19,7 @@ from dataclasses import replace
 
 from navarch.actor import Actor, ActorKind
 from navarch.errors import NavarchError
+from navarch.health import Status
 from navarch.history import Trigger
 from navarch.logs import new_run_id
 from navarch.planner.model import (
@@ -31,7 +32,7 @@ from navarch.planner.model import (
     PoolMemory,
 )
 from navarch.reconcile.executor import Executor
-from navarch.reconcile.manual import lease_command
+from navarch.reconcile.operator.manual import lease_command
 from navarch.reconcile.run import Clock, Fleet, Snapshot, gather, leased, system_clock
 from navarch.reconcile.state import AuditLog, Lease, save_memory
 from navarch.spec import FleetSpec
@@ -120,7 +121,7 @@ def _rules_broken(
     s = view.summary
     if (
         s is None
-        or s.status != "healthy"
+        or s.status is not Status.HEALTHY
         or (view.report_age_s or 0) > spec.pool(nm.pool).health.stale_after_s
     ):
         state = "no report" if s is None else f"{s.status}, {view.report_age_s:.0f}s old"

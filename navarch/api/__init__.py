@@ -1,0 +1,118 @@
+"""navarch's supported Python surface and its one front door: every verb, reading or
+acting, as a function.
+
+    from navarch import api
+
+    fleet = api.load_fleet("fleet.yaml")
+    api.status(fleet).to_json()      # == `navarch status fleet.yaml --json`
+    api.plan(fleet).to_json()        # == `navarch plan fleet.yaml --json`
+    api.history(fleet, node="demo-train-0001").to_json()   # == `navarch history ... --json`
+    api.cordon(fleet, "demo-train-0002", "flaky NCCL", actor=me).to_json()
+
+Every function here is the one place its verb is carried out: the CLI (navarch.cli) and
+the MCP server (navarch.mcp_server) only parse, call these and render, so a script, an
+assistant and a person at a terminal get the same document and the same errors. Each
+returns a frozen value with `to_json()` (the CLI's `--json` form, valid against the
+schema in `schemas/` it names where it has one). Errors are the classes of navarch.errors
+(ConfigError for a bad fleet.yaml, LockHeld when another run holds the fleet's lease,
+LeaseLost, StalePlan, StoreError, ProviderError; all NavarchError).
+
+Rooms: navarch.api.results (the values), navarch.api.door (opening a fleet: the local
+secret rule), navarch.api.reading (validate, plan, status, history, ...),
+navarch.api.acting (apply, destroy, pause, resume, cordon, uncordon, reboot,
+force_unlock).
+
+Only the names in `__all__` are supported; every other module of the package is private
+and may change without notice. The planner never reads a clock: pass `now` (an aware UTC
+datetime) to ask about a moment, or leave it None for the current time. Acting verbs take
+`clock` (a callable returning now) and `actor` (navarch.actor: who acts, recorded in the
+audit log as `by`).
+"""
+
+from __future__ import annotations
+
+from navarch.api.acting import (
+    apply,
+    cordon,
+    destroy,
+    force_unlock,
+    pause,
+    reboot,
+    resume,
+    uncordon,
+)
+from navarch.api.door import load_fleet
+from navarch.api.reading import (
+    history,
+    plan,
+    status,
+    validate,
+    validate_text,
+)
+from navarch.api.results import (
+    ApplyResult,
+    CloudInit,
+    DestroyResult,
+    HistoryResult,
+    LoadedFleet,
+    PlanResult,
+    SavedPlan,
+    StatusPage,
+    StatusResult,
+    UnlockResult,
+    Validation,
+    VerbResult,
+)
+from navarch.planner.context import PlanOptions
+from navarch.planner.model import HaltRule, Lifecycle, Plan
+from navarch.reconcile.operator.pause import PauseResult
+
+__all__ = [
+    "ApplyResult",
+    "CloudInit",
+    "DestroyResult",
+    "HaltRule",
+    "HistoryResult",
+    "Lifecycle",
+    "LoadedFleet",
+    "PauseResult",
+    "Plan",
+    "PlanOptions",
+    "PlanResult",
+    "SavedPlan",
+    "StatusPage",
+    "StatusResult",
+    "UnlockResult",
+    "Validation",
+    "VerbResult",
+    "apply",
+    "cordon",
+    "destroy",
+    "force_unlock",
+    "history",
+    "load_fleet",
+    "pause",
+    "plan",
+    "reboot",
+    "resume",
+    "status",
+    "uncordon",
+    "validate",
+    "validate_text",
+]
+
+# Front-door helpers: what the CLI and the MCP server need beyond the supported verbs.
+# Not in __all__ and not supported for other callers; re-exported so that no front door
+# reaches past navarch.api into the reconciler or the planner.
+from navarch.api.acting import cordon_reason as cordon_reason  # noqa: E402
+from navarch.api.door import open_fleet as open_fleet  # noqa: E402
+from navarch.api.door import snapshot as snapshot  # noqa: E402
+from navarch.api.reading import DEFAULT_HISTORY_WINDOW_S as DEFAULT_HISTORY_WINDOW_S  # noqa: E402
+from navarch.api.reading import cloud_init as cloud_init  # noqa: E402
+from navarch.api.reading import node_instance as node_instance  # noqa: E402
+from navarch.api.reading import read_saved_plan as read_saved_plan  # noqa: E402
+from navarch.api.reading import stale_reason as stale_reason  # noqa: E402
+from navarch.api.reading import status_page as status_page  # noqa: E402
+from navarch.api.results import plan_actions_json as plan_actions_json  # noqa: E402
+from navarch.api.results import plan_text as plan_text  # noqa: E402
+from navarch.reconcile.collector import one_shot as one_shot  # noqa: E402

@@ -1,0 +1,125 @@
+"""`navarch mcp`, `navarch ssh` and `navarch simulate`: sessions beside the fleet rather
+than changes to it (an assistant's server, a shell on a node, a simulated fleet)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+from navarch.cli.plumbing import EXIT_OK, fleet_argument, node_parser
+from navarch.errors import ConfigError, NavarchError
+
+__all__ = ["register"]
+
+
+def cmd_mcp(args: argparse.Namespace) -> int:
+    """`navarch mcp FLEET [--allow-actions]`: serve the fleet to an MCP client over stdio
+    (navarch.mcp_server) until the client closes the pipe."""
+    from navarch.extras import import_extra
+
+    server = import_extra("navarch.mcp_server", "mcp", "navarch mcp")
+    server.serve(args.fleet, allow_actions=args.allow_actions, now=args.clock)
+    return EXIT_OK
+
+
+def cmd_ssh(args: argparse.Namespace) -> int:
+    """`navarch ssh FLEET NODE [-- CMD]`: OpenSSH to the node's address with its pool's
+    settings (navarch.remote.session); exits with ssh's own exit code."""
+    import shutil
+    import subprocess
+
+    from navarch import api
+    from navarch.extras import import_extra
+
+    # The pool's ssh settings are read by the playbook runner's module (fabric, paramiko):
+    # without the extra, one line says which to install.
+    SSHSettings = import_extra("navarch.remote.runner", "ssh", "navarch ssh").SSHSettings
+    from navarch.remote.session import ssh_argv
+
+    fleet = api.load_fleet(args.fleet)
+    inst = api.node_instance(fleet, args.node)
+    pool = fleet.spec.pool(inst.pool or "")
+    settings = SSHSettings.from_mapping(pool.ssh, base_dir=fleet.spec.base_dir, pool=pool.name)
+    command = list(args.remote_command)
+    if command[:1] == ["--"]:
+        command = command[1:]
+    argv = ssh_argv(settings, inst.address or "", command)
+    if shutil.which(argv[0]) is None:
+        raise NavarchError(
+            "no `ssh` client on PATH: install OpenSSH's client "
+            "(Debian: apt-get install openssh-client)"
+        )
+    sys.stdout.flush()
+    return subprocess.run(argv, check=False).returncode
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    """Simulate a scenario (or two with --compare) on the real planner; exit 1 when an
+    `assert:` line fails (docs/simulate.md)."""
+    from navarch.simulate.engine import check_asserts, simulate
+    from navarch.simulate.report import summary_rows, to_html, to_json
+    from navarch.simulate.scenario import load_scenario
+
+    # Every simulated node runs the real agent, whose logs are for journald on a machine
+    # (a first run without a state file warns, for each of a thousand nodes).
+    logging.getLogger("navarch.agent").setLevel(logging.ERROR)
+    paths = [args.scenario] + ([args.compare] if args.compare else [])
+    docs, texts, failed = [], [], False
+    seed = args.seed
+    for path in paths:
+        scenario = load_scenario(path)
+        seed = scenario.seed if seed is None else seed  # --compare: both on the same seed
+        doc = simulate(scenario, seed=seed)
+        try:
+            doc["asserts"] = check_asserts(doc, scenario.asserts)
+        except ValueError as exc:
+            raise ConfigError(
+                str(exc), file=str(path), key_path="assert", hint="e.g. availability >= 0.999"
+            ) from exc
+        docs.append(doc)
+        texts.append(Path(path).read_text())
+        print(f"scenario {doc['scenario']} (seed {doc['seed']})")
+        for key, value in summary_rows(doc):
+            print(f"  {key:28} {value}")
+        for a in doc["asserts"]:
+            failed = failed or not a["ok"]
+            print(f"  {'PASS' if a['ok'] else 'FAIL'} {a['assert']} (value {a['value']})")
+    if args.json:
+        out = docs[0] if len(docs) == 1 else {"runs": docs}
+        Path(args.json).write_text(to_json(out))
+    if args.html:
+        Path(args.html).write_text(to_html(docs, texts))
+    return 1 if failed else 0
+
+
+def register(sub: Any) -> None:
+    """Add mcp, ssh and simulate to navarch's subparsers."""
+    s = sub.add_parser("mcp", help="serve the fleet to an assistant: an MCP server on stdio")
+    fleet_argument(s)
+    s.add_argument(
+        "--allow-actions",
+        action="store_true",
+        help="also offer apply, cordon, uncordon and replace (audited with the "
+        "client's name); without it every tool only reads",
+    )
+    s.set_defaults(func=cmd_mcp)
+
+    s = node_parser(sub, "ssh", "open an SSH session to a node (its pool's ssh settings)")
+    s.add_argument(
+        "remote_command",
+        nargs=argparse.REMAINDER,
+        metavar="-- CMD",
+        help="run this command instead of a login shell",
+    )
+    s.set_defaults(func=cmd_ssh)
+
+    s = sub.add_parser("simulate", help="simulate a scenario on the real planner, virtual clock")
+    s.add_argument("scenario")
+    s.add_argument("--seed", type=int, default=None, help="override the scenario's seed")
+    s.add_argument("--json", default=None, help="write the result document here")
+    s.add_argument("--html", default=None, help="write a self-contained HTML report here")
+    s.add_argument("--compare", default=None, help="a second scenario, run on the same seed")
+    s.set_defaults(func=cmd_simulate)

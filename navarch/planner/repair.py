@@ -1,0 +1,363 @@
+"""The repair stages: nodes that leave service for a fault, and the ones already leaving.
+
+terminate (drain finished or timed out), redrain (cordoned, never drained), stuck
+(pending past provision_timeout), repair (cordon + drain what must be replaced, in
+RepairRank order, within the disruption budget and the repair rate limit), impaired
+(cordon only on the cloud's first impaired listing; uncordon when it clears) and watch
+(what is part-way to a decision). The ladder (navarch.planner.ladder) decides what
+happens to a drained node. Pure.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import replace
+
+from navarch.durations import format_duration_s
+from navarch.health import Status
+from navarch.planner.breaker import listed_impaired
+from navarch.planner.context import (
+    PoolContext,
+    Progress,
+    StageResult,
+    cordon_and_drain,
+    terminate_node,
+)
+from navarch.planner.context import iid as _iid
+from navarch.planner.model import (
+    SERVING,
+    Action,
+    ActionKind,
+    ActionReason,
+    Fault,
+    Halt,
+    HaltRule,
+    Lifecycle,
+    NodeView,
+)
+from navarch.planner.observe import fault_of
+
+
+class RepairRank(enum.IntEnum):
+    """The order repair_stage takes nodes in (lower first) and whether each counts as a
+    repair (toward safety.repairs_per_pool_per_hour). A preemption goes whatever the
+    budget; a maintenance notice is no fault, so it waits for the budget but not for the
+    rate limit; `apply --replace NODE` sits between offline and maintenance."""
+
+    PREEMPTION = 0
+    UNHEALTHY = 1
+    OFFLINE = 2
+    REQUESTED = 3  # `apply --replace NODE`
+    MAINTENANCE = 4
+
+    @property
+    def counts_as_repair(self) -> bool:
+        """True for ranks that count toward the hourly repair rate limit."""
+        return self in (RepairRank.UNHEALTHY, RepairRank.OFFLINE, RepairRank.REQUESTED)
+
+
+_RANK_OF = {
+    Lifecycle.PREEMPTING: RepairRank.PREEMPTION,
+    Lifecycle.UNHEALTHY: RepairRank.UNHEALTHY,
+    Lifecycle.OFFLINE: RepairRank.OFFLINE,
+    Lifecycle.MAINTENANCE: RepairRank.MAINTENANCE,
+}
+
+
+def terminate_stage(ctx: PoolContext, prog: Progress) -> StageResult:
+    """Re-issue terminations in progress; terminate draining nodes whose drain finished or
+    timed out (a breaker holds timed-out ones: their work may still be running)."""
+    h = ctx.pool.health
+    actions: list[Action] = []
+    halts: list[Halt] = []
+    pending: list[str] = []
+    for v in ctx.views:
+        if v.lifecycle is Lifecycle.TERMINATING:
+            actions.append(
+                terminate_node(
+                    ctx.pool.name,
+                    v,
+                    f"terminate still in progress ({v.reason})",
+                    ActionReason.TERMINATING,
+                )
+            )
+        elif v.lifecycle is Lifecycle.DRAINING and v.node not in prog.taken:
+            waited_s = (ctx.now - v.phase_at).total_seconds() if v.phase_at else 0.0
+            if v.drained:
+                why = "drain finished"
+            elif waited_s >= h.drain_timeout_s:
+                why = f"drain_timeout ({format_duration_s(h.drain_timeout_s)}) passed"
+            else:
+                pending.append(
+                    f"{v.node}: draining for {format_duration_s(waited_s)} "
+                    f"of {format_duration_s(h.drain_timeout_s)}"
+                )
+                continue
+            if ctx.frozen and not v.drained and v.node not in ctx.options.replace:
+                halts.append(
+                    Halt(
+                        ctx.pool.name, HaltRule.CIRCUIT_BREAKER, f"{v.node}: termination held back"
+                    )
+                )
+                continue
+            actions.append(
+                terminate_node(
+                    ctx.pool.name,
+                    v,
+                    f"{why}; {v.reason}",
+                    ActionReason.DRAIN_FINISHED if v.drained else ActionReason.DRAIN_TIMEOUT,
+                    backoff=v.summary is None,
+                )
+            )
+    return StageResult(prog, tuple(actions), tuple(halts), pending=tuple(pending))
+
+
+def redrain_stage(ctx: PoolContext, prog: Progress) -> StageResult:
+    """Start draining nodes that were cordoned but never drained (e.g. SSH failed)."""
+    return StageResult(
+        prog,
+        tuple(
+            Action(
+                ActionKind.DRAIN,
+                ctx.pool.name,
+                v.node,
+                v.reason,
+                action_reason=ActionReason.REDRAIN,
+            )
+            for v in ctx.views
+            if v.lifecycle is Lifecycle.CORDONED and not v.impaired_cordon
+        ),
+    )
+
+
+def impairment_cleared(v: NodeView) -> bool:
+    """Whether v was cordoned on a first impaired listing that has cleared (returned now)."""
+    return v.impaired_cordon and v.lifecycle is Lifecycle.CORDONED and not listed_impaired(v)
+
+
+#: What the impaired stage does to a node, and the reason code it does it with.
+_IMPAIRED_CODES = {
+    ActionKind.CORDON: ActionReason.IMPAIRED_FIRST_SEEN,
+    ActionKind.UNCORDON: ActionReason.IMPAIRMENT_CLEARED,
+}
+
+
+def _impaired_action(ctx: PoolContext, v: NodeView, kind: ActionKind) -> Action:
+    """The impaired stage's cordon or uncordon of v, its reason the view's."""
+    return Action(
+        kind,
+        ctx.pool.name,
+        v.node,
+        v.reason,
+        instance_id=_iid(v),
+        action_reason=_IMPAIRED_CODES[kind],
+    )
+
+
+def impaired_stage(ctx: PoolContext, prog: Progress) -> StageResult:
+    """Cordon (only) the serving nodes the cloud lists impaired for the first time, within
+    the disruption budget and never with the breaker open: no new work lands on a host
+    that is likely dead while a run IMPAIRED_AFTER_S later confirms it (the repair stage
+    then drains and replaces it; the count stage surges its replacement meanwhile).
+    Uncordon a node so cordoned whose listing cleared before it was confirmed: one status
+    check flap costs a cordon, never a termination (EC2 status checks run every minute:
+    "Status checks for your instances")."""
+    actions: list[Action] = []
+    halts: list[Halt] = []
+    pending: list[str] = []
+    budget, leaving = prog.budget, list(prog.leaving)
+    for v in ctx.views:
+        if v.node in prog.taken:  # the ladder took it (--replace)
+            continue
+        if v.impaired_cordon and v.lifecycle is Lifecycle.CORDONED:
+            if listed_impaired(v):
+                pending.append(f"{v.node}: {v.reason}")  # out of service; a later run decides
+            else:
+                actions.append(_impaired_action(ctx, v, ActionKind.UNCORDON))
+            continue
+        if (
+            v.lifecycle not in SERVING
+            or not listed_impaired(v)
+            or v.node in leaving
+            or ctx.frozen
+            or not ctx.pool.health.auto_replace
+        ):
+            continue
+        halt = _repair_halt(ctx, v.node, budget, prog.rate_left, repair=False)
+        if halt is not None:
+            halts.append(halt)
+            continue
+        budget -= 1
+        leaving.append(v.node)
+        actions.append(_impaired_action(ctx, v, ActionKind.CORDON))
+    return StageResult(
+        replace(prog, budget=budget, leaving=tuple(leaving)),
+        tuple(actions),
+        tuple(halts),
+        pending=tuple(pending),
+    )
+
+
+def stuck_stage(ctx: PoolContext, prog: Progress) -> StageResult:
+    """Terminate instances pending past provision_timeout (they never served: no cordon),
+    backing off their place like a capacity error so the next place is tried."""
+    stuck = [v for v in ctx.views if v.lifecycle is Lifecycle.STUCK and v.instance]
+    held = [v for v in stuck if ctx.frozen and v.node not in ctx.options.replace]
+    if held:
+        return StageResult(
+            prog,
+            halts=tuple(
+                Halt(
+                    ctx.pool.name,
+                    HaltRule.CIRCUIT_BREAKER,
+                    f"{v.node}: termination of a stuck instance held back",
+                )
+                for v in held
+            ),
+        )
+    avoid = frozenset(
+        (v.instance.provider, v.instance.zone, v.instance.instance_type, v.instance.spot)
+        for v in stuck
+        if v.instance
+    )
+    actions = tuple(
+        terminate_node(ctx.pool.name, v, v.reason, ActionReason.PROVISION_TIMEOUT, backoff=True)
+        for v in stuck
+    )
+    return StageResult(replace(prog, avoid=prog.avoid | avoid), actions)
+
+
+def _repair_rank(ctx: PoolContext, v: NodeView) -> RepairRank | None:
+    """The node's place in repair_stage's order, or None when it needs no replacement."""
+    if v.lifecycle in _RANK_OF:
+        return _RANK_OF[v.lifecycle]
+    if v.node in ctx.options.replace and v.lifecycle in SERVING:
+        return RepairRank.REQUESTED
+    return None
+
+
+_REPAIR_CODES = {
+    Lifecycle.PREEMPTING: ActionReason.PREEMPTION,
+    Lifecycle.OFFLINE: ActionReason.OFFLINE,
+    Lifecycle.MAINTENANCE: ActionReason.MAINTENANCE,
+}
+
+
+def _repair_code(v: NodeView, rank: RepairRank) -> ActionReason:
+    """The action_reason of a repair: what made the node leave."""
+    if rank is RepairRank.REQUESTED:
+        return ActionReason.REPLACE_REQUESTED
+    if v.impaired:
+        return ActionReason.INSTANCE_IMPAIRED
+    if v.lifecycle is Lifecycle.UNHEALTHY and v.summary is None:
+        return ActionReason.BOOT_TIMEOUT
+    return _REPAIR_CODES.get(v.lifecycle, ActionReason.UNHEALTHY)
+
+
+def repair_stage(ctx: PoolContext, prog: Progress) -> StageResult:
+    """Cordon + drain the nodes that must be replaced, within budget and rate limit.
+
+    Order: preemption, unhealthy (fatal first), offline, requested (--replace),
+    maintenance (soonest deadline first). A preemption goes whatever the budget; a
+    maintenance notice is no fault: it waits for the budget but not the rate limit. A node
+    named by `--replace` is the operator's explicit override of the circuit breaker and of
+    auto_replace: false, for that node only (budget and rate limit still apply).
+    """
+    h, pool = ctx.pool.health, ctx.pool
+    actions: list[Action] = []
+    halts: list[Halt] = []
+    pending: list[str] = []
+    budget, rate_left, leaving = prog.budget, prog.rate_left, list(prog.leaving)
+    for rank, v in _ranked_repairs(ctx):
+        repair = rank.counts_as_repair
+        requested = v.node in ctx.options.replace
+        if not h.auto_replace and not requested:
+            pending.append(f"{v.node}: {v.lifecycle.value} ({v.reason}); auto_replace is off")
+            continue
+        if v.lifecycle is not Lifecycle.PREEMPTING:
+            if ctx.frozen and not requested:
+                continue  # the circuit-breaker halt already says why
+            halt = _repair_halt(ctx, v.node, budget, rate_left, repair=repair)
+            if halt is not None:
+                halts.append(halt)
+                continue
+            budget -= 1
+            rate_left -= repair
+        leaving.append(v.node)
+        code = ActionReason.REPLACE_REQUESTED if requested else _repair_code(v, rank)
+        actions.extend(
+            cordon_and_drain(
+                pool.name,
+                v,
+                _repair_why(v, rank, requested),
+                code,
+                repair=repair,
+                fault=_repair_fault(v),
+            )
+        )
+    return StageResult(
+        replace(prog, budget=budget, rate_left=rate_left, leaving=tuple(leaving)),
+        tuple(actions),
+        tuple(halts),
+        pending=tuple(pending),
+    )
+
+
+def _ranked_repairs(ctx: PoolContext) -> list[tuple[RepairRank, NodeView]]:
+    """The nodes to replace with their rank, in the order repair_stage takes them."""
+    ranked = [(r, v) for v in ctx.views if (r := _repair_rank(ctx, v)) is not None]
+    ranked.sort(key=lambda rv: (rv[0], not rv[1].immediate, rv[1].deadline or ctx.now, rv[1].node))
+    return ranked
+
+
+def _repair_why(v: NodeView, rank: RepairRank, requested: bool) -> str:
+    """A repair's reason in words, saying first when --replace asked for it."""
+    if rank is RepairRank.REQUESTED:
+        return "replacement requested (--replace)"
+    return f"replacement requested (--replace); {v.reason}" if requested else v.reason
+
+
+def _repair_halt(
+    ctx: PoolContext, node: str, budget: int, rate_left: int, *, repair: bool
+) -> Halt | None:
+    """The disruption budget, or for a repair the repair rate limit, holding the cordon
+    back, if either does."""
+    pool, h = ctx.pool, ctx.pool.health
+    if budget <= 0:
+        return Halt(
+            pool.name,
+            HaltRule.DISRUPTION_BUDGET,
+            f"{node} waits: max_unavailable {h.max_unavailable_nodes(pool.target_nodes)} reached",
+        )
+    if repair and rate_left <= 0:
+        return Halt(
+            pool.name,
+            HaltRule.REPAIR_RATE_LIMIT,
+            f"{node} waits: {ctx.spec.safety.repairs_per_pool_per_hour} repairs in the last hour",
+        )
+    return None
+
+
+def _repair_fault(v: NodeView) -> Fault | None:
+    """The fault a repair's cordon answers: an unhealthy report's, never an impaired host's."""
+    s = v.summary
+    # A host the cloud calls impaired is replaced, not laddered: no in-place rung can
+    # fix the hardware under it, and its report (if any) predates the impairment.
+    if (
+        v.lifecycle is Lifecycle.UNHEALTHY
+        and s is not None
+        and s.status is Status.UNHEALTHY
+        and not v.impaired
+    ):
+        return fault_of(s)
+    return None
+
+
+def watch_stage(ctx: PoolContext, prog: Progress) -> StageResult:
+    """Nothing to do yet, but the world is part-way to a decision: say so (pending)."""
+    pending = tuple(
+        f"{v.node}: {v.reason}"
+        for v in ctx.views
+        if v.lifecycle is Lifecycle.DEGRADED and v.streak > 0
+    )
+    return StageResult(prog, pending=pending)

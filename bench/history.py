@@ -30,7 +30,7 @@ sys.path.insert(0, str(REPO))
 
 from navarch.history import read_history  # noqa: E402
 from navarch.planner.model import Memory, NodeMemory  # noqa: E402
-from navarch.reconcile.state import save_memory  # noqa: E402
+from navarch.reconcile.state import load_memory, save_memory  # noqa: E402
 from navarch.stores.file import FileStore  # noqa: E402
 
 FLEET = "demo"
@@ -110,7 +110,10 @@ def main() -> None:
         )
 
         t0 = time.perf_counter()
-        h = read_history(store, FLEET, since=NOW - timedelta(hours=24), until=NOW, node=node)
+        memory, _ = load_memory(store, FLEET)
+        h = read_history(
+            store, FLEET, memory, since=NOW - timedelta(hours=24), until=NOW, node=node
+        )
         query_s = time.perf_counter() - t0
         print(
             f"in process: {node}, 24 h: {len(h.events)} events from {h.chunks_read} chunks "

@@ -150,7 +150,8 @@ def floor(fleet_file: str) -> int:
     """List the machines, list the reports, read and verify every one -> reports accepted."""
     from datetime import UTC, datetime
 
-    from navarch.fleet_file import load_fleet, read_fleet_secret
+    from navarch.fleet_file import load_fleet
+    from navarch.fleet_secret import read_fleet_secret
     from navarch.providers import open_provider
     from navarch.reconcile.reports import _stored_at, verify_report
     from navarch.stores import open_store

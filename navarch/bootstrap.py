@@ -80,20 +80,11 @@ _METADATA_BY_PROVIDER_TYPE = {"aws": "aws", "gcp": "gcp", "azure": "azure"}
 
 @cache
 def _env() -> Any:
-    import jinja2
+    from navarch.templating import environment
 
-    from navarch.resources import data_dir
-
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(data_dir("templates"))),
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        autoescape=False,
+    return environment(
+        trim_blocks=True, keep_trailing_newline=True, filters={"shquote": shlex.quote}
     )
-    env.filters["shquote"] = shlex.quote
-    return env
 
 
 def _render(name: str, **values: Any) -> str:

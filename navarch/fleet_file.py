@@ -1,41 +1,42 @@
 """fleet.yaml -> FleetSpec: the loader of the desired state (navarch.spec holds the model).
 
-schemas/fleet.schema.json is the single source of truth for the file's shape and defaults;
-this module adds what a schema cannot say (min <= target <= max, a pool naming a provider
-that exists, autoscaling thresholds in order, offline_after >= stale_after), orders a pool's
-places (cheapest, or a navarch.placement plugin), and turns every problem into a
-ConfigError that names the file, the line, the key path and what to do. It also reads and
-creates the fleet secret file the spec points to (read_fleet_secret, ensure_local_secret):
-the secret is read by the run that needs it, never kept on the desired state.
+schemas/fleet.schema.json is the single source of truth for the file's shape and defaults
+(navarch.schemas loads it and words its errors); this module reads the YAML with the line
+of every key, adds what a schema cannot say (min <= target <= max, a pool naming a
+provider that exists, autoscaling thresholds in order, offline_after >= stale_after),
+orders a pool's places (cheapest, or a navarch.placement plugin), and turns every problem
+into a ConfigError that names the file, the line, the key path and what to do. The fleet
+secret the spec points to is read by the run that needs it (navarch.fleet_secret), never
+kept on the desired state.
 """
 
 from __future__ import annotations
 
-import copy
 import difflib
-import json
-import os
-import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from functools import cache
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import yaml
-from referencing import Registry, Resource
 
 from navarch import plugins
 from navarch.confine import Confinement
 from navarch.durations import parse_duration_s
 from navarch.errors import ConfigError, PluginError
+from navarch.fleet_secret import secret_path, secret_problems
 from navarch.health import Remedy
 from navarch.policy import REPORT_COST_MAX, Rule, compile_rule
-from navarch.redact import is_secret_path
 from navarch.remote.playbook import PlaybookKind, load_playbook_file
-from navarch.resources import data_dir
-from navarch.schema_text import describe, kind_of
+from navarch.schemas import (
+    apply_defaults,
+    dotted,
+    line_for,
+    load_schema,
+    schema_error,
+    validator_for,
+)
 from navarch.spec import (
     Autoscaling,
     Diagnostics,
@@ -53,159 +54,15 @@ from navarch.spec import (
     UpdateStrategy,
 )
 
-# --- the fleet secret ------------------------------------------------------------------
-
-
-def secret_path(spec: FleetSpec) -> Path | None:
-    """The secret file's path when the secret comes from a file, else None."""
-    if "file" in spec.secret:
-        path = Path(spec.secret["file"])
-        return path if path.is_absolute() else spec.base_dir / path
-    return None
-
-
-def read_fleet_secret(spec: FleetSpec) -> bytes:
-    """The fleet secret's bytes (surrounding whitespace stripped), from the environment
-    variable or file fleet.yaml's `secret:` names.
-
-    Raises ConfigError when the variable or file is missing or empty.
-    """
-    if "env" in spec.secret:
-        value = os.environ.get(spec.secret["env"], "").strip()
-        if not value:
-            raise ConfigError(
-                f"environment variable {spec.secret['env']} is empty or unset",
-                file=str(spec.source),
-                key_path="secret.env",
-                hint="export the fleet secret, e.g. from your CI secret store",
-            )
-        return value.encode()
-    path = secret_path(spec)
-    assert path is not None
-    try:
-        value = path.read_text().strip()
-    except OSError as exc:
-        raise ConfigError(
-            f"cannot read the fleet secret file {path}: {exc.strerror}",
-            file=str(spec.source),
-            key_path="secret.file",
-            hint="run `navarch apply` once on a file:// store to create it, or write one",
-        ) from exc
-    if not value:
-        raise _empty_secret(spec, path)
-    return value.encode()
-
-
-def _empty_secret(spec: FleetSpec, path: Path, line: int | None = None) -> ConfigError:
-    return ConfigError(
-        f"fleet secret file {path} is empty: every node's report signing key derives from it",
-        file=str(spec.source),
-        line=line,
-        key_path="secret.file",
-        hint="write the fleet's secret into it (e.g. `openssl rand -hex 32`), or delete it "
-        "and run `navarch apply` on a file:// store to create one",
-    )
-
-
-def secret_problems(spec: FleetSpec, line: int | None = None) -> list[ConfigError]:
-    """What `navarch validate` can tell about the fleet secret without needing it: a
-    secret file that exists but is empty or only whitespace (apply would stop on it; a
-    missing file is created by apply on a file:// store, and an environment variable is
-    often set only where apply runs). line: secret.file's line in the fleet file."""
-    path = secret_path(spec)
-    if path is None or not path.is_file():
-        return []
-    try:
-        empty = not path.read_bytes().strip()
-    except OSError:
-        return []  # unreadable here (another user's file): the run that needs it says so
-    return [_empty_secret(spec, path, line)] if empty else []
-
-
-def ensure_local_secret(spec: FleetSpec) -> None:
-    """Create the secret file (0600, 32 random bytes hex) if it is missing.
-
-    Only for file:// stores, where the reconciler and the local agents share one
-    machine; a cloud fleet's secret is provisioned by its operator.
-    """
-    path = secret_path(spec)
-    if path is None or path.exists() or not spec.store_url.startswith("file://"):
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(secrets.token_hex(32) + "\n")
-
-
-# --- schema loading -------------------------------------------------------------------
-
-
-@cache
-def _registry() -> Registry:
-    resources = []
-    root = data_dir("schemas")
-    for path in sorted(root.rglob("*.schema.json")):
-        doc = json.loads(path.read_text())
-        resources.append((doc["$id"], Resource.from_contents(doc)))
-    return Registry().with_resources(resources)
-
-
-@cache
-def load_schema(name: str) -> dict[str, Any]:
-    """Load schemas/<name> as a dict (e.g. "fleet.schema.json")."""
-    doc: dict[str, Any] = json.loads((data_dir("schemas") / name).read_text())
-    return doc
-
-
-def _whole_number(_checker: Any, instance: Any) -> bool:
-    return isinstance(instance, int) and not isinstance(instance, bool)
-
-
-#: Draft 2020-12 counts 3.0 as an integer (a number with a zero fractional part), but YAML
-#: and JSON load it as a float, which then reaches range() and list sizes as one: in our
-#: schemas "integer" means a whole number written without a decimal point.
-_StrictValidator: Any = jsonschema.validators.extend(
-    jsonschema.Draft202012Validator,
-    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine("integer", _whole_number),
-)
-
-
-@cache
-def validator_for(name: str) -> jsonschema.Draft202012Validator:
-    """A Draft 2020-12 validator for schemas/<name>, with cross-file $refs resolved.
-
-    Built once per schema and reused: the reconciler checks thousands of reports per run.
-    Local "#/$defs/..." references are inlined first (the schemas are not recursive), which
-    makes each validation about a third cheaper than resolving them on every use. Its
-    "integer" is strict: 3.0 is not one (see _StrictValidator).
-    """
-    validator: jsonschema.Draft202012Validator = _StrictValidator(
-        _inline_local_refs(load_schema(name)),
-        registry=_registry(),
-        format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER,
-    )
-    return validator
-
-
-def _inline_local_refs(schema: dict[str, Any]) -> dict[str, Any]:
-    defs = schema.get("$defs", {})
-
-    def walk(node: Any, depth: int = 0) -> Any:
-        if depth > 50:
-            raise ValueError("schema nests too deep to inline (is it recursive?)")
-        if isinstance(node, dict):
-            ref = node.get("$ref")
-            if isinstance(ref, str) and ref.startswith("#/$defs/") and "/" not in ref[8:]:
-                rest = {k: v for k, v in node.items() if k != "$ref"}
-                return walk({**defs[ref[8:]], **rest}, depth + 1)
-            return {k: walk(v, depth + 1) for k, v in node.items()}
-        if isinstance(node, list):
-            return [walk(v, depth + 1) for v in node]
-        return node
-
-    inlined: dict[str, Any] = walk(schema)
-    return inlined
-
+__all__ = [
+    "BUILTIN_SINKS",
+    "MAX_YAML_DEPTH",
+    "MAX_YAML_NODES",
+    "MIN_LOCK_TTL_S",
+    "fleet_problems",
+    "load_fleet",
+    "read_fleet_text",
+]
 
 # --- YAML with line numbers -------------------------------------------------------------
 
@@ -276,7 +133,7 @@ def _compose(text: str, filename: str) -> tuple[Any, dict[tuple[Any, ...], int]]
                         f"duplicate key {key!r}",
                         file=filename,
                         line=key_node.start_mark.line + 1,
-                        key_path=_dotted(path + (key,)),
+                        key_path=dotted(path + (key,)),
                         hint="keep one of them",
                     )
                 seen.add(key)
@@ -298,152 +155,16 @@ def _too_big(filename: str, line: int, path: tuple[Any, ...], *, deep: bool) -> 
             f"nests deeper than {MAX_YAML_DEPTH} levels",
             file=filename,
             line=line,
-            key_path=_dotted(path[:8]) + " ...",
+            key_path=dotted(path[:8]) + " ...",
             hint="a fleet file nests about ten levels; flatten it",
         )
     return ConfigError(
         f"expands to more than {MAX_YAML_NODES:,} YAML nodes (aliases of aliases?)",
         file=filename,
         line=line,
-        key_path=_dotted(path),
+        key_path=dotted(path),
         hint="write the values out, or use fewer nested aliases (*name)",
     )
-
-
-def _dotted(path: tuple[Any, ...] | list[Any]) -> str:
-    out = ""
-    for part in path:
-        out += f"[{part}]" if isinstance(part, int) else (("." if out else "") + str(part))
-    return out or "(top level)"
-
-
-def _line_for(lines: Mapping[tuple[Any, ...], int], path: tuple[Any, ...]) -> int | None:
-    while True:
-        if path in lines:
-            return lines[path]
-        if not path:
-            return None
-        path = path[:-1]
-
-
-# --- defaults --------------------------------------------------------------------------
-
-
-def _apply_defaults(instance: Any, schema: Mapping[str, Any], root: Mapping[str, Any]) -> None:
-    """Fill in `default` values of object properties, following local $refs."""
-    if "$ref" in schema and schema["$ref"].startswith("#/"):
-        target: Any = root
-        for part in schema["$ref"][2:].split("/"):
-            target = target[part]
-        _apply_defaults(instance, target, root)
-        return
-    if not isinstance(instance, dict):
-        return
-    for key, sub in schema.get("properties", {}).items():
-        if key not in instance and "default" in sub:
-            instance[key] = copy.deepcopy(sub["default"])
-        if key in instance:
-            _apply_defaults(instance[key], sub, root)
-    extra = schema.get("additionalProperties")
-    if isinstance(extra, dict):
-        for key, value in instance.items():
-            if key not in schema.get("properties", {}):
-                _apply_defaults(value, extra, root)
-
-
-def _float_for_integer(error: jsonschema.ValidationError) -> bool:
-    """A number with a decimal point where the schema wants a whole number (3.0)."""
-    wanted = error.validator_value if error.validator == "type" else ()
-    return isinstance(error.instance, float) and "integer" in (
-        [wanted] if isinstance(wanted, str) else list(wanted)
-    )
-
-
-def _hint_for(error: jsonschema.ValidationError) -> str:
-    if error.validator == "additionalProperties":
-        return "remove it, or check its spelling against schemas/fleet.schema.json"
-    if error.validator == "required":
-        return "add the missing key"
-    if _float_for_integer(error):
-        return "write a whole number without a decimal point: 3, not 3.0"
-    if error.validator == "maximum":
-        return f"use at most {error.validator_value:,}; see the key's description"
-    if error.validator in ("type", "enum", "const", "pattern", "oneOf"):
-        return "see the key's description in schemas/fleet.schema.json"
-    return "see schemas/fleet.schema.json"
-
-
-def _schema_error(
-    err: jsonschema.ValidationError, source: Path, lines: Mapping[tuple[Any, ...], int]
-) -> ConfigError:
-    """One schema error as a ConfigError (file, line, key path, hint)."""
-    err_path = tuple(err.absolute_path)
-    message = err.message
-    hint = _hint_for(err)
-    if err.validator == "additionalProperties":
-        allowed = set(err.schema.get("properties", {}))
-        unknown = sorted(set(err.instance) - allowed) if isinstance(err.instance, dict) else []
-        if unknown:
-            err_path = err_path + (unknown[0],)
-            message = f"unknown key {unknown[0]!r}"
-            near = difflib.get_close_matches(unknown[0], sorted(allowed), n=1, cutoff=0.6)
-            if near:
-                hint = f"did you mean `{near[0]}`?"
-    elif err.validator == "not" and "propertyNames" in err.schema_path:
-        # The only negated key pattern is the reserved navarch- prefix of labels.
-        err_path = err_path + (err.instance,)
-        message = (
-            f"key {err.instance!r} is reserved: navarch-* tags mark the instances "
-            "navarch owns, and a label of that name would disown them"
-        )
-        hint = "rename the label to a key that does not start with navarch-"
-    elif _float_for_integer(err):
-        message = f"{err.instance!r} is not a whole number"
-    elif err.validator in ("oneOf", "anyOf"):
-        # jsonschema's "is not valid under any of the given schemas" names no choice.
-        forms = [_form(alt, err.schema.get("$defs", {})) for alt in err.validator_value]
-        message = f"{err.instance!r} is none of the accepted forms: {'; or '.join(forms)}"
-    if is_secret_path(tuple(err.absolute_path)):  # an inline secret is never echoed
-        if err.validator in ("oneOf", "anyOf"):
-            message = message.replace(repr(err.instance), kind_of(err.instance), 1)
-        else:
-            message = describe(err)
-    return ConfigError(
-        message,
-        file=str(source),
-        line=_line_for(lines, err_path),
-        key_path=_dotted(err_path),
-        hint=hint,
-    )
-
-
-def _form(alt: Mapping[str, Any], defs: Mapping[str, Any]) -> str:
-    """One alternative of a oneOf/anyOf in words: "one of 1, 2, 3", "an integer >= 0",
-    "a string like 10%", "a mapping with key env"."""
-    if "const" in alt:
-        return json.dumps(alt["const"])
-    if "enum" in alt:
-        return "one of " + ", ".join(json.dumps(v) for v in alt["enum"])
-    if "$ref" in alt:
-        name = str(alt["$ref"]).rsplit("/", 1)[-1]
-        return {
-            "duration": "a duration like 90s, 5m, 1h",
-            "secretRef": "{env: VAR} or {file: PATH}",
-        }.get(name, name)
-    kind = alt.get("type")
-    if kind == "object":
-        keys = ", ".join(alt.get("required", ())) or "any keys"
-        return f"a mapping with key {keys}"
-    if kind == "integer":
-        low = alt.get("minimum")
-        return "an integer" + (f" >= {low}" if low is not None else "")
-    if kind == "string" and "pattern" in alt:
-        pattern = str(alt["pattern"])
-        examples = {"^[0-9]{1,3}%$": "a percentage like 25%", "^https?://": "an http(s) URL"}
-        return examples.get(pattern, f"a string matching {pattern}")
-    if kind == "null":
-        return "null"
-    return f"a {kind}" if kind else "see the schema"
 
 
 def read_fleet_text(source: Path) -> str:
@@ -495,8 +216,7 @@ def fleet_problems(path: str | Path, *, confine: Confinement | None = None) -> l
             )
         ]
     errors = [
-        _schema_error(e, source, lines)
-        for e in validator_for("fleet.schema.json").iter_errors(data)
+        schema_error(e, source, lines) for e in validator_for("fleet.schema.json").iter_errors(data)
     ]
     if errors:
         return sorted(errors, key=lambda e: (e.line or 0, e.key_path or ""))
@@ -504,16 +224,29 @@ def fleet_problems(path: str | Path, *, confine: Confinement | None = None) -> l
         spec = load_fleet(source)
     except ConfigError as exc:
         return [exc]
-    problems: list[ConfigError] = []
     if confine is None:
-        problems += secret_problems(spec, _line_for(lines, ("secret", "file")))
+        problems = secret_problems(spec, line_for(lines, ("secret", "file")))
     else:
         # A candidate's secret.file is never opened: even its emptiness would leak.
+        problems = []
         confine = confine.with_forbidden(secret_path(spec))
+    return problems + _playbook_problems(spec, source, lines, confine)
+
+
+def _playbook_problems(
+    spec: FleetSpec,
+    source: Path,
+    lines: Mapping[tuple[Any, ...], int],
+    confine: Confinement | None,
+) -> list[ConfigError]:
+    """Every pool playbook (pools.<pool>.playbooks.<kind>) that a candidate may not open,
+    whose file is missing, or that does not load, as a ConfigError naming the fleet file's
+    line (and the playbook's own error)."""
+    problems: list[ConfigError] = []
     for pool in spec.pools:
         for kind, rel in sorted(pool.playbooks.items()):
             key = ("pools", pool.name, "playbooks", kind)
-            line, key_path = _line_for(lines, key), _dotted(key)
+            line, key_path = line_for(lines, key), dotted(key)
             refused = confine.refusal(rel) if confine is not None else None
             if refused is not None:
                 problems.append(
@@ -578,9 +311,9 @@ def load_fleet(path: str | Path) -> FleetSpec:
         # '^[0-9]{1,3}%$'" for a key that also takes an integer): report the choice instead.
         while best.parent is not None and best.parent.validator in ("oneOf", "anyOf"):
             best = best.parent
-        raise _schema_error(best, source, lines)
+        raise schema_error(best, source, lines)
     schema = load_schema("fleet.schema.json")
-    _apply_defaults(data, schema, schema)
+    apply_defaults(data, schema, schema)
     return _build(data, source, lines)
 
 
@@ -599,8 +332,8 @@ def _rules(
             raise ConfigError(
                 f"two rules are named {r['name']!r}",
                 file=str(source),
-                line=_line_for(lines, path + (i, "name")),
-                key_path=_dotted(path + (i, "name")),
+                line=line_for(lines, path + (i, "name")),
+                key_path=dotted(path + (i, "name")),
                 hint="rename one",
             )
         seen.add(r["name"])
@@ -611,8 +344,8 @@ def _rules(
                 r["status"],
                 r.get("action", "none"),
                 file=str(source),
-                line=_line_for(lines, path + (i, "when")),
-                key_path=_dotted(path + (i, "when")),
+                line=line_for(lines, path + (i, "when")),
+                key_path=dotted(path + (i, "when")),
             )
         )
     return tuple(out)
@@ -655,8 +388,8 @@ def _build(data: dict[str, Any], source: Path, lines: Mapping[tuple[Any, ...], i
         return ConfigError(
             message,
             file=str(source),
-            line=_line_for(lines, path),
-            key_path=_dotted(path),
+            line=line_for(lines, path),
+            key_path=dotted(path),
             hint=hint,
         )
 

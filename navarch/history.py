@@ -31,7 +31,11 @@ from typing import Any
 import orjson
 
 from navarch.actor import Actor
+from navarch.health import Remedy
+from navarch.planner.model import Memory, Phase, ReportSummary
+from navarch.stores.base import ObjectStore
 from navarch.textsafe import plain
+from navarch.timefmt import ts
 from navarch.wording import counted
 
 HISTORY_FORMAT_VERSION = 1
@@ -47,7 +51,7 @@ class Trigger(enum.StrEnum):
     MCP = "mcp"  # a tool call of an MCP client (`navarch mcp`); `client` names it, `verb` the tool
 
 
-def report_ref(summary: Any) -> dict[str, Any] | None:
+def report_ref(summary: ReportSummary | None) -> dict[str, Any] | None:
     """The audit record's `report` field from a ReportSummary (None when there is none):
     {"sequence": int, "status": str, "boot_id": str}, the report an action was decided on."""
     if summary is None:
@@ -92,17 +96,17 @@ class HistoryEvent:
 
 @dataclass(frozen=True)
 class NodeNow:
-    """A node as the fleet's Memory holds it now: phase (what navarch is doing to it, a
-    Phase value, "none" while it serves), since when and why."""
+    """A node as the fleet's Memory holds it now: phase (what navarch is doing to it;
+    Phase.NONE while it serves), since when and why."""
 
     node: str
     pool: str
     instance_id: str | None
-    phase: str
+    phase: Phase
     phase_at: datetime | None
     phase_reason: str
     fault: str | None
-    rung: str
+    rung: Remedy | None
     operator_cordon: str
     report: ReportRef | None
 
@@ -214,7 +218,7 @@ def _about(e: HistoryEvent, node: str | None) -> bool:
 
 
 def read_events(
-    store: Any, fleet: str, since: datetime, until: datetime, node: str | None = None
+    store: ObjectStore, fleet: str, since: datetime, until: datetime, node: str | None = None
 ) -> tuple[tuple[HistoryEvent, ...], tuple[str, ...], int, int]:
     """Audit records of `fleet` within [since, until] (about `node` when given, including
     the provision of its replacement) -> (events oldest first, day prefixes listed, chunks
@@ -254,8 +258,8 @@ def read_events(
     return tuple(events), days, len(blobs), skipped
 
 
-def nodes_now(memory: Any, node: str | None = None) -> tuple[NodeNow, ...]:
-    """The nodes of `memory` (a planner Memory) as NodeNow, by name; only `node` when given."""
+def nodes_now(memory: Memory, node: str | None = None) -> tuple[NodeNow, ...]:
+    """The nodes of `memory` as NodeNow, by name; only `node` when given."""
     out = []
     for nm in memory.nodes:
         if node is not None and nm.node != node:
@@ -265,7 +269,7 @@ def nodes_now(memory: Any, node: str | None = None) -> tuple[NodeNow, ...]:
                 node=nm.node,
                 pool=nm.pool,
                 instance_id=nm.instance_id,
-                phase=str(nm.phase) or "none",
+                phase=nm.phase,
                 phase_at=nm.phase_at,
                 phase_reason=nm.phase_reason,
                 fault=nm.fault.key.format() if nm.fault is not None else None,
@@ -278,37 +282,38 @@ def nodes_now(memory: Any, node: str | None = None) -> tuple[NodeNow, ...]:
 
 
 def read_history(
-    store: Any,
+    store: ObjectStore,
     fleet: str,
+    memory: Memory,
     *,
     since: datetime,
     until: datetime,
     node: str | None = None,
-    memory: Any = None,
 ) -> History:
     """What happened in `fleet` (to `node` when given) within [since, until], aware UTC.
 
-    memory: the fleet's Memory (navarch.reconcile.state.load_memory), for the nodes' state
-    now; None reads it from the store (a missing state is an empty fleet).
-    Raises StoreError (store unreachable, state unreadable).
+    store: the fleet's ObjectStore. memory: the fleet's Memory as its caller read it
+    (navarch.reconcile.state.load_memory), for the nodes' state now.
+    Raises StoreError (store unreachable or unreadable).
     """
-    if memory is None:
-        from navarch.reconcile.state import load_memory
-
-        memory, _ = load_memory(store, fleet)
     events, days, chunks, skipped = read_events(store, fleet, since, until, node)
-    now = nodes_now(memory, node) if memory is not None else ()
-    return History(fleet, node, since, until, events, now, days, chunks, skipped)
+    return History(
+        fleet, node, since, until, events, nodes_now(memory, node), days, chunks, skipped
+    )
 
 
 def _ts(when: datetime | None) -> str | None:
-    from navarch.timefmt import ts
-
     return ts(when) if when is not None else None
 
 
 def _report_json(r: ReportRef | None) -> dict[str, Any] | None:
     return None if r is None else {"sequence": r.sequence, "status": r.status, "boot_id": r.boot_id}
+
+
+def _phase_name(phase: Phase) -> str:
+    """A phase as schemas/history.schema.json spells it: its value, and "none" for
+    Phase.NONE (whose value in Memory is the empty string)."""
+    return phase.value if phase is not Phase.NONE else "none"
 
 
 def history_to_json(h: History) -> dict[str, Any]:
@@ -349,11 +354,11 @@ def history_to_json(h: History) -> dict[str, Any]:
                 "node": n.node,
                 "pool": n.pool,
                 "instance_id": n.instance_id,
-                "phase": n.phase,
+                "phase": _phase_name(n.phase),
                 "phase_at": _ts(n.phase_at),
                 "phase_reason": n.phase_reason,
                 "fault": n.fault,
-                "rung": n.rung or None,
+                "rung": n.rung.value if n.rung is not None else None,
                 "operator_cordon": n.operator_cordon or None,
                 "report": _report_json(n.report),
             }
@@ -408,11 +413,11 @@ def render_history(h: History) -> str:
         if e.detail:
             lines.append(f"    -> {e.detail}")
     for n in h.nodes:
-        if n.phase == "none" and not n.operator_cordon and h.node is None:
+        if n.phase is Phase.NONE and not n.operator_cordon and h.node is None:
             continue
         state = (
             "serving (navarch is not acting on it)"
-            if n.phase == "none"
+            if n.phase is Phase.NONE
             else (
                 f"{n.phase} since {_ts(n.phase_at)}"
                 + (f": {n.phase_reason}" if n.phase_reason else "")

@@ -230,7 +230,7 @@ class _Served:
 
     def literals(self) -> tuple[str, ...]:
         """The fleet secret, when it can be read, to redact wherever it was written."""
-        from navarch.fleet_file import read_fleet_secret
+        from navarch.fleet_secret import read_fleet_secret
 
         try:
             return (read_fleet_secret(self.loaded.spec).decode(errors="replace"),)
@@ -413,7 +413,7 @@ def _reading_tools(server: MCPServer[Any], served: _Served) -> None:
     @server.tool(description=_VALIDATE_DESC, annotations=ro)
     @served.answer
     def validate_fleet(fleet_yaml: str) -> dict[str, Any]:
-        from navarch.fleet_file import secret_path
+        from navarch.fleet_secret import secret_path
 
         found = api.validate_text(
             fleet_yaml, beside=served.path, forbidden=(secret_path(loaded.spec),)

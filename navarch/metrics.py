@@ -36,7 +36,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 from prometheus_client import (
     CollectorRegistry,
@@ -49,6 +48,8 @@ from prometheus_client import Counter as PromCounter
 from prometheus_client.exposition import push_to_gateway, pushadd_to_gateway
 from prometheus_client.parser import text_string_to_metric_families
 
+from navarch.notify.dispatch import Delivery
+from navarch.outcome import ApplyResult
 from navarch.planner.model import HaltRule
 from navarch.spec import FleetSpec
 
@@ -64,16 +65,16 @@ LAST_SUCCESS = "navarch_last_success_timestamp_seconds"
 class RunFacts:
     """One apply as the metrics see it.
 
-    result: navarch.reconcile.run.ApplyResult or None (the apply raised). now: when it
-    ended (aware UTC). duration_s: its wall time. deliveries: navarch.notify.dispatch
-    Delivery tuples. last_success_s: the previous success's Unix time, carried over when
-    this run did not succeed (None: unknown).
+    result: what the apply did, or None (the apply raised). now: when it ended (aware
+    UTC). duration_s: its wall time. deliveries: one per notification sink that had
+    events. last_success_s: the previous success's Unix time, carried over when this run
+    did not succeed (None: unknown).
     """
 
-    result: Any | None
+    result: ApplyResult | None
     now: datetime
     duration_s: float
-    deliveries: Sequence[Any] = ()
+    deliveries: Sequence[Delivery] = ()
     last_success_s: float | None = None
 
     @property
@@ -129,7 +130,9 @@ def build_registry(spec: FleetSpec, facts: RunFacts) -> CollectorRegistry:
     return reg
 
 
-def _result_metrics(reg: CollectorRegistry, spec: FleetSpec, result: Any, now: datetime) -> None:
+def _result_metrics(
+    reg: CollectorRegistry, spec: FleetSpec, result: ApplyResult, now: datetime
+) -> None:
     fleet = spec.name
     plan, memory = result.plan, result.memory
     nodes = Gauge(

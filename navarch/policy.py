@@ -36,7 +36,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from typing import Any
 
@@ -70,7 +70,8 @@ __all__ = [
 class Rule:
     """One compiled rule. where: "file:line" of its `when` for messages ("" for built-ins).
     action: the remedy a user rule recommends for the fault (the ladder's floor, as the
-    catalogue's is); None for the built-in rules, which set a status only."""
+    catalogue's is); None for the built-in rules, which set a status only. builtin: one of
+    default_rules() (its name prefixed "builtin:" for people), not a fleet.yaml rule."""
 
     name: str
     when: str
@@ -80,6 +81,7 @@ class Rule:
     program: Any = field(default=None, compare=False, repr=False, hash=False)
     #: rule_cost(when): the most list elements one evaluation may visit (see rule_cost).
     cost: int = field(default=0, compare=False)
+    builtin: bool = False
 
     def test(self, context: Any) -> bool:
         """True when `when` holds on context (a report_context(), or a cel.Context built
@@ -107,16 +109,27 @@ class PolicyResult:
     """What the rules make of one report.
 
     status: the node's Status; action: the recommended Remedy (a user rule's, else the
-    report's: the catalogue's); rule: the matched rule names
-    (", "-joined, pool's first; built-in rules are prefixed "builtin:"), or None when the
-    agent's own status stood; error: "rule NAME: what raised" for every rule that raised on
-    this report ("; "-joined), or None.
+    report's: the catalogue's); matched: the rules that matched, the pool's first (a
+    built-in one when no fleet.yaml rule did), () when the agent's own status stood;
+    error: "rule NAME: what raised" for every rule that raised on this report
+    ("; "-joined), or None.
     """
 
     status: Status
     action: Remedy
-    rule: str | None
+    matched: tuple[Rule, ...] = ()
     error: str | None = None
+
+    @property
+    def user_rules(self) -> tuple[Rule, ...]:
+        """The matched rules that fleet.yaml declares (built-in ones left out)."""
+        return tuple(r for r in self.matched if not r.builtin)
+
+    @property
+    def rule(self) -> str | None:
+        """The matched rules' names as one line for people ("hot-gpu, reboot-it";
+        built-in ones read "builtin:..."), None when the agent's own status stood."""
+        return ", ".join(r.name for r in self.matched) or None
 
 
 # --- evaluation context ----------------------------------------------------------------
@@ -458,7 +471,7 @@ def _try_on_samples(site: _RuleSite, rule: Rule) -> None:
 
 
 def _builtin(name: str, when: str, status: str) -> Rule:
-    return compile_rule(f"builtin:{name}", when, status, None)
+    return replace(compile_rule(f"builtin:{name}", when, status, None), builtin=True)
 
 
 #: The built-in rules set a status only: which remedy a fault gets is the planner's ladder's
@@ -524,11 +537,11 @@ def evaluate(rule_sets: Sequence[Sequence[Rule]], report: Mapping[str, Any]) -> 
     error = "; ".join(errors) or None
     reported = _remedy(plain["action"])
     if not matches:
-        return PolicyResult(_status(plain["status"]), reported, None, error)
+        return PolicyResult(_status(plain["status"]), reported, (), error)
     status = Status.worst(m.status for m in matches)
     chosen = [m.action for m in matches if m.action is not None]
     action = Remedy.strongest(chosen) if chosen else reported
-    return PolicyResult(status, action, ", ".join(m.name for m in matches), error)
+    return PolicyResult(status, action, tuple(matches), error)
 
 
 def _status(value: Any) -> Status:

@@ -1,6 +1,6 @@
 """The desired state: FleetSpec and its parts, as navarch.fleet_file loads them from
 fleet.yaml. Plain frozen data: no I/O here (the fleet secret is read by the reconcile run,
-navarch.fleet_file.read_fleet_secret; this module holds only where it comes from).
+navarch.fleet_secret.read_fleet_secret; this module holds only where it comes from).
 """
 
 from __future__ import annotations

@@ -21,9 +21,9 @@ from typing import Any
 from navarch.durations import format_duration_s
 from navarch.errors import StoreError
 from navarch.planner.model import HaltRule, Memory, NodeView, Plan
-from navarch.resources import data_dir
 from navarch.spec import FleetSpec
 from navarch.stores.base import ObjectStore
+from navarch.templating import environment
 from navarch.textsafe import plain
 from navarch.timefmt import ts
 
@@ -94,17 +94,12 @@ def recent_events(
 
 @cache
 def _template() -> Any:
-    import jinja2
-
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(data_dir("templates"))),
-        undefined=jinja2.StrictUndefined,
+    env = environment(
         autoescape=True,
         # Every value shown may quote a node: no control or invisible character reaches
         # the page, whatever path the text took to get here (autoescape handles HTML).
         finalize=lambda value: plain(value) if isinstance(value, str) else value,
         trim_blocks=True,
-        lstrip_blocks=True,
     )
     return env.get_template("status.html.j2")
 

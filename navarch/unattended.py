@@ -4,7 +4,7 @@ CLI's apply and the notifier, metrics, status page, JSON logs and progress bar.
 Sequence of one apply:
   run_apply(..., after_apply=side.after_apply)  notifications, under the lease (the
                                                 notifier state is written by CAS)
-  side.finish(result | None, error | None)      metrics textfile, pushgateway, status page
+  side.finish(side.run, error | None)          metrics textfile, pushgateway, status page
   side.summary(...)                             the final one-line summary (JSON logs)
 
 Nothing here changes the apply's exit code: every failure is logged and counted.
@@ -17,11 +17,16 @@ import time
 from collections.abc import Callable
 from contextlib import ExitStack
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from navarch import logs
 from navarch.errors import LockHeld, NavarchError
 from navarch.wording import counted
+
+if TYPE_CHECKING:
+    from navarch.notify.dispatch import Delivery
+    from navarch.outcome import ApplyResult, Outcome
+    from navarch.planner.model import Plan
 
 log = logging.getLogger("navarch.run")
 
@@ -49,15 +54,17 @@ class Unattended:
         self.pools = pools
         self.show_progress = progress
         self.started = time.monotonic()
-        self.deliveries: tuple[Any, ...] = ()
+        self.deliveries: tuple[Delivery, ...] = ()
+        #: What the apply did, as after_apply was handed it (None until then, or when it raised).
+        self.run: ApplyResult | None = None
         self._stack = ExitStack()
         self._bar: Any = None
 
     # -- during the run -----------------------------------------------------------------
-    def confirm(self, inner: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    def confirm(self, inner: Callable[[Plan], bool]) -> Callable[[Plan], bool]:
         """Wrap a confirm callback: once the plan is accepted, start the progress bar."""
 
-        def run(plan: Any) -> bool:
+        def run(plan: Plan) -> bool:
             ok = inner(plan)
             if ok:
                 self._bar = self._stack.enter_context(
@@ -67,10 +74,10 @@ class Unattended:
 
         return run
 
-    def outcome(self, inner: Callable[[Any], None]) -> Callable[[Any], None]:
+    def outcome(self, inner: Callable[[Outcome], None]) -> Callable[[Outcome], None]:
         """Wrap the per-outcome printer: also a log record (JSON logs) and a progress step."""
 
-        def run(outcome: Any) -> None:
+        def run(outcome: Outcome) -> None:
             inner(outcome)
             a = outcome.action
             log.info(
@@ -96,10 +103,12 @@ class Unattended:
         self._stack.close()
         self._bar = None
 
-    def after_apply(self, result: Any | None, error: NavarchError | None) -> None:
-        """run_apply's after_apply hook: send notifications (never raises)."""
+    def after_apply(self, result: ApplyResult | None, error: NavarchError | None) -> None:
+        """run_apply's after_apply hook: send notifications (never raises); remembers the
+        result (self.run) for finish() and summary()."""
         from navarch.notify.dispatch import notify_run
 
+        self.run = result
         self.close()
         self.deliveries = notify_run(
             self.fleet.spec,
@@ -112,7 +121,7 @@ class Unattended:
         )
 
     # -- after the run ------------------------------------------------------------------
-    def finish(self, result: Any | None, error: BaseException | None) -> None:
+    def finish(self, result: ApplyResult | None, error: BaseException | None) -> None:
         """Metrics (textfile, pushgateway) and the status page; failures are logged. A run
         that found the lease held did nothing: the run holding it reports."""
         self.close()
@@ -157,7 +166,7 @@ class Unattended:
             except NavarchError as exc:
                 log.warning("cannot write the status page: %s", exc)
 
-    def summary(self, result: Any | None, exit_code: int) -> None:
+    def summary(self, result: ApplyResult | None, exit_code: int) -> None:
         """The final one-line summary (a JSON line with --log-format json)."""
         outcomes = result.outcomes if result is not None else ()
         failed = sum(1 for o in outcomes if not o.ok)

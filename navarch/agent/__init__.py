@@ -6,9 +6,13 @@ Public API::
     load_config(path) -> AgentConfig      # YAML, raises ConfigError
     run_once(config, *, now=None) -> dict # one run; returns the signed report
 
-Modules: config, gpu (backends seam + fake), nvml (nvidia-ml-py), kernel_log (XID
-parser/readers), checks (pure checks), state (state file), notices (cloud metadata),
-runner (one run), templates (cloud-init + systemd units), cli (argparse subcommands).
+Modules: config (agent.yaml), runner (one run), watch (a long-running agent), checks
+(pure checks, a gpud-style table) and plugin_checks (navarch.checks entry points), gpu
+(backends seam + fake) and nvml (nvidia-ml-py), kernel_log (XID parser/readers), host (all
+of a run's node-local I/O, one seam), notices (cloud metadata), state (what one run hands the
+next), store (its own stdlib object-store client), metrics (its Prometheus textfile),
+bundle (the zipapp nodes run), install (systemd units), cli (the `navarch agent`
+subcommands). The cloud-init and systemd templates are rendered by navarch.bootstrap.
 """
 
 from __future__ import annotations

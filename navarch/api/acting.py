@@ -26,11 +26,11 @@ from navarch.api.results import (
 from navarch.errors import NavarchError
 
 if TYPE_CHECKING:
+    from navarch.outcome import ApplyResult as RunResult
+    from navarch.outcome import Outcome
     from navarch.planner.context import PlanOptions
     from navarch.planner.model import Plan
-    from navarch.reconcile.handlers import Outcome
     from navarch.reconcile.operator.pause import PauseResult
-    from navarch.reconcile.run import ApplyResult as RunResult
     from navarch.reconcile.run import Fleet
 
 Clock = Callable[[], datetime]

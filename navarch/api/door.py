@@ -62,7 +62,7 @@ def open_fleet(fleet: LoadedFleet | str | Path, *, acting: bool) -> Fleet:
     first; a read creates nothing (see the module docstring). Raises ConfigError,
     ProviderError.
     """
-    from navarch.fleet_file import ensure_local_secret, secret_path
+    from navarch.fleet_secret import ensure_local_secret, secret_path
     from navarch.reconcile.run import Fleet
 
     spec = loaded(fleet).spec

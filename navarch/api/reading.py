@@ -153,6 +153,7 @@ def history(
     """
     from navarch.durations import window_start
     from navarch.history import read_history
+    from navarch.reconcile.state import load_memory
     from navarch.stores import open_store
 
     spec = loaded(fleet).spec
@@ -161,7 +162,10 @@ def history(
         since = timedelta(seconds=DEFAULT_HISTORY_WINDOW_S)
     start = window_start(since, until)
     store = open_store(spec.store_url, base_dir=spec.base_dir)
-    return HistoryResult(read_history(store, spec.name, since=start, until=until, node=node))
+    memory, _ = load_memory(store, spec.name)
+    return HistoryResult(
+        read_history(store, spec.name, memory, since=start, until=until, node=node)
+    )
 
 
 def node_instance(fleet: LoadedFleet | str | Path, node: str) -> Instance:
@@ -214,7 +218,7 @@ def _check_saved_plan(doc: dict[str, Any], path: str) -> None:
     taken or anything launched."""
     import jsonschema
 
-    from navarch.fleet_file import validator_for
+    from navarch.schemas import validator_for
 
     errors = list(validator_for("plan.schema.json").iter_errors(doc))
     if errors:
@@ -282,7 +286,7 @@ def cloud_init(
     """
     from navarch.agent.bundle import build_bundle
     from navarch.bootstrap import BundleSource, render_cloud_init
-    from navarch.fleet_file import read_fleet_secret
+    from navarch.fleet_secret import read_fleet_secret
     from navarch.planner.capacity import node_name
     from navarch.reconcile.publish import AgentDelivery
     from navarch.signing import derive_node_key

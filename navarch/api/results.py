@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from navarch.history import History
+    from navarch.outcome import Outcome
     from navarch.planner.model import Memory, Plan
-    from navarch.reconcile.handlers import Outcome
     from navarch.reconcile.status import FleetStatus
     from navarch.spec import FleetSpec
 

@@ -140,9 +140,9 @@ def cmd_apply(args: argparse.Namespace) -> int:
     if not result.applied:
         print("Apply cancelled.")
         return EXIT_ERROR
-    side.finish(result, None)
+    side.finish(side.run, None)
     code = _apply_exit(result, _replace(args))
-    side.summary(result, code)
+    side.summary(side.run, code)
     return code
 
 

@@ -14,7 +14,6 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from navarch.errors import NavarchError
 from navarch.notify.events import (
@@ -26,7 +25,8 @@ from navarch.notify.events import (
 )
 from navarch.notify.sinks import accepts, open_sink
 from navarch.notify.state import NotifyState, commit, load_state, transition
-from navarch.spec import FleetSpec
+from navarch.outcome import ApplyResult
+from navarch.spec import FleetSpec, SinkSpec
 from navarch.stores.base import ObjectStore
 from navarch.wording import counted
 
@@ -47,11 +47,11 @@ class Delivery:
 
 
 def run_events(
-    spec: FleetSpec, result: Any | None, error: BaseException | None, run_id: str
+    spec: FleetSpec, result: ApplyResult | None, error: BaseException | None, run_id: str
 ) -> tuple[tuple[Event, ...], dict[str, Event], bool]:
     """(one-off events, this run's conditions, complete) from an ApplyResult or an error.
 
-    result: navarch.reconcile.run.ApplyResult (plan + outcomes) or None when the apply
+    result: the run's plan and outcomes, or None when the apply
     raised `error`. complete: the run saw every pool's halts (it finished).
     """
     if result is not None:
@@ -76,7 +76,7 @@ def notify_run(
     *,
     now: datetime,
     run_id: str,
-    result: Any | None = None,
+    result: ApplyResult | None = None,
     error: BaseException | None = None,
     pools: frozenset[str] | None = None,
 ) -> tuple[Delivery, ...]:
@@ -113,7 +113,7 @@ def _deliver(spec: FleetSpec, events: tuple[Event, ...]) -> tuple[Delivery, ...]
     if not jobs:
         return ()
 
-    def one(job: tuple[int, Any, tuple[Event, ...]]) -> Delivery:
+    def one(job: tuple[int, SinkSpec, tuple[Event, ...]]) -> Delivery:
         index, sink_spec, mine = job
         try:
             sent = open_sink(sink_spec, spec.base_dir, index).send(mine)

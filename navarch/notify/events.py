@@ -26,10 +26,10 @@ import enum
 import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
-from navarch.errors import AuthError, LeaseLost, QuotaError
-from navarch.planner.model import ActionKind, Fault, HaltRule, Plan
+from navarch.errors import AuthError, CapacityError, LeaseLost, QuotaError
+from navarch.outcome import Outcome
+from navarch.planner.model import Action, ActionKind, DiagState, Fault, HaltRule, Plan
 from navarch.textsafe import plain
 
 
@@ -241,18 +241,16 @@ _ACTION_EVENTS: dict[ActionKind, tuple[EventKind, str]] = {
 }
 
 
-def _action_event(fleet: str, run_id: str, outcome: object) -> Event | None:
-    """One outcome (navarch.reconcile.executor.Outcome) -> its event, or None."""
-    a = outcome.action  # type: ignore[attr-defined]
-    ok: bool = outcome.ok  # type: ignore[attr-defined]
-    detail: str = outcome.detail  # type: ignore[attr-defined]
-    if not ok:
+def _action_event(fleet: str, run_id: str, outcome: Outcome) -> Event | None:
+    """One successful action's outcome -> its event, or None."""
+    a, detail = outcome.action, outcome.detail
+    if not outcome.ok:
         return None  # a condition: outcome_conditions
     ids = {"instance_id": a.instance_id, "reason": a.reason}
     if a.kind is ActionKind.PROVISION:
         return _provision_event(fleet, run_id, a, detail)
     if a.kind is ActionKind.DIAGNOSE:
-        return _diag_event(fleet, run_id, a, detail, getattr(outcome, "diag", None), ids)
+        return _diag_event(fleet, run_id, a, detail, outcome.diag, ids)
     row = _ACTION_EVENTS.get(a.kind)
     if row is None:
         return None  # scale and tag updates are routine
@@ -271,7 +269,7 @@ def _action_event(fleet: str, run_id: str, outcome: object) -> Event | None:
     )
 
 
-def _provision_event(fleet: str, run_id: str, a: Any, detail: str) -> Event:
+def _provision_event(fleet: str, run_id: str, a: Action, detail: str) -> Event:
     """A provisioned node's event, naming the node it replaces, if any."""
     why = f" to replace {a.replaces}" if a.replaces else ""
     return make(
@@ -287,25 +285,38 @@ def _provision_event(fleet: str, run_id: str, a: Any, detail: str) -> Event:
 
 
 def _diag_event(
-    fleet: str, run_id: str, a: Any, detail: str, state: str | None, ids: dict[str, Any]
+    fleet: str,
+    run_id: str,
+    a: Action,
+    detail: str,
+    state: DiagState | None,
+    ids: dict[str, str | None],
 ) -> Event | None:
-    """A diagnostics verdict (state: the outcome's DiagState value); none while it only
-    started or still runs (a later run collects it), or when the outcome carries none."""
-    if state in (None, "running"):
+    """A diagnostics verdict (state: the outcome's); none while it only started or still
+    runs (a later run collects it), or when the outcome carries none."""
+    if state is None or state is DiagState.RUNNING:
         return None
-    kind = EventKind.NODE_DIAG_FAILED if state == "fail" else EventKind.NODE_DIAGNOSED
+    kind = EventKind.NODE_DIAG_FAILED if state is DiagState.FAIL else EventKind.NODE_DIAGNOSED
     return make(
-        kind, fleet, a.pool, a.node, f"{a.node}: {detail}", run_id, diag=state, level=a.level, **ids
+        kind,
+        fleet,
+        a.pool,
+        a.node,
+        f"{a.node}: {detail}",
+        run_id,
+        diag=state.value,
+        level=a.level,
+        **ids,
     )
 
 
-def outcome_events(fleet: str, run_id: str, outcomes: Iterable[object]) -> tuple[Event, ...]:
+def outcome_events(fleet: str, run_id: str, outcomes: Iterable[Outcome]) -> tuple[Event, ...]:
     """One-off events of the applied actions, in outcome order (a terminate after a drain
     also yields drain_finished or drain_timed_out before node_terminated)."""
     out: list[Event] = []
     for o in outcomes:
-        a = o.action  # type: ignore[attr-defined]
-        if o.ok and a.kind is ActionKind.TERMINATE:  # type: ignore[attr-defined]
+        a = o.action
+        if o.ok and a.kind is ActionKind.TERMINATE:
             ids = {"instance_id": a.instance_id, "reason": a.reason}
             if a.reason.startswith("drain finished"):
                 out.append(
@@ -361,29 +372,29 @@ def plan_conditions(plan: Plan, run_id: str = "") -> dict[str, Event]:
     return out
 
 
-def outcome_conditions(fleet: str, run_id: str, outcomes: Iterable[object]) -> dict[str, Event]:
+def outcome_conditions(fleet: str, run_id: str, outcomes: Iterable[Outcome]) -> dict[str, Event]:
     """Conditions from failed actions -> {condition key: Event}: auth and quota failures
     and a provision with no capacity anywhere (per pool), any other failure per node and
     action kind (action_failed)."""
-    kinds = {
-        "AuthError": EventKind.AUTH_FAILURE,
-        "QuotaError": EventKind.QUOTA_FAILURE,
-        "CapacityError": EventKind.CAPACITY_EXHAUSTED,
+    # By the exception's own class, as the audit log's `error` names it.
+    kinds: dict[type[BaseException], EventKind] = {
+        AuthError: EventKind.AUTH_FAILURE,
+        QuotaError: EventKind.QUOTA_FAILURE,
+        CapacityError: EventKind.CAPACITY_EXHAUSTED,
     }
     out: dict[str, Event] = {}
     for o in outcomes:
-        if o.ok:  # type: ignore[attr-defined]
+        if o.ok:
             continue
-        a = o.action  # type: ignore[attr-defined]
-        error = getattr(o, "error", None)
-        kind = kinds.get(error or "")
+        a, error = o.action, o.error
+        kind = kinds.get(type(o.exc)) if o.exc is not None else None
         if kind is None:
             e = make(
                 EventKind.ACTION_FAILED,
                 fleet,
                 a.pool,
                 a.node,
-                f"{a.kind.value} {a.node or a.pool} failed: {o.detail}",  # type: ignore[attr-defined]
+                f"{a.kind.value} {a.node or a.pool} failed: {o.detail}",
                 run_id,
                 action=a.kind.value,
                 error=error,
@@ -396,7 +407,7 @@ def outcome_conditions(fleet: str, run_id: str, outcomes: Iterable[object]) -> d
             fleet,
             a.pool,
             None,
-            f"{a.pool}: {a.kind.value} {a.node}: {o.detail}",  # type: ignore[attr-defined]
+            f"{a.pool}: {a.kind.value} {a.node}: {o.detail}",
             run_id,
             action=a.kind.value,
         )

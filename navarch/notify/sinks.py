@@ -42,8 +42,8 @@ from urllib3.util.retry import Retry
 
 from navarch.errors import ConfigError, NotifyError, PluginError
 from navarch.notify.events import SEVERITY, Event, EventKind, Severity
-from navarch.resources import data_dir
 from navarch.spec import SinkSpec
+from navarch.templating import environment
 from navarch.textsafe import node_text, slack_mrkdwn
 from navarch.wording import counted
 
@@ -245,16 +245,7 @@ def _slack_value(value: object) -> str:
 
 @cache
 def _slack_template() -> Any:
-    import jinja2
-
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(data_dir("templates"))),
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=False,
-        autoescape=False,
-        finalize=_slack_value,
-    )
-    return env.get_template("notify-slack.txt.j2")
+    return environment(finalize=_slack_value).get_template("notify-slack.txt.j2")
 
 
 class SlackSink:

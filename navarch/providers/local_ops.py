@@ -93,7 +93,7 @@ def tick(
     ConfigError when the fleet secret cannot be read.
     """
     from navarch.agent import AgentConfig, run_once
-    from navarch.fleet_file import read_fleet_secret
+    from navarch.fleet_secret import read_fleet_secret
     from navarch.stores import open_store
 
     secret = read_fleet_secret(spec)

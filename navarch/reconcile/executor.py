@@ -43,39 +43,29 @@ from navarch.actor import Actor, ActorKind
 from navarch.errors import LeaseLost, NavarchError
 from navarch.history import Trigger, report_ref
 from navarch.inventory import Instance
+from navarch.outcome import Outcome
 from navarch.planner.model import Action, ActionKind, Memory, Plan
 from navarch.providers.base import Provider
 from navarch.reconcile.handlers import (
-    BACKOFF_BASE_S,
-    BACKOFF_MAX_S,
     Diagnoser,
     DiagRunner,
     GpuResetter,
     Handlers,
-    Outcome,
-    OutcomeKind,
     PlaybookRunner,
-    Update,
-    backoff_s,
-    same,
 )
 from navarch.reconcile.state import AuditLog
+from navarch.reconcile.updates import Update, same
 from navarch.spec import FleetSpec, PoolSpec, Scheduler
 from navarch.timefmt import ts
 
 __all__ = [
-    "BACKOFF_BASE_S",
-    "BACKOFF_MAX_S",
     "DEFAULT_MAX_PARALLEL",
     "DiagRunner",
     "Diagnoser",
     "Executor",
     "GpuResetter",
     "JournalPolicy",
-    "Outcome",
-    "OutcomeKind",
     "PlaybookRunner",
-    "backoff_s",
 ]
 
 #: What a worker hands back per action: the action, its outcome and its Memory update.

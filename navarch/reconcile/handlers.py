@@ -14,40 +14,24 @@ again), PERMANENT (credentials, quota, configuration, a bug: it fails again unti
 acts), REFUSED (the node is not in the phase the action needs) or SKIPPED (an earlier
 action of the node's chain failed this run), carrying the exception when there is one.
 
-Capacity failover (DESIGN.md safety rule 6): a provision action carries its places in the
-pool's order; a CapacityError marks that place exhausted with a backoff (10 min, doubling
-per consecutive failure, at most 1 h) and the next place is tried. Fallover stops only for
-a reason: a PlacementError (the type is not offered in that zone) is remembered like
-capacity, saying why, and the next place is tried; a LaunchSpent (EC2 replayed a launch id
-whose instance is gone) tries the next place (its own launch id) and moves the pool's next
-node index past the node, so the next run uses a new name and launch id. QuotaError ends
-the pool's provisioning for this run, AuthError the provider's, TransientError (and any
-other error) the action's.
+Provisioning, with its fail-over over zones and instance types and the capacity backoff,
+is navarch.reconcile.provisioning's.
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
-from enum import StrEnum
+from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Protocol, runtime_checkable
 
-from navarch import signing
 from navarch.errors import (
-    AuthError,
-    CapacityError,
-    LaunchSpent,
-    PlacementError,
     ProviderError,
-    QuotaError,
     RemoteError,
-    StoreUnavailable,
-    TransientError,
 )
 from navarch.health import Remedy
-from navarch.inventory import TAG_SPEC, Instance, launch_id, ownership_tags
+from navarch.inventory import Instance
+from navarch.outcome import Outcome, OutcomeKind
 from navarch.planner.model import (
     Action,
     ActionKind,
@@ -55,54 +39,18 @@ from navarch.planner.model import (
     Diag,
     DiagState,
     DiagWhy,
-    Exhausted,
     Fault,
     Memory,
     NodeMemory,
     Phase,
-    Place,
     PoolMemory,
 )
 from navarch.planner.retired import retired_pool
-from navarch.providers.base import Provider, ProvisionRequest
+from navarch.providers.base import Provider
+from navarch.reconcile.provisioning import Provisioner
+from navarch.reconcile.updates import Update, chain, same, set_node
 from navarch.spec import FleetSpec, PoolSpec, Scheduler
-from navarch.textsafe import node_text, plain
-
-BACKOFF_BASE_S = 600
-BACKOFF_MAX_S = 3600
-
-#: A change to the run's Memory, folded by the engine's one folding thread.
-Update = Callable[[Memory], Memory]
-
-
-def same(memory: Memory) -> Memory:
-    """The Update that changes nothing (the engine journals only after other ones)."""
-    return memory
-
-
-def _past_node(pool: str, node: str) -> Update:
-    """Raise the pool's next_index past `node` (<fleet>-<pool>-<nnnn>): its name and launch
-    ids are spent, the next provision must use a new name."""
-    index = int(node.rsplit("-", 1)[1])
-
-    def update(memory: Memory) -> Memory:
-        pm = memory.pool(pool)
-        return memory.with_pool(replace(pm, next_index=max(pm.next_index, index + 1)))
-
-    return update
-
-
-def _chain(*updates: Update) -> Update:
-    def run(memory: Memory) -> Memory:
-        for u in updates:
-            memory = u(memory)
-        return memory
-
-    return run
-
-
-def _set_node(nm: NodeMemory) -> Update:
-    return lambda memory: memory.with_node(nm)
+from navarch.textsafe import node_text
 
 
 def _with_fault(nm: NodeMemory, fault: Fault | None, now: datetime, keep_s: int) -> NodeMemory:
@@ -182,98 +130,6 @@ class PlaybookRunner(Protocol):
     ) -> tuple[bool, str]: ...
 
 
-class OutcomeKind(StrEnum):
-    """How an action ended, named for what happens next (kopf's temporary and permanent
-    errors). Serialised by value in the audit log."""
-
-    #: Done.
-    OK = "ok"
-    #: Failed for now (throttling, a 5xx, no capacity anywhere, an SSH step): the next run
-    #: observes again and plans it again.
-    TRANSIENT = "transient"
-    #: Fails again until a human changes something (credentials, quota, configuration, a
-    #: bug in a provider or plugin).
-    PERMANENT = "permanent"
-    #: The executor declined to run it: the node is not in the phase the action needs, or
-    #: there is no instance or runner to act on.
-    REFUSED = "refused"
-    #: Not run because an earlier action of the node's chain failed this run.
-    SKIPPED = "skipped"
-
-
-#: Errors that say "the same call may succeed later"; every other exception is permanent.
-TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
-    TransientError,
-    CapacityError,
-    PlacementError,
-    LaunchSpent,
-    RemoteError,
-    StoreUnavailable,
-)
-
-
-def kind_of(exc: BaseException) -> OutcomeKind:
-    """TRANSIENT for TRANSIENT_ERRORS (retried by the next run), PERMANENT otherwise."""
-    return OutcomeKind.TRANSIENT if isinstance(exc, TRANSIENT_ERRORS) else OutcomeKind.PERMANENT
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What happened to one action: its kind, one line of detail for people, and the
-    exception it failed with (None for a success and for failures without one, e.g. a
-    refusal). diag: a DIAGNOSE's DiagState value (running, pass, fail, unavailable, error),
-    None for other actions."""
-
-    action: Action
-    kind: OutcomeKind
-    detail: str
-    exc: BaseException | None = None
-    diag: str | None = None
-
-    def __post_init__(self) -> None:
-        # A detail often quotes a node (a playbook's output tail, a diagnostic's verdict):
-        # made plain here, every renderer, sink and the audit log get visible one-line text.
-        object.__setattr__(self, "detail", plain(self.detail))
-
-    @property
-    def ok(self) -> bool:
-        """True for OutcomeKind.OK."""
-        return self.kind is OutcomeKind.OK
-
-    @property
-    def error(self) -> str | None:
-        """The audit log's error name: the exception's class name, else the kind of a
-        failure that has no exception, None for a success."""
-        if self.exc is not None:
-            return type(self.exc).__name__
-        return None if self.ok else self.kind.value
-
-    @classmethod
-    def done(cls, action: Action, detail: str, *, diag: str | None = None) -> Outcome:
-        """A success."""
-        return cls(action, OutcomeKind.OK, detail, diag=diag)
-
-    @classmethod
-    def failed(cls, action: Action, exc: BaseException, detail: str | None = None) -> Outcome:
-        """A failure with its exception; kind from kind_of(exc); detail defaults to str(exc)."""
-        return cls(action, kind_of(exc), str(exc) if detail is None else detail, exc)
-
-    @classmethod
-    def refused(cls, action: Action, detail: str) -> Outcome:
-        """The executor declined to run the action (see OutcomeKind.REFUSED)."""
-        return cls(action, OutcomeKind.REFUSED, detail)
-
-    @classmethod
-    def skipped(cls, action: Action, detail: str) -> Outcome:
-        """An earlier action of the chain failed (see OutcomeKind.SKIPPED)."""
-        return cls(action, OutcomeKind.SKIPPED, detail)
-
-
-def backoff_s(failures: int) -> int:
-    """Capacity backoff for a place after `failures` consecutive capacity errors."""
-    return min(BACKOFF_BASE_S * (1 << max(failures - 1, 0)), BACKOFF_MAX_S)
-
-
 class Handlers:
     """The per-run state the handlers share, and the handlers themselves (HANDLERS maps
     each ActionKind to one). Built by the engine; see Executor for the arguments.
@@ -298,16 +154,16 @@ class Handlers:
         self.providers = providers
         self.instances = instances  # node -> Instance, from this run's inventory
         self.by_id = {i.instance_id: i for i in inventory or ()}  # every instance listed
-        self.launched = frozenset(i.launch_id for i in inventory or () if i.launch_id)
-        self.fresh_inventory = inventory is not None
         self.clock = clock
         self.playbooks = playbooks
-        self.user_data = user_data
-        self.fleet_secret = fleet_secret
-        self._mutex = threading.Lock()
-        # Bars met this run: provider -> its AuthError; (pool, provider) -> its QuotaError.
-        self._dead_providers: dict[str, AuthError] = {}
-        self._quota_pools: dict[tuple[str, str], QuotaError] = {}
+        self.provisioner = Provisioner(
+            spec,
+            providers,
+            inventory=inventory,
+            clock=clock,
+            user_data=user_data,
+            fleet_secret=fleet_secret,
+        )
 
     def run(self, a: Action, memory: Memory) -> tuple[Outcome, Update]:
         """Run one action: its handler from HANDLERS."""
@@ -330,182 +186,8 @@ class Handlers:
         return Outcome.done(a, f"desired {a.desired}"), update
 
     def _provision(self, a: Action, memory: Memory) -> tuple[Outcome, Update]:
-        """Launch the node in the first place that takes it, trying the action's places in
-        order (zone, then type, then placement). Capacity and placement errors
-        back that place off and go on; a quota or auth error bars that provider for the
-        rest of the run (the action ends there when the pool has one placement)."""
-        pool = self.spec.pool(a.pool)
-        assert a.node is not None
-        multi = len(pool.placed()) > 1
-        tried: list[str] = []
-        not_offered = 0  # places of `tried` that failed for another reason than capacity
-        updates: list[Update] = []
-        barred: tuple[QuotaError | AuthError, str] | None = None  # a bar: error, message
-        barred_places = 0  # places of `tried` skipped for a bar
-        no_capacity: CapacityError | None = None  # the last place's "no capacity"
-        refusal: PlacementError | LaunchSpent | None = None  # the last "cannot take it"
-        for place in a.places:
-            provider = pool.placed()[place.placement].provider
-            bar = self._barred(a.pool, provider)
-            if bar is None:
-                try:
-                    inst = self._launch(a, pool, place, provider)
-                except (CapacityError, PlacementError) as exc:
-                    updates.append(
-                        self._exhausted(
-                            a.pool, place.zone, place.instance_type, place.spot, provider
-                        )
-                    )
-                    offered = isinstance(exc, CapacityError)
-                    if isinstance(exc, CapacityError):
-                        no_capacity = exc
-                    else:
-                        refusal = exc
-                    tried.append(f"{place.label()}: {'' if offered else 'not offered here: '}{exc}")
-                    not_offered += not offered
-                    continue
-                except LaunchSpent as exc:
-                    refusal = exc
-                    updates.append(_past_node(a.pool, a.node))
-                    tried.append(f"{place.label()}: launch id spent: {exc}")
-                    not_offered += 1
-                    continue
-                except (QuotaError, AuthError) as exc:
-                    bar = self._bar(a.pool, provider, exc)
-                except ProviderError as exc:
-                    return Outcome.failed(a, exc, f"{place.label()}: {exc}"), _chain(*updates)
-                else:
-                    return self._launched(a, pool, place, inst, tried, not_offered, updates)
-            barred = barred or bar
-            if not multi:
-                break
-            tried.append(f"{place.label()}: {bar[1]}")
-            barred_places += 1
-        if barred is not None and (not multi or barred_places == len(tried)):
-            return Outcome.failed(a, barred[0], barred[1]), _chain(*updates)
-        if not_offered and refusal is not None:
-            return (
-                Outcome.failed(a, refusal, "no place could take it: " + "; ".join(tried)),
-                _chain(*updates),
-            )
-        full = no_capacity or CapacityError("the pool has no place to launch in", scope="zone")
-        return Outcome.failed(a, full, "no capacity: " + "; ".join(tried)), _chain(*updates)
-
-    def _barred(self, pool: str, provider: str) -> tuple[QuotaError | AuthError, str] | None:
-        """(error, message) when this run already met an auth error on the provider or a
-        quota error for the pool on it; None when launches may go on."""
-        with self._mutex:
-            dead = self._dead_providers.get(provider)
-            quota = self._quota_pools.get((pool, provider))
-        if dead is not None:
-            return dead, f"provider {provider}: {dead}"
-        if quota is not None:
-            return quota, f"quota: {quota}"
-        return None
-
-    def _bar(
-        self, pool: str, provider: str, exc: QuotaError | AuthError
-    ) -> tuple[QuotaError | AuthError, str]:
-        """Remember a quota error (for the pool on that provider) or an auth error (for
-        the provider) for the rest of the run -> (error, message)."""
-        with self._mutex:
-            if isinstance(exc, QuotaError):
-                self._quota_pools[(pool, provider)] = exc
-                return exc, f"quota: {exc}"
-            self._dead_providers[provider] = exc
-            return exc, f"auth: {exc}"
-
-    def _launch(self, a: Action, pool: PoolSpec, place: Place, provider: str) -> Instance:
-        """One launch request in one place (tags, launch id, user-data of that placement)."""
-        assert a.node is not None
-        user_data = ""
-        if self.user_data is not None and self.fleet_secret is not None:
-            key = signing.derive_node_key(self.fleet_secret, self.spec.name, a.node)
-            user_data = self.user_data(pool, a.node, key, provider)
-        lid = launch_id(self.spec.name, a.node, place.attempt)
-        tags = {
-            **dict(pool.labels),
-            **ownership_tags(self.spec.name, pool.name, a.node, lid),
-            TAG_SPEC: pool.launch_hash(place.placement),
-        }
-        request = ProvisionRequest(
-            fleet=self.spec.name,
-            pool=pool.name,
-            node=a.node,
-            zone=place.zone,
-            instance_type=place.instance_type,
-            spot=place.spot,
-            launch_id=lid,
-            attempt=place.attempt,
-            tags=tags,
-            user_data=user_data,
-            options=pool.placed()[place.placement].options,
-            known_absent=self.fresh_inventory and lid not in self.launched,
-        )
-        return self.providers[provider].provision(request)
-
-    def _launched(
-        self,
-        a: Action,
-        pool: PoolSpec,
-        place: Place,
-        inst: Instance,
-        tried: list[str],
-        not_offered: int,
-        updates: list[Update],
-    ) -> tuple[Outcome, Update]:
-        """The outcome of a launch that took, and its Memory update (the node with its
-        launch settings; the place's backoff cleared; next_index raised)."""
-        assert a.node is not None
-        index = int(a.node.rsplit("-", 1)[1])
-        nm = NodeMemory(
-            node=a.node,
-            pool=a.pool,
-            instance_id=inst.instance_id,
-            first_seen_at=self.clock(),
-            launch=pool.launch_settings(place.placement),
-        )
-        here = (inst.provider, place.zone, place.instance_type, place.spot)
-
-        def launched(m: Memory) -> Memory:
-            pm = m.pool(a.pool)
-            pm = replace(
-                pm,
-                next_index=max(pm.next_index, index + 1),
-                exhausted=tuple(
-                    e for e in pm.exhausted if (e.provider, e.zone, e.instance_type, e.spot) != here
-                ),
-            )
-            return m.with_pool(pm).with_node(nm)
-
-        why = "without capacity" if not not_offered else "that could not take it"
-        where = place.label() + (f" after {Place.count(len(tried))} {why}" if tried else "")
-        return Outcome.done(a, f"{inst.instance_id} in {where}"), _chain(*updates, launched)
-
-    def _exhausted(self, pool: str, zone: str, itype: str, spot: bool, provider: str) -> Update:
-        """Back off one place (provider, zone, type, spot): 10 min, doubling per failure."""
-        now = self.clock()
-
-        def update(memory: Memory) -> Memory:
-            pm = memory.pool(pool)
-            key = (provider, zone, itype, spot)
-            prev = next(
-                (e for e in pm.exhausted if (e.provider, e.zone, e.instance_type, e.spot) == key),
-                None,
-            )
-            failures = prev.failures + 1 if prev else 1
-            entry = Exhausted(
-                zone,
-                itype,
-                spot,
-                now + timedelta(seconds=backoff_s(failures)),
-                failures,
-                provider=provider,
-            )
-            rest = tuple(e for e in pm.exhausted if e is not prev)
-            return memory.with_pool(replace(pm, exhausted=rest + (entry,)))
-
-        return update
+        """Launch the node in the first place that takes it (navarch.reconcile.provisioning)."""
+        return self.provisioner.provision(a)
 
     def _node_memory(self, a: Action, memory: Memory) -> NodeMemory:
         assert a.node is not None
@@ -623,7 +305,7 @@ class Handlers:
         if not ran.ok:
             return ran, same
         nm = replace(nm, phase=Phase.DRAINING, phase_at=self.clock())
-        return Outcome.done(a, ran.detail or "drain started"), _set_node(nm)
+        return Outcome.done(a, ran.detail or "drain started"), set_node(nm)
 
     def instance(self, a: Action) -> Instance | None:
         """The action's instance: by its instance id when the plan names one (a duplicate's
@@ -643,7 +325,9 @@ class Handlers:
         except ProviderError as exc:
             return Outcome.failed(a, exc), same
         backoff = (
-            self._exhausted(a.pool, inst.zone, inst.instance_type, inst.spot, inst.provider)
+            self.provisioner.exhausted(
+                a.pool, inst.zone, inst.instance_type, inst.spot, inst.provider
+            )
             if a.backoff
             else same
         )
@@ -660,7 +344,7 @@ class Handlers:
         lemon = self._lemon(a.pool, inst.instance_id, inst.host_id) if a.lemon else same
         return (
             Outcome.done(a, f"terminated {inst.instance_id}"),
-            _chain(backoff, lemon, _set_node(nm)),
+            chain(backoff, lemon, set_node(nm)),
         )
 
     @staticmethod
@@ -817,7 +501,7 @@ class Handlers:
         # diagnosis is a verdict the planner acts on.
         kind = OutcomeKind.TRANSIENT if diag.state is DiagState.ERROR else OutcomeKind.OK
         text = f"dcgmi diag -r {level}: {diag.state.value}" + (f": {detail}" if detail else "")
-        return Outcome(a, kind, text, diag=diag.state.value), _set_node(nm)
+        return Outcome(a, kind, text, diag=diag.state), set_node(nm)
 
     def _update_tags(self, a: Action, memory: Memory) -> tuple[Outcome, Update]:
         inst = self.instance(a)
@@ -847,7 +531,7 @@ class Handlers:
             impaired_cordon=False,
             silent_cordon=False,
         )
-        return ran, _set_node(nm)
+        return ran, set_node(nm)
 
     #: ActionKind -> handler(self, action, memory) -> (Outcome, Update). A new kind adds
     HANDLERS: Mapping[ActionKind, Callable[[Handlers, Action, Memory], tuple[Outcome, Update]]] = {

@@ -193,20 +193,17 @@ def render_markdown(plan: Plan) -> str:
     after escaping, and past MD_POOLS_MAX pools, MD_ACTIONS_MAX actions (MD_ACTIONS_PER_POOL
     in a pool) and MD_LINES_MAX halts, notes or pending lines an "and N more" line counts
     the rest. Raises jinja2.UndefinedError on a template bug."""
-    import jinja2
+    from navarch.templating import environment
 
-    from navarch.resources import data_dir
-
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(data_dir("templates"))),
-        undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        keep_trailing_newline=True,
-    )
     # Plan text quotes node reports: each expression is escaped for where it stands.
-    env.filters["code_line"] = lambda t: _cut(markdown_code_line(t))
-    env.filters["md"] = lambda t: _cut(markdown_inline(t))
+    env = environment(
+        trim_blocks=True,
+        keep_trailing_newline=True,
+        filters={
+            "code_line": lambda t: _cut(markdown_code_line(t)),
+            "md": lambda t: _cut(markdown_inline(t)),
+        },
+    )
     sections, more_pools, more_pool_actions = _md_sections(plan)
     if plan.actions:
         summary = summary_line(plan)

@@ -61,7 +61,6 @@ from typing import Any
 
 from navarch import signing
 from navarch.errors import NotFound, ReportRejected
-from navarch.fleet_file import load_schema
 from navarch.health import FaultKey, Remedy, Status
 from navarch.health_report import (
     RejectReason,
@@ -74,6 +73,7 @@ from navarch.planner.model import Memory, NodeMemory, NodeView, ReportObservatio
 from navarch.policy import Rule, evaluate
 from navarch.reconcile.report_cache import ReportCache, rules_digest
 from navarch.reconcile.state import health_prefix
+from navarch.schemas import load_schema
 from navarch.stores.base import ObjectInfo, ObjectStore, parallel_map
 from navarch.textsafe import node_text
 from navarch.timefmt import parse_ts, required_ts
@@ -116,7 +116,7 @@ def _policy(
     result = evaluate(rule_sets, report)
     if result.error is not None:
         return status, action, [f"policy error: {result.error}"], None
-    user = [n for n in (result.rule or "").split(", ") if n and not n.startswith("builtin:")]
+    user = [r.name for r in result.user_rules]
     if not user:
         return result.status, result.action, [], None
     first = [f"rule {', '.join(user)}: {result.status.value}, action {result.action.value}"]

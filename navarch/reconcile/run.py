@@ -20,10 +20,11 @@ from typing import Any
 
 from navarch.actor import Actor, ActorKind
 from navarch.errors import ConfigError, NavarchError, ProviderError, StalePlan
-from navarch.fleet_file import read_fleet_secret
+from navarch.fleet_secret import read_fleet_secret
 from navarch.health import Remedy
 from navarch.history import Trigger
 from navarch.inventory import Instance, fingerprint
+from navarch.outcome import ApplyResult, Outcome
 from navarch.planner.context import PlanOptions
 from navarch.planner.model import Memory, Phase, Plan, ReportObservation
 from navarch.planner.observe import Observed, observe
@@ -34,7 +35,7 @@ from navarch.providers import open_provider
 from navarch.providers.base import Provider, capabilities_of
 from navarch.reconcile.codec import memory_to_json
 from navarch.reconcile.collector import gathering
-from navarch.reconcile.executor import Executor, JournalPolicy, Outcome, PlaybookRunner
+from navarch.reconcile.executor import Executor, JournalPolicy, PlaybookRunner
 from navarch.reconcile.report_cache import CacheMemo, ReportCache
 from navarch.reconcile.reports import read_reports
 from navarch.reconcile.state import (
@@ -290,18 +291,6 @@ def _observed(plan: Plan, nodes: frozenset[str] | None) -> str:
     return observation_fingerprint([v for v in plan.views if v.node in nodes], plan.halts)
 
 
-@dataclass(frozen=True)
-class ApplyResult:
-    """What one apply did. audit_error: set when the audit log's last chunk could not be
-    written (the actions happened and Memory records them; the CLI exits 1)."""
-
-    plan: Plan
-    outcomes: tuple[Outcome, ...]
-    memory: Memory
-    run_id: str
-    audit_error: str | None = None
-
-
 def _user_data_renderer(
     spec: FleetSpec, store: ObjectStore
 ) -> Callable[[PoolSpec, str, bytes, str], str] | None:
@@ -364,7 +353,6 @@ def run_apply(
     was taken over: no action started after that and no state was written), StalePlan,
     ProviderError, StoreError; the lease is released on every path out.
     """
-    spec = fleet.spec
     with leased(fleet, command + _mcp_suffix(actor), clock) as lease:
         try:
             snap = gather(fleet, clock(), options)
@@ -375,27 +363,19 @@ def run_apply(
             if confirm is not None and plan.actions and not confirm(plan):
                 return None
             run_id = run_id or f"{snap.now:%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:8]}"
-            audit = AuditLog(fleet.store, spec.name, run_id, snap.now)
-            by_node = {v.node: v.instance for v in snap.observed.views if v.instance is not None}
             journal = _Journal(
                 fleet.store, snap.loaded, snap.memory_version, lease, fleet.state_cache
             )
-            executor = Executor(
-                spec,
-                fleet.providers,
-                audit,
-                instances=by_node,
-                inventory=snap.inventory,
-                clock=clock,
-                run_id=run_id,
-                playbooks=fleet.playbooks,
-                user_data=_user_data_renderer(spec, fleet.store),
-                fleet_secret=fleet.secret(),
-                journal=journal.persist,
+            executor = _executor(
+                fleet,
+                snap,
+                clock,
+                run_id,
+                journal,
+                lease,
                 policy=policy,
-                lease=lease,
                 max_parallel=max_parallel,
-                **_who(options, actor),
+                who=_who(options, actor),
             )
             memory, outcomes = executor.execute(plan, snap.memory, on_outcome)
             memory = journal.persist(memory)  # what observe() learnt, when nothing was done
@@ -405,6 +385,40 @@ def run_apply(
         except NavarchError as exc:
             _after(after_apply, None, exc)
             raise
+
+
+def _executor(
+    fleet: Fleet,
+    snap: Snapshot,
+    clock: Clock,
+    run_id: str,
+    journal: _Journal,
+    lease: Lease,
+    *,
+    policy: JournalPolicy | None,
+    max_parallel: Mapping[str, int] | None,
+    who: Mapping[str, Any],
+) -> Executor:
+    """The apply's executor: acting on the instances of this run's inventory, its audit
+    records chunked under run_id, Memory journaled under the lease; who: _who()'s answer."""
+    spec = fleet.spec
+    return Executor(
+        spec,
+        fleet.providers,
+        AuditLog(fleet.store, spec.name, run_id, snap.now),
+        instances={v.node: v.instance for v in snap.observed.views if v.instance is not None},
+        inventory=snap.inventory,
+        clock=clock,
+        run_id=run_id,
+        playbooks=fleet.playbooks,
+        user_data=_user_data_renderer(spec, fleet.store),
+        fleet_secret=fleet.secret(),
+        journal=journal.persist,
+        policy=policy,
+        lease=lease,
+        max_parallel=max_parallel,
+        **who,
+    )
 
 
 def _mcp_suffix(actor: Actor | None) -> str:

@@ -31,6 +31,7 @@ from navarch.durations import parse_duration_s
 from navarch.errors import ConfigError
 from navarch.resources import data_dir, schema_path
 from navarch.schema_text import describe
+from navarch.templating import environment
 
 #: The variables a step template may use. drain_timeout_s (drain), level and token
 #: (diagnostics: the dcgmi diag level, the diagnostic's name) come from the caller's `extra`.
@@ -76,12 +77,7 @@ def _quote(value: Any) -> str:
     return shlex.quote(str(value))
 
 
-_ENV = jinja2.Environment(
-    undefined=jinja2.StrictUndefined,
-    finalize=_quote,
-    autoescape=False,
-    keep_trailing_newline=False,
-)
+_ENV = environment(from_templates=False, finalize=_quote)
 
 
 @dataclass(frozen=True)

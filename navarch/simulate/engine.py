@@ -30,9 +30,9 @@ from navarch.compat import StrEnum
 from navarch.errors import NavarchError
 from navarch.fleet_file import load_fleet
 from navarch.health import Status
+from navarch.outcome import ApplyResult, Outcome
 from navarch.planner.model import ActionKind, ActionReason, Phase
-from navarch.reconcile.executor import Outcome
-from navarch.reconcile.run import ApplyResult, Fleet, run_apply
+from navarch.reconcile.run import Fleet, run_apply
 from navarch.simulate.provider import SimProvider
 from navarch.simulate.scenario import Scenario
 from navarch.simulate.world import SimNode, World

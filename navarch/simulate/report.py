@@ -7,9 +7,7 @@ import io
 import json
 from typing import Any
 
-import jinja2
-
-from navarch.resources import data_dir
+from navarch.templating import environment
 
 HEADLINE = (
     "availability",
@@ -90,11 +88,7 @@ def plots(doc: dict[str, Any]) -> dict[str, str]:
 
 def to_html(docs: list[dict[str, Any]], scenarios: list[str]) -> str:
     """One self-contained page for one or two (--compare) results side by side."""
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(data_dir("templates"))),
-        undefined=jinja2.StrictUndefined,
-        autoescape=True,
-    )
+    env = environment(autoescape=True)
     runs = [
         {"doc": d, "plots": plots(d), "scenario": s} for d, s in zip(docs, scenarios, strict=True)
     ]

@@ -49,7 +49,7 @@ import yaml
 
 from navarch.durations import parse_duration_s
 from navarch.errors import ConfigError
-from navarch.fleet_file import load_schema
+from navarch.schemas import load_schema
 
 LLAMA3_RATE_PER_NODE_DAY = 3.8e-3
 RSC1_RATE_PER_NODE_DAY = 6.5e-3

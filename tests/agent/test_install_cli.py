@@ -17,7 +17,8 @@ from navarch import signing
 from navarch.agent import load_config
 from navarch.agent.install import install_units
 from navarch.bootstrap import BundleSource, render_cloud_init, render_units
-from navarch.fleet_file import load_fleet, read_fleet_secret
+from navarch.fleet_file import load_fleet
+from navarch.fleet_secret import read_fleet_secret
 from tests.support.system import require_system_package
 
 REPO = Path(__file__).resolve().parents[2]

@@ -20,7 +20,6 @@ from navarch.errors import (
     QuotaError,
     TransientError,
 )
-from navarch.fleet_file import validator_for
 from navarch.inventory import (
     CloudEvent,
     CloudStatus,
@@ -32,6 +31,7 @@ from navarch.inventory import (
 from navarch.providers import aws as awsmod
 from navarch.providers import open_provider
 from navarch.providers.base import ProvisionRequest
+from navarch.schemas import validator_for
 from tests.contracts.error_tables import AWS_RELIED_ON
 from tests.support.moto_server import client_error
 

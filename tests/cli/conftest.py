@@ -13,7 +13,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from navarch.fleet_file import load_schema
+from navarch.schemas import load_schema
 
 REPO = Path(__file__).resolve().parents[2]
 #: The variables by which navarch.actor recognises a CI job.

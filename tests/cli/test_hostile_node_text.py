@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 import yaml
 
-from navarch.fleet_file import load_fleet, read_fleet_secret
+from navarch.fleet_file import load_fleet
+from navarch.fleet_secret import read_fleet_secret
 from navarch.health import Remedy, Status
 from navarch.health_report import HealthReport
 from tests.support.hostile import CORPUS, assert_plain, strings

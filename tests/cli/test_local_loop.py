@@ -336,7 +336,8 @@ def test_spot_preemption_notice_replaces_at_once(navarch):
 def _tamper(kind: str, report: dict, fleet_dir: Path) -> bytes:
     """A bad report of one kind, built from a genuine one."""
     from navarch import signing
-    from navarch.fleet_file import load_fleet, read_fleet_secret
+    from navarch.fleet_file import load_fleet
+    from navarch.fleet_secret import read_fleet_secret
 
     secret = read_fleet_secret(load_fleet(fleet_dir / "fleet.yaml"))
     key = signing.derive_node_key(secret, "demo", report["node"])

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import jsonschema
 
-from navarch.fleet_file import load_schema
+from navarch.schemas import load_schema
 
 NODE = "demo-train-0002"
 

@@ -209,3 +209,48 @@ def test_all_launch_ids_spent_moves_to_a_new_node_name(tmp_path):
     second = _apply(fleet)
     assert all(o.ok for o in second.outcomes)
     assert set(_placed(fleet)) == {"fo-train-0002"}
+
+
+def test_the_provisioner_alone_falls_over_zones_then_types_and_backs_off_the_full_place(
+    tmp_path,
+):
+    """The fail-over is its own unit (navarch.reconcile.provisioning.Provisioner): handed a
+    provision action's places, it tries them in order, and its Memory update backs off the
+    place without capacity (10 min for a first failure) and records the launched node."""
+    from datetime import UTC, datetime, timedelta
+
+    from navarch.planner.model import Action, ActionKind, ActionReason, Memory, Place
+    from navarch.reconcile.provisioning import BACKOFF_BASE_S, Provisioner
+
+    fleet = _fleet(tmp_path)
+    full = Scripted(
+        fleet.providers["sim"],
+        lambda r: CapacityError("no h100 here", scope="zone") if r.zone == "sim-1a" else None,
+    )
+    now = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
+    provisioner = Provisioner(
+        fleet.spec,
+        {"sim": full},
+        inventory=(),
+        clock=lambda: now,
+        user_data=None,
+        fleet_secret=None,
+    )
+    places = tuple(Place(zone, itype, False, i) for i, (zone, itype) in enumerate(PLACES))
+    action = Action(
+        ActionKind.PROVISION,
+        "train",
+        "fo-train-0001",
+        "scale_up",
+        places=places,
+        action_reason=ActionReason.SCALE_UP,
+    )
+    outcome, update = provisioner.provision(action)
+    assert outcome.ok and "sim-1b/sim-h100x8 after 1 zone/type without capacity" in outcome.detail
+    assert [(zone, itype) for _, zone, itype, _ in full.calls] == PLACES[:2]
+    memory = update(Memory(fleet=FLEET))
+    (backoff,) = memory.pool("train").exhausted
+    assert (backoff.zone, backoff.instance_type, backoff.failures) == ("sim-1a", "sim-h100x8", 1)
+    assert backoff.until == now + timedelta(seconds=BACKOFF_BASE_S)
+    assert memory.node("fo-train-0001") is not None
+    assert memory.pool("train").next_index == 2

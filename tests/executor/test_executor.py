@@ -15,16 +15,18 @@ import pytest
 from navarch.errors import AuthError, LeaseLost, PreconditionFailed, RemoteError, TransientError
 from navarch.fleet_file import load_fleet
 from navarch.inventory import Instance
+from navarch.outcome import Outcome, OutcomeKind
 from navarch.planner.model import (
     Action,
     ActionKind,
     ActionReason,
+    DiagState,
     Memory,
     NodeMemory,
     Phase,
     Plan,
 )
-from navarch.reconcile.executor import Executor, JournalPolicy, Outcome, OutcomeKind
+from navarch.reconcile.executor import Executor, JournalPolicy
 from navarch.reconcile.state import AuditLog
 from navarch.spec import FleetSpec
 from navarch.stores.file import FileStore
@@ -286,3 +288,40 @@ def test_actions_done_before_the_lease_is_lost_are_in_the_audit_log(tmp_path: Pa
     assert {r["node"] for r in audit_records(tmp_path)} == {
         node(int(iid.split("-")[1])) for _, iid in cloud.calls
     }
+
+
+class DiagnosingCloud(FakeCloud):
+    """A provider that diagnoses its machines' GPUs itself, with the verdict `verdict`."""
+
+    def __init__(self, verdict: str) -> None:
+        super().__init__()
+        self.verdict = verdict
+
+    def diagnose(self, instance: Instance, level: int) -> tuple[str, str]:
+        return self.verdict, "memory on GPU 1" if self.verdict == "fail" else ""
+
+
+@pytest.mark.parametrize("verdict", ["running", "pass", "fail", "unavailable"])
+def test_a_diagnose_outcome_carries_its_verdict_as_a_diag_state(
+    tmp_path: Path, verdict: str
+) -> None:
+    """The notifier and the renderers read a diagnostic's verdict from the outcome as the
+    DiagState the node's Memory records, never as text to compare."""
+    instances, memory = world(1)
+    memory = memory.with_node(replace(memory.node(node(1)), phase=Phase.REMEDIATING, phase_at=NOW))
+    diagnose = Action(
+        ActionKind.DIAGNOSE,
+        "train",
+        node(1),
+        "return_requires_diag",
+        instance_id="i-1",
+        level=2,
+        action_reason=ActionReason.DIAGNOSTICS,
+    )
+    memory, got = execute(
+        tmp_path, spec_of(tmp_path), DiagnosingCloud(verdict), instances, memory, diagnose
+    )
+    outcome = got[(ActionKind.DIAGNOSE, node(1))]
+    recorded = memory.node(node(1)).diag
+    assert recorded is not None
+    assert outcome.diag is DiagState(verdict) is recorded.state

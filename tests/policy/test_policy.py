@@ -12,7 +12,6 @@ import pytest
 
 from navarch.agent import AgentConfig, run_once
 from navarch.errors import ConfigError
-from navarch.fleet_file import validator_for
 from navarch.health import Remedy
 from navarch.health import Status as RuleStatus
 from navarch.policy import (
@@ -22,6 +21,7 @@ from navarch.policy import (
     default_rule_data,
     evaluate,
 )
+from navarch.schemas import validator_for
 
 REPO = Path(__file__).resolve().parents[2]
 HOT = {
@@ -68,7 +68,7 @@ def rule(**over: str):
 def test_hot_gpu_rule_turns_an_88c_gpu_into_a_replacement(tmp_path: Path) -> None:
     report = agent_report(tmp_path, faults={"temperature_c": {"2": 88.0}})
     result = evaluate([[rule()]], report)
-    assert result == PolicyResult(RuleStatus.UNHEALTHY, Remedy.REPLACE, "hot-gpu", None)
+    assert result == PolicyResult(RuleStatus.UNHEALTHY, Remedy.REPLACE, (rule(),), None)
 
 
 def test_cool_gpus_fall_through_to_the_builtin_rules(tmp_path: Path) -> None:
@@ -106,6 +106,23 @@ def test_first_match_per_rule_set_worst_over_sets() -> None:
     fleet = [compile_rule("reboot-it", "size(gpus) == 1", "degraded", "reboot")]
     result = evaluate([pool, fleet], report)
     assert (result.status, result.action, result.rule) == ("degraded", "reboot", "mild, reboot-it")
+
+
+def test_the_matched_rules_are_typed_and_a_builtin_is_told_by_its_kind_not_its_name() -> None:
+    """The rules that matched come back as rules, the pool's first; which of them fleet.yaml
+    declares is a property of the rule, not a prefix of its name to parse."""
+    report = {**SAMPLE_REPORT, "status": "healthy", "action": "none", "xids": []}
+    look_alike = compile_rule("builtin:look-alike", "true", "degraded", "none")
+    fleet = [compile_rule("reboot-it", "size(gpus) == 1", "degraded", "reboot")]
+    result = evaluate([[look_alike], fleet], report)
+    assert [(r.name, r.builtin) for r in result.matched] == [
+        ("builtin:look-alike", False),
+        ("reboot-it", False),
+    ]
+    assert [r.name for r in result.user_rules] == ["builtin:look-alike", "reboot-it"]
+    fell_through = evaluate([[compile_rule("never", "false", "unhealthy", "replace")]], report)
+    assert [(r.name, r.builtin) for r in fell_through.matched] == [("builtin:agent-healthy", True)]
+    assert fell_through.user_rules == ()
 
 
 def test_a_matching_rule_can_soften_the_builtin_verdict() -> None:
@@ -153,7 +170,7 @@ def test_integer_readings_compare_as_doubles() -> None:
 
 def test_unknown_agent_status_with_no_match_stays_unknown() -> None:
     report = {**SAMPLE_REPORT, "status": "unknown", "action": "none", "xids": []}
-    assert evaluate([], report) == PolicyResult(RuleStatus.UNKNOWN, Remedy.NONE, None, None)
+    assert evaluate([], report) == PolicyResult(RuleStatus.UNKNOWN, Remedy.NONE, (), None)
 
 
 @pytest.mark.parametrize(

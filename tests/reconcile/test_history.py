@@ -7,11 +7,14 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from navarch.history import Trigger, read_history, render_history
+from navarch.history import Trigger, history_to_json, read_history, render_history
+from navarch.planner.model import Memory, NodeMemory, Phase
 from navarch.stores.base import Blob, ObjectInfo
 from navarch.stores.file import FileStore
 
 NOW = datetime(2026, 3, 10, 12, 0, tzinfo=UTC)
+#: A fleet whose Memory holds no node (the story's "now" part is empty).
+EMPTY = Memory(fleet="demo")
 
 
 class Spy:
@@ -62,7 +65,7 @@ def test_a_day_query_lists_three_day_prefixes_of_a_month_of_chunks(tmp_path: Pat
     for day in range(30):
         when = NOW - timedelta(days=day, hours=1)
         _chunk(spy.inner, when, f"{when:%Y%m%dT%H%M%SZ}-x", _rec(when, "n1"), _rec(when, "n2"))
-    h = read_history(spy, "demo", since=NOW - timedelta(hours=24), until=NOW, node="n1")
+    h = read_history(spy, "demo", EMPTY, since=NOW - timedelta(hours=24), until=NOW, node="n1")
     assert spy.listed == [
         "events/demo/2026/03/08/",
         "events/demo/2026/03/09/",
@@ -81,7 +84,7 @@ def test_a_run_that_crossed_midnight_is_found_under_the_day_it_started(tmp_path:
     store = FileStore(tmp_path)
     started = datetime(2026, 3, 9, 23, 59, tzinfo=UTC)
     _chunk(store, started, "20260309T235900Z-x", _rec(started + timedelta(minutes=3), "n1"))
-    h = read_history(store, "demo", since=datetime(2026, 3, 10, tzinfo=UTC), until=NOW)
+    h = read_history(store, "demo", EMPTY, since=datetime(2026, 3, 10, tzinfo=UTC), until=NOW)
     assert [e.node for e in h.events] == ["n1"]
 
 
@@ -98,7 +101,7 @@ def test_records_without_newer_fields_and_broken_lines_still_read(tmp_path: Path
         + "\n"
     ).encode()
     store.put(f"events/demo/{when:%Y/%m/%d}/old-0001.jsonl", body)
-    h = read_history(store, "demo", since=NOW - timedelta(hours=24), until=NOW, node="n1")
+    h = read_history(store, "demo", EMPTY, since=NOW - timedelta(hours=24), until=NOW, node="n1")
     assert [(e.action, e.actor, e.verb) for e in h.events] == [
         ("reboot", Trigger.OPERATOR, "reboot"),
         ("cordon", Trigger.SCHEDULED, ""),
@@ -114,6 +117,23 @@ def test_a_node_with_a_similar_name_is_not_mixed_in(tmp_path: Path) -> None:
     when = NOW - timedelta(hours=2)
     _chunk(store, when, "r", _rec(when, "demo-train-0001"), _rec(when, "demo-train-00010"))
     h = read_history(
-        store, "demo", since=NOW - timedelta(hours=24), until=NOW, node="demo-train-0001"
+        store, "demo", EMPTY, since=NOW - timedelta(hours=24), until=NOW, node="demo-train-0001"
     )
     assert [e.node for e in h.events] == ["demo-train-0001"]
+
+
+def test_the_nodes_now_come_from_the_memory_the_caller_read_with_their_phase(
+    tmp_path: Path,
+) -> None:
+    """history reads only the audit log; the nodes' state now is the Memory its caller
+    passes, a serving node's phase is Phase.NONE (spelled "none" in the JSON document)."""
+    store = FileStore(tmp_path)  # holds no state object: the caller's Memory is what counts
+    memory = Memory(fleet="demo").with_node(
+        NodeMemory("n1", "train", "i-1", phase=Phase.CORDONED, phase_at=NOW, phase_reason="XID 79")
+    )
+    memory = memory.with_node(NodeMemory("n2", "train", "i-2"))
+    h = read_history(store, "demo", memory, since=NOW - timedelta(hours=24), until=NOW)
+    assert [(n.node, n.phase) for n in h.nodes] == [("n1", Phase.CORDONED), ("n2", Phase.NONE)]
+    assert [n["phase"] for n in history_to_json(h)["nodes"]] == ["cordoned", "none"]
+    text = render_history(h)
+    assert "Now: n1 (train, i-1) cordoned since" in text and "Now: n2" not in text

@@ -146,7 +146,7 @@ def test_read_reports_skips_unchanged_objects(tmp_path):
 )
 def test_schema_rejections_agree_with_the_jsonschema_package(change):
     """The compiled validator on the hot path rejects what jsonschema (the reference) does."""
-    from navarch.fleet_file import validator_for
+    from navarch.schemas import validator_for
 
     report = _report(**change)
     assert not validator_for("health-report.schema.json").is_valid(report)

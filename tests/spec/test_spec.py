@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from navarch.errors import ConfigError
-from navarch.fleet_file import load_fleet, read_fleet_secret
+from navarch.fleet_file import load_fleet
+from navarch.fleet_secret import read_fleet_secret
 
 REPO = Path(__file__).resolve().parents[2]
 

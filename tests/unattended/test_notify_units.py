@@ -18,18 +18,18 @@ from navarch.notify.dispatch import notify_run
 from navarch.notify.events import EventKind, events_from_error, outcome_events, plan_conditions
 from navarch.notify.sinks import SlackSink, WebhookSink, accepts
 from navarch.notify.state import NotifyState, load_state, transition
+from navarch.outcome import ApplyResult, Outcome
 from navarch.planner.model import (
     Action,
     ActionKind,
     ActionReason,
+    DiagState,
     DiagWhy,
     Fault,
     Halt,
     Memory,
     Plan,
 )
-from navarch.reconcile.executor import Outcome
-from navarch.reconcile.run import ApplyResult
 from navarch.spec import SinkSpec
 from navarch.stores import open_store
 from tests.unattended.helpers import Recorder, write_fleet
@@ -119,9 +119,11 @@ def test_ladder_events_reboot_reset_and_diagnostics() -> None:
     outcomes = [
         Outcome.done(reboot, "rebooted i-2"),
         Outcome.done(reset, "GPUs reset"),
-        Outcome.done(diag, "dcgmi diag -r 2: running: dcgmi diag -r 2 started", diag="running"),
-        Outcome.done(diag, "dcgmi diag -r 2: pass: 3 test(s) passed", diag="pass"),
-        Outcome.done(diag, "dcgmi diag -r 2: fail: memory on GPU 1", diag="fail"),
+        Outcome.done(
+            diag, "dcgmi diag -r 2: running: dcgmi diag -r 2 started", diag=DiagState.RUNNING
+        ),
+        Outcome.done(diag, "dcgmi diag -r 2: pass: 3 test(s) passed", diag=DiagState.PASS),
+        Outcome.done(diag, "dcgmi diag -r 2: fail: memory on GPU 1", diag=DiagState.FAIL),
     ]
     events = outcome_events("demo", "run-1", outcomes)
     assert [e.kind for e in events] == [

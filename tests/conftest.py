@@ -3,6 +3,11 @@
 One instance of each session server serves the whole run, whichever packages it collects
 (tests/aws, tests/gcp, tests/lambda_cloud, tests/contracts, ...). The servers live in
 tests/support; they start only when a test asks for them.
+
+Tiers: a test that starts a daemon or needs a system package is marked `system`
+(pytest_collection_modifyitems below, from the fixtures it uses; an explicit
+`@pytest.mark.system` where no fixture tells), so `pytest -m "not system"` runs the fast
+tier alone.
 """
 
 import gc
@@ -38,3 +43,54 @@ def _collector_restored() -> Iterator[None]:
     gc.set_threshold(*threshold)
     if enabled:
         gc.enable()
+
+
+#: Fixtures that start a daemon (a server process or one of the system's daemons): a test
+#: using any of them, directly, through another fixture, or as the parameter of a
+#: parametrized fixture (tests/contracts), is a `system` test.
+DAEMON_FIXTURES = frozenset(
+    {
+        # tests/support: moto, fake-gcs-server, Azurite, the fake ARM, Compute and Lambda APIs
+        "moto_server",
+        "moto",
+        "gcs_server",
+        "gcs_env",
+        "gcs_bucket",
+        "azurite",
+        "az_container",
+        "arm_server",
+        "fake_arm",
+        "compute_server",
+        "fake_compute",
+        "lambda_server",
+        "fake_lambda",
+        # tests/contracts: the store and provider contracts on those servers
+        "s3_store_url",
+        "gcs_store_url",
+        "azure_store_url",
+        "aws_cloud",
+        "gcp_cloud",
+        "lambda_cloud",
+        "azure_cloud",
+        # tests/remote and tests/slurm: a real sshd and a real one-node Slurm
+        "sshd",
+        "standin",
+        "slurm_cluster",
+        "slurm_sshd",
+        "slurm",
+        # tests/metrics: the Pushgateway, node_exporter and Prometheus
+        "pushgateway",
+        "scraped",
+    }
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark `system` every test that uses a fixture of DAEMON_FIXTURES."""
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None:
+            names |= {v for v in callspec.params.values() if isinstance(v, str)}
+        if names & DAEMON_FIXTURES:
+            item.add_marker(pytest.mark.system)

@@ -105,6 +105,7 @@ def test_cloud_init_carries_a_working_agent_config(aws_spec: Any, tmp_path: Path
     assert "RandomizedDelaySec=" in files["/etc/systemd/system/navarch-agent.timer"]
 
 
+@pytest.mark.system
 def test_cloud_init_passes_cloud_init_schema(aws_spec: Any, tmp_path: Path) -> None:
     require_system_package("cloud-init", "cloud-init")
     key = signing.derive_node_key(read_fleet_secret(aws_spec), aws_spec.name, "train-0007")
@@ -119,6 +120,7 @@ def test_cloud_init_passes_cloud_init_schema(aws_spec: Any, tmp_path: Path) -> N
     assert res.returncode == 0, res.stdout + res.stderr
 
 
+@pytest.mark.system
 def test_units_pass_systemd_analyze_verify(tmp_path: Path) -> None:
     require_system_package("systemd", "systemd-analyze")
     cfg_path = write_config(tmp_path)

@@ -1,11 +1,12 @@
-"""Fixtures for end-to-end runs of the `navarch` CLI as a subprocess on the local provider."""
+"""Fixtures for end-to-end runs of the `navarch` CLI on the local provider (in this process
+by default, as a subprocess where a test needs one)."""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
-import subprocess
+import subprocess as _subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +15,7 @@ import jsonschema
 import pytest
 
 from navarch.schemas import load_schema
+from tests.support.cli import in_process
 
 REPO = Path(__file__).resolve().parents[2]
 #: The variables by which navarch.actor recognises a CI job.
@@ -28,7 +30,9 @@ class Run:
 
 
 class Navarch:
-    """Runs `python -m navarch ...` in a fleet directory, the way an operator would."""
+    """Runs `navarch ...` in a fleet directory, the way an operator would: `navarch.cli.main`
+    in this process with captured output (tests/support/cli.py in_process), or
+    `python -m navarch ...` with subprocess=True."""
 
     def __init__(self, workdir: Path, fleet_file: str = "fleet.yaml") -> None:
         self.workdir = workdir
@@ -39,8 +43,18 @@ class Navarch:
             k: v for k, v in os.environ.items() if not k.startswith("NAVARCH_") and k not in CI_VARS
         }
 
-    def __call__(self, *args: str, env: dict[str, str] | None = None, input: str = "") -> Run:
-        proc = subprocess.run(
+    def __call__(
+        self,
+        *args: str,
+        env: dict[str, str] | None = None,
+        input: str = "",
+        subprocess: bool = False,
+    ) -> Run:
+        if not subprocess:
+            return Run(
+                *in_process(args, cwd=self.workdir, env={**self.env, **(env or {})}, input=input)
+            )
+        proc = _subprocess.run(
             [sys.executable, "-m", "navarch", *args],
             cwd=self.workdir,
             input=input,

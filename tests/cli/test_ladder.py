@@ -13,6 +13,7 @@ reconciler's schedule would interleave them.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -139,6 +140,7 @@ def test_a_node_agent_cannot_override_the_pools_ladder(navarch, fleet_dir) -> No
         assert "xid:79, first occurrence; remediation: reboot then replace" in outs[1]
         assert f"~ uncordon {NODE}" in outs[2], outs
         assert not any("- terminate" in o for o in outs), outs
+        time.sleep(1.1)  # the next boot's XID comes after the pool's ladder_window
     assert seen == [("reboot", "xid:79", 1), ("reboot", "xid:79", 2), ("reboot", "xid:79", 3)]
     assert _train(navarch)[NODE]["instance_id"] == iid
 

@@ -59,14 +59,16 @@ def test_completion_scripts_come_from_the_parser(navarch, shell: str, tmp_path: 
     assert "navarch" in script and "_ARGCOMPLETE" in script
     answer = tmp_path / "completions"
     line = "navarch hist"
+    # A shell's completion request: argcomplete answers and ends the process (os._exit).
     run = navarch(
+        subprocess=True,
         env={
             "_ARGCOMPLETE": "1",
             "COMP_LINE": line,
             "COMP_POINT": str(len(line)),
             "_ARGCOMPLETE_SHELL": shell,
             "_ARGCOMPLETE_STDOUT_FILENAME": str(answer),
-        }
+        },
     )
     assert run.code == 0, run.err
     assert "history" in answer.read_text()
@@ -177,15 +179,19 @@ def test_ssh_opens_a_session_with_the_pools_settings_and_the_nodes_address(
     (fleet_dir / "fleet.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
     navarch.ok("apply", "fleet.yaml", "--auto-approve")
     env = {"PATH": f"{bin_dir}:/usr/bin:/bin"}
-
-    run = navarch("ssh", "fleet.yaml", "demo-train-0001", "--", "nvidia-smi", "-L", env=env)
+    # ssh writes to the file descriptors it inherits: a process of its own captures them.
+    run = navarch(
+        "ssh", "fleet.yaml", "demo-train-0001", "--", "nvidia-smi", "-L", env=env, subprocess=True
+    )
     assert run.code == 7, run.err  # ssh's own exit code
     argv = json.loads(run.out)
     assert argv[argv.index("-p") + 1] == "2222"
     assert argv[argv.index("-i") + 1] == str(fleet_dir / "keys" / "train.pem")
     assert argv[-4:] == ["ubuntu@127.0.0.1", "--", "nvidia-smi", "-L"]
 
-    argv = json.loads(navarch("ssh", "demo-infer-0001", env=env).out)  # default fleet file
+    argv = json.loads(
+        navarch("ssh", "demo-infer-0001", env=env, subprocess=True).out
+    )  # default fleet file
     assert argv[-1] == "root@127.0.0.1"
 
     run = navarch("ssh", "fleet.yaml", "demo-train-0042", env=env)

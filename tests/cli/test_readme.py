@@ -46,7 +46,8 @@ def test_readme_walkthrough_runs_and_prints_what_it_shows(tmp_path: Path) -> Non
     steps = walkthrough()
     assert len(steps) >= 10 and any(lines for _, _, lines in steps)
     for argv, code, lines in steps:
-        run = navarch(*argv)
+        # As README's reader runs it: `python -m navarch`, a process per command.
+        run = navarch(*argv, subprocess=True)
         assert run.code == code, f"navarch {' '.join(argv)} exited {run.code}\n{run.out}{run.err}"
         for expected in lines:
             assert _pattern(expected).search(run.out), (

@@ -11,6 +11,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from tests.support.cli import run_navarch
 from tests.support.prometheus import PROMTOOL, get, query_until
 from tests.support.system import require_system_package
@@ -26,18 +28,21 @@ def promtool(*args: str | Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([PROMTOOL, *map(str, args)], capture_output=True, text=True, timeout=60)
 
 
+@pytest.mark.system
 def test_promtool_checks_the_shipped_rules() -> None:
     run = promtool("check", "rules", RULES / "navarch-alerts.yaml")
     assert run.returncode == 0, run.stdout + run.stderr
     assert "SUCCESS: 3 rules found" in run.stdout
 
 
+@pytest.mark.system
 def test_each_alert_fires_in_promtools_unit_tests() -> None:
     run = promtool("test", "rules", RULES / "navarch-alerts.test.yaml")
     assert run.returncode == 0, run.stdout + run.stderr
     assert "SUCCESS" in run.stdout
 
 
+@pytest.mark.system
 def test_promtool_rejects_a_broken_rule(tmp_path: Path) -> None:
     shutil.copytree(RULES, tmp_path / "rules")
     broken = tmp_path / "rules" / "navarch-alerts.yaml"

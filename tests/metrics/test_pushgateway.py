@@ -8,6 +8,7 @@ import json
 import urllib.request
 from pathlib import Path
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.cli import run_navarch
@@ -98,6 +99,7 @@ def test_a_failed_apply_keeps_the_last_success_in_the_group(
     assert value(got, "navarch_pool_desired_nodes", fleet="demo", pool="train") == 3
 
 
+@pytest.mark.system
 def test_a_push_the_pushgateway_rejects_is_reported_and_keeps_the_exit_code(
     tmp_path: Path,
 ) -> None:

@@ -1,6 +1,8 @@
 """Fixtures for the extension points: the example plugin installed for real, broken ones
 made discoverable through a dist-info directory on PYTHONPATH (importlib.metadata finds
-both the way it finds any installed package)."""
+both the way it finds any installed package). The tests run the CLI as a subprocess
+(run_navarch(..., subprocess=True)): a plugin installed during the session, or on a
+PYTHONPATH of its own, is found only by a fresh interpreter."""
 
 from __future__ import annotations
 

@@ -89,7 +89,9 @@ def test_a_notifier_plugin_gets_the_events_and_a_broken_one_costs_only_itself(
             {"type": "hang", "timeout": "1s"},
         ],
     )
-    run = run_navarch(["apply", str(fleet), "--auto-approve"], cwd=tmp_path, env=child_env(site))
+    run = run_navarch(
+        ["apply", str(fleet), "--auto-approve"], cwd=tmp_path, env=child_env(site), subprocess=True
+    )
     # Notifications are after the fact: the apply converged and exits 0 regardless.
     assert run.returncode == 0, run.stdout + run.stderr
     assert len(machines(tmp_path)) == 5
@@ -118,7 +120,9 @@ def test_a_notifier_that_is_not_installed_stops_the_run_before_it_starts(
     tmp_path: Path, site: Path
 ) -> None:
     fleet = write_fleet(tmp_path, [{"type": "log"}, {"type": "nosuchnotifier"}])
-    run = run_navarch(["apply", str(fleet), "--auto-approve"], cwd=tmp_path, env=child_env(site))
+    run = run_navarch(
+        ["apply", str(fleet), "--auto-approve"], cwd=tmp_path, env=child_env(site), subprocess=True
+    )
     assert run.returncode == 1, run.stdout + run.stderr
     assert "notify[1].type" in run.stderr and "nosuchnotifier" in run.stderr
     assert "navarch.notifiers" in run.stderr and "hang, raiser, recorder, shape" in run.stderr

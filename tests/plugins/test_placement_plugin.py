@@ -63,6 +63,7 @@ def test_scorer_orders_the_places(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
         ["apply", "fleet.yaml", "--auto-approve"],
         cwd=tmp_path,
         env={"PYTHONPATH": str(tmp_path / "site")},
+        subprocess=True,
     )
     assert run.returncode == 0, run.stdout + run.stderr
     assert "provision demo-train-0001 on sim-b b-2/sim-h100x8" in run.stdout, run.stdout
@@ -77,6 +78,7 @@ def test_broken_scorer_is_one_line_and_exit_1(tmp_path: Path, kind: str) -> None
         ["apply", "fleet.yaml", "--auto-approve"],
         cwd=tmp_path,
         env={"PYTHONPATH": str(tmp_path / "site")},
+        subprocess=True,
     )
     assert run.returncode == 1, run.stdout + run.stderr
     lines = [ln for ln in run.stderr.splitlines() if ln.strip()]

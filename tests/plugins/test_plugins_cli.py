@@ -49,16 +49,16 @@ def claims(tmp_path: Path) -> dict[str, dict[str, object]]:
 
 def test_example_plugin_converges_a_pool(tmp_path: Path, baremetal_installed: str) -> None:
     fleet = write_fleet(tmp_path, "baremetal")
-    plan = run_navarch(["plan", str(fleet), "--detailed-exitcode"], cwd=tmp_path)
+    plan = run_navarch(["plan", str(fleet), "--detailed-exitcode"], cwd=tmp_path, subprocess=True)
     assert plan.returncode == 2, plan.stdout + plan.stderr
-    run = run_navarch(["apply", str(fleet), "--auto-approve"], cwd=tmp_path)
+    run = run_navarch(["apply", str(fleet), "--auto-approve"], cwd=tmp_path, subprocess=True)
     assert run.returncode == 0, run.stdout + run.stderr
     got = claims(tmp_path)
     assert len(got) == 3
     # rack-1 first (declared zone order), then its fallback when rack-1 is full.
     assert {"gpu-01", "gpu-02"} <= got.keys()
     assert {c["tags"]["navarch-pool"] for c in got.values()} == {"train"}
-    again = run_navarch(["plan", str(fleet), "--detailed-exitcode"], cwd=tmp_path)
+    again = run_navarch(["plan", str(fleet), "--detailed-exitcode"], cwd=tmp_path, subprocess=True)
     assert again.returncode == 0, again.stdout + again.stderr
 
 
@@ -87,7 +87,10 @@ def test_broken_plugin_is_one_line_naming_it_and_exit_1(tmp_path: Path, kind: st
     )
     fleet = write_fleet(tmp_path, name)
     run = run_navarch(
-        ["apply", str(fleet), "--auto-approve"], cwd=tmp_path, env={"PYTHONPATH": f"{site}"}
+        ["apply", str(fleet), "--auto-approve"],
+        cwd=tmp_path,
+        env={"PYTHONPATH": f"{site}"},
+        subprocess=True,
     )
     assert run.returncode == 1, run.stdout + run.stderr
     lines = [ln for ln in run.stderr.splitlines() if ln.strip()]
@@ -102,6 +105,6 @@ def test_broken_plugin_is_one_line_naming_it_and_exit_1(tmp_path: Path, kind: st
 
 def test_unknown_type_names_the_entry_point_group(tmp_path: Path) -> None:
     fleet = write_fleet(tmp_path, "nosuchcloud")
-    run = run_navarch(["plan", str(fleet)], cwd=tmp_path)
+    run = run_navarch(["plan", str(fleet)], cwd=tmp_path, subprocess=True)
     assert run.returncode == 1, run.stdout + run.stderr
     assert "nosuchcloud" in run.stderr and "navarch.providers" in run.stderr

@@ -18,6 +18,7 @@ import pytest
 from navarch.errors import LeaseLost, LockHeld
 from navarch.reconcile.state import Lease, acquire_lock, lock_key
 from navarch.stores.file import FileStore
+from tests.support.cli import run_navarch
 from tests.support.journal import (
     HeldApply,
     env,
@@ -240,14 +241,7 @@ def test_stalled_manual_verb_whose_lease_is_taken_over_does_nothing(tmp_path, ve
 
 def _navarch_at(root, now: datetime, *args: str) -> subprocess.CompletedProcess[str]:
     """`navarch ARGS` on a host whose wall clock reads `now` (NAVARCH_NOW)."""
-    return subprocess.run(
-        [sys.executable, "-m", "navarch", *args],
-        cwd=root,
-        env={**env(), "NAVARCH_NOW": now.isoformat()},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return run_navarch(args, cwd=root, env={**env(), "NAVARCH_NOW": now.isoformat()}, inherit=False)
 
 
 def test_a_skewed_runner_never_takes_a_live_lease(tmp_path):

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -11,6 +9,7 @@ import pytest
 from navarch.errors import ConfigError
 from navarch.fleet_file import load_fleet
 from navarch.fleet_secret import read_fleet_secret
+from tests.support.cli import run_navarch
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -103,22 +102,12 @@ def test_duplicate_key_is_an_error(tmp_path):
 
 def test_validate_cli_exits_1_and_writes_nothing(tmp_path):
     path = _write(tmp_path, BASE.replace("max: 3", "max: 1"))
-    proc = subprocess.run(
-        [sys.executable, "-m", "navarch", "validate", str(path)],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-    )
+    proc = run_navarch(["validate", str(path)], cwd=tmp_path)
     assert proc.returncode == 1
     assert f"{path}:9: pools.train.nodes: nodes must satisfy" in proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fleet.yaml"]
     # apply on a bad file writes nothing either (no store, no secret, no machines)
-    proc = subprocess.run(
-        [sys.executable, "-m", "navarch", "apply", str(path), "--auto-approve"],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-    )
+    proc = run_navarch(["apply", str(path), "--auto-approve"], cwd=tmp_path)
     assert proc.returncode == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fleet.yaml"]
 

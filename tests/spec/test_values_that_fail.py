@@ -14,6 +14,7 @@ import pytest
 
 from navarch.errors import ConfigError
 from navarch.fleet_file import fleet_problems, load_fleet
+from tests.support.cli import run_navarch
 
 BASE = """\
 fleet: demo
@@ -76,12 +77,7 @@ def test_a_float_count_is_refused_naming_its_key_path_and_line(tmp_path, old, ne
 
 def test_validate_refuses_target_3_0_instead_of_counting_5_0_nodes(tmp_path):
     path = _write(tmp_path, BASE.replace("target: 2,", "target: 3.0,"))
-    proc = subprocess.run(
-        [sys.executable, "-m", "navarch", "validate", str(path)],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-    )
+    proc = run_navarch(["validate", str(path)], cwd=tmp_path)
     assert proc.returncode == 1, proc.stdout
     assert f"{path}:9: pools.train.nodes.target: 3.0 is not a whole number" in proc.stderr
     assert "without a decimal point" in proc.stderr
@@ -173,12 +169,7 @@ def test_an_alias_used_a_few_times_still_loads(tmp_path):
 def test_an_empty_secret_file_fails_validate(tmp_path, content):
     path = _write(tmp_path, BASE + "secret: {file: fleet.secret}\n")
     (tmp_path / "fleet.secret").write_text(content)
-    proc = subprocess.run(
-        [sys.executable, "-m", "navarch", "validate", str(path)],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-    )
+    proc = run_navarch(["validate", str(path)], cwd=tmp_path)
     assert proc.returncode == 1, proc.stdout
     assert (
         f"{path}:10: secret.file: fleet secret file {tmp_path / 'fleet.secret'} is empty"

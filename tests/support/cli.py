@@ -1,12 +1,19 @@
-"""Run the `navarch` CLI as a subprocess, the way an operator or a CI job does."""
+"""Run the `navarch` CLI the way an operator or a CI job does: in this process (the
+parser and `navarch.cli.main` with captured output, the default) or, where a test needs a
+real process (signals, SIGKILL, concurrent runs, a PYTHONPATH of its own, the
+`python -m navarch` entry point), as a subprocess."""
 
 from __future__ import annotations
 
+import contextlib
+import io
+import logging
 import os
-import subprocess
+import subprocess as _subprocess
 import sys
 import threading
-from collections.abc import Mapping, Sequence
+import traceback
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 
@@ -17,21 +24,104 @@ def run_navarch(
     env: Mapping[str, str] | None = None,
     inherit: bool = True,
     timeout: float = 120,
-) -> subprocess.CompletedProcess[str]:
-    """`python -m navarch ARGS` in cwd; returns the finished process (text output).
+    subprocess: bool = False,
+) -> _subprocess.CompletedProcess[str]:
+    """`navarch ARGS` in cwd; returns the finished run (exit code, text output).
 
-    env: variables for the child. With inherit (the default) they are added to this
-    process's environment minus every NAVARCH_* variable; without it, env is the child's
-    whole environment. Raises subprocess.TimeoutExpired after `timeout` seconds.
+    env: variables for the run. With inherit (the default) they are added to this
+    process's environment minus every NAVARCH_* variable; without it, env is the run's
+    whole environment. In process (the default) the run sees exactly that environment and
+    cwd for the call (both restored after); with subprocess=True it is
+    `python -m navarch ARGS`, which raises subprocess.TimeoutExpired after `timeout`
+    seconds (an in-process run has no timeout).
     """
-    return subprocess.run(
+    child_env = _child_env(env, inherit)
+    if not subprocess:
+        code, out, err = in_process(args, cwd=cwd, env=child_env)
+        return _subprocess.CompletedProcess(["navarch", *args], code, out, err)
+    return _subprocess.run(
         [sys.executable, "-m", "navarch", *args],
         cwd=cwd,
-        env=_child_env(env, inherit),
+        env=child_env,
         capture_output=True,
         text=True,
         timeout=timeout,
     )
+
+
+def in_process(
+    args: Sequence[str], *, cwd: Path, env: Mapping[str, str], input: str = ""
+) -> tuple[int, str, str]:
+    """`navarch.cli.main(args)` in this process as a child would run it -> (exit code,
+    stdout, stderr).
+
+    For the call, os.environ is exactly env, the working directory is cwd, stdin reads
+    `input`, and stdout and stderr are captured; all are restored afterwards, with the
+    logging configuration main() sets up. SystemExit (argparse's usage errors) gives its
+    code; an unexpected exception is printed as a traceback on stderr with code 1, as the
+    interpreter does. The collector tuning main() does is undone by tests/conftest.py.
+    """
+    from navarch.cli import main
+
+    # argcomplete answers a shell's completion request and ends its process with os._exit.
+    assert "_ARGCOMPLETE" not in env, "a completion request needs a process: subprocess=True"
+    out, err = io.StringIO(), io.StringIO()
+    with _process_state_restored():
+        os.environ.clear()
+        os.environ.update(env)
+        os.chdir(cwd)
+        sys.stdin, sys.stdout, sys.stderr = io.StringIO(input), out, err
+        try:
+            code = main(list(args))
+        except SystemExit as exc:
+            code = _exit_code(exc, err)
+        except Exception:
+            traceback.print_exc(file=err)
+            code = 1
+    return code, out.getvalue(), err.getvalue()
+
+
+def _exit_code(exc: SystemExit, err: io.StringIO) -> int:
+    """The exit status the interpreter gives for SystemExit(exc.code)."""
+    if exc.code is None:
+        return 0
+    if isinstance(exc.code, int):
+        return exc.code
+    print(exc.code, file=err)
+    return 1
+
+
+@contextlib.contextmanager
+def _process_state_restored() -> Iterator[None]:
+    """Restore what a CLI run changes in its process: the environment, the working
+    directory, the standard streams, navarch's loggers (handlers, levels, propagation)."""
+    environ = dict(os.environ)
+    cwd = os.getcwd()
+    streams = sys.stdin, sys.stdout, sys.stderr
+    loggers = _navarch_loggers()
+    try:
+        yield
+    finally:
+        sys.stdin, sys.stdout, sys.stderr = streams
+        os.chdir(cwd)
+        os.environ.clear()
+        os.environ.update(environ)
+        for logger, (handlers, level, propagate, disabled) in loggers.items():
+            logger.handlers[:] = handlers
+            logger.setLevel(level)
+            logger.propagate = propagate
+            logger.disabled = disabled
+
+
+def _navarch_loggers() -> dict[logging.Logger, tuple[list[logging.Handler], int, bool, bool]]:
+    """navarch's loggers (those made so far, and the ones main() configures by name)."""
+    names = {"navarch", "navarch.agent", "navarch.cli", "navarch.run"}
+    names |= {n for n in logging.Logger.manager.loggerDict if n.startswith("navarch")}
+    out = {}
+    for name in names:
+        log = logging.getLogger(name)
+        out[log] = (list(log.handlers), log.level, log.propagate, log.disabled)
+    return out
 
 
 def kill_apply_mid_launch(
@@ -46,12 +136,12 @@ def kill_apply_mid_launch(
     """Start `navarch apply FLEET --auto-approve`, wait until the fake cloud sets `reached`
     (it is holding a launch), then SIGKILL the run: a reconciler dying between launch and
     state write. Fails the test if the run never gets there within timeout_s."""
-    proc = subprocess.Popen(
+    proc = _subprocess.Popen(
         [sys.executable, "-m", "navarch", "apply", str(fleet), "--auto-approve"],
         cwd=cwd,
         env=_child_env(env, inherit),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stdout=_subprocess.DEVNULL,
+        stderr=_subprocess.DEVNULL,
     )
     try:
         assert reached.wait(timeout_s), "apply never reached the held launch"
@@ -68,7 +158,7 @@ def concurrent_applies(
     inherit: bool = False,
     runs: int = 8,
     timeout: float = 180,
-) -> list[subprocess.CompletedProcess[str]]:
+) -> list[_subprocess.CompletedProcess[str]]:
     """Start `runs` `navarch apply FLEET --auto-approve` at the same moment (a barrier) and
     wait for all -> the finished processes.
 
@@ -77,7 +167,7 @@ def concurrent_applies(
     applied. What the cloud ends with is the caller's to check.
     """
     start = threading.Barrier(runs)
-    done: list[subprocess.CompletedProcess[str]] = []
+    done: list[_subprocess.CompletedProcess[str]] = []
 
     def one() -> None:
         start.wait()
@@ -88,6 +178,7 @@ def concurrent_applies(
                 env=env,
                 inherit=inherit,
                 timeout=timeout,
+                subprocess=True,
             )
         )
 

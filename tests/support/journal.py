@@ -12,6 +12,8 @@ from pathlib import Path
 
 import yaml
 
+from tests.support.cli import run_navarch
+
 ROOT = Path(__file__).resolve().parents[2]
 FLEET = "jt"
 
@@ -115,14 +117,8 @@ def env() -> dict[str, str]:
 
 
 def navarch(root: Path, *args: str, timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "navarch", *args],
-        cwd=root,
-        env=env(),
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-    )
+    """`navarch ARGS` in root, in this process (timeout_s bounds a subprocess run only)."""
+    return run_navarch(args, cwd=root, env=env(), inherit=False, timeout=timeout_s)
 
 
 class HeldApply:

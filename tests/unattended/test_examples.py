@@ -114,6 +114,7 @@ def test_kubernetes_cronjob_is_valid(tmp_path: Path) -> None:
     assert kubernetes_validate(bad).returncode != 0
 
 
+@pytest.mark.system
 def test_systemd_units_pass_systemd_analyze_verify(tmp_path: Path) -> None:
     require_system_package("systemd", "systemd-analyze")
     # verify checks that ExecStart's program exists: point it at this install's navarch.

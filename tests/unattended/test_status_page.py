@@ -112,6 +112,7 @@ def test_apply_publishes_the_status_page_to_the_store(healthy_fleet: Path) -> No
     assert "provision" in page  # recent events from the audit log
 
 
+@pytest.mark.system
 def test_status_html_renders_in_headless_chromium(healthy_fleet: Path, tmp_path: Path) -> None:
     run = run_navarch(["status", "fleet.yaml", "--html", "status.html"], cwd=healthy_fleet)
     assert run.returncode == 0, run.stderr

@@ -181,9 +181,7 @@ def acquire_lock(
         held = _read_lock(store, fleet)
         silent_s = _silent_s(store, fleet, held)
     except NotFound:
-        # Released between our write and our read: one more try, then report the race.
-        version = store.put(lock_key(fleet), body, if_absent=True)
-        return replace(lock, version=version)
+        return _after_release(store, fleet, lock, body)
     held_ttl_s = held.ttl_s or ttl_s
     # The holder's own time from taking the lease to its last renewal (one clock), plus
     # the store's time since that renewal.
@@ -200,6 +198,22 @@ def acquire_lock(
         took_over=f"{held.holder} running {held.command!r} (lock {held.lock_id}, "
         f"expired {silent_s - held_ttl_s:.0f}s ago by the store's clock)",
     )
+
+
+def _after_release(store: ObjectStore, fleet: str, lock: Lock, body: bytes) -> Lock:
+    """The lease was released between our create and our look: create it once more. When
+    another contender created it first (many runs waiting on one release), that run holds
+    it: LockHeld, as a moment later, never a store error."""
+    try:
+        return replace(lock, version=store.put(lock_key(fleet), body, if_absent=True))
+    except PreconditionFailed as exc:
+        try:
+            taken = _read_lock(store, fleet)
+        except NotFound:
+            raise LockHeld("another run", "(took and released the lease)", "?", 0.0, 0.0) from exc
+        raise LockHeld(
+            taken.holder, taken.command, taken.lock_id, 0.0, float(taken.ttl_s or 0)
+        ) from exc
 
 
 def _silent_s(store: ObjectStore, fleet: str, held: Lock) -> float:

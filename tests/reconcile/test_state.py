@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from navarch.errors import LockHeld, NavarchError, PreconditionFailed, StoreError
+from navarch.errors import LockHeld, NavarchError, NotFound, PreconditionFailed, StoreError
 from navarch.planner.model import Memory, NodeMemory, Phase
 from navarch.reconcile.state import (
     AuditLog,
@@ -157,3 +157,35 @@ def test_audit_chunks_are_created_only_if_absent_and_never_overwritten(tmp_path)
         for line in store.get(o.key).data.decode().splitlines()
     ]
     assert actions == ["cordon", "reboot"]
+
+
+def test_a_lease_taken_by_another_run_while_we_looked_is_held_not_a_store_error(
+    tmp_path,
+) -> None:
+    """Eight runs waiting on one apply: the holder releases, one waiting run creates the
+    lease first, and the others, who saw it gone, must be told it is held (exit 4), not
+    fail on the store's precondition (exit 1)."""
+    inner = FileStore(tmp_path)
+    acquire_lock(inner, "demo", "apply", 900, T0, holder="holder")
+
+    class Racing:
+        """The store as a waiting run sees it: the holder releases just before our read,
+        and another waiting run takes the lease before our second create."""
+
+        url, parallel_gets = inner.url, 1
+        raced = False
+
+        def __getattr__(self, name: str):
+            return getattr(inner, name)
+
+        def get(self, key: str):
+            if key == lock_key("demo") and not self.raced:
+                self.raced = True
+                inner.delete(key)
+                acquire_lock(inner, "demo", "apply", 900, T0, holder="quicker run")
+                raise NotFound(key)
+            return inner.get(key)
+
+    with pytest.raises(LockHeld) as held:
+        acquire_lock(Racing(), "demo", "apply", 900, T0, holder="slower run")
+    assert held.value.holder == "quicker run"

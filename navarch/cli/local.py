@@ -1,5 +1,5 @@
 """`navarch local ...`: drive the embedded local provider's machines (tick every agent,
-inject a fault, reboot, launch a foreign machine), through navarch.providers.local_ops."""
+inject a fault, reboot, launch a foreign machine), through navarch.providers.local.ops."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def _spec(path: str) -> Any:
 def cmd_local_tick(args: argparse.Namespace) -> int:
     """`navarch local tick`: every local node's agent reports once."""
     from navarch.fleet_secret import ensure_local_secret
-    from navarch.providers import local_ops
+    from navarch.providers.local import ops as local_ops
 
     spec = _spec(args.fleet)
     ensure_local_secret(spec)  # the local agents sign with it: tick acts on the fleet
@@ -37,8 +37,8 @@ def cmd_local_tick(args: argparse.Namespace) -> int:
 
 
 def cmd_local_inject(args: argparse.Namespace) -> int:
-    """`navarch local inject`: faults into one local node (see navarch.providers.local_ops.inject)."""
-    from navarch.providers import local_ops
+    """`navarch local inject`: faults into one local node (see navarch.providers.local.ops.inject)."""
+    from navarch.providers.local import ops as local_ops
 
     faults = (
         args.xid,
@@ -83,7 +83,7 @@ def cmd_local_inject(args: argparse.Namespace) -> int:
 
 def cmd_local_reboot(args: argparse.Namespace) -> int:
     """`navarch local reboot`: new boot id for a local node."""
-    from navarch.providers import local_ops
+    from navarch.providers.local import ops as local_ops
 
     local_ops.reboot(_spec(args.fleet), args.node)
     print(f"{args.node}: rebooted (new boot id; kernel log and faults cleared)")
@@ -92,7 +92,7 @@ def cmd_local_reboot(args: argparse.Namespace) -> int:
 
 def cmd_local_foreign(args: argparse.Namespace) -> int:
     """`navarch local launch-foreign`: a machine without navarch's tags."""
-    from navarch.providers import local_ops
+    from navarch.providers.local import ops as local_ops
 
     iid = local_ops.launch_foreign(_spec(args.fleet), args.zone, args.instance_type)
     print(f"launched foreign machine {iid} (no navarch tags)")

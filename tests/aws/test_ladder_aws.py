@@ -13,7 +13,7 @@ import boto3
 from navarch import cli
 from navarch.agent import AgentConfig, run_once
 from navarch.providers import aws as awsmod
-from navarch.providers.local_ops import _gpu_bdf
+from navarch.providers.local.ops import _gpu_bdf
 from navarch.signing import derive_node_key
 from navarch.xid import lookup
 from tests.aws.test_e2e import (  # noqa: F401 - env is a fixture

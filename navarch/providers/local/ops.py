@@ -1,4 +1,4 @@
-"""Operations on the embedded local provider's machines: fire agents, inject faults.
+"""The local provider's tools (its own folder beside the provider): fire agents, inject faults.
 
 These are what `navarch local tick|inject|reboot|launch-foreign` run. Each local machine
 runs the real agent code (navarch.agent.run_once) on the fake GPU backend; faults reach it

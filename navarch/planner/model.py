@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from navarch.health import FaultKey, Remedy, Status
+from navarch.health_report import NoticeKind
 from navarch.inventory import Instance
 from navarch.planner.node_table import NodeTable
 from navarch.spec import Scheduler
@@ -155,7 +156,7 @@ class ReportSummary:
     health_score: int
     fatal: bool
     findings: tuple[str, ...] = ()
-    notice_kind: str | None = None  # preemption | maintenance
+    notice_kind: NoticeKind | None = None  # a spot preemption or a maintenance event
     notice_deadline: datetime | None = None
     process_count: int | None = None
     utilization_pct: float | None = None

@@ -634,9 +634,9 @@ def _reported(
             f"(offline_after {format_duration_s(h.offline_after_s)})",
             {},
         )
-    if s.notice_kind == NoticeKind.PREEMPTION:
+    if s.notice_kind is NoticeKind.PREEMPTION:
         return Lifecycle.PREEMPTING, "preemption notice from the cloud", {"immediate": True}
-    if s.notice_kind == NoticeKind.MAINTENANCE:
+    if s.notice_kind is NoticeKind.MAINTENANCE:
         by = f" (deadline {s.notice_deadline:%Y-%m-%d %H:%M} UTC)" if s.notice_deadline else ""
         return (
             Lifecycle.MAINTENANCE,

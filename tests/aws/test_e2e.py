@@ -30,6 +30,7 @@ from moto.ec2.models.instances import InstanceBackend
 
 from navarch import cli
 from navarch.providers import aws as awsmod
+from navarch.reconcile.state import STORE_CLOCK_SLACK_S
 from navarch.signing import derive_node_key
 from tests.support.cli import kill_apply_mid_launch, run_navarch
 from tests.support.userdata import bundle_source
@@ -232,8 +233,10 @@ def test_killed_apply_then_apply_leaves_exactly_target(
 
 
 def test_killed_apply_lease_lapses_within_one_ttl(env, tmp_path, run_gate, moto) -> None:
-    """With a short lease the next run needs no human: one TTL plus a second after the kill
-    it takes the lease over (and says whose it was) and converges without duplicates."""
+    """With a short lease the next run needs no human: once the lease has been silent past
+    its TTL and the store clock's slack by S3's whole-second LastModified (so one second
+    more), it takes the lease over (and says whose it was) and converges without
+    duplicates."""
     ttl_s = 3
     fleet = write_fleet(tmp_path, target=4, max_nodes=5, lock_ttl=f"{ttl_s}s", max_parallel=4)
     run_gate.hold_at = 2
@@ -241,7 +244,8 @@ def test_killed_apply_lease_lapses_within_one_ttl(env, tmp_path, run_gate, moto)
     killed_at = time.monotonic()
     run_gate.release.set()
     assert run_gate.done.wait(60)
-    time.sleep(max(0.0, killed_at + ttl_s + 1 - time.monotonic()))
+    lapsed_after_s = ttl_s + STORE_CLOCK_SLACK_S + 1.5  # + S3's one-second resolution
+    time.sleep(max(0.0, killed_at + lapsed_after_s - time.monotonic()))
     run = navarch(["apply", str(fleet), "--auto-approve"], env, tmp_path)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "took over the expired lease" in run.stderr

@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from navarch.errors import LeaseLost, LockHeld
-from navarch.reconcile.state import Lease, acquire_lock, lock_key
+from navarch.reconcile.state import STORE_CLOCK_SLACK_S, Lease, acquire_lock, lock_key
 from navarch.stores.file import FileStore
 from tests.support.cli import run_navarch
 from tests.support.journal import (
@@ -116,8 +116,9 @@ def test_killed_apply_blocks_the_next_run_for_at_most_one_ttl(tmp_path):
     blocked = navarch(tmp_path, "apply", "fleet.yaml", "--auto-approve")
     if blocked.returncode != 0:  # the dead run's lease may already have lapsed on a slow box
         assert blocked.returncode == 4, blocked.stdout + blocked.stderr
-    # One TTL plus a second after the kill the next run takes the lease over and converges.
-    time.sleep(max(0.0, killed_at + TTL_S + 1 - time.monotonic()))
+    # Once the lease has been silent past its TTL and the store clock's slack, the next run
+    # takes it over and converges.
+    time.sleep(max(0.0, killed_at + TTL_S + STORE_CLOCK_SLACK_S + 0.5 - time.monotonic()))
     run = navarch(tmp_path, "apply", "fleet.yaml", "--auto-approve")
     assert run.returncode == 0, run.stdout + run.stderr
     assert "took over the expired lease" in run.stderr

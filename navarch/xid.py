@@ -1,7 +1,7 @@
 """The one XID catalogue: what each NVIDIA XID (and NVSwitch SXid) means and what to do.
 
 Every XID event the agent reports gets its severity and recommended action from here,
-and nowhere else. Sources (see /work/shared/reference/gpu-health.md §2):
+and nowhere else. Sources (the design notes' GPU health reference, its section 2):
 
 - NVIDIA XID catalogue ("analyzing-xid-catalog", resolution buckets RESTART_APP,
   RESET_GPU, RESTART_BM, CHECK_MECHANICALS, ...), as embedded by gpud and NVSentinel;

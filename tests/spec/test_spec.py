@@ -10,26 +10,9 @@ from navarch.errors import ConfigError
 from navarch.fleet_file import load_fleet
 from navarch.fleet_secret import read_fleet_secret
 from tests.support.cli import run_navarch
+from tests.support.fleet_text import BASE, write_fleet_text
 
 REPO = Path(__file__).resolve().parents[2]
-
-BASE = """\
-fleet: demo
-providers:
-  sim: {type: local}
-pools:
-  train:
-    provider: sim
-    instance_types: [sim-h100x8]
-    zones: [sim-1a]
-    nodes: {min: 1, target: 2, max: 3}
-"""
-
-
-def _write(tmp_path: Path, text: str) -> Path:
-    path = tmp_path / "fleet.yaml"
-    path.write_text(text)
-    return path
 
 
 def test_example_fleet_is_valid_and_defaulted():
@@ -43,7 +26,7 @@ def test_example_fleet_is_valid_and_defaulted():
 
 
 def test_defaults_come_from_the_schema(tmp_path):
-    spec = load_fleet(_write(tmp_path, BASE))
+    spec = load_fleet(write_fleet_text(tmp_path, BASE))
     pool = spec.pool("train")
     assert pool.health.unhealthy_after == 2
     assert pool.health.offline_after_s == 600
@@ -84,7 +67,7 @@ def test_defaults_come_from_the_schema(tmp_path):
     ],
 )
 def test_bad_fleet_names_file_line_and_key(tmp_path, mutation, line, key_path, words):
-    path = _write(tmp_path, mutation(BASE))
+    path = write_fleet_text(tmp_path, mutation(BASE))
     with pytest.raises(ConfigError) as info:
         load_fleet(path)
     err = info.value
@@ -97,11 +80,11 @@ def test_bad_fleet_names_file_line_and_key(tmp_path, mutation, line, key_path, w
 
 def test_duplicate_key_is_an_error(tmp_path):
     with pytest.raises(ConfigError, match="duplicate key 'fleet'"):
-        load_fleet(_write(tmp_path, BASE + "fleet: other\n"))
+        load_fleet(write_fleet_text(tmp_path, BASE + "fleet: other\n"))
 
 
 def test_validate_cli_exits_1_and_writes_nothing(tmp_path):
-    path = _write(tmp_path, BASE.replace("max: 3", "max: 1"))
+    path = write_fleet_text(tmp_path, BASE.replace("max: 3", "max: 1"))
     proc = run_navarch(["validate", str(path)], cwd=tmp_path)
     assert proc.returncode == 1
     assert f"{path}:9: pools.train.nodes: nodes must satisfy" in proc.stderr
@@ -113,7 +96,7 @@ def test_validate_cli_exits_1_and_writes_nothing(tmp_path):
 
 
 def test_secret_from_env(tmp_path, monkeypatch):
-    spec = load_fleet(_write(tmp_path, BASE + "secret: {env: FLEET_SECRET}\n"))
+    spec = load_fleet(write_fleet_text(tmp_path, BASE + "secret: {env: FLEET_SECRET}\n"))
     monkeypatch.delenv("FLEET_SECRET", raising=False)
     with pytest.raises(ConfigError, match="FLEET_SECRET is empty or unset"):
         read_fleet_secret(spec)

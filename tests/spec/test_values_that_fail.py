@@ -8,31 +8,13 @@ import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 import pytest
 
 from navarch.errors import ConfigError
 from navarch.fleet_file import fleet_problems, load_fleet
 from tests.support.cli import run_navarch
-
-BASE = """\
-fleet: demo
-providers:
-  sim: {type: local}
-pools:
-  train:
-    provider: sim
-    instance_types: [sim-h100x8]
-    zones: [sim-1a]
-    nodes: {min: 1, target: 2, max: 3}
-"""
-
-
-def _write(tmp_path: Path, text: str) -> Path:
-    path = tmp_path / "fleet.yaml"
-    path.write_text(text)
-    return path
+from tests.support.fleet_text import BASE, write_fleet_text
 
 
 @pytest.mark.parametrize(
@@ -63,7 +45,7 @@ def _write(tmp_path: Path, text: str) -> Path:
 )
 def test_a_float_count_is_refused_naming_its_key_path_and_line(tmp_path, old, new, key_path):
     text = BASE.replace(old, new)
-    path = _write(tmp_path, text)
+    path = write_fleet_text(tmp_path, text)
     line = next(
         i for i, ln in enumerate(text.splitlines(), 1) if key_path.rsplit(".", 1)[-1] + ":" in ln
     )
@@ -76,7 +58,7 @@ def test_a_float_count_is_refused_naming_its_key_path_and_line(tmp_path, old, ne
 
 
 def test_validate_refuses_target_3_0_instead_of_counting_5_0_nodes(tmp_path):
-    path = _write(tmp_path, BASE.replace("target: 2,", "target: 3.0,"))
+    path = write_fleet_text(tmp_path, BASE.replace("target: 2,", "target: 3.0,"))
     proc = run_navarch(["validate", str(path)], cwd=tmp_path)
     assert proc.returncode == 1, proc.stdout
     assert f"{path}:9: pools.train.nodes.target: 3.0 is not a whole number" in proc.stderr
@@ -86,7 +68,7 @@ def test_validate_refuses_target_3_0_instead_of_counting_5_0_nodes(tmp_path):
 
 @pytest.mark.parametrize("key", ["target", "max"])
 def test_a_huge_target_is_refused_by_the_schema(tmp_path, key):
-    path = _write(
+    path = write_fleet_text(
         tmp_path,
         BASE.replace("max: 3", "max: 100000000").replace(
             f"{key}: " + ("2" if key == "target" else "100000000"), f"{key}: 100000000"
@@ -101,7 +83,7 @@ def test_a_huge_target_is_refused_by_the_schema(tmp_path, key):
 
 def test_ten_thousand_nodes_in_a_pool_is_still_valid(tmp_path):
     spec = load_fleet(
-        _write(tmp_path, BASE.replace("target: 2, max: 3", "target: 10000, max: 10000"))
+        write_fleet_text(tmp_path, BASE.replace("target: 2, max: 3", "target: 10000, max: 10000"))
     )
     assert spec.pool("train").target_nodes == 10000
     assert spec.safety.max_launches_per_run == 100  # the schema's default
@@ -130,7 +112,7 @@ BOMB = textwrap.dedent(
 def test_an_alias_bomb_is_refused_quickly_without_exhausting_memory(tmp_path):
     """A billion laughs (9**9 strings from 700 bytes) under a 1 GiB address-space limit:
     validate answers in seconds with the line of the alias that passed the bound."""
-    path = _write(tmp_path, BOMB)
+    path = write_fleet_text(tmp_path, BOMB)
     gib = 1 << 30
 
     def limit() -> None:
@@ -161,13 +143,13 @@ def test_an_alias_used_a_few_times_still_loads(tmp_path):
         "    zones: *zones\n"
         "    nodes: {target: 1}\n"
     )
-    spec = load_fleet(_write(tmp_path, text))
+    spec = load_fleet(write_fleet_text(tmp_path, text))
     assert spec.pool("infer").placed()[0].zones == ("sim-1a",)
 
 
 @pytest.mark.parametrize("content", ["", "  \n\n"])
 def test_an_empty_secret_file_fails_validate(tmp_path, content):
-    path = _write(tmp_path, BASE + "secret: {file: fleet.secret}\n")
+    path = write_fleet_text(tmp_path, BASE + "secret: {file: fleet.secret}\n")
     (tmp_path / "fleet.secret").write_text(content)
     proc = run_navarch(["validate", str(path)], cwd=tmp_path)
     assert proc.returncode == 1, proc.stdout

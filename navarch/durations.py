@@ -6,6 +6,7 @@ import re
 from datetime import UTC, datetime, timedelta
 
 from navarch.errors import ConfigError
+from navarch.timefmt import required_ts
 
 _PART = re.compile(r"([0-9]+)([smhd])")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -75,12 +76,9 @@ def window_start(
 def _rfc3339(text: str, name: str) -> datetime:
     """An aware time from RFC 3339 text; ConfigError (with the forms) when it is not one."""
     try:
-        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        return required_ts(text)
     except ValueError:
-        when = None
-    if when is None or when.tzinfo is None:
         raise ConfigError(
             f"{name} {text!r} is neither a duration nor an RFC 3339 time",
             hint="write it like 24h, 7d, 1h30m or 2026-11-24T03:00:00Z",
-        )
-    return when
+        ) from None

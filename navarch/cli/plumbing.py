@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from navarch.actor import Actor, actor_from_env
 from navarch.errors import ConfigError, LeaseLost, LockHeld, NavarchError, StalePlan
+from navarch.timefmt import required_ts
 
 if TYPE_CHECKING:
     from navarch.api import Plan, PlanOptions
@@ -124,15 +125,12 @@ def process_clock() -> Callable[[], datetime]:
     if not fixed:
         return lambda: datetime.now(UTC)
     try:
-        when = datetime.fromisoformat(fixed.replace("Z", "+00:00"))
+        replayed = required_ts(fixed)
     except ValueError:
-        when = None
-    if when is None or when.tzinfo is None:
         raise ConfigError(
             f"NAVARCH_NOW={fixed!r} is not an RFC 3339 time with a timezone",
             hint="e.g. NAVARCH_NOW=2026-11-01T12:00:00Z, or unset it",
-        )
-    replayed = when.astimezone(UTC)
+        ) from None
     return lambda: replayed
 
 

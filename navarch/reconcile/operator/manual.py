@@ -103,9 +103,7 @@ def _audit(
             **record,
         }
     )
-    flush = getattr(audit, "flush", None)  # the chunked audit log buffers until flushed
-    if flush is not None:
-        flush()
+    audit.flush()
 
 
 def reboot(

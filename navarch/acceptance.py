@@ -110,6 +110,9 @@ class AcceptancePolicy:
     min_fraction: float = 0.8
     multi_node: bool = False
     timeout_s: float = 600.0
+    # The node's instance type ("" unknown): selects the published per-type baselines
+    # (navarch.agent.acceptance_tools.thresholds) where no absolute floor is declared.
+    instance_type: str = ""
 
 
 @dataclass(frozen=True)

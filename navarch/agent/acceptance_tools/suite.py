@@ -51,6 +51,7 @@ from navarch.textsafe import node_text
 __all__ = [
     "DEEP_DIAG_LEVEL",
     "TOOL_TESTS",
+    "nccl_verdict",
     "run_dcgm_diag",
     "run_ecc_mode",
     "run_gpu_count",
@@ -576,6 +577,22 @@ def run_nccl_all_reduce(policy: AcceptancePolicy, host: ToolHost) -> AcceptanceR
     out, failed = _run(test, host, argv, policy)
     if failed is not None:
         return failed
+    floor, source = nccl_floor(policy)
+    return nccl_verdict(test, out, floor, source, {"message_bytes": size, "gpus": argv[8]})
+
+
+def nccl_verdict(
+    test: AcceptanceTest,
+    out: ToolOutput,
+    floor: float | None,
+    source: str,
+    detail: Mapping[str, str],
+) -> AcceptanceResult:
+    """The verdict of one all_reduce_perf run that finished (not missing, not timed out),
+    single-node or across nodes: UNKNOWN for an exit other than 0 or 7 or output without
+    its table; FAIL for any wrong result; else its bus bandwidth (the footer's average, or
+    the largest size's lower half without a footer) against floor (GB/s; None: PASS with
+    the figure, for the planner's relative check). source: where the floor comes from."""
     if out.exit_code not in (0, 7):
         return _unknown(test, f"all_reduce_perf exited {out.exit_code}: {_tail(out)}")
     try:
@@ -584,19 +601,14 @@ def run_nccl_all_reduce(policy: AcceptancePolicy, host: ToolHost) -> AcceptanceR
         return _unknown(test, f"all_reduce_perf (exit {out.exit_code}): {exc}")
     figure = parsed.avg_busbw_gbps
     if figure is None:
-        figure = min(
-            r.busbw_gbps
-            for r in parsed.rows
-            if r.size_bytes == max(x.size_bytes for x in parsed.rows)
-        )
-    floor, source = nccl_floor(policy)
-    detail = {"message_bytes": size, "gpus": str(len(log.gpus)), "wrong": str(parsed.wrong)}
+        largest = max(r.size_bytes for r in parsed.rows)
+        figure = min(r.busbw_gbps for r in parsed.rows if r.size_bytes == largest)
     base = _reading(
         test,
         figure=figure,
         unit="GB/s",
         tool_version=parsed.version,
-        detail=detail,
+        detail={**detail, "wrong": str(parsed.wrong)},
     )
     if parsed.wrong:
         reason = f"all_reduce_perf found {parsed.wrong} wrong results (data corruption)"

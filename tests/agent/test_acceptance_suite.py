@@ -4,6 +4,7 @@ fixtures, real subprocesses of stand-in programs) through the real parsers to ve
 from __future__ import annotations
 
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -27,7 +28,7 @@ from navarch.agent.acceptance_tools import (
     ToolOutput,
     run_tool_tests,
 )
-from navarch.agent.acceptance_tools.fake import FAKE_KEYS
+from navarch.agent.acceptance_tools.fake import FAKE_KEYS, check_override
 from navarch.agent.acceptance_tools.suite import (
     run_dcgm_diag,
     run_gpu_count,
@@ -196,6 +197,36 @@ def test_the_fake_knows_its_keys_and_refuses_others() -> None:
     assert "nccl_busbw_gbps" in FAKE_KEYS and "gpu_count" in FAKE_KEYS
     with pytest.raises(ValueError, match="unknown acceptance override nccl_bw"):
         FakeToolHost({"nccl_bw": "1"})
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "words"),
+    [
+        ("gpu_count", "seven", "gpu_count takes a whole number 0-64"),
+        ("pcie_gen", "7", "pcie_gen takes a whole number 1-6"),
+        ("nccl_busbw_gbps", "fast", "figure >= 0 or one of missing, timeout, garbage"),
+        ("gpu_memory_mib", "missing", "gpu_memory_mib takes a figure >= 0"),
+        ("ecc", "off", "ecc takes one of enabled, disabled"),
+        ("dcgm_diag", "warn", "dcgm_diag takes one of pass, fail, missing, timeout, garbage"),
+        ("driver", "", "a version of 1-64 printable characters"),
+        ("driver", "550\n$(id)", "a version of 1-64 printable characters"),
+    ],
+)
+def test_an_override_the_fake_cannot_model_is_refused_naming_what_it_takes(
+    key: str, value: str, words: str
+) -> None:
+    with pytest.raises(ValueError, match=re.escape(words)):
+        check_override(key, value)
+    with pytest.raises(ValueError):
+        FakeToolHost({key: value})
+
+
+def test_a_node_whose_driver_sees_no_gpu_fails_the_count_and_knows_no_memory() -> None:
+    host = FakeToolHost({"gpu_count": "0"})
+    count = run_gpu_count(AcceptancePolicy(expected_gpu_count=8), host)
+    assert (count.status, count.figure, count.threshold) == (FAIL, 0.0, 8.0)
+    assert run_gpu_memory(AcceptancePolicy(), host).status is UNKNOWN
+    assert run_nccl_all_reduce(AcceptancePolicy(), host).status is UNKNOWN
 
 
 def test_drift_under_a_warn_policy_passes_and_names_the_odd_component() -> None:

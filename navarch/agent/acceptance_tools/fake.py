@@ -39,7 +39,7 @@ from string import Template
 from navarch.agent.acceptance_tools.host import NOT_FOUND_EXIT, ToolOutput
 from navarch.agent.acceptance_tools.sysfs import INFINIBAND, PCI_DEVICES
 
-__all__ = ["DEFAULTS", "FAKE_KEYS", "TOOL_MODES", "FakeToolHost"]
+__all__ = ["DEFAULTS", "FAKE_KEYS", "TOOL_MODES", "FakeToolHost", "check_override"]
 
 #: The healthy node: every key's value when not overridden.
 DEFAULTS: Mapping[str, str] = {
@@ -158,6 +158,41 @@ $row
 """)
 
 
+_COUNTS = {"gpu_count": (0, 64), "ib_ports": (0, 64), "pcie_width": (1, 32), "pcie_gen": (1, 6)}
+_TOOL_FIGURES = ("nccl_busbw_gbps", *_TOOL_KEYS["nvbandwidth"])
+_FIGURES = ("gpu_memory_mib", "ib_rate_gbps", *_TOOL_FIGURES)
+_WORDS = {
+    "ecc": ("enabled", "disabled"),
+    "persistence": ("enabled", "disabled"),
+    "dcgm_diag": ("pass", "fail", *TOOL_MODES),
+    "ib_state": tuple(_IB_STATES),
+}
+
+
+def check_override(key: str, value: str) -> None:
+    """Raise ValueError, naming the key and what it takes, unless `key=value` is an
+    override FakeToolHost models (``navarch local inject --acceptance`` checks here)."""
+    if key not in DEFAULTS:
+        raise ValueError(f"unknown acceptance override {key}; known keys: {', '.join(FAKE_KEYS)}")
+    if key in _COUNTS:
+        low, high = _COUNTS[key]
+        if not value.isdigit() or not low <= int(value) <= high:
+            raise ValueError(f"acceptance override {key} takes a whole number {low}-{high}")
+    elif key in _FIGURES:
+        modes = TOOL_MODES if key in _TOOL_FIGURES else ()
+        try:
+            ok = 0 <= float(value) < float("inf") or value in modes
+        except ValueError:
+            ok = value in modes
+        if not ok:
+            also = f" or one of {', '.join(modes)}" if modes else ""
+            raise ValueError(f"acceptance override {key} takes a figure >= 0{also}")
+    elif key in _WORDS and (value.upper() if key == "ib_state" else value) not in _WORDS[key]:
+        raise ValueError(f"acceptance override {key} takes one of {', '.join(_WORDS[key])}")
+    elif not value or len(value) > 64 or not value.isprintable():
+        raise ValueError(f"acceptance override {key} takes a version of 1-64 printable characters")
+
+
 def _bus(index: int) -> str:
     return f"00000000:{0x18 + 0x10 * index:02X}:00.0"
 
@@ -169,12 +204,8 @@ class FakeToolHost:
     unknown key. ``calls`` records every argv run, in order."""
 
     def __init__(self, overrides: Mapping[str, str] | None = None) -> None:
-        unknown = sorted(set(overrides or {}) - set(DEFAULTS))
-        if unknown:
-            raise ValueError(
-                f"unknown acceptance override {', '.join(unknown)}; "
-                f"known keys: {', '.join(FAKE_KEYS)}"
-            )
+        for key, value in (overrides or {}).items():
+            check_override(key, str(value))
         self.values = {**DEFAULTS, **{k: str(v) for k, v in (overrides or {}).items()}}
         self.calls: list[tuple[str, ...]] = []
         self.files = self._sysfs()

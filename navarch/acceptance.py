@@ -110,6 +110,12 @@ class AcceptancePolicy:
     min_fraction: float = 0.8
     multi_node: bool = False
     timeout_s: float = 600.0
+    # The node's instance type ("" unknown): selects the published per-type baselines
+    # (navarch.agent.acceptance_tools.thresholds) where no absolute floor is declared.
+    instance_type: str = ""
+    # Floor of the multi-node all_reduce_perf with a known-good peer, GB/s (None: relative
+    # to the pool's median only); a two-node figure is far below a one-node one.
+    nccl_multi_node_min_busbw_gbps: float | None = None
 
 
 @dataclass(frozen=True)

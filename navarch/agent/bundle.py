@@ -9,7 +9,8 @@ x86_64 and aarch64 and on Python 3.9 to 3.13 (the modules keep to 3.9 syntax; .c
 tests/agent/test_bundle.py check that with vermin). The reconciler publishes it to the
 fleet's store as ``agent/<version>-<sha256>.pyz`` (navarch.reconcile.publish).
 
-Which navarch modules go in: every module of navarch.agent (except this builder), and,
+Which navarch modules go in: every module of navarch.agent and its subpackages (except
+this builder), and,
 transitively, every navarch module they import at module level, plus the few the agent
 imports inside functions on its run path (LAZY_MODULES). A module the run needs and the
 bundle lacks fails the bundle's own test (it runs the file with ``-I -S``).
@@ -167,7 +168,13 @@ def _top_level_navarch_imports(path: Path, name: str) -> set[str]:
 def _navarch_modules() -> list[str]:
     """Dotted names of the navarch modules the bundle carries, sorted."""
     agent_dir = _package_root() / "agent"
-    todo = [f"navarch.agent.{p.stem}" for p in agent_dir.glob("*.py") if p.stem != "__init__"]
+    # Subpackages too (acceptance_tools): the agent may import their modules lazily.
+    todo = [
+        ".".join(("navarch", "agent", *p.relative_to(agent_dir).with_suffix("").parts))
+        for p in agent_dir.rglob("*.py")
+        if "__pycache__" not in p.parts
+    ]
+    todo = [name.removesuffix(".__init__") for name in todo]
     todo += ["navarch.agent", *LAZY_MODULES]
     seen: set[str] = set()
     while todo:

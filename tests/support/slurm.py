@@ -21,7 +21,7 @@ import os
 import re
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -143,7 +143,16 @@ class SlurmCluster:
         self.wait_state("IDLE")
 
 
-def _conf(base: Path, node: str, ctld_port: int, slurmd_port: int, socket: Path) -> str:
+def _conf(
+    base: Path,
+    node: str,
+    ctld_port: int,
+    slurmd_port: int,
+    socket: Path,
+    peers: Sequence[str] = (),
+) -> str:
+    if peers:
+        return _multi_node_conf(_conf(base, node, ctld_port, slurmd_port, socket), base, peers)
     return f"""\
 ClusterName=navarchtest
 SlurmctldHost=localhost(127.0.0.1)
@@ -176,15 +185,34 @@ PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 """
 
 
+def _multi_node_conf(conf: str, base: Path, peers: Sequence[str]) -> str:
+    """One slurmd per node on this host: each node its own port, and its pid file, spool
+    and log named after it (%n); Debian's Slurm allows several slurmd on one host."""
+    conf = conf.replace(f"{base}/slurmd.pid", f"{base}/slurmd-%n.pid")
+    conf = conf.replace(f"SlurmdSpoolDir={base}/spool", f"SlurmdSpoolDir={base}/spool/%n")
+    conf = conf.replace(f"{base}/log/slurmd.log", f"{base}/log/slurmd-%n.log")
+    port = re.search(r"^SlurmdPort=(\d+)$", conf, re.MULTILINE)
+    assert port is not None
+    conf = conf.replace("NodeAddr=127.0.0.1 CPUs=2", f"NodeAddr=127.0.0.1 Port={port[1]} CPUs=2")
+    lines = [
+        f"NodeName={peer} NodeAddr=127.0.0.1 Port={free_port()} CPUs=2 RealMemory=1000 "
+        "State=UNKNOWN"
+        for peer in peers
+    ]
+    head, _, partition = conf.rpartition("PartitionName=")
+    return head + "\n".join(lines) + "\nPartitionName=" + partition
+
+
 def _tail(path: Path) -> str:
     return path.read_text()[-2000:] if path.exists() else "(no log)"
 
 
 @contextmanager
-def start_slurm(base: Path, node: str) -> Iterator[SlurmCluster]:
-    """munged + slurmctld + slurmd for one node named `node`, all under `base`; yields
-    the cluster once the node is IDLE, stops every daemon on exit. Fails the test with
-    the daemons' log tails when one exits or the node is not IDLE within WAIT_S."""
+def start_slurm(base: Path, node: str, peers: Sequence[str] = ()) -> Iterator[SlurmCluster]:
+    """munged + slurmctld + slurmd for one node named `node` (and one more slurmd per name
+    in `peers`, on this host too), all under `base`; yields the cluster once every node is
+    IDLE, stops every daemon on exit. Fails the test with the daemons' log tails when one
+    exits or a node is not IDLE within WAIT_S."""
     require_slurm()
     if os.geteuid() != 0:
         pytest.skip("the Slurm fixture runs slurmd as root (SlurmdUser=root) and must run as root")
@@ -195,7 +223,7 @@ def start_slurm(base: Path, node: str) -> Iterator[SlurmCluster]:
     key, socket = base / "munge" / "munge.key", run_dir / "munge.socket"
     subprocess.run(["mungekey", "--create", "--keyfile", str(key)], check=True)
     conf = base / "slurm.conf"
-    conf.write_text(_conf(base, node, free_port(), free_port(), socket))
+    conf.write_text(_conf(base, node, free_port(), free_port(), socket, peers))
     cluster = SlurmCluster(conf=conf, node=node, base=base)
     logs = base / "log"
     procs: list[tuple[str, subprocess.Popen[bytes]]] = []
@@ -240,8 +268,15 @@ def start_slurm(base: Path, node: str) -> Iterator[SlurmCluster]:
             check_alive,
             "slurmctld answering scontrol ping",
         )
-        spawn("slurmd", ["slurmd", "-D", "-N", node, "-f", str(conf)])
-        _until(lambda: cluster.state() == "IDLE", check_alive, f"node {node} IDLE")
+        for name in (node, *peers):
+            if peers:
+                (base / "spool" / name).mkdir(mode=0o700, exist_ok=True)
+            spawn(
+                f"slurmd-{name}" if peers else "slurmd",
+                ["slurmd", "-D", "-N", name, "-f", str(conf)],
+            )
+        for name in (node, *peers):
+            _until(lambda n=name: cluster.state(n) == "IDLE", check_alive, f"node {name} IDLE")
         yield cluster
     finally:
         _stop(cluster, procs)

@@ -1,0 +1,133 @@
+"""Multi-node NCCL acceptance: ``all_reduce_perf`` between a new node and a known-good peer of
+the same pool, launched through the pool's scheduler from the reconciler's side (a node
+cannot start a job on another node).
+
+- Slurm: ``srun -N2 -w NODE,PEER --ntasks-per-node=GPUS --mpi=pmix all_reduce_perf ... -g 1``
+  on the head node: one rank per GPU, as nccl-tests' README runs its MPI build
+  (``mpirun -np 64 -N 8 ./build/all_reduce_perf -b 8 -e 8G -f 2 -g 1``); ``--mpi=pmix`` is
+  how Slurm sites launch it (AWS's and Pyxis' NCCL health checks), not a line nccl-tests
+  documents, so it is a parameter.
+- Kubernetes: an MPIJob (Kubeflow mpi-operator, kubeflow.org/v2beta1) whose two workers are
+  pinned to the node and the peer (templates/nccl-multinode-mpijob.yaml.j2).
+
+The output is read by the node's own parser and verdict
+(navarch.agent.acceptance_tools.nccl / suite.nccl_verdict), so one- and two-node runs are
+judged alike. The command runs through a ToolHost: the head node's shell in production,
+a local one in tests.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from navarch.acceptance import AcceptancePolicy, AcceptanceResult, AcceptanceStatus, AcceptanceTest
+from navarch.agent.acceptance_tools.host import ToolHost
+from navarch.agent.acceptance_tools.suite import nccl_verdict
+from navarch.agent.acceptance_tools.thresholds import DEFAULT_NCCL_MESSAGE_BYTES
+from navarch.templating import environment
+from navarch.textsafe import node_text
+
+__all__ = ["PeerRun", "kubernetes_mpijob", "run_nccl_multi_node", "srun_argv"]
+
+#: A Slurm node name or Kubernetes node name navarch will put on a command line: DNS label
+#: characters only, so it can neither split srun's -w list nor leave its word.
+_NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}")
+
+
+@dataclass(frozen=True)
+class PeerRun:
+    """One two-node run: the node on trial, its known-good peer (same pool, serving),
+    GPUs per node (one rank each), the message size in bytes, all_reduce_perf -n
+    iterations and Slurm's MPI plugin (srun --mpi)."""
+
+    node: str
+    peer: str
+    gpus_per_node: int
+    message_bytes: int = DEFAULT_NCCL_MESSAGE_BYTES
+    iterations: int = 20
+    mpi: str = "pmix"
+
+    def __post_init__(self) -> None:
+        for what, name in (("node", self.node), ("peer", self.peer)):
+            if not _NODE_NAME.fullmatch(name):
+                raise ValueError(f"{what} name {name!r} is not a host name")
+        if self.node == self.peer:
+            raise ValueError(f"the peer must be another node than {self.node}")
+        if self.gpus_per_node < 1 or self.message_bytes < 1 or self.iterations < 1:
+            raise ValueError("gpus_per_node, message_bytes and iterations must be positive")
+        if not re.fullmatch(r"[a-z0-9_]+", self.mpi):
+            raise ValueError(f"srun --mpi plugin {self.mpi!r} is not a plugin name")
+
+    def tool_args(self) -> list[str]:
+        """all_reduce_perf's arguments: one size, one GPU per rank, validation on."""
+        size = str(self.message_bytes)
+        return ["-b", size, "-e", size, "-f", "2", "-g", "1", "-n", str(self.iterations), "-c", "1"]
+
+
+def srun_argv(run: PeerRun) -> list[str]:
+    """The srun command (an argv, never a shell line) that runs the two-node all-reduce."""
+    return [
+        "srun",
+        "-N2",
+        "-w",
+        f"{run.node},{run.peer}",
+        f"--ntasks-per-node={run.gpus_per_node}",
+        f"--mpi={run.mpi}",
+        "all_reduce_perf",
+        *run.tool_args(),
+    ]
+
+
+def run_nccl_multi_node(policy: AcceptancePolicy, host: ToolHost, run: PeerRun) -> AcceptanceResult:
+    """Run the two-node all_reduce_perf through Slurm on `host` (the head node) and judge it.
+
+    Returns an ``nccl_multi_node`` AcceptanceResult: figure the bus bandwidth in GB/s held
+    to policy.nccl_multi_node_min_busbw_gbps (None: PASS with the figure, for the
+    planner's comparison with the pool's median); FAIL on wrong results; UNKNOWN when srun
+    is missing, the run outlives policy.timeout_s, srun or nccl-tests exit with an error
+    (a node down, a job refused, all_reduce_perf missing on a node) or the output has no
+    table. detail names the node and the peer.
+    """
+    test = AcceptanceTest.NCCL_MULTI_NODE
+    argv = srun_argv(run)
+    out = host.run(argv, policy.timeout_s)
+    if out.missing:
+        return _unknown(test, "srun is not installed where navarch runs it (the head node)")
+    if out.timed_out:
+        return _unknown(test, f"srun all_reduce_perf timed out after {policy.timeout_s:g} s")
+    floor = policy.nccl_multi_node_min_busbw_gbps
+    detail = {
+        "node": run.node,
+        "peer": run.peer,
+        "ranks": str(2 * run.gpus_per_node),
+        "message_bytes": str(run.message_bytes),
+    }
+    return nccl_verdict(test, out, floor, "the pool's nccl_multi_node_min_busbw_gbps", detail)
+
+
+def _unknown(test: AcceptanceTest, reason: str) -> AcceptanceResult:
+    return AcceptanceResult(test.value, AcceptanceStatus.UNKNOWN, reason=node_text(reason))
+
+
+def kubernetes_mpijob(run: PeerRun, *, name: str, namespace: str, image: str) -> str:
+    """The MPIJob manifest (YAML text) of the two-node run for a Kubernetes pool.
+
+    name: the job's name (a DNS label); image: a container image with nccl-tests built with
+    MPI=1 and an SSH server, as mpi-operator's launcher needs. Every value is written as a
+    JSON string (valid YAML), so none can break the document. Raises ValueError for a name
+    or namespace that is not a DNS label. Schema: kubeflow/mpi-operator v2beta1 MPIJob.
+    """
+    for what, value in (("name", name), ("namespace", namespace)):
+        if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", value):
+            raise ValueError(f"{what} {value!r} is not a Kubernetes DNS label")
+    template = environment(keep_trailing_newline=True).get_template("nccl-multinode-mpijob.yaml.j2")
+    return template.render(
+        name=name,
+        namespace=namespace,
+        image=image,
+        nodes=[run.node, run.peer],
+        gpus_per_node=run.gpus_per_node,
+        ranks=2 * run.gpus_per_node,
+        tool_args=run.tool_args(),
+    )

@@ -1,0 +1,117 @@
+"""The two-node NCCL acceptance run through a real Slurm 22.05: `srun -N2 -w NODE,PEER` on a
+two-node cluster (two slurmd on this host), with a stand-in `all_reduce_perf` that prints
+nccl-tests' output format from rank 0, as the MPI build does."""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from navarch.acceptance import AcceptancePolicy, AcceptanceStatus
+from navarch.agent.acceptance_tools import SystemToolHost
+from navarch.remote.nccl_peer import PeerRun, run_nccl_multi_node
+from tests.support.slurm import SlurmCluster, start_slurm
+
+NODE, PEER = "demo-train-0003", "demo-train-0001"
+
+#: nccl-tests 2.19 layout (src/util.cu); the 2-node p4dn figure of NVIDIA/nccl issue #527
+#: (57.17 GB/s busbw at 1 GiB) is the default, NAVARCH_STANDIN_BUSBW overrides it.
+STANDIN = r"""
+import os, sys
+rank = os.environ.get("SLURM_PROCID", "0")
+with open(os.path.join(os.environ["NAVARCH_STANDIN_DIR"], "rank-" + rank), "w") as fh:
+    fh.write(os.environ.get("SLURMD_NODENAME", "?") + " " + " ".join(sys.argv[1:]))
+if rank != "0":
+    sys.exit(0)
+busbw = float(os.environ.get("NAVARCH_STANDIN_BUSBW", "57.17"))
+size = int(sys.argv[sys.argv.index("-b") + 1])
+ranks = int(os.environ.get("SLURM_NTASKS", "2"))
+algbw = busbw * ranks / (2 * (ranks - 1))
+half = "%9.1f %7.2f %7.2f %6d" % (size / algbw / 1e3, algbw, busbw, 0)
+print("# nccl-tests version 2.19.6 nccl-headers=22703 nccl-library=22703")
+print("# Collective test starting: all_reduce_perf")
+print("#       size         count      type   redop    root     time   algbw   busbw #wrong"
+      "     time   algbw   busbw #wrong")
+print("#        (B)    (elements)                               (us)  (GB/s)  (GB/s)"
+      "            (us)  (GB/s)  (GB/s)")
+print("%12d %13d     float     sum      -1 %s %s" % (size, size // 4, half, half))
+print("# Out of bounds values : 0 OK")
+print("# Avg bus bandwidth    : %g" % busbw)
+print("#")
+print("# Collective test concluded: all_reduce_perf")
+"""
+
+
+@pytest.fixture(scope="module")
+def two_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
+    with start_slurm(tmp_path_factory.mktemp("slurm2"), NODE, peers=(PEER,)) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def standin(tmp_path: Path, two_nodes: SlurmCluster, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A bin directory with the stand-in all_reduce_perf, on PATH for srun (which passes
+    its environment to the tasks), and the cluster's SLURM_CONF."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    tool = bin_dir / "all_reduce_perf"
+    tool.write_text(f"#!{sys.executable}\n{STANDIN}")
+    tool.chmod(tool.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("SLURM_CONF", str(two_nodes.conf))
+    monkeypatch.setenv("NAVARCH_STANDIN_DIR", str(tmp_path))
+    return tmp_path
+
+
+RUN = PeerRun(NODE, PEER, gpus_per_node=1, iterations=20, mpi="none")
+
+
+def test_srun_runs_all_reduce_perf_on_the_node_and_its_peer_and_the_figure_is_judged(
+    standin: Path,
+) -> None:
+    policy = AcceptancePolicy(nccl_multi_node_min_busbw_gbps=50.0, timeout_s=60)
+    result = run_nccl_multi_node(policy, SystemToolHost(), RUN)
+    assert (result.status, result.figure, result.threshold) == (AcceptanceStatus.PASS, 57.17, 50.0)
+    assert result.test == "nccl_multi_node" and result.tool_version == "2.19.6"
+    assert result.detail["node"] == NODE and result.detail["peer"] == PEER
+    ran = sorted((standin / f"rank-{r}").read_text().split()[0] for r in (0, 1))
+    assert ran == sorted([NODE, PEER])
+    args = (standin / "rank-0").read_text().split()[1:]
+    assert args == [
+        "-b",
+        str(1 << 30),
+        "-e",
+        str(1 << 30),
+        "-f",
+        "2",
+        "-g",
+        "1",
+        "-n",
+        "20",
+        "-c",
+        "1",
+    ]
+
+
+def test_a_slow_pair_fails_the_multi_node_floor(
+    standin: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("NAVARCH_STANDIN_BUSBW", "29.61")
+    policy = AcceptancePolicy(nccl_multi_node_min_busbw_gbps=50.0, timeout_s=60)
+    result = run_nccl_multi_node(policy, SystemToolHost(), RUN)
+    assert (result.status, result.figure) == (AcceptanceStatus.FAIL, 29.61)
+    assert "below the floor 50 GB/s" in result.reason
+
+
+def test_all_reduce_perf_missing_on_the_nodes_is_unknown(
+    standin: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (standin / "bin" / "all_reduce_perf").unlink()
+    result = run_nccl_multi_node(AcceptancePolicy(timeout_s=60), SystemToolHost(), RUN)
+    assert result.status is AcceptanceStatus.UNKNOWN
+    assert "all_reduce_perf exited" in result.reason

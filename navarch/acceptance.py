@@ -90,7 +90,7 @@ class AcceptancePolicy:
     (e.g. {"driver": "550.54.15"}; empty: the majority of the pool's serving nodes, which
     the planner compares); *_min_gbps: absolute floors in GB/s (None: relative only);
     min_fraction: a node below this share of the pool's median figure is flagged;
-    timeout_s: per tool.
+    timeout_s: per tool; deadline_s: the whole burn-in, judged by the planner.
     """
 
     enabled: bool = True
@@ -110,6 +110,9 @@ class AcceptancePolicy:
     min_fraction: float = 0.8
     multi_node: bool = False
     timeout_s: float = 600.0
+    #: how long after the run started the planner holds a node that has not passed before
+    #: it replaces it (seconds)
+    deadline_s: float = 1800.0
 
 
 @dataclass(frozen=True)

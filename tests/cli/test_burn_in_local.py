@@ -53,7 +53,12 @@ def test_a_new_node_with_a_slow_nccl_fails_burn_in_is_replaced_and_never_serves(
     doc = json.loads(navarch.ok("plan", "fleet.yaml", "--json").out)
     codes = {(a["action"], a["node"]): a["action_reason"] for a in doc["actions"]}
     assert codes[("cordon", NEW)] == "burn_in_failed"
-    navarch.ok("apply", "fleet.yaml", "--auto-approve")
+    applied = navarch.ok(
+        "apply", "fleet.yaml", "--auto-approve", "--metrics-textfile", "m.prom"
+    ).out
+    assert f"Dead on arrival: 1 (failed burn-in: {NEW})" in applied
+    prom = (navarch.workdir / "m.prom").read_text()
+    assert 'navarch_last_apply_dead_on_arrival{fleet="demo",pool="train"} 1.0' in prom
     seen.append(_lifecycles(navarch)[NEW])
     navarch.ok("local", "tick", "fleet.yaml")
     run = navarch.ok("apply", "fleet.yaml", "--auto-approve")

@@ -312,9 +312,11 @@ def judge_burn_ins(
         if policy is None or not candidates:
             continue
         peers = [
-            out[i].summary.acceptance if out[i].summary is not None else None
+            summary.acceptance
             for i in idx
-            if out[i].lifecycle in READY and out[i].burn_in is None
+            if out[i].lifecycle in READY
+            and out[i].burn_in is None
+            and (summary := out[i].summary) is not None
         ]
         verdicts = judge_pool(policy, candidates, peers)
         for i in idx:

@@ -91,3 +91,18 @@ def test_an_unknown_acceptance_key_names_the_flag_and_the_keys(navarch):
     assert run.code != 0
     assert "--acceptance" in run.err and "nccl_busbw_gbps" in run.err
     assert "Traceback" not in run.err
+
+
+def test_an_inconclusive_burn_in_holds_the_node_in_burn_in_and_status_says_why(navarch):
+    _edit(navarch.workdir, lambda d: d["pools"]["train"].update(acceptance={"enabled": True}))
+    navarch.ok("apply", "fleet.yaml", "--auto-approve")
+    navarch.ok("local", "inject", "fleet.yaml", "demo-train-0001", "--acceptance", "dcgm_diag=hang")
+    navarch.ok("local", "tick", "fleet.yaml")
+    node = _node(navarch, "demo-train-0001")
+    assert node["lifecycle"] == "burn_in"
+    assert "burn-in inconclusive: dcgm_diag" in node["reason"]
+    text = navarch.ok("status", "fleet.yaml").out
+    assert "burn_in" in text and "burn-in inconclusive" in text
+    # Held, not replaced: doubt never replaces before the acceptance deadline.
+    plan = navarch.ok("plan", "fleet.yaml").out
+    assert "cordon demo-train-0001" not in plan

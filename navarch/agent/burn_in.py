@@ -360,6 +360,21 @@ def _prior(doc: Mapping[str, Any] | None) -> AcceptanceRun | None:
         return None  # a state from another version: run the suite afresh
 
 
+def _capped(r: AcceptanceResult) -> AcceptanceResult:
+    """r within the report schema's limits (a longer text would get the whole report
+    rejected): test 64, unit 32, tool_version 256, reason 1024 characters, 32 detail
+    entries of 256."""
+    detail = {str(k)[:256]: str(v)[:256] for k, v in list(r.detail.items())[:32]}
+    return replace(
+        r,
+        test=r.test[:64],
+        unit=r.unit[:32],
+        tool_version=r.tool_version[:256],
+        reason=r.reason[:1024],
+        detail=detail,
+    )
+
+
 def acceptance_step(
     policy: AcceptancePolicy,
     prior: Mapping[str, Any] | None,
@@ -380,7 +395,7 @@ def acceptance_step(
     were reset since the last tick (a new generation: the suite runs again); probe: this
     tick's GPU probe (the inventory tests); tool_tests: (name, test) in run order; now:
     aware UTC; clock: seconds, for the budget. Never raises: a test that raises is
-    ``unknown`` with the reason.
+    ``unknown`` with the reason. Each result is cut to the report schema's limits.
     """
     run = _prior(prior)
     if run is None or run.boot_id != boot_id:
@@ -405,7 +420,7 @@ def acceptance_step(
             )
         if result.duration_s is None:
             result = replace(result, duration_s=round(clock() - began, 3))
-        results.append(result)
+        results.append(_capped(result))
         left.remove((name, test))
     return replace(run, results=tuple(results), finished_at=None if left else _iso(now))
 

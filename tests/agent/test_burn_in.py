@@ -150,3 +150,32 @@ def test_without_a_policy_the_report_has_no_acceptance_key(
     make_config: Callable[..., AgentConfig],
 ) -> None:
     assert "acceptance" not in run_once(make_config(), now=T0)
+
+
+def test_a_tools_long_output_is_cut_to_the_schemas_limits_so_the_report_is_accepted(
+    validate_report: Callable[[dict[str, Any]], None],
+    make_config: Callable[..., AgentConfig],
+) -> None:
+    from navarch.agent.runner import build_report
+
+    probe = FakeGpuBackend("n", 8, None).probe()
+
+    def chatty(policy: AcceptancePolicy) -> AcceptanceResult:
+        return AcceptanceResult(
+            "dcgm_diag", AcceptanceStatus.FAIL, reason="x" * 5000, tool_version="v" * 999
+        )
+
+    run = acceptance_step(POLICY, None, "boot-a", False, probe, [("dcgm_diag", chatty)], T0)
+    report, _ = build_report(
+        make_config(),
+        probe=probe,
+        events=(),
+        sequence=1,
+        boot_id="boot-a",
+        now=T0,
+        checks=(),
+        notice=None,
+        node_key=b"k" * 32,
+        acceptance=run,
+    )
+    validate_report(report)

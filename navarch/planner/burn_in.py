@@ -300,16 +300,24 @@ def judge_burn_ins(
     """
     out = list(views)
     accepted: dict[str, NodeMemory] = {}
+    if all(p.acceptance is None for p in spec.pools):
+        return out, accepted  # most fleets: no pass over the nodes at all
     folded = {nm.node: nm for nm in changed}
+    by_pool: dict[str, list[int]] = {}
+    for i, v in enumerate(out):
+        if v.burn_in is BurnIn.PASSED or v.lifecycle in READY:
+            by_pool.setdefault(v.pool, []).append(i)
     for pool in spec.pools:
         policy = pool.acceptance
-        idx = [i for i, v in enumerate(out) if v.pool == pool.name]
+        if policy is None:
+            continue
+        idx = by_pool.get(pool.name, [])
         candidates: dict[str, AcceptanceRun] = {}
         for i in idx:
             s = out[i].summary
             if out[i].burn_in is BurnIn.PASSED and s is not None and s.acceptance is not None:
                 candidates[out[i].node] = s.acceptance
-        if policy is None or not candidates:
+        if not candidates:
             continue
         peers = [
             summary.acceptance

@@ -90,7 +90,7 @@ class AcceptancePolicy:
     (e.g. {"driver": "550.54.15"}; empty: the majority of the pool's serving nodes, which
     the planner compares); *_min_gbps: absolute floors in GB/s (None: relative only);
     min_fraction: a node below this share of the pool's median figure is flagged;
-    timeout_s: per tool.
+    timeout_s: per tool; deadline_s: the whole burn-in, judged by the planner.
     """
 
     enabled: bool = True
@@ -116,6 +116,9 @@ class AcceptancePolicy:
     # Floor of the multi-node all_reduce_perf with a known-good peer, GB/s (None: relative
     # to the pool's median only); a two-node figure is far below a one-node one.
     nccl_multi_node_min_busbw_gbps: float | None = None
+    #: how long after the run started the planner holds a node that has not passed before
+    #: it replaces it (seconds)
+    deadline_s: float = 1800.0
 
 
 @dataclass(frozen=True)

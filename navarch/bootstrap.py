@@ -102,9 +102,12 @@ def render_agent_yaml(
     instance_id: str = "",
     metadata: str = "auto",
     state_file: str = DEFAULT_STATE_FILE,
+    acceptance: Mapping[str, Any] | None = None,
 ) -> str:
     """The node's /etc/navarch/agent.yaml; node_key None writes KEY_PLACEHOLDER instead of
-    the key. Raises jinja2.UndefinedError on a template bug."""
+    the key; acceptance: the pool's acceptance policy as agent.yaml holds it
+    (navarch.agent.burn_in.policy_to_mapping), None for none. Raises
+    jinja2.UndefinedError on a template bug."""
     return _render(
         "agent.yaml.j2",
         fleet=fleet,
@@ -116,6 +119,7 @@ def render_agent_yaml(
         instance_id=instance_id,
         metadata=metadata,
         state_file=state_file,
+        acceptance=acceptance,
     )
 
 
@@ -167,6 +171,7 @@ def render_cloud_init_for(
     package: str | None = None,
     interval_s: int = DEFAULT_INTERVAL_S,
     venv_dir: str = DEFAULT_VENV,
+    acceptance: Mapping[str, Any] | None = None,
 ) -> str:
     """cloud-init user-data (``#cloud-config``) from plain values; see render_cloud_init.
 
@@ -187,6 +192,7 @@ def render_cloud_init_for(
         node_key=node_key,
         gpus_per_node=gpus_per_node,
         metadata=metadata,
+        acceptance=acceptance,
     )
     if install is AgentInstall.PIP:
         exec_start = f"{venv_dir}/bin/python -m navarch.agent run --once --config {CONFIG_PATH}"
@@ -234,6 +240,9 @@ def render_cloud_init(
     (navarch.reconcile.publish.AgentDelivery.get). Raises KeyError for an unknown pool,
     ValueError when the bundle is needed and none is given.
     """
+    # navarch.agent imports this module (its config's defaults): imported here, not above.
+    from navarch.agent.burn_in import policy_to_mapping
+
     p = spec.pool(pool)
     provider = provider or p.provider
     provider_type = str((spec.providers.get(provider) or {}).get("type", provider))
@@ -266,4 +275,5 @@ def render_cloud_init(
         install=install,
         bundle=source,
         package=options.get("agent_package"),
+        acceptance=policy_to_mapping(p.acceptance) if p.acceptance is not None else None,
     )

@@ -25,6 +25,7 @@ from navarch import plugins
 from navarch.confine import Confinement
 from navarch.durations import parse_duration_s
 from navarch.errors import ConfigError, PluginError
+from navarch.fleet_acceptance import acceptance_policy
 from navarch.fleet_secret import secret_path, secret_problems
 from navarch.health import Remedy
 from navarch.policy import REPORT_COST_MAX, Rule, compile_rule
@@ -501,6 +502,7 @@ def _pool(
             ),  # type: ignore[arg-type]
         ),
         placement=raw["placement"],
+        acceptance=acceptance_policy(name, raw["acceptance"], raw["gpus_per_node"], fail),
     )
 
 

@@ -16,13 +16,16 @@ ways, so the two cannot drift apart.
       xids:    tuple[ReportXid, ...]     this boot's latched XID / SXid events
       notice:  ReportNotice | None       a pending preemption or maintenance
       signature: ReportSignature | None  HMAC-SHA256 (navarch.signing); None until signed
+      acceptance: AcceptanceRun | None   this boot's burn-in run (navarch.acceptance); None:
+                                         the pool asks for none
 
 Field names are the JSON keys. ``to_json`` gives the dict the agent signs (navarch.signing
 signs its RFC 8785 canonical form, so the stored bytes are the same whatever the key
 order); ``from_json`` is its inverse for a document the schema accepts (it raises
 KeyError, TypeError or ValueError on one it does not). Times stay the RFC 3339 text that
 was signed. A field whose default is None and whose schema type has no null is left out
-of the JSON when None (``boots_seen``, ``first_seen``, ``consecutive``, ``plugin``).
+of the JSON when None (``boots_seen``, ``first_seen``, ``consecutive``, ``plugin``,
+``acceptance``).
 
 Also here, the words of the report's seams: ``NoticeKind`` (what a notice announces),
 ``NoticeSource``, ``XidKind`` and ``RejectReason`` (why the reconciler refused a stored
@@ -38,6 +41,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from navarch.acceptance import AcceptanceRun
 from navarch.compat import StrEnum
 from navarch.health import FaultKey, Remedy, Status
 from navarch.xid import Severity
@@ -334,6 +338,9 @@ class HealthReport:
     sequence: grows by one with every report the node writes, across reboots;
     generated_at: RFC 3339 UTC by the node's clock; boot_id: the kernel's, new each boot.
     signature: None until signed (navarch.signing.sign_for_store adds it to the JSON).
+    acceptance: the acceptance suite's run for this boot (and GPU-reset generation), in
+    every report of the boot once started; None (left out of the JSON) when the agent has
+    no acceptance policy.
     """
 
     fleet: str
@@ -353,6 +360,7 @@ class HealthReport:
     notice: ReportNotice | None = None
     signature: ReportSignature | None = None
     schema_version: int = REPORT_SCHEMA_VERSION
+    acceptance: AcceptanceRun | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The report document; ``signature`` only when signed."""
@@ -376,6 +384,8 @@ class HealthReport:
         }
         if self.signature is not None:
             out["signature"] = self.signature.to_json()
+        if self.acceptance is not None:
+            out["acceptance"] = self.acceptance.to_json()
         return out
 
     @classmethod
@@ -383,6 +393,7 @@ class HealthReport:
         """Inverse of ``to_json``, for a document the schema accepts."""
         notice = doc.get("notice")
         signature = doc.get("signature")
+        acceptance = doc.get("acceptance")
         return cls(
             fleet=str(doc["fleet"]),
             pool=str(doc["pool"]),
@@ -401,4 +412,5 @@ class HealthReport:
             notice=ReportNotice.from_json(notice) if notice is not None else None,
             signature=ReportSignature.from_json(signature) if signature is not None else None,
             schema_version=int(doc.get("schema_version", REPORT_SCHEMA_VERSION)),
+            acceptance=AcceptanceRun.from_json(acceptance) if acceptance is not None else None,
         )

@@ -26,6 +26,8 @@ counts are counters. The list:
     navarch_reports_rejected_total{fleet,reason}               counter (cumulative, Memory)
     navarch_report_age_seconds{fleet,pool}                     histogram of report ages
     navarch_last_apply_notifications{fleet,sink,outcome}       gauge: sent | failed
+    navarch_last_apply_dead_on_arrival{fleet,pool}             gauge: nodes the last apply took
+                                                               out for failing burn-in
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ from prometheus_client.exposition import push_to_gateway, pushadd_to_gateway
 from prometheus_client.parser import text_string_to_metric_families
 
 from navarch.notify.dispatch import Delivery
-from navarch.outcome import ApplyResult
+from navarch.outcome import ApplyResult, dead_on_arrival
 from navarch.planner.model import HaltRule
 from navarch.spec import FleetSpec
 
@@ -197,6 +199,16 @@ def _result_metrics(
     for o in result.outcomes:
         a = o.action
         actions.labels(fleet, a.pool, a.kind.value, "ok" if o.ok else "failed").inc()
+    doa = Gauge(
+        "navarch_last_apply_dead_on_arrival",
+        "Nodes the last apply took out of service for failing burn-in (dead on arrival)",
+        ["fleet", "pool"],
+        registry=reg,
+    )
+    for p in spec.pools:
+        doa.labels(fleet, p.name).set(
+            sum(1 for pool, _ in dead_on_arrival(result.outcomes) if pool == p.name)
+        )
     rejected = PromCounter(
         "navarch_reports_rejected",
         "Health reports rejected, by reason, since the fleet's state began",

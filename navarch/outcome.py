@@ -10,6 +10,7 @@ failed for now, or failed until a human acts) instead of raising.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -21,7 +22,7 @@ from navarch.errors import (
     StoreUnavailable,
     TransientError,
 )
-from navarch.planner.model import Action, DiagState, Memory, Plan
+from navarch.planner.model import Action, ActionReason, DiagState, Memory, Plan
 from navarch.textsafe import plain
 
 
@@ -124,3 +125,19 @@ class ApplyResult:
     memory: Memory
     run_id: str
     audit_error: str | None = None
+
+
+def dead_on_arrival(outcomes: Iterable[Outcome]) -> tuple[tuple[str, str], ...]:
+    """(pool, node) of each node these outcomes took out of service for failing burn-in
+    (action_reason burn_in_failed or burn_in_timeout, the action done), once per node,
+    sorted: a run's dead-on-arrival count (navarch.planner.burn_in decides)."""
+    codes = (ActionReason.BURN_IN_FAILED, ActionReason.BURN_IN_TIMEOUT)
+    return tuple(
+        sorted(
+            {
+                (o.action.pool, o.action.node)
+                for o in outcomes
+                if o.ok and o.action.node and o.action.action_reason in codes
+            }
+        )
+    )

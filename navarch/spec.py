@@ -13,6 +13,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from navarch.acceptance import AcceptancePolicy
 from navarch.compat import StrEnum
 from navarch.health import Remedy
 from navarch.policy import Rule
@@ -195,6 +196,8 @@ class PoolSpec:
     diagnostics: Diagnostics = Diagnostics()
     placement: str = "ordered"  # "ordered" | "cheapest" | a navarch.placement plugin name
     place_order: tuple[PlaceSpec, ...] = ()  # effective order when not "ordered"
+    #: burn-in: the acceptance suite new and remedied nodes pass before serving (None: off)
+    acceptance: AcceptancePolicy | None = None
 
     @property
     def provider(self) -> str:

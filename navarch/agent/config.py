@@ -20,6 +20,8 @@ Example (what templates/cloud-init.yaml.j2 writes)::
     notice_file: null       # a JSON notice {"kind", "source", "deadline", "detail"} (local provider)
     plugin_check_timeout_s: 30   # per navarch.checks plugin; past it, that check is degraded
     heartbeat_s: 300        # an unchanged report is written again after this long (see below)
+    acceptance: null        # the pool's acceptance suite (navarch.agent.burn_in.policy_to_mapping)
+    acceptance_file: null   # fake backend only: the tools' answers (navarch local inject --acceptance)
 
 The agent checks every timer interval (30 s by default) and writes its report at once when
 the verdict, the fault set or the GPU-process state changed, and otherwise every
@@ -35,6 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from navarch.acceptance import AcceptancePolicy
+from navarch.agent.burn_in import policy_from_mapping
 from navarch.bootstrap import DEFAULT_STATE_FILE
 from navarch.errors import ConfigError
 
@@ -76,6 +80,10 @@ class AgentConfig:
     notice_file: str | None = None
     plugin_check_timeout_s: float = 30.0
     heartbeat_s: float = 300.0
+    #: burn-in: the pool's acceptance suite, run once per boot (navarch.agent.burn_in); None: none
+    acceptance: AcceptancePolicy | None = None
+    #: fake backend only: a JSON object of the acceptance tools' answers (burn_in.load_overrides)
+    acceptance_file: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("fleet", "pool", "node", "store"):
@@ -176,6 +184,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "metadata_timeout_s": (int, float),
     "plugin_check_timeout_s": (int, float),
     "heartbeat_s": (int, float),
+    "acceptance": (dict,),
 }
 
 
@@ -233,6 +242,8 @@ def load_config(
             f"missing required key(s): {', '.join(missing)}", file=p, key_path=missing[0]
         )
     clean = {k: v for k, v in doc.items() if v is not None}
+    if "acceptance" in clean:
+        clean["acceptance"] = policy_from_mapping(clean["acceptance"], file=p)
     try:
         return AgentConfig(**clean)
     except ConfigError as exc:

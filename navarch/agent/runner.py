@@ -37,7 +37,9 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
+from navarch.acceptance import AcceptanceRun
 from navarch.agent import kernel_log as kl
+from navarch.agent.burn_in import tick_run
 from navarch.agent.checks import Check, CounterSample, probe_checks, xid_checks
 from navarch.agent.config import AgentConfig
 from navarch.agent.gpu import GpuBackend, GpuProbe, GpuSnapshot, ProbeError, ProbeErrorKind
@@ -380,6 +382,7 @@ def build_report(
     checks: Sequence[Check],
     notice: Mapping[str, Any] | None,
     node_key: bytes,
+    acceptance: AcceptanceRun | None = None,
 ) -> tuple[dict[str, Any], bytes]:
     """Assemble and sign the report (schema_version 2); return it and the bytes to store
     (``signing.sign_for_store``). Pure apart from hashing."""
@@ -415,6 +418,7 @@ def build_report(
             for e in sorted(xids, key=lambda e: (e.time is None, e.time or now, e.uptime_s or 0.0))
         ),
         notice=ReportNotice.from_json(notice) if notice else None,
+        acceptance=acceptance,
     )
     return sign_for_store(report.to_json(), node_key)
 
@@ -721,14 +725,17 @@ def run_once(
     checks, probe, xids = seen.checks, seen.probe, seen.xids
     notice = host.read_notice(now)
     change = change_digest(checks, probe, boot_id, notice, seen.verdict_checks)
+    run = tick_run(config, state.acceptance, boot_id, xids.reset, probe, now)
+    run_json = run.to_json() if run is not None else {}
     due = (
         to_stdout
         or problem is not None
         or report_due(state.written, change, config.heartbeat_s, now)
+        or run_json != dict(state.acceptance)  # a burn-in step is news for the planner
     )
 
     sequence = _report_sequence(state, problem, due, store, config.report_key, now)
-    new_state = seen.next_state(sequence, boot_id, state.written)
+    new_state = replace(seen.next_state(sequence, boot_id, state.written), acceptance=run_json)
     # --stdout is a look, not a run: it keeps the state file (latches, baselines, the
     # kernel log offset) and the reset marker as they are, so the timer's next run sees
     # exactly what it would have seen.
@@ -750,6 +757,7 @@ def run_once(
         checks=checks,
         notice=notice,
         node_key=node_key,
+        acceptance=run,
     )
     written = due and not to_stdout
     if written:

@@ -56,6 +56,8 @@ class AgentState:
     streaks: fault id ("kind" or "kind@gpu") -> consecutive checks of this boot that saw it
     written: the last report written: {"at_s": float, "change": str (its change digest,
               navarch.agent.runner.change_digest)}; empty before the first write
+    acceptance: this boot's acceptance run (navarch.acceptance.AcceptanceRun.to_json);
+              empty when none ran (navarch.agent.burn_in)
     """
 
     sequence: int = 0
@@ -66,6 +68,7 @@ class AgentState:
     counters: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     streaks: Mapping[str, int] = field(default_factory=dict)
     written: Mapping[str, Any] = field(default_factory=dict)
+    acceptance: Mapping[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -78,6 +81,7 @@ class AgentState:
             "counters": {k: dict(v) for k, v in self.counters.items()},
             "streaks": dict(self.streaks),
             "written": dict(self.written),
+            "acceptance": dict(self.acceptance),
         }
 
     @classmethod
@@ -101,6 +105,7 @@ class AgentState:
             counters={str(k): dict(v) for k, v in dict(doc.get("counters") or {}).items()},
             streaks={str(k): int(v) for k, v in dict(doc.get("streaks") or {}).items()},
             written=dict(doc.get("written") or {}),
+            acceptance=dict(doc.get("acceptance") or {}),
         )
 
 

@@ -20,6 +20,7 @@ from navarch.cli.plumbing import (
     plan_options,
 )
 from navarch.errors import ConfigError, NavarchError
+from navarch.outcome import dead_on_arrival
 from navarch.wording import counted
 
 if TYPE_CHECKING:
@@ -165,6 +166,9 @@ def _apply_exit(result: ApplyResult, replace: frozenset[str] = frozenset()) -> i
             f"\nApply complete: {len(result.outcomes) - len(failed)} succeeded, "
             f"{len(failed)} failed (run {result.run_id})."
         )
+    doa = dead_on_arrival(result.outcomes)
+    if doa:
+        print(f"Dead on arrival: {len(doa)} (failed burn-in: {', '.join(n for _, n in doa)}).")
     for o in failed:
         err(f"{o.action.kind.value} {o.action.node or o.action.pool} failed: {o.detail}")
     if result.audit_error:

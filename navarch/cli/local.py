@@ -52,12 +52,13 @@ def cmd_local_inject(args: argparse.Namespace) -> int:
         args.preempt or None,
         args.impaired or None,
         args.clear or None,
+        args.acceptance or None,
     )
     if all(f is None for f in faults):
         args.inject_parser.error(
             "no fault given: pass at least one of --xid, --gpu-lost, "
             "--temperature, --ecc, --utilization, --processes, --silent, "
-            "--resume, --preempt, --impaired, --clear"
+            "--resume, --preempt, --impaired, --clear, --acceptance"
         )
     spec = _spec(args.fleet)
     silent = True if args.silent else (False if args.resume else None)
@@ -75,6 +76,7 @@ def cmd_local_inject(args: argparse.Namespace) -> int:
         preempt=args.preempt,
         impaired=args.impaired,
         clear=args.clear,
+        acceptance=args.acceptance or (),
     )
     for line in done or ["nothing to inject (see --help)"]:
         print(f"{args.node}: {line}")
@@ -136,6 +138,14 @@ def register(sub: Any) -> None:
         "--clear",
         action="store_true",
         help="remove every injected fault (and the impairment) first",
+    )
+    s.add_argument(
+        "--acceptance",
+        action="append",
+        metavar="KEY=VALUE",
+        help="what the node's acceptance tools report on its next burn-in (repeatable): "
+        "nccl_busbw_gbps=120, nvbandwidth_gbps=200, dcgm_diag=fail, gpu_count=7, "
+        "pcie_width=8, driver=550.54.14",
     )
     s.set_defaults(func=cmd_local_inject, inject_parser=s)
     s = lsub.add_parser("reboot", help="reboot a local node (new boot id, faults cleared)")

@@ -24,6 +24,7 @@ from datetime import datetime
 
 from navarch.durations import format_duration_s
 from navarch.health import FaultKey, Remedy, Status
+from navarch.planner.burn_in import return_verdict
 from navarch.planner.context import (
     PoolContext,
     Progress,
@@ -37,6 +38,7 @@ from navarch.planner.model import (
     Action,
     ActionKind,
     ActionReason,
+    BurnIn,
     Fault,
     Halt,
     HaltRule,
@@ -324,6 +326,11 @@ def _remediating(ctx: PoolContext, v: NodeView) -> tuple[Action | None, str]:
             if gate is not None:
                 return _climb(ctx, v, gate)
             why += f"; dcgmi diag -r {h.return_requires_diag} passed"
+        burn = return_verdict(ctx.pool.acceptance, s, rung, v.rung_at, ctx.now)
+        if burn is not None and burn[0] is not BurnIn.PASSED:
+            return _burn_in_return(ctx, v, burn)
+        if burn is not None:
+            why += f"; {burn[1]}"
         return Action(
             ActionKind.UNCORDON,
             ctx.pool.name,
@@ -349,6 +356,18 @@ def _remediating(ctx: PoolContext, v: NodeView) -> tuple[Action | None, str]:
         f"{wait} ({format_duration_s(waited_s)} of return_timeout "
         f"{format_duration_s(h.return_timeout_s)})"
     )
+
+
+def _burn_in_return(
+    ctx: PoolContext, v: NodeView, burn: tuple[BurnIn, str]
+) -> tuple[Action | None, str]:
+    """A remedied node's burn-in that has not passed: held while it runs, replaced (dead on
+    arrival) when it failed or passed its deadline. It was already drained: terminate."""
+    state, why = burn
+    if state is BurnIn.RUNNING:
+        return None, f"{v.node}: {why}"
+    code = ActionReason.BURN_IN_FAILED if state is BurnIn.FAILED else ActionReason.BURN_IN_TIMEOUT
+    return terminate_node(ctx.pool.name, v, why, code), ""
 
 
 def _timeout_climb(

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
+from navarch.acceptance import AcceptanceRun
 from navarch.health import FaultKey, Remedy, Status
 from navarch.health_report import NoticeKind
 from navarch.inventory import Instance
@@ -39,6 +40,9 @@ class Lifecycle(enum.StrEnum):
     ORPHAN = "orphan"  # carries this fleet's tags, but its pool is no longer declared
     REMEDIATING = "remediating"  # drained and rebooted by the ladder; waits for its new boot
     OPERATOR_CORDONED = "operator_cordoned"  # `navarch cordon`: out of service until uncordoned
+    #: launched or back from an in-place remedy, its pool's acceptance suite not yet passed
+    #: on this boot: kept from the scheduler, counted against max, not serving work
+    BURN_IN = "burn_in"
 
 
 SERVING = frozenset(
@@ -50,6 +54,7 @@ SERVING = frozenset(
         Lifecycle.UNKNOWN,
         Lifecycle.STALE,
         Lifecycle.MAINTENANCE,
+        Lifecycle.BURN_IN,
     }
 )
 READY = frozenset({Lifecycle.HEALTHY, Lifecycle.DEGRADED})  # reporting and taking work
@@ -113,6 +118,19 @@ class ActionReason(enum.StrEnum):
     #: cordon only: the cloud's first impaired listing, not yet confirmed
     IMPAIRED_FIRST_SEEN = "impaired_first_seen"
     IMPAIRMENT_CLEARED = "impairment_cleared"  # uncordon: the listing cleared before confirmed
+    #: replaced: the acceptance suite failed on a new or remedied node (dead on arrival)
+    BURN_IN_FAILED = "burn_in_failed"
+    #: replaced: the acceptance suite did not pass within the pool's acceptance timeout_s
+    BURN_IN_TIMEOUT = "burn_in_timeout"
+
+
+class BurnIn(enum.StrEnum):
+    """Where a node's burn-in stands this run (navarch.planner.burn_in decides)."""
+
+    RUNNING = "running"  # the suite has not finished (or not passed) on this boot yet
+    PASSED = "passed"  # every test passed, figures within the pool's: back to service
+    FAILED = "failed"  # a test failed: replaced, counted dead on arrival
+    TIMED_OUT = "timed_out"  # no pass within the acceptance timeout: replaced
 
 
 class Phase(enum.StrEnum):
@@ -166,6 +184,9 @@ class ReportSummary:
     #: the agent's consecutive checks that saw fault_key (0: not reported): what
     #: unhealthy_after counts when the agent checks more often than it writes
     consecutive: int = 0
+    #: the report's acceptance run, its text made plain and capped (node_text); None: the
+    #: agent runs no acceptance suite
+    acceptance: AcceptanceRun | None = None
 
     @property
     def clock_skew_s(self) -> float | None:
@@ -287,6 +308,9 @@ class NodeMemory:
     #: cordoned because its reports fell silent past offline_after (ActionReason.OFFLINE):
     #: doubt, so never terminated on that alone (navarch.planner.silence)
     silent_cordon: bool = False
+    #: "<boot_id>/<reset>" of the acceptance run the planner accepted ("": none): a node
+    #: past burn-in on that boot is not judged against its pool's figures again
+    accepted: str = ""
 
 
 @dataclass(frozen=True)
@@ -439,6 +463,8 @@ class NodeView:
     impaired_cordon: bool = False  # NodeMemory.impaired_cordon
     silent_cordon: bool = False  # NodeMemory.silent_cordon
     orphan: bool = False  # its pool is no longer in fleet.yaml (retired: cordon, drain, terminate)
+    #: burn-in's verdict when the node is being or was just judged (navarch.planner.burn_in)
+    burn_in: BurnIn | None = None
 
 
 @dataclass(frozen=True)

@@ -45,9 +45,11 @@ from navarch.durations import format_duration_s
 from navarch.health import FaultKey, Remedy, Status
 from navarch.health_report import NoticeKind
 from navarch.inventory import TAG_SPEC, Instance, InstanceState
+from navarch.planner.burn_in import absolute_verdict, burn_in_view, judge_burn_ins
 from navarch.planner.model import (
     CLOCK_SKEW_S,
     IMPAIRED_AFTER_S,
+    READY,
     SERVING,
     Fault,
     Lifecycle,
@@ -219,6 +221,8 @@ def observe(
                 labels_drift(pool, inst),
             )
         )
+    views, passed = judge_burn_ins(spec, views, changed, memory)
+    changed = [nm for nm in changed if nm.node not in passed] + list(passed.values())
     mem = memory.with_nodes(changed, without=gone) if changed or gone else memory
 
     # Names are never reused, even after a lost state: every owned node's index raises its
@@ -518,6 +522,11 @@ def _view(
             verdict = _reported(pool, nm, s, age, rejected)
         verdict = _cloud_event(inst, verdict)
     lc, reason, extra = verdict
+    burn = None
+    if lc in READY and s is not None:
+        gate = absolute_verdict(pool.acceptance, s, nm.accepted, now)
+        if gate is not None:
+            burn, lc, reason, extra = burn_in_view(gate, lc, reason, extra)
     return NodeView(
         node=nm.node,
         pool=pool.name,
@@ -541,6 +550,7 @@ def _view(
         silent_cordon=nm.silent_cordon,
         drift=drift,
         tags_drift=tags_drift,
+        burn_in=burn,
         **extra,
     )
 

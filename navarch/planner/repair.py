@@ -29,6 +29,7 @@ from navarch.planner.model import (
     Action,
     ActionKind,
     ActionReason,
+    BurnIn,
     Fault,
     Halt,
     HaltRule,
@@ -243,12 +244,21 @@ _REPAIR_CODES = {
 }
 
 
+#: A node that failed burn-in (navarch.planner.burn_in) is replaced as dead on arrival.
+_BURN_IN_CODES = {
+    BurnIn.FAILED: ActionReason.BURN_IN_FAILED,
+    BurnIn.TIMED_OUT: ActionReason.BURN_IN_TIMEOUT,
+}
+
+
 def _repair_code(v: NodeView, rank: RepairRank) -> ActionReason:
     """The action_reason of a repair: what made the node leave."""
     if rank is RepairRank.REQUESTED:
         return ActionReason.REPLACE_REQUESTED
     if v.impaired:
         return ActionReason.INSTANCE_IMPAIRED
+    if v.burn_in in _BURN_IN_CODES:
+        return _BURN_IN_CODES[v.burn_in]
     if v.lifecycle is Lifecycle.UNHEALTHY and v.summary is None:
         return ActionReason.BOOT_TIMEOUT
     return _REPAIR_CODES.get(v.lifecycle, ActionReason.UNHEALTHY)

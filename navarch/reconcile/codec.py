@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from enum import Enum
 from typing import Any, TypeVar
 
+from navarch.acceptance import AcceptanceRun
 from navarch.health import FaultKey, Remedy, Status
 from navarch.health_report import NoticeKind
 from navarch.planner.model import (
@@ -35,6 +36,7 @@ from navarch.planner.model import (
     ReportSummary,
 )
 from navarch.planner.node_table import NodeTable
+from navarch.reconcile.acceptance_text import plain_run
 from navarch.spec import Scheduler
 from navarch.textsafe import node_text, plain
 from navarch.timefmt import parse_ts, required_ts, ts
@@ -76,6 +78,7 @@ def summary_to_json(s: ReportSummary | None) -> dict[str, Any] | None:
         "stored_at": ts(s.stored_at),
         **({"fault_key": s.fault_key.format()} if s.fault_key is not None else {}),
         **({"consecutive": s.consecutive} if s.consecutive else {}),
+        **({"acceptance": s.acceptance.to_json()} if s.acceptance is not None else {}),
     }
 
 
@@ -120,6 +123,9 @@ def summary_from_json(d: Mapping[str, Any] | None) -> ReportSummary | None:
         stored_at=parse_ts(d.get("stored_at")),
         fault_key=FaultKey.parse(node_text(d["fault_key"])) if d.get("fault_key") else None,
         consecutive=d.get("consecutive", 0),
+        acceptance=plain_run(AcceptanceRun.from_json(d["acceptance"]))
+        if d.get("acceptance")
+        else None,
     )
 
 
@@ -180,6 +186,8 @@ def _ladder_to_json(n: NodeMemory) -> dict[str, Any]:
         out["impaired_cordon"] = True
     if n.silent_cordon:
         out["silent_cordon"] = True
+    if n.accepted:
+        out["accepted"] = n.accepted
     return out
 
 
@@ -244,6 +252,7 @@ def _ladder_from_json(n: Mapping[str, Any]) -> dict[str, Any]:
         "impaired_since": parse_ts(n.get("impaired_since")),
         "impaired_cordon": n.get("impaired_cordon", False),
         "silent_cordon": n.get("silent_cordon", False),
+        "accepted": node_text(n.get("accepted", "")),
     }
 
 
@@ -380,6 +389,7 @@ _LADDER_KEYS = frozenset(
         "impaired_since",
         "impaired_cordon",
         "silent_cordon",
+        "accepted",
     }
 )
 

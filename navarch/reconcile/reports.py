@@ -60,6 +60,7 @@ from functools import cache, lru_cache
 from typing import Any
 
 from navarch import signing
+from navarch.acceptance import AcceptanceRun
 from navarch.errors import NotFound, ReportRejected
 from navarch.health import FaultKey, Remedy, Status
 from navarch.health_report import (
@@ -71,6 +72,7 @@ from navarch.health_report import (
 )
 from navarch.planner.model import Memory, NodeMemory, NodeView, ReportObservation, ReportSummary
 from navarch.policy import Rule, evaluate
+from navarch.reconcile.acceptance_text import plain_run
 from navarch.reconcile.report_cache import ReportCache, rules_digest
 from navarch.reconcile.state import health_prefix
 from navarch.schemas import load_schema
@@ -121,6 +123,13 @@ def _policy(
         return result.status, result.action, [], None
     first = [f"rule {', '.join(user)}: {result.status.value}, action {result.action.value}"]
     return result.status, result.action, first, FaultKey(f"rule:{user[0]}")
+
+
+def _acceptance(report: Mapping[str, Any]) -> AcceptanceRun | None:
+    """The report's acceptance run, its text made plain and capped (plain_run); None when
+    the report has none."""
+    raw = report.get("acceptance")
+    return plain_run(AcceptanceRun.from_json(raw)) if raw else None
 
 
 def _fault_check(checks: Sequence[ReportCheck]) -> ReportCheck | None:
@@ -226,6 +235,7 @@ def summarize(
         utilization_pct=round(sum(utils) / len(utils), 1) if utils else None,
         gpu_count=len(gpus),
         stored_at=stored_at,
+        acceptance=_acceptance(report),
     )
 
 

@@ -185,3 +185,43 @@ def test_kubernetes_examples_use_the_images_and_validate(tmp_path: Path) -> None
         ).returncode
         != 0
     )
+
+
+def test_user_data_of_a_pool_with_acceptance_makes_the_bundled_agent_burn_in(
+    tmp_path: Path,
+) -> None:
+    from navarch.acceptance import AcceptancePolicy
+    from navarch.agent.burn_in import policy_to_mapping
+
+    dist = tmp_path / "dist"
+    dist.mkdir()
+    write_bundle(dist / "navarch-agent.pyz")
+    for name in ("navarch-agent.service", "navarch-agent.timer"):
+        shutil.copy(IMAGE / name, dist)
+    root = tmp_path / "image-root"
+    bake = subprocess.run(
+        ["sh", str(IMAGE / "bake-agent.sh"), str(dist)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": f"{BIN}:/usr/bin:/bin", "NAVARCH_ROOT": str(root)},
+    )
+    assert bake.returncode == 0, bake.stdout + bake.stderr
+    user_data = render_cloud_init_for(
+        fleet="demo",
+        pool="train",
+        node="demo-train-0001",
+        store=f"file://{tmp_path}/store",
+        node_key=signing.derive_node_key(b"s" * 32, "demo", "demo-train-0001"),
+        gpus_per_node=2,
+        metadata="none",
+        install=AgentInstall.BAKED,
+        acceptance=policy_to_mapping(AcceptancePolicy(expected_gpu_count=2)),
+    )
+    installed = run_user_data(user_data, root)
+    run = run_installed_agent(installed, {"NAVARCH_FAKE_GPU": "true"})
+    assert run.returncode == 0, run.stdout + run.stderr
+    report = json.loads((tmp_path / "store/health/demo/train/demo-train-0001.json").read_text())
+    results = {r["test"]: r for r in report["acceptance"]["results"]}
+    assert results["gpu_count"]["figure"] == 2 and results["gpu_count"]["status"] == "pass"
+    assert report["acceptance"]["finished_at"] is not None

@@ -237,3 +237,46 @@ def test_a_maintenance_notice_reaches_the_planner_as_a_notice_kind() -> None:
     assert saved is not None and orjson.loads(orjson.dumps(saved))["notice_kind"] == "maintenance"
     again = summary_from_json(orjson.loads(orjson.dumps(saved)))
     assert again is not None and again.notice_kind is NoticeKind.MAINTENANCE
+
+
+def test_a_signed_report_with_an_acceptance_run_reaches_the_planner_plain_and_capped() -> None:
+    from navarch.acceptance import AcceptanceResult, AcceptanceRun, AcceptanceStatus, SuiteDepth
+
+    hostile = "\x1b[31mslow\u202e" + "x" * 900
+    run = AcceptanceRun(
+        "boot-1",
+        SuiteDepth.QUICK,
+        "2026-11-01T11:59:00.000Z",
+        "2026-11-01T11:59:30.000Z",
+        results=(
+            AcceptanceResult(
+                "nccl_all_reduce",
+                AcceptanceStatus.FAIL,
+                120.0,
+                200.0,
+                "GB/s",
+                reason=hostile,
+                detail={"driver": hostile[:200]},
+            ),
+        ),
+    )
+    report = health_report(acceptance=run)
+    # Both ways: the typed report's JSON reads back into the same report.
+    assert HealthReport.from_json(report.to_json()) == report
+    summary = verify_report(
+        signed_report_bytes(report, SECRET),
+        fleet="demo",
+        pool="train",
+        node="demo-train-0001",
+        fleet_secret=SECRET,
+        last_sequence=0,
+        now=NOW,
+    )
+    assert summary.acceptance is not None
+    result = summary.acceptance.results[0]
+    assert (result.figure, result.threshold, result.status) == (120.0, 200.0, AcceptanceStatus.FAIL)
+    assert "\x1b" not in result.reason and "\u202e" not in result.reason
+    assert len(result.reason) <= 300 and len(result.detail["driver"]) <= 80
+    # Memory keeps it (the state document and the report cache).
+    again = summary_from_json(orjson.loads(orjson.dumps(summary_to_json(summary))))
+    assert again is not None and again.acceptance == summary.acceptance

@@ -37,6 +37,7 @@ def test_apply_metrics_textfile_parses_with_known_values(example_dir: Path) -> N
         "navarch_report_age_seconds": "histogram",
         "navarch_last_apply_actions": "gauge",
         "navarch_reports_rejected": "counter",  # exposed as navarch_reports_rejected_total
+        "navarch_last_apply_dead_on_arrival": "gauge",
     }
     got = samples(text, NAME)
     assert value(got, "navarch_last_apply_success", fleet="demo") == 1

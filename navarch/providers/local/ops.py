@@ -18,6 +18,12 @@ from typing import Any
 from navarch import signing
 from navarch.errors import ConfigError
 from navarch.providers.local import LocalProvider, write_json_atomic
+from navarch.providers.local.acceptance import (
+    ACCEPTANCE_FILE,
+    parse_answers,
+    write_answers,
+)
+from navarch.providers.local.acceptance import pool_acceptance as _pool_acceptance
 from navarch.spec import FleetSpec
 from navarch.stores.base import Blob, ObjectInfo, ObjectStore
 from navarch.stores.file import FileStore
@@ -130,6 +136,8 @@ def tick(
                 boot_id=m["boot_id"],
                 metadata="none",
                 notice_file=str(d / "notice.json"),
+                acceptance=_pool_acceptance(spec, pool_name),
+                acceptance_file=str(d / ACCEPTANCE_FILE),
             )
             report = run_once(config, now=now + timedelta(seconds=agent_clock_skew_s), store=store)
             results.append(TickResult(node, report["status"]))
@@ -245,6 +253,7 @@ def inject(
     preempt: bool = False,
     impaired: bool = False,
     clear: bool = False,
+    acceptance: Sequence[str] = (),
 ) -> list[str]:
     """Inject faults into one local node; returns what was done, one line each.
 
@@ -255,9 +264,11 @@ def inject(
     writing reports. preempt: a spot preemption notice. impaired: the cloud lists the
     instance impaired (its own status check failed), as a dead host looks to the cloud;
     combine with silent for a host whose agent died with it. clear: remove every fault and
-    the impairment.
+    the impairment. acceptance: KEY=VALUE answers of the node's acceptance tools
+    (navarch.providers.local.acceptance), taking effect on its next burn-in.
     """
     provider, m = _find(spec, node)
+    answers = parse_answers(acceptance)
     d = provider.machine_dir(m["instance_id"])
     gpus = _known_gpu_count(spec, node, m, d)
     _check_injection(
@@ -289,6 +300,8 @@ def inject(
     done += _signal_agent(d, silent=silent, preempt=preempt)
     if impaired:
         done.append(_impair(provider, node))
+    if answers:
+        done.append(write_answers(d / ACCEPTANCE_FILE, answers))
     return done
 
 
@@ -313,7 +326,7 @@ def _known_gpu_count(spec: FleetSpec, node: str, m: dict[str, Any], d: Path) -> 
 
 def _clear_faults(provider: LocalProvider, node: str, m: dict[str, Any], d: Path) -> str:
     """Remove the kernel log, faults, silence and notice files, and any impairment."""
-    for name in ("kern.log", "faults.json", "silent", "notice.json"):
+    for name in ("kern.log", "faults.json", "silent", "notice.json", ACCEPTANCE_FILE):
         (d / name).unlink(missing_ok=True)
     if "impaired" in m:
         provider.set_impaired(node, None, datetime.now(UTC))

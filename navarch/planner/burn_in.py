@@ -1,0 +1,344 @@
+"""Burn-in: whether a launched or remedied node has passed its pool's acceptance suite. Pure.
+
+The agent runs the suite once per boot (and again after a GPU reset) and puts the run in
+every report of that boot (ReportSummary.acceptance); this module alone decides what the
+run means for the node (navarch.acceptance says what each word is):
+
+- the run has not finished, or a result is ``unknown``: ``running``; the node stays in
+  ``burn_in`` (kept from the scheduler, counted against max, not serving) until the
+  pool's acceptance ``deadline_s`` after the run started, then ``timed_out``: replaced, as
+  a node silent past boot_timeout is (doubt holds a node, it never replaces it at once);
+- a result failed its threshold on the node: ``failed``, replaced and counted dead on
+  arrival;
+- every result passed: then the figures are judged against the pool's serving nodes
+  (``judge_pool``): a bandwidth below ``min_fraction`` of their median fails, and a
+  version different from the baseline (declared, else the majority of the serving
+  nodes) is drift, which fails when the pool's DriftPolicy is ``block``;
+- a node whose run for its boot the planner accepted before (NodeMemory.accepted) is not
+  judged again on that boot.
+
+A node whose reports carry no run (its agent has no acceptance policy: launched before
+the pool asked for one) is not held: the pool's drift replacement is what renews it.
+
+Lemon hosts: every replacement this module causes carries ``ActionReason.BURN_IN_FAILED``
+(or ``BURN_IN_TIMEOUT``) and the node's instance, so a host that fails burn-in twice can
+be listed by whoever keeps the lemon host list (``BURN_IN_LEMON_AFTER``).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from datetime import datetime
+from typing import Any
+
+from navarch.acceptance import (
+    AcceptancePolicy,
+    AcceptanceResult,
+    AcceptanceRun,
+    AcceptanceStatus,
+    AcceptanceTest,
+    DriftPolicy,
+)
+from navarch.durations import format_duration_s
+from navarch.health import Remedy
+from navarch.planner.model import (
+    READY,
+    BurnIn,
+    Lifecycle,
+    Memory,
+    NodeMemory,
+    NodeView,
+    ReportSummary,
+)
+from navarch.spec import FleetSpec
+from navarch.timefmt import parse_ts
+
+__all__ = [
+    "BURN_IN_LEMON_AFTER",
+    "RELATIVE_TESTS",
+    "absolute_verdict",
+    "burn_in_view",
+    "judge_burn_ins",
+    "judge_pool",
+    "return_verdict",
+    "run_key",
+]
+
+#: Burn-in failures of one physical host after which it is a lemon host (never launched
+#: on again): the issue's rule, "a host that fails twice".
+BURN_IN_LEMON_AFTER = 2
+
+#: Tests whose figure is judged against the pool's median of serving nodes (min_fraction):
+#: bandwidths, where a slow GPU or link shows as a node well below its neighbours.
+RELATIVE_TESTS = frozenset(
+    {AcceptanceTest.NCCL_ALL_REDUCE, AcceptanceTest.NVBANDWIDTH, AcceptanceTest.NCCL_MULTI_NODE}
+)
+
+#: A verdict: where the burn-in stands, and why in one line.
+Verdict = tuple[BurnIn, str]
+
+
+def run_key(run: AcceptanceRun) -> str:
+    """The run's identity, "<boot_id>/<reset>", as NodeMemory.accepted keeps it."""
+    return f"{run.boot_id}/{run.reset}"
+
+
+def _num(x: float | None) -> str:
+    return "?" if x is None else f"{x:g}"
+
+
+def _result_line(r: AcceptanceResult) -> str:
+    """One result in words: "nccl_all_reduce 120 GB/s (threshold 200 GB/s): why"."""
+    unit = f" {r.unit}" if r.unit else ""
+    figure = f" {_num(r.figure)}{unit}" if r.figure is not None else ""
+    limit = f" (threshold {_num(r.threshold)}{unit})" if r.threshold is not None else ""
+    why = f": {r.reason}" if r.reason else ""
+    return f"{r.test}{figure}{limit}{why}"
+
+
+def _elapsed_s(run: AcceptanceRun, s: ReportSummary, now: datetime) -> float:
+    """Seconds since the run started, by the node's clock; a start time that does not
+    parse counts from the report (the node's text is not trusted to be a time)."""
+    try:
+        started = parse_ts(run.started_at) or s.generated_at
+    except ValueError:
+        started = s.generated_at
+    return max((now - started).total_seconds(), 0.0)
+
+
+def _judge_run(
+    policy: AcceptancePolicy, run: AcceptanceRun, s: ReportSummary, now: datetime
+) -> Verdict:
+    """A run of this boot on its own: failed, passed, or running (timed out past deadline)."""
+    failed = [r for r in run.results if r.status is AcceptanceStatus.FAIL]
+    if failed:
+        more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
+        return BurnIn.FAILED, f"burn-in failed: {_result_line(failed[0])}{more}"
+    if run.passed:
+        return BurnIn.PASSED, f"burn-in passed ({len(run.results)} tests)"
+    elapsed = _elapsed_s(run, s, now)
+    unknown = [r for r in run.results if r.status is AcceptanceStatus.UNKNOWN]
+    if run.finished_at is None:
+        doing = f"burn-in running: {len(run.results)} tests done"
+    elif unknown:
+        doing = f"burn-in inconclusive: {_result_line(unknown[0])}"
+    else:
+        doing = "burn-in finished with no result"
+    if elapsed > policy.deadline_s:
+        return BurnIn.TIMED_OUT, (
+            f"{doing}; not passed {format_duration_s(elapsed)} after it started "
+            f"(acceptance deadline {format_duration_s(policy.deadline_s)})"
+        )
+    return BurnIn.RUNNING, f"{doing} ({format_duration_s(elapsed)} of deadline " + (
+        f"{format_duration_s(policy.deadline_s)})"
+    )
+
+
+def absolute_verdict(
+    policy: AcceptancePolicy | None, s: ReportSummary, accepted: str, now: datetime
+) -> Verdict | None:
+    """Where a serving-looking node's burn-in stands on its own, or None when it is not
+    burning in.
+
+    policy: the pool's (None: no burn-in); s: the node's newest accepted report; accepted:
+    NodeMemory.accepted; now: aware UTC. None when there is no policy, the report carries
+    no run, or the run is the one accepted before. A run of an earlier boot is ``running``
+    (the agent has not started this boot's yet). PASSED here still has to pass judge_pool.
+    """
+    run = s.acceptance
+    if policy is None or run is None:
+        return None
+    if run.boot_id != s.boot_id:
+        return BurnIn.RUNNING, "burn-in not started on this boot yet"
+    if run_key(run) == accepted:
+        return None
+    return _judge_run(policy, run, s, now)
+
+
+def return_verdict(
+    policy: AcceptancePolicy | None,
+    s: ReportSummary,
+    rung: Remedy,
+    rung_at: datetime | None,
+    now: datetime,
+) -> Verdict | None:
+    """Whether a node back from an in-place remedy (rung: reboot or reset_gpu, done at
+    rung_at) has passed burn-in since; None when its pool has no acceptance policy or its
+    agent reports no run. A run counts when it is of the report's boot and, after a GPU
+    reset (same boot), started after rung_at; otherwise it is ``running``."""
+    run = s.acceptance
+    if policy is None or run is None:
+        return None
+    if run.boot_id != s.boot_id:
+        return BurnIn.RUNNING, f"burn-in not started since the {rung.value}"
+    if rung is Remedy.RESET_GPU and rung_at is not None:
+        try:
+            started = parse_ts(run.started_at)
+        except ValueError:
+            started = None
+        if started is None or started < rung_at:
+            return BurnIn.RUNNING, f"burn-in not started since the {rung.value}"
+    return _judge_run(policy, run, s, now)
+
+
+def _figures(run: AcceptanceRun | None) -> dict[str, float]:
+    """A run's passed figures of the relative tests, by test."""
+    if run is None:
+        return {}
+    return {
+        r.test: r.figure
+        for r in run.results
+        if r.test in RELATIVE_TESTS and r.figure is not None and r.status is AcceptanceStatus.PASS
+    }
+
+
+def _versions(run: AcceptanceRun | None) -> dict[str, str]:
+    """A run's versions by component (the ``versions`` result's detail)."""
+    if run is None:
+        return {}
+    for r in run.results:
+        if r.test == AcceptanceTest.VERSIONS:
+            return dict(r.detail)
+    return {}
+
+
+def _baseline(
+    policy: AcceptancePolicy, peers: Sequence[AcceptanceRun | None]
+) -> dict[str, tuple[str, str]]:
+    """component -> (version, where it comes from): the pool's declared versions, else the
+    strict majority of the serving nodes that report the component."""
+    out = {k: (v, "declared") for k, v in policy.versions.items()}
+    seen: dict[str, Counter[str]] = {}
+    for run in peers:
+        for k, v in _versions(run).items():
+            seen.setdefault(k, Counter())[v] += 1
+    for k, counts in seen.items():
+        if k in out:
+            continue
+        (top, n), total = counts.most_common(1)[0], sum(counts.values())
+        if 2 * n > total:
+            out[k] = (top, f"majority of {total} serving nodes")
+    return out
+
+
+def judge_pool(
+    policy: AcceptancePolicy,
+    candidates: Mapping[str, AcceptanceRun],
+    peers: Sequence[AcceptanceRun | None],
+) -> dict[str, Verdict]:
+    """Judge each candidate's passed run against the pool: node -> (PASSED or FAILED, why).
+
+    candidates: node -> its run that passed on its own (absolute_verdict PASSED); peers:
+    the runs of the pool's serving (READY) nodes that are past burn-in. A figure of a
+    RELATIVE_TESTS test below policy.min_fraction of the peers' median fails (no peers
+    with the figure: not judged, as fleet operators find slow GPUs only among
+    neighbours); each component whose version differs from the baseline (_baseline) is
+    drift, named with both versions: it fails under DriftPolicy.BLOCK and is a finding
+    under WARN. Never raises.
+    """
+    medians: dict[str, float] = {}
+    pool_figures: dict[str, list[float]] = {}
+    for run in peers:
+        for test, figure in _figures(run).items():
+            pool_figures.setdefault(test, []).append(figure)
+    for test, figures in pool_figures.items():
+        medians[test] = statistics.median(figures)
+    baseline = _baseline(policy, peers)
+    out: dict[str, Verdict] = {}
+    for node, run in sorted(candidates.items()):
+        slow = [
+            f"{test} {_num(fig)} GB/s below {_num(policy.min_fraction)} of the pool's median "
+            f"{_num(medians[test])} GB/s (threshold {_num(policy.min_fraction * medians[test])} GB/s)"
+            for test, fig in sorted(_figures(run).items())
+            if test in medians and fig < policy.min_fraction * medians[test]
+        ]
+        drift = [
+            f"drift: {k} {v} (pool {baseline[k][0]}, {baseline[k][1]})"
+            for k, v in sorted(_versions(run).items())
+            if k in baseline and v != baseline[k][0]
+        ]
+        if slow:
+            out[node] = BurnIn.FAILED, "burn-in failed: " + "; ".join(slow + drift)
+        elif drift and policy.drift is DriftPolicy.BLOCK:
+            out[node] = BurnIn.FAILED, "burn-in failed: " + "; ".join(drift)
+        elif drift:
+            out[node] = BurnIn.PASSED, "burn-in passed; " + "; ".join(drift)
+        else:
+            out[node] = BurnIn.PASSED, f"burn-in passed ({len(run.results)} tests)"
+    return out
+
+
+def burn_in_view(
+    gate: Verdict, lc: Lifecycle, reason: str, extra: dict[str, Any]
+) -> tuple[BurnIn, Lifecycle, str, dict[str, Any]]:
+    """A serving-looking node's view under its burn-in verdict: running -> burn_in;
+    failed or timed out -> unhealthy at once (replaced); passed -> as it was, the reason
+    saying so (judge_burn_ins still judges it against its pool)."""
+    burn, why = gate
+    if burn is BurnIn.RUNNING:
+        return burn, Lifecycle.BURN_IN, why, {}
+    if burn in (BurnIn.FAILED, BurnIn.TIMED_OUT):
+        return burn, Lifecycle.UNHEALTHY, why, {"immediate": True}
+    return burn, lc, f"{why}; {reason}", extra
+
+
+def judge_burn_ins(
+    spec: FleetSpec,
+    views: Sequence[NodeView],
+    changed: Sequence[NodeMemory],
+    memory: Memory,
+) -> tuple[list[NodeView], dict[str, NodeMemory]]:
+    """Judge every node whose burn-in passed on its own against its pool (judge_pool).
+
+    views: observe's views; changed: the NodeMemory observe folded this run (newer than
+    memory's). Returns the views (a failed node now unhealthy with its reason and
+    BurnIn.FAILED) and, for each node that passed, its NodeMemory with ``accepted`` set to
+    the run's key (so it is not judged again on that boot). Never raises.
+    """
+    out = list(views)
+    accepted: dict[str, NodeMemory] = {}
+    if all(p.acceptance is None for p in spec.pools):
+        return out, accepted  # most fleets: no pass over the nodes at all
+    folded = {nm.node: nm for nm in changed}
+    by_pool: dict[str, list[int]] = {}
+    for i, v in enumerate(out):
+        if v.burn_in is BurnIn.PASSED or v.lifecycle in READY:
+            by_pool.setdefault(v.pool, []).append(i)
+    for pool in spec.pools:
+        policy = pool.acceptance
+        if policy is None:
+            continue
+        idx = by_pool.get(pool.name, [])
+        candidates: dict[str, AcceptanceRun] = {}
+        for i in idx:
+            s = out[i].summary
+            if out[i].burn_in is BurnIn.PASSED and s is not None and s.acceptance is not None:
+                candidates[out[i].node] = s.acceptance
+        if not candidates:
+            continue
+        peers = [
+            summary.acceptance
+            for i in idx
+            if out[i].lifecycle in READY
+            and out[i].burn_in is None
+            and (summary := out[i].summary) is not None
+        ]
+        verdicts = judge_pool(policy, candidates, peers)
+        for i in idx:
+            v = out[i]
+            if v.node not in verdicts:
+                continue
+            burn, why = verdicts[v.node]
+            if burn is BurnIn.FAILED:
+                out[i] = replace(
+                    v, lifecycle=Lifecycle.UNHEALTHY, reason=why, burn_in=burn, immediate=True
+                )
+                continue
+            out[i] = replace(v, reason=why)
+            nm = folded.get(v.node) or memory.node(v.node)
+            if nm is not None:
+                accepted[v.node] = replace(nm, accepted=run_key(candidates[v.node]))
+    return out, accepted

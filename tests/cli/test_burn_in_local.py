@@ -1,0 +1,108 @@
+"""Burn-in on the embedded local provider, through the CLI: a node launched into a pool
+with acceptance on serves only after its suite passes; one whose tools report a slow
+fabric, or another driver than the pool's, is replaced and never serves."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+
+NEW = "demo-train-0004"
+
+
+def _edit(fleet_dir: Path, mutate) -> None:
+    path = fleet_dir / "fleet.yaml"
+    doc = yaml.safe_load(path.read_text())
+    mutate(doc)
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+
+
+def _lifecycles(navarch) -> dict[str, str]:
+    return {n["node"]: n["lifecycle"] for n in navarch.nodes("train")}
+
+
+def _node(navarch, name: str) -> dict:
+    return next(n for n in navarch.nodes("train") if n["node"] == name)
+
+
+def test_a_new_node_with_a_slow_nccl_fails_burn_in_is_replaced_and_never_serves(navarch):
+    _edit(navarch.workdir, lambda d: d["pools"]["train"].update(acceptance={"enabled": True}))
+    navarch.ok("apply", "fleet.yaml", "--auto-approve")
+    navarch.ok("local", "tick", "fleet.yaml")
+    navarch.ok("apply", "fleet.yaml", "--auto-approve")  # the first nodes' burn-in passed
+    assert set(_lifecycles(navarch).values()) == {"healthy"}
+
+    _edit(navarch.workdir, lambda d: d["pools"]["train"]["nodes"].update(target=4))
+    assert f"+ provision {NEW}" in navarch.ok("apply", "fleet.yaml", "--auto-approve").out
+    # Injected after launch, before the node's first tick: its first burn-in sees it.
+    inject = navarch.ok("local", "inject", "fleet.yaml", NEW, "--acceptance", "nccl_busbw_gbps=120")
+    assert "nccl_busbw_gbps=120" in inject.out
+    seen = [_lifecycles(navarch)[NEW]]
+    navarch.ok("local", "tick", "fleet.yaml")
+    node = _node(navarch, NEW)
+    seen.append(node["lifecycle"])
+    assert node["lifecycle"] == "unhealthy"
+    # The test, the figure and the threshold (0.8 of the serving nodes' median, 240 GB/s).
+    assert "nccl_all_reduce 120 GB/s" in node["reason"]
+    assert "threshold 192 GB/s" in node["reason"]
+
+    plan = navarch.ok("plan", "fleet.yaml").out
+    assert f"~ cordon {NEW}" in plan and "+ provision demo-train-0005" in plan
+    doc = json.loads(navarch.ok("plan", "fleet.yaml", "--json").out)
+    codes = {(a["action"], a["node"]): a["action_reason"] for a in doc["actions"]}
+    assert codes[("cordon", NEW)] == "burn_in_failed"
+    applied = navarch.ok(
+        "apply", "fleet.yaml", "--auto-approve", "--metrics-textfile", "m.prom"
+    ).out
+    assert f"Dead on arrival: 1 (failed burn-in: {NEW})" in applied
+    prom = (navarch.workdir / "m.prom").read_text()
+    assert 'navarch_last_apply_dead_on_arrival{fleet="demo",pool="train"} 1.0' in prom
+    seen.append(_lifecycles(navarch)[NEW])
+    navarch.ok("local", "tick", "fleet.yaml")
+    run = navarch.ok("apply", "fleet.yaml", "--auto-approve")
+    assert f"- terminate {NEW}" in run.out
+    assert NEW not in _lifecycles(navarch)
+    assert not {"healthy", "degraded"} & set(seen), seen
+
+    history = navarch.ok("history", "fleet.yaml", NEW).out
+    assert "nccl_all_reduce 120 GB/s" in history and "threshold 192 GB/s" in history
+
+
+def test_a_new_node_with_another_driver_is_flagged_as_drift(navarch):
+    _edit(navarch.workdir, lambda d: d["pools"]["train"].update(acceptance={"enabled": True}))
+    navarch.ok("apply", "fleet.yaml", "--auto-approve")
+    navarch.ok("local", "tick", "fleet.yaml")
+    navarch.ok("apply", "fleet.yaml", "--auto-approve")
+    _edit(navarch.workdir, lambda d: d["pools"]["train"]["nodes"].update(target=4))
+    navarch.ok("apply", "fleet.yaml", "--auto-approve")
+    navarch.ok("local", "inject", "fleet.yaml", NEW, "--acceptance", "driver=550.54.14")
+    navarch.ok("local", "tick", "fleet.yaml")
+    node = _node(navarch, NEW)
+    assert node["lifecycle"] == "unhealthy"
+    assert "drift: driver 550.54.14" in node["reason"]
+    assert "majority of 3 serving nodes" in node["reason"]
+
+
+def test_an_unknown_acceptance_key_names_the_flag_and_the_keys(navarch):
+    navarch.ok("apply", "fleet.yaml", "--auto-approve")
+    run = navarch("local", "inject", "fleet.yaml", "demo-train-0001", "--acceptance", "speed=9")
+    assert run.code != 0
+    assert "--acceptance" in run.err and "nccl_busbw_gbps" in run.err
+    assert "Traceback" not in run.err
+
+
+def test_an_inconclusive_burn_in_holds_the_node_in_burn_in_and_status_says_why(navarch):
+    _edit(navarch.workdir, lambda d: d["pools"]["train"].update(acceptance={"enabled": True}))
+    navarch.ok("apply", "fleet.yaml", "--auto-approve")
+    navarch.ok("local", "inject", "fleet.yaml", "demo-train-0001", "--acceptance", "dcgm_diag=hang")
+    navarch.ok("local", "tick", "fleet.yaml")
+    node = _node(navarch, "demo-train-0001")
+    assert node["lifecycle"] == "burn_in"
+    assert "burn-in inconclusive: dcgm_diag" in node["reason"]
+    text = navarch.ok("status", "fleet.yaml").out
+    assert "burn_in" in text and "burn-in inconclusive" in text
+    # Held, not replaced: doubt never replaces before the acceptance deadline.
+    plan = navarch.ok("plan", "fleet.yaml").out
+    assert "cordon demo-train-0001" not in plan

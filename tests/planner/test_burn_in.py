@@ -1,0 +1,190 @@
+"""Burn-in in the planner (navarch.planner.burn_in through observe and plan): a launched or
+remedied node is kept out of service until its acceptance run for its boot passed, judged
+on its own and against its pool's serving nodes; a failure, or no pass by the deadline,
+replaces it."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import timedelta
+from typing import Any
+
+from navarch.acceptance import AcceptanceResult, AcceptanceRun, AcceptanceStatus, SuiteDepth
+from navarch.planner.model import ActionKind, ActionReason, BurnIn, Lifecycle, Memory
+from navarch.planner.observe import observe
+from navarch.planner.plan import plan
+from navarch.timefmt import ts
+from tests.planner.builders import (
+    BASE_NOW,
+    fleet_doc,
+    fleet_from_dict,
+    instance,
+    memory,
+    node_memory,
+    observation,
+    pool_doc,
+    summary,
+)
+
+NOW = BASE_NOW
+PASS, FAIL, UNKNOWN = AcceptanceStatus.PASS, AcceptanceStatus.FAIL, AcceptanceStatus.UNKNOWN
+
+
+def _spec(acceptance: dict[str, Any] | None = None, target: int = 3, **health: Any):
+    pool = pool_doc(target=target, max_nodes=6, health=health or None)
+    pool["acceptance"] = {"enabled": True, **(acceptance or {})}
+    return fleet_from_dict(fleet_doc("f", {"p": pool}))
+
+
+def _run(
+    boot: str = "boot-1",
+    *,
+    busbw: float = 240.0,
+    driver: str = "550.54.15",
+    status: AcceptanceStatus = PASS,
+    finished: bool = True,
+    started_ago_s: float = 60,
+) -> AcceptanceRun:
+    results = (
+        AcceptanceResult("gpu_count", PASS, 8, 8, "GPUs"),
+        AcceptanceResult("versions", PASS, detail={"driver": driver}),
+        AcceptanceResult("nccl_all_reduce", status, busbw, None, "GB/s"),
+    )
+    return AcceptanceRun(
+        boot,
+        SuiteDepth.QUICK,
+        ts(NOW - timedelta(seconds=started_ago_s)),
+        ts(NOW) if finished else None,
+        results=results,
+    )
+
+
+def _world(runs: dict[str, AcceptanceRun | None], mem: Memory | None = None, spec=None, nodes=None):
+    """Observe nodes f-p-0001.. with the given runs (healthy reports of boot-1)."""
+    spec = spec or _spec()
+    inv, reports = [], {}
+    for name, run in runs.items():
+        inv.append(instance("f", "p", name, launched_at=NOW - timedelta(minutes=10)))
+        s = replace(summary(sequence=5, generated_at=NOW - timedelta(seconds=10)), acceptance=run)
+        reports[name] = observation(name, "p", s)
+    obs = observe(spec, inv, reports, mem or memory("f", nodes or ()), NOW)
+    return spec, obs
+
+
+def _view(obs, name: str):
+    return next(v for v in obs.views if v.node == name)
+
+
+def test_a_node_whose_suite_is_still_running_burns_in_counts_against_max_and_does_not_serve():
+    spec, obs = _world({"f-p-0001": _run(), "f-p-0002": _run(), "f-p-0003": _run(finished=False)})
+    v = _view(obs, "f-p-0003")
+    assert v.lifecycle is Lifecycle.BURN_IN and v.burn_in is BurnIn.RUNNING
+    p = plan(spec, obs.views, obs.memory, NOW)
+    # Counted toward the pool's 3: nothing launched beside it, nothing uncordoned.
+    assert not [a for a in p.actions if a.kind in (ActionKind.PROVISION, ActionKind.UNCORDON)]
+
+
+def test_an_inconclusive_burn_in_is_held_until_the_deadline_then_replaced():
+    held = _run(status=UNKNOWN, started_ago_s=600)
+    _, obs = _world({"f-p-0001": _run(), "f-p-0002": _run(), "f-p-0003": held})
+    assert _view(obs, "f-p-0003").lifecycle is Lifecycle.BURN_IN
+    late = _run(status=UNKNOWN, started_ago_s=3600)
+    spec, obs = _world({"f-p-0001": _run(), "f-p-0002": _run(), "f-p-0003": late})
+    v = _view(obs, "f-p-0003")
+    assert (v.lifecycle, v.burn_in) == (Lifecycle.UNHEALTHY, BurnIn.TIMED_OUT)
+    assert "acceptance deadline 30m" in v.reason
+    p = plan(spec, obs.views, obs.memory, NOW)
+    cordon = next(a for a in p.actions if a.kind is ActionKind.CORDON)
+    assert (cordon.node, cordon.action_reason) == ("f-p-0003", ActionReason.BURN_IN_TIMEOUT)
+
+
+def test_a_figure_below_min_fraction_of_the_serving_nodes_median_fails_and_is_replaced():
+    spec = _spec()
+    # The first nodes pass (no serving peers yet) and are remembered as accepted.
+    _, first = _world({"f-p-0001": _run(), "f-p-0002": _run(busbw=230.0)}, spec=spec)
+    assert all(v.lifecycle is Lifecycle.HEALTHY for v in first.views)
+    runs = {"f-p-0001": _run(), "f-p-0002": _run(busbw=230.0), "f-p-0003": _run(busbw=120.0)}
+    _, obs = _world(runs, mem=first.memory, spec=spec)
+    v = _view(obs, "f-p-0003")
+    assert (v.lifecycle, v.burn_in) == (Lifecycle.UNHEALTHY, BurnIn.FAILED)
+    assert "nccl_all_reduce 120 GB/s" in v.reason and "median 235 GB/s" in v.reason
+    assert "threshold 188 GB/s" in v.reason
+    p = plan(spec, obs.views, obs.memory, NOW)
+    codes = {(a.kind, a.node): a.action_reason for a in p.actions}
+    assert codes[(ActionKind.CORDON, "f-p-0003")] is ActionReason.BURN_IN_FAILED
+    assert (ActionKind.PROVISION, "f-p-0004") in codes
+
+
+def test_a_node_past_burn_in_is_not_judged_again_on_its_boot():
+    spec = _spec()
+    _, first = _world({"f-p-0001": _run(), "f-p-0002": _run(busbw=100.0)}, spec=spec)
+    # 0002 passed while it had no peers; its figure is not held against it later.
+    _, obs = _world(
+        {"f-p-0001": _run(), "f-p-0002": _run(busbw=100.0)}, mem=first.memory, spec=spec
+    )
+    assert {v.lifecycle for v in obs.views} == {Lifecycle.HEALTHY}
+
+
+def test_a_failed_test_on_the_node_fails_burn_in_naming_test_figure_and_threshold():
+    bad = replace(
+        _run(),
+        results=(AcceptanceResult("nccl_all_reduce", FAIL, 120.0, 200.0, "GB/s", reason="slow"),),
+    )
+    _, obs = _world({"f-p-0001": bad})
+    v = _view(obs, "f-p-0001")
+    assert v.lifecycle is Lifecycle.UNHEALTHY
+    assert "nccl_all_reduce 120 GB/s (threshold 200 GB/s): slow" in v.reason
+
+
+def test_version_drift_names_the_component_and_the_policy_decides_whether_it_blocks():
+    for drift, lifecycle in (("block", Lifecycle.UNHEALTHY), ("warn", Lifecycle.HEALTHY)):
+        spec = _spec({"drift": drift})
+        _, first = _world({"f-p-0001": _run(), "f-p-0002": _run()}, spec=spec)
+        runs = {"f-p-0001": _run(), "f-p-0002": _run(), "f-p-0003": _run(driver="550.54.14")}
+        _, obs = _world(runs, mem=first.memory, spec=spec)
+        v = _view(obs, "f-p-0003")
+        assert v.lifecycle is lifecycle, drift
+        assert "drift: driver 550.54.14 (pool 550.54.15, majority of 2 serving nodes)" in v.reason
+
+
+def test_a_declared_baseline_wins_over_the_majority():
+    spec = _spec({"versions": {"driver": "560.0"}})
+    _, obs = _world({"f-p-0001": _run()}, spec=spec)
+    assert "drift: driver 550.54.15 (pool 560.0, declared)" in _view(obs, "f-p-0001").reason
+
+
+def test_a_pool_without_acceptance_and_a_report_without_a_run_do_not_burn_in():
+    plain = fleet_from_dict(fleet_doc("f", {"p": pool_doc(target=1)}))
+    _, obs = _world({"f-p-0001": _run(finished=False)}, spec=plain)
+    assert _view(obs, "f-p-0001").lifecycle is Lifecycle.HEALTHY
+    _, obs = _world({"f-p-0001": None})
+    assert _view(obs, "f-p-0001").lifecycle is Lifecycle.HEALTHY
+
+
+def _remediating(run: AcceptanceRun):
+    spec = _spec(target=1, return_after=1)
+    nm = node_memory(
+        "f-p-0001",
+        "p",
+        phase="remediating",
+        phase_at=NOW - timedelta(minutes=5),
+        fault={"key": "xid:79", "action": "reboot", "boot_id": "boot-0"},
+        rung="reboot",
+        rung_fault="xid",
+        rung_at=NOW - timedelta(minutes=5),
+        return_streak=1,
+    )
+    _, obs = _world({"f-p-0001": run}, spec=spec, nodes=[nm])
+    return plan(spec, obs.views, obs.memory, NOW)
+
+
+def test_a_rebooted_node_returns_to_service_only_after_its_new_boots_burn_in_passes():
+    waiting = _remediating(_run(finished=False))
+    assert not [a for a in waiting.actions if a.kind is ActionKind.UNCORDON]
+    assert any("burn-in running" in line for line in waiting.pending)
+    back = _remediating(_run())
+    uncordon = next(a for a in back.actions if a.kind is ActionKind.UNCORDON)
+    assert "burn-in passed" in uncordon.reason
+    failed = _remediating(_run(status=FAIL))
+    term = next(a for a in failed.actions if a.kind is ActionKind.TERMINATE)
+    assert term.action_reason is ActionReason.BURN_IN_FAILED

@@ -9,9 +9,12 @@ The suite is two kinds of test:
   planner compares versions with the pool's baseline: one decider for drift). A reading
   the backend does not give is not tested (never a pass by default);
 - tool tests (dcgmi diag, nvbandwidth, NCCL all_reduce_perf, ...), an injectable list of
-  ``(test name, ToolTest)``: navarch.agent.acceptance_tools's registry on a real node, and
-  ``fake_tool_tests`` for the fake GPU backend, which answer from the overrides file
-  (``AgentConfig.acceptance_file``, written by ``navarch local inject --acceptance``).
+  ``(test name, ToolTest)``: navarch.agent.acceptance_tools's registry bound to the
+  node's programs and sysfs (SystemToolHost) on a real node, and to FakeToolHost on the
+  fake GPU backend, which prints the real tools' output formats from the overrides file
+  (``AgentConfig.acceptance_file``, written by ``navarch local inject --acceptance``), so
+  the same parsers judge a local node. A test the inventory already answered is not
+  run again.
 
 Time: the suite runs inside the agent's timer tick, after the health checks, resumable:
 each tick runs the tests still missing until ``TICK_BUDGET_S`` has been spent (each tool
@@ -29,6 +32,7 @@ bundled modules only): no ``match``, no ``X | Y`` outside annotations.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import time
@@ -47,6 +51,7 @@ from navarch.acceptance import (
     DriftPolicy,
     SuiteDepth,
 )
+from navarch.agent.acceptance_tools import TOOL_TESTS, FakeToolHost, SystemToolHost, ToolHost
 from navarch.agent.gpu import GpuProbe
 from navarch.compat import UTC
 from navarch.errors import ConfigError
@@ -55,12 +60,11 @@ if TYPE_CHECKING:
     from navarch.agent.config import AgentConfig
 
 __all__ = [
-    "FAKE_DEFAULTS",
     "TICK_BUDGET_S",
     "ToolTest",
     "acceptance_step",
     "apply_overrides",
-    "fake_tool_tests",
+    "bound_tool_tests",
     "inventory_results",
     "load_overrides",
     "policy_from_mapping",
@@ -77,15 +81,6 @@ TICK_BUDGET_S = 60.0
 
 #: A tool test bound to its host: the policy in, one result out (it may raise: unknown).
 ToolTest = Callable[[AcceptancePolicy], AcceptanceResult]
-
-#: What the fake backend's tools answer when the overrides file does not say: a healthy
-#: H100-class node (NCCL all_reduce_perf busbw about 240 GB/s on 8 H100 SXM with NVLink,
-#: nvbandwidth device-to-device about 400 GB/s; /work/shared/reference/acceptance-tools.md).
-FAKE_DEFAULTS: Mapping[str, Any] = {
-    "nccl_busbw_gbps": 240.0,
-    "nvbandwidth_gbps": 400.0,
-    "dcgm_diag": "pass",
-}
 
 _GIB = 1 << 30
 
@@ -135,6 +130,8 @@ def policy_from_mapping(doc: Any, file: str | None = None) -> AcceptancePolicy:
                 value = DriftPolicy(value)
             elif key == "versions":
                 value = {str(k): str(v) for k, v in dict(value).items()}
+            elif key == "instance_type":
+                value = str(value)
             elif key in ("enabled", "multi_node"):
                 if not isinstance(value, bool):
                     raise ValueError("expected true or false")
@@ -182,68 +179,20 @@ def apply_overrides(probe: GpuProbe, overrides: Mapping[str, Any]) -> GpuProbe:
     return replace(probe, gpus=gpus, device_count=len(gpus), driver_version=driver)
 
 
-def _fake_nccl(overrides: Mapping[str, Any]) -> ToolTest:
-    def test(policy: AcceptancePolicy) -> AcceptanceResult:
-        busbw = float(overrides.get("nccl_busbw_gbps", FAKE_DEFAULTS["nccl_busbw_gbps"]))
-        floor = policy.nccl_min_busbw_gbps
-        ok = floor is None or busbw >= floor
-        return AcceptanceResult(
-            AcceptanceTest.NCCL_ALL_REDUCE.value,
-            AcceptanceStatus.PASS if ok else AcceptanceStatus.FAIL,
-            figure=busbw,
-            threshold=floor,
-            unit="GB/s",
-            tool_version="fake all_reduce_perf",
-            reason="" if ok else "bus bandwidth below the pool's floor",
-        )
-
-    return test
-
-
-def _fake_nvbandwidth(overrides: Mapping[str, Any]) -> ToolTest:
-    def test(policy: AcceptancePolicy) -> AcceptanceResult:
-        gbps = float(overrides.get("nvbandwidth_gbps", FAKE_DEFAULTS["nvbandwidth_gbps"]))
-        floor = policy.nvbandwidth_min_gbps
-        ok = floor is None or gbps >= floor
-        return AcceptanceResult(
-            AcceptanceTest.NVBANDWIDTH.value,
-            AcceptanceStatus.PASS if ok else AcceptanceStatus.FAIL,
-            figure=gbps,
-            threshold=floor,
-            unit="GB/s",
-            tool_version="fake nvbandwidth",
-            reason="" if ok else "device-to-device bandwidth below the pool's floor",
-        )
-
-    return test
-
-
-def _fake_dcgm(overrides: Mapping[str, Any]) -> ToolTest:
-    def test(policy: AcceptancePolicy) -> AcceptanceResult:
-        said = str(overrides.get("dcgm_diag", FAKE_DEFAULTS["dcgm_diag"])).lower()
-        status = {"pass": AcceptanceStatus.PASS, "fail": AcceptanceStatus.FAIL}.get(
-            said, AcceptanceStatus.UNKNOWN
-        )
-        reason = {"pass": "", "fail": "a diagnostic test failed"}.get(said, f"said {said!r}")
-        return AcceptanceResult(
-            AcceptanceTest.DCGM_DIAG.value,
-            status,
-            tool_version="fake dcgmi",
-            reason=f"dcgmi diag -r {policy.dcgm_diag_level}: {reason}".rstrip(": "),
-            detail={"level": str(policy.dcgm_diag_level)},
-        )
-
-    return test
-
-
-def fake_tool_tests(overrides: Mapping[str, Any]) -> list[tuple[str, ToolTest]]:
-    """The fake backend's tool tests (dcgm_diag, nvbandwidth, nccl_all_reduce), answering
-    from the overrides (FAKE_DEFAULTS otherwise): the local provider and the tests."""
+def bound_tool_tests(host: ToolHost) -> list[tuple[str, ToolTest]]:
+    """navarch.agent.acceptance_tools' TOOL_TESTS, in their run order, each bound to host
+    (a real node's SystemToolHost, or the fake backend's FakeToolHost)."""
     return [
-        (AcceptanceTest.DCGM_DIAG.value, _fake_dcgm(overrides)),
-        (AcceptanceTest.NVBANDWIDTH.value, _fake_nvbandwidth(overrides)),
-        (AcceptanceTest.NCCL_ALL_REDUCE.value, _fake_nccl(overrides)),
+        (test.value, functools.partial(_with_host, fn, host)) for test, fn in TOOL_TESTS.items()
     ]
+
+
+def _with_host(
+    fn: Callable[[AcceptancePolicy, ToolHost], AcceptanceResult],
+    host: ToolHost,
+    policy: AcceptancePolicy,
+) -> AcceptanceResult:
+    return fn(policy, host)
 
 
 # --- inventory ------------------------------------------------------------------------------
@@ -426,11 +375,9 @@ def acceptance_step(
 
 
 def real_tool_tests(policy: AcceptancePolicy) -> list[tuple[str, ToolTest]]:
-    """The tool tests of a real node (NVML backend), in run order. The tools' runners and
-    parsers (dcgmi diag, nvbandwidth, all_reduce_perf) live in
-    navarch.agent.acceptance_tools and are bound here; without them a real node's suite
-    is its inventory tests alone."""
-    return []
+    """The tool tests of a real node (NVML backend), in run order: every test of
+    navarch.agent.acceptance_tools run on this host's programs and sysfs."""
+    return bound_tool_tests(SystemToolHost())
 
 
 def tick_run(
@@ -443,7 +390,7 @@ def tick_run(
 ) -> AcceptanceRun | None:
     """This tick's acceptance run for the agent (acceptance_step), or None when the config
     has no enabled policy. The fake backend's tools answer from config.acceptance_file
-    (an unreadable one is logged and answers with FAKE_DEFAULTS), its inventory as the
+    (an unreadable one is logged and answers as a healthy node), its inventory as the
     overrides make it; a real node runs real_tool_tests."""
     policy = config.acceptance
     if policy is None or not policy.enabled:
@@ -451,11 +398,12 @@ def tick_run(
     if probe.backend == "fake":
         try:
             overrides = load_overrides(config.acceptance_file)
+            host = FakeToolHost({k: str(v) for k, v in overrides.items()})
         except ValueError as exc:
             log.warning("acceptance_overrides_invalid", extra={"fields": {"error": str(exc)}})
-            overrides = {}
+            overrides, host = {}, FakeToolHost()
         probe = apply_overrides(probe, overrides)
-        tests = fake_tool_tests(overrides)
+        tests = bound_tool_tests(host)
     else:
         tests = real_tool_tests(policy)
     return acceptance_step(policy, prior, boot_id, reset, probe, tests, now)

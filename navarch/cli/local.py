@@ -144,8 +144,8 @@ def register(sub: Any) -> None:
         action="append",
         metavar="KEY=VALUE",
         help="what the node's acceptance tools report on its next burn-in (repeatable): "
-        "nccl_busbw_gbps=120, nvbandwidth_gbps=200, dcgm_diag=fail, gpu_count=7, "
-        "pcie_width=8, driver=550.54.14",
+        "nccl_busbw_gbps=120, nvbandwidth_d2d_gbps=200, dcgm_diag=fail, gpu_count=7, "
+        "pcie_width=8, driver=550.54.14 (docs/acceptance.md lists every key)",
     )
     s.set_defaults(func=cmd_local_inject, inject_parser=s)
     s = lsub.add_parser("reboot", help="reboot a local node (new boot id, faults cleared)")

@@ -41,7 +41,7 @@ def test_a_fake_node_passes_its_suite_in_its_first_report_and_the_run_is_schema_
     assert {"gpu_count", "pcie_link", "ecc_mode", "persistence_mode", "versions"} <= set(results)
     assert {"dcgm_diag", "nvbandwidth", "nccl_all_reduce"} <= set(results)
     assert all(r["status"] == "pass" for r in results.values())
-    assert results["nccl_all_reduce"]["figure"] == 240.0
+    assert results["nccl_all_reduce"]["figure"] == 480.12
 
 
 def test_injected_overrides_fail_the_tests_they_name_with_figure_and_threshold(

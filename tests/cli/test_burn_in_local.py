@@ -44,9 +44,9 @@ def test_a_new_node_with_a_slow_nccl_fails_burn_in_is_replaced_and_never_serves(
     node = _node(navarch, NEW)
     seen.append(node["lifecycle"])
     assert node["lifecycle"] == "unhealthy"
-    # The test, the figure and the threshold (0.8 of the serving nodes' median, 240 GB/s).
+    # The test, the figure and the threshold (0.8 of the serving nodes' median, 480.12 GB/s).
     assert "nccl_all_reduce 120 GB/s" in node["reason"]
-    assert "threshold 192 GB/s" in node["reason"]
+    assert "threshold 384.096 GB/s" in node["reason"]
 
     plan = navarch.ok("plan", "fleet.yaml").out
     assert f"~ cordon {NEW}" in plan and "+ provision demo-train-0005" in plan
@@ -67,7 +67,7 @@ def test_a_new_node_with_a_slow_nccl_fails_burn_in_is_replaced_and_never_serves(
     assert not {"healthy", "degraded"} & set(seen), seen
 
     history = navarch.ok("history", "fleet.yaml", NEW).out
-    assert "nccl_all_reduce 120 GB/s" in history and "threshold 192 GB/s" in history
+    assert "nccl_all_reduce 120 GB/s" in history and "threshold 384.096 GB/s" in history
 
 
 def test_a_new_node_with_another_driver_is_flagged_as_drift(navarch):
@@ -96,7 +96,9 @@ def test_an_unknown_acceptance_key_names_the_flag_and_the_keys(navarch):
 def test_an_inconclusive_burn_in_holds_the_node_in_burn_in_and_status_says_why(navarch):
     _edit(navarch.workdir, lambda d: d["pools"]["train"].update(acceptance={"enabled": True}))
     navarch.ok("apply", "fleet.yaml", "--auto-approve")
-    navarch.ok("local", "inject", "fleet.yaml", "demo-train-0001", "--acceptance", "dcgm_diag=hang")
+    navarch.ok(
+        "local", "inject", "fleet.yaml", "demo-train-0001", "--acceptance", "dcgm_diag=timeout"
+    )
     navarch.ok("local", "tick", "fleet.yaml")
     node = _node(navarch, "demo-train-0001")
     assert node["lifecycle"] == "burn_in"

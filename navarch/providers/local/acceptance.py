@@ -16,77 +16,40 @@ from pathlib import Path
 from typing import Any
 
 from navarch.acceptance import AcceptancePolicy
+from navarch.agent.acceptance_tools.fake import FAKE_KEYS, check_override
 from navarch.errors import ConfigError
 from navarch.providers.local import write_json_atomic
 from navarch.spec import FleetSpec
 
-__all__ = ["ACCEPTANCE_FILE", "ANSWER_KEYS", "parse_answers", "pool_acceptance", "write_answers"]
+__all__ = ["ACCEPTANCE_FILE", "parse_answers", "pool_acceptance", "write_answers"]
 
 #: The file in a local machine's directory the agent's fake tools read.
 ACCEPTANCE_FILE = "acceptance.json"
 
 
-def _gbps(text: str) -> float:
-    value = float(text)
-    if not value >= 0:
-        raise ValueError("must be 0 or more")
-    return value
-
-
-def _count(text: str) -> int:
-    value = int(text)
-    if not 0 <= value <= 64:
-        raise ValueError("must be 0 to 64")
-    return value
-
-
-def _width(text: str) -> int:
-    value = int(text)
-    if value not in (1, 2, 4, 8, 16, 32):
-        raise ValueError("must be 1, 2, 4, 8, 16 or 32 lanes")
-    return value
-
-
-def _word(text: str) -> str:
-    if not text or len(text) > 64:
-        raise ValueError("must be 1 to 64 characters")
-    return text
-
-
-#: Each key the fake tools answer, its parser, and what it means.
-ANSWER_KEYS: Mapping[str, tuple[Any, str]] = {
-    "nccl_busbw_gbps": (_gbps, "NCCL all_reduce_perf bus bandwidth, GB/s"),
-    "nvbandwidth_gbps": (_gbps, "nvbandwidth device-to-device bandwidth, GB/s"),
-    "dcgm_diag": (_word, "dcgmi diag's verdict: pass, fail (anything else: unknown)"),
-    "gpu_count": (_count, "GPUs the driver sees"),
-    "pcie_width": (_width, "every GPU's current PCIe link width, lanes"),
-    "driver": (_word, "the driver version the node reports"),
-}
-
-
-def parse_answers(pairs: Sequence[str]) -> dict[str, Any]:
-    """KEY=VALUE strings -> {key: typed value}. Raises ConfigError naming --acceptance and
-    the pair for an unknown key or a bad value, with the keys it knows."""
-    out: dict[str, Any] = {}
-    known = ", ".join(f"{k} ({why})" for k, (_, why) in ANSWER_KEYS.items())
+def parse_answers(pairs: Sequence[str]) -> dict[str, str]:
+    """KEY=VALUE strings -> {key: value text}, each checked by the fake tools' own rule
+    (navarch.agent.acceptance_tools.fake.check_override: the keys FakeToolHost models).
+    Raises ConfigError naming --acceptance and the pair for an unknown key or a bad value."""
+    out: dict[str, str] = {}
     for pair in pairs:
         key, sep, text = pair.partition("=")
-        key = key.strip()
-        if not sep or key not in ANSWER_KEYS:
+        key, text = key.strip(), text.strip()
+        if not sep:
             raise ConfigError(
-                f"--acceptance {pair!r}: expected KEY=VALUE with a known KEY",
+                f"--acceptance {pair!r}: expected KEY=VALUE",
                 key_path="--acceptance",
-                hint=f"keys: {known}",
+                hint=f"keys: {', '.join(FAKE_KEYS)}",
             )
-        parse = ANSWER_KEYS[key][0]
         try:
-            out[key] = parse(text.strip())
+            check_override(key, text)
         except ValueError as exc:
             raise ConfigError(
                 f"--acceptance {pair!r}: {exc}",
                 key_path="--acceptance",
-                hint=ANSWER_KEYS[key][1],
+                hint=f"keys: {', '.join(FAKE_KEYS)} (docs/acceptance.md)",
             ) from exc
+        out[key] = text
     return out
 
 

@@ -44,6 +44,7 @@ from navarch.planner.model import (
     NodeView,
 )
 from navarch.planner.observe import after_remedy, fault_of
+from navarch.planner.stockout import holds
 from navarch.xid import fatal_xids_by_remedy
 
 __all__ = [
@@ -479,6 +480,7 @@ def ladder_stage(ctx: PoolContext, prog: Progress) -> StageResult:
     taken = set(prog.taken)
     leaving = list(prog.leaving)
     rate_left = prog.rate_left
+    held_nodes = set(prog.held)
     for v in ctx.views:
         if v.lifecycle is Lifecycle.OPERATOR_CORDONED and v.node not in ctx.options.replace:
             pending.append(_operator_cordoned(v))
@@ -490,6 +492,11 @@ def ladder_stage(ctx: PoolContext, prog: Progress) -> StageResult:
             continue
         action, wait = step
         taken.add(v.node)
+        held = holds(ctx, prog, v, action) if action is not None else None
+        if held is not None:
+            held_nodes.add(v.node)
+            action, wait = _in_place_while_held(ctx, v)
+            wait = held + wait
         if action is None:
             pending.append(wait)
             continue
@@ -503,11 +510,57 @@ def ladder_stage(ctx: PoolContext, prog: Progress) -> StageResult:
         if action.kind is ActionKind.CORDON:  # an operator's cordon, now a replacement
             actions.append(cordon_then_drain(action)[1])
     return StageResult(
-        replace(prog, rate_left=rate_left, taken=frozenset(taken), leaving=tuple(leaving)),
+        replace(
+            prog,
+            rate_left=rate_left,
+            taken=frozenset(taken),
+            leaving=tuple(leaving),
+            held=frozenset(held_nodes),
+        ),
         tuple(actions),
         tuple(halts),
         pending=tuple(pending),
     )
+
+
+def _in_place_while_held(ctx: PoolContext, v: NodeView) -> tuple[Action | None, str]:
+    """What a node held for a stockout (navarch.planner.stockout) gets meanwhile: the
+    strongest in-place rung of its ladder stronger than the one already tried for its
+    fault within ladder_window, when it is drained or back from a remedy; else nothing
+    (and why, to append to the hold's line). A cure returns it to service as any remedy's
+    would; a rung that cannot run is no reason to terminate it."""
+    fault, h = v.fault, ctx.pool.health
+    if fault is None or not (
+        v.lifecycle is Lifecycle.REMEDIATING or (v.lifecycle is Lifecycle.DRAINING and v.drained)
+    ):
+        return None, ""
+    tried = (
+        v.rung
+        if v.rung is not None
+        and FaultKey(v.rung_fault).same_as(fault.key)
+        and v.rung_at is not None
+        and (ctx.now - v.rung_at).total_seconds() <= h.ladder_window_s
+        else None
+    )
+    rungs = [
+        r for r in h.remediation if r in _RUNG_ACTION and (tried is None or r.rank > tried.rank)
+    ]
+    if not rungs:
+        return None, "; no in-place rung of its ladder is left to try meanwhile"
+    why = (
+        f"{fault.key.kind}: its replacement could not launch, so the {rungs[-1].value} "
+        "is tried in place meanwhile"
+    )
+    action, wait = _carry_out(
+        ctx,
+        v,
+        Rung(rungs[-1], why, lemon=False),
+        fault,
+        repair=v.lifecycle is Lifecycle.REMEDIATING,
+    )
+    if action is not None and action.kind is ActionKind.TERMINATE:
+        return None, f"; its {rungs[-1].value} cannot run: GPU processes remain"
+    return action, ("; " + wait if wait else "")
 
 
 def _already_leaving(v: NodeView) -> str:

@@ -439,6 +439,7 @@ class NodeView:
     impaired_cordon: bool = False  # NodeMemory.impaired_cordon
     silent_cordon: bool = False  # NodeMemory.silent_cordon
     orphan: bool = False  # its pool is no longer in fleet.yaml (retired: cordon, drain, terminate)
+    repair: bool = False  # NodeMemory.repair: cordoned to be replaced (a fault, not a choice)
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,13 @@ alone decides the rung (docs/health-policy.md has the table, tested against ``de
   recommended remedy and, when the same fault kind had a rung within ``ladder_window``,
   stronger than that rung; past the last rung, replace.
 
+The remediation table (navarch.remedies, fleet.yaml ``health.remedies`` over the built-in
+rows) refines this per fault kind or class: a row's own ladder replaces the pool's (and
+starts at its cheapest rung), and a node whose fault ``is_hardware`` (past the row's
+``max_in_place``) is replaced. While a replacement could not launch on capacity, a
+termination the ladder decides waits (navarch.planner.stockout) and the strongest
+untried in-place rung runs meanwhile.
+
 Nothing on the node overrides this: the agent reports how many boots it saw a fault in,
 and never turns a reboot into a replacement itself.
 """
@@ -45,6 +52,7 @@ from navarch.planner.model import (
 )
 from navarch.planner.observe import after_remedy, fault_of
 from navarch.planner.stockout import holds
+from navarch.remedies import RemedyRow, is_hardware, row_for
 from navarch.xid import fatal_xids_by_remedy
 
 __all__ = [
@@ -181,10 +189,24 @@ def rung_for(
     )
     count, where = _lemon_count(ctx, v, unrecorded)
     lemon = count >= h.lemon_after
-    remedy = decide(h.remediation, fault.action, previous=previous, lemon=lemon)
-    ladder = "remediation: " + " then ".join(h.remediation)
+    row = row_for(h.remedies, fault.key.kind)
+    operator = row is not None and bool(row.actions) and not row.alert
+    rungs = row.ladder(h.remediation) if row is not None and operator else h.remediation
+    # An operator's row names the ladder itself: it starts at its cheapest rung.
+    need = rungs[0] if operator else fault.action
+    tried = _in_place_tried(ctx, v, fault, unrecorded, row)
+    hardware = is_hardware(row, need, tried) and not lemon
+    remedy = Remedy.REPLACE if hardware else decide(rungs, need, previous=previous, lemon=lemon)
+    ladder = (
+        f"remedies row {row.match}: " if operator and row is not None else "remediation: "
+    ) + " then ".join(rungs)
     key = fault.key.kind  # the GPU is in the findings; the ladder compares kinds
-    if lemon:
+    if hardware and row is not None and row.max_in_place is not None and tried:
+        why = (
+            f"{key}: hardware after {tried} in-place remedies (max_in_place "
+            f"{row.max_in_place}; {row.source})"
+        )
+    elif lemon:
         why = (
             f"lemon: {count} faults{where} in {format_duration_s(h.lemon_window_s)} "
             f"(lemon_after {h.lemon_after}); {key}"
@@ -201,6 +223,25 @@ def rung_for(
     else:
         why = f"{key}, first occurrence; {ladder}"
     return Rung(remedy, why, lemon)
+
+
+def _in_place_tried(
+    ctx: PoolContext, v: NodeView, fault: Fault, unrecorded: int, row: RemedyRow | None
+) -> int:
+    """In-place remedies already tried for `fault`'s kind on v within the row's
+    ladder_window (the pool's when the row sets none): v's remembered faults of that kind
+    in the window, each answered by the ladder, less the one being decided when Memory
+    already holds it (unrecorded 0)."""
+    window_s = (
+        row.ladder_window_s
+        if row is not None and row.ladder_window_s is not None
+        else ctx.pool.health.ladder_window_s
+    )
+    seen = sum(
+        FaultKey.parse(k).same_as(fault.key) and (ctx.now - t).total_seconds() <= window_s
+        for k, t in v.faults
+    )
+    return max(seen - (0 if unrecorded else 1), 0)
 
 
 def _busy(v: NodeView) -> int:

@@ -166,6 +166,9 @@ class ReportSummary:
     #: the agent's consecutive checks that saw fault_key (0: not reported): what
     #: unhealthy_after counts when the agent checks more often than it writes
     consecutive: int = 0
+    #: when the agent first saw fault_key (its clock, aware UTC; None: not reported): what
+    #: a remediation table row's wait counts from (navarch.remedies)
+    first_seen: datetime | None = None
 
     @property
     def clock_skew_s(self) -> float | None:

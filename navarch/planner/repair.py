@@ -36,6 +36,7 @@ from navarch.planner.model import (
     NodeView,
 )
 from navarch.planner.observe import fault_of
+from navarch.planner.remedy_gate import gate
 from navarch.planner.stockout import holds
 
 
@@ -285,6 +286,10 @@ def repair_stage(ctx: PoolContext, prog: Progress) -> StageResult:
         requested = v.node in ctx.options.replace
         if not h.auto_replace and not requested:
             pending.append(f"{v.node}: {v.lifecycle.value} ({v.reason}); auto_replace is off")
+            continue
+        held = None if requested else gate(ctx, v)
+        if held is not None:  # the remediation table's row says to wait, or only to alert
+            pending.append(held)
             continue
         if v.lifecycle is not Lifecycle.PREEMPTING:
             if ctx.frozen and not requested:

@@ -76,6 +76,7 @@ def summary_to_json(s: ReportSummary | None) -> dict[str, Any] | None:
         "stored_at": ts(s.stored_at),
         **({"fault_key": s.fault_key.format()} if s.fault_key is not None else {}),
         **({"consecutive": s.consecutive} if s.consecutive else {}),
+        **({"first_seen": ts(s.first_seen)} if s.first_seen is not None else {}),
     }
 
 
@@ -120,6 +121,7 @@ def summary_from_json(d: Mapping[str, Any] | None) -> ReportSummary | None:
         stored_at=parse_ts(d.get("stored_at")),
         fault_key=FaultKey.parse(node_text(d["fault_key"])) if d.get("fault_key") else None,
         consecutive=d.get("consecutive", 0),
+        first_seen=parse_ts(d.get("first_seen")),
     )
 
 

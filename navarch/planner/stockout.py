@@ -13,8 +13,9 @@ has its desired count of ready nodes without it, or it comes back cured.
 Which terminations are held (``holds``): those that answer a fault (the ladder's
 replace, lemon and remedy-timeout rungs; the terminate stage's drain finished or timed
 out for a node cordoned as a repair). Never held: `--replace NODE` in the same run (the
-operator named it), preemptions and maintenance (the cloud takes the node anyway), scale
-down, drift, orphans, duplicates, stuck instances and destroy.
+operator named it), `navarch destroy` (nothing will replace it), preemptions and
+maintenance (the cloud takes the node anyway), scale down, drift, orphans, duplicates
+and stuck instances.
 
 While a node is held the count stage launches its replacement beside it whenever a place
 is open (under replacement: after-terminate too, whose replacement would otherwise wait
@@ -80,6 +81,7 @@ def holds(ctx: PoolContext, prog: Progress, v: NodeView, action: Action) -> str 
         action.kind is not ActionKind.TERMINATE
         or action.action_reason not in HELD_REASONS
         or v.node in ctx.options.replace
+        or ctx.options.destroy
     ):
         return None
     if action.action_reason in (ActionReason.DRAIN_FINISHED, ActionReason.DRAIN_TIMEOUT) and not (

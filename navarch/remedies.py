@@ -288,7 +288,7 @@ def parse_rows(
         out.append(
             RemedyRow(
                 match,
-                str(r.get("source") or f"fleet.yaml {'.'.join(str(p) for p in here)}"),
+                str(r.get("source") or f"fleet.yaml {_dotted(here)}"),
                 actions=actions,
                 alert=alert,
                 wait_s=_duration(r, "wait", "0s", here, fail, zero_ok=True),
@@ -303,6 +303,11 @@ def parse_rows(
             )
         )
     return tuple(out)
+
+
+def _dotted(path: tuple[Any, ...]) -> str:
+    """A key path as errors write it: pools.train.health.remedies[0]."""
+    return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path).lstrip(".")
 
 
 def _check_match(match: str, where: tuple[Any, ...], fail: Fail, rules: set[str]) -> None:

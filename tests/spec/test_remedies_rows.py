@@ -30,7 +30,7 @@ def test_remedies_rows_load_in_order_with_their_defaults(tmp_path) -> None:
     assert (first.max_in_place, first.ladder_window_s, first.source) == (1, 604800, "runbook 12")
     assert second.alert and second.actions == ()
     assert (third.wait_s, third.occurrences, third.window_s) == (300, 3, 600)
-    assert third.source == "fleet.yaml pools.train.health.remedies.2"
+    assert third.source == "fleet.yaml pools.train.health.remedies[2]"
 
 
 @pytest.mark.parametrize(

@@ -29,6 +29,7 @@ from navarch.fleet_acceptance import acceptance_policy
 from navarch.fleet_secret import secret_path, secret_problems
 from navarch.health import Remedy
 from navarch.policy import REPORT_COST_MAX, Rule, compile_rule
+from navarch.remedies import parse_rows
 from navarch.remote.playbook import PlaybookKind, load_playbook_file
 from navarch.schemas import (
     apply_defaults,
@@ -700,6 +701,12 @@ def _health(
         return_requires_diag=h["return_requires_diag"] or None,
         return_timeout_s=parse_duration_s(h["return_timeout"]),
         surge_on=SurgeOn(h["surge_on"]),
+        remedies=parse_rows(
+            h.get("remedies", ()),
+            ("pools", name, "health", "remedies"),
+            fail,
+            [r.name for r in fleet_rules] + [r["name"] for r in h["rules"]],
+        ),
     )
     if list(health.remediation) != sorted(health.remediation, key=lambda r: r.rank):
         raise fail(

@@ -17,6 +17,7 @@ from navarch.acceptance import AcceptancePolicy
 from navarch.compat import StrEnum
 from navarch.health import Remedy
 from navarch.policy import Rule
+from navarch.remedies import RemedyRow
 
 
 class SurgeOn(StrEnum):
@@ -79,6 +80,8 @@ class HealthPolicy:
     return_requires_diag: int | None = None  # dcgmi diag level before return; None: off
     return_timeout_s: int = 3600  # not returned this long after a remedy: climb a rung
     surge_on: SurgeOn = SurgeOn.REPLACE  # which rungs get a surge replacement
+    #: health.remedies: the operator's remediation table rows, before the built-in ones
+    remedies: tuple[RemedyRow, ...] = ()
 
     def rule_sets(self) -> tuple[tuple[Rule, ...], ...]:
         """The rule sets navarch.policy.evaluate() takes: the pool's, then the fleet's."""

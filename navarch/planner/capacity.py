@@ -180,6 +180,8 @@ def present_nodes(ctx: PoolContext, prog: Progress) -> list[NodeView]:
         )
         # a stuck instance leaves this run, unless the breaker holds its termination
         and not (v.lifecycle is Lifecycle.STUCK and not ctx.frozen)
+        # held for a stockout: it waits for its replacement, so it cannot count as one
+        and v.node not in prog.held
         and (
             v.node not in prog.leaving
             or (waited and v.lifecycle is Lifecycle.UNHEALTHY and in_place(ctx, v))
@@ -216,6 +218,9 @@ def _provision(ctx: PoolContext, prog: Progress, present: list[NodeView], need: 
     room = pool.max_nodes + surge - len(existing)
     if h.replacement is Replacement.AFTER_TERMINATE:
         room = prog.desired - len(existing)
+    # A node held for a stockout leaves once its replacement exists: that replacement
+    # launches beside it, in its slot (navarch.planner.stockout).
+    room += sum(v.node in prog.held for v in existing)
     count = min(need, max(room, 0))
     surges = prog.surge_for[: max(room - count, 0)]
     halts: list[Halt] = []

@@ -82,6 +82,9 @@ class Progress:
     surge_for: tuple[tuple[str, str], ...] = ()
     avoid: frozenset[tuple[str, str, str, bool]] = frozenset()
     taken: frozenset[str] = frozenset()  # nodes an earlier stage already acted on
+    #: nodes out of service for a fault whose termination waits for a replacement that
+    #: could not launch (navarch.planner.stockout): not present, their replacement wanted
+    held: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,13 @@ alone decides the rung (docs/health-policy.md has the table, tested against ``de
   recommended remedy and, when the same fault kind had a rung within ``ladder_window``,
   stronger than that rung; past the last rung, replace.
 
+The remediation table (navarch.remedies, fleet.yaml ``health.remedies`` over the built-in
+rows) refines this per fault kind or class: a row's own ladder replaces the pool's (and
+starts at its cheapest rung), and a node whose fault ``is_hardware`` (past the row's
+``max_in_place``) is replaced. While a replacement could not launch on capacity, a
+termination the ladder decides waits (navarch.planner.stockout) and the strongest
+untried in-place rung runs meanwhile.
+
 Nothing on the node overrides this: the agent reports how many boots it saw a fault in,
 and never turns a reboot into a replacement itself.
 """
@@ -46,6 +53,8 @@ from navarch.planner.model import (
     NodeView,
 )
 from navarch.planner.observe import after_remedy, fault_of
+from navarch.planner.stockout import holds
+from navarch.remedies import RemedyRow, is_hardware, row_for
 from navarch.xid import fatal_xids_by_remedy
 
 __all__ = [
@@ -182,10 +191,24 @@ def rung_for(
     )
     count, where = _lemon_count(ctx, v, unrecorded)
     lemon = count >= h.lemon_after
-    remedy = decide(h.remediation, fault.action, previous=previous, lemon=lemon)
-    ladder = "remediation: " + " then ".join(h.remediation)
+    row = row_for(h.remedies, fault.key.kind)
+    operator = row is not None and bool(row.actions) and not row.alert
+    rungs = row.ladder(h.remediation) if row is not None and operator else h.remediation
+    # An operator's row names the ladder itself: it starts at its cheapest rung.
+    need = rungs[0] if operator else fault.action
+    tried = _in_place_tried(ctx, v, fault, unrecorded, row)
+    hardware = is_hardware(row, need, tried) and not lemon
+    remedy = Remedy.REPLACE if hardware else decide(rungs, need, previous=previous, lemon=lemon)
+    ladder = (
+        f"remedies row {row.match}: " if operator and row is not None else "remediation: "
+    ) + " then ".join(rungs)
     key = fault.key.kind  # the GPU is in the findings; the ladder compares kinds
-    if lemon:
+    if hardware and row is not None and row.max_in_place is not None and tried:
+        why = (
+            f"{key}: hardware after {tried} in-place remedies (max_in_place "
+            f"{row.max_in_place}; {row.source})"
+        )
+    elif lemon:
         why = (
             f"lemon: {count} faults{where} in {format_duration_s(h.lemon_window_s)} "
             f"(lemon_after {h.lemon_after}); {key}"
@@ -202,6 +225,25 @@ def rung_for(
     else:
         why = f"{key}, first occurrence; {ladder}"
     return Rung(remedy, why, lemon)
+
+
+def _in_place_tried(
+    ctx: PoolContext, v: NodeView, fault: Fault, unrecorded: int, row: RemedyRow | None
+) -> int:
+    """In-place remedies already tried for `fault`'s kind on v within the row's
+    ladder_window (the pool's when the row sets none): v's remembered faults of that kind
+    in the window, each answered by the ladder, less the one being decided when Memory
+    already holds it (unrecorded 0)."""
+    window_s = (
+        row.ladder_window_s
+        if row is not None and row.ladder_window_s is not None
+        else ctx.pool.health.ladder_window_s
+    )
+    seen = sum(
+        FaultKey.parse(k).same_as(fault.key) and (ctx.now - t).total_seconds() <= window_s
+        for k, t in v.faults
+    )
+    return max(seen - (0 if unrecorded else 1), 0)
 
 
 def _busy(v: NodeView) -> int:
@@ -498,6 +540,7 @@ def ladder_stage(ctx: PoolContext, prog: Progress) -> StageResult:
     taken = set(prog.taken)
     leaving = list(prog.leaving)
     rate_left = prog.rate_left
+    held_nodes = set(prog.held)
     for v in ctx.views:
         if v.lifecycle is Lifecycle.OPERATOR_CORDONED and v.node not in ctx.options.replace:
             pending.append(_operator_cordoned(v))
@@ -509,6 +552,11 @@ def ladder_stage(ctx: PoolContext, prog: Progress) -> StageResult:
             continue
         action, wait = step
         taken.add(v.node)
+        held = holds(ctx, prog, v, action) if action is not None else None
+        if held is not None:
+            held_nodes.add(v.node)
+            action, wait = _in_place_while_held(ctx, v)
+            wait = held + wait
         if action is None:
             pending.append(wait)
             continue
@@ -522,11 +570,57 @@ def ladder_stage(ctx: PoolContext, prog: Progress) -> StageResult:
         if action.kind is ActionKind.CORDON:  # an operator's cordon, now a replacement
             actions.append(cordon_then_drain(action)[1])
     return StageResult(
-        replace(prog, rate_left=rate_left, taken=frozenset(taken), leaving=tuple(leaving)),
+        replace(
+            prog,
+            rate_left=rate_left,
+            taken=frozenset(taken),
+            leaving=tuple(leaving),
+            held=frozenset(held_nodes),
+        ),
         tuple(actions),
         tuple(halts),
         pending=tuple(pending),
     )
+
+
+def _in_place_while_held(ctx: PoolContext, v: NodeView) -> tuple[Action | None, str]:
+    """What a node held for a stockout (navarch.planner.stockout) gets meanwhile: the
+    strongest in-place rung of its ladder stronger than the one already tried for its
+    fault within ladder_window, when it is drained or back from a remedy; else nothing
+    (and why, to append to the hold's line). A cure returns it to service as any remedy's
+    would; a rung that cannot run is no reason to terminate it."""
+    fault, h = v.fault, ctx.pool.health
+    if fault is None or not (
+        v.lifecycle is Lifecycle.REMEDIATING or (v.lifecycle is Lifecycle.DRAINING and v.drained)
+    ):
+        return None, ""
+    tried = (
+        v.rung
+        if v.rung is not None
+        and FaultKey(v.rung_fault).same_as(fault.key)
+        and v.rung_at is not None
+        and (ctx.now - v.rung_at).total_seconds() <= h.ladder_window_s
+        else None
+    )
+    rungs = [
+        r for r in h.remediation if r in _RUNG_ACTION and (tried is None or r.rank > tried.rank)
+    ]
+    if not rungs:
+        return None, "; no in-place rung of its ladder is left to try meanwhile"
+    why = (
+        f"{fault.key.kind}: its replacement could not launch, so the {rungs[-1].value} "
+        "is tried in place meanwhile"
+    )
+    action, wait = _carry_out(
+        ctx,
+        v,
+        Rung(rungs[-1], why, lemon=False),
+        fault,
+        repair=v.lifecycle is Lifecycle.REMEDIATING,
+    )
+    if action is not None and action.kind is ActionKind.TERMINATE:
+        return None, f"; its {rungs[-1].value} cannot run: GPU processes remain"
+    return action, ("; " + wait if wait else "")
 
 
 def _already_leaving(v: NodeView) -> str:

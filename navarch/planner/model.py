@@ -187,6 +187,9 @@ class ReportSummary:
     #: the report's acceptance run, its text made plain and capped (node_text); None: the
     #: agent runs no acceptance suite
     acceptance: AcceptanceRun | None = None
+    #: when the agent first saw fault_key (its clock, aware UTC; None: not reported): what
+    #: a remediation table row's wait counts from (navarch.remedies)
+    first_seen: datetime | None = None
 
     @property
     def clock_skew_s(self) -> float | None:
@@ -465,6 +468,7 @@ class NodeView:
     orphan: bool = False  # its pool is no longer in fleet.yaml (retired: cordon, drain, terminate)
     #: burn-in's verdict when the node is being or was just judged (navarch.planner.burn_in)
     burn_in: BurnIn | None = None
+    repair: bool = False  # NodeMemory.repair: cordoned to be replaced (a fault, not a choice)
 
 
 @dataclass(frozen=True)

@@ -548,6 +548,7 @@ def _view(
         diag_cordon=nm.diag_cordon,
         impaired_cordon=nm.impaired_cordon,
         silent_cordon=nm.silent_cordon,
+        repair=nm.repair,
         drift=drift,
         tags_drift=tags_drift,
         burn_in=burn,

@@ -37,6 +37,8 @@ from navarch.planner.model import (
     NodeView,
 )
 from navarch.planner.observe import fault_of
+from navarch.planner.remedy_gate import gate
+from navarch.planner.stockout import holds
 
 
 class RepairRank(enum.IntEnum):
@@ -67,11 +69,13 @@ _RANK_OF = {
 
 def terminate_stage(ctx: PoolContext, prog: Progress) -> StageResult:
     """Re-issue terminations in progress; terminate draining nodes whose drain finished or
-    timed out (a breaker holds timed-out ones: their work may still be running)."""
+    timed out (a breaker holds timed-out ones: their work may still be running); a node
+    cordoned as a repair waits while its replacement could not launch (stockout.holds)."""
     h = ctx.pool.health
     actions: list[Action] = []
     halts: list[Halt] = []
     pending: list[str] = []
+    held_nodes = set(prog.held)
     for v in ctx.views:
         if v.lifecycle is Lifecycle.TERMINATING:
             actions.append(
@@ -101,16 +105,25 @@ def terminate_stage(ctx: PoolContext, prog: Progress) -> StageResult:
                     )
                 )
                 continue
-            actions.append(
-                terminate_node(
-                    ctx.pool.name,
-                    v,
-                    f"{why}; {v.reason}",
-                    ActionReason.DRAIN_FINISHED if v.drained else ActionReason.DRAIN_TIMEOUT,
-                    backoff=v.summary is None,
-                )
+            action = terminate_node(
+                ctx.pool.name,
+                v,
+                f"{why}; {v.reason}",
+                ActionReason.DRAIN_FINISHED if v.drained else ActionReason.DRAIN_TIMEOUT,
+                backoff=v.summary is None,
             )
-    return StageResult(prog, tuple(actions), tuple(halts), pending=tuple(pending))
+            held = holds(ctx, prog, v, action)
+            if held is not None:
+                pending.append(held)
+                held_nodes.add(v.node)
+                continue
+            actions.append(action)
+    return StageResult(
+        replace(prog, held=frozenset(held_nodes)),
+        tuple(actions),
+        tuple(halts),
+        pending=tuple(pending),
+    )
 
 
 def redrain_stage(ctx: PoolContext, prog: Progress) -> StageResult:
@@ -283,6 +296,10 @@ def repair_stage(ctx: PoolContext, prog: Progress) -> StageResult:
         requested = v.node in ctx.options.replace
         if not h.auto_replace and not requested:
             pending.append(f"{v.node}: {v.lifecycle.value} ({v.reason}); auto_replace is off")
+            continue
+        held = None if requested else gate(ctx, v)
+        if held is not None:  # the remediation table's row says to wait, or only to alert
+            pending.append(held)
             continue
         if v.lifecycle is not Lifecycle.PREEMPTING:
             if ctx.frozen and not requested:

@@ -79,6 +79,7 @@ def summary_to_json(s: ReportSummary | None) -> dict[str, Any] | None:
         **({"fault_key": s.fault_key.format()} if s.fault_key is not None else {}),
         **({"consecutive": s.consecutive} if s.consecutive else {}),
         **({"acceptance": s.acceptance.to_json()} if s.acceptance is not None else {}),
+        **({"first_seen": ts(s.first_seen)} if s.first_seen is not None else {}),
     }
 
 
@@ -126,6 +127,7 @@ def summary_from_json(d: Mapping[str, Any] | None) -> ReportSummary | None:
         acceptance=plain_run(AcceptanceRun.from_json(d["acceptance"]))
         if d.get("acceptance")
         else None,
+        first_seen=parse_ts(d.get("first_seen")),
     )
 
 

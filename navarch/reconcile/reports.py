@@ -132,6 +132,15 @@ def _acceptance(report: Mapping[str, Any]) -> AcceptanceRun | None:
     return plain_run(AcceptanceRun.from_json(raw)) if raw else None
 
 
+def _first_seen(check: ReportCheck | None) -> datetime | None:
+    """When the agent first saw the check's fault (None when it did not say, or said it in
+    a form that is no RFC 3339 time: a node's text never fails a summary)."""
+    try:
+        return parse_ts(check.first_seen) if check is not None else None
+    except ValueError:
+        return None
+
+
 def _fault_check(checks: Sequence[ReportCheck]) -> ReportCheck | None:
     """The check whose fault the report shows: among those with a structured fault key,
     the worst (XID checks first among equals, then by name), or None."""
@@ -229,6 +238,7 @@ def summarize(
         findings=tuple(dict.fromkeys(findings))[:5],
         fault_key=replace(fault_key, kind=node_text(fault_key.kind)) if fault_key else None,
         consecutive=(fault_check.consecutive or 0) if fault_check is not None else 0,
+        first_seen=_first_seen(fault_check),
         notice_kind=notice.kind if notice is not None else None,
         notice_deadline=parse_ts(notice.deadline) if notice is not None else None,
         process_count=sum(p or 0 for p in procs) if gpus and None not in procs else None,

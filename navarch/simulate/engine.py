@@ -102,7 +102,8 @@ class _Tally:
     scale_downs: list[dict[str, Any]] = field(default_factory=list)
     halts: Counter[str] = field(default_factory=Counter)
     actions: Counter[str] = field(default_factory=Counter)
-    lost_to_capacity: int = 0
+    lost_to_capacity: int = 0  # faulty nodes terminated while their pool could not launch
+    short_pools: set[str] = field(default_factory=set)  # last launch failed on capacity
     capacity_latencies: list[float] = field(default_factory=list)
     short_since: float | None = None
     breaker_runs: int = 0
@@ -135,7 +136,14 @@ class _Tally:
         w = self.world
         self.actions[f"{a.kind.value}{'' if o.ok else '_failed'}"] += 1
         if a.kind is ActionKind.PROVISION and not o.ok and o.error == "CapacityError":
-            self.lost_to_capacity += 1
+            self.short_pools.add(a.pool)
+        elif a.kind is ActionKind.PROVISION and o.ok:
+            self.short_pools.discard(a.pool)
+        elif a.kind is ActionKind.TERMINATE and o.ok and a.pool in self.short_pools:
+            # A faulty node navarch terminated while its replacement could not launch: the
+            # pool is a node short until capacity returns.
+            if a.node in self.records or self._had_fault(a.node):
+                self.lost_to_capacity += 1
         if not o.ok or a.node is None:
             return
         self.timeline.append({"t": round(w.t, 3), "kind": a.kind.value, "node": a.node})
@@ -165,6 +173,11 @@ class _Tally:
                 waiting.pop(0).replacement = a.node
         elif a.kind is ActionKind.TERMINATE:
             self._terminated(a.node, a.action_reason, a.reason)
+
+    def _had_fault(self, node: str | None) -> bool:
+        """Whether the world's node (alive or terminated) ever had a real fault."""
+        sim = self.world.terminated.get(node or "") or self.world.by_name.get(node or "")
+        return sim is not None and sim.had_fault
 
     def _terminated(self, node: str, code: ActionReason | None, reason: str) -> None:
         w = self.world

@@ -471,9 +471,14 @@ def never_above_max(world: World, observed: Observed, p: Plan) -> None:
     max_nodes and all existing nodes within max_nodes + max_surge, unless the pool was
     already above them (then the plan adds nothing). A rolling replacement's surge node
     (it replaces a drifted node that keeps serving until it is ready) counts
-    against max_nodes + max_surge only."""
+    against max_nodes + max_surge only. A node held for a stockout (its termination waits
+    for a replacement that could not launch: navarch.planner.stockout) lends its slot to
+    that replacement, which launches beside it."""
     for pool in world.spec.pools:
         views = _pool_views(observed, pool.name)
+        held = sum(
+            any(line.startswith(f"{v.node}: held cordoned") for line in p.pending) for v in views
+        )
         acts = [a for a in p.actions if a.pool == pool.name]
         provisioned = sum(a.kind is ActionKind.PROVISION for a in acts)
         cordoned = {a.node for a in acts if a.kind is ActionKind.CORDON}
@@ -485,6 +490,7 @@ def never_above_max(world: World, observed: Observed, p: Plan) -> None:
         existing_before = [v for v in views if v.lifecycle is not Lifecycle.TERMINATING]
         existing_after = len([v for v in existing_before if v.node not in terminated]) + provisioned
         surge = pool.health.max_surge if pool.health.replacement == "surge" else 0
+        surge += held
         assert staying_after <= max(pool.max_nodes, len(staying_before)), pool.name
         assert existing_after <= max(pool.max_nodes + surge, len(existing_before)), pool.name
         if provisioned:

@@ -1,0 +1,355 @@
+"""The remediation table: per fault key or fault class, what the ladder does and when.
+
+A pool's ``health.remedies`` rows (fleet.yaml) come first, then the built-in rows made
+from the XID catalogue (navarch.xid, the "Recommend" column of the GPU health reference
+§2) and the fault classes below. The first row that matches a fault decides, an exact
+fault kind before a class (``row_for``). A row gives:
+
+- ``actions``: the ladder for that fault, cheapest first (an ordered subset of reset_gpu,
+  reboot, replace), or ``alert`` alone (reported, never cordoned); none: the pool's
+  ``remediation`` from the fault's recommended remedy (``floor``) up;
+- ``wait_s``: how long after the fault was first seen before acting;
+- ``occurrences`` within ``window_s``: how many observations of it before acting (the
+  agent's consecutive checks or distinct reports, whichever is more, on top of
+  ``unhealthy_after``);
+- ``max_in_place`` within ``ladder_window_s``: how many in-place remedies (reset_gpu,
+  reboot) of the same fault kind before the node is treated as hardware and replaced;
+- ``source``: where the row comes from.
+
+This is the shape the EKS node monitoring agent, gpud and NVSentinel give operators to
+tune remediation. The planner's ladder (navarch.planner.ladder) reads it and nothing
+else; ``is_hardware`` says whether a node's fault makes it hardware to hand back. Pure.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from navarch.compat import StrEnum
+from navarch.durations import format_duration_s, parse_duration_s
+from navarch.health import FAULT_KIND_PATTERN, Remedy
+from navarch.xid import fatal_xids_by_remedy, lookup
+
+__all__ = [
+    "ALERT",
+    "BUILTIN_ROWS",
+    "FaultClass",
+    "RemedyRow",
+    "fault_class",
+    "is_hardware",
+    "parse_rows",
+    "remedies_table",
+    "row_for",
+]
+
+#: The word a row's actions use for "report it, act on nothing".
+ALERT = "alert"
+
+
+class FaultClass(StrEnum):
+    """A family of fault kinds one row can name (``fault_class`` maps kinds to it)."""
+
+    GPU_LOST = "gpu_lost"  # the GPU left the bus or the driver lost it
+    HBM_ECC = "hbm_ecc"  # uncorrectable memory errors, row remapping, retired pages
+    NVLINK = "nvlink"  # NVLink and NVSwitch errors, links down
+    THERMAL = "thermal"  # temperature, thermal or power slowdown
+    HOST_DOWN = "host_down"  # the host is gone: no reports, or the cloud says impaired
+
+    def __str__(self) -> str:
+        return self.value
+
+
+# XID codes per class, from the GPU health reference §2 (NVIDIA XID catalogue mnemonics).
+_XID_CLASS: dict[int, FaultClass] = {
+    79: FaultClass.GPU_LOST,
+    143: FaultClass.GPU_LOST,
+    **{c: FaultClass.HBM_ECC for c in (48, 63, 64, 92, 94, 95, 140, 156, 157, 168, 171, 172)},
+    **{c: FaultClass.NVLINK for c in (74, 136, 137, 155, *range(144, 151))},
+}
+# Fault kinds the agent's checks report (navarch.agent.gpu_checks), by prefix.
+_KIND_CLASS: tuple[tuple[str, FaultClass], ...] = (
+    ("gpu_lost", FaultClass.GPU_LOST),
+    ("gpu_handle", FaultClass.GPU_LOST),
+    ("gpu_count", FaultClass.GPU_LOST),
+    ("ecc", FaultClass.HBM_ECC),
+    ("remapped_rows", FaultClass.HBM_ECC),
+    ("retired_pages", FaultClass.HBM_ECC),
+    ("nvlink", FaultClass.NVLINK),
+    ("sxid:", FaultClass.NVLINK),
+    ("temperature", FaultClass.THERMAL),
+    ("thermal", FaultClass.THERMAL),
+    ("clock_events", FaultClass.THERMAL),
+    ("host_down", FaultClass.HOST_DOWN),
+    ("offline", FaultClass.HOST_DOWN),
+    ("instance_impaired", FaultClass.HOST_DOWN),
+)
+
+
+def fault_class(kind: str) -> FaultClass | None:
+    """The class of a fault kind (``xid:79`` -> gpu_lost, ``ecc:dbe`` -> hbm_ecc, ...), or
+    None when it is in no class. Source: the GPU health reference §1-2 (which check or
+    XID reads which part of the machine)."""
+    if kind.startswith("xid:") and kind[4:].isdigit():
+        return _XID_CLASS.get(int(kind[4:]))
+    for prefix, cls in _KIND_CLASS:
+        if kind.startswith(prefix):
+            return cls
+    return None
+
+
+@dataclass(frozen=True)
+class RemedyRow:
+    """One row of the remediation table (module docstring).
+
+    match: a fault kind (``xid:79``, ``rule:NAME``, ``ecc:dbe``) or a FaultClass value;
+    actions: the row's ladder, cheapest first, () for the pool's; alert: report only;
+    floor: the cheapest rung for the fault (None: the report's recommended remedy);
+    wait_s, window_s, ladder_window_s: seconds (ladder_window_s None: the pool's);
+    max_in_place: None for no limit beyond the ladder's own climbing.
+    """
+
+    match: str
+    source: str
+    actions: tuple[Remedy, ...] = ()
+    alert: bool = False
+    floor: Remedy | None = None
+    wait_s: int = 0
+    occurrences: int = 1
+    window_s: int = 3600
+    max_in_place: int | None = None
+    ladder_window_s: int | None = None
+
+    def ladder(self, pool_ladder: Sequence[Remedy]) -> tuple[Remedy, ...]:
+        """The rungs the ladder climbs for this row: its own, else the pool's."""
+        return self.actions or tuple(pool_ladder)
+
+    def actions_text(self) -> str:
+        """The actions as fleet.yaml writes them ("[reboot, replace]", "alert", or
+        "pool remediation from <floor>")."""
+        if self.alert:
+            return ALERT
+        if self.actions:
+            return "[" + ", ".join(r.value for r in self.actions) + "]"
+        return f"remediation from {self.floor.value}" if self.floor else "remediation"
+
+
+_CATALOGUE = "NVIDIA XID catalogue via gpud and DCGM, gpu-health.md §2 Recommend column"
+
+
+def _builtin() -> tuple[RemedyRow, ...]:
+    """The built-in rows: each fatal XID at the catalogue's recommended remedy, then the
+    fault classes (each at the report's recommended remedy, so the defaults decide as the
+    ladder always has)."""
+    rows = [
+        RemedyRow(f"xid:{code}", f"{lookup(code).mnemonic}: {_CATALOGUE}", floor=remedy)
+        for remedy, codes in fatal_xids_by_remedy().items()
+        for code in codes
+    ]
+    rows.sort(key=lambda r: int(r.match[4:]))
+    rows += [
+        RemedyRow(
+            FaultClass.GPU_LOST.value,
+            "NVML GpuIsLost / XID 79: gpud ErrGPULost -> REBOOT_SYSTEM (gpu-health.md §1 row 4)",
+        ),
+        RemedyRow(
+            FaultClass.HBM_ECC.value,
+            "DCGM always-on ECC and row-remap checks; remap failure -> replace "
+            "(gpu-health.md §1 rows 7-9, §2 XID 48/64)",
+        ),
+        RemedyRow(
+            FaultClass.NVLINK.value,
+            "NVIDIA WORKFLOW_NVLINK_ERR, NVSentinel XID 74 decode (gpu-health.md §2 XID 74)",
+        ),
+        RemedyRow(
+            FaultClass.THERMAL.value,
+            "NVML clock event reasons; DCGM thermal violations (gpu-health.md §1)",
+        ),
+        RemedyRow(
+            FaultClass.HOST_DOWN.value,
+            "EC2 status checks, GCE instance status: no in-place rung fixes a dead host "
+            "(cloud-apis.md; DESIGN.md node lifecycle)",
+            actions=(Remedy.REPLACE,),
+        ),
+    ]
+    return tuple(rows)
+
+
+#: The built-in table (operator rows in health.remedies come before it).
+BUILTIN_ROWS: tuple[RemedyRow, ...] = _builtin()
+
+
+def row_for(rows: Sequence[RemedyRow], kind: str) -> RemedyRow | None:
+    """The row that decides fault kind `kind`: the operator's `rows` first, then
+    BUILTIN_ROWS; in each, a row naming the kind exactly before one naming its class.
+    None when no row matches (the pool's remediation from the report's remedy)."""
+    cls = fault_class(kind)
+    for table in (rows, BUILTIN_ROWS):
+        for row in table:
+            if row.match == kind:
+                return row
+        if cls is not None:
+            for row in table:
+                if row.match == cls.value:
+                    return row
+    return None
+
+
+def is_hardware(row: RemedyRow | None, need: Remedy, in_place: int) -> bool:
+    """Whether a node's fault makes it hardware, to be replaced and handed back to the
+    cloud (not remedied in place again).
+
+    row: ``row_for`` the fault's kind (None: no row); need: the fault's recommended remedy
+    (the report's); in_place: in-place remedies of the same fault kind already tried
+    within the row's ladder_window. True when the row's ladder starts at replace, when
+    the floor (the row's, else `need`) is replace, or when `in_place` reached the row's
+    max_in_place. Source: gpu-health.md §2 "Hardware replacement (RMA)": row-remap
+    failure, mechanical XIDs 54/81, and a reboot-recoverable fault that recurs after its
+    remedies (gpud: 2 reboots; NVSentinel: more than 1 remediation in 7 days).
+    """
+    if row is not None and row.alert:
+        return False
+    floor = row.floor if row is not None and row.floor is not None else need
+    if row is not None and row.actions and row.actions[0] is Remedy.REPLACE:
+        return True
+    if floor is Remedy.REPLACE:
+        return True
+    limit = row.max_in_place if row is not None else None
+    return limit is not None and in_place >= limit
+
+
+def remedies_table(rows: Sequence[RemedyRow] = BUILTIN_ROWS) -> str:
+    """The table as Markdown (docs/health-policy.md holds the built-in one, tested to
+    match): match, actions, wait, occurrences in window, max_in_place, source."""
+    out = [
+        "| match | actions | wait | occurrences / window | max_in_place | source |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        limit = "-" if r.max_in_place is None else str(r.max_in_place)
+        if r.max_in_place is not None and r.ladder_window_s is not None:
+            limit += f" / {format_duration_s(r.ladder_window_s)}"
+        out.append(
+            f"| {r.match} | {r.actions_text()} | {format_duration_s(r.wait_s)} | "
+            f"{r.occurrences} / {format_duration_s(r.window_s)} | {limit} | {r.source} |"
+        )
+    return "\n".join(out) + "\n"
+
+
+#: How fleet_file reports a bad row: (key path, what is wrong, what to do) -> the error.
+Fail = Callable[[tuple[Any, ...], str, str], Exception]
+
+_IN_PLACE = (Remedy.RESET_GPU, Remedy.REBOOT)
+_LADDER_WORDS = {r.value: r for r in (Remedy.RESET_GPU, Remedy.REBOOT, Remedy.REPLACE)}
+
+
+def parse_rows(
+    raw: Sequence[Mapping[str, Any]],
+    path: tuple[Any, ...],
+    fail: Fail,
+    rule_names: Iterable[str],
+) -> tuple[RemedyRow, ...]:
+    """fleet.yaml ``health.remedies`` (already valid against schemas/fleet.schema.json) as
+    RemedyRows, in order. path: the list's key path (pools.<pool>.health.remedies);
+    rule_names: the health rules a ``rule:NAME`` match may name.
+
+    Raises what `fail` makes (ConfigError naming the row's key) when a match is neither a
+    fault kind (FAULT_KIND_PATTERN) nor a class, names an undeclared rule, or is repeated;
+    when ``alert`` is not alone; when actions are not cheapest first; when a duration is
+    negative (wait) or zero (window, ladder_window).
+    """
+    rules = set(rule_names)
+    out: list[RemedyRow] = []
+    seen: set[str] = set()
+    for i, r in enumerate(raw):
+        here = (*path, i)
+        match = str(r["match"])
+        _check_match(match, here + ("match",), fail, rules)
+        if match in seen:
+            raise fail(here + ("match",), f"two rows match {match!r}", "merge them into one row")
+        seen.add(match)
+        words = list(r.get("actions", ()))
+        alert = ALERT in words
+        if alert and len(words) > 1:
+            raise fail(
+                here + ("actions",),
+                f"alert cannot be combined with other actions, got {words}",
+                "use [alert] alone to report only, or list remedies without alert",
+            )
+        actions = tuple(_LADDER_WORDS[w] for w in words if w != ALERT)
+        if list(actions) != sorted(actions, key=lambda a: a.rank):
+            raise fail(
+                here + ("actions",),
+                f"the row's ladder must go from cheapest to strongest, got {words}",
+                "order its actions as reset_gpu, reboot, replace",
+            )
+        out.append(
+            RemedyRow(
+                match,
+                str(r.get("source") or f"fleet.yaml {_dotted(here)}"),
+                actions=actions,
+                alert=alert,
+                wait_s=_duration(r, "wait", "0s", here, fail, zero_ok=True),
+                occurrences=int(r.get("occurrences", 1)),
+                window_s=_duration(r, "window", "1h", here, fail, zero_ok=False),
+                max_in_place=r.get("max_in_place"),
+                ladder_window_s=(
+                    _duration(r, "ladder_window", "", here, fail, zero_ok=False)
+                    if "ladder_window" in r
+                    else None
+                ),
+            )
+        )
+    return tuple(out)
+
+
+def _dotted(path: tuple[Any, ...]) -> str:
+    """A key path as errors write it: pools.train.health.remedies[0]."""
+    return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path).lstrip(".")
+
+
+def _check_match(match: str, where: tuple[Any, ...], fail: Fail, rules: set[str]) -> None:
+    """A row's match must be a class, a fault kind, and for rule:NAME a declared rule."""
+    if match in {c.value for c in FaultClass}:
+        return
+    if not re.fullmatch(FAULT_KIND_PATTERN, match):
+        raise fail(
+            where,
+            f"{match!r} is not a fault kind or class",
+            "use a fault kind such as xid:79 or ecc:dbe, rule:NAME, or one of "
+            + ", ".join(c.value for c in FaultClass),
+        )
+    if match.startswith("xid:") and not match[4:].isdigit():
+        raise fail(where, f"{match!r} names no XID code", "write xid:<code>, e.g. xid:79")
+    if match.startswith("rule:") and match[5:] not in rules:
+        raise fail(
+            where,
+            f"{match!r} names no health rule of this pool or the fleet",
+            f"declare a rule named {match[5:]!r} under health.rules, or use one of "
+            + (", ".join(sorted(rules)) or "none declared"),
+        )
+
+
+def _duration(
+    r: Mapping[str, Any],
+    key: str,
+    default: str,
+    where: tuple[Any, ...],
+    fail: Fail,
+    *,
+    zero_ok: bool,
+) -> int:
+    """The row's duration `key` in seconds; ConfigError (via fail) when it is not one or
+    is zero where zero means nothing."""
+    text = str(r.get(key, default))
+    try:
+        seconds = parse_duration_s(text)
+    except ValueError as exc:
+        raise fail(
+            where + (key,), f"{text!r} is not a duration", "write e.g. 30s, 10m, 1h, 7d"
+        ) from exc
+    if seconds < 0 or (seconds == 0 and not zero_ok):
+        raise fail(where + (key,), f"{key} must be longer than 0s", "use e.g. 1h")
+    return seconds

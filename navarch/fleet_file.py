@@ -51,6 +51,7 @@ from navarch.spec import (
     Scheduler,
     SinkSpec,
     SurgeOn,
+    TopologyMatch,
     UpdateStrategy,
 )
 
@@ -357,7 +358,13 @@ _Fail = Callable[[tuple[Any, ...], str, str], ConfigError]
 MIN_LOCK_TTL_S = 3
 #: Durations of a pool's health that must be positive (a zero one makes every report stale,
 #: every boot late or every drain finished at once).
-_POSITIVE_HEALTH_DURATIONS = ("stale_after", "offline_after", "boot_timeout", "provision_timeout")
+_POSITIVE_HEALTH_DURATIONS = (
+    "stale_after",
+    "offline_after",
+    "boot_timeout",
+    "provision_timeout",
+    "block_fault_window",
+)
 
 
 def _check_provider_types(providers: Mapping[str, Any], fail: _Fail) -> None:
@@ -501,6 +508,7 @@ def _pool(
             ),  # type: ignore[arg-type]
         ),
         placement=raw["placement"],
+        topology=TopologyMatch(raw["topology"]),
     )
 
 
@@ -698,6 +706,8 @@ def _health(
         return_requires_diag=h["return_requires_diag"] or None,
         return_timeout_s=parse_duration_s(h["return_timeout"]),
         surge_on=SurgeOn(h["surge_on"]),
+        block_fault_after=h["block_fault_after"],
+        block_fault_window_s=parse_duration_s(h["block_fault_window"]),
     )
     if list(health.remediation) != sorted(health.remediation, key=lambda r: r.rank):
         raise fail(

@@ -27,6 +27,14 @@ class SurgeOn(StrEnum):
     ANY = "any"
 
 
+class TopologyMatch(StrEnum):
+    """Where a pool's replacement asks to land in the fabric: ``any`` (wherever capacity
+    is) or ``same_block`` (the topology block, Instance.block, of the node it replaces)."""
+
+    ANY = "any"
+    SAME_BLOCK = "same_block"
+
+
 class Scheduler(StrEnum):
     """The workload scheduler a pool's cordon and drain speak to (its built-in playbooks,
     playbooks/<scheduler>.yaml); ``none`` has no built-in steps."""
@@ -78,6 +86,10 @@ class HealthPolicy:
     return_requires_diag: int | None = None  # dcgmi diag level before return; None: off
     return_timeout_s: int = 3600  # not returned this long after a remedy: climb a rung
     surge_on: SurgeOn = SurgeOn.REPLACE  # which rungs get a surge replacement
+    # This many nodes of one topology block failing within the window is a rack or
+    # switch fault: the ladder stops for the block (navarch.planner.hosts).
+    block_fault_after: int = 3
+    block_fault_window_s: int = 600
 
     def rule_sets(self) -> tuple[tuple[Rule, ...], ...]:
         """The rule sets navarch.policy.evaluate() takes: the pool's, then the fleet's."""
@@ -195,6 +207,7 @@ class PoolSpec:
     diagnostics: Diagnostics = Diagnostics()
     placement: str = "ordered"  # "ordered" | "cheapest" | a navarch.placement plugin name
     place_order: tuple[PlaceSpec, ...] = ()  # effective order when not "ordered"
+    topology: TopologyMatch = TopologyMatch.ANY  # where a replacement asks to land
 
     @property
     def provider(self) -> str:

@@ -214,8 +214,8 @@ def with_hosts(ctx: PoolContext, result: StageResult) -> StageResult:
             a = replace(a, avoid_hosts=avoid, block=block)
             if note:
                 notes.append(f"pool {ctx.pool.name}: {a.node} launches anywhere: {note}")
-        elif a.kind is ActionKind.TERMINATE and is_hardware(a.fault or faults.get(a.node)):
-            a = replace(a, hand_back=True)
+        elif a.kind is ActionKind.TERMINATE and is_hardware(fault := a.fault or faults.get(a.node)):
+            a = replace(a, hand_back=True, fault=fault)
         actions.append(a)
     marked = replace(result, actions=tuple(actions), notes=result.notes + tuple(notes))
     return hold_block_faults(ctx, marked)

@@ -202,10 +202,11 @@ def with_hosts(ctx: PoolContext, result: StageResult) -> StageResult:
     """The pool's folded stage result with this module's decisions applied: each
     provision carries its launch wish (``launch_wish``; a wish that cannot be met is a
     plan note), each termination for a hardware fault is marked hand_back
-    (``is_hardware`` of its fault, or of the fault its node was cordoned for), and the ladder is held in faulted blocks (``hold_block_faults``)."""
+    (``is_hardware`` of its fault, or of the fault its node was cordoned for), and the
+    ladder is held in faulted blocks (``hold_block_faults``)."""
     # A termination after a drain carries no fault of its own: the node's cordon recorded
     # the fault it left service for (and cleared it for a cordon of any other reason).
-    faults = {v.node: v.fault for v in ctx.views}
+    faults: dict[str | None, Fault | None] = {v.node: v.fault for v in ctx.views}
     actions: list[Action] = []
     notes: list[str] = []
     for a in result.actions:
@@ -214,8 +215,10 @@ def with_hosts(ctx: PoolContext, result: StageResult) -> StageResult:
             a = replace(a, avoid_hosts=avoid, block=block)
             if note:
                 notes.append(f"pool {ctx.pool.name}: {a.node} launches anywhere: {note}")
-        elif a.kind is ActionKind.TERMINATE and is_hardware(fault := a.fault or faults.get(a.node)):
-            a = replace(a, hand_back=True, fault=fault)
+        elif a.kind is ActionKind.TERMINATE:
+            fault = a.fault or faults.get(a.node)
+            if is_hardware(fault):
+                a = replace(a, hand_back=True, fault=fault)
         actions.append(a)
     marked = replace(result, actions=tuple(actions), notes=result.notes + tuple(notes))
     return hold_block_faults(ctx, marked)

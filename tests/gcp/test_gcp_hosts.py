@@ -7,12 +7,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+import yaml
 
 from navarch.errors import NavarchError, ProviderError
 from navarch.inventory import Instance, InstanceState, launch_id, ownership_tags
 from navarch.providers import open_provider
 from navarch.providers.base import ProvisionRequest
 from navarch.providers.gcp import GcpProvider
+from tests.gcp.test_agent_delivery_gcp import POLICIES, compute_permission, role_permissions
 
 FLEET = "prod"
 NOW = datetime(2026, 11, 1, tzinfo=UTC)
@@ -121,3 +123,18 @@ def test_a_foreign_instance_is_never_reported(fake_compute, compute_endpoint: st
     with pytest.raises(ProviderError, match="refusing"):
         p.report_faulty_host(foreign, "gpu_lost")
     assert fake_compute.count("POST", "reportHostAsFaulty") == 0
+
+
+def test_the_hand_back_call_is_in_the_reconciler_role(fake_compute, compute_endpoint: str) -> None:
+    p = _provider(compute_endpoint)
+    inst = _launch(p, "prod-train-0001")
+    fake_compute.set_status(
+        ZONE, "prod-train-0001", "RUNNING", scheduling={"provisioningModel": "RESERVATION_BOUND"}
+    )
+    p.report_faulty_host(inst, "gpu_lost")
+    used = {compute_permission(c.method, c.path) for c in fake_compute.calls}
+    assert "compute.instances.reportHostAsFaulty" in used
+    assert used - role_permissions() == set()
+    doc = yaml.safe_load((POLICIES / "gcp-reconciler-role.yaml").read_text())
+    doc["includedPermissions"].remove("compute.instances.reportHostAsFaulty")
+    assert used - role_permissions(doc) == {"compute.instances.reportHostAsFaulty"}

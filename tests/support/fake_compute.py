@@ -266,11 +266,15 @@ class FakeCompute(FakeAPI):
             return self.error(400, "invalid", f"Invalid value for disruptionSchedule: {schedule}")
         if not reasons or any(r.get("behavior") not in self._BEHAVIORS for r in reasons):
             return self.error(400, "invalid", "Invalid value for faultReasons[].behavior")
+        # Error codes: docs.cloud.google.com/ai-hypercomputer/docs/troubleshooting/
+        # troubleshoot-faulty-host-api ("Error messages").
         if inst.get("status") != "RUNNING":
-            return self.error(400, "badRequest", "The instance is not running")
+            return self.error(400, "INSTANCE_SHOULD_BE_RUNNING", "The instance is not running")
         if (inst.get("scheduling") or {}).get("provisioningModel") != "RESERVATION_BOUND":
             return self.error(
-                400, "badRequest", "Reporting a faulty host requires a reservation-bound VM"
+                400,
+                "INSTANCES_WITHOUT_RESERVATION_NOT_SUPPORTED",
+                "Reporting a faulty host requires a reservation-bound VM",
             )
         rid = (req.query.get("requestId") or [""])[0]
         self.host_reports.append((m["zone"], m["name"], body, rid))

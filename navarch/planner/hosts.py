@@ -20,6 +20,7 @@ that reports neither leaves all three inert.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Collection, Mapping
 from dataclasses import replace
 from datetime import datetime
 
@@ -90,23 +91,30 @@ def lemon_hosts(pm: PoolMemory) -> tuple[str, ...]:
     )
 
 
-def launch_wish(ctx: PoolContext, replaces: str | None) -> tuple[tuple[str, ...], str, str]:
+def launch_wish(
+    ctx: PoolContext,
+    replaces: str | None,
+    avoid: tuple[str, ...] | None = None,
+    faulted: Collection[str] | None = None,
+) -> tuple[tuple[str, ...], str, str]:
     """Where a provision of the pool asks to land -> (avoid_hosts, block, note).
 
     avoid_hosts: the pool's lemon hosts (``lemon_hosts``); block: with ``topology:
     same_block``, the block of the node replaced ("" otherwise, for a scale-up, or when
     that block has a rack or switch fault); note: why a same_block wish cannot be met
     ("" when it can, or nothing was asked): the replaced node has no reported block, or no
-    provider of the pool can place by block (Capability.PLACE_BY_HOST).
+    provider of the pool can place by block (Capability.PLACE_BY_HOST). avoid and faulted:
+    ``lemon_hosts(ctx.pm)`` and ``faulted_blocks(ctx)`` when the caller has them already
+    (a plan asks once per pool, not once per provision).
     """
-    avoid = lemon_hosts(ctx.pm)
+    avoid = lemon_hosts(ctx.pm) if avoid is None else avoid
     if ctx.pool.topology is not TopologyMatch.SAME_BLOCK or replaces is None:
         return avoid, "", ""
     old = next((v for v in ctx.views if v.node == replaces), None)
     block = old.instance.block if old is not None and old.instance is not None else ""
     if not block:
         return avoid, "", f"same_block: {replaces} has no reported topology block"
-    if block in faulted_blocks(ctx):
+    if block in (faulted_blocks(ctx) if faulted is None else faulted):
         return avoid, "", f"same_block: block {block} has a rack or switch fault"
     providers = sorted({pl.provider for pl in ctx.pool.placed()})
     if not any(ctx.options.can(p, Capability.PLACE_BY_HOST) for p in providers):
@@ -163,14 +171,19 @@ def faulted_blocks(ctx: PoolContext) -> dict[str, tuple[str, ...]]:
 _HELD = frozenset({ActionKind.REBOOT, ActionKind.RESET_GPU, ActionKind.TERMINATE})
 
 
-def hold_block_faults(ctx: PoolContext, result: StageResult) -> StageResult:
+def hold_block_faults(
+    ctx: PoolContext,
+    result: StageResult,
+    faulted: Mapping[str, tuple[str, ...]] | None = None,
+) -> StageResult:
     """`result` (the pool's stages folded) with the ladder stopped in faulted blocks.
 
     Drops reboots, GPU resets and terminations of the failed nodes of each faulted block
     (``faulted_blocks``) unless an operator asked for them (`apply --replace`), and adds one
     HaltRule.BLOCK_FAULT halt per block naming it and its nodes. Everything else stands.
+    faulted: ``faulted_blocks(ctx)`` when the caller has it already.
     """
-    blocks = faulted_blocks(ctx)
+    blocks = faulted_blocks(ctx) if faulted is None else faulted
     if not blocks:
         return result
     held_nodes = {n for nodes in blocks.values() for n in nodes}
@@ -207,12 +220,13 @@ def with_hosts(ctx: PoolContext, result: StageResult) -> StageResult:
     # A termination after a drain carries no fault of its own: the node's cordon recorded
     # the fault it left service for (and cleared it for a cordon of any other reason).
     faults: dict[str | None, Fault | None] = {v.node: v.fault for v in ctx.views}
+    avoid, faulted = lemon_hosts(ctx.pm), faulted_blocks(ctx)
     actions: list[Action] = []
     notes: list[str] = []
     for a in result.actions:
         if a.kind is ActionKind.PROVISION:
-            avoid, block, note = launch_wish(ctx, a.replaces)
-            a = replace(a, avoid_hosts=avoid, block=block)
+            avoid_hosts, block, note = launch_wish(ctx, a.replaces, avoid, faulted)
+            a = replace(a, avoid_hosts=avoid_hosts, block=block)
             if note:
                 notes.append(f"pool {ctx.pool.name}: {a.node} launches anywhere: {note}")
         elif a.kind is ActionKind.TERMINATE:
@@ -221,4 +235,4 @@ def with_hosts(ctx: PoolContext, result: StageResult) -> StageResult:
                 a = replace(a, hand_back=True, fault=fault)
         actions.append(a)
     marked = replace(result, actions=tuple(actions), notes=result.notes + tuple(notes))
-    return hold_block_faults(ctx, marked)
+    return hold_block_faults(ctx, marked, faulted)

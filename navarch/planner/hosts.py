@@ -213,8 +213,8 @@ def hold_block_faults(
 
 def with_hosts(ctx: PoolContext, result: StageResult) -> StageResult:
     """The pool's folded stage result with this module's decisions applied: each
-    provision carries its launch wish (``launch_wish``; a wish that cannot be met is a
-    plan note), each termination for a hardware fault is marked hand_back
+    provision carries its launch wish (``launch_wish``, said in its reason too; a wish
+    that cannot be met is a plan note), each termination for a hardware fault is marked hand_back
     (``is_hardware`` of its fault, or of the fault its node was cordoned for), and the
     ladder is held in faulted blocks (``hold_block_faults``)."""
     # A termination after a drain carries no fault of its own: the node's cordon recorded
@@ -226,7 +226,15 @@ def with_hosts(ctx: PoolContext, result: StageResult) -> StageResult:
     for a in result.actions:
         if a.kind is ActionKind.PROVISION:
             avoid_hosts, block, note = launch_wish(ctx, a.replaces, avoid, faulted)
-            a = replace(a, avoid_hosts=avoid_hosts, block=block)
+            wish = ([f"in block {block}"] if block else []) + (
+                [f"off lemon hosts {', '.join(avoid_hosts)}"] if avoid_hosts else []
+            )
+            a = replace(
+                a,
+                avoid_hosts=avoid_hosts,
+                block=block,
+                reason=a.reason + (f"; {' and '.join(wish)}" if wish else ""),
+            )
             if note:
                 notes.append(f"pool {ctx.pool.name}: {a.node} launches anywhere: {note}")
         elif a.kind is ActionKind.TERMINATE:

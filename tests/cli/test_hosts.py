@@ -107,3 +107,18 @@ def test_same_block_replacement_lands_in_the_rack_and_off_a_lemon_host(navarch, 
     assert new["topology"][:2] == old["topology"][:2]  # the same zone/rack
     assert new["ladder"]["host_id"] != host
     assert host in next(p for p in navarch.status()["pools"] if p["pool"] == "train")["lemon_hosts"]
+
+
+def test_a_node_on_a_lemon_host_is_flagged_in_status(navarch, fleet_dir) -> None:
+    """A cloud that cannot keep a launch off a lemon host may land one there: status says
+    so (as if the local provider had been unable to avoid it)."""
+    old = _start(navarch)
+    host = old["ladder"]["host_id"]
+    path = fleet_dir / ".navarch" / "store" / "state" / "demo.json"
+    state = json.loads(path.read_text())
+    state["pools"]["train"]["lemon_hosts"] = [host]
+    path.write_text(json.dumps(state))
+    assert _train(navarch)[NODE]["lemon_host"] is True
+    out = navarch.ok("status", "fleet.yaml").out
+    assert f"  {NODE}: {'/'.join(old['topology'])}  LEMON HOST" in out, out
+    assert all(not n["lemon_host"] for n in _train(navarch).values() if n["node"] != NODE)

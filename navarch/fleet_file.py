@@ -358,13 +358,7 @@ _Fail = Callable[[tuple[Any, ...], str, str], ConfigError]
 MIN_LOCK_TTL_S = 3
 #: Durations of a pool's health that must be positive (a zero one makes every report stale,
 #: every boot late or every drain finished at once).
-_POSITIVE_HEALTH_DURATIONS = (
-    "stale_after",
-    "offline_after",
-    "boot_timeout",
-    "provision_timeout",
-    "block_fault_window",
-)
+_POSITIVE_HEALTH_DURATIONS = ("stale_after", "offline_after", "boot_timeout", "provision_timeout")
 
 
 def _check_provider_types(providers: Mapping[str, Any], fail: _Fail) -> None:

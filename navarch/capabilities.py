@@ -22,6 +22,10 @@ class Capability(enum.Flag):
     others reset through the reset_gpu playbook.
     INSTANCE_STATUS: list the cloud's own health verdict per instance (Instance.cloud_status).
     MAINTENANCE_NOTICES: list scheduled maintenance events with their deadlines.
+    PLACE_BY_HOST: honour ProvisionRequest.avoid_hosts and .block (the local provider's
+    simulated racks); a cloud without an API to pick or refuse a host lacks it.
+    REPORT_FAULTY_HOST: hand a failed host back to the cloud (Provider.report_faulty_host:
+    Compute Engine instances.reportHostAsFaulty, the local provider's record).
     """
 
     NONE = 0
@@ -30,3 +34,5 @@ class Capability(enum.Flag):
     RESET_GPU = enum.auto()
     INSTANCE_STATUS = enum.auto()
     MAINTENANCE_NOTICES = enum.auto()
+    PLACE_BY_HOST = enum.auto()
+    REPORT_FAULTY_HOST = enum.auto()

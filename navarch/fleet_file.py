@@ -53,6 +53,7 @@ from navarch.spec import (
     Scheduler,
     SinkSpec,
     SurgeOn,
+    TopologyMatch,
     UpdateStrategy,
 )
 
@@ -504,6 +505,7 @@ def _pool(
         ),
         placement=raw["placement"],
         acceptance=acceptance_policy(name, raw["acceptance"], raw["gpus_per_node"], fail),
+        topology=TopologyMatch(raw["topology"]),
     )
 
 
@@ -707,6 +709,8 @@ def _health(
             fail,
             [r.name for r in fleet_rules] + [r["name"] for r in h["rules"]],
         ),
+        block_fault_after=h["block_fault_after"],
+        block_fault_window_s=parse_duration_s(h["block_fault_window"]),
     )
     if list(health.remediation) != sorted(health.remediation, key=lambda r: r.rank):
         raise fail(

@@ -92,6 +92,8 @@ class HistoryEvent:
     key: str
     client: str | None = None  # the MCP client's name (its initialize clientInfo) for Trigger.MCP
     by: Actor | None = None  # who acted; None in a record written before the field
+    host: str | None = None  # the instance's physical host, where its cloud exposes one
+    topology: tuple[str, ...] = ()  # its place in the cloud's fabric, coarse to fine
 
 
 @dataclass(frozen=True)
@@ -210,6 +212,8 @@ def event_from_record(r: Mapping[str, Any], key: str) -> HistoryEvent | None:
         key=key,
         client=_text(client) if client else None,
         by=Actor.from_json(r.get("by")),
+        host=_opt(r.get("host")),
+        topology=tuple(_text(t) for t in r.get("topology") or () if isinstance(t, str)),
     )
 
 
@@ -346,6 +350,8 @@ def history_to_json(h: History) -> dict[str, Any]:
                 "replaces": e.replaces,
                 "client": e.client,
                 "by": e.by.to_json() if e.by is not None else None,
+                "host": e.host,
+                "topology": list(e.topology),
             }
             for e in h.events
         ],
@@ -408,6 +414,10 @@ def render_history(h: History) -> str:
             facts.append(f"rung {e.rung}")
         if e.lemon:
             facts.append("lemon")
+        if e.host:
+            facts.append(f"host {e.host}")
+        if e.topology:
+            facts.append(f"topology {'/'.join(e.topology)}")
         if facts:
             lines.append(f"    # {', '.join(facts)}")
         if e.detail:

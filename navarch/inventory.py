@@ -120,6 +120,11 @@ class Instance:
     pool: str | None = field(init=False, repr=False, compare=False)
     node: str | None = field(init=False, repr=False, compare=False)
     _tag_map: dict[str, str] = field(init=False, repr=False, compare=False)
+    #: The node's place in the cloud's network fabric, coarse to fine, where the cloud
+    #: reports it: Compute Engine resourceStatus.physicalHostTopology (cluster, block,
+    #: subblock, host), EC2 DescribeInstanceTopology NetworkNodes (top of the tree first),
+    #: the local provider's simulated (zone, rack, host). Empty: the cloud says nothing.
+    topology: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         # The first pair of a duplicated key wins, as a scan of the tags would.
@@ -151,6 +156,25 @@ class Instance:
     @property
     def launch_id(self) -> str | None:
         return self.tag(TAG_LAUNCH)
+
+    @property
+    def block(self) -> str:
+        """The topology block the node sits in: its first TOPOLOGY_BLOCK_LEVELS levels
+        joined by "/" (Compute Engine cluster/block, the top two EC2 network nodes, the
+        local provider's zone/rack); "" when the cloud reports no topology."""
+        return block_of(self.topology)
+
+
+#: How many levels of a topology, from the coarsest, make its block: Compute Engine's
+#: block sits under its cluster ("Instances within the same block experience low network
+#: latency", Compute Engine API, Instance.resourceStatus.physicalHostTopology); an EC2
+#: node's first two network nodes are the spine and the layer under it (DescribeInstanceTopology).
+TOPOLOGY_BLOCK_LEVELS = 2
+
+
+def block_of(topology: tuple[str, ...]) -> str:
+    """A topology's block (see TOPOLOGY_BLOCK_LEVELS) as one string, "" for no topology."""
+    return "/".join(topology[:TOPOLOGY_BLOCK_LEVELS])
 
 
 def ownership_tags(fleet: str, pool: str, node: str, launch_id: str) -> dict[str, str]:

@@ -29,6 +29,14 @@ class SurgeOn(StrEnum):
     ANY = "any"
 
 
+class TopologyMatch(StrEnum):
+    """Where a pool's replacement asks to land in the fabric: ``any`` (wherever capacity
+    is) or ``same_block`` (the topology block, Instance.block, of the node it replaces)."""
+
+    ANY = "any"
+    SAME_BLOCK = "same_block"
+
+
 class Scheduler(StrEnum):
     """The workload scheduler a pool's cordon and drain speak to (its built-in playbooks,
     playbooks/<scheduler>.yaml); ``none`` has no built-in steps."""
@@ -82,6 +90,10 @@ class HealthPolicy:
     surge_on: SurgeOn = SurgeOn.REPLACE  # which rungs get a surge replacement
     #: health.remedies: the operator's remediation table rows, before the built-in ones
     remedies: tuple[RemedyRow, ...] = ()
+    # This many nodes of one topology block failing within the window is a rack or
+    # switch fault: the ladder stops for the block (navarch.planner.hosts).
+    block_fault_after: int = 3
+    block_fault_window_s: int = 600
 
     def rule_sets(self) -> tuple[tuple[Rule, ...], ...]:
         """The rule sets navarch.policy.evaluate() takes: the pool's, then the fleet's."""
@@ -201,6 +213,7 @@ class PoolSpec:
     place_order: tuple[PlaceSpec, ...] = ()  # effective order when not "ordered"
     #: burn-in: the acceptance suite new and remedied nodes pass before serving (None: off)
     acceptance: AcceptancePolicy | None = None
+    topology: TopologyMatch = TopologyMatch.ANY  # where a replacement asks to land
 
     @property
     def provider(self) -> str:

@@ -515,6 +515,13 @@ class Action:
     level: int | None = None  # diagnose, and cordon for scheduled diagnostics: the diag level
     why: DiagWhy | None = None  # diagnose / cordon for diagnostics: why it is diagnosed
     action_reason: ActionReason = field(kw_only=True)  # the reason as a code (JSON plan)
+    # provision: physical hosts not to land on (the pool's lemon hosts) and the topology
+    # block to land in ("" anywhere); navarch.planner.hosts decides both.
+    avoid_hosts: tuple[str, ...] = ()
+    block: str = ""
+    # terminate: the node leaves for a hardware fault, so its host is handed back to the
+    # cloud where the provider can (Capability.REPORT_FAULTY_HOST).
+    hand_back: bool = False
 
 
 class HaltRule(enum.StrEnum):
@@ -529,11 +536,15 @@ class HaltRule(enum.StrEnum):
     DUPLICATE_NODE = "duplicate_node"
     MAX_LAUNCHES = "max_launches"
     PAUSED = "paused"  # `navarch pause`: every action held until `navarch resume`
+    #: block_fault_after nodes of one topology block failed within block_fault_window:
+    #: a rack or switch fault; the ladder stops for the block until a human looks
+    BLOCK_FAULT = "block_fault"
 
     @property
     def safety_stop(self) -> bool:
         """True for rules that stop a run for a human (exit 3): breaker, orphan guard,
-        duplicate node names, more launches than safety.max_launches_per_run. Budget, rate
+        duplicate node names, more launches than safety.max_launches_per_run, a block
+        (rack or switch) fault. Budget, rate
         limit, capacity and max pace a converging run; a pause was asked for by a human,
         who expects runs to say so, not to fail."""
         return self in _SAFETY_STOPS
@@ -545,6 +556,7 @@ _SAFETY_STOPS = frozenset(
         HaltRule.ORPHAN_GUARD,
         HaltRule.DUPLICATE_NODE,
         HaltRule.MAX_LAUNCHES,
+        HaltRule.BLOCK_FAULT,
     }
 )
 

@@ -77,6 +77,7 @@ from navarch.planner.context import (
 )
 from navarch.planner.diagnostics import diagnostics_stage
 from navarch.planner.drift import drift_stage
+from navarch.planner.hosts import with_hosts
 from navarch.planner.ladder import ladder_stage
 from navarch.planner.launches import cap_launches
 from navarch.planner.model import (
@@ -232,7 +233,8 @@ def _plan_pool(
     stages = DESTROY_STAGES if options.destroy else POOL_STAGES
     if options.destroy and options.force:
         stages = (force_destroy_stage,)
-    return run_stages(ctx, stages, StageResult(progress, halts=tuple(halts)))
+    result = run_stages(ctx, stages, StageResult(progress, halts=tuple(halts)))
+    return result if options.destroy else with_hosts(ctx, result)
 
 
 # --- fleet stages -------------------------------------------------------------------------

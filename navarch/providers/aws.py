@@ -74,6 +74,7 @@ from navarch.inventory import (
     InstanceHealth,
     InstanceState,
 )
+from navarch.providers.aws_topology import has_topology, parse_topology, topology_requests
 from navarch.providers.base import ProvisionRequest, ensure_no_ownership_tags, ensure_owned
 
 __all__ = [
@@ -553,12 +554,27 @@ class AwsProvider:
                     out[raw["InstanceId"]] = cloud_status_of(raw)
         return out
 
+    def _topology(self, region: str, instances: Sequence[Instance]) -> dict[str, tuple[str, ...]]:
+        """DescribeInstanceTopology for the running instances of types that have one
+        (aws_topology): instance id -> network nodes. Raises the mapped errors."""
+        ids = [
+            i.instance_id
+            for i in instances
+            if i.state is InstanceState.RUNNING and has_topology(i.instance_type)
+        ]
+        pages = []
+        with aws_errors(what=f"DescribeInstanceTopology in {region}"):
+            for params in topology_requests(ids):
+                pages.append(self.client(region).describe_instance_topology(**params))
+        return parse_topology(pages)
+
     def list_instances(self, fleet: str) -> Sequence[Instance]:
         """Every live instance tagged navarch-fleet=<fleet> in the regions served.
 
         DescribeInstances (pages of DESCRIBE_PAGE_SIZE) filtered by tag and instance-state-name in
         pending/running/stopping/stopped, each with its CloudStatus from DescribeInstanceStatus
-        (one paginated call per region that has fleet instances); sorted by instance id.
+        (one paginated call per region that has fleet instances) and its topology from
+        DescribeInstanceTopology (running instances of types that have one); sorted by id.
         Raises the mapped errors.
         """
         filters = [
@@ -573,10 +589,13 @@ class AwsProvider:
                 if (inst := to_instance(self.name, raw)) is not None and inst.fleet == fleet
             ]
             statuses = self._statuses(region) if mine else {}
+            fabric = self._topology(region, mine)
             for inst in mine:
                 status = statuses.get(inst.instance_id)
-                found[inst.instance_id] = (
-                    replace(inst, cloud_status=status) if status is not None else inst
+                found[inst.instance_id] = replace(
+                    inst,
+                    cloud_status=inst.cloud_status if status is None else status,
+                    topology=fabric.get(inst.instance_id, ()),
                 )
         return sorted(found.values(), key=lambda i: i.instance_id)
 

@@ -273,6 +273,15 @@ def _parse_id(resource_id: str) -> tuple[str, str]:
 _DOWN_POWER_STATES = ("PowerState/stopped", "PowerState/deallocated")
 
 
+def assigned_host(view: Any) -> str | None:
+    """The dedicated host a VM runs on, from its instance view's assignedHost ("Resource id
+    of the dedicated host, on which the virtual machine is allocated through automatic
+    placement", azure-mgmt-compute VirtualMachineInstanceView); None elsewhere: ARM
+    exposes no physical host name for other VMs (it is read inside the VM, Hyper-V KVP)."""
+    host = getattr(view, "assigned_host", None) if view is not None else None
+    return str(host) if host else None
+
+
 def cloud_status_of(view: Any) -> CloudStatus:
     """Azure's own view of one VM from its instance view (None: not asked, unknown).
 
@@ -377,6 +386,7 @@ class AzureProvider:
             tags=tuple(sorted((vm.tags or {}).items())),
             spot=_text(vm.priority) == "Spot",
             cloud_status=cloud_status_of(getattr(vm, "instance_view", None)),
+            host_id=assigned_host(getattr(vm, "instance_view", None)),
         )
 
     def list_instances(self, fleet: str) -> Sequence[Instance]:

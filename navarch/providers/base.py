@@ -21,6 +21,9 @@ Contract (tests/providers run it against each provider):
   calls above (tag updates, reboot, GPU reset, instance status, maintenance notices). The
   reconciler hands them to the planner as data (PlanOptions.capabilities).
   Every provider refuses (ensure_no_ownership_tags) a navarch-* key before any call.
+- report_faulty_host(instance, fault) -> str (only on providers declaring
+  Capability.REPORT_FAULTY_HOST; the HostReporter protocol): hand the instance's host back
+  to the cloud as faulty (fault: the fault key, e.g. "xid:79"); returns one audit line.
 Errors from the SDK are mapped in one function per provider (`map_error`).
 """
 
@@ -28,7 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from navarch.capabilities import Capability
 from navarch.errors import ProviderError
@@ -50,6 +53,9 @@ class ProvisionRequest:
     known_absent: this run's fresh inventory (listed under the lease) holds no instance
     with this launch id, so a provider may skip its own pre-launch lookup (its launch
     token, e.g. EC2's ClientToken, still dedupes a launch a killed run left in flight).
+    avoid_hosts: physical host ids not to land on (the pool's lemon hosts); block: the
+    topology block (Instance.block) to land in, "" for anywhere. Only providers declaring
+    Capability.PLACE_BY_HOST honour them; others launch as if both were empty.
     """
 
     fleet: str
@@ -64,6 +70,8 @@ class ProvisionRequest:
     user_data: str = field(default="", repr=False)
     options: Mapping[str, object] = field(default_factory=dict)
     known_absent: bool = False
+    avoid_hosts: frozenset[str] = frozenset()
+    block: str = ""
 
 
 def ensure_owned(instances: Sequence[Instance], fleet: str, verb: str) -> None:
@@ -111,6 +119,16 @@ class Provider(Protocol):
     def reboot(self, instances: Sequence[Instance]) -> None: ...
 
     def update_tags(self, instance: Instance, tags: Mapping[str, str]) -> None: ...
+
+
+@runtime_checkable
+class HostReporter(Protocol):
+    """A provider that hands a failed physical host back to its cloud (Compute Engine
+    instances.reportHostAsFaulty; the local provider records it). fault: the fault key
+    (FaultKey.format(), e.g. "xid:79@gpu3"). Returns one audit line; raises the mapped
+    ProviderError subclasses when the cloud refuses."""
+
+    def report_faulty_host(self, instance: Instance, fault: str) -> str: ...
 
 
 def capabilities_of(providers: Mapping[str, Provider]) -> dict[str, Capability]:

@@ -62,6 +62,7 @@ from navarch.inventory import (
     InstanceState,
 )
 from navarch.providers.base import ProvisionRequest, ensure_no_ownership_tags, ensure_owned
+from navarch.providers.gcp_hosts import host_of, report_request
 
 __all__ = [
     "CAPACITY_CODES",
@@ -450,6 +451,7 @@ def to_instance(provider: str, inst: compute_v1.Instance) -> Instance | None:
     STOPPED/SUSPENDED/TERMINATED -> stopped; DEPROVISIONING (being deleted) is not listed.
     instance_id is the instance name (unique per project and zone; navarch names nodes
     uniquely per fleet). Spot from scheduling.provisioningModel (or legacy preemptible).
+    host_id and topology from resourceStatus where Compute Engine fills it (gcp_hosts.host_of).
     """
     state = _STATES.get(inst.status)
     if state is None:
@@ -465,6 +467,7 @@ def to_instance(provider: str, inst: compute_v1.Instance) -> Instance | None:
             break
     sched = inst.scheduling
     spot = sched.provisioning_model == "SPOT" or bool(sched.preemptible)
+    host, topology = host_of(inst)
     return Instance(
         provider=provider,
         instance_id=inst.name,
@@ -476,6 +479,8 @@ def to_instance(provider: str, inst: compute_v1.Instance) -> Instance | None:
         spot=spot,
         address=address,
         cloud_status=cloud_status_of(inst),
+        host_id=host,
+        topology=topology,
     )
 
 
@@ -488,6 +493,7 @@ class GcpProvider:
         | Capability.REBOOT
         | Capability.INSTANCE_STATUS
         | Capability.MAINTENANCE_NOTICES
+        | Capability.REPORT_FAULTY_HOST
     )
 
     def __init__(self, name: str, settings: GcpSettings, *, fleet: str) -> None:
@@ -670,6 +676,26 @@ class GcpProvider:
             pending.append((op, inst.zone))
         for op, zone in pending:
             self._wait(op, zone, what="reset")
+
+    def report_faulty_host(self, instance: Instance, fault: str) -> str:
+        """instances.reportHostAsFaulty (gcp_hosts), waited on; a random requestId as for
+        reset. Compute Engine takes it for running reservation-bound A4X/A4/A3 Ultra VMs
+        only (else a mapped error). Refuses a foreign instance. Returns an audit line."""
+        ensure_owned([instance], self.fleet, "report")
+        with gcp_errors(zone=instance.zone, what=f"reportHostAsFaulty {instance.instance_id}"):
+            op = self.instances_client.report_host_as_faulty_unary(
+                request=report_request(
+                    self.settings.project,
+                    instance.zone,
+                    instance.instance_id,
+                    fault,
+                    str(uuid.uuid4()),
+                ),
+                retry=self._retry,
+            )
+        self._wait(op, instance.zone, what="reportHostAsFaulty")
+        host = instance.host_id or "(host not exposed)"
+        return f"host {host} reported faulty to Compute Engine ({fault})"
 
     def update_tags(self, instance: Instance, tags: Mapping[str, str]) -> None:
         """instances.setLabels on one instance: its current labels with these set, guarded

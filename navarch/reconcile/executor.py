@@ -56,6 +56,7 @@ from navarch.reconcile.handlers import (
 from navarch.reconcile.state import AuditLog
 from navarch.reconcile.updates import Update, same
 from navarch.spec import FleetSpec, PoolSpec, Scheduler
+from navarch.textsafe import node_text
 from navarch.timefmt import ts
 
 __all__ = [
@@ -118,6 +119,17 @@ def _ladder_record(a: Action) -> dict[str, object]:
         out["lemon"] = True
     if a.level is not None:
         out.update(level=a.level, why=a.why.value if a.why is not None else "")
+    return out
+
+
+def host_record(inst: Instance | None) -> dict[str, object]:
+    """Where the action's instance sits, only when its cloud says: its physical host
+    (Instance.host_id) and topology (coarse to fine), capped as node text."""
+    out: dict[str, object] = {}
+    if inst is not None and inst.host_id:
+        out["host"] = node_text(inst.host_id)
+    if inst is not None and inst.topology:
+        out["topology"] = [node_text(t) for t in inst.topology]
     return out
 
 
@@ -380,6 +392,7 @@ class Executor:
                 "report": self._reports.get(action.node or ""),
                 **who,
                 **_ladder_record(action),
+                **host_record(self.handlers.instance(action)),
             }
         )
 

@@ -25,7 +25,9 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Protocol, runtime_checkable
 
+from navarch.capabilities import Capability
 from navarch.errors import (
+    NavarchError,
     ProviderError,
     RemoteError,
 )
@@ -46,7 +48,7 @@ from navarch.planner.model import (
     PoolMemory,
 )
 from navarch.planner.retired import retired_pool
-from navarch.providers.base import Provider
+from navarch.providers.base import HostReporter, Provider
 from navarch.reconcile.provisioning import Provisioner
 from navarch.reconcile.updates import Update, chain, same, set_node
 from navarch.spec import FleetSpec, PoolSpec, Scheduler
@@ -63,6 +65,11 @@ def _with_fault(nm: NodeMemory, fault: Fault | None, now: datetime, keep_s: int)
     if nm.fault != fault:
         history += ((fault.key.kind, now),)
     return replace(nm, fault=fault, faults=history, return_streak=0)
+
+
+#: The most host faults a pool keeps (PoolMemory.host_faults, the newest): the state stays
+#: small on a fleet whose hosts fail often, and the lemon host list is counted from these.
+MAX_HOST_FAULTS = 1000
 
 
 @runtime_checkable
@@ -281,7 +288,8 @@ class Handlers:
         def update(m: Memory) -> Memory:
             pm = m.pool(a.pool)
             kept = tuple(f for f in pm.host_faults if (now - f[2]).total_seconds() <= keep_s)
-            return m.with_pool(replace(pm, host_faults=kept + ((host, key, now),)))
+            kept = (kept + ((host, key, now),))[-MAX_HOST_FAULTS:]
+            return m.with_pool(replace(pm, host_faults=kept))
 
         return update
 
@@ -318,12 +326,15 @@ class Handlers:
         inst = self.instance(a)
         if inst is None:
             return Outcome.done(a, "already gone"), same
+        # Handed back before the termination: Compute Engine takes a report only for a
+        # running VM (reportHostAsFaulty, "The VM is running").
+        handed = self._hand_back(a, inst) if a.hand_back else ""
         try:
             # The instance's own provider: an orphan's pool, or a drifted node's old
             # provider, may no longer be in the spec.
             self.providers[inst.provider].terminate([inst])
         except ProviderError as exc:
-            return Outcome.failed(a, exc), same
+            return Outcome.failed(a, exc, f"{exc}{handed}"), same
         backoff = (
             self.provisioner.exhausted(
                 a.pool, inst.zone, inst.instance_type, inst.spot, inst.provider
@@ -343,9 +354,24 @@ class Handlers:
         )
         lemon = self._lemon(a.pool, inst.instance_id, inst.host_id) if a.lemon else same
         return (
-            Outcome.done(a, f"terminated {inst.instance_id}"),
+            Outcome.done(a, f"terminated {inst.instance_id}{handed}"),
             chain(backoff, lemon, set_node(nm)),
         )
+
+    def _hand_back(self, a: Action, inst: Instance) -> str:
+        """Report a node replaced for a hardware fault to its cloud as a faulty host, where
+        the provider can (Capability.REPORT_FAULTY_HOST) -> "; ..." for the outcome line,
+        "" when the provider cannot. A refused report never stops the termination: the
+        node leaves either way, and the line says what the cloud answered."""
+        provider = self.providers[inst.provider]
+        caps = getattr(provider, "capabilities", Capability.NONE)
+        if Capability.REPORT_FAULTY_HOST not in caps or not isinstance(provider, HostReporter):
+            return ""
+        fault = a.fault.key.format() if a.fault is not None else "hardware"
+        try:
+            return "; " + provider.report_faulty_host(inst, fault)
+        except NavarchError as exc:  # a refusal (400: ConfigError) as much as an outage
+            return f"; reporting its host as faulty failed: {node_text(str(exc))}"
 
     @staticmethod
     def _lemon(pool: str, instance_id: str, host_id: str | None = None) -> Update:

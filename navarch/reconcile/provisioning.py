@@ -37,6 +37,7 @@ from navarch.planner.model import Action, Exhausted, Memory, NodeMemory, Place
 from navarch.providers.base import Provider, ProvisionRequest
 from navarch.reconcile.updates import Update, chain
 from navarch.spec import FleetSpec, PoolSpec
+from navarch.textsafe import node_text
 
 #: The first backoff of an exhausted place, doubling per consecutive failure up to the max.
 BACKOFF_BASE_S = 600
@@ -58,6 +59,22 @@ def _past_node(pool: str, node: str) -> Update:
         return memory.with_pool(replace(pm, next_index=max(pm.next_index, index + 1)))
 
     return update
+
+
+def landed(a: Action, inst: Instance) -> str:
+    """Where a launch landed, for its outcome line: " on host H (block B)" when the cloud
+    says, with a warning when it is a lemon host the action asked to avoid (the provider
+    could not: navarch.planner.hosts) or outside the block it asked for; "" otherwise."""
+    if not inst.host_id and not inst.topology:
+        return ""
+    out = f" on host {node_text(inst.host_id or '-')}"
+    if inst.block:
+        out += f" (block {node_text(inst.block)})"
+    if inst.host_id and inst.host_id in a.avoid_hosts:
+        out += "; LEMON HOST: it failed before and could not be avoided"
+    if a.block and inst.block and inst.block != a.block:
+        out += f"; outside the asked block {node_text(a.block)}"
+    return out
 
 
 class Provisioner:
@@ -203,6 +220,8 @@ class Provisioner:
             user_data=user_data,
             options=pool.placed()[place.placement].options,
             known_absent=self.fresh_inventory and lid not in self.launched,
+            avoid_hosts=frozenset(a.avoid_hosts),
+            block=a.block,
         )
         return self.providers[provider].provision(request)
 
@@ -242,7 +261,9 @@ class Provisioner:
 
         why = "without capacity" if not not_offered else "that could not take it"
         where = place.label() + (f" after {Place.count(len(tried))} {why}" if tried else "")
-        return Outcome.done(a, f"{inst.instance_id} in {where}"), chain(*updates, launched)
+        return Outcome.done(a, f"{inst.instance_id} in {where}{landed(a, inst)}"), chain(
+            *updates, launched
+        )
 
     def exhausted(self, pool: str, zone: str, itype: str, spot: bool, provider: str) -> Update:
         """Back off one place (provider, zone, type, spot): 10 min, doubling per failure."""

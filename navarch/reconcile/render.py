@@ -249,6 +249,12 @@ def action_to_json(a: Action) -> dict[str, Any]:
         ladder["level"] = a.level
     if a.why is not None:
         ladder["why"] = a.why.value
+    if a.avoid_hosts:
+        ladder["avoid_hosts"] = list(a.avoid_hosts)
+    if a.block:
+        ladder["block"] = a.block
+    if a.hand_back:
+        ladder["hand_back"] = True
     return {
         "action": a.kind.value,
         "pool": a.pool,
@@ -296,6 +302,9 @@ def action_from_json(d: dict[str, Any]) -> Action:
         level=d.get("level"),
         why=DiagWhy(d["why"]) if d.get("why") else None,
         action_reason=ActionReason(d["action_reason"]),
+        avoid_hosts=tuple(d.get("avoid_hosts", ())),
+        block=d.get("block", ""),
+        hand_back=d.get("hand_back", False),
     )
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from navarch.planner.hosts import lemon_hosts
 from navarch.planner.model import Diag, Lifecycle, NodeView, Pause
 from navarch.reconcile.reports import fleet_rejection
 from navarch.reconcile.run import Snapshot
@@ -94,6 +95,11 @@ class NodeStatus:
     reason: str
     rejected: str | None
     ladder: LadderStatus
+    #: Where it sits (Instance.topology, coarse to fine; () when the cloud says nothing),
+    #: and whether its physical host is one of the pool's lemon hosts (landed there
+    #: because its provider could not avoid it).
+    topology: tuple[str, ...] = ()
+    lemon_host: bool = False
 
     def to_json(self) -> dict[str, Any]:
         """A `nodes` item of schemas/status.schema.json."""
@@ -112,6 +118,8 @@ class NodeStatus:
             "reason": self.reason,
             "rejected": self.rejected,
             "ladder": self.ladder.to_json(),
+            "topology": list(self.topology),
+            "lemon_host": self.lemon_host,
         }
 
 
@@ -200,7 +208,13 @@ def _ladder(pool: PoolSpec, v: NodeView, lemons: Sequence[str], now: datetime) -
     )
 
 
-def _node(pool: PoolSpec, v: NodeView, lemons: Sequence[str], now: datetime) -> NodeStatus:
+def _node(
+    pool: PoolSpec,
+    v: NodeView,
+    lemons: Sequence[str],
+    now: datetime,
+    bad_hosts: Sequence[str] = (),
+) -> NodeStatus:
     inst, summary = v.instance, v.summary
     return NodeStatus(
         node=v.node,
@@ -221,6 +235,8 @@ def _node(pool: PoolSpec, v: NodeView, lemons: Sequence[str], now: datetime) -> 
         reason=v.reason,
         rejected=v.rejected,
         ladder=_ladder(pool, v, lemons, now),
+        topology=inst.topology if inst else (),
+        lemon_host=inst is not None and inst.host_id is not None and inst.host_id in bad_hosts,
     )
 
 
@@ -234,6 +250,7 @@ def fleet_status(spec: FleetSpec, snap: Snapshot) -> FleetStatus:
     pools = []
     for p in spec.pools:
         pm = snap.memory.pool(p.name)
+        bad = lemon_hosts(pm)
         pools.append(
             PoolStatus(
                 pool=p.name,
@@ -242,9 +259,9 @@ def fleet_status(spec: FleetSpec, snap: Snapshot) -> FleetStatus:
                 target=p.target_nodes,
                 max=p.max_nodes,
                 providers=tuple(pl.provider for pl in p.placed()),
-                nodes=tuple(_node(p, v, pm.lemons, snap.now) for v in by_pool.get(p.name, ())),
+                nodes=tuple(_node(p, v, pm.lemons, snap.now, bad) for v in by_pool.get(p.name, ())),
                 lemons=tuple(pm.lemons),
-                lemon_hosts=tuple(pm.lemon_hosts),
+                lemon_hosts=bad,
             )
         )
     return FleetStatus(

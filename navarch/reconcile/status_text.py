@@ -51,6 +51,7 @@ def render_status(status: FleetStatus, *, show_all: bool = False, fleet_path: st
             "(navarch status --all lists every node)"
         )
     out.extend(_ladder(status))
+    out.extend(_topology(status, show_all=show_all))
     out.extend(_findings(status))
     return "\n".join(out) + "\n"
 
@@ -172,6 +173,20 @@ def _ladder(status: FleetStatus) -> list[str]:
         if p.lemon_hosts:
             lines.append(f"  pool {p.pool} lemon hosts: " + ", ".join(p.lemon_hosts))
     return ["\nRemediation ladder:\n" + "\n".join(lines)] if lines else []
+
+
+def _topology(status: FleetStatus, *, show_all: bool) -> list[str]:
+    """One line per node of the table whose cloud says where it sits (healthy nodes only
+    with --all, as the table): its topology, coarse to fine (the block first), and a
+    LEMON HOST mark, shown always, when it landed on one of the pool's lemon hosts."""
+    lines = [
+        f"  {n.node}: {'/'.join(terminal(t) for t in n.topology) or '-'}"
+        + ("  LEMON HOST (failed before; its provider could not avoid it)" if n.lemon_host else "")
+        for p in status.pools
+        for n in p.nodes
+        if n.lemon_host or (n.topology and (show_all or n.lifecycle is not Lifecycle.HEALTHY))
+    ]
+    return ["\nTopology (block first, host last):\n" + "\n".join(lines)] if lines else []
 
 
 def _findings(status: FleetStatus) -> list[str]:

@@ -268,3 +268,15 @@ def test_list_carries_azures_instance_view_in_one_call(
     )
     assert status["f-p-0003"].event_deadline == datetime(2026, 3, 5, tzinfo=UTC)
     assert status["f-p-0004"] == CloudStatus(InstanceHealth.OK)
+
+
+def test_a_vm_on_a_dedicated_host_carries_its_host_id(fake_arm: FakeARM, arm_endpoint: str) -> None:
+    p = provider(arm_endpoint)
+    p.provision(request("f-p-0001"))
+    p.provision(request("f-p-0002"))
+    host = "/subscriptions/x/resourceGroups/rg/providers/Microsoft.Compute/hostGroups/hg/hosts/h1"
+    fake_arm.set_instance_view(
+        "rg", "f-p-0001", {"statuses": [{"code": "PowerState/running"}], "assignedHost": host}
+    )
+    hosts = {i.node: i.host_id for i in p.list_instances("f")}
+    assert hosts == {"f-p-0001": host, "f-p-0002": None}

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -194,10 +194,12 @@ def instance(
     health_detail: str = "",
     event: str | CloudEvent | None = None,
     event_deadline: datetime | None = None,
+    topology: Sequence[str] = (),
 ) -> Instance:
     """An instance navarch launched: it carries the four ownership tags for (fleet, pool,
     node), plus `tags` (labels, a navarch-spec launch hash); health, health_detail, event
-    and event_deadline are the cloud's own status of it."""
+    and event_deadline are the cloud's own status of it; topology its place in the fabric
+    (coarse to fine)."""
     tags = {**(tags or {}), **ownership_tags(fleet, pool, node, launch_id(fleet, node, attempt))}
     return Instance(
         provider=provider,
@@ -215,6 +217,7 @@ def instance(
             event=CloudEvent(event) if event else None,
             event_deadline=event_deadline,
         ),
+        topology=tuple(topology),
     )
 
 

@@ -7,7 +7,8 @@ A scenario file holds (times are RFC 3339, or relative to `now` like "-20m", "+1
   fleet: |            the fleet.yaml text (loaded with navarch.fleet_file.load_fleet)
   inventory:          owned instances: node, [pool], [state], [launched_at], [instance_id],
                       [zone], [instance_type], [spot], [health], [health_detail], [event],
-                      [event_deadline] (the cloud's own status; pool defaults from
+                      [event_deadline] (the cloud's own status), [host_id], [topology]
+                      (its place in the fabric, coarse to fine; pool defaults from
                       <fleet>-<pool>-NNNN; zone, type and spot default to the pool's first place)
   foreign:            other instances: instance_id, [tags], [provider], [launched_at]
   reports:            node -> report fields (sequence, boot_id, generated_at, status, fatal,
@@ -28,7 +29,8 @@ A scenario file holds (times are RFC 3339, or relative to `now` like "-20m", "+1
   xfail:              (only for a planner bug found by the scenario) the bug, in one line
   expect:
     actions:          in order: {action, pool, node, reason_contains?, places_first?,
-                      places?, replaces?, desired?, repair?, action_reason?}
+                      places?, replaces?, desired?, repair?, action_reason?,
+                      avoid_hosts?, block?, hand_back?}
     halts:            in order: {pool, rule, message_contains?}
     lifecycles:       node -> lifecycle (optional)
     memory:           nodes: node -> {streak?, streak_sequence?} after observe; pools:
@@ -100,6 +102,9 @@ _ACTION_KEYS = {
     "level",
     "why",
     "action_reason",
+    "avoid_hosts",
+    "block",
+    "hand_back",
 }
 
 
@@ -331,6 +336,12 @@ def check(doc: Mapping[str, Any], observed: Observed, p: Plan) -> None:
             assert got.why == want["why"], where
         if "action_reason" in want:
             assert got.action_reason.value == want["action_reason"], where
+        if "avoid_hosts" in want:
+            assert list(got.avoid_hosts) == want["avoid_hosts"], where
+        if "block" in want:
+            assert got.block == want["block"], where
+        if "hand_back" in want:
+            assert got.hand_back == want["hand_back"], where
 
     want_halts = expect.get("halts") or []
     assert [(h.pool, h.rule) for h in p.halts] == [(h["pool"], h["rule"]) for h in want_halts], (

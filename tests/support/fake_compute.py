@@ -56,6 +56,8 @@ class FakeCompute(FakeAPI):
     quota_error: str | None = None  # e.g. "Quota 'GPUS_ALL_REGIONS' exceeded. Limit: 0.0 globally."
     initial_status: str = "RUNNING"
     ops_never_finish: bool = False  # operations stay RUNNING (a very slow launch)
+    # instances.reportHostAsFaulty bodies taken: (zone, name, body, requestId)
+    host_reports: list[tuple[str, str, dict[str, Any], str]] = field(default_factory=list)
     _ids: Iterator[int] = field(default_factory=lambda: itertools.count(1000))
 
     HOLD: ClassVar[tuple[str, str] | None] = ("POST", PROJECT_PATH + r"/zones/[^/]+/instances")
@@ -71,6 +73,7 @@ class FakeCompute(FakeAPI):
             self.stockout_code = "ZONE_RESOURCE_POOL_EXHAUSTED"
             self.initial_status = "RUNNING"
             self.ops_never_finish = False
+            self.host_reports.clear()
 
     def error_body(self, status: int, code: str, message: str) -> Any:
         return {
@@ -236,6 +239,47 @@ class FakeCompute(FakeAPI):
         inst["labelFingerprint"] = uuid.uuid4().hex[:12]
         return self._operation(m["zone"], "setLabels", m["name"])
 
+    #: instances.reportHostAsFaulty's enums (google-cloud-compute 1.57.0:
+    #: InstancesReportHostAsFaultyRequest.DisruptionSchedule, ...FaultReason.Behavior).
+    _SCHEDULES = frozenset({"IMMEDIATE", "FUTURE", "DISRUPTION_SCHEDULE_UNSPECIFIED"})
+    _BEHAVIORS = frozenset(
+        {
+            "BEHAVIOR_UNSPECIFIED",
+            "PERFORMANCE",
+            "SILENT_DATA_CORRUPTION",
+            "UNRECOVERABLE_GPU_ERROR",
+            "CHIP_ERROR",
+        }
+    )
+
+    def _report_host(self, req: Request, m: re.Match[str]) -> Answer:
+        """instances.reportHostAsFaulty as Compute Engine documents it: disruptionSchedule
+        "Required field, only allows IMMEDIATE"; faultReasons' behavior from the enum; only
+        a running, reservation-bound VM (scheduling.provisioningModel RESERVATION_BOUND;
+        cloud.google.com/ai-hypercomputer/docs/manage/report-faulty-host)."""
+        inst, body = self.instances.get((m["zone"], m["name"])), req.body or {}
+        if inst is None:
+            return self._not_found(m)
+        schedule = body.get("disruptionSchedule")
+        reasons = body.get("faultReasons") or []
+        if schedule not in self._SCHEDULES or schedule != "IMMEDIATE":
+            return self.error(400, "invalid", f"Invalid value for disruptionSchedule: {schedule}")
+        if not reasons or any(r.get("behavior") not in self._BEHAVIORS for r in reasons):
+            return self.error(400, "invalid", "Invalid value for faultReasons[].behavior")
+        # Error codes: docs.cloud.google.com/ai-hypercomputer/docs/troubleshooting/
+        # troubleshoot-faulty-host-api ("Error messages").
+        if inst.get("status") != "RUNNING":
+            return self.error(400, "INSTANCE_SHOULD_BE_RUNNING", "The instance is not running")
+        if (inst.get("scheduling") or {}).get("provisioningModel") != "RESERVATION_BOUND":
+            return self.error(
+                400,
+                "INSTANCES_WITHOUT_RESERVATION_NOT_SUPPORTED",
+                "Reporting a faulty host requires a reservation-bound VM",
+            )
+        rid = (req.query.get("requestId") or [""])[0]
+        self.host_reports.append((m["zone"], m["name"], body, rid))
+        return self._operation(m["zone"], "reportHostAsFaulty", m["name"])
+
     def _operation_status(self, req: Request, m: re.Match[str]) -> Answer:
         op = self.operations.get(m["op"])
         if op is None:
@@ -261,6 +305,7 @@ class FakeCompute(FakeAPI):
         Route("DELETE", _INSTANCE, _delete),
         Route("POST", _INSTANCE + "/reset", _reset_vm),
         Route("POST", _INSTANCE + "/setLabels", _set_labels),
+        Route("POST", _INSTANCE + "/reportHostAsFaulty", _report_host),
         Route("GET", _OPERATION, _operation_status),
         Route("POST", _OPERATION + "/wait", _operation_status),
     )

@@ -42,12 +42,18 @@ class Moto:
 
     endpoint: str
     lock_log: list[tuple[str, str]] = field(default_factory=list)  # (op, key), in order
+    # DescribeInstanceTopology (moto has none; _topology_stand_in answers it): the request
+    # parameters of each call, in order, and network nodes set by a test per instance id.
+    topology_calls: list[dict[str, Any]] = field(default_factory=list)
+    topology: dict[str, list[str]] = field(default_factory=dict)
 
     def reset(self) -> None:
         req = urllib.request.Request(self.endpoint + "/moto-api/reset", method="POST")
         with urllib.request.urlopen(req, timeout=30) as resp:
             resp.read()
         self.lock_log.clear()
+        self.topology_calls.clear()
+        self.topology.clear()
 
     def env(self) -> dict[str, str]:
         return {
@@ -78,6 +84,74 @@ def _serialised(
     return handler
 
 
+def _topology_stand_in(moto: Moto) -> Callable[..., Any]:
+    """EC2Response.describe_instance_topology for moto, which lacks the call.
+
+    Answers in the EC2 model's shapes (moto serialises the result by botocore's
+    DescribeInstanceTopology output shape): per running instance of a type with a topology
+    (navarch.providers.aws_topology.TOPOLOGY_TYPES), its InstanceId, InstanceType,
+    AvailabilityZone, ZoneId and three NetworkNodes (a test's Moto.topology, else derived
+    from the zone and the instance id); other instances are left out. Refuses, as the API
+    documents: MaxResults beside InstanceIds (InvalidParameterCombination), MaxResults
+    outside 1..100 and more than 100 InstanceIds (InvalidParameterValue), an unknown
+    instance id (InvalidInstanceID.NotFound). Every call's parameters go to
+    Moto.topology_calls.
+    """
+    import hashlib
+
+    from moto.core.responses import ActionResult
+    from moto.ec2.exceptions import (
+        InvalidInstanceIdError,
+        InvalidParameterCombination,
+        InvalidParameterValue,
+    )
+
+    from navarch.providers.aws_topology import has_topology
+
+    def nodes(zone: str, instance_id: str) -> list[str]:
+        h = lambda text: "nn-" + hashlib.sha256(text.encode()).hexdigest()[:17]  # noqa: E731
+        return [h(f"spine:{zone}"), h(f"block:{zone}"), h(f"leaf:{instance_id}")]
+
+    def describe_instance_topology(self: Any) -> ActionResult:
+        ids = self._get_param("InstanceIds", [])
+        max_results = self._get_param("MaxResults")
+        moto.topology_calls.append(
+            {k: v for k, v in (("InstanceIds", ids), ("MaxResults", max_results)) if v}
+        )
+        if ids and max_results is not None:
+            raise InvalidParameterCombination(
+                "The parameter instanceIds cannot be used with the parameter maxResults"
+            )
+        if max_results is not None and not 1 <= int(max_results) <= 100:
+            raise InvalidParameterValue(f"Invalid value for maxResults: {max_results}")
+        if len(ids) > 100:
+            raise InvalidParameterValue("instanceIds: at most 100 instance ids")
+        listed = []
+        for iid in ids:
+            try:
+                listed.append(self.ec2_backend.get_instance_by_id(iid))
+            except Exception:  # moto's own lookup error
+                listed.append(None)
+            if listed[-1] is None:
+                raise InvalidInstanceIdError(iid)
+        out = []
+        for inst in listed:
+            zone = inst.placement.zone
+            if inst.state == "running" and has_topology(inst.instance_type):
+                out.append(
+                    {
+                        "InstanceId": inst.id,
+                        "InstanceType": inst.instance_type,
+                        "AvailabilityZone": zone,
+                        "ZoneId": f"use1-az{zone[-1:]}",
+                        "NetworkNodes": moto.topology.get(inst.id) or nodes(zone, inst.id),
+                    }
+                )
+        return ActionResult({"Instances": out})
+
+    return describe_instance_topology
+
+
 @pytest.fixture(scope="session")
 def moto_server() -> Iterator[Moto]:
     """moto on 127.0.0.1 (ephemeral port) for the session, S3 object writes serialised."""
@@ -93,11 +167,16 @@ def moto_server() -> Iterator[Moto]:
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
+    moto = Moto(endpoint=f"http://{host}:{port}", lock_log=log)
+    from moto.ec2.responses import EC2Response
+
+    EC2Response.describe_instance_topology = _topology_stand_in(moto)  # type: ignore[attr-defined]
     try:
-        yield Moto(endpoint=f"http://{host}:{port}", lock_log=log)
+        yield moto
     finally:
         server.stop()
         S3Response.put_object, S3Response.delete_object = saved
+        del EC2Response.describe_instance_topology  # type: ignore[attr-defined]
 
 
 @pytest.fixture

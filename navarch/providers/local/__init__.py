@@ -1,7 +1,8 @@
 """The embedded local provider: simulated machines under a directory, no cloud account.
 
 Layout: <dir>/machines/<instance_id>/
-  machine.json   id, zone, type, state, launched_at, tags, boot_id, spot, [host_id],
+  machine.json   id, zone, type, state, launched_at, tags, boot_id, spot, [host_id,
+                 topology] (a simulated rack and host: navarch.providers.local.racks),
                  [impaired: {detail, since}] (the cloud's own status, `local inject --impaired`)
   faults.json    fault injection for the fake GPU backend (format: navarch.agent fake GPUs)
   kern.log       kernel log text the agent reads (XIDs are injected as real NVRM lines)
@@ -13,7 +14,8 @@ navarch-node, navarch-launch). The instance id is derived from the launch id, so
 repeated with the same launch id finds the machine it made (like an EC2 ClientToken).
 Places listed in the provider's `unavailable` setting answer with a capacity error, and
 places in `not_offered` with a placement error (the type is not offered in that zone), so
-fallback can be seen offline.
+fallback can be seen offline. Hosts reported faulty (a node replaced for a hardware
+fault) are recorded in <dir>/faulty_hosts.json, as a cloud's repair queue would take them.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import json
 import os
 import shutil
 import tempfile
+import threading
 import uuid
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
@@ -42,6 +45,7 @@ from navarch.inventory import (
     InstanceState,
 )
 from navarch.providers.base import ProvisionRequest, ensure_no_ownership_tags, ensure_owned
+from navarch.providers.local.racks import pick_host
 
 #: What a GPU reset cures on a fake GPU (reset_gpus): a GPU fallen off the bus comes back,
 #: volatile ECC counts and readings start afresh. Injected GPU processes and utilisation are
@@ -67,6 +71,8 @@ class LocalProvider:
         | Capability.REBOOT
         | Capability.RESET_GPU
         | Capability.INSTANCE_STATUS
+        | Capability.PLACE_BY_HOST
+        | Capability.REPORT_FAULTY_HOST
     )
 
     def __init__(
@@ -84,6 +90,9 @@ class LocalProvider:
         self.fleet = fleet if fleet is not None else self.root.name
         self.unavailable = frozenset(unavailable)
         self.not_offered = frozenset(not_offered)
+        # Hosts taken by machines (filled on the first launch; executor threads share it).
+        self._hosts: set[str] | None = None
+        self._hosts_lock = threading.Lock()
 
     # -- machine files ---------------------------------------------------------------
     @property
@@ -136,8 +145,9 @@ class LocalProvider:
             tags=tuple(sorted(m["tags"].items())),
             spot=m.get("spot", False),
             address="127.0.0.1",
-            host_id=m.get("host_id"),  # set by hand to stand for an EC2 Dedicated Host
+            host_id=m.get("host_id"),  # a simulated host, or one set by hand
             cloud_status=_cloud_status(m),
+            topology=tuple(m.get("topology") or ()),
         )
 
     # -- Provider contract -------------------------------------------------------------
@@ -146,7 +156,8 @@ class LocalProvider:
         return tuple(self._instance(self.name, m) for m in self.machines())
 
     def provision(self, request: ProvisionRequest) -> Instance:
-        """Create the machine (idempotent on request.launch_id).
+        """Create the machine (idempotent on request.launch_id) on a simulated host: in
+        the rack request.block names, never on a host of request.avoid_hosts (racks.pick_host).
 
         Raises CapacityError (scope zone) for a place listed in `unavailable`,
         PlacementError (scope zone) for one listed in `not_offered`.
@@ -167,7 +178,16 @@ class LocalProvider:
                 code="InsufficientInstanceCapacity",
                 scope="zone",
             )
+        with self._hosts_lock:
+            if self._hosts is None:  # read once per provider: a run launches many
+                self._hosts = {m["host_id"] for m in self.machines() if m.get("host_id")}
+            host_id, topology = pick_host(
+                request.zone, request.launch_id, self._hosts, request.avoid_hosts, request.block
+            )
+            self._hosts.add(host_id)
         machine = {
+            "host_id": host_id,
+            "topology": list(topology),
             "instance_id": instance_id,
             "zone": request.zone,
             "instance_type": request.instance_type,
@@ -187,6 +207,9 @@ class LocalProvider:
         ensure_owned(instances, self.fleet, "terminate")
         for inst in instances:
             shutil.rmtree(self.machine_dir(inst.instance_id), ignore_errors=True)
+            with self._hosts_lock:
+                if self._hosts is not None and inst.host_id:
+                    self._hosts.discard(inst.host_id)
 
     def reboot(self, instances: Sequence[Instance]) -> None:
         """What a reboot does to a machine: a new boot id, an empty kernel log, injected
@@ -271,6 +294,33 @@ class LocalProvider:
         except (OSError, ValueError):
             return {}
         return faults if isinstance(faults, dict) else {}
+
+    @property
+    def faulty_hosts_path(self) -> Path:
+        return self.root / "faulty_hosts.json"
+
+    def report_faulty_host(self, instance: Instance, fault: str) -> str:
+        """Record the machine's host as faulty in faulty_hosts.json ({host, instance_id,
+        fault, at} per report, oldest first), as a cloud's repair queue takes it. Refuses
+        an instance of another fleet (ensure_owned) and one without a host (ProviderError
+        NoHost). Returns one line for the audit log."""
+        ensure_owned([instance], self.fleet, "report")
+        if not instance.host_id:
+            raise ProviderError(f"{instance.instance_id} has no known host", code="NoHost")
+        try:
+            reports = json.loads(self.faulty_hosts_path.read_text())
+        except (OSError, ValueError):
+            reports = []
+        reports.append(
+            {
+                "host": instance.host_id,
+                "instance_id": instance.instance_id,
+                "fault": fault,
+                "at": datetime.now(UTC).isoformat(),
+            }
+        )
+        write_json_atomic(self.faulty_hosts_path, reports)
+        return f"host {instance.host_id} reported faulty ({fault}) to the local provider"
 
     def update_tags(self, instance: Instance, tags: Mapping[str, str]) -> None:
         """Set tags on the machine in place (its machine.json, written atomically); refuses

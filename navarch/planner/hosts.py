@@ -1,0 +1,246 @@
+"""Where a node physically sits: lemon hosts, topology blocks, hardware hand-back. Pure.
+
+Three decisions live here, each in one place:
+- hardware faults (HARDWARE_FAULT_KINDS, ``is_hardware``): a node terminated for one of
+  these has its host handed back to the cloud (Action.hand_back), where the provider can
+  (Capability.REPORT_FAULTY_HOST);
+- where a replacement asks to land (``launch_wish``): never on a lemon host (one the
+  pool's nodes failed on LEMON_HOST_FAULTS times, PoolMemory.host_faults, or one a lemon
+  was replaced from, PoolMemory.lemon_hosts), and, for a pool with ``topology:
+  same_block``, in the topology block (Instance.block) of the node it replaces;
+- rack or switch faults (``hold_block_faults``): when block_fault_after nodes of one block
+  fail within block_fault_window, the node-level ladder stops for the block (no reboot,
+  GPU reset or termination of its nodes; they stay cordoned) and a HaltRule.BLOCK_FAULT
+  halt reports the block once, not N GPU faults.
+
+Hosts and blocks come from the providers (Instance.host_id, Instance.topology); a cloud
+that reports neither leaves all three inert.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Collection, Mapping
+from dataclasses import replace
+from datetime import datetime
+
+from navarch.capabilities import Capability
+from navarch.health import Remedy
+from navarch.planner.context import PoolContext, StageResult
+from navarch.planner.model import (
+    LEAVING,
+    Action,
+    ActionKind,
+    ActionReason,
+    Fault,
+    Halt,
+    HaltRule,
+    Lifecycle,
+    NodeView,
+    PoolMemory,
+)
+from navarch.spec import TopologyMatch
+from navarch.wording import counted
+
+#: Fault kinds that mean the machine's hardware is bad, not its software state: a node
+#: replaced for one has its host handed back to the cloud. Sources: NVIDIA XID catalogue
+#: (79 "GPU has fallen off the bus", 48 double-bit ECC, 64 and 63's failure row-remapping,
+#: 95 uncontained ECC, 74 NVLink) and NVIDIA's memory error management guide (a row-remap
+#: failure means RMA); Azure Guest Health Reporting's mark-out-for-repair categories
+#: (XID79FallenOffBus, XID48DoubleBitECC, XID95UncontainedECCError, HpcRowRemapFailure,
+#: NvLink, HpcDcgmiThermalReport, HpcMissingGpu). The remediation table may widen this
+#: (a fault past max_in_place); it is read only through ``is_hardware``.
+HARDWARE_FAULT_KINDS = frozenset(
+    {
+        "gpu_lost",  # the GPU is gone from the bus (agent check gpu_lost)
+        "xid:79",  # GPU has fallen off the bus
+        "xid:48",  # double-bit ECC error
+        "xid:64",  # row remapping failed
+        "xid:95",  # uncontained ECC error
+        "xid:74",  # NVLink error
+        "ecc:dbe",  # uncorrected (double-bit) ECC count
+        "remapped_rows",  # a row-remap failure (replace); a pending remap is reset instead
+        "nvlink_down",  # NVLink links down
+        "thermal",  # at or above the GPU's shutdown temperature
+    }
+)
+
+#: Faults on one physical host before it is a lemon host that replacements avoid: the
+#: second failure on a host that was replaced once is the host's, not the instance's.
+LEMON_HOST_FAULTS = 2
+
+
+def is_hardware(fault: Fault | None) -> bool:
+    """Whether a node answering `fault` by replacement should hand its host back.
+
+    A fault whose kind is in HARDWARE_FAULT_KINDS; "remapped_rows" only when the agent
+    recommends replacement (a failed remap; a pending one is cured by a GPU reset).
+    """
+    if fault is None or fault.key.kind not in HARDWARE_FAULT_KINDS:
+        return False
+    return fault.key.kind != "remapped_rows" or fault.action is Remedy.REPLACE
+
+
+def lemon_hosts(pm: PoolMemory) -> tuple[str, ...]:
+    """The pool's lemon hosts, sorted: hosts with LEMON_HOST_FAULTS or more faults in
+    PoolMemory.host_faults (kept for the pool's lemon_window, bounded in number by the
+    executor), and hosts a lemon node was replaced from (PoolMemory.lemon_hosts)."""
+    counts = Counter(host for host, _, _ in pm.host_faults)
+    return tuple(
+        sorted({h for h, n in counts.items() if n >= LEMON_HOST_FAULTS} | set(pm.lemon_hosts))
+    )
+
+
+def launch_wish(
+    ctx: PoolContext,
+    replaces: str | None,
+    avoid: tuple[str, ...] | None = None,
+    faulted: Collection[str] | None = None,
+) -> tuple[tuple[str, ...], str, str]:
+    """Where a provision of the pool asks to land -> (avoid_hosts, block, note).
+
+    avoid_hosts: the pool's lemon hosts (``lemon_hosts``); block: with ``topology:
+    same_block``, the block of the node replaced ("" otherwise, for a scale-up, or when
+    that block has a rack or switch fault); note: why a same_block wish cannot be met
+    ("" when it can, or nothing was asked): the replaced node has no reported block, or no
+    provider of the pool can place by block (Capability.PLACE_BY_HOST). avoid and faulted:
+    ``lemon_hosts(ctx.pm)`` and ``faulted_blocks(ctx)`` when the caller has them already
+    (a plan asks once per pool, not once per provision).
+    """
+    avoid = lemon_hosts(ctx.pm) if avoid is None else avoid
+    if ctx.pool.topology is not TopologyMatch.SAME_BLOCK or replaces is None:
+        return avoid, "", ""
+    old = next((v for v in ctx.views if v.node == replaces), None)
+    block = old.instance.block if old is not None and old.instance is not None else ""
+    if not block:
+        return avoid, "", f"same_block: {replaces} has no reported topology block"
+    if block in (faulted_blocks(ctx) if faulted is None else faulted):
+        return avoid, "", f"same_block: block {block} has a rack or switch fault"
+    providers = sorted({pl.provider for pl in ctx.pool.placed()})
+    if not any(ctx.options.can(p, Capability.PLACE_BY_HOST) for p in providers):
+        return (
+            avoid,
+            "",
+            f"same_block: provider {', '.join(providers)} cannot place by block {block}",
+        )
+    return avoid, block, ""
+
+
+def _failed_at(v: NodeView, now: datetime) -> datetime | None:
+    """When node v last failed, if it is out of service for it: its newest recorded fault
+    while it leaves service, or now while it is unhealthy or offline; None otherwise."""
+    if v.lifecycle in (Lifecycle.UNHEALTHY, Lifecycle.OFFLINE):
+        return now
+    if v.lifecycle in LEAVING and v.lifecycle is not Lifecycle.OPERATOR_CORDONED and v.faults:
+        return max(t for _, t in v.faults)
+    return None
+
+
+def faulted_blocks(ctx: PoolContext) -> dict[str, tuple[str, ...]]:
+    """Blocks with a rack or switch fault -> their failed nodes (sorted).
+
+    A block is faulted when block_fault_after of its nodes, each still out of service for
+    its fault, failed within one block_fault_window of each other; it stays so until
+    enough of them are back in service or replaced (a human's call, so the ladder does not
+    reboot its way through a switch failure).
+    """
+    h = ctx.pool.health
+    by_block: dict[str, list[tuple[datetime, str]]] = {}
+    for v in ctx.views:
+        block = v.instance.block if v.instance is not None else ""
+        at = _failed_at(v, ctx.now) if block else None
+        if at is not None:
+            by_block.setdefault(block, []).append((at, v.node))
+    out: dict[str, tuple[str, ...]] = {}
+    for block, failed in sorted(by_block.items()):
+        failed.sort()
+        for i in range(len(failed)):
+            inside = [
+                n
+                for t, n in failed[i:]
+                if (t - failed[i][0]).total_seconds() <= h.block_fault_window_s
+            ]
+            if len(inside) >= h.block_fault_after:
+                out[block] = tuple(sorted(n for _, n in failed))
+                break
+    return out
+
+
+#: What the ladder may no longer do to a node of a faulted block: remedy it in place or
+#: terminate it (a cordon and drain still keep work off it).
+_HELD = frozenset({ActionKind.REBOOT, ActionKind.RESET_GPU, ActionKind.TERMINATE})
+
+
+def hold_block_faults(
+    ctx: PoolContext,
+    result: StageResult,
+    faulted: Mapping[str, tuple[str, ...]] | None = None,
+) -> StageResult:
+    """`result` (the pool's stages folded) with the ladder stopped in faulted blocks.
+
+    Drops reboots, GPU resets and terminations of the failed nodes of each faulted block
+    (``faulted_blocks``) unless an operator asked for them (`apply --replace`), and adds one
+    HaltRule.BLOCK_FAULT halt per block naming it and its nodes. Everything else stands.
+    faulted: ``faulted_blocks(ctx)`` when the caller has it already.
+    """
+    blocks = faulted_blocks(ctx) if faulted is None else faulted
+    if not blocks:
+        return result
+    held_nodes = {n for nodes in blocks.values() for n in nodes}
+    actions = tuple(
+        a
+        for a in result.actions
+        if not (
+            a.kind in _HELD
+            and a.node in held_nodes
+            and a.action_reason is not ActionReason.REPLACE_REQUESTED
+        )
+    )
+    h = ctx.pool.health
+    halts = tuple(
+        Halt(
+            ctx.pool.name,
+            HaltRule.BLOCK_FAULT,
+            f"rack or switch fault in block {block}: {counted(len(nodes), 'node')} failed "
+            f"within {h.block_fault_window_s // 60} min ({', '.join(nodes)}); the ladder stops "
+            "for the block and its nodes stay cordoned: check the rack and its switch, then "
+            "`navarch uncordon` or `apply --replace` them",
+        )
+        for block, nodes in blocks.items()
+    )
+    return replace(result, actions=actions, halts=result.halts + halts)
+
+
+def with_hosts(ctx: PoolContext, result: StageResult) -> StageResult:
+    """The pool's folded stage result with this module's decisions applied: each
+    provision carries its launch wish (``launch_wish``, said in its reason too; a wish
+    that cannot be met is a plan note), each termination for a hardware fault is marked hand_back
+    (``is_hardware`` of its fault, or of the fault its node was cordoned for), and the
+    ladder is held in faulted blocks (``hold_block_faults``)."""
+    # A termination after a drain carries no fault of its own: the node's cordon recorded
+    # the fault it left service for (and cleared it for a cordon of any other reason).
+    faults: dict[str | None, Fault | None] = {v.node: v.fault for v in ctx.views}
+    avoid, faulted = lemon_hosts(ctx.pm), faulted_blocks(ctx)
+    actions: list[Action] = []
+    notes: list[str] = []
+    for a in result.actions:
+        if a.kind is ActionKind.PROVISION:
+            avoid_hosts, block, note = launch_wish(ctx, a.replaces, avoid, faulted)
+            wish = ([f"in block {block}"] if block else []) + (
+                [f"off lemon hosts {', '.join(avoid_hosts)}"] if avoid_hosts else []
+            )
+            a = replace(
+                a,
+                avoid_hosts=avoid_hosts,
+                block=block,
+                reason=a.reason + (f"; {' and '.join(wish)}" if wish else ""),
+            )
+            if note:
+                notes.append(f"pool {ctx.pool.name}: {a.node} launches anywhere: {note}")
+        elif a.kind is ActionKind.TERMINATE:
+            fault = a.fault or faults.get(a.node)
+            if is_hardware(fault):
+                a = replace(a, hand_back=True, fault=fault)
+        actions.append(a)
+    marked = replace(result, actions=tuple(actions), notes=result.notes + tuple(notes))
+    return hold_block_faults(ctx, marked, faulted)

@@ -40,6 +40,8 @@ __all__ = [
     "RemedyRow",
     "fault_class",
     "is_hardware",
+    "hands_back",
+    "HARDWARE_FAULT_KINDS",
     "parse_rows",
     "remedies_table",
     "row_for",
@@ -197,6 +199,29 @@ def row_for(rows: Sequence[RemedyRow], kind: str) -> RemedyRow | None:
     return None
 
 
+#: Fault kinds that mean the machine's hardware is bad, not its software state: a node
+#: replaced for one has its host handed back to the cloud. Sources: NVIDIA XID catalogue
+#: (79 "GPU has fallen off the bus", 48 double-bit ECC, 64 and 63's failure row-remapping,
+#: 95 uncontained ECC, 74 NVLink) and NVIDIA's memory error management guide (a row-remap
+#: failure means RMA); Azure Guest Health Reporting's mark-out-for-repair categories
+#: (XID79FallenOffBus, XID48DoubleBitECC, XID95UncontainedECCError, HpcRowRemapFailure,
+#: NvLink, HpcDcgmiThermalReport, HpcMissingGpu). Read only through ``hands_back``.
+HARDWARE_FAULT_KINDS = frozenset(
+    {
+        "gpu_lost",  # the GPU is gone from the bus (agent check gpu_lost)
+        "xid:79",  # GPU has fallen off the bus
+        "xid:48",  # double-bit ECC error
+        "xid:64",  # row remapping failed
+        "xid:95",  # uncontained ECC error
+        "xid:74",  # NVLink error
+        "ecc:dbe",  # uncorrected (double-bit) ECC count
+        "remapped_rows",  # a row-remap failure (replace); a pending remap is reset instead
+        "nvlink_down",  # NVLink links down
+        "thermal",  # at or above the GPU's shutdown temperature
+    }
+)
+
+
 def is_hardware(row: RemedyRow | None, need: Remedy, in_place: int) -> bool:
     """Whether a node's fault makes it hardware, to be replaced and handed back to the
     cloud (not remedied in place again).
@@ -218,6 +243,16 @@ def is_hardware(row: RemedyRow | None, need: Remedy, in_place: int) -> bool:
         return True
     limit = row.max_in_place if row is not None else None
     return limit is not None and in_place >= limit
+
+
+def hands_back(kind: str, action: Remedy) -> bool:
+    """Whether a node terminated for a fault of `kind` (the report recommending `action`)
+    has its host handed back to the cloud: kind in HARDWARE_FAULT_KINDS, and
+    ``remapped_rows`` only when the agent recommends replacement (a failed remap; a pending
+    one is cured by a GPU reset). Sources: HARDWARE_FAULT_KINDS."""
+    if kind not in HARDWARE_FAULT_KINDS:
+        return False
+    return kind != "remapped_rows" or action is Remedy.REPLACE
 
 
 def remedies_table(rows: Sequence[RemedyRow] = BUILTIN_ROWS) -> str:

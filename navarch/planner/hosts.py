@@ -1,7 +1,7 @@
 """Where a node physically sits: lemon hosts, topology blocks, hardware hand-back. Pure.
 
 Three decisions live here, each in one place:
-- hardware faults (HARDWARE_FAULT_KINDS, ``is_hardware``): a node terminated for one of
+- hardware faults (``is_hardware``: navarch.remedies.hands_back): a node terminated for one of
   these has its host handed back to the cloud (Action.hand_back), where the provider can
   (Capability.REPORT_FAULTY_HOST);
 - where a replacement asks to land (``launch_wish``): never on a lemon host (one the
@@ -25,7 +25,6 @@ from dataclasses import replace
 from datetime import datetime
 
 from navarch.capabilities import Capability
-from navarch.health import Remedy
 from navarch.planner.context import PoolContext, StageResult
 from navarch.planner.model import (
     LEAVING,
@@ -39,31 +38,9 @@ from navarch.planner.model import (
     NodeView,
     PoolMemory,
 )
+from navarch.remedies import hands_back
 from navarch.spec import TopologyMatch
 from navarch.wording import counted
-
-#: Fault kinds that mean the machine's hardware is bad, not its software state: a node
-#: replaced for one has its host handed back to the cloud. Sources: NVIDIA XID catalogue
-#: (79 "GPU has fallen off the bus", 48 double-bit ECC, 64 and 63's failure row-remapping,
-#: 95 uncontained ECC, 74 NVLink) and NVIDIA's memory error management guide (a row-remap
-#: failure means RMA); Azure Guest Health Reporting's mark-out-for-repair categories
-#: (XID79FallenOffBus, XID48DoubleBitECC, XID95UncontainedECCError, HpcRowRemapFailure,
-#: NvLink, HpcDcgmiThermalReport, HpcMissingGpu). The remediation table may widen this
-#: (a fault past max_in_place); it is read only through ``is_hardware``.
-HARDWARE_FAULT_KINDS = frozenset(
-    {
-        "gpu_lost",  # the GPU is gone from the bus (agent check gpu_lost)
-        "xid:79",  # GPU has fallen off the bus
-        "xid:48",  # double-bit ECC error
-        "xid:64",  # row remapping failed
-        "xid:95",  # uncontained ECC error
-        "xid:74",  # NVLink error
-        "ecc:dbe",  # uncorrected (double-bit) ECC count
-        "remapped_rows",  # a row-remap failure (replace); a pending remap is reset instead
-        "nvlink_down",  # NVLink links down
-        "thermal",  # at or above the GPU's shutdown temperature
-    }
-)
 
 #: Faults on one physical host before it is a lemon host that replacements avoid: the
 #: second failure on a host that was replaced once is the host's, not the instance's.
@@ -73,12 +50,9 @@ LEMON_HOST_FAULTS = 2
 def is_hardware(fault: Fault | None) -> bool:
     """Whether a node answering `fault` by replacement should hand its host back.
 
-    A fault whose kind is in HARDWARE_FAULT_KINDS; "remapped_rows" only when the agent
-    recommends replacement (a failed remap; a pending one is cured by a GPU reset).
+    The remediation table's rule (navarch.remedies.hands_back, with its sources).
     """
-    if fault is None or fault.key.kind not in HARDWARE_FAULT_KINDS:
-        return False
-    return fault.key.kind != "remapped_rows" or fault.action is Remedy.REPLACE
+    return fault is not None and hands_back(fault.key.kind, fault.action)
 
 
 def lemon_hosts(pm: PoolMemory) -> tuple[str, ...]:

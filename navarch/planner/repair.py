@@ -14,7 +14,7 @@ import enum
 from dataclasses import replace
 
 from navarch.durations import format_duration_s
-from navarch.health import Status
+from navarch.health import FaultKey, Remedy, Status
 from navarch.planner.breaker import listed_impaired
 from navarch.planner.context import (
     PoolContext,
@@ -365,9 +365,17 @@ def _repair_halt(
     return None
 
 
+#: The fault kind of a failed burn-in: counted against the node's host like any fault, so
+#: a host that fails burn-in twice is a lemon host (navarch.planner.hosts.lemon_hosts).
+BURN_IN_FAULT = "burn_in"
+
+
 def _repair_fault(v: NodeView) -> Fault | None:
-    """The fault a repair's cordon answers: an unhealthy report's, never an impaired host's."""
+    """The fault a repair's cordon answers: an unhealthy report's, or a failed burn-in
+    (BURN_IN_FAULT, replaced: dead on arrival); never an impaired host's."""
     s = v.summary
+    if v.burn_in is BurnIn.FAILED and s is not None:
+        return Fault(FaultKey(BURN_IN_FAULT), Remedy.REPLACE, s.boot_id, s.sequence)
     # A host the cloud calls impaired is replaced, not laddered: no in-place rung can
     # fix the hardware under it, and its report (if any) predates the impairment.
     if (

@@ -108,3 +108,33 @@ def test_an_inconclusive_burn_in_holds_the_node_in_burn_in_and_status_says_why(n
     # Held, not replaced: doubt never replaces before the acceptance deadline.
     plan = navarch.ok("plan", "fleet.yaml").out
     assert "cordon demo-train-0001" not in plan
+
+
+def test_a_failed_burn_in_counts_against_its_host_so_a_second_makes_it_a_lemon_host(navarch):
+    _edit(navarch.workdir, lambda d: d["pools"]["train"].update(acceptance={"enabled": True}))
+    navarch.ok("apply", "fleet.yaml", "--auto-approve")
+    navarch.ok("local", "tick", "fleet.yaml")
+    navarch.ok("apply", "fleet.yaml", "--auto-approve")
+    _edit(navarch.workdir, lambda d: d["pools"]["train"]["nodes"].update(target=4))
+    navarch.ok("apply", "fleet.yaml", "--auto-approve")
+    navarch.ok("local", "inject", "fleet.yaml", NEW, "--acceptance", "dcgm_diag=fail")
+    navarch.ok("local", "tick", "fleet.yaml")
+    navarch.ok("apply", "fleet.yaml", "--auto-approve")
+
+    state = json.loads((navarch.workdir / ".navarch" / "store" / "state" / "demo.json").read_text())
+    faults = state["pools"]["train"]["host_faults"]
+    host = _node(navarch, NEW)["ladder"]["host_id"]
+    assert host and [f[:2] for f in faults] == [[host, "burn_in"]]
+    # One failure is the instance's; a second on the same host makes it the host's.
+    assert (
+        host
+        not in json.loads(navarch.ok("status", "fleet.yaml", "--json").out)["pools"][0][
+            "lemon_hosts"
+        ]
+    )
+    state["pools"]["train"]["host_faults"] = faults * 2
+    (navarch.workdir / ".navarch" / "store" / "state" / "demo.json").write_text(json.dumps(state))
+    assert (
+        host
+        in json.loads(navarch.ok("status", "fleet.yaml", "--json").out)["pools"][0]["lemon_hosts"]
+    )

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -164,3 +165,24 @@ def test_the_lambda_handler_applies_for_the_reports_its_sqs_batch_names(
     assert answer["batchItemFailures"] == []
     assert answer["reports"] == 1 and answer["ignored"] == {"test_event": 1}
     assert phase(sick) in ("cordoned", "draining")
+
+
+def test_an_event_started_run_lists_every_report_when_another_one_looks_stale(
+    healthy_fleet, env, tmp_path
+) -> None:
+    fleet, nodes, url = healthy_fleet
+    sick, healthy = sorted(nodes)
+    later = datetime.now(UTC) + timedelta(minutes=10)  # past stale_after (6 min)
+    _report(sick, nodes[sick], tmp_path, gpu_lost=True, now=later)
+    with recording(ApiLog()) as calls:
+        run = navarch(
+            ["apply", str(fleet), "--auto-approve", "--on-events", url, "--triggered"],
+            env | {"NAVARCH_NOW": later.isoformat().replace("+00:00", "Z")},
+            tmp_path,
+        )
+    assert run.returncode == 3, run.stdout + run.stderr  # the breaker: both look stale or sick
+    # The healthy node's report is ten minutes old by the run's clock: judging it needs the
+    # store's own listing (its modification time), not the state's memory of it.
+    listed = [c.key for c in calls.calls if c.action == "s3:ListBucket"]
+    assert f"navarch/health/{FLEET}/" in listed, listed
+    assert queued(url) == 0

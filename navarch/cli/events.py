@@ -118,10 +118,21 @@ def apply_on_events(args: argparse.Namespace, apply_once: Any) -> int:
     def stop(*_: Any) -> None:
         stopping["now"] = True
 
+    def each_run(named: tuple[str, ...] | None) -> int:
+        # Each run of a listening process is a run of its own: its own id in the logs and
+        # the audit log's chunk names.
+        from datetime import UTC, datetime
+
+        from navarch import logs
+
+        args.run_id = logs.new_run_id(datetime.now(UTC))
+        logs.configure(args.log_format, args.run_id)
+        return int(apply_once(named))
+
     signal.signal(signal.SIGTERM, stop)  # a Deployment's or systemd's stop: finish the run
     return listen(
         queue,
-        apply_once,
+        each_run,
         period_s=args.period,
         wait_s=args.events_wait,
         stop=lambda: stopping["now"],

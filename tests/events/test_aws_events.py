@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import json
 import re
+import signal
+import subprocess
+import sys
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -186,3 +190,36 @@ def test_an_event_started_run_lists_every_report_when_another_one_looks_stale(
     listed = [c.key for c in calls.calls if c.action == "s3:ListBucket"]
     assert f"navarch/health/{FLEET}/" in listed, listed
     assert queued(url) == 0
+
+
+def test_a_listening_apply_cordons_within_its_next_poll_and_stops_on_sigterm(
+    healthy_fleet, env, tmp_path
+) -> None:
+    fleet, nodes, url = healthy_fleet
+    sick, _ = sorted(nodes)
+    args = ["apply", str(fleet), "--auto-approve", "--on-events", url, "--listen"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "navarch", *args, "--period", "1h", "--events-wait", "1s"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        _report(sick, nodes[sick], tmp_path, gpu_lost=True)
+        for _ in range(600):  # the listener's first (periodic) run, then the event's
+            if queued(url) == 0 and phase(sick) in ("cordoned", "draining"):
+                break
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.1)
+        else:
+            pytest.fail("the listener did not act on the report")
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, out + err
+    assert f"{sick}: cordon ok" in out

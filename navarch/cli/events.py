@@ -21,7 +21,7 @@ from typing import Any
 
 from navarch.cli.plumbing import EXIT_OK, fleet_argument, note
 from navarch.durations import parse_duration_s
-from navarch.errors import ConfigError
+from navarch.errors import ConfigError, StoreError
 
 __all__ = ["apply_on_events", "event_flags", "register"]
 
@@ -99,13 +99,20 @@ def apply_on_events(args: argparse.Namespace, apply_once: Any) -> int:
     apply_once(named) applies once (named: report keys, or None to list every report) and
     returns its exit code. Raises ConfigError for a bad queue URL or store, StoreError when
     the queue fails (the CronJob form; --listen logs it and goes on)."""
-    from navarch.events.runner import drain, listen, run_batch
+    from navarch.events.runner import Batch, drain, listen, run_batch
 
     queue = _open_queue(args)
     if args.triggered and args.listen:
         raise ConfigError("--triggered and --listen: choose one", key_path="--on-events")
     if not args.listen:
-        batch = drain(queue, wait_s=args.events_wait)
+        try:
+            batch = drain(queue, wait_s=args.events_wait)
+        except StoreError as exc:
+            if args.triggered:
+                raise
+            # The periodic run does not depend on the queue: it runs and lists everything.
+            note(f"event queue unreadable, running without it: {exc}")
+            batch = Batch()
         code = run_batch(queue, batch, apply_once, full=not args.triggered)
         note(
             f"Events: {len(batch.messages)} messages, {len(batch.keys)} reports named"

@@ -105,11 +105,16 @@ def open_queue(url: str, watch: Watch) -> EventQueue:
 
 
 @contextmanager
-def _queue_errors(url: str, transient: Callable[[Exception], bool]) -> Iterator[None]:
-    """The one boundary a queue's SDK calls go through: transient(exc) -> StoreUnavailable,
-    any other SDK exception -> StoreError, both naming the queue."""
+def _queue_errors(
+    url: str, sdk: tuple[type[Exception], ...], transient: Callable[[Exception], bool]
+) -> Iterator[None]:
+    """The one boundary a queue's SDK calls go through: an exception of the SDK's (sdk)
+    that transient(exc) calls passing -> StoreUnavailable, any other of the SDK's ->
+    StoreError, both naming the queue. Other exceptions (bugs) propagate unchanged."""
 
     def translate(exc: Exception) -> NavarchError | None:
+        if not isinstance(exc, sdk):
+            return None
         kind = StoreUnavailable if transient(exc) else StoreError
         return kind(f"event queue {url}: {type(exc).__name__}: {exc}")
 
@@ -135,7 +140,7 @@ class SqsQueue:
         self.client = client
 
     def _errors(self) -> Any:
-        from botocore.exceptions import ClientError, ConnectionError, HTTPClientError
+        from botocore.exceptions import BotoCoreError, ClientError, ConnectionError, HTTPClientError
 
         def transient(exc: Exception) -> bool:
             if isinstance(exc, ConnectionError | HTTPClientError):
@@ -145,7 +150,7 @@ class SqsQueue:
                 return status >= 500 or status == 429
             return False
 
-        return _queue_errors(self.url, transient)
+        return _queue_errors(self.url, (BotoCoreError, ClientError), transient)
 
     def receive(self, wait_s: float, max_messages: int) -> list[QueueMessage]:
         with self._errors():
@@ -205,7 +210,7 @@ class PubSubQueue:
                 exc, gexc.ServiceUnavailable | gexc.TooManyRequests | gexc.InternalServerError
             )
 
-        return _queue_errors(self.url, transient)
+        return _queue_errors(self.url, (gexc.GoogleAPIError,), transient)
 
     def receive(self, wait_s: float, max_messages: int) -> list[QueueMessage]:
         from google.api_core import exceptions as gexc
@@ -271,6 +276,7 @@ class AzureStorageQueue:
 
     def _errors(self) -> Any:
         from azure.core.exceptions import (
+            AzureError,
             HttpResponseError,
             ServiceRequestError,
             ServiceResponseError,
@@ -282,7 +288,7 @@ class AzureStorageQueue:
             status = getattr(exc, "status_code", 0) if isinstance(exc, HttpResponseError) else 0
             return isinstance(status, int) and (status >= 500 or status == 429)
 
-        return _queue_errors(self.url, transient)
+        return _queue_errors(self.url, (AzureError,), transient)
 
     def receive(self, wait_s: float, max_messages: int) -> list[QueueMessage]:
         deadline = time.monotonic() + wait_s

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from navarch.errors import LockHeld, NavarchError
+from navarch.errors import LockHeld, NavarchError, StoreError
 from navarch.events.messages import Parsed
 from navarch.events.queues import EventQueue, QueueMessage
 
@@ -96,7 +96,11 @@ def run_batch(queue: EventQueue, batch: Batch, apply_once: ApplyOnce, *, full: b
     code = 0
     if full or batch.keys:
         code = apply_once(None if full else batch.keys)
-    queue.delete(batch.messages)  # only now: the run above returned, its state is saved
+    try:
+        queue.delete(batch.messages)  # only now: the run above returned, its state is saved
+    except StoreError as exc:
+        # The run is done; undeleted messages come back and cost one run with nothing to do.
+        log.warning("event queue %s: messages not deleted, delivered again: %s", queue.url, exc)
     return code
 
 

@@ -60,6 +60,8 @@ _VISIBILITY_S = 600
 _LONG_POLL_S = 20
 _RETENTION_S = 86_400
 BLOB_CREATED = "Microsoft.Storage.BlobCreated"
+#: Top-level packages whose exceptions _setup_errors translates.
+_SDK_PACKAGES = frozenset({"botocore", "boto3", "google", "grpc", "azure"})
 
 
 def queue_name(fleet: str) -> str:
@@ -251,10 +253,13 @@ def queue_url(target: SetupTarget, sqs_url: str = "") -> str:
 
 @contextmanager
 def _setup_errors(step: str) -> Iterator[None]:
-    """The one boundary of setup's SDK calls: any SDK exception -> StoreError naming the
-    step (setup is run by a person, who reads the cloud's own message)."""
+    """The one boundary of setup's SDK calls: an exception of a cloud SDK (botocore,
+    google.api_core, azure.core) -> StoreError naming the step (setup is run by a person,
+    who reads the cloud's own message); any other exception propagates unchanged."""
 
     def translate(exc: Exception) -> NavarchError | None:
+        if type(exc).__module__.split(".")[0] not in _SDK_PACKAGES:
+            return None
         return StoreError(f"events setup, {step}: {type(exc).__name__}: {exc}")
 
     with map_exceptions(translate):

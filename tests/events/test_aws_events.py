@@ -223,3 +223,16 @@ def test_a_listening_apply_cordons_within_its_next_poll_and_stops_on_sigterm(
             proc.wait()
     assert proc.returncode == 0, out + err
     assert f"{sick}: cordon ok" in out
+
+
+def test_the_periodic_run_still_runs_when_its_event_queue_cannot_be_read(env, tmp_path) -> None:
+    fleet = write_fleet(tmp_path, target=1)
+    missing = "http://127.0.0.1:1/123456789012/navarch-e2e-events"
+    run = navarch(
+        ["apply", str(fleet), "--auto-approve", "--on-events", missing, "--events-wait", "0s"],
+        env | {"AWS_MAX_ATTEMPTS": "1"},
+        tmp_path,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "event queue unreadable, running without it" in run.stderr
+    assert len(fleet_nodes()) == 1  # the run converged the fleet all the same

@@ -83,6 +83,12 @@ def _open_queue(args: argparse.Namespace) -> Any:
     from navarch.events.messages import Watch
     from navarch.events.queues import VISIBILITY_S, open_queue
 
+    if api.read_saved_plan(args.target) is not None:
+        raise ConfigError(
+            f"--on-events with a saved plan ({args.target}): a run started by events plans anew",
+            key_path="--on-events",
+            hint="pass the fleet file",
+        )
     fleet = api.load_fleet(args.target)
     try:
         watch = Watch.of_store(fleet.spec.store_url, fleet.name)
@@ -97,13 +103,18 @@ def apply_on_events(args: argparse.Namespace, apply_once: Any) -> int:
     """Run apply from the queue (module docstring) -> the last run's exit code.
 
     apply_once(named) applies once (named: report keys, or None to list every report) and
-    returns its exit code. Raises ConfigError for a bad queue URL or store, StoreError when
-    the queue fails (the CronJob form; --listen logs it and goes on)."""
+    returns its exit code. Raises ConfigError for a bad queue URL, store or flags;
+    StoreError when the queue fails in a --triggered run (the periodic run goes on without
+    the queue; --listen logs it and polls again)."""
     from navarch.events.runner import Batch, drain, listen, run_batch
 
-    queue = _open_queue(args)
+    if not args.on_events:
+        raise ConfigError(
+            "--listen and --triggered serve an event queue", hint="add --on-events QUEUE_URL"
+        )
     if args.triggered and args.listen:
         raise ConfigError("--triggered and --listen: choose one", key_path="--on-events")
+    queue = _open_queue(args)
     if not args.listen:
         try:
             batch = drain(queue, wait_s=args.events_wait)

@@ -103,7 +103,7 @@ def _show_plan(plan: Plan) -> bool:
 def cmd_apply(args: argparse.Namespace) -> int:
     """`navarch apply FLEET|PLANFILE`: converge; exit 0, 1 failed action, 3 breaker open.
     With --on-events, runs started by the store's notifications (navarch.cli.events)."""
-    if getattr(args, "on_events", None):
+    if any(getattr(args, flag, None) for flag in ("on_events", "listen", "triggered")):
         from navarch.cli.events import apply_on_events
 
         return apply_on_events(args, lambda named: _apply_once(args, named))

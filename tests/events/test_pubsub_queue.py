@@ -84,3 +84,16 @@ def test_queue_urls_of_no_known_form_are_refused_with_the_forms() -> None:
     for url in ("pubsub://topics/x", "sqs://q", "azure-queue://Bad_Account/q"):
         with pytest.raises(ConfigError, match="azure-queue://ACCOUNT/QUEUE"):
             open_queue(url, watch)
+
+
+def test_event_flags_without_a_queue_or_with_a_saved_plan_are_refused(tmp_path: Path) -> None:
+    from tests.support.cli import run_navarch
+
+    fleet = Path(__file__).resolve().parents[2] / "fleet.example.yaml"
+    run = run_navarch(["apply", str(fleet), "--auto-approve", "--listen"], cwd=tmp_path)
+    assert run.returncode == 1 and "add --on-events QUEUE_URL" in run.stderr, run.stderr
+    run = run_navarch(
+        ["apply", str(fleet), "--auto-approve", "--on-events", f"pubsub://{SUB}"], cwd=tmp_path
+    )
+    assert run.returncode == 1 and "sends no notifications" in run.stderr, run.stderr
+    assert "Traceback" not in run.stderr

@@ -16,7 +16,8 @@ s3://  (AWS S3 user guide, "Walkthrough: Configuring a bucket for notifications 
 gs://  (Cloud Storage, "Configure Pub/Sub notifications"; the Pub/Sub API reference)
     pubsub.create_topic         projects/<p>/topics/navarch-<fleet>-events
     storage.get_service_account_email   the project's Cloud Storage service agent
-    pubsub.set_iam_policy       roles/pubsub.publisher on the topic for that agent
+    pubsub.get_iam_policy       the topic's policy, then
+    pubsub.set_iam_policy       the same plus roles/pubsub.publisher for that agent (etag kept)
     pubsub.create_subscription  projects/<p>/subscriptions/navarch-<fleet>-events (ack 600 s)
     storage.notification.create OBJECT_FINALIZE, JSON_API_V1, object_name_prefix
 az://  (Azure Event Grid, "Storage queue as an event handler"; Event Subscriptions REST API)
@@ -396,18 +397,12 @@ def _setup_gcs(target: SetupTarget, calls: _Calls, given: dict[str, Any]) -> Non
         "service-PROJECT_NUMBER@gs-project-accounts.iam.gserviceaccount.com",
         project=target.project,
     )
+    current = calls(publisher, "publisher", "get_iam_policy", None, request={"resource": topic})
     calls(
         publisher,
         "publisher",
         "set_iam_policy",
-        request={
-            "resource": topic,
-            "policy": {
-                "bindings": [
-                    {"role": "roles/pubsub.publisher", "members": [f"serviceAccount:{agent}"]}
-                ]
-            },
-        },
+        request={"resource": topic, "policy": _with_publisher(current, f"serviceAccount:{agent}")},
     )
     _exists_ok(
         lambda: calls(
@@ -422,6 +417,25 @@ def _setup_gcs(target: SetupTarget, calls: _Calls, given: dict[str, Any]) -> Non
         return
     notification = gcs.bucket(w.bucket).notification(**gcs_notification(target))
     calls(notification, "storage", "create")
+
+
+def _with_publisher(policy: Any, member: str) -> dict[str, Any]:
+    """The topic's IAM policy (a google.iam.v1 Policy, or None) as a dict with member
+    added to roles/pubsub.publisher; its other bindings and its etag (the policy's
+    compare-and-swap) kept."""
+    doc: dict[str, Any] = {}
+    if policy is not None:
+        from google.protobuf import json_format
+
+        doc = json_format.MessageToDict(policy, preserving_proto_field_name=True)
+    bindings = list(doc.get("bindings", []))
+    role = "roles/pubsub.publisher"
+    ours = next((b for b in bindings if b.get("role") == role and "condition" not in b), None)
+    if ours is None:
+        bindings.append({"role": role, "members": [member]})
+    elif member not in ours.get("members", []):
+        ours["members"] = [*ours.get("members", []), member]
+    return {**doc, "bindings": bindings}
 
 
 def _setup_azure(target: SetupTarget, calls: _Calls, given: dict[str, Any]) -> None:

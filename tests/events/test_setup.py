@@ -117,7 +117,13 @@ def test_gcs_setup_requests_have_the_sdks_shapes() -> None:
     target = SetupTarget.of_fleet(
         "gs://my-navarch-state/research", "research", {"gce": {"type": "gcp", "project": "my-proj"}}
     )
-    publisher, subscriber = Recorder(), Recorder()
+    from google.iam.v1 import policy_pb2
+
+    theirs = policy_pb2.Policy(
+        etag=b"v7",
+        bindings=[policy_pb2.Binding(role="roles/pubsub.viewer", members=["user:a@b.c"])],
+    )
+    publisher, subscriber = Recorder({"get_iam_policy": theirs}), Recorder()
     agent = "service-123@gs-project-accounts.iam.gserviceaccount.com"
     client = storage.Client(project="my-proj", credentials=AnonymousCredentials())
     posted: list[tuple[str, dict[str, Any]]] = []
@@ -135,13 +141,16 @@ def test_gcs_setup_requests_have_the_sdks_shapes() -> None:
     )
     assert url == "pubsub://projects/my-proj/subscriptions/navarch-research-events"
     topic = "projects/my-proj/topics/navarch-research-events"
-    (name, kw), (iam, iam_kw) = publisher.calls
+    (name, kw), (_, get_kw), (iam, iam_kw) = publisher.calls
+    assert iam_policy_pb2.GetIamPolicyRequest(**get_kw["request"]).resource == topic
     assert name == "create_topic" and pubsub_types.Topic(**kw["request"]).name == topic
     request = json_format.ParseDict(iam_kw["request"], iam_policy_pb2.SetIamPolicyRequest())
     assert iam == "set_iam_policy" and request.resource == topic
     assert [(b.role, list(b.members)) for b in request.policy.bindings] == [
-        ("roles/pubsub.publisher", [f"serviceAccount:{agent}"])
+        ("roles/pubsub.viewer", ["user:a@b.c"]),  # kept
+        ("roles/pubsub.publisher", [f"serviceAccount:{agent}"]),
     ]
+    assert request.policy.etag == b"v7"  # the read's version: a concurrent change fails
     ((sub, sub_kw),) = subscriber.calls
     made = pubsub_types.Subscription(**sub_kw["request"])
     assert sub == "create_subscription" and made.topic == topic

@@ -27,13 +27,21 @@ child):
 9. `navarch plan FLEET --detailed-exitcode`  incremental: the steady state, a plan after
    the last apply; the unchanged reports' summaries come from Memory, only the changed
    ones are fetched and verified
+10. (not measured) `navarch apply FLEET --auto-approve`; then EVENT_REPORTS reports
+    re-signed, as ten agents writing on change would, their keys what the store's
+    notifications would name
+11. event: the apply those notifications start (navarch.api.apply with reports_named, as
+    `navarch apply --on-events URL --listen` runs it; the queue's own round trips are not
+    in it): only the named reports are listed and verified, every other node's report
+    is Memory's (navarch.reconcile.named_reports)
 
 Prints one line per step and size (wall and CPU seconds: on a shared machine the CPU time
 is the steadier figure), with the ratio of wall times to the 1,000-node figure and (plan)
 to the floor; last line:
 `plan_ratio_10k=... apply_ratio_10k=... status_ratio_10k=... plan_vs_floor_10k=...
 plan_vs_floor_100k=... incremental_vs_floor_10k=... incremental_vs_floor_100k=...
-plan_only_vs_floor_10k=... plan_only_vs_floor_100k=... rss_mb_100k=...` (n/a for sizes
+plan_only_vs_floor_10k=... plan_only_vs_floor_100k=... event_vs_floor_10k=...
+event_vs_floor_100k=... rss_mb_100k=...` (n/a for sizes
 not run; the vs_floor figures are wall-time ratios; rss_mb_100k is the largest peak RSS of
 the 100,000-node steps).
 """
@@ -65,6 +73,8 @@ GPUS = 8
 FLOOR_BATCH = 1000
 #: Share of the reports that change between the two plans of the incremental case.
 CHANGED_PCT = 1
+#: Reports whose notifications start the event case's run.
+EVENT_REPORTS = 10
 
 
 def write_fleet(directory: Path, nodes: int) -> Path:
@@ -146,6 +156,36 @@ def change_reports(directory: Path, pct: int = CHANGED_PCT) -> int:
     return len(infos[::step])
 
 
+def change_named_reports(directory: Path, count: int = EVENT_REPORTS) -> list[str]:
+    """Re-sign `count` reports spread over the fleet with the next sequence -> their keys
+    (what the store's notifications would name), also written to events.json."""
+    from navarch.signing import derive_node_key, sign
+    from navarch.stores.file import FileStore
+
+    store = FileStore(directory / "store")
+    infos = store.list(f"health/{FLEET}/")
+    chosen = infos[:: max(1, len(infos) // count)][:count]
+    for info in chosen:
+        body = json.loads(store.get(info.key).data)
+        body.pop("signature", None)
+        body["sequence"] += 1
+        key = derive_node_key(SECRET.encode(), FLEET, body["node"])
+        store.put(info.key, json.dumps(sign(body, key), sort_keys=True).encode())
+    keys = [i.key for i in chosen]
+    (directory / "events.json").write_text(json.dumps(keys))
+    return keys
+
+
+def event_apply(fleet_file: str) -> int:
+    """The apply the events of events.json start -> its exit code (0: no failed action)."""
+    from navarch import api
+
+    keys = json.loads((Path(fleet_file).parent / "events.json").read_text())
+    with api.one_shot():
+        result = api.apply(fleet_file, auto_approve=True, reports_named=keys)
+    return 1 if result.failed else 0
+
+
 def floor(fleet_file: str) -> int:
     """List the machines, list the reports, read and verify every one -> reports accepted."""
     from datetime import UTC, datetime
@@ -201,6 +241,8 @@ def child(kind: str, fleet_file: str, out: str) -> None:
         if kind == "floor":
             floor(fleet_file)
             rc = 0
+        elif kind == "event":
+            rc = event_apply(fleet_file)
         else:
             argv = {
                 "apply": ["apply", fleet_file, "--auto-approve"],
@@ -273,6 +315,10 @@ def measure(nodes: int, status: bool = True) -> dict[str, dict[str, Any]]:
         changed = change_reports(d)
         print(f"  [{nodes}] applied, changed {changed} reports (not measured)", flush=True)
         results["incremental"] = run_child("incremental", fleet)
+        run_child("apply", fleet)
+        named = change_named_reports(d)
+        print(f"  [{nodes}] applied, changed {len(named)} named reports (not measured)", flush=True)
+        results["event"] = run_child("event", fleet)
         return results
 
 
@@ -290,7 +336,7 @@ def main() -> None:
     )
     parser.add_argument(
         "--child",
-        choices=["apply", "plan", "status", "floor", "plan_only", "incremental"],
+        choices=["apply", "plan", "status", "floor", "plan_only", "incremental", "event"],
         help=argparse.SUPPRESS,
     )
     parser.add_argument("--fleet", help=argparse.SUPPRESS)
@@ -305,13 +351,13 @@ def main() -> None:
     for n in sizes:
         figures[n] = measure(n, status=not args.no_status)
         ref = figures.get(1000)
-        for kind in ("apply", "plan", "status", "floor", "plan_only", "incremental"):
+        for kind in ("apply", "plan", "status", "floor", "plan_only", "incremental", "event"):
             if kind not in figures[n]:
                 continue
             r = figures[n][kind]
             ratio = f"{r['wall_s'] / ref[kind]['wall_s']:.1f}x of 1k" if ref else "n/a"
             extra = ""
-            if kind in ("plan_only", "incremental"):
+            if kind in ("plan_only", "incremental", "event"):
                 fl = figures[n]["floor"]
                 extra = (
                     f", {r['wall_s'] / fl['wall_s']:.2f}x the floor "
@@ -345,7 +391,9 @@ def main() -> None:
         f"incremental_vs_floor_10k={vs_floor(10000, 'incremental')} "
         f"incremental_vs_floor_100k={vs_floor(100000, 'incremental')} "
         f"plan_only_vs_floor_10k={vs_floor(10000, 'plan_only')} "
-        f"plan_only_vs_floor_100k={vs_floor(100000, 'plan_only')} rss_mb_100k={rss_100k}"
+        f"plan_only_vs_floor_100k={vs_floor(100000, 'plan_only')} "
+        f"event_vs_floor_10k={vs_floor(10000, 'event')} "
+        f"event_vs_floor_100k={vs_floor(100000, 'event')} rss_mb_100k={rss_100k}"
     )
 
 

@@ -62,6 +62,7 @@ def apply(
     clock: Clock | None = None,
     after_apply: Callable[[RunResult | None, NavarchError | None], None] | None = None,
     command: str | None = None,
+    reports_named: Iterable[str] | None = None,
 ) -> ApplyResult:
     """Converge the fleet: take its lease, look again, execute the plan's actions under
     every safety rule (budget, breaker, rate limit, ownership), record each in the audit
@@ -79,7 +80,9 @@ def apply(
     the MCP server names its client). clock: the run's clock (default: the system clock;
     the CLI passes navarch.cli.process_clock()). after_apply(result, error): called while
     the lease is held (notifications: navarch.unattended). command: the lease's command
-    (default "apply FLEET").
+    (default "apply FLEET"). reports_named: the report keys (health/<fleet>/<pool>/<node>.json)
+    a run started by the store's notifications was started for: only they are listed while
+    every other node's last report is fresh (navarch.reconcile.named_reports); None lists all.
     Raises LockHeld (another run holds the lease), LeaseLost, StalePlan, StoreError,
     ProviderError.
     """
@@ -112,6 +115,7 @@ def apply(
         after_apply=after_apply,
         run_id=run_id,
         actor=actor,
+        named=frozenset(reports_named) if reports_named is not None else None,
     )
     if result is None:  # confirm() declined the plan it was shown: nothing was done
         return ApplyResult(shown[-1], (), "", None, applied=False)

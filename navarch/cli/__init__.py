@@ -5,6 +5,7 @@
   reading      validate, status, history               resume, force-unlock
   local        navarch local ...             render    render cloud-init
   sessions     mcp, ssh, simulate            completion
+  events       apply --on-events, events setup
   plumbing     exit codes, errors, clock, actor, gc tuning; epilogs: each --help's end
 
 Exit codes (Terraform's -detailed-exitcode, plus two of ours):
@@ -34,7 +35,16 @@ from datetime import UTC, datetime
 from typing import Any
 
 from navarch import __version__
-from navarch.cli import completion, fleet_verbs, local, operator, reading, render, sessions
+from navarch.cli import (
+    completion,
+    events,
+    fleet_verbs,
+    local,
+    operator,
+    reading,
+    render,
+    sessions,
+)
 from navarch.cli.epilogs import TOP_EPILOG, add_epilogs
 from navarch.cli.plumbing import (
     EXIT_ERROR,
@@ -98,6 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
         register(sub)
     render.register(sub)
     completion.register(sub)
+    events.register(sub)
     add_epilogs(p)
     return p
 
@@ -133,7 +144,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         resolve_fleet(args)
         if args.command != "agent":  # an agent run takes its time from its own node
             args.clock = process_clock()
-        with collector(args.command):
+        # A listening apply gathers again and again: the collector stays as it is.
+        with collector("" if getattr(args, "listen", False) else args.command):
             code = int(args.func(args))
         sys.stdout.flush()
         return code

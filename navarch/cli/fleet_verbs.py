@@ -102,7 +102,17 @@ def _show_plan(plan: Plan) -> bool:
 
 
 def cmd_apply(args: argparse.Namespace) -> int:
-    """`navarch apply FLEET|PLANFILE`: converge; exit 0, 1 failed action, 3 breaker open."""
+    """`navarch apply FLEET|PLANFILE`: converge; exit 0, 1 failed action, 3 breaker open.
+    With --on-events, runs started by the store's notifications (navarch.cli.events)."""
+    if any(getattr(args, flag, None) for flag in ("on_events", "listen", "triggered")):
+        from navarch.cli.events import apply_on_events
+
+        return apply_on_events(args, lambda named: _apply_once(args, named))
+    return _apply_once(args, None)
+
+
+def _apply_once(args: argparse.Namespace, named: tuple[str, ...] | None) -> int:
+    """One apply; named: the report keys an event-started run was started for."""
     from navarch import api
     from navarch.unattended import Unattended
 
@@ -131,6 +141,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
             after_apply=side.after_apply,
             run_id=args.run_id,
             actor=args.actor,
+            reports_named=named,
         )
     except NavarchError as exc:
         side.finish(None, exc)
@@ -298,6 +309,9 @@ def register(sub: Any) -> None:
     )
     _targeting(s)
     log_format(s)
+    from navarch.cli.events import event_flags
+
+    event_flags(s)
     s.set_defaults(func=cmd_apply)
 
     s = sub.add_parser("destroy", help="cordon, drain and terminate every node (or a pool's)")

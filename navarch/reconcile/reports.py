@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from functools import cache, lru_cache
@@ -73,6 +73,7 @@ from navarch.health_report import (
 from navarch.planner.model import Memory, NodeMemory, NodeView, ReportObservation, ReportSummary
 from navarch.policy import Rule, evaluate
 from navarch.reconcile.acceptance_text import plain_run
+from navarch.reconcile.named_reports import named_listing
 from navarch.reconcile.report_cache import ReportCache, rules_digest
 from navarch.reconcile.state import health_prefix
 from navarch.schemas import load_schema
@@ -403,6 +404,8 @@ def read_reports(
     *,
     rule_sets: Mapping[str, RuleSets] | None = None,
     cache: ReportCache | None = None,
+    named: Collection[str] | None = None,
+    stale_after_s: Mapping[str, int] | None = None,
 ) -> dict[str, ReportObservation]:
     """List health/<fleet>/, fetch changed reports, verify them -> node -> observation.
 
@@ -414,8 +417,17 @@ def read_reports(
     verdicts. An unchanged report keeps the verdict it was given when it was read.
     cache: the verified-report cache (navarch.reconcile.report_cache): a report whose
     version it holds a verified summary of is not fetched either; the caller saves it.
+    named: the report keys an event-started run was started for: only they are listed,
+    the others taken from Memory, when navarch.reconcile.named_reports allows it
+    (stale_after_s: pool -> health.stale_after_s); None lists health/<fleet>/ in full.
     """
-    listed = _listed_reports(store, health_prefix(fleet))
+    listed = (
+        named_listing(store, fleet, memory, named, now, stale_after_s or {})
+        if named is not None
+        else None
+    )
+    if listed is None:
+        listed = _listed_reports(store, health_prefix(fleet))
     rules = rule_sets or {}
     # One digest per pool, not per report: hashing the rules is 4 us a call.
     pools = {pool for pool, _, _ in listed.values()}

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -203,7 +203,12 @@ def _drain_checks(fleet: Fleet, memory: Memory, inventory: tuple[Instance, ...])
     return out
 
 
-def gather(fleet: Fleet, now: datetime, options: PlanOptions | None = None) -> Snapshot:
+def gather(
+    fleet: Fleet,
+    now: datetime,
+    options: PlanOptions | None = None,
+    named: Collection[str] | None = None,
+) -> Snapshot:
     """Observe the world and plan (read-only: writes nothing but the verified-report cache,
     navarch.reconcile.report_cache, which only ever saves time).
 
@@ -211,13 +216,16 @@ def gather(fleet: Fleet, now: datetime, options: PlanOptions | None = None) -> S
     Raises ConfigError first thing when the fleet secret cannot be read, NavarchError when
     `--replace` names a node the fleet does not have (a typo must not pass silently).
     In a one-shot process the garbage collector is paused meanwhile
-    (navarch.reconcile.collector).
+    (navarch.reconcile.collector). named: the report keys a run started by the store's
+    notifications was started for (navarch.reconcile.named_reports); None lists every report.
     """
     with gathering():
-        return _gather(fleet, now, options)
+        return _gather(fleet, now, options, named)
 
 
-def _gather(fleet: Fleet, now: datetime, options: PlanOptions | None) -> Snapshot:
+def _gather(
+    fleet: Fleet, now: datetime, options: PlanOptions | None, named: Collection[str] | None
+) -> Snapshot:
     secret = fleet.secret()
     inventory = list_inventory(fleet)
     memory, version = load_memory(fleet.store, fleet.spec.name, fleet.state_cache)
@@ -230,6 +238,8 @@ def _gather(fleet: Fleet, now: datetime, options: PlanOptions | None) -> Snapsho
         now,
         rule_sets={p.name: p.health.rule_sets() for p in fleet.spec.pools},
         cache=cache,
+        named=named,
+        stale_after_s={p.name: p.health.stale_after_s for p in fleet.spec.pools},
     )
     if cache is not None:
         cache.save(fleet.store)
@@ -325,6 +335,7 @@ def run_apply(
     after_apply: Callable[[ApplyResult | None, NavarchError | None], None] | None = None,
     run_id: str | None = None,
     actor: Actor | None = None,
+    named: Collection[str] | None = None,
 ) -> ApplyResult | None:
     """Take the lease, gather, (check the saved plan), confirm, execute with a journal,
     save Memory if it changed, release the lease.
@@ -340,7 +351,8 @@ def run_apply(
     digits); the CLI passes its own so log lines and the audit log share it. actor: who runs
     it (navarch.actor: read by the CLI from its environment, or the MCP client a tool call
     came from), recorded in every audit record as `by`; an MCP client is named in the
-    lease's command too.
+    lease's command too. named: the report keys an event-started run was started for
+    (see gather).
 
     The lease (state/<fleet>.lock, TTL safety.lock_ttl) is renewed in the background for
     the whole run; every action checks it first and every state write checks the lease
@@ -355,7 +367,7 @@ def run_apply(
     """
     with leased(fleet, command + _mcp_suffix(actor), clock) as lease:
         try:
-            snap = gather(fleet, clock(), options)
+            snap = gather(fleet, clock(), options, named)
             plan = snap.plan
             if saved is not None:
                 check_saved_plan(saved, snap, saved_nodes)

@@ -2,7 +2,8 @@
 
 ``ApiLog`` records every request the in-process moto server answers (from the reconciler's
 subprocesses and the agent alike) as an IAM action and, for S3, the object key or list
-prefix. ``missing_from_policy`` checks calls against an IAM policy document: an Allow
+prefix (a bucket's notification configuration: the bucket alone). SQS calls are checked by
+action. ``missing_from_policy`` checks calls against an IAM policy document: an Allow
 statement must name the action (wildcards allowed) and, for S3, a resource ARN matching
 the object (or the bucket with an ``s3:prefix`` condition matching the list prefix).
 EC2 resource ARNs and tag conditions on resources are not evaluated (they need the
@@ -47,6 +48,8 @@ class ApiLog:
         return {c.action for c in self.calls}
 
 
+_SQS_ACTIONS = {"DeleteMessageBatch": "DeleteMessage", "SendMessageBatch": "SendMessage"}
+
 _S3_BY_METHOD = {
     "GET": "s3:GetObject",
     "HEAD": "s3:GetObject",
@@ -62,12 +65,24 @@ def _to_call(environ: dict[str, Any], body: bytes) -> Call | None:
     if path.startswith("/moto-api"):
         return None
     auth = environ.get("HTTP_AUTHORIZATION", "")
+    target = environ.get("HTTP_X_AMZ_TARGET", "")
+    if target.startswith("AmazonSQS.") or "/sqs/" in auth:
+        # SQS's JSON protocol names the operation in X-Amz-Target; IAM has no action of its
+        # own for the batch form (DeleteMessageBatch is allowed by sqs:DeleteMessage).
+        operation = target.partition(".")[2] or dict(urllib.parse.parse_qsl(body.decode())).get(
+            "Action", ""
+        )
+        return Call(f"sqs:{_SQS_ACTIONS.get(operation, operation)}")
     form = dict(urllib.parse.parse_qsl(body.decode(errors="replace")))
     if "/ec2/" in auth or ("Action" in form and "/s3/" not in auth):
         action = form.get("Action") or query.get("Action")
         tag_keys = sorted(v for k, v in form.items() if k.startswith("Tag.") and k.endswith(".Key"))
         return Call(f"ec2:{action}", key=",".join(tag_keys) if action == "CreateTags" else "")
     bucket, _, key = path.lstrip("/").partition("/")
+    if not key and "notification" in query:
+        return Call(
+            "s3:GetBucketNotification" if method == "GET" else "s3:PutBucketNotification", bucket
+        )
     if not key:
         if method == "GET":
             return Call("s3:ListBucket", bucket, query.get("prefix", ""))
@@ -122,7 +137,7 @@ def _allowed(call: Call, statement: dict[str, Any]) -> bool:
             return False
         like = statement.get("Condition", {}).get("StringLike", {}).get("s3:prefix")
         return like is None or any(fnmatch.fnmatchcase(call.key, p) for p in _as_list(like))
-    arn = f"arn:aws:s3:::{call.bucket}/{call.key}"
+    arn = f"arn:aws:s3:::{call.bucket}" + (f"/{call.key}" if call.key else "")
     return any(fnmatch.fnmatchcase(arn, r) for r in resources)
 
 

@@ -82,6 +82,11 @@ class Progress:
     surge_for: tuple[tuple[str, str], ...] = ()
     avoid: frozenset[tuple[str, str, str, bool]] = frozenset()
     taken: frozenset[str] = frozenset()  # nodes an earlier stage already acted on
+    # Warm spares (navarch.planner.spares): nodes made spares this run (cordoned from the
+    # scheduler), spares promoted this run, and nodes the ladder returned to service.
+    spared: tuple[str, ...] = ()
+    promoted: tuple[str, ...] = ()
+    returned: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,9 @@ class Lifecycle(enum.StrEnum):
     ORPHAN = "orphan"  # carries this fleet's tags, but its pool is no longer declared
     REMEDIATING = "remediating"  # drained and rebooted by the ladder; waits for its new boot
     OPERATOR_CORDONED = "operator_cordoned"  # `navarch cordon`: out of service until uncordoned
+    #: a warm spare: healthy, kept cordoned from the scheduler, promoted when a node leaves
+    #: service for a fault (PoolMemory.spares; navarch.planner.spares)
+    SPARE = "spare"
 
 
 SERVING = frozenset(
@@ -113,6 +116,8 @@ class ActionReason(enum.StrEnum):
     #: cordon only: the cloud's first impaired listing, not yet confirmed
     IMPAIRED_FIRST_SEEN = "impaired_first_seen"
     IMPAIRMENT_CLEARED = "impairment_cleared"  # uncordon: the listing cleared before confirmed
+    SPARE = "spare"  # cordon: a healthy node beyond target is held as a warm spare
+    SPARE_PROMOTED = "spare_promoted"  # uncordon: a spare serves in place of a node that left
 
 
 class Phase(enum.StrEnum):
@@ -347,6 +352,9 @@ class PoolMemory:
     # When navarch first cordoned a node of the pool after it left fleet.yaml: its
     # retirement is under way and the orphan guard has been passed (None: not started).
     retiring_since: datetime | None = None
+    # Nodes held as warm spares (cordoned from the scheduler, not serving), sorted by name:
+    # the designation survives runs; the planner's spares stage alone decides it.
+    spares: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -345,6 +345,7 @@ def memory_to_json(m: Memory, cache: NodeDocCache | None = None) -> dict[str, An
                 **({"lemon_hosts": list(p.lemon_hosts)} if p.lemon_hosts else {}),
                 **({"settings": settings_to_json(p.settings)} if p.settings else {}),
                 **({"retiring_since": ts(p.retiring_since)} if p.retiring_since else {}),
+                **({"spares": list(p.spares)} if p.spares else {}),
             }
             for p in m.pools
         },
@@ -433,6 +434,7 @@ def memory_from_json(d: Mapping[str, Any]) -> Memory:
             lemon_hosts=tuple(p.get("lemon_hosts", ())),
             settings=settings_from_json(p.get("settings")),
             retiring_since=parse_ts(p.get("retiring_since")),
+            spares=tuple(sorted(p.get("spares", ()))),
         )
         for name, p in sorted(d.get("pools", {}).items())
     )

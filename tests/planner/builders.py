@@ -407,6 +407,7 @@ def pool_memory(
     host_faults: Iterable[tuple[str, str, datetime]] = (),
     settings: PoolSettings | None = None,
     retiring_since: datetime | None = None,
+    spares: Iterable[str] = (),
 ) -> PoolMemory:
     return PoolMemory(
         pool=pool,
@@ -420,6 +421,7 @@ def pool_memory(
         host_faults=tuple(host_faults),
         settings=settings,
         retiring_since=retiring_since,
+        spares=tuple(sorted(spares)),
     )
 
 

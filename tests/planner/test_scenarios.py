@@ -23,7 +23,8 @@ A scenario file holds (times are RFC 3339, or relative to `now` like "-20m", "+1
                       repairs, exhausted [{[provider], zone, instance_type, spot, until}], desired,
                       desired_from_target, scaled_at, host_faults [[host, key, time]],
                       settings {scheduler, playbooks, ssh, drain_timeout, stale_after,
-                      max_unavailable} (a removed pool's, as recorded), retiring_since
+                      max_unavailable} (a removed pool's, as recorded), retiring_since,
+                      spares [node] (warm spares)
   drain_checks:       node -> bool (scheduler drain-check results this run)
   xfail:              (only for a planner bug found by the scenario) the bug, in one line
   expect:

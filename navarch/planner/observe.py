@@ -55,6 +55,7 @@ from navarch.planner.model import (
     NodeMemory,
     NodeView,
     Phase,
+    PoolMemory,
     PoolSettings,
     ReportObservation,
     ReportSummary,
@@ -238,8 +239,7 @@ def observe(
         settings = settings_of(pool)
         if pm.settings != settings or pm.retiring_since is not None:
             pm = replace(pm, settings=settings, retiring_since=None)
-        if any(n not in owned for n in pm.spares):  # a spare whose instance is gone
-            pm = replace(pm, spares=tuple(n for n in pm.spares if n in owned))
+        pm = _live_spares(pm, owned)
         if pm != mem.pool(pool.name):
             mem = mem.with_pool(pm)
 
@@ -250,6 +250,13 @@ def observe(
         memory=mem,
         duplicates=tuple(duplicates),
     )
+
+
+def _live_spares(pm: PoolMemory, owned: Mapping[str, Instance]) -> PoolMemory:
+    """pm without the spares whose instance is gone (the same object when none is)."""
+    if all(n in owned for n in pm.spares):
+        return pm
+    return replace(pm, spares=tuple(n for n in pm.spares if n in owned))
 
 
 def _spare(v: NodeView, memory: Memory) -> NodeView:

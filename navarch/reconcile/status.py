@@ -128,6 +128,7 @@ class PoolStatus:
     nodes: tuple[NodeStatus, ...]
     lemons: tuple[str, ...]
     lemon_hosts: tuple[str, ...]
+    spares: int = 0  # nodes.spares: warm spares the pool keeps beyond target
 
     def to_json(self) -> dict[str, Any]:
         """A `pools` item of schemas/status.schema.json."""
@@ -141,6 +142,7 @@ class PoolStatus:
             "nodes": [n.to_json() for n in self.nodes],
             "lemons": list(self.lemons),
             "lemon_hosts": list(self.lemon_hosts),
+            "spares": self.spares,
         }
 
 
@@ -245,6 +247,7 @@ def fleet_status(spec: FleetSpec, snap: Snapshot) -> FleetStatus:
                 nodes=tuple(_node(p, v, pm.lemons, snap.now) for v in by_pool.get(p.name, ())),
                 lemons=tuple(pm.lemons),
                 lemon_hosts=tuple(pm.lemon_hosts),
+                spares=p.spare_nodes,
             )
         )
     return FleetStatus(

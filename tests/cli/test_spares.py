@@ -30,9 +30,7 @@ def _cycle(navarch) -> str:
     return navarch.ok("apply", "fleet.yaml", "--auto-approve").out
 
 
-def test_a_spare_is_held_then_promoted_in_the_run_a_serving_node_faults(
-    navarch, fleet_dir
-) -> None:
+def test_a_spare_is_held_then_promoted_in_the_run_a_serving_node_faults(navarch, fleet_dir) -> None:
     _spares(fleet_dir, 1)
     out = navarch.ok("apply", "fleet.yaml", "--auto-approve").out
     assert out.count("+ provision demo-train-") == 4, out  # target 3 + 1 spare
@@ -43,7 +41,14 @@ def test_a_spare_is_held_then_promoted_in_the_run_a_serving_node_faults(
     assert [n for n, v in nodes.items() if v["lifecycle"] == "spare"] == ["demo-train-0004"]
     assert navarch("plan", "fleet.yaml", "--detailed-exitcode").code == 0
     text = navarch.ok("status", "fleet.yaml").out
-    assert "spare 1" in text and "demo-train-0004" in text, text
+    assert "spare 1" in text and "max 5, spares 1" in text and "demo-train-0004" in text, text
+    pool = next(p for p in navarch.status()["pools"] if p["pool"] == "train")
+    assert pool["spares"] == 1
+    held = [n["node"] for n in pool["nodes"] if n["lifecycle"] == "spare"]
+    assert held == ["demo-train-0004"]
+    navarch.ok("status", "fleet.yaml", "--html", "status.html")
+    html = (fleet_dir / "status.html").read_text()
+    assert "spares 1;" in html and "1 spare</span>" in html
 
     navarch.ok("local", "inject", "fleet.yaml", SICK, "--xid", "79")
     navarch.ok("local", "tick", "fleet.yaml")

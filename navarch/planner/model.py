@@ -292,6 +292,8 @@ class NodeMemory:
     #: cordoned because its reports fell silent past offline_after (ActionReason.OFFLINE):
     #: doubt, so never terminated on that alone (navarch.planner.silence)
     silent_cordon: bool = False
+    #: cordoned for a scale-down (ActionReason.SCALE_DOWN): its termination is a scale-down
+    scale_down_cordon: bool = False
 
 
 @dataclass(frozen=True)
@@ -447,6 +449,7 @@ class NodeView:
     impaired_cordon: bool = False  # NodeMemory.impaired_cordon
     silent_cordon: bool = False  # NodeMemory.silent_cordon
     orphan: bool = False  # its pool is no longer in fleet.yaml (retired: cordon, drain, terminate)
+    scale_down_cordon: bool = False  # NodeMemory.scale_down_cordon
 
 
 @dataclass(frozen=True)

@@ -566,6 +566,7 @@ def _view(
         diag_cordon=nm.diag_cordon,
         impaired_cordon=nm.impaired_cordon,
         silent_cordon=nm.silent_cordon,
+        scale_down_cordon=nm.scale_down_cordon,
         drift=drift,
         tags_drift=tags_drift,
         **extra,

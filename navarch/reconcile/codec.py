@@ -180,6 +180,8 @@ def _ladder_to_json(n: NodeMemory) -> dict[str, Any]:
         out["impaired_cordon"] = True
     if n.silent_cordon:
         out["silent_cordon"] = True
+    if n.scale_down_cordon:
+        out["scale_down_cordon"] = True
     return out
 
 
@@ -244,6 +246,7 @@ def _ladder_from_json(n: Mapping[str, Any]) -> dict[str, Any]:
         "impaired_since": parse_ts(n.get("impaired_since")),
         "impaired_cordon": n.get("impaired_cordon", False),
         "silent_cordon": n.get("silent_cordon", False),
+        "scale_down_cordon": n.get("scale_down_cordon", False),
     }
 
 
@@ -381,6 +384,7 @@ _LADDER_KEYS = frozenset(
         "impaired_since",
         "impaired_cordon",
         "silent_cordon",
+        "scale_down_cordon",
     }
 )
 

@@ -248,6 +248,7 @@ class Handlers:
             diag_cordon=scheduled,
             impaired_cordon=a.action_reason is ActionReason.IMPAIRED_FIRST_SEEN,
             silent_cordon=a.action_reason is ActionReason.OFFLINE,
+            scale_down_cordon=a.action_reason is ActionReason.SCALE_DOWN,
         )
         if scheduled:  # out for scheduled diagnostics, returned after them
             nm = replace(nm, diag=Diag(a.level or 1, DiagWhy.SCHEDULED, DiagState.DUE, now))
@@ -291,6 +292,7 @@ class Handlers:
             diag_cordon=False,
             impaired_cordon=False,
             silent_cordon=False,
+            scale_down_cordon=False,
         )
         return chain(set_node(nm), lambda m: _spare_set(m, a, add=True))
 
@@ -475,6 +477,7 @@ class Handlers:
             diag_cordon=False,
             impaired_cordon=False,
             silent_cordon=False,
+            scale_down_cordon=False,
         )
 
         host = self._host_fault(a, memory, now)
@@ -561,6 +564,7 @@ class Handlers:
             diag_cordon=False,
             impaired_cordon=False,
             silent_cordon=False,
+            scale_down_cordon=False,
         )
         # Uncordoned, a spare serves (promoted, or by an operator): no longer a spare.
         return ran, chain(set_node(nm), lambda m: _spare_set(m, a, add=False))

@@ -335,6 +335,7 @@ def node_memory(
     impaired_since: datetime | None = None,
     impaired_cordon: bool = False,
     silent_cordon: bool = False,
+    scale_down_cordon: bool = False,
 ) -> NodeMemory:
     """What earlier runs remembered of one node (report_version follows report's sequence).
     fault: a Fault or its fields {key, action, boot_id, sequence}; the rest are the
@@ -372,6 +373,7 @@ def node_memory(
         impaired_since=impaired_since,
         impaired_cordon=impaired_cordon,
         silent_cordon=silent_cordon,
+        scale_down_cordon=scale_down_cordon,
     )
 
 

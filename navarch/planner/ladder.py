@@ -504,9 +504,9 @@ def ladder_stage(ctx: PoolContext, prog: Progress) -> StageResult:
         if action.action_reason is ActionReason.RECOVERED:
             # Cured: back to service, into the spare set, or away as surplus; decided
             # once, so no plan uncordons a node it retires (navarch.planner.spares).
-            now = replace(prog, leaving=tuple(leaving), spared=spared, returned=returned)
-            action, now = returning(ctx, now, v, action)
-            spared, returned = now.spared, now.returned
+            so_far = replace(prog, leaving=tuple(leaving), spared=spared, returned=returned)
+            action, so_far = returning(ctx, so_far, v, action)
+            spared, returned = so_far.spared, so_far.returned
             if action.kind is ActionKind.TERMINATE:
                 leaving.append(v.node)
             actions.append(action)

@@ -29,7 +29,7 @@ from navarch.planner.model import (
     PoolMemory,
 )
 from navarch.planner.repair import impairment_cleared
-from navarch.planner.spares import held, not_serving
+from navarch.planner.spares import held, wanted
 from navarch.spec import PoolSpec, Replacement, SurgeOn, UpdateStrategy
 from navarch.wording import counted
 
@@ -169,7 +169,9 @@ def present_nodes(ctx: PoolContext, prog: Progress) -> list[NodeView]:
     # surge_on: replace: a node the ladder will reset or reboot is waited for, like one out
     # for diagnostics; a surge machine per reboot costs more than the minutes it saves.
     waited = h.replacement is Replacement.SURGE and h.surge_on is SurgeOn.REPLACE
-    spares = not_serving(ctx, prog)  # warm spares never count toward desired
+    # Warm spares held never count toward desired; a sick one counts until its cordon, as
+    # any sick node does (no replacement before the cordon).
+    spares = {v.node for v in held(ctx, prog)}
     return [
         v
         for v in ctx.views
@@ -196,7 +198,7 @@ def count_stage(ctx: PoolContext, prog: Progress) -> StageResult:
     asked for), or scale down (spares first)."""
     present = present_nodes(ctx, prog)
     spares = held(ctx, prog)
-    need = prog.desired - len(present) + ctx.pool.spare_nodes - len(spares)
+    need = prog.desired - len(present) + wanted(ctx, prog) - len(spares)
     if need > 0 or prog.surge_for:
         return _provision(ctx, prog, present, max(need, 0))
     # Drifted nodes under a rolling update leave through the drift stage, which retires
@@ -221,7 +223,7 @@ def _provision(ctx: PoolContext, prog: Progress, present: list[NodeView], need: 
     # after-terminate: a replacement waits until the node it replaces is gone.
     room = pool.max_nodes + surge - len(existing)
     if h.replacement is Replacement.AFTER_TERMINATE:
-        room = prog.desired + pool.spare_nodes - len(existing)
+        room = prog.desired + wanted(ctx, prog) - len(existing)
     count = min(need, max(room, 0))
     surges = prog.surge_for[: max(room - count, 0)]
     halts: list[Halt] = []

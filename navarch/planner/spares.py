@@ -30,11 +30,26 @@ from dataclasses import replace
 from navarch.planner.context import PoolContext, Progress, StageResult, iid, terminate_node
 from navarch.planner.model import LEAVING, Action, ActionKind, ActionReason, Lifecycle, NodeView
 
-__all__ = ["held", "not_serving", "returning", "spares_stage"]
+__all__ = ["held", "not_serving", "returning", "spares_stage", "wanted"]
 
-#: A spare the agent's reports leave in doubt is still a spare (never promoted while in
-#: doubt, never counted as serving).
-_DOUBT = frozenset({Lifecycle.UNKNOWN, Lifecycle.STALE})
+#: A spare the agent's reports leave in doubt, or one booting again (a state that says so),
+#: is still a spare: never promoted until SPARE (healthy), never counted as serving.
+_HOLDING = frozenset(
+    {
+        Lifecycle.SPARE,
+        Lifecycle.UNKNOWN,
+        Lifecycle.STALE,
+        Lifecycle.PROVISIONING,
+        Lifecycle.BOOTING,
+    }
+)
+
+
+def wanted(ctx: PoolContext, prog: Progress) -> int:
+    """How many spares the pool keeps this run: nodes.spares, less what an autoscaled
+    desired count above target leaves under max (spares count against max: the loader
+    checks target + spares <= max, autoscaling may grow desired up to max)."""
+    return max(0, min(ctx.pool.spare_nodes, ctx.pool.max_nodes - prog.desired))
 
 
 def not_serving(ctx: PoolContext, prog: Progress) -> frozenset[str]:
@@ -46,8 +61,8 @@ def not_serving(ctx: PoolContext, prog: Progress) -> frozenset[str]:
 
 def held(ctx: PoolContext, prog: Progress) -> list[NodeView]:
     """The spares the pool holds after this run's decisions so far, in node-name order:
-    SPARE nodes and spares in doubt (unknown, stale) not promoted this run, and nodes made
-    spares this run. A spare that turned unhealthy, offline or preempted is not held: it
+    spares (PoolMemory.spares) that are SPARE, in doubt (unknown, stale) or booting, not
+    promoted this run, and nodes made spares this run. A spare that turned unhealthy, offline or preempted is not held: it
     is repaired like any node, and the set is refilled meanwhile."""
     spared = set(prog.spared)
     return [
@@ -56,10 +71,8 @@ def held(ctx: PoolContext, prog: Progress) -> list[NodeView]:
         if v.node in spared
         or (
             v.node not in prog.promoted
-            and (
-                v.lifecycle is Lifecycle.SPARE
-                or (v.node in ctx.pm.spares and v.lifecycle in _DOUBT)
-            )
+            and (v.lifecycle is Lifecycle.SPARE or v.node in ctx.pm.spares)
+            and v.lifecycle in _HOLDING
         )
     ]
 
@@ -112,7 +125,7 @@ def spares_stage(ctx: PoolContext, prog: Progress) -> StageResult:
     short = prog.desired - len(serving)
     if short > 0:
         return _promote(ctx, prog, [v for v in spares if v.lifecycle is Lifecycle.SPARE], short)
-    room = ctx.pool.spare_nodes - len(spares)
+    room = wanted(ctx, prog) - len(spares)
     ready = [
         v
         for v in serving
@@ -135,7 +148,7 @@ def spares_stage(ctx: PoolContext, prog: Progress) -> StageResult:
             ctx.pool.name,
             v.node,
             f"held as a warm spare ({len(spares) + i} of {ctx.pool.spare_nodes} spares; "
-            f"{len(serving) - i - 1} of {prog.desired} desired nodes serve without it)",
+            f"{len(serving) - i} of {prog.desired} desired nodes serve without it)",
             instance_id=iid(v),
             action_reason=ActionReason.SPARE,
         )
@@ -185,7 +198,7 @@ def returning(
     one that goes (DESIGN.md "Node lifecycle"). Never both uncordons and retires a node.
     """
     serving = len(_serving(ctx, prog))
-    room = ctx.pool.spare_nodes - len(held(ctx, prog))
+    room = wanted(ctx, prog) - len(held(ctx, prog))
     if serving < prog.desired or ctx.frozen:
         return uncordon, replace(prog, returned=prog.returned + (v.node,))
     state = f"{serving} of {prog.desired} desired nodes serve without it"

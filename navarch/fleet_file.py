@@ -469,12 +469,21 @@ def _pool(
     nodes = raw["nodes"]
     target = nodes["target"]
     lo = nodes.get("min", 0)
-    hi = nodes.get("max", max(target, lo))
+    spares = nodes.get("spares", 0)
+    hi = nodes.get("max", max(target + spares, lo))
     if not lo <= target <= hi:
         raise fail(
             ("pools", name, "nodes"),
             f"nodes must satisfy min <= target <= max, got min={lo} target={target} max={hi}",
             "adjust min, target or max",
+        )
+    if target + spares > hi:
+        # Spares are launched instances: they count against max like serving nodes.
+        raise fail(
+            ("pools", name, "nodes", "spares"),
+            f"spares must fit under max: target + spares <= max, got target={target} "
+            f"spares={spares} max={hi}",
+            "raise max or lower spares",
         )
     placements = _placements(name, raw, providers, fail)
     return PoolSpec(
@@ -484,6 +493,7 @@ def _pool(
         min_nodes=lo,
         target_nodes=target,
         max_nodes=hi,
+        spare_nodes=spares,
         labels=tuple(sorted(raw["labels"].items())),
         scheduler=Scheduler(raw["scheduler"]),
         playbooks=dict(raw.get("playbooks", {})),

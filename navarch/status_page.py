@@ -152,6 +152,7 @@ def page_context(
                 "min": p.min_nodes,
                 "target": p.target_nodes,
                 "max": p.max_nodes,
+                "spares": p.spare_nodes,
                 "breaker_open": any(
                     h.rule is HaltRule.CIRCUIT_BREAKER for h in plan.halts if h.pool == p.name
                 ),

@@ -29,6 +29,7 @@ from navarch.planner.model import (
     PoolMemory,
 )
 from navarch.planner.repair import impairment_cleared
+from navarch.planner.spares import held, wanted
 from navarch.spec import PoolSpec, Replacement, SurgeOn, UpdateStrategy
 from navarch.wording import counted
 
@@ -168,14 +169,19 @@ def present_nodes(ctx: PoolContext, prog: Progress) -> list[NodeView]:
     # surge_on: replace: a node the ladder will reset or reboot is waited for, like one out
     # for diagnostics; a surge machine per reboot costs more than the minutes it saves.
     waited = h.replacement is Replacement.SURGE and h.surge_on is SurgeOn.REPLACE
+    # Warm spares held never count toward desired; a sick one counts until its cordon, as
+    # any sick node does (no replacement before the cordon).
+    spares = {v.node for v in held(ctx, prog)}
     return [
         v
         for v in ctx.views
-        if (
+        if v.node not in spares
+        and (
             v.lifecycle not in LEAVING
             or v.lifecycle in kept
             or v.diag_cordon
             or impairment_cleared(v)
+            or v.node in prog.returned  # the ladder returns it to service this run
             or (waited and in_place(ctx, v))
         )
         # a stuck instance leaves this run, unless the breaker holds its termination
@@ -190,9 +196,11 @@ def present_nodes(ctx: PoolContext, prog: Progress) -> list[NodeView]:
 
 
 def count_stage(ctx: PoolContext, prog: Progress) -> StageResult:
-    """Provision up to desired (plus surge replacements drift asked for), or scale down."""
+    """Provision up to desired and the pool's warm spares (plus surge replacements drift
+    asked for), or scale down (spares first)."""
     present = present_nodes(ctx, prog)
-    need = prog.desired - len(present)
+    spares = held(ctx, prog)
+    need = prog.desired - len(present) + wanted(ctx, prog) - len(spares)
     if need > 0 or prog.surge_for:
         return _provision(ctx, prog, present, max(need, 0))
     # Drifted nodes under a rolling update leave through the drift stage, which retires
@@ -203,7 +211,7 @@ def count_stage(ctx: PoolContext, prog: Progress) -> StageResult:
         else 0
     )
     if need + rolling < 0:
-        return _scale_down(ctx, prog, present, -(need + rolling))
+        return _scale_down(ctx, prog, present, -(need + rolling), spares)
     return StageResult(prog)
 
 
@@ -217,7 +225,7 @@ def _provision(ctx: PoolContext, prog: Progress, present: list[NodeView], need: 
     # after-terminate: a replacement waits until the node it replaces is gone.
     room = pool.max_nodes + surge - len(existing)
     if h.replacement is Replacement.AFTER_TERMINATE:
-        room = prog.desired - len(existing)
+        room = prog.desired + wanted(ctx, prog) - len(existing)
     # A node held for a stockout leaves once its replacement exists: that replacement
     # launches beside it, in its slot (navarch.planner.stockout).
     room += sum(v.node in prog.held for v in existing)
@@ -289,9 +297,14 @@ def _provision(ctx: PoolContext, prog: Progress, present: list[NodeView], need: 
 
 
 def _scale_down(
-    ctx: PoolContext, prog: Progress, present: list[NodeView], excess: int
+    ctx: PoolContext,
+    prog: Progress,
+    present: list[NodeView],
+    excess: int,
+    spares: Sequence[NodeView] = (),
 ) -> StageResult:
-    """Cordon + drain `excess` nodes: idle ready nodes only (drifted first, then one with a
+    """Cordon + drain `excess` nodes: warm spares first (they serve nothing), then idle
+    ready nodes only (drifted first, then one with a
     fault within lemon_window, so a surge's fresh replacement stays and the once-faulty
     node goes, then healthy before degraded, least utilised, newest); never a doubtful one, and
     never below desired ready nodes. A pool with nodes failing (unhealthy, offline, or
@@ -302,7 +315,7 @@ def _scale_down(
     if held is not None:
         return held
     ready = [v for v in present if v.lifecycle in READY]
-    n = min(excess, len(ready) - prog.desired)
+    n = min(excess, len(ready) - prog.desired + len(spares))
     pending: list[str] = []
     if n < excess:
         pending.append(
@@ -313,7 +326,7 @@ def _scale_down(
     halts: list[Halt] = []
     budget, leaving = prog.budget, list(prog.leaving)
     why = f"scale down: {len(present)} nodes present, {prog.desired} desired"
-    for v in _scale_down_order(ctx, ready)[: max(n, 0)]:
+    for v in (list(spares) + _scale_down_order(ctx, ready))[: max(n, 0)]:
         if budget <= 0:
             halts.append(
                 Halt(

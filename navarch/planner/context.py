@@ -85,6 +85,11 @@ class Progress:
     #: nodes out of service for a fault whose termination waits for a replacement that
     #: could not launch (navarch.planner.stockout): not present, their replacement wanted
     held: frozenset[str] = frozenset()
+    # Warm spares (navarch.planner.spares): nodes made spares this run (cordoned from the
+    # scheduler), spares promoted this run, and nodes the ladder returned to service.
+    spared: tuple[str, ...] = ()
+    promoted: tuple[str, ...] = ()
+    returned: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -53,6 +53,7 @@ from navarch.planner.model import (
     NodeView,
 )
 from navarch.planner.observe import after_remedy, fault_of
+from navarch.planner.spares import returning
 from navarch.planner.stockout import holds
 from navarch.remedies import RemedyRow, is_hardware, row_for
 from navarch.xid import fatal_xids_by_remedy
@@ -524,7 +525,9 @@ def ladder_stage(ctx: PoolContext, prog: Progress) -> StageResult:
     ``rung_for``: RESET_GPU, REBOOT, or TERMINATE (replace; a lemon is marked); an in-place
     rung that GPU processes keep from running for drain_timeout falls back to TERMINATE. A
     REMEDIATING node is uncordoned after return_after healthy reports made after the
-    remedy (observe.after_remedy: a new boot, or a report later than the GPU reset), climbs
+    remedy (observe.after_remedy: a new boot, or a report later than the GPU reset) when
+    the pool needs it, else held as a warm spare or terminated as surplus
+    (navarch.planner.spares.returning), climbs
     the next rung when it faults again after it or is not back within return_timeout, and
     is replaced when no report made after the remedy arrives within boot_timeout. Resets
     and reboots are repairs: the circuit breaker holds every one, the repair rate limit one
@@ -541,6 +544,7 @@ def ladder_stage(ctx: PoolContext, prog: Progress) -> StageResult:
     leaving = list(prog.leaving)
     rate_left = prog.rate_left
     held_nodes = set(prog.held)
+    spared, returned = prog.spared, prog.returned
     for v in ctx.views:
         if v.lifecycle is Lifecycle.OPERATOR_CORDONED and v.node not in ctx.options.replace:
             pending.append(_operator_cordoned(v))
@@ -564,6 +568,16 @@ def ladder_stage(ctx: PoolContext, prog: Progress) -> StageResult:
         if halt is not None:
             halts.append(halt)
             continue
+        if action.action_reason is ActionReason.RECOVERED:
+            # Cured: back to service, into the spare set, or away as surplus; decided
+            # once, so no plan uncordons a node it retires (navarch.planner.spares).
+            so_far = replace(prog, leaving=tuple(leaving), spared=spared, returned=returned)
+            action, so_far = returning(ctx, so_far, v, action)
+            spared, returned = so_far.spared, so_far.returned
+            if action.kind is ActionKind.TERMINATE:
+                leaving.append(v.node)
+            actions.append(action)
+            continue
         actions.append(action)
         if action.kind in (ActionKind.CORDON, ActionKind.TERMINATE):
             leaving.append(v.node)  # leaves for good: the count stage replaces it
@@ -576,6 +590,8 @@ def ladder_stage(ctx: PoolContext, prog: Progress) -> StageResult:
             taken=frozenset(taken),
             leaving=tuple(leaving),
             held=frozenset(held_nodes),
+            spared=spared,
+            returned=returned,
         ),
         tuple(actions),
         tuple(halts),

@@ -43,6 +43,9 @@ class Lifecycle(enum.StrEnum):
     #: launched or back from an in-place remedy, its pool's acceptance suite not yet passed
     #: on this boot: kept from the scheduler, counted against max, not serving work
     BURN_IN = "burn_in"
+    #: a warm spare: healthy, kept cordoned from the scheduler, promoted when a node leaves
+    #: service for a fault (PoolMemory.spares; navarch.planner.spares)
+    SPARE = "spare"
 
 
 SERVING = frozenset(
@@ -122,6 +125,8 @@ class ActionReason(enum.StrEnum):
     BURN_IN_FAILED = "burn_in_failed"
     #: replaced: the acceptance suite did not pass within the pool's acceptance timeout_s
     BURN_IN_TIMEOUT = "burn_in_timeout"
+    SPARE = "spare"  # cordon: a healthy node beyond target is held as a warm spare
+    SPARE_PROMOTED = "spare_promoted"  # uncordon: a spare serves in place of a node that left
 
 
 class BurnIn(enum.StrEnum):
@@ -314,6 +319,8 @@ class NodeMemory:
     #: "<boot_id>/<reset>" of the acceptance run the planner accepted ("": none): a node
     #: past burn-in on that boot is not judged against its pool's figures again
     accepted: str = ""
+    #: cordoned for a scale-down (ActionReason.SCALE_DOWN): its termination is a scale-down
+    scale_down_cordon: bool = False
 
 
 @dataclass(frozen=True)
@@ -374,6 +381,9 @@ class PoolMemory:
     # When navarch first cordoned a node of the pool after it left fleet.yaml: its
     # retirement is under way and the orphan guard has been passed (None: not started).
     retiring_since: datetime | None = None
+    # Nodes held as warm spares (cordoned from the scheduler, not serving), sorted by name:
+    # the designation survives runs; the planner's spares stage alone decides it.
+    spares: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -469,6 +479,7 @@ class NodeView:
     #: burn-in's verdict when the node is being or was just judged (navarch.planner.burn_in)
     burn_in: BurnIn | None = None
     repair: bool = False  # NodeMemory.repair: cordoned to be replaced (a fault, not a choice)
+    scale_down_cordon: bool = False  # NodeMemory.scale_down_cordon
 
 
 @dataclass(frozen=True)

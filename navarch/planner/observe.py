@@ -57,6 +57,7 @@ from navarch.planner.model import (
     NodeMemory,
     NodeView,
     Phase,
+    PoolMemory,
     PoolSettings,
     ReportObservation,
     ReportSummary,
@@ -242,12 +243,38 @@ def observe(
         settings = settings_of(pool)
         if pm.settings != settings or pm.retiring_since is not None:
             pm = replace(pm, settings=settings, retiring_since=None)
+        pm = _live_spares(pm, owned)
         if pm != mem.pool(pool.name):
             mem = mem.with_pool(pm)
 
     mem = replace(mem, rejections=tuple(sorted(rejections.items())))
     return Observed(
-        views=tuple(views), foreign=tuple(foreign), memory=mem, duplicates=tuple(duplicates)
+        views=tuple(_spare(v, mem) for v in views),
+        foreign=tuple(foreign),
+        memory=mem,
+        duplicates=tuple(duplicates),
+    )
+
+
+def _live_spares(pm: PoolMemory, owned: Mapping[str, Instance]) -> PoolMemory:
+    """pm without the spares whose instance is gone (the same object when none is)."""
+    if all(n in owned for n in pm.spares):
+        return pm
+    return replace(pm, spares=tuple(n for n in pm.spares if n in owned))
+
+
+def _spare(v: NodeView, memory: Memory) -> NodeView:
+    """A healthy or degraded node the pool holds as a warm spare (PoolMemory.spares) is
+    SPARE: cordoned from the scheduler, serving nothing until promoted. Any other verdict
+    (unhealthy, offline, doubt) stands: a sick spare is repaired like any node."""
+    if v.lifecycle not in (Lifecycle.HEALTHY, Lifecycle.DEGRADED) or v.orphan:
+        return v
+    if v.node not in memory.pool(v.pool).spares:
+        return v
+    return replace(
+        v,
+        lifecycle=Lifecycle.SPARE,
+        reason=f"warm spare, cordoned from the scheduler ({v.lifecycle.value}: {v.reason})",
     )
 
 
@@ -549,6 +576,7 @@ def _view(
         impaired_cordon=nm.impaired_cordon,
         silent_cordon=nm.silent_cordon,
         repair=nm.repair,
+        scale_down_cordon=nm.scale_down_cordon,
         drift=drift,
         tags_drift=tags_drift,
         burn_in=burn,

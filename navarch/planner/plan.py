@@ -19,7 +19,9 @@ A fleet's plan is made in two layers of named stages, each a pure function:
   impaired listing; uncordon when it clears), watch (what is part-way to a decision),
   diagnostics (navarch.planner.diagnostics: cordon + drain nodes due for scheduled dcgmi
   diag, within the budget; the ladder stage diagnoses and returns them), drift (in-place
-  tag updates and rolling replacement), count (provision up to desired, or scale down).
+  tag updates and rolling replacement), spares (navarch.planner.spares: promote a warm
+  spare into a short pool, hold surplus healthy idle nodes as spares), count (provision
+  up to desired and the spares, or scale down, spares first).
   `navarch destroy` swaps in its own.
 A stage (navarch.planner.context) reads a PoolContext (never changed) and the Progress earlier stages made (budget
 left, nodes leaving, replacements wanted) and returns a StageResult: its actions, the
@@ -53,7 +55,9 @@ cordoned is never drained, terminated or uncordoned by a plan unless the operato
 in `--replace`. Every lifecycle out of service has a deadline and a next step (drain_timeout,
 boot_timeout, return_timeout, the diagnostics time limits: docs/health-policy.md "No node
 stuck out of service"), so no node holds the disruption budget for good. Under surge_on:
-replace a node the ladder remedies in place gets no surge replacement.
+replace a node the ladder remedies in place gets no surge replacement; under surge_on:
+any (the default) it gets one, and once cured it is terminated as the surplus rather than
+returned to service (navarch.planner.spares.returning).
 """
 
 from __future__ import annotations
@@ -106,6 +110,7 @@ from navarch.planner.retire import (
     orphan_stage,
 )
 from navarch.planner.silence import silence_stage
+from navarch.planner.spares import spares_stage
 from navarch.spec import FleetSpec, PoolSpec
 
 HOUR_S = 3600
@@ -280,6 +285,7 @@ POOL_STAGES: tuple[Stage, ...] = (
     watch_stage,
     diagnostics_stage,
     drift_stage,
+    spares_stage,
     count_stage,
 )
 #: `navarch destroy`'s pipeline (`destroy --force`: force_destroy_stage alone).

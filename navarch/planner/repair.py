@@ -109,7 +109,7 @@ def terminate_stage(ctx: PoolContext, prog: Progress) -> StageResult:
                 ctx.pool.name,
                 v,
                 f"{why}; {v.reason}",
-                ActionReason.DRAIN_FINISHED if v.drained else ActionReason.DRAIN_TIMEOUT,
+                _drained_code(v),
                 backoff=v.summary is None,
             )
             held = holds(ctx, prog, v, action)
@@ -124,6 +124,15 @@ def terminate_stage(ctx: PoolContext, prog: Progress) -> StageResult:
         tuple(halts),
         pending=tuple(pending),
     )
+
+
+def _drained_code(v: NodeView) -> ActionReason:
+    """The termination's code for a draining node: a scale-down's stays SCALE_DOWN (so
+    every count of scale-downs, the simulator's scale_down_terminations among them, sees it
+    by its own code); else whether the drain finished or timed out."""
+    if v.scale_down_cordon:
+        return ActionReason.SCALE_DOWN
+    return ActionReason.DRAIN_FINISHED if v.drained else ActionReason.DRAIN_TIMEOUT
 
 
 def redrain_stage(ctx: PoolContext, prog: Progress) -> StageResult:

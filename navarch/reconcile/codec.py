@@ -190,6 +190,8 @@ def _ladder_to_json(n: NodeMemory) -> dict[str, Any]:
         out["silent_cordon"] = True
     if n.accepted:
         out["accepted"] = n.accepted
+    if n.scale_down_cordon:
+        out["scale_down_cordon"] = True
     return out
 
 
@@ -255,6 +257,7 @@ def _ladder_from_json(n: Mapping[str, Any]) -> dict[str, Any]:
         "impaired_cordon": n.get("impaired_cordon", False),
         "silent_cordon": n.get("silent_cordon", False),
         "accepted": node_text(n.get("accepted", "")),
+        "scale_down_cordon": n.get("scale_down_cordon", False),
     }
 
 
@@ -356,6 +359,7 @@ def memory_to_json(m: Memory, cache: NodeDocCache | None = None) -> dict[str, An
                 **({"lemon_hosts": list(p.lemon_hosts)} if p.lemon_hosts else {}),
                 **({"settings": settings_to_json(p.settings)} if p.settings else {}),
                 **({"retiring_since": ts(p.retiring_since)} if p.retiring_since else {}),
+                **({"spares": list(p.spares)} if p.spares else {}),
             }
             for p in m.pools
         },
@@ -392,6 +396,7 @@ _LADDER_KEYS = frozenset(
         "impaired_cordon",
         "silent_cordon",
         "accepted",
+        "scale_down_cordon",
     }
 )
 
@@ -445,6 +450,7 @@ def memory_from_json(d: Mapping[str, Any]) -> Memory:
             lemon_hosts=tuple(p.get("lemon_hosts", ())),
             settings=settings_from_json(p.get("settings")),
             retiring_since=parse_ts(p.get("retiring_since")),
+            spares=tuple(sorted(p.get("spares", ()))),
         )
         for name, p in sorted(d.get("pools", {}).items())
     )

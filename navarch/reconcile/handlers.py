@@ -72,6 +72,17 @@ def _with_fault(nm: NodeMemory, fault: Fault | None, now: datetime, keep_s: int)
 MAX_HOST_FAULTS = 1000
 
 
+def _spare_set(m: Memory, a: Action, *, add: bool) -> Memory:
+    """Memory with the action's node added to (or removed from) its pool's warm spares
+    (PoolMemory.spares, kept sorted); the same Memory when nothing changes."""
+    pm = m.pool(a.pool)
+    node = a.node or ""
+    if (node in pm.spares) == add or not node:
+        return m
+    spares = pm.spares + (node,) if add else tuple(n for n in pm.spares if n != node)
+    return m.with_pool(replace(pm, spares=tuple(sorted(spares))))
+
+
 @runtime_checkable
 class GpuResetter(Protocol):
     """A provider that resets a machine's GPUs itself (the local provider's fake GPUs have
@@ -231,6 +242,8 @@ class Handlers:
         ran = self._playbook(a, "cordon", memory)
         if not ran.ok:
             return ran, same
+        if a.action_reason is ActionReason.SPARE:
+            return ran, self._held_spare(a, memory)
         now = self.clock()
         scheduled = a.why == DiagWhy.SCHEDULED.value
         nm = replace(
@@ -242,6 +255,7 @@ class Handlers:
             diag_cordon=scheduled,
             impaired_cordon=a.action_reason is ActionReason.IMPAIRED_FIRST_SEEN,
             silent_cordon=a.action_reason is ActionReason.OFFLINE,
+            scale_down_cordon=a.action_reason is ActionReason.SCALE_DOWN,
         )
         if scheduled:  # out for scheduled diagnostics, returned after them
             nm = replace(nm, diag=Diag(a.level or 1, DiagWhy.SCHEDULED, DiagState.DUE, now))
@@ -258,7 +272,7 @@ class Handlers:
         retiring = a.pool not in {p.name for p in self.spec.pools}
 
         def update(m: Memory) -> Memory:
-            m = host(m.with_node(nm))
+            m = _spare_set(host(m.with_node(nm)), a, add=False)  # out: no longer a spare
             if a.repair:
                 pm = m.pool(a.pool)
                 m = m.with_pool(replace(pm, repairs=self._recent(pm, now) + (now,)))
@@ -269,6 +283,25 @@ class Handlers:
             return m
 
         return ran, update
+
+    def _held_spare(self, a: Action, memory: Memory) -> Update:
+        """Memory after a cordon that holds a healthy node as a warm spare (action_reason
+        SPARE): the node joins PoolMemory.spares and has no phase (a spare is out of the
+        scheduler, not out for a fault); a node cured in place leaves its remedy behind."""
+        nm = replace(
+            self._node_memory(a, memory),
+            phase=Phase.NONE,
+            phase_at=self.clock(),
+            phase_reason="",
+            repair=False,
+            streak=0,
+            return_streak=0,
+            diag_cordon=False,
+            impaired_cordon=False,
+            silent_cordon=False,
+            scale_down_cordon=False,
+        )
+        return chain(set_node(nm), lambda m: _spare_set(m, a, add=True))
 
     def _host_fault(self, a: Action, memory: Memory, now: datetime) -> Update:
         """Count a new fault occurrence against the node's physical host, where
@@ -355,7 +388,7 @@ class Handlers:
         lemon = self._lemon(a.pool, inst.instance_id, inst.host_id) if a.lemon else same
         return (
             Outcome.done(a, f"terminated {inst.instance_id}{handed}"),
-            chain(backoff, lemon, set_node(nm)),
+            chain(backoff, lemon, set_node(nm), lambda m: _spare_set(m, a, add=False)),
         )
 
     def _hand_back(self, a: Action, inst: Instance) -> str:
@@ -470,6 +503,7 @@ class Handlers:
             diag_cordon=False,
             impaired_cordon=False,
             silent_cordon=False,
+            scale_down_cordon=False,
         )
 
         host = self._host_fault(a, memory, now)
@@ -556,8 +590,10 @@ class Handlers:
             diag_cordon=False,
             impaired_cordon=False,
             silent_cordon=False,
+            scale_down_cordon=False,
         )
-        return ran, set_node(nm)
+        # Uncordoned, a spare serves (promoted, or by an operator): no longer a spare.
+        return ran, chain(set_node(nm), lambda m: _spare_set(m, a, add=False))
 
     #: ActionKind -> handler(self, action, memory) -> (Outcome, Update). A new kind adds
     HANDLERS: Mapping[ActionKind, Callable[[Handlers, Action, Memory], tuple[Outcome, Update]]] = {

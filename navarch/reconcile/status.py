@@ -136,6 +136,7 @@ class PoolStatus:
     nodes: tuple[NodeStatus, ...]
     lemons: tuple[str, ...]
     lemon_hosts: tuple[str, ...]
+    spares: int = 0  # nodes.spares: warm spares the pool keeps beyond target
 
     def to_json(self) -> dict[str, Any]:
         """A `pools` item of schemas/status.schema.json."""
@@ -149,6 +150,7 @@ class PoolStatus:
             "nodes": [n.to_json() for n in self.nodes],
             "lemons": list(self.lemons),
             "lemon_hosts": list(self.lemon_hosts),
+            "spares": self.spares,
         }
 
 
@@ -262,6 +264,7 @@ def fleet_status(spec: FleetSpec, snap: Snapshot) -> FleetStatus:
                 nodes=tuple(_node(p, v, pm.lemons, snap.now, bad) for v in by_pool.get(p.name, ())),
                 lemons=tuple(pm.lemons),
                 lemon_hosts=bad,
+                spares=p.spare_nodes,
             )
         )
     return FleetStatus(

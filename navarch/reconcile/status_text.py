@@ -112,6 +112,7 @@ def _pool_line(p: PoolStatus) -> str:
     return (
         f"  pool {p.pool}: {counted(len(p.nodes), 'node')} ({by_state or 'none'}); "
         f"min {p.min}, target {p.target}, max {p.max}"
+        + (f", spares {p.spares}" if p.spares else "")
     )
 
 

@@ -120,6 +120,8 @@ class _Tally:
     runs_executed: int = 0
     clean: bool = False  # the last executed run found the world clean (see _clean)
     last: _Sample | None = None
+    spares: frozenset[str] = frozenset()  # warm spares in Memory after the last run
+    spare_s: float = 0.0  # instance-seconds of warm spares (cordoned: not serving)
 
     def on_fault(self, n: SimNode) -> None:
         """The world's hook: a node got a real fault."""
@@ -214,6 +216,7 @@ class _Tally:
                     "; ".join(h.message for h in result.plan.halts),
                 )
         self.phases = {nm.node: nm.phase for nm in result.memory.nodes}
+        self.spares = frozenset(n for pm in result.memory.pools for n in pm.spares)
         per_pool = Counter(nm.pool for nm in result.memory.nodes if nm.phase is not Phase.NONE)
         self.peak_disrupted = max([self.peak_disrupted, *per_pool.values()])
         self.clean = self._clean(result)
@@ -273,6 +276,7 @@ class _Tally:
                     and n.fault is None
                     and n.notice_s is None
                     and self.phases.get(n.node, Phase.NONE) is Phase.NONE
+                    and n.node not in self.spares  # a warm spare is cordoned: no work
                 ):
                     serving_nodes.add(n.node)
             sample = _Sample(
@@ -281,6 +285,7 @@ class _Tally:
             self.last = sample
         for itype, count in sample.instances.items():
             self.instance_s[itype] += count * self.period_s
+        self.spare_s += sum(n in self.world.by_name for n in self.spares) * self.period_s
         serving = sample.serving
         # Availability is measured from the first time the fleet reached its target: the
         # first boot of the whole fleet is not an outage.
@@ -452,6 +457,7 @@ def _document(scenario: Scenario, t: _Tally) -> dict[str, Any]:
         "run_errors": dict(sorted(t.run_errors.items())),
         "api_calls_per_day": api,
         "instance_hours": inst_h,
+        "spare_instance_hours": round(t.spare_s / 3600, 3),
         "cost_usd": round(sum(h * prices.get(k, 0.0) for k, h in inst_h.items()), 2),
         "fault_to_cordon_s": sorted(to_cordon),
         "fault_to_serving_s": sorted(to_serving),

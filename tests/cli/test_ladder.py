@@ -4,8 +4,9 @@ XID 79 (the agent's catalogue: action reboot) -> apply cordons and drains the no
 surge replacement for a reboot under surge_on: replace) -> once drained it is rebooted in
 place (a new boot id, same instance) -> after return_after healthy reports from the new
 boot it is uncordoned, pool at target. XID 79 again within ladder_window -> this time it is
-replaced, and its replacement surges. Under surge_on: any the reboot has its surge, and
-the surplus that leaves afterwards is the once-faulty node, not the fresh replacement. With replacement after-terminate nothing is provisioned for a
+replaced, and its replacement surges. Under surge_on: any (the product default; the local
+fleet here says replace) the reboot has its surge, and once cured the once-faulty node is
+terminated as the surplus, never uncordoned first. With replacement after-terminate nothing is provisioned for a
 reboot. Every apply is preceded by `local tick` (each node's agent reports once), as the
 reconciler's schedule would interleave them.
 """
@@ -91,7 +92,7 @@ def test_xid79_reboots_returns_then_is_replaced_within_the_window(navarch, fleet
     assert f"~ reboot {NODE}" not in out
 
 
-def test_surge_on_any_surges_a_reboot_and_scales_down_the_once_faulty_node(
+def test_surge_on_any_surges_a_reboot_and_retires_the_cured_node_without_uncordoning_it(
     navarch, fleet_dir
 ) -> None:
     _edit(fleet_dir, lambda d: d["pools"]["train"]["health"].update(surge_on="any"))
@@ -100,11 +101,12 @@ def test_surge_on_any_surges_a_reboot_and_scales_down_the_once_faulty_node(
     out = _cycle(navarch)
     assert f"~ cordon {NODE}" in out and "+ provision demo-train-0004" in out, out
     outs = [_cycle(navarch) for _ in range(4)]  # reboot, then return_after 3
-    assert f"~ reboot {NODE}" in outs[0] and f"~ uncordon {NODE}" in outs[-1], outs
-    # One over target: the node with the recent fault goes, the fresh replacement stays.
-    outs = [_cycle(navarch) for _ in range(3)]
-    assert f"~ cordon {NODE}" in outs[0] and "scale down" in outs[0], outs[0]
-    assert f"- terminate {NODE}" in "".join(outs), outs
+    assert f"~ reboot {NODE}" in outs[0], outs
+    # Cured while its surge replacement serves: the once-faulty node goes at once, and the
+    # plan that retires it never uncordons it (a scheduler could place a job in between).
+    assert f"- terminate {NODE}" in outs[-1] and "scale down" in outs[-1], outs[-1]
+    assert not any(f"~ uncordon {NODE}" in o for o in outs), outs
+    _cycle(navarch)
     assert navarch("plan", "fleet.yaml", "--detailed-exitcode").code == 0
     nodes = _train(navarch)
     assert sorted(nodes) == ["demo-train-0001", "demo-train-0003", "demo-train-0004"]

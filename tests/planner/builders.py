@@ -338,6 +338,7 @@ def node_memory(
     impaired_since: datetime | None = None,
     impaired_cordon: bool = False,
     silent_cordon: bool = False,
+    scale_down_cordon: bool = False,
 ) -> NodeMemory:
     """What earlier runs remembered of one node (report_version follows report's sequence).
     fault: a Fault or its fields {key, action, boot_id, sequence}; the rest are the
@@ -375,6 +376,7 @@ def node_memory(
         impaired_since=impaired_since,
         impaired_cordon=impaired_cordon,
         silent_cordon=silent_cordon,
+        scale_down_cordon=scale_down_cordon,
     )
 
 
@@ -410,6 +412,7 @@ def pool_memory(
     host_faults: Iterable[tuple[str, str, datetime]] = (),
     settings: PoolSettings | None = None,
     retiring_since: datetime | None = None,
+    spares: Iterable[str] = (),
 ) -> PoolMemory:
     return PoolMemory(
         pool=pool,
@@ -423,6 +426,7 @@ def pool_memory(
         host_faults=tuple(host_faults),
         settings=settings,
         retiring_since=retiring_since,
+        spares=tuple(sorted(spares)),
     )
 
 

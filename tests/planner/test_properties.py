@@ -130,6 +130,8 @@ def pool_docs(draw: st.DrawFn, *, converging: bool = False) -> dict[str, Any]:
             "capacity": draw(st.sampled_from(["on-demand", "spot"])),
         }
         doc["placements"] = draw(st.sampled_from([[first, second], [second, first]]))
+    if not converging and draw(st.booleans()):  # warm spares, within max
+        doc["nodes"]["spares"] = draw(st.integers(0, max_nodes - target))
     return doc
 
 
@@ -242,6 +244,14 @@ def pool_memories(draw: st.DrawFn, pool: PoolSpec, now: datetime) -> PoolMemory:
         if desired is None
         else draw(st.sampled_from([pool.target_nodes, pool.target_nodes + 1])),
         scaled_at=None if desired is None else now - _minutes(draw, 0, 30),
+        # held as warm spares by earlier runs (a name with no instance is forgotten)
+        spares=draw(
+            st.lists(
+                st.sampled_from([node_name(pool.name, i) for i in range(1, 13)]),
+                max_size=3,
+                unique=True,
+            )
+        ),
     )
 
 
@@ -334,8 +344,9 @@ def worlds(draw: st.DrawFn) -> World:
 
 @st.composite
 def converged_worlds(draw: st.DrawFn) -> World:
-    """Every pool exactly at target, every node running with a fresh healthy report and
-    utilisation between the autoscaling thresholds (or none); foreign instances around."""
+    """Every pool exactly at target plus its warm spares (the newest nodes, held in
+    PoolMemory.spares), every node running with a fresh healthy report and utilisation
+    between the autoscaling thresholds (or none); foreign instances around."""
     spec = draw(fleets())
     now = builders.BASE_NOW + _minutes(draw, 0, 600)
     inventory: list[Instance] = []
@@ -347,8 +358,8 @@ def converged_worlds(draw: st.DrawFn) -> World:
             draw(
                 st.lists(
                     st.integers(1, 12),
-                    min_size=pool.target_nodes,
-                    max_size=pool.target_nodes,
+                    min_size=pool.target_nodes + pool.spare_nodes,
+                    max_size=pool.target_nodes + pool.spare_nodes,
                     unique=True,
                 )
             )
@@ -385,6 +396,8 @@ def converged_worlds(draw: st.DrawFn) -> World:
         pm = draw(pool_memories(pool, now))
         if pm.desired_from_target == pool.target_nodes:
             pm = replace(pm, desired=None, desired_from_target=None, scaled_at=None)
+        held = indices[len(indices) - pool.spare_nodes :] if pool.spare_nodes else []
+        pm = replace(pm, spares=tuple(node_name(pool.name, i) for i in held))
         pool_mems.append(pm)
     foreign = draw(foreign_instances(now, {i.node or "" for i in inventory}))
     return World(
@@ -416,7 +429,7 @@ def _show(p: Plan) -> str:
 @given(converged_worlds())
 def test_observed_equals_desired_gives_an_empty_plan(world: World) -> None:
     observed, p = world.run()
-    assert all(v.lifecycle is Lifecycle.HEALTHY for v in observed.views)
+    assert all(v.lifecycle in (Lifecycle.HEALTHY, Lifecycle.SPARE) for v in observed.views)
     assert p.actions == (), _show(p)
     assert p.halts == (), _show(p)
 
@@ -500,7 +513,8 @@ def never_above_max(world: World, observed: Observed, p: Plan) -> None:
 
 def never_exceeds_the_disruption_budget(world: World, observed: Observed, p: Plan) -> None:
     """Cordoned + draining + terminating after the plan (nodes cordoned for a preemption or
-    maintenance notice aside) never exceeds max_unavailable, or what already was."""
+    maintenance notice aside, and a warm spare's cordon: it takes no node out of service)
+    never exceeds max_unavailable, or what already was."""
     for pool in world.spec.pools:
         views = {v.node: v for v in _pool_views(observed, pool.name)}
         before = sum(v.lifecycle in LEAVING for v in views.values())
@@ -509,6 +523,7 @@ def never_exceeds_the_disruption_budget(world: World, observed: Observed, p: Pla
             for a in p.actions
             if a.pool == pool.name
             and a.kind is ActionKind.CORDON
+            and a.action_reason is not ActionReason.SPARE
             and views[a.node or ""].lifecycle is not Lifecycle.PREEMPTING
         }
         budget = pool.health.max_unavailable_nodes(pool.target_nodes)

@@ -20,11 +20,12 @@ A scenario file holds (times are RFC 3339, or relative to `now` like "-20m", "+1
                       streak_sequence, first_seen_at, report, and the remediation
                       ladder's fault {key, action, boot_id, sequence}, faults [[kind, time]],
                       rung, rung_fault, rung_at, return_streak, operator_cordon, diag {level,
-                      why, state, at, started_at, detail}, diag_cordon, impaired_since, impaired_cordon, silent_cordon; pools: pool -> next_index,
+                      why, state, at, started_at, detail}, diag_cordon, impaired_since, impaired_cordon, silent_cordon, scale_down_cordon; pools: pool -> next_index,
                       repairs, exhausted [{[provider], zone, instance_type, spot, until}], desired,
                       desired_from_target, scaled_at, host_faults [[host, key, time]],
                       settings {scheduler, playbooks, ssh, drain_timeout, stale_after,
-                      max_unavailable} (a removed pool's, as recorded), retiring_since
+                      max_unavailable} (a removed pool's, as recorded), retiring_since,
+                      spares [node] (warm spares)
   drain_checks:       node -> bool (scheduler drain-check results this run)
   xfail:              (only for a planner bug found by the scenario) the bug, in one line
   expect:

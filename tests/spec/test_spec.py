@@ -9,6 +9,7 @@ import pytest
 from navarch.errors import ConfigError
 from navarch.fleet_file import load_fleet
 from navarch.fleet_secret import read_fleet_secret
+from navarch.spec import SurgeOn
 from tests.support.cli import run_navarch
 from tests.support.fleet_text import BASE, write_fleet_text
 
@@ -102,3 +103,27 @@ def test_secret_from_env(tmp_path, monkeypatch):
         read_fleet_secret(spec)
     monkeypatch.setenv("FLEET_SECRET", "s3cret-value\n")
     assert read_fleet_secret(spec) == b"s3cret-value"
+
+
+def test_spares_must_fit_under_max_naming_the_spares_key(tmp_path):
+    text = BASE.replace("min: 1, target: 2, max: 3", "min: 1, target: 2, max: 3, spares: 2")
+    path = write_fleet_text(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        load_fleet(path)
+    err = info.value
+    assert err.key_path == "pools.train.nodes.spares" and err.line == 9
+    assert "target + spares <= max" in err.message and "target=2 spares=2 max=3" in err.message
+    assert "raise max or lower spares" in err.hint
+
+
+def test_spares_default_to_none_and_max_defaults_to_target_plus_spares(tmp_path):
+    spec = load_fleet(write_fleet_text(tmp_path, BASE))
+    assert spec.pool("train").spare_nodes == 0
+    text = BASE.replace("min: 1, target: 2, max: 3", "target: 2, spares: 2")
+    pool = load_fleet(write_fleet_text(tmp_path, text)).pool("train")
+    assert (pool.target_nodes, pool.spare_nodes, pool.max_nodes) == (2, 2, 4)
+
+
+def test_surge_on_any_is_the_default(tmp_path):
+    spec = load_fleet(write_fleet_text(tmp_path, BASE))
+    assert spec.pool("train").health.surge_on is SurgeOn.ANY

@@ -93,7 +93,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         texts.append(f"# {scenario.name}\n" + Path(path).read_text())
         print(f"scenario {doc['scenario']} (seed {doc['seed']})")
         for key, value in summary_rows(doc):
-            print(f"  {key:28} {value}")
+            print(f"  {key:30} {value}")
         for a in doc["asserts"]:
             failed = failed or not a["ok"]
             print(f"  {'PASS' if a['ok'] else 'FAIL'} {a['assert']} (value {a['value']})")

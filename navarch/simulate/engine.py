@@ -235,7 +235,15 @@ class _Tally:
                     "; ".join(h.message for h in result.plan.halts),
                 )
         self.phases = {nm.node: nm.phase for nm in result.memory.nodes}
-        self.spares = frozenset(v.node for v in result.plan.views if v.lifecycle is SPARE)
+        # The views are what the run saw before it acted: a spare it promoted serves now.
+        promoted = {
+            o.action.node
+            for o in result.outcomes
+            if o.ok and o.action.kind is ActionKind.UNCORDON and o.action.node
+        }
+        self.spares = frozenset(
+            v.node for v in result.plan.views if v.lifecycle is SPARE and v.node not in promoted
+        )
         per_pool = Counter(nm.pool for nm in result.memory.nodes if nm.phase is not Phase.NONE)
         self.peak_disrupted = max([self.peak_disrupted, *per_pool.values()])
         self.clean = self._clean(result)

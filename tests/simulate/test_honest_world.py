@@ -162,3 +162,15 @@ def test_a_bare_compare_runs_four_policies_on_one_seed(
     printed = capsys.readouterr().out
     assert "| run | serving p50 | serving p95 | replacements |" in printed
     assert "| events/replace-only (seed 9) |" in printed
+
+
+def test_event_started_runs_give_the_exhaustive_document() -> None:
+    # The lazy engine skips clean runs and quiescent checks; with events it must still
+    # give what every check and every run give (events come from the same changed reports).
+    from navarch.simulate.report import to_json
+
+    scenario = dataclasses.replace(load_scenario(HERE / "events.yaml"), duration_s=2 * 3600)
+    lazy, full = simulate(scenario), simulate(scenario, lazy=False)
+    assert lazy["events"]["runs_started"] > 0
+    lazy.pop("engine"), full.pop("engine")
+    assert to_json(lazy) == to_json(full)

@@ -131,6 +131,9 @@ class _Tally:
     uncordoned_at: dict[str, float] = field(default_factory=dict)  # node -> last uncordon
     spares: frozenset[str] = frozenset()  # nodes the last plan saw as warm spares
     spare_s: float = 0.0  # spare instance-seconds
+    spare_peak: int = 0  # most spares the plans have seen at once
+    spares_short_since: float | None = None  # fewer spares than the peak since then
+    spare_refills: list[float] = field(default_factory=list)  # seconds to refill each time
     full_since: float | None = None  # the pool serves its full size since then
     full_spans: list[tuple[float, float]] = field(default_factory=list)
     interrupts: list[float] = field(default_factory=list)  # faults on serving nodes
@@ -244,6 +247,7 @@ class _Tally:
         self.spares = frozenset(
             v.node for v in result.plan.views if v.lifecycle is SPARE and v.node not in promoted
         )
+        self._spare_refill(len(self.spares))
         per_pool = Counter(nm.pool for nm in result.memory.nodes if nm.phase is not Phase.NONE)
         self.peak_disrupted = max([self.peak_disrupted, *per_pool.values()])
         self.clean = self._clean(result)
@@ -351,6 +355,17 @@ class _Tally:
                     "open_faults": len(self.records),
                 }
             )
+
+    def _spare_refill(self, count: int) -> None:
+        """Each spell with fewer spares than the most seen at once: how long until the
+        spare set is whole again (a promotion, then a launch, boot and burn-in)."""
+        t = self.world.t
+        self.spare_peak = max(self.spare_peak, count)
+        if count < self.spare_peak and self.spares_short_since is None:
+            self.spares_short_since = t
+        elif count >= self.spare_peak and self.spares_short_since is not None:
+            self.spare_refills.append(round(t - self.spares_short_since, 3))
+            self.spares_short_since = None
 
     def _training_spans(self, serving: int) -> None:
         """The spells in which the fleet serves its full size (the synchronous job runs)."""
@@ -592,6 +607,8 @@ def _document(scenario: Scenario, t: _Tally) -> dict[str, Any]:
         "api_calls_per_day": api,
         "instance_hours": inst_h,
         "spare_instance_hours": round(t.spare_s / 3600, 3),
+        "spare_refill_s": t.spare_refills,
+        "max_spare_refill_s": max(t.spare_refills) if t.spare_refills else None,
         "cost_usd": round(sum(h * prices.get(k, 0.0) for k, h in inst_h.items()), 2),
         "fault_to_cordon_s": sorted(to_cordon),
         "fault_to_serving_s": sorted(to_serving),

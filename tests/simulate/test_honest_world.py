@@ -131,6 +131,8 @@ def test_a_promoted_spare_is_the_capacity_that_comes_back() -> None:
     served = [f for f in doc["fault_list"] if f.get("served_by") == ServedBy.SPARE.value]
     assert served and doc["spare_instance_hours"] > 0
     assert max(f["to_serving_s"] for f in served) <= 5 * 60
+    # The spare set is whole again after a replacement's launch and boot.
+    assert doc["spare_refill_s"] and doc["max_spare_refill_s"] <= 30 * 60
 
 
 def test_a_bare_compare_runs_four_policies_on_one_seed(

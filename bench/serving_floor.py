@@ -19,17 +19,20 @@ the fault shows again in the new boot. Prints p50 and p95 per policy and setting
 minutes; last line: `floor_p95_reboot_first_min=... cadence_p95_reboot_first_min=...
 floor_p95_replace_only_min=... cadence_p95_replace_only_min=...`.
 
-What it leaves out makes the floor lower, never higher: lemons, failed launches, capacity
+What it leaves out makes the floor lower, never higher: lemons, failed launches, launches
+that never boot, capacity
 and the checkpointing job's drain on a replaced node (a surge overlaps it).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import random
 
 from navarch.simulate.scenario import (
-    BOOT_S,
+    BOOT_MEDIAN_S,
+    BOOT_SIGMA,
     CHECKPOINT_FRACTION,
     CHECKPOINT_S,
     CURES,
@@ -61,8 +64,11 @@ def fault_path_s(rng: random.Random, reboot_first: bool, cadence: bool) -> float
         checks = 0 if cause in FATAL else UNHEALTHY_AFTER - 1
         return wait(AGENT_PERIOD_S) + checks * AGENT_PERIOD_S * cadence + wait(RECONCILE_PERIOD_S)
 
+    def boot() -> float:  # the world's lognormal boot (navarch.simulate.scenario)
+        return rng.lognormvariate(math.log(BOOT_MEDIAN_S), BOOT_SIGMA)
+
     def replacement() -> float:  # launched now, serving at its first report
-        return rng.uniform(*LAUNCH_S) + rng.uniform(*BOOT_S) + wait(AGENT_PERIOD_S)
+        return rng.uniform(*LAUNCH_S) + boot() + wait(AGENT_PERIOD_S)
 
     if cause == "host_down":
         return rng.uniform(*IMPAIR_S) + wait(RECONCILE_PERIOD_S) + replacement()
@@ -72,7 +78,7 @@ def fault_path_s(rng: random.Random, reboot_first: bool, cadence: bool) -> float
     drain_s = DRAIN_GRACE_S
     if rng.random() < CHECKPOINT_FRACTION:
         drain_s += rng.uniform(*CHECKPOINT_S)
-    t = seen() + drain_s + wait(RECONCILE_PERIOD_S) + rng.uniform(*BOOT_S)
+    t = seen() + drain_s + wait(RECONCILE_PERIOD_S) + boot()
     if rng.random() < cure_p:
         return t + wait(AGENT_PERIOD_S) + (RETURN_AFTER - 1) * AGENT_PERIOD_S * cadence
     return t + seen() + replacement()

@@ -56,22 +56,32 @@ def cmd_ssh(args: argparse.Namespace) -> int:
     return subprocess.run(argv, check=False).returncode
 
 
+#: `--compare` given without a scenario: compare the policies.
+COMPARE_POLICIES = "policies"
+
+
 def cmd_simulate(args: argparse.Namespace) -> int:
-    """Simulate a scenario (or two with --compare) on the real planner; exit 1 when an
+    """Simulate a scenario (or two with --compare OTHER, or the four policies of
+    navarch.simulate.policies with a bare --compare) on the real planner; exit 1 when an
     `assert:` line fails (docs/simulate.md)."""
     from navarch.simulate.engine import check_asserts, simulate
-    from navarch.simulate.report import summary_rows, to_html, to_json
+    from navarch.simulate.policies import compare_scenarios
+    from navarch.simulate.report import compare_table, summary_rows, to_html, to_json
     from navarch.simulate.scenario import load_scenario
 
     # Every simulated node runs the real agent, whose logs are for journald on a machine
     # (a first run without a state file warns, for each of a thousand nodes).
     logging.getLogger("navarch.agent").setLevel(logging.ERROR)
-    paths = [args.scenario] + ([args.compare] if args.compare else [])
+    first = load_scenario(args.scenario)
+    if args.compare == COMPARE_POLICIES:
+        scenarios = compare_scenarios(first)
+    else:
+        scenarios = [first] + ([load_scenario(args.compare)] if args.compare else [])
     docs, texts, failed = [], [], False
     seed = args.seed
-    for path in paths:
-        scenario = load_scenario(path)
-        seed = scenario.seed if seed is None else seed  # --compare: both on the same seed
+    for scenario in scenarios:
+        path = scenario.source
+        seed = scenario.seed if seed is None else seed  # --compare: all on the same seed
         doc = simulate(scenario, seed=seed)
         try:
             doc["asserts"] = check_asserts(doc, scenario.asserts)
@@ -80,13 +90,15 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                 str(exc), file=str(path), key_path="assert", hint="e.g. availability >= 0.999"
             ) from exc
         docs.append(doc)
-        texts.append(Path(path).read_text())
+        texts.append(f"# {scenario.name}\n" + Path(path).read_text())
         print(f"scenario {doc['scenario']} (seed {doc['seed']})")
         for key, value in summary_rows(doc):
-            print(f"  {key:28} {value}")
+            print(f"  {key:30} {value}")
         for a in doc["asserts"]:
             failed = failed or not a["ok"]
             print(f"  {'PASS' if a['ok'] else 'FAIL'} {a['assert']} (value {a['value']})")
+    if len(docs) > 1:
+        print(compare_table(docs))
     if args.json:
         out = docs[0] if len(docs) == 1 else {"runs": docs}
         Path(args.json).write_text(to_json(out))
@@ -121,5 +133,13 @@ def register(sub: Any) -> None:
     s.add_argument("--seed", type=int, default=None, help="override the scenario's seed")
     s.add_argument("--json", default=None, help="write the result document here")
     s.add_argument("--html", default=None, help="write a self-contained HTML report here")
-    s.add_argument("--compare", default=None, help="a second scenario, run on the same seed")
+    s.add_argument(
+        "--compare",
+        nargs="?",
+        const=COMPARE_POLICIES,
+        default=None,
+        metavar="OTHER",
+        help="a second scenario, run on the same seed; alone: the scenario under four "
+        "policies (default, spares, replace-only, reboot-first-without-surge)",
+    )
     s.set_defaults(func=cmd_simulate)

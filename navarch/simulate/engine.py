@@ -28,13 +28,15 @@ from typing import Any
 
 from navarch.compat import StrEnum
 from navarch.errors import NavarchError
-from navarch.fleet_file import load_fleet
 from navarch.health import Status
 from navarch.outcome import ApplyResult, Outcome
-from navarch.planner.model import ActionKind, ActionReason, Phase
+from navarch.planner.model import ActionKind, ActionReason, Lifecycle, Phase
 from navarch.reconcile.run import Fleet, run_apply
+from navarch.simulate.events import EventRuns
+from navarch.simulate.policies import fleet_with_overrides
 from navarch.simulate.provider import SimProvider
 from navarch.simulate.scenario import Scenario
+from navarch.simulate.training import effective_training_time_ratio
 from navarch.simulate.world import SimNode, World
 from navarch.spec import FleetSpec
 
@@ -61,6 +63,7 @@ class ServedBy(StrEnum):
 
     REPLACEMENT = "replacement"  # a node provisioned to replace the faulty one
     ITSELF = "itself"  # the faulty node, cured in place by a GPU reset or a reboot
+    SPARE = "spare"  # another node that started serving while the pool was short
 
 
 @dataclass
@@ -76,6 +79,7 @@ class _FaultRecord:
     uncordon_s: float | None = None
     serving_s: float | None = None
     replacement: str | None = None
+    served_by: ServedBy | None = None
 
 
 @dataclass
@@ -85,6 +89,7 @@ class _Sample:
     serving: int
     instances: Counter[str]
     serving_nodes: frozenset[str]
+    t_s: float = 0.0  # when it was taken
 
 
 @dataclass
@@ -120,12 +125,24 @@ class _Tally:
     runs_executed: int = 0
     clean: bool = False  # the last executed run found the world clean (see _clean)
     last: _Sample | None = None
-    spares: frozenset[str] = frozenset()  # warm spares in Memory after the last run
-    spare_s: float = 0.0  # instance-seconds of warm spares (cordoned: not serving)
+    ran_since_sample: bool = False  # a run (an event-started one) came after the last sample
+    uncordoned_at: dict[str, float] = field(default_factory=dict)  # node -> last uncordon
+    spares: frozenset[str] = frozenset()  # nodes the last plan saw as warm spares
+    spare_s: float = 0.0  # spare instance-seconds
+    spare_peak: int = 0  # most spares the plans have seen at once
+    spares_short_since: float | None = None  # fewer spares than the peak since then
+    spare_refills: list[float] = field(default_factory=list)  # seconds to refill each time
+    full_since: float | None = None  # the pool serves its full size since then
+    full_spans: list[tuple[float, float]] = field(default_factory=list)
+    interrupts: list[float] = field(default_factory=list)  # faults on serving nodes
+    warm_s: float | None = None  # when the fleet first reached its target
+    terminated_unreplaced: list[dict[str, Any]] = field(default_factory=list)
 
     def on_fault(self, n: SimNode) -> None:
         """The world's hook: a node got a real fault."""
         w = self.world
+        if self.last is not None and n.node in self.last.serving_nodes:
+            self.interrupts.append(w.t)  # the synchronous job ran on it
         if n.node not in self.records:
             self.records[n.node] = _FaultRecord(n.node, n.pool, n.fault or "", w.t, n.lemon)
             self.timeline.append(
@@ -158,12 +175,13 @@ class _Tally:
             if rec is not None and rec.cordon_s is None:
                 rec.cordon_s = w.t
         elif a.kind is ActionKind.UNCORDON:
+            self.uncordoned_at[a.node] = w.t
             if n is not None:
                 w.cordoned(n, False)
             if rec is not None:
                 rec.uncordon_s = w.t
         elif a.kind is ActionKind.PROVISION:
-            linked = self.records.get(a.replaces or "")
+            linked = self.records.get(a.replaces or "") or self._replaced_by(a.replaces)
             waiting = self.unlinked.setdefault(a.pool, [])
             if linked is not None:
                 linked.replacement = a.node
@@ -181,13 +199,26 @@ class _Tally:
         sim = self.world.terminated.get(node or "") or self.world.by_name.get(node or "")
         return sim is not None and sim.had_fault
 
+    def _replaced_by(self, node: str | None) -> _FaultRecord | None:
+        """The open fault whose replacement `node` is (a replacement that never booted is
+        itself replaced: the new node carries the fault's recovery on)."""
+        for rec in self.records.values():
+            if node is not None and rec.replacement == node:
+                return rec
+        return None
+
     def _terminated(self, node: str, code: ActionReason | None, reason: str) -> None:
         w = self.world
         sim = w.terminated.get(node) or w.by_name.get(node)
         rec = self.records.get(node)
         if rec is not None and rec.replacement is None:
             self.unlinked.setdefault(rec.pool, []).append(rec)
-        faulty = rec is not None or (sim is not None and sim.had_fault)
+            self.terminated_unreplaced.append({"node": node, "t_s": round(w.t, 3)})
+        orphaned = self._replaced_by(node)
+        if orphaned is not None and orphaned not in self.unlinked.get(orphaned.pool, []):
+            # Its next replacement names the terminated node, or (after-terminate) nothing.
+            self.unlinked.setdefault(orphaned.pool, []).append(orphaned)
+        faulty = rec is not None or (sim is not None and (sim.had_fault or sim.never_boots))
         preempting = sim is not None and sim.notice_s is not None
         if ActionReason.SCALE_DOWN in (code, self.cordoned_for.get(node)):
             # A surplus node (e.g. the surge replacement once the faulty node came back
@@ -202,6 +233,7 @@ class _Tally:
         """Halts, breaker runs and the phases Memory holds after one apply; whether the
         world is clean (a later tick with no event in between may be skipped)."""
         self.runs_executed += 1
+        self.ran_since_sample = True
         if result is None:
             self.clean = False
             return
@@ -216,7 +248,18 @@ class _Tally:
                     "; ".join(h.message for h in result.plan.halts),
                 )
         self.phases = {nm.node: nm.phase for nm in result.memory.nodes}
-        self.spares = frozenset(n for pm in result.memory.pools for n in pm.spares)
+        # The views are what the run saw before it acted: a spare it promoted serves now.
+        promoted = {
+            o.action.node
+            for o in result.outcomes
+            if o.ok and o.action.kind is ActionKind.UNCORDON and o.action.node
+        }
+        self.spares = frozenset(
+            v.node
+            for v in result.plan.views
+            if v.lifecycle is Lifecycle.SPARE and v.node not in promoted
+        )
+        self._spare_refill(len(self.spares))
         per_pool = Counter(nm.pool for nm in result.memory.nodes if nm.phase is not Phase.NONE)
         self.peak_disrupted = max([self.peak_disrupted, *per_pool.values()])
         self.clean = self._clean(result)
@@ -261,8 +304,12 @@ class _Tally:
     def measure(self, skipped: bool, last_tick: bool) -> None:
         """Serving capacity, capacity recovery and fault closure at this tick. A node
         serves when booted, fault-free, reported in this boot and not out of service in
-        Memory; on a skipped tick nothing changed since the last one."""
+        Memory, nor cordoned nor a warm spare; on a skipped tick nothing changed since
+        the last one."""
         world = self.world
+        previous = self.last
+        skipped = skipped and not self.ran_since_sample
+        self.ran_since_sample = False
         if skipped and self.last is not None:
             sample = self.last
         else:
@@ -275,18 +322,27 @@ class _Tally:
                     and n.first_report_s is not None
                     and n.fault is None
                     and n.notice_s is None
+                    and not n.cordoned
+                    and n.node not in self.spares
                     and self.phases.get(n.node, Phase.NONE) is Phase.NONE
                     and n.node not in self.spares  # a warm spare is cordoned: no work
                 ):
                     serving_nodes.add(n.node)
             sample = _Sample(
-                min(len(serving_nodes), self.target), instances, frozenset(serving_nodes)
+                min(len(serving_nodes), self.target),
+                instances,
+                frozenset(serving_nodes),
+                world.t,
             )
             self.last = sample
         for itype, count in sample.instances.items():
             self.instance_s[itype] += count * self.period_s
-        self.spare_s += sum(n in self.world.by_name for n in self.spares) * self.period_s
+        live_spares = [
+            x for x in self.spares if world.by_name[x].instance.instance_id in world.nodes
+        ]
+        self.spare_s += len(live_spares) * self.period_s
         serving = sample.serving
+        self._training_spans(serving)
         # Availability is measured from the first time the fleet reached its target: the
         # first boot of the whole fleet is not an outage.
         self.warm = self.warm or serving >= self.target
@@ -300,6 +356,8 @@ class _Tally:
             self.short_since = None
         if not skipped:
             self._close(sample.serving_nodes)
+            if previous is not None:
+                self._close_by_spares(sample.serving_nodes - previous.serving_nodes, previous.t_s)
         if int(world.t) % SAMPLE_EVERY_S == 0:
             self.series.append(
                 {
@@ -311,6 +369,66 @@ class _Tally:
                 }
             )
 
+    def _spare_refill(self, count: int) -> None:
+        """Each spell with fewer spares than the most seen at once: how long until the
+        spare set is whole again (a promotion, then a launch, boot and burn-in)."""
+        t = self.world.t
+        self.spare_peak = max(self.spare_peak, count)
+        if count < self.spare_peak and self.spares_short_since is None:
+            self.spares_short_since = t
+        elif count >= self.spare_peak and self.spares_short_since is not None:
+            self.spare_refills.append(round(t - self.spares_short_since, 3))
+            self.spares_short_since = None
+
+    def _training_spans(self, serving: int) -> None:
+        """The spells in which the fleet serves its full size (the synchronous job runs)."""
+        t = self.world.t
+        if serving >= self.target and self.warm_s is None:
+            self.warm_s = t
+        if serving >= self.target and self.full_since is None:
+            self.full_since = t
+        elif serving < self.target and self.full_since is not None:
+            self.full_spans.append((self.full_since, t))
+            self.full_since = None
+
+    def _close_by_spares(self, fresh: frozenset[str], since_s: float) -> None:
+        """Close open faults served by another node: one that was booted and reported
+        but not serving at the last tick (since_s) and serves now while its pool, without
+        it, is below target, and that is neither a faulty node nor a fault's replacement
+        (a promoted warm spare, or any surplus node that came back into service; a node
+        that just booted is a launch, not a spare). The oldest open fault of the pool is
+        served first; from the node's uncordon when that came after the fault."""
+        w = self.world
+        taken = set(self.records) | {r.replacement for r in self.records.values()}
+        candidates = sorted(
+            m
+            for m in fresh
+            if m not in taken
+            and (first := w.by_name[m].first_report_s) is not None
+            and first <= since_s
+        )
+        if not candidates:
+            return
+        serving = Counter(w.by_name[m].pool for m in self.last.serving_nodes) if self.last else {}
+        for pool in self.spec.pools:
+            mine = [m for m in candidates if w.by_name[m].pool == pool.name]
+            base = serving.get(pool.name, 0) - len(mine)
+            for m in mine:
+                if base >= pool.target_nodes:
+                    break
+                base += 1
+                waiting = sorted(
+                    (r for r in self.records.values() if r.pool == pool.name),
+                    key=lambda r: (r.at_s, r.node),
+                )
+                if not waiting:
+                    break
+                rec = waiting[0]
+                since = self.uncordoned_at.get(m)
+                rec.serving_s = since if since is not None and since > rec.at_s else w.t
+                rec.served_by = ServedBy.SPARE
+                self.closed.append(self.records.pop(rec.node))
+
     def _close(self, serving_nodes: frozenset[str]) -> None:
         """Close each open fault whose node serves again (cured in place: from its uncordon)
         or whose replacement serves (from its first report after boot)."""
@@ -319,8 +437,10 @@ class _Tally:
             repl = w.by_name.get(rec.replacement or "")
             if repl is not None and rec.replacement in serving_nodes:
                 rec.serving_s = repl.first_report_s
+                rec.served_by = ServedBy.REPLACEMENT
             elif name in serving_nodes and w.by_name[name].fault is None:
                 rec.serving_s = rec.uncordon_s if rec.uncordon_s is not None else w.t
+                rec.served_by = ServedBy.ITSELF
             else:
                 continue
             self.closed.append(self.records.pop(name))
@@ -336,7 +456,9 @@ def simulate(scenario: Scenario, seed: int | None = None, lazy: bool = True) -> 
     """
     if seed is not None:
         scenario = replace(scenario, seed=seed)
-    spec: FleetSpec = load_fleet(scenario.fleet_path)
+    spec: FleetSpec = fleet_with_overrides(
+        scenario.fleet_path, scenario.pool_overrides, str(scenario.source)
+    )
     # Every provider becomes the simulated one (type local: no cloud-init is rendered).
     spec = replace(
         spec, providers={n: {"type": "local", "max_parallel": 1} for n in spec.providers}
@@ -349,6 +471,9 @@ def simulate(scenario: Scenario, seed: int | None = None, lazy: bool = True) -> 
         world, spec, sum(p.target_nodes for p in spec.pools), scenario.reconcile_period_s
     )
     world.on_fault = tally.on_fault
+    events = EventRuns(world, scenario.events) if scenario.events is not None else None
+    if events is not None:
+        world.on_report = events.on_report
     period = scenario.reconcile_period_s
     steps = scenario.duration_s // period
     # Ticks go in first: at one time a tick runs before the checks due then.
@@ -360,28 +485,45 @@ def simulate(scenario: Scenario, seed: int | None = None, lazy: bool = True) -> 
         if t > steps * period:
             break
         world.set_time(t)
+        if kind == "event_run":
+            if not (lazy and tally.clean and not world.dirty):
+                _run(fleet, world, tally, f"sim-event-{args[0]:06d}")
+            continue
         if kind != "tick":
             world.handle(kind, args)
             continue
         step = args[0]
         skipped = lazy and tally.clean and not world.dirty
         if not skipped:
-            world.catch_up_all(strict=True)
-            world.dirty = False
-            try:
-                result = run_apply(
-                    fleet,
-                    command="simulate",
-                    clock=world.clock,
-                    on_outcome=tally.on_outcome,
-                    run_id=f"sim-{step:06d}",
-                )
-            except NavarchError as exc:
-                tally.run_errors[type(exc).__name__] += 1
-                result = None
-            tally.after_run(result)
+            _run(fleet, world, tally, f"sim-{step:06d}")
         tally.measure(skipped, step == steps)
-    return _document(scenario, tally)
+    doc = _document(scenario, tally)
+    if events is not None:
+        doc["events"] = {
+            "delivered": events.delivered,
+            "lost": events.lost,
+            "runs_started": events.runs,
+        }
+    return doc
+
+
+def _run(fleet: Fleet, world: World, tally: _Tally, run_id: str) -> None:
+    """One real apply now (a tick's, or an event-started one), its outcomes tallied."""
+    world.catch_up_all(strict=True)
+    world.dirty = False
+    result: ApplyResult | None
+    try:
+        result = run_apply(
+            fleet,
+            command="simulate",
+            clock=world.clock,
+            on_outcome=tally.on_outcome,
+            run_id=run_id,
+        )
+    except NavarchError as exc:
+        tally.run_errors[type(exc).__name__] += 1
+        result = None
+    tally.after_run(result)
 
 
 def _fault_entry(r: _FaultRecord) -> dict[str, Any]:
@@ -394,8 +536,8 @@ def _fault_entry(r: _FaultRecord) -> dict[str, Any]:
     }
     entry: dict[str, Any] = {"node": r.node, "cause": r.cause, "t_s": round(r.at_s, 3)}
     entry.update({k: round(v - r.at_s, 3) for k, v in since.items() if v is not None})
-    if r.serving_s is not None:
-        entry["served_by"] = (ServedBy.REPLACEMENT if r.replacement else ServedBy.ITSELF).value
+    if r.served_by is not None:
+        entry["served_by"] = r.served_by.value
     return entry
 
 
@@ -414,6 +556,10 @@ def _document(scenario: Scenario, t: _Tally) -> dict[str, Any]:
     causes = Counter(r.cause for r in all_faults)
     w = t.world
     api = {k: round(v / days, 2) for k, v in sorted(w.api_calls.items()) if k != "list"}
+    spans = list(t.full_spans)
+    if t.full_since is not None:
+        spans.append((t.full_since, float(scenario.duration_s)))
+    served_by = Counter(r.served_by.value for r in t.closed if r.served_by is not None)
     return {
         "scenario": scenario.name,
         "seed": scenario.seed,
@@ -439,6 +585,22 @@ def _document(scenario: Scenario, t: _Tally) -> dict[str, Any]:
         "p50_fault_to_serving_s": _pct(to_serving, 0.5),
         "p95_fault_to_serving_s": _pct(to_serving, 0.95),
         "max_fault_to_serving_s": max(to_serving) if to_serving else None,
+        "served_by": dict(sorted(served_by.items())),
+        "effective_training_time_ratio": effective_training_time_ratio(
+            spans,
+            t.interrupts,
+            (t.warm_s if t.warm_s is not None else float(scenario.duration_s), scenario.duration_s),
+            scenario.training_checkpoint_interval_s,
+            scenario.training_restart_s,
+        ),
+        "training": {
+            "checkpoint_interval_s": scenario.training_checkpoint_interval_s,
+            "restart_s": scenario.training_restart_s,
+        },
+        "faulty_nodes_terminated_before_a_replacement": len(t.terminated_unreplaced),
+        "launches_never_booted": sum(
+            1 for n in (*w.nodes.values(), *w.terminated.values()) if n.never_boots
+        ),
         "wrongful_terminations": len(t.wrongful),
         "wrongful_termination_causes": t.wrongful[:50],
         "terminations": t.actions.get("terminate", 0),
@@ -458,6 +620,8 @@ def _document(scenario: Scenario, t: _Tally) -> dict[str, Any]:
         "api_calls_per_day": api,
         "instance_hours": inst_h,
         "spare_instance_hours": round(t.spare_s / 3600, 3),
+        "spare_refill_s": t.spare_refills,
+        "max_spare_refill_s": max(t.spare_refills) if t.spare_refills else None,
         "cost_usd": round(sum(h * prices.get(k, 0.0) for k, h in inst_h.items()), 2),
         "fault_to_cordon_s": sorted(to_cordon),
         "fault_to_serving_s": sorted(to_serving),

@@ -79,7 +79,10 @@ class SimProvider:
             up_at=None,
             agent=w.new_agent(inst, request.node, request.pool, gpus, f"{iid}-boot1"),
         )
-        node.up_at = w.t + w._boot_s(node, first=True)
+        node.never_boots = (
+            w.stream("never_boots", request.node).random() < w.scenario.never_boots_rate
+        )
+        node.up_at = None if node.never_boots else w.t + w._boot_s(node, first=True)
         w.new_node(node)
         self.launches[request.launch_id] = iid
         return inst
@@ -105,8 +108,11 @@ class SimProvider:
             n.active = False
             n.busy = False
             n.work_pending = False
-            n.up_at = w.t + w._boot_s(n, first=False)
+            n.up_at = None if n.never_boots else w.t + w._boot_s(n, first=False)
             n.agent.reboot(n.boot_id)
+            if n.up_at is None:
+                w.dirty = True
+                continue
             if n.fault is not None and n.fault != "host_down" and w._cures(n, "reboot"):
                 w.cure(n)
             else:

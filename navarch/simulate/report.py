@@ -20,6 +20,9 @@ HEADLINE = (
     "p95_fault_to_serving_s",
     "max_fault_to_serving_s",
     "max_capacity_recovery_s",
+    "effective_training_time_ratio",
+    "spare_instance_hours",
+    "launches_never_booted",
     "terminations",
     "nodes_lost_to_capacity",
     "breaker_runs",
@@ -111,3 +114,36 @@ def summary_rows(doc: dict[str, Any]) -> list[tuple[str, str]]:
             text = str(value)
         rows.append((label, text))
     return rows
+
+
+#: compare_table's columns: (heading, result key, unit: "min" shows seconds as minutes).
+COMPARE_COLUMNS = (
+    ("serving p50", "p50_fault_to_serving_s", "min"),
+    ("serving p95", "p95_fault_to_serving_s", "min"),
+    ("replacements", "replacements", ""),
+    ("instance-h", "instance_hours", "sum"),
+    ("spare instance-h", "spare_instance_hours", ""),
+    ("training ratio", "effective_training_time_ratio", ""),
+)
+
+
+def compare_table(docs: list[dict[str, Any]]) -> str:
+    """A Markdown table of result documents side by side, one row per run (its scenario
+    name and seed): fault -> serving p50/p95 in minutes, replacements, instance-hours,
+    spare instance-hours, the effective training time ratio. "n/a" for null."""
+    head = ["run", *(c[0] for c in COMPARE_COLUMNS)]
+    rows = [head, ["---"] * len(head)]
+    for doc in docs:
+        row = [f"{doc['scenario']} (seed {doc['seed']})"]
+        for _, key, unit in COMPARE_COLUMNS:
+            value = doc.get(key)
+            if unit == "sum" and isinstance(value, dict):
+                value = round(sum(value.values()), 1)
+            if value is None:
+                row.append("n/a")
+            elif unit == "min":
+                row.append(f"{value / 60:.1f} min")
+            else:
+                row.append(f"{value:g}" if isinstance(value, float) else str(value))
+        rows.append(row)
+    return "\n".join("| " + " | ".join(r) + " |" for r in rows)

@@ -13,15 +13,33 @@ Defaults of the world model, each with its source (docs/simulate.md has the tabl
   (navarch.xid: 79 RESTART_BM -> a reboot may cure, a GPU reset rarely; 48 and 95
   RESET_GPU -> a reset or a reboot may cure; 64 a row-remap failure -> RMA, never cured in
   place; thermal (the thermal interface) -> hardware, never cured). The per-rung odds are
-  an assumption scaled so the cause mix cures 0.33 of GPU faults (see CURES).
+  an assumption scaled so the cause mix cures 0.33 of GPU faults on the default ladder's
+  reboot (see CURES; tests/simulate recomputes the pooled share from the two tables).
 - Lemons: RSC-1 (Kokolis et al. 2024) found lemon nodes, repeat offenders, about 1.2 % of
   the fleet; their 20x rate is an assumption (a lemon fails about monthly at 3.8e-3).
 - Boot: EC2 launch to running takes tens of seconds for on-demand types (M. Sweet, "EC2
   Launch Times", 2023: LAUNCH_S); an 8-GPU host's POST, NVIDIA driver and fabric manager
-  start, and cloud-init installing the agent take minutes: an assumption of 3-7 min
-  (BOOT_S, no published GPU figure found), the same on a reboot.
+  start, and cloud-init installing the agent take minutes, the same on a reboot. No
+  published GPU figure was found: an assumption of a lognormal boot with a median of
+  5 min and sigma 0.3 (BOOT_MEDIAN_S, BOOT_SIGMA: p95 8.2 min, p99.9 12.7 min), a tail
+  the published bounds point to (Kubernetes' cluster autoscaler: a GPU node "can take up
+  to 15 minutes before it reports that GPU is allocatable", kubernetes/autoscaler
+  cluster-autoscaler/utils/gpu/gpu.go). A scenario's boot_time min/max draws uniformly
+  instead (BOOT_S, the earlier 3-7 min assumption).
+- Launches that never boot: an assumption of 1 launch in 200 (NEVER_BOOTS_RATE) whose
+  host hangs in its boot on every try (a reboot does not help): no report ever comes,
+  and the planner's boot_timeout must replace it. No published rate found.
 - Failed launches: an assumption of 2 % per launch (LAUNCH_FAILURE_RATE) that fail at the
   API and are retried by the next run.
+- Training (the effective training time ratio of a synchronous job spanning the pool):
+  a checkpoint every 30 min and 10 min to restart from it (CHECKPOINT_INTERVAL_S,
+  RESTART_S) are assumptions; the Llama 3 report states ">90 % effective training time"
+  and ByteRobust (ByteDance, arXiv 2509.16293) 97 % ETTR, the figures to set ours against.
+- Event-started runs (off by default): S3 "notifications are delivered in seconds but can
+  sometimes take a minute or longer" (Amazon S3 User Guide, "Amazon S3 Event
+  Notifications"); the lognormal delivery delay with a median of 2 s and sigma 1.2 (p99
+  33 s, p99.9 81 s: EVENT_DELIVERY_*), the 5 s poll window that coalesces a burst into one
+  run (EVENT_POLL_WINDOW_S) and the 1 % of events lost (EVENT_LOST_SHARE) are assumptions.
 - A dead host in the cloud's status: "Status checks are performed every minute, returning
   a pass or a fail status. [...] If one or more checks fail, the overall status is
   impaired" (Amazon EC2 User Guide, "Status checks for Amazon EC2 instances"), with
@@ -41,6 +59,8 @@ Defaults of the world model, each with its source (docs/simulate.md has the tabl
 
 from __future__ import annotations
 
+import math
+import random
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -67,22 +87,26 @@ DEFAULT_CAUSES: dict[str, float] = {
 
 
 #: P(the rung cures the fault) by fault ("cause" or "cause:XID"); the rest stay after it.
-#: Weighted by DEFAULT_CAUSES (hbm_ecc's three XIDs equally likely), a reboot-first ladder
-#: cures (0.301 * 0.45 + 0.172 * (0.55 + 0.55 + 0) / 3 + 0.081 * 0.45 + 0.05 * 0.35) /
-#: 0.634 = 0.33 of GPU faults: Crusoe's one in three.
+#: Weighted by DEFAULT_CAUSES (hbm_ecc's three XIDs equally likely), the default ladder's
+#: reboot cures (0.301 * 0.37 + 0.172 * (0.45 + 0.45 + 0) / 3 + 0.081 * 0.37 + 0.05 * 0.28)
+#: / 0.634 = 0.326 of GPU faults (xid79, hbm_ecc, nvlink, gpu_lost, thermal): Crusoe's
+#: 19.5 / 61 = 0.32 recoverable. A GPU reset cures less than a reboot of the same fault.
 CURES: dict[str, dict[str, float]] = {
-    "xid79:79": {"reboot": 0.45, "reset_gpu": 0.15},
-    "hbm_ecc:48": {"reboot": 0.55, "reset_gpu": 0.5},
-    "hbm_ecc:95": {"reboot": 0.55, "reset_gpu": 0.5},
+    "xid79:79": {"reboot": 0.37, "reset_gpu": 0.12},
+    "hbm_ecc:48": {"reboot": 0.45, "reset_gpu": 0.4},
+    "hbm_ecc:95": {"reboot": 0.45, "reset_gpu": 0.4},
     "hbm_ecc:64": {"reboot": 0.0, "reset_gpu": 0.0},
-    "nvlink": {"reboot": 0.45, "reset_gpu": 0.3},
-    "gpu_lost": {"reboot": 0.35, "reset_gpu": 0.2},
+    "nvlink": {"reboot": 0.37, "reset_gpu": 0.25},
+    "gpu_lost": {"reboot": 0.28, "reset_gpu": 0.16},
     "thermal": {"reboot": 0.0, "reset_gpu": 0.0},
 }
 LEMON_FRACTION = 0.012
 LEMON_MULTIPLIER = 20.0
 LAUNCH_S = (30, 90)
 BOOT_S = (180, 420)
+BOOT_MEDIAN_S = 300
+BOOT_SIGMA = 0.3
+NEVER_BOOTS_RATE = 0.005
 LAUNCH_FAILURE_RATE = 0.02
 IMPAIR_S = (0, 60)
 DRAIN_GRACE_S = 30
@@ -90,6 +114,12 @@ CHECKPOINT_FRACTION = 0.2
 CHECKPOINT_S = (60, 300)
 JOB_START_S = (30, 120)
 SIGNAL_S = (60, 1800)
+CHECKPOINT_INTERVAL_S = 1800
+RESTART_S = 600
+EVENT_DELIVERY_MEDIAN_S = 2
+EVENT_DELIVERY_SIGMA = 1.2
+EVENT_POLL_WINDOW_S = 5
+EVENT_LOST_SHARE = 0.01
 
 
 @dataclass(frozen=True)
@@ -101,6 +131,19 @@ class Window:
     zone: str = ""
     instance_type: str = ""
     nodes: int = 0
+
+
+@dataclass(frozen=True)
+class EventPath:
+    """Event-started runs (the scenario's `events:`): a report write that changed the
+    report reaches the reconciler after a lognormal delivery delay (median, sigma); the
+    first message starts a poll window of poll_window_s whose messages one run covers; a
+    lost_share of events never arrives (the periodic runs remain). Seconds."""
+
+    delivery_median_s: float = EVENT_DELIVERY_MEDIAN_S
+    delivery_sigma: float = EVENT_DELIVERY_SIGMA
+    poll_window_s: float = EVENT_POLL_WINDOW_S
+    lost_share: float = EVENT_LOST_SHARE
 
 
 @dataclass(frozen=True)
@@ -148,6 +191,21 @@ class Scenario:
     cut_offs_per_node_day: float = 0.0
     signal_min_s: int = SIGNAL_S[0]
     signal_max_s: int = SIGNAL_S[1]
+    boot_median_s: int = BOOT_MEDIAN_S
+    boot_sigma: float = BOOT_SIGMA  # 0: uniform over boot_min_s..boot_max_s
+    never_boots_rate: float = NEVER_BOOTS_RATE
+    training_checkpoint_interval_s: int = CHECKPOINT_INTERVAL_S
+    training_restart_s: int = RESTART_S
+    events: EventPath | None = None  # None: periodic runs only
+    pool_overrides: dict[str, Any] = field(default_factory=dict)  # the scenario's `pool:`
+
+    def draw_boot_s(self, rng: random.Random) -> float:
+        """Seconds from a running instance (or a reboot) to a running agent: lognormal
+        (boot_median_s, boot_sigma), or uniform over boot_min_s..boot_max_s when the
+        scenario's boot_time gives min/max. Sources: the module docstring."""
+        if self.boot_sigma <= 0:
+            return rng.uniform(self.boot_min_s, self.boot_max_s)
+        return rng.lognormvariate(math.log(self.boot_median_s), self.boot_sigma)
 
 
 def _windows(items: list[dict[str, Any]]) -> tuple[Window, ...]:
@@ -178,6 +236,7 @@ def load_scenario(path: str | Path) -> Scenario:
         heartbeat_s=parse_duration_s(str(data.get("heartbeat", "5m"))),
         seed=int(data.get("seed", 1)),
         **_world_fields(data.get("world", {})),
+        **_team_fields(data),
         prices_usd_per_hour={str(k): float(v) for k, v in data.get("prices", {}).items()},
         asserts=tuple(data.get("assert", [])),
         raw=data,
@@ -241,7 +300,11 @@ def _world_fields(world: dict[str, Any]) -> dict[str, Any]:
     def dur(doc: dict[str, Any], key: str, default: int) -> int:
         return parse_duration_s(str(doc[key])) if key in doc else default
 
+    uniform_boot = "min" in boot or "max" in boot
     return {
+        "boot_median_s": dur(boot, "median", BOOT_MEDIAN_S),
+        "boot_sigma": 0.0 if uniform_boot else float(boot.get("sigma", BOOT_SIGMA)),
+        "never_boots_rate": float(world.get("never_boots_rate", NEVER_BOOTS_RATE)),
         "failure_rate_per_node_day": float(
             world.get("failure_rate_per_node_day", LLAMA3_RATE_PER_NODE_DAY)
         ),
@@ -275,3 +338,31 @@ def _world_fields(world: dict[str, Any]) -> dict[str, Any]:
         "agent_outages": _windows(world.get("agent_outages", [])),
         "store_outages": _windows(world.get("store_outages", [])),
     }
+
+
+def _team_fields(data: dict[str, Any]) -> dict[str, Any]:
+    """The Scenario fields of what runs on the fleet and how it is run: `training`,
+    `events` and `pool` (overrides of every pool's fleet settings), defaulted as
+    docs/simulate.md says."""
+    training = data.get("training", {})
+    events = data.get("events")
+    fields: dict[str, Any] = {
+        "training_checkpoint_interval_s": parse_duration_s(
+            str(training.get("checkpoint_interval", f"{CHECKPOINT_INTERVAL_S}s"))
+        ),
+        "training_restart_s": parse_duration_s(str(training.get("restart", f"{RESTART_S}s"))),
+        "pool_overrides": dict(data.get("pool", {})),
+    }
+    if events is not None:
+        delivery = events.get("delivery", {})
+        fields["events"] = EventPath(
+            delivery_median_s=float(
+                parse_duration_s(str(delivery.get("median", f"{EVENT_DELIVERY_MEDIAN_S}s")))
+            ),
+            delivery_sigma=float(delivery.get("sigma", EVENT_DELIVERY_SIGMA)),
+            poll_window_s=float(
+                parse_duration_s(str(events.get("poll_window", f"{EVENT_POLL_WINDOW_S}s")))
+            ),
+            lost_share=float(events.get("lost_share", EVENT_LOST_SHARE)),
+        )
+    return fields

@@ -9,7 +9,8 @@ runs the reconciler at its ticks.
 Randomness comes from common random numbers: one random.Random per (seed, purpose, key)
 (``World.stream``), e.g. a node's fault schedule is drawn from its own stream, relative to
 its launch, so two policies on one seed face the same faults on the same nodes however
-differently they answer them.
+differently they answer them. A node's fault process runs for the life of its instance:
+a reboot or a GPU reset cures a fault, never the hardware's odds of the next one.
 
 Every node runs the shipped agent (navarch.simulate.node) on its own cadence: checks on a
 grid (boot + phase + k * agent_period). A node is ACTIVE after any change of what its agent
@@ -81,7 +82,8 @@ class SimNode:
     Times are seconds since the simulation's start. up_at: when the current boot completes
     (None: the launch never completes). anchor_s: the current boot's check grid (checks at
     anchor_s + k * agent_period). epoch: bumped by every new boot and the termination, so
-    events scheduled for an earlier boot are dropped.
+    events scheduled for an earlier boot are dropped (faults are not: they are keyed on the
+    instance). never_boots: the host hangs in every boot (scenario.never_boots_rate).
     """
 
     instance: Instance
@@ -110,6 +112,7 @@ class SimNode:
     silent_until: float | None = None  # ... until then
     cut_off_until: float | None = None  # its writes fail (a failing disk path, a partition)
     had_fault: bool = False  # a real fault ever, this instance (a reboot may have cured it)
+    never_boots: bool = False
 
     @property
     def boot_id(self) -> str:
@@ -174,6 +177,8 @@ class World:
         self.dirty = True
         self.agent_checks = 0
         self.reports_written = 0
+        #: The engine's hook: n wrote a report that differs from its last (not a heartbeat).
+        self.on_report: Callable[[SimNode], None] | None = None
         self._heartbeat_step_s = (
             math.ceil(scenario.heartbeat_s / scenario.agent_period_s) * scenario.agent_period_s
         )
@@ -240,7 +245,7 @@ class World:
         """Seconds from launch (first) or reboot to a running agent (scenario.boot_time)."""
         sc = self.scenario
         rng = self.stream("boot", f"{n.node}:{n.instance.instance_id}:{n.boot}")
-        host_s = rng.uniform(sc.boot_min_s, sc.boot_max_s)
+        host_s = sc.draw_boot_s(rng)
         return host_s + (rng.uniform(sc.launch_min_s, sc.launch_max_s) if first else 0.0)
 
     def _next_fault(self, n: SimNode) -> None:
@@ -248,10 +253,11 @@ class World:
         rate = self.scenario.failure_rate_per_node_day * (
             self.scenario.lemon_multiplier if n.lemon else 1.0
         )
-        if rate <= 0:
+        if rate <= 0 or n.never_boots:
             return
+        # Keyed on the instance, not the boot: a reboot leaves the hardware as it was.
         gap_s = self.stream("fault", n.node).expovariate(rate) * DAY_S
-        self.schedule(self.t + gap_s, "fault", n.node, n.epoch)
+        self.schedule(self.t + gap_s, "fault", n.node, n.instance.instance_id)
 
     def _pick_cause(self, rng: random.Random) -> str:
         causes = sorted(self.scenario.causes.items())
@@ -317,8 +323,8 @@ class World:
         for n in self._sorted():
             self.activate(n, strict=True)
 
-    def _on_fault(self, name: str, epoch: int) -> None:
-        n = self._alive(name, epoch, True)
+    def _on_fault(self, name: str, iid: str) -> None:
+        n = self._alive(name, iid, False)
         if n is None:
             return
         # Cause and XID are drawn whether or not the node can take the fault, so the
@@ -507,6 +513,7 @@ class World:
         if self._in_window(self.scenario.zone_outages, n.instance.zone):
             return
         self.agent_checks += 1
+        before = n.agent.host.state.written.get("change") if n.agent.host.state else None
         try:
             n.agent.run(self.now, _NodeStore(self, n))
         except StoreError:
@@ -515,10 +522,14 @@ class World:
         if written.get("at_s") == self.now.timestamp():
             n.last_write_s = self.t
             self.reports_written += 1
+            changed = n.first_report_s is None or written.get("change") != before
             if n.first_report_s is None:
                 n.first_report_s = self.t
             if n.active:
                 self.dirty = True
+            # A heartbeat (the same report again) would start a run that plans nothing.
+            if changed and self.on_report is not None:
+                self.on_report(n)
 
     def _quiescent(self, n: SimNode) -> bool:
         """Whether n's next checks would read what this one read and write nothing until

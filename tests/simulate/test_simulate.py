@@ -55,8 +55,14 @@ def test_store_outage_is_held_by_the_breaker_before_any_node_is_cordoned(
 ) -> None:
     # Reports age out spread over the 5-minute heartbeat: the breaker counts the stale
     # ones, so it holds before the first crosses offline_after and nothing is cordoned.
+    # No launch that never boots: its boot_timeout cordon is not the outage's.
     outage = (Window(at_s=6 * 3600, for_s=3600),)
-    doc = run(EXAMPLES / "store-outage.yaml", duration_s=10 * 3600, store_outages=outage)
+    doc = run(
+        EXAMPLES / "store-outage.yaml",
+        duration_s=10 * 3600,
+        store_outages=outage,
+        never_boots_rate=0.0,
+    )
     assert doc["breaker_runs"] > 0 and "circuit breaker holds" in caplog.text
     assert doc["actions"].get("cordon", 0) == 0 and doc["terminations"] == 0
     assert failed(doc) == []
@@ -221,7 +227,7 @@ def test_the_event_driven_engine_gives_the_exhaustive_document() -> None:
     assert lazy["faults"] >= 4 and lazy["actions"].get("reboot", 0) >= 1
     assert "host_down" in lazy["faults_by_cause"]
     assert lazy["engine"]["agent_checks"] * 5 < full["engine"]["agent_checks"]
-    assert lazy["engine"]["runs_executed"] * 2 < full["engine"]["runs_executed"]
+    assert lazy["engine"]["runs_executed"] * 3 < full["engine"]["runs_executed"] * 2
     lazy.pop("engine"), full.pop("engine")
     assert to_json(lazy) == to_json(full)
 
@@ -229,7 +235,8 @@ def test_the_event_driven_engine_gives_the_exhaustive_document() -> None:
 def test_two_policies_on_one_seed_face_the_same_faults(tmp_path: Path) -> None:
     # Common random numbers: the fault schedule comes from streams of its own, so a
     # reboot-first ladder and replace-only see the same faults on the same initial nodes
-    # (a reboot's cure draw cannot reshuffle later faults).
+    # while both keep them (a reboot's cure draw cannot reshuffle later faults; a node the
+    # ladder rebooted goes on faulting, where replace-only terminated it).
     replace_only = tmp_path / "fleet-20-replace.yaml"
     replace_only.write_text(
         (HERE / "fleet-20.yaml")
@@ -251,7 +258,12 @@ def test_two_policies_on_one_seed_face_the_same_faults(tmp_path: Path) -> None:
             (f["node"], f["cause"], f["t_s"]) for f in doc["fault_list"] if f["node"] in initial
         ]
 
-    assert on_initial(reboot_first) == on_initial(replacing) != []
+    def first(faults: list[tuple[str, str, float]]) -> dict[str, tuple[str, str, float]]:
+        return {f[0]: f for f in reversed(faults)}
+
+    kept, replaced = on_initial(reboot_first), on_initial(replacing)
+    assert first(kept) == first(replaced) != {}
+    assert set(replaced) <= set(kept)
 
 
 def test_fault_to_serving_is_measured_when_the_replacement_names_nothing(tmp_path: Path) -> None:

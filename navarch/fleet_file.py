@@ -52,6 +52,7 @@ from navarch.spec import (
     SinkSpec,
     SurgeOn,
     UpdateStrategy,
+    ZonePolicy,
 )
 
 __all__ = [
@@ -501,6 +502,7 @@ def _pool(
             ),  # type: ignore[arg-type]
         ),
         placement=raw["placement"],
+        zone_policy=ZonePolicy(raw["zone_policy"]),
     )
 
 

@@ -53,6 +53,15 @@ class Replacement(StrEnum):
     AFTER_TERMINATE = "after-terminate"
 
 
+class ZonePolicy(StrEnum):
+    """How a pool places its nodes across the zones of each placement: ``spread`` keeps
+    the nodes per zone within one of each other (an EC2 Auto Scaling group's AZ
+    balancing), ``pack`` fills one zone and moves on only when it has no capacity."""
+
+    SPREAD = "spread"
+    PACK = "pack"
+
+
 @dataclass(frozen=True)
 class HealthPolicy:
     """A pool's health policy; durations in seconds."""
@@ -195,6 +204,7 @@ class PoolSpec:
     diagnostics: Diagnostics = Diagnostics()
     placement: str = "ordered"  # "ordered" | "cheapest" | a navarch.placement plugin name
     place_order: tuple[PlaceSpec, ...] = ()  # effective order when not "ordered"
+    zone_policy: ZonePolicy = ZonePolicy.SPREAD  # how nodes sit across a placement's zones
 
     @property
     def provider(self) -> str:

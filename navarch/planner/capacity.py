@@ -29,6 +29,7 @@ from navarch.planner.model import (
     PoolMemory,
 )
 from navarch.planner.repair import impairment_cleared
+from navarch.planner.zones import plan_places, take_for_scale_down, zone_of
 from navarch.spec import PoolSpec, Replacement, SurgeOn, UpdateStrategy
 from navarch.wording import counted
 
@@ -268,19 +269,32 @@ def _provision(ctx: PoolContext, prog: Progress, present: list[NodeView], need: 
     note = placement_note(pool, ctx.pm, ctx.now, places[0]) if places else ""
     if note:
         jobs = [(replaces, f"{why}; {note}") for replaces, why in jobs]
+    orders = _zone_orders(ctx, places, present, [r for r, _ in jobs])
     actions = tuple(
         Action(
             ActionKind.PROVISION,
             pool.name,
             node_name(ctx.spec.name, pool.name, ctx.last_index + i),
             why,
-            places=places,
+            places=order,
             replaces=replaces,
             action_reason=ActionReason.REPLACEMENT if replaces else ActionReason.SCALE_UP,
         )
-        for i, (replaces, why) in enumerate(jobs, start=1)
+        for i, ((replaces, why), order) in enumerate(zip(jobs, orders, strict=True), start=1)
     )
     return StageResult(prog, actions, tuple(halts), pending=tuple(pending))
+
+
+def _zone_orders(
+    ctx: PoolContext, places: tuple[Place, ...], present: list[NodeView], replaces: list[str | None]
+) -> tuple[tuple[Place, ...], ...]:
+    """Each provision's place order (navarch.planner.zones): a replacement tries its node's
+    zone first, except for a node the ladder remedies in place, which will come back: it
+    still counts in its zone, and its surge replacement goes where the pool is thinnest."""
+    by_name = {v.node: v for v in ctx.views}
+    back = {r: by_name[r] for r in replaces if r in by_name and in_place(ctx, by_name[r])}
+    prefers = [zone_of(by_name.get(r)) if r and r not in back else None for r in replaces]
+    return plan_places(ctx.pool, places, [*present, *back.values()], prefers)
 
 
 def _scale_down(
@@ -308,7 +322,7 @@ def _scale_down(
     halts: list[Halt] = []
     budget, leaving = prog.budget, list(prog.leaving)
     why = f"scale down: {len(present)} nodes present, {prog.desired} desired"
-    for v in _scale_down_order(ctx, ready)[: max(n, 0)]:
+    for v in _scale_down_order(ctx, ready, present, max(n, 0)):
         if budget <= 0:
             halts.append(
                 Halt(
@@ -351,9 +365,11 @@ def _scale_down_held(ctx: PoolContext, prog: Progress, excess: int) -> StageResu
     return None
 
 
-def _scale_down_order(ctx: PoolContext, ready: list[NodeView]) -> list[NodeView]:
-    """Ready nodes in the order they leave: drifted, recently faulted, degraded, least
-    utilised, newest first."""
+def _scale_down_order(
+    ctx: PoolContext, ready: list[NodeView], present: list[NodeView], n: int
+) -> list[NodeView]:
+    """The n ready nodes that leave first: drifted, then from the fullest zone
+    (navarch.planner.zones), recently faulted, degraded, least utilised, newest."""
     lemon_window_s = ctx.pool.health.lemon_window_s
 
     def util(v: NodeView) -> float:
@@ -363,7 +379,7 @@ def _scale_down_order(ctx: PoolContext, ready: list[NodeView]) -> list[NodeView]
     def faulted(v: NodeView) -> bool:
         return any((ctx.now - t).total_seconds() <= lemon_window_s for _, t in v.faults)
 
-    return sorted(
+    ordered = sorted(
         ready,
         key=lambda v: (
             v.drift is None,
@@ -373,3 +389,6 @@ def _scale_down_order(ctx: PoolContext, ready: list[NodeView]) -> list[NodeView]
             -index_of(ctx.spec.name, ctx.pool.name, v.node),
         ),
     )
+    # Zone balance outranks a recent fault: a surge replacement sits in its faulty node's
+    # zone, so that zone is the fullest and its once-faulty node still leaves first.
+    return take_for_scale_down(ctx.pool, ordered, present, lambda v: v.drift is None, n)

@@ -108,9 +108,12 @@ def _pools(status: FleetStatus) -> list[str]:
 def _pool_line(p: PoolStatus) -> str:
     counts = Counter(n.lifecycle.value for n in p.nodes)
     by_state = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+    # Nodes per zone, so a spread pool's balance (or a packed pool's zone) reads at a glance.
+    zones = Counter(n.zone for n in p.nodes if n.zone)
+    by_zone = ", ".join(f"{terminal(z)} {c}" for z, c in sorted(zones.items()))
     return (
         f"  pool {p.pool}: {counted(len(p.nodes), 'node')} ({by_state or 'none'}); "
-        f"min {p.min}, target {p.target}, max {p.max}"
+        f"min {p.min}, target {p.target}, max {p.max}" + (f"; zones {by_zone}" if by_zone else "")
     )
 
 

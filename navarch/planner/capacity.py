@@ -14,6 +14,7 @@ from datetime import datetime
 from functools import lru_cache
 
 from navarch.planner.context import PoolContext, Progress, StageResult, cordon_and_drain
+from navarch.planner.groups import group_of
 from navarch.planner.ladder import in_place
 from navarch.planner.model import (
     LEAVING,
@@ -242,7 +243,7 @@ def _provision(ctx: PoolContext, prog: Progress, present: list[NodeView], need: 
             Halt(
                 pool.name,
                 HaltRule.CAPACITY,
-                f"every place is out of capacity until {soonest:%H:%M} UTC",
+                f"every place is out of capacity until {soonest:%H:%M} UTC" + _group_note(pool),
             )
         )
         return StageResult(prog, halts=tuple(halts), pending=tuple(pending))
@@ -283,6 +284,13 @@ def _provision(ctx: PoolContext, prog: Progress, present: list[NodeView], need: 
         for i, ((replaces, why), order) in enumerate(zip(jobs, orders, strict=True), start=1)
     )
     return StageResult(prog, actions, tuple(halts), pending=tuple(pending))
+
+
+def _group_note(pool: PoolSpec) -> str:
+    """What a capacity halt adds for a pool launching into placement groups: the group
+    may be what has no room ("" without one; navarch.planner.groups)."""
+    groups = "; ".join(g for pl in pool.placed() if (g := group_of(pl)))
+    return f"; launches go into {groups}: the group may be what has no room" if groups else ""
 
 
 def _zone_orders(

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 import uuid
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -62,6 +63,7 @@ from navarch.inventory import (
     InstanceState,
 )
 from navarch.providers.base import ProvisionRequest, ensure_no_ownership_tags, ensure_owned
+from navarch.providers.gcp_placement import GcpPlacement, compact_policy, placed_instance
 
 __all__ = [
     "CAPACITY_CODES",
@@ -496,6 +498,9 @@ class GcpProvider:
         self.fleet = fleet
         self._instances: compute_v1.InstancesClient | None = None
         self._operations: compute_v1.ZoneOperationsClient | None = None
+        #: (region, compact placement policy) known to exist: looked up or created once.
+        self._policies: set[tuple[str, str]] = set()
+        self._policy_lock = threading.Lock()
         self._retry = Retry(
             predicate=_transient,
             initial=1.0,
@@ -570,7 +575,12 @@ class GcpProvider:
         ConfigError (bad image/network or labels).
         """
         zone = request.zone
-        body = instance_resource(request)
+        placement = GcpPlacement.from_mapping(request.options)
+        if placement.placement_policy:
+            self._ensure_policy(region_of(zone), placement.placement_policy)
+        body = placed_instance(
+            instance_resource(request), placement, self.settings.project, region_of(zone)
+        )
         insert = compute_v1.InsertInstanceRequest(
             project=self.settings.project,
             zone=zone,
@@ -710,6 +720,33 @@ class GcpProvider:
         return op
 
     # -- helpers -------------------------------------------------------------------------
+
+    def _ensure_policy(self, region: str, name: str) -> None:
+        """Create the compact placement policy `name` in region unless it exists (once per
+        provider): resourcePolicies.get, on 404 resourcePolicies.insert
+        (gcp_placement.compact_policy) and a wait on its region operation. A policy made
+        by someone else is used as it is. Raises the mapped errors."""
+        with self._policy_lock:
+            if (region, name) in self._policies:
+                return
+            kwargs = self._client_kwargs()
+            project = self.settings.project
+            with gcp_errors(what=f"placement policy {name}"):
+                policies = compute_v1.ResourcePoliciesClient(**kwargs)
+                try:
+                    policies.get(project=project, region=region, resource_policy=name)
+                except gexc.NotFound:
+                    op = policies.insert_unary(
+                        project=project,
+                        region=region,
+                        resource_policy_resource=compact_policy(name, self.fleet),
+                        retry=self._retry,
+                    )
+                    if op.status != compute_v1.Operation.Status.DONE:
+                        compute_v1.RegionOperationsClient(**kwargs).wait(
+                            project=project, region=region, operation=op.name
+                        )
+            self._policies.add((region, name))
 
     def _wait(self, op: compute_v1.Operation, zone: str, *, what: str) -> compute_v1.Operation:
         """Wait on a zone operation; raise the mapped error it ended with, if any."""

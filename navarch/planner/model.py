@@ -113,6 +113,8 @@ class ActionReason(enum.StrEnum):
     #: cordon only: the cloud's first impaired listing, not yet confirmed
     IMPAIRED_FIRST_SEEN = "impaired_first_seen"
     IMPAIRMENT_CLEARED = "impairment_cleared"  # uncordon: the listing cleared before confirmed
+    #: cordon + drain: the pool's Capacity Block ends (EC2 reclaims its instances)
+    CAPACITY_BLOCK_END = "capacity_block_end"
 
 
 class Phase(enum.StrEnum):

@@ -77,12 +77,14 @@ from navarch.inventory import (
 )
 from navarch.providers.aws_placement import (
     AwsPlacement,
+    describe_reservations,
     efa_info,
     ensure_group,
     launch,
     placed_params,
 )
 from navarch.providers.base import ProvisionRequest, ensure_no_ownership_tags, ensure_owned
+from navarch.reservations import Reservation
 
 __all__ = [
     "AUTH_CODES",
@@ -651,6 +653,11 @@ class AwsProvider:
                     self._groups.add((region, group))
             efa = efa_info(client, request.instance_type) if pl.efa else None
         return placed_params(params, pl, efa)
+
+    def list_reservations(self, ids: Sequence[str]) -> Sequence[Reservation]:
+        """The Capacity Reservations (and Capacity Blocks) with these ids in the regions
+        served (aws_placement.describe_reservations). Raises the mapped errors."""
+        return describe_reservations(self.client, self.settings.regions, ids, self.name)
 
     def _by_launch_id(self, region: str, fleet: str, launch: str) -> Instance | None:
         filters = [

@@ -30,12 +30,13 @@ guide pages "Placement groups", "Elastic Fabric Adapter" (EFA on multi-card type
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from navarch.compat import StrEnum
 from navarch.errors import CapacityError, ConfigError
+from navarch.reservations import Reservation
 
 __all__ = [
     "AwsPlacement",
@@ -46,7 +47,9 @@ __all__ = [
     "launch",
     "outside_group",
     "placed_params",
+    "describe_reservations",
     "placement_group_request",
+    "to_reservation",
 ]
 
 log = logging.getLogger("navarch.providers.aws")
@@ -258,3 +261,53 @@ def launch(
             params.get("Placement", {}).get("AvailabilityZone"),
         )
         return run(outside_group(params))
+
+
+def to_reservation(provider: str, raw: Mapping[str, Any]) -> Reservation:
+    """One DescribeCapacityReservations entry (CapacityReservation shape) -> Reservation:
+    TotalInstanceCount, AvailableInstanceCount, StartDate, EndDate (aware UTC; EndDate
+    only when EndDateType is limited), ReservationType capacity-block, State."""
+    from navarch.providers.aws import _aware_utc
+
+    end = raw.get("EndDate")
+    return Reservation(
+        provider=provider,
+        reservation_id=str(raw["CapacityReservationId"]),
+        instance_type=str(raw.get("InstanceType", "")),
+        zone=str(raw.get("AvailabilityZone", "")),
+        total=int(raw.get("TotalInstanceCount", 0)),
+        available=int(raw.get("AvailableInstanceCount", 0)),
+        start=_aware_utc(raw["StartDate"]) if raw.get("StartDate") else None,
+        end=_aware_utc(end) if end else None,
+        capacity_block=raw.get("ReservationType") == CAPACITY_BLOCK,
+        state=str(raw.get("State", "")),
+    )
+
+
+def describe_reservations(
+    client_for: Callable[[str], Any], regions: Sequence[str], ids: Sequence[str], provider: str
+) -> list[Reservation]:
+    """DescribeCapacityReservations(CapacityReservationIds=[id]) per id, region by region
+    until one knows it (InvalidCapacityReservationId.NotFound: try the next) ->
+    Reservations. client_for(region): the EC2 client. Raises the mapped errors."""
+    from botocore.exceptions import ClientError
+
+    from navarch.providers.aws import aws_errors
+
+    out: list[Reservation] = []
+    for rid in ids:
+        for region in regions:
+            with aws_errors(what=f"DescribeCapacityReservations {rid} in {region}"):
+                try:
+                    page = client_for(region).describe_capacity_reservations(
+                        CapacityReservationIds=[rid]
+                    )
+                except ClientError as exc:
+                    if exc.response.get("Error", {}).get("Code") == (
+                        "InvalidCapacityReservationId.NotFound"
+                    ):
+                        continue
+                    raise
+            out += [to_reservation(provider, r) for r in page.get("CapacityReservations", ())]
+            break
+    return out

@@ -47,6 +47,7 @@ from navarch.reconcile.state import (
     load_memory,
     save_memory,
 )
+from navarch.reservations import reservations_of
 from navarch.spec import FleetSpec, PoolSpec, Scheduler
 from navarch.stores import ObjectStore, open_store
 
@@ -245,7 +246,11 @@ def _gather(fleet: Fleet, now: datetime, options: PlanOptions | None) -> Snapsho
             f"{fleet.spec.name}; `navarch status` lists its nodes"
         )
     # The planner asks each provider only for what it declared it can do.
-    options = replace(options or PlanOptions(), capabilities=capabilities_of(fleet.providers))
+    options = replace(
+        options or PlanOptions(),
+        capabilities=capabilities_of(fleet.providers),
+        reservations=reservations_of(fleet.spec, fleet.providers),
+    )
     plan = make_plan(fleet.spec, observed.views, observed.memory, now, options, observed.duplicates)
     plan = replace(
         plan,

@@ -243,3 +243,30 @@ def test_a_replacement_launches_into_the_same_placement_group_and_reservation(
         "CapacityReservationTarget": {"CapacityReservationId": "cr-0123456789abcdef0"}
     }
     assert len(ec2_standin.requests("CreatePlacementGroup")) == 1
+
+
+def test_a_capacity_blocks_window_is_read_from_describe_capacity_reservations(
+    provider, ec2_standin
+) -> None:
+    from datetime import UTC, datetime
+
+    start = datetime(2026, 12, 1, 11, 30, tzinfo=UTC)
+    end = datetime(2026, 12, 3, 11, 30, tzinfo=UTC)
+    ec2_standin.reservation(
+        "cr-0123456789abcdef0",
+        instance_type="p5.48xlarge",
+        zone="us-east-1a",
+        total=4,
+        available=1,
+        start=start,
+        end=end,
+        kind="capacity-block",
+        state="scheduled",
+    )
+    (block,) = provider.list_reservations(["cr-0123456789abcdef0", "cr-0000000000000000f"])
+    assert ec2_standin.requests("DescribeCapacityReservations") == [
+        {"CapacityReservationIds": ["cr-0123456789abcdef0"]},
+        {"CapacityReservationIds": ["cr-0000000000000000f"]},
+    ]
+    assert (block.start, block.end, block.total, block.running) == (start, end, 4, 3)
+    assert block.capacity_block and block.zone == "us-east-1a"

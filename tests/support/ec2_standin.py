@@ -130,6 +130,12 @@ def _install(standin: Ec2Standin) -> dict[str, Any]:
         standin.calls.append(("DescribeCapacityReservations", params))
         ids = params.get("CapacityReservationIds")
         found = [r for r in standin.reservations if not ids or r["CapacityReservationId"] in ids]
+        missing = set(ids or ()) - {r["CapacityReservationId"] for r in found}
+        if missing:
+            raise _error(
+                "InvalidCapacityReservationId.NotFound",
+                f"The capacity reservation ID '{sorted(missing)[0]}' does not exist",
+            )
         return ActionResult({"CapacityReservations": found})
 
     def run_instances(self: Any) -> Any:

@@ -78,10 +78,10 @@ def pool_reservation(options: Mapping[str, Any]) -> str | None:
 
 
 def reservations_of(spec: FleetSpec, providers: Mapping[str, Any]) -> dict[str, Reservation]:
-    """Every reservation the fleet's pools name, by id, read from the providers that offer
-    list_reservations (one call per provider). Providers without it are skipped: their
-    pools' reservations are then unknown to the planner. Raises the provider's mapped
-    errors."""
+    """Every reservation the fleet's pools name (and every one the local provider
+    simulates), by id, read from the providers that offer list_reservations. Providers
+    without it are skipped: their pools' reservations are then unknown to the planner.
+    Raises the provider's mapped errors."""
     wanted: dict[str, list[str]] = {}
     for pool in spec.pools:
         for pl in pool.placed():
@@ -89,10 +89,12 @@ def reservations_of(spec: FleetSpec, providers: Mapping[str, Any]) -> dict[str, 
             if rid:
                 wanted.setdefault(pl.provider, []).append(rid)
     out: dict[str, Reservation] = {}
-    for name, ids in sorted(wanted.items()):
-        reader = getattr(providers.get(name), "list_reservations", None)
+    for name, provider in sorted(providers.items()):
+        reader = getattr(provider, "list_reservations", None)
         if reader is None:
             continue
-        for r in reader(sorted(set(ids))):
+        # Asked with the ids its pools name (maybe none: the local provider reports the
+        # reservations it simulates whatever is asked; EC2 then makes no call).
+        for r in reader(sorted(set(wanted.get(name, ())))):
             out[r.reservation_id] = r
     return out

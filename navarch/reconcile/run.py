@@ -47,7 +47,7 @@ from navarch.reconcile.state import (
     load_memory,
     save_memory,
 )
-from navarch.reservations import reservations_of
+from navarch.reservations import Reservation, reservations_of
 from navarch.spec import FleetSpec, PoolSpec, Scheduler
 from navarch.stores import ObjectStore, open_store
 
@@ -137,6 +137,8 @@ class Snapshot:
     observed: Observed
     plan: Plan
     now: datetime
+    #: the reservations the pools name, as their clouds report them (navarch.reservations)
+    reservations: tuple[Reservation, ...] = ()
 
     @property
     def memory(self) -> Memory:
@@ -246,10 +248,11 @@ def _gather(fleet: Fleet, now: datetime, options: PlanOptions | None) -> Snapsho
             f"{fleet.spec.name}; `navarch status` lists its nodes"
         )
     # The planner asks each provider only for what it declared it can do.
+    reserved = reservations_of(fleet.spec, fleet.providers)
     options = replace(
         options or PlanOptions(),
         capabilities=capabilities_of(fleet.providers),
-        reservations=reservations_of(fleet.spec, fleet.providers),
+        reservations=reserved,
     )
     plan = make_plan(fleet.spec, observed.views, observed.memory, now, options, observed.duplicates)
     plan = replace(
@@ -258,7 +261,9 @@ def _gather(fleet: Fleet, now: datetime, options: PlanOptions | None) -> Snapsho
         inventory_fingerprint=fingerprint(inventory),
         foreign=observed.foreign,
     )
-    return Snapshot(inventory, memory, version, reports, observed, plan, now)
+    return Snapshot(
+        inventory, memory, version, reports, observed, plan, now, tuple(reserved.values())
+    )
 
 
 def check_saved_plan(saved: Plan, snap: Snapshot, nodes: frozenset[str] | None = None) -> None:

@@ -449,6 +449,7 @@ def _build(data: dict[str, Any], source: Path, lines: Mapping[tuple[Any, ...], i
             timeout_s=float(parse_duration_s(data["metrics"]["timeout"])),
         ),
         status_page=bool(data.get("status_page", False)),
+        reservation_idle_after_s=parse_duration_s(data.get("reservation_idle_after", "1h")),
     )
 
 

@@ -22,6 +22,7 @@ from navarch.errors import (
     TransientError,
 )
 from navarch.planner.model import Action, DiagState, Memory, Plan
+from navarch.reservations import Reservation
 from navarch.textsafe import plain
 
 
@@ -124,3 +125,5 @@ class ApplyResult:
     memory: Memory
     run_id: str
     audit_error: str | None = None
+    #: the reservations the run read (navarch.reservations): the notifier's idle check
+    reservations: tuple[Reservation, ...] = ()

@@ -349,6 +349,8 @@ class FleetSpec:
     notify: tuple[SinkSpec, ...] = ()  # notify: sinks, told of every apply's result
     metrics: MetricsSpec = MetricsSpec()
     status_page: bool = False  # apply writes status/<fleet>/index.html to the store
+    #: reserved capacity idle (billed, unused) this long is notified (reservation_idle)
+    reservation_idle_after_s: int = 3600
 
     def pool(self, name: str) -> PoolSpec:
         for p in self.pools:

@@ -389,7 +389,9 @@ def run_apply(
             )
             memory, outcomes = executor.execute(plan, snap.memory, on_outcome)
             memory = journal.persist(memory)  # what observe() learnt, when nothing was done
-            result = ApplyResult(plan, tuple(outcomes), memory, run_id, executor.audit_error)
+            result = ApplyResult(
+                plan, tuple(outcomes), memory, run_id, executor.audit_error, snap.reservations
+            )
             _after(after_apply, result, None)
             return result
         except NavarchError as exc:

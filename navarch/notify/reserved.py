@@ -18,7 +18,7 @@ from datetime import datetime
 
 from navarch.notify.events import Event, EventKind, make
 from navarch.reservations import Reservation
-from navarch.timefmt import parse_ts, ts
+from navarch.timefmt import required_ts, ts
 
 __all__ = ["idle_conditions", "idle_key"]
 
@@ -49,9 +49,13 @@ def idle_conditions(
         not_yet = r.start is not None and now < r.start
         if idle <= 0 or not_yet or r.state in _OVER:
             continue
-        since = idle_since.get(r.reservation_id) or ts(now) or ""
+        since = idle_since.get(r.reservation_id) or ""
+        try:
+            since_at = required_ts(since)
+        except ValueError:  # first seen idle now (or an unreadable time: start again)
+            since, since_at = ts(now) or "", now
         since_out[r.reservation_id] = since
-        if (now - parse_ts(since)).total_seconds() < idle_after_s:
+        if (now - since_at).total_seconds() < idle_after_s:
             continue
         key = idle_key(r.reservation_id)
         where = " ".join(x for x in (r.provider, r.zone, r.instance_type) if x)

@@ -22,7 +22,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 
 from navarch.planner.context import PoolContext, Progress, StageResult, cordon_and_drain
-from navarch.planner.model import LEAVING, ActionReason
+from navarch.planner.model import LEAVING, Action, ActionReason
 from navarch.reservations import BLOCK_TERMINATION_LEAD_S, Reservation
 from navarch.spec import PoolSpec
 
@@ -78,7 +78,7 @@ def block_stage(ctx: PoolContext, prog: Progress) -> StageResult:
         f"instances from {block.end - timedelta(seconds=BLOCK_TERMINATION_LEAD_S):%H:%M}: "
         "drained before"
     )
-    actions = []
+    actions: list[Action] = []
     leaving = list(prog.leaving)
     for v in ctx.views:
         if v.lifecycle in LEAVING or v.node in prog.leaving or v.node in prog.taken:

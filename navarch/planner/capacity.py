@@ -30,7 +30,7 @@ from navarch.planner.model import (
     PoolMemory,
 )
 from navarch.planner.repair import impairment_cleared
-from navarch.planner.zones import plan_places, take_for_scale_down, zone_of
+from navarch.planner.zones import plan_places, rebalance_order, take_for_scale_down, zone_of
 from navarch.spec import PoolSpec, Replacement, SurgeOn, UpdateStrategy
 from navarch.wording import counted
 
@@ -204,6 +204,8 @@ def count_stage(ctx: PoolContext, prog: Progress) -> StageResult:
     )
     if need + rolling < 0:
         return _scale_down(ctx, prog, present, -(need + rolling))
+    if need == 0 and rolling == 0:
+        return _rebalance(ctx, prog, present)
     return StageResult(prog)
 
 
@@ -291,6 +293,34 @@ def _group_note(pool: PoolSpec) -> str:
     may be what has no room ("" without one; navarch.planner.groups)."""
     groups = "; ".join(g for pl in pool.placed() if (g := group_of(pl)))
     return f"; launches go into {groups}: the group may be what has no room" if groups else ""
+
+
+def _rebalance(ctx: PoolContext, prog: Progress, present: list[NodeView]) -> StageResult:
+    """One extra node into the emptiest zone of a spread pool whose zones differ by more
+    than one (navarch.planner.zones.rebalance_order), only while the pool is settled: every
+    node ready, none leaving, no breaker, and room within max_nodes plus max_surge."""
+    pool, h = ctx.pool, ctx.pool.health
+    surge = h.max_surge if h.replacement is Replacement.SURGE else 0
+    settled = (
+        not ctx.frozen
+        and not prog.leaving
+        and all(v.lifecycle in READY for v in present)
+        and len(ctx.views) == len(present)
+        and len(present) + 1 <= pool.max_nodes + surge
+    )
+    found = rebalance_order(pool, open_places(pool, ctx.pm, ctx.now, prog.avoid), present)
+    if not settled or found is None:
+        return StageResult(prog)
+    order, why = found
+    action = Action(
+        ActionKind.PROVISION,
+        pool.name,
+        node_name(ctx.spec.name, pool.name, ctx.last_index + 1),
+        why,
+        places=order,
+        action_reason=ActionReason.ZONE_REBALANCE,
+    )
+    return StageResult(prog, (action,))
 
 
 def _zone_orders(

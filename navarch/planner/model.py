@@ -115,6 +115,8 @@ class ActionReason(enum.StrEnum):
     IMPAIRMENT_CLEARED = "impairment_cleared"  # uncordon: the listing cleared before confirmed
     #: cordon + drain: the pool's Capacity Block ends (EC2 reclaims its instances)
     CAPACITY_BLOCK_END = "capacity_block_end"
+    #: provision: one node into the emptiest zone of a spread pool whose zones are uneven
+    ZONE_REBALANCE = "zone_rebalance"
 
 
 class Phase(enum.StrEnum):

@@ -136,3 +136,30 @@ def take_for_scale_down(
             counts[key] -= 1
         out.append(ordered[pick])
     return out
+
+
+def rebalance_order(
+    pool: PoolSpec, places: Sequence[Place], present: Iterable[NodeView]
+) -> tuple[tuple[Place, ...], str] | None:
+    """(place order, why) of one extra node that evens a spread pool's zones, or None.
+
+    When the zones of the placement launched into first differ by more than one node
+    (a fault or a capacity fallback during a scale-down can leave them so), one node is
+    launched in the emptiest zone first, and the scale-down that follows takes from the
+    fullest (an EC2 Auto Scaling group's AZRebalance: launch before terminate). None for a
+    pack pool, for zones within one, or when the emptiest zone is in capacity backoff
+    (launching elsewhere would not even them).
+    """
+    if pool.zone_policy is not ZonePolicy.SPREAD or not places:
+        return None
+    placed = pool.placed()[places[0].placement]
+    keys = [(placed.provider, z) for z in placed.zones]
+    counts = zone_counts(present)
+    if max(counts[k] for k in keys) - min(counts[k] for k in keys) <= 1:
+        return None
+    order = order_places(pool, places, counts)
+    first = (placed.provider, order[0].zone)
+    if counts[first] != min(counts[k] for k in keys):
+        return None
+    spread = ", ".join(f"{z} {counts[(placed.provider, z)]}" for z in placed.zones)
+    return order, f"zones uneven ({spread}): one more node first, then scale-down evens them"

@@ -63,7 +63,7 @@ from navarch.inventory import (
     InstanceState,
 )
 from navarch.providers.base import ProvisionRequest, ensure_no_ownership_tags, ensure_owned
-from navarch.providers.gcp_placement import GcpPlacement, compact_policy, placed_instance
+from navarch.providers.gcp_placement import GcpPlacement, ensure_policy, placed_instance
 
 __all__ = [
     "CAPACITY_CODES",
@@ -722,31 +722,15 @@ class GcpProvider:
     # -- helpers -------------------------------------------------------------------------
 
     def _ensure_policy(self, region: str, name: str) -> None:
-        """Create the compact placement policy `name` in region unless it exists (once per
-        provider): resourcePolicies.get, on 404 resourcePolicies.insert
-        (gcp_placement.compact_policy) and a wait on its region operation. A policy made
-        by someone else is used as it is. Raises the mapped errors."""
+        """The compact placement policy `name` in region, created if missing, once per
+        provider (gcp_placement.ensure_policy). Raises the mapped errors."""
         with self._policy_lock:
-            if (region, name) in self._policies:
-                return
-            kwargs = self._client_kwargs()
-            project = self.settings.project
-            with gcp_errors(what=f"placement policy {name}"):
-                policies = compute_v1.ResourcePoliciesClient(**kwargs)
-                try:
-                    policies.get(project=project, region=region, resource_policy=name)
-                except gexc.NotFound:
-                    op = policies.insert_unary(
-                        project=project,
-                        region=region,
-                        resource_policy_resource=compact_policy(name, self.fleet),
-                        retry=self._retry,
+            if (region, name) not in self._policies:
+                with gcp_errors(what=f"placement policy {name}"):
+                    ensure_policy(
+                        self._client_kwargs(), self.settings.project, region, name, self.fleet
                     )
-                    if op.status != compute_v1.Operation.Status.DONE:
-                        compute_v1.RegionOperationsClient(**kwargs).wait(
-                            project=project, region=region, operation=op.name
-                        )
-            self._policies.add((region, name))
+                self._policies.add((region, name))
 
     def _wait(self, op: compute_v1.Operation, zone: str, *, what: str) -> compute_v1.Operation:
         """Wait on a zone operation; raise the mapped error it ended with, if any."""

@@ -14,7 +14,8 @@ A pool's `gcp:` section may declare (schemas/providers/gcp.schema.json#/$defs/po
 Sources: Compute Engine API v1 reference (ResourcePolicy.groupPlacementPolicy,
 Instance.resourcePolicies, Instance.reservationAffinity), google-cloud-compute 1.57.0
 (ResourcePolicyGroupPlacementPolicy, ReservationAffinity), the Compute Engine guides
-"Compact placement policies" and "Consume reserved instances". Pure builders.
+"Compact placement policies" and "Consume reserved instances". Pure builders, and
+ensure_policy, the one call that creates a missing policy.
 """
 
 from __future__ import annotations
@@ -23,12 +24,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from google.api_core import exceptions as gexc
 from google.cloud import compute_v1
 
 __all__ = [
     "RESERVATION_KEY",
     "GcpPlacement",
     "compact_policy",
+    "ensure_policy",
     "placed_instance",
     "policy_path",
 ]
@@ -86,3 +89,25 @@ def placed_instance(
             values=[placement.reservation],
         )
     return inst
+
+
+def ensure_policy(
+    client_kwargs: Mapping[str, Any], project: str, region: str, name: str, fleet: str
+) -> None:
+    """Create the compact placement policy `name` in region unless it exists:
+    resourcePolicies.get, on 404 resourcePolicies.insert (compact_policy) and a wait on its
+    region operation. A policy made by someone else is used as it is. Call inside
+    gcp_errors: SDK errors are left to it."""
+    policies = compute_v1.ResourcePoliciesClient(**client_kwargs)
+    try:
+        policies.get(project=project, region=region, resource_policy=name)
+        return
+    except gexc.NotFound:
+        pass
+    op = policies.insert_unary(
+        project=project, region=region, resource_policy_resource=compact_policy(name, fleet)
+    )
+    if op.status != compute_v1.Operation.Status.DONE:
+        compute_v1.RegionOperationsClient(**client_kwargs).wait(
+            project=project, region=region, operation=op.name
+        )

@@ -55,6 +55,7 @@ from navarch.spec import (
     SurgeOn,
     TopologyMatch,
     UpdateStrategy,
+    ZonePolicy,
 )
 
 __all__ = [
@@ -451,6 +452,7 @@ def _build(data: dict[str, Any], source: Path, lines: Mapping[tuple[Any, ...], i
             timeout_s=float(parse_duration_s(data["metrics"]["timeout"])),
         ),
         status_page=bool(data.get("status_page", False)),
+        reservation_idle_after_s=parse_duration_s(data.get("reservation_idle_after", "1h")),
     )
 
 
@@ -516,6 +518,7 @@ def _pool(
         placement=raw["placement"],
         acceptance=acceptance_policy(name, raw["acceptance"], raw["gpus_per_node"], fail),
         topology=TopologyMatch(raw["topology"]),
+        zone_policy=ZonePolicy(raw["zone_policy"]),
     )
 
 

@@ -23,6 +23,7 @@ from navarch.errors import (
     TransientError,
 )
 from navarch.planner.model import Action, ActionReason, DiagState, Memory, Plan
+from navarch.reservations import Reservation
 from navarch.textsafe import plain
 
 
@@ -125,6 +126,8 @@ class ApplyResult:
     memory: Memory
     run_id: str
     audit_error: str | None = None
+    #: the reservations the run read (navarch.reservations): the notifier's idle check
+    reservations: tuple[Reservation, ...] = ()
 
 
 def dead_on_arrival(outcomes: Iterable[Outcome]) -> tuple[tuple[str, str], ...]:

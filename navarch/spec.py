@@ -66,6 +66,15 @@ class Replacement(StrEnum):
     AFTER_TERMINATE = "after-terminate"
 
 
+class ZonePolicy(StrEnum):
+    """How a pool places its nodes across the zones of each placement: ``spread`` keeps
+    the nodes per zone within one of each other (an EC2 Auto Scaling group's AZ
+    balancing), ``pack`` fills one zone and moves on only when it has no capacity."""
+
+    SPREAD = "spread"
+    PACK = "pack"
+
+
 @dataclass(frozen=True)
 class HealthPolicy:
     """A pool's health policy; durations in seconds."""
@@ -220,6 +229,7 @@ class PoolSpec:
     #: warm spares (nodes.spares): healthy nodes beyond target kept cordoned from the
     #: scheduler and promoted when a node leaves service for a fault; counted against max
     spare_nodes: int = 0
+    zone_policy: ZonePolicy = ZonePolicy.SPREAD  # how nodes sit across a placement's zones
 
     @property
     def provider(self) -> str:
@@ -364,6 +374,8 @@ class FleetSpec:
     notify: tuple[SinkSpec, ...] = ()  # notify: sinks, told of every apply's result
     metrics: MetricsSpec = MetricsSpec()
     status_page: bool = False  # apply writes status/<fleet>/index.html to the store
+    #: reserved capacity idle (billed, unused) this long is notified (reservation_idle)
+    reservation_idle_after_s: int = 3600
 
     def pool(self, name: str) -> PoolSpec:
         for p in self.pools:

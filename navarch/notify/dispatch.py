@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from navarch.errors import NavarchError
@@ -23,6 +23,7 @@ from navarch.notify.events import (
     outcome_events,
     plan_conditions,
 )
+from navarch.notify.reserved import idle_conditions
 from navarch.notify.sinks import accepts, open_sink
 from navarch.notify.state import NotifyState, commit, load_state, transition
 from navarch.outcome import ApplyResult
@@ -93,10 +94,22 @@ def notify_run(
         log.warning("cannot read the notifier state (%s); conditions may repeat", exc)
         previous = NotifyState({}, {}, None)
     one_off, current, complete = run_events(spec, result, error, run_id)
+    idle_since = previous.idle_since
+    if result is not None:
+        idle, idle_since = idle_conditions(
+            spec.name,
+            result.reservations,
+            previous.idle_since,
+            now,
+            spec.reservation_idle_after_s,
+            run_id,
+        )
+        current = {**current, **idle}
     changes, state = transition(previous, current, now, run_id, complete=complete, pools=pools)
+    state = replace(state, idle_since=idle_since)
     events = one_off + changes
     deliveries = _deliver(spec, events) if events else ()
-    if set(state.active) != set(previous.active):
+    if set(state.active) != set(previous.active) or state.idle_since != previous.idle_since:
         problem = commit(store, spec.name, state)
         if problem:
             log.warning("%s", problem)

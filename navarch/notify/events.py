@@ -57,6 +57,7 @@ class EventKind(enum.StrEnum):
     APPLY_FAILED = "apply_failed"
     LEASE_LOST = "lease_lost"
     CONDITION_CLEARED = "condition_cleared"  # any condition but the breaker cleared
+    RESERVATION_IDLE = "reservation_idle"  # reserved capacity idle past reservation_idle_after
 
 
 class Severity(enum.StrEnum):
@@ -83,6 +84,7 @@ CONDITION_KINDS = frozenset(
         EventKind.ORPHAN_GUARD,
         EventKind.APPLY_FAILED,
         EventKind.ACTION_FAILED,
+        EventKind.RESERVATION_IDLE,
     }
 )
 
@@ -108,6 +110,7 @@ SEVERITY = {
     EventKind.APPLY_FAILED: Severity.CRITICAL,
     EventKind.LEASE_LOST: Severity.WARNING,
     EventKind.CONDITION_CLEARED: Severity.INFO,
+    EventKind.RESERVATION_IDLE: Severity.WARNING,
 }
 
 

@@ -7,14 +7,14 @@ and the executor, and this one has its own writer. Writes are compare-and-swap o
 object's version (navarch.stores put(if_absent / if_version)), like Memory's.
 
 Document: {"format_version": 1, "fleet": F, "active": {condition key: {"kind", "pool",
-"node", "message", "since"}}}.
+"node", "message", "since"}}, "idle_since": {reservation id: when first seen idle}}.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from navarch.errors import NotFound, PreconditionFailed, StoreError
@@ -36,6 +36,8 @@ class NotifyState:
     active: Mapping[str, Event]
     since: Mapping[str, str]
     version: str | None
+    #: reservation id -> when it was first seen idle (navarch.notify.reserved)
+    idle_since: Mapping[str, str] = field(default_factory=dict)
 
 
 def load_state(store: ObjectStore, fleet: str) -> NotifyState:
@@ -58,9 +60,10 @@ def load_state(store: ObjectStore, fleet: str) -> NotifyState:
             for k, v in doc["active"].items()
         }
         since = {k: str(v.get("since", "")) for k, v in doc["active"].items()}
+        idle_since = {str(k): str(v) for k, v in doc.get("idle_since", {}).items()}
     except (ValueError, KeyError, TypeError, AttributeError):
         return NotifyState({}, {}, blob.version)
-    return NotifyState(active, since, blob.version)
+    return NotifyState(active, since, blob.version, idle_since)
 
 
 def save_state(store: ObjectStore, fleet: str, state: NotifyState) -> str:
@@ -81,6 +84,7 @@ def save_state(store: ObjectStore, fleet: str, state: NotifyState) -> str:
             }
             for k, e in sorted(state.active.items())
         },
+        "idle_since": dict(sorted(state.idle_since.items())),
     }
     body = json.dumps(doc, indent=1, sort_keys=True).encode()
     if state.version is None:
@@ -120,7 +124,9 @@ def transition(
     for e in started:
         active[e.condition or ""] = e
         since[e.condition or ""] = ts(now) or ""
-    return started + tuple(clears), NotifyState(active, since, previous.version)
+    return started + tuple(clears), NotifyState(
+        active, since, previous.version, previous.idle_since
+    )
 
 
 def commit(store: ObjectStore, fleet: str, state: NotifyState) -> str | None:

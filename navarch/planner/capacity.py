@@ -14,6 +14,7 @@ from datetime import datetime
 from functools import lru_cache
 
 from navarch.planner.context import PoolContext, Progress, StageResult, cordon_and_drain
+from navarch.planner.groups import group_of
 from navarch.planner.ladder import in_place
 from navarch.planner.model import (
     LEAVING,
@@ -30,6 +31,7 @@ from navarch.planner.model import (
 )
 from navarch.planner.repair import impairment_cleared
 from navarch.planner.spares import held, wanted
+from navarch.planner.zones import plan_places, rebalance_order, take_for_scale_down, zone_of
 from navarch.spec import PoolSpec, Replacement, SurgeOn, UpdateStrategy
 from navarch.wording import counted
 
@@ -212,6 +214,8 @@ def count_stage(ctx: PoolContext, prog: Progress) -> StageResult:
     )
     if need + rolling < 0:
         return _scale_down(ctx, prog, present, -(need + rolling), spares)
+    if need == 0 and rolling == 0:
+        return _rebalance(ctx, prog, present)
     return StageResult(prog)
 
 
@@ -254,7 +258,7 @@ def _provision(ctx: PoolContext, prog: Progress, present: list[NodeView], need: 
             Halt(
                 pool.name,
                 HaltRule.CAPACITY,
-                f"every place is out of capacity until {soonest:%H:%M} UTC",
+                f"every place is out of capacity until {soonest:%H:%M} UTC" + _group_note(pool),
             )
         )
         return StageResult(prog, halts=tuple(halts), pending=tuple(pending))
@@ -281,19 +285,67 @@ def _provision(ctx: PoolContext, prog: Progress, present: list[NodeView], need: 
     note = placement_note(pool, ctx.pm, ctx.now, places[0]) if places else ""
     if note:
         jobs = [(replaces, f"{why}; {note}") for replaces, why in jobs]
+    orders = _zone_orders(ctx, places, present, [r for r, _ in jobs])
     actions = tuple(
         Action(
             ActionKind.PROVISION,
             pool.name,
             node_name(ctx.spec.name, pool.name, ctx.last_index + i),
             why,
-            places=places,
+            places=order,
             replaces=replaces,
             action_reason=ActionReason.REPLACEMENT if replaces else ActionReason.SCALE_UP,
         )
-        for i, (replaces, why) in enumerate(jobs, start=1)
+        for i, ((replaces, why), order) in enumerate(zip(jobs, orders, strict=True), start=1)
     )
     return StageResult(prog, actions, tuple(halts), pending=tuple(pending))
+
+
+def _group_note(pool: PoolSpec) -> str:
+    """What a capacity halt adds for a pool launching into placement groups: the group
+    may be what has no room ("" without one; navarch.planner.groups)."""
+    groups = "; ".join(g for pl in pool.placed() if (g := group_of(pl)))
+    return f"; launches go into {groups}: the group may be what has no room" if groups else ""
+
+
+def _rebalance(ctx: PoolContext, prog: Progress, present: list[NodeView]) -> StageResult:
+    """One extra node into the emptiest zone of a spread pool whose zones differ by more
+    than one (navarch.planner.zones.rebalance_order), only while the pool is settled: every
+    node ready, none leaving, no breaker, and room within max_nodes plus max_surge."""
+    pool, h = ctx.pool, ctx.pool.health
+    surge = h.max_surge if h.replacement is Replacement.SURGE else 0
+    settled = (
+        not ctx.frozen
+        and not prog.leaving
+        and all(v.lifecycle in READY for v in present)
+        and len(ctx.views) == len(present)
+        and len(present) + 1 <= pool.max_nodes + surge
+    )
+    found = rebalance_order(pool, open_places(pool, ctx.pm, ctx.now, prog.avoid), present)
+    if not settled or found is None:
+        return StageResult(prog)
+    order, why = found
+    action = Action(
+        ActionKind.PROVISION,
+        pool.name,
+        node_name(ctx.spec.name, pool.name, ctx.last_index + 1),
+        why,
+        places=order,
+        action_reason=ActionReason.ZONE_REBALANCE,
+    )
+    return StageResult(prog, (action,))
+
+
+def _zone_orders(
+    ctx: PoolContext, places: tuple[Place, ...], present: list[NodeView], replaces: list[str | None]
+) -> tuple[tuple[Place, ...], ...]:
+    """Each provision's place order (navarch.planner.zones): a replacement tries its node's
+    zone first, except for a node the ladder remedies in place, which will come back: it
+    still counts in its zone, and its surge replacement goes where the pool is thinnest."""
+    by_name = {v.node: v for v in ctx.views}
+    back = {r: by_name[r] for r in replaces if r in by_name and in_place(ctx, by_name[r])}
+    prefers = [zone_of(by_name.get(r)) if r and r not in back else None for r in replaces]
+    return plan_places(ctx.pool, places, [*present, *back.values()], prefers)
 
 
 def _scale_down(
@@ -326,7 +378,10 @@ def _scale_down(
     halts: list[Halt] = []
     budget, leaving = prog.budget, list(prog.leaving)
     why = f"scale down: {len(present)} nodes present, {prog.desired} desired"
-    for v in (list(spares) + _scale_down_order(ctx, ready))[: max(n, 0)]:
+    take = max(n, 0)
+    for v in list(spares)[:take] + _scale_down_order(
+        ctx, ready, present, max(take - len(spares), 0)
+    ):
         if budget <= 0:
             halts.append(
                 Halt(
@@ -369,9 +424,11 @@ def _scale_down_held(ctx: PoolContext, prog: Progress, excess: int) -> StageResu
     return None
 
 
-def _scale_down_order(ctx: PoolContext, ready: list[NodeView]) -> list[NodeView]:
-    """Ready nodes in the order they leave: drifted, recently faulted, degraded, least
-    utilised, newest first."""
+def _scale_down_order(
+    ctx: PoolContext, ready: list[NodeView], present: list[NodeView], n: int
+) -> list[NodeView]:
+    """The n ready nodes that leave first: drifted, then from the fullest zone
+    (navarch.planner.zones), recently faulted, degraded, least utilised, newest."""
     lemon_window_s = ctx.pool.health.lemon_window_s
 
     def util(v: NodeView) -> float:
@@ -381,7 +438,7 @@ def _scale_down_order(ctx: PoolContext, ready: list[NodeView]) -> list[NodeView]
     def faulted(v: NodeView) -> bool:
         return any((ctx.now - t).total_seconds() <= lemon_window_s for _, t in v.faults)
 
-    return sorted(
+    ordered = sorted(
         ready,
         key=lambda v: (
             v.drift is None,
@@ -391,3 +448,6 @@ def _scale_down_order(ctx: PoolContext, ready: list[NodeView]) -> list[NodeView]
             -index_of(ctx.spec.name, ctx.pool.name, v.node),
         ),
     )
+    # Zone balance outranks a recent fault: a surge replacement sits in its faulty node's
+    # zone, so that zone is the fullest and its once-faulty node still leaves first.
+    return take_for_scale_down(ctx.pool, ordered, present, lambda v: v.drift is None, n)

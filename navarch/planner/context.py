@@ -18,6 +18,7 @@ from navarch.planner.model import (
     NodeView,
     PoolMemory,
 )
+from navarch.reservations import Reservation
 from navarch.spec import FleetSpec, PoolSpec
 
 
@@ -33,6 +34,7 @@ class PlanOptions:
     capabilities: what each provider can do, by fleet.yaml provider name, read by the
     caller from the opened providers (navarch.providers.base.capabilities_of); a provider
     not named here is asked for nothing beyond list, provision and terminate.
+    reservations: the reservations the pools name, by id (navarch.reservations).
     """
 
     pools: frozenset[str] | None = None
@@ -41,6 +43,9 @@ class PlanOptions:
     force: bool = False
     allow_destroy: bool = False
     capabilities: Mapping[str, Capability] = field(default_factory=dict, hash=False)
+    #: the reservations the pools name, by id, as their clouds report them
+    #: (navarch.reservations.reservations_of); read by Capacity Block pools
+    reservations: Mapping[str, Reservation] = field(default_factory=dict, hash=False)
 
     def includes(self, pool: str) -> bool:
         return self.pools is None or pool in self.pools

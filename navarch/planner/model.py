@@ -128,6 +128,11 @@ class ActionReason(enum.StrEnum):
     SPARE = "spare"  # cordon: a healthy node beyond target is held as a warm spare
     SPARE_PROMOTED = "spare_promoted"  # uncordon: a spare serves in place of a node that left
 
+    #: cordon + drain: the pool's Capacity Block ends (EC2 reclaims its instances)
+    CAPACITY_BLOCK_END = "capacity_block_end"
+    #: provision: one node into the emptiest zone of a spread pool whose zones are uneven
+    ZONE_REBALANCE = "zone_rebalance"
+
 
 class BurnIn(enum.StrEnum):
     """Where a node's burn-in stands this run (navarch.planner.burn_in decides)."""

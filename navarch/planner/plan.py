@@ -22,7 +22,8 @@ A fleet's plan is made in two layers of named stages, each a pure function:
   tag updates and rolling replacement), spares (navarch.planner.spares: promote a warm
   spare into a short pool, hold surplus healthy idle nodes as spares), count (provision
   up to desired and the spares, or scale down, spares first).
-  `navarch destroy` swaps in its own.
+  block (navarch.planner.blocks: a Capacity Block pool has nodes only inside its block and
+  is drained before it ends) runs right after scale. `navarch destroy` swaps in its own.
 A stage (navarch.planner.context) reads a PoolContext (never changed) and the Progress earlier stages made (budget
 left, nodes leaving, replacements wanted) and returns a StageResult: its actions, the
 halts and notes it adds, the differences it leaves for later (pending), the new Progress.
@@ -68,6 +69,7 @@ from dataclasses import replace
 from datetime import datetime
 from operator import attrgetter
 
+from navarch.planner.blocks import block_stage
 from navarch.planner.breaker import BreakerState, breaker_state
 from navarch.planner.capacity import count_stage, index_of, scale_stage
 from navarch.planner.capacity import node_name as node_name  # `navarch local` names nodes
@@ -275,6 +277,7 @@ def _fleet_stages(
 #: The pool pipeline: each pool's stages in the order they run (module docstring).
 POOL_STAGES: tuple[Stage, ...] = (
     scale_stage,
+    block_stage,
     ladder_stage,
     silence_stage,
     terminate_stage,

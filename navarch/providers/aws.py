@@ -30,6 +30,7 @@ as InsufficientInstanceCapacity into a provider the CLI builds itself.
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
@@ -74,8 +75,17 @@ from navarch.inventory import (
     InstanceHealth,
     InstanceState,
 )
+from navarch.providers.aws_placement import (
+    AwsPlacement,
+    describe_reservations,
+    efa_info,
+    ensure_group,
+    launch,
+    placed_params,
+)
 from navarch.providers.aws_topology import has_topology, parse_topology, topology_requests
 from navarch.providers.base import ProvisionRequest, ensure_no_ownership_tags, ensure_owned
+from navarch.reservations import Reservation
 
 __all__ = [
     "AUTH_CODES",
@@ -495,6 +505,9 @@ class AwsProvider:
     fleet: str
     _clients: dict[tuple[str, bool], Any] = field(default_factory=dict, repr=False)
     _boto_session: boto3.session.Session | None = field(default=None, repr=False)
+    #: (region, placement group) known to exist: looked up or created once per provider.
+    _groups: set[tuple[str, str]] = field(default_factory=set, repr=False)
+    _group_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def _session(self) -> boto3.session.Session:
         # One session per provider: its loader caches the (large) EC2 service model, so
@@ -618,9 +631,17 @@ class AwsProvider:
             if existing is not None:
                 return existing
         params = run_instances_params(request)
+        placement = AwsPlacement.from_mapping(request.options, pool=request.pool)
+        if placement.declared:
+            params = self._placed(region, request, params, placement)
         what = f"RunInstances {request.instance_type}{' spot' if request.spot else ''}"
-        with aws_errors(zone=request.zone, what=what):
-            resp = self.client(region, run=True).run_instances(**params)
+        client = self.client(region, run=True)
+
+        def run(p: dict[str, Any]) -> Any:
+            with aws_errors(zone=request.zone, what=what):
+                return client.run_instances(**p)
+
+        resp = launch(run, params, placement)
         raw = dict(resp["Instances"][0])
         if not raw.get("Tags"):
             # RunInstances responses normally echo the tags; describe otherwise.
@@ -635,6 +656,27 @@ class AwsProvider:
                 code="IdempotentLaunchTerminated",
             )
         return inst
+
+    def _placed(
+        self, region: str, request: ProvisionRequest, params: dict[str, Any], pl: AwsPlacement
+    ) -> dict[str, Any]:
+        """params with the pool's placement group (created once if missing), EFA interfaces
+        and reservation (navarch.providers.aws_placement). Raises the mapped errors."""
+        client = self.client(region)
+        with aws_errors(zone=request.zone, what="placement group and EFA of the launch"):
+            group = pl.placement_group
+            # One lookup (and create) per group, not one per launch the executor runs at once.
+            with self._group_lock:
+                if group and (region, group) not in self._groups:
+                    ensure_group(client, group, self.fleet)
+                    self._groups.add((region, group))
+            efa = efa_info(client, request.instance_type) if pl.efa else None
+        return placed_params(params, pl, efa)
+
+    def list_reservations(self, ids: Sequence[str]) -> Sequence[Reservation]:
+        """The Capacity Reservations (and Capacity Blocks) with these ids in the regions
+        served (aws_placement.describe_reservations). Raises the mapped errors."""
+        return describe_reservations(self.client, self.settings.regions, ids, self.name)
 
     def _by_launch_id(self, region: str, fleet: str, launch: str) -> Instance | None:
         filters = [

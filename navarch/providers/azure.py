@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import base64
 import os
+import threading
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -39,7 +40,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, ClassVar
 
-from azure.core.exceptions import AzureError, ClientAuthenticationError, HttpResponseError
+from azure.core.exceptions import (
+    AzureError,
+    ClientAuthenticationError,
+    HttpResponseError,
+    ResourceNotFoundError,
+)
 from azure.core.pipeline.policies import SansIOHTTPPolicy
 
 from navarch.capabilities import Capability
@@ -61,6 +67,7 @@ from navarch.inventory import (
     InstanceHealth,
     InstanceState,
 )
+from navarch.providers.azure_placement import AzurePlacement, placed_vm_body, ppg_body
 from navarch.providers.base import ProvisionRequest, ensure_no_ownership_tags, ensure_owned
 
 __all__ = ["ERROR_CODES", "AzureProvider", "create", "map_error", "split_zone", "vm_body"]
@@ -337,6 +344,9 @@ class AzureProvider:
         self.fleet = fleet
         self._compute: Any = None
         self._network: Any = None
+        #: (resource group, proximity placement group) known to exist: checked once.
+        self._ppgs: set[tuple[str, str]] = set()
+        self._ppg_lock = threading.Lock()
 
     def _client_kwargs(self) -> tuple[Any, dict[str, Any]]:
         kwargs: dict[str, Any] = {"retry_total": self.settings.retry_total, "polling_interval": 1}
@@ -441,9 +451,15 @@ class AzureProvider:
                     "ip_configurations": [{"name": "ipconfig1", "subnet": {"id": str(subnet)}}],
                 },
             ).result()
+            placement = AzurePlacement.from_mapping(request.options)
+            if placement.proximity_placement_group:
+                self._ensure_ppg(rg, location, placement.proximity_placement_group)
+            body = placed_vm_body(
+                vm_body(request, str(nic.id)), placement, self.settings.subscription_id, rg
+            )
             try:
                 vm = self.compute.virtual_machines.begin_create_or_update(
-                    rg, request.node, vm_body(request, str(nic.id))
+                    rg, request.node, body
                 ).result()
             except HttpResponseError as exc:
                 mapped = map_error(exc, zone=request.zone, what=what)
@@ -451,6 +467,22 @@ class AzureProvider:
                     self._discard_launch(rg, request.node)
                 raise
         return self._instance(vm)
+
+    def _ensure_ppg(self, rg: str, location: str, name: str) -> None:
+        """Create the proximity placement group `name` (a Standard group in location)
+        unless it exists; once per provider. A group named by ARM id, or made by someone
+        else, is used as it is. Call inside azure_errors."""
+        if name.startswith("/subscriptions/"):
+            return
+        with self._ppg_lock:  # one check per group, not one per launch running at once
+            if (rg, name) in self._ppgs:
+                return
+            groups = self.compute.proximity_placement_groups
+            try:
+                groups.get(rg, name)
+            except ResourceNotFoundError:
+                groups.create_or_update(rg, name, ppg_body(location, self.fleet))
+            self._ppgs.add((rg, name))
 
     def _discard_launch(self, rg: str, node: str) -> None:
         """Delete what a refused launch left: the VM (absent after a synchronous refusal,

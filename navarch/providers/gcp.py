@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 import uuid
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -63,6 +64,7 @@ from navarch.inventory import (
 )
 from navarch.providers.base import ProvisionRequest, ensure_no_ownership_tags, ensure_owned
 from navarch.providers.gcp_hosts import host_of, report_request
+from navarch.providers.gcp_placement import GcpPlacement, ensure_policy, placed_instance
 
 __all__ = [
     "CAPACITY_CODES",
@@ -502,6 +504,9 @@ class GcpProvider:
         self.fleet = fleet
         self._instances: compute_v1.InstancesClient | None = None
         self._operations: compute_v1.ZoneOperationsClient | None = None
+        #: (region, compact placement policy) known to exist: looked up or created once.
+        self._policies: set[tuple[str, str]] = set()
+        self._policy_lock = threading.Lock()
         self._retry = Retry(
             predicate=_transient,
             initial=1.0,
@@ -576,7 +581,12 @@ class GcpProvider:
         ConfigError (bad image/network or labels).
         """
         zone = request.zone
-        body = instance_resource(request)
+        placement = GcpPlacement.from_mapping(request.options)
+        if placement.placement_policy:
+            self._ensure_policy(region_of(zone), placement.placement_policy)
+        body = placed_instance(
+            instance_resource(request), placement, self.settings.project, region_of(zone)
+        )
         insert = compute_v1.InsertInstanceRequest(
             project=self.settings.project,
             zone=zone,
@@ -736,6 +746,17 @@ class GcpProvider:
         return op
 
     # -- helpers -------------------------------------------------------------------------
+
+    def _ensure_policy(self, region: str, name: str) -> None:
+        """The compact placement policy `name` in region, created if missing, once per
+        provider (gcp_placement.ensure_policy). Raises the mapped errors."""
+        with self._policy_lock:
+            if (region, name) not in self._policies:
+                with gcp_errors(what=f"placement policy {name}"):
+                    ensure_policy(
+                        self._client_kwargs(), self.settings.project, region, name, self.fleet
+                    )
+                self._policies.add((region, name))
 
     def _wait(self, op: compute_v1.Operation, zone: str, *, what: str) -> compute_v1.Operation:
         """Wait on a zone operation; raise the mapped error it ended with, if any."""

@@ -47,6 +47,7 @@ from navarch.reconcile.state import (
     load_memory,
     save_memory,
 )
+from navarch.reservations import Reservation, reservations_of
 from navarch.spec import FleetSpec, PoolSpec, Scheduler
 from navarch.stores import ObjectStore, open_store
 
@@ -136,6 +137,8 @@ class Snapshot:
     observed: Observed
     plan: Plan
     now: datetime
+    #: the reservations the pools name, as their clouds report them (navarch.reservations)
+    reservations: tuple[Reservation, ...] = ()
 
     @property
     def memory(self) -> Memory:
@@ -255,7 +258,12 @@ def _gather(
             f"{fleet.spec.name}; `navarch status` lists its nodes"
         )
     # The planner asks each provider only for what it declared it can do.
-    options = replace(options or PlanOptions(), capabilities=capabilities_of(fleet.providers))
+    reserved = reservations_of(fleet.spec, fleet.providers)
+    options = replace(
+        options or PlanOptions(),
+        capabilities=capabilities_of(fleet.providers),
+        reservations=reserved,
+    )
     plan = make_plan(fleet.spec, observed.views, observed.memory, now, options, observed.duplicates)
     plan = replace(
         plan,
@@ -263,7 +271,9 @@ def _gather(
         inventory_fingerprint=fingerprint(inventory),
         foreign=observed.foreign,
     )
-    return Snapshot(inventory, memory, version, reports, observed, plan, now)
+    return Snapshot(
+        inventory, memory, version, reports, observed, plan, now, tuple(reserved.values())
+    )
 
 
 def check_saved_plan(saved: Plan, snap: Snapshot, nodes: frozenset[str] | None = None) -> None:
@@ -391,7 +401,9 @@ def run_apply(
             )
             memory, outcomes = executor.execute(plan, snap.memory, on_outcome)
             memory = journal.persist(memory)  # what observe() learnt, when nothing was done
-            result = ApplyResult(plan, tuple(outcomes), memory, run_id, executor.audit_error)
+            result = ApplyResult(
+                plan, tuple(outcomes), memory, run_id, executor.audit_error, snap.reservations
+            )
             _after(after_apply, result, None)
             return result
         except NavarchError as exc:

@@ -17,6 +17,7 @@ from navarch.planner.hosts import lemon_hosts
 from navarch.planner.model import Diag, Lifecycle, NodeView, Pause
 from navarch.reconcile.reports import fleet_rejection
 from navarch.reconcile.run import Snapshot
+from navarch.reservations import Reservation
 from navarch.spec import FleetSpec, PoolSpec
 from navarch.timefmt import ts
 
@@ -172,6 +173,8 @@ class FleetStatus:
     orphans: tuple[tuple[str, str, str, str, str], ...]
     duplicates: tuple[tuple[str, tuple[str, ...]], ...]
     paused: Pause | None = None  # `navarch pause`: who, when, why
+    #: each reservation the pools name: reserved, running, and idle but billed
+    reservations: tuple[Reservation, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """The document `navarch status --json` prints (schemas/status.schema.json)."""
@@ -190,6 +193,22 @@ class FleetStatus:
                 for n, p, pr, i, r in self.orphans
             ],
             "duplicates": [{"node": n, "instance_ids": list(ids)} for n, ids in self.duplicates],
+            "reservations": [
+                {
+                    "provider": r.provider,
+                    "reservation_id": r.reservation_id,
+                    "zone": r.zone,
+                    "instance_type": r.instance_type,
+                    "reserved": r.total,
+                    "running": r.running,
+                    "idle": r.total - r.running,
+                    "capacity_block": r.capacity_block,
+                    "start": ts(r.start),
+                    "end": ts(r.end),
+                    "state": r.state,
+                }
+                for r in self.reservations
+            ],
         }
 
 
@@ -284,4 +303,5 @@ def fleet_status(spec: FleetSpec, snap: Snapshot) -> FleetStatus:
             (d.node, tuple(i.instance_id for i in d.instances)) for d in snap.observed.duplicates
         ),
         paused=snap.loaded.pause,
+        reservations=snap.reservations,
     )

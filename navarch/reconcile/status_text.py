@@ -14,6 +14,7 @@ from collections import Counter
 from navarch.durations import format_duration_s
 from navarch.planner.model import Lifecycle
 from navarch.reconcile.status import FleetStatus, NodeStatus, PoolStatus
+from navarch.reservations import Reservation
 from navarch.textsafe import terminal
 from navarch.timefmt import ts
 from navarch.wording import counted
@@ -103,16 +104,33 @@ def _pools(status: FleetStatus) -> list[str]:
         )
     for p in status.pools:
         out.append(_pool_line(p))
+    out.extend(_reservation_line(r) for r in status.reservations)
     return out
+
+
+def _reservation_line(r: Reservation) -> str:
+    """One reservation's use: reserved, running in it, and idle but billed."""
+    idle = r.total - r.running
+    where = " ".join(terminal(x) for x in (r.provider, r.zone, r.instance_type) if x)
+    kind = "capacity block" if r.capacity_block else "reservation"
+    window = f"; {ts(r.start)} to {ts(r.end)}" if r.capacity_block and r.end else ""
+    return (
+        f"  {kind} {terminal(r.reservation_id)} ({where}): reserved {r.total}, "
+        f"running {r.running}, idle {idle}{' (billed)' if idle else ''}{window}"
+    )
 
 
 def _pool_line(p: PoolStatus) -> str:
     counts = Counter(n.lifecycle.value for n in p.nodes)
     by_state = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+    # Nodes per zone, so a spread pool's balance (or a packed pool's zone) reads at a glance.
+    zones = Counter(n.zone for n in p.nodes if n.zone)
+    by_zone = ", ".join(f"{terminal(z)} {c}" for z, c in sorted(zones.items()))
     return (
         f"  pool {p.pool}: {counted(len(p.nodes), 'node')} ({by_state or 'none'}); "
         f"min {p.min}, target {p.target}, max {p.max}"
         + (f", spares {p.spares}" if p.spares else "")
+        + (f"; zones {by_zone}" if by_zone else "")
     )
 
 

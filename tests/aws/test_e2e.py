@@ -173,6 +173,7 @@ def test_apply_converges_with_tags_and_user_data_then_no_op(env, tmp_path) -> No
 
     spec = load_fleet(fleet)
     ec2 = boto3.client("ec2")
+    placed = []
     for node, iid in nodes.items():
         inst = ec2_instances()[iid]
         t = tags(inst)
@@ -180,16 +181,16 @@ def test_apply_converges_with_tags_and_user_data_then_no_op(env, tmp_path) -> No
         assert t["navarch-node"] == node and t["team"] == "research" and t["Name"] == node
         assert len(t["navarch-launch"]) == 32
         assert inst["MetadataOptions"]["HttpTokens"] == "required"
-        assert (inst["Placement"]["AvailabilityZone"], inst["InstanceType"]) == (
-            "us-east-1a",
-            "p5.48xlarge",
-        )
+        placed.append((inst["Placement"]["AvailabilityZone"], inst["InstanceType"]))
         raw = ec2.describe_instance_attribute(InstanceId=iid, Attribute="userData")
         user_data = base64.b64decode(raw["UserData"]["Value"]).decode()
         key = derive_node_key(SECRET.encode(), FLEET, node)
         source = bundle_source(user_data)  # the pre-signed URL differs per apply
         assert user_data == render_cloud_init(spec, "train", node, key, bundle=lambda s=source: s)
         assert key.hex() in user_data and node in user_data
+
+    # Three nodes spread over the pool's two zones, on its first instance type.
+    assert sorted(placed) == [("us-east-1a", "p5.48xlarge")] * 2 + [("us-east-1b", "p5.48xlarge")]
 
     # The second run changes nothing: plan says so, apply launches nothing.
     again = navarch(["plan", str(fleet), "--detailed-exitcode"], env, tmp_path)

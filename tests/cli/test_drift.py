@@ -77,6 +77,10 @@ DRIFTS = {
 def test_each_drift_kind_is_planned_and_converges(navarch, fleet_dir: Path, kind: str) -> None:
     change, reason, matches = DRIFTS[kind]
     edit_fleet(fleet_dir / "fleet.yaml", small_train)
+    if kind == "zone":  # both nodes in sim-1a first (a spread pool would put one in sim-1b)
+        edit_fleet(
+            fleet_dir / "fleet.yaml", lambda d: d["pools"]["train"].update(zone_policy="pack")
+        )
     navarch.ok("apply", "fleet.yaml", "--auto-approve")
     navarch.ok("local", "tick", "fleet.yaml")
     assert navarch("plan", "fleet.yaml", "--detailed-exitcode").code == 0

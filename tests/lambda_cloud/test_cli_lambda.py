@@ -73,7 +73,8 @@ def test_converge_then_no_op(fake_lambda, lambda_api_base, tmp_path) -> None:
     assert run.returncode == 0, run.stdout + run.stderr
     got = ours(fake_lambda)
     assert sorted(i["name"] for i in got) == [f"{FLEET}-train-0001", f"{FLEET}-train-0002"]
-    assert {i["region"]["name"] for i in got} == {"us-east-1"}
+    # Lambda's zones are regions: the pool spreads over them (zone_policy: spread).
+    assert sorted(i["region"]["name"] for i in got) == ["us-east-1", "us-west-1"]
     assert {i["instance_type"]["name"] for i in got} == {"gpu_8x_h100_sxm5"}
     launches = [b for m, p, b in fake_lambda.calls if p.endswith("/launch")]
     assert len(launches) == 2

@@ -219,6 +219,14 @@ def _first_place(pool: PoolSpec) -> dict[str, Any]:
     }
 
 
+def _converged_place(pool: PoolSpec, k: int) -> dict[str, Any]:
+    """The k-th node's coordinates in a converged pool: the first place's type and
+    capacity, its zones taken in turn (a spread pool's zones within one node)."""
+    first = _first_place(pool)
+    zones = pool.placed()[pool.launch_places()[0].placement].zones
+    return {**first, "zone": zones[k % len(zones)]}
+
+
 @st.composite
 def pool_memories(draw: st.DrawFn, pool: PoolSpec, now: datetime) -> PoolMemory:
     places = pool.launch_places()
@@ -364,7 +372,7 @@ def converged_worlds(draw: st.DrawFn) -> World:
                 )
             )
         )
-        for index in indices:
+        for k, index in enumerate(indices):
             name = node_name(pool.name, index)
             inventory.append(
                 builders.instance(
@@ -372,7 +380,7 @@ def converged_worlds(draw: st.DrawFn) -> World:
                     pool.name,
                     name,
                     launched_at=now - _minutes(draw, 20, 600),
-                    **_first_place(pool),
+                    **_converged_place(pool, k),
                 )
             )
             seq = draw(st.integers(2, 1000))
@@ -842,7 +850,7 @@ def sick_sims(draw: st.DrawFn) -> Sim:
                 name,
                 launched_at=now - timedelta(hours=2),
                 state=InstanceState.STOPPED if kind == "offline" else InstanceState.RUNNING,
-                **_first_place(pool),
+                **_converged_place(pool, i - 1),
             )
             nodes[name] = SimNode(inst, kind)
         pool_mems.append(builders.pool_memory(pool.name, next_index=count + 1))
@@ -944,7 +952,7 @@ def edited_sims(draw: st.DrawFn) -> tuple[Sim, FleetSpec]:
                 pool.name,
                 name,
                 launched_at=now - timedelta(hours=2 + i),
-                **_first_place(pool),
+                **_converged_place(pool, i - 1),
                 tags={**dict(pool.labels), TAG_SPEC: pool.launch_hash()},
             )
             nodes[name] = SimNode(inst)
@@ -1030,7 +1038,11 @@ def removed_pool_sims(draw: st.DrawFn) -> tuple[Sim, str]:
         for i in range(1, pool.target_nodes + 1):
             name = node_name(pool.name, i)
             inst = builders.instance(
-                FLEET, pool.name, name, launched_at=now - timedelta(hours=2), **_first_place(pool)
+                FLEET,
+                pool.name,
+                name,
+                launched_at=now - timedelta(hours=2),
+                **_converged_place(pool, i - 1),
             )
             nodes[name] = SimNode(inst)
     pool_mems = [builders.pool_memory(p.name, next_index=p.target_nodes + 1) for p in spec.pools]

@@ -15,6 +15,14 @@ the SDK's poller ends at once. Places are "location[-zone]/vmSize" strings:
 As ARM does, a VM PUT may not move an existing VM to other zones (409
 PropertyChangeNotAllowed), and a NIC still attached to a VM cannot be deleted (400
 NicInUse).
+
+Proximity placement groups (GET, PUT) and capacity reservation groups (set up by a test in
+`reservation_groups`, id -> [reserved, allocated]) are served too. A VM PUT body is read
+with azure-mgmt-compute's own VirtualMachine model: a member the model does not know is
+refused (400 InvalidRequestContent, as ARM refuses it), and so is a VM naming a proximity
+placement group or capacity reservation group that does not exist; a VM beyond a
+reservation group's reserved count is refused with AllocationFailed. Every VM PUT body is
+kept in `vm_puts` for a test to assert the exact request.
 """
 
 from __future__ import annotations
@@ -36,6 +44,7 @@ _VMS = _RG + r"/Microsoft\.Compute/virtualMachines"
 _VM = _VMS + r"/(?P<name>[^/]+)"
 _NIC = _RG + r"/Microsoft\.Network/networkInterfaces/(?P<name>[^/]+)"
 _DISK = _RG + r"/Microsoft\.Compute/disks/(?P<name>[^/]+)"
+_PPG = _RG + r"/Microsoft\.Compute/proximityPlacementGroups/(?P<name>[^/]+)"
 _OPERATION = (
     r"/subscriptions/(?P<sub>[^/]+)/providers/Microsoft\.Compute/locations/"
     r"(?P<loc>[^/]+)/operations/(?P<op>[^/]+)"
@@ -79,9 +88,92 @@ def _get_vm(fake: FakeARM, req: Request, m: re.Match[str]) -> Answer:
     return 200, vm
 
 
+def _unknown_members(body: dict[str, Any]) -> list[str]:
+    """Key paths of a VM body that azure-mgmt-compute's VirtualMachine model has no field
+    for (its rest_field names, walked through the nested models it builds)."""
+    from azure.mgmt.compute._utils.model_base import Model
+    from azure.mgmt.compute.models import VirtualMachine
+
+    def fields(model: Any) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for cls in type(model).__mro__:
+            for attr, desc in vars(cls).items():
+                rest = getattr(desc, "_rest_name", None)
+                if isinstance(rest, str):
+                    out.setdefault(rest, attr)
+        return out
+
+    def walk(model: Any, raw: dict[str, Any], prefix: str) -> list[str]:
+        known, bad = fields(model), []
+        for key, value in raw.items():
+            if key not in known:
+                bad.append(f"{prefix}{key}")
+                continue
+            sub = getattr(model, known[key])
+            if isinstance(sub, Model) and isinstance(value, dict):
+                bad += walk(sub, value, f"{prefix}{key}.")
+            elif isinstance(sub, list) and isinstance(value, list):
+                for item, raw_item in zip(sub, value, strict=False):
+                    if isinstance(item, Model) and isinstance(raw_item, dict):
+                        bad += walk(item, raw_item, f"{prefix}{key}[].")
+        return bad
+
+    return walk(VirtualMachine(body), body, "")
+
+
+def _placement_refused(fake: FakeARM, props: dict[str, Any]) -> Answer | None:
+    ppg = (props.get("proximityPlacementGroup") or {}).get("id")
+    if ppg and ppg.lower() not in fake.ppgs:
+        return fake.error(400, "NotFound", f"Proximity placement group {ppg} was not found.")
+    crg = ((props.get("capacityReservation") or {}).get("capacityReservationGroup") or {}).get("id")
+    if crg:
+        held = fake.reservation_groups.get(crg.lower())
+        if held is None:
+            return fake.error(400, "NotFound", f"Capacity reservation group {crg} was not found.")
+        if held[1] >= held[0]:
+            return fake.error(409, "AllocationFailed", "Capacity reservation is fully used.")
+        held[1] += 1
+    return None
+
+
+def _get_ppg(fake: FakeARM, req: Request, m: re.Match[str]) -> Answer:
+    ppg = fake.ppgs.get(_ppg_id(m).lower())
+    if ppg is None:
+        return fake.error(
+            404, "ResourceNotFound", f"proximity placement group {m['name']} not found"
+        )
+    return 200, ppg
+
+
+def _put_ppg(fake: FakeARM, req: Request, m: re.Match[str]) -> Answer:
+    fake.ppg_puts.append(req.body)
+    ppg = {
+        "id": _ppg_id(m),
+        "name": m["name"],
+        "type": "Microsoft.Compute/proximityPlacementGroups",
+        **req.body,
+    }
+    fake.ppgs[_ppg_id(m).lower()] = ppg
+    return 200, ppg
+
+
+def _ppg_id(m: re.Match[str]) -> str:
+    return (
+        f"/subscriptions/{m['sub']}/resourceGroups/{m['rg']}/providers/"
+        f"Microsoft.Compute/proximityPlacementGroups/{m['name']}"
+    )
+
+
 def _put_vm(fake: FakeARM, req: Request, m: re.Match[str]) -> Answer:
     body = req.body
+    fake.vm_puts.append(body)
+    unknown = _unknown_members(body)
+    if unknown:
+        return fake.error(400, "InvalidRequestContent", f"Could not find member {unknown[0]}")
     props = body["properties"]
+    refused = _placement_refused(fake, props)
+    if refused is not None:
+        return refused
     zone = (body.get("zones") or [""])[0]
     size = props["hardwareProfile"]["vmSize"]
     place = f"{body['location']}{'-' + zone if zone else ''}/{size}"
@@ -226,6 +318,8 @@ class FakeARM(FakeAPI):
         Route("DELETE", _NIC, _delete_nic),
         Route("DELETE", _DISK, _delete_disk),
         Route("GET", _OPERATION, _get_operation),
+        Route("GET", _PPG, _get_ppg),
+        Route("PUT", _PPG, _put_ppg),
     )
     NO_ROUTE_CODE: ClassVar[str] = "ResourceNotFound"
     HOLD: ClassVar[tuple[str, str] | None] = ("PUT", _VM)
@@ -239,6 +333,12 @@ class FakeARM(FakeAPI):
     operations: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: (resource group, VM name) -> the instance view ARM answers for it (set_instance_view).
     instance_views: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    #: lower-case ARM id -> proximity placement group; PUT bodies in order.
+    ppgs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    ppg_puts: list[dict[str, Any]] = field(default_factory=list)
+    #: lower-case ARM id of a capacity reservation group -> [reserved, allocated].
+    reservation_groups: dict[str, list[int]] = field(default_factory=dict)
+    vm_puts: list[dict[str, Any]] = field(default_factory=list)
 
     def set_instance_view(self, rg: str, name: str, view: dict[str, Any]) -> None:
         """Azure's own view of a VM (statuses with PowerState/..., vmHealth,
@@ -262,6 +362,10 @@ class FakeARM(FakeAPI):
             self.fails_later.clear()
             self.operations.clear()
             self.instance_views.clear()
+            self.ppgs.clear()
+            self.ppg_puts.clear()
+            self.reservation_groups.clear()
+            self.vm_puts.clear()
 
     def add_foreign(self, rg: str, name: str, location: str = "eastus") -> None:
         """A VM navarch did not make (no navarch tags)."""

@@ -2,16 +2,25 @@
 
 google-cloud-compute's REST transport talks to it through the provider's api_endpoint.
 It speaks the JSON shapes of instances aggregatedList/list/insert/get/delete/setLabels/
-reset and zoneOperations get/wait, honours requestId, answers 409 alreadyExists for a
+reset and zoneOperations get/wait, resourcePolicies get/insert and regionOperations
+get/wait (compact placement policies), honours requestId, answers 409 alreadyExists for a
 duplicate name and 412 conditionNotMet for a stale label fingerprint, and can be told to
 end insert operations in a zone with a stockout (ZONE_RESOURCE_POOL_EXHAUSTED, HTTP 503
 on the operation) or a quota error, to leave operations RUNNING, or (FakeAPI) to fail
 requests and hold the n-th insert. Source: Compute Engine API v1 reference.
+
+Instance and resource-policy insert bodies are parsed with google-cloud-compute's own
+message types (compute_v1.Instance / ResourcePolicy .from_json, unknown fields refused), so
+a body the API's model would refuse is answered 400 invalid, and kept in `inserted` for a
+test to assert the exact request. An instance naming a resource policy that does not
+exist in its region is refused (400 invalid), one naming a specific reservation that does
+not exist or is used up is refused (the stockout answer for a full reservation).
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import re
 import uuid
 from collections.abc import Iterator
@@ -20,6 +29,7 @@ from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 import pytest
+from google.cloud import compute_v1
 
 from tests.support.fakehttp import Answer, FakeAPI, Request, Route, serve
 
@@ -58,6 +68,12 @@ class FakeCompute(FakeAPI):
     ops_never_finish: bool = False  # operations stay RUNNING (a very slow launch)
     # instances.reportHostAsFaulty bodies taken: (zone, name, body, requestId)
     host_reports: list[tuple[str, str, dict[str, Any], str]] = field(default_factory=list)
+    #: (region, name) -> the resource policy as resourcePolicies.get answers it.
+    resource_policies: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    #: (zone, name) -> [count, in use] of a specific reservation.
+    reservations: dict[tuple[str, str], list[int]] = field(default_factory=dict)
+    #: (kind, body) of every instance / resource policy insert, in order.
+    inserted: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     _ids: Iterator[int] = field(default_factory=lambda: itertools.count(1000))
 
     HOLD: ClassVar[tuple[str, str] | None] = ("POST", PROJECT_PATH + r"/zones/[^/]+/instances")
@@ -74,6 +90,9 @@ class FakeCompute(FakeAPI):
             self.initial_status = "RUNNING"
             self.ops_never_finish = False
             self.host_reports.clear()
+            self.resource_policies.clear()
+            self.reservations.clear()
+            self.inserted.clear()
 
     def error_body(self, status: int, code: str, message: str) -> Any:
         return {
@@ -197,6 +216,9 @@ class FakeCompute(FakeAPI):
         if rid and rid in self.request_ids:
             return 200, _public(self.operations[self.request_ids[rid]])
         name = body["name"]
+        refused = self._refused("instance", body, zone)
+        if refused is not None:
+            return refused
         if (zone, name) in self.instances:
             what = f"projects/{self.project}/zones/{zone}/instances/{name}"
             return self.error(409, "alreadyExists", f"The resource '{what}' already exists")
@@ -207,6 +229,67 @@ class FakeCompute(FakeAPI):
         if rid:
             self.request_ids[rid] = op["name"]
         return status, op
+
+    def _refused(self, kind: str, body: dict[str, Any], zone: str) -> Answer | None:
+        """400 for a body the API's message type refuses; an unknown policy; a missing or
+        used-up specific reservation. Records the body first."""
+        self.inserted.append((kind, body))
+        message = compute_v1.Instance if kind == "instance" else compute_v1.ResourcePolicy
+        try:
+            message.from_json(json.dumps(body))
+        except Exception as exc:  # noqa: BLE001 - proto-plus raises ParseError and others
+            return self.error(400, "invalid", f"Invalid JSON payload received. {exc}")
+        if kind != "instance":
+            return None
+        region = zone.rsplit("-", 1)[0]
+        for url in body.get("resourcePolicies", ()):
+            m = re.fullmatch(r"projects/[^/]+/regions/([^/]+)/resourcePolicies/([^/]+)", url)
+            if m is None or m[1] != region or (m[1], m[2]) not in self.resource_policies:
+                return self.error(400, "invalid", f"The resource '{url}' was not found")
+        affinity = body.get("reservationAffinity") or {}
+        if affinity.get("consumeReservationType") == "SPECIFIC_RESERVATION":
+            name = affinity["values"][0].rsplit("/", 1)[-1]
+            held = self.reservations.get((zone, name))
+            if held is None:
+                return self.error(400, "invalid", f"Reservation '{name}' was not found in {zone}")
+            if held[1] >= held[0]:
+                message_text = STOCKOUT_MESSAGE.format(project=self.project, zone=zone)
+                return self.error(503, "ZONE_RESOURCE_POOL_EXHAUSTED", message_text)
+            held[1] += 1
+        return None
+
+    def _policy_get(self, req: Request, m: re.Match[str]) -> Answer:
+        policy = self.resource_policies.get((m["region"], m["name"]))
+        if policy is None:
+            what = f"projects/{self.project}/regions/{m['region']}/resourcePolicies/{m['name']}"
+            return self.error(404, "notFound", f"The resource '{what}' was not found")
+        return 200, policy
+
+    def _policy_insert(self, req: Request, m: re.Match[str]) -> Answer:
+        region, body = m["region"], req.body or {}
+        refused = self._refused("resourcePolicy", body, "")
+        if refused is not None:
+            return refused
+        if (region, body["name"]) in self.resource_policies:
+            return self.error(409, "alreadyExists", f"resource policy {body['name']} exists")
+        self.resource_policies[(region, body["name"])] = {
+            **body,
+            "kind": "compute#resourcePolicy",
+            "region": f"{BASE}/projects/{self.project}/regions/{region}",
+            "status": "READY",
+        }
+        name = f"operation-{uuid.uuid4().hex}"
+        op = {
+            "kind": "compute#operation",
+            "name": name,
+            "region": f"{BASE}/projects/{self.project}/regions/{region}",
+            "operationType": "insert",
+            "status": "RUNNING",
+            "selfLink": f"{BASE}/projects/{self.project}/regions/{region}/operations/{name}",
+            "_error": None,
+        }
+        self.operations[name] = op
+        return 200, _public(op)
 
     def _get(self, req: Request, m: re.Match[str]) -> Answer:
         inst = self.instances.get((m["zone"], m["name"]))
@@ -297,6 +380,8 @@ class FakeCompute(FakeAPI):
 
     _INSTANCE = PROJECT_PATH + r"/zones/(?P<zone>[^/]+)/instances/(?P<name>[^/]+)"
     _OPERATION = PROJECT_PATH + r"/zones/[^/]+/operations/(?P<op>[^/]+)"
+    _POLICY = PROJECT_PATH + r"/regions/(?P<region>[^/]+)/resourcePolicies/(?P<name>[^/]+)"
+    _REGION_OPERATION = PROJECT_PATH + r"/regions/[^/]+/operations/(?P<op>[^/]+)"
     ROUTES: ClassVar[tuple[Route, ...]] = (
         Route("GET", PROJECT_PATH + r"/aggregated/instances", _aggregated_list),
         Route("GET", PROJECT_PATH + r"/zones/(?P<zone>[^/]+)/instances", _list),
@@ -308,6 +393,12 @@ class FakeCompute(FakeAPI):
         Route("POST", _INSTANCE + "/reportHostAsFaulty", _report_host),
         Route("GET", _OPERATION, _operation_status),
         Route("POST", _OPERATION + "/wait", _operation_status),
+        Route("GET", _POLICY, _policy_get),
+        Route(
+            "POST", PROJECT_PATH + r"/regions/(?P<region>[^/]+)/resourcePolicies", _policy_insert
+        ),
+        Route("GET", _REGION_OPERATION, _operation_status),
+        Route("POST", _REGION_OPERATION + "/wait", _operation_status),
     )
 
 

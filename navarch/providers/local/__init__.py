@@ -46,6 +46,8 @@ from navarch.inventory import (
 )
 from navarch.providers.base import ProvisionRequest, ensure_no_ownership_tags, ensure_owned
 from navarch.providers.local.racks import pick_host
+from navarch.providers.local.reservations import local_reservations
+from navarch.reservations import Reservation
 
 #: What a GPU reset cures on a fake GPU (reset_gpus): a GPU fallen off the bus comes back,
 #: volatile ECC counts and readings start afresh. Injected GPU processes and utilisation are
@@ -83,8 +85,11 @@ class LocalProvider:
         not_offered: Sequence[str] = (),
         *,
         fleet: str | None = None,
+        reservations: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
         self.name = name
+        #: simulated reservations, NAME -> {zone, instance_type, count} (list_reservations)
+        self.reservations = dict(reservations or {})
         self.root = Path(root)
         # The fleet whose machines this is (create() gives it; the directory is per fleet).
         self.fleet = fleet if fleet is not None else self.root.name
@@ -125,6 +130,12 @@ class LocalProvider:
             except (OSError, ValueError):
                 continue  # being created or removed right now
         return out
+
+    def list_reservations(self, ids: Sequence[str]) -> Sequence[Reservation]:
+        """Every simulated reservation with its use, whatever ids the pools name
+        (navarch.providers.local.reservations)."""
+        del ids  # local pools name no reservation: all of them are reported
+        return local_reservations(self.name, self.reservations, self.machines())
 
     def find(self, node: str) -> dict[str, Any]:
         """The machine whose navarch-node tag (or instance id) is `node`; ConfigError if none."""
@@ -384,7 +395,7 @@ def _cloud_status(m: Mapping[str, Any]) -> CloudStatus:
 
 def create(name: str, config: Mapping[str, Any], *, base_dir: Path, fleet: str) -> LocalProvider:
     """Build the local provider from its fleet.yaml mapping ({type: local, dir, unavailable,
-    not_offered})."""
+    not_offered, reservations})."""
     root = Path(config.get("dir", ".navarch/local"))
     if not root.is_absolute():
         root = base_dir / root
@@ -394,4 +405,5 @@ def create(name: str, config: Mapping[str, Any], *, base_dir: Path, fleet: str) 
         config.get("unavailable", ()),
         config.get("not_offered", ()),
         fleet=fleet,
+        reservations=config.get("reservations"),
     )

@@ -1,0 +1,83 @@
+"""Where an Azure launch lands inside a zone: a proximity placement group and the
+capacity reservation group it draws on.
+
+A pool's `azure:` section may declare (schemas/providers/azure.schema.json#/$defs/pool):
+
+- proximity_placement_group: NAME (in the provider's resource group) or a full ARM id:
+  every VM carries it in properties.proximityPlacementGroup; navarch creates a Standard
+  group of that name in the VM's location when it does not exist, so a replacement lands
+  close to the nodes it works with.
+- capacity_reservation_group: NAME or a full ARM id: every VM draws on it
+  (properties.capacityReservation.capacityReservationGroup).
+
+Sources: ARM REST reference, virtualMachines create (VirtualMachineProperties
+proximityPlacementGroup, capacityReservation), proximityPlacementGroups create
+(proximityPlacementGroupType Standard); azure-mgmt-compute 39.0.0 models of the same
+names. Pure builders.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["AzurePlacement", "placed_vm_body", "ppg_body", "resource_id"]
+
+
+@dataclass(frozen=True)
+class AzurePlacement:
+    """A pool's placement settings from its `azure:` mapping (see the module docstring)."""
+
+    proximity_placement_group: str | None = None
+    capacity_reservation_group: str | None = None
+
+    @classmethod
+    def from_mapping(cls, options: Mapping[str, Any]) -> AzurePlacement:
+        return cls(
+            proximity_placement_group=options.get("proximity_placement_group") or None,
+            capacity_reservation_group=options.get("capacity_reservation_group") or None,
+        )
+
+
+def resource_id(subscription: str, rg: str, kind: str, name: str) -> str:
+    """The ARM id of a Microsoft.Compute resource `kind` named `name` in rg; a name that
+    is already an ARM id (starts with /subscriptions/) is returned as it is."""
+    if name.startswith("/subscriptions/"):
+        return name
+    return f"/subscriptions/{subscription}/resourceGroups/{rg}/providers/Microsoft.Compute/{kind}/{name}"
+
+
+def ppg_body(location: str, fleet: str) -> dict[str, Any]:
+    """The proximityPlacementGroups PUT body navarch creates a missing group with."""
+    return {
+        "location": location,
+        "tags": {"navarch-fleet": fleet},
+        "properties": {"proximityPlacementGroupType": "Standard"},
+    }
+
+
+def placed_vm_body(
+    body: dict[str, Any], placement: AzurePlacement, subscription: str, rg: str
+) -> dict[str, Any]:
+    """The VM PUT body (vm_body) with the pool's proximity placement group and capacity
+    reservation group added (modifies and returns `body`)."""
+    props = body["properties"]
+    if placement.proximity_placement_group:
+        props["proximityPlacementGroup"] = {
+            "id": resource_id(
+                subscription, rg, "proximityPlacementGroups", placement.proximity_placement_group
+            )
+        }
+    if placement.capacity_reservation_group:
+        props["capacityReservation"] = {
+            "capacityReservationGroup": {
+                "id": resource_id(
+                    subscription,
+                    rg,
+                    "capacityReservationGroups",
+                    placement.capacity_reservation_group,
+                )
+            }
+        }
+    return body

@@ -1,0 +1,109 @@
+"""Azure proximity placement groups and capacity reservation groups, asserted at the HTTP
+boundary of the real azure-mgmt-compute client (the ARM fake keeps every VM and group PUT
+body and refuses members azure-mgmt-compute's models do not know)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from navarch.errors import CapacityError
+from tests.azure.test_agent_delivery_azure import arm_action
+from tests.azure.test_azure_provider import provider, request
+from tests.azure.test_cli_azure import FLEET, env_for, navarch, write_fleet
+from tests.support.fake_arm import SUB, FakeARM
+
+PPG = f"/subscriptions/{SUB}/resourceGroups/rg/providers/Microsoft.Compute/proximityPlacementGroups/train-ppg"
+CRG = f"/subscriptions/{SUB}/resourceGroups/rg/providers/Microsoft.Compute/capacityReservationGroups/train-crg"
+OPTS = {"proximity_placement_group": "train-ppg", "capacity_reservation_group": "train-crg"}
+
+
+def test_a_proximity_placement_group_is_created_once_and_every_vm_joins_it_and_its_reservation(
+    fake_arm: FakeARM, arm_endpoint: str
+) -> None:
+    fake_arm.reservation_groups[CRG.lower()] = [4, 0]
+    p = provider(arm_endpoint)
+    p.provision(request("f-p-0001", **OPTS))
+    p.provision(request("f-p-0002", **OPTS))
+    assert fake_arm.ppg_puts == [
+        {
+            "location": "eastus",
+            "tags": {"navarch-fleet": "f"},
+            "properties": {"proximityPlacementGroupType": "Standard"},
+        }
+    ]
+    assert fake_arm.count("GET", r"/proximityPlacementGroups/train-ppg$") == 1
+    for body in fake_arm.vm_puts:
+        assert body["properties"]["proximityPlacementGroup"] == {"id": PPG}
+        assert body["properties"]["capacityReservation"] == {
+            "capacityReservationGroup": {"id": CRG}
+        }
+    assert fake_arm.reservation_groups[CRG.lower()] == [4, 2]
+
+
+def test_a_full_capacity_reservation_group_is_a_capacity_error(
+    fake_arm: FakeARM, arm_endpoint: str
+) -> None:
+    fake_arm.reservation_groups[CRG.lower()] = [1, 1]
+    with pytest.raises(CapacityError):
+        provider(arm_endpoint).provision(request("f-p-0001", **OPTS))
+
+
+def test_the_fake_refuses_a_member_the_sdk_model_does_not_know(
+    fake_arm: FakeARM, arm_endpoint: str
+) -> None:
+    from azure.core.exceptions import HttpResponseError
+
+    p = provider(arm_endpoint)
+    with pytest.raises(HttpResponseError, match="Could not find member"):
+        p.compute.virtual_machines.begin_create_or_update(
+            "rg", "x", {"location": "eastus", "properties": {"proximityPlacementGroupp": {}}}
+        ).result()
+
+
+def test_a_replacement_joins_the_same_proximity_placement_group_and_reservation(
+    fake_arm: FakeARM, arm_endpoint: str, azurite: str, az_container: str, tmp_path: Path
+) -> None:
+    crg = CRG.replace("/rg/", "/gpu-rg/")
+    fake_arm.reservation_groups[crg.lower()] = [3, 0]
+    env = env_for(azurite)
+    fleet = write_fleet(tmp_path, arm_endpoint, az_container, target=2)
+    fleet.write_text(
+        fleet.read_text()
+        + "      proximity_placement_group: train-ppg\n"
+        + "      capacity_reservation_group: train-crg\n"
+    )
+    run = navarch(["apply", str(fleet), "--auto-approve"], env, tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    run = navarch(
+        ["apply", str(fleet), "--auto-approve", "--replace", f"{FLEET}-train-0001"], env, tmp_path
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    last = fake_arm.vm_puts[-1]
+    assert last["properties"]["osProfile"]["computerName"] == f"{FLEET}-train-0003"
+    assert last["properties"]["proximityPlacementGroup"] == {"id": PPG.replace("/rg/", "/gpu-rg/")}
+    assert last["properties"]["capacityReservation"]["capacityReservationGroup"] == {"id": crg}
+    assert len(fake_arm.ppg_puts) == 1
+
+
+def test_placement_group_and_reservation_calls_are_in_the_reconciler_role(
+    fake_arm: FakeARM, arm_endpoint: str
+) -> None:
+    fake_arm.reservation_groups[CRG.lower()] = [1, 0]
+    provider(arm_endpoint).provision(request("f-p-0001", **OPTS))
+    used = {arm_action(c.method, c.path) for c in fake_arm.calls}
+    # Deploying a VM into a capacity reservation group is its own action on the group.
+    if any("capacityReservation" in b["properties"] for b in fake_arm.vm_puts):
+        used.add("Microsoft.Compute/capacityReservationGroups/deploy/action")
+    role = json.loads(
+        (
+            Path(__file__).resolve().parents[2] / "docs/policies/azure-reconciler-role.json"
+        ).read_text()
+    )
+    assert {
+        "Microsoft.Compute/proximityPlacementGroups/read",
+        "Microsoft.Compute/proximityPlacementGroups/write",
+    } <= used
+    assert used - set(role["Actions"]) == set(), sorted(used)

@@ -1,0 +1,30 @@
+"""Zones end to end on the local provider: `navarch apply fleet.example.yaml` spreads each
+pool across its zones and `navarch status` shows where every node sits."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+
+def test_apply_spreads_each_pool_across_its_zones_and_status_shows_them(navarch):
+    navarch.ok("apply", "fleet.yaml", "--auto-approve")
+    zones = {pool: Counter(n["zone"] for n in navarch.nodes(pool)) for pool in ("train", "infer")}
+    assert zones == {
+        "train": Counter({"sim-1a": 2, "sim-1b": 1}),
+        "infer": Counter({"sim-1b": 1, "sim-1a": 1}),
+    }
+    out = navarch.ok("status", "fleet.yaml", "--all").out
+    assert "target 3, max 5; zones sim-1a 2, sim-1b 1" in out
+    assert "demo-train-0002" in out and "sim-1b" in out
+
+
+def test_status_shows_each_reservations_use_reserved_running_and_idle_but_billed(navarch):
+    navarch.ok("apply", "fleet.yaml", "--auto-approve")
+    out = navarch.ok("status", "fleet.yaml").out
+    # fleet.example.yaml reserves 3 sim-h100x8 in sim-1a; the spread train pool runs 2 there.
+    assert (
+        "reservation res-train (sim sim-1a sim-h100x8): reserved 3, running 2, idle 1 (billed)"
+        in out
+    )
+    [r] = navarch.status()["reservations"]
+    assert (r["reservation_id"], r["reserved"], r["running"], r["idle"]) == ("res-train", 3, 2, 1)

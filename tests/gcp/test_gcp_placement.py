@@ -1,0 +1,142 @@
+"""Compute Engine compact placement policies and specific reservations, asserted at the
+HTTP boundary of the real google-cloud-compute REST client (the fake Compute API records
+every insert body, parsed by compute_v1's own message types)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from navarch.errors import CapacityError
+from navarch.providers import open_provider
+from navarch.providers.gcp import GcpProvider
+from tests.gcp.test_agent_delivery_gcp import compute_permission, role_permissions
+from tests.gcp.test_cli_gcp import FLEET as CLI_FLEET
+from tests.gcp.test_cli_gcp import env, navarch, write_fleet  # noqa: F401 - env is a fixture
+from tests.support.providers import FLEET, request_maker
+
+ROOT = Path(__file__).resolve().parents[2]
+OPTIONS = {"placement_policy": "train-compact", "reservation": "res-a"}
+_request = request_maker("us-central1-a", "a3-highgpu-8g", OPTIONS)
+
+
+def _provider(endpoint: str) -> GcpProvider:
+    config = {
+        "type": "gcp",
+        "project": "navarch-test",
+        "api_endpoint": endpoint,
+        "anonymous": True,
+        "retry_deadline_s": 2,
+    }
+    provider = open_provider("gcp", config, base_dir=ROOT, fleet=FLEET)
+    assert isinstance(provider, GcpProvider)
+    return provider
+
+
+def _bodies(fake, kind: str) -> list[dict]:
+    return [body for k, body in fake.inserted if k == kind]
+
+
+def test_a_compact_placement_policy_is_created_once_and_every_instance_joins_it(
+    fake_compute, compute_endpoint
+) -> None:
+    fake_compute.reservations[("us-central1-a", "res-a")] = [4, 0]
+    p = _provider(compute_endpoint)
+    p.provision(_request("prod-train-0001"))
+    p.provision(_request("prod-train-0002"))
+    assert _bodies(fake_compute, "resourcePolicy") == [
+        {
+            "name": "train-compact",
+            "description": f"navarch fleet {FLEET}: compact placement",
+            "groupPlacementPolicy": {"collocation": "COLLOCATED"},
+        }
+    ]
+    assert fake_compute.count("GET", r"/regions/us-central1/resourcePolicies/train-compact$") == 1
+    for body in _bodies(fake_compute, "instance"):
+        assert body["resourcePolicies"] == [
+            "projects/navarch-test/regions/us-central1/resourcePolicies/train-compact"
+        ]
+        assert body["reservationAffinity"] == {
+            "consumeReservationType": "SPECIFIC_RESERVATION",
+            "key": "compute.googleapis.com/reservation-name",
+            "values": ["res-a"],
+        }
+        assert body["scheduling"]["onHostMaintenance"] == "TERMINATE"
+    assert fake_compute.reservations[("us-central1-a", "res-a")] == [4, 2]
+
+
+def test_an_existing_placement_policy_is_used_as_it_is(fake_compute, compute_endpoint) -> None:
+    fake_compute.resource_policies[("us-central1", "train-compact")] = {"name": "train-compact"}
+    fake_compute.reservations[("us-central1-a", "res-a")] = [1, 0]
+    _provider(compute_endpoint).provision(_request())
+    assert _bodies(fake_compute, "resourcePolicy") == []
+
+
+def test_a_used_up_reservation_is_a_capacity_error(fake_compute, compute_endpoint) -> None:
+    fake_compute.reservations[("us-central1-a", "res-a")] = [1, 1]
+    with pytest.raises(CapacityError):
+        _provider(compute_endpoint).provision(_request())
+
+
+def test_a_replacement_launches_into_the_same_placement_policy_and_reservation(
+    fake_compute, compute_endpoint, gcs_bucket, env, tmp_path
+) -> None:
+    fake_compute.reservations[("us-central1-a", "res-a")] = [3, 0]
+    extra = "      placement_policy: train-compact\n      reservation: res-a\n"
+    fleet = write_fleet(tmp_path, compute_endpoint, gcs_bucket, target=2, zones=("us-central1-a",))
+    fleet.write_text(fleet.read_text() + extra)
+    run = navarch(["apply", str(fleet), "--auto-approve"], env, tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    run = navarch(
+        ["apply", str(fleet), "--auto-approve", "--replace", f"{CLI_FLEET}-train-0001"],
+        env,
+        tmp_path,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    bodies = _bodies(fake_compute, "instance")
+    assert sorted(b["name"] for b in bodies) == [f"{CLI_FLEET}-train-{i:04d}" for i in (1, 2, 3)]
+    replacement = bodies[-1]
+    assert replacement["name"] == f"{CLI_FLEET}-train-0003"  # launched by the second apply
+    assert replacement["resourcePolicies"] == [
+        "projects/navarch-test/regions/us-central1/resourcePolicies/train-compact"
+    ]
+    assert replacement["reservationAffinity"]["values"] == ["res-a"]
+    assert len(_bodies(fake_compute, "resourcePolicy")) == 1
+
+
+def _permissions(fake) -> set[str]:
+    """The IAM permissions of every Compute call recorded (Compute Engine API reference):
+    resourcePolicies get/insert, region operations, and an instance naming a policy."""
+    out: set[str] = set()
+    for call in fake.calls:
+        segments = call.path.strip("/").split("/")
+        if "resourcePolicies" in segments:
+            out.add(
+                "compute.resourcePolicies.get"
+                if call.method == "GET"
+                else "compute.resourcePolicies.create"
+            )
+        elif "regions" in segments and "operations" in segments:
+            out.add("compute.regionOperations.get")
+        else:
+            out.add(compute_permission(call.method, call.path))
+    if any(body.get("resourcePolicies") for kind, body in fake.inserted if kind == "instance"):
+        out.add("compute.resourcePolicies.use")
+    return out
+
+
+def test_placement_policy_and_reservation_calls_are_in_the_reconciler_role(
+    fake_compute, compute_endpoint
+) -> None:
+    fake_compute.reservations[("us-central1-a", "res-a")] = [1, 0]
+    _provider(compute_endpoint).provision(_request())
+    used = _permissions(fake_compute)
+    assert {
+        "compute.resourcePolicies.get",
+        "compute.resourcePolicies.create",
+        "compute.resourcePolicies.use",
+        "compute.regionOperations.get",
+        "compute.instances.create",
+    } <= used
+    assert used - role_permissions() == set()

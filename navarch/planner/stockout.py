@@ -14,8 +14,8 @@ Which terminations are held (``holds``): those that answer a fault (the ladder's
 replace, lemon and remedy-timeout rungs; the terminate stage's drain finished or timed
 out for a node cordoned as a repair). Never held: `--replace NODE` in the same run (the
 operator named it), `navarch destroy` (nothing will replace it), preemptions and
-maintenance (the cloud takes the node anyway), scale down, drift, orphans, duplicates
-and stuck instances.
+maintenance (the cloud takes the node anyway), scale down, drift, orphans, duplicates,
+stuck instances, and a node that never reported (boot_timeout: it never served).
 
 While a node is held the count stage launches its replacement beside it whenever a place
 is open (under replacement: after-terminate too, whose replacement would otherwise wait
@@ -82,6 +82,9 @@ def holds(ctx: PoolContext, prog: Progress, v: NodeView, action: Action) -> str 
         or action.action_reason not in HELD_REASONS
         or v.node in ctx.options.replace
         or ctx.options.destroy
+        # A node that never reported never served: holding it keeps no capacity, and it
+        # would hold a max_unavailable slot its own replacement may need.
+        or v.summary is None
     ):
         return None
     if action.action_reason in (ActionReason.DRAIN_FINISHED, ActionReason.DRAIN_TIMEOUT) and not (

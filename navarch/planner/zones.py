@@ -148,7 +148,7 @@ def rebalance_order(
     launched in the emptiest zone first, and the scale-down that follows takes from the
     fullest (an EC2 Auto Scaling group's AZRebalance: launch before terminate). None for a
     pack pool, for zones within one, or when the emptiest zone is in capacity backoff
-    (launching elsewhere would not even them).
+    (launching elsewhere would not even them); the order holds only that zone's places.
     """
     if pool.zone_policy is not ZonePolicy.SPREAD or not places:
         return None
@@ -162,4 +162,7 @@ def rebalance_order(
     if counts[first] != min(counts[k] for k in keys):
         return None
     spread = ", ".join(f"{z} {counts[(placed.provider, z)]}" for z in placed.zones)
-    return order, f"zones uneven ({spread}): one more node first, then scale-down evens them"
+    # Only the emptiest zone: a fallback into a fuller zone would not even them, and the
+    # scale-down after it would take that very node (a launch-and-terminate loop).
+    order = [p for p in order if p.placement == order[0].placement and p.zone == order[0].zone]
+    return tuple(order), f"zones uneven ({spread}): one more node first, then scale-down evens them"

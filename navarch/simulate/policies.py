@@ -18,7 +18,6 @@ import yaml
 
 from navarch.errors import ConfigError
 from navarch.fleet_file import load_fleet, read_fleet_text
-from navarch.schemas import load_schema
 from navarch.simulate.scenario import Scenario
 from navarch.spec import FleetSpec
 
@@ -49,17 +48,11 @@ def compare_scenarios(scenario: Scenario) -> list[Scenario]:
     ]
 
 
-def _knows_spares() -> bool:
-    """Whether fleet.yaml's schema has `nodes.spares` (a planner that keeps warm spares)."""
-    pool = load_schema("fleet.schema.json")["$defs"]["pool"]
-    return "spares" in pool["properties"]["nodes"].get("properties", {})
-
-
 def fleet_with_overrides(path: Path, overrides: Mapping[str, Any], origin: str) -> FleetSpec:
     """The fleet file at `path` with `overrides` ({"spares", "remediation", "surge_on"})
     set on every pool, loaded and validated by navarch.fleet_file.load_fleet.
 
-    A planner without warm spares ignores `spares` (logged once per load). Raises
+    Raises
     ConfigError naming `origin` (the scenario file) and the key path for a result the
     loader refuses.
     """
@@ -67,9 +60,6 @@ def fleet_with_overrides(path: Path, overrides: Mapping[str, Any], origin: str) 
         return load_fleet(path)
     data = yaml.safe_load(read_fleet_text(path))
     spares = overrides.get("spares")
-    if spares is not None and not _knows_spares():
-        log.warning("pool.spares=%s ignored: this planner keeps no warm spares", spares)
-        spares = None
     for pool in dict(data.get("pools") or {}).values():
         health = pool.setdefault("health", {})
         if spares is not None:

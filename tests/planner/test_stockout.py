@@ -39,6 +39,7 @@ class World:
     now: datetime
     memory: Memory
     nodes: dict[str, datetime] = field(default_factory=dict)  # node -> launched_at
+    zones: dict[str, str] = field(default_factory=dict)  # node -> the zone it launched in
     faulty: set[str] = field(default_factory=set)
     sequence: int = 10
     terminated_short: list[str] = field(default_factory=list)  # lost: no replacement ready
@@ -47,7 +48,8 @@ class World:
     def run(self) -> Plan:
         self.sequence += 1
         inventory = tuple(
-            builders.instance(FLEET, "train", n, launched_at=t) for n, t in self.nodes.items()
+            builders.instance(FLEET, "train", n, launched_at=t, zone=self.zones.get(n, "z1"))
+            for n, t in self.nodes.items()
         )
         reports = {}
         for n, t in self.nodes.items():
@@ -95,6 +97,7 @@ class World:
             assert a.node is not None
             index = int(a.node.rsplit("-", 1)[1])
             self.nodes[a.node] = now
+            self.zones[a.node] = a.places[0].zone
             pm = replace(pm, next_index=max(pm.next_index, index + 1), exhausted=())
             self.memory = m.with_pool(pm).with_node(
                 NodeMemory(a.node, "train", f"i-{a.node}", first_seen_at=now)
@@ -145,6 +148,7 @@ def _world(health: dict[str, object]) -> World:
         [builders.pool_memory("train", next_index=4)],
     )
     w = World(spec, START, memory, {n: START - timedelta(days=1) for n in names})
+    w.zones.update(zip(names, ("z1", "z2", "z1"), strict=True))  # spread, as the pool wants
     return w
 
 

@@ -156,3 +156,32 @@ def test_scale_down_takes_from_the_fullest_zone() -> None:
     world.spec = _spec(3, 2, (), "spread")
     assert _converge(world)
     assert _per_zone(world, 2) == [2, 1]
+
+
+def test_a_rebalance_launch_tries_only_the_emptiest_zone() -> None:
+    # Zones 3 and 0 apart, every node ready: one node more, into z2 alone. A fallback into
+    # z1 would not even them, and the scale-down after it would take that very node.
+    spec = _spec(3, 2, (), "spread")
+    now = builders.BASE_NOW
+    names = [f"{FLEET}-a-{i:04d}" for i in (1, 2, 3)]
+    insts = tuple(
+        builders.instance(FLEET, "a", n, launched_at=now - timedelta(hours=1), zone="z1")
+        for n in names
+    )
+    mem = builders.memory(
+        FLEET,
+        [
+            NodeMemory(n, "a", i.instance_id, first_seen_at=now)
+            for n, i in zip(names, insts, strict=True)
+        ],
+        [builders.pool_memory("a", next_index=4)],
+    )
+    reports = {
+        n: builders.observation(n, "a", builders.summary(sequence=5, generated_at=now))
+        for n in names
+    }
+    observed = observe(spec, insts, reports, mem, now)
+    p = plan(spec, observed.views, observed.memory, now)
+    [provision] = [a for a in p.actions if a.kind is ActionKind.PROVISION]
+    assert provision.action_reason == "zone_rebalance"
+    assert {x.zone for x in provision.places} == {"z2"}

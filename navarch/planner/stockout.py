@@ -8,7 +8,8 @@ So the termination is held: the node stays cordoned (out of the scheduler, count
 against max_unavailable like any node out of service) and, where its ladder still has an
 in-place rung it has not tried for this fault within ladder_window, it is remedied in
 place (navarch.planner.ladder); it is terminated once a replacement exists, i.e. the pool
-has its desired count of ready nodes without it, or it comes back cured.
+has its desired count of nodes in service or on their way without it (``replacement_ready``),
+or it comes back cured.
 
 Which terminations are held (``holds``): those that answer a fault (the ladder's
 replace, lemon and remedy-timeout rungs; the terminate stage's drain finished or timed
@@ -25,7 +26,7 @@ for a termination that waits for it).
 from __future__ import annotations
 
 from navarch.planner.context import PoolContext, Progress
-from navarch.planner.model import READY, Action, ActionKind, ActionReason, NodeView
+from navarch.planner.model import LEAVING, Action, ActionKind, ActionReason, Lifecycle, NodeView
 from navarch.wording import counted
 
 __all__ = ["HELD_REASONS", "hold_reason", "holds", "replacement_ready"]
@@ -44,19 +45,24 @@ HELD_REASONS = frozenset(
 
 
 def replacement_ready(ctx: PoolContext, prog: Progress, node: str) -> bool:
-    """Whether the pool has its desired count of ready nodes (healthy or degraded, not
-    leaving this run) without `node`: its replacement exists and serves."""
-    ready = sum(
-        v.lifecycle in READY and v.node != node and v.node not in prog.leaving for v in ctx.views
+    """Whether `node`'s replacement exists: without it the pool still has its desired count
+    of nodes in service or on their way (ready, booting, burning in, or sick but not yet
+    taken out), none leaving this run. Other sick nodes count: a rule that waited for every
+    node to be ready would hold the max_unavailable slots those nodes need to be repaired,
+    and the pool would never get there."""
+    gone = LEAVING | {Lifecycle.STUCK}
+    present = sum(
+        v.lifecycle not in gone and v.node != node and v.node not in prog.leaving
+        for v in ctx.views
     )
-    return ready >= prog.desired
+    return present >= prog.desired
 
 
 def hold_reason(ctx: PoolContext, prog: Progress, v: NodeView) -> str | None:
     """Why node v, out of service for a fault, is not terminated this run, or None.
 
     Held when a place of the pool is in capacity backoff or its last launch failed there
-    (PoolMemory.exhausted) and the pool lacks its desired count of ready nodes without v
+    (PoolMemory.exhausted) and v's replacement does not exist yet
     (``replacement_ready``). The line names the soonest place to reopen. Never raises.
     """
     exhausted = ctx.pm.exhausted

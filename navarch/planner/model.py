@@ -520,7 +520,7 @@ class Action:
     reason: str
     places: tuple[Place, ...] = ()  # provision: places in the order they will be tried
     instance_id: str | None = None
-    replaces: str | None = None  # provision: the node this one replaces
+    replaces: str | None = None  # provision, or a spare's promotion: the node it stands in for
     repair: bool = False  # cordon: starts a repair (counts toward the hourly limit)
     desired: int | None = None  # scale: the new desired count
     tags: tuple[tuple[str, str], ...] = ()  # update_tags: the tags to set

@@ -92,14 +92,19 @@ def _out_for_fault(v: NodeView, prog: Progress) -> bool:
     )
 
 
+#: Nodes on their way to serve but not serving yet: a spare stands in for a node that left
+#: until its replacement has booted (and burned in), then the replacement refills the set.
+_NOT_YET = frozenset({Lifecycle.PROVISIONING, Lifecycle.BOOTING, Lifecycle.BURN_IN})
+
+
 def _serving(ctx: PoolContext, prog: Progress) -> list[NodeView]:
-    """Nodes serving or on their way to serve (provisioning, booting), spares excepted."""
+    """Nodes serving (spares, and nodes still provisioning, booting or burning in, excepted)."""
     spares = not_serving(ctx, prog)
     return [
         v
         for v in ctx.views
         if v.node not in spares
-        and v.lifecycle not in (Lifecycle.STUCK, Lifecycle.SPARE)
+        and v.lifecycle not in (Lifecycle.STUCK, Lifecycle.SPARE, *_NOT_YET)
         and not _out_for_fault(v, prog)
     ]
 
@@ -177,6 +182,7 @@ def _promote(ctx: PoolContext, prog: Progress, ready: list[NodeView], short: int
                 v.node,
                 why,
                 instance_id=iid(v),
+                replaces=instead,
                 action_reason=ActionReason.SPARE_PROMOTED,
             )
         )

@@ -52,8 +52,7 @@ def replacement_ready(ctx: PoolContext, prog: Progress, node: str) -> bool:
     and the pool would never get there."""
     gone = LEAVING | {Lifecycle.STUCK}
     present = sum(
-        v.lifecycle not in gone and v.node != node and v.node not in prog.leaving
-        for v in ctx.views
+        v.lifecycle not in gone and v.node != node and v.node not in prog.leaving for v in ctx.views
     )
     return present >= prog.desired
 

@@ -79,6 +79,7 @@ class _FaultRecord:
     uncordon_s: float | None = None
     serving_s: float | None = None
     replacement: str | None = None
+    promoted: str | None = None  # the warm spare promoted to serve in its place
     served_by: ServedBy | None = None
 
 
@@ -176,6 +177,8 @@ class _Tally:
                 rec.cordon_s = w.t
         elif a.kind is ActionKind.UNCORDON:
             self.uncordoned_at[a.node] = w.t
+            if a.action_reason is ActionReason.SPARE_PROMOTED and a.replaces in self.records:
+                self.records[a.replaces].promoted = a.node
             if n is not None:
                 w.cordoned(n, False)
             if rec is not None:
@@ -323,7 +326,6 @@ class _Tally:
                     and n.fault is None
                     and n.notice_s is None
                     and not n.cordoned
-                    and n.node not in self.spares
                     and self.phases.get(n.node, Phase.NONE) is Phase.NONE
                     and n.node not in self.spares  # a warm spare is cordoned: no work
                 ):
@@ -357,7 +359,11 @@ class _Tally:
         if not skipped:
             self._close(sample.serving_nodes)
             if previous is not None:
-                self._close_by_spares(sample.serving_nodes - previous.serving_nodes, previous.t_s)
+                self._close_by_spares(
+                    sample.serving_nodes,
+                    sample.serving_nodes - previous.serving_nodes,
+                    previous.t_s,
+                )
         if int(world.t) % SAMPLE_EVERY_S == 0:
             self.series.append(
                 {
@@ -391,10 +397,13 @@ class _Tally:
             self.full_spans.append((self.full_since, t))
             self.full_since = None
 
-    def _close_by_spares(self, fresh: frozenset[str], since_s: float) -> None:
+    def _close_by_spares(
+        self, serving_now: frozenset[str], fresh: frozenset[str], since_s: float
+    ) -> None:
         """Close open faults served by another node: one that was booted and reported
-        but not serving at the last tick (since_s) and serves now while its pool, without
-        it, is below target, and that is neither a faulty node nor a fault's replacement
+        but not serving at the last tick (since_s) and serves now (serving_now) while its
+        pool, without it, is below target (counted now: the faulty node it stands in for
+        may have left in the same run), and that is neither a faulty node nor a fault's replacement
         (a promoted warm spare, or any surplus node that came back into service; a node
         that just booted is a launch, not a spare). The oldest open fault of the pool is
         served first; from the node's uncordon when that came after the fault."""
@@ -409,7 +418,7 @@ class _Tally:
         )
         if not candidates:
             return
-        serving = Counter(w.by_name[m].pool for m in self.last.serving_nodes) if self.last else {}
+        serving = Counter(w.by_name[m].pool for m in serving_now if m in w.by_name)
         for pool in self.spec.pools:
             mine = [m for m in candidates if w.by_name[m].pool == pool.name]
             base = serving.get(pool.name, 0) - len(mine)
@@ -435,7 +444,11 @@ class _Tally:
         w = self.world
         for name, rec in list(self.records.items()):
             repl = w.by_name.get(rec.replacement or "")
-            if repl is not None and rec.replacement in serving_nodes:
+            if rec.promoted is not None and rec.promoted in serving_nodes:
+                # The warm spare the planner promoted in its place serves: from its uncordon.
+                rec.serving_s = self.uncordoned_at.get(rec.promoted, w.t)
+                rec.served_by = ServedBy.SPARE
+            elif repl is not None and rec.replacement in serving_nodes:
                 rec.serving_s = repl.first_report_s
                 rec.served_by = ServedBy.REPLACEMENT
             elif name in serving_nodes and w.by_name[name].fault is None:

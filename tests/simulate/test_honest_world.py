@@ -125,8 +125,11 @@ def test_a_promoted_spare_is_the_capacity_that_comes_back() -> None:
     )
     doc: dict[str, Any] = simulate(scenario)
     served = [f for f in doc["fault_list"] if f.get("served_by") == ServedBy.SPARE.value]
-    assert served and doc["spare_instance_hours"] > 0
-    assert max(f["to_serving_s"] for f in served) <= 5 * 60
+    assert len(served) * 2 > doc["faults"] and doc["spare_instance_hours"] > 0
+    # The promoted spare serves from its uncordon, in the run that cordons the faulty node:
+    # the pooled p95 is the cordon's, not a launch and boot (faults that come while the
+    # spare set is still refilling wait for a replacement).
+    assert doc["p95_fault_to_serving_s"] <= 3 * 60
     # The spare set is whole again after a replacement's launch and boot.
     assert doc["spare_refill_s"] and doc["max_spare_refill_s"] <= 30 * 60
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -88,25 +87,29 @@ def test_a_software_fault_replacement_hands_nothing_back(navarch, fleet_dir) -> 
 
 
 def test_same_block_replacement_lands_in_the_rack_and_off_a_lemon_host(navarch, fleet_dir) -> None:
-    """After-terminate: the replacement launches once the node is gone, so its rack's
-    lowest free host is the one it leaves; that host failed before (an earlier fault in
-    the state's host list), so with this fault it is a lemon host and is avoided."""
+    """A surge replacement launches while its node still holds its host, so its rack's
+    lowest free host is the next slot; that host is a lemon (the state's list), so it is
+    avoided and the replacement takes the slot after it, in the same zone and rack."""
     _replace_only(fleet_dir, topology="same_block")
-    _edit(fleet_dir, lambda d: d["pools"]["train"]["health"].update(replacement="after-terminate"))
     old = _start(navarch)
-    host = old["ladder"]["host_id"]
+    zone, rack, host = old["topology"]
+    slot = int(host.rsplit("-h", 1)[1])
+    lemon = f"{host.rsplit('-h', 1)[0]}-h{slot + 1:02d}"
     path = fleet_dir / ".navarch" / "store" / "state" / "demo.json"
     state = json.loads(path.read_text())
-    day_ago = (datetime.now(UTC) - timedelta(days=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    state["pools"]["train"]["host_faults"] = [[host, "xid:48", day_ago]]
+    state["pools"]["train"]["lemon_hosts"] = [lemon]
     path.write_text(json.dumps(state))
-    _replace_for_xid79(navarch)
-    out = _cycle(navarch)
-    assert "+ provision demo-train-0004" in out, out
-    new = _train(navarch)["demo-train-0004"]
-    assert new["topology"][:2] == old["topology"][:2]  # the same zone/rack
-    assert new["ladder"]["host_id"] != host
-    assert host in next(p for p in navarch.status()["pools"] if p["pool"] == "train")["lemon_hosts"]
+    outs = _replace_for_xid79(navarch)
+    assert any(
+        f"off lemon hosts {lemon}" in out and f"in block {zone}/{rack}" in out for out in outs
+    )
+    [new] = [
+        n
+        for name, n in _train(navarch).items()
+        if name != NODE and n["zone"] == zone and name > NODE
+    ]
+    assert new["topology"][:2] == [zone, rack]  # the same zone/rack
+    assert new["ladder"]["host_id"] not in (host, lemon)
 
 
 def test_a_node_on_a_lemon_host_is_flagged_in_status(navarch, fleet_dir) -> None:

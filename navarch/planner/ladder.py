@@ -171,6 +171,19 @@ def _lemon_count(ctx: PoolContext, v: NodeView, unrecorded: int) -> tuple[int, s
     return count, f" on host {host}" if on_host == count else ""
 
 
+def recent_rung(ctx: PoolContext, v: NodeView, fault: Fault) -> Remedy | None:
+    """The rung last tried on node v for this same fault (kinds compared: FaultKey.same_as)
+    within the pool's ladder_window, or None: where the ladder climbs from."""
+    if (
+        v.rung is not None
+        and FaultKey(v.rung_fault).same_as(fault.key)
+        and v.rung_at is not None
+        and (ctx.now - v.rung_at).total_seconds() <= ctx.pool.health.ladder_window_s
+    ):
+        return v.rung
+    return None
+
+
 def rung_for(
     ctx: PoolContext, v: NodeView, fault: Fault, unrecorded: int, climb_from: Remedy | None = None
 ) -> Rung:
@@ -182,14 +195,7 @@ def rung_for(
     unrecorded: faults not yet in Memory.
     """
     h = ctx.pool.health
-    previous = climb_from or (
-        v.rung
-        if v.rung is not None
-        and FaultKey(v.rung_fault).same_as(fault.key)
-        and v.rung_at is not None
-        and (ctx.now - v.rung_at).total_seconds() <= h.ladder_window_s
-        else None
-    )
+    previous = climb_from or recent_rung(ctx, v, fault)
     count, where = _lemon_count(ctx, v, unrecorded)
     lemon = count >= h.lemon_after
     row = row_for(h.remedies, fault.key.kind)
@@ -610,14 +616,7 @@ def _in_place_while_held(ctx: PoolContext, v: NodeView) -> tuple[Action | None, 
         v.lifecycle is Lifecycle.REMEDIATING or (v.lifecycle is Lifecycle.DRAINING and v.drained)
     ):
         return None, ""
-    tried = (
-        v.rung
-        if v.rung is not None
-        and FaultKey(v.rung_fault).same_as(fault.key)
-        and v.rung_at is not None
-        and (ctx.now - v.rung_at).total_seconds() <= h.ladder_window_s
-        else None
-    )
+    tried = recent_rung(ctx, v, fault)
     rungs = [
         r for r in h.remediation if r in _RUNG_ACTION and (tried is None or r.rank > tried.rank)
     ]

@@ -72,6 +72,24 @@ def _with_fault(nm: NodeMemory, fault: Fault | None, now: datetime, keep_s: int)
 MAX_HOST_FAULTS = 1000
 
 
+def _no_phase(nm: NodeMemory, now: datetime) -> NodeMemory:
+    """The node's memory out of any phase navarch put it in (a spare held, or uncordoned):
+    no cordon of any kind, no remedy under way, its report streaks counted afresh."""
+    return replace(
+        nm,
+        phase=Phase.NONE,
+        phase_at=now,
+        phase_reason="",
+        repair=False,
+        streak=0,
+        return_streak=0,
+        diag_cordon=False,
+        impaired_cordon=False,
+        silent_cordon=False,
+        scale_down_cordon=False,
+    )
+
+
 def _spare_set(m: Memory, a: Action, *, add: bool) -> Memory:
     """Memory with the action's node added to (or removed from) its pool's warm spares
     (PoolMemory.spares, kept sorted); the same Memory when nothing changes."""
@@ -288,19 +306,7 @@ class Handlers:
         """Memory after a cordon that holds a healthy node as a warm spare (action_reason
         SPARE): the node joins PoolMemory.spares and has no phase (a spare is out of the
         scheduler, not out for a fault); a node cured in place leaves its remedy behind."""
-        nm = replace(
-            self._node_memory(a, memory),
-            phase=Phase.NONE,
-            phase_at=self.clock(),
-            phase_reason="",
-            repair=False,
-            streak=0,
-            return_streak=0,
-            diag_cordon=False,
-            impaired_cordon=False,
-            silent_cordon=False,
-            scale_down_cordon=False,
-        )
+        nm = _no_phase(self._node_memory(a, memory), self.clock())
         return chain(set_node(nm), lambda m: _spare_set(m, a, add=True))
 
     def _host_fault(self, a: Action, memory: Memory, now: datetime) -> Update:
@@ -578,20 +584,7 @@ class Handlers:
         ran = self._playbook(a, "uncordon", memory)
         if not ran.ok:
             return ran, same
-        nm = replace(
-            self._node_memory(a, memory),
-            phase=Phase.NONE,
-            phase_at=self.clock(),
-            phase_reason="",
-            repair=False,
-            streak=0,
-            return_streak=0,
-            operator_cordon="",
-            diag_cordon=False,
-            impaired_cordon=False,
-            silent_cordon=False,
-            scale_down_cordon=False,
-        )
+        nm = replace(_no_phase(self._node_memory(a, memory), self.clock()), operator_cordon="")
         # Uncordoned, a spare serves (promoted, or by an operator): no longer a spare.
         return ran, chain(set_node(nm), lambda m: _spare_set(m, a, add=False))
 

@@ -164,5 +164,5 @@ def rebalance_order(
     spread = ", ".join(f"{z} {counts[(placed.provider, z)]}" for z in placed.zones)
     # Only the emptiest zone: a fallback into a fuller zone would not even them, and the
     # scale-down after it would take that very node (a launch-and-terminate loop).
-    order = [p for p in order if p.placement == order[0].placement and p.zone == order[0].zone]
-    return tuple(order), f"zones uneven ({spread}): one more node first, then scale-down evens them"
+    only = tuple(p for p in order if p.placement == order[0].placement and p.zone == order[0].zone)
+    return only, f"zones uneven ({spread}): one more node first, then scale-down evens them"

@@ -52,7 +52,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from navarch.notify.dispatch import Delivery
 from navarch.outcome import ApplyResult, dead_on_arrival
-from navarch.planner.model import HaltRule
+from navarch.planner.model import HaltRule, Plan
 from navarch.spec import FleetSpec
 
 log = logging.getLogger("navarch.metrics")
@@ -135,8 +135,14 @@ def build_registry(spec: FleetSpec, facts: RunFacts) -> CollectorRegistry:
 def _result_metrics(
     reg: CollectorRegistry, spec: FleetSpec, result: ApplyResult, now: datetime
 ) -> None:
-    fleet = spec.name
-    plan, memory = result.plan, result.memory
+    """The last apply's metrics, registered in this order: nodes, pools, actions."""
+    _node_metrics(reg, spec.name, result.plan)
+    _pool_metrics(reg, spec, result, now)
+    _action_metrics(reg, spec, result)
+
+
+def _node_metrics(reg: CollectorRegistry, fleet: str, plan: Plan) -> None:
+    """navarch_nodes: nodes by pool, lifecycle and last accepted health."""
     nodes = Gauge(
         "navarch_nodes",
         "Nodes by pool, lifecycle and last accepted health",
@@ -148,6 +154,14 @@ def _result_metrics(
     )
     for (pool, lifecycle, health), n in sorted(counts.items()):
         nodes.labels(fleet, pool, lifecycle, health).set(n)
+
+
+def _pool_metrics(
+    reg: CollectorRegistry, spec: FleetSpec, result: ApplyResult, now: datetime
+) -> None:
+    """Per pool: desired and present nodes, circuit breaker, capacity backoff, report ages."""
+    fleet = spec.name
+    plan, memory = result.plan, result.memory
     desired = Gauge(
         "navarch_pool_desired_nodes", "Nodes the pool should have", ["fleet", "pool"], registry=reg
     )
@@ -190,6 +204,12 @@ def _result_metrics(
         for v in plan.views:
             if v.pool == p.name and v.report_age_s is not None:
                 h.observe(v.report_age_s)
+
+
+def _action_metrics(reg: CollectorRegistry, spec: FleetSpec, result: ApplyResult) -> None:
+    """What the last apply did: actions by kind and outcome, dead on arrival, and the
+    health reports rejected since the fleet's state began."""
+    fleet = spec.name
     actions = Gauge(
         "navarch_last_apply_actions",
         "Actions the last apply ran, by kind and outcome (ok | failed)",
@@ -215,7 +235,7 @@ def _result_metrics(
         ["fleet", "reason"],
         registry=reg,
     )
-    for reason, n in memory.rejections:
+    for reason, n in result.memory.rejections:
         rejected.labels(fleet, reason).inc(n)
 
 

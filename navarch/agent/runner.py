@@ -685,6 +685,27 @@ def observe_node(
     )
 
 
+def _report_store(config: AgentConfig, store: Any, to_stdout: bool) -> Any:
+    """The store the report goes to: the one given, none for --stdout, else the agent's
+    configured store (imported here: --stdout and the simulator never need it)."""
+    if store is None and not to_stdout:
+        from navarch.agent.store import open_agent_store
+
+        return open_agent_store(config.store)
+    return store
+
+
+def _keep_state(
+    host: NodeHost, state: AgentState, reset: bool, now: datetime
+) -> tuple[int, Check | None]:
+    """Save the run's state (persist_state) and, once it is saved, clear the GPU reset
+    marker this run consumed: a marker cleared with the state unsaved would be lost."""
+    sequence, state_check = persist_state(host, state, now)
+    if state_check is None and reset:
+        host.clear_gpu_reset()
+    return sequence, state_check
+
+
 def run_once(
     config: AgentConfig,
     *,
@@ -714,11 +735,7 @@ def run_once(
     now = (now or datetime.now(UTC)).astimezone(UTC)
     node_key = config.node_key()
     boot_id = config.current_boot_id()
-    if store is None and not to_stdout:
-        from navarch.agent.store import open_agent_store
-
-        store = open_agent_store(config.store)
-
+    store = _report_store(config, store, to_stdout)
     host = host or FileHost(config)
     state, problem = _loaded_state(host)
     seen = observe_node(config, host, state, backend or choose_backend(config), boot_id, now)
@@ -741,12 +758,10 @@ def run_once(
     # exactly what it would have seen.
     state_check = None
     if not to_stdout:
-        sequence, state_check = persist_state(host, new_state, now)
+        sequence, state_check = _keep_state(host, new_state, xids.reset, now)
     if state_check is not None:
         checks.append(state_check)
         due = True  # a node that cannot keep its state says so now, not at the heartbeat
-    elif xids.reset and not to_stdout:
-        host.clear_gpu_reset()
     report, data = build_report(
         config,
         probe=probe,

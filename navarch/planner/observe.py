@@ -226,14 +226,23 @@ def observe(
     changed = [nm for nm in changed if nm.node not in passed] + list(passed.values())
     mem = memory.with_nodes(changed, without=gone) if changed or gone else memory
 
-    # Names are never reused, even after a lost state: every owned node's index raises its
-    # pool's next_index (a reused name would reuse a terminated node's launch id).
-    highest: dict[str, int] = {}
-    for v in views:
-        prefix = f"{spec.name}-{v.pool}-"
-        tail = v.node[len(prefix) :]
-        if v.node.startswith(prefix) and tail.isdigit():
-            highest[v.pool] = max(highest.get(v.pool, 0), int(tail))
+    mem = _fold_pools(spec, mem, views, owned)
+
+    mem = replace(mem, rejections=tuple(sorted(rejections.items())))
+    return Observed(
+        views=tuple(_spare(v, mem) for v in views),
+        foreign=tuple(foreign),
+        memory=mem,
+        duplicates=tuple(duplicates),
+    )
+
+
+def _fold_pools(
+    spec: FleetSpec, mem: Memory, views: Sequence[NodeView], owned: Mapping[str, Instance]
+) -> Memory:
+    """mem with each declared pool's memory brought up to date: next_index past every owned
+    node's, the pool's settings (retirement ended), and only the spares still alive."""
+    highest = _highest_indexes(spec.name, views)
     for pool in spec.pools:
         pm = mem.pool(pool.name)
         if pool.name in highest and highest[pool.name] + 1 > pm.next_index:
@@ -246,14 +255,21 @@ def observe(
         pm = _live_spares(pm, owned)
         if pm != mem.pool(pool.name):
             mem = mem.with_pool(pm)
+    return mem
 
-    mem = replace(mem, rejections=tuple(sorted(rejections.items())))
-    return Observed(
-        views=tuple(_spare(v, mem) for v in views),
-        foreign=tuple(foreign),
-        memory=mem,
-        duplicates=tuple(duplicates),
-    )
+
+def _highest_indexes(fleet: str, views: Sequence[NodeView]) -> dict[str, int]:
+    """pool -> the highest index among its nodes' names (FLEET-POOL-INDEX).
+
+    Names are never reused, even after a lost state: every owned node's index raises its
+    pool's next_index (a reused name would reuse a terminated node's launch id)."""
+    highest: dict[str, int] = {}
+    for v in views:
+        prefix = f"{fleet}-{v.pool}-"
+        tail = v.node[len(prefix) :]
+        if v.node.startswith(prefix) and tail.isdigit():
+            highest[v.pool] = max(highest.get(v.pool, 0), int(tail))
+    return highest
 
 
 def _live_spares(pm: PoolMemory, owned: Mapping[str, Instance]) -> PoolMemory:

@@ -14,7 +14,7 @@ asynchronously: insert returns 200 and the *operation* ends DONE with
 
 Retries are google.api_core Retry objects on each call (429/5xx and connection errors,
 never capacity codes), bounded by the provider's `retry_deadline_s`.
-Every SDK error is translated in `map_error`, the module's one error boundary.
+Every SDK error is translated in `map_error` (gcp_error_map), the provider's one error boundary.
 
 Each listed instance carries Compute Engine's own view of it (Instance.cloud_status), read
 from the same aggregatedList answer at no extra call: REPAIRING (a host error being
@@ -30,30 +30,17 @@ import re
 import threading
 import uuid
 from collections.abc import Mapping, Sequence
-from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, ClassVar
 
-import requests
 from google.api_core import exceptions as gexc
 from google.api_core.retry import Retry
-from google.auth import exceptions as auth_exc
 from google.cloud import compute_v1
 
 from navarch.capabilities import Capability
-from navarch.errors import (
-    AuthError,
-    CapacityError,
-    ConfigError,
-    NavarchError,
-    PlacementError,
-    ProviderError,
-    QuotaError,
-    TransientError,
-    map_exceptions,
-)
+from navarch.errors import ConfigError, ProviderError, TransientError
 from navarch.inventory import (
     TAG_FLEET,
     CloudEvent,
@@ -63,42 +50,22 @@ from navarch.inventory import (
     InstanceState,
 )
 from navarch.providers.base import ProvisionRequest, ensure_no_ownership_tags, ensure_owned
+from navarch.providers.gcp_error_map import (
+    error_codes,
+    gcp_errors,
+    map_error,
+    transient,
+)
 from navarch.providers.gcp_hosts import host_of, report_request
 from navarch.providers.gcp_placement import GcpPlacement, ensure_policy, placed_instance
 
 __all__ = [
-    "CAPACITY_CODES",
     "GcpProvider",
     "GcpSettings",
     "create",
     "instance_resource",
-    "map_error",
     "request_id",
 ]
-
-#: Operation / API error codes that mean "no capacity here now": fall over to the next place.
-#: Source: GCE "Troubleshooting resource availability errors" and observed operation errors.
-CAPACITY_CODES = frozenset(
-    {
-        "ZONE_RESOURCE_POOL_EXHAUSTED",
-        "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS",
-        "STOCKOUT",
-        "insufficientCapacity",
-        "resourcePoolExhausted",
-    }
-)
-#: A 400/404 of a call about a zone whose message names one of these is about the place
-#: (a machine or accelerator type not offered in the zone): PlacementError, fall over to
-#: the next place, which may offer it. Source: GCE errors "Invalid value for field
-#: 'resource.machineType' ... does not exist in zone", "The resource
-#: 'projects/P/zones/Z/machineTypes/T' was not found", acceleratorTypes alike.
-PLACEMENT_WORDS = ("machinetype", "machine type", "acceleratortype", "accelerator type")
-#: Quota codes: operation errors use QUOTA_EXCEEDED, synchronous API errors quotaExceeded.
-QUOTA_CODES = frozenset({"QUOTA_EXCEEDED", "quotaExceeded"})
-#: 403 reasons that are throttling, not a permission problem (GCE API error reasons).
-RATE_REASONS = frozenset({"rateLimitExceeded", "userRateLimitExceeded", "RATE_LIMIT_EXCEEDED"})
-#: Quota metrics that are project-wide rather than regional.
-GLOBAL_QUOTAS = ("GPUS_ALL_REGIONS", "GPUS_PER_GPU_FAMILY")
 
 #: Machine families whose GPUs come attached (no guestAccelerators needed); they must
 #: use onHostMaintenance=TERMINATE (GCE GPU machine types documentation).
@@ -293,112 +260,6 @@ def instance_resource(request: ProvisionRequest) -> compute_v1.Instance:
     return inst
 
 
-def _codes(exc: BaseException) -> list[str]:
-    """Error codes/reasons carried by a google.api_core error (API or operation errors)."""
-    codes: list[str] = []
-    reason = getattr(exc, "reason", None)
-    if reason:
-        codes.append(str(reason))
-    for err in getattr(exc, "errors", None) or ():
-        if isinstance(err, Mapping):
-            code = err.get("reason") or err.get("code")
-        else:
-            code = getattr(err, "code", None) or getattr(err, "reason", None)
-        if code:
-            codes.append(str(code))
-    return codes
-
-
-def _message(exc: BaseException) -> str:
-    msgs = [str(getattr(exc, "message", "") or exc)]
-    for err in getattr(exc, "errors", None) or ():
-        msg = err.get("message") if isinstance(err, Mapping) else getattr(err, "message", "")
-        if msg:
-            msgs.append(str(msg))
-    return " | ".join(m for m in msgs if m)
-
-
-def map_error(exc: BaseException, *, zone: str = "", what: str = "") -> NavarchError:
-    """Translate a google-cloud-compute / google-auth / transport error into navarch's tree.
-
-    Every SDK call of this module runs inside gcp_errors, which calls this.
-    zone: the zone of the call (capacity and regional quota scopes are derived from it).
-    Mapping (GCE API error reasons and operation error codes):
-      ZONE_RESOURCE_POOL_EXHAUSTED[_WITH_DETAILS], STOCKOUT, insufficientCapacity,
-        resourcePoolExhausted                        -> CapacityError(scope="zone")
-      QUOTA_EXCEEDED / quotaExceeded                 -> QuotaError(scope="region"), or
-        scope="provider" for GPUS_ALL_REGIONS / GPUS_PER_GPU_FAMILY / "globally"
-      403 rateLimitExceeded, 429, 5xx, connection errors, timeouts
-                                                     -> TransientError
-      401, other 403, google.auth errors             -> AuthError
-      400/404 of a call about a zone naming a machine or accelerator type
-        (PLACEMENT_WORDS), or the zone itself           -> PlacementError(scope="zone")
-      other 404 (image, network), 400                -> ConfigError (fix fleet.yaml)
-      RetryError                                     -> mapping of its last cause
-      anything else                                  -> ProviderError
-    """
-    where = f" in {zone}" if zone else ""
-    prefix = f"GCP {what}{where}: " if what else f"GCP{where}: "
-    if isinstance(exc, gexc.RetryError) and exc.cause is not None:
-        return map_error(exc.cause, zone=zone, what=what)
-    if isinstance(exc, auth_exc.GoogleAuthError):
-        return AuthError(
-            prefix + f"credentials unusable: {exc}", code=type(exc).__name__, scope="provider"
-        )
-    if isinstance(exc, requests.ConnectionError | requests.Timeout | TimeoutError):
-        return TransientError(prefix + f"connection failed: {exc}", code=type(exc).__name__)
-    if not isinstance(exc, gexc.GoogleAPICallError):
-        return ProviderError(prefix + f"{type(exc).__name__}: {exc}", code=type(exc).__name__)
-    codes = _codes(exc)
-    message = _message(exc)
-    code = codes[0] if codes else str(exc.code or "")
-    capacity = next((c for c in codes if c in CAPACITY_CODES), None)
-    if capacity is not None:
-        return CapacityError(prefix + message, code=capacity, scope="zone")
-    quota = next((c for c in codes if c in QUOTA_CODES), None)
-    if quota is not None:
-        globally = any(q in message for q in GLOBAL_QUOTAS) or "globally" in message
-        return QuotaError(prefix + message, code=quota, scope="provider" if globally else "region")
-    if any(c in RATE_REASONS for c in codes) or isinstance(
-        exc, gexc.TooManyRequests | gexc.ServerError | gexc.DeadlineExceeded
-    ):
-        return TransientError(prefix + message, code=code)
-    if isinstance(exc, gexc.Unauthorized | gexc.Forbidden):
-        return AuthError(
-            prefix + message + " (see docs/gcp.md for the IAM roles navarch needs)",
-            code=code,
-            scope="provider",
-        )
-    if (
-        isinstance(exc, gexc.NotFound | gexc.BadRequest)
-        and zone
-        and (any(w in message.lower() for w in PLACEMENT_WORDS) or f"zones/{zone}'" in message)
-    ):
-        return PlacementError(prefix + message, code=code, scope="zone")
-    if isinstance(exc, gexc.NotFound | gexc.BadRequest):
-        return ConfigError(
-            prefix + message,
-            hint="check the pool's instance_types, zones and gcp: settings (image, network, "
-            "accelerators) and the provider's project",
-        )
-    return ProviderError(prefix + message, code=code)
-
-
-def gcp_errors(*, zone: str = "", what: str = "") -> AbstractContextManager[None]:
-    """The one boundary every Compute Engine call goes through: any exception the SDK,
-    google-auth or the HTTP transport raises leaves as map_error(exc, zone, what)."""
-    return map_exceptions(lambda exc: map_error(exc, zone=zone, what=what))
-
-
-def _transient(exc: BaseException) -> bool:
-    """Retry predicate: 429/5xx/connection errors, never a capacity or quota code."""
-    if isinstance(exc, requests.ConnectionError | requests.Timeout):
-        return True
-    if not isinstance(exc, gexc.TooManyRequests | gexc.ServerError):
-        return False
-    return not any(c in CAPACITY_CODES or c in QUOTA_CODES for c in _codes(exc))
-
-
 def _last(url: str) -> str:
     return url.rstrip("/").rsplit("/", 1)[-1] if url else ""
 
@@ -508,7 +369,7 @@ class GcpProvider:
         self._policies: set[tuple[str, str]] = set()
         self._policy_lock = threading.Lock()
         self._retry = Retry(
-            predicate=_transient,
+            predicate=transient,
             initial=1.0,
             maximum=10.0,
             multiplier=2.0,
@@ -597,7 +458,7 @@ class GcpProvider:
             try:
                 op = self.instances_client.insert_unary(request=insert, retry=self._retry)
             except gexc.Conflict as exc:
-                if "alreadyExists" not in _codes(exc):
+                if "alreadyExists" not in error_codes(exc):
                     raise
                 op = None
         if op is None:

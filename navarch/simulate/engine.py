@@ -560,19 +560,29 @@ def _document(scenario: Scenario, t: _Tally) -> dict[str, Any]:
     acted = [r for r in all_faults if r.cordon_s is not None]
     to_cordon = [round(r.cordon_s - r.at_s, 3) for r in acted if r.cordon_s is not None]
     to_serving = [round(r.serving_s - r.at_s, 3) for r in t.closed if r.serving_s is not None]
-    # A fault that struck in the run's last minutes may not be acted on yet.
-    late_s = scenario.duration_s - 15 * 60
-    never = [r for r in all_faults if r.cordon_s is None and r.at_s < late_s]
-    days = scenario.duration_s / 86400
-    prices = scenario.prices_usd_per_hour
-    inst_h = {k: round(v / 3600, 3) for k, v in sorted(t.instance_s.items())}
-    causes = Counter(r.cause for r in all_faults)
     w = t.world
-    api = {k: round(v / days, 2) for k, v in sorted(w.api_calls.items()) if k != "list"}
-    spans = list(t.full_spans)
-    if t.full_since is not None:
-        spans.append((t.full_since, float(scenario.duration_s)))
-    served_by = Counter(r.served_by.value for r in t.closed if r.served_by is not None)
+    return {
+        **_run_keys(scenario, t),
+        **_fault_keys(scenario, t, all_faults, to_cordon, to_serving),
+        **_training_keys(scenario, t),
+        **_action_keys(t),
+        **_cost_keys(scenario, t),
+        "fault_to_cordon_s": sorted(to_cordon),
+        "fault_to_serving_s": sorted(to_serving),
+        "series": t.series,
+        "timeline": t.timeline[:5000],
+        # What the simulation itself cost; differs between lazy and exhaustive runs.
+        "engine": {
+            "runs_executed": t.runs_executed,
+            "agent_checks": w.agent_checks,
+            "reports_written": w.reports_written,
+            "lists": w.api_calls.get("list", 0),
+        },
+    }
+
+
+def _run_keys(scenario: Scenario, t: _Tally) -> dict[str, Any]:
+    """The scenario's settings and the availability it reached."""
     return {
         "scenario": scenario.name,
         "seed": scenario.seed,
@@ -584,6 +594,23 @@ def _document(scenario: Scenario, t: _Tally) -> dict[str, Any]:
         "availability": round(t.serving_s / (t.target * t.measured_s), 6)
         if t.target and t.measured_s
         else 0.0,
+    }
+
+
+def _fault_keys(
+    scenario: Scenario,
+    t: _Tally,
+    all_faults: list[_FaultRecord],
+    to_cordon: list[float],
+    to_serving: list[float],
+) -> dict[str, Any]:
+    """The faults: their list and causes, and the latencies to cordon and to serving."""
+    # A fault that struck in the run's last minutes may not be acted on yet.
+    late_s = scenario.duration_s - 15 * 60
+    never = [r for r in all_faults if r.cordon_s is None and r.at_s < late_s]
+    causes = Counter(r.cause for r in all_faults)
+    served_by = Counter(r.served_by.value for r in t.closed if r.served_by is not None)
+    return {
         "faults": len(all_faults),
         "fault_list": [_fault_entry(r) for r in sorted(all_faults, key=lambda r: (r.at_s, r.node))][
             :5000
@@ -599,6 +626,15 @@ def _document(scenario: Scenario, t: _Tally) -> dict[str, Any]:
         "p95_fault_to_serving_s": _pct(to_serving, 0.95),
         "max_fault_to_serving_s": max(to_serving) if to_serving else None,
         "served_by": dict(sorted(served_by.items())),
+    }
+
+
+def _training_keys(scenario: Scenario, t: _Tally) -> dict[str, Any]:
+    """The effective training time ratio of the run and the training model behind it."""
+    spans = list(t.full_spans)
+    if t.full_since is not None:
+        spans.append((t.full_since, float(scenario.duration_s)))
+    return {
         "effective_training_time_ratio": effective_training_time_ratio(
             spans,
             t.interrupts,
@@ -610,6 +646,14 @@ def _document(scenario: Scenario, t: _Tally) -> dict[str, Any]:
             "checkpoint_interval_s": scenario.training_checkpoint_interval_s,
             "restart_s": scenario.training_restart_s,
         },
+    }
+
+
+def _action_keys(t: _Tally) -> dict[str, Any]:
+    """What navarch did: terminations (wrongful ones apart), replacements, actions, capacity
+    losses and recoveries, repairs held, breaker runs, disruption, run errors."""
+    w = t.world
+    return {
         "faulty_nodes_terminated_before_a_replacement": len(t.terminated_unreplaced),
         "launches_never_booted": sum(
             1 for n in (*w.nodes.values(), *w.terminated.values()) if n.never_boots
@@ -630,23 +674,22 @@ def _document(scenario: Scenario, t: _Tally) -> dict[str, Any]:
         "peak_disrupted": t.peak_disrupted,
         "preemptions": w.preempted,
         "run_errors": dict(sorted(t.run_errors.items())),
+    }
+
+
+def _cost_keys(scenario: Scenario, t: _Tally) -> dict[str, Any]:
+    """What the run cost: cloud API calls per day, instance and spare hours, dollars."""
+    days = scenario.duration_s / 86400
+    prices = scenario.prices_usd_per_hour
+    inst_h = {k: round(v / 3600, 3) for k, v in sorted(t.instance_s.items())}
+    api = {k: round(v / days, 2) for k, v in sorted(t.world.api_calls.items()) if k != "list"}
+    return {
         "api_calls_per_day": api,
         "instance_hours": inst_h,
         "spare_instance_hours": round(t.spare_s / 3600, 3),
         "spare_refill_s": t.spare_refills,
         "max_spare_refill_s": max(t.spare_refills) if t.spare_refills else None,
         "cost_usd": round(sum(h * prices.get(k, 0.0) for k, h in inst_h.items()), 2),
-        "fault_to_cordon_s": sorted(to_cordon),
-        "fault_to_serving_s": sorted(to_serving),
-        "series": t.series,
-        "timeline": t.timeline[:5000],
-        # What the simulation itself cost; differs between lazy and exhaustive runs.
-        "engine": {
-            "runs_executed": t.runs_executed,
-            "agent_checks": w.agent_checks,
-            "reports_written": w.reports_written,
-            "lists": w.api_calls.get("list", 0),
-        },
     }
 
 

@@ -17,7 +17,8 @@ from typing import Any
 import yaml
 
 from navarch.errors import ConfigError
-from navarch.fleet_file import load_fleet, read_fleet_text
+from navarch.fleet_file import load_fleet
+from navarch.fleet_yaml import read_fleet_text
 from navarch.simulate.scenario import Scenario
 from navarch.spec import FleetSpec
 

@@ -20,9 +20,8 @@ from botocore.awsrequest import AWSResponse
 
 from navarch.providers import aws as awsmod
 from navarch.providers import azure as azuremod
-from navarch.providers import gcp as gcpmod
+from navarch.providers import gcp_error_map, open_provider
 from navarch.providers import lambda_cloud as lambdamod
-from navarch.providers import open_provider
 from navarch.providers.base import Provider
 from navarch.providers.local import LocalProvider
 from tests.contracts.error_tables import AWS_ERRORS, AZURE_ERRORS, GCP_ERRORS, LAMBDA_ERRORS
@@ -244,7 +243,7 @@ def gcp_cloud(fake_compute: FakeCompute, compute_endpoint: str) -> Cloud:
         options={"accelerators": {"n1-standard-8": {"type": "nvidia-tesla-t4", "count": 1}}},
         live=lambda: len(fake_compute.instances),
         add_instance=add_instance,
-        map_error=lambda exc: gcpmod.map_error(exc, zone="us-central1-a", what="insert"),
+        map_error=lambda exc: gcp_error_map.map_error(exc, zone="us-central1-a", what="insert"),
         errors=GCP_ERRORS,
         impair=lambda inst: fake_compute.set_status(inst.zone, inst.instance_id, "REPAIRING"),
     )

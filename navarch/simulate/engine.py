@@ -439,9 +439,12 @@ class _Tally:
                 self.closed.append(self.records.pop(rec.node))
 
     def _close(self, serving_nodes: frozenset[str]) -> None:
-        """Close each open fault whose node serves again (cured in place: from its uncordon)
-        or whose replacement serves (from its first report after boot)."""
+        """Close each open fault whose promoted spare serves (from its uncordon), whose
+        replacement serves (from its first report after boot), whose node serves again
+        (cured in place: from its uncordon), or whose pool serves its size without it."""
         w = self.world
+        whole = Counter(w.by_name[m].pool for m in serving_nodes if m in w.by_name)
+        targets = {p.name: p.target_nodes for p in self.spec.pools}
         for name, rec in list(self.records.items()):
             repl = w.by_name.get(rec.replacement or "")
             if rec.promoted is not None and rec.promoted in serving_nodes:
@@ -454,6 +457,11 @@ class _Tally:
             elif name in serving_nodes and w.by_name[name].fault is None:
                 rec.serving_s = rec.uncordon_s if rec.uncordon_s is not None else w.t
                 rec.served_by = ServedBy.ITSELF
+            elif whole.get(rec.pool, 0) >= targets.get(rec.pool, 0) > 0:
+                # The pool serves its size without the node: another one stands in (a spare,
+                # or a surplus node), even if its own replacement went to the spare set.
+                rec.serving_s = w.t
+                rec.served_by = ServedBy.SPARE
             else:
                 continue
             self.closed.append(self.records.pop(name))

@@ -8,9 +8,6 @@ from __future__ import annotations
 import base64
 import json
 import shutil
-import socket
-import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,7 +17,7 @@ from azure.storage.queue import QueueClient
 from navarch.events.messages import Ignored, Watch
 from navarch.events.queues import open_queue
 from navarch.events.runner import drain, run_batch
-from tests.support.azure_servers import ACCOUNT, ACCOUNT_KEY, _free_port
+from tests.support.azure_servers import run_azurite
 from tests.support.system import require_system_package
 
 SAMPLE = Path(__file__).parent / "samples" / "azure_blob_created.json"
@@ -31,40 +28,9 @@ QUEUE = "navarch-research-events"
 def azurite_queue(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """azurite-queue on a free port -> its connection string (also in the environment)."""
     require_system_package("azurite", "azurite-queue")
-    port = _free_port()
-    proc = subprocess.Popen(
-        [
-            str(shutil.which("azurite-queue")),
-            "--queueHost",
-            "127.0.0.1",
-            "--queuePort",
-            str(port),
-            "--location",
-            str(tmp_path),
-            "--silent",
-            "--skipApiVersionCheck",
-            "--loose",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    conn = (
-        f"DefaultEndpointsProtocol=http;AccountName={ACCOUNT};AccountKey={ACCOUNT_KEY};"
-        f"QueueEndpoint=http://127.0.0.1:{port}/{ACCOUNT};"
-    )
-    try:
-        for _ in range(200):
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                    break
-            except OSError:
-                assert proc.poll() is None, "azurite-queue exited at start"
-                time.sleep(0.05)
+    with run_azurite("queue", str(shutil.which("azurite-queue")), tmp_path) as conn:
         monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", conn)
         yield conn
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
 
 
 def event(blob: str) -> str:

@@ -14,6 +14,7 @@ import subprocess
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -49,18 +50,17 @@ def _azurite_binary() -> str:
     pytest.skip(message)
 
 
-@pytest.fixture(scope="session")
-def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """Start azurite-blob on a free 127.0.0.1 port -> its connection string."""
-    binary = _azurite_binary()
+@contextmanager
+def run_azurite(service: str, binary: str, location: Path) -> Iterator[str]:
+    """Azurite's `service` ("blob" or "queue", the binary azurite-<service>) on a free
+    127.0.0.1 port, its data under `location` -> its connection string; stopped on exit."""
     port = _free_port()
-    location = Path(tmp_path_factory.mktemp("azurite"))
     proc = subprocess.Popen(
         [
             binary,
-            "--blobHost",
+            f"--{service}Host",
             "127.0.0.1",
-            "--blobPort",
+            f"--{service}Port",
             str(port),
             "--location",
             str(location),
@@ -71,9 +71,10 @@ def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
+    endpoint = f"{service.capitalize()}Endpoint"
     conn = (
         f"DefaultEndpointsProtocol=http;AccountName={ACCOUNT};AccountKey={ACCOUNT_KEY};"
-        f"BlobEndpoint=http://127.0.0.1:{port}/{ACCOUNT};"
+        f"{endpoint}=http://127.0.0.1:{port}/{ACCOUNT};"
     )
     try:
         for _ in range(200):
@@ -81,14 +82,21 @@ def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                 with socket.create_connection(("127.0.0.1", port), timeout=0.2):
                     break
             except OSError:
-                assert proc.poll() is None, "azurite-blob exited at start"
+                assert proc.poll() is None, f"azurite-{service} exited at start"
                 time.sleep(0.05)
         else:
-            pytest.fail("azurite-blob did not open its port")
+            pytest.fail(f"azurite-{service} did not open its port")
         yield conn
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Start azurite-blob on a free 127.0.0.1 port -> its connection string."""
+    with run_azurite("blob", _azurite_binary(), tmp_path_factory.mktemp("azurite")) as conn:
+        yield conn
 
 
 @pytest.fixture

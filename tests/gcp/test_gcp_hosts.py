@@ -4,17 +4,16 @@ server: the host and topology of listed instances, and instances.reportHostAsFau
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from pathlib import Path
 
 import pytest
 import yaml
 
 from navarch.errors import NavarchError, ProviderError
 from navarch.inventory import Instance, InstanceState, launch_id, ownership_tags
-from navarch.providers import open_provider
 from navarch.providers.base import ProvisionRequest
 from navarch.providers.gcp import GcpProvider
 from tests.gcp.test_agent_delivery_gcp import POLICIES, compute_permission, role_permissions
+from tests.support.providers import gcp_provider
 
 FLEET = "prod"
 NOW = datetime(2026, 11, 1, tzinfo=UTC)
@@ -22,14 +21,7 @@ ZONE = "us-central1-a"
 
 
 def _provider(endpoint: str) -> GcpProvider:
-    config = {
-        "type": "gcp",
-        "project": "navarch-test",
-        "api_endpoint": endpoint,
-        "anonymous": True,
-        "retry_deadline_s": 2,
-    }
-    provider = open_provider("gcp", config, base_dir=Path("."), fleet=FLEET)
+    provider = gcp_provider(endpoint, FLEET)
     assert isinstance(provider, GcpProvider)
     return provider
 

@@ -9,12 +9,11 @@ from pathlib import Path
 import pytest
 
 from navarch.errors import CapacityError
-from navarch.providers import open_provider
 from navarch.providers.gcp import GcpProvider
 from tests.gcp.test_agent_delivery_gcp import compute_permission, role_permissions
 from tests.gcp.test_cli_gcp import FLEET as CLI_FLEET
 from tests.gcp.test_cli_gcp import env, navarch, write_fleet  # noqa: F401 - env is a fixture
-from tests.support.providers import FLEET, request_maker
+from tests.support.providers import FLEET, gcp_provider, request_maker
 
 ROOT = Path(__file__).resolve().parents[2]
 OPTIONS = {"placement_policy": "train-compact", "reservation": "res-a"}
@@ -22,14 +21,7 @@ _request = request_maker("us-central1-a", "a3-highgpu-8g", OPTIONS)
 
 
 def _provider(endpoint: str) -> GcpProvider:
-    config = {
-        "type": "gcp",
-        "project": "navarch-test",
-        "api_endpoint": endpoint,
-        "anonymous": True,
-        "retry_deadline_s": 2,
-    }
-    provider = open_provider("gcp", config, base_dir=ROOT, fleet=FLEET)
+    provider = gcp_provider(endpoint, FLEET)
     assert isinstance(provider, GcpProvider)
     return provider
 

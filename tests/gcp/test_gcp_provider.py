@@ -21,22 +21,14 @@ from navarch.inventory import CloudEvent, CloudStatus, InstanceHealth, InstanceS
 from navarch.providers import open_provider
 from navarch.providers.base import ProvisionRequest
 from navarch.providers.gcp import GcpProvider, instance_resource, request_id
-from tests.support.providers import FLEET, request_maker
+from tests.support.providers import FLEET, gcp_provider, request_maker
 
 ROOT = Path(__file__).resolve().parents[2]
 GPU_OPTIONS = {"accelerators": {"n1-standard-8": {"type": "nvidia-tesla-t4", "count": 1}}}
 
 
 def _provider(endpoint: str, **extra: object) -> GcpProvider:
-    config = {
-        "type": "gcp",
-        "project": "navarch-test",
-        "api_endpoint": endpoint,
-        "anonymous": True,
-        "retry_deadline_s": 2,
-        **extra,
-    }
-    provider = open_provider("gcp", config, base_dir=ROOT, fleet=FLEET)
+    provider = gcp_provider(endpoint, FLEET, **extra)
     assert isinstance(provider, GcpProvider)
     return provider
 

@@ -3,29 +3,21 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from google.cloud import compute_v1
 
 from navarch.errors import ProviderError
 from navarch.inventory import launch_id, ownership_tags
-from navarch.providers import open_provider
 from navarch.providers.base import ProvisionRequest
 from navarch.providers.gcp import GcpProvider, to_instance
+from tests.support.providers import gcp_provider
 
 FLEET = "prod"
 
 
 def _provider(endpoint: str) -> GcpProvider:
-    config = {
-        "type": "gcp",
-        "project": "navarch-test",
-        "api_endpoint": endpoint,
-        "anonymous": True,
-        "retry_deadline_s": 2,
-    }
-    provider = open_provider("gcp", config, base_dir=Path("."), fleet=FLEET)
+    provider = gcp_provider(endpoint, FLEET)
     assert isinstance(provider, GcpProvider)
     return provider
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, NamedTuple
 
 from navarch.errors import NavarchError
@@ -99,3 +100,19 @@ class Cloud:
     map_error: Callable[[BaseException], NavarchError] | None = None
     errors: Sequence[ErrorCase] = ()
     impair: Callable[[Instance], None] | None = None
+
+
+def gcp_provider(endpoint: str, fleet: str = FLEET, **extra: object) -> Provider:
+    """The gcp provider against a Compute Engine REST fake at `endpoint` (anonymous, a short
+    retry deadline), config `extra` added: what every GCP provider test opens."""
+    from navarch.providers import open_provider
+
+    config = {
+        "type": "gcp",
+        "project": "navarch-test",
+        "api_endpoint": endpoint,
+        "anonymous": True,
+        "retry_deadline_s": 2,
+        **extra,
+    }
+    return open_provider("gcp", config, base_dir=Path(__file__).resolve().parents[2], fleet=fleet)

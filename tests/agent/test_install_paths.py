@@ -44,7 +44,8 @@ def test_baked_units_are_the_ones_navarch_renders() -> None:
         assert (IMAGE / name).read_text() == text, f"regenerate examples/image/{name}"
 
 
-def test_baked_image_then_user_data_with_only_the_key_runs_the_agent(tmp_path: Path) -> None:
+def _baked_image(tmp_path: Path) -> Path:
+    """examples/image/bake-agent.sh run on the bundle and the baked units -> the image root."""
     dist = tmp_path / "dist"
     dist.mkdir()
     write_bundle(dist / "navarch-agent.pyz")
@@ -59,6 +60,11 @@ def test_baked_image_then_user_data_with_only_the_key_runs_the_agent(tmp_path: P
         env={"PATH": f"{BIN}:/usr/bin:/bin", "NAVARCH_ROOT": str(root)},
     )
     assert bake.returncode == 0, bake.stdout + bake.stderr
+    return root
+
+
+def test_baked_image_then_user_data_with_only_the_key_runs_the_agent(tmp_path: Path) -> None:
+    root = _baked_image(tmp_path)
     assert (root / BUNDLE_PATH.lstrip("/")).is_file()
 
     key = signing.derive_node_key(b"s" * 32, "demo", "demo-train-0001")
@@ -193,20 +199,7 @@ def test_user_data_of_a_pool_with_acceptance_makes_the_bundled_agent_burn_in(
     from navarch.acceptance import AcceptancePolicy
     from navarch.agent.burn_in import policy_to_mapping
 
-    dist = tmp_path / "dist"
-    dist.mkdir()
-    write_bundle(dist / "navarch-agent.pyz")
-    for name in ("navarch-agent.service", "navarch-agent.timer"):
-        shutil.copy(IMAGE / name, dist)
-    root = tmp_path / "image-root"
-    bake = subprocess.run(
-        ["sh", str(IMAGE / "bake-agent.sh"), str(dist)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={"PATH": f"{BIN}:/usr/bin:/bin", "NAVARCH_ROOT": str(root)},
-    )
-    assert bake.returncode == 0, bake.stdout + bake.stderr
+    root = _baked_image(tmp_path)
     user_data = render_cloud_init_for(
         fleet="demo",
         pool="train",

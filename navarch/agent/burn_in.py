@@ -14,7 +14,8 @@ The suite is two kinds of test:
   fake GPU backend, which prints the real tools' output formats from the overrides file
   (``AgentConfig.acceptance_file``, written by ``navarch local inject --acceptance``), so
   the same parsers judge a local node. A test the inventory already answered is not
-  run again.
+  run again, except ``versions``: the inventory reads only the driver, and the tool's
+  reading (CUDA, VBIOS, InfoROM, NIC firmware too) takes its place.
 
 Time: the suite runs inside the agent's timer tick, after the health checks, resumable:
 each tick runs the tests still missing until ``TICK_BUDGET_S`` has been spent (each tool
@@ -83,6 +84,9 @@ TICK_BUDGET_S = 60.0
 ToolTest = Callable[[AcceptancePolicy], AcceptanceResult]
 
 _GIB = 1 << 30
+
+#: The tool_version of a result the agent read from its own GPU probe.
+_INVENTORY = "navarch agent"
 
 
 def _iso(dt: datetime) -> str:
@@ -212,7 +216,7 @@ def _result(
         figure=figure,
         threshold=threshold,
         unit=unit,
-        tool_version="navarch agent",
+        tool_version=_INVENTORY,
         reason="" if ok else reason,
     )
 
@@ -290,7 +294,7 @@ def inventory_results(policy: AcceptancePolicy, probe: GpuProbe) -> list[Accepta
             AcceptanceResult(
                 AcceptanceTest.VERSIONS.value,
                 AcceptanceStatus.PASS,
-                tool_version="navarch agent",
+                tool_version=_INVENTORY,
                 detail={"driver": probe.driver_version},
             )
         )
@@ -324,6 +328,27 @@ def _capped(r: AcceptanceResult) -> AcceptanceResult:
     )
 
 
+def _inventory_versions(r: AcceptanceResult) -> bool:
+    """r is the inventory's versions reading (the driver only), not yet the tool's."""
+    return r.test == AcceptanceTest.VERSIONS.value and r.tool_version == _INVENTORY
+
+
+def _merged(results: list[AcceptanceResult], new: AcceptanceResult) -> list[AcceptanceResult]:
+    """results with new added: a versions reading from the tool takes the inventory's
+    place; an unknown one leaves the inventory's (the driver read through NVML), with the
+    reason the tool gave, since the driver alone is still a reading."""
+    if new.test != AcceptanceTest.VERSIONS.value:
+        return [*results, new]
+    for i, r in enumerate(results):
+        if r.test == new.test:
+            if new.status is AcceptanceStatus.UNKNOWN:
+                note = f"driver only (NVML): {new.reason}"[:1024]
+                kept = replace(r, reason=note, tool_version="NVML")
+                return [*results[:i], kept, *results[i + 1 :]]
+            return [*results[:i], new, *results[i + 1 :]]
+    return [*results, new]
+
+
 def acceptance_step(
     policy: AcceptancePolicy,
     prior: Mapping[str, Any] | None,
@@ -354,7 +379,9 @@ def acceptance_step(
     if run.finished_at is not None:
         return run
     results = list(run.results) or inventory_results(policy, probe)
-    done = {r.test for r in results}
+    # The inventory reads only the driver; the versions tool reads CUDA, VBIOS, InfoROM and
+    # NIC firmware too, so it runs even so and its reading supersedes the inventory's.
+    done = {r.test for r in results if not _inventory_versions(r)}
     start = clock()
     left = [(name, test) for name, test in tool_tests if name not in done]
     for name, test in list(left):
@@ -369,7 +396,7 @@ def acceptance_step(
             )
         if result.duration_s is None:
             result = replace(result, duration_s=round(clock() - began, 3))
-        results.append(_capped(result))
+        results = _merged(results, _capped(result))
         left.remove((name, test))
     return replace(run, results=tuple(results), finished_at=None if left else _iso(now))
 

@@ -70,7 +70,37 @@ def test_an_injected_driver_is_reported_as_the_nodes_version(
     overrides.write_text(json.dumps({"driver": "550.54.14"}))
     cfg = make_config(acceptance=POLICY, acceptance_file=str(overrides))
     results = _by_test(run_once(cfg, now=T0))
-    assert results["versions"]["detail"] == {"driver": "550.54.14"}
+    assert results["versions"]["detail"]["driver"] == "550.54.14"
+
+
+def test_the_versions_test_reads_cuda_vbios_inforom_and_nic_firmware_not_only_the_driver(
+    make_config: Callable[..., AgentConfig], tmp_path: Path
+) -> None:
+    overrides = tmp_path / "acceptance.json"
+    overrides.write_text(json.dumps({"cuda": "12.4"}))
+    cfg = make_config(acceptance=POLICY, acceptance_file=str(overrides))
+    versions = _by_test(run_once(cfg, now=T0))["versions"]
+    assert versions["status"] == "pass"
+    assert versions["detail"] == {
+        "driver": "570.133.20",
+        "cuda": "12.4",
+        "vbios": "96.00.89.00.01",
+        "inforom": "G520.0200.00.05",
+        "nic_firmware": "28.39.1002",
+    }
+
+
+def test_without_nvidia_smi_the_versions_test_keeps_the_driver_nvml_read() -> None:
+    probe = FakeGpuBackend("n", 8, None).probe()
+
+    def no_smi(policy: AcceptancePolicy) -> AcceptanceResult:
+        return AcceptanceResult("versions", AcceptanceStatus.UNKNOWN, reason="nvidia-smi missing")
+
+    run = acceptance_step(POLICY, None, "b", False, probe, [("versions", no_smi)], T0)
+    (versions,) = [r for r in run.results if r.test == "versions"]
+    assert versions.status is AcceptanceStatus.PASS
+    assert dict(versions.detail) == {"driver": "570.133.20"}
+    assert "nvidia-smi missing" in versions.reason
 
 
 def test_the_suite_runs_once_per_boot_and_again_after_a_reboot(

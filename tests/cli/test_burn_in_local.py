@@ -85,6 +85,26 @@ def test_a_new_node_with_another_driver_is_flagged_as_drift(navarch):
     assert "majority of 3 serving nodes" in node["reason"]
 
 
+def test_drift_from_the_serving_majority_names_the_odd_component_and_warn_lets_it_serve(navarch):
+    # No declared versions: the baseline is the majority of the pool's serving nodes.
+    _edit(
+        navarch.workdir,
+        lambda d: d["pools"]["train"].update(acceptance={"enabled": True, "drift": "warn"}),
+    )
+    navarch.ok("apply", "fleet.yaml", "--auto-approve")
+    navarch.ok("local", "tick", "fleet.yaml")
+    navarch.ok("apply", "fleet.yaml", "--auto-approve")
+    _edit(navarch.workdir, lambda d: d["pools"]["train"]["nodes"].update(target=4))
+    navarch.ok("apply", "fleet.yaml", "--auto-approve")
+    navarch.ok("local", "inject", "fleet.yaml", NEW, "--acceptance", "cuda=12.4")
+    navarch.ok("local", "tick", "fleet.yaml")
+    node = _node(navarch, NEW)
+    assert node["lifecycle"] == "healthy", node
+    assert "drift: cuda 12.4 (pool 12.8, majority of 3 serving nodes)" in node["reason"]
+    assert "driver" not in node["reason"]
+    assert f"cordon {NEW}" not in navarch.ok("plan", "fleet.yaml").out
+
+
 def test_an_unknown_acceptance_key_names_the_flag_and_the_keys(navarch):
     navarch.ok("apply", "fleet.yaml", "--auto-approve")
     run = navarch("local", "inject", "fleet.yaml", "demo-train-0001", "--acceptance", "speed=9")

@@ -247,10 +247,12 @@ def render_cloud_init(
     provider = provider or p.provider
     provider_type = str((spec.providers.get(provider) or {}).get("type", provider))
     options: Mapping[str, Any] = getattr(p, "options", {}) or {}
+    types: set[str] = set()
     for placement in p.placed():
         if placement.provider == provider:
-            options = placement.options
-            break
+            if not types:
+                options = placement.options
+            types.update(placement.instance_types)
     source: BundleSource | None = None
     if options.get("agent_package"):
         install = AgentInstall.PIP
@@ -275,5 +277,19 @@ def render_cloud_init(
         install=install,
         bundle=source,
         package=options.get("agent_package"),
-        acceptance=policy_to_mapping(p.acceptance) if p.acceptance is not None else None,
+        acceptance=_acceptance_for(p.acceptance, types, policy_to_mapping),
     )
+
+
+def _acceptance_for(
+    policy: Any, types: set[str], to_mapping: Callable[[Any], dict[str, Any]]
+) -> dict[str, Any] | None:
+    """The pool's acceptance policy as agent.yaml holds it, naming the instance type when
+    the provider's placements allow only one (so the agent holds the node to that type's
+    published baseline; with several, the agent asks its metadata service)."""
+    if policy is None:
+        return None
+    out = to_mapping(policy)
+    if not out.get("instance_type") and len(types) == 1:
+        out["instance_type"] = next(iter(types))
+    return out

@@ -407,6 +407,24 @@ def real_tool_tests(policy: AcceptancePolicy) -> list[tuple[str, ToolTest]]:
     return bound_tool_tests(SystemToolHost())
 
 
+def _runs_tests(prior: Mapping[str, Any] | None, boot_id: str, reset: bool) -> bool:
+    """This tick runs tests: no finished run of this boot and GPU-reset generation."""
+    run = _prior(prior)
+    return run is None or run.boot_id != boot_id or reset or run.finished_at is None
+
+
+def _instance_type(config: AgentConfig) -> str:
+    """The node's instance type from the metadata service ("" when it does not say)."""
+    from navarch.agent.acceptance_tools.instance_type import read_instance_type
+
+    found, errors = read_instance_type(
+        config.metadata, endpoint=config.metadata_endpoint, timeout_s=config.metadata_timeout_s
+    )
+    if errors:
+        log.info("instance_type_unread", extra={"fields": {"errors": errors}})
+    return found
+
+
 def tick_run(
     config: AgentConfig,
     prior: Mapping[str, Any] | None,
@@ -418,10 +436,14 @@ def tick_run(
     """This tick's acceptance run for the agent (acceptance_step), or None when the config
     has no enabled policy. The fake backend's tools answer from config.acceptance_file
     (an unreadable one is logged and answers as a healthy node), its inventory as the
-    overrides make it; a real node runs real_tool_tests."""
+    overrides make it; a real node runs real_tool_tests. A policy that names no instance
+    type gets the node's from the metadata service (config.metadata) on the ticks that
+    run tests, so the published per-type baselines (acceptance_tools.thresholds) apply."""
     policy = config.acceptance
     if policy is None or not policy.enabled:
         return None
+    if not policy.instance_type and _runs_tests(prior, boot_id, reset):
+        policy = replace(policy, instance_type=_instance_type(config))
     if probe.backend == "fake":
         try:
             overrides = load_overrides(config.acceptance_file)

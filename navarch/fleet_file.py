@@ -390,6 +390,7 @@ def _pool(
                 parse_duration_s(raw["diagnostics"]["time_limits"][k])
                 for k in ("quick", "medium", "long")
             ),  # type: ignore[arg-type]
+            tests=tuple(raw["diagnostics"]["tests"]),
         ),
         placement=raw["placement"],
         acceptance=acceptance_policy(name, raw["acceptance"], raw["gpus_per_node"], fail),

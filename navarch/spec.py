@@ -128,6 +128,9 @@ class Diagnostics:
     level: int = 2
     # Per level 1-3: about three times DCGM's documented run time (seconds, ~2 min, ~15 min).
     time_limits_s: tuple[int, int, int] = (300, 600, 2700)
+    #: acceptance tests (AcceptanceTest values of the agent's tools) run instead of dcgmi
+    #: diag alone, by the node's agent, while the node is cordoned; () for dcgmi diag
+    tests: tuple[str, ...] = ()
 
     def time_limit_s(self, level: int) -> int:
         """How long a started `dcgmi diag -r level` may run before navarch stops waiting

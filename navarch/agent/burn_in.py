@@ -53,7 +53,7 @@ from navarch.acceptance import (
     SuiteDepth,
 )
 from navarch.agent.acceptance_tools import TOOL_TESTS, FakeToolHost, SystemToolHost, ToolHost
-from navarch.agent.gpu import GpuProbe
+from navarch.agent.gpu import GpuProbe, fake_requested
 from navarch.compat import UTC
 from navarch.errors import ConfigError
 
@@ -71,6 +71,7 @@ __all__ = [
     "policy_from_mapping",
     "policy_to_mapping",
     "real_tool_tests",
+    "run_named_tests",
     "tick_run",
 ]
 
@@ -456,3 +457,51 @@ def tick_run(
     else:
         tests = real_tool_tests(policy)
     return acceptance_step(policy, prior, boot_id, reset, probe, tests, now)
+
+
+def run_named_tests(
+    config: AgentConfig, names: Sequence[str], *, level: int | None = None
+) -> list[AcceptanceResult]:
+    """Run the named tool tests once, now, outside the burn-in (a scheduled idle window:
+    the reconciler cordoned and drained the node first), and return one result each.
+
+    names: AcceptanceTest values of tools (TOOL_TESTS), in the order to run; config: the
+    agent's (its acceptance policy's thresholds, or the defaults when it has none; the
+    fake backend's tools, config.fake_gpu or NAVARCH_FAKE_GPU, answer from
+    config.acceptance_file); level: dcgmi diag's level (None: the policy's). The node's
+    instance type comes
+    from the metadata service when the policy names none. A test that raises is
+    ``unknown``. Raises ValueError naming the unknown test names.
+    """
+    known = {t.value for t in TOOL_TESTS}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ValueError(
+            f"unknown acceptance test(s) {', '.join(unknown)}; tool tests: {', '.join(sorted(known))}"
+        )
+    policy = config.acceptance or AcceptancePolicy()
+    if level is not None:
+        policy = replace(policy, dcgm_diag_level=level)
+    if not policy.instance_type:
+        policy = replace(policy, instance_type=_instance_type(config))
+    if fake_requested(config.fake_gpu):
+        try:
+            host: ToolHost = FakeToolHost(
+                {k: str(v) for k, v in load_overrides(config.acceptance_file).items()}
+            )
+        except ValueError as exc:
+            log.warning("acceptance_overrides_invalid", extra={"fields": {"error": str(exc)}})
+            host = FakeToolHost()
+    else:
+        host = SystemToolHost()
+    tests = dict(bound_tool_tests(host))
+    out: list[AcceptanceResult] = []
+    for name in names:
+        try:
+            result = tests[name](policy)
+        except Exception as exc:  # a broken tool or parser is doubt, never a pass
+            result = AcceptanceResult(
+                name, AcceptanceStatus.UNKNOWN, reason=f"test raised: {exc}"[:300]
+            )
+        out.append(_capped(result))
+    return out

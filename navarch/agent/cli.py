@@ -91,6 +91,27 @@ def cmd_agent_run(args: argparse.Namespace) -> int:
         time.sleep(args.interval_s)
 
 
+def cmd_agent_acceptance(args: argparse.Namespace) -> int:
+    """``navarch agent acceptance --tests a,b``: run those acceptance tests now and print
+    ``{"navarch_acceptance": [result, ...]}`` (navarch.remote.diagnostics reads it); --level:
+    dcgm_diag's level instead of the policy's. Exit 0
+    when the tests ran, whatever their verdicts (the verdicts are in the JSON); 2 for a bad
+    config or an unknown test name, with one line on stderr."""
+    from navarch.agent.burn_in import run_named_tests
+    from navarch.agent.config import load_config
+    from navarch.errors import NavarchError
+
+    names = [n.strip() for n in args.tests.split(",") if n.strip()]
+    try:
+        results = run_named_tests(load_config(args.config), names, level=args.level)
+    except (NavarchError, ValueError) as exc:
+        print(f"navarch agent acceptance: {exc}", file=sys.stderr)
+        return 2
+    doc = {"navarch_acceptance": [r.to_json() for r in results]}
+    print(json.dumps(doc, sort_keys=True), flush=True)
+    return EXIT_OK
+
+
 def cmd_agent_watch(args: argparse.Namespace) -> int:
     """``navarch agent watch``: run until interrupted (navarch.agent.watch)."""
     import threading
@@ -212,6 +233,24 @@ def register(subparsers: Any, *, bundled: bool = False) -> None:
     )
     s.add_argument("--interval-s", type=float, default=30.0, help="seconds between checks")
     s.set_defaults(func=cmd_agent_watch)
+
+    s = asub.add_parser(
+        "acceptance",
+        help="run named acceptance tests now and print their results as JSON "
+        "(the reconciler's scheduled idle window, on a cordoned node)",
+    )
+    s.add_argument(
+        "--config",
+        default=DEFAULT_CONFIG_PATH,
+        help=f"agent config (default {DEFAULT_CONFIG_PATH})",
+    )
+    s.add_argument(
+        "--tests",
+        required=True,
+        help="comma-separated tool tests, e.g. dcgm_diag,nvbandwidth,nccl_all_reduce",
+    )
+    s.add_argument("--level", type=int, choices=(1, 2, 3), help="dcgmi diag level for dcgm_diag")
+    s.set_defaults(func=cmd_agent_acceptance)
 
     if bundled:
         return

@@ -65,6 +65,15 @@ def _diag_fault(v: NodeView, key: FaultKey, action: Remedy) -> Fault:
     return Fault(key, action, s.boot_id if s else "", s.sequence if s else 0)
 
 
+def _what(ctx: PoolContext, level: int) -> str:
+    """What the pool's diagnostics run: dcgmi diag at level, or the acceptance tests the
+    pool names (diagnostics.tests), which the node's agent runs instead."""
+    tests = ctx.pool.diagnostics.tests
+    if tests:
+        return f"acceptance tests {', '.join(tests)}"
+    return f"dcgmi diag -r {level}"
+
+
 def _failed(d: Diag, what: str = "") -> str:
     return f"{what}dcgmi diag -r {d.level} failed ({d.detail}); "
 
@@ -212,7 +221,7 @@ def scheduled_diag(ctx: PoolContext, v: NodeView) -> DiagStep:
             v,
             d.level if d else level,
             DiagWhy.SCHEDULED,
-            f"scheduled diagnostics: {what} dcgmi diag -r {d.level if d else level}",
+            f"scheduled diagnostics: {what} {_what(ctx, d.level if d else level)}",
         ), ""
     if d.state is DiagState.FAIL:
         return Climb(_diag_fault(v, DIAG_FAULT_KEY, DIAG_FAULT_ACTION), _failed(d, "scheduled "))
@@ -263,8 +272,8 @@ def diagnostics_stage(ctx: PoolContext, prog: Progress) -> StageResult:
             continue
         budget -= 1
         why = (
-            f"scheduled diagnostics (every {format_duration_s(every_s)}, dcgmi diag -r "
-            f"{level}; last {format_duration_s((ctx.now - last(v)).total_seconds())} ago)"
+            f"scheduled diagnostics (every {format_duration_s(every_s)}, {_what(ctx, level)}; "
+            f"last {format_duration_s((ctx.now - last(v)).total_seconds())} ago)"
         )
         actions.extend(
             cordon_and_drain(ctx.pool.name, v, why, code, level=level, why=DiagWhy.SCHEDULED)

@@ -75,7 +75,8 @@ class SSHPlaybooks:
         token: str = "",
     ) -> DiagResult:
         """Run the pool's diagnostics playbook (playbooks.diagnostics, else the built-in
-        dcgmi diag) on one node at `level` (1-3); returns the DiagResult.
+        dcgmi diag, or the agent's acceptance tests when the pool's diagnostics.tests names
+        some) on one node at `level` (1-3); returns the DiagResult.
 
         Never raises for SSH or playbook trouble: a bad playbook file or ssh mapping is an
         `error` result naming the ConfigError, like run() turns it into (False, text).
@@ -88,7 +89,14 @@ class SSHPlaybooks:
             target = PlaybookTarget(
                 fleet=self.spec.name, pool=pool.name, node=node, address=address, reason=reason
             )
-            return run_diagnostics(self._runner(pool), playbook, target, level, token=token)
+            return run_diagnostics(
+                self._runner(pool),
+                playbook,
+                target,
+                level,
+                token=token,
+                tests=pool.diagnostics.tests,
+            )
         except ConfigError as exc:
             return DiagResult(level, DiagOutcome.ERROR, detail=f"diagnostics: {exc}")
 

@@ -19,9 +19,11 @@ is `error`, like a run that gives no verdict.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
+from navarch.acceptance import AcceptanceResult, AcceptanceStatus
 from navarch.agent.acceptance_tools.dcgm import (
     DIAG_LEVELS,
     DiagOutcome,
@@ -39,6 +41,7 @@ __all__ = [
     "DiagTest",
     "diagnostics_playbook",
     "parse_dcgmi_diag",
+    "read_acceptance_output",
     "read_step_output",
     "run_diagnostics",
 ]
@@ -66,6 +69,7 @@ def run_diagnostics(
     level: int,
     *,
     token: str = "",
+    tests: tuple[str, ...] = (),
 ) -> DiagResult:
     """Run the diagnostics playbook for one node at `level` (1-3) and read the result.
 
@@ -82,7 +86,10 @@ def run_diagnostics(
         raise ValueError(f"dcgmi diag level must be one of {DIAG_LEVELS}, not {level!r}")
     if not re.fullmatch(r"[A-Za-z0-9]{0,32}", token):
         raise ValueError(f"diagnostic token must be letters and digits, not {token!r}")
-    (outcome,) = runner.run(playbook, [target], extra={"level": level, "token": token or "0"})
+    if not all(re.fullmatch(r"[a-z0-9_]{1,64}", t) for t in tests):
+        raise ValueError(f"acceptance test names must be snake_case words, not {tests!r}")
+    extra = {"level": level, "token": token or "0", "tests": ",".join(tests)}
+    (outcome,) = runner.run(playbook, [target], extra=extra)
     if not outcome.steps:
         return DiagResult(level, DiagOutcome.ERROR, detail=outcome.error or "no step ran")
     step = outcome.steps[-1]
@@ -99,6 +106,7 @@ def run_diagnostics(
     )
 
 
+_ACCEPTANCE = re.compile(r'^\{"navarch_acceptance": ', re.MULTILINE)
 _MARK = re.compile(r"^navarch-diag: (started|running)\s*$", re.MULTILINE)
 _EXIT = re.compile(r"^navarch-diag-exit: (-?\d+)\s*$", re.MULTILINE)
 
@@ -117,6 +125,46 @@ def read_step_output(
     if collected is not None:
         exit_code = int(collected[1])
         stdout = stdout[: collected.start()]
+    if _ACCEPTANCE.search(stdout) is not None:
+        return read_acceptance_output(stdout, level=level)
     return parse_dcgmi_diag(
         stdout, level=level, exit_code=exit_code, output_tail=output_tail or stdout
     )
+
+
+def read_acceptance_output(stdout: str, *, level: int) -> DiagResult:
+    """The DiagResult of `navarch agent acceptance` output (a pool's diagnostics.tests run
+    in a scheduled idle window): FAIL when a test failed, naming each with its figure and
+    threshold; PASS when every test passed; ERROR when one is unknown (a missing tool or
+    unreadable output gives no verdict) or the JSON does not parse. Each test becomes a
+    DiagTest (category "acceptance"). Text from the node is capped. Never raises."""
+    found = _ACCEPTANCE.search(stdout)
+    line = stdout[found.start() :].splitlines()[0] if found is not None else ""
+    try:
+        results = [AcceptanceResult.from_json(r) for r in json.loads(line)["navarch_acceptance"]]
+    except (KeyError, TypeError, ValueError) as exc:
+        return DiagResult(level, DiagOutcome.ERROR, detail=f"acceptance output unreadable: {exc}")
+    if not results:
+        return DiagResult(level, DiagOutcome.ERROR, detail="acceptance ran no test")
+    tests = tuple(
+        DiagTest("acceptance", r.test[:64], r.status.value, messages=(r.reason[:300],))
+        for r in results
+    )
+    failed = [r for r in results if r.status is AcceptanceStatus.FAIL]
+    unknown = [r for r in results if r.status is AcceptanceStatus.UNKNOWN]
+    if failed:
+        outcome, words = DiagOutcome.FAIL, "failed: " + "; ".join(_line(r) for r in failed)
+    elif unknown:
+        outcome, words = DiagOutcome.ERROR, "no verdict: " + "; ".join(_line(r) for r in unknown)
+    else:
+        outcome, words = DiagOutcome.PASS, "passed: " + ", ".join(r.test for r in results)
+    return DiagResult(level, outcome, tests, f"acceptance {words}"[:500])
+
+
+def _line(r: AcceptanceResult) -> str:
+    """One result: "nccl_all_reduce 120 GB/s (threshold 200 GB/s): reason"."""
+    unit = f" {r.unit}" if r.unit else ""
+    figure = f" {r.figure:g}{unit}" if r.figure is not None else ""
+    limit = f" (threshold {r.threshold:g}{unit})" if r.threshold is not None else ""
+    why = f": {r.reason}" if r.reason else ""
+    return f"{r.test}{figure}{limit}{why}"[:300]

@@ -33,10 +33,11 @@ from navarch.resources import data_dir, schema_path
 from navarch.schema_text import describe
 from navarch.templating import environment
 
-#: The variables a step template may use. drain_timeout_s (drain), level and token
-#: (diagnostics: the dcgmi diag level, the diagnostic's name) come from the caller's `extra`.
+#: The variables a step template may use. drain_timeout_s (drain), level, token and tests
+#: (diagnostics: the dcgmi diag level, the diagnostic's name, the acceptance tests to run
+#: instead, comma-separated or "") come from the caller's `extra`.
 TEMPLATE_VARIABLES = frozenset(
-    {"node", "pool", "fleet", "reason", "address", "drain_timeout_s", "level", "token"}
+    {"node", "pool", "fleet", "reason", "address", "drain_timeout_s", "level", "token", "tests"}
 )
 
 DEFAULT_STEP_TIMEOUT = "60s"

@@ -1,10 +1,11 @@
 """A real OpenSSH sshd on 127.0.0.1 for the playbook runner tests, with stand-ins.
 
 The session fixture `sshd` starts one sshd (tests/support/sshd.py). Remote commands find
-the stand-ins (tests/remote/standins: scontrol, kubectl, sudo, dcgmi, nvidia-smi) first on
+the stand-ins (tests/remote/standins: scontrol, kubectl, sudo, dcgmi, nvidia-smi, navarch) first on
 PATH through sshd_config SetEnv, which also tells them where their state lives
 (NAVARCH_STANDIN_DIR) and the reset_gpu playbook where the agent's state directory is
-(NAVARCH_AGENT_STATE_DIR). The stand-ins cover what the real tools cannot be made to do on
+(NAVARCH_AGENT_STATE_DIR) and the diagnostics playbook its `navarch` (NAVARCH_NODE_COMMAND,
+the stand-in). The stand-ins cover what the real tools cannot be made to do on
 demand (a hung command, a failing GPU reset, kubectl); tests/slurm runs the real Slurm.
 
 The function fixture `standin` gives each test an empty world: calls recorded by the
@@ -42,6 +43,8 @@ def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
         "PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin",
         "NAVARCH_STANDIN_DIR": str(state_dir),
         "NAVARCH_AGENT_STATE_DIR": f"{state_dir}/agent",
+        # A login shell's PATH may hold another `navarch` (a pyenv shim) before bin_dir.
+        "NAVARCH_NODE_COMMAND": f"{bin_dir}/navarch",
     }
     with start_sshd(base, env, state_dir) as server:
         yield server

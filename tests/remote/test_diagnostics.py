@@ -4,10 +4,13 @@ dcgmi stand-in printing DCGM's JSON, and the parser on DCGM's shapes."""
 from __future__ import annotations
 
 import json
+import os
+import sys
 import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from navarch.remote.adapter import SSHPlaybooks
 from navarch.remote.diagnostics import (
@@ -304,3 +307,72 @@ def test_the_executor_starts_then_collects_and_records_the_diag(
     if state == "fail":
         assert "memory on GPU 1" in diag.detail
     assert standin.calls("dcgmi") == [["diag", "-r", "2", "-j"]]  # started once
+
+
+def _agent_config(tmp_path: Path, overrides: dict[str, object]) -> Path:
+    """An agent.yaml of a fake-GPU node whose acceptance tools answer from overrides."""
+    answers = tmp_path / "acceptance.json"
+    answers.write_text(json.dumps(overrides))
+    doc = {
+        "fleet": "prod",
+        "pool": "train",
+        "node": "gpu-1",
+        "store": f"file://{tmp_path}/store",
+        "key": "5a" * 32,
+        "gpus_per_node": 8,
+        "fake_gpu": True,
+        "metadata": "none",
+        "state_file": str(tmp_path / "state.json"),
+        "acceptance": {"nccl_min_busbw_gbps": 200.0},
+        "acceptance_file": str(answers),
+    }
+    path = tmp_path / "agent.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("overrides", "outcome", "words"),
+    [
+        ({}, DiagOutcome.PASS, "acceptance passed: dcgm_diag, nccl_all_reduce"),
+        (
+            {"nccl_busbw_gbps": 120},
+            DiagOutcome.FAIL,
+            "nccl_all_reduce 120 GB/s (threshold 200 GB/s)",
+        ),
+        ({"nccl_busbw_gbps": "missing"}, DiagOutcome.ERROR, "acceptance no verdict"),
+    ],
+)
+def test_a_pools_acceptance_tests_run_by_the_nodes_agent_in_the_diagnostics_window(
+    sshd: Sshd,
+    standin: Standin,
+    tmp_path: Path,
+    overrides: dict[str, object],
+    outcome: DiagOutcome,
+    words: str,
+) -> None:
+    """diagnostics.tests: the built-in playbook starts `navarch agent acceptance` detached
+    instead of dcgmi, and a later run collects its JSON into a verdict."""
+    standin.set_state(
+        {
+            "navarch": {
+                "python": sys.executable,
+                "pythonpath": os.pathsep.join(sys.path),
+                "config": str(_agent_config(tmp_path, overrides)),
+            }
+        }
+    )
+    runner = SSHRunner(sshd.ssh(), base_dir=Path.cwd())
+    playbook = diagnostics_playbook("slurm")
+    for _ in range(400):
+        result = run_diagnostics(
+            runner, playbook, TARGET, 2, tests=("dcgm_diag", "nccl_all_reduce")
+        )
+        if result.outcome is not DiagOutcome.RUNNING:
+            break
+        time.sleep(0.05)
+    assert result.outcome is outcome, result.detail
+    assert words in result.detail
+    assert standin.calls("dcgmi") == []
+    (call,) = standin.calls("navarch")
+    assert call == ["agent", "acceptance", "--tests", "dcgm_diag,nccl_all_reduce", "--level", "2"]

@@ -11,6 +11,7 @@ function per acceptance test.
     smi.py          nvidia-smi -q -x: GPUs, memory, ECC, persistence, versions
     sysfs.py        PCIe links, InfiniBand/EFA ports, NIC firmware
     thresholds.py   published per-instance-type baselines and which floor a test uses
+    instance_type.py  the node's instance type from the cloud's metadata service
     suite.py        run_<test>(policy, host) -> AcceptanceResult; TOOL_TESTS; run_tool_tests
 
 The words (AcceptancePolicy, AcceptanceResult, AcceptanceTest, ...) are navarch.acceptance's.

@@ -453,10 +453,19 @@ def tick_run(
             log.warning("acceptance_overrides_invalid", extra={"fields": {"error": str(exc)}})
             overrides, host = {}, FakeToolHost()
         probe = apply_overrides(probe, overrides)
-        tests = bound_tool_tests(host)
-    else:
-        tests = real_tool_tests(policy)
-    return acceptance_step(policy, prior, boot_id, reset, probe, tests, now)
+        # The fake tools' own clock: their modelled run times (tool_time_s) spend the
+        # tick's budget as a real suite's minutes do.
+        return acceptance_step(
+            policy,
+            prior,
+            boot_id,
+            reset,
+            probe,
+            bound_tool_tests(host),
+            now,
+            clock=lambda: host.elapsed_s,
+        )
+    return acceptance_step(policy, prior, boot_id, reset, probe, real_tool_tests(policy), now)
 
 
 def run_named_tests(

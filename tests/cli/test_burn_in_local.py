@@ -36,10 +36,31 @@ def test_a_new_node_with_a_slow_nccl_fails_burn_in_is_replaced_and_never_serves(
 
     _edit(navarch.workdir, lambda d: d["pools"]["train"]["nodes"].update(target=4))
     assert f"+ provision {NEW}" in navarch.ok("apply", "fleet.yaml", "--auto-approve").out
-    # Injected after launch, before the node's first tick: its first burn-in sees it.
-    inject = navarch.ok("local", "inject", "fleet.yaml", NEW, "--acceptance", "nccl_busbw_gbps=120")
+    # Injected after launch, before the node's first tick: its first burn-in sees it. Each
+    # fake tool run takes 30 s of the agent's 60 s tick budget, so the suite spans ticks.
+    inject = navarch.ok(
+        "local",
+        "inject",
+        "fleet.yaml",
+        NEW,
+        "--acceptance",
+        "nccl_busbw_gbps=120",
+        "--acceptance",
+        "tool_time_s=30",
+    )
     assert "nccl_busbw_gbps=120" in inject.out
     seen = [_lifecycles(navarch)[NEW]]
+    for _ in range(2):
+        navarch.ok("local", "tick", "fleet.yaml")
+        node = _node(navarch, NEW)
+        seen.append(node["lifecycle"])
+        assert node["lifecycle"] == "burn_in", node
+        assert "burn-in running" in node["reason"]
+        # Burning in: counted against max, not serving, held (not replaced, no new node).
+        plan = navarch.ok("plan", "fleet.yaml").out
+        assert NEW not in plan and "provision" not in plan
+    status = navarch.ok("status", "fleet.yaml").out
+    assert "burn_in 1" in status and "healthy 3" in status
     navarch.ok("local", "tick", "fleet.yaml")
     node = _node(navarch, NEW)
     seen.append(node["lifecycle"])

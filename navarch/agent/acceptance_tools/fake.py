@@ -22,6 +22,9 @@ nvbandwidth_h2d_gbps,       GPU 0's host-to-device / device-to-host copy bandwid
 nvbandwidth_d2h_gbps,       GPU 0 -> GPU 1 device-to-device bandwidth, GB/s
 nvbandwidth_d2d_gbps
 nccl_busbw_gbps             all_reduce_perf bus bandwidth, GB/s
+tool_time_s                 seconds each tool run takes on the host's clock (``elapsed_s``;
+                            default 0): the agent's per-tick budget counts them, so 30
+                            spreads the suite over three ticks, as a real suite's minutes do
 ==========================  ==============================================================
 
 A tool's key (dcgm_diag, nvbandwidth_*, nccl_busbw_gbps) also takes ``missing`` (exit 127),
@@ -62,6 +65,7 @@ DEFAULTS: Mapping[str, str] = {
     "nvbandwidth_d2h_gbps": "55.30",
     "nvbandwidth_d2d_gbps": "370.45",
     "nccl_busbw_gbps": "480.12",
+    "tool_time_s": "0",
 }
 FAKE_KEYS = tuple(sorted(DEFAULTS))
 
@@ -160,7 +164,7 @@ $row
 
 _COUNTS = {"gpu_count": (0, 64), "ib_ports": (0, 64), "pcie_width": (1, 32), "pcie_gen": (1, 6)}
 _TOOL_FIGURES = ("nccl_busbw_gbps", *_TOOL_KEYS["nvbandwidth"])
-_FIGURES = ("gpu_memory_mib", "ib_rate_gbps", *_TOOL_FIGURES)
+_FIGURES = ("gpu_memory_mib", "ib_rate_gbps", "tool_time_s", *_TOOL_FIGURES)
 _WORDS = {
     "ecc": ("enabled", "disabled"),
     "persistence": ("enabled", "disabled"),
@@ -201,13 +205,15 @@ class FakeToolHost:
     """A healthy 8-GPU H100 node with overrides (see the module docstring).
 
     overrides: key -> value as text; raises ValueError naming the known keys for an
-    unknown key. ``calls`` records every argv run, in order."""
+    unknown key. ``calls`` records every argv run, in order; ``elapsed_s`` is the host's
+    clock: seconds its tool runs took (``tool_time_s`` each, a missing tool none)."""
 
     def __init__(self, overrides: Mapping[str, str] | None = None) -> None:
         for key, value in (overrides or {}).items():
             check_override(key, str(value))
         self.values = {**DEFAULTS, **{k: str(v) for k, v in (overrides or {}).items()}}
         self.calls: list[tuple[str, ...]] = []
+        self.elapsed_s = 0.0
         self.files = self._sysfs()
 
     def _int(self, key: str) -> int:
@@ -223,6 +229,7 @@ class FakeToolHost:
         modes = [self.values[k] for k in _TOOL_KEYS.get(tool, ())]
         if "missing" in modes or tool not in _TOOL_KEYS:
             return ToolOutput(NOT_FOUND_EXIT, stderr=f"{tool}: No such file or directory")
+        self.elapsed_s += float(self.values["tool_time_s"])
         if "timeout" in modes:
             return ToolOutput(-9, stdout="", timed_out=True)
         if "garbage" in modes:

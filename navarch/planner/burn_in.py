@@ -53,7 +53,7 @@ from navarch.planner.model import (
     NodeView,
     ReportSummary,
 )
-from navarch.spec import FleetSpec
+from navarch.spec import FleetSpec, PoolSpec, Scheduler
 from navarch.timefmt import parse_ts
 
 __all__ = [
@@ -61,6 +61,7 @@ __all__ = [
     "RELATIVE_TESTS",
     "absolute_verdict",
     "burn_in_view",
+    "choose_peer",
     "judge_burn_ins",
     "judge_pool",
     "return_verdict",
@@ -342,3 +343,38 @@ def judge_burn_ins(
             if nm is not None:
                 accepted[v.node] = replace(nm, accepted=run_key(candidates[v.node]))
     return out, accepted
+
+
+def choose_peer(pool: PoolSpec, views: Sequence[NodeView], node: str) -> str | None:
+    """The known-good peer for `node`'s multi-node NCCL test, or None.
+
+    pool: the node's pool (None unless its acceptance asks for multi_node and its
+    scheduler can launch the two-node job: Slurm); views: observe's views. Known-good: a
+    HEALTHY node of the pool, past burn-in (no verdict this run), other than `node`, whose
+    report carries a run that passed. Of those, the one with the highest single-node
+    all_reduce_perf figure (the best-proven fabric, so a slow pair is the new node's
+    doing), ties by name. Pure: the executor runs the test
+    (navarch.remote.nccl_peer.run_peer_test). Source: the issue's rule, a known-good peer
+    of the same pool, as HyperPod's and CoreWeave's multi-node checks pair a new node.
+    """
+    policy = pool.acceptance
+    if policy is None or not policy.multi_node or pool.scheduler is not Scheduler.SLURM:
+        return None
+    best: tuple[float, str] | None = None
+    for v in views:
+        s = v.summary
+        if (
+            v.pool != pool.name
+            or v.node == node
+            or v.lifecycle is not Lifecycle.HEALTHY
+            or v.burn_in is not None
+            or s is None
+            or s.acceptance is None
+            or not s.acceptance.passed
+        ):
+            continue
+        figure = _figures(s.acceptance).get(AcceptanceTest.NCCL_ALL_REDUCE.value, 0.0)
+        # Highest figure first, then the first name: (-figure, name) orders both.
+        if best is None or (-figure, v.node) < (-best[0], best[1]):
+            best = (figure, v.node)
+    return best[1] if best is not None else None

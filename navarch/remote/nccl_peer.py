@@ -19,16 +19,30 @@ a local one in tests.
 from __future__ import annotations
 
 import re
+import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from navarch.acceptance import AcceptancePolicy, AcceptanceResult, AcceptanceStatus, AcceptanceTest
-from navarch.agent.acceptance_tools.host import ToolHost
+from navarch.agent.acceptance_tools.host import ToolHost, ToolOutput
 from navarch.agent.acceptance_tools.suite import nccl_verdict
 from navarch.agent.acceptance_tools.thresholds import DEFAULT_NCCL_MESSAGE_BYTES
+from navarch.errors import ConfigError
+from navarch.remote.playbook import Playbook, PlaybookKind, Step, StepHost
+from navarch.remote.runner import PlaybookTarget, SSHRunner
+from navarch.spec import PoolSpec
 from navarch.templating import environment
 from navarch.textsafe import node_text
 
-__all__ = ["PeerRun", "kubernetes_mpijob", "run_nccl_multi_node", "srun_argv"]
+__all__ = [
+    "HeadToolHost",
+    "PeerRun",
+    "kubernetes_mpijob",
+    "run_nccl_multi_node",
+    "run_peer_test",
+    "srun_argv",
+]
 
 #: A Slurm node name or Kubernetes node name navarch will put on a command line: DNS label
 #: characters only, so it can neither split srun's -w list nor leave its word.
@@ -131,3 +145,76 @@ def kubernetes_mpijob(run: PeerRun, *, name: str, namespace: str, image: str) ->
         ranks=2 * run.gpus_per_node,
         tool_args=run.tool_args(),
     )
+
+
+#: ssh(1)'s exit status when it could not run the command (no connection, host key refused).
+SSH_FAILED_EXIT = 255
+
+
+class HeadToolHost:
+    """The pool's scheduler head node (ssh.head_node) as a ToolHost: run() sends argv over
+    SSH as one command, every word shell-quoted, through the pool's SSHRunner. The
+    multi-node test reads no file, so read_text and list_dir raise OSError."""
+
+    def __init__(self, runner: SSHRunner, target: PlaybookTarget) -> None:
+        self.runner = runner
+        self.target = target
+
+    def run(self, argv: Sequence[str], timeout_s: float) -> ToolOutput:
+        """See ToolHost.run. A command that never finished within timeout_s is
+        ``timed_out``; one SSH could not run is exit SSH_FAILED_EXIT with the error."""
+        command = "{% raw %}" + shlex.join(argv) + "{% endraw %}"
+        step = Step(
+            run=command,
+            host=StepHost.HEAD,
+            timeout_s=timeout_s,
+            ignore_errors=True,
+            name=argv[0],
+        )
+        playbook = Playbook(PlaybookKind.DIAGNOSTICS, None, "navarch.remote.nccl_peer", (step,))
+        (outcome,) = self.runner.run(playbook, [self.target])
+        if not outcome.steps:
+            return ToolOutput(SSH_FAILED_EXIT, stderr=outcome.error or "no step ran")
+        done = outcome.steps[-1]
+        if done.exit_code is None:
+            # The runner's mark of a step it stopped at its timeout (a connection that
+            # timed out is no run of the command: that is SSH_FAILED_EXIT).
+            timed_out = "[navarch: timed out after" in done.output_tail
+            code = -9 if timed_out else SSH_FAILED_EXIT
+            return ToolOutput(code, stderr=outcome.error or done.output_tail, timed_out=timed_out)
+        return ToolOutput(done.exit_code, done.stdout, done.output_tail)
+
+    def read_text(self, path: str) -> str:
+        """Not offered on the head node (see the class docstring)."""
+        raise OSError(f"the head node's files are not read: {path}")
+
+    def list_dir(self, path: str) -> tuple[str, ...]:
+        """Not offered on the head node (see the class docstring)."""
+        raise OSError(f"the head node's directories are not listed: {path}")
+
+
+def run_peer_test(
+    fleet: str,
+    pool: PoolSpec,
+    node: str,
+    peer: str,
+    *,
+    base_dir: Path,
+    mpi: str = "pmix",
+) -> AcceptanceResult:
+    """The executor's side of the multi-node test: run_nccl_multi_node for `node` and the
+    known-good `peer` the planner chose (navarch.planner.burn_in.choose_peer), through the
+    pool's Slurm head node over SSH (pool.ssh, paths against base_dir, fleet.yaml's
+    directory), one rank per GPU (pool.gpus_per_node), judged by the pool's acceptance
+    policy. A pool whose ssh settings are wrong, or a name that is not a host name, gives
+    ``unknown`` with the reason: never a pass, never an exception.
+    """
+    policy = pool.acceptance or AcceptancePolicy()
+    test = AcceptanceTest.NCCL_MULTI_NODE
+    try:
+        run = PeerRun(node, peer, gpus_per_node=pool.gpus_per_node, mpi=mpi)
+        runner = SSHRunner(pool.ssh, base_dir=base_dir, pool=pool.name)
+    except (ValueError, ConfigError) as exc:
+        return _unknown(test, f"multi-node NCCL not run: {exc}")
+    target = PlaybookTarget(fleet, pool.name, node, None, f"multi-node NCCL with {peer}")
+    return run_nccl_multi_node(policy, HeadToolHost(runner, target), run)

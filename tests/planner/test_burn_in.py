@@ -10,6 +10,7 @@ from datetime import timedelta
 from typing import Any
 
 from navarch.acceptance import AcceptanceResult, AcceptanceRun, AcceptanceStatus, SuiteDepth
+from navarch.planner.burn_in import choose_peer
 from navarch.planner.model import ActionKind, ActionReason, BurnIn, Lifecycle, Memory
 from navarch.planner.observe import observe
 from navarch.planner.plan import plan
@@ -188,3 +189,42 @@ def test_a_rebooted_node_returns_to_service_only_after_its_new_boots_burn_in_pas
     failed = _remediating(_run(status=FAIL))
     term = next(a for a in failed.actions if a.kind is ActionKind.TERMINATE)
     assert term.action_reason is ActionReason.BURN_IN_FAILED
+
+
+def _slurm_spec(multi_node: bool = True):
+    pool = pool_doc(target=3, max_nodes=6, scheduler="slurm")
+    pool["ssh"] = {"user": "ops", "head_node": "head.example"}
+    pool["acceptance"] = {"enabled": True, "multi_node": multi_node}
+    return fleet_from_dict(fleet_doc("f", {"p": pool}))
+
+
+def test_the_multi_node_peer_is_the_best_proven_serving_node_of_the_pool():
+    spec = _slurm_spec()
+    runs = {
+        "f-p-0001": _run(busbw=230.0),
+        "f-p-0002": _run(busbw=240.0),
+        "f-p-0003": _run(busbw=240.0),
+    }
+    _, first = _world(runs, spec=spec)
+    runs["f-p-0004"] = _run(finished=False)
+    _, obs = _world(runs, mem=first.memory, spec=spec)
+    pool = spec.pool("p")
+    assert _view(obs, "f-p-0004").lifecycle is Lifecycle.BURN_IN
+    # Highest single-node figure, ties by name; never the node itself or one burning in.
+    assert choose_peer(pool, obs.views, "f-p-0004") == "f-p-0002"
+    assert choose_peer(pool, obs.views, "f-p-0002") == "f-p-0003"
+    sick = [
+        replace(v, lifecycle=Lifecycle.UNHEALTHY) if v.node == "f-p-0002" else v for v in obs.views
+    ]
+    assert choose_peer(pool, sick, "f-p-0004") == "f-p-0003"
+
+
+def test_no_peer_without_multi_node_a_slurm_pool_or_a_proven_node():
+    spec = _slurm_spec()
+    _, obs = _world({"f-p-0001": _run(), "f-p-0002": _run(finished=False)}, spec=spec)
+    pool = spec.pool("p")
+    assert choose_peer(pool, obs.views, "f-p-0001") is None  # 0002 is still burning in
+    assert choose_peer(_slurm_spec(multi_node=False).pool("p"), obs.views, "f-p-0002") is None
+    plain = _spec({"multi_node": True})  # scheduler none: nothing can launch the pair
+    _, obs = _world({"f-p-0001": _run(), "f-p-0002": _run()}, spec=plain)
+    assert choose_peer(plain.pool("p"), obs.views, "f-p-0003") is None

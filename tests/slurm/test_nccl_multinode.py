@@ -8,14 +8,21 @@ import os
 import stat
 import sys
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import yaml
 
 from navarch.acceptance import AcceptancePolicy, AcceptanceStatus
 from navarch.agent.acceptance_tools import SystemToolHost
-from navarch.remote.nccl_peer import PeerRun, run_nccl_multi_node
+from navarch.fleet_file import load_fleet
+from navarch.remote.nccl_peer import PeerRun, run_nccl_multi_node, run_peer_test
+from navarch.spec import PoolSpec
 from tests.support.slurm import SlurmCluster, start_slurm
+from tests.support.sshd import Sshd, free_port, require_sshd, start_sshd
+
+REPO = Path(__file__).resolve().parents[2]
 
 NODE, PEER = "demo-train-0003", "demo-train-0001"
 
@@ -115,3 +122,71 @@ def test_all_reduce_perf_missing_on_the_nodes_is_unknown(
     result = run_nccl_multi_node(AcceptancePolicy(timeout_s=60), SystemToolHost(), RUN)
     assert result.status is AcceptanceStatus.UNKNOWN
     assert "all_reduce_perf exited" in result.reason
+
+
+@pytest.fixture(scope="module")
+def head(
+    two_nodes: SlurmCluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Sshd, Path]]:
+    """An sshd standing for the pool's Slurm head node over the two-node cluster, its
+    sessions with the cluster's SLURM_CONF and the stand-in all_reduce_perf on PATH."""
+    require_sshd()
+    base = tmp_path_factory.mktemp("head")
+    bin_dir = base / "bin"
+    bin_dir.mkdir()
+    tool = bin_dir / "all_reduce_perf"
+    tool.write_text(f"#!{sys.executable}\n{STANDIN}")
+    tool.chmod(tool.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    env = {
+        "PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin",
+        "SLURM_CONF": str(two_nodes.conf),
+        "NAVARCH_STANDIN_DIR": str(base),
+    }
+    with start_sshd(base, env, base) as server:
+        yield server, base
+
+
+def _pool(directory: Path, sshd: Sshd) -> PoolSpec:
+    doc = yaml.safe_load((REPO / "fleet.example.yaml").read_text())
+    doc["pools"]["train"].update(
+        scheduler="slurm",
+        ssh=sshd.ssh(),
+        gpus_per_node=1,
+        acceptance={"enabled": True, "multi_node": True},
+    )
+    path = directory / "fleet.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return load_fleet(path).pool("train")
+
+
+def test_the_executor_runs_the_planners_pair_through_the_pools_head_node(
+    head: tuple[Sshd, Path], tmp_path: Path
+) -> None:
+    sshd, standin_dir = head
+    pool = _pool(tmp_path, sshd)
+    result = run_peer_test("demo", pool, NODE, PEER, base_dir=tmp_path, mpi="none")
+    assert (result.test, result.status, result.figure) == (
+        "nccl_multi_node",
+        AcceptanceStatus.PASS,
+        57.17,
+    )
+    assert (result.detail["node"], result.detail["peer"], result.detail["ranks"]) == (
+        NODE,
+        PEER,
+        "2",
+    )
+    ran = sorted((standin_dir / f"rank-{r}").read_text().split()[0] for r in (0, 1))
+    assert ran == sorted([NODE, PEER])
+
+
+def test_a_head_node_navarch_cannot_reach_gives_unknown_not_a_pass(
+    head: tuple[Sshd, Path], tmp_path: Path
+) -> None:
+    sshd, _ = head
+    pool = _pool(tmp_path, sshd)
+    ssh = dict(pool.ssh, port=free_port())  # nothing listens there
+    result = run_peer_test(
+        "demo", replace(pool, ssh=ssh), NODE, PEER, base_dir=tmp_path, mpi="none"
+    )
+    assert result.status is AcceptanceStatus.UNKNOWN
+    assert result.figure is None

@@ -478,15 +478,15 @@ def run_named_tests(
     agent's (its acceptance policy's thresholds, or the defaults when it has none; the
     fake backend's tools, config.fake_gpu or NAVARCH_FAKE_GPU, answer from
     config.acceptance_file); level: dcgmi diag's level (None: the policy's). The node's
-    instance type comes
-    from the metadata service when the policy names none. A test that raises is
-    ``unknown``. Raises ValueError naming the unknown test names.
+    instance type comes from the metadata service when the policy names none. A test that
+    raises is ``unknown``. Raises ValueError naming the unknown test names.
     """
     known = {t.value for t in TOOL_TESTS}
     unknown = [n for n in names if n not in known]
     if unknown:
         raise ValueError(
-            f"unknown acceptance test(s) {', '.join(unknown)}; tool tests: {', '.join(sorted(known))}"
+            f"unknown acceptance test(s) {', '.join(unknown)}; "
+            f"tool tests: {', '.join(sorted(known))}"
         )
     policy = config.acceptance or AcceptancePolicy()
     if level is not None:

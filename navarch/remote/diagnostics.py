@@ -76,10 +76,14 @@ def run_diagnostics(
     token: the name of the diagnostic (the executor's: when it started); the built-in
     playbook keeps each diagnostic's files under its name, so a result left by an earlier
     one (from before a remedy) is never collected as this one's. Letters and digits only.
+    tests: the pool's diagnostics.tests (AcceptanceTest values); the built-in playbook then
+    runs the node's `navarch agent acceptance --tests ...` instead of dcgmi diag, and the
+    result is read_acceptance_output's. () for dcgmi diag alone.
 
     runner: the pool's SSHRunner (SSHRunner(pool.ssh, base_dir=fleet dir)); target: the
     node (reason e.g. "return to service after reboot"). The last step's stdout is parsed.
-    Raises ValueError for a level outside DIAG_LEVELS and ConfigError as SSHRunner.run does;
+    Raises ValueError for a level outside DIAG_LEVELS or a test name that is not snake_case,
+    and ConfigError as SSHRunner.run does;
     SSH trouble is an `error` result, never an exception.
     """
     if level not in DIAG_LEVELS:

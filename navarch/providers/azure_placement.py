@@ -9,6 +9,10 @@ A pool's `azure:` section may declare (schemas/providers/azure.schema.json#/$def
   close to the nodes it works with.
 - capacity_reservation_group: NAME or a full ARM id: every VM draws on it
   (properties.capacityReservation.capacityReservationGroup).
+- placement_fallback: wait | outside: when the group has no room (the VM is refused
+  AllocationFailed or OverconstrainedAllocationRequest), wait (the default) backs the
+  place off and says the group is full; outside launches the VM without the group, with
+  a warning (navarch.providers.placement_fallback).
 
 Sources: ARM REST reference, virtualMachines create (VirtualMachineProperties
 proximityPlacementGroup, capacityReservation), proximityPlacementGroups create
@@ -22,6 +26,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from navarch.providers.placement_fallback import PlacementFallback, fallback_of
+
 __all__ = ["AzurePlacement", "placed_vm_body", "ppg_body", "resource_id"]
 
 
@@ -31,12 +37,18 @@ class AzurePlacement:
 
     proximity_placement_group: str | None = None
     capacity_reservation_group: str | None = None
+    placement_fallback: PlacementFallback = PlacementFallback.WAIT
 
     @classmethod
-    def from_mapping(cls, options: Mapping[str, Any]) -> AzurePlacement:
+    def from_mapping(cls, options: Mapping[str, Any], *, pool: str = "") -> AzurePlacement:
+        """Raises ConfigError (pools.<pool>.azure.placement_fallback) for a fallback other
+        than wait or outside."""
         return cls(
             proximity_placement_group=options.get("proximity_placement_group") or None,
             capacity_reservation_group=options.get("capacity_reservation_group") or None,
+            placement_fallback=fallback_of(
+                options, key_path=f"pools.{pool}.azure.placement_fallback"
+            ),
         )
 
 

@@ -10,6 +10,10 @@ A pool's `gcp:` section may declare (schemas/providers/gcp.schema.json#/$defs/po
 - reservation: NAME (or projects/OTHER/reservations/NAME for a shared one): the instance
   consumes that specific reservation (`reservationAffinity` SPECIFIC_RESERVATION with key
   compute.googleapis.com/reservation-name), never on-demand capacity beside it.
+- placement_fallback: wait | outside: when the policy has no room (the insert ends
+  ZONE_RESOURCE_POOL_EXHAUSTED), wait (the default) backs the place off and says the
+  policy is full; outside launches the instance without the policy, with a warning
+  (navarch.providers.placement_fallback).
 
 Sources: Compute Engine API v1 reference (ResourcePolicy.groupPlacementPolicy,
 Instance.resourcePolicies, Instance.reservationAffinity), google-cloud-compute 1.57.0
@@ -26,6 +30,8 @@ from typing import Any
 
 from google.api_core import exceptions as gexc
 from google.cloud import compute_v1
+
+from navarch.providers.placement_fallback import PlacementFallback, fallback_of
 
 __all__ = [
     "RESERVATION_KEY",
@@ -47,12 +53,18 @@ class GcpPlacement:
 
     placement_policy: str | None = None
     reservation: str | None = None
+    placement_fallback: PlacementFallback = PlacementFallback.WAIT
 
     @classmethod
-    def from_mapping(cls, options: Mapping[str, Any]) -> GcpPlacement:
+    def from_mapping(cls, options: Mapping[str, Any], *, pool: str = "") -> GcpPlacement:
+        """Raises ConfigError (pools.<pool>.gcp.placement_fallback) for a fallback other
+        than wait or outside."""
         return cls(
             placement_policy=options.get("placement_policy") or None,
             reservation=options.get("reservation") or None,
+            placement_fallback=fallback_of(
+                options, key_path=f"pools.{pool}.gcp.placement_fallback"
+            ),
         )
 
 

@@ -5,6 +5,7 @@ body and refuses members azure-mgmt-compute's models do not know)."""
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -49,6 +50,35 @@ def test_a_full_capacity_reservation_group_is_a_capacity_error(
     fake_arm.reservation_groups[CRG.lower()] = [1, 1]
     with pytest.raises(CapacityError):
         provider(arm_endpoint).provision(request("f-p-0001", **OPTS))
+
+
+def test_a_full_proximity_placement_group_waits_by_default_and_says_so(
+    fake_arm: FakeARM, arm_endpoint: str
+) -> None:
+    fake_arm.full_ppgs.add(PPG.lower())
+    p = provider(arm_endpoint)
+    with pytest.raises(
+        CapacityError, match="proximity placement group train-ppg has no room"
+    ) as err:
+        p.provision(request("f-p-0001", proximity_placement_group="train-ppg"))
+    assert err.value.code == "OverconstrainedAllocationRequest"
+    assert [b["properties"]["proximityPlacementGroup"] for b in fake_arm.vm_puts] == [{"id": PPG}]
+    assert fake_arm.vms == {} and fake_arm.nics == {}  # the refused launch left nothing
+
+
+def test_a_full_proximity_placement_group_with_fallback_outside_launches_beside_it_with_a_warning(
+    fake_arm: FakeARM, arm_endpoint: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    fake_arm.full_ppgs.add(PPG.lower())
+    opts = {"proximity_placement_group": "train-ppg", "placement_fallback": "outside"}
+    with caplog.at_level(logging.WARNING, logger="navarch.providers.azure"):
+        inst = provider(arm_endpoint).provision(request("f-p-0001", **opts))
+    assert inst.node == "f-p-0001"
+    first, last = fake_arm.vm_puts
+    assert first["properties"]["proximityPlacementGroup"] == {"id": PPG}
+    assert "proximityPlacementGroup" not in last["properties"]
+    assert "proximity placement group train-ppg has no room" in caplog.text
+    assert "placement_fallback: outside" in caplog.text
 
 
 def test_the_fake_refuses_a_member_the_sdk_model_does_not_know(

@@ -4,11 +4,12 @@ every insert body, parsed by compute_v1's own message types)."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
 
-from navarch.errors import CapacityError
+from navarch.errors import CapacityError, ConfigError
 from navarch.providers.gcp import GcpProvider
 from tests.gcp.test_agent_delivery_gcp import compute_permission, role_permissions
 from tests.gcp.test_cli_gcp import FLEET as CLI_FLEET
@@ -132,3 +133,44 @@ def test_placement_policy_and_reservation_calls_are_in_the_reconciler_role(
         "compute.instances.create",
     } <= used
     assert used - role_permissions() == set()
+
+
+def test_a_full_placement_policy_waits_by_default_and_says_so(
+    fake_compute, compute_endpoint
+) -> None:
+    fake_compute.resource_policies[("us-central1", "train-compact")] = {"name": "train-compact"}
+    fake_compute.full_policies.add(("us-central1", "train-compact"))
+    request = request_maker("us-central1-a", "a3-highgpu-8g", {"placement_policy": "train-compact"})
+    with pytest.raises(CapacityError, match="placement policy train-compact has no room") as err:
+        _provider(compute_endpoint).provision(request())
+    assert err.value.code == "ZONE_RESOURCE_POOL_EXHAUSTED"
+    assert err.value.scope == "zone"
+    assert all(b["resourcePolicies"] for b in _bodies(fake_compute, "instance"))
+    assert fake_compute.instances == {}
+
+
+def test_a_full_placement_policy_with_fallback_outside_launches_beside_it_with_a_warning(
+    fake_compute, compute_endpoint, caplog
+) -> None:
+    fake_compute.resource_policies[("us-central1", "train-compact")] = {"name": "train-compact"}
+    fake_compute.full_policies.add(("us-central1", "train-compact"))
+    opts = {"placement_policy": "train-compact", "placement_fallback": "outside"}
+    request = request_maker("us-central1-a", "a3-highgpu-8g", opts)
+    with caplog.at_level(logging.WARNING, logger="navarch.providers.gcp"):
+        inst = _provider(compute_endpoint).provision(request("prod-train-0001"))
+    assert inst.instance_id == "prod-train-0001"
+    first, last = _bodies(fake_compute, "instance")
+    assert first["resourcePolicies"] and "resourcePolicies" not in last
+    inserts = [
+        c for c in fake_compute.calls if c.method == "POST" and c.path.endswith("/instances")
+    ]
+    assert len({c.data["requestId"][0] for c in inserts}) == 2  # a fresh requestId outside
+    assert "placement policy train-compact has no room" in caplog.text
+    assert "placement_fallback: outside" in caplog.text
+
+
+def test_an_unknown_placement_fallback_names_its_key_path(fake_compute, compute_endpoint) -> None:
+    request = request_maker("us-central1-a", "a3-highgpu-8g", {"placement_fallback": "later"})
+    with pytest.raises(ConfigError, match="placement_fallback") as err:
+        _provider(compute_endpoint).provision(request())
+    assert err.value.key_path == "pools.train.gcp.placement_fallback"

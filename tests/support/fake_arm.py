@@ -21,7 +21,8 @@ Proximity placement groups (GET, PUT) and capacity reservation groups (set up by
 with azure-mgmt-compute's own VirtualMachine model: a member the model does not know is
 refused (400 InvalidRequestContent, as ARM refuses it), and so is a VM naming a proximity
 placement group or capacity reservation group that does not exist; a VM beyond a
-reservation group's reserved count is refused with AllocationFailed. Every VM PUT body is
+reservation group's reserved count is refused with AllocationFailed, and a VM naming a
+proximity placement group in `full_ppgs` with OverconstrainedAllocationRequest. Every VM PUT body is
 kept in `vm_puts` for a test to assert the exact request.
 """
 
@@ -125,6 +126,13 @@ def _placement_refused(fake: FakeARM, props: dict[str, Any]) -> Answer | None:
     ppg = (props.get("proximityPlacementGroup") or {}).get("id")
     if ppg and ppg.lower() not in fake.ppgs:
         return fake.error(400, "NotFound", f"Proximity placement group {ppg} was not found.")
+    if ppg and ppg.lower() in fake.full_ppgs:
+        return fake.error(
+            409,
+            "OverconstrainedAllocationRequest",
+            "Allocation failed. VM(s) with the following constraints cannot be allocated, "
+            "because the condition is too restrictive. (fake: proximity placement group full)",
+        )
     crg = ((props.get("capacityReservation") or {}).get("capacityReservationGroup") or {}).get("id")
     if crg:
         held = fake.reservation_groups.get(crg.lower())
@@ -336,6 +344,9 @@ class FakeARM(FakeAPI):
     #: lower-case ARM id -> proximity placement group; PUT bodies in order.
     ppgs: dict[str, dict[str, Any]] = field(default_factory=dict)
     ppg_puts: list[dict[str, Any]] = field(default_factory=list)
+    #: lower-case ARM ids of proximity placement groups with no room: a VM naming one is
+    #: refused 409 OverconstrainedAllocationRequest ("Troubleshoot allocation failures").
+    full_ppgs: set[str] = field(default_factory=set)
     #: lower-case ARM id of a capacity reservation group -> [reserved, allocated].
     reservation_groups: dict[str, list[int]] = field(default_factory=dict)
     vm_puts: list[dict[str, Any]] = field(default_factory=list)
@@ -364,6 +375,7 @@ class FakeARM(FakeAPI):
             self.instance_views.clear()
             self.ppgs.clear()
             self.ppg_puts.clear()
+            self.full_ppgs.clear()
             self.reservation_groups.clear()
             self.vm_puts.clear()
 

@@ -14,7 +14,8 @@ message types (compute_v1.Instance / ResourcePolicy .from_json, unknown fields r
 a body the API's model would refuse is answered 400 invalid, and kept in `inserted` for a
 test to assert the exact request. An instance naming a resource policy that does not
 exist in its region is refused (400 invalid), one naming a specific reservation that does
-not exist or is used up is refused (the stockout answer for a full reservation).
+not exist or is used up is refused (the stockout answer for a full reservation); one
+naming a policy in `full_policies` ends its insert operation with the stockout.
 """
 
 from __future__ import annotations
@@ -70,6 +71,9 @@ class FakeCompute(FakeAPI):
     host_reports: list[tuple[str, str, dict[str, Any], str]] = field(default_factory=list)
     #: (region, name) -> the resource policy as resourcePolicies.get answers it.
     resource_policies: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    #: (region, name) of compact placement policies with no room: an instance naming one
+    #: ends its insert operation with the zone's stockout, as Compute Engine answers.
+    full_policies: set[tuple[str, str]] = field(default_factory=set)
     #: (zone, name) -> [count, in use] of a specific reservation.
     reservations: dict[tuple[str, str], list[int]] = field(default_factory=dict)
     #: (kind, body) of every instance / resource policy insert, in order.
@@ -91,6 +95,7 @@ class FakeCompute(FakeAPI):
             self.ops_never_finish = False
             self.host_reports.clear()
             self.resource_policies.clear()
+            self.full_policies.clear()
             self.reservations.clear()
             self.inserted.clear()
 
@@ -176,9 +181,11 @@ class FakeCompute(FakeAPI):
         self.operations[name] = op
         return 200, _public(op)
 
-    def _launch_error(self, zone: str) -> dict[str, Any] | None:
-        """The error an insert's operation ends with in this zone (stockout, quota), if any."""
-        if zone in self.stockout_zones:
+    def _launch_error(self, zone: str, body: dict[str, Any]) -> dict[str, Any] | None:
+        """The error an insert's operation ends with in this zone (stockout, also of a full
+        compact placement policy the body names; quota), if any."""
+        named = {tuple(url.split("/")[3::2]) for url in body.get("resourcePolicies", ())}
+        if zone in self.stockout_zones or named & self.full_policies:
             message = STOCKOUT_MESSAGE.format(project=self.project, zone=zone)
             return {
                 "status": 503,
@@ -222,7 +229,7 @@ class FakeCompute(FakeAPI):
         if (zone, name) in self.instances:
             what = f"projects/{self.project}/zones/{zone}/instances/{name}"
             return self.error(409, "alreadyExists", f"The resource '{what}' already exists")
-        error = self._launch_error(zone)
+        error = self._launch_error(zone, body)
         if error is None:
             self.instances[(zone, name)] = self._instance(zone, body)
         status, op = self._operation(zone, "insert", name, error)

@@ -68,9 +68,15 @@ from navarch.inventory import (
     InstanceHealth,
     InstanceState,
 )
-from navarch.providers.azure_placement import AzurePlacement, placed_vm_body, ppg_body
+from navarch.providers.azure_placement import (
+    AzurePlacement,
+    placed_vm_body,
+    ppg_body,
+    read_reservation_groups,
+)
 from navarch.providers.base import ProvisionRequest, ensure_no_ownership_tags, ensure_owned
 from navarch.providers.placement_fallback import launch_with_fallback
+from navarch.reservations import Reservation
 
 __all__ = ["ERROR_CODES", "AzureProvider", "create", "map_error", "split_zone", "vm_body"]
 
@@ -525,6 +531,15 @@ class AzureProvider:
             except HttpResponseError as exc:
                 if exc.status_code != 404:
                     raise
+
+    def list_reservations(self, ids: Sequence[str]) -> Sequence[Reservation]:
+        """The capacity reservation groups the pools draw on, by the names they give
+        (azure_placement.read_reservation_groups); no call when none is named. Raises
+        the mapped errors."""
+        with azure_errors(what="reading capacity reservation groups"):
+            return read_reservation_groups(
+                self.compute, self.settings.resource_group, ids, self.name
+            )
 
     def terminate(self, instances: Sequence[Instance]) -> None:
         """Delete each VM, then its NIC and OS disk; anything already gone is success."""

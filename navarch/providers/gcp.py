@@ -58,8 +58,14 @@ from navarch.providers.gcp_error_map import (
     transient,
 )
 from navarch.providers.gcp_hosts import host_of, report_request
-from navarch.providers.gcp_placement import GcpPlacement, ensure_policy, placed_instance
+from navarch.providers.gcp_placement import (
+    GcpPlacement,
+    ensure_policy,
+    placed_instance,
+    read_reservations,
+)
 from navarch.providers.placement_fallback import launch_with_fallback
+from navarch.reservations import Reservation
 
 __all__ = [
     "GcpProvider",
@@ -483,6 +489,13 @@ class GcpProvider:
                 tags=tuple(sorted(dict(request.tags).items())),
                 spot=request.spot,
             )
+
+    def list_reservations(self, ids: Sequence[str]) -> Sequence[Reservation]:
+        """The specific reservations the pools consume, by the names they give
+        (gcp_placement.read_reservations): no call when none is named. Raises the mapped
+        errors."""
+        with gcp_errors(what="list reservations"):
+            return read_reservations(self._client_kwargs(), self.settings.project, ids, self.name)
 
     def terminate(self, instances: Sequence[Instance]) -> None:
         """Delete each instance by zone and name; an instance already gone is success.

@@ -1,7 +1,8 @@
 """Reserved capacity as the clouds report it: one Reservation per reservation a pool names.
 
-A provider that can read its cloud's reservations (EC2 DescribeCapacityReservations, the
-local provider's simulated one) offers `list_reservations(ids)`; `reservations_of` asks
+A provider that can read its cloud's reservations (EC2 DescribeCapacityReservations,
+Compute Engine reservations.aggregatedList, Azure capacity reservation groups with their
+instance view, the local provider's simulated one) offers `list_reservations(ids)`; `reservations_of` asks
 every such provider for the ids the fleet's pools name and hands the planner plain data
 (PlanOptions.reservations), so the planner stays pure: a Capacity Block pool launches only
 inside its block and is drained before EC2 reclaims it (navarch.planner.blocks), and
@@ -72,9 +73,17 @@ class ReservationReader(Protocol):
 def pool_reservation(options: Mapping[str, Any]) -> str | None:
     """The reservation id a placement's provider options name for reading, or None: EC2
     `capacity_reservation: cr-...` (not the open/none preferences or a resource group ARN,
-    which name no single reservation)."""
+    which name no single reservation), Compute Engine `reservation: NAME` (or
+    projects/OTHER/reservations/NAME), Azure `capacity_reservation_group: NAME` (or its
+    ARM id). Each key belongs to one provider type's schema, so none is ambiguous."""
     rid = options.get("capacity_reservation")
-    return rid if isinstance(rid, str) and rid.startswith("cr-") else None
+    if isinstance(rid, str) and rid.startswith("cr-"):
+        return rid
+    for key in ("reservation", "capacity_reservation_group"):
+        named = options.get(key)
+        if isinstance(named, str) and named:
+            return named
+    return None
 
 
 def reservations_of(spec: FleetSpec, providers: Mapping[str, Any]) -> dict[str, Reservation]:

@@ -31,6 +31,7 @@ from navarch.planner.model import (
 )
 from navarch.planner.repair import impairment_cleared
 from navarch.planner.spares import held, wanted
+from navarch.planner.vacancies import open_vacancies
 from navarch.planner.zones import plan_places, rebalance_order, take_for_scale_down, zone_of
 from navarch.spec import PoolSpec, Replacement, SurgeOn, UpdateStrategy
 from navarch.wording import counted
@@ -270,6 +271,9 @@ def _provision(ctx: PoolContext, prog: Progress, present: list[NodeView], need: 
         )
         if n not in present_names
     ]
+    # Nodes already terminated whose replacement is still owed (after-terminate): their
+    # replacements land where they sat (navarch.planner.vacancies).
+    replaced += [v.node for v in open_vacancies(ctx.pm, ctx.now, {v.node for v in ctx.views})]
     jobs: list[tuple[str | None, str]] = []
     for i in range(count):
         replaces = replaced[i] if i < len(replaced) else None
@@ -344,7 +348,10 @@ def _zone_orders(
     still counts in its zone, and its surge replacement goes where the pool is thinnest."""
     by_name = {v.node: v for v in ctx.views}
     back = {r: by_name[r] for r in replaces if r in by_name and in_place(ctx, by_name[r])}
-    prefers = [zone_of(by_name.get(r)) if r and r not in back else None for r in replaces]
+    gone = {v.node: (v.provider, v.zone) for v in ctx.pm.vacancies}
+    prefers = [
+        (zone_of(by_name.get(r)) or gone.get(r)) if r and r not in back else None for r in replaces
+    ]
     return plan_places(ctx.pool, places, [*present, *back.values()], prefers)
 
 

@@ -7,7 +7,8 @@ Three decisions live here, each in one place:
 - where a replacement asks to land (``launch_wish``): never on a lemon host (one the
   pool's nodes failed on LEMON_HOST_FAULTS times, PoolMemory.host_faults, or one a lemon
   was replaced from, PoolMemory.lemon_hosts), and, for a pool with ``topology:
-  same_block``, in the topology block (Instance.block) of the node it replaces;
+  same_block``, in the topology block (Instance.block) of the node it replaces, or, once
+  that node is gone, the block its vacancy recorded (navarch.planner.vacancies);
 - rack or switch faults (``hold_block_faults``): when block_fault_after nodes of one block
   fail within block_fault_window, the node-level ladder stops for the block (no reboot,
   GPU reset or termination of its nodes; they stay cordoned) and a HaltRule.BLOCK_FAULT
@@ -86,6 +87,8 @@ def launch_wish(
         return avoid, "", ""
     old = next((v for v in ctx.views if v.node == replaces), None)
     block = old.instance.block if old is not None and old.instance is not None else ""
+    if old is None:  # terminated already (after-terminate): where it sat was recorded
+        block = next((v.block for v in ctx.pm.vacancies if v.node == replaces), "")
     if not block:
         return avoid, "", f"same_block: {replaces} has no reported topology block"
     if block in (faulted_blocks(ctx) if faulted is None else faulted):

@@ -389,6 +389,9 @@ class PoolMemory:
     # Nodes held as warm spares (cordoned from the scheduler, not serving), sorted by name:
     # the designation survives runs; the planner's spares stage alone decides it.
     spares: tuple[str, ...] = ()
+    # Nodes terminated to be replaced whose replacement has not launched yet (replacement:
+    # after-terminate), oldest first: the replacement still lands where they sat.
+    vacancies: tuple[Vacancy, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -633,3 +636,16 @@ class Plan:
         Only then may a plan say "No changes" (and --detailed-exitcode exit 0).
         """
         return not (self.actions or self.halts or self.pending)
+
+
+@dataclass(frozen=True)
+class Vacancy:
+    """Where a node navarch terminated to replace sat, while its replacement is owed
+    (navarch.planner.vacancies): node name, (provider, zone), topology block ("" when the
+    cloud reports none) and when it was terminated (aware UTC)."""
+
+    node: str
+    provider: str
+    zone: str
+    block: str
+    at: datetime

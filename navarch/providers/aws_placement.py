@@ -34,8 +34,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from navarch.compat import StrEnum
-from navarch.errors import CapacityError, ConfigError
+from navarch.errors import ConfigError
+from navarch.providers.placement_fallback import (
+    PlacementFallback,
+    fallback_of,
+    launch_with_fallback,
+)
 from navarch.reservations import Reservation
 
 __all__ = [
@@ -62,14 +66,6 @@ CAPACITY_BLOCK = "capacity-block"
 RESERVATION_PREFERENCES = ("open", "none")
 
 
-class PlacementFallback(StrEnum):
-    """What a launch does when its placement group has no room: ``wait`` for room (the
-    place backs off, the plan says so), or launch ``outside`` the group with a warning."""
-
-    WAIT = "wait"
-    OUTSIDE = "outside"
-
-
 @dataclass(frozen=True)
 class AwsPlacement:
     """A pool's placement settings from its `aws:` mapping (see the module docstring)."""
@@ -94,7 +90,9 @@ class AwsPlacement:
             )
         return cls(
             placement_group=options.get("placement_group") or None,
-            placement_fallback=PlacementFallback(options.get("placement_fallback", "wait")),
+            placement_fallback=fallback_of(
+                options, key_path=f"pools.{pool}.aws.placement_fallback"
+            ),
             efa=bool(options.get("efa", False)),
             capacity_reservation=None if reservation is None else str(reservation),
             capacity_block=block,
@@ -236,31 +234,20 @@ def launch(
 
     When the launch goes into a placement group and EC2 has no room for it there
     (CapacityError: InsufficientInstanceCapacity for the group), placement_fallback
-    decides: `wait` raises a CapacityError naming the group, so the executor backs the
-    place off and the outcome says the group is full; `outside` logs a warning and
-    launches again outside the group (outside_group). Other errors leave as they are.
+    decides (navarch.providers.placement_fallback): `wait` raises a CapacityError naming
+    the group; `outside` logs a warning and launches again outside the group
+    (outside_group). Other errors leave as they are.
     """
-    try:
-        return run(params)
-    except CapacityError as exc:
-        group = placement.placement_group
-        if not group:
-            raise
-        if placement.placement_fallback is PlacementFallback.WAIT:
-            raise CapacityError(
-                f"placement group {group} has no room: {exc} (placement_fallback: wait "
-                "keeps launches in the group; outside launches beside it)",
-                code=exc.code,
-                scope=exc.scope,
-            ) from exc
-        log.warning(
-            "placement group %s has no room for %s in %s: launching outside it "
-            "(placement_fallback: outside), without its low-latency network",
-            group,
-            params.get("InstanceType"),
-            params.get("Placement", {}).get("AvailabilityZone"),
-        )
-        return run(outside_group(params))
+    group = placement.placement_group
+    where = f"{params.get('InstanceType')} in {params.get('Placement', {}).get('AvailabilityZone')}"
+    return launch_with_fallback(
+        lambda: run(params),
+        lambda: run(outside_group(params)),
+        group=f"placement group {group}" if group else "",
+        fallback=placement.placement_fallback,
+        where=where,
+        log=log,
+    )
 
 
 def to_reservation(provider: str, raw: Mapping[str, Any]) -> Reservation:

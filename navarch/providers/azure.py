@@ -31,11 +31,12 @@ NAVARCH_AZURE_TOKEN (tests only) sends that static bearer token to a local fake 
 from __future__ import annotations
 
 import base64
+import logging
 import os
 import threading
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, ClassVar
@@ -67,10 +68,19 @@ from navarch.inventory import (
     InstanceHealth,
     InstanceState,
 )
-from navarch.providers.azure_placement import AzurePlacement, placed_vm_body, ppg_body
+from navarch.providers.azure_placement import (
+    AzurePlacement,
+    placed_vm_body,
+    ppg_body,
+    read_reservation_groups,
+)
 from navarch.providers.base import ProvisionRequest, ensure_no_ownership_tags, ensure_owned
+from navarch.providers.placement_fallback import launch_with_fallback
+from navarch.reservations import Reservation
 
 __all__ = ["ERROR_CODES", "AzureProvider", "create", "map_error", "split_zone", "vm_body"]
+
+log = logging.getLogger("navarch.providers.azure")
 
 #: ARM error codes -> navarch error. Sources: "Troubleshoot allocation failures" and
 #: "Resolve errors for SKU not available" (Azure Virtual Machines docs), "Resolve errors
@@ -422,7 +432,9 @@ class AzureProvider:
         mapped the same way. On a capacity or quota error the failed VM (if any) and the
         NIC just made are deleted, VM first (a NIC still attached cannot be), so the node
         can launch in the next zone (ARM refuses to move an existing VM's zones). A VM of
-        this launch left Failed by a killed run is launched again, not returned."""
+        this launch left Failed by a killed run is launched again, not returned. A VM
+        refused for capacity in a proximity placement group means the group has no room:
+        the pool's placement_fallback decides (navarch.providers.placement_fallback)."""
         rg = self.settings.resource_group
         subnet = request.options.get("subnet_id")
         if not subnet:
@@ -442,16 +454,39 @@ class AzureProvider:
                     and existing.state is not InstanceState.STOPPED
                 ):
                     return existing
+        placement = AzurePlacement.from_mapping(request.options, pool=request.pool)
+        group = placement.proximity_placement_group
+        return launch_with_fallback(
+            lambda: self._launch(request, placement, str(subnet)),
+            lambda: self._launch(
+                request, replace(placement, proximity_placement_group=None), str(subnet)
+            ),
+            group=f"proximity placement group {group}" if group else "",
+            fallback=placement.placement_fallback,
+            where=f"{request.instance_type} in {request.zone}",
+            log=log,
+        )
+
+    def _launch(
+        self, request: ProvisionRequest, placement: AzurePlacement, subnet: str
+    ) -> Instance:
+        """PUT the NIC and the VM with placement -> the VM. On a capacity or quota error
+        (also a proximity placement group with no room: AllocationFailed or
+        OverconstrainedAllocationRequest) what the launch left is deleted first
+        (_discard_launch), then the mapped error is raised."""
+        rg = self.settings.resource_group
+        location, _ = split_zone(request.zone)
+        what = f"launching {request.node} in {request.zone}"
+        with azure_errors(zone=request.zone, what=what):
             nic = self.network.network_interfaces.begin_create_or_update(
                 rg,
                 f"{request.node}-nic",
                 {
                     "location": location,
                     "tags": dict(request.tags),
-                    "ip_configurations": [{"name": "ipconfig1", "subnet": {"id": str(subnet)}}],
+                    "ip_configurations": [{"name": "ipconfig1", "subnet": {"id": subnet}}],
                 },
             ).result()
-            placement = AzurePlacement.from_mapping(request.options)
             if placement.proximity_placement_group:
                 self._ensure_ppg(rg, location, placement.proximity_placement_group)
             body = placed_vm_body(
@@ -496,6 +531,15 @@ class AzureProvider:
             except HttpResponseError as exc:
                 if exc.status_code != 404:
                     raise
+
+    def list_reservations(self, ids: Sequence[str]) -> Sequence[Reservation]:
+        """The capacity reservation groups the pools draw on, by the names they give
+        (azure_placement.read_reservation_groups); no call when none is named. Raises
+        the mapped errors."""
+        with azure_errors(what="reading capacity reservation groups"):
+            return read_reservation_groups(
+                self.compute, self.settings.resource_group, ids, self.name
+            )
 
     def terminate(self, instances: Sequence[Instance]) -> None:
         """Delete each VM, then its NIC and OS disk; anything already gone is success."""

@@ -25,12 +25,13 @@ event (see cloud_status_of).
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import threading
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, ClassVar
@@ -57,7 +58,14 @@ from navarch.providers.gcp_error_map import (
     transient,
 )
 from navarch.providers.gcp_hosts import host_of, report_request
-from navarch.providers.gcp_placement import GcpPlacement, ensure_policy, placed_instance
+from navarch.providers.gcp_placement import (
+    GcpPlacement,
+    ensure_policy,
+    placed_instance,
+    read_reservations,
+)
+from navarch.providers.placement_fallback import launch_with_fallback
+from navarch.reservations import Reservation
 
 __all__ = [
     "GcpProvider",
@@ -66,6 +74,8 @@ __all__ = [
     "instance_resource",
     "request_id",
 ]
+
+log = logging.getLogger("navarch.providers.gcp")
 
 #: Machine families whose GPUs come attached (no guestAccelerators needed); they must
 #: use onHostMaintenance=TERMINATE (GCE GPU machine types documentation).
@@ -439,31 +449,29 @@ class GcpProvider:
         the instance is returned as pending and the next run observes how it ended.
         Raises CapacityError(scope="zone") on a stockout, PlacementError (machine or
         accelerator type not offered in the zone), QuotaError, AuthError, TransientError,
-        ConfigError (bad image/network or labels).
+        ConfigError (bad image/network or labels). A stockout of an instance in a compact
+        placement policy means the policy has no room: the pool's placement_fallback
+        decides (navarch.providers.placement_fallback).
         """
         zone = request.zone
-        placement = GcpPlacement.from_mapping(request.options)
+        placement = GcpPlacement.from_mapping(request.options, pool=request.pool)
         if placement.placement_policy:
             self._ensure_policy(region_of(zone), placement.placement_policy)
-        body = placed_instance(
-            instance_resource(request), placement, self.settings.project, region_of(zone)
+        place = f"{zone}/{request.instance_type}"
+        policy = placement.placement_policy
+        op = launch_with_fallback(
+            lambda: self._insert(request, placement, place),
+            # Its own requestId: GCE would answer a repeated one with the first stockout.
+            lambda: self._insert(
+                request, replace(placement, placement_policy=None), place + "/outside"
+            ),
+            group=f"placement policy {policy}" if policy else "",
+            fallback=placement.placement_fallback,
+            where=f"{request.instance_type} in {zone}",
+            log=log,
         )
-        insert = compute_v1.InsertInstanceRequest(
-            project=self.settings.project,
-            zone=zone,
-            instance_resource=body,
-            request_id=request_id(request.launch_id, f"{zone}/{request.instance_type}"),
-        )
-        with gcp_errors(zone=zone, what="insert"):
-            try:
-                op = self.instances_client.insert_unary(request=insert, retry=self._retry)
-            except gexc.Conflict as exc:
-                if "alreadyExists" not in error_codes(exc):
-                    raise
-                op = None
         if op is None:
             return self._existing(request)
-        op = self._wait(op, zone, what="insert")
         if op.status == compute_v1.Operation.Status.DONE:
             return self._get(zone, request.node)
         # Still running after operation_timeout_s: report it pending; the next run's list
@@ -481,6 +489,13 @@ class GcpProvider:
                 tags=tuple(sorted(dict(request.tags).items())),
                 spot=request.spot,
             )
+
+    def list_reservations(self, ids: Sequence[str]) -> Sequence[Reservation]:
+        """The specific reservations the pools consume, by the names they give
+        (gcp_placement.read_reservations): no call when none is named. Raises the mapped
+        errors."""
+        with gcp_errors(what="list reservations"):
+            return read_reservations(self._client_kwargs(), self.settings.project, ids, self.name)
 
     def terminate(self, instances: Sequence[Instance]) -> None:
         """Delete each instance by zone and name; an instance already gone is success.
@@ -607,6 +622,32 @@ class GcpProvider:
         return op
 
     # -- helpers -------------------------------------------------------------------------
+
+    def _insert(
+        self, request: ProvisionRequest, placement: GcpPlacement, place: str
+    ) -> compute_v1.Operation | None:
+        """instances.insert of request's instance with placement and wait on it -> the
+        operation, or None when an instance of that name exists (409 alreadyExists).
+        place seeds the requestId (request_id). Raises the mapped errors: a stockout,
+        also of a full placement policy, is a CapacityError."""
+        zone = request.zone
+        body = placed_instance(
+            instance_resource(request), placement, self.settings.project, region_of(zone)
+        )
+        insert = compute_v1.InsertInstanceRequest(
+            project=self.settings.project,
+            zone=zone,
+            instance_resource=body,
+            request_id=request_id(request.launch_id, place),
+        )
+        with gcp_errors(zone=zone, what="insert"):
+            try:
+                op = self.instances_client.insert_unary(request=insert, retry=self._retry)
+            except gexc.Conflict as exc:
+                if "alreadyExists" not in error_codes(exc):
+                    raise
+                return None
+        return self._wait(op, zone, what="insert")
 
     def _ensure_policy(self, region: str, name: str) -> None:
         """The compact placement policy `name` in region, created if missing, once per

@@ -34,6 +34,7 @@ from navarch.planner.model import (
     PoolMemory,
     PoolSettings,
     ReportSummary,
+    Vacancy,
 )
 from navarch.planner.node_table import NodeTable
 from navarch.reconcile.acceptance_text import plain_run
@@ -360,6 +361,9 @@ def memory_to_json(m: Memory, cache: NodeDocCache | None = None) -> dict[str, An
                 **({"settings": settings_to_json(p.settings)} if p.settings else {}),
                 **({"retiring_since": ts(p.retiring_since)} if p.retiring_since else {}),
                 **({"spares": list(p.spares)} if p.spares else {}),
+                **(
+                    {"vacancies": [_vacancy_to_json(v) for v in p.vacancies]} if p.vacancies else {}
+                ),
             }
             for p in m.pools
         },
@@ -367,6 +371,20 @@ def memory_to_json(m: Memory, cache: NodeDocCache | None = None) -> dict[str, An
         "rejections": {str(reason): n for reason, n in m.rejections},
         **({"pause": _pause_to_json(m.pause)} if m.pause else {}),
     }
+
+
+def _vacancy_to_json(v: Vacancy) -> dict[str, Any]:
+    return {
+        "node": v.node,
+        "provider": v.provider,
+        "zone": v.zone,
+        "block": v.block,
+        "at": ts(v.at),
+    }
+
+
+def _vacancy_from_json(d: Mapping[str, Any]) -> Vacancy:
+    return Vacancy(d["node"], d["provider"], d["zone"], d.get("block", ""), required_ts(d["at"]))
 
 
 def _pause_to_json(p: Pause) -> dict[str, Any]:
@@ -451,6 +469,7 @@ def memory_from_json(d: Mapping[str, Any]) -> Memory:
             settings=settings_from_json(p.get("settings")),
             retiring_since=parse_ts(p.get("retiring_since")),
             spares=tuple(sorted(p.get("spares", ()))),
+            vacancies=tuple(_vacancy_from_json(v) for v in p.get("vacancies", ())),
         )
         for name, p in sorted(d.get("pools", {}).items())
     )

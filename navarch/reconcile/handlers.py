@@ -48,6 +48,7 @@ from navarch.planner.model import (
     PoolMemory,
 )
 from navarch.planner.retired import retired_pool
+from navarch.planner.vacancies import fill, record, vacancy_of
 from navarch.providers.base import HostReporter, Provider
 from navarch.reconcile.provisioning import Provisioner
 from navarch.reconcile.updates import Update, chain, same, set_node
@@ -222,8 +223,20 @@ class Handlers:
         return Outcome.done(a, f"desired {a.desired}"), update
 
     def _provision(self, a: Action, memory: Memory) -> tuple[Outcome, Update]:
-        """Launch the node in the first place that takes it (navarch.reconcile.provisioning)."""
-        return self.provisioner.provision(a)
+        """Launch the node in the first place that takes it (navarch.reconcile.provisioning);
+        a launched replacement fills the vacancy of the node it replaces, if one is open
+        (navarch.planner.vacancies)."""
+        outcome, update = self.provisioner.provision(a)
+        if not outcome.ok or not a.replaces:
+            return outcome, update
+        replaced, now = a.replaces, self.clock()
+
+        def filled(m: Memory) -> Memory:
+            pm = m.pool(a.pool)
+            done = fill(pm, replaced, now)
+            return m if done is pm else m.with_pool(done)
+
+        return outcome, chain(update, filled)
 
     def _node_memory(self, a: Action, memory: Memory) -> NodeMemory:
         assert a.node is not None
@@ -392,9 +405,16 @@ class Handlers:
             phase_reason=a.reason,
         )
         lemon = self._lemon(a.pool, inst.instance_id, inst.host_id) if a.lemon else same
+        now = self.clock()
+        pool = next((p for p in self.spec.pools if p.name == a.pool), None)
+        vacancy = vacancy_of(pool, a, known, inst, now)
+
+        def vacated(m: Memory) -> Memory:
+            return m if vacancy is None else m.with_pool(record(m.pool(a.pool), vacancy, now))
+
         return (
             Outcome.done(a, f"terminated {inst.instance_id}{handed}"),
-            chain(backoff, lemon, set_node(nm), lambda m: _spare_set(m, a, add=False)),
+            chain(backoff, lemon, set_node(nm), lambda m: _spare_set(m, a, add=False), vacated),
         )
 
     def _hand_back(self, a: Action, inst: Instance) -> str:

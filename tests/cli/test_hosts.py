@@ -125,3 +125,27 @@ def test_a_node_on_a_lemon_host_is_flagged_in_status(navarch, fleet_dir) -> None
     out = navarch.ok("status", "fleet.yaml").out
     assert f"  {NODE}: {'/'.join(old['topology'])}  LEMON HOST" in out, out
     assert all(not n["lemon_host"] for n in _train(navarch).values() if n["node"] != NODE)
+
+
+def test_same_block_replacement_after_terminate_lands_in_the_lost_nodes_rack(
+    navarch, fleet_dir
+) -> None:
+    """replacement: after-terminate launches the replacement only once the node is gone:
+    by then the node and its instance have left the inventory, yet the replacement still
+    asks for (and lands in) the rack the lost node sat in."""
+
+    def after_terminate(d: dict[str, Any]) -> None:
+        d["pools"]["train"]["health"].update(replacement="after-terminate")
+
+    _replace_only(fleet_dir, topology="same_block")
+    _edit(fleet_dir, after_terminate)
+    old = _start(navarch)
+    zone, rack, _ = old["topology"]
+    navarch.ok("local", "inject", "fleet.yaml", NODE, "--xid", "79")
+    outs = [_cycle(navarch) for _ in range(4)]
+    assert any(f"- terminate {NODE}" in o for o in outs), outs
+    [asked] = [o for o in outs if "+ provision" in o]
+    assert f"(because replaces {NODE}; in block {zone}/{rack})" in asked, outs
+    assert f"+ provision demo-train-0004 in {zone}/" in asked, outs  # the node's zone first
+    [new] = [n for name, n in _train(navarch).items() if name > NODE and n["zone"] == zone]
+    assert new["topology"][:2] == [zone, rack], outs

@@ -3,6 +3,7 @@ pool across its zones and `navarch status` shows where every node sits."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 
 
@@ -28,3 +29,36 @@ def test_status_shows_each_reservations_use_reserved_running_and_idle_but_billed
     )
     [r] = navarch.status()["reservations"]
     assert (r["reservation_id"], r["reserved"], r["running"], r["idle"]) == ("res-train", 3, 2, 1)
+
+
+def test_the_local_loop_notifies_reserved_capacity_idle_past_reservation_idle_after(
+    navarch, fleet_dir
+) -> None:
+    """fleet.example.yaml's reservation holds 3 sim-h100x8 in sim-1a and the spread train
+    pool runs 2 there: one reserved slot sits idle, billed, and after the fleet's
+    reservation_idle_after (1h, the default) the apply run notifies it."""
+    path = fleet_dir / "fleet.yaml"
+    path.write_text(
+        path.read_text().replace(
+            "\nsafety:", "\nnotify: [{type: log, path: events.jsonl}]\n\nsafety:", 1
+        )
+    )
+
+    def events() -> list[dict]:
+        log = fleet_dir / "events.jsonl"
+        lines = log.read_text().splitlines() if log.exists() else []
+        return [e for e in map(json.loads, lines) if e["kind"] == "reservation_idle"]
+
+    def run_at(moment: str) -> None:  # the agents report, then the apply run
+        env = {"NAVARCH_NOW": moment}
+        navarch.ok("local", "tick", "fleet.yaml", env=env)
+        navarch.ok("apply", "fleet.yaml", "--auto-approve", env=env)
+
+    navarch.ok("apply", "fleet.yaml", "--auto-approve", env={"NAVARCH_NOW": "2026-03-02T12:00:00Z"})
+    run_at("2026-03-02T12:30:00Z")
+    assert events() == []  # idle, but not yet for an hour
+    run_at("2026-03-02T13:01:00Z")
+    [idle] = events()
+    assert idle["message"].startswith(
+        "reservation res-train (sim sim-1a sim-h100x8): 1 of 3 reserved instances idle since "
+    ), idle

@@ -4,11 +4,13 @@ every insert body, parsed by compute_v1's own message types)."""
 
 from __future__ import annotations
 
+import json
+import logging
 from pathlib import Path
 
 import pytest
 
-from navarch.errors import CapacityError
+from navarch.errors import CapacityError, ConfigError
 from navarch.providers.gcp import GcpProvider
 from tests.gcp.test_agent_delivery_gcp import compute_permission, role_permissions
 from tests.gcp.test_cli_gcp import FLEET as CLI_FLEET
@@ -99,11 +101,14 @@ def test_a_replacement_launches_into_the_same_placement_policy_and_reservation(
 
 def _permissions(fake) -> set[str]:
     """The IAM permissions of every Compute call recorded (Compute Engine API reference):
-    resourcePolicies get/insert, region operations, and an instance naming a policy."""
+    resourcePolicies get/insert, region operations, reservations aggregatedList, and an
+    instance naming a policy."""
     out: set[str] = set()
     for call in fake.calls:
         segments = call.path.strip("/").split("/")
-        if "resourcePolicies" in segments:
+        if segments[-2:] == ["aggregated", "reservations"]:
+            out.add("compute.reservations.list")  # aggregatedList: the list permission
+        elif "resourcePolicies" in segments:
             out.add(
                 "compute.resourcePolicies.get"
                 if call.method == "GET"
@@ -122,9 +127,12 @@ def test_placement_policy_and_reservation_calls_are_in_the_reconciler_role(
     fake_compute, compute_endpoint
 ) -> None:
     fake_compute.reservations[("us-central1-a", "res-a")] = [1, 0]
-    _provider(compute_endpoint).provision(_request())
+    provider = _provider(compute_endpoint)
+    provider.provision(_request())
+    assert [r.reservation_id for r in provider.list_reservations(["res-a"])] == ["res-a"]
     used = _permissions(fake_compute)
     assert {
+        "compute.reservations.list",
         "compute.resourcePolicies.get",
         "compute.resourcePolicies.create",
         "compute.resourcePolicies.use",
@@ -132,3 +140,70 @@ def test_placement_policy_and_reservation_calls_are_in_the_reconciler_role(
         "compute.instances.create",
     } <= used
     assert used - role_permissions() == set()
+
+
+def test_a_full_placement_policy_waits_by_default_and_says_so(
+    fake_compute, compute_endpoint
+) -> None:
+    fake_compute.resource_policies[("us-central1", "train-compact")] = {"name": "train-compact"}
+    fake_compute.full_policies.add(("us-central1", "train-compact"))
+    request = request_maker("us-central1-a", "a3-highgpu-8g", {"placement_policy": "train-compact"})
+    with pytest.raises(CapacityError, match="placement policy train-compact has no room") as err:
+        _provider(compute_endpoint).provision(request())
+    assert err.value.code == "ZONE_RESOURCE_POOL_EXHAUSTED"
+    assert err.value.scope == "zone"
+    assert all(b["resourcePolicies"] for b in _bodies(fake_compute, "instance"))
+    assert fake_compute.instances == {}
+
+
+def test_a_full_placement_policy_with_fallback_outside_launches_beside_it_with_a_warning(
+    fake_compute, compute_endpoint, caplog
+) -> None:
+    fake_compute.resource_policies[("us-central1", "train-compact")] = {"name": "train-compact"}
+    fake_compute.full_policies.add(("us-central1", "train-compact"))
+    opts = {"placement_policy": "train-compact", "placement_fallback": "outside"}
+    request = request_maker("us-central1-a", "a3-highgpu-8g", opts)
+    with caplog.at_level(logging.WARNING, logger="navarch.providers.gcp"):
+        inst = _provider(compute_endpoint).provision(request("prod-train-0001"))
+    assert inst.instance_id == "prod-train-0001"
+    first, last = _bodies(fake_compute, "instance")
+    assert first["resourcePolicies"] and "resourcePolicies" not in last
+    inserts = [
+        c for c in fake_compute.calls if c.method == "POST" and c.path.endswith("/instances")
+    ]
+    assert len({c.data["requestId"][0] for c in inserts}) == 2  # a fresh requestId outside
+    assert "placement policy train-compact has no room" in caplog.text
+    assert "placement_fallback: outside" in caplog.text
+
+
+def test_an_unknown_placement_fallback_names_its_key_path(fake_compute, compute_endpoint) -> None:
+    request = request_maker("us-central1-a", "a3-highgpu-8g", {"placement_fallback": "later"})
+    with pytest.raises(ConfigError, match="placement_fallback") as err:
+        _provider(compute_endpoint).provision(request())
+    assert err.value.key_path == "pools.train.gcp.placement_fallback"
+
+
+def test_status_shows_a_gce_reservations_use_and_idle_reserved_capacity_is_notified(
+    fake_compute, compute_endpoint, gcs_bucket, env, tmp_path
+) -> None:
+    fake_compute.reservations[("us-central1-a", "res-a")] = [3, 0]
+    fake_compute.reservation_machine_type = "n1-standard-8"
+    fleet = write_fleet(tmp_path, compute_endpoint, gcs_bucket, target=2, zones=("us-central1-a",))
+    text = fleet.read_text().replace(
+        "safety:", "reservation_idle_after: 0s\nnotify: [{type: log, path: events.jsonl}]\nsafety:"
+    )
+    fleet.write_text(text + "      reservation: res-a\n")
+    run = navarch(["apply", str(fleet), "--auto-approve"], env, tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    run = navarch(["status", str(fleet)], env, tmp_path)
+    assert (
+        "reservation res-a (gce us-central1-a n1-standard-8): reserved 3, running 2, idle 1 (billed)"
+        in run.stdout
+    ), run.stdout + run.stderr
+    assert fake_compute.count("GET", r"/aggregated/reservations$") >= 1
+    events = [json.loads(x) for x in (tmp_path / "events.jsonl").read_text().splitlines()]
+    [idle] = [e for e in events if e["kind"] == "reservation_idle"]
+    # Read before this run's launches: all three were idle then.
+    assert idle["message"].startswith(
+        "reservation res-a (gce us-central1-a n1-standard-8): 3 of 3 reserved instances idle"
+    ), idle

@@ -93,3 +93,21 @@ def test_a_capacity_block_pool_never_launches_when_its_block_is_not_listed() -> 
     p = _run(world, {})
     assert not p.actions
     assert any("is not listed" in line for line in p.pending)
+
+
+def test_a_capacity_block_pool_never_launches_beyond_the_blocks_size_or_after_its_end() -> None:
+    small = Reservation("ec2", BLOCK, "p5.48xlarge", "us-east-1a", 1, 1, START, END, True, "active")
+    world = World(_spec(), START, {}, builders.memory(FLEET, [], [builders.pool_memory("a")]))
+    launched = [a for a in _run(world, {BLOCK: small}).actions if a.kind is ActionKind.PROVISION]
+    assert len(launched) == 1  # target 2, but the block holds one instance
+
+    over = replace(small, available=1, state="expired")
+    world = World(
+        _spec(),
+        END + timedelta(hours=1),
+        {},
+        builders.memory(FLEET, [], [builders.pool_memory("a")]),
+    )
+    after = _run(world, {BLOCK: over})
+    assert not [a for a in after.actions if a.kind is ActionKind.PROVISION]
+    assert any(f"Capacity Block {BLOCK} ends at" in p for p in after.pending), after.pending

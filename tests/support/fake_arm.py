@@ -17,11 +17,13 @@ PropertyChangeNotAllowed), and a NIC still attached to a VM cannot be deleted (4
 NicInUse).
 
 Proximity placement groups (GET, PUT) and capacity reservation groups (set up by a test in
-`reservation_groups`, id -> [reserved, allocated]) are served too. A VM PUT body is read
+`reservation_groups`, id -> [reserved, allocated]; GET with $expand=instanceView and the
+list of their member reservations; a deleted VM frees its slot) are served too. A VM PUT body is read
 with azure-mgmt-compute's own VirtualMachine model: a member the model does not know is
 refused (400 InvalidRequestContent, as ARM refuses it), and so is a VM naming a proximity
 placement group or capacity reservation group that does not exist; a VM beyond a
-reservation group's reserved count is refused with AllocationFailed. Every VM PUT body is
+reservation group's reserved count is refused with AllocationFailed, and a VM naming a
+proximity placement group in `full_ppgs` with OverconstrainedAllocationRequest. Every VM PUT body is
 kept in `vm_puts` for a test to assert the exact request.
 """
 
@@ -45,6 +47,7 @@ _VM = _VMS + r"/(?P<name>[^/]+)"
 _NIC = _RG + r"/Microsoft\.Network/networkInterfaces/(?P<name>[^/]+)"
 _DISK = _RG + r"/Microsoft\.Compute/disks/(?P<name>[^/]+)"
 _PPG = _RG + r"/Microsoft\.Compute/proximityPlacementGroups/(?P<name>[^/]+)"
+_CRG = _RG + r"/Microsoft\.Compute/capacityReservationGroups/(?P<name>[^/]+)"
 _OPERATION = (
     r"/subscriptions/(?P<sub>[^/]+)/providers/Microsoft\.Compute/locations/"
     r"(?P<loc>[^/]+)/operations/(?P<op>[^/]+)"
@@ -125,6 +128,13 @@ def _placement_refused(fake: FakeARM, props: dict[str, Any]) -> Answer | None:
     ppg = (props.get("proximityPlacementGroup") or {}).get("id")
     if ppg and ppg.lower() not in fake.ppgs:
         return fake.error(400, "NotFound", f"Proximity placement group {ppg} was not found.")
+    if ppg and ppg.lower() in fake.full_ppgs:
+        return fake.error(
+            409,
+            "OverconstrainedAllocationRequest",
+            "Allocation failed. VM(s) with the following constraints cannot be allocated, "
+            "because the condition is too restrictive. (fake: proximity placement group full)",
+        )
     crg = ((props.get("capacityReservation") or {}).get("capacityReservationGroup") or {}).get("id")
     if crg:
         held = fake.reservation_groups.get(crg.lower())
@@ -155,6 +165,65 @@ def _put_ppg(fake: FakeARM, req: Request, m: re.Match[str]) -> Answer:
     }
     fake.ppgs[_ppg_id(m).lower()] = ppg
     return 200, ppg
+
+
+def _crg(fake: FakeARM, m: re.Match[str]) -> tuple[str, list[int]] | None:
+    """(ARM id, [reserved, allocated]) of the capacity reservation group matched, or None."""
+    gid = (
+        f"/subscriptions/{m['sub']}/resourceGroups/{m['rg']}/providers/"
+        f"Microsoft.Compute/capacityReservationGroups/{m['name']}"
+    )
+    held = fake.reservation_groups.get(gid.lower())
+    return None if held is None else (gid, held)
+
+
+def _no_crg(fake: FakeARM, m: re.Match[str]) -> Answer:
+    return fake.error(404, "ResourceNotFound", f"capacity reservation group {m['name']} not found")
+
+
+def _get_crg(fake: FakeARM, req: Request, m: re.Match[str]) -> Answer:
+    """capacityReservationGroups get: with $expand=instanceView, one member reservation
+    ("<group>-1") whose utilizationInfo holds the group's reserved and allocated counts."""
+    found = _crg(fake, m)
+    if found is None:
+        return _no_crg(fake, m)
+    gid, (reserved, allocated) = found
+    props: dict[str, Any] = {
+        "capacityReservations": [{"id": f"{gid}/capacityReservations/{m['name']}-1"}]
+    }
+    if req.query.get("$expand") == ["instanceView"]:
+        props["instanceView"] = {
+            "capacityReservations": [
+                {
+                    "name": f"{m['name']}-1",
+                    "utilizationInfo": {
+                        "currentCapacity": reserved,
+                        "virtualMachinesAllocated": [
+                            {"id": f"{gid}/vm{i}"} for i in range(allocated)
+                        ],
+                    },
+                }
+            ]
+        }
+    return 200, {"id": gid, "name": m["name"], "location": "eastus", "properties": props}
+
+
+def _list_crg_members(fake: FakeARM, req: Request, m: re.Match[str]) -> Answer:
+    """capacityReservations listByCapacityReservationGroup: the one member reservation,
+    of sku `reservation_sku` in zone 1."""
+    found = _crg(fake, m)
+    if found is None:
+        return _no_crg(fake, m)
+    gid, (reserved, _) = found
+    member = {
+        "id": f"{gid}/capacityReservations/{m['name']}-1",
+        "name": f"{m['name']}-1",
+        "location": "eastus",
+        "zones": ["1"],
+        "sku": {"name": fake.reservation_sku, "capacity": reserved},
+        "properties": {"provisioningState": "Succeeded"},
+    }
+    return 200, {"value": [member]}
 
 
 def _ppg_id(m: re.Match[str]) -> str:
@@ -257,6 +326,10 @@ def _delete_vm(fake: FakeARM, req: Request, m: re.Match[str]) -> Answer:
         return 204, None
     # deleteOption Delete: ARM removes the NIC and OS disk with the VM.
     props = vm["properties"]
+    crg = ((props.get("capacityReservation") or {}).get("capacityReservationGroup") or {}).get("id")
+    held = fake.reservation_groups.get(str(crg).lower())
+    if held is not None:  # the VM's slot in its reservation is free again
+        held[1] = max(held[1] - 1, 0)
     if props["storageProfile"]["osDisk"].get("deleteOption") == "Delete":
         fake.disks.discard(props["storageProfile"]["osDisk"]["name"])
     for nic in props["networkProfile"]["networkInterfaces"]:
@@ -320,6 +393,8 @@ class FakeARM(FakeAPI):
         Route("GET", _OPERATION, _get_operation),
         Route("GET", _PPG, _get_ppg),
         Route("PUT", _PPG, _put_ppg),
+        Route("GET", _CRG, _get_crg),
+        Route("GET", _CRG + "/capacityReservations", _list_crg_members),
     )
     NO_ROUTE_CODE: ClassVar[str] = "ResourceNotFound"
     HOLD: ClassVar[tuple[str, str] | None] = ("PUT", _VM)
@@ -336,9 +411,14 @@ class FakeARM(FakeAPI):
     #: lower-case ARM id -> proximity placement group; PUT bodies in order.
     ppgs: dict[str, dict[str, Any]] = field(default_factory=dict)
     ppg_puts: list[dict[str, Any]] = field(default_factory=list)
+    #: lower-case ARM ids of proximity placement groups with no room: a VM naming one is
+    #: refused 409 OverconstrainedAllocationRequest ("Troubleshoot allocation failures").
+    full_ppgs: set[str] = field(default_factory=set)
     #: lower-case ARM id of a capacity reservation group -> [reserved, allocated].
     reservation_groups: dict[str, list[int]] = field(default_factory=dict)
     vm_puts: list[dict[str, Any]] = field(default_factory=list)
+    #: The VM size the member reservation of every reservation group holds.
+    reservation_sku: str = "Standard_NC24ads_A100_v4"
 
     def set_instance_view(self, rg: str, name: str, view: dict[str, Any]) -> None:
         """Azure's own view of a VM (statuses with PowerState/..., vmHealth,
@@ -364,6 +444,7 @@ class FakeARM(FakeAPI):
             self.instance_views.clear()
             self.ppgs.clear()
             self.ppg_puts.clear()
+            self.full_ppgs.clear()
             self.reservation_groups.clear()
             self.vm_puts.clear()
 

@@ -3,7 +3,7 @@
 google-cloud-compute's REST transport talks to it through the provider's api_endpoint.
 It speaks the JSON shapes of instances aggregatedList/list/insert/get/delete/setLabels/
 reset and zoneOperations get/wait, resourcePolicies get/insert and regionOperations
-get/wait (compact placement policies), honours requestId, answers 409 alreadyExists for a
+get/wait (compact placement policies), reservations aggregatedList, honours requestId, answers 409 alreadyExists for a
 duplicate name and 412 conditionNotMet for a stale label fingerprint, and can be told to
 end insert operations in a zone with a stockout (ZONE_RESOURCE_POOL_EXHAUSTED, HTTP 503
 on the operation) or a quota error, to leave operations RUNNING, or (FakeAPI) to fail
@@ -14,7 +14,8 @@ message types (compute_v1.Instance / ResourcePolicy .from_json, unknown fields r
 a body the API's model would refuse is answered 400 invalid, and kept in `inserted` for a
 test to assert the exact request. An instance naming a resource policy that does not
 exist in its region is refused (400 invalid), one naming a specific reservation that does
-not exist or is used up is refused (the stockout answer for a full reservation).
+not exist or is used up is refused (the stockout answer for a full reservation); one
+naming a policy in `full_policies` ends its insert operation with the stockout.
 """
 
 from __future__ import annotations
@@ -70,8 +71,13 @@ class FakeCompute(FakeAPI):
     host_reports: list[tuple[str, str, dict[str, Any], str]] = field(default_factory=list)
     #: (region, name) -> the resource policy as resourcePolicies.get answers it.
     resource_policies: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    #: (region, name) of compact placement policies with no room: an instance naming one
+    #: ends its insert operation with the zone's stockout, as Compute Engine answers.
+    full_policies: set[tuple[str, str]] = field(default_factory=set)
     #: (zone, name) -> [count, in use] of a specific reservation.
     reservations: dict[tuple[str, str], list[int]] = field(default_factory=dict)
+    #: The machine type every reservation of `reservations` holds.
+    reservation_machine_type: str = "a3-highgpu-8g"
     #: (kind, body) of every instance / resource policy insert, in order.
     inserted: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     _ids: Iterator[int] = field(default_factory=lambda: itertools.count(1000))
@@ -91,6 +97,7 @@ class FakeCompute(FakeAPI):
             self.ops_never_finish = False
             self.host_reports.clear()
             self.resource_policies.clear()
+            self.full_policies.clear()
             self.reservations.clear()
             self.inserted.clear()
 
@@ -176,9 +183,11 @@ class FakeCompute(FakeAPI):
         self.operations[name] = op
         return 200, _public(op)
 
-    def _launch_error(self, zone: str) -> dict[str, Any] | None:
-        """The error an insert's operation ends with in this zone (stockout, quota), if any."""
-        if zone in self.stockout_zones:
+    def _launch_error(self, zone: str, body: dict[str, Any]) -> dict[str, Any] | None:
+        """The error an insert's operation ends with in this zone (stockout, also of a full
+        compact placement policy the body names; quota), if any."""
+        named = {tuple(url.split("/")[3::2]) for url in body.get("resourcePolicies", ())}
+        if zone in self.stockout_zones or named & self.full_policies:
             message = STOCKOUT_MESSAGE.format(project=self.project, zone=zone)
             return {
                 "status": 503,
@@ -206,6 +215,27 @@ class FakeCompute(FakeAPI):
                 items.setdefault(f"zones/{zone}", {"instances": []})["instances"].append(inst)
         return 200, {"kind": "compute#instanceAggregatedList", "items": items}
 
+    def _aggregated_reservations(self, req: Request, m: re.Match[str]) -> Answer:
+        """reservations.aggregatedList: every reservation of `reservations` as Compute
+        Engine's Reservation shape (specificReservation count and inUseCount)."""
+        items: dict[str, Any] = {}
+        for (zone, name), (count, used) in sorted(self.reservations.items()):
+            items.setdefault(f"zones/{zone}", {"reservations": []})["reservations"].append(
+                {
+                    "kind": "compute#reservation",
+                    "name": name,
+                    "zone": f"{BASE}/projects/{self.project}/zones/{zone}",
+                    "status": "READY",
+                    "specificReservationRequired": True,
+                    "specificReservation": {
+                        "count": str(count),
+                        "inUseCount": str(used),
+                        "instanceProperties": {"machineType": self.reservation_machine_type},
+                    },
+                }
+            )
+        return 200, {"kind": "compute#reservationAggregatedList", "items": items}
+
     def _list(self, req: Request, m: re.Match[str]) -> Answer:
         zone = m["zone"]
         return 200, {"items": [i for (z, _), i in sorted(self.instances.items()) if z == zone]}
@@ -222,7 +252,7 @@ class FakeCompute(FakeAPI):
         if (zone, name) in self.instances:
             what = f"projects/{self.project}/zones/{zone}/instances/{name}"
             return self.error(409, "alreadyExists", f"The resource '{what}' already exists")
-        error = self._launch_error(zone)
+        error = self._launch_error(zone, body)
         if error is None:
             self.instances[(zone, name)] = self._instance(zone, body)
         status, op = self._operation(zone, "insert", name, error)
@@ -296,8 +326,14 @@ class FakeCompute(FakeAPI):
         return (200, inst) if inst else self._not_found(m)
 
     def _delete(self, req: Request, m: re.Match[str]) -> Answer:
-        if self.instances.pop((m["zone"], m["name"]), None) is None:
+        inst = self.instances.pop((m["zone"], m["name"]), None)
+        if inst is None:
             return self._not_found(m)
+        affinity = inst.get("reservationAffinity") or {}
+        if affinity.get("consumeReservationType") == "SPECIFIC_RESERVATION":
+            held = self.reservations.get((m["zone"], affinity["values"][0].rsplit("/", 1)[-1]))
+            if held is not None:  # the slot is free again, as Compute Engine frees it
+                held[1] = max(held[1] - 1, 0)
         return self._operation(m["zone"], "delete", m["name"])
 
     def _reset_vm(self, req: Request, m: re.Match[str]) -> Answer:
@@ -384,6 +420,7 @@ class FakeCompute(FakeAPI):
     _REGION_OPERATION = PROJECT_PATH + r"/regions/[^/]+/operations/(?P<op>[^/]+)"
     ROUTES: ClassVar[tuple[Route, ...]] = (
         Route("GET", PROJECT_PATH + r"/aggregated/instances", _aggregated_list),
+        Route("GET", PROJECT_PATH + r"/aggregated/reservations", _aggregated_reservations),
         Route("GET", PROJECT_PATH + r"/zones/(?P<zone>[^/]+)/instances", _list),
         Route("POST", PROJECT_PATH + r"/zones/(?P<zone>[^/]+)/instances", _insert),
         Route("GET", _INSTANCE, _get),

@@ -64,8 +64,11 @@ __all__ = [
     "choose_peer",
     "judge_burn_ins",
     "judge_pool",
+    "pairs_nodes",
+    "peer_verdict",
     "return_verdict",
     "run_key",
+    "with_peer_test",
 ]
 
 #: Burn-in failures of one physical host after which it is a lemon host (never launched
@@ -291,12 +294,16 @@ def judge_burn_ins(
     views: Sequence[NodeView],
     changed: Sequence[NodeMemory],
     memory: Memory,
+    now: datetime | None = None,
 ) -> tuple[list[NodeView], dict[str, NodeMemory]]:
     """Judge every node whose burn-in passed on its own against its pool (judge_pool).
 
     views: observe's views; changed: the NodeMemory observe folded this run (newer than
-    memory's). Returns the views (a failed node now unhealthy with its reason and
-    BurnIn.FAILED) and, for each node that passed, its NodeMemory with ``accepted`` set to
+    memory's); now: aware UTC, for the multi-node test's deadline (None: that test is not
+    waited on). In a pool that pairs nodes (``pairs_nodes``) the node's multi-node NCCL
+    result joins its run first (``peer_verdict``). Returns the views (a failed node now
+    unhealthy with its reason and BurnIn.FAILED; one waiting on its pair test burn_in
+    with the peer) and, for each node that passed, its NodeMemory with ``accepted`` set to
     the run's key (so it is not judged again on that boot). Never raises.
     """
     out = list(views)
@@ -320,8 +327,21 @@ def judge_burn_ins(
                 candidates[out[i].node] = s.acceptance
         if not candidates:
             continue
+        if pairs_nodes(pool) and now is not None:
+            for i in idx:
+                run = candidates.get(out[i].node)
+                if run is None:
+                    continue
+                nm = folded.get(out[i].node) or memory.node(out[i].node)
+                out[i], merged = peer_verdict(pool, out, out[i], run, nm, now)
+                if merged is None:
+                    del candidates[out[i].node]
+                else:
+                    candidates[out[i].node] = merged
+            if not candidates:
+                continue
         peers = [
-            summary.acceptance
+            with_peer_test(summary.acceptance, folded.get(out[i].node) or memory.node(out[i].node))
             for i in idx
             if out[i].lifecycle in READY
             and out[i].burn_in is None
@@ -378,3 +398,71 @@ def choose_peer(pool: PoolSpec, views: Sequence[NodeView], node: str) -> str | N
         if best is None or (-figure, v.node) < (-best[0], best[1]):
             best = (figure, v.node)
     return best[1] if best is not None else None
+
+
+def pairs_nodes(pool: PoolSpec) -> bool:
+    """Whether the pool's burn-in includes the multi-node NCCL test: acceptance
+    multi_node on a Slurm pool (the scheduler navarch launches the pair through)."""
+    policy = pool.acceptance
+    return policy is not None and policy.multi_node and pool.scheduler is Scheduler.SLURM
+
+
+def with_peer_test(run: AcceptanceRun | None, nm: NodeMemory | None) -> AcceptanceRun | None:
+    """run with the node's multi-node NCCL result (NodeMemory.peer_test) appended when that
+    result is for this run (peer_run == run_key(run)); run itself otherwise."""
+    if run is None or nm is None or nm.peer_test is None or nm.peer_run != run_key(run):
+        return run
+    return replace(run, results=run.results + (nm.peer_test,))
+
+
+def peer_verdict(
+    pool: PoolSpec,
+    views: Sequence[NodeView],
+    v: NodeView,
+    run: AcceptanceRun,
+    nm: NodeMemory | None,
+    now: datetime,
+) -> tuple[NodeView, AcceptanceRun | None]:
+    """Node v's burn-in in a pool that pairs nodes, once its single-node run passed:
+    (its view, its run with the pair result to judge against the pool, or None when it is
+    not a candidate this run).
+
+    No result for this run: burn_in, waiting on the peer choose_peer names (NodeView.peer:
+    the plan starts the test); with no known-good peer in the pool (its first nodes) the
+    run is judged without the test, and the reason says so. A result: judged with the run
+    (_judge_run): a fail fails the burn-in (dead on arrival); unknown holds it in burn_in,
+    the test planned again, until the acceptance deadline, then timed out; a pass leaves
+    it a candidate for judge_pool. Source: the issue's rule, a pair test with a known-good
+    peer of the same pool, judged like the other tests.
+    """
+    policy = pool.acceptance or AcceptancePolicy()
+    merged, s = with_peer_test(run, nm), v.summary
+    if merged is None or s is None:
+        return v, run
+    if merged is run:
+        peer = choose_peer(pool, views, v.node)
+        if peer is None:
+            why = "multi-node NCCL not run: no known-good peer in the pool yet"
+            return replace(v, reason=f"{v.reason}; {why}"), run
+        why = f"burn-in waiting for the multi-node NCCL test with {peer}"
+        if _elapsed_s(run, s, now) > policy.deadline_s:
+            # Never run (its action failing every run) is no pass: the deadline holds.
+            why = f"{why}; not run within the acceptance deadline"
+            return replace(
+                v,
+                lifecycle=Lifecycle.UNHEALTHY,
+                burn_in=BurnIn.TIMED_OUT,
+                reason=why,
+                immediate=True,
+            ), None
+        waiting = replace(
+            v, lifecycle=Lifecycle.BURN_IN, burn_in=BurnIn.RUNNING, reason=why, peer=peer
+        )
+        return waiting, None
+    burn, why = _judge_run(policy, merged, s, now)
+    if burn is BurnIn.PASSED:
+        return v, merged
+    if burn is BurnIn.RUNNING:
+        peer = choose_peer(pool, views, v.node) or ""
+        return replace(v, lifecycle=Lifecycle.BURN_IN, burn_in=burn, reason=why, peer=peer), None
+    return replace(v, lifecycle=Lifecycle.UNHEALTHY, burn_in=burn, reason=why, immediate=True), None

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-from navarch.acceptance import AcceptanceRun
+from navarch.acceptance import AcceptanceResult, AcceptanceRun
 from navarch.health import FaultKey, Remedy, Status
 from navarch.health_report import NoticeKind
 from navarch.inventory import Instance
@@ -85,6 +85,8 @@ class ActionKind(enum.StrEnum):
     REBOOT = "reboot"  # remediation ladder: restart a drained node in place
     RESET_GPU = "reset_gpu"  # remediation ladder: reset a drained node's GPUs (nvidia-smi -r)
     DIAGNOSE = "diagnose"  # start, or collect, a dcgmi diag on a cordoned node
+    #: the multi-node NCCL test of a burning-in node with a known-good peer (Action.peer)
+    NCCL_PEER = "nccl_peer"
 
 
 class ActionReason(enum.StrEnum):
@@ -132,6 +134,12 @@ class ActionReason(enum.StrEnum):
     CAPACITY_BLOCK_END = "capacity_block_end"
     #: provision: one node into the emptiest zone of a spread pool whose zones are uneven
     ZONE_REBALANCE = "zone_rebalance"
+    #: cordon: kept from the scheduler while the acceptance suite loads its GPUs
+    #: (NodeMemory.burn_in_cordon, no phase: the node is burning in, not out for a fault)
+    BURN_IN = "burn_in"
+    BURN_IN_PASSED = "burn_in_passed"  # uncordon: the burn-in passed, the node serves
+    #: nccl_peer: the burning-in node's multi-node NCCL test with a known-good peer
+    BURN_IN_PEER = "burn_in_peer"
 
 
 class BurnIn(enum.StrEnum):
@@ -326,6 +334,13 @@ class NodeMemory:
     accepted: str = ""
     #: cordoned for a scale-down (ActionReason.SCALE_DOWN): its termination is a scale-down
     scale_down_cordon: bool = False
+    #: cordoned in its scheduler while it burns in (ActionReason.BURN_IN): uncordoned when
+    #: the burn-in passes, unless it joins the spare set (cordoned as spares are)
+    burn_in_cordon: bool = False
+    #: the multi-node NCCL result (nccl_multi_node) for the acceptance run peer_run
+    #: ("<boot_id>/<reset>", navarch.planner.burn_in.run_key) with a known-good peer
+    peer_test: AcceptanceResult | None = None
+    peer_run: str = ""
 
 
 @dataclass(frozen=True)
@@ -488,6 +503,9 @@ class NodeView:
     burn_in: BurnIn | None = None
     repair: bool = False  # NodeMemory.repair: cordoned to be replaced (a fault, not a choice)
     scale_down_cordon: bool = False  # NodeMemory.scale_down_cordon
+    burn_in_cordon: bool = False  # NodeMemory.burn_in_cordon
+    #: the known-good peer its burn-in waits on for the multi-node NCCL test ("": none)
+    peer: str = ""
 
 
 @dataclass(frozen=True)
@@ -541,6 +559,7 @@ class Action:
     # terminate: the node leaves for a hardware fault, so its host is handed back to the
     # cloud where the provider can (Capability.REPORT_FAULTY_HOST).
     hand_back: bool = False
+    peer: str = ""  # nccl_peer: the known-good node of the pool the test pairs with
 
 
 class HaltRule(enum.StrEnum):

@@ -222,7 +222,7 @@ def observe(
                 labels_drift(pool, inst),
             )
         )
-    views, passed = judge_burn_ins(spec, views, changed, memory)
+    views, passed = judge_burn_ins(spec, views, changed, memory, now)
     changed = [nm for nm in changed if nm.node not in passed] + list(passed.values())
     mem = memory.with_nodes(changed, without=gone) if changed or gone else memory
 
@@ -593,6 +593,7 @@ def _view(
         silent_cordon=nm.silent_cordon,
         repair=nm.repair,
         scale_down_cordon=nm.scale_down_cordon,
+        burn_in_cordon=nm.burn_in_cordon,
         drift=drift,
         tags_drift=tags_drift,
         burn_in=burn,

@@ -20,7 +20,9 @@ A fleet's plan is made in two layers of named stages, each a pure function:
   diagnostics (navarch.planner.diagnostics: cordon + drain nodes due for scheduled dcgmi
   diag, within the budget; the ladder stage diagnoses and returns them), drift (in-place
   tag updates and rolling replacement), spares (navarch.planner.spares: promote a warm
-  spare into a short pool, hold surplus healthy idle nodes as spares), count (provision
+  spare into a short pool, hold surplus healthy idle nodes as spares), burn_in
+  (navarch.planner.burn_in_stage: cordon burning-in nodes in their scheduler, uncordon
+  passed ones, start multi-node NCCL tests), count (provision
   up to desired and the spares, or scale down, spares first).
   block (navarch.planner.blocks: a Capacity Block pool has nodes only inside its block and
   is drained before it ends) runs right after scale. `navarch destroy` swaps in its own.
@@ -71,6 +73,7 @@ from operator import attrgetter
 
 from navarch.planner.blocks import block_stage
 from navarch.planner.breaker import BreakerState, breaker_state
+from navarch.planner.burn_in_stage import burn_in_stage
 from navarch.planner.capacity import count_stage, index_of, scale_stage
 from navarch.planner.capacity import node_name as node_name  # `navarch local` names nodes
 from navarch.planner.context import (
@@ -289,6 +292,7 @@ POOL_STAGES: tuple[Stage, ...] = (
     diagnostics_stage,
     drift_stage,
     spares_stage,
+    burn_in_stage,
     count_stage,
 )
 #: `navarch destroy`'s pipeline (`destroy --force`: force_destroy_stage alone).

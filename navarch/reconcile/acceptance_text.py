@@ -13,7 +13,7 @@ from dataclasses import replace
 from navarch.acceptance import AcceptanceResult, AcceptanceRun
 from navarch.textsafe import node_text
 
-__all__ = ["MAX_RESULTS", "plain_run"]
+__all__ = ["MAX_RESULTS", "plain_result", "plain_run"]
 
 #: Results kept per run: the schema's maxItems.
 MAX_RESULTS = 64
@@ -22,7 +22,8 @@ _MAX_DETAIL = 32
 _DETAIL_CHARS = 80
 
 
-def _plain_result(r: AcceptanceResult) -> AcceptanceResult:
+def plain_result(r: AcceptanceResult) -> AcceptanceResult:
+    """r with every string node_text (capped as plain_run caps a run's). Never raises."""
     detail = {
         node_text(k, _DETAIL_CHARS): node_text(v, _DETAIL_CHARS)
         for k, v in list(r.detail.items())[:_MAX_DETAIL]
@@ -46,5 +47,5 @@ def plain_run(run: AcceptanceRun) -> AcceptanceRun:
         boot_id=node_text(run.boot_id),
         started_at=node_text(run.started_at, 40),
         finished_at=None if run.finished_at is None else node_text(run.finished_at, 40),
-        results=tuple(_plain_result(r) for r in run.results[:MAX_RESULTS]),
+        results=tuple(plain_result(r) for r in run.results[:MAX_RESULTS]),
     )

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from enum import Enum
 from typing import Any, TypeVar
 
-from navarch.acceptance import AcceptanceRun
+from navarch.acceptance import AcceptanceResult, AcceptanceRun
 from navarch.health import FaultKey, Remedy, Status
 from navarch.health_report import NoticeKind
 from navarch.planner.model import (
@@ -37,7 +37,7 @@ from navarch.planner.model import (
     Vacancy,
 )
 from navarch.planner.node_table import NodeTable
-from navarch.reconcile.acceptance_text import plain_run
+from navarch.reconcile.acceptance_text import plain_result, plain_run
 from navarch.spec import Scheduler
 from navarch.textsafe import node_text, plain
 from navarch.timefmt import parse_ts, required_ts, ts
@@ -193,6 +193,10 @@ def _ladder_to_json(n: NodeMemory) -> dict[str, Any]:
         out["accepted"] = n.accepted
     if n.scale_down_cordon:
         out["scale_down_cordon"] = True
+    if n.burn_in_cordon:
+        out["burn_in_cordon"] = True
+    if n.peer_test is not None:
+        out.update(peer_test=n.peer_test.to_json(), peer_run=n.peer_run)
     return out
 
 
@@ -259,6 +263,11 @@ def _ladder_from_json(n: Mapping[str, Any]) -> dict[str, Any]:
         "silent_cordon": n.get("silent_cordon", False),
         "accepted": node_text(n.get("accepted", "")),
         "scale_down_cordon": n.get("scale_down_cordon", False),
+        "burn_in_cordon": n.get("burn_in_cordon", False),
+        "peer_test": (
+            plain_result(AcceptanceResult.from_json(n["peer_test"])) if n.get("peer_test") else None
+        ),
+        "peer_run": node_text(n.get("peer_run", "")),
     }
 
 
@@ -415,6 +424,8 @@ _LADDER_KEYS = frozenset(
         "silent_cordon",
         "accepted",
         "scale_down_cordon",
+        "burn_in_cordon",
+        "peer_test",
     }
 )
 

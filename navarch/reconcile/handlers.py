@@ -25,6 +25,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Protocol, runtime_checkable
 
+from navarch.acceptance import AcceptanceStatus
 from navarch.capabilities import Capability
 from navarch.errors import (
     NavarchError,
@@ -34,6 +35,7 @@ from navarch.errors import (
 from navarch.health import Remedy
 from navarch.inventory import Instance
 from navarch.outcome import Outcome, OutcomeKind
+from navarch.planner.burn_in import run_key
 from navarch.planner.model import (
     Action,
     ActionKind,
@@ -88,6 +90,7 @@ def _no_phase(nm: NodeMemory, now: datetime) -> NodeMemory:
         impaired_cordon=False,
         silent_cordon=False,
         scale_down_cordon=False,
+        burn_in_cordon=False,
     )
 
 
@@ -275,6 +278,10 @@ class Handlers:
             return ran, same
         if a.action_reason is ActionReason.SPARE:
             return ran, self._held_spare(a, memory)
+        if a.action_reason is ActionReason.BURN_IN:
+            # Burning in is no phase: observe judges the node by its acceptance run, and
+            # the flag tells the planner to uncordon it once the run passed.
+            return ran, set_node(replace(self._node_memory(a, memory), burn_in_cordon=True))
         now = self.clock()
         scheduled = a.why == DiagWhy.SCHEDULED.value
         nm = replace(
@@ -608,6 +615,50 @@ class Handlers:
         # Uncordoned, a spare serves (promoted, or by an operator): no longer a spare.
         return ran, chain(set_node(nm), lambda m: _spare_set(m, a, add=False))
 
+    def _nccl_peer(self, a: Action, memory: Memory) -> tuple[Outcome, Update]:
+        """The burning-in node's multi-node NCCL test with the known-good a.peer, through
+        the pool's Slurm head node (navarch.remote.nccl_peer; a node drained for burn-in
+        through a maintenance reservation). The result is kept for the node's acceptance
+        run (NodeMemory.peer_test, peer_run) where the planner's burn-in verdict reads it;
+        a node not drained again afterwards loses its burn_in_cordon, so the next run
+        cordons it anew. ok is False only for unknown (no verdict: planned again)."""
+        from navarch.remote.nccl_peer import run_drained_peer_test, run_peer_test
+
+        nm = self._node_memory(a, memory)
+        run = nm.report.acceptance if nm.report is not None else None
+        if run is None or not a.peer:
+            return Outcome.refused(a, "no acceptance run of the node to pair with"), same
+        pool, node, base = self._pool(a.pool, memory), a.node or "", self.spec.base_dir
+        drained = True
+        if nm.burn_in_cordon:
+            result, drained = run_drained_peer_test(
+                self.spec.name, pool, node, a.peer, base_dir=base, mpi=self.peer_mpi
+            )
+        else:
+            result = run_peer_test(
+                self.spec.name, pool, node, a.peer, base_dir=base, mpi=self.peer_mpi
+            )
+        nm = replace(
+            nm,
+            peer_test=result,
+            peer_run=run_key(run),
+            burn_in_cordon=nm.burn_in_cordon and drained,
+        )
+        unit = f" {result.unit}" if result.unit else ""
+        figure = f" {result.figure:g}{unit}" if result.figure is not None else ""
+        why = f": {result.reason}" if result.reason else ""
+        text = f"nccl_multi_node with {a.peer}: {result.status.value}{figure}{why}"
+        if not drained:
+            text += "; the node could not be drained again (cordoned anew next run)"
+        kind = (
+            OutcomeKind.TRANSIENT if result.status is AcceptanceStatus.UNKNOWN else OutcomeKind.OK
+        )
+        return Outcome(a, kind, node_text(text)), set_node(nm)
+
+    #: srun's --mpi plugin for the multi-node NCCL test ("pmix": how Slurm sites launch
+    #: nccl-tests built with MPI=1; navarch.remote.nccl_peer). Tests without PMIx set "none".
+    peer_mpi = "pmix"
+
     #: ActionKind -> handler(self, action, memory) -> (Outcome, Update). A new kind adds
     HANDLERS: Mapping[ActionKind, Callable[[Handlers, Action, Memory], tuple[Outcome, Update]]] = {
         ActionKind.SCALE: _scale,
@@ -620,4 +671,5 @@ class Handlers:
         ActionKind.REBOOT: _reboot,
         ActionKind.RESET_GPU: _reset_gpu,
         ActionKind.DIAGNOSE: _diagnose,
+        ActionKind.NCCL_PEER: _nccl_peer,
     }

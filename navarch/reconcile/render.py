@@ -41,6 +41,8 @@ def _headline(a: Action) -> str:
         tags = ", ".join(f"{k}={v}" for k, v in a.tags)
         return f"update tags {a.node} ({a.instance_id}): {tags}"
     iid = f" ({a.instance_id})" if a.instance_id else ""
+    if a.kind is ActionKind.NCCL_PEER:
+        return f"{a.kind.value} {a.node}{iid} with {a.peer}"
     return f"{a.kind.value} {a.node}{iid}"
 
 
@@ -255,6 +257,8 @@ def action_to_json(a: Action) -> dict[str, Any]:
         ladder["block"] = a.block
     if a.hand_back:
         ladder["hand_back"] = True
+    if a.peer:
+        ladder["peer"] = a.peer
     return {
         "action": a.kind.value,
         "pool": a.pool,
@@ -305,6 +309,7 @@ def action_from_json(d: dict[str, Any]) -> Action:
         avoid_hosts=tuple(d.get("avoid_hosts", ())),
         block=d.get("block", ""),
         hand_back=d.get("hand_back", False),
+        peer=d.get("peer", ""),
     )
 
 

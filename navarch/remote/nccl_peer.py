@@ -18,10 +18,12 @@ a local one in tests.
 
 from __future__ import annotations
 
+import math
 import re
 import shlex
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 
 from navarch.acceptance import AcceptancePolicy, AcceptanceResult, AcceptanceStatus, AcceptanceTest
@@ -40,6 +42,7 @@ __all__ = [
     "PeerRun",
     "kubernetes_mpijob",
     "run_nccl_multi_node",
+    "run_drained_peer_test",
     "run_peer_test",
     "srun_argv",
 ]
@@ -61,6 +64,9 @@ class PeerRun:
     message_bytes: int = DEFAULT_NCCL_MESSAGE_BYTES
     iterations: int = 20
     mpi: str = "pmix"
+    #: the Slurm reservation the job runs in ("": none): a node drained for burn-in is
+    #: reached only through one (run_drained_peer_test)
+    reservation: str = ""
 
     def __post_init__(self) -> None:
         for what, name in (("node", self.node), ("peer", self.peer)):
@@ -72,6 +78,8 @@ class PeerRun:
             raise ValueError("gpus_per_node, message_bytes and iterations must be positive")
         if not re.fullmatch(r"[a-z0-9_]+", self.mpi):
             raise ValueError(f"srun --mpi plugin {self.mpi!r} is not a plugin name")
+        if self.reservation and not _NODE_NAME.fullmatch(self.reservation):
+            raise ValueError(f"reservation {self.reservation!r} is not a reservation name")
 
     def tool_args(self) -> list[str]:
         """all_reduce_perf's arguments: one size, one GPU per rank, validation on."""
@@ -88,6 +96,7 @@ def srun_argv(run: PeerRun) -> list[str]:
         f"{run.node},{run.peer}",
         f"--ntasks-per-node={run.gpus_per_node}",
         f"--mpi={run.mpi}",
+        *([f"--reservation={run.reservation}"] if run.reservation else []),
         "all_reduce_perf",
         *run.tool_args(),
     ]
@@ -210,11 +219,98 @@ def run_peer_test(
     ``unknown`` with the reason: never a pass, never an exception.
     """
     policy = pool.acceptance or AcceptancePolicy()
-    test = AcceptanceTest.NCCL_MULTI_NODE
     try:
-        run = PeerRun(node, peer, gpus_per_node=pool.gpus_per_node, mpi=mpi)
-        runner = SSHRunner(pool.ssh, base_dir=base_dir, pool=pool.name)
+        run, host = _head(fleet, pool, node, peer, base_dir, mpi)
     except (ValueError, ConfigError) as exc:
-        return _unknown(test, f"multi-node NCCL not run: {exc}")
+        return _unknown(AcceptanceTest.NCCL_MULTI_NODE, f"multi-node NCCL not run: {exc}")
+    return run_nccl_multi_node(policy, host, run)
+
+
+def _head(
+    fleet: str, pool: PoolSpec, node: str, peer: str, base_dir: Path, mpi: str
+) -> tuple[PeerRun, HeadToolHost]:
+    """The pair and the pool's head node as a ToolHost; ValueError or ConfigError for a
+    name that is not a host name or ssh settings that are wrong."""
+    run = PeerRun(node, peer, gpus_per_node=pool.gpus_per_node, mpi=mpi)
+    runner = SSHRunner(pool.ssh, base_dir=base_dir, pool=pool.name)
     target = PlaybookTarget(fleet, pool.name, node, None, f"multi-node NCCL with {peer}")
-    return run_nccl_multi_node(policy, HeadToolHost(runner, target), run)
+    return run, HeadToolHost(runner, target)
+
+
+#: Seconds each scontrol call of run_drained_peer_test may take.
+SCONTROL_TIMEOUT_S = 60.0
+
+#: A Slurm user name navarch puts in a reservation (POSIX user name characters).
+_USER_NAME = re.compile(r"[a-z_][a-z0-9_.-]{0,31}")
+
+
+def run_drained_peer_test(
+    fleet: str,
+    pool: PoolSpec,
+    node: str,
+    peer: str,
+    *,
+    base_dir: Path,
+    mpi: str = "pmix",
+) -> tuple[AcceptanceResult, bool]:
+    """run_peer_test for a node drained in Slurm for its burn-in: (the result, whether the
+    node is drained again afterwards).
+
+    Slurm never allocates a drained node, even to a job in a reservation (tested on
+    Slurm 22.05: "Required node not available (down, drained or reserved)"). So on the
+    head node: a maintenance reservation of the node and the peer for the ssh user
+    (``scontrol create reservation ... Flags=MAINT,IGNORE_JOBS``, lasting the pool's
+    timeout_s plus 5 minutes, so a reservation left behind expires), the node resumed
+    (the reservation keeps other jobs off it), the pair run in the reservation, then the
+    node drained again and the reservation deleted, whatever the run gave. A step that
+    fails gives ``unknown`` naming it; False when the node could not be drained again
+    (the caller cordons it anew). Never raises.
+    """
+    policy = pool.acceptance or AcceptancePolicy()
+    test = AcceptanceTest.NCCL_MULTI_NODE
+    user = str(dict(pool.ssh).get("user") or "root")
+    try:
+        if not _USER_NAME.fullmatch(user):
+            raise ValueError(f"ssh user {user!r} is not a Slurm user name")
+        run, host = _head(fleet, pool, node, peer, base_dir, mpi)
+        run = replace(run, reservation=f"navarch-nccl-{node}")
+    except (ValueError, ConfigError) as exc:
+        return _unknown(test, f"multi-node NCCL not run: {exc}"), True
+    scontrol = partial(_scontrol, host)
+    minutes = math.ceil(policy.timeout_s / 60) + 5
+    scontrol("delete", f"ReservationName={run.reservation}")  # one a killed run left
+    failed = scontrol(
+        "create",
+        "reservation",
+        f"ReservationName={run.reservation}",
+        f"Nodes={node},{peer}",
+        f"Users={user}",
+        "StartTime=now",
+        f"Duration={minutes}",
+        "Flags=MAINT,IGNORE_JOBS",
+    )
+    if failed:
+        return _unknown(test, f"multi-node NCCL not run: {failed}"), True
+    try:
+        failed = scontrol("update", f"NodeName={node}", "State=RESUME")
+        if failed:
+            return _unknown(test, f"multi-node NCCL not run: {failed}"), True
+        result = run_nccl_multi_node(policy, host, run)
+        failed = scontrol(
+            "update",
+            f"NodeName={node}",
+            "State=DRAIN",
+            f"Reason=navarch: burning in (multi-node NCCL test with {peer} done)",
+        )
+        return result, not failed
+    finally:
+        scontrol("delete", f"ReservationName={run.reservation}")
+
+
+def _scontrol(host: ToolHost, *args: str) -> str:
+    """Run scontrol ARGS on host: "" when it succeeded, else what failed, in one line."""
+    out = host.run(["scontrol", *args], SCONTROL_TIMEOUT_S)
+    if out.exit_code == 0 and not out.timed_out:
+        return ""
+    why = "timed out" if out.timed_out else f"exit {out.exit_code}"
+    return node_text(f"scontrol {' '.join(args[:2])} {why}: {out.stderr or out.stdout}")

@@ -13,14 +13,17 @@ A scenario file holds (times are RFC 3339, or relative to `now` like "-20m", "+1
   foreign:            other instances: instance_id, [tags], [provider], [launched_at]
   reports:            node -> report fields (sequence, boot_id, generated_at, status, fatal,
                       fault_key ("xid:79@gpu0": the agent's structured key), findings,
-                      notice_kind, process_count, utilization_pct), or
+                      notice_kind, process_count, utilization_pct, acceptance {started_at,
+                      finished_at (null: running), reset, results [{test, status, figure,
+                      threshold, unit, reason, detail}]}), or
                       {rejected: reason} (the summary is then the remembered one, as
                       navarch.reconcile.reports.read_reports passes it)
   memory:             nodes: node -> phase, phase_at, phase_reason, repair, streak,
                       streak_sequence, first_seen_at, report, and the remediation
                       ladder's fault {key, action, boot_id, sequence}, faults [[kind, time]],
                       rung, rung_fault, rung_at, return_streak, operator_cordon, diag {level,
-                      why, state, at, started_at, detail}, diag_cordon, impaired_since, impaired_cordon, silent_cordon, scale_down_cordon; pools: pool -> next_index,
+                      why, state, at, started_at, detail}, diag_cordon, impaired_since, impaired_cordon, silent_cordon, scale_down_cordon,
+                      burn_in_cordon, peer_test {test, status, figure, ...}, peer_run; pools: pool -> next_index,
                       repairs, exhausted [{[provider], zone, instance_type, spot, until}], desired,
                       desired_from_target, scaled_at, host_faults [[host, key, time]],
                       settings {scheduler, playbooks, ssh, drain_timeout, stale_after,
@@ -31,7 +34,7 @@ A scenario file holds (times are RFC 3339, or relative to `now` like "-20m", "+1
   expect:
     actions:          in order: {action, pool, node, reason_contains?, places_first?,
                       places?, replaces?, desired?, repair?, action_reason?,
-                      avoid_hosts?, block?, hand_back?}
+                      avoid_hosts?, block?, hand_back?, peer?}
     halts:            in order: {pool, rule, message_contains?}
     lifecycles:       node -> lifecycle (optional)
     memory:           nodes: node -> {streak?, streak_sequence?} after observe; pools:
@@ -49,7 +52,7 @@ A scenario file holds (times are RFC 3339, or relative to `now` like "-20m", "+1
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -58,6 +61,7 @@ import builders
 import pytest
 import yaml
 
+from navarch.acceptance import AcceptanceResult, AcceptanceRun, SuiteDepth
 from navarch.inventory import Instance
 from navarch.planner.context import PlanOptions
 from navarch.planner.model import (
@@ -72,6 +76,7 @@ from navarch.planner.model import (
 from navarch.planner.observe import Observed, observe
 from navarch.planner.plan import plan
 from navarch.spec import FleetSpec
+from navarch.timefmt import ts
 
 SCENARIOS = Path(__file__).parent / "scenarios"
 _SCENARIO_KEYS = {
@@ -106,6 +111,7 @@ _ACTION_KEYS = {
     "avoid_hosts",
     "block",
     "hand_back",
+    "peer",
 }
 
 
@@ -132,7 +138,24 @@ def _summary(raw: Mapping[str, Any], now: datetime) -> ReportSummary:
     assert generated_at is not None
     if "notice_deadline" in fields:
         fields["notice_deadline"] = builders.when(now, fields["notice_deadline"])
-    return builders.summary(generated_at=generated_at, **fields)
+    run = fields.pop("acceptance", None)
+    s = builders.summary(generated_at=generated_at, **fields)
+    return s if run is None else replace(s, acceptance=_acceptance(run, s.boot_id, now))
+
+
+def _acceptance(raw: Mapping[str, Any], boot_id: str, now: datetime) -> AcceptanceRun:
+    """A report's acceptance run {started_at, finished_at (null: running), reset, results:
+    [{test, status, figure, threshold, unit, reason, detail}]}, times relative to now."""
+    started = builders.when(now, raw.get("started_at", "-5m"))
+    finished = builders.when(now, raw.get("finished_at", "-1m"))
+    return AcceptanceRun(
+        boot_id,
+        SuiteDepth.QUICK,
+        ts(started),
+        ts(finished) if finished is not None else None,
+        int(raw.get("reset", 0)),
+        tuple(AcceptanceResult.from_json(r) for r in raw.get("results") or ()),
+    )
 
 
 def _diag(raw: Mapping[str, Any] | None, now: datetime) -> Diag | None:
@@ -164,6 +187,10 @@ def build_inputs(doc: Mapping[str, Any], tmp_path: Path) -> Inputs:
     for name, raw in (mem_doc.get("nodes") or {}).items():
         raw = dict(raw)
         report = raw.pop("report", None)
+        # Burn-in's fields: set on the built memory (builders.node_memory predates them).
+        burn_in = {k: raw.pop(k) for k in ("burn_in_cordon", "peer_run") if k in raw}
+        if "peer_test" in raw:
+            burn_in["peer_test"] = AcceptanceResult.from_json(raw.pop("peer_test"))
         node_mems.append(
             builders.node_memory(
                 name,
@@ -179,6 +206,8 @@ def build_inputs(doc: Mapping[str, Any], tmp_path: Path) -> Inputs:
                 **raw,
             )
         )
+        if burn_in:
+            node_mems[-1] = replace(node_mems[-1], **burn_in)
     pool_mems = []
     for name, raw in (mem_doc.get("pools") or {}).items():
         raw = dict(raw)
@@ -343,6 +372,8 @@ def check(doc: Mapping[str, Any], observed: Observed, p: Plan) -> None:
             assert got.block == want["block"], where
         if "hand_back" in want:
             assert got.hand_back == want["hand_back"], where
+        if "peer" in want:
+            assert got.peer == want["peer"], where
 
     want_halts = expect.get("halts") or []
     assert [(h.pool, h.rule) for h in p.halts] == [(h["pool"], h["rule"]) for h in want_halts], (

@@ -1,0 +1,96 @@
+"""Burn-in in the scheduler: a burning-in node is cordoned while its suite loads the GPUs,
+uncordoned when it passed, and its multi-node NCCL test is started. Pure.
+
+navarch.planner.burn_in decides where each node's burn-in stands (the view's lifecycle
+BURN_IN, its ``burn_in`` verdict and the ``peer`` it waits on); this stage turns that into
+the scheduler's actions, after the spares stage (which may hold a passed node as a spare):
+
+- a BURN_IN node not yet cordoned for it (NodeView.burn_in_cordon) is cordoned
+  (action_reason BURN_IN): a Slurm node is IDLE as soon as slurmd registers, and a job
+  that lands on it while ``dcgmi diag`` or ``all_reduce_perf`` runs is slowed and slows
+  the test. A node back from an in-place remedy is already cordoned (its phase) and is
+  the ladder's;
+- a node cordoned for burn-in that now serves (healthy or degraded: passed) is
+  uncordoned (BURN_IN_PASSED), unless the spares stage holds it as a spare this run (its
+  spare cordon keeps it out of the scheduler). A failed uncordon leaves the flag, so the
+  next run plans it again;
+- a BURN_IN node whose single-node suite passed and that waits on a known-good peer
+  (NodeView.peer, chosen by navarch.planner.burn_in.choose_peer) gets an NCCL_PEER action
+  (BURN_IN_PEER): the executor runs the pair through the pool's Slurm head node and
+  records the result where the next run's verdict reads it (NodeMemory.peer_test).
+
+Only pools whose cordon reaches a scheduler (scheduler slurm or kubernetes, or a cordon
+playbook of the pool's own) are cordoned: with scheduler none nothing would take work off
+the node, and the lifecycle already keeps it from counting as serving. An open circuit
+breaker holds the burn-in cordon back, as every new cordon (DESIGN.md safety rule 4);
+the uncordon and the peer test only add capacity or knowledge and go whatever the breaker.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from navarch.planner.context import PoolContext, Progress, StageResult, iid
+from navarch.planner.model import READY, Action, ActionKind, ActionReason, Lifecycle
+from navarch.planner.spares import not_serving
+from navarch.spec import PoolSpec, Scheduler
+
+__all__ = ["burn_in_stage", "cordons_in_scheduler"]
+
+
+def cordons_in_scheduler(pool: PoolSpec) -> bool:
+    """Whether a cordon of the pool's node reaches a scheduler: scheduler slurm or
+    kubernetes, or a cordon playbook of the pool's own."""
+    return pool.scheduler is not Scheduler.NONE or "cordon" in pool.playbooks
+
+
+def burn_in_stage(ctx: PoolContext, prog: Progress) -> StageResult:
+    """Cordon burning-in nodes, uncordon passed ones, start due multi-node NCCL tests
+    (module docstring). Nodes an earlier stage acted on this run are left to it."""
+    if ctx.pool.acceptance is None:
+        return StageResult(prog)
+    spares = not_serving(ctx, prog)
+    busy = prog.taken | set(prog.leaving)
+    in_scheduler = cordons_in_scheduler(ctx.pool)
+    actions: list[Action] = []
+    for v in ctx.views:
+        if v.node in busy or v.orphan:
+            continue
+        if v.lifecycle is Lifecycle.BURN_IN and in_scheduler and not v.burn_in_cordon:
+            if not ctx.frozen:
+                actions.append(
+                    Action(
+                        ActionKind.CORDON,
+                        ctx.pool.name,
+                        v.node,
+                        f"burning in: kept from the scheduler while the acceptance suite "
+                        f"runs ({v.reason})",
+                        instance_id=iid(v),
+                        action_reason=ActionReason.BURN_IN,
+                    )
+                )
+        elif v.burn_in_cordon and v.lifecycle in READY and v.node not in spares:
+            actions.append(
+                Action(
+                    ActionKind.UNCORDON,
+                    ctx.pool.name,
+                    v.node,
+                    f"burn-in passed: returned to the scheduler ({v.reason})",
+                    instance_id=iid(v),
+                    action_reason=ActionReason.BURN_IN_PASSED,
+                )
+            )
+        if v.lifecycle is Lifecycle.BURN_IN and v.peer:
+            actions.append(
+                Action(
+                    ActionKind.NCCL_PEER,
+                    ctx.pool.name,
+                    v.node,
+                    f"multi-node NCCL all-reduce with the known-good {v.peer}",
+                    instance_id=iid(v),
+                    action_reason=ActionReason.BURN_IN_PEER,
+                    peer=v.peer,
+                )
+            )
+    taken = prog.taken | {a.node for a in actions if a.node is not None}
+    return StageResult(replace(prog, taken=frozenset(taken)), tuple(actions))

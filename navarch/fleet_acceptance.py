@@ -64,6 +64,7 @@ def acceptance_policy(
         nvbandwidth_min_gbps=_opt_float(thresholds.get("nvbandwidth_gbps")),
         min_fraction=float(raw["min_fraction"]),
         multi_node=bool(raw["multi_node"]),
+        nccl_multi_node_min_busbw_gbps=_opt_float(thresholds.get("nccl_multi_node_busbw_gbps")),
         timeout_s=timeout_s,
         deadline_s=deadline_s,
     )

@@ -9,16 +9,33 @@ import stat
 import sys
 from collections.abc import Iterator
 from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 import yaml
 
-from navarch.acceptance import AcceptancePolicy, AcceptanceStatus
+from navarch.acceptance import (
+    AcceptancePolicy,
+    AcceptanceResult,
+    AcceptanceRun,
+    AcceptanceStatus,
+    SuiteDepth,
+)
 from navarch.agent.acceptance_tools import SystemToolHost
 from navarch.fleet_file import load_fleet
+from navarch.inventory import Instance
+from navarch.outcome import OutcomeKind
+from navarch.planner.burn_in import run_key
+from navarch.planner.model import Action, ActionKind, ActionReason, Memory, NodeMemory, Plan
+from navarch.reconcile.executor import Executor
+from navarch.reconcile.handlers import Handlers
+from navarch.reconcile.state import AuditLog
 from navarch.remote.nccl_peer import PeerRun, run_nccl_multi_node, run_peer_test
-from navarch.spec import PoolSpec
+from navarch.spec import FleetSpec, PoolSpec
+from navarch.stores.file import FileStore
+from navarch.timefmt import ts
+from tests.planner import builders
 from tests.support.slurm import SlurmCluster, start_slurm
 from tests.support.sshd import Sshd, free_port, require_sshd, start_sshd
 
@@ -147,6 +164,12 @@ def head(
 
 
 def _pool(directory: Path, sshd: Sshd) -> PoolSpec:
+    return load_fleet(_fleet(directory, sshd)).pool("train")
+
+
+def _fleet(directory: Path, sshd: Sshd) -> Path:
+    """fleet.example.yaml as directory/fleet.yaml, its train pool a Slurm pool with
+    multi-node acceptance whose head node is `sshd`."""
     doc = yaml.safe_load((REPO / "fleet.example.yaml").read_text())
     doc["pools"]["train"].update(
         scheduler="slurm",
@@ -156,7 +179,7 @@ def _pool(directory: Path, sshd: Sshd) -> PoolSpec:
     )
     path = directory / "fleet.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    return load_fleet(path).pool("train")
+    return path
 
 
 def test_the_executor_runs_the_planners_pair_through_the_pools_head_node(
@@ -190,3 +213,80 @@ def test_a_head_node_navarch_cannot_reach_gives_unknown_not_a_pass(
     )
     assert result.status is AcceptanceStatus.UNKNOWN
     assert result.figure is None
+
+
+def _burning_in(spec: FleetSpec) -> tuple[dict[str, Instance], Memory, AcceptanceRun]:
+    """The node on trial (its single-node suite passed, drained for burn-in) and its peer,
+    as the executor finds them: their instances and Memory."""
+    now = datetime.now(UTC)
+    run = AcceptanceRun(
+        "boot-7",
+        SuiteDepth.QUICK,
+        ts(now),
+        ts(now),
+        results=(AcceptanceResult("nccl_all_reduce", AcceptanceStatus.PASS, 240.0),),
+    )
+    report = replace(
+        builders.summary(sequence=3, generated_at=now, boot_id="boot-7"), acceptance=run
+    )
+    instances = {
+        name: builders.instance(spec.name, "train", name, launched_at=now, provider="sim")
+        for name in (NODE, PEER)
+    }
+    memory = Memory(fleet=spec.name).with_nodes(
+        [
+            NodeMemory(NODE, "train", f"i-{NODE}", report=report, burn_in_cordon=True),
+            NodeMemory(PEER, "train", f"i-{PEER}"),
+        ]
+    )
+    return instances, memory, run
+
+
+def test_apply_runs_the_pair_of_a_node_drained_for_burn_in_and_keeps_the_result_for_its_run(
+    head: tuple[Sshd, Path],
+    two_nodes: SlurmCluster,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    sshd, standin_dir = head
+    spec = load_fleet(_fleet(tmp_path, sshd))
+    two_nodes.run(
+        "scontrol", "update", f"NodeName={NODE}", "State=DRAIN", "Reason=navarch: burning in"
+    )
+    instances, memory, run = _burning_in(spec)
+    monkeypatch.setattr(Handlers, "peer_mpi", "none")  # the stand-in Slurm has no PMIx
+    action = Action(
+        ActionKind.NCCL_PEER,
+        "train",
+        NODE,
+        f"multi-node NCCL all-reduce with the known-good {PEER}",
+        peer=PEER,
+        action_reason=ActionReason.BURN_IN_PEER,
+    )
+    store = FileStore(tmp_path / "store")
+    now = datetime.now(UTC)
+    executor = Executor(
+        spec,
+        {},
+        AuditLog(store, spec.name, "run-1", now),
+        instances=instances,
+        inventory=tuple(instances.values()),
+        clock=lambda: now,
+        run_id="run-1",
+    )
+    memory, (outcome,) = executor.execute(Plan(spec.name, now, (action,)), memory)
+
+    assert outcome.kind is OutcomeKind.OK, outcome.detail
+    assert f"nccl_multi_node with {PEER}: pass 57.17 GB/s" in outcome.detail
+    nm = memory.node(NODE)
+    assert nm.peer_run == run_key(run) and nm.burn_in_cordon
+    assert nm.peer_test is not None and (nm.peer_test.status, nm.peer_test.figure) == (
+        AcceptanceStatus.PASS,
+        57.17,
+    )
+    ran = sorted((standin_dir / f"rank-{r}").read_text().split()[0] for r in (0, 1))
+    assert ran == sorted([NODE, PEER])  # the drained node ran its rank
+    # Drained again for the rest of its burn-in, and the reservation is gone.
+    assert two_nodes.state(NODE) == "IDLE+DRAIN"
+    assert "navarch-nccl" not in two_nodes.run("scontrol", "show", "reservation").stdout
+    two_nodes.run("scontrol", "update", f"NodeName={NODE}", "State=RESUME")

@@ -77,7 +77,11 @@ def quiet_run(
     saved = memory
     if changed:
         check_store()
-        saved, _ = save_memory(store, memory.with_nodes(changed), version, cache=cache)
+        # A lazy Memory is not remembered in the cache: it has not checked every entry.
+        lazy = memory.nodes.lazy_entries() is not None
+        saved, _ = save_memory(
+            store, memory.with_nodes(changed), version, cache=None if lazy else cache
+        )
     plan = Plan(
         fleet=spec.name,
         created_at=now,

@@ -345,6 +345,7 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
             for v in plan.views
         ],
         "foreign": [{"provider": i.provider, "instance_id": i.instance_id} for i in plan.foreign],
+        **({"partial": plan.partial} if plan.partial else {}),
     }
 
 

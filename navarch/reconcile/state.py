@@ -462,7 +462,8 @@ def load_memory(
     cache: reuse the Memory of a version this process wrote or read already (StateCache).
     lazy: decode each node only when it is looked up (codec.memory_from_json), for a run
     that reads a few nodes (navarch.reconcile.quiet_run); a malformed node entry then
-    raises KeyError/ValueError/TypeError at that lookup instead of StoreError here.
+    raises KeyError/ValueError/TypeError at that lookup instead of StoreError here, so a
+    lazy Memory is not remembered in the cache (a cached one is still used).
     Raises StoreError when the document exists but cannot be read: navarch stops rather
     than act on a fleet it has forgotten.
     """
@@ -483,7 +484,7 @@ def load_memory(
         ) from exc
     if mem.fleet != fleet:
         raise StoreError(f"{state_key(fleet)} belongs to fleet {mem.fleet!r}, not {fleet!r}")
-    if cache is not None:
+    if cache is not None and not lazy:  # a lazy Memory has not checked every entry yet
         cache.put(blob.key, blob.version, mem)
     return mem, blob.version
 

@@ -19,7 +19,7 @@ from navarch.fleet_file import load_fleet
 from navarch.outcome import ApplyResult
 from navarch.planner.model import ActionKind, Phase
 from navarch.providers.local.ops import inject, tick
-from navarch.reconcile.render import NO_CHANGES, render_text
+from navarch.reconcile.render import NO_CHANGES, plan_to_json, render_text
 from navarch.reconcile.run import Fleet, run_apply
 from navarch.reconcile.state import load_memory, state_key
 
@@ -148,6 +148,8 @@ def test_a_heartbeat_event_run_lists_no_instances_and_reads_only_the_named_repor
     text = render_text(result.plan)
     assert "Partial run: read the 1 report its events named (1 new)" in text
     assert NO_CHANGES not in text
+    doc = plan_to_json(result.plan)
+    assert doc["partial"] == result.plan.partial and doc["converged"] is False
 
 
 def test_a_redelivered_heartbeat_event_writes_nothing(served: tuple[Fleet, list[str]]) -> None:

@@ -15,13 +15,14 @@ import orjson
 import pytest
 import yaml
 
+from navarch.errors import LockHeld
 from navarch.fleet_file import load_fleet
 from navarch.outcome import ApplyResult
 from navarch.planner.model import ActionKind, Phase
 from navarch.providers.local.ops import inject, tick
 from navarch.reconcile.render import NO_CHANGES, plan_to_json, render_text
 from navarch.reconcile.run import Fleet, run_apply
-from navarch.reconcile.state import load_memory, state_key
+from navarch.reconcile.state import acquire_lock, load_memory, release_lock, state_key
 
 FLEET = "ev"
 T0 = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
@@ -210,3 +211,18 @@ def test_an_event_run_naming_a_report_of_no_known_node_is_the_full_run(
 
     assert cloud_calls["list_instances"] == 1
     assert not result.plan.partial
+
+
+def test_a_heartbeat_event_run_waits_for_the_lease_like_any_run(
+    served: tuple[Fleet, list[str]],
+) -> None:
+    fleet, nodes = served
+    version = fleet.store.get(state_key(FLEET)).version
+    held = acquire_lock(fleet.store, FLEET, "apply (another runner)", 300, T2)
+    try:
+        with pytest.raises(LockHeld):
+            _apply(fleet, T2, [_key(nodes[0])])
+    finally:
+        release_lock(fleet.store, FLEET, held)
+    assert fleet.store.get(state_key(FLEET)).version == version  # nothing folded or written
+    assert _apply(fleet, T2, [_key(nodes[0])]).plan.partial  # once free, it runs

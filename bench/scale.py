@@ -32,8 +32,10 @@ child):
     notifications would name
 11. event: the apply those notifications start (navarch.api.apply with reports_named, as
     `navarch apply --on-events URL --listen` runs it; the queue's own round trips are not
-    in it): only the named reports are listed and verified, every other node's report
-    is Memory's (navarch.reconcile.named_reports)
+    in it). The reports are heartbeats (healthy, same boot, nodes in service), so the run
+    is partial (navarch.reconcile.quiet_run): only the named reports are listed and
+    verified and folded into Memory, no machine is listed, the state is decoded for the
+    named nodes only and written back with every other entry as read
 
 Prints one line per step and size (wall and CPU seconds: on a shared machine the CPU time
 is the steadier figure), with the ratio of wall times to the 1,000-node figure and (plan)

@@ -123,10 +123,13 @@ class Unattended:
     # -- after the run ------------------------------------------------------------------
     def finish(self, result: ApplyResult | None, error: BaseException | None) -> None:
         """Metrics (textfile, pushgateway) and the status page; failures are logged. A run
-        that found the lease held did nothing: the run holding it reports."""
+        that found the lease held did nothing: the run holding it reports; a partial run
+        (Plan.partial) looked at too little of the fleet to report on it."""
         self.close()
         if isinstance(error, LockHeld):
             return
+        if result is not None and result.plan.partial:
+            return  # it saw a few reports, not the fleet: the last full run's figures stand
         spec = self.fleet.spec
         now = self.clock()
         if self.metrics_textfile or spec.metrics.pushgateway:

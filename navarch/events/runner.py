@@ -7,7 +7,8 @@ One event-started run:
    `max_messages` are held: a burst of reports written in the same seconds (a rack losing
    power, a bad driver rolled out) becomes one batch and so one run;
 2. apply with the usual lease, naming the batch's report keys (only they are read while
-   every other report is fresh: navarch.reconcile.named_reports);
+   every other report is fresh: navarch.reconcile.named_reports; when every one is a plain
+   heartbeat the run is partial and lists no cloud: navarch.reconcile.quiet_run);
 3. delete the batch's messages only once the run returned, that is after it saved its
    state. A run that dies first leaves them in the queue: they are delivered again after
    the queue's visibility timeout and cost one run that finds nothing to do.

@@ -632,6 +632,10 @@ class Plan:
     observation_fingerprint: str = ""  # digest of the views and halts (saved-plan check)
     views: tuple[NodeView, ...] = field(default=(), compare=False)
     foreign: tuple[Instance, ...] = field(default=(), compare=False)
+    #: set on a partial run (an event-started run that read only the reports its events
+    #: named and planned nothing else: navarch.planner.quiet): what it did and did not look
+    #: at. Such a plan is never converged: it cannot say the world matches fleet.yaml.
+    partial: str = ""
 
     @property
     def breaker_open(self) -> bool:
@@ -654,7 +658,7 @@ class Plan:
 
         Only then may a plan say "No changes" (and --detailed-exitcode exit 0).
         """
-        return not (self.actions or self.halts or self.pending)
+        return not (self.actions or self.halts or self.pending or self.partial)
 
 
 @dataclass(frozen=True)

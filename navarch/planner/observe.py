@@ -718,3 +718,8 @@ def _reported(
     if s.status is Status.UNKNOWN:
         return Lifecycle.UNKNOWN, _first_finding(s), {}
     return Lifecycle.HEALTHY, "all checks pass", {}
+
+
+#: The fold observe() gives each node's report, for a run that folds reports and plans
+#: nothing else (navarch.planner.quiet): one place decides what a report adds to Memory.
+fold_report = _fold_report

@@ -331,11 +331,14 @@ def memory_to_json(m: Memory, cache: NodeDocCache | None = None) -> dict[str, An
     """Memory as the state/<fleet>.json document (version 1). cache: reuse the node entries
     of earlier documents (NodeDocCache); the document then shares them: read it, never
     change it."""
-    nodes = (
-        cache.nodes_to_json(m.nodes)
-        if cache is not None
-        else {n.node: node_to_json(n) for n in m.nodes}
-    )
+    lazy = m.nodes.lazy_entries()
+    if lazy is not None:  # a state read lazily: the entries of nodes not set are as read
+        entries, changed = lazy
+        nodes = {**entries, **{name: node_to_json(n) for name, n in changed.items()}}
+    elif cache is not None:
+        nodes = cache.nodes_to_json(m.nodes)
+    else:
+        nodes = {n.node: node_to_json(n) for n in m.nodes}
     return {
         "version": 1,
         "fleet": m.fleet,
@@ -452,9 +455,19 @@ def _node_from_json(name: str, n: Mapping[str, Any]) -> NodeMemory:
     )
 
 
-def memory_from_json(d: Mapping[str, Any]) -> Memory:
-    """Inverse of memory_to_json. Raises KeyError/ValueError on a malformed document."""
-    nodes = tuple(_node_from_json(name, n) for name, n in sorted(d.get("nodes", {}).items()))
+def memory_from_json(d: Mapping[str, Any], *, lazy: bool = False) -> Memory:
+    """Inverse of memory_to_json. Raises KeyError/ValueError on a malformed document.
+
+    lazy: decode each node when it is first looked up (NodeTable.lazy), for a run that
+    reads a few nodes of a large state; a malformed node entry then raises at that lookup,
+    and memory_to_json writes the entries of the nodes not set back as they were read.
+    """
+    entries = d.get("nodes", {})
+    nodes: NodeTable[NodeMemory] = (
+        NodeTable.lazy(entries, _node_from_json)
+        if lazy
+        else NodeTable(_node_from_json(name, n) for name, n in sorted(entries.items()))
+    )
     pools = tuple(
         PoolMemory(
             pool=name,
@@ -488,7 +501,7 @@ def memory_from_json(d: Mapping[str, Any]) -> Memory:
         fleet=d["fleet"],
         serial=d.get("serial", 0),
         lineage=d.get("lineage", ""),
-        nodes=NodeTable(nodes),
+        nodes=nodes,
         pools=pools,
         rejections=tuple(sorted(d.get("rejections", {}).items())),
         pause=_pause_from_json(d.get("pause")),

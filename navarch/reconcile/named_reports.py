@@ -25,7 +25,7 @@ from navarch.planner.model import Memory
 from navarch.reconcile.state import health_key
 from navarch.stores.base import ObjectInfo, ObjectStore
 
-__all__ = ["named_listing"]
+__all__ = ["list_named", "named_keys", "named_listing"]
 
 #: key -> (pool, node, listing entry): the shape of reports._Listed.
 Listing = dict[str, tuple[str, str, ObjectInfo]]
@@ -58,12 +58,35 @@ def named_listing(
         key = health_key(fleet, nm.pool, nm.node)
         stored = nm.report.stored_at or nm.report.generated_at
         listing[key] = (nm.pool, nm.node, ObjectInfo(key, nm.report_version, 0, stored.isoformat()))
+    for key in named_keys(fleet, named):
+        listing.pop(key, None)
+    listing.update(list_named(store, fleet, named))
+    return listing
+
+
+def named_keys(fleet: str, named: Collection[str]) -> list[str]:
+    """The keys of `named` that look like health/<fleet>/<pool>/<node>.json, sorted and
+    distinct; others are left out."""
     prefix = f"health/{fleet}/"
+    out = []
     for key in sorted(set(named)):
         pool, _, name = key[len(prefix) :].partition("/")
-        if not key.startswith(prefix) or not name.endswith(".json") or "/" in name:
-            continue
-        listing.pop(key, None)
+        if key.startswith(prefix) and pool and name.endswith(".json") and "/" not in name:
+            out.append(key)
+    return out
+
+
+def list_named(store: ObjectStore, fleet: str, named: Collection[str]) -> Listing:
+    """The named reports as the store lists them now -> key -> (pool, node, entry).
+
+    Each key of named_keys() is listed on its own (a LIST with the key as prefix: one
+    request on S3 and GCS); a named key that is gone is left out, as a full listing would.
+    Raises StoreError.
+    """
+    listing: Listing = {}
+    prefix = f"health/{fleet}/"
+    for key in named_keys(fleet, named):
+        pool, _, name = key[len(prefix) :].partition("/")
         for info in store.list(key):
             if info.key == key:
                 listing[key] = (pool, name[: -len(".json")], info)

@@ -4,7 +4,8 @@ scripts (schemas/plan.schema.json). Saved plans are the JSON form plus the fleet
 Symbols: `+` provision, `~` cordon / drain / uncordon / reboot / reset_gpu / diagnose / scale / update tags, `-`
 terminate; a `# (because ...)` line under each; held-back actions, notes and what the fleet
 still waits for; one summary line. "No changes. The fleet matches fleet.yaml." only when
-the plan is converged (no actions, nothing held back, nothing pending).
+the plan is converged (no actions, nothing held back, nothing pending); a partial run's
+plan (Plan.partial) says what it did not look at instead.
 """
 
 from __future__ import annotations
@@ -129,6 +130,8 @@ def render_text(plan: Plan, *, verbose: bool = False) -> str:
         lines.append("")
     if plan.actions:
         lines.append(summary_line(plan))
+    elif plan.partial:
+        lines.append(f"Partial run: {terminal(plan.partial)}")
     else:
         lines.append(NO_CHANGES if plan.converged else NOT_CONVERGED)
     return "\n".join(lines) + "\n"
@@ -209,6 +212,8 @@ def render_markdown(plan: Plan) -> str:
     sections, more_pools, more_pool_actions = _md_sections(plan)
     if plan.actions:
         summary = summary_line(plan)
+    elif plan.partial:
+        summary = f"Partial run: {plan.partial}"
     else:
         summary = NO_CHANGES if plan.converged else NOT_CONVERGED.replace("above", "below")
     return env.get_template("plan.md.j2").render(
@@ -345,6 +350,7 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
             for v in plan.views
         ],
         "foreign": [{"provider": i.provider, "instance_id": i.instance_id} for i in plan.foreign],
+        **({"partial": plan.partial} if plan.partial else {}),
     }
 
 

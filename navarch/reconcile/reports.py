@@ -428,6 +428,22 @@ def read_reports(
     )
     if listed is None:
         listed = _listed_reports(store, health_prefix(fleet))
+    return read_listed(store, fleet, memory, fleet_secret, now, listed, rule_sets, cache)
+
+
+def read_listed(
+    store: ObjectStore,
+    fleet: str,
+    memory: Memory,
+    fleet_secret: bytes | None,
+    now: datetime,
+    listed: Mapping[str, tuple[str, str, ObjectInfo]],
+    rule_sets: Mapping[str, RuleSets] | None = None,
+    cache: ReportCache | None = None,
+) -> dict[str, ReportObservation]:
+    """The observations of the listed reports (key -> (pool, node, listing entry)) ->
+    node -> observation: what read_reports does once it has listed, for a caller that
+    listed some keys itself (navarch.reconcile.named_reports). Never raises for a report."""
     rules = rule_sets or {}
     # One digest per pool, not per report: hashing the rules is 4 us a call.
     pools = {pool for pool, _, _ in listed.values()}
@@ -463,7 +479,7 @@ def _listed_reports(store: ObjectStore, prefix: str) -> _Listed:
 
 
 def _known_reports(
-    listed: _Listed,
+    listed: Mapping[str, tuple[str, str, ObjectInfo]],
     memory: Memory,
     cache: ReportCache | None,
     digests: Mapping[str, str],

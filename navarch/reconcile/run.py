@@ -36,6 +36,7 @@ from navarch.providers.base import Provider, capabilities_of
 from navarch.reconcile.codec import memory_to_json
 from navarch.reconcile.collector import gathering
 from navarch.reconcile.executor import Executor, JournalPolicy, PlaybookRunner
+from navarch.reconcile.quiet_run import Partial, quiet_run
 from navarch.reconcile.report_cache import CacheMemo, ReportCache
 from navarch.reconcile.reports import read_reports
 from navarch.reconcile.state import (
@@ -362,7 +363,8 @@ def run_apply(
     it (navarch.actor: read by the CLI from its environment, or the MCP client a tool call
     came from), recorded in every audit record as `by`; an MCP client is named in the
     lease's command too. named: the report keys an event-started run was started for
-    (see gather).
+    (see gather); when every one is quiet the run is partial (navarch.reconcile.quiet_run:
+    the reports folded into Memory, nothing listed or planned, Plan.partial set).
 
     The lease (state/<fleet>.lock, TTL safety.lock_ttl) is renewed in the background for
     the whole run; every action checks it first and every state write checks the lease
@@ -377,6 +379,13 @@ def run_apply(
     """
     with leased(fleet, command + _mcp_suffix(actor), clock) as lease:
         try:
+            partial = _partial(fleet, clock(), named, saved, options, lease)
+            if partial is not None:
+                now = partial.plan.created_at
+                run_id = run_id or f"{now:%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:8]}"
+                result = ApplyResult(partial.plan, (), partial.memory, run_id)
+                _after(after_apply, result, None)
+                return result
             snap = gather(fleet, clock(), options, named)
             plan = snap.plan
             if saved is not None:
@@ -409,6 +418,27 @@ def run_apply(
         except NavarchError as exc:
             _after(after_apply, None, exc)
             raise
+
+
+def _partial(
+    fleet: Fleet,
+    now: datetime,
+    named: Collection[str] | None,
+    saved: Plan | None,
+    options: PlanOptions | None,
+    lease: Lease,
+) -> Partial | None:
+    """The partial run of an event-started apply whose reports are all quiet
+    (navarch.reconcile.quiet_run), or None for the full run: always when the apply was not
+    started by events or was asked for more than converging (a saved plan, --replace,
+    destroy)."""
+    if named is None or saved is not None:
+        return None
+    if options is not None and (options.replace or options.destroy):
+        return None
+    return quiet_run(
+        fleet.store, fleet.spec, fleet.secret(), fleet.state_cache, now, named, lease.check_store
+    )
 
 
 def _executor(

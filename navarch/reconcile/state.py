@@ -455,11 +455,15 @@ class StateCache:
 
 
 def load_memory(
-    store: ObjectStore, fleet: str, cache: StateCache | None = None
+    store: ObjectStore, fleet: str, cache: StateCache | None = None, *, lazy: bool = False
 ) -> tuple[Memory, str | None]:
     """Read state/<fleet>.json -> (Memory, version); a missing object is an empty Memory.
 
     cache: reuse the Memory of a version this process wrote or read already (StateCache).
+    lazy: decode each node only when it is looked up (codec.memory_from_json), for a run
+    that reads a few nodes (navarch.reconcile.quiet_run); a malformed node entry then
+    raises KeyError/ValueError/TypeError at that lookup instead of StoreError here, so a
+    lazy Memory is not remembered in the cache (a cached one is still used).
     Raises StoreError when the document exists but cannot be read: navarch stops rather
     than act on a fleet it has forgotten.
     """
@@ -471,7 +475,8 @@ def load_memory(
     if cached is not None:
         return cached, blob.version
     try:
-        mem = memory_from_json(orjson.loads(blob.data))  # orjson wrote it: 27 MB at 100,000 nodes
+        # orjson wrote it: 27 MB at 100,000 nodes
+        mem = memory_from_json(orjson.loads(blob.data), lazy=lazy)
     except (ValueError, KeyError, TypeError) as exc:
         raise StoreError(
             f"{state_key(fleet)} in {store.url} is not a valid navarch state document ({exc}); "
@@ -479,7 +484,7 @@ def load_memory(
         ) from exc
     if mem.fleet != fleet:
         raise StoreError(f"{state_key(fleet)} belongs to fleet {mem.fleet!r}, not {fleet!r}")
-    if cache is not None:
+    if cache is not None and not lazy:  # a lazy Memory has not checked every entry yet
         cache.put(blob.key, blob.version, mem)
     return mem, blob.version
 

@@ -118,6 +118,31 @@ def test_a_report_written_to_s3_starts_a_run_that_cordons_the_node_then_deletes_
     assert idle.returncode == 0 and "cordon" not in idle.stdout, idle.stdout
 
 
+def test_a_heartbeat_written_to_s3_starts_a_partial_run_that_lists_no_instance(
+    healthy_fleet, env, tmp_path
+) -> None:
+    fleet, nodes, url = healthy_fleet
+    node = sorted(nodes)[0]
+    (tmp_path / f"{node}.agent.json").unlink()  # the agent writes again, as on its heartbeat
+    assert _report(node, nodes[node], tmp_path)["status"] == "healthy"
+    assert queued(url) == 1
+
+    with recording(ApiLog()) as calls:
+        run = navarch(
+            ["apply", str(fleet), "--auto-approve", "--on-events", url, "--triggered"],
+            env,
+            tmp_path,
+        )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "Partial run: read the 1 report its events named (1 new)" in run.stdout, run.stdout
+    assert "No changes" not in run.stdout
+    actions = {c.action for c in calls.calls}
+    assert not any(a.startswith("ec2:") for a in actions), actions  # the cloud was not asked
+    listed = [c.key for c in calls.calls if c.action == "s3:ListBucket"]
+    assert listed == [f"navarch/health/{FLEET}/train/{node}.json"], listed
+    assert queued(url) == 0  # deleted once the state was saved
+
+
 def test_a_kill_between_the_run_and_the_delete_redelivers_and_the_next_run_repeats_nothing(
     healthy_fleet, env, tmp_path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

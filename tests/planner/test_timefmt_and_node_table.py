@@ -40,3 +40,28 @@ def test_a_node_table_lists_nodes_in_name_order_through_single_and_bulk_updates(
     memory = Memory(fleet="demo", nodes=table)
     assert memory.with_node(_nm("n0")).nodes.names() == ("n0", "n1", "n2", "n4")
     assert memory.nodes == Memory(fleet="demo", nodes=list(table)).nodes
+
+
+def test_a_lazy_node_table_decodes_only_what_is_looked_up_and_equals_the_eager_one() -> None:
+    entries = {f"n{i:03d}": {"pool": "p", "i": i} for i in range(100)}
+    decoded: list[str] = []
+
+    def decode(name: str, entry: dict[str, object]) -> NodeMemory:
+        decoded.append(name)
+        return NodeMemory(node=name, pool=str(entry["pool"]))
+
+    table = NodeTable.lazy(entries, decode)
+    first = table.get("n007")
+    assert first is not None and table["n007"] is first  # decoded once, the same object
+    assert "n050" in table and "zz" not in table and len(table) == 100
+    assert table.get("zz") is None
+    moved = NodeMemory(node="n050", pool="q", phase=Phase.CORDONED)
+    added = NodeMemory(node="n100", pool="p")
+    updated = table.updated([moved, added])
+    assert decoded == ["n007"]  # a lookup and an update decode nothing else
+    assert updated.lazy_entries() == (entries, {"n050": moved, "n100": added})
+    assert updated["n050"] is moved and len(updated) == 101
+    eager = NodeTable(decode(n, e) for n, e in entries.items()).updated([moved, added])
+    assert updated == eager and updated.names() == eager.names()
+    assert updated.lazy_entries() is None  # compared: every node decoded, a plain table now
+    assert table.discard("n001").names() == tuple(n for n in sorted(entries) if n != "n001")

@@ -135,6 +135,8 @@ class LocalProvider:
         """Every simulated reservation with its use, whatever ids the pools name
         (navarch.providers.local.reservations)."""
         del ids  # local pools name no reservation: all of them are reported
+        if not self.reservations:
+            return []  # nothing simulated: no need to read every machine again
         return local_reservations(self.name, self.reservations, self.machines())
 
     def find(self, node: str) -> dict[str, Any]:

@@ -8,12 +8,16 @@ from pathlib import Path
 from typing import Any
 
 
-def report_template(directory: Path, fleet: str, gpus: int) -> dict[str, Any]:
+def report_template(
+    directory: Path, fleet: str, gpus: int, kernel_lines: str = ""
+) -> dict[str, Any]:
     """One real agent report (``run_once`` over fake GPUs, printed, not stored) of node
     <fleet>-template-0000 with ``gpus`` GPUs, without its signature; its state and kernel
-    log files go to ``directory``."""
+    log files go to ``directory``, the kernel log holding ``kernel_lines`` (e.g. an XID
+    line, for an unhealthy report)."""
     from navarch.agent import AgentConfig, run_once
 
+    (directory / "kern.log").write_text(kernel_lines)
     config = AgentConfig(
         fleet=fleet,
         pool="template",

@@ -36,6 +36,12 @@ child):
     is partial (navarch.reconcile.quiet_run): only the named reports are listed and
     verified and folded into Memory, no machine is listed, the state is decoded for the
     named nodes only and written back with every other entry as read
+12. (not measured) `navarch apply FLEET --auto-approve`; then EVENT_REPORTS other reports
+    re-signed unhealthy (XID 79, a GPU fallen off the bus), as ten agents that found a
+    fault would write them
+13. event_fault: the apply those notifications start. A changed health is not a
+    heartbeat, so this run is the full one (machines listed, every node observed and
+    planned; the reports not named come from Memory): what an event costs when it matters
 
 Prints one line per step and size (wall and CPU seconds: on a shared machine the CPU time
 is the steadier figure), with the ratio of wall times to the 1,000-node figure and (plan)
@@ -43,7 +49,8 @@ to the floor; last line:
 `plan_ratio_10k=... apply_ratio_10k=... status_ratio_10k=... plan_vs_floor_10k=...
 plan_vs_floor_100k=... incremental_vs_floor_10k=... incremental_vs_floor_100k=...
 plan_only_vs_floor_10k=... plan_only_vs_floor_100k=... event_vs_floor_10k=...
-event_vs_floor_100k=... rss_mb_100k=...` (n/a for sizes
+event_vs_floor_100k=... event_fault_vs_floor_10k=... event_fault_vs_floor_100k=...
+rss_mb_100k=...` (n/a for sizes
 not run; the vs_floor figures are wall-time ratios; rss_mb_100k is the largest peak RSS of
 the 100,000-node steps).
 """
@@ -158,18 +165,40 @@ def change_reports(directory: Path, pct: int = CHANGED_PCT) -> int:
     return len(infos[::step])
 
 
-def change_named_reports(directory: Path, count: int = EVENT_REPORTS) -> list[str]:
-    """Re-sign `count` reports spread over the fleet with the next sequence -> their keys
-    (what the store's notifications would name), also written to events.json."""
+#: The measured steps, in the order they run and print.
+STEPS = ["apply", "plan", "status", "floor", "plan_only", "incremental", "event", "event_fault"]
+
+#: The kernel log line of the event_fault step's reports (NVIDIA XID catalogue: XID 79,
+#: GPU has fallen off the bus; a fatal fault the planner cordons on one report).
+FAULT_LINE = (
+    "[  100.000000] NVRM: Xid (PCI:0000:2a:00): 79, pid='<unknown>', name=<unknown>, "
+    "GPU has fallen off the bus.\n"
+)
+
+
+def change_named_reports(
+    directory: Path, count: int = EVENT_REPORTS, offset: int = 0, fault: bool = False
+) -> list[str]:
+    """Re-sign `count` reports spread over the fleet (starting `offset` reports in) with
+    the next sequence -> their keys (what the store's notifications would name), also
+    written to events.json. With `fault` each becomes the agent's unhealthy report of an
+    XID 79 (FAULT_LINE) on that node's boot."""
     from navarch.signing import derive_node_key, sign
     from navarch.stores.file import FileStore
 
     store = FileStore(directory / "store")
     infos = store.list(f"health/{FLEET}/")
-    chosen = infos[:: max(1, len(infos) // count)][:count]
+    chosen = infos[offset :: max(1, len(infos) // count)][:count]
+    faulty: dict[str, Any] = {}
+    if fault:
+        (directory / "fault").mkdir(exist_ok=True)
+        faulty = benchlib.report_template(directory / "fault", FLEET, GPUS, FAULT_LINE)
     for info in chosen:
         body = json.loads(store.get(info.key).data)
         body.pop("signature", None)
+        if faulty:
+            keep = ("pool", "node", "instance_id", "boot_id", "sequence")
+            body = dict(faulty, **{k: body[k] for k in keep})
         body["sequence"] += 1
         key = derive_node_key(SECRET.encode(), FLEET, body["node"])
         store.put(info.key, json.dumps(sign(body, key), sort_keys=True).encode())
@@ -243,7 +272,7 @@ def child(kind: str, fleet_file: str, out: str) -> None:
         if kind == "floor":
             floor(fleet_file)
             rc = 0
-        elif kind == "event":
+        elif kind in ("event", "event_fault"):
             rc = event_apply(fleet_file)
         else:
             argv = {
@@ -321,6 +350,12 @@ def measure(nodes: int, status: bool = True) -> dict[str, dict[str, Any]]:
         named = change_named_reports(d)
         print(f"  [{nodes}] applied, changed {len(named)} named reports (not measured)", flush=True)
         results["event"] = run_child("event", fleet)
+        run_child("apply", fleet)
+        named = change_named_reports(d, offset=1, fault=True)
+        print(
+            f"  [{nodes}] applied, {len(named)} named reports unhealthy (not measured)", flush=True
+        )
+        results["event_fault"] = run_child("event_fault", fleet)
         return results
 
 
@@ -338,7 +373,7 @@ def main() -> None:
     )
     parser.add_argument(
         "--child",
-        choices=["apply", "plan", "status", "floor", "plan_only", "incremental", "event"],
+        choices=STEPS,
         help=argparse.SUPPRESS,
     )
     parser.add_argument("--fleet", help=argparse.SUPPRESS)
@@ -353,13 +388,13 @@ def main() -> None:
     for n in sizes:
         figures[n] = measure(n, status=not args.no_status)
         ref = figures.get(1000)
-        for kind in ("apply", "plan", "status", "floor", "plan_only", "incremental", "event"):
+        for kind in STEPS:
             if kind not in figures[n]:
                 continue
             r = figures[n][kind]
             ratio = f"{r['wall_s'] / ref[kind]['wall_s']:.1f}x of 1k" if ref else "n/a"
             extra = ""
-            if kind in ("plan_only", "incremental", "event"):
+            if kind in ("plan_only", "incremental", "event", "event_fault"):
                 fl = figures[n]["floor"]
                 extra = (
                     f", {r['wall_s'] / fl['wall_s']:.2f}x the floor "
@@ -395,7 +430,9 @@ def main() -> None:
         f"plan_only_vs_floor_10k={vs_floor(10000, 'plan_only')} "
         f"plan_only_vs_floor_100k={vs_floor(100000, 'plan_only')} "
         f"event_vs_floor_10k={vs_floor(10000, 'event')} "
-        f"event_vs_floor_100k={vs_floor(100000, 'event')} rss_mb_100k={rss_100k}"
+        f"event_vs_floor_100k={vs_floor(100000, 'event')} "
+        f"event_fault_vs_floor_10k={vs_floor(10000, 'event_fault')} "
+        f"event_fault_vs_floor_100k={vs_floor(100000, 'event_fault')} rss_mb_100k={rss_100k}"
     )
 
 

@@ -19,9 +19,9 @@ per-test times); the agent's tick budget (burn_in.TICK_BUDGET_S) is spent on tha
 so the suite spans ticks as on a real node, and a tick's report reaches the store when
 its tools are done (navarch.simulate.world delays the write and the next check).
 
-Sources: no operator publishes the share of new GPU nodes that fail acceptance
-(/work/shared/reference/acceptance-tools.md section 5: "Not found"); ACCEPTANCE_DOA_RATE
-is an assumption, stated in docs/simulate.md.
+Sources: no operator publishes the share of new GPU nodes that fail acceptance (Crusoe,
+Together AI, CoreWeave and Lambda describe the gate, not its rate); ACCEPTANCE_DOA_RATE is
+an assumption, stated in docs/simulate.md.
 """
 
 from __future__ import annotations

@@ -38,7 +38,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import fields, replace
+from dataclasses import dataclass, fields, replace
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -73,6 +73,7 @@ __all__ = [
     "real_tool_tests",
     "run_named_tests",
     "tick_run",
+    "ToolBench",
 ]
 
 log = logging.getLogger("navarch.agent")
@@ -426,6 +427,18 @@ def _instance_type(config: AgentConfig) -> str:
     return found
 
 
+@dataclass(frozen=True)
+class ToolBench:
+    """Where a fake node's acceptance tools run when the caller, not the overrides file,
+    says (the simulator): overrides as FakeToolHost takes them (they also shape the
+    inventory probe, apply_overrides), the tool host to run them on, and the clock the
+    tick's budget is spent on (seconds; a virtual one advances by each tool's time)."""
+
+    overrides: Mapping[str, Any]
+    host: ToolHost
+    clock: Callable[[], float]
+
+
 def tick_run(
     config: AgentConfig,
     prior: Mapping[str, Any] | None,
@@ -433,18 +446,25 @@ def tick_run(
     reset: bool,
     probe: GpuProbe,
     now: datetime,
+    bench: ToolBench | None = None,
 ) -> AcceptanceRun | None:
     """This tick's acceptance run for the agent (acceptance_step), or None when the config
     has no enabled policy. The fake backend's tools answer from config.acceptance_file
     (an unreadable one is logged and answers as a healthy node), its inventory as the
     overrides make it; a real node runs real_tool_tests. A policy that names no instance
     type gets the node's from the metadata service (config.metadata) on the ticks that
-    run tests, so the published per-type baselines (acceptance_tools.thresholds) apply."""
+    run tests, so the published per-type baselines (acceptance_tools.thresholds) apply.
+    bench (fake backend only): the overrides, tool host and clock to use instead of the
+    file and the monotonic clock."""
     policy = config.acceptance
     if policy is None or not policy.enabled:
         return None
     if not policy.instance_type and _runs_tests(prior, boot_id, reset):
         policy = replace(policy, instance_type=_instance_type(config))
+    if probe.backend == "fake" and bench is not None:
+        probe = apply_overrides(probe, bench.overrides)
+        tests = bound_tool_tests(bench.host)
+        return acceptance_step(policy, prior, boot_id, reset, probe, tests, now, clock=bench.clock)
     if probe.backend == "fake":
         try:
             overrides = load_overrides(config.acceptance_file)

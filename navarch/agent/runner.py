@@ -39,7 +39,7 @@ from typing import Any
 
 from navarch.acceptance import AcceptanceRun
 from navarch.agent import kernel_log as kl
-from navarch.agent.burn_in import tick_run
+from navarch.agent.burn_in import ToolBench, tick_run
 from navarch.agent.checks import Check, CounterSample, probe_checks, xid_checks
 from navarch.agent.config import AgentConfig
 from navarch.agent.gpu import GpuBackend, GpuProbe, GpuSnapshot, ProbeError, ProbeErrorKind
@@ -714,6 +714,7 @@ def run_once(
     to_stdout: bool = False,
     backend: GpuBackend | None = None,
     host: NodeHost | None = None,
+    acceptance_bench: ToolBench | None = None,
 ) -> dict[str, Any]:
     """Run every check once, write the state and, when due, the signed report; return the
     report (built and signed whether or not it was written).
@@ -729,6 +730,8 @@ def run_once(
     store nor the state file (the CLI prints the report). backend: GPU backend override (tests,
     the simulator). host: the node's state, kernel log, reset marker, notice and plugins
     (default: FileHost(config), the real machine; the simulator passes an in-memory one).
+    acceptance_bench: the fake backend's acceptance tools and clock (the simulator's
+    virtual tool time; navarch.agent.burn_in.ToolBench), None: the overrides file.
     Raises ConfigError (no/bad node key, bad store URL) and StoreError / OSError when the
     report cannot be written; every GPU, kernel-log or state-file problem becomes a check.
     """
@@ -742,7 +745,7 @@ def run_once(
     checks, probe, xids = seen.checks, seen.probe, seen.xids
     notice = host.read_notice(now)
     change = change_digest(checks, probe, boot_id, notice, seen.verdict_checks)
-    run = tick_run(config, state.acceptance, boot_id, xids.reset, probe, now)
+    run = tick_run(config, state.acceptance, boot_id, xids.reset, probe, now, acceptance_bench)
     run_json = run.to_json() if run is not None else {}
     due = (
         to_stdout

@@ -32,6 +32,7 @@ from navarch.health import Status
 from navarch.outcome import ApplyResult, Outcome
 from navarch.planner.model import ActionKind, ActionReason, Lifecycle, Phase
 from navarch.reconcile.run import Fleet, run_apply
+from navarch.simulate.acceptance import BurnInTally
 from navarch.simulate.events import EventRuns
 from navarch.simulate.policies import fleet_with_overrides
 from navarch.simulate.provider import SimProvider
@@ -138,6 +139,7 @@ class _Tally:
     interrupts: list[float] = field(default_factory=list)  # faults on serving nodes
     warm_s: float | None = None  # when the fleet first reached its target
     terminated_unreplaced: list[dict[str, Any]] = field(default_factory=list)
+    burn: BurnInTally = field(default_factory=lambda: BurnInTally(frozenset()))
 
     def on_fault(self, n: SimNode) -> None:
         """The world's hook: a node got a real fault."""
@@ -164,6 +166,8 @@ class _Tally:
             # pool is a node short until capacity returns.
             if a.node in self.records or self._had_fault(a.node):
                 self.lost_to_capacity += 1
+        if o.ok:
+            self.burn.on_action(a.kind, a.node, a.replaces, a.action_reason)
         if not o.ok or a.node is None:
             return
         self.timeline.append({"t": round(w.t, 3), "kind": a.kind.value, "node": a.node})
@@ -221,7 +225,9 @@ class _Tally:
         if orphaned is not None and orphaned not in self.unlinked.get(orphaned.pool, []):
             # Its next replacement names the terminated node, or (after-terminate) nothing.
             self.unlinked.setdefault(orphaned.pool, []).append(orphaned)
-        faulty = rec is not None or (sim is not None and (sim.had_fault or sim.never_boots))
+        faulty = rec is not None or (
+            sim is not None and (sim.had_fault or sim.never_boots or sim.latent is not None)
+        )
         preempting = sim is not None and sim.notice_s is not None
         if ActionReason.SCALE_DOWN in (code, self.cordoned_for.get(node)):
             # A surplus node (e.g. the surge replacement once the faulty node came back
@@ -263,6 +269,7 @@ class _Tally:
             if v.lifecycle is Lifecycle.SPARE and v.node not in promoted
         )
         self._spare_refill(len(self.spares))
+        self.burn.after_run(self.world, result.plan.views, promoted)
         per_pool = Counter(nm.pool for nm in result.memory.nodes if nm.phase is not Phase.NONE)
         self.peak_disrupted = max([self.peak_disrupted, *per_pool.values()])
         self.clean = self._clean(result)
@@ -276,6 +283,8 @@ class _Tally:
         plan = result.plan
         if plan.actions or plan.halts or plan.breaker_open:
             return False
+        if any(v.lifecycle is Lifecycle.BURN_IN for v in plan.views):
+            return False  # its verdict (a pass, or the deadline) comes without an event
         if any(p.diagnostics.every_s is not None for p in self.spec.pools):
             return False
         if w.writes_fail() or any(
@@ -328,8 +337,11 @@ class _Tally:
                     and not n.cordoned
                     and self.phases.get(n.node, Phase.NONE) is Phase.NONE
                     and n.node not in self.spares  # a warm spare is cordoned: no work
+                    and self.burn.serves(n.pool, n.node)
                 ):
                     serving_nodes.add(n.node)
+                    if n.latent is not None:
+                        self.burn.served_faulty.add(n.node)
             sample = _Sample(
                 min(len(serving_nodes), self.target),
                 instances,
@@ -452,7 +464,7 @@ class _Tally:
                 rec.serving_s = self.uncordoned_at.get(rec.promoted, w.t)
                 rec.served_by = ServedBy.SPARE
             elif repl is not None and rec.replacement in serving_nodes:
-                rec.serving_s = repl.first_report_s
+                rec.serving_s = self.burn.serving_since(repl.pool, repl.node, repl.first_report_s)
                 rec.served_by = ServedBy.REPLACEMENT
             elif name in serving_nodes and w.by_name[name].fault is None:
                 rec.serving_s = rec.uncordon_s if rec.uncordon_s is not None else w.t
@@ -491,6 +503,8 @@ def simulate(scenario: Scenario, seed: int | None = None, lazy: bool = True) -> 
     tally = _Tally(
         world, spec, sum(p.target_nodes for p in spec.pools), scenario.reconcile_period_s
     )
+    world.acceptance = {p.name: p.acceptance for p in spec.pools if p.acceptance is not None}
+    tally.burn = BurnInTally(frozenset(world.acceptance))
     world.on_fault = tally.on_fault
     events = EventRuns(world, scenario.events) if scenario.events is not None else None
     if events is not None:
@@ -575,6 +589,7 @@ def _document(scenario: Scenario, t: _Tally) -> dict[str, Any]:
         **_training_keys(scenario, t),
         **_action_keys(t),
         **_cost_keys(scenario, t),
+        **t.burn.keys([*w.nodes.values(), *w.terminated.values()]),
         "fault_to_cordon_s": sorted(to_cordon),
         "fault_to_serving_s": sorted(to_serving),
         "series": t.series,
@@ -708,6 +723,8 @@ _ALIASES = {
     "p95_fault_to_cordon": "p95_fault_to_cordon_s",
     "max_fault_to_cordon": "max_fault_to_cordon_s",
     "max_fault_to_serving": "max_fault_to_serving_s",
+    "p50_burn_in": "p50_burn_in_s",
+    "p95_burn_in": "p95_burn_in_s",
 }
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 

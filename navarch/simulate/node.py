@@ -22,12 +22,14 @@ from typing import Any, Protocol
 
 from navarch import xid
 from navarch.agent import kernel_log as kl
+from navarch.agent.burn_in import ToolBench
 from navarch.agent.checks import Check
 from navarch.agent.config import AgentConfig
 from navarch.agent.gpu import FakeFaults, FakeGpuBackend, GpuProbe
 from navarch.agent.host import notice_from_doc
 from navarch.agent.runner import run_once
 from navarch.agent.state import AgentState
+from navarch.simulate.acceptance import TimedToolHost, bench
 from navarch.stores.base import Blob, ObjectStore
 
 #: The path the simulated kernel log claims in the state's position block.
@@ -155,6 +157,8 @@ class SimAgent:
             FakeGpuBackend(config.node, config.fake_gpu_count(), self.faults)
         )
         self.last_report: dict[str, Any] | None = None
+        self.tools: TimedToolHost | None = None
+        self.bench: ToolBench | None = None
 
     def pci_bus_id(self, gpu: int) -> str:
         """The PCI address of GPU `gpu` as the fake backend (and so the kernel) names it."""
@@ -192,7 +196,23 @@ class SimAgent:
         """One agent check at `now` (the report it built, also kept as last_report; written
         to `store` when due). Raises StoreError when the write fails."""
         self.last_report = None
+        if self.tools is not None:
+            self.tools.start()
         self.last_report = run_once(
-            self.config, now=now, store=store, backend=self._backend, host=self.host
+            self.config,
+            now=now,
+            store=store,
+            backend=self._backend,
+            host=self.host,
+            acceptance_bench=self.bench,
         )
         return self.last_report
+
+    def set_latent(self, latent: str | None) -> None:
+        """The acceptance tools of this machine, showing its latent fault (None: healthy;
+        navarch.simulate.acceptance.LATENT_FAULTS); each tool call spends simulated time."""
+        self.tools, self.bench = bench(latent)
+
+    def tool_s(self) -> float:
+        """Simulated seconds the last check spent in acceptance tools (0: none ran)."""
+        return self.tools.spent_s if self.tools is not None else 0.0

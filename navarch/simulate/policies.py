@@ -50,8 +50,8 @@ def compare_scenarios(scenario: Scenario) -> list[Scenario]:
 
 
 def fleet_with_overrides(path: Path, overrides: Mapping[str, Any], origin: str) -> FleetSpec:
-    """The fleet file at `path` with `overrides` ({"spares", "remediation", "surge_on"})
-    set on every pool, loaded and validated by navarch.fleet_file.load_fleet.
+    """The fleet file at `path` with `overrides` ({"spares", "remediation", "surge_on",
+    "acceptance"}) set on every pool, loaded and validated by navarch.fleet_file.load_fleet.
 
     Raises
     ConfigError naming `origin` (the scenario file) and the key path for a result the
@@ -69,6 +69,8 @@ def fleet_with_overrides(path: Path, overrides: Mapping[str, Any], origin: str) 
             health["remediation"] = list(overrides["remediation"])
         if "surge_on" in overrides:
             health["surge_on"] = str(overrides["surge_on"])
+        if "acceptance" in overrides:
+            pool["acceptance"] = dict(overrides["acceptance"])
     with tempfile.TemporaryDirectory(prefix="navarch-simulate-") as tmp:
         variant = Path(tmp) / path.name
         variant.write_text(yaml.safe_dump(data, sort_keys=False))

@@ -28,6 +28,9 @@ HEADLINE = (
     "breaker_runs",
     "preemptions",
     "cost_usd",
+    "served_faulty_nodes",
+    "dead_on_arrival",
+    "p95_burn_in_s",
 )
 
 

@@ -198,6 +198,7 @@ class Scenario:
     training_restart_s: int = RESTART_S
     events: EventPath | None = None  # None: periodic runs only
     pool_overrides: dict[str, Any] = field(default_factory=dict)  # the scenario's `pool:`
+    doa_rate: float = 0.0  # share of arrivals with a latent fault (navarch.simulate.acceptance)
 
     def draw_boot_s(self, rng: random.Random) -> float:
         """Seconds from a running instance (or a reboot) to a running agent: lognormal
@@ -337,6 +338,7 @@ def _world_fields(world: dict[str, Any]) -> dict[str, Any]:
         "stockouts": _windows(world.get("stockouts", [])),
         "agent_outages": _windows(world.get("agent_outages", [])),
         "store_outages": _windows(world.get("store_outages", [])),
+        "doa_rate": float(world.get("doa_rate", 0.0)),
     }
 
 

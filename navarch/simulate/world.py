@@ -49,11 +49,13 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from navarch import signing
+from navarch.acceptance import AcceptancePolicy
 from navarch.agent.config import AgentConfig
 from navarch.agent.gpu import FakeFaults
 from navarch.agent.runner import STREAK_WRITE_CAP
 from navarch.errors import StoreError
 from navarch.inventory import NO_CLOUD_STATUS, CloudStatus, Instance, InstanceHealth
+from navarch.simulate.acceptance import draw_latent
 from navarch.simulate.node import SimAgent
 from navarch.simulate.scenario import CURES, Scenario
 from navarch.simulate.store import MemoryStore
@@ -113,6 +115,7 @@ class SimNode:
     cut_off_until: float | None = None  # its writes fail (a failing disk path, a partition)
     had_fault: bool = False  # a real fault ever, this instance (a reboot may have cured it)
     never_boots: bool = False
+    latent: str | None = None  # a fault only the acceptance suite sees (dead on arrival)
 
     @property
     def boot_id(self) -> str:
@@ -141,6 +144,13 @@ class _NodeStore:
     ) -> str:
         if self.world.writes_fail() or self.world.cut_off(self.node):
             raise StoreError(f"simulated store outage: cannot write {key}")
+        delay_s = self.node.agent.tool_s()
+        if delay_s > 0 and not if_absent and if_version is None:
+            # The check ran acceptance tools: its report lands when they are done.
+            self.world.schedule(
+                self.world.t + delay_s, "deliver", self.node.node, self.node.epoch, key, data
+            )
+            return "pending"
         return self.world.store.put(key, data, if_absent=if_absent, if_version=if_version)
 
     def list(self, prefix: str) -> Sequence[ObjectInfo]:
@@ -182,6 +192,8 @@ class World:
         self._heartbeat_step_s = (
             math.ceil(scenario.heartbeat_s / scenario.agent_period_s) * scenario.agent_period_s
         )
+        #: pool -> its acceptance suite (the agent's config, as cloud-init renders it)
+        self.acceptance: dict[str, AcceptancePolicy] = {}
 
     # -- clock, streams, queue -------------------------------------------------------------
     def clock(self) -> datetime:
@@ -274,6 +286,10 @@ class World:
         self.nodes[n.instance.instance_id] = n
         self.by_name[n.node] = n
         n.lemon = self.stream("lemon", n.node).random() < self.scenario.lemon_fraction
+        if self.scenario.doa_rate > 0:
+            n.latent = draw_latent(self.stream("doa", n.node), self.scenario.doa_rate)
+        if n.pool in self.acceptance:
+            n.agent.set_latent(n.latent)
         n.fault_s = None
         if n.up_at is not None:
             self.schedule(n.up_at, "boot_done", n.node, n.epoch)
@@ -448,7 +464,19 @@ class World:
         if self.lazy and self._quiescent(n):
             n.active = False
             return
-        self.schedule(self.t + self.scenario.agent_period_s, "check", n.node, n.epoch)
+        nxt = self.t + self.scenario.agent_period_s
+        if n.agent.tool_s() > self.scenario.agent_period_s:
+            nxt = self._grid_at_or_after(n, self.t + n.agent.tool_s())  # the tools ran on
+        self.schedule(nxt, "check", n.node, n.epoch)
+
+    def _on_deliver(self, name: str, epoch: int, key: str, data: bytes) -> None:
+        """A check's report reaches the store once its acceptance tools are done (lost
+        if the store cannot be written then, as the agent's write would fail)."""
+        n = self._alive(name, epoch, True)
+        if n is None or self.writes_fail() or self.cut_off(n):
+            return
+        self.store.put(key, data)
+        self.dirty = True
 
     # -- agents ------------------------------------------------------------------------
     def _grid_at_or_after(self, n: SimNode, t: float) -> float:
@@ -667,5 +695,6 @@ class World:
             boot_id=boot_id,
             metadata="none",
             heartbeat_s=float(self.scenario.heartbeat_s),
+            acceptance=self.acceptance.get(pool),
         )
         return SimAgent(config)

@@ -132,7 +132,8 @@ def test_same_block_replacement_after_terminate_lands_in_the_lost_nodes_rack(
 ) -> None:
     """replacement: after-terminate launches the replacement only once the node is gone:
     by then the node and its instance have left the inventory, yet the replacement still
-    asks for (and lands in) the rack the lost node sat in."""
+    asks for (and lands in) the rack the lost node sat in, on another host than the one
+    handed back for the XID 79."""
 
     def after_terminate(d: dict[str, Any]) -> None:
         d["pools"]["train"]["health"].update(replacement="after-terminate")
@@ -149,3 +150,4 @@ def test_same_block_replacement_after_terminate_lands_in_the_lost_nodes_rack(
     assert f"+ provision demo-train-0004 in {zone}/" in asked, outs  # the node's zone first
     [new] = [n for name, n in _train(navarch).items() if name > NODE and n["zone"] == zone]
     assert new["topology"][:2] == [zone, rack], outs
+    assert new["topology"][2] != old["topology"][2], "a host handed back took a machine"

@@ -194,6 +194,8 @@ class LocalProvider:
         with self._hosts_lock:
             if self._hosts is None:  # read once per provider: a run launches many
                 self._hosts = {m["host_id"] for m in self.machines() if m.get("host_id")}
+                # A host in the repair queue takes no machine, as a cloud's would not.
+                self._hosts |= self._faulty_hosts()
             host_id, topology = pick_host(
                 request.zone, request.launch_id, self._hosts, request.avoid_hosts, request.block
             )
@@ -311,6 +313,16 @@ class LocalProvider:
     @property
     def faulty_hosts_path(self) -> Path:
         return self.root / "faulty_hosts.json"
+
+    def _faulty_hosts(self) -> set[str]:
+        """The hosts reported faulty so far (faulty_hosts.json; none when unreadable)."""
+        try:
+            reports = json.loads(self.faulty_hosts_path.read_text())
+        except (OSError, ValueError):
+            return set()
+        if not isinstance(reports, list):
+            return set()
+        return {str(r["host"]) for r in reports if isinstance(r, dict) and r.get("host")}
 
     def report_faulty_host(self, instance: Instance, fault: str) -> str:
         """Record the machine's host as faulty in faulty_hosts.json ({host, instance_id,

@@ -32,6 +32,7 @@ from navarch.health import Status
 from navarch.outcome import ApplyResult, Outcome
 from navarch.planner.model import ActionKind, ActionReason, Lifecycle, Phase
 from navarch.reconcile.run import Fleet, run_apply
+from navarch.simulate.detection import detection_keys
 from navarch.simulate.events import EventRuns
 from navarch.simulate.policies import fleet_with_overrides
 from navarch.simulate.provider import SimProvider
@@ -507,8 +508,10 @@ def simulate(scenario: Scenario, seed: int | None = None, lazy: bool = True) -> 
             break
         world.set_time(t)
         if kind == "event_run":
-            if not (lazy and tally.clean and not world.dirty):
-                _run(fleet, world, tally, f"sim-event-{args[0]:06d}")
+            # The drain that took this message ends now unless a later one keeps it open.
+            if events is not None and events.starts_run(*args):
+                if not (lazy and tally.clean and not world.dirty):
+                    _run(fleet, world, tally, f"sim-event-{events.runs:06d}")
             continue
         if kind != "tick":
             world.handle(kind, args)
@@ -575,6 +578,17 @@ def _document(scenario: Scenario, t: _Tally) -> dict[str, Any]:
         **_training_keys(scenario, t),
         **_action_keys(t),
         **_cost_keys(scenario, t),
+        **detection_keys(
+            [
+                (
+                    r.cause,
+                    None if r.cordon_s is None else round(r.cordon_s - r.at_s, 3),
+                    None if r.serving_s is None else round(r.serving_s - r.at_s, 3),
+                )
+                for r in all_faults
+            ],
+            _pct,
+        ),
         "fault_to_cordon_s": sorted(to_cordon),
         "fault_to_serving_s": sorted(to_serving),
         "series": t.series,
@@ -708,6 +722,10 @@ _ALIASES = {
     "p95_fault_to_cordon": "p95_fault_to_cordon_s",
     "max_fault_to_cordon": "max_fault_to_cordon_s",
     "max_fault_to_serving": "max_fault_to_serving_s",
+    "p95_reported_fault_to_cordon": "p95_reported_fault_to_cordon_s",
+    "p95_reported_fault_to_serving": "p95_reported_fault_to_serving_s",
+    "p95_dead_host_fault_to_cordon": "p95_dead_host_fault_to_cordon_s",
+    "p95_dead_host_fault_to_serving": "p95_dead_host_fault_to_serving_s",
 }
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 

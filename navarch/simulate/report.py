@@ -28,6 +28,8 @@ HEADLINE = (
     "breaker_runs",
     "preemptions",
     "cost_usd",
+    "p95_reported_fault_to_cordon_s",
+    "p95_dead_host_fault_to_cordon_s",
 )
 
 

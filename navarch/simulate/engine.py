@@ -174,6 +174,7 @@ class _Tally:
             self.cordoned_for[a.node] = a.action_reason
             if n is not None:
                 w.cordoned(n, True)
+            rec = rec or self._closed_uncordoned(a.node)
             if rec is not None and rec.cordon_s is None:
                 rec.cordon_s = w.t
         elif a.kind is ActionKind.UNCORDON:
@@ -197,6 +198,15 @@ class _Tally:
                 waiting.pop(0).replacement = a.node
         elif a.kind is ActionKind.TERMINATE:
             self._terminated(a.node, a.action_reason, a.reason)
+
+    def _closed_uncordoned(self, node: str) -> _FaultRecord | None:
+        """The node's latest fault when it closed before any cordon: a warm spare's or a
+        surplus node's (its pool served its size without it). The node's next cordon
+        still answers it, so the fault counts as acted on, with that latency."""
+        for r in reversed(self.closed):
+            if r.node == node:
+                return r if r.cordon_s is None and r.served_by is ServedBy.SPARE else None
+        return None
 
     def _had_fault(self, node: str | None) -> bool:
         """Whether the world's node (alive or terminated) ever had a real fault."""

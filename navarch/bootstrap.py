@@ -41,6 +41,15 @@ __all__ = [
 DEFAULT_STATE_FILE = "/var/lib/navarch/agent-state.json"
 DEFAULT_INTERVAL_S = 30
 DEFAULT_JITTER_S = 10
+
+
+def jitter_for(interval_s: int) -> int:
+    """RandomizedDelaySec for a timer firing every interval_s: the default 10 s at the
+    default 30 s period or longer, a fifth of a shorter period (at least 1 s), so the
+    spread a fleet's checks need does not stretch a short period by half."""
+    return DEFAULT_JITTER_S if interval_s >= DEFAULT_INTERVAL_S else max(1, interval_s // 5)
+
+
 DEFAULT_BOOT_DELAY_S = 30
 DEFAULT_TIMEOUT_S = 120
 DEFAULT_VENV = "/opt/navarch"
@@ -196,10 +205,15 @@ def render_cloud_init_for(
     )
     if install is AgentInstall.PIP:
         exec_start = f"{venv_dir}/bin/python -m navarch.agent run --once --config {CONFIG_PATH}"
-        units = render_units(exec_start=exec_start, interval_s=interval_s)
+        units = render_units(
+            exec_start=exec_start, interval_s=interval_s, jitter_s=jitter_for(interval_s)
+        )
     else:
         units = render_units(
-            exec_start=BUNDLE_EXEC_START, interval_s=interval_s, environment=BUNDLE_ENVIRONMENT
+            exec_start=BUNDLE_EXEC_START,
+            interval_s=interval_s,
+            jitter_s=jitter_for(interval_s),
+            environment=BUNDLE_ENVIRONMENT,
         )
     return _render(
         "cloud-init.yaml.j2",
@@ -278,6 +292,7 @@ def render_cloud_init(
         bundle=source,
         package=options.get("agent_package"),
         acceptance=_acceptance_for(p.acceptance, types, policy_to_mapping),
+        interval_s=p.health.check_every_s,
     )
 
 

@@ -555,6 +555,24 @@ def _placement(
     )
 
 
+#: The shortest agent check period: a check on 8 GPUs takes up to a second of wall time
+#: (bench/agent_tick.py), so the timer leaves the node idle most of the period.
+MIN_CHECK_EVERY_S = 5
+
+
+def _check_every_s(name: str, h: Mapping[str, Any], fail: _Fail) -> int:
+    """health.check_every in seconds; raises ConfigError (by its key path) below
+    MIN_CHECK_EVERY_S."""
+    every_s = parse_duration_s(h.get("check_every", "30s"))
+    if every_s < MIN_CHECK_EVERY_S:
+        raise fail(
+            ("pools", name, "health", "check_every"),
+            f"check_every must be at least {MIN_CHECK_EVERY_S}s, got {every_s}s",
+            "use 10s for event-started runs, or leave the 30s default",
+        )
+    return every_s
+
+
 def _health(
     name: str,
     h: Mapping[str, Any],
@@ -601,6 +619,7 @@ def _health(
         ),
         block_fault_after=h["block_fault_after"],
         block_fault_window_s=parse_duration_s(h["block_fault_window"]),
+        check_every_s=_check_every_s(name, h, fail),
     )
     if list(health.remediation) != sorted(health.remediation, key=lambda r: r.rank):
         raise fail(

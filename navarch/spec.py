@@ -106,6 +106,9 @@ class HealthPolicy:
     # switch fault: the ladder stops for the block (navarch.planner.hosts).
     block_fault_after: int = 3
     block_fault_window_s: int = 600
+    #: The agent's check period on the pool's nodes (its systemd timer's OnUnitActiveSec):
+    #: the wait a fault's first report adds to the reaction time.
+    check_every_s: int = 30
 
     def rule_sets(self) -> tuple[tuple[Rule, ...], ...]:
         """The rule sets navarch.policy.evaluate() takes: the pool's, then the fleet's."""

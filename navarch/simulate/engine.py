@@ -33,6 +33,7 @@ from navarch.outcome import ApplyResult, Outcome
 from navarch.planner.model import ActionKind, ActionReason, Lifecycle, Phase
 from navarch.reconcile.run import Fleet, run_apply
 from navarch.simulate.acceptance import BurnInTally
+from navarch.simulate.detection import detection_keys
 from navarch.simulate.events import EventRuns
 from navarch.simulate.policies import fleet_with_overrides
 from navarch.simulate.provider import SimProvider
@@ -177,6 +178,7 @@ class _Tally:
             self.cordoned_for[a.node] = a.action_reason
             if n is not None:
                 w.cordoned(n, True)
+            rec = rec or self._closed_uncordoned(a.node)
             if rec is not None and rec.cordon_s is None:
                 rec.cordon_s = w.t
         elif a.kind is ActionKind.UNCORDON:
@@ -200,6 +202,15 @@ class _Tally:
                 waiting.pop(0).replacement = a.node
         elif a.kind is ActionKind.TERMINATE:
             self._terminated(a.node, a.action_reason, a.reason)
+
+    def _closed_uncordoned(self, node: str) -> _FaultRecord | None:
+        """The node's latest fault when it closed before any cordon: a warm spare's or a
+        surplus node's (its pool served its size without it). The node's next cordon
+        still answers it, so the fault counts as acted on, with that latency."""
+        for r in reversed(self.closed):
+            if r.node == node:
+                return r if r.cordon_s is None and r.served_by is ServedBy.SPARE else None
+        return None
 
     def _had_fault(self, node: str | None) -> bool:
         """Whether the world's node (alive or terminated) ever had a real fault."""
@@ -521,8 +532,10 @@ def simulate(scenario: Scenario, seed: int | None = None, lazy: bool = True) -> 
             break
         world.set_time(t)
         if kind == "event_run":
-            if not (lazy and tally.clean and not world.dirty):
-                _run(fleet, world, tally, f"sim-event-{args[0]:06d}")
+            # The drain that took this message ends now unless a later one keeps it open.
+            if events is not None and events.starts_run(*args):
+                if not (lazy and tally.clean and not world.dirty):
+                    _run(fleet, world, tally, f"sim-event-{events.runs:06d}")
             continue
         if kind != "tick":
             world.handle(kind, args)
@@ -590,6 +603,17 @@ def _document(scenario: Scenario, t: _Tally) -> dict[str, Any]:
         **_action_keys(t),
         **_cost_keys(scenario, t),
         **t.burn.keys([*w.nodes.values(), *w.terminated.values()]),
+        **detection_keys(
+            [
+                (
+                    r.cause,
+                    None if r.cordon_s is None else round(r.cordon_s - r.at_s, 3),
+                    None if r.serving_s is None else round(r.serving_s - r.at_s, 3),
+                )
+                for r in all_faults
+            ],
+            _pct,
+        ),
         "fault_to_cordon_s": sorted(to_cordon),
         "fault_to_serving_s": sorted(to_serving),
         "series": t.series,
@@ -725,6 +749,10 @@ _ALIASES = {
     "max_fault_to_serving": "max_fault_to_serving_s",
     "p50_burn_in": "p50_burn_in_s",
     "p95_burn_in": "p95_burn_in_s",
+    "p95_reported_fault_to_cordon": "p95_reported_fault_to_cordon_s",
+    "p95_reported_fault_to_serving": "p95_reported_fault_to_serving_s",
+    "p95_dead_host_fault_to_cordon": "p95_dead_host_fault_to_cordon_s",
+    "p95_dead_host_fault_to_serving": "p95_dead_host_fault_to_serving_s",
 }
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 

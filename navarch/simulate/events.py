@@ -3,10 +3,11 @@ Pub/Sub, Azure Blob -> Event Grid) as a delivery delay, lost events and coalesci
 fault -> cordon and fault -> serving can be compared with and without them.
 
 A report write that changed the report (not a heartbeat) becomes an event; a share of
-events is lost; the rest arrive after a lognormal delay. The reconciler long-polls: the
-first message it receives opens a poll window, and the one run at the window's end
-covers every message that arrived in it (one run for a burst). Periodic runs stay, so a
-lost event costs at most one period. The figures and assumptions are in
+events is lost; the rest arrive after a lognormal delay. The reconciler drains as the
+shipped runner does (navarch.events.runner.drain): after a message it polls again for
+poll_window_s (its settle_s), and the one run starts once a poll comes back empty, so a
+burst of messages less than a window apart is one run. Periodic runs stay, so a lost
+event costs at most one period. The figures and assumptions are in
 navarch.simulate.scenario (EVENT_*).
 """
 
@@ -22,22 +23,22 @@ from navarch.simulate.world import SimNode, World
 class EventRuns:
     """Schedules the runs events start: the World's on_report hook (see World.run_agent).
 
-    Counts: delivered and lost events, and the runs scheduled; `at` holds the run times
-    (seconds since the start, ascending) the engine pops as "event_run".
+    Counts: delivered and lost events, and the runs started. Every delivered event
+    schedules an "event_run" check at its arrival + poll_window_s (seconds since the
+    start); the engine asks starts_run whether the drain ends there.
     """
 
     def __init__(self, world: World, path: EventPath) -> None:
         self.world = world
         self.path = path
-        self.at: list[float] = []
+        self.arrivals: list[float] = []  # delivered, not yet covered by a run (ascending)
         self.delivered = 0
         self.lost = 0
         self.runs = 0
 
     def on_report(self, n: SimNode) -> None:
-        """Node n wrote a changed report now: its event arrives (or is lost); a run is
-        scheduled at the end of the poll window its arrival opens, unless a run already
-        scheduled within a window of it covers it."""
+        """Node n wrote a changed report now: its event arrives (or is lost); the drain
+        that receives it ends poll_window_s after it unless another message comes first."""
         rng = self.world.stream("events", n.node)
         lost = rng.random() < self.path.lost_share
         delay_s = rng.lognormvariate(
@@ -48,10 +49,18 @@ class EventRuns:
             return
         self.delivered += 1
         arrive = self.world.t + delay_s
-        i = bisect.bisect_left(self.at, arrive)
-        if i < len(self.at) and self.at[i] - arrive <= self.path.poll_window_s:
-            return  # the window already open takes it into its run
-        run_at = arrive + self.path.poll_window_s
-        bisect.insort(self.at, run_at)
+        bisect.insort(self.arrivals, arrive)
+        self.world.schedule(arrive + self.path.poll_window_s, "event_run", arrive)
+
+    def starts_run(self, arrive: float) -> bool:
+        """Whether the drain's empty poll after the message that arrived at `arrive` (now
+        = arrive + poll_window_s) starts a run: no later message came within the window,
+        and no run covered it yet. A run covers every message that arrived by then."""
+        i = bisect.bisect_right(self.arrivals, arrive)
+        if i == 0 or self.arrivals[i - 1] != arrive:
+            return False  # an earlier run of the same drain took it
+        if i < len(self.arrivals) and self.arrivals[i] <= arrive + self.path.poll_window_s:
+            return False  # the drain polls on: a later message keeps it open
+        del self.arrivals[:i]
         self.runs += 1
-        self.world.schedule(run_at, "event_run", self.runs)
+        return True

@@ -31,6 +31,8 @@ HEADLINE = (
     "served_faulty_nodes",
     "dead_on_arrival",
     "p95_burn_in_s",
+    "p95_reported_fault_to_cordon_s",
+    "p95_dead_host_fault_to_cordon_s",
 )
 
 

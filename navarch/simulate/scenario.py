@@ -38,8 +38,9 @@ Defaults of the world model, each with its source (docs/simulate.md has the tabl
 - Event-started runs (off by default): S3 "notifications are delivered in seconds but can
   sometimes take a minute or longer" (Amazon S3 User Guide, "Amazon S3 Event
   Notifications"); the lognormal delivery delay with a median of 2 s and sigma 1.2 (p99
-  33 s, p99.9 81 s: EVENT_DELIVERY_*), the 5 s poll window that coalesces a burst into one
-  run (EVENT_POLL_WINDOW_S) and the 1 % of events lost (EVENT_LOST_SHARE) are assumptions.
+  33 s, p99.9 81 s: EVENT_DELIVERY_*) and the 1 % of events lost (EVENT_LOST_SHARE) are
+  assumptions. The run starts once the drain's short poll comes back empty, 2 s after the
+  last message (EVENT_POLL_WINDOW_S: navarch.events.runner.drain's settle_s default).
 - A dead host in the cloud's status: "Status checks are performed every minute, returning
   a pass or a fail status. [...] If one or more checks fail, the overall status is
   impaired" (Amazon EC2 User Guide, "Status checks for Amazon EC2 instances"), with
@@ -118,7 +119,7 @@ CHECKPOINT_INTERVAL_S = 1800
 RESTART_S = 600
 EVENT_DELIVERY_MEDIAN_S = 2
 EVENT_DELIVERY_SIGMA = 1.2
-EVENT_POLL_WINDOW_S = 5
+EVENT_POLL_WINDOW_S = 2
 EVENT_LOST_SHARE = 0.01
 
 
@@ -137,8 +138,8 @@ class Window:
 class EventPath:
     """Event-started runs (the scenario's `events:`): a report write that changed the
     report reaches the reconciler after a lognormal delivery delay (median, sigma); the
-    first message starts a poll window of poll_window_s whose messages one run covers; a
-    lost_share of events never arrives (the periodic runs remain). Seconds."""
+    drain polls on while messages come less than poll_window_s apart, and one run covers
+    them; a lost_share of events never arrives (the periodic runs remain). Seconds."""
 
     delivery_median_s: float = EVENT_DELIVERY_MEDIAN_S
     delivery_sigma: float = EVENT_DELIVERY_SIGMA

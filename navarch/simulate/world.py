@@ -360,8 +360,8 @@ class World:
             return
         rng = self.stream("app", n.node)
         if n.up(self.t):
+            self.activate(n)  # the heartbeats before the burst are caught up without it
             n.agent.log_xid(rng.choice(APP_XIDS), 0, self.now, count=APP_BURST_LINES)
-            self.activate(n)
         gap_s = rng.expovariate(self.scenario.app_xid_bursts_per_node_day) * DAY_S
         self.schedule(self.t + gap_s, "app_xid", n.node, iid)
 
@@ -369,6 +369,7 @@ class World:
         n = self._alive(name, iid, False)
         if n is None or n.notice_s is not None:
             return
+        self.activate(n)  # the heartbeats before the notice are caught up without it
         n.notice_s = self.t
         deadline = self.now + timedelta(minutes=2)  # EC2's two-minute interruption warning
         n.agent.set_notice(
@@ -380,7 +381,6 @@ class World:
             }
         )
         self.schedule(self.t + 120.0, "preempt", n.node, iid)
-        self.activate(n)
 
     def _on_preempt(self, name: str, iid: str) -> None:
         n = self._alive(name, iid, False)
@@ -449,9 +449,10 @@ class World:
         if start and (n.cordoned or not n.up(self.t)):
             return
         if n.busy != start:
+            # Caught up first: a heartbeat due before now read the jobs as they were then.
+            self.activate(n)
             n.busy = start
             self._show(n)
-            self.activate(n)
 
     def _on_check(self, name: str, epoch: int) -> None:
         n = self._alive(name, epoch, True)
@@ -582,8 +583,8 @@ class World:
         `code`; hbm_ecc: XID `code`, one of ECC_XIDS)."""
         if cause == "software":
             if n.up(self.t):
-                n.agent.log_xid(code or APP_XIDS[0], 0, self.now, count=APP_BURST_LINES)
                 self.activate(n)
+                n.agent.log_xid(code or APP_XIDS[0], 0, self.now, count=APP_BURST_LINES)
             return
         if n.fault is not None:
             return

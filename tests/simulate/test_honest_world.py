@@ -165,12 +165,6 @@ def test_a_bare_compare_runs_four_policies_on_one_seed(
     assert "| events/replace-only (seed 9) |" in printed
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known defect: with events on, the lazy engine starts one run 23 s before the "
-    "exhaustive engine does (the run that terminates a node after its scale-down drain), "
-    "so instance-hours differ by 0.02; the lazy engine is exact without events",
-)
 def test_event_started_runs_give_the_exhaustive_document() -> None:
     # The lazy engine skips clean runs and quiescent checks; with events it must still
     # give what every check and every run give (events come from the same changed reports).

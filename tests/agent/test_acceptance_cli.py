@@ -8,32 +8,10 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
-import yaml
+from tests.support.fake_agent import fake_agent_config
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _config(tmp_path: Path, overrides: dict[str, Any]) -> Path:
-    answers = tmp_path / "acceptance.json"
-    answers.write_text(json.dumps(overrides))
-    doc = {
-        "fleet": "demo",
-        "pool": "train",
-        "node": "train-0001",
-        "store": f"file://{tmp_path}/store",
-        "key": "5a" * 32,
-        "gpus_per_node": 8,
-        "fake_gpu": True,
-        "metadata": "none",
-        "state_file": str(tmp_path / "state.json"),
-        "acceptance": {"nccl_min_busbw_gbps": 200.0},
-        "acceptance_file": str(answers),
-    }
-    path = tmp_path / "agent.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    return path
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -48,7 +26,7 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_the_named_tests_run_at_once_and_print_their_verdicts(tmp_path: Path) -> None:
-    cfg = _config(tmp_path, {"nccl_busbw_gbps": 120})
+    cfg = fake_agent_config(tmp_path, {"nccl_busbw_gbps": 120})
     run = _run("--config", str(cfg), "--tests", "nccl_all_reduce,dcgm_diag", "--level", "2")
     assert run.returncode == 0, run.stderr
     results = json.loads(run.stdout)["navarch_acceptance"]
@@ -61,7 +39,7 @@ def test_the_named_tests_run_at_once_and_print_their_verdicts(tmp_path: Path) ->
 
 
 def test_an_unknown_test_name_is_one_line_naming_the_tools(tmp_path: Path) -> None:
-    run = _run("--config", str(_config(tmp_path, {})), "--tests", "nccl,dcgm_diag")
+    run = _run("--config", str(fake_agent_config(tmp_path, {})), "--tests", "nccl,dcgm_diag")
     assert run.returncode == 2
     assert "unknown acceptance test(s) nccl" in run.stderr and "nccl_all_reduce" in run.stderr
     assert "Traceback" not in run.stderr and run.stdout == ""

@@ -10,7 +10,6 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from navarch.remote.adapter import SSHPlaybooks
 from navarch.remote.diagnostics import (
@@ -21,6 +20,7 @@ from navarch.remote.diagnostics import (
     run_diagnostics,
 )
 from navarch.remote.runner import PlaybookTarget, SSHRunner
+from tests.support.fake_agent import fake_agent_config
 
 from .conftest import Sshd, Standin
 
@@ -309,28 +309,6 @@ def test_the_executor_starts_then_collects_and_records_the_diag(
     assert standin.calls("dcgmi") == [["diag", "-r", "2", "-j"]]  # started once
 
 
-def _agent_config(tmp_path: Path, overrides: dict[str, object]) -> Path:
-    """An agent.yaml of a fake-GPU node whose acceptance tools answer from overrides."""
-    answers = tmp_path / "acceptance.json"
-    answers.write_text(json.dumps(overrides))
-    doc = {
-        "fleet": "prod",
-        "pool": "train",
-        "node": "gpu-1",
-        "store": f"file://{tmp_path}/store",
-        "key": "5a" * 32,
-        "gpus_per_node": 8,
-        "fake_gpu": True,
-        "metadata": "none",
-        "state_file": str(tmp_path / "state.json"),
-        "acceptance": {"nccl_min_busbw_gbps": 200.0},
-        "acceptance_file": str(answers),
-    }
-    path = tmp_path / "agent.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    return path
-
-
 @pytest.mark.parametrize(
     ("overrides", "outcome", "words"),
     [
@@ -358,7 +336,7 @@ def test_a_pools_acceptance_tests_run_by_the_nodes_agent_in_the_diagnostics_wind
             "navarch": {
                 "python": sys.executable,
                 "pythonpath": os.pathsep.join(sys.path),
-                "config": str(_agent_config(tmp_path, overrides)),
+                "config": str(fake_agent_config(tmp_path, overrides, fleet="prod", node="gpu-1")),
             }
         }
     )

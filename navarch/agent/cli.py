@@ -178,6 +178,15 @@ def cmd_agent_bundle(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _config_arg(parser: Any) -> None:
+    """Add --config (the agent config's path) to an agent subcommand's parser."""
+    parser.add_argument(
+        "--config",
+        default=DEFAULT_CONFIG_PATH,
+        help=f"agent config (default {DEFAULT_CONFIG_PATH})",
+    )
+
+
 def register(subparsers: Any, *, bundled: bool = False) -> None:
     """Add ``agent`` (run, watch, install, bundle) to navarch's subparsers.
 
@@ -202,11 +211,7 @@ def register(subparsers: Any, *, bundled: bool = False) -> None:
     s.add_argument(
         "--once", action="store_true", help="one report, then exit (the systemd timer's job)"
     )
-    s.add_argument(
-        "--config",
-        default=DEFAULT_CONFIG_PATH,
-        help=f"agent config (default {DEFAULT_CONFIG_PATH})",
-    )
+    _config_arg(s)
     s.add_argument(
         "--stdout", action="store_true", help="print the report instead of writing it to the store"
     )
@@ -226,11 +231,7 @@ def register(subparsers: Any, *, bundled: bool = False) -> None:
     s = asub.add_parser(
         "watch", help="check every interval and at once on a new XID (follows /dev/kmsg)"
     )
-    s.add_argument(
-        "--config",
-        default=DEFAULT_CONFIG_PATH,
-        help=f"agent config (default {DEFAULT_CONFIG_PATH})",
-    )
+    _config_arg(s)
     s.add_argument("--interval-s", type=float, default=30.0, help="seconds between checks")
     s.set_defaults(func=cmd_agent_watch)
 
@@ -239,11 +240,7 @@ def register(subparsers: Any, *, bundled: bool = False) -> None:
         help="run named acceptance tests now and print their results as JSON "
         "(the reconciler's scheduled idle window, on a cordoned node)",
     )
-    s.add_argument(
-        "--config",
-        default=DEFAULT_CONFIG_PATH,
-        help=f"agent config (default {DEFAULT_CONFIG_PATH})",
-    )
+    _config_arg(s)
     s.add_argument(
         "--tests",
         required=True,
@@ -256,11 +253,7 @@ def register(subparsers: Any, *, bundled: bool = False) -> None:
         return
 
     s = asub.add_parser("install", help="install and enable the agent's systemd service + timer")
-    s.add_argument(
-        "--config",
-        default=DEFAULT_CONFIG_PATH,
-        help=f"agent config (default {DEFAULT_CONFIG_PATH})",
-    )
+    _config_arg(s)
     s.add_argument("--dry-run", action="store_true", help="print the units; write and run nothing")
     s.add_argument(
         "--root", default="/", help="write units under this root (systemctl runs only for /)"

@@ -263,17 +263,7 @@ def _provision(ctx: PoolContext, prog: Progress, present: list[NodeView], need: 
             )
         )
         return StageResult(prog, halts=tuple(halts), pending=tuple(pending))
-    present_names = {v.node for v in present}
-    replaced = [
-        n
-        for n in dict.fromkeys(
-            list(prog.leaving) + sorted(v.node for v in ctx.views if v.lifecycle in LEAVING)
-        )
-        if n not in present_names
-    ]
-    # Nodes already terminated whose replacement is still owed (after-terminate): their
-    # replacements land where they sat (navarch.planner.vacancies).
-    replaced += [v.node for v in open_vacancies(ctx.pm, ctx.now, {v.node for v in ctx.views})]
+    replaced = _owed_replacements(ctx, prog, present)
     jobs: list[tuple[str | None, str]] = []
     for i in range(count):
         replaces = replaced[i] if i < len(replaced) else None
@@ -303,6 +293,17 @@ def _provision(ctx: PoolContext, prog: Progress, present: list[NodeView], need: 
         for i, ((replaces, why), order) in enumerate(zip(jobs, orders, strict=True), start=1)
     )
     return StageResult(prog, actions, tuple(halts), pending=tuple(pending))
+
+
+def _owed_replacements(ctx: PoolContext, prog: Progress, present: list[NodeView]) -> list[str]:
+    """The nodes this run's launches replace, in order: those leaving (this run's first,
+    then earlier runs'), then those already terminated whose replacement is still owed
+    (after-terminate), so their replacements land where they sat (navarch.planner.vacancies)."""
+    present_names = {v.node for v in present}
+    leaving = list(prog.leaving) + sorted(v.node for v in ctx.views if v.lifecycle in LEAVING)
+    replaced = [n for n in dict.fromkeys(leaving) if n not in present_names]
+    replaced += [v.node for v in open_vacancies(ctx.pm, ctx.now, {v.node for v in ctx.views})]
+    return replaced
 
 
 def _group_note(pool: PoolSpec) -> str:

@@ -21,6 +21,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
+from navarch.outcome import ApplyResult
 from navarch.planner.model import Memory, Plan
 from navarch.planner.quiet import quiet_fold
 from navarch.reconcile.named_reports import list_named, named_keys
@@ -39,6 +40,10 @@ class Partial:
 
     plan: Plan
     memory: Memory
+
+    def result(self, run_id: str) -> ApplyResult:
+        """The run's ApplyResult: the plan, no outcomes, the Memory it left."""
+        return ApplyResult(self.plan, (), self.memory, run_id)
 
 
 def quiet_run(

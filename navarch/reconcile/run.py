@@ -11,7 +11,6 @@ it changed, release the lease.
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -24,6 +23,7 @@ from navarch.fleet_secret import read_fleet_secret
 from navarch.health import Remedy
 from navarch.history import Trigger
 from navarch.inventory import Instance, fingerprint
+from navarch.logs import new_run_id
 from navarch.outcome import ApplyResult, Outcome
 from navarch.planner.context import PlanOptions
 from navarch.planner.model import Memory, Phase, Plan, ReportObservation
@@ -381,9 +381,7 @@ def run_apply(
         try:
             partial = _partial(fleet, clock(), named, saved, options, lease)
             if partial is not None:
-                now = partial.plan.created_at
-                run_id = run_id or f"{now:%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:8]}"
-                result = ApplyResult(partial.plan, (), partial.memory, run_id)
+                result = partial.result(run_id or new_run_id(partial.plan.created_at))
                 _after(after_apply, result, None)
                 return result
             snap = gather(fleet, clock(), options, named)
@@ -393,7 +391,6 @@ def run_apply(
                 plan = replace(plan, actions=saved.actions)
             if confirm is not None and plan.actions and not confirm(plan):
                 return None
-            run_id = run_id or f"{snap.now:%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:8]}"
             journal = _Journal(
                 fleet.store, snap.loaded, snap.memory_version, lease, fleet.state_cache
             )
@@ -401,23 +398,35 @@ def run_apply(
                 fleet,
                 snap,
                 clock,
-                run_id,
+                run_id or new_run_id(snap.now),
                 journal,
                 lease,
                 policy=policy,
                 max_parallel=max_parallel,
                 who=_who(options, actor),
             )
-            memory, outcomes = executor.execute(plan, snap.memory, on_outcome)
-            memory = journal.persist(memory)  # what observe() learnt, when nothing was done
-            result = ApplyResult(
-                plan, tuple(outcomes), memory, run_id, executor.audit_error, snap.reservations
-            )
+            result = _execute(executor, journal, plan, snap, on_outcome)
             _after(after_apply, result, None)
             return result
         except NavarchError as exc:
             _after(after_apply, None, exc)
             raise
+
+
+def _execute(
+    executor: Executor,
+    journal: _Journal,
+    plan: Plan,
+    snap: Snapshot,
+    on_outcome: Callable[[Outcome], None] | None,
+) -> ApplyResult:
+    """Execute the plan on the snapshot's Memory and persist what it (or observe) learnt
+    -> the run's ApplyResult. Raises what the executor and the journal raise."""
+    memory, outcomes = executor.execute(plan, snap.memory, on_outcome)
+    memory = journal.persist(memory)  # what observe() learnt, when nothing was done
+    return ApplyResult(
+        plan, tuple(outcomes), memory, executor.run_id, executor.audit_error, snap.reservations
+    )
 
 
 def _partial(

@@ -27,6 +27,15 @@ def _node(navarch, name: str) -> dict:
     return next(n for n in navarch.nodes("train") if n["node"] == name)
 
 
+def _scale_up_a_proven_pool(navarch) -> None:  # noqa: ANN001
+    """The pool's three nodes burn in and serve; then target 4 launches NEW."""
+    navarch.ok("apply", "fleet.yaml", "--auto-approve")
+    navarch.ok("local", "tick", "fleet.yaml")
+    navarch.ok("apply", "fleet.yaml", "--auto-approve")
+    _edit(navarch.workdir, lambda d: d["pools"]["train"]["nodes"].update(target=4))
+    navarch.ok("apply", "fleet.yaml", "--auto-approve")
+
+
 def test_a_new_node_with_a_slow_nccl_fails_burn_in_is_replaced_and_never_serves(navarch):
     _edit(navarch.workdir, lambda d: d["pools"]["train"].update(acceptance={"enabled": True}))
     navarch.ok("apply", "fleet.yaml", "--auto-approve")
@@ -93,11 +102,7 @@ def test_a_new_node_with_a_slow_nccl_fails_burn_in_is_replaced_and_never_serves(
 
 def test_a_new_node_with_another_driver_is_flagged_as_drift(navarch):
     _edit(navarch.workdir, lambda d: d["pools"]["train"].update(acceptance={"enabled": True}))
-    navarch.ok("apply", "fleet.yaml", "--auto-approve")
-    navarch.ok("local", "tick", "fleet.yaml")
-    navarch.ok("apply", "fleet.yaml", "--auto-approve")
-    _edit(navarch.workdir, lambda d: d["pools"]["train"]["nodes"].update(target=4))
-    navarch.ok("apply", "fleet.yaml", "--auto-approve")
+    _scale_up_a_proven_pool(navarch)
     navarch.ok("local", "inject", "fleet.yaml", NEW, "--acceptance", "driver=550.54.14")
     navarch.ok("local", "tick", "fleet.yaml")
     node = _node(navarch, NEW)
@@ -112,11 +117,7 @@ def test_drift_from_the_serving_majority_names_the_odd_component_and_warn_lets_i
         navarch.workdir,
         lambda d: d["pools"]["train"].update(acceptance={"enabled": True, "drift": "warn"}),
     )
-    navarch.ok("apply", "fleet.yaml", "--auto-approve")
-    navarch.ok("local", "tick", "fleet.yaml")
-    navarch.ok("apply", "fleet.yaml", "--auto-approve")
-    _edit(navarch.workdir, lambda d: d["pools"]["train"]["nodes"].update(target=4))
-    navarch.ok("apply", "fleet.yaml", "--auto-approve")
+    _scale_up_a_proven_pool(navarch)
     navarch.ok("local", "inject", "fleet.yaml", NEW, "--acceptance", "cuda=12.4")
     navarch.ok("local", "tick", "fleet.yaml")
     node = _node(navarch, NEW)
@@ -153,11 +154,7 @@ def test_an_inconclusive_burn_in_holds_the_node_in_burn_in_and_status_says_why(n
 
 def test_a_failed_burn_in_counts_against_its_host_so_a_second_makes_it_a_lemon_host(navarch):
     _edit(navarch.workdir, lambda d: d["pools"]["train"].update(acceptance={"enabled": True}))
-    navarch.ok("apply", "fleet.yaml", "--auto-approve")
-    navarch.ok("local", "tick", "fleet.yaml")
-    navarch.ok("apply", "fleet.yaml", "--auto-approve")
-    _edit(navarch.workdir, lambda d: d["pools"]["train"]["nodes"].update(target=4))
-    navarch.ok("apply", "fleet.yaml", "--auto-approve")
+    _scale_up_a_proven_pool(navarch)
     navarch.ok("local", "inject", "fleet.yaml", NEW, "--acceptance", "dcgm_diag=fail")
     navarch.ok("local", "tick", "fleet.yaml")
     navarch.ok("apply", "fleet.yaml", "--auto-approve")

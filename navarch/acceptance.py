@@ -40,7 +40,7 @@ __all__ = [
 
 
 class AcceptanceStatus(StrEnum):
-    """One test's verdict. ``unknown`` never counts as a pass (DESIGN.md safety rule 2:
+    """One test's verdict. ``unknown`` never counts as a pass (docs/design.md, Safety rules, rule 2:
     doubt never acts, so a node in doubt does not serve either)."""
 
     PASS = "pass"

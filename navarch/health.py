@@ -5,7 +5,7 @@ Three words, each with one documented order, serialised by name (their ``value``
 - ``Status``: how a check, a report or a node stands. One order, worst last:
   ``healthy < degraded < unknown < unhealthy``. ``unknown`` ranks above ``degraded``
   because it means "nobody can vouch for this node", and below ``unhealthy`` because
-  doubt never terminates (DESIGN.md safety rule 2).
+  doubt never terminates (docs/design.md, Safety rules, rule 2).
 - ``Remedy``: the rungs of the remediation ladder, ordered by strength:
   ``none < restart_app < reset_gpu < reboot < replace``. The XID catalogue
   (navarch.xid) recommends one per fault; the planner's ladder (navarch.planner.ladder)

@@ -19,7 +19,7 @@ replace. docs/health-policy.md is the user's page; this is the contract:
   result then keeps the report's (the catalogue's recommendation). Rules do not choose
   the remedy a node gets: the planner's ladder does (navarch.planner.ladder), with a
   rule's or the catalogue's action as the cheapest rung it may start from.
-- Doubt never acts (DESIGN.md safety rule 2): a rule that raises at evaluation (a null
+- Doubt never acts (docs/design.md, Safety rules, rule 2): a rule that raises at evaluation (a null
   reading compared with a number, an index past the end, ...) does not match, as if it were
   not there; the error is carried in PolicyResult.error for ``navarch status``.
 

@@ -172,7 +172,7 @@ def _builtin() -> tuple[RemedyRow, ...]:
         RemedyRow(
             FaultClass.HOST_DOWN.value,
             "EC2 status checks, GCE instance status: no in-place rung fixes a dead host "
-            "(cloud-apis.md; DESIGN.md node lifecycle)",
+            "(cloud-apis.md; docs/design.md, Node lifecycle)",
             actions=(Remedy.REPLACE,),
         ),
     ]

@@ -172,7 +172,7 @@ class Placement:
     def places(self) -> tuple[tuple[str, str, bool], ...]:
         """Every (zone, instance_type, spot) of this placement in fallback order.
 
-        Order (DESIGN.md safety rule 6): every zone of the first type, then the next type;
+        Order (docs/design.md, Safety rules, rule 6): every zone of the first type, then the next;
         spot-then-on-demand tries all spot places before any on-demand one.
         """
         spot_modes = {"on-demand": (False,), "spot": (True,), "spot-then-on-demand": (True, False)}

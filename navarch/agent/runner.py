@@ -1,6 +1,6 @@
 """One agent run: probe GPUs, read the kernel log, check, build + sign + write the report.
 
-Report rules (DESIGN.md "Health report", schemas/health-report.schema.json):
+Report rules (docs/design.md, Health report; schemas/health-report.schema.json):
 
 - ``status`` = worst check status (navarch.health.Status: healthy < degraded < unknown <
   unhealthy); ``action`` = the strongest remedy the catalogue recommends for the checks'

@@ -1,4 +1,4 @@
-"""The circuit breaker as one named value (DESIGN.md safety rule 4).
+"""The circuit breaker as one named value (docs/design.md, Safety rules, rule 4).
 
 Like the Kubernetes node lifecycle controller's zone state (Normal / PartialDisruption /
 FullDisruption, computed once per zone per pass and read by every decision after it), a

@@ -22,7 +22,7 @@ the scheduler's actions, after the spares stage (which may hold a passed node as
 Only pools whose cordon reaches a scheduler (scheduler slurm or kubernetes, or a cordon
 playbook of the pool's own) are cordoned: with scheduler none nothing would take work off
 the node, and the lifecycle already keeps it from counting as serving. An open circuit
-breaker holds the burn-in cordon back, as every new cordon (DESIGN.md safety rule 4);
+breaker holds the burn-in cordon back, as every new cordon (docs/design.md, Safety rules, rule 4);
 the uncordon and the peer test only add capacity or knowledge and go whatever the breaker.
 """
 

@@ -3,7 +3,7 @@
 scale_stage (the desired count: the target, or autoscaling's), count_stage (provision up
 to desired, with surge replacements the repair and drift stages asked for, or scale down
 idle ready nodes), and the place order provisioning tries (open_places, skipping places
-in capacity backoff: DESIGN.md safety rule 6). Pure.
+in capacity backoff: docs/design.md, Safety rules, rule 6). Pure.
 """
 
 from __future__ import annotations

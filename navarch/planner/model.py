@@ -21,7 +21,7 @@ from navarch.spec import Scheduler
 
 
 class Lifecycle(enum.StrEnum):
-    """A node's lifecycle state, derived each run (DESIGN.md "Node lifecycle")."""
+    """A node's lifecycle state, derived each run (docs/design.md, Node lifecycle)."""
 
     PROVISIONING = "provisioning"  # instance pending
     BOOTING = "booting"  # running, no report yet, within boot_timeout

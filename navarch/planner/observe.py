@@ -1,7 +1,7 @@
 """observe(): derive each node's lifecycle from inventory, reports, memory and a clock.
 
 Pure: no I/O, no clock reads, no randomness. Same inputs give the same output.
-Rules (DESIGN.md "Node lifecycle" and safety rules 1-2):
+Rules (docs/design.md, Node lifecycle; docs/design.md, Safety rules, rules 1-2):
 - Instances tagged for this fleet with a node name are nodes; the rest are foreign. A node
   whose pool is no longer declared is an orphan (never foreign): ORPHAN until navarch
   takes it out of service, then its phase's lifecycle judged with the settings recorded

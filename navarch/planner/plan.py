@@ -30,7 +30,7 @@ A stage (navarch.planner.context) reads a PoolContext (never changed) and the Pr
 left, nodes leaving, replacements wanted) and returns a StageResult: its actions, the
 halts and notes it adds, the differences it leaves for later (pending), the new Progress.
 
-Safety rules enforced here (DESIGN.md "Safety rules"):
+Safety rules enforced here (docs/design.md, Safety rules):
  1. only owned nodes (observe() already split off foreign instances) are ever acted on;
  2. doubt never terminates: UNKNOWN/STALE nodes are left alone until OFFLINE, and are
     never picked for scale-down; an OFFLINE node is cordoned and replaced, but never

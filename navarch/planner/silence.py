@@ -2,7 +2,7 @@
 that alone. Pure.
 
 A node whose accepted reports stop for offline_after is cordoned, drained and given a
-replacement like a sick one (DESIGN.md "Node lifecycle"), with NodeMemory.silent_cordon
+replacement like a sick one (docs/design.md, Node lifecycle), with NodeMemory.silent_cordon
 set. Silence is what a store outage, a network partition or a broken agent fakes for every
 node at once, and what the circuit breaker cannot always see coming (nodes pass
 offline_after one by one, spread over a heartbeat, and the first may be taken before the

@@ -20,7 +20,7 @@ runs). This module alone decides the designation:
   count toward desired, count against max, and go first when the pool shrinks.
 
 Why: a promoted spare is the fastest path from fault to serving (a node already booted and
-tested: EC2 warm pools, ByteDance's ByteRobust); DESIGN.md "Node lifecycle".
+tested: EC2 warm pools, ByteDance's ByteRobust); docs/design.md, Node lifecycle.
 """
 
 from __future__ import annotations
@@ -201,7 +201,7 @@ def returning(
     action_reason SPARE: it is already cordoned and drained) when the set has room beyond
     the nodes still booting past desired; else terminated as surplus (action_reason
     SCALE_DOWN): a surge replacement serves in its place, and the once-faulty node is the
-    one that goes (DESIGN.md "Node lifecycle"). Never both uncordons and retires a node.
+    one that goes (docs/design.md, Node lifecycle). Never both uncordons and retires a node.
     """
     serving = len(_serving(ctx, prog))
     room = wanted(ctx, prog) - len(held(ctx, prog))

@@ -12,7 +12,7 @@ Idempotency, two layers:
 A run killed after RunInstances therefore never leads to a second instance on the next run.
 
 Only instances tagged `navarch-fleet=<fleet>` are listed, and terminate refuses any other
-(DESIGN.md safety rule 1). Each listed instance carries EC2's own view of it
+(docs/design.md, Safety rules, rule 1). Each listed instance carries EC2's own view of it
 (Instance.cloud_status, from one paginated DescribeInstanceStatus per region): the system
 and instance status checks and any scheduled event (see cloud_status_of). Instance metadata is IMDSv2-only (HttpTokens=required).
 
@@ -696,7 +696,7 @@ class AwsProvider:
         An instance already gone (InvalidInstanceID.NotFound) is success: a batch that
         fails on it is retried id by id so the others still terminate. Refuses (with
         ProviderError, before any call) an instance not tagged navarch-fleet=<fleet>
-        (DESIGN.md safety rule 1). Raises the mapped errors.
+        (docs/design.md, Safety rules, rule 1). Raises the mapped errors.
         """
         ensure_owned(instances, self.fleet, "terminate")
         by_region: dict[str, list[str]] = {}
@@ -713,7 +713,7 @@ class AwsProvider:
         EC2 RebootInstances: an OS reboot of the same instance (same id, volumes and
         addresses; a new kernel boot id); the call returns once the reboot is queued.
         Refuses (ProviderError, before any call) an instance not tagged
-        navarch-fleet=<fleet> (DESIGN.md safety rule 1). Raises the mapped errors; an
+        navarch-fleet=<fleet> (docs/design.md, Safety rules, rule 1). Raises the mapped errors; an
         instance already gone is ProviderError (InvalidInstanceID.NotFound).
         """
         ensure_owned(instances, self.fleet, "reboot")

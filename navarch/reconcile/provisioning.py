@@ -1,6 +1,6 @@
 """Provisioning: launch a node in the first place of its pool that takes it.
 
-Capacity failover (DESIGN.md safety rule 6): a provision action carries its places in the
+Capacity failover (docs/design.md, Safety rules, rule 6): a provision carries its places in the
 pool's order; a CapacityError marks that place exhausted with a backoff (10 min, doubling
 per consecutive failure, at most 1 h) and the next place is tried. Fallover stops only for
 a reason: a PlacementError (the type is not offered in that zone) is remembered like

@@ -21,7 +21,7 @@ first failure is the rejection reason, counted by reason in the state and shown 
                 judged when the store gave no modification time (see "Clocks" below)
   check_failed  checking it raised an error navarch did not expect (a navarch bug: the
                 error's type and message are in the rejection's detail)
-A rejected report never makes a node unhealthy (DESIGN.md safety rule 2), and no report
+A rejected report never makes a node unhealthy (docs/design.md, Safety rules, rule 2), and no report
 can stop a run: every failure while reading, parsing, checking or verifying one report
 is a rejection of that report.
 

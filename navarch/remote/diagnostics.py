@@ -13,8 +13,8 @@ takes about 15 minutes). The playbook starts it detached and prints `navarch-dia
 playbook prints the JSON and `navarch-diag-exit: N` (dcgmi's exit status), read as if
 dcgmi had run in the foreground. A playbook that runs dcgmi in the foreground works too.
 
-Verdicts (doubt never acts, DESIGN.md safety rule 2): only `fail` is a fault; SSH trouble
-is `error`, like a run that gives no verdict.
+Verdicts (doubt never acts: docs/design.md, Safety rules, rule 2): only `fail` is a fault; SSH
+trouble is `error`, like a run that gives no verdict.
 """
 
 from __future__ import annotations

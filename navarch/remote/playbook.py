@@ -44,7 +44,7 @@ DEFAULT_STEP_TIMEOUT = "60s"
 
 
 class PlaybookKind(enum.StrEnum):
-    """The playbooks navarch runs, in lifecycle order (DESIGN.md "Node lifecycle")."""
+    """The playbooks navarch runs, in lifecycle order (docs/design.md, Node lifecycle)."""
 
     CORDON = "cordon"
     DRAIN = "drain"

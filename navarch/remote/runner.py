@@ -1,4 +1,4 @@
-"""Run playbooks over SSH with fabric: the real `Remote` of DESIGN.md.
+"""Run playbooks over SSH with fabric (docs/design.md, Playbooks).
 
 One SSHRunner per pool, built from the pool's `ssh` mapping (fleet.schema.json
 $defs.ssh). `run` executes a playbook on many targets in parallel (at most ssh.parallel

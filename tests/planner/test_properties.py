@@ -1,4 +1,4 @@
-"""Hypothesis properties of the planner (DESIGN.md "Safety rules", "Testing").
+"""Hypothesis properties of the planner (docs/design.md, Safety rules; docs/design.md, Testing).
 
 Random fleets (1-3 pools, small min/target/max, random health policies and safety knobs),
 random inventories (owned nodes in every phase and instance state, plus foreign

@@ -18,8 +18,8 @@ testing/python3/dcgm_diag_schema.json):
             "version": "3.3.5"}}
 
 dcgmi may print a line before the JSON ("Successfully ran diagnostic for group."): the
-document is read from the first ``{``. Verdicts (doubt never acts, DESIGN.md safety rule
-2): a test whose status is Fail makes the run `fail`. A node without dcgmi (the shell's
+document is read from the first ``{``. Verdicts (doubt never acts, docs/design.md, Safety rules,
+rule 2): a test whose status is Fail makes the run `fail`. A node without dcgmi (the shell's
 exit 127) is `unavailable`; a run that gives no verdict (host engine down,
 `runtime_error`, output that is not DCGM's JSON) is `error`. Warn, Skip and Not Run
 statuses are kept but never fail a run.

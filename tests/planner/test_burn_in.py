@@ -1,7 +1,7 @@
 """Burn-in in the planner (navarch.planner.burn_in through observe and plan): a launched or
 remedied node is kept out of service until its acceptance run for its boot passed, judged
 on its own and against its pool's serving nodes; a failure, or no pass by the deadline,
-replaces it."""
+replaces it; a node that reports no run at all is held and its pool notified."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from datetime import timedelta
 from typing import Any
 
 from navarch.acceptance import AcceptanceResult, AcceptanceRun, AcceptanceStatus, SuiteDepth
-from navarch.planner.burn_in import choose_peer
 from navarch.notify.events import EventKind, plan_conditions
+from navarch.planner.burn_in import choose_peer
 from navarch.planner.model import (
     ActionKind,
     ActionReason,

@@ -17,8 +17,16 @@ run means for the node (navarch.acceptance says what each word is):
 - a node whose run for its boot the planner accepted before (NodeMemory.accepted) is not
   judged again on that boot.
 
-A node whose reports carry no run (its agent has no acceptance policy: launched before
-the pool asked for one) is not held: the pool's drift replacement is what renews it.
+A node whose reports carry no run is held too (the gate fails closed: no run is no
+pass): ``burn_in``, waiting for its agent's first run, until ``deadline_s`` after its
+launch; then ``no_run``: still ``burn_in``, never replaced and never a strike against its
+host, because an agent that reports no run (one without acceptance in its config, an
+older bundle, a custom image) is a setting of the image, not broken hardware; the pool
+gets a ``no_acceptance_run`` halt that is notified (navarch.planner.burn_in_stage). The
+one exception is a node launched before its pool asked for acceptance
+(PoolMemory.acceptance_since, ``launched_before_acceptance``): its agent was never given
+a suite, and holding it would take a serving pool out of service the moment acceptance
+is enabled.
 
 Lemon hosts: every replacement this module causes carries ``ActionReason.BURN_IN_FAILED``
 (or ``BURN_IN_TIMEOUT``) and the node's instance, so a host that fails burn-in twice can
@@ -64,6 +72,8 @@ __all__ = [
     "choose_peer",
     "judge_burn_ins",
     "judge_pool",
+    "launched_before_acceptance",
+    "no_run_verdict",
     "pairs_nodes",
     "peer_verdict",
     "return_verdict",
@@ -141,20 +151,58 @@ def _judge_run(
     )
 
 
+def launched_before_acceptance(since: datetime | None, launched_at: datetime) -> bool:
+    """Whether a node was launched before its pool asked for acceptance: since is
+    PoolMemory.acceptance_since (None: the pool has no acceptance, nothing to hold),
+    launched_at the instance's launch (aware UTC). Such a node's agent was given no suite,
+    so it is not held for a run."""
+    return since is None or launched_at < since
+
+
+def no_run_verdict(policy: AcceptancePolicy, node: str, waited_s: float) -> Verdict:
+    """A node of an acceptance pool whose reports carry no run, waited_s seconds after the
+    wait began (its launch, or its in-place remedy): ``running`` (held, waiting for the
+    agent's first run) within policy.deadline_s, then ``no_run`` (held, never replaced:
+    the agent config or image lacks acceptance, a setting of the image, not broken
+    hardware; DESIGN.md: a node is never terminated because data was missing)."""
+    deadline = format_duration_s(policy.deadline_s)
+    if waited_s > policy.deadline_s:
+        return BurnIn.NO_RUN, (
+            f"no acceptance run from {node} by deadline ({deadline}): the agent config/image "
+            "lacks acceptance; held out of service, not replaced"
+        )
+    return BurnIn.RUNNING, (
+        f"burn-in waiting for the agent's first acceptance run ({format_duration_s(waited_s)} "
+        f"of deadline {deadline})"
+    )
+
+
 def absolute_verdict(
-    policy: AcceptancePolicy | None, s: ReportSummary, accepted: str, now: datetime
+    policy: AcceptancePolicy | None,
+    s: ReportSummary,
+    accepted: str,
+    now: datetime,
+    held_since: datetime | None = None,
+    node: str = "",
 ) -> Verdict | None:
     """Where a serving-looking node's burn-in stands on its own, or None when it is not
     burning in.
 
     policy: the pool's (None: no burn-in); s: the node's newest accepted report; accepted:
-    NodeMemory.accepted; now: aware UTC. None when there is no policy, the report carries
-    no run, or the run is the one accepted before. A run of an earlier boot is ``running``
-    (the agent has not started this boot's yet). PASSED here still has to pass judge_pool.
+    NodeMemory.accepted; now: aware UTC; held_since: when the node began to wait for a
+    run (its launch), None when it is not held for one (launched_before_acceptance);
+    node: its name, for the reason. None when there is no policy, the run is the one
+    accepted before, or the report carries no run and held_since is None; no run
+    otherwise is no_run_verdict's. A run of an earlier boot is ``running`` (the agent has
+    not started this boot's yet). PASSED here still has to pass judge_pool.
     """
     run = s.acceptance
-    if policy is None or run is None:
+    if policy is None:
         return None
+    if run is None:
+        if held_since is None:
+            return None
+        return no_run_verdict(policy, node, max((now - held_since).total_seconds(), 0.0))
     if run.boot_id != s.boot_id:
         return BurnIn.RUNNING, "burn-in not started on this boot yet"
     if run_key(run) == accepted:
@@ -168,14 +216,23 @@ def return_verdict(
     rung: Remedy,
     rung_at: datetime | None,
     now: datetime,
+    exempt: bool = False,
+    node: str = "",
 ) -> Verdict | None:
     """Whether a node back from an in-place remedy (rung: reboot or reset_gpu, done at
-    rung_at) has passed burn-in since; None when its pool has no acceptance policy or its
-    agent reports no run. A run counts when it is of the report's boot and, after a GPU
-    reset (same boot), started after rung_at; otherwise it is ``running``."""
+    rung_at) has passed burn-in since; None when its pool has no acceptance policy, or
+    its agent reports no run and it is exempt (launched_before_acceptance). A run counts
+    when it is of the report's boot and, after a GPU reset (same boot), started after
+    rung_at; otherwise it is ``running``. No run from a node that is not exempt is
+    no_run_verdict's, counted from rung_at (node: its name, for the reason)."""
     run = s.acceptance
-    if policy is None or run is None:
+    if policy is None:
         return None
+    if run is None:
+        if exempt:
+            return None
+        waited_s = 0.0 if rung_at is None else max((now - rung_at).total_seconds(), 0.0)
+        return no_run_verdict(policy, node, waited_s)
     if run.boot_id != s.boot_id:
         return BurnIn.RUNNING, f"burn-in not started since the {rung.value}"
     if rung is Remedy.RESET_GPU and rung_at is not None:
@@ -278,11 +335,12 @@ def judge_pool(
 def burn_in_view(
     gate: Verdict, lc: Lifecycle, reason: str, extra: dict[str, Any]
 ) -> tuple[BurnIn, Lifecycle, str, dict[str, Any]]:
-    """A serving-looking node's view under its burn-in verdict: running -> burn_in;
-    failed or timed out -> unhealthy at once (replaced); passed -> as it was, the reason
-    saying so (judge_burn_ins still judges it against its pool)."""
+    """A serving-looking node's view under its burn-in verdict: running or no run ->
+    burn_in (held, never replaced for it); failed or timed out -> unhealthy at once
+    (replaced); passed -> as it was, the reason saying so (judge_burn_ins still judges it
+    against its pool)."""
     burn, why = gate
-    if burn is BurnIn.RUNNING:
+    if burn in (BurnIn.RUNNING, BurnIn.NO_RUN):
         return burn, Lifecycle.BURN_IN, why, {}
     if burn in (BurnIn.FAILED, BurnIn.TIMED_OUT):
         return burn, Lifecycle.UNHEALTHY, why, {"immediate": True}

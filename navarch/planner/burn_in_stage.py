@@ -17,7 +17,11 @@ the scheduler's actions, after the spares stage (which may hold a passed node as
 - a BURN_IN node whose single-node suite passed and that waits on a known-good peer
   (NodeView.peer, chosen by navarch.planner.burn_in.choose_peer) gets an NCCL_PEER action
   (BURN_IN_PEER): the executor runs the pair through the pool's Slurm head node and
-  records the result where the next run's verdict reads it (NodeMemory.peer_test).
+  records the result where the next run's verdict reads it (NodeMemory.peer_test);
+- nodes that reported no acceptance run by their deadline (BurnIn.NO_RUN: the agent
+  config or image lacks acceptance) stay held, and the pool gets one
+  HaltRule.NO_ACCEPTANCE_RUN halt naming them, which is notified: a person fixes the
+  image, no replacement would (a new node boots the same image).
 
 Only pools whose cordon reaches a scheduler (scheduler slurm or kubernetes, or a cordon
 playbook of the pool's own) are cordoned: with scheduler none nothing would take work off
@@ -31,7 +35,16 @@ from __future__ import annotations
 from dataclasses import replace
 
 from navarch.planner.context import PoolContext, Progress, StageResult, iid
-from navarch.planner.model import READY, Action, ActionKind, ActionReason, Lifecycle
+from navarch.planner.model import (
+    READY,
+    Action,
+    ActionKind,
+    ActionReason,
+    BurnIn,
+    Halt,
+    HaltRule,
+    Lifecycle,
+)
 from navarch.planner.spares import not_serving
 from navarch.spec import PoolSpec, Scheduler
 
@@ -93,4 +106,24 @@ def burn_in_stage(ctx: PoolContext, prog: Progress) -> StageResult:
                 )
             )
     taken = prog.taken | {a.node for a in actions if a.node is not None}
-    return StageResult(replace(prog, taken=frozenset(taken)), tuple(actions))
+    return StageResult(replace(prog, taken=frozenset(taken)), tuple(actions), no_run_halt(ctx))
+
+
+def no_run_halt(ctx: PoolContext) -> tuple[Halt, ...]:
+    """The pool's HaltRule.NO_ACCEPTANCE_RUN halt when any of its nodes reported no
+    acceptance run by its deadline (BurnIn.NO_RUN), naming up to 3 of them; () otherwise.
+    One per pool, so a notification sink gets it once while it lasts
+    (navarch.notify.events.plan_conditions)."""
+    nodes = sorted(v.node for v in ctx.views if v.burn_in is BurnIn.NO_RUN)
+    if not nodes:
+        return ()
+    named = ", ".join(nodes[:3]) + (f" and {len(nodes) - 3} more" if len(nodes) > 3 else "")
+    return (
+        Halt(
+            ctx.pool.name,
+            HaltRule.NO_ACCEPTANCE_RUN,
+            f"no acceptance run from {named} by deadline: the agent config/image lacks "
+            "acceptance; held in burn_in, not replaced; give the image an agent that runs the "
+            "pool's acceptance suite, then `navarch apply --replace NODE`",
+        ),
+    )

@@ -31,7 +31,7 @@ from datetime import datetime
 
 from navarch.durations import format_duration_s
 from navarch.health import FaultKey, Remedy, Status
-from navarch.planner.burn_in import return_verdict
+from navarch.planner.burn_in import launched_before_acceptance, return_verdict
 from navarch.planner.context import (
     PoolContext,
     Progress,
@@ -375,7 +375,10 @@ def _remediating(ctx: PoolContext, v: NodeView) -> tuple[Action | None, str]:
             if gate is not None:
                 return _climb(ctx, v, gate)
             why += f"; dcgmi diag -r {h.return_requires_diag} passed"
-        burn = return_verdict(ctx.pool.acceptance, s, rung, v.rung_at, ctx.now)
+        exempt = v.instance is not None and launched_before_acceptance(
+            ctx.pm.acceptance_since, v.instance.launched_at
+        )
+        burn = return_verdict(ctx.pool.acceptance, s, rung, v.rung_at, ctx.now, exempt, v.node)
         if burn is not None and burn[0] is not BurnIn.PASSED:
             return _burn_in_return(ctx, v, burn)
         if burn is not None:
@@ -411,9 +414,10 @@ def _burn_in_return(
     ctx: PoolContext, v: NodeView, burn: tuple[BurnIn, str]
 ) -> tuple[Action | None, str]:
     """A remedied node's burn-in that has not passed: held while it runs, replaced (dead on
-    arrival) when it failed or passed its deadline. It was already drained: terminate."""
+    arrival) when it failed or passed its deadline. It was already drained: terminate. No
+    run by the deadline (NO_RUN: the image lacks acceptance) holds it, never replaces it."""
     state, why = burn
-    if state is BurnIn.RUNNING:
+    if state in (BurnIn.RUNNING, BurnIn.NO_RUN):
         return None, f"{v.node}: {why}"
     code = ActionReason.BURN_IN_FAILED if state is BurnIn.FAILED else ActionReason.BURN_IN_TIMEOUT
     return terminate_node(ctx.pool.name, v, why, code), ""

@@ -149,6 +149,9 @@ class BurnIn(enum.StrEnum):
     PASSED = "passed"  # every test passed, figures within the pool's: back to service
     FAILED = "failed"  # a test failed: replaced, counted dead on arrival
     TIMED_OUT = "timed_out"  # no pass within the acceptance timeout: replaced
+    #: no run reported by the deadline: the agent config or image lacks acceptance, so the
+    #: node is held out of service (burn_in) and never replaced for it
+    NO_RUN = "no_run"
 
 
 class Phase(enum.StrEnum):
@@ -407,6 +410,9 @@ class PoolMemory:
     # Nodes terminated to be replaced whose replacement has not launched yet (replacement:
     # after-terminate), oldest first: the replacement still lands where they sat.
     vacancies: tuple[Vacancy, ...] = ()
+    # When observe first saw the pool with acceptance enabled (None: acceptance off): a
+    # node launched before then was not launched to burn in, so it is not held for a run.
+    acceptance_since: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -577,6 +583,9 @@ class HaltRule(enum.StrEnum):
     #: block_fault_after nodes of one topology block failed within block_fault_window:
     #: a rack or switch fault; the ladder stops for the block until a human looks
     BLOCK_FAULT = "block_fault"
+    #: a node of an acceptance pool reported no acceptance run by its deadline: its agent
+    #: config or image lacks acceptance; the node is held in burn_in, the pool notified
+    NO_ACCEPTANCE_RUN = "no_acceptance_run"
 
     @property
     def safety_stop(self) -> bool:

@@ -45,7 +45,12 @@ from navarch.durations import format_duration_s
 from navarch.health import FaultKey, Remedy, Status
 from navarch.health_report import NoticeKind
 from navarch.inventory import TAG_SPEC, Instance, InstanceState
-from navarch.planner.burn_in import absolute_verdict, burn_in_view, judge_burn_ins
+from navarch.planner.burn_in import (
+    absolute_verdict,
+    burn_in_view,
+    judge_burn_ins,
+    launched_before_acceptance,
+)
 from navarch.planner.model import (
     CLOCK_SKEW_S,
     IMPAIRED_AFTER_S,
@@ -191,6 +196,12 @@ def observe(
     gone = [nm.node for nm in memory.nodes if nm.node not in owned]
     declared = {p.name: p for p in spec.pools}
     rejections = dict(memory.rejections)
+    # A pool seen with acceptance for the first time asks it from now (_fold_pools keeps it).
+    since = {
+        p.name: memory.pool(p.name).acceptance_since or now
+        for p in spec.pools
+        if p.acceptance is not None
+    }
     views: list[NodeView] = []
     changed: list[NodeMemory] = []  # folded into Memory at once (one table update)
     for name in sorted(owned):
@@ -220,13 +231,18 @@ def observe(
                 drain_checks.get(name),
                 drift_reason(pool, inst, nm),
                 labels_drift(pool, inst),
+                held_since=(
+                    None
+                    if launched_before_acceptance(since.get(pool.name), inst.launched_at)
+                    else inst.launched_at
+                ),
             )
         )
     views, passed = judge_burn_ins(spec, views, changed, memory, now)
     changed = [nm for nm in changed if nm.node not in passed] + list(passed.values())
     mem = memory.with_nodes(changed, without=gone) if changed or gone else memory
 
-    mem = _fold_pools(spec, mem, views, owned)
+    mem = _fold_pools(spec, mem, views, owned, since)
 
     mem = replace(mem, rejections=tuple(sorted(rejections.items())))
     return Observed(
@@ -238,10 +254,15 @@ def observe(
 
 
 def _fold_pools(
-    spec: FleetSpec, mem: Memory, views: Sequence[NodeView], owned: Mapping[str, Instance]
+    spec: FleetSpec,
+    mem: Memory,
+    views: Sequence[NodeView],
+    owned: Mapping[str, Instance],
+    since: Mapping[str, datetime],
 ) -> Memory:
     """mem with each declared pool's memory brought up to date: next_index past every owned
-    node's, the pool's settings (retirement ended), and only the spares still alive."""
+    node's, the pool's settings (retirement ended), only the spares still alive, and when
+    it first had acceptance (since: pool -> acceptance_since; absent: acceptance off)."""
     highest = _highest_indexes(spec.name, views)
     for pool in spec.pools:
         pm = mem.pool(pool.name)
@@ -253,6 +274,8 @@ def _fold_pools(
         if pm.settings != settings or pm.retiring_since is not None:
             pm = replace(pm, settings=settings, retiring_since=None)
         pm = _live_spares(pm, owned)
+        if pm.acceptance_since != since.get(pool.name):
+            pm = replace(pm, acceptance_since=since.get(pool.name))
         if pm != mem.pool(pool.name):
             mem = mem.with_pool(pm)
     return mem
@@ -544,6 +567,7 @@ def _view(
     drain_check: bool | None,
     drift: str | None = None,
     tags_drift: tuple[tuple[str, str], ...] = (),
+    held_since: datetime | None = None,
 ) -> NodeView:
     s = nm.report
     # Age by the store's clock when known: a node's wrong clock is shown
@@ -567,7 +591,7 @@ def _view(
     lc, reason, extra = verdict
     burn = None
     if lc in READY and s is not None:
-        gate = absolute_verdict(pool.acceptance, s, nm.accepted, now)
+        gate = absolute_verdict(pool.acceptance, s, nm.accepted, now, held_since, nm.node)
         if gate is not None:
             burn, lc, reason, extra = burn_in_view(gate, lc, reason, extra)
     return NodeView(

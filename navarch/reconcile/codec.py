@@ -373,6 +373,7 @@ def memory_to_json(m: Memory, cache: NodeDocCache | None = None) -> dict[str, An
                 **({"settings": settings_to_json(p.settings)} if p.settings else {}),
                 **({"retiring_since": ts(p.retiring_since)} if p.retiring_since else {}),
                 **({"spares": list(p.spares)} if p.spares else {}),
+                **({"acceptance_since": ts(p.acceptance_since)} if p.acceptance_since else {}),
                 **(
                     {"vacancies": [_vacancy_to_json(v) for v in p.vacancies]} if p.vacancies else {}
                 ),
@@ -494,6 +495,7 @@ def memory_from_json(d: Mapping[str, Any], *, lazy: bool = False) -> Memory:
             retiring_since=parse_ts(p.get("retiring_since")),
             spares=tuple(sorted(p.get("spares", ()))),
             vacancies=tuple(_vacancy_from_json(v) for v in p.get("vacancies", ())),
+            acceptance_since=parse_ts(p.get("acceptance_since")),
         )
         for name, p in sorted(d.get("pools", {}).items())
     )

@@ -1,7 +1,7 @@
 """Burn-in in the planner (navarch.planner.burn_in through observe and plan): a launched or
 remedied node is kept out of service until its acceptance run for its boot passed, judged
 on its own and against its pool's serving nodes; a failure, or no pass by the deadline,
-replaces it."""
+replaces it; a node that reports no run at all is held and its pool notified."""
 
 from __future__ import annotations
 
@@ -10,10 +10,20 @@ from datetime import timedelta
 from typing import Any
 
 from navarch.acceptance import AcceptanceResult, AcceptanceRun, AcceptanceStatus, SuiteDepth
+from navarch.notify.events import EventKind, plan_conditions
 from navarch.planner.burn_in import choose_peer
-from navarch.planner.model import ActionKind, ActionReason, BurnIn, Lifecycle, Memory
+from navarch.planner.model import (
+    ActionKind,
+    ActionReason,
+    BurnIn,
+    HaltRule,
+    Lifecycle,
+    Memory,
+    PoolMemory,
+)
 from navarch.planner.observe import observe
 from navarch.planner.plan import plan
+from navarch.reconcile.codec import memory_from_json, memory_to_json
 from navarch.timefmt import ts
 from tests.planner.builders import (
     BASE_NOW,
@@ -60,12 +70,18 @@ def _run(
     )
 
 
-def _world(runs: dict[str, AcceptanceRun | None], mem: Memory | None = None, spec=None, nodes=None):
+def _world(
+    runs: dict[str, AcceptanceRun | None],
+    mem: Memory | None = None,
+    spec=None,
+    nodes=None,
+    launched_ago_min: float = 10,
+):
     """Observe nodes f-p-0001.. with the given runs (healthy reports of boot-1)."""
     spec = spec or _spec()
     inv, reports = [], {}
     for name, run in runs.items():
-        inv.append(instance("f", "p", name, launched_at=NOW - timedelta(minutes=10)))
+        inv.append(instance("f", "p", name, launched_at=NOW - timedelta(minutes=launched_ago_min)))
         s = replace(summary(sequence=5, generated_at=NOW - timedelta(seconds=10)), acceptance=run)
         reports[name] = observation(name, "p", s)
     obs = observe(spec, inv, reports, mem or memory("f", nodes or ()), NOW)
@@ -154,15 +170,71 @@ def test_a_declared_baseline_wins_over_the_majority():
     assert "drift: driver 550.54.15 (pool 560.0, declared)" in _view(obs, "f-p-0001").reason
 
 
-def test_a_pool_without_acceptance_and_a_report_without_a_run_do_not_burn_in():
+def test_a_pool_without_acceptance_does_not_burn_in():
     plain = fleet_from_dict(fleet_doc("f", {"p": pool_doc(target=1)}))
     _, obs = _world({"f-p-0001": _run(finished=False)}, spec=plain)
     assert _view(obs, "f-p-0001").lifecycle is Lifecycle.HEALTHY
+    assert obs.memory.pool("p").acceptance_since is None
+
+
+def _asked(ago_min: float = 60, nodes=()) -> Memory:
+    """Memory of a pool that has asked for acceptance since `ago_min` minutes before NOW."""
+    since = NOW - timedelta(minutes=ago_min)
+    return memory("f", nodes, [PoolMemory(pool="p", acceptance_since=since)])
+
+
+def test_a_node_launched_before_its_pool_asked_for_acceptance_serves_without_a_run():
+    # The first run that sees the pool with acceptance records when it asked; the nodes it
+    # already had were given no suite, and are not taken out of service for want of one.
     _, obs = _world({"f-p-0001": None})
     assert _view(obs, "f-p-0001").lifecycle is Lifecycle.HEALTHY
+    assert obs.memory.pool("p").acceptance_since == NOW
+    kept = memory_from_json(memory_to_json(obs.memory))
+    assert kept.pool("p").acceptance_since == NOW
+    _, later = _world({"f-p-0001": None}, mem=obs.memory, launched_ago_min=5)
+    assert _view(later, "f-p-0001").lifecycle is Lifecycle.HEALTHY  # launched 5m before NOW
 
 
-def _remediating(run: AcceptanceRun):
+def test_a_node_of_an_acceptance_pool_whose_reports_carry_no_run_never_serves():
+    spec = _slurm_spec(multi_node=False)
+    cordoned = replace(node_memory("f-p-0003", "p"), burn_in_cordon=True)
+    runs = {"f-p-0001": _run(), "f-p-0002": _run(), "f-p-0003": None}
+    _, obs = _world(runs, mem=_asked(nodes=[cordoned]), spec=spec)
+    v = _view(obs, "f-p-0003")
+    assert (v.lifecycle, v.burn_in) == (Lifecycle.BURN_IN, BurnIn.RUNNING)
+    assert "waiting for the agent's first acceptance run (10m of deadline 30m)" in v.reason
+    p = plan(spec, obs.views, obs.memory, NOW)
+    assert not [a for a in p.actions if a.node == "f-p-0003"]  # no uncordon, no replacement
+    assert not [a for a in p.actions if a.kind is ActionKind.PROVISION]  # counted toward 3
+    assert not p.halts
+
+
+def test_no_run_past_the_deadline_holds_the_node_replaces_nothing_and_notifies_the_pool():
+    runs = {"f-p-0001": _run(), "f-p-0002": _run(), "f-p-0003": None}
+    spec, obs = _world(runs, mem=_asked(ago_min=180), launched_ago_min=120)
+    v = _view(obs, "f-p-0003")
+    assert (v.lifecycle, v.burn_in) == (Lifecycle.BURN_IN, BurnIn.NO_RUN)
+    assert "no acceptance run from f-p-0003 by deadline (30m)" in v.reason
+    p = plan(spec, obs.views, obs.memory, NOW)
+    # A setting of the image, not dead hardware: no cordon, termination or replacement,
+    # so no dead-on-arrival count and no strike against the node's host.
+    assert not [a for a in p.actions if a.node == "f-p-0003"]
+    assert not [a for a in p.actions if a.kind is ActionKind.PROVISION]
+    [halt] = p.halts
+    assert (halt.pool, halt.rule) == ("p", HaltRule.NO_ACCEPTANCE_RUN)
+    assert "the agent config/image lacks acceptance" in halt.message
+    [event] = plan_conditions(p).values()
+    assert (event.kind, event.pool) == (EventKind.NO_ACCEPTANCE_RUN, "p")
+    assert "f-p-0003" in event.message
+
+
+def test_a_rebooted_node_without_a_run_is_held_not_returned_and_not_replaced():
+    held = _remediating(None, mem_pools=True)
+    assert not [a for a in held.actions if a.node == "f-p-0001"]
+    assert any("first acceptance run" in line for line in held.pending)
+
+
+def _remediating(run: AcceptanceRun | None, mem_pools: bool = False):
     spec = _spec(target=1, return_after=1)
     nm = node_memory(
         "f-p-0001",
@@ -175,7 +247,8 @@ def _remediating(run: AcceptanceRun):
         rung_at=NOW - timedelta(minutes=5),
         return_streak=1,
     )
-    _, obs = _world({"f-p-0001": run}, spec=spec, nodes=[nm])
+    mem = _asked(nodes=[nm]) if mem_pools else None
+    _, obs = _world({"f-p-0001": run}, mem=mem, spec=spec, nodes=[nm])
     return plan(spec, obs.views, obs.memory, NOW)
 
 

@@ -34,6 +34,8 @@ __all__ = [
     "AcceptanceRun",
     "AcceptanceStatus",
     "AcceptanceTest",
+    "DEEP_DIAG_LEVEL",
+    "DIAG_LEVEL_RUN_S",
     "DriftPolicy",
     "SuiteDepth",
 ]
@@ -72,6 +74,17 @@ class SuiteDepth(StrEnum):
 
     QUICK = "quick"
     DEEP = "deep"
+
+
+#: dcgmi diag level of the deep suite: level 3 adds the stress, power, memory bandwidth and
+#: NVLink tests (DCGM dcgmi/CommandLineParser.cpp help: "long", "~ 15 minutes").
+DEEP_DIAG_LEVEL = 3
+
+#: How long one dcgmi diag run takes per level, in seconds, as DCGM's own help text gives it
+#: (dcgmi/CommandLineParser.cpp, the `dcgmi diag` page of the DCGM documentation): level 1
+#: "~ seconds" (no floor), level 2 "~ 2 minutes", level 3 "~ 15 minutes". A tool timeout
+#: under this makes the run `unknown` on every node.
+DIAG_LEVEL_RUN_S = {1: 0, 2: 120, 3: 900}
 
 
 class DriftPolicy(StrEnum):
@@ -119,6 +132,13 @@ class AcceptancePolicy:
     #: how long after the run started the planner holds a node that has not passed before
     #: it replaces it (seconds)
     deadline_s: float = 1800.0
+
+    def diag_level(self) -> int:
+        """The dcgmi diag level this policy runs: its own for quick, at least
+        DEEP_DIAG_LEVEL for deep."""
+        if self.depth is SuiteDepth.DEEP:
+            return max(self.dcgm_diag_level, DEEP_DIAG_LEVEL)
+        return self.dcgm_diag_level
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from navarch.confine import Confinement
 from navarch.durations import parse_duration_s
 from navarch.errors import ConfigError, PluginError
 from navarch.fleet_acceptance import acceptance_policy
+from navarch.fleet_groups import check_placement_groups
 from navarch.fleet_secret import secret_path, secret_problems
 from navarch.fleet_yaml import compose_with_lines, read_fleet_text
 from navarch.health import Remedy
@@ -282,6 +283,7 @@ def _build(data: dict[str, Any], source: Path, lines: Mapping[tuple[Any, ...], i
         )
         for name, raw in data["pools"].items()
     ]
+    check_placement_groups(data["pools"], providers, fail)
     for name in data["pools"]:
         full = f"{data['fleet']}-{name}-0000"
         if len(full) > 63:
@@ -393,7 +395,14 @@ def _pool(
             tests=tuple(raw["diagnostics"]["tests"]),
         ),
         placement=raw["placement"],
-        acceptance=acceptance_policy(name, raw["acceptance"], raw["gpus_per_node"], fail),
+        acceptance=acceptance_policy(
+            name,
+            raw["acceptance"],
+            raw["gpus_per_node"],
+            fail,
+            scheduler=raw["scheduler"],
+            head_node=raw.get("ssh", {}).get("head_node"),
+        ),
         topology=TopologyMatch(raw["topology"]),
         zone_policy=ZonePolicy(raw["zone_policy"]),
     )

@@ -9,9 +9,9 @@ fault kind before a class (``row_for``). A row gives:
   reboot, replace), or ``alert`` alone (reported, never cordoned); none: the pool's
   ``remediation`` from the fault's recommended remedy (``floor``) up;
 - ``wait_s``: how long after the fault was first seen before acting;
-- ``occurrences`` within ``window_s``: how many observations of it before acting (the
-  agent's consecutive checks or distinct reports, whichever is more, on top of
-  ``unhealthy_after``);
+- ``occurrences``: how many observations of it in a row before acting (the agent's
+  consecutive checks or distinct unhealthy reports, whichever is more, on top of
+  ``unhealthy_after``; a healthy report starts the count again);
 - ``max_in_place`` within ``ladder_window_s``: how many in-place remedies (reset_gpu,
   reboot) of the same fault kind before the node is treated as hardware and replaced;
 - ``source``: where the row comes from.
@@ -109,7 +109,8 @@ class RemedyRow:
     match: a fault kind (``xid:79``, ``rule:NAME``, ``ecc:dbe``) or a FaultClass value;
     actions: the row's ladder, cheapest first, () for the pool's; alert: report only;
     floor: the cheapest rung for the fault (None: the report's recommended remedy);
-    wait_s, window_s, ladder_window_s: seconds (ladder_window_s None: the pool's);
+    wait_s, ladder_window_s: seconds (ladder_window_s None: the pool's); occurrences:
+    observations in a row;
     max_in_place: None for no limit beyond the ladder's own climbing.
     """
 
@@ -120,7 +121,6 @@ class RemedyRow:
     floor: Remedy | None = None
     wait_s: int = 0
     occurrences: int = 1
-    window_s: int = 3600
     max_in_place: int | None = None
     ladder_window_s: int | None = None
 
@@ -257,9 +257,9 @@ def hands_back(kind: str, action: Remedy) -> bool:
 
 def remedies_table(rows: Sequence[RemedyRow] = BUILTIN_ROWS) -> str:
     """The table as Markdown (docs/health-policy.md holds the built-in one, tested to
-    match): match, actions, wait, occurrences in window, max_in_place, source."""
+    match): match, actions, wait, occurrences in a row, max_in_place, source."""
     out = [
-        "| match | actions | wait | occurrences / window | max_in_place | source |",
+        "| match | actions | wait | occurrences | max_in_place | source |",
         "|---|---|---|---|---|---|",
     ]
     for r in rows:
@@ -268,7 +268,7 @@ def remedies_table(rows: Sequence[RemedyRow] = BUILTIN_ROWS) -> str:
             limit += f" / {format_duration_s(r.ladder_window_s)}"
         out.append(
             f"| {r.match} | {r.actions_text()} | {format_duration_s(r.wait_s)} | "
-            f"{r.occurrences} / {format_duration_s(r.window_s)} | {limit} | {r.source} |"
+            f"{r.occurrences} | {limit} | {r.source} |"
         )
     return "\n".join(out) + "\n"
 
@@ -293,7 +293,7 @@ def parse_rows(
     Raises what `fail` makes (ConfigError naming the row's key) when a match is neither a
     fault kind (FAULT_KIND_PATTERN) nor a class, names an undeclared rule, or is repeated;
     when ``alert`` is not alone; when actions are not cheapest first; when a duration is
-    negative (wait) or zero (window, ladder_window).
+    negative (wait) or zero (ladder_window).
     """
     rules = set(rule_names)
     out: list[RemedyRow] = []
@@ -328,7 +328,6 @@ def parse_rows(
                 alert=alert,
                 wait_s=_duration(r, "wait", "0s", here, fail, zero_ok=True),
                 occurrences=int(r.get("occurrences", 1)),
-                window_s=_duration(r, "window", "1h", here, fail, zero_ok=False),
                 max_in_place=r.get("max_in_place"),
                 ladder_window_s=(
                     _duration(r, "ladder_window", "", here, fail, zero_ok=False)

@@ -156,6 +156,31 @@ def _float_for_integer(error: jsonschema.ValidationError) -> bool:
     )
 
 
+#: Keys fleet.yaml once took and no longer does, by key path (an int stands for any list
+#: index): what the key did and what to write instead, so an old file is told more than
+#: "unknown key".
+_RETIRED_KEYS: dict[tuple[Any, ...], tuple[str, str]] = {
+    ("health", "remedies", int, "window"): (
+        "a remedies row's `window` was never applied: occurrences counts the fault's "
+        "observations in a row (a healthy report starts the count again), not within a window",
+        "remove window from the row; to wait longer before acting use occurrences (in a "
+        "row) or wait (a duration since the fault was first seen)",
+    ),
+}
+
+
+def _retired(path: tuple[Any, ...]) -> tuple[str, str] | None:
+    """(message, hint) when `path` ends in a retired key of _RETIRED_KEYS, else None."""
+    for pattern, words in _RETIRED_KEYS.items():
+        tail = path[-len(pattern) :]
+        if len(tail) == len(pattern) and all(
+            isinstance(part, int) if want is int else part == want
+            for part, want in zip(tail, pattern, strict=True)
+        ):
+            return words
+    return None
+
+
 def _hint_for(error: jsonschema.ValidationError) -> str:
     if error.validator == "additionalProperties":
         return "remove it, or check its spelling against schemas/fleet.schema.json"
@@ -190,6 +215,9 @@ def schema_error(
             near = difflib.get_close_matches(unknown[0], sorted(allowed), n=1, cutoff=0.6)
             if near:
                 hint = f"did you mean `{near[0]}`?"
+            retired = _retired(err_path)
+            if retired is not None:
+                message, hint = retired
     elif err.validator == "not" and "propertyNames" in err.schema_path:
         # The only negated key pattern is the reserved navarch- prefix of labels.
         err_path = err_path + (err.instance,)

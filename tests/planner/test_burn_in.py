@@ -24,6 +24,7 @@ from navarch.planner.model import (
 from navarch.planner.observe import observe
 from navarch.planner.plan import plan
 from navarch.reconcile.codec import memory_from_json, memory_to_json
+from navarch.spec import Scheduler
 from navarch.timefmt import ts
 from tests.planner.builders import (
     BASE_NOW,
@@ -298,6 +299,8 @@ def test_no_peer_without_multi_node_a_slurm_pool_or_a_proven_node():
     pool = spec.pool("p")
     assert choose_peer(pool, obs.views, "f-p-0001") is None  # 0002 is still burning in
     assert choose_peer(_slurm_spec(multi_node=False).pool("p"), obs.views, "f-p-0002") is None
-    plain = _spec({"multi_node": True})  # scheduler none: nothing can launch the pair
-    _, obs = _world({"f-p-0001": _run(), "f-p-0002": _run()}, spec=plain)
-    assert choose_peer(plain.pool("p"), obs.views, "f-p-0003") is None
+    # Scheduler none: nothing can launch the pair. fleet.yaml refuses such a pool when it
+    # loads (tests/spec/test_values_that_halt_or_churn.py); the planner holds on its own.
+    _, obs = _world({"f-p-0001": _run(), "f-p-0002": _run()}, spec=spec)
+    no_slurm = replace(spec.pool("p"), scheduler=Scheduler.NONE)
+    assert choose_peer(no_slurm, obs.views, "f-p-0003") is None

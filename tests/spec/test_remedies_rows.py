@@ -20,7 +20,7 @@ def test_remedies_rows_load_in_order_with_their_defaults(tmp_path) -> None:
         "        - {match: xid:79, actions: [reboot, replace], max_in_place: 1,"
         " ladder_window: 7d, source: runbook 12}\n"
         "        - {match: nvlink, actions: [alert]}\n"
-        "        - {match: rule:hot, wait: 5m, occurrences: 3, window: 10m}\n",
+        "        - {match: rule:hot, wait: 5m, occurrences: 3}\n",
         extra="      rules:\n        - {name: hot, when: 'health_score < 10', status: unhealthy}\n",
     )
     rows = load_fleet(write_fleet_text(tmp_path, text)).pool("train").health.remedies
@@ -29,7 +29,7 @@ def test_remedies_rows_load_in_order_with_their_defaults(tmp_path) -> None:
     assert first.actions == (Remedy.REBOOT, Remedy.REPLACE)
     assert (first.max_in_place, first.ladder_window_s, first.source) == (1, 604800, "runbook 12")
     assert second.alert and second.actions == ()
-    assert (third.wait_s, third.occurrences, third.window_s) == (300, 3, 600)
+    assert (third.wait_s, third.occurrences) == (300, 3)
     assert third.source == "fleet.yaml pools.train.health.remedies[2]"
 
 
@@ -63,8 +63,8 @@ def test_remedies_rows_load_in_order_with_their_defaults(tmp_path) -> None:
             "cheapest to strongest",
         ),
         (
-            "        - {match: xid:79, window: 0s}\n",
-            "pools.train.health.remedies[0].window",
+            "        - {match: xid:79, ladder_window: 0s}\n",
+            "pools.train.health.remedies[0].ladder_window",
             "longer than 0s",
         ),
         (

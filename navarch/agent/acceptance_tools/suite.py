@@ -25,6 +25,7 @@ from dataclasses import replace
 from functools import wraps
 
 from navarch.acceptance import (
+    DEEP_DIAG_LEVEL,
     AcceptancePolicy,
     AcceptanceResult,
     AcceptanceStatus,
@@ -67,9 +68,6 @@ __all__ = [
 
 TestFn = Callable[[AcceptancePolicy, ToolHost], AcceptanceResult]
 
-#: dcgmi diag level of the deep suite: level 3 adds the stress, power, memory bandwidth and
-#: NVLink tests (DCGM dcgmi/CommandLineParser.cpp help: "long", "~ 15 minutes").
-DEEP_DIAG_LEVEL = 3
 #: nvbandwidth -i samples: its default (3) quick; 10 deep, as Azure's health checks run it
 #: (azurehpc-health-checks customTests/azure_gpu_bandwidth.nhc).
 NVBANDWIDTH_SAMPLES = {SuiteDepth.QUICK: 3, SuiteDepth.DEEP: 10}
@@ -444,9 +442,7 @@ def run_ib_ports(policy: AcceptancePolicy, host: ToolHost) -> AcceptanceResult:
 def diag_level(policy: AcceptancePolicy) -> int:
     """The dcgmi diag level this policy runs: its own for quick, at least DEEP_DIAG_LEVEL
     for deep."""
-    if policy.depth is SuiteDepth.DEEP:
-        return max(policy.dcgm_diag_level, DEEP_DIAG_LEVEL)
-    return policy.dcgm_diag_level
+    return policy.diag_level()
 
 
 @_timed

@@ -164,7 +164,7 @@ def no_run_verdict(policy: AcceptancePolicy, node: str, waited_s: float) -> Verd
     wait began (its launch, or its in-place remedy): ``running`` (held, waiting for the
     agent's first run) within policy.deadline_s, then ``no_run`` (held, never replaced:
     the agent config or image lacks acceptance, a setting of the image, not broken
-    hardware; DESIGN.md: a node is never terminated because data was missing)."""
+    hardware; docs/design.md, Safety rules: no termination on missing data)."""
     deadline = format_duration_s(policy.deadline_s)
     if waited_s > policy.deadline_s:
         return BurnIn.NO_RUN, (

@@ -190,3 +190,31 @@ def test_a_confirmation_code_is_good_once_for_its_call_within_its_time_and_three
     for _ in range(CODE_ATTEMPTS):
         assert not codes.redeem(ask, wrong)
     assert not codes.redeem(ask, code)  # dropped after the tries
+
+
+def test_confirm_code_without_acting_tools_is_refused_before_serving(navarch):
+    run = navarch("mcp", "fleet.yaml", "--confirm-code", "stderr")
+    assert run.code == 1
+    assert "--confirm-code confirms acting tools, and this server has none" in run.err + run.out
+
+
+def test_confirm_code_tty_without_a_controlling_terminal_refuses_to_start(navarch):
+    import subprocess
+    import sys
+
+    from tests.support.mcp_client import REPO
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "navarch", "mcp", "fleet.yaml", "--allow-actions"]
+        + ["--confirm-code", "tty"],
+        cwd=navarch.workdir,
+        env={**navarch.env, "PYTHONPATH": str(REPO)},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        start_new_session=True,  # no controlling terminal, as under a desktop client
+        timeout=120,
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert "--confirm-code tty: this process has no controlling terminal" in proc.stderr
+    assert "Traceback" not in proc.stderr

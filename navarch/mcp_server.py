@@ -344,6 +344,25 @@ class _Served:
             )
         return shown
 
+    def allowed(
+        self,
+        ctx: Context,
+        fingerprint: str,
+        verb: Verb,
+        nodes: list[str],
+        reason: str | None,
+        code: str,
+    ) -> Shown:
+        """The shown plan an acting call names, current, with the person's consent to it;
+        each step raises Refused (nothing done). Cordon and uncordon are checked again after
+        the person answered; apply's own stale check does that for apply and replace."""
+        shown = self.confirmed(fingerprint, verb, nodes, reason)
+        self.still_current(shown, nodes, reason)
+        self.consented(ctx, shown, verb, nodes, reason, code)
+        if verb in (Verb.CORDON, Verb.UNCORDON):
+            self.still_current(shown, nodes, reason)
+        return shown
+
     def consented(
         self,
         ctx: Context,
@@ -357,10 +376,12 @@ class _Served:
         `code` is the live confirmation code for it, or the client's elicitation came back
         accepted. Raises Refused otherwise, never with the code in it; nothing was done."""
         ask = self.request(shown, verb, nodes, reason)
-        again = self.preview(verb, nodes if verb is not Verb.APPLY else (), reason)
+
+        def again() -> Any:  # the plan now, made only when the call is refused
+            return self.preview(verb, nodes if verb is not Verb.APPLY else (), reason)
+
         how = self.consent_by(ctx)
-        if how is Consent.CODE:
-            assert self.codes is not None and self.channel is not None
+        if how is Consent.CODE and self.codes is not None:
             if code and self.codes.redeem(ask, code):
                 return
             if code:
@@ -368,7 +389,7 @@ class _Served:
                     "confirmation_code is not the live code for this call (wrong, used, "
                     "expired, or issued for another plan, verb or node); nothing was done. "
                     "Call again without confirmation_code to have a new code sent to the person",
-                    again,
+                    again(),
                 )
             self.codes.issue(ask, terminal(_actor(ctx).label()))
             where = "standard error" if self.channel is CodeChannel.STDERR else "terminal"
@@ -377,19 +398,19 @@ class _Served:
                 f"person on the navarch server's {where}, with the plan. Show the person this "
                 "plan and ask them for the code (only they can read it); call again with the "
                 "same arguments and confirmation_code",
-                again,
+                again(),
             )
         if how is Consent.ELICITATION:
             answer = self.ask_person(ctx, ask)
             if answer is None:
                 return
-            raise Refused(f"{answer}; nothing was done", again)
+            raise Refused(f"{answer}; nothing was done", again())
         raise Refused(
             "nothing was done: acting needs a person's consent and this server has no way to "
             "ask one (the client did not declare MCP elicitation, and the server was started "
             "without --confirm-code). Use a client that supports elicitation, restart the "
             "server with --confirm-code stderr (or tty), or run the navarch CLI verb yourself",
-            again,
+            again(),
         )
 
     def consent_by(self, ctx: Context) -> Consent:
@@ -593,19 +614,6 @@ def _acting_tools(server: MCPServer[Any], served: _Served) -> None:
         read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=True
     )
 
-    def allowed(
-        ctx: Context, fingerprint: str, verb: Verb, nodes: list[str], reason: str | None, code: str
-    ) -> Shown:
-        """The shown plan the call names, current, with the person's consent to it; each
-        step raises Refused (nothing done). Cordon and uncordon are checked again after
-        the person answered; apply's own stale check does that for apply and replace."""
-        shown = served.confirmed(fingerprint, verb, nodes, reason)
-        served.still_current(shown, nodes, reason)
-        served.consented(ctx, shown, verb, nodes, reason, code)
-        if verb in (Verb.CORDON, Verb.UNCORDON):
-            served.still_current(shown, nodes, reason)
-        return shown
-
     def carry_out(shown: Shown, nodes: list[str], ctx: Context) -> dict[str, Any]:
         confirmed = api.PlanResult(narrowed(shown.plan, nodes))
         try:
@@ -631,7 +639,7 @@ def _acting_tools(server: MCPServer[Any], served: _Served) -> None:
         confirmation_code: str = "",
     ) -> Any:
         names = list(nodes or ())
-        shown = allowed(ctx, plan_fingerprint, Verb.APPLY, names, None, confirmation_code)
+        shown = served.allowed(ctx, plan_fingerprint, Verb.APPLY, names, None, confirmation_code)
         return carry_out(shown, names, ctx)
 
     @server.tool(annotations=act, description=_REPLACE_DESC)
@@ -639,7 +647,7 @@ def _acting_tools(server: MCPServer[Any], served: _Served) -> None:
     def replace(
         node: str, ctx: Context, plan_fingerprint: str = "", confirmation_code: str = ""
     ) -> Any:
-        shown = allowed(ctx, plan_fingerprint, Verb.REPLACE, [node], None, confirmation_code)
+        shown = served.allowed(ctx, plan_fingerprint, Verb.REPLACE, [node], None, confirmation_code)
         return carry_out(shown, [node], ctx)
 
     @server.tool(annotations=act, description=_CORDON_DESC)
@@ -653,7 +661,7 @@ def _acting_tools(server: MCPServer[Any], served: _Served) -> None:
     ) -> Any:
         # A reason the verb would refuse is refused before a plan is shown to confirm.
         reason = api.cordon_reason(reason)
-        allowed(ctx, plan_fingerprint, Verb.CORDON, [node], reason, confirmation_code)
+        served.allowed(ctx, plan_fingerprint, Verb.CORDON, [node], reason, confirmation_code)
         done = api.cordon(loaded, node, reason, actor=_actor(ctx), clock=now)
         return marked({"node": node, "cordoned": True, "detail": done.detail}, "verb")
 
@@ -662,7 +670,7 @@ def _acting_tools(server: MCPServer[Any], served: _Served) -> None:
     def uncordon(
         node: str, ctx: Context, plan_fingerprint: str = "", confirmation_code: str = ""
     ) -> Any:
-        allowed(ctx, plan_fingerprint, Verb.UNCORDON, [node], None, confirmation_code)
+        served.allowed(ctx, plan_fingerprint, Verb.UNCORDON, [node], None, confirmation_code)
         done = api.uncordon(loaded, node, actor=_actor(ctx), clock=now)
         return marked({"node": node, "uncordoned": True, "detail": done.detail}, "verb")
 

@@ -1,4 +1,6 @@
-"""What a person saw, by fingerprint: the MCP server acts only on a plan it returned.
+"""The plan an acting call names, by fingerprint: the MCP server acts only on a plan it
+returned. A fingerprint is handed to the model, so it binds the plan, never consent: the
+person's consent is asked for separately (navarch.mcp_consent).
 
 An assistant's acting tool call (navarch.mcp_server with --allow-actions) must name the
 plan it showed the person: the `plan_fingerprint` that the `plan` tool (or a refused call's

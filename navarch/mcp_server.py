@@ -7,10 +7,12 @@ navarch.api, the functions the CLI calls, so an assistant reads the same documen
 Read-only by default: fleet_status, node_status, plan, validate_fleet, recent_events, and
 the resources navarch://status (the status document) and navarch://fleet.yaml (the fleet
 file, its secrets redacted). With allow_actions (`--allow-actions`) the acting tools apply,
-cordon, uncordon and replace exist too. Each acts only on a plan the person saw: it takes
-the plan_fingerprint of a plan this server returned and carries out only that plan's
-actions for the nodes it names, after the saved-plan stale check (navarch.mcp_confirm);
-anything else is refused with the current plan to show. Each takes the fleet's lease like
+cordon, uncordon and replace exist too. Each acts only on a plan the server returned: it
+takes the plan_fingerprint of such a plan and carries out only that plan's actions for the
+nodes it names, after the saved-plan stale check (navarch.mcp_confirm); and only with the
+consent of a person, asked by the server itself through MCP elicitation or a one-time code
+shown on the server's terminal, never by the model (navarch.mcp_consent). Anything else
+is refused with the current plan to show. Each takes the fleet's lease like
 the CLI verb it mirrors, goes through
 the same planner and executor (every safety rule holds: ownership tags, disruption budget,
 circuit breaker, repair rate limit, the lemon and fresh-report rules of uncordon), and is
@@ -34,19 +36,29 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, ParamSpec
 
+import anyio.from_thread
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import ToolAnnotations
+from mcp.types import ClientCapabilities, ElicitationCapability, ToolAnnotations
 
 from navarch import __version__, api
 from navarch.actor import Actor
 from navarch.durations import parse_duration_s
 from navarch.errors import ConfigError, NavarchError, StalePlan
 from navarch.mcp_confirm import PlansShown, Refused, Shown, Verb, narrowed, plan_nodes
+from navarch.mcp_consent import (
+    CodeChannel,
+    Confirm,
+    ConfirmCodes,
+    Consent,
+    Request,
+    open_channel,
+)
 from navarch.mcp_views import DEFAULT_PAGE, MAX_PAGE, UNTRUSTED_DOC, NodeFilter, marked, status_page
 from navarch.redact import redact_json, redact_text, redact_yaml
+from navarch.textsafe import terminal
 
-__all__ = ["ACTING_TOOLS", "READ_ONLY_TOOLS", "build_server"]
+__all__ = ["ACTING_TOOLS", "READ_ONLY_TOOLS", "CodeChannel", "build_server", "serve"]
 
 _P = ParamSpec("_P")
 
@@ -115,7 +127,8 @@ _PLAN_DESC = (
     "plan is refused once they change). replace: nodes to plan a replacement of (as "
     "`navarch plan --replace NODE`). plan_fingerprint: names this plan; the acting tools "
     "(apply, replace, with --allow-actions) act only on a plan fingerprint this server "
-    "returned, so show the plan to the person before asking to act on it. " + UNTRUSTED_DOC
+    "returned and only once the person consents to it (the server asks them), so show "
+    "the plan to the person before asking to act on it. " + UNTRUSTED_DOC
 )
 
 _VALIDATE_DESC = (
@@ -152,13 +165,19 @@ def _actor(ctx: Context) -> Actor:
 
 
 _CONFIRM_DOC = (
-    " Acts only on a plan the person saw: pass the plan_fingerprint of a plan this server "
-    "returned (the plan tool, or the `refused` answer of a call without one). A call "
-    "without a fingerprint, with one this server did not return or whose world moved on "
-    "(state serial, instances, the named nodes' health, the safety halts: the check "
-    "`navarch apply PLANFILE` makes), or "
-    "naming a node that plan has no action for, does nothing and is refused with "
-    "{refused: why, plan: the current plan, plan_fingerprint}: show that plan and ask again."
+    " Acts only on a plan this server returned and only with the person's own consent. "
+    "Pass the plan_fingerprint of that plan (the plan tool, or the `refused` answer of a "
+    "call without one): it names the plan, it is not consent. The server then asks the "
+    "person itself: through MCP elicitation (the client shows them the plan; they accept "
+    "or decline), or, when the server was started with --confirm-code, by showing them a "
+    "one-time code on its own terminal: the call is refused until it carries that code as "
+    "confirmation_code, which only the person can give you (never invent or guess one). "
+    "A call without a fingerprint, with one this server did not return or whose world "
+    "moved on (state serial, instances, the named nodes' health, the safety halts: the "
+    "check `navarch apply PLANFILE` makes), naming a node that plan has no action for, "
+    "that the person declined, or that no person could be asked for, does nothing and is "
+    "refused with {refused: why, plan: the current plan, plan_fingerprint}: show that plan "
+    "to the person and ask again."
 )
 
 _OUTCOME_DOC = (
@@ -185,8 +204,8 @@ _REPLACE_DESC = (
     "disruption budget and repair rate limit. Call it first without plan_fingerprint (or "
     "call plan with replace=[node]): it does nothing and returns the plan of the "
     "replacement to show; once the person agrees, call it again with that plan's "
-    "fingerprint, and only this node's actions of that plan are carried out (no other "
-    "pending action). Takes the lease; audited with this client's name."
+    "fingerprint (the server then asks the person), and only this node's actions of that "
+    "plan are carried out (no other pending action). Takes the lease; audited with this client's name."
     + _CONFIRM_DOC
     + " "
     + _OUTCOME_DOC
@@ -223,6 +242,8 @@ class _Served:
     path: Path
     now: Callable[[], datetime] | None
     shown: PlansShown = field(default_factory=PlansShown)
+    channel: CodeChannel | None = None
+    codes: ConfirmCodes | None = None
 
     def clock(self) -> datetime | None:
         """The moment to ask about (None: the system clock, read by api)."""
@@ -323,6 +344,117 @@ class _Served:
             )
         return shown
 
+    def allowed(
+        self,
+        ctx: Context,
+        fingerprint: str,
+        verb: Verb,
+        nodes: list[str],
+        reason: str | None,
+        code: str,
+    ) -> Shown:
+        """The shown plan an acting call names, current, with the person's consent to it;
+        each step raises Refused (nothing done). Cordon and uncordon are checked again after
+        the person answered; apply's own stale check does that for apply and replace."""
+        shown = self.confirmed(fingerprint, verb, nodes, reason)
+        self.still_current(shown, nodes, reason)
+        self.consented(ctx, shown, verb, nodes, reason, code)
+        if verb in (Verb.CORDON, Verb.UNCORDON):
+            self.still_current(shown, nodes, reason)
+        return shown
+
+    def consented(
+        self,
+        ctx: Context,
+        shown: Shown,
+        verb: Verb,
+        nodes: list[str],
+        reason: str | None,
+        code: str,
+    ) -> None:
+        """Return when the person allowed `verb` on `nodes` of `shown` (navarch.mcp_consent):
+        `code` is the live confirmation code for it, or the client's elicitation came back
+        accepted. Raises Refused otherwise, never with the code in it; nothing was done."""
+        ask = self.request(shown, verb, nodes, reason)
+
+        def again() -> Any:  # the plan now, made only when the call is refused
+            return self.preview(verb, nodes if verb is not Verb.APPLY else (), reason)
+
+        how = self.consent_by(ctx)
+        if how is Consent.CODE and self.codes is not None:
+            if code and self.codes.redeem(ask, code):
+                return
+            if code:
+                raise Refused(
+                    "confirmation_code is not the live code for this call (wrong, used, "
+                    "expired, or issued for another plan, verb or node); nothing was done. "
+                    "Call again without confirmation_code to have a new code sent to the person",
+                    again(),
+                )
+            self.codes.issue(ask, terminal(_actor(ctx).label()))
+            where = "standard error" if self.channel is CodeChannel.STDERR else "terminal"
+            raise Refused(
+                f"nothing was done yet: a confirmation code for this call was written to the "
+                f"person on the navarch server's {where}, with the plan. Show the person this "
+                "plan and ask them for the code (only they can read it); call again with the "
+                "same arguments and confirmation_code",
+                again(),
+            )
+        if how is Consent.ELICITATION:
+            answer = self.ask_person(ctx, ask)
+            if answer is None:
+                return
+            raise Refused(f"{answer}; nothing was done", again())
+        raise Refused(
+            "nothing was done: acting needs a person's consent and this server has no way to "
+            "ask one (the client did not declare MCP elicitation, and the server was started "
+            "without --confirm-code). Use a client that supports elicitation, restart the "
+            "server with --confirm-code stderr (or tty), or run the navarch CLI verb yourself",
+            again(),
+        )
+
+    def consent_by(self, ctx: Context) -> Consent:
+        """How this call's person is asked: a code when the server has a code channel,
+        else elicitation when the client declared it at initialize, else not at all."""
+        if self.codes is not None:
+            return Consent.CODE
+        wanted = ClientCapabilities(elicitation=ElicitationCapability())
+        if ctx.session.check_client_capability(wanted):
+            return Consent.ELICITATION
+        return Consent.NONE
+
+    def ask_person(self, ctx: Context, ask: Request) -> str | None:
+        """Send the client an elicitation showing `ask` and wait for the person (from the
+        SDK's worker thread of a sync tool). None when they accepted with confirm: true;
+        else why not, in words (declined, cancelled, not confirmed, the client failed)."""
+        message = redact_text(
+            f"navarch fleet {self.loaded.name}: {terminal(_actor(ctx).label())} asks to carry "
+            f"out:\n{ask.text}\nAccept with confirm set to carry out exactly these actions; "
+            "decline to do nothing. Reasons are text the nodes wrote: data, not instructions.",
+            self.literals(),
+        )
+        try:
+            answer = anyio.from_thread.run(ctx.elicit, message, Confirm)
+        except Exception as exc:  # noqa: BLE001 - any failure to ask is a refusal, not a crash
+            return f"the client could not ask the person ({type(exc).__name__}: {exc})"
+        if answer.action != "accept":
+            return f"the person did not allow it (elicitation answered {answer.action})"
+        if not answer.data.confirm:
+            return "the person did not allow it (accepted without confirm: true)"
+        return None
+
+    def request(self, shown: Shown, verb: Verb, nodes: list[str], reason: str | None) -> Request:
+        """What the person is asked about: the call's binding and the plan text of the
+        actions it would carry out (a cordon or uncordon: the verb, node and reason)."""
+        key = "\x1f".join([shown.fingerprint, verb.value, *sorted(nodes), reason or ""])
+        if verb is Verb.CORDON:
+            text = f"  cordon {nodes[0]} (an operator's cordon), reason: {reason}"
+        elif verb is Verb.UNCORDON:
+            text = f"  uncordon {nodes[0]} (return it to service)"
+        else:
+            text = api.plan_text(narrowed(shown.plan, nodes))
+        return Request(key, text)
+
     def still_current(self, shown: Shown, nodes: Iterable[str], reason: str | None) -> None:
         """Refused (with the plan now) when the world moved on since `shown` was made: the
         saved-plan check of `navarch apply PLANFILE` (check_saved_plan)."""
@@ -338,17 +470,30 @@ def build_server(
     *,
     allow_actions: bool = False,
     now: Callable[[], datetime] | None = None,
+    confirm_code: CodeChannel | None = None,
 ) -> MCPServer[Any]:
     """The MCP server for the fleet at `fleet_path` (loaded and validated now, so a bad
     fleet.yaml fails before the server starts: ConfigError).
 
     allow_actions: register the acting tools (apply, cordon, uncordon, replace), each
-    bound to a plan fingerprint this server returned (navarch.mcp_confirm).
+    bound to a plan fingerprint this server returned (navarch.mcp_confirm) and acting only
+    with a person's consent (navarch.mcp_consent).
     now: the clock the read-only tools ask about (navarch.cli passes
     navarch.cli.process_clock()); None reads the system clock on each call.
+    confirm_code: where the person reads confirmation codes (then every acting call needs
+    one); None asks the person through MCP elicitation instead. Raises ConfigError when
+    the channel cannot be opened (tty without a controlling terminal).
     """
     path = Path(fleet_path)
-    served = _Served(api.load_fleet(path), path, now)
+    served = _Served(api.load_fleet(path), path, now, channel=confirm_code)
+    if confirm_code is not None:
+        stream = open_channel(confirm_code)
+
+        def write(text: str) -> None:
+            stream.write(text)
+            stream.flush()
+
+        served.codes = ConfirmCodes(write)
     server: MCPServer[Any] = MCPServer(
         "navarch",
         version=__version__,
@@ -356,8 +501,13 @@ def build_server(
             f"navarch fleet {served.loaded.name} ({path}). Tools read the fleet's status, "
             "plan and audit log"
             + (
-                ", and act on it under navarch's safety rules, only on a plan the person "
-                "saw (its plan_fingerprint)"
+                ", and act on it under navarch's safety rules, only on a plan the server "
+                "returned (its plan_fingerprint) and only with the person's own consent "
+                + (
+                    "(a confirmation code the server shows the person, never the assistant)"
+                    if confirm_code is not None
+                    else "(the server asks the person through MCP elicitation)"
+                )
                 if allow_actions
                 else " (read-only server)"
             )
@@ -482,30 +632,45 @@ def _acting_tools(server: MCPServer[Any], served: _Served) -> None:
 
     @server.tool(annotations=act, description=_APPLY_DESC)
     @served.answer
-    def apply(ctx: Context, plan_fingerprint: str = "", nodes: list[str] | None = None) -> Any:
+    def apply(
+        ctx: Context,
+        plan_fingerprint: str = "",
+        nodes: list[str] | None = None,
+        confirmation_code: str = "",
+    ) -> Any:
         names = list(nodes or ())
-        return carry_out(served.confirmed(plan_fingerprint, Verb.APPLY, names), names, ctx)
+        shown = served.allowed(ctx, plan_fingerprint, Verb.APPLY, names, None, confirmation_code)
+        return carry_out(shown, names, ctx)
 
     @server.tool(annotations=act, description=_REPLACE_DESC)
     @served.answer
-    def replace(node: str, ctx: Context, plan_fingerprint: str = "") -> Any:
-        return carry_out(served.confirmed(plan_fingerprint, Verb.REPLACE, [node]), [node], ctx)
+    def replace(
+        node: str, ctx: Context, plan_fingerprint: str = "", confirmation_code: str = ""
+    ) -> Any:
+        shown = served.allowed(ctx, plan_fingerprint, Verb.REPLACE, [node], None, confirmation_code)
+        return carry_out(shown, [node], ctx)
 
     @server.tool(annotations=act, description=_CORDON_DESC)
     @served.answer
-    def cordon(node: str, reason: str, ctx: Context, plan_fingerprint: str = "") -> Any:
+    def cordon(
+        node: str,
+        reason: str,
+        ctx: Context,
+        plan_fingerprint: str = "",
+        confirmation_code: str = "",
+    ) -> Any:
         # A reason the verb would refuse is refused before a plan is shown to confirm.
         reason = api.cordon_reason(reason)
-        shown = served.confirmed(plan_fingerprint, Verb.CORDON, [node], reason)
-        served.still_current(shown, [node], reason)
+        served.allowed(ctx, plan_fingerprint, Verb.CORDON, [node], reason, confirmation_code)
         done = api.cordon(loaded, node, reason, actor=_actor(ctx), clock=now)
         return marked({"node": node, "cordoned": True, "detail": done.detail}, "verb")
 
     @server.tool(annotations=act, description=_UNCORDON_DESC)
     @served.answer
-    def uncordon(node: str, ctx: Context, plan_fingerprint: str = "") -> Any:
-        shown = served.confirmed(plan_fingerprint, Verb.UNCORDON, [node])
-        served.still_current(shown, [node], None)
+    def uncordon(
+        node: str, ctx: Context, plan_fingerprint: str = "", confirmation_code: str = ""
+    ) -> Any:
+        served.allowed(ctx, plan_fingerprint, Verb.UNCORDON, [node], None, confirmation_code)
         done = api.uncordon(loaded, node, actor=_actor(ctx), clock=now)
         return marked({"node": node, "uncordoned": True, "detail": done.detail}, "verb")
 
@@ -515,6 +680,11 @@ def serve(
     *,
     allow_actions: bool = False,
     now: Callable[[], datetime] | None = None,
+    confirm_code: CodeChannel | None = None,
 ) -> None:
-    """Run the server on stdin/stdout until the client closes it."""
-    build_server(fleet_path, allow_actions=allow_actions, now=now).run("stdio")
+    """Run the server on stdin/stdout until the client closes it (build_server's
+    arguments)."""
+    server = build_server(
+        fleet_path, allow_actions=allow_actions, now=now, confirm_code=confirm_code
+    )
+    server.run("stdio")

@@ -16,12 +16,22 @@ __all__ = ["register"]
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
-    """`navarch mcp FLEET [--allow-actions]`: serve the fleet to an MCP client over stdio
-    (navarch.mcp_server) until the client closes the pipe."""
+    """`navarch mcp FLEET [--allow-actions [--confirm-code stderr|tty]]`: serve the fleet
+    to an MCP client over stdio (navarch.mcp_server) until the client closes the pipe."""
     from navarch.extras import import_extra
 
     server = import_extra("navarch.mcp_server", "mcp", "navarch mcp")
-    server.serve(args.fleet, allow_actions=args.allow_actions, now=args.clock)
+    if args.confirm_code and not args.allow_actions:
+        raise ConfigError(
+            "--confirm-code confirms acting tools, and this server has none",
+            hint="add --allow-actions, or drop --confirm-code",
+        )
+    server.serve(
+        args.fleet,
+        allow_actions=args.allow_actions,
+        now=args.clock,
+        confirm_code=server.CodeChannel(args.confirm_code) if args.confirm_code else None,
+    )
     return EXIT_OK
 
 
@@ -114,8 +124,22 @@ def register(sub: Any) -> None:
     s.add_argument(
         "--allow-actions",
         action="store_true",
-        help="also offer apply, cordon, uncordon and replace (audited with the "
-        "client's name); without it every tool only reads",
+        help="also offer apply, cordon, uncordon and replace (audited with the client's "
+        "name); without it every tool only reads. Each acts only with a person's consent, "
+        "asked by the server, never taken from the model: the client shows the person the "
+        "plan through MCP elicitation and they accept, or (--confirm-code) the person reads "
+        "a one-time code on the server's terminal and gives it. A plan fingerprint names "
+        "the plan and is not consent; with neither way to ask, acting tools refuse",
+    )
+    s.add_argument(
+        "--confirm-code",
+        choices=("stderr", "tty"),
+        default=None,
+        help="ask consent by a one-time code written, with the plan, to the server's "
+        "standard error (the terminal that started it, or the client's server log) or its "
+        "controlling terminal (tty), never to the assistant; every acting call then needs "
+        "the code, even from a client that supports elicitation. Give it only where the "
+        "assistant cannot read that output",
     )
     s.set_defaults(func=cmd_mcp)
 

@@ -13,7 +13,7 @@ pytest.importorskip("mcp")
 from mcp import ClientSession  # noqa: E402
 
 from navarch.mcp_server import ACTING_TOOLS, READ_ONLY_TOOLS  # noqa: E402
-from tests.support.mcp_client import CLIENT, document, refusal, talk  # noqa: E402
+from tests.support.mcp_client import CLIENT, Person, document, refusal, talk  # noqa: E402
 
 
 @pytest.fixture
@@ -75,6 +75,10 @@ def test_read_only_server_shows_the_xid79_cordon_and_offers_no_acting_tool(sick_
     assert "demo-train-0099 is not a node of fleet demo" in got["unknown"].content[0].text
 
 
+# The acting tools' tests below speak as a client whose person accepts the server's
+# elicitation; tests/cli/test_mcp_consent.py covers a person who declines, and codes.
+
+
 def test_cordon_over_mcp_is_audited_with_the_clients_name(sick_fleet):
     async def body(s: ClientSession) -> dict[str, Any]:
         tools = {t.name for t in (await s.list_tools()).tools}
@@ -90,7 +94,7 @@ def test_cordon_over_mcp_is_audited_with_the_clients_name(sick_fleet):
         )
         return {"tools": tools, "shown": shown, "other": other, "done": done}
 
-    got = talk(sick_fleet.workdir, "--allow-actions", body=body)
+    got = talk(sick_fleet.workdir, "--allow-actions", body=body, person=Person("accept"))
     assert got["tools"] == set(READ_ONLY_TOOLS) | set(ACTING_TOOLS)
     assert got["shown"]["would"] == {
         "verb": "cordon",
@@ -128,7 +132,7 @@ def test_acting_tools_obey_the_safety_rules_and_the_lease(sick_fleet):
         fp = shown["plan_fingerprint"]
         return await s.call_tool("uncordon", {"node": "demo-train-0001", "plan_fingerprint": fp})
 
-    refused = talk(sick_fleet.workdir, "--allow-actions", body=uncordon)
+    refused = talk(sick_fleet.workdir, "--allow-actions", body=uncordon, person=Person("accept"))
     assert refused.is_error
     assert "navarch did not cordon demo-train-0001" in refused.content[0].text
 
@@ -147,7 +151,7 @@ def test_acting_tools_obey_the_safety_rules_and_the_lease(sick_fleet):
             await s.call_tool("apply", {"plan_fingerprint": plan, "nodes": ["demo-train-0002"]}),
         ]
 
-    locked = talk(sick_fleet.workdir, "--allow-actions", body=act)
+    locked = talk(sick_fleet.workdir, "--allow-actions", body=act, person=Person("accept"))
     assert all(r.is_error and "ci@box pid 1" in r.content[0].text for r in locked)
     force_unlock(store, spec.name, lock.lock_id)
     lifecycles = {n["node"]: n["lifecycle"] for n in sick_fleet.nodes("train")}
@@ -215,7 +219,7 @@ def test_a_confirmed_replace_acts_only_on_its_node_and_leaves_a_pending_cordon(s
         )
         return {"shown": shown, "done": done}
 
-    got = talk(sick_fleet.workdir, "--allow-actions", body=body)
+    got = talk(sick_fleet.workdir, "--allow-actions", body=body, person=Person("accept"))
     shown_actions = {(a["action"], a["node"]) for a in got["shown"]["plan"]["actions"]}
     assert {("cordon", "demo-infer-0001"), ("cordon", "demo-train-0002")} <= shown_actions
     assert "replace needs the plan_fingerprint" in got["shown"]["refused"]
@@ -252,7 +256,7 @@ def test_apply_over_mcp_carries_out_only_the_confirmed_plans_named_nodes(sick_fl
         )
         return {"plan": plan, "done": done, "again": again}
 
-    got = talk(sick_fleet.workdir, "--allow-actions", body=body)
+    got = talk(sick_fleet.workdir, "--allow-actions", body=body, person=Person("accept"))
     assert got["plan"]["plan_fingerprint"].startswith("pf-")
     assert got["done"]["applied"] and not got["done"]["halted"]
     assert ("cordon", "demo-train-0002", "ok") in _outcomes(got["done"])
@@ -281,7 +285,7 @@ def test_a_confirmed_plan_stays_good_while_other_nodes_keep_reporting(sick_fleet
         )
         return {"plan": plan, "now": now, "done": done}
 
-    got = talk(sick_fleet.workdir, "--allow-actions", body=body)
+    got = talk(sick_fleet.workdir, "--allow-actions", body=body, person=Person("accept"))
     assert got["plan"]["observation_fingerprint"] != got["now"]["observation_fingerprint"]
     assert ("cordon", "demo-train-0002", "ok") in _outcomes(got["done"])
     assert {o["node"] for o in got["done"]["outcomes"]} == {"demo-train-0002"}
@@ -330,7 +334,7 @@ def test_acting_tools_refuse_without_a_fingerprint_a_stale_one_or_a_node_outside
         )
         return out
 
-    got = talk(sick_fleet.workdir, "--allow-actions", body=body)
+    got = talk(sick_fleet.workdir, "--allow-actions", body=body, person=Person("accept"))
     assert "needs the plan_fingerprint" in got["bare"]["refused"]
     assert "is not one this server returned" in got["unknown"]["refused"]
     assert "demo-infer-0001: not in the confirmed plan" in got["outside"]["refused"]

@@ -162,6 +162,7 @@ FRONT_DOORS = [
     *sorted((REPO / "navarch" / "cli").glob("*.py")),
     REPO / "navarch" / "mcp_server.py",
     REPO / "navarch" / "mcp_confirm.py",
+    REPO / "navarch" / "mcp_consent.py",
     REPO / "navarch" / "mcp_views.py",
 ]
 

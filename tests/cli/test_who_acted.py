@@ -97,7 +97,7 @@ def test_three_mcp_verbs_in_the_same_second_keep_every_record_and_name_the_clien
     navarch, fleet_dir
 ) -> None:
     pytest.importorskip("mcp")
-    from tests.support.mcp_client import CLIENT, document, refusal, talk
+    from tests.support.mcp_client import CLIENT, Person, document, refusal, talk
 
     navarch.ok("apply", "fleet.yaml", "--auto-approve", env=AT_NOW)
     navarch.ok("local", "tick", "fleet.yaml", env=AT_NOW)
@@ -105,13 +105,13 @@ def test_three_mcp_verbs_in_the_same_second_keep_every_record_and_name_the_clien
 
     async def body(s) -> list[dict[str, Any]]:
         done = []
-        for n in nodes:  # each cordon confirmed on the plan its refusal showed
+        for n in nodes:  # each cordon on the plan its refusal showed, the person accepting
             ask = {"node": n, "reason": "ECC errors in jobs"}
             fp = refusal(await s.call_tool("cordon", ask))["plan_fingerprint"]
             done.append(document(await s.call_tool("cordon", {**ask, "plan_fingerprint": fp})))
         return done
 
-    done = talk(fleet_dir, "--allow-actions", body=body, env=AT_NOW)
+    done = talk(fleet_dir, "--allow-actions", body=body, env=AT_NOW, person=Person("accept"))
     assert [d["cordoned"] for d in done] == [True, True, True]
 
     cordons = [e for e in _events(navarch) if e["actor"] == "mcp"]

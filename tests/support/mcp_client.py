@@ -12,7 +12,7 @@ from typing import Any
 
 import anyio
 from mcp import ClientSession, StdioServerParameters, stdio_client
-from mcp.types import Implementation
+from mcp.types import ElicitRequestParams, ElicitResult, Implementation
 
 REPO = Path(__file__).resolve().parents[2]
 CLIENT = "oncall-assistant"
@@ -20,9 +20,32 @@ CLIENT = "oncall-assistant"
 Session = Callable[[ClientSession], Awaitable[Any]]
 
 
-def talk(workdir: Path, *flags: str, body: Session, env: dict[str, str] | None = None) -> Any:
+class Person:
+    """A person behind the client's elicitation: answers every request with `action`
+    ("accept", "decline", "cancel") and, on accept, `confirm`; keeps the messages shown."""
+
+    def __init__(self, action: str = "accept", confirm: bool = True) -> None:
+        self.action = action
+        self.confirm = confirm
+        self.shown: list[str] = []
+
+    async def answer(self, context: Any, params: ElicitRequestParams) -> ElicitResult:
+        self.shown.append(params.message)
+        content = {"confirm": self.confirm} if self.action == "accept" else None
+        return ElicitResult(action=self.action, content=content)  # type: ignore[arg-type]
+
+
+def talk(
+    workdir: Path,
+    *flags: str,
+    body: Session,
+    env: dict[str, str] | None = None,
+    person: Person | None = None,
+) -> Any:
     """Start `navarch mcp fleet.yaml FLAGS` in workdir, initialize as CLIENT, run body(session)
-    and return what it returns; the server's stderr goes to workdir/mcp-server.log."""
+    and return what it returns; the server's stderr goes to workdir/mcp-server.log.
+    person: the client's elicitation answerer (declares the elicitation capability);
+    None: a client without elicitation."""
     server_env = {k: v for k, v in os.environ.items() if not k.startswith("NAVARCH_")}
     server_env.update({"PYTHONPATH": str(REPO), **(env or {})})
     params = StdioServerParameters(
@@ -36,7 +59,10 @@ def talk(workdir: Path, *flags: str, body: Session, env: dict[str, str] | None =
         with open(workdir / "mcp-server.log", "a") as errlog:
             async with stdio_client(params, errlog=errlog) as (read, write):
                 async with ClientSession(
-                    read, write, client_info=Implementation(name=CLIENT, version="1.0")
+                    read,
+                    write,
+                    client_info=Implementation(name=CLIENT, version="1.0"),
+                    elicitation_callback=person.answer if person is not None else None,
                 ) as session:
                     await session.initialize()
                     with anyio.fail_after(120):

@@ -29,6 +29,7 @@ as InsufficientInstanceCapacity into a provider the CLI builds itself.
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -52,6 +53,7 @@ from botocore.exceptions import (
     ProfileNotFound,
     ReadTimeoutError,
 )
+from botocore.parsers import ResponseParserError
 
 from navarch.capabilities import Capability
 from navarch.errors import (
@@ -77,14 +79,16 @@ from navarch.inventory import (
 )
 from navarch.providers.aws_placement import (
     AwsPlacement,
+    create_group,
     describe_reservations,
     efa_info,
-    ensure_group,
+    group_exists,
     launch,
     placed_params,
 )
 from navarch.providers.aws_topology import has_topology, parse_topology, topology_requests
 from navarch.providers.base import ProvisionRequest, ensure_no_ownership_tags, ensure_owned
+from navarch.providers.optional import OptionalLookup, answer_excerpt, optional
 from navarch.reservations import Reservation
 
 __all__ = [
@@ -189,6 +193,17 @@ TERMINATE_BATCH = 1000
 
 #: (botocore event name, handler) pairs registered on every EC2 client created here.
 CLIENT_EVENT_HANDLERS: list[tuple[str, Callable[..., Any]]] = []
+
+log = logging.getLogger("navarch.providers.aws")
+
+#: Optional lookups (navarch.providers.optional): failed or denied, their answer is unknown
+#: for the run, with a warning naming the IAM action (docs/policies/aws-reconciler.json).
+TOPOLOGY_LOOKUP = OptionalLookup(
+    "ec2:DescribeInstanceTopology", "topology", "block-aware placement"
+)
+PLACEMENT_GROUP_LOOKUP = OptionalLookup(
+    "ec2:DescribePlacementGroups", "whether the placement group exists", "creating it when missing"
+)
 
 _REGION = re.compile(r"^([a-z]{2}(?:-gov|-iso[a-z]?)?-[a-z]+-\d+)")
 
@@ -348,9 +363,16 @@ def map_error(exc: BaseException, *, zone: str = "", what: str = "") -> NavarchE
     """
     prefix = f"{what}: " if what else ""
     where = f" in {zone}" if zone else ""
+    if isinstance(exc, ResponseParserError):
+        # An outage or proxy page (HTML) where EC2's XML was due: the next run may read it.
+        return TransientError(
+            f"{prefix}EC2{where} answered with a body that is not EC2's XML (an outage or "
+            f"proxy page?): {answer_excerpt(exc)}",
+            code="ResponseParserError",
+        )
     if isinstance(exc, ClientError):
         code = _error_code(exc)
-        message = str(exc.response.get("Error", {}).get("Message", "")) or str(exc)
+        message = answer_excerpt(exc.response.get("Error", {}).get("Message", "") or exc, 300)
         text = f"{prefix}{code}{where}: {message}"
         if code in CAPACITY_CODES:
             return CapacityError(text, code=code, scope="zone")
@@ -381,8 +403,8 @@ def map_error(exc: BaseException, *, zone: str = "", what: str = "") -> NavarchE
     ):
         return TransientError(f"{prefix}{exc}", code=type(exc).__name__)
     if isinstance(exc, BotoCoreError):
-        return ProviderError(f"{prefix}{exc}", code=type(exc).__name__)
-    return ProviderError(f"{prefix}{exc!r}", code=type(exc).__name__)
+        return ProviderError(f"{prefix}{answer_excerpt(exc, 300)}", code=type(exc).__name__)
+    return ProviderError(f"{prefix}{answer_excerpt(repr(exc), 300)}", code=type(exc).__name__)
 
 
 def aws_errors(*, zone: str = "", what: str = "") -> AbstractContextManager[None]:
@@ -394,7 +416,7 @@ def aws_errors(*, zone: str = "", what: str = "") -> AbstractContextManager[None
     """
 
     def translate(exc: Exception) -> NavarchError | None:
-        if isinstance(exc, BotoCoreError | ClientError):
+        if isinstance(exc, BotoCoreError | ClientError | ResponseParserError):
             return map_error(exc, zone=zone, what=what)
         return None
 
@@ -499,6 +521,9 @@ class AwsProvider:
         | Capability.INSTANCE_STATUS
         | Capability.MAINTENANCE_NOTICES
     )
+    #: The IAM action reading reservations and Capacity Blocks needs; without it they are
+    #: unknown, with a warning (navarch.reservations.reservations_of).
+    reservations_permission: ClassVar[str] = "ec2:DescribeCapacityReservations"
 
     name: str
     settings: AwsSettings
@@ -569,17 +594,24 @@ class AwsProvider:
 
     def _topology(self, region: str, instances: Sequence[Instance]) -> dict[str, tuple[str, ...]]:
         """DescribeInstanceTopology for the running instances of types that have one
-        (aws_topology): instance id -> network nodes. Raises the mapped errors."""
+        (aws_topology): instance id -> network nodes. Optional (TOPOLOGY_LOOKUP): denied
+        or failed, every topology is unknown (empty) this run, with a warning."""
         ids = [
             i.instance_id
             for i in instances
             if i.state is InstanceState.RUNNING and has_topology(i.instance_type)
         ]
-        pages = []
-        with aws_errors(what=f"DescribeInstanceTopology in {region}"):
-            for params in topology_requests(ids):
-                pages.append(self.client(region).describe_instance_topology(**params))
-        return parse_topology(pages)
+        if not ids:
+            return {}
+
+        def ask() -> dict[str, tuple[str, ...]]:
+            pages = []
+            with aws_errors(what=f"DescribeInstanceTopology in {region}"):
+                for params in topology_requests(ids):
+                    pages.append(self.client(region).describe_instance_topology(**params))
+            return parse_topology(pages)
+
+        return optional(TOPOLOGY_LOOKUP, ask, {}, log, where=f" in {region}")
 
     def list_instances(self, fleet: str) -> Sequence[Instance]:
         """Every live instance tagged navarch-fleet=<fleet> in the regions served.
@@ -587,7 +619,8 @@ class AwsProvider:
         DescribeInstances (pages of DESCRIBE_PAGE_SIZE) filtered by tag and instance-state-name in
         pending/running/stopping/stopped, each with its CloudStatus from DescribeInstanceStatus
         (one paginated call per region that has fleet instances) and its topology from
-        DescribeInstanceTopology (running instances of types that have one); sorted by id.
+        DescribeInstanceTopology (running instances of types that have one; optional: a
+        failed or denied lookup leaves topology unknown, with a warning); sorted by id.
         Raises the mapped errors.
         """
         filters = [
@@ -663,15 +696,41 @@ class AwsProvider:
         """params with the pool's placement group (created once if missing), EFA interfaces
         and reservation (navarch.providers.aws_placement). Raises the mapped errors."""
         client = self.client(region)
-        with aws_errors(zone=request.zone, what="placement group and EFA of the launch"):
-            group = pl.placement_group
-            # One lookup (and create) per group, not one per launch the executor runs at once.
-            with self._group_lock:
-                if group and (region, group) not in self._groups:
-                    ensure_group(client, group, self.fleet)
-                    self._groups.add((region, group))
+        group = pl.placement_group
+        # One lookup (and create) per group, not one per launch the executor runs at once.
+        with self._group_lock:
+            if group and (region, group) not in self._groups:
+                self._ensure_group(client, region, request.zone, group)
+                self._groups.add((region, group))
+        with aws_errors(zone=request.zone, what="EFA of the launch"):
             efa = efa_info(client, request.instance_type) if pl.efa else None
         return placed_params(params, pl, efa)
+
+    def _ensure_group(self, client: Any, region: str, zone: str, group: str) -> None:
+        """The placement group exists, or is created. Its lookup is optional
+        (PLACEMENT_GROUP_LOOKUP): failed or denied, the group is created anyway (a group
+        that exists answers Duplicate); when creating is denied too, the launch names the
+        group as declared and RunInstances says whether it exists. Raises the mapped
+        errors of CreatePlacementGroup for a group known to be missing."""
+
+        def exists() -> bool | None:
+            with aws_errors(zone=zone, what=f"DescribePlacementGroups {group}"):
+                return group_exists(client, group)
+
+        found = optional(PLACEMENT_GROUP_LOOKUP, exists, None, log, where=f" in {region}")
+        if found:
+            return
+        try:
+            with aws_errors(zone=zone, what=f"CreatePlacementGroup {group}"):
+                create_group(client, group, self.fleet)
+        except AuthError as exc:
+            if found is not None:
+                raise
+            log.warning(
+                "%s; launching into placement group %s as declared",
+                answer_excerpt(exc, 300),
+                group,
+            )
 
     def list_reservations(self, ids: Sequence[str]) -> Sequence[Reservation]:
         """The Capacity Reservations (and Capacity Blocks) with these ids in the regions

@@ -31,6 +31,7 @@ NAVARCH_AZURE_TOKEN (tests only) sends that static bearer token to a local fake 
 from __future__ import annotations
 
 import base64
+import json
 import logging
 import os
 import threading
@@ -131,7 +132,16 @@ def _code_and_message(exc: HttpResponseError) -> tuple[str, str]:
     err = getattr(exc, "error", None)
     code = str(getattr(err, "code", "") or getattr(exc, "error_code", "") or "")
     message = str(getattr(err, "message", "") or exc.message or "")
+    if err is None and _page_answer(exc):
+        message += f", answered with a body that is not ARM's JSON: {_body_excerpt(exc)}"
     return code, answer_excerpt(message, 300)
+
+
+def _page_answer(exc: HttpResponseError) -> bool:
+    """Whether the answer behind exc carried a body that is not JSON (an HTML page)."""
+    response = getattr(exc, "response", None)
+    headers = getattr(response, "headers", None) or {}
+    return bool(response is not None and "json" not in str(headers.get("Content-Type", "")))
 
 
 def _body_excerpt(exc: BaseException) -> str:
@@ -146,12 +156,12 @@ def _body_excerpt(exc: BaseException) -> str:
 def map_error(exc: BaseException, *, zone: str = "", what: str = "") -> NavarchError:
     """Translate an azure-core exception into navarch's provider errors (ERROR_CODES,
     then HTTP status: 401/403 AuthError, 429/5xx TransientError; connection errors
-    TransientError; an answer that is not JSON, DecodeError or DeserializationError: an
-    outage or proxy page, TransientError). Capacity and quota errors carry scope "zone" (a
+    TransientError; an answer that is not JSON, DecodeError, DeserializationError or
+    JSONDecodeError: an outage or proxy page, TransientError). Capacity and quota errors carry scope "zone" (a
     zone was named) or "region". Every message is one line."""
     where = f" {what}" if what else ""
     scope = "zone" if "-" in zone else "region"
-    if isinstance(exc, DecodeError | DeserializationError):
+    if isinstance(exc, DecodeError | DeserializationError | json.JSONDecodeError):
         return TransientError(
             f"Azure{where}: ARM answered with a body that is not its JSON (an outage or proxy "
             f"page?): {_body_excerpt(exc)}",
@@ -189,7 +199,7 @@ def azure_errors(*, zone: str = "", what: str = "") -> AbstractContextManager[No
     (HTTP errors, no answer, authentication) leave as map_error(exc, zone, what)."""
 
     def translate(exc: Exception) -> NavarchError | None:
-        if isinstance(exc, AzureError | DeserializationError):
+        if isinstance(exc, AzureError | DeserializationError | json.JSONDecodeError):
             return map_error(exc, zone=zone, what=what)
         return None
 

@@ -92,6 +92,14 @@ def _message(exc: BaseException) -> str:
     return " | ".join(m for m in msgs if m)
 
 
+def _not_json(exc: gexc.GoogleAPICallError) -> bool:
+    """Whether the HTTP answer behind exc carried a body that is not JSON (an HTML page)."""
+    response = getattr(exc, "response", None)
+    if not isinstance(response, requests.Response) or not response.content:
+        return False
+    return "json" not in response.headers.get("Content-Type", "").lower()
+
+
 def map_error(exc: BaseException, *, zone: str = "", what: str = "") -> NavarchError:
     """Translate a google-cloud-compute / google-auth / transport error into navarch's tree.
 
@@ -136,6 +144,11 @@ def map_error(exc: BaseException, *, zone: str = "", what: str = "") -> NavarchE
         )
     codes = error_codes(exc)
     message = answer_excerpt(_message(exc), 300)
+    if _not_json(exc):
+        message = (
+            f"Compute Engine answered HTTP {exc.code} with a body that is not its JSON (an "
+            f"outage or proxy page?): {answer_excerpt(exc.response.text)}"
+        )
     code = codes[0] if codes else str(exc.code or "")
     capacity = next((c for c in codes if c in CAPACITY_CODES), None)
     if capacity is not None:

@@ -360,8 +360,8 @@ class LambdaProvider:
             if resp.status_code >= 400:
                 try:
                     err = _json_object(resp).get("error") or {}
-                except ValueError:
-                    err = {}
+                except ValueError as exc:
+                    err = {"message": f"{resp.reason}, answered with a body that is not JSON: {exc}"}
                 if not isinstance(err, dict):
                     err = {}
                 raise LambdaApiError(

@@ -14,6 +14,7 @@ a truncated JSON document) that every provider's error map quotes.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -30,10 +31,18 @@ T = TypeVar("T")
 ANSWER_EXCERPT_CHARS = 160
 
 
+_TITLE = re.compile(r"<title[^>]*>(.*?)</title>", re.IGNORECASE | re.DOTALL)
+
+
 def answer_excerpt(text: object, max_chars: int = ANSWER_EXCERPT_CHARS) -> str:
     """`text` on one printable line (line breaks and control characters become spaces,
-    runs of spaces one), cut to max_chars characters with an ellipsis. Never raises."""
-    return node_text(" ".join(str(text).split()), max_chars)
+    runs of spaces one), cut to max_chars characters with an ellipsis; text holding an HTML
+    page (an outage or proxy page) is said as `an HTML page titled '...'`. Never raises."""
+    flat = " ".join(str(text).split())
+    title = _TITLE.search(flat)
+    if title and "<html" in flat.lower():
+        flat = f"an HTML page titled {title.group(1).strip()!r}"
+    return node_text(flat, max_chars)
 
 
 @dataclass(frozen=True)

@@ -361,7 +361,9 @@ class LambdaProvider:
                 try:
                     err = _json_object(resp).get("error") or {}
                 except ValueError as exc:
-                    err = {"message": f"{resp.reason}, answered with a body that is not JSON: {exc}"}
+                    err = {
+                        "message": f"{resp.reason}, answered with a body that is not JSON: {exc}"
+                    }
                 if not isinstance(err, dict):
                     err = {}
                 raise LambdaApiError(

@@ -35,7 +35,6 @@ import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -71,10 +70,8 @@ from navarch.errors import (
 from navarch.inventory import (
     TAG_FLEET,
     TAG_LAUNCH,
-    CloudEvent,
     CloudStatus,
     Instance,
-    InstanceHealth,
     InstanceState,
 )
 from navarch.providers.aws_placement import (
@@ -86,6 +83,8 @@ from navarch.providers.aws_placement import (
     launch,
     placed_params,
 )
+from navarch.providers.aws_status import aware_utc as _aware_utc
+from navarch.providers.aws_status import cloud_status_of
 from navarch.providers.aws_topology import has_topology, parse_topology, topology_requests
 from navarch.providers.base import ProvisionRequest, ensure_no_ownership_tags, ensure_owned
 from navarch.providers.optional import OptionalLookup, answer_excerpt, optional
@@ -423,12 +422,6 @@ def aws_errors(*, zone: str = "", what: str = "") -> AbstractContextManager[None
     return map_exceptions(translate)
 
 
-def _aware_utc(value: Any) -> datetime:
-    if isinstance(value, datetime):
-        return value.astimezone(UTC) if value.tzinfo else value.replace(tzinfo=UTC)
-    return datetime.fromisoformat(str(value).replace("Z", "+00:00")).astimezone(UTC)
-
-
 def to_instance(provider: str, raw: Mapping[str, Any]) -> Instance | None:
     """An EC2 instance description (DescribeInstances / RunInstances shape) -> Instance.
 
@@ -452,61 +445,6 @@ def to_instance(provider: str, raw: Mapping[str, Any]) -> Instance | None:
         spot=raw.get("InstanceLifecycle") == "spot",
         address=raw.get("PrivateIpAddress") or None,
         host_id=raw.get("Placement", {}).get("HostId") or None,
-    )
-
-
-#: EC2 status check names as DescribeInstanceStatus reports them, and what a failure means.
-_CHECKS = (
-    ("SystemStatus", "system status check failed"),
-    ("InstanceStatus", "instance status check failed"),
-)
-#: An event EC2 has finished or called off keeps its code; its description says so.
-_DONE_EVENT_PREFIXES = ("[Completed]", "[Canceled]")
-
-
-def cloud_status_of(raw: Mapping[str, Any]) -> CloudStatus:
-    """One DescribeInstanceStatus entry -> CloudStatus.
-
-    impaired when the system or the instance status check is "impaired" (detail names
-    which; since: the earliest ImpairedSince of a failed check); ok when both are "ok";
-    unknown otherwise (initializing, insufficient-data, not-applicable). event: the first
-    scheduled event not marked [Completed] or [Canceled] whose code navarch knows, with
-    NotBefore as its deadline. Source: EC2 API reference, DescribeInstanceStatus,
-    InstanceStatusSummary, InstanceStatusEvent (codes instance-reboot, system-reboot,
-    system-maintenance, instance-retirement, instance-stop).
-    """
-    failed = [
-        (what, raw.get(key) or {})
-        for key, what in _CHECKS
-        if (raw.get(key) or {}).get("Status") == "impaired"
-    ]
-    since = [
-        _aware_utc(d["ImpairedSince"])
-        for _, summary in failed
-        for d in summary.get("Details", ())
-        if d.get("ImpairedSince")
-    ]
-    if failed:
-        health = InstanceHealth.IMPAIRED
-    elif all((raw.get(key) or {}).get("Status") == "ok" for key, _ in _CHECKS):
-        health = InstanceHealth.OK
-    else:
-        health = InstanceHealth.UNKNOWN
-    event, deadline = None, None
-    known = {e.value: e for e in CloudEvent}
-    for ev in raw.get("Events", ()):
-        if ev.get("Code") in known and not str(ev.get("Description", "")).startswith(
-            _DONE_EVENT_PREFIXES
-        ):
-            event = known[ev["Code"]]
-            deadline = _aware_utc(ev["NotBefore"]) if ev.get("NotBefore") else None
-            break
-    return CloudStatus(
-        health,
-        "; ".join(what for what, _ in failed),
-        since=min(since) if since else None,
-        event=event,
-        event_deadline=deadline,
     )
 
 

@@ -264,7 +264,7 @@ def to_reservation(provider: str, raw: Mapping[str, Any]) -> Reservation:
     """One DescribeCapacityReservations entry (CapacityReservation shape) -> Reservation:
     TotalInstanceCount, AvailableInstanceCount, StartDate, EndDate (aware UTC; EndDate
     only when EndDateType is limited), ReservationType capacity-block, State."""
-    from navarch.providers.aws import _aware_utc
+    from navarch.providers.aws_status import aware_utc as _aware_utc
 
     end = raw.get("EndDate")
     return Reservation(

@@ -6,7 +6,9 @@ instance view, the local provider's simulated one) offers `list_reservations(ids
 every such provider for the ids the fleet's pools name and hands the planner plain data
 (PlanOptions.reservations), so the planner stays pure: a Capacity Block pool launches only
 inside its block and is drained before EC2 reclaims it (navarch.planner.blocks), and
-`status` shows each reservation's use.
+`status` shows each reservation's use. The lookup is optional: a provider whose lookup
+fails or is denied leaves its pools' reservations unknown for the run, with a warning
+naming the permission (its `reservations_permission`), and the run goes on.
 
 Sources: EC2 API reference, DescribeCapacityReservations (CapacityReservation:
 TotalInstanceCount, AvailableInstanceCount, StartDate, EndDate, ReservationType,
@@ -16,17 +18,20 @@ block begin to terminate 30 minutes before its EndDate).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
+from navarch.errors import ProviderError
 from navarch.spec import FleetSpec
 
 __all__ = [
     "BLOCK_TERMINATION_LEAD_S",
     "Reservation",
     "ReservationReader",
+    "Reserved",
     "pool_reservation",
     "reservations_of",
 ]
@@ -86,11 +91,26 @@ def pool_reservation(options: Mapping[str, Any]) -> str | None:
     return None
 
 
-def reservations_of(spec: FleetSpec, providers: Mapping[str, Any]) -> dict[str, Reservation]:
+class Reserved(NamedTuple):
+    """What reservations_of read: found, the reservations by id; unknown, the ids whose
+    provider's lookup failed or was denied this run (neither listed nor known absent)."""
+
+    found: dict[str, Reservation]
+    unknown: frozenset[str]
+
+
+def reservations_of(
+    spec: FleetSpec, providers: Mapping[str, Any], log: logging.Logger | None = None
+) -> Reserved:
     """Every reservation the fleet's pools name (and every one the local provider
     simulates), by id, read from the providers that offer list_reservations. Providers
     without it are skipped: their pools' reservations are then unknown to the planner.
-    Raises the provider's mapped errors."""
+    A provider's mapped error (ProviderError: denied, 5xx, an unreadable answer) makes its
+    ids unknown, with one warning on log naming the provider's `reservations_permission`
+    (navarch.providers.optional); it never stops the run."""
+    from navarch.providers.optional import OptionalLookup, warning_for
+
+    log = log or logging.getLogger("navarch.reservations")
     wanted: dict[str, list[str]] = {}
     for pool in spec.pools:
         for pl in pool.placed():
@@ -98,12 +118,25 @@ def reservations_of(spec: FleetSpec, providers: Mapping[str, Any]) -> dict[str, 
             if rid:
                 wanted.setdefault(pl.provider, []).append(rid)
     out: dict[str, Reservation] = {}
+    unknown: set[str] = set()
     for name, provider in sorted(providers.items()):
         reader = getattr(provider, "list_reservations", None)
         if reader is None:
             continue
+        ids = sorted(set(wanted.get(name, ())))
         # Asked with the ids its pools name (maybe none: the local provider reports the
         # reservations it simulates whatever is asked; EC2 then makes no call).
-        for r in reader(sorted(set(wanted.get(name, ())))):
+        try:
+            found = reader(ids)
+        except ProviderError as exc:
+            lookup = OptionalLookup(
+                str(getattr(provider, "reservations_permission", "") or f"{name} reservations"),
+                f"reservations {', '.join(ids)}" if ids else "reservations",
+                "reservation-aware launches and Capacity Block windows",
+            )
+            log.warning("%s", warning_for(lookup, exc, f" ({name})"))
+            unknown.update(ids)
+            continue
+        for r in found:
             out[r.reservation_id] = r
-    return out
+    return Reserved(out, frozenset(unknown))

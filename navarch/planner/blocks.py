@@ -5,6 +5,8 @@ A pool whose `aws:` section says `market: capacity-block` with the block's reser
 
 - before the block starts (or while its reservation is not listed): desired is 0 and the
   plan says when the block starts; nothing launches outside it;
+- while its lookup failed (PlanOptions.reservations_unknown): the pool holds as it is,
+  no launch and no node leaving for the block;
 - from its start: desired as declared, at most the block's size;
 - from `drain_timeout` before EC2 begins terminating the block's instances (30 minutes
   before its end: BLOCK_TERMINATION_LEAD_S) every node is cordoned and drained, whatever
@@ -54,6 +56,17 @@ def block_stage(ctx: PoolContext, prog: Progress) -> StageResult:
     if rid is None:
         return StageResult(prog)
     block = ctx.options.reservations.get(rid)
+    if block is None and rid in ctx.options.reservations_unknown:
+        # The lookup failed this run: the block may well be running, so nothing leaves
+        # for it, and nothing launches that it could not hold.
+        present = sum(1 for v in ctx.views if v.lifecycle not in LEAVING)
+        return StageResult(
+            replace(prog, desired=min(prog.desired, present)),
+            pending=(
+                f"Capacity Block {rid} is unknown this run (its lookup failed): the pool "
+                "holds as it is",
+            ),
+        )
     if block is None:
         return StageResult(
             replace(prog, desired=0),

@@ -34,7 +34,8 @@ class PlanOptions:
     capabilities: what each provider can do, by fleet.yaml provider name, read by the
     caller from the opened providers (navarch.providers.base.capabilities_of); a provider
     not named here is asked for nothing beyond list, provision and terminate.
-    reservations: the reservations the pools name, by id (navarch.reservations).
+    reservations: the reservations the pools name, by id (navarch.reservations);
+    reservations_unknown: those whose lookup failed this run.
     """
 
     pools: frozenset[str] | None = None
@@ -46,6 +47,9 @@ class PlanOptions:
     #: the reservations the pools name, by id, as their clouds report them
     #: (navarch.reservations.reservations_of); read by Capacity Block pools
     reservations: Mapping[str, Reservation] = field(default_factory=dict, hash=False)
+    #: reservation ids whose lookup failed or was denied this run: neither listed nor
+    #: known absent, so a Capacity Block pool holds as it is (navarch.planner.blocks)
+    reservations_unknown: frozenset[str] = frozenset()
 
     def includes(self, pool: str) -> bool:
         return self.pools is None or pool in self.pools

@@ -29,12 +29,12 @@ as InsufficientInstanceCapacity into a provider the CLI builds itself.
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -52,6 +52,7 @@ from botocore.exceptions import (
     ProfileNotFound,
     ReadTimeoutError,
 )
+from botocore.parsers import ResponseParserError
 
 from navarch.capabilities import Capability
 from navarch.errors import (
@@ -69,22 +70,24 @@ from navarch.errors import (
 from navarch.inventory import (
     TAG_FLEET,
     TAG_LAUNCH,
-    CloudEvent,
     CloudStatus,
     Instance,
-    InstanceHealth,
     InstanceState,
 )
 from navarch.providers.aws_placement import (
     AwsPlacement,
+    create_group,
     describe_reservations,
     efa_info,
-    ensure_group,
+    group_exists,
     launch,
     placed_params,
 )
+from navarch.providers.aws_status import aware_utc as _aware_utc
+from navarch.providers.aws_status import cloud_status_of
 from navarch.providers.aws_topology import has_topology, parse_topology, topology_requests
 from navarch.providers.base import ProvisionRequest, ensure_no_ownership_tags, ensure_owned
+from navarch.providers.optional import OptionalLookup, answer_excerpt, optional
 from navarch.reservations import Reservation
 
 __all__ = [
@@ -189,6 +192,17 @@ TERMINATE_BATCH = 1000
 
 #: (botocore event name, handler) pairs registered on every EC2 client created here.
 CLIENT_EVENT_HANDLERS: list[tuple[str, Callable[..., Any]]] = []
+
+log = logging.getLogger("navarch.providers.aws")
+
+#: Optional lookups (navarch.providers.optional): failed or denied, their answer is unknown
+#: for the run, with a warning naming the IAM action (docs/policies/aws-reconciler.json).
+TOPOLOGY_LOOKUP = OptionalLookup(
+    "ec2:DescribeInstanceTopology", "topology", "block-aware placement"
+)
+PLACEMENT_GROUP_LOOKUP = OptionalLookup(
+    "ec2:DescribePlacementGroups", "whether the placement group exists", "creating it when missing"
+)
 
 _REGION = re.compile(r"^([a-z]{2}(?:-gov|-iso[a-z]?)?-[a-z]+-\d+)")
 
@@ -348,9 +362,16 @@ def map_error(exc: BaseException, *, zone: str = "", what: str = "") -> NavarchE
     """
     prefix = f"{what}: " if what else ""
     where = f" in {zone}" if zone else ""
+    if isinstance(exc, ResponseParserError):
+        # An outage or proxy page (HTML) where EC2's XML was due: the next run may read it.
+        return TransientError(
+            f"{prefix}EC2{where} answered with a body that is not EC2's XML (an outage or "
+            f"proxy page?): {answer_excerpt(exc)}",
+            code="ResponseParserError",
+        )
     if isinstance(exc, ClientError):
         code = _error_code(exc)
-        message = str(exc.response.get("Error", {}).get("Message", "")) or str(exc)
+        message = answer_excerpt(exc.response.get("Error", {}).get("Message", "") or exc, 300)
         text = f"{prefix}{code}{where}: {message}"
         if code in CAPACITY_CODES:
             return CapacityError(text, code=code, scope="zone")
@@ -381,8 +402,8 @@ def map_error(exc: BaseException, *, zone: str = "", what: str = "") -> NavarchE
     ):
         return TransientError(f"{prefix}{exc}", code=type(exc).__name__)
     if isinstance(exc, BotoCoreError):
-        return ProviderError(f"{prefix}{exc}", code=type(exc).__name__)
-    return ProviderError(f"{prefix}{exc!r}", code=type(exc).__name__)
+        return ProviderError(f"{prefix}{answer_excerpt(exc, 300)}", code=type(exc).__name__)
+    return ProviderError(f"{prefix}{answer_excerpt(repr(exc), 300)}", code=type(exc).__name__)
 
 
 def aws_errors(*, zone: str = "", what: str = "") -> AbstractContextManager[None]:
@@ -394,17 +415,11 @@ def aws_errors(*, zone: str = "", what: str = "") -> AbstractContextManager[None
     """
 
     def translate(exc: Exception) -> NavarchError | None:
-        if isinstance(exc, BotoCoreError | ClientError):
+        if isinstance(exc, BotoCoreError | ClientError | ResponseParserError):
             return map_error(exc, zone=zone, what=what)
         return None
 
     return map_exceptions(translate)
-
-
-def _aware_utc(value: Any) -> datetime:
-    if isinstance(value, datetime):
-        return value.astimezone(UTC) if value.tzinfo else value.replace(tzinfo=UTC)
-    return datetime.fromisoformat(str(value).replace("Z", "+00:00")).astimezone(UTC)
 
 
 def to_instance(provider: str, raw: Mapping[str, Any]) -> Instance | None:
@@ -433,61 +448,6 @@ def to_instance(provider: str, raw: Mapping[str, Any]) -> Instance | None:
     )
 
 
-#: EC2 status check names as DescribeInstanceStatus reports them, and what a failure means.
-_CHECKS = (
-    ("SystemStatus", "system status check failed"),
-    ("InstanceStatus", "instance status check failed"),
-)
-#: An event EC2 has finished or called off keeps its code; its description says so.
-_DONE_EVENT_PREFIXES = ("[Completed]", "[Canceled]")
-
-
-def cloud_status_of(raw: Mapping[str, Any]) -> CloudStatus:
-    """One DescribeInstanceStatus entry -> CloudStatus.
-
-    impaired when the system or the instance status check is "impaired" (detail names
-    which; since: the earliest ImpairedSince of a failed check); ok when both are "ok";
-    unknown otherwise (initializing, insufficient-data, not-applicable). event: the first
-    scheduled event not marked [Completed] or [Canceled] whose code navarch knows, with
-    NotBefore as its deadline. Source: EC2 API reference, DescribeInstanceStatus,
-    InstanceStatusSummary, InstanceStatusEvent (codes instance-reboot, system-reboot,
-    system-maintenance, instance-retirement, instance-stop).
-    """
-    failed = [
-        (what, raw.get(key) or {})
-        for key, what in _CHECKS
-        if (raw.get(key) or {}).get("Status") == "impaired"
-    ]
-    since = [
-        _aware_utc(d["ImpairedSince"])
-        for _, summary in failed
-        for d in summary.get("Details", ())
-        if d.get("ImpairedSince")
-    ]
-    if failed:
-        health = InstanceHealth.IMPAIRED
-    elif all((raw.get(key) or {}).get("Status") == "ok" for key, _ in _CHECKS):
-        health = InstanceHealth.OK
-    else:
-        health = InstanceHealth.UNKNOWN
-    event, deadline = None, None
-    known = {e.value: e for e in CloudEvent}
-    for ev in raw.get("Events", ()):
-        if ev.get("Code") in known and not str(ev.get("Description", "")).startswith(
-            _DONE_EVENT_PREFIXES
-        ):
-            event = known[ev["Code"]]
-            deadline = _aware_utc(ev["NotBefore"]) if ev.get("NotBefore") else None
-            break
-    return CloudStatus(
-        health,
-        "; ".join(what for what, _ in failed),
-        since=min(since) if since else None,
-        event=event,
-        event_deadline=deadline,
-    )
-
-
 @dataclass
 class AwsProvider:
     """EC2 in the regions of one fleet.yaml provider entry. See the module docstring."""
@@ -499,6 +459,9 @@ class AwsProvider:
         | Capability.INSTANCE_STATUS
         | Capability.MAINTENANCE_NOTICES
     )
+    #: The IAM action reading reservations and Capacity Blocks needs; without it they are
+    #: unknown, with a warning (navarch.reservations.reservations_of).
+    reservations_permission: ClassVar[str] = "ec2:DescribeCapacityReservations"
 
     name: str
     settings: AwsSettings
@@ -569,17 +532,24 @@ class AwsProvider:
 
     def _topology(self, region: str, instances: Sequence[Instance]) -> dict[str, tuple[str, ...]]:
         """DescribeInstanceTopology for the running instances of types that have one
-        (aws_topology): instance id -> network nodes. Raises the mapped errors."""
+        (aws_topology): instance id -> network nodes. Optional (TOPOLOGY_LOOKUP): denied
+        or failed, every topology is unknown (empty) this run, with a warning."""
         ids = [
             i.instance_id
             for i in instances
             if i.state is InstanceState.RUNNING and has_topology(i.instance_type)
         ]
-        pages = []
-        with aws_errors(what=f"DescribeInstanceTopology in {region}"):
-            for params in topology_requests(ids):
-                pages.append(self.client(region).describe_instance_topology(**params))
-        return parse_topology(pages)
+        if not ids:
+            return {}
+
+        def ask() -> dict[str, tuple[str, ...]]:
+            pages = []
+            with aws_errors(what=f"DescribeInstanceTopology in {region}"):
+                for params in topology_requests(ids):
+                    pages.append(self.client(region).describe_instance_topology(**params))
+            return parse_topology(pages)
+
+        return optional(TOPOLOGY_LOOKUP, ask, {}, log, where=f" in {region}")
 
     def list_instances(self, fleet: str) -> Sequence[Instance]:
         """Every live instance tagged navarch-fleet=<fleet> in the regions served.
@@ -587,7 +557,8 @@ class AwsProvider:
         DescribeInstances (pages of DESCRIBE_PAGE_SIZE) filtered by tag and instance-state-name in
         pending/running/stopping/stopped, each with its CloudStatus from DescribeInstanceStatus
         (one paginated call per region that has fleet instances) and its topology from
-        DescribeInstanceTopology (running instances of types that have one); sorted by id.
+        DescribeInstanceTopology (running instances of types that have one; optional: a
+        failed or denied lookup leaves topology unknown, with a warning); sorted by id.
         Raises the mapped errors.
         """
         filters = [
@@ -663,15 +634,41 @@ class AwsProvider:
         """params with the pool's placement group (created once if missing), EFA interfaces
         and reservation (navarch.providers.aws_placement). Raises the mapped errors."""
         client = self.client(region)
-        with aws_errors(zone=request.zone, what="placement group and EFA of the launch"):
-            group = pl.placement_group
-            # One lookup (and create) per group, not one per launch the executor runs at once.
-            with self._group_lock:
-                if group and (region, group) not in self._groups:
-                    ensure_group(client, group, self.fleet)
-                    self._groups.add((region, group))
+        group = pl.placement_group
+        # One lookup (and create) per group, not one per launch the executor runs at once.
+        with self._group_lock:
+            if group and (region, group) not in self._groups:
+                self._ensure_group(client, region, request.zone, group)
+                self._groups.add((region, group))
+        with aws_errors(zone=request.zone, what="EFA of the launch"):
             efa = efa_info(client, request.instance_type) if pl.efa else None
         return placed_params(params, pl, efa)
+
+    def _ensure_group(self, client: Any, region: str, zone: str, group: str) -> None:
+        """The placement group exists, or is created. Its lookup is optional
+        (PLACEMENT_GROUP_LOOKUP): failed or denied, the group is created anyway (a group
+        that exists answers Duplicate); when creating is denied too, the launch names the
+        group as declared and RunInstances says whether it exists. Raises the mapped
+        errors of CreatePlacementGroup for a group known to be missing."""
+
+        def exists() -> bool | None:
+            with aws_errors(zone=zone, what=f"DescribePlacementGroups {group}"):
+                return group_exists(client, group)
+
+        found = optional(PLACEMENT_GROUP_LOOKUP, exists, None, log, where=f" in {region}")
+        if found:
+            return
+        try:
+            with aws_errors(zone=zone, what=f"CreatePlacementGroup {group}"):
+                create_group(client, group, self.fleet)
+        except AuthError as exc:
+            if found is not None:
+                raise
+            log.warning(
+                "%s; launching into placement group %s as declared",
+                answer_excerpt(exc, 300),
+                group,
+            )
 
     def list_reservations(self, ids: Sequence[str]) -> Sequence[Reservation]:
         """The Capacity Reservations (and Capacity Blocks) with these ids in the regions

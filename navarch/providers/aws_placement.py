@@ -47,7 +47,9 @@ __all__ = [
     "PlacementFallback",
     "efa_info",
     "efa_interfaces",
+    "create_group",
     "ensure_group",
+    "group_exists",
     "launch",
     "outside_group",
     "placed_params",
@@ -116,13 +118,9 @@ def placement_group_request(name: str, fleet: str) -> dict[str, Any]:
     }
 
 
-def ensure_group(client: Any, name: str, fleet: str) -> bool:
-    """Create the placement group `name` unless it exists -> True when it was created.
-
-    DescribePlacementGroups(GroupNames=[name]); EC2 answers InvalidPlacementGroup.Unknown
-    for a missing one, then CreatePlacementGroup(placement_group_request). A group created
-    by someone else is used as it is. Call inside aws_errors: other errors are mapped.
-    """
+def group_exists(client: Any, name: str) -> bool:
+    """Whether the placement group `name` exists: DescribePlacementGroups(GroupNames=[name]);
+    EC2 answers InvalidPlacementGroup.Unknown for a missing one. Call inside aws_errors."""
     from botocore.exceptions import ClientError
 
     try:
@@ -130,17 +128,29 @@ def ensure_group(client: Any, name: str, fleet: str) -> bool:
     except ClientError as exc:
         if exc.response.get("Error", {}).get("Code") != "InvalidPlacementGroup.Unknown":
             raise
-        found = ()
-    if found:
         return False
+    return bool(found)
+
+
+def create_group(client: Any, name: str, fleet: str) -> bool:
+    """CreatePlacementGroup(placement_group_request) -> True when it was created, False
+    when it exists already (InvalidPlacementGroup.Duplicate: another launch of the same
+    run, or someone else, made it; it is used as it is). Call inside aws_errors."""
+    from botocore.exceptions import ClientError
+
     try:
         client.create_placement_group(**placement_group_request(name, fleet))
     except ClientError as exc:
-        # Another launch of the same run created it a moment ago: it exists, as wanted.
         if exc.response.get("Error", {}).get("Code") != "InvalidPlacementGroup.Duplicate":
             raise
         return False
     return True
+
+
+def ensure_group(client: Any, name: str, fleet: str) -> bool:
+    """Create the placement group `name` unless it exists -> True when it was created
+    (group_exists, then create_group). Call inside aws_errors: other errors are mapped."""
+    return not group_exists(client, name) and create_group(client, name, fleet)
 
 
 def efa_info(client: Any, instance_type: str) -> tuple[int, int]:
@@ -254,7 +264,7 @@ def to_reservation(provider: str, raw: Mapping[str, Any]) -> Reservation:
     """One DescribeCapacityReservations entry (CapacityReservation shape) -> Reservation:
     TotalInstanceCount, AvailableInstanceCount, StartDate, EndDate (aware UTC; EndDate
     only when EndDateType is limited), ReservationType capacity-block, State."""
-    from navarch.providers.aws import _aware_utc
+    from navarch.providers.aws_status import aware_utc as _aware_utc
 
     end = raw.get("EndDate")
     return Reservation(

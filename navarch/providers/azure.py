@@ -31,6 +31,7 @@ NAVARCH_AZURE_TOKEN (tests only) sends that static bearer token to a local fake 
 from __future__ import annotations
 
 import base64
+import json
 import logging
 import os
 import threading
@@ -44,6 +45,8 @@ from typing import Any, ClassVar
 from azure.core.exceptions import (
     AzureError,
     ClientAuthenticationError,
+    DecodeError,
+    DeserializationError,
     HttpResponseError,
     ResourceNotFoundError,
 )
@@ -75,6 +78,7 @@ from navarch.providers.azure_placement import (
     read_reservation_groups,
 )
 from navarch.providers.base import ProvisionRequest, ensure_no_ownership_tags, ensure_owned
+from navarch.providers.optional import answer_excerpt
 from navarch.providers.placement_fallback import launch_with_fallback
 from navarch.reservations import Reservation
 
@@ -128,19 +132,45 @@ def _code_and_message(exc: HttpResponseError) -> tuple[str, str]:
     err = getattr(exc, "error", None)
     code = str(getattr(err, "code", "") or getattr(exc, "error_code", "") or "")
     message = str(getattr(err, "message", "") or exc.message or "")
-    return code, message
+    if err is None and _page_answer(exc):
+        message += f", answered with a body that is not ARM's JSON: {_body_excerpt(exc)}"
+    return code, answer_excerpt(message, 300)
+
+
+def _page_answer(exc: HttpResponseError) -> bool:
+    """Whether the answer behind exc carried a body that is not JSON (an HTML page)."""
+    response = getattr(exc, "response", None)
+    headers = getattr(response, "headers", None) or {}
+    return bool(response is not None and "json" not in str(headers.get("Content-Type", "")))
+
+
+def _body_excerpt(exc: BaseException) -> str:
+    """An excerpt of the answer an HttpResponseError carries, else of the error itself."""
+    response = getattr(exc, "response", None)
+    try:
+        return answer_excerpt(response.text() if response is not None else exc)
+    except Exception:  # a streamed or closed body: the error's own text says enough
+        return answer_excerpt(exc)
 
 
 def map_error(exc: BaseException, *, zone: str = "", what: str = "") -> NavarchError:
     """Translate an azure-core exception into navarch's provider errors (ERROR_CODES,
     then HTTP status: 401/403 AuthError, 429/5xx TransientError; connection errors
-    TransientError). Capacity and quota errors carry scope "zone" (a zone was named) or
-    "region"."""
+    TransientError; an answer that is not JSON, DecodeError, DeserializationError or
+    JSONDecodeError: an outage or proxy page, TransientError). Capacity and quota errors carry scope "zone" (a
+    zone was named) or "region". Every message is one line."""
     where = f" {what}" if what else ""
     scope = "zone" if "-" in zone else "region"
+    if isinstance(exc, DecodeError | DeserializationError | json.JSONDecodeError):
+        return TransientError(
+            f"Azure{where}: ARM answered with a body that is not its JSON (an outage or proxy "
+            f"page?): {_body_excerpt(exc)}",
+            code=type(exc).__name__,
+        )
     if isinstance(exc, ClientAuthenticationError):
         return AuthError(
-            f"Azure authentication failed{where}: {exc.message}", code="AuthenticationFailed"
+            f"Azure authentication failed{where}: {answer_excerpt(exc.message, 300)}",
+            code="AuthenticationFailed",
         )
     if isinstance(exc, HttpResponseError):
         code, message = _code_and_message(exc)
@@ -160,8 +190,8 @@ def map_error(exc: BaseException, *, zone: str = "", what: str = "") -> NavarchE
             return kind(text, code=code)
         return ProviderError(text, code=code)
     if isinstance(exc, AzureError):  # ServiceRequestError, ServiceResponseError: no answer
-        return TransientError(f"Azure{where}: {exc}", code=type(exc).__name__)
-    return ProviderError(f"Azure{where}: {exc!r}")
+        return TransientError(f"Azure{where}: {answer_excerpt(exc, 300)}", code=type(exc).__name__)
+    return ProviderError(f"Azure{where}: {answer_excerpt(repr(exc), 300)}")
 
 
 def azure_errors(*, zone: str = "", what: str = "") -> AbstractContextManager[None]:
@@ -169,7 +199,9 @@ def azure_errors(*, zone: str = "", what: str = "") -> AbstractContextManager[No
     (HTTP errors, no answer, authentication) leave as map_error(exc, zone, what)."""
 
     def translate(exc: Exception) -> NavarchError | None:
-        return map_error(exc, zone=zone, what=what) if isinstance(exc, AzureError) else None
+        if isinstance(exc, AzureError | DeserializationError | json.JSONDecodeError):
+            return map_error(exc, zone=zone, what=what)
+        return None
 
     return map_exceptions(translate)
 
@@ -347,6 +379,9 @@ class AzureProvider:
         | Capability.INSTANCE_STATUS
         | Capability.MAINTENANCE_NOTICES
     )
+    #: The permission reading capacity reservation groups needs; without it they are
+    #: unknown, with a warning (navarch.reservations.reservations_of; Azure RBAC actions).
+    reservations_permission: ClassVar[str] = "Microsoft.Compute/capacityReservationGroups/read"
 
     def __init__(self, name: str, settings: AzureSettings, *, fleet: str) -> None:
         self.name = name

@@ -368,6 +368,9 @@ class GcpProvider:
         | Capability.MAINTENANCE_NOTICES
         | Capability.REPORT_FAULTY_HOST
     )
+    #: The permission reading reservations needs; without it they are unknown, with a
+    #: warning (navarch.reservations.reservations_of; Compute Engine IAM permissions).
+    reservations_permission: ClassVar[str] = "compute.reservations.get"
 
     def __init__(self, name: str, settings: GcpSettings, *, fleet: str) -> None:
         self.name = name

@@ -8,12 +8,14 @@ availability errors" (see each constant).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
 
 import requests
 from google.api_core import exceptions as gexc
 from google.auth import exceptions as auth_exc
+from google.protobuf.json_format import ParseError
 
 from navarch.errors import (
     AuthError,
@@ -26,6 +28,7 @@ from navarch.errors import (
     TransientError,
     map_exceptions,
 )
+from navarch.providers.optional import answer_excerpt
 
 __all__ = [
     "CAPACITY_CODES",
@@ -89,6 +92,14 @@ def _message(exc: BaseException) -> str:
     return " | ".join(m for m in msgs if m)
 
 
+def _not_json(exc: gexc.GoogleAPICallError) -> bool:
+    """Whether the HTTP answer behind exc carried a body that is not JSON (an HTML page)."""
+    response = getattr(exc, "response", None)
+    if not isinstance(response, requests.Response) or not response.content:
+        return False
+    return "json" not in response.headers.get("Content-Type", "").lower()
+
+
 def map_error(exc: BaseException, *, zone: str = "", what: str = "") -> NavarchError:
     """Translate a google-cloud-compute / google-auth / transport error into navarch's tree.
 
@@ -106,7 +117,10 @@ def map_error(exc: BaseException, *, zone: str = "", what: str = "") -> NavarchE
         (PLACEMENT_WORDS), or the zone itself           -> PlacementError(scope="zone")
       other 404 (image, network), 400                -> ConfigError (fix fleet.yaml)
       RetryError                                     -> mapping of its last cause
+      an answer that is not JSON (protobuf ParseError, JSONDecodeError: an outage or
+        proxy page where JSON was due)               -> TransientError
       anything else                                  -> ProviderError
+    Every message is one line; an answer body (an HTML page) is quoted as an excerpt.
     """
     where = f" in {zone}" if zone else ""
     prefix = f"GCP {what}{where}: " if what else f"GCP{where}: "
@@ -118,10 +132,23 @@ def map_error(exc: BaseException, *, zone: str = "", what: str = "") -> NavarchE
         )
     if isinstance(exc, requests.ConnectionError | requests.Timeout | TimeoutError):
         return TransientError(prefix + f"connection failed: {exc}", code=type(exc).__name__)
+    if isinstance(exc, ParseError | json.JSONDecodeError):
+        return TransientError(
+            prefix + "Compute Engine answered with a body that is not its JSON (an outage or "
+            f"proxy page?): {answer_excerpt(exc)}",
+            code=type(exc).__name__,
+        )
     if not isinstance(exc, gexc.GoogleAPICallError):
-        return ProviderError(prefix + f"{type(exc).__name__}: {exc}", code=type(exc).__name__)
+        return ProviderError(
+            prefix + f"{type(exc).__name__}: {answer_excerpt(exc, 300)}", code=type(exc).__name__
+        )
     codes = error_codes(exc)
-    message = _message(exc)
+    message = answer_excerpt(_message(exc), 300)
+    if _not_json(exc):
+        message = (
+            f"Compute Engine answered HTTP {exc.code} with a body that is not its JSON (an "
+            f"outage or proxy page?): {answer_excerpt(exc.response.text)}"
+        )
     code = codes[0] if codes else str(exc.code or "")
     capacity = next((c for c in codes if c in CAPACITY_CODES), None)
     if capacity is not None:

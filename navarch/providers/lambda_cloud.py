@@ -54,6 +54,7 @@ from navarch.inventory import (
     InstanceState,
 )
 from navarch.providers.base import ProvisionRequest, ensure_no_ownership_tags, ensure_owned
+from navarch.providers.optional import answer_excerpt
 
 __all__ = ["LambdaApiError", "LambdaProvider", "LambdaSettings", "create", "map_error"]
 
@@ -97,6 +98,19 @@ CONFIG_CODES = frozenset(
 )
 
 
+def _json_object(resp: requests.Response) -> dict[str, Any]:
+    """The answer's JSON object. Raises ValueError naming the status, the content type and
+    an excerpt of the body when it is not one (an HTML outage or proxy page)."""
+    try:
+        body = resp.json()
+    except ValueError:
+        body = None
+    if not isinstance(body, dict):
+        kind = resp.headers.get("Content-Type", "no content type")
+        raise ValueError(f"HTTP {resp.status_code} ({kind}): {answer_excerpt(resp.text)}")
+    return body
+
+
 class LambdaApiError(Exception):
     """A non-2xx answer from the Lambda Cloud API: status, code ("global/..."), message."""
 
@@ -117,7 +131,9 @@ def map_error(exc: BaseException, *, region: str = "", what: str = "") -> Navarc
       global/invalid-api-key, global/account-inactive,
         global/invalid-address, HTTP 401/403             -> AuthError
       HTTP 429, 5xx, provider/* codes, connection errors,
-        timeouts, exhausted GET retries                  -> TransientError
+        timeouts, exhausted GET retries, an answer that
+        is not a JSON object (ValueError: an outage or
+        proxy page)                                      -> TransientError
       400/404 of a launch (region given) whose message is about the region or the
         instance type (PLACEMENT_WORDS)                  -> PlacementError(scope="zone")
       global/invalid-parameters, global/object-does-not-exist,
@@ -130,10 +146,22 @@ def map_error(exc: BaseException, *, region: str = "", what: str = "") -> Navarc
     if isinstance(
         exc, requests.exceptions.RetryError | requests.ConnectionError | requests.Timeout
     ):
-        return TransientError(prefix + f"{type(exc).__name__}: {exc}", code=type(exc).__name__)
+        return TransientError(
+            prefix + f"{type(exc).__name__}: {answer_excerpt(exc, 300)}", code=type(exc).__name__
+        )
+    if isinstance(exc, ValueError):
+        return TransientError(
+            prefix + "the API answered with a body that is not its JSON (an outage or proxy "
+            f"page?): {answer_excerpt(exc)}",
+            code="not-json",
+        )
     if not isinstance(exc, LambdaApiError):
-        return ProviderError(prefix + f"{type(exc).__name__}: {exc}", code=type(exc).__name__)
-    text = prefix + exc.message + (f" ({exc.suggestion})" if exc.suggestion else "")
+        return ProviderError(
+            prefix + f"{type(exc).__name__}: {answer_excerpt(exc, 300)}", code=type(exc).__name__
+        )
+    text = prefix + answer_excerpt(
+        exc.message + (f" ({exc.suggestion})" if exc.suggestion else ""), 300
+    )
     if exc.code in CAPACITY_CODES:
         return CapacityError(text, code=exc.code, scope="zone")
     if exc.code in QUOTA_CODES:
@@ -331,8 +359,12 @@ class LambdaProvider:
             )
             if resp.status_code >= 400:
                 try:
-                    err = resp.json().get("error") or {}
-                except ValueError:
+                    err = _json_object(resp).get("error") or {}
+                except ValueError as exc:
+                    err = {
+                        "message": f"{resp.reason}, answered with a body that is not JSON: {exc}"
+                    }
+                if not isinstance(err, dict):
                     err = {}
                 raise LambdaApiError(
                     resp.status_code,
@@ -340,7 +372,7 @@ class LambdaProvider:
                     str(err.get("message", resp.reason)),
                     str(err.get("suggestion", "") or ""),
                 )
-            return resp.json().get("data")
+            return _json_object(resp).get("data")
 
     # -- Provider contract ------------------------------------------------------------
 

@@ -259,11 +259,12 @@ def _gather(
             f"{fleet.spec.name}; `navarch status` lists its nodes"
         )
     # The planner asks each provider only for what it declared it can do.
-    reserved = reservations_of(fleet.spec, fleet.providers)
+    reserved, unknown_reservations = reservations_of(fleet.spec, fleet.providers)
     options = replace(
         options or PlanOptions(),
         capabilities=capabilities_of(fleet.providers),
         reservations=reserved,
+        reservations_unknown=unknown_reservations,
     )
     plan = make_plan(fleet.spec, observed.views, observed.memory, now, options, observed.duplicates)
     plan = replace(

@@ -4,6 +4,7 @@ DescribeInstanceTopology a local stand-in answers in the API model's shapes
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import boto3
@@ -70,3 +71,31 @@ def test_the_stand_in_refuses_what_the_api_refuses(moto) -> None:
         ec2.describe_instance_topology(MaxResults=101)
     with pytest.raises(ClientError, match="InvalidInstanceID.NotFound"):
         ec2.describe_instance_topology(InstanceIds=["i-0123456789abcdef0"])
+
+
+def test_an_outage_page_for_the_topology_lookup_leaves_it_unknown_with_one_warning_line(
+    moto, provider, caplog: pytest.LogCaptureFixture
+) -> None:
+    p5, g5 = _run("p5.48xlarge")[0], _run("g5.48xlarge")[0]
+    moto.pages["DescribeInstanceTopology"] = 500
+    with caplog.at_level(logging.WARNING, logger="navarch"):
+        listed = {i.instance_id: i for i in provider.list_instances(FLEET)}
+    assert set(listed) == {p5, g5} and listed[p5].topology == ()
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warning.startswith("ec2:DescribeInstanceTopology failed in us-east-1: ")
+    assert "topology unknown this run" in warning and "\n" not in warning
+    assert "an HTML page titled '502 Bad Gateway'" in warning  # the page, not its markup
+
+
+def test_a_denied_topology_lookup_lists_every_instance_and_names_the_permission(
+    moto, provider, caplog: pytest.LogCaptureFixture
+) -> None:
+    (iid,) = _run("p5.48xlarge")
+    moto.denied.add("DescribeInstanceTopology")
+    with caplog.at_level(logging.WARNING, logger="navarch"):
+        (inst,) = provider.list_instances(FLEET)
+    assert inst.instance_id == iid and inst.topology == ()
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == [
+        "ec2:DescribeInstanceTopology denied in us-east-1: topology unknown; "
+        "grant it for block-aware placement"
+    ]

@@ -212,6 +212,7 @@ def aws_cloud(moto: Moto, monkeypatch: pytest.MonkeyPatch) -> Cloud:
         map_error=lambda exc: awsmod.map_error(exc, zone="us-east-1a", what="launch"),
         errors=AWS_ERRORS,
         impair=lambda inst: impaired.add(inst.instance_id),
+        outage=lambda status: moto.pages.update(DescribeInstances=status),
     )
 
 
@@ -246,6 +247,7 @@ def gcp_cloud(fake_compute: FakeCompute, compute_endpoint: str) -> Cloud:
         map_error=lambda exc: gcp_error_map.map_error(exc, zone="us-central1-a", what="insert"),
         errors=GCP_ERRORS,
         impair=lambda inst: fake_compute.set_status(inst.zone, inst.instance_id, "REPAIRING"),
+        outage=lambda status: fake_compute.fail_page("GET", r"/instances$", status, times=-1),
     )
 
 
@@ -279,6 +281,7 @@ def lambda_cloud(fake_lambda: FakeLambda, lambda_api_base: str) -> Cloud:
         map_error=lambda exc: lambdamod.map_error(exc, region="us-east-1", what="launch"),
         errors=LAMBDA_ERRORS,
         impair=lambda inst: fake_lambda.set_status("unhealthy", inst.instance_id),
+        outage=lambda status: fake_lambda.fail_page("GET", r"/instances$", status, times=-1),
     )
 
 
@@ -323,4 +326,5 @@ def azure_cloud(fake_arm: FakeARM, arm_endpoint: str) -> Cloud:
                 "vmHealth": {"status": {"code": "HealthState/unhealthy"}},
             },
         ),
+        outage=lambda status: fake_arm.fail_page("GET", r"/virtualMachines$", status, times=-1),
     )

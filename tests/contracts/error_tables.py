@@ -9,12 +9,21 @@ and operation error codes; Lambda Cloud API v1.10 error codes; Azure VM docs
 
 from __future__ import annotations
 
+import json
+
 import requests
-from azure.core.exceptions import ClientAuthenticationError, ServiceRequestError
+from azure.core.exceptions import (
+    ClientAuthenticationError,
+    DecodeError,
+    DeserializationError,
+    ServiceRequestError,
+)
 from botocore import exceptions as boto_exc
+from botocore.parsers import ResponseParserError
 from google.api_core import exceptions as gexc
 from google.auth import exceptions as auth_exc
 from google.cloud import compute_v1
+from google.protobuf.json_format import ParseError
 
 from navarch.errors import (
     AuthError,
@@ -78,6 +87,14 @@ AWS_ERRORS = [
     ErrorCase(boto_exc.EndpointConnectionError(endpoint_url="http://x"), TransientError),
     ErrorCase(boto_exc.ConnectTimeoutError(endpoint_url="http://x"), TransientError),
     ErrorCase(boto_exc.ReadTimeoutError(endpoint_url="http://x"), TransientError),
+    # An outage or proxy page where EC2's XML was due (botocore's own message shape).
+    ErrorCase(
+        ResponseParserError(
+            "Unable to parse response (syntax error: line 1, column 0), invalid XML "
+            "received. Further retries may succeed:\nb'<!DOCTYPE html>\n<html>...'"
+        ),
+        TransientError,
+    ),
 ]
 
 
@@ -161,6 +178,8 @@ GCP_ERRORS = [
         ConfigError,
     ),
     ErrorCase(_api_error(gexc.Conflict, "resourceNotReady"), ProviderError, ""),
+    # A 2xx answer that is not JSON: the REST transport's protobuf parse fails.
+    ErrorCase(ParseError("Failed to load JSON: Expecting value"), TransientError, ""),
 ]
 
 
@@ -201,6 +220,8 @@ LAMBDA_ERRORS = [
     ErrorCase(requests.ConnectionError("refused"), TransientError),
     ErrorCase(requests.Timeout("slow"), TransientError),
     ErrorCase(requests.exceptions.RetryError("exhausted"), TransientError),
+    # A 2xx answer that is not a JSON object (LambdaProvider._call raises ValueError).
+    ErrorCase(ValueError("HTTP 200 (text/html): <!DOCTYPE html>"), TransientError),
 ]
 
 
@@ -226,4 +247,9 @@ AZURE_ERRORS = [
     ErrorCase(arm_error(400, "InvalidParameter"), ProviderError),
     ErrorCase(ClientAuthenticationError("no credential"), AuthError),
     ErrorCase(ServiceRequestError("connection refused"), TransientError),
+    # A 2xx answer that is not JSON: azure-core's DecodeError, the SDK's
+    # DeserializationError, or json's own error from the generated client.
+    ErrorCase(DecodeError("JSON is invalid: Expecting value"), TransientError),
+    ErrorCase(DeserializationError("Cannot deserialize content"), TransientError),
+    ErrorCase(json.JSONDecodeError("Expecting value", "<!DOCTYPE html>", 0), TransientError),
 ]

@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from navarch.errors import CapacityError, ProviderError
+from navarch.errors import CapacityError, ProviderError, TransientError
 from navarch.inventory import (
     TAG_FLEET,
     TAG_NODE,
@@ -133,6 +133,21 @@ def test_map_error_maps_every_relied_on_upstream_error(cloud: Cloud) -> None:
                 f"want {case.expected.__name__}(scope={case.scope!r})"
             )
     assert cloud.errors and not wrong, "\n".join(wrong)
+
+
+@pytest.mark.parametrize("status", [500, 502, 200])
+def test_an_outage_page_where_the_api_answers_is_one_transient_error_line(
+    cloud: Cloud, status: int
+) -> None:
+    if cloud.outage is None:
+        pytest.skip("no API behind this provider, so no answer to misread")
+    cloud.outage(status)
+    with pytest.raises(TransientError) as info:
+        cloud.reopen().list_instances(FLEET)
+    line = str(info.value)
+    # One line that says what came back, quoting no markup of the page.
+    assert "\n" not in line and len(line) < 800, line
+    assert "not" in line and "<" not in line, line
 
 
 def test_list_carries_the_clouds_own_impaired_status(cloud: Cloud) -> None:

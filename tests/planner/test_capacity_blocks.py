@@ -39,8 +39,11 @@ def _spec(market: str = "capacity-block"):  # noqa: ANN202 - a FleetSpec
     return builders.fleet_from_dict(doc)
 
 
-def _run(world: World, reservations: dict[str, Reservation]) -> Plan:
-    """One run at world.now with these reservations; the plan is applied to the world."""
+def _run(
+    world: World, reservations: dict[str, Reservation], unknown: frozenset[str] = frozenset()
+) -> Plan:
+    """One run at world.now with these reservations (unknown: ids whose lookup failed);
+    the plan is applied to the world."""
     for n in world.nodes.values():  # launched nodes come up (on EC2) between runs
         n.instance = replace(n.instance, state=InstanceState.RUNNING, provider="ec2")
     reports = {k: r for k in world.nodes if (r := world.report(k)) is not None}
@@ -51,7 +54,7 @@ def _run(world: World, reservations: dict[str, Reservation]) -> Plan:
         observed.views,
         observed.memory,
         world.now,
-        PlanOptions(reservations=reservations),
+        PlanOptions(reservations=reservations, reservations_unknown=unknown),
     )
     world.memory = observed.memory
     for a in p.actions:
@@ -111,3 +114,17 @@ def test_a_capacity_block_pool_never_launches_beyond_the_blocks_size_or_after_it
     after = _run(world, {BLOCK: over})
     assert not [a for a in after.actions if a.kind is ActionKind.PROVISION]
     assert any(f"Capacity Block {BLOCK} ends at" in p for p in after.pending), after.pending
+
+
+def test_a_capacity_block_whose_lookup_failed_holds_the_pool_and_terminates_no_node() -> None:
+    block = Reservation("ec2", BLOCK, "p5.48xlarge", "us-east-1a", 2, 2, START, END, True, "active")
+    world = World(_spec(), START, {}, builders.memory(FLEET, [], [builders.pool_memory("a")]))
+    _run(world, {BLOCK: block})
+    nodes = set(world.nodes)
+    assert len(nodes) == 2
+    # DescribeCapacityReservations failed or was denied this run: the block is unknown,
+    # not absent, so nothing leaves for it and nothing launches.
+    held = _run(world, {}, frozenset({BLOCK}))
+    assert not held.actions, held.actions
+    assert set(world.nodes) == nodes
+    assert any(f"Capacity Block {BLOCK} is unknown this run" in p for p in held.pending)

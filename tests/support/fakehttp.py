@@ -72,6 +72,30 @@ class Failure:
     code: str
     message: str = "injected"
     times: int = 1
+    #: an HTML page answered instead of the API's JSON envelope (fail_page)
+    page: str | None = None
+
+
+#: An outage page as a load balancer or proxy in front of an API answers it. Composed for
+#: these tests (the usual shape: doctype, title, heading, a line of text), not copied.
+OUTAGE_PAGE = """<!DOCTYPE html>
+<html lang="en">
+<head><meta charset="utf-8"><title>502 Bad Gateway</title></head>
+<body>
+<h1>502 Bad Gateway</h1>
+<p>The upstream server is temporarily unavailable.
+Please try again in a few minutes.</p>
+</body>
+</html>
+"""
+
+
+@dataclass(frozen=True)
+class Raw:
+    """An answer body sent as it is, not as JSON, with its content type."""
+
+    body: bytes
+    content_type: str = "text/html; charset=utf-8"
 
 
 @dataclass
@@ -132,6 +156,14 @@ class FakeAPI:
         with self.lock:
             self.failures.append(Failure(method, path, status, code, message, times))
 
+    def fail_page(
+        self, method: str, path: str, status: int, page: str = OUTAGE_PAGE, times: int = 1
+    ) -> None:
+        """Answer the next `times` requests matching method + path regex with an HTML page
+        and this status (-1: all), as a proxy or an outage page in front of the API does."""
+        with self.lock:
+            self.failures.append(Failure(method, path, status, "", "", times, page))
+
     def count(self, method: str, pattern: str) -> int:
         """How many recorded requests had this method and a path matching the regex."""
         return sum(1 for c in self.calls if c.method == method and re.search(pattern, c.path))
@@ -148,6 +180,8 @@ class FakeAPI:
             if refused is not None:
                 return refused
             failure = self._take_failure(request)
+            if failure is not None and failure.page is not None:
+                return failure.status, Raw(failure.page.encode())
             if failure is not None:
                 return self.error(failure.status, failure.code, failure.message)
             for route in self.ROUTES:
@@ -211,9 +245,10 @@ class _Handler(BaseHTTPRequestHandler):
         held = fake._hold(request)
         try:
             status, out, *extra = fake.answer(request)
-            data = b"" if out is None else json.dumps(out).encode()
+            raw = out if isinstance(out, Raw) else None
+            data = raw.body if raw else b"" if out is None else json.dumps(out).encode()
             self.send_response(status)
-            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Type", raw.content_type if raw else "application/json")
             self.send_header("Content-Length", str(len(data)))
             for name, value in (extra[0] if extra else {}).items():
                 self.send_header(name, value)

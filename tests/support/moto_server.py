@@ -46,6 +46,10 @@ class Moto:
     # parameters of each call, in order, and network nodes set by a test per instance id.
     topology_calls: list[dict[str, Any]] = field(default_factory=list)
     topology: dict[str, list[str]] = field(default_factory=dict)
+    # EC2 actions answered with an HTML page of this status (an outage or proxy page where
+    # EC2's XML is due), and actions refused as a policy without them is (_ec2_faults).
+    pages: dict[str, int] = field(default_factory=dict)
+    denied: set[str] = field(default_factory=set)
 
     def reset(self) -> None:
         req = urllib.request.Request(self.endpoint + "/moto-api/reset", method="POST")
@@ -54,6 +58,8 @@ class Moto:
         self.lock_log.clear()
         self.topology_calls.clear()
         self.topology.clear()
+        self.pages.clear()
+        self.denied.clear()
 
     def env(self) -> dict[str, str]:
         return {
@@ -152,6 +158,35 @@ def _topology_stand_in(moto: Moto) -> Callable[..., Any]:
     return describe_instance_topology
 
 
+#: EC2's answer to an action the caller's policy does not allow (EC2 API reference, "Error
+#: codes": UnauthorizedOperation, HTTP 403, in EC2's XML error envelope). Composed for
+#: these tests from that documented shape; {action} is the IAM action refused.
+UNAUTHORIZED_XML = """<?xml version="1.0" encoding="UTF-8"?>
+<Response><Errors><Error><Code>UnauthorizedOperation</Code><Message>You are not authorized \
+to perform this operation. User: arn:aws:iam::123456789012:user/navarch is not authorized \
+to perform: {action} because no identity-based policy allows the {action} action</Message>\
+</Error></Errors><RequestID>59dbff89-35bd-4eac-99ed-be587EXAMPLE</RequestID></Response>"""
+
+
+def _ec2_faults(moto: Moto, original: Callable[..., Any]) -> Callable[..., Any]:
+    """EC2Response.call_action, answering Moto.pages' actions with an HTML page of that
+    status (tests.support.fakehttp.OUTAGE_PAGE) and Moto.denied's with UnauthorizedOperation
+    (UNAUTHORIZED_XML, 403), as an outage page or a policy without the action would."""
+    from tests.support.fakehttp import OUTAGE_PAGE
+
+    @functools.wraps(original)
+    def call_action(self: Any) -> Any:
+        action = self._get_action()
+        if action in moto.denied:
+            body = UNAUTHORIZED_XML.format(action=f"ec2:{action}")
+            return 403, {"Content-Type": "text/xml;charset=UTF-8"}, body
+        if action in moto.pages:
+            return moto.pages[action], {"Content-Type": "text/html; charset=utf-8"}, OUTAGE_PAGE
+        return original(self)
+
+    return call_action
+
+
 @pytest.fixture(scope="session")
 def moto_server() -> Iterator[Moto]:
     """moto on 127.0.0.1 (ephemeral port) for the session, S3 object writes serialised."""
@@ -171,11 +206,14 @@ def moto_server() -> Iterator[Moto]:
     from moto.ec2.responses import EC2Response
 
     EC2Response.describe_instance_topology = _topology_stand_in(moto)  # type: ignore[attr-defined]
+    call_action = EC2Response.call_action
+    EC2Response.call_action = _ec2_faults(moto, call_action)  # type: ignore[method-assign]
     try:
         yield moto
     finally:
         server.stop()
         S3Response.put_object, S3Response.delete_object = saved
+        EC2Response.call_action = call_action  # type: ignore[method-assign]
         del EC2Response.describe_instance_topology  # type: ignore[attr-defined]
 
 

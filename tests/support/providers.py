@@ -87,6 +87,9 @@ class Cloud:
     map_error, errors: the provider's one error boundary and its table of relied-on errors.
     impair(instance): the cloud's own status of that instance turns impaired (its status
     check fails, a host error), set on the fake the way the cloud would show it.
+    outage(status): from now on the cloud's instance listing answers an HTML page
+    (tests.support.fakehttp.OUTAGE_PAGE) with this HTTP status, as a proxy or an outage
+    page in front of the API does; None for a provider with no API behind it.
     """
 
     provider: Provider
@@ -100,6 +103,7 @@ class Cloud:
     map_error: Callable[[BaseException], NavarchError] | None = None
     errors: Sequence[ErrorCase] = ()
     impair: Callable[[Instance], None] | None = None
+    outage: Callable[[int], None] | None = None
 
 
 def gcp_provider(endpoint: str, fleet: str = FLEET, **extra: object) -> Provider:

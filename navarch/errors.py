@@ -23,7 +23,7 @@
     └── NotifyError            a notification sink could not deliver after its retries
 
 SDK exceptions never cross a cloud module's boundary: each provider and store module runs
-every SDK call inside its one error-mapping context manager (navarch.providers.aws.aws_errors,
+every SDK call inside its one error-mapping context manager (navarch.providers.aws_errors.aws_errors,
 navarch.stores.s3.s3_errors, ..., built on map_exceptions below), so a connection failure is
 a TransientError from every provider and a StoreUnavailable from every store.
 

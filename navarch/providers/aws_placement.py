@@ -289,7 +289,7 @@ def describe_reservations(
     Reservations. client_for(region): the EC2 client. Raises the mapped errors."""
     from botocore.exceptions import ClientError
 
-    from navarch.providers.aws import aws_errors
+    from navarch.providers.aws_errors import aws_errors
 
     out: list[Reservation] = []
     for rid in ids:

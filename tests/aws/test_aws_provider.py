@@ -29,7 +29,7 @@ from navarch.inventory import (
     ownership_tags,
 )
 from navarch.providers import aws as awsmod
-from navarch.providers import open_provider
+from navarch.providers import aws_errors, open_provider
 from navarch.providers.base import ProvisionRequest
 from navarch.schemas import validator_for
 from tests.contracts.error_tables import AWS_RELIED_ON
@@ -365,16 +365,16 @@ def test_every_mapped_ec2_code_is_in_the_contract_table() -> None:
     # The contract (tests/contracts) checks what each code becomes; this checks the table
     # names every code aws.py maps by name, and that the code is kept on the error.
     mapped = (
-        awsmod.CAPACITY_CODES
-        | awsmod.PLACEMENT_CODES
-        | awsmod.LAUNCH_SPENT_CODES
-        | awsmod.QUOTA_CODES
-        | awsmod.AUTH_CODES
-        | awsmod.TRANSIENT_CODES
+        aws_errors.CAPACITY_CODES
+        | aws_errors.PLACEMENT_CODES
+        | aws_errors.LAUNCH_SPENT_CODES
+        | aws_errors.QUOTA_CODES
+        | aws_errors.AUTH_CODES
+        | aws_errors.TRANSIENT_CODES
     )
     assert mapped == set(AWS_RELIED_ON), "an EC2 error code is mapped but untested, or unmapped"
     for code in AWS_RELIED_ON:
-        assert awsmod.map_error(client_error(code), zone="us-east-1a").code == code
+        assert aws_errors.map_error(client_error(code), zone="us-east-1a").code == code
 
 
 def test_a_dedicated_hosts_id_is_the_instances_host_id() -> None:

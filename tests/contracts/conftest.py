@@ -19,8 +19,8 @@ import pytest
 from botocore.awsrequest import AWSResponse
 
 from navarch.providers import aws as awsmod
+from navarch.providers import aws_errors, gcp_error_map, open_provider
 from navarch.providers import azure as azuremod
-from navarch.providers import gcp_error_map, open_provider
 from navarch.providers import lambda_cloud as lambdamod
 from navarch.providers.base import Provider
 from navarch.providers.local import LocalProvider
@@ -209,7 +209,7 @@ def aws_cloud(moto: Moto, monkeypatch: pytest.MonkeyPatch) -> Cloud:
         options={"ami": ami},
         live=live,
         add_instance=add_instance,
-        map_error=lambda exc: awsmod.map_error(exc, zone="us-east-1a", what="launch"),
+        map_error=lambda exc: aws_errors.map_error(exc, zone="us-east-1a", what="launch"),
         errors=AWS_ERRORS,
         impair=lambda inst: impaired.add(inst.instance_id),
         outage=lambda status: moto.pages.update(DescribeInstances=status),

@@ -4,8 +4,8 @@ An instance's network topology (block-aware placement), a pool's reservation or 
 Block, whether a placement group exists: a lookup of these that fails (an outage page, a
 5xx, a timeout) or is denied (the policy lacks the action) leaves its answer unknown for
 this run, with one warning naming the permission, and inventory, plan and apply go on.
-DESIGN.md: an optional cloud feature that fails degrades with a warning and never stops
-the fleet. Listing, launching and terminating are not optional and keep raising.
+docs/design.md, Safety rules: an optional cloud feature that fails degrades with a
+warning and never stops the fleet. Listing, launching and terminating are not optional and keep raising.
 
 Also here: `answer_excerpt`, the one-line excerpt of an answer body (an HTML error page,
 a truncated JSON document) that every provider's error map quotes.

@@ -44,8 +44,9 @@ _run.Lease = partial(_run.Lease, monotonic=_lease_monotonic)
 #: The child: patches LocalProvider.provision, then runs navarch's CLI on argv[5:].
 #: argv: calls file (one line per provision entered), marker (touched when holding),
 #: hold mode ("first": hold in the first provision; "after-cordon": hold once the state
-#: document records a cordoned or draining node; "none"), go file (the hold ends when it
-#: exists), state file path.
+#: document records a cordoned or draining node, which the executor's every_s timer
+#: journals: 0.2 s here, not 10, so the test does not wait it out; "none"), go file (the
+#: hold ends when it exists), state file path.
 CHILD = (
     LEASE_CLOCK
     + r"""
@@ -56,6 +57,9 @@ from navarch.providers import local
 calls, marker, mode, go, state = (Path(a) for a in sys.argv[1:6])
 mode = str(mode)
 original = local.LocalProvider.provision
+if mode == "after-cordon":
+    from navarch.reconcile import executor
+    executor.JournalPolicy = partial(executor.JournalPolicy, every_s=0.2)
 
 def phases():
     try:

@@ -13,12 +13,12 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-import yaml
 
 from navarch import __version__
 from navarch.agent.bundle import VENDORED, build_bundle, write_bundle
 from navarch.agent.store import AwsCredentials, sigv4_headers
 from navarch.compat import UTC
+from tests.support.fake_agent import write_agent_yaml
 
 #: The issue's budget for the file a node downloads.
 MAX_BUNDLE_BYTES = 25 * 1024 * 1024
@@ -52,24 +52,6 @@ def bundle_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def agent_config(tmp_path: Path) -> Path:
-    doc = {
-        "fleet": "demo",
-        "pool": "train",
-        "node": "train-0001",
-        "store": f"file://{tmp_path}/store",
-        "key": "5a" * 32,
-        "gpus_per_node": 4,
-        "fake_gpu": True,
-        "metadata": "none",
-        "state_file": str(tmp_path / "state.json"),
-        "boot_id": "boot-a",
-    }
-    path = tmp_path / "agent.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    return path
-
-
 def test_two_builds_are_byte_identical_and_named_by_their_hash() -> None:
     a, b = build_bundle(), build_bundle()
     assert a.data == b.data and a.sha256 == b.sha256
@@ -97,7 +79,7 @@ def test_bundle_holds_pure_python_only_and_no_cloud_sdk(bundle_file: Path) -> No
 def test_bundle_runs_isolated_on_every_supported_python(
     python: str, bundle_file: Path, tmp_path: Path
 ) -> None:
-    config = agent_config(tmp_path)
+    config = write_agent_yaml(tmp_path, gpus_per_node=4)
     run = subprocess.run(
         [python, "-I", "-S", str(bundle_file), "run", "--once", "--config", str(config)],
         capture_output=True,
@@ -144,7 +126,7 @@ def test_bundle_takes_the_command_words_typed_on_a_full_install(
     `agent run ...` through the node's `navarch` command: it runs as `run ...` does."""
     run = subprocess.run(
         [sys.executable, "-I", "-S", str(bundle_file), "agent", "run", "--once", "--stdout"]
-        + ["--config", str(agent_config(tmp_path))],
+        + ["--config", str(write_agent_yaml(tmp_path, gpus_per_node=4))],
         capture_output=True,
         text=True,
         timeout=60,
@@ -274,7 +256,7 @@ def test_s3_signature_matches_botocore(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_with_a_cache_dir_the_bundle_unpacks_once_and_python_caches_bytecode(
     bundle_file: Path, tmp_path: Path
 ) -> None:
-    config = agent_config(tmp_path)
+    config = write_agent_yaml(tmp_path, gpus_per_node=4)
     cache = tmp_path / "cache"
     stale = cache / "0123456789abcdef"  # an earlier bundle's tree
     stale.mkdir(parents=True)
@@ -302,7 +284,7 @@ def test_with_a_cache_dir_the_bundle_unpacks_once_and_python_caches_bytecode(
 
 
 def test_an_unwritable_cache_falls_back_to_the_zip(bundle_file: Path, tmp_path: Path) -> None:
-    config = agent_config(tmp_path)
+    config = write_agent_yaml(tmp_path, gpus_per_node=4)
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("")
     run = subprocess.run(

@@ -19,31 +19,13 @@ from navarch.agent.install import install_units
 from navarch.bootstrap import BundleSource, render_cloud_init, render_units
 from navarch.fleet_file import load_fleet
 from navarch.fleet_secret import read_fleet_secret
+from tests.support.fake_agent import write_agent_yaml
 from tests.support.system import require_system_package
 
 REPO = Path(__file__).resolve().parents[2]
 AWS_FLEET = REPO / "fleet.aws.example.yaml"
 SECRET = "0f" * 32
 XID79 = "[  100.000000] NVRM: Xid (PCI:0000:2a:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.\n"
-
-
-def write_config(tmp_path: Path, **extra: Any) -> Path:
-    doc = {
-        "fleet": "demo",
-        "pool": "train",
-        "node": "train-0001",
-        "store": f"file://{tmp_path}/store",
-        "key": "5a" * 32,
-        "gpus_per_node": 8,
-        "fake_gpu": True,
-        "metadata": "none",
-        "state_file": str(tmp_path / "state.json"),
-        "boot_id": "boot-a",
-        **extra,
-    }
-    path = tmp_path / "agent.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    return path
 
 
 def navarch(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -123,7 +105,7 @@ def test_cloud_init_passes_cloud_init_schema(aws_spec: Any, tmp_path: Path) -> N
 @pytest.mark.system
 def test_units_pass_systemd_analyze_verify(tmp_path: Path) -> None:
     require_system_package("systemd", "systemd-analyze")
-    cfg_path = write_config(tmp_path)
+    cfg_path = write_agent_yaml(tmp_path)
     done = install_units(str(cfg_path), config=load_config(cfg_path), root=str(tmp_path / "root"))
     unit_dir = tmp_path / "root" / "etc/systemd/system"
     assert done == [
@@ -157,7 +139,7 @@ def test_units_render_interval_and_jitter() -> None:
 
 
 def test_cli_run_once_writes_a_report(tmp_path: Path, validate_report: Any) -> None:
-    cfg_path = write_config(tmp_path, kernel_log=str(tmp_path / "kern.log"))
+    cfg_path = write_agent_yaml(tmp_path, kernel_log=str(tmp_path / "kern.log"))
     (tmp_path / "kern.log").write_text(XID79)
     res = navarch("agent", "run", "--once", "--config", str(cfg_path))
     assert res.returncode == 0, res.stderr
@@ -170,7 +152,7 @@ def test_cli_run_once_writes_a_report(tmp_path: Path, validate_report: Any) -> N
 
 
 def test_cli_stdout_and_kernel_log_flag(tmp_path: Path, validate_report: Any) -> None:
-    cfg_path = write_config(tmp_path)
+    cfg_path = write_agent_yaml(tmp_path)
     log = tmp_path / "dmesg.txt"
     log.write_text(XID79)
     res = subprocess.run(
@@ -201,7 +183,7 @@ def test_cli_stdout_and_kernel_log_flag(tmp_path: Path, validate_report: Any) ->
 def test_cli_exits_nonzero_only_when_it_cannot_write(tmp_path: Path) -> None:
     blocker = tmp_path / "blocker"
     blocker.write_text("a file where the store directory should be")
-    cfg_path = write_config(tmp_path, store=f"file://{blocker}/store")
+    cfg_path = write_agent_yaml(tmp_path, store=f"file://{blocker}/store")
     res = navarch("agent", "run", "--once", "--config", str(cfg_path))
     assert res.returncode == 1
     assert json.loads(res.stdout.splitlines()[-1])["event"] == "report_not_written"
@@ -210,7 +192,7 @@ def test_cli_exits_nonzero_only_when_it_cannot_write(tmp_path: Path) -> None:
 
 
 def test_cli_install_dry_run_writes_nothing(tmp_path: Path) -> None:
-    cfg_path = write_config(tmp_path)
+    cfg_path = write_agent_yaml(tmp_path)
     res = navarch(
         "agent", "install", "--config", str(cfg_path), "--dry-run", "--root", str(tmp_path / "root")
     )

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import yaml
+from tests.support.fake_agent import write_agent_yaml
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -39,24 +39,13 @@ def test_stdout_prints_the_report_and_writes_nothing(tmp_path: Path) -> None:
     node_dir = tmp_path / "node"
     node_dir.mkdir()
     (node_dir / "kern.log").write_text("")
-    cfg = tmp_path / "agent.yaml"
-    cfg.write_text(
-        yaml.safe_dump(
-            {
-                "fleet": "demo",
-                "pool": "train",
-                "node": "demo-train-0001",
-                "store": f"file://{node_dir}/store",
-                "key": "5a" * 32,
-                "gpus_per_node": 8,
-                "state_file": str(node_dir / "state" / "agent-state.json"),
-                "fake_gpu": True,
-                "boot_id": "boot-a",
-                "metadata": "none",
-                "kernel_log": str(node_dir / "kern.log"),
-                "instance_id": "i-0123",
-            }
-        )
+    cfg = write_agent_yaml(
+        tmp_path,
+        node="demo-train-0001",
+        store=f"file://{node_dir}/store",
+        state_file=str(node_dir / "state" / "agent-state.json"),
+        kernel_log=str(node_dir / "kern.log"),
+        instance_id="i-0123",
     )
     before = _tree(node_dir)
     run = _run(cfg, "--stdout")

@@ -15,11 +15,11 @@ import boto3
 from tests.aws.test_e2e import (  # noqa: F401 - env is a fixture
     AMI,
     FLEET,
-    _report,
     ec2_instances,
     env,
     fleet_nodes,
     navarch,
+    s3_report,
     tags,
     write_fleet,
 )
@@ -48,7 +48,7 @@ def test_changed_instance_type_and_ami_roll_to_new_instances(env, tmp_path: Path
 
     for _ in range(6):  # surge, retire once the replacement reports healthy, terminate
         for node, iid in fleet_nodes().items():
-            _report(node, iid, tmp_path)
+            s3_report(node, tmp_path, instance_id=iid)
         if navarch(["plan", str(fleet), "--detailed-exitcode"], env, tmp_path).returncode == 0:
             break
         run = navarch(["apply", str(fleet), "--auto-approve"], env, tmp_path)

@@ -33,11 +33,14 @@ from navarch.providers import aws as awsmod
 from navarch.reconcile.state import STORE_CLOCK_SLACK_S
 from navarch.signing import derive_node_key
 from tests.support.cli import kill_apply_mid_launch, run_navarch
+from tests.support.fake_agent import agent_report
 from tests.support.userdata import bundle_source
 
 FLEET = "e2e"
 SECRET = "0123456789abcdef0123456789abcdef"
 BUCKET = "navarch-e2e"
+#: The fake GPU backend's faults: GPU 0 fell off the bus.
+GPU_0_LOST = {"gpu_lost": [0]}
 AMI = "ami-12c6146b"
 ROOT = Path(__file__).resolve().parents[2]
 LOCK_KEY = f"navarch/state/{FLEET}.lock"
@@ -345,41 +348,12 @@ def test_untagged_and_other_fleet_instances_are_never_touched(env, tmp_path) -> 
     assert all(live[i]["State"]["Name"] == "running" for i in foreign)
 
 
-def _report(
-    node: str,
-    instance_id: str,
-    tmp_path: Path,
-    *,
-    gpu_lost: bool = False,
-    ecc_errors: int = 0,
-    now: datetime | None = None,
-) -> dict:
-    """Run the real agent once for `node` (fake GPU) and write its signed report to S3.
-    gpu_lost: GPU 0 fell off the bus; ecc_errors: its volatile uncorrected ECC count."""
-    from navarch.agent import AgentConfig, run_once
-
-    faults = tmp_path / f"{node}.faults.json"
-    fault: dict[str, Any] = {"gpu_lost": [0]} if gpu_lost else {}
-    if ecc_errors:
-        fault["ecc_uncorrected"] = {"0": ecc_errors}
-    faults.write_text(json.dumps(fault))
-    config = AgentConfig(
-        fleet=FLEET,
-        pool="train",
-        node=node,
-        instance_id=instance_id,
-        store=f"s3://{BUCKET}/navarch",
-        key=derive_node_key(SECRET.encode(), FLEET, node).hex(),
-        gpus_per_node=1,
-        state_file=str(tmp_path / f"{node}.agent.json"),
-        kernel_log=str(tmp_path / f"{node}.kern.log"),
-        fake_gpu=True,
-        gpu_count=1,
-        faults_file=str(faults),
-        boot_id=f"boot-{node}",
-        metadata="none",
+def s3_report(node: str, tmp_path: Path, **agent: Any) -> dict[str, Any]:
+    """The real agent's report for `node` of this fleet, written to the bucket (agent_report;
+    agent: its keyword arguments, e.g. instance_id)."""
+    return agent_report(
+        f"s3://{BUCKET}/navarch", node, tmp_path, fleet=FLEET, secret=SECRET, **agent
     )
-    return run_once(config, now=now)
 
 
 def test_reports_in_s3_drive_a_replacement(env, tmp_path) -> None:
@@ -390,7 +364,7 @@ def test_reports_in_s3_drive_a_replacement(env, tmp_path) -> None:
     assert navarch(["apply", str(fleet), "--auto-approve"], env, tmp_path).returncode == 0
     nodes = fleet_nodes()
     for node, iid in nodes.items():
-        assert _report(node, iid, tmp_path)["status"] == "healthy"
+        assert s3_report(node, tmp_path, instance_id=iid)["status"] == "healthy"
     keys = boto3.client("s3").list_objects_v2(Bucket=BUCKET, Prefix=f"navarch/health/{FLEET}/")
     assert sorted(o["Key"] for o in keys["Contents"]) == sorted(
         f"navarch/health/{FLEET}/train/{n}.json" for n in nodes
@@ -399,7 +373,10 @@ def test_reports_in_s3_drive_a_replacement(env, tmp_path) -> None:
     assert fleet_nodes() == nodes
 
     sick, healthy = sorted(nodes)
-    assert _report(sick, nodes[sick], tmp_path, gpu_lost=True)["status"] == "unhealthy"
+    assert (
+        s3_report(sick, tmp_path, instance_id=nodes[sick], faults=GPU_0_LOST)["status"]
+        == "unhealthy"
+    )
     run = navarch(["apply", str(fleet), "--auto-approve"], env, tmp_path)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "cordon" in run.stdout and "provision" in run.stdout, run.stdout
@@ -409,8 +386,10 @@ def test_reports_in_s3_drive_a_replacement(env, tmp_path) -> None:
     # minutes later (NAVARCH_NOW); the agents' reports of that time are stamped by S3 now.
     later = datetime.now(UTC) + timedelta(minutes=31)
     env_later = env | {"NAVARCH_NOW": later.isoformat().replace("+00:00", "Z")}
-    assert _report(healthy, nodes[healthy], tmp_path, now=later)["status"] == "healthy"
-    _report(sick, nodes[sick], tmp_path, gpu_lost=True, now=later)
+    assert (
+        s3_report(healthy, tmp_path, instance_id=nodes[healthy], now=later)["status"] == "healthy"
+    )
+    s3_report(sick, tmp_path, instance_id=nodes[sick], faults=GPU_0_LOST, now=later)
     for _ in range(3):  # terminate, within a few runs, never forever
         run = navarch(["apply", str(fleet), "--auto-approve"], env_later, tmp_path)
         assert run.returncode == 0, run.stdout + run.stderr

@@ -6,58 +6,29 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 
 import boto3
 
 from navarch import cli
-from navarch.agent import AgentConfig, run_once
 from navarch.providers import aws as awsmod
 from navarch.providers.local.ops import _gpu_bdf
-from navarch.signing import derive_node_key
 from navarch.xid import lookup
 from tests.aws.test_e2e import (  # noqa: F401 - env is a fixture
     BUCKET,
     FLEET,
-    SECRET,
     env,
     fleet_nodes,
+    s3_report,
     write_fleet,
 )
 
 
-def _report(
-    node: str, instance_id: str, tmp_path: Path, boot_id: str, *, xid: int | None = None
-) -> dict:
-    """Run the real agent once for `node` (one fake GPU) booted as boot_id; an XID is
-    appended to its kernel log first. Each boot has its own kernel log."""
-    kern = tmp_path / f"{node}.{boot_id}.kern.log"
-    if xid is not None:
-        bdf = _gpu_bdf(node, 1, 0)
-        with open(kern, "a") as fh:
-            fh.write(
-                f"[100.000000] NVRM: Xid (PCI:{bdf}): {xid}, pid='<unknown>', "
-                f"name=<unknown>, {lookup(xid).meaning}\n"
-            )
-    faults = tmp_path / f"{node}.faults.json"
-    faults.write_text("{}")
-    config = AgentConfig(
-        fleet=FLEET,
-        pool="train",
-        node=node,
-        instance_id=instance_id,
-        store=f"s3://{BUCKET}/navarch",
-        key=derive_node_key(SECRET.encode(), FLEET, node).hex(),
-        gpus_per_node=1,
-        state_file=str(tmp_path / f"{node}.agent.json"),
-        kernel_log=str(kern),
-        fake_gpu=True,
-        gpu_count=1,
-        faults_file=str(faults),
-        boot_id=boot_id,
-        metadata="none",
+def _xid_line(node: str, xid: int) -> str:
+    """The kernel log line of `xid` on the node's one GPU (the local provider's bus id)."""
+    return (
+        f"[100.000000] NVRM: Xid (PCI:{_gpu_bdf(node, 1, 0)}): {xid}, pid='<unknown>', "
+        f"name=<unknown>, {lookup(xid).meaning}"
     )
-    return run_once(config)
 
 
 def test_xid79_reboots_through_reboot_instances_never_terminates(
@@ -88,10 +59,15 @@ def test_xid79_reboots_through_reboot_instances_never_terminates(
     apply = ["apply", str(fleet), "--auto-approve"]
     assert cli.main(apply) == 0
     [(node, iid)] = fleet_nodes().items()
-    assert _report(node, iid, tmp_path, "boot-a")["status"] == "healthy"
+    assert s3_report(node, tmp_path, instance_id=iid, boot_id="boot-a")["status"] == "healthy"
     assert cli.main(apply) == 0
 
-    assert _report(node, iid, tmp_path, "boot-a", xid=79)["status"] == "unhealthy"
+    assert (
+        s3_report(
+            node, tmp_path, instance_id=iid, boot_id="boot-a", kernel_lines=[_xid_line(node, 79)]
+        )["status"]
+        == "unhealthy"
+    )
     assert cli.main(apply) == 0  # cordon + drain
     capsys.readouterr()
     # Drained once a report made after the drain began shows no GPU processes; S3 keeps
@@ -101,7 +77,7 @@ def test_xid79_reboots_through_reboot_instances_never_terminates(
     time.sleep(1.1)
     out = ""
     for _ in range(5):
-        _report(node, iid, tmp_path, "boot-a")
+        s3_report(node, tmp_path, instance_id=iid, boot_id="boot-a")
         assert cli.main(apply) == 0
         out = capsys.readouterr().out
         if f"~ reboot {node}" in out:
@@ -110,7 +86,7 @@ def test_xid79_reboots_through_reboot_instances_never_terminates(
     assert calls == ["RebootInstances"]
 
     for _ in range(2):  # return_after 2 healthy reports from the new boot
-        assert _report(node, iid, tmp_path, "boot-b")["status"] == "healthy"
+        assert s3_report(node, tmp_path, instance_id=iid, boot_id="boot-b")["status"] == "healthy"
         assert cli.main(apply) == 0
     out = capsys.readouterr().out
     assert f"~ uncordon {node}" in out and "healthy for 2 reports after reboot" in out, out

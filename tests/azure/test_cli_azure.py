@@ -21,6 +21,7 @@ from azure.storage.blob import BlobServiceClient
 
 from tests.support.azure_servers import ACCOUNT
 from tests.support.cli import concurrent_applies, kill_apply_mid_launch, run_navarch
+from tests.support.fake_agent import agent_report, ecc_uncorrected
 from tests.support.fake_arm import SUB, TOKEN, FakeARM
 
 FLEET = "e2e"
@@ -195,30 +196,11 @@ def test_foreign_vms_untouched(
     assert "someone-elses-vm" not in deleted
 
 
-def _report(container: str, node: str, tmp_path: Path, *, ecc_errors: int = 0) -> dict[str, Any]:
-    """Run the real agent once for `node` (fake GPU) and write its signed report to Blob."""
-    from navarch.agent import AgentConfig, run_once
-    from navarch.signing import derive_node_key
-
-    faults = tmp_path / f"{node}.faults.json"
-    faults.write_text(json.dumps({"ecc_uncorrected": {"0": ecc_errors}} if ecc_errors else {}))
-    config = AgentConfig(
-        fleet=FLEET,
-        pool="train",
-        node=node,
-        instance_id=node,
-        store=f"az://{ACCOUNT}/{container}/navarch",
-        key=derive_node_key(SECRET.encode(), FLEET, node).hex(),
-        gpus_per_node=1,
-        state_file=str(tmp_path / f"{node}.agent.json"),
-        kernel_log=str(tmp_path / f"{node}.kern.log"),
-        fake_gpu=True,
-        gpu_count=1,
-        faults_file=str(faults),
-        boot_id=f"boot-{node}",
-        metadata="none",
-    )
-    return run_once(config)
+def blob_report(container: str, node: str, tmp_path: Path, **agent: Any) -> dict[str, Any]:
+    """The real agent's report for `node` of this fleet, written to Blob (agent_report;
+    agent: its keyword arguments)."""
+    store = f"az://{ACCOUNT}/{container}/navarch"
+    return agent_report(store, node, tmp_path, fleet=FLEET, secret=SECRET, **agent)
 
 
 def test_reports_in_blob_drive_a_replacement(
@@ -230,8 +212,11 @@ def test_reports_in_blob_drive_a_replacement(
     )
     assert navarch(["apply", str(fleet), "--auto-approve"], env, tmp_path).returncode == 0
     sick, well = sorted(vms(fake_arm))
-    assert _report(az_container, well, tmp_path)["status"] == "healthy"
-    assert _report(az_container, sick, tmp_path, ecc_errors=3)["status"] == "unhealthy"
+    assert blob_report(az_container, well, tmp_path)["status"] == "healthy"
+    assert (
+        blob_report(az_container, sick, tmp_path, faults=ecc_uncorrected(3))["status"]
+        == "unhealthy"
+    )
     run = navarch(["apply", str(fleet), "--auto-approve"], env, tmp_path)
     assert run.returncode == 0, run.stdout + run.stderr
     assert f"cordon {sick}" in run.stdout
@@ -242,8 +227,8 @@ def test_reports_in_blob_drive_a_replacement(
     # began may look older than it, and a drain only counts reports stored after it began
     # (the node then waits one more report, the safe side). Step past that second.
     time.sleep(1.1)
-    _report(az_container, sick, tmp_path, ecc_errors=3)
-    _report(az_container, replacement, tmp_path)
+    blob_report(az_container, sick, tmp_path, faults=ecc_uncorrected(3))
+    blob_report(az_container, replacement, tmp_path)
     run = navarch(["apply", str(fleet), "--auto-approve"], env, tmp_path)
     assert run.returncode == 0, run.stdout + run.stderr
     assert sorted(vms(fake_arm)) == sorted([well, replacement])

@@ -22,7 +22,16 @@ from navarch.events.aws_lambda import aws_lambda_handler
 from navarch.events.queues import SqsQueue
 from navarch.reconcile.state import load_memory
 from navarch.stores import open_store
-from tests.aws.test_e2e import BUCKET, FLEET, _report, env, fleet_nodes, navarch, write_fleet
+from tests.aws.test_e2e import (  # noqa: F401 - env is a fixture
+    BUCKET,
+    FLEET,
+    GPU_0_LOST,
+    env,
+    fleet_nodes,
+    navarch,
+    s3_report,
+    write_fleet,
+)
 from tests.support.api_log import ApiLog, recording
 
 __all__ = ["env"]
@@ -62,7 +71,7 @@ def healthy_fleet(env, tmp_path) -> tuple[Path, dict[str, str], str]:
     assert navarch(["apply", str(fleet), "--auto-approve"], env, tmp_path).returncode == 0
     nodes = fleet_nodes()
     for node, iid in nodes.items():
-        assert _report(node, iid, tmp_path)["status"] == "healthy"
+        assert s3_report(node, tmp_path, instance_id=iid)["status"] == "healthy"
     url = setup_queue(fleet, env, tmp_path)
     assert queued(url) == 1  # S3's s3:TestEvent
     drained = navarch(
@@ -81,7 +90,10 @@ def test_a_report_written_to_s3_starts_a_run_that_cordons_the_node_then_deletes_
 ) -> None:
     fleet, nodes, url = healthy_fleet
     sick, healthy = sorted(nodes)
-    assert _report(sick, nodes[sick], tmp_path, gpu_lost=True)["status"] == "unhealthy"
+    assert (
+        s3_report(sick, tmp_path, instance_id=nodes[sick], faults=GPU_0_LOST)["status"]
+        == "unhealthy"
+    )
     assert queued(url) == 1  # moto delivered S3's ObjectCreated:Put for the report
 
     with recording(ApiLog()) as calls:
@@ -124,7 +136,7 @@ def test_a_heartbeat_written_to_s3_starts_a_partial_run_that_lists_no_instance(
     fleet, nodes, url = healthy_fleet
     node = sorted(nodes)[0]
     (tmp_path / f"{node}.agent.json").unlink()  # the agent writes again, as on its heartbeat
-    assert _report(node, nodes[node], tmp_path)["status"] == "healthy"
+    assert s3_report(node, tmp_path, instance_id=nodes[node])["status"] == "healthy"
     assert queued(url) == 1
 
     with recording(ApiLog()) as calls:
@@ -148,7 +160,7 @@ def test_a_kill_between_the_run_and_the_delete_redelivers_and_the_next_run_repea
 ) -> None:
     fleet, nodes, url = healthy_fleet
     sick, _ = sorted(nodes)
-    _report(sick, nodes[sick], tmp_path, gpu_lost=True)
+    s3_report(sick, tmp_path, instance_id=nodes[sick], faults=GPU_0_LOST)
     deletes: list[int] = []
 
     def killed(self: SqsQueue, messages: Any) -> None:
@@ -181,7 +193,7 @@ def test_the_lambda_handler_applies_for_the_reports_its_sqs_batch_names(
 ) -> None:
     fleet, nodes, url = healthy_fleet
     sick, _ = sorted(nodes)
-    _report(sick, nodes[sick], tmp_path, gpu_lost=True)
+    s3_report(sick, tmp_path, instance_id=nodes[sick], faults=GPU_0_LOST)
     got = boto3.client("sqs").receive_message(QueueUrl=url, MaxNumberOfMessages=10)
     records = [
         {"messageId": m["MessageId"], "body": m["Body"], "eventSource": "aws:sqs"}
@@ -202,7 +214,7 @@ def test_an_event_started_run_lists_every_report_when_another_one_looks_stale(
     fleet, nodes, url = healthy_fleet
     sick, healthy = sorted(nodes)
     later = datetime.now(UTC) + timedelta(minutes=10)  # past stale_after (6 min)
-    _report(sick, nodes[sick], tmp_path, gpu_lost=True, now=later)
+    s3_report(sick, tmp_path, instance_id=nodes[sick], faults=GPU_0_LOST, now=later)
     with recording(ApiLog()) as calls:
         run = navarch(
             ["apply", str(fleet), "--auto-approve", "--on-events", url, "--triggered"],
@@ -232,7 +244,7 @@ def test_a_listening_apply_cordons_within_its_next_poll_and_stops_on_sigterm(
         text=True,
     )
     try:
-        _report(sick, nodes[sick], tmp_path, gpu_lost=True)
+        s3_report(sick, tmp_path, instance_id=nodes[sick], faults=GPU_0_LOST)
         for _ in range(600):  # the listener's first (periodic) run, then the event's
             if queued(url) == 0 and phase(sick) in ("cordoned", "draining"):
                 break

@@ -18,6 +18,7 @@ from google.auth.credentials import AnonymousCredentials
 from google.cloud import storage
 
 from tests.support.cli import concurrent_applies, kill_apply_mid_launch, run_navarch
+from tests.support.fake_agent import agent_report, ecc_uncorrected
 
 FLEET = "e2e"
 SECRET = "0123456789abcdef0123456789abcdef"
@@ -216,30 +217,12 @@ def _hours_from_now(hours: float) -> str:
     return (datetime.now(UTC) + timedelta(hours=hours)).isoformat()
 
 
-def _report(bucket: str, node: str, tmp_path: Path, *, ecc_errors: int = 0) -> dict[str, Any]:
-    """Run the real agent once for `node` (fake GPU) and write its signed report to GCS."""
-    from navarch.agent import AgentConfig, run_once
-    from navarch.signing import derive_node_key
-
-    faults = tmp_path / f"{node}.faults.json"
-    faults.write_text(json.dumps({"ecc_uncorrected": {"0": ecc_errors}} if ecc_errors else {}))
-    config = AgentConfig(
-        fleet=FLEET,
-        pool="train",
-        node=node,
-        instance_id=node,
-        store=f"gs://{bucket}/navarch",
-        key=derive_node_key(SECRET.encode(), FLEET, node).hex(),
-        gpus_per_node=1,
-        state_file=str(tmp_path / f"{node}.agent.json"),
-        kernel_log=str(tmp_path / f"{node}.kern.log"),
-        fake_gpu=True,
-        gpu_count=1,
-        faults_file=str(faults),
-        boot_id=f"boot-{node}",
-        metadata="none",
+def gcs_report(bucket: str, node: str, tmp_path: Path, **agent: Any) -> dict[str, Any]:
+    """The real agent's report for `node` of this fleet, written to GCS (agent_report;
+    agent: its keyword arguments)."""
+    return agent_report(
+        f"gs://{bucket}/navarch", node, tmp_path, fleet=FLEET, secret=SECRET, **agent
     )
-    return run_once(config)
 
 
 def test_reports_in_gcs_drive_a_replacement(
@@ -255,8 +238,10 @@ def test_reports_in_gcs_drive_a_replacement(
     assert navarch(["apply", str(fleet), "--auto-approve"], env, tmp_path).returncode == 0
     nodes = sorted(instances(fake_compute))
     sick, well = nodes
-    assert _report(gcs_bucket, well, tmp_path)["status"] == "healthy"
-    assert _report(gcs_bucket, sick, tmp_path, ecc_errors=3)["status"] == "unhealthy"
+    assert gcs_report(gcs_bucket, well, tmp_path)["status"] == "healthy"
+    assert (
+        gcs_report(gcs_bucket, sick, tmp_path, faults=ecc_uncorrected(3))["status"] == "unhealthy"
+    )
 
     # Run 1: the sick node is cordoned and drained, and its replacement surges in.
     run = navarch(["apply", str(fleet), "--auto-approve"], env, tmp_path)
@@ -268,8 +253,8 @@ def test_reports_in_gcs_drive_a_replacement(
     assert got[replacement]["labels"]["navarch-pool"] == "train"
 
     # Its next report (no GPU processes left) shows the drain finished: run 2 terminates it.
-    _report(gcs_bucket, sick, tmp_path, ecc_errors=3)
-    _report(gcs_bucket, replacement, tmp_path)
+    gcs_report(gcs_bucket, sick, tmp_path, faults=ecc_uncorrected(3))
+    gcs_report(gcs_bucket, replacement, tmp_path)
     run = navarch(["apply", str(fleet), "--auto-approve"], env, tmp_path)
     assert run.returncode == 0, run.stdout + run.stderr
     assert sorted(instances(fake_compute)) == sorted([well, replacement])

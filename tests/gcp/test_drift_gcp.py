@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.gcp.test_cli_gcp import (  # noqa: F401 - env is a fixture
-    _report,
     env,
+    gcs_report,
     instances,
     navarch,
     write_fleet,
@@ -34,7 +34,7 @@ def test_changed_machine_type_rolls_to_new_instances(
 
     for _ in range(6):  # surge, retire once the replacement reports healthy, terminate
         for node in instances(fake_compute):
-            _report(gcs_bucket, node, tmp_path)
+            gcs_report(gcs_bucket, node, tmp_path)
         if navarch(["plan", str(fleet), "--detailed-exitcode"], env, tmp_path).returncode == 0:
             break
         run = navarch(["apply", str(fleet), "--auto-approve"], env, tmp_path)

@@ -4,8 +4,8 @@ before the VM is deleted, and `history` names the host and topology."""
 
 from __future__ import annotations
 
-from tests.gcp.test_cli_gcp import env, instances, navarch, write_fleet  # noqa: F401
-from tests.gcp.test_ladder_gcp import _report
+from tests.gcp.test_cli_gcp import env, gcs_report, instances, navarch, write_fleet  # noqa: F401
+from tests.support.fake_agent import ecc_uncorrected
 
 HOST = "/b1/sb2/h3"
 TOPOLOGY = {"cluster": "us-central1-cluster-x", "block": "b1", "subblock": "sb2", "host": "h3"}
@@ -36,7 +36,7 @@ def test_an_ecc_replacement_reports_its_host_then_deletes_the_vm(
 
     out = ""
     for _ in range(5):  # cordon, drain, then (no GPU processes) terminate
-        _report(gcs_bucket, node, tmp_path, "boot-a", ecc_errors=3)
+        gcs_report(gcs_bucket, node, tmp_path, boot_id="boot-a", faults=ecc_uncorrected(3))
         out = navarch(apply, env, tmp_path).stdout
         if f"- terminate {node}" in out:
             break

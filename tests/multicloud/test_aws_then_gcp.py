@@ -21,12 +21,19 @@ from tests.aws.test_e2e import (  # noqa: F401 - env is a fixture
     AMI,
     BUCKET,
     FLEET,
-    _report,
     env,
     fleet_nodes,
     navarch,
+    s3_report,
 )
 from tests.gcp.test_cli_gcp import instances as gce_instances
+from tests.support.fake_agent import ecc_uncorrected
+
+
+def _sick_if_first(node: str, instance_id: str, tmp_path: Path) -> None:
+    """The agent's report for `node` in S3: uncorrected ECC errors on node 0001, else healthy."""
+    faults = ecc_uncorrected(3) if node.endswith("0001") else {}
+    s3_report(node, tmp_path, instance_id=instance_id, faults=faults)
 
 
 def write_fleet(tmp_path: Path, endpoint: str, target: int) -> Path:
@@ -122,7 +129,7 @@ def test_aws_first_gcp_second_and_back(
     _end_backoff()
     nodes = _status(env, fleet, tmp_path)
     for node, info in nodes.items():
-        _report(node, info["instance_id"], tmp_path, ecc_errors=3 if node.endswith("0001") else 0)
+        _sick_if_first(node, info["instance_id"], tmp_path)
     plan = navarch(["plan", str(fleet)], env, tmp_path)
     assert f"+ provision {FLEET}-train-0003 on ec2 us-east-1a/p5.48xlarge" in plan.stdout, (
         plan.stdout + plan.stderr
@@ -133,9 +140,7 @@ def test_aws_first_gcp_second_and_back(
         assert run.returncode == 0, run.stdout + run.stderr
         outputs.append(run.stdout)
         for node, info in _status(env, fleet, tmp_path).items():
-            _report(
-                node, info["instance_id"], tmp_path, ecc_errors=3 if node.endswith("0001") else 0
-            )
+            _sick_if_first(node, info["instance_id"], tmp_path)
         if navarch(["plan", str(fleet), "--detailed-exitcode"], env, tmp_path).returncode == 0:
             break
     assert list(fleet_nodes()) == [f"{FLEET}-train-0003"]

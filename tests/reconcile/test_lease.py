@@ -1,6 +1,10 @@
 """The apply lease: renewed by its holder, taken over by CAS once it
 lapses, checked before every action and state write; a killed apply blocks the next run
-for at most one TTL."""
+for at most one TTL.
+
+No test waits a TTL out: the store's clock is moved by backdating the lease object's
+modification time (silence, silence_lease), and a stalled child's own clock by its lease's
+injected monotonic clock (tests.support.journal.stall)."""
 
 from __future__ import annotations
 
@@ -20,16 +24,24 @@ from navarch.reconcile.state import STORE_CLOCK_SLACK_S, Lease, acquire_lock, lo
 from navarch.stores.file import FileStore
 from tests.support.cli import run_navarch
 from tests.support.journal import (
+    LEASE_CLOCK,
     HeldApply,
     env,
+    lease_clock_file,
     lock_path,
     navarch,
+    silence_lease,
+    stall,
     state_path,
     write_fleet,
 )
 
 T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
-TTL_S = 3
+#: Long enough that no lease in these tests lapses on its own, however slow the machine:
+#: only the time a test moves the clocks by does.
+TTL_S = 60
+#: A silence or stall past the TTL and the store clock's slack.
+LAPSED_S = TTL_S + STORE_CLOCK_SLACK_S + 1
 
 
 def silence(store: FileStore, seconds: float) -> None:
@@ -112,13 +124,13 @@ def test_killed_apply_blocks_the_next_run_for_at_most_one_ttl(tmp_path):
     held = HeldApply(tmp_path, "first")
     held.wait_holding()
     held.kill()
-    killed_at = time.monotonic()
-    blocked = navarch(tmp_path, "apply", "fleet.yaml", "--auto-approve")
-    if blocked.returncode != 0:  # the dead run's lease may already have lapsed on a slow box
+    for silent_s in (0, TTL_S - 10):  # the dead run's lease, not yet lapsed, still blocks
+        silence_lease(tmp_path, silent_s)
+        blocked = navarch(tmp_path, "apply", "fleet.yaml", "--auto-approve")
         assert blocked.returncode == 4, blocked.stdout + blocked.stderr
     # Once the lease has been silent past its TTL and the store clock's slack, the next run
     # takes it over and converges.
-    time.sleep(max(0.0, killed_at + TTL_S + STORE_CLOCK_SLACK_S + 0.5 - time.monotonic()))
+    silence_lease(tmp_path, TTL_S + STORE_CLOCK_SLACK_S + 0.5)
     run = navarch(tmp_path, "apply", "fleet.yaml", "--auto-approve")
     assert run.returncode == 0, run.stdout + run.stderr
     assert "took over the expired lease" in run.stderr
@@ -132,9 +144,8 @@ def test_stalled_apply_whose_lease_is_taken_over_stops_and_exits_5(tmp_path):
     held = HeldApply(tmp_path, "first")
     try:
         held.wait_holding()
-        os.kill(held.proc.pid, signal.SIGSTOP)  # a stall: GC pause, swapped out, VM paused
+        stall(held.proc, tmp_path, LAPSED_S)  # a stall: GC pause, swapped out, VM paused
         entered = held.provisions()
-        time.sleep(TTL_S + 1)
         other = navarch(tmp_path, "apply", "fleet.yaml", "--auto-approve")
         assert other.returncode == 0, other.stdout + other.stderr
         assert "took over the expired lease" in other.stderr
@@ -154,8 +165,11 @@ def test_stalled_apply_whose_lease_is_taken_over_stops_and_exits_5(tmp_path):
 
 
 #: A `navarch` child whose verb holds right after it looked at the world (gather), so a
-#: test can SIGSTOP it there. argv: marker (touched when holding), go file, then the CLI's.
-HELD_VERB = r"""
+#: test can stall it there. argv: the lease clock's file (LEASE_CLOCK), marker (touched when
+#: holding), go file, then the CLI's.
+HELD_VERB = (
+    LEASE_CLOCK
+    + r"""
 import sys, time
 from pathlib import Path
 from navarch.reconcile import run
@@ -175,6 +189,7 @@ manual.gather = uncordon.gather = held
 from navarch.cli import main
 sys.exit(main(sys.argv[3:]))
 """
+)
 
 
 def _machines(root) -> dict[str, str]:
@@ -206,7 +221,8 @@ def test_stalled_manual_verb_whose_lease_is_taken_over_does_nothing(tmp_path, ve
     marker, go = tmp_path / "holding", tmp_path / "go"
     boots = _machines(tmp_path)
     proc = subprocess.Popen(
-        [sys.executable, "-c", HELD_VERB, str(marker), str(go), *argv],
+        [sys.executable, "-c", HELD_VERB, str(lease_clock_file(tmp_path)), str(marker), str(go)]
+        + argv,
         cwd=tmp_path,
         env=env(),
         stdout=subprocess.PIPE,
@@ -219,8 +235,7 @@ def test_stalled_manual_verb_whose_lease_is_taken_over_does_nothing(tmp_path, ve
             assert proc.poll() is None, proc.communicate()
             assert time.monotonic() < deadline, f"{verb} never reached the hold"
             time.sleep(0.02)
-        os.kill(proc.pid, signal.SIGSTOP)  # a stall past the lease's TTL
-        time.sleep(TTL_S + 1)
+        stall(proc, tmp_path, LAPSED_S)  # a stall past the lease's TTL
         other = navarch(tmp_path, "apply", "fleet.yaml", "--auto-approve")
         assert other.returncode == 0, other.stdout + other.stderr
         assert "took over the expired lease" in other.stderr
@@ -282,7 +297,7 @@ def test_a_slow_runner_still_takes_over_a_lapsed_lease(tmp_path):
     held = HeldApply(tmp_path, "first")
     held.wait_holding()
     held.kill()
-    time.sleep(TTL_S + 2)
+    silence_lease(tmp_path, LAPSED_S)
     slow = _navarch_at(
         tmp_path, datetime.now(UTC) - timedelta(minutes=3), "apply", "fleet.yaml", "--auto-approve"
     )

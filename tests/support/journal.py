@@ -1,28 +1,55 @@
 """Helpers for the journal and lease tests: a small local fleet, and a `navarch` child
 whose local provider can be held inside a launch (so a test can SIGKILL or SIGSTOP it at
-a known point)."""
+a known point), and whose lease's clock a test moves on instead of sleeping (stall)."""
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import yaml
 
+from navarch.reconcile.state import lock_key
+from navarch.stores.file import FileStore
 from tests.support.cli import run_navarch
 
 ROOT = Path(__file__).resolve().parents[2]
 FLEET = "jt"
 
+#: The head of every held child's script. Its argv[1], popped here, names a file of
+#: seconds: the child's lease reads its monotonic clock as the system's plus that many
+#: (Lease's injected monotonic), so stall() puts a SIGSTOPped child past its TTL at once.
+LEASE_CLOCK = r"""
+import sys, time
+from functools import partial
+from pathlib import Path
+from navarch.reconcile import run as _run
+
+_ahead = Path(sys.argv.pop(1))
+
+def _lease_monotonic():
+    try:
+        return time.monotonic() + float(_ahead.read_text())
+    except (OSError, ValueError):
+        return time.monotonic()
+
+_run.Lease = partial(_run.Lease, monotonic=_lease_monotonic)
+"""
+
 #: The child: patches LocalProvider.provision, then runs navarch's CLI on argv[5:].
 #: argv: calls file (one line per provision entered), marker (touched when holding),
 #: hold mode ("first": hold in the first provision; "after-cordon": hold once the state
-#: document records a cordoned or draining node; "none"), go file (the hold ends when it
-#: exists), state file path.
-CHILD = r"""
+#: document records a cordoned or draining node, which the executor's every_s timer
+#: journals: 0.2 s here, not 10, so the test does not wait it out; "none"), go file (the
+#: hold ends when it exists), state file path.
+CHILD = (
+    LEASE_CLOCK
+    + r"""
 import json, sys, time
 from pathlib import Path
 from navarch.providers import local
@@ -30,6 +57,9 @@ from navarch.providers import local
 calls, marker, mode, go, state = (Path(a) for a in sys.argv[1:6])
 mode = str(mode)
 original = local.LocalProvider.provision
+if mode == "after-cordon":
+    from navarch.reconcile import executor
+    executor.JournalPolicy = partial(executor.JournalPolicy, every_s=0.2)
 
 def phases():
     try:
@@ -59,6 +89,7 @@ local.LocalProvider.provision = provision
 from navarch.cli import main
 sys.exit(main(sys.argv[6:]))
 """
+)
 
 
 def write_fleet(
@@ -121,6 +152,28 @@ def navarch(root: Path, *args: str, timeout_s: float = 120) -> subprocess.Comple
     return run_navarch(args, cwd=root, env=env(), inherit=False, timeout=timeout_s)
 
 
+def lease_clock_file(root: Path) -> Path:
+    """The file of seconds a held child's lease clock runs ahead by (see LEASE_CLOCK)."""
+    return root / "lease-clock-ahead-s"
+
+
+def silence_lease(root: Path, seconds: float) -> None:
+    """The lease's holder last wrote it `seconds` ago by the store's clock: the lock file's
+    mtime, which the file store lists as its modified_at (the store clock a contender
+    times the lease by), moves back to now - seconds."""
+    store = FileStore(root / "store")
+    store.set_modified_at(lock_key(FLEET), datetime.now(UTC) - timedelta(seconds=seconds))
+
+
+def stall(proc: subprocess.Popen[str], root: Path, seconds: float) -> None:
+    """SIGSTOP a held child and let `seconds` pass on both clocks its lease is timed by,
+    without waiting them out: the child's own (its lease clock runs that far ahead when it
+    wakes) and the store's (the lease reads as silent that long)."""
+    os.kill(proc.pid, signal.SIGSTOP)
+    lease_clock_file(root).write_text(f"{seconds}\n")
+    silence_lease(root, seconds)
+
+
 class HeldApply:
     """`navarch apply fleet.yaml --auto-approve` in a child that holds inside a launch."""
 
@@ -129,7 +182,7 @@ class HeldApply:
         self.calls = root / "calls.txt"
         self.marker = root / "holding"
         self.go = root / "go"
-        for p in (self.calls, self.marker, self.go):
+        for p in (self.calls, self.marker, self.go, lease_clock_file(root)):
             p.unlink(missing_ok=True)
         self.calls.touch()
         self.proc = subprocess.Popen(
@@ -137,6 +190,7 @@ class HeldApply:
                 sys.executable,
                 "-c",
                 CHILD,
+                str(lease_clock_file(root)),
                 str(self.calls),
                 str(self.marker),
                 mode,

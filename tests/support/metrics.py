@@ -8,8 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import yaml
 from prometheus_client.parser import text_string_to_metric_families
+
+from tests.support.fake_agent import write_agent_yaml
 
 #: A kernel-log line with XID 79 (GPU fallen off the bus) on the GPU at PCI 0000:18:00.
 XID_79 = (
@@ -43,23 +44,7 @@ def run_agent_with_xid_79(
     kernel log, writing its Prometheus textfile to textfile (and its report to stdout if
     asked); files under tmp_path."""
     (tmp_path / "kern.log").write_text(XID_79)
-    config = tmp_path / "agent.yaml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "fleet": fleet,
-                "pool": "train",
-                "node": node,
-                "store": f"file://{tmp_path}/store",
-                "key": "5a" * 32,
-                "gpus_per_node": 2,
-                "fake_gpu": True,
-                "metadata": "none",
-                "state_file": str(tmp_path / "state.json"),
-                "boot_id": "boot-a",
-            }
-        )
-    )
+    config = write_agent_yaml(tmp_path, fleet=fleet, node=node, gpus_per_node=2)
     args = ["--config", str(config), "--kernel-log", str(tmp_path / "kern.log")]
     if stdout:
         args.append("--stdout")

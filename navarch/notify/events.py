@@ -58,6 +58,9 @@ class EventKind(enum.StrEnum):
     LEASE_LOST = "lease_lost"
     CONDITION_CLEARED = "condition_cleared"  # any condition but the breaker cleared
     RESERVATION_IDLE = "reservation_idle"  # reserved capacity idle past reservation_idle_after
+    #: burn-in replacements held for a finding about the pool (the image, a declared
+    #: version, a suspect baseline), not its nodes' hardware
+    BURN_IN_HELD = "burn_in_held"
 
 
 class Severity(enum.StrEnum):
@@ -85,6 +88,7 @@ CONDITION_KINDS = frozenset(
         EventKind.APPLY_FAILED,
         EventKind.ACTION_FAILED,
         EventKind.RESERVATION_IDLE,
+        EventKind.BURN_IN_HELD,
     }
 )
 
@@ -111,6 +115,7 @@ SEVERITY = {
     EventKind.LEASE_LOST: Severity.WARNING,
     EventKind.CONDITION_CLEARED: Severity.INFO,
     EventKind.RESERVATION_IDLE: Severity.WARNING,
+    EventKind.BURN_IN_HELD: Severity.WARNING,
 }
 
 
@@ -355,13 +360,15 @@ def plan_conditions(plan: Plan, run_id: str = "") -> dict[str, Event]:
     """Conditions the plan's halts show -> {condition key: Event}.
 
     circuit_breaker -> breaker_tripped (per pool, "*" for the fleet breaker); capacity ->
-    capacity_exhausted (every place in backoff); orphan_guard -> orphan_guard. Budget, rate
+    capacity_exhausted (every place in backoff); orphan_guard -> orphan_guard; burn_in_held
+    -> burn_in_held (a finding about the image or the pool's baseline). Budget, rate
     limit and max_nodes halts pace a converging run: no event.
     """
     rule_kind = {
         HaltRule.CIRCUIT_BREAKER: EventKind.BREAKER_TRIPPED,
         HaltRule.CAPACITY: EventKind.CAPACITY_EXHAUSTED,
         HaltRule.ORPHAN_GUARD: EventKind.ORPHAN_GUARD,
+        HaltRule.BURN_IN_HELD: EventKind.BURN_IN_HELD,
     }
     out: dict[str, Event] = {}
     for h in plan.halts:

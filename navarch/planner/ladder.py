@@ -411,9 +411,10 @@ def _burn_in_return(
     ctx: PoolContext, v: NodeView, burn: tuple[BurnIn, str]
 ) -> tuple[Action | None, str]:
     """A remedied node's burn-in that has not passed: held while it runs, replaced (dead on
-    arrival) when it failed or passed its deadline. It was already drained: terminate."""
+    arrival) when it failed or passed its deadline. It was already drained: terminate. A
+    finding about the image or the pool's baseline (HELD) holds it too: not its hardware."""
     state, why = burn
-    if state is BurnIn.RUNNING:
+    if state in (BurnIn.RUNNING, BurnIn.HELD):
         return None, f"{v.node}: {why}"
     code = ActionReason.BURN_IN_FAILED if state is BurnIn.FAILED else ActionReason.BURN_IN_TIMEOUT
     return terminate_node(ctx.pool.name, v, why, code), ""

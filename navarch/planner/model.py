@@ -149,6 +149,9 @@ class BurnIn(enum.StrEnum):
     PASSED = "passed"  # every test passed, figures within the pool's: back to service
     FAILED = "failed"  # a test failed: replaced, counted dead on arrival
     TIMED_OUT = "timed_out"  # no pass within the acceptance timeout: replaced
+    #: a finding about the image (a setting, version drift) or a suspect pool baseline, not
+    #: the node's hardware: kept in burn_in, never replaced for it, never a host strike
+    HELD = "held"
 
 
 class Phase(enum.StrEnum):
@@ -407,6 +410,9 @@ class PoolMemory:
     # Nodes terminated to be replaced whose replacement has not launched yet (replacement:
     # after-terminate), oldest first: the replacement still lands where they sat.
     vacancies: tuple[Vacancy, ...] = ()
+    # (node, baseline) of the new nodes that failed burn-in's relative comparison in a row
+    # against the same baseline (navarch.planner.burn_in_figures.BASELINE_SUSPECT_AFTER).
+    baseline_misses: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -506,6 +512,10 @@ class NodeView:
     burn_in_cordon: bool = False  # NodeMemory.burn_in_cordon
     #: the known-good peer its burn-in waits on for the multi-node NCCL test ("": none)
     peer: str = ""
+    #: BurnIn.HELD: the pool-wide finding that holds it, the same words for every node it
+    #: holds (one halt per pool and finding); or a serving node's flag: a figure of its own
+    #: that the burn-in refused as implausible ("": none)
+    finding: str = ""
 
 
 @dataclass(frozen=True)
@@ -577,6 +587,10 @@ class HaltRule(enum.StrEnum):
     #: block_fault_after nodes of one topology block failed within block_fault_window:
     #: a rack or switch fault; the ladder stops for the block until a human looks
     BLOCK_FAULT = "block_fault"
+    #: burn-in replacements held for a finding about the pool, not its nodes: a setting or
+    #: version drift of the image, a declared baseline no serving node has, or a relative
+    #: baseline that new nodes keep failing (navarch.planner.burn_in); notified
+    BURN_IN_HELD = "burn_in_held"
 
     @property
     def safety_stop(self) -> bool:

@@ -9,11 +9,16 @@ run means for the node (navarch.acceptance says what each word is):
   pool's acceptance ``deadline_s`` after the run started, then ``timed_out``: replaced, as
   a node silent past boot_timeout is (doubt holds a node, it never replaces it at once);
 - a result failed its threshold on the node: ``failed``, replaced and counted dead on
-  arrival;
+  arrival, unless every failure is a finding about the image (a setting or version
+  drift, navarch.acceptance.finding_of): ``held``, kept in burn_in, never replaced for it
+  nor counted against its host, and named once for the pool (a BURN_IN_HELD halt);
 - every result passed: then the figures are judged against the pool's serving nodes
-  (``judge_pool``): a bandwidth below ``min_fraction`` of their median fails, and a
-  version different from the baseline (declared, else the majority of the serving
-  nodes) is drift, which fails when the pool's DriftPolicy is ``block``;
+  (``judge_pool``): a bandwidth below ``min_fraction`` of their robust baseline fails
+  (navarch.planner.burn_in_figures: at least 3 plausible figures, none above the GPU's
+  published ceiling), unless new nodes keep failing the same baseline (then it is
+  suspect and the node held); a version different from the baseline (declared, else the
+  majority of the serving nodes) is drift, held when the pool's DriftPolicy is
+  ``block``;
 - a node whose run for its boot the planner accepted before (NodeMemory.accepted) is not
   judged again on that boot.
 

@@ -37,7 +37,10 @@ __all__ = [
     "DEEP_DIAG_LEVEL",
     "DIAG_LEVEL_RUN_S",
     "DriftPolicy",
+    "FINDING_DETAIL",
+    "Finding",
     "SuiteDepth",
+    "finding_of",
 ]
 
 
@@ -65,6 +68,23 @@ class AcceptanceTest(StrEnum):
     NVBANDWIDTH = "nvbandwidth"  # host<->device and device<->device copy bandwidth
     NCCL_ALL_REDUCE = "nccl_all_reduce"  # single-node all_reduce_perf bus bandwidth
     NCCL_MULTI_NODE = "nccl_multi_node"  # all_reduce_perf with a known-good peer
+
+
+class Finding(StrEnum):
+    """What a failed result is about. ``hardware``: the node (replaced, dead on arrival);
+    ``setting``: a setting of the image (persistence mode, ECC mode, what DCGM files as a
+    configuration error); ``drift``: a version different from the pool's baseline. A
+    setting or drift is the same on every node launched from the image, so replacing the
+    node cannot cure it: the planner holds the node and tells a person once per pool."""
+
+    HARDWARE = "hardware"
+    SETTING = "setting"
+    DRIFT = "drift"
+
+
+#: The result detail key where a tool that can tell (dcgmi diag, by DCGM's own error
+#: category) names a failure's Finding.
+FINDING_DETAIL = "finding"
 
 
 class SuiteDepth(StrEnum):
@@ -236,3 +256,26 @@ class AcceptanceRun:
             reset=int(doc.get("reset", 0)),
             results=tuple(AcceptanceResult.from_json(r) for r in doc.get("results") or ()),
         )
+
+
+#: Tests whose failure is a setting or drift by what they check.
+_TEST_FINDINGS = {
+    AcceptanceTest.PERSISTENCE_MODE.value: Finding.SETTING,
+    AcceptanceTest.ECC_MODE.value: Finding.SETTING,
+    AcceptanceTest.VERSIONS.value: Finding.DRIFT,
+}
+
+
+def finding_of(result: AcceptanceResult) -> Finding:
+    """What a failed result is about: by its test (``_TEST_FINDINGS``), else the setting
+    the dcgm_diag result names in its detail (``FINDING_DETAIL``), else hardware. Anything
+    not known to be a setting is hardware, as before this distinction existed."""
+    by_test = _TEST_FINDINGS.get(result.test)
+    if by_test is not None:
+        return by_test
+    if (
+        result.test == AcceptanceTest.DCGM_DIAG.value
+        and result.detail.get(FINDING_DETAIL) == Finding.SETTING.value
+    ):
+        return Finding.SETTING
+    return Finding.HARDWARE

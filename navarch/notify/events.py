@@ -61,6 +61,9 @@ class EventKind(enum.StrEnum):
     #: a node of an acceptance pool reported no acceptance run by its deadline: the agent
     #: config or image lacks acceptance (the node is held, not replaced)
     NO_ACCEPTANCE_RUN = "no_acceptance_run"
+    #: burn-in replacements held for a finding about the pool (the image, a declared
+    #: version, a suspect baseline), not its nodes' hardware
+    BURN_IN_HELD = "burn_in_held"
 
 
 class Severity(enum.StrEnum):
@@ -89,6 +92,7 @@ CONDITION_KINDS = frozenset(
         EventKind.ACTION_FAILED,
         EventKind.RESERVATION_IDLE,
         EventKind.NO_ACCEPTANCE_RUN,
+        EventKind.BURN_IN_HELD,
     }
 )
 
@@ -116,6 +120,7 @@ SEVERITY = {
     EventKind.CONDITION_CLEARED: Severity.INFO,
     EventKind.RESERVATION_IDLE: Severity.WARNING,
     EventKind.NO_ACCEPTANCE_RUN: Severity.WARNING,
+    EventKind.BURN_IN_HELD: Severity.WARNING,
 }
 
 
@@ -361,7 +366,8 @@ def plan_conditions(plan: Plan, run_id: str = "") -> dict[str, Event]:
 
     circuit_breaker -> breaker_tripped (per pool, "*" for the fleet breaker); capacity ->
     capacity_exhausted (every place in backoff); orphan_guard -> orphan_guard;
-    no_acceptance_run -> no_acceptance_run (a node held for want of a run). Budget, rate
+    no_acceptance_run -> no_acceptance_run (a node held for want of a run); burn_in_held
+    -> burn_in_held (a finding about the image or the pool's baseline). Budget, rate
     limit and max_nodes halts pace a converging run: no event.
     """
     rule_kind = {
@@ -369,6 +375,7 @@ def plan_conditions(plan: Plan, run_id: str = "") -> dict[str, Event]:
         HaltRule.CAPACITY: EventKind.CAPACITY_EXHAUSTED,
         HaltRule.ORPHAN_GUARD: EventKind.ORPHAN_GUARD,
         HaltRule.NO_ACCEPTANCE_RUN: EventKind.NO_ACCEPTANCE_RUN,
+        HaltRule.BURN_IN_HELD: EventKind.BURN_IN_HELD,
     }
     out: dict[str, Event] = {}
     for h in plan.halts:

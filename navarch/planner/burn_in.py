@@ -9,11 +9,16 @@ run means for the node (navarch.acceptance says what each word is):
   pool's acceptance ``deadline_s`` after the run started, then ``timed_out``: replaced, as
   a node silent past boot_timeout is (doubt holds a node, it never replaces it at once);
 - a result failed its threshold on the node: ``failed``, replaced and counted dead on
-  arrival;
+  arrival, unless every failure is a finding about the image (a setting or version
+  drift, navarch.acceptance.finding_of): ``held``, kept in burn_in, never replaced for it
+  nor counted against its host, and named once for the pool (a BURN_IN_HELD halt);
 - every result passed: then the figures are judged against the pool's serving nodes
-  (``judge_pool``): a bandwidth below ``min_fraction`` of their median fails, and a
-  version different from the baseline (declared, else the majority of the serving
-  nodes) is drift, which fails when the pool's DriftPolicy is ``block``;
+  (``judge_pool``): a bandwidth below ``min_fraction`` of their robust baseline fails
+  (navarch.planner.burn_in_figures: at least 3 plausible figures, none above the GPU's
+  published ceiling), unless new nodes keep failing the same baseline (then it is
+  suspect and the node held); a version different from the baseline (declared, else the
+  majority of the serving nodes) is drift, held when the pool's DriftPolicy is
+  ``block``;
 - a node whose run for its boot the planner accepted before (NodeMemory.accepted) is not
   judged again on that boot.
 
@@ -35,10 +40,9 @@ be listed by whoever keeps the lemon host list (``BURN_IN_LEMON_AFTER``).
 
 from __future__ import annotations
 
-import statistics
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -49,9 +53,16 @@ from navarch.acceptance import (
     AcceptanceStatus,
     AcceptanceTest,
     DriftPolicy,
+    Finding,
+    finding_of,
 )
 from navarch.durations import format_duration_s
 from navarch.health import Remedy
+from navarch.planner.burn_in_figures import (
+    BASELINE_SUSPECT_AFTER,
+    ceiling_gbps,
+    robust_baseline,
+)
 from navarch.planner.model import (
     READY,
     BurnIn,
@@ -59,6 +70,7 @@ from navarch.planner.model import (
     Memory,
     NodeMemory,
     NodeView,
+    PoolMemory,
     ReportSummary,
 )
 from navarch.spec import FleetSpec, PoolSpec, Scheduler
@@ -71,9 +83,13 @@ __all__ = [
     "burn_in_view",
     "choose_peer",
     "judge_burn_ins",
+    "Peer",
+    "PoolJudgement",
+    "image_finding",
     "judge_pool",
     "launched_before_acceptance",
     "no_run_verdict",
+    "unmatched_declared",
     "pairs_nodes",
     "peer_verdict",
     "return_verdict",
@@ -128,9 +144,12 @@ def _judge_run(
 ) -> Verdict:
     """A run of this boot on its own: failed, passed, or running (timed out past deadline)."""
     failed = [r for r in run.results if r.status is AcceptanceStatus.FAIL]
-    if failed:
+    hardware = [r for r in failed if finding_of(r) is Finding.HARDWARE]
+    if hardware:
         more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
-        return BurnIn.FAILED, f"burn-in failed: {_result_line(failed[0])}{more}"
+        return BurnIn.FAILED, f"burn-in failed: {_result_line(hardware[0])}{more}"
+    if failed:
+        return BurnIn.HELD, "burn-in held: " + "; ".join(_result_line(r) for r in failed)
     if run.passed:
         return BurnIn.PASSED, f"burn-in passed ({len(run.results)} tests)"
     elapsed = _elapsed_s(run, s, now)
@@ -285,66 +304,334 @@ def _baseline(
     return out
 
 
+@dataclass(frozen=True)
+class Peer:
+    """A serving node's run as judge_pool reads it: its name, its instance type as the
+    cloud lists it (never as the node says), and its run with any pair test (or None)."""
+
+    node: str
+    instance_type: str
+    run: AcceptanceRun | None
+
+
+@dataclass(frozen=True)
+class PoolJudgement:
+    """What judge_pool decided for one pool.
+
+    verdicts: candidate -> (PASSED, FAILED, HELD or RUNNING, why); findings: candidate
+    held -> the pool-wide finding that holds it, and serving node -> the flag on a figure
+    of its own refused as implausible; misses: PoolMemory.baseline_misses after this run."""
+
+    verdicts: Mapping[str, Verdict]
+    findings: Mapping[str, str]
+    misses: tuple[tuple[str, str], ...]
+
+
+def _implausible(instance_type: str, run: AcceptanceRun | None) -> list[str]:
+    """The run's relative figures above the published ceiling of its instance type, in
+    words ("nccl_all_reduce 100000 GB/s above the published ceiling 900 GB/s (...)")."""
+    out = []
+    for test, fig in sorted(_figures(run).items()):
+        ceiling = ceiling_gbps(instance_type, test)
+        if ceiling is not None and fig > ceiling[0]:
+            out.append(
+                f"{test} {_num(fig)} GB/s above the published ceiling {_num(ceiling[0])} GB/s"
+                f" ({ceiling[1]})"
+            )
+    return out
+
+
+def _pool_baselines(peers: Sequence[Peer]) -> tuple[dict[str, float], dict[str, str]]:
+    """(test -> robust_baseline of the serving nodes' plausible figures, serving node ->
+    its flag) for the relative tests; a test with fewer than MIN_PEERS plausible figures
+    has no baseline."""
+    figures: dict[str, list[float]] = {}
+    flags: dict[str, str] = {}
+    for p in peers:
+        refused = _implausible(p.instance_type, p.run)
+        if refused:
+            flags[p.node] = (
+                "flagged: " + "; ".join(refused) + ": not counted in the pool's burn-in baseline"
+            )
+            continue
+        for test, figure in _figures(p.run).items():
+            figures.setdefault(test, []).append(figure)
+    baselines = {}
+    for test, figs in figures.items():
+        b = robust_baseline(figs)
+        if b is not None:
+            baselines[test] = b
+    return baselines, flags
+
+
+def unmatched_declared(policy: AcceptancePolicy, peers: Sequence[Peer]) -> dict[str, str]:
+    """The declared versions (policy.versions) that no serving node reports, by component:
+    with none matching, the declaration is the likelier mistake than every node."""
+    return {
+        k: v
+        for k, v in policy.versions.items()
+        if not any(_versions(p.run).get(k) == v for p in peers)
+    }
+
+
+def image_finding(run: AcceptanceRun, unmatched: Mapping[str, str]) -> str:
+    """The pool-wide words for a run held by a finding about the image: the failed tests
+    that are settings or drift, and a declared version no serving node has (unmatched:
+    unmatched_declared). The same words for every node it holds: one finding per pool."""
+    tests = sorted({r.test for r in run.results if r.status is AcceptanceStatus.FAIL})
+    if AcceptanceTest.VERSIONS.value in tests and unmatched:
+        declared = ", ".join(f"{k} {v}" for k, v in sorted(unmatched.items()))
+        return (
+            f"the declared acceptance versions ({declared}) match no serving node: the "
+            "declaration, not the nodes, is suspect; burn-in replacements held until it or "
+            "the image is fixed"
+        )
+    return (
+        f"a finding about the image, not the hardware: {', '.join(tests)} failed (a setting "
+        "or version drift every node of the image shares); burn-in replacements held until "
+        "the image is fixed"
+    )
+
+
+def _slow(
+    policy: AcceptancePolicy, run: AcceptanceRun, baselines: Mapping[str, float]
+) -> tuple[list[str], list[str], bool]:
+    """(lines of the run's relative figures below min_fraction of the baseline, the
+    baselines they failed as words, whether any figure was judged at all)."""
+    own = _figures(run)
+    judged = any(test in baselines for test in own)
+    lines, against = [], []
+    for test, fig in sorted(own.items()):
+        if test not in baselines or fig >= policy.min_fraction * baselines[test]:
+            continue
+        b = baselines[test]
+        lines.append(
+            f"{test} {_num(fig)} GB/s below {_num(policy.min_fraction)} of the pool's "
+            f"baseline {_num(b)} GB/s (threshold {_num(policy.min_fraction * b)} GB/s)"
+        )
+        against.append(f"{test} {_num(b)} GB/s")
+    return lines, against, judged
+
+
 def judge_pool(
     policy: AcceptancePolicy,
-    candidates: Mapping[str, AcceptanceRun],
-    peers: Sequence[AcceptanceRun | None],
-) -> dict[str, Verdict]:
-    """Judge each candidate's passed run against the pool: node -> (PASSED or FAILED, why).
+    candidates: Mapping[str, tuple[str, AcceptanceRun]],
+    peers: Sequence[Peer],
+    misses: tuple[tuple[str, str], ...] = (),
+) -> PoolJudgement:
+    """Judge each candidate's passed run against the pool's serving nodes.
 
-    candidates: node -> its run that passed on its own (absolute_verdict PASSED); peers:
-    the runs of the pool's serving (READY) nodes that are past burn-in. A figure of a
-    RELATIVE_TESTS test below policy.min_fraction of the peers' median fails (no peers
-    with the figure: not judged, as fleet operators find slow GPUs only among
-    neighbours); each component whose version differs from the baseline (_baseline) is
-    drift, named with both versions: it fails under DriftPolicy.BLOCK and is a finding
-    under WARN. Never raises.
+    candidates: node -> (its instance type as the cloud lists it, its run that passed on
+    its own); peers: the pool's serving (READY) nodes past burn-in; misses:
+    PoolMemory.baseline_misses. A relative figure above the published ceiling of the
+    node's type (burn_in_figures.ceiling_gbps) is implausible: a candidate's test reads
+    unknown (RUNNING, the acceptance deadline then ends it), a peer's figure is left out
+    and the peer flagged. A figure below policy.min_fraction of the pool's robust baseline
+    (at least MIN_PEERS plausible figures, burn_in_figures.robust_baseline) fails, unless
+    it is the BASELINE_SUSPECT_AFTER-th new node in a row to fail the same baseline: then
+    it is HELD, the baseline suspect. Version drift from _baseline is HELD (a finding
+    about the image) under DriftPolicy.BLOCK and named under WARN. Never raises.
     """
-    medians: dict[str, float] = {}
-    pool_figures: dict[str, list[float]] = {}
-    for run in peers:
-        for test, figure in _figures(run).items():
-            pool_figures.setdefault(test, []).append(figure)
-    for test, figures in pool_figures.items():
-        medians[test] = statistics.median(figures)
-    baseline = _baseline(policy, peers)
+    baselines, findings = _pool_baselines(peers)
+    version_base = _baseline(policy, [p.run for p in peers])
+    unmatched = unmatched_declared(policy, peers)
     out: dict[str, Verdict] = {}
-    for node, run in sorted(candidates.items()):
-        slow = [
-            f"{test} {_num(fig)} GB/s below {_num(policy.min_fraction)} of the pool's median "
-            f"{_num(medians[test])} GB/s (threshold {_num(policy.min_fraction * medians[test])} GB/s)"
-            for test, fig in sorted(_figures(run).items())
-            if test in medians and fig < policy.min_fraction * medians[test]
-        ]
+    for node, (itype, run) in sorted(candidates.items()):
+        refused = _implausible(itype, run)
+        if refused:
+            out[node] = (
+                BurnIn.RUNNING,
+                ("burn-in inconclusive: " + "; ".join(refused) + " is implausible (unknown)"),
+            )
+            continue
+        slow, against, judged = _slow(policy, run, baselines)
         drift = [
-            f"drift: {k} {v} (pool {baseline[k][0]}, {baseline[k][1]})"
+            f"drift: {k} {v} (pool {version_base[k][0]}, {version_base[k][1]})"
             for k, v in sorted(_versions(run).items())
-            if k in baseline and v != baseline[k][0]
+            if k in version_base and v != version_base[k][0]
         ]
         if slow:
-            out[node] = BurnIn.FAILED, "burn-in failed: " + "; ".join(slow + drift)
-        elif drift and policy.drift is DriftPolicy.BLOCK:
-            out[node] = BurnIn.FAILED, "burn-in failed: " + "; ".join(drift)
+            key = "; ".join(against)
+            misses = tuple(m for m in misses if m[1] == key and m[0] != node) + ((node, key),)
+            if len(misses) >= BASELINE_SUSPECT_AFTER:
+                findings[node] = (
+                    f"{len(misses)} new nodes in a row below the pool's baseline ({key}): "
+                    "the baseline is suspect, not the nodes; burn-in replacements held until "
+                    "a person checks the serving nodes' figures"
+                )
+                out[node] = BurnIn.HELD, "burn-in held: " + "; ".join(slow + drift)
+            else:
+                out[node] = BurnIn.FAILED, "burn-in failed: " + "; ".join(slow + drift)
+            continue
+        if judged:
+            misses = ()  # a node passed against the baseline: the row is broken
+        if drift and policy.drift is DriftPolicy.BLOCK:
+            findings[node] = image_finding(_drift_run(run), unmatched)
+            out[node] = BurnIn.HELD, "burn-in held: " + "; ".join(drift)
         elif drift:
             out[node] = BurnIn.PASSED, "burn-in passed; " + "; ".join(drift)
         else:
             out[node] = BurnIn.PASSED, f"burn-in passed ({len(run.results)} tests)"
-    return out
+    return PoolJudgement(out, findings, misses)
+
+
+def _drift_run(run: AcceptanceRun) -> AcceptanceRun:
+    """run with its versions result read as failed (drift from the pool's baseline), so
+    image_finding names it as the agent's own failure would be named."""
+    return replace(
+        run,
+        results=tuple(
+            replace(r, status=AcceptanceStatus.FAIL)
+            if r.test == AcceptanceTest.VERSIONS.value
+            else r
+            for r in run.results
+        ),
+    )
 
 
 def burn_in_view(
     gate: Verdict, lc: Lifecycle, reason: str, extra: dict[str, Any]
 ) -> tuple[BurnIn, Lifecycle, str, dict[str, Any]]:
-    """A serving-looking node's view under its burn-in verdict: running or no run ->
-    burn_in (held, never replaced for it); failed or timed out -> unhealthy at once
-    (replaced); passed -> as it was, the reason saying so (judge_burn_ins still judges it
-    against its pool)."""
+    """A serving-looking node's view under its burn-in verdict: running, no run or held
+    (a finding about the image, not the node) -> burn_in (held, never replaced for it);
+    failed or timed out -> unhealthy at once (replaced); passed -> as it was, the reason
+    saying so (judge_burn_ins still judges it against its pool and names a pool-wide
+    finding)."""
     burn, why = gate
-    if burn in (BurnIn.RUNNING, BurnIn.NO_RUN):
+    if burn in (BurnIn.RUNNING, BurnIn.NO_RUN, BurnIn.HELD):
         return burn, Lifecycle.BURN_IN, why, {}
     if burn in (BurnIn.FAILED, BurnIn.TIMED_OUT):
         return burn, Lifecycle.UNHEALTHY, why, {"immediate": True}
     return burn, lc, f"{why}; {reason}", extra
+
+
+def _itype(v: NodeView) -> str:
+    """The node's instance type as the cloud lists it ("" unknown)."""
+    return v.instance.instance_type if v.instance is not None else ""
+
+
+def _apply(
+    policy: AcceptancePolicy,
+    v: NodeView,
+    verdict: Verdict,
+    finding: str,
+    run: AcceptanceRun,
+    now: datetime | None,
+) -> NodeView:
+    """v under its pool verdict: failed -> unhealthy at once (replaced); held -> burn_in
+    with the pool-wide finding; running (an implausible figure) -> burn_in until the
+    acceptance deadline after the run started, then timed out; passed -> the reason."""
+    burn, why = verdict
+    if burn is BurnIn.FAILED:
+        return replace(v, lifecycle=Lifecycle.UNHEALTHY, reason=why, burn_in=burn, immediate=True)
+    if burn is BurnIn.HELD:
+        return replace(
+            v,
+            lifecycle=Lifecycle.BURN_IN,
+            reason=f"{why}; {finding}",
+            burn_in=burn,
+            finding=finding,
+        )
+    if burn is BurnIn.RUNNING:
+        s = v.summary
+        if now is not None and s is not None and _elapsed_s(run, s, now) > policy.deadline_s:
+            why = f"{why}; not passed within the acceptance deadline"
+            return replace(
+                v,
+                lifecycle=Lifecycle.UNHEALTHY,
+                reason=why,
+                burn_in=BurnIn.TIMED_OUT,
+                immediate=True,
+            )
+        return replace(v, lifecycle=Lifecycle.BURN_IN, reason=why, burn_in=burn)
+    return replace(v, reason=why)
+
+
+def _peers(
+    out: Sequence[NodeView], idx: Sequence[int], folded: Mapping[str, NodeMemory], memory: Memory
+) -> list[Peer]:
+    """The pool's serving nodes past burn-in, with their pair test joined to their run."""
+    return [
+        Peer(
+            out[i].node,
+            _itype(out[i]),
+            with_peer_test(summary.acceptance, folded.get(out[i].node) or memory.node(out[i].node)),
+        )
+        for i in idx
+        if out[i].lifecycle in READY
+        and out[i].burn_in is None
+        and (summary := out[i].summary) is not None
+    ]
+
+
+def _candidates(
+    pool: PoolSpec,
+    out: list[NodeView],
+    idx: Sequence[int],
+    folded: Mapping[str, NodeMemory],
+    memory: Memory,
+    now: datetime | None,
+) -> dict[str, tuple[str, AcceptanceRun]]:
+    """The pool's nodes whose run passed on its own, by name -> (instance type, run with
+    the pair test where the pool pairs nodes; out[i] updated when it waits on one)."""
+    candidates: dict[str, tuple[str, AcceptanceRun]] = {}
+    for i in idx:
+        s = out[i].summary
+        if out[i].burn_in is BurnIn.PASSED and s is not None and s.acceptance is not None:
+            candidates[out[i].node] = _itype(out[i]), s.acceptance
+    if pairs_nodes(pool) and now is not None:
+        for i in idx:
+            if out[i].node not in candidates:
+                continue
+            itype, run = candidates[out[i].node]
+            nm = folded.get(out[i].node) or memory.node(out[i].node)
+            out[i], merged = peer_verdict(pool, out, out[i], run, nm, now)
+            if merged is None:
+                del candidates[out[i].node]
+            else:
+                candidates[out[i].node] = itype, merged
+    return candidates
+
+
+def _judge_one_pool(
+    pool: PoolSpec,
+    out: list[NodeView],
+    idx: Sequence[int],
+    folded: Mapping[str, NodeMemory],
+    memory: Memory,
+    now: datetime | None,
+) -> tuple[dict[str, NodeMemory], PoolMemory | None]:
+    """judge_burn_ins for one pool with an acceptance policy; out is updated in place.
+    Returns (the NodeMemory of each node that passed, the pool's memory when its
+    baseline_misses changed)."""
+    policy = pool.acceptance or AcceptancePolicy()
+    accepted: dict[str, NodeMemory] = {}
+    peers = _peers(out, idx, folded, memory)
+    unmatched = unmatched_declared(policy, peers)
+    for i in idx:
+        s = out[i].summary
+        if out[i].burn_in is BurnIn.HELD and s is not None and s.acceptance is not None:
+            finding = image_finding(s.acceptance, unmatched)
+            out[i] = replace(out[i], reason=f"{out[i].reason}; {finding}", finding=finding)
+    candidates = _candidates(pool, out, idx, folded, memory, now)
+    if not candidates and not peers:
+        return accepted, None
+    pm = memory.pool(pool.name)
+    judged = judge_pool(policy, candidates, peers, pm.baseline_misses)
+    for i in idx:
+        v = out[i]
+        flag = judged.findings.get(v.node, "")
+        if v.node not in judged.verdicts:
+            if flag:  # a serving node whose own figure was refused
+                out[i] = replace(v, reason=f"{v.reason}; {flag}", finding=flag)
+            continue
+        run = candidates[v.node][1]
+        out[i] = _apply(policy, v, judged.verdicts[v.node], flag, run, now)
+        nm = folded.get(v.node) or memory.node(v.node)
+        if judged.verdicts[v.node][0] is BurnIn.PASSED and nm is not None:
+            accepted[v.node] = replace(nm, accepted=run_key(run))
+    changed = replace(pm, baseline_misses=judged.misses)
+    return accepted, (changed if changed != pm else None)
 
 
 def judge_burn_ins(
@@ -353,74 +640,38 @@ def judge_burn_ins(
     changed: Sequence[NodeMemory],
     memory: Memory,
     now: datetime | None = None,
-) -> tuple[list[NodeView], dict[str, NodeMemory]]:
+) -> tuple[list[NodeView], dict[str, NodeMemory], dict[str, PoolMemory]]:
     """Judge every node whose burn-in passed on its own against its pool (judge_pool).
 
     views: observe's views; changed: the NodeMemory observe folded this run (newer than
-    memory's); now: aware UTC, for the multi-node test's deadline (None: that test is not
-    waited on). In a pool that pairs nodes (``pairs_nodes``) the node's multi-node NCCL
-    result joins its run first (``peer_verdict``). Returns the views (a failed node now
-    unhealthy with its reason and BurnIn.FAILED; one waiting on its pair test burn_in
-    with the peer) and, for each node that passed, its NodeMemory with ``accepted`` set to
-    the run's key (so it is not judged again on that boot). Never raises.
+    memory's); now: aware UTC, for the multi-node test's and an implausible figure's
+    deadline (None: not waited on). In a pool that pairs nodes (``pairs_nodes``) the
+    node's multi-node NCCL result joins its run first (``peer_verdict``). Returns the
+    views (a failed node now unhealthy with its reason and BurnIn.FAILED; a held one
+    burn_in with BurnIn.HELD and the pool-wide ``finding``; a serving node whose figure
+    was refused as implausible flagged in its reason and ``finding``; one waiting on its
+    pair test burn_in with the peer), for each node that passed its NodeMemory with
+    ``accepted`` set to the run's key (so it is not judged again on that boot), and the
+    PoolMemory of each pool whose ``baseline_misses`` changed. Never raises.
     """
     out = list(views)
     accepted: dict[str, NodeMemory] = {}
+    pools: dict[str, PoolMemory] = {}
     if all(p.acceptance is None for p in spec.pools):
-        return out, accepted  # most fleets: no pass over the nodes at all
+        return out, accepted, pools  # most fleets: no pass over the nodes at all
     folded = {nm.node: nm for nm in changed}
     by_pool: dict[str, list[int]] = {}
     for i, v in enumerate(out):
-        if v.burn_in is BurnIn.PASSED or v.lifecycle in READY:
+        if v.burn_in in (BurnIn.PASSED, BurnIn.HELD) or v.lifecycle in READY:
             by_pool.setdefault(v.pool, []).append(i)
     for pool in spec.pools:
-        policy = pool.acceptance
-        if policy is None:
+        if pool.acceptance is None or pool.name not in by_pool:
             continue
-        idx = by_pool.get(pool.name, [])
-        candidates: dict[str, AcceptanceRun] = {}
-        for i in idx:
-            s = out[i].summary
-            if out[i].burn_in is BurnIn.PASSED and s is not None and s.acceptance is not None:
-                candidates[out[i].node] = s.acceptance
-        if not candidates:
-            continue
-        if pairs_nodes(pool) and now is not None:
-            for i in idx:
-                run = candidates.get(out[i].node)
-                if run is None:
-                    continue
-                nm = folded.get(out[i].node) or memory.node(out[i].node)
-                out[i], merged = peer_verdict(pool, out, out[i], run, nm, now)
-                if merged is None:
-                    del candidates[out[i].node]
-                else:
-                    candidates[out[i].node] = merged
-            if not candidates:
-                continue
-        peers = [
-            with_peer_test(summary.acceptance, folded.get(out[i].node) or memory.node(out[i].node))
-            for i in idx
-            if out[i].lifecycle in READY
-            and out[i].burn_in is None
-            and (summary := out[i].summary) is not None
-        ]
-        verdicts = judge_pool(policy, candidates, peers)
-        for i in idx:
-            v = out[i]
-            if v.node not in verdicts:
-                continue
-            burn, why = verdicts[v.node]
-            if burn is BurnIn.FAILED:
-                out[i] = replace(
-                    v, lifecycle=Lifecycle.UNHEALTHY, reason=why, burn_in=burn, immediate=True
-                )
-                continue
-            out[i] = replace(v, reason=why)
-            nm = folded.get(v.node) or memory.node(v.node)
-            if nm is not None:
-                accepted[v.node] = replace(nm, accepted=run_key(candidates[v.node]))
-    return out, accepted
+        passed, pm = _judge_one_pool(pool, out, by_pool[pool.name], folded, memory, now)
+        accepted.update(passed)
+        if pm is not None:
+            pools[pool.name] = pm
+    return out, accepted, pools
 
 
 def choose_peer(pool: PoolSpec, views: Sequence[NodeView], node: str) -> str | None:
@@ -429,33 +680,32 @@ def choose_peer(pool: PoolSpec, views: Sequence[NodeView], node: str) -> str | N
     pool: the node's pool (None unless its acceptance asks for multi_node and its
     scheduler can launch the two-node job: Slurm); views: observe's views. Known-good: a
     HEALTHY node of the pool, past burn-in (no verdict this run), other than `node`, whose
-    report carries a run that passed. Of those, the one with the highest single-node
-    all_reduce_perf figure (the best-proven fabric, so a slow pair is the new node's
-    doing), ties by name. Pure: the executor runs the test
-    (navarch.remote.nccl_peer.run_peer_test). Source: the issue's rule, a known-good peer
-    of the same pool, as HyperPod's and CoreWeave's multi-node checks pair a new node.
+    report carries a run that passed, with no figure above its type's published ceiling
+    (a flagged node never is). Of those, the first by name: a peer's own figures never
+    choose it, so no node can make itself every new node's pair by what it reports. Pure:
+    the executor runs the test (navarch.remote.nccl_peer.run_peer_test). Source: the
+    issue's rule, a known-good peer of the same pool, as HyperPod's and CoreWeave's
+    multi-node checks pair a new node.
     """
     policy = pool.acceptance
     if policy is None or not policy.multi_node or pool.scheduler is not Scheduler.SLURM:
         return None
-    best: tuple[float, str] | None = None
-    for v in views:
+    for v in sorted(views, key=lambda v: v.node):
         s = v.summary
         if (
             v.pool != pool.name
             or v.node == node
             or v.lifecycle is not Lifecycle.HEALTHY
             or v.burn_in is not None
+            or v.finding
             or s is None
             or s.acceptance is None
             or not s.acceptance.passed
+            or _implausible(_itype(v), s.acceptance)
         ):
             continue
-        figure = _figures(s.acceptance).get(AcceptanceTest.NCCL_ALL_REDUCE.value, 0.0)
-        # Highest figure first, then the first name: (-figure, name) orders both.
-        if best is None or (-figure, v.node) < (-best[0], best[1]):
-            best = (figure, v.node)
-    return best[1] if best is not None else None
+        return v.node
+    return None
 
 
 def pairs_nodes(pool: PoolSpec) -> bool:

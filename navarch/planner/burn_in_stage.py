@@ -28,6 +28,11 @@ playbook of the pool's own) are cordoned: with scheduler none nothing would take
 the node, and the lifecycle already keeps it from counting as serving. An open circuit
 breaker holds the burn-in cordon back, as every new cordon (docs/design.md, Safety rules, rule 4);
 the uncordon and the peer test only add capacity or knowledge and go whatever the breaker.
+
+A finding that holds burning-in nodes (BurnIn.HELD: a setting or version drift of the
+image, a declared version no serving node has, a suspect baseline) is one
+HaltRule.BURN_IN_HELD halt per pool and finding, notified; a serving node whose own figure
+was refused as implausible is a note.
 """
 
 from __future__ import annotations
@@ -48,7 +53,7 @@ from navarch.planner.model import (
 from navarch.planner.spares import not_serving
 from navarch.spec import PoolSpec, Scheduler
 
-__all__ = ["burn_in_stage", "cordons_in_scheduler"]
+__all__ = ["burn_in_stage", "cordons_in_scheduler", "held_findings"]
 
 
 def cordons_in_scheduler(pool: PoolSpec) -> bool:
@@ -106,7 +111,28 @@ def burn_in_stage(ctx: PoolContext, prog: Progress) -> StageResult:
                 )
             )
     taken = prog.taken | {a.node for a in actions if a.node is not None}
-    return StageResult(replace(prog, taken=frozenset(taken)), tuple(actions), no_run_halt(ctx))
+    halts, notes = held_findings(ctx)
+    halts += no_run_halt(ctx)
+    return StageResult(replace(prog, taken=frozenset(taken)), tuple(actions), halts, notes)
+
+
+def held_findings(ctx: PoolContext) -> tuple[tuple[Halt, ...], tuple[str, ...]]:
+    """(one HaltRule.BURN_IN_HELD halt per distinct finding that holds burning-in nodes of
+    the pool, naming them; one note per serving node flagged for an implausible figure).
+    A finding about the image or the pool's baseline is the pool's, so it is told once,
+    not once per node (navarch.planner.burn_in decides both)."""
+    held: dict[str, list[str]] = {}
+    notes: list[str] = []
+    for v in ctx.views:
+        if v.burn_in is BurnIn.HELD and v.finding:
+            held.setdefault(v.finding, []).append(v.node)
+        elif v.finding and v.lifecycle in READY:
+            notes.append(f"{v.node}: {v.finding}")
+    halts = tuple(
+        Halt(ctx.pool.name, HaltRule.BURN_IN_HELD, f"{finding} (held: {', '.join(nodes)})")
+        for finding, nodes in sorted(held.items())
+    )
+    return halts, tuple(notes)
 
 
 def no_run_halt(ctx: PoolContext) -> tuple[Halt, ...]:

@@ -415,9 +415,10 @@ def _burn_in_return(
 ) -> tuple[Action | None, str]:
     """A remedied node's burn-in that has not passed: held while it runs, replaced (dead on
     arrival) when it failed or passed its deadline. It was already drained: terminate. No
-    run by the deadline (NO_RUN: the image lacks acceptance) holds it, never replaces it."""
+    run by the deadline (NO_RUN: the image lacks acceptance) and a finding about the image
+    or the pool's baseline (HELD) hold it, never replace it: neither is its hardware."""
     state, why = burn
-    if state in (BurnIn.RUNNING, BurnIn.NO_RUN):
+    if state in (BurnIn.RUNNING, BurnIn.NO_RUN, BurnIn.HELD):
         return None, f"{v.node}: {why}"
     code = ActionReason.BURN_IN_FAILED if state is BurnIn.FAILED else ActionReason.BURN_IN_TIMEOUT
     return terminate_node(ctx.pool.name, v, why, code), ""

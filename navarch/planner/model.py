@@ -152,6 +152,9 @@ class BurnIn(enum.StrEnum):
     #: no run reported by the deadline: the agent config or image lacks acceptance, so the
     #: node is held out of service (burn_in) and never replaced for it
     NO_RUN = "no_run"
+    #: a finding about the image (a setting, version drift) or a suspect pool baseline, not
+    #: the node's hardware: kept in burn_in, never replaced for it, never a host strike
+    HELD = "held"
 
 
 class Phase(enum.StrEnum):
@@ -413,6 +416,9 @@ class PoolMemory:
     # When observe first saw the pool with acceptance enabled (None: acceptance off): a
     # node launched before then was not launched to burn in, so it is not held for a run.
     acceptance_since: datetime | None = None
+    # (node, baseline) of the new nodes that failed burn-in's relative comparison in a row
+    # against the same baseline (navarch.planner.burn_in_figures.BASELINE_SUSPECT_AFTER).
+    baseline_misses: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -512,6 +518,10 @@ class NodeView:
     burn_in_cordon: bool = False  # NodeMemory.burn_in_cordon
     #: the known-good peer its burn-in waits on for the multi-node NCCL test ("": none)
     peer: str = ""
+    #: BurnIn.HELD: the pool-wide finding that holds it, the same words for every node it
+    #: holds (one halt per pool and finding); or a serving node's flag: a figure of its own
+    #: that the burn-in refused as implausible ("": none)
+    finding: str = ""
 
 
 @dataclass(frozen=True)
@@ -586,6 +596,10 @@ class HaltRule(enum.StrEnum):
     #: a node of an acceptance pool reported no acceptance run by its deadline: its agent
     #: config or image lacks acceptance; the node is held in burn_in, the pool notified
     NO_ACCEPTANCE_RUN = "no_acceptance_run"
+    #: burn-in replacements held for a finding about the pool, not its nodes: a setting or
+    #: version drift of the image, a declared baseline no serving node has, or a relative
+    #: baseline that new nodes keep failing (navarch.planner.burn_in); notified
+    BURN_IN_HELD = "burn_in_held"
 
     @property
     def safety_stop(self) -> bool:

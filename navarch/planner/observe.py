@@ -238,9 +238,11 @@ def observe(
                 ),
             )
         )
-    views, passed = judge_burn_ins(spec, views, changed, memory, now)
+    views, passed, judged_pools = judge_burn_ins(spec, views, changed, memory, now)
     changed = [nm for nm in changed if nm.node not in passed] + list(passed.values())
     mem = memory.with_nodes(changed, without=gone) if changed or gone else memory
+    for pm in judged_pools.values():
+        mem = mem.with_pool(pm)
 
     mem = _fold_pools(spec, mem, views, owned, since)
 

@@ -377,6 +377,11 @@ def memory_to_json(m: Memory, cache: NodeDocCache | None = None) -> dict[str, An
                 **(
                     {"vacancies": [_vacancy_to_json(v) for v in p.vacancies]} if p.vacancies else {}
                 ),
+                **(
+                    {"baseline_misses": [list(m) for m in p.baseline_misses]}
+                    if p.baseline_misses
+                    else {}
+                ),
             }
             for p in m.pools
         },
@@ -496,6 +501,7 @@ def memory_from_json(d: Mapping[str, Any], *, lazy: bool = False) -> Memory:
             spares=tuple(sorted(p.get("spares", ()))),
             vacancies=tuple(_vacancy_from_json(v) for v in p.get("vacancies", ())),
             acceptance_since=parse_ts(p.get("acceptance_since")),
+            baseline_misses=tuple((str(n), str(b)) for n, b in p.get("baseline_misses", ())),
         )
         for name, p in sorted(d.get("pools", {}).items())
     )

@@ -241,3 +241,16 @@ def test_sysfs_readers_on_a_fake_tree(tmp_path: Path) -> None:
 def test_a_node_without_infiniband_has_no_ports(tmp_path: Path) -> None:
     host = SystemToolHost(root=str(tmp_path))
     assert ib_ports(host) == () and nic_firmware(host) == {}
+
+
+def test_dcgm_files_disabled_persistence_mode_as_a_setting_by_its_own_category() -> None:
+    # Verbatim public document (tests/fixtures/acceptance/README.md names its source):
+    # error_category 8 (software other) with error_severity 5 (DCGM_ERROR_CONFIG).
+    doc = fixture("dcgmi_diag_r1_dcgm4_gb10_persistence_verbatim.json")
+    result = parse_dcgmi_diag(doc, level=1, exit_code=226)
+    assert result.outcome is DiagOutcome.FAIL and result.settings_only
+    (failed,) = result.failed
+    assert failed.setting and "Persistence mode for GPU 0 is disabled" in failed.messages[0]
+    # The same warning filed under a hardware category is the hardware's.
+    hardware = doc.replace('"error_category": 8', '"error_category": 10')
+    assert not parse_dcgmi_diag(hardware, level=1, exit_code=226).settings_only

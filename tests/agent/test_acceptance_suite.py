@@ -351,7 +351,7 @@ def test_a_hostile_tool_message_is_made_plain_and_capped() -> None:
 # -- the fixtures through the tests ------------------------------------------------------------
 
 
-def test_the_real_dcgm_failure_fails_dcgm_diag_and_persistence_mode() -> None:
+def test_the_real_dcgm_failure_fails_dcgm_diag_and_persistence_mode_as_settings() -> None:
     host = ScriptedHost(
         {
             "dcgmi": fixture_output("dcgmi_diag_r1_dcgm4_gb10_fail.json", 226),
@@ -360,7 +360,8 @@ def test_the_real_dcgm_failure_fails_dcgm_diag_and_persistence_mode() -> None:
     )
     diag = run_dcgm_diag(AcceptancePolicy(), host)
     assert (diag.status, diag.figure, diag.tool_version) == (FAIL, 1.0, "4.2.3")
-    assert diag.detail == {"level": "1", "software": "fail"}
+    # DCGM files the warning as a setting (category 8, severity 5): the agent says so.
+    assert diag.detail == {"level": "1", "software": "fail", "finding": "setting"}
     persistence = run_persistence_mode(AcceptancePolicy(), host)
     assert (persistence.status, persistence.figure, persistence.threshold) == (FAIL, 0.0, 2.0)
     memory = run_gpu_memory(AcceptancePolicy(expected_gpu_memory_bytes=24 * 10**9), host)

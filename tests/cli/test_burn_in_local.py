@@ -100,15 +100,16 @@ def test_a_new_node_with_a_slow_nccl_fails_burn_in_is_replaced_and_never_serves(
     assert "nccl_all_reduce 120 GB/s" in history and "threshold 384.096 GB/s" in history
 
 
-def test_a_new_node_with_another_driver_is_flagged_as_drift(navarch):
+def test_a_new_node_with_another_driver_is_held_as_drift_of_the_image_not_replaced(navarch):
     _edit(navarch.workdir, lambda d: d["pools"]["train"].update(acceptance={"enabled": True}))
     _scale_up_a_proven_pool(navarch)
     navarch.ok("local", "inject", "fleet.yaml", NEW, "--acceptance", "driver=550.54.14")
     navarch.ok("local", "tick", "fleet.yaml")
     node = _node(navarch, NEW)
-    assert node["lifecycle"] == "unhealthy"
+    assert node["lifecycle"] == "burn_in"
     assert "drift: driver 550.54.14" in node["reason"]
     assert "majority of 3 serving nodes" in node["reason"]
+    assert "a finding about the image, not the hardware" in node["reason"]
 
 
 def test_drift_from_the_serving_majority_names_the_odd_component_and_warn_lets_it_serve(navarch):

@@ -116,21 +116,22 @@ def test_an_inconclusive_burn_in_is_held_until_the_deadline_then_replaced():
     assert (cordon.node, cordon.action_reason) == ("f-p-0003", ActionReason.BURN_IN_TIMEOUT)
 
 
-def test_a_figure_below_min_fraction_of_the_serving_nodes_median_fails_and_is_replaced():
-    spec = _spec()
+def test_a_figure_below_min_fraction_of_the_serving_nodes_baseline_fails_and_is_replaced():
+    spec = _spec(target=4)
     # The first nodes pass (no serving peers yet) and are remembered as accepted.
-    _, first = _world({"f-p-0001": _run(), "f-p-0002": _run(busbw=230.0)}, spec=spec)
+    first_runs = {"f-p-0001": _run(), "f-p-0002": _run(busbw=230.0), "f-p-0003": _run(busbw=235.0)}
+    _, first = _world(first_runs, spec=spec)
     assert all(v.lifecycle is Lifecycle.HEALTHY for v in first.views)
-    runs = {"f-p-0001": _run(), "f-p-0002": _run(busbw=230.0), "f-p-0003": _run(busbw=120.0)}
+    runs = {**first_runs, "f-p-0004": _run(busbw=120.0)}
     _, obs = _world(runs, mem=first.memory, spec=spec)
-    v = _view(obs, "f-p-0003")
+    v = _view(obs, "f-p-0004")
     assert (v.lifecycle, v.burn_in) == (Lifecycle.UNHEALTHY, BurnIn.FAILED)
-    assert "nccl_all_reduce 120 GB/s" in v.reason and "median 235 GB/s" in v.reason
+    assert "nccl_all_reduce 120 GB/s" in v.reason and "baseline 235 GB/s" in v.reason
     assert "threshold 188 GB/s" in v.reason
     p = plan(spec, obs.views, obs.memory, NOW)
     codes = {(a.kind, a.node): a.action_reason for a in p.actions}
-    assert codes[(ActionKind.CORDON, "f-p-0003")] is ActionReason.BURN_IN_FAILED
-    assert (ActionKind.PROVISION, "f-p-0004") in codes
+    assert codes[(ActionKind.CORDON, "f-p-0004")] is ActionReason.BURN_IN_FAILED
+    assert (ActionKind.PROVISION, "f-p-0005") in codes
 
 
 def test_a_node_past_burn_in_is_not_judged_again_on_its_boot():
@@ -155,7 +156,8 @@ def test_a_failed_test_on_the_node_fails_burn_in_naming_test_figure_and_threshol
 
 
 def test_version_drift_names_the_component_and_the_policy_decides_whether_it_blocks():
-    for drift, lifecycle in (("block", Lifecycle.UNHEALTHY), ("warn", Lifecycle.HEALTHY)):
+    # Drift is the image's, not the node's: blocked means held in burn-in, never replaced.
+    for drift, lifecycle in (("block", Lifecycle.BURN_IN), ("warn", Lifecycle.HEALTHY)):
         spec = _spec({"drift": drift})
         _, first = _world({"f-p-0001": _run(), "f-p-0002": _run()}, spec=spec)
         runs = {"f-p-0001": _run(), "f-p-0002": _run(), "f-p-0003": _run(driver="550.54.14")}
@@ -272,7 +274,7 @@ def _slurm_spec(multi_node: bool = True):
     return fleet_from_dict(fleet_doc("f", {"p": pool}))
 
 
-def test_the_multi_node_peer_is_the_best_proven_serving_node_of_the_pool():
+def test_the_multi_node_peer_is_the_first_proven_serving_node_of_the_pool_by_name():
     spec = _slurm_spec()
     runs = {
         "f-p-0001": _run(busbw=230.0),
@@ -284,13 +286,14 @@ def test_the_multi_node_peer_is_the_best_proven_serving_node_of_the_pool():
     _, obs = _world(runs, mem=first.memory, spec=spec)
     pool = spec.pool("p")
     assert _view(obs, "f-p-0004").lifecycle is Lifecycle.BURN_IN
-    # Highest single-node figure, ties by name; never the node itself or one burning in.
-    assert choose_peer(pool, obs.views, "f-p-0004") == "f-p-0002"
-    assert choose_peer(pool, obs.views, "f-p-0002") == "f-p-0003"
+    # By name, never by a figure the peer reports of itself; never the node itself or one
+    # burning in.
+    assert choose_peer(pool, obs.views, "f-p-0004") == "f-p-0001"
+    assert choose_peer(pool, obs.views, "f-p-0001") == "f-p-0002"
     sick = [
-        replace(v, lifecycle=Lifecycle.UNHEALTHY) if v.node == "f-p-0002" else v for v in obs.views
+        replace(v, lifecycle=Lifecycle.UNHEALTHY) if v.node == "f-p-0001" else v for v in obs.views
     ]
-    assert choose_peer(pool, sick, "f-p-0004") == "f-p-0003"
+    assert choose_peer(pool, sick, "f-p-0004") == "f-p-0002"
 
 
 def test_no_peer_without_multi_node_a_slurm_pool_or_a_proven_node():

@@ -54,6 +54,26 @@ _TOP_KEYS = ("DCGM Diagnostic", "DCGM GPU Diagnostic")  # DCGM 4, DCGM 3
 _STATUS_RANK = {"pass": 0, "skip": 0, "not run": 0, "warn": 1, "fail": 2}
 _NOT_INSTALLED_EXIT = 127  # POSIX shells: command not found
 
+#: DCGM's error categories and severities (dcgmlib/dcgm_errors.h, dcgmErrorCategory_t and
+#: dcgmErrorSeverity_t) that say a warning is a setting, not the hardware:
+#: DCGM_FR_EC_SOFTWARE_CONFIG (3) always; DCGM_FR_EC_SOFTWARE_LIBRARY (4) and
+#: DCGM_FR_EC_SOFTWARE_OTHER (8) when the severity is DCGM_ERROR_CONFIG (5, "This error
+#: can be configured"), as "Persistence mode for GPU 0 is disabled" is (category 8,
+#: severity 5). Hardware, XID, CUDA and EUD categories never are.
+_SETTING_CATEGORY = 3
+_SOFTWARE_CATEGORIES = (4, 8)
+_CONFIG_SEVERITY = 5
+
+
+def _is_setting(warning: Any) -> bool:
+    """Whether one DCGM 4 warning object is a setting of the node by its own category."""
+    if not isinstance(warning, Mapping):
+        return False
+    category, severity = warning.get("error_category"), warning.get("error_severity")
+    return category == _SETTING_CATEGORY or (
+        category in _SOFTWARE_CATEGORIES and severity == _CONFIG_SEVERITY
+    )
+
 
 class DiagOutcome(StrEnum):
     """The verdict of one diagnostics run; only FAIL is a fault."""
@@ -68,13 +88,16 @@ class DiagOutcome(StrEnum):
 @dataclass(frozen=True)
 class DiagTest:
     """One DCGM test: its worst status over the entities it ran on (pass, warn, fail, skip,
-    not run; lower case), the GPU indexes where it failed, and DCGM's warning texts."""
+    not run; lower case), the GPU indexes where it failed, and DCGM's warning texts.
+    setting: it failed, and every warning of its failed results is a setting by DCGM's
+    own category (``_is_setting``): the image, not the hardware."""
 
     category: str
     name: str
     status: str
     failed_gpus: tuple[int, ...] = ()
     messages: tuple[str, ...] = ()
+    setting: bool = False
 
 
 @dataclass(frozen=True)
@@ -99,6 +122,11 @@ class DiagResult:
     def failed(self) -> tuple[DiagTest, ...]:
         return tuple(t for t in self.tests if t.status == "fail")
 
+    @property
+    def settings_only(self) -> bool:
+        """True when it failed and every failed test failed only for settings."""
+        return self.fault and all(t.setting for t in self.failed)
+
     def to_json(self) -> dict[str, Any]:
         """JSON-ready form, for Memory and `navarch status`."""
         return {
@@ -113,6 +141,7 @@ class DiagResult:
                     "status": t.status,
                     "failed_gpus": list(t.failed_gpus),
                     "messages": list(t.messages),
+                    **({"setting": True} if t.setting else {}),
                 }
                 for t in self.tests
             ],
@@ -133,6 +162,7 @@ class DiagResult:
                     t["status"],
                     tuple(t.get("failed_gpus", ())),
                     tuple(t.get("messages", ())),
+                    bool(t.get("setting", False)),
                 )
                 for t in d.get("tests", ())
             ),
@@ -156,12 +186,19 @@ def _test(category: str, raw: Mapping[str, Any]) -> DiagTest:
     statuses: list[str] = []
     failed: list[int] = []
     messages: list[str] = []
+    # Each failed result's warnings, by whether DCGM files them as settings.
+    setting_marks: list[bool] = []
     for r in raw.get("results") or ():
         status = str(r.get("status", "")).strip().lower()
         statuses.append(status)
         gpu = _gpu_of(r)
         if status == "fail" and gpu is not None:
             failed.append(gpu)
+        if status == "fail":
+            warnings = list(r.get("warnings") or ())
+            setting_marks.extend(_is_setting(w) for w in warnings)
+            if not warnings:
+                setting_marks.append(False)  # a failure without a reason is no setting
         for w in r.get("warnings") or ():
             text = w.get("warning") if isinstance(w, Mapping) else str(w)
             if text:
@@ -177,6 +214,7 @@ def _test(category: str, raw: Mapping[str, Any]) -> DiagTest:
         worst,
         tuple(sorted(set(failed))),
         tuple(dict.fromkeys(messages)),
+        setting=worst == "fail" and bool(setting_marks) and all(setting_marks),
     )
 
 

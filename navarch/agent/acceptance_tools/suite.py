@@ -26,11 +26,13 @@ from functools import wraps
 
 from navarch.acceptance import (
     DEEP_DIAG_LEVEL,
+    FINDING_DETAIL,
     AcceptancePolicy,
     AcceptanceResult,
     AcceptanceStatus,
     AcceptanceTest,
     DriftPolicy,
+    Finding,
     SuiteDepth,
 )
 from navarch.agent.acceptance_tools import nvbandwidth as nvbw
@@ -476,10 +478,15 @@ def run_dcgm_diag(policy: AcceptancePolicy, host: ToolHost) -> AcceptanceResult:
             test, f"dcgmi diag -r {level} exited {out.exit_code} without a failed test", version
         )
     detail = {"level": str(level), **{t.name: t.status for t in diag.tests}}
+    reason = diag.detail
+    if diag.settings_only:
+        # DCGM's own category says the image, not the GPU: the planner holds, never replaces.
+        detail[FINDING_DETAIL] = Finding.SETTING.value
+        reason = f"a setting of the image, not the hardware: {reason}"
     return _result(
         test,
         status,
-        diag.detail,
+        reason,
         figure=float(len(diag.failed)),
         threshold=0.0,
         unit="tests",

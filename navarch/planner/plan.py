@@ -233,7 +233,9 @@ def _plan_pool(
         )
     frozen = (breaker.open or fleet_breaker.open) and not options.destroy
     ctx = PoolContext(spec, pool, views, pm, now, frozen, options, last_index)
-    unavailable = sum(v.lifecycle in LEAVING for v in views)
+    # A node out of service that served nothing (a spare, a node burning in) takes no place
+    # of the budget: max_unavailable bounds the work the pool loses at once.
+    unavailable = sum(v.lifecycle in LEAVING and not v.idle_cordon for v in views)
     recent = [r for r in pm.repairs if (now - r).total_seconds() < HOUR_S]
     progress = Progress(
         desired=pool.target_nodes,

@@ -100,6 +100,7 @@ from navarch.planner.model import (
 )
 from navarch.planner.observe import Duplicate
 from navarch.planner.pause import hold_all
+from navarch.planner.remedy_gate import alert_only_nodes
 from navarch.planner.repair import (
     impaired_stage,
     redrain_stage,
@@ -142,7 +143,8 @@ def plan(
     Cost: O(N log N) in the number of nodes.
     """
     options = options or PlanOptions()
-    fleet_breaker = breaker_state(views, spec.safety.fleet_circuit_breaker_pct)
+    alerts = alert_only_nodes(spec, views)
+    fleet_breaker = breaker_state(views, spec.safety.fleet_circuit_breaker_pct, alerts)
     fleet = _fleet_stages(spec, views, memory, now, options, duplicates, fleet_breaker)
     by_pool: dict[str, list[NodeView]] = {}
     for v in views:
@@ -170,6 +172,7 @@ def plan(
                 options,
                 top,
                 fleet_breaker,
+                alerts,
             )
         )
     blocked = {d.node for d in duplicates}
@@ -215,13 +218,14 @@ def _plan_pool(
     options: PlanOptions,
     last_index: int,
     fleet_breaker: BreakerState,
+    alerts: frozenset[str] = frozenset(),
 ) -> StageResult:
     """Run the pool's stages in order, folding their results into one StageResult. The
     pool is frozen (no new cordon or termination) when its breaker or the fleet's is open,
     except under destroy."""
     h = pool.health
     halts: list[Halt] = []
-    breaker = breaker_state(views, spec.safety.circuit_breaker_pct)
+    breaker = breaker_state(views, spec.safety.circuit_breaker_pct, alerts)
     if breaker.open and not options.destroy:
         halts.append(
             Halt(

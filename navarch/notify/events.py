@@ -58,6 +58,8 @@ class EventKind(enum.StrEnum):
     LEASE_LOST = "lease_lost"
     CONDITION_CLEARED = "condition_cleared"  # any condition but the breaker cleared
     RESERVATION_IDLE = "reservation_idle"  # reserved capacity idle past reservation_idle_after
+    #: a rack or switch fault holds the ladder of a topology block (a block_fault halt)
+    BLOCK_FAULT = "block_fault"
 
 
 class Severity(enum.StrEnum):
@@ -85,6 +87,7 @@ CONDITION_KINDS = frozenset(
         EventKind.APPLY_FAILED,
         EventKind.ACTION_FAILED,
         EventKind.RESERVATION_IDLE,
+        EventKind.BLOCK_FAULT,
     }
 )
 
@@ -111,6 +114,7 @@ SEVERITY = {
     EventKind.LEASE_LOST: Severity.WARNING,
     EventKind.CONDITION_CLEARED: Severity.INFO,
     EventKind.RESERVATION_IDLE: Severity.WARNING,
+    EventKind.BLOCK_FAULT: Severity.CRITICAL,
 }
 
 
@@ -355,13 +359,15 @@ def plan_conditions(plan: Plan, run_id: str = "") -> dict[str, Event]:
     """Conditions the plan's halts show -> {condition key: Event}.
 
     circuit_breaker -> breaker_tripped (per pool, "*" for the fleet breaker); capacity ->
-    capacity_exhausted (every place in backoff); orphan_guard -> orphan_guard. Budget, rate
+    capacity_exhausted (every place in backoff); orphan_guard -> orphan_guard; block_fault
+    -> block_fault (a person should look at the rack before its hold lapses). Budget, rate
     limit and max_nodes halts pace a converging run: no event.
     """
     rule_kind = {
         HaltRule.CIRCUIT_BREAKER: EventKind.BREAKER_TRIPPED,
         HaltRule.CAPACITY: EventKind.CAPACITY_EXHAUSTED,
         HaltRule.ORPHAN_GUARD: EventKind.ORPHAN_GUARD,
+        HaltRule.BLOCK_FAULT: EventKind.BLOCK_FAULT,
     }
     out: dict[str, Event] = {}
     for h in plan.halts:

@@ -113,13 +113,16 @@ def serves_nothing(ctx: PoolContext, v: NodeView) -> bool:
 
 
 def ready_to_stand_in(ctx: PoolContext, prog: Progress) -> list[str]:
-    """The SPARE nodes a cordon may still count on this run, in the order spares_stage
-    promotes them: held spares that are healthy, less those a shortage already calls
-    for (fewer nodes serve than desired). A serving node's cordon that one of them stands
-    in for costs no capacity, so the disruption budget does not hold it."""
-    ready = [v.node for v in held(ctx, prog) if v.lifecycle is Lifecycle.SPARE]
-    short = max(0, prog.desired - len(_serving(ctx, prog)))
-    return ready[short:]
+    """The SPARE nodes the next serving node to leave this run may count on, in the order
+    spares_stage promotes them: held spares that are healthy, less those a shortage
+    already calls for (fewer nodes serve than desired); none while more nodes serve than
+    desired (one leaving makes no shortage, so no spare is promoted). A serving node's
+    cordon that one of them stands in for costs no capacity, so the disruption budget does
+    not hold it."""
+    short = prog.desired - len(_serving(ctx, prog))
+    if short < 0:
+        return []
+    return [v.node for v in held(ctx, prog) if v.lifecycle is Lifecycle.SPARE][short:]
 
 
 def _out_for_fault(v: NodeView, prog: Progress) -> bool:

@@ -36,10 +36,13 @@ Safety rules enforced here (DESIGN.md "Safety rules"):
     never picked for scale-down; an OFFLINE node is cordoned and replaced, but never
     terminated on its silence alone (navarch.planner.silence);
  3. disruption budget: cordoned + draining + terminating <= max_unavailable per pool
-    (spot preemptions excepted: those nodes go anyway);
+    (spot preemptions excepted: those nodes go anyway), counting only nodes that served
+    (a spare or a node burning in takes no place) and less the spares promoted in place
+    of the serving nodes that leave (navarch.planner.spares.ready_to_stand_in);
  4. circuit breaker (navarch.planner.breaker, one BreakerState per pool and one for the
     fleet, computed once): a pool (or the fleet) whose unhealthy+offline share reaches the
-    threshold, with at least 2 such nodes, gets no new cordon, no scale-down, no rolling
+    threshold, with at least 2 such nodes (a node unhealthy only by a fault its remedies
+    row only alerts on is not counted: navarch.planner.remedy_gate.alert_only), gets no new cordon, no scale-down, no rolling
     replacement and no termination on drain_timeout; a node already cordoned whose drain
     finished (its work is gone, its replacement already surged) is still terminated;
  5. repair rate limit: at most repairs_per_pool_per_hour repairs (replacements of sick,
@@ -222,7 +225,7 @@ def _plan_pool(
 ) -> StageResult:
     """Run the pool's stages in order, folding their results into one StageResult. The
     pool is frozen (no new cordon or termination) when its breaker or the fleet's is open,
-    except under destroy."""
+    except under destroy. alerts: the fleet's alert-only nodes (the breaker skips them)."""
     h = pool.health
     halts: list[Halt] = []
     breaker = breaker_state(views, spec.safety.circuit_breaker_pct, alerts)

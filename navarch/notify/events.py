@@ -64,6 +64,8 @@ class EventKind(enum.StrEnum):
     #: burn-in replacements held for a finding about the pool (the image, a declared
     #: version, a suspect baseline), not its nodes' hardware
     BURN_IN_HELD = "burn_in_held"
+    #: a rack or switch fault holds the ladder of a topology block (a block_fault halt)
+    BLOCK_FAULT = "block_fault"
 
 
 class Severity(enum.StrEnum):
@@ -93,6 +95,7 @@ CONDITION_KINDS = frozenset(
         EventKind.RESERVATION_IDLE,
         EventKind.NO_ACCEPTANCE_RUN,
         EventKind.BURN_IN_HELD,
+        EventKind.BLOCK_FAULT,
     }
 )
 
@@ -121,6 +124,7 @@ SEVERITY = {
     EventKind.RESERVATION_IDLE: Severity.WARNING,
     EventKind.NO_ACCEPTANCE_RUN: Severity.WARNING,
     EventKind.BURN_IN_HELD: Severity.WARNING,
+    EventKind.BLOCK_FAULT: Severity.CRITICAL,
 }
 
 
@@ -367,7 +371,8 @@ def plan_conditions(plan: Plan, run_id: str = "") -> dict[str, Event]:
     circuit_breaker -> breaker_tripped (per pool, "*" for the fleet breaker); capacity ->
     capacity_exhausted (every place in backoff); orphan_guard -> orphan_guard;
     no_acceptance_run -> no_acceptance_run (a node held for want of a run); burn_in_held
-    -> burn_in_held (a finding about the image or the pool's baseline). Budget, rate
+    -> burn_in_held (a finding about the image or the pool's baseline); block_fault ->
+    block_fault (a person should look at the rack before its hold lapses). Budget, rate
     limit and max_nodes halts pace a converging run: no event.
     """
     rule_kind = {
@@ -376,6 +381,7 @@ def plan_conditions(plan: Plan, run_id: str = "") -> dict[str, Event]:
         HaltRule.ORPHAN_GUARD: EventKind.ORPHAN_GUARD,
         HaltRule.NO_ACCEPTANCE_RUN: EventKind.NO_ACCEPTANCE_RUN,
         HaltRule.BURN_IN_HELD: EventKind.BURN_IN_HELD,
+        HaltRule.BLOCK_FAULT: EventKind.BLOCK_FAULT,
     }
     out: dict[str, Event] = {}
     for h in plan.halts:

@@ -9,7 +9,7 @@ with the counts it was decided on and the words its halt says. Pure.
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from navarch.planner.model import DiagState, DiagWhy, Lifecycle, NodeView
@@ -62,12 +62,19 @@ class BreakerState:
         )
 
 
-def breaker_state(views: Sequence[NodeView], threshold_pct: float) -> BreakerState:
+def breaker_state(
+    views: Sequence[NodeView], threshold_pct: float, alerts: Collection[str] = ()
+) -> BreakerState:
     """The breaker over `views` (one pool's, or the whole fleet's) at threshold_pct
-    (safety.circuit_breaker_pct or fleet_circuit_breaker_pct, 0-100). O(N)."""
+    (safety.circuit_breaker_pct or fleet_circuit_breaker_pct, 0-100). alerts: names of
+    nodes unhealthy only by a fault their remediation table reports and never acts on
+    (navarch.planner.remedy_gate.alert_only_nodes): active, but not sick, since a node
+    nothing will act on gates nothing. O(N)."""
     active = [v for v in views if v.lifecycle is not Lifecycle.TERMINATING and not v.orphan]
     sick = sum(
-        v.lifecycle in _BREAKER_COUNTS or failed_return_diag(v) or listed_impaired(v)
+        (v.lifecycle in _BREAKER_COUNTS and v.node not in alerts)
+        or failed_return_diag(v)
+        or listed_impaired(v)
         for v in active
     )
     total = len(active)

@@ -10,9 +10,11 @@ Three decisions live here, each in one place:
   same_block``, in the topology block (Instance.block) of the node it replaces, or, once
   that node is gone, the block its vacancy recorded (navarch.planner.vacancies);
 - rack or switch faults (``hold_block_faults``): when block_fault_after nodes of one block
-  fail within block_fault_window, the node-level ladder stops for the block (no reboot,
-  GPU reset or termination of its nodes; they stay cordoned) and a HaltRule.BLOCK_FAULT
-  halt reports the block once, not N GPU faults.
+  fail within block_fault_window and something beyond their own reports vouches for it
+  (the cloud lists an instance of the block impaired, or more than block_fault_after
+  nodes failed), the node-level ladder stops for the block (no reboot, GPU reset or
+  termination of its nodes; they stay cordoned) for BLOCK_FAULT_HOLD_S, and a
+  HaltRule.BLOCK_FAULT halt reports the block once, not N GPU faults.
 
 Hosts and blocks come from the providers (Instance.host_id, Instance.topology); a cloud
 that reports neither leaves all three inert.
@@ -21,11 +23,12 @@ that reports neither leaves all three inert.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Collection, Mapping
-from dataclasses import replace
-from datetime import datetime
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
 
 from navarch.capabilities import Capability
+from navarch.durations import format_duration_s
 from navarch.planner.context import PoolContext, StageResult
 from navarch.planner.model import (
     LEAVING,
@@ -39,6 +42,7 @@ from navarch.planner.model import (
     NodeView,
     PoolMemory,
 )
+from navarch.planner.remedy_gate import alert_only
 from navarch.remedies import hands_back
 from navarch.spec import TopologyMatch
 from navarch.wording import counted
@@ -103,44 +107,103 @@ def launch_wish(
     return avoid, block, ""
 
 
-def _failed_at(v: NodeView, now: datetime) -> datetime | None:
+def _failed_at(ctx: PoolContext, v: NodeView) -> datetime | None:
     """When node v last failed, if it is out of service for it: its newest recorded fault
-    while it leaves service, or now while it is unhealthy or offline; None otherwise."""
+    while it leaves service, or now while it is unhealthy or offline; None otherwise, and
+    for a node unhealthy only by a fault its remediation table reports and never acts on
+    (remedy_gate.alert_only: it gates nothing)."""
     if v.lifecycle in (Lifecycle.UNHEALTHY, Lifecycle.OFFLINE):
-        return now
+        return None if alert_only(ctx.pool, v) else ctx.now
     if v.lifecycle in LEAVING and v.lifecycle is not Lifecycle.OPERATOR_CORDONED and v.faults:
         return max(t for _, t in v.faults)
     return None
 
 
-def faulted_blocks(ctx: PoolContext) -> dict[str, tuple[str, ...]]:
-    """Blocks with a rack or switch fault -> their failed nodes (sorted).
+#: How long a rack or switch fault holds the node-level ladder of its block, from the
+#: block's first failure in the window: time for the person the halt notifies to look at
+#: the rack; after it the ladder resumes node by node, so a block halt made on false
+#: reports costs the block's repairs at most this long.
+BLOCK_FAULT_HOLD_S = 3600
 
-    A block is faulted when block_fault_after of its nodes, each still out of service for
-    its fault, failed within one block_fault_window of each other; it stays so until
-    enough of them are back in service or replaced (a human's call, so the ladder does not
-    reboot its way through a switch failure).
-    """
+
+@dataclass(frozen=True)
+class BlockFault:
+    """block_fault_after or more nodes of one topology block failed within one
+    block_fault_window. nodes: the block's failed nodes, sorted; since: the first failure
+    of that window; evidence: what vouches for a fault of the block beyond the nodes' own
+    reports, in words ("" for none: it holds nothing); lapsed: BLOCK_FAULT_HOLD_S passed
+    since `since`."""
+
+    block: str
+    nodes: tuple[str, ...]
+    since: datetime
+    evidence: str
+    lapsed: bool
+
+    @property
+    def holds(self) -> bool:
+        """Whether it stops the ladder for the block this run."""
+        return bool(self.evidence) and not self.lapsed
+
+
+def _evidence(ctx: PoolContext, block: str, failed: int) -> str:
+    """What vouches for a fault of `block` beyond its nodes' own reports, or "": the cloud
+    lists one of its instances impaired (its own status check), or more of its nodes failed
+    than block_fault_after (what a node says about itself never decides another's fate, so
+    block_fault_after nodes alone, compromised or broken, cannot halt their rack-mates)."""
+    impaired = sorted(
+        v.node
+        for v in ctx.views
+        if v.instance is not None and v.instance.block == block and v.instance.cloud_status.impaired
+    )
+    if impaired:
+        return f"the cloud lists {', '.join(impaired)} impaired"
+    if failed > ctx.pool.health.block_fault_after:
+        return f"more than block_fault_after {ctx.pool.health.block_fault_after} nodes failed"
+    return ""
+
+
+def block_faults(ctx: PoolContext) -> tuple[BlockFault, ...]:
+    """The pool's blocks where block_fault_after of the nodes, each still out of service for
+    its fault, failed within one block_fault_window of each other, in block order; the
+    newest such window of a block that still holds wins. A block holds (BlockFault.holds)
+    with independent evidence (``_evidence``) for BLOCK_FAULT_HOLD_S from its first failure;
+    it holds until enough nodes are back in service or replaced (a human's call), or the
+    hold lapses."""
     h = ctx.pool.health
     by_block: dict[str, list[tuple[datetime, str]]] = {}
     for v in ctx.views:
         block = v.instance.block if v.instance is not None else ""
-        at = _failed_at(v, ctx.now) if block else None
+        at = _failed_at(ctx, v) if block else None
         if at is not None:
             by_block.setdefault(block, []).append((at, v.node))
-    out: dict[str, tuple[str, ...]] = {}
+    out: list[BlockFault] = []
     for block, failed in sorted(by_block.items()):
         failed.sort()
+        nodes = tuple(sorted(n for _, n in failed))
+        found: BlockFault | None = None
         for i in range(len(failed)):
             inside = [
-                n
-                for t, n in failed[i:]
+                t
+                for t, _ in failed[i:]
                 if (t - failed[i][0]).total_seconds() <= h.block_fault_window_s
             ]
-            if len(inside) >= h.block_fault_after:
-                out[block] = tuple(sorted(n for _, n in failed))
+            if len(inside) < h.block_fault_after:
+                continue
+            since = failed[i][0]
+            lapsed = (ctx.now - since).total_seconds() > BLOCK_FAULT_HOLD_S
+            found = BlockFault(block, nodes, since, _evidence(ctx, block, len(inside)), lapsed)
+            if found.holds:
                 break
-    return out
+        if found is not None:
+            out.append(found)
+    return tuple(out)
+
+
+def faulted_blocks(ctx: PoolContext) -> dict[str, tuple[str, ...]]:
+    """Blocks whose rack or switch fault holds the ladder this run (``block_faults``,
+    BlockFault.holds) -> their failed nodes (sorted)."""
+    return {f.block: f.nodes for f in block_faults(ctx) if f.holds}
 
 
 #: What the ladder may no longer do to a node of a faulted block: remedy it in place or
@@ -148,22 +211,41 @@ def faulted_blocks(ctx: PoolContext) -> dict[str, tuple[str, ...]]:
 _HELD = frozenset({ActionKind.REBOOT, ActionKind.RESET_GPU, ActionKind.TERMINATE})
 
 
+def _unheld(ctx: PoolContext, f: BlockFault) -> str:
+    """The note for a block fault that holds nothing: no independent evidence, or lapsed."""
+    what = (
+        f"pool {ctx.pool.name}: block {f.block}: {counted(len(f.nodes), 'node')} failed "
+        f"within {ctx.pool.health.block_fault_window_s // 60} min ({', '.join(f.nodes)})"
+    )
+    if not f.evidence:
+        return (
+            f"{what} by their own reports only: the ladder goes on node by node (a rack or "
+            "switch fault needs the cloud's impaired listing or more than block_fault_after "
+            "nodes)"
+        )
+    return (
+        f"{what}; its rack or switch fault hold lapsed {format_duration_s(BLOCK_FAULT_HOLD_S)} "
+        f"after its first failure at {f.since:%H:%M} UTC: the ladder resumes node by node"
+    )
+
+
 def hold_block_faults(
     ctx: PoolContext,
     result: StageResult,
-    faulted: Mapping[str, tuple[str, ...]] | None = None,
+    faults: Sequence[BlockFault] | None = None,
 ) -> StageResult:
     """`result` (the pool's stages folded) with the ladder stopped in faulted blocks.
 
-    Drops reboots, GPU resets and terminations of the failed nodes of each faulted block
-    (``faulted_blocks``) unless an operator asked for them (`apply --replace`), and adds one
-    HaltRule.BLOCK_FAULT halt per block naming it and its nodes. Everything else stands.
-    faulted: ``faulted_blocks(ctx)`` when the caller has it already.
+    Drops reboots, GPU resets and terminations of the failed nodes of each block whose
+    fault holds (``block_faults``, BlockFault.holds) unless an operator asked for them
+    (`apply --replace`), and adds one HaltRule.BLOCK_FAULT halt per block naming it, its
+    nodes, the evidence and when the hold lapses (a halt is notified: block_fault). A
+    block fault that holds nothing is a note. Everything else stands. faults:
+    ``block_faults(ctx)`` when the caller has it already.
     """
-    blocks = faulted_blocks(ctx) if faulted is None else faulted
-    if not blocks:
-        return result
-    held_nodes = {n for nodes in blocks.values() for n in nodes}
+    found = block_faults(ctx) if faults is None else faults
+    notes = tuple(_unheld(ctx, f) for f in found if not f.holds)
+    held_nodes = {n for f in found if f.holds for n in f.nodes}
     actions = tuple(
         a
         for a in result.actions
@@ -178,14 +260,16 @@ def hold_block_faults(
         Halt(
             ctx.pool.name,
             HaltRule.BLOCK_FAULT,
-            f"rack or switch fault in block {block}: {counted(len(nodes), 'node')} failed "
-            f"within {h.block_fault_window_s // 60} min ({', '.join(nodes)}); the ladder stops "
-            "for the block and its nodes stay cordoned: check the rack and its switch, then "
-            "`navarch uncordon` or `apply --replace` them",
+            f"rack or switch fault in block {f.block}: {counted(len(f.nodes), 'node')} failed "
+            f"within {h.block_fault_window_s // 60} min ({', '.join(f.nodes)}); {f.evidence}; "
+            "the ladder stops for the block and its nodes stay cordoned until "
+            f"{f.since + timedelta(seconds=BLOCK_FAULT_HOLD_S):%H:%M} UTC: check the rack "
+            "and its switch, then `navarch uncordon` or `apply --replace` them",
         )
-        for block, nodes in blocks.items()
+        for f in found
+        if f.holds
     )
-    return replace(result, actions=actions, halts=result.halts + halts)
+    return replace(result, actions=actions, halts=result.halts + halts, notes=result.notes + notes)
 
 
 def with_hosts(ctx: PoolContext, result: StageResult) -> StageResult:
@@ -197,7 +281,8 @@ def with_hosts(ctx: PoolContext, result: StageResult) -> StageResult:
     # A termination after a drain carries no fault of its own: the node's cordon recorded
     # the fault it left service for (and cleared it for a cordon of any other reason).
     faults: dict[str | None, Fault | None] = {v.node: v.fault for v in ctx.views}
-    avoid, faulted = lemon_hosts(ctx.pm), faulted_blocks(ctx)
+    found = block_faults(ctx)
+    avoid, faulted = lemon_hosts(ctx.pm), {f.block: f.nodes for f in found if f.holds}
     actions: list[Action] = []
     notes: list[str] = []
     for a in result.actions:
@@ -220,4 +305,4 @@ def with_hosts(ctx: PoolContext, result: StageResult) -> StageResult:
                 a = replace(a, hand_back=True, fault=fault)
         actions.append(a)
     marked = replace(result, actions=tuple(actions), notes=result.notes + tuple(notes))
-    return hold_block_faults(ctx, marked, faulted)
+    return hold_block_faults(ctx, marked, found)

@@ -335,6 +335,9 @@ class NodeMemory:
     #: cordoned because its reports fell silent past offline_after (ActionReason.OFFLINE):
     #: doubt, so never terminated on that alone (navarch.planner.silence)
     silent_cordon: bool = False
+    #: cordoned while it served nothing (a warm spare, a node burning in; Action.idle):
+    #: out of service without taking a place of the serving nodes' max_unavailable
+    idle_cordon: bool = False
     #: "<boot_id>/<reset>" of the acceptance run the planner accepted ("": none): a node
     #: past burn-in on that boot is not judged against its pool's figures again
     accepted: str = ""
@@ -510,6 +513,7 @@ class NodeView:
     impaired: bool = False  # the lifecycle comes from the cloud's own status, not a report
     impaired_cordon: bool = False  # NodeMemory.impaired_cordon
     silent_cordon: bool = False  # NodeMemory.silent_cordon
+    idle_cordon: bool = False  # NodeMemory.idle_cordon: out, but it served nothing
     orphan: bool = False  # its pool is no longer in fleet.yaml (retired: cordon, drain, terminate)
     #: burn-in's verdict when the node is being or was just judged (navarch.planner.burn_in)
     burn_in: BurnIn | None = None
@@ -576,6 +580,9 @@ class Action:
     # cloud where the provider can (Capability.REPORT_FAULTY_HOST).
     hand_back: bool = False
     peer: str = ""  # nccl_peer: the known-good node of the pool the test pairs with
+    #: cordon: the node serves nothing (a warm spare, a node burning in), so its leaving
+    #: takes no place of the serving nodes' max_unavailable (NodeMemory.idle_cordon)
+    idle: bool = False
 
 
 class HaltRule(enum.StrEnum):

@@ -617,6 +617,7 @@ def _view(
         diag_cordon=nm.diag_cordon,
         impaired_cordon=nm.impaired_cordon,
         silent_cordon=nm.silent_cordon,
+        idle_cordon=nm.idle_cordon,
         repair=nm.repair,
         scale_down_cordon=nm.scale_down_cordon,
         burn_in_cordon=nm.burn_in_cordon,

@@ -36,10 +36,13 @@ Safety rules enforced here (docs/design.md, Safety rules):
     never picked for scale-down; an OFFLINE node is cordoned and replaced, but never
     terminated on its silence alone (navarch.planner.silence);
  3. disruption budget: cordoned + draining + terminating <= max_unavailable per pool
-    (spot preemptions excepted: those nodes go anyway);
+    (spot preemptions excepted: those nodes go anyway), counting only nodes that served
+    (a spare or a node burning in takes no place) and less the spares promoted in place
+    of the serving nodes that leave (navarch.planner.spares.ready_to_stand_in);
  4. circuit breaker (navarch.planner.breaker, one BreakerState per pool and one for the
     fleet, computed once): a pool (or the fleet) whose unhealthy+offline share reaches the
-    threshold, with at least 2 such nodes, gets no new cordon, no scale-down, no rolling
+    threshold, with at least 2 such nodes (a node unhealthy only by a fault its remedies
+    row only alerts on is not counted: navarch.planner.remedy_gate.alert_only), gets no new cordon, no scale-down, no rolling
     replacement and no termination on drain_timeout; a node already cordoned whose drain
     finished (its work is gone, its replacement already surged) is still terminated;
  5. repair rate limit: at most repairs_per_pool_per_hour repairs (replacements of sick,
@@ -100,6 +103,7 @@ from navarch.planner.model import (
 )
 from navarch.planner.observe import Duplicate
 from navarch.planner.pause import hold_all
+from navarch.planner.remedy_gate import alert_only_nodes
 from navarch.planner.repair import (
     impaired_stage,
     redrain_stage,
@@ -142,7 +146,8 @@ def plan(
     Cost: O(N log N) in the number of nodes.
     """
     options = options or PlanOptions()
-    fleet_breaker = breaker_state(views, spec.safety.fleet_circuit_breaker_pct)
+    alerts = alert_only_nodes(spec, views)
+    fleet_breaker = breaker_state(views, spec.safety.fleet_circuit_breaker_pct, alerts)
     fleet = _fleet_stages(spec, views, memory, now, options, duplicates, fleet_breaker)
     by_pool: dict[str, list[NodeView]] = {}
     for v in views:
@@ -170,6 +175,7 @@ def plan(
                 options,
                 top,
                 fleet_breaker,
+                alerts,
             )
         )
     blocked = {d.node for d in duplicates}
@@ -215,13 +221,14 @@ def _plan_pool(
     options: PlanOptions,
     last_index: int,
     fleet_breaker: BreakerState,
+    alerts: frozenset[str] = frozenset(),
 ) -> StageResult:
     """Run the pool's stages in order, folding their results into one StageResult. The
     pool is frozen (no new cordon or termination) when its breaker or the fleet's is open,
-    except under destroy."""
+    except under destroy. alerts: the fleet's alert-only nodes (the breaker skips them)."""
     h = pool.health
     halts: list[Halt] = []
-    breaker = breaker_state(views, spec.safety.circuit_breaker_pct)
+    breaker = breaker_state(views, spec.safety.circuit_breaker_pct, alerts)
     if breaker.open and not options.destroy:
         halts.append(
             Halt(
@@ -233,7 +240,9 @@ def _plan_pool(
         )
     frozen = (breaker.open or fleet_breaker.open) and not options.destroy
     ctx = PoolContext(spec, pool, views, pm, now, frozen, options, last_index)
-    unavailable = sum(v.lifecycle in LEAVING for v in views)
+    # A node out of service that served nothing (a spare, a node burning in) takes no place
+    # of the budget: max_unavailable bounds the work the pool loses at once.
+    unavailable = sum(v.lifecycle in LEAVING and not v.idle_cordon for v in views)
     recent = [r for r in pm.repairs if (now - r).total_seconds() < HOUR_S]
     progress = Progress(
         desired=pool.target_nodes,

@@ -9,19 +9,21 @@ whichever is more). The ladder reads the rest of the row (navarch.planner.ladder
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from navarch.durations import format_duration_s
 from navarch.health import Status
 from navarch.planner.context import PoolContext
 from navarch.planner.model import Lifecycle, NodeView
-from navarch.remedies import row_for
+from navarch.remedies import RemedyRow, row_for
+from navarch.spec import FleetSpec, PoolSpec
 
-__all__ = ["gate"]
+__all__ = ["alert_only", "alert_only_nodes", "gate"]
 
 
-def gate(ctx: PoolContext, v: NodeView) -> str | None:
-    """Why unhealthy node v is not cordoned yet by its fault's remediation table row (a
-    pending line), or None when nothing in the row holds it (or no row, or no fault
-    key: unhealthy without a structured fault, offline, impaired)."""
+def _faulted_row(remedies: tuple[RemedyRow, ...], v: NodeView) -> RemedyRow | None:
+    """The remediation table row that decides unhealthy node v's fault, or None (not
+    unhealthy by a report with a structured fault key, impaired, or no row)."""
     s = v.summary
     if (
         v.lifecycle is not Lifecycle.UNHEALTHY
@@ -31,10 +33,34 @@ def gate(ctx: PoolContext, v: NodeView) -> str | None:
         or s.fault_key is None
     ):
         return None
-    kind = s.fault_key.kind
-    row = row_for(ctx.pool.health.remedies, kind)
-    if row is None:
+    return row_for(remedies, s.fault_key.kind)
+
+
+def alert_only(pool: PoolSpec, v: NodeView) -> bool:
+    """Whether node v of `pool` is unhealthy only by a fault its remediation table row
+    reports and never acts on (``alert``: "report only, never cordon"). Such a node gates
+    nothing: the circuit breaker does not count it and it makes no topology block faulted,
+    since a fault the operator chose not to act on must not hold another node's repair."""
+    row = _faulted_row(pool.health.remedies, v)
+    return row is not None and row.alert
+
+
+def alert_only_nodes(spec: FleetSpec, views: Iterable[NodeView]) -> frozenset[str]:
+    """Names of the nodes of `views` that are ``alert_only`` by their pool's table (nodes of
+    a pool no longer declared have none)."""
+    pools = {p.name: p for p in spec.pools}
+    return frozenset(v.node for v in views if v.pool in pools and alert_only(pools[v.pool], v))
+
+
+def gate(ctx: PoolContext, v: NodeView) -> str | None:
+    """Why unhealthy node v is not cordoned yet by its fault's remediation table row (a
+    pending line), or None when nothing in the row holds it (or no row, or no fault
+    key: unhealthy without a structured fault, offline, impaired)."""
+    row = _faulted_row(ctx.pool.health.remedies, v)
+    s = v.summary
+    if row is None or s is None or s.fault_key is None:
         return None
+    kind = s.fault_key.kind
     where = f"health.remedies row {row.match}"
     if row.alert:
         return f"{v.node}: {kind}: alert only ({where}); not cordoned"

@@ -25,6 +25,7 @@ from navarch.planner.context import (
 )
 from navarch.planner.context import iid as _iid
 from navarch.planner.model import (
+    LEAVING,
     SERVING,
     Action,
     ActionKind,
@@ -38,6 +39,7 @@ from navarch.planner.model import (
 )
 from navarch.planner.observe import fault_of
 from navarch.planner.remedy_gate import gate
+from navarch.planner.spares import ready_to_stand_in, serves_nothing
 from navarch.planner.stockout import holds
 
 
@@ -293,15 +295,19 @@ def repair_stage(ctx: PoolContext, prog: Progress) -> StageResult:
     maintenance (soonest deadline first). A preemption goes whatever the budget; a
     maintenance notice is no fault: it waits for the budget but not the rate limit. A node
     named by `--replace` is the operator's explicit override of the circuit breaker and of
-    auto_replace: false, for that node only (budget and rate limit still apply).
+    auto_replace: false, for that node only (budget and rate limit still apply). A node
+    that serves nothing (a warm spare, a node burning in: spares.serves_nothing) and a
+    serving node a ready spare stands in for (spares.ready_to_stand_in; the spares stage
+    promotes it) take no place of the budget: neither costs the pool capacity. A node
+    the budget holds gets a pending line naming what holds it and the way out.
     """
-    h, pool = ctx.pool.health, ctx.pool
+    h = ctx.pool.health
     actions: list[Action] = []
     halts: list[Halt] = []
     pending: list[str] = []
     budget, rate_left, leaving = prog.budget, prog.rate_left, list(prog.leaving)
+    free: set[str] = set()  # leaving this run without a place of the budget
     for rank, v in _ranked_repairs(ctx):
-        repair = rank.counts_as_repair
         requested = v.node in ctx.options.replace
         if not h.auto_replace and not requested:
             pending.append(f"{v.node}: {v.lifecycle.value} ({v.reason}); auto_replace is off")
@@ -310,32 +316,56 @@ def repair_stage(ctx: PoolContext, prog: Progress) -> StageResult:
         if held is not None:  # the remediation table's row says to wait, or only to alert
             pending.append(held)
             continue
+        why = _repair_why(v, rank, requested)
         if v.lifecycle is not Lifecycle.PREEMPTING:
             if ctx.frozen and not requested:
                 continue  # the circuit-breaker halt already says why
-            halt = _repair_halt(ctx, v.node, budget, rate_left, repair=repair)
+            so_far = replace(prog, leaving=tuple(leaving))
+            stand_in = next(iter(ready_to_stand_in(ctx, so_far)), None)
+            idle = serves_nothing(ctx, v)
+            costs = not idle and stand_in is None
+            halt = _repair_halt(
+                ctx, v.node, budget if costs else 1, rate_left, repair=rank.counts_as_repair
+            )
             if halt is not None:
                 halts.append(halt)
+                if halt.rule is HaltRule.DISRUPTION_BUDGET:
+                    pending.append(_budget_held(ctx, v, leaving, free))
                 continue
-            budget -= 1
-            rate_left -= repair
+            budget -= costs
+            rate_left -= rank.counts_as_repair
+            if not costs:
+                free.add(v.node)
+            if not idle and stand_in is not None:
+                why += f"; spare {stand_in} serves in its place"
         leaving.append(v.node)
         code = ActionReason.REPLACE_REQUESTED if requested else _repair_code(v, rank)
-        actions.extend(
-            cordon_and_drain(
-                pool.name,
-                v,
-                _repair_why(v, rank, requested),
-                code,
-                repair=repair,
-                fault=_repair_fault(v),
-            )
+        cordon, drain = cordon_and_drain(
+            ctx.pool.name, v, why, code, repair=rank.counts_as_repair, fault=_repair_fault(v)
         )
+        actions.extend((replace(cordon, idle=serves_nothing(ctx, v)), drain))
     return StageResult(
         replace(prog, budget=budget, rate_left=rate_left, leaving=tuple(leaving)),
         tuple(actions),
         tuple(halts),
         pending=tuple(pending),
+    )
+
+
+def _budget_held(ctx: PoolContext, v: NodeView, leaving: list[str], free: set[str]) -> str:
+    """The pending line of sick node v held by the disruption budget: the nodes out of
+    service that take max_unavailable's places, and the ways out."""
+    out = sorted(
+        {x.node for x in ctx.views if x.lifecycle in LEAVING and not x.idle_cordon}
+        | {n for n in leaving if n not in free}
+    )
+    n = ctx.pool.health.max_unavailable_nodes(ctx.pool.target_nodes)
+    return (
+        f"{v.node}: {v.lifecycle.value} ({v.reason}), held: max_unavailable {n} is taken by "
+        f"{', '.join(out) or 'nodes leaving this run'}; it is cordoned once one of them is "
+        "back in service or gone (`navarch apply --replace NODE` for one that is silent), "
+        "once a ready spare can take its place (nodes.spares), or with a larger "
+        "health.max_unavailable"
     )
 
 

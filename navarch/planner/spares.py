@@ -28,9 +28,25 @@ from __future__ import annotations
 from dataclasses import replace
 
 from navarch.planner.context import PoolContext, Progress, StageResult, iid, terminate_node
-from navarch.planner.model import LEAVING, Action, ActionKind, ActionReason, Lifecycle, NodeView
+from navarch.planner.model import (
+    LEAVING,
+    Action,
+    ActionKind,
+    ActionReason,
+    BurnIn,
+    Lifecycle,
+    NodeView,
+)
 
-__all__ = ["held", "not_serving", "returning", "spares_stage", "wanted"]
+__all__ = [
+    "held",
+    "not_serving",
+    "ready_to_stand_in",
+    "returning",
+    "serves_nothing",
+    "spares_stage",
+    "wanted",
+]
 
 #: A spare the agent's reports leave in doubt, or one booting again (a state that says so),
 #: is still a spare: never promoted until SPARE (healthy), never counted as serving.
@@ -75,6 +91,38 @@ def held(ctx: PoolContext, prog: Progress) -> list[NodeView]:
             and v.lifecycle in _HOLDING
         )
     ]
+
+
+#: Burn-in verdicts of a node that has not served since its boot.
+_JUDGED = frozenset({BurnIn.RUNNING, BurnIn.FAILED, BurnIn.TIMED_OUT})
+
+
+def serves_nothing(ctx: PoolContext, v: NodeView) -> bool:
+    """Whether v serves no work: a warm spare (PoolMemory.spares, whatever its health), a
+    node burning in (cordoned for it, or judged by burn-in this run), or one that left
+    service while it was either (NodeMemory.idle_cordon). Its leaving takes no place of
+    the serving nodes' disruption budget: max_unavailable bounds the work a pool loses at
+    once, and such a node holds none (docs/design.md, Safety rules, rule 3)."""
+    return (
+        v.node in ctx.pm.spares
+        or v.burn_in_cordon
+        or v.idle_cordon
+        or v.lifecycle is Lifecycle.BURN_IN
+        or v.burn_in in _JUDGED
+    )
+
+
+def ready_to_stand_in(ctx: PoolContext, prog: Progress) -> list[str]:
+    """The SPARE nodes the next serving node to leave this run may count on, in the order
+    spares_stage promotes them: held spares that are healthy, less those a shortage
+    already calls for (fewer nodes serve than desired); none while more nodes serve than
+    desired (one leaving makes no shortage, so no spare is promoted). A serving node's
+    cordon that one of them stands in for costs no capacity, so the disruption budget does
+    not hold it."""
+    short = prog.desired - len(_serving(ctx, prog))
+    if short < 0:
+        return []
+    return [v.node for v in held(ctx, prog) if v.lifecycle is Lifecycle.SPARE][short:]
 
 
 def _out_for_fault(v: NodeView, prog: Progress) -> bool:

@@ -189,6 +189,8 @@ def _ladder_to_json(n: NodeMemory) -> dict[str, Any]:
         out["impaired_cordon"] = True
     if n.silent_cordon:
         out["silent_cordon"] = True
+    if n.idle_cordon:
+        out["idle_cordon"] = True
     if n.accepted:
         out["accepted"] = n.accepted
     if n.scale_down_cordon:
@@ -261,6 +263,7 @@ def _ladder_from_json(n: Mapping[str, Any]) -> dict[str, Any]:
         "impaired_since": parse_ts(n.get("impaired_since")),
         "impaired_cordon": n.get("impaired_cordon", False),
         "silent_cordon": n.get("silent_cordon", False),
+        "idle_cordon": n.get("idle_cordon", False),
         "accepted": node_text(n.get("accepted", "")),
         "scale_down_cordon": n.get("scale_down_cordon", False),
         "burn_in_cordon": n.get("burn_in_cordon", False),
@@ -431,6 +434,7 @@ _LADDER_KEYS = frozenset(
         "impaired_since",
         "impaired_cordon",
         "silent_cordon",
+        "idle_cordon",
         "accepted",
         "scale_down_cordon",
         "burn_in_cordon",

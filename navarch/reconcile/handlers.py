@@ -89,6 +89,7 @@ def _no_phase(nm: NodeMemory, now: datetime) -> NodeMemory:
         diag_cordon=False,
         impaired_cordon=False,
         silent_cordon=False,
+        idle_cordon=False,
         scale_down_cordon=False,
         burn_in_cordon=False,
     )
@@ -293,6 +294,7 @@ class Handlers:
             diag_cordon=scheduled,
             impaired_cordon=a.action_reason is ActionReason.IMPAIRED_FIRST_SEEN,
             silent_cordon=a.action_reason is ActionReason.OFFLINE,
+            idle_cordon=a.idle,
             scale_down_cordon=a.action_reason is ActionReason.SCALE_DOWN,
         )
         if scheduled:  # out for scheduled diagnostics, returned after them

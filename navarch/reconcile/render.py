@@ -264,6 +264,8 @@ def action_to_json(a: Action) -> dict[str, Any]:
         ladder["hand_back"] = True
     if a.peer:
         ladder["peer"] = a.peer
+    if a.idle:
+        ladder["idle"] = True
     return {
         "action": a.kind.value,
         "pool": a.pool,
@@ -315,6 +317,7 @@ def action_from_json(d: dict[str, Any]) -> Action:
         block=d.get("block", ""),
         hand_back=d.get("hand_back", False),
         peer=d.get("peer", ""),
+        idle=d.get("idle", False),
     )
 
 

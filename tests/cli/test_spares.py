@@ -93,3 +93,34 @@ def test_a_cured_node_refills_the_spare_set_and_spares_go_first_on_shrink(
     _spares(fleet_dir, 0)  # shrink: the spare goes first
     out = _cycle(navarch)
     assert f"~ cordon {spares[0]}" in out and "scale down" in out, out
+
+
+def _in_minutes(minutes: int) -> dict[str, str]:
+    from datetime import UTC, datetime, timedelta
+
+    return {"NAVARCH_NOW": (datetime.now(UTC) + timedelta(minutes=minutes)).isoformat()}
+
+
+def test_a_silent_spare_never_holds_a_serving_nodes_repair(navarch, fleet_dir) -> None:
+    _spares(fleet_dir, 1)
+    navarch.ok("apply", "fleet.yaml", "--auto-approve")
+    _cycle(navarch)  # demo-train-0004 is held as the spare
+    navarch.ok("local", "inject", "fleet.yaml", "demo-train-0004", "--silent")
+    later = _in_minutes(11)
+    navarch.ok("local", "tick", "fleet.yaml", env=later)
+    out = navarch.ok("apply", "fleet.yaml", "--auto-approve", env=later).out
+    assert "~ cordon demo-train-0004" in out, out  # silent: out of service, never terminated
+    for minutes in (12, 13):  # its replacement boots and joins the spare set
+        navarch.ok("local", "tick", "fleet.yaml", env=_in_minutes(minutes))
+        navarch.ok("apply", "fleet.yaml", "--auto-approve", env=_in_minutes(minutes))
+    navarch.ok("local", "inject", "fleet.yaml", SICK, "--xid", "79")
+    outs = []
+    for minutes in (14, 15):  # two runs
+        navarch.ok("local", "tick", "fleet.yaml", env=_in_minutes(minutes))
+        run = navarch("apply", "fleet.yaml", "--auto-approve", env=_in_minutes(minutes))
+        outs.append(run.out + run.err)
+    text = "\n".join(outs)
+    assert f"~ cordon {SICK}" in text, text
+    assert f"promoted to serve in place of {SICK}" in text, text
+    nodes = _train(navarch)
+    assert nodes[SICK]["lifecycle"] in ("draining", "cordoned", "remediating"), nodes[SICK]

@@ -27,6 +27,7 @@ from navarch.planner.model import (
     DiagWhy,
     Fault,
     Halt,
+    HaltRule,
     Memory,
     Plan,
 )
@@ -318,3 +319,11 @@ def test_a_failing_action_is_reported_once_until_it_succeeds(tmp_path: Path) -> 
     ]
     assert lines[0]["condition"] == "train/demo-train-0002/cordon/action_failed"
     assert load_state(store, "demo").active == {}
+
+
+def test_a_block_fault_halt_is_notified_as_a_critical_condition() -> None:
+    halt = Halt("train", HaltRule.BLOCK_FAULT, "rack or switch fault in block z1/rack-1: ...")
+    (event,) = plan_conditions(result(halts=(halt,)).plan).values()
+    assert event.kind is EventKind.BLOCK_FAULT
+    assert event.severity.value == "critical"
+    assert event.condition == "train/block_fault"

@@ -92,7 +92,7 @@ def child_reports(round_no: int, out: str) -> None:
     """A signed healthy report (sequence round_no, generated now) for every live node."""
     import boto3
 
-    from navarch.signing import derive_node_key, sign
+    from navarch.report.signing import derive_node_key, sign
 
     tmp = Path(out).parent
     template = benchlib.report_template(tmp, FLEET, GPUS)

@@ -228,7 +228,7 @@ def populate(
     from botocore.config import Config
 
     from navarch.inventory import launch_id, ownership_tags
-    from navarch.signing import derive_node_key, sign
+    from navarch.report.signing import derive_node_key, sign
 
     # moto serves one request at a time (GIL) and slows as it fills: long read timeout.
     config = Config(

@@ -3,7 +3,7 @@ thread's longest gap while rules run.
 
     python bench/rule_cost.py [--reports N]
 
-The rule is eight exists() over xids (navarch.policy.RULE_COST_MAX), none matching, so
+The rule is eight exists() over xids (navarch.fleet.policy.RULE_COST_MAX), none matching, so
 every one visits all 256 XIDs. A background thread wakes every 10 ms, as the lease's
 renewal would, and records its longest gap while N reports are judged one after another.
 Prints one line: ``rule_ms_median=X rule_ms_max=Y heartbeat_gap_ms_max=Z``. Target (the
@@ -18,7 +18,7 @@ import statistics
 import threading
 import time
 
-from navarch.policy import SAMPLE_REPORT, compile_rule, evaluate
+from navarch.fleet.policy import SAMPLE_REPORT, compile_rule, evaluate
 
 
 def main() -> None:

@@ -126,7 +126,7 @@ def write_fleet(directory: Path, nodes: int) -> Path:
 
 def write_reports(directory: Path) -> int:
     """One signed healthy report per fleet machine, into the fleet's file store."""
-    from navarch.signing import derive_node_key, sign
+    from navarch.report.signing import derive_node_key, sign
     from navarch.stores.file import FileStore
 
     template = benchlib.report_template(directory, FLEET, GPUS)
@@ -150,7 +150,7 @@ def write_reports(directory: Path) -> int:
 
 def change_reports(directory: Path, pct: int = CHANGED_PCT) -> int:
     """Re-sign every (100 / pct)-th report with the next sequence -> reports changed."""
-    from navarch.signing import derive_node_key, sign
+    from navarch.report.signing import derive_node_key, sign
     from navarch.stores.file import FileStore
 
     store = FileStore(directory / "store")
@@ -183,7 +183,7 @@ def change_named_reports(
     the next sequence -> their keys (what the store's notifications would name), also
     written to events.json. With `fault` each becomes the agent's unhealthy report of an
     XID 79 (FAULT_LINE) on that node's boot."""
-    from navarch.signing import derive_node_key, sign
+    from navarch.report.signing import derive_node_key, sign
     from navarch.stores.file import FileStore
 
     store = FileStore(directory / "store")
@@ -221,8 +221,8 @@ def floor(fleet_file: str) -> int:
     """List the machines, list the reports, read and verify every one -> reports accepted."""
     from datetime import UTC, datetime
 
-    from navarch.fleet_file import load_fleet
-    from navarch.fleet_secret import read_fleet_secret
+    from navarch.fleet.load import load_fleet
+    from navarch.fleet.secret import read_fleet_secret
     from navarch.providers import open_provider
     from navarch.reconcile.reports import _stored_at, verify_report
     from navarch.stores import open_store

@@ -37,7 +37,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from navarch.health_report import RejectReason
+    from navarch.report.health_report import RejectReason
 
 
 class NavarchError(Exception):
@@ -172,7 +172,7 @@ class StalePlan(NavarchError):
 
 class ReportRejected(NavarchError):
     """A health report failed verification. Attribute: reason (a
-    navarch.health_report.RejectReason, a str serialised by its value)."""
+    navarch.report.health_report.RejectReason, a str serialised by its value)."""
 
     def __init__(self, reason: RejectReason, detail: str = "") -> None:
         self.reason = reason

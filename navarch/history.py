@@ -31,12 +31,11 @@ from typing import Any
 import orjson
 
 from navarch.actor import Actor
-from navarch.health import Remedy
 from navarch.planner.model import Memory, Phase, ReportSummary
+from navarch.report.health import Remedy
+from navarch.report.timefmt import ts
 from navarch.stores.base import ObjectStore
-from navarch.textsafe import plain
-from navarch.timefmt import ts
-from navarch.wording import counted
+from navarch.textsafe import counted, plain
 
 HISTORY_FORMAT_VERSION = 1
 

@@ -2,7 +2,7 @@
 and the run's ApplyResult.
 
 Plain data on a low floor: the executor (navarch.reconcile) makes these, and the notifier
-(navarch.notify), the metrics (navarch.metrics), the simulator and navarch.api read them,
+(navarch.notify), the metrics (navarch.notify.metrics), the simulator and navarch.api read them,
 so none of the readers needs the reconciler to know their shape. kopf's
 `_core/actions/execution.py` is the model: executing a step returns an outcome (done, or
 failed for now, or failed until a human acts) instead of raising.
@@ -22,8 +22,8 @@ from navarch.errors import (
     StoreUnavailable,
     TransientError,
 )
+from navarch.inventory import Reservation
 from navarch.planner.model import Action, ActionReason, DiagState, Memory, Plan
-from navarch.reservations import Reservation
 from navarch.textsafe import plain
 
 
@@ -126,7 +126,7 @@ class ApplyResult:
     memory: Memory
     run_id: str
     audit_error: str | None = None
-    #: the reservations the run read (navarch.reservations): the notifier's idle check
+    #: the reservations the run read (navarch.inventory): the notifier's idle check
     reservations: tuple[Reservation, ...] = ()
 
 

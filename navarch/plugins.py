@@ -39,8 +39,8 @@ from dataclasses import dataclass
 from importlib.metadata import EntryPoint
 from typing import Any, Protocol, runtime_checkable
 
-from navarch.compat import StrEnum, entry_points_of
 from navarch.errors import NavarchError, PluginError
+from navarch.report.compat import StrEnum, entry_points_of
 
 
 class Group(StrEnum):

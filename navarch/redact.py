@@ -1,6 +1,6 @@
 """Secrets out of what navarch shows: fleet.yaml text, JSON documents and free text.
 
-One helper for every answer that leaves the house through an assistant (navarch.mcp_server):
+One helper for every answer that leaves the house through an assistant (navarch.mcp.server):
 the fleet.yaml resource, tool results and validation problems. It knows two things:
 
 - the keys of fleet.yaml that carry a secret when written inline (schemas/fleet.schema.json:

@@ -15,6 +15,8 @@ surrogates, a bounded length) and escaped again for each sink's format where it 
 
 JSON sinks (webhook, PagerDuty, the audit log) need only `node_text`: json.dumps escapes
 the rest. The status page escapes through jinja2's HTML autoescape.
+
+How navarch says a count in English, so no line says "node(s)".
 """
 
 from __future__ import annotations
@@ -113,3 +115,9 @@ def operator_reason(reason: str, why_needed: str) -> str:
             "and link to the details"
         )
     return text
+
+
+def counted(n: int, noun: str, plural: str = "") -> str:
+    """ "1 node", "3 nodes", "0 nodes": n and the noun, plural unless n is 1. plural: the
+    plural form when it is not noun + "s" (e.g. "zones/types")."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"

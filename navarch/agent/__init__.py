@@ -12,7 +12,7 @@ Modules: config (agent.yaml), runner (one run), watch (a long-running agent), ch
 of a run's node-local I/O, one seam), notices (cloud metadata), state (what one run hands the
 next), store (its own stdlib object-store client), metrics (its Prometheus textfile),
 bundle (the zipapp nodes run), install (systemd units), cli (the `navarch agent`
-subcommands). The cloud-init and systemd templates are rendered by navarch.bootstrap.
+subcommands). The cloud-init and systemd templates are rendered by navarch.agent.bootstrap.
 """
 
 from __future__ import annotations

@@ -50,7 +50,7 @@ BUNDLE_NAME = "navarch-agent.pyz"
 VENDORED = ("yaml", "pynvml", "rfc8785", "prometheus_client")
 
 #: navarch modules the agent imports inside functions on its run path.
-LAZY_MODULES = ("navarch", "navarch.signing", "navarch.stores.file", "navarch.agent.store")
+LAZY_MODULES = ("navarch", "navarch.report.signing", "navarch.stores.file", "navarch.agent.store")
 
 #: The directory the systemd unit names in NAVARCH_BUNDLE_CACHE (under its ReadWritePaths).
 BUNDLE_CACHE = "/var/lib/navarch/bundle"

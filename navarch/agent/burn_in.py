@@ -38,24 +38,21 @@ import json
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from navarch.acceptance import (
+from navarch.agent.acceptance_tools import TOOL_TESTS, FakeToolHost, SystemToolHost, ToolHost
+from navarch.agent.gpu import GpuProbe, fake_requested
+from navarch.report.acceptance import (
     AcceptancePolicy,
     AcceptanceResult,
     AcceptanceRun,
     AcceptanceStatus,
     AcceptanceTest,
-    DriftPolicy,
-    SuiteDepth,
 )
-from navarch.agent.acceptance_tools import TOOL_TESTS, FakeToolHost, SystemToolHost, ToolHost
-from navarch.agent.gpu import GpuProbe, fake_requested
-from navarch.compat import UTC
-from navarch.errors import ConfigError
+from navarch.report.compat import UTC
 
 if TYPE_CHECKING:
     from navarch.agent.config import AgentConfig
@@ -68,8 +65,6 @@ __all__ = [
     "bound_tool_tests",
     "inventory_results",
     "load_overrides",
-    "policy_from_mapping",
-    "policy_to_mapping",
     "real_tool_tests",
     "run_named_tests",
     "tick_run",
@@ -93,64 +88,6 @@ _INVENTORY = "navarch agent"
 
 def _iso(dt: datetime) -> str:
     return dt.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-# --- the policy as agent.yaml holds it ------------------------------------------------------
-
-
-def policy_to_mapping(policy: AcceptancePolicy) -> dict[str, Any]:
-    """The policy as agent.yaml's ``acceptance:`` mapping (field names, enums by value)."""
-    out: dict[str, Any] = {}
-    for f in fields(policy):
-        value = getattr(policy, f.name)
-        if isinstance(value, (SuiteDepth, DriftPolicy)):
-            value = value.value
-        elif isinstance(value, Mapping):
-            value = dict(value)
-        out[f.name] = value
-    return out
-
-
-def policy_from_mapping(doc: Any, file: str | None = None) -> AcceptancePolicy:
-    """agent.yaml's ``acceptance:`` mapping -> AcceptancePolicy (missing keys: defaults).
-
-    Raises ConfigError naming ``acceptance.KEY`` for an unknown key or a bad value.
-    """
-    if not isinstance(doc, Mapping):
-        raise ConfigError("acceptance must be a mapping", file=file, key_path="acceptance")
-    known = {f.name for f in fields(AcceptancePolicy)}
-    kwargs: dict[str, Any] = {}
-    for key, value in doc.items():
-        where = f"acceptance.{key}"
-        if key not in known:
-            raise ConfigError(
-                f"unknown key {key!r}",
-                file=file,
-                key_path=where,
-                hint=f"known keys: {', '.join(sorted(known))}",
-            )
-        try:
-            if key == "depth":
-                value = SuiteDepth(value)
-            elif key == "drift":
-                value = DriftPolicy(value)
-            elif key == "versions":
-                value = {str(k): str(v) for k, v in dict(value).items()}
-            elif key == "instance_type":
-                value = str(value)
-            elif key in ("enabled", "multi_node"):
-                if not isinstance(value, bool):
-                    raise ValueError("expected true or false")
-            elif value is not None and key != "dcgm_diag_level" and not key.startswith("expected_"):
-                value = float(value)
-            elif value is not None:
-                if isinstance(value, bool) or not isinstance(value, (int, float)):
-                    raise ValueError("expected a number")
-                value = value if key == "expected_ib_rate_gbps" else int(value)
-        except (TypeError, ValueError) as exc:
-            raise ConfigError(f"bad value {value!r}: {exc}", file=file, key_path=where) from exc
-        kwargs[key] = value
-    return AcceptancePolicy(**kwargs)
 
 
 # --- the fake backend's overrides -----------------------------------------------------------

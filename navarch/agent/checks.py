@@ -9,7 +9,7 @@ Three kinds, evaluated by navarch.agent.runner in this order, and plugins last:
 - then checks from navarch.checks plugins (navarch.agent.plugin_checks), each guarded.
 
 Each check yields ``Check(name, status, action, message, gpu_index, evidence)``. Status
-order (worst wins) is navarch.health.Status's: healthy < degraded < unknown < unhealthy.
+order (worst wins) is navarch.report.health.Status's: healthy < degraded < unknown < unhealthy.
 Thresholds and their sources are in each function's docstring (gpu-health.md §1).
 
 The agent reports facts. Every degraded or unhealthy check names its fault
@@ -27,9 +27,9 @@ from typing import Any
 
 from navarch.agent.gpu import GpuProbe, ProbeErrorKind
 from navarch.agent.kernel_log import XidEvent
-from navarch.health import FaultKey, Remedy, Status, fault_kind
-from navarch.health_report import ReportCheck
-from navarch.xid import Severity
+from navarch.report.health import FaultKey, Remedy, Status, fault_kind
+from navarch.report.health_report import ReportCheck
+from navarch.report.xid import Severity
 
 __all__ = [
     "Check",
@@ -67,13 +67,13 @@ class Check:
     def fault_key(self) -> FaultKey | None:
         """The fault this check reports, or None when it reports none (healthy, or unknown:
         doubt is not a fault). Kind: ``fault_kind``, else the check's name, in the report
-        schema's key grammar (navarch.health.fault_kind)."""
+        schema's key grammar (navarch.report.health.fault_kind)."""
         if self.status not in (Status.UNHEALTHY, Status.DEGRADED):
             return None
         return FaultKey(fault_kind(self.fault_kind or self.name), self.gpu_index)
 
     def to_report(self) -> ReportCheck:
-        """The check as the report's checks[] item (navarch.health_report.ReportCheck):
+        """The check as the report's checks[] item (navarch.report.health_report.ReportCheck):
         message capped at 1,024 characters, plugin at 200; the fault counts only with a
         fault key."""
         key = self.fault_key()
@@ -108,7 +108,7 @@ class CounterSample:
 
 H, D, UK, U = Status.HEALTHY, Status.DEGRADED, Status.UNKNOWN, Status.UNHEALTHY
 
-#: A catalogue severity as a check status (navarch.xid).
+#: A catalogue severity as a check status (navarch.report.xid).
 SEVERITY_STATUS = {Severity.IGNORE: H, Severity.WARNING: D, Severity.FATAL: U}
 
 _INIT = {
@@ -221,7 +221,7 @@ def handle_checks(probe: GpuProbe) -> list[Check]:
 def xid_checks(events: Sequence[XidEvent], bdf_to_index: Mapping[str, int]) -> list[Check]:
     """One check per (kind, code, PCI bus) among this boot's latched XID / SXid events.
 
-    Severity (navarch.xid, NVIDIA XID catalogue): fatal -> unhealthy, warning -> degraded,
+    Severity (navarch.report.xid, NVIDIA XID catalogue): fatal -> unhealthy, warning -> degraded,
     ignore -> healthy with action none (the application, not the node, needs a restart).
     The fault kind is "<kind>:<code>" (``xid:79``, ``sxid:20034``), the GPU its PCI bus's.
     """

@@ -22,7 +22,7 @@ from datetime import datetime
 from typing import Any, TextIO
 
 from navarch.agent.config import DEFAULT_CONFIG_PATH
-from navarch.compat import UTC
+from navarch.report.compat import UTC
 
 __all__ = ["register", "JsonLogFormatter"]
 

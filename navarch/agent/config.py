@@ -20,7 +20,7 @@ Example (what templates/cloud-init.yaml.j2 writes)::
     notice_file: null       # a JSON notice {"kind", "source", "deadline", "detail"} (local provider)
     plugin_check_timeout_s: 30   # per navarch.checks plugin; past it, that check is degraded
     heartbeat_s: 300        # an unchanged report is written again after this long (see below)
-    acceptance: null        # the pool's acceptance suite (navarch.agent.burn_in.policy_to_mapping)
+    acceptance: null        # the pool's acceptance suite (navarch.report.acceptance.policy_to_mapping)
     acceptance_file: null   # fake backend only: the tools' answers (navarch local inject --acceptance)
 
 The agent checks every timer interval (30 s by default) and writes its report at once when
@@ -37,10 +37,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from navarch.acceptance import AcceptancePolicy
-from navarch.agent.burn_in import policy_from_mapping
-from navarch.bootstrap import DEFAULT_STATE_FILE
+from navarch.agent.bootstrap import DEFAULT_STATE_FILE
 from navarch.errors import ConfigError
+from navarch.report.acceptance import AcceptancePolicy, policy_from_mapping
 
 __all__ = ["AgentConfig", "load_config", "DEFAULT_CONFIG_PATH", "METADATA_KINDS"]
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from navarch.compat import StrEnum
+from navarch.report.compat import StrEnum
 
 __all__ = [
     "ProbeErrorKind",

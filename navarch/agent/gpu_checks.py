@@ -15,8 +15,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from navarch.agent.checks import SEVERITY_STATUS, Check, CounterSample
 from navarch.agent.gpu import GpuSnapshot
-from navarch.health import Remedy, Status
-from navarch.xid import recovery_action
+from navarch.report.health import Remedy, Status
+from navarch.report.xid import recovery_action
 
 __all__ = [
     "Baselines",
@@ -294,7 +294,7 @@ def _recovery_action(g: GpuSnapshot, b: Baselines) -> list[Check]:
     1/2/4/6/7 unhealthy with the catalogue's action (fault kind
     ``recovery_action:<name>``).
 
-    Source: gpu-health.md row 5; DCGM MonitorGpuRecoveryAction; navarch.xid.recovery_action.
+    Source: gpu-health.md row 5; DCGM MonitorGpuRecoveryAction; navarch.report.xid.recovery_action.
     """
     if g.recovery_action is None:
         return []

@@ -30,8 +30,8 @@ from navarch.agent import kernel_log as kl
 from navarch.agent.checks import Check
 from navarch.agent.config import AgentConfig
 from navarch.agent.state import AgentState, load_state, save_state
-from navarch.compat import UTC
-from navarch.health_report import NoticeKind, NoticeSource, ReportNotice
+from navarch.report.compat import UTC
+from navarch.report.health_report import NoticeKind, NoticeSource, ReportNotice
 
 __all__ = [
     "NodeHost",

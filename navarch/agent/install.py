@@ -1,6 +1,6 @@
 """Install the agent's systemd units on this machine (`navarch agent install`).
 
-The units' text comes from navarch.bootstrap (templates/), shared with cloud-init.
+The units' text comes from navarch.agent.bootstrap (templates/), shared with cloud-init.
 
 """
 
@@ -13,8 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from navarch.agent.bootstrap import render_units
 from navarch.agent.config import AgentConfig
-from navarch.bootstrap import render_units
 
 __all__ = ["install_units", "UNIT_DIR"]
 

@@ -41,9 +41,9 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from navarch.compat import UTC
-from navarch.health import Remedy
-from navarch.xid import Severity, XidInfo, lookup_event, lookup_sxid
+from navarch.report.compat import UTC
+from navarch.report.health import Remedy
+from navarch.report.xid import Severity, XidInfo, lookup_event, lookup_sxid
 
 __all__ = [
     "BURST_WINDOW_S",
@@ -85,7 +85,7 @@ class XidEvent:
     kind: "xid" or "sxid"; pci_bus_id: lower-case dddd:bb:dd; time: aware UTC or None;
     uptime_s: seconds since boot or None; uuid: from a preceding "GPU at PCI:" line;
     subcode: NVLink5 ``(intrinfo>>20)&0x3F`` or None; count: lines collapsed; info: the
-    catalogue entry refined by the line (navarch.xid.lookup_event / lookup_sxid).
+    catalogue entry refined by the line (navarch.report.xid.lookup_event / lookup_sxid).
     """
 
     kind: str

@@ -33,8 +33,8 @@ from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Any
 
-from navarch.compat import UTC
-from navarch.health_report import NoticeKind, NoticeSource, ReportNotice
+from navarch.report.compat import UTC
+from navarch.report.health_report import NoticeKind, NoticeSource, ReportNotice
 
 __all__ = ["Notice", "fetch_notice", "detect_cloud", "DEFAULT_BASES"]
 
@@ -57,7 +57,7 @@ class Notice:
     detail: str
 
     def to_report(self) -> ReportNotice:
-        """The report's ``notice`` (navarch.health_report)."""
+        """The report's ``notice`` (navarch.report.health_report)."""
         return ReportNotice(
             self.kind,
             NoticeSource(self.source),

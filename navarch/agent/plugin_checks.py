@@ -25,9 +25,9 @@ from typing import Any
 
 from navarch.agent.checks import Check
 from navarch.errors import NavarchError, PluginError
-from navarch.health import Remedy, Status
 from navarch.plugins import Group, PluginRef, call_within, discover, load
-from navarch.signing import canonical_bytes
+from navarch.report.health import Remedy, Status
+from navarch.report.signing import canonical_bytes
 
 __all__ = [
     "plugin_checks",

@@ -2,9 +2,9 @@
 
 Report rules (docs/design.md, Health report; schemas/health-report.schema.json):
 
-- ``status`` = worst check status (navarch.health.Status: healthy < degraded < unknown <
+- ``status`` = worst check status (navarch.report.health.Status: healthy < degraded < unknown <
   unhealthy); ``action`` = the strongest remedy the catalogue recommends for the checks'
-  faults (navarch.health.Remedy order). The agent reports facts; the planner's ladder
+  faults (navarch.report.health.Remedy order). The agent reports facts; the planner's ladder
   alone decides the remedy (nothing on the node overrides the pool's ``remediation``).
 - ``health_score`` = max(0, 100 - 40 x unhealthy checks - 25 x unknown - 10 x degraded).
 - Latching: every XID event seen during this boot stays in ``xids`` and in the checks of
@@ -37,7 +37,6 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from navarch.acceptance import AcceptanceRun
 from navarch.agent import kernel_log as kl
 from navarch.agent.burn_in import ToolBench, tick_run
 from navarch.agent.checks import Check, CounterSample, probe_checks, xid_checks
@@ -46,11 +45,12 @@ from navarch.agent.gpu import GpuBackend, GpuProbe, GpuSnapshot, ProbeError, Pro
 from navarch.agent.gpu_checks import HW_SLOWDOWN_WINDOW, gpu_checks, hw_slowdown
 from navarch.agent.host import FileHost, NodeHost
 from navarch.agent.state import AgentState, prune_faults
-from navarch.compat import UTC
-from navarch.health import Remedy, Status
-from navarch.health_report import GpuReading, HealthReport, ReportNotice, ReportXid, XidKind
-from navarch.signing import fast_loads, sign_for_store
-from navarch.xid import Severity, XidInfo
+from navarch.report.acceptance import AcceptanceRun
+from navarch.report.compat import UTC
+from navarch.report.health import Remedy, Status
+from navarch.report.health_report import GpuReading, HealthReport, ReportNotice, ReportXid, XidKind
+from navarch.report.signing import fast_loads, sign_for_store
+from navarch.report.xid import Severity, XidInfo
 
 __all__ = [
     "run_once",

@@ -56,7 +56,7 @@ class AgentState:
     streaks: fault id ("kind" or "kind@gpu") -> consecutive checks of this boot that saw it
     written: the last report written: {"at_s": float, "change": str (its change digest,
               navarch.agent.runner.change_digest)}; empty before the first write
-    acceptance: this boot's acceptance run (navarch.acceptance.AcceptanceRun.to_json);
+    acceptance: this boot's acceptance run (navarch.report.acceptance.AcceptanceRun.to_json);
               empty when none ran (navarch.agent.burn_in)
     """
 

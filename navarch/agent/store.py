@@ -42,8 +42,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from navarch.compat import UTC
 from navarch.errors import ConfigError, NotFound, StoreError
+from navarch.report.compat import UTC
 from navarch.stores.base import Blob
 
 __all__ = ["open_agent_store", "HttpStore", "sigv4_headers", "AwsCredentials"]

@@ -10,7 +10,7 @@ acting, as a function.
     api.cordon(fleet, "demo-train-0002", "flaky NCCL", actor=me).to_json()
 
 Every function here is the one place its verb is carried out: the CLI (navarch.cli) and
-the MCP server (navarch.mcp_server) only parse, call these and render, so a script, an
+the MCP server (navarch.mcp.server) only parse, call these and render, so a script, an
 assistant and a person at a terminal get the same document and the same errors. Each
 returns a frozen value with `to_json()` (the CLI's `--json` form, valid against the
 schema in `schemas/` it names where it has one). Errors are the classes of navarch.errors

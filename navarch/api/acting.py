@@ -79,7 +79,7 @@ def apply(
     audit record of the run as `by`; the caller says it (the CLI reads its environment,
     the MCP server names its client). clock: the run's clock (default: the system clock;
     the CLI passes navarch.cli.process_clock()). after_apply(result, error): called while
-    the lease is held (notifications: navarch.unattended). command: the lease's command
+    the lease is held (notifications: navarch.notify.unattended). command: the lease's command
     (default "apply FLEET"). reports_named: the report keys (health/<fleet>/<pool>/<node>.json)
     a run started by the store's notifications was started for: only they are listed while
     every other node's last report is fresh (navarch.reconcile.named_reports); None lists all.

@@ -44,7 +44,7 @@ def load_fleet(path: str | Path) -> LoadedFleet:
     Raises ConfigError naming the file, line and key path of the first problem (validate
     lists them all).
     """
-    from navarch.fleet_file import load_fleet as _load
+    from navarch.fleet.load import load_fleet as _load
 
     return LoadedFleet(Path(path), _load(path))
 
@@ -62,7 +62,7 @@ def open_fleet(fleet: LoadedFleet | str | Path, *, acting: bool) -> Fleet:
     first; a read creates nothing (see the module docstring). Raises ConfigError,
     ProviderError.
     """
-    from navarch.fleet_secret import ensure_local_secret, secret_path
+    from navarch.fleet.secret import ensure_local_secret, secret_path
     from navarch.reconcile.run import Fleet
 
     spec = loaded(fleet).spec

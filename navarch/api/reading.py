@@ -27,7 +27,7 @@ from navarch.api.results import (
 from navarch.errors import ConfigError
 
 if TYPE_CHECKING:
-    from navarch.confine import Confinement
+    from navarch.fleet.confine import Confinement
     from navarch.inventory import Instance
     from navarch.planner.context import PlanOptions
     from navarch.planner.model import Plan
@@ -46,8 +46,8 @@ def validate(path: str | Path) -> Validation:
 
 
 def _validate(path: str | Path, confine: Confinement | None) -> Validation:
-    from navarch.fleet_file import fleet_problems
-    from navarch.fleet_file import load_fleet as _load
+    from navarch.fleet.load import fleet_problems
+    from navarch.fleet.load import load_fleet as _load
 
     problems = tuple(str(p) for p in fleet_problems(path, confine=confine))
     if problems:
@@ -64,7 +64,7 @@ def validate_text(
     """validate() of a candidate fleet.yaml given as text, read as if it were the file
     `beside` (so its relative paths, playbooks and file:// store resolve as they would).
 
-    The candidate is confined (navarch.confine): a file it names that validate would open
+    The candidate is confined (navarch.fleet.confine): a file it names that validate would open
     (a pool's playbooks) is opened only when it lies inside `beside`'s directory by a
     relative path and is neither the candidate's secret file nor one of `forbidden` (the
     served fleet's secret file); any other is a problem of its own, never opened. Its
@@ -72,7 +72,7 @@ def validate_text(
     a file. The text is written to a temporary file in `beside`'s directory and removed
     at once; nothing else is written. Problems name the candidate as `beside`.
     """
-    from navarch.confine import Confinement
+    from navarch.fleet.confine import Confinement
 
     target = Path(beside)
     confine = Confinement.beside(target, forbidden)
@@ -124,10 +124,10 @@ def status(fleet: LoadedFleet | str | Path, *, now: datetime | None = None) -> S
 
 
 def status_page(fleet: LoadedFleet | str | Path, *, now: datetime | None = None) -> StatusPage:
-    """The fleet's static HTML status page at `now` (navarch.status_page: no JavaScript)
+    """The fleet's static HTML status page at `now` (navarch.notify.status_page: no JavaScript)
     with its recent audit events. Reads only. Raises ConfigError, StoreError,
     ProviderError."""
-    from navarch import status_page as page
+    from navarch.notify import status_page as page
     from navarch.reconcile.reports import fleet_rejection
 
     opened, snap = snapshot(loaded(fleet), now_utc(now))
@@ -151,7 +151,7 @@ def history(
     the last 24 hours. Raises ConfigError for a `since` that is none of these (or reaches
     back before the year 1), StoreError when the store cannot be read.
     """
-    from navarch.durations import window_start
+    from navarch.fleet.durations import window_start
     from navarch.history import read_history
     from navarch.reconcile.state import load_memory
     from navarch.stores import open_store
@@ -218,7 +218,7 @@ def _check_saved_plan(doc: dict[str, Any], path: str) -> None:
     taken or anything launched."""
     import jsonschema
 
-    from navarch.schemas import validator_for
+    from navarch.fleet.schemas import validator_for
 
     errors = list(validator_for("plan.schema.json").iter_errors(doc))
     if errors:
@@ -274,7 +274,7 @@ def cloud_init(
     reveal_key: bool = False,
     bundle_url: str | None = None,
 ) -> CloudInit:
-    """The cloud-init user-data a node of `pool` boots with (navarch.bootstrap). node:
+    """The cloud-init user-data a node of `pool` boots with (navarch.agent.bootstrap). node:
     default <fleet>-<pool>-0001, the pool's first node as apply names it (its key and
     report path are a real first node's). Its signing key is a placeholder
     (bootstrap.KEY_PLACEHOLDER) unless reveal_key (the key signs that node's reports).
@@ -284,12 +284,12 @@ def cloud_init(
     Raises KeyError for a pool fleet.yaml does not declare; ConfigError (a missing fleet
     secret with reveal_key), StoreError.
     """
+    from navarch.agent.bootstrap import BundleSource, render_cloud_init
     from navarch.agent.bundle import build_bundle
-    from navarch.bootstrap import BundleSource, render_cloud_init
-    from navarch.fleet_secret import read_fleet_secret
+    from navarch.fleet.secret import read_fleet_secret
     from navarch.planner.capacity import node_name
     from navarch.reconcile.publish import AgentDelivery
-    from navarch.signing import derive_node_key
+    from navarch.report.signing import derive_node_key
     from navarch.stores import open_store
 
     spec = loaded(fleet).spec

@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from navarch.fleet.spec import FleetSpec
     from navarch.history import History
     from navarch.outcome import Outcome
     from navarch.planner.model import Memory, Plan
     from navarch.reconcile.status import FleetStatus
-    from navarch.spec import FleetSpec
 
 __all__ = [
     "ApplyResult",
@@ -168,7 +168,7 @@ class StatusResult:
 
 @dataclass(frozen=True)
 class StatusPage:
-    """The fleet's static HTML status page (navarch.status_page) and the one-line error
+    """The fleet's static HTML status page (navarch.notify.status_page) and the one-line error
     when every report is rejected for one reason (else None)."""
 
     html: str

@@ -20,8 +20,8 @@ import signal
 from typing import Any
 
 from navarch.cli.plumbing import EXIT_OK, fleet_argument, note
-from navarch.durations import parse_duration_s
 from navarch.errors import ConfigError, StoreError
+from navarch.fleet.durations import parse_duration_s
 
 __all__ = ["apply_on_events", "event_flags", "register"]
 

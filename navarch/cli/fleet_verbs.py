@@ -21,7 +21,7 @@ from navarch.cli.plumbing import (
 )
 from navarch.errors import ConfigError, NavarchError
 from navarch.outcome import dead_on_arrival
-from navarch.wording import counted
+from navarch.textsafe import counted
 
 if TYPE_CHECKING:
     from navarch.api import ApplyResult, Plan
@@ -114,7 +114,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
 def _apply_once(args: argparse.Namespace, named: tuple[str, ...] | None) -> int:
     """One apply; named: the report keys an event-started run was started for."""
     from navarch import api
-    from navarch.unattended import Unattended
+    from navarch.notify.unattended import Unattended
 
     saved = api.read_saved_plan(args.target)
     fleet = api.load_fleet(saved.fleet_file if saved is not None else args.target)

@@ -20,7 +20,7 @@ def _spec(path: str) -> Any:
 
 def cmd_local_tick(args: argparse.Namespace) -> int:
     """`navarch local tick`: every local node's agent reports once."""
-    from navarch.fleet_secret import ensure_local_secret
+    from navarch.fleet.secret import ensure_local_secret
     from navarch.providers.local import ops as local_ops
 
     spec = _spec(args.fleet)

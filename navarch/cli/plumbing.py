@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from navarch.actor import Actor, actor_from_env
 from navarch.errors import ConfigError, LeaseLost, LockHeld, NavarchError, StalePlan
-from navarch.timefmt import required_ts
+from navarch.report.timefmt import required_ts
 
 if TYPE_CHECKING:
     from navarch.api import Plan, PlanOptions
-    from navarch.spec import FleetSpec
+    from navarch.fleet.spec import FleetSpec
 
 EXIT_OK, EXIT_ERROR, EXIT_CHANGES, EXIT_HALTED, EXIT_LOCKED, EXIT_LEASE_LOST = 0, 1, 2, 3, 4, 5
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from navarch.cli.plumbing import EXIT_ERROR, EXIT_OK, err, fleet_argument, log_format
-from navarch.wording import counted
+from navarch.textsafe import counted
 
 __all__ = ["register", "register_validate"]
 
@@ -59,7 +59,7 @@ def cmd_history(args: argparse.Namespace) -> int:
     """`navarch history FLEET [NODE] [--since 24h] [--json]`: what happened and why, from the
     audit log (navarch.history), oldest first, then the node's state now."""
     from navarch import api
-    from navarch.durations import window_start
+    from navarch.fleet.durations import window_start
 
     now = args.clock()
     since = window_start(args.since, now, name="--since")

@@ -17,10 +17,10 @@ __all__ = ["register"]
 
 def cmd_mcp(args: argparse.Namespace) -> int:
     """`navarch mcp FLEET [--allow-actions [--confirm-code stderr|tty]]`: serve the fleet
-    to an MCP client over stdio (navarch.mcp_server) until the client closes the pipe."""
+    to an MCP client over stdio (navarch.mcp.server) until the client closes the pipe."""
     from navarch.extras import import_extra
 
-    server = import_extra("navarch.mcp_server", "mcp", "navarch mcp")
+    server = import_extra("navarch.mcp.server", "mcp", "navarch mcp")
     if args.confirm_code and not args.allow_actions:
         raise ConfigError(
             "--confirm-code confirms acting tools, and this server has none",

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from navarch.errors import NavarchError
+from navarch.fleet.spec import FleetSpec, SinkSpec
 from navarch.notify.events import (
     Event,
     events_from_error,
@@ -27,9 +28,8 @@ from navarch.notify.reserved import idle_conditions
 from navarch.notify.sinks import accepts, open_sink
 from navarch.notify.state import NotifyState, commit, load_state, transition
 from navarch.outcome import ApplyResult
-from navarch.spec import FleetSpec, SinkSpec
 from navarch.stores.base import ObjectStore
-from navarch.wording import counted
+from navarch.textsafe import counted
 
 log = logging.getLogger("navarch.notify")
 

@@ -3,7 +3,7 @@
 A reservation is paid for whether or not anything runs in it (EC2 On-Demand Capacity
 Reservations and Capacity Blocks bill the reserved instances; so do GCE reservations and
 Azure capacity reservation groups), so reserved capacity sitting idle is money spent for
-nothing. Each run, every reservation the run read (navarch.reservations) with idle slots
+nothing. Each run, every reservation the run read (navarch.inventory) with idle slots
 (reserved less running) is remembered with the time it was first seen idle (the notifier's
 state, `idle_since`); once it has been idle for the fleet's `reservation_idle_after`, it
 becomes a condition, sent once, and cleared once it is used again (navarch.notify.state).
@@ -16,9 +16,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from datetime import datetime
 
+from navarch.inventory import Reservation
 from navarch.notify.events import Event, EventKind, make
-from navarch.reservations import Reservation
-from navarch.timefmt import required_ts, ts
+from navarch.report.timefmt import required_ts, ts
 
 __all__ = ["idle_conditions", "idle_key"]
 

@@ -41,11 +41,10 @@ from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
 
 from navarch.errors import ConfigError, NotifyError, PluginError
+from navarch.fleet.spec import SinkSpec
 from navarch.notify.events import SEVERITY, Event, EventKind, Severity
-from navarch.spec import SinkSpec
 from navarch.templating import environment
-from navarch.textsafe import node_text, slack_mrkdwn
-from navarch.wording import counted
+from navarch.textsafe import counted, node_text, slack_mrkdwn
 
 PAGERDUTY_URL = "https://events.pagerduty.com/v2/enqueue"
 #: First pause before the webhook sink tries its failed events again (then doubling).
@@ -366,7 +365,7 @@ class PluginSink:
 
 def open_sink(spec: SinkSpec, base_dir: Path, index: int) -> Sink:
     """The Sink for one notify: item (index: its position, for error key paths); a type
-    outside navarch.fleet_file.BUILTIN_SINKS is a navarch.notifiers plugin (PluginSink)."""
+    outside navarch.fleet.load.BUILTIN_SINKS is a navarch.notifiers plugin (PluginSink)."""
     if spec.type == "log":
         return LogSink(spec, base_dir)
     if spec.type == "webhook":

@@ -19,8 +19,8 @@ from datetime import datetime
 
 from navarch.errors import NotFound, PreconditionFailed, StoreError
 from navarch.notify.events import Event, EventKind, cleared, make
+from navarch.report.timefmt import ts
 from navarch.stores.base import ObjectStore
-from navarch.timefmt import ts
 
 
 def notify_key(fleet: str) -> str:

@@ -14,7 +14,7 @@ A pool whose `aws:` section says `market: capacity-block` with the block's reser
   with the reason naming the block's end; nothing new launches.
 
 The block's start and end come from DescribeCapacityReservations, read by the reconcile
-run (navarch.reservations.reservations_of) into PlanOptions.reservations; `now` is the
+run (navarch.inventory.reservations_of) into PlanOptions.reservations; `now` is the
 run's clock, so a simulated clock drives it in tests.
 """
 
@@ -23,10 +23,10 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime, timedelta
 
+from navarch.fleet.spec import PoolSpec
+from navarch.inventory import BLOCK_TERMINATION_LEAD_S, Reservation
 from navarch.planner.context import PoolContext, Progress, StageResult, cordon_and_drain
 from navarch.planner.model import LEAVING, Action, ActionReason
-from navarch.reservations import BLOCK_TERMINATION_LEAD_S, Reservation
-from navarch.spec import PoolSpec
 
 __all__ = ["block_id", "block_stage", "drain_from"]
 

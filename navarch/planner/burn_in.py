@@ -2,7 +2,7 @@
 
 The agent runs the suite once per boot (and again after a GPU reset) and puts the run in
 every report of that boot (ReportSummary.acceptance); this module alone decides what the
-run means for the node (navarch.acceptance says what each word is):
+run means for the node (navarch.report.acceptance says what each word is):
 
 - the run has not finished, or a result is ``unknown``: ``running``; the node stays in
   ``burn_in`` (kept from the scheduler, counted against max, not serving) until the
@@ -10,7 +10,7 @@ run means for the node (navarch.acceptance says what each word is):
   a node silent past boot_timeout is (doubt holds a node, it never replaces it at once);
 - a result failed its threshold on the node: ``failed``, replaced and counted dead on
   arrival, unless every failure is a finding about the image (a setting or version
-  drift, navarch.acceptance.finding_of): ``held``, kept in burn_in, never replaced for it
+  drift, navarch.report.acceptance.finding_of): ``held``, kept in burn_in, never replaced for it
   nor counted against its host, and named once for the pool (a BURN_IN_HELD halt);
 - every result passed: then the figures are judged against the pool's serving nodes
   (``judge_pool``): a bandwidth below ``min_fraction`` of their robust baseline fails
@@ -46,18 +46,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from navarch.acceptance import (
-    AcceptancePolicy,
-    AcceptanceResult,
-    AcceptanceRun,
-    AcceptanceStatus,
-    AcceptanceTest,
-    DriftPolicy,
-    Finding,
-    finding_of,
-)
-from navarch.durations import format_duration_s
-from navarch.health import Remedy
+from navarch.fleet.durations import format_duration_s
+from navarch.fleet.spec import FleetSpec, PoolSpec, Scheduler
 from navarch.planner.burn_in_figures import (
     BASELINE_SUSPECT_AFTER,
     ceiling_gbps,
@@ -73,8 +63,18 @@ from navarch.planner.model import (
     PoolMemory,
     ReportSummary,
 )
-from navarch.spec import FleetSpec, PoolSpec, Scheduler
-from navarch.timefmt import parse_ts
+from navarch.report.acceptance import (
+    AcceptancePolicy,
+    AcceptanceResult,
+    AcceptanceRun,
+    AcceptanceStatus,
+    AcceptanceTest,
+    DriftPolicy,
+    Finding,
+    finding_of,
+)
+from navarch.report.health import Remedy
+from navarch.report.timefmt import parse_ts
 
 __all__ = [
     "BURN_IN_LEMON_AFTER",

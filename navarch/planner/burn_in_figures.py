@@ -22,7 +22,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from navarch.acceptance import AcceptanceTest
+from navarch.report.acceptance import AcceptanceTest
 
 __all__ = [
     "ANY_GPU",

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from navarch.fleet.spec import PoolSpec, Scheduler
 from navarch.planner.context import PoolContext, Progress, StageResult, iid
 from navarch.planner.model import (
     READY,
@@ -51,7 +52,6 @@ from navarch.planner.model import (
     Lifecycle,
 )
 from navarch.planner.spares import not_serving
-from navarch.spec import PoolSpec, Scheduler
 
 __all__ = ["burn_in_stage", "cordons_in_scheduler", "held_findings"]
 

@@ -13,6 +13,7 @@ from dataclasses import replace
 from datetime import datetime
 from functools import lru_cache
 
+from navarch.fleet.spec import PoolSpec, Replacement, SurgeOn, UpdateStrategy
 from navarch.planner.context import PoolContext, Progress, StageResult, cordon_and_drain
 from navarch.planner.groups import group_of
 from navarch.planner.ladder import in_place
@@ -33,8 +34,7 @@ from navarch.planner.repair import impairment_cleared
 from navarch.planner.spares import held, wanted
 from navarch.planner.vacancies import open_vacancies
 from navarch.planner.zones import plan_places, rebalance_order, take_for_scale_down, zone_of
-from navarch.spec import PoolSpec, Replacement, SurgeOn, UpdateStrategy
-from navarch.wording import counted
+from navarch.textsafe import counted
 
 
 def node_name(fleet: str, pool: str, index: int) -> str:

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from navarch.capabilities import Capability
+from navarch.fleet.spec import FleetSpec, PoolSpec
+from navarch.inventory import Reservation
 from navarch.planner.model import (
     Action,
     ActionKind,
@@ -18,8 +20,6 @@ from navarch.planner.model import (
     NodeView,
     PoolMemory,
 )
-from navarch.reservations import Reservation
-from navarch.spec import FleetSpec, PoolSpec
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ class PlanOptions:
     capabilities: what each provider can do, by fleet.yaml provider name, read by the
     caller from the opened providers (navarch.providers.base.capabilities_of); a provider
     not named here is asked for nothing beyond list, provision and terminate.
-    reservations: the reservations the pools name, by id (navarch.reservations);
+    reservations: the reservations the pools name, by id (navarch.inventory);
     reservations_unknown: those whose lookup failed this run.
     """
 
@@ -45,7 +45,7 @@ class PlanOptions:
     allow_destroy: bool = False
     capabilities: Mapping[str, Capability] = field(default_factory=dict, hash=False)
     #: the reservations the pools name, by id, as their clouds report them
-    #: (navarch.reservations.reservations_of); read by Capacity Block pools
+    #: (navarch.inventory.reservations_of); read by Capacity Block pools
     reservations: Mapping[str, Reservation] = field(default_factory=dict, hash=False)
     #: reservation ids whose lookup failed or was denied this run: neither listed nor
     #: known absent, so a Capacity Block pool holds as it is (navarch.planner.blocks)

@@ -10,8 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from navarch.durations import format_duration_s
-from navarch.health import FaultKey, Remedy
+from navarch.fleet.durations import format_duration_s
 from navarch.planner.context import PoolContext, Progress, StageResult, cordon_and_drain, iid
 from navarch.planner.model import (
     Action,
@@ -24,6 +23,7 @@ from navarch.planner.model import (
     Lifecycle,
     NodeView,
 )
+from navarch.report.health import FaultKey, Remedy
 
 #: The fault a failed scheduled diagnostic is: a reboot first (DCGM's memory and PCIe
 #: failures are often cured by one), then the ladder climbs as for any fault.

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from navarch.capabilities import Capability
+from navarch.fleet.spec import Replacement, UpdateStrategy
 from navarch.planner.capacity import present_nodes
 from navarch.planner.context import PoolContext, Progress, StageResult, cordon_and_drain
 from navarch.planner.context import iid as _iid
@@ -25,7 +26,6 @@ from navarch.planner.model import (
     Lifecycle,
     NodeView,
 )
-from navarch.spec import Replacement, UpdateStrategy
 
 
 def drift_stage(ctx: PoolContext, prog: Progress) -> StageResult:

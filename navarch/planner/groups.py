@@ -9,7 +9,7 @@ the group may be what is full, and which fallback the pool chose.
 
 from __future__ import annotations
 
-from navarch.spec import Placement
+from navarch.fleet.spec import Placement
 
 #: The provider section key naming the group, per provider type, and what the cloud calls it.
 GROUP_KEYS = (

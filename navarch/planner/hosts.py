@@ -1,7 +1,7 @@
 """Where a node physically sits: lemon hosts, topology blocks, hardware hand-back. Pure.
 
 Three decisions live here, each in one place:
-- hardware faults (``is_hardware``: navarch.remedies.hands_back): a node terminated for one of
+- hardware faults (``is_hardware``: navarch.fleet.remedies.hands_back): a node terminated for one of
   these has its host handed back to the cloud (Action.hand_back), where the provider can
   (Capability.REPORT_FAULTY_HOST);
 - where a replacement asks to land (``launch_wish``): never on a lemon host (one the
@@ -28,7 +28,9 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from navarch.capabilities import Capability
-from navarch.durations import format_duration_s
+from navarch.fleet.durations import format_duration_s
+from navarch.fleet.remedies import hands_back
+from navarch.fleet.spec import TopologyMatch
 from navarch.planner.context import PoolContext, StageResult
 from navarch.planner.model import (
     LEAVING,
@@ -43,9 +45,7 @@ from navarch.planner.model import (
     PoolMemory,
 )
 from navarch.planner.remedy_gate import alert_only
-from navarch.remedies import hands_back
-from navarch.spec import TopologyMatch
-from navarch.wording import counted
+from navarch.textsafe import counted
 
 #: Faults on one physical host before it is a lemon host that replacements avoid: the
 #: second failure on a host that was replaced once is the host's, not the instance's.
@@ -55,7 +55,7 @@ LEMON_HOST_FAULTS = 2
 def is_hardware(fault: Fault | None) -> bool:
     """Whether a node answering `fault` by replacement should hand its host back.
 
-    The remediation table's rule (navarch.remedies.hands_back, with its sources).
+    The remediation table's rule (navarch.fleet.remedies.hands_back, with its sources).
     """
     return fault is not None and hands_back(fault.key.kind, fault.action)
 

@@ -12,7 +12,7 @@ alone decides the rung (docs/health-policy.md has the table, tested against ``de
   recommended remedy and, when the same fault kind had a rung within ``ladder_window``,
   stronger than that rung; past the last rung, replace.
 
-The remediation table (navarch.remedies, fleet.yaml ``health.remedies`` over the built-in
+The remediation table (navarch.fleet.remedies, fleet.yaml ``health.remedies`` over the built-in
 rows) refines this per fault kind or class: a row's own ladder replaces the pool's (and
 starts at its cheapest rung), and a node whose fault ``is_hardware`` (past the row's
 ``max_in_place``) is replaced. While a replacement could not launch on capacity, a
@@ -29,8 +29,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from navarch.durations import format_duration_s
-from navarch.health import FaultKey, Remedy, Status
+from navarch.fleet.durations import format_duration_s
+from navarch.fleet.remedies import RemedyRow, is_hardware, row_for
 from navarch.planner.burn_in import launched_before_acceptance, return_verdict
 from navarch.planner.context import (
     PoolContext,
@@ -55,8 +55,8 @@ from navarch.planner.model import (
 from navarch.planner.observe import after_remedy, fault_of
 from navarch.planner.spares import returning
 from navarch.planner.stockout import holds
-from navarch.remedies import RemedyRow, is_hardware, row_for
-from navarch.xid import fatal_xids_by_remedy
+from navarch.report.health import FaultKey, Remedy, Status
+from navarch.report.xid import fatal_xids_by_remedy
 
 __all__ = [
     "Rung",
@@ -130,7 +130,7 @@ def decision_table() -> str:
 
 
 def catalogue_table() -> str:
-    """The XID catalogue's recommended remedy for each fatal XID (navarch.xid), the
+    """The XID catalogue's recommended remedy for each fatal XID (navarch.report.xid), the
     default order the ladder starts from, as Markdown (tested against its copy in
     docs/health-policy.md)."""
     rows = ["| recommended | fatal XIDs (fault kind xid:N) |", "|---|---|"]

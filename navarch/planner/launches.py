@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from navarch.planner.model import Action, ActionKind, Halt, HaltRule
-from navarch.wording import counted
+from navarch.textsafe import counted
 
 #: The key an operator raises for a deliberate large scale-up (named in the halt).
 MAX_LAUNCHES_KEY = "safety.max_launches_per_run"

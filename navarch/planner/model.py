@@ -1,6 +1,6 @@
 """Plain immutable data the planner reads and returns.
 
-Inputs: FleetSpec (navarch.spec), Instances (navarch.inventory), ReportObservations (what
+Inputs: FleetSpec (navarch.fleet.spec), Instances (navarch.inventory), ReportObservations (what
 navarch.reconcile.reports made of each node's health report), Memory (what earlier runs saw and did)
 and a clock. Outputs: NodeViews (observe) and a Plan (plan). Nothing here does I/O.
 """
@@ -12,12 +12,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-from navarch.acceptance import AcceptanceResult, AcceptanceRun
-from navarch.health import FaultKey, Remedy, Status
-from navarch.health_report import NoticeKind
+from navarch.fleet.spec import Scheduler
 from navarch.inventory import Instance
 from navarch.planner.node_table import NodeTable
-from navarch.spec import Scheduler
+from navarch.report.acceptance import AcceptanceResult, AcceptanceRun
+from navarch.report.health import FaultKey, Remedy, Status
+from navarch.report.health_report import NoticeKind
 
 
 class Lifecycle(enum.StrEnum):
@@ -212,7 +212,7 @@ class ReportSummary:
     #: agent runs no acceptance suite
     acceptance: AcceptanceRun | None = None
     #: when the agent first saw fault_key (its clock, aware UTC; None: not reported): what
-    #: a remediation table row's wait counts from (navarch.remedies)
+    #: a remediation table row's wait counts from (navarch.fleet.remedies)
     first_seen: datetime | None = None
 
     @property

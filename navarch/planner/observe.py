@@ -41,9 +41,8 @@ from datetime import datetime
 from operator import attrgetter
 from typing import Any
 
-from navarch.durations import format_duration_s
-from navarch.health import FaultKey, Remedy, Status
-from navarch.health_report import NoticeKind
+from navarch.fleet.durations import format_duration_s
+from navarch.fleet.spec import FleetSpec, PoolSpec, Scheduler
 from navarch.inventory import TAG_SPEC, Instance, InstanceState
 from navarch.planner.burn_in import (
     absolute_verdict,
@@ -68,7 +67,8 @@ from navarch.planner.model import (
     ReportSummary,
 )
 from navarch.planner.retired import retired_pool, settings_of
-from navarch.spec import FleetSpec, PoolSpec, Scheduler
+from navarch.report.health import FaultKey, Remedy, Status
+from navarch.report.health_report import NoticeKind
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from navarch.planner.model import Halt, HaltRule, Pause, Plan
-from navarch.timefmt import ts
+from navarch.report.timefmt import ts
 
 __all__ = ["hold_all", "pause_message"]
 

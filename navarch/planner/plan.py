@@ -74,6 +74,7 @@ from dataclasses import replace
 from datetime import datetime
 from operator import attrgetter
 
+from navarch.fleet.spec import FleetSpec, PoolSpec
 from navarch.planner.blocks import block_stage
 from navarch.planner.breaker import BreakerState, breaker_state
 from navarch.planner.burn_in_stage import burn_in_stage
@@ -120,7 +121,6 @@ from navarch.planner.retire import (
 )
 from navarch.planner.silence import silence_stage
 from navarch.planner.spares import spares_stage
-from navarch.spec import FleetSpec, PoolSpec
 
 HOUR_S = 3600
 

@@ -20,10 +20,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from navarch.health import Status
+from navarch.fleet.spec import FleetSpec
 from navarch.planner.model import Memory, NodeMemory, Phase, ReportObservation, ReportSummary
 from navarch.planner.observe import fold_report
-from navarch.spec import FleetSpec
+from navarch.report.health import Status
 
 __all__ = ["quiet_fold"]
 

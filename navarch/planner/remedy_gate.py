@@ -1,7 +1,7 @@
 """When the remediation table says to wait before a faulty node leaves service. Pure.
 
 The repair stage asks ``gate`` before it cordons an unhealthy node for a fault: the row
-of navarch.remedies that decides the fault's kind may say to report it only (``alert``),
+of navarch.fleet.remedies that decides the fault's kind may say to report it only (``alert``),
 to wait ``wait_s`` after the agent first saw it, or to wait for ``occurrences``
 observations of it (the agent's consecutive checks, or distinct unhealthy reports,
 whichever is more). The ladder reads the rest of the row (navarch.planner.ladder).
@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from navarch.durations import format_duration_s
-from navarch.health import Status
+from navarch.fleet.durations import format_duration_s
+from navarch.fleet.remedies import RemedyRow, row_for
+from navarch.fleet.spec import FleetSpec, PoolSpec
 from navarch.planner.context import PoolContext
 from navarch.planner.model import Lifecycle, NodeView
-from navarch.remedies import RemedyRow, row_for
-from navarch.spec import FleetSpec, PoolSpec
+from navarch.report.health import Status
 
 __all__ = ["alert_only", "alert_only_nodes", "gate"]
 

@@ -13,8 +13,7 @@ from __future__ import annotations
 import enum
 from dataclasses import replace
 
-from navarch.durations import format_duration_s
-from navarch.health import FaultKey, Remedy, Status
+from navarch.fleet.durations import format_duration_s
 from navarch.planner.breaker import listed_impaired
 from navarch.planner.context import (
     PoolContext,
@@ -41,6 +40,7 @@ from navarch.planner.observe import fault_of
 from navarch.planner.remedy_gate import gate
 from navarch.planner.spares import ready_to_stand_in, serves_nothing
 from navarch.planner.stockout import holds
+from navarch.report.health import FaultKey, Remedy, Status
 
 
 class RepairRank(enum.IntEnum):

@@ -13,7 +13,8 @@ from dataclasses import replace
 from datetime import datetime
 from operator import attrgetter
 
-from navarch.durations import format_duration_s
+from navarch.fleet.durations import format_duration_s
+from navarch.fleet.spec import FleetSpec
 from navarch.planner.context import (
     PlanOptions,
     PoolContext,
@@ -38,8 +39,7 @@ from navarch.planner.model import (
 from navarch.planner.observe import Duplicate
 from navarch.planner.repair import redrain_stage, terminate_stage
 from navarch.planner.retired import UNKNOWN, retired_pool
-from navarch.spec import FleetSpec
-from navarch.wording import counted
+from navarch.textsafe import counted
 
 
 def orphan_stage(

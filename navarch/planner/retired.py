@@ -9,8 +9,8 @@ playbook runner read. Pure data, no I/O.
 
 from __future__ import annotations
 
+from navarch.fleet.spec import Autoscaling, HealthPolicy, Placement, PoolSpec, Replacement
 from navarch.planner.model import PoolSettings
-from navarch.spec import Autoscaling, HealthPolicy, Placement, PoolSpec, Replacement
 
 #: What an orphan is retired with when its pool's settings are unknown: scheduler none
 #: (drained once its report shows no GPU processes, or at drain_timeout) and

@@ -25,11 +25,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from navarch.durations import format_duration_s
-from navarch.health import Status
+from navarch.fleet.durations import format_duration_s
 from navarch.inventory import InstanceState
 from navarch.planner.context import PoolContext, Progress, StageResult, iid
 from navarch.planner.model import Action, ActionKind, ActionReason, Lifecycle, NodeView
+from navarch.report.health import Status
 
 __all__ = ["evidence", "silence_stage"]
 

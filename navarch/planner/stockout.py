@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from navarch.planner.context import PoolContext, Progress
 from navarch.planner.model import LEAVING, Action, ActionKind, ActionReason, Lifecycle, NodeView
-from navarch.wording import counted
+from navarch.textsafe import counted
 
 __all__ = ["HELD_REASONS", "hold_reason", "holds", "replacement_ready"]
 

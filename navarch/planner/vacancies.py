@@ -19,9 +19,9 @@ from collections.abc import Collection
 from dataclasses import replace
 from datetime import datetime
 
+from navarch.fleet.spec import PoolSpec, Replacement
 from navarch.inventory import Instance
 from navarch.planner.model import Action, ActionReason, NodeMemory, PoolMemory, Vacancy
-from navarch.spec import PoolSpec, Replacement
 
 __all__ = ["MAX_VACANCIES", "VACANCY_TTL_S", "fill", "open_vacancies", "record", "vacancy_of"]
 

@@ -25,8 +25,8 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from navarch.fleet.spec import PoolSpec, ZonePolicy
 from navarch.planner.model import NodeView, Place
-from navarch.spec import PoolSpec, ZonePolicy
 
 #: (provider name, zone): a zone is counted per provider, so two clouds' "a" zones differ.
 ZoneKey = tuple[str, str]

@@ -55,6 +55,7 @@ from navarch.inventory import (
     CloudStatus,
     Instance,
     InstanceState,
+    Reservation,
 )
 from navarch.providers.aws_errors import aws_errors, error_code
 from navarch.providers.aws_placement import (
@@ -71,7 +72,6 @@ from navarch.providers.aws_status import cloud_status_of
 from navarch.providers.aws_topology import has_topology, parse_topology, topology_requests
 from navarch.providers.base import ProvisionRequest, ensure_no_ownership_tags, ensure_owned
 from navarch.providers.optional import OptionalLookup, answer_excerpt, optional
-from navarch.reservations import Reservation
 
 __all__ = [
     "CLIENT_EVENT_HANDLERS",
@@ -296,7 +296,7 @@ class AwsProvider:
         | Capability.MAINTENANCE_NOTICES
     )
     #: The IAM action reading reservations and Capacity Blocks needs; without it they are
-    #: unknown, with a warning (navarch.reservations.reservations_of).
+    #: unknown, with a warning (navarch.inventory.reservations_of).
     reservations_permission: ClassVar[str] = "ec2:DescribeCapacityReservations"
 
     name: str

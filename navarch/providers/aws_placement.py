@@ -35,12 +35,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from navarch.errors import ConfigError
+from navarch.inventory import Reservation
 from navarch.providers.placement_fallback import (
     PlacementFallback,
     fallback_of,
     launch_with_fallback,
 )
-from navarch.reservations import Reservation
 
 __all__ = [
     "AwsPlacement",

@@ -70,6 +70,7 @@ from navarch.inventory import (
     Instance,
     InstanceHealth,
     InstanceState,
+    Reservation,
 )
 from navarch.providers.azure_placement import (
     AzurePlacement,
@@ -80,7 +81,6 @@ from navarch.providers.azure_placement import (
 from navarch.providers.base import ProvisionRequest, ensure_no_ownership_tags, ensure_owned
 from navarch.providers.optional import answer_excerpt
 from navarch.providers.placement_fallback import launch_with_fallback
-from navarch.reservations import Reservation
 
 __all__ = ["ERROR_CODES", "AzureProvider", "create", "map_error", "split_zone", "vm_body"]
 
@@ -380,7 +380,7 @@ class AzureProvider:
         | Capability.MAINTENANCE_NOTICES
     )
     #: The permission reading capacity reservation groups needs; without it they are
-    #: unknown, with a warning (navarch.reservations.reservations_of; Azure RBAC actions).
+    #: unknown, with a warning (navarch.inventory.reservations_of; Azure RBAC actions).
     reservations_permission: ClassVar[str] = "Microsoft.Compute/capacityReservationGroups/read"
 
     def __init__(self, name: str, settings: AzureSettings, *, fleet: str) -> None:

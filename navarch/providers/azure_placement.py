@@ -29,8 +29,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from navarch.inventory import Reservation
 from navarch.providers.placement_fallback import PlacementFallback, fallback_of
-from navarch.reservations import Reservation
 
 __all__ = ["AzurePlacement", "placed_vm_body", "ppg_body", "read_reservation_groups", "resource_id"]
 

@@ -49,6 +49,7 @@ from navarch.inventory import (
     Instance,
     InstanceHealth,
     InstanceState,
+    Reservation,
 )
 from navarch.providers.base import ProvisionRequest, ensure_no_ownership_tags, ensure_owned
 from navarch.providers.gcp_error_map import (
@@ -65,7 +66,6 @@ from navarch.providers.gcp_placement import (
     read_reservations,
 )
 from navarch.providers.placement_fallback import launch_with_fallback
-from navarch.reservations import Reservation
 
 __all__ = [
     "GcpProvider",
@@ -369,7 +369,7 @@ class GcpProvider:
         | Capability.REPORT_FAULTY_HOST
     )
     #: The permission reading reservations needs; without it they are unknown, with a
-    #: warning (navarch.reservations.reservations_of; Compute Engine IAM permissions).
+    #: warning (navarch.inventory.reservations_of; Compute Engine IAM permissions).
     reservations_permission: ClassVar[str] = "compute.reservations.get"
 
     def __init__(self, name: str, settings: GcpSettings, *, fleet: str) -> None:

@@ -16,7 +16,7 @@ from google.cloud import compute_v1
 
 from navarch.textsafe import node_text
 
-#: The faultReasons behavior for each hardware fault kind (navarch.remedies
+#: The faultReasons behavior for each hardware fault kind (navarch.fleet.remedies
 #: HARDWARE_FAULT_KINDS); the library's enum: PERFORMANCE, SILENT_DATA_CORRUPTION,
 #: UNRECOVERABLE_GPU_ERROR, CHIP_ERROR. Every GPU fault navarch hands back is an
 #: unrecoverable GPU error; a kind not listed is reported as one too.

@@ -33,8 +33,8 @@ from typing import Any
 from google.api_core import exceptions as gexc
 from google.cloud import compute_v1
 
+from navarch.inventory import Reservation
 from navarch.providers.placement_fallback import PlacementFallback, fallback_of
-from navarch.reservations import Reservation
 
 __all__ = [
     "RESERVATION_KEY",

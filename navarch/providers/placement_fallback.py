@@ -24,8 +24,8 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import TypeVar
 
-from navarch.compat import StrEnum
 from navarch.errors import CapacityError, ConfigError
+from navarch.report.compat import StrEnum
 
 __all__ = ["PlacementFallback", "fallback_of", "launch_with_fallback"]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from navarch.acceptance import AcceptanceResult, AcceptanceRun
+from navarch.report.acceptance import AcceptanceResult, AcceptanceRun
 from navarch.textsafe import node_text
 
 __all__ = ["MAX_RESULTS", "plain_result", "plain_run"]

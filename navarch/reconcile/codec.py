@@ -18,9 +18,7 @@ from collections.abc import Iterable, Mapping
 from enum import Enum
 from typing import Any, TypeVar
 
-from navarch.acceptance import AcceptanceResult, AcceptanceRun
-from navarch.health import FaultKey, Remedy, Status
-from navarch.health_report import NoticeKind
+from navarch.fleet.spec import Scheduler
 from navarch.planner.model import (
     Diag,
     DiagState,
@@ -38,9 +36,11 @@ from navarch.planner.model import (
 )
 from navarch.planner.node_table import NodeTable
 from navarch.reconcile.acceptance_text import plain_result, plain_run
-from navarch.spec import Scheduler
+from navarch.report.acceptance import AcceptanceResult, AcceptanceRun
+from navarch.report.health import FaultKey, Remedy, Status
+from navarch.report.health_report import NoticeKind
+from navarch.report.timefmt import parse_ts, required_ts, ts
 from navarch.textsafe import node_text, plain
-from navarch.timefmt import parse_ts, required_ts, ts
 
 __all__ = [
     "NodeDocCache",

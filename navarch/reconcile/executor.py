@@ -41,6 +41,7 @@ from typing import Protocol
 
 from navarch.actor import Actor, ActorKind
 from navarch.errors import LeaseLost, NavarchError
+from navarch.fleet.spec import FleetSpec, PoolSpec, Scheduler
 from navarch.history import Trigger, report_ref
 from navarch.inventory import Instance
 from navarch.outcome import Outcome
@@ -55,9 +56,8 @@ from navarch.reconcile.handlers import (
 )
 from navarch.reconcile.state import AuditLog
 from navarch.reconcile.updates import Update, same
-from navarch.spec import FleetSpec, PoolSpec, Scheduler
+from navarch.report.timefmt import ts
 from navarch.textsafe import node_text
-from navarch.timefmt import ts
 
 __all__ = [
     "DEFAULT_MAX_PARALLEL",

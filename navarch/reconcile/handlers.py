@@ -25,14 +25,13 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Protocol, runtime_checkable
 
-from navarch.acceptance import AcceptanceStatus
 from navarch.capabilities import Capability
 from navarch.errors import (
     NavarchError,
     ProviderError,
     RemoteError,
 )
-from navarch.health import Remedy
+from navarch.fleet.spec import FleetSpec, PoolSpec, Scheduler
 from navarch.inventory import Instance
 from navarch.outcome import Outcome, OutcomeKind
 from navarch.planner.burn_in import run_key
@@ -54,7 +53,8 @@ from navarch.planner.vacancies import fill, record, vacancy_of
 from navarch.providers.base import HostReporter, Provider
 from navarch.reconcile.provisioning import Provisioner
 from navarch.reconcile.updates import Update, chain, same, set_node
-from navarch.spec import FleetSpec, PoolSpec, Scheduler
+from navarch.report.acceptance import AcceptanceStatus
+from navarch.report.health import Remedy
 from navarch.textsafe import node_text
 
 

@@ -22,7 +22,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from navarch import signing
 from navarch.errors import (
     AuthError,
     CapacityError,
@@ -31,12 +30,13 @@ from navarch.errors import (
     ProviderError,
     QuotaError,
 )
+from navarch.fleet.spec import FleetSpec, PoolSpec
 from navarch.inventory import TAG_SPEC, Instance, launch_id, ownership_tags
 from navarch.outcome import Outcome
 from navarch.planner.model import Action, Exhausted, Memory, NodeMemory, Place
 from navarch.providers.base import Provider, ProvisionRequest
 from navarch.reconcile.updates import Update, chain
-from navarch.spec import FleetSpec, PoolSpec
+from navarch.report import signing
 from navarch.textsafe import node_text
 
 #: The first backoff of an exhausted place, doubling per consecutive failure up to the max.

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 
-from navarch.bootstrap import BundleSource
+from navarch.agent.bootstrap import BundleSource
 from navarch.errors import PreconditionFailed
 from navarch.stores.base import ObjectStore
 

@@ -21,13 +21,13 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
+from navarch.fleet.spec import FleetSpec
 from navarch.outcome import ApplyResult
 from navarch.planner.model import Memory, Plan
 from navarch.planner.quiet import quiet_fold
 from navarch.reconcile.named_reports import list_named, named_keys
 from navarch.reconcile.reports import RuleSets, read_listed
 from navarch.reconcile.state import StateCache, load_memory, save_memory
-from navarch.spec import FleetSpec
 from navarch.stores import ObjectStore
 
 __all__ = ["Partial", "quiet_run"]

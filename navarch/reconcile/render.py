@@ -13,11 +13,11 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from navarch.health import Remedy
 from navarch.planner.model import Action, ActionKind, ActionReason, DiagWhy, Halt, Place, Plan
 from navarch.reconcile.codec import fault_from_json, fault_to_json
+from navarch.report.health import Remedy
+from navarch.report.timefmt import required_ts, ts
 from navarch.textsafe import markdown_code_line, markdown_inline, terminal
-from navarch.timefmt import required_ts, ts
 
 NO_CHANGES = "No changes. The fleet matches fleet.yaml."
 NOT_CONVERGED = "No actions this run, but the fleet does not match fleet.yaml yet (see above)."

@@ -41,8 +41,8 @@ from typing import Any
 import orjson
 
 from navarch.errors import NotFound
+from navarch.fleet.policy import Rule
 from navarch.planner.model import ReportSummary
-from navarch.policy import Rule
 from navarch.reconcile.codec import summary_from_json, summary_to_json
 from navarch.stores.base import ObjectStore
 
@@ -61,7 +61,7 @@ def report_cache_key(fleet: str) -> str:
 def cache_key(fleet_secret: bytes, fleet: str) -> bytes:
     """The cache's HMAC key: HMAC-SHA256(fleet secret, "navarch-reports-cache/v1|<fleet>").
 
-    Derived like the node keys (navarch.signing), so no node key can make an entry and a
+    Derived like the node keys (navarch.report.signing), so no node key can make an entry and a
     changed secret invalidates every entry."""
     return hmac.new(
         fleet_secret, f"navarch-reports-cache/v1|{fleet}".encode(), hashlib.sha256

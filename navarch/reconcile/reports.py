@@ -1,6 +1,6 @@
 """Reading and verifying node health reports (reconciler side).
 
-The report's types and the reasons below are navarch.health_report's (HealthReport and
+The report's types and the reasons below are navarch.report.health_report's (HealthReport and
 its parts; RejectReason). A report is accepted only if it is (checked in this order; the
 first failure is the rejection reason, counted by reason in the state and shown by
 `navarch status`):
@@ -10,12 +10,12 @@ first failure is the rejection reason, counted by reason in the state and shown 
                 and again on the bytes fetched)
   malformed     not a UTF-8 JSON object with a canonical form: invalid JSON, nesting
                 deeper than MAX_NESTING, NaN/Infinity, lone surrogates, integers
-                beyond +-(2**53 - 1) (RFC 8785 JCS, see navarch.signing)
+                beyond +-(2**53 - 1) (RFC 8785 JCS, see navarch.report.signing)
   schema        not valid against schemas/health-report.schema.json
   identity      its fleet/pool/node differ from the key it was stored under
   unsigned      no signature
   no_secret     the reconciler has no fleet secret to check it with
-  bad_signature HMAC-SHA256 does not match the node's derived key (navarch.signing)
+  bad_signature HMAC-SHA256 does not match the node's derived key (navarch.report.signing)
   replayed      its sequence is not above the last accepted one for the node
   future        generated more than FUTURE_SKEW_S ahead of the reconciler's clock; only
                 judged when the store gave no modification time (see "Clocks" below)
@@ -37,8 +37,8 @@ Schema checks use jsonschema-rs (the same JSON Schema 2020-12 semantics as the
 jsonschema package, compiled): a cold plan checks thousands of reports, and the pure-
 Python validator cost about 4 ms per report, most of a cold plan's time.
 
-Health policy: with rule sets (a pool's health.rule_sets(), see navarch.policy),
-a verified report's status and action are what navarch.policy.evaluate makes of it, and a
+Health policy: with rule sets (a pool's health.rule_sets(), see navarch.fleet.policy),
+a verified report's status and action are what navarch.fleet.policy.evaluate makes of it, and a
 user rule that decided is the first finding ("rule NAME: unhealthy, action replace"). A rule
 that raises never changes the verdict: the agent's status and action stand and the error
 is a finding ("policy error: ..."), shown by `navarch status`.
@@ -59,28 +59,28 @@ from datetime import datetime, timedelta
 from functools import cache, lru_cache
 from typing import Any
 
-from navarch import signing
-from navarch.acceptance import AcceptanceRun
 from navarch.errors import NotFound, ReportRejected
-from navarch.health import FaultKey, Remedy, Status
-from navarch.health_report import (
+from navarch.fleet.policy import Rule, evaluate
+from navarch.fleet.schemas import load_schema
+from navarch.planner.model import Memory, NodeMemory, NodeView, ReportObservation, ReportSummary
+from navarch.reconcile.acceptance_text import plain_run
+from navarch.reconcile.named_reports import named_listing
+from navarch.reconcile.report_cache import ReportCache, rules_digest
+from navarch.reconcile.state import health_prefix
+from navarch.report import signing
+from navarch.report.acceptance import AcceptanceRun
+from navarch.report.health import FaultKey, Remedy, Status
+from navarch.report.health_report import (
     RejectReason,
     ReportCheck,
     ReportNotice,
     ReportXid,
     XidKind,
 )
-from navarch.planner.model import Memory, NodeMemory, NodeView, ReportObservation, ReportSummary
-from navarch.policy import Rule, evaluate
-from navarch.reconcile.acceptance_text import plain_run
-from navarch.reconcile.named_reports import named_listing
-from navarch.reconcile.report_cache import ReportCache, rules_digest
-from navarch.reconcile.state import health_prefix
-from navarch.schemas import load_schema
+from navarch.report.timefmt import parse_ts, required_ts
+from navarch.report.xid import Severity
 from navarch.stores.base import ObjectInfo, ObjectStore, parallel_map
 from navarch.textsafe import node_text
-from navarch.timefmt import parse_ts, required_ts
-from navarch.xid import Severity
 
 MAX_REPORT_BYTES = 256 * 1024
 #: Deepest nesting of arrays/objects accepted. A real report nests 4 deep (checks[].
@@ -175,7 +175,7 @@ def summarize(
 ) -> ReportSummary:
     """Reduce a verified report to what the planner needs (see ReportSummary).
 
-    report: a document schemas/health-report.schema.json accepts (navarch.health_report
+    report: a document schemas/health-report.schema.json accepts (navarch.report.health_report
     types its parts). stored_at: the store's modification time of the object (aware UTC),
     when known. rule_sets: the pool's health policy rule sets (HealthPolicy.rule_sets());
     None keeps the agent's verdict. See the module docstring for how they change the

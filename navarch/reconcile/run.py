@@ -19,10 +19,10 @@ from typing import Any
 
 from navarch.actor import Actor, ActorKind
 from navarch.errors import ConfigError, NavarchError, ProviderError, StalePlan
-from navarch.fleet_secret import read_fleet_secret
-from navarch.health import Remedy
+from navarch.fleet.secret import read_fleet_secret
+from navarch.fleet.spec import FleetSpec, PoolSpec, Scheduler
 from navarch.history import Trigger
-from navarch.inventory import Instance, fingerprint
+from navarch.inventory import Instance, Reservation, fingerprint, reservations_of
 from navarch.logs import new_run_id
 from navarch.outcome import ApplyResult, Outcome
 from navarch.planner.context import PlanOptions
@@ -48,8 +48,7 @@ from navarch.reconcile.state import (
     load_memory,
     save_memory,
 )
-from navarch.reservations import Reservation, reservations_of
-from navarch.spec import FleetSpec, PoolSpec, Scheduler
+from navarch.report.health import Remedy
 from navarch.stores import ObjectStore, open_store
 
 log = logging.getLogger(__name__)
@@ -138,7 +137,7 @@ class Snapshot:
     observed: Observed
     plan: Plan
     now: datetime
-    #: the reservations the pools name, as their clouds report them (navarch.reservations)
+    #: the reservations the pools name, as their clouds report them (navarch.inventory)
     reservations: tuple[Reservation, ...] = ()
 
     @property
@@ -317,7 +316,7 @@ def _user_data_renderer(
     spec: FleetSpec, store: ObjectStore
 ) -> Callable[[PoolSpec, str, bytes, str], str] | None:
     try:
-        from navarch.bootstrap import render_cloud_init
+        from navarch.agent.bootstrap import render_cloud_init
     except ImportError:
         return None
     from navarch.reconcile.publish import AgentDelivery

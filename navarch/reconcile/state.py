@@ -43,8 +43,8 @@ from navarch.errors import (
 )
 from navarch.planner.model import Memory
 from navarch.reconcile.codec import NodeDocCache, memory_from_json, memory_to_json
+from navarch.report.timefmt import required_ts, ts
 from navarch.stores.base import ObjectStore
-from navarch.timefmt import required_ts, ts
 
 
 def state_key(fleet: str) -> str:

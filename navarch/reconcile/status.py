@@ -13,13 +13,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from navarch.fleet.spec import FleetSpec, PoolSpec
+from navarch.inventory import Reservation
 from navarch.planner.hosts import lemon_hosts
 from navarch.planner.model import Diag, Lifecycle, NodeView, Pause
 from navarch.reconcile.reports import fleet_rejection
 from navarch.reconcile.run import Snapshot
-from navarch.reservations import Reservation
-from navarch.spec import FleetSpec, PoolSpec
-from navarch.timefmt import ts
+from navarch.report.timefmt import ts
 
 __all__ = ["FleetStatus", "LadderStatus", "NodeStatus", "PoolStatus", "fleet_status"]
 

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 from collections import Counter
 
-from navarch.durations import format_duration_s
+from navarch.fleet.durations import format_duration_s
+from navarch.inventory import Reservation
 from navarch.planner.model import Lifecycle
 from navarch.reconcile.status import FleetStatus, NodeStatus, PoolStatus
-from navarch.reservations import Reservation
-from navarch.textsafe import terminal
-from navarch.timefmt import ts
-from navarch.wording import counted
+from navarch.report.timefmt import ts
+from navarch.textsafe import counted, terminal
 
 __all__ = ["render_status"]
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from navarch.errors import ConfigError
+from navarch.fleet.spec import FleetSpec, PoolSpec
 from navarch.remote.diagnostics import (
     DiagOutcome,
     DiagResult,
@@ -19,7 +20,6 @@ from navarch.remote.diagnostics import (
 )
 from navarch.remote.playbook import PlaybookKind, load_playbook
 from navarch.remote.runner import PlaybookOutcome, PlaybookTarget, SSHRunner
-from navarch.spec import FleetSpec, PoolSpec
 
 
 class SSHPlaybooks:

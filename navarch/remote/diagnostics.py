@@ -23,7 +23,6 @@ import json
 import re
 from pathlib import Path
 
-from navarch.acceptance import AcceptanceResult, AcceptanceStatus
 from navarch.agent.acceptance_tools.dcgm import (
     DIAG_LEVELS,
     DiagOutcome,
@@ -33,6 +32,7 @@ from navarch.agent.acceptance_tools.dcgm import (
 )
 from navarch.remote.playbook import Playbook, PlaybookKind, load_playbook
 from navarch.remote.runner import PlaybookTarget, SSHRunner
+from navarch.report.acceptance import AcceptanceResult, AcceptanceStatus
 
 __all__ = [
     "DIAG_LEVELS",

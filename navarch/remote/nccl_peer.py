@@ -26,14 +26,19 @@ from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 
-from navarch.acceptance import AcceptancePolicy, AcceptanceResult, AcceptanceStatus, AcceptanceTest
 from navarch.agent.acceptance_tools.host import ToolHost, ToolOutput
 from navarch.agent.acceptance_tools.suite import nccl_verdict
 from navarch.agent.acceptance_tools.thresholds import DEFAULT_NCCL_MESSAGE_BYTES
 from navarch.errors import ConfigError
+from navarch.fleet.spec import PoolSpec
 from navarch.remote.playbook import Playbook, PlaybookKind, Step, StepHost
 from navarch.remote.runner import PlaybookTarget, SSHRunner
-from navarch.spec import PoolSpec
+from navarch.report.acceptance import (
+    AcceptancePolicy,
+    AcceptanceResult,
+    AcceptanceStatus,
+    AcceptanceTest,
+)
 from navarch.templating import environment
 from navarch.textsafe import node_text
 

@@ -27,10 +27,10 @@ import jinja2.meta
 import jsonschema
 import yaml
 
-from navarch.durations import parse_duration_s
 from navarch.errors import ConfigError
+from navarch.fleet.durations import parse_duration_s
+from navarch.fleet.schemas import describe
 from navarch.resources import data_dir, schema_path
-from navarch.schema_text import describe
 from navarch.templating import environment
 
 #: The variables a step template may use. drain_timeout_s (drain), level, token and tests

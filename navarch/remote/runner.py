@@ -33,8 +33,8 @@ import paramiko
 from fabric import Config, Connection
 from invoke.exceptions import CommandTimedOut
 
-from navarch.durations import parse_duration_s
 from navarch.errors import ConfigError, RemoteError
+from navarch.fleet.durations import parse_duration_s
 from navarch.remote.playbook import Playbook, Step, StepHost
 
 #: Characters of combined stdout+stderr kept per step for the audit log.

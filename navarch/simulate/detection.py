@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from navarch.compat import StrEnum
+from navarch.report.compat import StrEnum
 
 #: The world's causes whose node writes no report (navarch.simulate.world).
 SILENT_CAUSES = frozenset({"host_down"})

@@ -26,12 +26,13 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from navarch.compat import StrEnum
 from navarch.errors import NavarchError
-from navarch.health import Status
+from navarch.fleet.spec import FleetSpec
 from navarch.outcome import ApplyResult, Outcome
 from navarch.planner.model import ActionKind, ActionReason, Lifecycle, Phase
 from navarch.reconcile.run import Fleet, run_apply
+from navarch.report.compat import StrEnum
+from navarch.report.health import Status
 from navarch.simulate.acceptance import BurnInTally
 from navarch.simulate.detection import detection_keys
 from navarch.simulate.events import EventRuns
@@ -40,7 +41,6 @@ from navarch.simulate.provider import SimProvider
 from navarch.simulate.scenario import Scenario
 from navarch.simulate.training import effective_training_time_ratio
 from navarch.simulate.world import SimNode, World
-from navarch.spec import FleetSpec
 
 log = logging.getLogger(__name__)
 START = datetime(2026, 1, 1, tzinfo=UTC)

@@ -20,7 +20,6 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Protocol
 
-from navarch import xid
 from navarch.agent import kernel_log as kl
 from navarch.agent.burn_in import ToolBench
 from navarch.agent.checks import Check
@@ -29,6 +28,7 @@ from navarch.agent.gpu import FakeFaults, FakeGpuBackend, GpuProbe
 from navarch.agent.host import notice_from_doc
 from navarch.agent.runner import run_once
 from navarch.agent.state import AgentState
+from navarch.report import xid
 from navarch.simulate.acceptance import TimedToolHost, bench
 from navarch.stores.base import Blob, ObjectStore
 

@@ -17,10 +17,10 @@ from typing import Any
 import yaml
 
 from navarch.errors import ConfigError
-from navarch.fleet_file import load_fleet
-from navarch.fleet_yaml import read_fleet_text
+from navarch.fleet.load import load_fleet
+from navarch.fleet.spec import FleetSpec
+from navarch.fleet.text import read_fleet_text
 from navarch.simulate.scenario import Scenario
-from navarch.spec import FleetSpec
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ def compare_scenarios(scenario: Scenario) -> list[Scenario]:
 
 def fleet_with_overrides(path: Path, overrides: Mapping[str, Any], origin: str) -> FleetSpec:
     """The fleet file at `path` with `overrides` ({"spares", "remediation", "surge_on",
-    "acceptance"}) set on every pool, loaded and validated by navarch.fleet_file.load_fleet.
+    "acceptance"}) set on every pool, loaded and validated by navarch.fleet.load.load_fleet.
 
     Raises
     ConfigError naming `origin` (the scenario file) and the key path for a result the

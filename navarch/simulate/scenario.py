@@ -10,7 +10,7 @@ Defaults of the world model, each with its source (docs/simulate.md has the tabl
   "component reliability"): "GPU recoverable faults" 19.5 % against "GPU host replacement"
   41.5 % of cases, so about one GPU fault in three (19.5 / 61 = 0.32) recovers without a
   replacement; which rung cures which fault follows the NVIDIA XID catalogue's resolution
-  (navarch.xid: 79 RESTART_BM -> a reboot may cure, a GPU reset rarely; 48 and 95
+  (navarch.report.xid: 79 RESTART_BM -> a reboot may cure, a GPU reset rarely; 48 and 95
   RESET_GPU -> a reset or a reboot may cure; 64 a row-remap failure -> RMA, never cured in
   place; thermal (the thermal interface) -> hardware, never cured). The per-rung odds are
   an assumption scaled so the cause mix cures 0.33 of GPU faults on the default ladder's
@@ -68,9 +68,9 @@ from typing import Any
 
 import yaml
 
-from navarch.durations import parse_duration_s
 from navarch.errors import ConfigError
-from navarch.schemas import load_schema
+from navarch.fleet.durations import parse_duration_s
+from navarch.fleet.schemas import load_schema
 
 LLAMA3_RATE_PER_NODE_DAY = 3.8e-3
 RSC1_RATE_PER_NODE_DAY = 6.5e-3

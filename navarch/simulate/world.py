@@ -48,13 +48,13 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from navarch import signing
-from navarch.acceptance import AcceptancePolicy
 from navarch.agent.config import AgentConfig
 from navarch.agent.gpu import FakeFaults
 from navarch.agent.runner import STREAK_WRITE_CAP
 from navarch.errors import StoreError
 from navarch.inventory import NO_CLOUD_STATUS, CloudStatus, Instance, InstanceHealth
+from navarch.report import signing
+from navarch.report.acceptance import AcceptancePolicy
 from navarch.simulate.acceptance import draw_latent
 from navarch.simulate.node import SimAgent
 from navarch.simulate.scenario import CURES, Scenario

@@ -17,8 +17,8 @@ from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 
-from navarch.compat import UTC
 from navarch.errors import NotFound, PreconditionFailed, StoreError
+from navarch.report.compat import UTC
 from navarch.stores.base import Blob, ObjectInfo, fetch_many
 
 _LOCK_NAME = ".navarch-store.lock"

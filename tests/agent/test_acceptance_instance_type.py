@@ -14,13 +14,13 @@ from typing import Any
 import pytest
 import yaml
 
-from navarch import signing
-from navarch.acceptance import AcceptancePolicy
 from navarch.agent import AgentConfig, load_config, run_once
 from navarch.agent.acceptance_tools.instance_type import read_instance_type
-from navarch.bootstrap import BundleSource, render_cloud_init
-from navarch.fleet_file import load_fleet
-from navarch.fleet_secret import read_fleet_secret
+from navarch.agent.bootstrap import BundleSource, render_cloud_init
+from navarch.fleet.load import load_fleet
+from navarch.fleet.secret import read_fleet_secret
+from navarch.report import signing
+from navarch.report.acceptance import AcceptancePolicy
 
 REPO = Path(__file__).resolve().parents[2]
 T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)

@@ -13,14 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from navarch.acceptance import (
-    AcceptancePolicy,
-    AcceptanceResult,
-    AcceptanceStatus,
-    AcceptanceTest,
-    DriftPolicy,
-    SuiteDepth,
-)
 from navarch.agent.acceptance_tools import (
     TOOL_TESTS,
     FakeToolHost,
@@ -39,6 +31,14 @@ from navarch.agent.acceptance_tools.suite import (
     run_pcie_link,
     run_persistence_mode,
     run_versions,
+)
+from navarch.report.acceptance import (
+    AcceptancePolicy,
+    AcceptanceResult,
+    AcceptanceStatus,
+    AcceptanceTest,
+    DriftPolicy,
+    SuiteDepth,
 )
 from navarch.textsafe import NODE_TEXT_MAX_CHARS
 
@@ -475,7 +475,7 @@ def test_the_acceptance_tools_ship_in_the_agent_bundle_and_keep_to_python_3_9() 
     package = Path(__file__).resolve().parents[2] / "navarch" / "agent" / "acceptance_tools"
     for path in package.glob("*.py"):
         assert f"navarch/agent/acceptance_tools/{path.name}" in members
-    assert "navarch/acceptance.py" in members and "navarch/textsafe.py" in members
+    assert "navarch/report/acceptance.py" in members and "navarch/textsafe.py" in members
     pytest.importorskip("vermin", reason="vermin is a dev dependency (pip install -e .[dev])")
     run = subprocess.run(
         [sys.executable, "-c", "import sys, vermin; sys.exit(vermin.main())", "-q", "-t=3.9-"]

@@ -17,7 +17,7 @@ import pytest
 from navarch import __version__
 from navarch.agent.bundle import VENDORED, build_bundle, write_bundle
 from navarch.agent.store import AwsCredentials, sigv4_headers
-from navarch.compat import UTC
+from navarch.report.compat import UTC
 from tests.support.fake_agent import write_agent_yaml
 
 #: The issue's budget for the file a node downloads.
@@ -65,7 +65,7 @@ def test_bundle_holds_pure_python_only_and_no_cloud_sdk(bundle_file: Path) -> No
     tops = {n.split("/")[0].removesuffix(".py") for n in names}
     assert tops == {"__main__", "navarch", *VENDORED}
     for heavy in (
-        "navarch/spec.py",
+        "navarch/fleet/spec.py",
         "navarch/planner/plan.py",
         "navarch/stores/s3.py",
         "navarch/reconcile/run.py",

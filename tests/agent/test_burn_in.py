@@ -12,11 +12,16 @@ from typing import Any
 
 import pytest
 
-from navarch.acceptance import AcceptancePolicy, AcceptanceResult, AcceptanceStatus
 from navarch.agent import AgentConfig, load_config, run_once
-from navarch.agent.burn_in import acceptance_step, policy_to_mapping
+from navarch.agent.burn_in import acceptance_step
 from navarch.agent.gpu import FakeGpuBackend
 from navarch.errors import ConfigError
+from navarch.report.acceptance import (
+    AcceptancePolicy,
+    AcceptanceResult,
+    AcceptanceStatus,
+    policy_to_mapping,
+)
 
 T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 POLICY = AcceptancePolicy(expected_gpu_count=8, nccl_min_busbw_gbps=200.0)

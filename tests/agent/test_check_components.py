@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from navarch.agent.checks import Check, CounterSample
 from navarch.agent.gpu import FakeGpuBackend, GpuSnapshot
 from navarch.agent.gpu_checks import GPU_CHECKS, GPU_LOST, Baselines, GpuCheck, gpu_checks
-from navarch.health import Remedy as Action
-from navarch.health import Status
+from navarch.report.health import Remedy as Action
+from navarch.report.health import Status
 
 SNAPSHOT_FIELDS = {f.name for f in dataclasses.fields(GpuSnapshot)}
 GPU = FakeGpuBackend("train-0001", 1).probe().gpus[0]

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from navarch.bootstrap import BundleSource, render_cloud_init
+from navarch.agent.bootstrap import BundleSource, render_cloud_init
 from navarch.errors import ConfigError
-from navarch.fleet_file import load_fleet
+from navarch.fleet.load import load_fleet
 
 REPO = Path(__file__).resolve().parents[2]
 BUNDLE = BundleSource("https://artifacts.example.com/navarch-agent.pyz", "ab" * 32)

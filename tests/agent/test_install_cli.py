@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 import yaml
 
-from navarch import signing
 from navarch.agent import load_config
+from navarch.agent.bootstrap import BundleSource, render_cloud_init, render_units
 from navarch.agent.install import install_units
-from navarch.bootstrap import BundleSource, render_cloud_init, render_units
-from navarch.fleet_file import load_fleet
-from navarch.fleet_secret import read_fleet_secret
+from navarch.fleet.load import load_fleet
+from navarch.fleet.secret import read_fleet_secret
+from navarch.report import signing
 from tests.support.fake_agent import write_agent_yaml
 from tests.support.system import require_system_package
 

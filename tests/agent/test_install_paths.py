@@ -14,9 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from navarch import signing
-from navarch.agent.bundle import write_bundle
-from navarch.bootstrap import (
+from navarch.agent.bootstrap import (
     BUNDLE_ENVIRONMENT,
     BUNDLE_EXEC_START,
     BUNDLE_PATH,
@@ -25,6 +23,8 @@ from navarch.bootstrap import (
     render_cloud_init_for,
     render_units,
 )
+from navarch.agent.bundle import write_bundle
+from navarch.report import signing
 from tests.support.userdata import base_env, run_installed_agent, run_user_data
 
 REPO = Path(__file__).resolve().parents[2]
@@ -196,8 +196,7 @@ def test_kubernetes_examples_use_the_images_and_validate(tmp_path: Path) -> None
 def test_user_data_of_a_pool_with_acceptance_makes_the_bundled_agent_burn_in(
     tmp_path: Path,
 ) -> None:
-    from navarch.acceptance import AcceptancePolicy
-    from navarch.agent.burn_in import policy_to_mapping
+    from navarch.report.acceptance import AcceptancePolicy, policy_to_mapping
 
     root = _baked_image(tmp_path)
     user_data = render_cloud_init_for(

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from navarch.agent import kernel_log as kl
-from navarch.health import Remedy as Action
-from navarch.xid import Severity
+from navarch.report.health import Remedy as Action
+from navarch.report.xid import Severity
 
 # Real lines from public production logs (gpu-health.md §3).
 REAL = {

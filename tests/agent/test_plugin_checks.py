@@ -15,7 +15,7 @@ import pytest
 
 from navarch.agent import AgentConfig, run_once
 from navarch.reconcile.reports import verify_report
-from navarch.signing import derive_node_key
+from navarch.report.signing import derive_node_key
 from tests.plugins.conftest import fake_distribution
 
 SECRET = b"0123456789abcdef0123456789abcdef"

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from navarch import signing
 from navarch.agent import AgentConfig, load_config, run_once
 from navarch.errors import ConfigError
+from navarch.report import signing
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 KEY = bytes.fromhex("5a" * 32)

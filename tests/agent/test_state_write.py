@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from navarch import signing
 from navarch.agent import AgentConfig, run_once
 from navarch.reconcile.reports import ReportRejected, verify_report
+from navarch.report import signing
 from navarch.stores import open_store
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from navarch.health import Remedy as Action
-from navarch.xid import (
+from navarch.report.health import Remedy as Action
+from navarch.report.xid import (
     APPLICATION_XIDS,
     Severity,
     lookup,

@@ -20,6 +20,7 @@ from navarch.errors import (
     QuotaError,
     TransientError,
 )
+from navarch.fleet.schemas import validator_for
 from navarch.inventory import (
     CloudEvent,
     CloudStatus,
@@ -31,7 +32,6 @@ from navarch.inventory import (
 from navarch.providers import aws as awsmod
 from navarch.providers import aws_errors, open_provider
 from navarch.providers.base import ProvisionRequest
-from navarch.schemas import validator_for
 from tests.contracts.error_tables import AWS_RELIED_ON
 from tests.support.moto_server import client_error
 

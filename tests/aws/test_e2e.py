@@ -31,7 +31,7 @@ from moto.ec2.models.instances import InstanceBackend
 from navarch import cli
 from navarch.providers import aws as awsmod
 from navarch.reconcile.state import STORE_CLOCK_SLACK_S
-from navarch.signing import derive_node_key
+from navarch.report.signing import derive_node_key
 from tests.support.cli import kill_apply_mid_launch, run_navarch
 from tests.support.fake_agent import agent_report
 from tests.support.userdata import bundle_source
@@ -171,8 +171,8 @@ def test_apply_converges_with_tags_and_user_data_then_no_op(env, tmp_path) -> No
     nodes = fleet_nodes()
     assert len(nodes) == 3
     assert all(re.fullmatch(r"e2e-train-[0-9]{4}", n) for n in nodes)
-    from navarch.bootstrap import render_cloud_init
-    from navarch.fleet_file import load_fleet
+    from navarch.agent.bootstrap import render_cloud_init
+    from navarch.fleet.load import load_fleet
 
     spec = load_fleet(fleet)
     ec2 = boto3.client("ec2")

@@ -12,7 +12,7 @@ import boto3
 from navarch import cli
 from navarch.providers import aws as awsmod
 from navarch.providers.local.ops import _gpu_bdf
-from navarch.xid import lookup
+from navarch.report.xid import lookup
 from tests.aws.test_e2e import (  # noqa: F401 - env is a fixture
     BUCKET,
     FLEET,

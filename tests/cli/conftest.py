@@ -14,7 +14,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from navarch.schemas import load_schema
+from navarch.fleet.schemas import load_schema
 from tests.support.cli import in_process
 
 REPO = Path(__file__).resolve().parents[2]

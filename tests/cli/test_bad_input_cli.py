@@ -133,7 +133,7 @@ def _edit_yaml(fleet_dir, mutate) -> None:
 
 
 def test_render_cloud_init_defaults_to_the_pools_first_node_name(navarch, fleet_dir):
-    from navarch import signing
+    from navarch.report import signing
 
     navarch.ok("local", "tick", "fleet.yaml")  # acts, so creates the local fleet secret
     out = navarch.ok("render", "cloud-init", "fleet.yaml", "--pool", "train", "--reveal-key").out
@@ -148,8 +148,8 @@ def test_render_cloud_init_prints_a_placeholder_for_the_node_key_unless_reveal_k
 ):
     import yaml
 
-    from navarch import signing
-    from navarch.bootstrap import KEY_PLACEHOLDER
+    from navarch.agent.bootstrap import KEY_PLACEHOLDER
+    from navarch.report import signing
 
     navarch.ok("local", "tick", "fleet.yaml")  # acts, so creates the local fleet secret
     secret = (fleet_dir / ".navarch/fleet.secret").read_text().strip().encode()

@@ -11,7 +11,7 @@ import jsonschema
 import pytest
 
 from navarch import api
-from navarch.schemas import load_schema
+from navarch.fleet.schemas import load_schema
 
 pytest.importorskip("mcp")
 

@@ -20,10 +20,10 @@ from typing import Any
 import pytest
 import yaml
 
-from navarch.fleet_file import load_fleet
-from navarch.fleet_secret import read_fleet_secret
-from navarch.health import Remedy, Status
-from navarch.health_report import HealthReport
+from navarch.fleet.load import load_fleet
+from navarch.fleet.secret import read_fleet_secret
+from navarch.report.health import Remedy, Status
+from navarch.report.health_report import HealthReport
 from tests.support.hostile import CORPUS, assert_plain, strings
 from tests.support.reports import XID79, signed_report_bytes, xid_check
 from tests.unattended.helpers import Recorder

@@ -265,7 +265,7 @@ def test_apply_asks_for_yes(navarch):
 def test_lock_held_exits_4_and_force_unlock_frees_it(navarch, fleet_dir):
     from datetime import UTC, datetime
 
-    from navarch.fleet_file import load_fleet
+    from navarch.fleet.load import load_fleet
     from navarch.reconcile.state import acquire_lock
     from navarch.stores import open_store
 
@@ -335,9 +335,9 @@ def test_spot_preemption_notice_replaces_at_once(navarch):
 
 def _tamper(kind: str, report: dict, fleet_dir: Path) -> bytes:
     """A bad report of one kind, built from a genuine one."""
-    from navarch import signing
-    from navarch.fleet_file import load_fleet
-    from navarch.fleet_secret import read_fleet_secret
+    from navarch.fleet.load import load_fleet
+    from navarch.fleet.secret import read_fleet_secret
+    from navarch.report import signing
 
     secret = read_fleet_secret(load_fleet(fleet_dir / "fleet.yaml"))
     key = signing.derive_node_key(secret, "demo", report["node"])

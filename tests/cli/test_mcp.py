@@ -12,7 +12,7 @@ pytest.importorskip("mcp")
 
 from mcp import ClientSession  # noqa: E402
 
-from navarch.mcp_server import ACTING_TOOLS, READ_ONLY_TOOLS  # noqa: E402
+from navarch.mcp.server import ACTING_TOOLS, READ_ONLY_TOOLS  # noqa: E402
 from tests.support.mcp_client import CLIENT, Person, document, refusal, talk  # noqa: E402
 
 
@@ -123,7 +123,7 @@ def test_acting_tools_obey_the_safety_rules_and_the_lease(sick_fleet):
     # A node nobody cordoned is not navarch's to uncordon; a held lease stops every action.
     from datetime import UTC, datetime
 
-    from navarch.fleet_file import load_fleet
+    from navarch.fleet.load import load_fleet
     from navarch.reconcile.state import acquire_lock, force_unlock
     from navarch.stores import open_store
 

@@ -164,7 +164,7 @@ def test_allow_actions_help_says_consent_comes_from_a_person(navarch):
 
 
 def test_a_confirmation_code_is_good_once_for_its_call_within_its_time_and_three_tries():
-    from navarch.mcp_consent import CODE_ATTEMPTS, CODE_TTL_S, ConfirmCodes, Request
+    from navarch.mcp.consent import CODE_ATTEMPTS, CODE_TTL_S, ConfirmCodes, Request
 
     written: list[str] = []
     now = [0.0]

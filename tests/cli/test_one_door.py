@@ -133,7 +133,7 @@ def test_plan_and_status_write_no_local_secret_file_and_an_acting_verb_creates_i
 
 
 def test_force_unlock_removes_the_lock_the_same_way_from_the_cli_and_the_api(two):
-    from navarch.fleet_file import load_fleet
+    from navarch.fleet.load import load_fleet
     from navarch.reconcile.state import acquire_lock
     from navarch.stores import open_store
 

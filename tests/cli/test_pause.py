@@ -11,7 +11,7 @@ from pathlib import Path
 
 import jsonschema
 
-from navarch.schemas import load_schema
+from navarch.fleet.schemas import load_schema
 
 NODE = "demo-train-0002"
 

@@ -15,9 +15,9 @@ ROOT = Path(__file__).resolve().parents[2]
 BELOW_THE_RECONCILER = (
     "navarch/outcome.py",
     "navarch/history.py",
-    "navarch/metrics.py",
-    "navarch/fleet_secret.py",
-    "navarch/schemas.py",
+    "navarch/notify/metrics.py",
+    "navarch/fleet/secret.py",
+    "navarch/fleet/schemas.py",
     "navarch/notify/events.py",
     "navarch/notify/dispatch.py",
     "navarch/notify/state.py",
@@ -25,7 +25,7 @@ BELOW_THE_RECONCILER = (
 )
 
 #: What a module on a floor this low must never import.
-ABOVE = ("navarch.reconcile", "navarch.api", "navarch.cli", "navarch.fleet_file")
+ABOVE = ("navarch.reconcile", "navarch.api", "navarch.cli", "navarch.fleet.load")
 
 
 def _imports(path: Path) -> set[str]:

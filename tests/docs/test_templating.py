@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 TEMPLATES = sorted(p.name for p in (ROOT / "templates").glob("*.j2"))
 
 
-#: The filters navarch's renderers add (navarch.reconcile.render, navarch.bootstrap), as
+#: The filters navarch's renderers add (navarch.reconcile.render, navarch.agent.bootstrap), as
 #: stand-ins: only whether a missing variable stops the render is in question here.
 FILTERS = {"md": str, "code_line": str, "shquote": str}
 

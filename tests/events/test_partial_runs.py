@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from navarch.errors import LockHeld
-from navarch.fleet_file import load_fleet
+from navarch.fleet.load import load_fleet
 from navarch.outcome import ApplyResult
 from navarch.planner.model import ActionKind, Phase
 from navarch.providers.local.ops import inject, tick

@@ -22,7 +22,7 @@ from navarch.errors import (
     QuotaError,
     TransientError,
 )
-from navarch.fleet_file import load_fleet
+from navarch.fleet.load import load_fleet
 from navarch.inventory import Instance
 from navarch.providers.base import ProvisionRequest
 from navarch.reconcile.run import Fleet, gather, run_apply, system_clock

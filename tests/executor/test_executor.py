@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from navarch.errors import AuthError, LeaseLost, PreconditionFailed, RemoteError, TransientError
-from navarch.fleet_file import load_fleet
+from navarch.fleet.load import load_fleet
+from navarch.fleet.spec import FleetSpec
 from navarch.inventory import Instance
 from navarch.outcome import Outcome, OutcomeKind
 from navarch.planner.model import (
@@ -28,7 +29,6 @@ from navarch.planner.model import (
 )
 from navarch.reconcile.executor import Executor, JournalPolicy
 from navarch.reconcile.state import AuditLog
-from navarch.spec import FleetSpec
 from navarch.stores.file import FileStore
 from tests.planner import builders
 from tests.support.journal import FLEET, write_fleet

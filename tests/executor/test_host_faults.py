@@ -9,8 +9,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from navarch.fleet_file import load_fleet
-from navarch.health import FaultKey, Remedy
+from navarch.fleet.load import load_fleet
 from navarch.planner.model import (
     Action,
     ActionKind,
@@ -23,6 +22,7 @@ from navarch.planner.model import (
 )
 from navarch.reconcile.executor import Executor
 from navarch.reconcile.state import AuditLog
+from navarch.report.health import FaultKey, Remedy
 from navarch.stores.file import FileStore
 from tests.planner import builders
 from tests.support.journal import FLEET, write_fleet

@@ -10,13 +10,13 @@ from pathlib import Path
 
 from navarch.capabilities import Capability
 from navarch.errors import ConfigError
-from navarch.fleet_file import load_fleet
-from navarch.health import FaultKey, Remedy
+from navarch.fleet.load import load_fleet
 from navarch.inventory import Instance
 from navarch.planner.model import Action, ActionKind, ActionReason, Fault, NodeMemory, Phase, Plan
 from navarch.reconcile.executor import Executor
 from navarch.reconcile.handlers import MAX_HOST_FAULTS
 from navarch.reconcile.state import AuditLog
+from navarch.report.health import FaultKey, Remedy
 from navarch.stores.file import FileStore
 from tests.planner import builders
 from tests.support.journal import FLEET, write_fleet

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from navarch.errors import StoreError
-from navarch.fleet_file import load_fleet
+from navarch.fleet.load import load_fleet
 from navarch.inventory import Instance
 from navarch.planner.model import ActionReason, Phase
 from navarch.providers.base import ProvisionRequest

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from navarch.fleet.spec import PoolSpec, Scheduler
 from navarch.inventory import Instance
 from navarch.planner.context import cordon_then_drain
 from navarch.planner.model import (
@@ -18,7 +19,6 @@ from navarch.planner.model import (
     PoolMemory,
     PoolSettings,
 )
-from navarch.spec import PoolSpec, Scheduler
 from tests.executor.test_executor import NOW, FakeCloud, execute, spec_of
 from tests.planner import builders
 from tests.support.journal import FLEET

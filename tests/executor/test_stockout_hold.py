@@ -11,7 +11,7 @@ from pathlib import Path
 import yaml
 
 from navarch.errors import CapacityError
-from navarch.fleet_file import load_fleet
+from navarch.fleet.load import load_fleet
 from navarch.planner.model import ActionKind
 from navarch.providers.local.ops import inject, tick
 from navarch.reconcile.run import Fleet, run_apply

@@ -28,7 +28,7 @@ _SOURCES = (
 _LOAD_FROM_TARGET = """
 import json, sys
 import navarch
-from navarch.schemas import load_schema, validator_for
+from navarch.fleet.schemas import load_schema, validator_for
 from navarch.remote.playbook import load_playbook
 from navarch.templating import environment
 

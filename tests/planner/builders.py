@@ -1,7 +1,7 @@
 """Builders for the planner's inputs: FleetSpec, Instances, ReportObservations, Memory.
 
 Used by the scenario test (tests/planner/scenarios/*.yaml) and the hypothesis properties.
-Every fleet goes through the real navarch.fleet_file.load_fleet (schema, defaults, cross-field
+Every fleet goes through the real navarch.fleet.load.load_fleet (schema, defaults, cross-field
 rules), so a test can never hand the planner a fleet that fleet.yaml could not express.
 
 Times are aware UTC datetimes. Where a builder takes a time it also accepts the scenario
@@ -21,10 +21,9 @@ from typing import Any
 import yaml
 
 from navarch.capabilities import Capability
-from navarch.durations import parse_duration_s
-from navarch.fleet_file import load_fleet
-from navarch.health import FaultKey, Remedy, Status
-from navarch.health_report import NoticeKind
+from navarch.fleet.durations import parse_duration_s
+from navarch.fleet.load import load_fleet
+from navarch.fleet.spec import FleetSpec, Scheduler
 from navarch.inventory import (
     CloudEvent,
     CloudStatus,
@@ -46,8 +45,9 @@ from navarch.planner.model import (
     ReportObservation,
     ReportSummary,
 )
-from navarch.spec import FleetSpec, Scheduler
-from navarch.timefmt import parse_ts
+from navarch.report.health import FaultKey, Remedy, Status
+from navarch.report.health_report import NoticeKind
+from navarch.report.timefmt import parse_ts
 
 BASE_NOW = datetime(2026, 3, 2, 12, 0, 0, tzinfo=UTC)
 
@@ -78,7 +78,7 @@ def capabilities(spec: FleetSpec) -> dict[str, Capability]:
 
 
 def fleet_from_yaml(text: str, directory: Path | None = None) -> FleetSpec:
-    """Write `text` as fleet.yaml and load it with navarch.fleet_file.load_fleet.
+    """Write `text` as fleet.yaml and load it with navarch.fleet.load.load_fleet.
 
     directory: where to write it (a test's tmp_path); None uses one process-wide temporary
     directory and caches the FleetSpec by the text, so hypothesis examples stay cheap.

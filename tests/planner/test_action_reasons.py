@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from navarch.fleet.schemas import load_schema
 from navarch.planner.model import ActionReason, HaltRule
-from navarch.schemas import load_schema
 
 GOLDEN = Path(__file__).parent / "golden"
 

@@ -9,7 +9,7 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
-from navarch.acceptance import AcceptanceResult, AcceptanceRun, AcceptanceStatus, SuiteDepth
+from navarch.fleet.spec import Scheduler
 from navarch.notify.events import EventKind, plan_conditions
 from navarch.planner.burn_in import choose_peer
 from navarch.planner.model import (
@@ -24,8 +24,8 @@ from navarch.planner.model import (
 from navarch.planner.observe import observe
 from navarch.planner.plan import plan
 from navarch.reconcile.codec import memory_from_json, memory_to_json
-from navarch.spec import Scheduler
-from navarch.timefmt import ts
+from navarch.report.acceptance import AcceptanceResult, AcceptanceRun, AcceptanceStatus, SuiteDepth
+from navarch.report.timefmt import ts
 from tests.planner.builders import (
     BASE_NOW,
     fleet_doc,

@@ -11,13 +11,6 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from navarch.acceptance import (
-    AcceptancePolicy,
-    AcceptanceResult,
-    AcceptanceRun,
-    AcceptanceStatus,
-    SuiteDepth,
-)
 from navarch.agent.acceptance_tools.host import ToolOutput
 from navarch.agent.acceptance_tools.suite import run_dcgm_diag
 from navarch.notify.events import EventKind, plan_conditions
@@ -25,7 +18,14 @@ from navarch.planner.burn_in import choose_peer
 from navarch.planner.model import ActionKind, ActionReason, BurnIn, HaltRule, Lifecycle, Memory
 from navarch.planner.observe import observe
 from navarch.planner.plan import plan
-from navarch.timefmt import ts
+from navarch.report.acceptance import (
+    AcceptancePolicy,
+    AcceptanceResult,
+    AcceptanceRun,
+    AcceptanceStatus,
+    SuiteDepth,
+)
+from navarch.report.timefmt import ts
 from tests.agent.test_acceptance_suite import ScriptedHost
 from tests.planner.builders import (
     BASE_NOW,

@@ -12,12 +12,11 @@ from datetime import timedelta
 import builders
 from test_ladder_properties import FLEET, World
 
-from navarch.inventory import InstanceState
+from navarch.inventory import InstanceState, Reservation
 from navarch.planner.context import PlanOptions
 from navarch.planner.model import ActionKind, ActionReason, Plan
 from navarch.planner.observe import observe
 from navarch.planner.plan import plan
-from navarch.reservations import Reservation
 
 BLOCK = "cr-0123456789abcdef0"
 START = builders.BASE_NOW + timedelta(hours=1)

@@ -18,8 +18,8 @@ import pytest
 import yaml
 from test_scenarios import SCENARIOS, build_inputs, run
 
+from navarch.fleet.schemas import load_schema
 from navarch.reconcile.render import plan_to_json, render_text
-from navarch.schemas import load_schema
 
 GOLDEN = Path(__file__).parent / "golden"
 CASES = [

@@ -27,6 +27,7 @@ import builders
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from navarch.fleet.spec import FleetSpec
 from navarch.inventory import Instance, InstanceState
 from navarch.planner.model import (
     ActionKind,
@@ -43,7 +44,6 @@ from navarch.planner.model import (
 from navarch.planner.observe import observe
 from navarch.planner.plan import plan
 from navarch.reconcile.handlers import _with_fault
-from navarch.spec import FleetSpec
 
 FLEET = "lp"
 XIDS = {79: "reboot", 48: "reset_gpu", 95: "replace", 31: "reboot"}

@@ -26,13 +26,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_ladder_properties import FLEET, PROPERTY, XIDS, Node, World, _world
 
-from navarch.health import Status
+from navarch.fleet.spec import FleetSpec
 from navarch.inventory import CloudStatus, InstanceHealth, InstanceState
 from navarch.planner.context import PlanOptions
 from navarch.planner.model import ActionKind, Diag, DiagState, DiagWhy, Phase, Plan
 from navarch.planner.observe import observe
 from navarch.planner.plan import plan
-from navarch.spec import FleetSpec
+from navarch.report.health import Status
 
 STEP = timedelta(minutes=5)
 EVENTS = (

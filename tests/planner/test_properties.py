@@ -22,6 +22,7 @@ import builders
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from navarch.fleet.spec import FleetSpec, PoolSpec
 from navarch.inventory import TAG_SPEC, Instance, InstanceState
 from navarch.planner.context import PlanOptions
 from navarch.planner.model import (
@@ -40,7 +41,6 @@ from navarch.planner.model import (
 )
 from navarch.planner.observe import Observed, observe
 from navarch.planner.plan import plan
-from navarch.spec import FleetSpec, PoolSpec
 
 FLEET = "pf"
 POOLS = ("a", "b", "c")

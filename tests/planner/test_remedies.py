@@ -15,12 +15,7 @@ from typing import Any
 
 import builders
 
-from navarch.health import Remedy
-from navarch.planner.context import PlanOptions
-from navarch.planner.model import Plan
-from navarch.planner.observe import observe
-from navarch.planner.plan import plan
-from navarch.remedies import (
+from navarch.fleet.remedies import (
     BUILTIN_ROWS,
     FaultClass,
     RemedyRow,
@@ -29,6 +24,11 @@ from navarch.remedies import (
     remedies_table,
     row_for,
 )
+from navarch.planner.context import PlanOptions
+from navarch.planner.model import Plan
+from navarch.planner.observe import observe
+from navarch.planner.plan import plan
+from navarch.report.health import Remedy
 
 FLEET = "rt"
 NODE = f"{FLEET}-train-0001"

@@ -10,7 +10,7 @@ import builders
 import pytest
 
 from navarch.errors import AuthError, TransientError
-from navarch.reservations import Reservation, reservations_of
+from navarch.inventory import Reservation, reservations_of
 
 BLOCK = "cr-0123456789abcdef0"
 

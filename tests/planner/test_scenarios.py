@@ -4,7 +4,7 @@ A scenario file holds (times are RFC 3339, or relative to `now` like "-20m", "+1
 
   description: what the scenario proves
   now: the run's clock
-  fleet: |            the fleet.yaml text (loaded with navarch.fleet_file.load_fleet)
+  fleet: |            the fleet.yaml text (loaded with navarch.fleet.load.load_fleet)
   inventory:          owned instances: node, [pool], [state], [launched_at], [instance_id],
                       [zone], [instance_type], [spot], [health], [health_detail], [event],
                       [event_deadline] (the cloud's own status), [host_id], [topology]
@@ -61,7 +61,7 @@ import builders
 import pytest
 import yaml
 
-from navarch.acceptance import AcceptanceResult, AcceptanceRun, SuiteDepth
+from navarch.fleet.spec import FleetSpec
 from navarch.inventory import Instance
 from navarch.planner.context import PlanOptions
 from navarch.planner.model import (
@@ -75,8 +75,8 @@ from navarch.planner.model import (
 )
 from navarch.planner.observe import Observed, observe
 from navarch.planner.plan import plan
-from navarch.spec import FleetSpec
-from navarch.timefmt import ts
+from navarch.report.acceptance import AcceptanceResult, AcceptanceRun, SuiteDepth
+from navarch.report.timefmt import ts
 
 SCENARIOS = Path(__file__).parent / "scenarios"
 _SCENARIO_KEYS = {

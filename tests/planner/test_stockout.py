@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 
 import builders
 
+from navarch.fleet.spec import FleetSpec
 from navarch.planner.context import PlanOptions
 from navarch.planner.model import (
     READY,
@@ -25,7 +26,6 @@ from navarch.planner.model import (
 )
 from navarch.planner.observe import observe
 from navarch.planner.plan import plan
-from navarch.spec import FleetSpec
 
 FLEET = "so"
 START = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)

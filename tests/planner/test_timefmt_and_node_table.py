@@ -1,4 +1,4 @@
-"""The time format every JSON form shares (navarch.timefmt) and Memory's node table
+"""The time format every JSON form shares (navarch.report.timefmt) and Memory's node table
 (navarch.planner.node_table), each in its own module beside the plain data model."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 
 from navarch.planner.model import Memory, NodeMemory, Phase
 from navarch.planner.node_table import NodeTable
-from navarch.timefmt import parse_ts, required_ts, ts
+from navarch.report.timefmt import parse_ts, required_ts, ts
 
 
 def test_times_are_written_in_utc_with_a_z_and_read_back_aware() -> None:

@@ -19,10 +19,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_ladder_properties import FLEET, PROPERTY, XIDS, World
 
+from navarch.fleet.spec import FleetSpec
 from navarch.planner.model import ActionKind, NodeMemory
 from navarch.planner.observe import observe
 from navarch.planner.plan import plan
-from navarch.spec import FleetSpec
 
 ZONES = ("z1", "z2", "z3", "z4")
 

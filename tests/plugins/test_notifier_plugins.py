@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from navarch.errors import ConfigError
-from navarch.fleet_file import load_fleet
+from navarch.fleet.load import load_fleet
 from tests.plugins.conftest import ROOT, fake_distribution
 from tests.support.cli import run_navarch
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from navarch.fleet_file import load_fleet
+from navarch.fleet.load import load_fleet
 from tests.plugins.conftest import fake_distribution
 from tests.support.cli import run_navarch
 

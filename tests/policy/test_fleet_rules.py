@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from navarch.errors import ConfigError
-from navarch.fleet_file import load_fleet
-from navarch.policy import evaluate
-from navarch.spec import Diagnostics
+from navarch.fleet.load import load_fleet
+from navarch.fleet.policy import evaluate
+from navarch.fleet.spec import Diagnostics
 from tests.support.cli import run_navarch
 
 FLEET = """\
@@ -92,7 +92,7 @@ def test_every_key_parsed(tmp_path: Path) -> None:
 
 
 def test_pool_rules_are_evaluated_before_the_fleet_rules(tmp_path: Path) -> None:
-    from navarch.policy import SAMPLE_REPORT
+    from navarch.fleet.policy import SAMPLE_REPORT
 
     pool = load_fleet(write(tmp_path, FLEET + POOL_RULES)).pool("train")
     report = {
@@ -201,7 +201,7 @@ def test_rules_of_a_pool_and_the_fleet_share_one_budget_per_report(tmp_path: Pat
 
 
 def test_a_rule_at_the_bound_loads_and_judges_a_256_xid_report(tmp_path: Path) -> None:
-    from navarch.policy import SAMPLE_REPORT
+    from navarch.fleet.policy import SAMPLE_REPORT
 
     at_bound = " || ".join(f"xids.exists(x, x.code == {c})" for c in range(8))
     text = (

@@ -1,8 +1,8 @@
-"""navarch.health: one order per word, one text form per fault key."""
+"""navarch.report.health: one order per word, one text form per fault key."""
 
 from __future__ import annotations
 
-from navarch.health import FaultKey, Remedy, Status
+from navarch.report.health import FaultKey, Remedy, Status
 
 
 def test_status_has_one_order_worst_last() -> None:

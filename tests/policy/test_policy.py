@@ -1,4 +1,4 @@
-"""Health policy rules (navarch/policy.py): compile at load, evaluate per report."""
+"""Health policy rules (navarch/fleet/policy.py): compile at load, evaluate per report."""
 
 from __future__ import annotations
 
@@ -12,16 +12,16 @@ import pytest
 
 from navarch.agent import AgentConfig, run_once
 from navarch.errors import ConfigError
-from navarch.health import Remedy
-from navarch.health import Status as RuleStatus
-from navarch.policy import (
+from navarch.fleet.policy import (
     SAMPLE_REPORT,
     PolicyResult,
     compile_rule,
     default_rule_data,
     evaluate,
 )
-from navarch.schemas import validator_for
+from navarch.fleet.schemas import validator_for
+from navarch.report.health import Remedy
+from navarch.report.health import Status as RuleStatus
 
 REPO = Path(__file__).resolve().parents[2]
 HOT = {

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 
-from navarch.acceptance import AcceptanceResult, AcceptanceStatus
 from navarch.planner.model import Memory, NodeMemory
 from navarch.reconcile.codec import memory_from_json, memory_to_json
+from navarch.report.acceptance import AcceptanceResult, AcceptanceStatus
 
 
 def test_the_burn_in_cordon_and_the_pair_result_round_trip_and_the_result_text_is_plain() -> None:

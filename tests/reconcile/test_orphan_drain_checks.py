@@ -12,10 +12,10 @@ from typing import Any
 
 import yaml
 
-from navarch.fleet_file import load_fleet
+from navarch.fleet.load import load_fleet
+from navarch.fleet.spec import PoolSpec
 from navarch.reconcile.run import Fleet, gather, run_apply
 from navarch.remote.adapter import SSHPlaybooks
-from navarch.spec import PoolSpec
 from tests.support.journal import FLEET, write_fleet
 
 NOW = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from navarch.durations import parse_duration_s
+from navarch.fleet.durations import parse_duration_s
+from navarch.fleet.schemas import load_schema
+from navarch.fleet.spec import Scheduler
 from navarch.planner.model import Memory, PoolMemory, PoolSettings
 from navarch.planner.retired import UNKNOWN, retired_pool
 from navarch.reconcile.codec import memory_from_json, memory_to_json
-from navarch.schemas import load_schema
-from navarch.spec import Scheduler
 
 NOW = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 SLURM = PoolSettings(

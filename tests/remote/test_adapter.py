@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from navarch.fleet_file import load_fleet
+from navarch.fleet.load import load_fleet
 from navarch.remote.adapter import SSHPlaybooks
 
 from .conftest import Sshd, Standin

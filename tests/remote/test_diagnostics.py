@@ -188,7 +188,7 @@ def test_the_executors_runner_diagnoses_a_pools_node(
 ) -> None:
     import yaml
 
-    from navarch.fleet_file import load_fleet
+    from navarch.fleet.load import load_fleet
     from navarch.remote.adapter import SSHPlaybooks
 
     doc = yaml.safe_load((Path(__file__).resolve().parents[2] / "fleet.example.yaml").read_text())

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from navarch.acceptance import AcceptancePolicy, AcceptanceStatus
 from navarch.agent.acceptance_tools import FakeToolHost
 from navarch.remote.nccl_peer import PeerRun, kubernetes_mpijob, run_nccl_multi_node, srun_argv
+from navarch.report.acceptance import AcceptancePolicy, AcceptanceStatus
 
 
 def test_srun_pins_one_rank_per_gpu_on_the_node_and_its_peer() -> None:

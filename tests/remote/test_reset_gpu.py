@@ -86,7 +86,6 @@ def test_the_executor_resets_through_the_playbook(
     from dataclasses import replace
     from datetime import UTC, datetime
 
-    from navarch.health import FaultKey, Remedy
     from navarch.planner.model import (
         Action,
         ActionKind,
@@ -99,6 +98,7 @@ def test_the_executor_resets_through_the_playbook(
     )
     from navarch.reconcile.executor import Executor
     from navarch.reconcile.state import AuditLog
+    from navarch.report.health import FaultKey, Remedy
     from navarch.stores.file import FileStore
     from tests.planner import builders
 

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from navarch.errors import ConfigError
-from navarch.fleet_file import load_fleet
+from navarch.fleet.load import load_fleet
 from navarch.remote.adapter import SSHPlaybooks
 from navarch.remote.runner import SSHRunner
 

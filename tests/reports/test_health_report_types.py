@@ -1,4 +1,4 @@
-"""The health report's types (navarch.health_report) and its JSON Schema say the same thing.
+"""The health report's types (navarch.report.health_report) and its JSON Schema say the same thing.
 
 The schema (schemas/health-report.schema.json) is what the reconciler enforces; the
 dataclasses are what the agent builds and the reconciler and tests read. Walked both
@@ -21,10 +21,18 @@ from typing import Any
 import orjson
 import pytest
 
-from navarch import signing
 from navarch.errors import ReportRejected
-from navarch.health import FaultKey
-from navarch.health_report import (
+from navarch.planner.model import Memory
+from navarch.reconcile.codec import (
+    memory_from_json,
+    memory_to_json,
+    summary_from_json,
+    summary_to_json,
+)
+from navarch.reconcile.reports import read_reports, summarize, verify_report
+from navarch.report import signing
+from navarch.report.health import FaultKey
+from navarch.report.health_report import (
     REPORT_SCHEMA_VERSION,
     SIGNATURE_ALG,
     GpuReading,
@@ -37,14 +45,6 @@ from navarch.health_report import (
     ReportSignature,
     ReportXid,
 )
-from navarch.planner.model import Memory
-from navarch.reconcile.codec import (
-    memory_from_json,
-    memory_to_json,
-    summary_from_json,
-    summary_to_json,
-)
-from navarch.reconcile.reports import read_reports, summarize, verify_report
 from navarch.resources import schema_path
 from navarch.stores.file import FileStore
 from tests.support.reports import health_report, report_doc, signed_report_bytes
@@ -124,7 +124,7 @@ def _walk(path: str, cls: type, node: Mapping[str, Any]) -> None:
     required = set(node.get("required", ()))
     minimal = cls(**{n: _sample(hints[n]) for n, f in fields.items() if _no_default(f)})
     written = set(minimal.to_json()) if hasattr(minimal, "to_json") else set(fields)
-    # A signature is added by signing (navarch.signing.sign_for_store), after to_json.
+    # A signature is added by signing (navarch.report.signing.sign_for_store), after to_json.
     assert required - {"signature"} <= written, f"{path}: a required key is not always written"
     for name, f in fields.items():
         if _no_default(f):
@@ -240,7 +240,12 @@ def test_a_maintenance_notice_reaches_the_planner_as_a_notice_kind() -> None:
 
 
 def test_a_signed_report_with_an_acceptance_run_reaches_the_planner_plain_and_capped() -> None:
-    from navarch.acceptance import AcceptanceResult, AcceptanceRun, AcceptanceStatus, SuiteDepth
+    from navarch.report.acceptance import (
+        AcceptanceResult,
+        AcceptanceRun,
+        AcceptanceStatus,
+        SuiteDepth,
+    )
 
     hostile = "\x1b[31mslow\u202e" + "x" * 900
     run = AcceptanceRun(

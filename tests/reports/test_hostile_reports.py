@@ -15,11 +15,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from navarch import signing
 from navarch.errors import StoreError
 from navarch.planner.model import Memory
 from navarch.reconcile import reports as reports_module
 from navarch.reconcile.reports import MAX_REPORT_BYTES, REJECT_REASONS, read_reports
+from navarch.report import signing
 from navarch.stores.base import Blob
 from navarch.stores.file import FileStore
 from tests.support.reports import report_doc
@@ -208,7 +208,7 @@ def test_an_unchanged_rejected_object_stays_rejected_and_is_counted_once(tmp_pat
     import shutil
     from pathlib import Path
 
-    from navarch.fleet_file import load_fleet
+    from navarch.fleet.load import load_fleet
     from navarch.inventory import Instance, InstanceState, launch_id, ownership_tags
     from navarch.planner.observe import observe
 

@@ -8,10 +8,10 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from navarch.health import Status
 from navarch.planner.model import Memory, NodeMemory
 from navarch.reconcile.report_cache import CacheMemo, ReportCache, report_cache_key
 from navarch.reconcile.reports import read_reports
+from navarch.report.health import Status
 from navarch.stores.file import FileStore
 from tests.support.reports import health_report, signed_report_bytes
 

@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from navarch import signing
-from navarch.fleet_file import load_fleet
+from navarch.fleet.load import load_fleet
 from navarch.inventory import Instance, InstanceState, launch_id, ownership_tags
 from navarch.planner.model import Lifecycle, Memory
 from navarch.planner.observe import observe
 from navarch.planner.plan import plan
 from navarch.reconcile.codec import memory_from_json, memory_to_json
 from navarch.reconcile.reports import read_reports
+from navarch.report import signing
 from navarch.stores.file import FileStore
 from tests.support.reports import report_doc
 

@@ -1,5 +1,5 @@
 """Health policy rules applied to verified reports: navarch.reconcile.reports runs
-navarch.policy.evaluate over each report with its pool's rule sets."""
+navarch.fleet.policy.evaluate over each report with its pool's rule sets."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import json
 from dataclasses import replace
 from datetime import UTC, datetime
 
-from navarch import signing
+from navarch.fleet.policy import compile_rule
 from navarch.planner.model import Memory
-from navarch.policy import compile_rule
 from navarch.reconcile.reports import read_reports, verify_report
+from navarch.report import signing
 from navarch.stores.file import FileStore
 from tests.support.reports import GPU0, xid79_report_doc
 

@@ -8,12 +8,12 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from navarch import signing
 from navarch.errors import ReportRejected
-from navarch.health import FaultKey, Remedy, Status
-from navarch.health_report import ReportCheck
 from navarch.planner.model import Memory, NodeMemory, ReportSummary
 from navarch.reconcile.reports import MAX_REPORT_BYTES, read_reports, verify_report
+from navarch.report import signing
+from navarch.report.health import FaultKey, Remedy, Status
+from navarch.report.health_report import ReportCheck
 from navarch.stores.file import FileStore
 from tests.support.reports import GPU0, xid79_report_doc, xid_check
 
@@ -146,7 +146,7 @@ def test_read_reports_skips_unchanged_objects(tmp_path):
 )
 def test_schema_rejections_agree_with_the_jsonschema_package(change):
     """The compiled validator on the hot path rejects what jsonschema (the reference) does."""
-    from navarch.schemas import validator_for
+    from navarch.fleet.schemas import validator_for
 
     report = _report(**change)
     assert not validator_for("health-report.schema.json").is_valid(report)

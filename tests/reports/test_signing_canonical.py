@@ -14,7 +14,7 @@ import rfc8785
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from navarch import signing
+from navarch.report import signing
 
 _scalars = (
     st.none()

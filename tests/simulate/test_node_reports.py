@@ -8,10 +8,10 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from navarch import signing
 from navarch.agent.config import AgentConfig
 from navarch.agent.gpu import FakeFaults
 from navarch.agent.runner import run_once
+from navarch.report import signing
 from navarch.simulate.node import SimAgent, xid_line
 from navarch.simulate.store import MemoryStore
 from navarch.stores.file import FileStore

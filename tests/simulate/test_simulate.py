@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from navarch.cli import main
+from navarch.fleet.spec import HealthPolicy
 from navarch.simulate.engine import ServedBy, check_asserts, simulate
 from navarch.simulate.report import to_json
 from navarch.simulate.scenario import Window, load_scenario
-from navarch.spec import HealthPolicy
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples" / "simulate"

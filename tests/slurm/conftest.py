@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 import yaml
 
-from navarch.fleet_file import load_fleet
-from navarch.spec import FleetSpec
+from navarch.fleet.load import load_fleet
+from navarch.fleet.spec import FleetSpec
 from tests.support.slurm import SlurmCluster, start_slurm
 from tests.support.sshd import Sshd, require_sshd, start_sshd
 

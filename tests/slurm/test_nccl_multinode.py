@@ -15,15 +15,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from navarch.acceptance import (
-    AcceptancePolicy,
-    AcceptanceResult,
-    AcceptanceRun,
-    AcceptanceStatus,
-    SuiteDepth,
-)
 from navarch.agent.acceptance_tools import SystemToolHost
-from navarch.fleet_file import load_fleet
+from navarch.fleet.load import load_fleet
+from navarch.fleet.spec import FleetSpec, PoolSpec
 from navarch.inventory import Instance
 from navarch.outcome import OutcomeKind
 from navarch.planner.burn_in import run_key
@@ -32,9 +26,15 @@ from navarch.reconcile.executor import Executor
 from navarch.reconcile.handlers import Handlers
 from navarch.reconcile.state import AuditLog
 from navarch.remote.nccl_peer import PeerRun, run_nccl_multi_node, run_peer_test
-from navarch.spec import FleetSpec, PoolSpec
+from navarch.report.acceptance import (
+    AcceptancePolicy,
+    AcceptanceResult,
+    AcceptanceRun,
+    AcceptanceStatus,
+    SuiteDepth,
+)
+from navarch.report.timefmt import ts
 from navarch.stores.file import FileStore
-from navarch.timefmt import ts
 from tests.planner import builders
 from tests.support.slurm import SlurmCluster, start_slurm
 from tests.support.sshd import Sshd, free_port, require_sshd, start_sshd

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from navarch.acceptance import DriftPolicy, SuiteDepth
 from navarch.errors import ConfigError
-from navarch.fleet_file import load_fleet
+from navarch.fleet.load import load_fleet
+from navarch.report.acceptance import DriftPolicy, SuiteDepth
 from tests.support.fleet_text import BASE, write_fleet_text
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from navarch.errors import ConfigError
-from navarch.fleet_file import load_fleet
+from navarch.fleet.load import load_fleet
 
 TWO = """\
 fleet: demo

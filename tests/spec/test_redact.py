@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 import yaml
 
+from navarch.fleet.schemas import load_schema
 from navarch.redact import REDACTED, is_secret_path, redact_json, redact_text, redact_yaml
-from navarch.schemas import load_schema
 
 
 def _secret_refs(node: Any, path: tuple[Any, ...], defs: dict[str, Any]) -> list[tuple[Any, ...]]:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from navarch.errors import ConfigError
-from navarch.fleet_file import load_fleet
-from navarch.health import Remedy
+from navarch.fleet.load import load_fleet
+from navarch.report.health import Remedy
 from tests.support.fleet_text import BASE, write_fleet_text
 
 

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from navarch.errors import ConfigError
-from navarch.fleet_file import load_fleet
-from navarch.fleet_secret import read_fleet_secret
-from navarch.spec import SurgeOn
+from navarch.fleet.load import load_fleet
+from navarch.fleet.secret import read_fleet_secret
+from navarch.fleet.spec import SurgeOn
 from tests.support.cli import run_navarch
 from tests.support.fleet_text import BASE, write_fleet_text
 

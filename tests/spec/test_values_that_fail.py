@@ -12,7 +12,7 @@ import time
 import pytest
 
 from navarch.errors import ConfigError
-from navarch.fleet_file import fleet_problems, load_fleet
+from navarch.fleet.load import fleet_problems, load_fleet
 from tests.support.cli import run_navarch
 from tests.support.fleet_text import BASE, write_fleet_text
 

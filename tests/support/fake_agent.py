@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 from navarch.agent import AgentConfig, run_once
-from navarch.signing import derive_node_key
+from navarch.report.signing import derive_node_key
 
 
 def ecc_uncorrected(count: int) -> dict[str, Any]:

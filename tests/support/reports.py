@@ -1,4 +1,4 @@
-"""The one report builder for tests that read health reports (navarch.health_report types,
+"""The one report builder for tests that read health reports (navarch.report.health_report types,
 schemas/health-report.schema.json version 2).
 
 ``health_report(**over)`` gives a typed report, ``report_doc(**over)`` its JSON with
@@ -12,10 +12,10 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from navarch import signing
-from navarch.health import FaultKey, Remedy, Status
-from navarch.health_report import GpuReading, HealthReport, ReportCheck, ReportXid
-from navarch.xid import Severity
+from navarch.report import signing
+from navarch.report.health import FaultKey, Remedy, Status
+from navarch.report.health_report import GpuReading, HealthReport, ReportCheck, ReportXid
+from navarch.report.xid import Severity
 
 #: One GPU running one process, as an H100 reports it.
 GPU0 = GpuReading(
@@ -95,7 +95,7 @@ def xid79_report_doc(**over: Any) -> dict[str, Any]:
 
 def signed_report_bytes(report: HealthReport | dict[str, Any], fleet_secret: bytes) -> bytes:
     """The bytes the node's agent stores for report: signed with the node's key derived
-    from fleet_secret (navarch.signing.sign_for_store)."""
+    from fleet_secret (navarch.report.signing.sign_for_store)."""
     doc = report.to_json() if isinstance(report, HealthReport) else report
     key = signing.derive_node_key(fleet_secret, doc["fleet"], doc["node"])
     return signing.sign_for_store(doc, key)[1]

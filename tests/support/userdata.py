@@ -21,7 +21,7 @@ from pathlib import Path
 
 import yaml
 
-from navarch.bootstrap import BundleSource
+from navarch.agent.bootstrap import BundleSource
 
 NODE_DIRS = (
     "/etc/navarch",

@@ -20,15 +20,15 @@ from pathlib import Path
 import pytest
 
 from navarch import logs
-from navarch.fleet_file import load_fleet
+from navarch.fleet.load import load_fleet
+from navarch.fleet.spec import SinkSpec
 from navarch.notify.events import Event, EventKind, make
 from navarch.notify.sinks import LogSink, PagerDutySink, SlackSink, WebhookSink
+from navarch.notify.status_page import render_status_page
 from navarch.planner.model import Action, ActionKind, ActionReason, Halt, Memory, Plan
 from navarch.reconcile.render import plan_to_json, render_markdown, render_text
 from navarch.reconcile.reports import summarize
 from navarch.reconcile.state import AuditLog
-from navarch.spec import SinkSpec
-from navarch.status_page import render_status_page
 from navarch.stores.file import FileStore
 from navarch.textsafe import NODE_TEXT_MAX_CHARS, markdown_inline, node_text
 from tests.support.hostile import CORPUS, assert_plain, strings

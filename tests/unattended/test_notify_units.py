@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from navarch.errors import AuthError, LeaseLost, NotifyError, RemoteError
-from navarch.fleet_file import load_fleet
-from navarch.health import FaultKey, Remedy
+from navarch.fleet.load import load_fleet
+from navarch.fleet.spec import SinkSpec
 from navarch.notify.dispatch import notify_run
 from navarch.notify.events import EventKind, events_from_error, outcome_events, plan_conditions
 from navarch.notify.sinks import SlackSink, WebhookSink, accepts
@@ -31,7 +31,7 @@ from navarch.planner.model import (
     Memory,
     Plan,
 )
-from navarch.spec import SinkSpec
+from navarch.report.health import FaultKey, Remedy
 from navarch.stores import open_store
 from tests.unattended.helpers import Recorder, write_fleet
 

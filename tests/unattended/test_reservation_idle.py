@@ -7,12 +7,12 @@ import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from navarch.fleet_file import load_fleet
+from navarch.fleet.load import load_fleet
+from navarch.inventory import Reservation
 from navarch.notify.dispatch import notify_run
 from navarch.notify.state import load_state
 from navarch.outcome import ApplyResult
 from navarch.planner.model import Memory, Plan
-from navarch.reservations import Reservation
 from navarch.stores import open_store
 from tests.unattended.helpers import write_fleet
 

@@ -14,7 +14,7 @@ function per acceptance test.
     instance_type.py  the node's instance type from the cloud's metadata service
     suite.py        run_<test>(policy, host) -> AcceptanceResult; TOOL_TESTS; run_tool_tests
 
-The words (AcceptancePolicy, AcceptanceResult, AcceptanceTest, ...) are navarch.acceptance's.
+The words (AcceptancePolicy, AcceptanceResult, AcceptanceTest, ...) are navarch.report.acceptance's.
 Shipped in the agent bundle: Python 3.9 and the standard library only. docs/acceptance.md
 says what each test proves, its time, its threshold and its source.
 """

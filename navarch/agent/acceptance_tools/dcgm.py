@@ -38,8 +38,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from navarch.compat import StrEnum
-from navarch.wording import counted
+from navarch.report.compat import StrEnum
+from navarch.textsafe import counted
 
 __all__ = [
     "DIAG_LEVELS",

@@ -2,7 +2,7 @@
 to the baseline published for its type (thresholds.BASELINES).
 
 The pool's policy names the instance type when every node of the placement has one
-(navarch.bootstrap writes it into agent.yaml); a pool with several types leaves it empty and
+(navarch.agent.bootstrap writes it into agent.yaml); a pool with several types leaves it empty and
 the node asks the cloud which one it is:
 
 - AWS (IMDSv2): ``PUT /latest/api/token``, then ``GET /latest/meta-data/instance-type``

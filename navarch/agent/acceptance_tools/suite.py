@@ -24,17 +24,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from functools import wraps
 
-from navarch.acceptance import (
-    DEEP_DIAG_LEVEL,
-    FINDING_DETAIL,
-    AcceptancePolicy,
-    AcceptanceResult,
-    AcceptanceStatus,
-    AcceptanceTest,
-    DriftPolicy,
-    Finding,
-    SuiteDepth,
-)
 from navarch.agent.acceptance_tools import nvbandwidth as nvbw
 from navarch.agent.acceptance_tools.dcgm import DIAG_LEVELS, DiagOutcome, parse_dcgmi_diag
 from navarch.agent.acceptance_tools.host import ToolHost, ToolOutput
@@ -48,6 +37,17 @@ from navarch.agent.acceptance_tools.thresholds import (
     ib_expectation,
     nccl_floor,
     nvbandwidth_floors,
+)
+from navarch.report.acceptance import (
+    DEEP_DIAG_LEVEL,
+    FINDING_DETAIL,
+    AcceptancePolicy,
+    AcceptanceResult,
+    AcceptanceStatus,
+    AcceptanceTest,
+    DriftPolicy,
+    Finding,
+    SuiteDepth,
 )
 from navarch.textsafe import node_text
 

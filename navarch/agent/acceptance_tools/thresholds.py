@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from navarch.acceptance import AcceptancePolicy
+from navarch.report.acceptance import AcceptancePolicy
 
 __all__ = [
     "BASELINES",

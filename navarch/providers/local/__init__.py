@@ -43,11 +43,11 @@ from navarch.inventory import (
     Instance,
     InstanceHealth,
     InstanceState,
+    Reservation,
 )
 from navarch.providers.base import ProvisionRequest, ensure_no_ownership_tags, ensure_owned
 from navarch.providers.local.racks import pick_host
 from navarch.providers.local.reservations import local_reservations
-from navarch.reservations import Reservation
 
 #: What a GPU reset cures on a fake GPU (reset_gpus): a GPU fallen off the bus comes back,
 #: volatile ECC counts and readings start afresh. Injected GPU processes and utilisation are

@@ -15,11 +15,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from navarch.acceptance import AcceptancePolicy
 from navarch.agent.acceptance_tools.fake import FAKE_KEYS, check_override
 from navarch.errors import ConfigError
+from navarch.fleet.spec import FleetSpec
 from navarch.providers.local import write_json_atomic
-from navarch.spec import FleetSpec
+from navarch.report.acceptance import AcceptancePolicy
 
 __all__ = ["ACCEPTANCE_FILE", "parse_answers", "pool_acceptance", "write_answers"]
 

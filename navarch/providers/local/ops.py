@@ -15,8 +15,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from navarch import signing
 from navarch.errors import ConfigError
+from navarch.fleet.spec import FleetSpec
 from navarch.providers.local import LocalProvider, write_json_atomic
 from navarch.providers.local.acceptance import (
     ACCEPTANCE_FILE,
@@ -24,10 +24,10 @@ from navarch.providers.local.acceptance import (
     write_answers,
 )
 from navarch.providers.local.acceptance import pool_acceptance as _pool_acceptance
-from navarch.spec import FleetSpec
+from navarch.report import signing
 from navarch.stores.base import Blob, ObjectInfo, ObjectStore
 from navarch.stores.file import FileStore
-from navarch.wording import counted
+from navarch.textsafe import counted
 
 
 def local_providers(spec: FleetSpec) -> list[LocalProvider]:
@@ -99,7 +99,7 @@ def tick(
     ConfigError when the fleet secret cannot be read.
     """
     from navarch.agent import AgentConfig, run_once
-    from navarch.fleet_secret import read_fleet_secret
+    from navarch.fleet.secret import read_fleet_secret
     from navarch.stores import open_store
 
     secret = read_fleet_secret(spec)
@@ -336,7 +336,7 @@ def _clear_faults(provider: LocalProvider, node: str, m: dict[str, Any], d: Path
 def _append_xid(node: str, m: dict[str, Any], d: Path, gpus: int, gpu: int, xid: int) -> str:
     """Append an NVRM Xid line for GPU gpu to the machine's kernel log, stamped with its
     uptime as dmesg does."""
-    from navarch.xid import lookup
+    from navarch.report.xid import lookup
 
     bdf = _gpu_bdf(node, gpus, gpu)
     uptime_s = (datetime.now(UTC) - datetime.fromisoformat(m["launched_at"])).total_seconds()

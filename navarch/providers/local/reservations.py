@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from navarch.reservations import Reservation
+from navarch.inventory import Reservation
 
 #: Machine states that hold a slot of a reservation (as EC2 counts pending and running).
 _HOLDING = frozenset({"pending", "running"})

@@ -32,16 +32,16 @@ from typing import Any
 
 from navarch.actor import Actor, ActorKind
 from navarch.errors import NavarchError, ProviderError, RemoteError
-from navarch.health import Remedy
+from navarch.fleet.spec import Scheduler
 from navarch.history import Trigger, report_ref
 from navarch.inventory import Instance
 from navarch.logs import new_run_id
 from navarch.planner.model import Memory, NodeMemory, Phase
 from navarch.reconcile.run import Clock, Fleet, Snapshot, gather, leased, system_clock
 from navarch.reconcile.state import AuditLog, save_memory
-from navarch.spec import Scheduler
+from navarch.report.health import Remedy
+from navarch.report.timefmt import ts
 from navarch.textsafe import operator_reason
-from navarch.timefmt import ts
 
 #: Where an operator's cordon reason is shown (the words of its errors).
 CORDON_REASON_SHOWN = "it is shown to the scheduler's users, in every plan and in the audit log"

@@ -24,8 +24,8 @@ from navarch.planner.pause import pause_message
 from navarch.reconcile.operator.manual import verb_who
 from navarch.reconcile.run import Clock, Fleet, leased, system_clock
 from navarch.reconcile.state import AuditLog, default_holder, load_memory, save_memory
+from navarch.report.timefmt import ts
 from navarch.textsafe import operator_reason
-from navarch.timefmt import ts
 
 __all__ = ["PauseResult", "pause", "resume"]
 

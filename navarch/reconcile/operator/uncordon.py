@@ -19,7 +19,7 @@ from dataclasses import replace
 
 from navarch.actor import Actor, ActorKind
 from navarch.errors import NavarchError
-from navarch.health import Status
+from navarch.fleet.spec import FleetSpec
 from navarch.history import Trigger
 from navarch.logs import new_run_id
 from navarch.planner.model import (
@@ -35,7 +35,7 @@ from navarch.reconcile.executor import Executor
 from navarch.reconcile.operator.manual import lease_command
 from navarch.reconcile.run import Clock, Fleet, Snapshot, gather, leased, system_clock
 from navarch.reconcile.state import AuditLog, Lease, save_memory
-from navarch.spec import FleetSpec
+from navarch.report.health import Status
 
 
 def uncordon(

@@ -9,9 +9,9 @@ the resources navarch://status (the status document) and navarch://fleet.yaml (t
 file, its secrets redacted). With allow_actions (`--allow-actions`) the acting tools apply,
 cordon, uncordon and replace exist too. Each acts only on a plan the server returned: it
 takes the plan_fingerprint of such a plan and carries out only that plan's actions for the
-nodes it names, after the saved-plan stale check (navarch.mcp_confirm); and only with the
+nodes it names, after the saved-plan stale check (navarch.mcp.confirm); and only with the
 consent of a person, asked by the server itself through MCP elicitation or a one-time code
-shown on the server's terminal, never by the model (navarch.mcp_consent). Anything else
+shown on the server's terminal, never by the model (navarch.mcp.consent). Anything else
 is refused with the current plan to show. Each takes the fleet's lease like
 the CLI verb it mirrors, goes through
 the same planner and executor (every safety rule holds: ownership tags, disruption budget,
@@ -22,8 +22,8 @@ one-line message.
 
 Every answer and resource passes navarch.redact (webhook URLs, keys, tokens, passwords,
 the fleet secret), validate_fleet opens no file outside the fleet's directory
-(navarch.confine), fleet_status pages and filters its nodes, and every answer names the
-fields that hold text written by nodes (navarch.mcp_views).
+(navarch.fleet.confine), fleet_status pages and filters its nodes, and every answer names the
+fields that hold text written by nodes (navarch.mcp.views).
 """
 
 from __future__ import annotations
@@ -43,10 +43,10 @@ from mcp.types import ClientCapabilities, ElicitationCapability, ToolAnnotations
 
 from navarch import __version__, api
 from navarch.actor import Actor
-from navarch.durations import parse_duration_s
 from navarch.errors import ConfigError, NavarchError, StalePlan
-from navarch.mcp_confirm import PlansShown, Refused, Shown, Verb, narrowed, plan_nodes
-from navarch.mcp_consent import (
+from navarch.fleet.durations import parse_duration_s
+from navarch.mcp.confirm import PlansShown, Refused, Shown, Verb, narrowed, plan_nodes
+from navarch.mcp.consent import (
     CodeChannel,
     Confirm,
     ConfirmCodes,
@@ -54,7 +54,7 @@ from navarch.mcp_consent import (
     Request,
     open_channel,
 )
-from navarch.mcp_views import DEFAULT_PAGE, MAX_PAGE, UNTRUSTED_DOC, NodeFilter, marked, status_page
+from navarch.mcp.views import DEFAULT_PAGE, MAX_PAGE, UNTRUSTED_DOC, NodeFilter, marked, status_page
 from navarch.redact import redact_json, redact_text, redact_yaml
 from navarch.textsafe import terminal
 
@@ -236,7 +236,7 @@ _UNCORDON_DESC = (
 @dataclass
 class _Served:
     """What every tool of one server shares: the fleet, its file, the clock the read-only
-    tools ask about, and the plans it returned (navarch.mcp_confirm)."""
+    tools ask about, and the plans it returned (navarch.mcp.confirm)."""
 
     loaded: api.LoadedFleet
     path: Path
@@ -251,7 +251,7 @@ class _Served:
 
     def literals(self) -> tuple[str, ...]:
         """The fleet secret, when it can be read, to redact wherever it was written."""
-        from navarch.fleet_secret import read_fleet_secret
+        from navarch.fleet.secret import read_fleet_secret
 
         try:
             return (read_fleet_secret(self.loaded.spec).decode(errors="replace"),)
@@ -372,7 +372,7 @@ class _Served:
         reason: str | None,
         code: str,
     ) -> None:
-        """Return when the person allowed `verb` on `nodes` of `shown` (navarch.mcp_consent):
+        """Return when the person allowed `verb` on `nodes` of `shown` (navarch.mcp.consent):
         `code` is the live confirmation code for it, or the client's elicitation came back
         accepted. Raises Refused otherwise, never with the code in it; nothing was done."""
         ask = self.request(shown, verb, nodes, reason)
@@ -476,8 +476,8 @@ def build_server(
     fleet.yaml fails before the server starts: ConfigError).
 
     allow_actions: register the acting tools (apply, cordon, uncordon, replace), each
-    bound to a plan fingerprint this server returned (navarch.mcp_confirm) and acting only
-    with a person's consent (navarch.mcp_consent).
+    bound to a plan fingerprint this server returned (navarch.mcp.confirm) and acting only
+    with a person's consent (navarch.mcp.consent).
     now: the clock the read-only tools ask about (navarch.cli passes
     navarch.cli.process_clock()); None reads the system clock on each call.
     confirm_code: where the person reads confirmation codes (then every acting call needs
@@ -563,7 +563,7 @@ def _reading_tools(server: MCPServer[Any], served: _Served) -> None:
     @server.tool(description=_VALIDATE_DESC, annotations=ro)
     @served.answer
     def validate_fleet(fleet_yaml: str) -> dict[str, Any]:
-        from navarch.fleet_secret import secret_path
+        from navarch.fleet.secret import secret_path
 
         found = api.validate_text(
             fleet_yaml, beside=served.path, forbidden=(secret_path(loaded.spec),)
@@ -608,7 +608,7 @@ def _resources(server: MCPServer[Any], served: _Served) -> None:
 
 def _acting_tools(server: MCPServer[Any], served: _Served) -> None:
     """apply, cordon, uncordon and replace: each the CLI verb's own code, under its lease,
-    on a plan the person saw (navarch.mcp_confirm)."""
+    on a plan the person saw (navarch.mcp.confirm)."""
     loaded, now = served.loaded, served.now
     act = ToolAnnotations(
         read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=True

@@ -1,6 +1,6 @@
-"""The desired state: FleetSpec and its parts, as navarch.fleet_file loads them from
+"""The desired state: FleetSpec and its parts, as navarch.fleet.load loads them from
 fleet.yaml. Plain frozen data: no I/O here (the fleet secret is read by the reconcile run,
-navarch.fleet_secret.read_fleet_secret; this module holds only where it comes from).
+navarch.fleet.secret.read_fleet_secret; this module holds only where it comes from).
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from navarch.acceptance import AcceptancePolicy
-from navarch.compat import StrEnum
-from navarch.health import Remedy
-from navarch.policy import Rule
-from navarch.remedies import RemedyRow
+from navarch.fleet.policy import Rule
+from navarch.fleet.remedies import RemedyRow
+from navarch.report.acceptance import AcceptancePolicy
+from navarch.report.compat import StrEnum
+from navarch.report.health import Remedy
 
 
 class SurgeOn(StrEnum):
@@ -111,7 +111,7 @@ class HealthPolicy:
     check_every_s: int = 30
 
     def rule_sets(self) -> tuple[tuple[Rule, ...], ...]:
-        """The rule sets navarch.policy.evaluate() takes: the pool's, then the fleet's."""
+        """The rule sets navarch.fleet.policy.evaluate() takes: the pool's, then the fleet's."""
         return (self.rules, self.fleet_rules)
 
     def max_unavailable_nodes(self, target: int) -> int:

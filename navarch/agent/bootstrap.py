@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
+from navarch.report.acceptance import policy_to_mapping
+
 __all__ = [
     "AgentInstall",
     "BundleSource",
@@ -115,7 +117,7 @@ def render_agent_yaml(
 ) -> str:
     """The node's /etc/navarch/agent.yaml; node_key None writes KEY_PLACEHOLDER instead of
     the key; acceptance: the pool's acceptance policy as agent.yaml holds it
-    (navarch.agent.burn_in.policy_to_mapping), None for none. Raises
+    (navarch.report.acceptance.policy_to_mapping), None for none. Raises
     jinja2.UndefinedError on a template bug."""
     return _render(
         "agent.yaml.j2",
@@ -244,7 +246,7 @@ def render_cloud_init(
 ) -> str:
     """The user-data a cloud provider sends to a new node of ``pool``.
 
-    spec: navarch.spec.FleetSpec (uses .name, .store_url, .pool(pool).gpus_per_node,
+    spec: navarch.fleet.spec.FleetSpec (uses .name, .store_url, .pool(pool).gpus_per_node,
     .providers[provider]["type"] to pick the metadata service, and the placement options
     ``agent_package`` (pip requirement), ``agent_bundle_url`` (+ ``agent_bundle_sha256``)
     and ``agent_baked``). provider: the placement's provider the node launches on (default
@@ -254,9 +256,6 @@ def render_cloud_init(
     (navarch.reconcile.publish.AgentDelivery.get). Raises KeyError for an unknown pool,
     ValueError when the bundle is needed and none is given.
     """
-    # navarch.agent imports this module (its config's defaults): imported here, not above.
-    from navarch.agent.burn_in import policy_to_mapping
-
     p = spec.pool(pool)
     provider = provider or p.provider
     provider_type = str((spec.providers.get(provider) or {}).get("type", provider))

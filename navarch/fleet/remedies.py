@@ -1,7 +1,7 @@
 """The remediation table: per fault key or fault class, what the ladder does and when.
 
 A pool's ``health.remedies`` rows (fleet.yaml) come first, then the built-in rows made
-from the XID catalogue (navarch.xid, the "Recommend" column of the GPU health reference
+from the XID catalogue (navarch.report.xid, the "Recommend" column of the GPU health reference
 §2) and the fault classes below. The first row that matches a fault decides, an exact
 fault kind before a class (``row_for``). A row gives:
 
@@ -28,10 +28,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from navarch.compat import StrEnum
-from navarch.durations import format_duration_s, parse_duration_s
-from navarch.health import FAULT_KIND_PATTERN, Remedy
-from navarch.xid import fatal_xids_by_remedy, lookup
+from navarch.fleet.durations import format_duration_s, parse_duration_s
+from navarch.report.compat import StrEnum
+from navarch.report.health import FAULT_KIND_PATTERN, Remedy
+from navarch.report.xid import fatal_xids_by_remedy, lookup
 
 __all__ = [
     "ALERT",

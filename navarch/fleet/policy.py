@@ -41,8 +41,8 @@ from functools import cache
 from typing import Any
 
 from navarch.errors import ConfigError
-from navarch.health import FaultKey, Remedy, Status
-from navarch.health_report import (
+from navarch.report.health import FaultKey, Remedy, Status
+from navarch.report.health_report import (
     GpuReading,
     HealthReport,
     NoticeKind,
@@ -52,7 +52,7 @@ from navarch.health_report import (
     ReportXid,
     XidKind,
 )
-from navarch.xid import Severity
+from navarch.report.xid import Severity
 
 __all__ = [
     "PolicyResult",
@@ -492,7 +492,7 @@ def default_rule_data() -> tuple[dict[str, str], ...]:
 @cache
 def default_rules() -> tuple[Rule, ...]:
     """The built-in rules, compiled once (names prefixed "builtin:"): the agent's own
-    status, and a latched fatal XID (navarch/xid.py catalogue) as unhealthy. They keep the
+    status, and a latched fatal XID (navarch/report/xid.py catalogue) as unhealthy. They keep the
     report's recommended remedy. Shown in docs/health-policy.md."""
     return tuple(_builtin(*row) for row in _DEFAULT_RULE_DATA)
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from navarch.acceptance import DIAG_LEVEL_RUN_S, AcceptancePolicy, DriftPolicy, SuiteDepth
-from navarch.durations import format_duration_s, parse_duration_s
 from navarch.errors import ConfigError
+from navarch.fleet.durations import format_duration_s, parse_duration_s
+from navarch.report.acceptance import DIAG_LEVEL_RUN_S, AcceptancePolicy, DriftPolicy, SuiteDepth
 
 __all__ = ["acceptance_policy"]
 
@@ -44,7 +44,7 @@ def acceptance_policy(
     Raises the ConfigError fail() builds (key path pools.NAME.acceptance.KEY) when
     expected.gpu_count is not gpus_per_node, multi_node is asked of a pool that cannot
     launch it (_check_multi_node), a tool's timeout is shorter than the suite's dcgmi diag
-    level takes (DCGM's help text, navarch.acceptance.DIAG_LEVEL_RUN_S), or the deadline
+    level takes (DCGM's help text, navarch.report.acceptance.DIAG_LEVEL_RUN_S), or the deadline
     is shorter than one tool's timeout.
     """
     if not raw.get("enabled", False):

@@ -23,12 +23,15 @@ and navarch's bundled modules only): no ``match``, no ``X | Y`` outside annotati
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
-from navarch.compat import StrEnum
+from navarch.errors import ConfigError
+from navarch.report.compat import StrEnum
 
 __all__ = [
+    "policy_from_mapping",
+    "policy_to_mapping",
     "AcceptancePolicy",
     "AcceptanceResult",
     "AcceptanceRun",
@@ -279,3 +282,61 @@ def finding_of(result: AcceptanceResult) -> Finding:
     ):
         return Finding.SETTING
     return Finding.HARDWARE
+
+
+# --- the policy as agent.yaml holds it (written by the bootstrap, read by the agent) ------
+
+
+def policy_to_mapping(policy: AcceptancePolicy) -> dict[str, Any]:
+    """The policy as agent.yaml's ``acceptance:`` mapping (field names, enums by value)."""
+    out: dict[str, Any] = {}
+    for f in fields(policy):
+        value = getattr(policy, f.name)
+        if isinstance(value, (SuiteDepth, DriftPolicy)):
+            value = value.value
+        elif isinstance(value, Mapping):
+            value = dict(value)
+        out[f.name] = value
+    return out
+
+
+def policy_from_mapping(doc: Any, file: str | None = None) -> AcceptancePolicy:
+    """agent.yaml's ``acceptance:`` mapping -> AcceptancePolicy (missing keys: defaults).
+
+    Raises ConfigError naming ``acceptance.KEY`` for an unknown key or a bad value.
+    """
+    if not isinstance(doc, Mapping):
+        raise ConfigError("acceptance must be a mapping", file=file, key_path="acceptance")
+    known = {f.name for f in fields(AcceptancePolicy)}
+    kwargs: dict[str, Any] = {}
+    for key, value in doc.items():
+        where = f"acceptance.{key}"
+        if key not in known:
+            raise ConfigError(
+                f"unknown key {key!r}",
+                file=file,
+                key_path=where,
+                hint=f"known keys: {', '.join(sorted(known))}",
+            )
+        try:
+            if key == "depth":
+                value = SuiteDepth(value)
+            elif key == "drift":
+                value = DriftPolicy(value)
+            elif key == "versions":
+                value = {str(k): str(v) for k, v in dict(value).items()}
+            elif key == "instance_type":
+                value = str(value)
+            elif key in ("enabled", "multi_node"):
+                if not isinstance(value, bool):
+                    raise ValueError("expected true or false")
+            elif value is not None and key != "dcgm_diag_level" and not key.startswith("expected_"):
+                value = float(value)
+            elif value is not None:
+                if isinstance(value, bool) or not isinstance(value, (int, float)):
+                    raise ValueError("expected a number")
+                value = value if key == "expected_ib_rate_gbps" else int(value)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"bad value {value!r}: {exc}", file=file, key_path=where) from exc
+        kwargs[key] = value
+    return AcceptancePolicy(**kwargs)

@@ -11,15 +11,15 @@ ways, so the two cannot drift apart.
 ::
 
     HealthReport                         the whole report
-      checks:  tuple[ReportCheck, ...]   one finding each (fault_key: navarch.health.FaultKey)
+      checks:  tuple[ReportCheck, ...]   one finding each (fault_key: navarch.report.health.FaultKey)
       gpus:    tuple[GpuReading, ...]    identity and readings per GPU
       xids:    tuple[ReportXid, ...]     this boot's latched XID / SXid events
       notice:  ReportNotice | None       a pending preemption or maintenance
-      signature: ReportSignature | None  HMAC-SHA256 (navarch.signing); None until signed
-      acceptance: AcceptanceRun | None   this boot's burn-in run (navarch.acceptance); None:
+      signature: ReportSignature | None  HMAC-SHA256 (navarch.report.signing); None until signed
+      acceptance: AcceptanceRun | None   this boot's burn-in run (navarch.report.acceptance); None:
                                          the pool asks for none
 
-Field names are the JSON keys. ``to_json`` gives the dict the agent signs (navarch.signing
+Field names are the JSON keys. ``to_json`` gives the dict the agent signs (navarch.report.signing
 signs its RFC 8785 canonical form, so the stored bytes are the same whatever the key
 order); ``from_json`` is its inverse for a document the schema accepts (it raises
 KeyError, TypeError or ValueError on one it does not). Times stay the RFC 3339 text that
@@ -41,10 +41,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from navarch.acceptance import AcceptanceRun
-from navarch.compat import StrEnum
-from navarch.health import FaultKey, Remedy, Status
-from navarch.xid import Severity
+from navarch.report.acceptance import AcceptanceRun
+from navarch.report.compat import StrEnum
+from navarch.report.health import FaultKey, Remedy, Status
+from navarch.report.xid import Severity
 
 __all__ = [
     "REPORT_SCHEMA_VERSION",
@@ -64,7 +64,7 @@ __all__ = [
 #: The health report's schema version; version 2 gave every check its structured fault
 #: key and the agent's fault counts. The reconciler reads only this version.
 REPORT_SCHEMA_VERSION = 2
-#: The one signature algorithm (navarch.signing.ALG).
+#: The one signature algorithm (navarch.report.signing.ALG).
 SIGNATURE_ALG = "HMAC-SHA256"
 
 
@@ -240,7 +240,7 @@ class GpuReading:
 class ReportXid:
     """One latched XID / SXid event (``xids[]``). time: RFC 3339 UTC when the kernel log
     gave a wall time, else None; severity and action: navarch's XID catalogue
-    (navarch.xid); count: kernel log lines collapsed into this event (bursts)."""
+    (navarch.report.xid); count: kernel log lines collapsed into this event (bursts)."""
 
     code: int
     pci_bus_id: str
@@ -314,7 +314,7 @@ class ReportNotice:
 
 @dataclass(frozen=True)
 class ReportSignature:
-    """HMAC-SHA256 over the canonical JSON of every other field (navarch.signing)."""
+    """HMAC-SHA256 over the canonical JSON of every other field (navarch.report.signing)."""
 
     alg: str
     value: str
@@ -337,7 +337,7 @@ class HealthReport:
     over the checks (the planner's ladder alone decides); health_score: 0..100;
     sequence: grows by one with every report the node writes, across reboots;
     generated_at: RFC 3339 UTC by the node's clock; boot_id: the kernel's, new each boot.
-    signature: None until signed (navarch.signing.sign_for_store adds it to the JSON).
+    signature: None until signed (navarch.report.signing.sign_for_store adds it to the JSON).
     acceptance: the acceptance suite's run for this boot (and GPU-reset generation), in
     every report of the boot once started; None (left out of the JSON) when the agent has
     no acceptance policy.

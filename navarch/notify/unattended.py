@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from navarch import logs
 from navarch.errors import LockHeld, NavarchError
-from navarch.wording import counted
+from navarch.textsafe import counted
 
 if TYPE_CHECKING:
     from navarch.notify.dispatch import Delivery
@@ -133,7 +133,7 @@ class Unattended:
         spec = self.fleet.spec
         now = self.clock()
         if self.metrics_textfile or spec.metrics.pushgateway:
-            from navarch import metrics
+            from navarch.notify import metrics
 
             last = (
                 metrics.previous_last_success(self.metrics_textfile, spec.name)
@@ -155,7 +155,7 @@ class Unattended:
                     )
             metrics.push(spec, registry, facts.success)
         if spec.status_page and result is not None:
-            from navarch import status_page
+            from navarch.notify import status_page
 
             try:
                 html = status_page.render_status_page(

@@ -1,6 +1,6 @@
 """The fleet secret: where fleet.yaml's `secret:` says it is, read by the run that needs it.
 
-Every node's report signing key derives from it (navarch.signing), so it is read when a
+Every node's report signing key derives from it (navarch.report.signing), so it is read when a
 run verifies reports or delivers a node its key, and never kept on the desired state
 (FleetSpec holds only where it comes from: `{env: VAR}` or `{file: PATH}`). On a file://
 store, where the reconciler and the local agents share one machine, the first apply
@@ -15,7 +15,7 @@ import secrets
 from pathlib import Path
 
 from navarch.errors import ConfigError
-from navarch.spec import FleetSpec
+from navarch.fleet.spec import FleetSpec
 
 __all__ = ["ensure_local_secret", "read_fleet_secret", "secret_path", "secret_problems"]
 

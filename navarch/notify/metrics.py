@@ -50,12 +50,12 @@ from prometheus_client import Counter as PromCounter
 from prometheus_client.exposition import push_to_gateway, pushadd_to_gateway
 from prometheus_client.parser import text_string_to_metric_families
 
+from navarch.fleet.spec import FleetSpec
 from navarch.notify.dispatch import Delivery
 from navarch.outcome import ApplyResult, dead_on_arrival
 from navarch.planner.model import HaltRule, Plan
-from navarch.spec import FleetSpec
 
-log = logging.getLogger("navarch.metrics")
+log = logging.getLogger("navarch.notify.metrics")
 
 #: Report age buckets (seconds): agents report every 60 s; stale_after/offline_after are
 #: minutes (fleet.example.yaml: 3m and 10m), so the buckets straddle those.

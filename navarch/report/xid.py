@@ -13,7 +13,7 @@ Vocabulary:
 
 - ``Severity``: ``ignore`` (application error or informational: never affects node
   health), ``warning`` (node degraded, keeps serving), ``fatal`` (node unhealthy).
-- ``action``: the catalogue's recommended ``navarch.health.Remedy`` (``none <
+- ``action``: the catalogue's recommended ``navarch.report.health.Remedy`` (``none <
   restart_app < reset_gpu < reboot < replace``). It is the default order of the planner's
   remediation ladder (navarch.planner.ladder), which alone decides the remedy a node gets:
   the pool's ``remediation``, ``ladder_window`` and ``lemon_after`` apply on top.
@@ -27,8 +27,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
-from navarch.compat import StrEnum
-from navarch.health import Remedy
+from navarch.report.compat import StrEnum
+from navarch.report.health import Remedy
 
 __all__ = [
     "Severity",

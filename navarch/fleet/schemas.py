@@ -6,7 +6,15 @@ fleet file, health reports, plans, status and history documents). load_schema gi
 as a dict; validator_for a cached Draft 2020-12 validator whose "integer" means a whole
 number; apply_defaults fills in the defaults a schema declares; schema_error turns one error of fleet.yaml into a ConfigError naming the file,
 the line, the key path and what to do (dotted and line_for are the key-path helpers it
-shares with navarch.fleet_file's own cross-field errors).
+shares with navarch.fleet.load's own cross-field errors).
+
+A JSON Schema error in words that never quote the value that failed.
+
+jsonschema's own messages start with the instance ("'root:x:0:0:...' is not of type
+'object'"), so a file read by mistake (a playbook path pointing at /etc/passwd or the
+fleet secret) would come back in the error. These messages name what the schema wanted
+and the kind of value found; key names (which a key path shows anyway) are the only text
+of the document they repeat.
 """
 
 from __future__ import annotations
@@ -25,9 +33,17 @@ from referencing import Registry, Resource
 from navarch.errors import ConfigError
 from navarch.redact import is_secret_path
 from navarch.resources import data_dir
-from navarch.schema_text import describe, kind_of
 
-__all__ = ["apply_defaults", "dotted", "line_for", "load_schema", "schema_error", "validator_for"]
+__all__ = [
+    "apply_defaults",
+    "describe",
+    "dotted",
+    "kind_of",
+    "line_for",
+    "load_schema",
+    "schema_error",
+    "validator_for",
+]
 
 # --- loading --------------------------------------------------------------------------
 
@@ -202,7 +218,7 @@ def schema_error(
     paths to 1-based lines), the key path, jsonschema's message made readable (an unknown
     key with its nearest spelling, a oneOf's accepted forms, a whole number written 3.0)
     and a hint naming schemas/fleet.schema.json. An inline secret's value is never echoed
-    (navarch.redact, navarch.schema_text)."""
+    (navarch.redact, navarch.fleet.schemas)."""
     err_path = tuple(err.absolute_path)
     message = err.message
     hint = _hint_for(err)
@@ -273,3 +289,61 @@ def _form(alt: Mapping[str, Any], defs: Mapping[str, Any]) -> str:
     if kind == "null":
         return "null"
     return f"a {kind}" if kind else "see the schema"
+
+
+def kind_of(value: Any) -> str:
+    """The JSON kind of `value` in words: a string, an integer, a mapping, ..."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    return type(value).__name__
+
+
+def _keys(value: Any) -> str:
+    return ", ".join(repr(str(k)) for k in value)
+
+
+def describe(err: jsonschema.ValidationError) -> str:
+    """err as one line that quotes no value of the document: "the value is not one of
+    ['node', 'head']", "must be of type object (found a string)". Schema keywords
+    jsonschema does not name here get "the value is not valid here (<keyword>)"."""
+    v, want, inst = err.validator, err.validator_value, err.instance
+    found = f"found {kind_of(inst)}"
+    if v == "type":
+        wanted = " or ".join(want) if isinstance(want, list) else str(want)
+        return f"must be of type {wanted} ({found})"
+    if v == "enum":
+        return f"the value is not one of {json.dumps(want)}"
+    if v == "const":
+        return f"the value must be {json.dumps(want)}"
+    if v == "pattern":
+        return f"the value does not match {want!r}"
+    if v == "format":
+        return f"the value is not a valid {want}"
+    if v in ("minLength", "maxLength"):
+        return f"the value is too {'short' if v == 'minLength' else 'long'} ({v} {want})"
+    if v in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"):
+        return f"the value breaks {v} {want}"
+    if v in ("minItems", "maxItems", "uniqueItems", "minProperties", "maxProperties"):
+        return f"the {'list' if 'Items' in v else 'mapping'} breaks {v} {want}"
+    if v == "required" or v == "dependentRequired":
+        return str(err.message)  # "'run' is a required property": the schema's key name
+    if v in ("additionalProperties", "unevaluatedProperties") and isinstance(inst, dict):
+        allowed = set(err.schema.get("properties", {}))
+        return (
+            f"Additional properties are not allowed ({_keys(k for k in inst if k not in allowed)})"
+        )
+    if v in ("oneOf", "anyOf", "allOf", "not", "if", "then", "else"):
+        return f"{found}, which is none of the forms the schema accepts here ({v})"
+    return f"the value is not valid here ({v})"

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from navarch.errors import ConfigError
-from navarch.schemas import dotted
+from navarch.fleet.schemas import dotted
 
 __all__ = ["check_placement_groups"]
 

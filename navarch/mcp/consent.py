@@ -1,6 +1,6 @@
 """A person's consent to an assistant's acting call: asked of the person, never the model.
 
-A plan fingerprint (navarch.mcp_confirm) binds an acting call to a plan the server
+A plan fingerprint (navarch.mcp.confirm) binds an acting call to a plan the server
 returned; it is handed to the model, so it cannot also be the person's yes. Consent comes
 from one of two places, chosen when the server starts:
 

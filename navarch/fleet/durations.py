@@ -6,7 +6,7 @@ import re
 from datetime import UTC, datetime, timedelta
 
 from navarch.errors import ConfigError
-from navarch.timefmt import required_ts
+from navarch.report.timefmt import required_ts
 
 _PART = re.compile(r"([0-9]+)([smhd])")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}

@@ -1,6 +1,6 @@
 """fleet.yaml's text read and composed: the file's bytes as UTF-8 text, then plain data
 with the 1-based line of every key path, refusing duplicate keys and a file whose aliases
-expand past MAX_YAML_NODES or nest past MAX_YAML_DEPTH (navarch.fleet_file builds the
+expand past MAX_YAML_NODES or nest past MAX_YAML_DEPTH (navarch.fleet.load builds the
 FleetSpec from what this returns).
 """
 
@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 
 from navarch.errors import ConfigError
-from navarch.schemas import dotted
+from navarch.fleet.schemas import dotted
 
 __all__ = [
     "MAX_YAML_DEPTH",

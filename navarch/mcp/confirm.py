@@ -1,8 +1,8 @@
 """The plan an acting call names, by fingerprint: the MCP server acts only on a plan it
 returned. A fingerprint is handed to the model, so it binds the plan, never consent: the
-person's consent is asked for separately (navarch.mcp_consent).
+person's consent is asked for separately (navarch.mcp.consent).
 
-An assistant's acting tool call (navarch.mcp_server with --allow-actions) must name the
+An assistant's acting tool call (navarch.mcp.server with --allow-actions) must name the
 plan it showed the person: the `plan_fingerprint` that the `plan` tool (or a refused call's
 preview) returned. The server remembers every plan it returned in a PlansShown registry;
 an acting call is carried out only when

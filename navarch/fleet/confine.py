@@ -1,7 +1,7 @@
 """Which files a candidate fleet.yaml may make navarch open.
 
 A fleet file given as text by someone who cannot read the fleet's directory (an assistant
-through navarch.mcp_server's validate_fleet) must not turn validation into a file reader:
+through navarch.mcp.server's validate_fleet) must not turn validation into a file reader:
 every path it names is opened only when it stays inside the served fleet's own directory,
 and never when it is a secret (the fleet secret file). The check is made on the path as
 written and on where it resolves (symlinks followed), before anything is opened, so a

@@ -8,14 +8,14 @@ Three words, each with one documented order, serialised by name (their ``value``
   doubt never terminates (docs/design.md, Safety rules, rule 2).
 - ``Remedy``: the rungs of the remediation ladder, ordered by strength:
   ``none < restart_app < reset_gpu < reboot < replace``. The XID catalogue
-  (navarch.xid) recommends one per fault; the planner's ladder (navarch.planner.ladder)
+  (navarch.report.xid) recommends one per fault; the planner's ladder (navarch.planner.ladder)
   alone decides which one a node gets.
 - ``FaultKey``: what makes two faults "the same": a ``kind`` (``xid:79``, ``sxid:20034``,
   ``ecc:dbe``, ``gpu_lost``, ``thermal``, ``dcgmi diag``, ``rule:NAME``...) and the GPU
   index as its own field. ``format``/``parse`` are the one text form (``xid:79@gpu3``).
 
 This module is shipped to GPU nodes (Python 3.9): no ``match``, no ``X | Y`` outside
-annotations, ``StrEnum`` from navarch.compat.
+annotations, ``StrEnum`` from navarch.report.compat.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from navarch.compat import StrEnum
+from navarch.report.compat import StrEnum
 
 __all__ = ["FAULT_KIND_PATTERN", "FaultKey", "Remedy", "Status", "fault_kind"]
 

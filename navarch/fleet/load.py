@@ -1,12 +1,12 @@
-"""fleet.yaml -> FleetSpec: the loader of the desired state (navarch.spec holds the model).
+"""fleet.yaml -> FleetSpec: the loader of the desired state (navarch.fleet.spec holds the model).
 
 schemas/fleet.schema.json is the single source of truth for the file's shape and defaults
-(navarch.schemas loads it and words its errors); navarch.fleet_yaml reads the YAML with
+(navarch.fleet.schemas loads it and words its errors); navarch.fleet.text reads the YAML with
 the line of every key, and this module adds what a schema cannot say (min <= target <=
 max, a pool naming a provider that exists, autoscaling thresholds in order, offline_after
 >= stale_after), orders a pool's places (cheapest, or a navarch.placement plugin), and turns every problem
 into a ConfigError that names the file, the line, the key path and what to do. The fleet
-secret the spec points to is read by the run that needs it (navarch.fleet_secret), never
+secret the spec points to is read by the run that needs it (navarch.fleet.secret), never
 kept on the desired state.
 """
 
@@ -21,18 +21,14 @@ from typing import Any
 import jsonschema
 
 from navarch import plugins
-from navarch.confine import Confinement
-from navarch.durations import parse_duration_s
 from navarch.errors import ConfigError, PluginError
-from navarch.fleet_acceptance import acceptance_policy
-from navarch.fleet_groups import check_placement_groups
-from navarch.fleet_secret import secret_path, secret_problems
-from navarch.fleet_yaml import compose_with_lines, read_fleet_text
-from navarch.health import Remedy
-from navarch.policy import REPORT_COST_MAX, Rule, compile_rule
-from navarch.remedies import parse_rows
-from navarch.remote.playbook import PlaybookKind, load_playbook_file
-from navarch.schemas import (
+from navarch.fleet.acceptance import acceptance_policy
+from navarch.fleet.confine import Confinement
+from navarch.fleet.durations import parse_duration_s
+from navarch.fleet.groups import check_placement_groups
+from navarch.fleet.policy import REPORT_COST_MAX, Rule, compile_rule
+from navarch.fleet.remedies import parse_rows
+from navarch.fleet.schemas import (
     apply_defaults,
     dotted,
     line_for,
@@ -40,7 +36,8 @@ from navarch.schemas import (
     schema_error,
     validator_for,
 )
-from navarch.spec import (
+from navarch.fleet.secret import secret_path, secret_problems
+from navarch.fleet.spec import (
     Autoscaling,
     Diagnostics,
     FleetSpec,
@@ -58,6 +55,9 @@ from navarch.spec import (
     UpdateStrategy,
     ZonePolicy,
 )
+from navarch.fleet.text import compose_with_lines, read_fleet_text
+from navarch.remote.playbook import PlaybookKind, load_playbook_file
+from navarch.report.health import Remedy
 
 __all__ = [
     "BUILTIN_SINKS",
@@ -78,8 +78,8 @@ def fleet_problems(path: str | Path, *, confine: Confinement | None = None) -> l
     bad YAML is returned as its one ConfigError.
 
     confine: for a candidate written by someone who may not read the fleet's directory
-    (navarch.mcp_server's validate_fleet): a path outside confine.root, or naming the fleet
-    secret, is a problem of its own and is never opened (navarch.confine).
+    (navarch.mcp.server's validate_fleet): a path outside confine.root, or naming the fleet
+    secret, is a problem of its own and is never opened (navarch.fleet.confine).
     """
     source = Path(path)
     try:

@@ -18,14 +18,14 @@ from datetime import datetime
 from functools import cache
 from typing import Any
 
-from navarch.durations import format_duration_s
 from navarch.errors import StoreError
+from navarch.fleet.durations import format_duration_s
+from navarch.fleet.spec import FleetSpec
 from navarch.planner.model import HaltRule, Memory, NodeView, Plan
-from navarch.spec import FleetSpec
+from navarch.report.timefmt import ts
 from navarch.stores.base import ObjectStore
 from navarch.templating import environment
 from navarch.textsafe import plain
-from navarch.timefmt import ts
 
 #: Audit records shown (newest first), read from at most this many newest chunks.
 RECENT_EVENTS = 25

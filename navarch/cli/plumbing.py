@@ -62,7 +62,8 @@ def note(message: str) -> None:
 
 
 def plan_options(args: argparse.Namespace) -> PlanOptions:
-    """PlanOptions from --pool, --replace and --allow-destroy (where the command has them)."""
+    """PlanOptions from --pool, --replace, --allow-destroy and --allow-launches (where the
+    command has them)."""
     from navarch.api import PlanOptions
 
     pools = getattr(args, "pool", None)
@@ -70,6 +71,7 @@ def plan_options(args: argparse.Namespace) -> PlanOptions:
         pools=frozenset(pools) if pools else None,
         replace=frozenset(getattr(args, "replace", None) or ()),
         allow_destroy=bool(getattr(args, "allow_destroy", False)),
+        allow_launches=int(getattr(args, "allow_launches", None) or 0),
     )
 
 

@@ -31,6 +31,8 @@ class PlanOptions:
     destroy: `navarch destroy`: every node of the chosen pools (and orphans) leaves.
     force: with destroy, terminate without waiting for drains.
     allow_destroy: lift the orphan guard for this run (`--allow-destroy`).
+    allow_launches: this run may provision up to this many nodes even past
+    safety.max_launches_per_run (`--allow-launches N`); 0: the cap holds.
     capabilities: what each provider can do, by fleet.yaml provider name, read by the
     caller from the opened providers (navarch.providers.base.capabilities_of); a provider
     not named here is asked for nothing beyond list, provision and terminate.
@@ -42,6 +44,7 @@ class PlanOptions:
     destroy: bool = False
     force: bool = False
     allow_destroy: bool = False
+    allow_launches: int = 0
     capabilities: Mapping[str, Capability] = field(default_factory=dict, hash=False)
     #: the reservations the pools name, by id, as their clouds report them
     #: (navarch.reservations.reservations_of); read by Capacity Block pools

@@ -254,7 +254,8 @@ def _targeting(s: argparse.ArgumentParser) -> None:
         metavar="NODE",
         help="replace this node through surge, cordon and drain (Terraform "
         "-replace), whatever its lifecycle and past an open circuit breaker; "
-        "exit 1 for a node the fleet does not have",
+        "exit 3 when the disruption budget or the repair rate limit holds it "
+        "(docs/runbook.md#replace-held), 1 for a node the fleet does not have",
     )
     s.add_argument(
         "--allow-destroy",

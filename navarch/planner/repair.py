@@ -364,12 +364,14 @@ def _repair_halt(
             pool.name,
             HaltRule.DISRUPTION_BUDGET,
             f"{node} waits: max_unavailable {h.max_unavailable_nodes(pool.target_nodes)} reached",
+            node=node,
         )
     if repair and rate_left <= 0:
         return Halt(
             pool.name,
             HaltRule.REPAIR_RATE_LIMIT,
             f"{node} waits: {ctx.spec.safety.repairs_per_pool_per_hour} repairs in the last hour",
+            node=node,
         )
     return None
 

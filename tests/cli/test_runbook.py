@@ -132,6 +132,25 @@ class StuckCordoned(Scene):
         self.navarch.ok("local", "tick", "fleet.yaml")
 
 
+class ReplaceHeld(Scene):
+    """demo-train-0001 faults and is cordoned, taking train's max_unavailable (1); the
+    operator then raises the budget for the fix's apply."""
+
+    def setup(self) -> None:
+        super().setup()
+        self.navarch.ok("local", "inject", "fleet.yaml", "demo-train-0001", "--xid", "79")
+        self.navarch.ok("local", "tick", "fleet.yaml")
+        self.navarch.ok("apply", "fleet.yaml", "--auto-approve")
+
+    def before(self, index: int, argv: list[str]) -> list[str]:
+        if index == 2:
+            _edit(
+                self.fleet_dir,
+                lambda d: d["pools"]["train"]["health"].update(max_unavailable=2),
+            )
+        return argv
+
+
 class OrphanGuard(Scene):
     def setup(self) -> None:
         super().setup()
@@ -212,6 +231,7 @@ LINKED = {
     "lease",
     "orphan-guard",
     "max-launches",
+    "replace-held",
     "duplicate-node",
     "stale-plan",
     "store-unreachable",
@@ -226,6 +246,7 @@ SCENES: dict[str, type[Scene]] = {
     "stuck-cordoned": StuckCordoned,
     "orphan-guard": OrphanGuard,
     "max-launches": MaxLaunches,
+    "replace-held": ReplaceHeld,
     "duplicate-node": DuplicateNode,
     "stale-plan": StalePlan,
     "store-unreachable": StoreUnreachable,

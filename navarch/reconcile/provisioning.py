@@ -209,9 +209,7 @@ class Provisioner:
             self._dead_providers[provider] = exc
             return exc, f"auth: {exc}"
 
-    def _counted_launch(
-        self, a: Action, pool: PoolSpec, place: Place, provider: str
-    ) -> Instance:
+    def _counted_launch(self, a: Action, pool: PoolSpec, place: Place, provider: str) -> Instance:
         """_launch, counting the launch in its zone while it is in flight and once it
         landed (a failed one is uncounted), for _fall_over."""
         key = (pool.name, provider, place.zone)

@@ -82,6 +82,4 @@ def test_a_fall_over_launch_of_four_nodes_spreads_over_the_two_zones_with_capaci
     path.write_text(text)
     run = navarch("apply", "fleet.yaml", "--auto-approve", "--pool", "train")
     assert run.code == 0, run.out + run.err
-    assert Counter(n["zone"] for n in navarch.nodes("train")) == Counter(
-        {"sim-1b": 2, "sim-1c": 2}
-    )
+    assert Counter(n["zone"] for n in navarch.nodes("train")) == Counter({"sim-1b": 2, "sim-1c": 2})

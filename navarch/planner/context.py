@@ -93,6 +93,9 @@ class Progress:
     #: nodes out of service for a fault whose termination waits for a replacement that
     #: could not launch (navarch.planner.stockout): not present, their replacement wanted
     held: frozenset[str] = frozenset()
+    #: nodes out of service for a fault terminated this run only once their replacement
+    #: launched (replacement: after-terminate; navarch.planner.stockout.launches_first)
+    launch_first: frozenset[str] = frozenset()
     # Warm spares (navarch.planner.spares): nodes made spares this run (cordoned from the
     # scheduler), spares promoted this run, and nodes the ladder returned to service.
     spared: tuple[str, ...] = ()

@@ -560,6 +560,9 @@ class Action:
     # cloud where the provider can (Capability.REPORT_FAULTY_HOST).
     hand_back: bool = False
     peer: str = ""  # nccl_peer: the known-good node of the pool the test pairs with
+    # terminate: the node whose provision (this node's replacement) runs first; the
+    # executor terminates only once that launch found room (navarch.planner.stockout).
+    after: str = ""
 
 
 class HaltRule(enum.StrEnum):

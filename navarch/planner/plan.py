@@ -117,6 +117,7 @@ from navarch.planner.retire import (
 )
 from navarch.planner.silence import silence_stage
 from navarch.planner.spares import spares_stage
+from navarch.planner.stockout import link_launch_first
 from navarch.spec import FleetSpec, PoolSpec
 
 HOUR_S = 3600
@@ -247,7 +248,7 @@ def _plan_pool(
     if options.destroy and options.force:
         stages = (force_destroy_stage,)
     result = run_stages(ctx, stages, StageResult(progress, halts=tuple(halts)))
-    return result if options.destroy else with_hosts(ctx, result)
+    return result if options.destroy else with_hosts(ctx, link_launch_first(result))
 
 
 # --- fleet stages -------------------------------------------------------------------------

@@ -38,7 +38,7 @@ from navarch.planner.model import (
 )
 from navarch.planner.observe import fault_of
 from navarch.planner.remedy_gate import gate
-from navarch.planner.stockout import holds
+from navarch.planner.stockout import holds, launches_first
 
 
 class RepairRank(enum.IntEnum):
@@ -75,7 +75,7 @@ def terminate_stage(ctx: PoolContext, prog: Progress) -> StageResult:
     actions: list[Action] = []
     halts: list[Halt] = []
     pending: list[str] = []
-    held_nodes = set(prog.held)
+    held_nodes, first = set(prog.held), set(prog.launch_first)
     for v in ctx.views:
         if v.lifecycle is Lifecycle.TERMINATING:
             actions.append(
@@ -117,9 +117,11 @@ def terminate_stage(ctx: PoolContext, prog: Progress) -> StageResult:
                 pending.append(held)
                 held_nodes.add(v.node)
                 continue
+            if launches_first(ctx, prog, v, action):
+                first.add(v.node)
             actions.append(action)
     return StageResult(
-        replace(prog, held=frozenset(held_nodes)),
+        replace(prog, held=frozenset(held_nodes), launch_first=frozenset(first)),
         tuple(actions),
         tuple(halts),
         pending=tuple(pending),

@@ -31,7 +31,7 @@ from typing import Any
 import orjson
 
 from navarch.actor import Actor
-from navarch.planner.model import Memory, Phase, ReportSummary
+from navarch.planner.model import Lifecycle, Memory, Phase, ReportSummary
 from navarch.report.health import Remedy
 from navarch.report.timefmt import ts
 from navarch.stores.base import ObjectStore
@@ -110,6 +110,15 @@ class NodeNow:
     rung: Remedy | None
     operator_cordon: str
     report: ReportRef | None
+    #: the node's lifecycle and why, as `navarch status` shows it (the same observed
+    #: state: navarch.reconcile.status.fleet_status); None when the fleet could not be
+    #: observed, and the phase in Memory is all that is known
+    lifecycle: Lifecycle | None = None
+    why: str = ""
+
+
+#: A node's lifecycle and its reason as `navarch status` shows them, by node name.
+Observed = Mapping[str, tuple[Lifecycle, str]]
 
 
 @dataclass(frozen=True)
@@ -129,6 +138,8 @@ class History:
     days: tuple[str, ...]
     chunks_read: int
     skipped_lines: int
+    #: why the nodes' state now is only Memory's (the fleet could not be observed), or ""
+    unobserved: str = ""
 
 
 def day_prefixes(fleet: str, since: datetime, until: datetime) -> tuple[str, ...]:
@@ -261,12 +272,16 @@ def read_events(
     return tuple(events), days, len(blobs), skipped
 
 
-def nodes_now(memory: Memory, node: str | None = None) -> tuple[NodeNow, ...]:
-    """The nodes of `memory` as NodeNow, by name; only `node` when given."""
+def nodes_now(
+    memory: Memory, node: str | None = None, observed: Observed | None = None
+) -> tuple[NodeNow, ...]:
+    """The nodes of `memory` as NodeNow, by name; only `node` when given. observed: each
+    node's lifecycle and reason as `navarch status` shows them (None: not observed)."""
     out = []
     for nm in memory.nodes:
         if node is not None and nm.node != node:
             continue
+        seen = observed.get(nm.node) if observed is not None else None
         out.append(
             NodeNow(
                 node=nm.node,
@@ -279,6 +294,8 @@ def nodes_now(memory: Memory, node: str | None = None) -> tuple[NodeNow, ...]:
                 rung=nm.rung,
                 operator_cordon=nm.operator_cordon,
                 report=_report(report_ref(nm.report)),
+                lifecycle=seen[0] if seen else None,
+                why=seen[1] if seen else "",
             )
         )
     return tuple(sorted(out, key=lambda n: n.node))
@@ -292,17 +309,20 @@ def read_history(
     since: datetime,
     until: datetime,
     node: str | None = None,
+    observed: Observed | None = None,
+    unobserved: str = "",
 ) -> History:
     """What happened in `fleet` (to `node` when given) within [since, until], aware UTC.
 
     store: the fleet's ObjectStore. memory: the fleet's Memory as its caller read it
-    (navarch.reconcile.state.load_memory), for the nodes' state now.
+    (navarch.reconcile.state.load_memory), for the nodes' state now. observed: each node's
+    lifecycle and reason as `navarch status` shows them, so both say the same of a node;
+    None with `unobserved` saying why when the fleet could not be observed.
     Raises StoreError (store unreachable or unreadable).
     """
     events, days, chunks, skipped = read_events(store, fleet, since, until, node)
-    return History(
-        fleet, node, since, until, events, nodes_now(memory, node), days, chunks, skipped
-    )
+    now = nodes_now(memory, node, observed)
+    return History(fleet, node, since, until, events, now, days, chunks, skipped, unobserved)
 
 
 def _ts(when: datetime | None) -> str | None:
@@ -366,6 +386,8 @@ def history_to_json(h: History) -> dict[str, Any]:
                 "rung": n.rung.value if n.rung is not None else None,
                 "operator_cordon": n.operator_cordon or None,
                 "report": _report_json(n.report),
+                "lifecycle": n.lifecycle.value if n.lifecycle is not None else None,
+                "lifecycle_reason": n.why,
             }
             for n in h.nodes
         ],
@@ -390,6 +412,28 @@ def _who(e: HistoryEvent) -> str:
     if e.actor in (Trigger.OPERATOR, Trigger.REPLACE):
         return f"operator{how}"
     return "an apply (who: not recorded)"
+
+
+def _quiet(n: NodeNow) -> bool:
+    """A node the fleet-wide history leaves out of "Now": one `navarch status` hides too
+    (healthy), or, unobserved, one navarch is not acting on."""
+    if n.lifecycle is not None:
+        return n.lifecycle is Lifecycle.HEALTHY
+    return n.phase is Phase.NONE and not n.operator_cordon
+
+
+def _state_now(n: NodeNow) -> str:
+    """A node's state in its "Now" line: its lifecycle and why, as `navarch status` says
+    them (with what navarch is doing to it, when something); unobserved, Memory's phase."""
+    doing = (
+        f"{n.phase} since {_ts(n.phase_at)}" + (f": {n.phase_reason}" if n.phase_reason else "")
+        if n.phase is not Phase.NONE
+        else ""
+    )
+    if n.lifecycle is None:
+        return doing or "serving (navarch is not acting on it)"
+    out = n.lifecycle.value + (f" ({n.why})" if n.why else "")
+    return out + (f"; navarch: {doing}" if doing else "")
 
 
 def render_history(h: History) -> str:
@@ -421,19 +465,14 @@ def render_history(h: History) -> str:
             lines.append(f"    # {', '.join(facts)}")
         if e.detail:
             lines.append(f"    -> {e.detail}")
+    if h.unobserved and h.nodes:
+        lines.append(f"(the nodes now as navarch's state holds them: {h.unobserved})")
     for n in h.nodes:
-        if n.phase is Phase.NONE and not n.operator_cordon and h.node is None:
+        if h.node is None and _quiet(n):
             continue
-        state = (
-            "serving (navarch is not acting on it)"
-            if n.phase is Phase.NONE
-            else (
-                f"{n.phase} since {_ts(n.phase_at)}"
-                + (f": {n.phase_reason}" if n.phase_reason else "")
-            )
-        )
         extra = f"; operator cordon: {n.operator_cordon}" if n.operator_cordon else ""
-        lines.append(f"Now: {n.node} ({n.pool}, {n.instance_id or 'no instance'}) {state}{extra}")
+        where = f"{n.node} ({n.pool}, {n.instance_id or 'no instance'})"
+        lines.append(f"Now: {where} {_state_now(n)}{extra}")
     if h.node and not h.nodes and not h.events:
         lines.append(
             f"Now: {h.node} is not in the fleet's state (was the name right? "

@@ -24,13 +24,13 @@ from navarch.api.results import (
     StatusResult,
     Validation,
 )
-from navarch.errors import ConfigError
+from navarch.errors import ConfigError, NavarchError
 
 if TYPE_CHECKING:
     from navarch.fleet.confine import Confinement
     from navarch.inventory import Instance
     from navarch.planner.context import PlanOptions
-    from navarch.planner.model import Plan
+    from navarch.planner.model import Lifecycle, Plan
 
 #: How far back `history` reads when no `since` is given (the CLI's `--since` default).
 DEFAULT_HISTORY_WINDOW_S = 24 * 3600
@@ -156,16 +156,44 @@ def history(
     from navarch.reconcile.state import load_memory
     from navarch.stores import open_store
 
-    spec = loaded(fleet).spec
+    fl = loaded(fleet)
+    spec = fl.spec
     until = now_utc(now)
     if since is None:
         since = timedelta(seconds=DEFAULT_HISTORY_WINDOW_S)
     start = window_start(since, until)
     store = open_store(spec.store_url, base_dir=spec.base_dir)
     memory, _ = load_memory(store, spec.name)
+    observed, unobserved = _observed(fl, until)
     return HistoryResult(
-        read_history(store, spec.name, memory, since=start, until=until, node=node)
+        read_history(
+            store,
+            spec.name,
+            memory,
+            since=start,
+            until=until,
+            node=node,
+            observed=observed,
+            unobserved=unobserved,
+        )
     )
+
+
+def _observed(
+    fl: LoadedFleet, now: datetime
+) -> tuple[dict[str, tuple[Lifecycle, str]] | None, str]:
+    """Each node's lifecycle and reason as `navarch status` shows them (the same snapshot
+    and fleet_status), so history and status never disagree about a node; (None, why)
+    when the fleet cannot be observed (a provider or the reports unreachable): the audit
+    log still tells its story, from navarch's state alone."""
+    from navarch.reconcile.status import fleet_status
+
+    try:
+        _, snap = snapshot(fl, now)
+    except NavarchError as exc:
+        return None, f"the fleet could not be observed: {exc}"
+    seen = fleet_status(fl.spec, snap)
+    return {n.node: (n.lifecycle, n.reason) for p in seen.pools for n in p.nodes}, ""
 
 
 def node_instance(fleet: LoadedFleet | str | Path, node: str) -> Instance:

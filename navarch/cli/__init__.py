@@ -16,7 +16,8 @@ Exit codes (Terraform's -detailed-exitcode, plus two of ours):
      held back by the budget, rate limit or capacity, or waiting: a drain, a replacement);
      `destroy`: nodes are still draining (run it again, or --force)
   3  a safety rule stopped something for a human (circuit breaker open, orphan guard,
-     duplicate node names); the rest was applied
+     duplicate node names, more launches than the cap, an `--replace NODE` the budget or
+     the repair rate limit holds); the rest was applied
   4  another run holds the fleet lock (lease)
   5  this apply lost its lease mid-run (it lapsed past safety.lock_ttl without renewal, or
      another run took it over): it stopped acting and wrote no state; the run holding the

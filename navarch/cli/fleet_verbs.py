@@ -254,13 +254,32 @@ def _targeting(s: argparse.ArgumentParser) -> None:
         metavar="NODE",
         help="replace this node through surge, cordon and drain (Terraform "
         "-replace), whatever its lifecycle and past an open circuit breaker; "
-        "exit 1 for a node the fleet does not have",
+        "exit 3 when the disruption budget or the repair rate limit holds it "
+        "(docs/runbook.md#replace-held), 1 for a node the fleet does not have",
     )
     s.add_argument(
         "--allow-destroy",
         action="store_true",
         help="let this run terminate more orphans than safety.max_orphan_terminations",
     )
+    s.add_argument(
+        "--allow-launches",
+        type=_launches,
+        metavar="N",
+        help="let this run provision up to N nodes, past safety.max_launches_per_run "
+        "(a plan over the cap launches none of its new nodes and exits 3)",
+    )
+
+
+def _launches(text: str) -> int:
+    """--allow-launches N: a whole number of nodes, at least 1."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of nodes (1 or more)")
+    return n
 
 
 def register(sub: Any) -> None:

@@ -39,6 +39,7 @@ RUNBOOK = {
     "store": "docs/runbook.md#store-unreachable",
     "config": "docs/runbook.md#bad-fleet",
     "paused": "docs/runbook.md#pause",
+    "replace_held": "docs/runbook.md#replace-held",
 }
 
 #: Set by main(): with --log-format json an error is a JSON log line like every other.
@@ -62,7 +63,8 @@ def note(message: str) -> None:
 
 
 def plan_options(args: argparse.Namespace) -> PlanOptions:
-    """PlanOptions from --pool, --replace and --allow-destroy (where the command has them)."""
+    """PlanOptions from --pool, --replace, --allow-destroy and --allow-launches (where the
+    command has them)."""
     from navarch.api import PlanOptions
 
     pools = getattr(args, "pool", None)
@@ -70,6 +72,7 @@ def plan_options(args: argparse.Namespace) -> PlanOptions:
         pools=frozenset(pools) if pools else None,
         replace=frozenset(getattr(args, "replace", None) or ()),
         allow_destroy=bool(getattr(args, "allow_destroy", False)),
+        allow_launches=int(getattr(args, "allow_launches", None) or 0),
     )
 
 
@@ -85,8 +88,9 @@ def halt_exit(plan: Plan, replace: frozenset[str] = frozenset()) -> int | None:
     if plan.paused is not None:
         note(f"Paused: fleet {plan.fleet} was {plan.paused.message} (see {RUNBOOK['paused']})")
         return None
+    held = replace_held(plan, replace)
     if not plan.safety_stopped:
-        return None
+        return EXIT_HALTED if held else None
     from navarch.api import HaltRule
 
     acted = {a.node for a in plan.actions}
@@ -111,6 +115,33 @@ def halt_exit(plan: Plan, replace: frozenset[str] = frozenset()) -> int | None:
     ):
         return None
     return EXIT_HALTED
+
+
+def replace_held(plan: Plan, replace: frozenset[str]) -> bool:
+    """Whether a --replace node has no action in the plan because a limit holds it (the
+    disruption budget, the repair rate limit: the halts naming it); each such node gets an
+    error line saying what holds it and how to proceed (docs/runbook.md#replace-held). A
+    node already leaving (its pending line says so) is not held."""
+    from navarch.api import HaltRule
+
+    acted = {a.node for a in plan.actions}
+    ways = {
+        HaltRule.DISRUPTION_BUDGET: "it goes in a later run once a node of the pool now out of "
+        "service is back or gone (run `navarch apply` again), or raise the pool's "
+        "health.max_unavailable",
+        HaltRule.REPAIR_RATE_LIMIT: "it goes once the last hour's repairs age out (run "
+        "`navarch apply` again later), or raise safety.repairs_per_pool_per_hour",
+    }
+    held = False
+    for node in sorted(replace - acted):
+        for h in (h for h in plan.halts if h.node == node):
+            held = True
+            way = ways.get(h.rule, "run `navarch apply` again once it lifts")
+            err(
+                f"--replace {node} held by the {h.rule.value.replace('_', ' ')} ({h.pool}): "
+                f"{h.message}; {way} (see {RUNBOOK['replace_held']})"
+            )
+    return held
 
 
 def process_clock() -> Callable[[], datetime]:

@@ -189,8 +189,9 @@ def present_nodes(ctx: PoolContext, prog: Progress) -> list[NodeView]:
         )
         # a stuck instance leaves this run, unless the breaker holds its termination
         and not (v.lifecycle is Lifecycle.STUCK and not ctx.frozen)
-        # held for a stockout: it waits for its replacement, so it cannot count as one
+        # held for a stockout, or waiting for its replacement's launch: not one itself
         and v.node not in prog.held
+        and v.node not in prog.launch_first
         and (
             v.node not in prog.leaving
             or (waited and v.lifecycle is Lifecycle.UNHEALTHY and in_place(ctx, v))
@@ -231,9 +232,10 @@ def _provision(ctx: PoolContext, prog: Progress, present: list[NodeView], need: 
     room = pool.max_nodes + surge - len(existing)
     if h.replacement is Replacement.AFTER_TERMINATE:
         room = prog.desired + wanted(ctx, prog) - len(existing)
-    # A node held for a stockout leaves once its replacement exists: that replacement
-    # launches beside it, in its slot (navarch.planner.stockout).
-    room += sum(v.node in prog.held for v in existing)
+    # A node held for a stockout, or terminated only once its replacement launched, leaves
+    # after that replacement exists: it launches beside it, in its slot
+    # (navarch.planner.stockout).
+    room += sum(v.node in prog.held or v.node in prog.launch_first for v in existing)
     count = min(need, max(room, 0))
     surges = prog.surge_for[: max(room - count, 0)]
     halts: list[Halt] = []
@@ -279,7 +281,7 @@ def _provision(ctx: PoolContext, prog: Progress, present: list[NodeView], need: 
     note = placement_note(pool, ctx.pm, ctx.now, places[0]) if places else ""
     if note:
         jobs = [(replaces, f"{why}; {note}") for replaces, why in jobs]
-    orders = _zone_orders(ctx, places, present, [r for r, _ in jobs])
+    orders = _zone_orders(ctx, places, present, [r for r, _ in jobs], prog.launch_first)
     actions = tuple(
         Action(
             ActionKind.PROVISION,
@@ -342,16 +344,26 @@ def _rebalance(ctx: PoolContext, prog: Progress, present: list[NodeView]) -> Sta
 
 
 def _zone_orders(
-    ctx: PoolContext, places: tuple[Place, ...], present: list[NodeView], replaces: list[str | None]
+    ctx: PoolContext,
+    places: tuple[Place, ...],
+    present: list[NodeView],
+    replaces: list[str | None],
+    unpinned: frozenset[str] = frozenset(),
 ) -> tuple[tuple[Place, ...], ...]:
     """Each provision's place order (navarch.planner.zones): a replacement tries its node's
     zone first, except for a node the ladder remedies in place, which will come back: it
-    still counts in its zone, and its surge replacement goes where the pool is thinnest."""
+    still counts in its zone, and its surge replacement goes where the pool is thinnest;
+    and except for the nodes in `unpinned` (terminated once their replacement launched:
+    one launched for the same node by an earlier run may already sit in that zone), whose
+    replacement goes where the pool is thinnest too."""
     by_name = {v.node: v for v in ctx.views}
     back = {r: by_name[r] for r in replaces if r in by_name and in_place(ctx, by_name[r])}
     gone = {v.node: (v.provider, v.zone) for v in ctx.pm.vacancies}
     prefers = [
-        (zone_of(by_name.get(r)) or gone.get(r)) if r and r not in back else None for r in replaces
+        (zone_of(by_name.get(r)) or gone.get(r))
+        if r and r not in back and r not in unpinned
+        else None
+        for r in replaces
     ]
     return plan_places(ctx.pool, places, [*present, *back.values()], prefers)
 

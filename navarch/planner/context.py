@@ -31,6 +31,8 @@ class PlanOptions:
     destroy: `navarch destroy`: every node of the chosen pools (and orphans) leaves.
     force: with destroy, terminate without waiting for drains.
     allow_destroy: lift the orphan guard for this run (`--allow-destroy`).
+    allow_launches: this run may provision up to this many nodes even past
+    safety.max_launches_per_run (`--allow-launches N`); 0: the cap holds.
     capabilities: what each provider can do, by fleet.yaml provider name, read by the
     caller from the opened providers (navarch.providers.base.capabilities_of); a provider
     not named here is asked for nothing beyond list, provision and terminate.
@@ -43,6 +45,7 @@ class PlanOptions:
     destroy: bool = False
     force: bool = False
     allow_destroy: bool = False
+    allow_launches: int = 0
     capabilities: Mapping[str, Capability] = field(default_factory=dict, hash=False)
     #: the reservations the pools name, by id, as their clouds report them
     #: (navarch.inventory.reservations_of); read by Capacity Block pools
@@ -94,6 +97,9 @@ class Progress:
     #: nodes out of service for a fault whose termination waits for a replacement that
     #: could not launch (navarch.planner.stockout): not present, their replacement wanted
     held: frozenset[str] = frozenset()
+    #: nodes out of service for a fault terminated this run only once their replacement
+    #: launched (replacement: after-terminate; navarch.planner.stockout.launches_first)
+    launch_first: frozenset[str] = frozenset()
     # Warm spares (navarch.planner.spares): nodes made spares this run (cordoned from the
     # scheduler), spares promoted this run, and nodes the ladder returned to service.
     spared: tuple[str, ...] = ()

@@ -54,7 +54,7 @@ from navarch.planner.model import (
 )
 from navarch.planner.observe import after_remedy, fault_of
 from navarch.planner.spares import returning
-from navarch.planner.stockout import holds
+from navarch.planner.stockout import holds, launches_first
 from navarch.report.health import FaultKey, Remedy, Status
 from navarch.report.xid import fatal_xids_by_remedy
 
@@ -546,15 +546,14 @@ def ladder_stage(ctx: PoolContext, prog: Progress) -> StageResult:
     nodes and go even with the breaker open, except the fallback past drain_timeout (its
     processes may be work). Operator-cordoned nodes are listed as pending (with a hint
     when their reports are unhealthy); nodes named by `--replace` are replaced whatever
-    their lifecycle, the breaker notwithstanding.
-    """
+    their lifecycle, the breaker notwithstanding."""
     actions: list[Action] = []
     halts: list[Halt] = []
     pending: list[str] = []
     taken = set(prog.taken)
     leaving = list(prog.leaving)
     rate_left = prog.rate_left
-    held_nodes = set(prog.held)
+    held_nodes, first = set(prog.held), set(prog.launch_first)
     spared, returned = prog.spared, prog.returned
     for v in ctx.views:
         if v.lifecycle is Lifecycle.OPERATOR_CORDONED and v.node not in ctx.options.replace:
@@ -567,7 +566,7 @@ def ladder_stage(ctx: PoolContext, prog: Progress) -> StageResult:
             continue
         action, wait = step
         taken.add(v.node)
-        held = holds(ctx, prog, v, action) if action is not None else None
+        held = _held(ctx, prog, v, action, first)
         if held is not None:
             held_nodes.add(v.node)
             action, wait = _in_place_while_held(ctx, v)
@@ -601,6 +600,7 @@ def ladder_stage(ctx: PoolContext, prog: Progress) -> StageResult:
             taken=frozenset(taken),
             leaving=tuple(leaving),
             held=frozenset(held_nodes),
+            launch_first=frozenset(first),
             spared=spared,
             returned=returned,
         ),
@@ -608,6 +608,20 @@ def ladder_stage(ctx: PoolContext, prog: Progress) -> StageResult:
         tuple(halts),
         pending=tuple(pending),
     )
+
+
+def _held(
+    ctx: PoolContext, prog: Progress, v: NodeView, action: Action | None, first: set[str]
+) -> str | None:
+    """Why the step's termination is held for a stockout (navarch.planner.stockout.holds),
+    or None; a termination that waits in the run for its replacement's launch instead
+    adds its node to `first` (stockout.launches_first)."""
+    if action is None:
+        return None
+    held = holds(ctx, prog, v, action)
+    if held is None and launches_first(ctx, prog, v, action):
+        first.add(v.node)
+    return held
 
 
 def _in_place_while_held(ctx: PoolContext, v: NodeView) -> tuple[Action | None, str]:

@@ -583,6 +583,9 @@ class Action:
     #: cordon: the node serves nothing (a warm spare, a node burning in), so its leaving
     #: takes no place of the serving nodes' max_unavailable (NodeMemory.idle_cordon)
     idle: bool = False
+    # terminate: the node whose provision (this node's replacement) runs first; the
+    # executor terminates only once that launch found room (navarch.planner.stockout).
+    after: str = ""
 
 
 class HaltRule(enum.StrEnum):
@@ -632,11 +635,14 @@ _SAFETY_STOPS = frozenset(
 @dataclass(frozen=True)
 class Halt:
     """A safety rule stopped actions in a pool (or "*" for the fleet). rule: a HaltRule
-    (a rule's value is accepted and converted)."""
+    (a rule's value is accepted and converted); node: the one node it holds back, where it
+    holds one (the disruption budget, the repair rate limit), so `--replace NODE` can say
+    what holds it; not part of the plan's JSON."""
 
     pool: str
     rule: HaltRule
     message: str
+    node: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "rule", HaltRule(self.rule))

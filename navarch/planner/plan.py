@@ -48,8 +48,9 @@ Safety rules enforced here (docs/design.md, Safety rules):
  5. repair rate limit: at most repairs_per_pool_per_hour repairs (replacements of sick,
     drifted or requested nodes) started per pool per hour;
  6. provisioning tries places in the pool's fallback order, skipping exhausted ones.
- 7. launches per run: at most safety.max_launches_per_run provisions, the rest held back
-    with a safety halt (navarch.planner.launches).
+ 7. launches per run: a plan with more provisions than safety.max_launches_per_run (or
+    this run's --allow-launches) launches none of its growth, with a safety halt
+    (navarch.planner.launches).
 A node is only terminated after it was cordoned and drained (or drain_timeout passed),
 except duplicates, stuck instances and `destroy --force`. A node is only rebooted or
 GPU-reset after it was cordoned and its drain finished (never on drain_timeout), and never
@@ -121,6 +122,7 @@ from navarch.planner.retire import (
 )
 from navarch.planner.silence import silence_stage
 from navarch.planner.spares import spares_stage
+from navarch.planner.stockout import link_launch_first
 
 HOUR_S = 3600
 
@@ -182,7 +184,9 @@ def plan(
     actions = tuple(
         a for r in results for a in r.actions if a.node not in blocked or a in fleet.actions
     )
-    actions, capped = cap_launches(actions, spec.safety.max_launches_per_run)
+    actions, capped = cap_launches(
+        actions, spec.safety.max_launches_per_run, options.allow_launches
+    )
     halts = tuple(h for r in results for h in r.halts) + capped
     out = Plan(
         fleet=spec.name,
@@ -253,7 +257,7 @@ def _plan_pool(
     if options.destroy and options.force:
         stages = (force_destroy_stage,)
     result = run_stages(ctx, stages, StageResult(progress, halts=tuple(halts)))
-    return result if options.destroy else with_hosts(ctx, result)
+    return result if options.destroy else with_hosts(ctx, link_launch_first(result))
 
 
 # --- fleet stages -------------------------------------------------------------------------

@@ -39,7 +39,7 @@ from navarch.planner.model import (
 from navarch.planner.observe import fault_of
 from navarch.planner.remedy_gate import gate
 from navarch.planner.spares import ready_to_stand_in, serves_nothing
-from navarch.planner.stockout import holds
+from navarch.planner.stockout import holds, launches_first
 from navarch.report.health import FaultKey, Remedy, Status
 
 
@@ -77,7 +77,7 @@ def terminate_stage(ctx: PoolContext, prog: Progress) -> StageResult:
     actions: list[Action] = []
     halts: list[Halt] = []
     pending: list[str] = []
-    held_nodes = set(prog.held)
+    held_nodes, first = set(prog.held), set(prog.launch_first)
     for v in ctx.views:
         if v.lifecycle is Lifecycle.TERMINATING:
             actions.append(
@@ -119,9 +119,11 @@ def terminate_stage(ctx: PoolContext, prog: Progress) -> StageResult:
                 pending.append(held)
                 held_nodes.add(v.node)
                 continue
+            if launches_first(ctx, prog, v, action):
+                first.add(v.node)
             actions.append(action)
     return StageResult(
-        replace(prog, held=frozenset(held_nodes)),
+        replace(prog, held=frozenset(held_nodes), launch_first=frozenset(first)),
         tuple(actions),
         tuple(halts),
         pending=tuple(pending),
@@ -394,12 +396,14 @@ def _repair_halt(
             pool.name,
             HaltRule.DISRUPTION_BUDGET,
             f"{node} waits: max_unavailable {h.max_unavailable_nodes(pool.target_nodes)} reached",
+            node=node,
         )
     if repair and rate_left <= 0:
         return Halt(
             pool.name,
             HaltRule.REPAIR_RATE_LIMIT,
             f"{node} waits: {ctx.spec.safety.repairs_per_pool_per_hour} repairs in the last hour",
+            node=node,
         )
     return None
 

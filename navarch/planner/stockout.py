@@ -21,15 +21,36 @@ stuck instances, and a node that never reported (boot_timeout: it never served).
 While a node is held the count stage launches its replacement beside it whenever a place
 is open (under replacement: after-terminate too, whose replacement would otherwise wait
 for a termination that waits for it).
+
+Launch first (``launches_first``, replacement: after-terminate): such a pool would learn
+of a stockout only from a launch tried after the termination, so the first faulty node of
+an unannounced stockout would be lost. Its fault-answering termination, when the
+replacement does not exist yet, goes with the replacement's launch in the same run: the
+count stage launches it in the node's slot and ``link_launch_first`` makes the
+termination wait for it (Action.after), so the executor terminates the node only once the
+launch took. A launch that found no place with room (capacity, placement) leaves the node
+cordoned, and the place in backoff makes the next runs hold it (``holds``); one the cloud
+refused for quota is after-terminate's own case (no room above the running nodes), so the
+termination goes on and the replacement follows it, as before.
 """
 
 from __future__ import annotations
 
-from navarch.planner.context import PoolContext, Progress
+from dataclasses import replace
+
+from navarch.fleet.spec import Replacement
+from navarch.planner.context import PoolContext, Progress, StageResult
 from navarch.planner.model import LEAVING, Action, ActionKind, ActionReason, Lifecycle, NodeView
 from navarch.textsafe import counted
 
-__all__ = ["HELD_REASONS", "hold_reason", "holds", "replacement_ready"]
+__all__ = [
+    "HELD_REASONS",
+    "hold_reason",
+    "holds",
+    "launches_first",
+    "link_launch_first",
+    "replacement_ready",
+]
 
 #: The termination reasons that answer a fault, and so wait for a replacement.
 HELD_REASONS = frozenset(
@@ -82,6 +103,49 @@ def hold_reason(ctx: PoolContext, prog: Progress, v: NodeView) -> str | None:
 def holds(ctx: PoolContext, prog: Progress, v: NodeView, action: Action) -> str | None:
     """``hold_reason`` for a termination that answers a fault (module docstring), None
     for any other action or termination."""
+    return hold_reason(ctx, prog, v) if _answers_fault(ctx, v, action) else None
+
+
+def launches_first(ctx: PoolContext, prog: Progress, v: NodeView, action: Action) -> bool:
+    """Whether this termination, not held (``holds``), waits in the run for its
+    replacement's launch: a termination that answers a fault (a drained node's only with
+    its fault recorded), in a pool with replacement: after-terminate, whose replacement
+    does not exist yet (module docstring). Such a replacement launches in the node's slot,
+    so the pool has one instance above max until the node is gone, as under a hold."""
+    # A drift's cordon is a repair too, but a drifted node serves until it goes: only a
+    # fault loses capacity that a failed launch would not give back.
+    drained = action.action_reason in (ActionReason.DRAIN_FINISHED, ActionReason.DRAIN_TIMEOUT)
+    return (
+        ctx.pool.health.replacement is Replacement.AFTER_TERMINATE
+        and _answers_fault(ctx, v, action)
+        and (v.fault is not None or not drained)
+        and not replacement_ready(ctx, prog, v.node)
+    )
+
+
+def link_launch_first(result: StageResult) -> StageResult:
+    """The pool's result with each launch-first termination (Progress.launch_first) set to
+    run after the provision that replaces its node (Action.after); a termination whose
+    replacement this run does not launch (no room, the launch cap) is left as it is."""
+    first = result.progress.launch_first
+    if not first:
+        return result
+    by_replaced = {
+        a.replaces: a.node
+        for a in result.actions
+        if a.kind is ActionKind.PROVISION and a.replaces in first and a.node
+    }
+    actions = tuple(
+        replace(a, after=by_replaced[a.node])
+        if a.kind is ActionKind.TERMINATE and a.node in by_replaced
+        else a
+        for a in result.actions
+    )
+    return replace(result, actions=actions)
+
+
+def _answers_fault(ctx: PoolContext, v: NodeView, action: Action) -> bool:
+    """Whether `action` is a termination that answers v's fault (module docstring)."""
     if (
         action.kind is not ActionKind.TERMINATE
         or action.action_reason not in HELD_REASONS
@@ -91,9 +155,8 @@ def holds(ctx: PoolContext, prog: Progress, v: NodeView, action: Action) -> str 
         # would hold a max_unavailable slot its own replacement may need.
         or v.summary is None
     ):
-        return None
-    if action.action_reason in (ActionReason.DRAIN_FINISHED, ActionReason.DRAIN_TIMEOUT) and not (
-        v.repair or v.fault is not None
-    ):
-        return None
-    return hold_reason(ctx, prog, v)
+        return False
+    return action.action_reason not in (
+        ActionReason.DRAIN_FINISHED,
+        ActionReason.DRAIN_TIMEOUT,
+    ) or bool(v.repair or v.fault is not None)

@@ -40,7 +40,7 @@ from datetime import datetime
 from typing import Protocol
 
 from navarch.actor import Actor, ActorKind
-from navarch.errors import LeaseLost, NavarchError
+from navarch.errors import CapacityError, LeaseLost, NavarchError, PlacementError
 from navarch.fleet.spec import FleetSpec, PoolSpec, Scheduler
 from navarch.history import Trigger, report_ref
 from navarch.inventory import Instance
@@ -397,10 +397,17 @@ class Executor:
         )
 
     def _chains(self, actions: Sequence[Action]) -> list[list[Action]]:
-        """Actions grouped by node (or by pool for pool-level actions), in plan order."""
+        """Actions grouped by node (or by pool for pool-level actions), in plan order; a
+        termination that waits for its replacement's launch (Action.after) joins the end
+        of that node's chain (its own when the plan launches no such node)."""
         chains: dict[tuple[str, str], list[Action]] = {}
+        waiting = [a for a in actions if a.after]
         for a in actions:
-            key = ("node", a.node) if a.node else ("pool", a.pool)
+            if not a.after:
+                key = ("node", a.node) if a.node else ("pool", a.pool)
+                chains.setdefault(key, []).append(a)
+        for a in waiting:
+            key = ("node", a.after) if ("node", a.after) in chains else ("node", a.node or "")
             chains.setdefault(key, []).append(a)
         return list(chains.values())
 
@@ -432,9 +439,14 @@ class Executor:
         results: _Results,
     ) -> None:
         """Run one node's actions in order (a worker thread); post each result."""
+        launched: dict[str, Outcome] = {}  # this chain's provisions, by node
         for a in chain:
             if self._stop.is_set():
                 return
+            no_room = _no_room(launched.get(a.after)) if a.after else ""
+            if no_room:
+                results.put((a, Outcome.skipped(a, no_room), same))
+                continue
             if self.lease is not None:
                 try:
                     self.lease.check()
@@ -452,4 +464,20 @@ class Executor:
                 memory = update(memory)
             except Exception as exc:
                 outcome, update = Outcome.failed(a, exc, f"{type(exc).__name__}: {exc}"), same
+            if a.kind is ActionKind.PROVISION and a.node:
+                launched[a.node] = outcome
             results.put((a, outcome, update))
+
+
+def _no_room(launch: Outcome | None) -> str:
+    """Why a termination waiting for its replacement's launch (Action.after) must not run:
+    the launch found no place with room (capacity, or no place could take it); "" when it
+    took, or failed otherwise (a quota refusal is after-terminate's own case: the node's
+    slot is what the replacement needs; navarch.planner.stockout)."""
+    if launch is None or launch.ok or not isinstance(launch.exc, (CapacityError, PlacementError)):
+        return ""
+    node = launch.action.node
+    return (
+        f"held cordoned, not terminated: its replacement {node} could not launch "
+        f"({launch.detail}); terminated once a replacement runs"
+    )

@@ -13,11 +13,19 @@ other error) the action's.
 A Provisioner lives for one run (one per Executor, shared by its worker threads): the
 bars it met (a provider's AuthError, a pool's QuotaError on a provider) hold for the rest
 of the run, and it knows which launch ids this run's inventory already shows.
+
+Fall-over spreads (zone_policy spread): a launch whose place had no capacity tries the
+remaining zones of that placement, type and capacity fewest-first, counting the pool's
+listed instances and this run's launches (those in flight too), so a run's fall-over
+launches spread over the zones that have capacity instead of all landing in the first one;
+an EC2 Auto Scaling group rebalances the same way when a zone cannot launch ("Auto Scaling
+benefits: instance distribution", AWS Auto Scaling user guide).
 """
 
 from __future__ import annotations
 
 import threading
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -30,8 +38,8 @@ from navarch.errors import (
     ProviderError,
     QuotaError,
 )
-from navarch.fleet.spec import FleetSpec, PoolSpec
-from navarch.inventory import TAG_SPEC, Instance, launch_id, ownership_tags
+from navarch.fleet.spec import FleetSpec, PoolSpec, ZonePolicy
+from navarch.inventory import TAG_POOL, TAG_SPEC, Instance, launch_id, ownership_tags
 from navarch.outcome import Outcome
 from navarch.planner.model import Action, Exhausted, Memory, NodeMemory, Place
 from navarch.providers.base import Provider, ProvisionRequest
@@ -107,6 +115,11 @@ class Provisioner:
         # Bars met this run: provider -> its AuthError; (pool, provider) -> its QuotaError.
         self._dead_providers: dict[str, AuthError] = {}
         self._quota_pools: dict[tuple[str, str], QuotaError] = {}
+        # (pool, provider, zone) -> the pool's instances there: listed, plus this run's
+        # launches in flight or landed (a fall-over picks the zone with the fewest).
+        self._in_zone: Counter[tuple[str, str, str]] = Counter(
+            (tag, i.provider, i.zone) for i in inventory or () if (tag := i.tag(TAG_POOL))
+        )
 
     def provision(self, a: Action) -> tuple[Outcome, Update]:
         """Launch the node in the first place that takes it, trying the action's places in
@@ -123,13 +136,15 @@ class Provisioner:
         barred_places = 0  # places of `tried` skipped for a bar
         no_capacity: CapacityError | None = None  # the last place's "no capacity"
         refusal: PlacementError | LaunchSpent | None = None  # the last "cannot take it"
-        for place in a.places:
+        places = list(a.places)
+        for i, place in enumerate(places):
             provider = pool.placed()[place.placement].provider
             bar = self._barred(a.pool, provider)
             if bar is None:
                 try:
-                    inst = self._launch(a, pool, place, provider)
+                    inst = self._counted_launch(a, pool, place, provider)
                 except (CapacityError, PlacementError) as exc:
+                    places[i + 1 :] = self._fall_over(pool, place, places[i + 1 :])
                     updates.append(
                         self.exhausted(
                             a.pool, place.zone, place.instance_type, place.spot, provider
@@ -193,6 +208,34 @@ class Provisioner:
                 return exc, f"quota: {exc}"
             self._dead_providers[provider] = exc
             return exc, f"auth: {exc}"
+
+    def _counted_launch(self, a: Action, pool: PoolSpec, place: Place, provider: str) -> Instance:
+        """_launch, counting the launch in its zone while it is in flight and once it
+        landed (a failed one is uncounted), for _fall_over."""
+        key = (pool.name, provider, place.zone)
+        with self._mutex:
+            self._in_zone[key] += 1
+        try:
+            return self._launch(a, pool, place, provider)
+        except BaseException:
+            with self._mutex:
+                self._in_zone[key] -= 1
+            raise
+
+    def _fall_over(self, pool: PoolSpec, failed: Place, rest: list[Place]) -> list[Place]:
+        """The places left to try after `failed` had no room: in a spread pool, those of
+        the same placement, type and capacity that lead `rest` (the other zones of its
+        run) fewest-instances first, ties in planned order; the rest as planned."""
+        if pool.zone_policy is not ZonePolicy.SPREAD:
+            return rest
+        same = (failed.placement, failed.instance_type, failed.spot)
+        n = 0
+        while n < len(rest) and (rest[n].placement, rest[n].instance_type, rest[n].spot) == same:
+            n += 1
+        provider = pool.placed()[failed.placement].provider
+        with self._mutex:
+            counts = {p.zone: self._in_zone[(pool.name, provider, p.zone)] for p in rest[:n]}
+        return sorted(rest[:n], key=lambda p: counts[p.zone]) + rest[n:]
 
     def _launch(self, a: Action, pool: PoolSpec, place: Place, provider: str) -> Instance:
         """One launch request in one place (tags, launch id, user-data of that placement)."""

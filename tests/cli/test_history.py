@@ -137,3 +137,31 @@ def test_history_rejects_a_since_it_cannot_read(navarch) -> None:
     run = navarch("history", "fleet.yaml", "--since", "yesterday")
     assert run.code == 1
     assert "--since 'yesterday' is neither a duration nor an RFC 3339 time" in run.err
+
+
+def _now_line(text: str, node: str) -> str:
+    return next(line for line in text.splitlines() if line.startswith(f"Now: {node} "))
+
+
+def test_history_and_status_agree_on_an_unhealthy_and_an_operator_cordoned_node(
+    navarch, fleet_dir
+) -> None:
+    """history's "Now" line says what `navarch status` says of a node (one observed
+    state), never "serving" for a node status lists unhealthy or operator-cordoned."""
+    _edit_health(fleet_dir, unhealthy_after=3)  # one bad report: unhealthy for status only
+    navarch.ok("apply", "fleet.yaml", "--auto-approve")
+    navarch.ok("local", "tick", "fleet.yaml")
+    navarch.ok("cordon", "fleet.yaml", "demo-train-0001", "--reason", "fan noise")
+    navarch.ok("local", "inject", "fleet.yaml", NODE, "--xid", "79")
+    navarch.ok("local", "tick", "fleet.yaml")
+    status = json.loads(navarch.ok("status", "fleet.yaml", "--json").out)
+    said = {n["node"]: n["lifecycle"] for p in status["pools"] for n in p["nodes"]}
+    assert said[NODE] == "unhealthy" and said["demo-train-0001"] == "operator_cordoned", said
+    for node in (NODE, "demo-train-0001"):
+        line = _now_line(navarch.ok("history", "fleet.yaml", node).out, node)
+        assert f") {said[node]}" in line and "serving" not in line, line
+        doc = json.loads(navarch.ok("history", "fleet.yaml", node, "--json").out)
+        _validate(doc)
+        assert doc["nodes"][0]["lifecycle"] == said[node]
+    fleet_wide = navarch.ok("history", "fleet.yaml").out
+    assert f") {said[NODE]}" in _now_line(fleet_wide, NODE), fleet_wide

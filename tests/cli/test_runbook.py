@@ -132,6 +132,25 @@ class StuckCordoned(Scene):
         self.navarch.ok("local", "tick", "fleet.yaml")
 
 
+class ReplaceHeld(Scene):
+    """demo-train-0001 faults and is cordoned, taking train's max_unavailable (1); the
+    operator then raises the budget for the fix's apply."""
+
+    def setup(self) -> None:
+        super().setup()
+        self.navarch.ok("local", "inject", "fleet.yaml", "demo-train-0001", "--xid", "79")
+        self.navarch.ok("local", "tick", "fleet.yaml")
+        self.navarch.ok("apply", "fleet.yaml", "--auto-approve")
+
+    def before(self, index: int, argv: list[str]) -> list[str]:
+        if index == 2:
+            _edit(
+                self.fleet_dir,
+                lambda d: d["pools"]["train"]["health"].update(max_unavailable=2),
+            )
+        return argv
+
+
 class OrphanGuard(Scene):
     def setup(self) -> None:
         super().setup()
@@ -144,8 +163,8 @@ class OrphanGuard(Scene):
 
 
 class MaxLaunches(Scene):
-    """train's target raised from 3 to 6 under a cap of 2 launches; the operator raises
-    the cap before the fix's apply."""
+    """train's target raised from 3 to 6 under a cap of 2 launches: the plan wants 3; the
+    fix allows that run 3 launches."""
 
     def setup(self) -> None:
         super().setup()
@@ -155,11 +174,6 @@ class MaxLaunches(Scene):
             d["safety"]["max_launches_per_run"] = 2
 
         _edit(self.fleet_dir, grow)
-
-    def before(self, index: int, argv: list[str]) -> list[str]:
-        if index == 1:
-            _edit(self.fleet_dir, lambda d: d["safety"].update(max_launches_per_run=10))
-        return argv
 
 
 class DuplicateNode(Scene):
@@ -217,6 +231,7 @@ LINKED = {
     "lease",
     "orphan-guard",
     "max-launches",
+    "replace-held",
     "duplicate-node",
     "stale-plan",
     "store-unreachable",
@@ -231,6 +246,7 @@ SCENES: dict[str, type[Scene]] = {
     "stuck-cordoned": StuckCordoned,
     "orphan-guard": OrphanGuard,
     "max-launches": MaxLaunches,
+    "replace-held": ReplaceHeld,
     "duplicate-node": DuplicateNode,
     "stale-plan": StalePlan,
     "store-unreachable": StoreUnreachable,

@@ -62,3 +62,24 @@ def test_the_local_loop_notifies_reserved_capacity_idle_past_reservation_idle_af
     assert idle["message"].startswith(
         "reservation res-train (sim sim-1a sim-h100x8): 1 of 3 reserved instances idle since "
     ), idle
+
+
+def test_a_fall_over_launch_of_four_nodes_spreads_over_the_two_zones_with_capacity(
+    navarch, fleet_dir
+) -> None:
+    """sim-1a has no capacity: the four launches that fall over from it spread 2 + 2 over
+    sim-1b and sim-1c (an Auto Scaling group's balancing), not all into the next zone."""
+    path = fleet_dir / "fleet.yaml"
+    text = path.read_text()
+    for old, new in (
+        ("instance_types: [sim-h100x8, sim-a100x8]", "instance_types: [sim-h100x8]"),
+        ("zones: [sim-1a, sim-1b]", "zones: [sim-1a, sim-1b, sim-1c]"),
+        ("nodes: {min: 2, target: 3, max: 5}", "nodes: {min: 2, target: 4, max: 5}"),
+        ("    type: local\n", "    type: local\n    unavailable: [sim-1a/sim-h100x8]\n"),
+    ):
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    path.write_text(text)
+    run = navarch("apply", "fleet.yaml", "--auto-approve", "--pool", "train")
+    assert run.code == 0, run.out + run.err
+    assert Counter(n["zone"] for n in navarch.nodes("train")) == Counter({"sim-1b": 2, "sim-1c": 2})

@@ -93,7 +93,7 @@ def holds(ctx: PoolContext, prog: Progress, v: NodeView, action: Action) -> str 
     ):
         return None
     if action.action_reason in (ActionReason.DRAIN_FINISHED, ActionReason.DRAIN_TIMEOUT) and not (
-        v.repair or v.fault is not None
+        (v.cordon is not None and v.cordon.repair) or v.fault is not None
     ):
         return None
     return hold_reason(ctx, prog, v)

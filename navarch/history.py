@@ -32,7 +32,7 @@ import orjson
 
 from navarch.actor import Actor
 from navarch.health import Remedy
-from navarch.planner.model import Memory, Phase, ReportSummary
+from navarch.planner.model import Cordon, Memory, Phase, ReportSummary
 from navarch.stores.base import ObjectStore
 from navarch.textsafe import plain
 from navarch.timefmt import ts
@@ -109,7 +109,7 @@ class NodeNow:
     phase_reason: str
     fault: str | None
     rung: Remedy | None
-    operator_cordon: str
+    cordon: Cordon | None  # why it is out of its scheduler (NodeMemory.cordon)
     report: ReportRef | None
 
 
@@ -278,7 +278,7 @@ def nodes_now(memory: Memory, node: str | None = None) -> tuple[NodeNow, ...]:
                 phase_reason=nm.phase_reason,
                 fault=nm.fault.key.format() if nm.fault is not None else None,
                 rung=nm.rung,
-                operator_cordon=nm.operator_cordon,
+                cordon=nm.cordon,
                 report=_report(report_ref(nm.report)),
             )
         )
@@ -312,6 +312,18 @@ def _ts(when: datetime | None) -> str | None:
 
 def _report_json(r: ReportRef | None) -> dict[str, Any] | None:
     return None if r is None else {"sequence": r.sequence, "status": r.status, "boot_id": r.boot_id}
+
+
+def _operator_note(n: NodeNow) -> str:
+    """The operator's reason when an operator's cordon holds the node ("" otherwise)."""
+    return n.cordon.note if n.cordon is not None and n.cordon.is_operator else ""
+
+
+def _cordon_json(c: Cordon | None) -> dict[str, Any] | None:
+    """Why the node is out of its scheduler, for history --json (None: nothing holds it)."""
+    if c is None:
+        return None
+    return {"cause": c.cause.value, "at": _ts(c.at), "by": c.by, "fault": c.fault or None}
 
 
 def _phase_name(phase: Phase) -> str:
@@ -365,7 +377,8 @@ def history_to_json(h: History) -> dict[str, Any]:
                 "phase_reason": n.phase_reason,
                 "fault": n.fault,
                 "rung": n.rung.value if n.rung is not None else None,
-                "operator_cordon": n.operator_cordon or None,
+                "operator_cordon": _operator_note(n) or None,
+                "cordon": _cordon_json(n.cordon),
                 "report": _report_json(n.report),
             }
             for n in h.nodes
@@ -423,7 +436,8 @@ def render_history(h: History) -> str:
         if e.detail:
             lines.append(f"    -> {e.detail}")
     for n in h.nodes:
-        if n.phase is Phase.NONE and not n.operator_cordon and h.node is None:
+        note = _operator_note(n)
+        if n.phase is Phase.NONE and not note and h.node is None:
             continue
         state = (
             "serving (navarch is not acting on it)"
@@ -433,7 +447,7 @@ def render_history(h: History) -> str:
                 + (f": {n.phase_reason}" if n.phase_reason else "")
             )
         )
-        extra = f"; operator cordon: {n.operator_cordon}" if n.operator_cordon else ""
+        extra = f"; operator cordon: {note}" if note else ""
         lines.append(f"Now: {n.node} ({n.pool}, {n.instance_id or 'no instance'}) {state}{extra}")
     if h.node and not h.nodes and not h.events:
         lines.append(

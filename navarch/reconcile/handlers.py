@@ -37,6 +37,7 @@ from navarch.inventory import Instance
 from navarch.outcome import Outcome, OutcomeKind
 from navarch.planner.burn_in import run_key
 from navarch.planner.model import (
+    REMEDY_SUPERSEDES,
     Action,
     ActionKind,
     ActionReason,
@@ -49,7 +50,6 @@ from navarch.planner.model import (
     NodeMemory,
     Phase,
     PoolMemory,
-    REMEDY_SUPERSEDES,
 )
 from navarch.planner.retired import retired_pool
 from navarch.planner.vacancies import fill, record, vacancy_of

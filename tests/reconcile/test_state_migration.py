@@ -27,7 +27,9 @@ def _copy_fixture(tmp_path: Path) -> Path:
     shutil.copy(FIXTURE / "fleet.yaml", tmp_path / "fleet.yaml")
     shutil.copytree(FIXTURE / "dot-navarch", tmp_path / ".navarch")
     store = FileStore(tmp_path / ".navarch" / "store")
-    versions = {i.key.rsplit("/", 1)[-1].removesuffix(".json"): i.version for i in store.list("health/")}
+    versions = {
+        i.key.rsplit("/", 1)[-1].removesuffix(".json"): i.version for i in store.list("health/")
+    }
     state = tmp_path / ".navarch" / "store" / "state" / "demo.json"
     doc = json.loads(state.read_text())
     for name, node in doc["nodes"].items():

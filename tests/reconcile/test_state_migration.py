@@ -8,10 +8,11 @@ import os
 import shutil
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
-from navarch.planner.model import ActionReason
-from navarch.reconcile.codec import memory_from_json
+from navarch.planner.model import ActionReason, Cordon, Memory, NodeMemory
+from navarch.reconcile.codec import memory_from_json, memory_to_json
 from navarch.stores.file import FileStore
 
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "state" / "local_loop"
@@ -73,3 +74,15 @@ def test_saved_state_from_before_the_cordon_type_loads_into_cordons_and_plans_th
     want = json.loads((FIXTURE / "plan.json").read_text())
     want.pop("observation_fingerprint")
     assert _plan_json(_copy_fixture(tmp_path)) == want
+
+
+def test_a_cordon_is_written_as_one_record_without_the_old_flags_and_reads_back_equal():
+    at = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
+    cordon = Cordon(ActionReason.OPERATOR, at, by="alice@gpu-admin", idle=True, note="operator: x")
+    nm = NodeMemory("demo-train-0001", "train", "i-1", cordon=cordon)
+    doc = json.loads(json.dumps(memory_to_json(Memory("demo").with_node(nm))))
+    entry = doc["nodes"]["demo-train-0001"]
+    assert entry["cordon"]["cause"] == "operator" and entry["cordon"]["by"] == "alice@gpu-admin"
+    assert not {"repair", "operator_cordon", "idle_cordon", "burn_in_cordon"} & set(entry)
+    back = memory_from_json(doc).node("demo-train-0001")
+    assert back is not None and back.cordon == cordon

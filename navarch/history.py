@@ -31,7 +31,7 @@ from typing import Any
 import orjson
 
 from navarch.actor import Actor
-from navarch.planner.model import Lifecycle, Memory, Phase, ReportSummary
+from navarch.planner.model import Cordon, Lifecycle, Memory, Phase, ReportSummary
 from navarch.report.health import Remedy
 from navarch.report.timefmt import ts
 from navarch.stores.base import ObjectStore
@@ -108,7 +108,7 @@ class NodeNow:
     phase_reason: str
     fault: str | None
     rung: Remedy | None
-    operator_cordon: str
+    cordon: Cordon | None  # why it is out of its scheduler (NodeMemory.cordon)
     report: ReportRef | None
     #: the node's lifecycle and why, as `navarch status` shows it (the same observed
     #: state: navarch.reconcile.status.fleet_status); None when the fleet could not be
@@ -292,7 +292,7 @@ def nodes_now(
                 phase_reason=nm.phase_reason,
                 fault=nm.fault.key.format() if nm.fault is not None else None,
                 rung=nm.rung,
-                operator_cordon=nm.operator_cordon,
+                cordon=nm.cordon,
                 report=_report(report_ref(nm.report)),
                 lifecycle=seen[0] if seen else None,
                 why=seen[1] if seen else "",
@@ -331,6 +331,18 @@ def _ts(when: datetime | None) -> str | None:
 
 def _report_json(r: ReportRef | None) -> dict[str, Any] | None:
     return None if r is None else {"sequence": r.sequence, "status": r.status, "boot_id": r.boot_id}
+
+
+def _operator_note(n: NodeNow) -> str:
+    """The operator's reason when an operator's cordon holds the node ("" otherwise)."""
+    return n.cordon.note if n.cordon is not None and n.cordon.is_operator else ""
+
+
+def _cordon_json(c: Cordon | None) -> dict[str, Any] | None:
+    """Why the node is out of its scheduler, for history --json (None: nothing holds it)."""
+    if c is None:
+        return None
+    return {"cause": c.cause.value, "at": _ts(c.at), "by": c.by, "fault": c.fault or None}
 
 
 def _phase_name(phase: Phase) -> str:
@@ -384,7 +396,8 @@ def history_to_json(h: History) -> dict[str, Any]:
                 "phase_reason": n.phase_reason,
                 "fault": n.fault,
                 "rung": n.rung.value if n.rung is not None else None,
-                "operator_cordon": n.operator_cordon or None,
+                "operator_cordon": _operator_note(n) or None,
+                "cordon": _cordon_json(n.cordon),
                 "report": _report_json(n.report),
                 "lifecycle": n.lifecycle.value if n.lifecycle is not None else None,
                 "lifecycle_reason": n.why,
@@ -419,7 +432,7 @@ def _quiet(n: NodeNow) -> bool:
     (healthy), or, unobserved, one navarch is not acting on."""
     if n.lifecycle is not None:
         return n.lifecycle is Lifecycle.HEALTHY
-    return n.phase is Phase.NONE and not n.operator_cordon
+    return n.phase is Phase.NONE and not _operator_note(n)
 
 
 def _state_now(n: NodeNow) -> str:
@@ -470,7 +483,8 @@ def render_history(h: History) -> str:
     for n in h.nodes:
         if h.node is None and _quiet(n):
             continue
-        extra = f"; operator cordon: {n.operator_cordon}" if n.operator_cordon else ""
+        note = _operator_note(n)
+        extra = f"; operator cordon: {note}" if note else ""
         where = f"{n.node} ({n.pool}, {n.instance_id or 'no instance'})"
         lines.append(f"Now: {where} {_state_now(n)}{extra}")
     if h.node and not h.nodes and not h.events:

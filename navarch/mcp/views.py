@@ -67,6 +67,7 @@ _UNTRUSTED: dict[str, tuple[str, ...]] = {
         "nodes[].phase_reason",
         "nodes[].fault",
         "nodes[].operator_cordon",
+        "nodes[].cordon.by",
     ),
     "node": (
         "status.reason",

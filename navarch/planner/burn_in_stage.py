@@ -5,7 +5,7 @@ navarch.planner.burn_in decides where each node's burn-in stands (the view's lif
 BURN_IN, its ``burn_in`` verdict and the ``peer`` it waits on); this stage turns that into
 the scheduler's actions, after the spares stage (which may hold a passed node as a spare):
 
-- a BURN_IN node not yet cordoned for it (NodeView.burn_in_cordon) is cordoned
+- a BURN_IN node not yet cordoned for it (Cordon.burn_in) is cordoned
   (action_reason BURN_IN): a Slurm node is IDLE as soon as slurmd registers, and a job
   that lands on it while ``dcgmi diag`` or ``all_reduce_perf`` runs is slowed and slows
   the test. A node back from an in-place remedy is already cordoned (its phase) and is
@@ -74,7 +74,8 @@ def burn_in_stage(ctx: PoolContext, prog: Progress) -> StageResult:
     for v in ctx.views:
         if v.node in busy or v.orphan:
             continue
-        if v.lifecycle is Lifecycle.BURN_IN and in_scheduler and not v.burn_in_cordon:
+        burning = v.cordon is not None and v.cordon.burn_in
+        if v.lifecycle is Lifecycle.BURN_IN and in_scheduler and not burning:
             if not ctx.frozen:
                 actions.append(
                     Action(
@@ -87,7 +88,7 @@ def burn_in_stage(ctx: PoolContext, prog: Progress) -> StageResult:
                         action_reason=ActionReason.BURN_IN,
                     )
                 )
-        elif v.burn_in_cordon and v.lifecycle in READY and v.node not in spares:
+        elif burning and v.lifecycle in READY and v.node not in spares:
             actions.append(
                 Action(
                     ActionKind.UNCORDON,

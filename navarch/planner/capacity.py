@@ -182,7 +182,7 @@ def present_nodes(ctx: PoolContext, prog: Progress) -> list[NodeView]:
         and (
             v.lifecycle not in LEAVING
             or v.lifecycle in kept
-            or v.diag_cordon
+            or (v.cordon is not None and v.cordon.diagnostics)
             or impairment_cleared(v)
             or v.node in prog.returned  # the ladder returns it to service this run
             or (waited and in_place(ctx, v))

@@ -51,6 +51,7 @@ from navarch.planner.model import (
     HaltRule,
     Lifecycle,
     NodeView,
+    impaired_cordon,
 )
 from navarch.planner.observe import after_remedy, fault_of
 from navarch.planner.spares import returning
@@ -454,7 +455,7 @@ def _requested(ctx: PoolContext, v: NodeView) -> tuple[Action | None, str] | Non
     # A cordon that nothing drains (an operator's, or one on the cloud's first impaired
     # listing) is taken over: cordoned again as a repair, and drained.
     if v.lifecycle is Lifecycle.OPERATOR_CORDONED or (
-        v.lifecycle is Lifecycle.CORDONED and v.impaired_cordon
+        v.lifecycle is Lifecycle.CORDONED and impaired_cordon(v)
     ):
         return Action(
             ActionKind.CORDON,
@@ -495,7 +496,7 @@ def _step(ctx: PoolContext, v: NodeView) -> tuple[Action | None, str] | None:
     """The ladder's step for one node, or None when the ladder has nothing to say of it."""
     if v.node in ctx.options.replace:
         return _requested(ctx, v)
-    if v.lifecycle is Lifecycle.DRAINING and v.diag_cordon:
+    if v.lifecycle is Lifecycle.DRAINING and v.cordon is not None and v.cordon.diagnostics:
         return _climb(ctx, v, scheduled_diag(ctx, v))
     if v.lifecycle is Lifecycle.DRAINING and v.drained and v.fault is not None:
         return _after_drain(ctx, v, v.fault)
@@ -510,7 +511,7 @@ def in_place(ctx: PoolContext, v: NodeView) -> bool:
     unhealthy report is cordoned this run) whose rung is in place. The count stage gives
     such a node no surge replacement under surge_on: replace; a node that climbs to replace
     leaves then and gets one."""
-    if v.node in ctx.options.replace or v.diag_cordon:
+    if v.node in ctx.options.replace or (v.cordon is not None and v.cordon.diagnostics):
         return False
     if v.lifecycle is Lifecycle.REMEDIATING:
         return True

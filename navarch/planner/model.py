@@ -135,7 +135,7 @@ class ActionReason(enum.StrEnum):
     #: provision: one node into the emptiest zone of a spread pool whose zones are uneven
     ZONE_REBALANCE = "zone_rebalance"
     #: cordon: kept from the scheduler while the acceptance suite loads its GPUs
-    #: (NodeMemory.burn_in_cordon, no phase: the node is burning in, not out for a fault)
+    #: (NodeMemory.cordon, no phase: the node is burning in, not out for a fault)
     BURN_IN = "burn_in"
     BURN_IN_PASSED = "burn_in_passed"  # uncordon: the burn-in passed, the node serves
     #: nccl_peer: the burning-in node's multi-node NCCL test with a known-good peer
@@ -301,6 +301,86 @@ class Diag:
 
 
 @dataclass(frozen=True)
+class Cordon:
+    """Why a node is out of its scheduler, one value for every reader (NodeMemory.cordon).
+
+    cause: the cordon's ActionReason, the latest when one cordon takes over another
+    (OFFLINE: reports fell silent, doubt that never terminates alone; IMPAIRED_FIRST_SEEN:
+    the cloud's first impaired listing; SCALE_DOWN; DIAGNOSTICS: scheduled diagnostics,
+    uncordoned after them; BURN_IN: kept from the scheduler while it burns in, no phase;
+    OPERATOR: `navarch cordon`, never undone automatically; REMEDY: out for an in-place
+    remedy; else the fault's or change's reason). at: when (aware UTC; None when a state
+    written before this type did not say). by: who ("" navarch, else the operator).
+    fault: the fault key it answers (FaultKey.format, "" none). idle: the node served
+    nothing when cordoned (a warm spare, a node burning in), so its leaving takes no place
+    of max_unavailable. repair: to be replaced, counted toward the hourly repair limit.
+    note: the operator's reason ("operator: ..."), "" otherwise.
+    """
+
+    cause: ActionReason
+    at: datetime | None = None
+    by: str = ""
+    fault: str = ""
+    idle: bool = False
+    repair: bool = False
+    note: str = ""
+
+    @property
+    def is_operator(self) -> bool:
+        """An operator's cordon: only `navarch uncordon` (or --replace) ends it."""
+        return self.cause is ActionReason.OPERATOR
+
+    @property
+    def silent(self) -> bool:
+        """Cordoned because its reports fell silent (navarch.planner.silence)."""
+        return self.cause is ActionReason.OFFLINE
+
+    @property
+    def impaired(self) -> bool:
+        """Cordoned on the cloud's first impaired listing, not yet confirmed."""
+        return self.cause is ActionReason.IMPAIRED_FIRST_SEEN
+
+    @property
+    def scale_down(self) -> bool:
+        """Cordoned for a scale-down: its termination is a scale-down."""
+        return self.cause is ActionReason.SCALE_DOWN
+
+    @property
+    def diagnostics(self) -> bool:
+        """Cordoned for scheduled diagnostics (returned after them)."""
+        return self.cause is ActionReason.DIAGNOSTICS
+
+    @property
+    def burn_in(self) -> bool:
+        """Cordoned while it burns in (uncordoned when the burn-in passes)."""
+        return self.cause is ActionReason.BURN_IN
+
+    @property
+    def serves_nothing(self) -> bool:
+        """Out of service without holding work: burning in, or idle when cordoned."""
+        return self.idle or self.burn_in
+
+    @property
+    def counts_against_budget(self) -> bool:
+        """Whether the node's leaving takes a place of its pool's max_unavailable."""
+        return not self.idle
+
+    def after_remedy(self, *causes: ActionReason) -> Cordon:
+        """The cordon once an in-place remedy takes the node: a cordon for one of `causes`
+        is now the remedy's (the node is out for the remedy, no longer for that cause)."""
+        return replace(self, cause=ActionReason.REMEDY) if self.cause in causes else self
+
+
+#: The cordon causes an in-place remedy supersedes (handlers' _remedied).
+REMEDY_SUPERSEDES = (
+    ActionReason.DIAGNOSTICS,
+    ActionReason.IMPAIRED_FIRST_SEEN,
+    ActionReason.OFFLINE,
+    ActionReason.SCALE_DOWN,
+)
+
+
+@dataclass(frozen=True)
 class NodeMemory:
     """Per-node facts earlier runs saw and did."""
 
@@ -311,7 +391,6 @@ class NodeMemory:
     phase: Phase = Phase.NONE
     phase_at: datetime | None = None  # when the phase was entered
     phase_reason: str = ""
-    repair: bool = False  # cordoned to be replaced (counts toward the repair rate limit)
     report_version: str | None = None
     report_rejected: str | None = None  # why the object at report_version was rejected
     report: ReportSummary | None = None
@@ -325,27 +404,13 @@ class NodeMemory:
     rung_fault: str = ""  # the FaultKey.kind the rung answered
     rung_at: datetime | None = None
     return_streak: int = 0  # distinct healthy reports from a boot later than the fault
-    operator_cordon: str = ""  # `navarch cordon --reason`: never undone automatically
+    #: why it is out of its scheduler (None: navarch and its operators hold it in service)
+    cordon: Cordon | None = None
     diag: Diag | None = None  # the last active diagnostics
-    diag_cordon: bool = False  # cordoned for scheduled diagnostics (uncordoned after them)
     impaired_since: datetime | None = None  # first run of an unbroken impaired listing
-    #: cordoned on the cloud's first impaired listing: replaced once it is confirmed
-    #: (IMPAIRED_AFTER_S), uncordoned if it clears before
-    impaired_cordon: bool = False
-    #: cordoned because its reports fell silent past offline_after (ActionReason.OFFLINE):
-    #: doubt, so never terminated on that alone (navarch.planner.silence)
-    silent_cordon: bool = False
-    #: cordoned while it served nothing (a warm spare, a node burning in; Action.idle):
-    #: out of service without taking a place of the serving nodes' max_unavailable
-    idle_cordon: bool = False
     #: "<boot_id>/<reset>" of the acceptance run the planner accepted ("": none): a node
     #: past burn-in on that boot is not judged against its pool's figures again
     accepted: str = ""
-    #: cordoned for a scale-down (ActionReason.SCALE_DOWN): its termination is a scale-down
-    scale_down_cordon: bool = False
-    #: cordoned in its scheduler while it burns in (ActionReason.BURN_IN): uncordoned when
-    #: the burn-in passes, unless it joins the spare set (cordoned as spares are)
-    burn_in_cordon: bool = False
     #: the multi-node NCCL result (nccl_multi_node) for the acceptance run peer_run
     #: ("<boot_id>/<reset>", navarch.planner.burn_in.run_key) with a known-good peer
     peer_test: AcceptanceResult | None = None
@@ -509,23 +574,28 @@ class NodeView:
     rung_at: datetime | None = None
     return_streak: int = 0
     diag: Diag | None = None
-    diag_cordon: bool = False
+    cordon: Cordon | None = None  # NodeMemory.cordon
     impaired: bool = False  # the lifecycle comes from the cloud's own status, not a report
-    impaired_cordon: bool = False  # NodeMemory.impaired_cordon
-    silent_cordon: bool = False  # NodeMemory.silent_cordon
-    idle_cordon: bool = False  # NodeMemory.idle_cordon: out, but it served nothing
     orphan: bool = False  # its pool is no longer in fleet.yaml (retired: cordon, drain, terminate)
     #: burn-in's verdict when the node is being or was just judged (navarch.planner.burn_in)
     burn_in: BurnIn | None = None
-    repair: bool = False  # NodeMemory.repair: cordoned to be replaced (a fault, not a choice)
-    scale_down_cordon: bool = False  # NodeMemory.scale_down_cordon
-    burn_in_cordon: bool = False  # NodeMemory.burn_in_cordon
     #: the known-good peer its burn-in waits on for the multi-node NCCL test ("": none)
     peer: str = ""
     #: BurnIn.HELD: the pool-wide finding that holds it, the same words for every node it
     #: holds (one halt per pool and finding); or a serving node's flag: a figure of its own
     #: that the burn-in refused as implausible ("": none)
     finding: str = ""
+
+
+def counts_against_budget(v: NodeView) -> bool:
+    """Whether v's leaving takes a place of its pool's max_unavailable: every node but one
+    cordoned while it served nothing (Cordon.idle; docs/design.md, Safety rules, rule 3)."""
+    return v.cordon is None or v.cordon.counts_against_budget
+
+
+def impaired_cordon(v: NodeView) -> bool:
+    """Whether v is cordoned on the cloud's first impaired listing (Cordon.impaired)."""
+    return v.cordon is not None and v.cordon.impaired
 
 
 @dataclass(frozen=True)
@@ -581,7 +651,7 @@ class Action:
     hand_back: bool = False
     peer: str = ""  # nccl_peer: the known-good node of the pool the test pairs with
     #: cordon: the node serves nothing (a warm spare, a node burning in), so its leaving
-    #: takes no place of the serving nodes' max_unavailable (NodeMemory.idle_cordon)
+    #: takes no place of the serving nodes' max_unavailable (Cordon.idle)
     idle: bool = False
     # terminate: the node whose provision (this node's replacement) runs first; the
     # executor terminates only once that launch found room (navarch.planner.stockout).

@@ -24,7 +24,7 @@ Rules (docs/design.md, Node lifecycle; docs/design.md, Safety rules, rules 1-2):
   runs at least IMPAIRED_AFTER_S apart (the first run's time kept in Memory) is evidence,
   not doubt: the node is UNHEALTHY (impaired=True) whatever its last report said, long
   before offline_after. Seen once, it is a note in the reason (the plan cordons the node,
-  no more); a node so cordoned (NodeMemory.impaired_cordon) is CORDONED until the listing
+  no more); a node so cordoned (Cordon.impaired) is CORDONED until the listing
   is confirmed (then UNHEALTHY) or clears (the plan uncordons it).
 - Remediation ladder: a node the ladder rebooted or GPU-reset is REMEDIATING;
   healthy reports made after the remedy (after_remedy: a boot other than the fault's for a
@@ -490,11 +490,11 @@ def _by_cloud(nm: NodeMemory, inst: Instance, now: datetime) -> _Verdict | None:
 
 
 def _impaired_cordon(nm: NodeMemory, inst: Instance, now: datetime) -> _Verdict | None:
-    """A node cordoned on the cloud's first impaired listing (NodeMemory.impaired_cordon):
+    """A node cordoned on the cloud's first impaired listing (Cordon.impaired):
     UNHEALTHY once a later run confirms the listing (``_by_cloud``: the repair stage drains
     and replaces it), CORDONED while it is not yet confirmed, and CORDONED with the
     listing gone once the cloud stops listing it impaired (the plan uncordons it)."""
-    if not nm.impaired_cordon or nm.phase is not Phase.CORDONED:
+    if nm.cordon is None or not nm.cordon.impaired or nm.phase is not Phase.CORDONED:
         return None
     confirmed = _by_cloud(nm, inst, now)
     if confirmed is not None:
@@ -614,13 +614,7 @@ def _view(
         rung_at=nm.rung_at,
         return_streak=nm.return_streak,
         diag=nm.diag,
-        diag_cordon=nm.diag_cordon,
-        impaired_cordon=nm.impaired_cordon,
-        silent_cordon=nm.silent_cordon,
-        idle_cordon=nm.idle_cordon,
-        repair=nm.repair,
-        scale_down_cordon=nm.scale_down_cordon,
-        burn_in_cordon=nm.burn_in_cordon,
+        cordon=nm.cordon,
         drift=drift,
         tags_drift=tags_drift,
         burn_in=burn,
@@ -651,10 +645,10 @@ def _by_phase(
         return Lifecycle.CORDONED, nm.phase_reason, {}
     if nm.phase is Phase.REMEDIATING:
         return Lifecycle.REMEDIATING, nm.phase_reason, {}
-    if nm.operator_cordon:
+    if nm.cordon is not None and nm.cordon.is_operator:
         return (
             Lifecycle.OPERATOR_CORDONED,
-            "cordoned by an operator: " + nm.operator_cordon.removeprefix("operator: "),
+            "cordoned by an operator: " + nm.cordon.note.removeprefix("operator: "),
             {},
         )
     return None

@@ -64,9 +64,10 @@ def _quiet(nm: NodeMemory, obs: ReportObservation) -> bool:
         return False
     in_service = (
         nm.phase is Phase.NONE
-        and not (nm.repair or nm.fault or nm.rung or nm.operator_cordon or nm.diag)
-        and not (nm.diag_cordon or nm.impaired_since or nm.impaired_cordon)
-        and not (nm.silent_cordon or nm.scale_down_cordon or nm.streak or nm.return_streak)
+        # A burn-in cordon has no phase and changes nothing a quiet report could.
+        and (nm.cordon is None or nm.cordon.burn_in)
+        and not (nm.fault or nm.rung or nm.diag or nm.impaired_since)
+        and not (nm.streak or nm.return_streak)
     )
     return (
         in_service

@@ -35,6 +35,8 @@ from navarch.planner.model import (
     HaltRule,
     Lifecycle,
     NodeView,
+    counts_against_budget,
+    impaired_cordon,
 )
 from navarch.planner.observe import fault_of
 from navarch.planner.remedy_gate import gate
@@ -134,7 +136,7 @@ def _drained_code(v: NodeView) -> ActionReason:
     """The termination's code for a draining node: a scale-down's stays SCALE_DOWN (so
     every count of scale-downs, the simulator's scale_down_terminations among them, sees it
     by its own code); else whether the drain finished or timed out."""
-    if v.scale_down_cordon:
+    if v.cordon is not None and v.cordon.scale_down:
         return ActionReason.SCALE_DOWN
     return ActionReason.DRAIN_FINISHED if v.drained else ActionReason.DRAIN_TIMEOUT
 
@@ -152,14 +154,14 @@ def redrain_stage(ctx: PoolContext, prog: Progress) -> StageResult:
                 action_reason=ActionReason.REDRAIN,
             )
             for v in ctx.views
-            if v.lifecycle is Lifecycle.CORDONED and not v.impaired_cordon
+            if v.lifecycle is Lifecycle.CORDONED and not impaired_cordon(v)
         ),
     )
 
 
 def impairment_cleared(v: NodeView) -> bool:
     """Whether v was cordoned on a first impaired listing that has cleared (returned now)."""
-    return v.impaired_cordon and v.lifecycle is Lifecycle.CORDONED and not listed_impaired(v)
+    return impaired_cordon(v) and v.lifecycle is Lifecycle.CORDONED and not listed_impaired(v)
 
 
 #: What the impaired stage does to a node, and the reason code it does it with.
@@ -196,7 +198,7 @@ def impaired_stage(ctx: PoolContext, prog: Progress) -> StageResult:
     for v in ctx.views:
         if v.node in prog.taken:  # the ladder took it (--replace)
             continue
-        if v.impaired_cordon and v.lifecycle is Lifecycle.CORDONED:
+        if impaired_cordon(v) and v.lifecycle is Lifecycle.CORDONED:
             if listed_impaired(v):
                 pending.append(f"{v.node}: {v.reason}")  # out of service; a later run decides
             else:
@@ -358,7 +360,7 @@ def _budget_held(ctx: PoolContext, v: NodeView, leaving: list[str], free: set[st
     """The pending line of sick node v held by the disruption budget: the nodes out of
     service that take max_unavailable's places, and the ways out."""
     out = sorted(
-        {x.node for x in ctx.views if x.lifecycle in LEAVING and not x.idle_cordon}
+        {x.node for x in ctx.views if x.lifecycle in LEAVING and counts_against_budget(x)}
         | {n for n in leaving if n not in free}
     )
     n = ctx.pool.health.max_unavailable_nodes(ctx.pool.target_nodes)

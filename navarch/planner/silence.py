@@ -2,7 +2,7 @@
 that alone. Pure.
 
 A node whose accepted reports stop for offline_after is cordoned, drained and given a
-replacement like a sick one (docs/design.md, Node lifecycle), with NodeMemory.silent_cordon
+replacement like a sick one (docs/design.md, Node lifecycle), with Cordon.silent
 set. Silence is what a store outage, a network partition or a broken agent fakes for every
 node at once, and what the circuit breaker cannot always see coming (nodes pass
 offline_after one by one, spread over a heartbeat, and the first may be taken before the
@@ -67,7 +67,7 @@ def evidence(ctx: PoolContext, v: NodeView) -> str | None:
 
 
 def silence_stage(ctx: PoolContext, prog: Progress) -> StageResult:
-    """Silent-cordoned nodes (NodeMemory.silent_cordon) out of service: uncordon the ones
+    """Silent-cordoned nodes (Cordon.silent) out of service: uncordon the ones
     that report again (fresh, made after the cordon, not unhealthy; the breaker does not
     hold a return to service), leave the ones with evidence (``evidence``) to the terminate
     stage, and keep the rest out of service with a pending line, never terminated. A node
@@ -77,7 +77,8 @@ def silence_stage(ctx: PoolContext, prog: Progress) -> StageResult:
     taken = set(prog.taken)
     for v in ctx.views:
         if (
-            not v.silent_cordon
+            v.cordon is None
+            or not v.cordon.silent
             or v.lifecycle not in _OUT
             or v.node in taken
             or v.node in ctx.options.replace

@@ -100,13 +100,12 @@ _JUDGED = frozenset({BurnIn.RUNNING, BurnIn.FAILED, BurnIn.TIMED_OUT})
 def serves_nothing(ctx: PoolContext, v: NodeView) -> bool:
     """Whether v serves no work: a warm spare (PoolMemory.spares, whatever its health), a
     node burning in (cordoned for it, or judged by burn-in this run), or one that left
-    service while it was either (NodeMemory.idle_cordon). Its leaving takes no place of
+    service while it was either (Cordon.serves_nothing). Its leaving takes no place of
     the serving nodes' disruption budget: max_unavailable bounds the work a pool loses at
     once, and such a node holds none (docs/design.md, Safety rules, rule 3)."""
     return (
         v.node in ctx.pm.spares
-        or v.burn_in_cordon
-        or v.idle_cordon
+        or (v.cordon is not None and v.cordon.serves_nothing)
         or v.lifecycle is Lifecycle.BURN_IN
         or v.burn_in in _JUDGED
     )
@@ -136,7 +135,7 @@ def _out_for_fault(v: NodeView, prog: Progress) -> bool:
     return (
         v.lifecycle in LEAVING
         and v.lifecycle is not Lifecycle.OPERATOR_CORDONED
-        and not v.diag_cordon
+        and not (v.cordon is not None and v.cordon.diagnostics)
     )
 
 

@@ -159,4 +159,4 @@ def _answers_fault(ctx: PoolContext, v: NodeView, action: Action) -> bool:
     return action.action_reason not in (
         ActionReason.DRAIN_FINISHED,
         ActionReason.DRAIN_TIMEOUT,
-    ) or bool(v.repair or v.fault is not None)
+    ) or bool((v.cordon is not None and v.cordon.repair) or v.fault is not None)

@@ -51,10 +51,12 @@ def vacancy_of(
     """The vacancy a successful termination leaves, or None when no replacement is owed
     after it: the pool is not declared (an orphan), replaces by surge (its replacement
     launched beside the node, carrying the node's zone and block), the node was cordoned
-    for a scale-down (NodeMemory.scale_down_cordon), or the action's reason owes none."""
+    for a scale-down (Cordon.scale_down), or the action's reason owes none."""
     if pool is None or pool.health.replacement is not Replacement.AFTER_TERMINATE:
         return None
-    if action.action_reason in _NOT_REPLACED or (node is not None and node.scale_down_cordon):
+    if action.action_reason in _NOT_REPLACED or (
+        node is not None and node.cordon is not None and node.cordon.scale_down
+    ):
         return None
     return Vacancy(action.node or "", inst.provider, inst.zone, inst.block, now)
 

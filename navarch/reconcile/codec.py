@@ -20,6 +20,8 @@ from typing import Any, TypeVar
 
 from navarch.fleet.spec import Scheduler
 from navarch.planner.model import (
+    ActionReason,
+    Cordon,
     Diag,
     DiagState,
     DiagWhy,
@@ -177,26 +179,12 @@ def _ladder_to_json(n: NodeMemory) -> dict[str, Any]:
         out.update(rung=n.rung.value, rung_fault=n.rung_fault, rung_at=ts(n.rung_at))
     if n.return_streak:
         out["return_streak"] = n.return_streak
-    if n.operator_cordon:
-        out["operator_cordon"] = n.operator_cordon
     if n.diag is not None:
         out["diag"] = diag_to_json(n.diag)
-    if n.diag_cordon:
-        out["diag_cordon"] = True
     if n.impaired_since is not None:
         out["impaired_since"] = ts(n.impaired_since)
-    if n.impaired_cordon:
-        out["impaired_cordon"] = True
-    if n.silent_cordon:
-        out["silent_cordon"] = True
-    if n.idle_cordon:
-        out["idle_cordon"] = True
     if n.accepted:
         out["accepted"] = n.accepted
-    if n.scale_down_cordon:
-        out["scale_down_cordon"] = True
-    if n.burn_in_cordon:
-        out["burn_in_cordon"] = True
     if n.peer_test is not None:
         out.update(peer_test=n.peer_test.to_json(), peer_run=n.peer_run)
     return out
@@ -257,21 +245,94 @@ def _ladder_from_json(n: Mapping[str, Any]) -> dict[str, Any]:
         "rung_fault": node_text(n.get("rung_fault", "")),
         "rung_at": parse_ts(n.get("rung_at")),
         "return_streak": n.get("return_streak", 0),
-        "operator_cordon": plain(n.get("operator_cordon", "")),
         "diag": diag_from_json(n.get("diag")),
-        "diag_cordon": n.get("diag_cordon", False),
         "impaired_since": parse_ts(n.get("impaired_since")),
-        "impaired_cordon": n.get("impaired_cordon", False),
-        "silent_cordon": n.get("silent_cordon", False),
-        "idle_cordon": n.get("idle_cordon", False),
         "accepted": node_text(n.get("accepted", "")),
-        "scale_down_cordon": n.get("scale_down_cordon", False),
-        "burn_in_cordon": n.get("burn_in_cordon", False),
         "peer_test": (
             plain_result(AcceptanceResult.from_json(n["peer_test"])) if n.get("peer_test") else None
         ),
         "peer_run": node_text(n.get("peer_run", "")),
     }
+
+
+def cordon_to_json(c: Cordon) -> dict[str, Any]:
+    """A Cordon as the state document writes it (NodeMemory.cordon; at RFC 3339 UTC)."""
+    return {
+        "cause": c.cause.value,
+        "at": ts(c.at),
+        "by": c.by,
+        "fault": c.fault,
+        "idle": c.idle,
+        "repair": c.repair,
+        "note": c.note,
+    }
+
+
+#: A state document written before NodeMemory.cordon: its flags, and the cordon cause
+#: each stood for, the first set deciding (a navarch cordon took over an operator's or a
+#: burn-in's, and the flags of the cordon it replaced were never cleared).
+_LEGACY_CAUSES = (
+    ("diag_cordon", ActionReason.DIAGNOSTICS),
+    ("impaired_cordon", ActionReason.IMPAIRED_FIRST_SEEN),
+    ("silent_cordon", ActionReason.OFFLINE),
+    ("scale_down_cordon", ActionReason.SCALE_DOWN),
+)
+_LEGACY_KEYS = frozenset(
+    {k for k, _ in _LEGACY_CAUSES} | {"repair", "operator_cordon", "idle_cordon", "burn_in_cordon"}
+)
+#: The phases in which an old document's flags speak of navarch's cordon, not an operator's.
+_NAVARCH_PHASES = frozenset({"cordoned", "draining", "remediating", "terminating"})
+
+
+def cordon_from_json(n: Mapping[str, Any]) -> Cordon | None:
+    """The Cordon of a node entry: its "cordon" record (inverse of cordon_to_json), or, for
+    an entry written before it, the one its flags stood for (a migration: the same plans
+    follow). An old entry's cause is the first phase flag set (scheduled diagnostics,
+    the first impaired listing, silence, scale-down), else REMEDY for a repair under way,
+    else OPERATOR (note: its operator_cordon), else BURN_IN, else none; its time is the
+    phase's, its fault key the node's fault. Raises KeyError/ValueError on a malformed
+    record."""
+    c = n.get("cordon")
+    if c is not None:
+        return Cordon(
+            ActionReason(c["cause"]),
+            parse_ts(c.get("at")),
+            by=plain(c.get("by", "")),
+            fault=node_text(c.get("fault", "")),
+            idle=bool(c.get("idle", False)),
+            repair=bool(c.get("repair", False)),
+            note=plain(c.get("note", "")),
+        )
+    if _LEGACY_KEYS.isdisjoint(n):
+        return None
+    return _legacy_cordon(n)
+
+
+def _legacy_cordon(n: Mapping[str, Any]) -> Cordon | None:
+    """The Cordon an entry written before NodeMemory.cordon stood for (cordon_from_json)."""
+    note = plain(n.get("operator_cordon", ""))
+    repair, burn_in = bool(n.get("repair")), bool(n.get("burn_in_cordon"))
+    navarch = n.get("phase", "") in _NAVARCH_PHASES
+    cause = next((reason for key, reason in _LEGACY_CAUSES if n.get(key)), None)
+    if cause is None and repair and (navarch or not note):
+        cause = ActionReason.REMEDY
+    if cause is None and note:
+        cause = ActionReason.OPERATOR
+    if cause is None and burn_in:
+        cause = ActionReason.BURN_IN
+    if cause is None:
+        return None
+    fault = n.get("fault")
+    return Cordon(
+        cause,
+        parse_ts(n.get("phase_at")) if navarch else None,
+        by="operator" if cause is ActionReason.OPERATOR else "",
+        fault=node_text(fault["key"]) if fault else "",
+        # An operator's cordon of a node burning in holds no work either (Cordon.idle).
+        idle=bool(n.get("idle_cordon")) or (cause is ActionReason.OPERATOR and burn_in),
+        repair=repair,
+        note=note if cause is ActionReason.OPERATOR else "",
+    )
 
 
 def node_to_json(n: NodeMemory) -> dict[str, Any]:
@@ -283,7 +344,7 @@ def node_to_json(n: NodeMemory) -> dict[str, Any]:
         "phase": n.phase.value,
         "phase_at": ts(n.phase_at),
         "phase_reason": n.phase_reason,
-        "repair": n.repair,
+        **({"cordon": cordon_to_json(n.cordon)} if n.cordon is not None else {}),
         "report_version": n.report_version,
         "report": summary_to_json(n.report),
         "streak": n.streak,
@@ -428,16 +489,9 @@ _LADDER_KEYS = frozenset(
         "rung_fault",
         "rung_at",
         "return_streak",
-        "operator_cordon",
         "diag",
-        "diag_cordon",
         "impaired_since",
-        "impaired_cordon",
-        "silent_cordon",
-        "idle_cordon",
         "accepted",
-        "scale_down_cordon",
-        "burn_in_cordon",
         "peer_test",
     }
 )
@@ -454,7 +508,7 @@ def _node_from_json(name: str, n: Mapping[str, Any]) -> NodeMemory:
         phase=_member(_PHASES, Phase, n.get("phase", "")),
         phase_at=parse_ts(n.get("phase_at")),
         phase_reason=plain(n.get("phase_reason", "")),
-        repair=n.get("repair", False),
+        cordon=cordon_from_json(n),
         report_version=n.get("report_version"),
         report=summary_from_json(n.get("report")),
         streak=n.get("streak", 0),

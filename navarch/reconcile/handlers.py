@@ -36,9 +36,11 @@ from navarch.inventory import Instance
 from navarch.outcome import Outcome, OutcomeKind
 from navarch.planner.burn_in import run_key
 from navarch.planner.model import (
+    REMEDY_SUPERSEDES,
     Action,
     ActionKind,
     ActionReason,
+    Cordon,
     Diag,
     DiagState,
     DiagWhy,
@@ -83,15 +85,22 @@ def _no_phase(nm: NodeMemory, now: datetime) -> NodeMemory:
         phase=Phase.NONE,
         phase_at=now,
         phase_reason="",
-        repair=False,
         streak=0,
         return_streak=0,
-        diag_cordon=False,
-        impaired_cordon=False,
-        silent_cordon=False,
-        idle_cordon=False,
-        scale_down_cordon=False,
-        burn_in_cordon=False,
+        cordon=None,
+    )
+
+
+def _cordon_of(a: Action, now: datetime, *, scheduled: bool) -> Cordon:
+    """The Cordon a CORDON action leaves on its node: its action_reason (DIAGNOSTICS for
+    scheduled diagnostics), the fault it answers, whether the node served nothing, and
+    whether it starts a repair."""
+    return Cordon(
+        ActionReason.DIAGNOSTICS if scheduled else a.action_reason,
+        now,
+        fault=a.fault.key.format() if a.fault is not None else "",
+        idle=a.idle,
+        repair=a.repair,
     )
 
 
@@ -282,7 +291,8 @@ class Handlers:
         if a.action_reason is ActionReason.BURN_IN:
             # Burning in is no phase: observe judges the node by its acceptance run, and
             # the flag tells the planner to uncordon it once the run passed.
-            return ran, set_node(replace(self._node_memory(a, memory), burn_in_cordon=True))
+            burning = Cordon(ActionReason.BURN_IN, self.clock())
+            return ran, set_node(replace(self._node_memory(a, memory), cordon=burning))
         now = self.clock()
         scheduled = a.why == DiagWhy.SCHEDULED.value
         nm = replace(
@@ -290,12 +300,7 @@ class Handlers:
             phase=Phase.CORDONED,
             phase_at=now,
             phase_reason=a.reason,
-            repair=a.repair,
-            diag_cordon=scheduled,
-            impaired_cordon=a.action_reason is ActionReason.IMPAIRED_FIRST_SEEN,
-            silent_cordon=a.action_reason is ActionReason.OFFLINE,
-            idle_cordon=a.idle,
-            scale_down_cordon=a.action_reason is ActionReason.SCALE_DOWN,
+            cordon=_cordon_of(a, now, scheduled=scheduled),
         )
         if scheduled:  # out for scheduled diagnostics, returned after them
             nm = replace(nm, diag=Diag(a.level or 1, DiagWhy.SCHEDULED, DiagState.DUE, now))
@@ -535,10 +540,7 @@ class Handlers:
             rung_fault=a.fault.key.kind if a.fault else nm.rung_fault,
             rung_at=now,
             return_streak=0,
-            diag_cordon=False,
-            impaired_cordon=False,
-            silent_cordon=False,
-            scale_down_cordon=False,
+            cordon=nm.cordon.after_remedy(*REMEDY_SUPERSEDES) if nm.cordon else None,
         )
 
         host = self._host_fault(a, memory, now)
@@ -613,7 +615,7 @@ class Handlers:
         ran = self._playbook(a, "uncordon", memory)
         if not ran.ok:
             return ran, same
-        nm = replace(_no_phase(self._node_memory(a, memory), self.clock()), operator_cordon="")
+        nm = _no_phase(self._node_memory(a, memory), self.clock())
         # Uncordoned, a spare serves (promoted, or by an operator): no longer a spare.
         return ran, chain(set_node(nm), lambda m: _spare_set(m, a, add=False))
 
@@ -632,7 +634,8 @@ class Handlers:
             return Outcome.refused(a, "no acceptance run of the node to pair with"), same
         pool, node, base = self._pool(a.pool, memory), a.node or "", self.spec.base_dir
         drained = True
-        if nm.burn_in_cordon:
+        burning = nm.cordon is not None and nm.cordon.burn_in
+        if burning:
             result, drained = run_drained_peer_test(
                 self.spec.name, pool, node, a.peer, base_dir=base, mpi=self.peer_mpi
             )
@@ -644,7 +647,7 @@ class Handlers:
             nm,
             peer_test=result,
             peer_run=run_key(run),
-            burn_in_cordon=nm.burn_in_cordon and drained,
+            cordon=nm.cordon if drained or not burning else None,
         )
         unit = f" {result.unit}" if result.unit else ""
         figure = f" {result.figure:g}{unit}" if result.figure is not None else ""

@@ -308,7 +308,7 @@ class _Tally:
         if len(result.memory.nodes) != len(w.nodes):
             return False
         for nm in result.memory.nodes:
-            if nm.phase is not Phase.NONE or nm.operator_cordon or nm.streak:
+            if nm.phase is not Phase.NONE or nm.streak or (nm.cordon and nm.cordon.is_operator):
                 return False
             if nm.report is None or nm.report.status != Status.HEALTHY.value:
                 return False

@@ -1,5 +1,5 @@
 """The burn-in cordon at the executor's scheduler boundary: the cordon runs the pool's
-cordon playbook and records NodeMemory.burn_in_cordon without a phase (the node burns in,
+cordon playbook and records a burn-in NodeMemory.cordon without a phase (the node burns in,
 it is not out for a fault); an uncordon that fails leaves the flag, so the next run's plan
 uncordons it again; one that succeeds clears it."""
 
@@ -51,7 +51,8 @@ def test_a_burn_in_cordon_drains_in_the_scheduler_and_is_remembered_without_a_ph
     assert got[(ActionKind.CORDON, node(1))].kind is OutcomeKind.OK
     assert [r[:2] for r in runner.ran] == [("cordon", node(1))]
     nm = memory.node(node(1))
-    assert nm.burn_in_cordon and nm.phase is Phase.NONE and not nm.repair
+    assert nm.cordon is not None and nm.cordon.burn_in and not nm.cordon.repair
+    assert nm.phase is Phase.NONE
 
 
 def test_a_failed_burn_in_uncordon_keeps_the_flag_so_the_next_run_retries_it(
@@ -79,10 +80,10 @@ def test_a_failed_burn_in_uncordon_keeps_the_flag_so_the_next_run_retries_it(
         playbooks=SchedulerPlaybooks(frozenset({"uncordon"})),
     )
     assert got[(ActionKind.UNCORDON, node(1))].kind is OutcomeKind.TRANSIENT
-    assert memory.node(node(1)).burn_in_cordon  # still cordoned: planned again
+    assert memory.node(node(1)).cordon.burn_in  # still cordoned: planned again
 
     memory, got = execute(
         tmp_path, spec, FakeCloud(), instances, memory, uncordon, playbooks=SchedulerPlaybooks()
     )
     assert got[(ActionKind.UNCORDON, node(1))].kind is OutcomeKind.OK
-    assert not memory.node(node(1)).burn_in_cordon
+    assert memory.node(node(1)).cordon is None

@@ -34,6 +34,7 @@ from navarch.inventory import (
     ownership_tags,
 )
 from navarch.planner.model import (
+    Cordon,
     Diag,
     Exhausted,
     Fault,
@@ -45,6 +46,7 @@ from navarch.planner.model import (
     ReportObservation,
     ReportSummary,
 )
+from navarch.reconcile.codec import cordon_from_json
 from navarch.report.health import FaultKey, Remedy, Status
 from navarch.report.health_report import NoticeKind
 from navarch.report.timefmt import parse_ts
@@ -339,10 +341,15 @@ def node_memory(
     impaired_cordon: bool = False,
     silent_cordon: bool = False,
     scale_down_cordon: bool = False,
+    burn_in_cordon: bool = False,
+    idle_cordon: bool = False,
+    cordon: Cordon | None = None,
 ) -> NodeMemory:
     """What earlier runs remembered of one node (report_version follows report's sequence).
     fault: a Fault or its fields {key, action, boot_id, sequence}; the rest are the
-    remediation ladder's NodeMemory fields (diag: a Diag, scheduled diagnostics' too)."""
+    remediation ladder's NodeMemory fields (diag: a Diag, scheduled diagnostics' too).
+    cordon: the node's Cordon; else the one the flags of a state written before it stand
+    for (repair, operator_cordon, *_cordon: navarch.reconcile.codec.cordon_from_json)."""
     if isinstance(fault, Mapping):
         fault = Fault(
             FaultKey.parse(fault["key"]),
@@ -358,7 +365,6 @@ def node_memory(
         phase=Phase(phase),
         phase_at=phase_at,
         phase_reason=phase_reason,
-        repair=repair,
         report_version=f"v{report.sequence}" if report is not None else None,
         report=report,
         streak=streak,
@@ -370,13 +376,24 @@ def node_memory(
         rung_fault=rung_fault,
         rung_at=rung_at,
         return_streak=return_streak,
-        operator_cordon=operator_cordon,
+        cordon=cordon
+        or cordon_from_json(
+            {
+                "phase": Phase(phase).value,
+                "phase_at": phase_at.isoformat() if phase_at else None,
+                "fault": {"key": fault.key.format()} if fault is not None else None,
+                "repair": repair,
+                "operator_cordon": operator_cordon,
+                "diag_cordon": diag_cordon,
+                "impaired_cordon": impaired_cordon,
+                "silent_cordon": silent_cordon,
+                "scale_down_cordon": scale_down_cordon,
+                "burn_in_cordon": burn_in_cordon,
+                "idle_cordon": idle_cordon,
+            }
+        ),
         diag=diag,
-        diag_cordon=diag_cordon,
         impaired_since=impaired_since,
-        impaired_cordon=impaired_cordon,
-        silent_cordon=silent_cordon,
-        scale_down_cordon=scale_down_cordon,
     )
 
 

@@ -200,7 +200,7 @@ def test_a_node_launched_before_its_pool_asked_for_acceptance_serves_without_a_r
 
 def test_a_node_of_an_acceptance_pool_whose_reports_carry_no_run_never_serves():
     spec = _slurm_spec(multi_node=False)
-    cordoned = replace(node_memory("f-p-0003", "p"), burn_in_cordon=True)
+    cordoned = node_memory("f-p-0003", "p", burn_in_cordon=True)
     runs = {"f-p-0001": _run(), "f-p-0002": _run(), "f-p-0003": None}
     _, obs = _world(runs, mem=_asked(nodes=[cordoned]), spec=spec)
     v = _view(obs, "f-p-0003")

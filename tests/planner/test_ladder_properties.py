@@ -31,7 +31,7 @@ from navarch.fleet.spec import FleetSpec
 from navarch.inventory import Instance, InstanceState
 from navarch.planner.model import (
     ActionKind,
-    ActionReason,
+    Cordon,
     Diag,
     DiagState,
     DiagWhy,
@@ -228,8 +228,7 @@ class World:
                 phase=Phase.CORDONED,
                 phase_at=now,
                 phase_reason=a.reason,
-                repair=a.repair,
-                impaired_cordon=a.action_reason is ActionReason.IMPAIRED_FIRST_SEEN,
+                cordon=Cordon(a.action_reason, now, repair=a.repair, idle=a.idle),
             )
             # As the executor does: a cordon for another reason (scale-down, drift) forgets
             # an old fault, so the ladder never remedies a node that is not sick.
@@ -289,10 +288,9 @@ class World:
                     phase=Phase.NONE,
                     phase_at=now,
                     phase_reason="",
-                    repair=False,
                     streak=0,
                     return_streak=0,
-                    impaired_cordon=False,
+                    cordon=None,
                 )
             )
         elif a.kind is ActionKind.TERMINATE:

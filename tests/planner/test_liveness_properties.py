@@ -29,7 +29,16 @@ from test_ladder_properties import FLEET, PROPERTY, XIDS, Node, World, _world
 from navarch.fleet.spec import FleetSpec
 from navarch.inventory import CloudStatus, InstanceHealth, InstanceState
 from navarch.planner.context import PlanOptions
-from navarch.planner.model import ActionKind, Diag, DiagState, DiagWhy, Phase, Plan
+from navarch.planner.model import (
+    ActionKind,
+    ActionReason,
+    Cordon,
+    Diag,
+    DiagState,
+    DiagWhy,
+    Phase,
+    Plan,
+)
 from navarch.planner.observe import observe
 from navarch.planner.plan import plan
 from navarch.report.health import Status
@@ -98,7 +107,9 @@ class LivenessWorld(World):
             elif ev == "opcordon":
                 nm = self.memory.node(name)
                 if nm is not None and nm.phase is Phase.NONE:
-                    self.memory = self.memory.with_node(replace(nm, operator_cordon="operator: x"))
+                    self.memory = self.memory.with_node(
+                        replace(nm, cordon=Cordon(ActionReason.OPERATOR, note="operator: x"))
+                    )
             elif ev == "replace":
                 self.requested.add(name)
 
@@ -132,12 +143,12 @@ class LivenessWorld(World):
             n.hung = False
         if a.kind is ActionKind.CORDON:
             nm = self.memory.node(a.node)
-            if nm is not None and nm.operator_cordon:
-                self.memory = self.memory.with_node(replace(nm, operator_cordon=""))
+            if nm is not None and nm.cordon is not None and nm.cordon.is_operator:
+                self.memory = self.memory.with_node(replace(nm, cordon=None))
         if a.kind is ActionKind.UNCORDON:
             nm = self.memory.node(a.node)
-            if nm is not None:
-                self.memory = self.memory.with_node(replace(nm, diag_cordon=False))
+            if nm is not None and nm.cordon is not None and nm.cordon.diagnostics:
+                self.memory = self.memory.with_node(replace(nm, cordon=None))
         if a.kind is ActionKind.DIAGNOSE and self.diag_outcome != "pass":
             nm = self.memory.node(a.node)
             assert nm is not None

@@ -29,6 +29,7 @@ from navarch.planner.model import (
     LEAVING,
     ActionKind,
     ActionReason,
+    Cordon,
     Lifecycle,
     Memory,
     NodeMemory,
@@ -38,6 +39,7 @@ from navarch.planner.model import (
     PoolMemory,
     ReportObservation,
     ReportSummary,
+    counts_against_budget,
 )
 from navarch.planner.observe import Observed, observe
 from navarch.planner.plan import plan
@@ -526,7 +528,7 @@ def never_exceeds_the_disruption_budget(world: World, observed: Observed, p: Pla
     exceeds max_unavailable, or what already was."""
     for pool in world.spec.pools:
         views = {v.node: v for v in _pool_views(observed, pool.name)}
-        before = sum(v.lifecycle in LEAVING and not v.idle_cordon for v in views.values())
+        before = sum(v.lifecycle in LEAVING and counts_against_budget(v) for v in views.values())
         new = {
             a.node
             for a in p.actions
@@ -793,8 +795,7 @@ class Sim:
                     phase=Phase.CORDONED,
                     phase_at=now,
                     phase_reason=a.reason,
-                    repair=a.repair,
-                    silent_cordon=a.action_reason is ActionReason.OFFLINE,
+                    cordon=Cordon(a.action_reason, now, repair=a.repair, idle=a.idle),
                 )
             )
             if a.repair:

@@ -188,7 +188,7 @@ def build_inputs(doc: Mapping[str, Any], tmp_path: Path) -> Inputs:
         raw = dict(raw)
         report = raw.pop("report", None)
         # Burn-in's fields: set on the built memory (builders.node_memory predates them).
-        burn_in = {k: raw.pop(k) for k in ("burn_in_cordon", "peer_run", "accepted") if k in raw}
+        burn_in = {k: raw.pop(k) for k in ("peer_run", "accepted") if k in raw}
         if "peer_test" in raw:
             burn_in["peer_test"] = AcceptanceResult.from_json(raw.pop("peer_test"))
         node_mems.append(

@@ -19,6 +19,7 @@ from navarch.planner.model import (
     READY,
     Action,
     ActionKind,
+    Cordon,
     Memory,
     NodeMemory,
     Phase,
@@ -111,7 +112,7 @@ class World:
                     nm,
                     phase=Phase.CORDONED,
                     phase_at=now,
-                    repair=a.repair,
+                    cordon=Cordon(a.action_reason, now, repair=a.repair, idle=a.idle),
                     fault=fault,
                     faults=faults,
                 )

@@ -1,13 +1,15 @@
-"""What burn-in leaves in navarch's state survives the state document: the burn-in cordon
-flag, and the multi-node NCCL result with the run it belongs to, its text made plain."""
+"""What burn-in leaves in navarch's state survives the state document: the burn-in cordon, and the multi-node NCCL result with the run it belongs to, its text made plain."""
 
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 
-from navarch.planner.model import Memory, NodeMemory
+from navarch.planner.model import ActionReason, Cordon, Memory, NodeMemory
 from navarch.reconcile.codec import memory_from_json, memory_to_json
 from navarch.report.acceptance import AcceptanceResult, AcceptanceStatus
+
+T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 
 
 def test_the_burn_in_cordon_and_the_pair_result_round_trip_and_the_result_text_is_plain() -> None:
@@ -25,14 +27,14 @@ def test_the_burn_in_cordon_and_the_pair_result_round_trip_and_the_result_text_i
         "demo-train-0003",
         "train",
         "i-3",
-        burn_in_cordon=True,
+        cordon=Cordon(ActionReason.BURN_IN, T0),
         peer_test=result,
         peer_run="boot-7/0",
     )
     doc = json.loads(json.dumps(memory_to_json(Memory("demo").with_node(nm))))
     back = memory_from_json(doc).node("demo-train-0003")
     assert back is not None
-    assert back.burn_in_cordon and back.peer_run == "boot-7/0"
+    assert back.cordon == nm.cordon and back.peer_run == "boot-7/0"
     assert back.peer_test is not None
     assert (back.peer_test.status, back.peer_test.figure, back.peer_test.threshold) == (
         AcceptanceStatus.FAIL,

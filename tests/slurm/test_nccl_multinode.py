@@ -21,7 +21,7 @@ from navarch.fleet.spec import FleetSpec, PoolSpec
 from navarch.inventory import Instance
 from navarch.outcome import OutcomeKind
 from navarch.planner.burn_in import run_key
-from navarch.planner.model import Action, ActionKind, ActionReason, Memory, NodeMemory, Plan
+from navarch.planner.model import Action, ActionKind, ActionReason, Cordon, Memory, NodeMemory, Plan
 from navarch.reconcile.executor import Executor
 from navarch.reconcile.handlers import Handlers
 from navarch.reconcile.state import AuditLog
@@ -42,6 +42,8 @@ from tests.support.sshd import Sshd, free_port, require_sshd, start_sshd
 REPO = Path(__file__).resolve().parents[2]
 
 NODE, PEER = "demo-train-0003", "demo-train-0001"
+#: The node's burn-in cordon, as the executor records it.
+BURNING = Cordon(ActionReason.BURN_IN, datetime(2026, 11, 1, 12, 0, tzinfo=UTC))
 
 #: nccl-tests 2.19 layout (src/util.cu); the 2-node p4dn figure of NVIDIA/nccl issue #527
 #: (57.17 GB/s busbw at 1 GiB) is the default, NAVARCH_STANDIN_BUSBW overrides it.
@@ -235,7 +237,7 @@ def _burning_in(spec: FleetSpec) -> tuple[dict[str, Instance], Memory, Acceptanc
     }
     memory = Memory(fleet=spec.name).with_nodes(
         [
-            NodeMemory(NODE, "train", f"i-{NODE}", report=report, burn_in_cordon=True),
+            NodeMemory(NODE, "train", f"i-{NODE}", report=report, cordon=BURNING),
             NodeMemory(PEER, "train", f"i-{PEER}"),
         ]
     )
@@ -279,7 +281,7 @@ def test_apply_runs_the_pair_of_a_node_drained_for_burn_in_and_keeps_the_result_
     assert outcome.kind is OutcomeKind.OK, outcome.detail
     assert f"nccl_multi_node with {PEER}: pass 57.17 GB/s" in outcome.detail
     nm = memory.node(NODE)
-    assert nm.peer_run == run_key(run) and nm.burn_in_cordon
+    assert nm.peer_run == run_key(run) and nm.cordon == BURNING
     assert nm.peer_test is not None and (nm.peer_test.status, nm.peer_test.figure) == (
         AcceptanceStatus.PASS,
         57.17,

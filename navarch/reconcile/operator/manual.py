@@ -17,7 +17,7 @@ fleet over does nothing more and exits non-zero), look at the world as a run wou
   cordon is never undone automatically: it is not navarch's cordon (Memory phase), so
   the planner neither drains nor replaces the node for it and never uncordons it; only
   `navarch uncordon` does. It is recorded in the audit log (`"operator": true`) and in
-  NodeMemory.operator_cordon (the reason).
+  NodeMemory.cordon (cause OPERATOR, the reason its note).
 
 Each verb's audit chunk is named by its own run id (the UTC second and random hex, as an
 apply's), so verbs in the same second never share a key, and who acted (navarch.actor)
@@ -36,7 +36,7 @@ from navarch.fleet.spec import Scheduler
 from navarch.history import Trigger, report_ref
 from navarch.inventory import Instance
 from navarch.logs import new_run_id
-from navarch.planner.model import Memory, NodeMemory, Phase
+from navarch.planner.model import ActionReason, Cordon, Memory, NodeMemory, Phase
 from navarch.reconcile.run import Clock, Fleet, Snapshot, gather, leased, system_clock
 from navarch.reconcile.state import AuditLog, save_memory
 from navarch.report.health import Remedy
@@ -199,8 +199,11 @@ def _rebooted(memory: Memory, node: str, now: datetime) -> Memory | None:
             rung_fault=nm.fault.key.kind,
             rung_at=now,
             return_streak=0,
-            diag_cordon=False,
-            impaired_cordon=False,
+            cordon=nm.cordon.after_remedy(
+                ActionReason.DIAGNOSTICS, ActionReason.IMPAIRED_FIRST_SEEN
+            )
+            if nm.cordon
+            else None,
         )
     )
 
@@ -271,7 +274,16 @@ def cordon(
         base = nm or NodeMemory(
             node=node, pool=pool.name, instance_id=inst.instance_id, first_seen_at=snap.now
         )
-        memory = snap.memory.with_node(replace(base, operator_cordon=full_reason))
+        was = base.cordon
+        cordon = Cordon(
+            ActionReason.OPERATOR,
+            snap.now,
+            by=actor.label() if actor is not None else "operator",
+            # A node burning in or held spare serves nothing under the operator's cordon too.
+            idle=was is not None and was.serves_nothing,
+            note=full_reason,
+        )
+        memory = snap.memory.with_node(replace(base, cordon=cordon))
         lease.check_store()
         save_memory(fleet.store, memory, snap.memory_version)
         return detail

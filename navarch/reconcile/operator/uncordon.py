@@ -2,7 +2,7 @@
 
 Rules (LBNL NHC: only undo what you did yourself):
 - only a node navarch cordoned, is draining or is remediating (its Memory phase says so),
-  or one an operator cordoned with `navarch cordon` (NodeMemory.operator_cordon, cleared
+  or one an operator cordoned with `navarch cordon` (NodeMemory.cordon, cleared
   here), is uncordoned; a node cordoned by a human outside navarch is refused;
 - only when its latest accepted report is healthy and fresh (within stale_after);
 - never an instance the remediation ladder replaced as a lemon (its id is kept in the
@@ -72,9 +72,14 @@ def uncordon(
                 raise NavarchError(refusal)
             overridden.append(override)
         detail = _run_uncordon(fleet, snap, nm, clock, lease, actor, run_id)
-        was = nm.phase.value or ("cordoned by an operator" if nm.operator_cordon else "in service")
+        was = nm.phase.value or ("cordoned by an operator" if _by_operator(nm) else "in service")
         forced = f"; --force overrode: {'; '.join(overridden)}" if overridden else ""
         return f"{detail}; it was {was}{forced}"
+
+
+def _by_operator(nm: NodeMemory) -> bool:
+    """Whether an operator's cordon holds the node (`navarch cordon`)."""
+    return nm.cordon is not None and nm.cordon.is_operator
 
 
 def _check_returnable(nm: NodeMemory, view: NodeView) -> None:
@@ -108,10 +113,7 @@ def _rules_broken(
             f"{node} runs on host {host}, whose instances were replaced as "
             "lemons (repeated faults); pass --force to return it anyway",
         )
-    if (
-        nm.phase not in (Phase.CORDONED, Phase.DRAINING, Phase.REMEDIATING)
-        and not nm.operator_cordon
-    ):
+    if nm.phase not in (Phase.CORDONED, Phase.DRAINING, Phase.REMEDIATING) and not _by_operator(nm):
         yield (
             "navarch did not cordon it",
             f"navarch did not cordon {node}; a cordon made outside "

@@ -160,10 +160,10 @@ def test_force_unlock_removes_the_lock_the_same_way_from_the_cli_and_the_api(two
 #: The front doors: they parse and render; every verb goes through navarch.api.
 FRONT_DOORS = [
     *sorted((REPO / "navarch" / "cli").glob("*.py")),
-    REPO / "navarch" / "mcp_server.py",
-    REPO / "navarch" / "mcp_confirm.py",
-    REPO / "navarch" / "mcp_consent.py",
-    REPO / "navarch" / "mcp_views.py",
+    REPO / "navarch" / "mcp" / "server.py",
+    REPO / "navarch" / "mcp" / "confirm.py",
+    REPO / "navarch" / "mcp" / "consent.py",
+    REPO / "navarch" / "mcp" / "views.py",
 ]
 
 

@@ -210,9 +210,10 @@ def change_named_reports(
 def event_apply(fleet_file: str) -> int:
     """The apply the events of events.json start -> its exit code (0: no failed action)."""
     from navarch import api
+    from navarch.reconcile.collector import one_shot
 
     keys = json.loads((Path(fleet_file).parent / "events.json").read_text())
-    with api.one_shot():
+    with one_shot():
         result = api.apply(fleet_file, auto_approve=True, reports_named=keys)
     return 1 if result.failed else 0
 

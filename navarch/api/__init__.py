@@ -100,19 +100,3 @@ __all__ = [
     "validate",
     "validate_text",
 ]
-
-# Front-door helpers: what the CLI and the MCP server need beyond the supported verbs.
-# Not in __all__ and not supported for other callers; re-exported so that no front door
-# reaches past navarch.api into the reconciler or the planner.
-from navarch.api.acting import cordon_reason as cordon_reason  # noqa: E402
-from navarch.api.door import open_fleet as open_fleet  # noqa: E402
-from navarch.api.door import snapshot as snapshot  # noqa: E402
-from navarch.api.reading import DEFAULT_HISTORY_WINDOW_S as DEFAULT_HISTORY_WINDOW_S  # noqa: E402
-from navarch.api.reading import cloud_init as cloud_init  # noqa: E402
-from navarch.api.reading import node_instance as node_instance  # noqa: E402
-from navarch.api.reading import read_saved_plan as read_saved_plan  # noqa: E402
-from navarch.api.reading import stale_reason as stale_reason  # noqa: E402
-from navarch.api.reading import status_page as status_page  # noqa: E402
-from navarch.api.results import plan_actions_json as plan_actions_json  # noqa: E402
-from navarch.api.results import plan_text as plan_text  # noqa: E402
-from navarch.reconcile.collector import one_shot as one_shot  # noqa: E402

@@ -13,6 +13,7 @@ an unreadable file) is a ConfigError naming it, as for every verb.
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -86,3 +87,12 @@ def snapshot(
 
     opened = open_fleet(fleet, acting=False) if isinstance(fleet, LoadedFleet) else fleet
     return opened, gather(opened, now, options)
+
+
+def one_shot() -> AbstractContextManager[None]:
+    """Around a command that gathers once and exits: its gathers pause the garbage
+    collector and freeze what they made (navarch.reconcile.collector.one_shot). For the
+    CLI; private to navarch's front doors, not part of `__all__`."""
+    from navarch.reconcile.collector import one_shot as collector_one_shot
+
+    return collector_one_shot()

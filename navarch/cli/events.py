@@ -19,6 +19,7 @@ import argparse
 import signal
 from typing import Any
 
+from navarch.api.reading import read_saved_plan
 from navarch.cli.plumbing import EXIT_OK, fleet_argument, note
 from navarch.errors import ConfigError, StoreError
 from navarch.fleet.durations import parse_duration_s
@@ -83,7 +84,7 @@ def _open_queue(args: argparse.Namespace) -> Any:
     from navarch.events.messages import Watch
     from navarch.events.queues import VISIBILITY_S, open_queue
 
-    if api.read_saved_plan(args.target) is not None:
+    if read_saved_plan(args.target) is not None:
         raise ConfigError(
             f"--on-events with a saved plan ({args.target}): a run started by events plans anew",
             key_path="--on-events",

@@ -8,6 +8,8 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from navarch.api.door import open_fleet
+from navarch.api.reading import read_saved_plan
 from navarch.cli.plumbing import (
     EXIT_CHANGES,
     EXIT_ERROR,
@@ -34,7 +36,7 @@ def _replace(args: argparse.Namespace) -> frozenset[str]:
 
 
 def _plan_text(plan: Plan, *, verbose: bool = False) -> str:
-    from navarch.api import plan_text
+    from navarch.api.results import plan_text
 
     return plan_text(plan, verbose=verbose)
 
@@ -116,10 +118,10 @@ def _apply_once(args: argparse.Namespace, named: tuple[str, ...] | None) -> int:
     from navarch import api
     from navarch.notify.unattended import Unattended
 
-    saved = api.read_saved_plan(args.target)
+    saved = read_saved_plan(args.target)
     fleet = api.load_fleet(saved.fleet_file if saved is not None else args.target)
     check_targets(fleet.spec, args)  # before the local secret is created
-    opened = api.open_fleet(fleet, acting=True)
+    opened = open_fleet(fleet, acting=True)
     confirm = _show_plan if (args.auto_approve or saved is not None) else _confirm
     side = Unattended(
         opened,

@@ -298,7 +298,7 @@ def collector(command: str) -> contextlib.AbstractContextManager[None]:
     """navarch.reconcile.collector.one_shot() for ONE_SHOT_COMMANDS, else nothing."""
     if command not in ONE_SHOT_COMMANDS:
         return contextlib.nullcontext()
-    from navarch.api import one_shot
+    from navarch.api.door import one_shot
 
     return one_shot()
 

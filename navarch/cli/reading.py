@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from navarch.api.reading import status_page
 from navarch.cli.plumbing import EXIT_ERROR, EXIT_OK, err, fleet_argument, log_format
 from navarch.textsafe import counted
 
@@ -39,7 +40,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     from navarch import api
 
     if args.html:
-        page = api.status_page(args.fleet, now=args.clock())
+        page = status_page(args.fleet, now=args.clock())
         if page.error:
             err(page.error)
         Path(args.html).write_text(page.html)

@@ -6,6 +6,7 @@ import argparse
 import sys
 from typing import Any
 
+from navarch.api.reading import cloud_init
 from navarch.cli.plumbing import EXIT_ERROR, EXIT_OK
 from navarch.errors import NavarchError
 
@@ -28,7 +29,7 @@ def cmd_render_cloud_init(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return EXIT_ERROR
-        made = api.cloud_init(
+        made = cloud_init(
             fleet,
             args.pool,
             args.node,

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from navarch.api.reading import node_instance
 from navarch.cli.plumbing import EXIT_OK, fleet_argument, node_parser
 from navarch.errors import ConfigError, NavarchError
 
@@ -50,7 +51,7 @@ def cmd_ssh(args: argparse.Namespace) -> int:
     from navarch.remote.session import ssh_argv
 
     fleet = api.load_fleet(args.fleet)
-    inst = api.node_instance(fleet, args.node)
+    inst = node_instance(fleet, args.node)
     pool = fleet.spec.pool(inst.pool or "")
     settings = SSHSettings.from_mapping(pool.ssh, base_dir=fleet.spec.base_dir, pool=pool.name)
     command = list(args.remote_command)

@@ -28,7 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from navarch import api
+from navarch.api.results import plan_actions_json
 from navarch.errors import NavarchError
 
 if TYPE_CHECKING:
@@ -90,7 +90,7 @@ def _fingerprint(
         sorted(nodes),
         reason,
         sorted(options.replace) if options is not None else [],
-        api.plan_actions_json(plan),
+        plan_actions_json(plan),
     ]
     text = json.dumps(doc, sort_keys=True, default=str)
     return "pf-" + hashlib.sha256(text.encode()).hexdigest()[:24]

@@ -43,6 +43,9 @@ from mcp.types import ClientCapabilities, ElicitationCapability, ToolAnnotations
 
 from navarch import __version__, api
 from navarch.actor import Actor
+from navarch.api.acting import cordon_reason
+from navarch.api.reading import stale_reason
+from navarch.api.results import plan_text
 from navarch.errors import ConfigError, NavarchError, StalePlan
 from navarch.fleet.durations import parse_duration_s
 from navarch.mcp.confirm import PlansShown, Refused, Shown, Verb, narrowed, plan_nodes
@@ -452,13 +455,13 @@ class _Served:
         elif verb is Verb.UNCORDON:
             text = f"  uncordon {nodes[0]} (return it to service)"
         else:
-            text = api.plan_text(narrowed(shown.plan, nodes))
+            text = plan_text(narrowed(shown.plan, nodes))
         return Request(key, text)
 
     def still_current(self, shown: Shown, nodes: Iterable[str], reason: str | None) -> None:
         """Refused (with the plan now) when the world moved on since `shown` was made: the
         saved-plan check of `navarch apply PLANFILE` (check_saved_plan)."""
-        stale = api.stale_reason(
+        stale = stale_reason(
             self.loaded, shown.plan, nodes, now=self.clock(), options=shown.options
         )
         if stale is not None:
@@ -660,7 +663,7 @@ def _acting_tools(server: MCPServer[Any], served: _Served) -> None:
         confirmation_code: str = "",
     ) -> Any:
         # A reason the verb would refuse is refused before a plan is shown to confirm.
-        reason = api.cordon_reason(reason)
+        reason = cordon_reason(reason)
         served.allowed(ctx, plan_fingerprint, Verb.CORDON, [node], reason, confirmation_code)
         done = api.cordon(loaded, node, reason, actor=_actor(ctx), clock=now)
         return marked({"node": node, "cordoned": True, "detail": done.detail}, "verb")

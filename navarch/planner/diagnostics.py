@@ -24,6 +24,7 @@ from navarch.planner.model import (
     Lifecycle,
     NodeView,
 )
+from navarch.planner.payloads import DiagnosePayload
 
 #: The fault a failed scheduled diagnostic is: a reboot first (DCGM's memory and PCIe
 #: failures are often cured by one), then the ladder climbs as for any fault.
@@ -52,8 +53,7 @@ def diagnose(ctx: PoolContext, v: NodeView, level: int, why: DiagWhy, reason: st
         v.node,
         reason,
         instance_id=iid(v),
-        level=level,
-        why=why,
+        payload=DiagnosePayload(level, why),
         action_reason=ActionReason.DIAGNOSTICS,
     )
 

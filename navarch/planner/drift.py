@@ -25,6 +25,7 @@ from navarch.planner.model import (
     Lifecycle,
     NodeView,
 )
+from navarch.planner.payloads import TagsPayload
 from navarch.spec import Replacement, UpdateStrategy
 
 
@@ -49,7 +50,7 @@ def drift_stage(ctx: PoolContext, prog: Progress) -> StageResult:
                     v.node,
                     f"labels changed ({labels})",
                     instance_id=_iid(v),
-                    tags=v.tags_drift,
+                    payload=TagsPayload(v.tags_drift),
                     action_reason=ActionReason.DRIFT,
                 )
             )

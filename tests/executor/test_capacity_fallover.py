@@ -252,7 +252,7 @@ def test_the_provisioner_alone_falls_over_zones_then_types_and_backs_off_the_ful
         "train",
         "fo-train-0001",
         "scale_up",
-        places=places,
+        payload=ProvisionPayload(places=places),
         action_reason=ActionReason.SCALE_UP,
     )
     outcome, update = provisioner.provision(action)

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from navarch.errors import AuthError, CapacityError, LeaseLost, QuotaError
 from navarch.outcome import Outcome
 from navarch.planner.model import Action, ActionKind, DiagState, Fault, HaltRule, Plan
+from navarch.planner.payloads import DiagnosePayload
 from navarch.textsafe import plain
 
 
@@ -322,7 +323,7 @@ def _diag_event(
         f"{a.node}: {detail}",
         run_id,
         diag=state.value,
-        level=a.level,
+        level=a.carries(DiagnosePayload).level,
         **ids,
     )
 

@@ -51,6 +51,7 @@ from navarch.planner.model import (
     HaltRule,
     Lifecycle,
 )
+from navarch.planner.payloads import PeerPayload
 from navarch.planner.spares import not_serving
 
 __all__ = ["burn_in_stage", "cordons_in_scheduler", "held_findings"]
@@ -107,8 +108,8 @@ def burn_in_stage(ctx: PoolContext, prog: Progress) -> StageResult:
                     v.node,
                     f"multi-node NCCL all-reduce with the known-good {v.peer}",
                     instance_id=iid(v),
+                    payload=PeerPayload(v.peer),
                     action_reason=ActionReason.BURN_IN_PEER,
-                    peer=v.peer,
                 )
             )
     taken = prog.taken | {a.node for a in actions if a.node is not None}

@@ -30,6 +30,7 @@ from navarch.planner.model import (
     Place,
     PoolMemory,
 )
+from navarch.planner.payloads import ProvisionPayload, ScalePayload
 from navarch.planner.repair import impairment_cleared
 from navarch.planner.spares import held, wanted
 from navarch.planner.vacancies import open_vacancies
@@ -148,7 +149,7 @@ def scale_stage(ctx: PoolContext, prog: Progress) -> StageResult:
                 ctx.pool.name,
                 None,
                 reason,
-                desired=desired,
+                payload=ScalePayload(desired),
                 action_reason=(
                     ActionReason.SCALE_UP if "scale_up_at" in reason else ActionReason.SCALE_DOWN
                 ),
@@ -288,8 +289,7 @@ def _provision(ctx: PoolContext, prog: Progress, present: list[NodeView], need: 
             pool.name,
             node_name(ctx.spec.name, pool.name, ctx.last_index + i),
             why,
-            places=order,
-            replaces=replaces,
+            payload=ProvisionPayload(order, replaces),
             action_reason=ActionReason.REPLACEMENT if replaces else ActionReason.SCALE_UP,
         )
         for i, ((replaces, why), order) in enumerate(zip(jobs, orders, strict=True), start=1)
@@ -337,7 +337,7 @@ def _rebalance(ctx: PoolContext, prog: Progress, present: list[NodeView]) -> Sta
         pool.name,
         node_name(ctx.spec.name, pool.name, ctx.last_index + 1),
         why,
-        places=order,
+        payload=ProvisionPayload(order),
         action_reason=ActionReason.ZONE_REBALANCE,
     )
     return StageResult(prog, (action,))

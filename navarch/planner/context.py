@@ -20,6 +20,7 @@ from navarch.planner.model import (
     NodeView,
     PoolMemory,
 )
+from navarch.planner.payloads import CordonPayload, TerminatePayload
 
 
 @dataclass(frozen=True)
@@ -168,13 +169,14 @@ def cordon_and_drain(
     fault: Fault | None = None,
     level: int | None = None,
     why: DiagWhy | None = None,
+    idle: bool = False,
 ) -> tuple[Action, Action]:
     """Take node v of pool out of service: its cordon (reason in words, code the
     action_reason, the node's instance id) and the drain that follows (cordon_then_drain).
 
     repair: the cordon starts a repair (counts toward repairs_per_pool_per_hour); fault: the
     fault it answers (recorded in Memory); level, why: a scheduled dcgmi diag's level and
-    DiagWhy.
+    DiagWhy; idle: the node serves nothing (CordonPayload.idle).
     """
     return cordon_then_drain(
         Action(
@@ -183,10 +185,7 @@ def cordon_and_drain(
             v.node,
             reason,
             instance_id=iid(v),
-            repair=repair,
-            fault=fault,
-            level=level,
-            why=why,
+            payload=CordonPayload(repair, fault, level, why, idle),
             action_reason=code,
         )
     )
@@ -211,8 +210,6 @@ def terminate_node(
         v.node,
         reason,
         instance_id=iid(v),
-        lemon=lemon,
-        fault=fault,
-        backoff=backoff,
+        payload=TerminatePayload(backoff=backoff, lemon=lemon, fault=fault),
         action_reason=code,
     )

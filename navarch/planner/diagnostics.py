@@ -23,6 +23,7 @@ from navarch.planner.model import (
     Lifecycle,
     NodeView,
 )
+from navarch.planner.payloads import DiagnosePayload
 from navarch.report.health import FaultKey, Remedy
 
 #: The fault a failed scheduled diagnostic is: a reboot first (DCGM's memory and PCIe
@@ -52,8 +53,7 @@ def diagnose(ctx: PoolContext, v: NodeView, level: int, why: DiagWhy, reason: st
         v.node,
         reason,
         instance_id=iid(v),
-        level=level,
-        why=why,
+        payload=DiagnosePayload(level, why),
         action_reason=ActionReason.DIAGNOSTICS,
     )
 

@@ -26,6 +26,7 @@ from navarch.planner.model import (
     Lifecycle,
     NodeView,
 )
+from navarch.planner.payloads import TagsPayload
 
 
 def drift_stage(ctx: PoolContext, prog: Progress) -> StageResult:
@@ -49,7 +50,7 @@ def drift_stage(ctx: PoolContext, prog: Progress) -> StageResult:
                     v.node,
                     f"labels changed ({labels})",
                     instance_id=_iid(v),
-                    tags=v.tags_drift,
+                    payload=TagsPayload(v.tags_drift),
                     action_reason=ActionReason.DRIFT,
                 )
             )

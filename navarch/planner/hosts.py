@@ -44,6 +44,7 @@ from navarch.planner.model import (
     NodeView,
     PoolMemory,
 )
+from navarch.planner.payloads import ProvisionPayload, TerminatePayload
 from navarch.planner.remedy_gate import alert_only
 from navarch.textsafe import counted
 
@@ -286,23 +287,23 @@ def with_hosts(ctx: PoolContext, result: StageResult) -> StageResult:
     actions: list[Action] = []
     notes: list[str] = []
     for a in result.actions:
-        if a.kind is ActionKind.PROVISION:
-            avoid_hosts, block, note = launch_wish(ctx, a.replaces, avoid, faulted)
+        p = a.payload
+        if isinstance(p, ProvisionPayload):
+            avoid_hosts, block, note = launch_wish(ctx, p.replaces, avoid, faulted)
             wish = ([f"in block {block}"] if block else []) + (
                 [f"off lemon hosts {', '.join(avoid_hosts)}"] if avoid_hosts else []
             )
             a = replace(
                 a,
-                avoid_hosts=avoid_hosts,
-                block=block,
+                payload=replace(p, avoid_hosts=avoid_hosts, block=block),
                 reason=a.reason + (f"; {' and '.join(wish)}" if wish else ""),
             )
             if note:
                 notes.append(f"pool {ctx.pool.name}: {a.node} launches anywhere: {note}")
-        elif a.kind is ActionKind.TERMINATE:
-            fault = a.fault or faults.get(a.node)
+        elif isinstance(p, TerminatePayload):
+            fault = p.fault or faults.get(a.node)
             if is_hardware(fault):
-                a = replace(a, hand_back=True, fault=fault)
+                a = replace(a, payload=replace(p, hand_back=True, fault=fault))
         actions.append(a)
     marked = replace(result, actions=tuple(actions), notes=result.notes + tuple(notes))
     return hold_block_faults(ctx, marked, found)

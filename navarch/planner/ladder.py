@@ -54,6 +54,7 @@ from navarch.planner.model import (
     impaired_cordon,
 )
 from navarch.planner.observe import after_remedy, fault_of
+from navarch.planner.payloads import CordonPayload, RemedyPayload
 from navarch.planner.spares import returning
 from navarch.planner.stockout import holds, launches_first
 from navarch.report.health import FaultKey, Remedy, Status
@@ -300,9 +301,7 @@ def _carry_out(
         v.node,
         why,
         instance_id=iid(v),
-        fault=fault,
-        rung=r.remedy,
-        repair=repair,
+        payload=RemedyPayload(r.remedy, fault, repair),
         action_reason=r.code,
     ), ""
 
@@ -463,7 +462,7 @@ def _requested(ctx: PoolContext, v: NodeView) -> tuple[Action | None, str] | Non
             v.node,
             f"{why}; {v.reason}",
             instance_id=iid(v),
-            repair=True,
+            payload=CordonPayload(repair=True),
             action_reason=code,
         ), ""
     if v.lifecycle is Lifecycle.REMEDIATING or (v.lifecycle is Lifecycle.DRAINING and v.drained):

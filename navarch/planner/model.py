@@ -11,10 +11,28 @@ import enum
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from typing import TypeVar
 
 from navarch.fleet.spec import Scheduler
 from navarch.inventory import Instance
 from navarch.planner.node_table import NodeTable
+from navarch.planner.payloads import (
+    CordonPayload,
+    DiagnosePayload,
+    Payload,
+    PeerPayload,
+    ProvisionPayload,
+    RemedyPayload,
+    ScalePayload,
+    TagsPayload,
+    TerminatePayload,
+    UncordonPayload,
+)
+
+# Re-exported: the values an action's payload holds, long imported from this module.
+from navarch.planner.payloads import DiagWhy as DiagWhy
+from navarch.planner.payloads import Fault as Fault
+from navarch.planner.payloads import Place as Place
 from navarch.report.acceptance import AcceptanceResult, AcceptanceRun
 from navarch.report.health import FaultKey, Remedy, Status
 from navarch.report.health_report import NoticeKind
@@ -245,29 +263,6 @@ class ReportObservation:
     version: str | None
     rejected: str | None = None
     stored_at: datetime | None = None
-
-
-@dataclass(frozen=True)
-class Fault:
-    """A fault the remediation ladder answers, taken from an unhealthy report.
-
-    key: the report's structured fault key (ReportSummary.fault_key; two faults are "the
-    same" when their kinds are, FaultKey.same_as); action: the report's recommended remedy
-    (ReportSummary.action); boot_id and sequence: the report's, so a later boot is told
-    apart.
-    """
-
-    key: FaultKey
-    action: Remedy
-    boot_id: str
-    sequence: int
-
-
-class DiagWhy(enum.StrEnum):
-    """Why a node is diagnosed."""
-
-    RETURN = "return"  # return_requires_diag: before a reset or rebooted node returns
-    SCHEDULED = "scheduled"  # pool diagnostics.every: cordon, drain, diagnose, uncordon
 
 
 class DiagState(enum.StrEnum):
@@ -598,64 +593,92 @@ def impaired_cordon(v: NodeView) -> bool:
     return v.cordon is not None and v.cordon.impaired
 
 
-@dataclass(frozen=True)
-class Place:
-    """One place a provision may launch in. placement: the index into the pool's
-    placements; provider: its provider, set only when the pool has several placements
-    (so single-provider plans read as before)."""
+#: The one payload shape each kind carries; a kind not listed carries none.
+PAYLOAD_TYPES: dict[ActionKind, type[Payload]] = {
+    ActionKind.PROVISION: ProvisionPayload,
+    ActionKind.CORDON: CordonPayload,
+    ActionKind.TERMINATE: TerminatePayload,
+    ActionKind.REBOOT: RemedyPayload,
+    ActionKind.RESET_GPU: RemedyPayload,
+    ActionKind.DIAGNOSE: DiagnosePayload,
+    ActionKind.UNCORDON: UncordonPayload,
+    ActionKind.SCALE: ScalePayload,
+    ActionKind.UPDATE_TAGS: TagsPayload,
+    ActionKind.NCCL_PEER: PeerPayload,
+}
 
-    zone: str
-    instance_type: str
-    spot: bool
-    attempt: int  # index of this place in the pool's fallback order (launch id input)
-    provider: str = ""
-    placement: int = 0
+#: The kinds whose payload fields all have defaults: an action of one may omit its payload.
+_DEFAULT_PAYLOADS: dict[ActionKind, Payload] = {
+    ActionKind.PROVISION: ProvisionPayload(),
+    ActionKind.CORDON: CordonPayload(),
+    ActionKind.TERMINATE: TerminatePayload(),
+    ActionKind.UNCORDON: UncordonPayload(),
+}
 
-    def label(self) -> str:
-        where = f"{self.provider} " if self.provider else ""
-        return f"{where}{self.zone}/{self.instance_type}" + (" (spot)" if self.spot else "")
-
-    @staticmethod
-    def count(n: int) -> str:
-        """n places as plan and outcome lines say it: "1 zone/type", "3 zones/types"."""
-        return f"{n} {'zone/type' if n == 1 else 'zones/types'}"
+_P = TypeVar("_P", bound=Payload)
 
 
 @dataclass(frozen=True)
 class Action:
-    """One change the plan makes. reason is for humans ("XID 79: GPU has fallen off ...")."""
+    """One change the plan makes. reason is for humans ("XID 79: GPU has fallen off ...");
+    action_reason is the same as a code (JSON plan). payload: the fields that go with the
+    kind, of the one type PAYLOAD_TYPES names for it (None for a kind with none; for a
+    kind whose payload fields all have defaults, None is taken as the default payload),
+    the way Terraform's plan carries one change shape per action.
+
+    Raises TypeError when the payload is not the kind's shape.
+    """
 
     kind: ActionKind
     pool: str
     node: str | None
     reason: str
-    places: tuple[Place, ...] = ()  # provision: places in the order they will be tried
     instance_id: str | None = None
-    replaces: str | None = None  # provision, or a spare's promotion: the node it stands in for
-    repair: bool = False  # cordon: starts a repair (counts toward the hourly limit)
-    desired: int | None = None  # scale: the new desired count
-    tags: tuple[tuple[str, str], ...] = ()  # update_tags: the tags to set
-    backoff: bool = False  # terminate: back off the instance's place (it never came up)
-    fault: Fault | None = None  # cordon/reboot: the fault it answers (recorded in Memory)
-    rung: Remedy | None = None  # reboot / reset_gpu: the ladder's rung it carries out
-    lemon: bool = False  # terminate: a lemon's instance id is remembered in PoolMemory
-    level: int | None = None  # diagnose, and cordon for scheduled diagnostics: the diag level
-    why: DiagWhy | None = None  # diagnose / cordon for diagnostics: why it is diagnosed
-    action_reason: ActionReason = field(kw_only=True)  # the reason as a code (JSON plan)
-    # provision: physical hosts not to land on (the pool's lemon hosts) and the topology
-    # block to land in ("" anywhere); navarch.planner.hosts decides both.
-    avoid_hosts: tuple[str, ...] = ()
-    block: str = ""
-    # terminate: the node leaves for a hardware fault, so its host is handed back to the
-    # cloud where the provider can (Capability.REPORT_FAULTY_HOST).
-    hand_back: bool = False
-    peer: str = ""  # nccl_peer: the known-good node of the pool the test pairs with
-    #: cordon: the node serves nothing (a warm spare, a node burning in), so its leaving
-    #: takes no place of the serving nodes' max_unavailable (Cordon.idle)
-    idle: bool = False
-    # terminate: the node whose provision (this node's replacement) runs first; the
-    # executor terminates only once that launch found room (navarch.planner.stockout).
-    after: str = ""
+    payload: Payload | None = None
+    action_reason: ActionReason = field(kw_only=True)
+
+    def __post_init__(self) -> None:
+        want = PAYLOAD_TYPES.get(self.kind)
+        if self.payload is None and self.kind in _DEFAULT_PAYLOADS:
+            object.__setattr__(self, "payload", _DEFAULT_PAYLOADS[self.kind])
+        if (want is None) != (self.payload is None) or (
+            want is not None and type(self.payload) is not want
+        ):
+            raise TypeError(
+                f"a {self.kind.value} action carries "
+                f"{want.__name__ if want else 'no payload'}, not {type(self.payload).__name__}"
+            )
+
+    def carries(self, shape: type[_P]) -> _P:
+        """The payload as `shape`. Raises TypeError when this kind carries another."""
+        if not isinstance(self.payload, shape):
+            raise TypeError(f"a {self.kind.value} action carries no {shape.__name__}")
+        return self.payload
+
+    @property
+    def fault(self) -> Fault | None:
+        """The fault the action answers (a cordon, a termination or a rung), else None."""
+        p = self.payload
+        return p.fault if isinstance(p, CordonPayload | TerminatePayload | RemedyPayload) else None
+
+    @property
+    def replaces(self) -> str | None:
+        """The node the action stands in for: a provision's, or a promoted spare's."""
+        p = self.payload
+        return p.replaces if isinstance(p, ProvisionPayload | UncordonPayload) else None
+
+    @property
+    def after(self) -> str:
+        """The node whose launch this action waits for (a termination's
+        TerminatePayload.after), "" for none: the executor's ordering question."""
+        p = self.payload
+        return p.after if isinstance(p, TerminatePayload) else ""
+
+    @property
+    def repair(self) -> bool:
+        """Whether the action starts a repair (a cordon or a rung; the hourly limit)."""
+        p = self.payload
+        return p.repair if isinstance(p, CordonPayload | RemedyPayload) else False
 
 
 class HaltRule(enum.StrEnum):

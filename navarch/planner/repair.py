@@ -344,10 +344,17 @@ def repair_stage(ctx: PoolContext, prog: Progress) -> StageResult:
                 why += f"; spare {stand_in} serves in its place"
         leaving.append(v.node)
         code = ActionReason.REPLACE_REQUESTED if requested else _repair_code(v, rank)
-        cordon, drain = cordon_and_drain(
-            ctx.pool.name, v, why, code, repair=rank.counts_as_repair, fault=_repair_fault(v)
+        actions.extend(
+            cordon_and_drain(
+                ctx.pool.name,
+                v,
+                why,
+                code,
+                repair=rank.counts_as_repair,
+                fault=_repair_fault(v),
+                idle=serves_nothing(ctx, v),
+            )
         )
-        actions.extend((replace(cordon, idle=serves_nothing(ctx, v)), drain))
     return StageResult(
         replace(prog, budget=budget, rate_left=rate_left, leaving=tuple(leaving)),
         tuple(actions),

@@ -37,6 +37,7 @@ from navarch.planner.model import (
     Lifecycle,
     NodeView,
 )
+from navarch.planner.payloads import UncordonPayload
 
 __all__ = [
     "held",
@@ -229,7 +230,7 @@ def _promote(ctx: PoolContext, prog: Progress, ready: list[NodeView], short: int
                 v.node,
                 why,
                 instance_id=iid(v),
-                replaces=instead,
+                payload=UncordonPayload(replaces=instead),
                 action_reason=ActionReason.SPARE_PROMOTED,
             )
         )

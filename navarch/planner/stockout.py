@@ -41,6 +41,7 @@ from dataclasses import replace
 from navarch.fleet.spec import Replacement
 from navarch.planner.context import PoolContext, Progress, StageResult
 from navarch.planner.model import LEAVING, Action, ActionKind, ActionReason, Lifecycle, NodeView
+from navarch.planner.payloads import TerminatePayload
 from navarch.textsafe import counted
 
 __all__ = [
@@ -136,7 +137,7 @@ def link_launch_first(result: StageResult) -> StageResult:
         if a.kind is ActionKind.PROVISION and a.replaces in first and a.node
     }
     actions = tuple(
-        replace(a, after=by_replaced[a.node])
+        replace(a, payload=replace(a.carries(TerminatePayload), after=by_replaced[a.node]))
         if a.kind is ActionKind.TERMINATE and a.node in by_replaced
         else a
         for a in result.actions

@@ -46,6 +46,13 @@ from navarch.history import Trigger, report_ref
 from navarch.inventory import Instance
 from navarch.outcome import Outcome
 from navarch.planner.model import Action, ActionKind, Memory, Plan
+from navarch.planner.payloads import (
+    CordonPayload,
+    DiagnosePayload,
+    ProvisionPayload,
+    RemedyPayload,
+    TerminatePayload,
+)
 from navarch.providers.base import Provider
 from navarch.reconcile.handlers import (
     Diagnoser,
@@ -111,14 +118,15 @@ def _ladder_record(a: Action) -> dict[str, object]:
     """The remediation ladder's part of an audit record, only when set: the fault
     answered, the rung, a lemon's mark, the diagnostics level and why."""
     out: dict[str, object] = {}
+    p = a.payload
     if a.fault is not None:
         out["fault"] = a.fault.key.format()
-    if a.rung is not None:
-        out["rung"] = a.rung.value
-    if a.lemon:
+    if isinstance(p, RemedyPayload):
+        out["rung"] = p.rung.value
+    if isinstance(p, TerminatePayload) and p.lemon:
         out["lemon"] = True
-    if a.level is not None:
-        out.update(level=a.level, why=a.why.value if a.why is not None else "")
+    if isinstance(p, CordonPayload | DiagnosePayload) and p.level is not None:
+        out.update(level=p.level, why=p.why.value if p.why is not None else "")
     return out
 
 
@@ -415,9 +423,10 @@ class Executor:
         inst = self.handlers.instance(a)
         if inst is not None:
             return inst.provider
-        if a.places:
+        places = a.payload.places if isinstance(a.payload, ProvisionPayload) else ()
+        if places:
             try:
-                return self.spec.pool(a.pool).placed()[a.places[0].placement].provider
+                return self.spec.pool(a.pool).placed()[places[0].placement].provider
             except (KeyError, IndexError):
                 return ""
         try:

@@ -50,6 +50,15 @@ from navarch.planner.model import (
     Phase,
     PoolMemory,
 )
+from navarch.planner.payloads import (
+    CordonPayload,
+    DiagnosePayload,
+    PeerPayload,
+    RemedyPayload,
+    ScalePayload,
+    TagsPayload,
+    TerminatePayload,
+)
 from navarch.planner.retired import retired_pool
 from navarch.planner.vacancies import fill, record, vacancy_of
 from navarch.providers.base import HostReporter, Provider
@@ -99,7 +108,7 @@ def _cordon_of(a: Action, now: datetime, *, scheduled: bool) -> Cordon:
         ActionReason.DIAGNOSTICS if scheduled else a.action_reason,
         now,
         fault=a.fault.key.format() if a.fault is not None else "",
-        idle=a.idle,
+        idle=a.carries(CordonPayload).idle,
         repair=a.repair,
     )
 
@@ -227,13 +236,13 @@ class Handlers:
             return m.with_pool(
                 replace(
                     m.pool(a.pool),
-                    desired=a.desired,
+                    desired=a.carries(ScalePayload).desired,
                     desired_from_target=pool.target_nodes,
                     scaled_at=now,
                 )
             )
 
-        return Outcome.done(a, f"desired {a.desired}"), update
+        return Outcome.done(a, f"desired {a.carries(ScalePayload).desired}"), update
 
     def _provision(self, a: Action, memory: Memory) -> tuple[Outcome, Update]:
         """Launch the node in the first place that takes it (navarch.reconcile.provisioning);
@@ -294,7 +303,7 @@ class Handlers:
             burning = Cordon(ActionReason.BURN_IN, self.clock())
             return ran, set_node(replace(self._node_memory(a, memory), cordon=burning))
         now = self.clock()
-        scheduled = a.why == DiagWhy.SCHEDULED.value
+        scheduled = a.carries(CordonPayload).why is DiagWhy.SCHEDULED
         nm = replace(
             self._node_memory(a, memory),
             phase=Phase.CORDONED,
@@ -303,7 +312,12 @@ class Handlers:
             cordon=_cordon_of(a, now, scheduled=scheduled),
         )
         if scheduled:  # out for scheduled diagnostics, returned after them
-            nm = replace(nm, diag=Diag(a.level or 1, DiagWhy.SCHEDULED, DiagState.DUE, now))
+            nm = replace(
+                nm,
+                diag=Diag(
+                    a.carries(CordonPayload).level or 1, DiagWhy.SCHEDULED, DiagState.DUE, now
+                ),
+            )
         # The fault this cordon answers, or none: a fault remembered from an earlier cordon
         # must not make the ladder remedy a node cordoned for another reason.
         nm = (
@@ -394,7 +408,7 @@ class Handlers:
             return Outcome.done(a, "already gone"), same
         # Handed back before the termination: Compute Engine takes a report only for a
         # running VM (reportHostAsFaulty, "The VM is running").
-        handed = self._hand_back(a, inst) if a.hand_back else ""
+        handed = self._hand_back(a, inst) if a.carries(TerminatePayload).hand_back else ""
         try:
             # The instance's own provider: an orphan's pool, or a drifted node's old
             # provider, may no longer be in the spec.
@@ -405,7 +419,7 @@ class Handlers:
             self.provisioner.exhausted(
                 a.pool, inst.zone, inst.instance_type, inst.spot, inst.provider
             )
-            if a.backoff
+            if a.carries(TerminatePayload).backoff
             else same
         )
         known = memory.node(a.node or "")
@@ -418,7 +432,11 @@ class Handlers:
             phase_at=self.clock(),
             phase_reason=a.reason,
         )
-        lemon = self._lemon(a.pool, inst.instance_id, inst.host_id) if a.lemon else same
+        lemon = (
+            self._lemon(a.pool, inst.instance_id, inst.host_id)
+            if a.carries(TerminatePayload).lemon
+            else same
+        )
         now = self.clock()
         pool = next((p for p in self.spec.pools if p.name == a.pool), None)
         vacancy = vacancy_of(pool, a, known, inst, now)
@@ -536,7 +554,7 @@ class Handlers:
             phase=Phase.REMEDIATING,
             phase_at=now,
             phase_reason=a.reason,
-            rung=a.rung or rung,
+            rung=a.carries(RemedyPayload).rung,
             rung_fault=a.fault.key.kind if a.fault else nm.rung_fault,
             rung_at=now,
             return_streak=0,
@@ -565,7 +583,7 @@ class Handlers:
         if refused is not None:
             return refused, same
         assert inst is not None and nm is not None
-        level, why = a.level or 1, DiagWhy(a.why or DiagWhy.RETURN.value)
+        level, why = a.carries(DiagnosePayload).level, a.carries(DiagnosePayload).why
         now = self.clock()
         prev = nm.diag
         running = (
@@ -605,10 +623,10 @@ class Handlers:
         if inst is None:
             return Outcome.done(a, "already gone"), same
         try:
-            self.providers[inst.provider].update_tags(inst, dict(a.tags))
+            self.providers[inst.provider].update_tags(inst, dict(a.carries(TagsPayload).tags))
         except ProviderError as exc:
             return Outcome.failed(a, exc), same
-        tags = ", ".join(f"{k}={v}" for k, v in a.tags)
+        tags = ", ".join(f"{k}={v}" for k, v in a.carries(TagsPayload).tags)
         return Outcome.done(a, f"tags set on {inst.instance_id}: {tags}"), same
 
     def _uncordon(self, a: Action, memory: Memory) -> tuple[Outcome, Update]:
@@ -628,20 +646,21 @@ class Handlers:
         cordons it anew. ok is False only for unknown (no verdict: planned again)."""
         from navarch.remote.nccl_peer import run_drained_peer_test, run_peer_test
 
+        peer = a.carries(PeerPayload).peer
         nm = self._node_memory(a, memory)
         run = nm.report.acceptance if nm.report is not None else None
-        if run is None or not a.peer:
+        if run is None or not peer:
             return Outcome.refused(a, "no acceptance run of the node to pair with"), same
         pool, node, base = self._pool(a.pool, memory), a.node or "", self.spec.base_dir
         drained = True
         burning = nm.cordon is not None and nm.cordon.burn_in
         if burning:
             result, drained = run_drained_peer_test(
-                self.spec.name, pool, node, a.peer, base_dir=base, mpi=self.peer_mpi
+                self.spec.name, pool, node, peer, base_dir=base, mpi=self.peer_mpi
             )
         else:
             result = run_peer_test(
-                self.spec.name, pool, node, a.peer, base_dir=base, mpi=self.peer_mpi
+                self.spec.name, pool, node, peer, base_dir=base, mpi=self.peer_mpi
             )
         nm = replace(
             nm,
@@ -652,7 +671,7 @@ class Handlers:
         unit = f" {result.unit}" if result.unit else ""
         figure = f" {result.figure:g}{unit}" if result.figure is not None else ""
         why = f": {result.reason}" if result.reason else ""
-        text = f"nccl_multi_node with {a.peer}: {result.status.value}{figure}{why}"
+        text = f"nccl_multi_node with {peer}: {result.status.value}{figure}{why}"
         if not drained:
             text += "; the node could not be drained again (cordoned anew next run)"
         kind = (

@@ -42,6 +42,7 @@ from navarch.fleet.spec import FleetSpec, PoolSpec, ZonePolicy
 from navarch.inventory import TAG_POOL, TAG_SPEC, Instance, launch_id, ownership_tags
 from navarch.outcome import Outcome
 from navarch.planner.model import Action, Exhausted, Memory, NodeMemory, Place
+from navarch.planner.payloads import ProvisionPayload
 from navarch.providers.base import Provider, ProvisionRequest
 from navarch.reconcile.updates import Update, chain
 from navarch.report import signing
@@ -78,10 +79,11 @@ def landed(a: Action, inst: Instance) -> str:
     out = f" on host {node_text(inst.host_id or '-')}"
     if inst.block:
         out += f" (block {node_text(inst.block)})"
-    if inst.host_id and inst.host_id in a.avoid_hosts:
+    wish = a.carries(ProvisionPayload)
+    if inst.host_id and inst.host_id in wish.avoid_hosts:
         out += "; LEMON HOST: it failed before and could not be avoided"
-    if a.block and inst.block and inst.block != a.block:
-        out += f"; outside the asked block {node_text(a.block)}"
+    if wish.block and inst.block and inst.block != wish.block:
+        out += f"; outside the asked block {node_text(wish.block)}"
     return out
 
 
@@ -136,7 +138,7 @@ class Provisioner:
         barred_places = 0  # places of `tried` skipped for a bar
         no_capacity: CapacityError | None = None  # the last place's "no capacity"
         refusal: PlacementError | LaunchSpent | None = None  # the last "cannot take it"
-        places = list(a.places)
+        places = list(a.carries(ProvisionPayload).places)
         for i, place in enumerate(places):
             provider = pool.placed()[place.placement].provider
             bar = self._barred(a.pool, provider)
@@ -263,8 +265,8 @@ class Provisioner:
             user_data=user_data,
             options=pool.placed()[place.placement].options,
             known_absent=self.fresh_inventory and lid not in self.launched,
-            avoid_hosts=frozenset(a.avoid_hosts),
-            block=a.block,
+            avoid_hosts=frozenset(a.carries(ProvisionPayload).avoid_hosts),
+            block=a.carries(ProvisionPayload).block,
         )
         return self.providers[provider].provision(request)
 

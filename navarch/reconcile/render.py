@@ -11,9 +11,21 @@ plan (Plan.partial) says what it did not look at instead.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
+from dataclasses import fields
 from typing import Any
 
-from navarch.planner.model import Action, ActionKind, ActionReason, DiagWhy, Halt, Place, Plan
+from navarch.planner.model import (
+    PAYLOAD_TYPES,
+    Action,
+    ActionKind,
+    ActionReason,
+    DiagWhy,
+    Halt,
+    Place,
+    Plan,
+)
+from navarch.planner.payloads import PeerPayload, ProvisionPayload, ScalePayload, TagsPayload
 from navarch.reconcile.codec import fault_from_json, fault_to_json
 from navarch.report.health import Remedy
 from navarch.report.timefmt import required_ts, ts
@@ -25,25 +37,26 @@ _SYMBOL = {ActionKind.PROVISION: "+", ActionKind.TERMINATE: "-"}
 
 
 def _headline(a: Action) -> str:
-    if a.kind is ActionKind.PROVISION:
-        where = a.places[0].label() if a.places else "?"
-        others = len(a.places) - 1
+    p = a.payload
+    if isinstance(p, ProvisionPayload):
+        where = p.places[0].label() if p.places else "?"
+        others = len(p.places) - 1
         # Say what the count is: the fallbacks tried only if this place has no capacity.
         more = (
             (f", then {Place.count(others).replace(' ', ' other ', 1)} if out of capacity")
             if others
             else ""
         )
-        on = "on" if a.places and a.places[0].provider else "in"
+        on = "on" if p.places and p.places[0].provider else "in"
         return f"provision {a.node} {on} {where}{more}"
-    if a.kind is ActionKind.SCALE:
-        return f"scale pool {a.pool} to {a.desired} nodes"
-    if a.kind is ActionKind.UPDATE_TAGS:
-        tags = ", ".join(f"{k}={v}" for k, v in a.tags)
+    if isinstance(p, ScalePayload):
+        return f"scale pool {a.pool} to {p.desired} nodes"
+    if isinstance(p, TagsPayload):
+        tags = ", ".join(f"{k}={v}" for k, v in p.tags)
         return f"update tags {a.node} ({a.instance_id}): {tags}"
     iid = f" ({a.instance_id})" if a.instance_id else ""
-    if a.kind is ActionKind.NCCL_PEER:
-        return f"{a.kind.value} {a.node}{iid} with {a.peer}"
+    if isinstance(p, PeerPayload):
+        return f"{a.kind.value} {a.node}{iid} with {p.peer}"
     return f"{a.kind.value} {a.node}{iid}"
 
 
@@ -242,30 +255,35 @@ def _place_json(p: Place) -> dict[str, Any]:
     }
 
 
+def _payload_fields(a: Action) -> dict[str, Any]:
+    """The action's payload as {field: value}: its names are the plan JSON's keys."""
+    p = a.payload
+    return {f.name: getattr(p, f.name) for f in fields(p)} if p is not None else {}
+
+
 def action_to_json(a: Action) -> dict[str, Any]:
-    """One action in the plan.schema.json form (the ladder's fault, rung and lemon only
-    when set, so a saved plan's reboot records what it answers)."""
+    """One action in the plan.schema.json form: its payload's fields flattened into the
+    same keys for every kind (places, replaces, repair, desired, tags and backoff always,
+    empty when the kind has none; the ladder's fault, rung and lemon, a diagnostic's level
+    and why, a launch's avoid_hosts and block, hand_back, peer and idle only when set, so a
+    saved plan's reboot records what it answers)."""
+    f = _payload_fields(a)
     ladder: dict[str, Any] = {}
-    if a.fault is not None:
-        ladder["fault"] = fault_to_json(a.fault)
-    if a.rung is not None:
-        ladder["rung"] = a.rung.value
-    if a.lemon:
+    if f.get("fault") is not None:
+        ladder["fault"] = fault_to_json(f["fault"])
+    if f.get("rung") is not None:
+        ladder["rung"] = f["rung"].value
+    if f.get("lemon"):
         ladder["lemon"] = True
-    if a.level is not None:
-        ladder["level"] = a.level
-    if a.why is not None:
-        ladder["why"] = a.why.value
-    if a.avoid_hosts:
-        ladder["avoid_hosts"] = list(a.avoid_hosts)
-    if a.block:
-        ladder["block"] = a.block
-    if a.hand_back:
-        ladder["hand_back"] = True
-    if a.peer:
-        ladder["peer"] = a.peer
-    if a.idle:
-        ladder["idle"] = True
+    if f.get("level") is not None:
+        ladder["level"] = f["level"]
+    if f.get("why") is not None:
+        ladder["why"] = f["why"].value
+    if f.get("avoid_hosts"):
+        ladder["avoid_hosts"] = list(f["avoid_hosts"])
+    for key in ("block", "hand_back", "peer", "idle"):
+        if f.get(key):
+            ladder[key] = f[key]
     return {
         "action": a.kind.value,
         "pool": a.pool,
@@ -273,24 +291,20 @@ def action_to_json(a: Action) -> dict[str, Any]:
         "reason": a.reason,
         "action_reason": a.action_reason.value,
         "instance_id": a.instance_id,
-        "places": [_place_json(p) for p in a.places],
-        "replaces": a.replaces,
-        "repair": a.repair,
-        "desired": a.desired,
-        "tags": dict(a.tags),
-        "backoff": a.backoff,
+        "places": [_place_json(p) for p in f.get("places", ())],
+        "replaces": f.get("replaces"),
+        "repair": f.get("repair", False),
+        "desired": f.get("desired"),
+        "tags": dict(f.get("tags", ())),
+        "backoff": f.get("backoff", False),
         **ladder,
     }
 
 
-def action_from_json(d: dict[str, Any]) -> Action:
-    """Inverse of action_to_json. Raises KeyError/ValueError on a malformed action."""
-    return Action(
-        kind=ActionKind(d["action"]),
-        pool=d["pool"],
-        node=d["node"],
-        reason=d["reason"],
-        places=tuple(
+def _payload_values(d: dict[str, Any]) -> dict[str, Any]:
+    """The typed values of a plan JSON action's payload keys, those present and set."""
+    typed: dict[str, Callable[[Any], Any]] = {
+        "places": lambda ps: tuple(
             Place(
                 p["zone"],
                 p["instance_type"],
@@ -299,25 +313,38 @@ def action_from_json(d: dict[str, Any]) -> Action:
                 p.get("provider", ""),
                 p.get("placement", 0),
             )
-            for p in d.get("places", ())
+            for p in ps
         ),
+        "tags": lambda t: tuple(sorted(t.items())),
+        "fault": fault_from_json,
+        "rung": Remedy,
+        "why": DiagWhy,
+        "avoid_hosts": tuple,
+    }
+    return {k: typed.get(k, lambda v: v)(v) for k, v in d.items() if v is not None}
+
+
+def action_from_json(d: dict[str, Any]) -> Action:
+    """Inverse of action_to_json: the kind's payload (PAYLOAD_TYPES) is built back from
+    the keys of its fields; keys of other kinds' fields are ignored. Raises KeyError or
+    ValueError on a malformed action (ValueError when a field the kind needs is missing)."""
+    kind = ActionKind(d["action"])
+    shape = PAYLOAD_TYPES.get(kind)
+    payload = None
+    if shape is not None:
+        values = _payload_values(d)
+        try:
+            payload = shape(**{f.name: values[f.name] for f in fields(shape) if f.name in values})
+        except TypeError as exc:
+            raise ValueError(f"a {kind.value} action: {exc}") from exc
+    return Action(
+        kind,
+        d["pool"],
+        d["node"],
+        d["reason"],
         instance_id=d.get("instance_id"),
-        replaces=d.get("replaces"),
-        repair=d.get("repair", False),
-        desired=d.get("desired"),
-        tags=tuple(sorted((d.get("tags") or {}).items())),
-        backoff=d.get("backoff", False),
-        fault=fault_from_json(d.get("fault")),
-        rung=Remedy(d["rung"]) if d.get("rung") else None,
-        lemon=d.get("lemon", False),
-        level=d.get("level"),
-        why=DiagWhy(d["why"]) if d.get("why") else None,
+        payload=payload,
         action_reason=ActionReason(d["action_reason"]),
-        avoid_hosts=tuple(d.get("avoid_hosts", ())),
-        block=d.get("block", ""),
-        hand_back=d.get("hand_back", False),
-        peer=d.get("peer", ""),
-        idle=d.get("idle", False),
     )
 
 

@@ -24,6 +24,7 @@ from navarch.errors import (
 )
 from navarch.fleet.load import load_fleet
 from navarch.inventory import Instance
+from navarch.planner.payloads import ProvisionPayload
 from navarch.providers.base import ProvisionRequest
 from navarch.reconcile.run import Fleet, gather, run_apply, system_clock
 from navarch.reconcile.state import load_memory
@@ -164,7 +165,13 @@ def test_quota_auth_and_transient_stop_where_they_should(tmp_path, error, calls,
     assert {o.error for o in provisions} == {why}
     assert len(scripted.calls) == calls
     # never fell over: each launch tried only its first place (zones spread: sim-1a, sim-1b)
-    firsts = {(o.action.places[0].zone, o.action.places[0].instance_type) for o in provisions}
+    firsts = {
+        (
+            o.action.carries(ProvisionPayload).places[0].zone,
+            o.action.carries(ProvisionPayload).places[0].instance_type,
+        )
+        for o in provisions
+    }
     assert {(z, t) for _, z, t, _ in scripted.calls} <= firsts
     assert firsts == {PLACES[0], ("sim-1b", PLACES[0][1])}
     assert _exhausted(fleet) == set()  # not the place's fault
@@ -245,7 +252,7 @@ def test_the_provisioner_alone_falls_over_zones_then_types_and_backs_off_the_ful
         "train",
         "fo-train-0001",
         "scale_up",
-        places=places,
+        payload=ProvisionPayload(places=places),
         action_reason=ActionReason.SCALE_UP,
     )
     outcome, update = provisioner.provision(action)

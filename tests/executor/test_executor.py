@@ -27,8 +27,10 @@ from navarch.planner.model import (
     Phase,
     Plan,
 )
+from navarch.planner.payloads import DiagnosePayload, DiagWhy, RemedyPayload, TagsPayload
 from navarch.reconcile.executor import Executor, JournalPolicy
 from navarch.reconcile.state import AuditLog
+from navarch.report.health import Remedy
 from navarch.stores.file import FileStore
 from tests.planner import builders
 from tests.support.journal import FLEET, write_fleet
@@ -166,11 +168,16 @@ def test_each_outcome_has_the_kind_its_failure_calls_for_and_carries_the_excepti
             "train",
             node(3),
             "drift",
-            tags=(("team", "ml"),),
+            payload=TagsPayload(tags=(("team", "ml"),)),
             action_reason=ActionReason.DRIFT,
         ),
         Action(
-            ActionKind.REBOOT, "train", node(4), "XID 79", action_reason=ActionReason.UNHEALTHY
+            ActionKind.REBOOT,
+            "train",
+            node(4),
+            "XID 79",
+            payload=RemedyPayload(rung=Remedy.REBOOT),
+            action_reason=ActionReason.UNHEALTHY,
         ),  # cordoned, not drained
     )
     ok = got[(ActionKind.TERMINATE, node(1))]
@@ -315,7 +322,7 @@ def test_a_diagnose_outcome_carries_its_verdict_as_a_diag_state(
         node(1),
         "return_requires_diag",
         instance_id="i-1",
-        level=2,
+        payload=DiagnosePayload(level=2, why=DiagWhy.RETURN),
         action_reason=ActionReason.DIAGNOSTICS,
     )
     memory, got = execute(

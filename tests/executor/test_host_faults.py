@@ -20,6 +20,7 @@ from navarch.planner.model import (
     Phase,
     Plan,
 )
+from navarch.planner.payloads import CordonPayload, TerminatePayload
 from navarch.reconcile.executor import Executor
 from navarch.reconcile.state import AuditLog
 from navarch.report.health import FaultKey, Remedy
@@ -71,8 +72,7 @@ def test_a_fault_counts_against_the_host_and_a_lemons_host_is_remembered(tmp_pat
         node,
         "XID 79",
         instance_id="i-1",
-        fault=fault,
-        repair=True,
+        payload=CordonPayload(fault=fault, repair=True),
         action_reason=ActionReason.UNHEALTHY,
     )
     memory = _run(tmp_path, memory, node, "h-0abc", cordon)
@@ -89,7 +89,7 @@ def test_a_fault_counts_against_the_host_and_a_lemons_host_is_remembered(tmp_pat
         node,
         "lemon",
         instance_id="i-1",
-        lemon=True,
+        payload=TerminatePayload(lemon=True),
         action_reason=ActionReason.DRAIN_FINISHED,
     )
     memory = _run(tmp_path, memory, node, "h-0abc", term)
@@ -116,7 +116,7 @@ def test_no_host_id_no_host_faults(tmp_path) -> None:
         node,
         "XID 79",
         instance_id="i-1",
-        fault=Fault(FaultKey("xid:79", 0), Remedy.REBOOT, "boot-1", 10),
+        payload=CordonPayload(fault=Fault(FaultKey("xid:79", 0), Remedy.REBOOT, "boot-1", 10)),
         action_reason=ActionReason.UNHEALTHY,
     )
     memory = _run(tmp_path, memory, node, None, cordon)

@@ -13,6 +13,7 @@ from navarch.errors import ConfigError
 from navarch.fleet.load import load_fleet
 from navarch.inventory import Instance
 from navarch.planner.model import Action, ActionKind, ActionReason, Fault, NodeMemory, Phase, Plan
+from navarch.planner.payloads import CordonPayload, TerminatePayload
 from navarch.reconcile.executor import Executor
 from navarch.reconcile.handlers import MAX_HOST_FAULTS
 from navarch.reconcile.state import AuditLog
@@ -59,8 +60,7 @@ def _terminate(tmp_path: Path, cloud: _Cloud, *, hand_back: bool = True):
         NODE,
         "drain finished; xid:79",
         instance_id="i-1",
-        fault=XID79,
-        hand_back=hand_back,
+        payload=TerminatePayload(fault=XID79, hand_back=hand_back),
         action_reason=ActionReason.DRAIN_FINISHED,
     )
     executor = Executor(
@@ -114,7 +114,7 @@ def test_the_host_fault_list_keeps_only_the_newest(tmp_path) -> None:
         NODE,
         "XID 79",
         instance_id="i-1",
-        fault=XID79,
+        payload=CordonPayload(fault=XID79),
         action_reason=ActionReason.UNHEALTHY,
     )
     executor = Executor(

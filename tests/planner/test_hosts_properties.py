@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from test_properties import PROPERTY, World, worlds
 
 from navarch.planner.model import ActionKind, ActionReason, HaltRule
+from navarch.planner.payloads import ProvisionPayload
 
 _HELD = {ActionKind.REBOOT, ActionKind.RESET_GPU, ActionKind.TERMINATE}
 
@@ -66,5 +67,5 @@ def test_a_faulted_rack_is_never_remedied_node_by_node(world: World) -> None:
             if a.kind in _HELD and a.node in nodes:
                 assert a.action_reason is ActionReason.REPLACE_REQUESTED, (a, h.message)
     for a in p.actions:
-        if a.kind is ActionKind.PROVISION and a.block:
-            assert a.replaces is not None and blocks.get(a.replaces) == a.block, a
+        if isinstance(a.payload, ProvisionPayload) and a.payload.block:
+            assert a.replaces is not None and blocks.get(a.replaces) == a.payload.block, a

@@ -34,7 +34,6 @@ from navarch.planner.model import (
     Cordon,
     Diag,
     DiagState,
-    DiagWhy,
     Lifecycle,
     Memory,
     NodeMemory,
@@ -42,6 +41,7 @@ from navarch.planner.model import (
     Plan,
 )
 from navarch.planner.observe import observe
+from navarch.planner.payloads import DiagnosePayload, ProvisionPayload, RemedyPayload
 from navarch.planner.plan import plan
 from navarch.reconcile.handlers import _with_fault
 
@@ -211,8 +211,8 @@ class World:
                 launched_at=now,
                 state=InstanceState.PENDING,
                 instance_id=f"i-{self.ids}",
-                zone=a.places[0].zone,
-                instance_type=a.places[0].instance_type,
+                zone=a.carries(ProvisionPayload).places[0].zone,
+                instance_type=a.carries(ProvisionPayload).places[0].instance_type,
             )
             self.nodes[a.node] = Node(inst)
             pm = mem.pool(a.pool)
@@ -262,7 +262,7 @@ class World:
                     phase=Phase.REMEDIATING,
                     phase_at=now,
                     phase_reason=a.reason,
-                    rung=a.rung,
+                    rung=a.carries(RemedyPayload).rung,
                     rung_fault=a.fault.key if a.fault else nm.rung_fault,
                     rung_at=now,
                     return_streak=0,
@@ -274,7 +274,8 @@ class World:
             assert nm is not None
             prev = nm.diag
             if prev is None or prev.state is not DiagState.RUNNING:
-                diag = Diag(a.level or 1, DiagWhy(a.why), DiagState.RUNNING, now, now)
+                d = a.carries(DiagnosePayload)
+                diag = Diag(d.level, d.why, DiagState.RUNNING, now, now)
             else:
                 fault = self.nodes[a.node].fault
                 diag = replace(prev, state=DiagState.FAIL if fault else DiagState.PASS, at=now)

@@ -35,11 +35,11 @@ from navarch.planner.model import (
     Cordon,
     Diag,
     DiagState,
-    DiagWhy,
     Phase,
     Plan,
 )
 from navarch.planner.observe import observe
+from navarch.planner.payloads import DiagnosePayload
 from navarch.planner.plan import plan
 from navarch.report.health import Status
 
@@ -153,8 +153,9 @@ class LivenessWorld(World):
             nm = self.memory.node(a.node)
             assert nm is not None
             prev = nm.diag
-            if prev is None or prev.state is not DiagState.RUNNING or prev.why.value != a.why:
-                diag = Diag(a.level or 1, DiagWhy(a.why), DiagState.RUNNING, self.now, self.now)
+            d = a.carries(DiagnosePayload)
+            if prev is None or prev.state is not DiagState.RUNNING or prev.why is not d.why:
+                diag = Diag(d.level, d.why, DiagState.RUNNING, self.now, self.now)
             elif self.diag_outcome == "unavailable":
                 diag = replace(
                     prev,

@@ -15,6 +15,7 @@ from test_scenarios import SCENARIOS, build_inputs, run
 from navarch.capabilities import Capability
 from navarch.planner.breaker import Breaker, breaker_state
 from navarch.planner.model import ActionKind, DiagWhy, HaltRule
+from navarch.planner.payloads import DiagnosePayload
 from navarch.planner.repair import RepairRank
 from navarch.providers.aws import AwsProvider
 from navarch.providers.azure import AzureProvider
@@ -122,8 +123,8 @@ def test_a_saved_plan_keeps_why_a_node_is_diagnosed_as_an_enum(tmp_path: Path) -
     inputs = build_inputs(_scenario("diag_scheduled_drained_node_is_diagnosed"), tmp_path)
     _, plan = run(inputs)
     diagnose = [a for a in plan.actions if a.kind is ActionKind.DIAGNOSE]
-    assert diagnose and all(a.why is DiagWhy.SCHEDULED for a in diagnose)
+    assert diagnose and all(a.carries(DiagnosePayload).why is DiagWhy.SCHEDULED for a in diagnose)
     doc = plan_to_json(plan)
     assert {a["why"] for a in doc["actions"] if a["action"] == "diagnose"} == {"scheduled"}
     back = plan_from_json(doc)
-    assert [a.why for a in back.actions] == [a.why for a in plan.actions]
+    assert back.actions == plan.actions

@@ -42,6 +42,7 @@ from navarch.planner.model import (
     counts_against_budget,
 )
 from navarch.planner.observe import Observed, observe
+from navarch.planner.payloads import CordonPayload, ProvisionPayload, ScalePayload, TagsPayload
 from navarch.planner.plan import plan
 
 FLEET = "pf"
@@ -535,7 +536,7 @@ def never_exceeds_the_disruption_budget(world: World, observed: Observed, p: Pla
             if a.pool == pool.name
             and a.kind is ActionKind.CORDON
             and a.action_reason is not ActionReason.SPARE
-            and not a.idle
+            and not a.carries(CordonPayload).idle
             and views[a.node or ""].lifecycle is not Lifecycle.PREEMPTING
         }
         promoted = sum(
@@ -743,17 +744,17 @@ class Sim:
             pool = self.spec.pool(a.pool)
             pm = replace(
                 mem.pool(a.pool),
-                desired=a.desired,
+                desired=a.carries(ScalePayload).desired,
                 desired_from_target=pool.target_nodes,
                 scaled_at=now,
             )
             self.memory = mem.with_pool(pm)
         elif a.kind is ActionKind.PROVISION:
             assert a.node not in self.names_used, f"node name {a.node} provisioned twice"
-            assert a.places, "provision without a place"
+            assert a.carries(ProvisionPayload).places, "provision without a place"
             self.names_used.add(a.node)
             self.ids += 1
-            place = a.places[0]
+            place = a.carries(ProvisionPayload).places[0]
             pool = self.spec.pool(a.pool)
             inst = builders.instance(
                 FLEET,
@@ -785,7 +786,7 @@ class Sim:
             )
         elif a.kind is ActionKind.UPDATE_TAGS:
             n = self.nodes[a.node]
-            tags = {**dict(n.instance.tags), **dict(a.tags)}
+            tags = {**dict(n.instance.tags), **dict(a.carries(TagsPayload).tags)}
             n.instance = replace(n.instance, tags=tuple(sorted(tags.items())))
         elif a.kind is ActionKind.CORDON:
             nm = mem.node(a.node) or NodeMemory(a.node, a.pool, first_seen_at=now)

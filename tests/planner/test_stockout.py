@@ -26,6 +26,7 @@ from navarch.planner.model import (
     Plan,
 )
 from navarch.planner.observe import observe
+from navarch.planner.payloads import ProvisionPayload
 from navarch.planner.plan import plan
 
 FLEET = "so"
@@ -90,7 +91,7 @@ class World:
                         builders.exhausted(
                             pl.zone, pl.instance_type, until=now + STEP, provider="sim"
                         )
-                        for pl in a.places
+                        for pl in a.carries(ProvisionPayload).places
                     ),
                 )
                 self.memory = m.with_pool(pm)
@@ -98,7 +99,7 @@ class World:
             assert a.node is not None
             index = int(a.node.rsplit("-", 1)[1])
             self.nodes[a.node] = now
-            self.zones[a.node] = a.places[0].zone
+            self.zones[a.node] = a.carries(ProvisionPayload).places[0].zone
             pm = replace(pm, next_index=max(pm.next_index, index + 1), exhausted=())
             self.memory = m.with_pool(pm).with_node(
                 NodeMemory(a.node, "train", f"i-{a.node}", first_seen_at=now)

@@ -13,6 +13,7 @@ import builders
 from navarch.planner.context import PlanOptions
 from navarch.planner.model import ActionKind, PoolMemory, Vacancy
 from navarch.planner.observe import observe
+from navarch.planner.payloads import ProvisionPayload
 from navarch.planner.plan import plan
 from navarch.planner.vacancies import VACANCY_TTL_S, fill, open_vacancies, record
 
@@ -58,15 +59,15 @@ def test_a_replacement_after_terminate_lands_in_the_gone_nodes_zone_and_block() 
     vacancy = Vacancy(GONE, "sim", "z2", "z2/rack-1", NOW - timedelta(minutes=5))
     [launch] = [a for a in _plan((vacancy,)).actions if a.kind is ActionKind.PROVISION]
     assert launch.replaces == GONE
-    assert launch.block == "z2/rack-1"
-    assert launch.places[0].zone == "z2"
+    assert launch.carries(ProvisionPayload).block == "z2/rack-1"
+    assert launch.carries(ProvisionPayload).places[0].zone == "z2"
     assert f"replaces {GONE}; in block z2/rack-1" in launch.reason
 
 
 def test_a_lapsed_vacancy_is_plain_capacity() -> None:
     old = Vacancy(GONE, "sim", "z2", "z2/rack-1", NOW - timedelta(seconds=VACANCY_TTL_S + 1))
     [launch] = [a for a in _plan((old,)).actions if a.kind is ActionKind.PROVISION]
-    assert launch.replaces is None and launch.block == ""
+    assert launch.replaces is None and launch.carries(ProvisionPayload).block == ""
 
 
 def test_a_vacancy_is_recorded_once_per_node_and_filled_by_its_replacement() -> None:

@@ -22,6 +22,7 @@ from test_ladder_properties import FLEET, PROPERTY, XIDS, World
 from navarch.fleet.spec import FleetSpec
 from navarch.planner.model import ActionKind, NodeMemory
 from navarch.planner.observe import observe
+from navarch.planner.payloads import ProvisionPayload
 from navarch.planner.plan import plan
 
 ZONES = ("z1", "z2", "z3", "z4")
@@ -129,11 +130,15 @@ def test_new_nodes_of_a_spread_pool_go_to_the_emptiest_zones_in_one_plan() -> No
     later = now + timedelta(minutes=1)
     observed = observe(spec, (inst,), {}, mem, later)
     p = plan(spec, observed.views, observed.memory, later)
-    firsts = [a.places[0].zone for a in p.actions if a.kind is ActionKind.PROVISION]
+    firsts = [
+        a.carries(ProvisionPayload).places[0].zone
+        for a in p.actions
+        if a.kind is ActionKind.PROVISION
+    ]
     assert firsts == ["z2", "z3", "z1", "z2"]
     # every zone stays in each order, as the fallback when the first has no capacity
     assert all(
-        sorted(x.zone for x in a.places) == ["z1", "z2", "z3"]
+        sorted(x.zone for x in a.carries(ProvisionPayload).places) == ["z1", "z2", "z3"]
         for a in p.actions
         if a.kind is ActionKind.PROVISION
     )
@@ -146,7 +151,9 @@ def test_a_replacement_goes_to_the_zone_of_the_node_it_replaces() -> None:
     sick = sorted(n for n, node in world.nodes.items() if node.instance.zone == "z2")[0]
     world.step({sick: "fault:95"})
     provisions = [a for a in world.last.actions if a.kind is ActionKind.PROVISION]  # type: ignore[union-attr]
-    assert [(a.replaces, a.places[0].zone) for a in provisions] == [(sick, "z2")]
+    assert [(a.replaces, a.carries(ProvisionPayload).places[0].zone) for a in provisions] == [
+        (sick, "z2")
+    ]
 
 
 def test_scale_down_takes_from_the_fullest_zone() -> None:
@@ -184,4 +191,4 @@ def test_a_rebalance_launch_tries_only_the_emptiest_zone() -> None:
     p = plan(spec, observed.views, observed.memory, now)
     [provision] = [a for a in p.actions if a.kind is ActionKind.PROVISION]
     assert provision.action_reason == "zone_rebalance"
-    assert {x.zone for x in provision.places} == {"z2"}
+    assert {x.zone for x in provision.carries(ProvisionPayload).places} == {"z2"}

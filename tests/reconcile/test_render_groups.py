@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from navarch.planner.model import Action, ActionKind, ActionReason, Place, Plan
+from navarch.planner.payloads import ProvisionPayload
 from navarch.reconcile.render import GROUP_OVER, plan_to_json, render_text
 
 PLACE = (Place("sim-1a", "sim-h100x8", False, 0),)
@@ -18,7 +19,7 @@ def _plan(n: int) -> Plan:
             "train",
             f"demo-train-{i:05d}",
             f"{i} of {n} nodes present",
-            places=PLACE,
+            payload=ProvisionPayload(places=PLACE),
             action_reason=ActionReason.SCALE_UP,
         )
         for i in range(n)

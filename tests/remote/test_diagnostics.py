@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from navarch.planner.payloads import DiagnosePayload
 from navarch.remote.adapter import SSHPlaybooks
 from navarch.remote.diagnostics import (
     DiagOutcome,
@@ -275,8 +276,7 @@ def test_the_executor_starts_then_collects_and_records_the_diag(
         node,
         "return_requires_diag",
         instance_id="i-1",
-        level=2,
-        why=DiagWhy.RETURN,
+        payload=DiagnosePayload(level=2, why=DiagWhy.RETURN),
         action_reason=ActionReason.DIAGNOSTICS,
     )
     executor = Executor(

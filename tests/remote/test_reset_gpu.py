@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from navarch.planner.payloads import RemedyPayload
 from navarch.remote.adapter import SSHPlaybooks
 from navarch.remote.playbook import PlaybookKind, load_playbook
 
@@ -127,8 +128,7 @@ def test_the_executor_resets_through_the_playbook(
         node,
         "XID 48, first occurrence",
         instance_id="i-1",
-        fault=fault,
-        rung=Remedy.RESET_GPU,
+        payload=RemedyPayload(fault=fault, rung=Remedy.RESET_GPU),
         action_reason=ActionReason.REMEDY,
     )
     executor = Executor(

@@ -22,6 +22,7 @@ from navarch.inventory import Instance
 from navarch.outcome import OutcomeKind
 from navarch.planner.burn_in import run_key
 from navarch.planner.model import Action, ActionKind, ActionReason, Cordon, Memory, NodeMemory, Plan
+from navarch.planner.payloads import PeerPayload
 from navarch.reconcile.executor import Executor
 from navarch.reconcile.handlers import Handlers
 from navarch.reconcile.state import AuditLog
@@ -262,7 +263,7 @@ def test_apply_runs_the_pair_of_a_node_drained_for_burn_in_and_keeps_the_result_
         "train",
         NODE,
         f"multi-node NCCL all-reduce with the known-good {PEER}",
-        peer=PEER,
+        payload=PeerPayload(peer=PEER),
         action_reason=ActionReason.BURN_IN_PEER,
     )
     store = FileStore(tmp_path / "store")

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from navarch.planner.model import Action, ActionKind, ActionReason, Halt, Place, Plan
+from navarch.planner.payloads import CordonPayload, ProvisionPayload
 from navarch.reconcile.render import render_markdown
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -31,7 +32,7 @@ PLANS = {
                 "demo-train-0002",
                 XID,
                 instance_id="i-0002",
-                repair=True,
+                payload=CordonPayload(repair=True),
                 action_reason=ActionReason.UNHEALTHY,
             ),
             Action(
@@ -47,11 +48,13 @@ PLANS = {
                 "train",
                 "demo-train-0004",
                 "replaces demo-train-0002",
-                places=(
-                    Place("sim-1a", "sim-h100x8", False, 0),
-                    Place("sim-1b", "sim-h100x8", False, 1),
+                payload=ProvisionPayload(
+                    places=(
+                        Place("sim-1a", "sim-h100x8", False, 0),
+                        Place("sim-1b", "sim-h100x8", False, 1),
+                    ),
+                    replaces="demo-train-0002",
                 ),
-                replaces="demo-train-0002",
                 action_reason=ActionReason.SCALE_UP,
             ),
             Action(
@@ -59,7 +62,7 @@ PLANS = {
                 "infer",
                 "demo-infer-0003",
                 "below target (1 of 2)",
-                places=(Place("sim-1b", "sim-l4x1", True, 0),),
+                payload=ProvisionPayload(places=(Place("sim-1b", "sim-l4x1", True, 0),)),
                 action_reason=ActionReason.SCALE_UP,
             ),
         ),
@@ -150,8 +153,10 @@ def _worst_plan(nodes: int, pools: int) -> Plan:
                 pool,
                 f"{node}-r",
                 long,
-                places=tuple(Place(f"zone-{z}", "p5.48xlarge", False, z) for z in range(8)),
-                replaces=node,
+                payload=ProvisionPayload(
+                    places=tuple(Place(f"zone-{z}", "p5.48xlarge", False, z) for z in range(8)),
+                    replaces=node,
+                ),
                 action_reason=ActionReason.REPLACEMENT,
             )
         )

@@ -31,6 +31,7 @@ from navarch.planner.model import (
     Memory,
     Plan,
 )
+from navarch.planner.payloads import CordonPayload, DiagnosePayload, RemedyPayload
 from navarch.report.health import FaultKey, Remedy
 from navarch.stores import open_store
 from tests.unattended.helpers import Recorder, write_fleet
@@ -52,7 +53,7 @@ def test_events_from_outcomes_and_halts() -> None:
         "demo-train-0002",
         XID,
         instance_id="i-2",
-        fault=fault,
+        payload=CordonPayload(fault=fault),
         action_reason=ActionReason.UNHEALTHY,
     )
     term = Action(
@@ -99,6 +100,7 @@ def test_ladder_events_reboot_reset_and_diagnostics() -> None:
         "train",
         node,
         "XID 79, first occurrence",
+        payload=RemedyPayload(rung=Remedy.REBOOT),
         action_reason=ActionReason.REMEDY,
     )
     reset = Action(
@@ -106,6 +108,7 @@ def test_ladder_events_reboot_reset_and_diagnostics() -> None:
         "train",
         node,
         "XID 48, first occurrence",
+        payload=RemedyPayload(rung=Remedy.RESET_GPU),
         action_reason=ActionReason.REMEDY,
     )
     diag = Action(
@@ -113,8 +116,7 @@ def test_ladder_events_reboot_reset_and_diagnostics() -> None:
         "train",
         node,
         "return_requires_diag",
-        level=2,
-        why=DiagWhy.RETURN,
+        payload=DiagnosePayload(level=2, why=DiagWhy.RETURN),
         action_reason=ActionReason.DIAGNOSTICS,
     )
     outcomes = [

@@ -41,7 +41,7 @@ from navarch.planner.model import (
     Plan,
 )
 from navarch.planner.observe import observe
-from navarch.planner.payloads import DiagnosePayload, ProvisionPayload, RemedyPayload
+from navarch.planner.payloads import CordonPayload, DiagnosePayload, ProvisionPayload, RemedyPayload
 from navarch.planner.plan import plan
 from navarch.reconcile.handlers import _with_fault
 
@@ -228,7 +228,9 @@ class World:
                 phase=Phase.CORDONED,
                 phase_at=now,
                 phase_reason=a.reason,
-                cordon=Cordon(a.action_reason, now, repair=a.repair, idle=a.idle),
+                cordon=Cordon(
+                    a.action_reason, now, repair=a.repair, idle=a.carries(CordonPayload).idle
+                ),
             )
             # As the executor does: a cordon for another reason (scale-down, drift) forgets
             # an old fault, so the ladder never remedies a node that is not sick.

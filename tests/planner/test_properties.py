@@ -796,7 +796,9 @@ class Sim:
                     phase=Phase.CORDONED,
                     phase_at=now,
                     phase_reason=a.reason,
-                    cordon=Cordon(a.action_reason, now, repair=a.repair, idle=a.idle),
+                    cordon=Cordon(
+                        a.action_reason, now, repair=a.repair, idle=a.carries(CordonPayload).idle
+                    ),
                 )
             )
             if a.repair:

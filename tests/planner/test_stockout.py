@@ -26,7 +26,7 @@ from navarch.planner.model import (
     Plan,
 )
 from navarch.planner.observe import observe
-from navarch.planner.payloads import ProvisionPayload
+from navarch.planner.payloads import CordonPayload, ProvisionPayload
 from navarch.planner.plan import plan
 
 FLEET = "so"
@@ -113,7 +113,9 @@ class World:
                     nm,
                     phase=Phase.CORDONED,
                     phase_at=now,
-                    cordon=Cordon(a.action_reason, now, repair=a.repair, idle=a.idle),
+                    cordon=Cordon(
+                        a.action_reason, now, repair=a.repair, idle=a.carries(CordonPayload).idle
+                    ),
                     fault=fault,
                     faults=faults,
                 )

@@ -1,5 +1,5 @@
 """What an apply did: one Outcome per action (its OutcomeKind, named for what happens next)
-and the run's ApplyResult.
+and the run's RunResult (navarch.api.ApplyResult is its public view).
 
 Plain data on a low floor: the executor (navarch.reconcile) makes these, and the notifier
 (navarch.notify), the metrics (navarch.notify.metrics), the simulator and navarch.api read them,
@@ -115,7 +115,7 @@ class Outcome:
 
 
 @dataclass(frozen=True)
-class ApplyResult:
+class RunResult:
     """What one apply did: the plan it executed, one outcome per action in completion
     order, the Memory it left, its run id (the audit log's). audit_error: set when the
     audit log's last chunk could not be written (the actions happened and Memory records

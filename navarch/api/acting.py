@@ -26,8 +26,7 @@ from navarch.api.results import (
 from navarch.errors import NavarchError
 
 if TYPE_CHECKING:
-    from navarch.outcome import ApplyResult as RunResult
-    from navarch.outcome import Outcome
+    from navarch.outcome import Outcome, RunResult
     from navarch.planner.context import PlanOptions
     from navarch.planner.model import Plan
     from navarch.reconcile.operator.pause import PauseResult

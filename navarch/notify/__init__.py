@@ -1,7 +1,7 @@
 """What a run tells the world after it: notifications, metrics, the status page.
 
     events.py    Event (kind, severity, fleet, pool, node, message, details) derived from
-                 an ApplyResult (outcomes, plan halts) or an error
+                 an RunResult (outcomes, plan halts) or an error
     state.py     which conditions are active: state/<fleet>.notify.json (CAS)
     sinks.py     log, webhook (HMAC-SHA256 signed), slack, pagerduty (Events API v2)
     dispatch.py  notify_run(): events -> sinks, failures logged and counted, never raised

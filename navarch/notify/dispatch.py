@@ -27,7 +27,7 @@ from navarch.notify.events import (
 from navarch.notify.reserved import idle_conditions
 from navarch.notify.sinks import accepts, open_sink
 from navarch.notify.state import NotifyState, commit, load_state, transition
-from navarch.outcome import ApplyResult
+from navarch.outcome import RunResult
 from navarch.stores.base import ObjectStore
 from navarch.textsafe import counted
 
@@ -48,9 +48,9 @@ class Delivery:
 
 
 def run_events(
-    spec: FleetSpec, result: ApplyResult | None, error: BaseException | None, run_id: str
+    spec: FleetSpec, result: RunResult | None, error: BaseException | None, run_id: str
 ) -> tuple[tuple[Event, ...], dict[str, Event], bool]:
-    """(one-off events, this run's conditions, complete) from an ApplyResult or an error.
+    """(one-off events, this run's conditions, complete) from an RunResult or an error.
 
     result: the run's plan and outcomes, or None when the apply
     raised `error`. complete: the run saw every pool's halts (it finished).
@@ -77,13 +77,13 @@ def notify_run(
     *,
     now: datetime,
     run_id: str,
-    result: ApplyResult | None = None,
+    result: RunResult | None = None,
     error: BaseException | None = None,
     pools: frozenset[str] | None = None,
 ) -> tuple[Delivery, ...]:
     """Send this apply's events to every sink -> one Delivery per sink that had any.
 
-    Give result (an ApplyResult) or error (what the apply raised). pools: the pools a
+    Give result (an RunResult) or error (what the apply raised). pools: the pools a
     --pool run looked at (None: all). Never raises: failures are logged and returned.
     """
     if not spec.notify:

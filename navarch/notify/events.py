@@ -2,7 +2,7 @@
 
 Two sources, one module:
 
-- outcome_events / plan_conditions / outcome_conditions (an ApplyResult's parts):
+- outcome_events / plan_conditions / outcome_conditions (an RunResult's parts):
   per-action outcomes (node cordoned with its reason, drain started, drain finished or
   timed out, node terminated, replacement provisioned, node rebooted or GPU-reset, node diagnosed
   (dcgmi diag verdict), node returned to

@@ -52,7 +52,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from navarch.fleet.spec import FleetSpec
 from navarch.notify.dispatch import Delivery
-from navarch.outcome import ApplyResult, dead_on_arrival
+from navarch.outcome import RunResult, dead_on_arrival
 from navarch.planner.model import HaltRule, Plan
 
 log = logging.getLogger("navarch.notify.metrics")
@@ -73,7 +73,7 @@ class RunFacts:
     did not succeed (None: unknown).
     """
 
-    result: ApplyResult | None
+    result: RunResult | None
     now: datetime
     duration_s: float
     deliveries: Sequence[Delivery] = ()
@@ -133,7 +133,7 @@ def build_registry(spec: FleetSpec, facts: RunFacts) -> CollectorRegistry:
 
 
 def _result_metrics(
-    reg: CollectorRegistry, spec: FleetSpec, result: ApplyResult, now: datetime
+    reg: CollectorRegistry, spec: FleetSpec, result: RunResult, now: datetime
 ) -> None:
     """The last apply's metrics, registered in this order: nodes, pools, actions."""
     _node_metrics(reg, spec.name, result.plan)
@@ -157,7 +157,7 @@ def _node_metrics(reg: CollectorRegistry, fleet: str, plan: Plan) -> None:
 
 
 def _pool_metrics(
-    reg: CollectorRegistry, spec: FleetSpec, result: ApplyResult, now: datetime
+    reg: CollectorRegistry, spec: FleetSpec, result: RunResult, now: datetime
 ) -> None:
     """Per pool: desired and present nodes, circuit breaker, capacity backoff, report ages."""
     fleet = spec.name
@@ -206,7 +206,7 @@ def _pool_metrics(
                 h.observe(v.report_age_s)
 
 
-def _action_metrics(reg: CollectorRegistry, spec: FleetSpec, result: ApplyResult) -> None:
+def _action_metrics(reg: CollectorRegistry, spec: FleetSpec, result: RunResult) -> None:
     """What the last apply did: actions by kind and outcome, dead on arrival, and the
     health reports rejected since the fleet's state began."""
     fleet = spec.name

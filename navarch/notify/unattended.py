@@ -25,7 +25,7 @@ from navarch.textsafe import counted
 
 if TYPE_CHECKING:
     from navarch.notify.dispatch import Delivery
-    from navarch.outcome import ApplyResult, Outcome
+    from navarch.outcome import Outcome, RunResult
     from navarch.planner.model import Plan
 
 log = logging.getLogger("navarch.run")
@@ -56,7 +56,7 @@ class Unattended:
         self.started = time.monotonic()
         self.deliveries: tuple[Delivery, ...] = ()
         #: What the apply did, as after_apply was handed it (None until then, or when it raised).
-        self.run: ApplyResult | None = None
+        self.run: RunResult | None = None
         self._stack = ExitStack()
         self._bar: Any = None
 
@@ -103,7 +103,7 @@ class Unattended:
         self._stack.close()
         self._bar = None
 
-    def after_apply(self, result: ApplyResult | None, error: NavarchError | None) -> None:
+    def after_apply(self, result: RunResult | None, error: NavarchError | None) -> None:
         """run_apply's after_apply hook: send notifications (never raises); remembers the
         result (self.run) for finish() and summary()."""
         from navarch.notify.dispatch import notify_run
@@ -121,7 +121,7 @@ class Unattended:
         )
 
     # -- after the run ------------------------------------------------------------------
-    def finish(self, result: ApplyResult | None, error: BaseException | None) -> None:
+    def finish(self, result: RunResult | None, error: BaseException | None) -> None:
         """Metrics (textfile, pushgateway) and the status page; failures are logged. A run
         that found the lease held did nothing: the run holding it reports; a partial run
         (Plan.partial) looked at too little of the fleet to report on it."""
@@ -169,7 +169,7 @@ class Unattended:
             except NavarchError as exc:
                 log.warning("cannot write the status page: %s", exc)
 
-    def summary(self, result: ApplyResult | None, exit_code: int) -> None:
+    def summary(self, result: RunResult | None, exit_code: int) -> None:
         """The final one-line summary (a JSON line with --log-format json)."""
         outcomes = result.outcomes if result is not None else ()
         failed = sum(1 for o in outcomes if not o.ok)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from navarch.fleet.spec import FleetSpec
-from navarch.outcome import ApplyResult
+from navarch.outcome import RunResult
 from navarch.planner.model import Memory, Plan
 from navarch.planner.quiet import quiet_fold
 from navarch.reconcile.named_reports import list_named, named_keys
@@ -41,9 +41,9 @@ class Partial:
     plan: Plan
     memory: Memory
 
-    def result(self, run_id: str) -> ApplyResult:
-        """The run's ApplyResult: the plan, no outcomes, the Memory it left."""
-        return ApplyResult(self.plan, (), self.memory, run_id)
+    def result(self, run_id: str) -> RunResult:
+        """The run's RunResult: the plan, no outcomes, the Memory it left."""
+        return RunResult(self.plan, (), self.memory, run_id)
 
 
 def quiet_run(

@@ -24,7 +24,7 @@ from navarch.fleet.spec import FleetSpec, PoolSpec, Scheduler
 from navarch.history import Trigger
 from navarch.inventory import Instance, Reservation, fingerprint, reservations_of
 from navarch.logs import new_run_id
-from navarch.outcome import ApplyResult, Outcome
+from navarch.outcome import Outcome, RunResult
 from navarch.planner.context import PlanOptions
 from navarch.planner.model import Memory, Phase, Plan, ReportObservation
 from navarch.planner.observe import Observed, observe
@@ -343,11 +343,11 @@ def run_apply(
     on_outcome: Callable[[Outcome], None] | None = None,
     policy: JournalPolicy | None = None,
     max_parallel: Mapping[str, int] | None = None,
-    after_apply: Callable[[ApplyResult | None, NavarchError | None], None] | None = None,
+    after_apply: Callable[[RunResult | None, NavarchError | None], None] | None = None,
     run_id: str | None = None,
     actor: Actor | None = None,
     named: Collection[str] | None = None,
-) -> ApplyResult | None:
+) -> RunResult | None:
     """Take the lease, gather, (check the saved plan), confirm, execute with a journal,
     save Memory if it changed, release the lease.
 
@@ -419,12 +419,12 @@ def _execute(
     plan: Plan,
     snap: Snapshot,
     on_outcome: Callable[[Outcome], None] | None,
-) -> ApplyResult:
+) -> RunResult:
     """Execute the plan on the snapshot's Memory and persist what it (or observe) learnt
-    -> the run's ApplyResult. Raises what the executor and the journal raise."""
+    -> the run's RunResult. Raises what the executor and the journal raise."""
     memory, outcomes = executor.execute(plan, snap.memory, on_outcome)
     memory = journal.persist(memory)  # what observe() learnt, when nothing was done
-    return ApplyResult(
+    return RunResult(
         plan, tuple(outcomes), memory, executor.run_id, executor.audit_error, snap.reservations
     )
 
@@ -526,8 +526,8 @@ def leased(fleet: Fleet, command: str, clock: Clock = system_clock) -> Iterator[
 
 
 def _after(
-    hook: Callable[[ApplyResult | None, NavarchError | None], None] | None,
-    result: ApplyResult | None,
+    hook: Callable[[RunResult | None, NavarchError | None], None] | None,
+    result: RunResult | None,
     error: NavarchError | None,
 ) -> None:
     """Run the after_apply hook; a failing hook is logged, never changes the apply."""

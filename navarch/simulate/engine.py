@@ -28,7 +28,7 @@ from typing import Any
 
 from navarch.errors import NavarchError
 from navarch.fleet.spec import FleetSpec
-from navarch.outcome import ApplyResult, Outcome
+from navarch.outcome import Outcome, RunResult
 from navarch.planner.model import ActionKind, ActionReason, Lifecycle, Phase
 from navarch.reconcile.run import Fleet, run_apply
 from navarch.report.compat import StrEnum
@@ -249,7 +249,7 @@ class _Tally:
         elif sim is not None and not faulty and not preempting:
             self.wrongful.append({"node": node, "t_s": round(w.t, 3), "reason": reason})
 
-    def after_run(self, result: ApplyResult | None) -> None:
+    def after_run(self, result: RunResult | None) -> None:
         """Halts, breaker runs and the phases Memory holds after one apply; whether the
         world is clean (a later tick with no event in between may be skipped)."""
         self.runs_executed += 1
@@ -285,7 +285,7 @@ class _Tally:
         self.peak_disrupted = max([self.peak_disrupted, *per_pool.values()])
         self.clean = self._clean(result)
 
-    def _clean(self, result: ApplyResult) -> bool:
+    def _clean(self, result: RunResult) -> bool:
         """Whether the next runs would plan nothing while no event happens: this run
         planned no action and no halt, Memory holds every node serving on a healthy report,
         every pool is at its target with every node booted, reported and live (no fault,
@@ -559,7 +559,7 @@ def _run(fleet: Fleet, world: World, tally: _Tally, run_id: str) -> None:
     """One real apply now (a tick's, or an event-started one), its outcomes tallied."""
     world.catch_up_all(strict=True)
     world.dirty = False
-    result: ApplyResult | None
+    result: RunResult | None
     try:
         result = run_apply(
             fleet,

@@ -17,7 +17,7 @@ import yaml
 
 from navarch.errors import LockHeld
 from navarch.fleet.load import load_fleet
-from navarch.outcome import ApplyResult
+from navarch.outcome import RunResult
 from navarch.planner.model import ActionKind, Phase
 from navarch.providers.local.ops import inject, tick
 from navarch.reconcile.render import NO_CHANGES, plan_to_json, render_text
@@ -102,7 +102,7 @@ def _counted(fleet: Fleet) -> tuple[Counter[str], Counter[str], list[tuple[str, 
     return store_calls, cloud_calls, store_args
 
 
-def _apply(fleet: Fleet, at: datetime, named: list[str] | None) -> ApplyResult:
+def _apply(fleet: Fleet, at: datetime, named: list[str] | None) -> RunResult:
     result = run_apply(
         fleet, command="apply", clock=lambda: at, named=frozenset(named) if named else None
     )

@@ -1,4 +1,4 @@
-"""Notifier pieces on their own: event derivation from an ApplyResult, per-sink filters,
+"""Notifier pieces on their own: event derivation from an RunResult, per-sink filters,
 condition start/clear bookkeeping, the Slack message, retries, and secrets kept out of
 errors. HTTP goes to a recording server on 127.0.0.1."""
 
@@ -18,7 +18,7 @@ from navarch.notify.dispatch import notify_run
 from navarch.notify.events import EventKind, events_from_error, outcome_events, plan_conditions
 from navarch.notify.sinks import SlackSink, WebhookSink, accepts
 from navarch.notify.state import NotifyState, load_state, transition
-from navarch.outcome import ApplyResult, Outcome
+from navarch.outcome import Outcome, RunResult
 from navarch.planner.model import (
     Action,
     ActionKind,
@@ -40,9 +40,9 @@ NOW = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 XID = "XID 79: GPU has fallen off the bus on 0000:5d:00"
 
 
-def result(*outcomes: Outcome, halts: tuple[Halt, ...] = ()) -> ApplyResult:
+def result(*outcomes: Outcome, halts: tuple[Halt, ...] = ()) -> RunResult:
     plan = Plan("demo", NOW, tuple(o.action for o in outcomes), halts=halts)
-    return ApplyResult(plan, outcomes, Memory(fleet="demo"), "run-1")
+    return RunResult(plan, outcomes, Memory(fleet="demo"), "run-1")
 
 
 def test_events_from_outcomes_and_halts() -> None:

@@ -11,7 +11,7 @@ from navarch.fleet.load import load_fleet
 from navarch.inventory import Reservation
 from navarch.notify.dispatch import notify_run
 from navarch.notify.state import load_state
-from navarch.outcome import ApplyResult
+from navarch.outcome import RunResult
 from navarch.planner.model import Memory, Plan
 from navarch.stores import open_store
 from tests.unattended.helpers import write_fleet
@@ -19,9 +19,9 @@ from tests.unattended.helpers import write_fleet
 T0 = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
 
 
-def _result(running: int) -> ApplyResult:
+def _result(running: int) -> RunResult:
     r = Reservation("sim", "res-train", "sim-h100x8", "sim-1a", 3, 3 - running)
-    return ApplyResult(Plan("demo", T0, ()), (), Memory(fleet="demo"), "r", None, (r,))
+    return RunResult(Plan("demo", T0, ()), (), Memory(fleet="demo"), "r", None, (r,))
 
 
 def test_reserved_capacity_idle_past_reservation_idle_after_is_notified_once_then_cleared(

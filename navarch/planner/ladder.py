@@ -51,7 +51,6 @@ from navarch.planner.model import (
     HaltRule,
     Lifecycle,
     NodeView,
-    impaired_cordon,
 )
 from navarch.planner.observe import after_remedy, fault_of
 from navarch.planner.payloads import CordonPayload, RemedyPayload
@@ -454,7 +453,7 @@ def _requested(ctx: PoolContext, v: NodeView) -> tuple[Action | None, str] | Non
     # A cordon that nothing drains (an operator's, or one on the cloud's first impaired
     # listing) is taken over: cordoned again as a repair, and drained.
     if v.lifecycle is Lifecycle.OPERATOR_CORDONED or (
-        v.lifecycle is Lifecycle.CORDONED and impaired_cordon(v)
+        v.lifecycle is Lifecycle.CORDONED and v.impaired_cordon
     ):
         return Action(
             ActionKind.CORDON,

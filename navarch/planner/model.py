@@ -355,11 +355,6 @@ class Cordon:
         """Out of service without holding work: burning in, or idle when cordoned."""
         return self.idle or self.burn_in
 
-    @property
-    def counts_against_budget(self) -> bool:
-        """Whether the node's leaving takes a place of its pool's max_unavailable."""
-        return not self.idle
-
     def after_remedy(self, *causes: ActionReason) -> Cordon:
         """The cordon once an in-place remedy takes the node: a cordon for one of `causes`
         is now the remedy's (the node is out for the remedy, no longer for that cause)."""
@@ -581,16 +576,16 @@ class NodeView:
     #: that the burn-in refused as implausible ("": none)
     finding: str = ""
 
+    @property
+    def counts_against_budget(self) -> bool:
+        """Whether its leaving takes a place of max_unavailable: not when it was cordoned
+        while serving nothing (Cordon.idle; docs/design.md, Safety rules, rule 3)."""
+        return self.cordon is None or not self.cordon.idle
 
-def counts_against_budget(v: NodeView) -> bool:
-    """Whether v's leaving takes a place of its pool's max_unavailable: every node but one
-    cordoned while it served nothing (Cordon.idle; docs/design.md, Safety rules, rule 3)."""
-    return v.cordon is None or v.cordon.counts_against_budget
-
-
-def impaired_cordon(v: NodeView) -> bool:
-    """Whether v is cordoned on the cloud's first impaired listing (Cordon.impaired)."""
-    return v.cordon is not None and v.cordon.impaired
+    @property
+    def impaired_cordon(self) -> bool:
+        """Whether it is cordoned on the cloud's first impaired listing (Cordon.impaired)."""
+        return self.cordon is not None and self.cordon.impaired
 
 
 #: The one payload shape each kind carries; a kind not listed carries none.

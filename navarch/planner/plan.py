@@ -102,7 +102,6 @@ from navarch.planner.model import (
     NodeView,
     Plan,
     PoolMemory,
-    counts_against_budget,
 )
 from navarch.planner.observe import Duplicate
 from navarch.planner.pause import hold_all
@@ -247,7 +246,7 @@ def _plan_pool(
     ctx = PoolContext(spec, pool, views, pm, now, frozen, options, last_index)
     # A node out of service that served nothing (a spare, a node burning in) takes no place
     # of the budget: max_unavailable bounds the work the pool loses at once.
-    unavailable = sum(v.lifecycle in LEAVING and counts_against_budget(v) for v in views)
+    unavailable = sum(v.lifecycle in LEAVING and v.counts_against_budget for v in views)
     recent = [r for r in pm.repairs if (now - r).total_seconds() < HOUR_S]
     progress = Progress(
         desired=pool.target_nodes,

@@ -35,8 +35,6 @@ from navarch.planner.model import (
     HaltRule,
     Lifecycle,
     NodeView,
-    counts_against_budget,
-    impaired_cordon,
 )
 from navarch.planner.observe import fault_of
 from navarch.planner.remedy_gate import gate
@@ -154,14 +152,14 @@ def redrain_stage(ctx: PoolContext, prog: Progress) -> StageResult:
                 action_reason=ActionReason.REDRAIN,
             )
             for v in ctx.views
-            if v.lifecycle is Lifecycle.CORDONED and not impaired_cordon(v)
+            if v.lifecycle is Lifecycle.CORDONED and not v.impaired_cordon
         ),
     )
 
 
 def impairment_cleared(v: NodeView) -> bool:
     """Whether v was cordoned on a first impaired listing that has cleared (returned now)."""
-    return impaired_cordon(v) and v.lifecycle is Lifecycle.CORDONED and not listed_impaired(v)
+    return v.impaired_cordon and v.lifecycle is Lifecycle.CORDONED and not listed_impaired(v)
 
 
 #: What the impaired stage does to a node, and the reason code it does it with.
@@ -198,7 +196,7 @@ def impaired_stage(ctx: PoolContext, prog: Progress) -> StageResult:
     for v in ctx.views:
         if v.node in prog.taken:  # the ladder took it (--replace)
             continue
-        if impaired_cordon(v) and v.lifecycle is Lifecycle.CORDONED:
+        if v.impaired_cordon and v.lifecycle is Lifecycle.CORDONED:
             if listed_impaired(v):
                 pending.append(f"{v.node}: {v.reason}")  # out of service; a later run decides
             else:
@@ -367,7 +365,7 @@ def _budget_held(ctx: PoolContext, v: NodeView, leaving: list[str], free: set[st
     """The pending line of sick node v held by the disruption budget: the nodes out of
     service that take max_unavailable's places, and the ways out."""
     out = sorted(
-        {x.node for x in ctx.views if x.lifecycle in LEAVING and counts_against_budget(x)}
+        {x.node for x in ctx.views if x.lifecycle in LEAVING and x.counts_against_budget}
         | {n for n in leaving if n not in free}
     )
     n = ctx.pool.health.max_unavailable_nodes(ctx.pool.target_nodes)

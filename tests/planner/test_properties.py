@@ -39,7 +39,6 @@ from navarch.planner.model import (
     PoolMemory,
     ReportObservation,
     ReportSummary,
-    counts_against_budget,
 )
 from navarch.planner.observe import Observed, observe
 from navarch.planner.payloads import CordonPayload, ProvisionPayload, ScalePayload, TagsPayload
@@ -529,7 +528,7 @@ def never_exceeds_the_disruption_budget(world: World, observed: Observed, p: Pla
     exceeds max_unavailable, or what already was."""
     for pool in world.spec.pools:
         views = {v.node: v for v in _pool_views(observed, pool.name)}
-        before = sum(v.lifecycle in LEAVING and counts_against_budget(v) for v in views.values())
+        before = sum(v.lifecycle in LEAVING and v.counts_against_budget for v in views.values())
         new = {
             a.node
             for a in p.actions

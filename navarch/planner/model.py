@@ -35,7 +35,7 @@ from navarch.planner.payloads import Fault as Fault
 from navarch.planner.payloads import Place as Place
 from navarch.report.acceptance import AcceptanceResult, AcceptanceRun
 from navarch.report.health import FaultKey, Remedy, Status
-from navarch.report.health_report import NoticeKind
+from navarch.report.health_report import NoticeKind, RejectReason
 
 
 class Lifecycle(enum.StrEnum):
@@ -253,7 +253,7 @@ class ReportObservation:
 
     summary: the newest accepted report (None if the node never had one accepted).
     version: store version of the object read (None if no object).
-    rejected: why this run's object was rejected (a REJECT_REASONS value), or None.
+    rejected: why this run's object was rejected, or None.
     stored_at: the store's modification time of the object read (None if unknown).
     """
 
@@ -261,7 +261,7 @@ class ReportObservation:
     pool: str
     summary: ReportSummary | None
     version: str | None
-    rejected: str | None = None
+    rejected: RejectReason | None = None
     stored_at: datetime | None = None
 
 
@@ -382,7 +382,8 @@ class NodeMemory:
     phase_at: datetime | None = None  # when the phase was entered
     phase_reason: str = ""
     report_version: str | None = None
-    report_rejected: str | None = None  # why the object at report_version was rejected
+    #: why the object at report_version was rejected (None: it was not)
+    report_rejected: RejectReason | None = None
     report: ReportSummary | None = None
     streak: int = 0  # consecutive distinct unhealthy reports
     streak_sequence: int = 0  # sequence of the last report counted in streak
@@ -550,7 +551,7 @@ class NodeView:
     report_age_s: float | None
     streak: int
     phase_at: datetime | None = None
-    rejected: str | None = None
+    rejected: RejectReason | None = None
     immediate: bool = False  # fatal XID or notice: act without waiting for a streak
     drained: bool | None = None  # drain check result where known
     drift: str | None = None  # why the node no longer matches its pool (None: it does)

@@ -40,7 +40,7 @@ from navarch.planner.node_table import NodeTable
 from navarch.reconcile.acceptance_text import plain_result, plain_run
 from navarch.report.acceptance import AcceptanceResult, AcceptanceRun
 from navarch.report.health import FaultKey, Remedy, Status
-from navarch.report.health_report import NoticeKind
+from navarch.report.health_report import NoticeKind, RejectReason
 from navarch.report.timefmt import parse_ts, required_ts, ts
 from navarch.textsafe import node_text, plain
 
@@ -514,7 +514,7 @@ def _node_from_json(name: str, n: Mapping[str, Any]) -> NodeMemory:
         streak=n.get("streak", 0),
         streak_sequence=n.get("streak_sequence", 0),
         launch=tuple(sorted((n.get("launch") or {}).items())),
-        report_rejected=n.get("report_rejected"),
+        report_rejected=RejectReason.of(r) if (r := n.get("report_rejected")) else None,
         **ladder,
     )
 

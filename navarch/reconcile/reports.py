@@ -89,7 +89,7 @@ MAX_NESTING = 32
 FUTURE_SKEW_S = 120
 FLEET_REJECTION_MIN_NODES = 2
 #: Every reason a report is rejected for, in the order they are checked.
-REJECT_REASONS = tuple(RejectReason)
+REJECT_REASONS = tuple(r for r in RejectReason if r is not RejectReason.UNRECOGNISED)
 
 
 @cache

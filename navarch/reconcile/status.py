@@ -19,6 +19,7 @@ from navarch.planner.hosts import lemon_hosts
 from navarch.planner.model import Diag, Lifecycle, NodeView, Pause
 from navarch.reconcile.reports import fleet_rejection
 from navarch.reconcile.run import Snapshot
+from navarch.report.health_report import RejectReason
 from navarch.report.timefmt import ts
 
 __all__ = ["FleetStatus", "LadderStatus", "NodeStatus", "PoolStatus", "fleet_status"]
@@ -94,7 +95,7 @@ class NodeStatus:
     report_age_s: float | None
     clock_skew_s: float | None
     reason: str
-    rejected: str | None
+    rejected: RejectReason | None
     ladder: LadderStatus
     #: Where it sits (Instance.topology, coarse to fine; () when the cloud says nothing),
     #: and whether its physical host is one of the pool's lemon hosts (landed there
@@ -117,7 +118,7 @@ class NodeStatus:
             "report_age_s": self.report_age_s,
             "clock_skew_s": self.clock_skew_s,
             "reason": self.reason,
-            "rejected": self.rejected,
+            "rejected": self.rejected.value if self.rejected else None,
             "ladder": self.ladder.to_json(),
             "topology": list(self.topology),
             "lemon_host": self.lemon_host,

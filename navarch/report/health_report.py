@@ -109,6 +109,17 @@ class RejectReason(StrEnum):
     REPLAYED = "replayed"
     FUTURE = "future"
     CHECK_FAILED = "check_failed"
+    #: not a reason this version checks: read from a state another version wrote
+    UNRECOGNISED = "unrecognised"
+
+    @classmethod
+    def of(cls, value: str) -> RejectReason:
+        """The member whose value is `value`; UNRECOGNISED for a word this version does
+        not know (a state document written by another version), never an error."""
+        try:
+            return cls(value)
+        except ValueError:
+            return cls.UNRECOGNISED
 
 
 def _opt_int(value: Any) -> int | None:

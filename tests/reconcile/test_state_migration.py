@@ -13,6 +13,7 @@ from pathlib import Path
 
 from navarch.planner.model import ActionReason, Cordon, Memory, NodeMemory
 from navarch.reconcile.codec import memory_from_json, memory_to_json
+from navarch.report.health_report import RejectReason
 from navarch.stores.file import FileStore
 
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "state" / "local_loop"
@@ -86,3 +87,16 @@ def test_a_cordon_is_written_as_one_record_without_the_old_flags_and_reads_back_
     assert not {"repair", "operator_cordon", "idle_cordon", "burn_in_cordon"} & set(entry)
     back = memory_from_json(doc).node("demo-train-0001")
     assert back is not None and back.cordon == cordon
+
+
+def test_a_rejection_reason_loads_typed_and_an_unknown_one_as_unrecognised():
+    nm = NodeMemory("demo-train-0001", "train", "i-1", report_version="v1")
+    doc = json.loads(json.dumps(memory_to_json(Memory("demo").with_node(nm))))
+    entry = doc["nodes"]["demo-train-0001"]
+    entry["report_rejected"] = "bad_signature"
+    back = memory_from_json(doc).node("demo-train-0001")
+    assert back is not None and back.report_rejected is RejectReason.BAD_SIGNATURE
+    # A word written by another version of navarch loads as a named fallback, never an error.
+    entry["report_rejected"] = "quantum_flux"
+    back = memory_from_json(doc).node("demo-train-0001")
+    assert back is not None and back.report_rejected is RejectReason.UNRECOGNISED

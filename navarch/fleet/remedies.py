@@ -59,6 +59,14 @@ class FaultClass(StrEnum):
     NVLINK = "nvlink"  # NVLink and NVSwitch errors, links down
     THERMAL = "thermal"  # temperature, thermal or power slowdown
     HOST_DOWN = "host_down"  # the host is gone: no reports, or the cloud says impaired
+    GPU_HUNG = "gpu_hung"  # an NVML, DCGM or tool call on a GPU did not return in its deadline
+    NETWORK = "network"  # InfiniBand, RoCE or EFA ports: down, slow, flapping, error counters
+    FABRIC = "fabric"  # the NVSwitch fabric: GPU fabric state and health, fabric manager
+    HOST_CPU = "host_cpu"  # soft lockups, hung tasks, RCU stalls, machine checks
+    HOST_MEMORY = "host_memory"  # OOM kills of GPU processes, host memory errors
+    HOST_STORAGE = "host_storage"  # NVMe timeouts and resets, a filesystem remounted read-only
+    PCIE = "pcie"  # PCIe AER errors and counters
+    CLOCK = "clock"  # the system clock is not synchronised
 
     def __str__(self) -> str:
         return self.value

@@ -14,6 +14,7 @@ from navarch.cli.plumbing import (
     EXIT_CHANGES,
     EXIT_ERROR,
     EXIT_OK,
+    OutcomeLines,
     check_targets,
     err,
     fleet_argument,
@@ -131,6 +132,7 @@ def _apply_once(args: argparse.Namespace, named: tuple[str, ...] | None) -> int:
         progress=args.log_format != "json",
         clock=args.clock,
     )
+    lines = OutcomeLines()
     try:
         result = api.apply(
             opened,
@@ -138,7 +140,7 @@ def _apply_once(args: argparse.Namespace, named: tuple[str, ...] | None) -> int:
             command=f"apply {args.target}",
             clock=args.clock,
             confirm=side.confirm(confirm),
-            on_outcome=side.outcome(_show_outcome),
+            on_outcome=side.outcome(lines),
             options=plan_options(args),
             after_apply=side.after_apply,
             run_id=args.run_id,
@@ -150,6 +152,7 @@ def _apply_once(args: argparse.Namespace, named: tuple[str, ...] | None) -> int:
         side.summary(None, EXIT_ERROR)
         raise
     finally:
+        lines.close()
         side.close()
     if not result.applied:
         print("Apply cancelled.")
@@ -158,13 +161,6 @@ def _apply_once(args: argparse.Namespace, named: tuple[str, ...] | None) -> int:
     code = _apply_exit(result, _replace(args))
     side.summary(side.run, code)
     return code
-
-
-def _show_outcome(outcome: Any) -> None:
-    """One line per action as it finishes: "<node or pool>: <action> ok|FAILED: <detail>"."""
-    a = outcome.action
-    mark = "ok" if outcome.ok else "FAILED"
-    print(f"{a.node or a.pool}: {a.kind.value} {mark}: {outcome.detail}", flush=True)
 
 
 def _apply_exit(result: ApplyResult, replace: frozenset[str] = frozenset()) -> int:
@@ -211,15 +207,16 @@ def cmd_destroy(args: argparse.Namespace) -> int:
             return True
         return _ask(f"Destroy every node of {what}?")
 
-    result = api.destroy(
-        fleet,
-        pools=args.pool,
-        force=args.force,
-        confirm=confirm,
-        on_outcome=_show_outcome,
-        actor=args.actor,
-        clock=args.clock,
-    )
+    with OutcomeLines() as lines:
+        result = api.destroy(
+            fleet,
+            pools=args.pool,
+            force=args.force,
+            confirm=confirm,
+            on_outcome=lines,
+            actor=args.actor,
+            clock=args.clock,
+        )
     if not result.applied:
         print("Destroy cancelled.")
         return EXIT_ERROR

@@ -65,7 +65,7 @@ from navarch.fleet.schemas import load_schema
 from navarch.planner.model import Memory, NodeMemory, NodeView, ReportObservation, ReportSummary
 from navarch.reconcile.acceptance_text import plain_run
 from navarch.reconcile.named_reports import named_listing
-from navarch.reconcile.report_cache import ReportCache, rules_digest
+from navarch.reconcile.report_cache import CacheMemo, ReportCache, rules_digest
 from navarch.reconcile.state import health_prefix
 from navarch.report import signing
 from navarch.report.acceptance import AcceptanceRun
@@ -403,7 +403,7 @@ def read_reports(
     now: datetime,
     *,
     rule_sets: Mapping[str, RuleSets] | None = None,
-    cache: ReportCache | None = None,
+    cache: CacheMemo | None = None,
     named: Collection[str] | None = None,
     stale_after_s: Mapping[str, int] | None = None,
 ) -> dict[str, ReportObservation]:
@@ -415,8 +415,10 @@ def read_reports(
     only listing the store may raise StoreError. rule_sets: pool name -> its health policy
     rule sets (HealthPolicy.rule_sets()); a pool not in it (or None) keeps the agents'
     verdicts. An unchanged report keeps the verdict it was given when it was read.
-    cache: the verified-report cache (navarch.reconcile.report_cache): a report whose
-    version it holds a verified summary of is not fetched either; the caller saves it.
+    cache: use the fleet's verified-report cache (navarch.reconcile.report_cache),
+    with this process's memo of it: the reader loads it, does not fetch a report whose
+    version it holds a verified summary of, and saves what this run used or verified
+    (a failed save is logged, never raised); None reads without a cache.
     named: the report keys an event-started run was started for: only they are listed,
     the others taken from Memory, when navarch.reconcile.named_reports allows it
     (stale_after_s: pool -> health.stale_after_s); None lists health/<fleet>/ in full.
@@ -428,7 +430,11 @@ def read_reports(
     )
     if listed is None:
         listed = _listed_reports(store, health_prefix(fleet))
-    return read_listed(store, fleet, memory, fleet_secret, now, listed, rule_sets, cache)
+    loaded = ReportCache.load(store, fleet, fleet_secret, cache) if cache is not None else None
+    out = read_listed(store, fleet, memory, fleet_secret, now, listed, rule_sets, loaded)
+    if loaded is not None:
+        loaded.save(store)
+    return out
 
 
 def read_listed(

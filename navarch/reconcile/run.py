@@ -37,7 +37,7 @@ from navarch.reconcile.codec import memory_to_json
 from navarch.reconcile.collector import gathering
 from navarch.reconcile.executor import Executor, JournalPolicy, PlaybookRunner
 from navarch.reconcile.quiet_run import Partial, quiet_run
-from navarch.reconcile.report_cache import CacheMemo, ReportCache
+from navarch.reconcile.report_cache import CacheMemo
 from navarch.reconcile.reports import read_reports
 from navarch.reconcile.state import (
     AuditLog,
@@ -232,7 +232,6 @@ def _gather(
     secret = fleet.secret()
     inventory = list_inventory(fleet)
     memory, version = load_memory(fleet.store, fleet.spec.name, fleet.state_cache)
-    cache = ReportCache.load(fleet.store, fleet.spec.name, secret, fleet.reports_memo)
     reports = read_reports(
         fleet.store,
         fleet.spec.name,
@@ -240,12 +239,10 @@ def _gather(
         secret,
         now,
         rule_sets={p.name: p.health.rule_sets() for p in fleet.spec.pools},
-        cache=cache,
+        cache=fleet.reports_memo,
         named=named,
         stale_after_s={p.name: p.health.stale_after_s for p in fleet.spec.pools},
     )
-    if cache is not None:
-        cache.save(fleet.store)
     _retired_playbooks(fleet, memory)
     checks = _drain_checks(fleet, memory, inventory)
     observed = observe(fleet.spec, inventory, reports, memory, now, checks)

@@ -54,12 +54,14 @@ def _run(
 ) -> dict[str, str]:
     """One run's observation (with a plan's empty Memory) -> node -> status; saves the cache."""
     store.fetched.clear()
-    cache = ReportCache.load(store, "demo", secret, memo)
     obs = read_reports(
-        store, "demo", Memory(fleet="demo"), secret, NOW + timedelta(minutes=minutes), cache=cache
+        store,
+        "demo",
+        Memory(fleet="demo"),
+        secret,
+        NOW + timedelta(minutes=minutes),
+        cache=memo or CacheMemo(),
     )
-    assert cache is not None
-    cache.save(store)
     return {n: o.summary.status.value for n, o in obs.items() if o.summary is not None}
 
 
@@ -148,10 +150,8 @@ def test_a_cached_summary_still_obeys_the_replay_rule(tmp_path: Path) -> None:
         Memory(fleet="demo"),
         SECRET,
         NOW,
-        cache=(cache := ReportCache.load(store, "demo", SECRET)),
+        cache=CacheMemo(),
     )
-    assert cache is not None
-    cache.save(store)
     # Memory has accepted a later sequence since: the cached sequence 7 is a replay now.
     newer = obs["demo-train-0001"].summary
     assert newer is not None
@@ -164,18 +164,14 @@ def test_a_cached_summary_still_obeys_the_replay_rule(tmp_path: Path) -> None:
         )
     )
     store.fetched.clear()
-    again = read_reports(
-        store, "demo", memory, SECRET, NOW, cache=ReportCache.load(store, "demo", SECRET)
-    )
+    again = read_reports(store, "demo", memory, SECRET, NOW, cache=CacheMemo())
     assert store.fetched == ["demo-train-0001"]
     assert again["demo-train-0001"].rejected == "replayed"
 
 
 def test_the_cache_holds_only_what_memory_lacks(tmp_path: Path) -> None:
     store = _fleet(tmp_path)
-    cache = ReportCache.load(store, "demo", SECRET)
-    first = read_reports(store, "demo", Memory(fleet="demo"), SECRET, NOW, cache=cache)
-    assert cache is not None and cache.save(store)
+    first = read_reports(store, "demo", Memory(fleet="demo"), SECRET, NOW, cache=CacheMemo())
     # An apply folds every report into Memory; one node's report changes after it.
     memory = Memory(fleet="demo").with_nodes(
         [
@@ -185,9 +181,7 @@ def test_the_cache_holds_only_what_memory_lacks(tmp_path: Path) -> None:
     )
     _put(store, "demo-train-0002", 8, status="unhealthy")
     store.fetched.clear()
-    cache = ReportCache.load(store, "demo", SECRET)
-    seen = read_reports(store, "demo", memory, SECRET, NOW, cache=cache)
-    assert cache is not None and cache.save(store)
+    seen = read_reports(store, "demo", memory, SECRET, NOW, cache=CacheMemo())
     assert store.fetched == ["demo-train-0002"]
     changed = seen["demo-train-0002"].summary
     assert changed is not None and changed.status.value == "unhealthy"

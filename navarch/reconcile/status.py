@@ -16,7 +16,7 @@ from typing import Any
 from navarch.fleet.spec import FleetSpec, PoolSpec
 from navarch.inventory import Reservation
 from navarch.planner.hosts import lemon_hosts
-from navarch.planner.model import Diag, Lifecycle, NodeView, Pause
+from navarch.planner.model import Cordon, Diag, Lifecycle, NodeView, Pause
 from navarch.reconcile.reports import fleet_rejection
 from navarch.reconcile.run import Snapshot
 from navarch.report.health_report import RejectReason
@@ -102,6 +102,8 @@ class NodeStatus:
     #: because its provider could not avoid it).
     topology: tuple[str, ...] = ()
     lemon_host: bool = False
+    #: Why it is out of its scheduler, when it is (NodeMemory.cordon).
+    cordon: Cordon | None = None
 
     def to_json(self) -> dict[str, Any]:
         """A `nodes` item of schemas/status.schema.json."""
@@ -122,7 +124,15 @@ class NodeStatus:
             "ladder": self.ladder.to_json(),
             "topology": list(self.topology),
             "lemon_host": self.lemon_host,
+            "cordon": _cordon_json(self.cordon),
         }
+
+
+def _cordon_json(c: Cordon | None) -> dict[str, Any] | None:
+    """A node's `cordon` of schemas/status.schema.json: cause, when, by whom, the fault."""
+    if c is None:
+        return None
+    return {"cause": c.cause.value, "at": ts(c.at), "by": c.by, "fault": c.fault, "note": c.note}
 
 
 @dataclass(frozen=True)
@@ -259,6 +269,7 @@ def _node(
         ladder=_ladder(pool, v, lemons, now),
         topology=inst.topology if inst else (),
         lemon_host=inst is not None and inst.host_id is not None and inst.host_id in bad_hosts,
+        cordon=v.cordon,
     )
 
 

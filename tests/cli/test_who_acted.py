@@ -122,3 +122,17 @@ def test_three_mcp_verbs_in_the_same_second_keep_every_record_and_name_the_clien
         assert e["by"] == {"kind": "mcp", "name": CLIENT, "host": "", "job": ""}
     text = navarch.ok("history", "fleet.yaml", env=AT_NOW).out
     assert text.count(f"by MCP client {CLIENT} (cordon)") == 3, text
+
+
+def test_status_json_says_who_cordoned_a_node_why_and_when(navarch, fleet_dir) -> None:
+    navarch.ok("apply", "fleet.yaml", "--auto-approve", env=AT_NOW)
+    navarch.ok("local", "tick", "fleet.yaml", env=AT_NOW)
+    navarch.ok("cordon", "fleet.yaml", "demo-train-0001", "--reason", "bad fan", env=AT_NOW)
+    status = json.loads(navarch.ok("status", "fleet.yaml", "--json", env=AT_NOW).out)
+    nodes = {n["node"]: n for p in status["pools"] for n in p["nodes"]}
+    cordon = nodes["demo-train-0001"]["cordon"]
+    assert cordon["cause"] == "operator"
+    assert cordon["at"] == NOW
+    assert cordon["by"] == ME
+    assert "bad fan" in cordon["note"]
+    assert nodes["demo-train-0002"]["cordon"] is None

@@ -11,6 +11,7 @@ from typing import Any
 
 from navarch.api.reading import node_instance
 from navarch.cli.plumbing import EXIT_OK, fleet_argument, node_parser
+from navarch.cli.sweeps import add_arguments
 from navarch.errors import ConfigError, NavarchError
 
 __all__ = ["register"]
@@ -75,10 +76,20 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     """Simulate a scenario (or two with --compare OTHER, or the four policies of
     navarch.simulate.policies with a bare --compare) on the real planner; exit 1 when an
     `assert:` line fails (docs/simulate.md)."""
+    from navarch.cli.sweeps import cmd_merge, cmd_sweep
     from navarch.simulate.engine import check_asserts, simulate
     from navarch.simulate.policies import compare_scenarios
     from navarch.simulate.report import compare_table, summary_rows, to_html, to_json
     from navarch.simulate.scenario import load_scenario
+
+    if args.scenario == "merge":
+        return cmd_merge(args)
+    if args.seeds or args.index is not None or args.emit:
+        if not args.seeds:
+            raise ConfigError(
+                "--index and --emit run a sweep: give --seeds too", key_path="--seeds"
+            )
+        return cmd_sweep(args)
 
     # Every simulated node runs the real agent, whose logs are for journald on a machine
     # (a first run without a state file warns, for each of a thousand nodes).
@@ -154,7 +165,7 @@ def register(sub: Any) -> None:
     s.set_defaults(func=cmd_ssh)
 
     s = sub.add_parser("simulate", help="simulate a scenario on the real planner, virtual clock")
-    s.add_argument("scenario")
+    s.add_argument("scenario", help="the scenario file; `merge DIR` pools a sweep's results")
     s.add_argument("--seed", type=int, default=None, help="override the scenario's seed")
     s.add_argument("--json", default=None, help="write the result document here")
     s.add_argument("--html", default=None, help="write a self-contained HTML report here")
@@ -167,4 +178,5 @@ def register(sub: Any) -> None:
         help="a second scenario, run on the same seed; alone: the scenario under four "
         "policies (default, spares, replace-only, reboot-first-without-surge)",
     )
+    add_arguments(s)
     s.set_defaults(func=cmd_simulate)

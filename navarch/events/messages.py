@@ -23,6 +23,27 @@ stops a run. Shapes, with their sources (samples in tests/events/samples/):
   ``subject`` ``/blobServices/default/containers/<c>/blobs/<name>`` (Azure Event Grid,
   "Azure Blob Storage as an Event Grid source", event-schema-blob-storage.md).
 
+The clouds' own instance events start a run too, through the same queue: a dead host
+writes no report, so only its cloud can announce it. What is read (samples in
+tests/events/samples/; navarch.events.setup creates the AWS rule, docs/events.md the others):
+
+- EventBridge to SQS, ``{"source": "aws.ec2", "detail-type": "EC2 Instance State-change
+  Notification", "detail": {"instance-id", "state"}}`` and "EC2 Spot Instance Interruption
+  Warning" (Amazon EC2 User Guide, "State change events for Amazon EC2 instances" and
+  "Spot Instance interruption notices"), and ``{"source": "aws.health", "detail-type": "AWS
+  Health Event", "detail": {"service": "EC2"}, "resources": [instance ids]}`` (AWS Health
+  User Guide, "Monitoring AWS Health events with Amazon EventBridge").
+- A Cloud Logging sink to Pub/Sub: the LogEntry of a Compute Engine system event,
+  ``protoPayload.methodName`` compute.instances.hostError, .preempted,
+  .automaticRestart or .guestTerminate, ``resource.labels.instance_id`` (Compute Engine,
+  "Viewing audit logs": system event audit logs).
+- Azure Resource Health through the Event Grid system topic Microsoft.ResourceNotifications
+  .HealthResources: ``AvailabilityStatusChanged`` and ``ResourceAnnotated``, the VM's
+  resource id in ``data.resourceInfo.id`` (Azure Event Grid, event-schema-health-resources.md).
+
+An instance event names the instance, never a report: it starts a full run (the cloud
+listed again), and what the run does is decided by what it lists, not by the message.
+
 Object keys come from nodes (an agent chooses what it writes) and are hostile: a key is
 accepted only when it has the exact shape ``health/<fleet>/<pool>/<node>.json`` with pool
 and node names of the characters fleet.yaml allows, so no other text reaches a run.
@@ -67,6 +88,34 @@ _BLOB_CREATED = "Microsoft.Storage.BlobCreated"
 _BLOB_SUBJECT = re.compile(r"/blobServices/default/containers/([^/]+)/blobs/(.+)")
 
 
+#: The clouds' instance events that start a run (module docstring).
+_EC2_DETAIL_TYPES = frozenset(
+    {"EC2 Instance State-change Notification", "EC2 Spot Instance Interruption Warning"}
+)
+_GCE_METHODS = frozenset(
+    {
+        "compute.instances.hostError",
+        "compute.instances.preempted",
+        "compute.instances.automaticRestart",
+        "compute.instances.guestTerminate",
+    }
+)
+_HEALTH_RESOURCES = "Microsoft.ResourceNotifications.HealthResources."
+#: A VM's resource id (its health status's id continues after it), without the first "/".
+_AZURE_VM = re.compile(
+    r"/(subscriptions/[^/]+/resourceGroups/[^/]+/providers/Microsoft\.Compute/"
+    r"virtualMachines/[^/]+)",
+    re.IGNORECASE,
+)
+#: An instance id or VM resource id as a message may name it (kept only for the log).
+_INSTANCE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:-]{0,299}")
+
+
+class Instance(str):
+    """An instance a cloud event names (an EC2 instance id, a GCE instance id, an Azure
+    VM's resource id): a full run follows, whichever instance it is."""
+
+
 class Ignored(enum.Enum):
     """Why a notification (or one record of it) started nothing, in this order."""
 
@@ -76,6 +125,7 @@ class Ignored(enum.Enum):
     OTHER_BUCKET = "other_bucket"  # a bucket or container this fleet's store is not in
     OTHER_PREFIX = "other_prefix"  # an object outside health/<fleet>/
     NOT_A_REPORT_KEY = "not_a_report_key"  # under the prefix, not <pool>/<node>.json
+    OTHER_CLOUD_EVENT = "other_cloud_event"  # a cloud event that says nothing of a machine
 
 
 @dataclass(frozen=True)
@@ -133,28 +183,37 @@ def _slash(prefix: str) -> str:
 
 @dataclass(frozen=True)
 class Parsed:
-    """What messages named: the report keys (store-relative, sorted, distinct) and the
-    count of what was ignored, by reason."""
+    """What messages named: the report keys (store-relative, sorted, distinct), the
+    instances the clouds' own events named (sorted, distinct: each means a full run), and
+    the count of what was ignored, by reason."""
 
     keys: tuple[str, ...] = ()
     ignored: Mapping[Ignored, int] = field(default_factory=dict)
+    instances: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, outcomes: Iterable[str | Ignored]) -> Parsed:
-        """From one outcome per record: a key, or why the record was ignored."""
+        """From one outcome per record: a key, an Instance, or why it was ignored."""
         keys: set[str] = set()
+        instances: set[str] = set()
         ignored: Counter[Ignored] = Counter()
         for o in outcomes:
             if isinstance(o, Ignored):
                 ignored[o] += 1
+            elif isinstance(o, Instance):
+                instances.add(str(o))
             else:
                 keys.add(o)
-        return cls(tuple(sorted(keys)), dict(ignored))
+        return cls(tuple(sorted(keys)), dict(ignored), tuple(sorted(instances)))
 
     def __add__(self, other: Parsed) -> Parsed:
         counts = Counter(self.ignored)
         counts.update(other.ignored)
-        return Parsed(tuple(sorted({*self.keys, *other.keys})), dict(counts))
+        return Parsed(
+            tuple(sorted({*self.keys, *other.keys})),
+            dict(counts),
+            tuple(sorted({*self.instances, *other.instances})),
+        )
 
     def ignored_text(self) -> str:
         """ "3 test_event, 1 malformed" (the Ignored order), or "" when nothing was."""
@@ -193,6 +252,8 @@ def parse_s3_message(body: str | bytes, watch: Watch) -> Parsed:
         return Parsed.of([Ignored.TEST_EVENT])
     if doc.get("source") == "aws.s3" and "detail" in doc:
         return Parsed.of([_eventbridge(doc, watch)])
+    if doc.get("source") in ("aws.ec2", "aws.health") and "detail" in doc:
+        return Parsed.of(_aws_instance_event(doc))
     records = doc.get("Records")
     if not isinstance(records, list) or not records:
         return Parsed.of([Ignored.MALFORMED])
@@ -233,6 +294,10 @@ def parse_pubsub_message(attributes: Mapping[str, str], data: bytes, watch: Watc
     event = attributes.get("eventType")
     bucket = attributes.get("bucketId")
     name = attributes.get("objectId")
+    if event is None and bucket is None and data:
+        entry = _json(data)
+        if isinstance(entry, dict) and "protoPayload" in entry:
+            return Parsed.of([_gce_system_event(entry)])
     if bucket is None or name is None:
         doc = _json(data) if data else None
         bucket = _str(doc, "bucket")
@@ -268,6 +333,8 @@ def parse_event_grid_message(text: str | bytes, watch: Watch) -> Parsed:
 def _blob_event(event: dict[str, Any], watch: Watch) -> str | Ignored:
     kind = _str(event, "eventType") or _str(event, "type")
     subject = _str(event, "subject")
+    if kind is not None and kind.startswith(_HEALTH_RESOURCES):
+        return _azure_health_event(event)
     if kind is None or subject is None:
         return Ignored.MALFORMED
     if kind != _BLOB_CREATED:
@@ -276,3 +343,46 @@ def _blob_event(event: dict[str, Any], watch: Watch) -> str | Ignored:
     if match is None:
         return Ignored.MALFORMED
     return watch.report_key(match.group(1), match.group(2))
+
+
+def _instance(value: Any) -> Instance | Ignored:
+    """A named instance, or MALFORMED for anything that is not an id's characters."""
+    if isinstance(value, str) and _INSTANCE.fullmatch(value):
+        return Instance(value)
+    return Ignored.MALFORMED
+
+
+def _aws_instance_event(doc: dict[str, Any]) -> list[Instance | Ignored]:
+    """An EventBridge envelope from aws.ec2 or aws.health (module docstring) -> the
+    instances it names, or why it starts nothing."""
+    kind = doc.get("detail-type")
+    if doc.get("source") == "aws.health":
+        if kind != "AWS Health Event" or _str(doc, "detail", "service") != "EC2":
+            return [Ignored.OTHER_CLOUD_EVENT]
+        resources = doc.get("resources")
+        named = (
+            [r.rsplit("/", 1)[-1] for r in resources if isinstance(r, str)]
+            if isinstance(resources, list)
+            else []
+        )
+        return [_instance(r) for r in named if r.startswith("i-")] or [Ignored.OTHER_CLOUD_EVENT]
+    if kind not in _EC2_DETAIL_TYPES:
+        return [Ignored.OTHER_CLOUD_EVENT]
+    return [_instance(_str(doc, "detail", "instance-id"))]
+
+
+def _gce_system_event(entry: dict[str, Any]) -> Instance | Ignored:
+    """A Cloud Logging LogEntry sent through a sink to Pub/Sub -> the GCE instance of a
+    host error, preemption, automatic restart or guest termination."""
+    if _str(entry, "protoPayload", "methodName") not in _GCE_METHODS:
+        return Ignored.OTHER_CLOUD_EVENT
+    return _instance(_str(entry, "resource", "labels", "instance_id"))
+
+
+def _azure_health_event(event: dict[str, Any]) -> Instance | Ignored:
+    """A Resource Health event of a VM (Event Grid or CloudEvents schema) -> the VM."""
+    rid = _str(event, "data", "resourceInfo", "id") or _str(event, "subject") or ""
+    vm = _AZURE_VM.match(rid)
+    if vm is None:
+        return Ignored.OTHER_CLOUD_EVENT
+    return _instance(vm.group(1))

@@ -6,7 +6,8 @@ One event-started run:
    what is queued, in short polls of `settle_s`, until a poll comes back empty or
    `max_messages` are held: a burst of reports written in the same seconds (a rack losing
    power, a bad driver rolled out) becomes one batch and so one run;
-2. apply with the usual lease, naming the batch's report keys (only they are read while
+2. apply with the usual lease (a full run when a cloud's instance event is in the batch:
+   a dead host writes no report, its cloud announces it), naming the batch's report keys (only they are read while
    every other report is fresh: navarch.reconcile.named_reports; when every one is a plain
    heartbeat the run is partial and lists no cloud: navarch.reconcile.quiet_run);
 3. delete the batch's messages only once the run returned, that is after it saved its
@@ -86,7 +87,7 @@ ApplyOnce = Callable[[tuple[str, ...] | None], int]
 
 def run_batch(queue: EventQueue, batch: Batch, apply_once: ApplyOnce, *, full: bool) -> int:
     """Apply once for batch, then delete its messages -> the apply's exit code (0 and no
-    run when the batch names no report and full is False).
+    run when the batch names no report, no instance, and full is False).
 
     full: a periodic run (the CronJob draining what came since its last run): it lists
     every report whatever the batch names. The messages stay queued when apply_once
@@ -95,6 +96,9 @@ def run_batch(queue: EventQueue, batch: Batch, apply_once: ApplyOnce, *, full: b
     if batch.parsed.ignored:
         log.info("event queue %s: ignored %s", queue.url, batch.parsed.ignored_text())
     code = 0
+    # A cloud's own instance event (a dead host writes no report) needs the cloud listed
+    # again: a full run, not one narrowed to the reports the batch names.
+    full = full or bool(batch.parsed.instances)
     if full or batch.keys:
         code = apply_once(None if full else batch.keys)
     try:

@@ -7,8 +7,13 @@ s3://  (AWS S3 user guide, "Walkthrough: Configuring a bucket for notifications 
        or SQS queue)"; the SQS API reference)
     sqs.create_queue            navarch-<fleet>-events, 20 s long polls, 10 min visibility
     sqs.get_queue_attributes    its ARN
+    events.put_rule             navarch-<fleet>-instances: EC2 state changes, Spot interruption
+                                warnings and AWS Health events of EC2 (a dead host writes no
+                                report: its cloud announces it; Amazon EventBridge user guide)
+    events.put_targets          the rule's target: the queue
     sqs.set_queue_attributes    a queue policy: s3.amazonaws.com may SendMessage, only for
-                                this bucket (aws:SourceArn) and account (aws:SourceAccount)
+                                this bucket (aws:SourceArn) and account (aws:SourceAccount);
+                                events.amazonaws.com only for that rule
     s3.get_bucket_notification_configuration   what the bucket already notifies
     s3.put_bucket_notification_configuration   the same plus ours (s3:ObjectCreated:*, prefix
                                 <store prefix>health/<fleet>/); the call replaces the whole
@@ -44,10 +49,12 @@ from navarch.events.messages import Watch
 from navarch.extras import import_extra
 
 __all__ = [
+    "INSTANCE_EVENT_PATTERN",
     "ApiCall",
     "SetupTarget",
     "azure_event_subscription",
     "gcs_notification",
+    "instance_rule_name",
     "queue_name",
     "s3_notification_configuration",
     "s3_queue_policy",
@@ -139,10 +146,43 @@ class SetupTarget:
 # -- request bodies (pure) ---------------------------------------------------------------
 
 
-def s3_queue_policy(queue_arn: str, bucket: str, account: str) -> dict[str, Any]:
-    """The SQS queue policy letting S3 send this bucket's notifications, and nothing else
-    (AWS S3 user guide, "Granting permissions to publish event notification messages to a
-    destination": Principal s3.amazonaws.com, aws:SourceArn and aws:SourceAccount)."""
+def instance_rule_name(fleet: str) -> str:
+    """The EventBridge rule of the fleet's instance events: "navarch-<fleet>-instances"."""
+    return f"navarch-{fleet}-instances"
+
+
+#: The EventBridge pattern of the instance events a run starts on (navarch.events.messages:
+#: EC2 state changes and Spot interruption warnings, AWS Health events of EC2). EC2's events
+#: carry no tags, so every instance of the account and region matches; the run that follows
+#: lists only navarch's.
+INSTANCE_EVENT_PATTERN: dict[str, Any] = {
+    "source": ["aws.ec2", "aws.health"],
+    "detail-type": [
+        "EC2 Instance State-change Notification",
+        "EC2 Spot Instance Interruption Warning",
+        "AWS Health Event",
+    ],
+}
+
+
+def s3_queue_policy(
+    queue_arn: str, bucket: str, account: str, rule_arn: str = ""
+) -> dict[str, Any]:
+    """The SQS queue policy letting S3 send this bucket's notifications and, with
+    rule_arn, that EventBridge rule its events, and nothing else (AWS S3 user guide,
+    "Granting permissions to publish event notification messages to a destination":
+    Principal s3.amazonaws.com, aws:SourceArn and aws:SourceAccount; Amazon EventBridge user
+    guide, "Permissions for Amazon SQS": Principal events.amazonaws.com, aws:SourceArn)."""
+    rule = [
+        {
+            "Sid": "EventBridgeSendsInstanceEvents",
+            "Effect": "Allow",
+            "Principal": {"Service": "events.amazonaws.com"},
+            "Action": "sqs:SendMessage",
+            "Resource": queue_arn,
+            "Condition": {"ArnEquals": {"aws:SourceArn": rule_arn}},
+        }
+    ]
     return {
         "Version": "2012-10-17",
         "Statement": [
@@ -157,7 +197,8 @@ def s3_queue_policy(queue_arn: str, bucket: str, account: str) -> dict[str, Any]
                     "StringEquals": {"aws:SourceAccount": account},
                 },
             }
-        ],
+        ]
+        + (rule if rule_arn else []),
     }
 
 
@@ -356,7 +397,8 @@ def _setup_s3(target: SetupTarget, calls: _Calls, given: dict[str, Any]) -> str:
     )
     arn = str(attrs["Attributes"]["QueueArn"])
     account = arn.split(":")[4]
-    policy = s3_queue_policy(arn, w.bucket, account)
+    rule_arn = _setup_instance_rule(target, calls, given, arn, make("events"))
+    policy = s3_queue_policy(arn, w.bucket, account, rule_arn)
     calls(
         sqs,
         "sqs",
@@ -373,6 +415,38 @@ def _setup_s3(target: SetupTarget, calls: _Calls, given: dict[str, Any]) -> str:
         NotificationConfiguration=s3_notification_configuration(existing or {}, arn, w),
     )
     return url
+
+
+def _setup_instance_rule(
+    target: SetupTarget,
+    calls: _Calls,
+    given: dict[str, Any],
+    queue_arn: str,
+    make: Callable[[], Any],
+) -> str:
+    """The EventBridge rule sending the account's EC2 instance events to the fleet's
+    queue (put_rule, then put_targets; both replace what is there, so setup can run
+    again) -> the rule's ARN."""
+    events = _client(given, "events", calls.dry_run, make)
+    name = instance_rule_name(target.watch.fleet)
+    rule = calls(
+        events,
+        "events",
+        "put_rule",
+        {"RuleArn": f"arn:aws:events:{target.region or 'REGION'}:ACCOUNT:rule/{name}"},
+        Name=name,
+        EventPattern=json.dumps(INSTANCE_EVENT_PATTERN, sort_keys=True),
+        State="ENABLED",
+        Description="EC2 instance events start a navarch run (a dead host writes no report)",
+    )
+    calls(
+        events,
+        "events",
+        "put_targets",
+        Rule=name,
+        Targets=[{"Id": "navarch-queue", "Arn": queue_arn}],
+    )
+    return str(rule["RuleArn"])
 
 
 def _setup_gcs(target: SetupTarget, calls: _Calls, given: dict[str, Any]) -> None:

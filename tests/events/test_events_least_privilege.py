@@ -24,7 +24,7 @@ def test_events_setup_and_an_event_started_run_stay_within_the_policies(env, tmp
     assert run.returncode == 0, run.stdout + run.stderr
     url = re.search(r"--on-events (\S+)", run.stdout)
     assert url
-    assert {"sqs:CreateQueue", "s3:PutBucketNotification"} <= setup.actions()
+    assert {"sqs:CreateQueue", "s3:PutBucketNotification", "events:PutRule"} <= setup.actions()
     assert missing_from_policy(setup.calls, policy("aws-events-setup.json")) == []
 
     node = f"{FLEET}-train-0001"

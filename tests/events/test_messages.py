@@ -148,3 +148,33 @@ def test_the_documented_azure_blob_created_event_names_a_report_base64_or_plain(
 def test_a_store_without_notifications_is_refused() -> None:
     with pytest.raises(ValueError, match="file://"):
         Watch.of_store("file://.navarch/store", "research")
+
+
+def test_the_clouds_instance_events_name_the_instance_and_no_report() -> None:
+    watch = Watch.of_store("s3://mybucket", "research")
+    state = json.dumps(sample("ec2_state_change.json")["body"])
+    assert parse_s3_message(state, watch) == Parsed((), {}, ("i-1234567890abcdef0",))
+    health = json.dumps(sample("aws_health_ec2.json")["body"])
+    assert parse_s3_message(health, watch).instances == ("i-0abcdef1234567890",)
+    gce = sample("gce_host_error.json")
+    parsed = parse_pubsub_message(gce["attributes"], json.dumps(gce["data"]).encode(), watch)
+    assert parsed == Parsed((), {}, ("1234567890123456789",))
+    azure = json.dumps(sample("azure_health_availability.json")["body"])
+    (vm,) = parse_event_grid_message(azure, watch).instances
+    assert "/virtualMachines/research-train-0001" in vm
+
+
+def test_cloud_events_that_say_nothing_of_a_machine_start_nothing() -> None:
+    watch = Watch.of_store("s3://mybucket", "research")
+    other = copy.deepcopy(sample("ec2_state_change.json")["body"])
+    other["detail-type"] = "EC2 AMI State Change"
+    assert parse_s3_message(json.dumps(other), watch) == Parsed((), {Ignored.OTHER_CLOUD_EVENT: 1})
+    rds = copy.deepcopy(sample("aws_health_ec2.json")["body"])
+    rds["detail"]["service"] = "RDS"
+    assert parse_s3_message(json.dumps(rds), watch).instances == ()
+    hostile = copy.deepcopy(sample("ec2_state_change.json")["body"])
+    hostile["detail"]["instance-id"] = "i-1; rm -rf /"
+    assert parse_s3_message(json.dumps(hostile), watch) == Parsed((), {Ignored.MALFORMED: 1})
+    gce = copy.deepcopy(sample("gce_host_error.json")["data"])
+    gce["protoPayload"]["methodName"] = "v1.compute.instances.insert"
+    assert parse_pubsub_message({}, json.dumps(gce).encode(), watch).instances == ()

@@ -106,3 +106,31 @@ def test_listening_runs_on_a_burst_periodically_without_one_and_retries_a_held_l
     assert runs[0] is None  # a listener starting cold lists everything
     assert [len(r or ()) for r in runs[1:]] == [5, 2]  # the held batch ran once, later
     assert in_queue(queue) == 0
+
+
+def test_an_ec2_state_change_through_the_rule_setup_made_starts_a_full_run(queue) -> None:
+    body = {
+        "detail-type": "EC2 Instance State-change Notification",
+        "source": "aws.ec2",
+        "resources": ["arn:aws:ec2:us-east-1:123456789012:instance/i-0dead0000000000001"],
+        "detail": {"instance-id": "i-0dead0000000000001", "state": "stopping"},
+    }
+    import json
+
+    boto3.client("events").put_events(
+        Entries=[
+            {
+                "Source": body["source"],
+                "DetailType": body["detail-type"],
+                "Resources": body["resources"],
+                "Detail": json.dumps(body["detail"]),
+            }
+        ]
+    )
+    write_reports(1)
+    runs: list[tuple[str, ...] | None] = []
+    batch = drain(queue, wait_s=1, settle_s=1)
+    assert batch.parsed.instances == ("i-0dead0000000000001",)
+    run_batch(queue, batch, lambda named: runs.append(named) or 0, full=False)
+    assert runs == [None]  # the cloud listed again, not only the report the batch names
+    assert in_queue(queue) == 0

@@ -47,11 +47,13 @@ def test_s3_setup_makes_a_queue_only_this_bucket_may_send_to_and_keeps_other_not
     assert [c.operation for c in calls] == [
         "create_queue",
         "get_queue_attributes",
+        "put_rule",
+        "put_targets",
         "set_queue_attributes",
         "get_bucket_notification_configuration",
         "put_bucket_notification_configuration",
     ]
-    assert len(lines) == 5 and url.endswith("/navarch-research-events")
+    assert len(lines) == 7 and url.endswith("/navarch-research-events")
     attrs = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
     statement = json.loads(attrs["Policy"])["Statement"][0]
     assert statement["Principal"] == {"Service": "s3.amazonaws.com"}
@@ -59,6 +61,16 @@ def test_s3_setup_makes_a_queue_only_this_bucket_may_send_to_and_keeps_other_not
     assert statement["Resource"] == attrs["QueueArn"]
     assert statement["Condition"]["ArnLike"] == {"aws:SourceArn": "arn:aws:s3:::my-navarch-state"}
     assert attrs["ReceiveMessageWaitTimeSeconds"] == "20"
+    rule = json.loads(attrs["Policy"])["Statement"][1]
+    assert rule["Principal"] == {"Service": "events.amazonaws.com"}
+    assert rule["Condition"]["ArnEquals"]["aws:SourceArn"].endswith(
+        ":rule/navarch-research-instances"
+    )
+    events = boto3.client("events")
+    pattern = json.loads(events.describe_rule(Name="navarch-research-instances")["EventPattern"])
+    assert "EC2 Instance State-change Notification" in pattern["detail-type"]
+    targets = events.list_targets_by_rule(Rule="navarch-research-instances")["Targets"]
+    assert [t["Arn"] for t in targets] == [attrs["QueueArn"]]
     config = s3.get_bucket_notification_configuration(Bucket="my-navarch-state")
     by_id = {q["Id"]: q for q in config["QueueConfigurations"]}
     assert by_id["theirs"]["Events"] == ["s3:ObjectRemoved:*"]

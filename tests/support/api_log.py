@@ -73,6 +73,9 @@ def _to_call(environ: dict[str, Any], body: bytes) -> Call | None:
             "Action", ""
         )
         return Call(f"sqs:{_SQS_ACTIONS.get(operation, operation)}")
+    if target.startswith("AWSEvents."):
+        # EventBridge's JSON protocol names the operation in X-Amz-Target (events:PutRule).
+        return Call(f"events:{target.partition('.')[2]}")
     form = dict(urllib.parse.parse_qsl(body.decode(errors="replace")))
     if "/ec2/" in auth or ("Action" in form and "/s3/" not in auth):
         action = form.get("Action") or query.get("Action")

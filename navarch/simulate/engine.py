@@ -520,6 +520,7 @@ def simulate(scenario: Scenario, seed: int | None = None, lazy: bool = True) -> 
     events = EventRuns(world, scenario.events) if scenario.events is not None else None
     if events is not None:
         world.on_report = events.on_report
+        world.on_cloud_event = events.on_cloud_event
     period = scenario.reconcile_period_s
     steps = scenario.duration_s // period
     # Ticks go in first: at one time a tick runs before the checks due then.

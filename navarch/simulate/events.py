@@ -2,8 +2,10 @@
 Pub/Sub, Azure Blob -> Event Grid) as a delivery delay, lost events and coalescing, so
 fault -> cordon and fault -> serving can be compared with and without them.
 
-A report write that changed the report (not a heartbeat) becomes an event; a share of
-events is lost; the rest arrive after a lognormal delay. The reconciler drains as the
+A report write that changed the report (not a heartbeat) becomes an event, and so does a
+change of the cloud's own status of a node (a dead host listed impaired: the clouds'
+instance events, docs/events.md); a share of events is lost; the rest arrive after a
+lognormal delay. The reconciler drains as the
 shipped runner does (navarch.events.runner.drain): after a message it polls again for
 poll_window_s (its settle_s), and the one run starts once a poll comes back empty, so a
 burst of messages less than a window apart is one run. Periodic runs stay, so a lost
@@ -39,7 +41,16 @@ class EventRuns:
     def on_report(self, n: SimNode) -> None:
         """Node n wrote a changed report now: its event arrives (or is lost); the drain
         that receives it ends poll_window_s after it unless another message comes first."""
-        rng = self.world.stream("events", n.node)
+        self._message(n, "events")
+
+    def on_cloud_event(self, n: SimNode) -> None:
+        """The cloud's status of node n changed now (a dead host listed impaired): the
+        cloud's instance event (navarch.events.messages) takes the same path to the queue,
+        with the same delay and losses as a report's, and its run is a full one."""
+        self._message(n, "cloud-events")
+
+    def _message(self, n: SimNode, stream: str) -> None:
+        rng = self.world.stream(stream, n.node)
         lost = rng.random() < self.path.lost_share
         delay_s = rng.lognormvariate(
             math.log(self.path.delivery_median_s), self.path.delivery_sigma

@@ -189,6 +189,8 @@ class World:
         self.reports_written = 0
         #: The engine's hook: n wrote a report that differs from its last (not a heartbeat).
         self.on_report: Callable[[SimNode], None] | None = None
+        #: Called when the cloud's own status of a node changes (navarch.simulate.events).
+        self.on_cloud_event: Callable[[SimNode], None] | None = None
         self._heartbeat_step_s = (
             math.ceil(scenario.heartbeat_s / scenario.agent_period_s) * scenario.agent_period_s
         )
@@ -620,6 +622,8 @@ class World:
         later drains and replaces it."""
         status = CloudStatus(InstanceHealth.IMPAIRED, detail, since=self.now)
         n.instance = replace(n.instance, cloud_status=status)
+        if self.on_cloud_event is not None:
+            self.on_cloud_event(n)
 
     def restore(self, n: SimNode) -> None:
         """The cloud says nothing about node n's instance any more (its impairment ended)."""

@@ -14,9 +14,10 @@ from typing import Any
 
 import pytest
 
-from navarch.agent import AgentConfig, run_once
+from navarch.agent import AgentConfig, host_readings, load_config, run_once
 from navarch.agent import host_signals as hs
 from navarch.agent import kernel_log as kl
+from navarch.agent.host import read_host_readings
 from navarch.agent.host_readings import (
     STA_UNSYNC,
     TIME_ERROR,
@@ -190,6 +191,32 @@ def test_uncorrectable_counter_latches_unhealthy() -> None:
     (check,) = evaluate([], readings=readings).checks
     assert check.fault_kind == "pcie:aer_counter_uncorrectable"
     assert check.status is Status.UNHEALTHY and "TOTAL_ERR_FATAL 1" in check.message
+
+
+def test_the_fake_backend_reads_aer_only_where_told_and_never_the_clock(
+    make_config: Callable[..., AgentConfig], tmp_path: Path
+) -> None:
+    fake = read_host_readings(make_config())
+    assert fake.aer is None and not fake.clock.read
+    tree = aer_tree(tmp_path / "sysfs", "0000:3b:00.0", 1)
+    told = read_host_readings(make_config(sysfs_root=str(tree)))
+    assert told.aer == (AerCounts("0000:3b:00.0", 1, 0, 0),) and not told.clock.read
+
+
+def test_a_real_node_reads_its_sysfs_and_clock(
+    make_config: Callable[..., AgentConfig], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(host_readings, "libc_adjtimex", lambda: (TIME_ERROR, STA_UNSYNC))
+    tree = aer_tree(tmp_path / "sysfs", "0000:3b:00.0", 0, nonfatal=2)
+    readings = read_host_readings(make_config(fake_gpu=False, sysfs_root=str(tree)))
+    assert readings.clock.synchronised is False
+    assert readings.aer == (AerCounts("0000:3b:00.0", 0, 0, 2),)
+    gone = read_host_readings(make_config(fake_gpu=False, sysfs_root=str(tmp_path / "nope")))
+    assert gone.aer is None and gone.aer_error and "nope" in gone.aer_error
+
+
+def test_agent_yaml_takes_a_sysfs_root(tmp_path: Path) -> None:
+    assert load_config(write_agent_yaml(tmp_path, sysfs_root="/host/sys")).sysfs_root == "/host/sys"
 
 
 def test_unsynchronised_clock_is_a_degraded_clock_fault() -> None:

@@ -346,15 +346,22 @@ def _burst_of(prev: HostEvent, ev: HostEvent, window_s: float) -> bool:
 
 
 def parse_host_lines(
-    lines: Iterable[kl.KernelLine], now: datetime, window_s: float = kl.BURST_WINDOW_S
+    lines: Iterable[kl.KernelLine],
+    now: datetime,
+    window_s: float = kl.BURST_WINDOW_S,
+    boot_id: str | None = None,
 ) -> list[HostEvent]:
     """The host events of kernel lines, bursts collapsed: consecutive matches of one kind
     within ``window_s`` (uptime stamps when both have one, else times) are one event,
     whichever device printed them; lines without any stamp collapse when consecutive (a
-    text log without stamps cannot tell a burst from a repeat, as for XIDs)."""
+    text log without stamps cannot tell a burst from a repeat, as for XIDs). With
+    ``boot_id``, a line stamped with another boot (a journal's tail of the boot before a
+    reboot) is skipped: the reboot was its remedy."""
     now_s = now.timestamp()
     out: list[HostEvent] = []
     for line in lines:
+        if boot_id is not None and line.boot_id is not None and line.boot_id != boot_id:
+            continue
         if line.wall_time is None and line.uptime_s is None:
             split = kl.split_prefix(line.message, now=now)
             line = replace(split, boot_id=line.boot_id)
@@ -394,19 +401,36 @@ def _times(raw: Any) -> list[list[float]]:
     return out
 
 
+def _mapping(raw: Any) -> dict[str, Any]:
+    """raw when it is a mapping of known kinds to mappings (a saved section), else {}."""
+    if not isinstance(raw, dict):
+        return {}
+    return {k: dict(v) for k, v in raw.items() if k in _ALL_RULES and isinstance(v, dict)}
+
+
 def _load(saved: Mapping[str, Any]) -> dict[str, Any]:
-    """The saved block as a fresh mutable copy (unknown kinds dropped: a rule removed in
-    a later agent leaves nothing behind)."""
-    counted = dict(saved.get("counted") or {})
-    latched = dict(saved.get("latched") or {})
-    last = dict(saved.get("last") or {})
-    aer = dict(saved.get("aer") or {})
+    """The saved block as a fresh mutable copy; a malformed section reads as empty and
+    unknown kinds are dropped (a rule removed in a later agent leaves nothing behind)."""
+    counted = saved.get("counted")
+    aer = saved.get("aer")
+    latched = _mapping(saved.get("latched"))
+    for seen in latched.values():
+        count = seen.get("count")
+        seen["count"] = count if isinstance(count, int) and count > 0 else 1
     return {
-        "counted": {k: _times(v) for k, v in counted.items() if k in _ALL_RULES},
-        "latched": {k: dict(v) for k, v in latched.items() if k in _ALL_RULES},
-        "last": {k: dict(v) for k, v in last.items() if k in _ALL_RULES},
-        "aer": {str(k): int(v) for k, v in aer.items() if isinstance(v, int)},
-        "aer_read": bool(saved.get("aer_read")),
+        "counted": {
+            k: _times(v)
+            for k, v in (counted.items() if isinstance(counted, dict) else ())
+            if k in _ALL_RULES
+        },
+        "latched": latched,
+        "last": _mapping(saved.get("last")),
+        "aer": {
+            str(k): v
+            for k, v in (aer.items() if isinstance(aer, dict) else ())
+            if isinstance(v, int) and not isinstance(v, bool)
+        },
+        "aer_read": saved.get("aer_read") is True,
     }
 
 
@@ -533,17 +557,19 @@ def evaluate(
     readings: HostReadings,
     saved: Mapping[str, Any],
     now: datetime,
+    boot_id: str | None = None,
 ) -> HostSignals:
     """This run's host checks and the state block to save.
 
-    lines: the kernel lines read this run; readings: sysfs AER totals and the clock;
+    lines: the kernel lines read this run (those stamped with a boot other than
+    ``boot_id`` are skipped); readings: sysfs AER totals and the clock;
     saved: the previous run's block of this boot ({} after a reboot: latches and windows
     start afresh, as the reboot was the remedy); now: aware UTC. Never raises for
     malformed saved data (it is dropped). A kind never seen this boot makes no check (a
     quiet host adds nothing to the report)."""
     now_s = now.timestamp()
     state = _load(saved)
-    for ev in parse_host_lines(lines, now):
+    for ev in parse_host_lines(lines, now, boot_id=boot_id):
         _record(state, _BY_KIND[ev.kind], ev.line, ev.at_s, 1)  # a burst is one event
     if readings.aer is not None:
         _record_aer(state, readings.aer, now_s)

@@ -668,7 +668,7 @@ def observe_node(
     gchecks, counters = _gpu_checks_and_counters(probe, state.counters, boot_id, now)
     xids = read_xids(host, state, boot_id, now)
     saved = state.host_signals if state.boot_id == boot_id else {}  # a reboot starts afresh
-    hosted = host_signals.evaluate(xids.lines, host.read_host(now), saved, now)
+    hosted = host_signals.evaluate(xids.lines, host.read_host(now), saved, now, boot_id)
     checks = [
         boot_check(boot_id, state.boot_id),
         *probe_checks(probe, config.gpus_per_node),

@@ -151,6 +151,19 @@ def test_a_hostile_line_is_escaped_and_capped() -> None:
 def test_saved_state_from_a_hostile_or_old_file_is_dropped_not_raised() -> None:
     saved = {"counted": {"host_cpu:soft_lockup": [["x", 1], [1.0]], "gone:kind": [[1, 1]]}}
     assert evaluate([], saved).checks == ()
+    for bad in ({"counted": [1]}, {"latched": {"host_cpu:hard_lockup": 3}}, {"aer": "x"}):
+        assert evaluate([], bad).checks == ()
+    (check,) = evaluate([], {"latched": {"host_cpu:hard_lockup": {"count": "9"}}}).checks
+    assert check.evidence["count"] == 1
+
+
+def test_a_journal_line_of_the_boot_before_a_reboot_is_not_this_boots_signal() -> None:
+    line = "EXT4-fs (sdb): Remounting filesystem read-only"
+    wall = NOW - timedelta(minutes=5)
+    old = kl.KernelLine(line, wall, None, "boot-old")
+    assert hs.evaluate([old], HostReadings(), {}, NOW, "boot-new").checks == ()
+    (check,) = hs.evaluate([old], HostReadings(), {}, NOW, "boot-old").checks
+    assert check.fault_kind == "host_storage:fs_read_only"
 
 
 # Documentation/ABI/testing/sysfs-bus-pci-devices-aer-stats, its sample output (composed

@@ -11,6 +11,7 @@ Example (what templates/cloud-init.yaml.j2 writes)::
     gpus_per_node: 8
     state_file: /var/lib/navarch/agent-state.json
     kernel_log: null        # a text file instead of journald / /dev/kmsg
+    sysfs_root: null        # where PCIe AER counters are read (default /sys; fake backend: none)
     fake_gpu: false
     gpu_count: null         # fake backend only (default: NAVARCH_GPU_COUNT, gpus_per_node, 8)
     faults_file: null       # fake backend only (default: NAVARCH_FAKE_GPU_FAULTS)
@@ -69,6 +70,9 @@ class AgentConfig:
     gpus_per_node: int | None = None
     state_file: str = DEFAULT_STATE_FILE
     kernel_log: str | None = None
+    #: the sysfs whose bus/pci/devices/*/aer_dev_* are read; None: /sys, or none on the fake
+    #: backend (a laptop's own PCIe is not the simulated node's)
+    sysfs_root: str | None = None
     fake_gpu: bool = False
     gpu_count: int | None = None
     faults_file: str | None = None

@@ -5,6 +5,7 @@
 - the state file (``load_state`` / ``save_state``, navarch.agent.state);
 - the kernel log since the saved position (``read_kernel_log``: text file > journald >
   /dev/kmsg, navarch.agent.kernel_log);
+- the host's PCIe AER counters and clock (``read_host``, navarch.agent.host_readings);
 - the GPU-reset marker that playbooks/reset_gpu.yaml leaves (``gpu_reset_pending`` /
   ``clear_gpu_reset``);
 - a spot or maintenance notice (``read_notice``: the notice file, then cloud metadata);
@@ -29,6 +30,12 @@ from typing import Any, Protocol
 from navarch.agent import kernel_log as kl
 from navarch.agent.checks import Check
 from navarch.agent.config import AgentConfig
+from navarch.agent.host_readings import (
+    ClockReading,
+    HostReadings,
+    read_aer_counters,
+    read_clock,
+)
 from navarch.agent.state import AgentState, load_state, save_state
 from navarch.report.compat import UTC
 from navarch.report.health_report import NoticeKind, NoticeSource, ReportNotice
@@ -67,6 +74,10 @@ class NodeHost(Protocol):
     ) -> tuple[list[kl.KernelLine], dict[str, Any], str, str | None]:
         """New kernel lines since the saved position block (the state's ``kernel_log``):
         (lines, the position block to save, source name, why no source could be read)."""
+        ...
+
+    def read_host(self, now: datetime) -> HostReadings:
+        """The host's PCIe AER totals and clock synchronisation (each None when not read)."""
         ...
 
     def gpu_reset_pending(self) -> bool:
@@ -209,6 +220,29 @@ def read_kernel_log(
     return [], dict(saved), "none", "; ".join(errors) or "no kernel log source"
 
 
+#: Where AER counters are read when agent.yaml names no sysfs_root.
+DEFAULT_SYSFS_ROOT = "/sys"
+
+
+def read_host_readings(config: AgentConfig) -> HostReadings:
+    """AER totals under config.sysfs_root (default DEFAULT_SYSFS_ROOT; the fake backend reads none unless
+    sysfs_root is set) and the clock by adjtimex (not read on the fake backend: the
+    machine's own clock is not the simulated node's). A sysfs that cannot be listed is
+    reported in ``aer_error``, never raised."""
+    from navarch.agent.gpu import fake_requested
+
+    fake = fake_requested(config.fake_gpu)
+    root = config.sysfs_root or (None if fake else DEFAULT_SYSFS_ROOT)
+    aer, error = None, None
+    if root is not None:
+        try:
+            aer = read_aer_counters(root)
+        except OSError as exc:
+            error = f"{root}: {exc.strerror or exc}"
+    clock = ClockReading(None, detail="fake backend", read=False) if fake else read_clock()
+    return HostReadings(aer, error, clock)
+
+
 def gpu_reset_marker(config: AgentConfig) -> Path:
     """The file playbooks/reset_gpu.yaml writes after `nvidia-smi -r` succeeded:
     `gpu-reset` beside the agent's state file. While it exists the next run starts its
@@ -235,6 +269,10 @@ class FileHost:
     ) -> tuple[list[kl.KernelLine], dict[str, Any], str, str | None]:
         """See the module function read_kernel_log."""
         return read_kernel_log(self.config, saved, boot_id, now)
+
+    def read_host(self, now: datetime) -> HostReadings:
+        """See the module function read_host_readings."""
+        return read_host_readings(self.config)
 
     def gpu_reset_pending(self) -> bool:
         """Whether the reset marker (gpu_reset_marker) exists."""

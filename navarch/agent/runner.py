@@ -21,7 +21,7 @@ Report rules (docs/design.md, Health report; schemas/health-report.schema.json):
 
 ``run_once`` is a sequence of named steps: load the state, probe the GPUs (``choose_backend``), run the checks (``boot_check``,
 ``probe_checks``, ``gpu_checks`` over ``GPU_CHECKS``, ``kernel_log_check``,
-``xid_checks`` over ``read_xids``, then navarch.checks plugins: ``plugin_checks``), count each fault's boots (``count_faults``) and
+``xid_checks`` over ``read_xids``, ``host_signals.evaluate`` over the same lines, then navarch.checks plugins: ``plugin_checks``), count each fault's boots (``count_faults``) and
 consecutive checks (``count_streaks``), read a notice (``NodeHost.read_notice``), decide
 whether the report is due (``change_digest``, ``report_due``) and if so choose its sequence
 (``next_sequence``), save the state (``persist_state``), sign (``build_report``) and write
@@ -33,10 +33,11 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
+from navarch.agent import host_signals
 from navarch.agent import kernel_log as kl
 from navarch.agent.burn_in import ToolBench, tick_run
 from navarch.agent.checks import Check, CounterSample, probe_checks, xid_checks
@@ -624,7 +625,7 @@ def _report_sequence(
 @dataclass(frozen=True)
 class NodeObservation:
     """One check of the node: its checks (counted), the GPU probe, the kernel log read, and
-    the state's new counters, fault history and streaks."""
+    the state's new counters, fault history, streaks and host signals."""
 
     checks: list[Check]
     probe: GpuProbe
@@ -633,6 +634,7 @@ class NodeObservation:
     faults: dict[str, dict[str, float]]
     streaks: dict[str, int]
     verdict_checks: int
+    host_signals: Mapping[str, Any] = field(default_factory=dict)
 
     def next_state(self, sequence: int, boot_id: str, written: Mapping[str, Any]) -> AgentState:
         """The state this check leaves. ``written`` stays the last write's until the store
@@ -647,6 +649,7 @@ class NodeObservation:
             counters=self.counters,
             streaks=self.streaks,
             written=dict(written),
+            host_signals=dict(self.host_signals),
         )
 
 
@@ -664,12 +667,15 @@ def observe_node(
     probe = _safe_probe(backend)
     gchecks, counters = _gpu_checks_and_counters(probe, state.counters, boot_id, now)
     xids = read_xids(host, state, boot_id, now)
+    saved = state.host_signals if state.boot_id == boot_id else {}  # a reboot starts afresh
+    hosted = host_signals.evaluate(xids.lines, host.read_host(now), saved, now, boot_id)
     checks = [
         boot_check(boot_id, state.boot_id),
         *probe_checks(probe, config.gpus_per_node),
         *gchecks,
         kernel_log_check(xids),
         *xid_checks(xids.latched, {g.pci_bus_id: g.index for g in probe.gpus}),
+        *hosted.checks,
     ]
     checks += host.plugin_checks(config, boot_id, gpu_readings(probe), checks)
     faults = _faults_with_earlier_boots(state.faults, xids.earlier_boots, now)
@@ -681,7 +687,7 @@ def observe_node(
     verdict = f"verdict|{Status.worst(c.status for c in checks).value}"
     streaks[verdict] = int(state.streaks.get(verdict, 0) if same_boot else 0) + 1
     return NodeObservation(
-        checks, probe, xids, counters, faults, streaks, verdict_checks=streaks[verdict]
+        checks, probe, xids, counters, faults, streaks, streaks[verdict], hosted.state
     )
 
 

@@ -58,6 +58,8 @@ class AgentState:
               navarch.agent.runner.change_digest)}; empty before the first write
     acceptance: this boot's acceptance run (navarch.report.acceptance.AcceptanceRun.to_json);
               empty when none ran (navarch.agent.burn_in)
+    host_signals: this boot's host signals (navarch.agent.host_signals.evaluate): counted
+              occurrences per kind within their windows, latched kinds, AER baselines
     """
 
     sequence: int = 0
@@ -69,6 +71,7 @@ class AgentState:
     streaks: Mapping[str, int] = field(default_factory=dict)
     written: Mapping[str, Any] = field(default_factory=dict)
     acceptance: Mapping[str, Any] = field(default_factory=dict)
+    host_signals: Mapping[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -82,6 +85,7 @@ class AgentState:
             "streaks": dict(self.streaks),
             "written": dict(self.written),
             "acceptance": dict(self.acceptance),
+            "host_signals": dict(self.host_signals),
         }
 
     @classmethod
@@ -106,6 +110,7 @@ class AgentState:
             streaks={str(k): int(v) for k, v in dict(doc.get("streaks") or {}).items()},
             written=dict(doc.get("written") or {}),
             acceptance=dict(doc.get("acceptance") or {}),
+            host_signals=dict(doc.get("host_signals") or {}),
         )
 
 

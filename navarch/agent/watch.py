@@ -1,5 +1,5 @@
 """``navarch agent watch``: one long-running agent that checks every interval, and at once
-when the kernel log gains an XID or SXid line.
+when the kernel log gains an XID or SXid line or a host signal that is fatal at once.
 
 The timer's ``agent run --once`` every 30 s sees an XID within about 30 s; an operator who
 prefers seconds runs this instead (a ``Type=simple`` service in place of the timer). Each
@@ -34,8 +34,22 @@ log = logging.getLogger("navarch.agent")
 
 #: How often a text-file kernel log's size is polled while waiting.
 FILE_POLL_S = 0.2
-#: Bytes in a kernel record that wake the watcher (NVIDIA's "NVRM: Xid" and NVSwitch "SXid").
-WAKE_MARKERS = (b"Xid",)
+#: Bytes in a kernel record that wake the watcher (NVIDIA's "NVRM: Xid" and NVSwitch "SXid",
+#: and the host signals that are fatal at once: navarch.agent.host_signals's latched rules).
+WAKE_MARKERS = (
+    b"Xid",
+    b"hard LOCKUP",
+    b"Remounting filesystem read-only",
+    b"Shutting down filesystem",
+    b"Uncorrected (",
+    b"Uncorrectable (",
+    b"[Hardware Error]",
+    b"postRxDetLinkMask",
+    b"Rx Detect Link mask",
+    b"Device not ready; aborting reset",
+    b"Removing after probe failure",
+    b"Disabling device after reset failure",
+)
 
 #: waiter(timeout_s) -> True when a GPU line arrived within timeout_s, else False.
 Waiter = Callable[[float], bool]

@@ -95,6 +95,12 @@ _KIND_CLASS: tuple[tuple[str, FaultClass], ...] = (
     ("host_down", FaultClass.HOST_DOWN),
     ("offline", FaultClass.HOST_DOWN),
     ("instance_impaired", FaultClass.HOST_DOWN),
+    # Host signals (navarch.agent.host_signals): the kind's prefix is its class.
+    ("host_cpu:", FaultClass.HOST_CPU),
+    ("host_memory:", FaultClass.HOST_MEMORY),
+    ("host_storage:", FaultClass.HOST_STORAGE),
+    ("pcie:", FaultClass.PCIE),
+    ("clock:", FaultClass.CLOCK),
 )
 
 
@@ -183,8 +189,68 @@ def _builtin() -> tuple[RemedyRow, ...]:
             "(cloud-apis.md; docs/design.md, Node lifecycle)",
             actions=(Remedy.REPLACE,),
         ),
+        *_HOST_ROWS,
     ]
     return tuple(rows)
+
+
+_GPUD = "gpud kmsg matchers (leptonai/gpud)"
+_EKS = "EKS node monitoring agent (aws/eks-node-monitoring-agent pkg/reasons/reasons.yaml)"
+#: Host signals (navarch.agent.host_signals): the agent counts transient ones in a window
+#: and reports fatal ones at once; these rows say what the ladder does with them. Exact
+#: kinds that are only reported come before their class.
+_HOST_ROWS = (
+    RemedyRow(
+        "host_cpu:hung_task",
+        f"{_EKS}: AppBlocked is a Warning event with no repair (a task blocked on I/O)",
+        alert=True,
+    ),
+    RemedyRow(
+        FaultClass.HOST_CPU.value,
+        f"{_EKS}: SoftLockup, KernelBug; {_GPUD}; kernel/watchdog.c, kernel/rcu/tree_stall.h: "
+        "repeated soft lockups or RCU stalls, a hard lockup: reboot; a machine check that "
+        "was not corrected: replace",
+    ),
+    RemedyRow(
+        FaultClass.HOST_MEMORY.value,
+        f"{_EKS}: AppCrash is a Warning event; an OOM kill is the workload's memory, "
+        "not the node's hardware (mm/oom_kill.c)",
+        alert=True,
+    ),
+    RemedyRow(
+        FaultClass.HOST_STORAGE.value,
+        f"{_EKS}: InstanceStoreIOError is Fatal, IODelays a Warning; drivers/nvme/host/pci.c "
+        "reset storms and fs/ext4 read-only remounts are cured by a reboot, then replace",
+    ),
+    RemedyRow(
+        "pcie:aer_corrected",
+        f"{_EKS}: NvidiaPCIeError (replays) is a Warning; corrected AER errors are reported",
+        alert=True,
+    ),
+    RemedyRow(
+        "pcie:aer_counter_correctable",
+        f"{_EKS}: NvidiaPCIeError is a Warning; Documentation/ABI/testing/"
+        "sysfs-bus-pci-devices-aer-stats",
+        alert=True,
+    ),
+    RemedyRow(
+        "pcie:peermem",
+        f"{_GPUD} components/accelerator/nvidia/peermem: repeated invalid-context errors "
+        "are reported, not acted on",
+        alert=True,
+    ),
+    RemedyRow(
+        FaultClass.PCIE.value,
+        "drivers/pci/pcie/aer.c: an uncorrectable (fatal or non-fatal) AER error: reboot, "
+        "then replace",
+    ),
+    RemedyRow(
+        FaultClass.CLOCK.value,
+        f"{_EKS} monitors/kernel/monitor.go ClockUnsynchronized: the time daemon is a "
+        "setting of the image, not broken hardware",
+        alert=True,
+    ),
+)
 
 
 #: The built-in table (operator rows in health.remedies come before it).

@@ -26,6 +26,7 @@ from navarch.agent.checks import Check
 from navarch.agent.config import AgentConfig
 from navarch.agent.gpu import FakeFaults, FakeGpuBackend, GpuProbe
 from navarch.agent.host import notice_from_doc
+from navarch.agent.host_readings import HostReadings
 from navarch.agent.runner import run_once
 from navarch.agent.state import AgentState
 from navarch.report import xid
@@ -83,6 +84,10 @@ class SimHost:
             "position": {"offset": len(self.kernel_log)},
         }
         return lines, block, "file", None
+
+    def read_host(self, now: datetime) -> HostReadings:
+        """A simulated node has no sysfs or clock of its own: neither is read."""
+        return HostReadings()
 
     def gpu_reset_pending(self) -> bool:
         """Whether the GPUs were reset since the last run."""

@@ -27,6 +27,18 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name, raising=False)
 
 
+@pytest.fixture(autouse=True)
+def _test_machine_is_not_the_node(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A real-backend run reads a synchronised clock and a sysfs without AER errors: the
+    test machine's own clock and PCIe are not the node under test."""
+    from navarch.agent import host, host_readings
+
+    sysfs = tmp_path / "machine-sysfs"
+    (sysfs / "bus" / "pci" / "devices").mkdir(parents=True)
+    monkeypatch.setattr(host, "DEFAULT_SYSFS_ROOT", str(sysfs))
+    monkeypatch.setattr(host_readings, "libc_adjtimex", lambda: (0, 0))
+
+
 @pytest.fixture
 def validate_report() -> Callable[[dict[str, Any]], None]:
     schema = json.loads(schema_path("health-report.schema.json").read_text())

@@ -78,3 +78,14 @@ def test_lines_without_an_xid_do_not_wake_the_watch(
     with open(cfg.kernel_log, "a") as fh:  # type: ignore[arg-type]
         fh.write(XID79)
     assert waiter(0.5) is True
+
+
+def test_a_fatal_host_line_wakes_the_watch(make_config: Callable[..., AgentConfig]) -> None:
+    cfg = make_config()
+    open(cfg.kernel_log, "w").close()  # type: ignore[arg-type]
+    waiter = kernel_waiter(cfg)
+    assert waiter is not None
+    with open(cfg.kernel_log, "a") as fh:  # type: ignore[arg-type]
+        # public GCE report (tests/fixtures/host_signals/README.md, line 11)
+        fh.write("[28599.037759] EXT4-fs (sdb): Remounting filesystem read-only\n")
+    assert waiter(0.5) is True

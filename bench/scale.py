@@ -214,7 +214,9 @@ def event_apply(fleet_file: str) -> int:
 
     keys = json.loads((Path(fleet_file).parent / "events.json").read_text())
     with one_shot():
-        result = api.apply(fleet_file, auto_approve=True, reports_named=keys)
+        result = api.apply(
+            fleet_file, api.ApplyOptions(auto_approve=True, reports_named=frozenset(keys))
+        )
     return 1 if result.failed else 0
 
 

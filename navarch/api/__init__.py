@@ -32,6 +32,7 @@ audit log as `by`).
 from __future__ import annotations
 
 from navarch.api.acting import (
+    ApplyOptions,
     apply,
     cordon,
     destroy,
@@ -68,6 +69,7 @@ from navarch.planner.model import HaltRule, Lifecycle, Plan
 from navarch.reconcile.operator.pause import PauseResult
 
 __all__ = [
+    "ApplyOptions",
     "ApplyResult",
     "CloudInit",
     "DestroyResult",

@@ -9,6 +9,7 @@ Each holds the fleet's lease while it acts (force_unlock removes it), records wh
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -47,49 +48,60 @@ def _clock(clock: Clock | None) -> Clock:
     return clock or system_clock
 
 
-def apply(
-    fleet: LoadedFleet | str | Path | Fleet,
-    *,
-    plan: PlanResult | None = None,
-    scope: Iterable[str] | None = None,
-    auto_approve: bool = False,
-    confirm: Callable[[Plan], bool] | None = None,
-    on_outcome: Callable[[Outcome], None] | None = None,
-    options: PlanOptions | None = None,
-    run_id: str | None = None,
-    actor: Actor | None = None,
-    clock: Clock | None = None,
-    after_apply: Callable[[RunResult | None, NavarchError | None], None] | None = None,
-    command: str | None = None,
-    reports_named: Iterable[str] | None = None,
-) -> ApplyResult:
+@dataclass(frozen=True)
+class ApplyOptions:
+    """How one apply runs (navarch.api.apply); every field has a default.
+
+    plan: a PlanResult from plan(); its actions are applied only if the world has not
+    moved on since (else StalePlan). scope: the nodes `plan` was narrowed to (an MCP
+    confirmation): only their observations and the halts must be unchanged, not every
+    node's (None: every node). Approval: auto_approve, a plan, or confirm(plan) accepting
+    the plan it is shown; with none of them apply raises NavarchError before anything is
+    done. on_outcome(outcome): each finished action, as it finishes. plan_options: the
+    run's flags (pools, --replace, --allow-destroy, --allow-launches). run_id: the audit's
+    run id (default: a new one). actor: who asks (navarch.actor: a person, a CI job, an MCP
+    client, a scheduled run), kept in every audit record of the run as `by`; the caller
+    says it (the CLI reads its environment, the MCP server names its client). clock: the
+    run's clock (default: the system clock; the CLI passes navarch.cli.process_clock()).
+    after_apply(result, error): called while the lease is held (notifications:
+    navarch.notify.unattended). command: the lease's command (default "apply FLEET").
+    reports_named: the report keys (health/<fleet>/<pool>/<node>.json) a run started by
+    the store's notifications was started for: only they are listed while every other
+    node's last report is fresh (navarch.reconcile.named_reports); None lists all.
+    """
+
+    plan: PlanResult | None = None
+    scope: frozenset[str] | None = None
+    auto_approve: bool = False
+    confirm: Callable[[Plan], bool] | None = None
+    on_outcome: Callable[[Outcome], None] | None = None
+    plan_options: PlanOptions | None = None
+    run_id: str | None = None
+    actor: Actor | None = None
+    clock: Clock | None = None
+    after_apply: Callable[[RunResult | None, NavarchError | None], None] | None = None
+    command: str | None = None
+    reports_named: frozenset[str] | None = None
+
+
+def apply(fleet: LoadedFleet | str | Path | Fleet, how: ApplyOptions | None = None) -> ApplyResult:
     """Converge the fleet: take its lease, look again, execute the plan's actions under
     every safety rule (budget, breaker, rate limit, ownership), record each in the audit
     log, write state, release the lease.
 
     fleet: a LoadedFleet, a path to fleet.yaml, or a fleet opened by
     open_fleet(acting=True) (the CLI keeps it for notifications and metrics around the
-    run). plan: a PlanResult from plan(); its actions are applied only if the world has not moved
-    on since (else StalePlan). scope: the nodes `plan` was narrowed to (an MCP
-    confirmation): only their observations and the halts must be unchanged, not every
-    node's (None: every node). Without auto_approve and a plan, `confirm(plan)` must accept
-    the plan; with neither, NavarchError is raised before anything is done. actor: who asks
-    (navarch.actor: a person, a CI job, an MCP client, a scheduled run), kept in every
-    audit record of the run as `by`; the caller says it (the CLI reads its environment,
-    the MCP server names its client). clock: the run's clock (default: the system clock;
-    the CLI passes navarch.cli.process_clock()). after_apply(result, error): called while
-    the lease is held (notifications: navarch.notify.unattended). command: the lease's command
-    (default "apply FLEET"). reports_named: the report keys (health/<fleet>/<pool>/<node>.json)
-    a run started by the store's notifications was started for: only they are listed while
-    every other node's last report is fresh (navarch.reconcile.named_reports); None lists all.
-    Raises LockHeld (another run holds the lease), LeaseLost, StalePlan, StoreError,
-    ProviderError.
+    run). how: the run's ApplyOptions (approval, callbacks, flags, actor, clock).
+    Raises NavarchError (no approval), LockHeld (another run holds the lease), LeaseLost,
+    StalePlan, StoreError, ProviderError.
     """
     from navarch.reconcile.run import run_apply
 
-    if confirm is None and plan is None and not auto_approve:
+    how = how or ApplyOptions()
+    plan, confirm = how.plan, how.confirm
+    if confirm is None and plan is None and not how.auto_approve:
         raise NavarchError(
-            "apply needs approval: pass auto_approve=True, a plan from "
+            "apply needs approval: pass ApplyOptions(auto_approve=True), a plan from "
             "api.plan() to apply exactly it, or confirm="
         )
     opened = _opened(fleet)
@@ -99,22 +111,23 @@ def apply(
         shown.append(p)
         return True if confirm is None else confirm(p)
 
+    command = how.command
     if command is None:
         named = fleet.path if isinstance(fleet, LoadedFleet) else fleet
         command = f"apply {named if isinstance(named, str | Path) else opened.spec.source}"
     result = run_apply(
         opened,
         command=command,
-        clock=_clock(clock),
+        clock=_clock(how.clock),
         saved=plan.plan if plan is not None else None,
-        saved_nodes=frozenset(scope) if scope is not None else None,
+        saved_nodes=how.scope,
         confirm=asked,
-        on_outcome=on_outcome,
-        options=options,
-        after_apply=after_apply,
-        run_id=run_id,
-        actor=actor,
-        named=frozenset(reports_named) if reports_named is not None else None,
+        on_outcome=how.on_outcome,
+        options=how.plan_options,
+        after_apply=how.after_apply,
+        run_id=how.run_id,
+        actor=how.actor,
+        named=how.reports_named,
     )
     if result is None:  # confirm() declined the plan it was shown: nothing was done
         return ApplyResult(shown[-1], (), "", None, applied=False)

@@ -136,16 +136,18 @@ def _apply_once(args: argparse.Namespace, named: tuple[str, ...] | None) -> int:
     try:
         result = api.apply(
             opened,
-            plan=saved.plan if saved is not None else None,
-            command=f"apply {args.target}",
-            clock=args.clock,
-            confirm=side.confirm(confirm),
-            on_outcome=side.outcome(lines),
-            options=plan_options(args),
-            after_apply=side.after_apply,
-            run_id=args.run_id,
-            actor=args.actor,
-            reports_named=named,
+            api.ApplyOptions(
+                plan=saved.plan if saved is not None else None,
+                command=f"apply {args.target}",
+                clock=args.clock,
+                confirm=side.confirm(confirm),
+                on_outcome=side.outcome(lines),
+                plan_options=plan_options(args),
+                after_apply=side.after_apply,
+                run_id=args.run_id,
+                actor=args.actor,
+                reports_named=frozenset(named) if named is not None else None,
+            ),
         )
     except NavarchError as exc:
         side.finish(None, exc)

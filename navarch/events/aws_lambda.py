@@ -51,15 +51,18 @@ def aws_lambda_handler(event: Mapping[str, Any], context: Any = None) -> dict[st
     ignored = {r.value: n for r, n in parsed.ignored.items()}
     if parsed.ignored:
         log.info("ignored %s", parsed.ignored_text())
-    if not parsed.keys:
+    if not parsed.keys and not parsed.instances:
         return {"batchItemFailures": [], "reports": 0, "ignored": ignored, "actions": 0}
     function = str(getattr(context, "function_name", "") or "lambda")
     result = api.apply(
         fleet,
-        auto_approve=True,
-        reports_named=parsed.keys,
-        actor=Actor(ActorKind.SCHEDULED, name=function, job="store event (AWS Lambda)"),
-        command=f"apply {fleet.path} --on-events (AWS Lambda {function})",
+        api.ApplyOptions(
+            auto_approve=True,
+            # A cloud's instance event (a dead host writes no report) needs a full run.
+            reports_named=None if parsed.instances else frozenset(parsed.keys),
+            actor=Actor(ActorKind.SCHEDULED, name=function, job="store event (AWS Lambda)"),
+            command=f"apply {fleet.path} --on-events (AWS Lambda {function})",
+        ),
     )
     return {
         "batchItemFailures": [],

@@ -622,11 +622,13 @@ def _acting_tools(server: MCPServer[Any], served: _Served) -> None:
         try:
             done = api.apply(
                 loaded,
-                plan=confirmed,
-                scope=nodes,
-                options=shown.options,
-                actor=_actor(ctx),
-                clock=now,
+                api.ApplyOptions(
+                    plan=confirmed,
+                    scope=frozenset(nodes),
+                    plan_options=shown.options,
+                    actor=_actor(ctx),
+                    clock=now,
+                ),
             )
         except StalePlan as exc:
             again = Verb.REPLACE if shown.verb is Verb.REPLACE else Verb.APPLY

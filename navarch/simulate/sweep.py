@@ -241,6 +241,10 @@ def _interval(
     return _pct(figures, 0.025), _pct(figures, 0.975)
 
 
+def _quantile(q: float) -> Callable[[list[float]], float | None]:
+    return lambda values: _pct(values, q)
+
+
 def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
@@ -264,7 +268,7 @@ def merge_docs(docs: Iterable[dict[str, Any]]) -> dict[str, Any]:
             per_seed = [list(d.get(key) or []) for d in runs]
             pooled = [v for values in per_seed for v in values]
             for label, q in (("p50", 0.5), ("p95", 0.95)):
-                low, high = _interval(per_seed, lambda v, q=q: _pct(v, q))
+                low, high = _interval(per_seed, _quantile(q))
                 figures[f"{label}_{name}_s"] = {"value": _pct(pooled, q), "low": low, "high": high}
         avail = [[float(d.get("availability", 0.0))] for d in runs]
         low, high = _interval(avail, _mean)

@@ -33,7 +33,7 @@ def test_apply_without_approval_does_nothing_and_says_how_to_approve(fleet) -> N
 
 def test_a_declined_plan_is_reported_unapplied_and_nothing_is_launched(fleet) -> None:
     shown = []
-    result = api.apply(fleet, confirm=lambda plan: shown.append(plan) or False)
+    result = api.apply(fleet, api.ApplyOptions(confirm=lambda plan: shown.append(plan) or False))
     assert not result.applied and result.outcomes == ()
     assert [a.kind.value for a in shown[0].actions] == ["provision"] * 5
     assert api.plan(fleet).to_json()["summary"]["provision"] == 5

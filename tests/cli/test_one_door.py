@@ -77,7 +77,7 @@ def test_every_cli_verb_and_its_api_call_leave_the_same_fleet(two):
         assert not (nav.workdir / ".navarch").exists()
 
     cli.ok("apply", "fleet.yaml", "--auto-approve")
-    assert not api.apply(fleet, auto_approve=True, actor=ME).failed
+    assert not api.apply(fleet, api.ApplyOptions(auto_approve=True, actor=ME)).failed
     for nav in two:
         nav.ok("local", "tick", "fleet.yaml")
     assert _state(cli) == _state(py)

@@ -34,11 +34,14 @@ def navarch_events(msg: func.QueueMessage) -> None:
     parsed = parse_event_grid_message(msg.get_body(), watch)
     if parsed.ignored:
         logging.info("navarch events: ignored %s", parsed.ignored_text())
-    if not parsed.keys:
+    if not parsed.keys and not parsed.instances:
         return
+    # A cloud's instance event (a dead host writes no report) needs a full run.
     api.apply(
         fleet,
-        auto_approve=True,
-        reports_named=parsed.keys,
-        actor=Actor(ActorKind.SCHEDULED, name="azure-function", job="store event"),
+        api.ApplyOptions(
+            auto_approve=True,
+            reports_named=None if parsed.instances else frozenset(parsed.keys),
+            actor=Actor(ActorKind.SCHEDULED, name="azure-function", job="store event"),
+        ),
     )

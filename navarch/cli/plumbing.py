@@ -233,8 +233,23 @@ def node_parser(sub: Any, name: str, help_text: str) -> Any:
     """A subcommand taking the fleet file and one node name."""
     s = sub.add_parser(name, help=help_text)
     fleet_argument(s)
-    s.add_argument("node")
+    node_argument(s)
     return s
+
+
+def node_argument(s: argparse.ArgumentParser, **kwargs: Any) -> None:
+    """The NODE argument, completed at a TAB from the fleet's last state."""
+    from navarch.cli.completion import node_names
+
+    s.add_argument("node", **kwargs).completer = node_names  # type: ignore[attr-defined]
+
+
+def pool_argument(s: argparse.ArgumentParser, help_text: str, **kwargs: Any) -> None:
+    """A --pool option, completed at a TAB from the fleet's pools."""
+    from navarch.cli.completion import pool_names
+
+    action = s.add_argument("--pool", metavar="POOL", help=help_text, **kwargs)
+    action.completer = pool_names  # type: ignore[attr-defined]
 
 
 def log_format(s: argparse.ArgumentParser, default: Any = argparse.SUPPRESS) -> None:

@@ -76,9 +76,9 @@ def test_aws_getting_started_page_runs_on_moto_and_launches_its_fleet(
     assert re.search(r"research-train-0001 .* booting .*waiting for the first report", run.stdout)
 
     ec2 = boto3.client("ec2", region_name=REGION, endpoint_url=moto.endpoint)
-    found = ec2.describe_instances(
-        Filters=[{"Name": "tag:navarch-fleet", "Values": ["research"]}]
-    )["Reservations"]
+    found = ec2.describe_instances(Filters=[{"Name": "tag:navarch-fleet", "Values": ["research"]}])[
+        "Reservations"
+    ]
     instances = [i for r in found for i in r["Instances"]]
     assert len(instances) == 2
     ids = dict(line.split("=", 1) for line in _exports(tmp_path / "navarch-aws.env"))

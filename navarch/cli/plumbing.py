@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from navarch.actor import Actor, actor_from_env
+from navarch.cli.completers import node_names, pool_names
 from navarch.errors import ConfigError, LeaseLost, LockHeld, NavarchError, StalePlan
 from navarch.report.timefmt import required_ts
 
@@ -239,15 +240,11 @@ def node_parser(sub: Any, name: str, help_text: str) -> Any:
 
 def node_argument(s: argparse.ArgumentParser, **kwargs: Any) -> None:
     """The NODE argument, completed at a TAB from the fleet's last state."""
-    from navarch.cli.completion import node_names
-
     s.add_argument("node", **kwargs).completer = node_names  # type: ignore[attr-defined]
 
 
 def pool_argument(s: argparse.ArgumentParser, help_text: str, **kwargs: Any) -> None:
     """A --pool option, completed at a TAB from the fleet's pools."""
-    from navarch.cli.completion import pool_names
-
     action = s.add_argument("--pool", metavar="POOL", help=help_text, **kwargs)
     action.completer = pool_names  # type: ignore[attr-defined]
 

@@ -35,8 +35,9 @@ def page_script() -> str:
 
 
 def _pools_know_mode() -> bool:
+    """Whether fleet.yaml's pools take a `mode:` key yet (schemas/fleet.schema.json)."""
     schema: dict[str, Any] = json.loads((REPO / "schemas" / "fleet.schema.json").read_text())
-    return '"mode"' in json.dumps(schema.get("$defs", {}).get("pool", {}))
+    return "mode" in schema["$defs"]["pool"]["properties"]
 
 
 def _shims(bin_dir: Path) -> None:

@@ -451,8 +451,9 @@ def _state_now(n: NodeNow) -> str:
 
 def render_history(h: History) -> str:
     """`navarch history` as text: one block per action, oldest first, then the nodes now."""
-    what = f"node {h.node}" if h.node else f"fleet {h.fleet}"
-    lines = [f"History of {what} (fleet {h.fleet}), {_ts(h.since)} to {_ts(h.until)}:"]
+    # The fleet is named once: beside the node, or alone.
+    what = f"node {h.node} (fleet {h.fleet})" if h.node else f"fleet {h.fleet}"
+    lines = [f"History of {what}, {_ts(h.since)} to {_ts(h.until)}:"]
     if not h.events:
         lines.append("  no action recorded in this range (widen it with --since, e.g. 7d)")
     for e in h.events:

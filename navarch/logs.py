@@ -116,6 +116,7 @@ def progress(total: int, label: str, enabled: bool) -> Iterator[Any]:
         yield _NoProgress()
         return
     from rich.console import Console
+    from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
     console = Console(stderr=True, no_color=color_disabled())
@@ -126,7 +127,7 @@ def progress(total: int, label: str, enabled: bool) -> Iterator[Any]:
         console=console,
         transient=True,
     ) as bar:
-        task = bar.add_task(label, total=total)
+        task = bar.add_task(escape(label), total=total)  # a scenario's name is not markup
         yield _Bar(bar, task)
 
 

@@ -9,6 +9,7 @@ import os
 import re
 import tempfile
 from collections.abc import Iterable
+from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,6 +20,7 @@ from navarch.api.results import (
     HistoryResult,
     LoadedFleet,
     PlanResult,
+    Problem,
     SavedPlan,
     StatusPage,
     StatusResult,
@@ -49,9 +51,13 @@ def _validate(path: str | Path, confine: Confinement | None) -> Validation:
     from navarch.fleet.load import fleet_problems
     from navarch.fleet.load import load_fleet as _load
 
-    problems = tuple(str(p) for p in fleet_problems(path, confine=confine))
-    if problems:
-        return Validation(str(path), None, problems, 0, 0)
+    found = fleet_problems(path, confine=confine)
+    if found:
+        errors = tuple(
+            Problem(e.message, file=e.file, line=e.line, key_path=e.key_path, hint=e.hint)
+            for e in found
+        )
+        return Validation(str(path), None, tuple(str(p) for p in found), 0, 0, errors)
     spec = _load(path)
     return Validation(
         str(path), spec.name, (), len(spec.pools), sum(p.target_nodes for p in spec.pools)
@@ -88,7 +94,10 @@ def validate_text(
     finally:
         os.unlink(tmp)
     problems = tuple(p.replace(tmp, str(target)) for p in result.problems)
-    return Validation(str(target), result.fleet, problems, result.pools, result.nodes_at_target)
+    errors = tuple(replace(e, file=str(target)) if e.file == tmp else e for e in result.errors)
+    return Validation(
+        str(target), result.fleet, problems, result.pools, result.nodes_at_target, errors
+    )
 
 
 def plan(

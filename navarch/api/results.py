@@ -25,6 +25,7 @@ __all__ = [
     "HistoryResult",
     "LoadedFleet",
     "PlanResult",
+    "Problem",
     "SavedPlan",
     "StatusPage",
     "StatusResult",
@@ -52,11 +53,35 @@ class LoadedFleet:
 
 
 @dataclass(frozen=True)
+class Problem:
+    """One problem of a fleet.yaml, as its parts: what is wrong (message), where (file,
+    1-based line, key path such as "pools.train.nodes.min"; None where unknown) and what
+    to do (hint)."""
+
+    message: str
+    file: str | None = None
+    line: int | None = None
+    key_path: str | None = None
+    hint: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """{"message", "file", "line", "key_path", "hint"}; absent parts are null."""
+        return {
+            "message": self.message,
+            "file": self.file,
+            "line": self.line,
+            "key_path": self.key_path,
+            "hint": self.hint,
+        }
+
+
+@dataclass(frozen=True)
 class Validation:
     """The answer of validate: `problems` is empty for a valid fleet.yaml.
 
-    problems: one line each, "file:line: key.path: what is wrong (what to do)"; pools and
-    nodes_at_target: the fleet's size when it is valid (0 otherwise).
+    problems: one line each, "file:line: key.path: what is wrong (what to do)"; errors: the
+    same problems in parts (Problem), in the same order; pools and nodes_at_target: the
+    fleet's size when it is valid (0 otherwise).
     """
 
     path: str
@@ -64,6 +89,7 @@ class Validation:
     problems: tuple[str, ...]
     pools: int
     nodes_at_target: int
+    errors: tuple[Problem, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -71,10 +97,13 @@ class Validation:
         return not self.problems
 
     def to_json(self) -> dict[str, Any]:
-        """{"path", "valid", "fleet", "problems": [str], "pools", "nodes_at_target"}."""
+        """{"path", "ok", "valid" (the same), "fleet", "problems": [str], "errors":
+        [Problem.to_json()], "pools", "nodes_at_target"}."""
         return {
             "path": self.path,
+            "ok": self.ok,
             "valid": self.ok,
+            "errors": [e.to_json() for e in self.errors],
             "fleet": self.fleet,
             "problems": list(self.problems),
             "pools": self.pools,

@@ -1,4 +1,5 @@
-"""`navarch completion bash|zsh|fish`: the shell's completion script (argcomplete)."""
+"""`navarch completion bash|zsh|fish`: the shell's completion script (argcomplete); the
+node and pool names it offers come from navarch.cli.completers."""
 
 from __future__ import annotations
 

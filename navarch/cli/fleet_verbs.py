@@ -21,6 +21,7 @@ from navarch.cli.plumbing import (
     halt_exit,
     log_format,
     plan_options,
+    pool_argument,
 )
 from navarch.errors import ConfigError, NavarchError
 from navarch.outcome import dead_on_arrival
@@ -243,11 +244,8 @@ def cmd_destroy(args: argparse.Namespace) -> int:
 
 
 def _targeting(s: argparse.ArgumentParser) -> None:
-    s.add_argument(
-        "--pool",
-        action="append",
-        metavar="POOL",
-        help="only this pool and its orphans (repeatable; Terraform -target)",
+    pool_argument(
+        s, "only this pool and its orphans (repeatable; Terraform -target)", action="append"
     )
     s.add_argument(
         "--replace",
@@ -336,7 +334,7 @@ def register(sub: Any) -> None:
 
     s = sub.add_parser("destroy", help="cordon, drain and terminate every node (or a pool's)")
     fleet_argument(s)
-    s.add_argument("--pool", action="append", metavar="POOL", help="only this pool (repeatable)")
+    pool_argument(s, "only this pool (repeatable)", action="append")
     s.add_argument("--auto-approve", action="store_true", help="do not ask for 'yes'")
     s.add_argument(
         "--force", action="store_true", help="terminate at once, without waiting for drains"

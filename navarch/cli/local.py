@@ -7,7 +7,7 @@ import argparse
 import logging
 from typing import Any
 
-from navarch.cli.plumbing import EXIT_OK, fleet_argument
+from navarch.cli.plumbing import EXIT_OK, fleet_argument, node_argument
 
 __all__ = ["register"]
 
@@ -118,7 +118,7 @@ def register(sub: Any) -> None:
     s.set_defaults(func=cmd_local_tick)
     s = lsub.add_parser("inject", help="inject a fault into a local node")
     fleet_argument(s)
-    s.add_argument("node")
+    node_argument(s)
     s.add_argument("--xid", type=int, help="append an NVRM Xid line with this code")
     s.add_argument("--gpu", type=int, default=0, help="GPU index the fault hits (default 0)")
     s.add_argument("--gpu-lost", action="store_true", help="the GPU fell off the bus")
@@ -150,7 +150,7 @@ def register(sub: Any) -> None:
     s.set_defaults(func=cmd_local_inject, inject_parser=s)
     s = lsub.add_parser("reboot", help="reboot a local node (new boot id, faults cleared)")
     fleet_argument(s)
-    s.add_argument("node")
+    node_argument(s)
     s.set_defaults(func=cmd_local_reboot)
     s = lsub.add_parser("launch-foreign", help="start a machine without navarch tags")
     fleet_argument(s)

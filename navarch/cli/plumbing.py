@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from navarch.actor import Actor, actor_from_env
+from navarch.cli.completers import node_names, pool_names
 from navarch.errors import ConfigError, LeaseLost, LockHeld, NavarchError, StalePlan
 from navarch.report.timefmt import required_ts
 
@@ -280,8 +281,19 @@ def node_parser(sub: Any, name: str, help_text: str) -> Any:
     """A subcommand taking the fleet file and one node name."""
     s = sub.add_parser(name, help=help_text)
     fleet_argument(s)
-    s.add_argument("node")
+    node_argument(s)
     return s
+
+
+def node_argument(s: argparse.ArgumentParser, **kwargs: Any) -> None:
+    """The NODE argument, completed at a TAB from the fleet's last state."""
+    s.add_argument("node", **kwargs).completer = node_names  # type: ignore[attr-defined]
+
+
+def pool_argument(s: argparse.ArgumentParser, help_text: str, **kwargs: Any) -> None:
+    """A --pool option, completed at a TAB from the fleet's pools."""
+    action = s.add_argument("--pool", metavar="POOL", help=help_text, **kwargs)
+    action.completer = pool_names  # type: ignore[attr-defined]
 
 
 def log_format(s: argparse.ArgumentParser, default: Any = argparse.SUPPRESS) -> None:

@@ -10,18 +10,29 @@ from pathlib import Path
 from typing import Any
 
 from navarch.api.reading import status_page
-from navarch.cli.plumbing import EXIT_ERROR, EXIT_OK, err, fleet_argument, log_format
+from navarch.cli.plumbing import (
+    EXIT_ERROR,
+    EXIT_OK,
+    err,
+    fleet_argument,
+    log_format,
+    node_argument,
+)
 from navarch.textsafe import counted
 
 __all__ = ["register", "register_validate"]
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    """`navarch validate FLEET`: exit 0 when valid; else every problem found (schema errors,
-    the first cross-field error, missing or broken playbooks), one line each, and exit 1."""
+    """`navarch validate FLEET [--json]`: exit 0 when valid; else every problem found (schema
+    errors, the first cross-field error, missing or broken playbooks), one line each, and
+    exit 1. --json: the result on stdout (ok, errors with file, line, key path, hint)."""
     from navarch import api
 
     result = api.validate(args.fleet)
+    if args.json:
+        print(json.dumps(result.to_json(), indent=1, sort_keys=True))
+        return EXIT_OK if result.ok else EXIT_ERROR
     for problem in result.problems:
         err(problem)
     if result.problems:
@@ -76,6 +87,11 @@ def register_validate(sub: Any) -> None:
     """Add validate (first in the list of commands) to navarch's subparsers."""
     s = sub.add_parser("validate", help="check fleet.yaml; exit 1 on any error")
     fleet_argument(s)
+    s.add_argument(
+        "--json",
+        action="store_true",
+        help="print the result as JSON: ok, and errors with file, line, key_path, message, hint",
+    )
     s.set_defaults(func=cmd_validate)
 
 
@@ -93,7 +109,7 @@ def register(sub: Any) -> None:
 
     s = sub.add_parser("history", help="what happened to a node (or the fleet) and why")
     fleet_argument(s)
-    s.add_argument("node", nargs="?", default=None)
+    node_argument(s, nargs="?", default=None)
     s.add_argument(
         "--since",
         default="24h",

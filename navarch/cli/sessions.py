@@ -77,6 +77,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     navarch.simulate.policies with a bare --compare) on the real planner; exit 1 when an
     `assert:` line fails (docs/simulate.md)."""
     from navarch.cli.sweeps import cmd_merge, cmd_sweep
+    from navarch.logs import progress
     from navarch.simulate.engine import check_asserts, simulate
     from navarch.simulate.policies import compare_scenarios
     from navarch.simulate.report import compare_table, summary_rows, to_html, to_json
@@ -104,7 +105,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     for scenario in scenarios:
         path = scenario.source
         seed = scenario.seed if seed is None else seed  # --compare: all on the same seed
-        doc = simulate(scenario, seed=seed)
+        # A bar on a terminal's stderr, as apply shows; nothing when stderr is a pipe.
+        with progress(scenario.ticks, f"simulating {scenario.name}", enabled=True) as bar:
+            doc = simulate(scenario, seed=seed, on_tick=bar.advance)
         try:
             doc["asserts"] = check_asserts(doc, scenario.asserts)
         except ValueError as exc:
@@ -119,6 +122,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         for a in doc["asserts"]:
             failed = failed or not a["ok"]
             print(f"  {'PASS' if a['ok'] else 'FAIL'} {a['assert']} (value {a['value']})")
+        sys.stdout.flush()  # each policy of --compare shows as it finishes, piped or not
     if len(docs) > 1:
         print(compare_table(docs))
     if args.json:

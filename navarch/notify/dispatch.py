@@ -107,13 +107,25 @@ def notify_run(
         current = {**current, **idle}
     changes, state = transition(previous, current, now, run_id, complete=complete, pools=pools)
     state = replace(state, idle_since=idle_since)
-    events = one_off + changes
+    # Every event carries the time it happened: the run's clock, one value for the run.
+    events = tuple(replace(e, time=now) for e in one_off + changes)
     deliveries = _deliver(spec, events) if events else ()
     if set(state.active) != set(previous.active) or state.idle_since != previous.idle_since:
         problem = commit(store, spec.name, state)
         if problem:
             log.warning("%s", problem)
     return deliveries
+
+
+def notify_events(
+    spec: FleetSpec, events: tuple[Event, ...], *, now: datetime
+) -> tuple[Delivery, ...]:
+    """Send one-off events made outside an apply (an operator's cordon) to the sinks that
+    accept them, each stamped with `now` (aware UTC); the conditions' state is neither
+    read nor written. Never raises: failures are logged and returned."""
+    if not spec.notify or not events:
+        return ()
+    return _deliver(spec, tuple(replace(e, time=now) for e in events))
 
 
 def _deliver(spec: FleetSpec, events: tuple[Event, ...]) -> tuple[Delivery, ...]:

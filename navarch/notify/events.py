@@ -26,6 +26,7 @@ import enum
 import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from navarch.errors import AuthError, CapacityError, LeaseLost, QuotaError
 from navarch.outcome import Outcome
@@ -137,6 +138,8 @@ class Event:
     string pairs (e.g. ("xid", "79"), ("instance_id", "i-...")). condition: the stable key
     of a condition event ("<pool>/<kind>"), None for one-off events. clears: for
     BREAKER_CLEARED / CONDITION_CLEARED, the kind that cleared (its sinks get the clear).
+    time: when it happened, aware UTC (the run's clock when its events are sent); None
+    until the dispatcher stamps it.
     """
 
     kind: EventKind
@@ -149,6 +152,7 @@ class Event:
     condition: str | None = None
     clears: EventKind | None = None
     run_id: str = field(default="", compare=False)
+    time: datetime | None = field(default=None, compare=False)
 
     @property
     def event_id(self) -> str:
@@ -180,7 +184,15 @@ class Event:
             "condition": self.condition,
             "clears": self.clears.value if self.clears else None,
             "run_id": self.run_id,
+            "time": _rfc3339(self.time),
         }
+
+
+def _rfc3339(when: datetime | None) -> str | None:
+    """An aware time as RFC 3339 UTC with a Z (2026-05-01T12:00:00Z), or None."""
+    if when is None:
+        return None
+    return when.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 def make(
@@ -257,6 +269,26 @@ _ACTION_EVENTS: dict[ActionKind, tuple[EventKind, str]] = {
     ActionKind.REBOOT: (EventKind.NODE_REBOOTED, "{node} rebooted: {reason}"),
     ActionKind.RESET_GPU: (EventKind.NODE_GPU_RESET, "{node}: GPUs reset: {reason}"),
 }
+
+
+def operator_cordon_event(
+    fleet: str, pool: str, node: str, reason: str, by: str, run_id: str, instance_id: str | None
+) -> Event:
+    """An operator's cordon (`navarch cordon`, an MCP client's) as a node_cordoned event:
+    its message names who cordoned and why, its details say so (by, reason, operator), so a
+    sink filtering on node_cordoned hears of a person's cordon as of navarch's."""
+    return make(
+        EventKind.NODE_CORDONED,
+        fleet,
+        pool,
+        node,
+        f"{node} cordoned by an operator ({by}): {reason}",
+        run_id,
+        by=by,
+        reason=reason,
+        operator="true",
+        instance_id=instance_id,
+    )
 
 
 def _action_event(fleet: str, run_id: str, outcome: Outcome) -> Event | None:

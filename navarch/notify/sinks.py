@@ -12,7 +12,7 @@ PagerDuty routing key) are read at send time and never logged: errors name the s
 the HTTP status, never a URL.
 
 Wire formats:
-- webhook: POST one JSON object per event (Event.to_json() plus "fleet_time"), headers
+- webhook: POST one JSON object per event (Event.to_json(), with its "time"), headers
   Content-Type: application/json, X-Navarch-Event: KIND, X-Navarch-Signature:
   sha256=HEX, the HMAC-SHA256 of the exact body bytes under the secret (GitHub's
   X-Hub-Signature-256 convention).

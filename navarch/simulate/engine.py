@@ -22,6 +22,7 @@ import heapq
 import logging
 import re
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -490,8 +491,14 @@ class _Tally:
             self.closed.append(self.records.pop(name))
 
 
-def simulate(scenario: Scenario, seed: int | None = None, lazy: bool = True) -> dict[str, Any]:
+def simulate(
+    scenario: Scenario,
+    seed: int | None = None,
+    lazy: bool = True,
+    on_tick: Callable[[], None] | None = None,
+) -> dict[str, Any]:
     """Run scenario (seed overrides its own) -> the result document (see docs/simulate.md).
+    on_tick: called after each of its Scenario.ticks reconcile ticks (a progress bar).
 
     lazy: skip the work that provably changes nothing (quiescent agents' checks, their
     unread heartbeats, reconcile ticks of a clean world); False runs every agent check of
@@ -546,6 +553,8 @@ def simulate(scenario: Scenario, seed: int | None = None, lazy: bool = True) -> 
         if not skipped:
             _run(fleet, world, tally, f"sim-{step:06d}")
         tally.measure(skipped, step == steps)
+        if on_tick is not None:
+            on_tick()
     doc = _document(scenario, tally)
     if events is not None:
         doc["events"] = {

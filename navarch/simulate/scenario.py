@@ -201,6 +201,11 @@ class Scenario:
     pool_overrides: dict[str, Any] = field(default_factory=dict)  # the scenario's `pool:`
     doa_rate: float = 0.0  # share of arrivals with a latent fault (navarch.simulate.acceptance)
 
+    @property
+    def ticks(self) -> int:
+        """How many reconcile ticks a simulation runs: one per period, the first at 0 s."""
+        return self.duration_s // self.reconcile_period_s + 1
+
     def draw_boot_s(self, rng: random.Random) -> float:
         """Seconds from a running instance (or a reboot) to a running agent: lognormal
         (boot_median_s, boot_sigma), or uniform over boot_min_s..boot_max_s when the

@@ -329,3 +329,22 @@ def test_a_block_fault_halt_is_notified_as_a_critical_condition() -> None:
     assert event.kind is EventKind.BLOCK_FAULT
     assert event.severity.value == "critical"
     assert event.condition == "train/block_fault"
+
+
+def test_webhook_body_carries_the_time_the_event_happened(
+    tmp_path: Path, recorder: Recorder
+) -> None:
+    write_fleet(
+        tmp_path,
+        notify=[{"type": "webhook", "url": f"{recorder.url}/hook", "secret": {"env": "T_HOOK3"}}],
+    )
+    spec = load_fleet(tmp_path / "fleet.yaml")
+    store = open_store(spec.store_url, base_dir=spec.base_dir)
+    later = datetime(2026, 11, 1, 12, 5, 30, tzinfo=UTC)
+    r = result(halts=(Halt("train", "circuit_breaker", "2 of 3 sick"),))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("T_HOOK3", "k")
+        notify_run(spec, store, now=later, run_id="r1", result=r)
+    (req,) = recorder.at("/hook")
+    assert req.json()["kind"] == "breaker_tripped"
+    assert req.json()["time"] == "2026-11-01T12:05:30Z"

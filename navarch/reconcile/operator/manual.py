@@ -17,7 +17,8 @@ fleet over does nothing more and exits non-zero), look at the world as a run wou
   cordon is never undone automatically: it is not navarch's cordon (Memory phase), so
   the planner neither drains nor replaces the node for it and never uncordons it; only
   `navarch uncordon` does. It is recorded in the audit log (`"operator": true`) and in
-  NodeMemory.cordon (cause OPERATOR, the reason its note).
+  NodeMemory.cordon (cause OPERATOR, the reason its note), and sent to the fleet's
+  notification sinks as a node_cordoned event naming who cordoned and why.
 
 Each verb's audit chunk is named by its own run id (the UTC second and random hex, as an
 apply's), so verbs in the same second never share a key, and who acted (navarch.actor)
@@ -36,6 +37,8 @@ from navarch.fleet.spec import Scheduler
 from navarch.history import Trigger, report_ref
 from navarch.inventory import Instance
 from navarch.logs import new_run_id
+from navarch.notify.dispatch import notify_events
+from navarch.notify.events import operator_cordon_event
 from navarch.planner.model import ActionReason, Cordon, Memory, NodeMemory, Phase
 from navarch.reconcile.run import Clock, Fleet, Snapshot, gather, leased, system_clock
 from navarch.reconcile.state import AuditLog, save_memory
@@ -286,4 +289,9 @@ def cordon(
         memory = snap.memory.with_node(replace(base, cordon=cordon))
         lease.check_store()
         save_memory(fleet.store, memory, snap.memory_version)
-        return detail
+    # A person took a node out of service: the sinks hear of it as of navarch's own cordon.
+    event = operator_cordon_event(
+        spec.name, pool.name, node, full_reason, cordon.by or "operator", run_id, inst.instance_id
+    )
+    notify_events(spec, (event,), now=snap.now)
+    return detail

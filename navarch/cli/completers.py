@@ -1,0 +1,40 @@
+"""The completers `navarch completion`'s script calls at a TAB (argcomplete): the node and
+pool names of the fleet's last state. Below the CLI's plumbing, which attaches them."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+__all__ = ["node_names", "pool_names"]
+
+
+def _last_state(parsed_args: argparse.Namespace) -> tuple[list[str], list[str]]:
+    """(node names, pool names) of the fleet's last state (state/<fleet>.json in its store,
+    as the last run wrote it) plus the pools fleet.yaml declares; ([], []) when the fleet
+    file or the state cannot be read: a TAB prints no error."""
+    from navarch.fleet.load import load_fleet
+    from navarch.reconcile.state import load_memory
+    from navarch.stores import open_store
+
+    path = getattr(parsed_args, "fleet", None) or os.environ.get("NAVARCH_FLEET") or "fleet.yaml"
+    try:
+        spec = load_fleet(path)
+        memory, _ = load_memory(open_store(spec.store_url, base_dir=spec.base_dir), spec.name)
+    except Exception:  # noqa: BLE001 - a completion offers nothing rather than fail
+        return [], []
+    nodes = [nm.node for nm in memory.nodes]
+    pools = {p.name for p in spec.pools} | {nm.pool for nm in memory.nodes}
+    return sorted(nodes), sorted(pools)
+
+
+def node_names(prefix: str, parsed_args: argparse.Namespace, **_: Any) -> list[str]:
+    """argcomplete completer: the nodes of the fleet's last state starting with prefix."""
+    return [n for n in _last_state(parsed_args)[0] if n.startswith(prefix)]
+
+
+def pool_names(prefix: str, parsed_args: argparse.Namespace, **_: Any) -> list[str]:
+    """argcomplete completer: the fleet's pools (declared or in its last state) starting
+    with prefix."""
+    return [p for p in _last_state(parsed_args)[1] if p.startswith(prefix)]

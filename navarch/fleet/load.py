@@ -27,6 +27,7 @@ from navarch.fleet.confine import Confinement
 from navarch.fleet.durations import parse_duration_s
 from navarch.fleet.groups import check_placement_groups
 from navarch.fleet.policy import REPORT_COST_MAX, Rule, compile_rule
+from navarch.fleet.modes import Mode
 from navarch.fleet.remedies import parse_rows
 from navarch.fleet.schemas import (
     apply_defaults,
@@ -405,6 +406,7 @@ def _pool(
         ),
         topology=TopologyMatch(raw["topology"]),
         zone_policy=ZonePolicy(raw["zone_policy"]),
+        mode=Mode(raw.get("mode", Mode.FULL.value)),
     )
 
 

@@ -103,6 +103,7 @@ from navarch.planner.model import (
     Plan,
     PoolMemory,
 )
+from navarch.planner.modes import Would, hold_by_mode
 from navarch.planner.observe import Duplicate
 from navarch.planner.pause import hold_all
 from navarch.planner.remedy_gate import alert_only_nodes
@@ -144,7 +145,8 @@ def plan(
     held what back and whose pending lines name every difference from fleet.yaml this run
     leaves (so a plan is "No changes" only when the world matches). A paused fleet
     (memory.pause, `navarch pause`) gets the same plan with every action held
-    (navarch.planner.pause.hold_all). Never raises for any combination of valid inputs.
+    (navarch.planner.pause.hold_all); an action a pool's mode forbids is moved to
+    Plan.would (navarch.planner.modes.hold_by_mode). Never raises for any combination of valid inputs.
     Cost: O(N log N) in the number of nodes.
     """
     options = options or PlanOptions()
@@ -184,6 +186,8 @@ def plan(
     actions = tuple(
         a for r in results for a in r.actions if a.node not in blocked or a in fleet.actions
     )
+    # A mode's would rows launch nothing, so they count toward no launch cap.
+    actions, would = hold_by_mode(spec, actions, views)
     actions, capped = cap_launches(
         actions, spec.safety.max_launches_per_run, options.allow_launches
     )
@@ -197,22 +201,27 @@ def plan(
         pending=tuple(p for r in results for p in r.pending),
         state_serial=memory.serial,
         views=tuple(views),
+        would=would,
     )
     out = hold_all(out, memory.pause)  # a paused fleet: planned, reported, acted on by no one
-    return replace(out, observation_fingerprint=observation_fingerprint(views, out.halts))
+    fingerprint = observation_fingerprint(views, out.halts, out.would)
+    return replace(out, observation_fingerprint=fingerprint)
 
 
-def observation_fingerprint(views: Sequence[NodeView], halts: Sequence[Halt]) -> str:
+def observation_fingerprint(
+    views: Sequence[NodeView], halts: Sequence[Halt], would: Sequence[Would] = ()
+) -> str:
     """A digest of what the plan was made from beyond inventory and state: each node's
-    lifecycle, accepted report sequence, rejection and drift, and the halts. `apply PLAN`
-    refuses a saved plan whose fingerprint no longer matches (a node recovered, a breaker
-    opened). 16 hex characters."""
+    lifecycle, accepted report sequence, rejection and drift, the halts and what the
+    pools' modes held back. `apply PLAN` refuses a saved plan whose fingerprint no longer
+    matches (a node recovered, a breaker opened, a pool's mode changed). 16 hex characters."""
     lines = [
         f"{v.node}|{v.lifecycle.value}|{v.summary.sequence if v.summary else None}|"
         f"{v.rejected}|{v.drift}|{v.tags_drift}\n"
         for v in sorted(views, key=attrgetter("node"))
     ]
     lines.extend(f"halt|{x.pool}|{x.rule}\n" for x in halts)
+    lines.extend(f"would|{w.action.node}|{w.action.kind}|{w.mode}\n" for w in would)
     return hashlib.sha256("".join(lines).encode()).hexdigest()[:16]
 
 

@@ -55,11 +55,14 @@ class Would:
     """An action the plan made and the pool's mode held back: never executed.
 
     action: the action as planned (its reason and payload, as `plan --json` lists it);
-    mode: the mode that held it (the pool's, or stricter by its fault's remediation row).
+    mode: the mode that held it (the pool's, or stricter by its fault's remediation row);
+    fault: the fault kind it answers ("xid:79@gpu0"'s kind "xid:79"; "" none), its own or
+    its node's, so a report can group what navarch would have done by fault.
     """
 
     action: Action
     mode: Mode
+    fault: str = ""
 
     @property
     def headline(self) -> str:
@@ -94,7 +97,11 @@ def _fault_kind(a: Action, views: Mapping[str, NodeView]) -> str | None:
 def action_mode(pool: PoolSpec, a: Action, views: Mapping[str, NodeView]) -> Mode:
     """The mode `a` runs under: the stricter of the pool's and the mode of the remediation
     row deciding the fault it answers (no fault or no row: the pool's)."""
-    kind = _fault_kind(a, views)
+    return _mode_of(pool, _fault_kind(a, views))
+
+
+def _mode_of(pool: PoolSpec, kind: str | None) -> Mode:
+    """The stricter of the pool's mode and that of the row deciding fault `kind`."""
     row = row_for(pool.health.remedies, kind) if kind is not None else None
     return stricter(pool.mode, row.mode if row is not None else None)
 
@@ -111,10 +118,11 @@ def hold_by_mode(
     held: list[Would] = []
     for a in actions:
         pool = pools.get(a.pool)
-        mode = action_mode(pool, a, by_node) if pool is not None else Mode.FULL
+        kind = _fault_kind(a, by_node)
+        mode = _mode_of(pool, kind) if pool is not None else Mode.FULL
         if allows(mode, a.kind):
             kept.append(a)
         else:
-            held.append(Would(a, mode))
+            held.append(Would(a, mode, kind or ""))
     return tuple(kept), tuple(held)
 

@@ -436,14 +436,15 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
 
 
 def would_to_json(w: Would) -> dict[str, Any]:
-    """A held-back action: its action_to_json form plus the mode that held it and the
-    row's words ("would cordon node-1")."""
-    return {**action_to_json(w.action), "mode": w.mode.value, "headline": w.headline}
+    """A held-back action: its action_to_json form plus the mode that held it, the row's
+    words ("would cordon node-1") and the fault kind it answers (null: none)."""
+    held = {"mode": w.mode.value, "headline": w.headline, "fault_kind": w.fault or None}
+    return {**action_to_json(w.action), **held}
 
 
 def would_from_json(d: dict[str, Any]) -> Would:
     """Inverse of would_to_json. Raises KeyError or ValueError on a malformed row."""
-    return Would(action_from_json(d), Mode(d["mode"]))
+    return Would(action_from_json(d), Mode(d["mode"]), d.get("fault_kind") or "")
 
 
 def plan_from_json(d: dict[str, Any]) -> Plan:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from navarch.fleet.spec import FleetSpec
+    from navarch.fault_report import FaultReport
     from navarch.history import History
     from navarch.outcome import Outcome
     from navarch.planner.model import Memory, Plan
@@ -193,6 +194,27 @@ class HistoryResult:
         from navarch.history import render_history
 
         return render_history(self.history)
+
+
+@dataclass(frozen=True)
+class ReportResult:
+    """Over a period, per fault class, what navarch saw, what it would have done (actions
+    the pools' modes held back) and what actually happened to each node
+    (navarch.fault_report.FaultReport)."""
+
+    report: FaultReport
+
+    def to_json(self) -> dict[str, Any]:
+        """The document `navarch report --json` prints (schemas/report.schema.json)."""
+        from navarch.fault_report import report_to_json
+
+        return report_to_json(self.report)
+
+    def text(self) -> str:
+        """The report as `navarch report` prints it."""
+        from navarch.fault_report import render_report
+
+        return render_report(self.report)
 
 
 def _outcome_json(o: Outcome) -> dict[str, Any]:

@@ -1,7 +1,9 @@
 """What a pool's mode lets the plan do; the rest becomes "would" rows. Pure.
 
 A pool in ``observe`` or ``cordon`` (navarch.fleet.modes) is planned exactly as a pool in
-``full``: the same stages, budget and ladder decide. Then ``hold_by_mode`` moves each
+``full``: the same stages, budget and ladder decide (a would cordon takes its place of the
+budget, so the rows show what navarch would do within the same limits; a cordon only a
+remediation row's mode holds does not: ``row_held``). Then ``hold_by_mode`` moves each
 action its mode forbids out of the plan's actions into ``Plan.would``: a row that says
 what would have been done ("would cordon node-1", "would replace node-1 with node-3") and
 is never executed, but is rendered by plan and status, notified, counted in metrics and
@@ -25,7 +27,15 @@ from navarch.fleet.remedies import row_for
 from navarch.fleet.spec import FleetSpec, PoolSpec
 from navarch.planner.model import Action, ActionKind, NodeView
 
-__all__ = ["CORDON_ALLOWS", "Would", "action_mode", "allows", "hold_by_mode", "would_text"]
+__all__ = [
+    "CORDON_ALLOWS",
+    "Would",
+    "action_mode",
+    "allows",
+    "hold_by_mode",
+    "row_held",
+    "would_text",
+]
 
 #: What ``cordon`` lets through: taking nodes out of (and back into) the scheduler and
 #: looking at them; never a terminate, a launch, a reboot or a GPU reset.
@@ -63,6 +73,10 @@ class Would:
     action: Action
     mode: Mode
     fault: str = ""
+
+    def about(self) -> frozenset[str]:
+        """The nodes the row is about: the one it acts on and the one it stands in for."""
+        return frozenset(n for n in (self.action.node, self.action.replaces) if n)
 
     @property
     def headline(self) -> str:
@@ -126,3 +140,21 @@ def hold_by_mode(
             held.append(Would(a, mode, kind or ""))
     return tuple(kept), tuple(held)
 
+
+
+def row_held(spec: FleetSpec, would: Sequence[Would]) -> frozenset[str]:
+    """Nodes whose cordon a remediation row's mode holds back in a pool whose own mode
+    would let it through. plan() plans again with them in PlanOptions.mode_held, so the
+    repair stage leaves them (navarch.planner.remedy_gate.gate) and a fault the operator
+    only watches takes no place of the pool's budget or repair rate from a fault it lets
+    navarch act on. In a pool whose own mode holds the cordon, a would row keeps its place:
+    it shows what navarch would do within the same limits."""
+    pools = {p.name: p for p in spec.pools}
+    return frozenset(
+        w.action.node
+        for w in would
+        if w.action.kind is ActionKind.CORDON
+        and w.action.node
+        and w.action.pool in pools
+        and allows(pools[w.action.pool].mode, ActionKind.CORDON)
+    )

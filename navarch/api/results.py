@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from navarch.fleet.spec import FleetSpec
     from navarch.fault_report import FaultReport
+    from navarch.fleet.spec import FleetSpec
     from navarch.history import History
     from navarch.outcome import Outcome
     from navarch.planner.model import Memory, Plan

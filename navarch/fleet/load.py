@@ -26,8 +26,8 @@ from navarch.fleet.acceptance import acceptance_policy
 from navarch.fleet.confine import Confinement
 from navarch.fleet.durations import parse_duration_s
 from navarch.fleet.groups import check_placement_groups
-from navarch.fleet.policy import REPORT_COST_MAX, Rule, compile_rule
 from navarch.fleet.modes import Mode
+from navarch.fleet.policy import REPORT_COST_MAX, Rule, compile_rule
 from navarch.fleet.remedies import parse_rows
 from navarch.fleet.schemas import (
     apply_defaults,

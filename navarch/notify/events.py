@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 
 from navarch.errors import AuthError, CapacityError, LeaseLost, QuotaError
 from navarch.outcome import Outcome
-from navarch.planner.modes import Would
 from navarch.planner.model import Action, ActionKind, DiagState, Fault, HaltRule, Plan
+from navarch.planner.modes import Would
 from navarch.planner.payloads import DiagnosePayload
 from navarch.textsafe import plain
 

@@ -141,7 +141,6 @@ def hold_by_mode(
     return tuple(kept), tuple(held)
 
 
-
 def row_held(spec: FleetSpec, would: Sequence[Would]) -> frozenset[str]:
     """Nodes whose cordon a remediation row's mode holds back in a pool whose own mode
     would let it through. plan() plans again with them in PlanOptions.mode_held, so the

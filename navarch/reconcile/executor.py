@@ -45,8 +45,8 @@ from navarch.fleet.spec import FleetSpec, PoolSpec, Scheduler
 from navarch.history import Trigger, report_ref
 from navarch.inventory import Instance
 from navarch.outcome import Outcome
-from navarch.planner.modes import Would
 from navarch.planner.model import Action, ActionKind, Memory, Plan
+from navarch.planner.modes import Would
 from navarch.planner.payloads import (
     CordonPayload,
     DiagnosePayload,

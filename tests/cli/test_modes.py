@@ -115,7 +115,7 @@ def test_cordon_mode_cordons_and_drains_but_never_terminates_then_full_replaces(
     _set(fleet_dir, "full")
     outs = [_cycle(navarch) for _ in range(3)]
     assert any(f"- terminate {NODE}" in o for o in outs), outs
-    assert any(f"+ provision demo-train-0004" in o for o in outs), outs
+    assert any("+ provision demo-train-0004" in o for o in outs), outs
     assert NODE not in {n["node"] for n in navarch.nodes("train")}
     report = navarch.ok("report", "fleet.yaml").out
     assert "would terminate (mode cordon)" in report and "did terminate ok" in report, report

@@ -28,7 +28,7 @@ from navarch.api.results import (
 from navarch.errors import ConfigError, NavarchError
 
 if TYPE_CHECKING:
-    from navarch.fault_report import NodeNow
+    from navarch.reconcile.fault_report import NodeNow
     from navarch.fleet.confine import Confinement
     from navarch.inventory import Instance
     from navarch.planner.context import PlanOptions
@@ -194,7 +194,7 @@ def report(
     days). Raises ConfigError for a bad `since`, StoreError when the store cannot be read;
     a fleet that cannot be observed is reported from its audit log alone, saying why.
     """
-    from navarch.fault_report import read_report
+    from navarch.reconcile.fault_report import read_report
     from navarch.fleet.durations import window_start
     from navarch.stores import open_store
 
@@ -220,7 +220,7 @@ def report(
 def _nodes_now(fl: LoadedFleet, now: datetime) -> tuple[dict[str, NodeNow] | None, str]:
     """Each node as the cloud lists it and its reports show it at `now` (the snapshot
     `navarch status` reads), or (None, why) when the fleet cannot be observed."""
-    from navarch.fault_report import NodeNow
+    from navarch.reconcile.fault_report import NodeNow
     from navarch.report.health import Status
 
     try:

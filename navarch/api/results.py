@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from navarch.fault_report import FaultReport
+    from navarch.reconcile.fault_report import FaultReport
     from navarch.fleet.spec import FleetSpec
     from navarch.history import History
     from navarch.outcome import Outcome
@@ -200,19 +200,19 @@ class HistoryResult:
 class ReportResult:
     """Over a period, per fault class, what navarch saw, what it would have done (actions
     the pools' modes held back) and what actually happened to each node
-    (navarch.fault_report.FaultReport)."""
+    (navarch.reconcile.fault_report.FaultReport)."""
 
     report: FaultReport
 
     def to_json(self) -> dict[str, Any]:
         """The document `navarch report --json` prints (schemas/report.schema.json)."""
-        from navarch.fault_report import report_to_json
+        from navarch.reconcile.fault_report import report_to_json
 
         return report_to_json(self.report)
 
     def text(self) -> str:
         """The report as `navarch report` prints it."""
-        from navarch.fault_report import render_report
+        from navarch.reconcile.fault_report import render_report
 
         return render_report(self.report)
 

@@ -154,3 +154,11 @@ def test_the_report_groups_by_fault_class_folds_runs_and_closes_with_the_node_no
     assert "modes now: pool train cordon" in text
     assert "would cordon (mode observe): first 2026-11-01T12:10:00Z" in text and "2 runs" in text
     assert "now: draining (drain started); instance i-0002 running" in text
+
+
+def test_the_status_page_names_the_mode_beside_what_it_held_back() -> None:
+    from navarch.notify.status_page import page_context
+
+    spec = fleet_from_dict(fleet_doc("demo", {"train": pool_doc(target=3)}))
+    (pool,) = page_context(spec, PLAN, Memory("demo"), NOW)["pools"]
+    assert f"mode observe: would cordon {NODE} (not done): {XID}" in pool["halts"]

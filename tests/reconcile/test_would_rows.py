@@ -12,6 +12,7 @@ from navarch.history import History, Trigger, event_from_record, render_history
 from navarch.notify.events import EventKind, plan_conditions
 from navarch.notify.metrics import RunFacts, build_registry
 from navarch.notify.state import NotifyState, transition
+from navarch.notify.status_page import page_context
 from navarch.outcome import RunResult
 from navarch.planner.model import Action, ActionKind, ActionReason, Memory, Plan
 from navarch.planner.modes import Would
@@ -157,8 +158,6 @@ def test_the_report_groups_by_fault_class_folds_runs_and_closes_with_the_node_no
 
 
 def test_the_status_page_names_the_mode_beside_what_it_held_back() -> None:
-    from navarch.notify.status_page import page_context
-
     spec = fleet_from_dict(fleet_doc("demo", {"train": pool_doc(target=3)}))
     (pool,) = page_context(spec, PLAN, Memory("demo"), NOW)["pools"]
     assert f"mode observe: would cordon {NODE} (not done): {XID}" in pool["halts"]

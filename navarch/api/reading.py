@@ -28,11 +28,11 @@ from navarch.api.results import (
 from navarch.errors import ConfigError, NavarchError
 
 if TYPE_CHECKING:
-    from navarch.reconcile.fault_report import NodeNow
     from navarch.fleet.confine import Confinement
     from navarch.inventory import Instance
     from navarch.planner.context import PlanOptions
     from navarch.planner.model import Lifecycle, Plan
+    from navarch.reconcile.fault_report import NodeNow
 
 #: How far back `history` reads when no `since` is given (the CLI's `--since` default).
 DEFAULT_HISTORY_WINDOW_S = 24 * 3600
@@ -194,8 +194,8 @@ def report(
     days). Raises ConfigError for a bad `since`, StoreError when the store cannot be read;
     a fleet that cannot be observed is reported from its audit log alone, saying why.
     """
-    from navarch.reconcile.fault_report import read_report
     from navarch.fleet.durations import window_start
+    from navarch.reconcile.fault_report import read_report
     from navarch.stores import open_store
 
     fl = loaded(fleet)

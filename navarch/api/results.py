@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from navarch.reconcile.fault_report import FaultReport
     from navarch.fleet.spec import FleetSpec
     from navarch.history import History
     from navarch.outcome import Outcome
     from navarch.planner.model import Memory, Plan
+    from navarch.reconcile.fault_report import FaultReport
     from navarch.reconcile.status import FleetStatus
 
 __all__ = [

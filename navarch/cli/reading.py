@@ -75,7 +75,8 @@ def cmd_history(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     """`navarch report FLEET [--since 7d] [--json]`: per fault class, what navarch saw,
-    what the pools' modes held back and what happened to each node (navarch.reconcile.fault_report)."""
+    what the pools' modes held back and what happened to each node
+    (navarch.reconcile.fault_report)."""
     from navarch import api
     from navarch.fleet.durations import window_start
 

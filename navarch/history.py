@@ -93,6 +93,9 @@ class HistoryEvent:
     by: Actor | None = None  # who acted; None in a record written before the field
     host: str | None = None  # the instance's physical host, where its cloud exposes one
     topology: tuple[str, ...] = ()  # its place in the cloud's fabric, coarse to fine
+    #: the mode that held the action back (navarch.planner.modes): recorded, never done;
+    #: None for an action that ran
+    would: str | None = None
 
 
 @dataclass(frozen=True)
@@ -224,6 +227,7 @@ def event_from_record(r: Mapping[str, Any], key: str) -> HistoryEvent | None:
         by=Actor.from_json(r.get("by")),
         host=_opt(r.get("host")),
         topology=tuple(_text(t) for t in r.get("topology") or () if isinstance(t, str)),
+        would=_opt(r.get("would")),
     )
 
 
@@ -383,6 +387,7 @@ def history_to_json(h: History) -> dict[str, Any]:
                 "by": e.by.to_json() if e.by is not None else None,
                 "host": e.host,
                 "topology": list(e.topology),
+                **({"would": e.would} if e.would else {}),
             }
             for e in h.events
         ],
@@ -459,7 +464,10 @@ def render_history(h: History) -> str:
     for e in h.events:
         outcome = "ok" if e.ok else f"FAILED ({e.error})" if e.error else "FAILED"
         target = e.node or f"pool {e.pool}"
-        lines.append(f"{_ts(e.time)}  {e.action} {target}  {outcome}  by {_who(e)}, run {e.run_id}")
+        verb = e.action
+        if e.would:  # held back by the pool's mode: planned, not done
+            verb, outcome = f"would {e.action}", f"not done (mode {e.would})"
+        lines.append(f"{_ts(e.time)}  {verb} {target}  {outcome}  by {_who(e)}, run {e.run_id}")
         if e.reason:
             lines.append(f"    # because {e.reason}")
         facts = []

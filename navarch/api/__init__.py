@@ -18,7 +18,7 @@ schema in `schemas/` it names where it has one). Errors are the classes of navar
 LeaseLost, StalePlan, StoreError, ProviderError; all NavarchError).
 
 Rooms: navarch.api.results (the values), navarch.api.door (opening a fleet: the local
-secret rule), navarch.api.reading (validate, plan, status, history, ...),
+secret rule), navarch.api.reading (validate, plan, status, history, report, ...),
 navarch.api.acting (apply, destroy, pause, resume, cordon, uncordon, reboot,
 force_unlock).
 
@@ -46,6 +46,7 @@ from navarch.api.door import load_fleet
 from navarch.api.reading import (
     history,
     plan,
+    report,
     status,
     validate,
     validate_text,
@@ -57,6 +58,7 @@ from navarch.api.results import (
     HistoryResult,
     LoadedFleet,
     PlanResult,
+    ReportResult,
     SavedPlan,
     StatusPage,
     StatusResult,
@@ -81,6 +83,7 @@ __all__ = [
     "Plan",
     "PlanOptions",
     "PlanResult",
+    "ReportResult",
     "SavedPlan",
     "StatusPage",
     "StatusResult",
@@ -96,6 +99,7 @@ __all__ = [
     "pause",
     "plan",
     "reboot",
+    "report",
     "resume",
     "status",
     "uncordon",

@@ -1,4 +1,4 @@
-"""navarch.api's reading verbs: validate, plan, status, history, and what the CLI's other
+"""navarch.api's reading verbs: validate, plan, status, history, report, and what the CLI's other
 reading commands need (the status page, a saved plan, a node's instance, cloud-init).
 Each reads only; none creates the local secret file (navarch.api.door)."""
 
@@ -21,6 +21,7 @@ from navarch.api.results import (
     LoadedFleet,
     PlanResult,
     Problem,
+    ReportResult,
     SavedPlan,
     StatusPage,
     StatusResult,
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
     from navarch.inventory import Instance
     from navarch.planner.context import PlanOptions
     from navarch.planner.model import Lifecycle, Plan
+    from navarch.reconcile.fault_report import NodeNow
 
 #: How far back `history` reads when no `since` is given (the CLI's `--since` default).
 DEFAULT_HISTORY_WINDOW_S = 24 * 3600
@@ -186,6 +188,68 @@ def history(
             unobserved=unobserved,
         )
     )
+
+
+def report(
+    fleet: LoadedFleet | str | Path,
+    since: datetime | timedelta | str | None = None,
+    *,
+    now: datetime | None = None,
+) -> ReportResult:
+    """Per fault class over [since, now]: what navarch saw, what the pools' modes held back
+    (would-be actions, when first and last planned) and what actually happened to each
+    node: the actions that ran (audit log) and the node now (the cloud's listing and its
+    reports, as `navarch status` shows it). since: as for `history` (None: the last 7
+    days). Raises ConfigError for a bad `since`, StoreError when the store cannot be read;
+    a fleet that cannot be observed is reported from its audit log alone, saying why.
+    """
+    from navarch.fleet.durations import window_start
+    from navarch.reconcile.fault_report import read_report
+    from navarch.stores import open_store
+
+    fl = loaded(fleet)
+    spec = fl.spec
+    until = now_utc(now)
+    start = window_start(since if since is not None else timedelta(days=7), until)
+    store = open_store(spec.store_url, base_dir=spec.base_dir)
+    nodes, unobserved = _nodes_now(fl, until)
+    return ReportResult(
+        read_report(
+            store,
+            spec.name,
+            since=start,
+            until=until,
+            now=nodes,
+            modes=tuple((p.name, p.mode.value) for p in spec.pools),
+            unobserved=unobserved,
+        )
+    )
+
+
+def _nodes_now(fl: LoadedFleet, now: datetime) -> tuple[dict[str, NodeNow] | None, str]:
+    """Each node as the cloud lists it and its reports show it at `now` (the snapshot
+    `navarch status` reads), or (None, why) when the fleet cannot be observed."""
+    from navarch.reconcile.fault_report import NodeNow
+    from navarch.report.health import Status
+
+    try:
+        _, snap = snapshot(fl, now)
+    except NavarchError as exc:
+        return None, f"the fleet could not be observed: {exc}"
+    out = {}
+    for v in snap.observed.views:
+        s, inst = v.summary, v.instance
+        sick = s is not None and s.status is not Status.HEALTHY and s.fault_key is not None
+        out[v.node] = NodeNow(
+            v.node,
+            v.pool,
+            inst.instance_id if inst else None,
+            inst.state.value if inst else None,
+            v.lifecycle.value,
+            v.reason,
+            s.fault_key.format() if sick and s is not None and s.fault_key else "",
+        )
+    return out, ""
 
 
 def _observed(

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from navarch.history import History
     from navarch.outcome import Outcome
     from navarch.planner.model import Memory, Plan
+    from navarch.reconcile.fault_report import FaultReport
     from navarch.reconcile.status import FleetStatus
 
 __all__ = [
@@ -222,6 +223,27 @@ class HistoryResult:
         from navarch.history import render_history
 
         return render_history(self.history)
+
+
+@dataclass(frozen=True)
+class ReportResult:
+    """Over a period, per fault class, what navarch saw, what it would have done (actions
+    the pools' modes held back) and what actually happened to each node
+    (navarch.reconcile.fault_report.FaultReport)."""
+
+    report: FaultReport
+
+    def to_json(self) -> dict[str, Any]:
+        """The document `navarch report --json` prints (schemas/report.schema.json)."""
+        from navarch.reconcile.fault_report import report_to_json
+
+        return report_to_json(self.report)
+
+    def text(self) -> str:
+        """The report as `navarch report` prints it."""
+        from navarch.reconcile.fault_report import render_report
+
+        return render_report(self.report)
 
 
 def _outcome_json(o: Outcome) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 (dstack's cli/commands/ is the model), all of them thin renderings of navarch.api:
 
   fleet_verbs  plan, apply, destroy          operator  cordon, uncordon, reboot, pause,
-  reading      validate, status, history               resume, force-unlock
+  reading      validate, status, history, report       resume, force-unlock
   local        navarch local ...             render    render cloud-init
   sessions     mcp, ssh, simulate            completion
   events       apply --on-events, events setup

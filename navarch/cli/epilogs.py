@@ -37,6 +37,10 @@ EPILOGS: dict[str, tuple[str, str]] = {
         "0 shown; 1 error (store unreachable: docs/runbook.md#store-unreachable)",
         "navarch history fleet.yaml demo-train-0002 --since 7d",
     ),
+    "report": (
+        "0 shown; 1 error (store unreachable: docs/runbook.md#store-unreachable)",
+        "navarch report fleet.yaml --since 7d",
+    ),
     "force-unlock": (
         "0 removed; 1 no lock, or another id (docs/runbook.md#lease)",
         "navarch force-unlock fleet.yaml 3f2a9c1b7d4e",

@@ -1,5 +1,6 @@
-"""`navarch validate`, `navarch status` and `navarch history`: the reading commands. Each
-calls navarch.api (validate, status, status_page, history) and renders its answer."""
+"""`navarch validate`, `navarch status`, `navarch history` and `navarch report`: the reading
+commands. Each calls navarch.api (validate, status, status_page, history, report) and
+renders its answer."""
 
 from __future__ import annotations
 
@@ -83,6 +84,23 @@ def cmd_history(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    """`navarch report FLEET [--since 7d] [--json]`: per fault class, what navarch saw,
+    what the pools' modes held back and what happened to each node
+    (navarch.reconcile.fault_report)."""
+    from navarch import api
+    from navarch.fleet.durations import window_start
+
+    now = args.clock()
+    since = window_start(args.since, now, name="--since")
+    r = api.report(args.fleet, since, now=now)
+    if args.json:
+        print(json.dumps(r.to_json(), indent=1, sort_keys=True))
+    else:
+        print(r.text(), end="")
+    return EXIT_OK
+
+
 def register_validate(sub: Any) -> None:
     """Add validate (first in the list of commands) to navarch's subparsers."""
     s = sub.add_parser("validate", help="check fleet.yaml; exit 1 on any error")
@@ -96,7 +114,7 @@ def register_validate(sub: Any) -> None:
 
 
 def register(sub: Any) -> None:
-    """Add status and history to navarch's subparsers."""
+    """Add status, history and report to navarch's subparsers."""
     s = sub.add_parser("status", help="pools and nodes with lifecycle, health, report age")
     fleet_argument(s)
     s.add_argument("--json", action="store_true")
@@ -117,3 +135,16 @@ def register(sub: Any) -> None:
     )
     s.add_argument("--json", action="store_true", help="schemas/history.schema.json")
     s.set_defaults(func=cmd_history)
+
+    s = sub.add_parser(
+        "report",
+        help="per fault class: what navarch saw, would have done, and what happened",
+    )
+    fleet_argument(s)
+    s.add_argument(
+        "--since",
+        default="7d",
+        help="how far back: a duration (24h, 7d) or an RFC 3339 time (default 7d)",
+    )
+    s.add_argument("--json", action="store_true", help="schemas/report.schema.json")
+    s.set_defaults(func=cmd_report)

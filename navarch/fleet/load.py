@@ -26,6 +26,7 @@ from navarch.fleet.acceptance import acceptance_policy
 from navarch.fleet.confine import Confinement
 from navarch.fleet.durations import parse_duration_s
 from navarch.fleet.groups import check_placement_groups
+from navarch.fleet.modes import Mode
 from navarch.fleet.policy import REPORT_COST_MAX, Rule, compile_rule
 from navarch.fleet.remedies import parse_rows
 from navarch.fleet.schemas import (
@@ -405,6 +406,7 @@ def _pool(
         ),
         topology=TopologyMatch(raw["topology"]),
         zone_policy=ZonePolicy(raw["zone_policy"]),
+        mode=Mode(raw.get("mode", Mode.FULL.value)),
     )
 
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from navarch.fleet.durations import format_duration_s, parse_duration_s
+from navarch.fleet.modes import Mode
 from navarch.report.compat import StrEnum
 from navarch.report.health import FAULT_KIND_PATTERN, Remedy
 from navarch.report.xid import fatal_xids_by_remedy, lookup
@@ -125,7 +126,9 @@ class RemedyRow:
     floor: the cheapest rung for the fault (None: the report's recommended remedy);
     wait_s, ladder_window_s: seconds (ladder_window_s None: the pool's); occurrences:
     observations in a row;
-    max_in_place: None for no limit beyond the ladder's own climbing.
+    max_in_place: None for no limit beyond the ladder's own climbing; mode: how far
+    navarch may act on a fault the row matches (None: the pool's; the stricter of the two
+    applies, navarch.fleet.modes.stricter).
     """
 
     match: str
@@ -137,6 +140,7 @@ class RemedyRow:
     occurrences: int = 1
     max_in_place: int | None = None
     ladder_window_s: int | None = None
+    mode: Mode | None = None
 
     def ladder(self, pool_ladder: Sequence[Remedy]) -> tuple[Remedy, ...]:
         """The rungs the ladder climbs for this row: its own, else the pool's."""
@@ -408,6 +412,7 @@ def parse_rows(
                     if "ladder_window" in r
                     else None
                 ),
+                mode=Mode(r["mode"]) if "mode" in r else None,
             )
         )
     return tuple(out)

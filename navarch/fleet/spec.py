@@ -13,6 +13,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from navarch.fleet.modes import Mode
 from navarch.fleet.policy import Rule
 from navarch.fleet.remedies import RemedyRow
 from navarch.report.acceptance import AcceptancePolicy
@@ -236,6 +237,9 @@ class PoolSpec:
     #: scheduler and promoted when a node leaves service for a fault; counted against max
     spare_nodes: int = 0
     zone_policy: ZonePolicy = ZonePolicy.SPREAD  # how nodes sit across a placement's zones
+    #: how far navarch may act on the pool (navarch.fleet.modes; a remediation row may
+    #: hold a fault class back further, never grant more)
+    mode: Mode = Mode.FULL
 
     @property
     def provider(self) -> str:

@@ -31,6 +31,7 @@ from datetime import UTC, datetime
 from navarch.errors import AuthError, CapacityError, LeaseLost, QuotaError
 from navarch.outcome import Outcome
 from navarch.planner.model import Action, ActionKind, DiagState, Fault, HaltRule, Plan
+from navarch.planner.modes import Would
 from navarch.planner.payloads import DiagnosePayload
 from navarch.textsafe import plain
 
@@ -68,6 +69,9 @@ class EventKind(enum.StrEnum):
     BURN_IN_HELD = "burn_in_held"
     #: a rack or switch fault holds the ladder of a topology block (a block_fault halt)
     BLOCK_FAULT = "block_fault"
+    #: a pool's mode (observe, cordon) holds back an action the plan made: what navarch
+    #: would do, kept per node and action while it holds (navarch.planner.modes)
+    WOULD_ACT = "would_act"
 
 
 class Severity(enum.StrEnum):
@@ -98,6 +102,7 @@ CONDITION_KINDS = frozenset(
         EventKind.NO_ACCEPTANCE_RUN,
         EventKind.BURN_IN_HELD,
         EventKind.BLOCK_FAULT,
+        EventKind.WOULD_ACT,
     }
 )
 
@@ -127,6 +132,7 @@ SEVERITY = {
     EventKind.NO_ACCEPTANCE_RUN: Severity.WARNING,
     EventKind.BURN_IN_HELD: Severity.WARNING,
     EventKind.BLOCK_FAULT: Severity.CRITICAL,
+    EventKind.WOULD_ACT: Severity.WARNING,
 }
 
 
@@ -205,11 +211,11 @@ def make(
     **details: object,
 ) -> Event:
     """An Event with its kind's severity; conditions get their key "<pool>/<kind>"
-    (action_failed: "<pool>/<node>/<action>/action_failed"). The message and the details
+    (action_failed, would_act: "<pool>/<node>/<action>/<kind>"). The message and the details
     may quote a node: they are made plain (navarch.textsafe), so every sink, JSON ones
     too, gets visible one-line text."""
     condition = None
-    if kind is EventKind.ACTION_FAILED:
+    if kind in (EventKind.ACTION_FAILED, EventKind.WOULD_ACT):
         condition = f"{pool}/{node or '-'}/{details.get('action', '')}/{kind.value}"
     elif kind in CONDITION_KINDS:
         condition = f"{pool}/{kind.value}"
@@ -406,7 +412,8 @@ def plan_conditions(plan: Plan, run_id: str = "") -> dict[str, Event]:
     no_acceptance_run -> no_acceptance_run (a node held for want of a run); burn_in_held
     -> burn_in_held (a finding about the image or the pool's baseline); block_fault ->
     block_fault (a person should look at the rack before its hold lapses). Budget, rate
-    limit and max_nodes halts pace a converging run: no event.
+    limit and max_nodes halts pace a converging run: no event. Each action a pool's mode
+    held back (Plan.would) -> would_act, per node and action kind.
     """
     rule_kind = {
         HaltRule.CIRCUIT_BREAKER: EventKind.BREAKER_TRIPPED,
@@ -425,7 +432,31 @@ def plan_conditions(plan: Plan, run_id: str = "") -> dict[str, Event]:
             kind, plan.fleet, h.pool, None, f"{h.pool}: {h.message}", run_id, rule=h.rule.value
         )
         out.setdefault(e.condition or "", e)  # the first halt of a pool says why
+    for w in plan.would:
+        e = _would_event(plan.fleet, run_id, w)
+        out.setdefault(e.condition or "", e)
     return out
+
+
+def _would_event(fleet: str, run_id: str, w: Would) -> Event:
+    """What a pool's mode held back, as a would_act condition per node and action kind:
+    "would cordon demo-train-0002 (pool mode observe): XID 79 ...", sent once while the
+    plan keeps making it and cleared when it no longer does."""
+    a = w.action
+    return make(
+        EventKind.WOULD_ACT,
+        fleet,
+        a.pool,
+        a.node,
+        f"{w.headline} (pool mode {w.mode}): {a.reason}",
+        run_id,
+        action=a.kind.value,
+        mode=w.mode.value,
+        instance_id=a.instance_id,
+        reason=a.reason,
+        xid=_xid(a.fault),
+        replaces=a.replaces,
+    )
 
 
 def outcome_conditions(fleet: str, run_id: str, outcomes: Iterable[Outcome]) -> dict[str, Event]:

@@ -28,6 +28,11 @@ counts are counters. The list:
     navarch_last_apply_notifications{fleet,sink,outcome}       gauge: sent | failed
     navarch_last_apply_dead_on_arrival{fleet,pool}             gauge: nodes the last apply took
                                                                out for failing burn-in
+    navarch_pool_mode{fleet,pool,mode}                         gauge: 1 for the pool's mode
+                                                               (observe | cordon | full), 0
+                                                               for the others
+    navarch_last_apply_would_actions{fleet,pool,kind,mode}     gauge: actions the pool's mode
+                                                               held back (planned, not done)
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ from prometheus_client import Counter as PromCounter
 from prometheus_client.exposition import push_to_gateway, pushadd_to_gateway
 from prometheus_client.parser import text_string_to_metric_families
 
+from navarch.fleet.modes import Mode
 from navarch.fleet.spec import FleetSpec
 from navarch.notify.dispatch import Delivery
 from navarch.outcome import RunResult, dead_on_arrival
@@ -219,6 +225,7 @@ def _action_metrics(reg: CollectorRegistry, spec: FleetSpec, result: RunResult) 
     for o in result.outcomes:
         a = o.action
         actions.labels(fleet, a.pool, a.kind.value, "ok" if o.ok else "failed").inc()
+    _mode_metrics(reg, spec, result.plan)
     doa = Gauge(
         "navarch_last_apply_dead_on_arrival",
         "Nodes the last apply took out of service for failing burn-in (dead on arrival)",
@@ -237,6 +244,28 @@ def _action_metrics(reg: CollectorRegistry, spec: FleetSpec, result: RunResult) 
     )
     for reason, n in result.memory.rejections:
         rejected.labels(fleet, reason).inc(n)
+
+
+def _mode_metrics(reg: CollectorRegistry, spec: FleetSpec, plan: Plan) -> None:
+    """Each pool's mode (navarch.fleet.modes) and what its mode held back this run."""
+    fleet = spec.name
+    modes = Gauge(
+        "navarch_pool_mode",
+        "1 for the pool's mode (observe, cordon or full), 0 for the others",
+        ["fleet", "pool", "mode"],
+        registry=reg,
+    )
+    for p in spec.pools:
+        for m in Mode:
+            modes.labels(fleet, p.name, m.value).set(1 if p.mode is m else 0)
+    would = Gauge(
+        "navarch_last_apply_would_actions",
+        "Actions the last apply planned that the pool's mode held back (never done)",
+        ["fleet", "pool", "kind", "mode"],
+        registry=reg,
+    )
+    for w in plan.would:
+        would.labels(fleet, w.action.pool, w.action.kind.value, w.mode.value).inc()
 
 
 def previous_last_success(path: str | Path, fleet: str) -> float | None:

@@ -129,11 +129,15 @@ def page_context(
     spec: FleetSpec, plan: Plan, memory: Memory, now: datetime, events: Sequence[AuditEvent] = ()
 ) -> dict[str, Any]:
     """The template's variables: fleet, generated_at, pools (each with its nodes, counts
-    by lifecycle, breaker and capacity-backoff state, halts), rejections, events."""
+    by lifecycle, breaker and capacity-backoff state, halts and what its mode held back),
+    rejections, events."""
     pools = []
     halts_by_pool: dict[str, list[str]] = {}
     for h in plan.halts:
         halts_by_pool.setdefault(h.pool, []).append(f"{h.rule}: {h.message}")
+    for w in plan.would:  # what the pool's mode held back, with the mode on its line
+        line = f"mode {w.mode}: {w.headline} (not done): {w.action.reason}"
+        halts_by_pool.setdefault(w.action.pool, []).append(line)
     by_pool: dict[str, list[NodeView]] = {}  # grouped once, not a scan per pool
     for v in plan.views:
         by_pool.setdefault(v.pool, []).append(v)

@@ -54,6 +54,9 @@ class PlanOptions:
     #: reservation ids whose lookup failed or was denied this run: neither listed nor
     #: known absent, so a Capacity Block pool holds as it is (navarch.planner.blocks)
     reservations_unknown: frozenset[str] = frozenset()
+    #: nodes whose cordon their fault's remediation row's mode holds back in a pool that
+    #: would allow it; set by plan() itself (navarch.planner.modes.row_held)
+    mode_held: frozenset[str] = frozenset()
 
     def includes(self, pool: str) -> bool:
         return self.pools is None or pool in self.pools

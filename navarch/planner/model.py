@@ -11,7 +11,7 @@ import enum
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from navarch.fleet.spec import Scheduler
 from navarch.inventory import Instance
@@ -36,6 +36,9 @@ from navarch.planner.payloads import Place as Place
 from navarch.report.acceptance import AcceptanceResult, AcceptanceRun
 from navarch.report.health import FaultKey, Remedy, Status
 from navarch.report.health_report import NoticeKind, RejectReason
+
+if TYPE_CHECKING:
+    from navarch.planner.modes import Would
 
 
 class Lifecycle(enum.StrEnum):
@@ -135,9 +138,7 @@ class ActionReason(enum.StrEnum):
     DIAGNOSTICS = "diagnostics"  # dcgmi diag, scheduled or before a return
     DESTROY = "destroy"  # `navarch destroy`
     OPERATOR = "operator"  # `navarch reboot|cordon|uncordon`
-    INSTANCE_IMPAIRED = (
-        "instance_impaired"  # the cloud's own status: impaired past IMPAIRED_AFTER_S
-    )
+    INSTANCE_IMPAIRED = "instance_impaired"  # the cloud's status: impaired past IMPAIRED_AFTER_S
     #: cordon only: the cloud's first impaired listing, not yet confirmed
     IMPAIRED_FIRST_SEEN = "impaired_first_seen"
     IMPAIRMENT_CLEARED = "impairment_cleared"  # uncordon: the listing cleared before confirmed
@@ -704,9 +705,8 @@ class HaltRule(enum.StrEnum):
     def safety_stop(self) -> bool:
         """True for rules that stop a run for a human (exit 3): breaker, orphan guard,
         duplicate node names, more launches than safety.max_launches_per_run, a block
-        (rack or switch) fault. Budget, rate
-        limit, capacity and max pace a converging run; a pause was asked for by a human,
-        who expects runs to say so, not to fail."""
+        (rack or switch) fault. Budget, rate limit, capacity and max pace a converging run;
+        a pause was asked for by a human, who expects runs to say so, not to fail."""
         return self in _SAFETY_STOPS
 
 
@@ -761,6 +761,7 @@ class Plan:
     #: named and planned nothing else: navarch.planner.quiet): what it did and did not look
     #: at. Such a plan is never converged: it cannot say the world matches fleet.yaml.
     partial: str = ""
+    would: tuple[Would, ...] = ()  # held back by the pools' modes: shown, never executed
 
     @property
     def breaker_open(self) -> bool:
@@ -783,7 +784,7 @@ class Plan:
 
         Only then may a plan say "No changes" (and --detailed-exitcode exit 0).
         """
-        return not (self.actions or self.halts or self.pending or self.partial)
+        return not (self.actions or self.would or self.halts or self.pending or self.partial)
 
 
 @dataclass(frozen=True)

@@ -103,6 +103,7 @@ from navarch.planner.model import (
     Plan,
     PoolMemory,
 )
+from navarch.planner.modes import Would, hold_by_mode, row_held
 from navarch.planner.observe import Duplicate
 from navarch.planner.pause import hold_all
 from navarch.planner.remedy_gate import alert_only_nodes
@@ -144,10 +145,37 @@ def plan(
     held what back and whose pending lines name every difference from fleet.yaml this run
     leaves (so a plan is "No changes" only when the world matches). A paused fleet
     (memory.pause, `navarch pause`) gets the same plan with every action held
-    (navarch.planner.pause.hold_all). Never raises for any combination of valid inputs.
-    Cost: O(N log N) in the number of nodes.
+    (navarch.planner.pause.hold_all); an action a pool's mode forbids is moved to
+    Plan.would (navarch.planner.modes.hold_by_mode). Never raises for any combination of
+    valid inputs. Cost: O(N log N) in the number of nodes (twice when a remediation row's
+    mode holds a cordon its pool would allow: navarch.planner.modes.row_held).
     """
     options = options or PlanOptions()
+    out = _plan_once(spec, views, memory, now, options, duplicates)
+    held = row_held(spec, out.would) - options.mode_held
+    if held:
+        # A cordon a row holds back takes no place of the budget or the repair rate: plan
+        # again with those nodes left alone, and keep the would rows the first pass made.
+        first = out
+        again = replace(options, mode_held=options.mode_held | held)
+        out = _plan_once(spec, views, memory, now, again, duplicates)
+        kept = tuple(w for w in first.would if w.about() & held and w not in out.would)
+        out = replace(out, would=out.would + kept)
+    out = hold_all(out, memory.pause)  # a paused fleet: planned, reported, acted on by no one
+    fingerprint = observation_fingerprint(views, out.halts, out.would)
+    return replace(out, observation_fingerprint=fingerprint)
+
+
+def _plan_once(
+    spec: FleetSpec,
+    views: Sequence[NodeView],
+    memory: Memory,
+    now: datetime,
+    options: PlanOptions,
+    duplicates: Sequence[Duplicate],
+) -> Plan:
+    """One pass of the stages over every pool, with the modes applied: plan()'s Plan
+    before the pause and the fingerprint."""
     alerts = alert_only_nodes(spec, views)
     fleet_breaker = breaker_state(views, spec.safety.fleet_circuit_breaker_pct, alerts)
     fleet = _fleet_stages(spec, views, memory, now, options, duplicates, fleet_breaker)
@@ -184,11 +212,13 @@ def plan(
     actions = tuple(
         a for r in results for a in r.actions if a.node not in blocked or a in fleet.actions
     )
+    # A mode's would rows launch nothing, so they count toward no launch cap.
+    actions, would = hold_by_mode(spec, actions, views)
     actions, capped = cap_launches(
         actions, spec.safety.max_launches_per_run, options.allow_launches
     )
     halts = tuple(h for r in results for h in r.halts) + capped
-    out = Plan(
+    return Plan(
         fleet=spec.name,
         created_at=now,
         actions=actions,
@@ -197,22 +227,24 @@ def plan(
         pending=tuple(p for r in results for p in r.pending),
         state_serial=memory.serial,
         views=tuple(views),
+        would=would,
     )
-    out = hold_all(out, memory.pause)  # a paused fleet: planned, reported, acted on by no one
-    return replace(out, observation_fingerprint=observation_fingerprint(views, out.halts))
 
 
-def observation_fingerprint(views: Sequence[NodeView], halts: Sequence[Halt]) -> str:
+def observation_fingerprint(
+    views: Sequence[NodeView], halts: Sequence[Halt], would: Sequence[Would] = ()
+) -> str:
     """A digest of what the plan was made from beyond inventory and state: each node's
-    lifecycle, accepted report sequence, rejection and drift, and the halts. `apply PLAN`
-    refuses a saved plan whose fingerprint no longer matches (a node recovered, a breaker
-    opened). 16 hex characters."""
+    lifecycle, accepted report sequence, rejection and drift, the halts and what the
+    pools' modes held back. `apply PLAN` refuses a saved plan whose fingerprint no longer
+    matches (a node recovered, a breaker opened, a pool's mode changed). 16 hex characters."""
     lines = [
         f"{v.node}|{v.lifecycle.value}|{v.summary.sequence if v.summary else None}|"
         f"{v.rejected}|{v.drift}|{v.tags_drift}\n"
         for v in sorted(views, key=attrgetter("node"))
     ]
     lines.extend(f"halt|{x.pool}|{x.rule}\n" for x in halts)
+    lines.extend(f"would|{w.action.node}|{w.action.kind}|{w.mode}\n" for w in would)
     return hashlib.sha256("".join(lines).encode()).hexdigest()[:16]
 
 

@@ -55,7 +55,8 @@ def alert_only_nodes(spec: FleetSpec, views: Iterable[NodeView]) -> frozenset[st
 def gate(ctx: PoolContext, v: NodeView) -> str | None:
     """Why unhealthy node v is not cordoned yet by its fault's remediation table row (a
     pending line), or None when nothing in the row holds it (or no row, or no fault
-    key: unhealthy without a structured fault, offline, impaired)."""
+    key: unhealthy without a structured fault, offline, impaired). A node in
+    ctx.options.mode_held is held by the row's mode (navarch.planner.modes.row_held)."""
     row = _faulted_row(ctx.pool.health.remedies, v)
     s = v.summary
     if row is None or s is None or s.fault_key is None:
@@ -64,6 +65,8 @@ def gate(ctx: PoolContext, v: NodeView) -> str | None:
     where = f"health.remedies row {row.match}"
     if row.alert:
         return f"{v.node}: {kind}: alert only ({where}); not cordoned"
+    if v.node in ctx.options.mode_held:
+        return f"{v.node}: {kind}: held by the mode {row.mode} of {where}; see would rows"
     seen = max(v.streak, s.consecutive)
     if seen < row.occurrences:
         return f"{v.node}: {kind} seen {seen} of {row.occurrences} times before acting ({where})"

@@ -46,6 +46,7 @@ from navarch.history import Trigger, report_ref
 from navarch.inventory import Instance
 from navarch.outcome import Outcome
 from navarch.planner.model import Action, ActionKind, Memory, Plan
+from navarch.planner.modes import Would
 from navarch.planner.payloads import (
     CordonPayload,
     DiagnosePayload,
@@ -221,8 +222,10 @@ class Executor:
         PreconditionFailed) after stopping and letting started actions finish.
         """
         chains = self._chains(plan.actions)
-        acted = {a.node for a in plan.actions if a.node}
+        acted = {a.node for a in plan.actions + tuple(w.action for w in plan.would) if a.node}
         self._reports = {v.node: report_ref(v.summary) for v in plan.views if v.node in acted}
+        for w in plan.would:  # on record beside what was done, for `navarch report`
+            self._record_would(w)
         results: _Results = queue.Queue()
         outcomes: list[Outcome] = []
         pools: dict[str, ThreadPoolExecutor] = {}
@@ -401,6 +404,34 @@ class Executor:
                 **who,
                 **_ladder_record(action),
                 **host_record(self.handlers.instance(action)),
+            }
+        )
+
+    def _record_would(self, w: Would) -> None:
+        """One audit record for an action a pool's mode held back: the action's fields
+        as a done action's, ok false, outcome "would" and `would` the mode that held it."""
+        a = w.action
+        self.audit.append(
+            {
+                "time": ts(self.clock()),
+                "run_id": self.run_id,
+                "action": a.kind.value,
+                "pool": a.pool,
+                "node": a.node,
+                "instance_id": a.instance_id,
+                "reason": a.reason,
+                "ok": False,
+                "outcome": "would",
+                "detail": f"not done: {w.headline} (pool mode {w.mode})",
+                "error": None,
+                "report": self._reports.get(a.node or ""),
+                "actor": self.trigger.value,
+                "would": w.mode.value,
+                **({"replaces": a.replaces} if a.replaces else {}),
+                **({"by": self.by.to_json()} if self.by is not None else {}),
+                **({"fault": w.fault} if w.fault else {}),
+                **_ladder_record(a),
+                **host_record(self.handlers.instance(a)),
             }
         )
 

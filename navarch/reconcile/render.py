@@ -2,7 +2,8 @@
 scripts (schemas/plan.schema.json). Saved plans are the JSON form plus the fleet file.
 
 Symbols: `+` provision, `~` cordon / drain / uncordon / reboot / reset_gpu / diagnose / scale / update tags, `-`
-terminate; a `# (because ...)` line under each; held-back actions, notes and what the fleet
+terminate, `?` an action a pool's mode holds back ("would cordon node-1  [mode observe]",
+never executed); a `# (because ...)` line under each; held-back actions, notes and what the fleet
 still waits for; one summary line. "No changes. The fleet matches fleet.yaml." only when
 the plan is converged (no actions, nothing held back, nothing pending); a partial run's
 plan (Plan.partial) says what it did not look at instead.
@@ -15,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import fields
 from typing import Any
 
+from navarch.fleet.modes import Mode
 from navarch.planner.model import (
     PAYLOAD_TYPES,
     Action,
@@ -25,6 +27,7 @@ from navarch.planner.model import (
     Place,
     Plan,
 )
+from navarch.planner.modes import Would
 from navarch.planner.payloads import PeerPayload, ProvisionPayload, ScalePayload, TagsPayload
 from navarch.reconcile.codec import fault_from_json, fault_to_json
 from navarch.report.health import Remedy
@@ -121,13 +124,51 @@ def _action_lines(plan: Plan, verbose: bool) -> list[str]:
     return lines
 
 
+def would_lines(plan: Plan) -> list[str]:
+    """The actions the pools' modes held back (Plan.would), grouped by pool, each naming
+    its mode: "  ? would cordon node-1 (i-1)  [mode observe]" and its reason."""
+    lines: list[str] = []
+    pool = None
+    for w in plan.would:
+        if w.action.pool != pool:
+            pool = w.action.pool
+            lines += ["", f"  # pool {pool}"]
+        iid = f" ({w.action.instance_id})" if w.action.instance_id else ""
+        lines.append(f"  ? {terminal(w.headline)}{iid}  [mode {w.mode}]")
+        lines.append(f"      # (because {terminal(w.action.reason)})")
+    return lines
+
+
+def would_summary(plan: Plan) -> str:
+    """One line counting the held-back actions per kind and mode, e.g. "Would (held by
+    mode, not executed): 1 cordon, 1 drain in observe." ("" when none)."""
+    if not plan.would:
+        return ""
+    by_mode: dict[str, Counter[str]] = {}
+    for w in plan.would:
+        by_mode.setdefault(w.mode.value, Counter())[w.action.kind.value.replace("_", " ")] += 1
+    parts = [
+        ", ".join(f"{n} {k}" for k, n in counts.items()) + f" in {mode}"
+        for mode, counts in by_mode.items()
+    ]
+    return f"Would (held by mode, not executed): {'; '.join(parts)}."
+
+
 def render_text(plan: Plan, *, verbose: bool = False) -> str:
     """The human plan: actions grouped by pool (large groups summarised unless verbose),
-    halts, notes, what is still under way, one summary line."""
+    what the pools' modes held back ("would" rows), halts, notes, what is still under
+    way, one summary line."""
     lines: list[str] = []
     if plan.actions:
         lines.append(f"navarch will perform these actions on fleet {plan.fleet}:")
         lines += _action_lines(plan, verbose)
+        lines.append("")
+    if plan.would:
+        lines.append(
+            f"navarch would perform these actions on fleet {plan.fleet}, but the pools' "
+            "modes hold them (nothing here is executed):"
+        )
+        lines += would_lines(plan)
         lines.append("")
     if plan.halts:
         lines.append("Held back by safety rules:")
@@ -141,6 +182,8 @@ def render_text(plan: Plan, *, verbose: bool = False) -> str:
         lines.append("Not converged yet (nothing to do about these this run):")
         lines += [f"  ~ {terminal(n)}" for n in plan.pending]
         lines.append("")
+    if plan.would:
+        lines.append(would_summary(plan))
     if plan.actions:
         lines.append(summary_line(plan))
     elif plan.partial:
@@ -223,6 +266,10 @@ def render_markdown(plan: Plan) -> str:
         },
     )
     sections, more_pools, more_pool_actions = _md_sections(plan)
+    would = [
+        {"headline": w.headline, "mode": w.mode.value, "reason": w.action.reason}
+        for w in plan.would[:MD_ACTIONS_MAX]
+    ]
     if plan.actions:
         summary = summary_line(plan)
     elif plan.partial:
@@ -239,6 +286,9 @@ def render_markdown(plan: Plan) -> str:
         more_pool_actions=more_pool_actions,
         notes=plan.notes[:MD_LINES_MAX],
         more_notes=max(0, len(plan.notes) - MD_LINES_MAX),
+        would=would,
+        would_summary=would_summary(plan),
+        more_would=max(0, len(plan.would) - MD_ACTIONS_MAX),
         pending=plan.pending[:MD_LINES_MAX],
         more_pending=max(0, len(plan.pending) - MD_LINES_MAX),
     )
@@ -381,7 +431,20 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
         ],
         "foreign": [{"provider": i.provider, "instance_id": i.instance_id} for i in plan.foreign],
         **({"partial": plan.partial} if plan.partial else {}),
+        **({"would": [would_to_json(w) for w in plan.would]} if plan.would else {}),
     }
+
+
+def would_to_json(w: Would) -> dict[str, Any]:
+    """A held-back action: its action_to_json form plus the mode that held it, the row's
+    words ("would cordon node-1") and the fault kind it answers (null: none)."""
+    held = {"mode": w.mode.value, "headline": w.headline, "fault_kind": w.fault or None}
+    return {**action_to_json(w.action), **held}
+
+
+def would_from_json(d: dict[str, Any]) -> Would:
+    """Inverse of would_to_json. Raises KeyError or ValueError on a malformed row."""
+    return Would(action_from_json(d), Mode(d["mode"]), d.get("fault_kind") or "")
 
 
 def plan_from_json(d: dict[str, Any]) -> Plan:
@@ -396,4 +459,5 @@ def plan_from_json(d: dict[str, Any]) -> Plan:
         inventory_fingerprint=d["inventory_fingerprint"],
         pending=tuple(d.get("pending", ())),
         observation_fingerprint=d.get("observation_fingerprint", ""),
+        would=tuple(would_from_json(w) for w in d.get("would", ())),
     )

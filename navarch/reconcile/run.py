@@ -306,7 +306,8 @@ def _observed(plan: Plan, nodes: frozenset[str] | None) -> str:
     """The plan's observation fingerprint, over `nodes`' views only when given."""
     if nodes is None:
         return plan.observation_fingerprint
-    return observation_fingerprint([v for v in plan.views if v.node in nodes], plan.halts)
+    would = [w for w in plan.would if w.action.node in nodes]
+    return observation_fingerprint([v for v in plan.views if v.node in nodes], plan.halts, would)
 
 
 def _user_data_renderer(

@@ -13,10 +13,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from navarch.fleet.modes import Mode
 from navarch.fleet.spec import FleetSpec, PoolSpec
 from navarch.inventory import Reservation
 from navarch.planner.hosts import lemon_hosts
 from navarch.planner.model import Cordon, Diag, Lifecycle, NodeView, Pause
+from navarch.planner.modes import Would
 from navarch.reconcile.reports import fleet_rejection
 from navarch.reconcile.run import Snapshot
 from navarch.report.health_report import RejectReason
@@ -104,6 +106,9 @@ class NodeStatus:
     lemon_host: bool = False
     #: Why it is out of its scheduler, when it is (NodeMemory.cordon).
     cordon: Cordon | None = None
+    #: what the pool's mode held back for it this run ("would cordon demo-train-0002"),
+    #: each with the mode that held it ("observe"), in plan order
+    would: tuple[tuple[str, str], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """A `nodes` item of schemas/status.schema.json."""
@@ -125,6 +130,7 @@ class NodeStatus:
             "topology": list(self.topology),
             "lemon_host": self.lemon_host,
             "cordon": _cordon_json(self.cordon),
+            "would": [{"action": h, "mode": m} for h, m in self.would],
         }
 
 
@@ -149,6 +155,7 @@ class PoolStatus:
     lemons: tuple[str, ...]
     lemon_hosts: tuple[str, ...]
     spares: int = 0  # nodes.spares: warm spares the pool keeps beyond target
+    mode: Mode = Mode.FULL  # how far navarch may act on it (navarch.fleet.modes)
 
     def to_json(self) -> dict[str, Any]:
         """A `pools` item of schemas/status.schema.json."""
@@ -163,6 +170,7 @@ class PoolStatus:
             "lemons": list(self.lemons),
             "lemon_hosts": list(self.lemon_hosts),
             "spares": self.spares,
+            "mode": self.mode.value,
         }
 
 
@@ -246,6 +254,7 @@ def _node(
     lemons: Sequence[str],
     now: datetime,
     bad_hosts: Sequence[str] = (),
+    would: Sequence[Would] = (),
 ) -> NodeStatus:
     inst, summary = v.instance, v.summary
     return NodeStatus(
@@ -270,6 +279,7 @@ def _node(
         topology=inst.topology if inst else (),
         lemon_host=inst is not None and inst.host_id is not None and inst.host_id in bad_hosts,
         cordon=v.cordon,
+        would=tuple((w.headline, w.mode.value) for w in would),
     )
 
 
@@ -280,6 +290,9 @@ def fleet_status(spec: FleetSpec, snap: Snapshot) -> FleetStatus:
     by_pool: dict[str, list[NodeView]] = {}  # grouped once: a scan of every node per pool is
     for v in views:  # pools x nodes (100 x 100,000 in bench/scale.py)
         by_pool.setdefault(v.pool, []).append(v)
+    held: dict[str, list[Would]] = {}
+    for w in snap.plan.would:
+        held.setdefault(w.action.replaces or w.action.node or "", []).append(w)
     pools = []
     for p in spec.pools:
         pm = snap.memory.pool(p.name)
@@ -292,10 +305,14 @@ def fleet_status(spec: FleetSpec, snap: Snapshot) -> FleetStatus:
                 target=p.target_nodes,
                 max=p.max_nodes,
                 providers=tuple(pl.provider for pl in p.placed()),
-                nodes=tuple(_node(p, v, pm.lemons, snap.now, bad) for v in by_pool.get(p.name, ())),
+                nodes=tuple(
+                    _node(p, v, pm.lemons, snap.now, bad, held.get(v.node, ()))
+                    for v in by_pool.get(p.name, ())
+                ),
                 lemons=tuple(pm.lemons),
                 lemon_hosts=bad,
                 spares=p.spare_nodes,
+                mode=p.mode,
             )
         )
     return FleetStatus(

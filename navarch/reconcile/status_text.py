@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import Counter
 
 from navarch.fleet.durations import format_duration_s
+from navarch.fleet.modes import Mode
 from navarch.inventory import Reservation
 from navarch.planner.model import Lifecycle
 from navarch.reconcile.status import FleetStatus, NodeStatus, PoolStatus
@@ -78,6 +79,9 @@ def _row(pool: str, n: NodeStatus) -> tuple[str, ...]:
         # The last accepted report no longer speaks for the node: say so, keep it
         # visible in parentheses: never "offline ... healthy 100".
         health, score_text = f"{n.lifecycle.value} (was {n.health})", f"({score})"
+    reason = n.reason
+    if n.would:  # what the pool's mode holds back, with the mode, on the node's own line
+        reason += "; " + ", ".join(f"{terminal(h)} [mode {m}]" for h, m in n.would)
     return (
         pool,
         n.node,
@@ -88,7 +92,7 @@ def _row(pool: str, n: NodeStatus) -> tuple[str, ...]:
         health,
         score_text,
         age,
-        n.reason,
+        reason,
     )
 
 
@@ -130,7 +134,16 @@ def _pool_line(p: PoolStatus) -> str:
         f"min {p.min}, target {p.target}, max {p.max}"
         + (f", spares {p.spares}" if p.spares else "")
         + (f"; zones {by_zone}" if by_zone else "")
+        + (f"; mode {p.mode} ({_MODE_WORDS[p.mode]})" if p.mode is not Mode.FULL else "")
     )
+
+
+#: What a pool line says its mode lets navarch do (navarch.fleet.modes).
+_MODE_WORDS = {
+    Mode.OBSERVE: "plans and notifies, acts on nothing",
+    Mode.CORDON: "cordons and drains only",
+    Mode.FULL: "acts fully",
+}
 
 
 def _table(rows: list[tuple[str, ...]]) -> list[str]:

@@ -47,7 +47,7 @@ def test_the_examples_run_in_order_on_the_example_fleet(
         with contextlib.redirect_stdout(out):
             exec(compile(block, f"docs/api.md block {number}", "exec"), {})  # noqa: S102
         printed.append(out.getvalue())
-    assert len(printed) == 14
+    assert len(printed) == 15
     assert printed[0].startswith("demo ['train', 'infer']")
     assert "cannot read fleet file" in printed[1]
     assert "fleet.yaml:" in printed[2] and "pools.train.nodes.max" in printed[2]
@@ -55,14 +55,16 @@ def test_the_examples_run_in_order_on_the_example_fleet(
     assert "5 actions, failed: ()" in printed[4]
     assert "train demo-train-0001 booting" in printed[5]
     assert "provision scheduled # because" in printed[6]
-    assert printed[7].startswith("Fleet demo paused by alice@laptop at ")
-    assert "paused by alice@laptop" in printed[7].splitlines()[1]
-    assert printed[7].splitlines()[1].endswith(" 0")
-    assert printed[9].startswith("{'verb': 'cordon', 'node': 'demo-train-0002'")
-    assert printed[10].startswith("refused: demo-train-0002 has no fresh healthy report")
-    assert "--force overrode" in printed[10]
-    assert printed[11].startswith("rebooted ")
-    assert "fleet demo is not locked" in printed[12]
-    assert printed[13].startswith("fleet demo done: True left: ()")
-    assert printed[8].startswith("Fleet demo resumed by alice@laptop")
-    assert printed[8].rstrip().endswith("driver rollout, INC-1234")
+    assert "no fault demo-train-0001 []" in printed[7]  # launched, no fault, nothing held
+    assert "Report of fleet demo" in printed[7] and "modes now: pool train full" in printed[7]
+    assert printed[8].startswith("Fleet demo paused by alice@laptop at ")
+    assert "paused by alice@laptop" in printed[8].splitlines()[1]
+    assert printed[8].splitlines()[1].endswith(" 0")
+    assert printed[10].startswith("{'verb': 'cordon', 'node': 'demo-train-0002'")
+    assert printed[11].startswith("refused: demo-train-0002 has no fresh healthy report")
+    assert "--force overrode" in printed[11]
+    assert printed[12].startswith("rebooted ")
+    assert "fleet demo is not locked" in printed[13]
+    assert printed[14].startswith("fleet demo done: True left: ()")
+    assert printed[9].startswith("Fleet demo resumed by alice@laptop")
+    assert printed[9].rstrip().endswith("driver rollout, INC-1234")

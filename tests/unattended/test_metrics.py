@@ -38,9 +38,13 @@ def test_apply_metrics_textfile_parses_with_known_values(example_dir: Path) -> N
         "navarch_last_apply_actions": "gauge",
         "navarch_reports_rejected": "counter",  # exposed as navarch_reports_rejected_total
         "navarch_last_apply_dead_on_arrival": "gauge",
+        "navarch_pool_mode": "gauge",
+        "navarch_last_apply_would_actions": "gauge",
     }
     got = samples(text, NAME)
     assert value(got, "navarch_last_apply_success", fleet="demo") == 1
+    assert value(got, "navarch_pool_mode", fleet="demo", pool="train", mode="full") == 1
+    assert value(got, "navarch_pool_mode", fleet="demo", pool="train", mode="observe") == 0
     assert value(got, "navarch_pool_desired_nodes", fleet="demo", pool="train") == 3
     assert value(got, "navarch_pool_desired_nodes", fleet="demo", pool="infer") == 2
     assert (

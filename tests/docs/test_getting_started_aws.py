@@ -6,13 +6,11 @@ page is read at test time, so a changed command is tested as the reader sees it.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import boto3
 
@@ -27,17 +25,7 @@ def page_script() -> str:
     """The page's `sh` blocks, joined, without the install lines."""
     blocks = re.findall(r"```sh\n(.*?)```", PAGE.read_text(), re.S)
     lines = [line for b in blocks for line in b.splitlines() if not INSTALL.match(line)]
-    script = "\n".join(lines) + "\n"
-    if not _pools_know_mode():
-        # Until the pool's `mode:` key parses, the page's fleet runs without it (full).
-        script = re.sub(r"(?m)^    mode: \w+\n", "", script)
-    return script
-
-
-def _pools_know_mode() -> bool:
-    """Whether fleet.yaml's pools take a `mode:` key yet (schemas/fleet.schema.json)."""
-    schema: dict[str, Any] = json.loads((REPO / "schemas" / "fleet.schema.json").read_text())
-    return "mode" in schema["$defs"]["pool"]["properties"]
+    return "\n".join(lines) + "\n"
 
 
 def _shims(bin_dir: Path) -> None:
@@ -74,6 +62,8 @@ def test_aws_getting_started_page_runs_on_moto_and_launches_its_fleet(
     )
     assert run.returncode == 0, f"the page's commands failed:\n{run.stdout}\n{run.stderr}"
     assert "fleet.yaml: valid. Fleet research" in run.stdout
+    # The first apply, in observe, launched nothing and said what it would do.
+    assert "would provision" in run.stdout
     assert re.search(r"research-train-0001 .* booting .*waiting for the first report", run.stdout)
 
     ec2 = boto3.client("ec2", region_name=REGION, endpoint_url=moto.endpoint)

@@ -29,6 +29,8 @@ from navarch.report.compat import StrEnum
 __all__ = [
     "ProbeErrorKind",
     "ProbeError",
+    "HungCall",
+    "FabricInfo",
     "GpuSnapshot",
     "GpuProbe",
     "GpuBackend",
@@ -67,6 +69,39 @@ class ProbeError:
 
 
 @dataclass(frozen=True)
+class HungCall:
+    """A library call that did not return within its deadline (navarch.agent.deadline).
+
+    call: the function's name (``nvmlDeviceGetPowerUsage``); waited_s: seconds the agent
+    waited before abandoning it; gpu_index / pci_bus_id / uuid: the GPU it was reading,
+    None where the call was not about one GPU (nvmlInit) or the GPU's identity was not
+    read yet.
+    """
+
+    call: str
+    waited_s: float
+    gpu_index: int | None = None
+    pci_bus_id: str | None = None
+    uuid: str | None = None
+
+
+@dataclass(frozen=True)
+class FabricInfo:
+    """NVML GPU fabric info (nvmlDeviceGetGpuFabricInfoV, nvml.h ``nvmlGpuFabricInfo_v2_t``).
+
+    state: NVML_GPU_FABRIC_STATE_* (0 not supported, 1 not started, 2 in progress,
+    3 completed); status: the nvmlReturn_t of the registration (meaningful when completed;
+    0 success); health_mask: the v2 health mask bit fields (None from the v1 call, which
+    has none); clique_id: the fabric clique.
+    """
+
+    state: int
+    status: int = 0
+    health_mask: int | None = None
+    clique_id: int | None = None
+
+
+@dataclass(frozen=True)
 class GpuSnapshot:
     """Everything one probe read from one GPU. Units are in the names.
 
@@ -75,6 +110,9 @@ class GpuSnapshot:
     nvlink_active: per existing link, True when up. nvlink_errors: totals over links,
     keys "replay", "recovery", "crc_flit", "crc_data". clock_event_reasons: NVML bitmask.
     recovery_action: NVML_FI_DEV_GET_GPU_RECOVERY_ACTION value (0-7).
+    serial: the board serial (nvmlDeviceGetSerial), None where NVML does not know it.
+    mig_current / mig_pending: MIG mode (nvmlDeviceGetMigMode), True when enabled.
+    fabric: the GPU's NVSwitch fabric registration and health (None: not read).
     """
 
     index: int
@@ -113,6 +151,10 @@ class GpuSnapshot:
     inforom_valid: bool | None = None
     ecc_mode_current: bool | None = None
     ecc_mode_pending: bool | None = None
+    serial: str | None = None
+    mig_current: bool | None = None
+    mig_pending: bool | None = None
+    fabric: FabricInfo | None = None
     lost: bool = False
     reset_required: bool = False
     unreadable: Mapping[str, str] = field(default_factory=dict)
@@ -125,7 +167,9 @@ class GpuProbe:
 
     backend: "fake" or "nvml"; init_error: set when the library could not start (then
     gpus is empty); device_count: what the library enumerated; handle_errors: (index,
-    message) for GPUs whose handle could not be obtained; driver_version or None.
+    message) for GPUs whose handle could not be obtained; driver_version or None; hung:
+    the call that did not return within its deadline (then the GPUs after it were not
+    read: the library is stuck, navarch.agent.deadline).
     """
 
     backend: str
@@ -134,6 +178,7 @@ class GpuProbe:
     init_error: ProbeError | None = None
     handle_errors: tuple[tuple[int, str], ...] = ()
     driver_version: str | None = None
+    hung: HungCall | None = None
 
 
 class GpuBackend(Protocol):
@@ -236,6 +281,10 @@ _READING_FIELDS = frozenset(
         "reset_required",
         "unreadable",
         "not_supported",
+        "serial",
+        "mig_current",
+        "mig_pending",
+        "fabric",
     )
 )
 
@@ -303,6 +352,9 @@ class FakeGpuBackend:
             uuid=uuid,
             name=_H100_NAME,
             pci_bus_id=bdf,
+            serial=f"165{seed % 10**10:010d}",
+            mig_current=False,
+            mig_pending=False,
             temperature_slowdown_c=89.0,
             temperature_shutdown_c=92.0,
             temperature_gpu_max_c=87.0,

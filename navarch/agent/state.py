@@ -56,6 +56,8 @@ class AgentState:
     streaks: fault id ("kind" or "kind@gpu") -> consecutive checks of this boot that saw it
     written: the last report written: {"at_s": float, "change": str (its change digest,
               navarch.agent.runner.change_digest)}; empty before the first write
+    nvml_errors: runs in a row of this boot whose NVML start failed with a transient error
+              (navarch.agent.checks.is_transient); 0 after a run that started it
     acceptance: this boot's acceptance run (navarch.report.acceptance.AcceptanceRun.to_json);
               empty when none ran (navarch.agent.burn_in)
     """
@@ -69,9 +71,12 @@ class AgentState:
     streaks: Mapping[str, int] = field(default_factory=dict)
     written: Mapping[str, Any] = field(default_factory=dict)
     acceptance: Mapping[str, Any] = field(default_factory=dict)
+    nvml_errors: int = 0
 
     def to_dict(self) -> dict[str, Any]:
+        extra = {"nvml_errors": self.nvml_errors} if self.nvml_errors else {}
         return {
+            **extra,
             "version": STATE_VERSION,
             "sequence": self.sequence,
             "boot_id": self.boot_id,
@@ -106,6 +111,7 @@ class AgentState:
             streaks={str(k): int(v) for k, v in dict(doc.get("streaks") or {}).items()},
             written=dict(doc.get("written") or {}),
             acceptance=dict(doc.get("acceptance") or {}),
+            nvml_errors=int(doc.get("nvml_errors") or 0),
         )
 
 

@@ -86,6 +86,7 @@ class NvmlWorld:
         self.count = count
         self.over: dict[tuple[str, int], Any] = {}
         self.init_error: BaseException | None = None
+        self.init_blocks_on: threading.Event | None = None  # nvmlInit waits on it (a hang)
         self.count_error: BaseException | None = None
         self.handle_errors: dict[int, BaseException] = {}
         self.nvlink_links = 4
@@ -107,6 +108,8 @@ class NvmlWorld:
         w = self
 
         def init() -> None:
+            if w.init_blocks_on is not None:
+                w.init_blocks_on.wait()
             if w.init_error is not None:
                 raise w.init_error
 

@@ -29,7 +29,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["CallHung", "DeadlineCaller", "DEFAULT_CALL_TIMEOUT_S", "DEFAULT_BUDGET_S", "run_tool"]
+__all__ = [
+    "CallHung",
+    "DeadlineCaller",
+    "DEFAULT_CALL_TIMEOUT_S",
+    "DEFAULT_BUDGET_S",
+    "ProgramResult",
+    "run_program",
+    "run_tool",
+]
 
 #: One NVML call: a healthy call takes microseconds to a few hundred milliseconds
 #: (nvmlInit with persistence mode off takes seconds); 10 s is far past any of them.
@@ -125,26 +133,50 @@ class DeadlineCaller:
         return job.result
 
 
-def run_tool(argv: list[str], timeout_s: float) -> tuple[int, str]:
-    """Run an external program (no shell) for at most timeout_s seconds: (exit code, stdout).
+@dataclass(frozen=True)
+class ProgramResult:
+    """What an external program left: exit code (-9 when killed for its deadline), its
+    output so far, and whether it ran past its deadline."""
 
-    Raises OSError when it cannot start and TimeoutError when it has not finished in time.
-    On a timeout the child is killed and waited for at most one more second, then
-    abandoned: a program stuck in the driver (uninterruptible sleep) cannot be reaped, and
-    ``subprocess.run`` would wait for it forever.
+    returncode: int
+    stdout: bytes
+    stderr: bytes
+    timed_out: bool = False
+
+
+def run_program(argv: list[str], timeout_s: float) -> ProgramResult:
+    """Run an external program (no shell, stdin /dev/null) for at most timeout_s seconds.
+
+    Raises OSError (FileNotFoundError, PermissionError) when it cannot start. On a timeout
+    the child is killed and waited for at most one more second, then abandoned: a program
+    stuck in the driver (uninterruptible sleep: nvidia-smi, dcgmi on a hung GPU) cannot be
+    reaped, and ``subprocess.run`` would wait for it forever after killing it.
     """
-    import subprocess  # noqa: PLC0415 - only the real host runs tools
+    import subprocess  # noqa: PLC0415 - only the real host runs programs
 
     proc = subprocess.Popen(
-        argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+        argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
     try:
-        out, _ = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired as exc:
         proc.kill()
         try:
-            proc.wait(timeout=1.0)
+            out, err = proc.communicate(timeout=1.0)
         except subprocess.TimeoutExpired:
-            pass
-        raise TimeoutError(f"{argv[0]} did not finish within {timeout_s:g} s") from None
-    return proc.returncode, out.decode(errors="replace")
+            out, err = _bytes(exc.stdout), _bytes(exc.stderr)
+        return ProgramResult(-9, out or b"", err or b"", timed_out=True)
+    return ProgramResult(proc.returncode, out, err)
+
+
+def _bytes(value: object) -> bytes:
+    return value if isinstance(value, bytes) else b""
+
+
+def run_tool(argv: list[str], timeout_s: float) -> tuple[int, str]:
+    """``run_program`` as (exit code, stdout text). Raises OSError when the program cannot
+    start and TimeoutError when it has not finished in time."""
+    done = run_program(argv, timeout_s)
+    if done.timed_out:
+        raise TimeoutError(f"{argv[0]} did not finish within {timeout_s:g} s")
+    return done.returncode, done.stdout.decode(errors="replace")

@@ -203,9 +203,12 @@ class FakeFaults:
 
     ``{"gpu_lost": [3], "temperature_c": {"2": 97.0}, "ecc_uncorrected": {"1": 2},
     "unreadable": {"4": ["power_w"]}, "utilization_pct": 35.0, "process_count": {"0": 1},
-    "remapped_rows_pending": [5], "remapped_rows_failure": [6], "nvlink_down": [7]}`` (every
-    key optional; GPU indices are strings in objects, integers in lists; utilization_pct
-    applies to all GPUs; nvlink_down: GPUs whose first NVLink link is down).
+    "remapped_rows_pending": [5], "remapped_rows_failure": [6], "nvlink_down": [7],
+    "fabric_degraded": [2], "gpu_hung": 4}`` (every key optional; GPU indices are strings in
+    objects, integers in lists; utilization_pct applies to all GPUs; nvlink_down: GPUs
+    whose first NVLink link is down; fabric_degraded: GPUs whose fabric health mask says
+    degraded bandwidth; gpu_hung: the GPU whose NVML call never returns, so the probe
+    stops there, as the NVML backend's does).
     """
 
     gpu_lost: frozenset[int] = frozenset()
@@ -217,6 +220,8 @@ class FakeFaults:
     remapped_rows_pending: frozenset[int] = frozenset()
     remapped_rows_failure: frozenset[int] = frozenset()
     nvlink_down: frozenset[int] = frozenset()
+    fabric_degraded: frozenset[int] = frozenset()
+    gpu_hung: int | None = None
 
     @classmethod
     def from_dict(cls, doc: Mapping[str, Any]) -> FakeFaults:
@@ -226,6 +231,7 @@ class FakeFaults:
             return {int(k): conv(v) for k, v in dict(doc.get(key) or {}).items()}
 
         util = doc.get("utilization_pct")
+        hung = doc.get("gpu_hung")
         return cls(
             gpu_lost=frozenset(int(i) for i in doc.get("gpu_lost") or ()),
             temperature_c=idx_map("temperature_c", float),
@@ -236,6 +242,8 @@ class FakeFaults:
             remapped_rows_pending=frozenset(int(i) for i in doc.get("remapped_rows_pending") or ()),
             remapped_rows_failure=frozenset(int(i) for i in doc.get("remapped_rows_failure") or ()),
             nvlink_down=frozenset(int(i) for i in doc.get("nvlink_down") or ()),
+            fabric_degraded=frozenset(int(i) for i in doc.get("fabric_degraded") or ()),
+            gpu_hung=None if hung is None else int(hung),
         )
 
 
@@ -266,6 +274,11 @@ _H100_BUSES = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
 _H100_NAME = "NVIDIA H100 80GB HBM3"
 _H100_MEMORY_BYTES = 81559 * MIB
 _H100_NVLINKS = 18
+#: Registered with the fabric (state completed), every health field false but degraded
+#: bandwidth true, configuration none (nvml.h health mask layout).
+_FABRIC_DEGRADED_BW = FabricInfo(
+    state=3, status=0, health_mask=0x1 | 2 << 2 | 2 << 4 | 2 << 6 | 1 << 8
+)
 
 
 _READING_FIELDS = frozenset(
@@ -380,6 +393,7 @@ class FakeGpuBackend:
             inforom_valid=True,
             ecc_mode_current=True,
             ecc_mode_pending=True,
+            fabric=_FABRIC_DEGRADED_BW if i in f.fabric_degraded else None,
             unreadable=unreadable,
             not_supported=("retired_pages",),
             **values,
@@ -391,11 +405,18 @@ class FakeGpuBackend:
     def probe(self) -> GpuProbe:
         """Snapshot of gpu_count fake GPUs with the faults applied."""
         if self._probe is None:
-            gpus = tuple(self._gpu(i) for i in range(self.gpu_count))
+            hung_at = self.faults.gpu_hung
+            read = self.gpu_count if hung_at is None else min(hung_at, self.gpu_count)
+            hung = None
+            if hung_at is not None and hung_at < self.gpu_count:
+                bdf = f"0000:{_bus(hung_at):02x}:00"
+                uuid = _fake_uuid(self.node, hung_at)
+                hung = HungCall("nvmlDeviceGetPowerUsage", 10.0, hung_at, bdf, uuid)
             self._probe = GpuProbe(
                 backend="fake",
-                gpus=gpus,
+                gpus=tuple(self._gpu(i) for i in range(read)),
                 device_count=self.gpu_count,
                 driver_version="570.133.20",
+                hung=hung,
             )
         return self._probe

@@ -263,3 +263,14 @@ def test_a_finding_names_its_gpu_by_pci_bus_id_and_serial(run: Any, nvml_world: 
     }
     assert report["gpus"][1]["serial"] == "1650000000001"
     assert all("gpu" not in c for c in report["checks"] if c["status"] == "healthy")
+
+
+def test_the_fake_backend_injects_a_degraded_fabric_and_a_hung_gpu(
+    make_config: Callable[..., Any], tmp_path: Path, validate_report: Any
+) -> None:
+    (tmp_path / "faults.json").write_text('{"fabric_degraded": [2], "gpu_hung": 4}')
+    report = run_once(make_config(), now=T0, to_stdout=True)
+    validate_report(report)
+    kinds = {(c["fault_key"]["kind"], c["gpu_index"]) for c in report["checks"] if c["fault_key"]}
+    assert kinds == {("fabric_degraded_bw", 2), ("gpu_hung", 4)}
+    assert [g["index"] for g in report["gpus"]] == [0, 1, 2, 3]

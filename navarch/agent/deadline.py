@@ -82,8 +82,8 @@ class DeadlineCaller:
 
     call_timeout_s: per call; budget_s: all calls of this caller together (seconds);
     clock: monotonic seconds (injectable). ``call(name, fn, *args)`` returns fn's result,
-    re-raises its exception, or raises CallHung. Not for concurrent callers: one run, one
-    caller, calls in order.
+    re-raises its exception, or raises CallHung; ``close()`` ends the worker. Not for
+    concurrent callers: one run, one caller, calls in order.
     """
 
     def __init__(
@@ -96,18 +96,27 @@ class DeadlineCaller:
         self.budget_s = budget_s
         self._clock = clock
         self._spent_s = 0.0
-        self._jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._worker: threading.Thread | None = None
         self.hung: CallHung | None = None
 
     def _run(self) -> None:
         while True:
             job = self._jobs.get()
+            if job is None:  # close(): the run is over
+                return
             try:
                 job.result = job.fn(*job.args)
             except BaseException as exc:  # noqa: BLE001 - handed back to the waiting caller
                 job.error = exc
             job.done.set()
+
+    def close(self) -> None:
+        """End the worker once its queue is done (a hung worker never gets there): a
+        long-running agent (``navarch agent watch``) makes one caller per run."""
+        if self._worker is not None:
+            self._jobs.put(None)
+            self._worker = None
 
     def call(self, name: str, fn: Callable[..., Any], *args: Any) -> Any:
         """fn(*args) on the worker; raises CallHung past min(call_timeout_s, budget left)."""

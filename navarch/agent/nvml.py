@@ -209,6 +209,7 @@ class NvmlGpuBackend:
                     N.nvmlShutdown()
                 except (N.NVMLError, CallHung):
                     pass
+            caller.close()
 
     def _enumerate(self) -> GpuProbe:
         N = self.N

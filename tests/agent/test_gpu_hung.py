@@ -157,3 +157,12 @@ def test_agent_run_once_stdout_prints_gpu_hung_and_exits_when_nvml_init_never_re
     (hung,) = checks(report, "gpu_hung")
     assert (hung["evidence"]["call"], hung["evidence"]["waited_s"]) == ("nvmlInit", 0.5)
     assert report["status"] == "unhealthy"
+
+
+def test_each_run_ends_its_worker_thread(run: Any) -> None:
+    """A long-running agent (navarch agent watch) probes every interval: a healthy run
+    leaves no NVML worker behind."""
+    before = {t.ident for t in threading.enumerate() if t.name == "navarch-nvml"}
+    run()
+    time.sleep(0.05)
+    assert {t.ident for t in threading.enumerate() if t.name == "navarch-nvml"} <= before

@@ -108,7 +108,8 @@ class GpuSnapshot:
     Counters are cumulative as the driver reports them (volatile ones reset at boot); the
     checks turn them into rates with the baselines kept in the agent state.
     nvlink_active: per existing link, True when up. nvlink_errors: totals over links,
-    keys "replay", "recovery", "crc_flit", "crc_data". clock_event_reasons: NVML bitmask.
+    keys "replay", "recovery", "crc_flit", "crc_data"; nvlink_link_errors: the same
+    counters per link, for the links where any is above 0 (which link to look at). clock_event_reasons: NVML bitmask.
     recovery_action: NVML_FI_DEV_GET_GPU_RECOVERY_ACTION value (0-7).
     serial: the board serial (nvmlDeviceGetSerial), None where NVML does not know it.
     mig_current / mig_pending: MIG mode (nvmlDeviceGetMigMode), True when enabled.
@@ -147,6 +148,7 @@ class GpuSnapshot:
     pcie_replay_count: int | None = None
     nvlink_active: tuple[bool, ...] | None = None
     nvlink_errors: Mapping[str, int] | None = None
+    nvlink_link_errors: Mapping[int, Mapping[str, int]] | None = None
     persistence_mode: bool | None = None
     inforom_valid: bool | None = None
     ecc_mode_current: bool | None = None

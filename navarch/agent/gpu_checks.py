@@ -555,12 +555,20 @@ def _nvlink_errors(g: GpuSnapshot, b: Baselines) -> list[Check]:
                 "nvlink_errors",
                 deltas=deltas,
                 crc_per_s=round(crc_rate, 3),
+                **_links(g),
             )
         ]
     if crc:
         text = f"GPU {g.index} {crc} new NVLink CRC errors"
-        return [_check(g, "nvlink_errors", D, Remedy.NONE, text, deltas=deltas)]
+        return [_check(g, "nvlink_errors", D, Remedy.NONE, text, deltas=deltas, **_links(g))]
     return []
+
+
+def _links(g: GpuSnapshot) -> dict[str, Any]:
+    """Evidence naming the links whose counters are above 0 (cumulative this boot)."""
+    if not g.nvlink_link_errors:
+        return {}
+    return {"links": {str(n): dict(c) for n, c in sorted(g.nvlink_link_errors.items())}}
 
 
 def _nvlink(g: GpuSnapshot, b: Baselines) -> list[Check]:
@@ -689,7 +697,7 @@ GPU_CHECKS: tuple[GpuCheck, ...] = (
         ("pcie_replay_count", "pcie_link_gen_max", "pcie_link_width", "pcie_link_width_max"),
         _pcie_replay,
     ),
-    GpuComponent("nvlink", ("nvlink_active", "nvlink_errors"), _nvlink),
+    GpuComponent("nvlink", ("nvlink_active", "nvlink_errors", "nvlink_link_errors"), _nvlink),
     GpuComponent("fabric", ("fabric",), fabric_rule),
     GpuComponent("mig", ("mig_current", "mig_pending", "unreadable", "not_supported"), _mig),
     GpuComponent("persistence_mode", ("persistence_mode",), _persistence_mode),

@@ -482,6 +482,7 @@ class NvmlGpuBackend:
             ("crc_data", N.NVML_NVLINK_ERROR_DL_CRC_DATA),
         )
         counters_ok = True
+        per_link: dict[int, dict[str, int]] = {}
         for link in range(N.NVML_NVLINK_MAX_LINKS):
             try:
                 state = N.nvmlDeviceGetNvLinkState(h, link)
@@ -499,11 +500,14 @@ class NvmlGpuBackend:
                     counters_ok = False
                     break
                 totals[key] += int(value)
+                if value:
+                    per_link.setdefault(link, {})[key] = int(value)
         if not states:
             r.not_supported.append("nvlink")
             return
         out["nvlink_active"] = tuple(states)
         out["nvlink_errors"] = totals if counters_ok else None
+        out["nvlink_link_errors"] = per_link if counters_ok else None
 
 
 def _f(v: Any) -> float | None:

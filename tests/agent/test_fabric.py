@@ -4,7 +4,7 @@ service and its log; MIG mode; and findings that name their GPU."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from unittest.mock import patch
@@ -53,7 +53,7 @@ def run(
     """run_once on the NVML world; the fabric manager: the one given, else an active one
     on a machine whose sysfs lists no NVSwitch (never this test host's systemd)."""
 
-    def go(fabric_manager: Any = None, **kw: Any) -> dict[str, Any]:
+    def go(fabric_manager: Any = None, now: datetime = T0, **kw: Any) -> dict[str, Any]:
         cfg = make_config(fake_gpu=False, gpus_per_node=nvml_world.count, **kw)
         fm = fabric_manager or FileFabricManager(
             pci_root=str(tmp_path / "no-pci"),
@@ -61,7 +61,7 @@ def run(
             run=Systemctl("active"),
         )
         with patch.multiple(N, **nvml_world.functions()):
-            return run_once(cfg, now=T0, fabric_manager=fm)
+            return run_once(cfg, now=now, fabric_manager=fm)
 
     return go
 
@@ -274,3 +274,14 @@ def test_the_fake_backend_injects_a_degraded_fabric_and_a_hung_gpu(
     kinds = {(c["fault_key"]["kind"], c["gpu_index"]) for c in report["checks"] if c["fault_key"]}
     assert kinds == {("fabric_degraded_bw", 2), ("gpu_hung", 4)}
     assert [g["index"] for g in report["gpus"]] == [0, 1, 2, 3]
+
+
+def test_an_nvlink_error_finding_names_the_link_whose_counters_rose(
+    run: Any, nvml_world: Any
+) -> None:
+    nvml_world.nvlink_counters[(0, N.NVML_NVLINK_ERROR_DL_REPLAY)] = 2  # the world's link 0
+    run()  # the baseline
+    nvml_world.nvlink_counters[(0, N.NVML_NVLINK_ERROR_DL_REPLAY)] = 5
+    (c,) = found(run(now=T0 + timedelta(seconds=60)), "nvlink_errors", 0)
+    assert c["status"] == "unhealthy"
+    assert c["evidence"]["links"] == {"0": {"replay": 5}}

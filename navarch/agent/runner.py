@@ -19,9 +19,13 @@ Report rules (docs/design.md, Health report; schemas/health-report.schema.json):
   gap in sequences, never a repeat. A state that cannot be saved adds the check
   ``agent_state`` (unknown) to the report, which is still written.
 
-``run_once`` is a sequence of named steps: load the state, probe the GPUs (``choose_backend``), run the checks (``boot_check``,
-``probe_checks``, ``gpu_checks`` over ``GPU_CHECKS``, ``kernel_log_check``,
-``xid_checks`` over ``read_xids``, then navarch.checks plugins: ``plugin_checks``), count each fault's boots (``count_faults``) and
+``run_once`` is a sequence of named steps: load the state, read the kernel log
+(``read_xids``, first, so its findings survive a hung driver), probe the GPUs
+(``choose_backend``; every NVML call under a deadline, navarch.agent.deadline), ask the
+fabric manager (navarch.agent.fabric), run the checks (``boot_check``, ``probe_checks``,
+``gpu_checks`` over ``GPU_CHECKS``, ``fabric_manager_checks``, ``kernel_log_check``,
+``xid_checks``, then navarch.checks plugins: ``plugin_checks``), name each finding's GPU
+(``name_gpus``), count each fault's boots (``count_faults``) and
 consecutive checks (``count_streaks``), read a notice (``NodeHost.read_notice``), decide
 whether the report is due (``change_digest``, ``report_due``) and if so choose its sequence
 (``next_sequence``), save the state (``persist_state``), sign (``build_report``) and write

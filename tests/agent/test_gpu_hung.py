@@ -166,3 +166,24 @@ def test_each_run_ends_its_worker_thread(run: Any) -> None:
     run()
     time.sleep(0.05)
     assert {t.ident for t in threading.enumerate() if t.name == "navarch-nvml"} <= before
+
+
+def test_the_default_deadlines_of_one_run_fit_under_the_units_timeout() -> None:
+    """docs/agent.md "Deadlines": journalctl, every NVML call, systemctl, the notices and
+    one plugin together stay under TimeoutStartSec, so the report is written before
+    systemd would kill the run."""
+    import inspect
+
+    from navarch.agent import AgentConfig
+    from navarch.agent.bootstrap import DEFAULT_TIMEOUT_S
+    from navarch.agent.fabric import SYSTEMCTL_TIMEOUT_S
+    from navarch.agent.kernel_log import read_journal
+
+    cfg = AgentConfig(fleet="f", pool="p", node="n", store="file:///tmp")
+    journal_s = inspect.signature(read_journal).parameters["timeout_s"].default
+    notices_s = 6 * cfg.metadata_timeout_s
+    total_s = (
+        journal_s + cfg.nvml_budget_s + SYSTEMCTL_TIMEOUT_S + notices_s + cfg.plugin_check_timeout_s
+    )
+    assert cfg.nvml_call_timeout_s <= cfg.nvml_budget_s
+    assert total_s < DEFAULT_TIMEOUT_S - 15  # room for signing and the store write

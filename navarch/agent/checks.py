@@ -55,7 +55,7 @@ class Check:
     (navarch.agent.runner.count_faults); consecutive: the agent's consecutive observations
     of this fault (same kind and GPU) in this boot, this one included; plugin: the distribution of the navarch.checks
     plugin that made it (None: built-in); gpu: the GPU's identity on a finding
-    (navarch.agent.runner.name_gpus)."""
+    (``name_gpus``)."""
 
     name: str
     status: Status

@@ -416,8 +416,9 @@ def fabric_manager_checks(view: FabricManagerView | None, present: bool) -> list
 
 
 def default_fabric_manager(backend: str, now: datetime) -> FabricManagerHost | None:
-    """The real machine's fabric manager (FileFabricManager) for the backend named "nvml"; None for the fake one (a simulated node has no systemd to ask). Log
-    lines count from this boot's start (/proc/uptime; all lines when unreadable)."""
+    """The real machine's fabric manager (FileFabricManager) for the backend named
+    "nvml"; None for the fake one (a simulated node has no systemd to ask). Log lines
+    count from this boot's start (/proc/uptime; all lines when unreadable)."""
     if backend != "nvml":
         return None
     try:

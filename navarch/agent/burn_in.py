@@ -288,6 +288,28 @@ def _merged(results: list[AcceptanceResult], new: AcceptanceResult) -> list[Acce
     return [*results, new]
 
 
+#: Tool tests that address whole GPUs: under MIG mode they cannot run as the pool means
+#: them (dcgmi diag, nvbandwidth and all_reduce_perf see MIG instances, not GPUs; NVIDIA
+#: MIG user guide, "CUDA device enumeration"), so they say so instead of failing.
+MIG_NOT_APPLICABLE = frozenset(
+    {
+        AcceptanceTest.DCGM_DIAG.value,
+        AcceptanceTest.NVBANDWIDTH.value,
+        AcceptanceTest.NCCL_ALL_REDUCE.value,
+        AcceptanceTest.NCCL_MULTI_NODE.value,
+    }
+)
+
+
+def _mig_not_applicable(name: str, probe: GpuProbe) -> AcceptanceResult | None:
+    """An unknown result naming the MIG GPUs when test `name` cannot run under MIG."""
+    mig = [g.index for g in probe.gpus if g.mig_current]
+    if name not in MIG_NOT_APPLICABLE or not mig:
+        return None
+    reason = f"not applicable: MIG mode is on for GPUs {mig}; the test needs whole GPUs"
+    return AcceptanceResult(name, AcceptanceStatus.UNKNOWN, reason=reason)
+
+
 def acceptance_step(
     policy: AcceptancePolicy,
     prior: Mapping[str, Any] | None,
@@ -308,7 +330,9 @@ def acceptance_step(
     were reset since the last tick (a new generation: the suite runs again); probe: this
     tick's GPU probe (the inventory tests); tool_tests: (name, test) in run order; now:
     aware UTC; clock: seconds, for the budget. Never raises: a test that raises is
-    ``unknown`` with the reason. Each result is cut to the report schema's limits.
+    ``unknown`` with the reason, and so is a test of MIG_NOT_APPLICABLE on a node with MIG
+    mode on (not run: unknown is never a pass). Each result is cut to the report schema's
+    limits.
     """
     run = _prior(prior)
     if run is None or run.boot_id != boot_id:
@@ -328,7 +352,7 @@ def acceptance_step(
             break
         began = clock()
         try:
-            result = test(policy)
+            result = _mig_not_applicable(name, probe) or test(policy)
         except Exception as exc:  # a broken tool or parser is doubt, never a pass
             result = AcceptanceResult(
                 name, AcceptanceStatus.UNKNOWN, reason=f"test raised: {exc}"[:300]

@@ -22,13 +22,13 @@ source in the check's docstring). Neither is a decision: the planner's ladder
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from navarch.agent.gpu import GpuProbe, ProbeErrorKind
 from navarch.agent.kernel_log import XidEvent
 from navarch.report.health import FaultKey, Remedy, Status, fault_kind
-from navarch.report.health_report import ReportCheck
+from navarch.report.health_report import GpuRef, ReportCheck
 from navarch.report.xid import Severity
 
 __all__ = [
@@ -38,7 +38,11 @@ __all__ = [
     "nvml_check",
     "gpu_count_check",
     "handle_checks",
+    "gpu_hung_check",
+    "is_transient",
+    "TRANSIENT_NVML_TOLERATED",
     "xid_checks",
+    "name_gpus",
     "SEVERITY_STATUS",
 ]
 
@@ -50,7 +54,8 @@ class Check:
     fault in and when it was first seen (RFC 3339), counted by the agent's fault history
     (navarch.agent.runner.count_faults); consecutive: the agent's consecutive observations
     of this fault (same kind and GPU) in this boot, this one included; plugin: the distribution of the navarch.checks
-    plugin that made it (None: built-in)."""
+    plugin that made it (None: built-in); gpu: the GPU's identity on a finding
+    (``name_gpus``)."""
 
     name: str
     status: Status
@@ -63,6 +68,7 @@ class Check:
     boots_seen: int | None = None
     first_seen: str | None = None
     consecutive: int | None = None
+    gpu: GpuRef | None = None
 
     def fault_key(self) -> FaultKey | None:
         """The fault this check reports, or None when it reports none (healthy, or unknown:
@@ -90,6 +96,7 @@ class Check:
             first_seen=self.first_seen if counted else None,
             consecutive=self.consecutive if key is not None else None,
             plugin=self.plugin[:200] if self.plugin is not None else None,
+            gpu=self.gpu,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -136,29 +143,95 @@ _INIT = {
 }
 
 
-def probe_checks(probe: GpuProbe, gpus_per_node: int | None) -> list[Check]:
-    """Node-level checks: NVML usable, then GPU count and handles (skipped when NVML is not).
+#: Runs in a row with a transient NVML error (``is_transient``) tolerated before the
+#: fourth is unhealthy. Source: gpud (an NVML error is retried; 4 failures in a row are
+#: a fault).
+TRANSIENT_NVML_TOLERATED = 3
 
-    Rules and sources: ``nvml_check``, ``gpu_count_check``, ``handle_checks``.
+
+def is_transient(probe: GpuProbe) -> bool:
+    """Whether NVML failed to start for no named reason (kind OTHER: NVML_ERROR_UNKNOWN,
+    TIMEOUT, ...), which a later run may not see again."""
+    return probe.init_error is not None and probe.init_error.kind is ProbeErrorKind.OTHER
+
+
+def probe_checks(
+    probe: GpuProbe, gpus_per_node: int | None, transient_runs: int = 1
+) -> list[Check]:
+    """Node-level checks: NVML usable, a call that hung, then GPU count and handles
+    (skipped when NVML is not usable, or hung before it counted the GPUs).
+
+    transient_runs: runs in a row, this one included, with a transient NVML error (agent
+    state). Rules and sources: ``nvml_check``, ``gpu_hung_check``, ``gpu_count_check``,
+    ``handle_checks``.
     """
     if probe.init_error is not None:
-        return [nvml_check(probe)]
+        return [nvml_check(probe, transient_runs)]
+    if probe.hung is not None and probe.device_count is None:
+        return [gpu_hung_check(probe)]
+    hung = [gpu_hung_check(probe)] if probe.hung is not None else []
     return [
         nvml_check(probe),
+        *hung,
         gpu_count_check(probe, gpus_per_node),
         *handle_checks(probe),
     ]
 
 
-def nvml_check(probe: GpuProbe) -> Check:
+def gpu_hung_check(probe: GpuProbe) -> Check:
+    """An NVML call that did not return within its deadline -> unhealthy + reboot, fault
+    ``gpu_hung`` on the GPU it was reading (node-wide when it was not reading one).
+
+    The driver is stuck: every later call would hang too, so the GPUs after it were not
+    read (evidence ``gpus_not_read``). A hung driver is not cleared by a GPU reset issued
+    through the same driver; a reboot is the first rung (the remediation table's row).
+    Source: NVSentinel's GPU health monitor (NVML hangs on a degrading GPU); gpud (NVML
+    calls under a deadline; a GPU that does not answer -> reboot).
+    """
+    hung = probe.hung
+    assert hung is not None
+    count = probe.device_count
+    start = hung.gpu_index + 1 if hung.gpu_index is not None else 0
+    not_read = list(range(start, count)) if count is not None else []
+    where = "" if hung.gpu_index is None else f"GPU {hung.gpu_index}"
+    if hung.pci_bus_id:
+        where += f" ({hung.pci_bus_id})"
+    text = (
+        f"{where + ': ' if where else ''}{hung.call} did not return within "
+        f"{hung.waited_s:g} s; the agent abandoned it (driver hung)"
+    )
+    if not_read:
+        text += f"; GPUs {not_read[0]}-{not_read[-1]} not read"
+    ev = {
+        "call": hung.call,
+        "waited_s": hung.waited_s,
+        "pci_bus_id": hung.pci_bus_id,
+        "uuid": hung.uuid,
+        "gpus_not_read": not_read,
+    }
+    return Check("gpu_hung", U, Remedy.REBOOT, text, hung.gpu_index, ev, fault_kind="gpu_hung")
+
+
+def nvml_check(probe: GpuProbe, transient_runs: int = 1) -> Check:
     """Whether the GPU library started.
 
     NVML init (gpu-health.md §4 classification): LibraryNotFound -> unknown (image
     misconfigured); NoPermission -> unknown (agent misconfigured); an agent bug ->
     unknown; DriverNotLoaded / LibRmVersionMismatch -> unhealthy + reboot (gpud); anything
-    else -> unhealthy + reboot. Unhealthy verdicts are reboot-fixable faults.
+    else (``is_transient``) -> healthy for TRANSIENT_NVML_TOLERATED runs in a row
+    (``transient_runs``), then unhealthy + reboot (gpud). Unhealthy verdicts are
+    reboot-fixable faults.
     """
     err = probe.init_error
+    if err is not None and is_transient(probe) and transient_runs <= TRANSIENT_NVML_TOLERATED:
+        return Check(
+            "nvml",
+            H,
+            Remedy.NONE,
+            f"transient NVML error tolerated ({transient_runs} of "
+            f"{TRANSIENT_NVML_TOLERATED} in a row): {err.message}",
+            evidence={"error": err.kind.value, "code": err.code, "runs": transient_runs},
+        )
     if err is None:
         return Check(
             "nvml",
@@ -168,6 +241,8 @@ def nvml_check(probe: GpuProbe) -> Check:
             evidence={"backend": probe.backend, "driver_version": probe.driver_version},
         )
     status, action, text = _INIT.get(err.kind, (U, Remedy.REBOOT, "NVML failed to initialise"))
+    if is_transient(probe):
+        text += f" ({transient_runs} runs in a row)"
     return Check(
         "nvml",
         status,
@@ -256,3 +331,18 @@ def xid_checks(events: Sequence[XidEvent], bdf_to_index: Mapping[str, int]) -> l
     if not out:
         out.append(Check("xid", H, Remedy.NONE, "no XID events this boot"))
     return out
+
+
+def name_gpus(checks: Sequence[Check], probe: GpuProbe) -> list[Check]:
+    """Each finding (a check not healthy) about one GPU, stamped with that GPU's identity
+    (PCI bus id, serial, UUID) from the probe; a hung call's GPU from the call's record."""
+    refs: dict[int, GpuRef] = {g.index: GpuRef(g.pci_bus_id, g.serial, g.uuid) for g in probe.gpus}
+    hung = probe.hung
+    if hung is not None and hung.gpu_index is not None and hung.gpu_index not in refs:
+        refs[hung.gpu_index] = GpuRef(hung.pci_bus_id, None, hung.uuid)
+    return [
+        replace(c, gpu=refs.get(c.gpu_index))
+        if c.status is not Status.HEALTHY and c.gpu_index is not None
+        else c
+        for c in checks
+    ]

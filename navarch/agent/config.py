@@ -20,6 +20,8 @@ Example (what templates/cloud-init.yaml.j2 writes)::
     metadata_endpoint: null # base URL override (tests)
     notice_file: null       # a JSON notice {"kind", "source", "deadline", "detail"} (local provider)
     plugin_check_timeout_s: 30   # per navarch.checks plugin; past it, that check is degraded
+    nvml_call_timeout_s: 10 # per NVML call; past it the call is reported as gpu_hung
+    nvml_budget_s: 45       # all NVML calls of one run together (docs/agent.md, Deadlines)
     heartbeat_s: 300        # an unchanged report is written again after this long (see below)
     acceptance: null        # the pool's acceptance suite (navarch.report.acceptance.policy_to_mapping)
     acceptance_file: null   # fake backend only: the tools' answers (navarch local inject --acceptance)
@@ -82,6 +84,9 @@ class AgentConfig:
     metadata_timeout_s: float = 0.3
     notice_file: str | None = None
     plugin_check_timeout_s: float = 30.0
+    #: each NVML call's deadline and all calls' together (navarch.agent.deadline)
+    nvml_call_timeout_s: float = 10.0
+    nvml_budget_s: float = 45.0
     heartbeat_s: float = 300.0
     #: burn-in: the pool's acceptance suite, run once per boot (navarch.agent.burn_in); None: none
     acceptance: AcceptancePolicy | None = None
@@ -103,6 +108,12 @@ class AgentConfig:
             raise ConfigError(
                 "gpus_per_node must be a non-negative integer", key_path="gpus_per_node"
             )
+        for name in ("nvml_call_timeout_s", "nvml_budget_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not (
+                isinstance(value, (int, float)) and 0 < value <= 600
+            ):
+                raise ConfigError(f"{name} must be a number of seconds 0-600", key_path=name)
         if isinstance(self.heartbeat_s, bool) or not (
             isinstance(self.heartbeat_s, (int, float)) and 0 <= self.heartbeat_s <= 86400
         ):
@@ -186,6 +197,8 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "fake_gpu": (bool,),
     "metadata_timeout_s": (int, float),
     "plugin_check_timeout_s": (int, float),
+    "nvml_call_timeout_s": (int, float),
+    "nvml_budget_s": (int, float),
     "heartbeat_s": (int, float),
     "acceptance": (dict,),
 }

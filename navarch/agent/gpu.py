@@ -29,6 +29,8 @@ from navarch.report.compat import StrEnum
 __all__ = [
     "ProbeErrorKind",
     "ProbeError",
+    "HungCall",
+    "FabricInfo",
     "GpuSnapshot",
     "GpuProbe",
     "GpuBackend",
@@ -67,14 +69,51 @@ class ProbeError:
 
 
 @dataclass(frozen=True)
+class HungCall:
+    """A library call that did not return within its deadline (navarch.agent.deadline).
+
+    call: the function's name (``nvmlDeviceGetPowerUsage``); waited_s: seconds the agent
+    waited before abandoning it; gpu_index / pci_bus_id / uuid: the GPU it was reading,
+    None where the call was not about one GPU (nvmlInit) or the GPU's identity was not
+    read yet.
+    """
+
+    call: str
+    waited_s: float
+    gpu_index: int | None = None
+    pci_bus_id: str | None = None
+    uuid: str | None = None
+
+
+@dataclass(frozen=True)
+class FabricInfo:
+    """NVML GPU fabric info (nvmlDeviceGetGpuFabricInfoV, nvml.h ``nvmlGpuFabricInfo_v2_t``).
+
+    state: NVML_GPU_FABRIC_STATE_* (0 not supported, 1 not started, 2 in progress,
+    3 completed); status: the nvmlReturn_t of the registration (meaningful when completed;
+    0 success); health_mask: the v2 health mask bit fields (None from the v1 call, which
+    has none); clique_id: the fabric clique.
+    """
+
+    state: int
+    status: int = 0
+    health_mask: int | None = None
+    clique_id: int | None = None
+
+
+@dataclass(frozen=True)
 class GpuSnapshot:
     """Everything one probe read from one GPU. Units are in the names.
 
     Counters are cumulative as the driver reports them (volatile ones reset at boot); the
     checks turn them into rates with the baselines kept in the agent state.
     nvlink_active: per existing link, True when up. nvlink_errors: totals over links,
-    keys "replay", "recovery", "crc_flit", "crc_data". clock_event_reasons: NVML bitmask.
+    keys "replay", "recovery", "crc_flit", "crc_data"; nvlink_link_errors: the same
+    counters per link, for the links where any is above 0 (which link to look at). clock_event_reasons: NVML bitmask.
     recovery_action: NVML_FI_DEV_GET_GPU_RECOVERY_ACTION value (0-7).
+    serial: the board serial (nvmlDeviceGetSerial), None where NVML does not know it.
+    mig_current / mig_pending: MIG mode (nvmlDeviceGetMigMode), True when enabled.
+    fabric: the GPU's NVSwitch fabric registration and health (None: not read).
     """
 
     index: int
@@ -109,10 +148,15 @@ class GpuSnapshot:
     pcie_replay_count: int | None = None
     nvlink_active: tuple[bool, ...] | None = None
     nvlink_errors: Mapping[str, int] | None = None
+    nvlink_link_errors: Mapping[int, Mapping[str, int]] | None = None
     persistence_mode: bool | None = None
     inforom_valid: bool | None = None
     ecc_mode_current: bool | None = None
     ecc_mode_pending: bool | None = None
+    serial: str | None = None
+    mig_current: bool | None = None
+    mig_pending: bool | None = None
+    fabric: FabricInfo | None = None
     lost: bool = False
     reset_required: bool = False
     unreadable: Mapping[str, str] = field(default_factory=dict)
@@ -125,7 +169,9 @@ class GpuProbe:
 
     backend: "fake" or "nvml"; init_error: set when the library could not start (then
     gpus is empty); device_count: what the library enumerated; handle_errors: (index,
-    message) for GPUs whose handle could not be obtained; driver_version or None.
+    message) for GPUs whose handle could not be obtained; driver_version or None; hung:
+    the call that did not return within its deadline (then the GPUs after it were not
+    read: the library is stuck, navarch.agent.deadline).
     """
 
     backend: str
@@ -134,6 +180,7 @@ class GpuProbe:
     init_error: ProbeError | None = None
     handle_errors: tuple[tuple[int, str], ...] = ()
     driver_version: str | None = None
+    hung: HungCall | None = None
 
 
 class GpuBackend(Protocol):
@@ -158,9 +205,12 @@ class FakeFaults:
 
     ``{"gpu_lost": [3], "temperature_c": {"2": 97.0}, "ecc_uncorrected": {"1": 2},
     "unreadable": {"4": ["power_w"]}, "utilization_pct": 35.0, "process_count": {"0": 1},
-    "remapped_rows_pending": [5], "remapped_rows_failure": [6], "nvlink_down": [7]}`` (every
-    key optional; GPU indices are strings in objects, integers in lists; utilization_pct
-    applies to all GPUs; nvlink_down: GPUs whose first NVLink link is down).
+    "remapped_rows_pending": [5], "remapped_rows_failure": [6], "nvlink_down": [7],
+    "fabric_degraded": [2], "gpu_hung": 4}`` (every key optional; GPU indices are strings in
+    objects, integers in lists; utilization_pct applies to all GPUs; nvlink_down: GPUs
+    whose first NVLink link is down; fabric_degraded: GPUs whose fabric health mask says
+    degraded bandwidth; gpu_hung: the GPU whose NVML call never returns, so the probe
+    stops there, as the NVML backend's does).
     """
 
     gpu_lost: frozenset[int] = frozenset()
@@ -172,6 +222,8 @@ class FakeFaults:
     remapped_rows_pending: frozenset[int] = frozenset()
     remapped_rows_failure: frozenset[int] = frozenset()
     nvlink_down: frozenset[int] = frozenset()
+    fabric_degraded: frozenset[int] = frozenset()
+    gpu_hung: int | None = None
 
     @classmethod
     def from_dict(cls, doc: Mapping[str, Any]) -> FakeFaults:
@@ -181,6 +233,7 @@ class FakeFaults:
             return {int(k): conv(v) for k, v in dict(doc.get(key) or {}).items()}
 
         util = doc.get("utilization_pct")
+        hung = doc.get("gpu_hung")
         return cls(
             gpu_lost=frozenset(int(i) for i in doc.get("gpu_lost") or ()),
             temperature_c=idx_map("temperature_c", float),
@@ -191,6 +244,8 @@ class FakeFaults:
             remapped_rows_pending=frozenset(int(i) for i in doc.get("remapped_rows_pending") or ()),
             remapped_rows_failure=frozenset(int(i) for i in doc.get("remapped_rows_failure") or ()),
             nvlink_down=frozenset(int(i) for i in doc.get("nvlink_down") or ()),
+            fabric_degraded=frozenset(int(i) for i in doc.get("fabric_degraded") or ()),
+            gpu_hung=None if hung is None else int(hung),
         )
 
 
@@ -221,6 +276,11 @@ _H100_BUSES = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
 _H100_NAME = "NVIDIA H100 80GB HBM3"
 _H100_MEMORY_BYTES = 81559 * MIB
 _H100_NVLINKS = 18
+#: Registered with the fabric (state completed), every health field false but degraded
+#: bandwidth true, configuration none (nvml.h health mask layout).
+_FABRIC_DEGRADED_BW = FabricInfo(
+    state=3, status=0, health_mask=0x1 | 2 << 2 | 2 << 4 | 2 << 6 | 1 << 8
+)
 
 
 _READING_FIELDS = frozenset(
@@ -236,6 +296,10 @@ _READING_FIELDS = frozenset(
         "reset_required",
         "unreadable",
         "not_supported",
+        "serial",
+        "mig_current",
+        "mig_pending",
+        "fabric",
     )
 )
 
@@ -303,6 +367,9 @@ class FakeGpuBackend:
             uuid=uuid,
             name=_H100_NAME,
             pci_bus_id=bdf,
+            serial=f"165{seed % 10**10:010d}",
+            mig_current=False,
+            mig_pending=False,
             temperature_slowdown_c=89.0,
             temperature_shutdown_c=92.0,
             temperature_gpu_max_c=87.0,
@@ -328,6 +395,7 @@ class FakeGpuBackend:
             inforom_valid=True,
             ecc_mode_current=True,
             ecc_mode_pending=True,
+            fabric=_FABRIC_DEGRADED_BW if i in f.fabric_degraded else None,
             unreadable=unreadable,
             not_supported=("retired_pages",),
             **values,
@@ -339,11 +407,18 @@ class FakeGpuBackend:
     def probe(self) -> GpuProbe:
         """Snapshot of gpu_count fake GPUs with the faults applied."""
         if self._probe is None:
-            gpus = tuple(self._gpu(i) for i in range(self.gpu_count))
+            hung_at = self.faults.gpu_hung
+            read = self.gpu_count if hung_at is None else min(hung_at, self.gpu_count)
+            hung = None
+            if hung_at is not None and hung_at < self.gpu_count:
+                bdf = f"0000:{_bus(hung_at):02x}:00"
+                uuid = _fake_uuid(self.node, hung_at)
+                hung = HungCall("nvmlDeviceGetPowerUsage", 10.0, hung_at, bdf, uuid)
             self._probe = GpuProbe(
                 backend="fake",
-                gpus=gpus,
+                gpus=tuple(self._gpu(i) for i in range(read)),
                 device_count=self.gpu_count,
                 driver_version="570.133.20",
+                hung=hung,
             )
         return self._probe

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from navarch.agent.checks import SEVERITY_STATUS, Check, CounterSample
+from navarch.agent.fabric import fabric_rule
 from navarch.agent.gpu import GpuSnapshot
 from navarch.report.health import Remedy, Status
 from navarch.report.xid import recovery_action
@@ -189,21 +190,30 @@ def _gpu_lost(g: GpuSnapshot, b: Baselines) -> list[Check]:
     return []
 
 
+#: Readings NVML gives per MIG instance, not for the whole GPU, while MIG mode is on
+#: (NVIDIA MIG user guide, "Device monitoring": utilization and processes are per instance).
+MIG_NOT_APPLICABLE = ("utilization_pct", "process_count")
+
+
 def _readings(g: GpuSnapshot, b: Baselines) -> list[Check]:
-    """A metric that could not be read (not "not supported") -> degraded.
+    """A metric that could not be read (not "not supported") -> degraded; under MIG the
+    readings of ``MIG_NOT_APPLICABLE`` are left to the "mig" check, which says so.
 
     Source: DCGM (a blank power reading is a WARN).
     """
     i = g.index
-    if g.unreadable:
+    unreadable = {
+        k: v for k, v in g.unreadable.items() if not (g.mig_current and k in MIG_NOT_APPLICABLE)
+    }
+    if unreadable:
         return [
             _check(
                 g,
                 "readings",
                 D,
                 Remedy.NONE,
-                f"GPU {i}: unreadable metrics: {', '.join(sorted(g.unreadable))}",
-                unreadable=dict(g.unreadable),
+                f"GPU {i}: unreadable metrics: {', '.join(sorted(unreadable))}",
+                unreadable=dict(unreadable),
             )
         ]
     return [
@@ -545,12 +555,20 @@ def _nvlink_errors(g: GpuSnapshot, b: Baselines) -> list[Check]:
                 "nvlink_errors",
                 deltas=deltas,
                 crc_per_s=round(crc_rate, 3),
+                **_links(g),
             )
         ]
     if crc:
         text = f"GPU {g.index} {crc} new NVLink CRC errors"
-        return [_check(g, "nvlink_errors", D, Remedy.NONE, text, deltas=deltas)]
+        return [_check(g, "nvlink_errors", D, Remedy.NONE, text, deltas=deltas, **_links(g))]
     return []
+
+
+def _links(g: GpuSnapshot) -> dict[str, Any]:
+    """Evidence naming the links whose counters are above 0 (cumulative this boot)."""
+    if not g.nvlink_link_errors:
+        return {}
+    return {"links": {str(n): dict(c) for n, c in sorted(g.nvlink_link_errors.items())}}
 
 
 def _nvlink(g: GpuSnapshot, b: Baselines) -> list[Check]:
@@ -577,6 +595,31 @@ def _nvlink(g: GpuSnapshot, b: Baselines) -> list[Check]:
     if not down:
         text = f"GPU {g.index} {links} NVLink links up"
         out.append(_check(g, "nvlink", H, Remedy.NONE, text, links=links))
+    return out
+
+
+def _mig(g: GpuSnapshot, b: Baselines) -> list[Check]:
+    """MIG mode on -> healthy, naming the readings that do not apply to the whole GPU
+    under MIG (``MIG_NOT_APPLICABLE``: not a failure, so never degraded); a pending mode
+    other than the current one -> degraded, no action (the change waits for a GPU reset:
+    a setting of the image, not broken hardware). MIG off -> no check.
+
+    Source: nvmlDeviceGetMigMode (nvml.h); NVIDIA MIG user guide (mode changes take
+    effect after a GPU reset; monitoring per instance).
+    """
+    if g.mig_current is None:
+        return []
+    out: list[Check] = []
+    if g.mig_pending is not None and g.mig_pending != g.mig_current:
+        want = "on" if g.mig_pending else "off"
+        text = f"GPU {g.index} MIG mode change to {want} pending a GPU reset"
+        out.append(_check(g, "mig", D, Remedy.NONE, text, current=g.mig_current, pending=want))
+    if g.mig_current:
+        na = [m for m in MIG_NOT_APPLICABLE if m in g.unreadable or m in g.not_supported]
+        text = f"GPU {g.index} in MIG mode" + (
+            f": {', '.join(na)} not applicable (reported per MIG instance)" if na else ""
+        )
+        out.append(_check(g, "mig", H, Remedy.NONE, text, mig=True, not_applicable=na))
     return out
 
 
@@ -654,7 +697,9 @@ GPU_CHECKS: tuple[GpuCheck, ...] = (
         ("pcie_replay_count", "pcie_link_gen_max", "pcie_link_width", "pcie_link_width_max"),
         _pcie_replay,
     ),
-    GpuComponent("nvlink", ("nvlink_active", "nvlink_errors"), _nvlink),
+    GpuComponent("nvlink", ("nvlink_active", "nvlink_errors", "nvlink_link_errors"), _nvlink),
+    GpuComponent("fabric", ("fabric",), fabric_rule),
+    GpuComponent("mig", ("mig_current", "mig_pending", "unreadable", "not_supported"), _mig),
     GpuComponent("persistence_mode", ("persistence_mode",), _persistence_mode),
     GpuComponent("inforom", ("inforom_valid",), _inforom),
 )

@@ -8,14 +8,33 @@ Per-call policy (gpud pattern): NotSupported / FunctionNotFound -> the metric is
 ``not_supported`` and skipped, never a fault; GpuIsLost / ResetRequired from ANY call ->
 the GPU is marked lost / reset-required and not read further; any other NVMLError -> the
 metric is listed in ``unreadable`` with the library's text.
+
+Every NVML call runs under a deadline (navarch.agent.deadline.DeadlineCaller, through
+``_Guarded``): a call that does not return ends the probe with ``GpuProbe.hung`` naming
+the call and the GPU it was reading; the GPUs after it are not read and ``nvmlShutdown``
+is not called (it would wait on the same stuck driver lock).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
-from navarch.agent.gpu import GpuProbe, GpuSnapshot, ProbeError, ProbeErrorKind
+from navarch.agent.deadline import (
+    DEFAULT_BUDGET_S,
+    DEFAULT_CALL_TIMEOUT_S,
+    CallHung,
+    DeadlineCaller,
+)
+from navarch.agent.gpu import (
+    FabricInfo,
+    GpuProbe,
+    GpuSnapshot,
+    HungCall,
+    ProbeError,
+    ProbeErrorKind,
+)
 from navarch.agent.kernel_log import normalise_bdf
 
 __all__ = ["NvmlGpuBackend", "classify_nvml_error", "NVML_ERROR_KINDS"]
@@ -53,6 +72,30 @@ def classify_nvml_error(exc: BaseException) -> ProbeError:
     except Exception:  # pynvml's __str__ calls into the library; never let it escape
         text = f"NVML error {code}"
     return ProbeError(kind, text, code if isinstance(code, int) else None)
+
+
+class _Guarded:
+    """The pynvml module with every ``nvml*`` function run through a DeadlineCaller;
+    constants, structures and exception classes pass through unchanged."""
+
+    def __init__(self, nvml: Any, caller: DeadlineCaller) -> None:
+        self._nvml = nvml
+        self._caller = caller
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._nvml, name)
+        if name.startswith("nvml") and callable(attr) and not isinstance(attr, type):
+            return functools.partial(self._caller.call, name, attr)
+        return attr
+
+
+class _HungAt(Exception):
+    """A CallHung while reading one GPU, with what was known of that GPU."""
+
+    def __init__(self, hung: CallHung, ident: dict[str, Any]) -> None:
+        self.hung = hung
+        self.ident = ident
+        super().__init__(str(hung))
 
 
 class _GpuGone(Exception):
@@ -119,64 +162,109 @@ def _text(value: Any) -> str:
 
 
 class NvmlGpuBackend:
-    """Reads GPUs through NVML. ``nvml`` is the pynvml module (injectable for tests)."""
+    """Reads GPUs through NVML. ``nvml`` is the pynvml module (injectable for tests).
+
+    call_timeout_s / budget_s: each NVML call's deadline and all calls' together, seconds
+    (navarch.agent.deadline; docs/agent.md "Deadlines").
+    """
 
     name = "nvml"
 
-    def __init__(self, nvml: Any = None) -> None:
+    def __init__(
+        self,
+        nvml: Any = None,
+        *,
+        call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S,
+        budget_s: float = DEFAULT_BUDGET_S,
+    ) -> None:
         if nvml is None:
             import pynvml  # noqa: PLC0415 - keep import cost off the fake path
 
             nvml = pynvml
-        self.N = nvml
+        self._nvml = nvml
+        self.N: Any = nvml
+        self.call_timeout_s = call_timeout_s
+        self.budget_s = budget_s
 
     def probe(self) -> GpuProbe:
-        """nvmlInit, enumerate, read every GPU, nvmlShutdown. Never raises NVMLError.
+        """nvmlInit, enumerate, read every GPU, nvmlShutdown. Never raises NVMLError, and
+        returns within budget_s plus one call_timeout_s whatever NVML does: a call that
+        does not return is ``GpuProbe.hung``.
 
         Source of the calls and their meaning: gpu-health.md §1 rows 1-20.
         """
+        caller = DeadlineCaller(self.call_timeout_s, self.budget_s)
+        self.N = N = _Guarded(self._nvml, caller)
+        try:
+            try:
+                N.nvmlInit()
+            except (N.NVMLError, OSError) as exc:
+                return GpuProbe(backend="nvml", init_error=classify_nvml_error(exc))
+            return self._enumerate()
+        except CallHung as exc:  # nvmlInit, the driver version or the device count
+            return GpuProbe(backend="nvml", hung=HungCall(exc.call, round(exc.waited_s, 3)))
+        finally:
+            if caller.hung is None:
+                try:
+                    N.nvmlShutdown()
+                except (N.NVMLError, CallHung):
+                    pass
+            caller.close()
+
+    def _enumerate(self) -> GpuProbe:
+        N = self.N
+        driver = None
+        try:
+            driver = _text(N.nvmlSystemGetDriverVersion())
+        except N.NVMLError:
+            driver = None
+        try:
+            count = int(N.nvmlDeviceGetCount())
+        except N.NVMLError as exc:
+            return GpuProbe(
+                backend="nvml", init_error=classify_nvml_error(exc), driver_version=driver
+            )
+        gpus: list[GpuSnapshot] = []
+        handle_errors: list[tuple[int, str]] = []
+        hung: HungCall | None = None
+        for i in range(count):
+            try:
+                snap = self._read_index(i, handle_errors)
+            except _HungAt as at:
+                ident = at.ident
+                hung = HungCall(
+                    at.hung.call,
+                    round(at.hung.waited_s, 3),
+                    i,
+                    ident.get("pci_bus_id"),
+                    ident.get("uuid"),
+                )
+                break
+            if snap is not None:
+                gpus.append(snap)
+        return GpuProbe(
+            backend="nvml",
+            gpus=tuple(gpus),
+            device_count=count,
+            handle_errors=tuple(handle_errors),
+            driver_version=driver,
+            hung=hung,
+        )
+
+    def _read_index(self, i: int, handle_errors: list[tuple[int, str]]) -> GpuSnapshot | None:
+        """GPU i's snapshot, or None with its handle error recorded. Raises _HungAt."""
         N = self.N
         try:
-            N.nvmlInit()
-        except (N.NVMLError, OSError) as exc:
-            return GpuProbe(backend="nvml", init_error=classify_nvml_error(exc))
-        try:
-            driver = None
-            try:
-                driver = _text(N.nvmlSystemGetDriverVersion())
-            except N.NVMLError:
-                driver = None
-            try:
-                count = int(N.nvmlDeviceGetCount())
-            except N.NVMLError as exc:
-                return GpuProbe(
-                    backend="nvml", init_error=classify_nvml_error(exc), driver_version=driver
-                )
-            gpus: list[GpuSnapshot] = []
-            handle_errors: list[tuple[int, str]] = []
-            for i in range(count):
-                try:
-                    handle = N.nvmlDeviceGetHandleByIndex(i)
-                except N.NVMLError as exc:
-                    handle_errors.append((i, classify_nvml_error(exc).message))
-                    continue
-                snap = self._read_gpu(i, handle)
-                if snap is None:
-                    handle_errors.append((i, "could not read UUID / PCI bus id"))
-                else:
-                    gpus.append(snap)
-            return GpuProbe(
-                backend="nvml",
-                gpus=tuple(gpus),
-                device_count=count,
-                handle_errors=tuple(handle_errors),
-                driver_version=driver,
-            )
-        finally:
-            try:
-                N.nvmlShutdown()
-            except N.NVMLError:
-                pass
+            handle = N.nvmlDeviceGetHandleByIndex(i)
+        except N.NVMLError as exc:
+            handle_errors.append((i, classify_nvml_error(exc).message))
+            return None
+        except CallHung as exc:
+            raise _HungAt(exc, {}) from exc
+        snap = self._read_gpu(i, handle)
+        if snap is None:
+            handle_errors.append((i, "could not read UUID / PCI bus id"))
+        return snap
 
     def _read_gpu(self, i: int, h: Any) -> GpuSnapshot | None:
         N = self.N
@@ -188,10 +276,11 @@ class NvmlGpuBackend:
             "pci_bus_id": "unknown",
         }
         values: dict[str, Any] = {}
+        known: dict[str, Any] = {}
         try:
             uuid = r.get("uuid", N.nvmlDeviceGetUUID, h)
             if uuid is not None:
-                ident["uuid"] = _text(uuid)
+                ident["uuid"] = known["uuid"] = _text(uuid)
             name = r.get("name", N.nvmlDeviceGetName, h)
             if name is not None:
                 ident["name"] = _text(name)[:96]
@@ -200,8 +289,11 @@ class NvmlGpuBackend:
             )  # older bindings
             pci = r.get("pci_bus_id", pci_fn, h)
             if pci is not None:
-                ident["pci_bus_id"] = normalise_bdf(_text(pci.busId))
+                ident["pci_bus_id"] = known["pci_bus_id"] = normalise_bdf(_text(pci.busId))
+            self._read_identity(r, h, values)
             self._read_values(r, h, values)
+        except CallHung as exc:
+            raise _HungAt(exc, known) from exc
         except _GpuGone as gone:
             return GpuSnapshot(
                 **ident,
@@ -214,6 +306,19 @@ class NvmlGpuBackend:
         return GpuSnapshot(
             **ident, unreadable=r.unreadable, not_supported=tuple(r.not_supported), **values
         )
+
+    def _read_identity(self, r: _Reader, h: Any, out: dict[str, Any]) -> None:
+        """The board serial and MIG mode: who the GPU is, for the report's findings."""
+        N = self.N
+        serial = r.get("serial", N.nvmlDeviceGetSerial, h)
+        if serial is not None and _text(serial).strip():
+            out["serial"] = _text(serial).strip()[:64]
+        mig_fn = getattr(N, "nvmlDeviceGetMigMode", None)
+        mig = r.get("mig_mode", mig_fn, h) if mig_fn is not None else None
+        if mig is not None:
+            enabled = getattr(N, "NVML_DEVICE_MIG_ENABLE", 1)
+            out["mig_current"] = mig[0] == enabled
+            out["mig_pending"] = mig[1] == enabled
 
     def _read_values(self, r: _Reader, h: Any, out: dict[str, Any]) -> None:
         """Every reading of one GPU into out, in a fixed call order (the order in which
@@ -318,6 +423,7 @@ class NvmlGpuBackend:
             r.get("pcie_replay_count", N.nvmlDeviceGetPcieReplayCounter, h)
         )
         self._read_nvlink(r, h, out)
+        self._read_fabric(r, h, out)
         pm = r.get("persistence_mode", N.nvmlDeviceGetPersistenceMode, h)
         out["persistence_mode"] = None if pm is None else pm == N.NVML_FEATURE_ENABLED
         out["inforom_valid"] = self._inforom(r, h)
@@ -338,6 +444,32 @@ class NvmlGpuBackend:
             ok: bool | None = r.get("inforom", _raise, N, err.code or 999)
             return ok
 
+    def _read_fabric(self, r: _Reader, h: Any, out: dict[str, Any]) -> None:
+        """GPU fabric info: the v2 call (with the health mask) where the driver has it,
+        else v1 (state and status only). Source: nvml.h nvmlDeviceGetGpuFabricInfoV
+        (R550+) and nvmlDeviceGetGpuFabricInfo (R525+, Hopper and later); gpud's
+        fabric-manager component falls back the same way."""
+        N = self.N
+        v_fn = getattr(N, "nvmlDeviceGetGpuFabricInfoV", None)
+        v2_t = getattr(N, "c_nvmlGpuFabricInfo_v2_t", None)
+        if v_fn is not None and v2_t is not None:
+            info = v2_t()
+            if r.get("fabric", v_fn, h, info) is not None:
+                out["fabric"] = FabricInfo(
+                    int(info.state), int(info.status), int(info.healthMask), int(info.cliqueId)
+                )
+                return
+            if "fabric" not in r.not_supported:
+                return
+            r.not_supported.remove("fabric")
+        v1_fn = getattr(N, "nvmlDeviceGetGpuFabricInfo", None)
+        v1_t = getattr(N, "c_nvmlGpuFabricInfo_t", None)
+        if v1_fn is None or v1_t is None:
+            return
+        info = v1_t()
+        if r.get("fabric", v1_fn, h, info) is not None:
+            out["fabric"] = FabricInfo(int(info.state), int(info.status), None, int(info.cliqueId))
+
     def _read_nvlink(self, r: _Reader, h: Any, out: dict[str, Any]) -> None:
         """Link states for links that exist (stop at the first NotSupported/InvalidArgument)."""
         N = self.N
@@ -350,6 +482,7 @@ class NvmlGpuBackend:
             ("crc_data", N.NVML_NVLINK_ERROR_DL_CRC_DATA),
         )
         counters_ok = True
+        per_link: dict[int, dict[str, int]] = {}
         for link in range(N.NVML_NVLINK_MAX_LINKS):
             try:
                 state = N.nvmlDeviceGetNvLinkState(h, link)
@@ -367,11 +500,14 @@ class NvmlGpuBackend:
                     counters_ok = False
                     break
                 totals[key] += int(value)
+                if value:
+                    per_link.setdefault(link, {})[key] = int(value)
         if not states:
             r.not_supported.append("nvlink")
             return
         out["nvlink_active"] = tuple(states)
         out["nvlink_errors"] = totals if counters_ok else None
+        out["nvlink_link_errors"] = per_link if counters_ok else None
 
 
 def _f(v: Any) -> float | None:

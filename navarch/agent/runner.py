@@ -19,9 +19,14 @@ Report rules (docs/design.md, Health report; schemas/health-report.schema.json):
   gap in sequences, never a repeat. A state that cannot be saved adds the check
   ``agent_state`` (unknown) to the report, which is still written.
 
-``run_once`` is a sequence of named steps: load the state, probe the GPUs (``choose_backend``), run the checks (``boot_check``,
-``probe_checks``, ``gpu_checks`` over ``GPU_CHECKS``, ``kernel_log_check``,
-``xid_checks`` over ``read_xids``, ``host_signals.evaluate`` over the same lines, then navarch.checks plugins: ``plugin_checks``), count each fault's boots (``count_faults``) and
+``run_once`` is a sequence of named steps: load the state, read the kernel log
+(``read_xids``, first, so its findings survive a hung driver), probe the GPUs
+(``choose_backend``; every NVML call under a deadline, navarch.agent.deadline), ask the
+fabric manager (navarch.agent.fabric), run the checks (``boot_check``, ``probe_checks``,
+``gpu_checks`` over ``GPU_CHECKS``, ``fabric_manager_checks``, ``kernel_log_check``,
+``xid_checks``, ``host_signals.evaluate`` over the kernel log's lines, then navarch.checks
+plugins: ``plugin_checks``), name each finding's GPU (``name_gpus``), count each fault's
+boots (``count_faults``) and
 consecutive checks (``count_streaks``), read a notice (``NodeHost.read_notice``), decide
 whether the report is due (``change_digest``, ``report_due``) and if so choose its sequence
 (``next_sequence``), save the state (``persist_state``), sign (``build_report``) and write
@@ -40,18 +45,34 @@ from typing import Any
 from navarch.agent import host_signals
 from navarch.agent import kernel_log as kl
 from navarch.agent.burn_in import ToolBench, tick_run
-from navarch.agent.checks import Check, CounterSample, probe_checks, xid_checks
+from navarch.agent.checks import (
+    Check,
+    CounterSample,
+    is_transient,
+    name_gpus,
+    probe_checks,
+    xid_checks,
+)
 from navarch.agent.config import AgentConfig
+from navarch.agent.fabric import (
+    FabricManagerHost,
+    default_fabric_manager,
+    fabric_manager_checks,
+    fabric_present,
+)
 from navarch.agent.gpu import GpuBackend, GpuProbe, GpuSnapshot, ProbeError, ProbeErrorKind
 from navarch.agent.gpu_checks import HW_SLOWDOWN_WINDOW, gpu_checks, hw_slowdown
 from navarch.agent.host import FileHost, NodeHost
+from navarch.agent.latched import event_from_json as _event_from_json
+from navarch.agent.latched import event_to_json as _event_to_json
+from navarch.agent.latched import trim_events
 from navarch.agent.state import AgentState, prune_faults
 from navarch.report.acceptance import AcceptanceRun
 from navarch.report.compat import UTC
 from navarch.report.health import Remedy, Status
 from navarch.report.health_report import GpuReading, HealthReport, ReportNotice, ReportXid, XidKind
 from navarch.report.signing import fast_loads, sign_for_store
-from navarch.report.xid import Severity, XidInfo
+from navarch.report.xid import Severity
 
 __all__ = [
     "run_once",
@@ -104,7 +125,9 @@ def choose_backend(config: AgentConfig) -> GpuBackend:
     from navarch.agent.nvml import NvmlGpuBackend
 
     try:
-        return NvmlGpuBackend()
+        return NvmlGpuBackend(
+            call_timeout_s=config.nvml_call_timeout_s, budget_s=config.nvml_budget_s
+        )
     except ImportError as exc:  # nvidia-ml-py itself missing: same verdict as no libnvidia-ml
         return _NoLibraryBackend(f"cannot import pynvml: {exc}")
 
@@ -119,67 +142,6 @@ class _NoLibraryBackend:
         return GpuProbe(
             backend=self.name, init_error=ProbeError(ProbeErrorKind.LIBRARY_NOT_FOUND, self.message)
         )
-
-
-def trim_events(events: Sequence[kl.XidEvent], limit: int = 256) -> list[kl.XidEvent]:
-    """At most ``limit`` events in their original order, never dropping a fatal one for a
-    lesser one: all fatal events (the latest if they alone exceed the limit), then the
-    latest of the others. Keeps latching sound when application XIDs flood a boot.
-    """
-    if len(events) <= limit:
-        return list(events)
-    fatal = [n for n, e in enumerate(events) if e.severity is Severity.FATAL][-limit:]
-    rest = [n for n, e in enumerate(events) if e.severity is not Severity.FATAL]
-    keep = set(fatal) | set(rest[len(rest) - (limit - len(fatal)) :] if limit > len(fatal) else [])
-    return [e for n, e in enumerate(events) if n in keep]
-
-
-# --- events <-> state ------------------------------------------------------------------
-
-
-def _event_to_json(ev: kl.XidEvent, boot_id: str) -> dict[str, Any]:
-    return {
-        "kind": ev.kind,
-        "code": ev.code,
-        "pci_bus_id": ev.pci_bus_id,
-        "time": _iso(ev.time) if ev.time else None,
-        "uptime_s": ev.uptime_s,
-        "boot_id": ev.boot_id or boot_id,
-        "message": ev.message,
-        "count": ev.count,
-        "uuid": ev.uuid,
-        "subcode": ev.subcode,
-        "mnemonic": ev.info.mnemonic,
-        "severity": ev.info.severity.value,
-        "action": ev.info.action.value,
-        "reboot_fixable": ev.info.reboot_fixable,
-    }
-
-
-def _event_from_json(doc: Mapping[str, Any]) -> kl.XidEvent:
-    info = XidInfo(
-        code=int(doc["code"]),
-        mnemonic=str(doc.get("mnemonic", "")),
-        meaning="",
-        severity=Severity(doc["severity"]),
-        action=Remedy(doc["action"]),
-        reboot_fixable=bool(doc.get("reboot_fixable", False)),
-        kind=str(doc.get("kind", "xid")),
-    )
-    t = doc.get("time")
-    return kl.XidEvent(
-        kind=info.kind,
-        code=info.code,
-        pci_bus_id=str(doc["pci_bus_id"]),
-        message=str(doc.get("message", "")),
-        info=info,
-        time=datetime.fromisoformat(t.replace("Z", "+00:00")) if t else None,
-        uptime_s=doc.get("uptime_s"),
-        boot_id=doc.get("boot_id"),
-        uuid=doc.get("uuid"),
-        subcode=doc.get("subcode"),
-        count=int(doc.get("count", 1)),
-    )
 
 
 def _iso(dt: datetime) -> str:
@@ -363,6 +325,8 @@ def gpu_reading(g: GpuSnapshot) -> GpuReading:
         g.memory_total_bytes,
         g.utilization_pct,
         g.process_count,
+        g.serial,
+        g.mig_current,
     )
 
 
@@ -635,6 +599,7 @@ class NodeObservation:
     streaks: dict[str, int]
     verdict_checks: int
     host_signals: Mapping[str, Any] = field(default_factory=dict)
+    nvml_errors: int = 0
 
     def next_state(self, sequence: int, boot_id: str, written: Mapping[str, Any]) -> AgentState:
         """The state this check leaves. ``written`` stays the last write's until the store
@@ -650,7 +615,16 @@ class NodeObservation:
             streaks=self.streaks,
             written=dict(written),
             host_signals=dict(self.host_signals),
+            nvml_errors=self.nvml_errors,
         )
+
+
+def _transient_runs(probe: GpuProbe, state: AgentState, same_boot: bool) -> int:
+    """Runs in a row of this boot, this one included, whose NVML start failed with a
+    transient error (0 when this one did not)."""
+    if not is_transient(probe):
+        return 0
+    return (state.nvml_errors if same_boot else 0) + 1
 
 
 def observe_node(
@@ -660,34 +634,53 @@ def observe_node(
     backend: GpuBackend,
     boot_id: str,
     now: datetime,
+    fabric_manager: FabricManagerHost | None = None,
 ) -> NodeObservation:
-    """Probe the GPUs, read the kernel log, run every check and the plugins' checks, and
-    count each fault (boots seen, first seen) and each streak of checks, this one's
-    verdict included. Never raises for a GPU or kernel-log problem: each is a check."""
-    probe = _safe_probe(backend)
-    gchecks, counters = _gpu_checks_and_counters(probe, state.counters, boot_id, now)
+    """Read the kernel log, probe the GPUs (every NVML call under its deadline), ask the
+    fabric manager (``fabric_manager``; None: not asked), run every check and the
+    plugins' checks, and count each fault (boots seen, first seen) and each streak of
+    checks, this one's verdict included. Never raises for a GPU or kernel-log problem:
+    each is a check.
+
+    The kernel log is read first, so its findings are in the report even when NVML
+    hangs (the probe then ends at its deadline with ``GpuProbe.hung``).
+    """
+    same_boot = state.boot_id == boot_id
     xids = read_xids(host, state, boot_id, now)
-    saved = state.host_signals if state.boot_id == boot_id else {}  # a reboot starts afresh
+    saved = state.host_signals if same_boot else {}  # a reboot starts afresh
     hosted = host_signals.evaluate(xids.lines, host.read_host(now), saved, now, boot_id)
+    probe = _safe_probe(backend)
+    transient = _transient_runs(probe, state, same_boot)
+    gchecks, counters = _gpu_checks_and_counters(probe, state.counters, boot_id, now)
+    fm_view = fabric_manager.view(fabric_present(probe)) if fabric_manager is not None else None
     checks = [
         boot_check(boot_id, state.boot_id),
-        *probe_checks(probe, config.gpus_per_node),
+        *probe_checks(probe, config.gpus_per_node, max(transient, 1)),
         *gchecks,
+        *fabric_manager_checks(fm_view, fabric_present(probe)),
         kernel_log_check(xids),
         *xid_checks(xids.latched, {g.pci_bus_id: g.index for g in probe.gpus}),
         *hosted.checks,
     ]
     checks += host.plugin_checks(config, boot_id, gpu_readings(probe), checks)
+    checks = name_gpus(checks, probe)
     faults = _faults_with_earlier_boots(state.faults, xids.earlier_boots, now)
     checks, faults = count_faults(checks, faults, boot_id, now)
-    same_boot = state.boot_id == boot_id
     checks, streaks = count_streaks(checks, state.streaks, same_boot)
     # The verdict's own run of checks: a node back from a remedy writes its first healthy
     # checks at once, so the reconciler's return_after counts checks, not heartbeats.
     verdict = f"verdict|{Status.worst(c.status for c in checks).value}"
     streaks[verdict] = int(state.streaks.get(verdict, 0) if same_boot else 0) + 1
     return NodeObservation(
-        checks, probe, xids, counters, faults, streaks, streaks[verdict], hosted.state
+        checks,
+        probe,
+        xids,
+        counters,
+        faults,
+        streaks,
+        verdict_checks=streaks[verdict],
+        host_signals=hosted.state,
+        nvml_errors=transient,
     )
 
 
@@ -721,6 +714,7 @@ def run_once(
     backend: GpuBackend | None = None,
     host: NodeHost | None = None,
     acceptance_bench: ToolBench | None = None,
+    fabric_manager: FabricManagerHost | None = None,
 ) -> dict[str, Any]:
     """Run every check once, write the state and, when due, the signed report; return the
     report (built and signed whether or not it was written).
@@ -738,6 +732,8 @@ def run_once(
     (default: FileHost(config), the real machine; the simulator passes an in-memory one).
     acceptance_bench: the fake backend's acceptance tools and clock (the simulator's
     virtual tool time; navarch.agent.burn_in.ToolBench), None: the overrides file.
+    fabric_manager: the node's fabric manager (navarch.agent.fabric.FabricManagerHost;
+    default: navarch.agent.fabric.default_fabric_manager).
     Raises ConfigError (no/bad node key, bad store URL) and StoreError / OSError when the
     report cannot be written; every GPU, kernel-log or state-file problem becomes a check.
     """
@@ -747,7 +743,9 @@ def run_once(
     store = _report_store(config, store, to_stdout)
     host = host or FileHost(config)
     state, problem = _loaded_state(host)
-    seen = observe_node(config, host, state, backend or choose_backend(config), boot_id, now)
+    backend = backend or choose_backend(config)
+    fm = fabric_manager or default_fabric_manager(backend.name, now)
+    seen = observe_node(config, host, state, backend, boot_id, now, fm)
     checks, probe, xids = seen.checks, seen.probe, seen.xids
     notice = host.read_notice(now)
     change = change_digest(checks, probe, boot_id, notice, seen.verdict_checks)

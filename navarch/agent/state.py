@@ -56,6 +56,8 @@ class AgentState:
     streaks: fault id ("kind" or "kind@gpu") -> consecutive checks of this boot that saw it
     written: the last report written: {"at_s": float, "change": str (its change digest,
               navarch.agent.runner.change_digest)}; empty before the first write
+    nvml_errors: runs in a row of this boot whose NVML start failed with a transient error
+              (navarch.agent.checks.is_transient); 0 after a run that started it
     acceptance: this boot's acceptance run (navarch.report.acceptance.AcceptanceRun.to_json);
               empty when none ran (navarch.agent.burn_in)
     host_signals: this boot's host signals (navarch.agent.host_signals.evaluate): counted
@@ -72,9 +74,12 @@ class AgentState:
     written: Mapping[str, Any] = field(default_factory=dict)
     acceptance: Mapping[str, Any] = field(default_factory=dict)
     host_signals: Mapping[str, Any] = field(default_factory=dict)
+    nvml_errors: int = 0
 
     def to_dict(self) -> dict[str, Any]:
+        extra = {"nvml_errors": self.nvml_errors} if self.nvml_errors else {}
         return {
+            **extra,
             "version": STATE_VERSION,
             "sequence": self.sequence,
             "boot_id": self.boot_id,
@@ -111,6 +116,7 @@ class AgentState:
             written=dict(doc.get("written") or {}),
             acceptance=dict(doc.get("acceptance") or {}),
             host_signals=dict(doc.get("host_signals") or {}),
+            nvml_errors=int(doc.get("nvml_errors") or 0),
         )
 
 

@@ -93,6 +93,8 @@ _KIND_CLASS: tuple[tuple[str, FaultClass], ...] = (
     ("temperature", FaultClass.THERMAL),
     ("thermal", FaultClass.THERMAL),
     ("clock_events", FaultClass.THERMAL),
+    ("gpu_hung", FaultClass.GPU_HUNG),
+    ("fabric", FaultClass.FABRIC),  # fabric_*, fabric_manager*, fabric_config:* (agent.fabric)
     ("host_down", FaultClass.HOST_DOWN),
     ("offline", FaultClass.HOST_DOWN),
     ("instance_impaired", FaultClass.HOST_DOWN),
@@ -186,6 +188,19 @@ def _builtin() -> tuple[RemedyRow, ...]:
         RemedyRow(
             FaultClass.THERMAL.value,
             "NVML clock event reasons; DCGM thermal violations (gpu-health.md §1)",
+        ),
+        RemedyRow(
+            FaultClass.GPU_HUNG.value,
+            "an NVML call that never returned: the driver is stuck, so a GPU reset through "
+            "it cannot run; reboot, then replace when it recurs (NVSentinel GPU health "
+            "monitor hangs; gpud: unresponsive GPU -> reboot; gpu-health.md §2 RMA rule)",
+            actions=(Remedy.REBOOT, Remedy.REPLACE),
+        ),
+        RemedyRow(
+            FaultClass.FABRIC.value,
+            "gpud fabric-manager component (fabric state, health mask, fabricmanager.log "
+            "fatal NVSwitch errors); NVIDIA Fabric Manager user guide (a fatal NVSwitch "
+            "error needs the GPUs reset and the fabric re-trained: a reboot does both)",
         ),
         RemedyRow(
             FaultClass.HOST_DOWN.value,

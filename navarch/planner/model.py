@@ -204,7 +204,7 @@ class ReportSummary:
 
     generated_at: aware UTC. utilization_pct: mean over GPUs (None if none reported).
     process_count: GPU processes over all GPUs (None if unknown). fatal: a fatal XID is
-    latched in the report. findings: up to 5 human lines, worst first. stored_at: the
+    latched in the report, or a GPU call hung (navarch.reconcile.reports: act at once). findings: up to 5 human lines, worst first. stored_at: the
     store's modification time of the report object (aware UTC; None when unknown): the
     report's age is judged by it, not by the node's clock.
     """

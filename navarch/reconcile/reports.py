@@ -170,6 +170,22 @@ def _fatal_xids(report: Mapping[str, Any]) -> list[ReportXid]:
     return [ReportXid.from_json(x) for x in report.get("xids", ()) if x.get("severity") == _FATAL]
 
 
+#: Fault kinds that act at once, like a fatal XID: a GPU call that never returned means
+#: the driver is stuck for every process on the node, and the agent's next run would hang
+#: on it again (NVSentinel's monitor hung on NVML run after run and never reported).
+_IMMEDIATE_KINDS = frozenset({"gpu_hung"})
+
+
+def _hung(telling: Sequence[ReportCheck]) -> bool:
+    """Whether an unhealthy check names a fault kind of _IMMEDIATE_KINDS."""
+    return any(
+        c.status is Status.UNHEALTHY
+        and c.fault_key is not None
+        and c.fault_key.kind in _IMMEDIATE_KINDS
+        for c in telling
+    )
+
+
 def summarize(
     report: Mapping[str, Any], stored_at: datetime | None = None, rule_sets: RuleSets | None = None
 ) -> ReportSummary:
@@ -235,7 +251,7 @@ def summarize(
         status=status,
         action=action,
         health_score=report["health_score"],
-        fatal=bool(xids),
+        fatal=bool(xids) or _hung(telling),
         findings=tuple(dict.fromkeys(findings))[:5],
         fault_key=replace(fault_key, kind=node_text(fault_key.kind)) if fault_key else None,
         consecutive=(fault_check.consecutive or 0) if fault_check is not None else 0,

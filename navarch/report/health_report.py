@@ -50,6 +50,7 @@ __all__ = [
     "REPORT_SCHEMA_VERSION",
     "SIGNATURE_ALG",
     "GpuReading",
+    "GpuRef",
     "HealthReport",
     "NoticeKind",
     "NoticeSource",
@@ -141,11 +142,33 @@ def _remedy(value: Any) -> Remedy:
 
 
 @dataclass(frozen=True)
+class GpuRef:
+    """Which GPU a finding is about, beyond its index (``checks[].gpu``): the PCI bus id
+    (normalised dddd:bb:dd), the board serial and the UUID, each None where NVML did not
+    say. Lets an operator find the board to swap without reading gpus[]."""
+
+    pci_bus_id: str | None = None
+    serial: str | None = None
+    uuid: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``gpu`` object: only the fields known."""
+        doc = {"pci_bus_id": self.pci_bus_id, "serial": self.serial, "uuid": self.uuid}
+        return {k: v for k, v in doc.items() if v is not None}
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> GpuRef:
+        """Inverse of ``to_json``."""
+        return cls(doc.get("pci_bus_id"), doc.get("serial"), doc.get("uuid"))
+
+
+@dataclass(frozen=True)
 class ReportCheck:
     """One finding (``checks[]``). gpu_index: None for a node-wide check; evidence: the
     JSON facts behind it; fault_key: the fault it reports (None when healthy or unknown);
     boots_seen / first_seen (RFC 3339 UTC) / consecutive: the agent's counts of that fault,
-    only with a fault_key; plugin: the navarch.checks plugin that made it (None: built-in).
+    only with a fault_key; plugin: the navarch.checks plugin that made it (None: built-in);
+    gpu: the GPU's identity on a finding (a check not healthy) about one GPU.
     """
 
     name: str
@@ -159,9 +182,10 @@ class ReportCheck:
     first_seen: str | None = None
     consecutive: int | None = None
     plugin: str | None = None
+    gpu: GpuRef | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """The ``checks[]`` item; the counts and plugin only when set."""
+        """The ``checks[]`` item; the counts, plugin and gpu only when set."""
         out: dict[str, Any] = {
             "name": self.name,
             "status": self.status.value,
@@ -179,6 +203,8 @@ class ReportCheck:
             out["consecutive"] = self.consecutive
         if self.plugin is not None:
             out["plugin"] = self.plugin
+        if self.gpu is not None:
+            out["gpu"] = self.gpu.to_json()
         return out
 
     @classmethod
@@ -197,12 +223,14 @@ class ReportCheck:
             doc.get("first_seen"),
             _opt_int(doc.get("consecutive")),
             doc.get("plugin"),
+            GpuRef.from_json(doc["gpu"]) if doc.get("gpu") is not None else None,
         )
 
 
 @dataclass(frozen=True)
 class GpuReading:
-    """One GPU (``gpus[]``): its identity and readings, units in the names; None: not read."""
+    """One GPU (``gpus[]``): its identity and readings, units in the names; None: not read.
+    serial: the board serial; mig_mode: MIG enabled (both written only when known)."""
 
     index: int
     uuid: str
@@ -214,10 +242,19 @@ class GpuReading:
     memory_total_bytes: int | None = None
     utilization_pct: float | None = None
     process_count: int | None = None
+    serial: str | None = None
+    mig_mode: bool | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """The ``gpus[]`` item, every reading present (null when not read)."""
+        """The ``gpus[]`` item, every reading present (null when not read); serial and
+        mig_mode only when known (reports from older agents have neither)."""
+        extra: dict[str, Any] = {}
+        if self.serial is not None:
+            extra["serial"] = self.serial
+        if self.mig_mode is not None:
+            extra["mig_mode"] = self.mig_mode
         return {
+            **extra,
             "index": self.index,
             "uuid": self.uuid,
             "name": self.name,
@@ -244,6 +281,8 @@ class GpuReading:
             doc.get("memory_total_bytes"),
             doc.get("utilization_pct"),
             doc.get("process_count"),
+            doc.get("serial"),
+            doc.get("mig_mode"),
         )
 
 

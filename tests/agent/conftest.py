@@ -98,6 +98,7 @@ class NvmlWorld:
         self.count = count
         self.over: dict[tuple[str, int], Any] = {}
         self.init_error: BaseException | None = None
+        self.init_blocks_on: threading.Event | None = None  # nvmlInit waits on it (a hang)
         self.count_error: BaseException | None = None
         self.handle_errors: dict[int, BaseException] = {}
         self.nvlink_links = 4
@@ -119,6 +120,8 @@ class NvmlWorld:
         w = self
 
         def init() -> None:
+            if w.init_blocks_on is not None:
+                w.init_blocks_on.wait()
             if w.init_error is not None:
                 raise w.init_error
 
@@ -181,6 +184,12 @@ class NvmlWorld:
                 lambda: w.nvlink_counters.get((h, counter), 0) if link == 0 else 0,
             )
 
+        def fabric(h: int, info: Any) -> int:
+            """v2 fabric info; default: no NVSwitch fabric (state not supported)."""
+            state, status, mask = w._v("fabric", h, (N.NVML_GPU_FABRIC_STATE_NOT_SUPPORTED, 0, 0))
+            info.state, info.status, info.healthMask, info.cliqueId = state, status, mask, 0
+            return 0
+
         return {
             "nvmlInit": init,
             "nvmlShutdown": lambda: None,
@@ -220,6 +229,9 @@ class NvmlWorld:
             ),
             "nvmlDeviceValidateInforom": lambda h: w._v("inforom", h, None),
             "nvmlDeviceGetEccMode": lambda h: w._v("ecc_mode", h, [1, 1]),
+            "nvmlDeviceGetSerial": lambda h: w._v("serial", h, f"165000000000{h}"),
+            "nvmlDeviceGetMigMode": lambda h: w._v("mig", h, [0, 0]),
+            "nvmlDeviceGetGpuFabricInfoV": fabric,
         }
 
 

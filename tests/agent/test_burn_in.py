@@ -4,6 +4,7 @@ answer from the overrides file that `navarch local inject --acceptance` writes."
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -214,3 +215,21 @@ def test_a_tools_long_output_is_cut_to_the_schemas_limits_so_the_report_is_accep
         acceptance=run,
     )
     validate_report(report)
+
+
+def test_a_whole_gpu_tool_test_under_mig_says_not_applicable_and_is_not_run() -> None:
+    """dcgmi diag, nvbandwidth and all_reduce_perf address whole GPUs: under MIG they are
+    unknown with the reason (never a pass, never a hardware failure), and not run."""
+    fake = FakeGpuBackend("n", 8, None).probe()
+    gpus = tuple(dataclasses.replace(g, mig_current=g.index == 3) for g in fake.gpus)
+    probe = dataclasses.replace(fake, gpus=gpus)
+    calls: list[str] = []
+
+    def tool(policy: AcceptancePolicy) -> AcceptanceResult:
+        calls.append("dcgm_diag")
+        return AcceptanceResult("dcgm_diag", AcceptanceStatus.PASS)
+
+    run = acceptance_step(POLICY, None, "b", False, probe, [("dcgm_diag", tool)], T0)
+    (diag,) = [r for r in run.results if r.test == "dcgm_diag"]
+    assert diag.status is AcceptanceStatus.UNKNOWN and calls == []
+    assert "MIG mode is on for GPUs [3]" in diag.reason

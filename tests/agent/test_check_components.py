@@ -7,7 +7,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from navarch.agent.checks import Check, CounterSample
-from navarch.agent.gpu import FakeGpuBackend, GpuSnapshot
+from navarch.agent.gpu import FabricInfo, FakeGpuBackend, GpuSnapshot
 from navarch.agent.gpu_checks import GPU_CHECKS, GPU_LOST, Baselines, GpuCheck, gpu_checks
 from navarch.report.health import Remedy as Action
 from navarch.report.health import Status
@@ -38,6 +38,8 @@ def test_table_names_readings_and_sources() -> None:
         "pcie_link",
         "pcie_replay",
         "nvlink",
+        "fabric",
+        "mig",
         "persistence_mode",
         "inforom",
     ]
@@ -65,6 +67,9 @@ def test_each_component_only_names_its_own_checks() -> None:
         nvlink_active=(False,) * 18,
         persistence_mode=False,
         inforom_valid=False,
+        fabric=FabricInfo(state=3, status=0, health_mask=0x1),
+        mig_current=True,
+        mig_pending=False,
     )
     b = Baselines({"pcie_replay": CounterSample(0, NOW_S - 60, "b")}, (), NOW_S, "b")
     for c in GPU_CHECKS:

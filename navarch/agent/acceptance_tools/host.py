@@ -14,7 +14,6 @@ Shipped in the agent bundle: Python 3.9 and the standard library only.
 from __future__ import annotations
 
 import os
-import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -85,21 +84,17 @@ class SystemToolHost:
 
     def run(self, argv: Sequence[str], timeout_s: float) -> ToolOutput:
         """See ToolHost.run. stdin is /dev/null; the environment is the agent's."""
+        from navarch.agent.deadline import run_program
+
         try:
-            done = subprocess.run(
-                list(argv),
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                timeout=timeout_s,
-                check=False,
-            )
+            done = run_program(list(argv), timeout_s)
         except FileNotFoundError as exc:
             return ToolOutput(NOT_FOUND_EXIT, stderr=f"{argv[0]}: {exc.strerror}")
         except PermissionError as exc:
             return ToolOutput(126, stderr=f"{argv[0]}: {exc.strerror}")
-        except subprocess.TimeoutExpired as exc:
-            return ToolOutput(-9, _text(exc.stdout), _text(exc.stderr), timed_out=True)
-        return ToolOutput(done.returncode, _text(done.stdout), _text(done.stderr))
+        return ToolOutput(
+            done.returncode, _text(done.stdout), _text(done.stderr), timed_out=done.timed_out
+        )
 
     def read_text(self, path: str) -> str:
         """See ToolHost.read_text (UTF-8, undecodable bytes replaced)."""

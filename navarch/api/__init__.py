@@ -19,7 +19,7 @@ LeaseLost, StalePlan, StoreError, ProviderError; all NavarchError).
 
 Rooms: navarch.api.results (the values), navarch.api.door (opening a fleet: the local
 secret rule), navarch.api.reading (validate, plan, status, history, ...),
-navarch.api.acting (apply, destroy, pause, resume, cordon, uncordon, reboot,
+navarch.api.acting (apply, destroy, pause, resume, cordon, uncordon, reboot, adopt,
 force_unlock).
 
 Only the names in `__all__` are supported; every other module of the package is private
@@ -32,6 +32,7 @@ audit log as `by`).
 from __future__ import annotations
 
 from navarch.api.acting import (
+    adopt,
     apply,
     cordon,
     destroy,
@@ -50,6 +51,7 @@ from navarch.api.reading import (
     validate_text,
 )
 from navarch.api.results import (
+    AdoptResult,
     ApplyResult,
     CloudInit,
     DestroyResult,
@@ -65,9 +67,12 @@ from navarch.api.results import (
 )
 from navarch.planner.context import PlanOptions
 from navarch.planner.model import HaltRule, Lifecycle, Plan
+from navarch.providers.base import AdoptFilter
 from navarch.reconcile.operator.pause import PauseResult
 
 __all__ = [
+    "AdoptFilter",
+    "AdoptResult",
     "ApplyResult",
     "CloudInit",
     "DestroyResult",
@@ -85,6 +90,7 @@ __all__ = [
     "UnlockResult",
     "Validation",
     "VerbResult",
+    "adopt",
     "apply",
     "cordon",
     "destroy",

@@ -19,13 +19,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import Any
 
 from navarch.actor import Actor
 from navarch.capabilities import Capability
 from navarch.errors import ConfigError, NavarchError, ProviderError
 from navarch.fleet.spec import FleetSpec, PoolSpec
-from navarch.inventory import Instance, launch_id, ownership_tags
+from navarch.inventory import TAG_ADOPTED, Instance, launch_id, ownership_tags
 from navarch.logs import new_run_id
 from navarch.planner.capacity import index_of, node_name
 from navarch.planner.observe import drift_reason
@@ -41,6 +42,7 @@ __all__ = [
     "PassedOver",
     "adopt",
     "adopt_mode",
+    "adoption_tags",
     "fleet_yaml_change",
     "plan_adoption",
 ]
@@ -162,6 +164,14 @@ def fleet_yaml_change(plan: AdoptPlan) -> str:
     return "\n".join(lines) + "\n"
 
 
+def adoption_tags(fleet: str, pool: str, node: str, now: datetime) -> dict[str, str]:
+    """The tags adopt writes: navarch's ownership tags (launch id of attempt 0, which no
+    launch uses) and TAG_ADOPTED (now, whole seconds), from which the node's boot window
+    runs (observe: a node without a report is unhealthy only past boot_timeout)."""
+    tags = ownership_tags(fleet, pool, node, launch_id(fleet, node, 0))
+    return {**tags, TAG_ADOPTED: str(int(now.timestamp()))}
+
+
 def plan_adoption(
     spec: FleetSpec,
     pool: PoolSpec,
@@ -171,6 +181,7 @@ def plan_adoption(
     next_index: int,
     mode: str,
     selected_by: str,
+    now: datetime,
 ) -> AdoptPlan:
     """Plan the adoption (pure). candidates: what list_unmanaged returned; pool_nodes: the
     pool's node names now (live instances and Memory); next_index: the pool's next unused
@@ -181,7 +192,7 @@ def plan_adoption(
     passed: list[PassedOver] = []
     for inst in sorted(candidates, key=lambda i: (i.launched_at, i.instance_id)):
         name = node_name(spec.name, pool.name, index + 1)
-        tags = ownership_tags(spec.name, pool.name, name, launch_id(spec.name, name, 0))
+        tags = adoption_tags(spec.name, pool.name, name, now)
         tagged = replace(inst, tags=tuple(sorted({**dict(inst.tags), **tags}.items())))
         drift = drift_reason(pool, tagged, None)
         if drift is not None:
@@ -279,6 +290,7 @@ def adopt(
             snap.memory.pool(pool.name).next_index,
             wanted,
             match.describe(),
+            snap.now,
         )
         if not plan.adopt or not confirm(plan):
             return AdoptOutcome(plan, (), False, run_id)
@@ -287,8 +299,8 @@ def adopt(
         try:
             for a in plan.adopt:
                 lease.check()
-                tags = ownership_tags(spec.name, pool.name, a.node, launch_id(spec.name, a.node, 0))
-                record = _record(a, plan, actor, clock)
+                tags = adoption_tags(spec.name, pool.name, a.node, snap.now)
+                record = {**_record(a, plan, actor, clock), "run_id": run_id}
                 try:
                     provider.adopt(a.instance, tags)
                 except ProviderError as exc:

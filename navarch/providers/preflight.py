@@ -152,7 +152,7 @@ class Preflight:
         if self.gaps:
             out.append(
                 f"Preflight: {counted(len(self.gaps), 'gap')} before the first launch "
-                "(nothing was launched):"
+                "(apply stops before launching anything until they are fixed):"
             )
             out += [f"  ! {f.line()}" for f in self.gaps]
         rest = [f for f in self.findings if f.verdict is not Verdict.GAP]

@@ -624,7 +624,9 @@ class AwsProvider:
         """What the pools' launches need, checked by reads in each pool's region
         (navarch.providers.aws_preflight). A read the policy denies is a skipped finding
         naming the IAM action; other failures are warnings. Never raises ProviderError."""
-        return preflight_findings(self.name, self._session(), self.client, needs, region_of)
+        return preflight_findings(
+            self.name, self._session(), self.client, needs, region_of, AwsPoolOptions.from_mapping
+        )
 
     def _terminate_batch(self, region: str, ids: list[str]) -> None:
         client = self.client(region)

@@ -135,17 +135,18 @@ def preflight_findings(
     client: Callable[[str], Any],
     needs: Sequence[LaunchNeeds],
     region_of: Callable[[str], str],
+    options_of: Callable[..., Any],
 ) -> list[Finding]:
     """Every finding for these pools (see the module docstring). session: the provider's
-    boto3 session (for IAM and Service Quotas); client(region): its EC2 client. Never
-    raises ProviderError: a failed read is a finding."""
-    from navarch.providers.aws import AwsPoolOptions
-
+    boto3 session (for IAM and Service Quotas); client(region): its EC2 client;
+    region_of(zone) and options_of(options, pool=...) (AwsPoolOptions.from_mapping): the
+    provider's own readings of a zone and a pool's aws: section. Never raises
+    ProviderError: a failed read is a finding."""
     reads = _Reads(provider)
     for need in needs:
         try:
             regions = {region_of(z) for z in need.zones}
-            opts = AwsPoolOptions.from_mapping(need.options, pool=need.pool)
+            opts = options_of(need.options, pool=need.pool)
         except ConfigError as exc:
             reads.add(
                 Check.ZONE,

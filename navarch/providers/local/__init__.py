@@ -395,38 +395,24 @@ class LocalProvider:
         return self._instance(self.name, updated)
 
     def preflight(self, needs: Sequence[LaunchNeeds]) -> Sequence[Finding]:
-        """The local cloud's launch needs: each zone is one of `zones` (when set; validate
-        refuses the rest already) and each zone/type is not in `not_offered`."""
-        out: list[Finding] = []
-        for need in needs:
-            key = need.key_prefix or f"pools.{need.pool}"
-            for zone in need.zones:
-                if self.zones and zone not in self.zones:
-                    out.append(
-                        Finding(
-                            Check.ZONE,
-                            Verdict.GAP,
-                            self.name,
-                            f"pool {need.pool}: zone {zone}",
-                            "no such zone on the local provider",
-                            f"use one of {', '.join(self.zones)}",
-                            f"{key}.zones",
-                        )
-                    )
-                for itype in need.instance_types:
-                    if f"{zone}/{itype}" in self.not_offered:
-                        out.append(
-                            Finding(
-                                Check.OFFERING,
-                                Verdict.GAP,
-                                self.name,
-                                f"pool {need.pool}: {itype} in {zone}",
-                                "instance type not offered in this zone (simulated)",
-                                f"drop {zone} from zones or {itype} from instance_types",
-                                f"{key}.instance_types",
-                            )
-                        )
-        return out
+        """The local cloud's launch needs: each zone is one of `zones` when set (validate
+        refuses the others already; a fleet.yaml changed since is caught here). Places in
+        `not_offered` are left to fail at launch: they simulate a cloud's answer there, to
+        see fallback offline."""
+        return [
+            Finding(
+                Check.ZONE,
+                Verdict.GAP,
+                self.name,
+                f"pool {need.pool}: zone {zone}",
+                "no such zone on the local provider",
+                f"use one of {', '.join(self.zones)}",
+                f"{need.key_prefix or 'pools.' + need.pool}.zones",
+            )
+            for need in needs
+            for zone in need.zones
+            if self.zones and zone not in self.zones
+        ]
 
     # -- local-only operations (CLI `navarch local ...`) -------------------------------------
     def launch_foreign(self, zone: str, instance_type: str) -> Instance:

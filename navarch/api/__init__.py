@@ -68,10 +68,12 @@ from navarch.api.results import (
 from navarch.planner.context import PlanOptions
 from navarch.planner.model import HaltRule, Lifecycle, Plan
 from navarch.providers.base import AdoptFilter
+from navarch.reconcile.operator.adopt import AdoptPlan
 from navarch.reconcile.operator.pause import PauseResult
 
 __all__ = [
     "AdoptFilter",
+    "AdoptPlan",
     "AdoptResult",
     "ApplyResult",
     "CloudInit",

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from navarch.cli.plumbing import EXIT_ERROR, EXIT_OK, fleet_argument
 
 if TYPE_CHECKING:
-    from navarch.reconcile.operator.adopt import AdoptPlan
+    from navarch.api import AdoptPlan
 
 __all__ = ["register"]
 

@@ -26,6 +26,11 @@ class Capability(enum.Flag):
     simulated racks); a cloud without an API to pick or refuse a host lacks it.
     REPORT_FAULTY_HOST: hand a failed host back to the cloud (Provider.report_faulty_host:
     Compute Engine instances.reportHostAsFaulty, the local provider's record).
+    ADOPT: list running instances that carry no navarch tags and write navarch's ownership
+    tags on them in place (the Adopter protocol: EC2 CreateTags, GCE setLabels, ARM tags
+    PATCH, the machine file), so `navarch adopt` takes them under management unrestarted.
+    PREFLIGHT: check what a pool's launches need before the first one (the Preflighter
+    protocol: EC2 DescribeImages, DescribeInstanceTypeOfferings, ...), reads only.
     """
 
     NONE = 0
@@ -36,3 +41,5 @@ class Capability(enum.Flag):
     MAINTENANCE_NOTICES = enum.auto()
     PLACE_BY_HOST = enum.auto()
     REPORT_FAULTY_HOST = enum.auto()
+    ADOPT = enum.auto()
+    PREFLIGHT = enum.auto()

@@ -29,7 +29,7 @@ import hashlib
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from functools import cached_property
 from operator import attrgetter
 from typing import Any, NamedTuple, Protocol
@@ -52,6 +52,9 @@ TAG_POOL = "navarch-pool"
 TAG_NODE = "navarch-node"
 TAG_LAUNCH = "navarch-launch"
 TAG_SPEC = "navarch-spec"  # PoolSpec.launch_hash() at launch: drift survives a lost Memory
+#: Set by `navarch adopt`: when the instance was taken under management, in whole seconds
+#: since the epoch (digits: a valid GCE label value). Its boot window starts there.
+TAG_ADOPTED = "navarch-adopted"
 #: Every tag key with this prefix is navarch's own: set at launch, never written after it.
 RESERVED_TAG_PREFIX = "navarch-"
 
@@ -205,6 +208,15 @@ TOPOLOGY_BLOCK_LEVELS = 2
 def block_of(topology: tuple[str, ...]) -> str:
     """A topology's block (see TOPOLOGY_BLOCK_LEVELS) as one string, "" for no topology."""
     return "/".join(topology[:TOPOLOGY_BLOCK_LEVELS])
+
+
+def adopted_at(inst: Instance) -> datetime | None:
+    """When `navarch adopt` took the instance under management (its TAG_ADOPTED tag), as
+    an aware UTC datetime; None for an instance navarch launched or an unreadable tag."""
+    text = inst.tag(TAG_ADOPTED)
+    if text is None or not text.isdigit():
+        return None
+    return datetime.fromtimestamp(int(text), UTC)
 
 
 def ownership_tags(fleet: str, pool: str, node: str, launch_id: str) -> dict[str, str]:

@@ -19,7 +19,7 @@ LeaseLost, StalePlan, StoreError, ProviderError; all NavarchError).
 
 Rooms: navarch.api.results (the values), navarch.api.door (opening a fleet: the local
 secret rule), navarch.api.reading (validate, plan, status, history, report, ...),
-navarch.api.acting (apply, destroy, pause, resume, cordon, uncordon, reboot,
+navarch.api.acting (apply, destroy, pause, resume, cordon, uncordon, reboot, adopt,
 force_unlock).
 
 Only the names in `__all__` are supported; every other module of the package is private
@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from navarch.api.acting import (
     ApplyOptions,
+    adopt,
     apply,
     cordon,
     destroy,
@@ -52,6 +53,7 @@ from navarch.api.reading import (
     validate_text,
 )
 from navarch.api.results import (
+    AdoptResult,
     ApplyResult,
     CloudInit,
     DestroyResult,
@@ -68,10 +70,15 @@ from navarch.api.results import (
 )
 from navarch.planner.context import PlanOptions
 from navarch.planner.model import HaltRule, Lifecycle, Plan
+from navarch.providers.base import AdoptFilter
+from navarch.reconcile.operator.adopt import AdoptPlan
 from navarch.reconcile.operator.pause import PauseResult
 
 __all__ = [
     "ApplyOptions",
+    "AdoptFilter",
+    "AdoptPlan",
+    "AdoptResult",
     "ApplyResult",
     "CloudInit",
     "DestroyResult",
@@ -90,6 +97,7 @@ __all__ = [
     "UnlockResult",
     "Validation",
     "VerbResult",
+    "adopt",
     "apply",
     "cordon",
     "destroy",

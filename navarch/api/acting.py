@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from navarch.actor import Actor
 from navarch.api.door import loaded, open_fleet
 from navarch.api.results import (
+    AdoptResult,
     ApplyResult,
     DestroyResult,
     LoadedFleet,
@@ -30,6 +31,8 @@ if TYPE_CHECKING:
     from navarch.outcome import Outcome, RunResult
     from navarch.planner.context import PlanOptions
     from navarch.planner.model import Plan
+    from navarch.providers.base import AdoptFilter
+    from navarch.reconcile.operator.adopt import AdoptPlan
     from navarch.reconcile.operator.pause import PauseResult
     from navarch.reconcile.run import Fleet
 
@@ -315,6 +318,45 @@ def reboot(
 
     detail = run(_opened(fleet), node, force=force, clock=_clock(clock), actor=actor, run_id=run_id)
     return VerbResult("reboot", node, detail)
+
+
+def adopt(
+    fleet: LoadedFleet | str | Path,
+    pool: str,
+    match: AdoptFilter,
+    *,
+    mode: str | None = None,
+    auto_approve: bool = False,
+    confirm: Callable[[AdoptPlan], bool] | None = None,
+    actor: Actor | None = None,
+    clock: Clock | None = None,
+) -> AdoptResult:
+    """Take running instances under management in `pool` without restarting them
+    (`navarch adopt`): the pool's provider lists the running instances without navarch's
+    tags that `match` selects, the plan (AdoptPlan: each with its node name, those passed
+    over and why, the fleet.yaml change asked for) goes to confirm(plan) unless
+    auto_approve, then navarch's ownership tags are written on each in place, under the
+    lease, each recorded in the audit log. mode: the mode the pool should run in
+    (default observe: reconcile.operator.adopt.adopt_mode).
+
+    Raises NavarchError without approval (neither confirm nor auto_approve) or when the
+    pool's provider cannot adopt (Capability.ADOPT); ConfigError (no such pool, unknown
+    mode), LockHeld, LeaseLost, StoreError, ProviderError.
+    """
+    from navarch.reconcile.operator.adopt import adopt as run
+
+    if confirm is None and not auto_approve:
+        raise NavarchError("adopt needs approval: pass auto_approve=True or confirm=")
+    out = run(
+        open_fleet(fleet, acting=True),
+        pool,
+        match,
+        confirm=confirm or (lambda _plan: True),
+        mode=mode,
+        clock=_clock(clock),
+        actor=actor,
+    )
+    return AdoptResult(out.plan, out.adopted, out.applied, out.run_id)
 
 
 def force_unlock(fleet: LoadedFleet | str | Path, lock_id: str) -> UnlockResult:

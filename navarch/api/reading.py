@@ -113,12 +113,15 @@ def plan(
     missing local secret file: navarch.api.door).
 
     options: a PlanOptions (pools, --replace, --allow-destroy); None plans the whole fleet.
+    When the plan provisions, its launches' prerequisites are checked by reads
+    (PlanResult.preflight: every gap with its fix; navarch.reconcile.preflight).
     Raises ConfigError (bad fleet.yaml, missing fleet secret), StoreError, ProviderError.
     """
+    from navarch.reconcile.preflight import preflight
     from navarch.reconcile.reports import fleet_rejection
 
-    _, snap = snapshot(loaded(fleet), now_utc(now), options)
-    return PlanResult(snap.plan, fleet_rejection(snap.observed.views))
+    opened, snap = snapshot(loaded(fleet), now_utc(now), options)
+    return PlanResult(snap.plan, fleet_rejection(snap.observed.views), preflight(opened, snap.plan))
 
 
 def status(fleet: LoadedFleet | str | Path, *, now: datetime | None = None) -> StatusResult:

@@ -16,10 +16,13 @@ if TYPE_CHECKING:
     from navarch.history import History
     from navarch.outcome import Outcome
     from navarch.planner.model import Memory, Plan
+    from navarch.providers.preflight import Preflight
     from navarch.reconcile.fault_report import FaultReport
+    from navarch.reconcile.operator.adopt import Adoption, AdoptPlan
     from navarch.reconcile.status import FleetStatus
 
 __all__ = [
+    "AdoptResult",
     "ApplyResult",
     "CloudInit",
     "DestroyResult",
@@ -113,6 +116,30 @@ class Validation:
 
 
 @dataclass(frozen=True)
+class AdoptResult:
+    """What `navarch adopt` did: the plan it showed, the instances it tagged (adopted, in
+    plan order), applied (False: consent refused or nothing matched) and the audit log's
+    run id. mode: the mode the pool should run in (plan.mode; fleet.yaml's pool `mode:`)."""
+
+    plan: AdoptPlan
+    adopted: tuple[Adoption, ...]
+    applied: bool
+    run_id: str
+
+    @property
+    def mode(self) -> str:
+        return self.plan.mode
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **self.plan.to_json(),
+            "applied": self.applied,
+            "adopted": [a.to_json() for a in self.adopted],
+            "run_id": self.run_id,
+        }
+
+
+@dataclass(frozen=True)
 class PlanResult:
     """What apply would do now and why (the planner's Plan) and whether a safety rule
     stopped something (`halted`: the CLI exits 3)."""
@@ -120,6 +147,9 @@ class PlanResult:
     plan: Plan
     #: one line when every node's report is rejected for one reason (a wrong secret)
     error: str | None = None
+    #: what the plan's launches need and lack (navarch.reconcile.preflight; None: not
+    #: checked); a gap (`blocks`): the CLI exits 1, as apply would stop before any action
+    preflight: Preflight | None = None
 
     @property
     def halted(self) -> bool:

@@ -37,6 +37,7 @@ from typing import Any
 
 from navarch import __version__
 from navarch.cli import (
+    adopt,
     completion,
     events,
     fleet_verbs,
@@ -97,6 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     fleet_verbs.register(sub)
     reading.register(sub)
     operator.register(sub)
+    adopt.register(sub)
     sessions.register(sub)
     operator.register_pause(sub)
     local.register(sub)

@@ -78,12 +78,29 @@ def cmd_plan(args: argparse.Namespace) -> int:
             print(
                 f"\nSaved the plan to {args.out}. Apply exactly it with: navarch apply {args.out}"
             )
+    if _preflight_failed(result, to_stderr=bool(args.json or args.markdown)):
+        return EXIT_ERROR
     halted = halt_exit(plan, _replace(args))
     if halted is not None:
         return halted
     if args.detailed_exitcode and not plan.converged:
         return EXIT_CHANGES
     return EXIT_OK
+
+
+def _preflight_failed(result: Any, *, to_stderr: bool) -> bool:
+    """Print the plan's preflight findings (after the plan; on stderr beside --json or
+    --markdown) -> True when a gap means apply would stop before any launch."""
+    import sys
+
+    pf = result.preflight
+    if pf is None or not pf.findings:
+        return False
+    out = sys.stderr if to_stderr else sys.stdout
+    print(("" if to_stderr else "\n") + pf.text(), end="", file=out)
+    if pf.blocks:
+        err("preflight found gaps: fix them, then plan again (nothing was launched)")
+    return bool(pf.blocks)
 
 
 def _ask(question: str) -> bool:

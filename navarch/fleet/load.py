@@ -548,6 +548,7 @@ def _placement(
             f"declare it under providers: or use one of {sorted(providers)}",
         )
     ptype = providers[e["provider"]]["type"]
+    _check_listed_zones(path, e, providers[e["provider"]], fail)
     for other in ("aws", "gcp", "lambda", "azure"):
         if other in e and other != ptype:
             raise fail(
@@ -564,6 +565,27 @@ def _placement(
         capacity=e.get("capacity", "on-demand"),
         options=dict(e.get(ptype, {})),
     )
+
+
+def _check_listed_zones(
+    path: tuple[Any, ...], e: Mapping[str, Any], provider: Mapping[str, Any], fail: _Fail
+) -> None:
+    """A zone its provider lists offline (the local provider's `zones`) must be one of
+    them: a mistyped zone fails validate instead of the first launch. Providers that list
+    zones only through their cloud refuse an unknown zone at plan (preflight)."""
+    listed = provider.get("zones")
+    if not listed:
+        return
+    for i, zone in enumerate(e["zones"]):
+        if zone not in listed:
+            near = difflib.get_close_matches(zone, listed, n=1, cutoff=0.6)
+            raise fail(
+                path + ("zones", i),
+                f"zone {zone!r} does not exist on provider {e['provider']} "
+                f"(its zones: {', '.join(listed)})",
+                (f"did you mean `{near[0]}`? " if near else "")
+                + f"use one of providers.{e['provider']}.zones",
+            )
 
 
 #: The shortest agent check period: a check on 8 GPUs takes up to a second of wall time

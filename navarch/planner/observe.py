@@ -14,7 +14,8 @@ Rules (docs/design.md, Node lifecycle; docs/design.md, Safety rules, rules 1-2):
 - A fatal XID latched in a report, or a spot/maintenance notice, acts at once.
 - Missing, rejected or unreadable reports make a node UNKNOWN (then STALE), never
   unhealthy, until offline_after has passed since the last accepted report.
-- A node with no report at all is BOOTING until boot_timeout, then UNHEALTHY; an
+- A node with no report at all is BOOTING until boot_timeout, then UNHEALTHY (counted
+  from its launch, or from its adoption for a machine `navarch adopt` took over); an
   instance still pending past provision_timeout is STUCK.
 - A spot preemption notice is PREEMPTING (act at once); a maintenance notice is
   MAINTENANCE (replace before its deadline, within the disruption budget). A disruption
@@ -43,7 +44,7 @@ from typing import Any
 
 from navarch.fleet.durations import format_duration_s
 from navarch.fleet.spec import FleetSpec, PoolSpec, Scheduler
-from navarch.inventory import TAG_SPEC, Instance, InstanceState
+from navarch.inventory import TAG_SPEC, Instance, InstanceState, adopted_at
 from navarch.planner.burn_in import (
     absolute_verdict,
     burn_in_view,
@@ -677,7 +678,8 @@ def _unreported(
     reports) is unknown until offline_after."""
     h = pool.health
     since = nm.first_seen_at or inst.launched_at
-    up_s = (now - min(since, inst.launched_at)).total_seconds()
+    # An adopted machine gets its agent after adoption: its boot window starts there.
+    up_s = (now - (adopted_at(inst) or min(since, inst.launched_at))).total_seconds()
     if rejected:
         if up_s > h.offline_after_s:
             return (

@@ -67,11 +67,19 @@ from navarch.providers.aws_placement import (
     launch,
     placed_params,
 )
+from navarch.providers.aws_preflight import preflight_findings
 from navarch.providers.aws_status import aware_utc as _aware_utc
 from navarch.providers.aws_status import cloud_status_of
 from navarch.providers.aws_topology import has_topology, parse_topology, topology_requests
-from navarch.providers.base import ProvisionRequest, ensure_no_ownership_tags, ensure_owned
+from navarch.providers.base import (
+    AdoptFilter,
+    ProvisionRequest,
+    ensure_no_ownership_tags,
+    ensure_owned,
+    ensure_unowned,
+)
 from navarch.providers.optional import OptionalLookup, answer_excerpt, optional
+from navarch.providers.preflight import Finding, LaunchNeeds
 
 __all__ = [
     "CLIENT_EVENT_HANDLERS",
@@ -294,6 +302,8 @@ class AwsProvider:
         | Capability.REBOOT
         | Capability.INSTANCE_STATUS
         | Capability.MAINTENANCE_NOTICES
+        | Capability.ADOPT
+        | Capability.PREFLIGHT
     )
     #: The IAM action reading reservations and Capacity Blocks needs; without it they are
     #: unknown, with a warning (navarch.inventory.reservations_of).
@@ -576,6 +586,47 @@ class AwsProvider:
                 Resources=[instance.instance_id],
                 Tags=[{"Key": k, "Value": v} for k, v in sorted(tags.items())],
             )
+
+    def list_unmanaged(self, match: AdoptFilter) -> Sequence[Instance]:
+        """The running instances of the regions served without a navarch-fleet tag that
+        `match` selects (its names against each instance's Name tag), sorted by id:
+        DescribeInstances filtered by state running and by match's tags. Raises the
+        mapped errors."""
+        filters: list[dict[str, Any]] = [{"Name": "instance-state-name", "Values": ["running"]}]
+        filters += [{"Name": f"tag:{k}", "Values": [v]} for k, v in match.tags]
+        if match.instance_ids:
+            filters.append({"Name": "instance-id", "Values": list(match.instance_ids)})
+        found = [
+            inst
+            for region in self.settings.regions
+            for raw in self._describe(region, filters)
+            if (inst := to_instance(self.name, raw)) is not None
+            and match.matches(inst, inst.tag("Name") or "")
+        ]
+        return sorted(found, key=lambda i: i.instance_id)
+
+    def adopt(self, instance: Instance, tags: Mapping[str, str]) -> Instance:
+        """CreateTags with navarch's ownership tags on one running instance (EC2 CreateTags
+        adds keys in place: no stop, no reboot, the same launch time). Refuses an instance
+        already owned (ensure_unowned). Returns the instance with the tags. Raises the
+        mapped errors."""
+        ensure_unowned(instance, tags)
+        region = region_of(instance.zone)
+        with aws_errors(what=f"CreateTags {instance.instance_id} in {region}"):
+            self.client(region).create_tags(
+                Resources=[instance.instance_id],
+                Tags=[{"Key": k, "Value": v} for k, v in sorted(tags.items())],
+            )
+        merged = {**dict(instance.tags), **dict(tags)}
+        return replace(instance, tags=tuple(sorted(merged.items())))
+
+    def preflight(self, needs: Sequence[LaunchNeeds]) -> Sequence[Finding]:
+        """What the pools' launches need, checked by reads in each pool's region
+        (navarch.providers.aws_preflight). A read the policy denies is a skipped finding
+        naming the IAM action; other failures are warnings. Never raises ProviderError."""
+        return preflight_findings(
+            self.name, self._session(), self.client, needs, region_of, AwsPoolOptions.from_mapping
+        )
 
     def _terminate_batch(self, region: str, ids: list[str]) -> None:
         client = self.client(region)

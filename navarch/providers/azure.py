@@ -78,7 +78,13 @@ from navarch.providers.azure_placement import (
     ppg_body,
     read_reservation_groups,
 )
-from navarch.providers.base import ProvisionRequest, ensure_no_ownership_tags, ensure_owned
+from navarch.providers.base import (
+    AdoptFilter,
+    ProvisionRequest,
+    ensure_no_ownership_tags,
+    ensure_owned,
+    ensure_unowned,
+)
 from navarch.providers.optional import answer_excerpt
 from navarch.providers.placement_fallback import launch_with_fallback
 
@@ -378,6 +384,7 @@ class AzureProvider:
         | Capability.REBOOT
         | Capability.INSTANCE_STATUS
         | Capability.MAINTENANCE_NOTICES
+        | Capability.ADOPT
     )
     #: The permission reading capacity reservation groups needs; without it they are
     #: unknown, with a warning (navarch.inventory.reservations_of; Azure RBAC actions).
@@ -601,6 +608,23 @@ class AzureProvider:
             rg, name = _parse_id(inst.instance_id)
             with azure_errors(what=f"rebooting {name}"):
                 self.compute.virtual_machines.begin_restart(rg, name).result()
+
+    def list_unmanaged(self, match: AdoptFilter) -> Sequence[Instance]:
+        """The VMs of the configured resource groups without a navarch-fleet tag that
+        `match` selects (its names against the VM name), sorted by id. Raises the mapped
+        errors."""
+        listed = self.list_instances(self.fleet)
+        return [i for i in listed if match.matches(i, _parse_id(i.instance_id)[1])]
+
+    def adopt(self, instance: Instance, tags: Mapping[str, str]) -> Instance:
+        """PATCH the VM's tags with navarch's ownership tags merged into its own (a tags
+        update: the VM keeps running). Refuses an owned VM (ensure_unowned)."""
+        ensure_unowned(instance, tags)
+        rg, name = _parse_id(instance.instance_id)
+        merged = {**dict(instance.tags), **dict(tags)}
+        with azure_errors(what=f"adopting {name}"):
+            self.compute.virtual_machines.begin_update(rg, name, {"tags": merged}).result()
+        return replace(instance, tags=tuple(sorted(merged.items())))
 
     def update_tags(self, instance: Instance, tags: Mapping[str, str]) -> None:
         """PATCH the VM's tags (merged with its current ones)."""

@@ -24,18 +24,25 @@ Contract (tests/providers run it against each provider):
 - report_faulty_host(instance, fault) -> str (only on providers declaring
   Capability.REPORT_FAULTY_HOST; the HostReporter protocol): hand the instance's host back
   to the cloud as faulty (fault: the fault key, e.g. "xid:79"); returns one audit line.
+- list_unmanaged(match) / adopt(instance, tags) (only on providers declaring
+  Capability.ADOPT; the Adopter protocol): the running instances without a navarch-fleet
+  tag that `match` selects, and writing navarch's ownership tags on one of them in place
+  (`navarch adopt`), never restarting it.
+- preflight(needs) (only on providers declaring Capability.PREFLIGHT; the Preflighter
+  protocol, navarch.providers.preflight): what each pool's launches need, checked by reads.
 Errors from the SDK are mapped in one function per provider (`map_error`).
 """
 
 from __future__ import annotations
 
+import fnmatch
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from navarch.capabilities import Capability
-from navarch.errors import ProviderError
-from navarch.inventory import RESERVED_TAG_PREFIX, TAG_FLEET, Instance
+from navarch.errors import ConfigError, ProviderError
+from navarch.inventory import RESERVED_TAG_PREFIX, TAG_FLEET, Instance, InstanceState
 
 
 @dataclass(frozen=True)
@@ -104,6 +111,63 @@ def ensure_no_ownership_tags(instance: Instance, tags: Mapping[str, str]) -> Non
         )
 
 
+@dataclass(frozen=True)
+class AdoptFilter:
+    """Which unmanaged instances `navarch adopt` takes: every kind given must match.
+
+    tags: (key, value) pairs the instance must all carry; names: shell globs (fnmatch), any
+    of which its name must match (the Name tag on EC2, the instance or VM name on GCE and
+    Azure, the instance id on the local provider); instance_ids: ids, any of which it must
+    be. An empty filter would take every unmanaged instance and is refused (ConfigError).
+    """
+
+    tags: tuple[tuple[str, str], ...] = ()
+    names: tuple[str, ...] = ()
+    instance_ids: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not (self.tags or self.names or self.instance_ids):
+            raise ConfigError(
+                "adopt needs a filter: it would take every unmanaged instance otherwise",
+                hint="pass --tag KEY=VALUE, --name-pattern GLOB or --instance-id ID",
+            )
+
+    def matches(self, inst: Instance, name: str) -> bool:
+        """True when inst (its cloud name `name`) is running, carries no navarch-fleet
+        tag and matches every kind of the filter given."""
+        if inst.state is not InstanceState.RUNNING or inst.fleet is not None:
+            return False
+        if any(inst.tag(k) != v for k, v in self.tags):
+            return False
+        if self.names and not any(fnmatch.fnmatchcase(name, g) for g in self.names):
+            return False
+        return not self.instance_ids or inst.instance_id in self.instance_ids
+
+    def describe(self) -> str:
+        """The filter for people: "tag team=ml, name web-*, id i-1"."""
+        parts = [f"tag {k}={v}" for k, v in self.tags]
+        parts += [f"name {g}" for g in self.names] + [f"id {i}" for i in self.instance_ids]
+        return ", ".join(parts)
+
+
+def ensure_unowned(instance: Instance, tags: Mapping[str, str]) -> None:
+    """Safety rule 1 for adopt: raise ProviderError (code OwnedInstance), before any cloud
+    call, when the instance already carries a navarch-fleet tag (another fleet's, or this
+    one's), or when `tags` hold anything but navarch-* ownership keys."""
+    if instance.fleet is not None:
+        raise ProviderError(
+            f"refusing to adopt {instance.instance_id}: it is tagged {TAG_FLEET}="
+            f"{instance.fleet} already",
+            code="OwnedInstance",
+        )
+    other = sorted(k for k in tags if not k.startswith(RESERVED_TAG_PREFIX))
+    if other:
+        raise ProviderError(
+            f"adopt writes only navarch's ownership tags, not {', '.join(other)}",
+            code="OwnershipTag",
+        )
+
+
 class Provider(Protocol):
     """A cloud (or the embedded local simulator) that navarch launches nodes on."""
 
@@ -129,6 +193,22 @@ class HostReporter(Protocol):
     ProviderError subclasses when the cloud refuses."""
 
     def report_faulty_host(self, instance: Instance, fault: str) -> str: ...
+
+
+@runtime_checkable
+class Adopter(Protocol):
+    """A provider that takes running instances under management (`navarch adopt`).
+
+    list_unmanaged(match) -> the running instances of the regions served that carry no
+    navarch-fleet tag and match `match` (AdoptFilter.matches), sorted by instance id.
+    adopt(instance, tags) -> the instance as listed after its ownership tags were written
+    in place (tags: navarch-* keys only; ensure_unowned refuses anything else and an
+    instance already owned, before any call). Neither restarts, stops or relaunches
+    anything. Both raise the provider's mapped ProviderError subclasses."""
+
+    def list_unmanaged(self, match: AdoptFilter) -> Sequence[Instance]: ...
+
+    def adopt(self, instance: Instance, tags: Mapping[str, str]) -> Instance: ...
 
 
 def capabilities_of(providers: Mapping[str, Provider]) -> dict[str, Capability]:

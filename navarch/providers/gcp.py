@@ -51,7 +51,13 @@ from navarch.inventory import (
     InstanceState,
     Reservation,
 )
-from navarch.providers.base import ProvisionRequest, ensure_no_ownership_tags, ensure_owned
+from navarch.providers.base import (
+    AdoptFilter,
+    ProvisionRequest,
+    ensure_no_ownership_tags,
+    ensure_owned,
+    ensure_unowned,
+)
 from navarch.providers.gcp_error_map import (
     error_codes,
     gcp_errors,
@@ -367,6 +373,7 @@ class GcpProvider:
         | Capability.INSTANCE_STATUS
         | Capability.MAINTENANCE_NOTICES
         | Capability.REPORT_FAULTY_HOST
+        | Capability.ADOPT
     )
     #: The permission reading reservations needs; without it they are unknown, with a
     #: warning (navarch.inventory.reservations_of; Compute Engine IAM permissions).
@@ -585,6 +592,37 @@ class GcpProvider:
         self._wait(op, instance.zone, what="reportHostAsFaulty")
         host = instance.host_id or "(host not exposed)"
         return f"host {host} reported faulty to Compute Engine ({fault})"
+
+    def list_unmanaged(self, match: AdoptFilter) -> Sequence[Instance]:
+        """The running instances of the project without a navarch-fleet label that
+        `match` selects (its names against the instance name): one instances.aggregatedList
+        filtered by match's labels. Sorted by (zone, name). Raises the mapped errors."""
+        flt = " AND ".join(f'(labels.{k} = "{v}")' for k, v in match.tags)
+        req = compute_v1.AggregatedListInstancesRequest(project=self.settings.project, filter=flt)
+        out: list[Instance] = []
+        with gcp_errors(what="list instances to adopt"):
+            for _scope, scoped in self.instances_client.aggregated_list(
+                request=req, retry=self._retry
+            ):
+                for raw in scoped.instances:
+                    inst = to_instance(self.name, raw)
+                    if inst is not None and match.matches(inst, inst.instance_id):
+                        out.append(inst)
+        return sorted(out, key=lambda i: (i.zone, i.instance_id))
+
+    def adopt(self, instance: Instance, tags: Mapping[str, str]) -> Instance:
+        """instances.setLabels with navarch's ownership labels added to the instance's own
+        (guarded by its label fingerprint; the instance keeps running). Refuses an owned
+        instance (ensure_unowned); ProviderError (NotFound) for one that is gone."""
+        ensure_unowned(instance, tags)
+        check_labels(tags)
+        with gcp_errors(zone=instance.zone, what=f"setLabels {instance.instance_id}"):
+            op = self._set_labels(instance, tags)
+        if op is None:
+            raise ProviderError(f"{instance.instance_id} is gone", code="NotFound")
+        self._wait(op, instance.zone, what="setLabels")
+        merged = {**dict(instance.tags), **dict(tags)}
+        return replace(instance, tags=tuple(sorted(merged.items())))
 
     def update_tags(self, instance: Instance, tags: Mapping[str, str]) -> None:
         """instances.setLabels on one instance: its current labels with these set, guarded

@@ -387,6 +387,7 @@ def run_apply(
             if saved is not None:
                 check_saved_plan(saved, snap, saved_nodes)
                 plan = replace(plan, actions=saved.actions)
+            _preflight(fleet, plan)
             if confirm is not None and plan.actions and not confirm(plan):
                 return None
             journal = _Journal(
@@ -409,6 +410,17 @@ def run_apply(
         except NavarchError as exc:
             _after(after_apply, None, exc)
             raise
+
+
+def _preflight(fleet: Fleet, plan: Plan) -> None:
+    """Check what the plan's launches need before any action (navarch.reconcile.preflight):
+    skipped checks and warnings are logged; a gap raises PreflightFailed listing them all."""
+    from navarch.reconcile.preflight import PreflightFailed, preflight, warn
+
+    result = preflight(fleet, plan)
+    warn(result, log)
+    if result.blocks:
+        raise PreflightFailed(result)
 
 
 def _execute(

@@ -54,7 +54,7 @@ pools:
     nodes: {{min: 0, target: {target}, max: 3}}
     labels: {{team: {team}}}
     health: {{boot_timeout: 1h}}
-    aws: {{ami: {AMI}}}
+    aws: {{ami: {AMI}, iam_instance_profile: navarch-node}}
 """)
     return path
 
@@ -63,6 +63,8 @@ pools:
 def env(moto, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     monkeypatch.setenv("NAVARCH_FLEET_SECRET", SECRET)
     boto3.client("s3").create_bucket(Bucket=BUCKET)
+    # The fleet's pools launch with this profile; preflight refuses a plan without it.
+    boto3.client("iam").create_instance_profile(InstanceProfileName="navarch-node")
     e = {k: v for k, v in os.environ.items() if not k.startswith("NAVARCH_")}
     e.update(NAVARCH_FLEET_SECRET=SECRET, PYTHONPATH=str(REPO))
     return e
@@ -88,6 +90,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory, moto_server) -> tuple[Api
         mp.setenv(name, value)
     mp.setenv("NAVARCH_FLEET_SECRET", SECRET)
     boto3.client("s3").create_bucket(Bucket=BUCKET)
+    boto3.client("iam").create_instance_profile(InstanceProfileName="navarch-node")
     env = {k: v for k, v in os.environ.items() if not k.startswith("NAVARCH_")}
     env.update(NAVARCH_FLEET_SECRET=SECRET, PYTHONPATH=str(REPO))
     reconciler, agent = ApiLog(), ApiLog()
@@ -138,6 +141,11 @@ def test_every_reconciler_call_is_in_the_reconciler_policy(recorded) -> None:
         "ec2:TerminateInstances",
         "s3:PutObject",
         "s3:ListBucket",
+        # preflight's reads before the first launch
+        "ec2:DescribeInstanceTypeOfferings",
+        "ec2:DescribeImages",
+        "iam:GetInstanceProfile",
+        "servicequotas:GetServiceQuota",
     ):
         assert expected in reconciler.actions(), sorted(reconciler.actions())
     probe = Call("s3:PutObject", BUCKET, f"{FLEET}/state/{FLEET}.lock.probe")

@@ -1,7 +1,7 @@
 """Which AWS API actions navarch used, and are they all in the IAM policy files?
 
 ``ApiLog`` records every request the in-process moto server answers (from the reconciler's
-subprocesses and the agent alike) as an IAM action and, for S3, the object key or list
+subprocesses and the agent alike; EC2, S3, SQS, IAM and Service Quotas) as an IAM action and, for S3, the object key or list
 prefix (a bucket's notification configuration: the bucket alone). SQS calls are checked by
 action. ``missing_from_policy`` checks calls against an IAM policy document: an Allow
 statement must name the action (wildcards allowed) and, for S3, a resource ARN matching
@@ -76,7 +76,11 @@ def _to_call(environ: dict[str, Any], body: bytes) -> Call | None:
     if target.startswith("AWSEvents."):
         # EventBridge's JSON protocol names the operation in X-Amz-Target (events:PutRule).
         return Call(f"events:{target.partition('.')[2]}")
+    if target.startswith("ServiceQuotas"):
+        return Call(f"servicequotas:{target.partition('.')[2]}")
     form = dict(urllib.parse.parse_qsl(body.decode(errors="replace")))
+    if "/iam/" in auth:
+        return Call(f"iam:{form.get('Action') or query.get('Action')}")
     if "/ec2/" in auth or ("Action" in form and "/s3/" not in auth):
         action = form.get("Action") or query.get("Action")
         tag_keys = sorted(v for k, v in form.items() if k.startswith("Tag.") and k.endswith(".Key"))

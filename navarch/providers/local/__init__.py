@@ -45,9 +45,16 @@ from navarch.inventory import (
     InstanceState,
     Reservation,
 )
-from navarch.providers.base import ProvisionRequest, ensure_no_ownership_tags, ensure_owned
+from navarch.providers.base import (
+    AdoptFilter,
+    ProvisionRequest,
+    ensure_no_ownership_tags,
+    ensure_owned,
+    ensure_unowned,
+)
 from navarch.providers.local.racks import pick_host
 from navarch.providers.local.reservations import local_reservations
+from navarch.providers.preflight import Check, Finding, LaunchNeeds, Verdict
 
 #: What a GPU reset cures on a fake GPU (reset_gpus): a GPU fallen off the bus comes back,
 #: volatile ECC counts and readings start afresh. Injected GPU processes and utilisation are
@@ -75,6 +82,8 @@ class LocalProvider:
         | Capability.INSTANCE_STATUS
         | Capability.PLACE_BY_HOST
         | Capability.REPORT_FAULTY_HOST
+        | Capability.ADOPT
+        | Capability.PREFLIGHT
     )
 
     def __init__(
@@ -86,8 +95,11 @@ class LocalProvider:
         *,
         fleet: str | None = None,
         reservations: Mapping[str, Mapping[str, Any]] | None = None,
+        zones: Sequence[str] = (),
     ) -> None:
         self.name = name
+        #: the zones this simulated cloud has (empty: any zone is accepted)
+        self.zones = tuple(zones)
         #: simulated reservations, NAME -> {zone, instance_type, count} (list_reservations)
         self.reservations = dict(reservations or {})
         self.root = Path(root)
@@ -358,6 +370,50 @@ class LocalProvider:
             return  # already gone
         self.write_machine({**machine, "tags": {**machine["tags"], **dict(tags)}})
 
+    def list_unmanaged(self, match: AdoptFilter) -> Sequence[Instance]:
+        """The running machines without a navarch-fleet tag that `match` selects (names
+        against the instance id), sorted by id."""
+        found = (self._instance(self.name, m) for m in self.machines())
+        return tuple(i for i in found if match.matches(i, i.instance_id))
+
+    def adopt(self, instance: Instance, tags: Mapping[str, str]) -> Instance:
+        """Write the ownership tags into the machine's file in place: the same boot id,
+        launch time and state (nothing restarts). Refuses an owned machine
+        (ensure_unowned); ProviderError (code NotFound) for one that is gone."""
+        ensure_unowned(instance, tags)
+        try:
+            machine = self.read_machine(instance.instance_id)
+        except FileNotFoundError as exc:
+            raise ProviderError(f"{instance.instance_id} is gone", code="NotFound") from exc
+        if machine["tags"].get(TAG_FLEET):
+            raise ProviderError(
+                f"refusing to adopt {instance.instance_id}: tagged {TAG_FLEET} meanwhile",
+                code="OwnedInstance",
+            )
+        updated = {**machine, "tags": {**machine["tags"], **dict(tags)}}
+        self.write_machine(updated)
+        return self._instance(self.name, updated)
+
+    def preflight(self, needs: Sequence[LaunchNeeds]) -> Sequence[Finding]:
+        """The local cloud's launch needs: each zone is one of `zones` when set (validate
+        refuses the others already; a fleet.yaml changed since is caught here). Places in
+        `not_offered` are left to fail at launch: they simulate a cloud's answer there, to
+        see fallback offline."""
+        return [
+            Finding(
+                Check.ZONE,
+                Verdict.GAP,
+                self.name,
+                f"pool {need.pool}: zone {zone}",
+                "no such zone on the local provider",
+                f"use one of {', '.join(self.zones)}",
+                f"{need.key_prefix or 'pools.' + need.pool}.zones",
+            )
+            for need in needs
+            for zone in need.zones
+            if self.zones and zone not in self.zones
+        ]
+
     # -- local-only operations (CLI `navarch local ...`) -------------------------------------
     def launch_foreign(self, zone: str, instance_type: str) -> Instance:
         """A machine without navarch's tags, as someone else's VM in the same account."""
@@ -420,4 +476,5 @@ def create(name: str, config: Mapping[str, Any], *, base_dir: Path, fleet: str) 
         config.get("not_offered", ()),
         fleet=fleet,
         reservations=config.get("reservations"),
+        zones=config.get("zones", ()),
     )

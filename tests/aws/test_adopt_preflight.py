@@ -75,7 +75,8 @@ def test_adopt_on_ec2_tags_three_running_instances_in_place_and_the_pool_counts_
     before = _instances(ec2)
     fleet = _fleet(
         tmp_path,
-        "    zones: [us-east-1a]\n    instance_types: [p5.48xlarge]\n    aws: {ami: " + AMI + "}\n",
+        "    zones: [us-east-1a]\n    instance_types: [p5.48xlarge]\n    aws: {ami: " + AMI + "}\n"
+        "    mode: observe\n",
         target=3,
     )
 

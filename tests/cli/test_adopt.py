@@ -10,10 +10,24 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+import yaml
 
 from navarch import api
 from navarch.capabilities import Capability
 from navarch.providers.local import LocalProvider
+
+
+@pytest.fixture(autouse=True)
+def observed(fleet_dir: Path) -> None:
+    """The train pool in observe: the mode adopt puts a pool in (fleet.yaml decides it)."""
+    _set_mode(fleet_dir, "observe")
+
+
+def _set_mode(fleet_dir: Path, mode: str) -> None:
+    path = fleet_dir / "fleet.yaml"
+    doc = yaml.safe_load(path.read_text())
+    doc["pools"]["train"]["mode"] = mode
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
 
 
 def _machines(fleet_dir: Path) -> LocalProvider:
@@ -106,3 +120,17 @@ def test_adopt_never_takes_an_instance_another_fleet_owns(navarch, fleet_dir) ->
     )
     assert result.plan.adopt == () and not result.applied
     assert sim.read_machine(iid)["tags"]["navarch-fleet"] == "other"
+
+
+def test_adopt_into_a_pool_that_acts_fully_is_refused_until_fleet_yaml_says_observe(
+    navarch, fleet_dir
+) -> None:
+    _set_mode(fleet_dir, "full")
+    iid = _running(_machines(fleet_dir), "sim-1a", "sim-h100x8", {"team": "ml"})
+    run = navarch("adopt", "fleet.yaml", "--pool", "train", "--tag", "team=ml", "--yes")
+    assert run.code == 1 and "pools.train.mode" in run.err and "observe" in run.err
+    assert "navarch-fleet" not in _machines(fleet_dir).read_machine(iid)["tags"]
+    run = navarch(
+        "adopt", "fleet.yaml", "--pool", "train", "--tag", "team=ml", "--mode", "full", "--yes"
+    )
+    assert run.code == 0, run.err

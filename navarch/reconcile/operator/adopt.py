@@ -25,6 +25,7 @@ from typing import Any
 from navarch.actor import Actor
 from navarch.capabilities import Capability
 from navarch.errors import ConfigError, NavarchError, ProviderError
+from navarch.fleet.modes import Mode
 from navarch.fleet.spec import FleetSpec, PoolSpec
 from navarch.inventory import TAG_ADOPTED, Instance, launch_id, ownership_tags
 from navarch.logs import new_run_id
@@ -146,6 +147,21 @@ class AdoptPlan:
             "mode": self.mode,
             "fleet_yaml": fleet_yaml_change(self),
         }
+
+
+def _check_pool_mode(pool: PoolSpec, wanted: str) -> None:
+    """Refuse to adopt into a pool whose declared mode (fleet.yaml) lets navarch do more
+    than the mode asked for (default observe): machines that ran for months would be
+    judged, drained or replaced by the very next run, before anyone compared navarch's
+    verdicts with their own. fleet.yaml stays the one place a pool's mode is decided."""
+    if pool.mode.strictness < Mode(wanted).strictness:
+        raise ConfigError(
+            f"pool {pool.name} runs in mode {pool.mode.value}: adopting into it lets navarch "
+            f"act on the adopted machines at once, and adopt puts a pool in {wanted}",
+            key_path=f"pools.{pool.name}.mode",
+            hint=f"set pools.{pool.name}.mode: {wanted} in fleet.yaml first, or pass "
+            f"--mode {pool.mode.value} to adopt into the pool as it is",
+        )
 
 
 def fleet_yaml_change(plan: AdoptPlan) -> str:
@@ -275,6 +291,7 @@ def adopt(
     spec = fleet.spec
     pool = _pool_of(spec, pool_name)
     wanted = adopt_mode(mode)
+    _check_pool_mode(pool, wanted)
     provider = _adopter(fleet, pool)
     with leased(fleet, f"adopt {pool.name}", clock) as lease:
         snap = gather(fleet, clock())

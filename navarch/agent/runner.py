@@ -21,7 +21,7 @@ Report rules (docs/design.md, Health report; schemas/health-report.schema.json):
 
 ``run_once`` is a sequence of named steps: load the state, probe the GPUs (``choose_backend``), run the checks (``boot_check``,
 ``probe_checks``, ``gpu_checks`` over ``GPU_CHECKS``, ``kernel_log_check``,
-``xid_checks`` over ``read_xids``, then navarch.checks plugins: ``plugin_checks``), count each fault's boots (``count_faults``) and
+``xid_checks`` over ``read_xids``, navarch.agent.network's ``network_checks``, then navarch.checks plugins: ``plugin_checks``), count each fault's boots (``count_faults``) and
 consecutive checks (``count_streaks``), read a notice (``NodeHost.read_notice``), decide
 whether the report is due (``change_digest``, ``report_due``) and if so choose its sequence
 (``next_sequence``), save the state (``persist_state``), sign (``build_report``) and write
@@ -44,6 +44,7 @@ from navarch.agent.config import AgentConfig
 from navarch.agent.gpu import GpuBackend, GpuProbe, GpuSnapshot, ProbeError, ProbeErrorKind
 from navarch.agent.gpu_checks import HW_SLOWDOWN_WINDOW, gpu_checks, hw_slowdown
 from navarch.agent.host import FileHost, NodeHost
+from navarch.agent.network import expectation_for, network_checks
 from navarch.agent.state import AgentState, prune_faults
 from navarch.report.acceptance import AcceptanceRun
 from navarch.report.compat import UTC
@@ -633,6 +634,7 @@ class NodeObservation:
     faults: dict[str, dict[str, float]]
     streaks: dict[str, int]
     verdict_checks: int
+    network: dict[str, Any]
 
     def next_state(self, sequence: int, boot_id: str, written: Mapping[str, Any]) -> AgentState:
         """The state this check leaves. ``written`` stays the last write's until the store
@@ -647,6 +649,7 @@ class NodeObservation:
             counters=self.counters,
             streaks=self.streaks,
             written=dict(written),
+            network=self.network,
         )
 
 
@@ -671,6 +674,9 @@ def observe_node(
         kernel_log_check(xids),
         *xid_checks(xids.latched, {g.pci_bus_id: g.index for g in probe.gpus}),
     ]
+    ports, expected = host.read_network(), expectation_for(config)
+    net, network = network_checks(ports, expected, state.network, xids.lines, now.timestamp())
+    checks += net
     checks += host.plugin_checks(config, boot_id, gpu_readings(probe), checks)
     faults = _faults_with_earlier_boots(state.faults, xids.earlier_boots, now)
     checks, faults = count_faults(checks, faults, boot_id, now)
@@ -681,7 +687,7 @@ def observe_node(
     verdict = f"verdict|{Status.worst(c.status for c in checks).value}"
     streaks[verdict] = int(state.streaks.get(verdict, 0) if same_boot else 0) + 1
     return NodeObservation(
-        checks, probe, xids, counters, faults, streaks, verdict_checks=streaks[verdict]
+        checks, probe, xids, counters, faults, streaks, streaks[verdict], network
     )
 
 

@@ -3,7 +3,8 @@
 Holds the report sequence, the last report written (when, and its change digest: the
 agent writes on change or heartbeat), each fault's consecutive checks, the kernel-log position (journal cursor, kmsg sequence or text
 file offset), counter baselines per GPU UUID (for rates), this boot's latched XID events,
-and the boots in which each kind of fault was seen (reported as boots_seen).
+the boots in which each kind of fault was seen (reported as boots_seen), and the network
+checks' port states, counter buckets and held faults (navarch.agent.network).
 
 Written atomically (temporary file in the same directory, fsync, ``os.replace``), so a
 reader sees the old or the new state, never a mix. A missing or corrupt file is never
@@ -58,6 +59,9 @@ class AgentState:
               navarch.agent.runner.change_digest)}; empty before the first write
     acceptance: this boot's acceptance run (navarch.report.acceptance.AcceptanceRun.to_json);
               empty when none ran (navarch.agent.burn_in)
+    network: navarch.agent.network.network_checks's block: {"ports": {port: {"up",
+              "link_downed", "flips"}}, "counters": {"<port> <counter>": {"value",
+              "tokens", "at_s"}}, "sticky": {kind: {"until_s", "seen_s", "check"}}}
     """
 
     sequence: int = 0
@@ -69,6 +73,7 @@ class AgentState:
     streaks: Mapping[str, int] = field(default_factory=dict)
     written: Mapping[str, Any] = field(default_factory=dict)
     acceptance: Mapping[str, Any] = field(default_factory=dict)
+    network: Mapping[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -82,6 +87,7 @@ class AgentState:
             "streaks": dict(self.streaks),
             "written": dict(self.written),
             "acceptance": dict(self.acceptance),
+            "network": dict(self.network),
         }
 
     @classmethod
@@ -106,6 +112,7 @@ class AgentState:
             streaks={str(k): int(v) for k, v in dict(doc.get("streaks") or {}).items()},
             written=dict(doc.get("written") or {}),
             acceptance=dict(doc.get("acceptance") or {}),
+            network=dict(doc.get("network") or {}),
         )
 
 

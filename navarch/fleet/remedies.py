@@ -95,6 +95,11 @@ _KIND_CLASS: tuple[tuple[str, FaultClass], ...] = (
     ("host_down", FaultClass.HOST_DOWN),
     ("offline", FaultClass.HOST_DOWN),
     ("instance_impaired", FaultClass.HOST_DOWN),
+    # navarch.agent.network: ib_port_down, ib_rate, ib_link_flap, ib_counter:<name>,
+    # efa_counter:<name>, mlx5:<event>
+    ("ib_", FaultClass.NETWORK),
+    ("efa_counter:", FaultClass.NETWORK),
+    ("mlx5:", FaultClass.NETWORK),
 )
 
 
@@ -176,6 +181,14 @@ def _builtin() -> tuple[RemedyRow, ...]:
         RemedyRow(
             FaultClass.THERMAL.value,
             "NVML clock event reasons; DCGM thermal violations (gpu-health.md §1)",
+        ),
+        RemedyRow(
+            FaultClass.NETWORK.value,
+            "gpud infiniband: ports below the expected count or rate and flaps (3 in a "
+            "window) are unhealthy, held 10m, and call for hardware inspection; EKS node "
+            "monitoring agent: EFA error counters over their rate limit are a Warning. "
+            "One reboot re-trains the link; a repeat is hardware",
+            max_in_place=1,
         ),
         RemedyRow(
             FaultClass.HOST_DOWN.value,

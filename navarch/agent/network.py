@@ -229,19 +229,26 @@ def _rate(p: PortReading) -> str:
     return "?" if p.rate_gbps is None else f"{p.rate_gbps:g}"
 
 
-def port_check(ports: Sequence[PortReading], expected: NetworkExpectation) -> Check:
+def port_check(
+    ports: Sequence[PortReading], expected: NetworkExpectation, known: Sequence[str] = ()
+) -> Check:
     """Ports ACTIVE, LinkUp and at the expected rate against the expected count.
 
-    Healthy when nothing is expected or enough ports qualify; else unhealthy + reboot (a
-    reboot re-trains the link; the network row escalates a repeat to replace), kind
-    ``ib_port_down`` when a counted port is not up or fewer counted ports exist than
-    expected, else ``ib_rate``. Source: gpud EvaluatePortsAndRate (check_thresholds.go).
+    known: the counted ports the previous run saw (a port gone since is named). Healthy
+    when nothing is expected or enough ports qualify. No counted port at all, and none seen
+    before, is unknown / none: the RDMA driver is not loaded or the NICs never showed, which
+    the image or the hardware may cause, and doubt never terminates (burn-in's ib_ports test
+    judges a new node). Otherwise unhealthy + reboot (a reboot re-trains the link; the
+    network row escalates a repeat), kind ``ib_port_down`` when a counted port is down or
+    gone or fewer exist than expected, else ``ib_rate``. Source: gpud EvaluatePortsAndRate
+    (check_thresholds.go).
     """
     counted = [p for p in ports if p.counted]
     want_rate = expected.rate_gbps
     good = [p for p in counted if p.up and (want_rate is None or (p.rate_gbps or 0) >= want_rate)]
     down = [p for p in counted if not p.up]
     slow = [p for p in counted if p.up and p not in good]
+    gone = sorted(set(known) - {p.name for p in counted})
     ev: dict[str, Any] = {
         "expected_ports": expected.ports,
         "expected_rate_gbps": want_rate,
@@ -256,14 +263,20 @@ def port_check(ports: Sequence[PortReading], expected: NetworkExpectation) -> Ch
     if len(good) >= expected.ports:
         text = f"{len(good)} of {expected.ports} expected ports active{at}"
         return Check("ib_ports", Status.HEALTHY, Remedy.NONE, text, evidence=ev)
-    kind = "ib_port_down" if down or len(counted) < expected.ports else "ib_rate"
+    if not counted and not gone:
+        text = (
+            f"no InfiniBand or EFA port found, {expected.ports} expected{at}: the RDMA driver "
+            "is not loaded or the NICs are missing (not judged a fault)"
+        )
+        return Check("ib_ports", Status.UNKNOWN, Remedy.NONE, text, evidence=ev)
+    kind = "ib_port_down" if down or gone or len(counted) < expected.ports else "ib_rate"
     detail = [f"{p.name} {p.state or 'unreadable'}/{p.phys_state or '?'}" for p in down]
+    detail += [f"{name} gone" for name in gone]
     detail += [f"{p.name} at {_rate(p)} Gb/s" for p in slow]
     text = f"only {len(good)} of {expected.ports} expected ports active{at}"
     if detail:
         text += ": " + ", ".join(detail)
-    ev["down"] = [p.name for p in down]
-    ev["slow"] = [p.name for p in slow]
+    ev.update(down=[p.name for p in down], gone=gone, slow=[p.name for p in slow])
     return Check("ib_ports", Status.UNHEALTHY, Remedy.REBOOT, text, evidence=ev, fault_kind=kind)
 
 
@@ -284,7 +297,8 @@ def flap_check(
 ) -> tuple[Check | None, dict[str, Any]]:
     """Ports that flipped down-and-up FLAP_MIN_FLIPS times within FLAP_WINDOW_S.
 
-    saved: the previous run's per-port block ({name: {"up", "link_downed", "flips"}}).
+    saved: the previous run's per-port block ({name: {"up", "counted", "link_downed",
+    "flips"}}).
     Returns (an unhealthy + reboot ``ib_link_flap`` check naming the ports, or None; the
     block to save). Source: gpud store/scan_flaps.go (3 flaps back to active).
     """
@@ -296,7 +310,12 @@ def flap_check(
         flips = [float(t) for t in prev.get("flips", ()) if float(t) >= cutoff]
         flips += [now_s] * min(_flips_now(p, prev), _MAX_FLIPS)
         flips = flips[-_MAX_FLIPS:]
-        block[p.name] = {"up": p.up, "link_downed": p.counters.get("link_downed"), "flips": flips}
+        block[p.name] = {
+            "up": p.up,
+            "counted": p.counted,
+            "link_downed": p.counters.get("link_downed"),
+            "flips": flips,
+        }
         if len(flips) >= FLAP_MIN_FLIPS:
             flapping[p.name] = len(flips)
     if not flapping:
@@ -509,7 +528,8 @@ def network_checks(
     found: list[Check] = []
     block: dict[str, Any] = {}
     if ports is not None and (ports or expected.ports is not None):
-        found.append(port_check(ports, expected))
+        known = [k for k, v in dict(saved.get("ports") or {}).items() if v.get("counted", True)]
+        found.append(port_check(ports, expected, known))
     if ports is not None:
         flap, block["ports"] = flap_check(ports, saved.get("ports") or {}, now_s)
         found += [flap] if flap is not None else []

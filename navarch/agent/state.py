@@ -60,7 +60,7 @@ class AgentState:
     acceptance: this boot's acceptance run (navarch.report.acceptance.AcceptanceRun.to_json);
               empty when none ran (navarch.agent.burn_in)
     network: navarch.agent.network.network_checks's block: {"ports": {port: {"up",
-              "link_downed", "flips"}}, "counters": {"<port> <counter>": {"value",
+              "counted", "link_downed", "flips"}}, "counters": {"<port> <counter>": {"value",
               "tokens", "at_s"}}, "sticky": {kind: {"until_s", "seen_s", "check"}}}
     """
 

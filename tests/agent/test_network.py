@@ -110,6 +110,25 @@ def test_one_port_at_a_lower_rate_is_an_ib_rate_fault(
     assert "ib_port_down" not in _faults(report)
 
 
+def test_a_device_that_vanishes_between_runs_is_named_gone(
+    make_config: Callable[..., AgentConfig], tree: Path
+) -> None:
+    cfg = _config(make_config, tree)
+    run_once(cfg, now=T0)
+    shutil.rmtree(tree / "mlx5_9")  # changed: mlx5_9 fell off the bus
+    fault = _faults(run_once(cfg, now=T0 + timedelta(seconds=30)))["ib_port_down"]
+    assert "mlx5_9/1 gone" in fault["message"]
+
+
+def test_no_rdma_driver_at_all_is_doubt_not_a_fault(
+    make_config: Callable[..., AgentConfig], tmp_path: Path
+) -> None:
+    report = run_once(_config(make_config, tmp_path / "absent"), now=T0)
+    ib = next(c for c in report["checks"] if c["name"] == "ib_ports")
+    assert (ib["status"], ib["action"], ib["fault_key"]) == ("unknown", "none", None)
+    assert "RDMA driver is not loaded" in ib["message"]
+
+
 def test_a_port_down_stays_reported_ten_minutes_after_it_came_back(
     make_config: Callable[..., AgentConfig], tree: Path
 ) -> None:

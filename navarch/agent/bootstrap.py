@@ -114,11 +114,13 @@ def render_agent_yaml(
     metadata: str = "auto",
     state_file: str = DEFAULT_STATE_FILE,
     acceptance: Mapping[str, Any] | None = None,
+    network: Mapping[str, Any] | None = None,
 ) -> str:
     """The node's /etc/navarch/agent.yaml; node_key None writes KEY_PLACEHOLDER instead of
     the key; acceptance: the pool's acceptance policy as agent.yaml holds it
-    (navarch.report.acceptance.policy_to_mapping), None for none. Raises
-    jinja2.UndefinedError on a template bug."""
+    (navarch.report.acceptance.policy_to_mapping), None for none; network: the pool's
+    health.network ({ports, rate_gbps}, navarch.fleet.spec.NetworkPolicy.to_agent), None
+    for none. Raises jinja2.UndefinedError on a template bug."""
     return _render(
         "agent.yaml.j2",
         fleet=fleet,
@@ -131,6 +133,7 @@ def render_agent_yaml(
         metadata=metadata,
         state_file=state_file,
         acceptance=acceptance,
+        network=network,
     )
 
 
@@ -183,6 +186,7 @@ def render_cloud_init_for(
     interval_s: int = DEFAULT_INTERVAL_S,
     venv_dir: str = DEFAULT_VENV,
     acceptance: Mapping[str, Any] | None = None,
+    network: Mapping[str, Any] | None = None,
 ) -> str:
     """cloud-init user-data (``#cloud-config``) from plain values; see render_cloud_init.
 
@@ -204,6 +208,7 @@ def render_cloud_init_for(
         gpus_per_node=gpus_per_node,
         metadata=metadata,
         acceptance=acceptance,
+        network=network,
     )
     if install is AgentInstall.PIP:
         exec_start = f"{venv_dir}/bin/python -m navarch.agent run --once --config {CONFIG_PATH}"
@@ -291,6 +296,7 @@ def render_cloud_init(
         bundle=source,
         package=options.get("agent_package"),
         acceptance=_acceptance_for(p.acceptance, types, policy_to_mapping),
+        network=p.health.network.to_agent(),
         interval_s=p.health.check_every_s,
     )
 

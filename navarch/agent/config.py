@@ -23,6 +23,8 @@ Example (what templates/cloud-init.yaml.j2 writes)::
     nvml_call_timeout_s: 10 # per NVML call; past it the call is reported as gpu_hung
     nvml_budget_s: 45       # all NVML calls of one run together (docs/agent.md, Deadlines)
     heartbeat_s: 300        # an unchanged report is written again after this long (see below)
+    network: null           # the pool's health.network: {ports: 8, rate_gbps: 400} (navarch.agent.network)
+    infiniband_dir: null    # default /sys/class/infiniband (none read by the fake backend)
     acceptance: null        # the pool's acceptance suite (navarch.report.acceptance.policy_to_mapping)
     acceptance_file: null   # fake backend only: the tools' answers (navarch local inject --acceptance)
 
@@ -38,11 +40,14 @@ import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from navarch.agent.bootstrap import DEFAULT_STATE_FILE
 from navarch.errors import ConfigError
 from navarch.report.acceptance import AcceptancePolicy, policy_from_mapping
+
+if TYPE_CHECKING:
+    from navarch.agent.network import NetworkExpectation
 
 __all__ = ["AgentConfig", "load_config", "DEFAULT_CONFIG_PATH", "METADATA_KINDS"]
 
@@ -92,6 +97,11 @@ class AgentConfig:
     acceptance: AcceptancePolicy | None = None
     #: fake backend only: a JSON object of the acceptance tools' answers (burn_in.load_overrides)
     acceptance_file: str | None = None
+    #: the RDMA ports the pool expects (health.network); None: the burn-in expectation, if any
+    network: NetworkExpectation | None = None
+    #: the sysfs class directory of RDMA devices; None: /sys/class/infiniband on a real
+    #: node, none read under the fake backend (a laptop's ports are not the simulated node's)
+    infiniband_dir: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("fleet", "pool", "node", "store"):
@@ -201,6 +211,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "nvml_budget_s": (int, float),
     "heartbeat_s": (int, float),
     "acceptance": (dict,),
+    "network": (dict,),
 }
 
 
@@ -260,7 +271,40 @@ def load_config(
     clean = {k: v for k, v in doc.items() if v is not None}
     if "acceptance" in clean:
         clean["acceptance"] = policy_from_mapping(clean["acceptance"], file=p)
+    if "network" in clean:
+        clean["network"] = _network_from_mapping(clean["network"], p)
     try:
         return AgentConfig(**clean)
     except ConfigError as exc:
         raise ConfigError(exc.message, file=p, key_path=exc.key_path, hint=exc.hint) from exc
+
+
+def _network_from_mapping(doc: dict[str, Any], path: str) -> NetworkExpectation:
+    """agent.yaml ``network`` ({ports: int, rate_gbps: number}, both optional) as a
+    NetworkExpectation. Raises ConfigError naming the key when a value is of the wrong
+    type or out of range (ports 0-64, rate above 0)."""
+    from navarch.agent.network import NetworkExpectation
+
+    unknown = sorted(set(doc) - {"ports", "rate_gbps"})
+    if unknown:
+        raise ConfigError(
+            f"unknown key {unknown[0]!r}",
+            file=path,
+            key_path=f"network.{unknown[0]}",
+            hint="network takes ports and rate_gbps",
+        )
+    ports = doc.get("ports")
+    if ports is not None and (
+        isinstance(ports, bool) or not isinstance(ports, int) or not 0 <= ports <= 64
+    ):
+        raise ConfigError("ports must be an integer 0-64", file=path, key_path="network.ports")
+    rate = doc.get("rate_gbps")
+    if rate is not None and (
+        isinstance(rate, bool) or not isinstance(rate, (int, float)) or rate <= 0
+    ):
+        raise ConfigError(
+            "rate_gbps must be a number above 0", file=path, key_path="network.rate_gbps"
+        )
+    return NetworkExpectation(
+        ports, None if rate is None else float(rate), "the pool's health.network"
+    )

@@ -9,7 +9,8 @@
 - the GPU-reset marker that playbooks/reset_gpu.yaml leaves (``gpu_reset_pending`` /
   ``clear_gpu_reset``);
 - a spot or maintenance notice (``read_notice``: the notice file, then cloud metadata);
-- the navarch.checks plugins installed on the node (``plugin_checks``).
+- the navarch.checks plugins installed on the node (``plugin_checks``);
+- the RDMA ports in sysfs (``read_network``, navarch.agent.network).
 
 ``FileHost`` is the real machine, configured by agent.yaml. The simulator hands each
 simulated node its own in-memory host (navarch.simulate.node), so a simulated report comes
@@ -36,6 +37,7 @@ from navarch.agent.host_readings import (
     read_aer_counters,
     read_clock,
 )
+from navarch.agent.network import INFINIBAND, PortReading, read_ports
 from navarch.agent.state import AgentState, load_state, save_state
 from navarch.report.compat import UTC
 from navarch.report.health_report import NoticeKind, NoticeSource, ReportNotice
@@ -82,6 +84,11 @@ class NodeHost(Protocol):
 
     def gpu_reset_pending(self) -> bool:
         """True when the GPUs were reset since the last run (latched XIDs start afresh)."""
+        ...
+
+    def read_network(self) -> tuple[PortReading, ...] | None:
+        """The node's RDMA ports (navarch.agent.network.read_ports), or None when the
+        ports are not read (a simulated node)."""
         ...
 
     def plugin_checks(
@@ -310,6 +317,17 @@ class FileHost:
         for err in errors:
             log.info("metadata_unreachable", extra={"fields": {"error": err}})
         return found.to_json() if found else None
+
+    def read_network(self) -> tuple[PortReading, ...] | None:
+        """The ports under config.infiniband_dir, else /sys/class/infiniband; None under
+        the fake backend without infiniband_dir (the laptop's ports are not the node's)."""
+        from navarch.agent.gpu import fake_requested
+
+        if self.config.infiniband_dir:
+            return read_ports(self.config.infiniband_dir)
+        if fake_requested(self.config.fake_gpu):
+            return None
+        return read_ports(INFINIBAND)
 
     def save_state(self, state: AgentState) -> None:
         """navarch.agent.state.save_state (atomic). Raises OSError."""

@@ -24,9 +24,9 @@ Report rules (docs/design.md, Health report; schemas/health-report.schema.json):
 (``choose_backend``; every NVML call under a deadline, navarch.agent.deadline), ask the
 fabric manager (navarch.agent.fabric), run the checks (``boot_check``, ``probe_checks``,
 ``gpu_checks`` over ``GPU_CHECKS``, ``fabric_manager_checks``, ``kernel_log_check``,
-``xid_checks``, ``host_signals.evaluate`` over the kernel log's lines, then navarch.checks
-plugins: ``plugin_checks``), name each finding's GPU (``name_gpus``), count each fault's
-boots (``count_faults``) and
+``xid_checks``, ``host_signals.evaluate`` over the kernel log's lines, navarch.agent.network's
+``network_checks``, then navarch.checks plugins: ``plugin_checks``), name each finding's GPU
+(``name_gpus``), count each fault's boots (``count_faults``) and
 consecutive checks (``count_streaks``), read a notice (``NodeHost.read_notice``), decide
 whether the report is due (``change_digest``, ``report_due``) and if so choose its sequence
 (``next_sequence``), save the state (``persist_state``), sign (``build_report``) and write
@@ -66,6 +66,7 @@ from navarch.agent.host import FileHost, NodeHost
 from navarch.agent.latched import event_from_json as _event_from_json
 from navarch.agent.latched import event_to_json as _event_to_json
 from navarch.agent.latched import trim_events
+from navarch.agent.network import expectation_for, network_checks
 from navarch.agent.state import AgentState, prune_faults
 from navarch.report.acceptance import AcceptanceRun
 from navarch.report.compat import UTC
@@ -600,6 +601,7 @@ class NodeObservation:
     verdict_checks: int
     host_signals: Mapping[str, Any] = field(default_factory=dict)
     nvml_errors: int = 0
+    network: dict[str, Any] = field(default_factory=dict)
 
     def next_state(self, sequence: int, boot_id: str, written: Mapping[str, Any]) -> AgentState:
         """The state this check leaves. ``written`` stays the last write's until the store
@@ -616,6 +618,7 @@ class NodeObservation:
             written=dict(written),
             host_signals=dict(self.host_signals),
             nvml_errors=self.nvml_errors,
+            network=self.network,
         )
 
 
@@ -662,6 +665,9 @@ def observe_node(
         *xid_checks(xids.latched, {g.pci_bus_id: g.index for g in probe.gpus}),
         *hosted.checks,
     ]
+    ports, expected = host.read_network(), expectation_for(config)
+    net, network = network_checks(ports, expected, state.network, xids.lines, now.timestamp())
+    checks += net
     checks += host.plugin_checks(config, boot_id, gpu_readings(probe), checks)
     checks = name_gpus(checks, probe)
     faults = _faults_with_earlier_boots(state.faults, xids.earlier_boots, now)
@@ -681,6 +687,7 @@ def observe_node(
         verdict_checks=streaks[verdict],
         host_signals=hosted.state,
         nvml_errors=transient,
+        network=network,
     )
 
 

@@ -3,7 +3,8 @@
 Holds the report sequence, the last report written (when, and its change digest: the
 agent writes on change or heartbeat), each fault's consecutive checks, the kernel-log position (journal cursor, kmsg sequence or text
 file offset), counter baselines per GPU UUID (for rates), this boot's latched XID events,
-and the boots in which each kind of fault was seen (reported as boots_seen).
+the boots in which each kind of fault was seen (reported as boots_seen), and the network
+checks' port states, counter buckets and held faults (navarch.agent.network).
 
 Written atomically (temporary file in the same directory, fsync, ``os.replace``), so a
 reader sees the old or the new state, never a mix. A missing or corrupt file is never
@@ -62,6 +63,9 @@ class AgentState:
               empty when none ran (navarch.agent.burn_in)
     host_signals: this boot's host signals (navarch.agent.host_signals.evaluate): counted
               occurrences per kind within their windows, latched kinds, AER baselines
+    network: navarch.agent.network.network_checks's block: {"ports": {port: {"up",
+              "counted", "link_downed", "flips"}}, "counters": {"<port> <counter>": {"value",
+              "tokens", "at_s"}}, "sticky": {kind: {"until_s", "seen_s", "check"}}}
     """
 
     sequence: int = 0
@@ -75,6 +79,7 @@ class AgentState:
     acceptance: Mapping[str, Any] = field(default_factory=dict)
     host_signals: Mapping[str, Any] = field(default_factory=dict)
     nvml_errors: int = 0
+    network: Mapping[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         extra = {"nvml_errors": self.nvml_errors} if self.nvml_errors else {}
@@ -91,6 +96,7 @@ class AgentState:
             "written": dict(self.written),
             "acceptance": dict(self.acceptance),
             "host_signals": dict(self.host_signals),
+            "network": dict(self.network),
         }
 
     @classmethod
@@ -117,6 +123,7 @@ class AgentState:
             acceptance=dict(doc.get("acceptance") or {}),
             host_signals=dict(doc.get("host_signals") or {}),
             nvml_errors=int(doc.get("nvml_errors") or 0),
+            network=dict(doc.get("network") or {}),
         )
 
 

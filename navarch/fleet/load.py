@@ -44,6 +44,7 @@ from navarch.fleet.spec import (
     FleetSpec,
     HealthPolicy,
     MetricsSpec,
+    NetworkPolicy,
     Placement,
     PlaceSpec,
     PoolSpec,
@@ -653,6 +654,12 @@ def _health(
         block_fault_after=h["block_fault_after"],
         block_fault_window_s=parse_duration_s(h["block_fault_window"]),
         check_every_s=_check_every_s(name, h, fail),
+        network=NetworkPolicy(
+            h.get("network", {}).get("ports"),
+            None
+            if h.get("network", {}).get("rate_gbps") is None
+            else float(h["network"]["rate_gbps"]),
+        ),
     )
     if list(health.remediation) != sorted(health.remediation, key=lambda r: r.rank):
         raise fail(

@@ -104,6 +104,11 @@ _KIND_CLASS: tuple[tuple[str, FaultClass], ...] = (
     ("host_storage:", FaultClass.HOST_STORAGE),
     ("pcie:", FaultClass.PCIE),
     ("clock:", FaultClass.CLOCK),
+    # navarch.agent.network: ib_port_down, ib_rate, ib_link_flap, ib_counter:<name>,
+    # efa_counter:<name>, mlx5:<event>
+    ("ib_", FaultClass.NETWORK),
+    ("efa_counter:", FaultClass.NETWORK),
+    ("mlx5:", FaultClass.NETWORK),
 )
 
 
@@ -201,6 +206,14 @@ def _builtin() -> tuple[RemedyRow, ...]:
             "gpud fabric-manager component (fabric state, health mask, fabricmanager.log "
             "fatal NVSwitch errors); NVIDIA Fabric Manager user guide (a fatal NVSwitch "
             "error needs the GPUs reset and the fabric re-trained: a reboot does both)",
+        ),
+        RemedyRow(
+            FaultClass.NETWORK.value,
+            "gpud infiniband: ports below the expected count or rate and flaps (3 in a "
+            "window) are unhealthy, held 10m, and call for hardware inspection; EKS node "
+            "monitoring agent: EFA error counters over their rate limit are a Warning. "
+            "One reboot re-trains the link; a repeat is hardware",
+            max_in_place=1,
         ),
         RemedyRow(
             FaultClass.HOST_DOWN.value,

@@ -77,6 +77,21 @@ class ZonePolicy(StrEnum):
 
 
 @dataclass(frozen=True)
+class NetworkPolicy:
+    """health.network: RDMA ports that must be ACTIVE at rate_gbps (Gb/s) or more on every
+    node of the pool; None: not set (the agent falls back to the burn-in expectation)."""
+
+    ports: int | None = None
+    rate_gbps: float | None = None
+
+    def to_agent(self) -> dict[str, Any] | None:
+        """As agent.yaml's ``network`` mapping; None when neither is set."""
+        if self.ports is None and self.rate_gbps is None:
+            return None
+        return {"ports": self.ports, "rate_gbps": self.rate_gbps}
+
+
+@dataclass(frozen=True)
 class HealthPolicy:
     """A pool's health policy; durations in seconds."""
 
@@ -110,6 +125,8 @@ class HealthPolicy:
     #: The agent's check period on the pool's nodes (its systemd timer's OnUnitActiveSec):
     #: the wait a fault's first report adds to the reaction time.
     check_every_s: int = 30
+    #: health.network: the RDMA ports the agent holds each node to while it serves
+    network: NetworkPolicy = NetworkPolicy()
 
     def rule_sets(self) -> tuple[tuple[Rule, ...], ...]:
         """The rule sets navarch.fleet.policy.evaluate() takes: the pool's, then the fleet's."""

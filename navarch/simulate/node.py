@@ -27,6 +27,7 @@ from navarch.agent.config import AgentConfig
 from navarch.agent.gpu import FakeFaults, FakeGpuBackend, GpuProbe
 from navarch.agent.host import notice_from_doc
 from navarch.agent.host_readings import HostReadings
+from navarch.agent.network import PortReading
 from navarch.agent.runner import run_once
 from navarch.agent.state import AgentState
 from navarch.report import xid
@@ -106,6 +107,10 @@ class SimHost:
     def read_notice(self, now: datetime) -> dict[str, Any] | None:
         """The spot notice the world gave the node, as the agent reads a notice file."""
         return notice_from_doc(dict(self.notice)) if self.notice is not None else None
+
+    def read_network(self) -> tuple[PortReading, ...] | None:
+        """A simulated node has no RDMA ports to read."""
+        return None
 
     def save_state(self, state: AgentState) -> None:
         """Keep the state for the next run (memory never fails to write)."""

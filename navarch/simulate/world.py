@@ -108,6 +108,7 @@ class SimNode:
     lemon: bool = False
     busy: bool = False  # GPU processes run
     cordoned: bool = False  # navarch's cordon holds (the scheduler places no work)
+    released: bool = True  # the planner let work onto it (in a pool with acceptance: passed)
     work_pending: bool = False  # a job start or end is scheduled
     notice_s: float | None = None
     silent_since: float | None = None  # the agent crashed: it runs nothing ...
@@ -290,6 +291,7 @@ class World:
             n.latent = draw_latent(self.stream("doa", n.node), self.scenario.doa_rate)
         if n.pool in self.acceptance:
             n.agent.set_latent(n.latent)
+            n.released = False  # no work until the planner passes its burn-in
         n.fault_s = None
         if n.up_at is not None:
             self.schedule(n.up_at, "boot_done", n.node, n.epoch)
@@ -404,7 +406,7 @@ class World:
         n.anchor_s = math.ceil(self.t) + phase_s
         n.first_report_s = None
         self.activate(n)
-        if not n.cordoned:
+        if not n.cordoned and n.released:
             self._schedule_work(n, start=True)
 
     def _on_signal(self, name: str, iid: str, kind: str) -> None:
@@ -446,7 +448,7 @@ class World:
         if n is None:
             return
         n.work_pending = False
-        if start and (n.cordoned or not n.up(self.t)):
+        if start and (n.cordoned or not n.released or not n.up(self.t)):
             return
         if n.busy != start:
             # Caught up first: a heartbeat due before now read the jobs as they were then.
@@ -665,9 +667,20 @@ class World:
         n.work_pending = True
         self.schedule(self.t + delay_s, "work", n.node, n.epoch, start)
 
+    def release(self, n: SimNode) -> None:
+        """The planner lets work onto n (a run saw it past burn-in, not a spare): jobs
+        start on it unless a cordon holds. The world starts jobs only on released nodes."""
+        if n.released:
+            return
+        n.released = True
+        if not n.cordoned and n.up(self.t):
+            self._schedule_work(n, start=True)
+
     def cordoned(self, n: SimNode, on: bool) -> None:
-        """navarch cordoned (on) or uncordoned n: its jobs end, or new ones start."""
+        """navarch cordoned (on) or uncordoned n: its jobs end, or new ones start (an
+        uncordon releases the node)."""
         n.cordoned = on
+        n.released = n.released or not on
         n.work_pending = False
         self._schedule_work(n, start=not on)
 

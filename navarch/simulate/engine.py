@@ -6,8 +6,8 @@ its own cadence between runs (navarch.simulate.world), and measure the outcome.
 Event-driven and exact: the world's events (faults at continuous times, boots, jobs, the
 cloud's status, agent checks of active nodes) run in time order between the ticks. A
 tick is skipped when the world is clean (the last executed run planned nothing and found
-every node serving; see _Tally._clean) and nothing happened since: that run would plan
-nothing again. Before a run is executed, every quiescent node's latest heartbeat is
+every node serving, or held as one of its pool's declared warm spares; see _Tally._clean)
+and nothing happened since: that run would plan nothing again. Before a run is executed, every quiescent node's latest heartbeat is
 materialised (World.catch_up_all). ``simulate(lazy=False)`` runs every check and every
 tick; tests/simulate prove both give the same document.
 
@@ -410,7 +410,9 @@ class _Tally:
 
     def declared_spares(self) -> int:
         """The spares the pools declare (nodes.spares, less what max leaves above target)."""
-        return sum(max(0, min(p.spare_nodes, p.max_nodes - p.target_nodes)) for p in self.spec.pools)
+        return sum(
+            max(0, min(p.spare_nodes, p.max_nodes - p.target_nodes)) for p in self.spec.pools
+        )
 
     def _spare_refill(self, count: int) -> None:
         """Each spell with fewer spares than the pools declare (nodes.spares), from the

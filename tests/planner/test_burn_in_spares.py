@@ -56,7 +56,9 @@ def _observe(
     inv, reports = [], {}
     for name, run in runs.items():
         inv.append(instance("f", "p", name, launched_at=NOW - timedelta(minutes=10)))
-        s = replace(summary(sequence=sequence, generated_at=NOW - timedelta(seconds=10)), acceptance=run)
+        s = replace(
+            summary(sequence=sequence, generated_at=NOW - timedelta(seconds=10)), acceptance=run
+        )
         reports[name] = observation(name, "p", s)
     return observe(spec, inv, reports, mem or memory("f"), NOW)
 

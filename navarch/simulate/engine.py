@@ -29,7 +29,7 @@ from typing import Any
 from navarch.errors import NavarchError
 from navarch.fleet.spec import FleetSpec
 from navarch.outcome import Outcome, RunResult
-from navarch.planner.model import ActionKind, ActionReason, Lifecycle, Phase
+from navarch.planner.model import READY, ActionKind, ActionReason, Lifecycle, Phase
 from navarch.reconcile.run import Fleet, run_apply
 from navarch.report.compat import StrEnum
 from navarch.report.health import Status
@@ -280,9 +280,13 @@ class _Tally:
         )
         self._spare_refill(len(self.spares))
         self.burn.after_run(self.world, result.plan.views, promoted)
-        for name in sorted(self.burn.ready - self.spares):
-            node = self.world.by_name.get(name)
-            if node is not None and node.pool in self.burn.pools:
+        for v in result.plan.views:
+            node = self.world.by_name.get(v.node)
+            if (
+                v.lifecycle in READY
+                and node is not None
+                and node.instance.instance_id in self.world.nodes
+            ):
                 self.world.release(node)
         per_pool = Counter(nm.pool for nm in result.memory.nodes if nm.phase is not Phase.NONE)
         self.peak_disrupted = max([self.peak_disrupted, *per_pool.values()])
@@ -532,6 +536,7 @@ def simulate(scenario: Scenario, seed: int | None = None, lazy: bool = True) -> 
         world, spec, sum(p.target_nodes for p in spec.pools), scenario.reconcile_period_s
     )
     world.acceptance = {p.name: p.acceptance for p in spec.pools if p.acceptance is not None}
+    world.gated = frozenset(world.acceptance) | {p.name for p in spec.pools if p.spare_nodes > 0}
     tally.burn = BurnInTally(frozenset(world.acceptance))
     world.on_fault = tally.on_fault
     events = EventRuns(world, scenario.events) if scenario.events is not None else None

@@ -195,6 +195,9 @@ class World:
         )
         #: pool -> its acceptance suite (the agent's config, as cloud-init renders it)
         self.acceptance: dict[str, AcceptancePolicy] = {}
+        #: pools whose new nodes take no work until the planner releases them (burn-in or
+        #: warm spares: the planner decides which new node serves and which waits)
+        self.gated: frozenset[str] = frozenset()
 
     # -- clock, streams, queue -------------------------------------------------------------
     def clock(self) -> datetime:
@@ -291,7 +294,8 @@ class World:
             n.latent = draw_latent(self.stream("doa", n.node), self.scenario.doa_rate)
         if n.pool in self.acceptance:
             n.agent.set_latent(n.latent)
-            n.released = False  # no work until the planner passes its burn-in
+        # No work until the planner passes its burn-in or leaves it out of the spare set.
+        n.released = n.pool not in self.gated
         n.fault_s = None
         if n.up_at is not None:
             self.schedule(n.up_at, "boot_done", n.node, n.epoch)
@@ -668,8 +672,9 @@ class World:
         self.schedule(self.t + delay_s, "work", n.node, n.epoch, start)
 
     def release(self, n: SimNode) -> None:
-        """The planner lets work onto n (a run saw it past burn-in, not a spare): jobs
-        start on it unless a cordon holds. The world starts jobs only on released nodes."""
+        """The planner lets work onto n (a run saw it serving: past burn-in, not held as
+        a spare): jobs start on it unless a cordon holds. In a gated pool the world starts
+        jobs only on released nodes."""
         if n.released:
             return
         n.released = True

@@ -7,10 +7,13 @@ tests/support; they start only when a test asks for them.
 Tiers: a test that starts a daemon or needs a system package is marked `system`
 (pytest_collection_modifyitems below, from the fixtures it uses; an explicit
 `@pytest.mark.system` where no fixture tells), so `pytest -m "not system"` runs the fast
-tier alone.
+tier alone. A test marked `slow` (minutes of CPU: a shipped simulator scenario run in full)
+is the nightly tier: skipped unless NAVARCH_NIGHTLY=1, so the CI suite stays in its budget
+(`NAVARCH_NIGHTLY=1 python3 -m pytest -m slow` runs it).
 """
 
 import gc
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -86,8 +89,12 @@ DAEMON_FIXTURES = frozenset(
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark `system` every test that uses a fixture of DAEMON_FIXTURES."""
+    """Mark `system` every test that uses a fixture of DAEMON_FIXTURES; skip `slow` ones
+    (the nightly tier) unless NAVARCH_NIGHTLY=1."""
+    nightly = os.environ.get("NAVARCH_NIGHTLY") == "1"
     for item in items:
+        if not nightly and item.get_closest_marker("slow") is not None:
+            item.add_marker(pytest.mark.skip(reason="nightly tier: set NAVARCH_NIGHTLY=1"))
         names = set(getattr(item, "fixturenames", ()))
         callspec = getattr(item, "callspec", None)
         if callspec is not None:

@@ -24,8 +24,12 @@ the scheduler's actions, after the spares stage (which may hold a passed node as
   image, no replacement would (a new node boots the same image).
 
 Only pools whose cordon reaches a scheduler (scheduler slurm or kubernetes, or a cordon
-playbook of the pool's own) are cordoned: with scheduler none nothing would take work off
-the node, and the lifecycle already keeps it from counting as serving. An open circuit
+playbook of the pool's own) or that keep warm spares are cordoned: with scheduler none
+and no spares nothing would take work off the node, and the lifecycle already keeps it
+from counting as serving. A pool with spares records the cordon even with scheduler none
+(whatever places work reads it from navarch): a node that took work while burning in is
+busy when it passes, and the spares stage holds only idle nodes, so the spare set would
+never refill. An open circuit
 breaker holds the burn-in cordon back, as every new cordon (docs/design.md, Safety rules, rule 4);
 the uncordon and the peer test only add capacity or knowledge and go whatever the breaker.
 
@@ -70,7 +74,7 @@ def burn_in_stage(ctx: PoolContext, prog: Progress) -> StageResult:
         return StageResult(prog)
     spares = not_serving(ctx, prog)
     busy = prog.taken | set(prog.leaving)
-    in_scheduler = cordons_in_scheduler(ctx.pool)
+    in_scheduler = cordons_in_scheduler(ctx.pool) or ctx.pool.spare_nodes > 0
     actions: list[Action] = []
     for v in ctx.views:
         if v.node in busy or v.orphan:

@@ -19,6 +19,13 @@ replacement, if it came up, is then the pool's surplus). Until one or the other,
 cordoned, and the plan says so: an operator who knows the host is gone names it in
 `apply --replace NODE`. The retirement of orphans and `destroy` are the operator's
 decisions, not evidence about health: neither runs this stage.
+
+A node cordoned because no first report came within boot_timeout was missing data too: a
+slow boot looks the same until it reports. When its first report arrives before it is
+terminated (fresh, made after the cordon, not unhealthy), it returns to service the same
+way; without one it leaves through the terminate stage as before (a host that never boots
+writes nothing, and boot_timeout is what ends it). In a pool with an acceptance suite it
+leaves as before: returning it would skip its burn-in.
 """
 
 from __future__ import annotations
@@ -66,6 +73,35 @@ def evidence(ctx: PoolContext, v: NodeView) -> str | None:
     return None
 
 
+def _late_first_report(ctx: PoolContext, v: NodeView, taken: set[str]) -> bool:
+    """Whether v, cordoned because no report came within boot_timeout, has now reported
+    (fresh, made after the cordon, not unhealthy) and nothing else holds it: no evidence,
+    no `--replace`, not taken by an earlier stage this run, and no acceptance suite in its
+    pool (a first report past boot_timeout there may carry an unjudged burn-in)."""
+    return (
+        ctx.pool.acceptance is None  # an uncordon here would skip the node's burn-in
+        and v.cordon is not None
+        and v.cordon.cause is ActionReason.BOOT_TIMEOUT
+        and v.lifecycle in _OUT
+        and v.node not in taken
+        and v.node not in ctx.options.replace
+        and evidence(ctx, v) is None
+        and _fresh_since_cordon(ctx, v)
+    )
+
+
+def _returned(ctx: PoolContext, v: NodeView, why: str) -> Action:
+    """The uncordon (RECOVERED) of a node whose missing reports were doubt, not a fault."""
+    return Action(
+        ActionKind.UNCORDON,
+        ctx.pool.name,
+        v.node,
+        f"{why} ({v.reason}); the cloud lists it running: it was doubt, not a fault",
+        instance_id=iid(v),
+        action_reason=ActionReason.RECOVERED,
+    )
+
+
 def silence_stage(ctx: PoolContext, prog: Progress) -> StageResult:
     """Silent-cordoned nodes (Cordon.silent) out of service: uncordon the ones
     that report again (fresh, made after the cordon, not unhealthy; the breaker does not
@@ -76,6 +112,10 @@ def silence_stage(ctx: PoolContext, prog: Progress) -> StageResult:
     pending: list[str] = []
     taken = set(prog.taken)
     for v in ctx.views:
+        if _late_first_report(ctx, v, taken):
+            taken.add(v.node)
+            actions.append(_returned(ctx, v, "its first report came after boot_timeout's cordon"))
+            continue
         if (
             v.cordon is None
             or not v.cordon.silent
@@ -87,17 +127,7 @@ def silence_stage(ctx: PoolContext, prog: Progress) -> StageResult:
             continue
         taken.add(v.node)
         if _fresh_since_cordon(ctx, v):
-            actions.append(
-                Action(
-                    ActionKind.UNCORDON,
-                    ctx.pool.name,
-                    v.node,
-                    f"reports again after its silence ({v.reason}); the cloud lists it "
-                    "running: it was doubt, not a fault",
-                    instance_id=iid(v),
-                    action_reason=ActionReason.RECOVERED,
-                )
-            )
+            actions.append(_returned(ctx, v, "reports again after its silence"))
             continue
         silent_s = v.report_age_s
         since = f" for {format_duration_s(silent_s)}" if silent_s is not None else ""

@@ -6,8 +6,8 @@ its own cadence between runs (navarch.simulate.world), and measure the outcome.
 Event-driven and exact: the world's events (faults at continuous times, boots, jobs, the
 cloud's status, agent checks of active nodes) run in time order between the ticks. A
 tick is skipped when the world is clean (the last executed run planned nothing and found
-every node serving; see _Tally._clean) and nothing happened since: that run would plan
-nothing again. Before a run is executed, every quiescent node's latest heartbeat is
+every node serving, or held as one of its pool's declared warm spares; see _Tally._clean)
+and nothing happened since: that run would plan nothing again. Before a run is executed, every quiescent node's latest heartbeat is
 materialised (World.catch_up_all). ``simulate(lazy=False)`` runs every check and every
 tick; tests/simulate prove both give the same document.
 
@@ -30,7 +30,7 @@ from typing import Any
 from navarch.errors import NavarchError
 from navarch.fleet.spec import FleetSpec
 from navarch.outcome import Outcome, RunResult
-from navarch.planner.model import ActionKind, ActionReason, Lifecycle, Phase
+from navarch.planner.model import READY, ActionKind, ActionReason, Lifecycle, Phase
 from navarch.reconcile.run import Fleet, run_apply
 from navarch.report.compat import StrEnum
 from navarch.report.health import Status
@@ -133,8 +133,7 @@ class _Tally:
     uncordoned_at: dict[str, float] = field(default_factory=dict)  # node -> last uncordon
     spares: frozenset[str] = frozenset()  # nodes the last plan saw as warm spares
     spare_s: float = 0.0  # spare instance-seconds
-    spare_peak: int = 0  # most spares the plans have seen at once
-    spares_short_since: float | None = None  # fewer spares than the peak since then
+    spares_short_since: float | None = None  # fewer spares than declared since then
     spare_refills: list[float] = field(default_factory=list)  # seconds to refill each time
     full_since: float | None = None  # the pool serves its full size since then
     full_spans: list[tuple[float, float]] = field(default_factory=list)
@@ -282,6 +281,14 @@ class _Tally:
         )
         self._spare_refill(len(self.spares))
         self.burn.after_run(self.world, result.plan.views, promoted)
+        for v in result.plan.views:
+            node = self.world.by_name.get(v.node)
+            if (
+                v.lifecycle in READY
+                and node is not None
+                and node.instance.instance_id in self.world.nodes
+            ):
+                self.world.release(node)
         per_pool = Counter(nm.pool for nm in result.memory.nodes if nm.phase is not Phase.NONE)
         self.peak_disrupted = max([self.peak_disrupted, *per_pool.values()])
         self.clean = self._clean(result)
@@ -289,8 +296,9 @@ class _Tally:
     def _clean(self, result: RunResult) -> bool:
         """Whether the next runs would plan nothing while no event happens: this run
         planned no action and no halt, Memory holds every node serving on a healthy report,
-        every pool is at its target with every node booted, reported and live (no fault,
-        notice, impairment, cordon, outage), and no pool has scheduled diagnostics."""
+        every pool is at its target and holds its declared spares, with every node booted,
+        reported and live (no fault, notice, impairment, outage, and no cordon but a warm
+        spare's), and no pool has scheduled diagnostics."""
         w = self.world
         plan = result.plan
         if plan.actions or plan.halts or plan.breaker_open:
@@ -303,8 +311,14 @@ class _Tally:
             z.at_s <= w.t < z.at_s + z.for_s for z in w.scenario.zone_outages
         ):
             return False
-        per_pool = Counter(n.pool for n in w.nodes.values())
-        if any(per_pool.get(p.name, 0) != p.target_nodes for p in self.spec.pools):
+        # A pool holding its declared spares is at rest: the spares are extra, cordoned nodes.
+        spares = Counter(w.by_name[s].pool for s in self.spares if s in w.by_name)
+        per_pool = Counter(n.pool for n in w.nodes.values() if n.node not in self.spares)
+        if any(
+            per_pool.get(p.name, 0) != p.target_nodes
+            or spares.get(p.name, 0) != min(p.spare_nodes, p.max_nodes - p.target_nodes)
+            for p in self.spec.pools
+        ):
             return False
         if len(result.memory.nodes) != len(w.nodes):
             return False
@@ -318,7 +332,7 @@ class _Tally:
             and n.first_report_s is not None
             and n.fault is None
             and n.notice_s is None
-            and not n.cordoned
+            and (not n.cordoned or n.node in self.spares)
             and not n.instance.cloud_status.impaired
             and n.silent_since is None
             and not w.cut_off(n)
@@ -399,14 +413,21 @@ class _Tally:
                 }
             )
 
+    def declared_spares(self) -> int:
+        """The spares the pools declare (nodes.spares, less what max leaves above target)."""
+        return sum(
+            max(0, min(p.spare_nodes, p.max_nodes - p.target_nodes)) for p in self.spec.pools
+        )
+
     def _spare_refill(self, count: int) -> None:
-        """Each spell with fewer spares than the most seen at once: how long until the
-        spare set is whole again (a promotion, then a launch, boot and burn-in)."""
+        """Each spell with fewer spares than the pools declare (nodes.spares), from the
+        time the fleet first served its target: how long until the spare set is whole
+        again (a promotion, then a launch, boot and burn-in)."""
         t = self.world.t
-        self.spare_peak = max(self.spare_peak, count)
-        if count < self.spare_peak and self.spares_short_since is None:
+        declared = self.declared_spares()
+        if count < declared and self.warm and self.spares_short_since is None:
             self.spares_short_since = t
-        elif count >= self.spare_peak and self.spares_short_since is not None:
+        elif count >= declared and self.spares_short_since is not None:
             self.spare_refills.append(round(t - self.spares_short_since, 3))
             self.spares_short_since = None
 
@@ -522,6 +543,7 @@ def simulate(
         world, spec, sum(p.target_nodes for p in spec.pools), scenario.reconcile_period_s
     )
     world.acceptance = {p.name: p.acceptance for p in spec.pools if p.acceptance is not None}
+    world.gated = frozenset(world.acceptance) | {p.name for p in spec.pools if p.spare_nodes > 0}
     tally.burn = BurnInTally(frozenset(world.acceptance))
     world.on_fault = tally.on_fault
     events = EventRuns(world, scenario.events) if scenario.events is not None else None
@@ -746,6 +768,10 @@ def _cost_keys(scenario: Scenario, t: _Tally) -> dict[str, Any]:
         "spare_instance_hours": round(t.spare_s / 3600, 3),
         "spare_refill_s": t.spare_refills,
         "max_spare_refill_s": max(t.spare_refills) if t.spare_refills else None,
+        # A spell still short at the end (the set never refilled): its length so far.
+        "spare_refill_open_s": None
+        if t.spares_short_since is None
+        else round(scenario.duration_s - t.spares_short_since, 3),
         "cost_usd": round(sum(h * prices.get(k, 0.0) for k, h in inst_h.items()), 2),
     }
 

@@ -108,6 +108,7 @@ class SimNode:
     lemon: bool = False
     busy: bool = False  # GPU processes run
     cordoned: bool = False  # navarch's cordon holds (the scheduler places no work)
+    released: bool = True  # the planner let work onto it (in a pool with acceptance: passed)
     work_pending: bool = False  # a job start or end is scheduled
     notice_s: float | None = None
     silent_since: float | None = None  # the agent crashed: it runs nothing ...
@@ -196,6 +197,9 @@ class World:
         )
         #: pool -> its acceptance suite (the agent's config, as cloud-init renders it)
         self.acceptance: dict[str, AcceptancePolicy] = {}
+        #: pools whose new nodes take no work until the planner releases them (burn-in or
+        #: warm spares: the planner decides which new node serves and which waits)
+        self.gated: frozenset[str] = frozenset()
 
     # -- clock, streams, queue -------------------------------------------------------------
     def clock(self) -> datetime:
@@ -292,6 +296,8 @@ class World:
             n.latent = draw_latent(self.stream("doa", n.node), self.scenario.doa_rate)
         if n.pool in self.acceptance:
             n.agent.set_latent(n.latent)
+        # No work until the planner passes its burn-in or leaves it out of the spare set.
+        n.released = n.pool not in self.gated
         n.fault_s = None
         if n.up_at is not None:
             self.schedule(n.up_at, "boot_done", n.node, n.epoch)
@@ -406,7 +412,7 @@ class World:
         n.anchor_s = math.ceil(self.t) + phase_s
         n.first_report_s = None
         self.activate(n)
-        if not n.cordoned:
+        if not n.cordoned and n.released:
             self._schedule_work(n, start=True)
 
     def _on_signal(self, name: str, iid: str, kind: str) -> None:
@@ -448,7 +454,7 @@ class World:
         if n is None:
             return
         n.work_pending = False
-        if start and (n.cordoned or not n.up(self.t)):
+        if start and (n.cordoned or not n.released or not n.up(self.t)):
             return
         if n.busy != start:
             # Caught up first: a heartbeat due before now read the jobs as they were then.
@@ -669,9 +675,21 @@ class World:
         n.work_pending = True
         self.schedule(self.t + delay_s, "work", n.node, n.epoch, start)
 
+    def release(self, n: SimNode) -> None:
+        """The planner lets work onto n (a run saw it serving: past burn-in, not held as
+        a spare): jobs start on it unless a cordon holds. In a gated pool the world starts
+        jobs only on released nodes."""
+        if n.released:
+            return
+        n.released = True
+        if not n.cordoned and n.up(self.t):
+            self._schedule_work(n, start=True)
+
     def cordoned(self, n: SimNode, on: bool) -> None:
-        """navarch cordoned (on) or uncordoned n: its jobs end, or new ones start."""
+        """navarch cordoned (on) or uncordoned n: its jobs end, or new ones start (an
+        uncordon releases the node)."""
         n.cordoned = on
+        n.released = n.released or not on
         n.work_pending = False
         self._schedule_work(n, start=not on)
 

@@ -232,6 +232,18 @@ def test_the_event_driven_engine_gives_the_exhaustive_document() -> None:
     assert to_json(lazy) == to_json(full)
 
 
+def test_the_event_driven_engine_skips_the_ticks_of_a_pool_holding_its_spares_exactly() -> None:
+    # busy.yaml with two warm spares: a pool holding its declared spares is at rest, so
+    # ticks are skipped as without spares, and the document is the exhaustive engine's.
+    scenario = dataclasses.replace(load_scenario(HERE / "busy-spares.yaml"), duration_s=5 * 3600)
+    lazy, full = simulate(scenario), simulate(scenario, lazy=False)
+    assert lazy["faults"] >= 3 and lazy["served_by"].get("spare", 0) >= 1
+    assert lazy["spare_instance_hours"] > 0
+    assert lazy["engine"]["runs_executed"] * 3 < full["engine"]["runs_executed"] * 2
+    lazy.pop("engine"), full.pop("engine")
+    assert to_json(lazy) == to_json(full)
+
+
 def test_two_policies_on_one_seed_face_the_same_faults(tmp_path: Path) -> None:
     # Common random numbers: the fault schedule comes from streams of its own, so a
     # reboot-first ladder and replace-only see the same faults on the same initial nodes

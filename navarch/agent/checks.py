@@ -25,8 +25,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from navarch.agent.gpu import GpuProbe, ProbeErrorKind
-from navarch.agent.kernel_log import XidEvent
+from navarch.agent.gpu import FakeGpuBackend, GpuProbe, InjectedFinding, ProbeErrorKind
+from navarch.agent.kernel_log import HostSignal, XidEvent
 from navarch.report.health import FaultKey, Remedy, Status, fault_kind
 from navarch.report.health_report import ReportCheck
 from navarch.report.xid import Severity
@@ -39,6 +39,8 @@ __all__ = [
     "gpu_count_check",
     "handle_checks",
     "xid_checks",
+    "host_signal_checks",
+    "injected_checks",
     "SEVERITY_STATUS",
 ]
 
@@ -256,3 +258,48 @@ def xid_checks(events: Sequence[XidEvent], bdf_to_index: Mapping[str, int]) -> l
     if not out:
         out.append(Check("xid", H, Remedy.NONE, "no XID events this boot"))
     return out
+
+
+def host_signal_checks(signals: Sequence[HostSignal]) -> list[Check]:
+    """One unhealthy check per kind among this run's host signals (soft lockups, read
+    from the kernel log by navarch.agent.kernel_log.parse_host_signals), the last line
+    as its message and the count in its evidence; none when there were none.
+
+    A soft lockup recommends a reboot: gpud's kmsg matcher and the EKS node monitoring
+    agent's kernel monitor both name it, and only a reboot frees a CPU the kernel saw stuck.
+    """
+    groups: dict[str, list[HostSignal]] = {}
+    for sig in signals:
+        groups.setdefault(sig.kind, []).append(sig)
+    return [
+        Check(
+            "host_signal",
+            U,
+            Remedy.REBOOT,
+            f"{kind} x{len(sigs)}: {sigs[-1].message}"[:1024],
+            evidence={**sigs[-1].evidence, "count": len(sigs), "line": sigs[-1].message},
+            fault_kind=kind,
+        )
+        for kind, sigs in groups.items()
+    ]
+
+
+def injected_checks(backend: object) -> list[Check]:
+    """The fake backend's injected findings (navarch.agent.gpu.InjectedFinding) as
+    checks, as the real check of that part of the machine would make them; none for
+    any other backend."""
+    findings: Sequence[InjectedFinding] = (
+        backend.faults.findings if isinstance(backend, FakeGpuBackend) else ()
+    )
+    return [
+        Check(
+            f.check,
+            f.status,
+            f.action,
+            f.message,
+            f.gpu_index,
+            {**f.evidence, "injected": True},
+            f.kind,
+        )
+        for f in findings
+    ]

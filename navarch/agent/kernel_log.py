@@ -35,7 +35,7 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -57,6 +57,8 @@ __all__ = [
     "read_journal",
     "read_kmsg",
     "read_text_file",
+    "HostSignal",
+    "parse_host_signals",
 ]
 
 #: Lines of the same (kind, BDF, code) closer than this are one event (gpu-health.md §3).
@@ -476,6 +478,60 @@ def read_text_file(
     return ReadResult(
         lines, {"offset": end, "sha256": hashlib.sha256(data[:end]).hexdigest()}, "file"
     )
+
+
+@dataclass(frozen=True)
+class HostSignal:
+    """A host fault named by one kernel line (not an XID): a soft lockup, so far.
+
+    kind: the fault kind (``soft_lockup``), its class in navarch.fleet.remedies;
+    message: the line without its prefix, clipped; evidence: what the line names (CPU,
+    seconds stuck, the task); time / uptime_s: the line's stamps, when it had them.
+    """
+
+    kind: str
+    message: str
+    evidence: Mapping[str, Any]
+    time: datetime | None = None
+    uptime_s: float | None = None
+
+
+# kernel/watchdog.c watchdog_timer_fn: pr_emerg("BUG: soft lockup - CPU#%d stuck for %us!
+# [%s:%d]\n", cpu, duration, current->comm, pid), behind pr_fmt "watchdog: " since 4.x;
+# anchored at the message's start so an audit or shell line quoting it is not one.
+_SOFT_LOCKUP = re.compile(
+    r"^(?:watchdog: )?BUG: soft lockup - CPU#(?P<cpu>\d+) stuck for (?P<secs>\d+)s! "
+    r"\[(?P<comm>.{0,64}):(?P<pid>\d+)\]"
+)
+
+
+def parse_host_signals(lines: Iterable[KernelLine]) -> list[HostSignal]:
+    """The host signals among kernel messages (prefixes split by the reader or here).
+
+    Matched: soft lockups (kernel/watchdog.c), kind ``soft_lockup``. Never raises.
+    """
+    out: list[HostSignal] = []
+    for line in lines:
+        if line.wall_time is None and line.uptime_s is None:
+            line = split_prefix(line.message)
+        m = _SOFT_LOCKUP.match(line.message.strip())
+        if m is None:
+            continue
+        out.append(
+            HostSignal(
+                "soft_lockup",
+                _clip(line.message),
+                {
+                    "cpu": int(m.group("cpu")),
+                    "stuck_s": int(m.group("secs")),
+                    "task": m.group("comm"),
+                    "pid": int(m.group("pid")),
+                },
+                line.wall_time,
+                line.uptime_s,
+            )
+        )
+    return out
 
 
 def parse_text(text: str | Sequence[str], *, now: datetime | None = None) -> list[XidEvent]:

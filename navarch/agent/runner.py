@@ -21,7 +21,8 @@ Report rules (docs/design.md, Health report; schemas/health-report.schema.json):
 
 ``run_once`` is a sequence of named steps: load the state, probe the GPUs (``choose_backend``), run the checks (``boot_check``,
 ``probe_checks``, ``gpu_checks`` over ``GPU_CHECKS``, ``kernel_log_check``,
-``xid_checks`` over ``read_xids``, then navarch.checks plugins: ``plugin_checks``), count each fault's boots (``count_faults``) and
+``xid_checks`` over ``read_xids``, ``host_signal_checks`` over the new kernel lines, the fake
+backend's ``injected_checks``, then navarch.checks plugins: ``plugin_checks``), count each fault's boots (``count_faults``) and
 consecutive checks (``count_streaks``), read a notice (``NodeHost.read_notice``), decide
 whether the report is due (``change_digest``, ``report_due``) and if so choose its sequence
 (``next_sequence``), save the state (``persist_state``), sign (``build_report``) and write
@@ -39,7 +40,14 @@ from typing import Any
 
 from navarch.agent import kernel_log as kl
 from navarch.agent.burn_in import ToolBench, tick_run
-from navarch.agent.checks import Check, CounterSample, probe_checks, xid_checks
+from navarch.agent.checks import (
+    Check,
+    CounterSample,
+    host_signal_checks,
+    injected_checks,
+    probe_checks,
+    xid_checks,
+)
 from navarch.agent.config import AgentConfig
 from navarch.agent.gpu import GpuBackend, GpuProbe, GpuSnapshot, ProbeError, ProbeErrorKind
 from navarch.agent.gpu_checks import HW_SLOWDOWN_WINDOW, gpu_checks, hw_slowdown
@@ -670,6 +678,8 @@ def observe_node(
         *gchecks,
         kernel_log_check(xids),
         *xid_checks(xids.latched, {g.pci_bus_id: g.index for g in probe.gpus}),
+        *host_signal_checks(kl.parse_host_signals(xids.lines)),
+        *injected_checks(backend),
     ]
     checks += host.plugin_checks(config, boot_id, gpu_readings(probe), checks)
     faults = _faults_with_earlier_boots(state.faults, xids.earlier_boots, now)

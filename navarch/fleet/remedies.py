@@ -95,6 +95,14 @@ _KIND_CLASS: tuple[tuple[str, FaultClass], ...] = (
     ("host_down", FaultClass.HOST_DOWN),
     ("offline", FaultClass.HOST_DOWN),
     ("instance_impaired", FaultClass.HOST_DOWN),
+    ("gpu_hung", FaultClass.GPU_HUNG),
+    ("ib_", FaultClass.NETWORK),
+    ("fabric", FaultClass.FABRIC),
+    ("soft_lockup", FaultClass.HOST_CPU),
+    ("host_memory", FaultClass.HOST_MEMORY),
+    ("nvme_", FaultClass.HOST_STORAGE),
+    ("pcie_", FaultClass.PCIE),
+    ("clock_unsynchronised", FaultClass.CLOCK),
 )
 
 

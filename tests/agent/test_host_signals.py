@@ -41,7 +41,7 @@ def test_a_soft_lockup_line_names_the_cpu_task_and_time_stuck(raw: str) -> None:
     "raw",
     [
         # An audit record quoting the words (an operator grepping for them).
-        'audit: type=1105 msg=\'cmd="grep BUG: soft lockup - CPU#3 stuck for 23s! [x:1]"\'',
+        "audit: type=1105 msg='cmd=\"grep BUG: soft lockup - CPU#3 stuck for 23s! [x:1]\"'",
         "python3[4242]: segfault at 0 ip 00007f error 4 in libc.so.6",
         "watchdog: watchdog0: watchdog did not stop!",
         "NMI watchdog: Watchdog detected hard LOCKUP on cpu 5",

@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from navarch.agent.gpu import FakeGpuBackend, GpuProbe, InjectedFinding, ProbeErrorKind
+from navarch.agent.gpu import FakeFaults, GpuProbe, InjectedFinding, ProbeErrorKind
 from navarch.agent.kernel_log import HostSignal, XidEvent
 from navarch.report.health import FaultKey, Remedy, Status, fault_kind
 from navarch.report.health_report import ReportCheck
@@ -287,10 +287,9 @@ def host_signal_checks(signals: Sequence[HostSignal]) -> list[Check]:
 def injected_checks(backend: object) -> list[Check]:
     """The fake backend's injected findings (navarch.agent.gpu.InjectedFinding) as
     checks, as the real check of that part of the machine would make them; none for
-    any other backend."""
-    findings: Sequence[InjectedFinding] = (
-        backend.faults.findings if isinstance(backend, FakeGpuBackend) else ()
-    )
+    any other backend (one without fake ``faults``)."""
+    faults = getattr(backend, "faults", None)
+    findings: Sequence[InjectedFinding] = faults.findings if isinstance(faults, FakeFaults) else ()
     return [
         Check(
             f.check,

@@ -31,6 +31,7 @@ __all__ = [
     "INJECTABLE",
     "injectable",
     "deliver",
+    "finding",
     "append_kernel_line",
     "SOFT_LOCKUP_LINE",
 ]
@@ -141,13 +142,21 @@ def append_kernel_line(kernel_log: Path, line: str) -> str:
     return f"kernel log: {line}"
 
 
-def deliver(row: InjectableFault, kernel_log: Path, faults: dict[str, Any], gpu: int) -> str:
-    """Deliver one row to a machine: its kernel line appended to `kernel_log`, or its
-    finding (for GPU `gpu` when per_gpu) set in `faults`, the decoded faults.json (in
-    place, replacing a finding of the same kind). Returns what was done, as a line."""
+def finding(row: InjectableFault, gpu: int) -> InjectedFinding:
+    """The row as the finding its check would make (GPU `gpu` when per_gpu). A kernel-line
+    row becomes the finding its matcher makes of the line (navarch.agent.checks
+    host_signal_checks), for the simulator, whose faults last until cured."""
     if row.delivery is Delivery.KERNEL:
-        return append_kernel_line(kernel_log, row.text) + f" ({row.fault_class}: {row.kind})"
-    finding = InjectedFinding(
+        return InjectedFinding(
+            row.kind,
+            row.status,
+            row.action,
+            f"{row.kind} x1: {row.text}",
+            None,
+            {**row.evidence, "fault_class": row.fault_class.value, "line": row.text},
+            check="host_signal",
+        )
+    return InjectedFinding(
         row.kind,
         row.status,
         row.action,
@@ -156,7 +165,15 @@ def deliver(row: InjectableFault, kernel_log: Path, faults: dict[str, Any], gpu:
         {**row.evidence, "fault_class": row.fault_class.value},
         check=row.fault_class.value,
     )
+
+
+def deliver(row: InjectableFault, kernel_log: Path, faults: dict[str, Any], gpu: int) -> str:
+    """Deliver one row to a machine: its kernel line appended to `kernel_log`, or its
+    finding (for GPU `gpu` when per_gpu) set in `faults`, the decoded faults.json (in
+    place, replacing a finding of the same kind). Returns what was done, as a line."""
+    if row.delivery is Delivery.KERNEL:
+        return append_kernel_line(kernel_log, row.text) + f" ({row.fault_class}: {row.kind})"
     kept = [f for f in faults.get("findings", []) if f.get("kind") != row.kind]
-    faults["findings"] = [*kept, finding.to_dict()]
+    faults["findings"] = [*kept, finding(row, gpu).to_dict()]
     where = f" on GPU {gpu}" if row.per_gpu else ""
     return f"{row.fault_class}: {row.kind}{where} ({row.status}, recommends {row.action})"

@@ -204,6 +204,49 @@ def link_gbps(gen: int | None, width: int | None) -> float | None:
     return _PCIE_GTS[gen] * width * code / 8
 
 
+def _dcgmi_row(dcgmi: str, exit_code: int | None) -> Row:
+    diag = parse_dcgmi_diag(dcgmi, level=1, exit_code=exit_code)
+    failed = ", ".join(t.name for t in diag.failed)
+    verdict = {DiagOutcome.PASS: Verdict.OK, DiagOutcome.FAIL: Verdict.FAULT}.get(
+        diag.outcome, Verdict.NOT_READ
+    )
+    return Row(
+        "dcgmi diag -r 1", diag.outcome.value + (f": {failed}" if failed else ""), "-", verdict
+    )
+
+
+def _h2d_rows(nvbandwidth: str, gpus: Sequence[SmiGpu]) -> list[Row]:
+    """Per GPU, the host-to-device copy against the link's rate (max generation and width)."""
+    try:
+        cases = parse_nvbandwidth(nvbandwidth).cases
+    except ValueError as exc:  # a run that printed no table: no reading, not a pass
+        return [Row("nvbandwidth h2d", f"no reading: {exc}", "-", Verdict.NOT_READ)]
+    name = next((n for n in sorted(cases) if n.startswith("host_to_device_memcpy")), "")
+    case = cases.get(name)
+    cells = {col: v for _, col, v in case.cells} if case else {}
+    rows: list[Row] = []
+    for i, gpu in enumerate(gpus):
+        link = link_gbps(gpu.pcie_gen_max, gpu.pcie_width_max)
+        ours = cells.get(i)
+        theirs = f"Gen{gpu.pcie_gen_max} x{gpu.pcie_width_max}: {link:.1f} GB/s" if link else "-"
+        if ours is None or link is None:
+            shown = "-" if ours is None else f"{ours:g} GB/s"
+            rows.append(Row(f"GPU {i} h2d copy", shown, theirs, Verdict.NOT_READ))
+            continue
+        verdict = Verdict.OK if ours >= H2D_FRACTION_OK * link else Verdict.DIFFERS
+        rows.append(Row(f"GPU {i} h2d copy", f"{ours:g} GB/s ({ours / link:.0%})", theirs, verdict))
+    return rows
+
+
+def _nccl_row(nccl: str) -> Row:
+    try:
+        out = parse_all_reduce_perf(nccl)
+    except ValueError as exc:
+        return Row("all_reduce_perf -g 1", f"no reading: {exc}", "-", Verdict.NOT_READ)
+    verdict = Verdict.OK if out.wrong == 0 else Verdict.FAULT
+    return Row("all_reduce_perf -g 1", f"{len(out.rows)} sizes, {out.wrong} wrong", "-", verdict)
+
+
 def tool_rows(
     smi_xml: str,
     *,
@@ -215,72 +258,18 @@ def tool_rows(
     """The tools' readings through the agent's parsers: dcgmi diag -r 1's verdict,
     nvbandwidth's host-to-device copy per GPU beside the link nvidia-smi reports (max
     generation, max width), all_reduce_perf -g 1's wrong results. A tool given as None
-    (not installed) is one ``not read`` row that does not fail the run."""
-    smi = parse_nvidia_smi_xml(smi_xml)
-    rows: list[Row] = []
-    if dcgmi is None:
-        rows.append(Row("dcgmi diag -r 1", "not installed", "-", Verdict.NOT_READ, False))
-    else:
-        diag = parse_dcgmi_diag(dcgmi, level=1, exit_code=dcgmi_exit)
-        failed = ", ".join(t.name for t in diag.failed)
-        verdict = {DiagOutcome.PASS: Verdict.OK, DiagOutcome.FAIL: Verdict.FAULT}.get(
-            diag.outcome, Verdict.NOT_READ
-        )
-        rows.append(
-            Row(
-                "dcgmi diag -r 1",
-                f"{diag.outcome.value}{': ' + failed if failed else ''}",
-                "-",
-                verdict,
-            )
-        )
+    (not installed) is one ``not read`` row that does not fail the run; output a parser
+    cannot read is a ``not read`` row that does."""
+
+    def absent(what: str) -> Row:
+        return Row(what, "not installed", "-", Verdict.NOT_READ, required=False)
+
+    rows = [absent("dcgmi diag -r 1") if dcgmi is None else _dcgmi_row(dcgmi, dcgmi_exit)]
     if nvbandwidth is None:
-        rows.append(Row("nvbandwidth h2d", "not installed", "-", Verdict.NOT_READ, False))
+        rows.append(absent("nvbandwidth h2d"))
     else:
-        try:
-            cases = parse_nvbandwidth(nvbandwidth).cases
-        except ValueError as exc:  # a run that printed no table: no reading, not a pass
-            cases = {}
-            rows.append(Row("nvbandwidth h2d", f"no reading: {exc}", "-", Verdict.NOT_READ))
-        name = next((n for n in sorted(cases) if n.startswith("host_to_device_memcpy")), "")
-        case = cases.get(name)
-        cells = {col: v for _, col, v in case.cells} if case else {}
-        for i, gpu in enumerate(smi.gpus):
-            link = link_gbps(gpu.pcie_gen_max, gpu.pcie_width_max)
-            ours = cells.get(i)
-            theirs = (
-                f"Gen{gpu.pcie_gen_max} x{gpu.pcie_width_max}: {link:.1f} GB/s" if link else "-"
-            )
-            if ours is None or link is None:
-                rows.append(
-                    Row(
-                        f"GPU {i} h2d copy",
-                        "-" if ours is None else f"{ours:g} GB/s",
-                        theirs,
-                        Verdict.NOT_READ,
-                    )
-                )
-                continue
-            verdict = Verdict.OK if ours >= H2D_FRACTION_OK * link else Verdict.DIFFERS
-            rows.append(
-                Row(f"GPU {i} h2d copy", f"{ours:g} GB/s ({ours / link:.0%})", theirs, verdict)
-            )
-    if nccl is None:
-        rows.append(Row("all_reduce_perf -g 1", "not installed", "-", Verdict.NOT_READ, False))
-    else:
-        try:
-            out = parse_all_reduce_perf(nccl)
-        except ValueError as exc:
-            rows.append(Row("all_reduce_perf -g 1", f"no reading: {exc}", "-", Verdict.NOT_READ))
-            return rows
-        rows.append(
-            Row(
-                "all_reduce_perf -g 1",
-                f"{len(out.rows)} sizes, {out.wrong} wrong",
-                "-",
-                Verdict.OK if out.wrong == 0 else Verdict.FAULT,
-            )
-        )
+        rows += _h2d_rows(nvbandwidth, parse_nvidia_smi_xml(smi_xml).gpus)
+    rows.append(absent("all_reduce_perf -g 1") if nccl is None else _nccl_row(nccl))
     return rows
 
 

@@ -157,3 +157,10 @@ def test_main_prints_the_table_and_exits_1_on_a_difference(tmp_path, capsys) -> 
     assert main(["--report", str(tmp_path / "ok.json"), "--smi", str(tmp_path / "smi.xml")]) == 0
     assert "GPU 0 temperature" in capsys.readouterr().out
     assert main(["--report", str(tmp_path / "hot.json"), "--smi", str(tmp_path / "smi.xml")]) == 1
+
+
+def test_tool_output_no_parser_can_read_is_no_reading_and_fails_the_run() -> None:
+    rows = tool_rows(SMI, nvbandwidth="Segmentation fault\n", nccl="")
+    assert _verdicts(rows)["nvbandwidth h2d"] is Verdict.NOT_READ
+    assert _verdicts(rows)["all_reduce_perf -g 1"] is Verdict.NOT_READ
+    assert failed(rows)

@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from navarch.agent.gpu import GpuProbe, ProbeErrorKind
+from navarch.agent.gpu import FakeFaults, GpuProbe, InjectedFinding, ProbeErrorKind
 from navarch.agent.kernel_log import XidEvent
 from navarch.report.health import FaultKey, Remedy, Status, fault_kind
 from navarch.report.health_report import GpuRef, ReportCheck
@@ -43,6 +43,7 @@ __all__ = [
     "TRANSIENT_NVML_TOLERATED",
     "xid_checks",
     "name_gpus",
+    "injected_checks",
     "SEVERITY_STATUS",
 ]
 
@@ -345,4 +346,24 @@ def name_gpus(checks: Sequence[Check], probe: GpuProbe) -> list[Check]:
         if c.status is not Status.HEALTHY and c.gpu_index is not None
         else c
         for c in checks
+    ]
+
+
+def injected_checks(backend: object) -> list[Check]:
+    """The fake backend's injected findings (navarch.agent.gpu.InjectedFinding) as
+    checks, as the real check of that part of the machine would make them; none for
+    any other backend (one without fake ``faults``)."""
+    faults = getattr(backend, "faults", None)
+    findings: Sequence[InjectedFinding] = faults.findings if isinstance(faults, FakeFaults) else ()
+    return [
+        Check(
+            f.check,
+            f.status,
+            f.action,
+            f.message,
+            f.gpu_index,
+            {**f.evidence, "injected": True},
+            f.kind,
+        )
+        for f in findings
     ]

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from navarch.report.compat import StrEnum
+from navarch.report.health import Remedy, Status
 
 __all__ = [
     "ProbeErrorKind",
@@ -36,6 +37,7 @@ __all__ = [
     "GpuBackend",
     "FakeGpuBackend",
     "FakeFaults",
+    "InjectedFinding",
     "load_faults",
     "fake_requested",
 ]
@@ -200,6 +202,52 @@ def fake_requested(config_fake: bool) -> bool:
 
 
 @dataclass(frozen=True)
+class InjectedFinding:
+    """A finding the fake node's sensors report as such (``navarch local inject --fault``):
+    the reading a check that navarch's fake backend does not simulate (an InfiniBand port,
+    the NVSwitch fabric, a hung NVML call, the host) would turn into a fault.
+
+    kind: the fault kind (``ib_link_flap``); status / action: the check's status and
+    recommended remedy; gpu_index: the GPU it names, None for the node; evidence: JSON-able;
+    check: the name of the check that reports it (its fault class, e.g. ``network``).
+    """
+
+    kind: str
+    status: Status
+    action: Remedy
+    message: str
+    gpu_index: int | None = None
+    evidence: Mapping[str, Any] = field(default_factory=dict)
+    check: str = "injected"
+
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, Any]) -> InjectedFinding:
+        """From faults.json's ``findings`` item; ValueError (KeyError) when malformed."""
+        gpu = doc.get("gpu")
+        return cls(
+            kind=str(doc["kind"]),
+            status=Status(doc.get("status", "unhealthy")),
+            action=Remedy(doc.get("action", "reboot")),
+            message=str(doc.get("message", doc["kind"])),
+            gpu_index=None if gpu is None else int(gpu),
+            evidence=dict(doc.get("evidence") or {}),
+            check=str(doc.get("check", "injected")),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """As faults.json's ``findings`` item."""
+        return {
+            "kind": self.kind,
+            "status": self.status.value,
+            "action": self.action.value,
+            "message": self.message,
+            "gpu": self.gpu_index,
+            "evidence": dict(self.evidence),
+            "check": self.check,
+        }
+
+
+@dataclass(frozen=True)
 class FakeFaults:
     """Faults to inject into the fake backend; the JSON format the local provider writes.
 
@@ -211,6 +259,11 @@ class FakeFaults:
     whose first NVLink link is down; fabric_degraded: GPUs whose fabric health mask says
     degraded bandwidth; gpu_hung: the GPU whose NVML call never returns, so the probe
     stops there, as the NVML backend's does).
+    "remapped_rows_pending": [5], "remapped_rows_failure": [6], "nvlink_down": [7]}`` (every
+    key optional; GPU indices are strings in objects, integers in lists; utilization_pct
+    applies to all GPUs; nvlink_down: GPUs whose first NVLink link is down; ``findings``:
+    a list of InjectedFinding objects, ``{"kind": "ib_link_flap", "status": "unhealthy",
+    "action": "reboot", "message": "...", "gpu": null, "evidence": {}, "check": "network"}``).
     """
 
     gpu_lost: frozenset[int] = frozenset()
@@ -224,6 +277,7 @@ class FakeFaults:
     nvlink_down: frozenset[int] = frozenset()
     fabric_degraded: frozenset[int] = frozenset()
     gpu_hung: int | None = None
+    findings: tuple[InjectedFinding, ...] = ()
 
     @classmethod
     def from_dict(cls, doc: Mapping[str, Any]) -> FakeFaults:
@@ -246,6 +300,7 @@ class FakeFaults:
             nvlink_down=frozenset(int(i) for i in doc.get("nvlink_down") or ()),
             fabric_degraded=frozenset(int(i) for i in doc.get("fabric_degraded") or ()),
             gpu_hung=None if hung is None else int(hung),
+            findings=tuple(InjectedFinding.from_dict(f) for f in doc.get("findings") or ()),
         )
 
 
@@ -267,7 +322,7 @@ def load_faults(path: str | os.PathLike[str] | None) -> FakeFaults:
         if not isinstance(doc, dict):
             raise ValueError("top level must be an object")
         return FakeFaults.from_dict(doc)
-    except (ValueError, TypeError) as exc:
+    except (ValueError, TypeError, KeyError) as exc:
         raise ValueError(f"{path}: bad fake-GPU faults file: {exc}") from exc
 
 

@@ -1,4 +1,5 @@
-"""Kernel-log XID parser and readers (journald, /dev/kmsg, a text file).
+"""Kernel-log XID parser and readers (journald, /dev/kmsg, a text file); the host signals
+read from the same lines are navarch.agent.host_signals'.
 
 A timer-driven agent cannot rely on NVML events (they only reach a registered process),
 so it reads the kernel log since its last run (gpu-health.md §0.1, as gpud, NVSentinel,

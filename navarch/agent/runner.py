@@ -25,7 +25,7 @@ Report rules (docs/design.md, Health report; schemas/health-report.schema.json):
 fabric manager (navarch.agent.fabric), run the checks (``boot_check``, ``probe_checks``,
 ``gpu_checks`` over ``GPU_CHECKS``, ``fabric_manager_checks``, ``kernel_log_check``,
 ``xid_checks``, ``host_signals.evaluate`` over the kernel log's lines, navarch.agent.network's
-``network_checks``, then navarch.checks plugins: ``plugin_checks``), name each finding's GPU
+``network_checks``, the fake backend's ``injected_checks``, then navarch.checks plugins: ``plugin_checks``), name each finding's GPU
 (``name_gpus``), count each fault's boots (``count_faults``) and
 consecutive checks (``count_streaks``), read a notice (``NodeHost.read_notice``), decide
 whether the report is due (``change_digest``, ``report_due``) and if so choose its sequence
@@ -48,6 +48,7 @@ from navarch.agent.burn_in import ToolBench, tick_run
 from navarch.agent.checks import (
     Check,
     CounterSample,
+    injected_checks,
     is_transient,
     name_gpus,
     probe_checks,
@@ -664,6 +665,7 @@ def observe_node(
         kernel_log_check(xids),
         *xid_checks(xids.latched, {g.pci_bus_id: g.index for g in probe.gpus}),
         *hosted.checks,
+        *injected_checks(backend),
     ]
     ports, expected = host.read_network(), expectation_for(config)
     net, network = network_checks(ports, expected, state.network, xids.lines, now.timestamp())

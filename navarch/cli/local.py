@@ -53,12 +53,14 @@ def cmd_local_inject(args: argparse.Namespace) -> int:
         args.impaired or None,
         args.clear or None,
         args.acceptance or None,
+        args.fault,
+        args.kernel_line or None,
     )
     if all(f is None for f in faults):
         args.inject_parser.error(
             "no fault given: pass at least one of --xid, --gpu-lost, "
             "--temperature, --ecc, --utilization, --processes, --silent, "
-            "--resume, --preempt, --impaired, --clear, --acceptance"
+            "--resume, --preempt, --impaired, --clear, --acceptance, --fault, --kernel-line"
         )
     spec = _spec(args.fleet)
     silent = True if args.silent else (False if args.resume else None)
@@ -77,6 +79,8 @@ def cmd_local_inject(args: argparse.Namespace) -> int:
         impaired=args.impaired,
         clear=args.clear,
         acceptance=args.acceptance or (),
+        fault=args.fault,
+        kernel_lines=args.kernel_line or (),
     )
     for line in done or ["nothing to inject (see --help)"]:
         print(f"{args.node}: {line}")
@@ -146,6 +150,20 @@ def register(sub: Any) -> None:
         help="what the node's acceptance tools report on its next burn-in (repeatable): "
         "nccl_busbw_gbps=120, nvbandwidth_d2d_gbps=200, dcgm_diag=fail, gpu_count=7, "
         "pcie_width=8, driver=550.54.14 (docs/acceptance.md lists every key)",
+    )
+    s.add_argument(
+        "--fault",
+        metavar="CLASS",
+        help="a fault of this class (or its representative kind): network (ib_link_flap), "
+        "fabric, host_cpu (a soft-lockup kernel line), host_memory, host_storage, pcie, "
+        "clock, gpu_hung; README.md lists what each injects",
+    )
+    s.add_argument(
+        "--kernel-line",
+        action="append",
+        metavar="TEXT",
+        help="append this line to the node's kernel log, read by its agent's next check "
+        "(repeatable)",
     )
     s.set_defaults(func=cmd_local_inject, inject_parser=s)
     s = lsub.add_parser("reboot", help="reboot a local node (new boot id, faults cleared)")

@@ -109,6 +109,14 @@ _KIND_CLASS: tuple[tuple[str, FaultClass], ...] = (
     ("ib_", FaultClass.NETWORK),
     ("efa_counter:", FaultClass.NETWORK),
     ("mlx5:", FaultClass.NETWORK),
+    ("gpu_hung", FaultClass.GPU_HUNG),
+    ("ib_", FaultClass.NETWORK),
+    ("fabric", FaultClass.FABRIC),
+    ("soft_lockup", FaultClass.HOST_CPU),
+    ("host_memory", FaultClass.HOST_MEMORY),
+    ("nvme_", FaultClass.HOST_STORAGE),
+    ("pcie_", FaultClass.PCIE),
+    ("clock_unsynchronised", FaultClass.CLOCK),
 )
 
 

@@ -142,6 +142,7 @@ class _ProbeOnce:
 
     def __init__(self, backend: FakeGpuBackend) -> None:
         self.name = backend.name
+        self.faults = backend.faults  # read by the agent's injected_checks
         self._backend = backend
         self._probe: GpuProbe | None = None
 

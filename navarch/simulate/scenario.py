@@ -4,7 +4,9 @@ Defaults of the world model, each with its source (docs/simulate.md has the tabl
 "assumption" is a value no published figure gives, chosen as said:
 - Failure rate: Llama 3 405B training (Meta, "The Llama 3 Herd of Models", 2024): 419
   unexpected interruptions in 54 days on 16,384 H100 GPUs = 2,048 8-GPU nodes -> 3.8e-3
-  per node-day; 58.7 % GPU-related (faulty GPU 30.1 %, HBM3 17.2 %, ...). RSC-1 (Kokolis et
+  per node-day. The cause mix by the same paper's counts (Table 5: faulty GPU 148 of 419,
+  HBM3 72, network switch/cable 35 and NIC 7, ...: LLAMA3_TABLE5_COUNTS), not its printed
+  percentages, which do not match them. RSC-1 (Kokolis et
   al., "Revisiting Reliability in Large-Scale ML Research Clusters", 2024): about 6.5e-3.
 - Cures in place (CURES): Crusoe's H200 cluster (GTC 2025, as tabled by G. Lockwood,
   "component reliability"): "GPU recoverable faults" 19.5 % against "GPU host replacement"
@@ -19,9 +21,12 @@ Defaults of the world model, each with its source (docs/simulate.md has the tabl
   the fleet; their 20x rate is an assumption (a lemon fails about monthly at 3.8e-3).
 - Boot: EC2 launch to running takes tens of seconds for on-demand types (M. Sweet, "EC2
   Launch Times", 2023: LAUNCH_S); an 8-GPU host's POST, NVIDIA driver and fabric manager
-  start, and cloud-init installing the agent take minutes, the same on a reboot. No
-  published GPU figure was found: an assumption of a lognormal boot with a median of
-  5 min and sigma 0.3 (BOOT_MEDIAN_S, BOOT_SIGMA: p95 8.2 min, p99.9 12.7 min), a tail
+  start, and cloud-init installing the agent take minutes, the same on a reboot; no launch
+  figure for an 8-GPU type was found ("GPU instance types often take much longer to boot
+  within EC2", awslabs/amazon-eks-ami issue 1099). The boot's median follows NVIDIA's GPU
+  Operator maintainers: "on node reboot, it takes around 3-5 minutes for the GPU stack to
+  be ready" (NVIDIA/gpu-operator issue 707); its spread is an assumption: a lognormal
+  boot with a median of 5 min and sigma 0.3 (BOOT_MEDIAN_S, BOOT_SIGMA: p95 8.2 min, p99.9 12.7 min), a tail
   the published bounds point to (Kubernetes' cluster autoscaler: a GPU node "can take up
   to 15 minutes before it reports that GPU is allocatable", kubernetes/autoscaler
   cluster-autoscaler/utils/gpu/gpu.go). A scenario's boot_time min/max draws uniformly
@@ -75,23 +80,56 @@ from navarch.fleet.schemas import load_schema
 LLAMA3_RATE_PER_NODE_DAY = 3.8e-3
 RSC1_RATE_PER_NODE_DAY = 6.5e-3
 
-#: Llama 3 cause mix (shares of unexpected interruptions), mapped to what the agent reports.
-DEFAULT_CAUSES: dict[str, float] = {
-    "xid79": 0.301,  # faulty GPU: fallen off the bus
-    "hbm_ecc": 0.172,  # HBM3: XID 48/64/95, uncorrectable ECC
-    "nvlink": 0.081,  # network switch/cable + NVLink
-    "gpu_lost": 0.05,  # GPU SRAM / system processor / lost
-    "thermal": 0.03,
-    "host_down": 0.136,  # host maintenance, unplanned host failure: agent stops
-    "software": 0.23,  # software bugs: application XIDs, nothing to repair
+#: Llama 3 405B's unexpected interruptions by root cause (Meta, "The Llama 3 Herd of Models",
+#: 2024, Table 5: counts out of 419), each mapped to what the node's agent would report.
+#: The printed percentages are not the counts' shares (faulty GPU 148 is printed 30.1 %,
+#: 148 / 419 = 35.3 %): the counts are used. docs/simulate.md has the arithmetic.
+LLAMA3_TABLE5_COUNTS: dict[str, tuple[tuple[str, int], ...]] = {
+    "xid79": (("Faulty GPU", 148),),
+    "hbm_ecc": (("GPU HBM3 Memory", 72),),
+    "gpu_lost": (("GPU SRAM Memory", 19),),
+    # A GPU system processor (GSP) that stops answering stalls the driver's calls.
+    "gpu_hung": (("GPU System Processor", 17),),
+    "thermal": (("GPU Thermal Interface + Sensor", 6),),
+    "network": (("Network Switch/Cable", 35), ("NIC", 7)),
+    "host_down": (("Host Maintenance", 32), ("Power Supply", 3), ("Server Chassis", 2)),
+    "host_storage": (("SSD", 3),),
+    "pcie": (("IO Expansion Board", 2),),
+    "host_cpu": (("CPU", 2),),
+    "host_memory": (("System Memory", 2),),
+    # Nothing the node shows its agent: a job's own bug, a hang, a wrong result.
+    "software": (
+        ("Software Bug", 54),
+        ("NCCL Watchdog Timeouts", 7),
+        ("Silent Data Corruption", 6),
+        ("Dependency", 2),
+    ),
 }
+LLAMA3_INTERRUPTIONS = 419
+
+#: The default cause mix: each cause's share of LLAMA3_TABLE5_COUNTS (they sum to 1).
+#: nvlink, fabric and clock have no row of their own in Table 5 (NVLink faults are counted
+#: under "Faulty GPU"); a scenario's world.causes may give them a weight.
+DEFAULT_CAUSES: dict[str, float] = {
+    cause: sum(n for _, n in rows) / LLAMA3_INTERRUPTIONS
+    for cause, rows in LLAMA3_TABLE5_COUNTS.items()
+}
+
+#: InfiniBand's share of Crusoe's H200 faults (GTC 2025, as tabled by G. Lockwood,
+#: "component reliability": recoverable 4.9 + hardware 12.2 + other 17 = 34.1 %); not the
+#: default (the rest of the mix is Llama 3's RoCE cluster): docs/simulate.md shows it as a
+#: scenario's `causes: {network: 0.466}`.
+CRUSOE_IB_SHARE = 0.341
 
 
 #: P(the rung cures the fault) by fault ("cause" or "cause:XID"); the rest stay after it.
-#: Weighted by DEFAULT_CAUSES (hbm_ecc's three XIDs equally likely), the default ladder's
-#: reboot cures (0.301 * 0.37 + 0.172 * (0.45 + 0.45 + 0) / 3 + 0.081 * 0.37 + 0.05 * 0.28)
-#: / 0.634 = 0.326 of GPU faults (xid79, hbm_ecc, nvlink, gpu_lost, thermal): Crusoe's
-#: 19.5 / 61 = 0.32 recoverable. A GPU reset cures less than a reboot of the same fault.
+#: Weighted by DEFAULT_CAUSES' counts (hbm_ecc's three XIDs equally likely), the default
+#: ladder's reboot cures (148 * 0.37 + 72 * (0.45 + 0.45 + 0) / 3 + 19 * 0.28 + 17 * 0.2
+#: + 6 * 0) / 262 = 0.325 of GPU faults (xid79, hbm_ecc, gpu_lost, gpu_hung, thermal):
+#: Crusoe's 19.5 / 61 = 0.32 recoverable. A GPU reset cures less than a reboot of the same
+#: fault. Network: Crusoe's "InfiniBand recoverable faults" 4.9 of 34.1 = 0.14 recover in
+#: place (by a reboot: a GPU reset leaves the NIC as it was). Host parts (CPU, memory,
+#: SSD, IO board) are component failures in Table 5: never cured in place (assumption).
 CURES: dict[str, dict[str, float]] = {
     "xid79:79": {"reboot": 0.37, "reset_gpu": 0.12},
     "hbm_ecc:48": {"reboot": 0.45, "reset_gpu": 0.4},
@@ -99,7 +137,15 @@ CURES: dict[str, dict[str, float]] = {
     "hbm_ecc:64": {"reboot": 0.0, "reset_gpu": 0.0},
     "nvlink": {"reboot": 0.37, "reset_gpu": 0.25},
     "gpu_lost": {"reboot": 0.28, "reset_gpu": 0.16},
+    "gpu_hung": {"reboot": 0.2, "reset_gpu": 0.12},
     "thermal": {"reboot": 0.0, "reset_gpu": 0.0},
+    "network": {"reboot": 0.14, "reset_gpu": 0.0},
+    "fabric": {"reboot": 0.37, "reset_gpu": 0.25},
+    "host_cpu": {"reboot": 0.0, "reset_gpu": 0.0},
+    "host_memory": {"reboot": 0.0, "reset_gpu": 0.0},
+    "host_storage": {"reboot": 0.0, "reset_gpu": 0.0},
+    "pcie": {"reboot": 0.0, "reset_gpu": 0.0},
+    "clock": {"reboot": 0.9, "reset_gpu": 0.0},
 }
 LEMON_FRACTION = 0.012
 LEMON_MULTIPLIER = 20.0

@@ -31,6 +31,10 @@ Each cause of failure is what the node's hardware would show that agent:
   gpu_lost GPU 0 is lost (fake GPU readings)
   thermal  GPU 0 at 95 C, past its 92 C shutdown threshold (fake GPU readings)
   host_down the host stops: no reports at all; the cloud lists it impaired after a delay
+  network, fabric, gpu_hung, host_cpu, host_memory, host_storage, pcie, clock
+           the finding of that class's check (an InfiniBand port flapping, the fabric's
+           health, an NVML call past its deadline, a soft lockup, ...), as
+           navarch.providers.local.faults gives it, until cured
   software a burst of application XIDs (13, 31, 43, 45): must cause nothing
 A fault the node still has after a reboot or a GPU reset shows again (the XID is logged
 again in the new boot, the readings stay). The sources of every number are in
@@ -53,6 +57,7 @@ from navarch.agent.gpu import FakeFaults
 from navarch.agent.runner import STREAK_WRITE_CAP
 from navarch.errors import StoreError
 from navarch.inventory import NO_CLOUD_STATUS, CloudStatus, Instance, InstanceHealth
+from navarch.providers.local.faults import INJECTABLE, finding
 from navarch.report import signing
 from navarch.report.acceptance import AcceptancePolicy
 from navarch.simulate.acceptance import draw_latent
@@ -68,11 +73,14 @@ APP_XIDS = (13, 31, 43, 45)
 # row remapped) and 94 (a contained error) are warnings the node serves through.
 ECC_XIDS = (48, 64, 95)
 XID_CAUSES = ("xid79", "hbm_ecc")
-#: cause -> the fake GPU readings it gives GPU 0 (navarch.agent.gpu.FakeFaults).
+#: cause -> the fake GPU readings it gives GPU 0 (navarch.agent.gpu.FakeFaults); a cause
+#: named after a fault class the fake does not read (network, fabric, the host, a hung
+#: call) shows its representative finding, as `navarch local inject --fault` gives it.
 DEVICE_FAULTS = {
     "nvlink": FakeFaults(nvlink_down=frozenset({0})),
     "gpu_lost": FakeFaults(gpu_lost=frozenset({0})),
     "thermal": FakeFaults(temperature_c={0: 95.0}),
+    **{row.fault_class.value: FakeFaults(findings=(finding(row, 0),)) for row in INJECTABLE},
 }
 APP_BURST_LINES = 40  # an application XID prints dozens of lines per fault
 

@@ -24,6 +24,7 @@ from navarch.providers.local.acceptance import (
     write_answers,
 )
 from navarch.providers.local.acceptance import pool_acceptance as _pool_acceptance
+from navarch.providers.local.faults import append_kernel_line, deliver, injectable
 from navarch.report import signing
 from navarch.stores.base import Blob, ObjectInfo, ObjectStore
 from navarch.stores.file import FileStore
@@ -254,6 +255,8 @@ def inject(
     impaired: bool = False,
     clear: bool = False,
     acceptance: Sequence[str] = (),
+    fault: str | None = None,
+    kernel_lines: Sequence[str] = (),
 ) -> list[str]:
     """Inject faults into one local node; returns what was done, one line each.
 
@@ -265,9 +268,15 @@ def inject(
     instance impaired (its own status check failed), as a dead host looks to the cloud;
     combine with silent for a host whose agent died with it. clear: remove every fault and
     the impairment. acceptance: KEY=VALUE answers of the node's acceptance tools
-    (navarch.providers.local.acceptance), taking effect on its next burn-in.
+    (navarch.providers.local.acceptance), taking effect on its next burn-in. fault: a
+    fault class or representative kind (navarch.providers.local.faults.INJECTABLE): its
+    kernel line, or its finding for GPU `gpu` in the faults file. kernel_lines: appended
+    verbatim to the node's kernel log, one line each. Raises ConfigError for an unknown
+    fault or a kernel line holding a line break.
     """
     provider, m = _find(spec, node)
+    row = injectable(fault) if fault is not None else None
+    _check_kernel_lines(kernel_lines)
     answers = parse_answers(acceptance)
     d = provider.machine_dir(m["instance_id"])
     gpus = _known_gpu_count(spec, node, m, d)
@@ -295,6 +304,9 @@ def inject(
         utilization_pct=utilization_pct,
         processes=processes,
     )
+    if row is not None:
+        done.append(deliver(row, d / "kern.log", faults, gpu))
+    done += [append_kernel_line(d / "kern.log", line) for line in kernel_lines]
     if faults or not clear:
         write_json_atomic(d / "faults.json", faults)
     done += _signal_agent(d, silent=silent, preempt=preempt)
@@ -347,6 +359,18 @@ def _append_xid(node: str, m: dict[str, Any], d: Path, gpus: int, gpu: int, xid:
     with open(d / "kern.log", "a") as fh:
         fh.write(line)
     return f"kernel log: {line.strip()}"
+
+
+def _check_kernel_lines(lines: Sequence[str]) -> None:
+    """A kernel line is one line: ConfigError (key --kernel-line) for an empty one or one
+    holding a line break."""
+    for line in lines:
+        if not line.strip() or "\n" in line or "\r" in line:
+            raise ConfigError(
+                f"--kernel-line {line!r} is not one line of text",
+                key_path="--kernel-line",
+                hint="pass each kernel log line as its own --kernel-line",
+            )
 
 
 def _set_gpu_faults(

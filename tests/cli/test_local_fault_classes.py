@@ -51,11 +51,15 @@ def test_a_soft_lockup_kernel_line_is_a_host_cpu_fault_rebooted_by_the_host_cpu_
     )
     navarch.ok("apply", "fleet.yaml", "--auto-approve")
     navarch.ok("local", "tick", "fleet.yaml")
-    navarch.ok("local", "inject", "fleet.yaml", NODE, "--kernel-line", SOFT_LOCKUP)
+    # /dev/kmsg's record form ("prio,seq,usec,-;message"), each line its own uptime.
+    navarch.ok(
+        "local", "inject", "fleet.yaml", NODE, "--kernel-line", f"2,1,10000000,-;{SOFT_LOCKUP}"
+    )
     # One soft lockup is counted, not acted on; the third within the hour is a fault.
     assert f"{NODE}: unhealthy" not in navarch.ok("local", "tick", "fleet.yaml").out
-    for _ in range(2):
-        navarch.ok("local", "inject", "fleet.yaml", NODE, "--kernel-line", SOFT_LOCKUP)
+    for seq in (2, 3):
+        line = f"2,{seq},{seq * 10_000_000},-;{SOFT_LOCKUP}"
+        navarch.ok("local", "inject", "fleet.yaml", NODE, "--kernel-line", line)
     assert f"{NODE}: unhealthy" in navarch.ok("local", "tick", "fleet.yaml").out
 
     first = navarch.ok("apply", "fleet.yaml", "--auto-approve").out

@@ -168,6 +168,13 @@ def finding(row: InjectableFault, gpu: int) -> InjectedFinding:
     )
 
 
+def _lines_in(path: Path) -> int:
+    try:
+        return sum(1 for _ in path.open("rb"))
+    except FileNotFoundError:
+        return 0
+
+
 def deliver(row: InjectableFault, kernel_log: Path, faults: dict[str, Any], gpu: int) -> str:
     """Deliver one row to a machine: its kernel line appended to `kernel_log`, or its
     finding (for GPU `gpu` when per_gpu) set in `faults`, the decoded faults.json (in
@@ -175,11 +182,14 @@ def deliver(row: InjectableFault, kernel_log: Path, faults: dict[str, Any], gpu:
     if row.delivery is Delivery.KERNEL:
         # A counted host signal acts at its threshold (navarch.agent.host_signals): write
         # the line as many times, so one --fault shows the class's action.
+        # Each line in /dev/kmsg's record form with its own uptime, so the reader counts
+        # separate events rather than one burst (navarch.agent.kernel_log.split_prefix).
         times = next((r.threshold for r in HOST_RULES if r.kind == row.kind), 1)
-        for _ in range(times - 1):
-            append_kernel_line(kernel_log, row.text)
-        done = append_kernel_line(kernel_log, row.text)
-        return done + f" x{times} ({row.fault_class}: {row.kind})"
+        seq = _lines_in(kernel_log)
+        for i in range(times):
+            usec = (seq + i + 1) * 10_000_000
+            append_kernel_line(kernel_log, f"2,{seq + i + 1},{usec},-;{row.text}")
+        return f"kernel log: {row.text} x{times} ({row.fault_class}: {row.kind})"
     kept = [f for f in faults.get("findings", []) if f.get("kind") != row.kind]
     faults["findings"] = [*kept, finding(row, gpu).to_dict()]
     where = f" on GPU {gpu}" if row.per_gpu else ""

@@ -101,3 +101,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             names |= {v for v in callspec.params.values() if isinstance(v, str)}
         if names & DAEMON_FIXTURES:
             item.add_marker(pytest.mark.system)
+
+
+def _utf8_safe(text: str) -> str:
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """Captured output that holds lone surrogates (the hostile-text corpus logs them) made
+    encodable: pytest-xdist sends each report to the controller as UTF-8."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    report.sections = [(name, _utf8_safe(text)) for name, text in report.sections]

@@ -46,6 +46,7 @@ from navarch.api.acting import (
 from navarch.api.door import load_fleet
 from navarch.api.reading import (
     history,
+    known_names,
     plan,
     report,
     status,
@@ -103,6 +104,7 @@ __all__ = [
     "destroy",
     "force_unlock",
     "history",
+    "known_names",
     "load_fleet",
     "pause",
     "plan",

@@ -193,6 +193,21 @@ def history(
     )
 
 
+def known_names(fleet: str | Path) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(node names, pool names), sorted: the nodes of the fleet's last state (state/<fleet>
+    .json in its store, as the last run wrote it) and the pools fleet.yaml declares or that
+    state holds; what a shell completes. Raises ConfigError (fleet.yaml), StoreError."""
+    from navarch.fleet.load import load_fleet as _load
+    from navarch.reconcile.state import load_memory
+    from navarch.stores import open_store
+
+    spec = _load(fleet)
+    memory, _ = load_memory(open_store(spec.store_url, base_dir=spec.base_dir), spec.name)
+    nodes = sorted(nm.node for nm in memory.nodes)
+    pools = sorted({p.name for p in spec.pools} | {nm.pool for nm in memory.nodes})
+    return tuple(nodes), tuple(pools)
+
+
 def report(
     fleet: LoadedFleet | str | Path,
     since: datetime | timedelta | str | None = None,

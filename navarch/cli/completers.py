@@ -14,19 +14,14 @@ def _last_state(parsed_args: argparse.Namespace) -> tuple[list[str], list[str]]:
     """(node names, pool names) of the fleet's last state (state/<fleet>.json in its store,
     as the last run wrote it) plus the pools fleet.yaml declares; ([], []) when the fleet
     file or the state cannot be read: a TAB prints no error."""
-    from navarch.fleet.load import load_fleet
-    from navarch.reconcile.state import load_memory
-    from navarch.stores import open_store
+    from navarch.api import known_names
 
     path = getattr(parsed_args, "fleet", None) or os.environ.get("NAVARCH_FLEET") or "fleet.yaml"
     try:
-        spec = load_fleet(path)
-        memory, _ = load_memory(open_store(spec.store_url, base_dir=spec.base_dir), spec.name)
+        nodes, pools = known_names(path)
     except Exception:  # noqa: BLE001 - a completion offers nothing rather than fail
         return [], []
-    nodes = [nm.node for nm in memory.nodes]
-    pools = {p.name for p in spec.pools} | {nm.pool for nm in memory.nodes}
-    return sorted(nodes), sorted(pools)
+    return list(nodes), list(pools)
 
 
 def node_names(prefix: str, parsed_args: argparse.Namespace, **_: Any) -> list[str]:

@@ -183,6 +183,20 @@ class JobSpec:
     count: int
     name: str
 
+    def sh(self) -> dict[str, str]:
+        """The job's values as shell words (shlex.quote), for the sbatch script."""
+        import shlex
+
+        return {
+            k: shlex.quote(v)
+            for k, v in (
+                ("scenario", self.scenario),
+                ("seeds", self.seeds),
+                ("policies", self.policies),
+                ("out", self.out),
+            )
+        }
+
 
 def job_spec(scenario_path: str, seeds_text: str, policies: Sequence[str], out: Path) -> JobSpec:
     """The job of a sweep, with absolute paths (the engine runs it from elsewhere)."""
@@ -200,8 +214,6 @@ def job_spec(scenario_path: str, seeds_text: str, policies: Sequence[str], out: 
 def render_job(spec: JobSpec, engine: str) -> str:
     """The job file for `engine` ("slurm": an sbatch array script; "kubernetes": an
     Indexed Job manifest, batch/v1 completionMode Indexed) from templates/."""
-    import shlex
-
     from navarch.templating import environment
 
     if engine == "slurm" and not _SBATCH_SAFE.match(spec.out):
@@ -212,8 +224,8 @@ def render_job(spec: JobSpec, engine: str) -> str:
             hint="use letters, digits, '.', '_', '-' and '/' only",
         )
     name = {"slurm": "sweep-slurm.sh.j2", "kubernetes": "sweep-job.yaml.j2"}[engine]
-    env = environment(keep_trailing_newline=True, filters={"sh": shlex.quote})
-    return env.get_template(name).render(job=spec)
+    env = environment(keep_trailing_newline=True)
+    return env.get_template(name).render(job=spec, sh=spec.sh())
 
 
 def _pct(values: Sequence[float], q: float) -> float | None:

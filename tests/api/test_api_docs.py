@@ -47,7 +47,8 @@ def test_the_examples_run_in_order_on_the_example_fleet(
         with contextlib.redirect_stdout(out):
             exec(compile(block, f"docs/api.md block {number}", "exec"), {})  # noqa: S102
         printed.append(out.getvalue())
-    assert len(printed) == 16
+    assert len(printed) == 17
+    assert printed[16].startswith("0 nodes; pools: infer, train")
     assert printed[0].startswith("demo ['train', 'infer']")
     assert "cannot read fleet file" in printed[1]
     assert "fleet.yaml:" in printed[2] and "pools.train.nodes.max" in printed[2]

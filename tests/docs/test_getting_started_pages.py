@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from navarch import api
-from tests.docs.test_getting_started_aws import _pools_know_mode
 
 REPO = Path(__file__).resolve().parents[2]
 PAGES = REPO / "docs" / "getting-started"
@@ -40,8 +39,6 @@ def test_each_page_says_the_python_and_what_to_do_on_an_older_one(cloud: str) ->
 @pytest.mark.parametrize("cloud", ("gcp", "azure", "lambda"))
 def test_the_fleet_yaml_each_page_shows_validates(cloud: str, tmp_path: Path) -> None:
     (block,) = re.findall(r"```yaml\n(.*?)```", (PAGES / f"{cloud}.md").read_text(), re.S)
-    if not _pools_know_mode():
-        block = re.sub(r"(?m)^    mode: \w+\n", "", block)
     (tmp_path / "fleet.yaml").write_text(block)
     result = api.validate(tmp_path / "fleet.yaml")
     assert result.ok, result.problems

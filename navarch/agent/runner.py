@@ -19,18 +19,12 @@ Report rules (docs/design.md, Health report; schemas/health-report.schema.json):
   gap in sequences, never a repeat. A state that cannot be saved adds the check
   ``agent_state`` (unknown) to the report, which is still written.
 
-``run_once`` is a sequence of named steps: load the state, read the kernel log
-(``read_xids``, first, so its findings survive a hung driver), probe the GPUs
-(``choose_backend``; every NVML call under a deadline, navarch.agent.deadline), ask the
-fabric manager (navarch.agent.fabric), run the checks (``boot_check``, ``probe_checks``,
-``gpu_checks`` over ``GPU_CHECKS``, ``fabric_manager_checks``, ``kernel_log_check``,
-``xid_checks``, ``host_signals.evaluate`` over the kernel log's lines, navarch.agent.network's
-``network_checks``, the fake backend's ``injected_checks``, then navarch.checks plugins: ``plugin_checks``), name each finding's GPU
-(``name_gpus``), count each fault's boots (``count_faults``) and
-consecutive checks (``count_streaks``), read a notice (``NodeHost.read_notice``), decide
-whether the report is due (``change_digest``, ``report_due``) and if so choose its sequence
-(``next_sequence``), save the state (``persist_state``), sign (``build_report``) and write
-the report when due.
+``run_once``'s steps: load the state, read the kernel log first (``read_xids``: its
+findings survive a hung driver), probe the GPUs (every NVML call under a deadline,
+navarch.agent.deadline), ask the fabric manager, run the checks (``observe_node``: probe,
+GPU, fabric, kernel-log, XID, host-signal, network, injected and plugin checks), name each
+finding's GPU, count faults and streaks, read a notice, decide whether the report is due
+(``change_digest``, ``report_due``), choose its sequence, save the state, sign and write.
 """
 
 from __future__ import annotations
@@ -714,6 +708,18 @@ def _keep_state(
     return sequence, state_check
 
 
+def _due(
+    state: AgentState, lost: bool, change: str, heartbeat_s: float, run_json: Any, now: datetime
+) -> bool:
+    """Whether a check writes its report (run_once): a lost state, a change or heartbeat
+    (report_due), or a burn-in step, which is news for the planner."""
+    return (
+        lost
+        or report_due(state.written, change, heartbeat_s, now)
+        or run_json != dict(state.acceptance)
+    )
+
+
 def run_once(
     config: AgentConfig,
     *,
@@ -760,13 +766,7 @@ def run_once(
     change = change_digest(checks, probe, boot_id, notice, seen.verdict_checks)
     run = tick_run(config, state.acceptance, boot_id, xids.reset, probe, now, acceptance_bench)
     run_json = run.to_json() if run is not None else {}
-    due = (
-        to_stdout
-        or problem is not None
-        or report_due(state.written, change, config.heartbeat_s, now)
-        or run_json != dict(state.acceptance)  # a burn-in step is news for the planner
-    )
-
+    due = to_stdout or _due(state, problem is not None, change, config.heartbeat_s, run_json, now)
     sequence = _report_sequence(state, problem, due, store, config.report_key, now)
     new_state = replace(seen.next_state(sequence, boot_id, state.written), acceptance=run_json)
     # --stdout is a look, not a run: it keeps the state file (latches, baselines, the

@@ -78,9 +78,15 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     `assert:` line fails (docs/simulate.md)."""
     from navarch.cli.sweeps import cmd_merge, cmd_sweep
     from navarch.logs import progress
-    from navarch.simulate.engine import check_asserts, simulate
+    from navarch.simulate.engine import simulate
     from navarch.simulate.policies import compare_scenarios
-    from navarch.simulate.report import compare_table, summary_rows, to_html, to_json
+    from navarch.simulate.report import (
+        check_asserts,
+        compare_table,
+        summary_rows,
+        to_html,
+        to_json,
+    )
     from navarch.simulate.scenario import load_scenario
 
     if args.scenario == "merge":

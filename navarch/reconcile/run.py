@@ -382,11 +382,7 @@ def run_apply(
                 result = partial.result(run_id or new_run_id(partial.plan.created_at))
                 _after(after_apply, result, None)
                 return result
-            snap = gather(fleet, clock(), options, named)
-            plan = snap.plan
-            if saved is not None:
-                check_saved_plan(saved, snap, saved_nodes)
-                plan = replace(plan, actions=saved.actions)
+            snap, plan = _look_again(fleet, clock(), options, named, saved, saved_nodes)
             _preflight(fleet, plan)
             if confirm is not None and plan.actions and not confirm(plan):
                 return None
@@ -410,6 +406,23 @@ def run_apply(
         except NavarchError as exc:
             _after(after_apply, None, exc)
             raise
+
+
+def _look_again(
+    fleet: Fleet,
+    now: datetime,
+    options: PlanOptions | None,
+    named: Collection[str] | None,
+    saved: Plan | None,
+    saved_nodes: frozenset[str] | None,
+) -> tuple[Snapshot, Plan]:
+    """The apply's own snapshot and the plan it runs: its own, or the saved plan's actions
+    once the world is checked to be the one that plan saw (check_saved_plan)."""
+    snap = gather(fleet, now, options, named)
+    if saved is None:
+        return snap, snap.plan
+    check_saved_plan(saved, snap, saved_nodes)
+    return snap, replace(snap.plan, actions=saved.actions)
 
 
 def _preflight(fleet: Fleet, plan: Plan) -> None:

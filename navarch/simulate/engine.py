@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import heapq
 import logging
-import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -774,51 +773,3 @@ def _cost_keys(scenario: Scenario, t: _Tally) -> dict[str, Any]:
         else round(scenario.duration_s - t.spares_short_since, 3),
         "cost_usd": round(sum(h * prices.get(k, 0.0) for k, h in inst_h.items()), 2),
     }
-
-
-_ASSERT = re.compile(r"^\s*([a-z0-9_]+)\s*(<=|>=|==|!=|<|>)\s*([0-9.e+-]+)([smhd]?)\s*$")
-_ALIASES = {
-    "p95_fault_to_serving": "p95_fault_to_serving_s",
-    "p50_fault_to_serving": "p50_fault_to_serving_s",
-    "p95_fault_to_cordon": "p95_fault_to_cordon_s",
-    "max_fault_to_cordon": "max_fault_to_cordon_s",
-    "max_fault_to_serving": "max_fault_to_serving_s",
-    "p50_burn_in": "p50_burn_in_s",
-    "p95_burn_in": "p95_burn_in_s",
-    "p95_reported_fault_to_cordon": "p95_reported_fault_to_cordon_s",
-    "p95_reported_fault_to_serving": "p95_reported_fault_to_serving_s",
-    "p95_dead_host_fault_to_cordon": "p95_dead_host_fault_to_cordon_s",
-    "p95_dead_host_fault_to_serving": "p95_dead_host_fault_to_serving_s",
-}
-_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-def check_asserts(doc: dict[str, Any], asserts: tuple[str, ...]) -> list[dict[str, Any]]:
-    """Evaluate `assert:` lines ("availability >= 0.999", "p95_fault_to_serving <= 20m")
-    against a result document -> [{"assert", "ok", "value"}]. A metric that is None (e.g.
-    no faults, so no latency) passes. Raises ValueError on a line it cannot parse."""
-    out = []
-    for line in asserts:
-        m = _ASSERT.match(line)
-        if not m:
-            raise ValueError(f"cannot parse assert {line!r}: use METRIC OP NUMBER[s|m|h|d]")
-        key, op, num, unit = m.groups()
-        key = _ALIASES.get(key, key)
-        if key not in doc:
-            raise ValueError(f"assert {line!r}: no metric {key!r}")
-        value = doc[key]
-        bound = float(num) * _UNITS[unit]
-        ok = (
-            True
-            if value is None
-            else {
-                "<=": value <= bound,
-                ">=": value >= bound,
-                "==": value == bound,
-                "!=": value != bound,
-                "<": value < bound,
-                ">": value > bound,
-            }[op]
-        )
-        out.append({"assert": line, "ok": bool(ok), "value": value})
-    return out

@@ -7,8 +7,8 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from navarch.simulate.engine import check_asserts, simulate
-from navarch.simulate.report import to_json
+from navarch.simulate.engine import simulate
+from navarch.simulate.report import check_asserts, to_json
 from navarch.simulate.scenario import load_scenario
 
 HERE = Path(__file__).parent / "scenarios"

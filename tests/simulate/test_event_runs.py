@@ -10,8 +10,9 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from navarch.simulate.engine import START, check_asserts, simulate
+from navarch.simulate.engine import START, simulate
 from navarch.simulate.events import EventRuns
+from navarch.simulate.report import check_asserts
 from navarch.simulate.scenario import EventPath, load_scenario
 from navarch.simulate.world import World
 

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from navarch.simulate.engine import check_asserts, simulate
+from navarch.simulate.engine import simulate
+from navarch.simulate.report import check_asserts
 from navarch.simulate.scenario import load_scenario
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "simulate"

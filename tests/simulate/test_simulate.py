@@ -12,8 +12,8 @@ import pytest
 
 from navarch.cli import main
 from navarch.fleet.spec import HealthPolicy
-from navarch.simulate.engine import ServedBy, check_asserts, simulate
-from navarch.simulate.report import to_json
+from navarch.simulate.engine import ServedBy, simulate
+from navarch.simulate.report import check_asserts, to_json
 from navarch.simulate.scenario import Window, load_scenario
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -33,7 +33,7 @@ from typing import Any
 
 from navarch.actor import Actor, ActorKind
 from navarch.errors import NavarchError, ProviderError, RemoteError
-from navarch.fleet.spec import Scheduler
+from navarch.fleet.spec import PoolSpec, Scheduler
 from navarch.history import Trigger, report_ref
 from navarch.inventory import Instance
 from navarch.logs import new_run_id
@@ -211,6 +211,21 @@ def _rebooted(memory: Memory, node: str, now: datetime) -> Memory | None:
     )
 
 
+def _cordon_in_scheduler(
+    fleet: Fleet, pool: PoolSpec, node: str, address: str | None, reason: str
+) -> tuple[bool, str]:
+    """The pool's cordon playbook for an operator's cordon -> (ok, detail); with no
+    scheduler and no cordon playbook navarch's own record is the cordon."""
+    if pool.scheduler is Scheduler.NONE and "cordon" not in pool.playbooks:
+        return True, "recorded in navarch (scheduler none)"
+    if fleet.playbooks is None:
+        return False, f"no playbook runner for scheduler {pool.scheduler}"
+    try:
+        return fleet.playbooks.run(pool, "cordon", node, address, reason)
+    except RemoteError as exc:
+        return False, str(exc)
+
+
 def cordon(
     fleet: Fleet,
     node: str,
@@ -245,15 +260,7 @@ def cordon(
         pool = spec.pool(inst.pool or "")
         full_reason = f"operator: {reason.strip()}"
         lease.check()
-        if pool.scheduler is Scheduler.NONE and "cordon" not in pool.playbooks:
-            ok, detail = True, "recorded in navarch (scheduler none)"
-        elif fleet.playbooks is None:
-            ok, detail = False, f"no playbook runner for scheduler {pool.scheduler}"
-        else:
-            try:
-                ok, detail = fleet.playbooks.run(pool, "cordon", node, inst.address, full_reason)
-            except RemoteError as exc:
-                ok, detail = False, str(exc)
+        ok, detail = _cordon_in_scheduler(fleet, pool, node, inst.address, full_reason)
         _audit(
             fleet,
             snap,

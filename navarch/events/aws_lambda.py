@@ -58,8 +58,7 @@ def aws_lambda_handler(event: Mapping[str, Any], context: Any = None) -> dict[st
         fleet,
         api.ApplyOptions(
             auto_approve=True,
-            # A cloud's instance event (a dead host writes no report) needs a full run.
-            reports_named=None if parsed.instances else frozenset(parsed.keys),
+            reports_named=None if parsed.named is None else frozenset(parsed.named),
             actor=Actor(ActorKind.SCHEDULED, name=function, job="store event (AWS Lambda)"),
             command=f"apply {fleet.path} --on-events (AWS Lambda {function})",
         ),

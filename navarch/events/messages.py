@@ -206,6 +206,13 @@ class Parsed:
                 keys.add(o)
         return cls(tuple(sorted(keys)), dict(ignored), tuple(sorted(instances)))
 
+    @property
+    def named(self) -> tuple[str, ...] | None:
+        """The report keys a run started by these messages may be narrowed to, or None
+        for a full run: a cloud's instance event (a dead host writes no report) needs the
+        cloud listed again."""
+        return None if self.instances else self.keys
+
     def __add__(self, other: Parsed) -> Parsed:
         counts = Counter(self.ignored)
         counts.update(other.ignored)

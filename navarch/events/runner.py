@@ -96,11 +96,8 @@ def run_batch(queue: EventQueue, batch: Batch, apply_once: ApplyOnce, *, full: b
     if batch.parsed.ignored:
         log.info("event queue %s: ignored %s", queue.url, batch.parsed.ignored_text())
     code = 0
-    # A cloud's own instance event (a dead host writes no report) needs the cloud listed
-    # again: a full run, not one narrowed to the reports the batch names.
-    full = full or bool(batch.parsed.instances)
-    if full or batch.keys:
-        code = apply_once(None if full else batch.keys)
+    if full or batch.keys or batch.parsed.instances:
+        code = apply_once(None if full else batch.parsed.named)
     try:
         queue.delete(batch.messages)  # only now: the run above returned, its state is saved
     except StoreError as exc:

@@ -34,6 +34,7 @@ from navarch.agent.acceptance_tools import FakeToolHost
 from navarch.agent.acceptance_tools.host import ToolOutput
 from navarch.agent.burn_in import ToolBench
 from navarch.planner.model import READY, ActionKind, ActionReason, BurnIn
+from navarch.simulate.report import percentile
 
 #: latent fault -> the FakeToolHost overrides that show it (navarch.agent.acceptance_tools.fake)
 LATENT_FAULTS: Mapping[str, Mapping[str, str]] = {
@@ -131,10 +132,8 @@ def draw_latent(rng: random.Random, rate: float) -> str | None:
 
 
 def _pct(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    s = sorted(values)
-    return round(s[min(len(s) - 1, int(round(q * (len(s) - 1))))], 3)
+    p = percentile(values, q)
+    return None if p is None else round(p, 3)
 
 
 def acceptance_keys(

@@ -38,6 +38,7 @@ from navarch.simulate.detection import detection_keys
 from navarch.simulate.events import EventRuns
 from navarch.simulate.policies import fleet_with_overrides
 from navarch.simulate.provider import SimProvider
+from navarch.simulate.report import percentile
 from navarch.simulate.scenario import Scenario
 from navarch.simulate.training import effective_training_time_ratio
 from navarch.simulate.world import SimNode, World
@@ -51,13 +52,6 @@ SAMPLE_EVERY_S = 3600
 class _SimFleet(Fleet):
     def secret(self) -> bytes | None:
         return SECRET
-
-
-def _pct(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    s = sorted(values)
-    return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
 
 
 class ServedBy(StrEnum):
@@ -643,7 +637,7 @@ def _document(scenario: Scenario, t: _Tally) -> dict[str, Any]:
                 )
                 for r in all_faults
             ],
-            _pct,
+            percentile,
         ),
         "fault_to_cordon_s": sorted(to_cordon),
         "fault_to_serving_s": sorted(to_serving),
@@ -697,11 +691,11 @@ def _fault_keys(
         "faults_on_lemons": sum(1 for r in all_faults if r.lemon),
         "faults_never_acted_on": len(never),
         "faults_open_at_end": len(t.records),
-        "p50_fault_to_cordon_s": _pct(to_cordon, 0.5),
-        "p95_fault_to_cordon_s": _pct(to_cordon, 0.95),
+        "p50_fault_to_cordon_s": percentile(to_cordon, 0.5),
+        "p95_fault_to_cordon_s": percentile(to_cordon, 0.95),
         "max_fault_to_cordon_s": max(to_cordon) if to_cordon else None,
-        "p50_fault_to_serving_s": _pct(to_serving, 0.5),
-        "p95_fault_to_serving_s": _pct(to_serving, 0.95),
+        "p50_fault_to_serving_s": percentile(to_serving, 0.5),
+        "p95_fault_to_serving_s": percentile(to_serving, 0.95),
         "max_fault_to_serving_s": max(to_serving) if to_serving else None,
         "served_by": dict(sorted(served_by.items())),
     }

@@ -6,9 +6,20 @@ from __future__ import annotations
 import io
 import json
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from navarch.templating import environment
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The q-quantile (0..1) of values by nearest rank, in their unit; None for no values.
+    Every latency of a result document and a sweep's merge is computed by this rule."""
+    if not values:
+        return None
+    s = sorted(values)
+    return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
+
 
 HEADLINE = (
     "availability",

@@ -33,6 +33,7 @@ from typing import Any
 
 from navarch.errors import ConfigError
 from navarch.simulate.policies import COMPARE_POLICIES
+from navarch.simulate.report import percentile
 from navarch.simulate.scenario import Scenario, load_scenario
 
 #: The most seeds one sweep takes (a typo such as 1-100000 is refused, not run).
@@ -228,14 +229,6 @@ def render_job(spec: JobSpec, engine: str) -> str:
     return env.get_template(name).render(job=spec, sh=spec.sh())
 
 
-def _pct(values: Sequence[float], q: float) -> float | None:
-    """The q-quantile by nearest rank, as the result documents compute theirs."""
-    if not values:
-        return None
-    s = sorted(values)
-    return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
-
-
 def _interval(
     per_seed: Sequence[Sequence[float]], stat: Callable[[list[float]], float | None]
 ) -> tuple[float | None, float | None]:
@@ -250,11 +243,11 @@ def _interval(
         value = stat(pooled)
         if value is not None:
             figures.append(value)
-    return _pct(figures, 0.025), _pct(figures, 0.975)
+    return percentile(figures, 0.025), percentile(figures, 0.975)
 
 
 def _quantile(q: float) -> Callable[[list[float]], float | None]:
-    return lambda values: _pct(values, q)
+    return lambda values: percentile(values, q)
 
 
 def _mean(values: list[float]) -> float | None:
@@ -281,7 +274,11 @@ def merge_docs(docs: Iterable[dict[str, Any]]) -> dict[str, Any]:
             pooled = [v for values in per_seed for v in values]
             for label, q in (("p50", 0.5), ("p95", 0.95)):
                 low, high = _interval(per_seed, _quantile(q))
-                figures[f"{label}_{name}_s"] = {"value": _pct(pooled, q), "low": low, "high": high}
+                figures[f"{label}_{name}_s"] = {
+                    "value": percentile(pooled, q),
+                    "low": low,
+                    "high": high,
+                }
         avail = [[float(d.get("availability", 0.0))] for d in runs]
         low, high = _interval(avail, _mean)
         figures["availability"] = {

@@ -36,12 +36,11 @@ def navarch_events(msg: func.QueueMessage) -> None:
         logging.info("navarch events: ignored %s", parsed.ignored_text())
     if not parsed.keys and not parsed.instances:
         return
-    # A cloud's instance event (a dead host writes no report) needs a full run.
     api.apply(
         fleet,
         api.ApplyOptions(
             auto_approve=True,
-            reports_named=None if parsed.instances else frozenset(parsed.keys),
+            reports_named=None if parsed.named is None else frozenset(parsed.named),
             actor=Actor(ActorKind.SCHEDULED, name="azure-function", job="store event"),
         ),
     )

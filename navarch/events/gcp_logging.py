@@ -37,7 +37,7 @@ class LogSinks:
         from google.auth.transport.requests import AuthorizedSession
 
         credentials, _ = google.auth.default(scopes=[_SCOPE])
-        return cls(AuthorizedSession(credentials))
+        return cls(AuthorizedSession(credentials))  # type: ignore[no-untyped-call]
 
     def get_sink(self, *, sink_name: str) -> dict[str, Any] | None:
         """projects.sinks.get: sink_name "projects/P/sinks/S" -> the LogSink, or None
@@ -90,6 +90,6 @@ def _json(answer: Any) -> dict[str, Any]:
     if answer.status_code >= 400:
         from google.api_core import exceptions
 
-        raise exceptions.from_http_response(answer)
+        raise exceptions.from_http_response(answer)  # type: ignore[no-untyped-call]
     body: dict[str, Any] = answer.json()
     return body

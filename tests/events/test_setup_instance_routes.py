@@ -472,3 +472,29 @@ def test_the_gcp_and_azure_setup_roles_allow_every_call_setup_makes() -> None:
     assert operations <= PERMISSIONS.keys()
     needed = {p for op in operations for p in PERMISSIONS[op]}
     assert needed - allowed == set()
+
+
+def test_setup_command_prints_the_routes_warning_and_still_succeeds(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from navarch.events import setup as module
+    from tests.support.cli import run_navarch
+
+    real = module.setup_events
+    denied = gcp_clients(LoggingApi(denied=True), Publisher())
+    monkeypatch.setattr(
+        module, "setup_events", lambda target, **kw: real(target, clients=denied, **kw)
+    )
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(
+        "fleet: research\nstore: gs://my-navarch-state/research\n"
+        "secret: {env: NAVARCH_FLEET_SECRET}\n"
+        "providers:\n  gce: {type: gcp, project: my-project}\npools: {}\n"
+    )
+    run = run_navarch(["events", "setup", str(fleet)], cwd=tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "  warning: the Compute Engine host events' log sink is not set up" in run.stdout
+    assert "1 optional route(s) not set up" in run.stdout
+    assert "--on-events pubsub://projects/my-project/subscriptions/navarch-research-events" in (
+        run.stdout
+    )

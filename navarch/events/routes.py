@@ -257,9 +257,10 @@ def queue_url(target: SetupTarget, sqs_url: str = "") -> str:
 
 # -- the instance routes of GCP and Azure (pure) ------------------------------------------
 
-#: The Event Grid system topic type of Azure Resource Health events, and the resource type
-#: navarch's instances have (Azure Event Grid, event-schema-health-resources.md).
+#: The Event Grid system topic type of Azure Resource Health events (Azure Event Grid,
+#: event-schema-health-resources.md).
 AZURE_HEALTH_TOPIC_TYPE = "Microsoft.ResourceNotifications.HealthResources"
+#: The resource type of navarch's Azure instances (single VMs, navarch.providers.azure).
 _AZURE_VM_TYPE = "Microsoft.Compute/virtualMachines"
 #: One HealthResources system topic per subscription serves every fleet: Event Grid allows
 #: one system topic per source, and this one's source is the whole subscription.

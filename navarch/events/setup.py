@@ -502,8 +502,8 @@ def _setup_gce_instances(
 
 def _setup_azure_instances(target: SetupTarget, calls: _Calls, grid: Any) -> None:
     """The subscription's HealthResources system topic (the one that exists, else
-    navarch-health-resources in the store's resource group) and the fleet's event
-    subscription on it to the storage queue; both are PUTs of the same body, so a second
+    navarch-health-resources made in the store's resource group) and the fleet's event
+    subscription on it to the storage queue, a PUT of the same body each time, so a second
     setup changes nothing."""
     listed = calls(grid, "eventgrid", "system_topics.list_by_subscription", [])
     source = f"/subscriptions/{target.subscription_id}".lower()
@@ -518,7 +518,6 @@ def _setup_azure_instances(target: SetupTarget, calls: _Calls, grid: Any) -> Non
     )
     group, name = target.resource_group, AZURE_HEALTH_TOPIC_NAME
     if found is None:
-        step = "eventgrid.system_topics.begin_create_or_update"
         poller = calls(
             grid,
             "eventgrid",
@@ -528,10 +527,9 @@ def _setup_azure_instances(target: SetupTarget, calls: _Calls, grid: Any) -> Non
             system_topic_name=name,
             system_topic_info=azure_health_system_topic(target),
         )
-        _wait(poller, step)
+        _wait(poller, "eventgrid.system_topics.begin_create_or_update")
     else:
-        group, name = str(found.id).split("/")[4], str(found.name)
-    step = "eventgrid.system_topic_event_subscriptions.begin_create_or_update"
+        group, name = _resource_group(str(found.id)) or group, str(found.name)
     poller = calls(
         grid,
         "eventgrid",
@@ -542,4 +540,11 @@ def _setup_azure_instances(target: SetupTarget, calls: _Calls, grid: Any) -> Non
         event_subscription_name=instance_route_name(target.watch.fleet),
         event_subscription_info=azure_health_subscription(target),
     )
-    _wait(poller, step)
+    _wait(poller, "eventgrid.system_topic_event_subscriptions.begin_create_or_update")
+
+
+def _resource_group(resource_id: str) -> str:
+    """The resource group an ARM resource id names ("" where it names none)."""
+    parts = resource_id.split("/")
+    at = next((i for i, p in enumerate(parts) if p.lower() == "resourcegroups"), -1)
+    return parts[at + 1] if 0 <= at < len(parts) - 1 else ""

@@ -174,11 +174,20 @@ def cmd_events_setup(args: argparse.Namespace) -> int:
         resource_group=args.resource_group or "",
     )
     print("Would call:" if args.dry_run else "Calling:")
-    url, calls = setup_events(target, dry_run=args.dry_run, say=lambda line: print(f"  {line}"))
+    warnings: list[str] = []
+
+    def warn(message: str) -> None:
+        warnings.append(message)
+        print(f"  warning: {message}")
+
+    url, calls = setup_events(
+        target, dry_run=args.dry_run, say=lambda line: print(f"  {line}"), warn=warn
+    )
     done = "Would set up" if args.dry_run else "Set up"
+    skipped = f", {len(warnings)} optional route(s) not set up" if warnings else ""
     print(
-        f"\n{done} {target.store_url} -> {url} ({len(calls)} calls). Start runs from it with:\n"
-        f"  navarch apply {args.fleet} --on-events {url} --listen"
+        f"\n{done} {target.store_url} -> {url} ({len(calls)} calls{skipped}). Start runs from"
+        f" it with:\n  navarch apply {args.fleet} --on-events {url} --listen"
     )
     return EXIT_OK
 

@@ -25,7 +25,7 @@ stops a run. Shapes, with their sources (samples in tests/events/samples/):
 
 The clouds' own instance events start a run too, through the same queue: a dead host
 writes no report, so only its cloud can announce it. What is read (samples in
-tests/events/samples/; navarch.events.setup creates the AWS rule, docs/events.md the others):
+tests/events/samples/; navarch.events.setup creates the routes):
 
 - EventBridge to SQS, ``{"source": "aws.ec2", "detail-type": "EC2 Instance State-change
   Notification", "detail": {"instance-id", "state"}}`` and "EC2 Spot Instance Interruption
@@ -34,9 +34,9 @@ tests/events/samples/; navarch.events.setup creates the AWS rule, docs/events.md
   Health Event", "detail": {"service": "EC2"}, "resources": [instance ids]}`` (AWS Health
   User Guide, "Monitoring AWS Health events with Amazon EventBridge").
 - A Cloud Logging sink to Pub/Sub: the LogEntry of a Compute Engine system event,
-  ``protoPayload.methodName`` compute.instances.hostError, .preempted,
-  .automaticRestart or .guestTerminate, ``resource.labels.instance_id`` (Compute Engine,
-  "Viewing audit logs": system event audit logs).
+  ``protoPayload.methodName`` one of GCE_SYSTEM_EVENT_METHODS,
+  ``resource.labels.instance_id`` (Compute Engine, "Viewing audit logs": system event
+  audit logs).
 - Azure Resource Health through the Event Grid system topic Microsoft.ResourceNotifications
   .HealthResources: ``AvailabilityStatusChanged`` and ``ResourceAnnotated``, the VM's
   resource id in ``data.resourceInfo.id`` (Azure Event Grid, event-schema-health-resources.md).
@@ -63,6 +63,8 @@ from typing import Any
 from urllib.parse import unquote_plus
 
 __all__ = [
+    "AZURE_HEALTH_EVENT_TYPES",
+    "GCE_SYSTEM_EVENT_METHODS",
     "Ignored",
     "Parsed",
     "Watch",
@@ -92,15 +94,25 @@ _BLOB_SUBJECT = re.compile(r"/blobServices/default/containers/([^/]+)/blobs/(.+)
 _EC2_DETAIL_TYPES = frozenset(
     {"EC2 Instance State-change Notification", "EC2 Spot Instance Interruption Warning"}
 )
-_GCE_METHODS = frozenset(
-    {
-        "compute.instances.hostError",
-        "compute.instances.preempted",
-        "compute.instances.automaticRestart",
-        "compute.instances.guestTerminate",
-    }
+#: The Compute Engine system events of an instance its host lost or stopped: host error,
+#: preemption, automatic restart, guest termination, termination for host maintenance
+#: (Compute Engine, "Viewing audit logs" and "Troubleshooting VM shutdowns and reboots").
+#: navarch.events.setup's log sink filters on the same tuple.
+GCE_SYSTEM_EVENT_METHODS = (
+    "compute.instances.hostError",
+    "compute.instances.preempted",
+    "compute.instances.automaticRestart",
+    "compute.instances.guestTerminate",
+    "compute.instances.terminateOnHostMaintenance",
 )
+_GCE_METHODS = frozenset(GCE_SYSTEM_EVENT_METHODS)
 _HEALTH_RESOURCES = "Microsoft.ResourceNotifications.HealthResources."
+#: The Resource Health event types of the HealthResources system topic (Azure Event Grid,
+#: event-schema-health-resources.md); navarch.events.setup subscribes to these.
+AZURE_HEALTH_EVENT_TYPES = (
+    f"{_HEALTH_RESOURCES}AvailabilityStatusChanged",
+    f"{_HEALTH_RESOURCES}ResourceAnnotated",
+)
 #: A VM's resource id (its health status's id continues after it), without the first "/".
 _AZURE_VM = re.compile(
     r"/(subscriptions/[^/]+/resourceGroups/[^/]+/providers/Microsoft\.Compute/"
@@ -380,7 +392,8 @@ def _aws_instance_event(doc: dict[str, Any]) -> list[Instance | Ignored]:
 
 def _gce_system_event(entry: dict[str, Any]) -> Instance | Ignored:
     """A Cloud Logging LogEntry sent through a sink to Pub/Sub -> the GCE instance of a
-    host error, preemption, automatic restart or guest termination."""
+    host error, preemption, automatic restart, guest termination or termination for host
+    maintenance."""
     if _str(entry, "protoPayload", "methodName") not in _GCE_METHODS:
         return Ignored.OTHER_CLOUD_EVENT
     return _instance(_str(entry, "resource", "labels", "instance_id"))

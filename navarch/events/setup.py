@@ -1,7 +1,8 @@
-"""`navarch events setup FLEET`: the queue and the bucket notification, for the fleet's store.
+"""`navarch events setup FLEET`: the queue, the bucket notification and the cloud's instance
+events, for the fleet's store.
 
-Per store (the request bodies are built by the pure functions below, which tests check
-against each SDK's own request models):
+Per store (the request bodies are built by the pure functions of navarch.events.routes,
+which tests check against each SDK's own request models):
 
 s3://  (AWS S3 user guide, "Walkthrough: Configuring a bucket for notifications (SNS topic
        or SQS queue)"; the SQS API reference)
@@ -25,27 +26,65 @@ gs://  (Cloud Storage, "Configure Pub/Sub notifications"; the Pub/Sub API refere
     pubsub.set_iam_policy       the same plus roles/pubsub.publisher for that agent (etag kept)
     pubsub.create_subscription  projects/<p>/subscriptions/navarch-<fleet>-events (ack 600 s)
     storage.notification.create OBJECT_FINALIZE, JSON_API_V1, object_name_prefix
+    logging.get_sink            projects/<p>/sinks/navarch-<fleet>-instances, then
+    logging.create_sink         (or update_sink where its filter or destination differ) the
+                                project's Compute Engine system events to the topic
+                                (Cloud Logging API v2, through google.auth's AuthorizedSession)
+    pubsub.get_iam_policy       the topic's policy, then, unless it holds it already,
+    pubsub.set_iam_policy       roles/pubsub.publisher for the sink's writer identity
 az://  (Azure Event Grid, "Storage queue as an event handler"; Event Subscriptions REST API)
     queue.create_queue          navarch-<fleet>-events in the store's storage account
     eventgrid.event_subscriptions.begin_create_or_update   on the storage account: BlobCreated
                                 whose subject begins with the fleet's health prefix, to the
                                 queue, Event Grid schema
+    eventgrid.system_topics.list_by_subscription   the subscription's HealthResources
+                                system topic if one exists (Event Grid allows one), else
+    eventgrid.system_topics.begin_create_or_update  navarch-health-resources, location global
+    eventgrid.system_topic_event_subscriptions.begin_create_or_update
+                                navarch-<fleet>-instances: Resource Health events of VMs to
+                                the queue (Azure Event Grid, "Subscribe to Azure Resource
+                                Notifications - Health Resources events")
 
-Every step is idempotent where the cloud allows (a queue or topic that exists is kept), so
-setup can run again. `--dry-run` prints the calls and makes none. SDK errors are translated
-at one boundary (`_setup_errors`) into StoreError naming the step.
+Every step is idempotent where the cloud allows (a queue or topic that exists is kept, a
+sink or an IAM binding that is already as wanted is not written again), so setup can run
+again. `--dry-run` prints the calls and makes none. SDK errors are translated at one
+boundary (`_setup_errors`) into StoreError naming the step. The instance routes (the EC2
+rule, the log sink, the Resource Health subscription) are optional: one that fails (most
+often a permission the person lacks) is reported through `warn` with what to grant, and
+setup goes on; a dead host then waits for the periodic run, as before.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
-from navarch.errors import ConfigError, NavarchError, StoreError, map_exceptions
-from navarch.events.messages import Watch
+from navarch.errors import NavarchError, StoreError, map_exceptions
+from navarch.events.routes import (
+    AZURE_HEALTH_TOPIC_NAME,
+    AZURE_HEALTH_TOPIC_TYPE,
+    INSTANCE_EVENT_PATTERN,
+    LONG_POLL_S,
+    RETENTION_S,
+    VISIBILITY_S,
+    SetupTarget,
+    azure_account_id,
+    azure_event_subscription,
+    azure_health_subscription,
+    azure_health_system_topic,
+    gce_instance_sink,
+    gcs_notification,
+    instance_route_name,
+    instance_rule_name,
+    queue_name,
+    queue_url,
+    s3_notification_configuration,
+    s3_queue_policy,
+)
 from navarch.extras import import_extra
 
 __all__ = [
@@ -61,20 +100,11 @@ __all__ = [
     "setup_events",
 ]
 
-#: Seconds: how long a received message stays hidden (navarch.events.queues.VISIBILITY_S),
-#: the longest SQS long poll, and how long an undelivered message is kept (one day: after
-#: that the periodic run has long covered it).
-_VISIBILITY_S = 600
-_LONG_POLL_S = 20
-_RETENTION_S = 86_400
-BLOB_CREATED = "Microsoft.Storage.BlobCreated"
+log = logging.getLogger(__name__)
+_T = TypeVar("_T")
+
 #: Top-level packages whose exceptions _setup_errors translates.
 _SDK_PACKAGES = frozenset({"botocore", "boto3", "google", "grpc", "azure"})
-
-
-def queue_name(fleet: str) -> str:
-    """The queue, topic and subscription name: "navarch-<fleet>-events"."""
-    return f"navarch-{fleet}-events"
 
 
 @dataclass(frozen=True)
@@ -93,201 +123,6 @@ class ApiCall:
 
 def _literal(value: Any) -> str:
     return json.dumps(value, sort_keys=True) if isinstance(value, dict | list) else repr(value)
-
-
-@dataclass(frozen=True)
-class SetupTarget:
-    """Where the notification goes: the store (Watch), the queue URL it yields, and the
-    cloud's scope (AWS region; GCP project; Azure subscription, resource group, account)."""
-
-    watch: Watch
-    store_url: str
-    region: str = ""
-    project: str = ""
-    subscription_id: str = ""
-    resource_group: str = ""
-
-    @classmethod
-    def of_fleet(
-        cls, store_url: str, fleet: str, providers: Mapping[str, Mapping[str, Any]], **given: str
-    ) -> SetupTarget:
-        """From the fleet's store URL and providers (the first provider of the store's
-        cloud gives region, project, or subscription and resource group; `given` flags
-        override them). Raises ConfigError for a store that sends no notifications, or a
-        scope neither the fleet nor a flag gives."""
-        try:
-            watch = Watch.of_store(store_url, fleet)
-        except ValueError as exc:
-            raise ConfigError(str(exc), key_path="store") from exc
-        cloud = {"s3": "aws", "gs": "gcp", "az": "azure"}[store_url.split("://")[0]]
-        found = next((dict(p) for p in providers.values() if p.get("type") == cloud), {})
-        scope = {
-            "region": given.get("region") or found.get("region", ""),
-            "project": given.get("project") or found.get("project", ""),
-            "subscription_id": given.get("subscription_id") or found.get("subscription_id", ""),
-            "resource_group": given.get("resource_group") or found.get("resource_group", ""),
-        }
-        need = {"gcp": ["project"], "azure": ["subscription_id", "resource_group"]}.get(cloud, [])
-        for name in need:
-            if not scope[name]:
-                raise ConfigError(
-                    f"events setup for {store_url}: no {name} in a {cloud} provider of the fleet",
-                    key_path="providers",
-                    hint=f"pass --{name.replace('_', '-')}",
-                )
-        return cls(watch, store_url, **scope)
-
-    @property
-    def account(self) -> str:
-        """The Azure storage account of an az:// store."""
-        return self.store_url[len("az://") :].partition("/")[0]
-
-
-# -- request bodies (pure) ---------------------------------------------------------------
-
-
-def instance_rule_name(fleet: str) -> str:
-    """The EventBridge rule of the fleet's instance events: "navarch-<fleet>-instances"."""
-    return f"navarch-{fleet}-instances"
-
-
-#: The EventBridge pattern of the instance events a run starts on (navarch.events.messages:
-#: EC2 state changes and Spot interruption warnings, AWS Health events of EC2). EC2's events
-#: carry no tags, so every instance of the account and region matches; the run that follows
-#: lists only navarch's.
-INSTANCE_EVENT_PATTERN: dict[str, Any] = {
-    "source": ["aws.ec2", "aws.health"],
-    "detail-type": [
-        "EC2 Instance State-change Notification",
-        "EC2 Spot Instance Interruption Warning",
-        "AWS Health Event",
-    ],
-}
-
-
-def s3_queue_policy(
-    queue_arn: str, bucket: str, account: str, rule_arn: str = ""
-) -> dict[str, Any]:
-    """The SQS queue policy letting S3 send this bucket's notifications and, with
-    rule_arn, that EventBridge rule its events, and nothing else (AWS S3 user guide,
-    "Granting permissions to publish event notification messages to a destination":
-    Principal s3.amazonaws.com, aws:SourceArn and aws:SourceAccount; Amazon EventBridge user
-    guide, "Permissions for Amazon SQS": Principal events.amazonaws.com, aws:SourceArn)."""
-    rule = [
-        {
-            "Sid": "EventBridgeSendsInstanceEvents",
-            "Effect": "Allow",
-            "Principal": {"Service": "events.amazonaws.com"},
-            "Action": "sqs:SendMessage",
-            "Resource": queue_arn,
-            "Condition": {"ArnEquals": {"aws:SourceArn": rule_arn}},
-        }
-    ]
-    return {
-        "Version": "2012-10-17",
-        "Statement": [
-            {
-                "Sid": "S3SendsHealthReportEvents",
-                "Effect": "Allow",
-                "Principal": {"Service": "s3.amazonaws.com"},
-                "Action": "sqs:SendMessage",
-                "Resource": queue_arn,
-                "Condition": {
-                    "ArnLike": {"aws:SourceArn": f"arn:aws:s3:::{bucket}"},
-                    "StringEquals": {"aws:SourceAccount": account},
-                },
-            }
-        ]
-        + (rule if rule_arn else []),
-    }
-
-
-def s3_notification_configuration(
-    existing: Mapping[str, Any], queue_arn: str, watch: Watch
-) -> dict[str, Any]:
-    """The bucket's notification configuration with the fleet's queue entry added (or
-    replaced, by Id "navarch-<fleet>-health"); every other entry kept. Shape: the
-    NotificationConfiguration of PutBucketNotificationConfiguration (S3 API reference)."""
-    ours = f"navarch-{watch.fleet}-health"
-    config = {
-        k: list(v)
-        for k, v in existing.items()
-        if k
-        in (
-            "TopicConfigurations",
-            "QueueConfigurations",
-            "LambdaFunctionConfigurations",
-        )
-    }
-    if "EventBridgeConfiguration" in existing:
-        config["EventBridgeConfiguration"] = existing["EventBridgeConfiguration"]
-    queues = [q for q in config.get("QueueConfigurations", []) if q.get("Id") != ours]
-    queues.append(
-        {
-            "Id": ours,
-            "QueueArn": queue_arn,
-            "Events": ["s3:ObjectCreated:*"],
-            "Filter": {"Key": {"FilterRules": [{"Name": "prefix", "Value": watch.object_prefix}]}},
-        }
-    )
-    config["QueueConfigurations"] = queues
-    return config
-
-
-def gcs_notification(target: SetupTarget) -> dict[str, Any]:
-    """Keyword arguments of google-cloud-storage's Bucket.notification() for the fleet:
-    its topic, OBJECT_FINALIZE only, the JSON_API_V1 payload, the health prefix (Cloud
-    Storage JSON API, notifications resource)."""
-    return {
-        "topic_name": queue_name(target.watch.fleet),
-        "topic_project": target.project,
-        "event_types": ["OBJECT_FINALIZE"],
-        "blob_name_prefix": target.watch.object_prefix,
-        "payload_format": "JSON_API_V1",
-    }
-
-
-def azure_event_subscription(target: SetupTarget) -> dict[str, Any]:
-    """The Event Grid event subscription (REST body, Event Subscriptions - Create Or
-    Update, api-version 2022-06-15) on the storage account: BlobCreated events whose
-    subject begins with the fleet's health prefix, to the storage queue, Event Grid
-    schema (Azure Event Grid, "Storage queue as an event handler")."""
-    w = target.watch
-    return {
-        "properties": {
-            "destination": {
-                "endpointType": "StorageQueue",
-                "properties": {
-                    "resourceId": _azure_account_id(target),
-                    "queueName": queue_name(w.fleet),
-                    "queueMessageTimeToLiveInSeconds": _RETENTION_S,
-                },
-            },
-            "filter": {
-                "includedEventTypes": [BLOB_CREATED],
-                "subjectBeginsWith": (
-                    f"/blobServices/default/containers/{w.bucket}/blobs/{w.object_prefix}"
-                ),
-            },
-            "eventDeliverySchema": "EventGridSchema",
-        }
-    }
-
-
-def _azure_account_id(target: SetupTarget) -> str:
-    return (
-        f"/subscriptions/{target.subscription_id}/resourceGroups/{target.resource_group}"
-        f"/providers/Microsoft.Storage/storageAccounts/{target.account}"
-    )
-
-
-def queue_url(target: SetupTarget, sqs_url: str = "") -> str:
-    """The --on-events URL setup's queue answers to."""
-    if target.store_url.startswith("gs://"):
-        return f"pubsub://projects/{target.project}/subscriptions/{queue_name(target.watch.fleet)}"
-    if target.store_url.startswith("az://"):
-        return f"azure-queue://{target.account}/{queue_name(target.watch.fleet)}"
-    return sqs_url
 
 
 # -- doing it ----------------------------------------------------------------------------
@@ -309,11 +144,15 @@ def _setup_errors(step: str) -> Iterator[None]:
 
 
 class _Calls:
-    """Records each call; runs it unless dry_run, else answers with dry_answer."""
+    """Records each call; runs it unless dry_run, else answers with dry_answer. warn: where
+    an optional route that failed is told (_optional)."""
 
-    def __init__(self, dry_run: bool, say: Callable[[str], None]) -> None:
+    def __init__(
+        self, dry_run: bool, say: Callable[[str], None], warn: Callable[[str], None]
+    ) -> None:
         self.dry_run = dry_run
         self.say = say
+        self.warn = warn
         self.made: list[ApiCall] = []
 
     def __call__(
@@ -337,13 +176,16 @@ def setup_events(
     dry_run: bool = False,
     say: Callable[[str], None] = print,
     clients: Mapping[str, Any] | None = None,
+    warn: Callable[[str], None] = log.warning,
 ) -> tuple[str, list[ApiCall]]:
-    """Create the fleet's queue and bucket notification -> (the --on-events URL, the
-    calls made, in order). say(line) is told each call as it is made. clients: SDK clients
-    by name ("sqs", "s3", "publisher", "subscriber", "storage", "queue", "eventgrid"),
-    made from the default credentials when absent. Raises StoreError (a failed call: the
+    """Create the fleet's queue, bucket notification and instance route -> (the
+    --on-events URL, the calls made, in order). say(line) is told each call as it is made;
+    warn(message) each optional instance route that failed, with what to grant (setup
+    goes on without it). clients: SDK clients by name ("sqs", "s3", "events", "publisher",
+    "subscriber", "storage", "logging", "queue", "eventgrid"), made from the default
+    credentials when absent. Raises StoreError (a failed call of the report route: the
     cloud's message), ConfigError (the cloud's extra is not installed)."""
-    calls = _Calls(dry_run, say)
+    calls = _Calls(dry_run, say, warn)
     given = dict(clients or {})
     if target.store_url.startswith("s3://"):
         url = _setup_s3(target, calls, given)
@@ -381,9 +223,9 @@ def _setup_s3(target: SetupTarget, calls: _Calls, given: dict[str, Any]) -> str:
         {"QueueUrl": placeholder_url},
         QueueName=name,
         Attributes={
-            "ReceiveMessageWaitTimeSeconds": str(_LONG_POLL_S),
-            "VisibilityTimeout": str(_VISIBILITY_S),
-            "MessageRetentionPeriod": str(_RETENTION_S),
+            "ReceiveMessageWaitTimeSeconds": str(LONG_POLL_S),
+            "VisibilityTimeout": str(VISIBILITY_S),
+            "MessageRetentionPeriod": str(RETENTION_S),
         },
     )
     url = str(created["QueueUrl"])
@@ -397,7 +239,13 @@ def _setup_s3(target: SetupTarget, calls: _Calls, given: dict[str, Any]) -> str:
     )
     arn = str(attrs["Attributes"]["QueueArn"])
     account = arn.split(":")[4]
-    rule_arn = _setup_instance_rule(target, calls, given, arn, make("events"))
+    rule_arn = _optional(
+        calls,
+        "the EC2 instance events' EventBridge rule",
+        "events:PutRule and events:PutTargets (docs/policies/aws-events-setup.json)",
+        lambda: _setup_instance_rule(target, calls, given, arn, make("events")),
+        "",
+    )
     policy = s3_queue_policy(arn, w.bucket, account, rule_arn)
     calls(
         sqs,
@@ -471,38 +319,57 @@ def _setup_gcs(target: SetupTarget, calls: _Calls, given: dict[str, Any]) -> Non
         "service-PROJECT_NUMBER@gs-project-accounts.iam.gserviceaccount.com",
         project=target.project,
     )
-    current = calls(publisher, "publisher", "get_iam_policy", None, request={"resource": topic})
-    calls(
-        publisher,
-        "publisher",
-        "set_iam_policy",
-        request={"resource": topic, "policy": _with_publisher(current, f"serviceAccount:{agent}")},
-    )
+    _grant_publisher(calls, publisher, topic, f"serviceAccount:{agent}")
     _exists_ok(
         lambda: calls(
             subscriber,
             "subscriber",
             "create_subscription",
-            request={"name": subscription, "topic": topic, "ack_deadline_seconds": _VISIBILITY_S},
+            request={"name": subscription, "topic": topic, "ack_deadline_seconds": VISIBILITY_S},
         )
     )
     if calls.dry_run:
         calls(None, "storage", "bucket(...).notification(...).create", **gcs_notification(target))
-        return
-    notification = gcs.bucket(w.bucket).notification(**gcs_notification(target))
-    calls(notification, "storage", "create")
+    else:
+        notification = gcs.bucket(w.bucket).notification(**gcs_notification(target))
+        calls(notification, "storage", "create")
+    _optional(
+        calls,
+        "the Compute Engine host events' log sink",
+        "logging.sinks.get/create/update and pubsub.topics.getIamPolicy/setIamPolicy "
+        "(docs/policies/gcp-events-setup-role.yaml)",
+        lambda: _setup_gce_instances(target, calls, given, publisher),
+        None,
+    )
+
+
+def _grant_publisher(calls: _Calls, publisher: Any, topic: str, member: str) -> None:
+    """roles/pubsub.publisher on the topic for member ("serviceAccount:..."): the policy
+    read, then written with the binding added, unless it holds it already."""
+    current = calls(publisher, "publisher", "get_iam_policy", None, request={"resource": topic})
+    policy = _with_publisher(current, member)
+    if current is None or policy != _policy_doc(current):
+        calls(
+            publisher, "publisher", "set_iam_policy", request={"resource": topic, "policy": policy}
+        )
+
+
+def _policy_doc(policy: Any) -> dict[str, Any]:
+    """A google.iam.v1 Policy (or None) as its JSON dict."""
+    if policy is None:
+        return {}
+    from google.protobuf import json_format
+
+    doc: dict[str, Any] = json_format.MessageToDict(policy, preserving_proto_field_name=True)
+    return doc
 
 
 def _with_publisher(policy: Any, member: str) -> dict[str, Any]:
     """The topic's IAM policy (a google.iam.v1 Policy, or None) as a dict with member
     added to roles/pubsub.publisher; its other bindings and its etag (the policy's
     compare-and-swap) kept."""
-    doc: dict[str, Any] = {}
-    if policy is not None:
-        from google.protobuf import json_format
-
-        doc = json_format.MessageToDict(policy, preserving_proto_field_name=True)
-    bindings = list(doc.get("bindings", []))
+    doc = _policy_doc(policy)
+    bindings = [dict(b) for b in doc.get("bindings", [])]
     role = "roles/pubsub.publisher"
     ours = next((b for b in bindings if b.get("role") == role and "condition" not in b), None)
     if ours is None:
@@ -541,12 +408,26 @@ def _setup_azure(target: SetupTarget, calls: _Calls, given: dict[str, Any]) -> N
         grid,
         "eventgrid",
         "event_subscriptions.begin_create_or_update",
-        scope=_azure_account_id(target),
+        scope=azure_account_id(target),
         event_subscription_name=queue_name(w.fleet),
         event_subscription_info=azure_event_subscription(target),
     )
+    _wait(poller, "eventgrid.event_subscriptions.begin_create_or_update")
+    _optional(
+        calls,
+        "the Resource Health events' Event Grid subscription",
+        "Microsoft.EventGrid/systemTopics/* and Microsoft.ResourceNotifications/systemTopics/"
+        "subscribeToHealthResources/action on the subscription "
+        "(docs/policies/azure-events-setup-role.json)",
+        lambda: _setup_azure_instances(target, calls, grid),
+        None,
+    )
+
+
+def _wait(poller: Any, step: str) -> None:
+    """Wait for an Azure long-running operation (None in a dry run)."""
     if poller is not None:
-        with _setup_errors("eventgrid.event_subscriptions.begin_create_or_update"):
+        with _setup_errors(step):
             poller.result()
 
 
@@ -562,3 +443,108 @@ def _exists_ok(step: Callable[[], Any]) -> None:
         ):
             return
         raise
+
+
+def _optional(calls: _Calls, route: str, grant: str, step: Callable[[], _T], fallback: _T) -> _T:
+    """Run an optional route's step -> its value; a cloud error (most often a permission
+    the person lacks) -> calls.warn(what failed, what to grant) and fallback. An optional
+    cloud feature that fails never stops the report route (docs/events.md)."""
+    try:
+        with _setup_errors(route):
+            return step()
+    except StoreError as exc:
+        calls.warn(
+            f"{route} is not set up, so a dead host waits for the periodic run ({exc}). "
+            f"To add it, grant {grant} and run setup again."
+        )
+        return fallback
+
+
+def _setup_gce_instances(
+    target: SetupTarget, calls: _Calls, given: dict[str, Any], publisher: Any
+) -> None:
+    """The log sink of the project's Compute Engine system events to the fleet's topic
+    (created, or updated where its destination or filter differ), then
+    roles/pubsub.publisher on the topic for the sink's writer identity unless the topic's
+    policy grants it already (Cloud Logging, "Route logs to supported destinations":
+    a sink writes as its writer identity, which the destination must allow)."""
+    from navarch.events.gcp_logging import LogSinks
+
+    sinks = _client(given, "logging", calls.dry_run, LogSinks.from_default_credentials)
+    wanted = gce_instance_sink(target)
+    sink_name = f"projects/{target.project}/sinks/{wanted['name']}"
+    placeholder = {"writerIdentity": "serviceAccount:SINK_WRITER_IDENTITY"}
+    found = calls(sinks, "logging", "get_sink", None, sink_name=sink_name)
+    if found is None:
+        found = calls(
+            sinks,
+            "logging",
+            "create_sink",
+            placeholder,
+            parent=f"projects/{target.project}",
+            sink=wanted,
+            unique_writer_identity=True,
+        )
+    elif any(found.get(key) != wanted[key] for key in ("destination", "filter")):
+        found = calls(
+            sinks,
+            "logging",
+            "update_sink",
+            placeholder,
+            sink_name=sink_name,
+            sink=wanted,
+            update_mask=["destination", "filter", "description"],
+            unique_writer_identity=True,
+        )
+    topic = f"projects/{target.project}/topics/{queue_name(target.watch.fleet)}"
+    _grant_publisher(calls, publisher, topic, str(found["writerIdentity"]))
+
+
+def _setup_azure_instances(target: SetupTarget, calls: _Calls, grid: Any) -> None:
+    """The subscription's HealthResources system topic (the one that exists, else
+    navarch-health-resources made in the store's resource group) and the fleet's event
+    subscription on it to the storage queue, a PUT of the same body each time, so a second
+    setup changes nothing."""
+    listed = calls(grid, "eventgrid", "system_topics.list_by_subscription", [])
+    source = f"/subscriptions/{target.subscription_id}".lower()
+    found = next(
+        (
+            t
+            for t in listed
+            if (t.topic_type or "").lower() == AZURE_HEALTH_TOPIC_TYPE.lower()
+            and (t.source or "").lower() == source
+        ),
+        None,
+    )
+    group, name = target.resource_group, AZURE_HEALTH_TOPIC_NAME
+    if found is None:
+        poller = calls(
+            grid,
+            "eventgrid",
+            "system_topics.begin_create_or_update",
+            None,
+            resource_group_name=group,
+            system_topic_name=name,
+            system_topic_info=azure_health_system_topic(target),
+        )
+        _wait(poller, "eventgrid.system_topics.begin_create_or_update")
+    else:
+        group, name = _resource_group(str(found.id)) or group, str(found.name)
+    poller = calls(
+        grid,
+        "eventgrid",
+        "system_topic_event_subscriptions.begin_create_or_update",
+        None,
+        resource_group_name=group,
+        system_topic_name=name,
+        event_subscription_name=instance_route_name(target.watch.fleet),
+        event_subscription_info=azure_health_subscription(target),
+    )
+    _wait(poller, "eventgrid.system_topic_event_subscriptions.begin_create_or_update")
+
+
+def _resource_group(resource_id: str) -> str:
+    """The resource group an ARM resource id names ("" where it names none)."""
+    parts = resource_id.split("/")
+    at = next((i for i, p in enumerate(parts) if p.lower() == "resourcegroups"), -1)
+    return parts[at + 1] if 0 <= at < len(parts) - 1 else ""

@@ -164,6 +164,14 @@ def test_the_clouds_instance_events_name_the_instance_and_no_report() -> None:
     assert "/virtualMachines/research-train-0001" in vm
 
 
+def test_a_gce_termination_for_host_maintenance_names_the_instance() -> None:
+    watch = Watch.of_store("gs://mybucket", "research")
+    gce = copy.deepcopy(sample("gce_host_error.json")["data"])
+    gce["protoPayload"]["methodName"] = "compute.instances.terminateOnHostMaintenance"
+    parsed = parse_pubsub_message({}, json.dumps(gce).encode(), watch)
+    assert parsed.instances == ("1234567890123456789",)
+
+
 def test_cloud_events_that_say_nothing_of_a_machine_start_nothing() -> None:
     watch = Watch.of_store("s3://mybucket", "research")
     other = copy.deepcopy(sample("ec2_state_change.json")["body"])

@@ -7,7 +7,10 @@ get/wait (compact placement policies), reservations aggregatedList, honours requ
 duplicate name and 412 conditionNotMet for a stale label fingerprint, and can be told to
 end insert operations in a zone with a stockout (ZONE_RESOURCE_POOL_EXHAUSTED, HTTP 503
 on the operation) or a quota error, to leave operations RUNNING, or (FakeAPI) to fail
-requests and hold the n-th insert. Source: Compute Engine API v1 reference.
+requests and hold the n-th insert. Preflight's reads are answered too: projects.get (with
+`project_quotas`), zones.get, machineTypes.get (MACHINE_ACCELERATORS' GPUs), images.get /
+getFromFamily in any project, regions.get (with `region_quotas`); every zone, machine type
+and image exists except those a test lists. Source: Compute Engine API v1 reference.
 
 Instance and resource-policy insert bodies are parsed with google-cloud-compute's own
 message types (compute_v1.Instance / ResourcePolicy .from_json, unknown fields refused), so

@@ -27,6 +27,7 @@ from typing import Any
 
 from google.api_core import exceptions as gexc
 from google.auth import exceptions as auth_exc
+from google.protobuf.json_format import ParseError
 
 from navarch.providers.gcp_error_map import RATE_REASONS, error_codes
 from navarch.providers.preflight import (
@@ -63,7 +64,8 @@ _IMAGE = re.compile(
 
 def classify(exc: Exception) -> ReadFailure | None:
     """How a Compute Engine read failed: 404 NOT_FOUND, 401 / 403 (not a rate limit) and
-    google-auth errors DENIED, any other API or transport error FAILED."""
+    google-auth errors DENIED, any other API or transport error, or an answer that is not
+    the API's JSON (an outage page), FAILED; anything else is not the cloud's answer (None)."""
     if isinstance(exc, gexc.NotFound):
         return ReadFailure.NOT_FOUND
     if isinstance(exc, auth_exc.GoogleAuthError | gexc.Unauthorized):
@@ -71,7 +73,7 @@ def classify(exc: Exception) -> ReadFailure | None:
     if isinstance(exc, gexc.Forbidden):
         rate = any(c in RATE_REASONS for c in error_codes(exc))
         return ReadFailure.FAILED if rate else ReadFailure.DENIED
-    if isinstance(exc, gexc.GoogleAPIError | OSError | ValueError):
+    if isinstance(exc, gexc.GoogleAPIError | OSError | ValueError | ParseError):
         return ReadFailure.FAILED
     return None
 

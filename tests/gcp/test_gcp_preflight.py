@@ -185,3 +185,14 @@ pools:
     code, out, err = in_process(("apply", str(fleet), "--auto-approve"), cwd=tmp_path, env=env)
     assert code == 1 and "machine type not offered" in out + err
     assert fake_compute.inserted == []
+
+
+def test_an_outage_page_instead_of_an_answer_is_a_note_not_a_stop(
+    fake_compute: FakeCompute, compute_endpoint: str
+) -> None:
+    fake_compute.fail_page("GET", r"/machineTypes/", 502, times=-1)
+    result = Preflight.of(_provider(compute_endpoint).preflight([_need(("us-central1-a",))]))
+    assert not result.blocks
+    (note,) = result.findings
+    assert note.verdict is Verdict.WARNING and note.detail.startswith("not checked: ")
+    assert note.fix == "it is checked again next run"

@@ -79,7 +79,7 @@ def preflight_findings(
     """Every finding for these pools (see the module docstring). compute() -> the
     provider's ComputeManagementClient. Never raises a cloud error: a failed read is a
     finding."""
-    from navarch.providers.azure import split_zone
+    from navarch.providers.azure import split_zone  # azure.py imports this module
 
     state = _Subscription(Reads(provider, classify), compute)
     for need in needs:

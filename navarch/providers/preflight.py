@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from navarch.providers.optional import answer_excerpt
 from navarch.textsafe import counted
 
 __all__ = [
@@ -214,8 +215,6 @@ class Reads:
             if failure is ReadFailure.DENIED:
                 detail, fix = "not checked: the policy denies it", f"grant {permission} to check it"
             else:
-                from navarch.providers.optional import answer_excerpt
-
                 detail = f"not checked: {answer_excerpt(exc, 200)}"
                 fix = "it is checked again next run"
             self.add(check, _VERDICT[failure], subject, detail, fix, permission=permission)

@@ -3,6 +3,7 @@
     aws     boto3                          EC2 provider, s3:// store
     gcp     google-cloud-compute, -storage  Compute Engine provider, gs:// store
             google-cloud-pubsub             --on-events pubsub://, events setup
+            google-cloud-logging            events setup: the log sink of GCE host events
     azure   azure-identity, -storage-blob, -mgmt-compute, -mgmt-network
             azure-storage-queue, -mgmt-eventgrid   --on-events azure-queue://, events setup
     lambda  (requests, already a core dependency)   Lambda Cloud provider

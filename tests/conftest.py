@@ -27,6 +27,7 @@ from tests.support.azure_servers import (  # noqa: F401
 )
 from tests.support.fake_compute import compute_endpoint, compute_server, fake_compute  # noqa: F401
 from tests.support.fake_lambda import fake_lambda, lambda_api_base, lambda_server  # noqa: F401
+from tests.support.fake_logging import fake_logging, logging_server, sinks_client  # noqa: F401
 from tests.support.gcs_server import gcs_bucket, gcs_env, gcs_server  # noqa: F401
 from tests.support.moto_server import moto, moto_server  # noqa: F401
 
@@ -53,7 +54,7 @@ def _collector_restored() -> Iterator[None]:
 #: parametrized fixture (tests/contracts), is a `system` test.
 DAEMON_FIXTURES = frozenset(
     {
-        # tests/support: moto, fake-gcs-server, Azurite, the fake ARM, Compute and Lambda APIs
+        # tests/support: moto, fake-gcs-server, Azurite, the fake ARM, Compute, Logging and Lambda APIs
         "moto_server",
         "moto",
         "gcs_server",
@@ -65,6 +66,10 @@ DAEMON_FIXTURES = frozenset(
         "fake_arm",
         "compute_server",
         "fake_compute",
+        # the fake Cloud Logging ConfigServiceV2 (gRPC) of events setup's log sink
+        "logging_server",
+        "fake_logging",
+        "sinks_client",
         "lambda_server",
         "fake_lambda",
         # tests/contracts: the store and provider contracts on those servers

@@ -29,7 +29,8 @@ gs://  (Cloud Storage, "Configure Pub/Sub notifications"; the Pub/Sub API refere
     logging.get_sink            projects/<p>/sinks/navarch-<fleet>-instances, then
     logging.create_sink         (or update_sink where its filter or destination differ) the
                                 project's Compute Engine system events to the topic
-                                (Cloud Logging API v2, through google.auth's AuthorizedSession)
+                                (google-cloud-logging's ConfigServiceV2Client, over gRPC,
+                                its only transport; NotFound on get_sink -> create_sink)
     pubsub.get_iam_policy       the topic's policy, then, unless it holds it already,
     pubsub.set_iam_policy       roles/pubsub.publisher for the sink's writer identity
 az://  (Azure Event Grid, "Storage queue as an event handler"; Event Subscriptions REST API)
@@ -468,36 +469,69 @@ def _setup_gce_instances(
     roles/pubsub.publisher on the topic for the sink's writer identity unless the topic's
     policy grants it already (Cloud Logging, "Route logs to supported destinations":
     a sink writes as its writer identity, which the destination must allow)."""
-    from navarch.events.gcp_logging import LogSinks
 
-    sinks = _client(given, "logging", calls.dry_run, LogSinks.from_default_credentials)
+    def config() -> Any:
+        logging_v2 = import_extra(
+            "google.cloud.logging_v2.services.config_service_v2",
+            "gcp",
+            "events setup for a gs:// store",
+        )
+        return logging_v2.ConfigServiceV2Client()
+
+    sinks = _client(given, "logging", calls.dry_run, config)
     wanted = gce_instance_sink(target)
     sink_name = f"projects/{target.project}/sinks/{wanted['name']}"
-    placeholder = {"writerIdentity": "serviceAccount:SINK_WRITER_IDENTITY"}
-    found = calls(sinks, "logging", "get_sink", None, sink_name=sink_name)
+    placeholder = {"writer_identity": "serviceAccount:SINK_WRITER_IDENTITY"}
+    found = _absent_ok(lambda: calls(sinks, "logging", "get_sink", None, sink_name=sink_name))
     if found is None:
         found = calls(
             sinks,
             "logging",
             "create_sink",
             placeholder,
-            parent=f"projects/{target.project}",
-            sink=wanted,
-            unique_writer_identity=True,
+            request={
+                "parent": f"projects/{target.project}",
+                "sink": wanted,
+                "unique_writer_identity": True,
+            },
         )
-    elif any(found.get(key) != wanted[key] for key in ("destination", "filter")):
+    elif any(_sink_doc(found).get(key) != wanted[key] for key in ("destination", "filter")):
         found = calls(
             sinks,
             "logging",
             "update_sink",
             placeholder,
-            sink_name=sink_name,
-            sink=wanted,
-            update_mask=["destination", "filter", "description"],
-            unique_writer_identity=True,
+            request={
+                "sink_name": sink_name,
+                "sink": wanted,
+                "update_mask": {"paths": ["destination", "filter", "description"]},
+                "unique_writer_identity": True,
+            },
         )
     topic = f"projects/{target.project}/topics/{queue_name(target.watch.fleet)}"
-    _grant_publisher(calls, publisher, topic, str(found["writerIdentity"]))
+    _grant_publisher(calls, publisher, topic, str(_sink_doc(found)["writer_identity"]))
+
+
+def _sink_doc(sink: Any) -> dict[str, Any]:
+    """A LogSink (google-cloud-logging's proto-plus message, or setup's dry-run dict) as a
+    dict of its proto field names (destination, filter, writer_identity)."""
+    if isinstance(sink, dict):
+        return sink
+    doc: dict[str, Any] = type(sink).to_dict(sink)
+    return doc
+
+
+def _absent_ok(step: Callable[[], _T]) -> _T | None:
+    """Run a get step -> its value; one whose object does not exist (google.api_core's
+    NotFound, 404) -> None."""
+    try:
+        return step()
+    except StoreError as exc:
+        cause = exc.__cause__
+        status = getattr(cause, "code", None)
+        if type(cause).__name__ == "NotFound" or status == 404:
+            return None
+        raise
 
 
 def _setup_azure_instances(target: SetupTarget, calls: _Calls, grid: Any) -> None:

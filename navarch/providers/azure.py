@@ -78,6 +78,7 @@ from navarch.providers.azure_placement import (
     ppg_body,
     read_reservation_groups,
 )
+from navarch.providers.azure_preflight import preflight_findings
 from navarch.providers.base import (
     AdoptFilter,
     ProvisionRequest,
@@ -87,6 +88,7 @@ from navarch.providers.base import (
 )
 from navarch.providers.optional import answer_excerpt
 from navarch.providers.placement_fallback import launch_with_fallback
+from navarch.providers.preflight import Finding, LaunchNeeds
 
 __all__ = ["ERROR_CODES", "AzureProvider", "create", "map_error", "split_zone", "vm_body"]
 
@@ -385,6 +387,7 @@ class AzureProvider:
         | Capability.INSTANCE_STATUS
         | Capability.MAINTENANCE_NOTICES
         | Capability.ADOPT
+        | Capability.PREFLIGHT
     )
     #: The permission reading capacity reservation groups needs; without it they are
     #: unknown, with a warning (navarch.inventory.reservations_of; Azure RBAC actions).
@@ -433,6 +436,12 @@ class AzureProvider:
             cred, kwargs = self._client_kwargs()
             self._network = NetworkManagementClient(cred, self.settings.subscription_id, **kwargs)
         return self._network
+
+    def preflight(self, needs: Sequence[LaunchNeeds]) -> Sequence[Finding]:
+        """What the pools' launches need, checked by reads (navarch.providers.
+        azure_preflight): a read the role denies is a skipped finding naming the action,
+        other failures are warnings. Never raises a cloud error."""
+        return preflight_findings(self.name, lambda: self.compute, needs)
 
     def _instance(self, vm: Any) -> Instance:
         zones = list(vm.zones or [])

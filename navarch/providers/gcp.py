@@ -71,7 +71,9 @@ from navarch.providers.gcp_placement import (
     placed_instance,
     read_reservations,
 )
+from navarch.providers.gcp_preflight import preflight_findings
 from navarch.providers.placement_fallback import launch_with_fallback
+from navarch.providers.preflight import Finding, LaunchNeeds
 
 __all__ = [
     "GcpProvider",
@@ -374,6 +376,7 @@ class GcpProvider:
         | Capability.MAINTENANCE_NOTICES
         | Capability.REPORT_FAULTY_HOST
         | Capability.ADOPT
+        | Capability.PREFLIGHT
     )
     #: The permission reading reservations needs; without it they are unknown, with a
     #: warning (navarch.inventory.reservations_of; Compute Engine IAM permissions).
@@ -423,6 +426,21 @@ class GcpProvider:
             with gcp_errors(what="client"):
                 self._operations = compute_v1.ZoneOperationsClient(**self._client_kwargs())
         return self._operations
+
+    def preflight(self, needs: Sequence[LaunchNeeds]) -> Sequence[Finding]:
+        """What the pools' launches need, checked by reads (navarch.providers.gcp_preflight):
+        a read the role denies is a skipped finding naming the permission, other failures
+        are warnings. Never raises a cloud error."""
+        kwargs, made = self._client_kwargs(), dict[str, Any]()
+
+        def client(kind: str) -> Any:
+            if kind not in made:
+                made[kind] = getattr(compute_v1, kind)(**kwargs)
+            return made[kind]
+
+        return preflight_findings(
+            self.name, self.settings.project, client, needs, GcpPoolOptions.from_mapping
+        )
 
     # -- Provider contract ------------------------------------------------------------
 

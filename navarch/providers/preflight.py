@@ -1,8 +1,9 @@
 """Preflight: what a pool's launches need, checked before the first one, as plain data.
 
 Providers declaring Capability.PREFLIGHT compute Findings by reads (the I/O: EC2
-DescribeImages, DescribeInstanceTypeOfferings, ...; navarch.providers.aws_preflight); this
-module holds the types and judges and renders them without I/O, so `plan` lists every gap
+DescribeImages, DescribeInstanceTypeOfferings, ...; navarch.providers.aws_preflight,
+gcp_preflight, azure_preflight); this module holds the types, the recorder of one
+provider's reads (Reads), and judges and renders them without I/O, so `plan` lists every gap
 at once, each with its fix, instead of `apply` revealing one missing piece per run.
 
 Verdicts: GAP (a launch would fail: the run stops before any launch), SKIPPED (the
@@ -14,10 +15,12 @@ Safety rules: an optional cloud feature that fails degrades with a warning).
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from navarch.providers.optional import answer_excerpt
 from navarch.textsafe import counted
 
 __all__ = [
@@ -26,7 +29,11 @@ __all__ = [
     "LaunchNeeds",
     "Preflight",
     "Preflighter",
+    "Reads",
+    "ReadFailure",
     "Verdict",
+    "NotFoundAnswer",
+    "judge_quota",
 ]
 
 
@@ -34,6 +41,7 @@ class Check(enum.StrEnum):
     """What one finding is about, in the order `plan` lists them."""
 
     STORE = "store"
+    ACCOUNT = "account"
     ZONE = "zone"
     IMAGE = "image"
     INSTANCE_PROFILE = "instance_profile"
@@ -165,3 +173,106 @@ class Preflight:
 
     def to_json(self) -> dict[str, Any]:
         return {"blocks": self.blocks, "findings": [f.to_json() for f in self.findings]}
+
+
+class ReadFailure(enum.Enum):
+    """How a preflight read failed, as a provider's classify(exc) tells it."""
+
+    DENIED = "denied"
+    NOT_FOUND = "not_found"
+    FAILED = "failed"
+
+
+class NotFoundAnswer(Exception):
+    """A read answered that the thing it names does not exist; raised out of Reads.read
+    to the check, which knows what a missing thing means there."""
+
+
+@dataclass
+class Reads:
+    """The findings of one provider's preflight, and the reads that make them.
+
+    where: the provider's name; classify(exc) -> how a read failed (ReadFailure), or None
+    for an exception that is not the cloud's answer (it propagates unchanged)."""
+
+    where: str
+    classify: Callable[[Exception], ReadFailure | None]
+    findings: list[Finding] = field(default_factory=list)
+
+    @contextmanager
+    def read(self, permission: str, subject: str, check: Check) -> Iterator[None]:
+        """Around one read: a NOT_FOUND answer raises NotFoundAnswer to the caller; a
+        denied read is a SKIPPED finding naming the permission, any other failure a
+        WARNING; both end the block (an optional check never stops the run)."""
+        try:
+            yield
+        except Exception as exc:
+            failure = self.classify(exc)
+            if failure is None:
+                raise
+            if failure is ReadFailure.NOT_FOUND:
+                raise NotFoundAnswer(str(exc)) from exc
+            if failure is ReadFailure.DENIED:
+                detail, fix = "not checked: the policy denies it", f"grant {permission} to check it"
+            else:
+                detail = f"not checked: {answer_excerpt(exc, 200)}"
+                fix = "it is checked again next run"
+            self.add(check, _VERDICT[failure], subject, detail, fix, permission=permission)
+
+    def add(
+        self,
+        check: Check,
+        verdict: Verdict,
+        subject: str,
+        detail: str,
+        fix: str,
+        *,
+        key_path: str = "",
+        permission: str = "",
+    ) -> None:
+        self.findings.append(
+            Finding(check, verdict, self.where, subject, detail, fix, key_path, permission)
+        )
+
+
+_VERDICT = {ReadFailure.DENIED: Verdict.SKIPPED, ReadFailure.FAILED: Verdict.WARNING}
+
+
+def judge_quota(
+    reads: Reads,
+    subject: str,
+    unit: str,
+    limit: float,
+    used: float,
+    per_node: int,
+    max_nodes: int,
+    ask: str,
+) -> None:
+    """A quota against one node and the pool's max (pure): a limit below one node is a
+    GAP (no launch can succeed); room for less than one node now (limit - used), or a
+    limit below the pool's max, is a WARNING (nodes may go, the pool may never fill).
+    unit: what is counted ("vCPUs", "GPUs"); ask: how to raise the limit."""
+    if limit < per_node:
+        reads.add(
+            Check.QUOTA,
+            Verdict.GAP,
+            subject,
+            f"{limit:g} {unit} allowed, one node needs {per_node}",
+            ask,
+        )
+    elif limit - used < per_node:
+        reads.add(
+            Check.QUOTA,
+            Verdict.WARNING,
+            subject,
+            f"{limit - used:g} of {limit:g} {unit} free, one node needs {per_node}",
+            ask,
+        )
+    elif limit < per_node * max_nodes:
+        reads.add(
+            Check.QUOTA,
+            Verdict.WARNING,
+            subject,
+            f"{limit:g} {unit} allowed, the pool's max needs {per_node * max_nodes}",
+            ask,
+        )

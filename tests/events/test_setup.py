@@ -136,7 +136,9 @@ def test_gcs_setup_requests_have_the_sdks_shapes() -> None:
         bindings=[policy_pb2.Binding(role="roles/pubsub.viewer", members=["user:a@b.c"])],
     )
     publisher, subscriber = Recorder({"get_iam_policy": theirs}), Recorder()
-    sinks = Recorder({"create_sink": {"writerIdentity": "serviceAccount:w@example.com"}})
+    from google.cloud.logging_v2.types import LogSink
+
+    sinks = Recorder({"create_sink": LogSink(writer_identity="serviceAccount:w@example.com")})
     agent = "service-123@gs-project-accounts.iam.gserviceaccount.com"
     client = storage.Client(project="my-proj", credentials=AnonymousCredentials())
     posted: list[tuple[str, dict[str, Any]]] = []

@@ -4,8 +4,9 @@ event audit logs to the fleet's Pub/Sub topic, its writer identity allowed to pu
 Azure: the subscription's Resource Health system topic and an event subscription to the
 fleet's storage queue. Checked against stand-ins that keep state (so a second setup can be
 seen to change nothing) and against the SDKs' own models (Pub/Sub's IAM protos,
-azure-mgmt-eventgrid's SystemTopic and EventSubscription); the Logging API, whose client
-library navarch does not use, against its REST requests."""
+azure-mgmt-eventgrid's SystemTopic and EventSubscription); the log sink through
+google-cloud-logging's real ConfigServiceV2Client against a local gRPC fake of the sinks
+(tests/support/fake_logging.py: the library has no REST transport to point at an HTTP fake)."""
 
 from __future__ import annotations
 
@@ -15,19 +16,17 @@ from typing import Any
 
 import botocore.exceptions
 import pytest
-import requests
 from azure.core.exceptions import HttpResponseError
 from azure.mgmt.eventgrid.models import EventSubscription, SystemTopic
 from google.iam.v1 import iam_policy_pb2, policy_pb2
 from google.protobuf import json_format
 
-from navarch.events.gcp_logging import LOGGING_API, LogSinks
 from navarch.events.messages import Watch, parse_event_grid_message, parse_pubsub_message
 from navarch.events.setup import SetupTarget, setup_events
+from tests.support.fake_logging import WRITER, FakeLogging
 
 SUBSCRIPTION = "00000000-0000-0000-0000-000000000001"
 SAMPLES = Path(__file__).parent / "samples"
-WRITER = "serviceAccount:service-123@gcp-sa-logging.iam.gserviceaccount.com"
 TOPIC = "projects/my-project/topics/navarch-research-events"
 SINK = "projects/my-project/sinks/navarch-research-instances"
 
@@ -38,45 +37,6 @@ def sample(name: str) -> dict[str, Any]:
 
 
 # -- GCP stand-ins -------------------------------------------------------------------------
-
-
-def _answer(method: str, url: str, status: int, body: dict[str, Any]) -> requests.Response:
-    answer = requests.Response()
-    answer.status_code = status
-    answer._content = json.dumps(body).encode()
-    answer.headers["Content-Type"] = "application/json"
-    answer.request = requests.Request(method, url).prepare()
-    return answer
-
-
-class LoggingApi:
-    """The Logging API's sinks of one project behind a requests.Session's request(): each
-    request recorded; 403 PERMISSION_DENIED for all when `denied` (the shape of Google's
-    JSON error answer, Cloud APIs "Errors")."""
-
-    def __init__(self, denied: bool = False) -> None:
-        self.sinks: dict[str, dict[str, Any]] = {}
-        self.requests: list[tuple[str, str, dict[str, Any], Any]] = []
-        self.denied = denied
-
-    def request(
-        self, method: str, url: str, params: dict[str, Any] | None = None, json: Any = None
-    ) -> requests.Response:
-        self.requests.append((method, url, dict(params or {}), json))
-        path = url.removeprefix(f"{LOGGING_API}/")
-        if self.denied:
-            error = {"code": 403, "message": "Permission 'logging.sinks.get' denied"}
-            return _answer(method, url, 403, {"error": {**error, "status": "PERMISSION_DENIED"}})
-        if method == "POST":
-            name = f"{path.removesuffix('/sinks')}/sinks/{json['name']}"
-            self.sinks[name] = {**json, "writerIdentity": WRITER}
-            return _answer(method, url, 200, self.sinks[name])
-        if path not in self.sinks:
-            return _answer(method, url, 404, {"error": {"code": 404, "status": "NOT_FOUND"}})
-        if method == "PATCH":
-            for key in str((params or {})["updateMask"]).split(","):
-                self.sinks[path][key] = json[key]
-        return _answer(method, url, 200, self.sinks[path])
 
 
 class Publisher:
@@ -118,14 +78,14 @@ class Anything:
         return lambda *args, **kwargs: self
 
 
-def gcp_clients(api: LoggingApi, publisher: Publisher) -> dict[str, Any]:
+def gcp_clients(sinks: Any, publisher: Publisher) -> dict[str, Any]:
     storage = Anything()
     storage.get_service_account_email = lambda project: "service-9@gs-project-accounts.iam"  # type: ignore[attr-defined]
     return {
         "publisher": publisher,
         "subscriber": Anything(),
         "storage": storage,
-        "logging": LogSinks(api),
+        "logging": sinks,
     }
 
 
@@ -137,24 +97,27 @@ def gcp_target() -> SetupTarget:
     )
 
 
-def test_gcs_setup_routes_the_projects_host_events_to_the_fleets_topic_through_a_log_sink() -> None:
-    api, publisher = LoggingApi(), Publisher()
+def test_gcs_setup_routes_the_projects_host_events_to_the_fleets_topic_through_a_log_sink(
+    fake_logging: FakeLogging, sinks_client: Any
+) -> None:
+    publisher = Publisher()
     warnings: list[str] = []
     setup_events(
         gcp_target(),
         say=lambda _: None,
-        clients=gcp_clients(api, publisher),
+        clients=gcp_clients(sinks_client, publisher),
         warn=warnings.append,
     )
     assert warnings == []
-    (get, post) = api.requests
-    assert get[:2] == ("GET", f"{LOGGING_API}/{SINK}")
-    method, url, params, sink = post
-    assert (method, url, params) == (
-        "POST",
-        f"{LOGGING_API}/projects/my-project/sinks",
-        {"uniqueWriterIdentity": "true"},
+    (get, post) = fake_logging.requests
+    assert get == ("GetSink", {"sink_name": SINK})
+    rpc, request = post
+    assert (rpc, request["parent"], request["unique_writer_identity"]) == (
+        "CreateSink",
+        "projects/my-project",
+        True,
     )
+    sink = request["sink"]
     assert sink["name"] == "navarch-research-instances"
     assert sink["destination"] == f"pubsub.googleapis.com/{TOPIC}"
     entry = sample("gce_host_error.json")["data"]
@@ -179,47 +142,59 @@ def test_gcs_setup_routes_the_projects_host_events_to_the_fleets_topic_through_a
     ]
 
 
-def test_gcs_setup_a_second_time_changes_neither_the_sink_nor_the_topics_policy() -> None:
-    api, publisher = LoggingApi(), Publisher()
-    clients = gcp_clients(api, publisher)
+def test_gcs_setup_a_second_time_changes_neither_the_sink_nor_the_topics_policy(
+    fake_logging: FakeLogging, sinks_client: Any
+) -> None:
+    publisher = Publisher()
+    clients = gcp_clients(sinks_client, publisher)
     setup_events(gcp_target(), say=lambda _: None, clients=clients)
-    made, policy = dict(api.sinks), publisher.policies[TOPIC].SerializeToString()
-    api.requests.clear()
+    made = {name: type(s).to_dict(s) for name, s in fake_logging.sinks.items()}
+    policy = publisher.policies[TOPIC].SerializeToString()
+    fake_logging.requests.clear()
     publisher.calls.clear()
     setup_events(gcp_target(), say=lambda _: None, clients=clients)
-    assert [m for m, *_ in api.requests] == ["GET"]
+    assert [rpc for rpc, _ in fake_logging.requests] == ["GetSink"]
     assert "set_iam_policy" not in publisher.calls
-    assert api.sinks == made
+    assert {name: type(s).to_dict(s) for name, s in fake_logging.sinks.items()} == made
     assert publisher.policies[TOPIC].SerializeToString() == policy
 
 
-def test_gcs_setup_mends_a_sink_whose_filter_was_changed() -> None:
-    api, publisher = LoggingApi(), Publisher()
-    clients = gcp_clients(api, publisher)
+def test_gcs_setup_mends_a_sink_whose_filter_was_changed(
+    fake_logging: FakeLogging, sinks_client: Any
+) -> None:
+    publisher = Publisher()
+    clients = gcp_clients(sinks_client, publisher)
     setup_events(gcp_target(), say=lambda _: None, clients=clients)
-    wanted = api.sinks[SINK]["filter"]
-    api.sinks[SINK]["filter"] = 'resource.type="gce_instance"'
-    api.requests.clear()
+    wanted = fake_logging.sinks[SINK].filter
+    fake_logging.sinks[SINK].filter = 'resource.type="gce_instance"'
+    fake_logging.requests.clear()
     setup_events(gcp_target(), say=lambda _: None, clients=clients)
-    method, url, params, body = api.requests[-1]
-    assert (method, url) == ("PATCH", f"{LOGGING_API}/{SINK}")
-    assert params["updateMask"].split(",")[:2] == ["destination", "filter"]
-    assert api.sinks[SINK]["filter"] == wanted == body["filter"]
+    rpc, request = fake_logging.requests[-1]
+    assert (rpc, request["sink_name"], request["unique_writer_identity"]) == (
+        "UpdateSink",
+        SINK,
+        True,
+    )
+    assert request["update_mask"].split(",")[:2] == ["destination", "filter"]  # a FieldMask
+    assert fake_logging.sinks[SINK].filter == wanted == request["sink"]["filter"]
 
 
-def test_gcs_setup_without_logging_permission_warns_and_keeps_the_report_route() -> None:
-    api, publisher = LoggingApi(denied=True), Publisher()
+def test_gcs_setup_without_logging_permission_warns_and_keeps_the_report_route(
+    fake_logging: FakeLogging, sinks_client: Any
+) -> None:
+    fake_logging.denied = True
+    publisher = Publisher()
     warnings: list[str] = []
     url, calls = setup_events(
         gcp_target(),
         say=lambda _: None,
-        clients=gcp_clients(api, publisher),
+        clients=gcp_clients(sinks_client, publisher),
         warn=warnings.append,
     )
     assert url == "pubsub://projects/my-project/subscriptions/navarch-research-events"
     assert "create_subscription" in [c.operation for c in calls]
     (warning,) = warnings
-    assert "log sink" in warning and "Forbidden: 403" in warning
+    assert "log sink" in warning and "PermissionDenied: 403" in warning
     assert "logging.sinks.get/create/update" in warning and "gcp-events-setup-role" in warning
     assert publisher.publishers(TOPIC) == ["serviceAccount:service-9@gs-project-accounts.iam"]
 
@@ -356,7 +331,7 @@ def test_dry_run_prints_the_instance_routes_calls_and_makes_none() -> None:
     setup_events(azure_target(), dry_run=True, say=lines.append)
     text = "\n".join(lines)
     assert f"logging.get_sink(sink_name='{SINK}')" in text
-    assert "logging.create_sink(parent='projects/my-project'" in text
+    assert 'logging.create_sink(request={"parent": "projects/my-project"' in text
     assert "cloudaudit.googleapis.com%2Fsystem_event" in text
     assert "SINK_WRITER_IDENTITY" in text  # granted publisher once the sink names it
     assert "eventgrid.system_topics.begin_create_or_update(" in text
@@ -407,15 +382,24 @@ def test_s3_setup_without_eventbridge_permission_warns_and_keeps_the_report_rout
     assert s3.config["QueueConfigurations"][0]["Id"] == "navarch-research-health"
 
 
-def test_a_logging_api_error_is_raised_as_google_api_cores_exception() -> None:
-    from google.api_core import exceptions
+def test_gcs_setup_stops_on_a_logging_error_other_than_not_found_on_the_sink(
+    fake_logging: FakeLogging, sinks_client: Any
+) -> None:
+    """Only NOT_FOUND on get_sink means "create it": any other error (here
+    INVALID_ARGUMENT) is not taken for a missing sink, and the route warns instead of creating."""
+    import grpc
 
-    class Failing:
-        def request(self, method: str, url: str, **_: Any) -> requests.Response:
-            return _answer(method, url, 500, {"error": {"code": 500, "message": "boom"}})
-
-    with pytest.raises(exceptions.InternalServerError, match="boom"):
-        LogSinks(Failing()).get_sink(sink_name=SINK)
+    fake_logging.failure = (grpc.StatusCode.INVALID_ARGUMENT, "boom")
+    warnings: list[str] = []
+    setup_events(
+        gcp_target(),
+        say=lambda _: None,
+        clients=gcp_clients(sinks_client, Publisher()),
+        warn=warnings.append,
+    )
+    (warning,) = warnings
+    assert "InvalidArgument: 400 boom" in warning
+    assert [rpc for rpc, _ in fake_logging.requests] == ["GetSink"]  # no CreateSink after it
 
 
 #: The permission each setup call needs, from the services' IAM permission references
@@ -450,17 +434,18 @@ PERMISSIONS = {
 }
 
 
-def test_the_gcp_and_azure_setup_roles_allow_every_call_setup_makes() -> None:
+def test_the_gcp_and_azure_setup_roles_allow_every_call_setup_makes(
+    fake_logging: FakeLogging, sinks_client: Any
+) -> None:
     import yaml
 
     policies = Path(__file__).parents[2] / "docs" / "policies"
     gcp_role = yaml.safe_load((policies / "gcp-events-setup-role.yaml").read_text())
     azure_role = json.loads((policies / "azure-events-setup-role.json").read_text())
     allowed = set(gcp_role["includedPermissions"]) | set(azure_role["Actions"])
-    api, publisher = LoggingApi(), Publisher()
-    clients = gcp_clients(api, publisher)
+    clients = gcp_clients(sinks_client, Publisher())
     _, made = setup_events(gcp_target(), say=lambda _: None, clients=clients)
-    api.sinks[SINK]["filter"] = ""  # so the second run mends the sink
+    fake_logging.sinks[SINK].filter = ""  # so the second run mends the sink
     _, again = setup_events(gcp_target(), say=lambda _: None, clients=clients)
     grid = Grid()
     _, azure = setup_events(
@@ -475,13 +460,14 @@ def test_the_gcp_and_azure_setup_roles_allow_every_call_setup_makes() -> None:
 
 
 def test_setup_command_prints_the_routes_warning_and_still_succeeds(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, fake_logging: FakeLogging, sinks_client: Any
 ) -> None:
     from navarch.events import setup as module
     from tests.support.cli import run_navarch
 
     real = module.setup_events
-    denied = gcp_clients(LoggingApi(denied=True), Publisher())
+    fake_logging.denied = True
+    denied = gcp_clients(sinks_client, Publisher())
     monkeypatch.setattr(
         module, "setup_events", lambda target, **kw: real(target, clients=denied, **kw)
     )

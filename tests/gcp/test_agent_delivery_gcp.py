@@ -53,6 +53,9 @@ def compute_permission(method: str, path: str) -> str:
     segments = path.split("?")[0].strip("/").split("/")
     if "operations" in segments:
         return "compute.zoneOperations.get"
+    read = _preflight_permission(segments) if method == "GET" else None
+    if read is not None:
+        return read
     if "instances" not in segments:
         return f"compute.unknown:{method} {path}"
     rest = segments[segments.index("instances") + 1 :]
@@ -63,6 +66,22 @@ def compute_permission(method: str, path: str) -> str:
             method, f"compute.unknown:{method} {path}"
         )
     return f"compute.instances.{rest[1]}"
+
+
+def _preflight_permission(segments: list[str]) -> str | None:
+    """The permission of one of preflight's reads (projects.get, zones.get,
+    machineTypes.get, images.get / getFromFamily, regions.get), else None."""
+    after = segments[segments.index("projects") + 2 :]
+    if not after:
+        return "compute.projects.get"
+    if "machineTypes" in after:
+        return "compute.machineTypes.get"
+    if after[:2] == ["global", "images"]:
+        family = after[2:3] == ["family"]
+        return "compute.images.getFromFamily" if family else "compute.images.get"
+    if len(after) == 2 and after[0] in ("zones", "regions"):
+        return f"compute.{after[0]}.get"
+    return None
 
 
 def write_fleet(tmp_path: Path, endpoint: str, bucket: str, team: str) -> Path:

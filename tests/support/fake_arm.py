@@ -16,6 +16,9 @@ As ARM does, a VM PUT may not move an existing VM to other zones (409
 PropertyChangeNotAllowed), and a NIC still attached to a VM cannot be deleted (400
 NicInUse).
 
+Preflight's reads are served too: Resource SKUs of a location (CATALOG, less `unoffered`,
+with `sku_restrictions`) and the location's vCPU usages (`usages`).
+
 Proximity placement groups (GET, PUT) and capacity reservation groups (set up by a test in
 `reservation_groups`, id -> [reserved, allocated]; GET with $expand=instanceView and the
 list of their member reservations; a deleted VM frees its slot) are served too. A VM PUT body is read
@@ -53,6 +56,23 @@ _OPERATION = (
     r"(?P<loc>[^/]+)/operations/(?P<op>[^/]+)"
 )
 TOKEN = "fake-arm-token"
+_SKUS = r"/subscriptions/(?P<sub>[^/]+)/providers/Microsoft\.Compute/skus"
+_USAGES = (
+    r"/subscriptions/(?P<sub>[^/]+)/providers/Microsoft\.Compute/locations/(?P<loc>[^/]+)/usages"
+)
+
+#: VM size -> (quota family, vCPUs) of the sizes tests and examples name (Azure VM sizes
+#: documentation and the family names "Check vCPU quotas" lists). Composed for these tests.
+CATALOG: dict[str, tuple[str, int]] = {
+    "Standard_D4s_v5": ("standardDSv5Family", 4),
+    "Standard_NC24ads_A100_v4": ("standardNCADSA100v4Family", 24),
+    "Standard_NC4as_T4_v3": ("standardNCASv3_T4Family", 4),
+    "Standard_NC8as_T4_v3": ("standardNCASv3_T4Family", 8),
+    "Standard_ND96amsr_A100_v4": ("standardNDAMSv4_A100Family", 96),
+    "Standard_ND96isr_H100_v5": ("standardNDSH100v5Family", 96),
+    "Standard_NC80adis_H100_v5": ("standardNCadsH100v5Family", 80),
+    "Standard_NV36ads_A10_v5": ("standardNVADSA10v5Family", 36),
+}
 
 
 def _vm_id(m: re.Match[str]) -> str:
@@ -233,6 +253,50 @@ def _ppg_id(m: re.Match[str]) -> str:
     )
 
 
+def _list_skus(fake: FakeARM, req: Request, m: re.Match[str]) -> Answer:
+    """Resource Skus - List, $filter "location eq 'L'": every CATALOG size offered in L in
+    zones 1-3, less `unoffered`, with the restrictions of `sku_restrictions` (the
+    ResourceSku shape of the Compute REST reference)."""
+    found = re.fullmatch(r"location eq '([^']+)'", req.query.get("$filter", [""])[0])
+    if found is None:
+        return fake.error(400, "InvalidFilter", "this fake answers a location filter only")
+    loc = found.group(1).lower()
+    skus = []
+    for size, (family, vcpus) in sorted(CATALOG.items()):
+        if (loc, size) in fake.unoffered:
+            continue
+        skus.append(
+            {
+                "resourceType": "virtualMachines",
+                "name": size,
+                "tier": "Standard",
+                "size": size.removeprefix("Standard_"),
+                "family": family,
+                "locations": [loc],
+                "locationInfo": [{"location": loc, "zones": ["1", "2", "3"]}],
+                "capabilities": [{"name": "vCPUs", "value": str(vcpus)}],
+                "restrictions": fake.sku_restrictions.get((loc, size), []),
+            }
+        )
+    return 200, {"value": skus}
+
+
+def _list_usages(fake: FakeARM, req: Request, m: re.Match[str]) -> Answer:
+    """Usage - List of a location: `usages[location]` as (limit, current) by quota name."""
+    usages = fake.usages.get(m["loc"].lower(), {})
+    return 200, {
+        "value": [
+            {
+                "unit": "Count",
+                "currentValue": int(current),
+                "limit": int(limit),
+                "name": {"value": name, "localizedValue": name},
+            }
+            for name, (limit, current) in sorted(usages.items())
+        ]
+    }
+
+
 def _put_vm(fake: FakeARM, req: Request, m: re.Match[str]) -> Answer:
     body = req.body
     fake.vm_puts.append(body)
@@ -395,6 +459,8 @@ class FakeARM(FakeAPI):
         Route("PUT", _PPG, _put_ppg),
         Route("GET", _CRG, _get_crg),
         Route("GET", _CRG + "/capacityReservations", _list_crg_members),
+        Route("GET", _SKUS, _list_skus),
+        Route("GET", _USAGES, _list_usages),
     )
     NO_ROUTE_CODE: ClassVar[str] = "ResourceNotFound"
     HOLD: ClassVar[tuple[str, str] | None] = ("PUT", _VM)
@@ -417,6 +483,12 @@ class FakeARM(FakeAPI):
     #: lower-case ARM id of a capacity reservation group -> [reserved, allocated].
     reservation_groups: dict[str, list[int]] = field(default_factory=dict)
     vm_puts: list[dict[str, Any]] = field(default_factory=list)
+    #: Preflight's reads: (location, size) not offered at all; (location, size) -> the
+    #: SKU's restrictions (ResourceSkuRestrictions shape); location -> quota name ->
+    #: (limit, current value).
+    unoffered: set[tuple[str, str]] = field(default_factory=set)
+    sku_restrictions: dict[tuple[str, str], list[dict[str, Any]]] = field(default_factory=dict)
+    usages: dict[str, dict[str, tuple[float, float]]] = field(default_factory=dict)
     #: The VM size the member reservation of every reservation group holds.
     reservation_sku: str = "Standard_NC24ads_A100_v4"
 
@@ -447,6 +519,9 @@ class FakeARM(FakeAPI):
             self.full_ppgs.clear()
             self.reservation_groups.clear()
             self.vm_puts.clear()
+            self.unoffered.clear()
+            self.sku_restrictions.clear()
+            self.usages.clear()
 
     def add_foreign(self, rg: str, name: str, location: str = "eastus") -> None:
         """A VM navarch did not make (no navarch tags)."""

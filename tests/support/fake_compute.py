@@ -7,7 +7,10 @@ get/wait (compact placement policies), reservations aggregatedList, honours requ
 duplicate name and 412 conditionNotMet for a stale label fingerprint, and can be told to
 end insert operations in a zone with a stockout (ZONE_RESOURCE_POOL_EXHAUSTED, HTTP 503
 on the operation) or a quota error, to leave operations RUNNING, or (FakeAPI) to fail
-requests and hold the n-th insert. Source: Compute Engine API v1 reference.
+requests and hold the n-th insert. Preflight's reads are answered too: projects.get (with
+`project_quotas`), zones.get, machineTypes.get (MACHINE_ACCELERATORS' GPUs), images.get /
+getFromFamily in any project, regions.get (with `region_quotas`); every zone, machine type
+and image exists except those a test lists. Source: Compute Engine API v1 reference.
 
 Instance and resource-policy insert bodies are parsed with google-cloud-compute's own
 message types (compute_v1.Instance / ResourcePolicy .from_json, unknown fields refused), so
@@ -36,6 +39,14 @@ from tests.support.fakehttp import Answer, FakeAPI, Request, Route, serve
 
 BASE = "https://www.googleapis.com/compute/v1"
 PROJECT_PATH = r"/compute/v1/projects/[^/]+"
+
+#: The GPUs built into the machine types tests launch (Compute Engine "GPU machine types":
+#: A3 High 8 x H100 80GB, A2 Standard 1 x A100 40GB, G2 1 x L4). Composed for these tests.
+MACHINE_ACCELERATORS: dict[str, tuple[str, int]] = {
+    "a3-highgpu-8g": ("nvidia-h100-80gb", 8),
+    "a2-highgpu-1g": ("nvidia-tesla-a100", 1),
+    "g2-standard-4": ("nvidia-l4", 1),
+}
 
 STOCKOUT_MESSAGE = (
     "The zone 'projects/{project}/zones/{zone}' does not have enough resources available to "
@@ -78,6 +89,14 @@ class FakeCompute(FakeAPI):
     reservations: dict[tuple[str, str], list[int]] = field(default_factory=dict)
     #: The machine type every reservation of `reservations` holds.
     reservation_machine_type: str = "a3-highgpu-8g"
+    #: Preflight's reads (projects.get, zones.get, machineTypes.get, images.get /
+    #: getFromFamily, regions.get): every zone and image exists and every machine type is
+    #: offered except those listed here; quotas are answered as set, by metric.
+    missing_zones: set[str] = field(default_factory=set)
+    unoffered: set[tuple[str, str]] = field(default_factory=set)  # (zone, machine type)
+    missing_images: set[str] = field(default_factory=set)  # "P/NAME" or "P/family/F"
+    project_quotas: dict[str, tuple[float, float]] = field(default_factory=dict)
+    region_quotas: dict[str, dict[str, tuple[float, float]]] = field(default_factory=dict)
     #: (kind, body) of every instance / resource policy insert, in order.
     inserted: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     _ids: Iterator[int] = field(default_factory=lambda: itertools.count(1000))
@@ -100,6 +119,11 @@ class FakeCompute(FakeAPI):
             self.full_policies.clear()
             self.reservations.clear()
             self.inserted.clear()
+            self.missing_zones.clear()
+            self.unoffered.clear()
+            self.missing_images.clear()
+            self.project_quotas.clear()
+            self.region_quotas.clear()
 
     def error_body(self, status: int, code: str, message: str) -> Any:
         return {
@@ -111,7 +135,9 @@ class FakeCompute(FakeAPI):
         }
 
     def authorize(self, request: Request) -> Answer | None:
-        m = re.match(r"/compute/v1/projects/([^/]+)/", request.path)
+        m = re.match(r"/compute/v1/projects/([^/]+)(?:/|$)", request.path)
+        if m is not None and "/global/images/" in request.path:
+            return None  # images are read in other projects too (debian-cloud, ...)
         if m is None or m.group(1) != self.project:
             project = m and m.group(1)
             return self.error(404, "notFound", f"The resource 'projects/{project}' was not found")
@@ -414,6 +440,50 @@ class FakeCompute(FakeAPI):
             op["httpErrorMessage"] = err["status_message"]
         return 200, _public(op)
 
+    # -- preflight's reads (Compute Engine API v1: Project, Zone, MachineType, Image,
+    # Region resources; the fields read are those the reference documents) ------------
+    def _quotas(self, quotas: dict[str, tuple[float, float]]) -> list[dict[str, Any]]:
+        return [{"metric": k, "limit": v[0], "usage": v[1]} for k, v in sorted(quotas.items())]
+
+    def _project_get(self, req: Request, m: re.Match[str]) -> Answer:
+        body = {"kind": "compute#project", "name": self.project, "id": "1234567890"}
+        return 200, {**body, "quotas": self._quotas(self.project_quotas)}
+
+    def _zone_get(self, req: Request, m: re.Match[str]) -> Answer:
+        zone = m["zone"]
+        if zone in self.missing_zones:
+            return self.error(
+                404,
+                "notFound",
+                f"The resource 'projects/{self.project}/zones/{zone}' was not found",
+            )
+        region = f"{BASE}/projects/{self.project}/regions/{zone.rsplit('-', 1)[0]}"
+        return 200, {"kind": "compute#zone", "name": zone, "status": "UP", "region": region}
+
+    def _machine_type_get(self, req: Request, m: re.Match[str]) -> Answer:
+        zone, name = m["zone"], m["name"]
+        if zone in self.missing_zones or (zone, name) in self.unoffered:
+            what = f"projects/{self.project}/zones/{zone}/machineTypes/{name}"
+            return self.error(404, "notFound", f"The resource '{what}' was not found")
+        body: dict[str, Any] = {"kind": "compute#machineType", "name": name, "zone": zone}
+        if name in MACHINE_ACCELERATORS:
+            accel, count = MACHINE_ACCELERATORS[name]
+            body["accelerators"] = [{"guestAcceleratorType": accel, "guestAcceleratorCount": count}]
+        return 200, body
+
+    def _image_get(self, req: Request, m: re.Match[str]) -> Answer:
+        ref = f"{m['project']}/{m['rest']}"
+        if ref in self.missing_images:
+            what = f"projects/{m['project']}/global/images/{m['rest']}"
+            return self.error(404, "notFound", f"The resource '{what}' was not found")
+        name = m["rest"].removeprefix("family/")
+        return 200, {"kind": "compute#image", "name": f"{name}-v20260101", "status": "READY"}
+
+    def _region_get(self, req: Request, m: re.Match[str]) -> Answer:
+        region = m["region"]
+        quotas = self._quotas(self.region_quotas.get(region, {}))
+        return 200, {"kind": "compute#region", "name": region, "status": "UP", "quotas": quotas}
+
     _INSTANCE = PROJECT_PATH + r"/zones/(?P<zone>[^/]+)/instances/(?P<name>[^/]+)"
     _OPERATION = PROJECT_PATH + r"/zones/[^/]+/operations/(?P<op>[^/]+)"
     _POLICY = PROJECT_PATH + r"/regions/(?P<region>[^/]+)/resourcePolicies/(?P<name>[^/]+)"
@@ -435,6 +505,19 @@ class FakeCompute(FakeAPI):
             "POST", PROJECT_PATH + r"/regions/(?P<region>[^/]+)/resourcePolicies", _policy_insert
         ),
         Route("GET", _REGION_OPERATION, _operation_status),
+        Route("GET", PROJECT_PATH, _project_get),
+        Route("GET", PROJECT_PATH + r"/zones/(?P<zone>[^/]+)", _zone_get),
+        Route(
+            "GET",
+            PROJECT_PATH + r"/zones/(?P<zone>[^/]+)/machineTypes/(?P<name>[^/]+)",
+            _machine_type_get,
+        ),
+        Route(
+            "GET",
+            r"/compute/v1/projects/(?P<project>[^/]+)/global/images/(?P<rest>(?:family/)?[^/]+)",
+            _image_get,
+        ),
+        Route("GET", PROJECT_PATH + r"/regions/(?P<region>[^/]+)", _region_get),
         Route("POST", _REGION_OPERATION + "/wait", _operation_status),
     )
 

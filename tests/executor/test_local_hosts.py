@@ -72,3 +72,19 @@ def test_a_run_of_launches_looks_at_each_rack_slot_a_bounded_number_of_times_and
         if pick_host(ZONE, f"launch-{i}", ())[1][1] == gone.topology[1]
     )
     assert provider.provision(_request(again)).host_id == gone.host_id
+
+
+def test_a_launch_after_a_listing_reads_no_machine_file_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    provider = LocalProvider("sim", tmp_path / "local" / "demo", fleet="demo")
+    first = provider.provision(_request(0))
+    listing = LocalProvider("sim", tmp_path / "local" / "demo", fleet="demo")
+    assert [i.host_id for i in listing.list_instances("demo")] == [first.host_id]
+    reads: list[str] = []
+    monkeypatch.setattr(listing, "machines", lambda: reads.append("all") or [])
+    again = next(  # a launch into the listed machine's rack: its host is taken
+        i for i in range(1, 100) if pick_host(ZONE, f"launch-{i}", ())[1] == first.topology
+    )
+    assert listing.provision(_request(again)).host_id != first.host_id
+    assert reads == []

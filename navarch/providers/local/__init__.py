@@ -107,7 +107,8 @@ class LocalProvider:
         self.fleet = fleet if fleet is not None else self.root.name
         self.unavailable = frozenset(unavailable)
         self.not_offered = frozenset(not_offered)
-        # Hosts taken by machines (filled on the first launch; executor threads share it).
+        # Hosts taken by machines (filled by a listing or the first launch; executor threads
+        # share it).
         self._hosts: HostBook | None = None
         self._hosts_lock = threading.Lock()
 
@@ -177,8 +178,20 @@ class LocalProvider:
 
     # -- Provider contract -------------------------------------------------------------
     def list_instances(self, fleet: str) -> Sequence[Instance]:
-        """Every machine in the directory: this fleet's, and any others as foreign."""
-        return tuple(self._instance(self.name, m) for m in self.machines())
+        """Every machine in the directory: this fleet's, and any others as foreign. The
+        first listing also books the hosts they take, as the first launch would (a run
+        lists, then launches: else its first launch reads every machine file again)."""
+        machines = self.machines()
+        with self._hosts_lock:
+            if self._hosts is None:
+                self._hosts = self._host_book(machines)
+        return tuple(self._instance(self.name, m) for m in machines)
+
+    def _host_book(self, machines: Sequence[Mapping[str, Any]]) -> HostBook:
+        """The hosts in use: those of `machines` and those in the repair queue."""
+        taken = {m["host_id"] for m in machines if m.get("host_id")}
+        # A host in the repair queue takes no machine, as a cloud's would not.
+        return HostBook(taken | self._faulty_hosts())
 
     def provision(self, request: ProvisionRequest) -> Instance:
         """Create the machine (idempotent on request.launch_id) on a simulated host: in
@@ -205,10 +218,8 @@ class LocalProvider:
                 scope="zone",
             )
         with self._hosts_lock:
-            if self._hosts is None:  # read once per provider: a run launches many
-                taken = {m["host_id"] for m in self.machines() if m.get("host_id")}
-                # A host in the repair queue takes no machine, as a cloud's would not.
-                self._hosts = HostBook(taken | self._faulty_hosts())
+            if self._hosts is None:  # read once per provider or listing: a run launches many
+                self._hosts = self._host_book(self.machines())
             host_id, topology = self._hosts.take(
                 request.zone, request.launch_id, request.avoid_hosts, request.block
             )

@@ -445,10 +445,15 @@ class StateCache:
         self._parsed: tuple[str, str, Any] | None = None
         self.node_docs = NodeDocCache()
 
-    def parsed(self, key: str, version: str) -> Any:
-        """The parsed document of key at version when it is the one kept, else None."""
-        kept = self._parsed
+    def take_parsed(self, key: str, version: str) -> Any:
+        """The parsed document of key at version when it is the one kept, else None; either
+        way none is kept after (a long-lived process must not hold a large state twice)."""
+        kept, self._parsed = self._parsed, None
         return kept[2] if kept is not None and kept[:2] == (key, version) else None
+
+    def forget_parsed(self) -> None:
+        """Keep no parsed document (a partial run: no full read follows)."""
+        self._parsed = None
 
     def keep_parsed(self, key: str, version: str, doc: Any) -> None:
         """Keep doc (never changed: a lazy Memory shares its entries) as key at version."""
@@ -486,7 +491,7 @@ def load_memory(
     cached = cache.get(blob.key, blob.version) if cache is not None else None
     if cached is not None:
         return cached, blob.version
-    doc = cache.parsed(blob.key, blob.version) if cache is not None else None
+    doc = cache.take_parsed(blob.key, blob.version) if cache is not None and not lazy else None
     try:
         if doc is None:
             doc = orjson.loads(blob.data)  # orjson wrote it: 27 MB at 100,000 nodes

@@ -52,7 +52,7 @@ from navarch.providers.base import (
     ensure_owned,
     ensure_unowned,
 )
-from navarch.providers.local.racks import pick_host
+from navarch.providers.local.racks import HostBook
 from navarch.providers.local.reservations import local_reservations
 from navarch.providers.preflight import Check, Finding, LaunchNeeds, Verdict
 
@@ -107,8 +107,9 @@ class LocalProvider:
         self.fleet = fleet if fleet is not None else self.root.name
         self.unavailable = frozenset(unavailable)
         self.not_offered = frozenset(not_offered)
-        # Hosts taken by machines (filled on the first launch; executor threads share it).
-        self._hosts: set[str] | None = None
+        # Hosts taken by machines (filled by a listing or the first launch; executor threads
+        # share it).
+        self._hosts: HostBook | None = None
         self._hosts_lock = threading.Lock()
 
     # -- machine files ---------------------------------------------------------------
@@ -177,12 +178,25 @@ class LocalProvider:
 
     # -- Provider contract -------------------------------------------------------------
     def list_instances(self, fleet: str) -> Sequence[Instance]:
-        """Every machine in the directory: this fleet's, and any others as foreign."""
-        return tuple(self._instance(self.name, m) for m in self.machines())
+        """Every machine in the directory: this fleet's, and any others as foreign. The
+        first listing also books the hosts they take, as the first launch would (a run
+        lists, then launches: else its first launch reads every machine file again)."""
+        machines = self.machines()
+        with self._hosts_lock:
+            if self._hosts is None:
+                self._hosts = self._host_book(machines)
+        return tuple(self._instance(self.name, m) for m in machines)
+
+    def _host_book(self, machines: Sequence[Mapping[str, Any]]) -> HostBook:
+        """The hosts in use: those of `machines` and those in the repair queue."""
+        taken = {m["host_id"] for m in machines if m.get("host_id")}
+        # A host in the repair queue takes no machine, as a cloud's would not.
+        return HostBook(taken | self._faulty_hosts())
 
     def provision(self, request: ProvisionRequest) -> Instance:
         """Create the machine (idempotent on request.launch_id) on a simulated host: in
-        the rack request.block names, never on a host of request.avoid_hosts (racks.pick_host).
+        the rack request.block names, never on a host of request.avoid_hosts (racks.pick_host;
+        racks.HostBook keeps the run's hosts).
 
         Raises CapacityError (scope zone) for a place listed in `unavailable`,
         PlacementError (scope zone) for one listed in `not_offered`.
@@ -204,14 +218,11 @@ class LocalProvider:
                 scope="zone",
             )
         with self._hosts_lock:
-            if self._hosts is None:  # read once per provider: a run launches many
-                self._hosts = {m["host_id"] for m in self.machines() if m.get("host_id")}
-                # A host in the repair queue takes no machine, as a cloud's would not.
-                self._hosts |= self._faulty_hosts()
-            host_id, topology = pick_host(
-                request.zone, request.launch_id, self._hosts, request.avoid_hosts, request.block
+            if self._hosts is None:  # read once per provider or listing: a run launches many
+                self._hosts = self._host_book(self.machines())
+            host_id, topology = self._hosts.take(
+                request.zone, request.launch_id, request.avoid_hosts, request.block
             )
-            self._hosts.add(host_id)
         machine = {
             "host_id": host_id,
             "topology": list(topology),

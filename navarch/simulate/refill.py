@@ -48,7 +48,5 @@ class SlotRefills:
             "spare_slot_refill_s": list(self.refills),
             "p95_spare_slot_refill_s": percentile(self.refills, 0.95),
             "max_spare_slot_refill_s": max(self.refills) if self.refills else None,
-            "spare_slot_refill_open_s": round(duration_s - self.lost[0], 3)
-            if self.lost
-            else None,
+            "spare_slot_refill_open_s": round(duration_s - self.lost[0], 3) if self.lost else None,
         }

@@ -8,7 +8,8 @@ its overrides (the keys ``navarch local inject --acceptance`` takes):
 
   nccl_half     all_reduce_perf bus bandwidth half the healthy 480 GB/s (a slow GPU or link)
   pcie_x8       GPU 0's PCIe link trained at x8 of x16
-  driver_drift  a driver other than the pool's (570.133.20 -> 550.54.15)
+  driver_drift  a driver other than the pool's (570.133.20 -> 550.54.15): the image's, never
+                drawn for one arrival (ARRIVAL_FAULTS)
   dcgm_diag     dcgmi diag fails (a GPU that fails NVIDIA's own diagnostics)
 
 A GPU missing (7 of 8) is not among them: the agent's passive gpu_count check
@@ -121,13 +122,21 @@ def bench(latent: str | None) -> tuple[TimedToolHost, ToolBench]:
     return host, ToolBench(overrides, host, host.clock)
 
 
+#: The latent faults one arriving machine may carry: its hardware. A driver other than the
+#: pool's is the image's (every node launched from it shares it), which the planner holds
+#: for a person (navarch.planner.burn_in: a finding about the image), so it is never one
+#: machine's draw: drawn per arrival, it held one node in burn-in for good and kept the
+#: spare set short.
+ARRIVAL_FAULTS = ("dcgm_diag", "nccl_half", "pcie_x8")
+
+
 def draw_latent(rng: random.Random, rate: float) -> str | None:
     """A latent fault for one arrival with probability rate, its kind uniform over
-    LATENT_FAULTS; two draws always, so a node's stream stays aligned whatever the rate."""
+    ARRIVAL_FAULTS; two draws always, so a node's stream stays aligned whatever the rate."""
     hit, pick = rng.random(), rng.random()
     if hit >= rate:
         return None
-    kinds = sorted(LATENT_FAULTS)
+    kinds = ARRIVAL_FAULTS
     return kinds[min(int(pick * len(kinds)), len(kinds) - 1)]
 
 

@@ -38,6 +38,7 @@ from navarch.simulate.detection import detection_keys
 from navarch.simulate.events import EventRuns
 from navarch.simulate.policies import fleet_with_overrides
 from navarch.simulate.provider import SimProvider
+from navarch.simulate.refill import SlotRefills
 from navarch.simulate.report import percentile
 from navarch.simulate.scenario import Scenario
 from navarch.simulate.training import effective_training_time_ratio
@@ -128,6 +129,7 @@ class _Tally:
     spare_s: float = 0.0  # spare instance-seconds
     spares_short_since: float | None = None  # fewer spares than declared since then
     spare_refills: list[float] = field(default_factory=list)  # seconds to refill each time
+    slots: SlotRefills = field(default_factory=SlotRefills)  # each empty place's refill
     full_since: float | None = None  # the pool serves its full size since then
     full_spans: list[tuple[float, float]] = field(default_factory=list)
     interrupts: list[float] = field(default_factory=list)  # faults on serving nodes
@@ -418,6 +420,8 @@ class _Tally:
         again (a promotion, then a launch, boot and burn-in)."""
         t = self.world.t
         declared = self.declared_spares()
+        if self.warm:
+            self.slots.observe(t, count, declared)
         if count < declared and self.warm and self.spares_short_since is None:
             self.spares_short_since = t
         elif count >= declared and self.spares_short_since is not None:
@@ -765,5 +769,6 @@ def _cost_keys(scenario: Scenario, t: _Tally) -> dict[str, Any]:
         "spare_refill_open_s": None
         if t.spares_short_since is None
         else round(scenario.duration_s - t.spares_short_since, 3),
+        **t.slots.keys(t.spare_refills, scenario.duration_s),
         "cost_usd": round(sum(h * prices.get(k, 0.0) for k, h in inst_h.items()), 2),
     }

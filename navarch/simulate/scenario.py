@@ -52,7 +52,12 @@ Defaults of the world model, each with its source (docs/simulate.md has the tabl
   ImpairedSince set to the failed check (DescribeInstanceStatus, InstanceStatusDetails).
   A host dies at a uniform point of its instance's one-minute check grid, so the check
   that fails comes 0-60 s later (IMPAIR_S); no delay between that check and the listing
-  is documented, and none is modelled.
+  is documented, and none is modelled. With events the listing is announced as a cloud
+  instance event on the report events' path (EventBridge makes "the first attempt [...]
+  as soon as the event arrives", Amazon EventBridge partner FAQ, "What delivery
+  guarantees will EventBridge make?"): the same delivery delay and loss (an assumption).
+  EC2 sends no state change for a failed status check, so on AWS the event is a
+  CloudWatch alarm's on StatusCheckFailed, whose own evaluation delay is not modelled.
 - Drains: jobs end terminationGracePeriodSeconds after a cordon (Kubernetes default 30 s;
   Slurm's KillWait default 30 s: DRAIN_GRACE_S); an assumption that one job in five
   checkpoints first, for 1-5 min (CHECKPOINT_*). A job starts on a serving node 30-120 s

@@ -28,6 +28,8 @@ SLOW = (
     "acceptance-month-spares.yaml",
     "app-xid-storm.yaml",
     "false-signals.yaml",
+    "held-out-20x-week-spares-events-acceptance.yaml",
+    "held-out-20x-week-spares-events.yaml",
     "host-down.yaml",
     "ladder-reboot-first.yaml",
     "ladder-replace-only.yaml",

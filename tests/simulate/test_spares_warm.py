@@ -49,3 +49,22 @@ def test_spare_refill_is_measured_against_the_declared_spares() -> None:
         never.world.t = t
         never._spare_refill(0)
     assert never.spare_refills == [] and never.spares_short_since == 100.0
+
+
+def test_each_empty_spare_place_is_timed_from_its_loss_to_its_refill_first_in_first_out() -> None:
+    tally = _tally(spares=2)
+    # A promotion at 0 s and another at 480 s (two faults eight minutes apart); the first
+    # replacement is a spare at 540 s, the second at 1,020 s. The spell lasts 1,020 s; each
+    # place was empty 540 s.
+    for t, count in ((0.0, 1), (480.0, 0), (540.0, 1), (1020.0, 2)):
+        tally.world.t = t
+        tally._spare_refill(count)
+    assert tally.spare_refills == [1020.0]
+    assert tally.slots.refills == [540.0, 540.0]
+    keys = tally.slots.keys(tally.spare_refills, 2000.0)
+    assert keys["p95_spare_refill_s"] == 1020.0 and keys["p95_spare_slot_refill_s"] == 540.0
+    assert keys["spare_slot_refill_open_s"] is None
+    # A place never filled is open from its loss to the end.
+    tally.world.t = 1500.0
+    tally._spare_refill(1)
+    assert tally.slots.keys([], 2000.0)["spare_slot_refill_open_s"] == 500.0

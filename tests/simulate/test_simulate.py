@@ -297,3 +297,16 @@ def test_fault_to_serving_is_measured_when_the_replacement_names_nothing(tmp_pat
     assert doc["actions"].get("terminate", 0) >= 3
     assert doc["faults_open_at_end"] == 0
     assert len(doc["fault_to_serving_s"]) == doc["faults"] >= 4
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["busy.yaml", "busy-spares.yaml"])
+def test_the_event_driven_engine_gives_the_exhaustive_document_at_length(name: str) -> None:
+    # The 20-node, 8-hour cuts of busy-10.yaml and busy-spares-10.yaml (the normal suite's):
+    # more faults of every kind, and longer quiet spells between them, for the nightly tier.
+    scenario = load_scenario(HERE / name)
+    lazy, full = simulate(scenario), simulate(scenario, lazy=False)
+    assert lazy["faults"] >= 4
+    assert lazy["engine"]["runs_executed"] * 3 < full["engine"]["runs_executed"] * 2
+    lazy.pop("engine"), full.pop("engine")
+    assert to_json(lazy) == to_json(full)

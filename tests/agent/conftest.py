@@ -6,19 +6,20 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from unittest.mock import patch
 
 import jsonschema
 import pynvml
 import pytest
 
-from navarch.agent import AgentConfig
+from navarch.agent import AgentConfig, run_once
 from navarch.resources import schema_path
 from navarch.stores import open_store
-
-NODE_KEY_HEX = "5a" * 32
+from tests.support.agent import T0, agent_config
 
 
 @pytest.fixture(autouse=True)
@@ -50,26 +51,27 @@ def validate_report() -> Callable[[dict[str, Any]], None]:
 
 @pytest.fixture
 def make_config(tmp_path: Path) -> Callable[..., AgentConfig]:
+    """tests.support.agent.agent_config under this test's tmp_path."""
+
     def make(**kw: Any) -> AgentConfig:
-        base: dict[str, Any] = {
-            "fleet": "demo",
-            "pool": "train",
-            "node": "train-0001",
-            "store": f"file://{tmp_path}/store",
-            "key": NODE_KEY_HEX,
-            "gpus_per_node": 8,
-            "state_file": str(tmp_path / "state" / "agent-state.json"),
-            "fake_gpu": True,
-            "boot_id": "boot-a",
-            "metadata": "none",
-            "kernel_log": str(tmp_path / "kern.log"),
-            "faults_file": str(tmp_path / "faults.json"),
-            "instance_id": "i-0123",
-        }
-        base.update(kw)
-        return AgentConfig(**base)
+        return agent_config(tmp_path, **kw)
 
     return make
+
+
+@pytest.fixture
+def run(nvml_world: NvmlWorld, make_config: Callable[..., AgentConfig]) -> Callable[..., Any]:
+    """run_once on the fake NVML world (pynvml patched) at now (T0 unless given): the
+    config is make_config's on the NVML backend with the world's GPU count unless kw say
+    otherwise; fabric_manager goes to run_once -> the report."""
+
+    def go(now: datetime = T0, fabric_manager: Any = None, **kw: Any) -> dict[str, Any]:
+        kw.setdefault("gpus_per_node", nvml_world.count)
+        cfg = make_config(fake_gpu=False, **kw)
+        with patch.multiple(pynvml, **nvml_world.functions()):
+            return run_once(cfg, now=now, fabric_manager=fabric_manager)
+
+    return go
 
 
 @pytest.fixture

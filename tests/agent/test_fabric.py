@@ -4,10 +4,9 @@ service and its log; MIG mode; and findings that name their GPU."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
-from unittest.mock import patch
 
 import pynvml as N
 import pytest
@@ -15,8 +14,7 @@ import pytest
 from navarch.agent import run_once
 from navarch.agent.fabric import FileFabricManager, decode_health_mask
 from navarch.fleet.remedies import FaultClass, fault_class, row_for
-
-T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+from tests.support.agent import T0
 
 #: Every health field present and false, configuration "none" (nvml.h bit layout).
 HEALTHY_MASK = (
@@ -47,21 +45,17 @@ FM_NON_FATAL = (
 
 
 @pytest.fixture
-def run(
-    nvml_world: Any, make_config: Callable[..., Any], tmp_path: Path
-) -> Callable[..., dict[str, Any]]:
-    """run_once on the NVML world; the fabric manager: the one given, else an active one
-    on a machine whose sysfs lists no NVSwitch (never this test host's systemd)."""
+def run(run: Callable[..., dict[str, Any]], tmp_path: Path) -> Callable[..., dict[str, Any]]:
+    """The agent tests' run on the NVML world; the fabric manager: the one given, else an
+    active one on a machine whose sysfs lists no NVSwitch (never this test host's systemd)."""
 
     def go(fabric_manager: Any = None, now: datetime = T0, **kw: Any) -> dict[str, Any]:
-        cfg = make_config(fake_gpu=False, gpus_per_node=nvml_world.count, **kw)
         fm = fabric_manager or FileFabricManager(
             pci_root=str(tmp_path / "no-pci"),
             log_path=str(tmp_path / "none.log"),
             run=Systemctl("active"),
         )
-        with patch.multiple(N, **nvml_world.functions()):
-            return run_once(cfg, now=now, fabric_manager=fm)
+        return run(now, fabric_manager=fm, **kw)
 
     return go
 

@@ -9,19 +9,17 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
-from datetime import UTC, datetime, timedelta
+from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
-from unittest.mock import patch
 
 import pynvml
 import pytest
 
-from navarch.agent import run_once
 from navarch.agent.deadline import CallHung, DeadlineCaller
+from tests.support.agent import T0
 
-T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 XID_79 = (
     "2026-03-01T11:59:00,000000+00:00 NVRM: Xid (PCI:0000:18:00): 79, pid='<unknown>', "
     "name=<unknown>, GPU has fallen off the bus."
@@ -34,16 +32,6 @@ def never() -> Iterator[threading.Event]:
     ev = threading.Event()
     yield ev
     ev.set()
-
-
-@pytest.fixture
-def run(nvml_world: Any, make_config: Callable[..., Any]) -> Callable[..., dict[str, Any]]:
-    def go(now: datetime = T0, **kw: Any) -> dict[str, Any]:
-        cfg = make_config(fake_gpu=False, gpus_per_node=nvml_world.count, **kw)
-        with patch.multiple(pynvml, **nvml_world.functions()):
-            return run_once(cfg, now=now)
-
-    return go
 
 
 def checks(report: dict[str, Any], name: str) -> list[dict[str, Any]]:

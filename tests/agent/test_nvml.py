@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
-from unittest.mock import patch
 
 import pynvml
 import pytest
@@ -13,24 +12,11 @@ import pytest
 from navarch.agent import run_once
 from navarch.agent.gpu import ProbeErrorKind
 from navarch.agent.nvml import NvmlGpuBackend, classify_nvml_error
-
-T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+from tests.support.agent import T0
 
 
 def err(code: int) -> pynvml.NVMLError:
     return pynvml.NVMLError(code)
-
-
-@pytest.fixture
-def run(nvml_world: Any, make_config: Callable[..., Any]) -> Callable[..., dict[str, Any]]:
-    def go(now: datetime = T0, **kw: Any) -> dict[str, Any]:
-        cfg = make_config(
-            fake_gpu=False, gpus_per_node=kw.pop("gpus_per_node", nvml_world.count), **kw
-        )
-        with patch.multiple(pynvml, **nvml_world.functions()):
-            return run_once(cfg, now=now)
-
-    return go
 
 
 def checks(report: dict[str, Any], name: str, gpu: int | None = None) -> list[dict[str, Any]]:

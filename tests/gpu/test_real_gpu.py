@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from navarch.agent import AgentConfig, run_once
+from navarch.agent import run_once
+from tests.support.agent import agent_config
 
 pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,16 +24,17 @@ def _listed_gpus() -> int:
 
 def test_the_agent_reads_every_gpu_nvidia_smi_lists_from_the_real_nvml(tmp_path: Path) -> None:
     count = _listed_gpus()
-    cfg = AgentConfig(
+    cfg = agent_config(
+        tmp_path,
         fleet="gpu",
         pool="gpu",
         node="gpu-0001",
         instance_id="gpu-0001",
-        store=f"file://{tmp_path}/store",
-        key="00" * 32,
         gpus_per_node=count,
-        state_file=str(tmp_path / "state.json"),
-        metadata="none",
+        fake_gpu=False,
+        boot_id=None,
+        kernel_log=None,
+        faults_file=None,
     )
     report = run_once(cfg, now=datetime.now(UTC), to_stdout=True)
     nvml = next(c for c in report["checks"] if c["name"] == "nvml")

@@ -14,7 +14,7 @@ import builders
 import pynvml
 import pytest
 
-from navarch.agent import AgentConfig, run_once
+from navarch.agent import run_once
 from navarch.agent.nvml import NvmlGpuBackend
 from navarch.fleet.remedies import FaultClass, fault_class, row_for
 from navarch.planner.context import PlanOptions
@@ -23,6 +23,7 @@ from navarch.planner.observe import observe
 from navarch.planner.plan import plan
 from navarch.reconcile.reports import summarize
 from navarch.report.health import Remedy
+from tests.support.agent import agent_config
 
 FLEET = "rt"
 NODE = f"{FLEET}-train-0001"
@@ -57,17 +58,15 @@ def hung_nvml(never: threading.Event) -> Any:
 
 
 def agent_report(tmp_path: Path, never: threading.Event) -> dict[str, Any]:
-    cfg = AgentConfig(
+    cfg = agent_config(
+        tmp_path,
         fleet=FLEET,
-        pool="train",
         node=NODE,
-        store=f"file://{tmp_path}/store",
-        key="5a" * 32,
         gpus_per_node=1,
-        state_file=str(tmp_path / "state.json"),
+        fake_gpu=False,
+        faults_file=None,
+        instance_id=None,
         boot_id="boot-1",
-        metadata="none",
-        kernel_log=str(tmp_path / "kern.log"),
         nvml_call_timeout_s=0.2,
     )
     backend = NvmlGpuBackend(hung_nvml(never), call_timeout_s=0.2)

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from navarch.agent import AgentConfig, run_once
+from navarch.agent import run_once
 from navarch.errors import ConfigError
 from navarch.fleet.policy import (
     SAMPLE_REPORT,
@@ -22,6 +22,7 @@ from navarch.fleet.policy import (
 from navarch.fleet.schemas import validator_for
 from navarch.report.health import Remedy
 from navarch.report.health import Status as RuleStatus
+from tests.support.agent import agent_config
 
 REPO = Path(__file__).resolve().parents[2]
 HOT = {
@@ -38,21 +39,13 @@ def agent_report(
     """A real report from the agent (fake GPU backend, 4 GPUs), not written anywhere."""
     (tmp_path / "faults.json").write_text(json.dumps(faults or {}))
     (tmp_path / "kern.log").write_text(kern_log)
-    config = AgentConfig(
-        fleet="demo",
-        pool="train",
+    config = agent_config(
+        tmp_path,
         node="demo-train-0001",
         instance_id="i-0001",
-        store="file://" + str(tmp_path / "store"),
-        key="00" * 32,
         gpus_per_node=4,
-        state_file=str(tmp_path / "agent.json"),
-        kernel_log=str(tmp_path / "kern.log"),
-        fake_gpu=True,
         gpu_count=4,
-        faults_file=str(tmp_path / "faults.json"),
         boot_id="boot-1",
-        metadata="none",
         notice_file=str(tmp_path / "notice.json"),
     )
     report = run_once(config, now=datetime(2026, 11, 22, 12, 0, tzinfo=UTC), to_stdout=True)

@@ -6,12 +6,15 @@ capacity that comes back."""
 from __future__ import annotations
 
 import dataclasses
+import functools
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from navarch.simulate.engine import ServedBy, simulate
+from navarch.simulate.report import to_json
 from navarch.simulate.scenario import CURES, DEFAULT_CAUSES, load_scenario
 from navarch.simulate.training import effective_training_time_ratio
 from navarch.simulate.world import ECC_XIDS
@@ -90,10 +93,16 @@ def test_the_training_ratio_on_a_hand_made_timeline() -> None:
         effective_training_time_ratio([], [], (0.0, 1.0), 0.0, 0.0)
 
 
+@functools.cache
+def _events_json() -> str:
+    """events.yaml's document as it stands, run once per process (two tests read it)."""
+    return to_json(simulate(load_scenario(HERE / "events.yaml")))
+
+
 def test_the_training_ratio_falls_with_faults_and_longer_checkpoints() -> None:
     scenario = load_scenario(HERE / "events.yaml")
     quiet = simulate(dataclasses.replace(scenario, failure_rate_per_node_day=0.0))
-    busy = simulate(scenario)
+    busy = json.loads(_events_json())
     sparse = simulate(dataclasses.replace(scenario, training_checkpoint_interval_s=3 * 3600))
     assert quiet["effective_training_time_ratio"] > busy["effective_training_time_ratio"]
     assert busy["effective_training_time_ratio"] > sparse["effective_training_time_ratio"]
@@ -107,7 +116,7 @@ def _median(values: list[float]) -> float:
 
 def test_events_start_runs_sooner_and_a_lost_event_costs_at_most_a_period() -> None:
     scenario = load_scenario(HERE / "events.yaml")
-    with_events = simulate(scenario)
+    with_events = json.loads(_events_json())
     periodic = simulate(dataclasses.replace(scenario, events=None))
     assert with_events["faults"] == periodic["faults"] >= 8
     assert _median(with_events["fault_to_cordon_s"]) < _median(periodic["fault_to_cordon_s"])
@@ -149,7 +158,6 @@ def test_a_bare_compare_runs_four_policies_on_one_seed(
     )
     out = tmp_path / "out.json"
     assert main(["simulate", str(scenario), "--compare", "--seed", "9", "--json", str(out)]) == 0
-    import json
 
     runs = json.loads(out.read_text())["runs"]
     names = [r["scenario"] for r in runs]
@@ -169,7 +177,6 @@ def test_a_bare_compare_runs_four_policies_on_one_seed(
 def test_event_started_runs_give_the_exhaustive_document() -> None:
     # The lazy engine skips clean runs and quiescent checks; with events it must still
     # give what every check and every run give (events come from the same changed reports).
-    from navarch.simulate.report import to_json
 
     scenario = dataclasses.replace(load_scenario(HERE / "events.yaml"), duration_s=2 * 3600)
     lazy, full = simulate(scenario), simulate(scenario, lazy=False)

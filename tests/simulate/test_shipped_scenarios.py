@@ -3,8 +3,9 @@ in full at its own seed. Only steady-state-small (about 3.5 s of CPU) is cheap e
 the normal suite, which runs it in full elsewhere; every other one takes from about 20 s
 (lemons, 7 days) to tens of minutes (the months) of CPU, so they are the nightly tier
 (marker `slow`, skipped unless NAVARCH_NIGHTLY=1: `NAVARCH_NIGHTLY=1 python3 -m pytest
--m slow tests/simulate`) and CI stays in its budget. The normal suite runs shortened cuts
-of several of them (tests/simulate/test_simulate.py, test_event_runs.py)."""
+-m slow tests/simulate`) and CI stays in its budget. The normal suite proves the same
+behaviours on scenarios sized to them (tests/simulate/scenarios/: 10- and 20-node fleets,
+hours rather than days; test_simulate.py) and a shortened cut of one (test_event_runs.py)."""
 
 from __future__ import annotations
 

@@ -13,8 +13,9 @@ from typing import Any
 
 import yaml
 
-from navarch.agent import AgentConfig, run_once
+from navarch.agent import run_once
 from navarch.report.signing import derive_node_key
+from tests.support.agent import NODE_KEY_HEX, agent_config
 
 
 def ecc_uncorrected(count: int) -> dict[str, Any]:
@@ -51,9 +52,9 @@ def agent_report(
     if kernel_lines:
         with open(kernel_log, "a") as fh:
             fh.writelines(line + "\n" for line in kernel_lines)
-    config = AgentConfig(
+    config = agent_config(
+        tmp_path,
         fleet=fleet,
-        pool="train",
         node=node,
         instance_id=instance_id or node,
         store=store,
@@ -61,17 +62,11 @@ def agent_report(
         gpus_per_node=1,
         state_file=str(tmp_path / f"{node}.agent.json"),
         kernel_log=str(kernel_log),
-        fake_gpu=True,
         gpu_count=1,
         faults_file=str(faults_file),
         boot_id=boot,
-        metadata="none",
     )
     return run_once(config, now=now)
-
-
-#: The node key of every agent.yaml written here (hex).
-NODE_KEY_HEX = "5a" * 32
 
 
 def write_agent_yaml(tmp_path: Path, **fields: Any) -> Path:

@@ -78,7 +78,7 @@ from navarch.providers.azure_placement import (
     ppg_body,
     read_reservation_groups,
 )
-from navarch.providers.azure_preflight import preflight_findings
+from navarch.providers.azure_preflight import preflight_findings, split_zone
 from navarch.providers.base import (
     AdoptFilter,
     ProvisionRequest,
@@ -212,14 +212,6 @@ def azure_errors(*, zone: str = "", what: str = "") -> AbstractContextManager[No
         return None
 
     return map_exceptions(translate)
-
-
-def split_zone(zone: str) -> tuple[str, str | None]:
-    """'eastus-1' -> ('eastus', '1'); 'eastus' -> ('eastus', None)."""
-    location, sep, number = zone.rpartition("-")
-    if sep and number.isdigit():
-        return location, number
-    return zone, None
 
 
 @dataclass(frozen=True)

@@ -35,13 +35,21 @@ from navarch.providers.preflight import (
     judge_quota,
 )
 
-__all__ = ["SKUS_READ", "USAGES_READ", "classify", "preflight_findings"]
+__all__ = ["SKUS_READ", "USAGES_READ", "classify", "preflight_findings", "split_zone"]
 
 SKUS_READ = "Microsoft.Compute/skus/read"
 USAGES_READ = "Microsoft.Compute/locations/usages/read"
 _ASK = "request more vCPUs for it (Azure portal, Quotas, Compute) or name another size"
 _DENIED_CODES = frozenset({"AuthorizationFailed", "LinkedAuthorizationFailed"})
 _NOT_FOUND_CODES = frozenset({"SubscriptionNotFound", "InvalidSubscriptionId"})
+
+
+def split_zone(zone: str) -> tuple[str, str | None]:
+    """'eastus-1' -> ('eastus', '1'); 'eastus' -> ('eastus', None)."""
+    location, sep, number = zone.rpartition("-")
+    if sep and number.isdigit():
+        return location, number
+    return zone, None
 
 
 def classify(exc: Exception) -> ReadFailure | None:
@@ -79,7 +87,6 @@ def preflight_findings(
     """Every finding for these pools (see the module docstring). compute() -> the
     provider's ComputeManagementClient. Never raises a cloud error: a failed read is a
     finding."""
-    from navarch.providers.azure import split_zone  # azure.py imports this module
 
     state = _Subscription(Reads(provider, classify), compute)
     for need in needs:

@@ -36,6 +36,7 @@ from navarch.report.health import Status
 from navarch.simulate.acceptance import BurnInTally
 from navarch.simulate.detection import detection_keys
 from navarch.simulate.events import EventRuns
+from navarch.simulate.heartbeats import HeartbeatLedger
 from navarch.simulate.policies import fleet_with_overrides
 from navarch.simulate.provider import SimProvider
 from navarch.simulate.report import percentile
@@ -134,6 +135,7 @@ class _Tally:
     warm_s: float | None = None  # when the fleet first reached its target
     terminated_unreplaced: list[dict[str, Any]] = field(default_factory=list)
     burn: BurnInTally = field(default_factory=lambda: BurnInTally(frozenset()))
+    ledger: HeartbeatLedger | None = None  # heartbeats accounted, not built (lazy only)
 
     def on_fault(self, n: SimNode) -> None:
         """The world's hook: a node got a real fault."""
@@ -250,6 +252,8 @@ class _Tally:
         if result is None:
             self.clean = False
             return
+        if self.ledger is not None:
+            self.ledger.after_run(result.memory)
         for h in result.plan.halts:
             self.halts[h.rule.value] += 1
         if result.plan.breaker_open:
@@ -539,6 +543,9 @@ def simulate(
     world.gated = frozenset(world.acceptance) | {p.name for p in spec.pools if p.spare_nodes > 0}
     tally.burn = BurnInTally(frozenset(world.acceptance))
     world.on_fault = tally.on_fault
+    if lazy:
+        tally.ledger = HeartbeatLedger(world, spec, fleet.reports_memo)
+        world.on_heartbeat = tally.ledger.account
     events = EventRuns(world, scenario.events) if scenario.events is not None else None
     if events is not None:
         world.on_report = events.on_report
@@ -583,6 +590,8 @@ def simulate(
 def _run(fleet: Fleet, world: World, tally: _Tally, run_id: str) -> None:
     """One real apply now (a tick's, or an event-started one), its outcomes tallied."""
     world.catch_up_all(strict=True)
+    if tally.ledger is not None:
+        tally.ledger.before_run()
     world.dirty = False
     result: RunResult | None
     try:
@@ -648,6 +657,7 @@ def _document(scenario: Scenario, t: _Tally) -> dict[str, Any]:
             "runs_executed": t.runs_executed,
             "agent_checks": w.agent_checks,
             "reports_written": w.reports_written,
+            "heartbeats_accounted": t.ledger.accounted if t.ledger is not None else 0,
             "lists": w.api_calls.get("list", 0),
         },
     }

@@ -200,6 +200,9 @@ class World:
         self.on_report: Callable[[SimNode], None] | None = None
         #: Called when the cloud's own status of a node changes (navarch.simulate.events).
         self.on_cloud_event: Callable[[SimNode], None] | None = None
+        #: The engine's hook for a caught-up heartbeat: True when it accounted it without
+        #: running the agent (navarch.simulate.heartbeats), False to run the agent.
+        self.on_heartbeat: Callable[[SimNode], bool] | None = None
         self._heartbeat_step_s = (
             math.ceil(scenario.heartbeat_s / scenario.agent_period_s) * scenario.agent_period_s
         )
@@ -539,7 +542,8 @@ class World:
         saved = self.t
         self.set_time(at)
         try:
-            self.run_agent(n)
+            if self.on_heartbeat is None or not self.on_heartbeat(n):
+                self.run_agent(n)
         finally:
             self.set_time(saved)
 

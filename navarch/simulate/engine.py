@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import heapq
 import logging
+import math
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -122,6 +123,7 @@ class _Tally:
     measured_s: int = 0
     runs_executed: int = 0
     clean: bool = False  # the last executed run found the world clean (see _clean)
+    wake_s: float = math.inf  # a deadline the planner counts to: a booting node's boot_timeout
     last: _Sample | None = None
     ran_since_sample: bool = False  # a run (an event-started one) came after the last sample
     uncordoned_at: dict[str, float] = field(default_factory=dict)  # node -> last uncordon
@@ -290,14 +292,21 @@ class _Tally:
         self.peak_disrupted = max([self.peak_disrupted, *per_pool.values()])
         self.clean = self._clean(result)
 
+    def resting(self) -> bool:
+        """Whether a run now would plan nothing: the last one found the world clean, nothing
+        it reads changed since, and no deadline it counts to is near (a second's margin)."""
+        return self.clean and not self.world.dirty and self.world.t < self.wake_s - 1.0
+
     def _clean(self, result: RunResult) -> bool:
         """Whether the next runs would plan nothing while no event happens: this run
-        planned no action and no halt, Memory holds every node serving on a healthy report,
-        every pool is at its target and holds its declared spares, with every node booted,
+        planned no action and no halt, Memory holds every node serving on a healthy report
+        or booting (its boot_timeout sets wake_s), every pool holds its target and its
+        declared spares (a booting node stands for either), with every node booted,
         reported and live (no fault, notice, impairment, outage, and no cordon but a warm
         spare's), and no pool has scheduled diagnostics."""
         w = self.world
         plan = result.plan
+        self.wake_s = math.inf
         if plan.actions or plan.halts or plan.breaker_open:
             return False
         if any(v.lifecycle is Lifecycle.BURN_IN for v in plan.views):
@@ -308,25 +317,18 @@ class _Tally:
             z.at_s <= w.t < z.at_s + z.for_s for z in w.scenario.zone_outages
         ):
             return False
-        # A pool holding its declared spares is at rest: the spares are extra, cordoned nodes.
-        spares = Counter(w.by_name[s].pool for s in self.spares if s in w.by_name)
-        per_pool = Counter(n.pool for n in w.nodes.values() if n.node not in self.spares)
-        if any(
-            per_pool.get(p.name, 0) != p.target_nodes
-            or spares.get(p.name, 0) != min(p.spare_nodes, p.max_nodes - p.target_nodes)
-            for p in self.spec.pools
-        ):
-            return False
-        if len(result.memory.nodes) != len(w.nodes):
+        booting = {v.node for v in plan.views if v.lifecycle is Lifecycle.BOOTING}
+        if not self._pools_whole(booting) or len(result.memory.nodes) != len(w.nodes):
             return False
         for nm in result.memory.nodes:
             if nm.phase is not Phase.NONE or nm.streak or (nm.cordon and nm.cordon.is_operator):
                 return False
-            if nm.report is None or nm.report.status != Status.HEALTHY.value:
+            if nm.node in booting:
+                self._wake_at(nm.pool, nm.node, nm.first_seen_at)
+            elif nm.report is None or nm.report.status != Status.HEALTHY.value:
                 return False
         return all(
-            n.up(w.t)
-            and n.first_report_s is not None
+            (n.node in booting or (n.up(w.t) and n.first_report_s is not None))
             and n.fault is None
             and n.notice_s is None
             and (not n.cordoned or n.node in self.spares)
@@ -335,6 +337,35 @@ class _Tally:
             and not w.cut_off(n)
             for n in w.nodes.values()
         )
+
+    def _pools_whole(self, booting: set[str]) -> bool:
+        """Every pool holds its target and its declared spares, a booting node standing for
+        a serving one or a spare (a spare is an extra, cordoned node)."""
+        w = self.world
+        spares = Counter(w.by_name[s].pool for s in self.spares if s in w.by_name)
+        per_pool = Counter(n.pool for n in w.nodes.values() if n.node not in self.spares)
+        boot = Counter(n.pool for n in w.nodes.values() if n.node in booting)
+        for p in self.spec.pools:
+            declared = min(p.spare_nodes, p.max_nodes - p.target_nodes)
+            held, live = spares.get(p.name, 0), per_pool.get(p.name, 0)
+            if held + live != p.target_nodes + declared or held > declared:
+                return False
+            if live - boot.get(p.name, 0) > p.target_nodes:
+                return False
+        return True
+
+    def _wake_at(self, pool: str, node: str, first_seen: datetime | None) -> None:
+        """A booting node turns unhealthy boot_timeout_s after its launch (or its first
+        sighting, whichever came first: navarch.planner.observe): a run must see that."""
+        n = self.world.by_name.get(node)
+        spec = next((p for p in self.spec.pools if p.name == pool), None)
+        if n is None or spec is None:
+            self.wake_s = -math.inf
+            return
+        since_s = n.launched_s
+        if first_seen is not None:
+            since_s = min(since_s, (first_seen - START).total_seconds())
+        self.wake_s = min(self.wake_s, since_s + spec.health.boot_timeout_s)
 
     def measure(self, skipped: bool, last_tick: bool) -> None:
         """Serving capacity, capacity recovery and fault closure at this tick. A node
@@ -544,8 +575,9 @@ def simulate(
     tally.burn = BurnInTally(frozenset(world.acceptance))
     world.on_fault = tally.on_fault
     if lazy:
-        tally.ledger = HeartbeatLedger(world, spec, fleet.reports_memo)
+        tally.ledger = HeartbeatLedger(world, spec, fleet.reports_memo, SECRET)
         world.on_heartbeat = tally.ledger.account
+        world.on_write = tally.ledger.news
     events = EventRuns(world, scenario.events) if scenario.events is not None else None
     if events is not None:
         world.on_report = events.on_report
@@ -564,14 +596,14 @@ def simulate(
         if kind == "event_run":
             # The drain that took this message ends now unless a later one keeps it open.
             if events is not None and events.starts_run(*args):
-                if not (lazy and tally.clean and not world.dirty):
+                if not (lazy and tally.resting()):
                     _run(fleet, world, tally, f"sim-event-{events.runs:06d}")
             continue
         if kind != "tick":
             world.handle(kind, args)
             continue
         step = args[0]
-        skipped = lazy and tally.clean and not world.dirty
+        skipped = lazy and tally.resting()
         if not skipped:
             _run(fleet, world, tally, f"sim-{step:06d}")
         tally.measure(skipped, step == steps)

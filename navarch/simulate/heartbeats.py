@@ -17,17 +17,22 @@ that cannot be written, no cache document yet) runs the shipped agent as before.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
 
 from navarch.agent.runner import STREAK_WRITE_CAP
+from navarch.errors import ReportRejected
 from navarch.fleet.spec import FleetSpec
 from navarch.planner.model import Memory, ReportSummary
 from navarch.reconcile.codec import summary_to_json
 from navarch.reconcile.report_cache import CacheMemo, report_cache_key, rules_digest
+from navarch.reconcile.reports import verify_report
 from navarch.report.timefmt import parse_ts
 from navarch.simulate.world import SimNode, World
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 @dataclass
@@ -42,6 +47,7 @@ class HeartbeatLedger:
     world: World
     spec: FleetSpec
     memo: CacheMemo
+    secret: bytes
     accounted: int = 0
     known: dict[str, tuple[str, ReportSummary]] = field(default_factory=dict)
     pending: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -81,14 +87,51 @@ class HeartbeatLedger:
             generated_at=w.now,
             stored_at=parse_ts(info.modified_at),
         )
-        doc = orjson.loads(orjson.dumps(summary_to_json(summary)))
-        cached = {"version": info.version, "rules": self._digests[n.pool], "summary": doc}
-        self.known[key] = (info.version, summary)
-        self.pending[key] = cached
-        self.memo.entries[key] = cached
+        self._derived(key, info.version, n.pool, summary)
         n.last_write_s = w.t
         self.accounted += 1
         return True
+
+    def news(self, n: SimNode) -> bool:
+        """The world's hook for a report active node n just wrote: whether a run would read
+        anything new in it. Verified here as the run's reader verifies it (the same bytes,
+        listing time and rules); a summary equal to the one the run holds but for its
+        sequence and times (a verdict's run of checks counted up, which no summary carries)
+        is not news, and goes to the cache memo so the run does not verify it again."""
+        agent = n.agent
+        key = agent.config.report_key
+        entry = self.known.get(key)
+        info = self.world.store.stat(key)
+        if entry is None or info is None or agent.tools is not None:
+            return True
+        pool = next(p for p in self.spec.pools if p.name == n.pool)
+        try:
+            summary = verify_report(
+                self.world.store.get(key).data,
+                fleet=self.spec.name,
+                pool=n.pool,
+                node=n.node,
+                fleet_secret=self.secret,
+                last_sequence=entry[1].sequence,
+                now=self.world.now,
+                stored_at=parse_ts(info.modified_at),
+                rule_sets=pool.health.rule_sets(),
+            )
+        except ReportRejected:
+            return True
+        if _timeless(summary) != _timeless(entry[1]):
+            return True
+        self._derived(key, info.version, n.pool, summary)
+        return False
+
+    def _derived(self, key: str, version: str, pool: str, summary: ReportSummary) -> None:
+        """Record the summary of the object at key's version, for the next run's reader."""
+        doc = orjson.loads(orjson.dumps(summary_to_json(summary)))
+        cached = {"version": version, "rules": self._digests[pool], "summary": doc}
+        self.known[key] = (version, summary)
+        self.pending[key] = cached
+        if self._cache_in_step():
+            self.memo.entries[key] = cached
 
     def before_run(self) -> None:
         """Put every derived summary a run has not taken yet back in the cache memo (a run
@@ -121,3 +164,8 @@ def _at_rest(report: dict[str, Any] | None, streaks: Any) -> bool:
     if report is None or any(c.get("fault_key") for c in report["checks"]):
         return False
     return int(streaks.get(f"verdict|{report['status']}", 0)) >= STREAK_WRITE_CAP
+
+
+def _timeless(s: ReportSummary) -> ReportSummary:
+    """The summary without what every new report changes: sequence and times."""
+    return replace(s, sequence=0, generated_at=_EPOCH, stored_at=None)

@@ -70,6 +70,10 @@ class MemoryStore:
         current = self._objects.get(key)
         return current[1] if current is not None else None
 
+    def stat(self, key: str) -> ObjectInfo | None:
+        """The listing entry of the object at key (None: none there)."""
+        return self._infos.get(key)
+
     def delete(self, key: str, *, if_version: str | None = None) -> None:
         current = self._objects.get(key)
         if current is None:

@@ -203,6 +203,9 @@ class World:
         #: The engine's hook for a caught-up heartbeat: True when it accounted it without
         #: running the agent (navarch.simulate.heartbeats), False to run the agent.
         self.on_heartbeat: Callable[[SimNode], bool] | None = None
+        #: The engine's hook for a report an active node wrote: whether a run would read
+        #: anything new in it (False: the same verdict again; the world stays clean).
+        self.on_write: Callable[[SimNode], bool] | None = None
         self._heartbeat_step_s = (
             math.ceil(scenario.heartbeat_s / scenario.agent_period_s) * scenario.agent_period_s
         )
@@ -574,7 +577,7 @@ class World:
             changed = n.first_report_s is None or written.get("change") != before
             if n.first_report_s is None:
                 n.first_report_s = self.t
-            if n.active:
+            if n.active and (self.on_write is None or self.on_write(n)):
                 self.dirty = True
             # A heartbeat (the same report again) would start a run that plans nothing.
             if changed and self.on_report is not None:

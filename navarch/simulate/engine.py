@@ -5,11 +5,15 @@ its own cadence between runs (navarch.simulate.world), and measure the outcome.
 
 Event-driven and exact: the world's events (faults at continuous times, boots, jobs, the
 cloud's status, agent checks of active nodes) run in time order between the ticks. A
-tick is skipped when the world is clean (the last executed run planned nothing and found
-every node serving, or held as one of its pool's declared warm spares; see _Tally._clean)
-and nothing happened since: that run would plan nothing again. Before a run is executed, every quiescent node's latest heartbeat is
-materialised (World.catch_up_all). ``simulate(lazy=False)`` runs every check and every
-tick; tests/simulate prove both give the same document.
+tick (or an event-started run) is skipped when the world is clean (the last executed run
+planned nothing and found every node serving, held as one of its pool's declared warm
+spares, or booting; see _Tally._clean), nothing a run reads changed since (a report that
+repeats its verdict is no change: HeartbeatLedger.news), and no deadline the planner
+counts to is reached (a booting node's boot_timeout: _Tally.wake_s): that run would plan
+nothing again. Before a run is executed, every quiescent node's latest heartbeat is
+caught up (World.catch_up_all), accounted rather than built, signed and verified
+(navarch.simulate.heartbeats). ``simulate(lazy=False)`` runs every check and every tick
+and builds every report; tests/simulate prove both give the same document.
 
 The virtual clock is handed to run_apply as its clock (navarch.reconcile.run.Clock); the
 simulated store stamps objects with the same clock, so report ages are judged by the
@@ -40,7 +44,7 @@ from navarch.simulate.events import EventRuns
 from navarch.simulate.heartbeats import HeartbeatLedger
 from navarch.simulate.policies import fleet_with_overrides
 from navarch.simulate.provider import SimProvider
-from navarch.simulate.report import percentile
+from navarch.simulate.report import action_keys, cost_keys, percentile
 from navarch.simulate.scenario import Scenario
 from navarch.simulate.training import effective_training_time_ratio
 from navarch.simulate.world import SimNode, World
@@ -296,6 +300,12 @@ class _Tally:
         """Whether a run now would plan nothing: the last one found the world clean, nothing
         it reads changed since, and no deadline it counts to is near (a second's margin)."""
         return self.clean and not self.world.dirty and self.world.t < self.wake_s - 1.0
+
+    def skipped_run(self) -> None:
+        """A run that would have planned nothing and seen what the last one saw: what it
+        would have counted all the same (a spare spell starts at the first run after the
+        fleet first served its target)."""
+        self._spare_refill(len(self.spares))
 
     def _clean(self, result: RunResult) -> bool:
         """Whether the next runs would plan nothing while no event happens: this run
@@ -596,7 +606,9 @@ def simulate(
         if kind == "event_run":
             # The drain that took this message ends now unless a later one keeps it open.
             if events is not None and events.starts_run(*args):
-                if not (lazy and tally.resting()):
+                if lazy and tally.resting():
+                    tally.skipped_run()
+                else:
                     _run(fleet, world, tally, f"sim-event-{events.runs:06d}")
             continue
         if kind != "tick":
@@ -604,7 +616,9 @@ def simulate(
             continue
         step = args[0]
         skipped = lazy and tally.resting()
-        if not skipped:
+        if skipped:
+            tally.skipped_run()
+        else:
             _run(fleet, world, tally, f"sim-{step:06d}")
         tally.measure(skipped, step == steps)
         if on_tick is not None:
@@ -666,8 +680,8 @@ def _document(scenario: Scenario, t: _Tally) -> dict[str, Any]:
         **_run_keys(scenario, t),
         **_fault_keys(scenario, t, all_faults, to_cordon, to_serving),
         **_training_keys(scenario, t),
-        **_action_keys(t),
-        **_cost_keys(scenario, t),
+        **action_keys(t),
+        **cost_keys(scenario, t),
         **t.burn.keys([*w.nodes.values(), *w.terminated.values()]),
         **detection_keys(
             [
@@ -760,52 +774,4 @@ def _training_keys(scenario: Scenario, t: _Tally) -> dict[str, Any]:
             "checkpoint_interval_s": scenario.training_checkpoint_interval_s,
             "restart_s": scenario.training_restart_s,
         },
-    }
-
-
-def _action_keys(t: _Tally) -> dict[str, Any]:
-    """What navarch did: terminations (wrongful ones apart), replacements, actions, capacity
-    losses and recoveries, repairs held, breaker runs, disruption, run errors."""
-    w = t.world
-    return {
-        "faulty_nodes_terminated_before_a_replacement": len(t.terminated_unreplaced),
-        "launches_never_booted": sum(
-            1 for n in (*w.nodes.values(), *w.terminated.values()) if n.never_boots
-        ),
-        "wrongful_terminations": len(t.wrongful),
-        "wrongful_termination_causes": t.wrongful[:50],
-        "terminations": t.actions.get("terminate", 0),
-        "scale_down_terminations": len(t.scale_downs),
-        "replacements": t.actions.get("provision", 0) - t.target,
-        "actions": dict(sorted(t.actions.items())),
-        "nodes_lost_to_capacity": t.lost_to_capacity,
-        "capacity_recovery_s": [round(x, 3) for x in t.capacity_latencies],
-        "max_capacity_recovery_s": round(max(t.capacity_latencies), 3)
-        if t.capacity_latencies
-        else None,
-        "repairs_held_by_rule": dict(sorted(t.halts.items())),
-        "breaker_runs": t.breaker_runs,
-        "peak_disrupted": t.peak_disrupted,
-        "preemptions": w.preempted,
-        "run_errors": dict(sorted(t.run_errors.items())),
-    }
-
-
-def _cost_keys(scenario: Scenario, t: _Tally) -> dict[str, Any]:
-    """What the run cost: cloud API calls per day, instance and spare hours, dollars."""
-    days = scenario.duration_s / 86400
-    prices = scenario.prices_usd_per_hour
-    inst_h = {k: round(v / 3600, 3) for k, v in sorted(t.instance_s.items())}
-    api = {k: round(v / days, 2) for k, v in sorted(t.world.api_calls.items()) if k != "list"}
-    return {
-        "api_calls_per_day": api,
-        "instance_hours": inst_h,
-        "spare_instance_hours": round(t.spare_s / 3600, 3),
-        "spare_refill_s": t.spare_refills,
-        "max_spare_refill_s": max(t.spare_refills) if t.spare_refills else None,
-        # A spell still short at the end (the set never refilled): its length so far.
-        "spare_refill_open_s": None
-        if t.spares_short_since is None
-        else round(scenario.duration_s - t.spares_short_since, 3),
-        "cost_usd": round(sum(h * prices.get(k, 0.0) for k, h in inst_h.items()), 2),
     }

@@ -52,10 +52,12 @@ class HeartbeatLedger:
     known: dict[str, tuple[str, ReportSummary]] = field(default_factory=dict)
     pending: dict[str, dict[str, Any]] = field(default_factory=dict)
     _digests: dict[str, str] = field(default_factory=dict)
+    _rules: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        # The rules digest the reader computes per pool (navarch.reconcile.reports).
-        self._digests = {p.name: rules_digest(p.health.rule_sets()) for p in self.spec.pools}
+        # The rules and their digest the reader uses per pool (navarch.reconcile.reports).
+        self._rules = {p.name: p.health.rule_sets() for p in self.spec.pools}
+        self._digests = {name: rules_digest(rules) for name, rules in self._rules.items()}
 
     def account(self, n: SimNode) -> bool:
         """The world's heartbeat hook: account n's heartbeat now, when it repeats the last
@@ -104,7 +106,6 @@ class HeartbeatLedger:
         info = self.world.store.stat(key)
         if entry is None or info is None or agent.tools is not None:
             return True
-        pool = next(p for p in self.spec.pools if p.name == n.pool)
         try:
             summary = verify_report(
                 self.world.store.get(key).data,
@@ -115,7 +116,7 @@ class HeartbeatLedger:
                 last_sequence=entry[1].sequence,
                 now=self.world.now,
                 stored_at=parse_ts(info.modified_at),
-                rule_sets=pool.health.rule_sets(),
+                rule_sets=self._rules[n.pool],
             )
         except ReportRejected:
             return True

@@ -7,7 +7,10 @@ examples/simulate), with or without warm spares and event-started runs.
 
 The scenario is composed here (steady-state.yaml's settings: the Llama 3 rate, lemons on,
 the product's defaults) and written beside the shipped fleet files, so the fleets are the
-shipped ones. CPU is the process's user + system time around simulate() alone.
+shipped ones. CPU is the process's user + system time around simulate() alone; the
+engine block counts runs executed, agent checks run, reports written and heartbeats
+accounted (navarch.simulate.heartbeats). The 1,000-node month's figures, before and after
+heartbeats were accounted and runs followed events, are in README.md ("What to expect").
 """
 
 from __future__ import annotations

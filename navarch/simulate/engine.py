@@ -5,11 +5,15 @@ its own cadence between runs (navarch.simulate.world), and measure the outcome.
 
 Event-driven and exact: the world's events (faults at continuous times, boots, jobs, the
 cloud's status, agent checks of active nodes) run in time order between the ticks. A
-tick is skipped when the world is clean (the last executed run planned nothing and found
-every node serving, or held as one of its pool's declared warm spares; see _Tally._clean)
-and nothing happened since: that run would plan nothing again. Before a run is executed, every quiescent node's latest heartbeat is
-materialised (World.catch_up_all). ``simulate(lazy=False)`` runs every check and every
-tick; tests/simulate prove both give the same document.
+tick (or an event-started run) is skipped when the world is clean (the last executed run
+planned nothing and found every node serving, held as one of its pool's declared warm
+spares, or booting; see _Tally._clean), nothing a run reads changed since (a report that
+repeats its verdict is no change: HeartbeatLedger.news), and no deadline the planner
+counts to is reached (a booting node's boot_timeout: _Tally.wake_s): that run would plan
+nothing again. Before a run is executed, every quiescent node's latest heartbeat is
+caught up (World.catch_up_all), accounted rather than built, signed and verified
+(navarch.simulate.heartbeats). ``simulate(lazy=False)`` runs every check and every tick
+and builds every report; tests/simulate prove both give the same document.
 
 The virtual clock is handed to run_apply as its clock (navarch.reconcile.run.Clock); the
 simulated store stamps objects with the same clock, so report ages are judged by the
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import heapq
 import logging
+import math
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -36,10 +41,11 @@ from navarch.report.health import Status
 from navarch.simulate.acceptance import BurnInTally
 from navarch.simulate.detection import detection_keys
 from navarch.simulate.events import EventRuns
+from navarch.simulate.heartbeats import HeartbeatLedger
 from navarch.simulate.policies import fleet_with_overrides
 from navarch.simulate.provider import SimProvider
 from navarch.simulate.refill import SlotRefills
-from navarch.simulate.report import percentile
+from navarch.simulate.report import action_keys, cost_keys, percentile
 from navarch.simulate.scenario import Scenario
 from navarch.simulate.training import effective_training_time_ratio
 from navarch.simulate.world import SimNode, World
@@ -122,6 +128,7 @@ class _Tally:
     measured_s: int = 0
     runs_executed: int = 0
     clean: bool = False  # the last executed run found the world clean (see _clean)
+    wake_s: float = math.inf  # a deadline the planner counts to: a booting node's boot_timeout
     last: _Sample | None = None
     ran_since_sample: bool = False  # a run (an event-started one) came after the last sample
     uncordoned_at: dict[str, float] = field(default_factory=dict)  # node -> last uncordon
@@ -136,6 +143,7 @@ class _Tally:
     warm_s: float | None = None  # when the fleet first reached its target
     terminated_unreplaced: list[dict[str, Any]] = field(default_factory=list)
     burn: BurnInTally = field(default_factory=lambda: BurnInTally(frozenset()))
+    ledger: HeartbeatLedger | None = None  # heartbeats accounted, not built (lazy only)
 
     def on_fault(self, n: SimNode) -> None:
         """The world's hook: a node got a real fault."""
@@ -252,6 +260,8 @@ class _Tally:
         if result is None:
             self.clean = False
             return
+        if self.ledger is not None:
+            self.ledger.after_run(result.memory)
         for h in result.plan.halts:
             self.halts[h.rule.value] += 1
         if result.plan.breaker_open:
@@ -288,14 +298,27 @@ class _Tally:
         self.peak_disrupted = max([self.peak_disrupted, *per_pool.values()])
         self.clean = self._clean(result)
 
+    def resting(self) -> bool:
+        """Whether a run now would plan nothing: the last one found the world clean, nothing
+        it reads changed since, and no deadline it counts to is near (a second's margin)."""
+        return self.clean and not self.world.dirty and self.world.t < self.wake_s - 1.0
+
+    def skipped_run(self) -> None:
+        """A run that would have planned nothing and seen what the last one saw: what it
+        would have counted all the same (a spare spell starts at the first run after the
+        fleet first served its target)."""
+        self._spare_refill(len(self.spares))
+
     def _clean(self, result: RunResult) -> bool:
         """Whether the next runs would plan nothing while no event happens: this run
-        planned no action and no halt, Memory holds every node serving on a healthy report,
-        every pool is at its target and holds its declared spares, with every node booted,
+        planned no action and no halt, Memory holds every node serving on a healthy report
+        or booting (its boot_timeout sets wake_s), every pool holds its target and its
+        declared spares (a booting node stands for either), with every node booted,
         reported and live (no fault, notice, impairment, outage, and no cordon but a warm
         spare's), and no pool has scheduled diagnostics."""
         w = self.world
         plan = result.plan
+        self.wake_s = math.inf
         if plan.actions or plan.halts or plan.breaker_open:
             return False
         if any(v.lifecycle is Lifecycle.BURN_IN for v in plan.views):
@@ -306,25 +329,18 @@ class _Tally:
             z.at_s <= w.t < z.at_s + z.for_s for z in w.scenario.zone_outages
         ):
             return False
-        # A pool holding its declared spares is at rest: the spares are extra, cordoned nodes.
-        spares = Counter(w.by_name[s].pool for s in self.spares if s in w.by_name)
-        per_pool = Counter(n.pool for n in w.nodes.values() if n.node not in self.spares)
-        if any(
-            per_pool.get(p.name, 0) != p.target_nodes
-            or spares.get(p.name, 0) != min(p.spare_nodes, p.max_nodes - p.target_nodes)
-            for p in self.spec.pools
-        ):
-            return False
-        if len(result.memory.nodes) != len(w.nodes):
+        booting = {v.node for v in plan.views if v.lifecycle is Lifecycle.BOOTING}
+        if not self._pools_whole(booting) or len(result.memory.nodes) != len(w.nodes):
             return False
         for nm in result.memory.nodes:
             if nm.phase is not Phase.NONE or nm.streak or (nm.cordon and nm.cordon.is_operator):
                 return False
-            if nm.report is None or nm.report.status != Status.HEALTHY.value:
+            if nm.node in booting:
+                self._wake_at(nm.pool, nm.node, nm.first_seen_at)
+            elif nm.report is None or nm.report.status != Status.HEALTHY.value:
                 return False
         return all(
-            n.up(w.t)
-            and n.first_report_s is not None
+            (n.node in booting or (n.up(w.t) and n.first_report_s is not None))
             and n.fault is None
             and n.notice_s is None
             and (not n.cordoned or n.node in self.spares)
@@ -333,6 +349,35 @@ class _Tally:
             and not w.cut_off(n)
             for n in w.nodes.values()
         )
+
+    def _pools_whole(self, booting: set[str]) -> bool:
+        """Every pool holds its target and its declared spares, a booting node standing for
+        a serving one or a spare (a spare is an extra, cordoned node)."""
+        w = self.world
+        spares = Counter(w.by_name[s].pool for s in self.spares if s in w.by_name)
+        per_pool = Counter(n.pool for n in w.nodes.values() if n.node not in self.spares)
+        boot = Counter(n.pool for n in w.nodes.values() if n.node in booting)
+        for p in self.spec.pools:
+            declared = min(p.spare_nodes, p.max_nodes - p.target_nodes)
+            held, live = spares.get(p.name, 0), per_pool.get(p.name, 0)
+            if held + live != p.target_nodes + declared or held > declared:
+                return False
+            if live - boot.get(p.name, 0) > p.target_nodes:
+                return False
+        return True
+
+    def _wake_at(self, pool: str, node: str, first_seen: datetime | None) -> None:
+        """A booting node turns unhealthy boot_timeout_s after its launch (or its first
+        sighting, whichever came first: navarch.planner.observe): a run must see that."""
+        n = self.world.by_name.get(node)
+        spec = next((p for p in self.spec.pools if p.name == pool), None)
+        if n is None or spec is None:
+            self.wake_s = -math.inf
+            return
+        since_s = n.launched_s
+        if first_seen is not None:
+            since_s = min(since_s, (first_seen - START).total_seconds())
+        self.wake_s = min(self.wake_s, since_s + spec.health.boot_timeout_s)
 
     def measure(self, skipped: bool, last_tick: bool) -> None:
         """Serving capacity, capacity recovery and fault closure at this tick. A node
@@ -543,6 +588,10 @@ def simulate(
     world.gated = frozenset(world.acceptance) | {p.name for p in spec.pools if p.spare_nodes > 0}
     tally.burn = BurnInTally(frozenset(world.acceptance))
     world.on_fault = tally.on_fault
+    if lazy:
+        tally.ledger = HeartbeatLedger(world, spec, fleet.reports_memo, SECRET)
+        world.on_heartbeat = tally.ledger.account
+        world.on_write = tally.ledger.news
     events = EventRuns(world, scenario.events) if scenario.events is not None else None
     if events is not None:
         world.on_report = events.on_report
@@ -561,15 +610,19 @@ def simulate(
         if kind == "event_run":
             # The drain that took this message ends now unless a later one keeps it open.
             if events is not None and events.starts_run(*args):
-                if not (lazy and tally.clean and not world.dirty):
+                if lazy and tally.resting():
+                    tally.skipped_run()
+                else:
                     _run(fleet, world, tally, f"sim-event-{events.runs:06d}")
             continue
         if kind != "tick":
             world.handle(kind, args)
             continue
         step = args[0]
-        skipped = lazy and tally.clean and not world.dirty
-        if not skipped:
+        skipped = lazy and tally.resting()
+        if skipped:
+            tally.skipped_run()
+        else:
             _run(fleet, world, tally, f"sim-{step:06d}")
         tally.measure(skipped, step == steps)
         if on_tick is not None:
@@ -587,6 +640,8 @@ def simulate(
 def _run(fleet: Fleet, world: World, tally: _Tally, run_id: str) -> None:
     """One real apply now (a tick's, or an event-started one), its outcomes tallied."""
     world.catch_up_all(strict=True)
+    if tally.ledger is not None:
+        tally.ledger.before_run()
     world.dirty = False
     result: RunResult | None
     try:
@@ -629,8 +684,8 @@ def _document(scenario: Scenario, t: _Tally) -> dict[str, Any]:
         **_run_keys(scenario, t),
         **_fault_keys(scenario, t, all_faults, to_cordon, to_serving),
         **_training_keys(scenario, t),
-        **_action_keys(t),
-        **_cost_keys(scenario, t),
+        **action_keys(t),
+        **cost_keys(scenario, t),
         **t.burn.keys([*w.nodes.values(), *w.terminated.values()]),
         **detection_keys(
             [
@@ -652,6 +707,7 @@ def _document(scenario: Scenario, t: _Tally) -> dict[str, Any]:
             "runs_executed": t.runs_executed,
             "agent_checks": w.agent_checks,
             "reports_written": w.reports_written,
+            "heartbeats_accounted": t.ledger.accounted if t.ledger is not None else 0,
             "lists": w.api_calls.get("list", 0),
         },
     }
@@ -722,53 +778,4 @@ def _training_keys(scenario: Scenario, t: _Tally) -> dict[str, Any]:
             "checkpoint_interval_s": scenario.training_checkpoint_interval_s,
             "restart_s": scenario.training_restart_s,
         },
-    }
-
-
-def _action_keys(t: _Tally) -> dict[str, Any]:
-    """What navarch did: terminations (wrongful ones apart), replacements, actions, capacity
-    losses and recoveries, repairs held, breaker runs, disruption, run errors."""
-    w = t.world
-    return {
-        "faulty_nodes_terminated_before_a_replacement": len(t.terminated_unreplaced),
-        "launches_never_booted": sum(
-            1 for n in (*w.nodes.values(), *w.terminated.values()) if n.never_boots
-        ),
-        "wrongful_terminations": len(t.wrongful),
-        "wrongful_termination_causes": t.wrongful[:50],
-        "terminations": t.actions.get("terminate", 0),
-        "scale_down_terminations": len(t.scale_downs),
-        "replacements": t.actions.get("provision", 0) - t.target,
-        "actions": dict(sorted(t.actions.items())),
-        "nodes_lost_to_capacity": t.lost_to_capacity,
-        "capacity_recovery_s": [round(x, 3) for x in t.capacity_latencies],
-        "max_capacity_recovery_s": round(max(t.capacity_latencies), 3)
-        if t.capacity_latencies
-        else None,
-        "repairs_held_by_rule": dict(sorted(t.halts.items())),
-        "breaker_runs": t.breaker_runs,
-        "peak_disrupted": t.peak_disrupted,
-        "preemptions": w.preempted,
-        "run_errors": dict(sorted(t.run_errors.items())),
-    }
-
-
-def _cost_keys(scenario: Scenario, t: _Tally) -> dict[str, Any]:
-    """What the run cost: cloud API calls per day, instance and spare hours, dollars."""
-    days = scenario.duration_s / 86400
-    prices = scenario.prices_usd_per_hour
-    inst_h = {k: round(v / 3600, 3) for k, v in sorted(t.instance_s.items())}
-    api = {k: round(v / days, 2) for k, v in sorted(t.world.api_calls.items()) if k != "list"}
-    return {
-        "api_calls_per_day": api,
-        "instance_hours": inst_h,
-        "spare_instance_hours": round(t.spare_s / 3600, 3),
-        "spare_refill_s": t.spare_refills,
-        "max_spare_refill_s": max(t.spare_refills) if t.spare_refills else None,
-        # A spell still short at the end (the set never refilled): its length so far.
-        "spare_refill_open_s": None
-        if t.spares_short_since is None
-        else round(scenario.duration_s - t.spares_short_since, 3),
-        **t.slots.keys(t.spare_refills, scenario.duration_s),
-        "cost_usd": round(sum(h * prices.get(k, 0.0) for k, h in inst_h.items()), 2),
     }

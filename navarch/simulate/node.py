@@ -170,6 +170,7 @@ class SimAgent:
         self.last_report: dict[str, Any] | None = None
         self.tools: TimedToolHost | None = None
         self.bench: ToolBench | None = None
+        self._read: tuple[Any, ...] | None = None  # what the last run read (see _inputs)
 
     def pci_bus_id(self, gpu: int) -> str:
         """The PCI address of GPU `gpu` as the fake backend (and so the kernel) names it."""
@@ -209,6 +210,7 @@ class SimAgent:
         self.last_report = None
         if self.tools is not None:
             self.tools.start()
+        self._read = None
         self.last_report = run_once(
             self.config,
             now=now,
@@ -217,7 +219,38 @@ class SimAgent:
             host=self.host,
             acceptance_bench=self.bench,
         )
+        self._read = self._inputs()  # a check whose write failed leaves it None
         return self.last_report
+
+    def _inputs(self) -> tuple[Any, ...]:
+        """Everything a check reads from this machine: the boot, the GPUs' faults, the
+        kernel log's length, the reset marker and the notice."""
+        notice = dict(self.host.notice) if self.host.notice is not None else None
+        return (
+            self.config.boot_id,
+            self.faults,
+            len(self.host.kernel_log),
+            self.host.reset_pending,
+            notice,
+        )
+
+    def reads_as_last_run(self) -> bool:
+        """Whether a check now would read what the last completed check read, with no
+        acceptance tools on the machine (their runs move on with time)."""
+        return self._read is not None and self.tools is None and self._read == self._inputs()
+
+    def account_heartbeat(self, now: datetime) -> int:
+        """A heartbeat at `now` that repeats the last report: the state records it as the
+        agent's run_once would (the next sequence, the write's time, the same change digest)
+        without building, signing or writing a report -> its sequence. The caller has
+        checked reads_as_last_run and that the last report was written and is at rest."""
+        state = self.host.state
+        if state is None:
+            raise ValueError("account_heartbeat before the agent's first run")
+        sequence = state.sequence + 1
+        written = {"at_s": now.timestamp(), "change": state.written.get("change")}
+        self.host.state = replace(state, sequence=sequence, written=written)
+        return sequence
 
     def set_latent(self, latent: str | None) -> None:
         """The acceptance tools of this machine, showing its latent fault (None: healthy;

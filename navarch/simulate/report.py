@@ -1,5 +1,6 @@
 """Render a simulation's result: the JSON document, one self-contained HTML page (SVG plots
-by matplotlib inlined, templates/simulate.html.j2), and the terminal summary."""
+by matplotlib inlined, templates/simulate.html.j2), the terminal summary, and the
+document's action and cost keys."""
 
 from __future__ import annotations
 
@@ -7,9 +8,13 @@ import io
 import json
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from navarch.simulate.scenario import Scenario
 from navarch.templating import environment
+
+if TYPE_CHECKING:
+    from navarch.simulate.engine import _Tally
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -212,3 +217,52 @@ def check_asserts(doc: dict[str, Any], asserts: tuple[str, ...]) -> list[dict[st
         )
         out.append({"assert": line, "ok": bool(ok), "value": value})
     return out
+
+
+def action_keys(t: _Tally) -> dict[str, Any]:
+    """What navarch did: terminations (wrongful ones apart), replacements, actions, capacity
+    losses and recoveries, repairs held, breaker runs, disruption, run errors."""
+    w = t.world
+    return {
+        "faulty_nodes_terminated_before_a_replacement": len(t.terminated_unreplaced),
+        "launches_never_booted": sum(
+            1 for n in (*w.nodes.values(), *w.terminated.values()) if n.never_boots
+        ),
+        "wrongful_terminations": len(t.wrongful),
+        "wrongful_termination_causes": t.wrongful[:50],
+        "terminations": t.actions.get("terminate", 0),
+        "scale_down_terminations": len(t.scale_downs),
+        "replacements": t.actions.get("provision", 0) - t.target,
+        "actions": dict(sorted(t.actions.items())),
+        "nodes_lost_to_capacity": t.lost_to_capacity,
+        "capacity_recovery_s": [round(x, 3) for x in t.capacity_latencies],
+        "max_capacity_recovery_s": round(max(t.capacity_latencies), 3)
+        if t.capacity_latencies
+        else None,
+        "repairs_held_by_rule": dict(sorted(t.halts.items())),
+        "breaker_runs": t.breaker_runs,
+        "peak_disrupted": t.peak_disrupted,
+        "preemptions": w.preempted,
+        "run_errors": dict(sorted(t.run_errors.items())),
+    }
+
+
+def cost_keys(scenario: Scenario, t: _Tally) -> dict[str, Any]:
+    """What the run cost: cloud API calls per day, instance and spare hours, dollars."""
+    days = scenario.duration_s / 86400
+    prices = scenario.prices_usd_per_hour
+    inst_h = {k: round(v / 3600, 3) for k, v in sorted(t.instance_s.items())}
+    api = {k: round(v / days, 2) for k, v in sorted(t.world.api_calls.items()) if k != "list"}
+    return {
+        "api_calls_per_day": api,
+        "instance_hours": inst_h,
+        "spare_instance_hours": round(t.spare_s / 3600, 3),
+        "spare_refill_s": t.spare_refills,
+        "max_spare_refill_s": max(t.spare_refills) if t.spare_refills else None,
+        # A spell still short at the end (the set never refilled): its length so far.
+        "spare_refill_open_s": None
+        if t.spares_short_since is None
+        else round(scenario.duration_s - t.spares_short_since, 3),
+        **t.slots.keys(t.spare_refills, scenario.duration_s),
+        "cost_usd": round(sum(h * prices.get(k, 0.0) for k, h in inst_h.items()), 2),
+    }

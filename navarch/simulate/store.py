@@ -51,6 +51,29 @@ class MemoryStore:
         self._infos[key] = ObjectInfo(key, version, len(data), stamp)
         return version
 
+    def touch(self, key: str) -> ObjectInfo:
+        """Record a write of the same report again now (an accounted heartbeat,
+        navarch.simulate.heartbeats): a new version and modification time over the bytes
+        already held -> its listing entry. Raises NotFound when nothing is at key."""
+        current = self._objects.get(key)
+        if current is None:
+            raise NotFound(key)
+        self._counter += 1
+        version = str(self._counter)
+        stamp = self._now().strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        self._objects[key] = (current[0], version, stamp)
+        info = self._infos[key] = ObjectInfo(key, version, len(current[0]), stamp)
+        return info
+
+    def version(self, key: str) -> str | None:
+        """The version of the object at key (None: none there)."""
+        current = self._objects.get(key)
+        return current[1] if current is not None else None
+
+    def stat(self, key: str) -> ObjectInfo | None:
+        """The listing entry of the object at key (None: none there)."""
+        return self._infos.get(key)
+
     def delete(self, key: str, *, if_version: str | None = None) -> None:
         current = self._objects.get(key)
         if current is None:

@@ -200,6 +200,12 @@ class World:
         self.on_report: Callable[[SimNode], None] | None = None
         #: Called when the cloud's own status of a node changes (navarch.simulate.events).
         self.on_cloud_event: Callable[[SimNode], None] | None = None
+        #: The engine's hook for a caught-up heartbeat: True when it accounted it without
+        #: running the agent (navarch.simulate.heartbeats), False to run the agent.
+        self.on_heartbeat: Callable[[SimNode], bool] | None = None
+        #: The engine's hook for a report an active node wrote: whether a run would read
+        #: anything new in it (False: the same verdict again; the world stays clean).
+        self.on_write: Callable[[SimNode], bool] | None = None
         self._heartbeat_step_s = (
             math.ceil(scenario.heartbeat_s / scenario.agent_period_s) * scenario.agent_period_s
         )
@@ -539,7 +545,8 @@ class World:
         saved = self.t
         self.set_time(at)
         try:
-            self.run_agent(n)
+            if self.on_heartbeat is None or not self.on_heartbeat(n):
+                self.run_agent(n)
         finally:
             self.set_time(saved)
 
@@ -570,7 +577,7 @@ class World:
             changed = n.first_report_s is None or written.get("change") != before
             if n.first_report_s is None:
                 n.first_report_s = self.t
-            if n.active:
+            if n.active and (self.on_write is None or self.on_write(n)):
                 self.dirty = True
             # A heartbeat (the same report again) would start a run that plans nothing.
             if changed and self.on_report is not None:

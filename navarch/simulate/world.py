@@ -483,6 +483,9 @@ class World:
         if not n.up(self.t) or self._silent(n, self.t):
             n.active = False
             return
+        # The agent runs again: its crash is over even where no signal_end woke it (a job
+        # ending during the crash had made it active), so its heartbeats are written again.
+        n.silent_since = None
         self.run_agent(n)
         if self.lazy and self._quiescent(n):
             n.active = False

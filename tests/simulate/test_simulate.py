@@ -248,6 +248,20 @@ def test_the_event_driven_engine_skips_the_ticks_of_a_pool_holding_its_spares_ex
     assert to_json(lazy) == to_json(full)
 
 
+def test_an_agent_back_from_a_crash_writes_its_heartbeats_again_in_the_event_driven_engine() -> (
+    None
+):
+    # Seed 4: a node's agent crashes, a job ending during the crash wakes its checks, and
+    # the node is drained later; its heartbeat after the drain is what ends the drain. The
+    # event-driven engine once kept the crash's start and never wrote that heartbeat, so the
+    # drained node was never terminated (the exhaustive engine terminates it at 7,260 s).
+    scenario = dataclasses.replace(load_scenario(HERE / "busy-spares-10.yaml"), seed=4)
+    lazy, full = simulate(scenario), simulate(scenario, lazy=False)
+    assert any(e["kind"] == "terminate" for e in full["timeline"])
+    lazy.pop("engine"), full.pop("engine")
+    assert to_json(lazy) == to_json(full)
+
+
 def test_two_policies_on_one_seed_face_the_same_faults(tmp_path: Path) -> None:
     # Common random numbers: the fault schedule comes from streams of its own, so a
     # reboot-first ladder and replace-only see the same faults on the same initial nodes

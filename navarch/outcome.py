@@ -131,10 +131,10 @@ class RunResult:
 
 
 def dead_on_arrival(outcomes: Iterable[Outcome]) -> tuple[tuple[str, str], ...]:
-    """(pool, node) of each node these outcomes took out of service for failing burn-in
-    (action_reason burn_in_failed or burn_in_timeout, the action done), once per node,
-    sorted: a run's dead-on-arrival count (navarch.planner.burn_in decides)."""
-    codes = (ActionReason.BURN_IN_FAILED, ActionReason.BURN_IN_TIMEOUT)
+    """(pool, node) of each node these outcomes took out of service for failing acceptance
+    (action_reason acceptance_failed or acceptance_timeout, the action done), once per node,
+    sorted: a run's dead-on-arrival count (navarch.planner.acceptance decides)."""
+    codes = (ActionReason.ACCEPTANCE_FAILED, ActionReason.ACCEPTANCE_TIMEOUT)
     return tuple(
         sorted(
             {

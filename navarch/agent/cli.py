@@ -97,7 +97,7 @@ def cmd_agent_acceptance(args: argparse.Namespace) -> int:
     dcgm_diag's level instead of the policy's. Exit 0 when the tests ran, whatever their
     verdicts (the verdicts are in the JSON); 2 for a bad config or an unknown test name,
     with one line on stderr."""
-    from navarch.agent.burn_in import run_named_tests
+    from navarch.agent.acceptance import run_named_tests
     from navarch.agent.config import load_config
     from navarch.errors import NavarchError
 

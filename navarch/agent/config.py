@@ -93,11 +93,11 @@ class AgentConfig:
     nvml_call_timeout_s: float = 10.0
     nvml_budget_s: float = 45.0
     heartbeat_s: float = 300.0
-    #: burn-in: the pool's acceptance suite, run once per boot (navarch.agent.burn_in); None: none
+    #: acceptance: the pool's acceptance suite, run once per boot (navarch.agent.acceptance); None: none
     acceptance: AcceptancePolicy | None = None
-    #: fake backend only: a JSON object of the acceptance tools' answers (burn_in.load_overrides)
+    #: fake backend only: a JSON object of the acceptance tools' answers (acceptance.load_overrides)
     acceptance_file: str | None = None
-    #: the RDMA ports the pool expects (health.network); None: the burn-in expectation, if any
+    #: the RDMA ports the pool expects (health.network); None: the acceptance expectation, if any
     network: NetworkExpectation | None = None
     #: the sysfs class directory of RDMA devices; None: /sys/class/infiniband on a real
     #: node, none read under the fake backend (a laptop's ports are not the simulated node's)

@@ -209,7 +209,7 @@ def read_ports(infiniband_dir: str = INFINIBAND) -> tuple[PortReading, ...]:
 
 def expectation_for(config: AgentConfig) -> NetworkExpectation:
     """The ports and rate this node must show: agent.yaml ``network`` (the pool's
-    health.network), else the burn-in expectation (acceptance expected.ib_ports /
+    health.network), else the acceptance expectation (acceptance expected.ib_ports /
     ib_rate_gbps, else the instance type's published baseline:
     navarch.agent.acceptance_tools.thresholds.ib_expectation), else nothing expected."""
     if config.network is not None and (
@@ -221,7 +221,7 @@ def expectation_for(config: AgentConfig) -> NetworkExpectation:
 
         ports, rate, source = ib_expectation(config.acceptance)
         if ports is not None or rate is not None:
-            return NetworkExpectation(ports, rate, f"burn-in expectation ({source})")
+            return NetworkExpectation(ports, rate, f"acceptance expectation ({source})")
     return NetworkExpectation()
 
 
@@ -237,7 +237,7 @@ def port_check(
     known: the counted ports the previous run saw (a port gone since is named). Healthy
     when nothing is expected or enough ports qualify. No counted port at all, and none seen
     before, is unknown / none: the RDMA driver is not loaded or the NICs never showed, which
-    the image or the hardware may cause, and doubt never terminates (burn-in's ib_ports test
+    the image or the hardware may cause, and doubt never terminates (acceptance's ib_ports test
     judges a new node). Otherwise unhealthy + reboot (a reboot re-trains the link; the
     network row escalates a repeat), kind ``ib_port_down`` when a counted port is down or
     gone or fewer exist than expected, else ``ib_rate``. Source: gpud EvaluatePortsAndRate

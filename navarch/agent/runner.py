@@ -38,7 +38,7 @@ from typing import Any
 
 from navarch.agent import host_signals
 from navarch.agent import kernel_log as kl
-from navarch.agent.burn_in import ToolBench, tick_run
+from navarch.agent.acceptance import ToolBench, tick_run
 from navarch.agent.checks import (
     Check,
     CounterSample,
@@ -712,7 +712,7 @@ def _due(
     state: AgentState, lost: bool, change: str, heartbeat_s: float, run_json: Any, now: datetime
 ) -> bool:
     """Whether a check writes its report (run_once): a lost state, a change or heartbeat
-    (report_due), or a burn-in step, which is news for the planner."""
+    (report_due), or an acceptance step, which is news for the planner."""
     return (
         lost
         or report_due(state.written, change, heartbeat_s, now)
@@ -746,7 +746,7 @@ def run_once(
     the simulator). host: the node's state, kernel log, reset marker, notice and plugins
     (default: FileHost(config), the real machine; the simulator passes an in-memory one).
     acceptance_bench: the fake backend's acceptance tools and clock (the simulator's
-    virtual tool time; navarch.agent.burn_in.ToolBench), None: the overrides file.
+    virtual tool time; navarch.agent.acceptance.ToolBench), None: the overrides file.
     fabric_manager: the node's fabric manager (navarch.agent.fabric.FabricManagerHost;
     default: navarch.agent.fabric.default_fabric_manager).
     Raises ConfigError (no/bad node key, bad store URL) and StoreError / OSError when the

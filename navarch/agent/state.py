@@ -60,7 +60,7 @@ class AgentState:
     nvml_errors: runs in a row of this boot whose NVML start failed with a transient error
               (navarch.agent.checks.is_transient); 0 after a run that started it
     acceptance: this boot's acceptance run (navarch.report.acceptance.AcceptanceRun.to_json);
-              empty when none ran (navarch.agent.burn_in)
+              empty when none ran (navarch.agent.acceptance)
     host_signals: this boot's host signals (navarch.agent.host_signals.evaluate): counted
               occurrences per kind within their windows, latched kinds, AER baselines
     network: navarch.agent.network.network_checks's block: {"ports": {port: {"up",

@@ -197,7 +197,7 @@ def _apply_exit(result: ApplyResult, replace: frozenset[str] = frozenset()) -> i
         )
     doa = dead_on_arrival(result.outcomes)
     if doa:
-        print(f"Dead on arrival: {len(doa)} (failed burn-in: {', '.join(n for _, n in doa)}).")
+        print(f"Dead on arrival: {len(doa)} (failed acceptance: {', '.join(n for _, n in doa)}).")
     for o in failed:
         err(f"{o.action.kind.value} {o.action.node or o.action.pool} failed: {o.detail}")
     if result.audit_error:

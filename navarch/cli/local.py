@@ -147,7 +147,7 @@ def register(sub: Any) -> None:
         "--acceptance",
         action="append",
         metavar="KEY=VALUE",
-        help="what the node's acceptance tools report on its next burn-in (repeatable): "
+        help="what the node's acceptance tools report on its next acceptance (repeatable): "
         "nccl_busbw_gbps=120, nvbandwidth_d2d_gbps=200, dcgm_diag=fail, gpu_count=7, "
         "pcie_width=8, driver=550.54.14 (docs/acceptance.md lists every key)",
     )

@@ -2,7 +2,7 @@
 
 The schema (schemas/fleet.schema.json ``$defs.acceptance``) says the shape and the
 defaults; this module reads the defaulted mapping and refuses what a schema cannot say and
-what would otherwise validate, then fail every node's burn-in (replaced at its deadline):
+what would otherwise validate, then fail every node's acceptance (replaced at its deadline):
 an expected GPU count other than the pool's, a multi-node test no scheduler can launch, a
 tool timeout shorter than the dcgmi diag level takes, a deadline shorter than the timeout.
 """
@@ -55,7 +55,7 @@ def acceptance_policy(
         raise fail(
             ("pools", name, "acceptance", "expected", "gpu_count"),
             f"expected.gpu_count {expected['gpu_count']} differs from the pool's gpus_per_node "
-            f"{gpus_per_node}: every node of the pool would fail burn-in and be replaced",
+            f"{gpus_per_node}: every node of the pool would fail acceptance and be replaced",
             f"remove expected.gpu_count (it defaults to gpus_per_node) or set it to "
             f"{gpus_per_node}",
         )
@@ -68,7 +68,7 @@ def acceptance_policy(
         raise fail(
             ("pools", name, "acceptance", "deadline"),
             f"deadline {raw['deadline']} is shorter than one tool's timeout {raw['timeout']}:"
-            " every burn-in that runs a slow tool would be replaced",
+            " every acceptance that runs a slow tool would be replaced",
             "make deadline at least timeout (the defaults are 30m and 10m)",
         )
     memory = expected.get("gpu_memory_gib")
@@ -98,7 +98,7 @@ def acceptance_policy(
 def _check_multi_node(name: str, scheduler: str, head_node: str | None, fail: _Fail) -> None:
     """multi_node needs a pool whose scheduler navarch launches the two-node job through:
     Slurm, from its head node (ssh.head_node; navarch.remote.nccl_peer). Elsewhere the
-    test never runs or is `unknown` on every node, which ends each burn-in at its deadline."""
+    test never runs or is `unknown` on every node, which ends each acceptance at its deadline."""
     where = ("pools", name, "acceptance", "multi_node")
     if scheduler != "slurm":
         raise fail(
@@ -130,7 +130,7 @@ def _check_diag_timeout(name: str, raw: Mapping[str, Any], timeout_s: float, fai
         ("pools", name, "acceptance", "timeout"),
         f"timeout {raw['timeout']} is shorter than dcgmi diag level {level} takes (about "
         f"{format_duration_s(needed_s)}, DCGM's help text): {suite}, which would be unknown "
-        "on every node and each burn-in replaced at its deadline",
+        "on every node and each acceptance replaced at its deadline",
         f"set timeout to at least {format_duration_s(needed_s)} (and deadline above it), "
         "or use depth: quick with a lower dcgm_diag_level",
     )

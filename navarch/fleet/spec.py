@@ -79,7 +79,7 @@ class ZonePolicy(StrEnum):
 @dataclass(frozen=True)
 class NetworkPolicy:
     """health.network: RDMA ports that must be ACTIVE at rate_gbps (Gb/s) or more on every
-    node of the pool; None: not set (the agent falls back to the burn-in expectation)."""
+    node of the pool; None: not set (the agent falls back to the acceptance expectation)."""
 
     ports: int | None = None
     rate_gbps: float | None = None
@@ -247,7 +247,7 @@ class PoolSpec:
     diagnostics: Diagnostics = Diagnostics()
     placement: str = "ordered"  # "ordered" | "cheapest" | a navarch.placement plugin name
     place_order: tuple[PlaceSpec, ...] = ()  # effective order when not "ordered"
-    #: burn-in: the acceptance suite new and remedied nodes pass before serving (None: off)
+    #: acceptance: the acceptance suite new and remedied nodes pass before serving (None: off)
     acceptance: AcceptancePolicy | None = None
     topology: TopologyMatch = TopologyMatch.ANY  # where a replacement asks to land
     #: warm spares (nodes.spares): healthy nodes beyond target kept cordoned from the

@@ -72,7 +72,7 @@ _NODE_FIELDS = (
     "Node fields: node (name), pool, instance_id (the cloud VM's id), provider, zone, "
     "instance_type, lifecycle (provisioning|booting|healthy|degraded|unknown|stale|offline|"
     "unhealthy|preempting|maintenance|stuck|cordoned|draining|terminating|orphan|remediating|"
-    "operator_cordoned|burn_in: what navarch believes about the node; healthy and degraded serve "
+    "operator_cordoned|acceptance: what navarch believes about the node; healthy and degraded serve "
     "work), health "
     "(the last accepted report's status: healthy|degraded|unhealthy, null without one), "
     "report_fresh (true while that report still speaks for the node), health_score (0-100 "

@@ -33,10 +33,11 @@ from navarch.outcome import Outcome
 from navarch.planner.model import Action, ActionKind, DiagState, Fault, HaltRule, Plan
 from navarch.planner.modes import Would
 from navarch.planner.payloads import DiagnosePayload
+from navarch.report.compat import RenamedStrEnum
 from navarch.textsafe import plain
 
 
-class EventKind(enum.StrEnum):
+class EventKind(RenamedStrEnum):
     """What happened. The values are fleet.yaml's notify[].events names."""
 
     NODE_CORDONED = "node_cordoned"
@@ -64,9 +65,9 @@ class EventKind(enum.StrEnum):
     #: a node of an acceptance pool reported no acceptance run by its deadline: the agent
     #: config or image lacks acceptance (the node is held, not replaced)
     NO_ACCEPTANCE_RUN = "no_acceptance_run"
-    #: burn-in replacements held for a finding about the pool (the image, a declared
+    #: acceptance replacements held for a finding about the pool (the image, a declared
     #: version, a suspect baseline), not its nodes' hardware
-    BURN_IN_HELD = "burn_in_held"
+    ACCEPTANCE_HELD = "acceptance_held"
     #: a rack or switch fault holds the ladder of a topology block (a block_fault halt)
     BLOCK_FAULT = "block_fault"
     #: a pool's mode (observe, cordon) holds back an action the plan made: what navarch
@@ -100,7 +101,7 @@ CONDITION_KINDS = frozenset(
         EventKind.ACTION_FAILED,
         EventKind.RESERVATION_IDLE,
         EventKind.NO_ACCEPTANCE_RUN,
-        EventKind.BURN_IN_HELD,
+        EventKind.ACCEPTANCE_HELD,
         EventKind.BLOCK_FAULT,
         EventKind.WOULD_ACT,
     }
@@ -130,7 +131,7 @@ SEVERITY = {
     EventKind.CONDITION_CLEARED: Severity.INFO,
     EventKind.RESERVATION_IDLE: Severity.WARNING,
     EventKind.NO_ACCEPTANCE_RUN: Severity.WARNING,
-    EventKind.BURN_IN_HELD: Severity.WARNING,
+    EventKind.ACCEPTANCE_HELD: Severity.WARNING,
     EventKind.BLOCK_FAULT: Severity.CRITICAL,
     EventKind.WOULD_ACT: Severity.WARNING,
 }
@@ -409,8 +410,8 @@ def plan_conditions(plan: Plan, run_id: str = "") -> dict[str, Event]:
 
     circuit_breaker -> breaker_tripped (per pool, "*" for the fleet breaker); capacity ->
     capacity_exhausted (every place in backoff); orphan_guard -> orphan_guard;
-    no_acceptance_run -> no_acceptance_run (a node held for want of a run); burn_in_held
-    -> burn_in_held (a finding about the image or the pool's baseline); block_fault ->
+    no_acceptance_run -> no_acceptance_run (a node held for want of a run); acceptance_held
+    -> acceptance_held (a finding about the image or the pool's baseline); block_fault ->
     block_fault (a person should look at the rack before its hold lapses). Budget, rate
     limit and max_nodes halts pace a converging run: no event. Each action a pool's mode
     held back (Plan.would) -> would_act, per node and action kind.
@@ -420,7 +421,7 @@ def plan_conditions(plan: Plan, run_id: str = "") -> dict[str, Event]:
         HaltRule.CAPACITY: EventKind.CAPACITY_EXHAUSTED,
         HaltRule.ORPHAN_GUARD: EventKind.ORPHAN_GUARD,
         HaltRule.NO_ACCEPTANCE_RUN: EventKind.NO_ACCEPTANCE_RUN,
-        HaltRule.BURN_IN_HELD: EventKind.BURN_IN_HELD,
+        HaltRule.ACCEPTANCE_HELD: EventKind.ACCEPTANCE_HELD,
         HaltRule.BLOCK_FAULT: EventKind.BLOCK_FAULT,
     }
     out: dict[str, Event] = {}

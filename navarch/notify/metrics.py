@@ -27,7 +27,7 @@ counts are counters. The list:
     navarch_report_age_seconds{fleet,pool}                     histogram of report ages
     navarch_last_apply_notifications{fleet,sink,outcome}       gauge: sent | failed
     navarch_last_apply_dead_on_arrival{fleet,pool}             gauge: nodes the last apply took
-                                                               out for failing burn-in
+                                                               out for failing acceptance
     navarch_pool_mode{fleet,pool,mode}                         gauge: 1 for the pool's mode
                                                                (observe | cordon | full), 0
                                                                for the others
@@ -228,7 +228,7 @@ def _action_metrics(reg: CollectorRegistry, spec: FleetSpec, result: RunResult) 
     _mode_metrics(reg, spec, result.plan)
     doa = Gauge(
         "navarch_last_apply_dead_on_arrival",
-        "Nodes the last apply took out of service for failing burn-in (dead on arrival)",
+        "Nodes the last apply took out of service for failing acceptance (dead on arrival)",
         ["fleet", "pool"],
         registry=reg,
     )

@@ -31,7 +31,7 @@ from datetime import datetime
 
 from navarch.fleet.durations import format_duration_s
 from navarch.fleet.remedies import RemedyRow, is_hardware, row_for
-from navarch.planner.burn_in import launched_before_acceptance, return_verdict
+from navarch.planner.acceptance import launched_before_acceptance, return_verdict
 from navarch.planner.context import (
     PoolContext,
     Progress,
@@ -42,10 +42,10 @@ from navarch.planner.context import (
 )
 from navarch.planner.diagnostics import Climb, DiagStep, return_diag, scheduled_diag
 from navarch.planner.model import (
+    Acceptance,
     Action,
     ActionKind,
     ActionReason,
-    BurnIn,
     Fault,
     Halt,
     HaltRule,
@@ -377,11 +377,11 @@ def _remediating(ctx: PoolContext, v: NodeView) -> tuple[Action | None, str]:
         exempt = v.instance is not None and launched_before_acceptance(
             ctx.pm.acceptance_since, v.instance.launched_at
         )
-        burn = return_verdict(ctx.pool.acceptance, s, rung, v.rung_at, ctx.now, exempt, v.node)
-        if burn is not None and burn[0] is not BurnIn.PASSED:
-            return _burn_in_return(ctx, v, burn)
-        if burn is not None:
-            why += f"; {burn[1]}"
+        standing = return_verdict(ctx.pool.acceptance, s, rung, v.rung_at, ctx.now, exempt, v.node)
+        if standing is not None and standing[0] is not Acceptance.PASSED:
+            return _acceptance_return(ctx, v, standing)
+        if standing is not None:
+            why += f"; {standing[1]}"
         return Action(
             ActionKind.UNCORDON,
             ctx.pool.name,
@@ -409,17 +409,21 @@ def _remediating(ctx: PoolContext, v: NodeView) -> tuple[Action | None, str]:
     )
 
 
-def _burn_in_return(
-    ctx: PoolContext, v: NodeView, burn: tuple[BurnIn, str]
+def _acceptance_return(
+    ctx: PoolContext, v: NodeView, standing: tuple[Acceptance, str]
 ) -> tuple[Action | None, str]:
-    """A remedied node's burn-in that has not passed: held while it runs, replaced (dead on
+    """A remedied node's acceptance that has not passed: held while it runs, replaced (dead on
     arrival) when it failed or passed its deadline. It was already drained: terminate. No
     run by the deadline (NO_RUN: the image lacks acceptance) and a finding about the image
     or the pool's baseline (HELD) hold it, never replace it: neither is its hardware."""
-    state, why = burn
-    if state in (BurnIn.RUNNING, BurnIn.NO_RUN, BurnIn.HELD):
+    state, why = standing
+    if state in (Acceptance.RUNNING, Acceptance.NO_RUN, Acceptance.HELD):
         return None, f"{v.node}: {why}"
-    code = ActionReason.BURN_IN_FAILED if state is BurnIn.FAILED else ActionReason.BURN_IN_TIMEOUT
+    code = (
+        ActionReason.ACCEPTANCE_FAILED
+        if state is Acceptance.FAILED
+        else ActionReason.ACCEPTANCE_TIMEOUT
+    )
     return terminate_node(ctx.pool.name, v, why, code), ""
 
 

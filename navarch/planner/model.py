@@ -34,6 +34,7 @@ from navarch.planner.payloads import DiagWhy as DiagWhy
 from navarch.planner.payloads import Fault as Fault
 from navarch.planner.payloads import Place as Place
 from navarch.report.acceptance import AcceptanceResult, AcceptanceRun
+from navarch.report.compat import RenamedStrEnum
 from navarch.report.health import FaultKey, Remedy, Status
 from navarch.report.health_report import NoticeKind, RejectReason
 
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
     from navarch.planner.modes import Would
 
 
-class Lifecycle(enum.StrEnum):
+class Lifecycle(RenamedStrEnum):
     """A node's lifecycle state, derived each run (docs/design.md, Node lifecycle)."""
 
     PROVISIONING = "provisioning"  # instance pending
@@ -63,7 +64,7 @@ class Lifecycle(enum.StrEnum):
     OPERATOR_CORDONED = "operator_cordoned"  # `navarch cordon`: out of service until uncordoned
     #: launched or back from an in-place remedy, its pool's acceptance suite not yet passed
     #: on this boot: kept from the scheduler, counted against max, not serving work
-    BURN_IN = "burn_in"
+    ACCEPTANCE = "acceptance"
     #: a warm spare: healthy, kept cordoned from the scheduler, promoted when a node leaves
     #: service for a fault (PoolMemory.spares; navarch.planner.spares)
     SPARE = "spare"
@@ -78,7 +79,7 @@ SERVING = frozenset(
         Lifecycle.UNKNOWN,
         Lifecycle.STALE,
         Lifecycle.MAINTENANCE,
-        Lifecycle.BURN_IN,
+        Lifecycle.ACCEPTANCE,
     }
 )
 READY = frozenset({Lifecycle.HEALTHY, Lifecycle.DEGRADED})  # reporting and taking work
@@ -106,11 +107,11 @@ class ActionKind(enum.StrEnum):
     REBOOT = "reboot"  # remediation ladder: restart a drained node in place
     RESET_GPU = "reset_gpu"  # remediation ladder: reset a drained node's GPUs (nvidia-smi -r)
     DIAGNOSE = "diagnose"  # start, or collect, a dcgmi diag on a cordoned node
-    #: the multi-node NCCL test of a burning-in node with a known-good peer (Action.peer)
+    #: the multi-node NCCL test of a node in acceptance with a known-good peer (Action.peer)
     NCCL_PEER = "nccl_peer"
 
 
-class ActionReason(enum.StrEnum):
+class ActionReason(RenamedStrEnum):
     """Why an action is in the plan, as a code for scripts (Terraform's ``action_reason``);
     the prose ``Action.reason`` says the same for people. Serialised by value."""
 
@@ -143,9 +144,9 @@ class ActionReason(enum.StrEnum):
     IMPAIRED_FIRST_SEEN = "impaired_first_seen"
     IMPAIRMENT_CLEARED = "impairment_cleared"  # uncordon: the listing cleared before confirmed
     #: replaced: the acceptance suite failed on a new or remedied node (dead on arrival)
-    BURN_IN_FAILED = "burn_in_failed"
+    ACCEPTANCE_FAILED = "acceptance_failed"
     #: replaced: the acceptance suite did not pass within the pool's acceptance timeout_s
-    BURN_IN_TIMEOUT = "burn_in_timeout"
+    ACCEPTANCE_TIMEOUT = "acceptance_timeout"
     SPARE = "spare"  # cordon: a healthy node beyond target is held as a warm spare
     SPARE_PROMOTED = "spare_promoted"  # uncordon: a spare serves in place of a node that left
 
@@ -154,25 +155,24 @@ class ActionReason(enum.StrEnum):
     #: provision: one node into the emptiest zone of a spread pool whose zones are uneven
     ZONE_REBALANCE = "zone_rebalance"
     #: cordon: kept from the scheduler while the acceptance suite loads its GPUs
-    #: (NodeMemory.cordon, no phase: the node is burning in, not out for a fault)
-    BURN_IN = "burn_in"
-    BURN_IN_PASSED = "burn_in_passed"  # uncordon: the burn-in passed, the node serves
-    #: nccl_peer: the burning-in node's multi-node NCCL test with a known-good peer
-    BURN_IN_PEER = "burn_in_peer"
+    #: (NodeMemory.cordon, no phase: the node is in acceptance, not out for a fault)
+    ACCEPTANCE = "acceptance"
+    ACCEPTANCE_PASSED = "acceptance_passed"  # uncordon: the acceptance passed, the node serves
+    ACCEPTANCE_PEER = "acceptance_peer"  # nccl_peer: a node in acceptance with a known-good peer
 
 
-class BurnIn(enum.StrEnum):
-    """Where a node's burn-in stands this run (navarch.planner.burn_in decides)."""
+class Acceptance(enum.StrEnum):
+    """Where a node's acceptance stands this run (navarch.planner.acceptance decides)."""
 
     RUNNING = "running"  # the suite has not finished (or not passed) on this boot yet
     PASSED = "passed"  # every test passed, figures within the pool's: back to service
     FAILED = "failed"  # a test failed: replaced, counted dead on arrival
     TIMED_OUT = "timed_out"  # no pass within the acceptance timeout: replaced
     #: no run reported by the deadline: the agent config or image lacks acceptance, so the
-    #: node is held out of service (burn_in) and never replaced for it
+    #: node is held out of service (acceptance) and never replaced for it
     NO_RUN = "no_run"
     #: a finding about the image (a setting, version drift) or a suspect pool baseline, not
-    #: the node's hardware: kept in burn_in, never replaced for it, never a host strike
+    #: the node's hardware: kept in acceptance, never replaced for it, never a host strike
     HELD = "held"
 
 
@@ -303,12 +303,12 @@ class Cordon:
     cause: the cordon's ActionReason, the latest when one cordon takes over another
     (OFFLINE: reports fell silent, doubt that never terminates alone; IMPAIRED_FIRST_SEEN:
     the cloud's first impaired listing; SCALE_DOWN; DIAGNOSTICS: scheduled diagnostics,
-    uncordoned after them; BURN_IN: kept from the scheduler while it burns in, no phase;
+    uncordoned after them; ACCEPTANCE: kept from the scheduler while it runs acceptance, no phase;
     OPERATOR: `navarch cordon`, never undone automatically; REMEDY: out for an in-place
     remedy; else the fault's or change's reason). at: when (aware UTC; None when a state
     written before this type did not say). by: who ("" navarch, else the operator).
     fault: the fault key it answers (FaultKey.format, "" none). idle: the node served
-    nothing when cordoned (a warm spare, a node burning in), so its leaving takes no place
+    nothing when cordoned (a warm spare, a node in acceptance), so its leaving takes no place
     of max_unavailable. repair: to be replaced, counted toward the hourly repair limit.
     note: the operator's reason ("operator: ..."), "" otherwise.
     """
@@ -347,14 +347,14 @@ class Cordon:
         return self.cause is ActionReason.DIAGNOSTICS
 
     @property
-    def burn_in(self) -> bool:
-        """Cordoned while it burns in (uncordoned when the burn-in passes)."""
-        return self.cause is ActionReason.BURN_IN
+    def acceptance(self) -> bool:
+        """Cordoned while it runs acceptance (uncordoned when the acceptance passes)."""
+        return self.cause is ActionReason.ACCEPTANCE
 
     @property
     def serves_nothing(self) -> bool:
-        """Out of service without holding work: burning in, or idle when cordoned."""
-        return self.idle or self.burn_in
+        """Out of service without holding work: in acceptance, or idle when cordoned."""
+        return self.idle or self.acceptance
 
     def after_remedy(self, *causes: ActionReason) -> Cordon:
         """The cordon once an in-place remedy takes the node: a cordon for one of `causes`
@@ -401,10 +401,10 @@ class NodeMemory:
     diag: Diag | None = None  # the last active diagnostics
     impaired_since: datetime | None = None  # first run of an unbroken impaired listing
     #: "<boot_id>/<reset>" of the acceptance run the planner accepted ("": none): a node
-    #: past burn-in on that boot is not judged against its pool's figures again
+    #: past acceptance on that boot is not judged against its pool's figures again
     accepted: str = ""
     #: the multi-node NCCL result (nccl_multi_node) for the acceptance run peer_run
-    #: ("<boot_id>/<reset>", navarch.planner.burn_in.run_key) with a known-good peer
+    #: ("<boot_id>/<reset>", navarch.planner.acceptance.run_key) with a known-good peer
     peer_test: AcceptanceResult | None = None
     peer_run: str = ""
 
@@ -474,10 +474,10 @@ class PoolMemory:
     # after-terminate), oldest first: the replacement still lands where they sat.
     vacancies: tuple[Vacancy, ...] = ()
     # When observe first saw the pool with acceptance enabled (None: acceptance off): a
-    # node launched before then was not launched to burn in, so it is not held for a run.
+    # node launched before then was not launched to run acceptance, so it is not held for a run.
     acceptance_since: datetime | None = None
-    # (node, baseline) of the new nodes that failed burn-in's relative comparison in a row
-    # against the same baseline (navarch.planner.burn_in_figures.BASELINE_SUSPECT_AFTER).
+    # (node, baseline) of the new nodes that failed acceptance's relative comparison in a row
+    # against the same baseline (navarch.planner.acceptance_figures.BASELINE_SUSPECT_AFTER).
     baseline_misses: tuple[tuple[str, str], ...] = ()
 
 
@@ -569,13 +569,13 @@ class NodeView:
     cordon: Cordon | None = None  # NodeMemory.cordon
     impaired: bool = False  # the lifecycle comes from the cloud's own status, not a report
     orphan: bool = False  # its pool is no longer in fleet.yaml (retired: cordon, drain, terminate)
-    #: burn-in's verdict when the node is being or was just judged (navarch.planner.burn_in)
-    burn_in: BurnIn | None = None
-    #: the known-good peer its burn-in waits on for the multi-node NCCL test ("": none)
+    #: acceptance's verdict when the node is being or was just judged (navarch.planner.acceptance)
+    acceptance: Acceptance | None = None
+    #: the known-good peer its acceptance waits on for the multi-node NCCL test ("": none)
     peer: str = ""
-    #: BurnIn.HELD: the pool-wide finding that holds it, the same words for every node it
+    #: Acceptance.HELD: the pool-wide finding that holds it, the same words for every node it
     #: holds (one halt per pool and finding); or a serving node's flag: a figure of its own
-    #: that the burn-in refused as implausible ("": none)
+    #: that the acceptance refused as implausible ("": none)
     finding: str = ""
 
     @property
@@ -678,7 +678,7 @@ class Action:
         return p.repair if isinstance(p, CordonPayload | RemedyPayload) else False
 
 
-class HaltRule(enum.StrEnum):
+class HaltRule(RenamedStrEnum):
     """The safety rule (or limit) that held actions back; serialised by value."""
 
     CIRCUIT_BREAKER = "circuit_breaker"
@@ -694,12 +694,12 @@ class HaltRule(enum.StrEnum):
     #: a rack or switch fault; the ladder stops for the block until a human looks
     BLOCK_FAULT = "block_fault"
     #: a node of an acceptance pool reported no acceptance run by its deadline: its agent
-    #: config or image lacks acceptance; the node is held in burn_in, the pool notified
+    #: config or image lacks acceptance; the node is held in acceptance, the pool notified
     NO_ACCEPTANCE_RUN = "no_acceptance_run"
-    #: burn-in replacements held for a finding about the pool, not its nodes: a setting or
+    #: acceptance replacements held for a finding about the pool, not its nodes: a setting or
     #: version drift of the image, a declared baseline no serving node has, or a relative
-    #: baseline that new nodes keep failing (navarch.planner.burn_in); notified
-    BURN_IN_HELD = "burn_in_held"
+    #: baseline that new nodes keep failing (navarch.planner.acceptance); notified
+    ACCEPTANCE_HELD = "acceptance_held"
 
     @property
     def safety_stop(self) -> bool:

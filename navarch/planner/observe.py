@@ -45,10 +45,10 @@ from typing import Any
 from navarch.fleet.durations import format_duration_s
 from navarch.fleet.spec import FleetSpec, PoolSpec, Scheduler
 from navarch.inventory import TAG_SPEC, Instance, InstanceState, adopted_at
-from navarch.planner.burn_in import (
+from navarch.planner.acceptance import (
     absolute_verdict,
-    burn_in_view,
-    judge_burn_ins,
+    acceptance_view,
+    judge_acceptance_runs,
     launched_before_acceptance,
 )
 from navarch.planner.model import (
@@ -239,7 +239,7 @@ def observe(
                 ),
             )
         )
-    views, passed, judged_pools = judge_burn_ins(spec, views, changed, memory, now)
+    views, passed, judged_pools = judge_acceptance_runs(spec, views, changed, memory, now)
     changed = [nm for nm in changed if nm.node not in passed] + list(passed.values())
     mem = memory.with_nodes(changed, without=gone) if changed or gone else memory
     for pm in judged_pools.values():
@@ -592,11 +592,11 @@ def _view(
             verdict = _reported(pool, nm, s, age, rejected)
         verdict = _cloud_event(inst, verdict)
     lc, reason, extra = verdict
-    burn = None
+    standing = None
     if lc in READY and s is not None:
         gate = absolute_verdict(pool.acceptance, s, nm.accepted, now, held_since, nm.node)
         if gate is not None:
-            burn, lc, reason, extra = burn_in_view(gate, lc, reason, extra)
+            standing, lc, reason, extra = acceptance_view(gate, lc, reason, extra)
     return NodeView(
         node=nm.node,
         pool=pool.name,
@@ -618,7 +618,7 @@ def _view(
         cordon=nm.cordon,
         drift=drift,
         tags_drift=tags_drift,
-        burn_in=burn,
+        acceptance=standing,
         **extra,
     )
 

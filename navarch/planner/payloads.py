@@ -76,7 +76,7 @@ class CordonPayload:
     """What a CORDON records. repair: it starts a repair (counts toward the hourly limit);
     fault: the fault it answers (recorded in Memory); level, why: the dcgmi diag level and
     DiagWhy of a cordon for scheduled diagnostics; idle: the node serves nothing (a warm
-    spare, a node burning in), so its leaving takes no place of the serving nodes'
+    spare, a node in acceptance), so its leaving takes no place of the serving nodes'
     max_unavailable (NodeMemory.idle_cordon)."""
 
     repair: bool = False

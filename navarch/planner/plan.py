@@ -20,8 +20,8 @@ A fleet's plan is made in two layers of named stages, each a pure function:
   diagnostics (navarch.planner.diagnostics: cordon + drain nodes due for scheduled dcgmi
   diag, within the budget; the ladder stage diagnoses and returns them), drift (in-place
   tag updates and rolling replacement), spares (navarch.planner.spares: promote a warm
-  spare into a short pool, hold surplus healthy idle nodes as spares), burn_in
-  (navarch.planner.burn_in_stage: cordon burning-in nodes in their scheduler, uncordon
+  spare into a short pool, hold surplus healthy idle nodes as spares), acceptance
+  (navarch.planner.acceptance_stage: cordon nodes in acceptance in their scheduler, uncordon
   passed ones, start multi-node NCCL tests), count (provision
   up to desired and the spares, or scale down, spares first).
   block (navarch.planner.blocks: a Capacity Block pool has nodes only inside its block and
@@ -37,7 +37,7 @@ Safety rules enforced here (docs/design.md, Safety rules):
     terminated on its silence alone (navarch.planner.silence);
  3. disruption budget: cordoned + draining + terminating <= max_unavailable per pool
     (spot preemptions excepted: those nodes go anyway), counting only nodes that served
-    (a spare or a node burning in takes no place) and less the spares promoted in place
+    (a spare or a node in acceptance takes no place) and less the spares promoted in place
     of the serving nodes that leave (navarch.planner.spares.ready_to_stand_in);
  4. circuit breaker (navarch.planner.breaker, one BreakerState per pool and one for the
     fleet, computed once): a pool (or the fleet) whose unhealthy+offline share reaches the
@@ -76,9 +76,9 @@ from datetime import datetime
 from operator import attrgetter
 
 from navarch.fleet.spec import FleetSpec, PoolSpec
+from navarch.planner.acceptance_stage import acceptance_stage
 from navarch.planner.blocks import block_stage
 from navarch.planner.breaker import BreakerState, breaker_state
-from navarch.planner.burn_in_stage import burn_in_stage
 from navarch.planner.capacity import count_stage, index_of, scale_stage
 from navarch.planner.capacity import node_name as node_name  # `navarch local` names nodes
 from navarch.planner.context import (
@@ -276,7 +276,7 @@ def _plan_pool(
         )
     frozen = (breaker.open or fleet_breaker.open) and not options.destroy
     ctx = PoolContext(spec, pool, views, pm, now, frozen, options, last_index)
-    # A node out of service that served nothing (a spare, a node burning in) takes no place
+    # A node out of service that served nothing (a spare, a node in acceptance) takes no place
     # of the budget: max_unavailable bounds the work the pool loses at once.
     unavailable = sum(v.lifecycle in LEAVING and v.counts_against_budget for v in views)
     recent = [r for r in pm.repairs if (now - r).total_seconds() < HOUR_S]
@@ -337,7 +337,7 @@ POOL_STAGES: tuple[Stage, ...] = (
     diagnostics_stage,
     drift_stage,
     spares_stage,
-    burn_in_stage,
+    acceptance_stage,
     count_stage,
 )
 #: `navarch destroy`'s pipeline (`destroy --force`: force_destroy_stage alone).

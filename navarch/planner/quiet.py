@@ -6,7 +6,7 @@ on the same boot. Nothing in such a report can make a cordon, a drain or a launc
 the run folds the reports into Memory (the fold observe() gives them: fold_report) and
 plans nothing, without listing the clouds or observing the other nodes. Any other report
 (a fault, a notice, a new boot, a first report, a node out of service or awaiting
-burn-in, a rejected object) takes the full run, which lists and plans as every run does.
+acceptance, a rejected object) takes the full run, which lists and plans as every run does.
 
 What such a run leaves to the periodic run (events make a run sooner, never replace the
 schedule): every decision that does not come from a report's health: deadlines passing,
@@ -47,7 +47,7 @@ def quiet_fold(
         if nm is None or pool is None or nm.pool != obs.pool:
             return None
         if pool.acceptance is not None and not nm.accepted:
-            return None  # awaiting burn-in: a report may carry its verdict
+            return None  # awaiting acceptance: a report may carry its verdict
         if not _quiet(nm, obs):
             return None
         folded = fold_report(nm, obs)
@@ -64,8 +64,8 @@ def _quiet(nm: NodeMemory, obs: ReportObservation) -> bool:
         return False
     in_service = (
         nm.phase is Phase.NONE
-        # A burn-in cordon has no phase and changes nothing a quiet report could.
-        and (nm.cordon is None or nm.cordon.burn_in)
+        # An acceptance cordon has no phase and changes nothing a quiet report could.
+        and (nm.cordon is None or nm.cordon.acceptance)
         and not (nm.fault or nm.rung or nm.diag or nm.impaired_since)
         and not (nm.streak or nm.return_streak)
     )

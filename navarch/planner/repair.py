@@ -26,10 +26,10 @@ from navarch.planner.context import iid as _iid
 from navarch.planner.model import (
     LEAVING,
     SERVING,
+    Acceptance,
     Action,
     ActionKind,
     ActionReason,
-    BurnIn,
     Fault,
     Halt,
     HaltRule,
@@ -270,10 +270,10 @@ _REPAIR_CODES = {
 }
 
 
-#: A node that failed burn-in (navarch.planner.burn_in) is replaced as dead on arrival.
-_BURN_IN_CODES = {
-    BurnIn.FAILED: ActionReason.BURN_IN_FAILED,
-    BurnIn.TIMED_OUT: ActionReason.BURN_IN_TIMEOUT,
+#: A node that failed acceptance (navarch.planner.acceptance) is replaced as dead on arrival.
+_ACCEPTANCE_CODES = {
+    Acceptance.FAILED: ActionReason.ACCEPTANCE_FAILED,
+    Acceptance.TIMED_OUT: ActionReason.ACCEPTANCE_TIMEOUT,
 }
 
 
@@ -283,8 +283,8 @@ def _repair_code(v: NodeView, rank: RepairRank) -> ActionReason:
         return ActionReason.REPLACE_REQUESTED
     if v.impaired:
         return ActionReason.INSTANCE_IMPAIRED
-    if v.burn_in in _BURN_IN_CODES:
-        return _BURN_IN_CODES[v.burn_in]
+    if v.acceptance in _ACCEPTANCE_CODES:
+        return _ACCEPTANCE_CODES[v.acceptance]
     if v.lifecycle is Lifecycle.UNHEALTHY and v.summary is None:
         return ActionReason.BOOT_TIMEOUT
     return _REPAIR_CODES.get(v.lifecycle, ActionReason.UNHEALTHY)
@@ -298,7 +298,7 @@ def repair_stage(ctx: PoolContext, prog: Progress) -> StageResult:
     maintenance notice is no fault: it waits for the budget but not the rate limit. A node
     named by `--replace` is the operator's explicit override of the circuit breaker and of
     auto_replace: false, for that node only (budget and rate limit still apply). A node
-    that serves nothing (a warm spare, a node burning in: spares.serves_nothing) and a
+    that serves nothing (a warm spare, a node in acceptance: spares.serves_nothing) and a
     serving node a ready spare stands in for (spares.ready_to_stand_in; the spares stage
     promotes it) take no place of the budget: neither costs the pool capacity. A node
     the budget holds gets a pending line naming what holds it and the way out.
@@ -415,17 +415,17 @@ def _repair_halt(
     return None
 
 
-#: The fault kind of a failed burn-in: counted against the node's host like any fault, so
-#: a host that fails burn-in twice is a lemon host (navarch.planner.hosts.lemon_hosts).
-BURN_IN_FAULT = "burn_in"
+#: The fault kind of a failed acceptance: counted against the node's host like any fault, so
+#: a host that fails acceptance twice is a lemon host (navarch.planner.hosts.lemon_hosts).
+ACCEPTANCE_FAULT = "acceptance"
 
 
 def _repair_fault(v: NodeView) -> Fault | None:
-    """The fault a repair's cordon answers: an unhealthy report's, or a failed burn-in
-    (BURN_IN_FAULT, replaced: dead on arrival); never an impaired host's."""
+    """The fault a repair's cordon answers: an unhealthy report's, or a failed acceptance
+    (ACCEPTANCE_FAULT, replaced: dead on arrival); never an impaired host's."""
     s = v.summary
-    if v.burn_in is BurnIn.FAILED and s is not None:
-        return Fault(FaultKey(BURN_IN_FAULT), Remedy.REPLACE, s.boot_id, s.sequence)
+    if v.acceptance is Acceptance.FAILED and s is not None:
+        return Fault(FaultKey(ACCEPTANCE_FAULT), Remedy.REPLACE, s.boot_id, s.sequence)
     # A host the cloud calls impaired is replaced, not laddered: no in-place rung can
     # fix the hardware under it, and its report (if any) predates the impairment.
     if (

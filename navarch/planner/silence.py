@@ -25,7 +25,7 @@ slow boot looks the same until it reports. When its first report arrives before 
 terminated (fresh, made after the cordon, not unhealthy), it returns to service the same
 way; without one it leaves through the terminate stage as before (a host that never boots
 writes nothing, and boot_timeout is what ends it). In a pool with an acceptance suite it
-leaves as before: returning it would skip its burn-in.
+leaves as before: returning it would skip its acceptance.
 """
 
 from __future__ import annotations
@@ -77,9 +77,9 @@ def _late_first_report(ctx: PoolContext, v: NodeView, taken: set[str]) -> bool:
     """Whether v, cordoned because no report came within boot_timeout, has now reported
     (fresh, made after the cordon, not unhealthy) and nothing else holds it: no evidence,
     no `--replace`, not taken by an earlier stage this run, and no acceptance suite in its
-    pool (a first report past boot_timeout there may carry an unjudged burn-in)."""
+    pool (a first report past boot_timeout there may carry an unjudged acceptance)."""
     return (
-        ctx.pool.acceptance is None  # an uncordon here would skip the node's burn-in
+        ctx.pool.acceptance is None  # an uncordon here would skip the node's acceptance
         and v.cordon is not None
         and v.cordon.cause is ActionReason.BOOT_TIMEOUT
         and v.lifecycle in _OUT

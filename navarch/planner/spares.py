@@ -30,10 +30,10 @@ from dataclasses import replace
 from navarch.planner.context import PoolContext, Progress, StageResult, iid, terminate_node
 from navarch.planner.model import (
     LEAVING,
+    Acceptance,
     Action,
     ActionKind,
     ActionReason,
-    BurnIn,
     Lifecycle,
     NodeView,
 )
@@ -94,21 +94,21 @@ def held(ctx: PoolContext, prog: Progress) -> list[NodeView]:
     ]
 
 
-#: Burn-in verdicts of a node that has not served since its boot.
-_JUDGED = frozenset({BurnIn.RUNNING, BurnIn.FAILED, BurnIn.TIMED_OUT})
+#: Acceptance verdicts of a node that has not served since its boot.
+_JUDGED = frozenset({Acceptance.RUNNING, Acceptance.FAILED, Acceptance.TIMED_OUT})
 
 
 def serves_nothing(ctx: PoolContext, v: NodeView) -> bool:
     """Whether v serves no work: a warm spare (PoolMemory.spares, whatever its health), a
-    node burning in (cordoned for it, or judged by burn-in this run), or one that left
+    node in acceptance (cordoned for it, or judged by acceptance this run), or one that left
     service while it was either (Cordon.serves_nothing). Its leaving takes no place of
     the serving nodes' disruption budget: max_unavailable bounds the work a pool loses at
     once, and such a node holds none (docs/design.md, Safety rules, rule 3)."""
     return (
         v.node in ctx.pm.spares
         or (v.cordon is not None and v.cordon.serves_nothing)
-        or v.lifecycle is Lifecycle.BURN_IN
-        or v.burn_in in _JUDGED
+        or v.lifecycle is Lifecycle.ACCEPTANCE
+        or v.acceptance in _JUDGED
     )
 
 
@@ -141,12 +141,12 @@ def _out_for_fault(v: NodeView, prog: Progress) -> bool:
 
 
 #: Nodes on their way to serve but not serving yet: a spare stands in for a node that left
-#: until its replacement has booted (and burned in), then the replacement refills the set.
-_NOT_YET = frozenset({Lifecycle.PROVISIONING, Lifecycle.BOOTING, Lifecycle.BURN_IN})
+#: until its replacement has booted (and passed acceptance), then the replacement refills the set.
+_NOT_YET = frozenset({Lifecycle.PROVISIONING, Lifecycle.BOOTING, Lifecycle.ACCEPTANCE})
 
 
 def _serving(ctx: PoolContext, prog: Progress) -> list[NodeView]:
-    """Nodes serving (spares, and nodes still provisioning, booting or burning in, excepted)."""
+    """Nodes serving (spares, and nodes still provisioning, booting or in acceptance, excepted)."""
     spares = not_serving(ctx, prog)
     return [
         v

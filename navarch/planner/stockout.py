@@ -68,7 +68,7 @@ HELD_REASONS = frozenset(
 
 def replacement_ready(ctx: PoolContext, prog: Progress, node: str) -> bool:
     """Whether `node`'s replacement exists: without it the pool still has its desired count
-    of nodes in service or on their way (ready, booting, burning in, or sick but not yet
+    of nodes in service or on their way (ready, booting, in acceptance, or sick but not yet
     taken out), none leaving this run. Other sick nodes count: a rule that waited for every
     node to be ready would hold the max_unavailable slots those nodes need to be repaired,
     and the pool would never get there."""

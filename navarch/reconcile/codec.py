@@ -269,8 +269,9 @@ def cordon_to_json(c: Cordon) -> dict[str, Any]:
 
 
 #: A state document written before NodeMemory.cordon: its flags, and the cordon cause
-#: each stood for, the first set deciding (a navarch cordon took over an operator's or a
-#: burn-in's, and the flags of the cordon it replaced were never cleared).
+#: each stood for, the first set deciding (a navarch cordon took over an operator's or an
+#: acceptance cordon, and the flags of the cordon it replaced were never cleared); the
+#: acceptance cordon's flag kept the feature's old name, burn_in_cordon.
 _LEGACY_CAUSES = (
     ("diag_cordon", ActionReason.DIAGNOSTICS),
     ("impaired_cordon", ActionReason.IMPAIRED_FIRST_SEEN),
@@ -289,7 +290,7 @@ def cordon_from_json(n: Mapping[str, Any]) -> Cordon | None:
     an entry written before it, the one its flags stood for (a migration: the same plans
     follow). An old entry's cause is the first phase flag set (scheduled diagnostics,
     the first impaired listing, silence, scale-down), else REMEDY for a repair under way,
-    else OPERATOR (note: its operator_cordon), else BURN_IN, else none; its time is the
+    else OPERATOR (note: its operator_cordon), else ACCEPTANCE, else none; its time is the
     phase's, its fault key the node's fault. Raises KeyError/ValueError on a malformed
     record."""
     c = n.get("cordon")
@@ -311,15 +312,15 @@ def cordon_from_json(n: Mapping[str, Any]) -> Cordon | None:
 def _legacy_cordon(n: Mapping[str, Any]) -> Cordon | None:
     """The Cordon an entry written before NodeMemory.cordon stood for (cordon_from_json)."""
     note = plain(n.get("operator_cordon", ""))
-    repair, burn_in = bool(n.get("repair")), bool(n.get("burn_in_cordon"))
+    repair, acceptance = bool(n.get("repair")), bool(n.get("burn_in_cordon"))
     navarch = n.get("phase", "") in _NAVARCH_PHASES
     cause = next((reason for key, reason in _LEGACY_CAUSES if n.get(key)), None)
     if cause is None and repair and (navarch or not note):
         cause = ActionReason.REMEDY
     if cause is None and note:
         cause = ActionReason.OPERATOR
-    if cause is None and burn_in:
-        cause = ActionReason.BURN_IN
+    if cause is None and acceptance:
+        cause = ActionReason.ACCEPTANCE
     if cause is None:
         return None
     fault = n.get("fault")
@@ -328,8 +329,8 @@ def _legacy_cordon(n: Mapping[str, Any]) -> Cordon | None:
         parse_ts(n.get("phase_at")) if navarch else None,
         by="operator" if cause is ActionReason.OPERATOR else "",
         fault=node_text(fault["key"]) if fault else "",
-        # An operator's cordon of a node burning in holds no work either (Cordon.idle).
-        idle=bool(n.get("idle_cordon")) or (cause is ActionReason.OPERATOR and burn_in),
+        # An operator's cordon of a node in acceptance holds no work either (Cordon.idle).
+        idle=bool(n.get("idle_cordon")) or (cause is ActionReason.OPERATOR and acceptance),
         repair=repair,
         note=note if cause is ActionReason.OPERATOR else "",
     )

@@ -34,7 +34,7 @@ from navarch.errors import (
 from navarch.fleet.spec import FleetSpec, PoolSpec, Scheduler
 from navarch.inventory import Instance
 from navarch.outcome import Outcome, OutcomeKind
-from navarch.planner.burn_in import run_key
+from navarch.planner.acceptance import run_key
 from navarch.planner.model import (
     REMEDY_SUPERSEDES,
     Action,
@@ -297,11 +297,11 @@ class Handlers:
             return ran, same
         if a.action_reason is ActionReason.SPARE:
             return ran, self._held_spare(a, memory)
-        if a.action_reason is ActionReason.BURN_IN:
-            # Burning in is no phase: observe judges the node by its acceptance run, and
+        if a.action_reason is ActionReason.ACCEPTANCE:
+            # In acceptance is no phase: observe judges the node by its acceptance run, and
             # the flag tells the planner to uncordon it once the run passed.
-            burning = Cordon(ActionReason.BURN_IN, self.clock())
-            return ran, set_node(replace(self._node_memory(a, memory), cordon=burning))
+            accepting = Cordon(ActionReason.ACCEPTANCE, self.clock())
+            return ran, set_node(replace(self._node_memory(a, memory), cordon=accepting))
         now = self.clock()
         scheduled = a.carries(CordonPayload).why is DiagWhy.SCHEDULED
         nm = replace(
@@ -638,11 +638,11 @@ class Handlers:
         return ran, chain(set_node(nm), lambda m: _spare_set(m, a, add=False))
 
     def _nccl_peer(self, a: Action, memory: Memory) -> tuple[Outcome, Update]:
-        """The burning-in node's multi-node NCCL test with the known-good a.peer, through
-        the pool's Slurm head node (navarch.remote.nccl_peer; a node drained for burn-in
+        """The multi-node NCCL test of a node in acceptance with the known-good a.peer, through
+        the pool's Slurm head node (navarch.remote.nccl_peer; a node drained for acceptance
         through a maintenance reservation). The result is kept for the node's acceptance
-        run (NodeMemory.peer_test, peer_run) where the planner's burn-in verdict reads it;
-        a node not drained again afterwards loses its burn_in_cordon, so the next run
+        run (NodeMemory.peer_test, peer_run) where the planner's acceptance verdict reads it;
+        a node not drained again afterwards loses its acceptance cordon, so the next run
         cordons it anew. ok is False only for unknown (no verdict: planned again)."""
         from navarch.remote.nccl_peer import run_drained_peer_test, run_peer_test
 
@@ -653,8 +653,8 @@ class Handlers:
             return Outcome.refused(a, "no acceptance run of the node to pair with"), same
         pool, node, base = self._pool(a.pool, memory), a.node or "", self.spec.base_dir
         drained = True
-        burning = nm.cordon is not None and nm.cordon.burn_in
-        if burning:
+        accepting = nm.cordon is not None and nm.cordon.acceptance
+        if accepting:
             result, drained = run_drained_peer_test(
                 self.spec.name, pool, node, peer, base_dir=base, mpi=self.peer_mpi
             )
@@ -666,7 +666,7 @@ class Handlers:
             nm,
             peer_test=result,
             peer_run=run_key(run),
-            cordon=nm.cordon if drained or not burning else None,
+            cordon=nm.cordon if drained or not accepting else None,
         )
         unit = f" {result.unit}" if result.unit else ""
         figure = f" {result.figure:g}{unit}" if result.figure is not None else ""

@@ -69,7 +69,7 @@ class PeerRun:
     message_bytes: int = DEFAULT_NCCL_MESSAGE_BYTES
     iterations: int = 20
     mpi: str = "pmix"
-    #: the Slurm reservation the job runs in ("": none): a node drained for burn-in is
+    #: the Slurm reservation the job runs in ("": none): a node drained for acceptance is
     #: reached only through one (run_drained_peer_test)
     reservation: str = ""
 
@@ -217,7 +217,7 @@ def run_peer_test(
     mpi: str = "pmix",
 ) -> AcceptanceResult:
     """The executor's side of the multi-node test: run_nccl_multi_node for `node` and the
-    known-good `peer` the planner chose (navarch.planner.burn_in.choose_peer), through the
+    known-good `peer` the planner chose (navarch.planner.acceptance.choose_peer), through the
     pool's Slurm head node over SSH (pool.ssh, paths against base_dir, fleet.yaml's
     directory), one rank per GPU (pool.gpus_per_node), judged by the pool's acceptance
     policy. A pool whose ssh settings are wrong, or a name that is not a host name, gives
@@ -258,7 +258,7 @@ def run_drained_peer_test(
     base_dir: Path,
     mpi: str = "pmix",
 ) -> tuple[AcceptanceResult, bool]:
-    """run_peer_test for a node drained in Slurm for its burn-in: (the result, whether the
+    """run_peer_test for a node drained in Slurm for its acceptance: (the result, whether the
     node is drained again afterwards).
 
     Slurm never allocates a drained node, even to a job in a reservation (tested on
@@ -305,7 +305,7 @@ def run_drained_peer_test(
             "update",
             f"NodeName={node}",
             "State=DRAIN",
-            f"Reason=navarch: burning in (multi-node NCCL test with {peer} done)",
+            f"Reason=navarch: in acceptance (multi-node NCCL test with {peer} done)",
         )
         return result, not failed
     finally:

@@ -2,7 +2,7 @@
 node's agent found.
 
 A node that was launched (new, surge, replacement, spare) or returns from an in-place
-remedy burns in: it stays cordoned while its agent runs the pool's acceptance suite once
+remedy runs acceptance: it stays cordoned while its agent runs the pool's acceptance suite once
 for its boot (and again after a GPU reset) and reports every result in its health report
 (``HealthReport.acceptance``). The planner returns it to service only when the run for its
 current boot finished and every blocking result passed; a failure replaces it (dead on
@@ -126,7 +126,7 @@ class AcceptancePolicy:
     (e.g. {"driver": "550.54.15"}; empty: the majority of the pool's serving nodes, which
     the planner compares); *_min_gbps: absolute floors in GB/s (None: relative only);
     min_fraction: a node below this share of the pool's median figure is flagged;
-    timeout_s: per tool; deadline_s: the whole burn-in, judged by the planner.
+    timeout_s: per tool; deadline_s: the whole acceptance, judged by the planner.
     """
 
     enabled: bool = True

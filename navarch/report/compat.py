@@ -12,7 +12,7 @@ import sys
 from datetime import timezone
 from importlib.metadata import EntryPoint, entry_points
 
-__all__ = ["UTC", "StrEnum", "entry_points_of"]
+__all__ = ["UTC", "RenamedStrEnum", "StrEnum", "entry_points_of", "renamed_value"]
 
 #: datetime.UTC (3.11+) is this very object.
 UTC = timezone.utc  # noqa: UP017
@@ -33,6 +33,30 @@ else:
         @staticmethod
         def _generate_next_value_(name: str, start: int, count: int, last_values: list) -> str:
             return name.lower()
+
+
+#: The feature's word before "acceptance": state, plans and fleet files written by an
+#: earlier navarch carry codes such as "burn_in_failed" and "burn_in_held".
+_OLD_WORD = "burn_in"
+_NEW_WORD = "acceptance"
+
+
+def renamed_value(value: object) -> str | None:
+    """A code written under the feature's old word -> today's code ("burn_in_failed" ->
+    "acceptance_failed"); None for anything else. Never raises."""
+    if isinstance(value, str) and value.startswith(_OLD_WORD):
+        return _NEW_WORD + value[len(_OLD_WORD) :]
+    return None
+
+
+class RenamedStrEnum(StrEnum):
+    """A StrEnum that also reads the codes an earlier navarch wrote (renamed_value), so a
+    saved state document or fleet file loads unchanged after a rename."""
+
+    @classmethod
+    def _missing_(cls, value: object) -> RenamedStrEnum | None:
+        new = renamed_value(value)
+        return cls(new) if new is not None else None
 
 
 def entry_points_of(group: str) -> tuple[EntryPoint, ...]:

@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from navarch.report.compat import StrEnum
+from navarch.report.compat import StrEnum, renamed_value
 
 __all__ = ["FAULT_KIND_PATTERN", "FaultKey", "Remedy", "Status", "fault_kind"]
 
@@ -135,11 +135,12 @@ class FaultKey:
     @classmethod
     def parse(cls, text: str) -> FaultKey:
         """Inverse of ``format``. Any other text (state written by an older navarch, e.g.
-        "XID 79") is a kind of its own, so it still loads. Never raises."""
+        "XID 79") is a kind of its own, so it still loads; a kind under the feature's old
+        word reads as today's (report.compat.renamed_value). Never raises."""
         kind, sep, index = text.rpartition(_GPU_SEP)
         if sep and kind and index.isdigit():
-            return cls(kind, int(index))
-        return cls(text)
+            return cls(renamed_value(kind) or kind, int(index))
+        return cls(renamed_value(text) or text)
 
     def to_json(self) -> dict[str, Any]:
         """The report's ``fault_key`` object (schemas/health-report.schema.json)."""

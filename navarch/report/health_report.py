@@ -16,7 +16,7 @@ ways, so the two cannot drift apart.
       xids:    tuple[ReportXid, ...]     this boot's latched XID / SXid events
       notice:  ReportNotice | None       a pending preemption or maintenance
       signature: ReportSignature | None  HMAC-SHA256 (navarch.report.signing); None until signed
-      acceptance: AcceptanceRun | None   this boot's burn-in run (navarch.report.acceptance); None:
+      acceptance: AcceptanceRun | None   this boot's acceptance run (navarch.report.acceptance); None:
                                          the pool asks for none
 
 Field names are the JSON keys. ``to_json`` gives the dict the agent signs (navarch.report.signing

@@ -1,9 +1,9 @@
-"""Dead on arrival and burn-in in the simulator: latent faults, the tools' time, the figures.
+"""Dead on arrival and acceptance in the simulator: latent faults, the tools' time, the figures.
 
 A machine that arrives (new, surge, replacement, spare) carries a latent fault with the
 scenario's ``doa_rate`` (world key; default 0), drawn from its own seeded stream. A latent
 fault is one the passive checks do not see; it shows only to the pool's acceptance suite,
-which the shipped agent runs (navarch.agent.burn_in) over FakeToolHost with the fault as
+which the shipped agent runs (navarch.agent.acceptance) over FakeToolHost with the fault as
 its overrides (the keys ``navarch local inject --acceptance`` takes):
 
   nccl_half     all_reduce_perf bus bandwidth half the healthy 480 GB/s (a slow GPU or link)
@@ -16,7 +16,7 @@ A GPU missing (7 of 8) is not among them: the agent's passive gpu_count check
 (navarch.agent.checks.gpu_count_check) already sees it on every run.
 
 Time: each tool call spends simulated seconds (TOOL_SECONDS, from docs/acceptance.md's
-per-test times); the agent's tick budget (burn_in.TICK_BUDGET_S) is spent on that clock,
+per-test times); the agent's tick budget (acceptance.TICK_BUDGET_S) is spent on that clock,
 so the suite spans ticks as on a real node, and a tick's report reaches the store when
 its tools are done (navarch.simulate.world delays the write and the next check).
 
@@ -31,10 +31,10 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from navarch.agent.acceptance import ToolBench
 from navarch.agent.acceptance_tools import FakeToolHost
 from navarch.agent.acceptance_tools.host import ToolOutput
-from navarch.agent.burn_in import ToolBench
-from navarch.planner.model import READY, ActionKind, ActionReason, BurnIn
+from navarch.planner.model import READY, Acceptance, ActionKind, ActionReason
 from navarch.simulate.report import percentile
 
 #: latent fault -> the FakeToolHost overrides that show it (navarch.agent.acceptance_tools.fake)
@@ -124,8 +124,8 @@ def bench(latent: str | None) -> tuple[TimedToolHost, ToolBench]:
 
 #: The latent faults one arriving machine may carry: its hardware. A driver other than the
 #: pool's is the image's (every node launched from it shares it), which the planner holds
-#: for a person (navarch.planner.burn_in: a finding about the image), so it is never one
-#: machine's draw: drawn per arrival, it held one node in burn-in for good and kept the
+#: for a person (navarch.planner.acceptance: a finding about the image), so it is never one
+#: machine's draw: drawn per arrival, it held one node in acceptance for good and kept the
 #: spare set short.
 ARRIVAL_FAULTS = ("dcgm_diag", "nccl_half", "pcie_x8")
 
@@ -149,11 +149,11 @@ def acceptance_keys(
     latent: Mapping[str, str],
     served_faulty: set[str],
     dead_on_arrival: set[str],
-    burn_in_s: list[float],
+    acceptance_s: list[float],
 ) -> dict[str, Any]:
-    """The result document's burn-in figures: arrivals with a latent fault, those that
-    served with it (served_faulty_nodes), those burn-in replaced (dead_on_arrival, latent
-    or not: a healthy node failing is counted too), and burn-in time p50/p95 (seconds from
+    """The result document's acceptance figures: arrivals with a latent fault, those that
+    served with it (served_faulty_nodes), those acceptance replaced (dead_on_arrival, latent
+    or not: a healthy node failing is counted too), and acceptance time p50/p95 (seconds from
     the agent's first check of a boot to the planner's verdict)."""
     return {
         "latent_faults": len(latent),
@@ -161,10 +161,10 @@ def acceptance_keys(
         "served_faulty_nodes": len(served_faulty),
         "dead_on_arrival": len(dead_on_arrival),
         "dead_on_arrival_without_latent_fault": len(dead_on_arrival - set(latent)),
-        "burn_ins": len(burn_in_s),
-        "p50_burn_in_s": _pct(burn_in_s, 0.5),
-        "p95_burn_in_s": _pct(burn_in_s, 0.95),
-        "max_burn_in_s": round(max(burn_in_s), 3) if burn_in_s else None,
+        "acceptance_runs": len(acceptance_s),
+        "p50_acceptance_s": _pct(acceptance_s, 0.5),
+        "p95_acceptance_s": _pct(acceptance_s, 0.95),
+        "max_acceptance_s": round(max(acceptance_s), 3) if acceptance_s else None,
     }
 
 
@@ -175,14 +175,14 @@ def _count(values: Any) -> dict[str, int]:
     return out
 
 
-class BurnInTally:
-    """What the engine counts of burn-in while the real reconcile run acts on the world.
+class AcceptanceTally:
+    """What the engine counts of acceptance while the real reconcile run acts on the world.
 
     ready: the nodes the last executed run saw serving (Lifecycle in READY) or promoted;
     in a pool with an acceptance policy only those serve (a node that reported but whose
-    burn-in the planner has not passed yet is kept from the scheduler). served_faulty:
-    nodes that served with a latent fault; dead_on_arrival: nodes replaced by a burn-in
-    verdict (ActionReason.BURN_IN_FAILED or BURN_IN_TIMEOUT); burn_in_s: per boot, from
+    acceptance the planner has not passed yet is kept from the scheduler). served_faulty:
+    nodes that served with a latent fault; dead_on_arrival: nodes replaced by an acceptance
+    verdict (ActionReason.ACCEPTANCE_FAILED or ACCEPTANCE_TIMEOUT); acceptance_s: per boot, from
     its first report to the planner's first verdict other than running.
     """
 
@@ -191,41 +191,41 @@ class BurnInTally:
         self.ready: frozenset[str] = frozenset()
         self.served_faulty: set[str] = set()
         self.dead_on_arrival: set[str] = set()
-        self.burn_in_s: list[float] = []
+        self.acceptance_s: list[float] = []
         self._judged: set[tuple[str, int]] = set()
         self._ready_at: dict[str, float] = {}
 
     def after_run(self, world: Any, views: Sequence[Any], promoted: set[str]) -> None:
         """One executed run's views (navarch.planner.model.NodeView): who serves, and the
-        burn-ins judged for the first time on their boot."""
+        acceptance runs judged for the first time on their boot."""
         self.ready = frozenset(v.node for v in views if v.lifecycle in READY) | promoted
         for node in self.ready:
             self._ready_at.setdefault(node, world.t)
         for v in views:
-            if v.burn_in is None or v.burn_in is BurnIn.RUNNING:
+            if v.acceptance is None or v.acceptance is Acceptance.RUNNING:
                 continue
             n = world.by_name.get(v.node)
             if n is None or n.first_report_s is None or (v.node, n.boot) in self._judged:
                 continue
             self._judged.add((v.node, n.boot))
-            self.burn_in_s.append(world.t - n.first_report_s)
+            self.acceptance_s.append(world.t - n.first_report_s)
 
     def serves(self, pool: str, node: str) -> bool:
         """Whether a node that looks serving to the world serves: in a pool with
-        acceptance, only once a run saw it past burn-in."""
+        acceptance, only once a run saw it past acceptance."""
         return pool not in self.pools or node in self.ready
 
     def serving_since(self, pool: str, node: str, reported_s: float | None) -> float | None:
         """When a node began to serve: in a pool with acceptance, the first run that saw
-        it past burn-in; elsewhere its first report (reported_s)."""
+        it past acceptance; elsewhere its first report (reported_s)."""
         if pool not in self.pools:
             return reported_s
         return self._ready_at.get(node)
 
     def on_action(self, kind: Any, node: str | None, replaces: str | None, reason: Any) -> None:
-        """An executed action: one whose reason is a burn-in verdict counts its node (the
+        """An executed action: one whose reason is an acceptance verdict counts its node (the
         replaced one) dead on arrival."""
-        if reason not in (ActionReason.BURN_IN_FAILED, ActionReason.BURN_IN_TIMEOUT):
+        if reason not in (ActionReason.ACCEPTANCE_FAILED, ActionReason.ACCEPTANCE_TIMEOUT):
             return
         doa = replaces if kind is ActionKind.PROVISION else node
         if doa:
@@ -234,4 +234,4 @@ class BurnInTally:
     def keys(self, nodes: Sequence[Any]) -> dict[str, Any]:
         """acceptance_keys over every node the world had (alive or terminated)."""
         latent = {n.node: n.latent for n in nodes if n.latent is not None}
-        return acceptance_keys(latent, self.served_faulty, self.dead_on_arrival, self.burn_in_s)
+        return acceptance_keys(latent, self.served_faulty, self.dead_on_arrival, self.acceptance_s)

@@ -38,7 +38,7 @@ from navarch.planner.model import READY, ActionKind, ActionReason, Lifecycle, Ph
 from navarch.reconcile.run import Fleet, run_apply
 from navarch.report.compat import StrEnum
 from navarch.report.health import Status
-from navarch.simulate.acceptance import BurnInTally
+from navarch.simulate.acceptance import AcceptanceTally
 from navarch.simulate.detection import detection_keys
 from navarch.simulate.events import EventRuns
 from navarch.simulate.heartbeats import HeartbeatLedger
@@ -142,7 +142,7 @@ class _Tally:
     interrupts: list[float] = field(default_factory=list)  # faults on serving nodes
     warm_s: float | None = None  # when the fleet first reached its target
     terminated_unreplaced: list[dict[str, Any]] = field(default_factory=list)
-    burn: BurnInTally = field(default_factory=lambda: BurnInTally(frozenset()))
+    standing: AcceptanceTally = field(default_factory=lambda: AcceptanceTally(frozenset()))
     ledger: HeartbeatLedger | None = None  # heartbeats accounted, not built (lazy only)
 
     def on_fault(self, n: SimNode) -> None:
@@ -171,7 +171,7 @@ class _Tally:
             if a.node in self.records or self._had_fault(a.node):
                 self.lost_to_capacity += 1
         if o.ok:
-            self.burn.on_action(a.kind, a.node, a.replaces, a.action_reason)
+            self.standing.on_action(a.kind, a.node, a.replaces, a.action_reason)
         if not o.ok or a.node is None:
             return
         self.timeline.append({"t": round(w.t, 3), "kind": a.kind.value, "node": a.node})
@@ -285,7 +285,7 @@ class _Tally:
             if v.lifecycle is Lifecycle.SPARE and v.node not in promoted
         )
         self._spare_refill(len(self.spares))
-        self.burn.after_run(self.world, result.plan.views, promoted)
+        self.standing.after_run(self.world, result.plan.views, promoted)
         for v in result.plan.views:
             node = self.world.by_name.get(v.node)
             if (
@@ -321,7 +321,7 @@ class _Tally:
         self.wake_s = math.inf
         if plan.actions or plan.halts or plan.breaker_open:
             return False
-        if any(v.lifecycle is Lifecycle.BURN_IN for v in plan.views):
+        if any(v.lifecycle is Lifecycle.ACCEPTANCE for v in plan.views):
             return False  # its verdict (a pass, or the deadline) comes without an event
         if any(p.diagnostics.every_s is not None for p in self.spec.pools):
             return False
@@ -403,11 +403,11 @@ class _Tally:
                     and not n.cordoned
                     and self.phases.get(n.node, Phase.NONE) is Phase.NONE
                     and n.node not in self.spares  # a warm spare is cordoned: no work
-                    and self.burn.serves(n.pool, n.node)
+                    and self.standing.serves(n.pool, n.node)
                 ):
                     serving_nodes.add(n.node)
                     if n.latent is not None:
-                        self.burn.served_faulty.add(n.node)
+                        self.standing.served_faulty.add(n.node)
             sample = _Sample(
                 min(len(serving_nodes), self.target),
                 instances,
@@ -462,7 +462,7 @@ class _Tally:
     def _spare_refill(self, count: int) -> None:
         """Each spell with fewer spares than the pools declare (nodes.spares), from the
         time the fleet first served its target: how long until the spare set is whole
-        again (a promotion, then a launch, boot and burn-in)."""
+        again (a promotion, then a launch, boot and acceptance)."""
         t = self.world.t
         declared = self.declared_spares()
         if self.warm:
@@ -539,7 +539,9 @@ class _Tally:
                 rec.serving_s = self.uncordoned_at.get(rec.promoted, w.t)
                 rec.served_by = ServedBy.SPARE
             elif repl is not None and rec.replacement in serving_nodes:
-                rec.serving_s = self.burn.serving_since(repl.pool, repl.node, repl.first_report_s)
+                rec.serving_s = self.standing.serving_since(
+                    repl.pool, repl.node, repl.first_report_s
+                )
                 rec.served_by = ServedBy.REPLACEMENT
             elif name in serving_nodes and w.by_name[name].fault is None:
                 rec.serving_s = rec.uncordon_s if rec.uncordon_s is not None else w.t
@@ -586,7 +588,7 @@ def simulate(
     )
     world.acceptance = {p.name: p.acceptance for p in spec.pools if p.acceptance is not None}
     world.gated = frozenset(world.acceptance) | {p.name for p in spec.pools if p.spare_nodes > 0}
-    tally.burn = BurnInTally(frozenset(world.acceptance))
+    tally.standing = AcceptanceTally(frozenset(world.acceptance))
     world.on_fault = tally.on_fault
     if lazy:
         tally.ledger = HeartbeatLedger(world, spec, fleet.reports_memo, SECRET)
@@ -686,7 +688,7 @@ def _document(scenario: Scenario, t: _Tally) -> dict[str, Any]:
         **_training_keys(scenario, t),
         **action_keys(t),
         **cost_keys(scenario, t),
-        **t.burn.keys([*w.nodes.values(), *w.terminated.values()]),
+        **t.standing.keys([*w.nodes.values(), *w.terminated.values()]),
         **detection_keys(
             [
                 (

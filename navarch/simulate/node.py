@@ -21,7 +21,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from navarch.agent import kernel_log as kl
-from navarch.agent.burn_in import ToolBench
+from navarch.agent.acceptance import ToolBench
 from navarch.agent.checks import Check
 from navarch.agent.config import AgentConfig
 from navarch.agent.gpu import FakeFaults, FakeGpuBackend, GpuProbe

@@ -5,8 +5,8 @@ The engine's spells (``spare_refill_s``) run from the first run with fewer spare
 pools declare to the first with the set whole again: two faults eight minutes apart make
 one spell that lasts until the second replacement is ready, longer than either refill.
 A place is one spare: the first lost is the first filled (a queue), so each figure is one
-replacement's launch, boot and burn-in plus the runs around them, the quantity the
-refill goal (launch + boot + burn-in + 2 min, docs/simulate.md) bounds.
+replacement's launch, boot and acceptance plus the runs around them, the quantity the
+refill goal (launch + boot + acceptance + 2 min, docs/simulate.md) bounds.
 """
 
 from __future__ import annotations

@@ -211,7 +211,7 @@ class World:
         )
         #: pool -> its acceptance suite (the agent's config, as cloud-init renders it)
         self.acceptance: dict[str, AcceptancePolicy] = {}
-        #: pools whose new nodes take no work until the planner releases them (burn-in or
+        #: pools whose new nodes take no work until the planner releases them (acceptance or
         #: warm spares: the planner decides which new node serves and which waits)
         self.gated: frozenset[str] = frozenset()
 
@@ -310,7 +310,7 @@ class World:
             n.latent = draw_latent(self.stream("doa", n.node), self.scenario.doa_rate)
         if n.pool in self.acceptance:
             n.agent.set_latent(n.latent)
-        # No work until the planner passes its burn-in or leaves it out of the spare set.
+        # No work until the planner passes its acceptance or leaves it out of the spare set.
         n.released = n.pool not in self.gated
         n.fault_s = None
         if n.up_at is not None:
@@ -694,7 +694,7 @@ class World:
         self.schedule(self.t + delay_s, "work", n.node, n.epoch, start)
 
     def release(self, n: SimNode) -> None:
-        """The planner lets work onto n (a run saw it serving: past burn-in, not held as
+        """The planner lets work onto n (a run saw it serving: past acceptance, not held as
         a spare): jobs start on it unless a cordon holds. In a gated pool the world starts
         jobs only on released nodes."""
         if n.released:

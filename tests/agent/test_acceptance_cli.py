@@ -34,7 +34,7 @@ def test_the_named_tests_run_at_once_and_print_their_verdicts(tmp_path: Path) ->
     nccl, diag = results
     assert (nccl["status"], nccl["figure"], nccl["threshold"]) == ("fail", 120.0, 200.0)
     assert diag["status"] == "pass" and diag["detail"]["level"] == "2"
-    # The burn-in's run of the boot is the agent's alone: this writes no state.
+    # The acceptance's run of the boot is the agent's alone: this writes no state.
     assert not (tmp_path / "state.json").exists()
 
 

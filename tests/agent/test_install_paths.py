@@ -193,7 +193,7 @@ def test_kubernetes_examples_use_the_images_and_validate(tmp_path: Path) -> None
     )
 
 
-def test_user_data_of_a_pool_with_acceptance_makes_the_bundled_agent_burn_in(
+def test_user_data_of_a_pool_with_acceptance_makes_the_bundled_agent_acceptance(
     tmp_path: Path,
 ) -> None:
     from navarch.report.acceptance import AcceptancePolicy, policy_to_mapping

@@ -299,7 +299,7 @@ def test_network_fault_kinds_are_class_network_with_one_in_place_try() -> None:
     assert is_hardware(row, Remedy.REBOOT, 1)
 
 
-def test_without_health_network_the_burn_in_baseline_is_expected(
+def test_without_health_network_the_acceptance_baseline_is_expected(
     make_config: Callable[..., AgentConfig],
 ) -> None:
     policy = AcceptancePolicy(enabled=True, instance_type="Standard_ND96isr_H100_v5")

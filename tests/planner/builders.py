@@ -341,7 +341,7 @@ def node_memory(
     impaired_cordon: bool = False,
     silent_cordon: bool = False,
     scale_down_cordon: bool = False,
-    burn_in_cordon: bool = False,
+    acceptance_cordon: bool = False,
     idle_cordon: bool = False,
     cordon: Cordon | None = None,
 ) -> NodeMemory:
@@ -388,7 +388,7 @@ def node_memory(
                 "impaired_cordon": impaired_cordon,
                 "silent_cordon": silent_cordon,
                 "scale_down_cordon": scale_down_cordon,
-                "burn_in_cordon": burn_in_cordon,
+                "burn_in_cordon": acceptance_cordon,  # the old flag kept the old word
                 "idle_cordon": idle_cordon,
             }
         ),

@@ -23,7 +23,7 @@ A scenario file holds (times are RFC 3339, or relative to `now` like "-20m", "+1
                       ladder's fault {key, action, boot_id, sequence}, faults [[kind, time]],
                       rung, rung_fault, rung_at, return_streak, operator_cordon, diag {level,
                       why, state, at, started_at, detail}, diag_cordon, impaired_since, impaired_cordon, silent_cordon, scale_down_cordon,
-                      burn_in_cordon, peer_test {test, status, figure, ...}, peer_run; pools: pool -> next_index,
+                      acceptance_cordon, peer_test {test, status, figure, ...}, peer_run; pools: pool -> next_index,
                       repairs, exhausted [{[provider], zone, instance_type, spot, until}], desired,
                       desired_from_target, scaled_at, host_faults [[host, key, time]],
                       settings {scheduler, playbooks, ssh, drain_timeout, stale_after,
@@ -190,10 +190,10 @@ def build_inputs(doc: Mapping[str, Any], tmp_path: Path) -> Inputs:
     for name, raw in (mem_doc.get("nodes") or {}).items():
         raw = dict(raw)
         report = raw.pop("report", None)
-        # Burn-in's fields: set on the built memory (builders.node_memory predates them).
-        burn_in = {k: raw.pop(k) for k in ("peer_run", "accepted") if k in raw}
+        # Acceptance's fields: set on the built memory (builders.node_memory predates them).
+        acceptance = {k: raw.pop(k) for k in ("peer_run", "accepted") if k in raw}
         if "peer_test" in raw:
-            burn_in["peer_test"] = AcceptanceResult.from_json(raw.pop("peer_test"))
+            acceptance["peer_test"] = AcceptanceResult.from_json(raw.pop("peer_test"))
         node_mems.append(
             builders.node_memory(
                 name,
@@ -209,8 +209,8 @@ def build_inputs(doc: Mapping[str, Any], tmp_path: Path) -> Inputs:
                 **raw,
             )
         )
-        if burn_in:
-            node_mems[-1] = replace(node_mems[-1], **burn_in)
+        if acceptance:
+            node_mems[-1] = replace(node_mems[-1], **acceptance)
     pool_mems = []
     for name, raw in (mem_doc.get("pools") or {}).items():
         raw = dict(raw)

@@ -1,6 +1,6 @@
-"""Warm spares in the simulator: with burn-in and `scheduler: none` the spare set stays
+"""Warm spares in the simulator: with acceptance and `scheduler: none` the spare set stays
 warm (the world starts jobs only on nodes the planner released, and a node that passes
-burn-in while the set is short joins it idle), and the refill is measured against the
+acceptance while the set is short joins it idle), and the refill is measured against the
 pools' declared `nodes.spares`, not the most spares ever seen at once."""
 
 from __future__ import annotations
@@ -15,16 +15,16 @@ from navarch.simulate.scenario import load_scenario
 HERE = Path(__file__).parent / "scenarios"
 
 
-def test_with_burn_in_and_scheduler_none_the_spare_set_is_refilled_within_half_an_hour() -> None:
+def test_with_acceptance_and_scheduler_none_the_spare_set_is_refilled_within_half_an_hour() -> None:
     # 20 nodes, two spares, 16 XID 79s in 8 hours, replace only: each fault promotes a
-    # spare, and the replacement burns in idle and refills the set (launch, boot, the quick
+    # spare, and the replacement runs acceptance idle and refills the set (launch, boot, the quick
     # suite, a run; two faults close together make one longer spell).
-    doc = simulate(load_scenario(HERE / "spares-burn-in.yaml"))
+    doc = simulate(load_scenario(HERE / "spares-acceptance.yaml"))
     assert doc["faults"] >= 10 and doc["served_by"] == {"spare": doc["faults"]}
     assert doc["served_faulty_nodes"] == 0 and doc["wrongful_terminations"] == 0
     assert len(doc["spare_refill_s"]) >= 5 and doc["max_spare_refill_s"] <= 30 * 60
     assert doc["spare_refill_open_s"] is None
-    # Two spares held most of the 8 hours (a burning-in node that took a job never became one).
+    # Two spares held most of the 8 hours (a node in acceptance that took a job never became one).
     assert doc["spare_instance_hours"] >= 10
 
 

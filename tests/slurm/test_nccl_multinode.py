@@ -20,7 +20,7 @@ from navarch.fleet.load import load_fleet
 from navarch.fleet.spec import FleetSpec, PoolSpec
 from navarch.inventory import Instance
 from navarch.outcome import OutcomeKind
-from navarch.planner.burn_in import run_key
+from navarch.planner.acceptance import run_key
 from navarch.planner.model import Action, ActionKind, ActionReason, Cordon, Memory, NodeMemory, Plan
 from navarch.planner.payloads import PeerPayload
 from navarch.reconcile.executor import Executor
@@ -43,8 +43,8 @@ from tests.support.sshd import Sshd, free_port, require_sshd, start_sshd
 REPO = Path(__file__).resolve().parents[2]
 
 NODE, PEER = "demo-train-0003", "demo-train-0001"
-#: The node's burn-in cordon, as the executor records it.
-BURNING = Cordon(ActionReason.BURN_IN, datetime(2026, 11, 1, 12, 0, tzinfo=UTC))
+#: The node's acceptance cordon, as the executor records it.
+IN_ACCEPTANCE = Cordon(ActionReason.ACCEPTANCE, datetime(2026, 11, 1, 12, 0, tzinfo=UTC))
 
 #: nccl-tests 2.19 layout (src/util.cu); the 2-node p4dn figure of NVIDIA/nccl issue #527
 #: (57.17 GB/s busbw at 1 GiB) is the default, NAVARCH_STANDIN_BUSBW overrides it.
@@ -218,8 +218,8 @@ def test_a_head_node_navarch_cannot_reach_gives_unknown_not_a_pass(
     assert result.figure is None
 
 
-def _burning_in(spec: FleetSpec) -> tuple[dict[str, Instance], Memory, AcceptanceRun]:
-    """The node on trial (its single-node suite passed, drained for burn-in) and its peer,
+def _in_acceptance(spec: FleetSpec) -> tuple[dict[str, Instance], Memory, AcceptanceRun]:
+    """The node on trial (its single-node suite passed, drained for acceptance) and its peer,
     as the executor finds them: their instances and Memory."""
     now = datetime.now(UTC)
     run = AcceptanceRun(
@@ -238,14 +238,14 @@ def _burning_in(spec: FleetSpec) -> tuple[dict[str, Instance], Memory, Acceptanc
     }
     memory = Memory(fleet=spec.name).with_nodes(
         [
-            NodeMemory(NODE, "train", f"i-{NODE}", report=report, cordon=BURNING),
+            NodeMemory(NODE, "train", f"i-{NODE}", report=report, cordon=IN_ACCEPTANCE),
             NodeMemory(PEER, "train", f"i-{PEER}"),
         ]
     )
     return instances, memory, run
 
 
-def test_apply_runs_the_pair_of_a_node_drained_for_burn_in_and_keeps_the_result_for_its_run(
+def test_apply_runs_the_pair_of_a_node_drained_for_acceptance_and_keeps_the_result_for_its_run(
     head: tuple[Sshd, Path],
     two_nodes: SlurmCluster,
     tmp_path: Path,
@@ -254,9 +254,9 @@ def test_apply_runs_the_pair_of_a_node_drained_for_burn_in_and_keeps_the_result_
     sshd, standin_dir = head
     spec = load_fleet(_fleet(tmp_path, sshd))
     two_nodes.run(
-        "scontrol", "update", f"NodeName={NODE}", "State=DRAIN", "Reason=navarch: burning in"
+        "scontrol", "update", f"NodeName={NODE}", "State=DRAIN", "Reason=navarch: in acceptance"
     )
-    instances, memory, run = _burning_in(spec)
+    instances, memory, run = _in_acceptance(spec)
     monkeypatch.setattr(Handlers, "peer_mpi", "none")  # the stand-in Slurm has no PMIx
     action = Action(
         ActionKind.NCCL_PEER,
@@ -264,7 +264,7 @@ def test_apply_runs_the_pair_of_a_node_drained_for_burn_in_and_keeps_the_result_
         NODE,
         f"multi-node NCCL all-reduce with the known-good {PEER}",
         payload=PeerPayload(peer=PEER),
-        action_reason=ActionReason.BURN_IN_PEER,
+        action_reason=ActionReason.ACCEPTANCE_PEER,
     )
     store = FileStore(tmp_path / "store")
     now = datetime.now(UTC)
@@ -282,14 +282,14 @@ def test_apply_runs_the_pair_of_a_node_drained_for_burn_in_and_keeps_the_result_
     assert outcome.kind is OutcomeKind.OK, outcome.detail
     assert f"nccl_multi_node with {PEER}: pass 57.17 GB/s" in outcome.detail
     nm = memory.node(NODE)
-    assert nm.peer_run == run_key(run) and nm.cordon == BURNING
+    assert nm.peer_run == run_key(run) and nm.cordon == IN_ACCEPTANCE
     assert nm.peer_test is not None and (nm.peer_test.status, nm.peer_test.figure) == (
         AcceptanceStatus.PASS,
         57.17,
     )
     ran = sorted((standin_dir / f"rank-{r}").read_text().split()[0] for r in (0, 1))
     assert ran == sorted([NODE, PEER])  # the drained node ran its rank
-    # Drained again for the rest of its burn-in, and the reservation is gone.
+    # Drained again for the rest of its acceptance, and the reservation is gone.
     assert two_nodes.state(NODE) == "IDLE+DRAIN"
     assert "navarch-nccl" not in two_nodes.run("scontrol", "show", "reservation").stdout
     two_nodes.run("scontrol", "update", f"NodeName={NODE}", "State=RESUME")

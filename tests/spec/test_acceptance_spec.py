@@ -1,4 +1,4 @@
-"""fleet.yaml `pools[].acceptance`: burn-in is off unless enabled; when on, its policy has
+"""fleet.yaml `pools[].acceptance`: acceptance is off unless enabled; when on, its policy has
 the pool's GPU count as the expected inventory, and a bad key or value names its path."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ def _load(tmp_path: Path, acceptance: str):
     return load_fleet(write_fleet_text(tmp_path, BASE + f"    acceptance: {acceptance}\n"))
 
 
-def test_a_pool_without_acceptance_does_not_burn_in(tmp_path: Path) -> None:
+def test_a_pool_without_acceptance_does_not_acceptance(tmp_path: Path) -> None:
     assert load_fleet(write_fleet_text(tmp_path, BASE)).pools[0].acceptance is None
 
 

@@ -1,4 +1,4 @@
-"""Values the schema accepts that would then fail every node's burn-in or every launch: an
+"""Values the schema accepts that would then fail every node's acceptance or every launch: an
 expected GPU count other than the pool's, a cluster placement group over several zones, a
 multi-node test no scheduler runs, a tool timeout shorter than its dcgmi diag level, a
 remedies `window` that counted nothing. `validate` (and every command that loads the fleet

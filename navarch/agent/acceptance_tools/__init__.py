@@ -1,4 +1,4 @@
-"""The node's acceptance tools: the programs and files a burn-in reads, their parsers, and one
+"""The node's acceptance tools: the programs and files an acceptance reads, their parsers, and one
 function per acceptance test.
 
 ::

@@ -12,7 +12,7 @@ the pool's median) needs the pool, so the planner makes it from the figure and u
 Both depths run the same tests; ``deep`` runs dcgmi diag at level 3 (or the pool's level if
 higher; DCGM: "~15 minutes") and more iterations of the bandwidth tools. Tests that load
 the GPUs (dcgm_diag, nvbandwidth, nccl_all_reduce) must run only on a cordoned node: the
-burn-in, or a scheduled idle window; the caller decides when.
+acceptance, or a scheduled idle window; the caller decides when.
 
 Shipped in the agent bundle: Python 3.9 and the standard library only.
 """

@@ -1,10 +1,10 @@
 """The local provider's acceptance answers: what a local node's acceptance tools report
-on its next burn-in (`navarch local inject NODE --acceptance KEY=VALUE`).
+on its next acceptance (`navarch local inject NODE --acceptance KEY=VALUE`).
 
 They are kept in the machine's directory as ``acceptance.json``, the JSON object the
-agent's fake tools read (AgentConfig.acceptance_file, navarch.agent.burn_in). The run of
+agent's fake tools read (AgentConfig.acceptance_file, navarch.agent.acceptance). The run of
 the current boot is kept by the agent, so an answer takes effect on the node's next
-burn-in: its first boot when injected after `apply` launched it and before its first
+acceptance: its first boot when injected after `apply` launched it and before its first
 `navarch local tick`, else after its next reboot or GPU reset.
 """
 
@@ -64,7 +64,7 @@ def write_answers(path: Path, answers: Mapping[str, Any]) -> str:
     current.update(answers)
     write_json_atomic(path, current)
     said = ", ".join(f"{k}={v}" for k, v in sorted(answers.items()))
-    return f"acceptance tools will report {said} on the next burn-in"
+    return f"acceptance tools will report {said} on the next acceptance"
 
 
 def pool_acceptance(spec: FleetSpec, pool_name: str) -> AcceptancePolicy | None:

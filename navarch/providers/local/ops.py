@@ -268,7 +268,7 @@ def inject(
     instance impaired (its own status check failed), as a dead host looks to the cloud;
     combine with silent for a host whose agent died with it. clear: remove every fault and
     the impairment. acceptance: KEY=VALUE answers of the node's acceptance tools
-    (navarch.providers.local.acceptance), taking effect on its next burn-in. fault: a
+    (navarch.providers.local.acceptance), taking effect on its next acceptance. fault: a
     fault class or representative kind (navarch.providers.local.faults.INJECTABLE): its
     kernel line, or its finding for GPU `gpu` in the faults file. kernel_lines: appended
     verbatim to the node's kernel log, one line each. Raises ConfigError for an unknown

@@ -289,7 +289,7 @@ def cordon(
             ActionReason.OPERATOR,
             snap.now,
             by=actor.label() if actor is not None else "operator",
-            # A node burning in or held spare serves nothing under the operator's cordon too.
+            # A node in acceptance or held spare serves nothing under the operator's cordon too.
             idle=was is not None and was.serves_nothing,
             note=full_reason,
         )

@@ -1,4 +1,4 @@
-"""What burn-in leaves in navarch's state survives the state document: the burn-in cordon, and the multi-node NCCL result with the run it belongs to, its text made plain."""
+"""What acceptance leaves in navarch's state survives the state document: the acceptance cordon, and the multi-node NCCL result with the run it belongs to, its text made plain."""
 
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ from navarch.report.acceptance import AcceptanceResult, AcceptanceStatus
 T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 
 
-def test_the_burn_in_cordon_and_the_pair_result_round_trip_and_the_result_text_is_plain() -> None:
+def test_the_acceptance_cordon_and_the_pair_result_round_trip_and_the_result_text_is_plain() -> (
+    None
+):
     result = AcceptanceResult(
         "nccl_multi_node",
         AcceptanceStatus.FAIL,
@@ -27,7 +29,7 @@ def test_the_burn_in_cordon_and_the_pair_result_round_trip_and_the_result_text_i
         "demo-train-0003",
         "train",
         "i-3",
-        cordon=Cordon(ActionReason.BURN_IN, T0),
+        cordon=Cordon(ActionReason.ACCEPTANCE, T0),
         peer_test=result,
         peer_run="boot-7/0",
     )

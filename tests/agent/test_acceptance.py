@@ -1,4 +1,4 @@
-"""The agent's burn-in: the pool's acceptance suite runs once per boot (and again after a
+"""The agent's acceptance: the pool's acceptance suite runs once per boot (and again after a
 GPU reset), its run rides in every report of the boot, and the fake backend's tools
 answer from the overrides file that `navarch local inject --acceptance` writes."""
 
@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from navarch.agent import AgentConfig, load_config, run_once
-from navarch.agent.burn_in import acceptance_step
+from navarch.agent.acceptance import acceptance_step
 from navarch.agent.gpu import FakeGpuBackend
 from navarch.errors import ConfigError
 from navarch.report.acceptance import (

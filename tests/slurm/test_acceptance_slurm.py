@@ -1,4 +1,4 @@
-"""Burn-in against a real Slurm 22.05, through the `navarch` CLI on the local provider: a
+"""Acceptance against a real Slurm 22.05, through the `navarch` CLI on the local provider: a
 node whose acceptance suite is running is drained in Slurm (no job can land on it while
 the suite loads its GPUs) and resumed once the suite passed. Each step asserts the state
 Slurm itself reports."""
@@ -16,7 +16,7 @@ from .conftest import NODE, write_slurm_fleet
 from .test_e2e_local import navarch, node_status
 
 
-def test_a_burning_in_node_is_drained_in_slurm_until_its_suite_passes(
+def test_a_node_in_acceptance_is_drained_in_slurm_until_its_suite_passes(
     slurm: SlurmCluster, slurm_sshd: Sshd, tmp_path: Path
 ) -> None:
     path = write_slurm_fleet(tmp_path, slurm_sshd)
@@ -27,18 +27,18 @@ def test_a_burning_in_node_is_drained_in_slurm_until_its_suite_passes(
     # Each fake tool run takes 30 s of the agent's 60 s tick: the suite spans ticks.
     navarch(tmp_path, "local", "inject", "fleet.yaml", NODE, "--acceptance", "tool_time_s=30")
     navarch(tmp_path, "local", "tick", "fleet.yaml")
-    assert node_status(tmp_path, NODE)["lifecycle"] == "burn_in"
+    assert node_status(tmp_path, NODE)["lifecycle"] == "acceptance"
     assert slurm.state() == "IDLE"  # slurmd registered: Slurm would give it work
 
     out = navarch(tmp_path, "apply", "fleet.yaml", "--auto-approve")
     assert f"~ cordon {NODE}" in out and f"{NODE}: cordon ok" in out, out
     assert (slurm.state(), slurm.sinfo_state()) == ("IDLE+DRAIN", "drained")
-    assert slurm.reason().startswith("navarch: burning in"), slurm.reason()
+    assert slurm.reason().startswith("navarch: in acceptance"), slurm.reason()
 
     for _ in range(5):
         navarch(tmp_path, "local", "tick", "fleet.yaml")
         out = navarch(tmp_path, "apply", "fleet.yaml", "--auto-approve")
-        if node_status(tmp_path, NODE)["lifecycle"] != "burn_in":
+        if node_status(tmp_path, NODE)["lifecycle"] != "acceptance":
             break
         assert f"cordon {NODE}" not in out, out  # cordoned once, held while it runs
         assert slurm.state() == "IDLE+DRAIN"

@@ -1,4 +1,4 @@
-"""Burn-in on the embedded local provider, through the CLI: a node launched into a pool
+"""Acceptance on the embedded local provider, through the CLI: a node launched into a pool
 with acceptance on serves only after its suite passes; one whose tools report a slow
 fabric, or another driver than the pool's, is replaced and never serves."""
 
@@ -28,7 +28,7 @@ def _node(navarch, name: str) -> dict:
 
 
 def _scale_up_a_proven_pool(navarch) -> None:  # noqa: ANN001
-    """The pool's three nodes burn in and serve; then target 4 launches NEW."""
+    """The pool's three nodes run acceptance and serve; then target 4 launches NEW."""
     navarch.ok("apply", "fleet.yaml", "--auto-approve")
     navarch.ok("local", "tick", "fleet.yaml")
     navarch.ok("apply", "fleet.yaml", "--auto-approve")
@@ -36,16 +36,16 @@ def _scale_up_a_proven_pool(navarch) -> None:  # noqa: ANN001
     navarch.ok("apply", "fleet.yaml", "--auto-approve")
 
 
-def test_a_new_node_with_a_slow_nccl_fails_burn_in_is_replaced_and_never_serves(navarch):
+def test_a_new_node_with_a_slow_nccl_fails_acceptance_is_replaced_and_never_serves(navarch):
     _edit(navarch.workdir, lambda d: d["pools"]["train"].update(acceptance={"enabled": True}))
     navarch.ok("apply", "fleet.yaml", "--auto-approve")
     navarch.ok("local", "tick", "fleet.yaml")
-    navarch.ok("apply", "fleet.yaml", "--auto-approve")  # the first nodes' burn-in passed
+    navarch.ok("apply", "fleet.yaml", "--auto-approve")  # the first nodes' acceptance passed
     assert set(_lifecycles(navarch).values()) == {"healthy"}
 
     _edit(navarch.workdir, lambda d: d["pools"]["train"]["nodes"].update(target=4))
     assert f"+ provision {NEW}" in navarch.ok("apply", "fleet.yaml", "--auto-approve").out
-    # Injected after launch, before the node's first tick: its first burn-in sees it. Each
+    # Injected after launch, before the node's first tick: its first acceptance sees it. Each
     # fake tool run takes 30 s of the agent's 60 s tick budget, so the suite spans ticks.
     inject = navarch.ok(
         "local",
@@ -63,13 +63,13 @@ def test_a_new_node_with_a_slow_nccl_fails_burn_in_is_replaced_and_never_serves(
         navarch.ok("local", "tick", "fleet.yaml")
         node = _node(navarch, NEW)
         seen.append(node["lifecycle"])
-        assert node["lifecycle"] == "burn_in", node
-        assert "burn-in running" in node["reason"]
-        # Burning in: counted against max, not serving, held (not replaced, no new node).
+        assert node["lifecycle"] == "acceptance", node
+        assert "acceptance running" in node["reason"]
+        # In acceptance: counted against max, not serving, held (not replaced, no new node).
         plan = navarch.ok("plan", "fleet.yaml").out
         assert NEW not in plan and "provision" not in plan
     status = navarch.ok("status", "fleet.yaml").out
-    assert "burn_in 1" in status and "healthy 3" in status
+    assert "acceptance 1" in status and "healthy 3" in status
     navarch.ok("local", "tick", "fleet.yaml")
     node = _node(navarch, NEW)
     seen.append(node["lifecycle"])
@@ -82,11 +82,11 @@ def test_a_new_node_with_a_slow_nccl_fails_burn_in_is_replaced_and_never_serves(
     assert f"~ cordon {NEW}" in plan and "+ provision demo-train-0005" in plan
     doc = json.loads(navarch.ok("plan", "fleet.yaml", "--json").out)
     codes = {(a["action"], a["node"]): a["action_reason"] for a in doc["actions"]}
-    assert codes[("cordon", NEW)] == "burn_in_failed"
+    assert codes[("cordon", NEW)] == "acceptance_failed"
     applied = navarch.ok(
         "apply", "fleet.yaml", "--auto-approve", "--metrics-textfile", "m.prom"
     ).out
-    assert f"Dead on arrival: 1 (failed burn-in: {NEW})" in applied
+    assert f"Dead on arrival: 1 (failed acceptance: {NEW})" in applied
     prom = (navarch.workdir / "m.prom").read_text()
     assert 'navarch_last_apply_dead_on_arrival{fleet="demo",pool="train"} 1.0' in prom
     seen.append(_lifecycles(navarch)[NEW])
@@ -106,7 +106,7 @@ def test_a_new_node_with_another_driver_is_held_as_drift_of_the_image_not_replac
     navarch.ok("local", "inject", "fleet.yaml", NEW, "--acceptance", "driver=550.54.14")
     navarch.ok("local", "tick", "fleet.yaml")
     node = _node(navarch, NEW)
-    assert node["lifecycle"] == "burn_in"
+    assert node["lifecycle"] == "acceptance"
     assert "drift: driver 550.54.14" in node["reason"]
     assert "majority of 3 serving nodes" in node["reason"]
     assert "a finding about the image, not the hardware" in node["reason"]
@@ -136,7 +136,7 @@ def test_an_unknown_acceptance_key_names_the_flag_and_the_keys(navarch):
     assert "Traceback" not in run.err
 
 
-def test_an_inconclusive_burn_in_holds_the_node_in_burn_in_and_status_says_why(navarch):
+def test_an_inconclusive_acceptance_holds_the_node_in_acceptance_and_status_says_why(navarch):
     _edit(navarch.workdir, lambda d: d["pools"]["train"].update(acceptance={"enabled": True}))
     navarch.ok("apply", "fleet.yaml", "--auto-approve")
     navarch.ok(
@@ -144,16 +144,16 @@ def test_an_inconclusive_burn_in_holds_the_node_in_burn_in_and_status_says_why(n
     )
     navarch.ok("local", "tick", "fleet.yaml")
     node = _node(navarch, "demo-train-0001")
-    assert node["lifecycle"] == "burn_in"
-    assert "burn-in inconclusive: dcgm_diag" in node["reason"]
+    assert node["lifecycle"] == "acceptance"
+    assert "acceptance inconclusive: dcgm_diag" in node["reason"]
     text = navarch.ok("status", "fleet.yaml").out
-    assert "burn_in" in text and "burn-in inconclusive" in text
+    assert "acceptance" in text and "acceptance inconclusive" in text
     # Held, not replaced: doubt never replaces before the acceptance deadline.
     plan = navarch.ok("plan", "fleet.yaml").out
     assert "cordon demo-train-0001" not in plan
 
 
-def test_a_failed_burn_in_counts_against_its_host_so_a_second_makes_it_a_lemon_host(navarch):
+def test_a_failed_acceptance_counts_against_its_host_so_a_second_makes_it_a_lemon_host(navarch):
     _edit(navarch.workdir, lambda d: d["pools"]["train"].update(acceptance={"enabled": True}))
     _scale_up_a_proven_pool(navarch)
     navarch.ok("local", "inject", "fleet.yaml", NEW, "--acceptance", "dcgm_diag=fail")
@@ -163,7 +163,7 @@ def test_a_failed_burn_in_counts_against_its_host_so_a_second_makes_it_a_lemon_h
     state = json.loads((navarch.workdir / ".navarch" / "store" / "state" / "demo.json").read_text())
     faults = state["pools"]["train"]["host_faults"]
     host = _node(navarch, NEW)["ladder"]["host_id"]
-    assert host and [f[:2] for f in faults] == [[host, "burn_in"]]
+    assert host and [f[:2] for f in faults] == [[host, "acceptance"]]
     # One failure is the instance's; a second on the same host makes it the host's.
     assert (
         host

@@ -1,4 +1,4 @@
-"""Burn-in on the node: run the pool's acceptance suite once per boot (and again after a
+"""Acceptance on the node: run the pool's acceptance suite once per boot (and again after a
 GPU reset) and keep the run in the agent's state, so every report of the boot carries it.
 
 The suite is two kinds of test:
@@ -452,7 +452,7 @@ def tick_run(
 def run_named_tests(
     config: AgentConfig, names: Sequence[str], *, level: int | None = None
 ) -> list[AcceptanceResult]:
-    """Run the named tool tests once, now, outside the burn-in (a scheduled idle window:
+    """Run the named tool tests once, now, outside the acceptance (a scheduled idle window:
     the reconciler cordoned and drained the node first), and return one result each.
 
     names: AcceptanceTest values of tools (TOOL_TESTS), in the order to run; config: the

@@ -1,4 +1,4 @@
-"""Burn-in in a pool with warm spares: a burning-in node is kept from work even with
+"""Acceptance in a pool with warm spares: a node in acceptance is kept from work even with
 `scheduler: none` (the cordon is recorded in navarch), and a node that passes while the
 spare set is short goes straight into it, idle, in the run that passes it (the world
 side, jobs only on released nodes: tests/simulate/test_spares_warm.py)."""
@@ -68,24 +68,26 @@ def _actions(spec: Any, obs: Any, node: str) -> list[tuple[ActionKind, ActionRea
     return [(a.kind, a.action_reason) for a in p.actions if a.node == node]
 
 
-def test_a_burning_in_node_of_a_pool_with_spares_is_cordoned_then_held_as_a_spare() -> None:
+def test_a_node_in_acceptance_of_a_pool_with_spares_is_cordoned_then_held_as_a_spare() -> None:
     spec = _spec(spares=2)
     serving = {f"f-p-000{i}": _run() for i in (1, 2, 3)}
     first = _observe(spec, serving)
-    burning = _observe(spec, {**serving, "f-p-0004": _run(finished=False)}, first.memory)
-    assert next(v for v in burning.views if v.node == "f-p-0004").lifecycle is Lifecycle.BURN_IN
+    accepting = _observe(spec, {**serving, "f-p-0004": _run(finished=False)}, first.memory)
+    assert (
+        next(v for v in accepting.views if v.node == "f-p-0004").lifecycle is Lifecycle.ACCEPTANCE
+    )
     # Recorded in navarch with scheduler none: whatever places work reads it, so the node
     # is idle when it passes. Without spares nothing is cordoned (nothing to refill).
-    assert _actions(spec, burning, "f-p-0004") == [(ActionKind.CORDON, ActionReason.BURN_IN)]
+    assert _actions(spec, accepting, "f-p-0004") == [(ActionKind.CORDON, ActionReason.ACCEPTANCE)]
     no_spares = _spec(spares=0)
     alone = _observe(no_spares, {**serving, "f-p-0004": _run(finished=False)}, first.memory)
     assert _actions(no_spares, alone, "f-p-0004") == []
     # It passes while the spare set is short: into the set in that run, never back to work.
-    nm = burning.memory.node("f-p-0004")
-    held = replace(nm, cordon=Cordon(ActionReason.BURN_IN, NOW - timedelta(minutes=3)))
+    nm = accepting.memory.node("f-p-0004")
+    held = replace(nm, cordon=Cordon(ActionReason.ACCEPTANCE, NOW - timedelta(minutes=3)))
     mem = replace(
-        burning.memory,
-        nodes=tuple(held if n.node == "f-p-0004" else n for n in burning.memory.nodes),
+        accepting.memory,
+        nodes=tuple(held if n.node == "f-p-0004" else n for n in accepting.memory.nodes),
     )
     obs = _observe(spec, {**serving, "f-p-0004": _run()}, mem, sequence=6)
     assert next(v for v in obs.views if v.node == "f-p-0004").lifecycle is Lifecycle.HEALTHY

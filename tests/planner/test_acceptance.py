@@ -1,4 +1,4 @@
-"""Burn-in in the planner (navarch.planner.burn_in through observe and plan): a launched or
+"""Acceptance in the planner (navarch.planner.acceptance through observe and plan): a launched or
 remedied node is kept out of service until its acceptance run for its boot passed, judged
 on its own and against its pool's serving nodes; a failure, or no pass by the deadline,
 replaces it; a node that reports no run at all is held and its pool notified."""
@@ -11,11 +11,11 @@ from typing import Any
 
 from navarch.fleet.spec import Scheduler
 from navarch.notify.events import EventKind, plan_conditions
-from navarch.planner.burn_in import choose_peer
+from navarch.planner.acceptance import choose_peer
 from navarch.planner.model import (
+    Acceptance,
     ActionKind,
     ActionReason,
-    BurnIn,
     HaltRule,
     Lifecycle,
     Memory,
@@ -93,27 +93,27 @@ def _view(obs, name: str):
     return next(v for v in obs.views if v.node == name)
 
 
-def test_a_node_whose_suite_is_still_running_burns_in_counts_against_max_and_does_not_serve():
+def test_a_node_whose_suite_is_still_running_runs_acceptance_counts_against_max_and_does_not_serve():
     spec, obs = _world({"f-p-0001": _run(), "f-p-0002": _run(), "f-p-0003": _run(finished=False)})
     v = _view(obs, "f-p-0003")
-    assert v.lifecycle is Lifecycle.BURN_IN and v.burn_in is BurnIn.RUNNING
+    assert v.lifecycle is Lifecycle.ACCEPTANCE and v.acceptance is Acceptance.RUNNING
     p = plan(spec, obs.views, obs.memory, NOW)
     # Counted toward the pool's 3: nothing launched beside it, nothing uncordoned.
     assert not [a for a in p.actions if a.kind in (ActionKind.PROVISION, ActionKind.UNCORDON)]
 
 
-def test_an_inconclusive_burn_in_is_held_until_the_deadline_then_replaced():
+def test_an_inconclusive_acceptance_is_held_until_the_deadline_then_replaced():
     held = _run(status=UNKNOWN, started_ago_s=600)
     _, obs = _world({"f-p-0001": _run(), "f-p-0002": _run(), "f-p-0003": held})
-    assert _view(obs, "f-p-0003").lifecycle is Lifecycle.BURN_IN
+    assert _view(obs, "f-p-0003").lifecycle is Lifecycle.ACCEPTANCE
     late = _run(status=UNKNOWN, started_ago_s=3600)
     spec, obs = _world({"f-p-0001": _run(), "f-p-0002": _run(), "f-p-0003": late})
     v = _view(obs, "f-p-0003")
-    assert (v.lifecycle, v.burn_in) == (Lifecycle.UNHEALTHY, BurnIn.TIMED_OUT)
+    assert (v.lifecycle, v.acceptance) == (Lifecycle.UNHEALTHY, Acceptance.TIMED_OUT)
     assert "acceptance deadline 30m" in v.reason
     p = plan(spec, obs.views, obs.memory, NOW)
     cordon = next(a for a in p.actions if a.kind is ActionKind.CORDON)
-    assert (cordon.node, cordon.action_reason) == ("f-p-0003", ActionReason.BURN_IN_TIMEOUT)
+    assert (cordon.node, cordon.action_reason) == ("f-p-0003", ActionReason.ACCEPTANCE_TIMEOUT)
 
 
 def test_a_figure_below_min_fraction_of_the_serving_nodes_baseline_fails_and_is_replaced():
@@ -125,16 +125,16 @@ def test_a_figure_below_min_fraction_of_the_serving_nodes_baseline_fails_and_is_
     runs = {**first_runs, "f-p-0004": _run(busbw=120.0)}
     _, obs = _world(runs, mem=first.memory, spec=spec)
     v = _view(obs, "f-p-0004")
-    assert (v.lifecycle, v.burn_in) == (Lifecycle.UNHEALTHY, BurnIn.FAILED)
+    assert (v.lifecycle, v.acceptance) == (Lifecycle.UNHEALTHY, Acceptance.FAILED)
     assert "nccl_all_reduce 120 GB/s" in v.reason and "baseline 235 GB/s" in v.reason
     assert "threshold 188 GB/s" in v.reason
     p = plan(spec, obs.views, obs.memory, NOW)
     codes = {(a.kind, a.node): a.action_reason for a in p.actions}
-    assert codes[(ActionKind.CORDON, "f-p-0004")] is ActionReason.BURN_IN_FAILED
+    assert codes[(ActionKind.CORDON, "f-p-0004")] is ActionReason.ACCEPTANCE_FAILED
     assert (ActionKind.PROVISION, "f-p-0005") in codes
 
 
-def test_a_node_past_burn_in_is_not_judged_again_on_its_boot():
+def test_a_node_past_acceptance_is_not_judged_again_on_its_boot():
     spec = _spec()
     _, first = _world({"f-p-0001": _run(), "f-p-0002": _run(busbw=100.0)}, spec=spec)
     # 0002 passed while it had no peers; its figure is not held against it later.
@@ -144,7 +144,7 @@ def test_a_node_past_burn_in_is_not_judged_again_on_its_boot():
     assert {v.lifecycle for v in obs.views} == {Lifecycle.HEALTHY}
 
 
-def test_a_failed_test_on_the_node_fails_burn_in_naming_test_figure_and_threshold():
+def test_a_failed_test_on_the_node_fails_acceptance_naming_test_figure_and_threshold():
     bad = replace(
         _run(),
         results=(AcceptanceResult("nccl_all_reduce", FAIL, 120.0, 200.0, "GB/s", reason="slow"),),
@@ -156,8 +156,8 @@ def test_a_failed_test_on_the_node_fails_burn_in_naming_test_figure_and_threshol
 
 
 def test_version_drift_names_the_component_and_the_policy_decides_whether_it_blocks():
-    # Drift is the image's, not the node's: blocked means held in burn-in, never replaced.
-    for drift, lifecycle in (("block", Lifecycle.BURN_IN), ("warn", Lifecycle.HEALTHY)):
+    # Drift is the image's, not the node's: blocked means held in acceptance, never replaced.
+    for drift, lifecycle in (("block", Lifecycle.ACCEPTANCE), ("warn", Lifecycle.HEALTHY)):
         spec = _spec({"drift": drift})
         _, first = _world({"f-p-0001": _run(), "f-p-0002": _run()}, spec=spec)
         runs = {"f-p-0001": _run(), "f-p-0002": _run(), "f-p-0003": _run(driver="550.54.14")}
@@ -173,7 +173,7 @@ def test_a_declared_baseline_wins_over_the_majority():
     assert "drift: driver 550.54.15 (pool 560.0, declared)" in _view(obs, "f-p-0001").reason
 
 
-def test_a_pool_without_acceptance_does_not_burn_in():
+def test_a_pool_without_acceptance_does_not_acceptance():
     plain = fleet_from_dict(fleet_doc("f", {"p": pool_doc(target=1)}))
     _, obs = _world({"f-p-0001": _run(finished=False)}, spec=plain)
     assert _view(obs, "f-p-0001").lifecycle is Lifecycle.HEALTHY
@@ -200,11 +200,11 @@ def test_a_node_launched_before_its_pool_asked_for_acceptance_serves_without_a_r
 
 def test_a_node_of_an_acceptance_pool_whose_reports_carry_no_run_never_serves():
     spec = _slurm_spec(multi_node=False)
-    cordoned = node_memory("f-p-0003", "p", burn_in_cordon=True)
+    cordoned = node_memory("f-p-0003", "p", acceptance_cordon=True)
     runs = {"f-p-0001": _run(), "f-p-0002": _run(), "f-p-0003": None}
     _, obs = _world(runs, mem=_asked(nodes=[cordoned]), spec=spec)
     v = _view(obs, "f-p-0003")
-    assert (v.lifecycle, v.burn_in) == (Lifecycle.BURN_IN, BurnIn.RUNNING)
+    assert (v.lifecycle, v.acceptance) == (Lifecycle.ACCEPTANCE, Acceptance.RUNNING)
     assert "waiting for the agent's first acceptance run (10m of deadline 30m)" in v.reason
     p = plan(spec, obs.views, obs.memory, NOW)
     assert not [a for a in p.actions if a.node == "f-p-0003"]  # no uncordon, no replacement
@@ -216,7 +216,7 @@ def test_no_run_past_the_deadline_holds_the_node_replaces_nothing_and_notifies_t
     runs = {"f-p-0001": _run(), "f-p-0002": _run(), "f-p-0003": None}
     spec, obs = _world(runs, mem=_asked(ago_min=180), launched_ago_min=120)
     v = _view(obs, "f-p-0003")
-    assert (v.lifecycle, v.burn_in) == (Lifecycle.BURN_IN, BurnIn.NO_RUN)
+    assert (v.lifecycle, v.acceptance) == (Lifecycle.ACCEPTANCE, Acceptance.NO_RUN)
     assert "no acceptance run from f-p-0003 by deadline (30m)" in v.reason
     p = plan(spec, obs.views, obs.memory, NOW)
     # A setting of the image, not dead hardware: no cordon, termination or replacement,
@@ -255,16 +255,16 @@ def _remediating(run: AcceptanceRun | None, mem_pools: bool = False):
     return plan(spec, obs.views, obs.memory, NOW)
 
 
-def test_a_rebooted_node_returns_to_service_only_after_its_new_boots_burn_in_passes():
+def test_a_rebooted_node_returns_to_service_only_after_its_new_boots_acceptance_passes():
     waiting = _remediating(_run(finished=False))
     assert not [a for a in waiting.actions if a.kind is ActionKind.UNCORDON]
-    assert any("burn-in running" in line for line in waiting.pending)
+    assert any("acceptance running" in line for line in waiting.pending)
     back = _remediating(_run())
     uncordon = next(a for a in back.actions if a.kind is ActionKind.UNCORDON)
-    assert "burn-in passed" in uncordon.reason
+    assert "acceptance passed" in uncordon.reason
     failed = _remediating(_run(status=FAIL))
     term = next(a for a in failed.actions if a.kind is ActionKind.TERMINATE)
-    assert term.action_reason is ActionReason.BURN_IN_FAILED
+    assert term.action_reason is ActionReason.ACCEPTANCE_FAILED
 
 
 def _slurm_spec(multi_node: bool = True):
@@ -285,9 +285,9 @@ def test_the_multi_node_peer_is_the_first_proven_serving_node_of_the_pool_by_nam
     runs["f-p-0004"] = _run(finished=False)
     _, obs = _world(runs, mem=first.memory, spec=spec)
     pool = spec.pool("p")
-    assert _view(obs, "f-p-0004").lifecycle is Lifecycle.BURN_IN
+    assert _view(obs, "f-p-0004").lifecycle is Lifecycle.ACCEPTANCE
     # By name, never by a figure the peer reports of itself; never the node itself or one
-    # burning in.
+    # in acceptance.
     assert choose_peer(pool, obs.views, "f-p-0004") == "f-p-0001"
     assert choose_peer(pool, obs.views, "f-p-0001") == "f-p-0002"
     sick = [
@@ -300,7 +300,7 @@ def test_no_peer_without_multi_node_a_slurm_pool_or_a_proven_node():
     spec = _slurm_spec()
     _, obs = _world({"f-p-0001": _run(), "f-p-0002": _run(finished=False)}, spec=spec)
     pool = spec.pool("p")
-    assert choose_peer(pool, obs.views, "f-p-0001") is None  # 0002 is still burning in
+    assert choose_peer(pool, obs.views, "f-p-0001") is None  # 0002 is still in acceptance
     assert choose_peer(_slurm_spec(multi_node=False).pool("p"), obs.views, "f-p-0002") is None
     # Scheduler none: nothing can launch the pair. fleet.yaml refuses such a pool when it
     # loads (tests/spec/test_values_that_halt_or_churn.py); the planner holds on its own.

@@ -1,5 +1,5 @@
-"""The burn-in cordon at the executor's scheduler boundary: the cordon runs the pool's
-cordon playbook and records a burn-in NodeMemory.cordon without a phase (the node burns in,
+"""The acceptance cordon at the executor's scheduler boundary: the cordon runs the pool's
+cordon playbook and records an acceptance NodeMemory.cordon without a phase (the node runs acceptance,
 it is not out for a fault); an uncordon that fails leaves the flag, so the next run's plan
 uncordons it again; one that succeeds clears it."""
 
@@ -34,7 +34,7 @@ def _action(kind: ActionKind, reason: ActionReason) -> Action:
     return Action(kind, "train", node(1), str(reason), instance_id="i-1", action_reason=reason)
 
 
-def test_a_burn_in_cordon_drains_in_the_scheduler_and_is_remembered_without_a_phase(
+def test_an_acceptance_cordon_drains_in_the_scheduler_and_is_remembered_without_a_phase(
     tmp_path: Path,
 ) -> None:
     instances, memory = world(1)
@@ -45,17 +45,17 @@ def test_a_burn_in_cordon_drains_in_the_scheduler_and_is_remembered_without_a_ph
         FakeCloud(),
         instances,
         memory,
-        _action(ActionKind.CORDON, ActionReason.BURN_IN),
+        _action(ActionKind.CORDON, ActionReason.ACCEPTANCE),
         playbooks=runner,
     )
     assert got[(ActionKind.CORDON, node(1))].kind is OutcomeKind.OK
     assert [r[:2] for r in runner.ran] == [("cordon", node(1))]
     nm = memory.node(node(1))
-    assert nm.cordon is not None and nm.cordon.burn_in and not nm.cordon.repair
+    assert nm.cordon is not None and nm.cordon.acceptance and not nm.cordon.repair
     assert nm.phase is Phase.NONE
 
 
-def test_a_failed_burn_in_uncordon_keeps_the_flag_so_the_next_run_retries_it(
+def test_a_failed_acceptance_uncordon_keeps_the_flag_so_the_next_run_retries_it(
     tmp_path: Path,
 ) -> None:
     instances, memory = world(1)
@@ -66,10 +66,10 @@ def test_a_failed_burn_in_uncordon_keeps_the_flag_so_the_next_run_retries_it(
         FakeCloud(),
         instances,
         memory,
-        _action(ActionKind.CORDON, ActionReason.BURN_IN),
+        _action(ActionKind.CORDON, ActionReason.ACCEPTANCE),
         playbooks=SchedulerPlaybooks(),
     )
-    uncordon = _action(ActionKind.UNCORDON, ActionReason.BURN_IN_PASSED)
+    uncordon = _action(ActionKind.UNCORDON, ActionReason.ACCEPTANCE_PASSED)
     memory, got = execute(
         tmp_path,
         spec,
@@ -80,7 +80,7 @@ def test_a_failed_burn_in_uncordon_keeps_the_flag_so_the_next_run_retries_it(
         playbooks=SchedulerPlaybooks(frozenset({"uncordon"})),
     )
     assert got[(ActionKind.UNCORDON, node(1))].kind is OutcomeKind.TRANSIENT
-    assert memory.node(node(1)).cordon.burn_in  # still cordoned: planned again
+    assert memory.node(node(1)).cordon.acceptance  # still cordoned: planned again
 
     memory, got = execute(
         tmp_path, spec, FakeCloud(), instances, memory, uncordon, playbooks=SchedulerPlaybooks()

@@ -1,19 +1,19 @@
-"""The pool's baseline of burn-in bandwidths, and which self-reported figures may count. Pure.
+"""The pool's baseline of acceptance bandwidths, and which self-reported figures may count. Pure.
 
-A burning-in node's bandwidth (NCCL all-reduce bus bandwidth, nvbandwidth host<->device,
+The bandwidth of a node in acceptance (NCCL all-reduce bus bandwidth, nvbandwidth host<->device,
 the multi-node NCCL figure) is compared with its pool's serving nodes, because fleet
 operators find a slow GPU or link only among neighbours. Every figure in that comparison is
 what a node says about itself, so one node must never set the bar for another:
 
 - a figure above the published ceiling of the node's GPU (``ceiling_gbps``; the cloud's
   instance type, never the node's word, says which GPU) is implausible: it is not counted,
-  the test reads ``unknown`` on a burning-in node, and a serving node that reported it is
+  the test reads ``unknown`` on a node in acceptance, and a serving node that reported it is
   flagged (named in status and the plan's notes);
 - the relative comparison runs only with at least ``MIN_PEERS`` plausible figures, against
   ``robust_baseline`` (a median after dropping figures outside a MAD band), so one forged
   or broken peer moves nothing;
 - ``BASELINE_SUSPECT_AFTER`` new nodes in a row below the same baseline make the baseline,
-  not the nodes, the suspect: burn-in replacements stop for the pool and a person is told.
+  not the nodes, the suspect: acceptance replacements stop for the pool and a person is told.
 """
 
 from __future__ import annotations

@@ -1,20 +1,20 @@
-"""Burn-in: whether a launched or remedied node has passed its pool's acceptance suite. Pure.
+"""Acceptance: whether a launched or remedied node has passed its pool's acceptance suite. Pure.
 
 The agent runs the suite once per boot (and again after a GPU reset) and puts the run in
 every report of that boot (ReportSummary.acceptance); this module alone decides what the
 run means for the node (navarch.report.acceptance says what each word is):
 
 - the run has not finished, or a result is ``unknown``: ``running``; the node stays in
-  ``burn_in`` (kept from the scheduler, counted against max, not serving) until the
+  ``acceptance`` (kept from the scheduler, counted against max, not serving) until the
   pool's acceptance ``deadline_s`` after the run started, then ``timed_out``: replaced, as
   a node silent past boot_timeout is (doubt holds a node, it never replaces it at once);
 - a result failed its threshold on the node: ``failed``, replaced and counted dead on
   arrival, unless every failure is a finding about the image (a setting or version
-  drift, navarch.report.acceptance.finding_of): ``held``, kept in burn_in, never replaced for it
-  nor counted against its host, and named once for the pool (a BURN_IN_HELD halt);
+  drift, navarch.report.acceptance.finding_of): ``held``, kept in acceptance, never replaced for it
+  nor counted against its host, and named once for the pool (a ACCEPTANCE_HELD halt);
 - every result passed: then the figures are judged against the pool's serving nodes
   (``judge_pool``): a bandwidth below ``min_fraction`` of their robust baseline fails
-  (navarch.planner.burn_in_figures: at least 3 plausible figures, none above the GPU's
+  (navarch.planner.acceptance_figures: at least 3 plausible figures, none above the GPU's
   published ceiling), unless new nodes keep failing the same baseline (then it is
   suspect and the node held); a version different from the baseline (declared, else the
   majority of the serving nodes) is drift, held when the pool's DriftPolicy is
@@ -23,19 +23,19 @@ run means for the node (navarch.report.acceptance says what each word is):
   judged again on that boot.
 
 A node whose reports carry no run is held too (the gate fails closed: no run is no
-pass): ``burn_in``, waiting for its agent's first run, until ``deadline_s`` after its
-launch; then ``no_run``: still ``burn_in``, never replaced and never a strike against its
+pass): ``acceptance``, waiting for its agent's first run, until ``deadline_s`` after its
+launch; then ``no_run``: still ``acceptance``, never replaced and never a strike against its
 host, because an agent that reports no run (one without acceptance in its config, an
 older bundle, a custom image) is a setting of the image, not broken hardware; the pool
-gets a ``no_acceptance_run`` halt that is notified (navarch.planner.burn_in_stage). The
+gets a ``no_acceptance_run`` halt that is notified (navarch.planner.acceptance_stage). The
 one exception is a node launched before its pool asked for acceptance
 (PoolMemory.acceptance_since, ``launched_before_acceptance``): its agent was never given
 a suite, and holding it would take a serving pool out of service the moment acceptance
 is enabled.
 
-Lemon hosts: every replacement this module causes carries ``ActionReason.BURN_IN_FAILED``
-(or ``BURN_IN_TIMEOUT``) and the node's instance, so a host that fails burn-in twice can
-be listed by whoever keeps the lemon host list (``BURN_IN_LEMON_AFTER``).
+Lemon hosts: every replacement this module causes carries ``ActionReason.ACCEPTANCE_FAILED``
+(or ``ACCEPTANCE_TIMEOUT``) and the node's instance, so a host that fails acceptance twice can
+be listed by whoever keeps the lemon host list (``ACCEPTANCE_LEMON_AFTER``).
 """
 
 from __future__ import annotations
@@ -48,14 +48,14 @@ from typing import Any
 
 from navarch.fleet.durations import format_duration_s
 from navarch.fleet.spec import FleetSpec, PoolSpec, Scheduler
-from navarch.planner.burn_in_figures import (
+from navarch.planner.acceptance_figures import (
     BASELINE_SUSPECT_AFTER,
     ceiling_gbps,
     robust_baseline,
 )
 from navarch.planner.model import (
     READY,
-    BurnIn,
+    Acceptance,
     Lifecycle,
     Memory,
     NodeMemory,
@@ -77,12 +77,12 @@ from navarch.report.health import Remedy
 from navarch.report.timefmt import parse_ts
 
 __all__ = [
-    "BURN_IN_LEMON_AFTER",
+    "ACCEPTANCE_LEMON_AFTER",
     "RELATIVE_TESTS",
     "absolute_verdict",
-    "burn_in_view",
+    "acceptance_view",
     "choose_peer",
-    "judge_burn_ins",
+    "judge_acceptance_runs",
     "Peer",
     "PoolJudgement",
     "image_finding",
@@ -97,9 +97,9 @@ __all__ = [
     "with_peer_test",
 ]
 
-#: Burn-in failures of one physical host after which it is a lemon host (never launched
+#: Acceptance failures of one physical host after which it is a lemon host (never launched
 #: on again): the issue's rule, "a host that fails twice".
-BURN_IN_LEMON_AFTER = 2
+ACCEPTANCE_LEMON_AFTER = 2
 
 #: Tests whose figure is judged against the pool's median of serving nodes (min_fraction):
 #: bandwidths, where a slow GPU or link shows as a node well below its neighbours.
@@ -107,8 +107,8 @@ RELATIVE_TESTS = frozenset(
     {AcceptanceTest.NCCL_ALL_REDUCE, AcceptanceTest.NVBANDWIDTH, AcceptanceTest.NCCL_MULTI_NODE}
 )
 
-#: A verdict: where the burn-in stands, and why in one line.
-Verdict = tuple[BurnIn, str]
+#: A verdict: where the acceptance stands, and why in one line.
+Verdict = tuple[Acceptance, str]
 
 
 def run_key(run: AcceptanceRun) -> str:
@@ -147,25 +147,25 @@ def _judge_run(
     hardware = [r for r in failed if finding_of(r) is Finding.HARDWARE]
     if hardware:
         more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
-        return BurnIn.FAILED, f"burn-in failed: {_result_line(hardware[0])}{more}"
+        return Acceptance.FAILED, f"acceptance failed: {_result_line(hardware[0])}{more}"
     if failed:
-        return BurnIn.HELD, "burn-in held: " + "; ".join(_result_line(r) for r in failed)
+        return Acceptance.HELD, "acceptance held: " + "; ".join(_result_line(r) for r in failed)
     if run.passed:
-        return BurnIn.PASSED, f"burn-in passed ({len(run.results)} tests)"
+        return Acceptance.PASSED, f"acceptance passed ({len(run.results)} tests)"
     elapsed = _elapsed_s(run, s, now)
     unknown = [r for r in run.results if r.status is AcceptanceStatus.UNKNOWN]
     if run.finished_at is None:
-        doing = f"burn-in running: {len(run.results)} tests done"
+        doing = f"acceptance running: {len(run.results)} tests done"
     elif unknown:
-        doing = f"burn-in inconclusive: {_result_line(unknown[0])}"
+        doing = f"acceptance inconclusive: {_result_line(unknown[0])}"
     else:
-        doing = "burn-in finished with no result"
+        doing = "acceptance finished with no result"
     if elapsed > policy.deadline_s:
-        return BurnIn.TIMED_OUT, (
+        return Acceptance.TIMED_OUT, (
             f"{doing}; not passed {format_duration_s(elapsed)} after it started "
             f"(acceptance deadline {format_duration_s(policy.deadline_s)})"
         )
-    return BurnIn.RUNNING, f"{doing} ({format_duration_s(elapsed)} of deadline " + (
+    return Acceptance.RUNNING, f"{doing} ({format_duration_s(elapsed)} of deadline " + (
         f"{format_duration_s(policy.deadline_s)})"
     )
 
@@ -186,12 +186,12 @@ def no_run_verdict(policy: AcceptancePolicy, node: str, waited_s: float) -> Verd
     hardware; docs/design.md, Safety rules: no termination on missing data)."""
     deadline = format_duration_s(policy.deadline_s)
     if waited_s > policy.deadline_s:
-        return BurnIn.NO_RUN, (
+        return Acceptance.NO_RUN, (
             f"no acceptance run from {node} by deadline ({deadline}): the agent config/image "
             "lacks acceptance; held out of service, not replaced"
         )
-    return BurnIn.RUNNING, (
-        f"burn-in waiting for the agent's first acceptance run ({format_duration_s(waited_s)} "
+    return Acceptance.RUNNING, (
+        f"acceptance waiting for the agent's first acceptance run ({format_duration_s(waited_s)} "
         f"of deadline {deadline})"
     )
 
@@ -204,10 +204,10 @@ def absolute_verdict(
     held_since: datetime | None = None,
     node: str = "",
 ) -> Verdict | None:
-    """Where a serving-looking node's burn-in stands on its own, or None when it is not
-    burning in.
+    """Where a serving-looking node's acceptance stands on its own, or None when it is not
+    in acceptance.
 
-    policy: the pool's (None: no burn-in); s: the node's newest accepted report; accepted:
+    policy: the pool's (None: no acceptance); s: the node's newest accepted report; accepted:
     NodeMemory.accepted; now: aware UTC; held_since: when the node began to wait for a
     run (its launch), None when it is not held for one (launched_before_acceptance);
     node: its name, for the reason. None when there is no policy, the run is the one
@@ -223,7 +223,7 @@ def absolute_verdict(
             return None
         return no_run_verdict(policy, node, max((now - held_since).total_seconds(), 0.0))
     if run.boot_id != s.boot_id:
-        return BurnIn.RUNNING, "burn-in not started on this boot yet"
+        return Acceptance.RUNNING, "acceptance not started on this boot yet"
     if run_key(run) == accepted:
         return None
     return _judge_run(policy, run, s, now)
@@ -239,7 +239,7 @@ def return_verdict(
     node: str = "",
 ) -> Verdict | None:
     """Whether a node back from an in-place remedy (rung: reboot or reset_gpu, done at
-    rung_at) has passed burn-in since; None when its pool has no acceptance policy, or
+    rung_at) has passed acceptance since; None when its pool has no acceptance policy, or
     its agent reports no run and it is exempt (launched_before_acceptance). A run counts
     when it is of the report's boot and, after a GPU reset (same boot), started after
     rung_at; otherwise it is ``running``. No run from a node that is not exempt is
@@ -253,14 +253,14 @@ def return_verdict(
         waited_s = 0.0 if rung_at is None else max((now - rung_at).total_seconds(), 0.0)
         return no_run_verdict(policy, node, waited_s)
     if run.boot_id != s.boot_id:
-        return BurnIn.RUNNING, f"burn-in not started since the {rung.value}"
+        return Acceptance.RUNNING, f"acceptance not started since the {rung.value}"
     if rung is Remedy.RESET_GPU and rung_at is not None:
         try:
             started = parse_ts(run.started_at)
         except ValueError:
             started = None
         if started is None or started < rung_at:
-            return BurnIn.RUNNING, f"burn-in not started since the {rung.value}"
+            return Acceptance.RUNNING, f"acceptance not started since the {rung.value}"
     return _judge_run(policy, run, s, now)
 
 
@@ -351,7 +351,7 @@ def _pool_baselines(peers: Sequence[Peer]) -> tuple[dict[str, float], dict[str, 
         refused = _implausible(p.instance_type, p.run)
         if refused:
             flags[p.node] = (
-                "flagged: " + "; ".join(refused) + ": not counted in the pool's burn-in baseline"
+                "flagged: " + "; ".join(refused) + ": not counted in the pool's acceptance baseline"
             )
             continue
         for test, figure in _figures(p.run).items():
@@ -383,12 +383,12 @@ def image_finding(run: AcceptanceRun, unmatched: Mapping[str, str]) -> str:
         declared = ", ".join(f"{k} {v}" for k, v in sorted(unmatched.items()))
         return (
             f"the declared acceptance versions ({declared}) match no serving node: the "
-            "declaration, not the nodes, is suspect; burn-in replacements held until it or "
+            "declaration, not the nodes, is suspect; acceptance replacements held until it or "
             "the image is fixed"
         )
     return (
         f"a finding about the image, not the hardware: {', '.join(tests)} failed (a setting "
-        "or version drift every node of the image shares); burn-in replacements held until "
+        "or version drift every node of the image shares); acceptance replacements held until "
         "the image is fixed"
     )
 
@@ -422,12 +422,12 @@ def judge_pool(
     """Judge each candidate's passed run against the pool's serving nodes.
 
     candidates: node -> (its instance type as the cloud lists it, its run that passed on
-    its own); peers: the pool's serving (READY) nodes past burn-in; misses:
+    its own); peers: the pool's serving (READY) nodes past acceptance; misses:
     PoolMemory.baseline_misses. A relative figure above the published ceiling of the
-    node's type (burn_in_figures.ceiling_gbps) is implausible: a candidate's test reads
+    node's type (acceptance_figures.ceiling_gbps) is implausible: a candidate's test reads
     unknown (RUNNING, the acceptance deadline then ends it), a peer's figure is left out
     and the peer flagged. A figure below policy.min_fraction of the pool's robust baseline
-    (at least MIN_PEERS plausible figures, burn_in_figures.robust_baseline) fails, unless
+    (at least MIN_PEERS plausible figures, acceptance_figures.robust_baseline) fails, unless
     it is the BASELINE_SUSPECT_AFTER-th new node in a row to fail the same baseline: then
     it is HELD, the baseline suspect. Version drift from _baseline is HELD (a finding
     about the image) under DriftPolicy.BLOCK and named under WARN. Never raises.
@@ -440,8 +440,8 @@ def judge_pool(
         refused = _implausible(itype, run)
         if refused:
             out[node] = (
-                BurnIn.RUNNING,
-                ("burn-in inconclusive: " + "; ".join(refused) + " is implausible (unknown)"),
+                Acceptance.RUNNING,
+                ("acceptance inconclusive: " + "; ".join(refused) + " is implausible (unknown)"),
             )
             continue
         slow, against, judged = _slow(policy, run, baselines)
@@ -456,22 +456,22 @@ def judge_pool(
             if len(misses) >= BASELINE_SUSPECT_AFTER:
                 findings[node] = (
                     f"{len(misses)} new nodes in a row below the pool's baseline ({key}): "
-                    "the baseline is suspect, not the nodes; burn-in replacements held until "
+                    "the baseline is suspect, not the nodes; acceptance replacements held until "
                     "a person checks the serving nodes' figures"
                 )
-                out[node] = BurnIn.HELD, "burn-in held: " + "; ".join(slow + drift)
+                out[node] = Acceptance.HELD, "acceptance held: " + "; ".join(slow + drift)
             else:
-                out[node] = BurnIn.FAILED, "burn-in failed: " + "; ".join(slow + drift)
+                out[node] = Acceptance.FAILED, "acceptance failed: " + "; ".join(slow + drift)
             continue
         if judged:
             misses = ()  # a node passed against the baseline: the row is broken
         if drift and policy.drift is DriftPolicy.BLOCK:
             findings[node] = image_finding(_drift_run(run), unmatched)
-            out[node] = BurnIn.HELD, "burn-in held: " + "; ".join(drift)
+            out[node] = Acceptance.HELD, "acceptance held: " + "; ".join(drift)
         elif drift:
-            out[node] = BurnIn.PASSED, "burn-in passed; " + "; ".join(drift)
+            out[node] = Acceptance.PASSED, "acceptance passed; " + "; ".join(drift)
         else:
-            out[node] = BurnIn.PASSED, f"burn-in passed ({len(run.results)} tests)"
+            out[node] = Acceptance.PASSED, f"acceptance passed ({len(run.results)} tests)"
     return PoolJudgement(out, findings, misses)
 
 
@@ -489,20 +489,20 @@ def _drift_run(run: AcceptanceRun) -> AcceptanceRun:
     )
 
 
-def burn_in_view(
+def acceptance_view(
     gate: Verdict, lc: Lifecycle, reason: str, extra: dict[str, Any]
-) -> tuple[BurnIn, Lifecycle, str, dict[str, Any]]:
-    """A serving-looking node's view under its burn-in verdict: running, no run or held
-    (a finding about the image, not the node) -> burn_in (held, never replaced for it);
+) -> tuple[Acceptance, Lifecycle, str, dict[str, Any]]:
+    """A serving-looking node's view under its acceptance verdict: running, no run or held
+    (a finding about the image, not the node) -> acceptance (held, never replaced for it);
     failed or timed out -> unhealthy at once (replaced); passed -> as it was, the reason
-    saying so (judge_burn_ins still judges it against its pool and names a pool-wide
+    saying so (judge_acceptance_runs still judges it against its pool and names a pool-wide
     finding)."""
-    burn, why = gate
-    if burn in (BurnIn.RUNNING, BurnIn.NO_RUN, BurnIn.HELD):
-        return burn, Lifecycle.BURN_IN, why, {}
-    if burn in (BurnIn.FAILED, BurnIn.TIMED_OUT):
-        return burn, Lifecycle.UNHEALTHY, why, {"immediate": True}
-    return burn, lc, f"{why}; {reason}", extra
+    standing, why = gate
+    if standing in (Acceptance.RUNNING, Acceptance.NO_RUN, Acceptance.HELD):
+        return standing, Lifecycle.ACCEPTANCE, why, {}
+    if standing in (Acceptance.FAILED, Acceptance.TIMED_OUT):
+        return standing, Lifecycle.UNHEALTHY, why, {"immediate": True}
+    return standing, lc, f"{why}; {reason}", extra
 
 
 def _itype(v: NodeView) -> str:
@@ -518,21 +518,23 @@ def _apply(
     run: AcceptanceRun,
     now: datetime | None,
 ) -> NodeView:
-    """v under its pool verdict: failed -> unhealthy at once (replaced); held -> burn_in
-    with the pool-wide finding; running (an implausible figure) -> burn_in until the
+    """v under its pool verdict: failed -> unhealthy at once (replaced); held -> acceptance
+    with the pool-wide finding; running (an implausible figure) -> acceptance until the
     acceptance deadline after the run started, then timed out; passed -> the reason."""
-    burn, why = verdict
-    if burn is BurnIn.FAILED:
-        return replace(v, lifecycle=Lifecycle.UNHEALTHY, reason=why, burn_in=burn, immediate=True)
-    if burn is BurnIn.HELD:
+    standing, why = verdict
+    if standing is Acceptance.FAILED:
+        return replace(
+            v, lifecycle=Lifecycle.UNHEALTHY, reason=why, acceptance=standing, immediate=True
+        )
+    if standing is Acceptance.HELD:
         return replace(
             v,
-            lifecycle=Lifecycle.BURN_IN,
+            lifecycle=Lifecycle.ACCEPTANCE,
             reason=f"{why}; {finding}",
-            burn_in=burn,
+            acceptance=standing,
             finding=finding,
         )
-    if burn is BurnIn.RUNNING:
+    if standing is Acceptance.RUNNING:
         s = v.summary
         if now is not None and s is not None and _elapsed_s(run, s, now) > policy.deadline_s:
             why = f"{why}; not passed within the acceptance deadline"
@@ -540,17 +542,17 @@ def _apply(
                 v,
                 lifecycle=Lifecycle.UNHEALTHY,
                 reason=why,
-                burn_in=BurnIn.TIMED_OUT,
+                acceptance=Acceptance.TIMED_OUT,
                 immediate=True,
             )
-        return replace(v, lifecycle=Lifecycle.BURN_IN, reason=why, burn_in=burn)
+        return replace(v, lifecycle=Lifecycle.ACCEPTANCE, reason=why, acceptance=standing)
     return replace(v, reason=why)
 
 
 def _peers(
     out: Sequence[NodeView], idx: Sequence[int], folded: Mapping[str, NodeMemory], memory: Memory
 ) -> list[Peer]:
-    """The pool's serving nodes past burn-in, with their pair test joined to their run."""
+    """The pool's serving nodes past acceptance, with their pair test joined to their run."""
     return [
         Peer(
             out[i].node,
@@ -559,7 +561,7 @@ def _peers(
         )
         for i in idx
         if out[i].lifecycle in READY
-        and out[i].burn_in is None
+        and out[i].acceptance is None
         and (summary := out[i].summary) is not None
     ]
 
@@ -577,7 +579,7 @@ def _candidates(
     candidates: dict[str, tuple[str, AcceptanceRun]] = {}
     for i in idx:
         s = out[i].summary
-        if out[i].burn_in is BurnIn.PASSED and s is not None and s.acceptance is not None:
+        if out[i].acceptance is Acceptance.PASSED and s is not None and s.acceptance is not None:
             candidates[out[i].node] = _itype(out[i]), s.acceptance
     if pairs_nodes(pool) and now is not None:
         for i in idx:
@@ -601,7 +603,7 @@ def _judge_one_pool(
     memory: Memory,
     now: datetime | None,
 ) -> tuple[dict[str, NodeMemory], PoolMemory | None]:
-    """judge_burn_ins for one pool with an acceptance policy; out is updated in place.
+    """judge_acceptance_runs for one pool with an acceptance policy; out is updated in place.
     Returns (the NodeMemory of each node that passed, the pool's memory when its
     baseline_misses changed)."""
     policy = pool.acceptance or AcceptancePolicy()
@@ -610,7 +612,7 @@ def _judge_one_pool(
     unmatched = unmatched_declared(policy, peers)
     for i in idx:
         s = out[i].summary
-        if out[i].burn_in is BurnIn.HELD and s is not None and s.acceptance is not None:
+        if out[i].acceptance is Acceptance.HELD and s is not None and s.acceptance is not None:
             finding = image_finding(s.acceptance, unmatched)
             out[i] = replace(out[i], reason=f"{out[i].reason}; {finding}", finding=finding)
     candidates = _candidates(pool, out, idx, folded, memory, now)
@@ -628,29 +630,29 @@ def _judge_one_pool(
         run = candidates[v.node][1]
         out[i] = _apply(policy, v, judged.verdicts[v.node], flag, run, now)
         nm = folded.get(v.node) or memory.node(v.node)
-        if judged.verdicts[v.node][0] is BurnIn.PASSED and nm is not None:
+        if judged.verdicts[v.node][0] is Acceptance.PASSED and nm is not None:
             accepted[v.node] = replace(nm, accepted=run_key(run))
     changed = replace(pm, baseline_misses=judged.misses)
     return accepted, (changed if changed != pm else None)
 
 
-def judge_burn_ins(
+def judge_acceptance_runs(
     spec: FleetSpec,
     views: Sequence[NodeView],
     changed: Sequence[NodeMemory],
     memory: Memory,
     now: datetime | None = None,
 ) -> tuple[list[NodeView], dict[str, NodeMemory], dict[str, PoolMemory]]:
-    """Judge every node whose burn-in passed on its own against its pool (judge_pool).
+    """Judge every node whose acceptance passed on its own against its pool (judge_pool).
 
     views: observe's views; changed: the NodeMemory observe folded this run (newer than
     memory's); now: aware UTC, for the multi-node test's and an implausible figure's
     deadline (None: not waited on). In a pool that pairs nodes (``pairs_nodes``) the
     node's multi-node NCCL result joins its run first (``peer_verdict``). Returns the
-    views (a failed node now unhealthy with its reason and BurnIn.FAILED; a held one
-    burn_in with BurnIn.HELD and the pool-wide ``finding``; a serving node whose figure
+    views (a failed node now unhealthy with its reason and Acceptance.FAILED; a held one
+    acceptance with Acceptance.HELD and the pool-wide ``finding``; a serving node whose figure
     was refused as implausible flagged in its reason and ``finding``; one waiting on its
-    pair test burn_in with the peer), for each node that passed its NodeMemory with
+    pair test acceptance with the peer), for each node that passed its NodeMemory with
     ``accepted`` set to the run's key (so it is not judged again on that boot), and the
     PoolMemory of each pool whose ``baseline_misses`` changed. Never raises.
     """
@@ -662,7 +664,7 @@ def judge_burn_ins(
     folded = {nm.node: nm for nm in changed}
     by_pool: dict[str, list[int]] = {}
     for i, v in enumerate(out):
-        if v.burn_in in (BurnIn.PASSED, BurnIn.HELD) or v.lifecycle in READY:
+        if v.acceptance in (Acceptance.PASSED, Acceptance.HELD) or v.lifecycle in READY:
             by_pool.setdefault(v.pool, []).append(i)
     for pool in spec.pools:
         if pool.acceptance is None or pool.name not in by_pool:
@@ -679,7 +681,7 @@ def choose_peer(pool: PoolSpec, views: Sequence[NodeView], node: str) -> str | N
 
     pool: the node's pool (None unless its acceptance asks for multi_node and its
     scheduler can launch the two-node job: Slurm); views: observe's views. Known-good: a
-    HEALTHY node of the pool, past burn-in (no verdict this run), other than `node`, whose
+    HEALTHY node of the pool, past acceptance (no verdict this run), other than `node`, whose
     report carries a run that passed, with no figure above its type's published ceiling
     (a flagged node never is). Of those, the first by name: a peer's own figures never
     choose it, so no node can make itself every new node's pair by what it reports. Pure:
@@ -696,7 +698,7 @@ def choose_peer(pool: PoolSpec, views: Sequence[NodeView], node: str) -> str | N
             v.pool != pool.name
             or v.node == node
             or v.lifecycle is not Lifecycle.HEALTHY
-            or v.burn_in is not None
+            or v.acceptance is not None
             or v.finding
             or s is None
             or s.acceptance is None
@@ -709,7 +711,7 @@ def choose_peer(pool: PoolSpec, views: Sequence[NodeView], node: str) -> str | N
 
 
 def pairs_nodes(pool: PoolSpec) -> bool:
-    """Whether the pool's burn-in includes the multi-node NCCL test: acceptance
+    """Whether the pool's acceptance includes the multi-node NCCL test: acceptance
     multi_node on a Slurm pool (the scheduler navarch launches the pair through)."""
     policy = pool.acceptance
     return policy is not None and policy.multi_node and pool.scheduler is Scheduler.SLURM
@@ -731,14 +733,14 @@ def peer_verdict(
     nm: NodeMemory | None,
     now: datetime,
 ) -> tuple[NodeView, AcceptanceRun | None]:
-    """Node v's burn-in in a pool that pairs nodes, once its single-node run passed:
+    """Node v's acceptance in a pool that pairs nodes, once its single-node run passed:
     (its view, its run with the pair result to judge against the pool, or None when it is
     not a candidate this run).
 
-    No result for this run: burn_in, waiting on the peer choose_peer names (NodeView.peer:
+    No result for this run: acceptance, waiting on the peer choose_peer names (NodeView.peer:
     the plan starts the test); with no known-good peer in the pool (its first nodes) the
     run is judged without the test, and the reason says so. A result: judged with the run
-    (_judge_run): a fail fails the burn-in (dead on arrival); unknown holds it in burn_in,
+    (_judge_run): a fail fails the acceptance (dead on arrival); unknown holds it in acceptance,
     the test planned again, until the acceptance deadline, then timed out; a pass leaves
     it a candidate for judge_pool. Source: the issue's rule, a pair test with a known-good
     peer of the same pool, judged like the other tests.
@@ -752,25 +754,29 @@ def peer_verdict(
         if peer is None:
             why = "multi-node NCCL not run: no known-good peer in the pool yet"
             return replace(v, reason=f"{v.reason}; {why}"), run
-        why = f"burn-in waiting for the multi-node NCCL test with {peer}"
+        why = f"acceptance waiting for the multi-node NCCL test with {peer}"
         if _elapsed_s(run, s, now) > policy.deadline_s:
             # Never run (its action failing every run) is no pass: the deadline holds.
             why = f"{why}; not run within the acceptance deadline"
             return replace(
                 v,
                 lifecycle=Lifecycle.UNHEALTHY,
-                burn_in=BurnIn.TIMED_OUT,
+                acceptance=Acceptance.TIMED_OUT,
                 reason=why,
                 immediate=True,
             ), None
         waiting = replace(
-            v, lifecycle=Lifecycle.BURN_IN, burn_in=BurnIn.RUNNING, reason=why, peer=peer
+            v, lifecycle=Lifecycle.ACCEPTANCE, acceptance=Acceptance.RUNNING, reason=why, peer=peer
         )
         return waiting, None
-    burn, why = _judge_run(policy, merged, s, now)
-    if burn is BurnIn.PASSED:
+    standing, why = _judge_run(policy, merged, s, now)
+    if standing is Acceptance.PASSED:
         return v, merged
-    if burn is BurnIn.RUNNING:
+    if standing is Acceptance.RUNNING:
         peer = choose_peer(pool, views, v.node) or ""
-        return replace(v, lifecycle=Lifecycle.BURN_IN, burn_in=burn, reason=why, peer=peer), None
-    return replace(v, lifecycle=Lifecycle.UNHEALTHY, burn_in=burn, reason=why, immediate=True), None
+        return replace(
+            v, lifecycle=Lifecycle.ACCEPTANCE, acceptance=standing, reason=why, peer=peer
+        ), None
+    return replace(
+        v, lifecycle=Lifecycle.UNHEALTHY, acceptance=standing, reason=why, immediate=True
+    ), None

@@ -1,7 +1,7 @@
-"""Burn-in judged on imperfect input (navarch.planner.burn_in through observe and plan): one
+"""Acceptance judged on imperfect input (navarch.planner.acceptance through observe and plan): one
 node's figure never sets another's bar, a figure above the GPU's published ceiling counts
 for nothing, a baseline that new nodes keep failing is suspected, and a finding about the
-image (a setting DCGM names, version drift, a declared version no node has) holds burn-in
+image (a setting DCGM names, version drift, a declared version no node has) holds acceptance
 replacements instead of replacing node after node."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import Any
 from navarch.agent.acceptance_tools.host import ToolOutput
 from navarch.agent.acceptance_tools.suite import run_dcgm_diag
 from navarch.notify.events import EventKind, plan_conditions
-from navarch.planner.burn_in import choose_peer
-from navarch.planner.model import ActionKind, ActionReason, BurnIn, HaltRule, Lifecycle, Memory
+from navarch.planner.acceptance import choose_peer
+from navarch.planner.model import Acceptance, ActionKind, ActionReason, HaltRule, Lifecycle, Memory
 from navarch.planner.observe import observe
 from navarch.planner.plan import plan
 from navarch.report.acceptance import (
@@ -78,7 +78,7 @@ def _world(spec, runs: dict[str, AcceptanceRun], mem: Memory | None = None, sequ
 
 
 def _serving(spec, runs: dict[str, AcceptanceRun]):
-    """Memory with the nodes of `runs` past burn-in on their boot (they passed with an
+    """Memory with the nodes of `runs` past acceptance on their boot (they passed with an
     honest 480 GB/s and no peers to be judged by; what they report later is not judged
     again on that boot, as a node that turns hostile once serving)."""
     obs = _world(spec, {n: _run(480.0) for n in runs}, sequence=4)
@@ -100,10 +100,10 @@ def test_a_two_node_pool_with_a_peer_claiming_100000_gbps_keeps_its_healthy_repl
     mem = _serving(spec, peers)
     obs = _world(spec, {**peers, "f-p-0003": _run(480.0)}, mem)
     v = _view(obs, "f-p-0003")
-    assert (v.lifecycle, v.burn_in) == (Lifecycle.HEALTHY, BurnIn.PASSED)
+    assert (v.lifecycle, v.acceptance) == (Lifecycle.HEALTHY, Acceptance.PASSED)
     p = plan(spec, obs.views, obs.memory, NOW)
     assert not _acted_on(p, "f-p-0003") & {ActionKind.CORDON, ActionKind.TERMINATE}
-    assert not [a for a in p.actions if a.action_reason is ActionReason.BURN_IN_FAILED]
+    assert not [a for a in p.actions if a.action_reason is ActionReason.ACCEPTANCE_FAILED]
 
 
 def test_one_outlier_among_four_peers_does_not_move_the_pools_baseline():
@@ -125,7 +125,7 @@ def test_one_outlier_among_four_peers_does_not_move_the_pools_baseline():
     first = world(peers, memory("f"))
     obs = world({**peers, "f-p-0005": _run(100.0)}, first.memory)
     v = _view(obs, "f-p-0005")
-    assert v.burn_in is BurnIn.FAILED
+    assert v.acceptance is Acceptance.FAILED
     # The median of all four would be 485; the outlier left out, the baseline is 480.
     assert "baseline 480 GB/s" in v.reason
 
@@ -137,7 +137,7 @@ def test_an_implausible_figure_reads_unknown_and_flags_the_node_that_reported_it
     mem = _serving(spec, peers)
     obs = _world(spec, {**peers, "f-p-0005": _run(100_000.0)}, mem)
     new = _view(obs, "f-p-0005")
-    assert (new.lifecycle, new.burn_in) == (Lifecycle.BURN_IN, BurnIn.RUNNING)
+    assert (new.lifecycle, new.acceptance) == (Lifecycle.ACCEPTANCE, Acceptance.RUNNING)
     assert "above the published ceiling 900 GB/s" in new.reason and "(unknown)" in new.reason
     flagged = _view(obs, "f-p-0004")
     assert flagged.lifecycle is Lifecycle.HEALTHY and flagged.finding.startswith("flagged:")
@@ -158,7 +158,7 @@ def test_the_known_good_peer_is_never_chosen_by_a_figure_it_reports_of_itself():
     assert choose_peer(pool, first_gone, "f-p-0004") == "f-p-0003"  # 0002 flagged: never
 
 
-def test_three_new_nodes_in_a_row_below_the_same_baseline_halt_burn_in_replacements():
+def test_three_new_nodes_in_a_row_below_the_same_baseline_halt_acceptance_replacements():
     spec = _spec(target=4)
     # Serving nodes that all claim 800 GB/s (plausible on H100): a baseline healthy 480 GB/s
     # replacements cannot reach.
@@ -166,18 +166,18 @@ def test_three_new_nodes_in_a_row_below_the_same_baseline_halt_burn_in_replaceme
     mem = _serving(spec, peers)
     for new in ("f-p-0004", "f-p-0005"):
         obs = _world(spec, {**peers, new: _run(480.0)}, mem)
-        assert _view(obs, new).burn_in is BurnIn.FAILED
+        assert _view(obs, new).acceptance is Acceptance.FAILED
         mem = obs.memory
     obs = _world(spec, {**peers, "f-p-0006": _run(480.0)}, mem)
     v = _view(obs, "f-p-0006")
-    assert (v.lifecycle, v.burn_in) == (Lifecycle.BURN_IN, BurnIn.HELD)
+    assert (v.lifecycle, v.acceptance) == (Lifecycle.ACCEPTANCE, Acceptance.HELD)
     assert "3 new nodes in a row below the pool's baseline" in v.reason
     p = plan(spec, obs.views, obs.memory, NOW)
     assert not _acted_on(p, "f-p-0006") & {ActionKind.CORDON, ActionKind.TERMINATE}
-    (halt,) = [h for h in p.halts if h.rule is HaltRule.BURN_IN_HELD]
+    (halt,) = [h for h in p.halts if h.rule is HaltRule.ACCEPTANCE_HELD]
     assert "the baseline is suspect" in halt.message and "f-p-0006" in halt.message
     events = plan_conditions(p)
-    assert [e.kind for e in events.values()] == [EventKind.BURN_IN_HELD]
+    assert [e.kind for e in events.values()] == [EventKind.ACCEPTANCE_HELD]
 
 
 def _suite_dcgm_result() -> AcceptanceResult:
@@ -198,19 +198,19 @@ def test_the_persistence_mode_dcgm_document_is_a_setting_finding_not_a_replaceme
     obs = _world(spec, {**peers, **new}, mem)
     for name in new:
         v = _view(obs, name)
-        assert (v.lifecycle, v.burn_in) == (Lifecycle.BURN_IN, BurnIn.HELD)
+        assert (v.lifecycle, v.acceptance) == (Lifecycle.ACCEPTANCE, Acceptance.HELD)
         assert "a finding about the image, not the hardware" in v.reason
     p = plan(spec, obs.views, obs.memory, NOW)
     for name in new:
         assert not _acted_on(p, name) & {ActionKind.CORDON, ActionKind.TERMINATE}
     assert not [a for a in p.actions if a.fault is not None]  # no strike against a host
     # One finding for the pool, however many nodes it holds.
-    (halt,) = [h for h in p.halts if h.rule is HaltRule.BURN_IN_HELD]
+    (halt,) = [h for h in p.halts if h.rule is HaltRule.ACCEPTANCE_HELD]
     assert "dcgm_diag, persistence_mode" in halt.message
     assert "f-p-0004, f-p-0005" in halt.message
 
 
-def test_a_declared_driver_no_serving_node_has_halts_burn_in_instead_of_failing_nodes():
+def test_a_declared_driver_no_serving_node_has_halts_acceptance_instead_of_failing_nodes():
     spec = _spec(4, {"versions": {"driver": "560.35.03"}})
     peers = {f"f-p-000{i}": _run(480.0) for i in (1, 2, 3)}
     # The agent holds each node to the declared driver: its own versions test fails.
@@ -223,8 +223,8 @@ def test_a_declared_driver_no_serving_node_has_halts_burn_in_instead_of_failing_
     run = replace(_run(480.0), results=(_run(480.0).results[0], drifted, _run().results[2]))
     obs = _world(spec, {**peers, "f-p-0004": run})
     for v in obs.views:
-        assert (v.lifecycle, v.burn_in) == (Lifecycle.BURN_IN, BurnIn.HELD), v.node
+        assert (v.lifecycle, v.acceptance) == (Lifecycle.ACCEPTANCE, Acceptance.HELD), v.node
     p = plan(spec, obs.views, obs.memory, NOW)
     assert not [a for a in p.actions if a.kind in (ActionKind.CORDON, ActionKind.TERMINATE)]
-    (halt,) = [h for h in p.halts if h.rule is HaltRule.BURN_IN_HELD]
+    (halt,) = [h for h in p.halts if h.rule is HaltRule.ACCEPTANCE_HELD]
     assert "declared acceptance versions (driver 560.35.03) match no serving node" in halt.message

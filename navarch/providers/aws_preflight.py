@@ -23,15 +23,24 @@ of the "Amazon EC2 service quotas" page.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from botocore.exceptions import BotoCoreError, ClientError
+from botocore.parsers import ResponseParserError
+
 from navarch.errors import AuthError, ConfigError, ProviderError
-from navarch.providers.aws_errors import aws_errors
+from navarch.providers.aws_errors import map_error
 from navarch.providers.optional import answer_excerpt
-from navarch.providers.preflight import Check, Finding, LaunchNeeds, Verdict
+from navarch.providers.preflight import (
+    Check,
+    Finding,
+    LaunchNeeds,
+    NotFoundAnswer,
+    ReadFailure,
+    Reads,
+    Verdict,
+)
 
 __all__ = ["QUOTA_CODES", "preflight_findings", "quota_code"]
 
@@ -73,60 +82,18 @@ def quota_code(instance_type: str, spot: bool) -> str | None:
     return None if codes is None else codes[1 if spot else 0]
 
 
-class _NotFound(Exception):
-    """A read answered that the thing does not exist (a NOT_FOUND code)."""
-
-
-@dataclass
-class _Reads:
-    """The findings of one provider's preflight, and the reads that make them."""
-
-    where: str
-    findings: list[Finding] = field(default_factory=list)
-
-    @contextmanager
-    def read(self, permission: str, subject: str, check: Check) -> Iterator[None]:
-        """Around one read: a NOT_FOUND answer raises _NotFound to the caller; a denied
-        read is a SKIPPED finding, any other failure a WARNING; both end the block."""
-        try:
-            with aws_errors(what=permission):
-                yield
-        except AuthError as exc:
-            self.add(
-                check,
-                Verdict.SKIPPED,
-                subject,
-                "not checked: the policy denies it",
-                f"grant {permission} to check it",
-                permission=permission,
-            )
-            del exc
-        except ProviderError as exc:
-            if exc.code in NOT_FOUND:
-                raise _NotFound(exc.code) from exc
-            self.add(
-                check,
-                Verdict.WARNING,
-                subject,
-                f"not checked: {answer_excerpt(exc, 200)}",
-                "it is checked again next run",
-                permission=permission,
-            )
-
-    def add(
-        self,
-        check: Check,
-        verdict: Verdict,
-        subject: str,
-        detail: str,
-        fix: str,
-        *,
-        key_path: str = "",
-        permission: str = "",
-    ) -> None:
-        self.findings.append(
-            Finding(check, verdict, self.where, subject, detail, fix, key_path, permission)
-        )
+def classify(exc: Exception) -> ReadFailure | None:
+    """An EC2, IAM or Service Quotas read's exception -> how it failed, by the one error map
+    (navarch.providers.aws_errors.map_error): AuthError is denied, a NOT_FOUND code is not
+    found, any other botocore error failed; None for an exception that is no AWS answer."""
+    if not isinstance(exc, BotoCoreError | ClientError | ResponseParserError):
+        return None
+    err = map_error(exc)
+    if isinstance(err, AuthError):
+        return ReadFailure.DENIED
+    if isinstance(err, ProviderError) and err.code in NOT_FOUND:
+        return ReadFailure.NOT_FOUND
+    return ReadFailure.FAILED
 
 
 def preflight_findings(
@@ -142,7 +109,7 @@ def preflight_findings(
     region_of(zone) and options_of(options, pool=...) (AwsPoolOptions.from_mapping): the
     provider's own readings of a zone and a pool's aws: section. Never raises
     ProviderError: a failed read is a finding."""
-    reads = _Reads(provider)
+    reads = Reads(provider, classify)
     for need in needs:
         try:
             regions = {region_of(z) for z in need.zones}
@@ -164,7 +131,7 @@ def preflight_findings(
 
 
 def _check_pool(
-    reads: _Reads,
+    reads: Reads,
     session: Any,
     ec2: Any,
     region: str,
@@ -195,7 +162,7 @@ def _check_pool(
         try:
             with reads.read("ec2:DescribeSecurityGroups", subject, Check.SECURITY_GROUP):
                 ec2.describe_security_groups(GroupIds=[group])
-        except _NotFound:
+        except NotFoundAnswer:
             reads.add(
                 Check.SECURITY_GROUP,
                 Verdict.GAP,
@@ -209,7 +176,7 @@ def _check_pool(
         try:
             with reads.read("ec2:DescribeKeyPairs", subject, Check.KEY_PAIR):
                 ec2.describe_key_pairs(KeyNames=[opts.key_name])
-        except _NotFound:
+        except NotFoundAnswer:
             reads.add(
                 Check.KEY_PAIR,
                 Verdict.GAP,
@@ -222,7 +189,7 @@ def _check_pool(
     _quota(reads, session, ec2, region, need)
 
 
-def _zones(reads: _Reads, ec2: Any, region: str, pool: str) -> set[str] | None:
+def _zones(reads: Reads, ec2: Any, region: str, pool: str) -> set[str] | None:
     subject = f"pool {pool}: zones of {region}"
     with reads.read("ec2:DescribeAvailabilityZones", subject, Check.ZONE):
         answer = ec2.describe_availability_zones(AllAvailabilityZones=True)
@@ -230,13 +197,13 @@ def _zones(reads: _Reads, ec2: Any, region: str, pool: str) -> set[str] | None:
     return None
 
 
-def _image(reads: _Reads, ec2: Any, pool: str, ami: str, region: str, key: str) -> None:
+def _image(reads: Reads, ec2: Any, pool: str, ami: str, region: str, key: str) -> None:
     subject = f"pool {pool}: image {ami}"
     found = True
     try:
         with reads.read("ec2:DescribeImages", subject, Check.IMAGE):
             found = bool(ec2.describe_images(ImageIds=[ami]).get("Images"))
-    except _NotFound:
+    except NotFoundAnswer:
         found = False
     if not found:
         reads.add(
@@ -249,13 +216,13 @@ def _image(reads: _Reads, ec2: Any, pool: str, ami: str, region: str, key: str) 
         )
 
 
-def _profile(reads: _Reads, session: Any, pool: str, profile: str, key: str) -> None:
+def _profile(reads: Reads, session: Any, pool: str, profile: str, key: str) -> None:
     name = profile.rsplit("/", 1)[-1] if profile.startswith("arn:") else profile
     subject = f"pool {pool}: instance profile {name}"
     try:
         with reads.read("iam:GetInstanceProfile", subject, Check.INSTANCE_PROFILE):
             session.client("iam").get_instance_profile(InstanceProfileName=name)
-    except _NotFound:
+    except NotFoundAnswer:
         reads.add(
             Check.INSTANCE_PROFILE,
             Verdict.GAP,
@@ -268,7 +235,7 @@ def _profile(reads: _Reads, session: Any, pool: str, profile: str, key: str) -> 
 
 
 def _subnets(
-    reads: _Reads, ec2: Any, pool: str, zones: tuple[str, ...], opts: Any, key: str
+    reads: Reads, ec2: Any, pool: str, zones: tuple[str, ...], opts: Any, key: str
 ) -> None:
     """A subnet for each zone: the declared one exists and lies in the zone, or, with none
     declared, the default VPC has a default subnet in the zone."""
@@ -287,19 +254,19 @@ def _subnets(
             default_in = set(zone_of.values())
             for zone in zones:
                 _subnet_for(reads, pool, zone, opts, zone_of, default_in, declared, key)
-    except _NotFound as exc:
+    except NotFoundAnswer as exc:
         reads.add(
             Check.SUBNET,
             Verdict.GAP,
             subject,
-            f"a declared subnet does not exist ({exc})",
+            f"a declared subnet does not exist ({answer_excerpt(exc, 160)})",
             "name subnets that exist in the pool's zones",
             key_path=f"{key}.aws.subnets",
         )
 
 
 def _subnet_for(
-    reads: _Reads,
+    reads: Reads,
     pool: str,
     zone: str,
     opts: Any,
@@ -341,9 +308,7 @@ def _subnet_for(
         )
 
 
-def _offerings(
-    reads: _Reads, ec2: Any, need: LaunchNeeds, zones: tuple[str, ...], key: str
-) -> None:
+def _offerings(reads: Reads, ec2: Any, need: LaunchNeeds, zones: tuple[str, ...], key: str) -> None:
     if not zones:
         return
     subject = f"pool {need.pool}: instance types"
@@ -372,7 +337,7 @@ def _offerings(
                     )
 
 
-def _quota(reads: _Reads, session: Any, ec2: Any, region: str, need: LaunchNeeds) -> None:
+def _quota(reads: Reads, session: Any, ec2: Any, region: str, need: LaunchNeeds) -> None:
     """The family's vCPU quota against one node and the pool's max (optional)."""
     for itype in need.instance_types:
         code = quota_code(itype, need.spot)
@@ -389,11 +354,11 @@ def _quota(reads: _Reads, session: Any, ec2: Any, region: str, need: LaunchNeeds
                         "VCpuInfo"
                     ]["DefaultVCpus"]
                     _judge_quota(reads, subject, float(quota), int(vcpus), need.max_nodes)
-        except _NotFound:
+        except NotFoundAnswer:
             continue  # Service Quotas does not publish this quota here: nothing to check
 
 
-def _judge_quota(reads: _Reads, subject: str, quota: float, vcpus: int, max_nodes: int) -> None:
+def _judge_quota(reads: Reads, subject: str, quota: float, vcpus: int, max_nodes: int) -> None:
     ask = "request an increase in the Service Quotas console"
     if quota < vcpus:
         reads.add(

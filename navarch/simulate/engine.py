@@ -142,7 +142,7 @@ class _Tally:
     interrupts: list[float] = field(default_factory=list)  # faults on serving nodes
     warm_s: float | None = None  # when the fleet first reached its target
     terminated_unreplaced: list[dict[str, Any]] = field(default_factory=list)
-    standing: AcceptanceTally = field(default_factory=lambda: AcceptanceTally(frozenset()))
+    accepted: AcceptanceTally = field(default_factory=lambda: AcceptanceTally(frozenset()))
     ledger: HeartbeatLedger | None = None  # heartbeats accounted, not built (lazy only)
 
     def on_fault(self, n: SimNode) -> None:
@@ -171,7 +171,7 @@ class _Tally:
             if a.node in self.records or self._had_fault(a.node):
                 self.lost_to_capacity += 1
         if o.ok:
-            self.standing.on_action(a.kind, a.node, a.replaces, a.action_reason)
+            self.accepted.on_action(a.kind, a.node, a.replaces, a.action_reason)
         if not o.ok or a.node is None:
             return
         self.timeline.append({"t": round(w.t, 3), "kind": a.kind.value, "node": a.node})
@@ -285,7 +285,7 @@ class _Tally:
             if v.lifecycle is Lifecycle.SPARE and v.node not in promoted
         )
         self._spare_refill(len(self.spares))
-        self.standing.after_run(self.world, result.plan.views, promoted)
+        self.accepted.after_run(self.world, result.plan.views, promoted)
         for v in result.plan.views:
             node = self.world.by_name.get(v.node)
             if (
@@ -403,11 +403,11 @@ class _Tally:
                     and not n.cordoned
                     and self.phases.get(n.node, Phase.NONE) is Phase.NONE
                     and n.node not in self.spares  # a warm spare is cordoned: no work
-                    and self.standing.serves(n.pool, n.node)
+                    and self.accepted.serves(n.pool, n.node)
                 ):
                     serving_nodes.add(n.node)
                     if n.latent is not None:
-                        self.standing.served_faulty.add(n.node)
+                        self.accepted.served_faulty.add(n.node)
             sample = _Sample(
                 min(len(serving_nodes), self.target),
                 instances,
@@ -539,7 +539,7 @@ class _Tally:
                 rec.serving_s = self.uncordoned_at.get(rec.promoted, w.t)
                 rec.served_by = ServedBy.SPARE
             elif repl is not None and rec.replacement in serving_nodes:
-                rec.serving_s = self.standing.serving_since(
+                rec.serving_s = self.accepted.serving_since(
                     repl.pool, repl.node, repl.first_report_s
                 )
                 rec.served_by = ServedBy.REPLACEMENT
@@ -554,6 +554,26 @@ class _Tally:
             else:
                 continue
             self.closed.append(self.records.pop(name))
+
+
+def _wire(
+    scenario: Scenario, spec: FleetSpec, world: World, fleet: _SimFleet, tally: _Tally, lazy: bool
+) -> EventRuns | None:
+    """Connect the world's hooks to the tally, the heartbeat ledger (lazy) and the
+    scenario's event-started runs (None without events:)."""
+    world.acceptance = {p.name: p.acceptance for p in spec.pools if p.acceptance is not None}
+    world.gated = frozenset(world.acceptance) | {p.name for p in spec.pools if p.spare_nodes > 0}
+    tally.accepted = AcceptanceTally(frozenset(world.acceptance))
+    world.on_fault = tally.on_fault
+    if lazy:
+        tally.ledger = HeartbeatLedger(world, spec, fleet.reports_memo, SECRET)
+        world.on_heartbeat = tally.ledger.account
+        world.on_write = tally.ledger.news
+    events = EventRuns(world, scenario.events) if scenario.events is not None else None
+    if events is not None:
+        world.on_report = events.on_report
+        world.on_cloud_event = events.on_cloud_event
+    return events
 
 
 def simulate(
@@ -586,18 +606,7 @@ def simulate(
     tally = _Tally(
         world, spec, sum(p.target_nodes for p in spec.pools), scenario.reconcile_period_s
     )
-    world.acceptance = {p.name: p.acceptance for p in spec.pools if p.acceptance is not None}
-    world.gated = frozenset(world.acceptance) | {p.name for p in spec.pools if p.spare_nodes > 0}
-    tally.standing = AcceptanceTally(frozenset(world.acceptance))
-    world.on_fault = tally.on_fault
-    if lazy:
-        tally.ledger = HeartbeatLedger(world, spec, fleet.reports_memo, SECRET)
-        world.on_heartbeat = tally.ledger.account
-        world.on_write = tally.ledger.news
-    events = EventRuns(world, scenario.events) if scenario.events is not None else None
-    if events is not None:
-        world.on_report = events.on_report
-        world.on_cloud_event = events.on_cloud_event
+    events = _wire(scenario, spec, world, fleet, tally, lazy)
     period = scenario.reconcile_period_s
     steps = scenario.duration_s // period
     # Ticks go in first: at one time a tick runs before the checks due then.
@@ -688,7 +697,7 @@ def _document(scenario: Scenario, t: _Tally) -> dict[str, Any]:
         **_training_keys(scenario, t),
         **action_keys(t),
         **cost_keys(scenario, t),
-        **t.standing.keys([*w.nodes.values(), *w.terminated.values()]),
+        **t.accepted.keys([*w.nodes.values(), *w.terminated.values()]),
         **detection_keys(
             [
                 (

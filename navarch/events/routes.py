@@ -240,6 +240,9 @@ def azure_event_subscription(target: SetupTarget) -> dict[str, Any]:
 
 
 def azure_account_id(target: SetupTarget) -> str:
+    """The ARM resource id of the fleet's storage account ("/subscriptions/S/resourceGroups/
+    G/providers/Microsoft.Storage/storageAccounts/A"): an Event Grid subscription's scope
+    and a queue destination's resourceId (Azure Event Grid, "Storage queue as a handler")."""
     return (
         f"/subscriptions/{target.subscription_id}/resourceGroups/{target.resource_group}"
         f"/providers/Microsoft.Storage/storageAccounts/{target.account}"

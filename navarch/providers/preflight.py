@@ -86,6 +86,7 @@ class Finding:
         return f"{self.subject}: {self.detail} -> {self.fix}{key}"
 
     def to_json(self) -> dict[str, Any]:
+        """The finding as plan JSON's preflight entry: every field, enums as their values."""
         return {
             "check": self.check.value,
             "verdict": self.verdict.value,
@@ -138,12 +139,14 @@ class Preflight:
 
     @classmethod
     def of(cls, findings: Sequence[Finding]) -> Preflight:
+        """The findings without repeats, sorted by check (Check's order), provider, subject."""
         order = list(Check)
         unique = dict.fromkeys(findings)
         return cls(tuple(sorted(unique, key=lambda f: (order.index(f.check), f.where, f.subject))))
 
     @property
     def gaps(self) -> tuple[Finding, ...]:
+        """The GAP findings: what would make a launch fail."""
         return tuple(f for f in self.findings if f.verdict is Verdict.GAP)
 
     @property
@@ -172,6 +175,7 @@ class Preflight:
         return "\n".join(out) + "\n"
 
     def to_json(self) -> dict[str, Any]:
+        """{"blocks": bool, "findings": [Finding.to_json(), ...]}: plan JSON's preflight."""
         return {"blocks": self.blocks, "findings": [f.to_json() for f in self.findings]}
 
 
@@ -230,6 +234,8 @@ class Reads:
         key_path: str = "",
         permission: str = "",
     ) -> None:
+        """Record one finding of this provider (where); key_path: the fleet.yaml key it is
+        about, permission: the action a skipped check needs."""
         self.findings.append(
             Finding(check, verdict, self.where, subject, detail, fix, key_path, permission)
         )

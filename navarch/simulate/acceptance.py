@@ -136,8 +136,7 @@ def draw_latent(rng: random.Random, rate: float) -> str | None:
     hit, pick = rng.random(), rng.random()
     if hit >= rate:
         return None
-    kinds = ARRIVAL_FAULTS
-    return kinds[min(int(pick * len(kinds)), len(kinds) - 1)]
+    return ARRIVAL_FAULTS[min(int(pick * len(ARRIVAL_FAULTS)), len(ARRIVAL_FAULTS) - 1)]
 
 
 def _pct(values: list[float], q: float) -> float | None:

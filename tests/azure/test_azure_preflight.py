@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from navarch.providers import open_provider
 from navarch.providers.azure import AzureProvider
 from navarch.providers.preflight import Check, LaunchNeeds, Preflight, Verdict
 from tests.support.cli import in_process
 from tests.support.fake_arm import SUB, TOKEN, FakeARM
+from tests.support.providers import train_needs
 
 SECRET = "0123456789abcdef0123456789abcdef"
 H100 = "Standard_ND96isr_H100_v5"
@@ -34,19 +36,9 @@ def _provider(endpoint: str, subscription: str = SUB) -> AzureProvider:
 def _need(
     zones: tuple[str, ...] = ("eastus-1", "eastus-2"),
     types: tuple[str, ...] = (H100,),
-    *,
-    spot: bool = False,
-    max_nodes: int = 2,
+    **kw: Any,
 ) -> LaunchNeeds:
-    return LaunchNeeds(
-        pool="train",
-        zones=zones,
-        instance_types=types,
-        spot=spot,
-        max_nodes=max_nodes,
-        gpus_per_node=8,
-        key_prefix="pools.train",
-    )
+    return train_needs(zones, types, **kw)
 
 
 def test_a_size_restricted_in_a_zone_is_a_gap_naming_zones(

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from navarch.providers.gcp import GcpProvider
 from navarch.providers.gcp_preflight import image_reference
 from navarch.providers.preflight import Check, LaunchNeeds, Preflight, Verdict
 from tests.support.cli import in_process
 from tests.support.fake_compute import FakeCompute
-from tests.support.providers import FLEET, gcp_provider
+from tests.support.providers import FLEET, gcp_provider, train_needs
 
 SECRET = "0123456789abcdef0123456789abcdef"
 
@@ -27,21 +28,9 @@ def _provider(endpoint: str, **extra: object) -> GcpProvider:
 def _need(
     zones: tuple[str, ...] = ("us-central1-a", "us-central1-b"),
     types: tuple[str, ...] = ("a3-highgpu-8g",),
-    *,
-    spot: bool = False,
-    max_nodes: int = 2,
-    **options: object,
+    **kw: Any,
 ) -> LaunchNeeds:
-    return LaunchNeeds(
-        pool="train",
-        zones=zones,
-        instance_types=types,
-        spot=spot,
-        max_nodes=max_nodes,
-        gpus_per_node=8,
-        options=options,
-        key_prefix="pools.train",
-    )
+    return train_needs(zones, types, **kw)
 
 
 def test_a_machine_type_a_zone_does_not_offer_is_a_gap_naming_instance_types(

@@ -11,6 +11,7 @@ from typing import Any, NamedTuple
 from navarch.errors import NavarchError
 from navarch.inventory import Instance, launch_id, ownership_tags
 from navarch.providers.base import Provider, ProvisionRequest
+from navarch.providers.preflight import LaunchNeeds
 
 FLEET = "prod"
 
@@ -120,3 +121,26 @@ def gcp_provider(endpoint: str, fleet: str = FLEET, **extra: object) -> Provider
         **extra,
     }
     return open_provider("gcp", config, base_dir=Path(__file__).resolve().parents[2], fleet=fleet)
+
+
+def train_needs(
+    zones: tuple[str, ...],
+    types: tuple[str, ...],
+    *,
+    spot: bool = False,
+    max_nodes: int = 2,
+    **options: object,
+) -> LaunchNeeds:
+    """What pool "train" (8 GPUs a node, key path pools.train) needs of a provider's
+    preflight: these zones and instance types, spot or not, up to max_nodes; options: the
+    placement's provider section (gcp:, azure:)."""
+    return LaunchNeeds(
+        pool="train",
+        zones=zones,
+        instance_types=types,
+        spot=spot,
+        max_nodes=max_nodes,
+        gpus_per_node=8,
+        options=options,
+        key_prefix="pools.train",
+    )

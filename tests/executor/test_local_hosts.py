@@ -1,19 +1,41 @@
-"""The local provider's simulated hosts at fleet scale: a run's launches land where
-racks.pick_host says, each slot of a rack is looked at a bounded number of times (not a
+"""The local provider's simulated hosts at fleet scale: a run's launches land where the
+placement rule says (pick_host below, the rule's plain statement: a scan of the rack), each slot of a rack is looked at a bounded number of times (not a
 scan of the whole rack per launch), and a terminated machine's host is handed out again."""
 
 from __future__ import annotations
 
+import hashlib
 import random
+from collections.abc import Collection
 from pathlib import Path
 
 import pytest
 
 from navarch.providers.base import ProvisionRequest
 from navarch.providers.local import LocalProvider, racks
-from navarch.providers.local.racks import HostBook, pick_host
+from navarch.providers.local.racks import RACKS, HostBook, host_name, rack_name
 
 ZONE = "local-a"
+
+
+def pick_host(
+    zone: str,
+    launch_id: str,
+    occupied: Collection[str],
+    avoid: Collection[str] = (),
+    block: str = "",
+) -> tuple[str, tuple[str, ...]]:
+    """The placement rule written plainly, as the oracle HostBook must agree with: the rack
+    `block` names in this zone, else the launch id's hash; its lowest slot neither occupied
+    nor avoided."""
+    by_name = {f"{zone}/{rack_name(i)}": i for i in range(RACKS)}
+    rack = by_name.get(block)
+    if rack is None:
+        rack = int(hashlib.sha256(launch_id.encode()).hexdigest()[:8], 16) % RACKS
+    slot = 0
+    while (h := host_name(zone, rack, slot)) in occupied or h in avoid:
+        slot += 1
+    return h, (zone, rack_name(rack), h)
 
 
 def _request(i: int) -> ProvisionRequest:

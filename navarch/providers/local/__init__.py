@@ -195,8 +195,8 @@ class LocalProvider:
 
     def provision(self, request: ProvisionRequest) -> Instance:
         """Create the machine (idempotent on request.launch_id) on a simulated host: in
-        the rack request.block names, never on a host of request.avoid_hosts (racks.pick_host;
-        racks.HostBook keeps the run's hosts).
+        the rack request.block names, never on a host of request.avoid_hosts (racks.HostBook.take,
+        over the run's hosts).
 
         Raises CapacityError (scope zone) for a place listed in `unavailable`,
         PlacementError (scope zone) for one listed in `not_offered`.

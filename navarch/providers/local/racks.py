@@ -27,34 +27,12 @@ def host_name(zone: str, rack: int, slot: int) -> str:
     return f"{zone}-r{rack}-h{slot:02d}"
 
 
-def pick_host(
-    zone: str,
-    launch_id: str,
-    occupied: Collection[str],
-    avoid: Collection[str] = (),
-    block: str = "",
-) -> tuple[str, tuple[str, ...]]:
-    """Where a new machine lands -> (host id, topology (zone, rack, host)).
-
-    The rack: the one `block` names ("<zone>/rack-N") when it is in this zone, else one
-    derived from the launch id (deterministic: a launch repeated with its id lands in the
-    same rack). The host: the rack's lowest slot neither occupied by another machine nor
-    in `avoid` (lemon hosts), so a replacement launched after its node is gone takes the
-    freed host unless that host is avoided. Never fails: a rack grows as needed.
-    HostBook.take answers the same for a run that launches many machines.
-    """
-    rack = _rack(zone, launch_id, block)
-    slot = _free_slot(zone, rack, 0, occupied, avoid)
-    return _placed(zone, rack, slot)
-
-
 class HostBook:
     """The hosts taken in one simulated cloud, kept across the launches of a run.
 
-    take() answers as pick_host does, but scans a rack from its low-water mark (every slot
-    below it is taken), so a run of N launches costs O(N), not a scan of the rack each:
-    O(N^2), 37 s of 10,000 launches into four racks (bench/scale.py). Not thread-safe:
-    the caller holds its lock.
+    take() scans a rack from its low-water mark (every slot below it is taken), so a run of
+    N launches costs O(N), not a scan of the rack each: O(N^2), 37 s of 10,000 launches
+    into four racks (bench/scale.py). Not thread-safe: the caller holds its lock.
     """
 
     def __init__(self, taken: Iterable[str] = ()) -> None:
@@ -80,7 +58,14 @@ class HostBook:
     def take(
         self, zone: str, launch_id: str, avoid: Collection[str] = (), block: str = ""
     ) -> tuple[str, tuple[str, ...]]:
-        """pick_host(zone, launch_id, <the hosts taken>, avoid, block), marked taken."""
+        """Where a new machine lands -> (host id, topology (zone, rack, host)), marked taken.
+
+        The rack: the one `block` names ("<zone>/rack-N") when it is in this zone, else one
+        derived from the launch id (deterministic: a launch repeated with its id lands in
+        the same rack). The host: the rack's lowest slot neither taken by another machine
+        nor in `avoid` (lemon hosts), so a replacement launched after its node is gone
+        takes the freed host unless that host is avoided. Never fails: a rack grows as
+        needed."""
         rack = _rack(zone, launch_id, block)
         floor = _free_slot(zone, rack, self._floor.get((zone, rack), 0), self._taken, ())
         self._floor[(zone, rack)] = floor

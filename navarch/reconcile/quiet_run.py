@@ -79,7 +79,6 @@ def quiet_run(
         return None  # a malformed node entry: the full run reads the state and says so
     if changed is None:
         return None
-    cache.forget_parsed()  # no full read follows to use the parsed state
     saved = memory
     if changed:
         check_store()

@@ -436,28 +436,11 @@ class StateCache:
     reconciles (navarch simulate); one `navarch apply` reads the state once.
 
     node_docs: the node entries of the state documents this process made (NodeDocCache).
-    A lazily read state (load_memory lazy=True) is kept as its parsed document instead: an
-    event-started run that finds a report with news reads the state lazily, then in full.
     """
 
     def __init__(self) -> None:
         self._entry: tuple[str, str, Memory] | None = None
-        self._parsed: tuple[str, str, Any] | None = None
         self.node_docs = NodeDocCache()
-
-    def take_parsed(self, key: str, version: str) -> Any:
-        """The parsed document of key at version when it is the one kept, else None; either
-        way none is kept after (a long-lived process must not hold a large state twice)."""
-        kept, self._parsed = self._parsed, None
-        return kept[2] if kept is not None and kept[:2] == (key, version) else None
-
-    def forget_parsed(self) -> None:
-        """Keep no parsed document (a partial run: no full read follows)."""
-        self._parsed = None
-
-    def keep_parsed(self, key: str, version: str, doc: Any) -> None:
-        """Keep doc (never changed: a lazy Memory shares its entries) as key at version."""
-        self._parsed = (key, version, doc)
 
     def get(self, key: str, version: str) -> Memory | None:
         """The Memory of key at version when it is the one remembered, else None."""
@@ -491,13 +474,9 @@ def load_memory(
     cached = cache.get(blob.key, blob.version) if cache is not None else None
     if cached is not None:
         return cached, blob.version
-    doc = cache.take_parsed(blob.key, blob.version) if cache is not None and not lazy else None
     try:
-        if doc is None:
-            doc = orjson.loads(blob.data)  # orjson wrote it: 27 MB at 100,000 nodes
-            if cache is not None and lazy:
-                cache.keep_parsed(blob.key, blob.version, doc)
-        mem = memory_from_json(doc, lazy=lazy)
+        # orjson wrote it: 27 MB at 100,000 nodes
+        mem = memory_from_json(orjson.loads(blob.data), lazy=lazy)
     except (ValueError, KeyError, TypeError) as exc:
         raise StoreError(
             f"{state_key(fleet)} in {store.url} is not a valid navarch state document ({exc}); "

@@ -9,7 +9,6 @@ import pytest
 
 from navarch.errors import LockHeld, NavarchError, NotFound, PreconditionFailed, StoreError
 from navarch.planner.model import Memory, NodeMemory, Phase
-from navarch.reconcile import state
 from navarch.reconcile.state import (
     AuditLog,
     StateCache,
@@ -190,32 +189,3 @@ def test_a_lease_taken_by_another_run_while_we_looked_is_held_not_a_store_error(
     with pytest.raises(LockHeld) as held:
         acquire_lock(Racing(), "demo", "apply", 900, T0, holder="slower run")
     assert held.value.holder == "quicker run"
-
-
-def test_a_full_read_after_a_lazy_read_of_the_same_version_parses_the_state_once(
-    tmp_path, monkeypatch
-):
-    # An event-started run reads the state lazily, then in full when a report has news.
-    store = FileStore(tmp_path)
-    cache = StateCache()
-    node = NodeMemory(node="demo-train-0001", pool="train", instance_id="i-1", first_seen_at=T0)
-    saved, version = save_memory(store, load_memory(store, "demo")[0].with_node(node), None)
-    parses: list[int] = []
-    real = state.orjson
-
-    class Counted:
-        def __getattr__(self, name: str) -> object:
-            return getattr(real, name)
-
-        def loads(self, b: bytes) -> object:
-            parses.append(len(b))
-            return real.loads(b)
-
-    counted = Counted()
-    monkeypatch.setattr(state, "orjson", counted)
-    lazy, v = load_memory(store, "demo", cache, lazy=True)
-    assert v == version and lazy.node(node.node) == node
-    full, v = load_memory(store, "demo", cache)
-    assert v == version and full == saved and len(parses) == 1
-    other, v2 = save_memory(store, saved.without_node(node.node), version)  # someone else
-    assert load_memory(store, "demo", cache) == (other, v2) and len(parses) == 2

@@ -161,7 +161,8 @@ def apply_on_events(args: argparse.Namespace, apply_once: Any) -> int:
 def cmd_events_setup(args: argparse.Namespace) -> int:
     """`navarch events setup FLEET [--dry-run]`: print each call, then the queue URL."""
     from navarch import api
-    from navarch.events.setup import SetupTarget, setup_events
+    from navarch.events.routes import SetupTarget
+    from navarch.events.setup import setup_events
 
     fleet = api.load_fleet(args.fleet)
     target = SetupTarget.of_fleet(

@@ -88,18 +88,7 @@ from navarch.events.routes import (
 )
 from navarch.extras import import_extra
 
-__all__ = [
-    "INSTANCE_EVENT_PATTERN",
-    "ApiCall",
-    "SetupTarget",
-    "azure_event_subscription",
-    "gcs_notification",
-    "instance_rule_name",
-    "queue_name",
-    "s3_notification_configuration",
-    "s3_queue_policy",
-    "setup_events",
-]
+__all__ = ["ApiCall", "setup_events"]
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")

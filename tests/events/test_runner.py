@@ -10,8 +10,9 @@ import pytest
 from navarch.errors import LockHeld, StoreUnavailable
 from navarch.events.messages import Watch
 from navarch.events.queues import SqsQueue
+from navarch.events.routes import SetupTarget
 from navarch.events.runner import drain, listen, run_batch
-from navarch.events.setup import SetupTarget, setup_events
+from navarch.events.setup import setup_events
 
 BUCKET = "navarch-events-runner"
 

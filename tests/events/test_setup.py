@@ -18,7 +18,8 @@ from google.cloud.pubsub_v1 import types as pubsub_types
 from google.iam.v1 import iam_policy_pb2
 from google.protobuf import json_format
 
-from navarch.events.setup import SetupTarget, setup_events
+from navarch.events.routes import SetupTarget
+from navarch.events.setup import setup_events
 from tests.support.cli import run_navarch
 
 SUBSCRIPTION = "00000000-0000-0000-0000-000000000001"

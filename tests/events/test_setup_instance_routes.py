@@ -22,7 +22,8 @@ from google.iam.v1 import iam_policy_pb2, policy_pb2
 from google.protobuf import json_format
 
 from navarch.events.messages import Watch, parse_event_grid_message, parse_pubsub_message
-from navarch.events.setup import SetupTarget, setup_events
+from navarch.events.routes import SetupTarget
+from navarch.events.setup import setup_events
 from tests.support.fake_logging import WRITER, FakeLogging
 
 SUBSCRIPTION = "00000000-0000-0000-0000-000000000001"

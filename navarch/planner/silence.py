@@ -24,8 +24,10 @@ A node cordoned because no first report came within boot_timeout was missing dat
 slow boot looks the same until it reports. When its first report arrives before it is
 terminated (fresh, made after the cordon, not unhealthy), it returns to service the same
 way; without one it leaves through the terminate stage as before (a host that never boots
-writes nothing, and boot_timeout is what ends it). In a pool with an acceptance suite it
-leaves as before: returning it would skip its acceptance.
+writes nothing, and boot_timeout is what ends it). In a pool with an acceptance suite it is
+handed to acceptance instead (a cordon for ACCEPTANCE that takes over the boot_timeout
+one): returned to the scheduler it would skip its suite, and replaced it would be a healthy
+node terminated for a slow boot; its suite decides, as for any new node.
 """
 
 from __future__ import annotations
@@ -76,11 +78,9 @@ def evidence(ctx: PoolContext, v: NodeView) -> str | None:
 def _late_first_report(ctx: PoolContext, v: NodeView, taken: set[str]) -> bool:
     """Whether v, cordoned because no report came within boot_timeout, has now reported
     (fresh, made after the cordon, not unhealthy) and nothing else holds it: no evidence,
-    no `--replace`, not taken by an earlier stage this run, and no acceptance suite in its
-    pool (a first report past boot_timeout there may carry an unjudged acceptance)."""
+    no `--replace`, not taken by an earlier stage this run."""
     return (
-        ctx.pool.acceptance is None  # an uncordon here would skip the node's acceptance
-        and v.cordon is not None
+        v.cordon is not None
         and v.cordon.cause is ActionReason.BOOT_TIMEOUT
         and v.lifecycle in _OUT
         and v.node not in taken
@@ -102,6 +102,21 @@ def _returned(ctx: PoolContext, v: NodeView, why: str) -> Action:
     )
 
 
+def _to_acceptance(ctx: PoolContext, v: NodeView) -> Action:
+    """The late-booting node of a pool with an acceptance suite, kept from the scheduler
+    for its suite (a cordon for ACCEPTANCE that ends the boot_timeout phase): the suite,
+    not the slow boot, decides whether it serves or is replaced."""
+    return Action(
+        ActionKind.CORDON,
+        ctx.pool.name,
+        v.node,
+        f"its first report came after boot_timeout's cordon ({v.reason}): judged by its "
+        "acceptance suite before it serves, not replaced for a slow boot",
+        instance_id=iid(v),
+        action_reason=ActionReason.ACCEPTANCE,
+    )
+
+
 def silence_stage(ctx: PoolContext, prog: Progress) -> StageResult:
     """Silent-cordoned nodes (Cordon.silent) out of service: uncordon the ones
     that report again (fresh, made after the cordon, not unhealthy; the breaker does not
@@ -114,7 +129,9 @@ def silence_stage(ctx: PoolContext, prog: Progress) -> StageResult:
     for v in ctx.views:
         if _late_first_report(ctx, v, taken):
             taken.add(v.node)
-            actions.append(_returned(ctx, v, "its first report came after boot_timeout's cordon"))
+            late = "its first report came after boot_timeout's cordon"
+            accept = ctx.pool.acceptance is not None
+            actions.append(_to_acceptance(ctx, v) if accept else _returned(ctx, v, late))
             continue
         if (
             v.cordon is None

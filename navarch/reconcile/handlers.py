@@ -301,7 +301,11 @@ class Handlers:
             # In acceptance is no phase: observe judges the node by its acceptance run, and
             # the flag tells the planner to uncordon it once the run passed.
             accepting = Cordon(ActionReason.ACCEPTANCE, self.clock())
-            return ran, set_node(replace(self._node_memory(a, memory), cordon=accepting))
+            nm = self._node_memory(a, memory)
+            if nm.cordon is not None and nm.cordon.cause is ActionReason.BOOT_TIMEOUT:
+                # A late first report: its suite, not the boot_timeout phase, now decides.
+                nm = _no_phase(nm, self.clock())
+            return ran, set_node(replace(nm, cordon=accepting))
         now = self.clock()
         scheduled = a.carries(CordonPayload).why is DiagWhy.SCHEDULED
         nm = replace(

@@ -11,10 +11,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import jsonschema
 import pytest
 
-from navarch.fleet.schemas import load_schema
+from navarch.fleet.schemas import validator_for
 from tests.support.cli import in_process
 
 REPO = Path(__file__).resolve().parents[2]
@@ -73,9 +72,7 @@ class Navarch:
     def status(self) -> dict:
         """`navarch status --json`, checked against schemas/status.schema.json."""
         doc = json.loads(self.ok("status", self.fleet, "--json").out)
-        jsonschema.validate(
-            doc, load_schema("status.schema.json"), format_checker=jsonschema.FormatChecker()
-        )
+        validator_for("status.schema.json").validate(doc)
         return doc
 
     def nodes(self, pool: str | None = None) -> list[dict]:

@@ -7,11 +7,10 @@ import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import jsonschema
 import pytest
 
 from navarch import api
-from navarch.fleet.schemas import load_schema
+from navarch.fleet.schemas import validator_for
 
 pytest.importorskip("mcp")
 
@@ -63,9 +62,7 @@ def test_cli_api_and_mcp_return_the_same_documents(navarch, moment):
         ("plan", "plan.schema.json"),
         ("history", "history.schema.json"),
     ):
-        jsonschema.validate(
-            cli[question], load_schema(schema), format_checker=jsonschema.FormatChecker()
-        )
+        validator_for(schema).validate(cli[question])
         assert py[question] == cli[question], question
         assert mcp[question] == cli[question], question
     assert [a["node"] for a in cli["plan"]["actions"] if a["action"] == "cordon"] == [

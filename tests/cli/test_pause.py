@@ -9,9 +9,7 @@ import json
 from datetime import UTC, datetime
 from pathlib import Path
 
-import jsonschema
-
-from navarch.fleet.schemas import load_schema
+from navarch.fleet.schemas import validator_for
 
 NODE = "demo-train-0002"
 
@@ -35,7 +33,7 @@ def test_a_paused_fleet_plans_and_reports_but_acts_on_nothing_and_says_why(navar
     plan = navarch("plan", "fleet.yaml", "--json")
     assert plan.code == 0, plan.err
     doc = json.loads(plan.out)
-    jsonschema.validate(doc, load_schema("plan.schema.json"))
+    validator_for("plan.schema.json").validate(doc)
     assert doc["actions"] == [] and {h["rule"] for h in doc["halts"]} == {"paused"}
     assert navarch("plan", "fleet.yaml", "--detailed-exitcode").code == 2  # held, not converged
 

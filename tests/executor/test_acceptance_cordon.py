@@ -5,10 +5,11 @@ uncordons it again; one that succeeds clears it."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from navarch.outcome import OutcomeKind
-from navarch.planner.model import Action, ActionKind, ActionReason, Phase
+from navarch.planner.model import Action, ActionKind, ActionReason, Cordon, Phase
 
 from .test_executor import FakeCloud, execute, node, spec_of, world
 
@@ -52,6 +53,32 @@ def test_an_acceptance_cordon_drains_in_the_scheduler_and_is_remembered_without_
     assert [r[:2] for r in runner.ran] == [("cordon", node(1))]
     nm = memory.node(node(1))
     assert nm.cordon is not None and nm.cordon.acceptance and not nm.cordon.repair
+    assert nm.phase is Phase.NONE
+
+
+def test_an_acceptance_cordon_ends_the_boot_timeout_phase_of_a_late_booting_node(
+    tmp_path: Path,
+) -> None:
+    instances, memory = world(1)
+    late = replace(
+        memory.node(node(1)),
+        phase=Phase.DRAINING,
+        phase_reason="no report within boot_timeout (15m)",
+        cordon=Cordon(ActionReason.BOOT_TIMEOUT, repair=True),
+    )
+    memory, got = execute(
+        tmp_path,
+        spec_of(tmp_path, "slurm"),
+        FakeCloud(),
+        instances,
+        memory.with_node(late),
+        _action(ActionKind.CORDON, ActionReason.ACCEPTANCE),
+        playbooks=SchedulerPlaybooks(),
+    )
+    assert got[(ActionKind.CORDON, node(1))].kind is OutcomeKind.OK
+    nm = memory.node(node(1))
+    # Its suite now decides: out of the drain that would have ended in its termination.
+    assert nm.cordon is not None and nm.cordon.acceptance
     assert nm.phase is Phase.NONE
 
 

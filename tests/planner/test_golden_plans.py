@@ -13,12 +13,11 @@ import json
 import os
 from pathlib import Path
 
-import jsonschema
 import pytest
 import yaml
 from test_scenarios import SCENARIOS, build_inputs, run
 
-from navarch.fleet.schemas import load_schema
+from navarch.fleet.schemas import validator_for
 from navarch.reconcile.render import plan_to_json, render_text
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -39,7 +38,7 @@ def _render(case: str, tmp_path: Path) -> dict[str, str]:
     doc = yaml.safe_load((SCENARIOS / f"{case}.yaml").read_text())
     _, p = run(build_inputs(doc, tmp_path))
     as_json = plan_to_json(p)
-    jsonschema.validate(as_json, load_schema("plan.schema.json"))
+    validator_for("plan.schema.json").validate(as_json)
     return {"txt": render_text(p), "json": json.dumps(as_json, indent=1, sort_keys=True) + "\n"}
 
 

@@ -1,6 +1,7 @@
 """A node cordoned because no first report came within boot_timeout (missing data: a slow
 boot looks the same) that reports, healthy, before it is terminated returns to service;
-one that still has not reported stays on its way out (a host that never boots)."""
+one that still has not reported stays on its way out (a host that never boots). In a pool
+with an acceptance suite the late node is handed to its suite instead of serving at once."""
 
 from __future__ import annotations
 
@@ -25,8 +26,13 @@ NOW = BASE_NOW
 LATE = "f-p-0003"
 
 
-def _plan(late_report: bool) -> list[tuple[ActionKind, str | None, ActionReason | None]]:
-    spec = fleet_from_dict(fleet_doc("f", {"p": pool_doc(target=3, max_nodes=5)}))
+def _plan(
+    late_report: bool, acceptance: bool = False
+) -> list[tuple[ActionKind, str | None, ActionReason | None]]:
+    pool = pool_doc(target=3, max_nodes=5)
+    if acceptance:
+        pool["acceptance"] = {"enabled": True}
+    spec = fleet_from_dict(fleet_doc("f", {"p": pool}))
     cordoned_at = NOW - timedelta(minutes=1)
     inv, reports = [], {}
     for i in (1, 2, 3):
@@ -54,3 +60,11 @@ def test_a_node_whose_first_report_comes_after_its_boot_timeout_cordon_returns_t
     assert _plan(late_report=True) == [(ActionKind.UNCORDON, LATE, ActionReason.RECOVERED)]
     # Still nothing from it: it stays on its way out, as a host that never boots does.
     assert ActionKind.UNCORDON not in [k for k, _, _ in _plan(late_report=False)]
+
+
+def test_a_late_first_report_in_an_acceptance_pool_hands_the_node_to_its_suite() -> None:
+    # Neither returned (it would skip its suite) nor terminated (a slow boot is no fault).
+    assert _plan(late_report=True, acceptance=True) == [
+        (ActionKind.CORDON, LATE, ActionReason.ACCEPTANCE)
+    ]
+    assert ActionKind.CORDON not in [k for k, _, _ in _plan(late_report=False, acceptance=True)]

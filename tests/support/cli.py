@@ -108,7 +108,8 @@ def _process_state_restored() -> Iterator[None]:
         os.environ.update(environ)
         for logger, (handlers, level, propagate, disabled) in loggers.items():
             logger.handlers[:] = handlers
-            logger.setLevel(level)
+            if logger.level != level:  # setLevel clears every logger's cache
+                logger.setLevel(level)
             logger.propagate = propagate
             logger.disabled = disabled
 

@@ -33,6 +33,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
+from functools import cache
 from typing import Any
 
 from navarch import __version__
@@ -116,12 +117,20 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+@cache
+def _parser() -> argparse.ArgumentParser:
+    """build_parser's parser, built once per process: parsing leaves it as it was, and a
+    process that runs main() many times (the test suite runs the CLI in process) would
+    otherwise spend most of each call building its 400 arguments again."""
+    return build_parser()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one navarch command; returns the process exit code (see module docstring)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] != ["agent"]:
         tune_gc_for_batch()
-    parser = build_parser()
+    parser = _parser()
     if "_ARGCOMPLETE" in os.environ:  # a shell asking for completions (navarch completion)
         import argcomplete
 

@@ -47,7 +47,8 @@ def test_read_only_server_shows_the_xid79_cordon_and_offers_no_acting_tool(sick_
             "unknown": unknown,
         }
 
-    got = talk(sick_fleet.workdir, body=body)
+    # As an assistant meets it: `navarch mcp` started as a process, spoken to over stdio.
+    got = talk(sick_fleet.workdir, body=body, process=True)
     assert set(got["tools"]) == set(READ_ONLY_TOOLS)
     assert not set(ACTING_TOOLS) & set(got["tools"])
     assert all(t.annotations.read_only_hint for t in got["tools"].values())

@@ -1,8 +1,10 @@
-"""Talk to `navarch mcp` as an assistant does: a subprocess spoken to by the `mcp` SDK's own
-stdio client (import only where the mcp extra is installed)."""
+"""Talk to `navarch mcp` as an assistant does, through the `mcp` SDK's own client: the server
+`navarch mcp` builds, in this process over the SDK's in-memory transport, or the command
+itself as a subprocess over stdio (import only where the mcp extra is installed)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -11,8 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp import Client, ClientSession, StdioServerParameters, stdio_client
 from mcp.types import ElicitRequestParams, ElicitResult, Implementation
+
+from navarch.mcp.server import build_server
+from navarch.report.timefmt import required_ts
 
 REPO = Path(__file__).resolve().parents[2]
 CLIENT = "oncall-assistant"
@@ -41,11 +46,23 @@ def talk(
     body: Session,
     env: dict[str, str] | None = None,
     person: Person | None = None,
+    process: bool | None = None,
 ) -> Any:
-    """Start `navarch mcp fleet.yaml FLAGS` in workdir, initialize as CLIENT, run body(session)
-    and return what it returns; the server's stderr goes to workdir/mcp-server.log.
+    """Serve workdir/fleet.yaml as `navarch mcp fleet.yaml FLAGS` does, initialize as CLIENT,
+    run body(session) and return what it returns.
+
+    process: True starts `navarch mcp` as a subprocess spoken to over stdio (its stderr
+    goes to workdir/mcp-server.log); False builds the same server in this process
+    (navarch.mcp.server.build_server) and speaks to it over the SDK's in-memory transport,
+    which skips a process start of about 2 s of CPU; None (the default) takes a process
+    only for --confirm-code, whose codes are written to the server's own terminal.
+    env: variables of the run (NAVARCH_NOW is the only one read in process).
     person: the client's elicitation answerer (declares the elicitation capability);
     None: a client without elicitation."""
+    if process is None:
+        process = "--confirm-code" in flags
+    if not process:
+        return _talk_in_process(workdir, flags, body, env or {}, person)
     server_env = {k: v for k, v in os.environ.items() if not k.startswith("NAVARCH_")}
     server_env.update({"PYTHONPATH": str(REPO), **(env or {})})
     params = StdioServerParameters(
@@ -69,6 +86,35 @@ def talk(
                         return await body(session)
 
     return anyio.run(run)
+
+
+def _talk_in_process(
+    workdir: Path, flags: tuple[str, ...], body: Session, env: dict[str, str], person: Person | None
+) -> Any:
+    """talk's in-process server, in workdir as the command runs there: the flags `navarch
+    mcp` would parse, NAVARCH_NOW as the CLI's clock (navarch.cli.plumbing.process_clock)."""
+    assert set(flags) <= {"--allow-actions"}, f"in process: {flags} need process=True"
+    fixed = env.get("NAVARCH_NOW")
+    now = required_ts(fixed) if fixed else None
+    with contextlib.chdir(workdir):  # answers name "fleet.yaml" as the command's do
+        server = build_server(
+            "fleet.yaml",
+            allow_actions="--allow-actions" in flags,
+            now=(lambda: now) if now is not None else None,
+        )
+        return anyio.run(_in_memory, server, body, person)
+
+
+async def _in_memory(server: Any, body: Session, person: Person | None) -> Any:
+    """body(client) on a client of `server` over the SDK's in-memory transport."""
+    async with Client(
+        server,
+        mode="legacy",  # the initialize handshake, as over stdio: elicitation can answer
+        client_info=Implementation(name=CLIENT, version="1.0"),
+        elicitation_callback=person.answer if person is not None else None,
+    ) as client:
+        with anyio.fail_after(120):
+            return await body(client)  # type: ignore[arg-type]
 
 
 def document(result: Any) -> dict[str, Any]:

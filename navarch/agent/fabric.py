@@ -33,6 +33,7 @@ from typing import Any, Protocol
 
 from navarch.agent.checks import Check
 from navarch.agent.gpu import FabricInfo, GpuProbe, GpuSnapshot
+from navarch.agent.log_rules import LogRule, first_found
 from navarch.report.health import Remedy, Status
 
 __all__ = [
@@ -174,63 +175,54 @@ def fabric_rule(g: GpuSnapshot, b: Any) -> list[Check]:
 # --- the fabric manager ------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class FmMatcher:
-    """One fabricmanager.log line kind: regex, fault kind, status, action, meaning."""
-
-    kind: str
-    pattern: re.Pattern[str]
-    status: Status
-    action: Remedy
-    meaning: str
-
-
 #: fabricmanager.log lines that say the fabric failed. Patterns and sample lines: gpud
 #: components/accelerator/nvidia/fabric-manager (e.g. "[Jul 23 2024 07:53:55] [ERROR]
 #: [tid 841] detected NVSwitch fatal error 20034 on fid 0 on NVSwitch pci bus id
 #: 00000000:86:00.0 physical id 3 port 33"). A fatal NVSwitch error or a topology that
 #: does not match (a missing NVSwitch: the fabric manager aborts) -> unhealthy + reboot;
 #: a non-fatal error or a multicast team failure -> degraded.
-FM_LOG_MATCHERS: tuple[FmMatcher, ...] = (
-    FmMatcher(
+_GPUD_FM = "gpud components/accelerator/nvidia/fabric-manager"
+FM_LOG_MATCHERS: tuple[LogRule, ...] = (
+    LogRule(
         "fabric_manager:nvswitch_fatal",
         re.compile(r"detected NVSwitch fatal error (\d+)"),
+        _GPUD_FM,
+        "NVSwitch fatal error",
         U,
         Remedy.REBOOT,
-        "NVSwitch fatal error",
     ),
-    FmMatcher(
+    LogRule(
         "fabric_manager:topology_mismatch",
         re.compile(r"detected number of NVSwitches don't match with any supported system"),
+        _GPUD_FM,
+        "NVSwitch count matches no supported topology; fabric manager aborted",
         U,
         Remedy.REBOOT,
-        "NVSwitch count matches no supported topology; fabric manager aborted",
     ),
-    FmMatcher(
+    LogRule(
         "fabric_manager:nvswitch_non_fatal",
         re.compile(r"detected NVSwitch non-fatal error (\d+)"),
+        _GPUD_FM,
+        "NVSwitch non-fatal error",
         D,
         Remedy.NONE,
-        "NVSwitch non-fatal error",
     ),
-    FmMatcher(
+    LogRule(
         "fabric_manager:multicast_team",
         re.compile(r"failed to find the GPU handle \d+ in the multicast team"),
+        _GPUD_FM,
+        "NVLink multicast team setup failed",
         D,
         Remedy.NONE,
-        "NVLink multicast team setup failed",
     ),
 )
 #: "[Jul 23 2024 07:53:55]": the fabric manager's local time stamp.
 _FM_TIME = re.compile(r"^\[(\w{3} \d{1,2} \d{4} \d{2}:\d{2}:\d{2})\]")
 
 
-def match_fm_line(line: str) -> FmMatcher | None:
+def match_fm_line(line: str) -> LogRule | None:
     """The first FM_LOG_MATCHERS entry a fabricmanager.log line matches, or None."""
-    for m in FM_LOG_MATCHERS:
-        if m.pattern.search(line):
-            return m
-    return None
+    return first_found(FM_LOG_MATCHERS, line)
 
 
 def fm_line_time(line: str) -> datetime | None:

@@ -39,12 +39,12 @@ from typing import Any
 from navarch.agent import kernel_log as kl
 from navarch.agent.checks import Check
 from navarch.agent.host_readings import AerCounts, ClockReading, HostReadings
+from navarch.agent.log_rules import LogRule
 from navarch.report.health import Remedy, Status
 
 __all__ = [
     "HOST_RULES",
     "HostEvent",
-    "HostRule",
     "HostSignals",
     "escape_line",
     "evaluate",
@@ -62,35 +62,8 @@ _CALLER = r"(?:\[\s*[CT]\d+\]\s*)?"
 _DEV = r"(?P<dev>[\w.-]+ [\w.:-]+): "
 
 
-@dataclass(frozen=True)
-class HostRule:
-    """One kernel-log matcher (module docstring).
-
-    kind: the fault kind, ``<class>:<name>``; pattern: matched at the message's start;
-    source: the kernel (or driver) file whose format string it follows; meaning: a few
-    words for the finding; status and action: the check's when the rule fires (action is
-    the recommended remedy; the remediation table's row decides); latched: fatal at once,
-    held for the boot; threshold events within window_s fire a counted rule.
-    """
-
-    kind: str
-    pattern: re.Pattern[str]
-    source: str
-    meaning: str
-    status: Status
-    action: Remedy
-    latched: bool = False
-    threshold: int = 1
-    window_s: float = _H
-
-    @property
-    def signal_class(self) -> str:
-        """The fault class the kind's prefix names (``host_cpu`` for ``host_cpu:...``)."""
-        return self.kind.split(":", 1)[0]
-
-
-def _rule(kind: str, regex: str, source: str, meaning: str, **kw: Any) -> HostRule:
-    return HostRule(kind, re.compile("^" + _CALLER + regex), source, meaning, **kw)
+def _rule(kind: str, regex: str, source: str, meaning: str, **kw: Any) -> LogRule:
+    return LogRule(kind, re.compile("^" + _CALLER + regex), source, meaning, **kw)
 
 
 U, D = Status.UNHEALTHY, Status.DEGRADED
@@ -98,7 +71,7 @@ _AER_RECEIVED = r"(?:AER: )?(?:Multiple )?"
 _AER_BUS = r"(?:AER: )?PCIe Bus Error: severity="
 
 #: The matchers, first match wins (the fatal variant of a family before its counted one).
-HOST_RULES: tuple[HostRule, ...] = (
+HOST_RULES: tuple[LogRule, ...] = (
     _rule(
         "host_cpu:soft_lockup",
         r"(?:watchdog: )?BUG: soft lockup - CPU#\d+ stuck for \d+s!",
@@ -265,7 +238,7 @@ _BY_KIND = {r.kind: r for r in HOST_RULES}
 
 #: The counted rule for AER correctable counters read from sysfs, and the latched one for
 #: uncorrectable counts (Documentation/ABI/testing/sysfs-bus-pci-devices-aer-stats).
-AER_COUNTER_CORRECTABLE = HostRule(
+AER_COUNTER_CORRECTABLE = LogRule(
     "pcie:aer_counter_correctable",
     re.compile("$^"),
     "sysfs aer_dev_correctable TOTAL_ERR_COR",
@@ -274,7 +247,7 @@ AER_COUNTER_CORRECTABLE = HostRule(
     action=Remedy.NONE,
     threshold=10,
 )
-AER_COUNTER_UNCORRECTABLE = HostRule(
+AER_COUNTER_UNCORRECTABLE = LogRule(
     "pcie:aer_counter_uncorrectable",
     re.compile("$^"),
     "sysfs aer_dev_fatal TOTAL_ERR_FATAL, aer_dev_nonfatal TOTAL_ERR_NONFATAL",
@@ -283,7 +256,7 @@ AER_COUNTER_UNCORRECTABLE = HostRule(
     action=Remedy.REBOOT,
     latched=True,
 )
-CLOCK_UNSYNCED = HostRule(
+CLOCK_UNSYNCED = LogRule(
     "clock:unsynchronised",
     re.compile("$^"),
     "adjtimex(2) STA_UNSYNC / TIME_ERROR (include/uapi/linux/timex.h)",
@@ -323,7 +296,7 @@ class HostEvent:
     count: int = 1
 
 
-def match_line(message: str) -> tuple[HostRule, str | None] | None:
+def match_line(message: str) -> tuple[LogRule, str | None] | None:
     """The first rule matching one kernel message (prefix already split off), with the
     device its dev_printk prefix named, or None."""
     for rule in HOST_RULES:
@@ -434,7 +407,7 @@ def _load(saved: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _record(state: dict[str, Any], rule: HostRule, line: str, at_s: float, n: int) -> None:
+def _record(state: dict[str, Any], rule: LogRule, line: str, at_s: float, n: int) -> None:
     """Add n occurrences of rule at at_s: latched rules keep their first time and count
     up; counted rules append to their window."""
     if rule.latched:
@@ -478,7 +451,7 @@ def _window_text(seconds: float) -> str:
     return f"{seconds / _H:g}h"
 
 
-def _finding(rule: HostRule, status: Status, count: int, line: str, extra: str) -> Check:
+def _finding(rule: LogRule, status: Status, count: int, line: str, extra: str) -> Check:
     """One host check: named by the rule's class, its fault kind the rule's, the line and
     the class in both the message and the evidence."""
     fires = status is not Status.HEALTHY

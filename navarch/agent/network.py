@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from navarch.agent.checks import Check
 from navarch.agent.kernel_log import KernelLine, split_prefix
+from navarch.agent.log_rules import LogRule, first_found
 from navarch.report.health import Remedy, Status
 
 if TYPE_CHECKING:
@@ -50,7 +51,6 @@ __all__ = [
     "IB_COUNTER_LIMITS",
     "INFINIBAND",
     "MLX5_MATCHERS",
-    "Mlx5Matcher",
     "NetworkExpectation",
     "PortReading",
     "STICKY_S",
@@ -382,61 +382,53 @@ def counter_checks(
     return checks, block
 
 
-@dataclass(frozen=True)
-class Mlx5Matcher:
-    """One mlx5 kernel line: the fault kind it reports, its pattern, status and remedy, and
-    the driver source file whose format string it follows."""
-
-    kind: str
-    pattern: re.Pattern[str]
-    status: Status
-    action: Remedy
-    source: str
-
-
 #: mlx5 kernel lines, in match order. The patterns follow the drivers' format strings.
-MLX5_MATCHERS: tuple[Mlx5Matcher, ...] = (
+MLX5_MATCHERS: tuple[LogRule, ...] = (
     # "Port module event[error]: module %u, %s, %s\n" (status "Cable error", then the
     # error, e.g. "High Temperature", "Bad or shorted cable/module"): a cable or transceiver
     # fault, hardware (gpud: HARDWARE_INSPECTION; NVSentinel: fatal, contact support).
-    Mlx5Matcher(
+    LogRule(
         "mlx5:module_error",
         re.compile(r"Port module event\[error\]: module (?P<module>\d+), Cable error, (?P<why>.+)"),
+        "drivers/net/ethernet/mellanox/mlx5/core/events.c port_module()",
+        "cable or transceiver error",
         Status.UNHEALTHY,
         Remedy.REPLACE,
-        "drivers/net/ethernet/mellanox/mlx5/core/events.c port_module()",
     ),
     # "Port module event: module %u, %s\n" with "Cable unplugged": the port check says
     # whether the link is down; the line names the cause.
-    Mlx5Matcher(
+    LogRule(
         "mlx5:module_unplugged",
         re.compile(r"Port module event: module (?P<module>\d+), Cable unplugged"),
+        "drivers/net/ethernet/mellanox/mlx5/core/events.c port_module()",
+        "cable unplugged",
         Status.DEGRADED,
         Remedy.NONE,
-        "drivers/net/ethernet/mellanox/mlx5/core/events.c port_module()",
     ),
     # "Detected insufficient power on the PCIe slot (%uW).\n": the slot's advertised power,
     # a platform setting; the NIC may throttle (gpud pci_power_insufficient).
-    Mlx5Matcher(
+    LogRule(
         "mlx5:pcie_power",
         re.compile(r"Detected insufficient power on the PCIe slot \((?P<watts>\d+)W\)"),
+        "drivers/net/ethernet/mellanox/mlx5/core/events.c mlx5_pcie_event()",
+        "insufficient power on the PCIe slot",
         Status.DEGRADED,
         Remedy.NONE,
-        "drivers/net/ethernet/mellanox/mlx5/core/events.c mlx5_pcie_event()",
     ),
     # netdev_info(priv->netdev, "Link down\n") from the mlx5e carrier update, printed as
     # "mlx5_core <bdf> <ifname>: Link down".
-    Mlx5Matcher(
+    LogRule(
         "mlx5:link_down",
         re.compile(r"mlx5_core \S+ \S+: Link down\s*$"),
+        "drivers/net/ethernet/mellanox/mlx5/core/en_main.c mlx5e_update_carrier()",
+        "link down",
         Status.DEGRADED,
         Remedy.NONE,
-        "drivers/net/ethernet/mellanox/mlx5/core/en_main.c mlx5e_update_carrier()",
     ),
 )
 
 
-def match_mlx5(message: str) -> Mlx5Matcher | None:
+def match_mlx5(message: str) -> LogRule | None:
     """The matcher of one kernel message (any dmesg / syslog prefix is split off first),
     or None. Only lines the mlx5 driver prints match: the message must start with the
     driver's device prefix (``mlx5_core 0000:5c:00.0:``, dev_printk's), so an audit line
@@ -444,16 +436,13 @@ def match_mlx5(message: str) -> Mlx5Matcher | None:
     text = split_prefix(message).message.strip()
     if not _DRIVER.match(text):
         return None
-    for m in MLX5_MATCHERS:
-        if m.pattern.search(text):
-            return m
-    return None
+    return first_found(MLX5_MATCHERS, text)
 
 
 def mlx5_checks(lines: Sequence[KernelLine]) -> list[Check]:
     """One check per mlx5 fault kind among this run's new kernel lines (MLX5_MATCHERS),
     with the count and the last line."""
-    seen: dict[str, tuple[Mlx5Matcher, int, str]] = {}
+    seen: dict[str, tuple[LogRule, int, str]] = {}
     for line in lines:
         m = match_mlx5(line.message)
         if m is not None:

@@ -26,6 +26,7 @@ from navarch.agent.host_readings import (
     read_aer_counters,
     read_clock,
 )
+from navarch.agent.log_rules import LogRule
 from navarch.fleet.remedies import FaultClass, fault_class, row_for
 from navarch.report.health import Remedy, Status
 from tests.support.fake_agent import write_agent_yaml
@@ -260,7 +261,7 @@ RULES = (
 
 
 @pytest.mark.parametrize("rule", RULES, ids=lambda r: r.kind)
-def test_every_host_signal_has_its_class_and_a_remediation_row(rule: hs.HostRule) -> None:
+def test_every_host_signal_has_its_class_and_a_remediation_row(rule: LogRule) -> None:
     cls = fault_class(rule.kind)
     assert cls is not None and cls.value == rule.signal_class
     row = row_for([], rule.kind)

@@ -4,7 +4,7 @@ Public API::
 
     AgentConfig(...)                      # frozen dataclass, see navarch.agent.config
     load_config(path) -> AgentConfig      # YAML, raises ConfigError
-    run_once(config, *, now=None) -> dict # one run; returns the signed report
+    run_once(config, *, now=None) -> dict # one run; returns the report (signed when written)
 
 Modules: config (agent.yaml), runner (one run), watch (a long-running agent), checks
 (pure checks, a gpud-style table) and plugin_checks (navarch.checks entry points), gpu

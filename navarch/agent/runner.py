@@ -148,11 +148,9 @@ def _iso(dt: datetime) -> str:
 
 
 def _counter_values(g: Any) -> dict[str, int]:
-    vals: dict[str, int] = {}
+    vals = {f"nvlink_{k}": int(v) for k, v in (g.nvlink_errors or {}).items()}
     if g.pcie_replay_count is not None:
-        vals["pcie_replay"] = int(g.pcie_replay_count)
-    for k, v in (g.nvlink_errors or {}).items():
-        vals[f"nvlink_{k}"] = int(v)
+        vals = {"pcie_replay": int(g.pcie_replay_count), **vals}
     return vals
 
 
@@ -344,9 +342,10 @@ def build_report(
     notice: Mapping[str, Any] | None,
     node_key: bytes,
     acceptance: AcceptanceRun | None = None,
+    sign: bool = True,
 ) -> tuple[dict[str, Any], bytes]:
     """Assemble and sign the report (schema_version 2); return it and the bytes to store
-    (``signing.sign_for_store``). Pure apart from hashing."""
+    (``signing.sign_for_store``); unsigned with no bytes when not `sign`. Pure."""
     from navarch import __version__
 
     xids = trim_events(events, _MAX_XIDS)
@@ -381,7 +380,7 @@ def build_report(
         notice=ReportNotice.from_json(notice) if notice else None,
         acceptance=acceptance,
     )
-    return sign_for_store(report.to_json(), node_key)
+    return sign_for_store(report.to_json(), node_key) if sign else (report.to_json(), b"")
 
 
 def _safe_probe(backend: GpuBackend) -> GpuProbe:
@@ -732,7 +731,7 @@ def run_once(
     fabric_manager: FabricManagerHost | None = None,
 ) -> dict[str, Any]:
     """Run every check once, write the state and, when due, the signed report; return the
-    report (built and signed whether or not it was written).
+    report (built whether or not it was written; signed when it was written or printed).
 
     The report is written on the first check, when the change digest (verdict, fault set,
     consecutive counts below STREAK_WRITE_CAP, GPU-process state, notice: ``change_digest``)
@@ -789,6 +788,7 @@ def run_once(
         notice=notice,
         node_key=node_key,
         acceptance=run,
+        sign=due,  # nothing reads the signature of a report neither written nor printed
     )
     written = due and not to_stdout
     if written:

@@ -17,20 +17,29 @@ T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 NODE_KEY_HEX = "5a" * 32
 
 
-def agent_config(tmp_path: Path, **fields: Any) -> AgentConfig:
-    """An AgentConfig for a test node whose files live under tmp_path; fields add to or
-    replace the defaults above (None leaves a field at AgentConfig's own default)."""
-    base: dict[str, Any] = {
+def node_fields(tmp_path: Path) -> dict[str, Any]:
+    """The test node's identity as agent.yaml keys: node train-0001 of fleet demo, pool
+    train, 8 fake GPUs, no metadata service, boot boot-a, its store under tmp_path, keyed
+    NODE_KEY_HEX (its files are the caller's)."""
+    return {
         "fleet": "demo",
         "pool": "train",
         "node": "train-0001",
         "store": f"file://{tmp_path}/store",
         "key": NODE_KEY_HEX,
         "gpus_per_node": 8,
-        "state_file": str(tmp_path / "state" / "agent-state.json"),
         "fake_gpu": True,
         "boot_id": "boot-a",
         "metadata": "none",
+    }
+
+
+def agent_config(tmp_path: Path, **fields: Any) -> AgentConfig:
+    """An AgentConfig for the test node (node_fields) whose files live under tmp_path;
+    fields add to or replace those (None leaves a field at AgentConfig's own default)."""
+    base: dict[str, Any] = {
+        **node_fields(tmp_path),
+        "state_file": str(tmp_path / "state" / "agent-state.json"),
         "kernel_log": str(tmp_path / "kern.log"),
         "faults_file": str(tmp_path / "faults.json"),
         "instance_id": "i-0123",

@@ -15,7 +15,7 @@ import yaml
 
 from navarch.agent import run_once
 from navarch.report.signing import derive_node_key
-from tests.support.agent import NODE_KEY_HEX, agent_config
+from tests.support.agent import agent_config, node_fields
 
 
 def ecc_uncorrected(count: int) -> dict[str, Any]:
@@ -75,16 +75,8 @@ def write_agent_yaml(tmp_path: Path, **fields: Any) -> Path:
     NODE_KEY_HEX; fields add to or replace those keys (None leaves a key out) -> agent.yaml's
     path."""
     doc: dict[str, Any] = {
-        "fleet": "demo",
-        "pool": "train",
-        "node": "train-0001",
-        "store": f"file://{tmp_path}/store",
-        "key": NODE_KEY_HEX,
-        "gpus_per_node": 8,
-        "fake_gpu": True,
-        "metadata": "none",
+        **node_fields(tmp_path),
         "state_file": str(tmp_path / "state.json"),
-        "boot_id": "boot-a",
         **fields,
     }
     path = tmp_path / "agent.yaml"

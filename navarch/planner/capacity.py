@@ -352,12 +352,14 @@ def _zone_orders(
 ) -> tuple[tuple[Place, ...], ...]:
     """Each provision's place order (navarch.planner.zones): a replacement tries its node's
     zone first, except for a node the ladder remedies in place, which will come back: it
-    still counts in its zone, and its surge replacement goes where the pool is thinnest;
-    and except for the nodes in `unpinned` (terminated once their replacement launched:
-    one launched for the same node by an earlier run may already sit in that zone), whose
-    replacement goes where the pool is thinnest too."""
+    still counts in its zone (whether or not this run replaces it), and its surge
+    replacement goes where the pool is thinnest; and except for the nodes in `unpinned`
+    (terminated once their replacement launched: one launched for the same node by an
+    earlier run may already sit in that zone), whose replacement goes where the pool is
+    thinnest too."""
     by_name = {v.node: v for v in ctx.views}
-    back = {r: by_name[r] for r in replaces if r in by_name and in_place(ctx, by_name[r])}
+    staying = {v.node for v in present}
+    back = {v.node: v for v in ctx.views if v.node not in staying and in_place(ctx, v)}
     gone = {v.node: (v.provider, v.zone) for v in ctx.pm.vacancies}
     prefers = [
         (zone_of(by_name.get(r)) or gone.get(r))

@@ -15,7 +15,7 @@ from datetime import timedelta
 from functools import cache
 
 import builders
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 from test_ladder_properties import FLEET, PROPERTY, XIDS, World
 
@@ -96,6 +96,21 @@ def _per_zone(world: World, zones: int) -> list[int]:
 
 @PROPERTY
 @given(schedules())
+# Found by the property: two nodes cordoned for a reboot in the run the target grows, the
+# new node placed as if the one it was not counted against were gone (5/3 at max).
+@example(
+    case=(
+        2,
+        (
+            ("max_unavailable", 2),
+            ("remediation", ("reboot", "replace")),
+            ("replacement", "after-terminate"),
+            ("surge_on", "replace"),
+            ("unhealthy_after", 1),
+        ),
+        [(7, []), (None, []), (8, [(0, "fault:79"), (2, "fault:79")])],
+    )
+)
 def test_a_spread_pool_keeps_its_zones_within_one_node_after_a_converged_run(case) -> None:  # noqa: ANN001
     zones, health, schedule = case
     world = _empty_world(_spec(0, zones, health, "spread"))

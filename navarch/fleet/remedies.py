@@ -252,10 +252,17 @@ _HOST_ROWS = (
         "was not corrected: replace",
     ),
     RemedyRow(
-        FaultClass.HOST_MEMORY.value,
+        "host_memory:oom_kill",
         f"{_EKS}: AppCrash is a Warning event; an OOM kill is the workload's memory, "
         "not the node's hardware (mm/oom_kill.c)",
         alert=True,
+    ),
+    RemedyRow(
+        FaultClass.HOST_MEMORY.value,
+        "Linux Documentation/driver-api/edac.rst: an uncorrectable error (UE) is data the "
+        "DIMM lost; no in-place rung mends a DIMM, and Llama 3's Table 5 counts System "
+        "Memory among the component failures: replace",
+        actions=(Remedy.REPLACE,),
     ),
     RemedyRow(
         FaultClass.HOST_STORAGE.value,

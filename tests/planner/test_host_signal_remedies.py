@@ -39,3 +39,12 @@ def test_a_fatal_host_fault_is_rebooted_and_its_class_row_decides(kind: str) -> 
 )
 def test_a_report_only_host_signal_never_cordons(kind: str) -> None:
     assert _kinds(_plan({}, kind=kind, action="none")) == []
+
+
+def test_an_uncorrected_host_memory_error_replaces_the_node_though_an_oom_kill_only_reports() -> (
+    None
+):
+    assert "cordon" in _kinds(_plan({}, kind="host_memory_uncorrected", action="reboot"))
+    drained = _plan({}, kind="host_memory_uncorrected", action="reboot", phase="draining")
+    assert _kinds(drained) == ["terminate"]
+    assert _kinds(_plan({}, kind="host_memory:oom_kill", action="none")) == []

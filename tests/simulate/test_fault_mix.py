@@ -54,10 +54,10 @@ def test_network_host_fabric_and_hung_gpu_faults_are_cordoned_and_served() -> No
     assert doc["faults"] >= 8, doc["faults_by_cause"]
     assert set(doc["faults_by_cause"]) <= set(NEW_CLASSES)
     assert {"network", "gpu_hung", "fabric"} <= set(doc["faults_by_cause"]), doc["faults_by_cause"]
-    # Every fault an hour before the end was cordoned, but for the classes whose default
-    # rows only report (an OOM kill, an unsynchronised clock: navarch.fleet.remedies).
+    # Every fault an hour before the end was cordoned, but for the class whose default row
+    # only reports (an unsynchronised clock: navarch.fleet.remedies).
     settled = [f for f in doc["fault_list"] if f["t_s"] < doc["duration_s"] - 3600]
-    acted = [f for f in settled if f["cause"] not in ("host_memory", "clock")]
+    acted = [f for f in settled if f["cause"] != "clock"]
     assert acted and all(f.get("to_cordon_s") is not None for f in acted), settled
     assert all(f.get("to_cordon_s") is None for f in settled if f not in acted), settled
     served = [f for f in acted if f.get("to_serving_s") is not None]

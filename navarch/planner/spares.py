@@ -38,6 +38,7 @@ from navarch.planner.model import (
     NodeView,
 )
 from navarch.planner.payloads import UncordonPayload
+from navarch.planner.remedy_gate import alert_only
 
 __all__ = [
     "held",
@@ -188,7 +189,12 @@ def spares_stage(ctx: PoolContext, prog: Progress) -> StageResult:
         and v.summary is not None
         and not v.summary.process_count
     ]
-    surplus = sum(v.lifecycle in (Lifecycle.HEALTHY, Lifecycle.DEGRADED) for v in serving)
+    # A node unhealthy by a fault its row only reports stays in service for good, so it
+    # counts as serving here as it does in `short`: else the set stays short while it lasts.
+    surplus = sum(
+        v.lifecycle in (Lifecycle.HEALTHY, Lifecycle.DEGRADED) or alert_only(ctx.pool, v)
+        for v in serving
+    )
     n = min(room, surplus - prog.desired, len(ready))
     if n <= 0 or ctx.frozen:
         return StageResult(prog)

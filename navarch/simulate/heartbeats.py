@@ -104,7 +104,7 @@ class HeartbeatLedger:
         key = agent.config.report_key
         entry = self.known.get(key)
         info = self.world.store.stat(key)
-        if entry is None or info is None or agent.tools is not None:
+        if entry is None or info is None or not agent.tools_settled():
             return True
         try:
             summary = verify_report(

@@ -235,9 +235,25 @@ class SimAgent:
         )
 
     def reads_as_last_run(self) -> bool:
-        """Whether a check now would read what the last completed check read, with no
-        acceptance tools on the machine (their runs move on with time)."""
-        return self._read is not None and self.tools is None and self._read == self._inputs()
+        """Whether a check now would read what the last completed check read and run no
+        acceptance tool (a running suite moves on with time: tools_settled)."""
+        return self._read is not None and self.tools_settled() and self._read == self._inputs()
+
+    def tools_settled(self) -> bool:
+        """Whether the next check runs no acceptance tool: none on the machine, or the
+        agent's state holds a finished run of this boot with no GPU reset pending (the
+        suite runs once per boot and reset generation: navarch.agent.acceptance)."""
+        if self.tools is None:
+            return True
+        state = self.host.state
+        if state is None or not state.acceptance:
+            return False
+        run = state.acceptance
+        return (
+            run.get("boot_id") == self.config.current_boot_id()
+            and run.get("finished_at") is not None
+            and not self.host.reset_pending
+        )
 
     def account_heartbeat(self, now: datetime) -> int:
         """A heartbeat at `now` that repeats the last report: the state records it as the

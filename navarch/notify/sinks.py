@@ -188,8 +188,9 @@ class WebhookSink:
 
     An event that fails (after the adapter's own retries) does not stop the others; the
     failed ones are tried again, oldest first, with a doubling pause (WEBHOOK_BACKOFF_S),
-    while the sink's time budget ((retries + 1) x timeout) lasts. NotifyError then names
-    how many events were not delivered.
+    while the sink's time budget ((retries + 1) x timeout) lasts. No event is posted once
+    the budget is spent, so a sink that times out holds an apply for about the budget
+    whatever the number of events. NotifyError then names how many were not delivered.
     """
 
     def __init__(self, spec: SinkSpec, base_dir: Path, index: int) -> None:
@@ -208,8 +209,13 @@ class WebhookSink:
         pause_s = WEBHOOK_BACKOFF_S
         last: NotifyError | None = None
         while True:
-            failed = []
-            for e in left:
+            failed: list[Event] = []
+            for i, e in enumerate(left):
+                if time.monotonic() >= deadline:
+                    # The budget is spent: a dead sink holds the apply for it once, not
+                    # once per event.
+                    failed.extend(left[i:])
+                    break
                 body = json.dumps(e.to_json(), sort_keys=True).encode()
                 signature = hmac.new(key, body, hashlib.sha256).hexdigest()
                 try:

@@ -226,6 +226,27 @@ def test_webhook_keeps_sending_after_a_failed_event_and_retries_it(recorder: Rec
     assert sorted(set(delivered[1:])) == sorted(e.event_id for e in events)
 
 
+def test_a_webhook_that_times_out_is_posted_no_more_once_its_budget_is_spent(
+    recorder: Recorder,
+) -> None:
+    recorder.delay_s["/slow"] = 3.0
+    spec = SinkSpec(
+        "webhook",
+        "slow",
+        url={"value": f"{recorder.url}/slow"},
+        secret={"value": "k"},
+        retries=0,
+        timeout_s=1,
+    )
+    r = result(
+        halts=(Halt("a", "orphan_guard", "3 orphans"), Halt("b", "circuit_breaker", "2 of 2 sick"))
+    )
+    events = tuple(plan_conditions(r.plan).values())
+    with pytest.raises(NotifyError, match="2 of 2 events not delivered"):
+        WebhookSink(spec, Path("."), 0).send(events)
+    assert len(recorder.at("/slow")) == 1  # the first timed out with the budget; no second
+
+
 def test_failures_never_name_the_secret(recorder: Recorder, tmp_path: Path) -> None:
     recorder.status["/T0KEN-in-url"] = 500
     spec = SinkSpec("slack", "team", url={"env": "T_SLACK"}, retries=0)

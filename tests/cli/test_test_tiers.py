@@ -70,6 +70,8 @@ def test_not_system_leaves_out_the_tests_on_a_daemon_and_keeps_the_rest() -> Non
             "-p",
             "no:cacheprovider",
             "--collect-only",
+            "-n",
+            "0",  # collected here: no workers to start
             "-q",
             "-m",
             "not system",

@@ -60,7 +60,6 @@ from typing import Any
 
 import builders
 import pytest
-import yaml
 
 from navarch.fleet.spec import FleetSpec
 from navarch.inventory import Instance
@@ -80,6 +79,7 @@ from navarch.planner.payloads import ProvisionPayload
 from navarch.planner.plan import plan
 from navarch.report.acceptance import AcceptanceResult, AcceptanceRun, SuiteDepth
 from navarch.report.timefmt import ts
+from tests.support.yamlfile import read_yaml
 
 SCENARIOS = Path(__file__).parent / "scenarios"
 _SCENARIO_KEYS = {
@@ -445,7 +445,7 @@ def check(doc: Mapping[str, Any], observed: Observed, p: Plan) -> None:
 def _params() -> list[Any]:
     out = []
     for path in sorted(SCENARIOS.glob("*.yaml")):
-        doc = yaml.safe_load(path.read_text())
+        doc = read_yaml(path)
         marks = []
         if doc.get("xfail"):
             marks.append(pytest.mark.xfail(strict=True, reason=doc["xfail"]))
@@ -455,7 +455,7 @@ def _params() -> list[Any]:
 
 @pytest.mark.parametrize("path", _params())
 def test_scenario(path: Path, tmp_path: Path) -> None:
-    doc = yaml.safe_load(path.read_text())
+    doc = read_yaml(path)
     inputs = build_inputs(doc, tmp_path)
     observed, p = run(inputs)
     check(doc, observed, p)
@@ -467,6 +467,6 @@ def test_every_scenario_is_described() -> None:
     paths = sorted(SCENARIOS.glob("*.yaml"))
     assert len(paths) >= 30
     for path in paths:
-        doc = yaml.safe_load(path.read_text())
+        doc = read_yaml(path)
         assert str(doc.get("description", "")).strip(), f"{path.name} has no description"
         assert "expect" in doc, f"{path.name} has no expect block"

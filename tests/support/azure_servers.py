@@ -18,7 +18,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from azure.storage.blob import BlobServiceClient
 
 from navarch.providers.azure import TOKEN_ENV
 from tests.support.fake_arm import TOKEN, FakeARM
@@ -103,6 +102,9 @@ def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def az_container(azurite: str, monkeypatch: pytest.MonkeyPatch) -> str:
     """A fresh container on Azurite; AZURE_STORAGE_CONNECTION_STRING points at it.
     Returns the container name."""
+    # Imported here: the root conftest imports this module in every test process.
+    from azure.storage.blob import BlobServiceClient
+
     name = "t" + uuid.uuid4().hex[:20]
     BlobServiceClient.from_connection_string(azurite).create_container(name)
     monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", azurite)

@@ -33,7 +33,6 @@ from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 import pytest
-from google.cloud import compute_v1
 
 from tests.support.fakehttp import Answer, FakeAPI, Request, Route, serve
 
@@ -290,6 +289,9 @@ class FakeCompute(FakeAPI):
         """400 for a body the API's message type refuses; an unknown policy; a missing or
         used-up specific reservation. Records the body first."""
         self.inserted.append((kind, body))
+        # Imported here: the root conftest imports this module in every test process.
+        from google.cloud import compute_v1
+
         message = compute_v1.Instance if kind == "instance" else compute_v1.ResourcePolicy
         try:
             message.from_json(json.dumps(body))

@@ -51,6 +51,9 @@ from navarch.report.health import FaultKey, Remedy, Status
 from navarch.report.health_report import NoticeKind
 from navarch.report.timefmt import parse_ts
 
+#: libyaml's emitter when PyYAML has it: the property tests dump a fleet per example.
+_DUMPER: Any = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
 BASE_NOW = datetime(2026, 3, 2, 12, 0, 0, tzinfo=UTC)
 
 # --- fleets ---------------------------------------------------------------------------------
@@ -104,7 +107,7 @@ def fleet_from_yaml(text: str, directory: Path | None = None) -> FleetSpec:
 
 def fleet_from_dict(doc: Mapping[str, Any], directory: Path | None = None) -> FleetSpec:
     """Like fleet_from_yaml for a fleet.yaml document given as plain data."""
-    return fleet_from_yaml(yaml.safe_dump(dict(doc), sort_keys=True), directory)
+    return fleet_from_yaml(yaml.dump(dict(doc), Dumper=_DUMPER, sort_keys=True), directory)
 
 
 def pool_doc(

@@ -58,7 +58,10 @@ UNAVAILABLE_CODES = frozenset({"SlowDown", "InternalError", "ServiceUnavailable"
 #: Parallel GetObject calls in get_many; the HTTP pool is sized to match.
 DEFAULT_MAX_WORKERS = 32
 
-_RETRIES = {"mode": "standard", "max_attempts": 3}
+#: botocore's standard retry mode with its own attempt count: 3 in all, or AWS_MAX_ATTEMPTS
+#: (or the profile's max_attempts) when set, as every AWS SDK reads it (AWS SDKs and Tools
+#: reference guide, "Retry behavior"); a count here would override the operator's.
+_RETRIES = {"mode": "standard"}
 
 
 def map_error(exc: Exception, key: str, *, missing_is_precondition: bool = False) -> NavarchError:
@@ -133,7 +136,8 @@ class S3Store:
         self.parallel_gets = self.max_workers
         self.list_page_size = list_page_size
         if client is None:
-            config = Config(retries=_RETRIES, max_pool_connections=self.max_workers)
+            # A copy: botocore writes the resolved attempt count into the dict it is given.
+            config = Config(retries=dict(_RETRIES), max_pool_connections=self.max_workers)
             with s3_errors(f"s3://{bucket}"):
                 client = boto3.session.Session().client("s3", config=config)
         self.client = client

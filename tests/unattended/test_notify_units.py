@@ -298,6 +298,7 @@ def test_dispatch_logs_a_failed_sink_and_saves_state(
                 "url": f"{recorder.url}/down",
                 "secret": {"env": "T_HOOK2"},
                 "retries": 0,
+                "timeout": "1s",  # the sink's retry budget: a second, not the default
             },
             {"type": "log", "path": "events.jsonl"},
         ],

@@ -15,7 +15,13 @@ from navarch.errors import AuthError, LeaseLost, NotifyError, RemoteError
 from navarch.fleet.load import load_fleet
 from navarch.fleet.spec import SinkSpec
 from navarch.notify.dispatch import notify_run
-from navarch.notify.events import EventKind, events_from_error, outcome_events, plan_conditions
+from navarch.notify.events import (
+    Event,
+    EventKind,
+    events_from_error,
+    outcome_events,
+    plan_conditions,
+)
 from navarch.notify.sinks import SlackSink, WebhookSink, accepts
 from navarch.notify.state import NotifyState, load_state, transition
 from navarch.outcome import Outcome, RunResult
@@ -205,22 +211,23 @@ def test_webhook_retries_a_503_then_delivers(recorder: Recorder) -> None:
     assert len(recorder.at("/hook")) == 3
 
 
-def test_webhook_keeps_sending_after_a_failed_event_and_retries_it(recorder: Recorder) -> None:
-    recorder.fail_first["/hook"] = 1  # the first event's POST fails; nothing retries inside
+def _webhook_and_two_events(url: str, timeout_s: int) -> tuple[WebhookSink, tuple[Event, ...]]:
+    """A webhook sink without retries inside, and the two condition events of two halts."""
     spec = SinkSpec(
-        "webhook",
-        "ops",
-        url={"value": f"{recorder.url}/hook"},
-        secret={"value": "k"},
-        retries=0,
-        timeout_s=5,
+        "webhook", "ops", url={"value": url}, secret={"value": "k"}, retries=0, timeout_s=timeout_s
     )
     r = result(
         halts=(Halt("a", "orphan_guard", "3 orphans"), Halt("b", "circuit_breaker", "2 of 2 sick"))
     )
     events = tuple(plan_conditions(r.plan).values())
     assert len(events) == 2
-    assert WebhookSink(spec, Path("."), 0).send(events) == 2
+    return WebhookSink(spec, Path("."), 0), events
+
+
+def test_webhook_keeps_sending_after_a_failed_event_and_retries_it(recorder: Recorder) -> None:
+    recorder.fail_first["/hook"] = 1  # the first event's POST fails; nothing retries inside
+    sink, events = _webhook_and_two_events(f"{recorder.url}/hook", timeout_s=5)
+    assert sink.send(events) == 2
     delivered = [req.json()["event_id"] for req in recorder.at("/hook")]
     assert len(delivered) == 3  # first (503), second, first again
     assert sorted(set(delivered[1:])) == sorted(e.event_id for e in events)
@@ -230,20 +237,9 @@ def test_a_webhook_that_times_out_is_posted_no_more_once_its_budget_is_spent(
     recorder: Recorder,
 ) -> None:
     recorder.delay_s["/slow"] = 3.0
-    spec = SinkSpec(
-        "webhook",
-        "slow",
-        url={"value": f"{recorder.url}/slow"},
-        secret={"value": "k"},
-        retries=0,
-        timeout_s=1,
-    )
-    r = result(
-        halts=(Halt("a", "orphan_guard", "3 orphans"), Halt("b", "circuit_breaker", "2 of 2 sick"))
-    )
-    events = tuple(plan_conditions(r.plan).values())
+    sink, events = _webhook_and_two_events(f"{recorder.url}/slow", timeout_s=1)
     with pytest.raises(NotifyError, match="2 of 2 events not delivered"):
-        WebhookSink(spec, Path("."), 0).send(events)
+        sink.send(events)
     assert len(recorder.at("/slow")) == 1  # the first timed out with the budget; no second
 
 

@@ -8,8 +8,9 @@ runs). This module alone decides the designation:
 - ``spares_stage`` (a pool stage, after every stage that takes a node out of service and
   before the count stage): when fewer nodes serve than desired (a node left service for a
   fault, this run or earlier), it promotes that many spares (UNCORDON, action_reason
-  SPARE_PROMOTED: the scheduler sees a healthy node at once); when more healthy idle nodes
-  serve than desired and the spare set is short, it holds the newest of them as spares
+  SPARE_PROMOTED: the scheduler sees a healthy node at once); when more nodes serve than
+  desired (healthy, degraded, or unhealthy by a fault its row only reports, which stays in
+  service) and the spare set is short, it holds the newest healthy idle ones as spares
   (CORDON, action_reason SPARE: no drain, a fresh node holds no work);
 - ``returning`` (called by the ladder for a node cured in place): back to service when the
   pool is short, into the spare set when the pool is at desired and the set is short

@@ -106,8 +106,13 @@ def test_a_bundle_with_another_hash_is_refused(applied, tmp_path) -> None:
     _, nodes = applied
     user_data = user_data_of(sorted(nodes.values())[0])
     source = bundle_source(user_data)
-    forged = user_data.replace(source.sha256, "0" * 64)
+    # Only the checksum line: the bundle's key holds its hash too, and a forged URL fails
+    # its download instead of the checksum.
+    line = f"SHA256={source.sha256}"
+    assert user_data.count(line) == 1, user_data
+    forged = user_data.replace(line, "SHA256=" + "0" * 64)
     with pytest.raises(subprocess.CalledProcessError) as err:
         run_user_data(forged, tmp_path / "node-root")
-    assert "sha256" in err.value.stderr
+    assert "agent bundle sha256 is not " + "0" * 64 in err.value.stderr
+    assert "cannot download" not in err.value.stderr
     assert not (tmp_path / "node-root/usr/local/lib/navarch/navarch-agent.pyz").exists()

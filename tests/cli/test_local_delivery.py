@@ -6,7 +6,10 @@ runs once under `python3 -I -S` on fake GPUs and the next plan counts its report
 from __future__ import annotations
 
 import hashlib
+import subprocess
 from pathlib import Path
+
+import pytest
 
 from navarch import __version__
 from tests.support.userdata import bundle_source, run_installed_agent, run_user_data
@@ -39,3 +42,18 @@ def test_rendered_user_data_installs_the_bundle_from_the_file_store(
     views = {n["node"]: n["lifecycle"] for n in navarch.nodes("train")}
     assert views["demo-train-0001"] == "healthy"
     assert views["demo-train-0002"] != "healthy"  # no agent ran there (no `local tick`)
+
+
+def test_a_bundle_that_cannot_be_downloaded_is_said_so_not_called_a_checksum_mismatch(
+    navarch, fleet_dir: Path, tmp_path: Path
+) -> None:
+    navarch.ok("apply", "fleet.yaml", "--auto-approve")
+    user_data = navarch.ok(
+        "render", "cloud-init", "fleet.yaml", "--pool", "train", "--reveal-key"
+    ).out
+    Path(bundle_source(user_data).url[len("file://") :]).unlink()
+    with pytest.raises(subprocess.CalledProcessError) as err:
+        run_user_data(user_data, tmp_path / "node-root")
+    assert "navarch: cannot download the agent bundle (5 attempts" in err.value.stderr
+    assert "sha256 is not" not in err.value.stderr
+    assert not list((tmp_path / "node-root").rglob("*.part"))  # no half-downloaded bundle

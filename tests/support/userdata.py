@@ -42,9 +42,16 @@ def rooted(text: str, root: Path) -> str:
 
 def base_env(root: Path) -> dict[str, str]:
     """A node's bare environment: PATH (this Python first, as the image's python3), no
-    credentials, no PYTHONPATH."""
+    credentials, no PYTHONPATH; the install script's scratch root, and no pause between
+    its download attempts."""
     path = f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin"
-    return {"PATH": path, "HOME": str(root), "NAVARCH_ROOT": str(root), "LC_ALL": "C.UTF-8"}
+    return {
+        "PATH": path,
+        "HOME": str(root),
+        "NAVARCH_ROOT": str(root),
+        "NAVARCH_FETCH_PAUSE_S": "0",
+        "LC_ALL": "C.UTF-8",
+    }
 
 
 def bundle_source(user_data: str) -> BundleSource:

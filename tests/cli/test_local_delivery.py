@@ -15,16 +15,22 @@ from navarch import __version__
 from tests.support.userdata import bundle_source, run_installed_agent, run_user_data
 
 
-def test_rendered_user_data_installs_the_bundle_from_the_file_store(
-    navarch, fleet_dir: Path, tmp_path: Path
-) -> None:
+def _applied_user_data(navarch) -> tuple[str, Path]:  # noqa: ANN001
+    """The train pool's user-data after an apply, and the bundle file its file:// URL names."""
     navarch.ok("apply", "fleet.yaml", "--auto-approve")
     user_data = navarch.ok(
         "render", "cloud-init", "fleet.yaml", "--pool", "train", "--reveal-key"
     ).out
+    url = bundle_source(user_data).url
+    assert url.startswith("file:///")
+    return user_data, Path(url[len("file://") :])
+
+
+def test_rendered_user_data_installs_the_bundle_from_the_file_store(
+    navarch, fleet_dir: Path, tmp_path: Path
+) -> None:
+    user_data, published = _applied_user_data(navarch)
     source = bundle_source(user_data)
-    assert source.url.startswith("file:///")
-    published = Path(source.url[len("file://") :])
     assert published.name == f"{__version__}-{source.sha256}.pyz"
     assert hashlib.sha256(published.read_bytes()).hexdigest() == source.sha256
 
@@ -47,11 +53,8 @@ def test_rendered_user_data_installs_the_bundle_from_the_file_store(
 def test_a_bundle_that_cannot_be_downloaded_is_said_so_not_called_a_checksum_mismatch(
     navarch, fleet_dir: Path, tmp_path: Path
 ) -> None:
-    navarch.ok("apply", "fleet.yaml", "--auto-approve")
-    user_data = navarch.ok(
-        "render", "cloud-init", "fleet.yaml", "--pool", "train", "--reveal-key"
-    ).out
-    Path(bundle_source(user_data).url[len("file://") :]).unlink()
+    user_data, published = _applied_user_data(navarch)
+    published.unlink()
     with pytest.raises(subprocess.CalledProcessError) as err:
         run_user_data(user_data, tmp_path / "node-root")
     assert "navarch: cannot download the agent bundle (5 attempts" in err.value.stderr

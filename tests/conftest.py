@@ -12,9 +12,12 @@ is the nightly tier: skipped unless NAVARCH_NIGHTLY=1, so the CI suite stays in 
 (`NAVARCH_NIGHTLY=1 python3 -m pytest -m slow` runs it).
 """
 
+import compileall
 import gc
 import os
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -91,6 +94,16 @@ DAEMON_FIXTURES = frozenset(
         "scraped",
     }
 )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """In the controlling process, before any worker starts: compile navarch's bytecode once
+    where Python writes it (not under PYTHONDONTWRITEBYTECODE), so the workers and the
+    `python -m navarch` processes tests start load it instead of each compiling the package
+    on a fresh clone."""
+    if sys.dont_write_bytecode or hasattr(config, "workerinput"):
+        return
+    compileall.compile_dir(Path(__file__).resolve().parents[1] / "navarch", quiet=1, workers=0)
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:

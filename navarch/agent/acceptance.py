@@ -67,6 +67,7 @@ __all__ = [
     "load_overrides",
     "real_tool_tests",
     "run_named_tests",
+    "runs_tests",
     "tick_run",
     "ToolBench",
 ]
@@ -370,8 +371,14 @@ def real_tool_tests(policy: AcceptancePolicy) -> list[tuple[str, ToolTest]]:
     return bound_tool_tests(SystemToolHost())
 
 
-def _runs_tests(prior: Mapping[str, Any] | None, boot_id: str, reset: bool) -> bool:
-    """This tick runs tests: no finished run of this boot and GPU-reset generation."""
+def runs_tests(prior: Mapping[str, Any] | None, boot_id: str, reset: bool) -> bool:
+    """Whether a tick runs acceptance tests: no finished run of this boot and GPU-reset
+    generation in the saved state.
+
+    prior: the state's saved run (AgentState.acceptance; {} or None: none; a run this
+    version cannot read counts as none); boot_id: this boot's; reset: the GPUs were reset
+    since the last tick (a new generation). Never raises. Source: docs/acceptance.md (the
+    suite runs once per boot and again after a GPU reset)."""
     run = _prior(prior)
     return run is None or run.boot_id != boot_id or reset or run.finished_at is None
 
@@ -420,7 +427,7 @@ def tick_run(
     policy = config.acceptance
     if policy is None or not policy.enabled:
         return None
-    if not policy.instance_type and _runs_tests(prior, boot_id, reset):
+    if not policy.instance_type and runs_tests(prior, boot_id, reset):
         policy = replace(policy, instance_type=_instance_type(config))
     if probe.backend == "fake" and bench is not None:
         probe = apply_overrides(probe, bench.overrides)

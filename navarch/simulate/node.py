@@ -21,7 +21,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from navarch.agent import kernel_log as kl
-from navarch.agent.acceptance import ToolBench
+from navarch.agent.acceptance import ToolBench, runs_tests
 from navarch.agent.checks import Check
 from navarch.agent.config import AgentConfig
 from navarch.agent.gpu import FakeFaults, FakeGpuBackend, GpuProbe
@@ -241,18 +241,13 @@ class SimAgent:
 
     def tools_settled(self) -> bool:
         """Whether the next check runs no acceptance tool: none on the machine, or the
-        agent's state holds a finished run of this boot with no GPU reset pending (the
-        suite runs once per boot and reset generation: navarch.agent.acceptance)."""
+        agent's state holds a finished run of this boot with no GPU reset pending, as the
+        agent itself decides it (navarch.agent.acceptance.runs_tests)."""
         if self.tools is None:
             return True
         state = self.host.state
-        if state is None or not state.acceptance:
-            return False
-        run = state.acceptance
-        return (
-            run.get("boot_id") == self.config.current_boot_id()
-            and run.get("finished_at") is not None
-            and not self.host.reset_pending
+        return state is not None and not runs_tests(
+            state.acceptance, self.config.current_boot_id(), self.host.reset_pending
         )
 
     def account_heartbeat(self, now: datetime) -> int:

@@ -5,8 +5,10 @@ keys, tuples)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -42,14 +44,28 @@ def _jcs(value: dict[str, Any]) -> bytes | type[Exception]:
         return type(exc)
 
 
-@pytest.fixture(params=["orjson", "stdlib"], autouse=True)
-def encoder(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Every test runs with both C encoders: orjson (the reconciler) and the stdlib's (the
-    agent bundle, which has no orjson)."""
-    if request.param == "stdlib":
-        monkeypatch.setattr(signing, "_encode", signing._encode_stdlib)
-        monkeypatch.setattr(signing, "_decode", signing._decode_stdlib)
-    return str(request.param)
+#: The C encoders canonical_bytes runs on: orjson (the reconciler) and the stdlib's (the
+#: agent bundle, which has no orjson).
+ENCODERS = ("orjson", "stdlib")
+
+
+@contextlib.contextmanager
+def _encoder(name: str) -> Iterator[None]:
+    """canonical_bytes on the named encoder for the block (orjson is the module's own)."""
+    saved = signing._encode, signing._decode
+    if name == "stdlib":
+        signing._encode, signing._decode = signing._encode_stdlib, signing._decode_stdlib
+    try:
+        yield
+    finally:
+        signing._encode, signing._decode = saved
+
+
+@pytest.fixture(params=ENCODERS)
+def encoder(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The test runs once on each encoder."""
+    with _encoder(request.param):
+        yield str(request.param)
 
 
 def _ours(value: dict[str, Any]) -> bytes | type[Exception]:
@@ -61,9 +77,12 @@ def _ours(value: dict[str, Any]) -> bytes | type[Exception]:
 
 @settings(max_examples=400, deadline=None)
 @given(st.dictionaries(_keys, _values, max_size=5))
-def test_canonical_bytes_equal_rfc8785(body: dict[str, Any]) -> None:
+def test_canonical_bytes_equal_rfc8785_on_either_encoder(body: dict[str, Any]) -> None:
     body.pop("signature", None)
-    assert _ours(body) == _jcs(body)
+    expected = _jcs(body)
+    for name in ENCODERS:  # one drawn value checks both: drawing it is most of the cost
+        with _encoder(name):
+            assert _ours(body) == expected, name
 
 
 @pytest.mark.parametrize(
@@ -100,10 +119,12 @@ def test_canonical_bytes_equal_rfc8785(body: dict[str, Any]) -> None:
         {"s": '\\"x:1.0]', "n": -0.05},
     ],
 )
+@pytest.mark.usefixtures("encoder")
 def test_edge_cases_equal_rfc8785(value: Any) -> None:
     assert _ours({"v": value}) == _jcs({"v": value})
 
 
+@pytest.mark.usefixtures("encoder")
 def test_a_plain_report_takes_the_fast_path() -> None:
     report = {"node": "n1", "sequence": 7, "gpus": [{"utilization_pct": 40.5}], "notice": None}
     assert signing._fast_canonical(report) == rfc8785.dumps(report)
@@ -118,6 +139,7 @@ def test_a_plain_report_takes_the_fast_path() -> None:
     ],
     ids=["plain", "rfc8785_path", "empty"],
 )
+@pytest.mark.usefixtures("encoder")
 def test_the_stored_text_of_a_signed_report_parses_to_it_and_verifies(report: dict) -> None:
     key = signing.derive_node_key(b"fleet-secret-for-tests", "demo", "n1")
     signed, stored = signing.sign_for_store(report, key)

@@ -30,7 +30,11 @@ from tests.support.azure_servers import (  # noqa: F401
 )
 from tests.support.fake_compute import compute_endpoint, compute_server, fake_compute  # noqa: F401
 from tests.support.fake_lambda import fake_lambda, lambda_api_base, lambda_server  # noqa: F401
-from tests.support.fake_logging import fake_logging, logging_server, sinks_client  # noqa: F401
+from tests.support.fake_logging_fixtures import (  # noqa: F401
+    fake_logging,
+    logging_server,
+    sinks_client,
+)
 from tests.support.gcs_server import gcs_bucket, gcs_env, gcs_server  # noqa: F401
 from tests.support.moto_server import moto, moto_server  # noqa: F401
 

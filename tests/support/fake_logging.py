@@ -1,5 +1,6 @@
 """A local fake of Cloud Logging's ConfigServiceV2 sinks (GetSink, CreateSink, UpdateSink),
-served over gRPC on 127.0.0.1, and its pytest fixture.
+served over gRPC on 127.0.0.1 (its pytest fixtures are in
+tests/support/fake_logging_fixtures.py, which imports this module only when a test asks).
 
 google-cloud-logging's ConfigServiceV2Client has only gRPC transports (3.17.0: grpc and
 grpc_asyncio, no REST), so the fake is a gRPC server: the real client talks to it through
@@ -15,13 +16,12 @@ fields to replace; a sink made with unique_writer_identity gets its own writer i
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent import futures
 from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
-import pytest
 from google.cloud.logging_v2.services.config_service_v2 import ConfigServiceV2Client
 from google.cloud.logging_v2.services.config_service_v2.transports import (
     ConfigServiceV2GrpcTransport,
@@ -101,10 +101,8 @@ def _handler(method: Callable[..., Any], request_type: Any) -> grpc.RpcMethodHan
     )
 
 
-@pytest.fixture(scope="session")
-def logging_server() -> Iterator[tuple[FakeLogging, str]]:
-    """The fake ConfigServiceV2 on 127.0.0.1 for the session: (fake, "127.0.0.1:PORT")."""
-    fake = FakeLogging()
+def serve(fake: FakeLogging) -> tuple[grpc.Server, str]:
+    """Start fake's ConfigServiceV2 on 127.0.0.1 -> (the running server, "127.0.0.1:PORT")."""
     handlers = {
         "GetSink": _handler(fake.get_sink, lc.GetSinkRequest),
         "CreateSink": _handler(fake.create_sink, lc.CreateSinkRequest),
@@ -114,29 +112,10 @@ def logging_server() -> Iterator[tuple[FakeLogging, str]]:
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
-    try:
-        yield fake, f"127.0.0.1:{port}"
-    finally:
-        server.stop(grace=None)
+    return server, f"127.0.0.1:{port}"
 
 
 def logging_client(address: str) -> ConfigServiceV2Client:
     """The real ConfigServiceV2Client on an insecure channel to the fake at address."""
     channel = grpc.insecure_channel(address)
     return ConfigServiceV2Client(transport=ConfigServiceV2GrpcTransport(channel=channel))
-
-
-@pytest.fixture
-def fake_logging(logging_server: tuple[FakeLogging, str]) -> FakeLogging:
-    """The fake ConfigServiceV2, reset for this test."""
-    fake, _ = logging_server
-    fake.reset()
-    return fake
-
-
-@pytest.fixture
-def sinks_client(logging_server: tuple[FakeLogging, str]) -> Iterator[ConfigServiceV2Client]:
-    """A real ConfigServiceV2Client talking to the fake (closed after the test)."""
-    client = logging_client(logging_server[1])
-    yield client
-    client.transport.close()

@@ -24,7 +24,7 @@ from navarch.providers import azure as azuremod
 from navarch.providers import lambda_cloud as lambdamod
 from navarch.providers.base import Provider
 from navarch.providers.local import LocalProvider
-from tests.contracts.error_tables import AWS_ERRORS, AZURE_ERRORS, GCP_ERRORS, LAMBDA_ERRORS
+from tests.contracts.error_tables import AWS_ERRORS, AZURE_ERRORS, LAMBDA_ERRORS, gcp_errors
 from tests.support.azure_servers import ACCOUNT
 from tests.support.fake_arm import SUB, FakeARM
 from tests.support.fake_compute import FakeCompute
@@ -245,7 +245,7 @@ def gcp_cloud(fake_compute: FakeCompute, compute_endpoint: str) -> Cloud:
         live=lambda: len(fake_compute.instances),
         add_instance=add_instance,
         map_error=lambda exc: gcp_error_map.map_error(exc, zone="us-central1-a", what="insert"),
-        errors=GCP_ERRORS,
+        errors=gcp_errors(),
         impair=lambda inst: fake_compute.set_status(inst.zone, inst.instance_id, "REPAIRING"),
         outage=lambda status: fake_compute.fail_page("GET", r"/instances$", status, times=-1),
     )

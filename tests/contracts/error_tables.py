@@ -22,7 +22,6 @@ from botocore import exceptions as boto_exc
 from botocore.parsers import ResponseParserError
 from google.api_core import exceptions as gexc
 from google.auth import exceptions as auth_exc
-from google.cloud import compute_v1
 from google.protobuf.json_format import ParseError
 
 from navarch.errors import (
@@ -102,6 +101,8 @@ AWS_ERRORS = [
 
 
 def _op_error(code: str, status: int, message: str = "m") -> gexc.GoogleAPICallError:
+    from google.cloud import compute_v1
+
     return gexc.from_http_status(
         status, "op", errors=[compute_v1.Errors(code=code, message=message)]
     )
@@ -114,73 +115,86 @@ def _api_error(cls: type, reason: str, message: str = "m") -> gexc.GoogleAPICall
 _REGIONAL_QUOTA = "Quota 'CPUS' exceeded. Limit: 24.0 in region us-central1."
 _GLOBAL_QUOTA = "Quota 'GPUS_ALL_REGIONS' exceeded. Limit: 0.0 globally."
 
-GCP_ERRORS = [
-    ErrorCase(_op_error("ZONE_RESOURCE_POOL_EXHAUSTED", 503), CapacityError, "zone"),
-    ErrorCase(_op_error("ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS", 503), CapacityError, "zone"),
-    ErrorCase(_op_error("STOCKOUT", 503), CapacityError, "zone"),
-    ErrorCase(_api_error(gexc.ServiceUnavailable, "insufficientCapacity"), CapacityError, "zone"),
-    ErrorCase(_api_error(gexc.ServiceUnavailable, "resourcePoolExhausted"), CapacityError, "zone"),
-    ErrorCase(_op_error("QUOTA_EXCEEDED", 403, _REGIONAL_QUOTA), QuotaError, "region"),
-    ErrorCase(_op_error("QUOTA_EXCEEDED", 403, _GLOBAL_QUOTA), QuotaError, "provider"),
-    ErrorCase(_api_error(gexc.Forbidden, "quotaExceeded"), QuotaError, "region"),
-    ErrorCase(_api_error(gexc.Forbidden, "rateLimitExceeded"), TransientError, ""),
-    ErrorCase(_api_error(gexc.Forbidden, "userRateLimitExceeded"), TransientError, ""),
-    ErrorCase(_api_error(gexc.TooManyRequests, "rateLimitExceeded"), TransientError, ""),
-    ErrorCase(_api_error(gexc.InternalServerError, "backendError"), TransientError, ""),
-    ErrorCase(_api_error(gexc.ServiceUnavailable, "backendError"), TransientError, ""),
-    ErrorCase(_api_error(gexc.GatewayTimeout, "timeout"), TransientError, ""),
-    ErrorCase(
-        gexc.RetryError("deadline", _api_error(gexc.ServiceUnavailable, "backendError")),
-        TransientError,
-        "",
-    ),
-    ErrorCase(requests.ConnectionError("refused"), TransientError, ""),
-    ErrorCase(_api_error(gexc.Forbidden, "forbidden"), AuthError, "provider"),
-    ErrorCase(_api_error(gexc.Unauthorized, "authError"), AuthError, "provider"),
-    ErrorCase(auth_exc.DefaultCredentialsError("no ADC"), AuthError, "provider"),
-    ErrorCase(auth_exc.RefreshError("expired"), AuthError, "provider"),
-    ErrorCase(_api_error(gexc.NotFound, "notFound"), ConfigError),
-    ErrorCase(_api_error(gexc.BadRequest, "invalid"), ConfigError),
-    # A machine or accelerator type not offered in the zone, or the zone itself: the
-    # place is wrong, not the pool.
-    ErrorCase(
-        _api_error(
-            gexc.BadRequest,
-            "invalid",
-            "Invalid value for field 'resource.machineType': "
-            "'zones/us-central1-a/machineTypes/a3-highgpu-8g'. Machine type with name "
-            "'a3-highgpu-8g' does not exist in zone 'us-central1-a'.",
+
+def gcp_errors() -> list[ErrorCase]:
+    """The GCP table, built when a test asks for it: its operation errors are
+    google-cloud-compute's own messages, an import of about two seconds that a process
+    collecting the tests should not pay."""
+    return [
+        ErrorCase(_op_error("ZONE_RESOURCE_POOL_EXHAUSTED", 503), CapacityError, "zone"),
+        ErrorCase(
+            _op_error("ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS", 503), CapacityError, "zone"
         ),
-        PlacementError,
-        "zone",
-    ),
-    ErrorCase(
-        _api_error(
-            gexc.NotFound,
-            "notFound",
-            "The resource 'projects/p/zones/us-central1-a/acceleratorTypes/nvidia-h100-80gb' "
-            "was not found",
+        ErrorCase(_op_error("STOCKOUT", 503), CapacityError, "zone"),
+        ErrorCase(
+            _api_error(gexc.ServiceUnavailable, "insufficientCapacity"), CapacityError, "zone"
         ),
-        PlacementError,
-        "zone",
-    ),
-    ErrorCase(
-        _api_error(
-            gexc.NotFound, "notFound", "The resource 'projects/p/zones/us-central1-a' was not found"
+        ErrorCase(
+            _api_error(gexc.ServiceUnavailable, "resourcePoolExhausted"), CapacityError, "zone"
         ),
-        PlacementError,
-        "zone",
-    ),
-    ErrorCase(
-        _api_error(
-            gexc.NotFound, "notFound", "The resource 'projects/p/global/images/x' was not found"
+        ErrorCase(_op_error("QUOTA_EXCEEDED", 403, _REGIONAL_QUOTA), QuotaError, "region"),
+        ErrorCase(_op_error("QUOTA_EXCEEDED", 403, _GLOBAL_QUOTA), QuotaError, "provider"),
+        ErrorCase(_api_error(gexc.Forbidden, "quotaExceeded"), QuotaError, "region"),
+        ErrorCase(_api_error(gexc.Forbidden, "rateLimitExceeded"), TransientError, ""),
+        ErrorCase(_api_error(gexc.Forbidden, "userRateLimitExceeded"), TransientError, ""),
+        ErrorCase(_api_error(gexc.TooManyRequests, "rateLimitExceeded"), TransientError, ""),
+        ErrorCase(_api_error(gexc.InternalServerError, "backendError"), TransientError, ""),
+        ErrorCase(_api_error(gexc.ServiceUnavailable, "backendError"), TransientError, ""),
+        ErrorCase(_api_error(gexc.GatewayTimeout, "timeout"), TransientError, ""),
+        ErrorCase(
+            gexc.RetryError("deadline", _api_error(gexc.ServiceUnavailable, "backendError")),
+            TransientError,
+            "",
         ),
-        ConfigError,
-    ),
-    ErrorCase(_api_error(gexc.Conflict, "resourceNotReady"), ProviderError, ""),
-    # A 2xx answer that is not JSON: the REST transport's protobuf parse fails.
-    ErrorCase(ParseError("Failed to load JSON: Expecting value"), TransientError, ""),
-]
+        ErrorCase(requests.ConnectionError("refused"), TransientError, ""),
+        ErrorCase(_api_error(gexc.Forbidden, "forbidden"), AuthError, "provider"),
+        ErrorCase(_api_error(gexc.Unauthorized, "authError"), AuthError, "provider"),
+        ErrorCase(auth_exc.DefaultCredentialsError("no ADC"), AuthError, "provider"),
+        ErrorCase(auth_exc.RefreshError("expired"), AuthError, "provider"),
+        ErrorCase(_api_error(gexc.NotFound, "notFound"), ConfigError),
+        ErrorCase(_api_error(gexc.BadRequest, "invalid"), ConfigError),
+        # A machine or accelerator type not offered in the zone, or the zone itself: the
+        # place is wrong, not the pool.
+        ErrorCase(
+            _api_error(
+                gexc.BadRequest,
+                "invalid",
+                "Invalid value for field 'resource.machineType': "
+                "'zones/us-central1-a/machineTypes/a3-highgpu-8g'. Machine type with name "
+                "'a3-highgpu-8g' does not exist in zone 'us-central1-a'.",
+            ),
+            PlacementError,
+            "zone",
+        ),
+        ErrorCase(
+            _api_error(
+                gexc.NotFound,
+                "notFound",
+                "The resource 'projects/p/zones/us-central1-a/acceleratorTypes/nvidia-h100-80gb' "
+                "was not found",
+            ),
+            PlacementError,
+            "zone",
+        ),
+        ErrorCase(
+            _api_error(
+                gexc.NotFound,
+                "notFound",
+                "The resource 'projects/p/zones/us-central1-a' was not found",
+            ),
+            PlacementError,
+            "zone",
+        ),
+        ErrorCase(
+            _api_error(
+                gexc.NotFound, "notFound", "The resource 'projects/p/global/images/x' was not found"
+            ),
+            ConfigError,
+        ),
+        ErrorCase(_api_error(gexc.Conflict, "resourceNotReady"), ProviderError, ""),
+        # A 2xx answer that is not JSON: the REST transport's protobuf parse fails.
+        ErrorCase(ParseError("Failed to load JSON: Expecting value"), TransientError, ""),
+    ]
 
 
 # -- Lambda Cloud (its REST API over requests) ------------------------------------------

@@ -11,10 +11,9 @@ import pytest
 
 from navarch import api
 from navarch.fleet.schemas import validator_for
+from tests.support.mcp_client import document, needs_mcp, talk
 
-pytest.importorskip("mcp")
-
-from tests.support.mcp_client import document, talk  # noqa: E402
+pytestmark = needs_mcp
 
 
 @pytest.fixture

@@ -4,16 +4,17 @@ own stdio client, on the embedded local fleet after an injected XID 79."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-pytest.importorskip("mcp")
+from tests.support.mcp_client import CLIENT, Person, document, needs_mcp, refusal, talk
 
-from mcp import ClientSession  # noqa: E402
+if TYPE_CHECKING:
+    from mcp import ClientSession
 
-from navarch.mcp.server import ACTING_TOOLS, READ_ONLY_TOOLS  # noqa: E402
-from tests.support.mcp_client import CLIENT, Person, document, refusal, talk  # noqa: E402
+
+pytestmark = needs_mcp
 
 
 @pytest.fixture
@@ -27,6 +28,8 @@ def sick_fleet(navarch):
 
 
 def test_read_only_server_shows_the_xid79_cordon_and_offers_no_acting_tool(sick_fleet):
+    from navarch.mcp.server import ACTING_TOOLS, READ_ONLY_TOOLS
+
     async def body(s: ClientSession) -> dict[str, Any]:
         tools = {t.name: t for t in (await s.list_tools()).tools}
         resources = {str(r.uri) for r in (await s.list_resources()).resources}
@@ -81,6 +84,8 @@ def test_read_only_server_shows_the_xid79_cordon_and_offers_no_acting_tool(sick_
 
 
 def test_cordon_over_mcp_is_audited_with_the_clients_name(sick_fleet):
+    from navarch.mcp.server import ACTING_TOOLS, READ_ONLY_TOOLS
+
     async def body(s: ClientSession) -> dict[str, Any]:
         tools = {t.name for t in (await s.list_tools()).tools}
         ask = {"node": "demo-train-0001", "reason": "ECC errors in jobs"}
@@ -185,6 +190,7 @@ def test_validate_fleet_names_the_line_of_a_candidates_problem(sick_fleet):
 def test_docs_list_every_tool_and_a_client_config_that_starts_the_server():
     import re
 
+    from navarch.mcp.server import ACTING_TOOLS, READ_ONLY_TOOLS
     from tests.support.mcp_client import REPO
 
     text = (REPO / "docs" / "mcp.md").read_text()

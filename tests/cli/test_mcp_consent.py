@@ -7,15 +7,17 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-pytest.importorskip("mcp")
+from tests.support.mcp_client import CLIENT, Person, document, needs_mcp, refusal, talk
 
-from mcp import ClientSession  # noqa: E402
+if TYPE_CHECKING:
+    from mcp import ClientSession
 
-from tests.support.mcp_client import CLIENT, Person, document, refusal, talk  # noqa: E402
+
+pytestmark = needs_mcp
 
 CODE = re.compile(r"confirmation code: ([0-9A-Z]{4}-[0-9A-Z]{4})")
 

@@ -5,24 +5,34 @@ itself as a subprocess over stdio (import only where the mcp extra is installed)
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
-from mcp import Client, ClientSession, StdioServerParameters, stdio_client
-from mcp.types import ElicitRequestParams, ElicitResult, Implementation
+import pytest
 
-from navarch.mcp.server import build_server
 from navarch.report.timefmt import required_ts
+
+# The SDK is imported when a test talks, not when pytest collects: its import costs each
+# collecting process about a second.
+if TYPE_CHECKING:
+    from mcp import ClientSession
+    from mcp.types import ElicitRequestParams, ElicitResult
+
+#: A module of MCP tests carries this: the SDK comes with the mcp extra (and .[dev]).
+needs_mcp = pytest.mark.skipif(
+    importlib.util.find_spec("mcp") is None, reason="needs the mcp extra: pip install -e .[mcp]"
+)
 
 REPO = Path(__file__).resolve().parents[2]
 CLIENT = "oncall-assistant"
 
-Session = Callable[[ClientSession], Awaitable[Any]]
+Session = Callable[["ClientSession"], Awaitable[Any]]
 
 
 class Person:
@@ -35,6 +45,8 @@ class Person:
         self.shown: list[str] = []
 
     async def answer(self, context: Any, params: ElicitRequestParams) -> ElicitResult:
+        from mcp.types import ElicitResult
+
         self.shown.append(params.message)
         content = {"confirm": self.confirm} if self.action == "accept" else None
         return ElicitResult(action=self.action, content=content)  # type: ignore[arg-type]
@@ -63,6 +75,9 @@ def talk(
         process = "--confirm-code" in flags
     if not process:
         return _talk_in_process(workdir, flags, body, env or {}, person)
+    from mcp import ClientSession, StdioServerParameters, stdio_client
+    from mcp.types import Implementation
+
     server_env = {k: v for k, v in os.environ.items() if not k.startswith("NAVARCH_")}
     server_env.update({"PYTHONPATH": str(REPO), **(env or {})})
     params = StdioServerParameters(
@@ -93,6 +108,8 @@ def _talk_in_process(
 ) -> Any:
     """talk's in-process server, in workdir as the command runs there: the flags `navarch
     mcp` would parse, NAVARCH_NOW as the CLI's clock (navarch.cli.plumbing.process_clock)."""
+    from navarch.mcp.server import build_server
+
     assert set(flags) <= {"--allow-actions"}, f"in process: {flags} need process=True"
     fixed = env.get("NAVARCH_NOW")
     now = required_ts(fixed) if fixed else None
@@ -107,6 +124,9 @@ def _talk_in_process(
 
 async def _in_memory(server: Any, body: Session, person: Person | None) -> Any:
     """body(client) on a client of `server` over the SDK's in-memory transport."""
+    from mcp import Client
+    from mcp.types import Implementation
+
     async with Client(
         server,
         mode="legacy",  # the initialize handshake, as over stdio: elicitation can answer

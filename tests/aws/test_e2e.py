@@ -26,7 +26,6 @@ from typing import Any
 import boto3
 import pytest
 from botocore.awsrequest import AWSResponse
-from moto.ec2.models.instances import InstanceBackend
 
 from navarch import cli
 from navarch.providers import aws as awsmod
@@ -140,6 +139,8 @@ class RunGate:
 
 @pytest.fixture
 def run_gate(monkeypatch: pytest.MonkeyPatch) -> Iterator[RunGate]:
+    from moto.ec2.models.instances import InstanceBackend  # a second of import, for a few tests
+
     gate = RunGate()
     original = InstanceBackend.run_instances
 

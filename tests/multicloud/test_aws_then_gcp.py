@@ -14,8 +14,6 @@ from typing import Any
 
 import boto3
 import pytest
-from moto.ec2.exceptions import EC2ClientError
-from moto.ec2.models.instances import InstanceBackend
 
 from tests.aws.test_e2e import (  # noqa: F401 - env is a fixture
     AMI,
@@ -70,6 +68,9 @@ class _AwsCapacity:
     """Makes moto's RunInstances answer InsufficientInstanceCapacity while `out` is set."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from moto.ec2.exceptions import EC2ClientError
+        from moto.ec2.models.instances import InstanceBackend  # a second of import
+
         self.out = True
         self.refused = 0
         original = InstanceBackend.run_instances

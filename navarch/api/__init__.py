@@ -31,49 +31,53 @@ audit log as `by`).
 
 from __future__ import annotations
 
-from navarch.api.acting import (
-    ApplyOptions,
-    adopt,
-    apply,
-    cordon,
-    destroy,
-    force_unlock,
-    pause,
-    reboot,
-    resume,
-    uncordon,
-)
-from navarch.api.door import load_fleet
-from navarch.api.reading import (
-    history,
-    known_names,
-    plan,
-    report,
-    status,
-    validate,
-    validate_text,
-)
-from navarch.api.results import (
-    AdoptResult,
-    ApplyResult,
-    CloudInit,
-    DestroyResult,
-    HistoryResult,
-    LoadedFleet,
-    PlanResult,
-    ReportResult,
-    SavedPlan,
-    StatusPage,
-    StatusResult,
-    UnlockResult,
-    Validation,
-    VerbResult,
-)
-from navarch.planner.context import PlanOptions
-from navarch.planner.model import HaltRule, Lifecycle, Plan
-from navarch.providers.base import AdoptFilter
-from navarch.reconcile.operator.adopt import AdoptPlan
-from navarch.reconcile.operator.pause import PauseResult
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from navarch.api.acting import (
+        ApplyOptions,
+        adopt,
+        apply,
+        cordon,
+        destroy,
+        force_unlock,
+        pause,
+        reboot,
+        resume,
+        uncordon,
+    )
+    from navarch.api.door import load_fleet
+    from navarch.api.reading import (
+        history,
+        known_names,
+        plan,
+        report,
+        status,
+        validate,
+        validate_text,
+    )
+    from navarch.api.results import (
+        AdoptResult,
+        ApplyResult,
+        CloudInit,
+        DestroyResult,
+        HistoryResult,
+        LoadedFleet,
+        PlanResult,
+        ReportResult,
+        SavedPlan,
+        StatusPage,
+        StatusResult,
+        UnlockResult,
+        Validation,
+        VerbResult,
+    )
+    from navarch.planner.context import PlanOptions
+    from navarch.planner.model import HaltRule, Lifecycle, Plan
+    from navarch.providers.base import AdoptFilter
+    from navarch.reconcile.operator.adopt import AdoptPlan
+    from navarch.reconcile.operator.pause import PauseResult
 
 __all__ = [
     "ApplyOptions",
@@ -116,3 +120,97 @@ __all__ = [
     "validate",
     "validate_text",
 ]
+
+#: Each supported name's room. A room is imported the first time one of its names is read
+#: (PEP 562), so `navarch validate` loads the fleet reader and not the reconciler.
+_ACTING = frozenset(
+    {
+        "ApplyOptions",
+        "adopt",
+        "apply",
+        "cordon",
+        "destroy",
+        "force_unlock",
+        "pause",
+        "reboot",
+        "resume",
+        "uncordon",
+    }
+)
+_READING = frozenset(
+    {"history", "known_names", "plan", "report", "status", "validate", "validate_text"}
+)
+_RESULTS = frozenset(
+    {
+        "AdoptResult",
+        "ApplyResult",
+        "CloudInit",
+        "DestroyResult",
+        "HistoryResult",
+        "LoadedFleet",
+        "PlanResult",
+        "ReportResult",
+        "SavedPlan",
+        "StatusPage",
+        "StatusResult",
+        "UnlockResult",
+        "Validation",
+        "VerbResult",
+    }
+)
+
+
+def _room(name: str) -> ModuleType | None:
+    """The module that defines `name`, imported now; None for a name navarch.api lacks."""
+    if name in _ACTING:
+        from navarch.api import acting
+
+        return acting
+    if name in _READING:
+        from navarch.api import reading
+
+        return reading
+    if name in _RESULTS:
+        from navarch.api import results
+
+        return results
+    if name == "load_fleet":
+        from navarch.api import door
+
+        return door
+    if name == "PlanOptions":
+        from navarch.planner import context
+
+        return context
+    if name in {"HaltRule", "Lifecycle", "Plan"}:
+        from navarch.planner import model
+
+        return model
+    if name == "AdoptFilter":
+        from navarch.providers import base
+
+        return base
+    if name == "AdoptPlan":
+        from navarch.reconcile.operator import adopt
+
+        return adopt
+    if name == "PauseResult":
+        from navarch.reconcile.operator import pause
+
+        return pause
+    return None
+
+
+def __getattr__(name: str) -> Any:
+    """A name of __all__, read from its room on first use and kept here after."""
+    room = _room(name)
+    if room is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(room, name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    """The module's names, every supported one included whether it was read yet or not."""
+    return sorted({*globals(), *__all__})

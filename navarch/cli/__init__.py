@@ -68,8 +68,9 @@ from navarch.cli.plumbing import (
 )
 from navarch.errors import NavarchError
 
-# Heavier modules (jsonschema, the planner, cloud SDKs) are imported inside the commands
-# that need them, so `navarch agent run --once` on a node's timer starts fast.
+# The command modules above only declare flags: each command imports navarch.api and the
+# rest of its verb's code when it runs, so `navarch --version`, `--help` and a node's
+# `agent run --once` load no other verb (tests/cli/test_lazy_verbs.py).
 
 __all__ = [
     "RUNBOOK",

@@ -19,7 +19,6 @@ import argparse
 import signal
 from typing import Any
 
-from navarch.api.reading import read_saved_plan
 from navarch.cli.plumbing import EXIT_OK, fleet_argument, note
 from navarch.errors import ConfigError, StoreError
 from navarch.fleet.durations import parse_duration_s
@@ -81,6 +80,7 @@ def event_flags(s: argparse.ArgumentParser) -> None:
 
 def _open_queue(args: argparse.Namespace) -> Any:
     from navarch import api
+    from navarch.api.reading import read_saved_plan
     from navarch.events.messages import Watch
     from navarch.events.queues import VISIBILITY_S, open_queue
 

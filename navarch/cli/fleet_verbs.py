@@ -8,8 +8,6 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from navarch.api.door import open_fleet
-from navarch.api.reading import read_saved_plan
 from navarch.cli.plumbing import (
     EXIT_CHANGES,
     EXIT_ERROR,
@@ -24,7 +22,6 @@ from navarch.cli.plumbing import (
     pool_argument,
 )
 from navarch.errors import ConfigError, NavarchError
-from navarch.outcome import dead_on_arrival
 from navarch.textsafe import counted
 
 if TYPE_CHECKING:
@@ -135,6 +132,8 @@ def cmd_apply(args: argparse.Namespace) -> int:
 def _apply_once(args: argparse.Namespace, named: tuple[str, ...] | None) -> int:
     """One apply; named: the report keys an event-started run was started for."""
     from navarch import api
+    from navarch.api.door import open_fleet
+    from navarch.api.reading import read_saved_plan
     from navarch.notify.unattended import Unattended
 
     saved = read_saved_plan(args.target)
@@ -186,6 +185,8 @@ def _apply_once(args: argparse.Namespace, named: tuple[str, ...] | None) -> int:
 def _apply_exit(result: ApplyResult, replace: frozenset[str] = frozenset()) -> int:
     """Print the apply's closing lines -> its exit code (0, 1 failed action, 3 halted);
     replace: the --replace nodes (see halt_exit)."""
+    from navarch.outcome import dead_on_arrival
+
     plan = result.plan
     if not plan.actions:
         print(_plan_text(plan), end="")

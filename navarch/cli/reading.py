@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from navarch.api.reading import status_page
 from navarch.cli.plumbing import (
     EXIT_ERROR,
     EXIT_OK,
@@ -50,6 +49,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     """`navarch status`: counts per pool and lifecycle, then the nodes that are not healthy
     (every node with --all), or --json (every node), or --html PATH (the status page)."""
     from navarch import api
+    from navarch.api.reading import status_page
 
     if args.html:
         page = status_page(args.fleet, now=args.clock())

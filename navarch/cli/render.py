@@ -6,7 +6,6 @@ import argparse
 import sys
 from typing import Any
 
-from navarch.api.reading import cloud_init
 from navarch.cli.plumbing import EXIT_ERROR, EXIT_OK
 from navarch.errors import NavarchError
 
@@ -18,6 +17,7 @@ def cmd_render_cloud_init(args: argparse.Namespace) -> int:
     user-data a node of the pool boots with (N defaults to <fleet>-<pool>-0001, the pool's
     first node), its signing key replaced by bootstrap.KEY_PLACEHOLDER unless --reveal-key."""
     from navarch import api
+    from navarch.api.reading import cloud_init
 
     try:
         fleet = api.load_fleet(args.fleet)

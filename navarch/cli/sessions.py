@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from navarch.api.reading import node_instance
 from navarch.cli.plumbing import EXIT_OK, fleet_argument, node_parser
 from navarch.cli.sweeps import add_arguments
 from navarch.errors import ConfigError, NavarchError
@@ -44,6 +43,7 @@ def cmd_ssh(args: argparse.Namespace) -> int:
     import subprocess
 
     from navarch import api
+    from navarch.api.reading import node_instance
     from navarch.extras import import_extra
 
     # The pool's ssh settings are read by the playbook runner's module (fabric, paramiko):

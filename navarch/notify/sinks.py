@@ -34,17 +34,18 @@ import time
 from collections.abc import Mapping, Sequence
 from functools import cache
 from pathlib import Path
-from typing import Any, Protocol
-
-import requests
-from requests.adapters import HTTPAdapter
-from urllib3.util.retry import Retry
+from typing import TYPE_CHECKING, Any, Protocol
 
 from navarch.errors import ConfigError, NotifyError, PluginError
 from navarch.fleet.spec import SinkSpec
 from navarch.notify.events import SEVERITY, Event, EventKind, Severity
 from navarch.templating import environment
 from navarch.textsafe import counted, node_text, slack_mrkdwn
+
+# requests is imported where a sink posts (http_session, _post): a run that sends nothing
+# over HTTP, and the CLI's other commands, never load it.
+if TYPE_CHECKING:
+    import requests
 
 PAGERDUTY_URL = "https://events.pagerduty.com/v2/enqueue"
 #: First pause before the webhook sink tries its failed events again (then doubling).
@@ -110,6 +111,10 @@ def http_session(retries: int) -> requests.Session:
     """A requests Session whose adapter retries POSTs with urllib3's Retry: connection
     errors, read timeouts, 429 and 5xx; backoff 0.5 s doubling (capped at 5 s), honouring
     Retry-After."""
+    import requests
+    from requests.adapters import HTTPAdapter
+    from urllib3.util.retry import Retry
+
     retry = Retry(
         total=retries,
         connect=retries,
@@ -141,6 +146,8 @@ class Sink(Protocol):
 
 def _post(sink: SinkSpec, url: str, body: bytes, headers: Mapping[str, str]) -> None:
     """POST body; raise NotifyError (sink name and status only) unless 2xx."""
+    import requests
+
     try:
         with http_session(sink.retries) as session:
             resp = session.post(

@@ -539,6 +539,8 @@ def _pcie_replay(g: GpuSnapshot, b: Baselines) -> list[Check]:
 
 def _nvlink_errors(g: GpuSnapshot, b: Baselines) -> list[Check]:
     deltas = {k: b.delta(f"nvlink_{k}", v) for k, v in (g.nvlink_errors or {}).items()}
+    if not any(deltas.values()):
+        return []  # no counter rose since a usable baseline, so no rate is above 0 either
     rates = (b.rate_per_s(f"nvlink_{k}", (g.nvlink_errors or {}).get(k)) for k in _CRC)
     crc_rate = sum(r for r in rates if r is not None)
     hard = {k: d for k, d in deltas.items() if k in ("replay", "recovery") and d}

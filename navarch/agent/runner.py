@@ -11,7 +11,7 @@ Report rules (docs/design.md, Health report; schemas/health-report.schema.json):
   every report until the boot id changes (the state file keeps them).
 - Fault counts: each check with a fault key carries ``boots_seen`` (the boots of this
   node in which the agent saw that kind of fault within FAULT_LOOKBACK_S, this one
-  included) and ``first_seen``: counts only the agent can know (``count_faults``).
+  included), ``first_seen`` and ``consecutive``: what only the agent can count (``count_faults``).
 - ``sequence``: above both the state's and the node's report in the store (normally
   previous + 1); after a lost state, or a state that could not be saved, the clock floor
   (see ``next_sequence``, ``persist_state`` and navarch.agent.state).
@@ -86,7 +86,6 @@ __all__ = [
     "persist_state",
     "count_faults",
     "KernelLogRead",
-    "count_streaks",
     "change_digest",
     "report_due",
     "STREAK_WRITE_CAP",
@@ -190,17 +189,30 @@ def _gpu_checks_and_counters(
 
 
 def count_faults(
-    checks: Sequence[Check], faults: Mapping[str, Mapping[str, float]], boot_id: str, now: datetime
-) -> tuple[list[Check], dict[str, dict[str, float]]]:
+    checks: Sequence[Check],
+    faults: Mapping[str, Mapping[str, float]],
+    streaks: Mapping[str, int],
+    same_boot: bool,
+    boot_id: str,
+    now: datetime,
+) -> tuple[list[Check], dict[str, dict[str, float]], dict[str, int]]:
     """Record this boot for each check's fault and stamp the check with the agent's counts.
 
     faults: the state's history, fault kind -> {boot id: first seen, unix seconds}, pruned
-    to FAULT_LOOKBACK_S (gpud's 3-day look-back). Returns the checks with ``boots_seen``
-    (boots in the history with this kind, this one included) and ``first_seen`` (RFC 3339)
-    set on every check that has a fault key, and the new history. Facts only: no check's
+    to FAULT_LOOKBACK_S (gpud's 3-day look-back). streaks: the state's counts from the
+    previous check (fault id "<fault key>|<status>" -> count); a fault missing from this
+    check ends its streak, a new boot (not ``same_boot``) ends them all.
+
+    Returns the checks, the new history and the new streaks. Every check that has a fault
+    key gets ``boots_seen`` (boots in the history with this kind, this one included),
+    ``first_seen`` (RFC 3339) and ``consecutive`` (the checks in a row, this one included,
+    that saw this fault (kind, GPU) with this status in this boot). Facts only: no check's
     status or action changes here.
     """
     history = {k: dict(v) for k, v in prune_faults(faults, now).items()}
+    previous = streaks if same_boot else {}
+    new_streaks: dict[str, int] = {}
+    now_s = now.timestamp()
     out: list[Check] = []
     for c in checks:
         key = c.fault_key()
@@ -208,10 +220,15 @@ def count_faults(
             out.append(c)
             continue
         boots = history.setdefault(key.kind, {})
-        boots.setdefault(boot_id, now.timestamp())
+        boots.setdefault(boot_id, now_s)
         first = datetime.fromtimestamp(min(boots.values()), UTC)
-        out.append(replace(c, boots_seen=len(boots), first_seen=_iso(first)))
-    return out, history
+        fault_id = f"{key.format()}|{c.status.value}"
+        new_streaks[fault_id] = new_streaks.get(fault_id) or int(previous.get(fault_id, 0)) + 1
+        stamped = replace(
+            c, boots_seen=len(boots), first_seen=_iso(first), consecutive=new_streaks[fault_id]
+        )
+        out.append(stamped)
+    return out, history, new_streaks
 
 
 # --- cadence: consecutive checks, write on change or heartbeat ---------------------------
@@ -222,28 +239,8 @@ def count_faults(
 STREAK_WRITE_CAP = 10
 
 
-def count_streaks(
-    checks: Sequence[Check], streaks: Mapping[str, int], same_boot: bool
-) -> tuple[list[Check], dict[str, int]]:
-    """Stamp each check that has a fault with ``consecutive``: the checks in a row (this
-    one included) that saw this fault (kind, GPU) with this status in this boot.
-
-    streaks: the state's counts from the previous check (fault id -> count); a fault
-    missing from this check ends its streak, a new boot ends them all. Returns the stamped
-    checks and the new counts. Facts only: no status or action changes here.
-    """
-    previous = streaks if same_boot else {}
-    out: list[Check] = []
-    new: dict[str, int] = {}
-    for c in checks:
-        key = c.fault_key()
-        if key is None:
-            out.append(c)
-            continue
-        fault_id = f"{key.format()}|{c.status.value}"
-        new[fault_id] = new.get(fault_id) or int(previous.get(fault_id, 0)) + 1
-        out.append(replace(c, consecutive=new[fault_id]))
-    return out, new
+#: change_digest's JSON encoder, built once: json.dumps would build it again for every check.
+_DIGEST_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=str)
 
 
 def change_digest(
@@ -279,8 +276,7 @@ def change_digest(
         "notice": dict(notice) if notice else None,
         "verdict_checks": min(verdict_checks, STREAK_WRITE_CAP),
     }
-    text = json.dumps(doc, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:32]
+    return hashlib.sha256(_DIGEST_ENCODER.encode(doc).encode()).hexdigest()[:32]
 
 
 def report_due(written: Mapping[str, Any], change: str, heartbeat_s: float, now: datetime) -> bool:
@@ -597,9 +593,12 @@ class NodeObservation:
     nvml_errors: int = 0
     network: dict[str, Any] = field(default_factory=dict)
 
-    def next_state(self, sequence: int, boot_id: str, written: Mapping[str, Any]) -> AgentState:
+    def next_state(
+        self, sequence: int, boot_id: str, written: Mapping[str, Any], acceptance: Mapping[str, Any]
+    ) -> AgentState:
         """The state this check leaves. ``written`` stays the last write's until the store
-        took this report: a failed write is retried at the next check, not the heartbeat."""
+        took this report: a failed write is retried at the next check, not the heartbeat.
+        acceptance: this check's acceptance run as JSON (empty when none ran)."""
         latched = trim_events(self.xids.latched, _MAX_XIDS)
         return AgentState(
             sequence=sequence,
@@ -610,6 +609,7 @@ class NodeObservation:
             counters=self.counters,
             streaks=self.streaks,
             written=dict(written),
+            acceptance=acceptance,
             host_signals=dict(self.host_signals),
             nvml_errors=self.nvml_errors,
             network=self.network,
@@ -649,12 +649,13 @@ def observe_node(
     probe = _safe_probe(backend)
     transient = _transient_runs(probe, state, same_boot)
     gchecks, counters = _gpu_checks_and_counters(probe, state.counters, boot_id, now)
-    fm_view = fabric_manager.view(fabric_present(probe)) if fabric_manager is not None else None
+    fabric = fabric_present(probe)
+    fm_view = fabric_manager.view(fabric) if fabric_manager is not None else None
     checks = [
         boot_check(boot_id, state.boot_id),
         *probe_checks(probe, config.gpus_per_node, max(transient, 1)),
         *gchecks,
-        *fabric_manager_checks(fm_view, fabric_present(probe)),
+        *fabric_manager_checks(fm_view, fabric),
         kernel_log_check(xids),
         *xid_checks(xids.latched, {g.pci_bus_id: g.index for g in probe.gpus}),
         *hosted.checks,
@@ -666,8 +667,7 @@ def observe_node(
     checks += host.plugin_checks(config, boot_id, gpu_readings(probe), checks)
     checks = name_gpus(checks, probe)
     faults = _faults_with_earlier_boots(state.faults, xids.earlier_boots, now)
-    checks, faults = count_faults(checks, faults, boot_id, now)
-    checks, streaks = count_streaks(checks, state.streaks, same_boot)
+    checks, faults, streaks = count_faults(checks, faults, state.streaks, same_boot, boot_id, now)
     # The verdict's own run of checks: a node back from a remedy writes its first healthy
     # checks at once, so the reconciler's return_after counts checks, not heartbeats.
     verdict = f"verdict|{Status.worst(c.status for c in checks).value}"
@@ -767,7 +767,7 @@ def run_once(
     run_json = run.to_json() if run is not None else {}
     due = to_stdout or _due(state, problem is not None, change, config.heartbeat_s, run_json, now)
     sequence = _report_sequence(state, problem, due, store, config.report_key, now)
-    new_state = replace(seen.next_state(sequence, boot_id, state.written), acceptance=run_json)
+    new_state = seen.next_state(sequence, boot_id, state.written, run_json)
     # --stdout is a look, not a run: it keeps the state file (latches, baselines, the
     # kernel log offset) and the reset marker as they are, so the timer's next run sees
     # exactly what it would have seen.

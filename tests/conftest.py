@@ -113,8 +113,10 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """`-n auto` (pyproject's addopts): one worker more than the cores this process may run
     on. Many tests wait rather than compute (a CLI subprocess, a local server, an agent's
-    timeout), and the extra worker keeps the cores busy meanwhile: on 2 cores the fast
-    tier took 183 s with 3 workers, 197-200 s with 2 and 198 s with 4."""
+    timeout), and the extra worker keeps the cores busy meanwhile. On 2 cores, with
+    worksteal, the fast tier took 177-186 s on 3 workers and 177 s on 2 (a repeated run),
+    and 203 s on 3 against 209 s on 2 from fresh clones: within this machine's noise, so
+    the extra worker stays."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return (cores or 1) + 1
 

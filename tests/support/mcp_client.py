@@ -1,6 +1,7 @@
 """Talk to `navarch mcp` as an assistant does, through the `mcp` SDK's own client: the server
 `navarch mcp` builds, in this process over the SDK's in-memory transport, or the command
-itself as a subprocess over stdio (import only where the mcp extra is installed)."""
+itself as a subprocess over stdio. The SDK comes with the mcp extra; a test module that
+talks carries `needs_mcp`, which skips it where the extra is not installed."""
 
 from __future__ import annotations
 

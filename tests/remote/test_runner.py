@@ -183,6 +183,9 @@ playbooks:
     assert "timed out after 1s" in step.output_tail
     assert "timed out after 1s" in outcome.error and "steps[0].timeout" in outcome.error
     assert standin.calls("kubectl") == []
+    # The hung call reached the node: on a busy machine its session may start after the
+    # timeout, and waiting for it keeps it out of the next test's record.
+    assert standin.wait_for_calls("scontrol", 1) == [["show", "node", "gpu-1"]]
 
 
 def test_ignore_errors_records_the_failure_and_goes_on(

@@ -100,14 +100,42 @@ DAEMON_FIXTURES = frozenset(
 )
 
 
+#: A RAM-backed directory, where the machine has one, for the tests' scratch files.
+TMPFS = Path("/dev/shm")
+#: Room the whole suite's scratch files need there with some to spare (a few hundred MiB
+#: while it runs); a smaller tmpfs, such as a container's default 64 MiB, is passed over.
+TMPFS_MIN_FREE_BYTES = 2 * 1024**3
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    """In the controlling process, before any worker starts: compile navarch's bytecode once
-    where Python writes it (not under PYTHONDONTWRITEBYTECODE), so the workers and the
-    `python -m navarch` processes tests start load it instead of each compiling the package
-    on a fresh clone."""
-    if sys.dont_write_bytecode or hasattr(config, "workerinput"):
+    """In the controlling process, before any worker starts: put tmp_path on a tmpfs, and
+    compile navarch's bytecode once where Python writes it (not under
+    PYTHONDONTWRITEBYTECODE), so the workers and the `python -m navarch` processes tests
+    start load it instead of each compiling the package on a fresh clone."""
+    if hasattr(config, "workerinput"):
+        return  # a worker takes its basetemp from the controller
+    _scratch_on_tmpfs(config)
+    if not sys.dont_write_bytecode:
+        compileall.compile_dir(Path(__file__).resolve().parents[1] / "navarch", quiet=1, workers=0)
+
+
+def _scratch_on_tmpfs(config: pytest.Config) -> None:
+    """Root pytest's numbered temporary directories in TMPFS when it has room (pytest's
+    documented PYTEST_DEBUG_TEMPROOT), unless the run names a basetemp or a root itself.
+
+    The tests write, fsync, rename and delete tens of thousands of small files (stores,
+    state, journals, each test's tmp_path). On a virtual disk those calls wait on the
+    device: on ext4 mounted with discard, a subset of the fast tier spent 13 s of system
+    CPU in them against 6 s on /dev/shm, and its wall time fell by a tenth. The code under
+    test makes the same calls either way."""
+    if config.option.basetemp or os.environ.get("PYTEST_DEBUG_TEMPROOT"):
         return
-    compileall.compile_dir(Path(__file__).resolve().parents[1] / "navarch", quiet=1, workers=0)
+    try:
+        fs = os.statvfs(TMPFS)
+    except OSError:
+        return
+    if fs.f_bavail * fs.f_frsize >= TMPFS_MIN_FREE_BYTES and os.access(TMPFS, os.W_OK | os.X_OK):
+        os.environ["PYTEST_DEBUG_TEMPROOT"] = str(TMPFS)
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:

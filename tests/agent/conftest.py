@@ -17,6 +17,7 @@ import pynvml
 import pytest
 
 from navarch.agent import AgentConfig, run_once
+from navarch.agent.bundle import write_bundle
 from navarch.resources import schema_path
 from navarch.stores import open_store
 from tests.support.agent import T0, agent_config
@@ -38,6 +39,16 @@ def _test_machine_is_not_the_node(monkeypatch: pytest.MonkeyPatch, tmp_path: Pat
     (sysfs / "bus" / "pci" / "devices").mkdir(parents=True)
     monkeypatch.setattr(host, "DEFAULT_SYSFS_ROOT", str(sysfs))
     monkeypatch.setattr(host_readings, "libc_adjtimex", lambda: (0, 0))
+
+
+@pytest.fixture(scope="session")
+def bundle_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The agent bundle (navarch-agent.pyz), built once: every build of a source tree is
+    byte-identical (test_bundle.py), so each test that runs or installs it needs no build
+    of its own. Read it; copy it to change it."""
+    out = tmp_path_factory.mktemp("bundle") / "navarch-agent.pyz"
+    write_bundle(out)
+    return out
 
 
 @pytest.fixture

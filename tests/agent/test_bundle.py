@@ -3,6 +3,7 @@ on every Python from 3.9 to 3.13 found on PATH, with only pure-Python code insid
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -15,9 +16,10 @@ from pathlib import Path
 import pytest
 
 from navarch import __version__
-from navarch.agent.bundle import VENDORED, build_bundle, write_bundle
+from navarch.agent.bundle import VENDORED, build_bundle
 from navarch.agent.store import AwsCredentials, sigv4_headers
 from navarch.report.compat import UTC
+from tests.support.cli import run_navarch
 from tests.support.fake_agent import write_agent_yaml
 
 #: The issue's budget for the file a node downloads.
@@ -45,16 +47,13 @@ def interpreters() -> list[str]:
     return [found[v] for v in sorted(found, key=lambda v: tuple(map(int, v.split("."))))]
 
 
-@pytest.fixture(scope="module")
-def bundle_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("bundle") / "navarch-agent.pyz"
-    write_bundle(out)
-    return out
+def sha256_of(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def test_two_builds_are_byte_identical_and_named_by_their_hash() -> None:
-    a, b = build_bundle(), build_bundle()
-    assert a.data == b.data and a.sha256 == b.sha256
+def test_two_builds_are_byte_identical_and_named_by_their_hash(bundle_file: Path) -> None:
+    a = build_bundle()  # a second build: bundle_file is the session's first
+    assert a.data == bundle_file.read_bytes() and a.sha256 == sha256_of(bundle_file)
     assert a.key == f"agent/{__version__}-{a.sha256}.pyz"
 
 
@@ -199,6 +198,8 @@ def test_bundle_modules_keep_to_python_3_9(bundle_file: Path, tmp_path: Path) ->
             "--violations",
             "--no-tips",
             "--eval-annotations=no",
+            # The suite's workers already keep every core busy: a pool only adds its start.
+            "--processes=1",
             str(src),
         ],
         capture_output=True,
@@ -208,17 +209,12 @@ def test_bundle_modules_keep_to_python_3_9(bundle_file: Path, tmp_path: Path) ->
     assert run.returncode == 0, run.stdout + run.stderr
 
 
-def test_cli_writes_the_bundle(tmp_path: Path) -> None:
+def test_cli_writes_the_bundle(bundle_file: Path, tmp_path: Path) -> None:
     out = tmp_path / "agent.pyz"
-    run = subprocess.run(
-        [sys.executable, "-m", "navarch", "agent", "bundle", "--out", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    run = run_navarch(["agent", "bundle", "--out", str(out)], cwd=tmp_path)
     assert run.returncode == 0, run.stderr
-    assert f"sha256 {build_bundle().sha256}" in run.stdout
-    assert out.read_bytes() == build_bundle().data and out.stat().st_mode & 0o111
+    assert f"sha256 {sha256_of(bundle_file)}" in run.stdout
+    assert out.read_bytes() == bundle_file.read_bytes() and out.stat().st_mode & 0o111
 
 
 def test_s3_signature_matches_botocore(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -279,7 +275,7 @@ def test_with_a_cache_dir_the_bundle_unpacks_once_and_python_caches_bytecode(
         )
         assert run.returncode == 0, run.stdout + run.stderr
     (tree,) = cache.iterdir()
-    assert tree.name == build_bundle().sha256[:16]
+    assert tree.name == sha256_of(bundle_file)[:16]
     assert list((tree / "navarch/agent/__pycache__").glob("runner.*.pyc"))
 
 

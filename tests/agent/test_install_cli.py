@@ -1,9 +1,10 @@
-"""Templates (cloud-init, systemd units) and the agent's CLI, run as real subprocesses."""
+"""Templates (cloud-init, systemd units) and the agent's CLI: `navarch agent ...` and
+`navarch render` in this process (tests/support/cli.py), and `python -m navarch.agent`, the
+entry point the bundle runs, as a real process."""
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -19,6 +20,7 @@ from navarch.agent.install import install_units
 from navarch.fleet.load import load_fleet
 from navarch.fleet.secret import read_fleet_secret
 from navarch.report import signing
+from tests.support.cli import run_navarch
 from tests.support.fake_agent import write_agent_yaml
 from tests.support.system import require_system_package
 
@@ -29,14 +31,8 @@ XID79 = "[  100.000000] NVRM: Xid (PCI:0000:2a:00): 79, pid='<unknown>', name=<u
 
 
 def navarch(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "navarch", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=REPO,
-        env={**os.environ, **(env or {})},
-    )
+    """`navarch ARGS` run from the repository, in this process."""
+    return run_navarch(args, cwd=REPO, env=env)
 
 
 @pytest.fixture

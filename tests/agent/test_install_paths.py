@@ -23,7 +23,6 @@ from navarch.agent.bootstrap import (
     render_cloud_init_for,
     render_units,
 )
-from navarch.agent.bundle import write_bundle
 from navarch.report import signing
 from tests.support.userdata import base_env, run_installed_agent, run_user_data
 
@@ -44,11 +43,11 @@ def test_baked_units_are_the_ones_navarch_renders() -> None:
         assert (IMAGE / name).read_text() == text, f"regenerate examples/image/{name}"
 
 
-def _baked_image(tmp_path: Path) -> Path:
+def _baked_image(tmp_path: Path, bundle_file: Path) -> Path:
     """examples/image/bake-agent.sh run on the bundle and the baked units -> the image root."""
     dist = tmp_path / "dist"
     dist.mkdir()
-    write_bundle(dist / "navarch-agent.pyz")
+    shutil.copy(bundle_file, dist / "navarch-agent.pyz")
     for name in ("navarch-agent.service", "navarch-agent.timer"):
         shutil.copy(IMAGE / name, dist)
     root = tmp_path / "image-root"
@@ -63,8 +62,10 @@ def _baked_image(tmp_path: Path) -> Path:
     return root
 
 
-def test_baked_image_then_user_data_with_only_the_key_runs_the_agent(tmp_path: Path) -> None:
-    root = _baked_image(tmp_path)
+def test_baked_image_then_user_data_with_only_the_key_runs_the_agent(
+    tmp_path: Path, bundle_file: Path
+) -> None:
+    root = _baked_image(tmp_path, bundle_file)
     assert (root / BUNDLE_PATH.lstrip("/")).is_file()
 
     key = signing.derive_node_key(b"s" * 32, "demo", "demo-train-0001")
@@ -91,10 +92,10 @@ def test_baked_image_then_user_data_with_only_the_key_runs_the_agent(tmp_path: P
 
 
 def test_the_runbooks_on_node_navarch_agent_run_works_where_the_agent_came_as_the_bundle(
-    tmp_path: Path,
+    tmp_path: Path, bundle_file: Path
 ) -> None:
     bundle = tmp_path / "navarch-agent.pyz"
-    write_bundle(bundle)
+    shutil.copy(bundle_file, bundle)
     user_data = render_cloud_init_for(
         fleet="demo",
         pool="train",
@@ -194,11 +195,11 @@ def test_kubernetes_examples_use_the_images_and_validate(tmp_path: Path) -> None
 
 
 def test_user_data_of_a_pool_with_acceptance_makes_the_bundled_agent_acceptance(
-    tmp_path: Path,
+    tmp_path: Path, bundle_file: Path
 ) -> None:
     from navarch.report.acceptance import AcceptancePolicy, policy_to_mapping
 
-    root = _baked_image(tmp_path)
+    root = _baked_image(tmp_path, bundle_file)
     user_data = render_cloud_init_for(
         fleet="demo",
         pool="train",

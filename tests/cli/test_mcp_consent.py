@@ -5,13 +5,26 @@ client, on the embedded local fleet after an injected XID 79 (demo-train-0002)."
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import re
+from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import anyio
 import pytest
 
-from tests.support.mcp_client import CLIENT, Person, document, needs_mcp, refusal, talk
+from tests.support.mcp_client import (
+    CLIENT,
+    Person,
+    _in_memory,
+    document,
+    needs_mcp,
+    refusal,
+    talk,
+)
 
 if TYPE_CHECKING:
     from mcp import ClientSession
@@ -140,19 +153,33 @@ def test_the_confirmation_code_reaches_only_the_servers_terminal_and_lets_the_ca
     }
 
 
-def test_a_code_for_one_node_does_not_act_on_another(sick_fleet):
-    log = sick_fleet.workdir / "mcp-server.log"
+def _talk_with_codes_in_process(
+    workdir: Path, body: Callable[[ClientSession, io.StringIO], Awaitable[Any]]
+) -> Any:
+    """talk's in-process server as `navarch mcp fleet.yaml --allow-actions --confirm-code
+    stderr` builds it, its standard error a buffer body(session, buffer) reads the codes
+    from: for a test of what a code allows, where its own process would prove nothing."""
+    from navarch.mcp.consent import CodeChannel
+    from navarch.mcp.server import build_server
 
-    async def body(s: ClientSession) -> dict[str, Any]:
+    terminal = io.StringIO()
+    with contextlib.chdir(workdir):  # answers name "fleet.yaml" as the command's do
+        with contextlib.redirect_stderr(terminal):  # the code channel opened as the server starts
+            server = build_server("fleet.yaml", allow_actions=True, confirm_code=CodeChannel.STDERR)
+        return anyio.run(_in_memory, server, lambda s: body(s, terminal), None)
+
+
+def test_a_code_for_one_node_does_not_act_on_another(sick_fleet):
+    async def body(s: ClientSession, terminal: io.StringIO) -> dict[str, Any]:
         plan = document(await s.call_tool("plan", {"replace": ["demo-infer-0001"]}))
         fp = plan["plan_fingerprint"]
         refusal(await s.call_tool("apply", {"plan_fingerprint": fp, "nodes": ["demo-infer-0001"]}))
-        code = CODE.findall(log.read_text())[-1]
+        code = CODE.findall(terminal.getvalue())[-1]
         both = {"plan_fingerprint": fp, "nodes": ["demo-infer-0001", "demo-train-0002"]}
         return {"both": refusal(await s.call_tool("apply", {**both, "confirmation_code": code}))}
 
     before = _lifecycles(sick_fleet)
-    got = talk(sick_fleet.workdir, "--allow-actions", "--confirm-code", "stderr", body=body)
+    got = _talk_with_codes_in_process(sick_fleet.workdir, body)
     assert "not the live code" in got["both"]["refused"]
     assert not _mcp_events(sick_fleet)
     assert _lifecycles(sick_fleet) == before

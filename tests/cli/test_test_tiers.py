@@ -69,6 +69,11 @@ def test_not_system_leaves_out_the_tests_on_a_daemon_and_keeps_the_rest() -> Non
             "pytest",
             "-p",
             "no:cacheprovider",
+            # Plugins that neither mark nor deselect a test, left out for the CPU they cost.
+            "-p",
+            "no:hypothesispytest",
+            "-p",
+            "no:unraisableexception",
             "--collect-only",
             "-n",
             "0",  # collected here: no workers to start

@@ -1,14 +1,15 @@
-"""Fixtures for the extension points: the example plugin installed for real, broken ones
-made discoverable through a dist-info directory on PYTHONPATH (importlib.metadata finds
-both the way it finds any installed package). The tests run the CLI as a subprocess
-(run_navarch(..., subprocess=True)): a plugin installed during the session, or on a
-PYTHONPATH of its own, is found only by a fresh interpreter."""
+"""Fixtures for the extension points: the example plugin pip-installed for real into a
+directory of its own, broken ones made discoverable through a dist-info directory written
+here; either goes on a run's PYTHONPATH, where importlib.metadata finds it the way it finds
+any installed package. A CLI run given that PYTHONPATH is a subprocess (run_navarch(...,
+subprocess=True)): only a fresh interpreter reads it; a run in this process finds a plugin
+put on sys.path (monkeypatch.syspath_prepend)."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,21 +19,30 @@ EXAMPLE = ROOT / "examples" / "plugins" / "navarch-baremetal"
 
 
 @pytest.fixture(scope="session")
-def baremetal_installed() -> Iterator[str]:
-    """pip-install examples/plugins/navarch-baremetal (editable, no deps, no build
-    isolation: nothing is fetched) into this interpreter; uninstall it afterwards unless it
-    was installed before the session."""
-    pip = [sys.executable, "-m", "pip"]
-    before = subprocess.run([*pip, "show", "navarch-baremetal"], capture_output=True)
+def baremetal_installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """examples/plugins/navarch-baremetal pip-installed (no deps, no build isolation, no
+    index: nothing is fetched) into a directory of its own -> that directory, for a run's
+    PYTHONPATH. pip builds the wheel from the example's own pyproject.toml, so the entry
+    point a run finds is the one the example declares; this interpreter's site-packages is
+    left as it was."""
+    work = tmp_path_factory.mktemp("baremetal")
+    # A copy: the wheel build writes build/ and egg-info beside the sources, not in the checkout.
+    source = shutil.copytree(
+        EXAMPLE,
+        work / "source",
+        ignore=shutil.ignore_patterns("__pycache__", "build", "*.egg-info"),
+    )
+    site = work / "site"
     done = subprocess.run(
-        [*pip, "install", "-q", "--no-deps", "--no-build-isolation", "-e", str(EXAMPLE)],
+        [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input", "install"]
+        + ["-q", "--no-deps", "--no-build-isolation", "--no-index", "--target", str(site)]
+        + [str(source)],
         capture_output=True,
         text=True,
+        timeout=300,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    yield "navarch-baremetal"
-    if before.returncode != 0:
-        subprocess.run([*pip, "uninstall", "-q", "-y", "navarch-baremetal"], capture_output=True)
+    return site
 
 
 def fake_distribution(site: Path, name: str, entry_points: str, modules: dict[str, str]) -> Path:

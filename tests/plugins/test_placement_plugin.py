@@ -59,12 +59,8 @@ def test_scorer_orders_the_places(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
         ("sim-b", "b-1"),
         ("sim-a", "a-1"),
     ]
-    run = run_navarch(
-        ["apply", "fleet.yaml", "--auto-approve"],
-        cwd=tmp_path,
-        env={"PYTHONPATH": str(tmp_path / "site")},
-        subprocess=True,
-    )
+    # In this process, which finds the plugin on sys.path as load_fleet did above.
+    run = run_navarch(["apply", "fleet.yaml", "--auto-approve"], cwd=tmp_path)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "provision demo-train-0001 on sim-b b-2/sim-h100x8" in run.stdout, run.stdout
 

@@ -47,18 +47,25 @@ def claims(tmp_path: Path) -> dict[str, dict[str, object]]:
     return json.loads(path.read_text()) if path.exists() else {}
 
 
-def test_example_plugin_converges_a_pool(tmp_path: Path, baremetal_installed: str) -> None:
+def test_example_plugin_converges_a_pool(tmp_path: Path, baremetal_installed: Path) -> None:
     fleet = write_fleet(tmp_path, "baremetal")
-    plan = run_navarch(["plan", str(fleet), "--detailed-exitcode"], cwd=tmp_path, subprocess=True)
+    env = {"PYTHONPATH": str(baremetal_installed)}
+    plan = run_navarch(
+        ["plan", str(fleet), "--detailed-exitcode"], cwd=tmp_path, env=env, subprocess=True
+    )
     assert plan.returncode == 2, plan.stdout + plan.stderr
-    run = run_navarch(["apply", str(fleet), "--auto-approve"], cwd=tmp_path, subprocess=True)
+    run = run_navarch(
+        ["apply", str(fleet), "--auto-approve"], cwd=tmp_path, env=env, subprocess=True
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     got = claims(tmp_path)
     assert len(got) == 3
     # rack-1 first (declared zone order), then its fallback when rack-1 is full.
     assert {"gpu-01", "gpu-02"} <= got.keys()
     assert {c["tags"]["navarch-pool"] for c in got.values()} == {"train"}
-    again = run_navarch(["plan", str(fleet), "--detailed-exitcode"], cwd=tmp_path, subprocess=True)
+    again = run_navarch(
+        ["plan", str(fleet), "--detailed-exitcode"], cwd=tmp_path, env=env, subprocess=True
+    )
     assert again.returncode == 0, again.stdout + again.stderr
 
 
@@ -105,6 +112,6 @@ def test_broken_plugin_is_one_line_naming_it_and_exit_1(tmp_path: Path, kind: st
 
 def test_unknown_type_names_the_entry_point_group(tmp_path: Path) -> None:
     fleet = write_fleet(tmp_path, "nosuchcloud")
-    run = run_navarch(["plan", str(fleet)], cwd=tmp_path, subprocess=True)
+    run = run_navarch(["plan", str(fleet)], cwd=tmp_path)  # no plugin to load: in this process
     assert run.returncode == 1, run.stdout + run.stderr
     assert "nosuchcloud" in run.stderr and "navarch.providers" in run.stderr

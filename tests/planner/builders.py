@@ -60,6 +60,7 @@ BASE_NOW = datetime(2026, 3, 2, 12, 0, 0, tzinfo=UTC)
 
 _FLEET_DIR: Path | None = None
 _FLEETS: dict[str, FleetSpec] = {}
+_FLEETS_BY_DOC: dict[str, FleetSpec] = {}
 
 
 #: The provider class of each built-in type, by module and class name.
@@ -106,8 +107,20 @@ def fleet_from_yaml(text: str, directory: Path | None = None) -> FleetSpec:
 
 
 def fleet_from_dict(doc: Mapping[str, Any], directory: Path | None = None) -> FleetSpec:
-    """Like fleet_from_yaml for a fleet.yaml document given as plain data."""
-    return fleet_from_yaml(yaml.dump(dict(doc), Dumper=_DUMPER, sort_keys=True), directory)
+    """Like fleet_from_yaml for a fleet.yaml document given as plain data. With no
+    directory the FleetSpec is also cached by the document's repr, which tells apart every
+    value YAML does (1, 1.0 and True; a list and a tuple), so a document seen before
+    skips the YAML dump too."""
+    if directory is not None:
+        return fleet_from_yaml(_yaml(doc), directory)
+    key = repr(doc)
+    if key not in _FLEETS_BY_DOC:
+        _FLEETS_BY_DOC[key] = fleet_from_yaml(_yaml(doc))
+    return _FLEETS_BY_DOC[key]
+
+
+def _yaml(doc: Mapping[str, Any]) -> str:
+    return yaml.dump(dict(doc), Dumper=_DUMPER, sort_keys=True)
 
 
 def pool_doc(

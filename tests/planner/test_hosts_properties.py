@@ -16,6 +16,7 @@ from navarch.planner.model import ActionKind, ActionReason, HaltRule
 from navarch.planner.payloads import ProvisionPayload
 
 _HELD = {ActionKind.REBOOT, ActionKind.RESET_GPU, ActionKind.TERMINATE}
+BLOCK_FAULT_WINDOWS = st.sampled_from((600, 86400))
 
 
 @st.composite
@@ -36,7 +37,7 @@ def racked_worlds(draw: st.DrawFn) -> World:
             health=replace(
                 pool.health,
                 block_fault_after=draw(st.integers(2, 3)),
-                block_fault_window_s=draw(st.sampled_from([600, 86400])),
+                block_fault_window_s=draw(BLOCK_FAULT_WINDOWS),
             ),
         )
         for pool in world.spec.pools

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from functools import cache
 
 import builders
 from hypothesis import HealthCheck, given, settings
@@ -55,30 +56,35 @@ PROPERTY = settings(
 )
 
 
+# Built once, here: a strategy built where it is drawn is built again on every draw.
+LADDERS = st.sampled_from(
+    (
+        ["reboot", "replace"],
+        ["reset_gpu", "reboot", "replace"],
+        ["reboot"],
+        ["reset_gpu", "replace"],
+        ["replace"],
+    )
+)
+DRAIN_TIMEOUTS = st.sampled_from(("10m", "30m"))
+REPLACEMENTS = st.sampled_from(("surge", "after-terminate"))
+LADDER_WINDOWS = st.sampled_from(("30m", "24h"))
+RETURN_REQUIRES_DIAG = st.sampled_from((False, 2))
+
+
 @st.composite
 def specs(draw: st.DrawFn) -> FleetSpec:
-    ladder = draw(
-        st.sampled_from(
-            [
-                ["reboot", "replace"],
-                ["reset_gpu", "reboot", "replace"],
-                ["reboot"],
-                ["reset_gpu", "replace"],
-                ["replace"],
-            ]
-        )
-    )
     health = {
         "unhealthy_after": draw(st.integers(1, 2)),
         "boot_timeout": "15m",
-        "drain_timeout": draw(st.sampled_from(["10m", "30m"])),
+        "drain_timeout": draw(DRAIN_TIMEOUTS),
         "max_unavailable": draw(st.integers(1, 2)),
-        "replacement": draw(st.sampled_from(["surge", "after-terminate"])),
-        "remediation": ladder,
+        "replacement": draw(REPLACEMENTS),
+        "remediation": draw(LADDERS),
         "return_after": draw(st.integers(1, 3)),
-        "ladder_window": draw(st.sampled_from(["30m", "24h"])),
+        "ladder_window": draw(LADDER_WINDOWS),
         "lemon_after": draw(st.integers(2, 4)),
-        "return_requires_diag": draw(st.sampled_from([False, 2])),
+        "return_requires_diag": draw(RETURN_REQUIRES_DIAG),
     }
     doc = builders.fleet_doc(
         FLEET,
@@ -303,20 +309,25 @@ class World:
             self.memory = mem.with_node(replace(nm, phase=Phase.TERMINATING, phase_at=now))
 
 
+NODES = st.sampled_from(tuple(f"{FLEET}-a-{i:04d}" for i in range(1, 8)))
+
+
+@cache
+def run_events(calm: int) -> st.SearchStrategy[dict[str, str]]:
+    """One run's events by node; calm: how many times the other events outweigh faults."""
+    events = EVENTS[:-1] * calm + tuple(f"fault:{c}" for c in XIDS)
+    return st.dictionaries(NODES, st.sampled_from(events), max_size=4)
+
+
 @st.composite
 def schedules(
     draw: st.DrawFn, calm: int = 1
 ) -> tuple[FleetSpec, list[dict[str, str]], frozenset[str]]:
     """A fleet and per-run events; calm: how many times the other events outweigh faults."""
     spec = draw(specs())
-    names = [f"{FLEET}-a-{i:04d}" for i in range(1, 8)]
     runs = draw(st.integers(8, 30))
-    fault_events = [f"fault:{c}" for c in XIDS]
-    events = st.sampled_from(EVENTS[:-1] * calm + tuple(fault_events))
-    schedule = [
-        draw(st.dictionaries(st.sampled_from(names), events, max_size=4)) for _ in range(runs)
-    ]
-    dead = draw(st.frozensets(st.sampled_from(names), max_size=1))
+    schedule = [draw(run_events(calm)) for _ in range(runs)]
+    dead = draw(st.frozensets(NODES, max_size=1))
     return spec, schedule, dead
 
 

@@ -24,7 +24,18 @@ from datetime import timedelta
 import builders
 from hypothesis import given
 from hypothesis import strategies as st
-from test_ladder_properties import FLEET, PROPERTY, XIDS, Node, World, _world
+from test_ladder_properties import (
+    DRAIN_TIMEOUTS,
+    FLEET,
+    LADDER_WINDOWS,
+    NODES,
+    PROPERTY,
+    REPLACEMENTS,
+    XIDS,
+    Node,
+    World,
+    _world,
+)
 
 from navarch.fleet.spec import FleetSpec
 from navarch.inventory import CloudStatus, InstanceHealth, InstanceState
@@ -191,31 +202,37 @@ class LivenessWorld(World):
                 )
 
 
+# Built once, here: a strategy built where it is drawn is built again on every draw.
+LADDERS = st.sampled_from(
+    (
+        ["reboot", "replace"],
+        ["reset_gpu", "reboot", "replace"],
+        ["reboot"],
+        ["reset_gpu", "replace"],
+    )
+)
+SURGE_ON = st.sampled_from(("replace", "any"))
+RETURN_TIMEOUTS = st.sampled_from(("30m", "1h"))
+RETURN_REQUIRES_DIAG = st.sampled_from((False, 2, 3))
+RUN_EVENTS = st.dictionaries(NODES, st.sampled_from(EVENTS), max_size=3)
+DIAG_OUTCOMES = st.sampled_from(("pass", "hang", "unavailable"))
+
+
 @st.composite
 def specs(draw: st.DrawFn) -> FleetSpec:
-    ladder = draw(
-        st.sampled_from(
-            [
-                ["reboot", "replace"],
-                ["reset_gpu", "reboot", "replace"],
-                ["reboot"],
-                ["reset_gpu", "replace"],
-            ]
-        )
-    )
     health = {
         "unhealthy_after": draw(st.integers(1, 2)),
         "boot_timeout": "15m",
-        "drain_timeout": draw(st.sampled_from(["10m", "30m"])),
+        "drain_timeout": draw(DRAIN_TIMEOUTS),
         "max_unavailable": draw(st.integers(1, 2)),
-        "replacement": draw(st.sampled_from(["surge", "after-terminate"])),
-        "surge_on": draw(st.sampled_from(["replace", "any"])),
-        "remediation": ladder,
+        "replacement": draw(REPLACEMENTS),
+        "surge_on": draw(SURGE_ON),
+        "remediation": draw(LADDERS),
         "return_after": draw(st.integers(1, 3)),
-        "return_timeout": draw(st.sampled_from(["30m", "1h"])),
-        "ladder_window": draw(st.sampled_from(["30m", "24h"])),
+        "return_timeout": draw(RETURN_TIMEOUTS),
+        "ladder_window": draw(LADDER_WINDOWS),
         "lemon_after": draw(st.integers(2, 4)),
-        "return_requires_diag": draw(st.sampled_from([False, 2, 3])),
+        "return_requires_diag": draw(RETURN_REQUIRES_DIAG),
     }
     pool = builders.pool_doc(target=3, max_nodes=4, health=health)
     if draw(st.booleans()):
@@ -236,19 +253,15 @@ def specs(draw: st.DrawFn) -> FleetSpec:
 @given(data=st.data())
 def test_no_node_is_out_of_service_past_its_deadlines_without_a_next_step(data) -> None:  # noqa: ANN001
     spec = data.draw(specs())
-    names = [f"{FLEET}-a-{i:04d}" for i in range(1, 8)]
     runs = data.draw(st.integers(10, 40))
-    schedule = [
-        data.draw(st.dictionaries(st.sampled_from(names), st.sampled_from(EVENTS), max_size=3))
-        for _ in range(runs)
-    ]
+    schedule = [data.draw(RUN_EVENTS) for _ in range(runs)]
     base = _world(spec)
     world = LivenessWorld(
         spec,
         base.now,
         {k: Stuckable(n.instance) for k, n in base.nodes.items()},
         base.memory,
-        diag_outcome=data.draw(st.sampled_from(["pass", "hang", "unavailable"])),
+        diag_outcome=data.draw(DIAG_OUTCOMES),
     )
     for events in schedule:
         world.step(events)

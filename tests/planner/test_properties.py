@@ -16,6 +16,7 @@ import random
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from functools import cache
 from typing import Any
 
 import builders
@@ -80,6 +81,23 @@ def _minutes(draw: st.DrawFn, lo: int, hi: int) -> timedelta:
     return timedelta(seconds=draw(st.integers(lo * 60, hi * 60)))
 
 
+# Strategies that depend on no drawn value are built once, here: a strategy built inside a
+# composite is built again on every draw, and building one costs more than drawing from it.
+MAX_UNAVAILABLE = st.one_of(st.integers(0, 3), st.sampled_from(("25%", "50%", "100%")))
+CONVERGING_MAX_UNAVAILABLE = st.sampled_from((1, 2, "50%"))
+OFFLINE_AFTER = st.sampled_from(("10m", "20m"))
+BOOT_TIMEOUTS = st.sampled_from(("5m", "15m"))
+DRAIN_TIMEOUTS = st.sampled_from(("10m", "30m"))
+AUTO_REPLACE = st.booleans() | st.just(True)
+REPLACEMENTS = st.sampled_from(("surge", "after-terminate"))
+ZONES = st.sampled_from((("z1",), ("z1", "z2"), ("z2", "z1")))
+INSTANCE_TYPES = st.sampled_from((("t1",), ("t1", "t2")))
+CAPACITIES = st.sampled_from(("on-demand", "spot", "spot-then-on-demand"))
+SECOND_CAPACITIES = st.sampled_from(("on-demand", "spot"))
+SCHEDULERS = st.sampled_from(("none", "slurm"))
+BREAKER_PCTS = st.sampled_from((30, 50, 100))
+
+
 @st.composite
 def pool_docs(draw: st.DrawFn, *, converging: bool = False) -> dict[str, Any]:
     """One pool's fleet.yaml mapping. converging: knobs under which a fleet can heal
@@ -87,21 +105,16 @@ def pool_docs(draw: st.DrawFn, *, converging: bool = False) -> dict[str, Any]:
     min_nodes = draw(st.integers(0, 2))
     target = draw(st.integers(max(min_nodes, 1 if converging else 0), min_nodes + 3))
     max_nodes = draw(st.integers(target, target + 2))
-    if converging:
-        max_unavailable: int | str = draw(st.sampled_from([1, 2, "50%"]))
-    else:
-        max_unavailable = draw(
-            st.one_of(st.integers(0, 3), st.sampled_from(["25%", "50%", "100%"]))
-        )
+    max_unavailable = draw(CONVERGING_MAX_UNAVAILABLE if converging else MAX_UNAVAILABLE)
     health = {
         "unhealthy_after": draw(st.integers(1, 3)),
         "stale_after": "3m",
-        "offline_after": draw(st.sampled_from(["10m", "20m"])),
-        "boot_timeout": draw(st.sampled_from(["5m", "15m"])),
-        "drain_timeout": "10m" if converging else draw(st.sampled_from(["10m", "30m"])),
-        "auto_replace": True if converging else draw(st.booleans() | st.just(True)),
+        "offline_after": draw(OFFLINE_AFTER),
+        "boot_timeout": draw(BOOT_TIMEOUTS),
+        "drain_timeout": "10m" if converging else draw(DRAIN_TIMEOUTS),
+        "auto_replace": True if converging else draw(AUTO_REPLACE),
         "max_unavailable": max_unavailable,
-        "replacement": draw(st.sampled_from(["surge", "after-terminate"])),
+        "replacement": draw(REPLACEMENTS),
         "max_surge": draw(st.integers(0, 2)),
     }
     autoscaling = {
@@ -114,10 +127,10 @@ def pool_docs(draw: st.DrawFn, *, converging: bool = False) -> dict[str, Any]:
         target=target,
         min_nodes=min_nodes,
         max_nodes=max_nodes,
-        zones=draw(st.sampled_from([("z1",), ("z1", "z2"), ("z2", "z1")])),
-        instance_types=draw(st.sampled_from([("t1",), ("t1", "t2")])),
-        capacity=draw(st.sampled_from(["on-demand", "spot", "spot-then-on-demand"])),
-        scheduler=draw(st.sampled_from(["none", "slurm"])),
+        zones=draw(ZONES),
+        instance_types=draw(INSTANCE_TYPES),
+        capacity=draw(CAPACITIES),
+        scheduler=draw(SCHEDULERS),
         health=health,
         autoscaling=autoscaling,
     )
@@ -129,9 +142,9 @@ def pool_docs(draw: st.DrawFn, *, converging: bool = False) -> dict[str, Any]:
             "provider": "sim2",
             "zones": ["z1"],
             "instance_types": ["t9"],
-            "capacity": draw(st.sampled_from(["on-demand", "spot"])),
+            "capacity": draw(SECOND_CAPACITIES),
         }
-        doc["placements"] = draw(st.sampled_from([[first, second], [second, first]]))
+        doc["placements"] = [second, first] if draw(st.booleans()) else [first, second]
     if not converging and draw(st.booleans()):  # warm spares, within max
         doc["nodes"]["spares"] = draw(st.integers(0, max_nodes - target))
     return doc
@@ -149,8 +162,8 @@ def fleets(draw: st.DrawFn, *, converging: bool = False) -> FleetSpec:
         }
     else:
         safety = {
-            "circuit_breaker_pct": draw(st.sampled_from([30, 50, 100])),
-            "fleet_circuit_breaker_pct": draw(st.sampled_from([30, 50, 100])),
+            "circuit_breaker_pct": draw(BREAKER_PCTS),
+            "fleet_circuit_breaker_pct": draw(BREAKER_PCTS),
             "repairs_per_pool_per_hour": draw(st.integers(0, 4)),
         }
     return builders.fleet_from_dict(builders.fleet_doc(FLEET, pools, safety))
@@ -160,20 +173,32 @@ def node_name(pool: str, index: int) -> str:
     return f"{FLEET}-{pool}-{index:04d}"
 
 
-@st.composite
-def summaries(draw: st.DrawFn, now: datetime, *, sequence: int) -> ReportSummary:
-    status = draw(st.sampled_from(["healthy", "healthy", "degraded", "unhealthy", "unknown"]))
+STATUSES = st.sampled_from(("healthy", "healthy", "degraded", "unhealthy", "unknown"))
+BOOT_IDS = st.sampled_from(("b1", "b2"))
+FINDINGS = st.sampled_from(((), ("XID 79: GPU has fallen off the bus",)))
+NOTICE_KINDS = st.sampled_from((None, None, None, "preemption", "maintenance"))
+PROCESS_COUNTS = st.sampled_from((None, 0, 0, 3))
+UTILIZATIONS = st.sampled_from((None, 5.0, 50.0, 95.0))
+
+
+def _summary(draw: st.DrawFn, now: datetime, sequence: int) -> ReportSummary:
+    """A report generated within the last 30 minutes, in any status. A plain function
+    rather than a composite: worlds() draws one or two for every node."""
+    status = draw(STATUSES)
     return builders.summary(
         sequence=sequence,
         generated_at=now - _minutes(draw, 0, 30),
         status=status,
-        boot_id=draw(st.sampled_from(["b1", "b2"])),
+        boot_id=draw(BOOT_IDS),
         fatal=status == "unhealthy" and draw(st.booleans()),
-        findings=draw(st.sampled_from([(), ("XID 79: GPU has fallen off the bus",)])),
-        notice_kind=draw(st.sampled_from([None, None, None, "preemption", "maintenance"])),
-        process_count=draw(st.sampled_from([None, 0, 0, 3])),
-        utilization_pct=draw(st.sampled_from([None, 5.0, 50.0, 95.0])),
+        findings=draw(FINDINGS),
+        notice_kind=draw(NOTICE_KINDS),
+        process_count=draw(PROCESS_COUNTS),
+        utilization_pct=draw(UTILIZATIONS),
     )
+
+
+FOREIGN_KINDS = st.sampled_from(("untagged", "other-fleet", "no-node"))
 
 
 @st.composite
@@ -183,7 +208,7 @@ def foreign_instances(draw: st.DrawFn, now: datetime, owned_names: set[str]) -> 
     is an orphan and one on another provider has drifted; neither is foreign.)"""
     out = []
     for k in range(draw(st.integers(0, 4))):
-        kind = draw(st.sampled_from(["untagged", "other-fleet", "no-node"]))
+        kind = draw(FOREIGN_KINDS)
         index = draw(st.integers(1, 20))
         name = node_name("a", index)
         if name in owned_names:
@@ -229,11 +254,17 @@ def _converged_place(pool: PoolSpec, k: int) -> dict[str, Any]:
     return {**first, "zone": zones[k % len(zones)]}
 
 
+@cache
+def _distinct(values: tuple[Any, ...], max_size: int) -> st.SearchStrategy[list[Any]]:
+    """Lists of up to max_size distinct values, built once per (values, max_size)."""
+    return st.lists(st.sampled_from(values), max_size=max_size, unique=True)
+
+
 @st.composite
 def pool_memories(draw: st.DrawFn, pool: PoolSpec, now: datetime) -> PoolMemory:
     places = pool.launch_places()
     exhausted = []
-    for place in draw(st.lists(st.sampled_from(places), max_size=len(places), unique=True)):
+    for place in draw(_distinct(places, len(places))):
         exhausted.append(
             builders.exhausted(
                 place.zone,
@@ -243,7 +274,7 @@ def pool_memories(draw: st.DrawFn, pool: PoolSpec, now: datetime) -> PoolMemory:
                 provider=place.provider,
             )
         )
-    desired = draw(st.one_of(st.none(), st.integers(pool.min_nodes, pool.max_nodes)))
+    desired = draw(st.integers(pool.min_nodes, pool.max_nodes)) if draw(st.booleans()) else None
     return builders.pool_memory(
         pool.name,
         next_index=draw(st.integers(1, 15)),
@@ -252,17 +283,18 @@ def pool_memories(draw: st.DrawFn, pool: PoolSpec, now: datetime) -> PoolMemory:
         desired=desired,
         desired_from_target=None
         if desired is None
-        else draw(st.sampled_from([pool.target_nodes, pool.target_nodes + 1])),
+        else pool.target_nodes + draw(st.integers(0, 1)),
         scaled_at=None if desired is None else now - _minutes(draw, 0, 30),
         # held as warm spares by earlier runs (a name with no instance is forgotten)
-        spares=draw(
-            st.lists(
-                st.sampled_from([node_name(pool.name, i) for i in range(1, 13)]),
-                max_size=3,
-                unique=True,
-            )
-        ),
+        spares=draw(_distinct(tuple(node_name(pool.name, i) for i in range(1, 13)), 3)),
     )
+
+
+INSTANCE_STATES = st.sampled_from((InstanceState.RUNNING,) * 4 + tuple(InstanceState))
+REPORT_KINDS = st.sampled_from(("none", "report", "report", "same", "rejected"))
+REJECTIONS = st.sampled_from(("bad_signature", "replayed", "schema"))
+PHASES = st.sampled_from((Phase.NONE,) * 4 + (Phase.CORDONED, Phase.DRAINING, Phase.TERMINATING))
+ANY_PHASE = st.sampled_from(tuple(Phase))
 
 
 @st.composite
@@ -277,9 +309,10 @@ def worlds(draw: st.DrawFn) -> World:
     pool_mems = []
     for pool in spec.pools:
         indices = draw(st.lists(st.integers(1, 12), max_size=pool.max_nodes + 2, unique=True))
+        places = st.sampled_from(pool.launch_places())
         for index in indices:
             name = node_name(pool.name, index)
-            place = draw(st.sampled_from(pool.launch_places()))
+            place = draw(places)
             zone, itype, spot = place.zone, place.instance_type, place.spot
             inventory.append(
                 builders.instance(
@@ -287,7 +320,7 @@ def worlds(draw: st.DrawFn) -> World:
                     pool.name,
                     name,
                     launched_at=now - _minutes(draw, 0, 180),
-                    state=draw(st.sampled_from([InstanceState.RUNNING] * 4 + list(InstanceState))),
+                    state=draw(INSTANCE_STATES),
                     provider=place.provider,
                     zone=zone,
                     instance_type=itype,
@@ -295,12 +328,10 @@ def worlds(draw: st.DrawFn) -> World:
                 )
             )
             seq = draw(st.integers(2, 1000))
-            remembered = draw(st.one_of(st.none(), summaries(now, sequence=seq - 1)))
-            kind = draw(st.sampled_from(["none", "report", "report", "same", "rejected"]))
+            remembered = _summary(draw, now, seq - 1) if draw(st.booleans()) else None
+            kind = draw(REPORT_KINDS)
             if kind == "report":
-                reports[name] = builders.observation(
-                    name, pool.name, draw(summaries(now, sequence=seq))
-                )
+                reports[name] = builders.observation(name, pool.name, _summary(draw, now, seq))
             elif kind == "same" and remembered is not None:
                 reports[name] = builders.observation(name, pool.name, remembered)
             elif kind == "rejected":
@@ -308,13 +339,9 @@ def worlds(draw: st.DrawFn) -> World:
                     name,
                     pool.name,
                     remembered,
-                    rejected=draw(st.sampled_from(["bad_signature", "replayed", "schema"])),
+                    rejected=draw(REJECTIONS),
                 )
-            phase = draw(
-                st.sampled_from(
-                    [Phase.NONE] * 4 + [Phase.CORDONED, Phase.DRAINING, Phase.TERMINATING]
-                )
-            )
+            phase = draw(PHASES)
             if remembered is not None or phase is not Phase.NONE or draw(st.booleans()):
                 node_mems.append(
                     builders.node_memory(
@@ -335,9 +362,7 @@ def worlds(draw: st.DrawFn) -> World:
         for index in draw(st.lists(st.integers(13, 15), max_size=2, unique=True)):
             # remembered nodes whose instance is gone
             node_mems.append(
-                builders.node_memory(
-                    node_name(pool.name, index), pool.name, phase=draw(st.sampled_from(list(Phase)))
-                )
+                builders.node_memory(node_name(pool.name, index), pool.name, phase=draw(ANY_PHASE))
             )
         pool_mems.append(draw(pool_memories(pool, now)))
     foreign = draw(foreign_instances(now, {i.node or "" for i in inventory}))
@@ -350,6 +375,10 @@ def worlds(draw: st.DrawFn) -> World:
         drain_checks,
         tuple(foreign),
     )
+
+
+SERVING_PROCESS_COUNTS = st.sampled_from((None, 0, 3))
+SERVING_UTILIZATIONS = st.sampled_from((None, 20.0, 50.0, 85.0))
 
 
 @st.composite
@@ -389,9 +418,9 @@ def converged_worlds(draw: st.DrawFn) -> World:
             report = builders.summary(
                 sequence=seq,
                 generated_at=now - timedelta(seconds=draw(st.integers(0, 179))),
-                boot_id=draw(st.sampled_from(["b1", "b2"])),
-                process_count=draw(st.sampled_from([None, 0, 3])),
-                utilization_pct=draw(st.sampled_from([None, 20.0, 50.0, 85.0])),
+                boot_id=draw(BOOT_IDS),
+                process_count=draw(SERVING_PROCESS_COUNTS),
+                utilization_pct=draw(SERVING_UTILIZATIONS),
             )
             reports[name] = builders.observation(name, pool.name, report)
             if draw(st.booleans()):
@@ -644,7 +673,7 @@ def test_every_plan_keeps_the_safety_rules(world: World) -> None:
 
 # --- convergence over many runs -----------------------------------------------------------------
 
-SICK_KINDS = ("fatal", "unhealthy", "silent", "offline")
+SICK_KINDS = st.sampled_from(("fatal", "unhealthy", "silent", "offline"))
 
 
 @dataclass
@@ -847,9 +876,7 @@ def sick_sims(draw: st.DrawFn) -> Sim:
         sick = draw(st.integers(0, min(2, count)))
         assume(sick < 2 or sick * 100 < spec.safety.circuit_breaker_pct * count)
         sick_total += sick
-        kinds = [draw(st.sampled_from(SICK_KINDS)) for _ in range(sick)] + ["healthy"] * (
-            count - sick
-        )
+        kinds = [draw(SICK_KINDS) for _ in range(sick)] + ["healthy"] * (count - sick)
         kinds = draw(st.permutations(kinds))
         for i, kind in enumerate(kinds, start=1):
             name = node_name(pool.name, i)

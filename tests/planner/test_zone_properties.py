@@ -17,7 +17,7 @@ from functools import cache
 import builders
 from hypothesis import example, given
 from hypothesis import strategies as st
-from test_ladder_properties import FLEET, PROPERTY, XIDS, World
+from test_ladder_properties import FLEET, PROPERTY, REPLACEMENTS, XIDS, World
 
 from navarch.fleet.spec import FleetSpec
 from navarch.planner.model import ActionKind, NodeMemory
@@ -52,24 +52,28 @@ def _spec(
     )
 
 
+STEPS = st.tuples(
+    st.one_of(st.none(), st.integers(0, 8)),  # a new nodes.target, or none this run
+    st.lists(
+        st.tuples(st.integers(0, 7), st.sampled_from([f"fault:{c}" for c in XIDS])),
+        max_size=2,
+    ),
+)
+LADDERS = st.sampled_from((("reboot", "replace"), ("replace",)))
+SURGE_ON = st.sampled_from(("replace", "any"))
+
+
 @st.composite
 def schedules(draw: st.DrawFn) -> tuple[int, tuple[tuple[str, object], ...], list]:
     zones = draw(st.integers(2, 4))
     health = (
         ("max_unavailable", draw(st.integers(1, 3))),
-        ("remediation", draw(st.sampled_from([("reboot", "replace"), ("replace",)]))),
-        ("replacement", draw(st.sampled_from(["surge", "after-terminate"]))),
-        ("surge_on", draw(st.sampled_from(["replace", "any"]))),
+        ("remediation", draw(LADDERS)),
+        ("replacement", draw(REPLACEMENTS)),
+        ("surge_on", draw(SURGE_ON)),
         ("unhealthy_after", 1),
     )
-    step = st.tuples(
-        st.one_of(st.none(), st.integers(0, 8)),  # a new nodes.target, or none this run
-        st.lists(
-            st.tuples(st.integers(0, 7), st.sampled_from([f"fault:{c}" for c in XIDS])),
-            max_size=2,
-        ),
-    )
-    return zones, health, draw(st.lists(step, min_size=3, max_size=25))
+    return zones, health, draw(st.lists(STEPS, min_size=3, max_size=25))
 
 
 def _empty_world(spec: FleetSpec) -> World:

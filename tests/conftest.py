@@ -139,14 +139,13 @@ def _scratch_on_tmpfs(config: pytest.Config) -> None:
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """`-n auto` (pyproject's addopts): one worker more than the cores this process may run
-    on. Many tests wait rather than compute (a CLI subprocess, a local server, an agent's
-    timeout), and the extra worker keeps the cores busy meanwhile. On 2 cores, with
-    worksteal, the fast tier took 177-186 s on 3 workers and 177 s on 2 (a repeated run),
-    and 203 s on 3 against 209 s on 2 from fresh clones: within this machine's noise, so
-    the extra worker stays."""
+    """`-n auto` (pyproject's addopts): one worker per core this process may run on. Every
+    worker collects the whole suite (8 s of CPU, 15 s on a fresh clone, where it also
+    rewrites every test module's asserts), and with tmp_path on a tmpfs and few tests left
+    waiting on a process, a worker beyond the cores no longer earns that back: on 2 cores
+    the fast tier from fresh clones took 171 s on 2 workers and 188 s on 3."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return (cores or 1) + 1
+    return cores or 1
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -31,7 +31,7 @@ audit log as `by`).
 
 from __future__ import annotations
 
-from types import ModuleType
+import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -79,6 +79,57 @@ if TYPE_CHECKING:
     from navarch.reconcile.operator.adopt import AdoptPlan
     from navarch.reconcile.operator.pause import PauseResult
 
+#: Each supported name and the module that defines it. A module is imported the first time
+#: one of its names is read (PEP 562), so `navarch validate` loads the fleet reader and not
+#: the reconciler.
+_ROOMS: dict[str, str] = {
+    **dict.fromkeys(
+        (
+            "ApplyOptions",
+            "adopt",
+            "apply",
+            "cordon",
+            "destroy",
+            "force_unlock",
+            "pause",
+            "reboot",
+            "resume",
+            "uncordon",
+        ),
+        "navarch.api.acting",
+    ),
+    **dict.fromkeys(
+        ("history", "known_names", "plan", "report", "status", "validate", "validate_text"),
+        "navarch.api.reading",
+    ),
+    **dict.fromkeys(
+        (
+            "AdoptResult",
+            "ApplyResult",
+            "CloudInit",
+            "DestroyResult",
+            "HistoryResult",
+            "LoadedFleet",
+            "PlanResult",
+            "ReportResult",
+            "SavedPlan",
+            "StatusPage",
+            "StatusResult",
+            "UnlockResult",
+            "Validation",
+            "VerbResult",
+        ),
+        "navarch.api.results",
+    ),
+    "load_fleet": "navarch.api.door",
+    "PlanOptions": "navarch.planner.context",
+    **dict.fromkeys(("HaltRule", "Lifecycle", "Plan"), "navarch.planner.model"),
+    "AdoptFilter": "navarch.providers.base",
+    "AdoptPlan": "navarch.reconcile.operator.adopt",
+    "PauseResult": "navarch.reconcile.operator.pause",
+}
+
+#: Literal, so that linters and type checkers read the supported surface.
 __all__ = [
     "ApplyOptions",
     "AdoptFilter",
@@ -121,92 +172,12 @@ __all__ = [
     "validate_text",
 ]
 
-#: Each supported name's room. A room is imported the first time one of its names is read
-#: (PEP 562), so `navarch validate` loads the fleet reader and not the reconciler.
-_ACTING = frozenset(
-    {
-        "ApplyOptions",
-        "adopt",
-        "apply",
-        "cordon",
-        "destroy",
-        "force_unlock",
-        "pause",
-        "reboot",
-        "resume",
-        "uncordon",
-    }
-)
-_READING = frozenset(
-    {"history", "known_names", "plan", "report", "status", "validate", "validate_text"}
-)
-_RESULTS = frozenset(
-    {
-        "AdoptResult",
-        "ApplyResult",
-        "CloudInit",
-        "DestroyResult",
-        "HistoryResult",
-        "LoadedFleet",
-        "PlanResult",
-        "ReportResult",
-        "SavedPlan",
-        "StatusPage",
-        "StatusResult",
-        "UnlockResult",
-        "Validation",
-        "VerbResult",
-    }
-)
-
-
-def _room(name: str) -> ModuleType | None:
-    """The module that defines `name`, imported now; None for a name navarch.api lacks."""
-    if name in _ACTING:
-        from navarch.api import acting
-
-        return acting
-    if name in _READING:
-        from navarch.api import reading
-
-        return reading
-    if name in _RESULTS:
-        from navarch.api import results
-
-        return results
-    if name == "load_fleet":
-        from navarch.api import door
-
-        return door
-    if name == "PlanOptions":
-        from navarch.planner import context
-
-        return context
-    if name in {"HaltRule", "Lifecycle", "Plan"}:
-        from navarch.planner import model
-
-        return model
-    if name == "AdoptFilter":
-        from navarch.providers import base
-
-        return base
-    if name == "AdoptPlan":
-        from navarch.reconcile.operator import adopt
-
-        return adopt
-    if name == "PauseResult":
-        from navarch.reconcile.operator import pause
-
-        return pause
-    return None
-
 
 def __getattr__(name: str) -> Any:
     """A name of __all__, read from its room on first use and kept here after."""
-    room = _room(name)
-    if room is None:
+    if name not in _ROOMS:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(room, name)
+    value = getattr(importlib.import_module(_ROOMS[name]), name)
     globals()[name] = value
     return value
 

@@ -53,3 +53,5 @@ def test_returned_values_are_frozen(fleet) -> None:
 
 def test_all_names_only_what_the_module_defines() -> None:
     assert [name for name in api.__all__ if not hasattr(api, name)] == []
+    # The lazy lookup's table and the literal __all__ list the same names.
+    assert sorted(api._ROOMS) == sorted(api.__all__)
